@@ -1,0 +1,28 @@
+# Two commands for a newcomer: `make synth` and `make test`. Both install what they need into .venv
+# and node_modules first; nothing relies on what was installed by hand.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CHECKPOINT_DISABLE := 1
+
+.PHONY: install synth test clean
+
+$(STAMP): pyproject.toml package.json package-lock.json
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[test]'
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: $(STAMP)
+
+synth: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx cdktf synth
+
+test: install
+	$(VENV)/bin/pytest -q
+
+clean:
+	rm -rf cdktf.out .pytest_cache

@@ -1,0 +1,42 @@
+"""The recipe table and per-user settings: the single source of truth for everything downstream."""
+
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from importlib import resources
+
+from recipes.errors import UserError
+from recipes.model import STEPS, Recipe, Shape, SourcePatch, Step, build_recipes
+from recipes.settings import EXAMPLE_PROJECT, Settings, example_settings, load_settings
+
+
+@cache
+def all_recipes() -> dict[str, Recipe]:
+    """Every recipe in recipes.toml, validated."""
+    text = resources.files("recipes").joinpath("recipes.toml").read_text()
+    return build_recipes(tomllib.loads(text))
+
+
+def get_recipe(name: str) -> Recipe:
+    recipes = all_recipes()
+    if name not in recipes:
+        raise UserError(f"unknown recipe '{name}': choose one of {', '.join(recipes)} (see `tpu-rl recipes`)")
+    return recipes[name]
+
+
+__all__ = [
+    "STEPS",
+    "EXAMPLE_PROJECT",
+    "Recipe",
+    "Settings",
+    "Shape",
+    "SourcePatch",
+    "Step",
+    "UserError",
+    "all_recipes",
+    "build_recipes",
+    "example_settings",
+    "get_recipe",
+    "load_settings",
+]

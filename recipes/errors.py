@@ -1,0 +1,17 @@
+"""The one error type that reaches a person.
+
+Everything that rejects input raises :class:`UserError` with a single line that names the field or
+setting, the rule it broke and how to fix it. Entry points (synth, the CLI) print that line and exit
+non-zero, without a traceback.
+"""
+
+
+class UserError(Exception):
+    """Bad input, explained in one line: what is wrong and how to fix it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
+
+    @property
+    def message(self) -> str:
+        return str(self)

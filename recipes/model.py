@@ -1,0 +1,342 @@
+"""Typed recipes. The TOML table is parsed once, here, and every rule is checked at load time.
+
+Code further down (stacks, manifests, the CLI) trusts these types and only reads derived properties;
+it never recomputes chips or hosts itself.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from recipes.errors import UserError
+
+CapacityMode = Literal["reservation", "spot", "on-demand"]
+Platform = Literal["gke", "vm"]
+Step = Literal["convert", "train", "export"]
+STEPS: tuple[Step, ...] = ("convert", "train", "export")
+
+_RECIPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
+_OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=.*$", re.DOTALL)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TpuGeneration(_Strict):
+    """Facts about one TPU generation: which topologies and machine types exist."""
+
+    topologies: tuple[str, ...]
+    gke_accelerator: str
+    pathways_instance_prefix: str
+    multi_host_machine_type: str
+    machine_types: dict[str, int]  # machine type -> chips per VM
+
+
+class MaxTextRelease(_Strict):
+    image: str
+    pip: str
+    python: str
+
+    @field_validator("image")
+    @classmethod
+    def _pinned(cls, image: str) -> str:
+        if ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest"):
+            raise ValueError("must be pinned to a tag other than :latest")
+        return image
+
+
+class PathwaysImages(_Strict):
+    server_image: str
+    proxy_image: str
+    tag: str
+
+    @field_validator("tag")
+    @classmethod
+    def _pinned(cls, tag: str) -> str:
+        if tag == "latest":
+            raise ValueError("must be a pinned tag, not latest")
+        return tag
+
+    @property
+    def server(self) -> str:
+        return f"{self.server_image}:{self.tag}"
+
+    @property
+    def proxy(self) -> str:
+        return f"{self.proxy_image}:{self.tag}"
+
+
+class SourcePatch(_Strict):
+    """A named edit of installed source that a seed applies before training."""
+
+    name: str = ""
+    description: str
+    module: str | None = None  # patch the file of this importable module ...
+    path: str | None = None  # ... or this absolute path inside the container
+    regex: bool = False
+    replacements: tuple[tuple[str, str], ...]
+    maxtext_versions: tuple[str, ...]
+    setting_from: str | None = None
+    setting_env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "SourcePatch":
+        if (self.module is None) == (self.path is None):
+            raise ValueError("give exactly one of module or path")
+        return self
+
+
+class ModelSpec(_Strict):
+    maxtext_name: str
+    hf_repo: str
+    tokenizer: str
+    scan_layers: bool
+    use_multimodal: bool = False
+    # to_huggingface may know the model under another name (seed 002 exports llama3.1-8b-Instruct
+    # as llama3.1-8b).
+    export_name: str | None = None
+
+    @property
+    def export_model_name(self) -> str:
+        return self.export_name or self.maxtext_name
+
+
+class TpuSpec(_Strict):
+    generation: str
+    topology: str
+    machine_type: str
+    slices: int = Field(ge=1)
+
+
+class RlSpec(_Strict):
+    num_batches: int = Field(ge=1)
+    overrides: tuple[str, ...] = ()
+    patches: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    pathways_env: dict[str, str] = Field(default_factory=dict)
+    memory_max: str | None = None  # cgroup memory.max for the head container, as in seed 000
+
+    @field_validator("overrides")
+    @classmethod
+    def _key_value(cls, overrides: tuple[str, ...]) -> tuple[str, ...]:
+        for item in overrides:
+            if not _OVERRIDE.match(item):
+                raise ValueError(f"'{item[:40]}' is not key=value")
+        return overrides
+
+    @property
+    def last_step(self) -> int:
+        # train_rl saves the final step, which is the number of batches (seed 000: actor/50).
+        return self.num_batches
+
+
+class Durations(_Strict):
+    convert: int = Field(ge=1)
+    train: int = Field(ge=1)
+    export: int = Field(ge=1)
+
+
+class Shape(BaseModel):
+    """A TPU slice shape with everything derived from it. Built only by :func:`derive_shape`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    generation: str
+    topology: str
+    machine_type: str
+    slices: int
+    chips_per_vm: int
+    chips_per_slice: int
+    gke_accelerator: str
+    pathways_instance_prefix: str
+
+    @property
+    def hosts_per_slice(self) -> int:
+        return self.chips_per_slice // self.chips_per_vm
+
+    @property
+    def total_chips(self) -> int:
+        return self.chips_per_slice * self.slices
+
+    @property
+    def total_hosts(self) -> int:
+        return self.hosts_per_slice * self.slices
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts_per_slice > 1
+
+    @property
+    def accelerator_type(self) -> str:
+        """The Cloud TPU accelerator type, e.g. v6e-32."""
+        return f"{self.generation}-{self.chips_per_slice}"
+
+    @property
+    def pathways_instance_type(self) -> str:
+        return f"{self.pathways_instance_prefix}:{self.topology}"
+
+    @property
+    def chips_per_host_bounds(self) -> str:
+        """TPU_CHIPS_PER_HOST_BOUNDS for a single-host VM, e.g. 2,4,1 for 2x4."""
+        return ",".join(self.topology.split("x") + ["1"])
+
+
+def derive_shape(tpu: TpuSpec, generations: dict[str, TpuGeneration]) -> Shape:
+    """Check a TPU spec against the generation's facts and derive chips and hosts from it."""
+    facts = generations.get(tpu.generation)
+    if facts is None:
+        raise ValueError(f"tpu.generation '{tpu.generation}' is unknown (known: {', '.join(generations)})")
+    if tpu.topology not in facts.topologies:
+        raise ValueError(
+            f"tpu.topology '{tpu.topology}' is not a {tpu.generation} topology "
+            f"(valid: {', '.join(facts.topologies)})"
+        )
+    chips_per_vm = facts.machine_types.get(tpu.machine_type)
+    if chips_per_vm is None:
+        raise ValueError(
+            f"tpu.machine_type '{tpu.machine_type}' is not a {tpu.generation} machine type "
+            f"(valid: {', '.join(facts.machine_types)})"
+        )
+    chips_per_slice = math.prod(int(side) for side in tpu.topology.split("x"))
+    if chips_per_slice % chips_per_vm:
+        raise ValueError(
+            f"tpu.topology '{tpu.topology}' has {chips_per_slice} chips, which is not a whole number of "
+            f"{tpu.machine_type} hosts ({chips_per_vm} chips each); pick a topology with a multiple of "
+            f"{chips_per_vm} chips or another machine type"
+        )
+    if chips_per_slice // chips_per_vm > 1 and tpu.machine_type != facts.multi_host_machine_type:
+        raise ValueError(
+            f"tpu.topology '{tpu.topology}' needs {chips_per_slice // chips_per_vm} hosts of "
+            f"{tpu.machine_type}; multi-host {tpu.generation} slices need "
+            f"tpu.machine_type = '{facts.multi_host_machine_type}'"
+        )
+    return Shape(
+        generation=tpu.generation,
+        topology=tpu.topology,
+        machine_type=tpu.machine_type,
+        slices=tpu.slices,
+        chips_per_vm=chips_per_vm,
+        chips_per_slice=chips_per_slice,
+        gke_accelerator=facts.gke_accelerator,
+        pathways_instance_prefix=facts.pathways_instance_prefix,
+    )
+
+
+class RecipeEntry(_Strict):
+    """One [recipes.<name>] table as written in recipes.toml."""
+
+    description: str
+    platform: Platform
+    pathways: bool
+    capacity: CapacityMode
+    maxtext_version: str
+    cpu_machine_type: str | None = None
+    durations_minutes: Durations
+    model: ModelSpec
+    tpu: TpuSpec
+    rl: RlSpec
+
+    @model_validator(mode="after")
+    def _platform_rules(self) -> "RecipeEntry":
+        if self.platform == "gke" and not self.cpu_machine_type:
+            raise ValueError("cpu_machine_type is required for platform 'gke' (conversion and the Pathways head run there)")
+        if self.platform == "vm" and self.pathways:
+            raise ValueError("pathways needs platform 'gke'; a single TPU VM runs JAX directly")
+        if self.platform == "vm" and self.tpu.slices != 1:
+            raise ValueError("tpu.slices must be 1 for platform 'vm'")
+        return self
+
+
+class Recipe(BaseModel):
+    """A validated recipe with its shape, MaxText release and patches resolved."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    platform: Platform
+    pathways: bool
+    capacity: CapacityMode
+    maxtext_version: str
+    maxtext: MaxTextRelease
+    pathways_images: PathwaysImages
+    cpu_machine_type: str | None
+    durations_minutes: Durations
+    model: ModelSpec
+    shape: Shape
+    rl: RlSpec
+    patches: tuple[SourcePatch, ...]
+
+    @property
+    def is_gke(self) -> bool:
+        return self.platform == "gke"
+
+
+class RecipeFile(_Strict):
+    tpu: dict[str, TpuGeneration]
+    maxtext: dict[str, MaxTextRelease]
+    pathways: PathwaysImages
+    recipes: dict[str, RecipeEntry]
+    patches: dict[str, SourcePatch] = Field(default_factory=dict)
+
+
+def _first_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    location = ".".join(str(part) for part in first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{location}: {message}" if location else message
+
+
+def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe]:
+    """Validate a parsed recipe table and return the recipes by name.
+
+    Raises :class:`UserError` naming the recipe, the field and the rule on the first problem.
+    """
+    try:
+        parsed = RecipeFile.model_validate(table)
+    except ValidationError as error:
+        raise UserError(f"{source}: {_first_error(error)}") from None
+
+    recipes: dict[str, Recipe] = {}
+    for name, entry in parsed.recipes.items():
+        where = f"{source}: recipe '{name}'"
+        if not _RECIPE_NAME.match(name):
+            raise UserError(f"{where}: the name must be 2-20 lowercase letters, digits or '-' (it is a stack name)")
+        release = parsed.maxtext.get(entry.maxtext_version)
+        if release is None:
+            raise UserError(
+                f"{where}: maxtext_version '{entry.maxtext_version}' has no [maxtext.\"{entry.maxtext_version}\"] "
+                f"entry (known: {', '.join(parsed.maxtext)})"
+            )
+        try:
+            shape = derive_shape(entry.tpu, parsed.tpu)
+        except ValueError as error:
+            raise UserError(f"{where}: {error}") from None
+        patches = []
+        for patch_name in entry.rl.patches:
+            patch = parsed.patches.get(patch_name)
+            if patch is None:
+                raise UserError(f"{where}: rl.patches names '{patch_name}', which has no [patches.{patch_name}] entry")
+            patches.append(patch.model_copy(update={"name": patch_name}))
+        recipes[name] = Recipe(
+            name=name,
+            description=entry.description,
+            platform=entry.platform,
+            pathways=entry.pathways,
+            capacity=entry.capacity,
+            maxtext_version=entry.maxtext_version,
+            maxtext=release,
+            pathways_images=parsed.pathways,
+            cpu_machine_type=entry.cpu_machine_type,
+            durations_minutes=entry.durations_minutes,
+            model=entry.model,
+            shape=shape,
+            rl=entry.rl,
+            patches=tuple(patches),
+        )
+    return recipes

@@ -1,0 +1,248 @@
+"""Per-user settings: where things go in the user's cloud.
+
+Read from environment variables with the seeds' names (PROJECT, REGION, ...), then from an optional
+TOML config file, then, only when nothing at all is set, from the embedded example. Every value is
+checked here, once; the error names the setting and the rule.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from recipes.errors import UserError
+from recipes.model import Recipe
+
+CONFIG_ENV = "TPU_RL_CONFIG"
+DEFAULT_CONFIG = Path("tpu-rl.toml")
+
+# The example values are recognisable on purpose: stacks refuse to plan with them (a lifecycle
+# precondition) and the CLI refuses to talk to a cloud with them.
+EXAMPLE_PROJECT = "tpu-rl-example"
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    field: str
+    env: str
+    help: str
+    required: bool = True
+    default: str | None = None
+
+
+SPECS: tuple[SettingSpec, ...] = (
+    SettingSpec("project", "PROJECT", "your Google Cloud project id"),
+    SettingSpec("region", "REGION", "the region, e.g. us-east5"),
+    SettingSpec("zone", "ZONE", "a zone of the region with v6e capacity, e.g. us-east5-b"),
+    SettingSpec("cluster_name", "CLUSTER_NAME", "the GKE cluster name (at most 20 characters)"),
+    SettingSpec("gcs_bucket", "GCS_BUCKET", "a globally unique bucket name for checkpoints and exports"),
+    SettingSpec("reservation", "RESERVATION", "the TPU reservation name", required=False),
+    SettingSpec(
+        "authorized_cidr",
+        "AUTHORIZED_CIDR",
+        "comma-separated CIDRs allowed to reach the GKE control plane, e.g. 203.0.113.7/32",
+        required=False,
+    ),
+    SettingSpec("hf_token_secret", "HF_TOKEN_SECRET", "the Secret Manager secret holding the Hugging Face token",
+                required=False, default="hf-token"),
+    SettingSpec("tpu_name", "TPU_NAME", "the TPU VM name for VM recipes", required=False),
+)
+_BY_FIELD = {spec.field: spec for spec in SPECS}
+
+EXAMPLE: Mapping[str, str] = {
+    "project": EXAMPLE_PROJECT,
+    "region": "us-east5",
+    "zone": "us-east5-b",
+    "cluster_name": "tpu-rl-example",
+    "gcs_bucket": "tpu-rl-example-artifacts",
+    "reservation": "tpu-rl-example-reservation",
+    "authorized_cidr": "203.0.113.0/24",
+}
+
+# Keys that would put a secret into a file we read; the token belongs in Secret Manager.
+_SECRET_KEYS = {"hf_token", "hf_access_token", "token"}
+
+_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+_ZONE = re.compile(r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$")
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+_RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_SECRET_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+MAX_CLUSTER_NAME = 20
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str
+    region: str
+    zone: str
+    cluster_name: str
+    gcs_bucket: str
+    reservation: str | None = None
+    authorized_cidr: tuple[str, ...] = ()
+    hf_token_secret: str = "hf-token"
+    tpu_name: str | None = None
+    source: str = "environment"
+
+    @property
+    def is_example(self) -> bool:
+        return self.project == EXAMPLE_PROJECT
+
+    @property
+    def vm_name(self) -> str:
+        return self.tpu_name or f"{self.cluster_name}-vm"
+
+    @property
+    def bucket_url(self) -> str:
+        return f"gs://{self.gcs_bucket}"
+
+    def for_recipe(self, recipe: Recipe) -> "Settings":
+        """Check the rules that depend on the recipe; return self when they hold."""
+        if recipe.capacity == "reservation" and not self.reservation:
+            raise UserError(
+                f"RESERVATION is not set, but recipe '{recipe.name}' uses capacity 'reservation': "
+                f"export RESERVATION=<your {recipe.shape.machine_type} reservation name>"
+            )
+        if recipe.is_gke and not self.authorized_cidr:
+            raise UserError(
+                f"AUTHORIZED_CIDR is not set, but recipe '{recipe.name}' creates a GKE control plane: "
+                "export AUTHORIZED_CIDR=<your address>/32 (there is no 0.0.0.0/0 default)"
+            )
+        return self
+
+
+def _fail(spec: SettingSpec, rule: str) -> UserError:
+    return UserError(f"{spec.env} {rule}")
+
+
+def _check(values: Mapping[str, str]) -> dict[str, object]:
+    """Validate raw strings and convert them to typed values."""
+    checked: dict[str, object] = {}
+    for spec in SPECS:
+        raw = values.get(spec.field)
+        if raw is None or raw == "":
+            if spec.required:
+                raise _fail(spec, f"is not set: export {spec.env}=<{spec.help}> or set {spec.field} in {DEFAULT_CONFIG}")
+            if spec.default is not None:
+                checked[spec.field] = spec.default
+            continue
+        checked[spec.field] = raw.strip()
+
+    project = checked["project"]
+    if not _PROJECT.match(project):
+        raise _fail(_BY_FIELD["project"], f"'{project}' is not a valid project id: 6-30 characters, lowercase "
+                    "letters, digits and hyphens, starting with a letter and not ending with a hyphen")
+    region = checked["region"]
+    if not _REGION.match(region):
+        raise _fail(_BY_FIELD["region"], f"'{region}' is not a region name like us-east5")
+    zone = checked["zone"]
+    zone_match = _ZONE.match(zone)
+    if not zone_match:
+        raise _fail(_BY_FIELD["zone"], f"'{zone}' is not a zone name like {region}-b")
+    if zone_match.group(1) != region:
+        raise _fail(_BY_FIELD["zone"], f"'{zone}' is not in REGION '{region}': pick a zone named {region}-<letter>")
+    cluster = checked["cluster_name"]
+    if len(cluster) > MAX_CLUSTER_NAME:
+        raise _fail(_BY_FIELD["cluster_name"], f"'{cluster}' has {len(cluster)} characters; the limit is "
+                    f"{MAX_CLUSTER_NAME} (GKE node pool and service account names derive from it)")
+    if not _DNS_1035.match(cluster):
+        raise _fail(_BY_FIELD["cluster_name"], f"'{cluster}' is not a DNS-1035 label: lowercase letters, digits "
+                    "and '-', starting with a letter and ending with a letter or digit")
+    _check_bucket(checked["gcs_bucket"])
+    reservation = checked.get("reservation")
+    if reservation is not None and not _RESOURCE_NAME.match(reservation):
+        raise _fail(_BY_FIELD["reservation"], f"'{reservation}' is not a reservation name: lowercase letters, "
+                    "digits and '-', 1-63 characters, starting with a letter")
+    cidrs = checked.get("authorized_cidr")
+    if cidrs is not None:
+        checked["authorized_cidr"] = _check_cidrs(cidrs)
+    secret = checked["hf_token_secret"]
+    if not _SECRET_NAME.match(secret):
+        raise _fail(_BY_FIELD["hf_token_secret"], f"'{secret}' is not a Secret Manager secret id: 1-255 letters, "
+                    "digits, '-' or '_'")
+    tpu_name = checked.get("tpu_name")
+    if tpu_name is not None and not _RESOURCE_NAME.match(tpu_name):
+        raise _fail(_BY_FIELD["tpu_name"], f"'{tpu_name}' is not an instance name: lowercase letters, digits "
+                    "and '-', 1-63 characters, starting with a letter")
+    return checked
+
+
+def _check_bucket(bucket: str) -> None:
+    spec = _BY_FIELD["gcs_bucket"]
+    rule = ("GCS names are 3-63 characters of lowercase letters, digits, '-', '_' and '.', start and end with "
+            "a letter or digit, and may not start with 'goog' or contain 'google'")
+    if bucket.startswith("gs://"):
+        raise _fail(spec, f"'{bucket}' must be the bare bucket name, without gs://")
+    if not _BUCKET.match(bucket) or bucket.startswith("goog") or "google" in bucket or ".." in bucket:
+        raise _fail(spec, f"'{bucket}' breaks GCS bucket naming: {rule}")
+    try:
+        ipaddress.ip_address(bucket)
+    except ValueError:
+        return
+    raise _fail(spec, f"'{bucket}' looks like an IP address, which GCS does not allow as a bucket name")
+
+
+def _check_cidrs(raw: str) -> tuple[str, ...]:
+    spec = _BY_FIELD["authorized_cidr"]
+    cidrs = []
+    for item in (part.strip() for part in raw.split(",")):
+        try:
+            network = ipaddress.ip_network(item, strict=True)
+        except ValueError:
+            raise _fail(spec, f"'{item}' is not a CIDR block like 203.0.113.7/32 (host bits must be zero)") from None
+        if network.version != 4:
+            raise _fail(spec, f"'{item}' is IPv6; GKE master authorized networks take IPv4 CIDR blocks")
+        cidrs.append(str(network))
+    return tuple(cidrs)
+
+
+def _read_config(path: Path) -> dict[str, str]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{CONFIG_ENV} points to {path}, which does not exist: create it or unset {CONFIG_ENV}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"{path} is not valid TOML ({error}): fix the file or unset {CONFIG_ENV}") from None
+    for key in data:
+        if key.lower() in _SECRET_KEYS:
+            raise UserError(f"{path} has a '{key}' key: tokens do not belong in config files; remove it and "
+                            "store the token with `tpu-rl secret set` (it reads stdin)")
+        if key not in _BY_FIELD:
+            raise UserError(f"{path} has an unknown key '{key}' (known: {', '.join(_BY_FIELD)})")
+        if not isinstance(data[key], str):
+            raise UserError(f"{path}: {key} must be a string")
+    return dict(data)
+
+
+def load_settings(env: Mapping[str, str] | None = None, *, allow_example: bool = False) -> Settings:
+    """Settings from the environment and config file.
+
+    With nothing set at all and ``allow_example`` the embedded example is returned, so that synth works
+    on a fresh machine; its values can never reach a cloud.
+    """
+    env = os.environ if env is None else env
+    config_path = Path(env[CONFIG_ENV]) if env.get(CONFIG_ENV) else DEFAULT_CONFIG
+    from_file = _read_config(config_path) if env.get(CONFIG_ENV) or config_path.is_file() else {}
+    from_env = {spec.field: env[spec.env] for spec in SPECS if env.get(spec.env)}
+    values = {**from_file, **from_env}
+    source = "environment" if from_env else str(config_path) if from_file else "example"
+    if not values:
+        if not allow_example:
+            raise UserError(
+                "no settings found: export PROJECT, REGION, ZONE, CLUSTER_NAME, GCS_BUCKET (and RESERVATION, "
+                f"AUTHORIZED_CIDR) or write them to {DEFAULT_CONFIG}; see README 'Settings'"
+            )
+        values = dict(EXAMPLE)
+    checked = _check(values)
+    return Settings(**checked, source=source)
+
+
+def example_settings() -> Settings:
+    """The embedded example, whatever the environment says (for tests and docs)."""
+    return Settings(**_check(dict(EXAMPLE)), source="example")
