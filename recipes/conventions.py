@@ -8,6 +8,19 @@ CLUSTER_QUEUE = "tpu-rl"
 HF_TOKEN_K8S_SECRET = "tpu-rl-hf-token"  # filled from Secret Manager by `tpu-rl`, never by Terraform
 HF_TOKEN_ENV = "HF_TOKEN"  # the variable MaxText reads; also the key inside the Kubernetes Secret
 
+# GKE node pool names: the stacks create them, the manifests select them with
+# cloud.google.com/gke-nodepool. The CPU pool runs conversion, export and the Pathways head.
+CPU_POOL = "cpu-np"
+
+
+def cpu_pool_name() -> str:
+    return CPU_POOL
+
+
+def tpu_pool_name(slice_index: int) -> str:
+    """One TPU node pool per slice: tpu-np-0, tpu-np-1, ..."""
+    return f"tpu-np-{slice_index}"
+
 # Pinned cluster add-ons. JobSet matches the CRD schema in ../shared/schemas/.
 JOBSET_VERSION = "v0.12.0"
 KUEUE_VERSION = "v0.17.1"
