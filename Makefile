@@ -4,6 +4,11 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# checkov (the security scan in tests/test_security_scan.py) pins dependencies that clash with ours,
+# so it lives in its own venv; the tests call it as a subprocess.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := 3.3.30
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CHECKPOINT_DISABLE := 1
 
@@ -16,7 +21,12 @@ $(STAMP): pyproject.toml package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-install: $(STAMP)
+$(CHECKOV_STAMP): $(STAMP)
+	test -x $(CHECKOV_VENV)/bin/python || python3 -m venv $(CHECKOV_VENV)
+	$(VENV)/bin/uv pip install --quiet --python $(CHECKOV_VENV)/bin/python checkov==$(CHECKOV_VERSION)
+	touch $@
+
+install: $(STAMP) $(CHECKOV_STAMP)
 
 synth: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx cdktf synth
