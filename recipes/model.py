@@ -37,6 +37,13 @@ class TpuGeneration(_Strict):
     machine_types: dict[str, int]  # machine type -> chips per VM
 
 
+class MachineSize(_Strict):
+    """vCPUs and memory of one machine type; Kueue quotas are derived from these."""
+
+    vcpus: int = Field(ge=1)
+    memory_gib: int = Field(ge=1)
+
+
 class MaxTextRelease(_Strict):
     image: str
     pip: str
@@ -266,6 +273,8 @@ class Recipe(BaseModel):
     maxtext: MaxTextRelease
     pathways_images: PathwaysImages
     cpu_machine_type: str | None
+    cpu_machine: MachineSize | None
+    tpu_host: MachineSize
     durations_minutes: Durations
     model: ModelSpec
     shape: Shape
@@ -283,6 +292,7 @@ class RecipeFile(_Strict):
     pathways: PathwaysImages
     recipes: dict[str, RecipeEntry]
     patches: dict[str, SourcePatch] = Field(default_factory=dict)
+    machines: dict[str, MachineSize] = Field(default_factory=dict)
 
 
 def _first_error(error: ValidationError) -> str:
@@ -317,6 +327,13 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
             shape = derive_shape(entry.tpu, parsed.tpu)
         except ValueError as error:
             raise UserError(f"{where}: {error}") from None
+        sizes = {}
+        named = (("tpu.machine_type", entry.tpu.machine_type), ("cpu_machine_type", entry.cpu_machine_type))
+        for field, machine_type in named:
+            if machine_type is not None and machine_type not in parsed.machines:
+                raise UserError(f"{where}: {field} '{machine_type}' has no [machines.\"{machine_type}\"] entry "
+                                "(its vcpus and memory_gib size the Kueue quota)")
+            sizes[field] = parsed.machines.get(machine_type) if machine_type else None
         patches = []
         for patch_name in entry.rl.patches:
             patch = parsed.patches.get(patch_name)
@@ -333,6 +350,8 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
             maxtext=release,
             pathways_images=parsed.pathways,
             cpu_machine_type=entry.cpu_machine_type,
+            cpu_machine=sizes["cpu_machine_type"],
+            tpu_host=sizes["tpu.machine_type"],
             durations_minutes=entry.durations_minutes,
             model=entry.model,
             shape=shape,
