@@ -51,6 +51,8 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec("hf_token_secret", "HF_TOKEN_SECRET", "the Secret Manager secret holding the Hugging Face token",
                 required=False, default="hf-token"),
     SettingSpec("tpu_name", "TPU_NAME", "the TPU VM name for VM recipes", required=False),
+    SettingSpec("state_bucket", "TF_STATE_BUCKET", "an existing bucket for Terraform state (default: local state)",
+                required=False),
 )
 _BY_FIELD = {spec.field: spec for spec in SPECS}
 
@@ -88,6 +90,7 @@ class Settings:
     authorized_cidr: tuple[str, ...] = ()
     hf_token_secret: str = "hf-token"
     tpu_name: str | None = None
+    state_bucket: str | None = None
     source: str = "environment"
 
     @property
@@ -154,7 +157,9 @@ def _check(values: Mapping[str, str]) -> dict[str, object]:
     if not _DNS_1035.match(cluster):
         raise _fail(_BY_FIELD["cluster_name"], f"'{cluster}' is not a DNS-1035 label: lowercase letters, digits "
                     "and '-', starting with a letter and ending with a letter or digit")
-    _check_bucket(checked["gcs_bucket"])
+    _check_bucket(checked["gcs_bucket"], _BY_FIELD["gcs_bucket"])
+    if checked.get("state_bucket") is not None:
+        _check_bucket(checked["state_bucket"], _BY_FIELD["state_bucket"])
     reservation = checked.get("reservation")
     if reservation is not None and not _RESOURCE_NAME.match(reservation):
         raise _fail(_BY_FIELD["reservation"], f"'{reservation}' is not a reservation name: lowercase letters, "
@@ -173,8 +178,7 @@ def _check(values: Mapping[str, str]) -> dict[str, object]:
     return checked
 
 
-def _check_bucket(bucket: str) -> None:
-    spec = _BY_FIELD["gcs_bucket"]
+def _check_bucket(bucket: str, spec: SettingSpec) -> None:
     rule = ("GCS names are 3-63 characters of lowercase letters, digits, '-', '_' and '.', start and end with "
             "a letter or digit, and may not start with 'goog' or contain 'google'")
     if bucket.startswith("gs://"):
