@@ -21,6 +21,11 @@ def tpu_pool_name(slice_index: int) -> str:
     """One TPU node pool per slice: tpu-np-0, tpu-np-1, ..."""
     return f"tpu-np-{slice_index}"
 
+# The GKE system pool (kube-system, the Kueue and JobSet controllers): the stacks create it, the cost
+# estimate (recipes/cost.py) prices it.
+SYSTEM_POOL_MACHINE_TYPE = "e2-standard-4"
+SYSTEM_POOL_NODES = 1
+
 # Pinned cluster add-ons. JobSet matches the CRD schema in ../shared/schemas/.
 JOBSET_VERSION = "v0.12.0"
 KUEUE_VERSION = "v0.17.1"
