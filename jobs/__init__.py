@@ -1,0 +1,56 @@
+"""Pure functions from a recipe and settings to what runs: JobSets (GKE) or a startup script (VM). No I/O.
+
+Public API (the CLI and the docs use these names):
+
+- ``render_manifests(recipe, settings) -> {"convert": JobSet, "train": JobSet, "export": JobSet}``
+  for GKE recipes, in step order (dicts ready for yaml.safe_dump or the Kubernetes client).
+- ``render_startup_script(recipe, settings) -> str``: the bash startup script of a VM recipe.
+- ``jobset_name(recipe, step)``: ``<recipe>-<step>``, at most 28 characters.
+- ``main_pod_selector(recipe, step)``: label selector of the pod that runs the step's MaxText command,
+  e.g. ``jobset.sigs.k8s.io/jobset-name=qwen3-v6e32-train,jobset.sigs.k8s.io/replicatedjob-name=pathways-head``.
+- ``main_replicated_job(recipe, step)``: ``pathways-head`` for Pathways training, ``main`` otherwise.
+- ``MAIN_CONTAINER``: ``workload-container``, the container to stream logs from in every step.
+- ``maxtext_commands(recipe, paths)``: the three MaxText commands as data (module, overrides, flags).
+- ``ArtifactPaths``: every gs:// path a step reads or writes (jobs/paths.py).
+
+Wrong platform (a VM recipe to render_manifests or a GKE recipe to render_startup_script) raises
+recipes.UserError.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.convert import convert_jobset
+from jobs.export import export_jobset
+from jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector, main_replicated_job
+from jobs.maxtext import MaxTextCommand, maxtext_commands
+from jobs.paths import ArtifactPaths
+from jobs.train import train_jobset
+from jobs.vm import render_startup_script
+from recipes import Recipe, Settings, Step, UserError
+
+
+def render_manifests(recipe: Recipe, settings: Settings) -> dict[Step, dict[str, Any]]:
+    if not recipe.is_gke:
+        raise UserError(
+            f"recipe '{recipe.name}' runs on a TPU VM; render its startup script with render_startup_script "
+            "(`tpu-rl render` does)"
+        )
+    if not recipe.pathways:
+        raise UserError(f"recipe '{recipe.name}': GKE recipes train with Pathways; set pathways = true")
+    paths = ArtifactPaths(recipe, settings)
+    return {"convert": convert_jobset(paths), "train": train_jobset(paths), "export": export_jobset(paths)}
+
+
+__all__ = [
+    "MAIN_CONTAINER",
+    "ArtifactPaths",
+    "MaxTextCommand",
+    "jobset_name",
+    "main_pod_selector",
+    "main_replicated_job",
+    "maxtext_commands",
+    "render_manifests",
+    "render_startup_script",
+]

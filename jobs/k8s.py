@@ -1,0 +1,196 @@
+"""Shared Kubernetes pieces of the three JobSets: names, labels, env, containers, pods, the JobSet shell.
+
+Everything here is a small pure function returning plain dicts, so the builders in convert.py, train.py
+and export.py read like the manifest they produce.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import yaml
+
+from recipes import Recipe, Step, UserError
+from recipes.conventions import (
+    HF_TOKEN_ENV,
+    HF_TOKEN_K8S_SECRET,
+    LOCAL_QUEUE,
+    NAMESPACE,
+    WORKLOAD_KSA,
+    cpu_pool_name,
+)
+
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+MAIN_CONTAINER = "workload-container"
+MAX_JOBSET_NAME = 28  # pod names (<jobset>-<job>-<index>-<index>-<suffix>) must stay within 63
+TTL_SECONDS_AFTER_FINISHED = 24 * 3600  # as the seeds (--gke-ttl-after-finished=24h); finished sets do not pile up
+MAX_RESTARTS = 0  # as seed 000 (--restarts=0): a failed step is re-run by `tpu-rl run`, which resumes
+
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+COORDINATOR_LABEL = "jobset.sigs.k8s.io/coordinator"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+RECIPE_LABEL = "tpu-rl/recipe"
+STEP_LABEL = "tpu-rl/step"
+
+CPU_REPLICATED_JOB = "main"
+PATHWAYS_HEAD = "pathways-head"
+
+
+def jobset_name(recipe: Recipe, step: Step) -> str:
+    name = f"{recipe.name}-{step}"
+    if len(name) > MAX_JOBSET_NAME:
+        raise UserError(
+            f"JobSet name '{name}' has {len(name)} characters; the limit is {MAX_JOBSET_NAME} "
+            "(pod names must fit 63): shorten the recipe name"
+        )
+    return name
+
+
+def main_replicated_job(recipe: Recipe, step: Step) -> str:
+    """The replicated job whose pod runs the MaxText command of a step."""
+    return PATHWAYS_HEAD if step == "train" and recipe.pathways else CPU_REPLICATED_JOB
+
+
+def main_pod_selector(recipe: Recipe, step: Step) -> str:
+    """kubectl-style label selector of the pod that runs a step's MaxText command."""
+    return f"{JOBSET_NAME_LABEL}={jobset_name(recipe, step)},{REPLICATED_JOB_LABEL}={main_replicated_job(recipe, step)}"
+
+
+def step_labels(recipe: Recipe, step: Step) -> dict[str, str]:
+    return {RECIPE_LABEL: recipe.name, STEP_LABEL: step}
+
+
+# --- environment -------------------------------------------------------------------------------------
+
+def env_value(name: str, value: str) -> dict[str, Any]:
+    return {"name": name, "value": value}
+
+
+def env_field(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def hf_token_env() -> dict[str, Any]:
+    """HF_TOKEN from the Kubernetes Secret that `tpu-rl` fills from Secret Manager; never a literal."""
+    return {
+        "name": HF_TOKEN_ENV,
+        "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_K8S_SECRET, "key": HF_TOKEN_ENV}},
+    }
+
+
+def pathways_head_env() -> dict[str, Any]:
+    """The coordinator's address: JobSet writes it into this label of every pod."""
+    return env_field("PATHWAYS_HEAD", f"metadata.labels['{COORDINATOR_LABEL}']")
+
+
+def env_list(*groups: list[dict[str, Any]] | Mapping[str, str]) -> list[dict[str, Any]]:
+    """Concatenate env groups (lists of EnvVar or plain name->value maps); a name set twice is an error."""
+    result: list[dict[str, Any]] = []
+    for group in groups:
+        items = [env_value(k, v) for k, v in group.items()] if isinstance(group, Mapping) else group
+        for item in items:
+            if any(existing["name"] == item["name"] for existing in result):
+                raise UserError(f"environment variable {item['name']} is set twice; remove it from rl.env")
+            result.append(item)
+    return result
+
+
+# --- containers and pods -----------------------------------------------------------------------------
+
+def bash_script(*steps: str) -> str:
+    """A container script: strict mode, then the steps separated by blank lines (each is commented)."""
+    return "\n\n".join(["set -euo pipefail", *steps]) + "\n"
+
+
+def main_container(image: str, script: str, env: list[dict[str, Any]]) -> dict[str, Any]:
+    # The script ends with `exec python3 -m ...`, so SIGTERM from Kubernetes reaches Python directly.
+    return {"name": MAIN_CONTAINER, "image": image, "command": ["bash", "-c", script], "env": env}
+
+
+def pod_template(
+    recipe: Recipe,
+    step: Step,
+    spec: dict[str, Any],
+    *,
+    restart_policy: str = "Never",
+) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": step_labels(recipe, step)},
+        "spec": {"serviceAccountName": WORKLOAD_KSA, "restartPolicy": restart_policy, **spec},
+    }
+
+
+def cpu_pool_selector() -> dict[str, str]:
+    return {NODE_POOL_LABEL: cpu_pool_name()}
+
+
+def indexed_job(pod: dict[str, Any], *, pods: int, backoff_limit: int, exclusive_on: str | None = None) -> dict[str, Any]:
+    """A Job template for a replicated job; exclusive placement goes on the Job, where JobSet reads it."""
+    template: dict[str, Any] = {}
+    if exclusive_on:
+        template["metadata"] = {"annotations": {EXCLUSIVE_TOPOLOGY: exclusive_on}}
+    template["spec"] = {
+        "completionMode": "Indexed",
+        "completions": pods,
+        "parallelism": pods,
+        "backoffLimit": backoff_limit,
+        "template": pod,
+    }
+    return template
+
+
+def replicated_job(name: str, job: dict[str, Any], replicas: int = 1) -> dict[str, Any]:
+    return {"name": name, "replicas": replicas, "template": job}
+
+
+def jobset(
+    recipe: Recipe,
+    step: Step,
+    replicated_jobs: list[dict[str, Any]],
+    *,
+    extra_spec: dict[str, Any] | None = None,
+    queued: bool = False,
+) -> dict[str, Any]:
+    labels = step_labels(recipe, step)
+    if queued:
+        labels[QUEUE_LABEL] = LOCAL_QUEUE
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": {"name": jobset_name(recipe, step), "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
+            "failurePolicy": {"maxRestarts": MAX_RESTARTS, "restartStrategy": "Recreate"},
+            **(extra_spec or {}),
+            "replicatedJobs": replicated_jobs,
+        },
+    }
+
+
+def cpu_step_jobset(recipe: Recipe, step: Step, script: str) -> dict[str, Any]:
+    """One pod on the CPU pool running a MaxText script with the HF token: convert and export."""
+    container = main_container(recipe.maxtext.image, script, [hf_token_env()])
+    pod = pod_template(recipe, step, {"nodeSelector": cpu_pool_selector(), "containers": [container]})
+    job = indexed_job(pod, pods=1, backoff_limit=0)
+    return jobset(recipe, step, [replicated_job(CPU_REPLICATED_JOB, job)])
+
+
+def _literal_blocks(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+class _ManifestDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:  # a manifest is read by people: no &anchors
+        return True
+
+
+_ManifestDumper.add_representer(str, _literal_blocks)
+
+
+def manifest_yaml(manifest: dict[str, Any]) -> str:
+    """YAML for people: key order kept, scripts as literal blocks so the MaxText command reads as written."""
+    return yaml.dump(manifest, Dumper=_ManifestDumper, sort_keys=False, width=120)

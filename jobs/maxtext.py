@@ -1,0 +1,157 @@
+"""The three MaxText command lines, derived from a recipe. Shared by the GKE manifests and the VM script.
+
+A command is data (module, key=value overrides, --flags) so that tests can check every key against the
+pinned MaxText wheel and compare it with the seeds; `shell()` renders it one argument per line, which is
+what a reviewer reads in the manifest.
+
+The Hugging Face token is never an argument: MaxText reads the HF_TOKEN environment variable when
+hf_access_token is not given (pyconfig, 0.2.3 and 0.2.4), and `hf_access_token=` on the command line
+is deprecated because it shows up in `ps`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from jobs.paths import ArtifactPaths
+from recipes import Recipe, Step, UserError
+
+TO_MAXTEXT = "maxtext.checkpoint_conversion.to_maxtext"
+TRAIN_RL = "maxtext.trainers.post_train.rl.train_rl"
+TO_HUGGINGFACE = "maxtext.checkpoint_conversion.to_huggingface"
+
+# to_huggingface learned --hf_model_path (the repo whose tokenizer it bundles) in 0.2.4. Without it,
+# qwen3-30b-a3b would ship the Thinking-2507 tokenizer although we trained the Instruct-2507 model.
+EXPORT_HF_MODEL_PATH_FROM = "0.2.4"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'0.2.4' -> (0, 2, 4); enough for MaxText's plain release numbers."""
+    try:
+        return tuple(int(part) for part in version.split("."))
+    except ValueError:
+        raise UserError(f"MaxText version '{version}' is not a plain release number like 0.2.4") from None
+
+
+def at_least(version: str, minimum: str) -> bool:
+    return version_tuple(version) >= version_tuple(minimum)
+
+
+def _shell_word(arg: str) -> str:
+    """Quote one argument for bash so that it stays readable: JSON-ish values keep their inner quotes."""
+    if "'" not in arg:
+        return shlex.quote(arg)
+    escaped = "".join("\\" + char if char in '\\"$`' else char for char in arg)
+    return f'"{escaped}"'
+
+
+@dataclass(frozen=True)
+class MaxTextCommand:
+    module: str
+    overrides: tuple[str, ...]  # key=value, checked by MaxText's config schema
+    flags: tuple[str, ...] = ()  # --flag or --flag=value, parsed by the module itself (argparse/absl)
+
+    @property
+    def argv(self) -> list[str]:
+        return ["python3", "-m", self.module, *self.overrides, *self.flags]
+
+    def keys(self) -> list[str]:
+        return [item.split("=", 1)[0] for item in self.overrides]
+
+    def value(self, key: str) -> str:
+        for item in self.overrides:
+            name, _, value = item.partition("=")
+            if name == key:
+                return value
+        raise KeyError(key)
+
+    def shell(self, indent: str = "    ") -> str:
+        """One argument per line, as in the seeds; `shlex.split` of this gives back `argv`."""
+        head = " ".join(self.argv[:3])
+        rest = [f"{indent}{_shell_word(arg)}" for arg in self.argv[3:]]
+        return " \\\n".join([head, *rest])
+
+
+def _bool(value: bool) -> str:
+    return "True" if value else "False"
+
+
+def _checkpoint_storage(recipe: Recipe) -> tuple[str, ...]:
+    # Pathways cannot read zarr3/OCDBT checkpoints (seeds 000/001 pass 0); the single VM keeps
+    # MaxText's own format (seed 002: 1 - USE_PATHWAYS).
+    use = "0" if recipe.pathways else "1"
+    return (f"checkpoint_storage_use_zarr3={use}", f"checkpoint_storage_use_ocdbt={use}")
+
+
+def _unique(recipe: Recipe, step: Step, overrides: list[str]) -> tuple[str, ...]:
+    seen: set[str] = set()
+    for item in overrides:
+        key = item.split("=", 1)[0]
+        if key in seen:
+            raise UserError(
+                f"recipe '{recipe.name}': {step} sets '{key}' twice; remove it from rl.overrides "
+                "(tpu-rl derives it from the recipe)"
+            )
+        seen.add(key)
+    return tuple(overrides)
+
+
+def convert_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
+    """Hugging Face checkpoint -> MaxText checkpoint at paths.converted (to_maxtext writes 0/items)."""
+    overrides = [
+        f"model_name={recipe.model.maxtext_name}",
+        f"base_output_directory={paths.converted}",
+        f"scan_layers={_bool(recipe.model.scan_layers)}",
+        f"use_multimodal={_bool(recipe.model.use_multimodal)}",
+        "skip_jax_distributed_system=true",
+        *_checkpoint_storage(recipe),
+        "hardware=cpu",
+    ]
+    # Lazy loading bounds host RAM on the shared CPU pool; the 1.4 TB TPU VM loads eagerly (seed 002).
+    flags = (f"--hf_model_path={recipe.model.hf_repo}", f"--lazy_load_tensors={_bool(recipe.is_gke)}")
+    return MaxTextCommand(TO_MAXTEXT, _unique(recipe, "convert", overrides), flags)
+
+
+def train_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
+    """GRPO with train_rl: loads exactly what convert wrote, writes checkpoints under paths.trained."""
+    derived = [
+        f"run_name={paths.run_name}",
+        f"base_output_directory={paths.trained}",
+        f"model_name={recipe.model.maxtext_name}",
+        f"scan_layers={_bool(recipe.model.scan_layers)}",
+        f"load_parameters_path={paths.converted_items}",
+        f"tokenizer_path={recipe.model.tokenizer}",
+        f"chips_per_vm={recipe.shape.chips_per_vm}",
+        f"num_batches={recipe.rl.num_batches}",
+    ]
+    return MaxTextCommand(TRAIN_RL, _unique(recipe, "train", [*derived, *recipe.rl.overrides]))
+
+
+def export_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
+    """The last RL checkpoint -> Hugging Face safetensors at paths.hf_export."""
+    overrides = [
+        f"model_name={recipe.model.export_model_name}",
+        f"load_parameters_path={paths.final_params}",
+        f"base_output_directory={paths.hf_export}",
+        f"scan_layers={_bool(recipe.model.scan_layers)}",  # must match training
+        f"use_multimodal={_bool(recipe.model.use_multimodal)}",
+        "weight_dtype=bfloat16",
+    ]
+    flags: list[str] = []
+    if recipe.is_gke:
+        # The seeds' GKE export runs on CPU without a JAX cluster and lets MaxText's architecture win.
+        overrides += ["skip_jax_distributed_system=true", "hardware=cpu"]
+        flags.append("--override_model_architecture")
+    if at_least(recipe.maxtext_version, EXPORT_HF_MODEL_PATH_FROM):
+        flags.append(f"--hf_model_path={recipe.model.hf_repo}")
+    return MaxTextCommand(TO_HUGGINGFACE, _unique(recipe, "export", overrides), tuple(flags))
+
+
+def maxtext_commands(recipe: Recipe, paths: ArtifactPaths) -> dict[Step, MaxTextCommand]:
+    """Every MaxText command of a recipe, in step order."""
+    return {
+        "convert": convert_command(recipe, paths),
+        "train": train_command(recipe, paths),
+        "export": export_command(recipe, paths),
+    }

@@ -1,0 +1,64 @@
+"""The seeds' source patches, rendered as named, readable shell steps (or as settings where MaxText has one).
+
+Each recipes.SourcePatch is applied only on the MaxText versions it names. When the pinned version is at
+or after `setting_from`, the patch is replaced by its `setting_env` environment variables. A patch that
+finds neither its old text nor its new text fails the step loudly, instead of silently training with the
+unpatched code as the seeds' one-liners would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jobs.maxtext import at_least
+from recipes import Recipe, SourcePatch, UserError
+
+
+@dataclass(frozen=True)
+class ResolvedPatches:
+    apply: tuple[SourcePatch, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def resolve_patches(recipe: Recipe) -> ResolvedPatches:
+    """Which patches to apply in source and which environment settings replace the others."""
+    apply: list[SourcePatch] = []
+    env: dict[str, str] = {}
+    for patch in recipe.patches:
+        if patch.setting_from and at_least(recipe.maxtext_version, patch.setting_from):
+            env.update(patch.setting_env)
+        elif recipe.maxtext_version in patch.maxtext_versions:
+            apply.append(patch)
+        else:
+            raise UserError(
+                f"recipe '{recipe.name}': patch '{patch.name}' is known for MaxText "
+                f"{', '.join(patch.maxtext_versions)}, not {recipe.maxtext_version}; check whether it is still "
+                f"needed and add the version to [patches.{patch.name}].maxtext_versions, or drop it from rl.patches"
+            )
+    return ResolvedPatches(tuple(apply), env)
+
+
+def _target(patch: SourcePatch) -> str:
+    if patch.module:
+        return f"pathlib.Path(importlib.util.find_spec({patch.module!r}).origin)"
+    return f"pathlib.Path({patch.path!r})"
+
+
+def render_patch(patch: SourcePatch) -> str:
+    """One patch as a bash step: a comment naming it, then a short Python program in a quoted heredoc."""
+    summary = " ".join(patch.description.split())
+    replace = "re.subn(old, new, text)" if patch.regex else "(text.replace(old, new), text.count(old))"
+    return "\n".join([
+        f"# source patch '{patch.name}': {summary}",
+        "python3 - <<'PATCH'",
+        "import importlib.util, pathlib, re, sys",
+        f"path = {_target(patch)}",
+        "text = path.read_text()",
+        f"for old, new in {list(patch.replacements)!r}:",
+        f"    text, count = {replace}",
+        "    if count == 0 and new not in text:",
+        f"        sys.exit(f'patch {patch.name}: {{old!r}} not found in {{path}}')",
+        "path.write_text(text)",
+        f"print('applied patch {patch.name} to', path)",
+        "PATCH",
+    ])
