@@ -38,10 +38,11 @@ class TpuGeneration(_Strict):
 
 
 class MachineSize(_Strict):
-    """vCPUs and memory of one machine type; Kueue quotas are derived from these."""
+    """vCPUs, memory and boot disk type of one machine type; Kueue quotas are derived from these."""
 
     vcpus: int = Field(ge=1)
     memory_gib: int = Field(ge=1)
+    disk_type: str  # boot disk type the machine series accepts (N4, C4D and ct6e take only Hyperdisk)
 
 
 class MaxTextRelease(_Strict):
