@@ -510,21 +510,33 @@ def _side(trees: _Worktrees, name: str, commit: str, label: str, repo: Path | No
     return _SIDE_CACHE[key]
 
 
+@dataclass(frozen=True)
+class Review:
+    markdown: str
+    changed_stacks: tuple[str, ...]  # stacks whose synthesized configuration differs (for `terraform plan`)
+
+
 def compare(before: Side, after: Side, base_label: str) -> str:
     """The review as Markdown, or one line when nothing differs."""
+    return compare_sides(before, after, base_label).markdown
+
+
+def compare_sides(before: Side, after: Side, base_label: str) -> Review:
     stack_diffs = diff_stacks(before.stacks, after.stacks)
+    changed_stacks = tuple(diff.name for diff in stack_diffs if diff.status != "removed")
     notes = [note for note in (before.manifests_note, after.manifests_note) if note]
     step_diffs = diff_manifests(before.manifests or {}, after.manifests or {}) if not notes else []
     stacks = sorted(before.stacks.keys() | after.stacks.keys())
     costs_differ = _cost_signature(before.costs) != _cost_signature(after.costs)
     if not stack_diffs and not step_diffs and not notes and not costs_differ:
-        return f"No changes: the stacks, manifests and cost estimates at {base_label} and in the working tree are the same."
+        return Review(f"No changes: the stacks, manifests and cost estimates at {base_label} and in the working tree "
+                      "are the same.", ())
     lines = [f"## Plan review: {base_label} → working tree", "",
              "Both sides built with the example settings, each by its own code.", ""]
     lines += render_stacks(stack_diffs)
     lines += render_manifests(step_diffs, notes)
     lines += render_costs(stacks, before.costs, after.costs)
-    return "\n".join(lines).rstrip() + "\n"
+    return Review("\n".join(lines).rstrip() + "\n", changed_stacks)
 
 
 def _cost_signature(costs: dict[str, StackCost] | str) -> object:
@@ -540,42 +552,38 @@ def plan_review(base: str | None = None, repo: Path | None = None) -> str:
     Raises UserError (one line) for an unknown ref, a directory that is not a git repository, or a
     synth or render that fails on either side.
     """
+    return review(base, repo).markdown
+
+
+def review(base: str | None = None, repo: Path | None = None) -> Review:
+    """The review and the names of the stacks that changed."""
     root = _resolve_repo(Path(repo or Path.cwd()).resolve())
     commit, base_label = _resolve_base(root, base)
     head = _git(root, "rev-parse", "HEAD")
     with _Worktrees(root) as trees:
         before = _side(trees, "ref", commit, base_label, None)
         after = _side(trees, "working", head, "the working tree", root)
-    return compare(before, after, base_label)
+    return compare_sides(before, after, base_label)
 
 
-def register(app) -> None:  # typer.Typer; imported lazily so this module stays importable without typer
-    """Add `plan-review` to the `tpu-rl` app."""
+def register(app) -> None:  # app: typer.Typer (typer imported here: the review itself needs no CLI)
+    """Add `plan-review` to the `tpu-rl` app: `register(app)` in scripts/cli.py."""
     import typer
+
+    from scripts.outcome import ExitCode
 
     @app.command("plan-review")
     def plan_review_command(
         base: str = typer.Option(None, "--base", help="Git ref to compare with (default: merge base with main)."),
+        changed_stacks: Path = typer.Option(
+            None, "--changed-stacks", help="Also write the names of the changed stacks to this file, one a line."),
     ) -> None:
         """Show what this change does to the stacks, manifests and cost estimates (Markdown)."""
         try:
-            typer.echo(plan_review(base), nl=False)
+            result = review(base)
         except UserError as error:
-            typer.echo(f"Error: {error}", err=True)
-            raise typer.Exit(2) from None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m scripts.plan_review [--base REF]` without the CLI."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    base = args[args.index("--base") + 1] if "--base" in args and args.index("--base") + 1 < len(args) else None
-    try:
-        sys.stdout.write(plan_review(base))
-    except UserError as error:
-        print(f"Error: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(int(ExitCode.BAD_INPUT)) from None
+        if changed_stacks is not None:
+            changed_stacks.write_text("".join(f"{name}\n" for name in result.changed_stacks))
+        typer.echo(result.markdown, nl=False)
