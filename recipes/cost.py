@@ -9,7 +9,7 @@ What is counted, per hour while a pipeline runs:
 - GKE recipes: the cluster management fee, the system pool, the CPU pool at its expected size during a
   run (one node: each step puts one pod there, the conversion/export job or the Pathways head), and the
   Cloud NAT gateway for every node behind it.
-- VM recipes: the TPU VM (its chips at the chip-hour price; the host is included).
+- VM recipes: the TPU VM (its chips at the chip-hour price; the host is included) and its Cloud NAT.
 Storage and the Hugging Face download through NAT (per GiB) are not counted; see prices.toml.
 """
 
@@ -193,6 +193,11 @@ def load_prices() -> PriceTable:
     return parse_prices(tomllib.loads(text))
 
 
+def _nat_line(prices: PriceTable, vms: int) -> CostLine:
+    return CostLine(f"Cloud NAT ({vms} {'VM' if vms == 1 else 'nodes'})", 1, "gateway", prices.nat_hourly(vms),
+                    confirmed=prices.nat_per_vm.confirmed)
+
+
 def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBreakdown:
     """What the recipe's stack costs per hour while its pipeline runs."""
     prices = prices or load_prices()
@@ -201,8 +206,11 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
     reserved = recipe.capacity == "reservation"
     tpu_label = f"TPU {shape.generation} chips ({recipe.capacity})"
     if not recipe.is_gke:
-        lines = [CostLine(f"{tpu_label}, VM {shape.machine_type}", shape.total_chips, "chip", chip.usd_per_hour,
-                          reserved=reserved, confirmed=chip.confirmed)]
+        lines = [
+            CostLine(f"{tpu_label}, VM {shape.machine_type}", shape.total_chips, "chip", chip.usd_per_hour,
+                     reserved=reserved, confirmed=chip.confirmed),
+            _nat_line(prices, shape.total_hosts),
+        ]
         return CostBreakdown(recipe.name, recipe.capacity, prices.region, tuple(lines))
 
     cpu = prices.machine(recipe.cpu_machine_type or "")
@@ -217,8 +225,7 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
                  system.usd_per_hour, confirmed=system.confirmed),
         CostLine("GKE cluster management fee", 1, "cluster", prices.gke_cluster.usd_per_hour,
                  confirmed=prices.gke_cluster.confirmed),
-        CostLine(f"Cloud NAT ({nodes_behind_nat} nodes)", 1, "gateway", prices.nat_hourly(nodes_behind_nat),
-                 confirmed=prices.nat_per_vm.confirmed),
+        _nat_line(prices, nodes_behind_nat),
     ]
     return CostBreakdown(recipe.name, recipe.capacity, prices.region, tuple(lines))
 

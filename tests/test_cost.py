@@ -103,11 +103,11 @@ def test_nat_gateway_price_is_capped_beyond_32_vms():
     assert prices.nat_hourly(10) < prices.nat_hourly(33)
 
 
-def test_vm_recipe_is_one_tpu_vm_with_8_chips_and_no_cluster_overheads():
-    breakdown = hourly_estimate(get_recipe("llama31-v6e8"))
-    assert len(breakdown.lines) == 1
-    (vm,) = breakdown.lines
+def test_vm_recipe_is_one_tpu_vm_with_8_chips_and_its_nat_without_cluster_overheads():
+    prices = load_prices()
+    vm, nat = hourly_estimate(get_recipe("llama31-v6e8")).lines
     assert vm.quantity == 8 and "ct6e-standard-8t" in vm.item
+    assert (nat.item, nat.hourly) == ("Cloud NAT (1 VM)", prices.nat_per_vm.usd_per_hour + prices.nat_per_ip)
 
 
 def test_pipeline_run_is_the_hourly_estimate_for_the_recipe_durations():
