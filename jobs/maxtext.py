@@ -67,7 +67,7 @@ class MaxTextCommand:
         raise KeyError(key)
 
     def shell(self, indent: str = "    ") -> str:
-        """One argument per line, as in the seeds; `shlex.split` of this gives back `argv`."""
+        """One argument per line, as in the seeds; bash parses it back into exactly `argv`."""
         head = " ".join(self.argv[:3])
         rest = [f"{indent}{_shell_word(arg)}" for arg in self.argv[3:]]
         return " \\\n".join([head, *rest])
