@@ -1,0 +1,140 @@
+"""Every cloud client is built here, and only here.
+
+Production uses the user's Application Default Credentials and kubeconfig. Tests (and anyone with a
+local emulator) point each API at another endpoint through environment variables; a redirected
+client talks REST with anonymous credentials, so no Google credential is ever needed or sent there.
+
+    TPU_RL_COMPUTE_ENDPOINT, TPU_RL_TPU_ENDPOINT, TPU_RL_SECRETMANAGER_ENDPOINT  e.g. http://127.0.0.1:8123
+    STORAGE_EMULATOR_HOST                                                      (google-cloud-storage's own)
+    KUBECONFIG                                                                 (kubectl's own)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from recipes import Settings, UserError
+
+COMPUTE_ENDPOINT_ENV = "TPU_RL_COMPUTE_ENDPOINT"
+TPU_ENDPOINT_ENV = "TPU_RL_TPU_ENDPOINT"
+SECRETMANAGER_ENDPOINT_ENV = "TPU_RL_SECRETMANAGER_ENDPOINT"
+STORAGE_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where each API lives; None means the real Google endpoint."""
+
+    compute: str | None = None
+    tpu: str | None = None
+    secretmanager: str | None = None
+    storage: str | None = None
+    kubeconfig: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Endpoints":
+        env = os.environ if env is None else env
+        return cls(
+            compute=env.get(COMPUTE_ENDPOINT_ENV) or None,
+            tpu=env.get(TPU_ENDPOINT_ENV) or None,
+            secretmanager=env.get(SECRETMANAGER_ENDPOINT_ENV) or None,
+            storage=env.get(STORAGE_EMULATOR_ENV) or None,
+            kubeconfig=env.get("KUBECONFIG") or None,
+        )
+
+
+def _google_kwargs(endpoint: str | None) -> dict:
+    if endpoint is None:
+        return {}
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+
+    return {
+        "credentials": AnonymousCredentials(),
+        "transport": "rest",
+        "client_options": ClientOptions(api_endpoint=endpoint),
+    }
+
+
+def _no_credentials(error: Exception) -> UserError:
+    return UserError(
+        f"no Google credentials ({type(error).__name__}): run `gcloud auth application-default login` "
+        "(or set GOOGLE_APPLICATION_CREDENTIALS)"
+    )
+
+
+class Clients:
+    """Lazily built clients for one settings object; construct once per command."""
+
+    def __init__(self, settings: Settings, endpoints: Endpoints | None = None) -> None:
+        self.settings = settings
+        self.endpoints = endpoints or Endpoints.from_env()
+        self._cache: dict[str, object] = {}
+
+    def _get(self, name: str, build):
+        if name not in self._cache:
+            try:
+                self._cache[name] = build()
+            except UserError:
+                raise
+            except Exception as error:  # google.auth.exceptions.DefaultCredentialsError and friends
+                from google.auth.exceptions import DefaultCredentialsError
+
+                if isinstance(error, DefaultCredentialsError):
+                    raise _no_credentials(error) from None
+                raise
+        return self._cache[name]
+
+    def reservations(self):
+        from google.cloud import compute_v1
+
+        return self._get("reservations", lambda: compute_v1.ReservationsClient(**_google_kwargs(self.endpoints.compute)))
+
+    def machine_types(self):
+        from google.cloud import compute_v1
+
+        return self._get("machine_types", lambda: compute_v1.MachineTypesClient(**_google_kwargs(self.endpoints.compute)))
+
+    def instances(self):
+        from google.cloud import compute_v1
+
+        return self._get("instances", lambda: compute_v1.InstancesClient(**_google_kwargs(self.endpoints.compute)))
+
+    def tpu(self):
+        from google.cloud import tpu_v2
+
+        return self._get("tpu", lambda: tpu_v2.TpuClient(**_google_kwargs(self.endpoints.tpu)))
+
+    def secrets(self):
+        from google.cloud import secretmanager_v1
+
+        return self._get(
+            "secrets",
+            lambda: secretmanager_v1.SecretManagerServiceClient(**_google_kwargs(self.endpoints.secretmanager)),
+        )
+
+    def storage(self):
+        from google.cloud import storage
+
+        def build():
+            if self.endpoints.storage:
+                from google.auth.credentials import AnonymousCredentials
+
+                return storage.Client(project=self.settings.project, credentials=AnonymousCredentials())
+            return storage.Client(project=self.settings.project)
+
+        return self._get("storage", build)
+
+    def kube(self):
+        """A kubernetes ApiClient for this settings' cluster (see scripts.kube.connect)."""
+        from scripts.kube import api_client_for
+
+        return self._get("kube", lambda: api_client_for(self.settings, self.endpoints.kubeconfig))
+
+
+def kubeconfig_path(explicit: str | None) -> Path:
+    first = (explicit or str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
+    return Path(first).expanduser()

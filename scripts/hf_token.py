@@ -1,0 +1,80 @@
+"""The Hugging Face token's only path: stdin -> Secret Manager -> Kubernetes Secret -> container env.
+
+It never passes through Terraform, argv, manifests or our output. Functions here return or accept the
+token but never format it into a message.
+"""
+
+from __future__ import annotations
+
+from google.api_core import exceptions as gexc
+
+from recipes import Settings, UserError
+from scripts.outcome import ApiError
+
+
+def secret_path(settings: Settings) -> str:
+    return f"projects/{settings.project}/secrets/{settings.hf_token_secret}"
+
+
+def _missing_secret(settings: Settings) -> UserError:
+    return UserError(
+        f"Secret Manager secret '{settings.hf_token_secret}' does not exist in project {settings.project}: "
+        "deploy the artifacts stack first (`npx cdktf deploy artifacts`), or set HF_TOKEN_SECRET"
+    )
+
+
+def no_version_fix(settings: Settings) -> str:
+    return f"add one with `tpu-rl secret set < token-file` (secret '{settings.hf_token_secret}')"
+
+
+def clean_token(raw: str) -> str:
+    token = raw.strip()
+    if not token:
+        raise UserError("no token on stdin: pipe it in, e.g. `tpu-rl secret set < ~/.hf-token`")
+    if any(ch.isspace() for ch in token):
+        raise UserError("the token on stdin contains whitespace inside it: give exactly one token")
+    return token
+
+
+def add_version(secrets_client, settings: Settings, token: str) -> str:
+    """Add the token as a new enabled version; returns the version's resource name."""
+    from google_crc32c import value as crc32c
+
+    data = token.encode()
+    try:
+        version = secrets_client.add_secret_version(
+            request={"parent": secret_path(settings), "payload": {"data": data, "data_crc32c": crc32c(data)}})
+    except gexc.NotFound:
+        raise _missing_secret(settings) from None
+    except gexc.PermissionDenied:
+        raise UserError(f"permission denied adding a version to '{settings.hf_token_secret}': you need "
+                        "roles/secretmanager.secretVersionAdder on it") from None
+    except gexc.GoogleAPIError as error:
+        raise ApiError(f"adding a version to secret '{settings.hf_token_secret}' failed: {type(error).__name__}") from None
+    return version.name
+
+
+def enabled_versions(secrets_client, settings: Settings) -> list[str]:
+    try:
+        versions = secrets_client.list_secret_versions(request={"parent": secret_path(settings)})
+        return [v.name for v in versions if v.state.name == "ENABLED"]
+    except gexc.NotFound:
+        raise _missing_secret(settings) from None
+
+
+def read_token(secrets_client, settings: Settings) -> str:
+    """The latest enabled version's payload. Only `run` calls this, to fill the Kubernetes Secret."""
+    try:
+        response = secrets_client.access_secret_version(request={"name": f"{secret_path(settings)}/versions/latest"})
+    except gexc.NotFound:
+        if not enabled_versions(secrets_client, settings):
+            raise UserError(f"secret '{settings.hf_token_secret}' has no enabled version: "
+                            f"{no_version_fix(settings)}") from None
+        raise
+    except gexc.FailedPrecondition:  # latest version disabled or destroyed
+        raise UserError(f"the latest version of secret '{settings.hf_token_secret}' is disabled: "
+                        f"{no_version_fix(settings)}") from None
+    except gexc.PermissionDenied:
+        raise UserError(f"permission denied reading secret '{settings.hf_token_secret}': you need "
+                        "roles/secretmanager.secretAccessor on it") from None
+    return response.payload.data.decode()

@@ -1,0 +1,313 @@
+"""The Kubernetes side of `tpu-rl`: connect with the user's kubeconfig, keep the token Secret, submit,
+watch and diagnose JobSets. Objects are handled as plain dicts in the API's own JSON shape."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from recipes import Settings, UserError
+from recipes.conventions import JOBSET_VERSION, NAMESPACE
+from scripts.clients import kubeconfig_path
+from scripts.outcome import ApiError
+from scripts.retry import RetryPolicy, call, describe, is_transient
+
+GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+SUBMISSION_ANNOTATION = "tpu-rl/submission"
+JOBSET_INSTALL = f"https://github.com/kubernetes-sigs/jobset/releases/download/{JOBSET_VERSION}/manifests.yaml"
+
+
+def gke_context_name(settings: Settings) -> str:
+    return f"gke_{settings.project}_{settings.region}_{settings.cluster_name}"
+
+
+def get_credentials_command(settings: Settings) -> str:
+    return (f"gcloud container clusters get-credentials {settings.cluster_name} --region {settings.region} "
+            f"--project {settings.project}")
+
+
+def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
+    """An ApiClient for the settings' cluster, never for whatever context happens to be current."""
+    path = kubeconfig_path(kubeconfig)
+    if not path.is_file():
+        raise UserError(f"no kubeconfig at {path}: run `{get_credentials_command(settings)}`")
+    try:
+        contexts, current = k8s_config.list_kube_config_contexts(config_file=str(path))
+    except Exception as error:
+        raise UserError(f"kubeconfig {path} is unreadable ({describe(error)}): run `{get_credentials_command(settings)}`")
+    wanted = gke_context_name(settings)
+    names = [context["name"] for context in contexts or []]
+    if wanted in names:
+        context = wanted
+    elif current and current.get("context", {}).get("cluster", "").endswith(settings.cluster_name):
+        context = current["name"]
+    else:
+        raise UserError(
+            f"kubeconfig {path} has no context for cluster '{settings.cluster_name}' (looked for '{wanted}'): "
+            f"run `{get_credentials_command(settings)}`"
+        )
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=str(path), context=context, client_configuration=configuration)
+    configuration.retries = 0  # scripts.retry decides what is repeated, not urllib3
+    return k8s.ApiClient(configuration)
+
+
+def _loads(response) -> dict:
+    return json.loads(response.data)
+
+
+@dataclass
+class Cluster:
+    api: k8s.ApiClient
+    settings: Settings
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    namespace: str = NAMESPACE
+
+    def __post_init__(self) -> None:
+        self.core = k8s.CoreV1Api(self.api)
+        self.custom = k8s.CustomObjectsApi(self.api)
+
+    @property
+    def _timeout(self) -> tuple[float, float]:
+        return (self.policy.request_timeout, self.policy.request_timeout)
+
+    def _read(self, what: str, fn):
+        return call(self.policy, what, fn)
+
+    # -- readiness -------------------------------------------------------------------------------
+    def check_ready(self) -> None:
+        """The API answers and the JobSet CRD is installed; one UserError line otherwise."""
+        host = self.api.configuration.host
+        try:
+            self._read("discovery of jobset.x-k8s.io", lambda: self.custom.get_api_resources(
+                GROUP, VERSION, _request_timeout=self._timeout))
+        except ApiException as error:
+            if error.status == 404:
+                raise UserError(
+                    f"the JobSet CRD ({GROUP}/{VERSION}) is not installed in cluster '{self.settings.cluster_name}': "
+                    f"deploy the recipe stack, or `kubectl apply --server-side -f {JOBSET_INSTALL}`"
+                ) from None
+            if error.status in (401, 403):
+                raise UserError(
+                    f"cluster '{self.settings.cluster_name}' refused your credentials (HTTP {error.status}): "
+                    f"run `{get_credentials_command(self.settings)}` and check your IAM role"
+                ) from None
+            raise
+        except ApiError as error:
+            raise UserError(
+                f"cannot reach cluster '{self.settings.cluster_name}' at {host} ({error}): check that "
+                "AUTHORIZED_CIDR includes your address and the cluster exists"
+            ) from None
+
+    # -- the token Secret ------------------------------------------------------------------------
+    def ensure_secret(self, name: str, key: str, value: str) -> None:
+        """Create or update an Opaque Secret. The value is never logged; errors are reported without it."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": self.namespace, "labels": {"app.kubernetes.io/managed-by": "tpu-rl"}},
+            "type": "Opaque",
+            "data": {key: base64.b64encode(value.encode()).decode()},
+        }
+        try:
+            call(self.policy, f"creating Secret {name}", lambda: self.core.create_namespaced_secret(
+                self.namespace, body, _request_timeout=self._timeout, _preload_content=False))
+        except ApiException as error:
+            if error.status != 409:
+                raise ApiError(f"creating Secret {name} failed with {describe(error)}") from None
+            # Replacing with the same content is idempotent, so it may be retried.
+            call(self.policy, f"updating Secret {name}", lambda: self.core.replace_namespaced_secret(
+                name, self.namespace, body, _request_timeout=self._timeout, _preload_content=False))
+
+    # -- JobSets ---------------------------------------------------------------------------------
+    def get_jobset(self, name: str) -> dict | None:
+        try:
+            return self._read(f"reading JobSet {name}", lambda: self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, name, _request_timeout=self._timeout))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise ApiError(f"reading JobSet {name} failed with {describe(error)}") from None
+
+    def create_jobset(self, body: dict) -> dict:
+        """Submit once. A create that timed out may still have happened: on a retry, a 409 for an
+        object carrying our submission id means the first attempt worked."""
+        body = copy.deepcopy(body)
+        name = body["metadata"]["name"]
+        submission = uuid.uuid4().hex
+        body["metadata"].setdefault("annotations", {})[SUBMISSION_ANNOTATION] = submission
+        last: BaseException | None = None
+        for attempt in range(self.policy.attempts):
+            try:
+                return self.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, body, _request_timeout=self._timeout)
+            except Exception as error:
+                if isinstance(error, ApiException) and error.status == 409:
+                    existing = self.get_jobset(name)
+                    if attempt and existing and existing["metadata"].get("annotations", {}).get(
+                            SUBMISSION_ANNOTATION) == submission:
+                        return existing
+                    raise ApiError(f"JobSet {name} already exists (created by someone else meanwhile): "
+                                   f"run `tpu-rl status` and decide") from None
+                if isinstance(error, ApiException) and error.status not in (0, 429, 500, 502, 503, 504):
+                    raise ApiError(f"creating JobSet {name} was rejected with {describe(error)}: "
+                                   f"{_api_message(error)}") from None
+                if not is_transient(error):
+                    raise
+                last = error
+                if attempt < self.policy.attempts - 1:
+                    self.policy.sleep(self.policy.delay(attempt, (getattr(error, "headers", None) or {}).get("Retry-After")))
+        # It may exist after all; say so rather than guess.
+        existing = self.get_jobset(name)
+        if existing and existing["metadata"].get("annotations", {}).get(SUBMISSION_ANNOTATION) == submission:
+            return existing
+        raise ApiError(f"creating JobSet {name} failed {self.policy.attempts} times, last with {describe(last)}; "
+                       "nothing was submitted")
+
+    def delete_jobset(self, name: str) -> None:
+        """Delete (with its pods) and wait until it is gone, so a new one with the same name can start."""
+        try:
+            call(self.policy, f"deleting JobSet {name}", lambda: self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, name, propagation_policy="Foreground",
+                _request_timeout=self._timeout))
+        except ApiException as error:
+            if error.status != 404:
+                raise ApiError(f"deleting JobSet {name} failed with {describe(error)}") from None
+        for attempt in range(self.policy.attempts * 4):
+            if self.get_jobset(name) is None:
+                return
+            self.policy.sleep(self.policy.delay(min(attempt, 3)))
+        raise ApiError(f"JobSet {name} is still being deleted; wait a minute and run again")
+
+    # -- pods and logs ---------------------------------------------------------------------------
+    def list_pods(self, selector: str) -> list[dict]:
+        response = self._read(f"listing pods {selector}", lambda: self.core.list_namespaced_pod(
+            self.namespace, label_selector=selector, _request_timeout=self._timeout, _preload_content=False))
+        return _loads(response).get("items", [])
+
+    def read_log(self, pod: str, container: str, tail_lines: int | None = None) -> str:
+        try:
+            response = self._read(f"reading logs of {pod}", lambda: self.core.read_namespaced_pod_log(
+                pod, self.namespace, container=container, tail_lines=tail_lines,
+                _request_timeout=self._timeout, _preload_content=False))
+        except ApiException as error:
+            if error.status in (400, 404):  # container not started yet, or pod gone
+                return ""
+            raise
+        return response.data.decode(errors="replace")
+
+    def stream_log(self, pod: str, container: str, since_seconds: int | None = None) -> Iterator[str]:
+        """Follow a container's log; ends when the container ends or the connection drops."""
+        response = self._read(f"following logs of {pod}", lambda: self.core.read_namespaced_pod_log(
+            pod, self.namespace, container=container, follow=True, since_seconds=since_seconds,
+            _request_timeout=(self.policy.request_timeout, None), _preload_content=False))
+        pending = b""
+        try:
+            for chunk in response.stream(4096):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    yield line.decode(errors="replace")
+        finally:
+            response.release_conn()
+        if pending:
+            yield pending.decode(errors="replace")
+
+
+def _api_message(error: ApiException) -> str:
+    try:
+        return json.loads(error.body).get("message", "")[:300]
+    except Exception:
+        return ""
+
+
+# -- reading JobSet and pod state (pure) -----------------------------------------------------------
+@dataclass(frozen=True)
+class JobSetState:
+    phase: str  # absent | running | succeeded | failed | suspended
+    reason: str = ""
+    message: str = ""
+    created: str | None = None
+    restarts: int = 0
+
+
+def jobset_state(obj: dict | None) -> JobSetState:
+    if obj is None:
+        return JobSetState("absent")
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+    created = obj.get("metadata", {}).get("creationTimestamp")
+    restarts = int(status.get("restarts") or 0)
+    terminal = status.get("terminalState")
+    for phase, kind in (("failed", "Failed"), ("succeeded", "Completed")):
+        if kind in conditions or terminal == kind:
+            condition = conditions.get(kind, {})
+            return JobSetState(phase, condition.get("reason", kind), condition.get("message", ""), created, restarts)
+    if "Suspended" in conditions or obj.get("spec", {}).get("suspend"):
+        condition = conditions.get("Suspended", {})
+        return JobSetState("suspended", condition.get("reason", "Suspended"),
+                           condition.get("message", "waiting for Kueue to admit it"), created, restarts)
+    return JobSetState("running", created=created, restarts=restarts)
+
+
+def _true_condition(pod: dict, kind: str) -> dict | None:
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition
+    return None
+
+
+def pod_problems(pod: dict) -> list[str]:
+    """Why a pod failed or cannot run, in one short phrase each (eviction, preemption, OOM, exit codes)."""
+    name = pod["metadata"]["name"]
+    status = pod.get("status") or {}
+    problems = []
+    if status.get("reason") in ("Evicted", "Preempting", "OutOfcpu", "OutOfmemory", "NodeLost", "Shutdown"):
+        problems.append(f"pod {name} {status['reason']}: {status.get('message', '')}".rstrip(": "))
+    disruption = _true_condition(pod, "DisruptionTarget")
+    if disruption:
+        problems.append(f"pod {name} disrupted ({disruption.get('reason', '')}): {disruption.get('message', '')}".rstrip(": "))
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
+                and condition.get("reason") == "Unschedulable":
+            problems.append(f"pod {name} unschedulable: {condition.get('message', '')}".rstrip(": "))
+    for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        for state in (container.get("state") or {}, container.get("lastState") or {}):
+            terminated = state.get("terminated")
+            if terminated and terminated.get("exitCode", 0) != 0:
+                problems.append(f"pod {name} container {container['name']} {terminated.get('reason', 'Error')} "
+                                f"(exit code {terminated.get('exitCode')})")
+                break
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in ("ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff",
+                                     "CreateContainerConfigError", "InvalidImageName"):
+            problems.append(f"pod {name} container {container['name']} {waiting['reason']}: "
+                            f"{waiting.get('message', '')}".rstrip(": "))
+    return problems
+
+
+@dataclass(frozen=True)
+class PodCounts:
+    total: int
+    scheduled: int
+    ready: int
+    succeeded: int
+
+
+def pod_counts(pods: list[dict]) -> PodCounts:
+    return PodCounts(
+        total=len(pods),
+        scheduled=sum(1 for pod in pods if _true_condition(pod, "PodScheduled")),
+        ready=sum(1 for pod in pods if _true_condition(pod, "Ready")),
+        succeeded=sum(1 for pod in pods if pod.get("status", {}).get("phase") == "Succeeded"),
+    )

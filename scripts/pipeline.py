@@ -1,0 +1,343 @@
+"""`tpu-rl run`, `status` and `logs`: submit the steps in order, wait, verify each step's output in GCS,
+resume from what is already verified, and explain failures in one line each.
+
+Everything that talks to a cloud comes in through a Session, so tests swap endpoints, sleeps and the
+console without patching.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable, Iterable
+
+from rich.console import Console
+
+from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
+from jobs.paths import ArtifactPaths
+from recipes import STEPS, Recipe, Settings, UserError
+from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
+from scripts import gcs, hf_token
+from scripts.clients import Clients
+from scripts.kube import Cluster, JobSetState, jobset_state, pod_counts, pod_problems
+from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
+from scripts.retry import RetryPolicy
+
+# MaxText's RL trainer (tunix) reports progress as "... step 12 ..." or a tqdm bar "12/50"; we read the
+# last such number from the head's recent log lines. Where the logs say nothing, no step is shown.
+TRAIN_STEP = re.compile(r"(?i)\b(?:train(?:ing)?|actor|global)[ _]step[:= ]\s*(\d+)|(\d+)/(\d+)\s*\[")
+
+
+def parse_steps(text: str) -> tuple[str, ...]:
+    wanted = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [step for step in wanted if step not in STEPS]
+    if unknown or not wanted:
+        raise UserError(f"--steps '{text}' names {', '.join(unknown) or 'no step'}: use a comma-separated "
+                        f"subset of {','.join(STEPS)}")
+    return tuple(step for step in STEPS if step in wanted)  # always in pipeline order
+
+
+def parse_step(step: str) -> str:
+    if step not in STEPS:
+        raise UserError(f"unknown step '{step}': choose one of {', '.join(STEPS)}")
+    return step
+
+
+def last_train_step(log_text: str, total: int) -> int | None:
+    found = None
+    for match in TRAIN_STEP.finditer(log_text):
+        value = int(match.group(1) or match.group(2))
+        if match.group(3) and int(match.group(3)) != total:
+            continue
+        if value <= total:
+            found = value
+    return found
+
+
+def _elapsed(created: str | None, now: Callable[[], datetime]) -> str:
+    if not created:
+        return ""
+    seconds = int((now() - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds())
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d} elapsed"
+
+
+@dataclass
+class Session:
+    recipe: Recipe
+    settings: Settings
+    clients: Clients
+    console: Console = field(default_factory=Console)
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    poll_interval: float = 15.0
+    sleep: Callable[[float], None] = time.sleep
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    confirm: Callable[[str], bool] | None = None  # interactive yes/no; None = not interactive
+
+    def __post_init__(self) -> None:
+        self.paths = ArtifactPaths(self.recipe, self.settings)
+        self._cluster: Cluster | None = None
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            cluster = Cluster(self.clients.kube(), self.settings, self.policy)
+            cluster.check_ready()
+            self._cluster = cluster
+        return self._cluster
+
+    def missing(self, step: str) -> list[gcs.Requirement]:
+        return gcs.missing_outputs(self.clients.storage(), self.paths, step)
+
+    def logs_hint(self, step: str) -> str:
+        return f"`tpu-rl logs {self.recipe.name} {step}`"
+
+
+# -- GKE --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepJob:
+    step: str
+    name: str
+    manifest: dict
+    selector: str  # the main pod
+    expected_pods: int
+
+    @property
+    def kubectl_logs(self) -> str:
+        return f"kubectl logs -l {self.selector} -c {MAIN_CONTAINER}"
+
+
+def step_jobs(recipe: Recipe, settings: Settings) -> dict[str, StepJob]:
+    from jobs import render_manifests
+
+    manifests = render_manifests(recipe, settings)
+    jobs = {}
+    for step in STEPS:
+        manifest = manifests[step]
+        expected = sum(int(rj.get("replicas", 1)) * int(rj["template"]["spec"].get("parallelism", 1))
+                       for rj in manifest["spec"]["replicatedJobs"])
+        jobs[step] = StepJob(step, jobset_name(recipe, step), manifest, main_pod_selector(recipe, step), expected)
+    return jobs
+
+
+@dataclass(frozen=True)
+class Action:
+    step: str
+    kind: str  # skip | attach | submit | replace
+    why: str
+
+
+def describe_missing(missing: Iterable[gcs.Requirement]) -> str:
+    return ", ".join(req.describe() for req in missing)
+
+
+def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[str, ...], replace: bool) -> list[Action]:
+    """Decide, before anything is submitted, what happens to each step. Raises UserError on conflicts."""
+    recipe = session.recipe
+    actions: list[Action] = []
+    will_run: set[str] = set()
+    for step in steps:
+        job = jobs[step]
+        state = jobset_state(session.cluster.get_jobset(job.name))
+        missing = session.missing(step)
+        if state.phase in ("running", "suspended"):
+            actions.append(Action(step, "attach", f"JobSet {job.name} is {state.phase}"))
+        elif not missing:
+            reuse = f" (JobSet {job.name} {state.phase})" if state.phase != "absent" else ""
+            actions.append(Action(step, "skip", f"output verified{reuse}"))
+            continue
+        elif state.phase == "absent":
+            actions.append(Action(step, "submit", "no output yet"))
+        else:
+            what = (f"JobSet {job.name} from an earlier run {state.phase}"
+                    + (f" ({state.reason})" if state.reason else "")
+                    + f" but its output is missing ({describe_missing(missing)})")
+            if not replace and not (session.confirm and session.confirm(f"{what}. Delete it and submit again?")):
+                raise UserError(f"{what}: rerun with --replace to delete it and submit {step} again "
+                                f"(see why with {session.logs_hint(step)})")
+            actions.append(Action(step, "replace", what))
+        # A step that will run needs its predecessor's output, now or from this invocation.
+        index = STEPS.index(step)
+        if index and STEPS[index - 1] not in will_run:
+            before = STEPS[index - 1]
+            missing_before = session.missing(before)
+            if missing_before:
+                raise UserError(
+                    f"{step} needs the output of {before}, which is missing ({describe_missing(missing_before)}): "
+                    f"run `tpu-rl run {recipe.name} --steps {before},{step}` (or without --steps)")
+        will_run.add(step)
+    return actions
+
+
+def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_logs: bool) -> None:
+    console = session.console
+    jobs = step_jobs(session.recipe, session.settings)
+    actions = plan_gke(session, jobs, steps, replace)
+    if any(action.kind in ("submit", "replace") for action in actions):
+        token = hf_token.read_token(session.clients.secrets(), session.settings)
+        session.cluster.ensure_secret(HF_TOKEN_K8S_SECRET, HF_TOKEN_ENV, token)
+        del token
+        console.print(f"Kubernetes Secret {HF_TOKEN_K8S_SECRET} filled from Secret Manager "
+                      f"'{session.settings.hf_token_secret}'")
+    for action in actions:
+        job = jobs[action.step]
+        if action.kind == "skip":
+            console.print(f"[green]✓[/] {action.step}: {action.why}, skipping")
+            continue
+        if action.kind == "replace":
+            console.print(f"{action.step}: deleting {action.why.split(' from ')[0]} (--replace)")
+            session.cluster.delete_jobset(job.name)
+        if action.kind in ("submit", "replace"):
+            session.cluster.create_jobset(job.manifest)
+            console.print(f"{action.step}: submitted JobSet {job.name}")
+        else:
+            console.print(f"{action.step}: reattaching to {action.why} (not submitting a duplicate)")
+        remaining = ",".join(steps[steps.index(action.step):])
+        try:
+            wait_for_jobset(session, job, follow_logs)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"interrupted: JobSet {job.name} keeps running on the cluster. Reattach with "
+                f"`tpu-rl run {session.recipe.name} --steps {remaining}`; logs: {session.logs_hint(job.step)}; "
+                f"stop it with `kubectl delete jobset {job.name}`") from None
+        except ApiError as error:
+            raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
+                           f"{job.name} keeps running: rerun `tpu-rl run {session.recipe.name} --steps {remaining}` "
+                           "to reattach") from None
+        verify_output(session, action.step, steps)
+    console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{session.settings.gcs_bucket}")
+
+
+def verify_output(session: Session, step: str, steps: tuple[str, ...]) -> None:
+    missing = session.missing(step)
+    if missing:
+        following = steps[steps.index(step) + 1:]
+        stopped = f"; {following[0]} was not started" if following else ""
+        raise OutputMissing(f"{step} reported success but its output is missing: {describe_missing(missing)}"
+                            f"{stopped}. Check {session.logs_hint(step)}")
+    session.console.print(f"[green]✓[/] {step}: output verified")
+
+
+class LogFollower(threading.Thread):
+    """Streams the main pod's log while a step runs; reconnects after a dropped stream."""
+
+    def __init__(self, session: Session, job: StepJob) -> None:
+        super().__init__(daemon=True)
+        self.session, self.job = session, job
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        last_line_at: float | None = None
+        while not self.stop.is_set():
+            try:
+                pod = main_pod(self.session.cluster.list_pods(self.job.selector), running_only=True)
+                if pod is None:
+                    self.stop.wait(self.session.poll_interval)
+                    continue
+                since = int(time.monotonic() - last_line_at) + 1 if last_line_at else None
+                for line in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER, since):
+                    last_line_at = time.monotonic()
+                    self.session.console.print(f"[dim]{self.job.step}|[/] {line}", markup=True, highlight=False)
+                    if self.stop.is_set():
+                        return
+            except Exception:  # a dropped stream is not fatal; the main loop reports cluster trouble
+                pass
+            self.stop.wait(self.session.poll_interval)
+
+
+def main_pod(pods: list[dict], running_only: bool = False) -> dict | None:
+    running = [pod for pod in pods if pod.get("status", {}).get("phase") == "Running"]
+    if running or running_only:
+        return running[0] if running else None
+    return max(pods, key=lambda pod: pod["metadata"].get("creationTimestamp", ""), default=None)
+
+
+def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSetState:
+    console, cluster = session.console, session.cluster
+    follower = LogFollower(session, job) if follow_logs else None
+    if follower:
+        follower.start()
+    problems: list[str] = []
+    last_summary = None
+    total_steps = session.recipe.rl.num_batches
+    try:
+        with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
+            while True:
+                state = jobset_state(cluster.get_jobset(job.name))
+                if state.phase == "absent":
+                    raise StepFailed(f"step {job.step} failed: JobSet {job.name} disappeared while running (deleted "
+                                     f"by someone?); rerun `tpu-rl run {session.recipe.name}` to resubmit")
+                pods = cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}")
+                for problem in (p for pod in pods for p in pod_problems(pod)):
+                    if problem not in problems:
+                        problems.append(problem)
+                        console.print(f"[yellow]![/] {job.step}: {problem}")
+                counts = pod_counts(pods)
+                summary = (f"{job.step}: {state.phase}, pods {counts.scheduled}/{job.expected_pods} scheduled, "
+                           f"{counts.ready}/{job.expected_pods} ready")
+                if job.step == "train" and state.phase == "running":
+                    head = main_pod(cluster.list_pods(job.selector))
+                    if head:
+                        done = last_train_step(cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, 200),
+                                               total_steps)
+                        if done is not None:
+                            summary += f", training step {done}/{total_steps}"
+                if state.restarts:
+                    summary += f", {state.restarts} restart(s)"
+                elapsed = _elapsed(state.created, session.now)
+                status.update(f"{summary}  {elapsed}")
+                if summary != last_summary:
+                    console.print(f"{summary}  [dim]{elapsed}[/]")
+                    last_summary = summary
+                if state.phase == "succeeded":
+                    return state
+                if state.phase == "failed":
+                    raise StepFailed(failure_message(session, job, state, problems))
+                session.sleep(session.poll_interval)
+    finally:
+        if follower:
+            follower.stop.set()
+
+
+def failure_message(session: Session, job: StepJob, state: JobSetState, problems: list[str]) -> str:
+    why = state.reason + (f": {state.message}" if state.message else "")
+    detail = "; ".join(problems[-3:]) if problems else "no pod reported a reason (pods may be gone)"
+    return (f"step {job.step} failed: JobSet {job.name} {why}; {detail}. Logs: {session.logs_hint(job.step)} "
+            f"or `{job.kubectl_logs}`; rerun with --replace to retry")
+
+
+# -- status and logs ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepStatus:
+    step: str
+    where: str  # JobSet name or marker
+    state: str
+    pods: str
+    output: str
+
+
+def status_gke(session: Session) -> list[StepStatus]:
+    rows = []
+    for step, job in step_jobs(session.recipe, session.settings).items():
+        state = jobset_state(session.cluster.get_jobset(job.name))
+        counts = pod_counts(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}")) if state.phase != "absent" else None
+        missing = session.missing(step)
+        rows.append(StepStatus(
+            step, job.name, state.phase + (f" ({state.reason})" if state.reason else ""),
+            f"{counts.ready}/{job.expected_pods} ready" if counts else "-",
+            "verified" if not missing else f"missing: {describe_missing(missing)}"))
+    return rows
+
+
+def logs_gke(session: Session, step: str, follow: bool, tail: int | None) -> Iterable[str]:
+    job = step_jobs(session.recipe, session.settings)[step]
+    pod = main_pod(session.cluster.list_pods(job.selector))
+    if pod is None:
+        raise UserError(f"no pod for step {step} (JobSet {job.name} is absent, or its pods were removed after the "
+                        f"24 h TTL): see `tpu-rl status {session.recipe.name}`")
+    name = pod["metadata"]["name"]
+    if follow:
+        return session.cluster.stream_log(name, MAIN_CONTAINER)
+    return session.cluster.read_log(name, MAIN_CONTAINER, tail).splitlines()

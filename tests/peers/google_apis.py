@@ -1,0 +1,106 @@
+"""Compute Engine, Cloud TPU and Secret Manager REST APIs, just the calls `tpu-rl` makes, in their JSON
+shapes (int64 as strings, Google error envelopes with the canonical status)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass, field
+
+from peers.http import PeerServer, Reply
+
+_STATUS = {400: "FAILED_PRECONDITION", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
+           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+
+_ZONAL = re.compile(r"^/compute/v1/projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/(?P<kind>reservations|machineTypes|instances)"
+                    r"/(?P<name>[^/]+)(?P<serial>/serialPort)?$")
+_ACCEL = re.compile(r"^/v2/projects/(?P<p>[^/]+)/locations/(?P<z>[^/]+)/acceleratorTypes/(?P<name>[^/]+)$")
+_SECRET = re.compile(r"^/v1/projects/(?P<p>[^/]+)/secrets/(?P<s>[^/:]+)(?P<rest>/versions|:addVersion|/versions/[^/:]+:access)?$")
+
+
+def google_error(code: int, message: str) -> Reply:
+    return Reply(code, {"error": {"code": code, "message": message, "status": _STATUS.get(code, "UNKNOWN"),
+                                  "errors": [{"message": message, "domain": "global", "reason": "notFound"
+                                              if code == 404 else "error"}]}})
+
+
+@dataclass
+class GoogleApis(PeerServer):
+    reservations: dict = field(default_factory=dict)  # (zone, name) -> (machine type, count, in use)
+    machine_types: set = field(default_factory=set)  # (zone, name)
+    accelerator_types: set = field(default_factory=set)  # (zone, type)
+    instances: dict = field(default_factory=dict)  # (zone, name) -> status
+    serial: dict = field(default_factory=dict)  # (zone, name) -> console text
+    secrets: dict = field(default_factory=dict)  # secret id -> [{"data": bytes, "state": str}]
+
+    def __post_init__(self) -> None:
+        PeerServer.__init__(self)
+
+    def error_body(self, status: int) -> object:
+        return google_error(status, f"injected {status}").body
+
+    def route(self, method: str, path: str, query: dict, body: bytes) -> Reply:
+        if match := _ZONAL.match(path):
+            return self._compute(match, query)
+        if match := _ACCEL.match(path):
+            if (match["z"], match["name"]) not in self.accelerator_types:
+                return google_error(404, f"Resource '{path[4:]}' was not found")
+            return Reply(200, {"name": path[4:], "type": match["name"],
+                               "acceleratorConfigs": [{"type": "V6E", "topology": "4x8"}]})
+        if match := _SECRET.match(path):
+            return self._secret(method, match, body)
+        return google_error(404, f"no route {method} {path}")
+
+    def _compute(self, match, query: dict) -> Reply:
+        zone, name, kind = match["z"], match["name"], match["kind"]
+        base = f"https://www.googleapis.com/compute/v1/projects/{match['p']}/zones/{zone}"
+        missing = google_error(404, f"The resource 'projects/{match['p']}/zones/{zone}/{kind}/{name}' was not found")
+        if kind == "reservations":
+            if (zone, name) not in self.reservations:
+                return missing
+            machine_type, count, in_use = self.reservations[(zone, name)]
+            return Reply(200, {"kind": "compute#reservation", "name": name, "zone": base, "status": "READY",
+                               "specificReservationRequired": True,
+                               "specificReservation": {"count": str(count), "inUseCount": str(in_use),
+                                                       "instanceProperties": {"machineType": machine_type}}})
+        if kind == "machineTypes":
+            if (zone, name) not in self.machine_types:
+                return missing
+            return Reply(200, {"kind": "compute#machineType", "name": name, "zone": zone, "guestCpus": 180,
+                               "selfLink": f"{base}/machineTypes/{name}"})
+        if (zone, name) not in self.instances:
+            return missing
+        if match["serial"]:
+            text = self.serial.get((zone, name), "")
+            start = int(query.get("start", 0))
+            return Reply(200, {"kind": "compute#serialPortOutput", "contents": text[start:], "start": str(start),
+                               "next": str(len(text))})
+        return Reply(200, {"kind": "compute#instance", "name": name, "status": self.instances[(zone, name)],
+                           "zone": base, "machineType": f"{base}/machineTypes/ct6e-standard-8t"})
+
+    def _secret(self, method: str, match, body: bytes) -> Reply:
+        secret, rest = match["s"], match["rest"]
+        name = f"projects/{match['p']}/secrets/{secret}"
+        if secret not in self.secrets:
+            return google_error(404, f"Secret [{name}] not found or has no versions.")
+        versions = self.secrets[secret]
+        if rest == ":addVersion" and method == "POST":
+            payload = json.loads(body)["payload"]
+            versions.append({"data": base64.b64decode(payload["data"]), "state": "ENABLED"})
+            return Reply(200, {"name": f"{name}/versions/{len(versions)}", "state": "ENABLED",
+                               "createTime": "2026-11-30T00:00:00Z"})
+        if rest == "/versions":
+            return Reply(200, {"versions": [{"name": f"{name}/versions/{i + 1}", "state": v["state"],
+                                             "createTime": "2026-11-30T00:00:00Z"}
+                                            for i, v in reversed(list(enumerate(versions)))],
+                               "totalSize": len(versions)})
+        if rest and rest.endswith(":access"):
+            if not versions:
+                return google_error(404, f"Secret Version [{name}/versions/latest] not found.")
+            latest = versions[-1]
+            if latest["state"] != "ENABLED":
+                return google_error(400, f"Secret Version [{name}/versions/{len(versions)}] is in DISABLED state.")
+            return Reply(200, {"name": f"{name}/versions/{len(versions)}",
+                               "payload": {"data": base64.b64encode(latest["data"]).decode()}})
+        return google_error(404, f"no route {method} {match.string}")

@@ -1,0 +1,126 @@
+"""A threaded HTTP server on 127.0.0.1 with scripted faults, shared by the API peers."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass
+class Fault:
+    """Answer the next `times` matching requests with `status` instead of the real answer.
+
+    status: an HTTP code, "timeout" (answer after `delay` seconds, past the client's timeout) or "drop"
+    (close the connection without an answer). With `apply` the request is carried out first, so the
+    client sees an error for something that happened (the ambiguous create).
+    """
+
+    method: str
+    path: str  # substring of the path
+    status: int | str
+    times: int = 1
+    apply: bool = False
+    delay: float = 2.0
+    headers: dict | None = None
+    hits: int = 0
+
+
+@dataclass
+class Reply:
+    status: int
+    body: object = None  # dict -> JSON, str/bytes -> text
+    headers: dict | None = None
+
+
+class PeerServer:
+    def __init__(self) -> None:
+        self.faults: list[Fault] = []
+        self.requests: list[tuple[str, str, bytes]] = []
+        self._lock = threading.Lock()
+        peer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # keep test output clean
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                split = urlsplit(self.path)
+                query = {key: values[-1] for key, values in parse_qs(split.query).items()}
+                with peer._lock:
+                    peer.requests.append((self.command, self.path, body))
+                    fault = peer._take_fault(self.command, split.path)
+                if fault is not None and fault.status == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                if fault is not None and fault.status == "timeout":
+                    time.sleep(fault.delay)
+                if fault is None or fault.apply or fault.status == "timeout":
+                    with peer._lock:
+                        reply = peer.route(self.command, split.path, query, body)
+                if fault is not None and isinstance(fault.status, int):
+                    reply = Reply(fault.status, peer.error_body(fault.status), fault.headers)
+                try:
+                    peer._write(self, reply)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "PeerServer":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        for fault in self.faults:
+            if fault.method == method and fault.path in path and fault.hits < fault.times:
+                fault.hits += 1
+                return fault
+        return None
+
+    @staticmethod
+    def _write(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+        if isinstance(reply.body, (dict, list)):
+            data, kind = json.dumps(reply.body).encode(), "application/json"
+        else:
+            text = reply.body or ""
+            data, kind = (text if isinstance(text, bytes) else text.encode()), "text/plain"
+        handler.send_response(reply.status)
+        handler.send_header("Content-Type", kind)
+        handler.send_header("Content-Length", str(len(data)))
+        for key, value in (reply.headers or {}).items():
+            handler.send_header(key, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def sent(self, method: str, path_part: str) -> list[bytes]:
+        """Bodies of the requests seen so far that match."""
+        return [body for m, path, body in self.requests if m == method and path_part in path]
+
+    # Subclasses answer here (called under the lock).
+    def route(self, method: str, path: str, query: dict, body: bytes) -> Reply:
+        raise NotImplementedError
+
+    def error_body(self, status: int) -> object:
+        return {"error": {"code": status, "message": f"injected {status}"}}

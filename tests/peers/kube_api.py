@@ -1,0 +1,255 @@
+"""A small, honest Kubernetes API server: stores JobSets, Secrets and pods, and moves JobSets through
+their life one step per GET, following a per-JobSet plan that a test scripts (succeed, OOM, eviction...).
+
+Shapes follow the real API: JobSet status from the v0.12.0 CRD (conditions, terminalState,
+replicatedJobsStatus, restarts), pods with PodScheduled/Ready/DisruptionTarget conditions and container
+states, Status objects for errors, APIResourceList for discovery.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable
+
+from peers.http import PeerServer, Reply
+
+GROUP_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
+_JOBSETS = re.compile(rf"^{GROUP_PATH}/namespaces/(?P<ns>[^/]+)/jobsets(?:/(?P<name>[^/]+))?$")
+_PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
+_SECRETS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets(?:/(?P<name>[^/]+))?$")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status(code: int, reason: str, message: str) -> Reply:
+    return Reply(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": message, "reason": reason, "code": code})
+
+
+@dataclass
+class Plan:
+    """What happens to a JobSet after it is created: `ticks` GETs of running, then `outcome`.
+
+    outcome: succeed | oom | evicted | preempted | fail | hang. `on_success` runs when it succeeds (the
+    test writes the step's output to the GCS emulator there, as the container would).
+    """
+
+    outcome: str = "succeed"
+    ticks: int = 2
+    logs: str = ""
+    on_success: Callable[[], None] | None = None
+
+
+@dataclass
+class KubeApi(PeerServer):
+    jobsets: dict = field(default_factory=dict)
+    pods: dict = field(default_factory=dict)
+    secrets: dict = field(default_factory=dict)
+    plans: dict = field(default_factory=dict)
+    crd_installed: bool = True
+    created: list = field(default_factory=list)  # names, in creation order (duplicates show up here)
+    deleted: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        PeerServer.__init__(self)
+        self._ticks: dict[str, int] = {}
+
+    # -- what tests use ---------------------------------------------------------------------------
+    def plan(self, name: str, **kwargs) -> Plan:
+        self.plans[name] = Plan(**kwargs)
+        return self.plans[name]
+
+    def put_jobset(self, manifest: dict, phase: str = "running") -> dict:
+        """A JobSet left over from an earlier run, in a given phase (running, succeeded, failed)."""
+        obj = self._store(json.loads(json.dumps(manifest)))
+        if phase == "succeeded":
+            self._finish(obj["metadata"]["name"], "succeed")
+        elif phase == "failed":
+            self._finish(obj["metadata"]["name"], "fail")
+        else:
+            self._ticks[obj["metadata"]["name"]] = 2
+            self._advance(obj["metadata"]["name"], tick_only=True)
+        return obj
+
+    # -- the state machine ------------------------------------------------------------------------
+    def _store(self, obj: dict) -> dict:
+        meta = obj["metadata"]
+        name = meta["name"]
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), resourceVersion="1", namespace="default")
+        obj["status"] = {"replicatedJobsStatus": [], "restarts": 0}
+        self.jobsets[name] = obj
+        self._ticks[name] = 0
+        for rj in obj["spec"]["replicatedJobs"]:
+            spec = rj["template"]["spec"]
+            containers = [c["name"] for c in spec["template"]["spec"]["containers"]]
+            for replica in range(int(rj.get("replicas", 1))):
+                for index in range(int(spec.get("parallelism", 1))):
+                    pod = f"{name}-{rj['name']}-{replica}-{index}-{uuid.uuid4().hex[:5]}"
+                    self.pods[pod] = {
+                        "apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": pod, "namespace": "default", "creationTimestamp": _now(),
+                                     "labels": {"jobset.sigs.k8s.io/jobset-name": name,
+                                                "jobset.sigs.k8s.io/replicatedjob-name": rj["name"]}},
+                        "spec": {"containers": [{"name": c} for c in containers]},
+                        "status": {"phase": "Pending"},
+                    }
+        return obj
+
+    def _pods_of(self, name: str, rj: str | None = None) -> list[dict]:
+        return [pod for pod in self.pods.values()
+                if pod["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == name
+                and (rj is None or pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == rj)]
+
+    def _main_rj(self, name: str) -> str:
+        spec = self.jobsets[name]["spec"]
+        targets = (spec.get("successPolicy") or {}).get("targetReplicatedJobs") or []
+        return targets[0] if targets else spec["replicatedJobs"][0]["name"]
+
+    def _advance(self, name: str, tick_only: bool = False) -> None:
+        obj = self.jobsets[name]
+        if obj["status"].get("terminalState"):
+            return
+        tick = self._ticks[name] = self._ticks[name] + 1
+        plan = self.plans.get(name, Plan())
+        for pod in self._pods_of(name):
+            conditions = [{"type": "PodScheduled", "status": "True"}]
+            if tick >= 2:
+                conditions.append({"type": "Ready", "status": "True"})
+            pod["status"] = {"phase": "Running", "conditions": conditions, "containerStatuses": [
+                {"name": c["name"], "ready": tick >= 2, "restartCount": 0, "state": {"running": {"startedAt": _now()}}}
+                for c in pod["spec"]["containers"]]}
+        obj["status"]["replicatedJobsStatus"] = [
+            {"name": rj["name"], "ready": len(self._pods_of(name, rj["name"])) if tick >= 2 else 0,
+             "active": 1, "succeeded": 0, "failed": 0, "suspended": 0} for rj in obj["spec"]["replicatedJobs"]]
+        if not tick_only and tick > plan.ticks and plan.outcome != "hang":
+            self._finish(name, plan.outcome)
+
+    def _finish(self, name: str, outcome: str) -> None:
+        obj = self.jobsets[name]
+        plan = self.plans.get(name, Plan())
+        pods = self._pods_of(name)
+        main = self._pods_of(name, self._main_rj(name))
+        if outcome == "succeed":
+            for pod in pods:
+                pod["status"] = {"phase": "Succeeded", "conditions": [{"type": "PodScheduled", "status": "True"},
+                                                                      {"type": "Ready", "status": "False"}],
+                                 "containerStatuses": [{"name": c["name"], "state": {"terminated": {
+                                     "exitCode": 0, "reason": "Completed"}}} for c in pod["spec"]["containers"]]}
+            obj["status"].update(terminalState="Completed", conditions=[
+                {"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
+                 "message": "jobset completed successfully", "lastTransitionTime": _now()}])
+            if plan.on_success:
+                plan.on_success()
+            return
+        victim = main[0] if outcome == "oom" else pods[-1]
+        if outcome == "oom":
+            victim["status"] = {"phase": "Failed", "containerStatuses": [
+                {"name": victim["spec"]["containers"][0]["name"],
+                 "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+        elif outcome == "evicted":
+            victim["status"] = {"phase": "Failed", "reason": "Evicted",
+                                "message": "The node was low on resource: memory.",
+                                "conditions": [{"type": "DisruptionTarget", "status": "True",
+                                                "reason": "TerminationByKubelet",
+                                                "message": "The node was low on resource: memory."}]}
+        elif outcome == "preempted":
+            victim["status"] = {"phase": "Failed", "conditions": [
+                {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                 "message": "default-scheduler: preempting to accommodate a higher priority pod"}],
+                "containerStatuses": [{"name": victim["spec"]["containers"][0]["name"],
+                                       "state": {"terminated": {"exitCode": 143, "reason": "Error"}}}]}
+        else:
+            victim["status"] = {"phase": "Failed", "containerStatuses": [
+                {"name": victim["spec"]["containers"][0]["name"], "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}
+        obj["status"].update(terminalState="Failed", conditions=[
+            {"type": "Failed", "status": "True", "reason": "FailedJobs",
+             "message": "jobset failed due to one or more job failures", "lastTransitionTime": _now()}])
+
+    # -- HTTP -------------------------------------------------------------------------------------
+    def error_body(self, status_code: int) -> object:
+        return status(status_code, {409: "AlreadyExists", 429: "TooManyRequests"}.get(status_code, "InternalError"),
+                      f"injected {status_code}").body
+
+    def route(self, method: str, path: str, query: dict, body: bytes) -> Reply:
+        if path == GROUP_PATH:
+            if not self.crd_installed:
+                return status(404, "NotFound", "the server could not find the requested resource")
+            return Reply(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "jobset.x-k8s.io/v1alpha2",
+                               "resources": [{"name": "jobsets", "singularName": "jobset", "namespaced": True,
+                                              "kind": "JobSet", "verbs": ["create", "delete", "get", "list", "watch"]}]})
+        if match := _JOBSETS.match(path):
+            return self._jobsets(method, match["name"], body)
+        if match := _PODS.match(path):
+            return self._pods(method, match["name"], bool(match["log"]), query)
+        if match := _SECRETS.match(path):
+            return self._secrets(method, match["name"], body)
+        return status(404, "NotFound", f"no route {method} {path}")
+
+    def _jobsets(self, method: str, name: str | None, body: bytes) -> Reply:
+        if not self.crd_installed:
+            return status(404, "NotFound", "the server could not find the requested resource")
+        if method == "POST":
+            obj = json.loads(body)
+            name = obj["metadata"]["name"]
+            if name in self.jobsets:
+                return status(409, "AlreadyExists", f'jobsets.jobset.x-k8s.io "{name}" already exists')
+            self.created.append(name)
+            return Reply(201, self._store(obj))
+        if name not in self.jobsets:
+            return status(404, "NotFound", f'jobsets.jobset.x-k8s.io "{name}" not found')
+        if method == "GET":
+            self._advance(name)
+            return Reply(200, self.jobsets[name])
+        if method == "DELETE":
+            self.deleted.append(name)
+            del self.jobsets[name]
+            for pod in self._pods_of(name):
+                del self.pods[pod["metadata"]["name"]]
+            return Reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        return status(405, "MethodNotAllowed", method)
+
+    def _pods(self, method: str, name: str | None, log: bool, query: dict) -> Reply:
+        if name is None:
+            wanted = dict(part.split("=", 1) for part in query.get("labelSelector", "").split(",") if part)
+            items = [pod for pod in self.pods.values()
+                     if all(pod["metadata"]["labels"].get(k) == v for k, v in wanted.items())]
+            return Reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+        pod = self.pods.get(name)
+        if pod is None:
+            return status(404, "NotFound", f'pods "{name}" not found')
+        if not log:
+            return Reply(200, pod)
+        jobset = pod["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"]
+        lines = self.plans.get(jobset, Plan()).logs.splitlines(keepends=True)
+        if query.get("tailLines"):
+            lines = lines[-int(query["tailLines"]):]
+        return Reply(200, "".join(lines))
+
+    def _secrets(self, method: str, name: str | None, body: bytes) -> Reply:
+        if method == "POST":
+            obj = json.loads(body)
+            if obj["metadata"]["name"] in self.secrets:
+                return status(409, "AlreadyExists", f'secrets "{obj["metadata"]["name"]}" already exists')
+            self.secrets[obj["metadata"]["name"]] = obj
+            return Reply(201, obj)
+        if method == "PUT":
+            self.secrets[name] = json.loads(body)
+            return Reply(200, self.secrets[name])
+        if name in self.secrets:
+            return Reply(200, self.secrets[name])
+        return status(404, "NotFound", f'secrets "{name}" not found')
+
+
+def write_kubeconfig(path, server_url: str, context: str) -> None:
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": context,
+        "clusters": [{"name": context, "cluster": {"server": server_url}}],
+        "users": [{"name": "tester", "user": {"token": "not-a-real-token"}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": "tester"}}],
+    }))

@@ -1,0 +1,76 @@
+"""`tpu-rl run` on GKE against the local Kubernetes API, GCS emulator and Secret Manager peers."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from typer.testing import CliRunner
+
+from peers.fixtures import TOKEN, cloud, gcs, gcs_server, google, kube, put_step_output, settings_env  # noqa: F401
+from recipes import get_recipe
+from scripts.cli import app
+
+RECIPE = "qwen3-v6e32"
+runner = CliRunner()
+
+
+def tpu_rl(*args: str, input: str | None = None):
+    return runner.invoke(app, list(args), input=input)
+
+
+def succeed_writing_output(cloud, step: str, **plan):
+    recipe = get_recipe(RECIPE)
+    cloud["kube"].plan(f"{RECIPE}-{step}", on_success=lambda: put_step_output(cloud["gcs"], recipe, step), **plan)
+
+
+def test_run_submits_three_steps_in_order_and_verifies_each_output(cloud):
+    for step in ("convert", "train", "export"):
+        succeed_writing_output(cloud, step)
+    result = tpu_rl("run", RECIPE)
+    assert result.exit_code == 0, result.output
+    assert cloud["kube"].created == [f"{RECIPE}-convert", f"{RECIPE}-train", f"{RECIPE}-export"]
+    for step in ("convert", "train", "export"):
+        assert f"{step}: output verified" in result.output
+    assert TOKEN not in result.output
+
+
+def test_run_fills_the_token_secret_from_secret_manager_without_showing_it(cloud):
+    for step in ("convert", "train", "export"):
+        succeed_writing_output(cloud, step)
+    result = tpu_rl("run", RECIPE)
+    assert result.exit_code == 0, result.output
+    secret = cloud["kube"].secrets["tpu-rl-hf-token"]
+    assert base64.b64decode(secret["data"]["HF_TOKEN"]).decode() == TOKEN
+    jobset_bodies = b"".join(cloud["kube"].sent("POST", "/jobsets"))
+    assert TOKEN.encode() not in jobset_bodies and base64.b64encode(TOKEN.encode()) not in jobset_bodies
+    assert TOKEN not in result.output
+
+
+def test_rerun_after_success_submits_nothing_and_says_outputs_are_verified(cloud):
+    for step in ("convert", "train", "export"):
+        succeed_writing_output(cloud, step)
+    assert tpu_rl("run", RECIPE).exit_code == 0
+    again = tpu_rl("run", RECIPE)
+    assert again.exit_code == 0, again.output
+    assert len(cloud["kube"].created) == 3
+    assert again.output.count("skipping") == 3
+
+
+def test_run_resumes_after_convert_by_skipping_it(cloud):
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    for step in ("train", "export"):
+        succeed_writing_output(cloud, step)
+    result = tpu_rl("run", RECIPE)
+    assert result.exit_code == 0, result.output
+    assert cloud["kube"].created == [f"{RECIPE}-train", f"{RECIPE}-export"]
+    assert "convert: output verified" in result.output and "skipping" in result.output
+
+
+def test_run_shows_training_step_from_the_head_logs(cloud):
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    succeed_writing_output(cloud, "train", ticks=3, logs="loading\nActor train step: 7 loss=0.3\nActor train step: 12 loss=0.2\n")
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == 0, result.output
+    assert "training step 12/50" in result.output
+    assert "pods 10/10 scheduled" in result.output or "scheduled" in result.output
