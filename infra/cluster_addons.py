@@ -1,0 +1,212 @@
+"""What a GKE recipe needs inside the cluster: JobSet, Kueue, its queues and the workload KSA.
+
+Installed with the helm provider, so nothing needs the cluster at plan time: the provider connects
+only when it applies (deferred configuration), after the cluster exists. JobSet and Kueue come from
+their official OCI charts at pinned versions; the queues and the service account come from a
+logic-free local chart fed with manifests rendered here (:func:`queue_manifests`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+from cdktf import AssetType, Fn, ITerraformDependable, TerraformAsset
+from cdktf_cdktf_provider_helm import provider as helm_provider
+from cdktf_cdktf_provider_helm import release as helm_release
+from constructs import Construct
+
+from infra.gke_cluster import GkeCluster
+from recipes.model import MachineSize
+
+MANIFESTS_CHART = Path(__file__).parent / "charts" / "manifests"
+JOBSET_CHART = "oci://registry.k8s.io/jobset/charts"
+KUEUE_CHART = "oci://registry.k8s.io/kueue/charts"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+TPU_RESOURCE = "google.com/tpu"
+TPU_FLAVOR = "tpu"
+CPU_FLAVOR = "cpu"
+# GKE's own credential plugin: the provider gets a fresh token per call, none lands in state.
+GKE_AUTH_PLUGIN = "gke-gcloud-auth-plugin"
+
+
+@dataclass(frozen=True)
+class QueueProps:
+    """What the ClusterQueue admits: exactly the TPU slices and CPU pool the stack creates."""
+
+    cluster_queue: str
+    local_queue: str
+    namespace: str
+    tpu_accelerator: str  # node label value, e.g. tpu-v6e-slice
+    tpu_topology: str
+    tpu_chips: int  # all slices
+    tpu_hosts: int  # all slices
+    tpu_host: MachineSize
+    cpu_pool: str
+    cpu_nodes: int  # the CPU pool's maximum size
+    cpu_machine: MachineSize
+
+    @property
+    def tpu_vcpus(self) -> int:
+        return self.tpu_hosts * self.tpu_host.vcpus
+
+    @property
+    def tpu_memory_gib(self) -> int:
+        return self.tpu_hosts * self.tpu_host.memory_gib
+
+    @property
+    def cpu_vcpus(self) -> int:
+        return self.cpu_nodes * self.cpu_machine.vcpus
+
+    @property
+    def cpu_memory_gib(self) -> int:
+        return self.cpu_nodes * self.cpu_machine.memory_gib
+
+
+def _quota(chips: int, vcpus: int, memory_gib: int) -> list[dict[str, Any]]:
+    return [
+        {"name": "cpu", "nominalQuota": str(vcpus)},
+        {"name": "memory", "nominalQuota": f"{memory_gib}Gi"},
+        {"name": TPU_RESOURCE, "nominalQuota": str(chips)},
+    ]
+
+
+def queue_manifests(props: QueueProps) -> list[dict[str, Any]]:
+    """ResourceFlavors, ClusterQueue and LocalQueue whose quota is the stack's own capacity.
+
+    The CPU flavor comes first and has no TPU quota, so a CPU-only pod (the Pathways head, a
+    conversion) is placed on the CPU pool and a pod asking for TPU chips falls through to the TPU
+    flavor. CPU and memory are covered on both flavors: a missing resource makes Kueue refuse the
+    workload (the "Pathways CPU quota missing" pain point).
+    """
+    return [
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": CPU_FLAVOR},
+            "spec": {"nodeLabels": {"cloud.google.com/gke-nodepool": props.cpu_pool}},
+        },
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": TPU_FLAVOR},
+            "spec": {
+                "nodeLabels": {
+                    "cloud.google.com/gke-tpu-accelerator": props.tpu_accelerator,
+                    "cloud.google.com/gke-tpu-topology": props.tpu_topology,
+                },
+                "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        },
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "ClusterQueue",
+            "metadata": {"name": props.cluster_queue},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", TPU_RESOURCE],
+                        "flavors": [
+                            {"name": CPU_FLAVOR, "resources": _quota(0, props.cpu_vcpus, props.cpu_memory_gib)},
+                            {
+                                "name": TPU_FLAVOR,
+                                "resources": _quota(props.tpu_chips, props.tpu_vcpus, props.tpu_memory_gib),
+                            },
+                        ],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "LocalQueue",
+            "metadata": {"name": props.local_queue, "namespace": props.namespace},
+            "spec": {"clusterQueue": props.cluster_queue},
+        },
+    ]
+
+
+def workload_service_account_manifest(namespace: str, name: str, google_service_account: str) -> dict[str, Any]:
+    """The Kubernetes SA the jobs run as, mapped to the workload Google SA by Workload Identity."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {"iam.gke.io/gcp-service-account": google_service_account},
+        },
+    }
+
+
+def chart_version(tag: str) -> str:
+    """OCI chart versions are the release tags without the leading v."""
+    return tag.removeprefix("v")
+
+
+@dataclass(frozen=True)
+class ClusterAddonsProps:
+    cluster: GkeCluster
+    jobset_version: str  # release tag, e.g. v0.12.0
+    kueue_version: str
+    queues: QueueProps
+    workload_ksa: str
+    workload_google_service_account: str  # email
+    # The controllers run on the system pool; installing them waits for it.
+    depends_on: Sequence[ITerraformDependable] = ()
+
+
+class ClusterAddons(Construct):
+    def __init__(self, scope: Construct, id: str, props: ClusterAddonsProps) -> None:
+        super().__init__(scope, id)
+        self.provider = helm_provider.HelmProvider(
+            self,
+            "helm",
+            kubernetes=helm_provider.HelmProviderKubernetes(
+                host=f"https://{props.cluster.endpoint}",
+                cluster_ca_certificate=Fn.base64decode(props.cluster.ca_certificate),
+                exec=helm_provider.HelmProviderKubernetesExec(
+                    api_version="client.authentication.k8s.io/v1beta1", command=GKE_AUTH_PLUGIN
+                ),
+            ),
+        )
+        after = list(props.depends_on)
+        self.jobset = self._official_chart("jobset", JOBSET_CHART, props.jobset_version, after)
+        # wait=True on both: Kueue's webhook must answer before the queues below are created.
+        self.kueue = self._official_chart("kueue", KUEUE_CHART, props.kueue_version, [*after, self.jobset])
+        chart = TerraformAsset(self, "manifests-chart", path=str(MANIFESTS_CHART), type=AssetType.DIRECTORY)
+        self.manifests = [
+            *queue_manifests(props.queues),
+            workload_service_account_manifest(
+                props.queues.namespace, props.workload_ksa, props.workload_google_service_account
+            ),
+        ]
+        self.queues = helm_release.Release(
+            self,
+            "queues",
+            provider=self.provider,
+            name="tpu-rl-queues",
+            chart=chart.path,
+            namespace=props.queues.namespace,
+            values=[yaml.safe_dump({"manifests": self.manifests}, sort_keys=False, width=10_000)],
+            depends_on=[self.kueue],
+        )
+
+    def _official_chart(self, name: str, repository: str, tag: str, after: list) -> helm_release.Release:
+        """A controller from its project's OCI chart, pinned, in its own <name>-system namespace."""
+        return helm_release.Release(
+            self,
+            name,
+            provider=self.provider,
+            name=name,
+            repository=repository,
+            chart=name,
+            version=chart_version(tag),
+            namespace=f"{name}-system",
+            create_namespace=True,
+            wait=True,
+            depends_on=after or None,
+        )

@@ -1,0 +1,45 @@
+"""A CPU node pool that scales from zero: the Pathways head, checkpoint conversion and export run here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from constructs import Construct
+
+from infra.gke_cluster import GkeCluster, node_config
+from infra.google import container_node_pool
+
+
+@dataclass(frozen=True)
+class CpuPoolProps:
+    name: str
+    cluster: GkeCluster
+    machine_type: str
+    disk_type: str  # from the recipe's machine table
+    node_service_account: str
+    min_nodes: int = 0  # no CPU spend while nothing runs
+    max_nodes: int = 2  # the head or a conversion, plus one spare
+    disk_size_gb: int = 200  # conversions stage checkpoints on local disk
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class CpuPool(Construct):
+    def __init__(self, scope: Construct, id: str, props: CpuPoolProps) -> None:
+        super().__init__(scope, id)
+        self.props = props
+        self.pool = props.cluster.node_pool(
+            self,
+            "pool",
+            name=props.name,
+            node_config=node_config(
+                props.machine_type,
+                props.node_service_account,
+                disk_type=props.disk_type,
+                disk_size_gb=props.disk_size_gb,
+                labels=props.labels,
+            ),
+            initial_node_count=props.min_nodes,
+            autoscaling=container_node_pool.ContainerNodePoolAutoscaling(
+                min_node_count=props.min_nodes, max_node_count=props.max_nodes
+            ),
+        )

@@ -1,0 +1,179 @@
+"""A regional GKE Standard cluster with private nodes, Workload Identity and a small system pool.
+
+The control plane keeps a public endpoint, reachable only from the CIDRs the user lists (there is no
+0.0.0.0/0 default: the props have no default at all). Nodes have no external IPs and use the
+network's NAT for egress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from constructs import Construct
+
+from infra.google import container_cluster, container_node_pool
+from infra.network import Network
+
+SYSTEM_POOL = "system-np"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+Taint = tuple[str, str, str]  # key, value, effect
+
+
+def node_config(
+    machine_type: str,
+    service_account: str,
+    *,
+    disk_type: str,
+    disk_size_gb: int = 100,
+    labels: dict[str, str] | None = None,
+    taints: Sequence[Taint] = (),
+    **extra: object,
+) -> container_node_pool.ContainerNodePoolNodeConfig:
+    """The node settings every pool shares: its own SA, the GKE metadata server, shielded boot."""
+    return container_node_pool.ContainerNodePoolNodeConfig(
+        machine_type=machine_type,
+        service_account=service_account,
+        oauth_scopes=[CLOUD_PLATFORM_SCOPE],  # access is decided by IAM on the SA, not by scopes
+        disk_size_gb=disk_size_gb,
+        disk_type=disk_type,
+        # Pods see their Workload Identity, never the node's credentials.
+        workload_metadata_config=container_node_pool.ContainerNodePoolNodeConfigWorkloadMetadataConfig(
+            mode="GKE_METADATA"
+        ),
+        shielded_instance_config=container_node_pool.ContainerNodePoolNodeConfigShieldedInstanceConfig(
+            enable_secure_boot=True, enable_integrity_monitoring=True
+        ),
+        metadata={"disable-legacy-endpoints": "true"},
+        labels=labels or None,
+        taint=[
+            container_node_pool.ContainerNodePoolNodeConfigTaint(key=key, value=value, effect=effect)
+            for key, value, effect in taints
+        ]
+        or None,
+        **extra,
+    )
+
+
+@dataclass(frozen=True)
+class GkeClusterProps:
+    name: str
+    project: str
+    region: str
+    zone: str  # where the node pools live (TPU capacity is zonal)
+    network: Network
+    node_service_account: str  # email
+    authorized_cidrs: Sequence[str]  # no default on purpose: the user names who may reach the API
+    release_channel: str = "REGULAR"
+    system_machine_type: str = "e2-standard-4"
+    system_disk_type: str = "pd-balanced"  # E2 takes Persistent Disk, not Hyperdisk
+    system_min_nodes: int = 1
+    system_max_nodes: int = 3
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.authorized_cidrs or "0.0.0.0/0" in self.authorized_cidrs:
+            raise ValueError("GkeClusterProps.authorized_cidrs must list specific CIDRs, not be empty or 0.0.0.0/0")
+
+
+class GkeCluster(Construct):
+    def __init__(self, scope: Construct, id: str, props: GkeClusterProps) -> None:
+        super().__init__(scope, id)
+        self.props = props
+        ranges = props.network.props.secondary_ranges
+        if ranges is None:
+            raise ValueError("GkeCluster needs a Network with secondary ranges for pods and services")
+        self.workload_pool = f"{props.project}.svc.id.goog"
+        self.cluster = container_cluster.ContainerCluster(
+            self,
+            "cluster",
+            name=props.name,
+            project=props.project,
+            location=props.region,  # regional control plane
+            network=props.network.network.id,
+            subnetwork=props.network.subnetwork.id,
+            networking_mode="VPC_NATIVE",
+            ip_allocation_policy=container_cluster.ContainerClusterIpAllocationPolicy(
+                cluster_secondary_range_name=ranges.pods_name,
+                services_secondary_range_name=ranges.services_name,
+            ),
+            private_cluster_config=container_cluster.ContainerClusterPrivateClusterConfig(
+                enable_private_nodes=True, enable_private_endpoint=False
+            ),
+            master_authorized_networks_config=container_cluster.ContainerClusterMasterAuthorizedNetworksConfig(
+                cidr_blocks=[
+                    container_cluster.ContainerClusterMasterAuthorizedNetworksConfigCidrBlocks(
+                        cidr_block=cidr, display_name=f"authorized-{index}"
+                    )
+                    for index, cidr in enumerate(props.authorized_cidrs)
+                ],
+                gcp_public_cidrs_access_enabled=False,
+            ),
+            release_channel=container_cluster.ContainerClusterReleaseChannel(channel=props.release_channel),
+            workload_identity_config=container_cluster.ContainerClusterWorkloadIdentityConfig(
+                workload_pool=self.workload_pool
+            ),
+            addons_config=container_cluster.ContainerClusterAddonsConfig(
+                gcs_fuse_csi_driver_config=container_cluster.ContainerClusterAddonsConfigGcsFuseCsiDriverConfig(
+                    enabled=True
+                ),
+            ),
+            enable_shielded_nodes=True,
+            # Node pools are managed below; the default pool exists only while the cluster is created,
+            # and even then runs as the node SA with the GKE metadata server.
+            remove_default_node_pool=True,
+            initial_node_count=1,
+            node_config=container_cluster.ContainerClusterNodeConfig(
+                service_account=props.node_service_account,
+                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+                workload_metadata_config=container_cluster.ContainerClusterNodeConfigWorkloadMetadataConfig(
+                    mode="GKE_METADATA"
+                ),
+            ),
+            lifecycle={"ignore_changes": ["node_config"]},
+            # `cdktf destroy <recipe>` must be able to stop all spend; the bucket holds what matters.
+            deletion_protection=False,
+            resource_labels=props.labels or None,
+        )
+        self.system_pool = self.node_pool(
+            self,
+            "system-pool",
+            name=SYSTEM_POOL,
+            node_config=node_config(
+                props.system_machine_type,
+                props.node_service_account,
+                disk_type=props.system_disk_type,
+                labels=props.labels,
+            ),
+            initial_node_count=props.system_min_nodes,
+            autoscaling=container_node_pool.ContainerNodePoolAutoscaling(
+                min_node_count=props.system_min_nodes, max_node_count=props.system_max_nodes
+            ),
+        )
+
+    def node_pool(
+        self, scope: Construct, id: str, *, name: str, node_config: container_node_pool.ContainerNodePoolNodeConfig,
+        **sizing: object,
+    ) -> container_node_pool.ContainerNodePool:
+        """A pool of this cluster in its zone, auto-repaired and auto-upgraded (release channels require it)."""
+        return container_node_pool.ContainerNodePool(
+            scope,
+            id,
+            name=name,
+            project=self.props.project,
+            cluster=self.cluster.id,
+            location=self.props.region,
+            node_locations=[self.props.zone],
+            management=container_node_pool.ContainerNodePoolManagement(auto_repair=True, auto_upgrade=True),
+            node_config=node_config,
+            **sizing,
+        )
+
+    @property
+    def endpoint(self) -> str:
+        return self.cluster.endpoint
+
+    @property
+    def ca_certificate(self) -> str:
+        return self.cluster.master_auth.cluster_ca_certificate

@@ -1,0 +1,107 @@
+"""Service accounts with the least privilege each role needs.
+
+- :class:`NodeServiceAccount` runs GKE nodes: logs, metrics and image pulls, nothing else.
+- :class:`WorkloadServiceAccount` runs the jobs: the artifacts bucket and the token secret, granted
+  on those two resources only (the seeds grant storage.admin project-wide; this does not).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from cdktf import ITerraformDependable
+from constructs import Construct
+
+from infra.google import (
+    project_iam_member,
+    secret_manager_secret_iam_member,
+    service_account,
+    service_account_iam_member,
+    storage_bucket_iam_member,
+)
+
+# The only project-level roles any stack grants (issue 5 checks this allow-list).
+NODE_ROLES: tuple[str, ...] = (
+    "roles/logging.logWriter",
+    "roles/monitoring.metricWriter",
+    "roles/monitoring.viewer",
+    "roles/stackdriver.resourceMetadata.writer",
+    "roles/artifactregistry.reader",
+)
+SECRET_ACCESSOR = "roles/secretmanager.secretAccessor"
+WORKLOAD_IDENTITY_USER = "roles/iam.workloadIdentityUser"
+
+
+@dataclass(frozen=True)
+class NodeServiceAccountProps:
+    project: str
+    account_id: str
+    display_name: str = "GKE nodes (tpu-rl)"
+    roles: Sequence[str] = NODE_ROLES
+
+
+class NodeServiceAccount(Construct):
+    def __init__(self, scope: Construct, id: str, props: NodeServiceAccountProps) -> None:
+        super().__init__(scope, id)
+        self.account = service_account.ServiceAccount(
+            self, "account", account_id=props.account_id, display_name=props.display_name, project=props.project
+        )
+        self.email = self.account.email
+        for role in props.roles:
+            project_iam_member.ProjectIamMember(
+                self, role.removeprefix("roles/"), project=props.project, role=role, member=self.account.member
+            )
+
+
+@dataclass(frozen=True)
+class KubernetesServiceAccountRef:
+    """The Kubernetes service account a workload Google SA is bound to through Workload Identity."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class WorkloadServiceAccountProps:
+    project: str
+    account_id: str
+    bucket: str  # the artifacts bucket, by name: this stack does not own it
+    token_secret: str  # the Secret Manager secret id, by name
+    bucket_role: str = "roles/storage.admin"  # granted on the bucket only, never on the project
+    display_name: str = "tpu-rl workloads"
+    kubernetes_service_account: KubernetesServiceAccountRef | None = None
+    # The Workload Identity pool exists only once the cluster does; the binding waits for it.
+    binding_depends_on: Sequence[ITerraformDependable] = field(default_factory=tuple)
+
+
+class WorkloadServiceAccount(Construct):
+    def __init__(self, scope: Construct, id: str, props: WorkloadServiceAccountProps) -> None:
+        super().__init__(scope, id)
+        self.account = service_account.ServiceAccount(
+            self, "account", account_id=props.account_id, display_name=props.display_name, project=props.project
+        )
+        self.email = self.account.email
+        bucket_grant = storage_bucket_iam_member.StorageBucketIamMember(
+            self, "bucket", bucket=props.bucket, role=props.bucket_role, member=self.account.member
+        )
+        secret_grant = secret_manager_secret_iam_member.SecretManagerSecretIamMember(
+            self,
+            "token-secret",
+            project=props.project,
+            secret_id=props.token_secret,
+            role=SECRET_ACCESSOR,
+            member=self.account.member,
+        )
+        # What must exist before anything runs as this account (a VM's startup script reads both).
+        self.grants: list[ITerraformDependable] = [bucket_grant, secret_grant]
+        ksa = props.kubernetes_service_account
+        if ksa is not None:
+            service_account_iam_member.ServiceAccountIamMember(
+                self,
+                "workload-identity",
+                service_account_id=self.account.name,
+                role=WORKLOAD_IDENTITY_USER,
+                member=f"serviceAccount:{props.project}.svc.id.goog[{ksa.namespace}/{ksa.name}]",
+                depends_on=list(props.binding_depends_on) or None,
+            )

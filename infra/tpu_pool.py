@@ -1,0 +1,68 @@
+"""One GKE node pool per TPU slice: a static, compactly placed set of hosts of one topology."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from constructs import Construct
+
+from infra.gke_cluster import GkeCluster, node_config
+from infra.google import container_node_pool
+
+CapacityMode = Literal["reservation", "spot", "on-demand"]
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+TPU_TAINT = ("google.com/tpu", "present", "NO_SCHEDULE")
+
+
+@dataclass(frozen=True)
+class TpuSlicePoolProps:
+    name: str
+    cluster: GkeCluster
+    machine_type: str
+    disk_type: str  # from the recipe's machine table
+    topology: str
+    hosts: int  # node_count: every host of the slice, always up while the stack exists
+    node_service_account: str
+    capacity: CapacityMode
+    reservation: str | None = None
+    disk_size_gb: int = 100
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.capacity == "reservation" and not self.reservation:
+            raise ValueError("TpuSlicePoolProps.reservation is required for capacity 'reservation'")
+
+
+def reservation_affinity(props: TpuSlicePoolProps) -> container_node_pool.ContainerNodePoolNodeConfigReservationAffinity:
+    if props.capacity == "reservation":
+        return container_node_pool.ContainerNodePoolNodeConfigReservationAffinity(
+            consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_KEY, values=[props.reservation]
+        )
+    # Spot and on-demand capacity must not silently eat into a reservation someone else holds.
+    return container_node_pool.ContainerNodePoolNodeConfigReservationAffinity(consume_reservation_type="NO_RESERVATION")
+
+
+class TpuSlicePool(Construct):
+    def __init__(self, scope: Construct, id: str, props: TpuSlicePoolProps) -> None:
+        super().__init__(scope, id)
+        self.props = props
+        self.pool = props.cluster.node_pool(
+            self,
+            "pool",
+            name=props.name,
+            node_config=node_config(
+                props.machine_type,
+                props.node_service_account,
+                disk_type=props.disk_type,
+                disk_size_gb=props.disk_size_gb,
+                labels=props.labels,
+                taints=[TPU_TAINT],
+                reservation_affinity=reservation_affinity(props),
+                spot=props.capacity == "spot",
+            ),
+            node_count=props.hosts,
+            placement_policy=container_node_pool.ContainerNodePoolPlacementPolicy(
+                type="COMPACT", tpu_topology=props.topology
+            ),
+        )

@@ -1,0 +1,109 @@
+"""A single Cloud TPU VM (ct6e-standard-8t) as a Compute Engine instance, as seed 002 creates it.
+
+The GA provider has no google_tpu_v2_vm; v6e single-host VMs are plain instances on the accelerator
+image. No external IP: egress goes through the network's NAT and SSH through IAP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+from cdktf import ITerraformDependable
+from constructs import Construct
+
+from infra.google import compute_instance
+from infra.network import Network
+
+CapacityMode = Literal["reservation", "spot", "on-demand"]
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+ACCELERATOR_IMAGE = "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+# provisioning_model per capacity mode. RESERVATION_BOUND is passed through unvalidated by
+# hashicorp/google 6.50.0 (formal support arrived in 7.x); the API accepts it.
+PROVISIONING_MODEL = {"reservation": "RESERVATION_BOUND", "spot": "SPOT", "on-demand": "STANDARD"}
+
+
+@dataclass(frozen=True)
+class TpuVmProps:
+    name: str
+    zone: str
+    machine_type: str
+    disk_type: str
+    network: Network
+    service_account: str  # email
+    startup_script: str
+    capacity: CapacityMode
+    reservation: str | None = None
+    image: str = ACCELERATOR_IMAGE
+    boot_disk_gb: int = 200
+    labels: dict[str, str] = field(default_factory=dict)
+    # The startup script runs at once: the account's grants must exist before the VM does.
+    depends_on: Sequence[ITerraformDependable] = ()
+
+    def __post_init__(self) -> None:
+        if self.capacity == "reservation" and not self.reservation:
+            raise ValueError("TpuVmProps.reservation is required for capacity 'reservation'")
+
+
+def scheduling(props: TpuVmProps) -> compute_instance.ComputeInstanceScheduling:
+    spot = props.capacity == "spot"
+    return compute_instance.ComputeInstanceScheduling(
+        on_host_maintenance="TERMINATE",  # TPU hosts cannot live-migrate
+        provisioning_model=PROVISIONING_MODEL[props.capacity],
+        # A reservation-bound or spot VM is deleted, not stopped, when its capacity goes away: a
+        # stopped TPU VM would keep its disk billing and could not restart anyway.
+        instance_termination_action="DELETE" if props.capacity != "on-demand" else None,
+        preemptible=spot or None,
+        automatic_restart=False if spot else None,
+    )
+
+
+def reservation_affinity(props: TpuVmProps) -> compute_instance.ComputeInstanceReservationAffinity:
+    if props.capacity == "reservation":
+        return compute_instance.ComputeInstanceReservationAffinity(
+            type="SPECIFIC_RESERVATION",
+            specific_reservation=compute_instance.ComputeInstanceReservationAffinitySpecificReservation(
+                key=RESERVATION_KEY, values=[props.reservation]
+            ),
+        )
+    return compute_instance.ComputeInstanceReservationAffinity(type="NO_RESERVATION")
+
+
+class TpuVm(Construct):
+    def __init__(self, scope: Construct, id: str, props: TpuVmProps) -> None:
+        super().__init__(scope, id)
+        self.props = props
+        self.instance = compute_instance.ComputeInstance(
+            self,
+            "instance",
+            name=props.name,
+            zone=props.zone,
+            machine_type=props.machine_type,
+            boot_disk=compute_instance.ComputeInstanceBootDisk(
+                initialize_params=compute_instance.ComputeInstanceBootDiskInitializeParams(
+                    image=props.image, size=props.boot_disk_gb, type=props.disk_type
+                ),
+                auto_delete=True,
+            ),
+            network_interface=[
+                compute_instance.ComputeInstanceNetworkInterface(subnetwork=props.network.subnetwork.id)
+            ],  # no access_config: no external IP
+            scheduling=scheduling(props),
+            reservation_affinity=reservation_affinity(props),
+            service_account=compute_instance.ComputeInstanceServiceAccount(
+                email=props.service_account, scopes=[CLOUD_PLATFORM_SCOPE]
+            ),
+            shielded_instance_config=compute_instance.ComputeInstanceShieldedInstanceConfig(
+                enable_integrity_monitoring=True, enable_vtpm=True
+            ),
+            metadata={
+                "startup-script": props.startup_script,
+                "enable-oslogin": "TRUE",
+                "block-project-ssh-keys": "TRUE",
+            },
+            labels=props.labels or None,
+            deletion_protection=False,
+            depends_on=list(props.depends_on) or None,
+        )

@@ -1,0 +1,54 @@
+"""The cdktf app: one stack for the shared artifacts plus one per recipe in recipes.toml.
+
+`python -m stacks.app` is the app command in cdktf.json. A recipe's platform picks its composition;
+adding a recipe is a data change only.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable, Mapping
+
+from cdktf import App
+from constructs import Construct
+
+from recipes import Recipe, Settings, UserError, all_recipes, load_settings
+from stacks.artifacts import ArtifactsStack
+from stacks.gke import GkeRecipeStack
+from stacks.vm import VmRecipeStack
+
+COMPOSITIONS: Mapping[str, Callable[[Construct, Recipe, Settings], object]] = {
+    "gke": GkeRecipeStack,
+    "vm": VmRecipeStack,
+}
+
+
+def build_app(outdir: str | Path | None = None, *, recipes: Mapping[str, Recipe] | None = None,
+              settings: Settings | None = None) -> App:
+    """Compose every stack. Without arguments: the recipe table and the current settings (or example)."""
+    recipes = all_recipes() if recipes is None else recipes
+    settings = load_settings(allow_example=True) if settings is None else settings
+    app = App(outdir=str(outdir)) if outdir is not None else App()
+    ArtifactsStack(app, settings)
+    for recipe in recipes.values():
+        COMPOSITIONS[recipe.platform](app, recipe, settings)
+    return app
+
+
+def synth(outdir: str | Path | None = None, **kwargs) -> None:
+    """Write cdk.tf.json for every stack to <outdir>/stacks/<stack>/."""
+    build_app(outdir, **kwargs).synth()
+
+
+def main() -> int:
+    try:
+        synth()  # cdktf-cli passes the output directory in CDKTF_OUTDIR; App reads it
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

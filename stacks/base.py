@@ -1,0 +1,69 @@
+"""What every stack shares: the google provider, the state backend, the example guard, outputs."""
+
+from __future__ import annotations
+
+from cdktf import (
+    GcsBackend,
+    LocalBackend,
+    Op,
+    TerraformDataSource,
+    TerraformLocal,
+    TerraformOutput,
+    TerraformResource,
+    TerraformStack,
+)
+from constructs import Construct
+
+from infra.google import provider as google_provider
+from recipes.settings import EXAMPLE_PROJECT, SPECS, Settings
+
+STATE_PREFIX = "tpu-rl"
+# Local state lives next to the repository, not inside cdktf.out/, which `make clean` removes.
+LOCAL_STATE_DIR = "../../.."
+
+
+def example_guard_message() -> str:
+    names = ", ".join(spec.env for spec in SPECS if spec.required)
+    return (
+        f"These are the example settings (PROJECT={EXAMPLE_PROJECT}) and must never reach a cloud. Export "
+        f"{names} (and RESERVATION, AUTHORIZED_CIDR for the recipes), or write them to tpu-rl.toml, then "
+        "synthesize again (README: Settings)."
+    )
+
+
+class TpuRlStack(TerraformStack):
+    """A stack with the google provider, its state backend and, for the example settings, the guard."""
+
+    def __init__(self, scope: Construct, name: str, settings: Settings) -> None:
+        super().__init__(scope, name)
+        self.stack_name = name
+        self.settings = settings
+        google_provider.GoogleProvider(
+            self,
+            "google",
+            project=settings.project,
+            region=settings.region,
+            zone=settings.zone,
+            default_labels={"managed_by": "tpu-rl", "tpu_rl_stack": name},  # cdktf writes provider map keys in snake_case
+        )
+        if settings.state_bucket:
+            GcsBackend(self, bucket=settings.state_bucket, prefix=f"{STATE_PREFIX}/{name}")
+        else:
+            LocalBackend(self, path=f"{LOCAL_STATE_DIR}/terraform.{name}.tfstate")
+
+    def output(self, name: str, value: str, description: str) -> None:
+        TerraformOutput(self, name, value=value, description=description)
+
+    def guard_example_settings(self) -> None:
+        """Make `terraform plan` fail before anything is created when the settings are the example.
+
+        Every resource and data source gets the same precondition, so no resource can be planned
+        (and so none created) with placeholder values. Call after the stack is fully composed.
+        """
+        if not self.settings.is_example:
+            return
+        project = TerraformLocal(self, "settings_project", self.settings.project)
+        guard = {"condition": Op.neq(project.as_string, EXAMPLE_PROJECT), "error_message": example_guard_message()}
+        for node in self.node.find_all():
+            if isinstance(node, (TerraformResource, TerraformDataSource)):
+                node.add_override("lifecycle.precondition", [guard])

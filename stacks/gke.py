@@ -1,0 +1,119 @@
+"""A GKE recipe stack: network, cluster, one TPU pool per slice, the CPU pool, identities, add-ons."""
+
+from __future__ import annotations
+
+from constructs import Construct
+
+from infra.cluster_addons import ClusterAddons, ClusterAddonsProps, QueueProps
+from infra.cpu_pool import CpuPool, CpuPoolProps
+from infra.gke_cluster import GkeCluster, GkeClusterProps
+from infra.identity import (
+    KubernetesServiceAccountRef,
+    NodeServiceAccount,
+    NodeServiceAccountProps,
+    WorkloadServiceAccount,
+    WorkloadServiceAccountProps,
+)
+from infra.network import Network, NetworkProps, SecondaryRanges
+from infra.tpu_pool import TpuSlicePool, TpuSlicePoolProps
+from recipes import conventions
+from recipes.model import Recipe
+from recipes.settings import Settings
+from stacks.base import TpuRlStack
+
+
+class GkeRecipeStack(TpuRlStack):
+    def __init__(self, scope: Construct, recipe: Recipe, settings: Settings) -> None:
+        super().__init__(scope, recipe.name, settings.for_recipe(recipe))
+        shape = recipe.shape
+        name = settings.cluster_name
+        network = Network(self, "network", NetworkProps(name=name, region=settings.region,
+                                                         secondary_ranges=SecondaryRanges()))
+        nodes = NodeServiceAccount(self, "node-sa", NodeServiceAccountProps(project=settings.project,
+                                                                             account_id=f"{name}-gke-np"))
+        cluster = GkeCluster(
+            self,
+            "gke",
+            GkeClusterProps(
+                name=name,
+                project=settings.project,
+                region=settings.region,
+                zone=settings.zone,
+                network=network,
+                node_service_account=nodes.email,
+                authorized_cidrs=settings.authorized_cidr,
+            ),
+        )
+        cpu_pool = CpuPool(
+            self,
+            "cpu-pool",
+            CpuPoolProps(
+                name=conventions.cpu_pool_name(),
+                cluster=cluster,
+                machine_type=recipe.cpu_machine_type,
+                disk_type=recipe.cpu_machine.disk_type,
+                node_service_account=nodes.email,
+            ),
+        )
+        for index in range(shape.slices):
+            TpuSlicePool(
+                self,
+                f"tpu-slice-{index}",
+                TpuSlicePoolProps(
+                    name=conventions.tpu_pool_name(index),
+                    cluster=cluster,
+                    machine_type=shape.machine_type,
+                    disk_type=recipe.tpu_host.disk_type,
+                    topology=shape.topology,
+                    hosts=shape.hosts_per_slice,
+                    node_service_account=nodes.email,
+                    capacity=recipe.capacity,
+                    reservation=settings.reservation,
+                ),
+            )
+        workload = WorkloadServiceAccount(
+            self,
+            "workload-sa",
+            WorkloadServiceAccountProps(
+                project=settings.project,
+                account_id=f"{name}-gke-wl",
+                bucket=settings.gcs_bucket,
+                token_secret=settings.hf_token_secret,
+                kubernetes_service_account=KubernetesServiceAccountRef(conventions.NAMESPACE, conventions.WORKLOAD_KSA),
+                binding_depends_on=[cluster.cluster],
+            ),
+        )
+        ClusterAddons(
+            self,
+            "addons",
+            ClusterAddonsProps(
+                cluster=cluster,
+                jobset_version=conventions.JOBSET_VERSION,
+                kueue_version=conventions.KUEUE_VERSION,
+                queues=QueueProps(
+                    cluster_queue=conventions.CLUSTER_QUEUE,
+                    local_queue=conventions.LOCAL_QUEUE,
+                    namespace=conventions.NAMESPACE,
+                    tpu_accelerator=shape.gke_accelerator,
+                    tpu_topology=shape.topology,
+                    tpu_chips=shape.total_chips,
+                    tpu_hosts=shape.total_hosts,
+                    tpu_host=recipe.tpu_host,
+                    cpu_pool=cpu_pool.props.name,
+                    cpu_nodes=cpu_pool.props.max_nodes,
+                    cpu_machine=recipe.cpu_machine,
+                ),
+                workload_ksa=conventions.WORKLOAD_KSA,
+                workload_google_service_account=workload.email,
+                depends_on=[cluster.system_pool],
+            ),
+        )
+        location = f"--location={settings.region} --project={settings.project}"
+        self.output("cluster_name", name, "GKE cluster")
+        self.output("cluster_location", settings.region, "GKE cluster region")
+        self.output("get_credentials_command", f"gcloud container clusters get-credentials {name} {location}",
+                    "Point kubectl at the cluster")
+        self.output("bucket", settings.bucket_url, "Artifacts bucket (owned by the artifacts stack)")
+        self.output("local_queue", conventions.LOCAL_QUEUE, f"Kueue LocalQueue in namespace {conventions.NAMESPACE}")
+        self.output("workload_service_account", workload.email, f"Google SA of the KSA {conventions.WORKLOAD_KSA}")
+        self.guard_example_settings()

@@ -1,0 +1,58 @@
+"""A VM recipe stack: one TPU VM with its own service account, private network and NAT."""
+
+from __future__ import annotations
+
+from constructs import Construct
+
+from infra.identity import WorkloadServiceAccount, WorkloadServiceAccountProps
+from infra.network import Network, NetworkProps
+from infra.tpu_vm import TpuVm, TpuVmProps
+from jobs import render_startup_script
+from recipes.model import Recipe
+from recipes.settings import Settings
+from stacks.base import TpuRlStack
+
+
+class VmRecipeStack(TpuRlStack):
+    def __init__(self, scope: Construct, recipe: Recipe, settings: Settings) -> None:
+        super().__init__(scope, recipe.name, settings.for_recipe(recipe))
+        shape = recipe.shape
+        prefix = f"{settings.cluster_name}-vm"
+        network = Network(self, "network", NetworkProps(name=prefix, region=settings.region, allow_iap_ssh=True))
+        identity = WorkloadServiceAccount(
+            self,
+            "vm-sa",
+            WorkloadServiceAccountProps(
+                project=settings.project,
+                account_id=f"{settings.cluster_name}-tpu-vm",
+                bucket=settings.gcs_bucket,
+                token_secret=settings.hf_token_secret,
+                display_name="tpu-rl TPU VM",
+            ),
+        )
+        TpuVm(
+            self,
+            "tpu-vm",
+            TpuVmProps(
+                name=settings.vm_name,
+                zone=settings.zone,
+                machine_type=shape.machine_type,
+                disk_type=recipe.tpu_host.disk_type,
+                network=network,
+                service_account=identity.email,
+                startup_script=render_startup_script(recipe, settings),
+                capacity=recipe.capacity,
+                reservation=settings.reservation,
+                depends_on=identity.grants,
+            ),
+        )
+        where = f"--zone={settings.zone} --project={settings.project}"
+        self.output("vm_name", settings.vm_name, "TPU VM")
+        self.output("vm_zone", settings.zone, "TPU VM zone")
+        self.output("ssh_command", f"gcloud compute ssh {settings.vm_name} {where} --tunnel-through-iap",
+                    "SSH through IAP (the VM has no external IP)")
+        self.output("serial_output_command", f"gcloud compute instances get-serial-port-output {settings.vm_name} "
+                    f"{where}", "Startup script progress without SSH")
+        self.output("bucket", settings.bucket_url, "Artifacts bucket (owned by the artifacts stack)")
+        self.output("vm_service_account", identity.email, "The VM's Google SA (bucket and token secret only)")
+        self.guard_example_settings()
