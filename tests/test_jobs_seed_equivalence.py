@@ -1,0 +1,86 @@
+"""Our commands do what the seeds' commands do: the same arguments, env and patches, except for the
+deliberate differences listed (with reasons) in jobs/seed_differences.py."""
+
+from __future__ import annotations
+
+import pytest
+
+import jobs
+from contracts.seeds import as_mapping, seed_command, seed_env_flags, seed_replacements, seed_text, seed_variables
+from jobs.paths import ArtifactPaths
+from jobs.seed_differences import DIFFERENCES, explain
+from recipes import STEPS, all_recipes, example_settings, get_recipe
+
+SETTINGS = example_settings()
+
+
+def seed_or_skip(name: str) -> str:
+    text = seed_text(get_recipe(name))
+    if text is None:
+        pytest.skip(f"the seed of recipe '{name}' is not in ../shared/seeds (absent outside the workplace)")
+    return text
+
+
+def normalized(value: str) -> str:
+    return value.lower() if value.lower() in ("true", "false") else value
+
+
+def differences(name: str, step: str) -> dict[str, tuple[str | None, str | None]]:
+    """key -> (seed value, our value) wherever they differ; None means absent."""
+    recipe = get_recipe(name)
+    text = seed_or_skip(name)
+    ours_command = jobs.maxtext_commands(recipe, ArtifactPaths(recipe, SETTINGS))[step]
+    seed = as_mapping(seed_command(text, ours_command.module, seed_variables(text, SETTINGS)))
+    ours = as_mapping([*ours_command.overrides, *ours_command.flags])
+    return {
+        key: (seed.get(key), ours.get(key))
+        for key in seed.keys() | ours.keys()
+        if normalized(seed.get(key, "\0")) != normalized(ours.get(key, "\0"))
+    }
+
+
+@pytest.mark.parametrize("name", list(all_recipes()))
+@pytest.mark.parametrize("step", STEPS)
+def test_arguments_equal_the_seed_except_documented_differences(name, step):
+    unexplained = {key: values for key, values in differences(name, step).items() if not explain(name, step, key)}
+    assert unexplained == {}, "add a jobs/seed_differences.py entry with the reason, or fix the command"
+
+
+def test_every_documented_difference_is_still_a_difference():
+    actual = {(name, step, key) for name in all_recipes() for step in STEPS for key in differences(name, step)}
+    for entry in DIFFERENCES:
+        covered = [case for case in actual if entry.covers(*case)]
+        assert covered, f"stale entry in jobs/seed_differences.py: {entry.key} for {entry.recipes or 'all'}"
+
+
+def test_the_token_is_the_only_argument_dropped_from_the_gke_seeds():
+    for name in ("qwen3-v6e32", "gemma4-v6e64"):
+        for step in STEPS:
+            dropped = [key for key, (seed, ours) in differences(name, step).items() if ours is None]
+            assert dropped == ["hf_access_token"]
+
+
+@pytest.mark.parametrize("name", ["qwen3-v6e32", "gemma4-v6e64"])
+def test_train_env_includes_the_seed_env_flags(name):
+    text = seed_or_skip(name)
+    train = jobs.render_manifests(get_recipe(name), SETTINGS)["train"]
+    by_container = {}
+    for replicated in train["spec"]["replicatedJobs"]:
+        spec = replicated["template"]["spec"]["template"]["spec"]
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            by_container[container["name"]] = {e["name"]: e.get("value") for e in container["env"]}
+    for flag, container in (("--env", "workload-container"), ("--pathways-proxy-env", "pathways-proxy"),
+                            ("--pathways-server-env", "pathways-rm"), ("--pathways-worker-env", "pathways-worker")):
+        expected = seed_env_flags(text, flag)
+        assert expected, f"no {flag} in the seed"
+        assert {k: by_container[container].get(k) for k in expected} == expected, (flag, container)
+    # the seeds' inline environment of the train_rl process
+    assert by_container["workload-container"]["ENABLE_PATHWAYS_PERSISTENCE"] == "1"
+    assert by_container["workload-container"]["JAX_PLATFORMS"] == "proxy,cpu"
+
+
+@pytest.mark.parametrize("name", ["qwen3-v6e32", "gemma4-v6e64"])
+def test_the_seed_source_patches_are_exactly_the_recipe_patches(name):
+    recipe = get_recipe(name)
+    ours = {tuple(pair) for patch in recipe.patches for pair in patch.replacements}
+    assert set(seed_replacements(seed_or_skip(name))) == ours

