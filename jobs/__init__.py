@@ -10,6 +10,7 @@ Public API (the CLI and the docs use these names):
   e.g. ``jobset.sigs.k8s.io/jobset-name=qwen3-v6e32-train,jobset.sigs.k8s.io/replicatedjob-name=pathways-head``.
 - ``main_replicated_job(recipe, step)``: ``pathways-head`` for Pathways training, ``main`` otherwise.
 - ``MAIN_CONTAINER``: ``workload-container``, the container to stream logs from in every step.
+- ``manifest_yaml(manifest)``: YAML for people (key order kept, scripts as literal blocks, no anchors).
 - ``maxtext_commands(recipe, paths)``: the three MaxText commands as data (module, overrides, flags).
 - ``ArtifactPaths``: every gs:// path a step reads or writes (jobs/paths.py).
 
@@ -23,7 +24,7 @@ from typing import Any
 
 from jobs.convert import convert_jobset
 from jobs.export import export_jobset
-from jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector, main_replicated_job
+from jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector, main_replicated_job, manifest_yaml
 from jobs.maxtext import MaxTextCommand, maxtext_commands
 from jobs.paths import ArtifactPaths
 from jobs.train import train_jobset
@@ -50,6 +51,7 @@ __all__ = [
     "jobset_name",
     "main_pod_selector",
     "main_replicated_job",
+    "manifest_yaml",
     "maxtext_commands",
     "render_manifests",
     "render_startup_script",

@@ -62,3 +62,19 @@ def render_patch(patch: SourcePatch) -> str:
         f"print('applied patch {patch.name} to', path)",
         "PATCH",
     ])
+
+
+def patches_table(recipes: list[Recipe]) -> str:
+    """The README's table of source patches, from the recipe table (a test keeps the README in sync)."""
+    rows = ["| patch | recipes | MaxText versions patched | replaced by a setting from | why |",
+            "| --- | --- | --- | --- | --- |"]
+    by_name: dict[str, tuple[SourcePatch, list[str]]] = {}
+    for recipe in recipes:
+        for patch in recipe.patches:
+            by_name.setdefault(patch.name, (patch, []))[1].append(recipe.name)
+    for name, (patch, users) in sorted(by_name.items()):
+        setting = (f"{patch.setting_from} (`{', '.join(f'{k}={v}' for k, v in patch.setting_env.items())}`)"
+                   if patch.setting_from else "-")
+        why = " ".join(patch.description.split())
+        rows.append(f"| `{name}` | {', '.join(users)} | {', '.join(patch.maxtext_versions)} | {setting} | {why} |")
+    return "\n".join(rows)

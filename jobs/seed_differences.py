@@ -90,3 +90,12 @@ DIFFERENCES: tuple[Difference, ...] = (
 
 def explain(recipe: str, step: Step, key: str) -> Difference | None:
     return next((entry for entry in DIFFERENCES if entry.covers(recipe, step, key)), None)
+
+
+def differences_table() -> str:
+    """The README's table of deliberate differences (a test keeps the README in sync)."""
+    rows = ["| argument | steps | recipes | why |", "| --- | --- | --- | --- |"]
+    for entry in DIFFERENCES:
+        recipes = ", ".join(entry.recipes) or "all"
+        rows.append(f"| `{entry.key}` | {', '.join(entry.steps)} | {recipes} | {entry.why} |")
+    return "\n".join(rows)

@@ -1,0 +1,17 @@
+"""The README's job tables are generated from the recipe table and jobs/seed_differences.py."""
+
+from pathlib import Path
+
+from jobs.patches import patches_table
+from jobs.seed_differences import differences_table
+from recipes import all_recipes
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def test_readme_source_patch_table_matches_the_recipe_table():
+    assert patches_table(list(all_recipes().values())) in README
+
+
+def test_readme_lists_every_deliberate_difference_from_the_seeds():
+    assert differences_table() in README
