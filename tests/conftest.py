@@ -1,0 +1,66 @@
+"""Shared fixtures: every stack synthesized once per test session.
+
+- ``synthesized``: the output directory of one in-process synth of the whole app (all stacks, the
+  recipe table, the embedded example settings), laid out as cdktf.out is:
+  ``<dir>/stacks/<stack>/cdk.tf.json``.
+- ``stacks_json``: ``{stack name: parsed cdk.tf.json}`` for the same synth.
+
+Synthesizing costs seconds, so never synthesize per test; for a different recipe table or settings,
+call :func:`synthesize` once from a module- or session-scoped fixture of your own.
+The small helpers below read the parsed JSON (``resources``, ``only``, ``outputs``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+StackJson = dict[str, Any]
+
+
+def synthesize(outdir: Path, *, recipes: Mapping[str, Any] | None = None, settings: Any = None) -> dict[str, StackJson]:
+    """Synthesize the app into ``outdir``; return the parsed cdk.tf.json of each stack by name."""
+    from recipes import example_settings
+    from stacks.app import synth
+
+    synth(outdir, recipes=recipes, settings=settings or example_settings())
+    return read_stacks(outdir)
+
+
+def read_stacks(outdir: Path) -> dict[str, StackJson]:
+    return {path.parent.name: json.loads(path.read_text()) for path in sorted(outdir.glob("stacks/*/cdk.tf.json"))}
+
+
+def resources(stack: StackJson, resource_type: str) -> dict[str, dict[str, Any]]:
+    """Resources of one type, by their logical id ({} when there are none)."""
+    return stack.get("resource", {}).get(resource_type, {})
+
+
+def only(stack: StackJson, resource_type: str) -> dict[str, Any]:
+    """The single resource of a type; fails when there is not exactly one."""
+    found = resources(stack, resource_type)
+    assert len(found) == 1, f"expected one {resource_type}, found {sorted(found)}"
+    return next(iter(found.values()))
+
+
+def outputs(stack: StackJson) -> dict[str, Any]:
+    """Output name -> value."""
+    return {name: body["value"] for name, body in stack.get("output", {}).items()}
+
+
+@pytest.fixture(scope="session")
+def synthesized(tmp_path_factory) -> Path:
+    outdir = tmp_path_factory.mktemp("cdktf.out")
+    synthesize(outdir)
+    return outdir
+
+
+@pytest.fixture(scope="session")
+def stacks_json(synthesized: Path) -> dict[str, StackJson]:
+    return read_stacks(synthesized)

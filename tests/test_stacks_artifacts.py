@@ -1,0 +1,110 @@
+"""The artifacts stack and the guarantees every stack shares: data safety, the example guard, state."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from conftest import only, outputs, resources, synthesize
+
+from recipes import example_settings
+from recipes.settings import EXAMPLE_PROJECT
+
+ALL_STACKS = ["artifacts", "qwen3-v6e32", "gemma4-v6e64", "llama31-v6e8"]
+RECIPE_STACKS = ALL_STACKS[1:]
+
+
+def test_app_synthesizes_exactly_the_four_stacks(stacks_json):
+    assert sorted(stacks_json) == sorted(ALL_STACKS)
+
+
+def test_artifacts_bucket_is_private_versioned_soft_deleted_and_not_force_destroyable(stacks_json):
+    bucket = only(stacks_json["artifacts"], "google_storage_bucket")
+    assert bucket["name"] == example_settings().gcs_bucket
+    assert bucket["uniform_bucket_level_access"] is True
+    assert bucket["public_access_prevention"] == "enforced"
+    assert bucket["force_destroy"] is False
+    assert bucket["versioning"] == {"enabled": True}
+    assert bucket["soft_delete_policy"]["retention_duration_seconds"] >= 7 * 24 * 3600
+
+
+def test_token_secret_exists_without_any_value_in_terraform(stacks_json):
+    secret = only(stacks_json["artifacts"], "google_secret_manager_secret")
+    assert secret["secret_id"] == example_settings().hf_token_secret
+    for stack in stacks_json.values():
+        assert resources(stack, "google_secret_manager_secret_version") == {}
+        assert "secret_data" not in json.dumps(stack)
+
+
+def test_artifacts_outputs_say_how_to_add_the_token(stacks_json):
+    settings = example_settings()
+    got = outputs(stacks_json["artifacts"])
+    assert got["bucket"] == f"gs://{settings.gcs_bucket}"
+    assert got["add_token_command"] == (
+        f"gcloud secrets versions add {settings.hf_token_secret} --data-file=- --project={settings.project}"
+    )
+
+
+@pytest.mark.parametrize("stack", RECIPE_STACKS)
+def test_recipe_stacks_do_not_own_the_bucket_or_the_secret(stacks_json, stack):
+    """So `cdktf destroy <recipe>` never deletes trained weights or the token."""
+    for owned in ("google_storage_bucket", "google_secret_manager_secret"):
+        assert resources(stacks_json[stack], owned) == {}
+
+
+@pytest.mark.parametrize("stack", ALL_STACKS)
+def test_no_stack_grants_storage_admin_or_any_storage_role_on_the_project(stacks_json, stack):
+    roles = [m["role"] for m in resources(stacks_json[stack], "google_project_iam_member").values()]
+    assert not [role for role in roles if role.startswith("roles/storage.")]
+    for grant_type in ("google_project_iam_binding", "google_project_iam_policy"):
+        assert resources(stacks_json[stack], grant_type) == {}
+
+
+@pytest.mark.parametrize("stack", ALL_STACKS)
+def test_example_settings_fail_the_plan_of_every_resource_before_anything_is_created(stacks_json, stack):
+    stack_json = stacks_json[stack]
+    assert stack_json["locals"] == {"settings_project": EXAMPLE_PROJECT}
+    checked = 0
+    for resource_type, by_id in stack_json["resource"].items():
+        for logical_id, body in by_id.items():
+            (guard,) = body["lifecycle"]["precondition"]
+            assert guard["condition"] == f'${{(local.settings_project != "{EXAMPLE_PROJECT}")}}', logical_id
+            for env in ("PROJECT", "REGION", "ZONE", "CLUSTER_NAME", "GCS_BUCKET", "RESERVATION", "AUTHORIZED_CIDR"):
+                assert env in guard["error_message"]
+            checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize("stack", ALL_STACKS)
+def test_google_provider_takes_project_and_region_from_settings(stacks_json, stack):
+    settings = example_settings()
+    (google,) = stacks_json[stack]["provider"]["google"]
+    assert (google["project"], google["region"], google["zone"]) == (settings.project, settings.region, settings.zone)
+    assert stacks_json[stack]["terraform"]["required_providers"]["google"]["version"] == "6.50.0"
+
+
+@pytest.mark.parametrize("stack", ALL_STACKS)
+def test_state_is_local_by_default_outside_cdktf_out(stacks_json, stack):
+    assert stacks_json[stack]["terraform"]["backend"] == {"local": {"path": f"../../../terraform.{stack}.tfstate"}}
+
+
+@pytest.fixture(scope="module")
+def real_settings_stacks(tmp_path_factory):
+    """Non-example settings with TF_STATE_BUCKET: what a user's synth looks like."""
+    settings = dataclasses.replace(
+        example_settings(), project="my-rl-project", state_bucket="my-tf-state", source="environment"
+    )
+    return synthesize(tmp_path_factory.mktemp("real"), settings=settings)
+
+
+def test_tf_state_bucket_switches_every_stack_to_a_gcs_backend_with_its_own_prefix(real_settings_stacks):
+    for stack, stack_json in real_settings_stacks.items():
+        assert stack_json["terraform"]["backend"] == {"gcs": {"bucket": "my-tf-state", "prefix": f"tpu-rl/{stack}"}}
+
+
+def test_real_settings_carry_no_example_guard(real_settings_stacks):
+    for stack_json in real_settings_stacks.values():
+        assert "locals" not in stack_json
+        assert "precondition" not in json.dumps(stack_json)
+        assert EXAMPLE_PROJECT not in json.dumps(stack_json["provider"])

@@ -1,0 +1,296 @@
+"""The GKE recipe stacks (qwen3-v6e32, gemma4-v6e64), read from the synthesized Terraform JSON."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources as package_files
+
+import pytest
+import yaml
+from conftest import only, outputs, resources, synthesize
+
+from infra.identity import NODE_ROLES
+from recipes import all_recipes, build_recipes, conventions, example_settings
+
+GKE = ["qwen3-v6e32", "gemma4-v6e64"]
+
+
+def tpu_pools(stack) -> list[dict]:
+    return [pool for pool in resources(stack, "google_container_node_pool").values() if pool["name"].startswith("tpu-np-")]
+
+
+def pool_named(stack, name: str) -> dict:
+    (pool,) = [pool for pool in resources(stack, "google_container_node_pool").values() if pool["name"] == name]
+    return pool
+
+
+def queue_manifests(stack) -> dict[str, dict]:
+    """The objects the local chart applies, by kind/name."""
+    release = next(r for r in resources(stack, "helm_release").values() if r["name"] == "tpu-rl-queues")
+    (values,) = release["values"]
+    return {f"{m['kind']}/{m['metadata']['name']}": m for m in yaml.safe_load(values)["manifests"]}
+
+
+def quota(cluster_queue: dict, flavor: str) -> dict[str, str]:
+    (group,) = cluster_queue["spec"]["resourceGroups"]
+    (entry,) = [f for f in group["flavors"] if f["name"] == flavor]
+    return {r["name"]: r["nominalQuota"] for r in entry["resources"]}
+
+
+def test_qwen3_pool_has_8_hosts_on_4x8(stacks_json):
+    (pool,) = tpu_pools(stacks_json["qwen3-v6e32"])
+    assert pool["node_count"] == 8
+    assert pool["placement_policy"] == {"type": "COMPACT", "tpu_topology": "4x8"}
+    assert pool["node_config"]["machine_type"] == "ct6e-standard-4t"
+
+
+def test_gemma4_pool_has_16_hosts_on_8x8(stacks_json):
+    (pool,) = tpu_pools(stacks_json["gemma4-v6e64"])
+    assert pool["node_count"] == 16
+    assert pool["placement_policy"] == {"type": "COMPACT", "tpu_topology": "8x8"}
+    assert pool["node_config"]["machine_type"] == "ct6e-standard-4t"
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_tpu_pools_bind_to_the_specific_reservation(stacks_json, stack):
+    (pool,) = tpu_pools(stacks_json[stack])
+    assert pool["node_config"]["reservation_affinity"] == {
+        "consume_reservation_type": "SPECIFIC_RESERVATION",
+        "key": "compute.googleapis.com/reservation-name",
+        "values": [example_settings().reservation],
+    }
+    assert pool["node_config"]["spot"] is False
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_tpu_pools_are_tainted_and_use_the_gke_metadata_server(stacks_json, stack):
+    (pool,) = tpu_pools(stacks_json[stack])
+    config = pool["node_config"]
+    assert config["taint"] == [{"key": "google.com/tpu", "value": "present", "effect": "NO_SCHEDULE"}]
+    assert config["workload_metadata_config"] == {"mode": "GKE_METADATA"}
+    assert pool["node_locations"] == [example_settings().zone]
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_every_node_pool_runs_as_the_node_service_account_on_the_metadata_server(stacks_json, stack):
+    node_sa = next(k for k, sa in resources(stacks_json[stack], "google_service_account").items()
+                   if sa["account_id"].endswith("-gke-np"))
+    for pool in resources(stacks_json[stack], "google_container_node_pool").values():
+        assert pool["node_config"]["service_account"] == f"${{google_service_account.{node_sa}.email}}"
+        assert pool["node_config"]["workload_metadata_config"] == {"mode": "GKE_METADATA"}
+
+
+@pytest.mark.parametrize(("stack", "machine"), [("qwen3-v6e32", "n4-standard-64"), ("gemma4-v6e64", "c4d-standard-96")])
+def test_cpu_pool_scales_from_zero_on_the_recipes_machine_type(stacks_json, stack, machine):
+    pool = pool_named(stacks_json[stack], conventions.cpu_pool_name())
+    assert pool["node_config"]["machine_type"] == machine
+    assert pool["autoscaling"]["min_node_count"] == 0
+    assert pool["initial_node_count"] == 0
+    assert pool["node_config"]["disk_type"] == "hyperdisk-balanced"  # N4 and C4D take Hyperdisk only
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_cluster_is_regional_standard_with_private_nodes_and_workload_identity(stacks_json, stack):
+    settings = example_settings()
+    cluster = only(stacks_json[stack], "google_container_cluster")
+    assert cluster["name"] == settings.cluster_name
+    assert cluster["location"] == settings.region
+    assert cluster["private_cluster_config"]["enable_private_nodes"] is True
+    assert cluster["workload_identity_config"] == {"workload_pool": f"{settings.project}.svc.id.goog"}
+    assert cluster["release_channel"] == {"channel": "REGULAR"}
+    assert cluster["remove_default_node_pool"] is True
+    assert cluster["networking_mode"] == "VPC_NATIVE"
+    assert cluster["addons_config"]["gcs_fuse_csi_driver_config"] == {"enabled": True}
+    assert cluster["deletion_protection"] is False  # `cdktf destroy` must be able to stop the spend
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_master_authorized_networks_are_the_settings_cidrs_and_never_everyone(stacks_json, stack):
+    config = only(stacks_json[stack], "google_container_cluster")["master_authorized_networks_config"]
+    cidrs = [block["cidr_block"] for block in config["cidr_blocks"]]
+    assert cidrs == list(example_settings().authorized_cidr)
+    assert "0.0.0.0/0" not in cidrs
+    assert config["gcp_public_cidrs_access_enabled"] is False
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_small_system_pool_in_the_tpu_zone(stacks_json, stack):
+    pool = pool_named(stacks_json[stack], "system-np")
+    assert pool["autoscaling"] == {"min_node_count": 1, "max_node_count": 3}
+    assert pool["node_locations"] == [example_settings().zone]
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_network_has_pod_and_service_ranges_and_nat(stacks_json, stack):
+    stack_json = stacks_json[stack]
+    subnet = only(stack_json, "google_compute_subnetwork")
+    ranges = {r["range_name"]: r["ip_cidr_range"] for r in subnet["secondary_ip_range"]}
+    assert ranges == {"pods": "10.4.0.0/14", "services": "10.0.32.0/20"}
+    assert subnet["private_ip_google_access"] is True
+    assert only(stack_json, "google_compute_network")["auto_create_subnetworks"] is False
+    nat = only(stack_json, "google_compute_router_nat")
+    assert nat["source_subnetwork_ip_ranges_to_nat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
+    router_id = next(iter(resources(stack_json, "google_compute_router")))
+    assert nat["router"] == f"${{google_compute_router.{router_id}.name}}"
+    cluster = only(stack_json, "google_container_cluster")
+    assert cluster["ip_allocation_policy"] == {
+        "cluster_secondary_range_name": "pods",
+        "services_secondary_range_name": "services",
+    }
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_node_service_account_has_only_logging_monitoring_and_registry_roles(stacks_json, stack):
+    roles = sorted(m["role"] for m in resources(stacks_json[stack], "google_project_iam_member").values())
+    assert roles == sorted(NODE_ROLES)
+    assert set(NODE_ROLES) == {
+        "roles/logging.logWriter",
+        "roles/monitoring.metricWriter",
+        "roles/monitoring.viewer",
+        "roles/stackdriver.resourceMetadata.writer",
+        "roles/artifactregistry.reader",
+    }
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_workload_sa_gets_storage_admin_on_the_bucket_only_and_reads_only_the_token(stacks_json, stack):
+    settings = example_settings()
+    stack_json = stacks_json[stack]
+    wl = next(k for k, sa in resources(stack_json, "google_service_account").items() if sa["account_id"].endswith("-gke-wl"))
+    member = f"${{google_service_account.{wl}.member}}"  # "serviceAccount:<email>"
+    bucket_grant = only(stack_json, "google_storage_bucket_iam_member")
+    assert (bucket_grant["bucket"], bucket_grant["role"], bucket_grant["member"]) == (
+        settings.gcs_bucket, "roles/storage.admin", member
+    )
+    secret_grant = only(stack_json, "google_secret_manager_secret_iam_member")
+    assert (secret_grant["secret_id"], secret_grant["role"], secret_grant["member"]) == (
+        settings.hf_token_secret, "roles/secretmanager.secretAccessor", member
+    )
+    project_members = {m["member"] for m in resources(stack_json, "google_project_iam_member").values()}
+    assert not any(wl in m for m in project_members)
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_workload_identity_binds_the_conventional_kubernetes_service_account(stacks_json, stack):
+    settings = example_settings()
+    stack_json = stacks_json[stack]
+    binding = only(stack_json, "google_service_account_iam_member")
+    assert binding["role"] == "roles/iam.workloadIdentityUser"
+    assert binding["member"] == (
+        f"serviceAccount:{settings.project}.svc.id.goog[{conventions.NAMESPACE}/{conventions.WORKLOAD_KSA}]"
+    )
+    cluster_id = next(iter(resources(stack_json, "google_container_cluster")))
+    assert f"google_container_cluster.{cluster_id}" in binding["depends_on"]  # the identity pool exists first
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_jobset_and_kueue_are_installed_from_pinned_official_charts(stacks_json, stack):
+    releases = {r["name"]: r for r in resources(stacks_json[stack], "helm_release").values()}
+    assert releases["jobset"]["repository"] == "oci://registry.k8s.io/jobset/charts"
+    assert releases["jobset"]["version"] == conventions.JOBSET_VERSION.removeprefix("v") == "0.12.0"
+    assert releases["kueue"]["repository"] == "oci://registry.k8s.io/kueue/charts"
+    assert releases["kueue"]["version"] == conventions.KUEUE_VERSION.removeprefix("v")
+    kueue_id = next(k for k, r in resources(stacks_json[stack], "helm_release").items() if r["name"] == "kueue")
+    assert releases["tpu-rl-queues"]["depends_on"] == [f"helm_release.{kueue_id}"]
+    assert releases["tpu-rl-queues"]["chart"].startswith("assets/")
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_helm_reaches_the_new_cluster_without_a_token_in_state(stacks_json, stack):
+    (helm,) = stacks_json[stack]["provider"]["helm"]
+    cluster_id = next(iter(resources(stacks_json[stack], "google_container_cluster")))
+    assert helm["kubernetes"]["host"] == f"https://${{google_container_cluster.{cluster_id}.endpoint}}"
+    assert helm["kubernetes"]["exec"]["command"] == "gke-gcloud-auth-plugin"
+    assert "token" not in helm["kubernetes"]
+
+
+def test_qwen3_queue_admits_32_chips_and_the_cpu_pool(stacks_json):
+    objects = queue_manifests(stacks_json["qwen3-v6e32"])
+    cluster_queue = objects[f"ClusterQueue/{conventions.CLUSTER_QUEUE}"]
+    assert quota(cluster_queue, "tpu") == {"google.com/tpu": "32", "cpu": str(8 * 180), "memory": f"{8 * 720}Gi"}
+    assert quota(cluster_queue, "cpu") == {"google.com/tpu": "0", "cpu": str(2 * 64), "memory": f"{2 * 256}Gi"}
+
+
+def test_gemma4_queue_admits_64_chips_and_the_c4d_pool(stacks_json):
+    cluster_queue = queue_manifests(stacks_json["gemma4-v6e64"])[f"ClusterQueue/{conventions.CLUSTER_QUEUE}"]
+    assert quota(cluster_queue, "tpu")["google.com/tpu"] == "64"
+    assert quota(cluster_queue, "cpu") == {"google.com/tpu": "0", "cpu": str(2 * 96), "memory": f"{2 * 372}Gi"}
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_cpu_flavor_comes_first_so_cpu_only_pods_land_on_the_cpu_pool(stacks_json, stack):
+    objects = queue_manifests(stacks_json[stack])
+    (group,) = objects[f"ClusterQueue/{conventions.CLUSTER_QUEUE}"]["spec"]["resourceGroups"]
+    assert [f["name"] for f in group["flavors"]] == ["cpu", "tpu"]
+    assert group["coveredResources"] == ["cpu", "memory", "google.com/tpu"]
+    assert objects["ResourceFlavor/cpu"]["spec"]["nodeLabels"] == {"cloud.google.com/gke-nodepool": "cpu-np"}
+    recipe = all_recipes()[stack]
+    assert objects["ResourceFlavor/tpu"]["spec"]["nodeLabels"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": recipe.shape.topology,
+    }
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_local_queue_and_workload_ksa_live_in_the_jobs_namespace(stacks_json, stack):
+    objects = queue_manifests(stacks_json[stack])
+    local_queue = objects[f"LocalQueue/{conventions.LOCAL_QUEUE}"]
+    assert local_queue["metadata"]["namespace"] == conventions.NAMESPACE
+    assert local_queue["spec"] == {"clusterQueue": conventions.CLUSTER_QUEUE}
+    ksa = objects[f"ServiceAccount/{conventions.WORKLOAD_KSA}"]
+    assert ksa["metadata"]["namespace"] == conventions.NAMESPACE
+    wl = next(k for k, sa in resources(stacks_json[stack], "google_service_account").items()
+              if sa["account_id"].endswith("-gke-wl"))
+    assert ksa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": f"${{google_service_account.{wl}.email}}"}
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_outputs_say_how_to_reach_the_cluster_and_the_queue(stacks_json, stack):
+    settings = example_settings()
+    got = outputs(stacks_json[stack])
+    assert got["cluster_name"] == settings.cluster_name
+    assert got["cluster_location"] == settings.region
+    assert got["get_credentials_command"] == (
+        f"gcloud container clusters get-credentials {settings.cluster_name} "
+        f"--location={settings.region} --project={settings.project}"
+    )
+    assert got["bucket"] == f"gs://{settings.gcs_bucket}"
+    assert got["local_queue"] == conventions.LOCAL_QUEUE
+
+
+# --- A new recipe is data only ---------------------------------------------------------------------
+
+def recipe_table() -> dict:
+    return tomllib.loads(package_files.files("recipes").joinpath("recipes.toml").read_text())
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory) -> dict:
+    """Two recipes that exist only as data: two 4x8 slices on spot capacity, one 4x8 slice on demand."""
+    table = recipe_table()
+    base = table["recipes"]["qwen3-v6e32"]
+    table["recipes"] = {
+        "qwen3-2x4x8-spot": {**base, "capacity": "spot", "tpu": {**base["tpu"], "slices": 2}},
+        "qwen3-ondemand": {**base, "capacity": "on-demand"},
+    }
+    return synthesize(tmp_path_factory.mktemp("variants"), recipes=build_recipes(table))
+
+
+def test_two_4x8_slices_become_two_pools_of_8_hosts(variants):
+    pools = tpu_pools(variants["qwen3-2x4x8-spot"])
+    assert sorted(p["name"] for p in pools) == ["tpu-np-0", "tpu-np-1"]
+    assert all(p["node_count"] == 8 and p["placement_policy"]["tpu_topology"] == "4x8" for p in pools)
+    cluster_queue = queue_manifests(variants["qwen3-2x4x8-spot"])[f"ClusterQueue/{conventions.CLUSTER_QUEUE}"]
+    assert quota(cluster_queue, "tpu")["google.com/tpu"] == "64"
+
+
+def test_spot_capacity_uses_spot_nodes_and_no_reservation(variants):
+    for pool in tpu_pools(variants["qwen3-2x4x8-spot"]):
+        assert pool["node_config"]["spot"] is True
+        assert pool["node_config"]["reservation_affinity"] == {"consume_reservation_type": "NO_RESERVATION"}
+
+
+def test_on_demand_capacity_uses_neither_spot_nor_a_reservation(variants):
+    (pool,) = tpu_pools(variants["qwen3-ondemand"])
+    assert pool["node_config"]["spot"] is False
+    assert pool["node_config"]["reservation_affinity"] == {"consume_reservation_type": "NO_RESERVATION"}

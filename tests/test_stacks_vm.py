@@ -1,0 +1,98 @@
+"""The TPU VM recipe stack (llama31-v6e8), as seed 002 creates the VM, read from the synthesized JSON."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import only, outputs, resources
+
+from infra.network import IAP_TCP_FORWARDING_RANGE
+from jobs import render_startup_script
+from recipes import all_recipes, example_settings
+
+STACK = "llama31-v6e8"
+
+
+@pytest.fixture(scope="module")
+def vm_stack(stacks_json):
+    return stacks_json[STACK]
+
+
+@pytest.fixture(scope="module")
+def instance(vm_stack):
+    return only(vm_stack, "google_compute_instance")
+
+
+def test_llama_vm_is_one_ct6e_standard_8t_on_the_accelerator_image_with_200_gb(instance):
+    assert instance["machine_type"] == "ct6e-standard-8t"
+    params = instance["boot_disk"]["initialize_params"]
+    assert params["image"] == (
+        "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
+    )
+    assert params["size"] == 200
+    assert instance["zone"] == example_settings().zone
+    assert instance["name"] == example_settings().vm_name
+
+
+def test_llama_vm_is_reservation_bound_terminates_on_maintenance_and_is_deleted_at_the_end(instance):
+    assert instance["scheduling"] == {
+        "on_host_maintenance": "TERMINATE",
+        "provisioning_model": "RESERVATION_BOUND",
+        "instance_termination_action": "DELETE",
+    }
+
+
+def test_llama_vm_consumes_the_specific_reservation(instance):
+    assert instance["reservation_affinity"] == {
+        "type": "SPECIFIC_RESERVATION",
+        "specific_reservation": {
+            "key": "compute.googleapis.com/reservation-name",
+            "values": [example_settings().reservation],
+        },
+    }
+
+
+def test_llama_vm_has_no_external_ip_but_nat_for_egress_and_iap_for_ssh(vm_stack, instance):
+    (interface,) = instance["network_interface"]
+    assert "access_config" not in interface
+    assert only(vm_stack, "google_compute_router_nat")["source_subnetwork_ip_ranges_to_nat"] == (
+        "ALL_SUBNETWORKS_ALL_IP_RANGES"
+    )
+    firewall = only(vm_stack, "google_compute_firewall")
+    assert firewall["source_ranges"] == [IAP_TCP_FORWARDING_RANGE] == ["35.235.240.0/20"]
+    assert firewall["allow"] == [{"protocol": "tcp", "ports": ["22"]}]
+
+
+def test_llama_vm_service_account_reaches_only_the_bucket_and_the_secret(vm_stack, instance):
+    settings = example_settings()
+    (sa_id,) = resources(vm_stack, "google_service_account")
+    assert instance["service_account"]["email"] == f"${{google_service_account.{sa_id}.email}}"
+    bucket_grant = only(vm_stack, "google_storage_bucket_iam_member")
+    secret_grant = only(vm_stack, "google_secret_manager_secret_iam_member")
+    assert bucket_grant["bucket"] == settings.gcs_bucket
+    assert (secret_grant["secret_id"], secret_grant["role"]) == (settings.hf_token_secret,
+                                                                 "roles/secretmanager.secretAccessor")
+    assert resources(vm_stack, "google_project_iam_member") == {}
+    # The startup script reads the secret at once: the grants exist before the VM does.
+    assert sorted(instance["depends_on"]) == sorted([
+        f"google_storage_bucket_iam_member.{next(iter(resources(vm_stack, 'google_storage_bucket_iam_member')))}",
+        "google_secret_manager_secret_iam_member."
+        f"{next(iter(resources(vm_stack, 'google_secret_manager_secret_iam_member')))}",
+    ])
+
+
+def test_llama_vm_startup_script_is_the_one_jobs_renders(instance):
+    expected = render_startup_script(all_recipes()[STACK], example_settings())
+    assert instance["metadata"]["startup-script"] == expected
+    assert instance["metadata"]["enable-oslogin"] == "TRUE"
+
+
+def test_llama_vm_outputs_say_how_to_reach_it(vm_stack):
+    settings = example_settings()
+    got = outputs(vm_stack)
+    assert got["vm_name"] == settings.vm_name
+    assert got["vm_zone"] == settings.zone
+    assert got["ssh_command"] == (
+        f"gcloud compute ssh {settings.vm_name} --zone={settings.zone} --project={settings.project} "
+        "--tunnel-through-iap"
+    )
+    assert got["bucket"] == f"gs://{settings.gcs_bucket}"
