@@ -17,6 +17,7 @@ from typing import Optional
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from recipes import STEPS, Recipe, Settings, UserError, all_recipes, get_recipe, load_settings
@@ -26,6 +27,7 @@ from scripts.retry import RetryPolicy
 
 POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
 RETRY_DELAY_ENV = "TPU_RL_RETRY_BASE_SECONDS"  # first backoff delay of API retries (default 1)
+REQUEST_TIMEOUT_ENV = "TPU_RL_REQUEST_TIMEOUT_SECONDS"  # per Kubernetes API request (default 30)
 
 app = typer.Typer(help=f"GRPO post-training with MaxText on Cloud TPU v6e. {EXIT_CODES_HELP}",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -91,7 +93,8 @@ def make_session(recipe: Recipe, settings: Settings):
     """The one place a pipeline Session is built (tests replace sleeps through the env knobs above)."""
     from scripts.pipeline import Session
 
-    policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0))
+    policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0),
+                         request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0))
     return Session(recipe, settings, Clients(settings), console=_console(), policy=policy,
                    poll_interval=_float_env(POLL_ENV, 15.0), sleep=policy.sleep,
                    confirm=(lambda question: typer.confirm(question, default=False)) if sys.stdin.isatty() else None)
@@ -136,8 +139,10 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
     for column in ("recipe", "platform", "chips", "hosts", "machine type", "image / pip", "MaxText", "$/h"):
         table.add_column(column)
     for item in facts:
-        table.add_row(item["name"], item["platform"], str(item["chips"]), str(item["hosts"]), item["machine_type"],
-                      item["image"] or item["pip"], item["maxtext_version"], item["hourly_estimate"])
+        image = item["image"].rsplit("/", 1)[-1] if item["image"] else item["pip"]  # full reference in --json
+        table.add_row(*(escape(str(cell)) for cell in (
+            item["name"], item["platform"], item["chips"], item["hosts"], item["machine_type"], image,
+            item["maxtext_version"], item["hourly_estimate"])))
     _console().print(table)
 
 
@@ -238,7 +243,7 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     for column in ("step", "job", "state", "pods", "output"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row.step, row.where, row.state, row.pods, row.output)
+        table.add_row(*(escape(cell) for cell in (row.step, row.where, row.state, row.pods, row.output)))
     session.console.print(table)
 
 

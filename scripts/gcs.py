@@ -57,8 +57,7 @@ def missing_outputs(storage, paths: ArtifactPaths, step: str) -> list[Requiremen
         raise
 
 
-def read_text_objects(storage, prefix_url: str) -> dict[str, str]:
-    """Small objects under a prefix by their name relative to it (progress markers)."""
+def object_names(storage, prefix_url: str) -> list[str]:
+    """Names of the objects under a prefix, relative to it (progress markers)."""
     bucket, prefix = split_gs_url(prefix_url)
-    return {blob.name[len(prefix):]: blob.download_as_text()
-            for blob in storage.list_blobs(bucket, prefix=prefix)}
+    return [blob.name[len(prefix):] for blob in storage.list_blobs(bucket, prefix=prefix)]

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Callable, Iterable
 
 from rich.console import Console
+from rich.markup import escape
 
 from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
 from jobs.paths import ArtifactPaths
@@ -174,7 +175,10 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[str, ...],
 def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_logs: bool) -> None:
     console = session.console
     jobs = step_jobs(session.recipe, session.settings)
-    actions = plan_gke(session, jobs, steps, replace)
+    try:
+        actions = plan_gke(session, jobs, steps, replace)
+    except ApiError as error:
+        raise ApiError(f"{error}; nothing was submitted") from None
     if any(action.kind in ("submit", "replace") for action in actions):
         token = hf_token.read_token(session.clients.secrets(), session.settings)
         session.cluster.ensure_secret(HF_TOKEN_K8S_SECRET, HF_TOKEN_ENV, token)
@@ -187,7 +191,7 @@ def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_l
             console.print(f"[green]✓[/] {action.step}: {action.why}, skipping")
             continue
         if action.kind == "replace":
-            console.print(f"{action.step}: deleting {action.why.split(' from ')[0]} (--replace)")
+            console.print(f"{action.step}: deleting {escape(action.why)} (--replace)")
             session.cluster.delete_jobset(job.name)
         if action.kind in ("submit", "replace"):
             session.cluster.create_jobset(job.manifest)
@@ -239,7 +243,7 @@ class LogFollower(threading.Thread):
                 since = int(time.monotonic() - last_line_at) + 1 if last_line_at else None
                 for line in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER, since):
                     last_line_at = time.monotonic()
-                    self.session.console.print(f"[dim]{self.job.step}|[/] {line}", markup=True, highlight=False)
+                    self.session.console.print(f"[dim]{self.job.step}|[/] {escape(line)}", highlight=False)
                     if self.stop.is_set():
                         return
             except Exception:  # a dropped stream is not fatal; the main loop reports cluster trouble
@@ -273,7 +277,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
                 for problem in (p for pod in pods for p in pod_problems(pod)):
                     if problem not in problems:
                         problems.append(problem)
-                        console.print(f"[yellow]![/] {job.step}: {problem}")
+                        console.print(f"[yellow]![/] {job.step}: {escape(problem)}")
                 counts = pod_counts(pods)
                 summary = (f"{job.step}: {state.phase}, pods {counts.scheduled}/{job.expected_pods} scheduled, "
                            f"{counts.ready}/{job.expected_pods} ready")

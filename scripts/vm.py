@@ -3,6 +3,7 @@ and the serial console, and verifies each step's output like on GKE."""
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from google.api_core import exceptions as gexc
@@ -15,16 +16,22 @@ from scripts.pipeline import Session, StepStatus, describe_missing, verify_outpu
 STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING"}
 
 
-def marker_states(markers: dict[str, str]) -> dict[str, str]:
-    """Marker object names -> step states: '<step>' or '<step>.done' = done, '<step>.failed' = failed,
-    '<step>.started' = running."""
-    states: dict[str, str] = {}
-    for name in markers:
-        step, _, kind = name.rsplit("/", 1)[-1].partition(".")
-        kind = kind or "done"
-        if kind in ("done", "failed", "started"):
-            if states.get(step) not in ("done", "failed"):
-                states[step] = {"done": "done", "failed": "failed", "started": "running"}[kind]
+# The startup script (jobs/vm.py) writes `<step>.done` under paths.progress after a step succeeded and
+# logs "tpu-rl: <time> <step>: starting"; the guest agent reports a failed script on the serial console.
+SCRIPT_FAILED = re.compile(r"(?i)startup-script.*(?:exit status [1-9]|failed with error|return code [1-9])")
+
+
+def step_states(markers: Iterable[str], console_text: str) -> dict[str, str]:
+    """Each step's state from the marker names (relative to paths.progress) and the console so far."""
+    done = {name.rsplit("/", 1)[-1].removesuffix(".done") for name in markers if name.endswith(".done")}
+    states = {}
+    for step in STEPS:
+        if step in done:
+            states[step] = "done"
+        elif f" {step}: starting" in console_text:
+            states[step] = "failed" if SCRIPT_FAILED.search(console_text.split(f" {step}: starting", 1)[1]) else "running"
+        else:
+            states[step] = "waiting"
     return states
 
 
@@ -61,12 +68,14 @@ def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool) -> No
         console.print("[green]done[/]: every step's output is verified")
         return
     serial = SerialReader(session)
+    console_text = ""
     last_console_line = ""
     reported: dict[str, str] = {}
     try:
         while pending:
-            states = marker_states(gcs.read_text_objects(session.clients.storage(), paths.progress))
             text = serial.new_text()
+            console_text += text
+            states = step_states(gcs.object_names(session.clients.storage(), paths.progress), console_text)
             lines = [line for line in text.splitlines() if line.strip()]
             if lines:
                 last_console_line = lines[-1]
@@ -79,9 +88,10 @@ def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool) -> No
                     console.print(f"{step}: {state}")
                     reported[step] = state
                 if state == "failed":
-                    raise StepFailed(f"step {step} failed on TPU VM {session.settings.vm_name} (marker "
-                                     f"{paths.progress}{step}.failed); last console line: {last_console_line[:200]!r}. "
-                                     f"Logs: {session.logs_hint(step)}")
+                    raise StepFailed(
+                        f"step {step} failed on TPU VM {session.settings.vm_name} (the startup script stopped "
+                        f"before writing {paths.progress}{step}.done); last console line: "
+                        f"{last_console_line[:200]!r}. Logs: {session.logs_hint(step)}")
                 if state != "done":
                     break
                 pending.remove(step)
@@ -102,7 +112,8 @@ def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool) -> No
 
 def status_vm(session: Session) -> list[StepStatus]:
     instance = _instance(session)
-    states = marker_states(gcs.read_text_objects(session.clients.storage(), session.paths.progress))
+    states = step_states(gcs.object_names(session.clients.storage(), session.paths.progress),
+                         SerialReader(session).new_text())
     rows = []
     for step in STEPS:
         missing = session.missing(step)

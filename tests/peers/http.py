@@ -16,7 +16,8 @@ class Fault:
 
     status: an HTTP code, "timeout" (answer after `delay` seconds, past the client's timeout) or "drop"
     (close the connection without an answer). With `apply` the request is carried out first, so the
-    client sees an error for something that happened (the ambiguous create).
+    client sees an error for something that happened (the ambiguous create). The first `after` matching
+    requests pass untouched.
     """
 
     method: str
@@ -26,7 +27,9 @@ class Fault:
     apply: bool = False
     delay: float = 2.0
     headers: dict | None = None
+    after: int = 0  # let this many matching requests through first
     hits: int = 0
+    seen: int = 0
 
 
 @dataclass
@@ -75,8 +78,18 @@ class PeerServer:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address) -> None:
+                # Connections a fault dropped or a client abandoned end here; keep them off stderr
+                # (CliRunner captures it) but keep them for a test that wants to look.
+                import sys
+
+                peer.errors.append(sys.exc_info()[1])
+
+        self.errors: list[BaseException] = []
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
@@ -95,6 +108,9 @@ class PeerServer:
     def _take_fault(self, method: str, path: str) -> Fault | None:
         for fault in self.faults:
             if fault.method == method and fault.path in path and fault.hits < fault.times:
+                fault.seen += 1
+                if fault.seen <= fault.after:
+                    continue
                 fault.hits += 1
                 return fault
         return None

@@ -1,0 +1,246 @@
+"""Failure drills for `tpu-rl run` (issue 5): flaky API, job failures, interruption, missing output,
+stale runs. All against the local Kubernetes API peer, the GCS emulator and Secret Manager peer."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import scripts.cli
+from peers.fixtures import cloud, gcs, gcs_server, google, kube, put_step_output, settings_env  # noqa: F401
+from peers.http import Fault
+from recipes import get_recipe
+from scripts.cli import app
+from scripts.outcome import ExitCode
+
+RECIPE = "qwen3-v6e32"
+runner = CliRunner()
+
+
+def tpu_rl(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def name(step: str) -> str:
+    return f"{RECIPE}-{step}"
+
+
+def succeed_writing_output(cloud, step: str, **plan):
+    recipe = get_recipe(RECIPE)
+    cloud["kube"].plan(name(step), on_success=lambda: put_step_output(cloud["gcs"], recipe, step), **plan)
+
+
+def with_convert_done(cloud):
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+
+
+def error_line(result) -> str:
+    lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+# -- flaky or failing API -------------------------------------------------------------------------
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_transient_errors_on_get_and_list_are_retried_and_the_run_succeeds(cloud, status):
+    with_convert_done(cloud)
+    succeed_writing_output(cloud, "train")
+    kube = cloud["kube"]
+    kube.faults += [Fault("GET", f"/jobsets/{name('train')}", status, times=2),
+                    Fault("GET", "/pods", status, times=2)]
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == 0, result.output
+    assert kube.created == [name("train")]
+    assert all(fault.hits == 2 for fault in kube.faults)
+
+
+def test_throttled_create_is_retried_once_accepted(cloud):
+    with_convert_done(cloud)
+    succeed_writing_output(cloud, "train")
+    cloud["kube"].faults.append(Fault("POST", "/jobsets", 429, times=2, headers={"Retry-After": "0"}))
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == 0, result.output
+    assert cloud["kube"].created == [name("train")]
+
+
+def test_create_that_happened_but_answered_500_is_not_submitted_twice(cloud):
+    with_convert_done(cloud)
+    succeed_writing_output(cloud, "train")
+    cloud["kube"].faults.append(Fault("POST", "/jobsets", 500, apply=True))
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == 0, result.output
+    assert cloud["kube"].created == [name("train")]  # the retry met our own JobSet (409) and adopted it
+
+
+def test_create_that_timed_out_is_adopted_not_duplicated(cloud, monkeypatch):
+    monkeypatch.setenv("TPU_RL_REQUEST_TIMEOUT_SECONDS", "0.3")
+    with_convert_done(cloud)
+    succeed_writing_output(cloud, "train")
+    cloud["kube"].faults.append(Fault("POST", "/jobsets", "timeout", delay=0.8))
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == 0, result.output
+    assert cloud["kube"].created == [name("train")]
+
+
+def test_get_that_times_out_is_retried(cloud, monkeypatch):
+    monkeypatch.setenv("TPU_RL_REQUEST_TIMEOUT_SECONDS", "0.3")
+    with_convert_done(cloud)
+    succeed_writing_output(cloud, "train")
+    cloud["kube"].faults.append(Fault("GET", f"/jobsets/{name('train')}", "timeout", delay=0.8, times=2))
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == 0, result.output
+
+
+def test_a_create_rejected_by_the_server_is_reported_without_retrying(cloud):
+    with_convert_done(cloud)
+    cloud["kube"].faults.append(Fault("POST", "/jobsets", 422, times=5))
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == ExitCode.API_ERROR
+    assert "rejected with HTTP 422" in error_line(result)
+    assert cloud["kube"].faults[0].hits == 1
+
+
+def test_an_api_that_keeps_failing_gives_up_after_the_limit_with_a_reattach_hint(cloud):
+    with_convert_done(cloud)
+    cloud["kube"].plan(name("train"), outcome="hang")
+    cloud["kube"].faults.append(Fault("GET", f"/jobsets/{name('train')}", 503, times=10_000, after=1))
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == ExitCode.API_ERROR
+    line = error_line(result)
+    assert "failed 6 times" in line and "HTTP 503" in line
+    assert f"keeps running: rerun `tpu-rl run {RECIPE} --steps train` to reattach" in line
+    assert cloud["kube"].faults[0].hits == 6
+
+
+def test_an_api_failing_before_submission_says_nothing_was_submitted(cloud):
+    with_convert_done(cloud)
+    cloud["kube"].faults.append(Fault("GET", f"/jobsets/{name('train')}", 500, times=10_000))
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == ExitCode.API_ERROR
+    assert "nothing was submitted" in error_line(result)
+    assert cloud["kube"].created == []
+
+
+# -- job failures -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("outcome, expected", [
+    ("oom", "container workload-container OOMKilled (exit code 137)"),
+    ("evicted", "Evicted: The node was low on resource: memory."),
+    ("preempted", "disrupted (PreemptionByScheduler)"),
+    ("fail", "Error (exit code 1)"),
+])
+def test_a_failed_step_says_which_why_and_how_to_see_logs(cloud, outcome, expected):
+    with_convert_done(cloud)
+    cloud["kube"].plan(name("train"), outcome=outcome)
+    result = tpu_rl("run", RECIPE)
+    assert result.exit_code == ExitCode.JOB_FAILED
+    line = error_line(result)
+    assert line.startswith("error: step train failed: JobSet qwen3-v6e32-train FailedJobs")
+    assert expected in line
+    assert f"tpu-rl logs {RECIPE} train" in line and "kubectl logs -l" in line
+    assert name("export") not in cloud["kube"].created
+
+
+# -- interruption ---------------------------------------------------------------------------------
+def _interrupt_while_waiting(monkeypatch):
+    real = scripts.cli.make_session
+
+    def make_session(*args, **kwargs):
+        session = real(*args, **kwargs)
+
+        def sleep(seconds):
+            raise KeyboardInterrupt
+
+        session.sleep = sleep
+        return session
+
+    monkeypatch.setattr(scripts.cli, "make_session", make_session)
+
+
+def test_ctrl_c_leaves_the_jobset_running_and_says_how_to_reattach(cloud, monkeypatch):
+    with_convert_done(cloud)
+    cloud["kube"].plan(name("train"), outcome="hang")
+    _interrupt_while_waiting(monkeypatch)
+    result = tpu_rl("run", RECIPE)
+    assert result.exit_code == ExitCode.INTERRUPTED
+    line = error_line(result)
+    assert "keeps running" in line and f"tpu-rl run {RECIPE} --steps train,export" in line
+    assert name("train") in cloud["kube"].jobsets and not cloud["kube"].deleted
+
+
+def test_rerun_after_interruption_reattaches_instead_of_submitting_a_duplicate(cloud, monkeypatch):
+    with_convert_done(cloud)
+    cloud["kube"].plan(name("train"), outcome="hang")
+    with monkeypatch.context() as patch:
+        _interrupt_while_waiting(patch)
+        assert tpu_rl("run", RECIPE, "--steps", "train").exit_code == ExitCode.INTERRUPTED
+    succeed_writing_output(cloud, "train")  # the job goes on and finishes
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == 0, result.output
+    assert "reattaching" in result.output
+    assert cloud["kube"].created == [name("train")]
+
+
+def test_rerun_after_a_dropped_connection_reattaches(cloud):
+    with_convert_done(cloud)
+    kube = cloud["kube"]
+    kube.plan(name("train"), outcome="hang")
+    # The planning look-up passes; every GET while waiting loses its connection.
+    kube.faults.append(Fault("GET", f"/jobsets/{name('train')}", "drop", times=10_000, after=1))
+    dropped = tpu_rl("run", RECIPE, "--steps", "train")
+    assert dropped.exit_code == ExitCode.API_ERROR
+    assert "lost contact with the cluster" in error_line(dropped)
+    kube.faults.clear()
+    succeed_writing_output(cloud, "train")
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == 0, result.output
+    assert kube.created == [name("train")]
+
+
+# -- missing output -------------------------------------------------------------------------------
+def test_success_without_output_stops_before_the_next_step_and_says_where(cloud):
+    cloud["kube"].plan(name("convert"))  # succeeds but writes nothing
+    result = tpu_rl("run", RECIPE)
+    assert result.exit_code == ExitCode.OUTPUT_MISSING
+    line = error_line(result)
+    assert "convert reported success but its output is missing" in line
+    assert "gs://rl-test-artifacts/qwen3-30b-a3b/max-text-format/0/items/" in line
+    assert "train was not started" in line
+    assert cloud["kube"].created == [name("convert")]
+
+
+# -- stale runs -----------------------------------------------------------------------------------
+def _manifest(step: str) -> dict:
+    from jobs import render_manifests
+    from peers.fixtures import test_settings
+
+    return render_manifests(get_recipe(RECIPE), test_settings())[step]
+
+
+def test_a_succeeded_jobset_with_verified_output_is_reused(cloud):
+    cloud["kube"].put_jobset(_manifest("convert"), "succeeded")
+    with_convert_done(cloud)
+    result = tpu_rl("run", RECIPE, "--steps", "convert")
+    assert result.exit_code == 0, result.output
+    assert "output verified (JobSet qwen3-v6e32-convert succeeded)" in result.output
+    assert cloud["kube"].created == [] and cloud["kube"].deleted == []
+
+
+@pytest.mark.parametrize("phase", ["failed", "succeeded"])
+def test_a_finished_jobset_without_output_is_not_replaced_silently(cloud, phase):
+    cloud["kube"].put_jobset(_manifest("convert"), phase)
+    result = tpu_rl("run", RECIPE)
+    assert result.exit_code == ExitCode.BAD_INPUT
+    line = error_line(result)
+    assert f"JobSet qwen3-v6e32-convert from an earlier run {phase}" in line and "--replace" in line
+    assert cloud["kube"].created == [] and cloud["kube"].deleted == []
+    assert "tpu-rl-hf-token" not in cloud["kube"].secrets  # nothing done before the decision
+
+
+def test_replace_deletes_the_failed_jobset_and_submits_again(cloud):
+    cloud["kube"].put_jobset(_manifest("convert"), "failed")
+    succeed_writing_output(cloud, "convert")
+    result = tpu_rl("run", RECIPE, "--steps", "convert", "--replace")
+    assert result.exit_code == 0, result.output
+    assert cloud["kube"].deleted == [name("convert")]
+    assert cloud["kube"].created == [name("convert")]
