@@ -29,6 +29,8 @@ def build_app(outdir: str | Path | None = None, *, recipes: Mapping[str, Recipe]
     """Compose every stack. Without arguments: the recipe table and the current settings (or example)."""
     recipes = all_recipes() if recipes is None else recipes
     settings = load_settings(allow_example=True) if settings is None else settings
+    for recipe in recipes.values():  # every rule checked before anything is written
+        settings.for_recipe(recipe)
     app = App(outdir=str(outdir)) if outdir is not None else App()
     ArtifactsStack(app, settings)
     for recipe in recipes.values():
