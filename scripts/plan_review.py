@@ -22,6 +22,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from recipes import conventions
 from recipes.cost import RunEstimate, CostBreakdown, hourly_estimate, load_prices, pipeline_run_estimate, usd
 from recipes.errors import UserError
@@ -63,18 +65,48 @@ def _is_scalar(value: object) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
+def _object_name(item: object) -> str | None:
+    if not isinstance(item, dict):
+        return None
+    if isinstance(item.get("name"), str):
+        return item["name"]
+    metadata = item.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("name"), str):  # a Kubernetes object
+        return f"{item.get('kind', '')}/{metadata['name']}".lstrip("/")
+    return None
+
+
 def _list_keys(items: list) -> list[str]:
-    """Lists of named objects (containers, env, replicatedJobs) are keyed by name, others by index."""
-    names = [item.get("name") for item in items if isinstance(item, dict)]
-    if len(names) == len(items) and all(isinstance(n, str) for n in names) and len(set(names)) == len(names):
+    """Lists of named objects (containers, env, replicatedJobs, Kubernetes objects) are keyed by name,
+    others by index."""
+    names = [_object_name(item) for item in items]
+    if all(names) and len(set(names)) == len(names):
         return [f"[{name}]" for name in names]
     return [f".{index}" for index in range(len(items))]
 
 
+def _structured(value: object) -> dict | list | None:
+    """JSON or YAML embedded in a string (Helm values, Kubernetes manifests), parsed; None otherwise."""
+    if not isinstance(value, str) or ("\n" not in value and not value.lstrip().startswith(("{", "["))):
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return None
+    return parsed if isinstance(parsed, (dict, list)) and parsed else None
+
+
 def flatten(value: object, path: str = "") -> dict[str, Leaf]:
     """Nested JSON to dotted paths, e.g. {"placement_policy": {"tpu_topology": "4x8"}} ->
-    {"placement_policy.tpu_topology": "4x8"}. Lists of scalars stay whole (they diff as sets of
-    arguments); keys starting with "//" (cdktf metadata) are dropped."""
+    {"placement_policy.tpu_topology": "4x8"}. JSON or YAML inside strings is flattened too. Lists of
+    plain scalars stay whole (they diff as sets of arguments); keys starting with "//" (cdktf metadata)
+    are dropped."""
+    parsed = _structured(value)
+    if parsed is not None:
+        return flatten(parsed, path)
     if isinstance(value, dict) and value:
         flat: dict[str, Leaf] = {}
         for key, child in value.items():
@@ -82,7 +114,7 @@ def flatten(value: object, path: str = "") -> dict[str, Leaf]:
                 continue
             flat.update(flatten(child, f"{path}.{key}" if path else str(key)))
         return flat
-    if isinstance(value, list) and value and not all(_is_scalar(item) for item in value):
+    if isinstance(value, list) and value and not all(_is_scalar(i) and _structured(i) is None for i in value):
         flat = {}
         for key, child in zip(_list_keys(value), value):
             flat.update(flatten(child, f"{path}{key}" if path else key.lstrip(".")))
@@ -104,8 +136,10 @@ _KEY_VALUE = re.compile(r"^(-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)=(.*)$", re.DOTALL)
 
 
 def _tokens(value: Leaf) -> list[str]:
+    """Shell words of a script, or of each item of an argument list (a whole key=value item is one word)."""
     if isinstance(value, list):
-        return [str(item) for item in value]
+        return [token for item in value for token in
+                ([str(item)] if _KEY_VALUE.match(str(item)) or not str(item).split() else _tokens(str(item)))]
     try:
         return shlex.split(str(value))
     except ValueError:  # unbalanced quotes in a script: fall back to whitespace
@@ -440,7 +474,10 @@ def _populate_working_tree(repo: Path, tree: Path) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_symlink() or target.exists():
                 target.unlink()
-            shutil.copy2(source, target, follow_symlinks=False)
+            try:
+                shutil.copy2(source, target, follow_symlinks=False)
+            except FileNotFoundError:  # deleted while we copied: the review shows the tree without it
+                continue
         elif target.is_file() and name in tracked:  # deleted in the checkout
             target.unlink()
     user_config = tree / "tpu-rl.toml"  # personal settings never enter a review; both sides use the example
@@ -514,6 +551,8 @@ def _side(trees: _Worktrees, name: str, commit: str, label: str, repo: Path | No
 class Review:
     markdown: str
     changed_stacks: tuple[str, ...]  # stacks whose synthesized configuration differs (for `terraform plan`)
+    before: Side
+    after: Side
 
 
 def compare(before: Side, after: Side, base_label: str) -> str:
@@ -530,13 +569,13 @@ def compare_sides(before: Side, after: Side, base_label: str) -> Review:
     costs_differ = _cost_signature(before.costs) != _cost_signature(after.costs)
     if not stack_diffs and not step_diffs and not notes and not costs_differ:
         return Review(f"No changes: the stacks, manifests and cost estimates at {base_label} and in the working tree "
-                      "are the same.", ())
+                      "are the same.", (), before, after)
     lines = [f"## Plan review: {base_label} → working tree", "",
              "Both sides built with the example settings, each by its own code.", ""]
     lines += render_stacks(stack_diffs)
     lines += render_manifests(step_diffs, notes)
     lines += render_costs(stacks, before.costs, after.costs)
-    return Review("\n".join(lines).rstrip() + "\n", changed_stacks)
+    return Review("\n".join(lines).rstrip() + "\n", changed_stacks, before, after)
 
 
 def _cost_signature(costs: dict[str, StackCost] | str) -> object:

@@ -1,0 +1,322 @@
+"""`tpu-rl plan-review` end to end on fixture git repositories, two commits each.
+
+Each fixture is a fresh repository holding a copy of this project; the second commit changes the recipe
+table. The review synthesizes both sides with their own code, so it is slow (a synth of all stacks per
+side): every distinct tree is built once per session (scripts.plan_review caches sides by tree hash) and
+the cases share trees where they can (the removed slice is the added slice, reversed).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from recipes import build_recipes, conventions
+from recipes.cost import hourly_estimate, pipeline_run_estimate
+from recipes.errors import UserError
+from scripts import plan_review as pr
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = "recipes/recipes.toml"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _project_files() -> list[str]:
+    listed = _git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0")
+    return [name for name in listed if name and (ROOT / name).is_file()]
+
+
+def _replace_in_recipe(text: str, recipe: str, old: str, new: str) -> str:
+    """Replace `old` once inside the tables of one recipe ([recipes.<recipe>] and its sub-tables)."""
+    start = text.index(f"[recipes.{recipe}]")
+    end = text.find("\n[recipes.", text.find("\n# ----", start))
+    end = len(text) if end == -1 else end
+    section = text[start:end]
+    assert section.count(old) == 1, f"{old!r} is not unique in recipe {recipe}"
+    return text[:start] + section.replace(old, new) + text[end:]
+
+
+def _edit(repo: Path, recipe: str, old: str, new: str) -> None:
+    path = repo / RECIPES
+    path.write_text(_replace_in_recipe(path.read_text(), recipe, old, new))
+
+
+class Fixtures:
+    """Fixture repos made from one snapshot of the project (the checkout may change while tests run)."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.snapshot = base / "snapshot"
+        for file in _project_files():
+            target = self.snapshot / file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copy2(ROOT / file, target)
+            except FileNotFoundError:  # removed from the checkout since it was listed
+                continue
+
+    def repo(self, name: str, before=None, after=None) -> Path:
+        """A repo with two commits: the project (+ `before`), then `after` (default: a README edit)."""
+        repo = self.base / name
+        shutil.copytree(self.snapshot, repo)
+        _git(repo, "init", "-q", "-b", "main")
+        _git(repo, "config", "user.email", "review@example.invalid")
+        _git(repo, "config", "user.name", "plan review test")
+        _git(repo, "config", "commit.gpgsign", "false")
+        if before:
+            before(repo)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", "base")
+        if after:
+            after(repo)
+        else:
+            (repo / "README.md").write_text((repo / "README.md").read_text() + "\nA documentation change.\n")
+        _git(repo, "commit", "-q", "-am", "change")
+        return repo
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory) -> Fixtures:
+    if not (ROOT / "stacks" / "app.py").is_file():
+        pytest.fail("stacks/app.py is missing: the plan review synthesizes the stacks")
+    return Fixtures(tmp_path_factory.mktemp("plan-review"))
+
+
+def _topology(repo: Path) -> None:
+    _edit(repo, "qwen3-v6e32", 'topology = "4x8"', 'topology = "8x8"')
+
+
+def _two_slices(repo: Path) -> None:
+    _edit(repo, "qwen3-v6e32", "slices = 1", "slices = 2")
+
+
+def _one_slice(repo: Path) -> None:
+    _edit(repo, "qwen3-v6e32", "slices = 2", "slices = 1")
+
+
+def _spot(repo: Path) -> None:
+    _edit(repo, "qwen3-v6e32", 'capacity = "reservation"', 'capacity = "spot"')
+
+
+def _learning_rate(repo: Path) -> None:
+    _edit(repo, "qwen3-v6e32", '"learning_rate=2e-5"', '"learning_rate=1e-5"')
+
+
+CASES = {
+    "topology": (None, _topology),
+    "added slice": (None, _two_slices),
+    "removed slice": (_two_slices, _one_slice),  # the same two trees as "added slice": built once
+    "spot": (None, _spot),
+    "rl argument": (None, _learning_rate),
+    "no change": (None, None),
+}
+
+
+@pytest.fixture(scope="module")
+def repos(fixtures: Fixtures) -> dict[str, Path]:
+    return {name: fixtures.repo(name.replace(" ", "-"), *edits) for name, edits in CASES.items()}
+
+
+@pytest.fixture(scope="module")
+def reviews(repos: dict[str, Path]) -> dict[str, pr.Review]:
+    return {name: pr.review("HEAD~1", repo) for name, repo in repos.items()}
+
+
+def _section(markdown: str, heading: str) -> list[str]:
+    lines = markdown.splitlines()
+    start = lines.index(heading) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("### ")), len(lines))
+    return [line for line in lines[start:end] if line]
+
+
+def _address(stack: dict, kind: str, predicate) -> str:
+    """The resource address (type.id) of the one `kind` resource whose body satisfies `predicate`."""
+    (name,) = [name for name, body in stack["resource"][kind].items() if predicate(body)]
+    return f"{kind}.{name}"
+
+
+def _tpu_pool(side: pr.Side, slice_index: int) -> str:
+    return _address(side.stacks["qwen3-v6e32"], "google_container_node_pool",
+                    lambda body: body["name"] == conventions.tpu_pool_name(slice_index))
+
+
+def _queues(side: pr.Side) -> str:
+    return _address(side.stacks["qwen3-v6e32"], "helm_release", lambda body: "ClusterQueue" in json.dumps(body))
+
+
+QUOTA = "values.0.manifests[ClusterQueue/tpu-rl].spec.resourceGroups.0.flavors[tpu].resources"
+HEAD = "spec.replicatedJobs[pathways-head].template.spec.template.spec"
+WORKER = "spec.replicatedJobs[worker].template.spec"
+
+
+def _cost_row(repo: Path, stack: str) -> str:
+    """The cost row computed independently from the fixture's recipe table at HEAD~1 and HEAD."""
+    cells = []
+    for rev in ("HEAD~1", "HEAD"):
+        recipe = build_recipes(tomllib.loads(_git(repo, "show", f"{rev}:{RECIPES}")))[stack]
+        cells.append((hourly_estimate(recipe), pipeline_run_estimate(recipe)))
+    (old, old_run), (new, new_run) = cells
+    delta = new.total - old.total
+    change = "no change" if abs(delta) < 0.005 else f"{'+' if delta > 0 else '−'}${abs(delta):,.2f}/h"
+    return f"| `{stack}` | {old.summary()} | {new.summary()} | {change} | {old_run.summary()} | {new_run.summary()} |"
+
+
+def test_no_change_is_one_line(reviews):
+    review = reviews["no change"]
+    assert review.markdown.startswith("No changes: the stacks, manifests and cost estimates at HEAD~1 (")
+    assert review.markdown.endswith(") and in the working tree are the same.")
+    assert review.changed_stacks == ()
+
+
+def test_review_has_a_title_and_the_three_sections_in_order(reviews):
+    lines = reviews["topology"].markdown.splitlines()
+    assert lines[0].startswith("## Plan review: HEAD~1 (") and lines[0].endswith(") → working tree")
+    headings = [line for line in lines if line.startswith("### ")]
+    assert headings == ["### Stacks", "### Manifests", "### Cost (estimates)"]
+
+
+def test_topology_change_shows_pool_quota_manifest_and_cost(reviews, repos):
+    review = reviews["topology"]
+    assert _section(review.markdown, "### Stacks") == [
+        "#### `qwen3-v6e32`",
+        f"- changed `{_tpu_pool(review.after, 0)}`: node_count 8 → 16, placement_policy.tpu_topology 4x8 → 8x8",
+        f"- changed `{_queues(review.after)}`: {QUOTA}[cpu].nominalQuota 1440 → 2880, "
+        f"{QUOTA}[google.com/tpu].nominalQuota 32 → 64, {QUOTA}[memory].nominalQuota 5760Gi → 11520Gi, "
+        "values.0.manifests[ResourceFlavor/tpu].spec.nodeLabels.cloud.google.com/gke-tpu-topology 4x8 → 8x8",
+    ]
+    assert _section(review.markdown, "### Manifests") == [
+        "#### `qwen3-v6e32` train",
+        f"- `{HEAD}.initContainers[pathways-rm].args`: --instance_type tpuv6e:4x8 → tpuv6e:8x8",
+        f"- `{WORKER}.backoffLimit`: 32 → 64",
+        f"- `{WORKER}.completions`: 8 → 16",
+        f"- `{WORKER}.parallelism`: 8 → 16",
+        f"- `{WORKER}.template.spec.nodeSelector.cloud.google.com/gke-tpu-topology`: 4x8 → 8x8",
+    ]
+    assert _cost_row(repos["topology"], "qwen3-v6e32") in _section(review.markdown, "### Cost (estimates)")
+    assert review.changed_stacks == ("qwen3-v6e32",)
+
+
+def test_added_slice_adds_a_tpu_pool_and_a_pathways_slice(reviews, repos):
+    review = reviews["added slice"]
+    assert _section(review.markdown, "### Stacks") == [
+        "#### `qwen3-v6e32`",
+        f"- changed `{_queues(review.after)}`: {QUOTA}[cpu].nominalQuota 1440 → 2880, "
+        f"{QUOTA}[google.com/tpu].nominalQuota 32 → 64, {QUOTA}[memory].nominalQuota 5760Gi → 11520Gi",
+        f"- added `{_tpu_pool(review.after, 1)}`",
+    ]
+    assert _section(review.markdown, "### Manifests") == [
+        "#### `qwen3-v6e32` train",
+        f"- `{HEAD}.initContainers[pathways-rm].args`: --instance_count 1 → 2",
+        "- `spec.replicatedJobs[worker].replicas`: 1 → 2",
+        f"- `{WORKER}.template.spec.containers[pathways-worker].env[MEGASCALE_NUM_SLICES].value`: 1 → 2",
+    ]
+    row = _cost_row(repos["added slice"], "qwen3-v6e32")
+    assert row in _section(review.markdown, "### Cost (estimates)") and "| +$" in row
+
+
+def test_removed_slice_removes_the_second_tpu_pool(reviews, repos):
+    review = reviews["removed slice"]
+    stacks = _section(review.markdown, "### Stacks")
+    assert stacks[0] == "#### `qwen3-v6e32`"
+    assert stacks[-1] == f"- removed `{_tpu_pool(review.before, 1)}`"
+    assert f"{QUOTA}[google.com/tpu].nominalQuota 64 → 32" in stacks[1]
+    row = _cost_row(repos["removed slice"], "qwen3-v6e32")
+    assert row in _section(review.markdown, "### Cost (estimates)") and "| −$" in row
+
+
+def test_capacity_switch_to_spot_drops_the_reservation_and_the_reserved_mark(reviews, repos):
+    review = reviews["spot"]
+    assert _section(review.markdown, "### Stacks") == [
+        "#### `qwen3-v6e32`",
+        f"- changed `{_tpu_pool(review.after, 0)}`: "
+        "node_config.reservation_affinity.consume_reservation_type SPECIFIC_RESERVATION → NO_RESERVATION, "
+        "node_config.reservation_affinity.key compute.googleapis.com/reservation-name → (none), "
+        'node_config.reservation_affinity.values ["tpu-rl-example-reservation"] → (none), '
+        "node_config.spot false → true",
+    ]
+    assert _section(review.markdown, "### Manifests") == ["No manifest changes."]
+    row = _cost_row(repos["spot"], "qwen3-v6e32")
+    assert row in _section(review.markdown, "### Cost (estimates)")
+    before, after = row.split(" | ")[1:3]
+    assert before.endswith("(TPU reserved)") and "reserved" not in after
+
+
+def test_changed_rl_argument_shows_only_that_key_in_the_training_command(reviews):
+    review = reviews["rl argument"]
+    assert _section(review.markdown, "### Stacks") == ["No resource changes."]
+    assert _section(review.markdown, "### Manifests") == [
+        "#### `qwen3-v6e32` train",
+        f"- `{HEAD}.containers[workload-container].command`: learning_rate 2e-5 → 1e-5",
+    ]
+    assert "| `qwen3-v6e32` |" in review.markdown and "+$" not in review.markdown and "−$" not in review.markdown
+    assert review.changed_stacks == ()
+
+
+def test_every_stack_has_a_cost_row_labelled_as_an_estimate(reviews, repos):
+    cost = _section(reviews["topology"].markdown, "### Cost (estimates)")
+    assert cost[0].startswith("Estimates from list prices in recipes/prices.toml (") and "not a quote" in cost[0]
+    for stack in ("gemma4-v6e64", "llama31-v6e8"):
+        assert _cost_row(repos["topology"], stack) in cost
+    assert "| `artifacts` | negligible | negligible | no change | — | — |" in cost
+
+
+def test_the_checkout_is_left_untouched(repos):
+    for repo in repos.values():
+        assert _git(repo, "status", "--porcelain") == ""
+        assert len(_git(repo, "worktree", "list").splitlines()) == 1
+
+
+def test_uncommitted_changes_are_part_of_the_working_tree_side(fixtures):
+    repo = fixtures.repo("uncommitted", None, _learning_rate)  # same trees as "rl argument": no new synth
+    _git(repo, "reset", "-q", "--soft", "HEAD~1")  # the edit is now staged, not committed
+    review = pr.review("HEAD", repo)
+    assert "learning_rate 2e-5 → 1e-5" in review.markdown
+    assert _git(repo, "status", "--porcelain") == f"M  {RECIPES}"
+
+
+def test_system_pool_in_the_stacks_is_what_the_cost_estimate_prices(reviews):
+    stack = reviews["no change"].after.stacks["qwen3-v6e32"]
+    (system,) = [body for body in stack["resource"]["google_container_node_pool"].values()
+                 if body["name"] == "system-np"]
+    assert system["node_config"]["machine_type"] == conventions.SYSTEM_POOL_MACHINE_TYPE
+    assert system["initial_node_count"] == conventions.SYSTEM_POOL_NODES
+
+
+# Bad input: one clear line (UserError), nothing left behind.
+
+def test_unknown_ref_is_one_line(repos):
+    with pytest.raises(UserError, match=r"^unknown ref 'no-such-branch': pass a branch, tag or commit"):
+        pr.review("no-such-branch", repos["no change"])
+
+
+def test_not_a_git_repository_is_one_line(tmp_path):
+    with pytest.raises(UserError, match=r"is not a git repository"):
+        pr.review(None, tmp_path)
+
+
+def test_default_base_without_main_asks_for_a_ref(fixtures):
+    repo = fixtures.repo("no-main")
+    _git(repo, "branch", "-m", "main", "work")
+    with pytest.raises(UserError, match=r"no branch main or origin/main .*--base REF"):
+        pr.review(None, repo)
+
+
+def test_synth_failing_at_one_side_is_one_line_and_leaves_no_worktree(fixtures):
+    def broken_app(repo: Path) -> None:
+        (repo / "stacks" / "app.py").write_text("import sys\nsys.exit('stacks broken on purpose')\n")
+
+    def fixed_app(repo: Path) -> None:
+        shutil.copy2(fixtures.snapshot / "stacks" / "app.py", repo / "stacks" / "app.py")
+
+    repo = fixtures.repo("broken-base", broken_app, fixed_app)
+    with pytest.raises(UserError, match=r"^synth failed at HEAD~1 \([0-9a-f]{10}\): stacks broken on purpose"):
+        pr.review("HEAD~1", repo)
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1
