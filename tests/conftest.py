@@ -23,6 +23,17 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 StackJson = dict[str, Any]
 
+# What a real user exports (valid for every recipe); tests change one variable at a time.
+USER_ENV = {
+    "PROJECT": "my-rl-project",
+    "REGION": "us-east5",
+    "ZONE": "us-east5-b",
+    "CLUSTER_NAME": "rl-cluster",
+    "GCS_BUCKET": "my-rl-artifacts",
+    "RESERVATION": "my-v6e-reservation",
+    "AUTHORIZED_CIDR": "203.0.113.7/32, 198.51.100.0/24",
+}
+
 
 def synthesize(outdir: Path, *, recipes: Mapping[str, Any] | None = None, settings: Any = None) -> dict[str, StackJson]:
     """Synthesize the app into ``outdir``; return the parsed cdk.tf.json of each stack by name."""

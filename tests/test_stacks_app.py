@@ -9,17 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import USER_ENV
 
 REPO = Path(__file__).resolve().parents[1]
-GOOD = {
-    "PROJECT": "my-rl-project",
-    "REGION": "us-east5",
-    "ZONE": "us-east5-b",
-    "CLUSTER_NAME": "rl-cluster",
-    "GCS_BUCKET": "my-rl-artifacts",
-    "RESERVATION": "my-v6e-reservation",
-    "AUTHORIZED_CIDR": "203.0.113.7/32",
-}
+GOOD = USER_ENV
 SETTING_ENVS = [*GOOD, "HF_TOKEN_SECRET", "TPU_NAME", "TF_STATE_BUCKET", "TPU_RL_CONFIG"]
 
 

@@ -1,0 +1,122 @@
+"""Per-user settings: sources, the example fallback, and every rule as a one-line error naming the setting."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import USER_ENV
+
+from recipes import UserError, example_settings, get_recipe, load_settings
+from recipes.settings import EXAMPLE_PROJECT
+
+GOOD = USER_ENV
+
+
+def error_of(env: dict[str, str], **kwargs) -> str:
+    with pytest.raises(UserError) as caught:
+        load_settings(env, **kwargs)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_settings_come_from_the_seeds_environment_variables(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(GOOD)
+    assert (settings.project, settings.region, settings.zone) == ("my-rl-project", "us-east5", "us-east5-b")
+    assert settings.cluster_name == "rl-cluster"
+    assert settings.gcs_bucket == "my-rl-artifacts"
+    assert settings.authorized_cidr == ("203.0.113.7/32", "198.51.100.0/24")
+    assert settings.hf_token_secret == "hf-token"
+    assert settings.state_bucket is None
+    assert not settings.is_example
+
+
+def test_nothing_set_gives_the_example_only_when_allowed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_settings({}, allow_example=True).project == EXAMPLE_PROJECT
+    assert load_settings({}, allow_example=True).is_example
+    assert "no settings found" in error_of({})
+
+
+def test_config_file_is_read_and_the_environment_wins(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from_file = {key.lower(): value for key, value in GOOD.items()} | {"gcs_bucket": "from-file"}
+    (tmp_path / "tpu-rl.toml").write_text("\n".join(f'{key} = "{value}"' for key, value in from_file.items()))
+    assert load_settings({}).gcs_bucket == "from-file"
+    assert load_settings({"GCS_BUCKET": "from-env"}).gcs_bucket == "from-env"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('hf_token = "hf_abc"', "tokens do not belong in config files"),
+        ('colour = "blue"', "unknown key 'colour'"),
+        ("project = ", "is not valid TOML"),
+        ("project = 3", "project must be a string"),
+    ],
+)
+def test_bad_config_file_is_one_line(tmp_path, content, expected):
+    path = tmp_path / "settings.toml"
+    path.write_text(content)
+    assert expected in error_of({"TPU_RL_CONFIG": str(path)})
+
+
+def test_missing_config_file_named_by_env_is_one_line(tmp_path):
+    assert "does not exist" in error_of({"TPU_RL_CONFIG": str(tmp_path / "missing.toml")})
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "expected"),
+    [
+        ("GCS_BUCKET", "My_Bucket", "breaks GCS bucket naming"),
+        ("GCS_BUCKET", "gs://my-bucket", "without gs://"),
+        ("GCS_BUCKET", "my-google-bucket", "breaks GCS bucket naming"),
+        ("GCS_BUCKET", "ab", "breaks GCS bucket naming"),
+        ("GCS_BUCKET", "192.168.1.1", "looks like an IP address"),
+        ("PROJECT", "My Project", "is not a valid project id"),
+        ("PROJECT", "p1", "is not a valid project id"),
+        ("CLUSTER_NAME", "a-cluster-name-over-twenty", "the limit is 20"),
+        ("CLUSTER_NAME", "1cluster", "is not a DNS-1035 label"),
+        ("CLUSTER_NAME", "Cluster", "is not a DNS-1035 label"),
+        ("REGION", "useast5", "is not a region name"),
+        ("ZONE", "europe-west4-a", "is not in REGION 'us-east5'"),
+        ("ZONE", "us-east5", "is not a zone name"),
+        ("AUTHORIZED_CIDR", "my-laptop", "is not a CIDR block"),
+        ("AUTHORIZED_CIDR", "203.0.113.7/24", "host bits must be zero"),
+        ("AUTHORIZED_CIDR", "2001:db8::/32", "is IPv6"),
+        ("RESERVATION", "My Reservation", "is not a reservation name"),
+        ("HF_TOKEN_SECRET", "hf token", "is not a Secret Manager secret id"),
+        ("TPU_NAME", "TPU_VM", "is not an instance name"),
+        ("TF_STATE_BUCKET", "State", "breaks GCS bucket naming"),
+    ],
+)
+def test_bad_setting_is_one_line_naming_the_variable_and_the_rule(env, value, expected):
+    message = error_of({**GOOD, env: value})
+    assert message.startswith(env + " ")
+    assert expected in message
+
+
+@pytest.mark.parametrize("env", ["PROJECT", "REGION", "ZONE", "CLUSTER_NAME", "GCS_BUCKET"])
+def test_missing_required_setting_says_what_to_export(env):
+    message = error_of({k: v for k, v in GOOD.items() if k != env})
+    assert message.startswith(f"{env} is not set: export {env}=")
+
+
+def test_reservation_is_required_only_for_reservation_capacity():
+    settings = load_settings({k: v for k, v in GOOD.items() if k != "RESERVATION"})
+    with pytest.raises(UserError, match="^RESERVATION is not set, but recipe 'qwen3-v6e32' uses capacity 'reservation'"):
+        settings.for_recipe(get_recipe("qwen3-v6e32"))
+
+
+def test_gke_recipes_need_an_explicit_authorized_network():
+    settings = load_settings({k: v for k, v in GOOD.items() if k != "AUTHORIZED_CIDR"})
+    with pytest.raises(UserError, match="^AUTHORIZED_CIDR is not set.*no 0.0.0.0/0 default"):
+        settings.for_recipe(get_recipe("gemma4-v6e64"))
+    assert settings.for_recipe(get_recipe("llama31-v6e8")) is settings  # a VM has no control plane
+
+
+def test_example_settings_are_valid_for_every_recipe_and_recognisable():
+    settings = example_settings()
+    assert settings.is_example
+    for name in ("qwen3-v6e32", "gemma4-v6e64", "llama31-v6e8"):
+        assert settings.for_recipe(get_recipe(name)) is settings
