@@ -120,3 +120,14 @@ def test_example_settings_are_valid_for_every_recipe_and_recognisable():
     assert settings.is_example
     for name in ("qwen3-v6e32", "gemma4-v6e64", "llama31-v6e8"):
         assert settings.for_recipe(get_recipe(name)) is settings
+
+
+def test_readme_settings_table_lists_every_setting():
+    from pathlib import Path
+
+    from recipes.settings import SPECS
+
+    readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text()
+    section = readme.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    for spec in SPECS:
+        assert f"| `{spec.env}` | `{spec.field}` |" in section, spec.env
