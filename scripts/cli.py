@@ -23,6 +23,7 @@ from rich.table import Table
 from recipes import STEPS, Recipe, Settings, UserError, all_recipes, get_recipe, load_settings
 from scripts.clients import Clients
 from scripts.outcome import EXIT_CODES_HELP, ApiError, ExitCode, Outcome, PreflightFailed
+from scripts.plan_review import register as register_plan_review
 from scripts.retry import RetryPolicy
 
 POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
@@ -267,6 +268,10 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         lines = logs_vm(session, tail or None)
     for line in lines:
         typer.echo(line)
+
+
+# `tpu-rl plan-review` is defined with its logic in scripts/plan_review.py.
+register_plan_review(app)
 
 
 def main() -> None:

@@ -320,3 +320,27 @@ def test_synth_failing_at_one_side_is_one_line_and_leaves_no_worktree(fixtures):
     with pytest.raises(UserError, match=r"^synth failed at HEAD~1 \([0-9a-f]{10}\): stacks broken on purpose"):
         pr.review("HEAD~1", repo)
     assert len(_git(repo, "worktree", "list").splitlines()) == 1
+
+
+def test_cli_prints_the_review_and_writes_the_changed_stacks(repos, reviews, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from scripts.cli import app
+
+    monkeypatch.chdir(repos["topology"])
+    changed = tmp_path / "changed-stacks.txt"
+    result = CliRunner().invoke(app, ["plan-review", "--base", "HEAD~1", "--changed-stacks", str(changed)])
+    assert result.exit_code == 0, result.output
+    assert result.output == reviews["topology"].markdown
+    assert changed.read_text() == "qwen3-v6e32\n"
+
+
+def test_cli_bad_ref_exits_2_with_one_line(repos, monkeypatch):
+    from typer.testing import CliRunner
+
+    from scripts.cli import app
+
+    monkeypatch.chdir(repos["no change"])
+    result = CliRunner().invoke(app, ["plan-review", "--base", "no-such-branch"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: unknown ref 'no-such-branch'") and result.output.count("\n") == 1
