@@ -46,7 +46,7 @@ def add_version(secrets_client, settings: Settings, token: str) -> str:
             request={"parent": secret_path(settings), "payload": {"data": data, "data_crc32c": crc32c(data)}})
     except gexc.NotFound:
         raise _missing_secret(settings) from None
-    except gexc.PermissionDenied:
+    except (gexc.PermissionDenied, gexc.Forbidden):
         raise UserError(f"permission denied adding a version to '{settings.hf_token_secret}': you need "
                         "roles/secretmanager.secretVersionAdder on it") from None
     except gexc.GoogleAPIError as error:
@@ -71,10 +71,10 @@ def read_token(secrets_client, settings: Settings) -> str:
             raise UserError(f"secret '{settings.hf_token_secret}' has no enabled version: "
                             f"{no_version_fix(settings)}") from None
         raise
-    except gexc.FailedPrecondition:  # latest version disabled or destroyed
+    except (gexc.FailedPrecondition, gexc.BadRequest):  # latest disabled/destroyed (gRPC / REST status)
         raise UserError(f"the latest version of secret '{settings.hf_token_secret}' is disabled: "
                         f"{no_version_fix(settings)}") from None
-    except gexc.PermissionDenied:
+    except (gexc.PermissionDenied, gexc.Forbidden):
         raise UserError(f"permission denied reading secret '{settings.hf_token_secret}': you need "
                         "roles/secretmanager.secretAccessor on it") from None
     return response.payload.data.decode()

@@ -104,7 +104,7 @@ def run_checks(clients: Clients, recipe: Recipe, settings: Settings) -> list[Che
         label = check.__name__.removeprefix("check_").replace("_", " ")
         try:
             results.append(check(clients, recipe, settings))
-        except gexc.PermissionDenied as error:
+        except (gexc.PermissionDenied, gexc.Forbidden) as error:
             results.append(Check(label, False, f"permission denied ({error.message[:120]}): grant your account "
                                  "read access to it in the project"))
         except gexc.GoogleAPIError as error:

@@ -50,8 +50,17 @@ def gcs(gcs_server, monkeypatch):
     server.wipe()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
     client = storage.Client(project=SETTINGS["PROJECT"], credentials=AnonymousCredentials())
-    client.create_bucket(SETTINGS["GCS_BUCKET"], location=SETTINGS["REGION"])
+    make_bucket(client, SETTINGS["GCS_BUCKET"], SETTINGS["REGION"])
     return client
+
+
+def make_bucket(client, name: str, region: str):
+    """Create a bucket in a region. The emulator ignores the location on insert, so patch it in, in the
+    upper case GCS reports (US-EAST5)."""
+    bucket = client.create_bucket(name)
+    bucket._patch_property("location", region.upper())
+    bucket.patch()
+    return bucket
 
 
 @pytest.fixture
