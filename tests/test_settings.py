@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import USER_ENV
 
 from recipes import UserError, example_settings, get_recipe, load_settings
-from recipes.settings import EXAMPLE_PROJECT
+from recipes.settings import EXAMPLE_PROJECT, SPECS
 
 GOOD = USER_ENV
 
@@ -123,10 +125,6 @@ def test_example_settings_are_valid_for_every_recipe_and_recognisable():
 
 
 def test_readme_settings_table_lists_every_setting():
-    from pathlib import Path
-
-    from recipes.settings import SPECS
-
     readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text()
     section = readme.split("## Settings", 1)[1].split("\n## ", 1)[0]
     for spec in SPECS:

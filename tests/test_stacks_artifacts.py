@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import subprocess
 
 import pytest
 from conftest import only, outputs, resources, synthesize
@@ -108,3 +111,24 @@ def test_real_settings_carry_no_example_guard(real_settings_stacks):
         assert "locals" not in stack_json
         assert "precondition" not in json.dumps(stack_json)
         assert EXAMPLE_PROJECT not in json.dumps(stack_json["provider"])
+
+
+@pytest.mark.skipif(shutil.which("terraform") is None, reason="the terraform CLI is not installed")
+def test_terraform_plan_fails_on_the_example_guard_with_the_message(stacks_json, tmp_path):
+    """Run Terraform itself on the artifacts stack's guard (its locals and the exact precondition of its
+    bucket), on a built-in resource so no provider download is needed: the plan must fail with our
+    message before anything is created."""
+    stack = stacks_json["artifacts"]
+    bucket = only(stack, "google_storage_bucket")
+    config = {
+        "locals": stack["locals"],
+        "resource": {"terraform_data": {"bucket_stand_in": {"lifecycle": bucket["lifecycle"]}}},
+    }
+    (tmp_path / "main.tf.json").write_text(json.dumps(config))
+    env = {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "TF_CLI_CONFIG_FILE": os.devnull}
+    subprocess.run(["terraform", "init", "-input=false"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    plan = subprocess.run(["terraform", "plan", "-input=false", "-no-color"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert plan.returncode != 0
+    assert "Resource precondition failed" in plan.stderr
+    assert "These are the example settings" in " ".join(plan.stderr.split())
