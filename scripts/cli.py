@@ -265,7 +265,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     else:
         from scripts.vm import logs_vm
 
-        lines = logs_vm(session, tail or None)
+        lines = logs_vm(session, step, tail or None)
     for line in lines:
         typer.echo(line)
 

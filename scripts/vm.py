@@ -7,6 +7,7 @@ import re
 from typing import Iterable
 
 from google.api_core import exceptions as gexc
+from rich.markup import escape
 
 from recipes import STEPS, UserError
 from scripts import gcs
@@ -51,8 +52,8 @@ class SerialReader:
 
     def new_text(self) -> str:
         settings = self.session.settings
-        output = self.session.clients.instances().get_serial_port_output(
-            project=settings.project, zone=settings.zone, instance=settings.vm_name, start=self.offset)
+        output = self.session.clients.instances().get_serial_port_output(request={
+            "project": settings.project, "zone": settings.zone, "instance": settings.vm_name, "start": self.offset})
         self.offset = int(output.next_) if output.next_ else self.offset + len(output.contents)
         return output.contents
 
@@ -81,7 +82,7 @@ def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool) -> No
                 last_console_line = lines[-1]
                 if follow_logs:
                     for line in lines:
-                        console.print(f"[dim]vm|[/] {line}", highlight=False, markup=False)
+                        console.print(f"[dim]vm|[/] {escape(line)}", highlight=False)
             for step in list(pending):
                 state = states.get(step, "waiting")
                 if reported.get(step) != state:
@@ -123,7 +124,15 @@ def status_vm(session: Session) -> list[StepStatus]:
     return rows
 
 
-def logs_vm(session: Session, tail: int | None) -> Iterable[str]:
+def logs_vm(session: Session, step: str, tail: int | None) -> list[str]:
+    """The serial console from the last start of `step` until the next step starts."""
     _instance(session)
     lines = SerialReader(session).new_text().splitlines()
-    return lines[-tail:] if tail else lines
+    starts = [i for i, line in enumerate(lines) if line.endswith(f" {step}: starting")]
+    if not starts:
+        raise UserError(f"the console of TPU VM {session.settings.vm_name} shows no '{step}: starting' line: "
+                        f"the step has not started yet (see `tpu-rl status {session.recipe.name}`)")
+    section = lines[starts[-1]:]
+    ends = [i for i, line in enumerate(section) if i and line.endswith(": starting")]
+    section = section[:ends[0]] if ends else section
+    return section[-tail:] if tail else section

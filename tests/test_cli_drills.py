@@ -212,9 +212,9 @@ def test_success_without_output_stops_before_the_next_step_and_says_where(cloud)
 # -- stale runs -----------------------------------------------------------------------------------
 def _manifest(step: str) -> dict:
     from jobs import render_manifests
-    from peers.fixtures import test_settings
+    from peers.fixtures import peer_settings
 
-    return render_manifests(get_recipe(RECIPE), test_settings())[step]
+    return render_manifests(get_recipe(RECIPE), peer_settings())[step]
 
 
 def test_a_succeeded_jobset_with_verified_output_is_reused(cloud):

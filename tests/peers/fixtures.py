@@ -107,7 +107,7 @@ def cloud(settings_env, gcs, kube, google):
     return {"gcs": gcs, "kube": kube, "google": google}
 
 
-def test_settings():
+def peer_settings():
     from recipes import load_settings
 
     return load_settings(env=SETTINGS)
@@ -117,7 +117,7 @@ def put_step_output(client, recipe, step: str) -> None:
     """Write what a finished step leaves in the bucket (what the container would write)."""
     from jobs.paths import ArtifactPaths, split_gs_url
 
-    paths = ArtifactPaths(recipe, test_settings())
+    paths = ArtifactPaths(recipe, peer_settings())
     objects = {
         "convert": [paths.converted_items + "manifest.ocdbt"],
         "train": [paths.final_params + "_METADATA"],

@@ -33,6 +33,9 @@ class GoogleApis(PeerServer):
     instances: dict = field(default_factory=dict)  # (zone, name) -> status
     serial: dict = field(default_factory=dict)  # (zone, name) -> console text
     secrets: dict = field(default_factory=dict)  # secret id -> [{"data": bytes, "state": str}]
+    # The VM's life as the test scripts it: each serial-port read first runs the next of these (boot
+    # output, a step starting, markers written, ...), so progress unfolds one poll at a time.
+    on_serial_read: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         PeerServer.__init__(self)
@@ -72,6 +75,8 @@ class GoogleApis(PeerServer):
         if (zone, name) not in self.instances:
             return missing
         if match["serial"]:
+            if self.on_serial_read:
+                self.on_serial_read.pop(0)()
             text = self.serial.get((zone, name), "")
             start = int(query.get("start", 0))
             return Reply(200, {"kind": "compute#serialPortOutput", "contents": text[start:], "start": str(start),
