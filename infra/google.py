@@ -51,6 +51,7 @@ ASSEMBLY_NAME = "@cdktf/provider-google"
 ASSEMBLY_FILE = f"provider-google@{PINNED_VERSION}.jsii.tgz"
 IMPORT_MODE_ENV = "TPU_RL_PROVIDER_IMPORT"
 IMPORT_MODES = ("auto", "full", "lazy")
+IMPORT_DEBUG_ENV = "TPU_RL_PROVIDER_IMPORT_DEBUG"  # set: say on stderr how the provider was imported
 LAZY_REQUIRE_HOOK = Path(__file__).with_name("google_lazy_require.js")
 
 # SHA-256 of the files the lazy package stands in for or relies on, as shipped in the 16.12.1
@@ -196,6 +197,8 @@ def import_status() -> dict[str, object]:
     else:
         status = {"mode": "full", "node_lazy_require": False, "reason": blocker}
     _log.debug("provider import: %s (%s)", status["mode"], status["reason"])
+    if os.environ.get(IMPORT_DEBUG_ENV):
+        print(f"tpu-rl provider import: {json.dumps(status)}", file=sys.stderr)
     if status["mode"] == "full":
         importlib.import_module(PROVIDER_PACKAGE)
     _status.update(status)
