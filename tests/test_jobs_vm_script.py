@@ -165,3 +165,19 @@ def test_a_failed_step_stops_the_script_and_leaves_no_marker(run_script):
     code, calls, _ = run()  # the next boot resumes at train
     assert code == 0 and [call.split()[0] for call in calls] == [
         "maxtext.trainers.post_train.rl.train_rl", "maxtext.checkpoint_conversion.to_huggingface"]
+
+
+def test_a_module_patch_on_a_vm_recipe_runs_as_a_named_step_before_training(tmp_path):
+    patch = get_recipe("gemma4-v6e64").patches[0].model_copy(update={"maxtext_versions": ("0.2.3",)})
+    text = jobs.render_startup_script(RECIPE.model_copy(update={"patches": (patch,)}), SETTINGS)
+    assert text.index(f"source patch '{patch.name}'") < text.index("python3 -m maxtext.trainers.post_train.rl.train_rl")
+    path = tmp_path / "startup.sh"
+    path.write_text(text)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_a_container_path_patch_is_refused_for_a_vm_recipe():
+    patch = next(p for p in get_recipe("qwen3-v6e32").patches if p.path).model_copy(
+        update={"maxtext_versions": ("0.2.3",)})
+    with pytest.raises(UserError, match="container path"):
+        jobs.render_startup_script(RECIPE.model_copy(update={"patches": (patch,)}), SETTINGS)
