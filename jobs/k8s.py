@@ -93,7 +93,8 @@ def env_list(*groups: list[dict[str, Any]] | Mapping[str, str]) -> list[dict[str
         items = [env_value(k, v) for k, v in group.items()] if isinstance(group, Mapping) else group
         for item in items:
             if any(existing["name"] == item["name"] for existing in result):
-                raise UserError(f"environment variable {item['name']} is set twice; remove it from rl.env")
+                raise UserError(f"environment variable {item['name']} is set twice in one container; tpu-rl sets "
+                                "it already, so remove it from rl.env or rl.pathways_env in recipes.toml")
             result.append(item)
     return result
 

@@ -307,3 +307,10 @@ def test_bash_parses_each_rendered_command_into_exactly_the_checked_arguments(na
         printer = 'python3() { printf "%s\\0" "$@"; }\n'
         result = subprocess.run(["bash", "-c", printer + command.shell()], capture_output=True, text=True, check=True)
         assert result.stdout.split("\0")[:-1] == command.argv[1:]
+
+
+def test_an_rl_env_entry_that_clashes_with_a_derived_variable_is_refused():
+    recipe = get_recipe("qwen3-v6e32")
+    rl = recipe.rl.model_copy(update={"env": {**recipe.rl.env, "JAX_PLATFORMS": "cpu"}})
+    with pytest.raises(UserError, match="JAX_PLATFORMS is set twice"):
+        jobs.render_manifests(recipe.model_copy(update={"rl": rl}), SETTINGS)
