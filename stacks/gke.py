@@ -30,7 +30,7 @@ class GkeRecipeStack(TpuRlStack):
         network = Network(self, "network", NetworkProps(name=name, region=settings.region,
                                                          secondary_ranges=SecondaryRanges()))
         nodes = NodeServiceAccount(self, "node-sa", NodeServiceAccountProps(project=settings.project,
-                                                                             account_id=f"{name}-gke-np"))
+                                                                             account_id=f"{name}-gke-np-sa"))
         cluster = GkeCluster(
             self,
             "gke",
@@ -76,7 +76,7 @@ class GkeRecipeStack(TpuRlStack):
             "workload-sa",
             WorkloadServiceAccountProps(
                 project=settings.project,
-                account_id=f"{name}-gke-wl",
+                account_id=f"{name}-gke-wl-sa",
                 bucket=settings.gcs_bucket,
                 token_secret=settings.hf_token_secret,
                 kubernetes_service_account=KubernetesServiceAccountRef(conventions.NAMESPACE, conventions.WORKLOAD_KSA),

@@ -24,7 +24,7 @@ class VmRecipeStack(TpuRlStack):
             "vm-sa",
             WorkloadServiceAccountProps(
                 project=settings.project,
-                account_id=f"{settings.cluster_name}-tpu-vm",
+                account_id=f"{settings.cluster_name}-tpu-vm-sa",
                 bucket=settings.gcs_bucket,
                 token_secret=settings.hf_token_secret,
                 display_name="tpu-rl TPU VM",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -12,7 +13,7 @@ import pytest
 from conftest import only, outputs, resources, synthesize
 
 from recipes import example_settings
-from recipes.settings import EXAMPLE_PROJECT
+from recipes.settings import EXAMPLE_PROJECT, MAX_CLUSTER_NAME
 
 ALL_STACKS = ["artifacts", "qwen3-v6e32", "gemma4-v6e64", "llama31-v6e8"]
 RECIPE_STACKS = ALL_STACKS[1:]
@@ -92,11 +93,15 @@ def test_state_is_local_by_default_outside_cdktf_out(stacks_json, stack):
     assert stacks_json[stack]["terraform"]["backend"] == {"local": {"path": f"../../../terraform.{stack}.tfstate"}}
 
 
+LONGEST_CLUSTER_NAME = "a" * MAX_CLUSTER_NAME
+
+
 @pytest.fixture(scope="module")
 def real_settings_stacks(tmp_path_factory):
     """Non-example settings with TF_STATE_BUCKET: what a user's synth looks like."""
     settings = dataclasses.replace(
-        example_settings(), project="my-rl-project", state_bucket="my-tf-state", source="environment"
+        example_settings(), project="my-rl-project", state_bucket="my-tf-state", source="environment",
+        cluster_name=LONGEST_CLUSTER_NAME,
     )
     return synthesize(tmp_path_factory.mktemp("real"), settings=settings)
 
@@ -132,3 +137,14 @@ def test_terraform_plan_fails_on_the_example_guard_with_the_message(stacks_json,
     assert plan.returncode != 0
     assert "Resource precondition failed" in plan.stderr
     assert "These are the example settings" in " ".join(plan.stderr.split())
+
+
+def test_names_derived_from_the_longest_cluster_name_fit_google_limits(real_settings_stacks):
+    account_ids = [sa["account_id"] for stack in real_settings_stacks.values()
+                   for sa in resources(stack, "google_service_account").values()]
+    assert len(account_ids) == 5  # node + workload per GKE stack, one for the VM
+    assert all(re.fullmatch(r"[a-z][a-z0-9-]{4,28}[a-z0-9]", account_id) for account_id in account_ids), account_ids
+    for stack in real_settings_stacks.values():
+        for resource_type in ("google_compute_network", "google_compute_subnetwork", "google_compute_router",
+                              "google_compute_router_nat", "google_compute_firewall"):
+            assert all(len(r["name"]) <= 63 for r in resources(stack, resource_type).values())

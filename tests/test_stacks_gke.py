@@ -74,7 +74,7 @@ def test_tpu_pools_are_tainted_and_use_the_gke_metadata_server(stacks_json, stac
 @pytest.mark.parametrize("stack", GKE)
 def test_every_node_pool_runs_as_the_node_service_account_on_the_metadata_server(stacks_json, stack):
     node_sa = next(k for k, sa in resources(stacks_json[stack], "google_service_account").items()
-                   if sa["account_id"].endswith("-gke-np"))
+                   if sa["account_id"].endswith("-gke-np-sa"))
     for pool in resources(stacks_json[stack], "google_container_node_pool").values():
         assert pool["node_config"]["service_account"] == f"${{google_service_account.{node_sa}.email}}"
         assert pool["node_config"]["workload_metadata_config"] == {"mode": "GKE_METADATA"}
@@ -156,7 +156,7 @@ def test_node_service_account_has_only_logging_monitoring_and_registry_roles(sta
 def test_workload_sa_gets_storage_admin_on_the_bucket_only_and_reads_only_the_token(stacks_json, stack):
     settings = example_settings()
     stack_json = stacks_json[stack]
-    wl = next(k for k, sa in resources(stack_json, "google_service_account").items() if sa["account_id"].endswith("-gke-wl"))
+    wl = next(k for k, sa in resources(stack_json, "google_service_account").items() if sa["account_id"].endswith("-gke-wl-sa"))
     member = f"${{google_service_account.{wl}.member}}"  # "serviceAccount:<email>"
     bucket_grant = only(stack_json, "google_storage_bucket_iam_member")
     assert (bucket_grant["bucket"], bucket_grant["role"], bucket_grant["member"]) == (
@@ -240,7 +240,7 @@ def test_local_queue_and_workload_ksa_live_in_the_jobs_namespace(stacks_json, st
     ksa = objects[f"ServiceAccount/{conventions.WORKLOAD_KSA}"]
     assert ksa["metadata"]["namespace"] == conventions.NAMESPACE
     wl = next(k for k, sa in resources(stacks_json[stack], "google_service_account").items()
-              if sa["account_id"].endswith("-gke-wl"))
+              if sa["account_id"].endswith("-gke-wl-sa"))
     assert ksa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": f"${{google_service_account.{wl}.email}}"}
 
 
