@@ -4,6 +4,8 @@
   recipe table, the embedded example settings), laid out as cdktf.out is:
   ``<dir>/stacks/<stack>/cdk.tf.json``.
 - ``stacks_json``: ``{stack name: parsed cdk.tf.json}`` for the same synth.
+- ``data_only_variants``: the same, for recipes that exist only as data (a copy of recipes.toml with
+  new entries): two 4x8 slices on spot, one 4x8 slice on demand, the VM on spot and on demand.
 
 Synthesizing costs seconds, so never synthesize per test; for a different recipe table or settings,
 call :func:`synthesize` once from a module- or session-scoped fixture of your own.
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
+from importlib import resources as package_files
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -75,3 +79,23 @@ def synthesized(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def stacks_json(synthesized: Path) -> dict[str, StackJson]:
     return read_stacks(synthesized)
+
+
+def recipe_table() -> dict:
+    """A fresh parse of recipes.toml, free to modify."""
+    return tomllib.loads(package_files.files("recipes").joinpath("recipes.toml").read_text())
+
+
+@pytest.fixture(scope="session")
+def data_only_variants(tmp_path_factory) -> dict[str, StackJson]:
+    from recipes import build_recipes
+
+    table = recipe_table()
+    gke, vm = table["recipes"]["qwen3-v6e32"], table["recipes"]["llama31-v6e8"]
+    table["recipes"] = {
+        "qwen3-2x4x8-spot": {**gke, "capacity": "spot", "tpu": {**gke["tpu"], "slices": 2}},
+        "qwen3-ondemand": {**gke, "capacity": "on-demand"},
+        "llama31-spot": {**vm, "capacity": "spot"},
+        "llama31-ondemand": {**vm, "capacity": "on-demand"},
+    }
+    return synthesize(tmp_path_factory.mktemp("variants"), recipes=build_recipes(table))

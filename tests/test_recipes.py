@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import copy
-import tomllib
-from importlib import resources as package_files
 
 import pytest
+from conftest import recipe_table
 
 from recipes import UserError, all_recipes, build_recipes, get_recipe
 
 
 @pytest.fixture(scope="module")
 def table() -> dict:
-    return tomllib.loads(package_files.files("recipes").joinpath("recipes.toml").read_text())
+    return recipe_table()
 
 
 def with_change(table: dict, recipe: str, path: str, value) -> dict:

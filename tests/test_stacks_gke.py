@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import tomllib
-from importlib import resources as package_files
-
 import pytest
 import yaml
-from conftest import only, outputs, resources, synthesize
+from conftest import only, outputs, resources
 
 from infra.identity import NODE_ROLES
-from recipes import all_recipes, build_recipes, conventions, example_settings
+from recipes import all_recipes, conventions, example_settings
 
 GKE = ["qwen3-v6e32", "gemma4-v6e64"]
 
@@ -260,37 +257,21 @@ def test_outputs_say_how_to_reach_the_cluster_and_the_queue(stacks_json, stack):
 
 # --- A new recipe is data only ---------------------------------------------------------------------
 
-def recipe_table() -> dict:
-    return tomllib.loads(package_files.files("recipes").joinpath("recipes.toml").read_text())
-
-
-@pytest.fixture(scope="module")
-def variants(tmp_path_factory) -> dict:
-    """Two recipes that exist only as data: two 4x8 slices on spot capacity, one 4x8 slice on demand."""
-    table = recipe_table()
-    base = table["recipes"]["qwen3-v6e32"]
-    table["recipes"] = {
-        "qwen3-2x4x8-spot": {**base, "capacity": "spot", "tpu": {**base["tpu"], "slices": 2}},
-        "qwen3-ondemand": {**base, "capacity": "on-demand"},
-    }
-    return synthesize(tmp_path_factory.mktemp("variants"), recipes=build_recipes(table))
-
-
-def test_two_4x8_slices_become_two_pools_of_8_hosts(variants):
-    pools = tpu_pools(variants["qwen3-2x4x8-spot"])
+def test_two_4x8_slices_become_two_pools_of_8_hosts(data_only_variants):
+    pools = tpu_pools(data_only_variants["qwen3-2x4x8-spot"])
     assert sorted(p["name"] for p in pools) == ["tpu-np-0", "tpu-np-1"]
     assert all(p["node_count"] == 8 and p["placement_policy"]["tpu_topology"] == "4x8" for p in pools)
-    cluster_queue = queue_manifests(variants["qwen3-2x4x8-spot"])[f"ClusterQueue/{conventions.CLUSTER_QUEUE}"]
+    cluster_queue = queue_manifests(data_only_variants["qwen3-2x4x8-spot"])[f"ClusterQueue/{conventions.CLUSTER_QUEUE}"]
     assert quota(cluster_queue, "tpu")["google.com/tpu"] == "64"
 
 
-def test_spot_capacity_uses_spot_nodes_and_no_reservation(variants):
-    for pool in tpu_pools(variants["qwen3-2x4x8-spot"]):
+def test_spot_capacity_uses_spot_nodes_and_no_reservation(data_only_variants):
+    for pool in tpu_pools(data_only_variants["qwen3-2x4x8-spot"]):
         assert pool["node_config"]["spot"] is True
         assert pool["node_config"]["reservation_affinity"] == {"consume_reservation_type": "NO_RESERVATION"}
 
 
-def test_on_demand_capacity_uses_neither_spot_nor_a_reservation(variants):
-    (pool,) = tpu_pools(variants["qwen3-ondemand"])
+def test_on_demand_capacity_uses_neither_spot_nor_a_reservation(data_only_variants):
+    (pool,) = tpu_pools(data_only_variants["qwen3-ondemand"])
     assert pool["node_config"]["spot"] is False
     assert pool["node_config"]["reservation_affinity"] == {"consume_reservation_type": "NO_RESERVATION"}

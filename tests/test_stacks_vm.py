@@ -96,3 +96,21 @@ def test_llama_vm_outputs_say_how_to_reach_it(vm_stack):
         "--tunnel-through-iap"
     )
     assert got["bucket"] == f"gs://{settings.gcs_bucket}"
+
+
+def test_spot_vm_is_preemptible_without_reservation(data_only_variants):
+    instance = only(data_only_variants["llama31-spot"], "google_compute_instance")
+    assert instance["scheduling"] == {
+        "on_host_maintenance": "TERMINATE",
+        "provisioning_model": "SPOT",
+        "instance_termination_action": "DELETE",
+        "preemptible": True,
+        "automatic_restart": False,
+    }
+    assert instance["reservation_affinity"] == {"type": "NO_RESERVATION"}
+
+
+def test_on_demand_vm_is_standard_without_reservation(data_only_variants):
+    instance = only(data_only_variants["llama31-ondemand"], "google_compute_instance")
+    assert instance["scheduling"] == {"on_host_maintenance": "TERMINATE", "provisioning_model": "STANDARD"}
+    assert instance["reservation_affinity"] == {"type": "NO_RESERVATION"}

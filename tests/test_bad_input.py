@@ -1,0 +1,379 @@
+"""The bad-input table (security/bad_input.yaml), one test per row, and docs/bad-input.md generated from it.
+
+Each row runs a real entry point as a subprocess (`python -m stacks.app` for synth, the `tpu-rl` console
+script otherwise) in an empty working directory, and must end with:
+- a non-zero exit and no Python traceback;
+- the row's message, on one line, naming the setting and saying how to fix it;
+- nothing created or submitted: no file appears in the working directory (so no cdktf.out, no rendered
+  files), and the local fake APIs saw no write.
+
+Regenerate the doc after editing the table: `.venv/bin/python tests/test_bad_input.py --write-doc`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from peers.google_apis import GoogleApis
+from peers.kube_api import KubeApi, write_kubeconfig
+
+REPO = Path(__file__).resolve().parents[1]
+TABLE = REPO / "security" / "bad_input.yaml"
+DOC = REPO / "docs" / "bad-input.md"
+VENV_BIN = REPO / ".venv" / "bin"
+STAGES = ("synth", "render", "preflight", "run", "plan")
+MIN_ROWS = 25
+TRACEBACK = "Traceback (most recent call last)"
+# Every API the CLI could reach points at a closed local port unless a row sets up a peer, so a row
+# can never reach Google, and an attempt shows up as a connection error instead of a cloud call.
+DEAD_ENDPOINT = "http://127.0.0.1:9"
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    stage: str
+    input: str
+    command: list[str]
+    setting: str
+    fix: str
+    message: str
+    env: dict[str, str | None] = field(default_factory=dict)
+    config: str | None = None
+    recipes: list[str] | None = None
+    files: dict[str, str] = field(default_factory=dict)
+    stdin: str | None = None
+    peers: dict | None = None
+    git_branch: str | None = None  # make the working directory a git clone with one commit on this branch
+
+
+def load_table() -> tuple[dict[str, str], list[Row]]:
+    data = yaml.safe_load(TABLE.read_text())
+    return data["base_env"], [Row(**row) for row in data["rows"]]
+
+
+BASE_ENV, ROWS = load_table()
+
+
+def sentinel_token() -> str:
+    # Built at run time so that no token-shaped string sits in the source.
+    return "hf_" + "SENTINEL" + uuid.uuid4().hex
+
+
+# ---------------------------------------------------------------------------------------------------
+# The doc
+
+
+def _cell(text: str) -> str:
+    shown = text.replace("{tmp}", "DIR").replace("{out}", "DIR/out").replace("{sentinel}", "hf_...")
+    return shown.replace("|", "\\|").replace("\n", " ")
+
+
+def _shown_command(row: Row) -> str:
+    argv = ["python -m stacks.app" if row.command[0] == "synth" else "tpu-rl", *row.command[1:]]
+    return " ".join(argv)
+
+
+def render_doc(rows: list[Row]) -> str:
+    lines = [
+        "# Bad input: what tpu-rl rejects, where, and what it says",
+        "",
+        "Generated from `security/bad_input.yaml` by `.venv/bin/python tests/test_bad_input.py --write-doc`;",
+        "do not edit by hand. Every row is a test in `tests/test_bad_input.py`: it runs the real entry point",
+        "(`python -m stacks.app` for synth, the `tpu-rl` console script otherwise) and checks a non-zero exit,",
+        "this message on one line (naming the setting and the fix), no Python traceback, and that nothing",
+        "was created or submitted (no file written, no write seen by the local fake APIs).",
+        "",
+        "Stages: **synth** (`make synth` / `python -m stacks.app`), **render** (`tpu-rl render`),",
+        "**preflight** (`tpu-rl preflight`, `tpu-rl secret set`), **run** (`tpu-rl run`, `status`, `logs`),",
+        "**plan** (`tpu-rl plan-review`). Settings rows start from a valid environment and change one thing.",
+        "",
+        "| # | stage | bad input | command | setting | message |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for number, row in enumerate(rows, 1):
+        changes = [f"{key}={'(unset)' if value is None else value}" for key, value in row.env.items()]
+        if row.config is not None:
+            changes.append(f"config file: {row.config.strip()}")
+        if row.recipes is not None:
+            changes.append(f"recipes.toml: {row.recipes[0].strip()} → {row.recipes[1].strip() or '(removed)'}")
+        detail = f" ({'; '.join(changes)})" if changes else ""
+        lines.append(
+            f"| {number} | {row.stage} | {_cell(row.input + detail)} | `{_cell(_shown_command(row))}` | "
+            f"`{_cell(row.setting)}` | {_cell(row.message)} |"
+        )
+    counts = ", ".join(f"{stage} {sum(r.stage == stage for r in rows)}" for stage in STAGES)
+    lines += ["", f"{len(rows)} rows: {counts}.", ""]
+    return "\n".join(lines)
+
+
+def test_table_has_enough_rows_with_known_stages():
+    assert len(ROWS) >= MIN_ROWS
+    assert len({row.id for row in ROWS}) == len(ROWS), "row ids must be unique"
+    assert {row.stage for row in ROWS} <= set(STAGES)
+
+
+def test_every_row_message_names_its_setting_and_fix():
+    for row in ROWS:
+        assert row.setting in row.message or row.setting.lstrip("-") in row.message, row.id
+        assert row.fix in row.message, row.id
+
+
+def test_doc_is_generated_from_the_table():
+    assert DOC.read_text() == render_doc(ROWS), (
+        "docs/bad-input.md drifted from security/bad_input.yaml: run "
+        "`.venv/bin/python tests/test_bad_input.py --write-doc`")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running a row
+
+
+@dataclass
+class Sandbox:
+    root: Path
+    sentinel: str
+
+    @property
+    def work(self) -> Path:  # the command's working directory; must not change
+        return self.root / "work"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def packages(self) -> Path:  # a patched copy of the recipes package, ahead of the installed one
+        return self.root / "pkgs"
+
+    def fill(self, text: str) -> str:
+        return text.replace("{tmp}", str(self.work)).replace("{out}", str(self.work / "out")).replace(
+            "{sentinel}", self.sentinel)
+
+
+def contains_in_order(line: str, parts: list[str]) -> bool:
+    position = 0
+    for part in parts:
+        position = line.find(part, position)
+        if position < 0:
+            return False
+        position += len(part)
+    return True
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() if p.is_file() else b"<dir>"
+            for p in sorted(directory.rglob("*"))}
+
+
+def base_environment(sandbox: Sandbox) -> dict[str, str]:
+    """A clean environment: nothing of the caller's (no HF_TOKEN, no kubeconfig, no credentials)."""
+    return {
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HOME": str(sandbox.home),
+        "LANG": "C.UTF-8",
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+        "CHECKPOINT_DISABLE": "1",
+        "KUBECONFIG": str(sandbox.home / "no-kubeconfig"),
+        "STORAGE_EMULATOR_HOST": DEAD_ENDPOINT,
+        "TPU_RL_COMPUTE_ENDPOINT": DEAD_ENDPOINT,
+        "TPU_RL_TPU_ENDPOINT": DEAD_ENDPOINT,
+        "TPU_RL_SECRETMANAGER_ENDPOINT": DEAD_ENDPOINT,
+        "TPU_RL_RETRY_BASE_SECONDS": "0",
+        "TPU_RL_POLL_SECONDS": "0",
+    }
+
+
+def patch_recipes(sandbox: Sandbox, old: str, new: str) -> None:
+    import recipes
+
+    source = Path(recipes.__file__).parent
+    copy = sandbox.packages / "recipes"
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    table = copy / "recipes.toml"
+    text = table.read_text()
+    assert text.count(old) == 1, f"the recipe edit must match exactly once: {old!r}"
+    table.write_text(text.replace(old, new))
+
+
+def make_clone(directory: Path, branch: str, env: dict[str, str]) -> None:
+    git = {**env, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+    (directory / "README.md").write_text("a clone\n")
+    for args in (["init", "-q", "-b", branch], ["add", "README.md"], ["commit", "-q", "-m", "first"]):
+        subprocess.run(["git", *args], cwd=directory, env=git, check=True, capture_output=True)
+
+
+def prepare(row: Row, sandbox: Sandbox) -> tuple[list[str], dict[str, str], str | None]:
+    for directory in (sandbox.work, sandbox.home, sandbox.packages):
+        directory.mkdir(parents=True)
+    env = base_environment(sandbox)
+    env.update({key: sandbox.fill(value) for key, value in BASE_ENV.items()})
+    for key, value in row.env.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = sandbox.fill(value)
+    if row.config is not None:
+        config = sandbox.home / "tpu-rl-config.toml"
+        config.write_text(sandbox.fill(row.config))
+        env["TPU_RL_CONFIG"] = str(config)
+    if row.recipes is not None:
+        patch_recipes(sandbox, *row.recipes)
+        env["PYTHONPATH"] = str(sandbox.packages)
+    for name, text in row.files.items():
+        (sandbox.work / name).write_text(sandbox.fill(text))
+    if row.git_branch is not None:
+        make_clone(sandbox.work, row.git_branch, env)
+    if row.command[0] == "synth":
+        argv = [str(VENV_BIN / "python"), "-m", "stacks.app", *row.command[1:]]
+    else:
+        assert row.command[0] == "tpu-rl", row.command
+        argv = [str(VENV_BIN / "tpu-rl"), *row.command[1:]]
+    argv = [sandbox.fill(arg) for arg in argv]
+    stdin = sandbox.fill(row.stdin) if row.stdin is not None else None
+    return argv, env, stdin
+
+
+# ---------------------------------------------------------------------------------------------------
+# The local fake APIs a CLI row talks to (tests/peers): healthy unless the row's `peers` says otherwise.
+
+
+@dataclass
+class Peers:
+    kube: KubeApi | None
+    google: GoogleApis
+    gcs_client: object
+    gcs_objects_before: set[tuple[str, str]] = field(default_factory=set)
+
+    def gcs_objects(self) -> set[tuple[str, str]]:
+        return {(bucket.name, blob.name) for bucket in self.gcs_client.list_buckets()
+                for blob in bucket.list_blobs()}
+
+    def writes(self) -> list[str]:
+        """Every request that would have created, changed or deleted something."""
+        seen = [f"kube {m} {p}" for m, p, _ in (self.kube.requests if self.kube else []) if m != "GET"]
+        seen += [f"google {m} {p}" for m, p, _ in self.google.requests if m != "GET"]
+        if self.gcs_objects() != self.gcs_objects_before:
+            seen.append(f"GCS objects changed: {sorted(self.gcs_objects() ^ self.gcs_objects_before)}")
+        return seen
+
+    def stop(self) -> None:
+        for server in (self.kube, self.google):
+            if server is not None:
+                server.stop()
+
+
+@pytest.fixture(scope="module")
+def gcs_emulator():
+    import socket
+
+    from gcp_storage_emulator.server import create_server
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = create_server("127.0.0.1", port, in_memory=True)
+    server.start()
+    yield server, f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+def start_peers(state: dict, env: dict[str, str], sandbox: Sandbox, gcs_emulator) -> Peers:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from peers.fixtures import make_bucket
+
+    server, url = gcs_emulator
+    server.wipe()
+    env["STORAGE_EMULATOR_HOST"] = url
+    gcs_client = storage.Client(project=env["PROJECT"], credentials=AnonymousCredentials(),
+                                client_options={"api_endpoint": url})
+    bucket = state.get("bucket", "present")
+    if bucket != "absent":
+        make_bucket(gcs_client, env["GCS_BUCKET"], env["REGION"] if bucket == "present" else bucket)
+
+    google = GoogleApis().start()
+    zone = env["ZONE"]
+    reservation = state.get("reservation", ["ct6e-standard-4t", 16, 0])
+    if reservation != "absent":
+        google.reservations[(zone, env["RESERVATION"])] = tuple(reservation)
+    google.machine_types.update({(zone, "ct6e-standard-4t"), (zone, "ct6e-standard-8t")})
+    if state.get("accelerators") != "absent":
+        google.accelerator_types.update({(zone, "v6e-8"), (zone, "v6e-32"), (zone, "v6e-64")})
+    secret = state.get("secret", "present")
+    if secret != "absent":
+        stored = sandbox.sentinel.encode()
+        google.secrets["hf-token"] = [] if secret == "empty" else [{"data": stored, "state": "ENABLED"}]
+    for name in ("TPU_RL_COMPUTE_ENDPOINT", "TPU_RL_TPU_ENDPOINT", "TPU_RL_SECRETMANAGER_ENDPOINT"):
+        env[name] = google.url
+
+    kube = None
+    cluster = state.get("kube", "healthy")
+    if cluster != "absent":
+        kube = KubeApi().start()
+        kube.crd_installed = cluster != "no-jobset-crd"
+        context = f"gke_{env['PROJECT']}_{env['REGION']}_{env['CLUSTER_NAME']}"
+        if cluster == "other-context":
+            context = "gke_someone-else_us-central1_other"
+        kubeconfig = sandbox.home / "kubeconfig"
+        write_kubeconfig(kubeconfig, kube.url, context)
+        env["KUBECONFIG"] = str(kubeconfig)
+        if "stale" in state:
+            from jobs import render_manifests
+            from recipes import get_recipe, load_settings
+
+            step, phase = state["stale"]
+            recipe = get_recipe(state.get("recipe", "qwen3-v6e32"))
+            kube.put_jobset(render_manifests(recipe, load_settings(env=env))[step], phase=phase)
+            kube.requests.clear()
+    peers = Peers(kube, google, gcs_client)
+    peers.gcs_objects_before = peers.gcs_objects()
+    return peers
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
+def test_bad_input_is_rejected_clearly_and_changes_nothing(row: Row, tmp_path, request):
+    sandbox = Sandbox(tmp_path, sentinel_token())
+    argv, env, stdin = prepare(row, sandbox)
+    peers = start_peers(row.peers, env, sandbox, request.getfixturevalue("gcs_emulator")) if row.peers is not None else None
+    before = snapshot(sandbox.work)
+    try:
+        result = subprocess.run(argv, cwd=sandbox.work, env=env, input=stdin if stdin is not None else "",
+                                capture_output=True, text=True, timeout=300)
+        writes = peers.writes() if peers else []
+    finally:
+        if peers:
+            peers.stop()
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, f"{row.id} exited 0:\n{output[-2000:]}"
+    assert TRACEBACK not in output, output[-3000:]
+    message = sandbox.fill(row.message)
+    lines = [line for line in output.splitlines() if contains_in_order(line, message.split("…"))]
+    assert lines, f"{row.id}: expected one line with\n  {message}\ngot:\n{output[-2000:]}"
+    assert sandbox.fill(row.fix) in lines[0]
+    assert sandbox.sentinel not in output, "the output echoes a token"
+    assert snapshot(sandbox.work) == before, "the command wrote files although it rejected its input"
+    assert writes == [], "the command changed the cloud although it rejected its input"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write-doc"]:
+        DOC.parent.mkdir(exist_ok=True)
+        DOC.write_text(render_doc(ROWS))
+        print(f"wrote {DOC.relative_to(REPO)} ({len(ROWS)} rows)")
+    else:
+        sys.exit("usage: tests/test_bad_input.py --write-doc")

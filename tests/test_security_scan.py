@@ -1,0 +1,241 @@
+"""checkov over everything we would hand to a cloud: the synthesized stacks and the rendered manifests.
+
+checkov runs from its own venv (`make install` puts it in .venv-checkov; its pinned dependencies clash
+with ours), once per framework over a directory, as a subprocess. Every failed check must be matched
+by an entry in security/suppressions.yaml, and every entry must still match a failed check.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs import render_manifests
+from recipes import all_recipes, example_settings
+
+REPO = Path(__file__).resolve().parents[1]
+CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
+SUPPRESSIONS = REPO / "security" / "suppressions.yaml"
+
+# Guards against a scan that "passes" because checkov understood nothing: it must have evaluated at
+# least this many checks per stack / per rendered manifest file, and looked at these resource types.
+MIN_CHECKS_PER_STACK = 5
+MIN_CHECKS_PER_JOB = 20
+TYPES_THAT_MUST_BE_SCANNED = {
+    "artifacts": {"google_storage_bucket"},
+    "gke": {"google_container_cluster", "google_container_node_pool"},
+    "vm": {"google_compute_instance"},
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    framework: str
+    check_id: str
+    check_name: str
+    resource: str  # the string suppressions match against (see security/suppressions.yaml)
+    file: str
+
+
+@dataclass(frozen=True)
+class Scan:
+    framework: str
+    passed: list[Finding]
+    failed: list[Finding]
+    parsing_errors: list[str]
+
+
+def run_checkov(directory: Path, framework: str) -> list[dict]:
+    """One checkov run over a directory; returns its JSON reports (one per check type)."""
+    assert CHECKOV.is_file(), f"checkov is missing at {CHECKOV}: run `make install`"
+    result = subprocess.run(
+        [str(CHECKOV), "--directory", str(directory), "--framework", framework, "--output", "json",
+         "--skip-download", "--no-cert-verify"],
+        capture_output=True, text=True, timeout=600, cwd=directory,
+    )
+    # checkov exits 1 when a check failed; anything else (or no JSON) means it did not run properly.
+    assert result.returncode in (0, 1), f"checkov failed ({result.returncode}): {result.stderr[-2000:]}"
+    report = json.loads(result.stdout)
+    reports = report if isinstance(report, list) else [report]
+    return [r for r in reports if r.get("check_type") == framework]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Terraform JSON: map checkov's "resource.<logical id>" back to the stack, the resource type and the
+# construct path that CDKTF records under "//" -> metadata -> path.
+
+
+def _resource_index(stacks_dir: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    """(stack, logical id) -> (resource type, construct path without the stack prefix)."""
+    index = {}
+    for tf_json in sorted(stacks_dir.glob("*/cdk.tf.json")):
+        stack = tf_json.parent.name
+        config = json.loads(tf_json.read_text())
+        for rtype, resources in config.get("resource", {}).items():
+            for logical_id, body in resources.items():
+                path = body.get("//", {}).get("metadata", {}).get("path", logical_id)
+                index[(stack, logical_id)] = (rtype, path.removeprefix(f"{stack}/"))
+    return index
+
+
+def _stack_of(file_path: str) -> str:
+    return Path(file_path).parent.name
+
+
+def _terraform_findings(reports: list[dict], stacks_dir: Path, key: str) -> list[Finding]:
+    index = _resource_index(stacks_dir)
+    findings = []
+    for report in reports:
+        for check in report["results"][key]:
+            stack = _stack_of(check["file_path"])
+            logical_id = check["resource"].removeprefix("resource.")
+            rtype, path = index.get((stack, logical_id), ("?", logical_id))
+            findings.append(Finding("terraform_json", check["check_id"], check["check_name"],
+                                    f"{stack}:{rtype}.{path}", check["file_path"]))
+    return findings
+
+
+def _k8s_findings(reports: list[dict], key: str) -> list[Finding]:
+    return [
+        Finding("kubernetes", check["check_id"], check["check_name"], check["resource"], check["file_path"])
+        for report in reports
+        for check in report["results"][key]
+    ]
+
+
+def _parsing_errors(reports: list[dict]) -> list[str]:
+    return [error for report in reports for error in report["results"].get("parsing_errors", [])]
+
+
+@pytest.fixture(scope="session")
+def stacks_scan(synthesized) -> Scan:
+    stacks_dir = synthesized / "stacks"
+    reports = run_checkov(stacks_dir, "terraform_json")
+    return Scan("terraform_json", _terraform_findings(reports, stacks_dir, "passed_checks"),
+                _terraform_findings(reports, stacks_dir, "failed_checks"), _parsing_errors(reports))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Kubernetes: checkov knows Jobs and Pods, not the JobSet CRD. Each replicatedJob's template is the
+# Job that the JobSet controller creates, so we write it out as that Job and scan both.
+
+
+def jobs_of(jobset: dict) -> list[dict]:
+    """The batch/v1 Jobs a JobSet's controller creates (one per replicatedJob; replicas share a spec)."""
+    name = jobset["metadata"]["name"]
+    namespace = jobset["metadata"].get("namespace", "default")
+    return [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": f"{name}-{rjob['name']}", "namespace": namespace,
+                         "labels": dict(jobset["metadata"].get("labels", {}))},
+            "spec": rjob["template"]["spec"],
+        }
+        for rjob in jobset["spec"]["replicatedJobs"]
+    ]
+
+
+@pytest.fixture(scope="session")
+def manifests_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("manifests")
+    settings = example_settings()
+    for recipe in all_recipes().values():
+        if not recipe.is_gke:
+            continue
+        for step, jobset in render_manifests(recipe, settings).items():
+            documents = [jobset, *jobs_of(jobset)]
+            (out / f"{recipe.name}-{step}.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    return out
+
+
+@pytest.fixture(scope="session")
+def manifests_scan(manifests_dir) -> Scan:
+    reports = run_checkov(manifests_dir, "kubernetes")
+    return Scan("kubernetes", _k8s_findings(reports, "passed_checks"), _k8s_findings(reports, "failed_checks"),
+                _parsing_errors(reports))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Suppressions
+
+
+@dataclass(frozen=True)
+class Suppression:
+    check: str
+    framework: str
+    resource: str
+    why: str
+
+    def matches(self, finding: Finding) -> bool:
+        return (finding.framework == self.framework and finding.check_id == self.check
+                and fnmatch.fnmatchcase(finding.resource, self.resource))
+
+
+def load_suppressions() -> list[Suppression]:
+    entries = yaml.safe_load(SUPPRESSIONS.read_text())["suppressions"] or []
+    suppressions = []
+    for entry in entries:
+        assert set(entry) == {"check", "framework", "resource", "why"}, f"suppression fields: {entry}"
+        assert len(entry["why"].split()) >= 8, f"say why {entry['check']} is acceptable: {entry}"
+        suppressions.append(Suppression(**entry))
+    return suppressions
+
+
+def _unsuppressed(scan: Scan) -> list[str]:
+    suppressions = load_suppressions()
+    return [
+        f"{f.check_id} {f.resource} ({f.check_name}) in {f.file}"
+        for f in scan.failed
+        if not any(s.matches(f) for s in suppressions)
+    ]
+
+
+def test_suppressions_file_gives_check_resource_and_reason():
+    suppressions = load_suppressions()
+    assert all(s.framework in {"terraform_json", "kubernetes"} for s in suppressions)
+    keys = [(s.framework, s.check, s.resource) for s in suppressions]
+    assert len(keys) == len(set(keys)), "a suppression is listed twice"
+
+
+def test_checkov_parses_every_synthesized_stack_and_runs_checks(stacks_scan, synthesized):
+    assert not stacks_scan.parsing_errors
+    stacks = sorted(p.parent.name for p in (synthesized / "stacks").glob("*/cdk.tf.json"))
+    recipes = all_recipes()
+    assert set(stacks) >= {"artifacts", *recipes}
+    for stack in stacks:
+        evaluated = [f for f in stacks_scan.passed + stacks_scan.failed if f.resource.startswith(f"{stack}:")]
+        assert len(evaluated) >= MIN_CHECKS_PER_STACK, f"checkov evaluated only {len(evaluated)} checks in {stack}"
+        scanned_types = {f.resource.split(":", 1)[1].split(".", 1)[0] for f in evaluated}
+        kind = "artifacts" if stack == "artifacts" else "gke" if recipes[stack].is_gke else "vm"
+        assert TYPES_THAT_MUST_BE_SCANNED[kind] <= scanned_types, (stack, scanned_types)
+
+
+def test_checkov_parses_every_rendered_manifest_and_runs_checks(manifests_scan, manifests_dir):
+    assert not manifests_scan.parsing_errors
+    for path in sorted(manifests_dir.glob("*.yaml")):
+        jobs = [d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "Job"]
+        for job in jobs:
+            resource = f"Job.{job['metadata']['namespace']}.{job['metadata']['name']}"
+            evaluated = [f for f in manifests_scan.passed + manifests_scan.failed if f.resource == resource]
+            assert len(evaluated) >= MIN_CHECKS_PER_JOB, f"checkov evaluated only {len(evaluated)} checks on {resource}"
+
+
+def test_synthesized_stacks_pass_checkov_except_listed_suppressions(stacks_scan):
+    assert _unsuppressed(stacks_scan) == []
+
+
+def test_rendered_manifests_pass_checkov_except_listed_suppressions(manifests_scan):
+    assert _unsuppressed(manifests_scan) == []
+
+
+def test_every_suppression_still_matches_a_failed_check(stacks_scan, manifests_scan):
+    failed = stacks_scan.failed + manifests_scan.failed
+    stale = [s for s in load_suppressions() if not any(s.matches(f) for f in failed)]
+    assert stale == [], "remove these suppressions from security/suppressions.yaml, they match nothing"
