@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from recipes import conventions
-from recipes.cost import RunEstimate, CostBreakdown, hourly_estimate, load_prices, pipeline_run_estimate, usd
+from recipes.cost import CostBreakdown, RunEstimate, hourly_estimate, load_prices, pipeline_run_estimate, usd
 from recipes.errors import UserError
 from recipes.model import build_recipes
 from recipes.settings import CONFIG_ENV, SPECS
@@ -39,11 +39,7 @@ MAX_TEXT_LINES = 12
 _COLLECT_MANIFESTS = r"""
 import json, sys
 import recipes
-try:
-    from jobs import render_manifests, render_startup_script
-except ImportError as error:
-    print(json.dumps({"unavailable": f"jobs cannot render at this revision ({error})"}))
-    sys.exit(0)
+from jobs import render_manifests, render_startup_script
 settings = recipes.example_settings()
 rendered = {}
 for name, recipe in recipes.all_recipes().items():
@@ -51,7 +47,7 @@ for name, recipe in recipes.all_recipes().items():
         rendered[name] = render_manifests(recipe, settings)
     else:
         rendered[name] = {"startup script": render_startup_script(recipe, settings)}
-print(json.dumps({"recipes": rendered}, default=str))
+print(json.dumps(rendered, default=str))
 """
 
 
@@ -311,12 +307,9 @@ def diff_manifests(before: dict[str, dict], after: dict[str, dict]) -> list[Step
     return diffs
 
 
-def render_manifests(diffs: list[StepDiff], unavailable: list[str]) -> list[str]:
+def render_manifests(diffs: list[StepDiff]) -> list[str]:
     out = ["### Manifests", ""]
-    out.extend(f"_{note}_" for note in unavailable)
-    if unavailable:
-        out.append("")
-    if not diffs and not unavailable:
+    if not diffs:
         return out + ["No manifest changes.", ""]
     for diff in diffs:
         if diff.status != "changed":
@@ -335,8 +328,8 @@ def render_manifests(diffs: list[StepDiff], unavailable: list[str]) -> list[str]
 
 @dataclass(frozen=True)
 class StackCost:
-    hourly: CostBreakdown | None  # None: not a recipe stack (artifacts)
-    run: RunEstimate | None
+    hourly: CostBreakdown
+    run: RunEstimate
 
 
 def costs_for(recipes_toml: Path) -> dict[str, StackCost] | str:
@@ -352,15 +345,14 @@ def costs_for(recipes_toml: Path) -> dict[str, StackCost] | str:
 def _cost_cell(cost: StackCost | None, stack: str) -> tuple[str, str]:
     if stack == conventions.ARTIFACTS_STACK:
         return "negligible", "—"
-    if cost is None or cost.hourly is None:
+    if cost is None:
         return "—", "—"
-    run = cost.run.summary() if cost.run else "—"
-    return cost.hourly.summary(), run
+    return cost.hourly.summary(), cost.run.summary()
 
 
 def _change(before: StackCost | None, after: StackCost | None) -> str:
-    old = before.hourly.total if before and before.hourly else 0.0
-    new = after.hourly.total if after and after.hourly else 0.0
+    old = before.hourly.total if before else 0.0
+    new = after.hourly.total if after else 0.0
     delta = new - old
     if abs(delta) < 0.005:
         return "no change"
@@ -391,7 +383,12 @@ def render_costs(stacks: list[str], before: dict[str, StackCost] | str, after: d
         old, new = before_costs.get(stack), after_costs.get(stack)
         old_hour, old_run = _cost_cell(old, stack)
         new_hour, new_run = _cost_cell(new, stack)
-        change = "no change" if stack == conventions.ARTIFACTS_STACK else _change(old, new)
+        if stack == conventions.ARTIFACTS_STACK:
+            change = "no change"
+        elif isinstance(before, str) or isinstance(after, str):
+            change = "—"  # one side has no estimate: a difference would be meaningless
+        else:
+            change = _change(old, new)
         out.append(f"| `{stack}` | {old_hour} | {new_hour} | {change} | {old_run} | {new_run} |")
     out.append("")
     return out
@@ -402,10 +399,9 @@ def render_costs(stacks: list[str], before: dict[str, StackCost] | str, after: d
 
 @dataclass
 class Side:
-    stacks: dict[str, dict]
-    manifests: dict[str, dict] | None
-    manifests_note: str | None
-    costs: dict[str, StackCost] | str
+    stacks: dict[str, dict]  # stack -> synthesized cdk.tf.json
+    manifests: dict[str, dict]  # recipe -> step -> JobSet (GKE) or {"startup script": text} (VM)
+    costs: dict[str, StackCost] | str  # recipe stack -> estimate, or why there is none
 
 
 _SIDE_CACHE: dict[str, Side] = {}  # tree hash -> side; a tree builds the same way within one process
@@ -452,10 +448,7 @@ def build_side(tree: Path, label: str, workdir: Path) -> Side:
                              capture_output=True, text=True)
     if collect.returncode:
         raise UserError(f"rendering the manifests failed at {label}: {_last_line(collect.stderr)}")
-    rendered = json.loads(collect.stdout)
-    note = rendered.get("unavailable")
-    return Side(stacks, rendered.get("recipes"), f"{label}: {note}" if note else None,
-                costs_for(tree / "recipes" / "recipes.toml"))
+    return Side(stacks, json.loads(collect.stdout), costs_for(tree / "recipes" / "recipes.toml"))
 
 
 def _tree_hash(tree: Path) -> str:
@@ -563,17 +556,16 @@ def compare(before: Side, after: Side, base_label: str) -> str:
 def compare_sides(before: Side, after: Side, base_label: str) -> Review:
     stack_diffs = diff_stacks(before.stacks, after.stacks)
     changed_stacks = tuple(diff.name for diff in stack_diffs if diff.status != "removed")
-    notes = [note for note in (before.manifests_note, after.manifests_note) if note]
-    step_diffs = diff_manifests(before.manifests or {}, after.manifests or {}) if not notes else []
+    step_diffs = diff_manifests(before.manifests, after.manifests)
     stacks = sorted(before.stacks.keys() | after.stacks.keys())
     costs_differ = _cost_signature(before.costs) != _cost_signature(after.costs)
-    if not stack_diffs and not step_diffs and not notes and not costs_differ:
+    if not stack_diffs and not step_diffs and not costs_differ:
         return Review(f"No changes: the stacks, manifests and cost estimates at {base_label} and in the working tree "
                       "are the same.", (), before, after)
     lines = [f"## Plan review: {base_label} → working tree", "",
              "Both sides built with the example settings, each by its own code.", ""]
     lines += render_stacks(stack_diffs)
-    lines += render_manifests(step_diffs, notes)
+    lines += render_manifests(step_diffs)
     lines += render_costs(stacks, before.costs, after.costs)
     return Review("\n".join(lines).rstrip() + "\n", changed_stacks, before, after)
 
@@ -581,8 +573,7 @@ def compare_sides(before: Side, after: Side, base_label: str) -> Review:
 def _cost_signature(costs: dict[str, StackCost] | str) -> object:
     if isinstance(costs, str):
         return costs
-    return {name: (round(c.hourly.total, 4) if c.hourly else None, c.hourly.has_reserved if c.hourly else None,
-                   round(c.run.total, 4) if c.run else None) for name, c in costs.items()}
+    return {name: (round(c.hourly.total, 4), c.hourly.has_reserved, round(c.run.total, 4)) for name, c in costs.items()}
 
 
 def plan_review(base: str | None = None, repo: Path | None = None) -> str:
@@ -598,10 +589,13 @@ def review(base: str | None = None, repo: Path | None = None) -> Review:
     """The review and the names of the stacks that changed."""
     root = _resolve_repo(Path(repo or Path.cwd()).resolve())
     commit, base_label = _resolve_base(root, base)
-    head = _git(root, "rev-parse", "HEAD")
-    with _Worktrees(root) as trees:
-        before = _side(trees, "ref", commit, base_label, None)
-        after = _side(trees, "working", head, "the working tree", root)
+    try:
+        head = _git(root, "rev-parse", "--verify", "HEAD")
+        with _Worktrees(root) as trees:
+            before = _side(trees, "ref", commit, base_label, None)
+            after = _side(trees, "working", head, "the working tree", root)
+    except subprocess.CalledProcessError as error:  # git itself refused (no commits, locked worktree, ...)
+        raise UserError(f"git {error.cmd[0]} failed in {root}: {_last_line(error.stderr or '')}") from None
     return compare_sides(before, after, base_label)
 
 

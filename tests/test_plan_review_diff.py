@@ -9,6 +9,7 @@ from scripts.plan_review import (
     StackCost,
     changed_fields,
     compare,
+    costs_for,
     describe,
     diff_manifests,
     diff_stacks,
@@ -120,7 +121,7 @@ def test_manifest_diff_per_recipe_and_step():
 
 
 def _side(stacks: dict, manifests: dict, costs: dict) -> Side:
-    return Side(stacks=stacks, manifests=manifests, manifests_note=None, costs=costs)
+    return Side(stacks=stacks, manifests=manifests, costs=costs)
 
 
 def _costs(*names: str) -> dict:
@@ -149,3 +150,28 @@ def test_review_has_three_sections_and_a_cost_row_per_stack():
     assert f"| `qwen3-v6e32` | {hourly} | {hourly} | no change | {run} | {run} |" in review
     assert "| `artifacts` | negligible | negligible | no change | — | — |" in review
     assert "not a quote" in review
+
+
+def test_a_side_whose_recipe_table_cannot_be_read_has_no_estimate_and_says_why(tmp_path):
+    broken = tmp_path / "recipes.toml"
+    broken.write_text("[recipes.qwen3-v6e32]\nplatform = 'mainframe'\n")
+    reason = costs_for(broken)
+    assert isinstance(reason, str) and reason.startswith("no estimate (recipes.toml: ")
+    costs = _costs("qwen3-v6e32")
+    before = _side({"qwen3-v6e32": _stack(_pool("4x8", 8))}, {}, reason)
+    after = _side({"qwen3-v6e32": _stack(_pool("4x8", 8))}, {}, costs)
+    review = compare(before, after, "main (abc)")
+    assert f"_REF: {reason}_" in review
+    hourly, run = costs["qwen3-v6e32"].hourly.summary(), costs["qwen3-v6e32"].run.summary()
+    assert f"| `qwen3-v6e32` | — | {hourly} | — | — | {run} |" in review
+
+
+def test_a_new_recipe_stack_costs_its_whole_estimate_more():
+    costs = _costs("qwen3-v6e32")
+    before = _side({"artifacts": {}}, {}, {})
+    after = _side({"artifacts": {}, "qwen3-v6e32": _stack(_pool("4x8", 8))}, {}, costs)
+    hourly = costs["qwen3-v6e32"].hourly
+    review = compare(before, after, "main (abc)")
+    assert "#### `qwen3-v6e32` (stack added)" in review
+    assert (f"| `qwen3-v6e32` | — | {hourly.summary()} | +${hourly.total:,.2f}/h | — | "
+            f"{costs['qwen3-v6e32'].run.summary()} |") in review
