@@ -253,19 +253,23 @@ class Peers:
     kube: KubeApi | None
     google: GoogleApis
     gcs_client: object
-    gcs_objects_before: set[tuple[str, str]] = field(default_factory=set)
+    before: dict = field(default_factory=dict)
 
     def gcs_objects(self) -> set[tuple[str, str]]:
         return {(bucket.name, blob.name) for bucket in self.gcs_client.list_buckets()
                 for blob in bucket.list_blobs()}
 
-    def writes(self) -> list[str]:
-        """Every request that would have created, changed or deleted something."""
-        seen = [f"kube {m} {p}" for m, p, _ in (self.kube.requests if self.kube else []) if m != "GET"]
-        seen += [f"google {m} {p}" for m, p, _ in self.google.requests if m != "GET"]
-        if self.gcs_objects() != self.gcs_objects_before:
-            seen.append(f"GCS objects changed: {sorted(self.gcs_objects() ^ self.gcs_objects_before)}")
-        return seen
+    def state(self) -> dict:
+        """What the fake APIs hold: anything a command created, changed or deleted shows up here."""
+        kube = self.kube
+        return {
+            "jobsets": sorted(kube.jobsets) if kube else [],
+            "jobsets created": list(kube.created) if kube else [],
+            "jobsets deleted": list(kube.deleted) if kube else [],
+            "kubernetes secrets": sorted(kube.secrets) if kube else [],
+            "secret versions": {name: len(versions) for name, versions in self.google.secrets.items()},
+            "gcs objects": self.gcs_objects(),
+        }
 
     def stop(self) -> None:
         for server in (self.kube, self.google):
@@ -338,7 +342,7 @@ def start_peers(state: dict, env: dict[str, str], sandbox: Sandbox, gcs_emulator
             kube.put_jobset(render_manifests(recipe, load_settings(env=env))[step], phase=phase)
             kube.requests.clear()
     peers = Peers(kube, google, gcs_client)
-    peers.gcs_objects_before = peers.gcs_objects()
+    peers.before = peers.state()
     return peers
 
 
@@ -354,7 +358,7 @@ def test_bad_input_is_rejected_clearly_and_changes_nothing(row: Row, tmp_path, r
     try:
         result = subprocess.run(argv, cwd=sandbox.work, env=env, input=stdin if stdin is not None else "",
                                 capture_output=True, text=True, timeout=300)
-        writes = peers.writes() if peers else []
+        changes = (peers.before, peers.state()) if peers else ({}, {})
     finally:
         if peers:
             peers.stop()
@@ -367,7 +371,7 @@ def test_bad_input_is_rejected_clearly_and_changes_nothing(row: Row, tmp_path, r
     assert sandbox.fill(row.fix) in lines[0]
     assert sandbox.sentinel not in output, "the output echoes a token"
     assert snapshot(sandbox.work) == before, "the command wrote files although it rejected its input"
-    assert writes == [], "the command changed the cloud although it rejected its input"
+    assert changes[1] == changes[0], "the command changed the cloud although it rejected its input"
 
 
 if __name__ == "__main__":
