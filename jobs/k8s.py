@@ -106,9 +106,15 @@ def bash_script(*steps: str) -> str:
     return "\n\n".join(["set -euo pipefail", *steps]) + "\n"
 
 
+def container_security() -> dict[str, Any]:
+    """No container needs to gain privileges (no setuid) or raw sockets; the TPU comes from the device plugin."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["NET_RAW"]}}
+
+
 def main_container(image: str, script: str, env: list[dict[str, Any]]) -> dict[str, Any]:
     # The script ends with `exec python3 -m ...`, so SIGTERM from Kubernetes reaches Python directly.
-    return {"name": MAIN_CONTAINER, "image": image, "command": ["bash", "-c", script], "env": env}
+    return {"name": MAIN_CONTAINER, "image": image, "command": ["bash", "-c", script], "env": env,
+            "securityContext": container_security()}
 
 
 def pod_template(
@@ -120,7 +126,14 @@ def pod_template(
 ) -> dict[str, Any]:
     return {
         "metadata": {"labels": step_labels(recipe, step)},
-        "spec": {"serviceAccountName": WORKLOAD_KSA, "restartPolicy": restart_policy, **spec},
+        "spec": {
+            "serviceAccountName": WORKLOAD_KSA,
+            # Workload Identity works through the GKE metadata server; no pod talks to the Kubernetes API.
+            "automountServiceAccountToken": False,
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "restartPolicy": restart_policy,
+            **spec,
+        },
     }
 
 

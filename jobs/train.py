@@ -13,6 +13,7 @@ from jobs.k8s import (
     PATHWAYS_HEAD,
     NODE_POOL_LABEL,
     bash_script,
+    container_security,
     cpu_pool_selector,
     env_field,
     env_list,
@@ -54,7 +55,7 @@ def _scratch(paths: ArtifactPaths) -> str:
 def _sidecar(name: str, image: str, args: list[str], env: list[dict[str, Any]]) -> dict[str, Any]:
     # A native sidecar: an init container that keeps running next to the main container.
     return {"name": name, "image": image, "restartPolicy": "Always", "args": args, "env": env,
-            "volumeMounts": [_shared_tmp_mount()]}
+            "volumeMounts": [_shared_tmp_mount()], "securityContext": container_security()}
 
 
 def pathways_proxy(paths: ArtifactPaths) -> dict[str, Any]:
@@ -146,6 +147,7 @@ def pathways_worker(paths: ArtifactPaths) -> dict[str, Any]:
         "env": env,
         "ports": [{"containerPort": port} for port in WORKER_PORTS],
         "resources": {"limits": {TPU_RESOURCE: chips}},
+        "securityContext": container_security(),
     }
 
 

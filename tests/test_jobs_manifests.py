@@ -314,3 +314,15 @@ def test_an_rl_env_entry_that_clashes_with_a_derived_variable_is_refused():
     rl = recipe.rl.model_copy(update={"env": {**recipe.rl.env, "JAX_PLATFORMS": "cpu"}})
     with pytest.raises(UserError, match="JAX_PLATFORMS is set twice"):
         jobs.render_manifests(recipe.model_copy(update={"rl": rl}), SETTINGS)
+
+
+@pytest.mark.parametrize("name", GKE_RECIPES)
+def test_no_container_can_escalate_privileges_and_pods_use_runtime_default_seccomp(name):
+    for jobset in manifests(name).values():
+        for replicated_job in jobset["spec"]["replicatedJobs"]:
+            spec = replicated_job["template"]["spec"]["template"]["spec"]
+            assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+            assert spec["automountServiceAccountToken"] is False
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                assert c["securityContext"]["allowPrivilegeEscalation"] is False
+                assert not c["securityContext"].get("privileged")
