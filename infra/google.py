@@ -27,6 +27,7 @@ the normal import; ``=lazy`` forces lazy mode and stops with a clear error when 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib
 import importlib.metadata
@@ -117,7 +118,9 @@ def _helper_assembly(path: Path) -> tuple[str, str]:
         "package/.jsii": json.dumps(manifest).encode(),
         "package/lib/index.js": hook,
     }
-    with tarfile.open(path, "w:gz") as archive:
+    # Byte-stable tarball (no timestamps): the kernel caches extracted packages by content hash.
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped, \
+            tarfile.open(fileobj=zipped, mode="w") as archive:
         for member, data in files.items():
             info = tarfile.TarInfo(member)
             info.size, info.mtime, info.mode = len(data), 0, 0o644
