@@ -73,6 +73,8 @@ mark_done() {{ date -u +%FT%TZ | gcloud storage cp - "${{PROGRESS}}$1.done"; }}"
 def _install(recipe: Recipe) -> str:
     release = recipe.maxtext
     marker = f"{INSTALL_DIR}/.installed-{recipe.maxtext_version}"
+    # Two blocks around the activation, so the MaxText install runs inside the venv as in seed 002;
+    # the marker is written last, so an interrupted install is redone at the next boot.
     return f"""# --- install (once per boot disk): uv, Python {release.python}, {release.pip} (seed 002)
 if [[ ! -f {marker} ]]; then
   log "installing {release.pip}"
@@ -82,14 +84,16 @@ if [[ ! -f {marker} ]]; then
   curl -LsSf https://astral.sh/uv/{UV_VERSION}/install.sh | sh
   mkdir -p {INSTALL_DIR}
   uv python install {release.python}
-  uv venv --python {release.python} --seed "$VENV"
-  # The extra pins torch==2.11.0+cpu, which only uv resolves (PyTorch CPU index); lowest = the tested set.
-  UV_TORCH_BACKEND=cpu uv pip install --python "$VENV/bin/python" {shlex.quote(release.pip)} --resolution=lowest
-  "$VENV/bin/install_tpu_post_train_extra_deps"
-  touch {marker}
+  [[ -x "$VENV/bin/python" ]] || uv venv --python {release.python} --seed "$VENV"
 fi
 # shellcheck disable=SC1091
-source "$VENV/bin/activate\""""
+source "$VENV/bin/activate"
+if [[ ! -f {marker} ]]; then
+  # The extra pins torch==2.11.0+cpu, which only uv resolves (PyTorch CPU index); lowest = the tested set.
+  UV_TORCH_BACKEND=cpu uv pip install {shlex.quote(release.pip)} --resolution=lowest
+  install_tpu_post_train_extra_deps
+  touch {marker}
+fi"""
 
 
 def _token(settings: Settings) -> str:

@@ -91,6 +91,17 @@ case "$1 $2" in
 esac
 """
 
+FAKE_UV = r"""#!/bin/bash
+echo "uv $*${UV_TORCH_BACKEND:+ (UV_TORCH_BACKEND=$UV_TORCH_BACKEND)}" >> "$CALLS"
+if [[ "$1" == venv ]]; then
+  venv="${@: -1}"; mkdir -p "$venv/bin"; touch "$venv/bin/activate"; ln -sf "$(command -v true)" "$venv/bin/python"
+fi
+"""
+
+RECORDER = r"""#!/bin/bash
+echo "$(basename "$0") $*" >> "$CALLS"
+"""
+
 FAKE_PYTHON = r"""#!/bin/bash
 printf '%s token=%s\n' "$2" "$([[ "${HF_TOKEN:-}" == "$FAKE_TOKEN" ]] && echo yes || echo no)" >> "$CALLS"
 [[ "$2" != "${FAIL_MODULE:-none}" ]]
@@ -104,6 +115,10 @@ def run_script(tmp_path, monkeypatch):
         directory.mkdir(parents=True)
     (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
     (bin_dir / "python3").write_text(FAKE_PYTHON)
+    (bin_dir / "uv").write_text(FAKE_UV)
+    for tool in ("apt-get", "install_tpu_post_train_extra_deps"):
+        (bin_dir / tool).write_text(RECORDER)
+    (bin_dir / "curl").write_text('#!/bin/bash\necho "curl $*" >> "$CALLS"; echo "exit 0"\n')
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     (install / "venv" / "bin" / "activate").write_text("# stand-in venv\n")
@@ -128,6 +143,7 @@ def run_script(tmp_path, monkeypatch):
         bucket, prefix = split_gs_url(PATHS.progress)
         return gcs / bucket / prefix / f"{step}.done"
 
+    run.install_marker = install / f".installed-{RECIPE.maxtext_version}"
     return run, marker
 
 
@@ -181,3 +197,23 @@ def test_a_container_path_patch_is_refused_for_a_vm_recipe():
         update={"maxtext_versions": ("0.2.3",)})
     with pytest.raises(UserError, match="container path"):
         jobs.render_startup_script(RECIPE.model_copy(update={"patches": (patch,)}), SETTINGS)
+
+
+def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it(run_script):
+    run, _ = run_script
+    run.install_marker.unlink()
+    code, calls, log = run()
+    assert code == 0, log
+    install = [call for call in calls if not call.startswith("maxtext.")]
+    assert install == [
+        "apt-get update -q",
+        "apt-get install -y -q build-essential cmake ninja-build",
+        f"curl -LsSf https://astral.sh/uv/{jobs.vm.UV_VERSION}/install.sh",
+        "uv python install 3.12",
+        f"uv venv --python 3.12 --seed {run.install_marker.parent}/venv",
+        "uv pip install maxtext[tpu-post-train]==0.2.3 --resolution=lowest (UV_TORCH_BACKEND=cpu)",
+        "install_tpu_post_train_extra_deps ",
+    ]
+    assert run.install_marker.is_file()
+    _, calls, _ = run()
+    assert not any(call.startswith(("uv ", "apt-get", "install_tpu")) for call in calls)
