@@ -24,6 +24,7 @@ GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 SUBMISSION_ANNOTATION = "tpu-rl/submission"
+FOLLOW_IDLE_SECONDS = 3600.0  # a followed log with no line for this long is reopened by the caller
 JOBSET_INSTALL = f"https://github.com/kubernetes-sigs/jobset/releases/download/{JOBSET_VERSION}/manifests.yaml"
 
 
@@ -210,7 +211,7 @@ class Cluster:
         """Follow a container's log; ends when the container ends or the connection drops."""
         response = self._read(f"following logs of {pod}", lambda: self.core.read_namespaced_pod_log(
             pod, self.namespace, container=container, follow=True, since_seconds=since_seconds,
-            _request_timeout=(self.policy.request_timeout, None), _preload_content=False))
+            _request_timeout=(self.policy.request_timeout, FOLLOW_IDLE_SECONDS), _preload_content=False))
         pending = b""
         try:
             for chunk in response.stream(4096):

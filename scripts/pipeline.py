@@ -231,24 +231,35 @@ class LogFollower(threading.Thread):
         super().__init__(daemon=True)
         self.session, self.job = session, job
         self.stop = threading.Event()
+        self.streamed = False
+
+    def _print(self, line: str) -> None:
+        self.streamed = True
+        self.session.console.print(f"[dim]{self.job.step}|[/] {escape(line)}", highlight=False)
 
     def run(self) -> None:
         last_line_at: float | None = None
         while not self.stop.is_set():
             try:
                 pod = main_pod(self.session.cluster.list_pods(self.job.selector), running_only=True)
-                if pod is None:
-                    self.stop.wait(self.session.poll_interval)
-                    continue
-                since = int(time.monotonic() - last_line_at) + 1 if last_line_at else None
-                for line in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER, since):
-                    last_line_at = time.monotonic()
-                    self.session.console.print(f"[dim]{self.job.step}|[/] {escape(line)}", highlight=False)
-                    if self.stop.is_set():
-                        return
+                if pod is not None:
+                    since = int(time.monotonic() - last_line_at) + 1 if last_line_at else None
+                    for line in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER, since):
+                        last_line_at = time.monotonic()
+                        self._print(line)
             except Exception:  # a dropped stream is not fatal; the main loop reports cluster trouble
                 pass
-            self.stop.wait(self.session.poll_interval)
+            self.stop.wait(max(self.session.poll_interval, 0.05))
+
+    def finish(self, tail: int = 50) -> None:
+        """Stop following; if the step ended before any line was streamed, show the log's last lines."""
+        self.stop.set()
+        self.join(timeout=10)
+        if not self.streamed:
+            pod = main_pod(self.session.cluster.list_pods(self.job.selector))
+            if pod is not None:
+                for line in self.session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER, tail).splitlines():
+                    self._print(line)
 
 
 def main_pod(pods: list[dict], running_only: bool = False) -> dict | None:
@@ -302,7 +313,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
                 session.sleep(session.poll_interval)
     finally:
         if follower:
-            follower.stop.set()
+            follower.finish()
 
 
 def failure_message(session: Session, job: StepJob, state: JobSetState, problems: list[str]) -> str:

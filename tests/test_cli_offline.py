@@ -1,0 +1,103 @@
+"""Commands that need no cloud (recipes, render), and true end-to-end runs of the installed `tpu-rl`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from peers.fixtures import TOKEN, cloud, gcs, gcs_server, google, kube, put_step_output, settings_env  # noqa: F401
+from recipes import all_recipes, get_recipe
+from scripts.cli import app
+
+runner = CliRunner()
+TPU_RL = Path(sys.executable).parent / "tpu-rl"
+
+
+def test_recipes_json_lists_derived_facts_for_every_recipe():
+    result = runner.invoke(app, ["recipes", "--json"])
+    assert result.exit_code == 0, result.output
+    facts = {item["name"]: item for item in json.loads(result.output)}
+    assert set(facts) == set(all_recipes())
+    qwen = facts["qwen3-v6e32"]
+    assert (qwen["chips"], qwen["hosts"], qwen["machine_type"]) == (32, 8, "ct6e-standard-4t")
+    assert qwen["image"].endswith("tpu_post_training:0.2.4") and qwen["maxtext_version"] == "0.2.4"
+    assert (facts["gemma4-v6e64"]["chips"], facts["gemma4-v6e64"]["hosts"]) == (64, 16)
+    llama = facts["llama31-v6e8"]
+    assert (llama["hosts"], llama["image"], llama["pip"]) == (1, None, "maxtext[tpu-post-train]==0.2.3")
+    for item in facts.values():
+        assert item["hourly_usd_estimate"] > 0
+
+
+def test_render_writes_the_three_jobsets_of_a_gke_recipe(settings_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)  # a token in the environment must not leak into files
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["render", "qwen3-v6e32", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["convert.yaml", "export.yaml", "train.yaml"]
+    for step in ("convert", "train", "export"):
+        text = (out / f"{step}.yaml").read_text()
+        manifest = yaml.safe_load(text)
+        assert manifest["kind"] == "JobSet" and manifest["metadata"]["name"] == f"qwen3-v6e32-{step}"
+        assert "rl-test-artifacts" in text and TOKEN not in text
+    assert TOKEN not in result.output
+
+
+def test_render_writes_the_startup_script_of_the_vm_recipe(settings_env, tmp_path):
+    result = runner.invoke(app, ["render", "llama31-v6e8", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".sh"] == ["startup.sh"]
+    assert (tmp_path / "startup.sh").read_text().startswith("#!")
+
+
+def test_render_works_with_the_example_settings_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for key in ("PROJECT", "REGION", "ZONE", "CLUSTER_NAME", "GCS_BUCKET", "RESERVATION", "AUTHORIZED_CIDR",
+                "TPU_RL_CONFIG"):
+        monkeypatch.delenv(key, raising=False)
+    result = runner.invoke(app, ["render", "gemma4-v6e64", "--out", "rendered"])
+    assert result.exit_code == 0, result.output
+    assert "example settings" in result.output and (tmp_path / "rendered" / "train.yaml").is_file()
+
+
+def test_render_refuses_an_out_path_that_is_a_file(settings_env, tmp_path):
+    target = tmp_path / "file"
+    target.write_text("")
+    result = runner.invoke(app, ["render", "qwen3-v6e32", "--out", str(target)])
+    assert result.exit_code == 2 and "is not a directory" in result.output
+
+
+def _installed(*args: str, env: dict | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(TPU_RL), *args], capture_output=True, text=True, input=stdin, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_installed_entry_point_lists_recipes_as_json():
+    done = _installed("recipes", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [item["name"] for item in json.loads(done.stdout)] == list(all_recipes())
+
+
+def test_installed_entry_point_runs_the_pipeline_and_resumes(cloud):
+    recipe = get_recipe("qwen3-v6e32")
+    for step in ("convert", "train", "export"):
+        cloud["kube"].plan(f"qwen3-v6e32-{step}",
+                           on_success=lambda step=step: put_step_output(cloud["gcs"], recipe, step))
+    first = _installed("run", "qwen3-v6e32")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert cloud["kube"].created == ["qwen3-v6e32-convert", "qwen3-v6e32-train", "qwen3-v6e32-export"]
+    again = _installed("run", "qwen3-v6e32")
+    assert again.returncode == 0 and again.stdout.count("skipping") == 3
+    assert TOKEN not in first.stdout + first.stderr + again.stdout + again.stderr
+
+
+def test_installed_entry_point_rejects_bad_input_in_one_line_without_traceback():
+    done = _installed("run", "nope")
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "unknown recipe 'nope'" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
