@@ -79,6 +79,8 @@ def pathways_resource_manager(paths: ArtifactPaths) -> dict[str, Any]:
 
 
 def memory_limit_step(memory_max: str) -> str:
+    # As seed 000. Where the container's cgroup filesystem is read-only (unprivileged containers on
+    # cgroup v2) the write fails and is ignored, exactly as in the seed.
     return "\n".join([
         f"# cap this container's memory at {memory_max} (seed 000), so a host-memory spike fails the run, not the node",
         f"(echo {memory_max} > /sys/fs/cgroup/memory.max || echo {memory_max} > "
@@ -116,6 +118,8 @@ def workload_env(recipe: Recipe) -> list[dict[str, Any]]:
 
 
 def pathways_head_job(paths: ArtifactPaths) -> dict[str, Any]:
+    # hostNetwork as in xpk. Note: GKE's Workload Identity does not serve host-network pods; they reach
+    # GCS (scratch, checkpoints) as the node's service account, which therefore needs the bucket.
     recipe = paths.recipe
     workload = main_container(recipe.maxtext.image, train_script(paths), workload_env(recipe))
     workload["volumeMounts"] = [_shared_tmp_mount()]
