@@ -276,6 +276,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
         follower.start()
     problems: list[str] = []
     last_summary = None
+    hinted_kueue = False
     total_steps = session.recipe.rl.num_batches
     try:
         with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
@@ -292,6 +293,10 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
                 counts = pod_counts(pods)
                 summary = (f"{job.step}: {state.phase}, pods {counts.scheduled}/{job.expected_pods} scheduled, "
                            f"{counts.ready}/{job.expected_pods} ready")
+                if state.phase == "suspended" and not hinted_kueue:
+                    hinted_kueue = True
+                    console.print(f"{job.step}: waiting for Kueue to admit JobSet {job.name}; if this lasts, check "
+                                  f"`kubectl get workloads` and the ClusterQueue's CPU and TPU quota")
                 if job.step == "train" and state.phase == "running":
                     head = main_pod(cluster.list_pods(job.selector))
                     if head:

@@ -73,4 +73,35 @@ def test_run_shows_training_step_from_the_head_logs(cloud):
     result = tpu_rl("run", RECIPE, "--steps", "train")
     assert result.exit_code == 0, result.output
     assert "training step 12/50" in result.output
-    assert "pods 10/10 scheduled" in result.output or "scheduled" in result.output
+    assert "pods 9/9 scheduled, 9/9 ready" in result.output  # pathways-head + 8 workers
+
+
+def test_run_waits_for_kueue_admission_and_says_what_to_check(cloud):
+    succeed_writing_output(cloud, "convert", admitted_after=3)
+    result = tpu_rl("run", RECIPE, "--steps", "convert")
+    assert result.exit_code == 0, result.output
+    assert "convert: suspended" in result.output
+    assert "waiting for Kueue to admit JobSet qwen3-v6e32-convert" in result.output
+    assert result.output.count("waiting for Kueue") == 1
+
+
+def test_an_operator_can_confirm_replacing_a_failed_jobset_interactively(cloud, monkeypatch):
+    import scripts.cli
+    from jobs import render_manifests
+    from peers.fixtures import peer_settings
+
+    questions = []
+    real = scripts.cli.make_session
+
+    def make_session(*args, **kwargs):
+        session = real(*args, **kwargs)
+        session.confirm = lambda question: questions.append(question) or True
+        return session
+
+    monkeypatch.setattr(scripts.cli, "make_session", make_session)
+    cloud["kube"].put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["convert"], "failed")
+    succeed_writing_output(cloud, "convert")
+    result = tpu_rl("run", RECIPE, "--steps", "convert")
+    assert result.exit_code == 0, result.output
+    assert len(questions) == 1 and "Delete it and submit again?" in questions[0]
+    assert cloud["kube"].deleted == [f"{RECIPE}-convert"] and cloud["kube"].created == [f"{RECIPE}-convert"]

@@ -42,6 +42,7 @@ class Plan:
 
     outcome: str = "succeed"
     ticks: int = 2
+    admitted_after: int = 0  # GETs during which Kueue has not admitted it yet (spec.suspend, no pods run)
     logs: str = ""
     on_success: Callable[[], None] | None = None
 
@@ -115,8 +116,16 @@ class KubeApi(PeerServer):
         obj = self.jobsets[name]
         if obj["status"].get("terminalState"):
             return
-        tick = self._ticks[name] = self._ticks[name] + 1
         plan = self.plans.get(name, Plan())
+        if plan.admitted_after > 0:
+            plan.admitted_after -= 1
+            obj["spec"]["suspend"] = True
+            obj["status"]["conditions"] = [{"type": "Suspended", "status": "True", "reason": "SuspendedJobs",
+                                            "message": "jobset is suspended", "lastTransitionTime": _now()}]
+            return
+        obj["spec"].pop("suspend", None)
+        obj["status"]["conditions"] = []
+        tick = self._ticks[name] = self._ticks[name] + 1
         for pod in self._pods_of(name):
             conditions = [{"type": "PodScheduled", "status": "True"}]
             if tick >= 2:
