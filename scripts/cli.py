@@ -274,6 +274,15 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 register_plan_review(app)
 
 
+def _register_plan_review() -> None:
+    from scripts import plan_review  # its own helper owns it; the command is `tpu-rl plan-review`
+
+    plan_review.register(app)
+
+
+_register_plan_review()
+
+
 def main() -> None:
     app()
 
