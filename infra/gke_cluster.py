@@ -120,6 +120,13 @@ class GkeCluster(Construct):
                 ),
             ),
             enable_shielded_nodes=True,
+            # Authenticate with Google identities only; no long-lived client certificate (GKE's default,
+            # stated so that it stays so).
+            master_auth=container_cluster.ContainerClusterMasterAuth(
+                client_certificate_config=container_cluster.ContainerClusterMasterAuthClientCertificateConfig(
+                    issue_client_certificate=False
+                ),
+            ),
             # Node pools are managed below; the default pool exists only while the cluster is created,
             # and even then runs as the node SA with the GKE metadata server.
             remove_default_node_pool=True,
@@ -129,6 +136,9 @@ class GkeCluster(Construct):
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],
                 workload_metadata_config=container_cluster.ContainerClusterNodeConfigWorkloadMetadataConfig(
                     mode="GKE_METADATA"
+                ),
+                shielded_instance_config=container_cluster.ContainerClusterNodeConfigShieldedInstanceConfig(
+                    enable_secure_boot=True, enable_integrity_monitoring=True
                 ),
             ),
             lifecycle={"ignore_changes": ["node_config"]},
