@@ -1,0 +1,109 @@
+"""Data safety on the synthesized stacks: trained weights and the token outlive every recipe stack, and
+project-wide IAM stays within a stated allow-list.
+
+Uses the session synth from tests/conftest.py (`stacks_json`); nothing is synthesized here.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from recipes import all_recipes
+from recipes.conventions import ARTIFACTS_STACK
+
+RECIPE_STACKS = sorted(all_recipes())
+OWNED_BY_ARTIFACTS = ("google_storage_bucket", "google_secret_manager_secret")
+PROJECT_IAM_TYPES = ("google_project_iam_member", "google_project_iam_binding", "google_project_iam_policy")
+# Authoritative project IAM (binding/policy) would strip every other member of a role in the user's
+# project; only additive grants are allowed, and only these roles, only to the GKE node service account.
+PROJECT_ROLE_ALLOW_LIST = {
+    "roles/logging.logWriter": "node-sa",
+    "roles/monitoring.metricWriter": "node-sa",
+    "roles/monitoring.viewer": "node-sa",
+    "roles/stackdriver.resourceMetadata.writer": "node-sa",
+    "roles/artifactregistry.reader": "node-sa",
+}
+_SA_REFERENCE = re.compile(r"^\$\{google_service_account\.(?P<id>[^.]+)\.(member|email)\}$")
+
+
+def _resources(stack: dict, rtype: str) -> dict[str, dict]:
+    return stack.get("resource", {}).get(rtype, {})
+
+
+def _path(stack_name: str, body: dict) -> str:
+    return body["//"]["metadata"]["path"].removeprefix(f"{stack_name}/")
+
+
+@pytest.mark.parametrize("stack", RECIPE_STACKS)
+def test_recipe_stack_owns_no_bucket_and_no_secret(stacks_json, stack):
+    for rtype in OWNED_BY_ARTIFACTS:
+        assert _resources(stacks_json[stack], rtype) == {}, (
+            f"{stack} declares a {rtype}: destroying the recipe stack would destroy it")
+
+
+def test_the_artifacts_stack_owns_the_bucket_and_the_token_secret(stacks_json):
+    artifacts = stacks_json[ARTIFACTS_STACK]
+    assert len(_resources(artifacts, "google_storage_bucket")) == 1
+    assert len(_resources(artifacts, "google_secret_manager_secret")) == 1
+
+
+def _bucket(stacks_json) -> dict:
+    (bucket,) = _resources(stacks_json[ARTIFACTS_STACK], "google_storage_bucket").values()
+    return bucket
+
+
+def test_artifacts_bucket_cannot_be_force_destroyed(stacks_json):
+    # Terraform's default for force_destroy is false; state it so that a change to true shows up here.
+    assert _bucket(stacks_json)["force_destroy"] is False
+
+
+def test_artifacts_bucket_keeps_deleted_or_overwritten_checkpoints(stacks_json):
+    bucket = _bucket(stacks_json)
+    versioning = bucket.get("versioning", {}).get("enabled") is True
+    soft_delete = int(bucket.get("soft_delete_policy", {}).get("retention_duration_seconds", 0)) > 0
+    assert versioning or soft_delete
+
+
+def test_artifacts_bucket_lifecycle_never_deletes_live_objects(stacks_json):
+    # A Delete rule is fine only for noncurrent (archived) versions; one on live objects would expire
+    # checkpoints and exports.
+    for rule in _bucket(stacks_json).get("lifecycle_rule", []):
+        if rule["action"]["type"] != "Delete":
+            continue
+        condition = rule["condition"]
+        assert condition.get("with_state") == "ARCHIVED" or condition.get("days_since_noncurrent_time") or \
+            condition.get("num_newer_versions"), f"a lifecycle rule deletes live objects: {rule}"
+
+
+@pytest.mark.parametrize("stack", [ARTIFACTS_STACK, *RECIPE_STACKS])
+def test_project_iam_grants_are_additive_and_on_the_allow_list(stacks_json, stack):
+    config = stacks_json[stack]
+    for rtype in ("google_project_iam_binding", "google_project_iam_policy"):
+        assert _resources(config, rtype) == {}, f"{stack} sets authoritative project IAM ({rtype})"
+    accounts = {logical_id: _path(stack, body) for logical_id, body in _resources(config, "google_service_account").items()}
+    for body in _resources(config, "google_project_iam_member").values():
+        role = body["role"]
+        assert role in PROJECT_ROLE_ALLOW_LIST, f"{stack} grants {role} project-wide (not on the allow-list)"
+        reference = _SA_REFERENCE.match(body["member"])
+        assert reference, f"{stack}: {role} goes to {body['member']}, not to a service account of the stack"
+        owner = accounts[reference["id"]]
+        assert owner.split("/")[0] == PROJECT_ROLE_ALLOW_LIST[role], f"{stack}: {role} goes to {owner}"
+
+
+def test_every_project_iam_resource_type_is_checked(stacks_json):
+    # A new kind of project-level grant must be added to the allow-list test above, not slip past it.
+    seen = {rtype for config in stacks_json.values() for rtype in config.get("resource", {})
+            if rtype.startswith("google_project_iam")}
+    assert seen <= set(PROJECT_IAM_TYPES), seen
+
+
+@pytest.mark.parametrize("stack", RECIPE_STACKS)
+def test_workload_storage_access_is_granted_on_the_bucket_not_the_project(stacks_json, stack):
+    config = stacks_json[stack]
+    grants = _resources(config, "google_storage_bucket_iam_member").values()
+    assert grants, f"{stack} has no bucket-level grant for its workload"
+    assert {grant["bucket"] for grant in grants} == {_bucket(stacks_json)["name"]}
+    secret_grants = _resources(config, "google_secret_manager_secret_iam_member").values()
+    assert [grant["role"] for grant in secret_grants] == ["roles/secretmanager.secretAccessor"]
