@@ -207,10 +207,13 @@ class Cluster:
             raise
         return response.data.decode(errors="replace")
 
-    def stream_log(self, pod: str, container: str, since_seconds: int | None = None) -> Iterator[str]:
-        """Follow a container's log; ends when the container ends or the connection drops."""
+    def stream_log(self, pod: str, container: str, since_seconds: int | None = None,
+                   timestamps: bool = False) -> Iterator[str]:
+        """Follow a container's log; ends when the container ends or the connection drops. With
+        `timestamps` each line starts with its RFC 3339 time and a space (for resuming without repeats)."""
         response = self._read(f"following logs of {pod}", lambda: self.core.read_namespaced_pod_log(
             pod, self.namespace, container=container, follow=True, since_seconds=since_seconds,
+            timestamps=timestamps or None,
             _request_timeout=(self.policy.request_timeout, FOLLOW_IDLE_SECONDS), _preload_content=False))
         pending = b""
         try:

@@ -58,10 +58,23 @@ def last_train_step(log_text: str, total: int) -> int | None:
     return found
 
 
+def _parse_time(text: str) -> datetime | None:
+    """RFC 3339 (with nanoseconds, as the kubelet writes them) to an aware datetime; None if not one."""
+    match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", text)
+    if not match:
+        return None
+    fraction = (match.group(2) or "0")[:6].ljust(6, "0")
+    zone = "+00:00" if match.group(3) == "Z" else match.group(3)
+    return datetime.fromisoformat(f"{match.group(1)}.{fraction}{zone}")
+
+
 def _elapsed(created: str | None, now: Callable[[], datetime]) -> str:
     if not created:
         return ""
-    seconds = int((now() - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds())
+    started = _parse_time(created)
+    if started is None:
+        return ""
+    seconds = int((now() - started).total_seconds())
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d} elapsed"
 
 
@@ -238,15 +251,22 @@ class LogFollower(threading.Thread):
         self.session.console.print(f"[dim]{self.job.step}|[/] {escape(line)}", highlight=False)
 
     def run(self) -> None:
-        last_line_at: float | None = None
+        # Lines carry the kubelet's timestamps; after a drop the stream is reopened a little before the
+        # last line seen and everything up to that line is skipped, so nothing repeats or goes missing.
+        last_stamp: datetime | None = None
         while not self.stop.is_set():
             try:
                 pod = main_pod(self.session.cluster.list_pods(self.job.selector), running_only=True)
                 if pod is not None:
-                    since = int(time.monotonic() - last_line_at) + 1 if last_line_at else None
-                    for line in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER, since):
-                        last_line_at = time.monotonic()
-                        self._print(line)
+                    since = int((self.session.now() - last_stamp).total_seconds()) + 2 if last_stamp else None
+                    for raw in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER, since,
+                                                               timestamps=True):
+                        stamp_text, _, line = raw.partition(" ")
+                        stamp = _parse_time(stamp_text)
+                        if stamp is not None and last_stamp is not None and stamp <= last_stamp:
+                            continue
+                        last_stamp = stamp or last_stamp
+                        self._print(line if stamp is not None else raw)
             except Exception:  # a dropped stream is not fatal; the main loop reports cluster trouble
                 pass
             self.stop.wait(max(self.session.poll_interval, 0.05))

@@ -244,3 +244,46 @@ def test_replace_deletes_the_failed_jobset_and_submits_again(cloud):
     assert result.exit_code == 0, result.output
     assert cloud["kube"].deleted == [name("convert")]
     assert cloud["kube"].created == [name("convert")]
+
+
+# -- backoff ----------------------------------------------------------------------------------------
+def test_backoff_doubles_up_to_the_cap_and_honours_retry_after():
+    from kubernetes.client.exceptions import ApiException
+
+    from scripts.outcome import ApiError
+    from scripts.retry import RetryPolicy, call
+
+    slept: list[float] = []
+    policy = RetryPolicy(attempts=5, base_delay=1.0, max_delay=5.0, sleep=slept.append)
+
+    def always_503():
+        raise ApiException(status=503, reason="Service Unavailable")
+
+    with pytest.raises(ApiError, match="failed 5 times, last with HTTP 503"):
+        call(policy, "reading x", always_503)
+    assert slept == [1.0, 2.0, 4.0, 5.0]
+
+    slept.clear()
+    throttled = ApiException(status=429, reason="Too Many Requests")
+    throttled.headers = {"Retry-After": "3"}
+    answers = iter([throttled, "ok"])
+
+    def throttled_once():
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert call(policy, "creating x", throttled_once, idempotent=False) == "ok"
+    assert slept == [3.0]
+
+
+def test_a_dropped_log_stream_is_reopened_while_following(cloud, monkeypatch):
+    monkeypatch.setenv("TPU_RL_POLL_SECONDS", "0.1")  # the step runs ~1 s, time for the follower to reconnect
+    succeed_writing_output(cloud, "convert", ticks=10, logs="converting layer 1\n")
+    cloud["kube"].faults.append(Fault("GET", "/log", "drop", times=1))
+    result = tpu_rl("run", RECIPE, "--steps", "convert", "--follow-logs")
+    assert result.exit_code == 0, result.output
+    assert result.output.count("converting layer 1") == 1
+    follows = [path for method, path, _ in cloud["kube"].requests if "/log" in path and "follow=true" in path]
+    assert len(follows) >= 2  # the dropped one and the reopened one

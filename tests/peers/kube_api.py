@@ -12,7 +12,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from peers.http import PeerServer, Reply
@@ -234,11 +234,20 @@ class KubeApi(PeerServer):
             return status(404, "NotFound", f'pods "{name}" not found')
         if not log:
             return Reply(200, pod)
+        # Every line was written when the pod started, a microsecond apart; the stream then ends, as a
+        # dropped follow would. sinceSeconds and timestamps behave as the kubelet's.
         jobset = pod["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"]
-        lines = self.plans.get(jobset, Plan()).logs.splitlines(keepends=True)
+        started = datetime.strptime(pod["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        lines = [(started + timedelta(microseconds=i), line)
+                 for i, line in enumerate(self.plans.get(jobset, Plan()).logs.splitlines(keepends=True))]
+        if query.get("sinceSeconds"):
+            cutoff = datetime.now(timezone.utc) - timedelta(seconds=int(query["sinceSeconds"]))
+            lines = [(stamp, line) for stamp, line in lines if stamp >= cutoff]
         if query.get("tailLines"):
             lines = lines[-int(query["tailLines"]):]
-        return Reply(200, "".join(lines))
+        if query.get("timestamps") == "true":
+            return Reply(200, "".join(f"{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z {line}" for stamp, line in lines))
+        return Reply(200, "".join(line for _, line in lines))
 
     def _secrets(self, method: str, name: str | None, body: bytes) -> Reply:
         if method == "POST":
