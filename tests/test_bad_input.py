@@ -5,37 +5,28 @@ script otherwise) in an empty working directory, and must end with:
 - a non-zero exit and no Python traceback;
 - the row's message, on one line, naming the setting and saying how to fix it;
 - nothing created or submitted: no file appears in the working directory (so no cdktf.out, no rendered
-  files), and the local fake APIs saw no write.
+  files), and the local fake APIs hold nothing new (no JobSet, Secret, secret version or object).
 
 Regenerate the doc after editing the table: `.venv/bin/python tests/test_bad_input.py --write-doc`.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
 
-from peers.google_apis import GoogleApis
-from peers.kube_api import KubeApi, write_kubeconfig
+from security_harness import REPO, TRACEBACK, VENV_BIN, clean_environment, sentinel_token, start_gcs_emulator, start_peers
 
-REPO = Path(__file__).resolve().parents[1]
 TABLE = REPO / "security" / "bad_input.yaml"
 DOC = REPO / "docs" / "bad-input.md"
-VENV_BIN = REPO / ".venv" / "bin"
 STAGES = ("synth", "render", "preflight", "run", "plan")
 MIN_ROWS = 25
-TRACEBACK = "Traceback (most recent call last)"
-# Every API the CLI could reach points at a closed local port unless a row sets up a peer, so a row
-# can never reach Google, and an attempt shows up as a connection error instead of a cloud call.
-DEAD_ENDPOINT = "http://127.0.0.1:9"
 
 
 @dataclass(frozen=True)
@@ -64,11 +55,6 @@ def load_table() -> tuple[dict[str, str], list[Row]]:
 BASE_ENV, ROWS = load_table()
 
 
-def sentinel_token() -> str:
-    # Built at run time so that no token-shaped string sits in the source.
-    return "hf_" + "SENTINEL" + uuid.uuid4().hex
-
-
 # ---------------------------------------------------------------------------------------------------
 # The doc
 
@@ -91,7 +77,7 @@ def render_doc(rows: list[Row]) -> str:
         "do not edit by hand. Every row is a test in `tests/test_bad_input.py`: it runs the real entry point",
         "(`python -m stacks.app` for synth, the `tpu-rl` console script otherwise) and checks a non-zero exit,",
         "this message on one line (naming the setting and the fix), no Python traceback, and that nothing",
-        "was created or submitted (no file written, no write seen by the local fake APIs).",
+        "was created or submitted (no file written; nothing new in the local fake Kubernetes, Secret Manager and GCS).",
         "",
         "Stages: **synth** (`make synth` / `python -m stacks.app`), **render** (`tpu-rl render`),",
         "**preflight** (`tpu-rl preflight`, `tpu-rl secret set`), **run** (`tpu-rl run`, `status`, `logs`),",
@@ -175,24 +161,6 @@ def snapshot(directory: Path) -> dict[str, bytes]:
             for p in sorted(directory.rglob("*"))}
 
 
-def base_environment(sandbox: Sandbox) -> dict[str, str]:
-    """A clean environment: nothing of the caller's (no HF_TOKEN, no kubeconfig, no credentials)."""
-    return {
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "HOME": str(sandbox.home),
-        "LANG": "C.UTF-8",
-        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
-        "CHECKPOINT_DISABLE": "1",
-        "KUBECONFIG": str(sandbox.home / "no-kubeconfig"),
-        "STORAGE_EMULATOR_HOST": DEAD_ENDPOINT,
-        "TPU_RL_COMPUTE_ENDPOINT": DEAD_ENDPOINT,
-        "TPU_RL_TPU_ENDPOINT": DEAD_ENDPOINT,
-        "TPU_RL_SECRETMANAGER_ENDPOINT": DEAD_ENDPOINT,
-        "TPU_RL_RETRY_BASE_SECONDS": "0",
-        "TPU_RL_POLL_SECONDS": "0",
-    }
-
-
 def patch_recipes(sandbox: Sandbox, old: str, new: str) -> None:
     import recipes
 
@@ -216,7 +184,7 @@ def make_clone(directory: Path, branch: str, env: dict[str, str]) -> None:
 def prepare(row: Row, sandbox: Sandbox) -> tuple[list[str], dict[str, str], str | None]:
     for directory in (sandbox.work, sandbox.home, sandbox.packages):
         directory.mkdir(parents=True)
-    env = base_environment(sandbox)
+    env = clean_environment(sandbox.home)
     env.update({key: sandbox.fill(value) for key, value in BASE_ENV.items()})
     for key, value in row.env.items():
         if value is None:
@@ -245,115 +213,21 @@ def prepare(row: Row, sandbox: Sandbox) -> tuple[list[str], dict[str, str], str 
 
 
 # ---------------------------------------------------------------------------------------------------
-# The local fake APIs a CLI row talks to (tests/peers): healthy unless the row's `peers` says otherwise.
-
-
-@dataclass
-class Peers:
-    kube: KubeApi | None
-    google: GoogleApis
-    gcs_client: object
-    before: dict = field(default_factory=dict)
-
-    def gcs_objects(self) -> set[tuple[str, str]]:
-        return {(bucket.name, blob.name) for bucket in self.gcs_client.list_buckets()
-                for blob in bucket.list_blobs()}
-
-    def state(self) -> dict:
-        """What the fake APIs hold: anything a command created, changed or deleted shows up here."""
-        kube = self.kube
-        return {
-            "jobsets": sorted(kube.jobsets) if kube else [],
-            "jobsets created": list(kube.created) if kube else [],
-            "jobsets deleted": list(kube.deleted) if kube else [],
-            "kubernetes secrets": sorted(kube.secrets) if kube else [],
-            "secret versions": {name: len(versions) for name, versions in self.google.secrets.items()},
-            "gcs objects": self.gcs_objects(),
-        }
-
-    def stop(self) -> None:
-        for server in (self.kube, self.google):
-            if server is not None:
-                server.stop()
 
 
 @pytest.fixture(scope="module")
 def gcs_emulator():
-    import socket
-
-    from gcp_storage_emulator.server import create_server
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = create_server("127.0.0.1", port, in_memory=True)
-    server.start()
-    yield server, f"http://127.0.0.1:{port}"
+    server, url = start_gcs_emulator()
+    yield server, url
     server.stop()
-
-
-def start_peers(state: dict, env: dict[str, str], sandbox: Sandbox, gcs_emulator) -> Peers:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    from peers.fixtures import make_bucket
-
-    server, url = gcs_emulator
-    server.wipe()
-    env["STORAGE_EMULATOR_HOST"] = url
-    gcs_client = storage.Client(project=env["PROJECT"], credentials=AnonymousCredentials(),
-                                client_options={"api_endpoint": url})
-    bucket = state.get("bucket", "present")
-    if bucket != "absent":
-        make_bucket(gcs_client, env["GCS_BUCKET"], env["REGION"] if bucket == "present" else bucket)
-
-    google = GoogleApis().start()
-    zone = env["ZONE"]
-    reservation = state.get("reservation", ["ct6e-standard-4t", 16, 0])
-    if reservation != "absent":
-        google.reservations[(zone, env["RESERVATION"])] = tuple(reservation)
-    google.machine_types.update({(zone, "ct6e-standard-4t"), (zone, "ct6e-standard-8t")})
-    if state.get("accelerators") != "absent":
-        google.accelerator_types.update({(zone, "v6e-8"), (zone, "v6e-32"), (zone, "v6e-64")})
-    secret = state.get("secret", "present")
-    if secret != "absent":
-        stored = sandbox.sentinel.encode()
-        google.secrets["hf-token"] = [] if secret == "empty" else [{"data": stored, "state": "ENABLED"}]
-    for name in ("TPU_RL_COMPUTE_ENDPOINT", "TPU_RL_TPU_ENDPOINT", "TPU_RL_SECRETMANAGER_ENDPOINT"):
-        env[name] = google.url
-
-    kube = None
-    cluster = state.get("kube", "healthy")
-    if cluster != "absent":
-        kube = KubeApi().start()
-        kube.crd_installed = cluster != "no-jobset-crd"
-        context = f"gke_{env['PROJECT']}_{env['REGION']}_{env['CLUSTER_NAME']}"
-        if cluster == "other-context":
-            context = "gke_someone-else_us-central1_other"
-        kubeconfig = sandbox.home / "kubeconfig"
-        write_kubeconfig(kubeconfig, kube.url, context)
-        env["KUBECONFIG"] = str(kubeconfig)
-        if "stale" in state:
-            from jobs import render_manifests
-            from recipes import get_recipe, load_settings
-
-            step, phase = state["stale"]
-            recipe = get_recipe(state.get("recipe", "qwen3-v6e32"))
-            kube.put_jobset(render_manifests(recipe, load_settings(env=env))[step], phase=phase)
-            kube.requests.clear()
-    peers = Peers(kube, google, gcs_client)
-    peers.before = peers.state()
-    return peers
-
-
-# ---------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
 def test_bad_input_is_rejected_clearly_and_changes_nothing(row: Row, tmp_path, request):
     sandbox = Sandbox(tmp_path, sentinel_token())
     argv, env, stdin = prepare(row, sandbox)
-    peers = start_peers(row.peers, env, sandbox, request.getfixturevalue("gcs_emulator")) if row.peers is not None else None
+    peers = (start_peers(row.peers, env, sandbox.home, sandbox.sentinel, request.getfixturevalue("gcs_emulator"))
+             if row.peers is not None else None)
     before = snapshot(sandbox.work)
     try:
         result = subprocess.run(argv, cwd=sandbox.work, env=env, input=stdin if stdin is not None else "",
