@@ -172,9 +172,10 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[str, ...],
                 raise UserError(f"{what}: rerun with --replace to delete it and submit {step} again "
                                 f"(see why with {session.logs_hint(step)})")
             actions.append(Action(step, "replace", what))
-        # A step that will run needs its predecessor's output, now or from this invocation.
+        # A step to be submitted needs its predecessor's output, now or from this invocation. (A running
+        # JobSet is reattached whatever its input: it already started.)
         index = STEPS.index(step)
-        if index and STEPS[index - 1] not in will_run:
+        if actions[-1].kind != "attach" and index and STEPS[index - 1] not in will_run:
             before = STEPS[index - 1]
             missing_before = session.missing(before)
             if missing_before:

@@ -287,3 +287,13 @@ def test_a_dropped_log_stream_is_reopened_while_following(cloud, monkeypatch):
     assert result.output.count("converting layer 1") == 1
     follows = [path for method, path, _ in cloud["kube"].requests if "/log" in path and "follow=true" in path]
     assert len(follows) >= 2  # the dropped one and the reopened one
+
+
+def test_a_running_step_is_reattached_even_if_its_input_was_removed_meanwhile(cloud):
+    kube = cloud["kube"]
+    kube.plan(name("train"), outcome="hang")
+    kube.put_jobset(_manifest("train"), "running")
+    succeed_writing_output(cloud, "train", ticks=6)  # no convert output in the bucket at all
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == 0, result.output
+    assert "reattaching" in result.output and kube.created == []
