@@ -32,6 +32,9 @@ class NetworkProps:
     subnet_cidr: str = "192.168.0.0/18"
     secondary_ranges: SecondaryRanges | None = None  # set for GKE
     allow_iap_ssh: bool = False  # opens tcp:22 from the IAP range only, for VMs without external IPs
+    # Node-to-node and pod traffic inside the VPC only: multi-host TPU slices and Pathways talk over
+    # hostNetwork on many ports (29000-29006, 8471, 8080, megascale DCN).
+    allow_internal: bool = False
 
 
 class Network(Construct):
@@ -74,6 +77,16 @@ class Network(Construct):
             source_subnetwork_ip_ranges_to_nat="ALL_SUBNETWORKS_ALL_IP_RANGES",
             log_config=compute_router_nat.ComputeRouterNatLogConfig(enable=True, filter="ERRORS_ONLY"),
         )
+        if props.allow_internal:
+            compute_firewall.ComputeFirewall(
+                self,
+                "internal",
+                name=f"{props.name}-internal",
+                network=self.network.id,
+                direction="INGRESS",
+                source_ranges=[props.subnet_cidr, *([ranges.pods_cidr] if ranges else [])],
+                allow=[compute_firewall.ComputeFirewallAllow(protocol=protocol) for protocol in ("tcp", "udp", "icmp")],
+            )
         if props.allow_iap_ssh:
             compute_firewall.ComputeFirewall(
                 self,

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from constructs import Construct
 
+from infra.capacity import RESERVATION_KEY, check_reservation
 from infra.gke_cluster import GkeCluster, node_config
 from infra.google import container_node_pool
+from recipes.model import CapacityMode
 
-CapacityMode = Literal["reservation", "spot", "on-demand"]
-RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 TPU_TAINT = ("google.com/tpu", "present", "NO_SCHEDULE")
 
 
@@ -30,8 +29,7 @@ class TpuSlicePoolProps:
     labels: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.capacity == "reservation" and not self.reservation:
-            raise ValueError("TpuSlicePoolProps.reservation is required for capacity 'reservation'")
+        check_reservation("TpuSlicePoolProps", self.capacity, self.reservation)
 
 
 def reservation_affinity(props: TpuSlicePoolProps) -> container_node_pool.ContainerNodePoolNodeConfigReservationAffinity:

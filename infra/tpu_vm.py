@@ -7,16 +7,16 @@ image. No external IP: egress goes through the network's NAT and SSH through IAP
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Sequence
 
 from cdktf import ITerraformDependable
 from constructs import Construct
 
+from infra.capacity import RESERVATION_KEY, check_reservation
 from infra.google import compute_instance
 from infra.network import Network
+from recipes.model import CapacityMode
 
-CapacityMode = Literal["reservation", "spot", "on-demand"]
-RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 ACCELERATOR_IMAGE = "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
@@ -43,8 +43,7 @@ class TpuVmProps:
     depends_on: Sequence[ITerraformDependable] = ()
 
     def __post_init__(self) -> None:
-        if self.capacity == "reservation" and not self.reservation:
-            raise ValueError("TpuVmProps.reservation is required for capacity 'reservation'")
+        check_reservation("TpuVmProps", self.capacity, self.reservation)
 
 
 def scheduling(props: TpuVmProps) -> compute_instance.ComputeInstanceScheduling:

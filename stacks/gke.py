@@ -27,8 +27,10 @@ class GkeRecipeStack(TpuRlStack):
         super().__init__(scope, recipe.name, settings.for_recipe(recipe))
         shape = recipe.shape
         name = settings.cluster_name
-        network = Network(self, "network", NetworkProps(name=name, region=settings.region,
-                                                         secondary_ranges=SecondaryRanges()))
+        network = Network(
+            self, "network", NetworkProps(name=name, region=settings.region, secondary_ranges=SecondaryRanges(),
+                                          allow_internal=True)
+        )
         nodes = NodeServiceAccount(self, "node-sa", NodeServiceAccountProps(project=settings.project,
                                                                              account_id=f"{name}-gke-np-sa"))
         cluster = GkeCluster(

@@ -129,6 +129,9 @@ def test_network_has_pod_and_service_ranges_and_nat(stacks_json, stack):
     assert nat["source_subnetwork_ip_ranges_to_nat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
     router_id = next(iter(resources(stack_json, "google_compute_router")))
     assert nat["router"] == f"${{google_compute_router.{router_id}.name}}"
+    internal = only(stack_json, "google_compute_firewall")
+    assert internal["source_ranges"] == ["192.168.0.0/18", "10.4.0.0/14"]  # the VPC's own nodes and pods only
+    assert internal["direction"] == "INGRESS"
     cluster = only(stack_json, "google_container_cluster")
     assert cluster["ip_allocation_policy"] == {
         "cluster_secondary_range_name": "pods",
