@@ -78,22 +78,18 @@ class Network(Construct):
             log_config=compute_router_nat.ComputeRouterNatLogConfig(enable=True, filter="ERRORS_ONLY"),
         )
         if props.allow_internal:
-            compute_firewall.ComputeFirewall(
-                self,
-                "internal",
-                name=f"{props.name}-internal",
-                network=self.network.id,
-                direction="INGRESS",
-                source_ranges=[props.subnet_cidr, *([ranges.pods_cidr] if ranges else [])],
-                allow=[compute_firewall.ComputeFirewallAllow(protocol=protocol) for protocol in ("tcp", "udp", "icmp")],
-            )
+            pods = [ranges.pods_cidr] if ranges else []
+            self._ingress("internal", [props.subnet_cidr, *pods], ("tcp", None), ("udp", None), ("icmp", None))
         if props.allow_iap_ssh:
-            compute_firewall.ComputeFirewall(
-                self,
-                "iap-ssh",
-                name=f"{props.name}-iap-ssh",
-                network=self.network.id,
-                direction="INGRESS",
-                source_ranges=[IAP_TCP_FORWARDING_RANGE],
-                allow=[compute_firewall.ComputeFirewallAllow(protocol="tcp", ports=["22"])],
-            )
+            self._ingress("iap-ssh", [IAP_TCP_FORWARDING_RANGE], ("tcp", ["22"]))
+
+    def _ingress(self, suffix: str, source_ranges: list[str], *allow: tuple[str, list[str] | None]) -> None:
+        compute_firewall.ComputeFirewall(
+            self,
+            suffix,
+            name=f"{self.props.name}-{suffix}",
+            network=self.network.id,
+            direction="INGRESS",
+            source_ranges=source_ranges,
+            allow=[compute_firewall.ComputeFirewallAllow(protocol=protocol, ports=ports) for protocol, ports in allow],
+        )
