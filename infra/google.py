@@ -5,7 +5,7 @@ Constructs import provider classes only through this module, e.g.
 
 Why the door is not a plain import: ``import cdktf_cdktf_provider_google`` runs a package
 ``__init__`` that imports all 1,469 resource submodules (seconds of Python), and loading the jsii
-assembly makes node evaluate the JavaScript of all of them too (about 2 s). A synth uses about 15.
+assembly makes node evaluate the JavaScript of all of them too (about 2 s). A synth uses 16 of them.
 
 *Lazy* mode (the default when it is safe) avoids both, and the synthesized JSON is byte-identical
 (``tests/test_provider_import.py`` proves it for every stack; ``scripts/bench_synth.py`` measures it):
