@@ -11,9 +11,11 @@ assembly makes node evaluate the JavaScript of all of them too (about 2 s). A sy
 (``tests/test_provider_import.py`` proves it for every stack; ``scripts/bench_synth.py`` measures it):
 
 - Python: a package module object with the real ``__path__`` is registered without running the
-  ``__init__``. For 16.12.1 that ``__init__`` only imports every submodule; each submodule loads
-  the jsii assembly itself (``from .._jsii import *``). Types from submodules nobody imported are
-  still found: jsii's runtime imports the module named in its FQN map, which we fill.
+  ``__init__``. In 16.12.1 nothing a submodule uses comes from that ``__init__``: it loads the
+  assembly (every submodule does too, with ``from .._jsii import *``, its only relative import),
+  defines a private ``check_type`` (every submodule defines its own) and imports every submodule.
+  Types from submodules nobody imported are still found: jsii's runtime imports the module named
+  in its FQN map, which we fill.
 - Node: before the provider assembly loads, ``google_lazy_require.js`` is loaded into the jsii
   kernel as a tiny helper assembly. It turns the provider's ``lib/index.js`` (1,470 lines of
   ``exports.x = require("./x")``) into getters that require a namespace on first lookup.
