@@ -58,7 +58,11 @@ def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
             f"run `{get_credentials_command(settings)}`"
         )
     configuration = k8s.Configuration()
-    k8s_config.load_kube_config(config_file=str(path), context=context, client_configuration=configuration)
+    try:
+        k8s_config.load_kube_config(config_file=str(path), context=context, client_configuration=configuration)
+    except k8s_config.ConfigException as error:
+        raise UserError(f"kubeconfig context '{context}' cannot be used ({str(error)[:160]}): run "
+                        f"`{get_credentials_command(settings)}` (it needs gke-gcloud-auth-plugin)") from None
     configuration.retries = 0  # scripts.retry decides what is repeated, not urllib3
     return k8s.ApiClient(configuration)
 
@@ -98,12 +102,23 @@ class Cluster:
                     f"the JobSet CRD ({GROUP}/{VERSION}) is not installed in cluster '{self.settings.cluster_name}': "
                     f"deploy the recipe stack, or `kubectl apply --server-side -f {JOBSET_INSTALL}`"
                 ) from None
-            if error.status in (401, 403):
+            if error.status == 401:
                 raise UserError(
-                    f"cluster '{self.settings.cluster_name}' refused your credentials (HTTP {error.status}): "
-                    f"run `{get_credentials_command(self.settings)}` and check your IAM role"
+                    f"cluster '{self.settings.cluster_name}' did not accept your credentials (HTTP 401): check that "
+                    f"gke-gcloud-auth-plugin is installed and `gcloud auth login` is current, then run "
+                    f"`{get_credentials_command(self.settings)}`"
+                ) from None
+            if error.status == 403:
+                raise UserError(
+                    f"cluster '{self.settings.cluster_name}' refused access (HTTP 403): your account needs "
+                    "roles/container.developer (or RBAC to create JobSets and Secrets in the namespace)"
                 ) from None
             raise
+        except k8s_config.ConfigException as error:  # e.g. the exec credential plugin is missing or fails
+            raise UserError(
+                f"no credentials for cluster '{self.settings.cluster_name}' ({str(error)[:160]}): install "
+                f"gke-gcloud-auth-plugin and run `{get_credentials_command(self.settings)}`"
+            ) from None
         except ApiError as error:
             raise UserError(
                 f"cannot reach cluster '{self.settings.cluster_name}' at {host} ({error}): check that "

@@ -133,3 +133,25 @@ def test_empty_stdin_for_secret_set_adds_nothing(cloud):
 
 def test_logs_of_a_step_that_never_ran(cloud):
     assert "no pod for step convert" in rejected(["logs", RECIPE, "convert"], cloud)
+
+
+def test_a_kubeconfig_whose_credential_plugin_is_missing_is_one_line(cloud, monkeypatch, tmp_path):
+    import json
+
+    config = tmp_path / "exec-kubeconfig"
+    write_kubeconfig(config, cloud["kube"].url, CONTEXT)
+    data = json.loads(config.read_text())
+    data["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                         "command": str(tmp_path / "gke-gcloud-auth-plugin"),
+                                         "interactiveMode": "Never"}}
+    config.write_text(json.dumps(data))
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    line = rejected(["run", RECIPE], cloud)
+    assert "gke-gcloud-auth-plugin" in line
+
+
+def test_a_cluster_refusing_access_names_the_role(cloud):
+    from peers.http import Fault
+
+    cloud["kube"].faults.append(Fault("GET", "/apis/jobset.x-k8s.io/v1alpha2", 403))
+    assert "roles/container.developer" in rejected(["run", RECIPE], cloud)

@@ -59,6 +59,9 @@ class PeerServer:
                 query = {key: values[-1] for key, values in parse_qs(split.query).items()}
                 with peer._lock:
                     peer.requests.append((self.command, self.path, body))
+                    if not peer.authorized(self.headers):
+                        peer._write(self, Reply(401, peer.error_body(401)))
+                        return
                     fault = peer._take_fault(self.command, split.path)
                 if fault is not None and fault.status == "drop":
                     self.close_connection = True
@@ -133,6 +136,9 @@ class PeerServer:
     def sent(self, method: str, path_part: str) -> list[bytes]:
         """Bodies of the requests seen so far that match."""
         return [body for m, path, body in self.requests if m == method and path_part in path]
+
+    def authorized(self, headers) -> bool:
+        return True
 
     # Subclasses answer here (called under the lock).
     def route(self, method: str, path: str, query: dict, body: bytes) -> Reply:

@@ -181,8 +181,12 @@ class KubeApi(PeerServer):
              "message": "jobset failed due to one or more job failures", "lastTransitionTime": _now()}])
 
     # -- HTTP -------------------------------------------------------------------------------------
+    def authorized(self, headers) -> bool:
+        """Like GKE: no bearer token, no answer (401)."""
+        return (headers.get("Authorization") or "").startswith("Bearer ")
+
     def error_body(self, status_code: int) -> object:
-        return status(status_code, {409: "AlreadyExists", 429: "TooManyRequests"}.get(status_code, "InternalError"),
+        return status(status_code, {401: "Unauthorized", 409: "AlreadyExists", 429: "TooManyRequests"}.get(status_code, "InternalError"),
                       f"injected {status_code}").body
 
     def route(self, method: str, path: str, query: dict, body: bytes) -> Reply:
