@@ -65,6 +65,7 @@ def test_run_resumes_after_convert_by_skipping_it(cloud):
     assert result.exit_code == 0, result.output
     assert cloud["kube"].created == [f"{RECIPE}-train", f"{RECIPE}-export"]
     assert "convert: output verified" in result.output and "skipping" in result.output
+    assert "plan: convert skip, train submit, export submit" in result.output
 
 
 def test_run_shows_training_step_from_the_head_logs(cloud):
