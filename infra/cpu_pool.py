@@ -20,7 +20,7 @@ class CpuPoolProps:
     min_nodes: int = 0  # no CPU spend while nothing runs
     max_nodes: int = 2  # the head or a conversion, plus one spare
     disk_size_gb: int = 200  # conversions stage checkpoints on local disk
-    labels: dict[str, str] = field(default_factory=dict)
+    node_labels: dict[str, str] = field(default_factory=dict)  # Kubernetes labels of the nodes
 
 
 class CpuPool(Construct):
@@ -36,7 +36,7 @@ class CpuPool(Construct):
                 props.node_service_account,
                 disk_type=props.disk_type,
                 disk_size_gb=props.disk_size_gb,
-                labels=props.labels,
+                labels=props.node_labels,
             ),
             initial_node_count=props.min_nodes,
             autoscaling=container_node_pool.ContainerNodePoolAutoscaling(

@@ -70,7 +70,7 @@ class GkeClusterProps:
     system_disk_type: str = "pd-balanced"  # E2 takes Persistent Disk, not Hyperdisk
     system_min_nodes: int = 1
     system_max_nodes: int = 3
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # GCP resource labels of the cluster
 
     def __post_init__(self) -> None:
         if not self.authorized_cidrs or "0.0.0.0/0" in self.authorized_cidrs:
@@ -154,7 +154,6 @@ class GkeCluster(Construct):
                 props.system_machine_type,
                 props.node_service_account,
                 disk_type=props.system_disk_type,
-                labels=props.labels,
             ),
             initial_node_count=props.system_min_nodes,
             autoscaling=container_node_pool.ContainerNodePoolAutoscaling(

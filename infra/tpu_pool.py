@@ -26,7 +26,7 @@ class TpuSlicePoolProps:
     capacity: CapacityMode
     reservation: str | None = None
     disk_size_gb: int = 100
-    labels: dict[str, str] = field(default_factory=dict)
+    node_labels: dict[str, str] = field(default_factory=dict)  # Kubernetes labels of the nodes
 
     def __post_init__(self) -> None:
         check_reservation("TpuSlicePoolProps", self.capacity, self.reservation)
@@ -54,7 +54,7 @@ class TpuSlicePool(Construct):
                 props.node_service_account,
                 disk_type=props.disk_type,
                 disk_size_gb=props.disk_size_gb,
-                labels=props.labels,
+                labels=props.node_labels,
                 taints=[TPU_TAINT],
                 reservation_affinity=reservation_affinity(props),
                 spot=props.capacity == "spot",
