@@ -1,6 +1,8 @@
 """Service accounts with the least privilege each role needs.
 
-- :class:`NodeServiceAccount` runs GKE nodes: logs, metrics and image pulls, nothing else.
+- :class:`NodeServiceAccount` runs GKE nodes: logs, metrics and image pulls, plus objects in the
+  artifacts bucket when given one. Host-network pods (the Pathways head and workers) cannot use
+  Workload Identity, so they reach GCS as the node; the grant is on the bucket only.
 - :class:`WorkloadServiceAccount` runs the jobs: the artifacts bucket and the token secret, granted
   on those two resources only (the seeds grant storage.admin project-wide; this does not).
 """
@@ -39,6 +41,8 @@ class NodeServiceAccountProps:
     account_id: str
     display_name: str = "GKE nodes (tpu-rl)"
     roles: Sequence[str] = NODE_ROLES
+    bucket: str | None = None  # the artifacts bucket, by name, for host-network pods
+    bucket_role: str = "roles/storage.objectAdmin"
 
 
 class NodeServiceAccount(Construct):
@@ -51,6 +55,10 @@ class NodeServiceAccount(Construct):
         for role in props.roles:
             project_iam_member.ProjectIamMember(
                 self, role.removeprefix("roles/"), project=props.project, role=role, member=self.account.member
+            )
+        if props.bucket is not None:
+            storage_bucket_iam_member.StorageBucketIamMember(
+                self, "bucket", bucket=props.bucket, role=props.bucket_role, member=self.account.member
             )
 
 

@@ -32,7 +32,8 @@ class GkeRecipeStack(TpuRlStack):
                                           allow_internal=True)
         )
         nodes = NodeServiceAccount(self, "node-sa", NodeServiceAccountProps(project=settings.project,
-                                                                             account_id=f"{name}-gke-np-sa"))
+                                                                             account_id=f"{name}-gke-np-sa",
+                                                                             bucket=settings.gcs_bucket))
         cluster = GkeCluster(
             self,
             "gke",

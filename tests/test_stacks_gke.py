@@ -158,16 +158,28 @@ def test_workload_sa_gets_storage_admin_on_the_bucket_only_and_reads_only_the_to
     stack_json = stacks_json[stack]
     wl = next(k for k, sa in resources(stack_json, "google_service_account").items() if sa["account_id"].endswith("-gke-wl-sa"))
     member = f"${{google_service_account.{wl}.member}}"  # "serviceAccount:<email>"
-    bucket_grant = only(stack_json, "google_storage_bucket_iam_member")
-    assert (bucket_grant["bucket"], bucket_grant["role"], bucket_grant["member"]) == (
-        settings.gcs_bucket, "roles/storage.admin", member
-    )
+    bucket_grants = [g for g in resources(stack_json, "google_storage_bucket_iam_member").values()
+                     if g["member"] == member]
+    assert [(g["bucket"], g["role"]) for g in bucket_grants] == [(settings.gcs_bucket, "roles/storage.admin")]
     secret_grant = only(stack_json, "google_secret_manager_secret_iam_member")
     assert (secret_grant["secret_id"], secret_grant["role"], secret_grant["member"]) == (
         settings.hf_token_secret, "roles/secretmanager.secretAccessor", member
     )
     project_members = {m["member"] for m in resources(stack_json, "google_project_iam_member").values()}
     assert not any(wl in m for m in project_members)
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_node_sa_reads_and_writes_objects_of_the_bucket_only_for_host_network_pods(stacks_json, stack):
+    # The Pathways head and workers run with hostNetwork, where Workload Identity does not apply, so
+    # they reach GCS as the node service account: objects of the artifacts bucket, nothing more.
+    settings = example_settings()
+    stack_json = stacks_json[stack]
+    np = next(k for k, sa in resources(stack_json, "google_service_account").items()
+              if sa["account_id"].endswith("-gke-np-sa"))
+    member = f"${{google_service_account.{np}.member}}"
+    grants = [g for g in resources(stack_json, "google_storage_bucket_iam_member").values() if g["member"] == member]
+    assert [(g["bucket"], g["role"]) for g in grants] == [(settings.gcs_bucket, "roles/storage.objectAdmin")]
 
 
 @pytest.mark.parametrize("stack", GKE)
