@@ -37,13 +37,42 @@ def _status_line(stderr: str) -> dict:
     return json.loads(lines[0].split(": ", 1)[1])
 
 
+def _start_python(code: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=_env(**env),
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
 def _run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=_env(**env),
-                          capture_output=True, text=True, timeout=900)
+    process = _start_python(code, **env)
+    stdout, stderr = process.communicate(timeout=900)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+# Simulates an installed provider of another version: the guard must choose the normal import.
+FALLBACK_PROBE = """
+    import importlib.metadata, sys
+    real_version = importlib.metadata.version
+    importlib.metadata.version = lambda name: "16.13.0" if name == "cdktf-cdktf-provider-google" else real_version(name)
+    from infra import google
+    status = google.import_status()
+    package = sys.modules["cdktf_cdktf_provider_google"]
+    assert not getattr(package, "__tpu_rl_lazy__", False)
+    assert "compute_instance" in vars(package), "the package __init__ (all submodules) did not run"
+"""
 
 
 @pytest.fixture(scope="module")
-def synths(tmp_path_factory) -> dict[str, tuple[Path, str]]:
+def fallback_probe():
+    """Started before the synths so that this full import runs beside them, not after."""
+    process = _start_python(FALLBACK_PROBE, **{google.IMPORT_DEBUG_ENV: "1"})
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
+
+
+@pytest.fixture(scope="module")
+def synths(tmp_path_factory, fallback_probe) -> dict[str, tuple[Path, str]]:
     """{mode: (outdir, stderr)} for the app command run once per forced mode, both at once."""
     runs = {}
     for mode in ("full", "lazy"):
@@ -95,22 +124,10 @@ def test_forced_lazy_synth_skipped_the_package_init_in_python_and_the_eager_requ
     assert "tpu-rl lazy require:" in stderr and "@cdktf/provider-google/lib/index.js" in stderr
 
 
-def test_provider_version_other_than_16_12_1_falls_back_to_the_normal_import():
-    result = _run_python(
-        """
-        import importlib.metadata, sys
-        real_version = importlib.metadata.version
-        importlib.metadata.version = lambda name: "16.13.0" if name == "cdktf-cdktf-provider-google" else real_version(name)
-        from infra import google
-        status = google.import_status()
-        package = sys.modules["cdktf_cdktf_provider_google"]
-        assert not getattr(package, "__tpu_rl_lazy__", False)
-        assert "compute_instance" in vars(package), "the package __init__ (all submodules) did not run"
-        """,
-        **{google.IMPORT_DEBUG_ENV: "1"},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    status = _status_line(result.stderr)
+def test_provider_version_other_than_16_12_1_falls_back_to_the_normal_import(fallback_probe):
+    stdout, stderr = fallback_probe.communicate(timeout=900)
+    assert fallback_probe.returncode == 0, stderr[-3000:]
+    status = _status_line(stderr)
     assert status["mode"] == "full" and status["node_lazy_require"] is False
     assert "16.13.0" in status["reason"] and "16.12.1" in status["reason"]
 
