@@ -193,13 +193,13 @@ def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_l
         actions = plan_gke(session, jobs, steps, replace)
     except ApiError as error:
         raise ApiError(f"{error}; nothing was submitted") from None
-    console.print("plan: " + ", ".join(f"{action.step} {action.kind}" for action in actions))
     if any(action.kind in ("submit", "replace") for action in actions):
         token = hf_token.read_token(session.clients.secrets(), session.settings)
         session.cluster.ensure_secret(HF_TOKEN_K8S_SECRET, HF_TOKEN_ENV, token)
         del token
         console.print(f"Kubernetes Secret {HF_TOKEN_K8S_SECRET} filled from Secret Manager "
                       f"'{session.settings.hf_token_secret}'")
+    console.print("plan: " + ", ".join(f"{action.step} {action.kind}" for action in actions))
     for action in actions:
         job = jobs[action.step]
         if action.kind == "skip":
