@@ -61,7 +61,10 @@ BASE_ENV, ROWS = load_table()
 
 def _cell(text: str) -> str:
     shown = text.replace("{tmp}", "DIR").replace("{out}", "DIR/out").replace("{sentinel}", "hf_...")
-    return shown.replace("|", "\\|").replace("\n", " ")
+    # Outside code spans, <placeholders> would be read as HTML tags; inside, entities show literally.
+    parts = shown.replace("|", "\\|").replace("\n", " ").split("`")
+    return "`".join(part if index % 2 else part.replace("<", "&lt;").replace(">", "&gt;")
+                    for index, part in enumerate(parts))
 
 
 def _shown_command(row: Row) -> str:
@@ -81,7 +84,9 @@ def render_doc(rows: list[Row]) -> str:
         "",
         "Stages: **synth** (`make synth` / `python -m stacks.app`), **render** (`tpu-rl render`),",
         "**preflight** (`tpu-rl preflight`, `tpu-rl secret set`), **run** (`tpu-rl run`, `status`, `logs`),",
-        "**plan** (`tpu-rl plan-review`). Settings rows start from a valid environment and change one thing.",
+        "**plan** (`tpu-rl plan-review`). Settings and the recipe table are checked by every command where",
+        "they enter; each row names the command its test runs. Settings rows start from a valid environment",
+        "and change one thing; recipe rows edit one place of a copy of recipes.toml.",
         "",
         "| # | stage | bad input | command | setting | message |",
         "| --- | --- | --- | --- | --- | --- |",
