@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -157,7 +156,7 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     recipe = get_recipe(recipe_name)
     settings = load_settings(allow_example=True)
     if recipe.is_gke:
-        files = {f"{step}.yaml": yaml.safe_dump(manifest, sort_keys=False)
+        files = {f"{step}.yaml": jobs.manifest_yaml(manifest)
                  for step, manifest in jobs.render_manifests(recipe, settings).items()}
     else:
         files = {"startup.sh": jobs.render_startup_script(recipe, settings)}
