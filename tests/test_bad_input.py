@@ -12,9 +12,11 @@ Regenerate the doc after editing the table: `.venv/bin/python tests/test_bad_inp
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -220,37 +222,60 @@ def prepare(row: Row, sandbox: Sandbox) -> tuple[list[str], dict[str, str], str 
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def gcs_emulator():
-    server, url = start_gcs_emulator()
-    yield server, url
-    server.stop()
+@dataclass
+class Outcome:
+    sandbox: Sandbox
+    returncode: int
+    output: str
+    files_before: dict[str, bytes]
+    files_after: dict[str, bytes]
+    cloud_before: dict
+    cloud_after: dict
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
-def test_bad_input_is_rejected_clearly_and_changes_nothing(row: Row, tmp_path, request):
-    sandbox = Sandbox(tmp_path, sentinel_token())
+def execute(row: Row, root: Path) -> Outcome:
+    """Run one row in its own sandbox (and its own fake APIs, so rows can run side by side)."""
+    sandbox = Sandbox(root, sentinel_token())
     argv, env, stdin = prepare(row, sandbox)
-    peers = (start_peers(row.peers, env, sandbox.home, sandbox.sentinel, request.getfixturevalue("gcs_emulator"))
-             if row.peers is not None else None)
+    emulator = start_gcs_emulator() if row.peers is not None else None
+    peers = start_peers(row.peers, env, sandbox.home, sandbox.sentinel, emulator) if emulator else None
     before = snapshot(sandbox.work)
     try:
         result = subprocess.run(argv, cwd=sandbox.work, env=env, input=stdin if stdin is not None else "",
                                 capture_output=True, text=True, timeout=300)
-        changes = (peers.before, peers.state()) if peers else ({}, {})
+        cloud = (peers.before, peers.state()) if peers else ({}, {})
     finally:
         if peers:
             peers.stop()
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, f"{row.id} exited 0:\n{output[-2000:]}"
+            emulator[0].stop()
+    return Outcome(sandbox, result.returncode, result.stdout + result.stderr, before, snapshot(sandbox.work), *cloud)
+
+
+@pytest.fixture(scope="module")
+def outcomes(request, tmp_path_factory) -> dict[str, Future]:
+    """Every selected row, run a few at a time: each is a subprocess that mostly waits on imports, and
+    run one after another they would take minutes of the suite."""
+    selected = [item.callspec.params["row"] for item in request.session.items
+                if hasattr(item, "callspec") and isinstance(item.callspec.params.get("row"), Row)]
+    pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
+    futures = {row.id: pool.submit(execute, row, tmp_path_factory.mktemp(row.id)) for row in selected}
+    yield futures
+    pool.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
+def test_bad_input_is_rejected_clearly_and_changes_nothing(row: Row, outcomes):
+    outcome = outcomes[row.id].result()
+    sandbox, output = outcome.sandbox, outcome.output
+    assert outcome.returncode != 0, f"{row.id} exited 0:\n{output[-2000:]}"
     assert TRACEBACK not in output, output[-3000:]
     message = sandbox.fill(row.message)
     lines = [line for line in output.splitlines() if contains_in_order(line, message.split("…"))]
     assert lines, f"{row.id}: expected one line with\n  {message}\ngot:\n{output[-2000:]}"
     assert sandbox.fill(row.fix) in lines[0]
     assert sandbox.sentinel not in output, "the output echoes a token"
-    assert snapshot(sandbox.work) == before, "the command wrote files although it rejected its input"
-    assert changes[1] == changes[0], "the command changed the cloud although it rejected its input"
+    assert outcome.files_after == outcome.files_before, "the command wrote files although it rejected its input"
+    assert outcome.cloud_after == outcome.cloud_before, "the command changed the cloud although it rejected its input"
 
 
 if __name__ == "__main__":
