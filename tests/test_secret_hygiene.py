@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -81,18 +82,23 @@ def session(tmp_path_factory) -> Session:
     config = home / "tpu-rl-with-token.toml"
     config.write_text(f'hf_token = "{token}"\n')
     with_config = {**env, "TPU_RL_CONFIG": str(config)}
-    _run(session, "synth with a token in the config file", [str(VENV_BIN / "python"), "-m", "stacks.app"],
-         with_config, work)
-    _run(session, "render with a token in the config file", _tpu_rl("render", GKE_RECIPE, "--out", str(work / "x")),
-         with_config, work)
-
-    # Offline: synth every stack, list the recipes, render every recipe, review the plan.
-    _run(session, "synth", [str(VENV_BIN / "python"), "-m", "stacks.app"], env, work)
-    _run(session, "recipes", _tpu_rl("recipes"), env, work)
-    _run(session, "recipes --json", _tpu_rl("recipes", "--json"), env, work)
-    for name in all_recipes():
-        _run(session, f"render {name}", _tpu_rl("render", name, "--out", str(work / "rendered" / name)), env, work)
-    _run(session, "plan-review", _tpu_rl("plan-review", "--base", "HEAD"), env, REPO)
+    synth = [str(VENV_BIN / "python"), "-m", "stacks.app"]
+    offline = [
+        ("synth with a token in the config file", synth, with_config, work / "refused"),
+        ("render with a token in the config file", _tpu_rl("render", GKE_RECIPE, "--out", str(work / "x")),
+         with_config, work),
+        # Offline: synth every stack, list the recipes, render every recipe, review the plan.
+        ("synth", synth, env, work),
+        ("recipes", _tpu_rl("recipes"), env, work),
+        ("recipes --json", _tpu_rl("recipes", "--json"), env, work),
+        *[(f"render {name}", _tpu_rl("render", name, "--out", str(work / "rendered" / name)), env, work)
+          for name in all_recipes()],
+        ("plan-review", _tpu_rl("plan-review", "--base", "HEAD"), env, REPO),
+    ]
+    (work / "refused").mkdir()
+    # They are independent of each other and of the fake APIs below, so they run alongside.
+    pool = ThreadPoolExecutor(max_workers=2)
+    offline_runs = [pool.submit(_run, session, *command) for command in offline]
 
     # Against the local fake APIs: store the token from stdin, preflight, run the pipeline, inspect it.
     server, url = start_gcs_emulator()
@@ -114,6 +120,9 @@ def session(tmp_path_factory) -> Session:
     finally:
         peers.stop()
         server.stop()
+        for run in offline_runs:
+            run.result()
+        pool.shutdown()
     return session
 
 
