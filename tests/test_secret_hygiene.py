@@ -26,11 +26,12 @@ import yaml
 
 from jobs import render_manifests
 from peers.fixtures import SETTINGS, put_step_output
-from recipes import all_recipes, example_settings, get_recipe
+from recipes import all_recipes, example_settings, get_recipe, load_settings
 from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from security_harness import REPO, TRACEBACK, VENV_BIN, clean_environment, sentinel_token, start_gcs_emulator, start_peers
 
 GKE_RECIPE = "qwen3-v6e32"
+VM_RECIPE = "llama31-v6e8"
 
 
 @dataclass
@@ -113,6 +114,12 @@ def session(tmp_path_factory) -> Session:
         _run(session, "run", _tpu_rl("run", GKE_RECIPE), env, work)
         _run(session, "status", _tpu_rl("status", GKE_RECIPE), env, work)
         _run(session, "logs", _tpu_rl("logs", GKE_RECIPE, "train"), env, work)
+        # The VM recipe's view: its instance and serial console (where the startup script logs).
+        vm = (env["ZONE"], load_settings(env=env).vm_name)
+        peers.google.instances[vm] = "RUNNING"
+        peers.google.serial[vm] = "boot\ntpu-rl: 2026-11-30T00:00:00Z convert: starting\nconverting\n"
+        _run(session, f"status {VM_RECIPE}", _tpu_rl("status", VM_RECIPE), env, work)
+        _run(session, f"logs {VM_RECIPE}", _tpu_rl("logs", VM_RECIPE, "convert"), env, work)
         session.kube_requests = list(peers.kube.requests)
         session.google_requests = list(peers.google.requests)
         session.stored_versions = [version["data"] for version in peers.google.secrets["hf-token"]]
