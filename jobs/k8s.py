@@ -111,10 +111,24 @@ def container_security() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["NET_RAW"]}}
 
 
-def main_container(image: str, script: str, env: list[dict[str, Any]]) -> dict[str, Any]:
+# A CPU-pool pod requests three quarters of its node: below what GKE leaves allocatable on these
+# machine sizes once kube-reserved and its daemonsets are taken (so it schedules), large enough that
+# no second step shares the node, and counted against the Kueue CPU and memory quota.
+CPU_POOL_POD_SHARE = 0.75
+
+
+def cpu_pool_requests(recipe: Recipe, share_of_pod: float = 1.0) -> dict[str, Any]:
+    """Requests for a container that takes `share_of_pod` of a CPU-pool pod."""
+    machine = recipe.cpu_machine
+    share = CPU_POOL_POD_SHARE * share_of_pod
+    return {"requests": {"cpu": str(max(1, int(machine.vcpus * share))),
+                         "memory": f"{max(1, int(machine.memory_gib * share))}Gi"}}
+
+
+def main_container(image: str, script: str, env: list[dict[str, Any]], resources: dict[str, Any]) -> dict[str, Any]:
     # The script ends with `exec python3 -m ...`, so SIGTERM from Kubernetes reaches Python directly.
     return {"name": MAIN_CONTAINER, "image": image, "command": ["bash", "-c", script], "env": env,
-            "securityContext": container_security()}
+            "resources": resources, "securityContext": container_security()}
 
 
 def pod_template(
@@ -186,7 +200,7 @@ def jobset(
 
 def cpu_step_jobset(recipe: Recipe, step: Step, script: str) -> dict[str, Any]:
     """One pod on the CPU pool running a MaxText script with the HF token: convert and export."""
-    container = main_container(recipe.maxtext.image, script, [hf_token_env()])
+    container = main_container(recipe.maxtext.image, script, [hf_token_env()], cpu_pool_requests(recipe))
     pod = pod_template(recipe, step, {"nodeSelector": cpu_pool_selector(), "containers": [container]})
     job = indexed_job(pod, pods=1, backoff_limit=0)
     return jobset(recipe, step, [replicated_job(CPU_REPLICATED_JOB, job)])

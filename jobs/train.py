@@ -14,6 +14,7 @@ from jobs.k8s import (
     NODE_POOL_LABEL,
     bash_script,
     container_security,
+    cpu_pool_requests,
     cpu_pool_selector,
     env_field,
     env_list,
@@ -52,16 +53,23 @@ def _scratch(paths: ArtifactPaths) -> str:
     return f"--gcs_scratch_location={paths.pathways_scratch}"
 
 
-def _sidecar(name: str, image: str, args: list[str], env: list[dict[str, Any]]) -> dict[str, Any]:
+# Of the head pod's requests, each Pathways sidecar takes this part and train_rl the rest: the proxy
+# and resource manager route arrays and RPCs, while train_rl holds host-side arrays and the rollouts.
+SIDECAR_SHARE_OF_HEAD = 0.1
+WORKLOAD_SHARE_OF_HEAD = 1 - 2 * SIDECAR_SHARE_OF_HEAD
+
+
+def _sidecar(recipe: Recipe, name: str, image: str, args: list[str], env: list[dict[str, Any]]) -> dict[str, Any]:
     # A native sidecar: an init container that keeps running next to the main container.
     return {"name": name, "image": image, "restartPolicy": "Always", "args": args, "env": env,
+            "resources": cpu_pool_requests(recipe, SIDECAR_SHARE_OF_HEAD),
             "volumeMounts": [_shared_tmp_mount()], "securityContext": container_security()}
 
 
 def pathways_proxy(paths: ArtifactPaths) -> dict[str, Any]:
     recipe = paths.recipe
     args = [f"--server_port={PROXY_PORT}", _resource_manager_address(), _scratch(paths)]
-    return _sidecar("pathways-proxy", recipe.pathways_images.proxy, args,
+    return _sidecar(recipe, "pathways-proxy", recipe.pathways_images.proxy, args,
                     env_list([pathways_head_env()], recipe.rl.pathways_env))
 
 
@@ -75,7 +83,7 @@ def pathways_resource_manager(paths: ArtifactPaths) -> dict[str, Any]:
         f"--instance_type={recipe.shape.pathways_instance_type}",
     ]
     env = env_list([pathways_head_env()], {"TPU_SKIP_MDS_QUERY": "true"}, recipe.rl.pathways_env)
-    return _sidecar("pathways-rm", recipe.pathways_images.server, args, env)
+    return _sidecar(recipe, "pathways-rm", recipe.pathways_images.server, args, env)
 
 
 def memory_limit_step(memory_max: str) -> str:
@@ -121,7 +129,8 @@ def pathways_head_job(paths: ArtifactPaths) -> dict[str, Any]:
     # hostNetwork as in xpk. Note: GKE's Workload Identity does not serve host-network pods; they reach
     # GCS (scratch, checkpoints) as the node's service account, which therefore needs the bucket.
     recipe = paths.recipe
-    workload = main_container(recipe.maxtext.image, train_script(paths), workload_env(recipe))
+    workload = main_container(recipe.maxtext.image, train_script(paths), workload_env(recipe),
+                              cpu_pool_requests(recipe, WORKLOAD_SHARE_OF_HEAD))
     workload["volumeMounts"] = [_shared_tmp_mount()]
     pod = pod_template(recipe, "train", {
         "hostNetwork": True,

@@ -38,13 +38,15 @@ class TpuRlStack(TerraformStack):
         super().__init__(scope, name)
         self.stack_name = name
         self.settings = settings
+        # Every resource that takes labels gets these (billing exports attribute TPU spend by stack).
+        self.labels = {"managed_by": "tpu-rl", "tpu_rl_stack": name}
         google_provider.GoogleProvider(
             self,
             "google",
             project=settings.project,
             region=settings.region,
             zone=settings.zone,
-            default_labels={"managed_by": "tpu-rl", "tpu_rl_stack": name},  # cdktf writes provider map keys in snake_case
+            default_labels=self.labels,
         )
         if settings.state_bucket:
             GcsBackend(self, bucket=settings.state_bucket, prefix=f"{STATE_PREFIX}/{name}")

@@ -45,6 +45,9 @@ class GkeRecipeStack(TpuRlStack):
                 network=network,
                 node_service_account=nodes.email,
                 authorized_cidrs=settings.authorized_cidr,
+                # Also given by the provider's default labels; stated on the cluster so that the plan
+                # and the security scan show them where billing looks.
+                labels=self.labels,
             ),
         )
         cpu_pool = CpuPool(

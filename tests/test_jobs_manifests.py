@@ -85,6 +85,35 @@ def test_conversion_steps_run_one_pod_on_the_cpu_pool_without_tpus(name, step):
     assert "google.com/tpu" not in str(spec)
 
 
+def _cpu(quantity: str) -> int:
+    return int(quantity)
+
+
+def _gib(quantity: str) -> int:
+    assert quantity.endswith("Gi")
+    return int(quantity[:-2])
+
+
+def test_qwen3_conversion_requests_three_quarters_of_an_n4_standard_64():
+    # 64 vCPUs and 256 GiB; GKE keeps roughly 5% of such a node for itself, so 75% always schedules.
+    [main] = pod_spec(manifests("qwen3-v6e32")["convert"], "main")["containers"]
+    assert main["resources"] == {"requests": {"cpu": "48", "memory": "192Gi"}}
+
+
+@pytest.mark.parametrize("name", GKE_RECIPES)
+def test_pathways_head_containers_together_request_the_same_share_of_the_cpu_node(name):
+    recipe = get_recipe(name)
+    spec = pod_spec(manifests(name)["train"], "pathways-head")
+    requests = [c["resources"]["requests"] for c in spec["initContainers"] + spec["containers"]]
+    assert len(requests) == 3
+    machine = recipe.cpu_machine
+    total_cpu = sum(_cpu(r["cpu"]) for r in requests)
+    total_memory = sum(_gib(r["memory"]) for r in requests)
+    # Rounded down per container: at most one unit per container below three quarters of the node.
+    assert machine.vcpus * 0.75 - 3 <= total_cpu <= machine.vcpus * 0.75
+    assert machine.memory_gib * 0.75 - 3 <= total_memory <= machine.memory_gib * 0.75
+
+
 def test_qwen3_train_worker_has_8_hosts_with_4_chips_each():
     worker = replicated(manifests("qwen3-v6e32")["train"], "worker")
     job = worker["template"]["spec"]

@@ -170,6 +170,12 @@ def test_workload_sa_gets_storage_admin_on_the_bucket_only_and_reads_only_the_to
 
 
 @pytest.mark.parametrize("stack", GKE)
+def test_cluster_carries_the_stack_labels_for_billing(stacks_json, stack):
+    cluster = only(stacks_json[stack], "google_container_cluster")
+    assert cluster["resource_labels"] == {"managed_by": "tpu-rl", "tpu_rl_stack": stack}
+
+
+@pytest.mark.parametrize("stack", GKE)
 def test_node_sa_reads_and_writes_objects_of_the_bucket_only_for_host_network_pods(stacks_json, stack):
     # The Pathways head and workers run with hostNetwork, where Workload Identity does not apply, so
     # they reach GCS as the node service account: objects of the artifacts bucket, nothing more.
