@@ -242,3 +242,23 @@ def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> R
         StepCost(step, getattr(minutes, step), hourly.total * getattr(minutes, step) / 60) for step in STEPS
     )
     return RunEstimate(recipe.name, steps, hourly.has_reserved)
+
+
+def run_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:
+    """The README's table of one pipeline run per recipe: time, TPU chip-hours and cost per step.
+
+    TPU pools have a static node count, so the slice is billed through every step, CPU-only ones too;
+    chip-hours are the recipe's chips times the step's expected minutes. A test keeps the README in sync.
+    """
+    rows = ["| recipe | step | expected minutes | TPU chip-hours billed | estimated cost |",
+            "| --- | --- | --- | --- | --- |"]
+    for recipe in recipes:
+        estimate = pipeline_run_estimate(recipe, prices)
+        for step in estimate.steps:
+            chip_hours = recipe.shape.total_chips * step.minutes / 60
+            rows.append(f"| {recipe.name} | {step.step} | {step.minutes} | {chip_hours:.1f} | {usd(step.usd)} |")
+        total_chip_hours = recipe.shape.total_chips * estimate.minutes / 60
+        reserved = " (TPU reserved)" if estimate.has_reserved else ""
+        rows.append(f"| {recipe.name} | **whole run** | {estimate.minutes} | {total_chip_hours:.1f} | "
+                    f"{usd(estimate.total)}{reserved} |")
+    return "\n".join(rows)

@@ -36,7 +36,9 @@ app.add_typer(secret_app, name="secret")
 
 
 def _console() -> Console:
-    return Console(soft_wrap=True, highlight=False)
+    # Piped output (a file, CI logs) is not cut at 80 columns.
+    width = None if sys.stdout.isatty() else 200
+    return Console(soft_wrap=True, highlight=False, width=width)
 
 
 def _fail(code: int, message: str) -> typer.Exit:
@@ -136,8 +138,10 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
         typer.echo(json.dumps(facts, indent=2))
         return
     table = Table(title="tpu-rl recipes (cost: estimates from list prices)")
-    for column in ("recipe", "platform", "chips", "hosts", "machine type", "image / pip", "MaxText", "$/h"):
-        table.add_column(column)
+    for column in ("recipe", "platform", "chips", "hosts", "machine type", "image / pip", "MaxText"):
+        # Names are copied into commands: never cut them; a narrow terminal wraps the cost column instead.
+        table.add_column(column, no_wrap=True)
+    table.add_column("$/h", overflow="fold")
     for item in facts:
         image = item["image"].rsplit("/", 1)[-1] if item["image"] else item["pip"]  # full reference in --json
         table.add_row(*(escape(str(cell)) for cell in (
