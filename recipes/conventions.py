@@ -9,17 +9,16 @@ HF_TOKEN_K8S_SECRET = "tpu-rl-hf-token"  # filled from Secret Manager by `tpu-rl
 HF_TOKEN_ENV = "HF_TOKEN"  # the variable MaxText reads; also the key inside the Kubernetes Secret
 
 # GKE node pool names: the stacks create them, the manifests select them with
-# cloud.google.com/gke-nodepool. The CPU pool runs conversion, export and the Pathways head.
-CPU_POOL = "cpu-np"
-
-
+# cloud.google.com/gke-nodepool.
 def cpu_pool_name() -> str:
-    return CPU_POOL
+    """The CPU pool, which runs conversion, export and the Pathways head."""
+    return "cpu-np"
 
 
 def tpu_pool_name(slice_index: int) -> str:
     """One TPU node pool per slice: tpu-np-0, tpu-np-1, ..."""
     return f"tpu-np-{slice_index}"
+
 
 # The GKE system pool (kube-system, the Kueue and JobSet controllers): the stacks create it, the cost
 # estimate (recipes/cost.py) prices it.
