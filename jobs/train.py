@@ -35,7 +35,7 @@ from recipes import Recipe
 PROXY_PORT = 29000
 RESOURCE_MANAGER_PORT = 29001
 WORKER_PORT = 29005
-WORKER_PORTS = (29005, 29006, 8471, 8080)  # server, its second channel, TPU runtime, metrics
+WORKER_PORTS = (WORKER_PORT, WORKER_PORT + 1, 8471, 8080)  # server, its second channel, TPU runtime, metrics
 WORKER_BACKOFF_PER_HOST = 4  # as xpk: a few pod restarts per host before the worker job fails
 TPU_RESOURCE = "google.com/tpu"
 SHARED_TMP = "shared-tmp"  # hostPath /tmp shared by the head's containers, as xpk does
