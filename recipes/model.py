@@ -176,10 +176,6 @@ class Shape(BaseModel):
         return self.hosts_per_slice * self.slices
 
     @property
-    def multi_host(self) -> bool:
-        return self.hosts_per_slice > 1
-
-    @property
     def accelerator_type(self) -> str:
         """The Cloud TPU accelerator type, e.g. v6e-32."""
         return f"{self.generation}-{self.chips_per_slice}"
