@@ -24,6 +24,7 @@ DEFAULT_CONFIG = Path("tpu-rl.toml")
 # The example values are recognisable on purpose: stacks refuse to plan with them (a lifecycle
 # precondition) and the CLI refuses to talk to a cloud with them.
 EXAMPLE_PROJECT = "tpu-rl-example"
+DEFAULT_HF_TOKEN_SECRET = "hf-token"
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ SPECS: tuple[SettingSpec, ...] = (
         required=False,
     ),
     SettingSpec("hf_token_secret", "HF_TOKEN_SECRET", "the Secret Manager secret holding the Hugging Face token",
-                required=False, default="hf-token"),
+                required=False, default=DEFAULT_HF_TOKEN_SECRET),
     SettingSpec("tpu_name", "TPU_NAME", "the TPU VM name for VM recipes", required=False),
     SettingSpec("state_bucket", "TF_STATE_BUCKET", "an existing bucket for Terraform state (default: local state)",
                 required=False),
@@ -88,7 +89,7 @@ class Settings:
     gcs_bucket: str
     reservation: str | None = None
     authorized_cidr: tuple[str, ...] = ()
-    hf_token_secret: str = "hf-token"
+    hf_token_secret: str = DEFAULT_HF_TOKEN_SECRET
     tpu_name: str | None = None
     state_bucket: str | None = None
     source: str = "environment"
