@@ -65,11 +65,13 @@ class GkeClusterProps:
     network: Network
     node_service_account: str  # email
     authorized_cidrs: Sequence[str]  # no default on purpose: the user names who may reach the API
-    release_channel: str = "REGULAR"
-    system_machine_type: str = "e2-standard-4"
-    system_disk_type: str = "pd-balanced"  # E2 takes Persistent Disk, not Hyperdisk
-    system_min_nodes: int = 1
+    # The system pool runs kube-system and the add-on controllers. No defaults: the stack passes what
+    # the cost estimate prices (recipes.conventions), so the two cannot drift apart.
+    system_machine_type: str
+    system_min_nodes: int
     system_max_nodes: int = 3
+    system_disk_type: str = "pd-balanced"  # fits the E2 system machines, which take no Hyperdisk
+    release_channel: str = "REGULAR"
     labels: dict[str, str] = field(default_factory=dict)  # GCP resource labels of the cluster
 
     def __post_init__(self) -> None:

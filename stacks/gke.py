@@ -45,6 +45,8 @@ class GkeRecipeStack(TpuRlStack):
                 network=network,
                 node_service_account=nodes.email,
                 authorized_cidrs=settings.authorized_cidr,
+                system_machine_type=conventions.SYSTEM_POOL_MACHINE_TYPE,
+                system_min_nodes=conventions.SYSTEM_POOL_NODES,
                 # Also given by the provider's default labels; stated on the cluster so that the plan
                 # and the security scan show them where billing looks.
                 labels=self.labels,
