@@ -13,10 +13,10 @@ from typing import Sequence
 from constructs import Construct
 
 from infra.google import container_cluster, container_node_pool
+from infra.identity import CLOUD_PLATFORM_SCOPE, workload_identity_pool
 from infra.network import Network
 
 SYSTEM_POOL = "system-np"
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 Taint = tuple[str, str, str]  # key, value, effect
 
@@ -35,7 +35,7 @@ def node_config(
     return container_node_pool.ContainerNodePoolNodeConfig(
         machine_type=machine_type,
         service_account=service_account,
-        oauth_scopes=[CLOUD_PLATFORM_SCOPE],  # access is decided by IAM on the SA, not by scopes
+        oauth_scopes=[CLOUD_PLATFORM_SCOPE],
         disk_size_gb=disk_size_gb,
         disk_type=disk_type,
         # Pods see their Workload Identity, never the node's credentials.
@@ -86,7 +86,6 @@ class GkeCluster(Construct):
         ranges = props.network.props.secondary_ranges
         if ranges is None:
             raise ValueError("GkeCluster needs a Network with secondary ranges for pods and services")
-        self.workload_pool = f"{props.project}.svc.id.goog"
         self.cluster = container_cluster.ContainerCluster(
             self,
             "cluster",
@@ -114,7 +113,7 @@ class GkeCluster(Construct):
             ),
             release_channel=container_cluster.ContainerClusterReleaseChannel(channel=props.release_channel),
             workload_identity_config=container_cluster.ContainerClusterWorkloadIdentityConfig(
-                workload_pool=self.workload_pool
+                workload_pool=workload_identity_pool(props.project)
             ),
             addons_config=container_cluster.ContainerClusterAddonsConfig(
                 gcs_fuse_csi_driver_config=container_cluster.ContainerClusterAddonsConfigGcsFuseCsiDriverConfig(

@@ -33,6 +33,13 @@ NODE_ROLES: tuple[str, ...] = (
 )
 SECRET_ACCESSOR = "roles/secretmanager.secretAccessor"
 WORKLOAD_IDENTITY_USER = "roles/iam.workloadIdentityUser"
+# The OAuth scope nodes and VMs get: access is decided by IAM on their service account, not by scopes.
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+def workload_identity_pool(project: str) -> str:
+    """The project's Workload Identity pool: GKE enables it, Kubernetes SAs act in it."""
+    return f"{project}.svc.id.goog"
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,6 @@ class WorkloadServiceAccount(Construct):
                 "workload-identity",
                 service_account_id=self.account.name,
                 role=WORKLOAD_IDENTITY_USER,
-                member=f"serviceAccount:{props.project}.svc.id.goog[{ksa.namespace}/{ksa.name}]",
+                member=f"serviceAccount:{workload_identity_pool(props.project)}[{ksa.namespace}/{ksa.name}]",
                 depends_on=list(props.binding_depends_on) or None,
             )

@@ -14,11 +14,11 @@ from constructs import Construct
 
 from infra.capacity import RESERVATION_KEY, check_reservation
 from infra.google import compute_instance
+from infra.identity import CLOUD_PLATFORM_SCOPE
 from infra.network import Network
 from recipes.model import CapacityMode
 
 ACCELERATOR_IMAGE = "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 # provisioning_model per capacity mode. RESERVATION_BOUND is passed through unvalidated by
 # hashicorp/google 6.50.0 (formal support arrived in 7.x); the API accepts it.

@@ -36,7 +36,6 @@ class TpuRlStack(TerraformStack):
 
     def __init__(self, scope: Construct, name: str, settings: Settings) -> None:
         super().__init__(scope, name)
-        self.stack_name = name
         self.settings = settings
         # Every resource that takes labels gets these (billing exports attribute TPU spend by stack).
         self.labels = {"managed_by": "tpu-rl", "tpu_rl_stack": name}
