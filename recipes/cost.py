@@ -36,7 +36,6 @@ class Price:
     usd_per_hour: float
     source: str
     checked: str
-    confirmed: bool
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,6 @@ class CostLine:
     unit: str
     unit_price: float
     reserved: bool = False
-    confirmed: bool = True
 
     @property
     def hourly(self) -> float:
@@ -76,10 +74,6 @@ class CostBreakdown:
     @property
     def has_reserved(self) -> bool:
         return any(line.reserved for line in self.lines)
-
-    @property
-    def confirmed(self) -> bool:
-        return all(line.confirmed for line in self.lines)
 
     def summary(self) -> str:
         """e.g. `$62.78/h (TPU reserved)`."""
@@ -159,7 +153,6 @@ def _price(entry: dict, key: str) -> Price:
         usd_per_hour=float(entry[key]),
         source=entry["source"],
         checked=entry["checked"],
-        confirmed=bool(entry.get("confirmed", False)),
     )
 
 
@@ -194,8 +187,7 @@ def load_prices() -> PriceTable:
 
 
 def _nat_line(prices: PriceTable, vms: int) -> CostLine:
-    return CostLine(f"Cloud NAT ({vms} {'VM' if vms == 1 else 'nodes'})", 1, "gateway", prices.nat_hourly(vms),
-                    confirmed=prices.nat_per_vm.confirmed)
+    return CostLine(f"Cloud NAT ({vms} {'VM' if vms == 1 else 'nodes'})", 1, "gateway", prices.nat_hourly(vms))
 
 
 def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBreakdown:
@@ -208,7 +200,7 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
     if not recipe.is_gke:
         lines = [
             CostLine(f"{tpu_label}, VM {shape.machine_type}", shape.total_chips, "chip", chip.usd_per_hour,
-                     reserved=reserved, confirmed=chip.confirmed),
+                     reserved=reserved),
             _nat_line(prices, shape.total_hosts),
         ]
         return CostBreakdown(recipe.name, recipe.capacity, prices.region, tuple(lines))
@@ -217,14 +209,11 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
     system = prices.machine(conventions.SYSTEM_POOL_MACHINE_TYPE)
     nodes_behind_nat = shape.total_hosts + CPU_NODES_DURING_RUN + conventions.SYSTEM_POOL_NODES
     lines = [
-        CostLine(tpu_label, shape.total_chips, "chip", chip.usd_per_hour, reserved=reserved,
-                 confirmed=chip.confirmed),
-        CostLine(f"CPU pool {recipe.cpu_machine_type}", CPU_NODES_DURING_RUN, "node", cpu.usd_per_hour,
-                 confirmed=cpu.confirmed),
+        CostLine(tpu_label, shape.total_chips, "chip", chip.usd_per_hour, reserved=reserved),
+        CostLine(f"CPU pool {recipe.cpu_machine_type}", CPU_NODES_DURING_RUN, "node", cpu.usd_per_hour),
         CostLine(f"system pool {conventions.SYSTEM_POOL_MACHINE_TYPE}", conventions.SYSTEM_POOL_NODES, "node",
-                 system.usd_per_hour, confirmed=system.confirmed),
-        CostLine("GKE cluster management fee", 1, "cluster", prices.gke_cluster.usd_per_hour,
-                 confirmed=prices.gke_cluster.confirmed),
+                 system.usd_per_hour),
+        CostLine("GKE cluster management fee", 1, "cluster", prices.gke_cluster.usd_per_hour),
         _nat_line(prices, nodes_behind_nat),
     ]
     return CostBreakdown(recipe.name, recipe.capacity, prices.region, tuple(lines))
