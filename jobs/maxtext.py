@@ -56,9 +56,6 @@ class MaxTextCommand:
     def argv(self) -> list[str]:
         return ["python3", "-m", self.module, *self.overrides, *self.flags]
 
-    def keys(self) -> list[str]:
-        return [item.split("=", 1)[0] for item in self.overrides]
-
     def value(self, key: str) -> str:
         for item in self.overrides:
             name, _, value = item.partition("=")
