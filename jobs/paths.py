@@ -24,7 +24,7 @@ class ArtifactPaths:
 
     @property
     def model_root(self) -> str:
-        return f"gs://{self.bucket}/{self.recipe.model.maxtext_name}/"
+        return f"{self.settings.bucket_url}/{self.recipe.model.maxtext_name}/"
 
     @property
     def converted(self) -> str:
@@ -60,7 +60,7 @@ class ArtifactPaths:
 
     @property
     def pathways_scratch(self) -> str:
-        return f"gs://{self.bucket}/pathways/"
+        return f"{self.settings.bucket_url}/pathways/"
 
     @property
     def progress(self) -> str:
