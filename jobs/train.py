@@ -18,7 +18,6 @@ from jobs.k8s import (
     cpu_pool_selector,
     env_field,
     env_list,
-    env_value,
     hf_token_env,
     indexed_job,
     jobset,
