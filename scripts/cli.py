@@ -21,8 +21,7 @@ from rich.table import Table
 
 from recipes import STEPS, Recipe, Settings, UserError, all_recipes, get_recipe, load_settings
 from scripts.clients import Clients
-from scripts.outcome import EXIT_CODES_HELP, ApiError, ExitCode, Outcome, PreflightFailed
-from scripts.plan_review import register as register_plan_review
+from scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, PreflightFailed
 from scripts.retry import RetryPolicy
 
 POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
@@ -102,6 +101,16 @@ def make_session(recipe: Recipe, settings: Settings):
                    confirm=(lambda question: typer.confirm(question, default=False)) if sys.stdin.isatty() else None)
 
 
+def _write(path: Path, text: str, option: str) -> None:
+    """Write a file the user asked for; a path that cannot be written is bad input, not a traceback."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as error:
+        raise UserError(f"{option}: cannot write {path} ({error.strerror or type(error).__name__}): "
+                        "pass a writable path") from None
+
+
 # -- offline commands ---------------------------------------------------------------------------------
 def recipe_facts(recipe: Recipe) -> dict:
     from recipes.cost import hourly_estimate
@@ -166,9 +175,8 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         files = {"startup.sh": jobs.render_startup_script(recipe, settings)}
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory: pass a directory")
-    out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
-        (out / name).write_text(text)
+        _write(out / name, text, "--out")
     note = " (example settings: export your own before `run`)" if settings.is_example else ""
     typer.echo(f"wrote {', '.join(str(out / name) for name in files)} for {recipe.name} with settings from "
                f"{settings.source}{note}")
@@ -273,17 +281,20 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         typer.echo(line)
 
 
-# `tpu-rl plan-review` is defined with its logic in scripts/plan_review.py.
-register_plan_review(app)
+@app.command("plan-review")
+@_handled
+def plan_review(
+        base: Optional[str] = typer.Option(None, "--base", help="Git ref to compare with (default: merge base with main)."),
+        changed_stacks: Optional[Path] = typer.Option(
+            None, "--changed-stacks", help="Also write the names of the changed stacks to this file, one a line."),
+) -> None:
+    """Show what this change does to the stacks, manifests and cost estimates (Markdown)."""
+    from scripts.plan_review import review
 
-
-def _register_plan_review() -> None:
-    from scripts import plan_review  # its own helper owns it; the command is `tpu-rl plan-review`
-
-    plan_review.register(app)
-
-
-_register_plan_review()
+    result = review(base)
+    if changed_stacks is not None:
+        _write(changed_stacks, "".join(f"{name}\n" for name in result.changed_stacks), "--changed-stacks")
+    typer.echo(result.markdown, nl=False)
 
 
 def main() -> None:

@@ -576,17 +576,12 @@ def _cost_signature(costs: dict[str, StackCost] | str) -> object:
     return {name: (round(c.hourly.total, 4), c.hourly.has_reserved, round(c.run.total, 4)) for name, c in costs.items()}
 
 
-def plan_review(base: str | None = None, repo: Path | None = None) -> str:
-    """Markdown review of REF vs the working tree of `repo` (default: the current directory).
+def review(base: str | None = None, repo: Path | None = None) -> Review:
+    """REF vs the working tree of `repo` (default: the current directory), and the stacks that changed.
 
     Raises UserError (one line) for an unknown ref, a directory that is not a git repository, or a
     synth or render that fails on either side.
     """
-    return review(base, repo).markdown
-
-
-def review(base: str | None = None, repo: Path | None = None) -> Review:
-    """The review and the names of the stacks that changed."""
     root = _resolve_repo(Path(repo or Path.cwd()).resolve())
     commit, base_label = _resolve_base(root, base)
     try:
@@ -597,26 +592,3 @@ def review(base: str | None = None, repo: Path | None = None) -> Review:
     except subprocess.CalledProcessError as error:  # git itself refused (no commits, locked worktree, ...)
         raise UserError(f"git {error.cmd[0]} failed in {root}: {_last_line(error.stderr or '')}") from None
     return compare_sides(before, after, base_label)
-
-
-def register(app) -> None:  # app: typer.Typer (typer imported here: the review itself needs no CLI)
-    """Add `plan-review` to the `tpu-rl` app: `register(app)` in scripts/cli.py."""
-    import typer
-
-    from scripts.outcome import ExitCode
-
-    @app.command("plan-review")
-    def plan_review_command(
-        base: str = typer.Option(None, "--base", help="Git ref to compare with (default: merge base with main)."),
-        changed_stacks: Path = typer.Option(
-            None, "--changed-stacks", help="Also write the names of the changed stacks to this file, one a line."),
-    ) -> None:
-        """Show what this change does to the stacks, manifests and cost estimates (Markdown)."""
-        try:
-            result = review(base)
-        except UserError as error:
-            typer.echo(f"error: {error}", err=True)
-            raise typer.Exit(int(ExitCode.BAD_INPUT)) from None
-        if changed_stacks is not None:
-            changed_stacks.write_text("".join(f"{name}\n" for name in result.changed_stacks))
-        typer.echo(result.markdown, nl=False)

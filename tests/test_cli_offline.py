@@ -72,6 +72,15 @@ def test_render_refuses_an_out_path_that_is_a_file(settings_env, tmp_path):
     assert result.exit_code == 2 and "is not a directory" in result.output
 
 
+def test_render_to_a_path_that_cannot_be_created_is_one_line(settings_env, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = runner.invoke(app, ["render", "qwen3-v6e32", "--out", str(blocker / "out")])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().count("\n") == 0 and "Traceback" not in result.output
+    assert result.output.startswith(f"error: --out: cannot write {blocker / 'out'}")
+
+
 def _installed(*args: str, env: dict | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([str(TPU_RL), *args], capture_output=True, text=True, input=stdin, timeout=300,
                           env={**os.environ, **(env or {})})
