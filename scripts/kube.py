@@ -45,7 +45,8 @@ def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
     try:
         contexts, current = k8s_config.list_kube_config_contexts(config_file=str(path))
     except Exception as error:
-        raise UserError(f"kubeconfig {path} is unreadable ({describe(error)}): run `{get_credentials_command(settings)}`")
+        raise UserError(f"kubeconfig {path} is unreadable ({describe(error)}): "
+                        f"run `{get_credentials_command(settings)}`") from None
     wanted = gke_context_name(settings)
     names = [context["name"] for context in contexts or []]
     if wanted in names:
@@ -162,6 +163,11 @@ class Cluster:
         name = body["metadata"]["name"]
         submission = uuid.uuid4().hex
         body["metadata"].setdefault("annotations", {})[SUBMISSION_ANNOTATION] = submission
+
+        def ours(existing: dict | None) -> bool:
+            annotations = (existing or {}).get("metadata", {}).get("annotations", {})
+            return annotations.get(SUBMISSION_ANNOTATION) == submission
+
         last: BaseException | None = None
         for attempt in range(self.policy.attempts):
             try:
@@ -170,22 +176,21 @@ class Cluster:
             except Exception as error:
                 if isinstance(error, ApiException) and error.status == 409:
                     existing = self.get_jobset(name)
-                    if attempt and existing and existing["metadata"].get("annotations", {}).get(
-                            SUBMISSION_ANNOTATION) == submission:
+                    if attempt and ours(existing):
                         return existing
                     raise ApiError(f"JobSet {name} already exists (created by someone else meanwhile): "
                                    f"run `tpu-rl status` and decide") from None
-                if isinstance(error, ApiException) and error.status not in (0, 429, 500, 502, 503, 504):
+                if isinstance(error, ApiException) and not is_transient(error):
                     raise ApiError(f"creating JobSet {name} was rejected with {describe(error)}: "
                                    f"{_api_message(error)}") from None
                 if not is_transient(error):
                     raise
                 last = error
                 if attempt < self.policy.attempts - 1:
-                    self.policy.sleep(self.policy.delay(attempt, (getattr(error, "headers", None) or {}).get("Retry-After")))
+                    self.policy.wait(attempt, error)
         # It may exist after all; say so rather than guess.
         existing = self.get_jobset(name)
-        if existing and existing["metadata"].get("annotations", {}).get(SUBMISSION_ANNOTATION) == submission:
+        if ours(existing):
             return existing
         raise ApiError(f"creating JobSet {name} failed {self.policy.attempts} times, last with {describe(last)}; "
                        "nothing was submitted")
@@ -202,7 +207,7 @@ class Cluster:
         for attempt in range(self.policy.attempts * 4):
             if self.get_jobset(name) is None:
                 return
-            self.policy.sleep(self.policy.delay(min(attempt, 3)))
+            self.policy.wait(min(attempt, 3))
         raise ApiError(f"JobSet {name} is still being deleted; wait a minute and run again")
 
     # -- pods and logs ---------------------------------------------------------------------------

@@ -35,6 +35,11 @@ class RetryPolicy:
             return min(float(retry_after), self.max_delay)
         return min(self.base_delay * 2**attempt, self.max_delay)
 
+    def wait(self, attempt: int, error: BaseException | None = None) -> None:
+        """Sleep before the next attempt; a throttling server's Retry-After wins over the backoff."""
+        headers = getattr(error, "headers", None) or {}
+        self.sleep(self.delay(attempt, headers.get("Retry-After")))
+
 
 def describe(error: BaseException) -> str:
     if isinstance(error, ApiException):
@@ -67,6 +72,5 @@ def call(policy: RetryPolicy, what: str, fn: Callable[[], T], *, idempotent: boo
                 raise ApiError(f"{what} failed {policy.attempts} times, last with {describe(error)}") from None
             if on_retry:
                 on_retry(attempt, error)
-            headers = getattr(error, "headers", None) or {}
-            policy.sleep(policy.delay(attempt, headers.get("Retry-After")))
+            policy.wait(attempt, error)
     raise AssertionError("unreachable")
