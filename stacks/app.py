@@ -8,20 +8,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Callable, Mapping
-
-from cdktf import App
-from constructs import Construct
+from typing import TYPE_CHECKING, Mapping
 
 from recipes import Recipe, Settings, UserError, all_recipes, load_settings
-from stacks.artifacts import ArtifactsStack
-from stacks.gke import GkeRecipeStack
-from stacks.vm import VmRecipeStack
 
-COMPOSITIONS: Mapping[str, Callable[[Construct, Recipe, Settings], object]] = {
-    "gke": GkeRecipeStack,
-    "vm": VmRecipeStack,
-}
+if TYPE_CHECKING:
+    from cdktf import App
 
 
 def build_app(outdir: str | Path | None = None, *, recipes: Mapping[str, Recipe] | None = None,
@@ -31,10 +23,20 @@ def build_app(outdir: str | Path | None = None, *, recipes: Mapping[str, Recipe]
     settings = load_settings(allow_example=True) if settings is None else settings
     for recipe in recipes.values():  # every rule checked before anything is written
         settings.for_recipe(recipe)
+    # Imported only now: cdktf and the provider bindings start node and take seconds to load, and a
+    # bad setting should fail in a fraction of one. It also puts the provider's own UserError (a bad
+    # TPU_RL_PROVIDER_IMPORT) inside main()'s handler instead of a traceback at import time.
+    from cdktf import App
+
+    from stacks.artifacts import ArtifactsStack
+    from stacks.gke import GkeRecipeStack
+    from stacks.vm import VmRecipeStack
+
+    compositions = {"gke": GkeRecipeStack, "vm": VmRecipeStack}
     app = App(outdir=str(outdir)) if outdir is not None else App()
     ArtifactsStack(app, settings)
     for recipe in recipes.values():
-        COMPOSITIONS[recipe.platform](app, recipe, settings)
+        compositions[recipe.platform](app, recipe, settings)
     return app
 
 

@@ -53,3 +53,30 @@ def test_bad_setting_stops_synth_with_one_line_naming_it(tmp_path, override, nam
     assert named in lines[0]
     assert "Traceback" not in result.stderr + result.stdout
     assert not (tmp_path / "out" / "stacks").exists()  # nothing written halfway
+
+
+def test_bad_provider_import_mode_stops_synth_with_one_line_naming_it(tmp_path):
+    result = run_app(tmp_path, **GOOD, TPU_RL_PROVIDER_IMPORT="bogus")
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "TPU_RL_PROVIDER_IMPORT" in lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "out" / "stacks").exists()
+
+
+def test_bad_setting_fails_before_cdktf_or_the_provider_bindings_load(tmp_path):
+    probe = (
+        "import sys\n"
+        "from stacks.app import main\n"
+        "code = main()\n"
+        "print(code, [m for m in ('jsii', 'cdktf', 'cdktf_cdktf_provider_google') if m in sys.modules])\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in SETTING_ENVS}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, env={**clean, **GOOD, "CLUSTER_NAME": "a-cluster-name-over-twenty",
+                                                      "CDKTF_OUTDIR": str(tmp_path / "out")},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.stdout.strip() == "2 []", result.stdout + result.stderr
+    assert "CLUSTER_NAME" in result.stderr
