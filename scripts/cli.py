@@ -264,7 +264,7 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
 def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
          step: str = typer.Argument(..., metavar="STEP", help="convert, train or export"),
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming."),
-         tail: Optional[int] = typer.Option(200, "--tail", help="Lines from the end (0 = all).")) -> None:
+         tail: Optional[int] = typer.Option(200, "--tail", min=0, help="Lines from the end (0 = all).")) -> None:
     """The main container's log of a step (the Pathways head for train), or the VM's serial console."""
     from scripts.pipeline import logs_gke, parse_step
 

@@ -59,13 +59,6 @@ def _google_kwargs(endpoint: str | None) -> dict:
     }
 
 
-def _no_credentials(error: Exception) -> UserError:
-    return UserError(
-        f"no Google credentials ({type(error).__name__}): run `gcloud auth application-default login` "
-        "(or set GOOGLE_APPLICATION_CREDENTIALS)"
-    )
-
-
 class Clients:
     """Lazily built clients for one settings object; construct once per command."""
 
@@ -76,16 +69,13 @@ class Clients:
 
     def _get(self, name: str, build):
         if name not in self._cache:
+            from google.auth.exceptions import DefaultCredentialsError
+
             try:
                 self._cache[name] = build()
-            except UserError:
-                raise
-            except Exception as error:  # google.auth.exceptions.DefaultCredentialsError and friends
-                from google.auth.exceptions import DefaultCredentialsError
-
-                if isinstance(error, DefaultCredentialsError):
-                    raise _no_credentials(error) from None
-                raise
+            except DefaultCredentialsError as error:
+                raise UserError(f"no Google credentials ({type(error).__name__}): run "
+                                "`gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS)") from None
         return self._cache[name]
 
     def reservations(self):

@@ -131,6 +131,20 @@ def test_empty_stdin_for_secret_set_adds_nothing(cloud):
     assert len(cloud["google"].secrets["hf-token"]) == 1
 
 
+def test_no_google_credentials_says_how_to_log_in(settings_env, monkeypatch, tmp_path):
+    for name in ("TPU_RL_SECRETMANAGER_ENDPOINT", "STORAGE_EMULATOR_HOST"):  # the real endpoints, unreached
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "absent.json"))
+    line = rejected(["secret", "set"], input="hf_x")
+    assert "no Google credentials" in line and "gcloud auth application-default login" in line
+
+
+def test_a_negative_tail_is_refused_before_reading_logs(cloud):
+    result = runner.invoke(app, ["logs", RECIPE, "train", "--tail", "-5"])
+    assert result.exit_code == ExitCode.BAD_INPUT and "--tail" in result.output
+    assert cloud["kube"].requests == []
+
+
 def test_logs_of_a_step_that_never_ran(cloud):
     assert "no pod for step convert" in rejected(["logs", RECIPE, "convert"], cloud)
 

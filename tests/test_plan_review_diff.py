@@ -7,7 +7,6 @@ from recipes.cost import hourly_estimate, pipeline_run_estimate
 from scripts.plan_review import (
     Side,
     StackCost,
-    changed_fields,
     compare,
     costs_for,
     describe,
