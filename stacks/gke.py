@@ -24,7 +24,7 @@ from stacks.base import TpuRlStack
 
 class GkeRecipeStack(TpuRlStack):
     def __init__(self, scope: Construct, recipe: Recipe, settings: Settings) -> None:
-        super().__init__(scope, recipe.name, settings.for_recipe(recipe))
+        super().__init__(scope, recipe.name, settings)  # checked for this recipe by build_app
         shape = recipe.shape
         name = settings.cluster_name
         network = Network(

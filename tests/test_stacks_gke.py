@@ -114,6 +114,7 @@ def test_master_authorized_networks_are_the_settings_cidrs_and_never_everyone(st
 def test_small_system_pool_in_the_tpu_zone(stacks_json, stack):
     pool = pool_named(stacks_json[stack], "system-np")
     assert pool["autoscaling"] == {"min_node_count": 1, "max_node_count": 3}
+    assert pool["node_config"]["machine_type"] == conventions.SYSTEM_POOL_MACHINE_TYPE  # what the cost estimate prices
     assert pool["node_locations"] == [example_settings().zone]
 
 
