@@ -21,6 +21,13 @@ def pool_named(stack, name: str) -> dict:
     return pool
 
 
+def service_account_id(stack, role_suffix: str) -> str:
+    """Logical id of the Google SA whose account id ends with role_suffix (-gke-np-sa, -gke-wl-sa)."""
+    (logical_id,) = [k for k, sa in resources(stack, "google_service_account").items()
+                     if sa["account_id"].endswith(role_suffix)]
+    return logical_id
+
+
 def queue_manifests(stack) -> dict[str, dict]:
     """The objects the local chart applies, by kind/name."""
     release = next(r for r in resources(stack, "helm_release").values() if r["name"] == "tpu-rl-queues")
@@ -70,8 +77,7 @@ def test_tpu_pools_are_tainted_and_use_the_gke_metadata_server(stacks_json, stac
 
 @pytest.mark.parametrize("stack", GKE)
 def test_every_node_pool_runs_as_the_node_service_account_on_the_metadata_server(stacks_json, stack):
-    node_sa = next(k for k, sa in resources(stacks_json[stack], "google_service_account").items()
-                   if sa["account_id"].endswith("-gke-np-sa"))
+    node_sa = service_account_id(stacks_json[stack], "-gke-np-sa")
     for pool in resources(stacks_json[stack], "google_container_node_pool").values():
         assert pool["node_config"]["service_account"] == f"${{google_service_account.{node_sa}.email}}"
         assert pool["node_config"]["workload_metadata_config"] == {"mode": "GKE_METADATA"}
@@ -157,7 +163,7 @@ def test_node_service_account_has_only_logging_monitoring_and_registry_roles(sta
 def test_workload_sa_gets_storage_admin_on_the_bucket_only_and_reads_only_the_token(stacks_json, stack):
     settings = example_settings()
     stack_json = stacks_json[stack]
-    wl = next(k for k, sa in resources(stack_json, "google_service_account").items() if sa["account_id"].endswith("-gke-wl-sa"))
+    wl = service_account_id(stack_json, "-gke-wl-sa")
     member = f"${{google_service_account.{wl}.member}}"  # "serviceAccount:<email>"
     bucket_grants = [g for g in resources(stack_json, "google_storage_bucket_iam_member").values()
                      if g["member"] == member]
@@ -182,8 +188,7 @@ def test_node_sa_reads_and_writes_objects_of_the_bucket_only_for_host_network_po
     # they reach GCS as the node service account: objects of the artifacts bucket, nothing more.
     settings = example_settings()
     stack_json = stacks_json[stack]
-    np = next(k for k, sa in resources(stack_json, "google_service_account").items()
-              if sa["account_id"].endswith("-gke-np-sa"))
+    np = service_account_id(stack_json, "-gke-np-sa")
     member = f"${{google_service_account.{np}.member}}"
     grants = [g for g in resources(stack_json, "google_storage_bucket_iam_member").values() if g["member"] == member]
     assert [(g["bucket"], g["role"]) for g in grants] == [(settings.gcs_bucket, "roles/storage.objectAdmin")]
@@ -258,8 +263,7 @@ def test_local_queue_and_workload_ksa_live_in_the_jobs_namespace(stacks_json, st
     assert local_queue["spec"] == {"clusterQueue": conventions.CLUSTER_QUEUE}
     ksa = objects[f"ServiceAccount/{conventions.WORKLOAD_KSA}"]
     assert ksa["metadata"]["namespace"] == conventions.NAMESPACE
-    wl = next(k for k, sa in resources(stacks_json[stack], "google_service_account").items()
-              if sa["account_id"].endswith("-gke-wl-sa"))
+    wl = service_account_id(stacks_json[stack], "-gke-wl-sa")
     assert ksa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": f"${{google_service_account.{wl}.email}}"}
 
 
