@@ -8,6 +8,8 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
+from google.api_core import exceptions as gexc
+
 from jobs.paths import ArtifactPaths, split_gs_url
 from scripts.outcome import ApiError
 
@@ -47,14 +49,10 @@ def missing_outputs(storage, paths: ArtifactPaths, step: str) -> list[Requiremen
     """The requirements of `step` that the bucket does not meet (empty: the output is verified)."""
     try:
         return [req for req in step_outputs(paths, step) if not _satisfied(storage, req)]
-    except Exception as error:
-        from google.api_core import exceptions as gexc
-
-        if isinstance(error, gexc.NotFound):
-            return list(step_outputs(paths, step))
-        if isinstance(error, gexc.GoogleAPIError):
-            raise ApiError(f"checking {step} output in gs://{paths.bucket} failed: {error}") from None
-        raise
+    except gexc.NotFound:  # no bucket: nothing is there
+        return list(step_outputs(paths, step))
+    except gexc.GoogleAPIError as error:
+        raise ApiError(f"checking {step} output in gs://{paths.bucket} failed: {error}") from None
 
 
 def object_names(storage, prefix_url: str) -> list[str]:

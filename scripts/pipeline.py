@@ -105,6 +105,14 @@ class Session:
     def missing(self, step: str) -> list[gcs.Requirement]:
         return gcs.missing_outputs(self.clients.storage(), self.paths, step)
 
+    def output_state(self, step: str) -> str:
+        """The `status` table's output column."""
+        missing = self.missing(step)
+        return f"missing: {describe_missing(missing)}" if missing else "verified"
+
+    def report_done(self, steps: tuple[str, ...]) -> None:
+        self.console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{self.settings.gcs_bucket}")
+
     def logs_hint(self, step: str) -> str:
         return f"`tpu-rl logs {self.recipe.name} {step}`"
 
@@ -226,7 +234,7 @@ def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_l
                            f"{job.name} keeps running: rerun `tpu-rl run {session.recipe.name} --steps {remaining}` "
                            "to reattach") from None
         verify_output(session, action.step, steps)
-    console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{session.settings.gcs_bucket}")
+    session.report_done(steps)
 
 
 def verify_output(session: Session, step: str, steps: tuple[str, ...]) -> None:
@@ -286,8 +294,10 @@ class LogFollower(threading.Thread):
 
 def main_pod(pods: list[dict], running_only: bool = False) -> dict | None:
     running = [pod for pod in pods if pod.get("status", {}).get("phase") == "Running"]
-    if running or running_only:
-        return running[0] if running else None
+    if running:
+        return running[0]
+    if running_only:
+        return None
     return max(pods, key=lambda pod: pod["metadata"].get("creationTimestamp", ""), default=None)
 
 
@@ -365,11 +375,9 @@ def status_gke(session: Session) -> list[StepStatus]:
     for step, job in step_jobs(session.recipe, session.settings).items():
         state = jobset_state(session.cluster.get_jobset(job.name))
         counts = pod_counts(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}")) if state.phase != "absent" else None
-        missing = session.missing(step)
         rows.append(StepStatus(
             step, job.name, state.phase + (f" ({state.reason})" if state.reason else ""),
-            f"{counts.ready}/{job.expected_pods} ready" if counts else "-",
-            "verified" if not missing else f"missing: {describe_missing(missing)}"))
+            f"{counts.ready}/{job.expected_pods} ready" if counts else "-", session.output_state(step)))
     return rows
 
 

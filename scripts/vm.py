@@ -12,7 +12,7 @@ from rich.markup import escape
 from recipes import STEPS, UserError
 from scripts import gcs
 from scripts.outcome import Interrupted, StepFailed
-from scripts.pipeline import Session, StepStatus, describe_missing, verify_output
+from scripts.pipeline import Session, StepStatus, verify_output
 
 STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING"}
 
@@ -108,20 +108,15 @@ def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool) -> No
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted: the TPU VM keeps running its startup script. Reattach with "
                           f"`tpu-rl run {session.recipe.name}`") from None
-    console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{session.settings.gcs_bucket}")
+    session.report_done(steps)
 
 
 def status_vm(session: Session) -> list[StepStatus]:
     instance = _instance(session)
     states = step_states(gcs.object_names(session.clients.storage(), session.paths.progress),
                          SerialReader(session).new_text())
-    rows = []
-    for step in STEPS:
-        missing = session.missing(step)
-        rows.append(StepStatus(step, f"VM {session.settings.vm_name} ({instance.status})",
-                               states.get(step, "waiting"), "-",
-                               "verified" if not missing else f"missing: {describe_missing(missing)}"))
-    return rows
+    return [StepStatus(step, f"VM {session.settings.vm_name} ({instance.status})", states.get(step, "waiting"), "-",
+                       session.output_state(step)) for step in STEPS]
 
 
 def logs_vm(session: Session, step: str, tail: int | None) -> list[str]:
