@@ -52,6 +52,7 @@ def _handled(command):
     def wrapper(*args, **kwargs):
         from google.api_core.exceptions import GoogleAPIError
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         from scripts.retry import describe
 
@@ -65,6 +66,9 @@ def _handled(command):
             raise _fail(ExitCode.API_ERROR, f"Kubernetes API error: {describe(error)}") from None
         except GoogleAPIError as error:
             raise _fail(ExitCode.API_ERROR, f"Google API error: {type(error).__name__}: {str(error)[:200]}") from None
+        except HTTPError as error:  # a followed log stream broke midway (requests are retried in scripts.retry)
+            raise _fail(ExitCode.API_ERROR, f"lost the connection to the cluster ({describe(error)}): "
+                                            "run the command again") from None
         except KeyboardInterrupt:
             raise _fail(ExitCode.INTERRUPTED, "interrupted") from None
 

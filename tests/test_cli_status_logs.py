@@ -50,6 +50,19 @@ def test_logs_follow_streams_until_the_container_ends(cloud):
     assert any("follow=true" in path for _, path, _ in cloud["kube"].requests)
 
 
+def test_logs_follow_broken_midway_is_one_line(cloud):
+    from peers.http import Fault
+
+    recipe = get_recipe(RECIPE)
+    cloud["kube"].plan(f"{RECIPE}-convert", outcome="hang", logs="a\nb\n")
+    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "running")
+    cloud["kube"].faults.append(Fault("GET", "/log", "cut"))
+    result = runner.invoke(app, ["logs", RECIPE, "convert", "-f"])
+    assert result.exit_code == 4, result.output
+    [error] = result.output.splitlines()  # urllib3 drops the partial chunk with the broken read
+    assert error.startswith("error: lost the connection to the cluster") and "run the command again" in error
+
+
 def test_run_with_follow_logs_streams_the_step_logs(cloud):
     cloud["kube"].plan(f"{RECIPE}-convert", ticks=4, logs="converting layer 1\n",
                        on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))

@@ -14,8 +14,9 @@ from urllib.parse import parse_qs, urlsplit
 class Fault:
     """Answer the next `times` matching requests with `status` instead of the real answer.
 
-    status: an HTTP code, "timeout" (answer after `delay` seconds, past the client's timeout) or "drop"
-    (close the connection without an answer). With `apply` the request is carried out first, so the
+    status: an HTTP code, "timeout" (answer after `delay` seconds, past the client's timeout), "drop"
+    (close the connection without an answer) or "cut" (send the real answer's headers and half of its
+    body, then close: a stream broken midway). With `apply` the request is carried out first, so the
     client sees an error for something that happened (the ambiguous create). The first `after` matching
     requests pass untouched.
     """
@@ -69,9 +70,13 @@ class PeerServer:
                     return
                 if fault is not None and fault.status == "timeout":
                     time.sleep(fault.delay)
-                if fault is None or fault.apply or fault.status == "timeout":
+                if fault is None or fault.apply or fault.status in ("timeout", "cut"):
                     with peer._lock:
                         reply = peer.route(self.command, split.path, query, body)
+                if fault is not None and fault.status == "cut":
+                    self.close_connection = True
+                    peer._write(self, reply, cut=True)
+                    return
                 if fault is not None and isinstance(fault.status, int):
                     reply = Reply(fault.status, peer.error_body(fault.status), fault.headers)
                 try:
@@ -119,7 +124,7 @@ class PeerServer:
         return None
 
     @staticmethod
-    def _write(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+    def _write(handler: BaseHTTPRequestHandler, reply: Reply, cut: bool = False) -> None:
         if isinstance(reply.body, (dict, list)):
             data, kind = json.dumps(reply.body).encode(), "application/json"
         else:
@@ -131,7 +136,7 @@ class PeerServer:
         for key, value in (reply.headers or {}).items():
             handler.send_header(key, value)
         handler.end_headers()
-        handler.wfile.write(data)
+        handler.wfile.write(data[:len(data) // 2] if cut else data)
 
     def sent(self, method: str, path_part: str) -> list[bytes]:
         """Bodies of the requests seen so far that match."""
