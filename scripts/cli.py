@@ -51,6 +51,7 @@ def _handled(command):
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         from google.api_core.exceptions import GoogleAPIError
+        from google.auth.exceptions import GoogleAuthError
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -66,6 +67,9 @@ def _handled(command):
             raise _fail(ExitCode.API_ERROR, f"Kubernetes API error: {describe(error)}") from None
         except GoogleAPIError as error:
             raise _fail(ExitCode.API_ERROR, f"Google API error: {type(error).__name__}: {str(error)[:200]}") from None
+        except GoogleAuthError as error:  # e.g. RefreshError: the stored login expired or was revoked
+            raise _fail(ExitCode.API_ERROR, f"Google did not accept your credentials ({describe(error)}): run "
+                                            "`gcloud auth application-default login`") from None
         except HTTPError as error:  # a followed log stream broke midway (requests are retried in scripts.retry)
             raise _fail(ExitCode.API_ERROR, f"lost the connection to the cluster ({describe(error)}): "
                                             "run the command again") from None
