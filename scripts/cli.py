@@ -53,6 +53,7 @@ def _handled(command):
         from google.api_core.exceptions import GoogleAPIError
         from google.auth.exceptions import GoogleAuthError
         from kubernetes.client.exceptions import ApiException
+        from requests import RequestException
         from urllib3.exceptions import HTTPError
 
         from scripts.retry import describe
@@ -70,6 +71,9 @@ def _handled(command):
         except GoogleAuthError as error:  # e.g. RefreshError: the stored login expired or was revoked
             raise _fail(ExitCode.API_ERROR, f"Google did not accept your credentials ({describe(error)}): run "
                                             "`gcloud auth application-default login`") from None
+        except RequestException as error:  # the REST clients (Compute, and any redirected API) could not connect
+            raise _fail(ExitCode.API_ERROR, f"cannot reach a Google API ({describe(error)}): check the network "
+                                            "and run the command again") from None
         except HTTPError as error:  # a followed log stream broke midway (requests are retried in scripts.retry)
             raise _fail(ExitCode.API_ERROR, f"lost the connection to the cluster ({describe(error)}): "
                                             "run the command again") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from peers.fixtures import SETTINGS, make_bucket, gcs, gcs_server, google, settings_env  # noqa: F401
+from peers.fixtures import SETTINGS, _free_port, make_bucket, gcs, gcs_server, google, settings_env  # noqa: F401
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
@@ -105,3 +105,11 @@ def test_expired_google_credentials_are_one_line_naming_the_login(settings_env, 
     [line] = result.output.splitlines()
     assert line.startswith("error: Google did not accept your credentials (RefreshError: Reauthentication")
     assert line.endswith("run `gcloud auth application-default login`")
+
+
+def test_an_unreachable_google_api_is_one_line(settings_env, gcs, google, monkeypatch):
+    monkeypatch.setenv("TPU_RL_COMPUTE_ENDPOINT", f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    result = preflight()
+    assert result.exit_code == ExitCode.API_ERROR, result.output
+    [line] = result.output.splitlines()
+    assert line.startswith("error: cannot reach a Google API (ConnectionError") and "check the network" in line
