@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from recipes import STEPS, Recipe, Settings, UserError, all_recipes, get_recipe, load_settings
+from recipes.cost import ESTIMATE_NOTE
 from scripts.clients import Clients
 from scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, PreflightFailed
 from scripts.retry import RetryPolicy
@@ -158,7 +159,7 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
     if as_json:
         typer.echo(json.dumps(facts, indent=2))
         return
-    table = Table(title="tpu-rl recipes (cost: estimates from list prices)")
+    table = Table(title=f"tpu-rl recipes (cost: {ESTIMATE_NOTE})")
     for column in ("recipe", "platform", "chips", "hosts", "machine type", "image / pip", "MaxText"):
         # Names are copied into commands: never cut them; a narrow terminal wraps the cost column instead.
         table.add_column(column, no_wrap=True)
