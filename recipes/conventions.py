@@ -30,3 +30,8 @@ JOBSET_VERSION = "v0.12.0"
 KUEUE_VERSION = "v0.17.1"
 
 ARTIFACTS_STACK = "artifacts"
+
+# A container script that refuses to go on (for example a JAX / Pathways version mismatch found before
+# training) prints one line starting with this prefix and exits non-zero; `tpu-rl run` reports that
+# line as the failure reason.
+CHECK_FAILED_PREFIX = "tpu-rl check failed: "
