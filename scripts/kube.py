@@ -47,15 +47,12 @@ def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
     except Exception as error:
         raise UserError(f"kubeconfig {path} is unreadable ({describe(error)}): "
                         f"run `{get_credentials_command(settings)}`") from None
-    wanted = gke_context_name(settings)
-    names = [context["name"] for context in contexts or []]
-    if wanted in names:
-        context = wanted
-    elif current and current.get("context", {}).get("cluster", "").endswith(settings.cluster_name):
-        context = current["name"]
-    else:
+    context = _context_for(settings, contexts or [], current)
+    if context is None:
+        found = f"; the current context is '{current['name']}'" if current else ""
         raise UserError(
-            f"kubeconfig {path} has no context for cluster '{settings.cluster_name}' (looked for '{wanted}'): "
+            f"kubeconfig {path} has no context for cluster '{settings.cluster_name}' of project "
+            f"'{settings.project}' in {settings.region} (looked for '{gke_context_name(settings)}'{found}): "
             f"run `{get_credentials_command(settings)}`"
         )
     configuration = k8s.Configuration()
@@ -66,6 +63,23 @@ def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
                         f"`{get_credentials_command(settings)}` (it needs gke-gcloud-auth-plugin)") from None
     configuration.retries = 0  # scripts.retry decides what is repeated, not urllib3
     return k8s.ApiClient(configuration)
+
+
+def _context_for(settings: Settings, contexts: list[dict], current: dict | None) -> str | None:
+    """The context whose cluster is exactly this project, region and cluster name, or None.
+
+    `gcloud container clusters get-credentials` names both the context and its cluster entry
+    gke_<project>_<location>_<name>; a context is accepted only when its cluster entry has exactly that
+    name, whatever the context itself is called (renamed contexts keep working). A cluster whose name
+    merely ends with CLUSTER_NAME, or lives in another project or region, is never used: `run` writes
+    the Hugging Face token into the cluster it talks to.
+    """
+    wanted = gke_context_name(settings)
+    matching = [c["name"] for c in contexts if (c.get("context") or {}).get("cluster") == wanted]
+    for preferred in (wanted, (current or {}).get("name")):
+        if preferred in matching:
+            return preferred
+    return matching[0] if matching else None
 
 
 def _loads(response) -> dict:

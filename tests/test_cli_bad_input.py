@@ -84,6 +84,48 @@ def test_a_kubeconfig_for_another_cluster_is_not_used(cloud, monkeypatch, tmp_pa
     assert cloud["kube"].requests == []
 
 
+# Contexts that gcloud would write for clusters that are not the settings' (project tpu-rl-test, region
+# us-east5, cluster rl-test): a name that merely ends with CLUSTER_NAME, another project, another region.
+DECOY_CONTEXTS = [
+    "gke_other-project_us-central1_prod-rl-test",
+    "gke_other-project_us-east5_rl-test",
+    "gke_tpu-rl-test_us-central1_rl-test",
+    "gke_tpu-rl-test_us-east5_old-rl-test",
+]
+
+
+@pytest.mark.parametrize("decoy", DECOY_CONTEXTS)
+@pytest.mark.parametrize("command", [["run", RECIPE], ["status", RECIPE], ["logs", RECIPE, "train"]])
+def test_the_current_context_of_another_cluster_is_never_contacted(cloud, monkeypatch, tmp_path, decoy, command):
+    """The token Secret must never be written into someone else's cluster: a current context whose
+    cluster only resembles the settings' is refused before any request reaches it."""
+    from peers.kube_api import KubeApi
+
+    decoy_server = KubeApi().start()
+    try:
+        config = tmp_path / "decoy-kubeconfig"
+        write_kubeconfig(config, decoy_server.url, decoy)
+        monkeypatch.setenv("KUBECONFIG", str(config))
+        line = rejected(command, cloud)
+        assert decoy_server.requests == [], decoy_server.requests
+        assert cloud["kube"].requests == []
+        assert f"the current context is '{decoy}'" in line
+        assert "looked for 'gke_tpu-rl-test_us-east5_rl-test'" in line
+        assert "gcloud container clusters get-credentials rl-test --region us-east5 --project tpu-rl-test" in line
+    finally:
+        decoy_server.stop()
+
+
+def test_a_renamed_context_of_the_right_cluster_is_used(cloud, monkeypatch, tmp_path):
+    """kubectx-style renames keep the cluster entry gcloud wrote; that exact entry is what counts."""
+    config = tmp_path / "renamed"
+    write_kubeconfig(config, cloud["kube"].url, "my-training-cluster", cluster=CONTEXT)
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    result = runner.invoke(app, ["status", RECIPE])
+    assert result.exit_code == ExitCode.OK, result.output
+    assert cloud["kube"].requests != []
+
+
 def test_an_unreachable_cluster_is_one_line(settings_env, gcs, google, monkeypatch, tmp_path):
     config = tmp_path / "kubeconfig"
     write_kubeconfig(config, f"http://127.0.0.1:{_free_port()}", CONTEXT)  # nothing listens there

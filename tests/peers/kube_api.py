@@ -268,10 +268,13 @@ class KubeApi(PeerServer):
         return status(404, "NotFound", f'secrets "{name}" not found')
 
 
-def write_kubeconfig(path, server_url: str, context: str) -> None:
+def write_kubeconfig(path, server_url: str, context: str, cluster: str | None = None) -> None:
+    """A kubeconfig as gcloud writes it: context and cluster entry share the gke_<project>_<loc>_<name>
+    name, unless `cluster` names the entry (a renamed context)."""
+    cluster = cluster or context
     path.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": context,
-        "clusters": [{"name": context, "cluster": {"server": server_url}}],
+        "clusters": [{"name": cluster, "cluster": {"server": server_url}}],
         "users": [{"name": "tester", "user": {"token": "not-a-real-token"}}],
-        "contexts": [{"name": context, "context": {"cluster": context, "user": "tester"}}],
+        "contexts": [{"name": context, "context": {"cluster": cluster, "user": "tester"}}],
     }))
