@@ -193,6 +193,11 @@ def _check_bucket(bucket: str, spec: SettingSpec) -> None:
     raise _fail(spec, f"'{bucket}' looks like an IP address, which GCS does not allow as a bucket name")
 
 
+# The control plane's public endpoint: a public block wider than this (65,536 addresses) opens it to
+# much of the internet. Private ranges (RFC 1918) are not reachable from outside, so any size is kept.
+MIN_PUBLIC_CIDR_PREFIX = 16
+
+
 def _check_cidrs(raw: str) -> tuple[str, ...]:
     spec = _BY_FIELD["authorized_cidr"]
     cidrs = []
@@ -203,6 +208,10 @@ def _check_cidrs(raw: str) -> tuple[str, ...]:
             raise _fail(spec, f"'{item}' is not a CIDR block like 203.0.113.7/32 (host bits must be zero)") from None
         if network.version != 4:
             raise _fail(spec, f"'{item}' is IPv6; GKE master authorized networks take IPv4 CIDR blocks")
+        if not network.is_private and network.prefixlen < MIN_PUBLIC_CIDR_PREFIX:
+            raise _fail(spec, f"'{item}' admits {network.num_addresses:,} public addresses, which is public in "
+                        f"effect: list your own egress address, e.g. 203.0.113.7/32 (public blocks wider than "
+                        f"/{MIN_PUBLIC_CIDR_PREFIX} are refused)")
         cidrs.append(str(network))
     return tuple(cidrs)
 
