@@ -12,13 +12,16 @@ The x-kubernetes-* extensions are honoured explicitly, not ignored:
 from __future__ import annotations
 
 import copy
+import tomllib
 from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-JOBSET_CRD = REPO.parent / "shared" / "schemas" / "jobset.x-k8s.io_jobsets-v0.12.0.yaml"
+# The CRD is vendored (unmodified upstream data; SOURCE.toml beside it names the release, commit, path
+# and licence), so the contract tests run in any clone, a fork's CI included.
+JOBSET_VENDOR = Path(__file__).resolve().parent / "vendor" / "jobset"
+JOBSET_CRD = JOBSET_VENDOR / "jobset.x-k8s.io_jobsets.yaml"
 # GKE's REGULAR channel offers 1.34 to 1.36 (release notes, autumn 2026); 1.36 is the newest it runs
 # that kubernetes-validate ships schemas for.
 KUBERNETES_VERSION = "1.36.0"
@@ -26,6 +29,11 @@ KUBERNETES_VERSION = "1.36.0"
 TRANSITION_RULE = "self == oldSelf"
 STARTUP_VS_DEPENDS = "StartupPolicy and DependsOn APIs are mutually exclusive"
 CLAIM_NAMESPACE = "namespace cannot be set for VolumeClaimPolicies templates"
+
+
+def jobset_source() -> dict[str, str]:
+    """Where the vendored CRD comes from: repository, tag, commit, path, license, sha256."""
+    return tomllib.loads((JOBSET_VENDOR / "SOURCE.toml").read_text())
 
 
 def load_jobset_schema() -> dict[str, Any]:
