@@ -13,6 +13,7 @@ Decisions:
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from jobs.maxtext import maxtext_commands
@@ -26,6 +27,16 @@ LOG_FILE = "/var/log/tpu-rl.log"
 # uv's installer is pinned; its version only matters for the install, not for what gets installed.
 UV_VERSION = "0.13.9"
 SYSTEM_PACKAGES = ("build-essential", "cmake", "ninja-build")  # as seed 002
+
+# The script's progress lines, "tpu-rl: <UTC time> <step>: starting|done", are written by log() and
+# _step() below and read back from the serial console by scripts/vm.py with PROGRESS_LINE: one
+# definition for both sides. The guest agent copies each output line to the console behind its own
+# prefix ("startup-script: ", GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go
+# runCmd), so the pattern is searched, not anchored at the line start.
+LOG_TAG = "tpu-rl:"
+STARTING, DONE = "starting", "done"
+PROGRESS_LINE = re.compile(
+    rf"{re.escape(LOG_TAG)} \S+ (?P<step>{'|'.join(STEPS)}): (?P<event>{STARTING}|{DONE})[ \t\r]*$", re.MULTILINE)
 
 
 def tpu_env(recipe: Recipe) -> dict[str, str]:
@@ -65,7 +76,7 @@ export PATH="/root/.local/bin:/snap/bin:/usr/local/bin:/usr/bin:/bin"
 
 readonly PROGRESS={q(paths.progress)}
 readonly VENV={INSTALL_DIR}/venv
-log() {{ echo "tpu-rl: $(date -u +%FT%TZ) $*"; }}
+log() {{ echo "{LOG_TAG} $(date -u +%FT%TZ) $*"; }}
 step_done() {{ gcloud storage ls "${{PROGRESS}}$1.done" >/dev/null 2>&1; }}
 mark_done() {{ date -u +%FT%TZ | gcloud storage cp - "${{PROGRESS}}$1.done"; }}"""
 
@@ -111,10 +122,10 @@ def _step(step: str, body: str) -> str:
 if step_done {step}; then
   log "{step}: already done (marker ${{PROGRESS}}{step}.done), skipping"
 else
-  log "{step}: starting"
+  log "{step}: {STARTING}"
 {body}
   mark_done {step}
-  log "{step}: done"
+  log "{step}: {DONE}"
 fi"""
 
 

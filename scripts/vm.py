@@ -9,6 +9,7 @@ from typing import Iterable
 from google.api_core import exceptions as gexc
 from rich.markup import escape
 
+from jobs.vm import PROGRESS_LINE, STARTING
 from recipes import STEPS, UserError
 from scripts import gcs
 from scripts.outcome import Interrupted, StepFailed
@@ -18,22 +19,45 @@ STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING"}
 
 
 # The startup script (jobs/vm.py) writes `<step>.done` under paths.progress after a step succeeded and
-# logs "tpu-rl: <time> <step>: starting"; the guest agent reports a failed script on the serial console.
+# logs each step's start in the format jobs.vm.PROGRESS_LINE reads; the guest agent reports a failed
+# script on the serial console ('Script "startup-script" failed with error: exit status 1',
+# GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go).
 SCRIPT_FAILED = re.compile(r"(?i)startup-script.*(?:exit status [1-9]|failed with error|return code [1-9])")
+
+
+def _started_step(line: str) -> str | None:
+    """The step a console line reports starting, if it is such a line."""
+    match = PROGRESS_LINE.search(line)
+    return match["step"] if match and match["event"] == STARTING else None
 
 
 def step_states(markers: Iterable[str], console_text: str) -> dict[str, str]:
     """Each step's state from the marker names (relative to paths.progress) and the console so far."""
     done = {name.rsplit("/", 1)[-1].removesuffix(".done") for name in markers if name.endswith(".done")}
+    # Where each step last started: after a reboot the script starts the step again, and only what
+    # follows that start tells whether this attempt failed.
+    started = {match["step"]: match.end() for match in PROGRESS_LINE.finditer(console_text)
+               if match["event"] == STARTING}
     states = {}
     for step in STEPS:
         if step in done:
             states[step] = "done"
-        elif f" {step}: starting" in console_text:
-            states[step] = "failed" if SCRIPT_FAILED.search(console_text.split(f" {step}: starting", 1)[1]) else "running"
+        elif step in started:
+            states[step] = "failed" if SCRIPT_FAILED.search(console_text, started[step]) else "running"
         else:
             states[step] = "waiting"
     return states
+
+
+def step_section(console_text: str, step: str) -> list[str] | None:
+    """The console lines from the last start of `step` until the next step starts; None if it never started."""
+    lines = console_text.splitlines()
+    starts = [i for i, line in enumerate(lines) if _started_step(line) == step]
+    if not starts:
+        return None
+    section = lines[starts[-1]:]
+    ends = [i for i, line in enumerate(section) if i and _started_step(line)]
+    return section[:ends[0]] if ends else section
 
 
 def _instance(session: Session):
@@ -122,12 +146,8 @@ def status_vm(session: Session) -> list[StepStatus]:
 def logs_vm(session: Session, step: str, tail: int | None) -> list[str]:
     """The serial console from the last start of `step` until the next step starts."""
     _instance(session)
-    lines = SerialReader(session).new_text().splitlines()
-    starts = [i for i, line in enumerate(lines) if line.endswith(f" {step}: starting")]
-    if not starts:
-        raise UserError(f"the console of TPU VM {session.settings.vm_name} shows no '{step}: starting' line: "
+    section = step_section(SerialReader(session).new_text(), step)
+    if section is None:
+        raise UserError(f"the console of TPU VM {session.settings.vm_name} shows no '{step}: {STARTING}' line: "
                         f"the step has not started yet (see `tpu-rl status {session.recipe.name}`)")
-    section = lines[starts[-1]:]
-    ends = [i for i, line in enumerate(section) if i and line.endswith(": starting")]
-    section = section[:ends[0]] if ends else section
     return section[-tail:] if tail else section

@@ -6,6 +6,7 @@ from typer.testing import CliRunner
 
 from peers.fixtures import SETTINGS, TOKEN, gcs, gcs_server, google, put_step_output, settings_env, peer_settings  # noqa: F401
 from jobs.paths import ArtifactPaths, split_gs_url
+from jobs.vm import DONE, LOG_TAG, STARTING
 from recipes import get_recipe
 from scripts.cli import app
 from scripts.outcome import ExitCode
@@ -13,6 +14,14 @@ from scripts.outcome import ExitCode
 RECIPE = "llama31-v6e8"
 VM = (SETTINGS["ZONE"], "rl-test-vm")
 runner = CliRunner()
+# How the guest agent reports a failed startup script on the console (GoogleCloudPlatform/guest-agent
+# google_metadata_script_runner/main.go: "Script %q failed with error: %v", Go's "exit status N").
+SCRIPT_FAILED_LINE = 'Script "startup-script" failed with error: exit status 1\n'
+
+
+def progress(step: str, event: str) -> str:
+    """A progress line of the startup script (jobs/vm.py log()) as the guest agent copies it to the console."""
+    return f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z {step}: {event}\n"
 
 
 def console(google, text: str):
@@ -27,7 +36,7 @@ def finish(google, gcs, step: str):
         put_step_output(gcs, recipe, step)
         bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).progress + f"{step}.done")
         gcs.bucket(bucket).blob(name).upload_from_string("2026-11-30T00:00:00Z")
-        console(google, f"tpu-rl: 2026-11-30T00:00:00Z {step}: done\n")()
+        console(google, progress(step, DONE))()
 
     return act
 
@@ -36,7 +45,7 @@ def test_vm_run_follows_markers_and_verifies_each_output(settings_env, gcs, goog
     google.instances[VM] = "RUNNING"
     script = [console(google, "booting\n")]
     for step in ("convert", "train", "export"):
-        script += [console(google, f"tpu-rl: 2026-11-30T00:00:00Z {step}: starting\n"), finish(google, gcs, step)]
+        script += [console(google, progress(step, STARTING)), finish(google, gcs, step)]
     google.on_serial_read += script
     result = runner.invoke(app, ["run", RECIPE, "--follow-logs"])
     assert result.exit_code == 0, result.output
@@ -49,8 +58,8 @@ def test_vm_run_reports_a_failed_startup_script_with_its_last_console_line(setti
     google.instances[VM] = "RUNNING"
     google.on_serial_read += [
         finish(google, gcs, "convert"),
-        console(google, "tpu-rl: t train: starting\nRESOURCE_EXHAUSTED: Out of memory in HBM\n"
-                        "google_metadata_script_runner: startup-script exit status 1\n")]
+        console(google, progress("train", STARTING) + "startup-script: RESOURCE_EXHAUSTED: Out of memory in HBM\n"
+                + SCRIPT_FAILED_LINE)]
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED
     [line] = [line for line in result.output.splitlines() if line.startswith("error:")]
@@ -83,14 +92,15 @@ def test_vm_run_with_every_output_verified_does_nothing(settings_env, gcs, googl
 def test_vm_status_and_logs(settings_env, gcs, google):
     google.instances[VM] = "RUNNING"
     finish(google, gcs, "convert")()
-    google.serial[VM] = ("tpu-rl: t convert: starting\nconverting\ntpu-rl: t convert: done\n"
-                         "tpu-rl: t train: starting\nstep 1\n")
+    google.serial[VM] = (progress("convert", STARTING) + "converting\n" + progress("convert", DONE)
+                         + progress("train", STARTING) + "step 1\n")
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0, status.output
     assert "convert" in status.output and "done" in status.output and "running" in status.output
     logs = runner.invoke(app, ["logs", RECIPE, "convert"])
     assert logs.exit_code == 0, logs.output
-    assert logs.output.splitlines() == ["tpu-rl: t convert: starting", "converting", "tpu-rl: t convert: done"]
+    assert logs.output.splitlines() == [progress("convert", STARTING).strip(), "converting",
+                                        progress("convert", DONE).strip()]
     tail = runner.invoke(app, ["logs", RECIPE, "train", "--tail", "1"])
     assert tail.output.splitlines() == ["step 1"]
     not_yet = runner.invoke(app, ["logs", RECIPE, "export"])

@@ -18,6 +18,7 @@ import jobs
 import jobs.vm
 from jobs.paths import ArtifactPaths, split_gs_url
 from recipes import UserError, example_settings, get_recipe
+from scripts.vm import step_section, step_states
 
 SETTINGS = example_settings()
 RECIPE = get_recipe("llama31-v6e8")
@@ -137,6 +138,7 @@ def run_script(tmp_path, monkeypatch):
         lines = calls.read_text().splitlines() if calls.exists() else []
         calls.unlink(missing_ok=True)
         log = (tmp_path / "tpu-rl.log").read_text() + result.stdout + result.stderr
+        run.output = result.stdout + result.stderr  # what the guest agent reads from the script (one pipe)
         return result.returncode, lines, log
 
     def marker(step: str) -> Path:
@@ -217,3 +219,43 @@ def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it
     assert run.install_marker.is_file()
     _, calls, _ = run()
     assert not any(call.startswith(("uv ", "apt-get", "install_tpu")) for call in calls)
+
+
+# --- the real script's output, read back by the CLI's parser (scripts/vm.py) ----------------------------
+
+def guest_agent_console(output: str, code: int) -> str:
+    """The serial console of one boot as the guest agent writes it: every line of the script's output
+    behind "startup-script: " (runCmd), then the script's outcome (main). Source: GoogleCloudPlatform/
+    guest-agent google_metadata_script_runner/main.go at df9d2037 ("%s: %s" with the metadata key;
+    "%s exit status 0"; "Script %q failed with error: %v" with Go's "exit status N")."""
+    lines = [f"startup-script: {line}" for line in output.splitlines()]
+    lines.append("startup-script exit status 0" if code == 0
+                 else f'Script "startup-script" failed with error: exit status {code}')
+    return "\n".join(lines) + "\n"
+
+
+def test_the_cli_reads_the_step_states_from_the_real_scripts_console(run_script):
+    run, marker = run_script
+    code, _, _ = run(fail_module="maxtext.trainers.post_train.rl.train_rl")
+    assert code == 1
+    first_boot = guest_agent_console(run.output, code)
+    markers = [path.name for path in marker("convert").parent.iterdir()]
+    assert markers == ["convert.done"]
+    assert step_states(markers, first_boot) == {"convert": "done", "train": "failed", "export": "waiting"}
+    # While train runs, before the guest agent's verdict, the console shows it started and nothing more.
+    while_training = first_boot[:first_boot.index("Script ")]
+    assert step_states(markers, while_training) == {"convert": "done", "train": "running", "export": "waiting"}
+    section = step_section(first_boot, "train")
+    assert section[0].startswith("startup-script: tpu-rl: ") and section[0].endswith(" train: starting")
+    assert section[-1] == 'Script "startup-script" failed with error: exit status 1'
+
+    # The next boot resumes at train: its start is the one that counts, and it did not fail.
+    code, _, _ = run()
+    assert code == 0
+    both_boots = first_boot + guest_agent_console(run.output, code)
+    assert step_states(markers, both_boots) == {"convert": "done", "train": "running", "export": "running"}
+    train = step_section(both_boots, "train")
+    assert train[0].endswith(" train: starting") and train[-1].endswith(" train: done")
+    assert step_section(both_boots, "convert")[-1].endswith(" convert: done")
+    assert step_states([path.name for path in marker("convert").parent.iterdir()], both_boots) == {
+        "convert": "done", "train": "done", "export": "done"}
