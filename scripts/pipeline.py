@@ -27,9 +27,14 @@ from scripts.kube import Cluster, JobSetState, jobset_state, pod_counts, pod_pro
 from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
 from scripts.retry import RetryPolicy
 
-# MaxText's RL trainer (tunix) reports progress as "... step 12 ..." or a tqdm bar "12/50"; we read the
-# last such number from the head's recent log lines. Where the logs say nothing, no step is shown.
-TRAIN_STEP = re.compile(r"(?i)\b(?:train(?:ing)?|actor|global)[ _]step[:= ]\s*(\d+)|(\d+)/(\d+)\s*\[")
+# The line MaxText's RL trainer writes for each train step, at absl INFO: tunix's PeftTrainer._log_metrics,
+#   logging.info("Train step %d training loss: %f  - training perplexity: %f", step, loss, perplexity)
+# (google/tunix tunix/sft/peft_trainer.py: the call is on line 735 at c4ec573d = MaxText 0.2.4 and on line
+# 488 at 683256db = 0.2.3, the numbers absl's prefix shows, e.g. "peft_trainer.py:735] "). tunix's tqdm
+# bar is off when stderr is not a terminal (tunix/sft/progress_bar.py), so in a pod this line is the
+# only progress there is. The loss is logged one step late; the step number in the line is what we
+# show. `%f` prints nan and inf as such, and a GRPO loss can be negative.
+TRAIN_STEP = re.compile(r"\bTrain step (\d+) training loss: (-?(?:\d+\.\d+|nan|inf))  - training perplexity: ")
 
 
 def parse_steps(text: str) -> tuple[str, ...]:
@@ -47,15 +52,19 @@ def parse_step(step: str) -> str:
     return step
 
 
-def last_train_step(log_text: str, total: int) -> int | None:
-    found = None
-    for match in TRAIN_STEP.finditer(log_text):
-        value = int(match.group(1) or match.group(2))
-        if match.group(3) and int(match.group(3)) != total:
-            continue
-        if value <= total:
-            found = value
-    return found
+@dataclass(frozen=True)
+class TrainProgress:
+    step: int
+    loss: float
+
+    def describe(self, total: int) -> str:
+        return f"training step {self.step}/{total}, loss {self.loss:.4g}"
+
+
+def last_train_step(log_text: str) -> TrainProgress | None:
+    """The last train step and its loss in the trainer's log; None while it has logged none."""
+    matches = list(TRAIN_STEP.finditer(log_text))
+    return TrainProgress(int(matches[-1][1]), float(matches[-1][2])) if matches else None
 
 
 def _parse_time(text: str) -> datetime | None:
@@ -332,10 +341,9 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
                 if job.step == "train" and state.phase == "running":
                     head = main_pod(cluster.list_pods(job.selector))
                     if head:
-                        done = last_train_step(cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, 200),
-                                               total_steps)
-                        if done is not None:
-                            summary += f", training step {done}/{total_steps}"
+                        progress = last_train_step(cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, 200))
+                        if progress is not None:
+                            summary += f", {progress.describe(total_steps)}"
                 if state.restarts:
                     summary += f", {state.restarts} restart(s)"
                 elapsed = _elapsed(state.created, session.now)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import base64
+import math
 
+import pytest
 from typer.testing import CliRunner
 
+from contracts.tunix_log import eval_step_line, train_step_line
 from peers.fixtures import TOKEN, cloud, gcs, gcs_server, google, kube, put_step_output, settings_env  # noqa: F401
 from recipes import get_recipe
 from scripts.cli import app
+from scripts.pipeline import TrainProgress, last_train_step
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -67,12 +71,26 @@ def test_run_resumes_after_convert_by_skipping_it(cloud):
     assert "plan: convert skip, train submit, export submit" in result.output
 
 
-def test_run_shows_training_step_from_the_head_logs(cloud):
+@pytest.mark.parametrize("maxtext", ["0.2.3", "0.2.4"])
+def test_the_step_and_loss_come_from_tunix_train_step_lines_not_its_eval_lines(maxtext):
+    log = "\n".join([train_step_line(7, 0.3, maxtext), train_step_line(8, -0.03125, maxtext),
+                     eval_step_line(8, 2.5, maxtext), "I0805 12:35:00.000000 140234 rl_cluster.py:1] other\n"])
+    assert last_train_step(log) == TrainProgress(8, -0.03125)
+
+
+def test_a_nan_loss_is_shown_as_nan_and_a_log_without_train_steps_gives_none():
+    progress = last_train_step(train_step_line(4, float("nan")))
+    assert progress is not None and progress.step == 4 and math.isnan(progress.loss)
+    assert last_train_step("loading\n" + eval_step_line(4, 1.0)) is None
+
+
+def test_run_shows_training_step_and_loss_from_the_head_logs(cloud):
     put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
-    succeed_writing_output(cloud, "train", ticks=3, logs="loading\nActor train step: 7 loss=0.3\nActor train step: 12 loss=0.2\n")
+    logs = "\n".join(["loading", train_step_line(11, 0.5), train_step_line(12, 0.412), eval_step_line(12, 0.9), ""])
+    succeed_writing_output(cloud, "train", ticks=3, logs=logs)
     result = tpu_rl("run", RECIPE, "--steps", "train")
     assert result.exit_code == 0, result.output
-    assert "training step 12/50" in result.output
+    assert "training step 12/50, loss 0.412" in result.output
     assert "pods 9/9 scheduled, 9/9 ready" in result.output  # pathways-head + 8 workers
 
 

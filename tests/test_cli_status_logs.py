@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
+from contracts.tunix_log import train_step_line
 from peers.fixtures import cloud, gcs, gcs_server, google, kube, peer_settings, put_step_output, settings_env  # noqa: F401
 from jobs import render_manifests
 from recipes import get_recipe
@@ -32,11 +33,12 @@ def test_status_shows_each_step_jobset_pods_and_output(cloud, monkeypatch):
 
 def test_logs_prints_the_main_container_of_the_step(cloud):
     recipe = get_recipe(RECIPE)
-    cloud["kube"].plan(f"{RECIPE}-train", outcome="hang", logs="line one\nActor train step: 3\nline three\n")
+    step_line = train_step_line(3, 0.25)
+    cloud["kube"].plan(f"{RECIPE}-train", outcome="hang", logs=f"line one\n{step_line}\nline three\n")
     cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
     result = runner.invoke(app, ["logs", RECIPE, "train", "--tail", "2"])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines() == ["Actor train step: 3", "line three"]
+    assert result.output.splitlines() == [step_line, "line three"]
     [(_, path, _)] = [r for r in cloud["kube"].requests if r[1].endswith("/log") or "/log?" in r[1]]
     assert "container=workload-container" in path and "pathways-head" in path
 
