@@ -20,12 +20,15 @@ from rich.markup import escape
 from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
 from jobs.paths import ArtifactPaths
 from recipes import STEPS, Recipe, Settings, UserError
-from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
+from recipes.conventions import CHECK_FAILED_PREFIX, HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from scripts import gcs, hf_token
 from scripts.clients import Clients
 from scripts.kube import Cluster, JobSetState, jobset_state, pod_counts, pod_problems
 from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
 from scripts.retry import RetryPolicy
+
+# How many of a step's last log lines are shown when nothing was streamed, and searched for a check's reason.
+LOG_TAIL_LINES = 50
 
 # The line MaxText's RL trainer writes for each train step, at absl INFO: tunix's PeftTrainer._log_metrics,
 #   logging.info("Train step %d training loss: %f  - training perplexity: %f", step, loss, perplexity)
@@ -290,7 +293,7 @@ class LogFollower(threading.Thread):
                 pass
             self.stop.wait(max(self.session.poll_interval, 0.05))
 
-    def finish(self, tail: int = 50) -> None:
+    def finish(self, tail: int = LOG_TAIL_LINES) -> None:
         """Stop following; if the step ended before any line was streamed, show the log's last lines."""
         self.stop.set()
         self.join(timeout=10)
@@ -361,10 +364,24 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
             follower.finish()
 
 
+def check_failure(session: Session, job: StepJob) -> str | None:
+    """Why the step's own container refused to go on: the text after CHECK_FAILED_PREFIX on the last such
+    line near the end of the main pod's log. None when there is none or the log cannot be read."""
+    try:
+        pod = main_pod(session.cluster.list_pods(job.selector))
+        log = session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER, LOG_TAIL_LINES) if pod else ""
+    except ApiError:
+        return None  # the failure is still reported, from the JobSet and pod status alone
+    reasons = [line.partition(CHECK_FAILED_PREFIX)[2].strip() for line in log.splitlines() if CHECK_FAILED_PREFIX in line]
+    return reasons[-1] if reasons else None
+
+
 def failure_message(session: Session, job: StepJob, state: JobSetState, problems: list[str]) -> str:
     why = state.reason + (f": {state.message}" if state.message else "")
     detail = "; ".join(problems[-3:]) if problems else "no pod reported a reason (pods may be gone)"
-    return (f"step {job.step} failed: JobSet {job.name} {why}; {detail}. Logs: {session.logs_hint(job.step)} "
+    check = check_failure(session, job)
+    headline = f"{check}; " if check else ""
+    return (f"step {job.step} failed: {headline}JobSet {job.name} {why}; {detail}. Logs: {session.logs_hint(job.step)} "
             f"or `{job.kubectl_logs}`; rerun with --replace to retry")
 
 

@@ -11,7 +11,9 @@ from typer.testing import CliRunner
 from contracts.tunix_log import eval_step_line, train_step_line
 from peers.fixtures import TOKEN, cloud, gcs, gcs_server, google, kube, put_step_output, settings_env  # noqa: F401
 from recipes import get_recipe
+from recipes.conventions import CHECK_FAILED_PREFIX
 from scripts.cli import app
+from scripts.outcome import ExitCode
 from scripts.pipeline import TrainProgress, last_train_step
 
 RECIPE = "qwen3-v6e32"
@@ -92,6 +94,29 @@ def test_run_shows_training_step_and_loss_from_the_head_logs(cloud):
     assert result.exit_code == 0, result.output
     assert "training step 12/50, loss 0.412" in result.output
     assert "pods 9/9 scheduled, 9/9 ready" in result.output  # pathways-head + 8 workers
+
+
+def test_a_containers_failed_check_is_the_headline_of_the_failure_line(cloud):
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    check = ("the image has jax 0.8.1 but the Pathways images are tagged jax-0.11.0: set the recipe's "
+             "pathways image tag to the image's JAX version")
+    cloud["kube"].plan(f"{RECIPE}-train", outcome="fail", logs=f"starting\n{CHECK_FAILED_PREFIX}{check}\n")
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == ExitCode.JOB_FAILED
+    [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert line.startswith(f"error: step train failed: {check}; JobSet {RECIPE}-train FailedJobs")
+    assert f"tpu-rl logs {RECIPE} train" in line
+    logs_read = [path for _, path, _ in cloud["kube"].requests if "/log" in path]
+    assert logs_read and all("pathways-head" in path and "container=workload-container" in path for path in logs_read)
+
+
+def test_a_failure_without_a_check_line_keeps_the_jobset_reason_first(cloud):
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    cloud["kube"].plan(f"{RECIPE}-train", outcome="fail", logs="Traceback (most recent call last):\n")
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == ExitCode.JOB_FAILED
+    [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert line.startswith(f"error: step train failed: JobSet {RECIPE}-train FailedJobs")
 
 
 def test_run_waits_for_kueue_admission_and_says_what_to_check(cloud):
