@@ -128,7 +128,7 @@ def train_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
 def export_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
     """The last RL checkpoint -> Hugging Face safetensors at paths.hf_export."""
     overrides = [
-        f"model_name={recipe.model.export_model_name}",
+        f"model_name={recipe.model.maxtext_name}",
         f"load_parameters_path={paths.final_params}",
         f"base_output_directory={paths.hf_export}",
         f"scan_layers={_bool(recipe.model.scan_layers)}",  # must match training

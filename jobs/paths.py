@@ -52,7 +52,7 @@ class ArtifactPaths:
     @property
     def final_params(self) -> str:
         """The last step train_rl saves, which export converts."""
-        return f"{self.actor_checkpoints}{self.recipe.rl.last_step}/model_params/"
+        return f"{self.actor_checkpoints}{self.recipe.last_step}/model_params/"
 
     @property
     def hf_export(self) -> str:

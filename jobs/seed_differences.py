@@ -80,6 +80,16 @@ DIFFERENCES: tuple[Difference, ...] = (
         recipes=("qwen3-v6e32", "llama31-v6e8"),
     ),
     Difference(
+        "model_name",
+        "Seed 002 exports as llama3.1-8b, for which to_huggingface bundles the tokenizer and config of the "
+        "base model meta-llama/Llama-3.1-8B (HF_IDS in maxtext/utils/globals.py, 0.2.3). We trained the "
+        "Instruct model, and 0.2.3's export tables have llama3.1-8b-Instruct (HF_IDS, "
+        "checkpoint_conversion/utils/param_mapping.py, hf_model_configs.py), so the export carries the "
+        "Instruct tokenizer and its chat template.",
+        steps=("export",),
+        recipes=VM,
+    ),
+    Difference(
         "tokenizer_path",
         "Stated explicitly as the recipe's tokenizer (the same repo MaxText's default mapping names).",
         steps=("train",),
@@ -98,4 +108,106 @@ def differences_table() -> str:
     for entry in DIFFERENCES:
         recipes = ", ".join(entry.recipes) or "all"
         rows.append(f"| `{entry.key}` | {', '.join(entry.steps)} | {recipes} | {entry.why} |")
+    return "\n".join(rows)
+
+
+# --- what the seeds do inside the container that we deliberately do not --------------------------------
+@dataclass(frozen=True)
+class NotCarriedOver:
+    what: str  # the seed's step, as a short name
+    marker: str  # text that identifies the step in the seed's command
+    recipes: tuple[str, ...]
+    why: str  # with the upstream evidence
+
+
+SEED_STEPS_NOT_CARRIED_OVER: tuple[NotCarriedOver, ...] = (
+    NotCarriedOver(
+        "tunix-reshard-chunk-size source patch",
+        "reshard_chunk_size",
+        ("qwen3-v6e32",),
+        "Seed 000 edits tunix's vllm_sampler.py to pin reshard_chunk_size to 4. The recipe's "
+        "rl.reshard_chunk_size=4 already reaches the sampler: MaxText 0.2.4 passes it from train_rl.py "
+        "through integration/vllm/maxtext_vllm_rollout.py to tunix/generate/vllm_sampler.py (tunix "
+        "c4ec573d), and 0.2.3 through tunix's own tunix/rl/rollout/vllm_rollout.py (tunix 683256db), so "
+        "the edit changes nothing and would break on the first tunix release that renames the line.",
+    ),
+    NotCarriedOver(
+        "memory.max cgroup write",
+        "/sys/fs/cgroup/memory.max",
+        ("qwen3-v6e32",),
+        "Seed 000 writes 190G to /sys/fs/cgroup/memory.max; in an unprivileged container the cgroup "
+        "filesystem is read-only, the write fails and `|| true` hides it, so nothing was capped. The "
+        "recipe's rl.memory_max (190Gi, what the kernel reads 190G as) is the train_rl container's "
+        "Kubernetes memory limit instead, which the kubelet enforces.",
+    ),
+)
+
+
+# --- where the train JobSet deliberately differs from the Pathways JobSet xpk generates ----------------
+# Source compared: AI-Hypercomputer/xpk v1.13.1
+# (@18c02b10801a4961e69ce40c0931b2369d256447), src/xpk/templates/pathways_workload_create.yaml.j2,
+# vendored in tests/contracts/vendor/xpk/.
+@dataclass(frozen=True)
+class ShapeDifference:
+    containers: tuple[str, ...]  # the Pathways containers it concerns
+    key: str  # an env variable name, or a pod/container field
+    ours: str
+    xpk: str
+    why: str
+
+
+PATHWAYS_CONTAINERS = ("pathways-proxy", "pathways-rm", "pathways-worker")
+
+XPK_DIFFERENCES: tuple[ShapeDifference, ...] = (
+    ShapeDifference(
+        ("pathways-worker",), "MEGASCALE_NUM_SLICES", "the recipe's slices as a literal",
+        "fieldRef to the jobset.sigs.k8s.io/replicatedjob-replicas label",
+        "The same number; the literal is visible in the manifest and in plan review.",
+    ),
+    ShapeDifference(
+        ("pathways-worker",), "TPU_MIN_LOG_LEVEL", "unset", "0 (verbose)",
+        "Log verbosity only; set it in rl.pathways_env to debug a worker.",
+    ),
+    ShapeDifference(
+        ("pathways-worker",), "TF_CPP_MIN_LOG_LEVEL", "unset", "0 (verbose)",
+        "Log verbosity only; set it in rl.pathways_env to debug a worker.",
+    ),
+    ShapeDifference(
+        ("pathways-worker",), "MEGASCALE_COORDINATOR_ADDRESS", "$(PATHWAYS_HEAD)",
+        "fieldRef to the jobset.sigs.k8s.io/coordinator label",
+        "The same value: PATHWAYS_HEAD is that fieldRef, set earlier in the same container.",
+    ),
+    ShapeDifference(
+        ("pathways-proxy", "pathways-rm"), "resources", "requests sized from the recipe's CPU machine",
+        "limits cpu 16 / memory 100G (proxy), cpu 8 / memory 32G (resource manager)",
+        "Requests are what Kueue counts against the stack's quota; a memory limit on the proxy would "
+        "OOM-kill it under a large model's host arrays.",
+    ),
+    ShapeDifference(
+        PATHWAYS_CONTAINERS, "imagePullPolicy", "default (IfNotPresent for a pinned tag)", "Always",
+        "Our images are pinned tags, so a cached image is the same image; Always only adds registry "
+        "round trips to every restart.",
+    ),
+    ShapeDifference(
+        ("pathways-worker",), "priorityClassName", "unset", "from --priority",
+        "The stack creates no priority classes.",
+    ),
+)
+
+
+def xpk_difference(container: str, key: str) -> ShapeDifference | None:
+    return next((d for d in XPK_DIFFERENCES if key == d.key and container in d.containers), None)
+
+
+def not_carried_over_table() -> str:
+    """The README's table of seed steps we do not repeat (a test keeps the README in sync)."""
+    rows = ["| seed step | recipes | why |", "| --- | --- | --- |"]
+    rows += [f"| {entry.what} | {', '.join(entry.recipes)} | {entry.why} |" for entry in SEED_STEPS_NOT_CARRIED_OVER]
+    return "\n".join(rows)
+
+
+def xpk_differences_table() -> str:
+    """The README's table of differences from xpk's Pathways JobSet (a test keeps the README in sync)."""
+    rows = ["| containers | field | ours | xpk | why |", "| --- | --- | --- | --- | --- |"]
+    rows += [f"| {', '.join(d.containers)} | `{d.key}` | {d.ours} | {d.xpk} | {d.why} |" for d in XPK_DIFFERENCES]
     return "\n".join(rows)

@@ -10,7 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.k8s import (
+    COORDINATOR_LABEL,
+    JOBSET_NAME_LABEL,
     PATHWAYS_HEAD,
+    REPLICATED_JOB_LABEL,
     NODE_POOL_LABEL,
     bash_script,
     container_security,
@@ -30,6 +33,8 @@ from jobs.maxtext import train_command
 from jobs.patches import render_patch, resolve_patches
 from jobs.paths import ArtifactPaths
 from recipes import Recipe
+from recipes.conventions import CHECK_FAILED_PREFIX
+from recipes.model import quantity_bytes
 
 PROXY_PORT = 29000
 RESOURCE_MANAGER_PORT = 29001
@@ -37,11 +42,28 @@ WORKER_PORT = 29005
 WORKER_PORTS = (WORKER_PORT, WORKER_PORT + 1, 8471, 8080)  # server, its second channel, TPU runtime, metrics
 WORKER_BACKOFF_PER_HOST = 4  # as xpk: a few pod restarts per host before the worker job fails
 TPU_RESOURCE = "google.com/tpu"
-SHARED_TMP = "shared-tmp"  # hostPath /tmp shared by the head's containers, as xpk does
+SHARED_TMP = "shared-tmp"  # hostPath /tmp shared by the head's containers and by each worker, as xpk does
 
 
 def _shared_tmp_mount() -> dict[str, str]:
     return {"name": SHARED_TMP, "mountPath": "/tmp"}
+
+
+# The env and volumes below follow the Pathways JobSet that xpk generates (AI-Hypercomputer/xpk v1.13.1
+# @18c02b10, src/xpk/templates/pathways_workload_create.yaml.j2, vendored in tests/contracts/vendor/xpk);
+# Cluster Toolkit's pkg/orchestrator/gke/templates/pathways_jobset.tmpl sets the same. Remaining differences
+# from that shape are listed, with reasons, in jobs.seed_differences.XPK_DIFFERENCES.
+
+
+def jobset_identity_env() -> list[dict[str, Any]]:
+    """JOBSET_NAME and REPLICATED_JOB_NAME, as xpk sets them on the resource manager and the workers.
+    JobSet writes each key as both a label and an annotation; xpk reads the annotation."""
+    return [env_field("REPLICATED_JOB_NAME", f"metadata.annotations['{REPLICATED_JOB_LABEL}']"),
+            env_field("JOBSET_NAME", f"metadata.annotations['{JOBSET_NAME_LABEL}']")]
+
+
+def _shared_tmp_volume() -> dict[str, Any]:
+    return {"name": SHARED_TMP, "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"}}
 
 
 def _resource_manager_address() -> str:
@@ -81,27 +103,41 @@ def pathways_resource_manager(paths: ArtifactPaths) -> dict[str, Any]:
         f"--instance_count={recipe.shape.slices}",
         f"--instance_type={recipe.shape.pathways_instance_type}",
     ]
-    env = env_list([pathways_head_env()], {"TPU_SKIP_MDS_QUERY": "true"}, recipe.rl.pathways_env)
+    env = env_list(
+        [pathways_head_env()],
+        jobset_identity_env(),
+        # The resource manager listens on the coordinator's address (xpk: HOST_ADDRESS from the label).
+        [env_field("HOST_ADDRESS", f"metadata.labels['{COORDINATOR_LABEL}']")],
+        {"TPU_SKIP_MDS_QUERY": "true"},
+        recipe.rl.pathways_env,
+    )
     return _sidecar(recipe, "pathways-rm", recipe.pathways_images.server, args, env)
 
 
-def memory_limit_step(memory_max: str) -> str:
-    # As seed 000. Where the container's cgroup filesystem is read-only (unprivileged containers on
-    # cgroup v2) the write fails and is ignored, exactly as in the seed.
+def jax_pairing_check(recipe: Recipe) -> str:
+    """Stop in seconds when the image's JAX is not the one the Pathways images are tagged for.
+
+    The IFRT proxy accepts only a narrow window of client versions, so a mismatch otherwise shows up as
+    a failed handshake once the whole slice is up. The installed distribution's version is what
+    jax.__version__ reports, read without importing jax (which would start a backend). Versions are
+    plain release numbers (checked where the recipe table is loaded), so they need no quoting."""
+    images, version = recipe.pathways_images, recipe.maxtext_version
+    message = (f'{CHECK_FAILED_PREFIX}the image has jax ${{image_jax}} but the Pathways images are tagged '
+               f'{images.tag}: set jax = \\"${{image_jax}}\\" under [maxtext.\\"{version}\\"] in recipes/recipes.toml')
     return "\n".join([
-        f"# cap this container's memory at {memory_max} (seed 000), so a host-memory spike fails the run, not the node",
-        f"(echo {memory_max} > /sys/fs/cgroup/memory.max || echo {memory_max} > "
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes) 2>/dev/null || true",
+        f"# the Pathways images ({images.tag}) must serve this image's JAX: check before anything else",
+        'image_jax="$(python3 -c \'import importlib.metadata as m; print(m.version("jax"))\')"',
+        f'if [[ "${{image_jax}}" != "{images.jax}" ]]; then',
+        f'  echo "{message}" >&2',
+        "  exit 1",
+        "fi",
     ])
 
 
 def train_script(paths: ArtifactPaths) -> str:
-    """The workload-container script: optional memory cap, named source patches, then train_rl."""
+    """The workload-container script: the JAX/Pathways check, named source patches, then train_rl."""
     recipe = paths.recipe
-    steps = []
-    if recipe.rl.memory_max:
-        steps.append(memory_limit_step(recipe.rl.memory_max))
-    steps += [render_patch(patch) for patch in resolve_patches(recipe).apply]
+    steps = [jax_pairing_check(recipe), *(render_patch(patch) for patch in resolve_patches(recipe).apply)]
     command = train_command(recipe, paths)
     steps.append(f"# loads {paths.converted_items}, writes {paths.actor_checkpoints}\nexec {command.shell()}")
     return bash_script(*steps)
@@ -124,12 +160,29 @@ def workload_env(recipe: Recipe) -> list[dict[str, Any]]:
     )
 
 
+def workload_resources(recipe: Recipe) -> dict[str, Any]:
+    """train_rl's requests, and its memory limit from rl.memory_max where the recipe sets one.
+
+    Seed 000 wrote memory.max into the container's cgroup; in an unprivileged container that file is
+    read-only and the write fails silently, so it capped nothing. A Kubernetes limit is enforced by the
+    kubelet: a host-memory spike OOM-kills this container (the step fails, exit 137) instead of
+    starving the node. The request stays at or below the limit, as Kubernetes requires."""
+    resources = cpu_pool_requests(recipe, WORKLOAD_SHARE_OF_HEAD)
+    limit = recipe.rl.memory_max
+    if limit is None:
+        return resources
+    requests = resources["requests"]
+    if quantity_bytes(requests["memory"]) > quantity_bytes(limit):
+        requests["memory"] = limit
+    return {**resources, "limits": {"memory": limit}}
+
+
 def pathways_head_job(paths: ArtifactPaths) -> dict[str, Any]:
     # hostNetwork as in xpk. Note: GKE's Workload Identity does not serve host-network pods; they reach
     # GCS (scratch, checkpoints) as the node's service account, which therefore needs the bucket.
     recipe = paths.recipe
     workload = main_container(recipe.maxtext.image, train_script(paths), workload_env(recipe),
-                              cpu_pool_requests(recipe, WORKLOAD_SHARE_OF_HEAD))
+                              workload_resources(recipe))
     workload["volumeMounts"] = [_shared_tmp_mount()]
     pod = pod_template(recipe, "train", {
         "hostNetwork": True,
@@ -137,7 +190,7 @@ def pathways_head_job(paths: ArtifactPaths) -> dict[str, Any]:
         "nodeSelector": cpu_pool_selector(),
         "initContainers": [pathways_proxy(paths), pathways_resource_manager(paths)],
         "containers": [workload],
-        "volumes": [{"name": SHARED_TMP, "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"}}],
+        "volumes": [_shared_tmp_volume()],
     })
     return indexed_job(pod, pods=1, backoff_limit=0, exclusive_on="kubernetes.io/hostname")
 
@@ -146,7 +199,11 @@ def pathways_worker(paths: ArtifactPaths) -> dict[str, Any]:
     recipe = paths.recipe
     env = env_list(
         [pathways_head_env()],
-        {"MEGASCALE_NUM_SLICES": str(recipe.shape.slices)},
+        # XCLOUD_ENVIRONMENT tells the server it runs on Google Cloud; the XOR tracer is off as in xpk
+        # (a megascale memory-leak workaround in MaxText's own LIBTPU flags too).
+        {"XCLOUD_ENVIRONMENT": "GCP", "MEGASCALE_GRPC_ENABLE_XOR_TRACER": "false",
+         "MEGASCALE_NUM_SLICES": str(recipe.shape.slices)},
+        jobset_identity_env(),
         [env_field("MEGASCALE_SLICE_ID", "metadata.labels['jobset.sigs.k8s.io/job-index']")],
         {"MEGASCALE_COORDINATOR_ADDRESS": "$(PATHWAYS_HEAD)"},
         recipe.rl.pathways_env,
@@ -159,6 +216,7 @@ def pathways_worker(paths: ArtifactPaths) -> dict[str, Any]:
         "env": env,
         "ports": [{"containerPort": port} for port in WORKER_PORTS],
         "resources": {"limits": {TPU_RESOURCE: chips}},
+        "volumeMounts": [_shared_tmp_mount()],
         "securityContext": container_security(),
     }
 
@@ -174,6 +232,7 @@ def worker_job(paths: ArtifactPaths) -> dict[str, Any]:
         },
         "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [pathways_worker(paths)],
+        "volumes": [_shared_tmp_volume()],
     }, restart_policy="OnFailure")
     hosts = shape.hosts_per_slice
     # One slice per TPU node pool: exclusive on the node pool keeps a worker job on a single slice.

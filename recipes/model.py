@@ -20,7 +20,19 @@ Step = Literal["convert", "train", "export"]
 STEPS: tuple[Step, ...] = ("convert", "train", "export")
 
 _RECIPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
+# The override keys train_rl multiplies with num_batches into its number of steps.
+TRAIN_STEP_FACTORS = ("rl.num_iterations", "train_fraction", "num_epoch")
+_BINARY_QUANTITY = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|Ti)$")
+_BINARY_FACTORS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=.*$", re.DOTALL)
+
+
+def quantity_bytes(quantity: str) -> int:
+    """Bytes of a Kubernetes memory quantity with a binary suffix, e.g. 190Gi."""
+    match = _BINARY_QUANTITY.match(quantity)
+    if match is None:
+        raise ValueError(f"'{quantity}' is not a memory size like 190Gi")
+    return int(match.group(1)) * _BINARY_FACTORS[match.group(2)]
 
 
 class _Strict(BaseModel):
@@ -49,6 +61,18 @@ class MaxTextRelease(_Strict):
     image: str
     pip: str
     python: str
+    # The JAX version inside `image`; the Pathways images are tagged jax-<this> to match it.
+    jax: str
+    # The config defaults of the keys train_rl multiplies into its number of steps (configs/post_train/rl.yml
+    # of the release), for the recipes that do not override them.
+    train_step_defaults: dict[str, float]
+
+    @field_validator("jax")
+    @classmethod
+    def _release_number(cls, jax: str) -> str:
+        if not re.fullmatch(r"\d+\.\d+\.\d+", jax):
+            raise ValueError(f"'{jax}' is not a JAX release number like 0.11.0")
+        return jax
 
     @field_validator("image")
     @classmethod
@@ -58,17 +82,27 @@ class MaxTextRelease(_Strict):
         return image
 
 
-class PathwaysImages(_Strict):
+class PathwaysRepositories(_Strict):
+    """Where the Pathways images live; the tag comes from the MaxText release (its JAX version)."""
+
     server_image: str
     proxy_image: str
-    tag: str
 
-    @field_validator("tag")
-    @classmethod
-    def _pinned(cls, tag: str) -> str:
-        if tag == "latest":
-            raise ValueError("must be a pinned tag, not latest")
-        return tag
+
+class PathwaysImages(BaseModel):
+    """The Pathways server and proxy images for one MaxText release, tagged jax-<its JAX version>."""
+
+    model_config = ConfigDict(frozen=True)
+
+    server_image: str
+    proxy_image: str
+    jax: str
+
+    @property
+    def tag(self) -> str:
+        # Google tags the images server:jax-<version> and proxy_server:jax-<version> after the client JAX
+        # they serve; the IFRT proxy refuses clients outside a narrow window of versions.
+        return f"jax-{self.jax}"
 
     @property
     def server(self) -> str:
@@ -105,13 +139,6 @@ class ModelSpec(_Strict):
     tokenizer: str
     scan_layers: bool
     use_multimodal: bool = False
-    # to_huggingface may know the model under another name (seed 002 exports llama3.1-8b-Instruct
-    # as llama3.1-8b).
-    export_name: str | None = None
-
-    @property
-    def export_model_name(self) -> str:
-        return self.export_name or self.maxtext_name
 
 
 class TpuSpec(_Strict):
@@ -127,7 +154,9 @@ class RlSpec(_Strict):
     patches: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     pathways_env: dict[str, str] = Field(default_factory=dict)
-    memory_max: str | None = None  # cgroup memory.max for the head container, as in seed 000
+    # Memory limit of the Pathways head's train_rl container, a Kubernetes quantity with a binary
+    # suffix (seed 000 capped it at 190G through the cgroup, which reads G as GiB).
+    memory_max: str | None = None
 
     @field_validator("overrides")
     @classmethod
@@ -137,10 +166,31 @@ class RlSpec(_Strict):
                 raise ValueError(f"'{item[:40]}' is not key=value")
         return overrides
 
-    @property
-    def last_step(self) -> int:
-        # train_rl saves the final step, which is the number of batches (seed 000: actor/50).
-        return self.num_batches
+    @field_validator("memory_max")
+    @classmethod
+    def _binary_quantity(cls, memory_max: str | None) -> str | None:
+        if memory_max is not None and not _BINARY_QUANTITY.match(memory_max):
+            raise ValueError(f"'{memory_max}' is not a memory size like 190Gi (a whole number with Ki, Mi, Gi "
+                             "or Ti)")
+        return memory_max
+
+    def override(self, key: str) -> str | None:
+        """The value an override gives `key`, or None."""
+        for item in self.overrides:
+            name, _, value = item.partition("=")
+            if name == key:
+                return value
+        return None
+
+    @field_validator("overrides")
+    @classmethod
+    def _checkpoints_stay_on(cls, overrides: tuple[str, ...]) -> tuple[str, ...]:
+        for item in overrides:
+            key, _, value = item.partition("=")
+            if key == "enable_checkpointing" and value.strip().lower() in ("false", "0", "no"):
+                raise ValueError("enable_checkpointing=false leaves no checkpoint for export to convert (and "
+                                 "nothing to resume from); remove it")
+        return overrides
 
 
 class Durations(_Strict):
@@ -282,11 +332,37 @@ class Recipe(BaseModel):
     def is_gke(self) -> bool:
         return self.platform == "gke"
 
+    @property
+    def train_steps(self) -> int:
+        """The steps train_rl runs: int(num_batches x rl.num_iterations x train_fraction x num_epoch).
+
+        As MaxText computes it (0.2.4: configs/types.py, RLConfig's train_steps; 0.2.3:
+        trainers/post_train/rl/train_rl.py, get_max_train_steps), with each factor from rl.overrides or
+        else the release's config default. The trainer saves this last step on close, whatever
+        checkpoint_period is, so it is the step export converts."""
+        product = float(self.rl.num_batches)
+        for key in TRAIN_STEP_FACTORS:
+            given = self.rl.override(key)
+            try:
+                product *= float(given) if given is not None else self.maxtext.train_step_defaults[key]
+            except ValueError:
+                raise UserError(f"recipe '{self.name}': rl.overrides sets {key}={given}, which is not a number") from None
+        steps = int(product)
+        if steps < 1:
+            raise UserError(f"recipe '{self.name}': num_batches x {' x '.join(TRAIN_STEP_FACTORS)} gives {steps} "
+                            "training steps; raise num_batches or train_fraction")
+        return steps
+
+    @property
+    def last_step(self) -> int:
+        """The checkpoint step export reads: the last step train_rl runs."""
+        return self.train_steps
+
 
 class RecipeFile(_Strict):
     tpu: dict[str, TpuGeneration]
     maxtext: dict[str, MaxTextRelease]
-    pathways: PathwaysImages
+    pathways: PathwaysRepositories
     recipes: dict[str, RecipeEntry]
     patches: dict[str, SourcePatch] = Field(default_factory=dict)
     machines: dict[str, MachineSize] = Field(default_factory=dict)
@@ -345,7 +421,7 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
             capacity=entry.capacity,
             maxtext_version=entry.maxtext_version,
             maxtext=release,
-            pathways_images=parsed.pathways,
+            pathways_images=PathwaysImages(**parsed.pathways.model_dump(), jax=release.jax),
             cpu_machine_type=entry.cpu_machine_type,
             cpu_machine=sizes["cpu_machine_type"],
             tpu_host=sizes["tpu.machine_type"],
@@ -355,4 +431,5 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
             rl=entry.rl,
             patches=tuple(patches),
         )
+        recipes[name].train_steps  # noqa: B018 -- refuses overrides that leave no training step, at load
     return recipes

@@ -275,12 +275,13 @@ def test_rendered_scripts_end_with_exactly_the_checked_maxtext_command(name):
         assert shlex.split(tail.replace("\\\n", "")) == commands[step].argv
 
 
-def test_qwen3_train_script_applies_both_named_seed_patches_before_training():
+def test_qwen3_train_script_applies_the_optimizer_patch_before_training():
     text = script(manifests("qwen3-v6e32")["train"], "pathways-head")
-    first = text.index("source patch 'tunix-reshard-chunk-size'")
-    second = text.index("source patch 'rl-optimizer-adafactor'")
-    assert first < second < text.index("exec python3 -m maxtext.trainers.post_train.rl.train_rl")
-    assert "echo 190G > /sys/fs/cgroup/memory.max" in text
+    patch = text.index("source patch 'rl-optimizer-adafactor'")
+    assert patch < text.index("exec python3 -m maxtext.trainers.post_train.rl.train_rl")
+    # rl.reshard_chunk_size reaches tunix's sampler as a setting (see jobs.seed_differences): no source edit
+    assert "reshard_chunk_size" not in text.split("exec python3", 1)[0]
+    assert "rl.reshard_chunk_size=4" in text
 
 
 def test_gemma4_on_0_2_4_patches_the_fused_moe_source():
@@ -299,7 +300,7 @@ def test_gemma4_on_0_2_5_uses_the_onehot_setting_instead_of_the_patch():
 
 def test_a_patch_unknown_for_the_pinned_version_is_refused():
     recipe = get_recipe("qwen3-v6e32").model_copy(update={"maxtext_version": "0.2.5"})
-    with pytest.raises(UserError, match="tunix-reshard-chunk-size"):
+    with pytest.raises(UserError, match="rl-optimizer-adafactor"):
         jobs.render_manifests(recipe, SETTINGS)
 
 

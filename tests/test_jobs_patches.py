@@ -29,22 +29,21 @@ def run(step: str, tmp_path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def fake_tunix(tmp_path):
-    package = tmp_path / "faketunix"
+def fake_fused_moe(tmp_path):
+    package = tmp_path / "fakeinference"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    sampler = package / "vllm_sampler.py"
-    sampler.write_text("def f(reshard_chunk_size: Optional[int] = None):\n"
-                       "    return g(reshard_chunk_size=self.config.reshard_chunk_size)\n")
-    return sampler
+    module = package / "fused_moe_gmm.py"
+    module.write_text("def fused_moe(x,\n    onehot_moe_permute_threshold: int = 0,\n):\n    pass\n")
+    return module
 
 
-def test_module_patch_rewrites_the_module_source_and_is_idempotent(tmp_path, fake_tunix):
-    step = render_patch(patch_named("tunix-reshard-chunk-size", module="faketunix.vllm_sampler"))
+def test_module_patch_rewrites_the_module_source_and_is_idempotent(tmp_path, fake_fused_moe):
+    step = render_patch(patch_named("fused-moe-onehot-threshold", module="fakeinference.fused_moe_gmm"))
     first = run(step, tmp_path)
     assert first.returncode == 0, first.stderr
-    assert fake_tunix.read_text() == ("def f(reshard_chunk_size: Optional[int] = 4):\n"
-                                      "    return g(reshard_chunk_size=4)\n")
+    assert fake_fused_moe.read_text() == ("def fused_moe(x,\n    onehot_moe_permute_threshold: int = 100000,\n"
+                                          "):\n    pass\n")
     again = run(step, tmp_path)  # a restarted container patches an already patched file
     assert again.returncode == 0, again.stderr
 

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from jobs.patches import patches_table
-from jobs.seed_differences import differences_table
+from jobs.seed_differences import differences_table, not_carried_over_table, xpk_differences_table
 from recipes import all_recipes
 from recipes.cost import run_table
 
@@ -16,6 +16,11 @@ def test_readme_source_patch_table_matches_the_recipe_table():
 
 def test_readme_lists_every_deliberate_difference_from_the_seeds():
     assert differences_table() in README
+
+
+def test_readme_lists_the_seed_steps_not_carried_over_and_the_differences_from_xpk():
+    assert not_carried_over_table() in README
+    assert xpk_differences_table() in README
 
 
 def test_readme_run_table_matches_the_recipe_durations_and_prices():
