@@ -1,4 +1,4 @@
-"""Shared fixtures: every stack synthesized once per test session.
+"""Shared fixtures: every stack synthesized once per test session. Under CI=true, a skip fails (ci_skips).
 
 - ``synthesized``: the output directory of one in-process synth of the whole app (all stacks, the
   recipe table, the embedded example settings), laid out as cdktf.out is:
@@ -24,6 +24,9 @@ from typing import Any, Mapping
 import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+# Under CI=true a skip is a failure that names what was missing (tests/ci_skips.py).
+pytest_plugins = ["ci_skips"]
 
 StackJson = dict[str, Any]
 

@@ -27,7 +27,8 @@ _BOOL_WORDS = {"true", "false", "1", "0"}
 
 
 def fetch_wheel(version: str) -> tuple[Path | None, str]:
-    """The maxtext wheel of a version from .cache/ (downloaded once); (None, reason) when unavailable."""
+    """The maxtext wheel of a version from .cache/ (downloaded once); (None, reason naming the wheel) when
+    unavailable. The tests skip then, which fails the run under CI (tests/ci_skips.py)."""
     wheel = CACHE / f"maxtext-{version}-py3-none-any.whl"
     if wheel.is_file():
         return wheel, ""
@@ -39,7 +40,8 @@ def fetch_wheel(version: str) -> tuple[Path | None, str]:
     )
     if wheel.is_file():
         return wheel, ""
-    return None, f"could not download maxtext=={version} from PyPI: {result.stderr.strip()[-300:]}"
+    return None, (f"could not download the wheel {wheel.name} (maxtext=={version}) from PyPI: "
+                  f"{result.stderr.strip()[-300:]}")
 
 
 @dataclass
