@@ -321,7 +321,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
     problems: list[str] = []
     last_summary = None
     hinted_kueue = False
-    total_steps = session.recipe.rl.num_batches
+    total_steps = session.recipe.train_steps
     try:
         with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
             while True:
