@@ -1,11 +1,13 @@
 """What each step must leave in GCS before the next may start, checked against the bucket.
 
-The paths come from jobs.paths.ArtifactPaths, the same object the manifests are rendered from.
+The paths come from jobs.paths.ArtifactPaths, the same object the manifests are rendered from. A step
+whose container was interrupted leaves some objects behind, so a check asks for what the writer puts
+down last, not for any object.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import json
 from dataclasses import dataclass
 
 from google.api_core import exceptions as gexc
@@ -13,42 +15,100 @@ from google.api_core import exceptions as gexc
 from jobs.paths import ArtifactPaths, split_gs_url
 from scripts.outcome import ApiError
 
+# orbax-checkpoint 0.12.0 .. 0.12.8 (MaxText 0.2.3 pins >=0.12.0, 0.2.4 >=0.12.2 in
+# dependencies/requirements/generated_requirements/tpu-post-train-requirements.txt of each wheel).
+# orbax/checkpoint/_src/path/atomicity_types.py: COMMIT_SUCCESS_FILE = 'commit_success.txt'.
+# _src/path/atomicity_defaults.py picks CommitFileTemporaryPath for gs:// paths (a bucket cannot rename
+# a directory atomically); its finalize() (_src/path/atomicity.py) writes the file into the final
+# directory. CheckpointManager finalizes each item (`<step>/items/`, `<step>/model_params/`) and then the
+# step directory itself (_src/checkpointers/checkpointer.py, async_checkpointer.py), so the marker in the
+# step directory is the last object of a checkpoint; orbax's own is_path_finalized looks for it before
+# a restore. Both writers here use that default: to_maxtext through MaxText's
+# create_orbax_checkpoint_manager (common/checkpointing.py), train_rl through tunix's CheckpointManager
+# (tunix/sft/checkpoint_manager.py at 683256db: orbax CheckpointManager; at c4ec573d: orbax v1
+# training.Checkpointer, which saves through the same v0 AsyncCheckpointer, v1/_src/saving/saving.py).
+ORBAX_COMMIT_MARKER = "commit_success.txt"
+
+# MaxText to_huggingface, save_model_files in maxtext/checkpoint_conversion/utils/utils.py (0.2.3 and
+# 0.2.4 alike): tokenizer.save_pretrained, then config.json, then the weights: either one
+# model.safetensors (everything under 3 GB, shard_checkpoint) or model-0000i-of-0000N.safetensors shards
+# followed, last, by model.safetensors.index.json whose "weight_map" names the shard of each tensor.
+HF_CONFIG = "config.json"
+HF_SINGLE_WEIGHTS = "model.safetensors"
+HF_WEIGHTS_INDEX = "model.safetensors.index.json"
+# transformers >= 5.11 (MaxText 0.2.3 pins >=5.11.0, 0.2.4 >=5.12.1; read at 5.11.0, 5.12.1, 5.24.0):
+# AutoTokenizer always returns a tokenizers-backed class (models/auto/tokenization_auto.py, "V5: Always
+# use fast tokenizers"); save_pretrained writes tokenizer_config.json (tokenization_utils_base.py) and
+# TokenizersBackend._save_pretrained writes tokenizer.json (tokenization_utils_tokenizers.py).
+# special_tokens_map.json is no longer written, and chat_template.jinja only when the model has a template.
+HF_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
+
 
 @dataclass(frozen=True)
 class Requirement:
-    """Something that must exist under a prefix: any object, or one whose name matches a pattern."""
+    """An object that must exist (`name` under `prefix`), or, with no name, any object under `prefix`."""
 
     prefix: str  # gs://bucket/dir/
-    pattern: str | None = None  # e.g. "config.json", "*.safetensors"; None = any object
+    name: str | None = None
+    what: str = ""  # what the object is, when its name does not say
 
     def describe(self) -> str:
-        return f"{self.prefix}{self.pattern}" if self.pattern else f"objects under {self.prefix}"
+        target = f"{self.prefix}{self.name}" if self.name else f"objects under {self.prefix}"
+        return f"{target} ({self.what})" if self.what else target
+
+    def missing(self, storage) -> list[Requirement]:
+        bucket, prefix = split_gs_url(self.prefix)
+        if self.name is None:
+            found = any(True for _ in storage.list_blobs(bucket, prefix=prefix, max_results=1))
+        else:
+            found = storage.bucket(bucket).blob(prefix + self.name).exists()
+        return [] if found else [self]
+
+
+@dataclass(frozen=True)
+class SafetensorsWeights(Requirement):
+    """The weights of a Hugging Face export: the index and every shard it names, or the single file."""
+
+    name: str | None = HF_WEIGHTS_INDEX
+    what: str = f"or {HF_SINGLE_WEIGHTS}"
+
+    def missing(self, storage) -> list[Requirement]:
+        bucket_name, prefix = split_gs_url(self.prefix)
+        bucket = storage.bucket(bucket_name)
+        index = bucket.blob(prefix + HF_WEIGHTS_INDEX)
+        if not index.exists():
+            return [] if bucket.blob(prefix + HF_SINGLE_WEIGHTS).exists() else [self]
+        try:
+            shards = sorted(set(json.loads(index.download_as_bytes())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return [Requirement(self.prefix, HF_WEIGHTS_INDEX, "with a readable weight_map")]
+        present = {blob.name[len(prefix):] for blob in storage.list_blobs(bucket_name, prefix=prefix, delimiter="/")}
+        return [Requirement(self.prefix, shard, f"named in {HF_WEIGHTS_INDEX}") for shard in shards
+                if shard not in present]
+
+
+def _orbax_checkpoint(item_dir: str) -> tuple[Requirement, ...]:
+    """The item the next step loads, and the commit marker of the step directory that holds it."""
+    step_dir = item_dir.rstrip("/").rpartition("/")[0] + "/"
+    return Requirement(item_dir), Requirement(step_dir, ORBAX_COMMIT_MARKER, "orbax completion marker")
 
 
 def step_outputs(paths: ArtifactPaths, step: str) -> tuple[Requirement, ...]:
     if step == "convert":
-        return (Requirement(paths.converted_items),)
+        return _orbax_checkpoint(paths.converted_items)
     if step == "train":
-        return (Requirement(paths.final_params),)
+        return _orbax_checkpoint(paths.final_params)
     if step == "export":
-        return (Requirement(paths.hf_export, "config.json"), Requirement(paths.hf_export, "*.safetensors"))
+        return (Requirement(paths.hf_export, HF_CONFIG),
+                *(Requirement(paths.hf_export, name) for name in HF_TOKENIZER_FILES),
+                SafetensorsWeights(paths.hf_export))
     raise ValueError(step)
 
 
-def _satisfied(storage, requirement: Requirement) -> bool:
-    bucket, prefix = split_gs_url(requirement.prefix)
-    if requirement.pattern is None:
-        return any(True for _ in storage.list_blobs(bucket, prefix=prefix, max_results=1))
-    if "*" not in requirement.pattern:
-        return storage.bucket(bucket).blob(prefix + requirement.pattern).exists()
-    return any(fnmatch.fnmatch(blob.name[len(prefix):], requirement.pattern)
-               for blob in storage.list_blobs(bucket, prefix=prefix, delimiter="/"))
-
-
 def missing_outputs(storage, paths: ArtifactPaths, step: str) -> list[Requirement]:
-    """The requirements of `step` that the bucket does not meet (empty: the output is verified)."""
+    """What the bucket lacks of the output of `step`, one entry per missing piece (empty: verified)."""
     try:
-        return [req for req in step_outputs(paths, step) if not _satisfied(storage, req)]
+        return [piece for req in step_outputs(paths, step) for piece in req.missing(storage)]
     except gexc.NotFound:  # no bucket: nothing is there
         return list(step_outputs(paths, step))
     except gexc.GoogleAPIError as error:
