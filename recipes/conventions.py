@@ -25,7 +25,7 @@ def tpu_pool_name(slice_index: int) -> str:
 SYSTEM_POOL_MACHINE_TYPE = "e2-standard-4"
 SYSTEM_POOL_NODES = 1
 
-# Pinned cluster add-ons. JobSet matches the CRD schema in ../shared/schemas/.
+# Pinned cluster add-ons. JobSet matches the vendored CRD in tests/contracts/vendor/jobset/ (SOURCE.toml).
 JOBSET_VERSION = "v0.12.0"
 KUEUE_VERSION = "v0.17.1"
 

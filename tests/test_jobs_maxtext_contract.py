@@ -1,6 +1,6 @@
 """Every key=value and --flag we pass is accepted by the pinned MaxText release (read from its wheel).
 
-The wheels are downloaded once into .cache/maxtext (gitignored); without PyPI the tests skip and say why.
+The wheels are downloaded once into .cache/maxtext (gitignored); without PyPI the tests skip and say why, and under CI=true that skip fails the run naming the wheel.
 The negative tests prove the check catches what the anchors say differs between 0.2.3 and 0.2.4.
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import tomllib
 from pathlib import Path
 
 from contracts.k8s_schema import JOBSET_CRD, jobset_source
@@ -35,3 +36,12 @@ def test_the_contract_tests_read_the_copy_in_the_repository_not_shared():
     tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(JOBSET_CRD)], cwd=repo,
                              capture_output=True, text=True)
     assert tracked.returncode == 0, tracked.stderr
+
+
+def test_vendored_xpk_template_is_unmodified_and_licensed():
+    folder = JOBSET_CRD.parents[1] / "xpk"
+    source = tomllib.loads((folder / "SOURCE.toml").read_text())
+    template = folder / source["path"].rsplit("/", 1)[-1]
+    assert hashlib.sha256(template.read_bytes()).hexdigest() == source["sha256"], (
+        f"{template} differs from the upstream file SOURCE.toml names: vendored data is never edited by hand")
+    assert source["license"] == "Apache-2.0" and "Apache License" in (folder / "LICENSE").read_text()
