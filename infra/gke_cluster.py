@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from cdktf import Fn
 from constructs import Construct
 
 from infra.google import container_cluster, container_node_pool
@@ -17,6 +18,30 @@ from infra.identity import CLOUD_PLATFORM_SCOPE, workload_identity_pool
 from infra.network import Network
 
 SYSTEM_POOL = "system-np"
+
+# Upgrades. A node upgrade recreates every host of a TPU slice, which kills a run that takes days, so
+# while a stack exists GKE may patch the control plane but neither upgrade nodes nor change the minor
+# version: the exclusion of the gke-tpu-v6e-advanced blueprint (GoogleCloudPlatform/cluster-toolkit
+# @1047080375afbb44da4b596be314634e7486af4a, examples/gke-tpu-v6e/gke-tpu-v6e-advanced.yaml:196-200).
+# The blueprint ends it with end_time_behavior UNTIL_END_OF_SUPPORT, i.e. at the end of support of the
+# cluster's minor version, which also caps how long GKE lets this scope last (cluster-toolkit PR #4986);
+# hashicorp/google has that field only from 7.12.0. Our pin, 6.50.0, requires a fixed end_time. A date written here would go stale,
+# as the blueprint's own 2024-12-01..2025-12-22 window did (replaced in cluster-toolkit commit 1003df0e,
+# hotfix v1.75.1). So the window opens when the cluster is first planned and lasts
+# UPGRADE_EXCLUSION_DAYS: Terraform evaluates plantimestamp() (Terraform >= 1.5), the synthesized JSON
+# holds only the expression (byte-identical on every synth), and ignore_changes keeps the dates of
+# creation instead of moving them on every plan. With provider 7.12+, switch to UNTIL_END_OF_SUPPORT and
+# drop the ignore_changes entry.
+UPGRADE_EXCLUSION_NAME = "no-minor-or-node-upgrades"
+UPGRADE_EXCLUSION_SCOPE = "NO_MINOR_OR_NODE_UPGRADES"
+# Longer than a training campaign; short enough to stay inside the months of support that the minor
+# version a new REGULAR cluster starts on has left (an end past that is beyond what GKE allows).
+UPGRADE_EXCLUSION_DAYS = 90
+# The provider needs a window next to an exclusion (ExactlyOneOf daily/recurring in 6.50.0
+# google/services/container/resource_container_cluster.go); the control-plane patches the exclusion
+# still allows happen there. 09:00 GMT is Cluster Toolkit's default (modules/scheduler/gke-cluster/
+# variables.tf, maintenance_start_time).
+MAINTENANCE_WINDOW_START = "09:00"
 
 Taint = tuple[str, str, str]  # key, value, effect
 
@@ -53,6 +78,26 @@ def node_config(
         ]
         or None,
         **extra,
+    )
+
+
+def upgrade_exclusion_policy() -> container_cluster.ContainerClusterMaintenancePolicy:
+    """A daily window for control-plane patches and no node or minor upgrades for the stack's first days."""
+    opened = Fn.plantimestamp()
+    return container_cluster.ContainerClusterMaintenancePolicy(
+        daily_maintenance_window=container_cluster.ContainerClusterMaintenancePolicyDailyMaintenanceWindow(
+            start_time=MAINTENANCE_WINDOW_START
+        ),
+        maintenance_exclusion=[
+            container_cluster.ContainerClusterMaintenancePolicyMaintenanceExclusion(
+                exclusion_name=UPGRADE_EXCLUSION_NAME,
+                start_time=opened,
+                end_time=Fn.timeadd(opened, f"{UPGRADE_EXCLUSION_DAYS * 24}h"),
+                exclusion_options=container_cluster.ContainerClusterMaintenancePolicyMaintenanceExclusionExclusionOptions(
+                    scope=UPGRADE_EXCLUSION_SCOPE
+                ),
+            )
+        ],
     )
 
 
@@ -112,6 +157,7 @@ class GkeCluster(Construct):
                 gcp_public_cidrs_access_enabled=False,
             ),
             release_channel=container_cluster.ContainerClusterReleaseChannel(channel=props.release_channel),
+            maintenance_policy=upgrade_exclusion_policy(),
             workload_identity_config=container_cluster.ContainerClusterWorkloadIdentityConfig(
                 workload_pool=workload_identity_pool(props.project)
             ),
@@ -142,7 +188,8 @@ class GkeCluster(Construct):
                     enable_secure_boot=True, enable_integrity_monitoring=True
                 ),
             ),
-            lifecycle={"ignore_changes": ["node_config"]},
+            # The exclusion's dates are set once, at creation (see UPGRADE_EXCLUSION_DAYS).
+            lifecycle={"ignore_changes": ["node_config", "maintenance_policy[0].maintenance_exclusion"]},
             # `cdktf destroy <recipe>` must be able to stop all spend; the bucket holds what matters.
             deletion_protection=False,
             resource_labels=props.labels or None,

@@ -13,6 +13,16 @@ from recipes.model import CapacityMode
 
 TPU_TAINT = ("google.com/tpu", "present", "NO_SCHEDULE")
 
+# When GKE does upgrade a slice (after the cluster's upgrade exclusion, see infra.gke_cluster), it takes
+# hosts down in place instead of first creating a surge host: a surge host must come from the same
+# reservation, which holds exactly the slices the stack uses, so a surge upgrade would stall. These are
+# the defaults of Cluster Toolkit's gke-node-pool module, which the gke-tpu-v6e-advanced blueprint uses
+# for its TPU pool (GoogleCloudPlatform/cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a,
+# modules/compute/gke-node-pool/variables.tf:428-444 and main.tf:23-27).
+UPGRADE_STRATEGY = "SURGE"
+UPGRADE_MAX_SURGE = 0
+UPGRADE_MAX_UNAVAILABLE = 1
+
 
 @dataclass(frozen=True)
 class TpuSlicePoolProps:
@@ -62,5 +72,8 @@ class TpuSlicePool(Construct):
             node_count=props.hosts,
             placement_policy=container_node_pool.ContainerNodePoolPlacementPolicy(
                 type="COMPACT", tpu_topology=props.topology
+            ),
+            upgrade_settings=container_node_pool.ContainerNodePoolUpgradeSettings(
+                strategy=UPGRADE_STRATEGY, max_surge=UPGRADE_MAX_SURGE, max_unavailable=UPGRADE_MAX_UNAVAILABLE
             ),
         )

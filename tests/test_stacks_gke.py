@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+from datetime import datetime, timedelta, timezone
+
 import pytest
 import yaml
 from conftest import only, outputs, resources
@@ -301,3 +307,51 @@ def test_on_demand_capacity_uses_neither_spot_nor_a_reservation(data_only_varian
     (pool,) = tpu_pools(data_only_variants["qwen3-ondemand"])
     assert pool["node_config"]["spot"] is False
     assert pool["node_config"]["reservation_affinity"] == {"consume_reservation_type": "NO_RESERVATION"}
+
+
+# --- Cluster behaviour over days: upgrades and the Kueue webhook ------------------------------------
+
+def terraform_outputs(tmp_path, outputs: dict[str, str]) -> dict[str, str]:
+    """Plan a provider-free configuration whose outputs are the given expressions; their planned values."""
+    terraform = shutil.which("terraform")
+    assert terraform, "the terraform CLI is needed (cdktf deploys with it): install Terraform >= 1.5"
+    config = {"output": {name: {"value": expression} for name, expression in outputs.items()}}
+    (tmp_path / "main.tf.json").write_text(json.dumps(config))
+    env = {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "TF_CLI_CONFIG_FILE": os.devnull}
+    subprocess.run([terraform, "init", "-input=false"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    subprocess.run([terraform, "plan", "-input=false", "-out=plan"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True)
+    shown = subprocess.run([terraform, "show", "-json", "plan"], cwd=tmp_path, env=env, check=True,
+                           capture_output=True, text=True)
+    return {name: change["after"] for name, change in json.loads(shown.stdout)["output_changes"].items()}
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_cluster_blocks_minor_and_node_upgrades_from_its_creation(stacks_json, stack):
+    cluster = only(stacks_json[stack], "google_container_cluster")
+    policy = cluster["maintenance_policy"]
+    (exclusion,) = policy["maintenance_exclusion"]
+    assert exclusion["exclusion_options"] == {"scope": "NO_MINOR_OR_NODE_UPGRADES"}
+    # Evaluated by Terraform at the first plan, so the synthesized JSON stays the same on every synth ...
+    assert exclusion["start_time"] == "${plantimestamp()}"
+    assert exclusion["end_time"] == '${timeadd(plantimestamp(), "2160h")}'
+    # ... and kept from creation on, instead of moving with every later plan.
+    assert "maintenance_policy[0].maintenance_exclusion" in cluster["lifecycle"]["ignore_changes"]
+    assert policy["daily_maintenance_window"] == {"start_time": "09:00"}  # provider 6.50.0 wants a window
+
+
+def test_terraform_turns_the_exclusion_into_a_90_day_window_of_rfc3339_dates(stacks_json, tmp_path):
+    (exclusion,) = only(stacks_json["qwen3-v6e32"], "google_container_cluster")["maintenance_policy"][
+        "maintenance_exclusion"]
+    planned = terraform_outputs(tmp_path, {"start": exclusion["start_time"], "end": exclusion["end_time"]})
+    start, end = (datetime.strptime(planned[name], "%Y-%m-%dT%H:%M:%S%z") for name in ("start", "end"))
+    assert planned["end"].endswith("Z") and end - start == timedelta(days=90)
+    assert abs(datetime.now(timezone.utc) - start) < timedelta(hours=1)  # the day of the (first) plan
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_tpu_pools_upgrade_in_place_without_a_surge_host_from_the_reservation(stacks_json, stack):
+    for pool in tpu_pools(stacks_json[stack]):
+        assert pool["upgrade_settings"] == {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}
+        assert pool["management"] == {"auto_repair": True, "auto_upgrade": True}  # REGULAR channel requires it
+
