@@ -355,3 +355,22 @@ def test_tpu_pools_upgrade_in_place_without_a_surge_host_from_the_reservation(st
         assert pool["upgrade_settings"] == {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}
         assert pool["management"] == {"auto_repair": True, "auto_upgrade": True}  # REGULAR channel requires it
 
+
+@pytest.mark.parametrize("stack", GKE)
+def test_queue_objects_wait_for_the_kueue_webhook_endpoint_in_the_same_deploy(stacks_json, stack):
+    releases = resources(stacks_json[stack], "helm_release")
+    kueue_id, kueue = next((k, r) for k, r in releases.items() if r["name"] == "kueue")
+    queues = next(r for r in releases.values() if r["name"] == "tpu-rl-queues")
+    assert queues["depends_on"] == [f"helm_release.{kueue_id}"] and kueue["wait"] is True
+    (values,) = queues["values"]
+    (probe,) = [m for m in yaml.safe_load(values)["manifests"] if m["kind"] == "Pod"]
+    # A Helm hook: the release creates its queue objects only after this pod has succeeded.
+    assert probe["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    # Kueue's webhook Service for a release named kueue (charts/kueue/templates/webhook/service.yaml, v0.17.1).
+    webhook = "kueue-webhook-service.kueue-system.svc 443"
+    assert webhook == f"{kueue['name']}-webhook-service.{kueue['namespace']}.svc 443"
+    assert probe["metadata"]["namespace"] == kueue["namespace"]  # outside the Kueue webhooks it waits for
+    (container,) = probe["spec"]["containers"]
+    assert container["command"][:2] == ["sh", "-c"] and f"nc -z -w 2 {webhook}" in container["command"][2]
+    assert probe["spec"]["restartPolicy"] == "Never"
+    assert probe["spec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": "system-np"}
