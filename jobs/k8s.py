@@ -199,11 +199,15 @@ def jobset(
 
 
 def cpu_step_jobset(recipe: Recipe, step: Step, script: str) -> dict[str, Any]:
-    """One pod on the CPU pool running a MaxText script with the HF token: convert and export."""
+    """One pod on the CPU pool running a MaxText script with the HF token: convert and export.
+
+    Queued like train, so that Kueue admits it against the CPU pool's quota: a step outside Kueue would
+    take CPU nodes that the ClusterQueue counts as free and could hold back an admitted train.
+    """
     container = main_container(recipe.maxtext.image, script, [hf_token_env()], cpu_pool_requests(recipe))
     pod = pod_template(recipe, step, {"nodeSelector": cpu_pool_selector(), "containers": [container]})
     job = indexed_job(pod, pods=1, backoff_limit=0)
-    return jobset(recipe, step, [replicated_job(CPU_REPLICATED_JOB, job)])
+    return jobset(recipe, step, [replicated_job(CPU_REPLICATED_JOB, job)], queued=True)
 
 
 def _literal_blocks(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
