@@ -180,11 +180,10 @@ def jobset(
     replicated_jobs: list[dict[str, Any]],
     *,
     extra_spec: dict[str, Any] | None = None,
-    queued: bool = False,
 ) -> dict[str, Any]:
-    labels = step_labels(recipe, step)
-    if queued:
-        labels[QUEUE_LABEL] = LOCAL_QUEUE
+    # Every step goes through the stack's LocalQueue, so Kueue admits it against the quota the stack
+    # sized (TPU chips for train; CPU-pool cpu and memory for convert, export and the Pathways head).
+    labels = {**step_labels(recipe, step), QUEUE_LABEL: LOCAL_QUEUE}
     return {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
@@ -207,7 +206,7 @@ def cpu_step_jobset(recipe: Recipe, step: Step, script: str) -> dict[str, Any]:
     container = main_container(recipe.maxtext.image, script, [hf_token_env()], cpu_pool_requests(recipe))
     pod = pod_template(recipe, step, {"nodeSelector": cpu_pool_selector(), "containers": [container]})
     job = indexed_job(pod, pods=1, backoff_limit=0)
-    return jobset(recipe, step, [replicated_job(CPU_REPLICATED_JOB, job)], queued=True)
+    return jobset(recipe, step, [replicated_job(CPU_REPLICATED_JOB, job)])
 
 
 def _literal_blocks(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:

@@ -254,5 +254,4 @@ def train_jobset(paths: ArtifactPaths) -> dict[str, Any]:
             "startupPolicy": {"startupPolicyOrder": "InOrder"},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [PATHWAYS_HEAD]},
         },
-        queued=True,
     )
