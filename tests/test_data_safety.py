@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import only, resources
 
 from recipes import all_recipes
 from recipes.conventions import ARTIFACTS_STACK
@@ -28,30 +29,21 @@ PROJECT_ROLE_ALLOW_LIST = {
 _SA_REFERENCE = re.compile(r"^\$\{google_service_account\.(?P<id>[^.]+)\.(member|email)\}$")
 
 
-def _resources(stack: dict, rtype: str) -> dict[str, dict]:
-    return stack.get("resource", {}).get(rtype, {})
-
-
 def _path(stack_name: str, body: dict) -> str:
     return body["//"]["metadata"]["path"].removeprefix(f"{stack_name}/")
 
 
 @pytest.mark.parametrize("stack", RECIPE_STACKS)
 def test_recipe_stack_owns_no_bucket_and_no_secret(stacks_json, stack):
+    """So `cdktf destroy <recipe>` never deletes trained weights or the token (the artifacts stack owns
+    exactly one of each: tests/test_stacks_artifacts.py)."""
     for rtype in OWNED_BY_ARTIFACTS:
-        assert _resources(stacks_json[stack], rtype) == {}, (
+        assert resources(stacks_json[stack], rtype) == {}, (
             f"{stack} declares a {rtype}: destroying the recipe stack would destroy it")
 
 
-def test_the_artifacts_stack_owns_the_bucket_and_the_token_secret(stacks_json):
-    artifacts = stacks_json[ARTIFACTS_STACK]
-    assert len(_resources(artifacts, "google_storage_bucket")) == 1
-    assert len(_resources(artifacts, "google_secret_manager_secret")) == 1
-
-
 def _bucket(stacks_json) -> dict:
-    (bucket,) = _resources(stacks_json[ARTIFACTS_STACK], "google_storage_bucket").values()
-    return bucket
+    return only(stacks_json[ARTIFACTS_STACK], "google_storage_bucket")
 
 
 def test_artifacts_bucket_cannot_be_force_destroyed(stacks_json):
@@ -60,10 +52,10 @@ def test_artifacts_bucket_cannot_be_force_destroyed(stacks_json):
 
 
 def test_artifacts_bucket_keeps_deleted_or_overwritten_checkpoints(stacks_json):
+    # Versioning keeps an overwritten checkpoint; soft delete keeps a deleted one for at least a week.
     bucket = _bucket(stacks_json)
-    versioning = bucket.get("versioning", {}).get("enabled") is True
-    soft_delete = int(bucket.get("soft_delete_policy", {}).get("retention_duration_seconds", 0)) > 0
-    assert versioning or soft_delete
+    assert bucket["versioning"] == {"enabled": True}
+    assert bucket["soft_delete_policy"]["retention_duration_seconds"] >= 7 * 24 * 3600
 
 
 def test_artifacts_bucket_lifecycle_never_deletes_live_objects(stacks_json):
@@ -81,9 +73,9 @@ def test_artifacts_bucket_lifecycle_never_deletes_live_objects(stacks_json):
 def test_project_iam_grants_are_additive_and_on_the_allow_list(stacks_json, stack):
     config = stacks_json[stack]
     for rtype in ("google_project_iam_binding", "google_project_iam_policy"):
-        assert _resources(config, rtype) == {}, f"{stack} sets authoritative project IAM ({rtype})"
-    accounts = {logical_id: _path(stack, body) for logical_id, body in _resources(config, "google_service_account").items()}
-    for body in _resources(config, "google_project_iam_member").values():
+        assert resources(config, rtype) == {}, f"{stack} sets authoritative project IAM ({rtype})"
+    accounts = {logical_id: _path(stack, body) for logical_id, body in resources(config, "google_service_account").items()}
+    for body in resources(config, "google_project_iam_member").values():
         role = body["role"]
         assert role in PROJECT_ROLE_ALLOW_LIST, f"{stack} grants {role} project-wide (not on the allow-list)"
         reference = _SA_REFERENCE.match(body["member"])
@@ -102,8 +94,8 @@ def test_every_project_iam_resource_type_is_checked(stacks_json):
 @pytest.mark.parametrize("stack", RECIPE_STACKS)
 def test_workload_storage_access_is_granted_on_the_bucket_not_the_project(stacks_json, stack):
     config = stacks_json[stack]
-    grants = _resources(config, "google_storage_bucket_iam_member").values()
+    grants = resources(config, "google_storage_bucket_iam_member").values()
     assert grants, f"{stack} has no bucket-level grant for its workload"
     assert {grant["bucket"] for grant in grants} == {_bucket(stacks_json)["name"]}
-    secret_grants = _resources(config, "google_secret_manager_secret_iam_member").values()
+    secret_grants = resources(config, "google_secret_manager_secret_iam_member").values()
     assert [grant["role"] for grant in secret_grants] == ["roles/secretmanager.secretAccessor"]
