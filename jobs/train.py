@@ -123,7 +123,8 @@ def jax_pairing_check(recipe: Recipe) -> str:
     plain release numbers (checked where the recipe table is loaded), so they need no quoting."""
     images, version = recipe.pathways_images, recipe.maxtext_version
     message = (f'{CHECK_FAILED_PREFIX}the image has jax ${{image_jax}} but the Pathways images are tagged '
-               f'{images.tag}: set jax = \\"${{image_jax}}\\" under [maxtext.\\"{version}\\"] in recipes/recipes.toml')
+               f'{images.tag} (jax {images.jax}): set jax and a pathways_tag built for jax ${{image_jax}} under '
+               f'[maxtext.\\"{version}\\"] in recipes/recipes.toml')
     return "\n".join([
         f"# the Pathways images ({images.tag}) must serve this image's JAX: check before anything else",
         'image_jax="$(python3 -c \'import importlib.metadata as m; print(m.version("jax"))\')"',

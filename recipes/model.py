@@ -20,8 +20,11 @@ Step = Literal["convert", "train", "export"]
 STEPS: tuple[Step, ...] = ("convert", "train", "export")
 
 _RECIPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
-# The override keys train_rl multiplies with num_batches into its number of steps.
+# The override keys train_rl multiplies with num_batches into its number of steps. MaxText 0.2.4's
+# pyconfig also accepts a nested model's field by its bare name, so `num_iterations=2` sets
+# rl.num_iterations as well (configs/pyconfig.py with RLConfig in configs/types.py).
 TRAIN_STEP_FACTORS = ("rl.num_iterations", "train_fraction", "num_epoch")
+_FACTOR_ALIASES = {"rl.num_iterations": ("rl.num_iterations", "num_iterations")}
 _BINARY_QUANTITY = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|Ti)$")
 _BINARY_FACTORS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=.*$", re.DOTALL)
@@ -61,8 +64,11 @@ class MaxTextRelease(_Strict):
     image: str
     pip: str
     python: str
-    # The JAX version inside `image`; the Pathways images are tagged jax-<this> to match it.
+    # The JAX version inside `image`, and the Pathways server/proxy tag built for that client JAX. Google
+    # names the tags jax-<version> or <date>-jax_<version>; the IFRT proxy refuses clients outside a
+    # narrow window, so the tag must name exactly `jax`.
     jax: str
+    pathways_tag: str
     # The config defaults of the keys train_rl multiplies into its number of steps (configs/post_train/rl.yml
     # of the release), for the recipes that do not override them.
     train_step_defaults: dict[str, float]
@@ -73,6 +79,17 @@ class MaxTextRelease(_Strict):
         if not re.fullmatch(r"\d+\.\d+\.\d+", jax):
             raise ValueError(f"'{jax}' is not a JAX release number like 0.11.0")
         return jax
+
+    @model_validator(mode="after")
+    def _tag_serves_this_jax(self) -> "MaxTextRelease":
+        names = re.fullmatch(r"(?:jax-|\d{8}(?:_RC\d+)?-jax_)(\d+\.\d+\.\d+)", self.pathways_tag)
+        if names is None:
+            raise ValueError(f"pathways_tag '{self.pathways_tag}' is not a Pathways tag like jax-0.11.0 or "
+                             "20260911-jax_0.11.0 (never latest)")
+        if names.group(1) != self.jax:
+            raise ValueError(f"pathways_tag '{self.pathways_tag}' serves jax {names.group(1)}, but the image has "
+                             f"jax {self.jax}: pick a tag built for jax {self.jax}")
+        return self
 
     @field_validator("image")
     @classmethod
@@ -90,19 +107,14 @@ class PathwaysRepositories(_Strict):
 
 
 class PathwaysImages(BaseModel):
-    """The Pathways server and proxy images for one MaxText release, tagged jax-<its JAX version>."""
+    """The Pathways server and proxy images for one MaxText release, both with the release's tag."""
 
     model_config = ConfigDict(frozen=True)
 
     server_image: str
     proxy_image: str
-    jax: str
-
-    @property
-    def tag(self) -> str:
-        # Google tags the images server:jax-<version> and proxy_server:jax-<version> after the client JAX
-        # they serve; the IFRT proxy refuses clients outside a narrow window of versions.
-        return f"jax-{self.jax}"
+    tag: str
+    jax: str  # the client JAX the tag serves, which the train head checks against the image's
 
     @property
     def server(self) -> str:
@@ -342,7 +354,11 @@ class Recipe(BaseModel):
         checkpoint_period is, so it is the step export converts."""
         product = float(self.rl.num_batches)
         for key in TRAIN_STEP_FACTORS:
-            given = self.rl.override(key)
+            spellings = [name for name in _FACTOR_ALIASES.get(key, (key,)) if self.rl.override(name) is not None]
+            if len(spellings) > 1:
+                raise UserError(f"recipe '{self.name}': rl.overrides sets {key} twice ({' and '.join(spellings)}); "
+                                "keep one")
+            given = self.rl.override(spellings[0]) if spellings else None
             try:
                 product *= float(given) if given is not None else self.maxtext.train_step_defaults[key]
             except ValueError:
@@ -421,7 +437,8 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
             capacity=entry.capacity,
             maxtext_version=entry.maxtext_version,
             maxtext=release,
-            pathways_images=PathwaysImages(**parsed.pathways.model_dump(), jax=release.jax),
+            pathways_images=PathwaysImages(**parsed.pathways.model_dump(), tag=release.pathways_tag,
+                                           jax=release.jax),
             cpu_machine_type=entry.cpu_machine_type,
             cpu_machine=sizes["cpu_machine_type"],
             tpu_host=sizes["tpu.machine_type"],

@@ -158,10 +158,28 @@ def run_check(recipe, tmp_path, image_jax: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("recipe_name", PATHWAYS_RECIPES)
 def test_every_pathways_image_is_tagged_for_the_jax_of_the_recipes_maxtext_release(recipe_name):
     recipe = get_recipe(recipe_name)
-    release_jax = load_table()["maxtext"][recipe.maxtext_version]["jax"]
+    tag = load_table()["maxtext"][recipe.maxtext_version]["pathways_tag"]
     images = {c["container"]["image"] for name, c in our_containers(recipe_name).items() if name.startswith("pathways")}
-    assert images == {f"us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-{release_jax}",
-                      f"us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-{release_jax}"}
+    assert images == {f"us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:{tag}",
+                      f"us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:{tag}"}
+
+
+def test_the_0_2_4_pairing_is_the_tag_upstream_runs_a_jax_0_11_0_client_with():
+    """google/tunix examples/deepscaler/gke/launch_sc_ab.sh defaults PATHWAYS_TAG to 20260911-jax_0.11.0."""
+    release = load_table()["maxtext"]["0.2.4"]
+    assert (release["jax"], release["pathways_tag"]) == ("0.11.0", "20260911-jax_0.11.0")
+
+
+@pytest.mark.parametrize(("tag", "rule"), [
+    ("latest", "is not a Pathways tag"),
+    ("jax-0.8.1", "serves jax 0.8.1, but the image has jax 0.11.0"),
+    ("20260623-jax_0.10.1", "serves jax 0.10.1, but the image has jax 0.11.0"),
+])
+def test_a_pathways_tag_for_another_jax_is_refused_where_the_table_is_loaded(tag, rule):
+    table = load_table()
+    table["maxtext"]["0.2.4"]["pathways_tag"] = tag
+    with pytest.raises(UserError, match=rf"maxtext\.0\.2\.4: pathways_tag '{tag}' {rule}"):
+        build_recipes(table)
 
 
 @pytest.mark.parametrize("recipe_name", PATHWAYS_RECIPES)
@@ -175,13 +193,12 @@ def test_the_head_checks_the_jax_pairing_before_it_patches_or_trains(recipe_name
 
 def test_a_mismatched_image_jax_stops_the_head_with_one_line_naming_both_versions_and_the_field(tmp_path):
     recipe = get_recipe("qwen3-v6e32")  # MaxText 0.2.4
-    tag = load_table()["maxtext"]["0.2.4"]["jax"]
     result = run_check(recipe, tmp_path, "0.8.1")
     assert result.returncode == 1
     assert "reached-training" not in result.stdout
     assert result.stderr.splitlines() == [
-        f"tpu-rl check failed: the image has jax 0.8.1 but the Pathways images are tagged jax-{tag}: "
-        f'set jax = "0.8.1" under [maxtext."0.2.4"] in recipes/recipes.toml']
+        "tpu-rl check failed: the image has jax 0.8.1 but the Pathways images are tagged 20260911-jax_0.11.0 "
+        '(jax 0.11.0): set jax and a pathways_tag built for jax 0.8.1 under [maxtext."0.2.4"] in recipes/recipes.toml']
 
 
 def test_a_matching_image_jax_goes_on_to_training(tmp_path):

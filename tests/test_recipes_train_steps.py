@@ -29,6 +29,7 @@ def recipe_with(name: str, *overrides: str, num_batches: int | None = None):
 EXAMPLES = [
     (50, (), 50),  # seed 000 exports actor/50 after num_batches=50
     (50, ("rl.num_iterations=2",), 100),
+    (50, ("num_iterations=2",), 100),  # 0.2.4's pyconfig sets the nested rl field from its bare name
     (50, ("train_fraction=0.5",), 25),
     (50, ("num_epoch=3",), 150),
     (50, ("rl.num_iterations=2", "train_fraction=0.3", "num_epoch=2"), 60),
@@ -59,3 +60,8 @@ def test_a_step_factor_that_is_not_a_number_is_refused_naming_it():
 def test_factors_that_leave_no_step_are_refused():
     with pytest.raises(UserError, match="gives 0 training steps"):
         recipe_with("qwen3-v6e32", "train_fraction=0.01")
+
+
+def test_both_spellings_of_num_iterations_are_refused():
+    with pytest.raises(UserError, match="sets rl.num_iterations twice"):
+        recipe_with("qwen3-v6e32", "rl.num_iterations=2", "num_iterations=3")
