@@ -121,6 +121,7 @@ def train_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         f"tokenizer_path={recipe.model.tokenizer}",
         f"chips_per_vm={recipe.shape.chips_per_vm}",
         f"num_batches={recipe.rl.num_batches}",
+        f"checkpoint_period={recipe.rl.checkpoint_period}",
     ]
     return MaxTextCommand(TRAIN_RL, _unique(recipe, "train", [*derived, *recipe.rl.overrides]))
 

@@ -80,6 +80,13 @@ DIFFERENCES: tuple[Difference, ...] = (
         recipes=("qwen3-v6e32", "llama31-v6e8"),
     ),
     Difference(
+        "checkpoint_period",
+        "The seeds keep rl.yml's 50, so a 50-step run checkpoints only at its end. The recipe's period "
+        "(10) bounds what a preempted spot or flex-start run loses: train_rl restores the latest "
+        "checkpoint under its run directory when it starts again.",
+        steps=("train",),
+    ),
+    Difference(
         "model_name",
         "Seed 002 exports as llama3.1-8b, for which to_huggingface bundles the tokenizer and config of the "
         "base model meta-llama/Llama-3.1-8B (HF_IDS in maxtext/utils/globals.py, 0.2.3). We trained the "

@@ -194,16 +194,17 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
     """What the recipe's stack costs per hour while its pipeline runs."""
     prices = prices or load_prices()
     shape = recipe.shape
-    chip = prices.tpu_chip_hour(shape.generation, recipe.capacity)
-    reserved = recipe.capacity == "reservation"
-    tpu_label = f"TPU {shape.generation} chips ({recipe.capacity})"
+    mode = recipe.capacity[0]  # the capacity expected to serve; the rest of the list is fallback
+    chip = prices.tpu_chip_hour(shape.generation, mode)
+    reserved = mode == "reservation"
+    tpu_label = f"TPU {shape.generation} chips ({mode})"
     if not recipe.is_gke:
         lines = [
             CostLine(f"{tpu_label}, VM {shape.machine_type}", shape.total_chips, "chip", chip.usd_per_hour,
                      reserved=reserved),
             _nat_line(prices, shape.total_hosts),
         ]
-        return CostBreakdown(recipe.name, recipe.capacity, prices.region, tuple(lines))
+        return CostBreakdown(recipe.name, mode, prices.region, tuple(lines))
 
     cpu = prices.machine(recipe.cpu_machine_type or "")
     system = prices.machine(conventions.SYSTEM_POOL_MACHINE_TYPE)
@@ -216,7 +217,7 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
         CostLine("GKE cluster management fee", 1, "cluster", prices.gke_cluster.usd_per_hour),
         _nat_line(prices, nodes_behind_nat),
     ]
-    return CostBreakdown(recipe.name, recipe.capacity, prices.region, tuple(lines))
+    return CostBreakdown(recipe.name, mode, prices.region, tuple(lines))
 
 
 def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> RunEstimate:

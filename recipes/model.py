@@ -14,8 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from recipes.errors import UserError
 
-CapacityMode = Literal["reservation", "spot", "on-demand"]
+CapacityMode = Literal["reservation", "flex-start", "spot", "on-demand"]
+CAPACITY_MODES: tuple[CapacityMode, ...] = ("reservation", "flex-start", "spot", "on-demand")
 Platform = Literal["gke", "vm"]
+# A TPU VM is one VM with one provisioning model: no flex-start node pool and no queue to fall back in.
+PLATFORM_CAPACITY: dict[str, tuple[CapacityMode, ...]] = {
+    "gke": CAPACITY_MODES,
+    "vm": ("reservation", "spot", "on-demand"),
+}
 Step = Literal["convert", "train", "export"]
 STEPS: tuple[Step, ...] = ("convert", "train", "export")
 
@@ -42,6 +48,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class FlexStartFacts(_Strict):
+    """Where and how GKE offers a generation through flex-start (Dynamic Workload Scheduler)."""
+
+    zones: tuple[str, ...]
+    min_gke_version: str  # the cluster version from which GKE creates flex-start TPU node pools
+    max_run_hours: int = Field(ge=1)  # the longest max_run_duration a node may have
+    source: str
+
+
 class TpuGeneration(_Strict):
     """Facts about one TPU generation: which topologies and machine types exist."""
 
@@ -50,6 +65,7 @@ class TpuGeneration(_Strict):
     pathways_instance_prefix: str
     multi_host_machine_type: str
     machine_types: dict[str, int]  # machine type -> chips per VM
+    flex_start: FlexStartFacts | None = None  # None: not offered through flex-start
 
 
 class MachineSize(_Strict):
@@ -158,10 +174,16 @@ class TpuSpec(_Strict):
     topology: str
     machine_type: str
     slices: int = Field(ge=1)
+    # How long a flex-start node may live (max_run_duration), at most the generation's limit; it bounds
+    # a train step that hangs. Only read when the capacity includes flex-start.
+    flex_start_max_run_hours: int | None = Field(default=None, ge=1)
 
 
 class RlSpec(_Strict):
     num_batches: int = Field(ge=1)
+    # train_rl saves a checkpoint every this many steps (and the last one on close); a preempted spot or
+    # flex-start run resumes from the latest, so it loses at most this many steps.
+    checkpoint_period: int = Field(ge=1)
     overrides: tuple[str, ...] = ()
     patches: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
@@ -293,19 +315,41 @@ def derive_shape(tpu: TpuSpec, generations: dict[str, TpuGeneration]) -> Shape:
     )
 
 
+def parse_capacity(value: object) -> tuple[CapacityMode, ...]:
+    """'reservation,flex-start' or ["spot", "on-demand"] -> an ordered tuple of known, distinct modes."""
+    items = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else None
+    if items is None:
+        raise ValueError("must be a capacity mode or a comma-separated list of them")
+    modes = [mode for mode in (str(item).strip() for item in items) if mode]
+    unknown = [mode for mode in modes if mode not in CAPACITY_MODES]
+    if unknown or not modes:
+        raise ValueError(f"'{','.join(modes)}' names {', '.join(repr(m) for m in unknown) or 'no mode'}: use one "
+                         f"or an ordered comma-separated list of {', '.join(CAPACITY_MODES)}")
+    if len(set(modes)) != len(modes):
+        raise ValueError(f"'{','.join(modes)}' names a mode twice")
+    return tuple(modes)  # type: ignore[return-value]
+
+
 class RecipeEntry(_Strict):
     """One [recipes.<name>] table as written in recipes.toml."""
 
     description: str
     platform: Platform
     pathways: bool
-    capacity: CapacityMode
+    # The default capacity, or an ordered fallback list (Kueue tries them in order); the CAPACITY setting
+    # overrides it per user.
+    capacity: tuple[CapacityMode, ...]
     maxtext_version: str
     cpu_machine_type: str | None = None
     durations_minutes: Durations
     model: ModelSpec
     tpu: TpuSpec
     rl: RlSpec
+
+    @field_validator("capacity", mode="before")
+    @classmethod
+    def _capacity_list(cls, value: object) -> tuple[CapacityMode, ...]:
+        return parse_capacity(value)
 
     @model_validator(mode="after")
     def _platform_rules(self) -> "RecipeEntry":
@@ -327,7 +371,7 @@ class Recipe(BaseModel):
     description: str
     platform: Platform
     pathways: bool
-    capacity: CapacityMode
+    capacity: tuple[CapacityMode, ...]  # in the order Kueue tries them
     maxtext_version: str
     maxtext: MaxTextRelease
     pathways_images: PathwaysImages
@@ -340,9 +384,24 @@ class Recipe(BaseModel):
     rl: RlSpec
     patches: tuple[SourcePatch, ...]
 
+    tpu_facts: TpuGeneration
+    flex_start_max_run_hours: int | None = None
+
     @property
     def is_gke(self) -> bool:
         return self.platform == "gke"
+
+    @property
+    def static_tpu(self) -> bool:
+        """Whether the TPU hosts exist from deploy to destroy. Only a reservation's pools are static (it is
+        billed for its term anyway); every other mode scales from zero, so its hosts exist, and bill,
+        only while a train step runs."""
+        return self.capacity == ("reservation",)
+
+    def with_capacity(self, capacity: tuple[CapacityMode, ...], source: str) -> "Recipe":
+        """This recipe with another capacity list, checked against its platform and TPU generation."""
+        check_capacity(self.name, self.platform, capacity, self.tpu_facts, self.flex_start_max_run_hours, source)
+        return self.model_copy(update={"capacity": capacity})
 
     @property
     def train_steps(self) -> int:
@@ -373,6 +432,27 @@ class Recipe(BaseModel):
     def last_step(self) -> int:
         """The checkpoint step export reads: the last step train_rl runs."""
         return self.train_steps
+
+
+def check_capacity(name: str, platform: str, capacity: tuple[CapacityMode, ...], facts: TpuGeneration,
+                   max_run_hours: int | None, source: str) -> None:
+    """The rules a capacity list must meet for a recipe; UserError naming `source` (the field or setting)."""
+    where = f"{source} '{','.join(capacity)}' for recipe '{name}'"
+    allowed = PLATFORM_CAPACITY[platform]
+    refused = [mode for mode in capacity if mode not in allowed]
+    if refused:
+        raise UserError(f"{where}: a TPU VM takes one of {', '.join(allowed)}, not {', '.join(refused)} "
+                        "(flex-start and fallback lists need a GKE recipe)")
+    if platform == "vm" and len(capacity) > 1:
+        raise UserError(f"{where}: a TPU VM has one provisioning model, so name one mode")
+    if facts.flex_start and max_run_hours and max_run_hours > facts.flex_start.max_run_hours:
+        raise UserError(f"recipe '{name}': tpu.flex_start_max_run_hours is {max_run_hours}; flex-start nodes run "
+                        f"at most {facts.flex_start.max_run_hours} hours")
+    if "flex-start" in capacity:
+        if facts.flex_start is None:
+            raise UserError(f"{where}: TPU {facts.gke_accelerator} is not offered through flex-start")
+        if max_run_hours is None:
+            raise UserError(f"{where}: flex-start needs tpu.flex_start_max_run_hours (how long a node may run)")
 
 
 class RecipeFile(_Strict):
@@ -447,6 +527,10 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
             shape=shape,
             rl=entry.rl,
             patches=tuple(patches),
+            tpu_facts=parsed.tpu[entry.tpu.generation],
+            flex_start_max_run_hours=entry.tpu.flex_start_max_run_hours,
         )
+        check_capacity(name, entry.platform, entry.capacity, parsed.tpu[entry.tpu.generation],
+                       entry.tpu.flex_start_max_run_hours, f"{source}: capacity")
         recipes[name].train_steps  # noqa: B018 -- refuses overrides that leave no training step, at load
     return recipes

@@ -108,7 +108,7 @@ class Settings:
 
     def for_recipe(self, recipe: Recipe) -> "Settings":
         """Check the rules that depend on the recipe; return self when they hold."""
-        if recipe.capacity == "reservation" and not self.reservation:
+        if "reservation" in recipe.capacity and not self.reservation:
             raise UserError(
                 f"RESERVATION is not set, but recipe '{recipe.name}' uses capacity 'reservation': "
                 f"export RESERVATION=<your {recipe.shape.machine_type} reservation name>"

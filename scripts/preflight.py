@@ -27,8 +27,8 @@ def _resource_name(value: str) -> str:
 def check_reservation(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
     name = "reservation"
     shape = recipe.shape
-    if recipe.capacity != "reservation":
-        return Check(name, True, f"not needed (capacity '{recipe.capacity}')")
+    if "reservation" not in recipe.capacity:
+        return Check(name, True, f"not needed (capacity '{','.join(recipe.capacity)}')")
     try:
         found = clients.reservations().get(project=settings.project, zone=settings.zone,
                                            reservation=settings.reservation)

@@ -75,7 +75,7 @@ class GkeRecipeStack(TpuRlStack):
                     topology=shape.topology,
                     hosts=shape.hosts_per_slice,
                     node_service_account=nodes.email,
-                    capacity=recipe.capacity,
+                    capacity=recipe.capacity[0],  # one pool per slice for the first mode (fallback pools: issue 10)
                     reservation=settings.reservation,
                 ),
             )

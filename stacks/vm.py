@@ -41,7 +41,7 @@ class VmRecipeStack(TpuRlStack):
                 network=network,
                 service_account=identity.email,
                 startup_script=render_startup_script(recipe, settings),
-                capacity=recipe.capacity,
+                capacity=recipe.capacity[0],  # a VM takes exactly one mode (checked where the recipe loads)
                 reservation=settings.reservation,
                 depends_on=identity.grants,
             ),

@@ -59,7 +59,7 @@ def test_shapes_derive_hosts_from_chips_per_vm(name, topology, machine, slices, 
 
 def test_platforms_and_capacity_follow_the_seeds():
     assert [r.platform for r in all_recipes().values()] == ["gke", "gke", "vm"]
-    assert {r.capacity for r in all_recipes().values()} == {"reservation"}
+    assert {r.capacity for r in all_recipes().values()} == {("reservation",)}
     assert get_recipe("gemma4-v6e64").cpu_machine_type == "c4d-standard-96"
 
 
@@ -94,6 +94,11 @@ def test_two_slices_are_data_only(table):
         ("llama31-v6e8", "pathways", True, "pathways needs platform 'gke'"),
         ("llama31-v6e8", "tpu.slices", 2, "tpu.slices must be 1 for platform 'vm'"),
         ("qwen3-v6e32", "capacity", "preemptible", "capacity"),
+        ("qwen3-v6e32", "capacity", "spot,spot", "names a mode twice"),
+        ("qwen3-v6e32", "capacity", "", "names no mode"),
+        ("llama31-v6e8", "capacity", "flex-start", "a TPU VM takes one of reservation, spot, on-demand, not flex-start"),
+        ("llama31-v6e8", "capacity", ["spot", "on-demand"], "a TPU VM has one provisioning model"),
+        ("qwen3-v6e32", "tpu.flex_start_max_run_hours", 200, "flex-start nodes run at most 168 hours"),
         ("qwen3-v6e32", "maxtext_version", "9.9.9", "maxtext_version '9.9.9' has no"),
         ("qwen3-v6e32", "rl.patches", ["no-such-patch"], "rl.patches names 'no-such-patch'"),
         ("qwen3-v6e32", "rl.overrides", ["not an override"], "rl.overrides"),
@@ -122,3 +127,15 @@ def test_images_must_be_pinned(table):
 
 def test_unknown_keys_are_rejected(table):
     assert "typo_field" in error_of(with_change(table, "qwen3-v6e32", "typo_field", 1))
+
+
+def test_a_capacity_list_keeps_its_order(table):
+    changed = with_change(table, "qwen3-v6e32", "capacity", "reservation, flex-start,spot")
+    assert build_recipes(changed)["qwen3-v6e32"].capacity == ("reservation", "flex-start", "spot")
+
+
+def test_flex_start_needs_a_max_run_duration(table):
+    changed = copy.deepcopy(table)
+    changed["recipes"]["qwen3-v6e32"]["capacity"] = "flex-start"
+    del changed["recipes"]["qwen3-v6e32"]["tpu"]["flex_start_max_run_hours"]
+    assert "flex-start needs tpu.flex_start_max_run_hours" in error_of(changed)
