@@ -6,6 +6,8 @@ The negative tests prove the check catches what the anchors say differs between 
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 import jobs
@@ -43,11 +45,19 @@ def test_every_override_and_flag_is_accepted_by_the_pinned_maxtext(maxtext, name
     assert maxtext[recipe.maxtext_version].check(command.module, command.overrides, command.flags) == []
 
 
+def _words_in_script(text: str, module: str) -> list[str]:
+    """The words of the one `python3 -m <module>` command of a shell script as bash reads them: over its
+    backslash-continued lines, with the quoting undone (shlex, not the code that wrote the quoting)."""
+    assert text.count(f"python3 -m {module} ") == 1, module
+    lines = text[text.index(f"python3 -m {module} "):].splitlines()
+    last = next(i for i, line in enumerate(lines) if not line.endswith("\\"))
+    return shlex.split(" ".join(line.removesuffix("\\") for line in lines[:last + 1]))
+
+
 def test_the_vm_script_runs_exactly_the_checked_commands():
-    recipe = get_recipe("llama31-v6e8")
-    text = jobs.render_startup_script(recipe, SETTINGS)
+    text = jobs.render_startup_script(get_recipe("llama31-v6e8"), SETTINGS)
     for command in commands("llama31-v6e8").values():
-        assert command.shell() in text
+        assert _words_in_script(text, command.module) == command.argv
 
 
 def test_train_rl_validates_against_rlconfig_from_0_2_4_and_maxtextconfig_before(maxtext):

@@ -6,8 +6,7 @@ import pytest
 from conftest import only, outputs, resources
 
 from infra.network import IAP_TCP_FORWARDING_RANGE
-from jobs import render_startup_script
-from recipes import all_recipes, example_settings
+from recipes import example_settings
 
 STACK = "llama31-v6e8"
 
@@ -80,9 +79,20 @@ def test_llama_vm_service_account_reaches_only_the_bucket_and_the_secret(vm_stac
     ])
 
 
-def test_llama_vm_startup_script_is_the_one_jobs_renders(instance):
-    expected = render_startup_script(all_recipes()[STACK], example_settings())
-    assert instance["metadata"]["startup-script"] == expected
+def test_llama_vm_startup_script_runs_the_llama_pipeline_of_seed_002(instance):
+    """The VM boots into this recipe's pipeline for these settings (the script's content is tested in
+    test_jobs_vm_script.py). From seed 002: a v6e-8 slice (TPU_ACCELERATOR_TYPE=v6e-8) runs to_maxtext,
+    train_rl and to_huggingface in that order on llama3.1-8b-Instruct; the token comes from the settings'
+    secret and the model goes to the settings' bucket."""
+    settings = example_settings()
+    text = instance["metadata"]["startup-script"]
+    assert text.startswith("#!/bin/bash\n") and "\nexport TPU_ACCELERATOR_TYPE=v6e-8\n" in text
+    modules = ["maxtext.checkpoint_conversion.to_maxtext", "maxtext.trainers.post_train.rl.train_rl",
+               "maxtext.checkpoint_conversion.to_huggingface"]
+    starts = [text.index(f"\npython3 -m {module} ") for module in modules]
+    assert starts == sorted(starts)
+    assert f"--secret={settings.hf_token_secret} --project={settings.project}" in text
+    assert f"base_output_directory=gs://{settings.gcs_bucket}/llama3.1-8b-Instruct/hf-trained/" in text
     assert instance["metadata"]["enable-oslogin"] == "TRUE"
 
 
