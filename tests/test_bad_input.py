@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from security_harness import REPO, TRACEBACK, VENV_BIN, clean_environment, sentinel_token, start_gcs_emulator, start_peers
+from peers.fixtures import REPO, TOKEN, TRACEBACK, VENV_BIN, clean_environment, start_gcs_emulator, start_peers
 
 TABLE = REPO / "security" / "bad_input.yaml"
 DOC = REPO / "docs" / "bad-input.md"
@@ -235,7 +235,7 @@ class Outcome:
 
 def execute(row: Row, root: Path) -> Outcome:
     """Run one row in its own sandbox (and its own fake APIs, so rows can run side by side)."""
-    sandbox = Sandbox(root, sentinel_token())
+    sandbox = Sandbox(root, TOKEN)
     argv, env, stdin = prepare(row, sandbox)
     emulator = start_gcs_emulator() if row.peers is not None else None
     peers = start_peers(row.peers, env, sandbox.home, sandbox.sentinel, emulator) if emulator else None

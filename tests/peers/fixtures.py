@@ -1,14 +1,30 @@
-"""pytest fixtures that start the peers on 127.0.0.1 and point `tpu-rl` at them through its settings
-and endpoint variables. Import the fixtures you need into a test module."""
+"""The local fake APIs (tests/peers) set up for a test, in one place. Two ways in:
+
+- pytest fixtures (settings_env, gcs, kube, google, cloud) that start the peers on 127.0.0.1 and point the
+  in-process `tpu-rl` at them through its settings and endpoint variables; import the ones you need into
+  a test module;
+- `start_peers`, for the hardening tests that run the real entry points as subprocesses
+  (test_bad_input.py, test_secret_hygiene.py): the same peers set up from a small description of the
+  cloud's state, pointed at by an environment from `clean_environment`, with a snapshot of everything a
+  command could have created.
+"""
 
 from __future__ import annotations
 
+import os
 import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from peers.google_apis import GoogleApis
 from peers.kube_api import KubeApi, write_kubeconfig
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+TRACEBACK = "Traceback (most recent call last)"
 
 SETTINGS = {
     "PROJECT": "tpu-rl-test",
@@ -19,8 +35,21 @@ SETTINGS = {
     "RESERVATION": "v6e-reservation",
     "AUTHORIZED_CIDR": "203.0.113.7/32",
 }
-CONTEXT = "gke_tpu-rl-test_us-east5_rl-test"
-TOKEN = "hf_SENTINELtoken0123456789"  # must never show up in output or in what the CLI sends
+# The sentinel Hugging Face token: it must never show up in output or in what the CLI sends. Built at run
+# time so that no token-shaped string sits in the source.
+TOKEN = "hf_" + "SENTINEL" + uuid.uuid4().hex
+# Every API the CLI could reach points at a closed local port unless a test sets up a peer, so nothing
+# can reach Google, and an attempt shows up as a connection error instead of a cloud call.
+DEAD_ENDPOINT = "http://127.0.0.1:9"
+ENDPOINT_VARIABLES = ("TPU_RL_COMPUTE_ENDPOINT", "TPU_RL_TPU_ENDPOINT", "TPU_RL_SECRETMANAGER_ENDPOINT")
+
+
+def kube_context(settings: dict[str, str]) -> str:
+    """The context name gcloud gives the settings' cluster: gke_<project>_<region>_<name>."""
+    return f"gke_{settings['PROJECT']}_{settings['REGION']}_{settings['CLUSTER_NAME']}"
+
+
+CONTEXT = kube_context(SETTINGS)
 
 
 def _free_port() -> int:
@@ -29,29 +58,21 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def gcs_server():
+def start_gcs_emulator():
+    """(server, url) of an in-memory GCS emulator on a free local port."""
     from gcp_storage_emulator.server import create_server
 
     port = _free_port()
     server = create_server("127.0.0.1", port, in_memory=True)
     server.start()
-    yield server, f"http://127.0.0.1:{port}"
-    server.stop()
+    return server, f"http://127.0.0.1:{port}"
 
 
-@pytest.fixture
-def gcs(gcs_server, monkeypatch):
-    """A storage client on the emulator, with the settings' bucket in REGION, empty for each test."""
+def storage_client(project: str, url: str):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    server, url = gcs_server
-    server.wipe()
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
-    client = storage.Client(project=SETTINGS["PROJECT"], credentials=AnonymousCredentials())
-    make_bucket(client, SETTINGS["GCS_BUCKET"], SETTINGS["REGION"])
-    return client
+    return storage.Client(project=project, credentials=AnonymousCredentials(), client_options={"api_endpoint": url})
 
 
 def make_bucket(client, name: str, region: str):
@@ -63,12 +84,59 @@ def make_bucket(client, name: str, region: str):
     return bucket
 
 
+def start_google(settings: dict[str, str], token: str, state: dict | None = None) -> GoogleApis:
+    """Compute, TPU and Secret Manager with a healthy v6e setup (capacity free, token stored), changed
+    where `state` says: reservation (absent | [machine type, count, in use]), accelerators (absent),
+    secret (absent | empty)."""
+    from recipes.settings import DEFAULT_HF_TOKEN_SECRET
+
+    state = state or {}
+    server = GoogleApis().start()
+    zone = settings["ZONE"]
+    reservation = state.get("reservation", ["ct6e-standard-4t", 16, 0])
+    if reservation != "absent":
+        server.reservations[(zone, settings["RESERVATION"])] = tuple(reservation)
+    server.machine_types.update({(zone, "ct6e-standard-4t"), (zone, "ct6e-standard-8t")})
+    if state.get("accelerators") != "absent":
+        server.accelerator_types.update({(zone, "v6e-8"), (zone, "v6e-32"), (zone, "v6e-64")})
+    secret = state.get("secret", "present")
+    if secret != "absent":
+        server.secrets[DEFAULT_HF_TOKEN_SECRET] = [] if secret == "empty" else [{"data": token.encode(), "state": "ENABLED"}]
+    return server
+
+
+def start_kube(kubeconfig: Path, context: str) -> KubeApi:
+    """The fake Kubernetes API, and a kubeconfig whose current context `context` points at it."""
+    server = KubeApi().start()
+    write_kubeconfig(kubeconfig, server.url, context)
+    return server
+
+
+# --------------------------------------------------------------------------------------------------
+# pytest fixtures: the in-process CLI against the peers
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    server, url = start_gcs_emulator()
+    yield server, url
+    server.stop()
+
+
+@pytest.fixture
+def gcs(gcs_server, monkeypatch):
+    """A storage client on the emulator, with the settings' bucket in REGION, empty for each test."""
+    server, url = gcs_server
+    server.wipe()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
+    client = storage_client(SETTINGS["PROJECT"], url)
+    make_bucket(client, SETTINGS["GCS_BUCKET"], SETTINGS["REGION"])
+    return client
+
+
 @pytest.fixture
 def kube(tmp_path, monkeypatch):
-    server = KubeApi().start()
-    kubeconfig = tmp_path / "kubeconfig"
-    write_kubeconfig(kubeconfig, server.url, CONTEXT)
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    server = start_kube(tmp_path / "kubeconfig", CONTEXT)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
     yield server
     server.stop()
 
@@ -76,13 +144,8 @@ def kube(tmp_path, monkeypatch):
 @pytest.fixture
 def google(monkeypatch):
     """Compute, TPU and Secret Manager with a healthy v6e setup: capacity free, token stored."""
-    server = GoogleApis().start()
-    zone = SETTINGS["ZONE"]
-    server.reservations[(zone, SETTINGS["RESERVATION"])] = ("ct6e-standard-4t", 16, 0)
-    server.machine_types.update({(zone, "ct6e-standard-4t"), (zone, "ct6e-standard-8t")})
-    server.accelerator_types.update({(zone, "v6e-8"), (zone, "v6e-32"), (zone, "v6e-64")})
-    server.secrets["hf-token"] = [{"data": TOKEN.encode(), "state": "ENABLED"}]
-    for name in ("TPU_RL_COMPUTE_ENDPOINT", "TPU_RL_TPU_ENDPOINT", "TPU_RL_SECRETMANAGER_ENDPOINT"):
+    server = start_google(SETTINGS, TOKEN)
+    for name in ENDPOINT_VARIABLES:
         monkeypatch.setenv(name, server.url)
     yield server
     server.stop()
@@ -105,6 +168,92 @@ def settings_env(tmp_path, monkeypatch):
 def cloud(settings_env, gcs, kube, google):
     """Everything `tpu-rl run` talks to, healthy."""
     return {"gcs": gcs, "kube": kube, "google": google}
+
+
+# --------------------------------------------------------------------------------------------------
+# The real entry points as subprocesses against the peers (the hardening tests)
+
+def clean_environment(home: Path) -> dict[str, str]:
+    """Nothing of the caller's: no HF_TOKEN, no kubeconfig, no credentials, no settings."""
+    return {
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+        "CHECKPOINT_DISABLE": "1",
+        "KUBECONFIG": str(home / "no-kubeconfig"),
+        "STORAGE_EMULATOR_HOST": DEAD_ENDPOINT,
+        **{name: DEAD_ENDPOINT for name in ENDPOINT_VARIABLES},
+        "TPU_RL_RETRY_BASE_SECONDS": "0",
+        "TPU_RL_POLL_SECONDS": "0",
+    }
+
+
+@dataclass
+class Peers:
+    kube: KubeApi | None
+    google: GoogleApis
+    gcs_client: object
+    before: dict = field(default_factory=dict)
+
+    def gcs_objects(self) -> set[tuple[str, str]]:
+        return {(bucket.name, blob.name) for bucket in self.gcs_client.list_buckets()
+                for blob in bucket.list_blobs()}
+
+    def state(self) -> dict:
+        """What the fake APIs hold: anything a command created, changed or deleted shows up here."""
+        kube = self.kube
+        return {
+            "jobsets": sorted(kube.jobsets) if kube else [],
+            "jobsets created": list(kube.created) if kube else [],
+            "jobsets deleted": list(kube.deleted) if kube else [],
+            "kubernetes secrets": sorted(kube.secrets) if kube else [],
+            "secret versions": {name: len(versions) for name, versions in self.google.secrets.items()},
+            "gcs objects": self.gcs_objects(),
+        }
+
+    def stop(self) -> None:
+        for server in (self.kube, self.google):
+            if server is not None:
+                server.stop()
+
+
+def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_emulator) -> Peers:
+    """Healthy fake APIs for env's settings, changed where `state` says; env is pointed at them.
+
+    state keys: bucket (absent | a region), kube (absent | no-jobset-crd | other-context), stale ([step,
+    phase] of a JobSet left from an earlier run, of `recipe`), and those of `start_google`.
+    """
+    server, url = gcs_emulator
+    server.wipe()
+    env["STORAGE_EMULATOR_HOST"] = url
+    gcs_client = storage_client(env["PROJECT"], url)
+    bucket = state.get("bucket", "present")
+    if bucket != "absent":
+        make_bucket(gcs_client, env["GCS_BUCKET"], env["REGION"] if bucket == "present" else bucket)
+
+    google = start_google(env, token, state)
+    for name in ENDPOINT_VARIABLES:
+        env[name] = google.url
+
+    kube = None
+    cluster = state.get("kube", "healthy")
+    if cluster != "absent":
+        context = "gke_someone-else_us-central1_other" if cluster == "other-context" else kube_context(env)
+        kube = start_kube(home / "kubeconfig", context)
+        kube.crd_installed = cluster != "no-jobset-crd"
+        env["KUBECONFIG"] = str(home / "kubeconfig")
+        if "stale" in state:
+            from jobs import render_manifests
+            from recipes import get_recipe, load_settings
+
+            step, phase = state["stale"]
+            recipe = get_recipe(state.get("recipe", "qwen3-v6e32"))
+            kube.put_jobset(render_manifests(recipe, load_settings(env=env))[step], phase=phase)
+            kube.requests.clear()
+    peers = Peers(kube, google, gcs_client)
+    peers.before = peers.state()
+    return peers
 
 
 def peer_settings():
