@@ -12,7 +12,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CHECKPOINT_DISABLE := 1
 
-.PHONY: install synth test bench clean
+.PHONY: install synth test bench bench-cli clean
 
 $(STAMP): pyproject.toml package.json package-lock.json
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -39,6 +39,10 @@ test: install
 # Synth speed: the app command (lazy and full provider import) beside a bare provider import.
 bench: install
 	$(PY) scripts/bench_synth.py $(ARGS)
+
+# CLI start-up: --help, recipes and render, each in fresh processes (median and min; target: --help <= 0.3 s).
+bench-cli: install
+	$(PY) bench/cli_startup.py $(ARGS)
 
 clean:
 	rm -rf cdktf.out .pytest_cache

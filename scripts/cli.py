@@ -1,43 +1,103 @@
 """`tpu-rl`: the operator CLI. Thin on purpose: parse, call scripts/* and recipes/*, print.
 
 Every command ends through `_handled`: bad input prints one line and exits 2 without a traceback, other
-outcomes get their own exit code (scripts.outcome.ExitCode, documented in the README).
+outcomes get their own exit code (scripts.outcome.ExitCode, documented in the README). Usage errors
+(a missing argument, an unknown option) are one line too, exit 2 (`_OneLineErrors`).
+
+Start-up is what the offline commands cost (`make bench-cli`), so the kubernetes and Google clients,
+rich and the retry machinery are imported inside the commands that use them, never at module level.
 """
 
 from __future__ import annotations
 
 import functools
-import getpass
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from typer.core import TyperGroup
 
-from recipes import STEPS, Recipe, Settings, UserError, all_recipes, get_recipe, load_settings
-from recipes.cost import ESTIMATE_NOTE
-from scripts.clients import Clients
-from scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, PreflightFailed
-from scripts.retry import RetryPolicy
+from recipes import STEPS, UserError, all_recipes, get_recipe, load_settings
+from scripts.outcome import EXIT_CODES_HELP, ExitCode, Interrupted, Outcome, PreflightFailed, foreign_ending
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from recipes import Recipe, Settings
 
 POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
 RETRY_DELAY_ENV = "TPU_RL_RETRY_BASE_SECONDS"  # first backoff delay of API retries (default 1)
 REQUEST_TIMEOUT_ENV = "TPU_RL_REQUEST_TIMEOUT_SECONDS"  # per Kubernetes API request (default 30)
+PIPED_WIDTH = 200  # output that is neither a terminal nor sized by COLUMNS (a file, CI logs)
 
-app = typer.Typer(help=f"GRPO post-training with MaxText on Cloud TPU v6e. {EXIT_CODES_HELP}",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-secret_app = typer.Typer(help="The Hugging Face token in Secret Manager.", no_args_is_help=True)
+
+def _usage_error_types() -> tuple[type[Exception], type[Exception], type[Exception]]:
+    """UsageError, NoArgsIsHelpError and Abort of the click that typer runs on (typer 0.29 vendors its
+    own copy as typer._click; earlier releases use click): found through typer's public BadParameter."""
+    import importlib
+
+    exceptions = importlib.import_module(typer.BadParameter.__module__)
+    return exceptions.UsageError, exceptions.NoArgsIsHelpError, typer.Abort
+
+
+class _OneLineErrors(TyperGroup):
+    """Click's usage errors as one line, `error: <what>; see <command> --help`, exit 2, like every other
+    refusal; Ctrl-C at a prompt (click's Abort) exits 130 like any interruption."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        usage_error, no_args_is_help, abort = _usage_error_types()
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = result if isinstance(result, int) else ExitCode.OK
+        except no_args_is_help as error:  # a bare `tpu-rl` or `tpu-rl secret`: the help, as click shows it
+            error.show()
+            code = error.exit_code
+        except usage_error as error:
+            message = error.format_message().rstrip(".")
+            command = error.ctx.command_path if error.ctx is not None else "tpu-rl"
+            typer.echo(f"error: {message[:1].lower()}{message[1:]}; see `{command} --help`", err=True)
+            code = ExitCode.BAD_INPUT
+        except abort:
+            typer.echo("error: interrupted", err=True)
+            code = ExitCode.INTERRUPTED
+        if not standalone_mode:
+            return int(code)
+        sys.exit(int(code))
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"tpu-rl {version('tpu-rl')}")
+        raise typer.Exit()
+
+
+# Plain (not rich) help: it fits any terminal, costs no rich import, and shows flags as flags (typer
+# 0.29's rich help prints `<bool>` after every flag, --help included).
+_APP_SETTINGS = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(cls=_OneLineErrors, help=f"GRPO post-training with MaxText on Cloud TPU v6e. {EXIT_CODES_HELP}",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, context_settings=_APP_SETTINGS)
+secret_app = typer.Typer(help="The Hugging Face token in Secret Manager.", no_args_is_help=True,
+                         rich_markup_mode=None)
 app.add_typer(secret_app, name="secret")
 
 
+@app.callback()
+def _app(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    pass
+
+
 def _console() -> Console:
-    # Piped output (a file, CI logs) is not cut at 80 columns.
-    width = None if sys.stdout.isatty() else 200
+    from rich.console import Console
+
+    # A terminal, or COLUMNS, sets the width; other output (a file, CI logs) is not cut at 80 columns.
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
     return Console(soft_wrap=True, highlight=False, width=width)
 
 
@@ -51,35 +111,19 @@ def _handled(command):
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from google.api_core.exceptions import GoogleAPIError
-        from google.auth.exceptions import GoogleAuthError
-        from kubernetes.client.exceptions import ApiException
-        from requests import RequestException
-        from urllib3.exceptions import HTTPError
-
-        from scripts.retry import describe
-
         try:
             return command(*args, **kwargs)
         except UserError as error:
             raise _fail(ExitCode.BAD_INPUT, str(error)) from None
         except Outcome as error:
             raise _fail(error.code, str(error)) from None
-        except ApiException as error:
-            raise _fail(ExitCode.API_ERROR, f"Kubernetes API error: {describe(error)}") from None
-        except GoogleAPIError as error:
-            raise _fail(ExitCode.API_ERROR, f"Google API error: {type(error).__name__}: {str(error)[:200]}") from None
-        except GoogleAuthError as error:  # e.g. RefreshError: the stored login expired or was revoked
-            raise _fail(ExitCode.API_ERROR, f"Google did not accept your credentials ({describe(error)}): run "
-                                            "`gcloud auth application-default login`") from None
-        except RequestException as error:  # the REST clients (Compute, and any redirected API) could not connect
-            raise _fail(ExitCode.API_ERROR, f"cannot reach a Google API ({describe(error)}): check the network "
-                                            "and run the command again") from None
-        except HTTPError as error:  # a followed log stream broke midway (requests are retried in scripts.retry)
-            raise _fail(ExitCode.API_ERROR, f"lost the connection to the cluster ({describe(error)}): "
-                                            "run the command again") from None
         except KeyboardInterrupt:
             raise _fail(ExitCode.INTERRUPTED, "interrupted") from None
+        except Exception as error:  # a cloud library's own exception: classified without importing any
+            ending = foreign_ending(error)
+            if ending is None:
+                raise
+            raise _fail(*ending) from None
 
     return wrapper
 
@@ -103,15 +147,30 @@ def _float_env(name: str, default: float) -> float:
         raise UserError(f"{name}='{raw}' is not a number of seconds") from None
 
 
+def _stdin_is_a_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question in the terminal. Ctrl-C (or Ctrl-D) there is an interruption, exit 130, not a
+    failed step: typer.confirm turns both into Abort. Questions come before anything is submitted."""
+    try:
+        return typer.confirm(question, default=False)
+    except typer.Abort:
+        raise Interrupted("interrupted at the prompt; nothing was submitted or deleted") from None
+
+
 def make_session(recipe: Recipe, settings: Settings):
     """The one place a pipeline Session is built (tests replace sleeps through the env knobs above)."""
+    from scripts.clients import Clients
     from scripts.pipeline import Session
+    from scripts.retry import RetryPolicy
 
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0),
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0))
     return Session(recipe, settings, Clients(settings), console=_console(), policy=policy,
                    poll_interval=_float_env(POLL_ENV, 15.0), sleep=policy.sleep,
-                   confirm=(lambda question: typer.confirm(question, default=False)) if sys.stdin.isatty() else None)
+                   confirm=_ask if _stdin_is_a_terminal() else None)
 
 
 def _write(path: Path, text: str, option: str) -> None:
@@ -151,25 +210,65 @@ def recipe_facts(recipe: Recipe) -> dict:
     }
 
 
+RECIPE_COLUMNS = ("recipe", "model", "platform", "chips", "hosts", "machine type", "image / pip", "MaxText", "$/h")
+
+
+def _image_or_pip(item: dict) -> str:
+    return item["image"].rsplit("/", 1)[-1] if item["image"] else item["pip"]  # full reference in --json
+
+
+def _recipes_table(facts: list[dict], title: str):
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in RECIPE_COLUMNS:  # names and models are copied into commands: never cut
+        table.add_column(column, no_wrap=True)
+    for item in facts:
+        table.add_row(*(escape(str(cell)) for cell in (
+            item["name"], item["model"], item["platform"], item["chips"], item["hosts"], item["machine_type"],
+            _image_or_pip(item), item["maxtext_version"], item["hourly_estimate"])))
+    return table
+
+
+def _recipes_stacked(facts: list[dict]) -> list[str]:
+    """The table's facts, one recipe per block of short lines: for a terminal too narrow for the table."""
+    from rich.markup import escape
+
+    lines = []
+    for item in facts:
+        slices = f"{item['slices']} × " if item["slices"] > 1 else ""
+        runs = "gke with Pathways" if item["pathways"] else item["platform"]
+        lines += [f"[bold]{escape(item['name'])}[/]  {escape(item['hourly_estimate'])}",
+                  f"  model  {escape(item['model'])}",
+                  f"  TPU    {slices}{item['accelerator_type']} {item['topology']}: {item['chips']} chips, "
+                  f"{item['hosts']} host{'s' if item['hosts'] != 1 else ''} of {item['machine_type']}",
+                  f"  runs   {runs}: {escape(_image_or_pip(item))} (MaxText {item['maxtext_version']})"]
+    return lines
+
+
 @app.command("recipes")
 @_handled
 def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """List the recipes with chips, hosts, machine type, image, MaxText version and an hourly estimate."""
+    """List the recipes: model, chips, hosts, machine type, image, MaxText version and an hourly estimate."""
+    from recipes.cost import ESTIMATE_NOTE
+
     facts = [recipe_facts(recipe) for recipe in all_recipes().values()]
     if as_json:
         typer.echo(json.dumps(facts, indent=2))
         return
-    table = Table(title=f"tpu-rl recipes (cost: {ESTIMATE_NOTE})")
-    for column in ("recipe", "platform", "chips", "hosts", "machine type", "image / pip", "MaxText"):
-        # Names are copied into commands: never cut them; a narrow terminal wraps the cost column instead.
-        table.add_column(column, no_wrap=True)
-    table.add_column("$/h", overflow="fold")
-    for item in facts:
-        image = item["image"].rsplit("/", 1)[-1] if item["image"] else item["pip"]  # full reference in --json
-        table.add_row(*(escape(str(cell)) for cell in (
-            item["name"], item["platform"], item["chips"], item["hosts"], item["machine_type"], image,
-            item["maxtext_version"], item["hourly_estimate"])))
-    _console().print(table)
+    console = _console()
+    title = f"tpu-rl recipes (cost: {ESTIMATE_NOTE})"
+    table = _recipes_table(facts, title)
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum  # nothing cut
+    if natural <= console.width:
+        console.print(table)
+        return
+    console.print(title)
+    for line in _recipes_stacked(facts):
+        console.print(line)
 
 
 @app.command()
@@ -200,6 +299,7 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 @_handled
 def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     """Check capacity, bucket and token before spending money; every failed check says how to fix it."""
+    from scripts.clients import Clients
     from scripts.preflight import run_checks
 
     recipe = get_recipe(recipe_name)
@@ -219,7 +319,10 @@ def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
 @_handled
 def secret_set() -> None:
     """Add the Hugging Face token from stdin as a new Secret Manager version (never pass it as an argument)."""
+    import getpass
+
     from scripts import hf_token
+    from scripts.clients import Clients
 
     settings = _cloud_settings()
     raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
@@ -250,26 +353,38 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         run_vm(session, wanted, follow_logs=follow_logs)
 
 
+def status_view(recipe_name: str, bucket: str, report):
+    """The status report in any terminal width: one block per step, the step's name beside its state
+    (pods, time) and its output; long lines (an output's paths) wrap inside the block, nothing is cut."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for row in report.rows:
+        state = ", ".join(part for part in (row.state, row.pods and f"pods {row.pods}", row.time) if part)
+        grid.add_row(Text(row.step, style="bold"), Text(f"{state}\noutput {row.output}"))
+    title = Text(f"{recipe_name}: {report.where}, outputs in gs://{bucket}")
+    return Group(title, grid, *([Text(report.note)] if report.note else []))
+
+
 @app.command()
 @_handled
 def status(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
-    """Each step's JobSet (or VM marker), pods and whether its output is verified in GCS."""
-    from scripts.pipeline import status_gke
-
+    """Each step's state (JobSet or VM progress), pods, time and whether its output is verified in GCS."""
     recipe = get_recipe(recipe_name)
     session = make_session(recipe, _cloud_settings())
     if recipe.is_gke:
-        rows = status_gke(session)
+        from scripts.pipeline import status_gke
+
+        report = status_gke(session)
     else:
         from scripts.vm import status_vm
 
-        rows = status_vm(session)
-    table = Table(title=f"{recipe.name} in gs://{session.settings.gcs_bucket}")
-    for column in ("step", "job", "state", "pods", "output"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(escape(cell) for cell in (row.step, row.where, row.state, row.pods, row.output)))
-    session.console.print(table)
+        report = status_vm(session)
+    session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report), soft_wrap=False)
 
 
 @app.command()

@@ -242,12 +242,13 @@ class Cluster:
         return response.data.decode(errors="replace")
 
     def stream_log(self, pod: str, container: str, since_seconds: int | None = None,
-                   timestamps: bool = False) -> Iterator[str]:
+                   timestamps: bool = False, tail_lines: int | None = None) -> Iterator[str]:
         """Follow a container's log; ends when the container ends or the connection drops. With
-        `timestamps` each line starts with its RFC 3339 time and a space (for resuming without repeats)."""
+        `timestamps` each line starts with its RFC 3339 time and a space (for resuming without repeats);
+        `tail_lines` starts from that many last lines (the API's tailLines applies with follow too)."""
         response = self._read(f"following logs of {pod}", lambda: self.core.read_namespaced_pod_log(
             pod, self.namespace, container=container, follow=True, since_seconds=since_seconds,
-            timestamps=timestamps or None,
+            timestamps=timestamps or None, tail_lines=tail_lines,
             _request_timeout=(self.policy.request_timeout, FOLLOW_IDLE_SECONDS), _preload_content=False))
         pending = b""
         try:
@@ -277,6 +278,7 @@ class JobSetState:
     message: str = ""
     created: str | None = None
     restarts: int = 0
+    finished: str | None = None  # when it succeeded or failed: its Completed/Failed condition's lastTransitionTime
 
 
 def jobset_state(obj: dict | None) -> JobSetState:
@@ -290,7 +292,8 @@ def jobset_state(obj: dict | None) -> JobSetState:
     for phase, kind in (("failed", "Failed"), ("succeeded", "Completed")):
         if kind in conditions or terminal == kind:
             condition = conditions.get(kind, {})
-            return JobSetState(phase, condition.get("reason", kind), condition.get("message", ""), created, restarts)
+            return JobSetState(phase, condition.get("reason", kind), condition.get("message", ""), created, restarts,
+                               condition.get("lastTransitionTime"))
     if "Suspended" in conditions or obj.get("spec", {}).get("suspend"):
         condition = conditions.get("Suspended", {})
         return JobSetState("suspended", condition.get("reason", "Suspended"),

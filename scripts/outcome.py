@@ -5,6 +5,7 @@ The codes are documented in the README ("Exit codes") and printed by `tpu-rl --h
 
 from __future__ import annotations
 
+import sys
 from enum import IntEnum
 
 
@@ -51,3 +52,37 @@ class PreflightFailed(Outcome):
 
 class Interrupted(Outcome):
     code = ExitCode.INTERRUPTED
+
+
+# Exceptions the cloud libraries raise past our own handling, tried in this order: (module, class, exit
+# code, the line's start; `{what}` is scripts.retry.describe(error), `{text}` the error's own message).
+_FOREIGN: tuple[tuple[str, str, ExitCode, str], ...] = (
+    ("kubernetes.client.exceptions", "ApiException", ExitCode.API_ERROR, "Kubernetes API error: {what}"),
+    ("google.api_core.exceptions", "GoogleAPIError", ExitCode.API_ERROR, "Google API error: {text}"),
+    # e.g. RefreshError: the stored login expired or was revoked
+    ("google.auth.exceptions", "GoogleAuthError", ExitCode.API_ERROR,
+     "Google did not accept your credentials ({what}): run `gcloud auth application-default login`"),
+    # the REST clients (Compute, and any redirected API) could not connect
+    ("requests", "RequestException", ExitCode.API_ERROR,
+     "cannot reach a Google API ({what}): check the network and run the command again"),
+    # a followed log stream broke midway (requests are retried in scripts.retry)
+    ("urllib3.exceptions", "HTTPError", ExitCode.API_ERROR,
+     "lost the connection to the cluster ({what}): run the command again"),
+)
+
+
+def foreign_ending(error: BaseException) -> tuple[ExitCode, str] | None:
+    """The exit code and one line for a cloud library's exception, or None when it is none of them.
+
+    A class is looked up only in a module that is already imported: an exception cannot be an instance
+    of a class that was never loaded, and importing the kubernetes and Google clients here would cost
+    every command (`--help`, `recipes`, `render`) their start-up.
+    """
+    for module_name, class_name, code, template in _FOREIGN:
+        cls = getattr(sys.modules.get(module_name), class_name, None)
+        if cls is not None and isinstance(error, cls):
+            from scripts.retry import describe  # kubernetes is loaded by now, or this is an error path
+
+            return code, template.format(what=describe(error),
+                                         text=f"{type(error).__name__}: {str(error)[:200]}")
+    return None

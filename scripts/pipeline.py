@@ -23,7 +23,7 @@ from recipes import STEPS, Recipe, Settings, UserError
 from recipes.conventions import CHECK_FAILED_PREFIX, HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from scripts import gcs, hf_token
 from scripts.clients import Clients
-from scripts.kube import Cluster, JobSetState, jobset_state, pod_counts, pod_problems
+from scripts.kube import Cluster, JobSetState, PodCounts, jobset_state, pod_counts, pod_problems
 from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
 from scripts.retry import RetryPolicy
 
@@ -80,14 +80,19 @@ def _parse_time(text: str) -> datetime | None:
     return datetime.fromisoformat(f"{match.group(1)}.{fraction}{zone}")
 
 
+def _duration(start: str | None, end: datetime | str | None) -> str:
+    """h:mm:ss from an RFC 3339 start to an end (a datetime or RFC 3339); "" when either is unknown."""
+    started = _parse_time(start) if start else None
+    ended = _parse_time(end) if isinstance(end, str) else end
+    if started is None or ended is None:
+        return ""
+    seconds = max(int((ended - started).total_seconds()), 0)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
 def _elapsed(created: str | None, now: Callable[[], datetime]) -> str:
-    if not created:
-        return ""
-    started = _parse_time(created)
-    if started is None:
-        return ""
-    seconds = int((now() - started).total_seconds())
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d} elapsed"
+    since = _duration(created, now())
+    return f"{since} elapsed" if since else ""
 
 
 @dataclass
@@ -232,7 +237,7 @@ def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_l
             session.cluster.create_jobset(job.manifest)
             console.print(f"{action.step}: submitted JobSet {job.name}")
         else:
-            console.print(f"{action.step}: reattaching to {action.why} (not submitting a duplicate)")
+            console.print(f"{action.step}: {action.why}; reattaching to it (not submitting a duplicate)")
         remaining = ",".join(steps[steps.index(action.step):])
         try:
             wait_for_jobset(session, job, follow_logs)
@@ -389,21 +394,42 @@ def failure_message(session: Session, job: StepJob, state: JobSetState, problems
 @dataclass(frozen=True)
 class StepStatus:
     step: str
-    where: str  # JobSet name or marker
-    state: str
-    pods: str
-    output: str
+    state: str  # JobSet phase (with its reason unless it succeeded), or the VM's progress for the step
+    pods: str  # "ready/expected ready" while a JobSet runs, "done" once it finished, "" when not applicable
+    time: str  # "h:mm:ss elapsed" while running, "took h:mm:ss" once finished, "" when unknown
+    output: str  # verified | missing: ...
 
 
-def status_gke(session: Session) -> list[StepStatus]:
+@dataclass(frozen=True)
+class StatusReport:
+    where: str  # what runs the steps, e.g. "JobSets qwen3-v6e32-<step>" or "TPU VM rl-vm (RUNNING)"
+    rows: list[StepStatus]
+    note: str = ""  # a line under the table, e.g. that the VM does not exist
+
+
+def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_pods: int,
+                       now: datetime) -> tuple[str, str, str]:
+    """The state, pods and time cells of one JobSet: a finished one shows "done" and how long it took."""
+    reason = f" ({state.reason})" if state.reason and state.phase != "succeeded" else ""
+    if state.phase in ("succeeded", "failed"):
+        took = _duration(state.created, state.finished)
+        return state.phase + reason, "done", f"took {took}" if took else ""
+    if state.phase == "absent":
+        return "absent", "", ""
+    since = _duration(state.created, now)
+    pods = f"{counts.ready}/{expected_pods} ready" if counts is not None else ""
+    return state.phase + reason, pods, f"{since} elapsed" if since else ""
+
+
+def status_gke(session: Session) -> StatusReport:
     rows = []
     for step, job in step_jobs(session.recipe, session.settings).items():
         state = jobset_state(session.cluster.get_jobset(job.name))
-        counts = pod_counts(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}")) if state.phase != "absent" else None
-        rows.append(StepStatus(
-            step, job.name, state.phase + (f" ({state.reason})" if state.reason else ""),
-            f"{counts.ready}/{job.expected_pods} ready" if counts else "-", session.output_state(step)))
-    return rows
+        counts = (pod_counts(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"))
+                  if state.phase in ("running", "suspended") else None)
+        rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
+                               session.output_state(step)))
+    return StatusReport(f"JobSets {jobset_name(session.recipe, '<step>')}", rows)
 
 
 def logs_gke(session: Session, step: str, follow: bool, tail: int | None) -> Iterable[str]:
@@ -414,5 +440,5 @@ def logs_gke(session: Session, step: str, follow: bool, tail: int | None) -> Ite
                         f"24 h TTL): see `tpu-rl status {session.recipe.name}`")
     name = pod["metadata"]["name"]
     if follow:
-        return session.cluster.stream_log(name, MAIN_CONTAINER)
+        return session.cluster.stream_log(name, MAIN_CONTAINER, tail_lines=tail)
     return session.cluster.read_log(name, MAIN_CONTAINER, tail).splitlines()

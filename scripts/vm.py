@@ -13,7 +13,7 @@ from jobs.vm import PROGRESS_LINE, STARTING
 from recipes import STEPS, UserError
 from scripts import gcs
 from scripts.outcome import Interrupted, StepFailed
-from scripts.pipeline import Session, StepStatus, verify_output
+from scripts.pipeline import Session, StatusReport, StepStatus, verify_output
 
 STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING"}
 
@@ -135,12 +135,26 @@ def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool) -> No
     session.report_done(steps)
 
 
-def status_vm(session: Session) -> list[StepStatus]:
-    instance = _instance(session)
-    states = step_states(gcs.object_names(session.clients.storage(), session.paths.progress),
-                         SerialReader(session).new_text())
-    return [StepStatus(step, f"VM {session.settings.vm_name} ({instance.status})", states.get(step, "waiting"), "-",
-                       session.output_state(step)) for step in STEPS]
+def status_vm(session: Session) -> StatusReport:
+    """Each step's progress and output. Without the VM (deleted after a run, or not deployed yet) the
+    bucket still holds the progress markers and outputs, so they are shown with a note instead of an error."""
+    settings = session.settings
+    markers = gcs.object_names(session.clients.storage(), session.paths.progress)
+    try:
+        instance = session.clients.instances().get(project=settings.project, zone=settings.zone,
+                                                   instance=settings.vm_name)
+    except gexc.NotFound:
+        states = step_states(markers, "")
+        rows = [StepStatus(step, "done" if states[step] == "done" else "not done", "", "",
+                           session.output_state(step)) for step in STEPS]
+        return StatusReport(f"TPU VM {settings.vm_name} (not found)", rows,
+                            f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
+                            f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
+                            "TPU_NAME)")
+    states = step_states(markers, SerialReader(session).new_text())
+    return StatusReport(f"TPU VM {settings.vm_name} ({instance.status})",
+                        [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step))
+                         for step in STEPS])
 
 
 def logs_vm(session: Session, step: str, tail: int | None) -> list[str]:

@@ -177,7 +177,7 @@ def test_rerun_after_interruption_reattaches_instead_of_submitting_a_duplicate(c
     succeed_writing_output(cloud, "train")  # the job goes on and finishes
     result = tpu_rl("run", RECIPE, "--steps", "train")
     assert result.exit_code == 0, result.output
-    assert "reattaching" in result.output
+    assert f"train: JobSet {name('train')} is running; reattaching to it (not submitting a duplicate)" in result.output
     assert cloud["kube"].created == [name("train")]
 
 

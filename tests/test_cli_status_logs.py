@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 from typer.testing import CliRunner
 
 from contracts.tunix_log import train_step_line
@@ -14,20 +16,43 @@ RECIPE = "qwen3-v6e32"
 runner = CliRunner()
 
 
-def test_status_shows_each_step_jobset_pods_and_output(cloud, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
+def _status_blocks(output: str) -> dict[str, list[str]]:
+    """Each step's block of the status view: its first line after the step name, then the indented
+    lines under it, each stripped."""
+    blocks: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        words = line.split()
+        if words[:1] in (["convert"], ["train"], ["export"]):
+            blocks[words[0]] = [line.strip().removeprefix(words[0]).strip()]
+        elif blocks and line.startswith(" ") and words:
+            blocks[list(blocks)[-1]].append(line.strip())
+    return blocks
+
+
+def test_status_shows_each_step_state_pods_time_and_output_in_80_columns(cloud, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
     recipe = get_recipe(RECIPE)
     manifests = render_manifests(recipe, peer_settings())
-    cloud["kube"].put_jobset(manifests["convert"], "succeeded")
+    convert = cloud["kube"].put_jobset(manifests["convert"], "succeeded")
+    # Times as the API reports them: creation, and the Completed condition's lastTransitionTime.
+    convert["metadata"]["creationTimestamp"] = "2026-11-30T10:00:00Z"
+    convert["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-30T10:41:12Z"
     put_step_output(cloud["gcs"], recipe, "convert")
     cloud["kube"].plan(f"{RECIPE}-train", outcome="hang")
-    cloud["kube"].put_jobset(manifests["train"], "running")
+    train = cloud["kube"].put_jobset(manifests["train"], "running")
+    started = datetime.now(timezone.utc) - timedelta(hours=2, minutes=3)
+    train["metadata"]["creationTimestamp"] = started.strftime("%Y-%m-%dT%H:%M:%SZ")
     result = runner.invoke(app, ["status", RECIPE])
     assert result.exit_code == 0, result.output
-    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") > 4}
-    assert "succeeded (AllJobsCompleted)" in rows["convert"] and "verified" in rows["convert"]
-    assert "running" in rows["train"] and "9/9 ready" in rows["train"] and "missing" in rows["train"]
-    assert "absent" in rows["export"]
+    assert max(len(line) for line in result.output.splitlines()) <= 80, result.output
+    assert result.output.startswith(f"{RECIPE}: JobSets {RECIPE}-<step>, outputs in gs://rl-test-artifacts")
+    blocks = _status_blocks(result.output)
+    assert blocks["convert"] == ["succeeded, pods done, took 0:41:12", "output verified"], result.output
+    assert blocks["train"][0].startswith("running, pods 9/9 ready, 2:03:"), result.output
+    assert blocks["train"][0].endswith(" elapsed") and blocks["train"][1].startswith("output missing: objects under")
+    assert blocks["export"][0] == "absent" and blocks["export"][1].startswith("output missing:")
+    # Paths longer than the block wrap inside it; none is cut.
+    assert "gs://rl-test-artifacts/qwen3-30b-a3b/hf-trained/config.json," in "".join(blocks["export"][1:]), result.output
     assert cloud["kube"].created == []
 
 
@@ -50,6 +75,16 @@ def test_logs_follow_streams_until_the_container_ends(cloud):
     result = runner.invoke(app, ["logs", RECIPE, "convert", "-f"])
     assert result.exit_code == 0 and result.output.splitlines() == ["a", "b"]
     assert any("follow=true" in path for _, path, _ in cloud["kube"].requests)
+
+
+def test_logs_follow_starts_from_the_last_tail_lines(cloud):
+    recipe = get_recipe(RECIPE)
+    cloud["kube"].plan(f"{RECIPE}-convert", outcome="hang", logs="a\nb\nc\nd\ne\n")
+    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "running")
+    result = runner.invoke(app, ["logs", RECIPE, "convert", "-f", "--tail", "3"])
+    assert result.exit_code == 0 and result.output.splitlines() == ["c", "d", "e"], result.output
+    [path] = [path for _, path, _ in cloud["kube"].requests if "follow=true" in path]
+    assert "tailLines=3" in path
 
 
 def test_logs_follow_broken_midway_is_one_line(cloud):

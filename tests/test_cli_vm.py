@@ -105,3 +105,19 @@ def test_vm_status_and_logs(settings_env, gcs, google):
     assert tail.output.splitlines() == ["step 1"]
     not_yet = runner.invoke(app, ["logs", RECIPE, "export"])
     assert not_yet.exit_code == ExitCode.BAD_INPUT and "has not started yet" in not_yet.output
+
+
+def test_vm_status_without_the_vm_shows_what_the_bucket_holds(settings_env, gcs, google, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    finish(google, gcs, "convert")()  # the run got as far as convert, then the VM was deleted
+    del google.serial[VM]
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    lines = status.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, status.output
+    assert [line.split()[:2] for line in lines if line.split()[:1] in (["convert"], ["train"], ["export"])] == [
+        ["convert", "done"], ["train", "not"], ["export", "not"]]
+    assert "output verified" in status.output and "output missing:" in status.output
+    note = " ".join(" ".join(lines).split())
+    assert "TPU VM 'rl-test-vm' does not exist in zone us-east5-b" in note
+    assert f"`npx cdktf deploy {RECIPE}` creates it" in note

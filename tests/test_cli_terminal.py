@@ -1,0 +1,164 @@
+"""`tpu-rl` at a terminal: start-up imports, help, version, usage errors, 80 columns, Ctrl-C at a prompt."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from peers.fixtures import cloud, gcs, gcs_server, google, kube, peer_settings, settings_env  # noqa: F401
+from recipes import all_recipes, get_recipe
+from recipes.settings import CONFIG_ENV, SPECS
+from scripts.cli import app
+from scripts.outcome import ExitCode
+
+REPO = Path(__file__).resolve().parents[1]
+TPU_RL = Path(sys.executable).parent / "tpu-rl"
+SETTINGS_ENV = (*(spec.env for spec in SPECS), CONFIG_ENV)  # unset: render then uses the example settings
+# What the offline commands never use and must not pay for at start-up.
+HEAVY = ("kubernetes", "google.cloud", "google.api_core", "google.auth")
+runner = CliRunner()
+
+
+# -- start-up ---------------------------------------------------------------------------------------
+def imported_modules(args: list[str], cwd: Path) -> set[str]:
+    """Every module the installed entry point imports for `args`, from `python -X importtime`."""
+    env = {key: value for key, value in os.environ.items() if key not in SETTINGS_ENV}
+    done = subprocess.run([sys.executable, "-X", "importtime", str(TPU_RL), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = {match[1] for match in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", done.stderr, re.M)}
+    assert "scripts.cli" in names, "importtime output not understood"
+    return names
+
+
+@pytest.mark.parametrize("args", [["--help"], ["recipes"], ["render", "qwen3-v6e32", "--out", "rendered"]],
+                         ids=["help", "recipes", "render"])
+def test_offline_commands_import_no_cloud_client(args, tmp_path):
+    names = imported_modules(args, tmp_path)
+    heavy = sorted(name for name in names if name.startswith(HEAVY) and name.split(".")[0] in ("kubernetes", "google"))
+    assert heavy == [], f"`tpu-rl {' '.join(args)}` imports {heavy[:8]}"
+
+
+def test_help_imports_no_rich_either(tmp_path):
+    assert not any(name == "rich" or name.startswith("rich.") for name in imported_modules(["--help"], tmp_path))
+
+
+# -- help, version, usage errors ----------------------------------------------------------------------
+def test_short_help_and_version_exist():
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    short = runner.invoke(app, ["-h"])
+    assert short.exit_code == 0 and short.output.startswith("Usage: ") and "--version" in short.output
+    assert runner.invoke(app, ["run", "-h"]).output == runner.invoke(app, ["run", "--help"]).output
+    shown = runner.invoke(app, ["--version"])
+    assert shown.exit_code == 0 and shown.output == f"tpu-rl {version}\n"
+
+
+def test_json_is_a_flag_in_the_help_and_takes_no_value():
+    help_text = runner.invoke(app, ["recipes", "--help"]).output
+    [line] = [line for line in help_text.splitlines() if "--json" in line]
+    assert line.split() == ["--json", "Machine-readable", "output."], line
+    assert "<bool>" not in help_text
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["recipes", "--json", "true"], "error: got unexpected extra argument(s) (true); see `"),
+    (["logs", "qwen3-v6e32"], "error: missing argument 'STEP'; see `"),
+    (["run", "qwen3-v6e32", "--follow"], "error: no such option: --follow (Possible options: --follow-logs); see `"),
+])
+def test_usage_errors_are_one_line_exit_2(args, expected):
+    result = runner.invoke(app, args)
+    assert result.exit_code == ExitCode.BAD_INPUT
+    [line] = result.output.splitlines()
+    assert line.startswith(expected) and line.endswith(f" {args[0]} --help`"), line
+
+
+# -- 80 columns ---------------------------------------------------------------------------------------
+def test_recipes_fit_80_columns_with_every_name_model_and_price_in_full(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(app, ["recipes"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, result.output
+    facts = json.loads(runner.invoke(app, ["recipes", "--json"]).output)
+    assert [item["name"] for item in facts] == list(all_recipes())
+    for item in facts:
+        [name_line] = [line for line in lines if line.split()[:1] == [item["name"]]]
+        assert item["hourly_estimate"] in name_line  # e.g. "$63.76/h (TPU reserved)", whole
+        assert any(line.split()[-1:] == [item["model"]] for line in lines), item["model"]
+
+
+def test_recipes_in_a_wide_terminal_is_one_table_with_a_model_column(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "240")
+    result = runner.invoke(app, ["recipes"])
+    header = next(line for line in result.output.splitlines() if "recipe" in line and "model" in line)
+    assert [cell.strip() for cell in header.strip("┃ ").split("┃")][:2] == ["recipe", "model"]
+    row = next(line for line in result.output.splitlines() if "qwen3-v6e32" in line)
+    assert get_recipe("qwen3-v6e32").model.hf_repo in row and "/h" in row
+
+
+# -- Ctrl-C at the [y/N] prompt -----------------------------------------------------------------------
+def _read_until(fd: int, done, seconds: float) -> str:
+    """What the process writes to its terminal until `done(text)` holds, the terminal closes (the
+    process ended) or `seconds` pass. Reading all along keeps the process from blocking on a full pty."""
+    text, deadline = "", time.monotonic() + seconds
+    while not done(text) and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the terminal's other end closed, the process ended
+                break
+            if not chunk:
+                break
+            text += chunk.decode(errors="replace")
+    return text
+
+
+def _wait_until_sleeping(pid: int, seconds: float = 30) -> None:
+    """Wait until the process sleeps, i.e. (after it printed its prompt) it is blocked reading the terminal.
+    A SIGINT sent earlier, between the prompt and the read, would be taken only when the read returns
+    (CPython checks signals after an interrupted read, not before the first one): no person is that quick."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "S":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} never waited for input")
+
+
+def test_ctrl_c_at_the_replace_prompt_is_an_interruption_not_a_failed_step(cloud):
+    from jobs import render_manifests
+
+    recipe = get_recipe("qwen3-v6e32")
+    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "failed")
+    master, terminal = pty.openpty()  # a real terminal, so `run` asks instead of refusing
+    proc = subprocess.Popen([str(TPU_RL), "run", recipe.name, "--steps", "convert"], stdin=terminal,
+                            stdout=terminal, stderr=terminal, env=dict(os.environ), close_fds=True)
+    os.close(terminal)
+    try:
+        asked = _read_until(master, lambda text: "[y/N]" in text, 120)
+        assert "Delete it and submit again? [y/N]" in asked, asked
+        _wait_until_sleeping(proc.pid)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C at the terminal sends
+        rest = _read_until(master, lambda text: False, 120)  # until the process ends and closes its terminal
+        assert proc.wait(timeout=30) == ExitCode.INTERRUPTED, asked + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    assert "error: interrupted at the prompt; nothing was submitted or deleted" in rest
+    assert "Traceback" not in rest and "Aborted" not in rest
+    assert cloud["kube"].created == [] and cloud["kube"].deleted == []
