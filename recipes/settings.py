@@ -128,15 +128,21 @@ def _fail(spec: SettingSpec, rule: str) -> UserError:
 def _check(values: Mapping[str, str]) -> dict[str, object]:
     """Validate raw strings and convert them to typed values."""
     checked: dict[str, object] = {}
+    missing: list[SettingSpec] = []
     for spec in SPECS:
         raw = values.get(spec.field)
         if raw is None or raw == "":
             if spec.required:
-                raise _fail(spec, f"is not set: export {spec.env}=<{spec.help}> or set {spec.field} in {DEFAULT_CONFIG}")
-            if spec.default is not None:
+                missing.append(spec)
+            elif spec.default is not None:
                 checked[spec.field] = spec.default
             continue
         checked[spec.field] = raw.strip()
+    if missing:  # every one at once, so one run shows the whole fix
+        names, verb = _listed([spec.env for spec in missing]), "is" if len(missing) == 1 else "are"
+        exports = " ".join(f"{spec.env}=<{spec.help}>" for spec in missing)
+        raise UserError(f"{names} {verb} not set: export {exports} or set "
+                        f"{_listed([spec.field for spec in missing])} in {DEFAULT_CONFIG}")
 
     project = checked["project"]
     if not _PROJECT.match(project):
@@ -161,6 +167,12 @@ def _check(values: Mapping[str, str]) -> dict[str, object]:
     _check_bucket(checked["gcs_bucket"], _BY_FIELD["gcs_bucket"])
     if checked.get("state_bucket") is not None:
         _check_bucket(checked["state_bucket"], _BY_FIELD["state_bucket"])
+        if checked["state_bucket"] == checked["gcs_bucket"]:
+            # The artifacts stack creates GCS_BUCKET: its own state cannot live in a bucket that does not
+            # exist before its first deploy, and destroying the stack would delete the state with it.
+            raise _fail(_BY_FIELD["state_bucket"], f"'{checked['state_bucket']}' is GCS_BUCKET, the artifacts bucket a "
+                        "stack manages: create a separate bucket for Terraform state (README 'State backend') or "
+                        "unset TF_STATE_BUCKET for local state")
     reservation = checked.get("reservation")
     if reservation is not None and not _RESOURCE_NAME.match(reservation):
         raise _fail(_BY_FIELD["reservation"], f"'{reservation}' is not a reservation name: lowercase letters, "
@@ -177,6 +189,11 @@ def _check(values: Mapping[str, str]) -> dict[str, object]:
         raise _fail(_BY_FIELD["tpu_name"], f"'{tpu_name}' is not an instance name: lowercase letters, digits "
                     "and '-', 1-63 characters, starting with a letter")
     return checked
+
+
+def _listed(names: list[str]) -> str:
+    """"A", "A and B", "A, B and C"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _check_bucket(bucket: str, spec: SettingSpec) -> None:

@@ -104,6 +104,20 @@ def test_missing_required_setting_says_what_to_export(env):
     assert message.startswith(f"{env} is not set: export {env}=")
 
 
+def test_every_missing_setting_is_reported_at_once_with_one_export_line():
+    message = error_of({k: v for k, v in GOOD.items() if k not in ("PROJECT", "ZONE", "GCS_BUCKET")})
+    assert message.startswith("PROJECT, ZONE and GCS_BUCKET are not set: export PROJECT=<")
+    assert " ZONE=<" in message and " GCS_BUCKET=<" in message
+    assert message.endswith("or set project, zone and gcs_bucket in tpu-rl.toml")
+
+
+def test_state_bucket_must_not_be_the_artifacts_bucket():
+    message = error_of({**GOOD, "TF_STATE_BUCKET": GOOD["GCS_BUCKET"]})
+    assert message.startswith(f"TF_STATE_BUCKET '{GOOD['GCS_BUCKET']}' is GCS_BUCKET")
+    assert "create a separate bucket for Terraform state" in message
+    assert load_settings({**GOOD, "TF_STATE_BUCKET": "my-rl-tf-state"}).state_bucket == "my-rl-tf-state"
+
+
 def test_reservation_is_required_only_for_reservation_capacity():
     settings = load_settings({k: v for k, v in GOOD.items() if k != "RESERVATION"})
     with pytest.raises(UserError, match="^RESERVATION is not set, but recipe 'qwen3-v6e32' uses capacity 'reservation'"):
