@@ -40,7 +40,12 @@ def check_reservation(clients: Clients, recipe: Recipe, settings: Settings) -> C
     if machine_type != shape.machine_type:
         return Check(name, False, f"reservation '{settings.reservation}' is for {machine_type or 'no machine type'}, "
                      f"recipe '{recipe.name}' needs {shape.machine_type}: use a {shape.machine_type} reservation")
-    free = int(specific.count) - int(specific.in_use_count)
+    count, free = int(specific.count), int(specific.count) - int(specific.in_use_count)
+    if count < shape.total_hosts:  # too small even when idle: freeing capacity would not help
+        slices = "its slice" if shape.slices == 1 else f"its {shape.slices} slices"
+        return Check(name, False, f"reservation '{settings.reservation}' has {count} {machine_type} hosts in all, "
+                     f"recipe '{recipe.name}' needs {shape.total_hosts} for {slices}: use a reservation of at least "
+                     f"{shape.total_hosts} hosts, or a recipe with a smaller slice")
     if free < shape.total_hosts:
         return Check(name, False, f"reservation '{settings.reservation}' has {free} of {specific.count} "
                      f"{machine_type} free, recipe '{recipe.name}' needs {shape.total_hosts}: free capacity "

@@ -69,6 +69,15 @@ def test_preflight_fails_a_reservation_without_enough_free_hosts(settings_env, g
     assert result.exit_code == ExitCode.PREFLIGHT_FAILED
 
 
+def test_preflight_tells_a_reservation_smaller_than_the_slice_from_a_busy_one(settings_env, gcs, google):
+    google.reservations[(ZONE, SETTINGS["RESERVATION"])] = ("ct6e-standard-4t", 4, 0)
+    result = preflight()
+    [line] = failed_lines(result)
+    assert ("reservation 'v6e-reservation' has 4 ct6e-standard-4t hosts in all, recipe 'qwen3-v6e32' needs 8 for "
+            "its slice: use a reservation of at least 8 hosts") in line
+    assert "idle node pools" not in line and result.exit_code == ExitCode.PREFLIGHT_FAILED
+
+
 def test_preflight_fails_a_bucket_in_another_region(settings_env, gcs, google):
     gcs.get_bucket(SETTINGS["GCS_BUCKET"]).delete()
     make_bucket(gcs, SETTINGS["GCS_BUCKET"], "europe-west4")
