@@ -34,13 +34,14 @@ REQUEST_TIMEOUT_ENV = "TPU_RL_REQUEST_TIMEOUT_SECONDS"  # per Kubernetes API req
 PIPED_WIDTH = 200  # output that is neither a terminal nor sized by COLUMNS (a file, CI logs)
 
 
-def _usage_error_types() -> tuple[type[Exception], type[Exception], type[Exception]]:
+def _usage_error_types() -> tuple[type[Exception], type[Exception] | tuple, type[Exception]]:
     """UsageError, NoArgsIsHelpError and Abort of the click that typer runs on (typer 0.29 vendors its
-    own copy as typer._click; earlier releases use click): found through typer's public BadParameter."""
+    own copy as typer._click; earlier releases use click): found through typer's public BadParameter.
+    Click before 8.2 has no NoArgsIsHelpError (it printed the help itself): `except ()` catches nothing."""
     import importlib
 
     exceptions = importlib.import_module(typer.BadParameter.__module__)
-    return exceptions.UsageError, exceptions.NoArgsIsHelpError, typer.Abort
+    return exceptions.UsageError, getattr(exceptions, "NoArgsIsHelpError", ()), typer.Abort
 
 
 class _OneLineErrors(TyperGroup):
@@ -407,6 +408,33 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         lines = logs_vm(session, step, tail or None)
     for line in lines:
         typer.echo(line)
+
+
+@app.command()
+@_handled
+def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+            runs: Optional[list[str]] = typer.Option(None, "--run", metavar="NAME",
+                                                     help="A run of the recipe in the bucket; repeat to compare."),
+            sources: Optional[list[str]] = typer.Option(
+                None, "--from", metavar="DIR_OR_GS_URL", help="A directory of event files copied elsewhere; repeatable."),
+            png: Optional[Path] = typer.Option(None, "--png", metavar="FILE",
+                                               help="Also draw reward, loss, KL and completion length to this PNG."),
+            as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """A run's TensorBoard scalars: first, last and best value and a sparkline per tag; --png for curves."""
+    from scripts.metrics import collect, table
+
+    recipe = get_recipe(recipe_name)
+    loaded = collect(recipe, runs or [], sources or [], _cloud_settings)
+    if png is not None:
+        from scripts.metrics import plot
+
+        plot.write_png(plot.figure(loaded, f"{recipe.name}: TensorBoard scalars"), png)
+    if as_json:
+        typer.echo(json.dumps(table.as_json(loaded), indent=2))
+    else:
+        typer.echo(table.text(loaded), nl=False)
+    if png is not None:
+        typer.echo(f"wrote {png}", err=as_json)
 
 
 @app.command("plan-review")
