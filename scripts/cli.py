@@ -252,6 +252,8 @@ def _recipes_stacked(facts: list[dict]) -> list[str]:
 @_handled
 def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the recipes: model, chips, hosts, machine type, image, MaxText version and an hourly estimate."""
+    from rich.measure import Measurement
+
     from recipes.cost import ESTIMATE_NOTE
 
     facts = [recipe_facts(recipe) for recipe in all_recipes().values()]
@@ -261,8 +263,6 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
     console = _console()
     title = f"tpu-rl recipes (cost: {ESTIMATE_NOTE})"
     table = _recipes_table(facts, title)
-    from rich.measure import Measurement
-
     natural = Measurement.get(console, console.options.update_width(10_000), table).maximum  # nothing cut
     if natural <= console.width:
         console.print(table)
