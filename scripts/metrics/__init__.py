@@ -1,0 +1,66 @@
+"""`tpu-rl metrics`: a run's TensorBoard scalars as a table, JSON or a picture.
+
+- tags.py: the tags train_rl writes, with their upstream source, and which way is better for each;
+- events.py: reading event files from a local directory or a gs:// prefix (`latest_scalar` for progress);
+- table.py: the 80-column table and the JSON;
+- plot.py: the 2x2 picture (imports matplotlib: only for --png).
+
+The reader and matplotlib are imported by the functions that use them, so importing this package is cheap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from recipes import Recipe, Settings, UserError
+from scripts.metrics.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
+                                    run_directory)
+
+__all__ = ["Run", "collect", "latest_scalar", "run_directory", "source_label"]
+
+
+def source_label(location: str) -> str:
+    """A --from location's name in the table and legend: its last directory, or the one above a
+    `tensorboard/` directory (the run's name when a run directory was copied as it is)."""
+    parts = [part for part in location.removeprefix("gs://").rstrip("/").split("/") if part]
+    if len(parts) > 1 and parts[-1] == "tensorboard":
+        return parts[-2]
+    return parts[-1] if parts else location
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings: Callable[[], Settings]) -> list[Run]:
+    """The runs asked for: each --run of the recipe from the bucket, then each --from location; with
+    neither, the recipe's default run. Settings and the storage client are made only when the bucket or a
+    gs:// location is read."""
+    runs = [check_run_name(run) for run in _unique(runs)]
+    sources = _unique(sources)
+    settings = storage = None
+    if runs or not sources or any(source.startswith("gs://") for source in sources):
+        from jobs.paths import ArtifactPaths
+        from scripts.clients import Clients
+
+        settings = cloud_settings()
+        storage = Clients(settings).storage()
+        runs = runs or ([] if sources else [ArtifactPaths(recipe, settings).run_name])
+    loaded = []
+    for run in runs:
+        found = read_run(run, run_directory(recipe, settings, run), storage)
+        if found is None:
+            raise missing_run(run, recipe, settings, storage)
+        loaded.append(found)
+    for source in sources:
+        if not source.startswith("gs://") and not Path(source).is_dir():
+            raise UserError(f"--from {source}: no such directory: pass a local directory or a gs:// URL "
+                            "holding the event files")
+        label = source_label(source)
+        found = read_run(label if label not in {run.name for run in loaded} else source, source, storage)
+        if found is None:
+            raise UserError(f"--from {source}: no {EVENT_FILE_GLOB} files directly in it: pass the run's "
+                            "tensorboard/ directory")
+        loaded.append(found)
+    return loaded
