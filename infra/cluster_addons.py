@@ -19,15 +19,21 @@ from cdktf_cdktf_provider_helm import release as helm_release
 from constructs import Construct
 
 from infra.gke_cluster import SYSTEM_POOL, GkeCluster
-from recipes.model import MachineSize
+from recipes import conventions
+from recipes.model import CapacityMode, MachineSize
 
 MANIFESTS_CHART = Path(__file__).parent / "charts" / "manifests"
 JOBSET_CHART = "oci://registry.k8s.io/jobset/charts"
 KUEUE_CHART = "oci://registry.k8s.io/kueue/charts"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 TPU_RESOURCE = "google.com/tpu"
-TPU_FLAVOR = "tpu"
 CPU_FLAVOR = "cpu"
+# Flex-start slices through a ProvisioningRequest (infra.tpu_pool says why): Kueue's admission check
+# controller for it, and GKE's provisioning class for flex-start with queued provisioning, whose nodes
+# carry the taint below (https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest).
+PROVISIONING_REQUEST_CONTROLLER = "kueue.x-k8s.io/provisioning-request"  # kueue v0.17.1 apis/kueue/v1beta2/provisioningrequestconfig_types.go
+QUEUED_PROVISIONING_CLASS = "queued-provisioning.gke.io"
+QUEUED_TAINT_KEY = "cloud.google.com/gke-queued"
 # GKE's own credential plugin: the provider gets a fresh token per call, none lands in state.
 GKE_AUTH_PLUGIN = "gke-gcloud-auth-plugin"
 
@@ -74,6 +80,13 @@ class QueueProps:
     cpu_pool: str
     cpu_nodes: int  # the CPU pool's maximum size
     cpu_machine: MachineSize
+    # The capacity modes with TPU pools, in the order Kueue tries them: one ResourceFlavor each.
+    tpu_capacity: tuple[CapacityMode, ...] = ("reservation",)
+    flex_start_max_run_seconds: int | None = None  # the ProvisioningRequest's maxRunDurationSeconds
+
+    def __post_init__(self) -> None:
+        if "flex-start" in self.tpu_capacity and not self.flex_start_max_run_seconds:
+            raise ValueError("QueueProps.flex_start_max_run_seconds is required when tpu_capacity has flex-start")
 
     @property
     def tpu_vcpus(self) -> int:
@@ -100,14 +113,116 @@ def _quota(chips: int, vcpus: int, memory_gib: int) -> list[dict[str, Any]]:
     ]
 
 
+def tpu_flavor_manifest(props: QueueProps, capacity: CapacityMode) -> dict[str, Any]:
+    """The ResourceFlavor of one capacity mode's TPU pools, matched by the label the pools carry.
+
+    Kueue adds a flavor's nodeLabels to the nodeSelector and its tolerations to the pods it admits to it
+    (kubernetes-sigs/kueue v0.17.1, site/content/en/docs/concepts/resource_flavor.md; for a JobSet,
+    pkg/controller/jobs/jobset/jobset_controller.go RunWithPodSetsInfo), so an admitted worker lands on a
+    pool of the chosen mode. Merging refuses a pod that pins another value for one of these keys
+    (pkg/podset/podset.go), which is why the train workers select only on accelerator and topology.
+    """
+    tolerations = [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    if capacity == "flex-start":  # queued-provisioning nodes are tainted for the pods they were provisioned for
+        tolerations.append({"key": QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": conventions.tpu_flavor_name(capacity)},
+        "spec": {
+            "nodeLabels": {
+                "cloud.google.com/gke-tpu-accelerator": props.tpu_accelerator,
+                "cloud.google.com/gke-tpu-topology": props.tpu_topology,
+                conventions.CAPACITY_NODE_LABEL: capacity,
+            },
+            "tolerations": tolerations,
+        },
+    }
+
+
+def flex_start_manifests(props: QueueProps) -> list[dict[str, Any]]:
+    """The AdmissionCheck that holds a flex-start workload until GKE has provisioned its slice, and its
+    ProvisioningRequestConfig (kueue v0.17.1 apis/kueue/v1beta2/provisioningrequestconfig_types.go).
+
+    - managedResources google.com/tpu: the request carries only the pod sets that ask for TPU chips (the
+      workers), not the Pathways head, which runs on the CPU pool; a ProvisioningRequest takes one pod set.
+    - maxRunDurationSeconds: how long GKE keeps the provisioned nodes, the recipe's
+      tpu.flex_start_max_run_hours (GKE's ProvisioningRequest parameter; Kueue copies the config's
+      parameters into every request, controller.go syncOwnedProvisionRequest).
+    - tpu-topology: the slice shape, as Cluster Toolkit's v6e queued-provisioning blueprint passes it
+      (examples/gke-consumption-options/dws-flex-start-queued-provisioning/tpu-dws-queues.yaml.tftpl at
+      cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a).
+    - retryStrategy is left at Kueue's default: a request GKE fails releases the quota and is retried
+      3 times, 60 s, 120 s, 240 s apart (at most 1800 s), then the workload is deactivated.
+    """
+    name = conventions.FLEX_START_ADMISSION_CHECK
+    return [
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "ProvisioningRequestConfig",
+            "metadata": {"name": name},
+            "spec": {
+                "provisioningClassName": QUEUED_PROVISIONING_CLASS,
+                "managedResources": [TPU_RESOURCE],
+                "parameters": {
+                    "maxRunDurationSeconds": str(props.flex_start_max_run_seconds),
+                    "tpu-topology": props.tpu_topology,
+                },
+            },
+        },
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "AdmissionCheck",
+            "metadata": {"name": name},
+            "spec": {
+                "controllerName": PROVISIONING_REQUEST_CONTROLLER,
+                "parameters": {"apiGroup": KUEUE_API.split("/")[0], "kind": "ProvisioningRequestConfig",
+                               "name": name},
+            },
+        },
+    ]
+
+
 def queue_manifests(props: QueueProps) -> list[dict[str, Any]]:
     """ResourceFlavors, ClusterQueue and LocalQueue whose quota is the stack's own capacity.
 
     The CPU flavor comes first and has no TPU quota, so a CPU-only pod (the Pathways head, a
     conversion) is placed on the CPU pool and a pod asking for TPU chips falls through to the TPU
-    flavor. CPU and memory are covered on both flavors: a missing resource makes Kueue refuse the
+    flavors. CPU and memory are covered on every flavor: a missing resource makes Kueue refuse the
     workload (the "Pathways CPU quota missing" pain point).
+
+    One TPU flavor per capacity mode, in the recipe's order, each with the quota of all slices: "Kueue
+    assigns the first flavor in the ClusterQueue's .spec.resourceGroups[*].flavors list that has enough
+    unused nominalQuota" (kueue v0.17.1 site/content/en/docs/concepts/cluster_queue.md). So the fallback
+    is driven by quota: a workload moves to the next mode when the first one's quota is taken, not when
+    its capacity is out of stock (a spot stockout leaves the pods pending on the spot flavor). That fits
+    a reservation first, whose quota is exactly what the reservation holds. flavorFungibility is stated
+    as Kueue's defaults (MayStopSearch when borrowing; TryNextFlavor rather than preempting): with no
+    cohort nothing borrows, and a flavor that would need preemption hands over to the next.
     """
+    flavors = [tpu_flavor_manifest(props, capacity) for capacity in props.tpu_capacity]
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu", "memory", TPU_RESOURCE],
+                "flavors": [
+                    {"name": CPU_FLAVOR, "resources": _quota(0, props.cpu_vcpus, props.cpu_memory_gib)},
+                    *({"name": flavor["metadata"]["name"],
+                       "resources": _quota(props.tpu_chips, props.tpu_vcpus, props.tpu_memory_gib)}
+                      for flavor in flavors),
+                ],
+            }
+        ],
+    }
+    checks = []
+    if "flex-start" in props.tpu_capacity:
+        checks = flex_start_manifests(props)
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{
+            "name": conventions.FLEX_START_ADMISSION_CHECK,
+            "onFlavors": [conventions.tpu_flavor_name("flex-start")],  # the other modes start at once
+        }]}
     return [
         {
             "apiVersion": KUEUE_API,
@@ -115,37 +230,13 @@ def queue_manifests(props: QueueProps) -> list[dict[str, Any]]:
             "metadata": {"name": CPU_FLAVOR},
             "spec": {"nodeLabels": {"cloud.google.com/gke-nodepool": props.cpu_pool}},
         },
-        {
-            "apiVersion": KUEUE_API,
-            "kind": "ResourceFlavor",
-            "metadata": {"name": TPU_FLAVOR},
-            "spec": {
-                "nodeLabels": {
-                    "cloud.google.com/gke-tpu-accelerator": props.tpu_accelerator,
-                    "cloud.google.com/gke-tpu-topology": props.tpu_topology,
-                },
-                "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-            },
-        },
+        *flavors,
+        *checks,
         {
             "apiVersion": KUEUE_API,
             "kind": "ClusterQueue",
             "metadata": {"name": props.cluster_queue},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory", TPU_RESOURCE],
-                        "flavors": [
-                            {"name": CPU_FLAVOR, "resources": _quota(0, props.cpu_vcpus, props.cpu_memory_gib)},
-                            {
-                                "name": TPU_FLAVOR,
-                                "resources": _quota(props.tpu_chips, props.tpu_vcpus, props.tpu_memory_gib),
-                            },
-                        ],
-                    }
-                ],
-            },
+            "spec": spec,
         },
         {
             "apiVersion": KUEUE_API,

@@ -7,13 +7,14 @@ network's NAT for egress.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from cdktf import Fn
 from constructs import Construct
 
-from infra.google import container_cluster, container_node_pool
+from infra.google import container_cluster, container_node_pool, data_google_container_engine_versions
 from infra.identity import CLOUD_PLATFORM_SCOPE, workload_identity_pool
 from infra.network import Network
 
@@ -44,6 +45,24 @@ UPGRADE_EXCLUSION_DAYS = 90
 MAINTENANCE_WINDOW_START = "09:00"
 
 Taint = tuple[str, str, str]  # key, value, effect
+
+# A GKE version, e.g. 1.33.0-gke.1712000: major, minor, patch and the GKE build (the versioning scheme of
+# https://cloud.google.com/kubernetes-engine/versioning#versioning_scheme). `[.]` instead of an escaped
+# dot: the pattern passes through Python, JSON and an HCL string literal unchanged.
+_GKE_VERSION = "^([0-9]+)[.]([0-9]+)[.]([0-9]+)-gke[.]([0-9]+)"
+
+
+def gke_version_at_least(version: str, minimum: str) -> str:
+    """A Terraform expression (without ${}) that is true when the GKE version `version` (an expression)
+    is `minimum` or newer, comparing major, minor, patch and build as numbers."""
+    wanted = re.match(_GKE_VERSION, minimum)
+    if wanted is None:
+        raise ValueError(f"'{minimum}' is not a GKE version like 1.33.0-gke.1712000")
+    parts = [f'tonumber(regex("{_GKE_VERSION}", {version})[{index}])' for index in range(4)]
+    condition = f"{parts[3]} >= {wanted.group(4)}"
+    for part, value in reversed(list(zip(parts[:3], wanted.groups()[:3]))):
+        condition = f"({part} > {value} || ({part} == {value} && {condition}))"
+    return condition
 
 
 def node_config(
@@ -118,6 +137,9 @@ class GkeClusterProps:
     system_disk_type: str = "pd-balanced"  # fits the E2 system machines, which take no Hyperdisk
     release_channel: str = "REGULAR"
     labels: dict[str, str] = field(default_factory=dict)  # GCP resource labels of the cluster
+    # The oldest control-plane version the stack's node pools need, e.g. 1.33.0-gke.1712000 for flex-start
+    # TPU pools (recipes.toml, [tpu.<generation>.flex_start] min_gke_version); None: any version.
+    min_master_version: str | None = None
 
     def __post_init__(self) -> None:
         if not self.authorized_cidrs or "0.0.0.0/0" in self.authorized_cidrs:
@@ -188,8 +210,11 @@ class GkeCluster(Construct):
                     enable_secure_boot=True, enable_integrity_monitoring=True
                 ),
             ),
-            # The exclusion's dates are set once, at creation (see UPGRADE_EXCLUSION_DAYS).
-            lifecycle={"ignore_changes": ["node_config", "maintenance_policy[0].maintenance_exclusion"]},
+            min_master_version=self._channel_default_at_least(props.min_master_version),
+            # The exclusion's dates are set once, at creation (see UPGRADE_EXCLUSION_DAYS); so is the version
+            # (see _channel_default_at_least).
+            lifecycle={"ignore_changes": ["node_config", "maintenance_policy[0].maintenance_exclusion",
+                                          *(["min_master_version"] if props.min_master_version else [])]},
             # `cdktf destroy <recipe>` must be able to stop all spend; the bucket holds what matters.
             deletion_protection=False,
             resource_labels=props.labels or None,
@@ -211,9 +236,10 @@ class GkeCluster(Construct):
 
     def node_pool(
         self, scope: Construct, id: str, *, name: str, node_config: container_node_pool.ContainerNodePoolNodeConfig,
-        **sizing: object,
+        auto_repair: bool = True, **sizing: object,
     ) -> container_node_pool.ContainerNodePool:
-        """A pool of this cluster in its zone, auto-repaired and auto-upgraded (release channels require it)."""
+        """A pool of this cluster in its zone, auto-upgraded (release channels require it) and, unless the
+        pool's provisioning model forbids it (flex-start, infra.tpu_pool), auto-repaired."""
         return container_node_pool.ContainerNodePool(
             scope,
             id,
@@ -222,10 +248,40 @@ class GkeCluster(Construct):
             cluster=self.cluster.id,
             location=self.props.region,
             node_locations=[self.props.zone],
-            management=container_node_pool.ContainerNodePoolManagement(auto_repair=True, auto_upgrade=True),
+            management=container_node_pool.ContainerNodePoolManagement(auto_repair=auto_repair, auto_upgrade=True),
             node_config=node_config,
             **sizing,
         )
+
+    def _channel_default_at_least(self, minimum: str | None) -> str | None:
+        """The version to create the cluster at when it needs at least `minimum`: the release channel's
+        default, which a plan refuses (a postcondition) if it is older than `minimum`.
+
+        Why not min_master_version = minimum: hashicorp/google 6.50.0 sends min_master_version as the
+        cluster's initialClusterVersion on create (google/services/container/resource_container_cluster.go,
+        `InitialClusterVersion: d.Get("min_master_version")`), and GKE creates clusters only at versions it
+        still offers, which a patch release written down here stops being within months. The channel's
+        default is what GKE picks when no version is given, so the cluster is created as it would be
+        anyway, and the minimum is checked where it is known, at plan time. ignore_changes keeps a later
+        default from upgrading the control plane on the next apply (the provider upgrades the master when
+        min_master_version rises). Cluster Toolkit does the same: the channel's version from
+        google_container_engine_versions as min_master_version, ignore_changes on it, and a precondition
+        comparing versions (GoogleCloudPlatform/cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a,
+        modules/scheduler/gke-cluster/main.tf:92-113 and :369-391, modules/internal/semver_compare/main.tf).
+        """
+        if minimum is None:
+            return None
+        versions = data_google_container_engine_versions.DataGoogleContainerEngineVersions(
+            self, "versions", project=self.props.project, location=self.props.region
+        )
+        channel_default = f'self.release_channel_default_version["{self.props.release_channel}"]'
+        versions.add_override("lifecycle.postcondition", [{
+            "condition": f"${{{gke_version_at_least(channel_default, minimum)}}}",
+            "error_message": f"GKE's {self.props.release_channel} default version in {self.props.region} is "
+                             f"older than {minimum}, which this recipe's node pools need (flex-start TPU pools): "
+                             "retry when the channel has moved on, or use another capacity mode",
+        }])
+        return Fn.lookup(versions.release_channel_default_version, self.props.release_channel)
 
     @property
     def endpoint(self) -> str:

@@ -1,4 +1,43 @@
-"""One GKE node pool per TPU slice: a static, compactly placed set of hosts of one topology."""
+"""One GKE node pool per TPU slice and capacity mode: compactly placed hosts of one topology.
+
+How each capacity mode gets its hosts:
+- reservation: every host of the slice, from deploy to destroy (`node_count`), from the specific
+  reservation. The reservation is billed for its term whether used or not, so idle hosts cost nothing
+  extra; these are the pools the stacks always created.
+- spot, on-demand: no host until a train step's pods ask for one. The pool autoscales from 0 to the
+  slice's hosts; GKE scales a multi-host slice pool atomically, all hosts or none, and back to 0 when
+  no TPU workload is left ("About TPUs in GKE", https://docs.cloud.google.com/tpu/docs/kubernetes-engine-setup,
+  Cloud TPU node pool autoscaling: "the node pool always has either 64 nodes or zero nodes").
+- flex-start (Dynamic Workload Scheduler): like spot and on-demand, plus `flex_start`, a
+  `max_run_duration` and queued provisioning. With queued provisioning GKE creates the nodes only for a
+  ProvisioningRequest, which Kueue files for a train step and which GKE fulfils with the whole slice at
+  once; Kueue starts the step only then (infra.cluster_addons, the flex-start AdmissionCheck).
+
+Why queued provisioning rather than plain flex-start for these multi-host slices: without it, Kueue
+admits the train JobSet as soon as its quota fits, so the Pathways head starts on the CPU pool (and
+bills) while the workers wait, possibly for hours, for the autoscaler to find a flex-start slice. With
+it, nothing of the step runs until GKE reports the slice provisioned, and a request GKE gives up on
+releases the quota and is retried with backoff. GKE recommends it for "workloads [that] are required to
+run across multiple nodes simultaneously" and plain flex-start "for smaller workloads that can run on a
+single node" (https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest), and Google's
+TPU fallback tutorial creates exactly such a pool for a multi-host v6e slice:
+`--machine-type=ct6e-standard-4t --tpu-topology=4x4 --reservation-affinity=none --enable-autoscaling
+--enable-queued-provisioning --flex-start --num-nodes=0 --min-nodes=0 --max-nodes=4`
+(https://cloud.google.com/kubernetes-engine/docs/tutorials/ray-kueue-dws). A ProvisioningRequest takes
+one pod set; the train JobSet has two (the Pathways head on the CPU pool, the TPU workers), which is why
+the ProvisioningRequestConfig lists google.com/tpu as its only managed resource: Kueue then puts only
+the pod sets that request a TPU into the request (kubernetes-sigs/kueue v0.17.1,
+pkg/controller/admissionchecks/provisioning/controller.go, requiredPodSets).
+
+Field by field, the autoscaled pools follow Cluster Toolkit's gke-node-pool module and its v6e flex-start
+blueprints (GoogleCloudPlatform/cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a,
+modules/compute/gke-node-pool/main.tf:101-150 and its preconditions at :395-438;
+examples/gke-consumption-options/dws-flex-start-queued-provisioning/gke-tpu-v6e/gke-tpu-v6e.yaml):
+per-zone min/max rather than total limits (its workaround for a provider bug with TPU flex-start),
+location_policy ANY, NO_RESERVATION for spot and flex-start, and auto_repair off for flex-start. Fields
+are those of hashicorp/google 6.50.0 (node_config.flex_start, node_config.max_run_duration,
+queued_provisioning.enabled).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +48,7 @@ from constructs import Construct
 from infra.capacity import RESERVATION_KEY, check_reservation
 from infra.gke_cluster import GkeCluster, node_config
 from infra.google import container_node_pool
+from recipes import conventions
 from recipes.model import CapacityMode
 
 TPU_TAINT = ("google.com/tpu", "present", "NO_SCHEDULE")
@@ -23,6 +63,10 @@ UPGRADE_STRATEGY = "SURGE"
 UPGRADE_MAX_SURGE = 0
 UPGRADE_MAX_UNAVAILABLE = 1
 
+# The autoscaler may place the slice in any of the pool's zones (there is one): the GKE
+# queued-provisioning how-to's `--location-policy=ANY`, as Cluster Toolkit and xpk set it.
+AUTOSCALING_LOCATION_POLICY = "ANY"
+
 
 @dataclass(frozen=True)
 class TpuSlicePoolProps:
@@ -31,15 +75,22 @@ class TpuSlicePoolProps:
     machine_type: str
     disk_type: str  # from the recipe's machine table
     topology: str
-    hosts: int  # node_count: every host of the slice, always up while the stack exists
+    hosts: int  # every host of the slice: node_count of a reservation's pool, the maximum of the others
     node_service_account: str
     capacity: CapacityMode
     reservation: str | None = None
+    max_run_hours: int | None = None  # flex-start only: how long a node may live
     disk_size_gb: int = 100
     node_labels: dict[str, str] = field(default_factory=dict)  # Kubernetes labels of the nodes
 
     def __post_init__(self) -> None:
         check_reservation("TpuSlicePoolProps", self.capacity, self.reservation)
+        if self.capacity == "flex-start" and not self.max_run_hours:
+            raise ValueError("TpuSlicePoolProps.max_run_hours is required for capacity 'flex-start'")
+
+    @property
+    def static(self) -> bool:
+        return self.capacity == conventions.STATIC_TPU_CAPACITY
 
 
 def reservation_affinity(props: TpuSlicePoolProps) -> container_node_pool.ContainerNodePoolNodeConfigReservationAffinity:
@@ -47,14 +98,32 @@ def reservation_affinity(props: TpuSlicePoolProps) -> container_node_pool.Contai
         return container_node_pool.ContainerNodePoolNodeConfigReservationAffinity(
             consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_KEY, values=[props.reservation]
         )
-    # Spot and on-demand capacity must not silently eat into a reservation someone else holds.
+    # Spot, flex-start and on-demand capacity must not silently eat into a reservation someone else holds.
     return container_node_pool.ContainerNodePoolNodeConfigReservationAffinity(consume_reservation_type="NO_RESERVATION")
+
+
+def flex_start_seconds(hours: int) -> int:
+    """A flex-start node's max_run_duration (and the ProvisioningRequest's maxRunDurationSeconds)."""
+    return hours * 3600
+
+
+def sizing(props: TpuSlicePoolProps) -> dict[str, object]:
+    """A reservation's pool holds every host; the others scale between 0 and the slice's hosts."""
+    if props.static:
+        return {"node_count": props.hosts}
+    return {
+        "initial_node_count": 0,
+        "autoscaling": container_node_pool.ContainerNodePoolAutoscaling(
+            min_node_count=0, max_node_count=props.hosts, location_policy=AUTOSCALING_LOCATION_POLICY
+        ),
+    }
 
 
 class TpuSlicePool(Construct):
     def __init__(self, scope: Construct, id: str, props: TpuSlicePoolProps) -> None:
         super().__init__(scope, id)
         self.props = props
+        flex_start = props.capacity == "flex-start"
         self.pool = props.cluster.node_pool(
             self,
             "pool",
@@ -64,16 +133,24 @@ class TpuSlicePool(Construct):
                 props.node_service_account,
                 disk_type=props.disk_type,
                 disk_size_gb=props.disk_size_gb,
-                labels=props.node_labels,
+                labels={**props.node_labels, conventions.CAPACITY_NODE_LABEL: props.capacity},
                 taints=[TPU_TAINT],
                 reservation_affinity=reservation_affinity(props),
                 spot=props.capacity == "spot",
+                flex_start=flex_start or None,
+                max_run_duration=f"{flex_start_seconds(props.max_run_hours)}s" if flex_start else None,
             ),
-            node_count=props.hosts,
+            # Cluster Toolkit refuses flex-start with auto-repair on ("enable_flex_start needs node auto_repair
+            # set to false", gke-node-pool/main.tf:415-418); GKE's queued-provisioning how-to passes
+            # --no-enable-autorepair because a repair "could disrupt workloads that run on repaired nodes".
+            auto_repair=not flex_start,
+            queued_provisioning=container_node_pool.ContainerNodePoolQueuedProvisioning(enabled=True)
+            if flex_start else None,
             placement_policy=container_node_pool.ContainerNodePoolPlacementPolicy(
                 type="COMPACT", tpu_topology=props.topology
             ),
             upgrade_settings=container_node_pool.ContainerNodePoolUpgradeSettings(
                 strategy=UPGRADE_STRATEGY, max_surge=UPGRADE_MAX_SURGE, max_unavailable=UPGRADE_MAX_UNAVAILABLE
             ),
+            **sizing(props),
         )

@@ -15,9 +15,33 @@ def cpu_pool_name() -> str:
     return "cpu-np"
 
 
-def tpu_pool_name(slice_index: int) -> str:
-    """One TPU node pool per slice: tpu-np-0, tpu-np-1, ..."""
-    return f"tpu-np-{slice_index}"
+def tpu_pool_name(slice_index: int, capacity: str = "reservation") -> str:
+    """One TPU node pool per capacity mode and slice. A reservation's pools keep the names they always had
+    (tpu-np-0, tpu-np-1, ...); the other modes name themselves: tpu-np-spot-0, tpu-np-flex-start-0, ..."""
+    return f"tpu-np-{slice_index}" if capacity == "reservation" else f"tpu-np-{capacity}-{slice_index}"
+
+
+# The one capacity mode whose TPU pools keep every host from deploy to destroy: a reservation is billed
+# for its term whether used or not. The other modes' pools scale from zero, so their hosts exist (and
+# bill) only while a train step runs. The stacks build the pools and recipes/cost.py prices them by this.
+STATIC_TPU_CAPACITY = "reservation"
+
+
+# The node label the stacks put on each TPU pool and its Kueue ResourceFlavor matches: Kueue copies a
+# flavor's nodeLabels into the nodeSelector of the pods it admits to it, so a pod lands on a pool of
+# the capacity mode Kueue chose.
+CAPACITY_NODE_LABEL = "tpu-rl/capacity"
+
+
+def tpu_flavor_name(capacity: str) -> str:
+    """The Kueue ResourceFlavor of one capacity mode's TPU pools. A reservation's keeps the name it always
+    had (tpu), so a deployed queue keeps its flavor; the others: tpu-spot, tpu-flex-start, tpu-on-demand."""
+    return "tpu" if capacity == "reservation" else f"tpu-{capacity}"
+
+
+# The Kueue AdmissionCheck that holds a flex-start workload until GKE has provisioned its whole slice
+# (a ProvisioningRequest), and the ProvisioningRequestConfig it uses.
+FLEX_START_ADMISSION_CHECK = "flex-start-slice"
 
 
 # The GKE system pool (kube-system, the Kueue and JobSet controllers): the stacks create it, the cost

@@ -1,4 +1,5 @@
-"""A GKE recipe stack: network, cluster, one TPU pool per slice, the CPU pool, identities, add-ons."""
+"""A GKE recipe stack: network, cluster, TPU pools (per capacity mode and slice), the CPU pool, identities,
+add-ons."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from infra.identity import (
     WorkloadServiceAccountProps,
 )
 from infra.network import Network, NetworkProps, SecondaryRanges
-from infra.tpu_pool import TpuSlicePool, TpuSlicePoolProps
+from infra.tpu_pool import TpuSlicePool, TpuSlicePoolProps, flex_start_seconds
 from recipes import conventions
 from recipes.model import Recipe
 from recipes.settings import Settings
@@ -27,6 +28,8 @@ class GkeRecipeStack(TpuRlStack):
         super().__init__(scope, recipe.name, settings)  # checked for this recipe by build_app
         shape = recipe.shape
         name = settings.cluster_name
+        # Facts of the generation's flex-start offer, when the recipe (or CAPACITY) uses flex-start.
+        flex_start = recipe.tpu_facts.flex_start if "flex-start" in recipe.capacity else None
         network = Network(
             self, "network", NetworkProps(name=name, region=settings.region, secondary_ranges=SecondaryRanges(),
                                           allow_internal=True)
@@ -50,6 +53,9 @@ class GkeRecipeStack(TpuRlStack):
                 # Also given by the provider's default labels; stated on the cluster so that the plan
                 # and the security scan show them where billing looks.
                 labels=self.labels,
+                # GKE creates flex-start TPU node pools only from this version on (recipes.toml,
+                # [tpu.<generation>.flex_start]); checked at plan time, see GkeCluster.
+                min_master_version=flex_start.min_gke_version if flex_start else None,
             ),
         )
         cpu_pool = CpuPool(
@@ -63,22 +69,27 @@ class GkeRecipeStack(TpuRlStack):
                 node_service_account=nodes.email,
             ),
         )
-        for index in range(shape.slices):
-            TpuSlicePool(
-                self,
-                f"tpu-slice-{index}",
-                TpuSlicePoolProps(
-                    name=conventions.tpu_pool_name(index),
-                    cluster=cluster,
-                    machine_type=shape.machine_type,
-                    disk_type=recipe.tpu_host.disk_type,
-                    topology=shape.topology,
-                    hosts=shape.hosts_per_slice,
-                    node_service_account=nodes.email,
-                    capacity=recipe.capacity[0],  # one pool per slice for the first mode (fallback pools: issue 10)
-                    reservation=settings.reservation,
-                ),
-            )
+        # One pool per capacity mode and slice; Kueue picks the mode (a ResourceFlavor each, in this order).
+        # The reservation's pools keep their construct ids and names, so a stack deployed before
+        # fallback lists existed keeps its pools.
+        for capacity in recipe.capacity:
+            for index in range(shape.slices):
+                TpuSlicePool(
+                    self,
+                    f"tpu-slice-{index}" if capacity == "reservation" else f"tpu-slice-{capacity}-{index}",
+                    TpuSlicePoolProps(
+                        name=conventions.tpu_pool_name(index, capacity),
+                        cluster=cluster,
+                        machine_type=shape.machine_type,
+                        disk_type=recipe.tpu_host.disk_type,
+                        topology=shape.topology,
+                        hosts=shape.hosts_per_slice,
+                        node_service_account=nodes.email,
+                        capacity=capacity,
+                        reservation=settings.reservation,
+                        max_run_hours=recipe.flex_start_max_run_hours if capacity == "flex-start" else None,
+                    ),
+                )
         workload = WorkloadServiceAccount(
             self,
             "workload-sa",
@@ -110,6 +121,9 @@ class GkeRecipeStack(TpuRlStack):
                     cpu_pool=cpu_pool.props.name,
                     cpu_nodes=cpu_pool.props.max_nodes,
                     cpu_machine=recipe.cpu_machine,
+                    tpu_capacity=recipe.capacity,
+                    flex_start_max_run_seconds=flex_start_seconds(recipe.flex_start_max_run_hours)
+                    if flex_start else None,
                 ),
                 workload_ksa=conventions.WORKLOAD_KSA,
                 workload_google_service_account=workload.email,

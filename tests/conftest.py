@@ -5,7 +5,8 @@
   ``<dir>/stacks/<stack>/cdk.tf.json``.
 - ``stacks_json``: ``{stack name: parsed cdk.tf.json}`` for the same synth.
 - ``data_only_variants``: the same, for recipes that exist only as data (a copy of recipes.toml with
-  new entries): two 4x8 slices on spot, one 4x8 slice on demand, the VM on spot and on demand.
+  new entries): two 4x8 slices on spot, one 4x8 slice on demand, on flex-start, with the fallback lists
+  reservation,flex-start and spot,on-demand, and the VM on spot and on demand.
 
 Synthesizing costs seconds, so never synthesize per test; for a different recipe table or settings,
 call :func:`synthesize` once from a module- or session-scoped fixture of your own.
@@ -89,8 +90,8 @@ def recipe_table() -> dict:
     return tomllib.loads(package_files.files("recipes").joinpath("recipes.toml").read_text())
 
 
-@pytest.fixture(scope="session")
-def data_only_variants(tmp_path_factory) -> dict[str, StackJson]:
+def data_only_recipes() -> dict[str, Any]:
+    """The recipes of ``data_only_variants``, by name."""
     from recipes import build_recipes
 
     table = recipe_table()
@@ -98,7 +99,15 @@ def data_only_variants(tmp_path_factory) -> dict[str, StackJson]:
     table["recipes"] = {
         "qwen3-2x4x8-spot": {**gke, "capacity": "spot", "tpu": {**gke["tpu"], "slices": 2}},
         "qwen3-ondemand": {**gke, "capacity": "on-demand"},
+        "qwen3-flex": {**gke, "capacity": "flex-start"},
+        "qwen3-resv-flex": {**gke, "capacity": ["reservation", "flex-start"]},
+        "qwen3-spot-od": {**gke, "capacity": "spot,on-demand"},
         "llama31-spot": {**vm, "capacity": "spot"},
         "llama31-ondemand": {**vm, "capacity": "on-demand"},
     }
-    return synthesize(tmp_path_factory.mktemp("variants"), recipes=build_recipes(table))
+    return build_recipes(table)
+
+
+@pytest.fixture(scope="session")
+def data_only_variants(tmp_path_factory) -> dict[str, StackJson]:
+    return synthesize(tmp_path_factory.mktemp("variants"), recipes=data_only_recipes())

@@ -7,6 +7,8 @@ take a flavor of the ClusterQueue when the flavor's nodeLabels, read as a node's
 pod's nodeSelector restricted to the label keys that the resource group's flavors use; it is admitted
 when every resource it requests is covered and the flavor's nominal quota holds requests x pods (no
 cohort here, so nothing to borrow). A resource with a limit and no request is requested at its limit.
+Of the flavors a pod set may take, Kueue assigns the first in the ClusterQueue's list whose unused quota
+holds it (site/content/en/docs/concepts/cluster_queue.md): the order of a capacity fallback list.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from fractions import Fraction
 
 import pytest
 import yaml
-from conftest import resources
+from conftest import data_only_recipes, resources
 
 import jobs
 from recipes import all_recipes, example_settings, get_recipe
@@ -82,8 +84,10 @@ def matching_flavors(spec: dict, cluster_queue: dict, flavors: dict[str, dict]) 
             if all(flavors[name]["spec"].get("nodeLabels", {}).get(k) == v for k, v in selector.items())]
 
 
-def admission_problems(jobset: dict, objects: dict[str, dict]) -> list[str]:
-    """Why Kueue would not admit this JobSet through the stack's queues; [] when it would."""
+def assigned_flavors(jobset: dict, objects: dict[str, dict], in_use: dict[str, Counter] | None = None) -> dict[str, str] | list[str]:
+    """The flavor Kueue would assign each pod set of this JobSet through the stack's queues (the first
+    matching flavor, in the ClusterQueue's order, whose unused quota holds it; `in_use` is quota other
+    workloads already hold), or why it would not admit the JobSet."""
     local_queue = objects["LocalQueue"].get(jobset["metadata"]["labels"].get(QUEUE_LABEL, ""))
     if local_queue is None or local_queue["metadata"]["namespace"] != jobset["metadata"]["namespace"]:
         return [f"not queued in a LocalQueue of namespace {jobset['metadata']['namespace']}"]
@@ -91,21 +95,30 @@ def admission_problems(jobset: dict, objects: dict[str, dict]) -> list[str]:
     (group,) = cluster_queue["spec"]["resourceGroups"]
     quota = {flavor["name"]: Counter({r["name"]: amount(r["name"], r["nominalQuota"]) for r in flavor["resources"]})
              for flavor in group["flavors"]}
-    used: dict[str, Counter] = {name: Counter() for name in quota}
-    problems = []
+    used: dict[str, Counter] = {name: Counter((in_use or {}).get(name, {})) for name in quota}
+    problems, assigned = [], {}
     for name, pods, spec in pod_sets(jobset):
         requests = pod_requests(spec)
         uncovered = set(requests) - set(group["coveredResources"])
         flavors = matching_flavors(spec, cluster_queue, objects["ResourceFlavor"])
-        if uncovered or len(flavors) != 1:
+        if uncovered or not flavors:
             problems.append(f"{name}: uncovered {sorted(uncovered)}, matching flavors {flavors}")
             continue
-        for resource, value in requests.items():
-            used[flavors[0]][resource] += value * pods
-    for flavor, counted in used.items():
-        problems += [f"{flavor}: {resource} {value} > {quota[flavor][resource]}"
-                     for resource, value in counted.items() if value > quota[flavor][resource]]
-    return problems
+        wanted = Counter({resource: value * pods for resource, value in requests.items()})
+        fits = [f for f in flavors if all(used[f][r] + v <= quota[f][r] for r, v in wanted.items())]
+        if not fits:
+            problems += [f"{flavors[-1]}: {r} {used[flavors[-1]][r] + v} > {quota[flavors[-1]][r]}"
+                         for r, v in wanted.items() if used[flavors[-1]][r] + v > quota[flavors[-1]][r]]
+            continue
+        assigned[name] = fits[0]
+        used[fits[0]] += wanted
+    return problems or assigned
+
+
+def admission_problems(jobset: dict, objects: dict[str, dict]) -> list[str]:
+    """Why Kueue would not admit this JobSet through the stack's queues; [] when it would."""
+    assigned = assigned_flavors(jobset, objects)
+    return assigned if isinstance(assigned, list) else []
 
 
 def rendered(name: str, step: str) -> dict:
@@ -158,3 +171,42 @@ def test_the_check_refuses_a_step_without_the_queue_label(stacks_json):
     del jobset["metadata"]["labels"][QUEUE_LABEL]
     assert admission_problems(jobset, queue_objects(stacks_json["qwen3-v6e32"])) == [
         "not queued in a LocalQueue of namespace default"]
+
+
+# --- Capacity fallback: the flavor Kueue picks, and what it injects into the pods ---------------------
+
+VARIANTS = data_only_recipes()
+
+
+def rendered_variant(name: str, step: str) -> dict:
+    return jobs.render_manifests(VARIANTS[name], SETTINGS)[step]
+
+
+@pytest.mark.parametrize(("name", "first", "then"), [
+    ("qwen3-resv-flex", "tpu", "tpu-flex-start"),
+    ("qwen3-spot-od", "tpu-spot", "tpu-on-demand"),
+])
+def test_train_workers_take_the_first_mode_and_fall_back_when_its_quota_is_taken(data_only_variants, name, first, then):
+    objects = queue_objects(data_only_variants[name])
+    jobset = rendered_variant(name, "train")
+    assert assigned_flavors(jobset, objects) == {"pathways-head": "cpu", "worker": first}
+    # Another train step holds the first mode's whole slice (32 chips): the workers go to the next mode.
+    taken = {first: Counter({"google.com/tpu": 32})}
+    assert assigned_flavors(jobset, objects, in_use=taken) == {"pathways-head": "cpu", "worker": then}
+
+
+@pytest.mark.parametrize("name", ["qwen3-resv-flex", "qwen3-spot-od", "qwen3-flex", "qwen3-2x4x8-spot"])
+def test_no_pod_pins_a_node_label_that_a_flavor_sets_otherwise(data_only_variants, name):
+    """Kueue merges the assigned flavor's nodeLabels into each pod's nodeSelector and refuses a pod that
+    pins another value for one of them (kueue v0.17.1 pkg/podset/podset.go, Merge): a worker that pinned
+    a node pool or a capacity mode could not be moved to the fallback mode."""
+    objects = queue_objects(data_only_variants[name])
+    for step in ("convert", "train", "export"):
+        for pod_set, _, spec in pod_sets(rendered_variant(name, step)):
+            selector = spec.get("nodeSelector", {})
+            for flavor in matching_flavors(spec, next(iter(objects["ClusterQueue"].values())), objects["ResourceFlavor"]):
+                labels = objects["ResourceFlavor"][flavor]["spec"]["nodeLabels"]
+                clashes = {k: (v, labels[k]) for k, v in selector.items() if k in labels and labels[k] != v}
+                assert clashes == {}, (step, pod_set, flavor)
+    worker = next(spec for pod_set, _, spec in pod_sets(rendered_variant(name, "train")) if pod_set == "worker")
+    assert "tpu-rl/capacity" not in worker["nodeSelector"] and "cloud.google.com/gke-nodepool" not in worker["nodeSelector"]

@@ -258,6 +258,7 @@ def test_cpu_flavor_comes_first_so_cpu_only_pods_land_on_the_cpu_pool(stacks_jso
     assert objects["ResourceFlavor/tpu"]["spec"]["nodeLabels"] == {
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
         "cloud.google.com/gke-tpu-topology": recipe.shape.topology,
+        "tpu-rl/capacity": "reservation",  # the label the reservation's pools carry
     }
 
 
@@ -291,10 +292,11 @@ def test_outputs_say_how_to_reach_the_cluster_and_the_queue(stacks_json, stack):
 
 def test_two_4x8_slices_become_two_pools_of_8_hosts(data_only_variants):
     pools = tpu_pools(data_only_variants["qwen3-2x4x8-spot"])
-    assert sorted(p["name"] for p in pools) == ["tpu-np-0", "tpu-np-1"]
-    assert all(p["node_count"] == 8 and p["placement_policy"]["tpu_topology"] == "4x8" for p in pools)
+    assert sorted(p["name"] for p in pools) == ["tpu-np-spot-0", "tpu-np-spot-1"]
+    assert all(p["autoscaling"]["max_node_count"] == 8 and p["placement_policy"]["tpu_topology"] == "4x8"
+               for p in pools)
     cluster_queue = queue_manifests(data_only_variants["qwen3-2x4x8-spot"])[f"ClusterQueue/{conventions.CLUSTER_QUEUE}"]
-    assert quota(cluster_queue, "tpu")["google.com/tpu"] == "64"
+    assert quota(cluster_queue, "tpu-spot")["google.com/tpu"] == "64"
 
 
 def test_spot_capacity_uses_spot_nodes_and_no_reservation(data_only_variants):
@@ -307,6 +309,180 @@ def test_on_demand_capacity_uses_neither_spot_nor_a_reservation(data_only_varian
     (pool,) = tpu_pools(data_only_variants["qwen3-ondemand"])
     assert pool["node_config"]["spot"] is False
     assert pool["node_config"]["reservation_affinity"] == {"consume_reservation_type": "NO_RESERVATION"}
+
+
+# --- Capacity modes: reservation as always, the others from zero only while a train step runs -------
+
+# qwen3-v6e32: one 4x8 slice of ct6e-standard-4t, 4 chips each, so 8 hosts; recipes.toml gives it
+# tpu.flex_start_max_run_hours = 24, so a flex-start node lives at most 24 x 3600 = 86400 s.
+QWEN_HOSTS = 8
+QWEN_FLEX_START_SECONDS = "86400s"
+# GKE's first version with flex-start TPU node pools (recipes.toml [tpu.v6e.flex_start], from the GKE
+# flex-start concept page).
+FLEX_START_MIN_GKE = "1.33.0-gke.1712000"
+
+
+def autoscaled_from_zero(pool: dict) -> bool:
+    """A pool of no host until pods ask, then the whole slice (GKE scales a multi-host slice atomically)."""
+    return (pool["autoscaling"] == {"min_node_count": 0, "max_node_count": QWEN_HOSTS, "location_policy": "ANY"}
+            and pool["initial_node_count"] == 0 and "node_count" not in pool)
+
+
+@pytest.fixture(scope="module")
+def flex_start_by_setting(tmp_path_factory):
+    """The real recipe table synthesized with CAPACITY=flex-start,spot (the example's ZONE us-east5-b offers
+    flex-start v6e)."""
+    from dataclasses import replace
+
+    from conftest import synthesize
+
+    settings = replace(example_settings(), capacity=("flex-start", "spot"))
+    return synthesize(tmp_path_factory.mktemp("capacity-setting"), settings=settings)
+
+
+def test_reservation_pools_are_as_they_always_were(stacks_json):
+    (pool,) = tpu_pools(stacks_json["qwen3-v6e32"])
+    assert pool["name"] == "tpu-np-0"
+    assert pool["node_count"] == QWEN_HOSTS  # every host, deploy to destroy
+    assert "autoscaling" not in pool and "initial_node_count" not in pool
+    assert pool["node_config"]["reservation_affinity"]["consume_reservation_type"] == "SPECIFIC_RESERVATION"
+    assert pool["node_config"]["spot"] is False
+    assert "flex_start" not in pool["node_config"] and "max_run_duration" not in pool["node_config"]
+    assert "queued_provisioning" not in pool
+    assert pool["management"] == {"auto_repair": True, "auto_upgrade": True}
+    assert pool["placement_policy"] == {"type": "COMPACT", "tpu_topology": "4x8"}
+    # New: the label that the reservation's Kueue flavor (still named tpu) matches.
+    assert pool["node_config"]["labels"] == {"tpu-rl/capacity": "reservation"}
+
+
+def test_capacity_setting_replaces_the_recipes_reservation_with_flex_start_pools(flex_start_by_setting):
+    pools = {pool["name"]: pool for pool in tpu_pools(flex_start_by_setting["qwen3-v6e32"])}
+    assert sorted(pools) == ["tpu-np-flex-start-0", "tpu-np-spot-0"]  # no reservation pool is left
+    pool = pools["tpu-np-flex-start-0"]
+    assert autoscaled_from_zero(pool)
+    config = pool["node_config"]
+    assert (config["flex_start"], config["max_run_duration"], config["spot"]) == (True, QWEN_FLEX_START_SECONDS, False)
+    assert config["reservation_affinity"] == {"consume_reservation_type": "NO_RESERVATION"}
+    assert config["labels"] == {"tpu-rl/capacity": "flex-start"}
+    # Nodes only through a ProvisioningRequest, which Kueue files for the whole slice.
+    assert pool["queued_provisioning"] == {"enabled": True}
+    assert pool["management"] == {"auto_repair": False, "auto_upgrade": True}  # flex-start refuses auto-repair
+    assert pool["placement_policy"] == {"type": "COMPACT", "tpu_topology": "4x8"}
+    assert pool["node_locations"] == [example_settings().zone]
+
+
+@pytest.mark.parametrize(("variant", "name", "spot"), [
+    ("qwen3-ondemand", "tpu-np-on-demand-0", False),
+    ("qwen3-spot-od", "tpu-np-spot-0", True),
+    ("qwen3-spot-od", "tpu-np-on-demand-0", False),
+])
+def test_spot_and_on_demand_pools_autoscale_from_zero_without_a_reservation(data_only_variants, variant, name, spot):
+    pool = pool_named(data_only_variants[variant], name)
+    assert autoscaled_from_zero(pool)
+    assert pool["node_config"]["spot"] is spot
+    assert pool["node_config"]["reservation_affinity"] == {"consume_reservation_type": "NO_RESERVATION"}
+    assert "flex_start" not in pool["node_config"] and "queued_provisioning" not in pool
+    assert pool["placement_policy"] == {"type": "COMPACT", "tpu_topology": "4x8"}
+    assert pool["management"]["auto_repair"] is True
+
+
+def test_a_fallback_list_makes_one_pool_per_mode_and_keeps_the_reservation_pool_as_it_was(data_only_variants):
+    pools = {pool["name"]: pool for pool in tpu_pools(data_only_variants["qwen3-resv-flex"])}
+    assert sorted(pools) == ["tpu-np-0", "tpu-np-flex-start-0"]
+    assert pools["tpu-np-0"]["node_count"] == QWEN_HOSTS and "autoscaling" not in pools["tpu-np-0"]
+    assert autoscaled_from_zero(pools["tpu-np-flex-start-0"])
+
+
+def test_a_fallback_list_gives_the_cluster_queue_one_tpu_flavor_per_mode_in_order(data_only_variants):
+    expected = {"qwen3-resv-flex": ["cpu", "tpu", "tpu-flex-start"], "qwen3-spot-od": ["cpu", "tpu-spot", "tpu-on-demand"]}
+    for variant, order in expected.items():
+        objects = queue_manifests(data_only_variants[variant])
+        cluster_queue = objects[f"ClusterQueue/{conventions.CLUSTER_QUEUE}"]
+        (group,) = cluster_queue["spec"]["resourceGroups"]
+        assert [flavor["name"] for flavor in group["flavors"]] == order
+        for flavor in order[1:]:  # each with the quota of the whole slice
+            assert quota(cluster_queue, flavor) == {"google.com/tpu": "32", "cpu": str(8 * 180), "memory": f"{8 * 720}Gi"}
+        # Kueue v0.17.1's defaults, stated: a flavor that would need preemption hands over to the next.
+        assert cluster_queue["spec"]["flavorFungibility"] == {"whenCanBorrow": "MayStopSearch",
+                                                              "whenCanPreempt": "TryNextFlavor"}
+
+
+@pytest.mark.parametrize(("variant", "expected"), [
+    ("qwen3-resv-flex", {"tpu": {"tpu-np-0"}, "tpu-flex-start": {"tpu-np-flex-start-0"}}),
+    ("qwen3-spot-od", {"tpu-spot": {"tpu-np-spot-0"}, "tpu-on-demand": {"tpu-np-on-demand-0"}}),
+    ("qwen3-2x4x8-spot", {"tpu-spot": {"tpu-np-spot-0", "tpu-np-spot-1"}}),
+])
+def test_each_tpu_flavor_selects_exactly_the_pools_of_its_mode(data_only_variants, variant, expected):
+    stack = data_only_variants[variant]
+    flavors = {key.split("/", 1)[1]: m for key, m in queue_manifests(stack).items()
+               if key.startswith("ResourceFlavor/tpu")}
+    selected = {}
+    for name, flavor in flavors.items():
+        wanted = flavor["spec"]["nodeLabels"]
+        selected[name] = {pool["name"] for pool in tpu_pools(stack)
+                          if all(pool["node_config"]["labels"].get(k) == v for k, v in wanted.items()
+                                 if k == "tpu-rl/capacity")
+                          and pool["placement_policy"]["tpu_topology"] == wanted["cloud.google.com/gke-tpu-topology"]}
+    assert selected == expected
+
+
+def test_flex_start_goes_through_a_provisioning_request_admission_check(data_only_variants):
+    objects = queue_manifests(data_only_variants["qwen3-resv-flex"])
+    cluster_queue = objects[f"ClusterQueue/{conventions.CLUSTER_QUEUE}"]
+    # Only the flex-start flavor waits for GKE to provision the slice; the reservation starts at once.
+    assert cluster_queue["spec"]["admissionChecksStrategy"] == {
+        "admissionChecks": [{"name": "flex-start-slice", "onFlavors": ["tpu-flex-start"]}]}
+    assert objects["AdmissionCheck/flex-start-slice"]["spec"] == {
+        "controllerName": "kueue.x-k8s.io/provisioning-request",
+        "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": "flex-start-slice"},
+    }
+    assert objects["ProvisioningRequestConfig/flex-start-slice"]["spec"] == {
+        "provisioningClassName": "queued-provisioning.gke.io",
+        # Only the TPU workers' pod set goes into the request, not the Pathways head on the CPU pool.
+        "managedResources": ["google.com/tpu"],
+        "parameters": {"maxRunDurationSeconds": "86400", "tpu-topology": "4x8"},
+    }
+    # Admitted pods tolerate the taint GKE puts on queued-provisioning nodes.
+    tolerations = objects["ResourceFlavor/tpu-flex-start"]["spec"]["tolerations"]
+    assert {"key": "cloud.google.com/gke-queued", "operator": "Exists", "effect": "NoSchedule"} in tolerations
+    assert "ResourceFlavor/tpu-flex-start" not in queue_manifests(data_only_variants["qwen3-spot-od"])
+    assert "admissionChecksStrategy" not in queue_manifests(data_only_variants["qwen3-spot-od"])[
+        f"ClusterQueue/{conventions.CLUSTER_QUEUE}"]["spec"]
+
+
+def test_flex_start_creates_the_cluster_at_a_channel_version_checked_against_the_minimum(data_only_variants):
+    cluster = only(data_only_variants["qwen3-flex"], "google_container_cluster")
+    versions_id, versions = next(iter(data_only_variants["qwen3-flex"]["data"]["google_container_engine_versions"].items()))
+    assert versions["location"] == example_settings().region  # the regional cluster's own versions
+    assert cluster["min_master_version"] == (
+        f"${{data.google_container_engine_versions.{versions_id}.release_channel_default_version.REGULAR}}")
+    assert "min_master_version" in cluster["lifecycle"]["ignore_changes"]  # no upgrade when the default moves
+    (check,) = versions["lifecycle"]["postcondition"]
+    assert FLEX_START_MIN_GKE in check["error_message"]
+    assert 'self.release_channel_default_version["REGULAR"]' in check["condition"]
+
+
+def test_without_flex_start_the_cluster_version_is_left_to_gke(stacks_json, data_only_variants):
+    for stack in (stacks_json["qwen3-v6e32"], data_only_variants["qwen3-spot-od"]):
+        cluster = only(stack, "google_container_cluster")
+        assert "min_master_version" not in cluster
+        assert "google_container_engine_versions" not in stack.get("data", {})
+
+
+def test_terraform_accepts_exactly_the_versions_from_the_flex_start_minimum_on(data_only_variants, tmp_path):
+    versions = next(iter(data_only_variants["qwen3-flex"]["data"]["google_container_engine_versions"].values()))
+    (check,) = versions["lifecycle"]["postcondition"]
+    channel_default = 'self.release_channel_default_version["REGULAR"]'
+    cases = {  # version -> whether flex-start TPU pools may be created on it (1.33.0-gke.1712000 or later)
+        "1.33.0-gke.1712000": True, "1.33.0-gke.1711999": False, "1.33.0-gke.2000000": True,
+        "1.32.9-gke.9999999": False, "1.33.1-gke.1": True, "1.34.0-gke.0": True, "2.0.0-gke.0": True,
+        "1.35.1-gke.1396002": True, "0.99.0-gke.9999999": False,
+    }
+    planned = terraform_outputs(tmp_path, {
+        f"v{index}": check["condition"].replace(channel_default, json.dumps(version))
+        for index, version in enumerate(cases)
+    })
+    assert [planned[f"v{index}"] for index in range(len(cases))] == list(cases.values())
 
 
 # --- Cluster behaviour over days: upgrades and the Kueue webhook ------------------------------------
