@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from recipes.errors import UserError
-from recipes.model import Recipe
+from recipes.model import PLATFORM_CAPACITY, CapacityMode, Recipe, parse_capacity
 
 CONFIG_ENV = "TPU_RL_CONFIG"
 DEFAULT_CONFIG = Path("tpu-rl.toml")
@@ -54,6 +54,8 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec("tpu_name", "TPU_NAME", "the TPU VM name for VM recipes", required=False),
     SettingSpec("state_bucket", "TF_STATE_BUCKET", "an existing bucket for Terraform state (default: local state)",
                 required=False),
+    SettingSpec("capacity", "CAPACITY", "the TPU capacity mode, or an ordered fallback list, e.g. flex-start,spot "
+                "(default: each recipe's own)", required=False),
 )
 _BY_FIELD = {spec.field: spec for spec in SPECS}
 
@@ -92,6 +94,7 @@ class Settings:
     hf_token_secret: str = DEFAULT_HF_TOKEN_SECRET
     tpu_name: str | None = None
     state_bucket: str | None = None
+    capacity: tuple[CapacityMode, ...] | None = None  # None: each recipe's own capacity list
     source: str = "environment"
 
     @property
@@ -106,12 +109,40 @@ class Settings:
     def bucket_url(self) -> str:
         return f"gs://{self.gcs_bucket}"
 
+    def recipe(self, recipe: Recipe) -> Recipe:
+        """`recipe` as these settings run it: CAPACITY, when set, replaces its capacity list, and every rule
+        that depends on the recipe is checked. The one place the override happens: the stacks
+        (stacks.app.build_app) and the CLI both take their recipes from here.
+
+        A TPU VM has one provisioning model and no flex-start, so a VM recipe takes the first mode of the
+        list that a VM can use (reservation, spot, on-demand): CAPACITY=flex-start,spot gives the GKE
+        recipes flex-start (spot as Kueue's fallback) and the VM spot."""
+        if self.capacity is not None:
+            capacity = self.capacity
+            if recipe.platform == "vm":
+                usable = PLATFORM_CAPACITY["vm"]
+                capacity = tuple(mode for mode in capacity if mode in usable)[:1]
+                if not capacity:
+                    listed = ",".join(self.capacity)
+                    raise UserError(f"CAPACITY '{listed}' has no mode the TPU VM of recipe '{recipe.name}' can use "
+                                    f"({', '.join(usable)}): add one after the others, e.g. CAPACITY={listed},spot "
+                                    "gives the VM spot")
+            recipe = recipe.with_capacity(capacity, source="CAPACITY")
+        self.for_recipe(recipe)
+        return recipe
+
     def for_recipe(self, recipe: Recipe) -> "Settings":
         """Check the rules that depend on the recipe; return self when they hold."""
         if "reservation" in recipe.capacity and not self.reservation:
             raise UserError(
                 f"RESERVATION is not set, but recipe '{recipe.name}' uses capacity 'reservation': "
                 f"export RESERVATION=<your {recipe.shape.machine_type} reservation name>"
+            )
+        flex_start = recipe.tpu_facts.flex_start
+        if "flex-start" in recipe.capacity and flex_start and self.zone not in flex_start.zones:
+            raise UserError(
+                f"ZONE '{self.zone}' offers no flex-start {recipe.shape.generation} TPUs, which recipe "
+                f"'{recipe.name}' uses: pick one of {', '.join(flex_start.zones)} (and its REGION)"
             )
         if recipe.is_gke and not self.authorized_cidr:
             raise UserError(
@@ -184,6 +215,12 @@ def _check(values: Mapping[str, str]) -> dict[str, object]:
     if not _SECRET_NAME.match(secret):
         raise _fail(_BY_FIELD["hf_token_secret"], f"'{secret}' is not a Secret Manager secret id: 1-255 letters, "
                     "digits, '-' or '_'")
+    capacity = checked.get("capacity")
+    if capacity is not None:
+        try:
+            checked["capacity"] = parse_capacity(capacity)
+        except ValueError as error:
+            raise _fail(_BY_FIELD["capacity"], str(error)) from None
     tpu_name = checked.get("tpu_name")
     if tpu_name is not None and not _RESOURCE_NAME.match(tpu_name):
         raise _fail(_BY_FIELD["tpu_name"], f"'{tpu_name}' is not an instance name: lowercase letters, digits "

@@ -143,3 +143,67 @@ def test_readme_settings_table_lists_every_setting():
     section = readme.split("## Settings", 1)[1].split("\n## ", 1)[0]
     for spec in SPECS:
         assert f"| `{spec.env}` | `{spec.field}` |" in section, spec.env
+
+
+# --- CAPACITY: the capacity mode, or an ordered fallback list, in place of each recipe's own ---------
+
+def test_capacity_setting_is_an_ordered_list_from_the_environment_or_the_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_settings(GOOD).capacity is None  # unset: each recipe keeps its own
+    assert load_settings({**GOOD, "CAPACITY": "flex-start"}).capacity == ("flex-start",)
+    assert load_settings({**GOOD, "CAPACITY": " reservation, flex-start "}).capacity == ("reservation", "flex-start")
+    config = tmp_path / "rl.toml"
+    config.write_text('capacity = "spot,on-demand"\n')
+    assert load_settings({"TPU_RL_CONFIG": str(config), **GOOD}).capacity == ("spot", "on-demand")
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("preemptible", "CAPACITY 'preemptible' names 'preemptible': use one or an ordered comma-separated list of "
+                    "reservation, flex-start, spot, on-demand"),
+    ("spot,spot", "CAPACITY 'spot,spot' names a mode twice"),
+])
+def test_capacity_setting_names_only_known_modes_once(value, message):
+    assert error_of({**GOOD, "CAPACITY": value}) == message
+
+
+def test_capacity_setting_replaces_the_recipes_own_list_and_then_needs_no_reservation():
+    settings = load_settings({**{k: v for k, v in GOOD.items() if k != "RESERVATION"}, "CAPACITY": "flex-start,spot"})
+    qwen = settings.recipe(get_recipe("qwen3-v6e32"))  # recipes.toml: capacity = "reservation"
+    assert qwen.capacity == ("flex-start", "spot")
+    assert (qwen.name, qwen.shape) == (get_recipe("qwen3-v6e32").name, get_recipe("qwen3-v6e32").shape)
+    # The VM cannot use flex-start: it takes the first mode of the list it can use.
+    assert settings.recipe(get_recipe("llama31-v6e8")).capacity == ("spot",)
+
+
+def test_without_capacity_setting_a_recipe_runs_as_written_and_still_needs_its_reservation():
+    settings = load_settings(GOOD)
+    assert settings.recipe(get_recipe("gemma4-v6e64")).capacity == ("reservation",)
+    unreserved = load_settings({k: v for k, v in GOOD.items() if k != "RESERVATION"})
+    with pytest.raises(UserError, match="^RESERVATION is not set, but recipe 'gemma4-v6e64' uses capacity 'reservation'"):
+        unreserved.recipe(get_recipe("gemma4-v6e64"))
+    fallback = load_settings({**{k: v for k, v in GOOD.items() if k != "RESERVATION"}, "CAPACITY": "reservation,flex-start"})
+    with pytest.raises(UserError, match="^RESERVATION is not set"):
+        fallback.recipe(get_recipe("gemma4-v6e64"))
+
+
+def test_capacity_with_no_mode_a_vm_can_use_says_how_to_give_the_vm_one():
+    settings = load_settings({**GOOD, "CAPACITY": "flex-start"})
+    with pytest.raises(UserError) as caught:
+        settings.recipe(get_recipe("llama31-v6e8"))
+    assert str(caught.value) == (
+        "CAPACITY 'flex-start' has no mode the TPU VM of recipe 'llama31-v6e8' can use (reservation, spot, "
+        "on-demand): add one after the others, e.g. CAPACITY=flex-start,spot gives the VM spot")
+
+
+def test_flex_start_needs_a_zone_that_offers_it():
+    # recipes.toml [tpu.v6e.flex_start]: asia-northeast1-b, us-east5-a, us-east5-b (GKE flex-start docs).
+    settings = load_settings({**GOOD, "ZONE": "us-east5-c", "CAPACITY": "flex-start"})
+    with pytest.raises(UserError) as caught:
+        settings.recipe(get_recipe("qwen3-v6e32"))
+    assert str(caught.value) == ("ZONE 'us-east5-c' offers no flex-start v6e TPUs, which recipe 'qwen3-v6e32' uses: "
+                                 "pick one of asia-northeast1-b, us-east5-a, us-east5-b (and its REGION)")
+    assert load_settings({**GOOD, "ZONE": "us-east5-a", "CAPACITY": "flex-start"}).recipe(
+        get_recipe("qwen3-v6e32")).capacity == ("flex-start",)
+    # The zone matters only for flex-start.
+    assert load_settings({**GOOD, "ZONE": "us-east5-c", "CAPACITY": "spot"}).recipe(
+        get_recipe("qwen3-v6e32")).capacity == ("spot",)

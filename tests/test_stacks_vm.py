@@ -124,3 +124,27 @@ def test_on_demand_vm_is_standard_without_reservation(data_only_variants):
     instance = only(data_only_variants["llama31-ondemand"], "google_compute_instance")
     assert instance["scheduling"] == {"on_host_maintenance": "TERMINATE", "provisioning_model": "STANDARD"}
     assert instance["reservation_affinity"] == {"type": "NO_RESERVATION"}
+
+
+@pytest.fixture(scope="module")
+def vm_by_capacity_setting(tmp_path_factory):
+    """The VM recipe synthesized with CAPACITY=spot, and with CAPACITY=flex-start,spot (a VM has no
+    flex-start, so it takes the first mode it can use: spot)."""
+    from dataclasses import replace
+
+    from conftest import synthesize
+
+    from recipes import all_recipes
+
+    recipes = {STACK: all_recipes()[STACK]}
+    return {capacity: synthesize(tmp_path_factory.mktemp(",".join(capacity)), recipes=recipes,
+                                 settings=replace(example_settings(), capacity=capacity))[STACK]
+            for capacity in (("spot",), ("flex-start", "spot"))}
+
+
+@pytest.mark.parametrize("capacity", [("spot",), ("flex-start", "spot")], ids=["spot", "flex-start,spot"])
+def test_capacity_setting_makes_the_vm_spot_without_its_reservation(vm_by_capacity_setting, capacity):
+    instance = only(vm_by_capacity_setting[capacity], "google_compute_instance")
+    assert instance["scheduling"]["provisioning_model"] == "SPOT"
+    assert instance["scheduling"]["preemptible"] is True
+    assert instance["reservation_affinity"] == {"type": "NO_RESERVATION"}
