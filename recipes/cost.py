@@ -4,11 +4,14 @@ Pure functions of a recipe and recipes/prices.toml (the one home of every price)
 estimates for one default region; every output that shows them says so.
 
 What is counted, per hour while a pipeline runs:
-- TPU: chips x $/chip-hour for the recipe's capacity mode. A reservation is billed for its whole term
-  whether a job runs or not; its hours are marked `reserved`.
+- TPU: chips x $/chip-hour for the recipe's capacity mode (the first of its list: the mode expected to
+  serve; the rest is fallback). A reservation is billed for its whole term whether a job runs or not;
+  its hours are marked `reserved`. On GKE every other mode's pools scale from zero, so their hosts bill
+  only while the train step runs: conversion and export bill no TPU time (those chip-hours are shown as
+  avoided). The VM exists from deploy to destroy in every mode.
 - GKE recipes: the cluster management fee, the system pool, the CPU pool at its expected size during a
   run (one node: each step puts one pod there, the conversion/export job or the Pathways head), and the
-  Cloud NAT gateway for every node behind it.
+  Cloud NAT gateway for every node behind it (the TPU hosts only while they exist).
 - VM recipes: the TPU VM (its chips at the chip-hour price; the host is included) and its Cloud NAT.
 Storage and the Hugging Face download through NAT (per GiB) are not counted; see prices.toml.
 """
@@ -30,6 +33,9 @@ CPU_NODES_DURING_RUN = 1
 
 ESTIMATE_NOTE = "estimates from list prices"
 
+# The step that runs on TPU hosts; convert and export run on the CPU pool.
+TPU_STEP = "train"
+
 
 @dataclass(frozen=True)
 class Price:
@@ -40,13 +46,15 @@ class Price:
 
 @dataclass(frozen=True)
 class CostLine:
-    """One priced item: `quantity` units at `unit_price` USD per hour each."""
+    """One priced item: `quantity` units at `unit_price` USD per hour each; `train_only` when it bills only
+    while the train step runs (a TPU slice that scales from zero, and its share of the NAT gateway)."""
 
     item: str
     quantity: float
     unit: str
     unit_price: float
     reserved: bool = False
+    train_only: bool = False
 
     @property
     def hourly(self) -> float:
@@ -64,7 +72,21 @@ class CostBreakdown:
 
     @property
     def total(self) -> float:
+        """Per hour while every line bills: during the train step."""
         return sum(line.hourly for line in self.lines)
+
+    @property
+    def outside_train(self) -> float:
+        """Per hour during convert and export: without the lines that bill only in train."""
+        return sum(line.hourly for line in self.lines if not line.train_only)
+
+    @property
+    def tpu_train_only(self) -> bool:
+        """Whether the TPU hosts exist only while the train step runs."""
+        return any(line.train_only for line in self.lines)
+
+    def during(self, step: str) -> float:
+        return self.total if step == TPU_STEP else self.outside_train
 
     @property
     def reserved(self) -> float:
@@ -76,16 +98,24 @@ class CostBreakdown:
         return any(line.reserved for line in self.lines)
 
     def summary(self) -> str:
-        """e.g. `$62.78/h (TPU reserved)`."""
+        """e.g. `$62.78/h (TPU reserved)`, or `$89.68/h in train, $3.28/h in convert/export` when the TPU
+        hosts exist only while training."""
         text = f"{usd(self.total)}/h"
+        if self.tpu_train_only:
+            return f"{text} in train, {usd(self.outside_train)}/h in convert/export"
         return f"{text} (TPU reserved)" if self.has_reserved else text
 
 
 @dataclass(frozen=True)
 class StepCost:
+    """One step: its minutes, what it costs, and the TPU chip-hours it bills or, when the slice scales
+    from zero and the step does not need it, avoids."""
+
     step: str
     minutes: int
     usd: float
+    tpu_chip_hours: float = 0.0
+    tpu_chip_hours_avoided: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -104,8 +134,19 @@ class RunEstimate:
     def minutes(self) -> int:
         return sum(step.minutes for step in self.steps)
 
+    @property
+    def tpu_chip_hours(self) -> float:
+        return sum(step.tpu_chip_hours for step in self.steps)
+
+    @property
+    def tpu_chip_hours_avoided(self) -> float:
+        return sum(step.tpu_chip_hours_avoided for step in self.steps)
+
     def summary(self) -> str:
         text = f"{usd(self.total)} for {self.minutes} min"
+        if self.tpu_chip_hours_avoided:
+            return (f"{text} (TPU only in train: {self.tpu_chip_hours:.1f} chip-hours billed, "
+                    f"{self.tpu_chip_hours_avoided:.1f} avoided)")
         return f"{text} (TPU reserved)" if self.has_reserved else text
 
 
@@ -128,8 +169,8 @@ class PriceTable:
         by_mode = self.tpu.get(generation)
         if by_mode is None or capacity not in by_mode:
             raise UserError(
-                f"recipes/prices.toml has no {capacity} price for TPU {generation}: add [tpu.{generation}] "
-                f"{capacity} = <USD per chip-hour> with its source and date"
+                f"recipes/prices.toml has no {capacity} price for TPU {generation}: add [tpu.{generation}.{capacity}] "
+                f"{TPU_PRICE_KEY} = <USD per chip-hour> with its source and date"
             )
         return by_mode[capacity]
 
@@ -156,13 +197,15 @@ def _price(entry: dict, key: str) -> Price:
     )
 
 
+TPU_PRICE_KEY = "chip_hour"  # [tpu.<generation>.<capacity mode>] chip_hour = USD per chip-hour
+
+
 def parse_prices(table: dict) -> PriceTable:
     """Build the price table from parsed TOML; every price must say where it comes from and when."""
     try:
-        capacity_modes = ("on-demand", "spot", "reservation")
         tpu = {
-            generation: {mode: _price(entry, mode) for mode in capacity_modes if mode in entry}
-            for generation, entry in table["tpu"].items()
+            generation: {mode: _price(entry, TPU_PRICE_KEY) for mode, entry in modes.items()}
+            for generation, modes in table["tpu"].items()
         }
         machines = {name: _price(entry, "on-demand") for name, entry in table["machine"].items()}
         nat = table["nat"]
@@ -190,8 +233,15 @@ def _nat_line(prices: PriceTable, vms: int) -> CostLine:
     return CostLine(f"Cloud NAT ({vms} {'VM' if vms == 1 else 'nodes'})", 1, "gateway", prices.nat_hourly(vms))
 
 
+def tpu_only_in_train(recipe: Recipe) -> bool:
+    """Whether the recipe's TPU hosts exist only while its train step runs: on GKE, unless its first
+    capacity mode is the static one (a reservation). A TPU VM exists from deploy to destroy."""
+    return recipe.is_gke and recipe.capacity[0] != conventions.STATIC_TPU_CAPACITY
+
+
 def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBreakdown:
-    """What the recipe's stack costs per hour while its pipeline runs."""
+    """What the recipe's stack costs per hour while its pipeline runs (lines marked train_only bill only
+    during the train step)."""
     prices = prices or load_prices()
     shape = recipe.shape
     mode = recipe.capacity[0]  # the capacity expected to serve; the rest of the list is fallback
@@ -208,14 +258,21 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
 
     cpu = prices.machine(recipe.cpu_machine_type or "")
     system = prices.machine(conventions.SYSTEM_POOL_MACHINE_TYPE)
-    nodes_behind_nat = shape.total_hosts + CPU_NODES_DURING_RUN + conventions.SYSTEM_POOL_NODES
+    other_nodes = CPU_NODES_DURING_RUN + conventions.SYSTEM_POOL_NODES
+    train_only = tpu_only_in_train(recipe)
+    if train_only:  # the gateway's price for the TPU hosts, on top of the other nodes', only while they exist
+        extra = prices.nat_hourly(other_nodes + shape.total_hosts) - prices.nat_hourly(other_nodes)
+        nat = [_nat_line(prices, other_nodes),
+               CostLine(f"Cloud NAT for {shape.total_hosts} TPU hosts", 1, "gateway", extra, train_only=True)]
+    else:
+        nat = [_nat_line(prices, shape.total_hosts + other_nodes)]
     lines = [
-        CostLine(tpu_label, shape.total_chips, "chip", chip.usd_per_hour, reserved=reserved),
+        CostLine(tpu_label, shape.total_chips, "chip", chip.usd_per_hour, reserved=reserved, train_only=train_only),
         CostLine(f"CPU pool {recipe.cpu_machine_type}", CPU_NODES_DURING_RUN, "node", cpu.usd_per_hour),
         CostLine(f"system pool {conventions.SYSTEM_POOL_MACHINE_TYPE}", conventions.SYSTEM_POOL_NODES, "node",
                  system.usd_per_hour),
         CostLine("GKE cluster management fee", 1, "cluster", prices.gke_cluster.usd_per_hour),
-        _nat_line(prices, nodes_behind_nat),
+        *nat,
     ]
     return CostBreakdown(recipe.name, mode, prices.region, tuple(lines))
 
@@ -223,32 +280,36 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
 def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> RunEstimate:
     """One run of convert, train and export at the recipe's durations.
 
-    The TPU slice is part of the stack, so it is billed through every step, the CPU-only ones included
-    (and a reservation for its whole term); the run costs the hourly estimate for each step's minutes.
+    A reservation's pools and the TPU VM are part of the stack, so they bill through every step, the
+    CPU-only ones included (and a reservation for its whole term). A slice that scales from zero bills
+    only in train; the chip-hours convert and export would have cost are reported as avoided.
     """
     hourly = hourly_estimate(recipe, prices)
-    minutes = recipe.durations_minutes
-    steps = tuple(
-        StepCost(step, getattr(minutes, step), hourly.total * getattr(minutes, step) / 60) for step in STEPS
-    )
-    return RunEstimate(recipe.name, steps, hourly.has_reserved)
+    chips = recipe.shape.total_chips
+    steps = []
+    for step in STEPS:
+        minutes = getattr(recipe.durations_minutes, step)
+        chip_hours = chips * minutes / 60
+        billed = step == TPU_STEP or not hourly.tpu_train_only
+        steps.append(StepCost(step, minutes, hourly.during(step) * minutes / 60,
+                              tpu_chip_hours=chip_hours if billed else 0.0,
+                              tpu_chip_hours_avoided=0.0 if billed else chip_hours))
+    return RunEstimate(recipe.name, tuple(steps), hourly.has_reserved)
 
 
 def run_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:
-    """The README's table of one pipeline run per recipe: time, TPU chip-hours and cost per step.
-
-    TPU pools have a static node count, so the slice is billed through every step, CPU-only ones too;
-    chip-hours are the recipe's chips times the step's expected minutes. A test keeps the README in sync.
-    """
-    rows = ["| recipe | step | expected minutes | TPU chip-hours billed | estimated cost |",
-            "| --- | --- | --- | --- | --- |"]
+    """The README's table of one pipeline run per recipe: time, TPU chip-hours billed and avoided, and
+    cost per step, for each recipe's capacity mode. A test keeps the README in sync."""
+    rows = ["| recipe | capacity | step | expected minutes | TPU chip-hours billed | TPU chip-hours avoided | "
+            "estimated cost |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for recipe in recipes:
         estimate = pipeline_run_estimate(recipe, prices)
+        mode = recipe.capacity[0]
         for step in estimate.steps:
-            chip_hours = recipe.shape.total_chips * step.minutes / 60
-            rows.append(f"| {recipe.name} | {step.step} | {step.minutes} | {chip_hours:.1f} | {usd(step.usd)} |")
-        total_chip_hours = recipe.shape.total_chips * estimate.minutes / 60
+            rows.append(f"| {recipe.name} | {mode} | {step.step} | {step.minutes} | {step.tpu_chip_hours:.1f} | "
+                        f"{step.tpu_chip_hours_avoided:.1f} | {usd(step.usd)} |")
         reserved = " (TPU reserved)" if estimate.has_reserved else ""
-        rows.append(f"| {recipe.name} | **whole run** | {estimate.minutes} | {total_chip_hours:.1f} | "
-                    f"{usd(estimate.total)}{reserved} |")
+        rows.append(f"| {recipe.name} | {mode} | **whole run** | {estimate.minutes} | {estimate.tpu_chip_hours:.1f} | "
+                    f"{estimate.tpu_chip_hours_avoided:.1f} | {usd(estimate.total)}{reserved} |")
     return "\n".join(rows)

@@ -361,13 +361,15 @@ def _change(before: StackCost | None, after: StackCost | None) -> str:
 
 def render_costs(stacks: list[str], before: dict[str, StackCost] | str, after: dict[str, StackCost] | str) -> list[str]:
     prices = load_prices()
-    checked = sorted({p.checked for p in prices.machines.values()} | {prices.gke_cluster.checked})
+    checked = sorted({p.checked for p in prices.machines.values()} | {prices.gke_cluster.checked}
+                     | {p.checked for modes in prices.tpu.values() for p in modes.values()})
     out = [
         "### Cost (estimates)",
         "",
         f"Estimates from list prices in recipes/prices.toml ({prices.region}, checked {', '.join(checked)}); "
         "not a quote. Hourly figures are while a pipeline runs; reserved TPU capacity is billed for the "
-        "reservation's term whether it is used or not.",
+        "reservation's term whether it is used or not, and a TPU slice that scales from zero (spot, "
+        "on-demand, flex-start) only during the train step.",
         "",
     ]
     for label, side in (("REF", before), ("working tree", after)):

@@ -168,8 +168,13 @@ QWEN_4X8 = ("$63.76/h (TPU reserved)", "$180.66 for 170 min (TPU reserved)")
 #   64 x $1.89 = $120.96, + $3.03 + $0.134 + $0.10, + NAT for 18 nodes ($0.0302) = $124.2542/h;
 #   x 170/60 = $352.05; the change is $124.2542 - $63.763 = $60.49/h
 QWEN_64_CHIPS = ("$124.25/h (TPU reserved)", "$352.05 for 170 min (TPU reserved)")
-# qwen3-v6e32 on spot: 32 x $1.35 = $43.20 + $3.283 = $46.483/h; x 170/60 = $131.70; change -$17.28/h
-QWEN_SPOT = ("$46.48/h", "$131.70 for 170 min")
+# qwen3-v6e32 on spot, whose slice scales from zero and so exists only in train: while training
+#   32 x $1.35 = $43.20 + $3.283 = $46.483/h (change -$17.28/h); in convert and export $3.03 + $0.134 +
+#   $0.10 + NAT for the CPU and system nodes (2 x $0.0014 + $0.005 = $0.0078) = $3.2718/h. The run:
+#   $46.483 x 90/60 + 2 x $3.2718 x 40/60 = $69.7245 + $4.3624 = $74.09; 32 x 90/60 = 48.0 chip-hours
+#   billed, 32 x 80/60 = 42.7 avoided.
+QWEN_SPOT = ("$46.48/h in train, $3.27/h in convert/export",
+             "$74.09 for 170 min (TPU only in train: 48.0 chip-hours billed, 42.7 avoided)")
 
 
 def _cost_row(stack: str, before: tuple[str, str], after: tuple[str, str], change: str) -> str:
@@ -241,16 +246,18 @@ def test_removed_slice_removes_the_second_tpu_pool(reviews):
     assert row in _section(review.markdown, "### Cost (estimates)")
 
 
-def test_capacity_switch_to_spot_drops_the_reservation_and_the_reserved_mark(reviews):
+def test_capacity_switch_to_spot_replaces_the_reservation_pool_and_drops_the_reserved_mark(reviews):
     review = reviews["spot"]
-    assert _section(review.markdown, "### Stacks") == [
-        "#### `qwen3-v6e32`",
-        f"- changed `{_tpu_pool(review.after, 0)}`: "
-        "node_config.reservation_affinity.consume_reservation_type SPECIFIC_RESERVATION → NO_RESERVATION, "
-        "node_config.reservation_affinity.key compute.googleapis.com/reservation-name → (none), "
-        'node_config.reservation_affinity.values ["tpu-rl-example-reservation"] → (none), '
-        "node_config.spot false → true",
-    ]
+    stacks = _section(review.markdown, "### Stacks")
+    spot_pool = _address(review.after.stacks["qwen3-v6e32"], "google_container_node_pool",
+                         lambda body: body["name"] == "tpu-np-spot-0")
+    # A spot pool scales from zero, a reservation pool holds every host: one replaces the other, and
+    # the queue's TPU flavor follows (tpu -> tpu-spot).
+    assert stacks[0] == "#### `qwen3-v6e32`"
+    assert stacks[2:] == [f"- added `{spot_pool}`", f"- removed `{_tpu_pool(review.before, 0)}`"]
+    assert stacks[1].startswith(f"- changed `{_queues(review.after)}`: ")
+    assert "flavors[tpu-spot].resources[google.com/tpu].nominalQuota (none) → 32" in stacks[1]
+    assert "flavors[tpu].resources[google.com/tpu].nominalQuota 32 → (none)" in stacks[1]
     assert _section(review.markdown, "### Manifests") == ["No manifest changes."]
     row = _cost_row("qwen3-v6e32", QWEN_4X8, QWEN_SPOT, "−$17.28/h")
     assert row in _section(review.markdown, "### Cost (estimates)")
