@@ -1,4 +1,5 @@
-"""How TPU capacity is obtained: a specific reservation, spot, or on demand (recipe field `capacity`)."""
+"""How TPU capacity is obtained (recipe field `capacity`, setting CAPACITY): a specific reservation, flex-start,
+spot or on demand. What each mode means for a GKE pool is in infra.tpu_pool, for the VM in infra.tpu_vm."""
 
 from __future__ import annotations
 
