@@ -391,13 +391,6 @@ class Recipe(BaseModel):
     def is_gke(self) -> bool:
         return self.platform == "gke"
 
-    @property
-    def static_tpu(self) -> bool:
-        """Whether the TPU hosts exist from deploy to destroy. Only a reservation's pools are static (it is
-        billed for its term anyway); every other mode scales from zero, so its hosts exist, and bill,
-        only while a train step runs."""
-        return self.capacity == ("reservation",)
-
     def with_capacity(self, capacity: tuple[CapacityMode, ...], source: str) -> "Recipe":
         """This recipe with another capacity list, checked against its platform and TPU generation."""
         check_capacity(self.name, self.platform, capacity, self.tpu_facts, self.flex_start_max_run_hours, source)
