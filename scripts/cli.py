@@ -163,9 +163,9 @@ def _ask(question: str) -> bool:
 
 def make_session(recipe: Recipe, settings: Settings):
     """The one place a pipeline Session is built (tests replace sleeps through the env knobs above)."""
-    from scripts.clients import Clients
+    from scripts.cloud.clients import Clients
     from scripts.pipeline import Session
-    from scripts.retry import RetryPolicy
+    from scripts.cloud.retry import RetryPolicy
 
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0),
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0))
@@ -300,7 +300,7 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 @_handled
 def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     """Check capacity, bucket and token before spending money; every failed check says how to fix it."""
-    from scripts.clients import Clients
+    from scripts.cloud.clients import Clients
     from scripts.preflight import run_checks
 
     recipe = get_recipe(recipe_name)
@@ -322,8 +322,8 @@ def secret_set() -> None:
     """Add the Hugging Face token from stdin as a new Secret Manager version (never pass it as an argument)."""
     import getpass
 
-    from scripts import hf_token
-    from scripts.clients import Clients
+    from scripts.cloud import hf_token
+    from scripts.cloud.clients import Clients
 
     settings = _cloud_settings()
     raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()

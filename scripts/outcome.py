@@ -54,10 +54,12 @@ class Interrupted(Outcome):
     code = ExitCode.INTERRUPTED
 
 
+_KUBE_API_EXCEPTION = ("kubernetes.client.exceptions", "ApiException")
+
 # Exceptions the cloud libraries raise past our own handling, tried in this order: (module, class, exit
-# code, the line's start; `{what}` is scripts.retry.describe(error), `{text}` the error's own message).
+# code, the line's start; `{what}` is describe(error), `{text}` the error's own message).
 _FOREIGN: tuple[tuple[str, str, ExitCode, str], ...] = (
-    ("kubernetes.client.exceptions", "ApiException", ExitCode.API_ERROR, "Kubernetes API error: {what}"),
+    (*_KUBE_API_EXCEPTION, ExitCode.API_ERROR, "Kubernetes API error: {what}"),
     ("google.api_core.exceptions", "GoogleAPIError", ExitCode.API_ERROR, "Google API error: {text}"),
     # e.g. RefreshError: the stored login expired or was revoked
     ("google.auth.exceptions", "GoogleAuthError", ExitCode.API_ERROR,
@@ -65,24 +67,32 @@ _FOREIGN: tuple[tuple[str, str, ExitCode, str], ...] = (
     # the REST clients (Compute, and any redirected API) could not connect
     ("requests", "RequestException", ExitCode.API_ERROR,
      "cannot reach a Google API ({what}): check the network and run the command again"),
-    # a followed log stream broke midway (requests are retried in scripts.retry)
+    # a followed log stream broke midway (requests are retried in scripts.cloud.retry)
     ("urllib3.exceptions", "HTTPError", ExitCode.API_ERROR,
      "lost the connection to the cluster ({what}): run the command again"),
 )
 
 
+def _is_a(error: BaseException, module_name: str, class_name: str) -> bool:
+    """isinstance against a library's class, looked up only in a module that is already imported: an
+    exception cannot be an instance of a class that was never loaded, and importing the kubernetes and
+    Google clients here would cost every command (`--help`, `recipes`, `render`) their start-up."""
+    cls = getattr(sys.modules.get(module_name), class_name, None)
+    return cls is not None and isinstance(error, cls)
+
+
+def describe(error: BaseException) -> str:
+    """A library's exception in a few words: a Kubernetes API error as its HTTP status, others by type."""
+    if _is_a(error, *_KUBE_API_EXCEPTION):
+        return f"HTTP {error.status} {error.reason or ''}".strip()
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
+
+
 def foreign_ending(error: BaseException) -> tuple[ExitCode, str] | None:
-    """The exit code and one line for a cloud library's exception, or None when it is none of them.
-
-    A class is looked up only in a module that is already imported: an exception cannot be an instance
-    of a class that was never loaded, and importing the kubernetes and Google clients here would cost
-    every command (`--help`, `recipes`, `render`) their start-up.
-    """
+    """The exit code and one line for a cloud library's exception, or None when it is none of them."""
     for module_name, class_name, code, template in _FOREIGN:
-        cls = getattr(sys.modules.get(module_name), class_name, None)
-        if cls is not None and isinstance(error, cls):
-            from scripts.retry import describe  # kubernetes is loaded by now, or this is an error path
-
+        if _is_a(error, module_name, class_name):
             return code, template.format(what=describe(error),
                                          text=f"{type(error).__name__}: {str(error)[:200]}")
     return None

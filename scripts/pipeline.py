@@ -21,11 +21,11 @@ from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_se
 from jobs.paths import ArtifactPaths
 from recipes import STEPS, Recipe, Settings, UserError
 from recipes.conventions import CHECK_FAILED_PREFIX, HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
-from scripts import gcs, hf_token
-from scripts.clients import Clients
-from scripts.kube import Cluster, JobSetState, PodCounts, jobset_state, pod_counts, pod_problems
+from scripts.cloud import gcs, hf_token
+from scripts.cloud.clients import Clients
+from scripts.cloud.kube import Cluster, JobSetState, PodCounts, jobset_state, pod_counts, pod_problems
+from scripts.cloud.retry import RetryPolicy
 from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
-from scripts.retry import RetryPolicy
 
 # How many of a step's last log lines are shown when nothing was streamed, and searched for a check's reason.
 LOG_TAIL_LINES = 50

@@ -8,8 +8,8 @@ from typing import Callable
 from google.api_core import exceptions as gexc
 
 from recipes import Recipe, Settings, UserError
-from scripts import hf_token
-from scripts.clients import Clients
+from scripts.cloud import hf_token
+from scripts.cloud.clients import Clients
 
 
 @dataclass(frozen=True)

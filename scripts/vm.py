@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from jobs.vm import PROGRESS_LINE, STARTING
 from recipes import STEPS, UserError
-from scripts import gcs
+from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
 from scripts.pipeline import Session, StatusReport, StepStatus, verify_output
 

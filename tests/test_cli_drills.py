@@ -250,8 +250,8 @@ def test_replace_deletes_the_failed_jobset_and_submits_again(cloud):
 def test_backoff_doubles_up_to_the_cap_and_honours_retry_after():
     from kubernetes.client.exceptions import ApiException
 
+    from scripts.cloud.retry import RetryPolicy, call
     from scripts.outcome import ApiError
-    from scripts.retry import RetryPolicy, call
 
     slept: list[float] = []
     policy = RetryPolicy(attempts=5, base_delay=1.0, max_delay=5.0, sleep=slept.append)

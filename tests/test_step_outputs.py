@@ -14,7 +14,7 @@ import pytest
 from jobs.paths import ArtifactPaths, split_gs_url
 from peers.fixtures import EXPORT_SHARDS, gcs, gcs_server, peer_settings, put_step_output  # noqa: F401
 from recipes import get_recipe
-from scripts.gcs import missing_outputs
+from scripts.cloud.gcs import missing_outputs
 
 RECIPE = "qwen3-v6e32"
 ROOT = "gs://rl-test-artifacts/qwen3-30b-a3b/"

@@ -42,7 +42,7 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
     settings = storage = None
     if runs or not sources or any(source.startswith("gs://") for source in sources):
         from jobs.paths import ArtifactPaths
-        from scripts.clients import Clients
+        from scripts.cloud.clients import Clients
 
         settings = cloud_settings()
         storage = Clients(settings).storage()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping
 
 from recipes import Settings, UserError
@@ -119,12 +118,7 @@ class Clients:
         return self._get("storage", build)
 
     def kube(self):
-        """A kubernetes ApiClient for this settings' cluster (see scripts.kube.connect)."""
-        from scripts.kube import api_client_for
+        """A kubernetes ApiClient for this settings' cluster (see scripts.cloud.kube.api_client_for)."""
+        from scripts.cloud.kube import api_client_for
 
         return self._get("kube", lambda: api_client_for(self.settings, self.endpoints.kubeconfig))
-
-
-def kubeconfig_path(explicit: str | None) -> Path:
-    first = (explicit or str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
-    return Path(first).expanduser()

@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from scripts.outcome import ApiError
+from scripts.outcome import ApiError, describe
 
 T = TypeVar("T")
 
@@ -39,13 +39,6 @@ class RetryPolicy:
         """Sleep before the next attempt; a throttling server's Retry-After wins over the backoff."""
         headers = getattr(error, "headers", None) or {}
         self.sleep(self.delay(attempt, headers.get("Retry-After")))
-
-
-def describe(error: BaseException) -> str:
-    if isinstance(error, ApiException):
-        return f"HTTP {error.status} {error.reason or ''}".strip()
-    text = str(error).splitlines()[0] if str(error) else ""
-    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
 
 
 def is_transient(error: BaseException) -> bool:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
 
 from kubernetes import client as k8s
@@ -16,9 +18,8 @@ from kubernetes.client.exceptions import ApiException
 
 from recipes import Settings, UserError
 from recipes.conventions import JOBSET_VERSION, NAMESPACE
-from scripts.clients import kubeconfig_path
-from scripts.outcome import ApiError
-from scripts.retry import RetryPolicy, call, describe, is_transient
+from scripts.cloud.retry import RetryPolicy, call, is_transient
+from scripts.outcome import ApiError, describe
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -35,6 +36,11 @@ def gke_context_name(settings: Settings) -> str:
 def get_credentials_command(settings: Settings) -> str:
     return (f"gcloud container clusters get-credentials {settings.cluster_name} --region {settings.region} "
             f"--project {settings.project}")
+
+
+def kubeconfig_path(explicit: str | None) -> Path:
+    first = (explicit or str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
+    return Path(first).expanduser()
 
 
 def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
@@ -61,7 +67,7 @@ def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
     except k8s_config.ConfigException as error:
         raise UserError(f"kubeconfig context '{context}' cannot be used ({str(error)[:160]}): run "
                         f"`{get_credentials_command(settings)}` (it needs gke-gcloud-auth-plugin)") from None
-    configuration.retries = 0  # scripts.retry decides what is repeated, not urllib3
+    configuration.retries = 0  # scripts.cloud.retry decides what is repeated, not urllib3
     return k8s.ApiClient(configuration)
 
 

@@ -1,0 +1,10 @@
+"""Talking to the clouds: every client, and what the pipeline and preflight ask of them.
+
+- clients.py: builds each Google and Kubernetes client (the only place; tests redirect the endpoints).
+- kube.py: the cluster: kubeconfig, JobSets, pods, logs, the token Secret.
+- gcs.py: the outputs each step must leave in the bucket, and whether they are there.
+- hf_token.py: the Hugging Face token in Secret Manager.
+- retry.py: which Kubernetes calls are repeated, with backoff and a limit.
+
+Nothing is imported here: `tpu-rl --help` and the offline commands never load these clients.
+"""
