@@ -29,7 +29,7 @@ UV_VERSION = "0.13.9"
 SYSTEM_PACKAGES = ("build-essential", "cmake", "ninja-build")  # as seed 002
 
 # The script's progress lines, "tpu-rl: <UTC time> <step>: starting|done", are written by log() and
-# _step() below and read back from the serial console by scripts/vm.py with PROGRESS_LINE: one
+# _step() below and read back from the serial console by scripts/pipeline/vm.py with PROGRESS_LINE: one
 # definition for both sides. The guest agent copies each output line to the console behind its own
 # prefix ("startup-script: ", GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go
 # runCmd), so the pattern is searched, not anchored at the line start.

@@ -164,7 +164,7 @@ def _ask(question: str) -> bool:
 def make_session(recipe: Recipe, settings: Settings):
     """The one place a pipeline Session is built (tests replace sleeps through the env knobs above)."""
     from scripts.cloud.clients import Clients
-    from scripts.pipeline import Session
+    from scripts.pipeline.session import Session
     from scripts.cloud.retry import RetryPolicy
 
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0),
@@ -301,7 +301,7 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     """Check capacity, bucket and token before spending money; every failed check says how to fix it."""
     from scripts.cloud.clients import Clients
-    from scripts.preflight import run_checks
+    from scripts.pipeline.preflight import run_checks
 
     recipe = get_recipe(recipe_name)
     settings = _cloud_settings(recipe)
@@ -340,7 +340,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         replace: bool = typer.Option(False, "--replace",
                                      help="Delete a finished or failed JobSet of an earlier run and submit again.")) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
-    from scripts.pipeline import parse_steps, run_gke
+    from scripts.pipeline.gke import run_gke
+    from scripts.pipeline.session import parse_steps
 
     recipe = get_recipe(recipe_name)
     wanted = parse_steps(steps)
@@ -349,7 +350,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if recipe.is_gke:
         run_gke(session, wanted, replace=replace, follow_logs=follow_logs)
     else:
-        from scripts.vm import run_vm
+        from scripts.pipeline.vm import run_vm
 
         run_vm(session, wanted, follow_logs=follow_logs)
 
@@ -378,11 +379,11 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     recipe = get_recipe(recipe_name)
     session = make_session(recipe, _cloud_settings())
     if recipe.is_gke:
-        from scripts.pipeline import status_gke
+        from scripts.pipeline.gke import status_gke
 
         report = status_gke(session)
     else:
-        from scripts.vm import status_vm
+        from scripts.pipeline.vm import status_vm
 
         report = status_vm(session)
     session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report), soft_wrap=False)
@@ -395,7 +396,8 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming."),
          tail: Optional[int] = typer.Option(200, "--tail", min=0, help="Lines from the end (0 = all).")) -> None:
     """The main container's log of a step (the Pathways head for train), or the VM's serial console."""
-    from scripts.pipeline import logs_gke, parse_step
+    from scripts.pipeline.gke import logs_gke
+    from scripts.pipeline.session import parse_step
 
     recipe = get_recipe(recipe_name)
     parse_step(step)
@@ -403,7 +405,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if recipe.is_gke:
         lines = logs_gke(session, step, follow, tail or None)
     else:
-        from scripts.vm import logs_vm
+        from scripts.pipeline.vm import logs_vm
 
         lines = logs_vm(session, step, tail or None)
     for line in lines:

@@ -103,12 +103,12 @@ def test_an_api_error_is_a_failed_check_not_a_crash(settings_env, gcs, google):
 def test_expired_google_credentials_are_one_line_naming_the_login(settings_env, monkeypatch):
     from google.auth.exceptions import RefreshError
 
-    import scripts.preflight
+    import scripts.pipeline.preflight
 
     def expired(*args):  # what google-auth raises when the stored login expired or was revoked
         raise RefreshError("Reauthentication is needed. Please run `gcloud auth application-default login`.")
 
-    monkeypatch.setattr(scripts.preflight, "run_checks", expired)
+    monkeypatch.setattr(scripts.pipeline.preflight, "run_checks", expired)
     result = preflight()
     assert result.exit_code == ExitCode.API_ERROR, result.output
     [line] = result.output.splitlines()

@@ -18,7 +18,7 @@ import jobs
 import jobs.vm
 from jobs.paths import ArtifactPaths, split_gs_url
 from recipes import UserError, example_settings, get_recipe
-from scripts.vm import step_section, step_states
+from scripts.pipeline.vm import step_section, step_states
 
 SETTINGS = example_settings()
 RECIPE = get_recipe("llama31-v6e8")
@@ -221,7 +221,7 @@ def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it
     assert not any(call.startswith(("uv ", "apt-get", "install_tpu")) for call in calls)
 
 
-# --- the real script's output, read back by the CLI's parser (scripts/vm.py) ----------------------------
+# --- the real script's output, read back by the CLI's parser (scripts/pipeline/vm.py) -------------------
 
 def guest_agent_console(output: str, code: int) -> str:
     """The serial console of one boot as the guest agent writes it: every line of the script's output

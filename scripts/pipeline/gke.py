@@ -1,73 +1,28 @@
-"""`tpu-rl run`, `status` and `logs`: submit the steps in order, wait, verify each step's output in GCS,
-resume from what is already verified, and explain failures in one line each.
-
-Everything that talks to a cloud comes in through a Session, so tests swap endpoints, sleeps and the
-console without patching.
+"""`tpu-rl run`, `status` and `logs` on GKE: submit each step's JobSet in order, wait, verify its output
+in GCS, resume from what is already verified, and explain failures in one line each.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Callable, Iterable
 
-from rich.console import Console
 from rich.markup import escape
 
 from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
-from jobs.paths import ArtifactPaths
 from recipes import STEPS, Recipe, Settings, UserError
 from recipes.conventions import CHECK_FAILED_PREFIX, HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
-from scripts.cloud import gcs, hf_token
-from scripts.cloud.clients import Clients
-from scripts.cloud.kube import Cluster, JobSetState, PodCounts, jobset_state, pod_counts, pod_problems
-from scripts.cloud.retry import RetryPolicy
-from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
+from scripts.cloud import hf_token
+from scripts.cloud.kube import JobSetState, PodCounts, jobset_state, pod_counts, pod_problems
+from scripts.outcome import ApiError, Interrupted, StepFailed
+from scripts.pipeline.progress import last_train_step
+from scripts.pipeline.session import Session, StatusReport, StepStatus, describe_missing, verify_output
 
 # How many of a step's last log lines are shown when nothing was streamed, and searched for a check's reason.
 LOG_TAIL_LINES = 50
-
-# The line MaxText's RL trainer writes for each train step, at absl INFO: tunix's PeftTrainer._log_metrics,
-#   logging.info("Train step %d training loss: %f  - training perplexity: %f", step, loss, perplexity)
-# (google/tunix tunix/sft/peft_trainer.py: the call is on line 735 at c4ec573d = MaxText 0.2.4 and on line
-# 488 at 683256db = 0.2.3, the numbers absl's prefix shows, e.g. "peft_trainer.py:735] "). tunix's tqdm
-# bar is off when stderr is not a terminal (tunix/sft/progress_bar.py), so in a pod this line is the
-# only progress there is. The loss is logged one step late; the step number in the line is what we
-# show. `%f` prints nan and inf as such, and a GRPO loss can be negative.
-TRAIN_STEP = re.compile(r"\bTrain step (\d+) training loss: (-?(?:\d+\.\d+|nan|inf))  - training perplexity: ")
-
-
-def parse_steps(text: str) -> tuple[str, ...]:
-    wanted = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [step for step in wanted if step not in STEPS]
-    if unknown or not wanted:
-        raise UserError(f"--steps '{text}' names {', '.join(unknown) or 'no step'}: use a comma-separated "
-                        f"subset of {','.join(STEPS)}")
-    return tuple(step for step in STEPS if step in wanted)  # always in pipeline order
-
-
-def parse_step(step: str) -> str:
-    if step not in STEPS:
-        raise UserError(f"unknown step '{step}': choose one of {', '.join(STEPS)}")
-    return step
-
-
-@dataclass(frozen=True)
-class TrainProgress:
-    step: int
-    loss: float
-
-    def describe(self, total: int) -> str:
-        return f"training step {self.step}/{total}, loss {self.loss:.4g}"
-
-
-def last_train_step(log_text: str) -> TrainProgress | None:
-    """The last train step and its loss in the trainer's log; None while it has logged none."""
-    matches = list(TRAIN_STEP.finditer(log_text))
-    return TrainProgress(int(matches[-1][1]), float(matches[-1][2])) if matches else None
 
 
 def _parse_time(text: str) -> datetime | None:
@@ -95,46 +50,6 @@ def _elapsed(created: str | None, now: Callable[[], datetime]) -> str:
     return f"{since} elapsed" if since else ""
 
 
-@dataclass
-class Session:
-    recipe: Recipe
-    settings: Settings
-    clients: Clients
-    console: Console = field(default_factory=Console)
-    policy: RetryPolicy = field(default_factory=RetryPolicy)
-    poll_interval: float = 15.0
-    sleep: Callable[[float], None] = time.sleep
-    now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
-    confirm: Callable[[str], bool] | None = None  # interactive yes/no; None = not interactive
-
-    def __post_init__(self) -> None:
-        self.paths = ArtifactPaths(self.recipe, self.settings)
-        self._cluster: Cluster | None = None
-
-    @property
-    def cluster(self) -> Cluster:
-        if self._cluster is None:
-            cluster = Cluster(self.clients.kube(), self.settings, self.policy)
-            cluster.check_ready()
-            self._cluster = cluster
-        return self._cluster
-
-    def missing(self, step: str) -> list[gcs.Requirement]:
-        return gcs.missing_outputs(self.clients.storage(), self.paths, step)
-
-    def output_state(self, step: str) -> str:
-        """The `status` table's output column."""
-        missing = self.missing(step)
-        return f"missing: {describe_missing(missing)}" if missing else "verified"
-
-    def report_done(self, steps: tuple[str, ...]) -> None:
-        self.console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{self.settings.gcs_bucket}")
-
-    def logs_hint(self, step: str) -> str:
-        return f"`tpu-rl logs {self.recipe.name} {step}`"
-
-
-# -- GKE --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepJob:
     step: str
@@ -166,10 +81,6 @@ class Action:
     step: str
     kind: str  # skip | attach | submit | replace
     why: str
-
-
-def describe_missing(missing: Iterable[gcs.Requirement]) -> str:
-    return ", ".join(req.describe() for req in missing)
 
 
 def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[str, ...], replace: bool) -> list[Action]:
@@ -252,16 +163,6 @@ def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_l
                            "to reattach") from None
         verify_output(session, action.step, steps)
     session.report_done(steps)
-
-
-def verify_output(session: Session, step: str, steps: tuple[str, ...]) -> None:
-    missing = session.missing(step)
-    if missing:
-        following = steps[steps.index(step) + 1:]
-        stopped = f"; {following[0]} was not started" if following else ""
-        raise OutputMissing(f"{step} reported success but its output is missing: {describe_missing(missing)}"
-                            f"{stopped}. Check {session.logs_hint(step)}")
-    session.console.print(f"[green]✓[/] {step}: output verified")
 
 
 class LogFollower(threading.Thread):
@@ -391,22 +292,6 @@ def failure_message(session: Session, job: StepJob, state: JobSetState, problems
 
 
 # -- status and logs ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class StepStatus:
-    step: str
-    state: str  # JobSet phase (with its reason unless it succeeded), or the VM's progress for the step
-    pods: str  # "ready/expected ready" while a JobSet runs, "done" once it finished, "" when not applicable
-    time: str  # "h:mm:ss elapsed" while running, "took h:mm:ss" once finished, "" when unknown
-    output: str  # verified | missing: ...
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    where: str  # what runs the steps, e.g. "JobSets qwen3-v6e32-<step>" or "TPU VM rl-vm (RUNNING)"
-    rows: list[StepStatus]
-    note: str = ""  # a line under the table, e.g. that the VM does not exist
-
-
 def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_pods: int,
                        now: datetime) -> tuple[str, str, str]:
     """The state, pods and time cells of one JobSet: a finished one shows "done" and how long it took."""

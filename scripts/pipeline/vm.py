@@ -13,7 +13,7 @@ from jobs.vm import PROGRESS_LINE, STARTING
 from recipes import STEPS, UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
-from scripts.pipeline import Session, StatusReport, StepStatus, verify_output
+from scripts.pipeline.session import Session, StatusReport, StepStatus, verify_output
 
 STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING"}
 

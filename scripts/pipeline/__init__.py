@@ -1,0 +1,11 @@
+"""The pipeline: convert, train and export, each step's output verified in GCS before the next starts.
+
+- session.py: what both runners share: the Session of one command (settings, clients, console, clocks),
+  the steps a user may name, checking a step's output and the rows of `tpu-rl status`.
+- gke.py: `run`, `status` and `logs` on GKE: one JobSet per step, waited for, followed and diagnosed.
+- vm.py: the same on a single TPU VM, read back from its serial console.
+- progress.py: how far training is, from the trainer's log line.
+- preflight.py: `tpu-rl preflight`: capacity, bucket and token, checked before anything costs money.
+
+Nothing is imported here: each command imports the module it runs, and only when it runs.
+"""

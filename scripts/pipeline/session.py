@@ -1,0 +1,107 @@
+"""What both pipeline runners share: the Session of one command, the steps a user may name, checking a
+step's output, and the rows `tpu-rl status` shows.
+
+Everything that talks to a cloud comes in through a Session, so tests swap endpoints, sleeps and the
+console without patching.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable, Iterable
+
+from rich.console import Console
+
+from jobs.paths import ArtifactPaths
+from recipes import STEPS, Recipe, Settings, UserError
+from scripts.cloud import gcs
+from scripts.cloud.clients import Clients
+from scripts.cloud.kube import Cluster
+from scripts.cloud.retry import RetryPolicy
+from scripts.outcome import OutputMissing
+
+
+def parse_steps(text: str) -> tuple[str, ...]:
+    wanted = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [step for step in wanted if step not in STEPS]
+    if unknown or not wanted:
+        raise UserError(f"--steps '{text}' names {', '.join(unknown) or 'no step'}: use a comma-separated "
+                        f"subset of {','.join(STEPS)}")
+    return tuple(step for step in STEPS if step in wanted)  # always in pipeline order
+
+
+def parse_step(step: str) -> str:
+    if step not in STEPS:
+        raise UserError(f"unknown step '{step}': choose one of {', '.join(STEPS)}")
+    return step
+
+
+@dataclass
+class Session:
+    recipe: Recipe
+    settings: Settings
+    clients: Clients
+    console: Console = field(default_factory=Console)
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    poll_interval: float = 15.0
+    sleep: Callable[[float], None] = time.sleep
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    confirm: Callable[[str], bool] | None = None  # interactive yes/no; None = not interactive
+
+    def __post_init__(self) -> None:
+        self.paths = ArtifactPaths(self.recipe, self.settings)
+        self._cluster: Cluster | None = None
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            cluster = Cluster(self.clients.kube(), self.settings, self.policy)
+            cluster.check_ready()
+            self._cluster = cluster
+        return self._cluster
+
+    def missing(self, step: str) -> list[gcs.Requirement]:
+        return gcs.missing_outputs(self.clients.storage(), self.paths, step)
+
+    def output_state(self, step: str) -> str:
+        """The `status` table's output column."""
+        missing = self.missing(step)
+        return f"missing: {describe_missing(missing)}" if missing else "verified"
+
+    def report_done(self, steps: tuple[str, ...]) -> None:
+        self.console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{self.settings.gcs_bucket}")
+
+    def logs_hint(self, step: str) -> str:
+        return f"`tpu-rl logs {self.recipe.name} {step}`"
+
+
+def describe_missing(missing: Iterable[gcs.Requirement]) -> str:
+    return ", ".join(req.describe() for req in missing)
+
+
+def verify_output(session: Session, step: str, steps: tuple[str, ...]) -> None:
+    missing = session.missing(step)
+    if missing:
+        following = steps[steps.index(step) + 1:]
+        stopped = f"; {following[0]} was not started" if following else ""
+        raise OutputMissing(f"{step} reported success but its output is missing: {describe_missing(missing)}"
+                            f"{stopped}. Check {session.logs_hint(step)}")
+    session.console.print(f"[green]✓[/] {step}: output verified")
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    step: str
+    state: str  # JobSet phase (with its reason unless it succeeded), or the VM's progress for the step
+    pods: str  # "ready/expected ready" while a JobSet runs, "done" once it finished, "" when not applicable
+    time: str  # "h:mm:ss elapsed" while running, "took h:mm:ss" once finished, "" when unknown
+    output: str  # verified | missing: ...
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    where: str  # what runs the steps, e.g. "JobSets qwen3-v6e32-<step>" or "TPU VM rl-vm (RUNNING)"
+    rows: list[StepStatus]
+    note: str = ""  # a line under the table, e.g. that the VM does not exist
