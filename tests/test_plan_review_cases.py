@@ -2,8 +2,8 @@
 
 Each fixture is a fresh repository holding a copy of this project; the second commit changes the recipe
 table. The review synthesizes both sides with their own code, so it is slow (a synth of all stacks per
-side): every distinct tree is built once per session (scripts.plan_review caches sides by tree hash) and
-the cases share trees where they can (the removed slice is the added slice, reversed).
+side): every distinct tree is built once per session (scripts.plan_review.worktrees caches sides by tree hash)
+and the cases share trees where they can (the removed slice is the added slice, reversed).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from recipes import conventions
 from recipes.errors import UserError
 from scripts import plan_review as pr
+from scripts.plan_review.worktrees import Side
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = "recipes/recipes.toml"
@@ -141,12 +142,12 @@ def _address(stack: dict, kind: str, predicate) -> str:
     return f"{kind}.{name}"
 
 
-def _tpu_pool(side: pr.Side, slice_index: int) -> str:
+def _tpu_pool(side: Side, slice_index: int) -> str:
     return _address(side.stacks["qwen3-v6e32"], "google_container_node_pool",
                     lambda body: body["name"] == conventions.tpu_pool_name(slice_index))
 
 
-def _queues(side: pr.Side) -> str:
+def _queues(side: Side) -> str:
     return _address(side.stacks["qwen3-v6e32"], "helm_release", lambda body: "ClusterQueue" in json.dumps(body))
 
 

@@ -1,0 +1,191 @@
+"""Building one side of the review: REF or the working tree, each in a temporary `git worktree` (always
+removed; the checkout is never touched), synthesized and rendered by its own code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipes.errors import UserError
+from recipes.settings import CONFIG_ENV, SPECS
+from scripts.plan_review.report import StackCost, costs_for
+
+DEFAULT_BASE_BRANCHES = ("main", "origin/main")
+
+# Renders every recipe's manifests with the side's own code (run with cwd = that side's tree).
+_COLLECT_MANIFESTS = r"""
+import json, sys
+import recipes
+from jobs import render_manifests, render_startup_script
+settings = recipes.example_settings()
+rendered = {}
+for name, recipe in recipes.all_recipes().items():
+    if recipe.is_gke:
+        rendered[name] = render_manifests(recipe, settings)
+    else:
+        rendered[name] = {"startup script": render_startup_script(recipe, settings)}
+print(json.dumps(rendered, default=str))
+"""
+
+
+@dataclass
+class Side:
+    stacks: dict[str, dict]  # stack -> synthesized cdk.tf.json
+    manifests: dict[str, dict]  # recipe -> step -> JobSet (GKE) or {"startup script": text} (VM)
+    costs: dict[str, StackCost] | str  # recipe stack -> estimate, or why there is none
+
+
+_SIDE_CACHE: dict[str, Side] = {}  # tree hash -> side; a tree builds the same way within one process
+
+
+def _git(repo: Path, *args: str) -> str:
+    result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if result.returncode:
+        raise subprocess.CalledProcessError(result.returncode, args, result.stdout, result.stderr)
+    return result.stdout.strip()
+
+
+def _side_env(tree: Path, outdir: Path) -> dict[str, str]:
+    """Example settings on both sides: drop every settings variable and the config file pointer."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in {spec.env for spec in SPECS} | {CONFIG_ENV, "PYTHONSAFEPATH"}}
+    env.update({"PYTHONPATH": str(tree), "CDKTF_OUTDIR": str(outdir), "PYTHONDONTWRITEBYTECODE": "1",
+                "CHECKPOINT_DISABLE": "1", "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"})
+    return env
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def _read_synth(outdir: Path) -> dict[str, dict]:
+    stacks = {}
+    for path in sorted(outdir.glob("stacks/*/cdk.tf.json")):
+        stacks[path.parent.name] = json.loads(path.read_text())
+    return stacks
+
+
+def build_side(tree: Path, label: str, workdir: Path) -> Side:
+    """Synthesize the stacks and render the manifests of one tree, with that tree's own code."""
+    outdir = workdir / "cdktf.out"
+    env = _side_env(tree, outdir)
+    synth = subprocess.run([sys.executable, "-m", "stacks.app"], cwd=tree, env=env, capture_output=True, text=True)
+    stacks = _read_synth(outdir) or _read_synth(tree / "cdktf.out")
+    if synth.returncode or not stacks:
+        reason = _last_line(synth.stderr or synth.stdout) if synth.returncode else "it wrote no cdk.tf.json"
+        raise UserError(f"synth failed at {label}: {reason} (run `python -m stacks.app` there to see why)")
+    collect = subprocess.run([sys.executable, "-c", _COLLECT_MANIFESTS], cwd=tree, env=env,
+                             capture_output=True, text=True)
+    if collect.returncode:
+        raise UserError(f"rendering the manifests failed at {label}: {_last_line(collect.stderr)}")
+    return Side(stacks, json.loads(collect.stdout), costs_for(tree / "recipes" / "recipes.toml"))
+
+
+def _tree_hash(tree: Path) -> str:
+    """A hash of the tree's contents (its own worktree index; the checkout's index is not touched)."""
+    _git(tree, "add", "-A")
+    return _git(tree, "write-tree")
+
+
+def _populate_working_tree(repo: Path, tree: Path) -> None:
+    """Make `tree` (a worktree at HEAD) match the checkout, uncommitted and untracked files included."""
+    tracked = set(_git(repo, "ls-files", "-z").split("\0")) - {""}
+    others = set(_git(repo, "ls-files", "-z", "--others", "--exclude-standard").split("\0")) - {""}
+    for name in tracked | others:
+        source, target = repo / name, tree / name
+        if source.is_file() or source.is_symlink():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_symlink() or target.exists():
+                target.unlink()
+            try:
+                shutil.copy2(source, target, follow_symlinks=False)
+            except FileNotFoundError:  # deleted while we copied: the review shows the tree without it
+                continue
+        elif target.is_file() and name in tracked:  # deleted in the checkout
+            target.unlink()
+    user_config = tree / "tpu-rl.toml"  # personal settings never enter a review; both sides use the example
+    if user_config.exists() and "tpu-rl.toml" not in tracked:
+        user_config.unlink()
+
+
+class _Worktrees:
+    """Temporary detached worktrees, always removed (and pruned) on exit."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo
+        self.paths: list[Path] = []
+        self.temp = Path(tempfile.mkdtemp(prefix="tpu-rl-plan-review-"))
+
+    def add(self, name: str, commit: str) -> Path:
+        path = self.temp / name
+        _git(self.repo, "worktree", "add", "--detach", "--quiet", str(path), commit)
+        self.paths.append(path)
+        return path
+
+    def __enter__(self) -> "_Worktrees":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for path in self.paths:
+            subprocess.run(["git", "-C", str(self.repo), "worktree", "remove", "--force", str(path)],
+                           capture_output=True)
+        subprocess.run(["git", "-C", str(self.repo), "worktree", "prune"], capture_output=True)
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def _resolve_repo(repo: Path) -> Path:
+    try:
+        return Path(_git(repo, "rev-parse", "--show-toplevel"))
+    except (subprocess.CalledProcessError, FileNotFoundError, NotADirectoryError):
+        raise UserError(f"{repo} is not a git repository: run plan-review inside a clone of tpu-rl") from None
+
+
+def _resolve_base(repo: Path, base: str | None) -> tuple[str, str]:
+    """(commit, label) for REF; without REF the merge base of HEAD with main."""
+    if base is None:
+        for branch in DEFAULT_BASE_BRANCHES:
+            try:
+                commit = _git(repo, "merge-base", "HEAD", branch)
+            except subprocess.CalledProcessError:
+                continue
+            return commit, f"merge base with {branch} ({commit[:10]})"
+        raise UserError("no branch main or origin/main to compare with: pass --base REF (e.g. --base HEAD~1)")
+    try:
+        commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}")
+    except subprocess.CalledProcessError:
+        raise UserError(f"unknown ref '{base}': pass a branch, tag or commit that exists here "
+                        "(`git fetch` first if it is remote)") from None
+    return commit, f"{base} ({commit[:10]})"
+
+
+def _side(trees: _Worktrees, name: str, commit: str, label: str, repo: Path | None) -> Side:
+    tree = trees.add(name, commit)
+    if repo is not None:
+        _populate_working_tree(repo, tree)
+    key = _tree_hash(tree)
+    if key not in _SIDE_CACHE:
+        work = trees.temp / f"{name}-build"
+        work.mkdir()
+        _SIDE_CACHE[key] = build_side(tree, label, work)
+    return _SIDE_CACHE[key]
+
+
+def build_sides(base: str | None, repo: Path | None) -> tuple[Side, Side, str]:
+    """REF's side, the working tree's side and REF's label, for `repo` (default: the current directory)."""
+    root = _resolve_repo(Path(repo or Path.cwd()).resolve())
+    commit, base_label = _resolve_base(root, base)
+    try:
+        head = _git(root, "rev-parse", "--verify", "HEAD")
+        with _Worktrees(root) as trees:
+            before = _side(trees, "ref", commit, base_label, None)
+            after = _side(trees, "working", head, "the working tree", root)
+    except subprocess.CalledProcessError as error:  # git itself refused (no commits, locked worktree, ...)
+        raise UserError(f"git {error.cmd[0]} failed in {root}: {_last_line(error.stderr or '')}") from None
+    return before, after, base_label
