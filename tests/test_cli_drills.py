@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-import scripts.cli
+import scripts.cli.cloud
 from peers.fixtures import cloud, gcs, gcs_server, google, kube, put_step_output, settings_env  # noqa: F401
 from peers.http import Fault
 from recipes import get_recipe
@@ -143,7 +143,7 @@ def test_a_failed_step_says_which_why_and_how_to_see_logs(cloud, outcome, expect
 
 # -- interruption ---------------------------------------------------------------------------------
 def _interrupt_while_waiting(monkeypatch):
-    real = scripts.cli.make_session
+    real = scripts.cli.cloud.make_session
 
     def make_session(*args, **kwargs):
         session = real(*args, **kwargs)
@@ -154,7 +154,7 @@ def _interrupt_while_waiting(monkeypatch):
         session.sleep = sleep
         return session
 
-    monkeypatch.setattr(scripts.cli, "make_session", make_session)
+    monkeypatch.setattr(scripts.cli.cloud, "make_session", make_session)
 
 
 def test_ctrl_c_leaves_the_jobset_running_and_says_how_to_reattach(cloud, monkeypatch):

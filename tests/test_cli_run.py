@@ -128,19 +128,19 @@ def test_run_waits_for_kueue_admission_and_says_what_to_check(cloud):
 
 
 def test_an_operator_can_confirm_replacing_a_failed_jobset_interactively(cloud, monkeypatch):
-    import scripts.cli
+    import scripts.cli.cloud
     from jobs import render_manifests
     from peers.fixtures import peer_settings
 
     questions = []
-    real = scripts.cli.make_session
+    real = scripts.cli.cloud.make_session
 
     def make_session(*args, **kwargs):
         session = real(*args, **kwargs)
         session.confirm = lambda question: questions.append(question) or True
         return session
 
-    monkeypatch.setattr(scripts.cli, "make_session", make_session)
+    monkeypatch.setattr(scripts.cli.cloud, "make_session", make_session)
     cloud["kube"].put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["convert"], "failed")
     succeed_writing_output(cloud, "convert")
     result = tpu_rl("run", RECIPE, "--steps", "convert")

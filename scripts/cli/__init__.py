@@ -1,0 +1,25 @@
+"""`tpu-rl`: the operator CLI. Thin on purpose: parse, call scripts/* and recipes/*, print.
+
+- core.py: the Typer app, and how every command ends (one line on stderr, one exit code per outcome).
+- offline.py: `recipes` and `render`, which need no cloud.
+- cloud.py: `preflight`, `secret set`, `run`, `status` and `logs`.
+- reports.py: `metrics` and `plan-review`.
+
+Start-up is what the offline commands cost (`make bench-cli`), so the kubernetes and Google clients,
+rich and the retry machinery are imported inside the commands that use them, never at module level.
+"""
+
+from __future__ import annotations
+
+# Importing a module registers its commands, and `tpu-rl --help` lists them in the order they were
+# registered: keep these three imports in this order.
+from scripts.cli import offline  # noqa: F401
+from scripts.cli import cloud  # noqa: F401
+from scripts.cli import reports  # noqa: F401
+from scripts.cli.core import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,172 @@
+"""The commands that reach the cloud: `tpu-rl preflight`, `secret set`, `run`, `status` and `logs`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+from recipes import STEPS, UserError, get_recipe
+from scripts.cli.core import app, cloud_settings, handled, make_console, secret_app
+from scripts.outcome import Interrupted, PreflightFailed
+
+if TYPE_CHECKING:
+    from recipes import Recipe, Settings
+
+POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
+RETRY_DELAY_ENV = "TPU_RL_RETRY_BASE_SECONDS"  # first backoff delay of API retries (default 1)
+REQUEST_TIMEOUT_ENV = "TPU_RL_REQUEST_TIMEOUT_SECONDS"  # per Kubernetes API request (default 30)
+
+
+def _float_env(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise UserError(f"{name}='{raw}' is not a number of seconds") from None
+
+
+def _stdin_is_a_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question in the terminal. Ctrl-C (or Ctrl-D) there is an interruption, exit 130, not a
+    failed step: typer.confirm turns both into Abort. Questions come before anything is submitted."""
+    try:
+        return typer.confirm(question, default=False)
+    except typer.Abort:
+        raise Interrupted("interrupted at the prompt; nothing was submitted or deleted") from None
+
+
+def make_session(recipe: Recipe, settings: Settings):
+    """The one place a pipeline Session is built (tests replace sleeps through the env knobs above)."""
+    from scripts.cloud.clients import Clients
+    from scripts.cloud.retry import RetryPolicy
+    from scripts.pipeline.session import Session
+
+    policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0),
+                         request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0))
+    return Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
+                   poll_interval=_float_env(POLL_ENV, 15.0), sleep=policy.sleep,
+                   confirm=_ask if _stdin_is_a_terminal() else None)
+
+
+@app.command()
+@handled
+def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
+    """Check capacity, bucket and token before spending money; every failed check says how to fix it."""
+    from scripts.cloud.clients import Clients
+    from scripts.pipeline.preflight import run_checks
+
+    recipe = get_recipe(recipe_name)
+    settings = cloud_settings(recipe)
+    results = run_checks(Clients(settings), recipe, settings)
+    console = make_console()
+    for check in results:
+        mark = "[green]pass[/]" if check.ok else "[red]FAIL[/]"
+        console.print(f"{mark}  {check.name}: {check.detail}")
+    failed = [check for check in results if not check.ok]
+    if failed:
+        raise PreflightFailed(f"{len(failed)} of {len(results)} preflight checks failed for {recipe.name}")
+    console.print(f"[green]preflight passed[/] for {recipe.name}")
+
+
+@secret_app.command("set")
+@handled
+def secret_set() -> None:
+    """Add the Hugging Face token from stdin as a new Secret Manager version (never pass it as an argument)."""
+    import getpass
+
+    from scripts.cloud import hf_token
+    from scripts.cloud.clients import Clients
+
+    settings = cloud_settings()
+    raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
+    token = hf_token.clean_token(raw)
+    version = hf_token.add_version(Clients(settings).secrets(), settings, token)
+    typer.echo(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
+
+
+@app.command()
+@handled
+def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+        steps: str = typer.Option(",".join(STEPS), "--steps", help="Comma-separated subset of the steps."),
+        follow_logs: bool = typer.Option(False, "--follow-logs", help="Stream the main pod's logs while waiting."),
+        replace: bool = typer.Option(False, "--replace",
+                                     help="Delete a finished or failed JobSet of an earlier run and submit again.")) -> None:
+    """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
+    from scripts.pipeline.gke import run_gke
+    from scripts.pipeline.session import parse_steps
+
+    recipe = get_recipe(recipe_name)
+    wanted = parse_steps(steps)
+    settings = cloud_settings()
+    session = make_session(recipe, settings)
+    if recipe.is_gke:
+        run_gke(session, wanted, replace=replace, follow_logs=follow_logs)
+    else:
+        from scripts.pipeline.vm import run_vm
+
+        run_vm(session, wanted, follow_logs=follow_logs)
+
+
+def status_view(recipe_name: str, bucket: str, report):
+    """The status report in any terminal width: one block per step, the step's name beside its state
+    (pods, time) and its output; long lines (an output's paths) wrap inside the block, nothing is cut."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for row in report.rows:
+        state = ", ".join(part for part in (row.state, row.pods and f"pods {row.pods}", row.time) if part)
+        grid.add_row(Text(row.step, style="bold"), Text(f"{state}\noutput {row.output}"))
+    title = Text(f"{recipe_name}: {report.where}, outputs in gs://{bucket}")
+    return Group(title, grid, *([Text(report.note)] if report.note else []))
+
+
+@app.command()
+@handled
+def status(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
+    """Each step's state (JobSet or VM progress), pods, time and whether its output is verified in GCS."""
+    recipe = get_recipe(recipe_name)
+    session = make_session(recipe, cloud_settings())
+    if recipe.is_gke:
+        from scripts.pipeline.gke import status_gke
+
+        report = status_gke(session)
+    else:
+        from scripts.pipeline.vm import status_vm
+
+        report = status_vm(session)
+    session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report), soft_wrap=False)
+
+
+@app.command()
+@handled
+def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+         step: str = typer.Argument(..., metavar="STEP", help="convert, train or export"),
+         follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming."),
+         tail: Optional[int] = typer.Option(200, "--tail", min=0, help="Lines from the end (0 = all).")) -> None:
+    """The main container's log of a step (the Pathways head for train), or the VM's serial console."""
+    from scripts.pipeline.gke import logs_gke
+    from scripts.pipeline.session import parse_step
+
+    recipe = get_recipe(recipe_name)
+    parse_step(step)
+    session = make_session(recipe, cloud_settings())
+    if recipe.is_gke:
+        lines = logs_gke(session, step, follow, tail or None)
+    else:
+        from scripts.pipeline.vm import logs_vm
+
+        lines = logs_vm(session, step, tail or None)
+    for line in lines:
+        typer.echo(line)

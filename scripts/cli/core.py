@@ -1,0 +1,141 @@
+"""The `tpu-rl` Typer app, and how every command ends.
+
+Every command ends through `handled`: bad input prints one line and exits 2 without a traceback, other
+outcomes get their own exit code (scripts.outcome.ExitCode, documented in the README). Usage errors
+(a missing argument, an unknown option) are one line too, exit 2 (`_OneLineErrors`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from typer.core import TyperGroup
+
+from recipes import UserError, load_settings
+from scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, foreign_ending
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from recipes import Recipe, Settings
+
+PIPED_WIDTH = 200  # output that is neither a terminal nor sized by COLUMNS (a file, CI logs)
+
+
+def _usage_error_types() -> tuple[type[Exception], type[Exception] | tuple, type[Exception]]:
+    """UsageError, NoArgsIsHelpError and Abort of the click that typer runs on (typer 0.29 vendors its
+    own copy as typer._click; earlier releases use click): found through typer's public BadParameter.
+    Click before 8.2 has no NoArgsIsHelpError (it printed the help itself): `except ()` catches nothing."""
+    import importlib
+
+    exceptions = importlib.import_module(typer.BadParameter.__module__)
+    return exceptions.UsageError, getattr(exceptions, "NoArgsIsHelpError", ()), typer.Abort
+
+
+class _OneLineErrors(TyperGroup):
+    """Click's usage errors as one line, `error: <what>; see <command> --help`, exit 2, like every other
+    refusal; Ctrl-C at a prompt (click's Abort) exits 130 like any interruption."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        usage_error, no_args_is_help, abort = _usage_error_types()
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = result if isinstance(result, int) else ExitCode.OK
+        except no_args_is_help as error:  # a bare `tpu-rl` or `tpu-rl secret`: the help, as click shows it
+            error.show()
+            code = error.exit_code
+        except usage_error as error:
+            message = error.format_message().rstrip(".")
+            command = error.ctx.command_path if error.ctx is not None else "tpu-rl"
+            typer.echo(f"error: {message[:1].lower()}{message[1:]}; see `{command} --help`", err=True)
+            code = ExitCode.BAD_INPUT
+        except abort:
+            typer.echo("error: interrupted", err=True)
+            code = ExitCode.INTERRUPTED
+        if not standalone_mode:
+            return int(code)
+        sys.exit(int(code))
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"tpu-rl {version('tpu-rl')}")
+        raise typer.Exit()
+
+
+# Plain (not rich) help: it fits any terminal, costs no rich import, and shows flags as flags (typer
+# 0.29's rich help prints `<bool>` after every flag, --help included).
+_APP_SETTINGS = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(cls=_OneLineErrors, help=f"GRPO post-training with MaxText on Cloud TPU v6e. {EXIT_CODES_HELP}",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, context_settings=_APP_SETTINGS)
+secret_app = typer.Typer(help="The Hugging Face token in Secret Manager.", no_args_is_help=True,
+                         rich_markup_mode=None)
+app.add_typer(secret_app, name="secret")
+
+
+@app.callback()
+def _app(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    pass
+
+
+def make_console() -> Console:
+    from rich.console import Console
+
+    # A terminal, or COLUMNS, sets the width; other output (a file, CI logs) is not cut at 80 columns.
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
+    return Console(soft_wrap=True, highlight=False, width=width)
+
+
+def _fail(code: int, message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(int(code))
+
+
+def handled(command):
+    """Turn every expected ending into one line on stderr and a distinct exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except UserError as error:
+            raise _fail(ExitCode.BAD_INPUT, str(error)) from None
+        except Outcome as error:
+            raise _fail(error.code, str(error)) from None
+        except KeyboardInterrupt:
+            raise _fail(ExitCode.INTERRUPTED, "interrupted") from None
+        except Exception as error:  # a cloud library's own exception: classified without importing any
+            ending = foreign_ending(error)
+            if ending is None:
+                raise
+            raise _fail(*ending) from None
+
+    return wrapper
+
+
+def cloud_settings(recipe: Recipe | None = None) -> Settings:
+    """Settings for a command that talks to a cloud: never the example."""
+    settings = load_settings()
+    if settings.is_example:
+        raise UserError(f"settings are the embedded example (PROJECT={settings.project}), which can never reach a "
+                        "cloud: export your own PROJECT, REGION, ZONE, CLUSTER_NAME and GCS_BUCKET")
+    return settings.for_recipe(recipe) if recipe else settings
+
+
+def write_file(path: Path, text: str, option: str) -> None:
+    """Write a file the user asked for; a path that cannot be written is bad input, not a traceback."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as error:
+        raise UserError(f"{option}: cannot write {path} ({error.strerror or type(error).__name__}): "
+                        "pass a writable path") from None

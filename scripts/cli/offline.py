@@ -1,0 +1,125 @@
+"""The commands that need no cloud: `tpu-rl recipes` and `tpu-rl render`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from recipes import UserError, all_recipes, get_recipe, load_settings
+from scripts.cli.core import app, handled, make_console, write_file
+
+if TYPE_CHECKING:
+    from recipes import Recipe
+
+
+def recipe_facts(recipe: Recipe) -> dict:
+    from recipes.cost import hourly_estimate
+
+    shape = recipe.shape
+    estimate = hourly_estimate(recipe)
+    return {
+        "name": recipe.name,
+        "platform": recipe.platform,
+        "pathways": recipe.pathways,
+        "model": recipe.model.hf_repo,
+        "accelerator_type": shape.accelerator_type,
+        "topology": shape.topology,
+        "slices": shape.slices,
+        "chips": shape.total_chips,
+        "hosts": shape.total_hosts,
+        "machine_type": shape.machine_type,
+        "image": recipe.maxtext.image if recipe.is_gke else None,
+        "pip": None if recipe.is_gke else recipe.maxtext.pip,
+        "maxtext_version": recipe.maxtext_version,
+        "capacity": recipe.capacity,
+        "hourly_usd_estimate": round(estimate.total, 2),
+        "hourly_estimate": estimate.summary(),
+        "description": recipe.description,
+    }
+
+
+RECIPE_COLUMNS = ("recipe", "model", "platform", "chips", "hosts", "machine type", "image / pip", "MaxText", "$/h")
+
+
+def _image_or_pip(item: dict) -> str:
+    return item["image"].rsplit("/", 1)[-1] if item["image"] else item["pip"]  # full reference in --json
+
+
+def _recipes_table(facts: list[dict], title: str):
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in RECIPE_COLUMNS:  # names and models are copied into commands: never cut
+        table.add_column(column, no_wrap=True)
+    for item in facts:
+        table.add_row(*(escape(str(cell)) for cell in (
+            item["name"], item["model"], item["platform"], item["chips"], item["hosts"], item["machine_type"],
+            _image_or_pip(item), item["maxtext_version"], item["hourly_estimate"])))
+    return table
+
+
+def _recipes_stacked(facts: list[dict]) -> list[str]:
+    """The table's facts, one recipe per block of short lines: for a terminal too narrow for the table."""
+    from rich.markup import escape
+
+    lines = []
+    for item in facts:
+        slices = f"{item['slices']} × " if item["slices"] > 1 else ""
+        runs = "gke with Pathways" if item["pathways"] else item["platform"]
+        lines += [f"[bold]{escape(item['name'])}[/]  {escape(item['hourly_estimate'])}",
+                  f"  model  {escape(item['model'])}",
+                  f"  TPU    {slices}{item['accelerator_type']} {item['topology']}: {item['chips']} chips, "
+                  f"{item['hosts']} host{'s' if item['hosts'] != 1 else ''} of {item['machine_type']}",
+                  f"  runs   {runs}: {escape(_image_or_pip(item))} (MaxText {item['maxtext_version']})"]
+    return lines
+
+
+@app.command("recipes")
+@handled
+def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """List the recipes: model, chips, hosts, machine type, image, MaxText version and an hourly estimate."""
+    from rich.measure import Measurement
+
+    from recipes.cost import ESTIMATE_NOTE
+
+    facts = [recipe_facts(recipe) for recipe in all_recipes().values()]
+    if as_json:
+        typer.echo(json.dumps(facts, indent=2))
+        return
+    console = make_console()
+    title = f"tpu-rl recipes (cost: {ESTIMATE_NOTE})"
+    table = _recipes_table(facts, title)
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum  # nothing cut
+    if natural <= console.width:
+        console.print(table)
+        return
+    console.print(title)
+    for line in _recipes_stacked(facts):
+        console.print(line)
+
+
+@app.command()
+@handled
+def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+           out: Path = typer.Option(..., "--out", help="Directory for the rendered files.")) -> None:
+    """Write convert.yaml, train.yaml and export.yaml (GKE) or startup.sh (VM) with the current settings."""
+    import jobs
+
+    recipe = get_recipe(recipe_name)
+    settings = load_settings(allow_example=True)
+    if recipe.is_gke:
+        files = {f"{step}.yaml": jobs.manifest_yaml(manifest)
+                 for step, manifest in jobs.render_manifests(recipe, settings).items()}
+    else:
+        files = {"startup.sh": jobs.render_startup_script(recipe, settings)}
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory: pass a directory")
+    for name, text in files.items():
+        write_file(out / name, text, "--out")
+    note = " (example settings: export your own before `run`)" if settings.is_example else ""
+    typer.echo(f"wrote {', '.join(str(out / name) for name in files)} for {recipe.name} with settings from "
+               f"{settings.source}{note}")

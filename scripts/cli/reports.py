@@ -1,0 +1,56 @@
+"""The commands that report on what was done: `tpu-rl metrics` (a run's scalars) and `tpu-rl plan-review`
+(what a change does to the stacks, manifests and costs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from recipes import get_recipe
+from scripts.cli.core import app, cloud_settings, handled, write_file
+
+
+@app.command()
+@handled
+def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+            runs: Optional[list[str]] = typer.Option(None, "--run", metavar="NAME",
+                                                     help="A run of the recipe in the bucket; repeat to compare."),
+            sources: Optional[list[str]] = typer.Option(
+                None, "--from", metavar="DIR_OR_GS_URL", help="A directory of event files copied elsewhere; repeatable."),
+            png: Optional[Path] = typer.Option(None, "--png", metavar="FILE",
+                                               help="Also draw reward, loss, KL and completion length to this PNG."),
+            as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """A run's TensorBoard scalars: first, last and best value and a sparkline per tag; --png for curves."""
+    from scripts.metrics import collect, table
+
+    recipe = get_recipe(recipe_name)
+    loaded = collect(recipe, runs or [], sources or [], cloud_settings)
+    if png is not None:
+        from scripts.metrics import plot
+
+        plot.write_png(plot.figure(loaded, f"{recipe.name}: TensorBoard scalars"), png)
+    if as_json:
+        typer.echo(json.dumps(table.as_json(loaded), indent=2))
+    else:
+        typer.echo(table.text(loaded), nl=False)
+    if png is not None:
+        typer.echo(f"wrote {png}", err=as_json)
+
+
+@app.command("plan-review")
+@handled
+def plan_review(
+        base: Optional[str] = typer.Option(None, "--base", help="Git ref to compare with (default: merge base with main)."),
+        changed_stacks: Optional[Path] = typer.Option(
+            None, "--changed-stacks", help="Also write the names of the changed stacks to this file, one a line."),
+) -> None:
+    """Show what this change does to the stacks, manifests and cost estimates (Markdown)."""
+    from scripts.plan_review import review
+
+    result = review(base)
+    if changed_stacks is not None:
+        write_file(changed_stacks, "".join(f"{name}\n" for name in result.changed_stacks), "--changed-stacks")
+    typer.echo(result.markdown, nl=False)
