@@ -38,7 +38,7 @@ test: install
 
 # Synth speed: the app command (lazy and full provider import) beside a bare provider import.
 bench: install
-	$(PY) scripts/bench_synth.py $(ARGS)
+	$(PY) bench/bench_synth.py $(ARGS)
 
 # CLI start-up: --help, recipes and render, each in fresh processes (median and min; target: --help <= 0.3 s).
 bench-cli: install

@@ -8,7 +8,7 @@ Why the door is not a plain import: ``import cdktf_cdktf_provider_google`` runs 
 assembly makes node evaluate the JavaScript of all of them too (about 2 s). A synth uses 16 of them.
 
 *Lazy* mode (the default when it is safe) avoids both, and the synthesized JSON is byte-identical
-(``tests/test_provider_import.py`` proves it for every stack; ``scripts/bench_synth.py`` measures it):
+(``tests/test_provider_import.py`` proves it for every stack; ``bench/bench_synth.py`` measures it):
 
 - Python: a package module object with the real ``__path__`` is registered without running the
   ``__init__``. In 16.12.1 nothing a submodule uses comes from that ``__init__``: it loads the

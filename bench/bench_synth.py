@@ -16,7 +16,7 @@ PYTHONDONTWRITEBYTECODE=1: every module compiled from source, nothing written), 
 `make install` byte-compiling the packages is worth. ``--profile`` splits one lazy synth into
 Python imports, jsii assembly loads in node, and the rest (constructing and synthesizing stacks).
 
-Usage: python scripts/bench_synth.py [--repeat N] [--no-pyc] [--profile]   (or `make bench`)
+Usage: python bench/bench_synth.py [--repeat N] [--no-pyc] [--profile]   (or `make bench`)
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PROVIDER = "cdktf_cdktf_provider_google"
 TARGET_RATIO = 0.4
-MODE_ENV = "TPU_RL_PROVIDER_IMPORT"  # see infra/google.py (kept literal: scripts/ imports no cdktf code)
+MODE_ENV = "TPU_RL_PROVIDER_IMPORT"  # see infra/google.py (kept literal: this process imports no cdktf code)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
