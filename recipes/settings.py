@@ -69,6 +69,10 @@ EXAMPLE: Mapping[str, str] = {
     "authorized_cidr": "203.0.113.0/24",
 }
 
+# Settings that may be laid over the embedded example, so that e.g. `CAPACITY=flex-start make synth` shows
+# what flex-start changes before any project exists (the example still never reaches a cloud).
+EXAMPLE_OVERLAYS = {"capacity"}
+
 # Keys that would put a secret into a file we read; the token belongs in Secret Manager.
 _SECRET_KEYS = {"hf_token", "hf_access_token", "token"}
 
@@ -117,19 +121,25 @@ class Settings:
         A TPU VM has one provisioning model and no flex-start, so a VM recipe takes the first mode of the
         list that a VM can use (reservation, spot, on-demand): CAPACITY=flex-start,spot gives the GKE
         recipes flex-start (spot as Kueue's fallback) and the VM spot."""
-        if self.capacity is not None:
-            capacity = self.capacity
-            if recipe.platform == "vm":
-                usable = PLATFORM_CAPACITY["vm"]
-                capacity = tuple(mode for mode in capacity if mode in usable)[:1]
-                if not capacity:
-                    listed = ",".join(self.capacity)
-                    raise UserError(f"CAPACITY '{listed}' has no mode the TPU VM of recipe '{recipe.name}' can use "
-                                    f"({', '.join(usable)}): add one after the others, e.g. CAPACITY={listed},spot "
-                                    "gives the VM spot")
-            recipe = recipe.with_capacity(capacity, source="CAPACITY")
+        recipe = self.with_capacity(recipe)
         self.for_recipe(recipe)
         return recipe
+
+    def with_capacity(self, recipe: Recipe) -> Recipe:
+        """`recipe` with CAPACITY applied (see `recipe`), without the other per-recipe rules: for listings
+        such as `tpu-rl recipes`, whose costs follow the capacity."""
+        if self.capacity is None:
+            return recipe
+        capacity = self.capacity
+        if recipe.platform == "vm":
+            usable = PLATFORM_CAPACITY["vm"]
+            capacity = tuple(mode for mode in capacity if mode in usable)[:1]
+            if not capacity:
+                listed = ",".join(self.capacity)
+                raise UserError(f"CAPACITY '{listed}' has no mode the TPU VM of recipe '{recipe.name}' can use "
+                                f"({', '.join(usable)}): add one after the others, e.g. CAPACITY={listed},spot "
+                                "gives the VM spot")
+        return recipe.with_capacity(capacity, source="CAPACITY")
 
     def for_recipe(self, recipe: Recipe) -> "Settings":
         """Check the rules that depend on the recipe; return self when they hold."""
@@ -300,13 +310,14 @@ def load_settings(env: Mapping[str, str] | None = None, *, allow_example: bool =
     from_env = {spec.field: env[spec.env] for spec in SPECS if env.get(spec.env)}
     values = {**from_file, **from_env}
     source = "environment" if from_env else str(config_path) if from_file else "example"
-    if not values:
+    if not values or (allow_example and set(values) <= EXAMPLE_OVERLAYS):
         if not allow_example:
             raise UserError(
                 "no settings found: export PROJECT, REGION, ZONE, CLUSTER_NAME, GCS_BUCKET (and RESERVATION, "
                 f"AUTHORIZED_CIDR) or write them to {DEFAULT_CONFIG}; see README 'Settings'"
             )
-        values = dict(EXAMPLE)
+        values = {**EXAMPLE, **values}
+        source = "example"
     checked = _check(values)
     return Settings(**checked, source=source)
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from recipes import STEPS, UserError, get_recipe
-from scripts.cli.core import app, cloud_settings, handled, make_console, secret_app
+from recipes import STEPS, UserError
+from scripts.cli.core import app, cloud_recipe, cloud_settings, handled, make_console, secret_app
 from scripts.outcome import Interrupted, PreflightFailed
 
 if TYPE_CHECKING:
@@ -63,8 +63,7 @@ def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     from scripts.cloud.clients import Clients
     from scripts.pipeline.preflight import run_checks
 
-    recipe = get_recipe(recipe_name)
-    settings = cloud_settings(recipe)
+    recipe, settings = cloud_recipe(recipe_name)
     results = run_checks(Clients(settings), recipe, settings)
     console = make_console()
     for check in results:
@@ -103,9 +102,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from scripts.pipeline.gke import run_gke
     from scripts.pipeline.session import parse_steps
 
-    recipe = get_recipe(recipe_name)
     wanted = parse_steps(steps)
-    settings = cloud_settings()
+    recipe, settings = cloud_recipe(recipe_name)
     session = make_session(recipe, settings)
     if recipe.is_gke:
         run_gke(session, wanted, replace=replace, follow_logs=follow_logs)
@@ -136,8 +134,8 @@ def status_view(recipe_name: str, bucket: str, report):
 @handled
 def status(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     """Each step's state (JobSet or VM progress), pods, time and whether its output is verified in GCS."""
-    recipe = get_recipe(recipe_name)
-    session = make_session(recipe, cloud_settings())
+    session = make_session(*cloud_recipe(recipe_name))
+    recipe = session.recipe
     if recipe.is_gke:
         from scripts.pipeline.gke import status_gke
 
@@ -159,9 +157,9 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from scripts.pipeline.gke import logs_gke
     from scripts.pipeline.session import parse_step
 
-    recipe = get_recipe(recipe_name)
     parse_step(step)
-    session = make_session(recipe, cloud_settings())
+    session = make_session(*cloud_recipe(recipe_name))
+    recipe = session.recipe
     if recipe.is_gke:
         lines = logs_gke(session, step, follow, tail or None)
     else:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 from typer.core import TyperGroup
 
-from recipes import UserError, load_settings
+from recipes import UserError, get_recipe, load_settings
 from scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, foreign_ending
 
 if TYPE_CHECKING:
@@ -122,13 +122,21 @@ def handled(command):
     return wrapper
 
 
-def cloud_settings(recipe: Recipe | None = None) -> Settings:
+def cloud_settings() -> Settings:
     """Settings for a command that talks to a cloud: never the example."""
     settings = load_settings()
     if settings.is_example:
         raise UserError(f"settings are the embedded example (PROJECT={settings.project}), which can never reach a "
                         "cloud: export your own PROJECT, REGION, ZONE, CLUSTER_NAME and GCS_BUCKET")
-    return settings.for_recipe(recipe) if recipe else settings
+    return settings
+
+
+def cloud_recipe(recipe_name: str) -> tuple[Recipe, Settings]:
+    """The recipe as the user's settings run it (CAPACITY applied, every per-recipe rule checked), and
+    those settings; never the example."""
+    recipe = get_recipe(recipe_name)
+    settings = cloud_settings()
+    return settings.recipe(recipe), settings
 
 
 def write_file(path: Path, text: str, option: str) -> None:

@@ -86,7 +86,8 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
 
     from recipes.cost import ESTIMATE_NOTE
 
-    facts = [recipe_facts(recipe) for recipe in all_recipes().values()]
+    settings = load_settings(allow_example=True)  # CAPACITY changes what a recipe costs
+    facts = [recipe_facts(settings.with_capacity(recipe)) for recipe in all_recipes().values()]
     if as_json:
         typer.echo(json.dumps(facts, indent=2))
         return
@@ -109,8 +110,8 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     """Write convert.yaml, train.yaml and export.yaml (GKE) or startup.sh (VM) with the current settings."""
     import jobs
 
-    recipe = get_recipe(recipe_name)
     settings = load_settings(allow_example=True)
+    recipe = settings.recipe(get_recipe(recipe_name))
     if recipe.is_gke:
         files = {f"{step}.yaml": jobs.manifest_yaml(manifest)
                  for step, manifest in jobs.render_manifests(recipe, settings).items()}
