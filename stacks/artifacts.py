@@ -23,4 +23,3 @@ class ArtifactsStack(TpuRlStack):
             f"gcloud secrets versions add {settings.hf_token_secret} --data-file=- --project={settings.project}",
             "Store the token (reads stdin; the value never passes through Terraform)",
         )
-        self.guard_example_settings()

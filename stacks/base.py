@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import jsii
 from cdktf import (
+    Aspects,
     GcsBackend,
+    IAspect,
     LocalBackend,
     Op,
     TerraformDataSource,
@@ -12,7 +15,7 @@ from cdktf import (
     TerraformResource,
     TerraformStack,
 )
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from infra.google import provider as google_provider
 from recipes.settings import EXAMPLE_PROJECT, SPECS, Settings
@@ -51,20 +54,26 @@ class TpuRlStack(TerraformStack):
             GcsBackend(self, bucket=settings.state_bucket, prefix=f"{STATE_PREFIX}/{name}")
         else:
             LocalBackend(self, path=f"{LOCAL_STATE_DIR}/terraform.{name}.tfstate")
+        if settings.is_example:
+            # An aspect visits the whole tree at synth, so resources added after this point, by any
+            # composition, get the guard too: no "call it last" rule to forget.
+            project = TerraformLocal(self, "settings_project", settings.project)
+            Aspects.of(self).add(ExampleSettingsGuard(project))
 
     def output(self, name: str, value: str, description: str) -> None:
         TerraformOutput(self, name, value=value, description=description)
 
-    def guard_example_settings(self) -> None:
-        """Make `terraform plan` fail before anything is created when the settings are the example.
 
-        Every resource and data source gets the same precondition, so no resource can be planned
-        (and so none created) with placeholder values. Call after the stack is fully composed.
-        """
-        if not self.settings.is_example:
-            return
-        project = TerraformLocal(self, "settings_project", self.settings.project)
-        guard = {"condition": Op.neq(project.as_string, EXAMPLE_PROJECT), "error_message": example_guard_message()}
-        for node in self.node.find_all():
-            if isinstance(node, (TerraformResource, TerraformDataSource)):
-                node.add_override("lifecycle.precondition", [guard])
+@jsii.implements(IAspect)
+class ExampleSettingsGuard:
+    """Make `terraform plan` fail before anything is created when the settings are the example.
+
+    Every resource and data source gets the same precondition, so no resource can be planned (and so none
+    created) with placeholder values."""
+
+    def __init__(self, project: TerraformLocal) -> None:
+        self.guard = {"condition": Op.neq(project.as_string, EXAMPLE_PROJECT), "error_message": example_guard_message()}
+
+    def visit(self, node: IConstruct) -> None:
+        if isinstance(node, (TerraformResource, TerraformDataSource)):
+            node.add_override("lifecycle.precondition", [self.guard])

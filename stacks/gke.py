@@ -138,4 +138,3 @@ class GkeRecipeStack(TpuRlStack):
         self.output("bucket", settings.bucket_url, "Artifacts bucket (owned by the artifacts stack)")
         self.output("local_queue", conventions.LOCAL_QUEUE, f"Kueue LocalQueue in namespace {conventions.NAMESPACE}")
         self.output("workload_service_account", workload.email, f"Google SA of the KSA {conventions.WORKLOAD_KSA}")
-        self.guard_example_settings()

@@ -55,4 +55,3 @@ class VmRecipeStack(TpuRlStack):
                     f"{where}", "Startup script progress without SSH")
         self.output("bucket", settings.bucket_url, "Artifacts bucket (owned by the artifacts stack)")
         self.output("vm_service_account", identity.email, "The VM's Google SA (bucket and token secret only)")
-        self.guard_example_settings()

@@ -130,3 +130,19 @@ def test_names_derived_from_the_longest_cluster_name_fit_google_limits(real_sett
         for resource_type in ("google_compute_network", "google_compute_subnetwork", "google_compute_router",
                               "google_compute_router_nat", "google_compute_firewall"):
             assert all(len(r["name"]) <= 63 for r in resources(stack, resource_type).values())
+
+
+def test_the_example_guard_reaches_resources_added_after_the_stack_is_composed(tmp_path):
+    """The guard is an aspect applied at synth, so a composition cannot forget to call it last."""
+    from cdktf import App
+
+    from infra.google import storage_bucket
+    from stacks.artifacts import ArtifactsStack
+
+    app = App(outdir=str(tmp_path))
+    stack = ArtifactsStack(app, example_settings())
+    storage_bucket.StorageBucket(stack, "added-later", name="added-later-bucket", location="US")
+    app.synth()
+    synthesized = json.loads((tmp_path / "stacks" / "artifacts" / "cdk.tf.json").read_text())
+    (guard,) = synthesized["resource"]["google_storage_bucket"]["added-later"]["lifecycle"]["precondition"]
+    assert guard["condition"] == f'${{(local.settings_project != "{EXAMPLE_PROJECT}")}}'
