@@ -20,8 +20,9 @@ assembly makes node evaluate the JavaScript of all of them too (about 2 s). A sy
   kernel as a tiny helper assembly. It turns the provider's ``lib/index.js`` (1,470 lines of
   ``exports.x = require("./x")``) into getters that require a namespace on first lookup.
 
-Lazy mode is used only when the installed distribution is exactly 16.12.1 and the files it relies
-on are the ones shipped in that wheel (checked by SHA-256, here and in the JS hook). Otherwise the
+Lazy mode is used only when the installed distribution is exactly 16.12.1, the files it relies on are
+the ones shipped in that wheel (checked by SHA-256, here and in the JS hook), and jsii is the pinned
+version whose private parts it uses. Otherwise the
 normal import runs and the reason is logged at debug level. ``TPU_RL_PROVIDER_IMPORT=full`` forces
 the normal import; ``=lazy`` forces lazy mode and stops with a clear error when the guard fails;
 ``=auto`` (default) decides as above.
@@ -50,6 +51,11 @@ from recipes.errors import UserError
 PROVIDER_PACKAGE = "cdktf_cdktf_provider_google"
 PROVIDER_DISTRIBUTION = "cdktf-cdktf-provider-google"
 PINNED_VERSION = "16.12.1"
+# The lazy import reaches into two private parts of the jsii runtime (the type reference map's
+# `_submodule_fqn_map`, and the kernel's `load` for the helper assembly), verified with this jsii
+# (pinned in pyproject.toml): another version blocks lazy mode, like another provider version does.
+JSII_DISTRIBUTION = "jsii"
+PINNED_JSII_VERSION = "1.142.0"
 ASSEMBLY_NAME = "@cdktf/provider-google"
 ASSEMBLY_FILE = f"provider-google@{PINNED_VERSION}.jsii.tgz"
 IMPORT_MODE_ENV = "TPU_RL_PROVIDER_IMPORT"
@@ -79,6 +85,16 @@ def lazy_import_blocker() -> str | None:
         return f"distribution {PROVIDER_DISTRIBUTION} is not installed"
     if installed != PINNED_VERSION:
         return f"{PROVIDER_DISTRIBUTION} is {installed}; the lazy import is verified only for {PINNED_VERSION}"
+    jsii_version = importlib.metadata.version(JSII_DISTRIBUTION)
+    if jsii_version != PINNED_JSII_VERSION:
+        return f"jsii is {jsii_version}; the lazy import relies on private jsii parts verified only in {PINNED_JSII_VERSION}"
+    from jsii import _reference_map
+    from jsii._runtime import kernel
+
+    if not isinstance(getattr(_reference_map, "_submodule_fqn_map", None), dict):
+        return "this jsii has no _submodule_fqn_map, so types of submodules nobody imported could not be found"
+    if not callable(getattr(kernel, "load", None)):
+        return "this jsii's kernel has no load(), which the lazy require hook needs"
     spec = importlib.util.find_spec(PROVIDER_PACKAGE)  # finds the package without running it
     if spec is None or not spec.submodule_search_locations:
         return f"{PROVIDER_PACKAGE} is not a regular package on sys.path"
@@ -175,11 +191,7 @@ def _install_lazy_package() -> bool:
     # this map for a type it does not know yet, which covers submodules nobody imported.
     from jsii import _reference_map
 
-    fqn_map = getattr(_reference_map, "_submodule_fqn_map", None)
-    if fqn_map is None:
-        _log.debug("this jsii has no _submodule_fqn_map: types of unimported submodules stay unknown")
-    else:
-        fqn_map.update(submodule_fqn_map(package.__path__))
+    _reference_map._submodule_fqn_map.update(submodule_fqn_map(package.__path__))  # checked by the blocker
     return node_lazy
 
 

@@ -6,6 +6,7 @@ with the normal import forced and one with the lazy import forced, into separate
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -209,3 +210,21 @@ def test_node_hook_leaves_any_index_js_but_the_pinned_provider_one_to_node(tmp_p
     result = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "true"
+
+
+def test_another_jsii_version_blocks_the_lazy_import(monkeypatch):
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "1.143.0" if name == "jsii" else real_version(name))
+    monkeypatch.delitem(sys.modules, google.PROVIDER_PACKAGE, raising=False)
+    blocker = google.lazy_import_blocker()
+    assert blocker == "jsii is 1.143.0; the lazy import relies on private jsii parts verified only in 1.142.0"
+
+
+def test_a_jsii_without_the_submodule_fqn_map_blocks_the_lazy_import(monkeypatch):
+    from jsii import _reference_map
+
+    monkeypatch.delattr(_reference_map, "_submodule_fqn_map")
+    monkeypatch.delitem(sys.modules, google.PROVIDER_PACKAGE, raising=False)
+    blocker = google.lazy_import_blocker()
+    assert blocker is not None and "no _submodule_fqn_map" in blocker
