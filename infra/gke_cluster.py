@@ -17,6 +17,7 @@ from constructs import Construct
 from infra.google import container_cluster, container_node_pool, data_google_container_engine_versions
 from infra.identity import CLOUD_PLATFORM_SCOPE, workload_identity_pool
 from infra.network import Network
+from recipes.settings import authorized_cidrs_problem
 
 SYSTEM_POOL = "system-np"
 
@@ -142,8 +143,9 @@ class GkeClusterProps:
     min_master_version: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.authorized_cidrs or "0.0.0.0/0" in self.authorized_cidrs:
-            raise ValueError("GkeClusterProps.authorized_cidrs must list specific CIDRs, not be empty or 0.0.0.0/0")
+        problem = authorized_cidrs_problem(list(self.authorized_cidrs))
+        if problem:
+            raise ValueError(f"GkeClusterProps.authorized_cidrs {problem}")
 
 
 class GkeCluster(Construct):

@@ -13,7 +13,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from recipes.errors import UserError
 from recipes.model import PLATFORM_CAPACITY, CapacityMode, Recipe, parse_capacity
@@ -257,27 +257,45 @@ def _check_bucket(bucket: str, spec: SettingSpec) -> None:
     raise _fail(spec, f"'{bucket}' looks like an IP address, which GCS does not allow as a bucket name")
 
 
-# The control plane's public endpoint: a public block wider than this (65,536 addresses) opens it to
-# much of the internet. Private ranges (RFC 1918) are not reachable from outside, so any size is kept.
+# The control plane's public endpoint: public blocks admitting more than a /16 (65,536 addresses), one
+# block or all together, open it to much of the internet. Private ranges (RFC 1918) are not reachable
+# from outside, so any size is kept.
 MIN_PUBLIC_CIDR_PREFIX = 16
+MAX_PUBLIC_ADDRESSES = 2 ** (32 - MIN_PUBLIC_CIDR_PREFIX)
 
 
-def _check_cidrs(raw: str) -> tuple[str, ...]:
-    spec = _BY_FIELD["authorized_cidr"]
-    cidrs = []
-    for item in (part.strip() for part in raw.split(",")):
+def authorized_cidrs_problem(items: Sequence[str]) -> str | None:
+    """What is wrong with a list of control-plane CIDRs, or None. One rule for AUTHORIZED_CIDR and for
+    infra.gke_cluster.GkeClusterProps, so no construct accepts what the setting refuses."""
+    if not items:
+        return "lists no CIDR block: name your own egress address, e.g. 203.0.113.7/32"
+    public = 0
+    for item in items:
         try:
             network = ipaddress.ip_network(item, strict=True)
         except ValueError:
-            raise _fail(spec, f"'{item}' is not a CIDR block like 203.0.113.7/32 (host bits must be zero)") from None
+            return f"'{item}' is not a CIDR block like 203.0.113.7/32 (host bits must be zero)"
         if network.version != 4:
-            raise _fail(spec, f"'{item}' is IPv6; GKE master authorized networks take IPv4 CIDR blocks")
-        if not network.is_private and network.prefixlen < MIN_PUBLIC_CIDR_PREFIX:
-            raise _fail(spec, f"'{item}' admits {network.num_addresses:,} public addresses, which is public in "
-                        f"effect: list your own egress address, e.g. 203.0.113.7/32 (public blocks wider than "
-                        f"/{MIN_PUBLIC_CIDR_PREFIX} are refused)")
-        cidrs.append(str(network))
-    return tuple(cidrs)
+            return f"'{item}' is IPv6; GKE master authorized networks take IPv4 CIDR blocks"
+        if network.is_private:
+            continue
+        if network.prefixlen < MIN_PUBLIC_CIDR_PREFIX:
+            return (f"'{item}' admits {network.num_addresses:,} public addresses, which is public in effect: list "
+                    f"your own egress address, e.g. 203.0.113.7/32 (public blocks wider than "
+                    f"/{MIN_PUBLIC_CIDR_PREFIX} are refused)")
+        public += network.num_addresses
+    if public > MAX_PUBLIC_ADDRESSES:
+        return (f"'{','.join(items)}' admits {public:,} public addresses in all, which is public in effect: list "
+                f"your own egress addresses (at most {MAX_PUBLIC_ADDRESSES:,} public addresses together)")
+    return None
+
+
+def _check_cidrs(raw: str) -> tuple[str, ...]:
+    items = [part.strip() for part in raw.split(",")]
+    problem = authorized_cidrs_problem(items)
+    if problem:
+        raise _fail(_BY_FIELD["authorized_cidr"], problem)
+    return tuple(str(ipaddress.ip_network(item)) for item in items)
 
 
 def _read_config(path: Path) -> dict[str, str]:
