@@ -164,12 +164,6 @@ def test_every_pathways_image_is_tagged_for_the_jax_of_the_recipes_maxtext_relea
                       f"us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:{tag}"}
 
 
-def test_the_0_2_4_pairing_is_the_tag_upstream_runs_a_jax_0_11_0_client_with():
-    """google/tunix examples/deepscaler/gke/launch_sc_ab.sh defaults PATHWAYS_TAG to 20260911-jax_0.11.0."""
-    release = load_table()["maxtext"]["0.2.4"]
-    assert (release["jax"], release["pathways_tag"]) == ("0.11.0", "20260911-jax_0.11.0")
-
-
 @pytest.mark.parametrize(("tag", "rule"), [
     ("latest", "is not a Pathways tag"),
     ("jax-0.8.1", "serves jax 0.8.1, but the image has jax 0.11.0"),
@@ -225,8 +219,18 @@ def pairing_below_floor(release: str, jax: str) -> bool:
 
 
 @pytest.mark.parametrize("release", sorted(load_table()["maxtext"]))
-def test_each_release_is_paired_with_a_jax_its_wheel_accepts(release):
-    assert not pairing_below_floor(release, load_table()["maxtext"][release]["jax"])
+def test_each_release_is_paired_with_exactly_the_jax_its_image_installs(release):
+    """The image installs the wheel's requirements with `uv pip install --resolution=lowest`
+    (dependencies/scripts/setup.sh, install_post_training_deps), so it gets the floor itself: a table
+    entry above the floor (e.g. 0.11.1 for 0.2.4) would pass a >= check and fail every run at the head."""
+    wheel, why = fetch_wheel(release)
+    if wheel is None:
+        pytest.fail(f"the maxtext=={release} wheel is needed to read its setup.sh: {why}")
+    with zipfile.ZipFile(wheel) as archive:
+        setup = archive.read("dependencies/scripts/setup.sh").decode()
+    assert "--resolution=lowest" in setup.split("install_post_training_deps()", 1)[1].split("\n}\n", 1)[0]
+    jax = tuple(int(part) for part in load_table()["maxtext"][release]["jax"].split("."))
+    assert jax == wheel_jax_floor(release)
 
 
 def test_the_old_jax_0_8_1_pairing_is_below_the_wheels_floor():
