@@ -180,6 +180,7 @@ def jobset(
     replicated_jobs: list[dict[str, Any]],
     *,
     extra_spec: dict[str, Any] | None = None,
+    failure_policy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     # Every step goes through the stack's LocalQueue, so Kueue admits it against the quota the stack
     # sized (TPU chips for train; CPU-pool cpu and memory for convert, export and the Pathways head).
@@ -190,7 +191,7 @@ def jobset(
         "metadata": {"name": jobset_name(recipe, step), "namespace": NAMESPACE, "labels": labels},
         "spec": {
             "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
-            "failurePolicy": {"maxRestarts": MAX_RESTARTS, "restartStrategy": "Recreate"},
+            "failurePolicy": failure_policy or {"maxRestarts": MAX_RESTARTS, "restartStrategy": "Recreate"},
             **(extra_spec or {}),
             "replicatedJobs": replicated_jobs,
         },

@@ -12,6 +12,7 @@ from typing import Any
 from jobs.k8s import (
     COORDINATOR_LABEL,
     JOBSET_NAME_LABEL,
+    MAIN_CONTAINER,
     PATHWAYS_HEAD,
     REPLICATED_JOB_LABEL,
     NODE_POOL_LABEL,
@@ -114,6 +115,12 @@ def pathways_resource_manager(paths: ArtifactPaths) -> dict[str, Any]:
     return _sidecar(recipe, "pathways-rm", recipe.pathways_images.server, args, env)
 
 
+# The exit code of a check in the head's script that refuses to go on (EX_CONFIG of sysexits.h: the
+# configuration is wrong). Distinct from train_rl's own failures, so that a restartable train JobSet fails
+# at once on it instead of repeating the same refusal (see train_failure_policy).
+CHECK_FAILED_EXIT_CODE = 78
+
+
 def jax_pairing_check(recipe: Recipe) -> str:
     """Stop in seconds when the image's JAX is not the one the Pathways images are tagged for.
 
@@ -130,7 +137,7 @@ def jax_pairing_check(recipe: Recipe) -> str:
         'image_jax="$(python3 -c \'import importlib.metadata as m; print(m.version("jax"))\')"',
         f'if [[ "${{image_jax}}" != "{images.jax}" ]]; then',
         f'  echo "{message}" >&2',
-        "  exit 1",
+        f"  exit {CHECK_FAILED_EXIT_CODE}",
         "fi",
     ])
 
@@ -193,7 +200,13 @@ def pathways_head_job(paths: ArtifactPaths) -> dict[str, Any]:
         "containers": [workload],
         "volumes": [_shared_tmp_volume()],
     })
-    return indexed_job(pod, pods=1, backoff_limit=0, exclusive_on="kubernetes.io/hostname")
+    job = indexed_job(pod, pods=1, backoff_limit=0, exclusive_on="kubernetes.io/hostname")
+    if restarts_after_preemption(recipe):
+        # A refusal of the head's own checks fails the Job with reason PodFailurePolicy, which the JobSet's
+        # first failure rule turns into FailJobSet (restartPolicy Never, as podFailurePolicy requires).
+        job["spec"]["podFailurePolicy"] = {"rules": [{"action": "FailJob", "onExitCodes": {
+            "containerName": MAIN_CONTAINER, "operator": "In", "values": [CHECK_FAILED_EXIT_CODE]}}]}
+    return job
 
 
 def pathways_worker(paths: ArtifactPaths) -> dict[str, Any]:
@@ -240,6 +253,54 @@ def worker_job(paths: ArtifactPaths) -> dict[str, Any]:
     return indexed_job(pod, pods=hosts, backoff_limit=hosts * WORKER_BACKOFF_PER_HOST, exclusive_on=NODE_POOL_LABEL)
 
 
+# The capacity modes whose hosts can go away while a step runs: Google reclaims a spot VM with 30 s notice,
+# and a flex-start node ends at its max_run_duration at the latest.
+PREEMPTIBLE_CAPACITY = ("spot", "flex-start")
+# How many times a train JobSet on such capacity is recreated after a failure before it is declared
+# failed. Each attempt resumes from the last checkpoint and loses at most rl.checkpoint_period steps, so a
+# few preemptions in one run are survived; a failure that repeats whatever the host (an OOM, a bad
+# override) costs at most this many extra starts of the slice instead of looping. Every restart counts
+# against the bound: none uses RestartJobSetAndIgnoreMaxRestarts.
+PREEMPTIBLE_MAX_RESTARTS = 3
+
+
+def restarts_after_preemption(recipe: Recipe) -> bool:
+    """Whether the train JobSet restarts after a failure: when a capacity it may run on is preemptible.
+    A list of only reservation and on-demand keeps maxRestarts 0, as seed 000: a failure there is real."""
+    return any(mode in PREEMPTIBLE_CAPACITY for mode in recipe.capacity)
+
+
+def train_failure_policy(recipe: Recipe) -> dict[str, Any] | None:
+    """The train JobSet's failurePolicy on preemptible capacity (None: the default of every step).
+
+    A restart continues training, it does not start over: train_rl keeps its checkpoints in
+    <base_output_directory>/<run_name>/checkpoints/ (MaxText 0.2.4 configs/types.py:4633-4638, 0.2.3
+    types.py:2455-2466; the run_name is fixed in the manifest, so it is the same after a restart), and
+    tunix's Trainer restores the latest one there when it is built. google/tunix @c4ec573d (MaxText 0.2.4)
+    tunix/sft/peft_trainer.py:385-391 calls `self.checkpoint_manager.maybe_restore(self.model,
+    self.optimizer, ...)` in __init__; tunix/sft/checkpoint_manager.py:215-247 `maybe_restore` takes
+    `step = self.latest_step()` ("Restores the params from the latest checkpoint if available") and
+    returns 0 when there is none; the actor's directory is <root>/actor (tunix/rl/rl_cluster.py:576-579),
+    and the RL loop continues from the restored global step (tunix/rl/rl_learner.py:129-131). @683256db
+    (MaxText 0.2.3): peft_trainer.py:253-259 and checkpoint_manager.py `maybe_restore`, the same flow.
+
+    JobSet v0.12.0 (pkg/controllers/failure_policy.go): the first matching rule acts, no match means
+    RestartJobSet, which fails the JobSet once status.restartsCountTowardsMax reaches maxRestarts. The one
+    rule here fails the JobSet at once when the head's own checks refused to start (exit
+    CHECK_FAILED_EXIT_CODE through the head Job's podFailurePolicy). BlockingRecreate waits until every
+    pod of the failed attempt is gone before creating the next: the old head may still be writing a
+    checkpoint that the new one would otherwise restore half-written or not see, and both use the same
+    host-network ports."""
+    if not restarts_after_preemption(recipe):
+        return None
+    return {
+        "maxRestarts": PREEMPTIBLE_MAX_RESTARTS,
+        "restartStrategy": "BlockingRecreate",
+        "rules": [{"name": "headCheckFailed", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"],
+                   "targetReplicatedJobs": [PATHWAYS_HEAD]}],
+    }
+
+
 def train_jobset(paths: ArtifactPaths) -> dict[str, Any]:
     recipe = paths.recipe
     return jobset(
@@ -255,4 +316,5 @@ def train_jobset(paths: ArtifactPaths) -> dict[str, Any]:
             "startupPolicy": {"startupPolicyOrder": "InOrder"},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [PATHWAYS_HEAD]},
         },
+        failure_policy=train_failure_policy(recipe),
     )

@@ -188,7 +188,7 @@ def test_the_head_checks_the_jax_pairing_before_it_patches_or_trains(recipe_name
 def test_a_mismatched_image_jax_stops_the_head_with_one_line_naming_both_versions_and_the_field(tmp_path):
     recipe = get_recipe("qwen3-v6e32")  # MaxText 0.2.4
     result = run_check(recipe, tmp_path, "0.8.1")
-    assert result.returncode == 1
+    assert result.returncode == 78  # EX_CONFIG, which the head Job's podFailurePolicy tells from a crash
     assert "reached-training" not in result.stdout
     assert result.stderr.splitlines() == [
         "tpu-rl check failed: the image has jax 0.8.1 but the Pathways images are tagged 20260911-jax_0.11.0 "
