@@ -141,6 +141,53 @@ def test_a_failed_step_says_which_why_and_how_to_see_logs(cloud, outcome, expect
     assert name("export") not in cloud["kube"].created
 
 
+# -- preemption on spot capacity ---------------------------------------------------------------------
+def put_actor_checkpoint(client, recipe, step: int) -> str:
+    """A train_rl checkpoint of `step` as orbax leaves it (tunix's actor items, no OCDBT under Pathways);
+    returns its step directory."""
+    from jobs.paths import ArtifactPaths, split_gs_url
+    from peers.fixtures import _orbax_checkpoint, peer_settings
+
+    step_dir = f"{ArtifactPaths(recipe, peer_settings()).actor_checkpoints}{step}/"
+    for url, data in _orbax_checkpoint(f"{step_dir}model_params/", ("model_params", "optimizer_state"), ocdbt=False):
+        bucket, blob = split_gs_url(url)
+        client.bucket(bucket).blob(blob).upload_from_string(data)
+    return step_dir
+
+
+def test_a_preempted_spot_worker_restarts_the_jobset_and_training_resumes_from_the_checkpoint(cloud, monkeypatch):
+    from contracts.tunix_log import train_step_line
+
+    from jobs import jobset_name
+
+    monkeypatch.setenv("CAPACITY", "spot")
+    recipe = get_recipe(RECIPE)
+    train = jobset_name(recipe, "train")
+    with_convert_done(cloud)
+    put_actor_checkpoint(cloud["gcs"], recipe, 10)
+    saved = put_actor_checkpoint(cloud["gcs"], recipe, 20)
+    # Before the reclaim the head had logged step 27 (steps 21-27 were never saved); the new head restores
+    # step 20 and logs from 21 on.
+    before = "".join(f"{train_step_line(step, 0.5)}\n" for step in range(1, 28))
+    after = "".join(f"{train_step_line(step, 0.25)}\n" for step in (21, 22, 23))
+    cloud["kube"].plan(train, reclaimed_after=3, logs=before, logs_after_restart=after, capacity="spot",
+                       on_success=lambda: put_step_output(cloud["gcs"], recipe, "train"))
+    result = tpu_rl("run", RECIPE, "--steps", "train")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    [restart] = [index for index, line in enumerate(lines) if "JobSet restarted" in line]
+    assert lines[restart].startswith(f"train: preempted (pod {train}-worker-0-7-"), lines[restart]
+    assert lines[restart].endswith(
+        " DisruptionTarget TerminationByKubelet: Pod was terminated in response to imminent node shutdown.); "
+        f"JobSet restarted (1 of 3); training resumes from checkpoint step 20 ({saved.rstrip('/')})"), lines[restart]
+    assert saved.endswith("/checkpoints/actor/20/")
+    assert any("training step 27/50" in line for line in lines[:restart])
+    shown = [line.split("training step ")[1].split("/")[0] for line in lines[restart:] if "training step " in line]
+    assert shown and set(shown) == {"23"}, result.output  # the new head's step; 27 from before the restart does not stick
+    assert "train: output verified" in result.output and "error" not in result.output, result.output
+    assert cloud["kube"].created == [train]  # restarted by JobSet, not resubmitted
+
+
 # -- interruption ---------------------------------------------------------------------------------
 def _interrupt_while_waiting(monkeypatch):
     real = scripts.cli.cloud.make_session

@@ -124,7 +124,8 @@ def status_view(recipe_name: str, bucket: str, report):
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
     for row in report.rows:
-        state = ", ".join(part for part in (row.state, row.pods and f"pods {row.pods}", row.time) if part)
+        state = ", ".join(part for part in (row.state, row.capacity and f"on {row.capacity}",
+                                            row.pods and f"pods {row.pods}", row.time) if part)
         grid.add_row(Text(row.step, style="bold"), Text(f"{state}\noutput {row.output}"))
     title = Text(f"{recipe_name}: {report.where}, outputs in gs://{bucket}")
     return Group(title, grid, *([Text(report.note)] if report.note else []))

@@ -115,6 +115,27 @@ def missing_outputs(storage, paths: ArtifactPaths, step: str) -> list[Requiremen
         raise ApiError(f"checking {step} output in gs://{paths.bucket} failed: {error}") from None
 
 
+def latest_checkpoint_step(storage, paths: ArtifactPaths) -> int | None:
+    """The newest step train_rl finished saving: the highest `actor/<step>/` whose step directory holds
+    orbax's commit marker (the last object of a checkpoint, see ORBAX_COMMIT_MARKER). A step directory
+    without it is a save that was cut off. None when there is no finished checkpoint yet."""
+    bucket, prefix = split_gs_url(paths.actor_checkpoints)
+    try:
+        listing = storage.list_blobs(bucket, prefix=prefix, delimiter="/")
+        for _ in listing:  # the prefixes fill in as the pages are read
+            pass
+        steps = sorted((int(name[len(prefix):].rstrip("/")) for name in listing.prefixes
+                        if name[len(prefix):].rstrip("/").isdigit()), reverse=True)
+        for step in steps:
+            if storage.bucket(bucket).blob(f"{prefix}{step}/{ORBAX_COMMIT_MARKER}").exists():
+                return step
+    except gexc.NotFound:
+        return None
+    except gexc.GoogleAPIError as error:
+        raise ApiError(f"reading the checkpoints in {paths.actor_checkpoints} failed: {error}") from None
+    return None
+
+
 def object_names(storage, prefix_url: str) -> list[str]:
     """Names of the objects under a prefix, relative to it (progress markers)."""
     bucket, prefix = split_gs_url(prefix_url)

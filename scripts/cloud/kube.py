@@ -17,13 +17,16 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from recipes import Settings, UserError
-from recipes.conventions import JOBSET_VERSION, NAMESPACE
+from recipes.conventions import CAPACITY_NODE_LABEL, JOBSET_VERSION, NAMESPACE
 from scripts.cloud.retry import RetryPolicy, call, is_transient
 from scripts.outcome import ApiError, describe
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+# JobSet v0.12.0 labels every Job and pod with the restart attempt it belongs to, status.restarts at the
+# time it was created (pkg/constants RestartsKey; pkg/controllers/jobset_controller.go labelAndAnnotateObject).
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 SUBMISSION_ANNOTATION = "tpu-rl/submission"
 FOLLOW_IDLE_SECONDS = 3600.0  # a followed log with no line for this long is reopened by the caller
 JOBSET_INSTALL = f"https://github.com/kubernetes-sigs/jobset/releases/download/{JOBSET_VERSION}/manifests.yaml"
@@ -285,6 +288,7 @@ class JobSetState:
     created: str | None = None
     restarts: int = 0
     finished: str | None = None  # when it succeeded or failed: its Completed/Failed condition's lastTransitionTime
+    max_restarts: int = 0  # spec.failurePolicy.maxRestarts: how many restarts it may take before it fails
 
 
 def jobset_state(obj: dict | None) -> JobSetState:
@@ -294,17 +298,19 @@ def jobset_state(obj: dict | None) -> JobSetState:
     conditions = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
     created = obj.get("metadata", {}).get("creationTimestamp")
     restarts = int(status.get("restarts") or 0)
+    bound = int(((obj.get("spec") or {}).get("failurePolicy") or {}).get("maxRestarts") or 0)
     terminal = status.get("terminalState")
     for phase, kind in (("failed", "Failed"), ("succeeded", "Completed")):
         if kind in conditions or terminal == kind:
             condition = conditions.get(kind, {})
             return JobSetState(phase, condition.get("reason", kind), condition.get("message", ""), created, restarts,
-                               condition.get("lastTransitionTime"))
+                               condition.get("lastTransitionTime"), bound)
     if "Suspended" in conditions or obj.get("spec", {}).get("suspend"):
         condition = conditions.get("Suspended", {})
         return JobSetState("suspended", condition.get("reason", "Suspended"),
-                           condition.get("message", "waiting for Kueue to admit it"), created, restarts)
-    return JobSetState("running", created=created, restarts=restarts)
+                           condition.get("message", "waiting for Kueue to admit it"), created, restarts,
+                           max_restarts=bound)
+    return JobSetState("running", created=created, restarts=restarts, max_restarts=bound)
 
 
 def _true_condition(pod: dict, kind: str) -> dict | None:
@@ -341,6 +347,33 @@ def pod_problems(pod: dict) -> list[str]:
             problems.append(f"pod {name} container {container['name']} {waiting['reason']}: "
                             f"{waiting.get('message', '')}".rstrip(": "))
     return problems
+
+
+def disruption_of(pod: dict) -> str | None:
+    """How the pod was taken away, when Kubernetes says it was (its DisruptionTarget condition: the kubelet
+    shutting its node down for a spot reclaim or maintenance, an eviction, a preemption), else None."""
+    condition = _true_condition(pod, "DisruptionTarget")
+    if condition is None:
+        return None
+    return (f"pod {pod['metadata']['name']} DisruptionTarget {condition.get('reason', '')}: "
+            f"{condition.get('message', '')}").rstrip(": ")
+
+
+def current_attempt(pods: list[dict], restarts: int) -> list[dict]:
+    """The pods of the JobSet's current attempt: after a restart, those of an earlier attempt may still be
+    terminating (a pod without the label counts as current)."""
+    return [pod for pod in pods
+            if (pod["metadata"].get("labels") or {}).get(RESTART_ATTEMPT_LABEL, str(restarts)) == str(restarts)]
+
+
+def capacity_of(pods: list[dict]) -> str | None:
+    """The capacity mode the pods run on: Kueue copies the admitted ResourceFlavor's nodeLabels, which
+    include CAPACITY_NODE_LABEL, into the nodeSelector of the pods it admits to it (Kueue v0.17.1
+    site/content/en/docs/concepts/resource_flavor.md). Several modes are joined with ','; None when no
+    pod carries the label (a CPU-only step, or no pod left)."""
+    modes = sorted({selector[CAPACITY_NODE_LABEL] for pod in pods
+                    if CAPACITY_NODE_LABEL in (selector := (pod.get("spec") or {}).get("nodeSelector") or {})})
+    return ",".join(modes) or None
 
 
 @dataclass(frozen=True)

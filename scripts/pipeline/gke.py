@@ -15,8 +15,17 @@ from rich.markup import escape
 from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
 from recipes import STEPS, Recipe, Settings, UserError
 from recipes.conventions import CHECK_FAILED_PREFIX, HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
-from scripts.cloud import hf_token
-from scripts.cloud.kube import JobSetState, PodCounts, jobset_state, pod_counts, pod_problems
+from scripts.cloud import gcs, hf_token
+from scripts.cloud.kube import (
+    JobSetState,
+    PodCounts,
+    capacity_of,
+    current_attempt,
+    disruption_of,
+    jobset_state,
+    pod_counts,
+    pod_problems,
+)
 from scripts.outcome import ApiError, Interrupted, StepFailed
 from scripts.pipeline.progress import last_train_step
 from scripts.pipeline.session import Session, StatusReport, StepStatus, describe_missing, verify_output
@@ -225,6 +234,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
     if follower:
         follower.start()
     problems: list[str] = []
+    disruptions: list[str] = []  # pods taken away (DisruptionTarget) since the last restart
+    restarts_seen: int | None = None
     last_summary = None
     hinted_kueue = False
     total_steps = session.recipe.train_steps
@@ -240,6 +251,14 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
                     if problem not in problems:
                         problems.append(problem)
                         console.print(f"[yellow]![/] {job.step}: {escape(problem)}")
+                disruptions += [d for d in map(disruption_of, pods) if d and d not in disruptions]
+                if restarts_seen is not None and state.restarts > restarts_seen:
+                    console.print(escape(restart_line(session, job, state, disruptions, problems)))
+                    disruptions.clear()
+                restarts_seen = state.restarts
+                # Pods of an earlier attempt may still be terminating: count, and read progress from, the
+                # current attempt's only, so a step logged before the restart does not stick.
+                pods = current_attempt(pods, state.restarts)
                 counts = pod_counts(pods)
                 summary = (f"{job.step}: {state.phase}, pods {counts.scheduled}/{job.expected_pods} scheduled, "
                            f"{counts.ready}/{job.expected_pods} ready")
@@ -248,7 +267,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
                     console.print(f"{job.step}: waiting for Kueue to admit JobSet {job.name}; if this lasts, check "
                                   f"`kubectl get workloads` and the ClusterQueue's CPU and TPU quota")
                 if job.step == "train" and state.phase == "running":
-                    head = main_pod(cluster.list_pods(job.selector))
+                    head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
                     if head:
                         progress = last_train_step(cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, 200))
                         if progress is not None:
@@ -268,6 +287,28 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
     finally:
         if follower:
             follower.finish()
+
+
+def restart_line(session: Session, job: StepJob, state: JobSetState, disruptions: list[str],
+                 problems: list[str]) -> str:
+    """One line for a JobSet restart: what took the step down (a preemption when a pod was disrupted), the
+    restart against its bound, and for train the checkpoint training resumes from, read from the bucket."""
+    if disruptions:
+        cause = f"preempted ({disruptions[-1]})"
+    else:
+        cause = f"failed ({problems[-1]})" if problems else "failed (its pods were replaced before they said why)"
+    bound = f" ({state.restarts} of {state.max_restarts})" if state.max_restarts else ""
+    line = f"{job.step}: {cause}; JobSet restarted{bound}"
+    if job.step != "train":
+        return line
+    paths = session.paths
+    try:
+        step = gcs.latest_checkpoint_step(session.clients.storage(), paths)
+    except ApiError as error:
+        return f"{line}; training resumes from the latest checkpoint in {paths.actor_checkpoints} ({error})"
+    if step is None:
+        return f"{line}; no finished checkpoint in {paths.actor_checkpoints} yet, so training starts again at step 0"
+    return f"{line}; training resumes from checkpoint step {step} ({paths.actor_checkpoints}{step})"
 
 
 def check_failure(session: Session, job: StepJob) -> str | None:
@@ -310,10 +351,12 @@ def status_gke(session: Session) -> StatusReport:
     rows = []
     for step, job in step_jobs(session.recipe, session.settings).items():
         state = jobset_state(session.cluster.get_jobset(job.name))
-        counts = (pod_counts(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"))
-                  if state.phase in ("running", "suspended") else None)
+        # A finished JobSet keeps its pods until its TTL, so the capacity it ran on stays readable.
+        pods = (current_attempt(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"), state.restarts)
+                if state.phase != "absent" else [])
+        counts = pod_counts(pods) if state.phase in ("running", "suspended") else None
         rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
-                               session.output_state(step)))
+                               session.output_state(step), capacity_of(pods) or ""))
     return StatusReport(f"JobSets {jobset_name(session.recipe, '<step>')}", rows)
 
 

@@ -98,6 +98,7 @@ class StepStatus:
     pods: str  # "ready/expected ready" while a JobSet runs, "done" once it finished, "" when not applicable
     time: str  # "h:mm:ss elapsed" while running, "took h:mm:ss" once finished, "" when unknown
     output: str  # verified | missing: ...
+    capacity: str = ""  # the capacity mode the step's TPU pods were placed on (spot, ...), "" when none
 
 
 @dataclass(frozen=True)

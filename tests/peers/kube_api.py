@@ -38,6 +38,14 @@ class Plan:
 
     outcome: succeed | oom | evicted | preempted | fail | hang. `on_success` runs when it succeeds (the
     test writes the step's output to the GCS emulator there, as the container would).
+
+    `reclaimed_after` scripts a spot reclaim that the JobSet survives: after that many GETs of running,
+    the node of one TPU worker shuts down (the pod fails with the kubelet's node-shutdown status and a
+    DisruptionTarget condition); at the next GET the JobSet restarts (status.restarts += 1, the old pods
+    terminating, as BlockingRecreate leaves them until they are gone); at the next, the new attempt's pods
+    start, labelled with it, and the plan's `ticks` then `outcome` run again. Their log is
+    `logs_after_restart`. `capacity` is the mode of the ResourceFlavor Kueue admitted the TPU pods to: it
+    copies the flavor's nodeLabels into their nodeSelector.
     """
 
     outcome: str = "succeed"
@@ -45,6 +53,9 @@ class Plan:
     admitted_after: int = 0  # GETs during which Kueue has not admitted it yet (spec.suspend, no pods run)
     logs: str = ""
     on_success: Callable[[], None] | None = None
+    reclaimed_after: int | None = None
+    logs_after_restart: str = ""
+    capacity: str | None = None
 
 
 @dataclass
@@ -57,9 +68,12 @@ class KubeApi(PeerServer):
     created: list = field(default_factory=list)  # names, in creation order (duplicates show up here)
     deleted: list = field(default_factory=list)
 
+    version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
+
     def __post_init__(self) -> None:
         PeerServer.__init__(self)
         self._ticks: dict[str, int] = {}
+        self._terminating: set[str] = set()  # JobSets whose earlier attempt's pods are still going away
 
     # -- what tests use ---------------------------------------------------------------------------
     def plan(self, name: str, **kwargs) -> Plan:
@@ -86,9 +100,20 @@ class KubeApi(PeerServer):
         obj["status"] = {"replicatedJobsStatus": [], "restarts": 0}
         self.jobsets[name] = obj
         self._ticks[name] = 0
+        self._create_pods(name)
+        return obj
+
+    def _create_pods(self, name: str) -> None:
+        """The pods of the JobSet's current attempt, labelled with it as JobSet does."""
+        obj = self.jobsets[name]
+        capacity = self.plans.get(name, Plan()).capacity
         for rj in obj["spec"]["replicatedJobs"]:
             spec = rj["template"]["spec"]
-            containers = [c["name"] for c in spec["template"]["spec"]["containers"]]
+            pod_spec = spec["template"]["spec"]
+            selector = dict(pod_spec.get("nodeSelector") or {})
+            if capacity and any("google.com/tpu" in (c.get("resources") or {}).get("limits", {})
+                                for c in pod_spec["containers"]):
+                selector["tpu-rl/capacity"] = capacity  # Kueue: the admitted flavor's nodeLabels
             for replica in range(int(rj.get("replicas", 1))):
                 for index in range(int(spec.get("parallelism", 1))):
                     pod = f"{name}-{rj['name']}-{replica}-{index}-{uuid.uuid4().hex[:5]}"
@@ -96,11 +121,12 @@ class KubeApi(PeerServer):
                         "apiVersion": "v1", "kind": "Pod",
                         "metadata": {"name": pod, "namespace": "default", "creationTimestamp": _now(),
                                      "labels": {"jobset.sigs.k8s.io/jobset-name": name,
-                                                "jobset.sigs.k8s.io/replicatedjob-name": rj["name"]}},
-                        "spec": {"containers": [{"name": c} for c in containers]},
+                                                "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
+                                                "jobset.sigs.k8s.io/restart-attempt": str(obj["status"]["restarts"])}},
+                        "spec": {"containers": [{"name": c["name"]} for c in pod_spec["containers"]],
+                                 **({"nodeSelector": selector} if selector else {})},
                         "status": {"phase": "Pending"},
                     }
-        return obj
 
     def _pods_of(self, name: str, rj: str | None = None) -> list[dict]:
         return [pod for pod in self.pods.values()
@@ -125,7 +151,23 @@ class KubeApi(PeerServer):
             return
         obj["spec"].pop("suspend", None)
         obj["status"]["conditions"] = []
+        if name in self._terminating:  # the earlier attempt's pods are gone: the next attempt starts
+            self._terminating.discard(name)
+            for pod in self._pods_of(name):
+                del self.pods[pod["metadata"]["name"]]
+            self._create_pods(name)
+            self._ticks[name] = 0
         tick = self._ticks[name] = self._ticks[name] + 1
+        if plan.reclaimed_after is not None and not obj["status"]["restarts"] and not tick_only:
+            if tick == plan.reclaimed_after + 1:
+                self._reclaim_node(name)
+                return
+            if tick == plan.reclaimed_after + 2:
+                obj["status"]["restarts"] += 1
+                for pod in self._pods_of(name):
+                    pod["metadata"]["deletionTimestamp"] = _now()
+                self._terminating.add(name)
+                return
         for pod in self._pods_of(name):
             conditions = [{"type": "PodScheduled", "status": "True"}]
             if tick >= 2:
@@ -136,8 +178,24 @@ class KubeApi(PeerServer):
         obj["status"]["replicatedJobsStatus"] = [
             {"name": rj["name"], "ready": len(self._pods_of(name, rj["name"])) if tick >= 2 else 0,
              "active": 1, "succeeded": 0, "failed": 0, "suspended": 0} for rj in obj["spec"]["replicatedJobs"]]
-        if not tick_only and tick > plan.ticks and plan.outcome != "hang":
+        awaiting_reclaim = plan.reclaimed_after is not None and not obj["status"]["restarts"]
+        if not tick_only and tick > plan.ticks and plan.outcome != "hang" and not awaiting_reclaim:
             self._finish(name, plan.outcome)
+
+    def _reclaim_node(self, name: str) -> None:
+        """A TPU worker's node shuts down, as when Compute Engine reclaims a spot VM: the kubelet's graceful
+        node shutdown fails the pod with reason Terminated and its message, and adds DisruptionTarget with
+        reason TerminationByKubelet (kubernetes pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go,
+        nodeShutdownReason and nodeShutdownMessage; k8s.io/api core/v1 PodReasonTerminationByKubelet)."""
+        main = self._main_rj(name)
+        victim = [pod for pod in self._pods_of(name)
+                  if pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != main][-1]
+        message = "Pod was terminated in response to imminent node shutdown."
+        victim["status"] = {"phase": "Failed", "reason": "Terminated", "message": message, "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": message},
+            {"type": "Ready", "status": "False", "reason": "PodFailed"}],
+            "containerStatuses": [{"name": victim["spec"]["containers"][0]["name"],
+                                   "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}
 
     def _finish(self, name: str, outcome: str) -> None:
         obj = self.jobsets[name]
@@ -190,6 +248,11 @@ class KubeApi(PeerServer):
                       f"injected {status_code}").body
 
     def route(self, method: str, path: str, query: dict, body: bytes) -> Reply:
+        if path in ("/version", "/version/"):  # the Python client asks for /version/
+            major, minor = self.version.lstrip("v").split(".")[:2]
+            return Reply(200, {"major": major, "minor": minor, "gitVersion": self.version,
+                               "gitCommit": "0" * 40, "gitTreeState": "clean", "buildDate": "2026-10-01T00:00:00Z",
+                               "goVersion": "go1.24.6", "compiler": "gc", "platform": "linux/amd64"})
         if path == GROUP_PATH:
             if not self.crd_installed:
                 return status(404, "NotFound", "the server could not find the requested resource")
@@ -242,8 +305,10 @@ class KubeApi(PeerServer):
         # dropped follow would. sinceSeconds and timestamps behave as the kubelet's.
         jobset = pod["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"]
         started = datetime.strptime(pod["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-        lines = [(started + timedelta(microseconds=i), line)
-                 for i, line in enumerate(self.plans.get(jobset, Plan()).logs.splitlines(keepends=True))]
+        plan = self.plans.get(jobset, Plan())
+        attempt = pod["metadata"]["labels"].get("jobset.sigs.k8s.io/restart-attempt", "0")
+        text = plan.logs if attempt == "0" else plan.logs_after_restart
+        lines = [(started + timedelta(microseconds=i), line) for i, line in enumerate(text.splitlines(keepends=True))]
         if query.get("sinceSeconds"):
             cutoff = datetime.now(timezone.utc) - timedelta(seconds=int(query["sinceSeconds"]))
             lines = [(stamp, line) for stamp, line in lines if stamp >= cutoff]
