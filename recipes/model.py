@@ -57,6 +57,18 @@ class FlexStartFacts(_Strict):
     source: str
 
 
+class QuotaMetrics(_Strict):
+    """The Compute Engine regional quotas a generation's TPU hosts draw on (regions.get `quotas[].metric`,
+    in chips): preemptible for spot and flex-start, on-demand for on-demand. `confirmed` is false while the
+    names come from material other than Google's own API reference; preflight then treats a metric the
+    region does not list as unreadable (a warning), not as zero."""
+
+    preemptible: str
+    on_demand: str
+    confirmed: bool
+    source: str
+
+
 class TpuGeneration(_Strict):
     """Facts about one TPU generation: which topologies and machine types exist."""
 
@@ -66,6 +78,7 @@ class TpuGeneration(_Strict):
     multi_host_machine_type: str
     machine_types: dict[str, int]  # machine type -> chips per VM
     flex_start: FlexStartFacts | None = None  # None: not offered through flex-start
+    quota: QuotaMetrics | None = None  # None: preflight knows no quota metric for it
 
 
 class MachineSize(_Strict):

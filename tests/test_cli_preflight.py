@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from peers.fixtures import SETTINGS, _free_port, make_bucket, gcs, gcs_server, google, settings_env  # noqa: F401
+from peers.fixtures import SETTINGS, _free_port, make_bucket, gcs, gcs_server, google, kube, settings_env  # noqa: F401
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
@@ -122,3 +122,137 @@ def test_an_unreachable_google_api_is_one_line(settings_env, gcs, google, monkey
     assert result.exit_code == ExitCode.API_ERROR, result.output
     [line] = result.output.splitlines()
     assert line.startswith("error: cannot reach a Google API (ConnectionError") and "check the network" in line
+
+
+# -- per capacity mode ------------------------------------------------------------------------------
+CONSOLE = "https://console.cloud.google.com/iam-admin/quotas?project=tpu-rl-test"
+REGION = SETTINGS["REGION"]
+
+
+def line_of(result, check: str) -> str:
+    [line] = [line for line in result.output.splitlines() if line.split(":")[0].split(maxsplit=1)[-1] == check]
+    return line
+
+
+def with_quota(google, **metrics) -> None:
+    """The region's quotas as regions.get lists them: a few of every project's, plus `metrics`."""
+    google.regions[REGION] = {"CPUS": (24, 0), "PREEMPTIBLE_TPU_LITE_PODSLICE_V5": (0, 0), **metrics}
+
+
+def test_spot_checks_the_preemptible_quota_instead_of_a_reservation(settings_env, gcs, google, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "spot")
+    with_quota(google, PREEMPTIBLE_TPU_V6E=(64, 16))
+    result = preflight()
+    assert result.exit_code == 0, result.output
+    assert line_of(result, "reservation") == "pass  reservation: not needed (capacity 'spot')"
+    assert line_of(result, "preemptible quota") == (
+        "pass  preemptible quota: PREEMPTIBLE_TPU_V6E in us-east5: 48 of 64 chips free, 32 chips for spot")
+    assert "on-demand quota" not in result.output and "flex-start:" not in result.output
+    assert not any("/reservations/" in path for _, path, _ in google.requests)
+
+
+def test_too_little_preemptible_quota_is_a_failure_saying_where_to_ask_for_more(settings_env, gcs, google, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "spot")
+    with_quota(google, PREEMPTIBLE_TPU_V6E=(16, 0))
+    result = preflight()
+    assert result.exit_code == ExitCode.PREFLIGHT_FAILED
+    assert failed_lines(result) == [
+        "FAIL  preemptible quota: preemptible TPU v6e quota in us-east5 (PREEMPTIBLE_TPU_V6E) is 16 chips, recipe "
+        f"'qwen3-v6e32' needs 32 chips for spot: request more at {CONSOLE}"]
+
+
+def test_preemptible_quota_taken_by_other_tpus_is_a_failure_naming_what_is_in_use(settings_env, gcs, google, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "spot")
+    with_quota(google, PREEMPTIBLE_TPU_V6E=(48, 32))
+    [line] = failed_lines(preflight())
+    assert line == ("FAIL  preemptible quota: preemptible TPU v6e quota in us-east5 (PREEMPTIBLE_TPU_V6E) is 48 chips, "
+                    "32 in use, 16 free; recipe 'qwen3-v6e32' needs 32 chips for spot: wait until the TPUs using it "
+                    f"are gone, or request more at {CONSOLE}")
+
+
+def test_a_quota_the_region_does_not_list_is_a_warning_not_a_failure(settings_env, gcs, google, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "spot")
+    with_quota(google)  # regions.get may list no v6e metric at all
+    result = preflight()
+    assert result.exit_code == 0, result.output
+    assert line_of(result, "preemptible quota") == (
+        "pass  preemptible quota: warning: could not read it, region us-east5 lists no PREEMPTIBLE_TPU_V6E, a name "
+        f"not confirmed by Google: check the preemptible TPU v6e quota of us-east5 at {CONSOLE} (32 chips for spot)")
+
+
+def test_on_demand_checks_the_on_demand_quota(settings_env, gcs, google, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "on-demand")
+    with_quota(google, TPUS_PER_TPU_FAMILY=(0, 0), PREEMPTIBLE_TPU_V6E=(64, 0))
+    result = preflight()
+    assert failed_lines(result) == [
+        "FAIL  on-demand quota: on-demand TPU v6e quota in us-east5 (TPUS_PER_TPU_FAMILY) is 0 chips, recipe "
+        f"'qwen3-v6e32' needs 32 chips for on-demand: request more at {CONSOLE}"]
+    assert "preemptible quota" not in result.output
+
+
+def test_a_fallback_list_checks_each_mode_it_names(settings_env, gcs, google, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "reservation,spot,on-demand")
+    with_quota(google, TPUS_PER_TPU_FAMILY=(32, 0), PREEMPTIBLE_TPU_V6E=(32, 0))
+    result = preflight()
+    assert result.exit_code == 0, result.output
+    assert "16 of 16 ct6e-standard-4t free, 8 needed" in line_of(result, "reservation")
+    assert line_of(result, "preemptible quota").endswith("32 of 32 chips free, 32 chips for spot")
+    assert line_of(result, "on-demand quota").endswith("32 of 32 chips free, 32 chips for on-demand")
+
+
+def test_the_vm_recipe_on_spot_needs_preemptible_quota_for_its_eight_chips(settings_env, gcs, google, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "spot")
+    with_quota(google, PREEMPTIBLE_TPU_V6E=(4, 0))
+    [line] = failed_lines(preflight("llama31-v6e8"))
+    assert "is 4 chips, recipe 'llama31-v6e8' needs 8 chips for spot" in line
+
+
+def flex_start_preflight(google, monkeypatch):
+    """`tpu-rl preflight` with CAPACITY=flex-start and the preemptible quota for the slice."""
+    monkeypatch.setenv("CAPACITY", "flex-start")
+    with_quota(google, PREEMPTIBLE_TPU_V6E=(64, 0))
+    return preflight()
+
+
+def test_flex_start_reads_the_cluster_version_and_the_preemptible_quota(settings_env, gcs, google, kube, monkeypatch):
+    kube.version = "v1.33.5-gke.1080000"
+    result = flex_start_preflight(google, monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert line_of(result, "flex-start") == (
+        "pass  flex-start: us-east5-b offers flex-start TPU v6e; cluster 'rl-test' runs GKE 1.33.5-gke.1080000, at "
+        "least 1.33.0-gke.1712000")
+    assert line_of(result, "preemptible quota").endswith("64 of 64 chips free, 32 chips for flex-start")
+    assert [path for _, path, _ in kube.requests] == ["/version/"]  # nothing else reaches the cluster
+
+
+def test_flex_start_on_an_older_cluster_fails_with_the_upgrade(settings_env, gcs, google, kube, monkeypatch):
+    kube.version = "v1.33.0-gke.1711999"  # one build short
+    [line] = failed_lines(flex_start_preflight(google, monkeypatch))
+    assert line == ("FAIL  flex-start: cluster 'rl-test' runs GKE 1.33.0-gke.1711999; flex-start TPU node pools need "
+                    "1.33.0-gke.1712000 or later: upgrade its control plane (`gcloud container clusters upgrade "
+                    "rl-test --master --cluster-version <1.33.0-gke.1712000 or later> --region us-east5 "
+                    "--project tpu-rl-test`)")
+
+
+def test_flex_start_before_the_cluster_exists_leaves_the_version_to_the_stack(settings_env, gcs, google, monkeypatch,
+                                                                             tmp_path):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    result = flex_start_preflight(google, monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert line_of(result, "flex-start") == (
+        "pass  flex-start: us-east5-b offers flex-start TPU v6e; warning: cluster 'rl-test' is not in your kubeconfig "
+        "(not deployed yet?), so its GKE version was not read: the stack's `terraform plan` refuses a cluster older "
+        "than 1.33.0-gke.1712000")
+
+
+def test_flex_start_with_an_unreachable_cluster_warns_and_names_the_refresh(settings_env, gcs, google, kube,
+                                                                           monkeypatch):
+    kube.stop()  # the kubeconfig points at a control plane that does not answer
+    result = flex_start_preflight(google, monkeypatch)
+    assert result.exit_code == 0, result.output
+    line = line_of(result, "flex-start")
+    assert line.startswith("pass  flex-start: us-east5-b offers flex-start TPU v6e; warning: could not read cluster "
+                           "'rl-test''s GKE version (MaxRetryError"), line
+    assert line.endswith("the stack's `terraform plan` refuses a cluster older than 1.33.0-gke.1712000; `gcloud "
+                         "container clusters get-credentials rl-test --region us-east5 --project tpu-rl-test` "
+                         "refreshes the context")

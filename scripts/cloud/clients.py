@@ -87,6 +87,12 @@ class Clients:
 
         return self._get("machine_types", lambda: compute_v1.MachineTypesClient(**_google_kwargs(self.endpoints.compute)))
 
+    def regions(self):
+        """Compute Engine regions: each region's quotas (metric, limit, usage)."""
+        from google.cloud import compute_v1
+
+        return self._get("regions", lambda: compute_v1.RegionsClient(**_google_kwargs(self.endpoints.compute)))
+
     def instances(self):
         from google.cloud import compute_v1
 

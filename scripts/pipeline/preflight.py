@@ -1,7 +1,10 @@
-"""Checks to run before money is spent: capacity, bucket and token, each a pass or a one-line fix."""
+"""Checks to run before money is spent: capacity (per mode), bucket and token, each a pass or a one-line
+fix. A check that could not read what it needs passes with a line starting "warning: " that says how to
+look it up by hand."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -10,6 +13,8 @@ from google.api_core import exceptions as gexc
 from recipes import Recipe, Settings, UserError
 from scripts.cloud import hf_token
 from scripts.cloud.clients import Clients
+from scripts.cloud.kube import get_credentials_command
+from scripts.outcome import describe
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,102 @@ def check_reservation(clients: Clients, recipe: Recipe, settings: Settings) -> C
                      "(delete idle node pools or VMs using it) or use a larger reservation")
     return Check(name, True, f"'{settings.reservation}' in {settings.zone}: {free} of {specific.count} "
                  f"{machine_type} free, {shape.total_hosts} needed")
+
+
+# The regional quota each capacity mode draws on ([tpu.<generation>.quota] in recipes.toml names the
+# metric and its sources): spot and flex-start the preemptible one, on-demand the standard one; a
+# reservation brings its own capacity.
+QUOTA_OF_MODE = {"spot": "preemptible", "flex-start": "preemptible", "on-demand": "on_demand"}
+QUOTAS_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas?project={project}"
+# The GKE version scheme, e.g. 1.33.0-gke.1712000 (https://cloud.google.com/kubernetes-engine/versioning);
+# /version reports it with a leading v.
+_GKE_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)-gke\.(\d+)")
+VERSION_TIMEOUT_SECONDS = 10
+
+
+def _quota(clients: Clients, recipe: Recipe, settings: Settings, kind: str) -> Check | None:
+    """The slice's chips against the region's quota of `kind` (preemptible, on_demand), for the modes of
+    the capacity list that draw on it; None when none does."""
+    modes = [mode for mode in recipe.capacity if QUOTA_OF_MODE.get(mode) == kind]
+    if not modes:
+        return None
+    label, generation, region = kind.replace("_", "-"), recipe.shape.generation, settings.region
+    name, need = f"{label} quota", recipe.shape.total_chips
+    wanted = f"{need} chips for {', '.join(modes)}"
+    console = QUOTAS_CONSOLE.format(project=settings.project)
+    by_hand = f"check the {label} TPU {generation} quota of {region} at {console} ({wanted})"
+    metrics = recipe.tpu_facts.quota
+    if metrics is None:
+        return Check(name, True, f"warning: no quota metric is known for TPU {generation}, so it was not read: {by_hand}")
+    metric = getattr(metrics, kind)
+    quota = next((q for q in clients.regions().get(project=settings.project, region=region).quotas
+                  if q.metric == metric), None)
+    if quota is None:
+        unconfirmed = ", a name not confirmed by Google" if not metrics.confirmed else ""
+        return Check(name, True, f"warning: could not read it, region {region} lists no {metric}{unconfirmed}: "
+                     f"{by_hand}")
+    limit, usage = int(quota.limit), int(quota.usage)
+    found = f"{label} TPU {generation} quota in {region} ({metric}) is {limit} chips"
+    if limit < need:
+        return Check(name, False, f"{found}, recipe '{recipe.name}' needs {wanted}: request more at {console}")
+    if limit - usage < need:
+        return Check(name, False, f"{found}, {usage} in use, {limit - usage} free; recipe '{recipe.name}' needs "
+                     f"{wanted}: wait until the TPUs using it are gone, or request more at {console}")
+    return Check(name, True, f"{metric} in {region}: {limit - usage} of {limit} chips free, {wanted}")
+
+
+def check_preemptible_quota(clients: Clients, recipe: Recipe, settings: Settings) -> Check | None:
+    return _quota(clients, recipe, settings, "preemptible")
+
+
+def check_on_demand_quota(clients: Clients, recipe: Recipe, settings: Settings) -> Check | None:
+    return _quota(clients, recipe, settings, "on_demand")
+
+
+def _gke_version(text: str) -> tuple[int, ...] | None:
+    match = _GKE_VERSION.match(text)
+    return tuple(int(part) for part in match.groups()) if match else None
+
+
+def _cluster_version(clients: Clients) -> str:
+    """The control plane's version through the Kubernetes /version endpoint, from the kubeconfig context of
+    exactly this cluster (UserError when there is none)."""
+    from kubernetes import client as k8s
+
+    api = clients.kube()
+    return k8s.VersionApi(api).get_code(_request_timeout=VERSION_TIMEOUT_SECONDS).git_version
+
+
+def check_flex_start(clients: Clients, recipe: Recipe, settings: Settings) -> Check | None:
+    """The zone offers flex-start for the generation, and the cluster (when the kubeconfig reaches it) is
+    recent enough to create flex-start TPU node pools."""
+    if "flex-start" not in recipe.capacity:
+        return None
+    name, generation, cluster = "flex-start", recipe.shape.generation, settings.cluster_name
+    facts = recipe.tpu_facts.flex_start  # recipes refuse flex-start for a generation without it
+    if settings.zone not in facts.zones:
+        return Check(name, False, f"ZONE {settings.zone} offers no flex-start TPU {generation}: pick one of "
+                     f"{', '.join(facts.zones)} (and its REGION)")
+    offered, minimum = f"{settings.zone} offers flex-start TPU {generation}", facts.min_gke_version
+    enforced = f"the stack's `terraform plan` refuses a cluster older than {minimum}"
+    try:
+        version = _cluster_version(clients)
+    except UserError:
+        return Check(name, True, f"{offered}; warning: cluster '{cluster}' is not in your kubeconfig (not deployed "
+                     f"yet?), so its GKE version was not read: {enforced}")
+    except Exception as error:  # unreachable, refused, timed out: the version stays unknown
+        return Check(name, True, f"{offered}; warning: could not read cluster '{cluster}''s GKE version "
+                     f"({describe(error)}): {enforced}; `{get_credentials_command(settings)}` refreshes the context")
+    found, needed = _gke_version(version), _gke_version(minimum)
+    if found is None:
+        return Check(name, True, f"{offered}; warning: cluster '{cluster}' reports version '{version}', not a GKE "
+                     f"version: {enforced}")
+    if found < needed:
+        return Check(name, False, f"cluster '{cluster}' runs GKE {version.lstrip('v')}; flex-start TPU node pools need "
+                     f"{minimum} or later: upgrade its control plane (`gcloud container clusters upgrade {cluster} "
+                     f"--master --cluster-version <{minimum} or later> --region {settings.region} "
+                     f"--project {settings.project}`)")
+    return Check(name, True, f"{offered}; cluster '{cluster}' runs GKE {version.lstrip('v')}, at least {minimum}")
 
 
 def check_machine_type(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
@@ -98,17 +199,21 @@ def check_token(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
     return Check("token secret", True, f"'{settings.hf_token_secret}' has {len(enabled)} enabled version(s)")
 
 
-CHECKS: tuple[Callable[[Clients, Recipe, Settings], Check], ...] = (
-    check_reservation, check_machine_type, check_accelerator_type, check_bucket, check_token)
+# Each check returns None when it does not apply to the recipe's capacity list (no line is printed).
+CHECKS: tuple[Callable[[Clients, Recipe, Settings], Check | None], ...] = (
+    check_reservation, check_flex_start, check_preemptible_quota, check_on_demand_quota, check_machine_type,
+    check_accelerator_type, check_bucket, check_token)
 
 
 def run_checks(clients: Clients, recipe: Recipe, settings: Settings) -> list[Check]:
     """Every check, even after a failure, so the user sees all fixes at once."""
     results = []
     for check in CHECKS:
-        label = check.__name__.removeprefix("check_").replace("_", " ")
+        label = check.__name__.removeprefix("check_").replace("flex_start", "flex-start").replace("_", " ")
         try:
-            results.append(check(clients, recipe, settings))
+            result = check(clients, recipe, settings)
+            if result is not None:
+                results.append(result)
         except (gexc.PermissionDenied, gexc.Forbidden) as error:
             results.append(Check(label, False, f"permission denied ({error.message[:120]}): grant your account "
                                  "read access to it in the project"))

@@ -15,6 +15,7 @@ _STATUS = {400: "FAILED_PRECONDITION", 403: "PERMISSION_DENIED", 404: "NOT_FOUND
 
 _ZONAL = re.compile(r"^/compute/v1/projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/(?P<kind>reservations|machineTypes|instances)"
                     r"/(?P<name>[^/]+)(?P<serial>/serialPort)?$")
+_REGION = re.compile(r"^/compute/v1/projects/(?P<p>[^/]+)/regions/(?P<r>[^/]+)$")
 _ACCEL = re.compile(r"^/v2/projects/(?P<p>[^/]+)/locations/(?P<z>[^/]+)/acceleratorTypes/(?P<name>[^/]+)$")
 _SECRET = re.compile(r"^/v1/projects/(?P<p>[^/]+)/secrets/(?P<s>[^/:]+)(?P<rest>/versions|:addVersion|/versions/[^/:]+:access)?$")
 
@@ -33,6 +34,9 @@ class GoogleApis(PeerServer):
     instances: dict = field(default_factory=dict)  # (zone, name) -> status
     serial: dict = field(default_factory=dict)  # (zone, name) -> console text
     secrets: dict = field(default_factory=dict)  # secret id -> [{"data": bytes, "state": str}]
+    # region -> {metric: (limit, usage)}: the regional quotas regions.get lists (Compute Engine's
+    # Region.quotas[], each {metric, limit, usage} with the numbers as JSON doubles)
+    regions: dict = field(default_factory=dict)
     # The VM's life as the test scripts it: each serial-port read first runs the next of these (boot
     # output, a step starting, markers written, ...), so progress unfolds one poll at a time.
     on_serial_read: list = field(default_factory=list)
@@ -46,6 +50,8 @@ class GoogleApis(PeerServer):
     def route(self, method: str, path: str, query: dict, body: bytes) -> Reply:
         if match := _ZONAL.match(path):
             return self._compute(match, query)
+        if match := _REGION.match(path):
+            return self._region(match)
         if match := _ACCEL.match(path):
             if (match["z"], match["name"]) not in self.accelerator_types:
                 return google_error(404, f"Resource '{path[4:]}' was not found")
@@ -83,6 +89,19 @@ class GoogleApis(PeerServer):
                                "next": str(len(text))})
         return Reply(200, {"kind": "compute#instance", "name": name, "status": self.instances[(zone, name)],
                            "zone": base, "machineType": f"{base}/machineTypes/ct6e-standard-8t"})
+
+    def _region(self, match) -> Reply:
+        project, region = match["p"], match["r"]
+        if region not in self.regions:
+            return google_error(404, f"The resource 'projects/{project}/regions/{region}' was not found")
+        base = f"https://www.googleapis.com/compute/v1/projects/{project}/regions/{region}"
+        return Reply(200, {"kind": "compute#region", "id": "1000", "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
+                           "name": region, "description": region, "status": "UP", "selfLink": base,
+                           "zones": [f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{region}-{z}"
+                                     for z in "abc"],
+                           "quotas": [{"metric": metric, "limit": float(limit), "usage": float(usage)}
+                                      for metric, (limit, usage) in self.regions[region].items()],
+                           "supportsPzs": False})
 
     def _secret(self, method: str, match, body: bytes) -> Reply:
         secret, rest = match["s"], match["rest"]
