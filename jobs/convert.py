@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobs.checks import jax_pairing_check
 from jobs.k8s import bash_script, cpu_step_jobset
 from jobs.maxtext import convert_command
 from jobs.paths import ArtifactPaths
 
 
 def convert_jobset(paths: ArtifactPaths) -> dict[str, Any]:
-    command = convert_command(paths.recipe, paths)
-    script = bash_script(f"# writes {paths.converted_items}\nexec {command.shell()}")
-    return cpu_step_jobset(paths.recipe, "convert", script)
+    recipe = paths.recipe
+    command = convert_command(recipe, paths)
+    # The first step runs in the training image on the CPU pool: checking the JAX/Pathways pairing here
+    # finds a mismatch before train requests a slice.
+    checks = [jax_pairing_check(recipe)] if recipe.pathways else []
+    script = bash_script(*checks, f"# writes {paths.converted_items}\nexec {command.shell()}")
+    return cpu_step_jobset(recipe, "convert", script)

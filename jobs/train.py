@@ -30,11 +30,11 @@ from jobs.k8s import (
     pod_template,
     replicated_job,
 )
+from jobs.checks import CHECK_FAILED_EXIT_CODE, jax_pairing_check
 from jobs.maxtext import train_command
 from jobs.patches import render_patch, resolve_patches
 from jobs.paths import ArtifactPaths
 from recipes import Recipe
-from recipes.conventions import CHECK_FAILED_PREFIX
 from recipes.model import quantity_bytes
 
 PROXY_PORT = 29000
@@ -52,8 +52,10 @@ def _shared_tmp_mount() -> dict[str, str]:
 
 # The env and volumes below follow the Pathways JobSet that xpk generates (AI-Hypercomputer/xpk v1.13.1
 # @18c02b10, src/xpk/templates/pathways_workload_create.yaml.j2, vendored in tests/contracts/vendor/xpk);
-# Cluster Toolkit's pkg/orchestrator/gke/templates/pathways_jobset.tmpl sets the same. Remaining differences
-# from that shape are listed, with reasons, in jobs.seed_differences.XPK_DIFFERENCES.
+# remaining differences from it are listed, with reasons, in jobs.seed_differences.XPK_DIFFERENCES. From
+# Cluster Toolkit's pkg/orchestrator/gke/templates/pathways_jobset.tmpl (@0196a14a) we also take the
+# memory-backed /dev/shm of the workload and worker containers; it differs from xpk elsewhere (no XOR
+# tracer variable, --cluster_name/--project_id arguments, workers with backoffLimit 0), and we follow xpk.
 
 
 def jobset_identity_env() -> list[dict[str, Any]]:
@@ -65,6 +67,20 @@ def jobset_identity_env() -> list[dict[str, Any]]:
 
 def _shared_tmp_volume() -> dict[str, Any]:
     return {"name": SHARED_TMP, "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"}}
+
+
+# A container's /dev/shm is a 64 MiB tmpfs by default, too small for JAX, vLLM and the Pathways server's
+# shared-memory transfers; Cluster Toolkit mounts a memory-backed emptyDir there, on the workload container
+# and on each worker (pathways_jobset.tmpl @0196a14a). Its pages count against the container's memory.
+DEV_SHM = "dshm"
+
+
+def _dev_shm_mount() -> dict[str, str]:
+    return {"name": DEV_SHM, "mountPath": "/dev/shm"}
+
+
+def _dev_shm_volume() -> dict[str, Any]:
+    return {"name": DEV_SHM, "emptyDir": {"medium": "Memory"}}
 
 
 def _resource_manager_address() -> str:
@@ -113,33 +129,6 @@ def pathways_resource_manager(paths: ArtifactPaths) -> dict[str, Any]:
         recipe.rl.pathways_env,
     )
     return _sidecar(recipe, "pathways-rm", recipe.pathways_images.server, args, env)
-
-
-# The exit code of a check in the head's script that refuses to go on (EX_CONFIG of sysexits.h: the
-# configuration is wrong). Distinct from train_rl's own failures, so that a restartable train JobSet fails
-# at once on it instead of repeating the same refusal (see train_failure_policy).
-CHECK_FAILED_EXIT_CODE = 78
-
-
-def jax_pairing_check(recipe: Recipe) -> str:
-    """Stop in seconds when the image's JAX is not the one the Pathways images are tagged for.
-
-    The IFRT proxy accepts only a narrow window of client versions, so a mismatch otherwise shows up as
-    a failed handshake once the whole slice is up. The installed distribution's version is what
-    jax.__version__ reports, read without importing jax (which would start a backend). Versions are
-    plain release numbers (checked where the recipe table is loaded), so they need no quoting."""
-    images, version = recipe.pathways_images, recipe.maxtext_version
-    message = (f'{CHECK_FAILED_PREFIX}the image has jax ${{image_jax}} but the Pathways images are tagged '
-               f'{images.tag} (jax {images.jax}): set jax and a pathways_tag built for jax ${{image_jax}} under '
-               f'[maxtext.\\"{version}\\"] in recipes/recipes.toml')
-    return "\n".join([
-        f"# the Pathways images ({images.tag}) must serve this image's JAX: check before anything else",
-        'image_jax="$(python3 -c \'import importlib.metadata as m; print(m.version("jax"))\')"',
-        f'if [[ "${{image_jax}}" != "{images.jax}" ]]; then',
-        f'  echo "{message}" >&2',
-        f"  exit {CHECK_FAILED_EXIT_CODE}",
-        "fi",
-    ])
 
 
 def train_script(paths: ArtifactPaths) -> str:
@@ -191,14 +180,14 @@ def pathways_head_job(paths: ArtifactPaths) -> dict[str, Any]:
     recipe = paths.recipe
     workload = main_container(recipe.maxtext.image, train_script(paths), workload_env(recipe),
                               workload_resources(recipe))
-    workload["volumeMounts"] = [_shared_tmp_mount()]
+    workload["volumeMounts"] = [_shared_tmp_mount(), _dev_shm_mount()]
     pod = pod_template(recipe, "train", {
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": cpu_pool_selector(),
         "initContainers": [pathways_proxy(paths), pathways_resource_manager(paths)],
         "containers": [workload],
-        "volumes": [_shared_tmp_volume()],
+        "volumes": [_shared_tmp_volume(), _dev_shm_volume()],
     })
     job = indexed_job(pod, pods=1, backoff_limit=0, exclusive_on="kubernetes.io/hostname")
     if restarts_after_preemption(recipe):
@@ -214,7 +203,8 @@ def pathways_worker(paths: ArtifactPaths) -> dict[str, Any]:
     env = env_list(
         [pathways_head_env()],
         # XCLOUD_ENVIRONMENT tells the server it runs on Google Cloud; the XOR tracer is off as in xpk
-        # (a megascale memory-leak workaround in MaxText's own LIBTPU flags too).
+        # (apple/axlearn's axlearn/common/compiler_options.py sets megascale_grpc_enable_xor_tracer=false
+        # as a "temporary workaround to avoid memory leak in megascale").
         {"XCLOUD_ENVIRONMENT": "GCP", "MEGASCALE_GRPC_ENABLE_XOR_TRACER": "false",
          "MEGASCALE_NUM_SLICES": str(recipe.shape.slices)},
         jobset_identity_env(),
@@ -230,7 +220,7 @@ def pathways_worker(paths: ArtifactPaths) -> dict[str, Any]:
         "env": env,
         "ports": [{"containerPort": port} for port in WORKER_PORTS],
         "resources": {"limits": {TPU_RESOURCE: chips}},
-        "volumeMounts": [_shared_tmp_mount()],
+        "volumeMounts": [_shared_tmp_mount(), _dev_shm_mount()],
         "securityContext": container_security(),
     }
 
@@ -246,7 +236,7 @@ def worker_job(paths: ArtifactPaths) -> dict[str, Any]:
         },
         "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [pathways_worker(paths)],
-        "volumes": [_shared_tmp_volume()],
+        "volumes": [_shared_tmp_volume(), _dev_shm_volume()],
     }, restart_policy="OnFailure")
     hosts = shape.hosts_per_slice
     # One slice per TPU node pool: exclusive on the node pool keeps a worker job on a single slice.

@@ -142,14 +142,21 @@ def head_script(recipe) -> str:
     return head["template"]["spec"]["template"]["spec"]["containers"][0]["command"][-1]
 
 
-def run_check(recipe, tmp_path, image_jax: str) -> subprocess.CompletedProcess:
-    """The head script's first step under bash, with a python3 that reports `image_jax` for jax."""
-    script = head_script(recipe)
+def convert_script(recipe) -> str:
+    main = jobs.render_manifests(recipe, SETTINGS)["convert"]["spec"]["replicatedJobs"][0]
+    return main["template"]["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+
+
+def run_check(recipe, tmp_path, image_jax: str | None, script: str | None = None) -> subprocess.CompletedProcess:
+    """A script's first step under bash, with a python3 that reports `image_jax` for jax (None: a python3
+    that crashes with a traceback)."""
+    script = script or head_script(recipe)
     check = script.split("\n\n")[1]  # after `set -euo pipefail`
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     stand_in = bin_dir / "python3"
-    stand_in.write_text(f"#!/bin/bash\n[[ \"$*\" == *'version(\"jax\")'* ]] && echo {image_jax}\n")
+    answer = f"echo {image_jax}" if image_jax else "echo 'Traceback (most recent call last):' >&2; exit 1"
+    stand_in.write_text(f"#!/bin/bash\n[[ \"$*\" == *'version(\"jax\")'* ]] && {{ {answer}; }}\n")
     stand_in.chmod(0o755)
     return subprocess.run(["bash", "-c", f"set -euo pipefail\n{check}\necho reached-training"], capture_output=True,
                           text=True, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, timeout=30)
@@ -238,3 +245,37 @@ def test_the_old_jax_0_8_1_pairing_is_below_the_wheels_floor():
     assert wheel_jax_floor("0.2.3") == (0, 10, 1)
     assert wheel_jax_floor("0.2.4") == (0, 11, 0)
     assert pairing_below_floor("0.2.4", "0.8.1") and pairing_below_floor("0.2.3", "0.8.1")
+
+
+@pytest.mark.parametrize("recipe_name", PATHWAYS_RECIPES)
+def test_convert_checks_the_jax_pairing_first_so_a_mismatch_costs_no_tpu(recipe_name, tmp_path):
+    """Convert runs in the same image on the CPU pool, before train asks Kueue for a slice."""
+    recipe = get_recipe(recipe_name)
+    script = convert_script(recipe)
+    assert script.index("tpu-rl check failed: the image has jax") < script.index("exec python3 -m")
+    result = run_check(recipe, tmp_path, "0.8.1", script)
+    assert result.returncode == 78 and "reached-training" not in result.stdout
+    assert result.stderr.startswith("tpu-rl check failed: the image has jax 0.8.1 but the Pathways images")
+
+
+def test_the_vm_recipe_has_no_pathways_check():
+    assert "tpu-rl check failed" not in jobs.render_startup_script(get_recipe("llama31-v6e8"), SETTINGS)
+
+
+def test_a_python_that_crashes_still_ends_in_the_one_check_line(tmp_path):
+    result = run_check(get_recipe("qwen3-v6e32"), tmp_path, None)
+    assert result.returncode == 78
+    assert result.stderr.splitlines() == [
+        "tpu-rl check failed: the image has jax unknown but the Pathways images are tagged 20260911-jax_0.11.0 "
+        '(jax 0.11.0): set jax and a pathways_tag built for jax unknown under [maxtext."0.2.4"] in recipes/recipes.toml']
+
+
+@pytest.mark.parametrize("recipe_name", PATHWAYS_RECIPES)
+def test_train_rl_and_workers_get_a_memory_backed_dev_shm_as_cluster_toolkit_mounts(recipe_name):
+    """Cluster Toolkit's pathways_jobset.tmpl (@0196a14a) mounts an emptyDir with medium Memory at /dev/shm
+    on the workload container and on each worker; the default is a 64 MiB tmpfs."""
+    ours = our_containers(recipe_name)
+    for container in ("workload-container", "pathways-worker"):
+        entry = ours[container]
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in entry["container"]["volumeMounts"], container
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in entry["pod"]["volumes"]

@@ -1,0 +1,35 @@
+"""Checks a step's container runs before anything else, each ending in one `tpu-rl check failed:` line."""
+
+from __future__ import annotations
+
+from recipes import Recipe
+from recipes.conventions import CHECK_FAILED_PREFIX
+
+# The exit code of a check in a step's script that refuses to go on (EX_CONFIG of sysexits.h: the
+# configuration is wrong). Distinct from train_rl's own failures, so that a restartable train JobSet fails
+# at once on it instead of repeating the same refusal (see jobs.train.train_failure_policy).
+CHECK_FAILED_EXIT_CODE = 78
+
+
+def jax_pairing_check(recipe: Recipe) -> str:
+    """Stop in seconds when the image's JAX is not the one the Pathways images are tagged for.
+
+    The IFRT proxy accepts only a narrow window of client versions, so a mismatch otherwise shows up as
+    a failed handshake once the whole slice is up. Convert runs the same check in the same image on the
+    CPU pool, so a mismatch is found there, before any TPU is requested. The installed distribution's
+    version is what jax.__version__ reports, read without importing jax (which would start a backend).
+    Versions are plain release numbers (checked where the recipe table is loaded): no quoting needed."""
+    images, version = recipe.pathways_images, recipe.maxtext_version
+    message = (f'{CHECK_FAILED_PREFIX}the image has jax ${{image_jax}} but the Pathways images are tagged '
+               f'{images.tag} (jax {images.jax}): set jax and a pathways_tag built for jax ${{image_jax}} under '
+               f'[maxtext.\\"{version}\\"] in recipes/recipes.toml')
+    return "\n".join([
+        f"# the Pathways images ({images.tag}) must serve this image's JAX: check before anything else",
+        # `|| echo unknown`: an image whose Python cannot even say so still ends in the one line below.
+        'image_jax="$(python3 -c \'import importlib.metadata as m; print(m.version("jax"))\' 2>/dev/null '
+        '|| echo unknown)"',
+        f'if [[ "${{image_jax}}" != "{images.jax}" ]]; then',
+        f'  echo "{message}" >&2',
+        f"  exit {CHECK_FAILED_EXIT_CODE}",
+        "fi",
+    ])
