@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import itertools
 import json
 import os
 import uuid
@@ -18,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from recipes import Settings, UserError
 from recipes.conventions import CAPACITY_NODE_LABEL, JOBSET_VERSION, NAMESPACE
-from scripts.cloud.retry import RetryPolicy, call, is_transient
+from scripts.cloud.retry import RetriesExhausted, RetryPolicy, call, is_transient, wait_until
 from scripts.outcome import ApiError, describe
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
@@ -191,32 +192,33 @@ class Cluster:
             annotations = (existing or {}).get("metadata", {}).get("annotations", {})
             return annotations.get(SUBMISSION_ANNOTATION) == submission
 
-        last: BaseException | None = None
-        for attempt in range(self.policy.attempts):
+        tries = itertools.count()
+
+        def submit() -> dict:
+            retrying = next(tries) > 0
             try:
                 return self.custom.create_namespaced_custom_object(
                     GROUP, VERSION, self.namespace, PLURAL, body, _request_timeout=self._timeout)
-            except Exception as error:
-                if isinstance(error, ApiException) and error.status == 409:
+            except ApiException as error:
+                if error.status == 409:
                     existing = self.get_jobset(name)
-                    if attempt and ours(existing):
+                    if retrying and ours(existing):
                         return existing
                     raise ApiError(f"JobSet {name} already exists (created by someone else meanwhile): "
                                    f"run `tpu-rl status` and decide") from None
-                if isinstance(error, ApiException) and not is_transient(error):
+                if not is_transient(error):
                     raise ApiError(f"creating JobSet {name} was rejected with {describe(error)}: "
                                    f"{_api_message(error)}") from None
-                if not is_transient(error):
-                    raise
-                last = error
-                if attempt < self.policy.attempts - 1:
-                    self.policy.wait(attempt, error)
-        # It may exist after all; say so rather than guess.
-        existing = self.get_jobset(name)
-        if ours(existing):
-            return existing
-        raise ApiError(f"creating JobSet {name} failed {self.policy.attempts} times, last with {describe(last)}; "
-                       "nothing was submitted")
+                raise
+
+        try:
+            # The submission id makes a repeated create safe: a 409 for our own object is the first success.
+            return call(self.policy, f"creating JobSet {name}", submit)
+        except RetriesExhausted as error:
+            existing = self.get_jobset(name)  # it may exist after all; say so rather than guess
+            if ours(existing):
+                return existing
+            raise ApiError(f"{error}; nothing was submitted") from None
 
     def delete_jobset(self, name: str) -> None:
         """Delete (with its pods) and wait until it is gone, so a new one with the same name can start."""
@@ -227,11 +229,8 @@ class Cluster:
         except ApiException as error:
             if error.status != 404:
                 raise ApiError(f"deleting JobSet {name} failed with {describe(error)}") from None
-        for attempt in range(self.policy.attempts * 4):
-            if self.get_jobset(name) is None:
-                return
-            self.policy.wait(min(attempt, 3))
-        raise ApiError(f"JobSet {name} is still being deleted; wait a minute and run again")
+        if not wait_until(self.policy, lambda: self.get_jobset(name) is None, attempts=self.policy.attempts * 4):
+            raise ApiError(f"JobSet {name} is still being deleted; wait a minute and run again")
 
     # -- pods and logs ---------------------------------------------------------------------------
     def list_pods(self, selector: str) -> list[dict]:

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
+import tenacity
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
@@ -31,14 +32,14 @@ class RetryPolicy:
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
 
     def delay(self, attempt: int, retry_after: str | None = None) -> float:
+        """Seconds before the next try after `attempt` (0-based); a throttling server's Retry-After wins."""
         if retry_after and retry_after.isdigit():
             return min(float(retry_after), self.max_delay)
         return min(self.base_delay * 2**attempt, self.max_delay)
 
-    def wait(self, attempt: int, error: BaseException | None = None) -> None:
-        """Sleep before the next attempt; a throttling server's Retry-After wins over the backoff."""
-        headers = getattr(error, "headers", None) or {}
-        self.sleep(self.delay(attempt, headers.get("Retry-After")))
+
+class RetriesExhausted(ApiError):
+    """A repeatable failure that kept happening until the policy's last attempt."""
 
 
 def is_transient(error: BaseException) -> bool:
@@ -52,18 +53,33 @@ def was_rejected(error: BaseException) -> bool:
     return isinstance(error, ApiException) and error.status == 429
 
 
-def call(policy: RetryPolicy, what: str, fn: Callable[[], T], *, idempotent: bool = True,
-         on_retry: Callable[[int, BaseException], None] | None = None) -> T:
-    """Run fn, retrying transient failures; raise ApiError naming `what` when the limit is reached."""
-    for attempt in range(policy.attempts):
-        try:
-            return fn()
-        except Exception as error:
-            if not is_transient(error) or not (idempotent or was_rejected(error)):
-                raise
-            if attempt == policy.attempts - 1:
-                raise ApiError(f"{what} failed {policy.attempts} times, last with {describe(error)}") from None
-            if on_retry:
-                on_retry(attempt, error)
-            policy.wait(attempt, error)
-    raise AssertionError("unreachable")
+def _backoff(policy: RetryPolicy, cap_step: int | None = None) -> Callable[[tenacity.RetryCallState], float]:
+    def wait(state: tenacity.RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome and state.outcome.failed else None
+        headers = getattr(error, "headers", None) or {}
+        step = state.attempt_number - 1
+        return policy.delay(step if cap_step is None else min(step, cap_step), headers.get("Retry-After"))
+    return wait
+
+
+def call(policy: RetryPolicy, what: str, fn: Callable[[], T], *, idempotent: bool = True) -> T:
+    """Run fn, retrying transient failures (tenacity); raise RetriesExhausted naming `what` at the limit."""
+    def repeatable(error: BaseException) -> bool:
+        return is_transient(error) and (idempotent or was_rejected(error))
+
+    retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(policy.attempts), wait=_backoff(policy),
+                                 retry=tenacity.retry_if_exception(repeatable), sleep=policy.sleep, reraise=True)
+    try:
+        return retrying(fn)
+    except Exception as error:
+        if repeatable(error):
+            raise RetriesExhausted(f"{what} failed {policy.attempts} times, last with {describe(error)}") from None
+        raise
+
+
+def wait_until(policy: RetryPolicy, done: Callable[[], bool], attempts: int, cap_step: int = 3) -> bool:
+    """Poll `done` with the policy's backoff (capped at step `cap_step`) until it holds; False at the limit."""
+    retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(attempts), wait=_backoff(policy, cap_step),
+                                 retry=tenacity.retry_if_result(lambda ok: not ok), sleep=policy.sleep,
+                                 retry_error_callback=lambda state: False)
+    return retrying(done)
