@@ -2,6 +2,9 @@
 
 # Kubernetes side of a GKE recipe.
 NAMESPACE = "default"
+# JobSet names stay within this, so that pod names (<jobset>-<job>-<index>-<index>-<suffix>) fit 63
+# characters; run names are bounded by it (recipes/runs.py).
+MAX_JOBSET_NAME = 28
 WORKLOAD_KSA = "tpu-rl-workload"  # bound to the workload Google SA through Workload Identity
 LOCAL_QUEUE = "tpu-rl"
 CLUSTER_QUEUE = "tpu-rl"

@@ -36,6 +36,12 @@ _BINARY_FACTORS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=.*$", re.DOTALL)
 
 
+def same_setting(key: str) -> tuple[str, ...]:
+    """Every spelling of the setting an override key sets: `num_iterations` and `rl.num_iterations` are one
+    in MaxText 0.2.4 (see TRAIN_STEP_FACTORS)."""
+    return next((names for names in _FACTOR_ALIASES.values() if key in names), (key,))
+
+
 def quantity_bytes(quantity: str) -> int:
     """Bytes of a Kubernetes memory quantity with a binary suffix, e.g. 190Gi."""
     match = _BINARY_QUANTITY.match(quantity)
@@ -399,6 +405,10 @@ class Recipe(BaseModel):
 
     tpu_facts: TpuGeneration
     flex_start_max_run_hours: int | None = None
+    # The run this recipe trains (recipes/runs.py): the name `--run` chose, or None for the name derived
+    # from what changes the trained weights; and the `--set` items already merged into rl.overrides.
+    run: str | None = None
+    sets: tuple[str, ...] = ()
 
     @property
     def is_gke(self) -> bool:

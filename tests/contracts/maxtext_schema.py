@@ -1,11 +1,11 @@
 """What a pinned MaxText release accepts, read from its wheel without importing it.
 
-MaxText's rule (configs/pyconfig.py, 0.2.3 and 0.2.4): every override key must be a field of the config
-class (MaxTextConfig, or RLConfig for train_rl from 0.2.4) or of a pydantic model nested in it; otherwise
-it exits with "'<key>' not in ...". Dotted keys (rl.num_generations) are merged by omegaconf and never
-checked, so we check them against the nested model and the yml section ourselves. Flags (--x) are the
-module's own argparse/absl flags. The model name must have models/<name>.yml, where MaxText strips
-"-Instruct" first (so llama3.1-8b-Instruct loads llama3.1-8b.yml).
+MaxText's rule (configs/pyconfig.py): every override key must be a field of the config class
+(MaxTextConfig, or RLConfig for train_rl from 0.2.4), and from 0.2.4 may also be a field of a pydantic
+model nested in it; otherwise it exits with "'<key>' not in ...". Dotted keys (rl.num_generations) are
+merged by omegaconf and never checked, so we check them against the nested model and the yml section
+ourselves. Flags (--x) are the module's own argparse/absl flags. The model name must have
+models/<name>.yml, where MaxText strips "-Instruct" first (so llama3.1-8b-Instruct loads llama3.1-8b.yml).
 """
 
 from __future__ import annotations
@@ -91,16 +91,49 @@ class MaxTextSchema:
         found = re.search(r"config_class\s*=\s*types\.(\w+)", source)
         return found.group(1) if found else "MaxTextConfig"
 
+    @cached_property
+    def accepts_nested_fields(self) -> bool:
+        """Whether pyconfig also accepts a nested model's field by its bare name. 0.2.4's
+        _check_for_invalid_keys recurses into every field whose annotation has model_fields, at any depth;
+        0.2.3's _prepare_for_pydantic checks `key not in types.MaxTextConfig.model_fields` and nothing else
+        (configs/pyconfig.py of each wheel)."""
+        return "def _check_for_invalid_keys(" in self.read("configs/pyconfig.py")
+
     def accepted(self, config_class: str) -> dict[str, ast.expr]:
-        """Top-level keys MaxText accepts: the class's fields and, as pyconfig does, nested models' fields."""
-        top = self.fields(config_class)
-        accepted = dict(top)
-        for annotation in top.values():
-            nested = self.nested_model(annotation)
-            if nested:
+        """Top-level keys MaxText accepts: the class's fields and, where pyconfig does so (see
+        accepts_nested_fields), the fields of the models nested in them, recursively."""
+        accepted = dict(self.fields(config_class))
+        if not self.accepts_nested_fields:
+            return accepted
+        pending, seen = list(accepted.values()), set()
+        while pending:
+            nested = self.nested_model(pending.pop())
+            if nested and nested not in seen:
+                seen.add(nested)
                 for name, inner in self.fields(nested).items():
                     accepted.setdefault(name, inner)
+                    pending.append(inner)
         return accepted
+
+    def override_keys(self, module: str) -> list[str]:
+        """Every key a `key=value` override of `module` may name, sorted: the accepted top-level keys, and
+        `field.sub` for each field of a model nested in a config-class field (omegaconf turns a dotted key
+        into that mapping; a sub-key outside the model is dropped without a word)."""
+        config_class = self.config_class(module)
+        keys = set(self.accepted(config_class))
+
+        def dotted(prefix: str, model: str, seen: tuple[str, ...]) -> None:
+            for name, annotation in self.fields(model).items():
+                keys.add(f"{prefix}.{name}")
+                inner = self.nested_model(annotation)
+                if inner and inner not in seen:
+                    dotted(f"{prefix}.{name}", inner, (*seen, inner))
+
+        for name, annotation in self.fields(config_class).items():
+            nested = self.nested_model(annotation)
+            if nested:
+                dotted(name, nested, (nested,))
+        return sorted(keys)
 
     def config_yml(self, module: str) -> dict:
         name = "post_train/rl.yml" if module.endswith(".train_rl") else "base.yml"

@@ -1,0 +1,217 @@
+"""Runs: the name of each training run, the conversion runs share, and the MaxText keys `--set` may change.
+
+A run is one training of a recipe with one set of settings. Its name is chosen with `--run NAME` or
+derived from a hash of everything that changes the trained weights (run_identity), so a changed setting
+gives a new run and the same settings resume the same one. The run name is train_rl's run_name, so the
+run's checkpoints and TensorBoard logs land under trained/<run>/ (MaxText joins base_output_directory and
+run_name: research §4), its export under hf-trained/<run>/, and it names the run's JobSets and their
+`tpu-rl/run` label. Conversion depends only on the model and the MaxText release, so every run of a recipe
+(and every recipe with the same conversion) loads one shared conversion (conversion_identity).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from functools import cache
+from importlib import resources
+from typing import Iterable
+
+from pydantic import ValidationError
+
+from recipes.conventions import MAX_JOBSET_NAME
+from recipes.errors import UserError
+from recipes.model import _OVERRIDE, STEPS, Recipe, RlSpec, _first_error, same_setting
+
+# --- names ---------------------------------------------------------------------------------------------
+# A run name becomes a JobSet name (<run>-<step>, at most MAX_JOBSET_NAME), a label value and a directory
+# of the bucket, and reaches MaxText as run_name=<run> on a command line that omegaconf parses as YAML:
+# lowercase letters, digits and '-', starting with a letter (so never a number) and not ending with '-'.
+MAX_RUN_NAME = MAX_JOBSET_NAME - len("-") - max(len(step) for step in STEPS)
+_RUN_NAME = re.compile(rf"^[a-z][a-z0-9-]{{0,{MAX_RUN_NAME - 2}}}[a-z0-9]$")
+# Words YAML or MaxText's pyconfig read as something other than a string (bools, null, `none` -> None:
+# research §2, value-type pitfalls); run_name must reach pydantic as a str.
+_NOT_A_STRING = {"yes", "no", "on", "off", "true", "false", "null", "none", "nan", "inf"}
+HASH_CHARS = 7  # of a run's or a conversion's sha256 in their names, as git shortens commits
+_PREFIX_CHARS = MAX_RUN_NAME - len("-") - HASH_CHARS  # of the recipe name in a derived name
+
+
+def check_run_name(name: str, option: str = "--run") -> str:
+    if not _RUN_NAME.match(name) or name in _NOT_A_STRING:
+        raise UserError(f"{option} '{name}' is not a run name: use 2-{MAX_RUN_NAME} lowercase letters, digits or "
+                        "'-', starting with a letter and ending with a letter or digit, and not a YAML word like "
+                        "true or none (it names the run's JobSets, its label and its prefix in the bucket)")
+    return name
+
+
+def digest(data: object) -> str:
+    """sha256 of the canonical JSON of `data`: the same settings give the same digest in any key order."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _named(recipe: Recipe, data: object) -> str:
+    return f"{recipe.name[:_PREFIX_CHARS].rstrip('-')}-{digest(data)[:HASH_CHARS]}"
+
+
+def run_identity(recipe: Recipe) -> dict:
+    """Everything that changes the trained weights: the model, the MaxText release and what runs it, the
+    source patches, the TPU shape, num_batches and every train override (the recipe's and --set, merged).
+    Not in it: capacity, durations, checkpoint_period and the settings, which change where and how often,
+    not what is trained."""
+    shape = recipe.shape
+    return {
+        "model": recipe.model.model_dump(mode="json"),
+        "maxtext_version": recipe.maxtext_version,
+        "image": recipe.maxtext.image,
+        "pip": recipe.maxtext.pip,
+        "patches": [patch.model_dump(mode="json") for patch in recipe.patches],
+        "tpu": {"generation": shape.generation, "topology": shape.topology, "machine_type": shape.machine_type,
+                "slices": shape.slices},
+        "num_batches": recipe.rl.num_batches,
+        "overrides": sorted(recipe.rl.overrides),  # keys are unique: the order changes nothing
+    }
+
+
+def default_run_name(recipe: Recipe) -> str:
+    """<recipe>-<7 hex of the run identity's sha256>, e.g. qwen3-v6e32-3f2a1b9."""
+    return _named(recipe, run_identity(recipe))
+
+
+def run_name(recipe: Recipe) -> str:
+    return recipe.run or default_run_name(recipe)
+
+
+def conversion_identity(recipe: Recipe) -> dict:
+    """What the converted checkpoint depends on: the Hugging Face repo and MaxText model it is read as, the
+    MaxText release, scan_layers, and the storage format, which follows Pathways (jobs/maxtext.py
+    _checkpoint_storage: Pathways cannot read zarr3/OCDBT)."""
+    model = recipe.model
+    return {"hf_repo": model.hf_repo, "maxtext_name": model.maxtext_name, "scan_layers": model.scan_layers,
+            "use_multimodal": model.use_multimodal, "maxtext_version": recipe.maxtext_version,
+            "pathways": recipe.pathways}
+
+
+def conversion_directory(recipe: Recipe) -> str:
+    """The conversion's directory under max-text-format/: readable, and unique per conversion identity,
+    e.g. 0.2.4-scan-5d41c0e."""
+    layers = "scan" if recipe.model.scan_layers else "unscanned"
+    return f"{recipe.maxtext_version}-{layers}-{digest(conversion_identity(recipe))[:HASH_CHARS]}"
+
+
+def conversion_key(recipe: Recipe) -> str:
+    """What names the shared convert JobSet instead of a run: <recipe>-<7 hex of the conversion identity>."""
+    return _named(recipe, conversion_identity(recipe))
+
+
+# --- --set ---------------------------------------------------------------------------------------------
+# Keys tpu-rl sets itself: a value from --set would break a path or a step, or be silently ignored.
+# Sources (research §5): the *_dir keys are recomputed from base_output_directory and run_name
+# (configs/types.py: 0.2.3 L2465-2470, 0.2.4 L3218-3223 and RLConfig L4635-4642); checkpoint_storage_*
+# decide how train_rl reads load_parameters_path (0.2.4 utils/model_creation_utils.py L944-950).
+_MODEL_KEY = ("conversion and export use the recipe's model with the same value; change [recipes.<name>.model] "
+              "in recipes.toml")
+_DERIVED_DIR = ("MaxText recomputes it from base_output_directory and run_name, so the value would be ignored; "
+                "the run's outputs are under trained/<run>/")
+PIPELINE_KEYS: dict[str, str] = {
+    "run_name": "it is the run's name; choose it with --run NAME",
+    "base_output_directory": "tpu-rl puts each run under its own prefix of the bucket, where the next step and "
+                             "`tpu-rl` look for it",
+    "load_parameters_path": "training loads the conversion tpu-rl wrote (shared by the runs)",
+    "load_full_state_path": "it would replace the converted checkpoint training starts from",
+    "checkpoint_dir": _DERIVED_DIR,
+    "tensorboard_dir": _DERIVED_DIR,
+    "metrics_dir": _DERIVED_DIR,
+    "managed_mldiagnostics_dir": _DERIVED_DIR,
+    "hf_access_token": "a token on the command line shows in `ps` and the manifest; tpu-rl passes HF_TOKEN from "
+                       "Secret Manager",
+    "model_name": _MODEL_KEY,
+    "scan_layers": _MODEL_KEY,
+    "tokenizer_path": _MODEL_KEY,
+    "chips_per_vm": "it is derived from the recipe's TPU machine type",
+    "checkpoint_storage_use_zarr3": "it decides how train_rl reads the converted checkpoint, whose format "
+                                    "tpu-rl picks for the platform",
+    "checkpoint_storage_use_ocdbt": "it decides how train_rl reads the converted checkpoint, whose format "
+                                    "tpu-rl picks for the platform",
+}
+# Train keys tpu-rl derives from the recipe's [rl] table: --set changes the table's field instead.
+RL_FIELDS = ("num_batches", "checkpoint_period")
+
+KEY_LIST_DIR = "maxtext_keys"  # in the recipes package: one <version>.txt per MaxText release
+
+
+def key_list_text(version: str, wheel: str, config_class: str, rule: str, keys: Iterable[str]) -> str:
+    """A shipped key list: what it is and where it came from, then one key a line."""
+    header = [f"# The override keys MaxText {version}'s train_rl accepts (config class {config_class}): {rule};",
+              "# field.sub for the fields of a nested model. Generated from "
+              f"{wheel} by tools/generate_maxtext_keys.py; do not edit."]
+    return "\n".join([*header, *keys]) + "\n"
+
+
+@cache
+def maxtext_keys(version: str) -> frozenset[str]:
+    """The shipped key list of a MaxText release."""
+    source = resources.files("recipes").joinpath(KEY_LIST_DIR, f"{version}.txt")
+    if not source.is_file():
+        raise UserError(f"--set needs the key list of MaxText {version} (recipes/{KEY_LIST_DIR}/{version}.txt): "
+                        f"generate it with `tools/generate_maxtext_keys.py {version}`")
+    lines = (line.strip() for line in source.read_text().splitlines())
+    return frozenset(line for line in lines if line and not line.startswith("#"))
+
+
+def check_set_key(recipe: Recipe, key: str) -> None:
+    """One line naming the key and why, for a key tpu-rl owns or one MaxText does not know."""
+    owned = next((name for name in (key, key.split(".", 1)[0]) if name in PIPELINE_KEYS), None)
+    if owned:
+        raise UserError(f"--set {key} is refused: {PIPELINE_KEYS[owned]}")
+    keys = maxtext_keys(recipe.maxtext_version)
+    if key not in keys:
+        close = difflib.get_close_matches(key, sorted(keys), n=3)
+        hint = f"; closest: {', '.join(close)}" if close else ""
+        raise UserError(f"--set {key}: not a key MaxText {recipe.maxtext_version}'s train_rl accepts{hint} "
+                        f"(recipes/{KEY_LIST_DIR}/{recipe.maxtext_version}.txt lists them)")
+
+
+def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
+    """The recipe with --set KEY=VALUE items joined to its train overrides, later wins (a key the recipe
+    sets keeps its place with the new value). num_batches and checkpoint_period change the [rl] fields they
+    come from. Everything downstream (the run name, the train command, train_steps, export's last step)
+    reads the copy."""
+    sets = tuple(sets)
+    if not sets:
+        return recipe
+    overrides = list(recipe.rl.overrides)
+    fields: dict[str, str] = {}
+    for item in sets:
+        if not _OVERRIDE.match(item):
+            raise UserError(f"--set '{item[:40]}' is not KEY=VALUE: pass a MaxText key and its value, e.g. "
+                            "--set learning_rate=1e-5")
+        key = item.partition("=")[0]
+        if key in RL_FIELDS:
+            fields[key] = item.partition("=")[2]
+            continue
+        check_set_key(recipe, key)
+        names = same_setting(key)
+        kept = [i for i, old in enumerate(overrides) if old.partition("=")[0] in names]
+        overrides = [old for old in overrides if old.partition("=")[0] not in names]
+        overrides.insert(kept[0] if kept else len(overrides), item)
+    try:
+        rl = RlSpec.model_validate({**recipe.rl.model_dump(), **fields, "overrides": tuple(overrides)})
+    except ValidationError as error:
+        raise UserError(f"--set: {_first_error(error)}") from None
+    changed = recipe.model_copy(update={"rl": rl, "sets": (*recipe.sets, *sets)})
+    try:
+        changed.train_steps  # noqa: B018 -- a step factor that is not a number, or no step at all
+    except UserError as error:
+        raise UserError(f"--set: {error}") from None
+    return changed
+
+
+def with_run(recipe: Recipe, run: str | None) -> Recipe:
+    return recipe.model_copy(update={"run": check_run_name(run)}) if run is not None else recipe
+
+
+def for_run(recipe: Recipe, sets: Iterable[str] = (), run: str | None = None) -> Recipe:
+    """The recipe as `--set` and `--run` make it: the one place the CLI applies them."""
+    return with_run(with_sets(recipe, sets), run)
