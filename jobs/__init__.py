@@ -5,9 +5,10 @@ Public API (the CLI and the docs use these names):
 - ``render_manifests(recipe, settings) -> {"convert": JobSet, "train": JobSet, "export": JobSet}``
   for GKE recipes, in step order (dicts ready for yaml.safe_dump or the Kubernetes client).
 - ``render_startup_script(recipe, settings) -> str``: the bash startup script of a VM recipe.
-- ``jobset_name(recipe, step)``: ``<recipe>-<step>``, at most 28 characters.
+- ``jobset_name(recipe, step)``: ``<run>-<step>`` for train and export, ``<recipe>-<hash>-convert`` for the
+  conversion runs share (recipes/runs.py), at most 28 characters.
 - ``main_pod_selector(recipe, step)``: label selector of the pod that runs the step's MaxText command,
-  e.g. ``jobset.sigs.k8s.io/jobset-name=qwen3-v6e32-train,jobset.sigs.k8s.io/replicatedjob-name=pathways-head``.
+  e.g. ``jobset.sigs.k8s.io/jobset-name=<run>-train,jobset.sigs.k8s.io/replicatedjob-name=pathways-head``.
 - ``main_replicated_job(recipe, step)``: ``pathways-head`` for Pathways training, ``main`` otherwise.
 - ``MAIN_CONTAINER``: ``workload-container``, the container to stream logs from in every step.
 - ``manifest_yaml(manifest)``: YAML for people (key order kept, scripts as literal blocks, no anchors).

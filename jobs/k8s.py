@@ -11,10 +11,12 @@ from typing import Any, Mapping
 import yaml
 
 from recipes import Recipe, Step, UserError
+from recipes.runs import conversion_key, digest, run_name
 from recipes.conventions import (
     HF_TOKEN_ENV,
     HF_TOKEN_K8S_SECRET,
     LOCAL_QUEUE,
+    MAX_JOBSET_NAME,
     NAMESPACE,
     WORKLOAD_KSA,
     cpu_pool_name,
@@ -22,7 +24,6 @@ from recipes.conventions import (
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 MAIN_CONTAINER = "workload-container"
-MAX_JOBSET_NAME = 28  # pod names (<jobset>-<job>-<index>-<index>-<suffix>) must stay within 63
 TTL_SECONDS_AFTER_FINISHED = 24 * 3600  # as the seeds (--gke-ttl-after-finished=24h); finished sets do not pile up
 MAX_RESTARTS = 0  # as seed 000 (--restarts=0): a failed step is re-run by `tpu-rl run`, which resumes
 
@@ -34,17 +35,30 @@ EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 RECIPE_LABEL = "tpu-rl/recipe"
 STEP_LABEL = "tpu-rl/step"
+RUN_LABEL = "tpu-rl/run"  # train and export of one run: kubectl get jobsets -l tpu-rl/run=<run>
+CONVERSION_LABEL = "tpu-rl/conversion"  # convert, shared by the runs of one conversion identity
+# sha256 of the JobSet's spec as tpu-rl submitted it. The cluster adds defaults to the stored spec (and
+# Kueue toggles spec.suspend), so `tpu-rl run` compares this to tell a JobSet it would submit the same way
+# from one whose spec changed.
+SPEC_DIGEST_ANNOTATION = "tpu-rl/spec-sha256"
 
 CPU_REPLICATED_JOB = "main"
 PATHWAYS_HEAD = "pathways-head"
 
 
+def _owner(recipe: Recipe, step: Step) -> tuple[str, str]:
+    """(label, value) of what a step's JobSet belongs to: the shared conversion for convert, else the run."""
+    return (CONVERSION_LABEL, conversion_key(recipe)) if step == "convert" else (RUN_LABEL, run_name(recipe))
+
+
 def jobset_name(recipe: Recipe, step: Step) -> str:
-    name = f"{recipe.name}-{step}"
+    """<run>-<step> for train and export, <recipe>-<conversion hash>-convert for the shared convert; the
+    run-name rule (recipes/runs.py) keeps both within MAX_JOBSET_NAME."""
+    name = f"{_owner(recipe, step)[1]}-{step}"
     if len(name) > MAX_JOBSET_NAME:
         raise UserError(
             f"JobSet name '{name}' has {len(name)} characters; the limit is {MAX_JOBSET_NAME} "
-            "(pod names must fit 63): shorten the recipe name"
+            "(pod names must fit 63): choose a shorter --run name"
         )
     return name
 
@@ -60,7 +74,17 @@ def main_pod_selector(recipe: Recipe, step: Step) -> str:
 
 
 def step_labels(recipe: Recipe, step: Step) -> dict[str, str]:
-    return {RECIPE_LABEL: recipe.name, STEP_LABEL: step}
+    label, owner = _owner(recipe, step)
+    return {RECIPE_LABEL: recipe.name, STEP_LABEL: step, label: owner}
+
+
+def spec_digest(manifest: dict[str, Any]) -> str:
+    return digest(manifest["spec"])
+
+
+def with_spec_digest(manifest: dict[str, Any]) -> dict[str, Any]:
+    manifest["metadata"]["annotations"] = {SPEC_DIGEST_ANNOTATION: spec_digest(manifest)}
+    return manifest
 
 
 # --- environment -------------------------------------------------------------------------------------
@@ -185,7 +209,7 @@ def jobset(
     # Every step goes through the stack's LocalQueue, so Kueue admits it against the quota the stack
     # sized (TPU chips for train; CPU-pool cpu and memory for convert, export and the Pathways head).
     labels = {**step_labels(recipe, step), QUEUE_LABEL: LOCAL_QUEUE}
-    return {
+    return with_spec_digest({
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
         "metadata": {"name": jobset_name(recipe, step), "namespace": NAMESPACE, "labels": labels},
@@ -195,7 +219,7 @@ def jobset(
             **(extra_spec or {}),
             "replicatedJobs": replicated_jobs,
         },
-    }
+    })
 
 
 def cpu_step_jobset(recipe: Recipe, step: Step, script: str) -> dict[str, Any]:

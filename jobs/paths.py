@@ -2,15 +2,20 @@
 
 Training loads exactly what convert wrote and export reads exactly the step training writes last;
 the CLI checks the same paths. Nothing else builds a gs:// path by hand.
+
+Per model (`gs://BUCKET/<model>/`): one conversion per conversion identity under max-text-format/, shared
+by every run that needs it; per run (recipes/runs.py), train_rl's run directory trained/<run>/ (checkpoints,
+tensorboard, and our run.json) and the export hf-trained/<run>/.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipes import Recipe, Settings
+from recipes import Recipe, Settings, Step
+from recipes.runs import conversion_directory, run_name
 
-RUN_NAME = "rl"
+RUN_RECORD = "run.json"
 
 
 @dataclass(frozen=True)
@@ -28,8 +33,8 @@ class ArtifactPaths:
 
     @property
     def converted(self) -> str:
-        """base_output_directory of to_maxtext."""
-        return f"{self.model_root}max-text-format/"
+        """base_output_directory of to_maxtext: one directory per conversion identity."""
+        return f"{self.model_root}max-text-format/{conversion_directory(self.recipe)}/"
 
     @property
     def converted_items(self) -> str:
@@ -43,11 +48,27 @@ class ArtifactPaths:
 
     @property
     def run_name(self) -> str:
-        return RUN_NAME
+        return run_name(self.recipe)
+
+    @property
+    def run_root(self) -> str:
+        """train_rl's run directory: os.path.join(base_output_directory, run_name) (research §4)."""
+        return f"{self.trained}{self.run_name}/"
+
+    @property
+    def run_record(self) -> str:
+        """The run's record (scripts/pipeline/record.py): its configuration, versions and step outcomes."""
+        return f"{self.run_root}{RUN_RECORD}"
+
+    @property
+    def tensorboard(self) -> str:
+        """MaxText's tensorboard_dir: os.path.join(base_output_directory, run_name, "tensorboard", "")
+        (types.py: RLConfig in 0.2.4, MaxTextConfig in 0.2.3)."""
+        return f"{self.run_root}tensorboard/"
 
     @property
     def actor_checkpoints(self) -> str:
-        return f"{self.trained}{self.run_name}/checkpoints/actor/"
+        return f"{self.run_root}checkpoints/actor/"
 
     @property
     def final_params(self) -> str:
@@ -56,16 +77,16 @@ class ArtifactPaths:
 
     @property
     def hf_export(self) -> str:
-        return f"{self.model_root}hf-trained/"
+        return f"{self.model_root}hf-trained/{self.run_name}/"
 
     @property
     def pathways_scratch(self) -> str:
         return f"{self.settings.bucket_url}/pathways/"
 
-    @property
-    def progress(self) -> str:
-        """Progress markers of the VM startup script, one object per finished step."""
-        return f"{self.model_root}progress/"
+    def progress_marker(self, step: Step) -> str:
+        """The object the VM startup script writes once a step succeeded. Convert's sits with the
+        conversion, so a run that shares it does not convert again; train's and export's with the run."""
+        return f"{self.converted if step == 'convert' else self.run_root}progress/{step}.done"
 
 
 def split_gs_url(url: str) -> tuple[str, str]:

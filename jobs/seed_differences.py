@@ -38,17 +38,26 @@ DIFFERENCES: tuple[Difference, ...] = (
         recipes=VM,
     ),
     Difference(
+        "base_output_directory",
+        "The seeds convert into max-text-format/ and export into hf-trained/, one of each per bucket; we "
+        "convert into max-text-format/<version>-<scan|unscanned>-<hash of what conversion depends on>/, "
+        "which every run of that conversion shares, and export each run into hf-trained/<run>/, so a second "
+        "run neither converts again nor overwrites the first run's model.",
+        steps=("convert", "export"),
+        recipes=GKE,
+    ),
+    Difference(
         "load_parameters_path",
         "Follows base_output_directory: each step reads exactly the bucket path the previous step wrote.",
         steps=("train", "export"),
-        recipes=VM,
     ),
     Difference(
         "run_name",
-        "Seed 002 names the run after the clock; a fixed name makes the export path derivable and lets a "
-        "re-run find the same checkpoints.",
+        "The seeds fix one run (`rl`; seed 002 names it after the clock). Each tpu-rl run is named after a "
+        "hash of the settings that change the trained weights, or by --run, so a changed setting trains a new "
+        "run and the same settings resume the same checkpoints (train_rl restores the latest under its run "
+        "directory), and the export path stays derivable.",
         steps=("train",),
-        recipes=VM,
     ),
     Difference(
         "--hf_model_path",

@@ -3,11 +3,13 @@ stale runs. All against the local Kubernetes API peer, the GCS emulator and Secr
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
 import scripts.cli.cloud
-from peers.fixtures import cloud, gcs, gcs_server, google, kube, put_step_output, settings_env  # noqa: F401
+from peers.fixtures import cloud, gcs, gcs_server, google, jobset_of, kube, put_step_output, settings_env  # noqa: F401
 from peers.http import Fault
 from recipes import get_recipe
 from scripts.cli import app
@@ -22,7 +24,7 @@ def tpu_rl(*args: str):
 
 
 def name(step: str) -> str:
-    return f"{RECIPE}-{step}"
+    return jobset_of(RECIPE, step)
 
 
 def succeed_writing_output(cloud, step: str, **plan):
@@ -135,7 +137,7 @@ def test_a_failed_step_says_which_why_and_how_to_see_logs(cloud, outcome, expect
     result = tpu_rl("run", RECIPE)
     assert result.exit_code == ExitCode.JOB_FAILED
     line = error_line(result)
-    assert line.startswith("error: step train failed: JobSet qwen3-v6e32-train FailedJobs")
+    assert line.startswith(f"error: step train failed: JobSet {name('train')} FailedJobs")
     assert expected in line
     assert f"tpu-rl logs {RECIPE} train" in line and "kubectl logs -l" in line
     assert name("export") not in cloud["kube"].created
@@ -251,7 +253,7 @@ def test_success_without_output_stops_before_the_next_step_and_says_where(cloud)
     assert result.exit_code == ExitCode.OUTPUT_MISSING
     line = error_line(result)
     assert "convert reported success but its output is missing" in line
-    assert "gs://rl-test-artifacts/qwen3-30b-a3b/max-text-format/0/items/" in line
+    assert re.search(r"gs://rl-test-artifacts/qwen3-30b-a3b/max-text-format/0\.2\.4-scan-[0-9a-f]{7}/0/items/", line)
     assert "train was not started" in line
     assert cloud["kube"].created == [name("convert")]
 
@@ -269,7 +271,7 @@ def test_a_succeeded_jobset_with_verified_output_is_reused(cloud):
     with_convert_done(cloud)
     result = tpu_rl("run", RECIPE, "--steps", "convert")
     assert result.exit_code == 0, result.output
-    assert "output verified (JobSet qwen3-v6e32-convert succeeded)" in result.output
+    assert f"output verified (JobSet {name('convert')} succeeded)" in result.output
     assert cloud["kube"].created == [] and cloud["kube"].deleted == []
 
 
@@ -279,7 +281,7 @@ def test_a_finished_jobset_without_output_is_not_replaced_silently(cloud, phase)
     result = tpu_rl("run", RECIPE)
     assert result.exit_code == ExitCode.BAD_INPUT
     line = error_line(result)
-    assert f"JobSet qwen3-v6e32-convert from an earlier run {phase}" in line and "--replace" in line
+    assert f"JobSet {name('convert')} from an earlier run {phase}" in line and "--replace" in line
     assert cloud["kube"].created == [] and cloud["kube"].deleted == []
     assert "tpu-rl-hf-token" not in cloud["kube"].secrets  # nothing done before the decision
 

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from peers.fixtures import SETTINGS, gcs, gcs_server, settings_env  # noqa: F401
 from recipes import get_recipe
+from recipes.runs import default_run_name
 from scripts.cli import app
 
 RECIPE = "qwen3-v6e32"
@@ -74,12 +75,13 @@ def table_rows(output: str) -> dict[str, list[str]]:
 def test_table_gives_each_tag_first_last_best_steps_and_trend_in_80_columns(settings_env, gcs, tmp_path,
                                                                             monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    prefix = upload_run(gcs, tmp_path, "rl", RUN_RL)
-    result = runner.invoke(app, ["metrics", RECIPE])  # the default run, "rl"
+    default_run = default_run_name(get_recipe(RECIPE))  # what `tpu-rl run` trains without --run or --set
+    prefix = upload_run(gcs, tmp_path, default_run, RUN_RL)
+    result = runner.invoke(app, ["metrics", RECIPE])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert max(len(line) for line in lines) <= 80, result.output
-    assert lines[:2] == ["rl: 1 event file in", f"  {prefix}"]
+    assert lines[:2] == [f"{default_run}: 1 event file in", f"  {prefix}"]
     # Sparklines: reward (0.1, 0.4, 1.1) spans 1.0, so 0.4 is 0.3 of the way: 2.1 of 7 steps, ▃;
     # loss (0.5, 0.2, 0.3) spans 0.3, 0.3 is 1/3 up: ▃; length 260 is 0.6 of the way from 200 to 300: ▅.
     assert table_rows(result.output) == {

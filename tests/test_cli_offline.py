@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from peers.fixtures import cloud, gcs, gcs_server, google, kube, put_step_output, settings_env  # noqa: F401
+from peers.fixtures import cloud, gcs, gcs_server, google, jobset_of, kube, put_step_output, settings_env  # noqa: F401
 from recipes import all_recipes, get_recipe
 from scripts.cli import app
 
@@ -42,7 +42,7 @@ def test_render_writes_the_three_jobsets_of_a_gke_recipe(settings_env, tmp_path)
     for step in ("convert", "train", "export"):
         text = (out / f"{step}.yaml").read_text()
         manifest = yaml.safe_load(text)
-        assert manifest["kind"] == "JobSet" and manifest["metadata"]["name"] == f"qwen3-v6e32-{step}"
+        assert manifest["kind"] == "JobSet" and manifest["metadata"]["name"] == jobset_of("qwen3-v6e32", step)
         assert "rl-test-artifacts" in text
 
 
@@ -93,11 +93,11 @@ def test_installed_entry_point_lists_recipes_as_json():
 def test_installed_entry_point_runs_the_pipeline_and_resumes(cloud):
     recipe = get_recipe("qwen3-v6e32")
     for step in ("convert", "train", "export"):
-        cloud["kube"].plan(f"qwen3-v6e32-{step}",
+        cloud["kube"].plan(jobset_of("qwen3-v6e32", step),
                            on_success=lambda step=step: put_step_output(cloud["gcs"], recipe, step))
     first = _installed("run", "qwen3-v6e32")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert cloud["kube"].created == ["qwen3-v6e32-convert", "qwen3-v6e32-train", "qwen3-v6e32-export"]
+    assert cloud["kube"].created == [jobset_of("qwen3-v6e32", step) for step in ("convert", "train", "export")]
     again = _installed("run", "qwen3-v6e32")
     assert again.returncode == 0 and again.stdout.count("skipping") == 3
 

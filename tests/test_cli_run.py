@@ -9,7 +9,17 @@ import pytest
 from typer.testing import CliRunner
 
 from contracts.tunix_log import eval_step_line, train_step_line
-from peers.fixtures import TOKEN, cloud, gcs, gcs_server, google, kube, put_step_output, settings_env  # noqa: F401
+from peers.fixtures import (  # noqa: F401
+    TOKEN,
+    cloud,
+    gcs,
+    gcs_server,
+    google,
+    jobset_of,
+    kube,
+    put_step_output,
+    settings_env,
+)
 from recipes import get_recipe
 from recipes.conventions import CHECK_FAILED_PREFIX
 from scripts.cli import app
@@ -26,7 +36,7 @@ def tpu_rl(*args: str, input: str | None = None):
 
 def succeed_writing_output(cloud, step: str, **plan):
     recipe = get_recipe(RECIPE)
-    cloud["kube"].plan(f"{RECIPE}-{step}", on_success=lambda: put_step_output(cloud["gcs"], recipe, step), **plan)
+    cloud["kube"].plan(jobset_of(RECIPE, step), on_success=lambda: put_step_output(cloud["gcs"], recipe, step), **plan)
 
 
 def test_run_submits_three_steps_in_order_and_verifies_each_output(cloud):
@@ -34,7 +44,7 @@ def test_run_submits_three_steps_in_order_and_verifies_each_output(cloud):
         succeed_writing_output(cloud, step)
     result = tpu_rl("run", RECIPE)
     assert result.exit_code == 0, result.output
-    assert cloud["kube"].created == [f"{RECIPE}-convert", f"{RECIPE}-train", f"{RECIPE}-export"]
+    assert cloud["kube"].created == [jobset_of(RECIPE, step) for step in ("convert", "train", "export")]
     for step in ("convert", "train", "export"):
         assert f"{step}: output verified" in result.output
 
@@ -67,7 +77,7 @@ def test_run_resumes_after_convert_by_skipping_it(cloud):
         succeed_writing_output(cloud, step)
     result = tpu_rl("run", RECIPE)
     assert result.exit_code == 0, result.output
-    assert cloud["kube"].created == [f"{RECIPE}-train", f"{RECIPE}-export"]
+    assert cloud["kube"].created == [jobset_of(RECIPE, step) for step in ("train", "export")]
     assert "convert: output verified" in result.output and "skipping" in result.output
     assert "plan: convert skip, train submit, export submit" in result.output
 
@@ -99,11 +109,11 @@ def test_a_containers_failed_check_is_the_headline_of_the_failure_line(cloud):
     put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
     check = ("the image has jax 0.8.1 but the Pathways images are tagged jax-0.11.0: set the recipe's "
              "pathways image tag to the image's JAX version")
-    cloud["kube"].plan(f"{RECIPE}-train", outcome="fail", logs=f"starting\n{CHECK_FAILED_PREFIX}{check}\n")
+    cloud["kube"].plan(jobset_of(RECIPE, "train"), outcome="fail", logs=f"starting\n{CHECK_FAILED_PREFIX}{check}\n")
     result = tpu_rl("run", RECIPE, "--steps", "train")
     assert result.exit_code == ExitCode.JOB_FAILED
     [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert line.startswith(f"error: step train failed: {check}; JobSet {RECIPE}-train FailedJobs")
+    assert line.startswith(f"error: step train failed: {check}; JobSet {jobset_of(RECIPE, 'train')} FailedJobs")
     assert f"tpu-rl logs {RECIPE} train" in line
     logs_read = [path for _, path, _ in cloud["kube"].requests if "/log" in path]
     assert logs_read and all("pathways-head" in path and "container=workload-container" in path for path in logs_read)
@@ -111,11 +121,11 @@ def test_a_containers_failed_check_is_the_headline_of_the_failure_line(cloud):
 
 def test_a_failure_without_a_check_line_keeps_the_jobset_reason_first(cloud):
     put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
-    cloud["kube"].plan(f"{RECIPE}-train", outcome="fail", logs="Traceback (most recent call last):\n")
+    cloud["kube"].plan(jobset_of(RECIPE, "train"), outcome="fail", logs="Traceback (most recent call last):\n")
     result = tpu_rl("run", RECIPE, "--steps", "train")
     assert result.exit_code == ExitCode.JOB_FAILED
     [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert line.startswith(f"error: step train failed: JobSet {RECIPE}-train FailedJobs")
+    assert line.startswith(f"error: step train failed: JobSet {jobset_of(RECIPE, 'train')} FailedJobs")
 
 
 def test_run_waits_for_kueue_admission_and_says_what_to_check(cloud):
@@ -123,7 +133,7 @@ def test_run_waits_for_kueue_admission_and_says_what_to_check(cloud):
     result = tpu_rl("run", RECIPE, "--steps", "convert")
     assert result.exit_code == 0, result.output
     assert "convert: suspended" in result.output
-    assert "waiting for Kueue to admit JobSet qwen3-v6e32-convert" in result.output
+    assert f"waiting for Kueue to admit JobSet {jobset_of(RECIPE, 'convert')}" in result.output
     assert result.output.count("waiting for Kueue") == 1
 
 
@@ -146,4 +156,4 @@ def test_an_operator_can_confirm_replacing_a_failed_jobset_interactively(cloud, 
     result = tpu_rl("run", RECIPE, "--steps", "convert")
     assert result.exit_code == 0, result.output
     assert len(questions) == 1 and "Delete it and submit again?" in questions[0]
-    assert cloud["kube"].deleted == [f"{RECIPE}-convert"] and cloud["kube"].created == [f"{RECIPE}-convert"]
+    assert cloud["kube"].deleted == cloud["kube"].created == [jobset_of(RECIPE, "convert")]

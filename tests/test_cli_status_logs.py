@@ -7,7 +7,17 @@ from datetime import datetime, timedelta, timezone
 from typer.testing import CliRunner
 
 from contracts.tunix_log import train_step_line
-from peers.fixtures import cloud, gcs, gcs_server, google, kube, peer_settings, put_step_output, settings_env  # noqa: F401
+from peers.fixtures import (  # noqa: F401
+    cloud,
+    gcs,
+    gcs_server,
+    google,
+    jobset_of,
+    kube,
+    peer_settings,
+    put_step_output,
+    settings_env,
+)
 from jobs import render_manifests
 from recipes import get_recipe
 from scripts.cli import app
@@ -38,28 +48,31 @@ def test_status_shows_each_step_state_pods_time_and_output_in_80_columns(cloud, 
     convert["metadata"]["creationTimestamp"] = "2026-11-30T10:00:00Z"
     convert["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-30T10:41:12Z"
     put_step_output(cloud["gcs"], recipe, "convert")
-    cloud["kube"].plan(f"{RECIPE}-train", outcome="hang")
+    cloud["kube"].plan(jobset_of(RECIPE, "train"), outcome="hang")
     train = cloud["kube"].put_jobset(manifests["train"], "running")
     started = datetime.now(timezone.utc) - timedelta(hours=2, minutes=3)
     train["metadata"]["creationTimestamp"] = started.strftime("%Y-%m-%dT%H:%M:%SZ")
     result = runner.invoke(app, ["status", RECIPE])
     assert result.exit_code == 0, result.output
     assert max(len(line) for line in result.output.splitlines()) <= 80, result.output
-    assert result.output.startswith(f"{RECIPE}: JobSets {RECIPE}-<step>, outputs in gs://rl-test-artifacts")
+    run = jobset_of(RECIPE, "train").removesuffix("-train")
+    assert result.output.startswith(f"{RECIPE}: run {run}, JobSets {run}-<step>")
+    assert f"({jobset_of(RECIPE, 'convert')} for convert), outputs in gs://rl-test-artifacts" in result.output
     blocks = _status_blocks(result.output)
     assert blocks["convert"] == ["succeeded, pods done, took 0:41:12", "output verified"], result.output
     assert blocks["train"][0].startswith("running, pods 9/9 ready, 2:03:"), result.output
     assert blocks["train"][0].endswith(" elapsed") and blocks["train"][1].startswith("output missing: objects under")
     assert blocks["export"][0] == "absent" and blocks["export"][1].startswith("output missing:")
     # Paths longer than the block wrap inside it; none is cut.
-    assert "gs://rl-test-artifacts/qwen3-30b-a3b/hf-trained/config.json," in "".join(blocks["export"][1:]), result.output
+    assert f"gs://rl-test-artifacts/qwen3-30b-a3b/hf-trained/{run}/config.json," in "".join(blocks["export"][1:]), \
+        result.output
     assert cloud["kube"].created == []
 
 
 def test_logs_prints_the_main_container_of_the_step(cloud):
     recipe = get_recipe(RECIPE)
     step_line = train_step_line(3, 0.25)
-    cloud["kube"].plan(f"{RECIPE}-train", outcome="hang", logs=f"line one\n{step_line}\nline three\n")
+    cloud["kube"].plan(jobset_of(RECIPE, "train"), outcome="hang", logs=f"line one\n{step_line}\nline three\n")
     cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
     result = runner.invoke(app, ["logs", RECIPE, "train", "--tail", "2"])
     assert result.exit_code == 0, result.output
@@ -70,7 +83,7 @@ def test_logs_prints_the_main_container_of_the_step(cloud):
 
 def test_logs_follow_streams_until_the_container_ends(cloud):
     recipe = get_recipe(RECIPE)
-    cloud["kube"].plan(f"{RECIPE}-convert", outcome="hang", logs="a\nb\n")
+    cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="a\nb\n")
     cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "running")
     result = runner.invoke(app, ["logs", RECIPE, "convert", "-f"])
     assert result.exit_code == 0 and result.output.splitlines() == ["a", "b"]
@@ -79,7 +92,7 @@ def test_logs_follow_streams_until_the_container_ends(cloud):
 
 def test_logs_follow_starts_from_the_last_tail_lines(cloud):
     recipe = get_recipe(RECIPE)
-    cloud["kube"].plan(f"{RECIPE}-convert", outcome="hang", logs="a\nb\nc\nd\ne\n")
+    cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="a\nb\nc\nd\ne\n")
     cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "running")
     result = runner.invoke(app, ["logs", RECIPE, "convert", "-f", "--tail", "3"])
     assert result.exit_code == 0 and result.output.splitlines() == ["c", "d", "e"], result.output
@@ -91,7 +104,7 @@ def test_logs_follow_broken_midway_is_one_line(cloud):
     from peers.http import Fault
 
     recipe = get_recipe(RECIPE)
-    cloud["kube"].plan(f"{RECIPE}-convert", outcome="hang", logs="a\nb\n")
+    cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="a\nb\n")
     cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "running")
     cloud["kube"].faults.append(Fault("GET", "/log", "cut"))
     result = runner.invoke(app, ["logs", RECIPE, "convert", "-f"])
@@ -101,7 +114,7 @@ def test_logs_follow_broken_midway_is_one_line(cloud):
 
 
 def test_run_with_follow_logs_streams_the_step_logs(cloud):
-    cloud["kube"].plan(f"{RECIPE}-convert", ticks=4, logs="converting layer 1\n",
+    cloud["kube"].plan(jobset_of(RECIPE, "convert"), ticks=4, logs="converting layer 1\n",
                        on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))
     result = runner.invoke(app, ["run", RECIPE, "--steps", "convert", "--follow-logs"])
     assert result.exit_code == 0, result.output

@@ -34,7 +34,7 @@ def finish(google, gcs, step: str):
 
     def act():
         put_step_output(gcs, recipe, step)
-        bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).progress + f"{step}.done")
+        bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).progress_marker(step))
         gcs.bucket(bucket).blob(name).upload_from_string("2026-11-30T00:00:00Z")
         console(google, progress(step, DONE))()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
@@ -45,8 +46,11 @@ def test_gke_recipe_renders_convert_train_export_jobsets_in_step_order():
     rendered = manifests("qwen3-v6e32")
     assert list(rendered) == ["convert", "train", "export"]
     assert {m["apiVersion"] for m in rendered.values()} == {"jobset.x-k8s.io/v1alpha2"}
-    assert [m["metadata"]["name"] for m in rendered.values()] == [
-        "qwen3-v6e32-convert", "qwen3-v6e32-train", "qwen3-v6e32-export"]
+    convert, train, export = (m["metadata"]["name"] for m in rendered.values())
+    # convert is named after the conversion it shares with other runs, train and export after the run
+    run = train.removesuffix("-train")
+    assert re.fullmatch(r"qwen3-v6e32-[0-9a-f]{7}-convert", convert) and re.fullmatch(r"qwen3-v6e32-[0-9a-f]{7}", run)
+    assert export == f"{run}-export" and not convert.startswith(run)
 
 
 def test_vm_recipe_is_refused_by_render_manifests_with_one_line():
@@ -65,10 +69,12 @@ def test_jobset_names_fit_28_characters_even_for_the_longest_step_name(name):
         assert len(jobs.jobset_name(get_recipe(name), step)) <= 28
 
 
-def test_a_recipe_name_that_makes_a_long_jobset_name_is_refused():
-    recipe = get_recipe("qwen3-v6e32").model_copy(update={"name": "a-very-long-recipe-xy"})
-    with pytest.raises(UserError, match="28"):
-        jobs.jobset_name(recipe, "convert")
+def test_the_longest_recipe_name_is_shortened_in_jobset_names_and_a_too_long_run_name_is_refused():
+    recipe = get_recipe("qwen3-v6e32").model_copy(update={"name": "a-very-long-recipe-x"})  # 20, the most allowed
+    names = [jobs.jobset_name(recipe, step) for step in ("convert", "train", "export")]
+    assert all(len(name) <= 28 and name.startswith("a-very-long-") for name in names), names
+    with pytest.raises(UserError, match="28"):  # a name that did not go through --run's check
+        jobs.jobset_name(recipe.model_copy(update={"run": "a-twenty-two-characters"}), "export")
 
 
 @pytest.mark.parametrize("name", GKE_RECIPES)
@@ -242,17 +248,21 @@ def test_hf_token_comes_from_the_kubernetes_secret_in_every_maxtext_container(na
 
 
 def test_train_loads_exactly_what_convert_writes_and_export_reads_the_last_step():
-    """The paths of seed 000 (MODEL_NAME=qwen3-30b-a3b; GCS_BUCKET is ours): convert writes
-    gs://${GCS_BUCKET}/${MODEL_NAME}/max-text-format/, train loads its 0/items/ and writes run `rl` under
-    trained/, export reads trained/rl/checkpoints/actor/50/model_params/ (50 = num_batches, the last step)."""
+    """The layout of seed 000 (MODEL_NAME=qwen3-30b-a3b; GCS_BUCKET is ours) with a directory per conversion
+    and per run: convert writes gs://${GCS_BUCKET}/${MODEL_NAME}/max-text-format/<version>-scan-<hash>/,
+    train loads its 0/items/ and writes its run under trained/, export reads
+    trained/<run>/checkpoints/actor/50/model_params/ (50 = num_batches, the last step) into hf-trained/<run>/."""
     recipe = get_recipe("qwen3-v6e32")
     commands = jobs.maxtext_commands(recipe, ArtifactPaths(recipe, SETTINGS))
     model = f"gs://{SETTINGS.gcs_bucket}/qwen3-30b-a3b/"
-    assert commands["convert"].value("base_output_directory") == f"{model}max-text-format/"
-    assert commands["train"].value("load_parameters_path") == f"{model}max-text-format/0/items/"
-    assert (commands["train"].value("base_output_directory"), commands["train"].value("run_name")) == (
-        f"{model}trained/", "rl")
-    assert commands["export"].value("load_parameters_path") == f"{model}trained/rl/checkpoints/actor/50/model_params/"
+    converted = commands["convert"].value("base_output_directory")
+    assert re.fullmatch(rf"{re.escape(model)}max-text-format/0\.2\.4-scan-[0-9a-f]{{7}}/", converted)
+    assert commands["train"].value("load_parameters_path") == f"{converted}0/items/"
+    run = commands["train"].value("run_name")
+    assert re.fullmatch(r"qwen3-v6e32-[0-9a-f]{7}", run)
+    assert commands["train"].value("base_output_directory") == f"{model}trained/"
+    assert commands["export"].value("load_parameters_path") == f"{model}trained/{run}/checkpoints/actor/50/model_params/"
+    assert commands["export"].value("base_output_directory") == f"{model}hf-trained/{run}/"
     assert commands["export"].value("scan_layers") == commands["train"].value("scan_layers") == "True"
 
 
@@ -307,8 +317,9 @@ def test_an_override_that_repeats_a_derived_key_is_refused():
 
 def test_main_pod_selector_finds_the_head_for_train_and_the_single_pod_otherwise():
     recipe = get_recipe("qwen3-v6e32")
+    run = ArtifactPaths(recipe, SETTINGS).run_name
     assert jobs.main_pod_selector(recipe, "train") == (
-        "jobset.sigs.k8s.io/jobset-name=qwen3-v6e32-train,jobset.sigs.k8s.io/replicatedjob-name=pathways-head")
+        f"jobset.sigs.k8s.io/jobset-name={run}-train,jobset.sigs.k8s.io/replicatedjob-name=pathways-head")
     assert jobs.main_replicated_job(recipe, "convert") == "main"
     convert = manifests("qwen3-v6e32")["convert"]
     assert convert["spec"]["replicatedJobs"][0]["name"] == jobs.main_replicated_job(recipe, "convert")
@@ -318,7 +329,7 @@ def test_manifest_yaml_round_trips_and_shows_the_command_as_a_literal_block():
     train = manifests("qwen3-v6e32")["train"]
     text = manifest_yaml(train)
     assert yaml.safe_load(text) == train
-    assert "\n                    run_name=rl \\\n" in text
+    assert f"\n                    run_name={ArtifactPaths(get_recipe('qwen3-v6e32'), SETTINGS).run_name} \\\n" in text
     assert "&id" not in text
 
 

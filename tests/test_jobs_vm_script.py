@@ -142,8 +142,8 @@ def run_script(tmp_path, monkeypatch):
         return result.returncode, lines, log
 
     def marker(step: str) -> Path:
-        bucket, prefix = split_gs_url(PATHS.progress)
-        return gcs / bucket / prefix / f"{step}.done"
+        bucket, name = split_gs_url(PATHS.progress_marker(step))
+        return gcs / bucket / name
 
     run.install_marker = install / f".installed-{RECIPE.maxtext_version}"
     return run, marker
@@ -239,7 +239,7 @@ def test_the_cli_reads_the_step_states_from_the_real_scripts_console(run_script)
     code, _, _ = run(fail_module="maxtext.trainers.post_train.rl.train_rl")
     assert code == 1
     first_boot = guest_agent_console(run.output, code)
-    markers = [path.name for path in marker("convert").parent.iterdir()]
+    markers = [marker(step).name for step in ("convert", "train", "export") if marker(step).is_file()]
     assert markers == ["convert.done"]
     assert step_states(markers, first_boot) == {"convert": "done", "train": "failed", "export": "waiting"}
     # While train runs, before the guest agent's verdict, the console shows it started and nothing more.
@@ -257,5 +257,6 @@ def test_the_cli_reads_the_step_states_from_the_real_scripts_console(run_script)
     train = step_section(both_boots, "train")
     assert train[0].endswith(" train: starting") and train[-1].endswith(" train: done")
     assert step_section(both_boots, "convert")[-1].endswith(" convert: done")
-    assert step_states([path.name for path in marker("convert").parent.iterdir()], both_boots) == {
+    assert step_states([marker(step).name for step in ("convert", "train", "export") if marker(step).is_file()],
+                       both_boots) == {
         "convert": "done", "train": "done", "export": "done"}

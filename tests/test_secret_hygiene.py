@@ -24,8 +24,8 @@ from urllib.parse import quote
 import pytest
 
 from jobs import render_manifests
-from peers.fixtures import (REPO, SETTINGS, TOKEN, TRACEBACK, VENV_BIN, clean_environment, put_step_output,
-                            start_gcs_emulator, start_peers)
+from peers.fixtures import (REPO, SETTINGS, TOKEN, TRACEBACK, VENV_BIN, clean_environment, jobset_of,
+                            put_step_output, start_gcs_emulator, start_peers)
 from recipes import all_recipes, example_settings, get_recipe, load_settings
 from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 
@@ -45,6 +45,7 @@ class Session:
     google_requests: list[tuple[str, str, bytes]] = field(default_factory=list)
     stored_versions: list[bytes] = field(default_factory=list)
     kube_secrets: dict = field(default_factory=dict)
+    run_records: list[str] = field(default_factory=list)  # the run.json objects `run` wrote to the bucket
 
     @property
     def forms(self) -> list[str]:
@@ -106,7 +107,7 @@ def session(tmp_path_factory) -> Session:
     try:
         recipe = get_recipe(GKE_RECIPE)
         for step in ("convert", "train", "export"):
-            peers.kube.plan(f"{GKE_RECIPE}-{step}", logs=f"{step} step 1/1\n",
+            peers.kube.plan(jobset_of(GKE_RECIPE, step), logs=f"{step} step 1/1\n",
                             on_success=lambda step=step: put_step_output(peers.gcs_client, recipe, step))
         _run(session, "secret set", _tpu_rl("secret", "set"), env, work, stdin=f"{token}\n")
         _run(session, "preflight", _tpu_rl("preflight", GKE_RECIPE), env, work)
@@ -123,6 +124,8 @@ def session(tmp_path_factory) -> Session:
         session.google_requests = list(peers.google.requests)
         session.stored_versions = [version["data"] for version in peers.google.secrets["hf-token"]]
         session.kube_secrets = json.loads(json.dumps(peers.kube.secrets))
+        session.run_records = [blob.download_as_text() for blob in peers.gcs_client.list_blobs(env["GCS_BUCKET"])
+                               if blob.name.endswith("/run.json")]
     finally:
         peers.stop()
         server.stop()
@@ -153,6 +156,12 @@ def test_no_synthesized_or_rendered_file_contains_the_token(session):
     assert any(path.name == "startup.sh" for path in files)
     leaked = [str(path) for path in files if session.leaks(path.read_text(errors="replace"))]
     assert leaked == []
+
+
+def test_the_run_record_in_the_bucket_does_not_contain_the_token(session):
+    assert len(session.run_records) == 1  # the GKE run's; the run ran with HF_TOKEN in its environment
+    assert json.loads(session.run_records[0])["status"] == "succeeded"
+    assert [leak for record in session.run_records for leak in session.leaks(record)] == []
 
 
 def test_secret_set_stores_the_token_from_stdin_in_secret_manager(session):

@@ -8,6 +8,7 @@ container would leave it, and expects exactly that piece to be reported.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -18,8 +19,11 @@ from scripts.cloud.gcs import missing_outputs
 
 RECIPE = "qwen3-v6e32"
 ROOT = "gs://rl-test-artifacts/qwen3-30b-a3b/"
-CONVERTED_STEP = ROOT + "max-text-format/0/"  # to_maxtext saves step 0 under its output directory
-EXPORT = ROOT + "hf-trained/"
+RUN = ArtifactPaths(get_recipe(RECIPE), peer_settings()).run_name
+CONVERTED = ArtifactPaths(get_recipe(RECIPE), peer_settings()).converted
+assert re.fullmatch(rf"{re.escape(ROOT)}max-text-format/0\.2\.4-scan-[0-9a-f]{{7}}/", CONVERTED)
+CONVERTED_STEP = CONVERTED + "0/"  # to_maxtext saves step 0 under its output directory
+EXPORT = ROOT + f"hf-trained/{RUN}/"
 
 
 @pytest.fixture
@@ -30,7 +34,7 @@ def paths() -> ArtifactPaths:
 @pytest.fixture
 def trained_step(paths) -> str:
     """The step directory of the last checkpoint (its number is the recipe's last step)."""
-    assert paths.final_params.startswith(ROOT + "trained/rl/checkpoints/actor/")
+    assert paths.final_params.startswith(ROOT + f"trained/{RUN}/checkpoints/actor/")
     return paths.final_params.removesuffix("model_params/")
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from recipes import STEPS, UserError
-from scripts.cli.core import app, cloud_recipe, cloud_settings, handled, make_console, secret_app
+from scripts.cli.core import RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, secret_app
 from scripts.outcome import Interrupted, PreflightFailed
 
 if TYPE_CHECKING:
@@ -91,20 +91,34 @@ def secret_set() -> None:
     typer.echo(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
 
 
+def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str]):
+    """The Session of one run: the recipe as the settings, --set and --run make it."""
+    from recipes.runs import for_run
+
+    recipe, settings = cloud_recipe(recipe_name)
+    return make_session(for_run(recipe, sets or (), run_name), settings)
+
+
 @app.command()
 @handled
 def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         steps: str = typer.Option(",".join(STEPS), "--steps", help="Comma-separated subset of the steps."),
         follow_logs: bool = typer.Option(False, "--follow-logs", help="Stream the main pod's logs while waiting."),
-        replace: bool = typer.Option(False, "--replace",
-                                     help="Delete a finished or failed JobSet of an earlier run and submit again.")) -> None:
+        replace: bool = typer.Option(False, "--replace", help="Delete a JobSet of this run that failed, "
+                                     "finished without its output, or has another spec, and submit again."),
+        sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+        run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from scripts.pipeline.gke import run_gke
     from scripts.pipeline.session import parse_steps
 
     wanted = parse_steps(steps)
-    recipe, settings = cloud_recipe(recipe_name)
-    session = make_session(recipe, settings)
+    session = run_session(recipe_name, sets, run_name)
+    recipe = session.recipe
+    if not recipe.is_gke and (sets or run_name is not None):
+        raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "
+                        "trains the recipe as recipes.toml defines it: --set and --run apply to GKE recipes; change "
+                        "rl.overrides in recipes.toml and deploy the stack again")
     if recipe.is_gke:
         run_gke(session, wanted, replace=replace, follow_logs=follow_logs)
     else:
@@ -133,9 +147,11 @@ def status_view(recipe_name: str, bucket: str, report):
 
 @app.command()
 @handled
-def status(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
+def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+           sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+           run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """Each step's state (JobSet or VM progress), pods, time and whether its output is verified in GCS."""
-    session = make_session(*cloud_recipe(recipe_name))
+    session = run_session(recipe_name, sets, run_name)
     recipe = session.recipe
     if recipe.is_gke:
         from scripts.pipeline.gke import status_gke
@@ -153,13 +169,15 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
 def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
          step: str = typer.Argument(..., metavar="STEP", help="convert, train or export"),
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming."),
-         tail: Optional[int] = typer.Option(200, "--tail", min=0, help="Lines from the end (0 = all).")) -> None:
+         tail: Optional[int] = typer.Option(200, "--tail", min=0, help="Lines from the end (0 = all)."),
+         sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+         run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """The main container's log of a step (the Pathways head for train), or the VM's serial console."""
     from scripts.pipeline.gke import logs_gke
     from scripts.pipeline.session import parse_step
 
     parse_step(step)
-    session = make_session(*cloud_recipe(recipe_name))
+    session = run_session(recipe_name, sets, run_name)
     recipe = session.recipe
     if recipe.is_gke:
         lines = logs_gke(session, step, follow, tail or None)

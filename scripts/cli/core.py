@@ -131,6 +131,12 @@ def cloud_settings() -> Settings:
     return settings
 
 
+# The options that choose a run (recipes/runs.py), on every command that renders or reaches one.
+SET_HELP = ("Override a MaxText key of the train step, e.g. learning_rate=1e-5; repeatable, later wins. "
+            "Changes the run name.")
+RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
+
+
 def cloud_recipe(recipe_name: str) -> tuple[Recipe, Settings]:
     """The recipe as the user's settings run it (CAPACITY applied, every per-recipe rule checked), and
     those settings; never the example."""

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from recipes import UserError, all_recipes, get_recipe, load_settings
-from scripts.cli.core import app, handled, make_console, write_file
+from scripts.cli.core import RUN_HELP, SET_HELP, app, handled, make_console, write_file
 
 if TYPE_CHECKING:
     from recipes import Recipe
@@ -106,12 +106,15 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
 @app.command()
 @handled
 def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
-           out: Path = typer.Option(..., "--out", help="Directory for the rendered files.")) -> None:
+           out: Path = typer.Option(..., "--out", help="Directory for the rendered files."),
+           sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+           run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """Write convert.yaml, train.yaml and export.yaml (GKE) or startup.sh (VM) with the current settings."""
     import jobs
+    from recipes.runs import for_run, run_name as name_of
 
     settings = load_settings(allow_example=True)
-    recipe = settings.recipe(get_recipe(recipe_name))
+    recipe = for_run(settings.recipe(get_recipe(recipe_name)), sets or (), run_name)
     if recipe.is_gke:
         files = {f"{step}.yaml": jobs.manifest_yaml(manifest)
                  for step, manifest in jobs.render_manifests(recipe, settings).items()}
@@ -122,5 +125,5 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     for name, text in files.items():
         write_file(out / name, text, "--out")
     note = " (example settings: export your own before `run`)" if settings.is_example else ""
-    typer.echo(f"wrote {', '.join(str(out / name) for name in files)} for {recipe.name} with settings from "
-               f"{settings.source}{note}")
+    typer.echo(f"wrote {', '.join(str(out / name) for name in files)} for {recipe.name}, run {name_of(recipe)}, "
+               f"with settings from {settings.source}{note}")

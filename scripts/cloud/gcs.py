@@ -136,6 +136,39 @@ def latest_checkpoint_step(storage, paths: ArtifactPaths) -> int | None:
     return None
 
 
+def read_json(storage, url: str) -> dict | None:
+    """The JSON object at a gs:// URL (a run record), or None when there is none."""
+    bucket, name = split_gs_url(url)
+    try:
+        return json.loads(storage.bucket(bucket).blob(name).download_as_bytes())
+    except gexc.NotFound:
+        return None
+    except ValueError:
+        raise ApiError(f"{url} is not JSON: delete it or fix it by hand") from None
+    except gexc.GoogleAPIError as error:
+        raise ApiError(f"reading {url} failed: {error}") from None
+
+
+def write_json(storage, url: str, data: dict) -> None:
+    bucket, name = split_gs_url(url)
+    text = json.dumps(data, indent=2) + "\n"
+    try:
+        storage.bucket(bucket).blob(name).upload_from_string(text, content_type="application/json")
+    except gexc.GoogleAPIError as error:
+        raise ApiError(f"writing {url} failed: {error}") from None
+
+
+def exists(storage, url: str) -> bool:
+    """Whether the object at a gs:// URL exists (a missing bucket: no)."""
+    bucket, name = split_gs_url(url)
+    try:
+        return storage.bucket(bucket).blob(name).exists()
+    except gexc.NotFound:
+        return False
+    except gexc.GoogleAPIError as error:
+        raise ApiError(f"checking {url} failed: {error}") from None
+
+
 def object_names(storage, prefix_url: str) -> list[str]:
     """Names of the objects under a prefix, relative to it (progress markers)."""
     bucket, prefix = split_gs_url(prefix_url)

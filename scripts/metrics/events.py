@@ -23,10 +23,9 @@ EVENT_FILE_GLOB = "events.out.tfevents.*"
 
 
 def run_directory(recipe: Recipe, settings: Settings, run: str) -> str:
-    """Where train_rl writes a run's event files: MaxText's tensorboard_dir =
-    os.path.join(base_output_directory, run_name, "tensorboard", "") (types.py: RLConfig in 0.2.4,
-    MaxTextConfig in 0.2.3), with base_output_directory = ArtifactPaths.trained."""
-    return f"{ArtifactPaths(recipe, settings).trained}{run}/tensorboard/"
+    """Where train_rl writes a run's event files (ArtifactPaths.tensorboard of that run). The name is taken
+    as given, not checked against today's run-name rule: it reads runs already in the bucket."""
+    return ArtifactPaths(recipe.model_copy(update={"run": run}), settings).tensorboard
 
 
 @dataclass(frozen=True)

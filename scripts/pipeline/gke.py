@@ -12,7 +12,14 @@ from typing import Callable, Iterable
 
 from rich.markup import escape
 
-from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
+from jobs.k8s import (
+    JOBSET_NAME_LABEL,
+    MAIN_CONTAINER,
+    SPEC_DIGEST_ANNOTATION,
+    jobset_name,
+    main_pod_selector,
+    spec_digest,
+)
 from recipes import STEPS, Recipe, Settings, UserError
 from recipes.conventions import CHECK_FAILED_PREFIX, HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from scripts.cloud import gcs, hf_token
@@ -28,7 +35,15 @@ from scripts.cloud.kube import (
 )
 from scripts.outcome import ApiError, Interrupted, StepFailed
 from scripts.pipeline.progress import last_train_step
-from scripts.pipeline.session import Session, StatusReport, StepStatus, describe_missing, verify_output
+from scripts.pipeline.record import RunRecord
+from scripts.pipeline.session import (
+    Session,
+    StatusReport,
+    StepStatus,
+    describe_missing,
+    differing_fields,
+    verify_output,
+)
 
 # How many of a step's last log lines are shown when nothing was streamed, and searched for a check's reason.
 LOG_TAIL_LINES = 50
@@ -92,16 +107,48 @@ class Action:
     why: str
 
 
+def _as_submitted(stored: object, ours: object) -> object:
+    """The cluster's copy of a spec with only the fields we submit: the API server, the JobSet webhook and
+    Kueue fill in defaults (and spec.suspend), which are not changes."""
+    if isinstance(ours, dict) and isinstance(stored, dict):
+        return {key: _as_submitted(stored[key], value) for key, value in ours.items() if key in stored}
+    if isinstance(ours, list) and isinstance(stored, list) and len(ours) == len(stored):
+        return [_as_submitted(theirs, mine) for theirs, mine in zip(stored, ours)]
+    return stored
+
+
+def spec_change(job: StepJob, existing: dict | None) -> str | None:
+    """How the JobSet on the cluster differs from the one this run would submit, or None when it does not
+    (by the spec digest tpu-rl stored on it; a JobSet without one counts as different)."""
+    if existing is None:
+        return None
+    stored = ((existing.get("metadata") or {}).get("annotations") or {}).get(SPEC_DIGEST_ANNOTATION)
+    if stored == spec_digest(job.manifest):
+        return None
+    ours = {"spec": job.manifest["spec"]}
+    return differing_fields(_as_submitted({"spec": existing.get("spec") or {}}, ours), ours) or \
+        "in fields the cluster fills in"
+
+
 def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[str, ...], replace: bool) -> list[Action]:
     """Decide, before anything is submitted, what happens to each step. Raises UserError on conflicts."""
-    recipe = session.recipe
     actions: list[Action] = []
     will_run: set[str] = set()
     for step in steps:
         job = jobs[step]
-        state = jobset_state(session.cluster.get_jobset(job.name))
+        existing = session.cluster.get_jobset(job.name)
+        state = jobset_state(existing)
         missing = session.missing(step)
-        if state.phase in ("running", "suspended"):
+        # A JobSet under this name that would be used (reattached, or replaced because its output is
+        # missing) but was submitted with another spec is never reused silently.
+        change = spec_change(job, existing) if missing or state.phase in ("running", "suspended") else None
+        if change:
+            what = f"JobSet {job.name} ({state.phase}) was submitted with another spec than this run's ({change})"
+            if not replace and not (session.confirm and session.confirm(f"{what}. Delete it and submit the new spec?")):
+                raise UserError(f"{what}: rerun with --replace to delete it and submit the new spec, or choose "
+                                "another run name with --run NAME")
+            actions.append(Action(step, "replace", what))
+        elif state.phase in ("running", "suspended"):
             actions.append(Action(step, "attach", f"JobSet {job.name} is {state.phase}"))
         elif not missing:
             reuse = f" (JobSet {job.name} {state.phase})" if state.phase != "absent" else ""
@@ -126,7 +173,7 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[str, ...],
             if missing_before:
                 raise UserError(
                     f"{step} needs the output of {before}, which is missing ({describe_missing(missing_before)}): "
-                    f"run `tpu-rl run {recipe.name} --steps {before},{step}` (or without --steps)")
+                    f"run {session.command('run', '--steps', f'{before},{step}')} (or without --steps)")
         will_run.add(step)
     return actions
 
@@ -135,6 +182,7 @@ def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_l
     console = session.console
     jobs = step_jobs(session.recipe, session.settings)
     try:
+        record = RunRecord.open(session)
         actions = plan_gke(session, jobs, steps, replace)
     except ApiError as error:
         raise ApiError(f"{error}; nothing was submitted") from None
@@ -144,7 +192,21 @@ def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_l
         del token
         console.print(f"Kubernetes Secret {HF_TOKEN_K8S_SECRET} filled from Secret Manager "
                       f"'{session.settings.hf_token_secret}'")
-    console.print("plan: " + ", ".join(f"{action.step} {action.kind}" for action in actions))
+    console.print(f"run {session.paths.run_name}; plan: "
+                  + ", ".join(f"{action.step} {action.kind}" for action in actions))
+    record.start({action.step: action.kind for action in actions}, {step: job.name for step, job in jobs.items()})
+    try:
+        _run_actions(session, jobs, actions, steps, record, follow_logs)
+    except BaseException as error:
+        record.finish(error)
+        raise
+    record.finish(None)
+    session.report_done(steps)
+
+
+def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Action], steps: tuple[str, ...],
+                 record: RunRecord, follow_logs: bool) -> None:
+    console = session.console
     for action in actions:
         job = jobs[action.step]
         if action.kind == "skip":
@@ -158,20 +220,27 @@ def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_l
             console.print(f"{action.step}: submitted JobSet {job.name}")
         else:
             console.print(f"{action.step}: {action.why}; reattaching to it (not submitting a duplicate)")
-        remaining = ",".join(steps[steps.index(action.step):])
+        record.step(action.step, "running")
+        reattach = session.command("run", "--steps", ",".join(steps[steps.index(action.step):]))
         try:
             wait_for_jobset(session, job, follow_logs)
         except KeyboardInterrupt:
             raise Interrupted(
-                f"interrupted: JobSet {job.name} keeps running on the cluster. Reattach with "
-                f"`tpu-rl run {session.recipe.name} --steps {remaining}`; logs: {session.logs_hint(job.step)}; "
-                f"stop it with `kubectl delete jobset {job.name}`") from None
+                f"interrupted: JobSet {job.name} keeps running on the cluster. Reattach with {reattach}; logs: "
+                f"{session.logs_hint(job.step)}; stop it with `kubectl delete jobset {job.name}`") from None
         except ApiError as error:
             raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
-                           f"{job.name} keeps running: rerun `tpu-rl run {session.recipe.name} --steps {remaining}` "
-                           "to reattach") from None
+                           f"{job.name} keeps running: rerun {reattach} to reattach") from None
         verify_output(session, action.step, steps)
-    session.report_done(steps)
+        record.step(action.step, "succeeded", capacity=_capacity(session, job))
+
+
+def _capacity(session: Session, job: StepJob) -> str | None:
+    """The capacity mode the step's pods ran on, for the run record; None when unknown."""
+    try:
+        return capacity_of(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"))
+    except ApiError:
+        return None
 
 
 class LogFollower(threading.Thread):
@@ -245,7 +314,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
                 state = jobset_state(cluster.get_jobset(job.name))
                 if state.phase == "absent":
                     raise StepFailed(f"step {job.step} failed: JobSet {job.name} disappeared while running (deleted "
-                                     f"by someone?); rerun `tpu-rl run {session.recipe.name}` to resubmit")
+                                     f"by someone?); rerun {session.command('run')} to resubmit")
                 pods = cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}")
                 for problem in (p for pod in pods for p in pod_problems(pod)):
                     if problem not in problems:
@@ -349,7 +418,8 @@ def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_po
 
 def status_gke(session: Session) -> StatusReport:
     rows = []
-    for step, job in step_jobs(session.recipe, session.settings).items():
+    jobs = step_jobs(session.recipe, session.settings)
+    for step, job in jobs.items():
         state = jobset_state(session.cluster.get_jobset(job.name))
         # A finished JobSet keeps its pods until its TTL, so the capacity it ran on stays readable.
         pods = (current_attempt(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"), state.restarts)
@@ -357,7 +427,8 @@ def status_gke(session: Session) -> StatusReport:
         counts = pod_counts(pods) if state.phase in ("running", "suspended") else None
         rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
                                session.output_state(step), capacity_of(pods) or ""))
-    return StatusReport(f"JobSets {jobset_name(session.recipe, '<step>')}", rows)
+    run = session.paths.run_name
+    return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows)
 
 
 def logs_gke(session: Session, step: str, follow: bool, tail: int | None) -> Iterable[str]:
@@ -365,7 +436,7 @@ def logs_gke(session: Session, step: str, follow: bool, tail: int | None) -> Ite
     pod = main_pod(session.cluster.list_pods(job.selector))
     if pod is None:
         raise UserError(f"no pod for step {step} (JobSet {job.name} is absent, or its pods were removed after the "
-                        f"24 h TTL): see `tpu-rl status {session.recipe.name}`")
+                        f"24 h TTL): see {session.command('status')}")
     name = pod["metadata"]["name"]
     if follow:
         return session.cluster.stream_log(name, MAIN_CONTAINER, tail_lines=tail)

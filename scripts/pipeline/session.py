@@ -7,6 +7,7 @@ console without patching.
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -71,10 +72,31 @@ class Session:
         return f"missing: {describe_missing(missing)}" if missing else "verified"
 
     def report_done(self, steps: tuple[str, ...]) -> None:
-        self.console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{self.settings.gcs_bucket}")
+        self.console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{self.settings.gcs_bucket} "
+                           f"(run {self.paths.run_name})")
+
+    def command(self, verb: str, *args: str) -> str:
+        """A `tpu-rl` command line for this run, in backquotes: with the run's --set items and --run name,
+        so that it reaches the same run."""
+        sets = [f"--set {shlex.quote(item)}" for item in self.recipe.sets]
+        run = [f"--run {self.recipe.run}"] if self.recipe.run else []
+        return f"`{' '.join(['tpu-rl', verb, self.recipe.name, *args, *sets, *run])}`"
 
     def logs_hint(self, step: str) -> str:
-        return f"`tpu-rl logs {self.recipe.name} {step}`"
+        return self.command("logs", step)
+
+
+MAX_FIELDS_SHOWN = 3
+
+
+def differing_fields(old: object, new: object, limit: int = MAX_FIELDS_SHOWN) -> str:
+    """What differs between two JSON values, as `path: old → new` (dotted paths; scripts and argument lists
+    by their key=value arguments), at most `limit` of them and how many more; "" when nothing does."""
+    from scripts.plan_review.diff import changed_fields
+
+    changes = changed_fields(old, new)
+    shown = "; ".join(f"{path}: {' '.join(text.split())}" for path, text, _ in changes[:limit])  # one line
+    return shown + (f"; and {len(changes) - limit} more" if len(changes) > limit else "")
 
 
 def describe_missing(missing: Iterable[gcs.Requirement]) -> str:

@@ -13,14 +13,15 @@ from jobs.vm import PROGRESS_LINE, STARTING
 from recipes import STEPS, UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
+from scripts.pipeline.record import RunRecord
 from scripts.pipeline.session import Session, StatusReport, StepStatus, verify_output
 
 STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING"}
 
 
-# The startup script (jobs/vm.py) writes `<step>.done` under paths.progress after a step succeeded and
-# logs each step's start in the format jobs.vm.PROGRESS_LINE reads; the guest agent reports a failed
-# script on the serial console ('Script "startup-script" failed with error: exit status 1',
+# The startup script (jobs/vm.py) writes paths.progress_marker(step), `.../<step>.done`, after a step
+# succeeded and logs each step's start in the format jobs.vm.PROGRESS_LINE reads; the guest agent reports
+# a failed script on the serial console ('Script "startup-script" failed with error: exit status 1',
 # GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go).
 SCRIPT_FAILED = re.compile(r"(?i)startup-script.*(?:exit status [1-9]|failed with error|return code [1-9])")
 
@@ -32,7 +33,7 @@ def _started_step(line: str) -> str | None:
 
 
 def step_states(markers: Iterable[str], console_text: str) -> dict[str, str]:
-    """Each step's state from the marker names (relative to paths.progress) and the console so far."""
+    """Each step's state from the names of the markers that exist (`<step>.done`) and the console so far."""
     done = {name.rsplit("/", 1)[-1].removesuffix(".done") for name in markers if name.endswith(".done")}
     # Where each step last started: after a reboot the script starts the step again, and only what
     # follows that start tells whether this attempt failed.
@@ -47,6 +48,13 @@ def step_states(markers: Iterable[str], console_text: str) -> dict[str, str]:
         else:
             states[step] = "waiting"
     return states
+
+
+def done_markers(session: Session) -> list[str]:
+    """The names (`<step>.done`) of the progress markers the startup script has written for this run."""
+    storage, paths = session.clients.storage(), session.paths
+    return [paths.progress_marker(step).rpartition("/")[2] for step in STEPS
+            if gcs.exists(storage, paths.progress_marker(step))]
 
 
 def step_section(console_text: str, step: str) -> list[str] | None:
@@ -83,15 +91,31 @@ class SerialReader:
 
 
 def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool) -> None:
-    console, paths = session.console, session.paths
+    console = session.console
     _instance(session)
+    record = RunRecord.open(session)
     pending = [step for step in steps if session.missing(step)]
     for step in steps:
         if step not in pending:
             console.print(f"[green]✓[/] {step}: output verified, skipping")
+    record.start({step: "startup script" if step in pending else "skip" for step in steps})
     if not pending:
-        console.print("[green]done[/]: every step's output is verified")
+        record.finish(None)
+        console.print(f"[green]done[/]: every step's output is verified (run {session.paths.run_name})")
         return
+    try:
+        _follow(session, steps, pending, record, follow_logs)
+    except BaseException as error:
+        record.finish(error)
+        raise
+    record.finish(None)
+    session.report_done(steps)
+
+
+def _follow(session: Session, steps: tuple[str, ...], pending: list[str], record: RunRecord,
+            follow_logs: bool) -> None:
+    """Follow the startup script until every pending step is done and verified."""
+    console, paths = session.console, session.paths
     serial = SerialReader(session)
     console_text = ""
     last_console_line = ""
@@ -100,7 +124,7 @@ def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool) -> No
         while pending:
             text = serial.new_text()
             console_text += text
-            states = step_states(gcs.object_names(session.clients.storage(), paths.progress), console_text)
+            states = step_states(done_markers(session), console_text)
             lines = [line for line in text.splitlines() if line.strip()]
             if lines:
                 last_console_line = lines[-1]
@@ -112,15 +136,18 @@ def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool) -> No
                 if reported.get(step) != state:
                     console.print(f"{step}: {state}")
                     reported[step] = state
+                    if state == "running":
+                        record.step(step, "running")
                 if state == "failed":
                     raise StepFailed(
                         f"step {step} failed on TPU VM {session.settings.vm_name} (the startup script stopped "
-                        f"before writing {paths.progress}{step}.done); last console line: "
+                        f"before writing {paths.progress_marker(step)}); last console line: "
                         f"{last_console_line[:200]!r}. Logs: {session.logs_hint(step)}")
                 if state != "done":
                     break
                 pending.remove(step)
                 verify_output(session, step, steps)
+                record.step(step, "succeeded")
             if not pending:
                 break
             status = _instance(session).status
@@ -132,14 +159,13 @@ def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool) -> No
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted: the TPU VM keeps running its startup script. Reattach with "
                           f"`tpu-rl run {session.recipe.name}`") from None
-    session.report_done(steps)
 
 
 def status_vm(session: Session) -> StatusReport:
     """Each step's progress and output. Without the VM (deleted after a run, or not deployed yet) the
     bucket still holds the progress markers and outputs, so they are shown with a note instead of an error."""
     settings = session.settings
-    markers = gcs.object_names(session.clients.storage(), session.paths.progress)
+    markers = done_markers(session)
     try:
         instance = session.clients.instances().get(project=settings.project, zone=settings.zone,
                                                    instance=settings.vm_name)

@@ -222,7 +222,8 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
     """Healthy fake APIs for env's settings, changed where `state` says; env is pointed at them.
 
     state keys: bucket (absent | a region), kube (absent | no-jobset-crd | other-context), stale ([step,
-    phase] of a JobSet left from an earlier run, of `recipe`), and those of `start_google`.
+    phase] of a JobSet left from an earlier run, of `recipe` as `stale_set` (--set items) and `stale_run`
+    (--run) make it), and those of `start_google`.
     """
     server, url = gcs_emulator
     server.wipe()
@@ -246,14 +247,24 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
         if "stale" in state:
             from jobs import render_manifests
             from recipes import get_recipe, load_settings
+            from recipes.runs import for_run
 
             step, phase = state["stale"]
-            recipe = get_recipe(state.get("recipe", "qwen3-v6e32"))
+            recipe = for_run(get_recipe(state.get("recipe", "qwen3-v6e32")), state.get("stale_set", ()),
+                             state.get("stale_run"))
             kube.put_jobset(render_manifests(recipe, load_settings(env=env))[step], phase=phase)
             kube.requests.clear()
     peers = Peers(kube, google, gcs_client)
     peers.before = peers.state()
     return peers
+
+
+def jobset_of(recipe_name: str, step: str) -> str:
+    """The name of the JobSet `tpu-rl run RECIPE` submits for a step (the recipe's own run, no --set)."""
+    from jobs.k8s import jobset_name
+    from recipes import get_recipe
+
+    return jobset_name(get_recipe(recipe_name), step)
 
 
 def peer_settings():

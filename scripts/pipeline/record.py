@@ -1,0 +1,168 @@
+"""The run record: run.json under the run's prefix in the bucket (ArtifactPaths.run_record), beside the
+checkpoints and TensorBoard logs train_rl writes there.
+
+`tpu-rl run` writes it when it starts submitting, after each step and at the end, so that a run found in
+the bucket later says what it was: the recipe as run with its overrides (the recipe's and --set), the
+settings, the versions (MaxText, image, Pathways tag, this package and its git commit), the command line,
+when it ran and how each step went. Nothing secret is in it: the token is never in the recipe, the settings
+or the command line (a --set of a secret-looking key is masked all the same).
+
+The record also guards the run's name: a run started with other settings under the same name (`--run`)
+is refused before anything is submitted, with the settings that differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+
+from recipes import UserError, get_recipe
+from recipes.runs import default_run_name, digest, run_identity
+from scripts.cloud import gcs
+from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
+from scripts.pipeline.session import Session, differing_fields
+
+RECORD_FORMAT = 1
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) holding scripts/
+UNKNOWN = "unknown"
+_SECRET_KEY = re.compile(r"(?i)token|secret|password|credential")
+
+
+def git_commit(root: Path = PACKAGE_ROOT) -> str:
+    """HEAD of the git checkout this package runs from, or "unknown" when it is not one (an installed wheel;
+    a site-packages inside some other repository does not count)."""
+    def git(*args: str) -> str:
+        result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    try:
+        top = git("rev-parse", "--show-toplevel")
+        if not top or Path(top).resolve() != root.resolve():
+            return UNKNOWN
+        return git("rev-parse", "HEAD") or UNKNOWN
+    except (OSError, subprocess.SubprocessError):
+        return UNKNOWN
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("tpu-rl")
+    except metadata.PackageNotFoundError:
+        return UNKNOWN
+
+
+def redacted(argv: list[str]) -> list[str]:
+    """The command line with the value of any secret-looking KEY=VALUE masked."""
+    def mask(arg: str) -> str:
+        key, sep, _ = arg.partition("=")
+        return f"{key}=***" if sep and _SECRET_KEY.search(key) else arg
+
+    return [mask(arg) for arg in argv]
+
+
+def _time(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds")
+
+
+@dataclass
+class RunRecord:
+    session: Session
+    data: dict = field(default_factory=dict)
+    current: str | None = None  # the step this invocation is running
+
+    @classmethod
+    def open(cls, session: Session) -> RunRecord:
+        """The run's record as the bucket holds it (empty for a new run). Refuses a run name whose record
+        was written for other settings: the same name would resume another run's checkpoints."""
+        paths = session.paths
+        existing = gcs.read_json(session.clients.storage(), paths.run_record) or {}
+        identity = run_identity(session.recipe)
+        if existing and existing.get("identity") != identity:
+            changes = differing_fields(existing.get("identity") or {}, identity) or "its record has no identity"
+            derived = default_run_name(session.recipe)
+            raise UserError(
+                f"run '{paths.run_name}' was started with other settings ({changes}; see {paths.run_record}): "
+                f"choose another name with --run NAME, or leave out --run to train as run '{derived}'")
+        return cls(session, existing)
+
+    def _describe(self) -> dict:
+        session = self.session
+        recipe, settings = session.recipe, session.settings
+        identity = run_identity(recipe)
+        return {
+            "format": RECORD_FORMAT,
+            "run": session.paths.run_name,
+            "named_by": "--run" if recipe.run else "settings hash",
+            "recipe": recipe.name,
+            "identity": identity,
+            "identity_sha256": digest(identity),
+            "overrides": {"recipe": list(get_recipe(recipe.name).rl.overrides), "set": list(recipe.sets),
+                          "train": list(recipe.rl.overrides)},
+            "train_steps": recipe.train_steps,
+            "recipe_as_run": recipe.model_dump(mode="json"),
+            "settings": dataclasses.asdict(settings),
+            "versions": {"maxtext": recipe.maxtext_version, "image": recipe.maxtext.image, "pip": recipe.maxtext.pip,
+                         "pathways_tag": recipe.pathways_images.tag if recipe.pathways else None,
+                         "tpu_rl": package_version(), "git_commit": git_commit()},
+            "outputs": {"checkpoints": session.paths.actor_checkpoints, "tensorboard": session.paths.tensorboard,
+                        "export": session.paths.hf_export, "conversion": session.paths.converted},
+        }
+
+    def start(self, actions: dict[str, str], jobsets: dict[str, str] | None = None) -> None:
+        """Before the first step: what this invocation will do with each step (skip, submit, attach, ...)."""
+        now = _time(self.session.now())
+        data = self.data
+        earlier = {key: data[key] for key in ("command", "started", "ended", "status", "error") if key in data}
+        if earlier:
+            data.setdefault("earlier", []).append(earlier)
+        data.update(self._describe())
+        data.setdefault("created", now)
+        data.update(command=redacted(sys.argv), started=now, ended=None, status="running", error=None)
+        steps = data.setdefault("steps", {})
+        for step, kind in actions.items():
+            entry = steps.setdefault(step, {"capacity": None})
+            entry.update(action=kind, jobset=(jobsets or {}).get(step))
+            if kind == "skip":
+                entry["status"] = "verified"
+            else:
+                entry.update(status="waiting", started=None, ended=None)
+        self.write(required=True)
+
+    def step(self, step: str, status: str, **fields: object) -> None:
+        """A step's new status ("running" stamps its start, "succeeded"/"failed" its end)."""
+        now = _time(self.session.now())
+        entry = self.data.setdefault("steps", {}).setdefault(step, {"capacity": None})
+        entry.update(status=status, **fields)
+        if status == "running":
+            entry["started"] = now
+            self.current = step
+        elif status in ("succeeded", "failed"):
+            entry["ended"] = now
+            self.current = None
+        self.write()
+
+    def finish(self, error: BaseException | None) -> None:
+        """The end of this invocation: succeeded, failed (a step failed or lost its output), interrupted
+        (the JobSet keeps running) or stopped by an API error."""
+        if isinstance(error, (StepFailed, OutputMissing)) and self.current:
+            self.step(self.current, "failed")
+        status = ("succeeded" if error is None else "interrupted" if isinstance(error, (Interrupted, KeyboardInterrupt))
+                  else "failed")
+        self.data.update(status=status, ended=_time(self.session.now()), error=str(error) if error else None)
+        self.write()
+
+    def write(self, required: bool = False) -> None:
+        """Upload the record. Only the first write may stop the run (nothing is submitted yet); later, a
+        failed write is a warning, and the steps go on."""
+        try:
+            gcs.write_json(self.session.clients.storage(), self.session.paths.run_record, self.data)
+        except ApiError as error:
+            if required:
+                raise ApiError(f"{error}; nothing was submitted") from None
+            self.session.console.print(f"[yellow]![/] the run record was not updated: {error}")
