@@ -26,7 +26,7 @@ MANIFESTS_CHART = Path(__file__).parent / "charts" / "manifests"
 JOBSET_CHART = "oci://registry.k8s.io/jobset/charts"
 KUEUE_CHART = "oci://registry.k8s.io/kueue/charts"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
-TPU_RESOURCE = "google.com/tpu"
+TPU_RESOURCE = conventions.TPU_RESOURCE
 CPU_FLAVOR = "cpu"
 # Flex-start slices through a ProvisioningRequest (infra.tpu_pool says why): Kueue's admission check
 # controller for it, and GKE's provisioning class for flex-start with queued provisioning, whose nodes
@@ -122,7 +122,7 @@ def tpu_flavor_manifest(props: QueueProps, capacity: CapacityMode) -> dict[str, 
     pool of the chosen mode. Merging refuses a pod that pins another value for one of these keys
     (pkg/podset/podset.go), which is why the train workers select only on accelerator and topology.
     """
-    tolerations = [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations = [conventions.tpu_toleration()]
     if capacity == "flex-start":  # queued-provisioning nodes are tainted for the pods they were provisioned for
         tolerations.append({"key": QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
     return {
@@ -131,8 +131,7 @@ def tpu_flavor_manifest(props: QueueProps, capacity: CapacityMode) -> dict[str, 
         "metadata": {"name": conventions.tpu_flavor_name(capacity)},
         "spec": {
             "nodeLabels": {
-                "cloud.google.com/gke-tpu-accelerator": props.tpu_accelerator,
-                "cloud.google.com/gke-tpu-topology": props.tpu_topology,
+                **conventions.tpu_node_selector(props.tpu_accelerator, props.tpu_topology),
                 conventions.CAPACITY_NODE_LABEL: capacity,
             },
             "tolerations": tolerations,

@@ -51,7 +51,7 @@ from infra.google import container_node_pool
 from recipes import conventions
 from recipes.model import CapacityMode
 
-TPU_TAINT = ("google.com/tpu", "present", "NO_SCHEDULE")
+TPU_TAINT = (conventions.TPU_RESOURCE, "present", "NO_SCHEDULE")  # the taint GKE puts on its own TPU node pools
 
 # When GKE does upgrade a slice (after the cluster's upgrade exclusion, see infra.gke_cluster), it takes
 # hosts down in place instead of first creating a surge host: a surge host must come from the same

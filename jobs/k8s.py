@@ -15,9 +15,11 @@ from recipes.runs import conversion_key, digest, run_name
 from recipes.conventions import (
     HF_TOKEN_ENV,
     HF_TOKEN_K8S_SECRET,
+    JOBSET_NAME_LABEL,
     LOCAL_QUEUE,
     MAX_JOBSET_NAME,
     NAMESPACE,
+    REPLICATED_JOB_LABEL,
     WORKLOAD_KSA,
     cpu_pool_name,
 )
@@ -27,8 +29,6 @@ MAIN_CONTAINER = "workload-container"
 TTL_SECONDS_AFTER_FINISHED = 24 * 3600  # as the seeds (--gke-ttl-after-finished=24h); finished sets do not pile up
 MAX_RESTARTS = 0  # as seed 000 (--restarts=0): a failed step is re-run by `tpu-rl run`, which resumes
 
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 COORDINATOR_LABEL = "jobset.sigs.k8s.io/coordinator"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"

@@ -35,6 +35,7 @@ from jobs.maxtext import train_command
 from jobs.patches import render_patch, resolve_patches
 from jobs.paths import ArtifactPaths
 from recipes import Recipe
+from recipes.conventions import TPU_RESOURCE, tpu_node_selector, tpu_toleration
 from recipes.model import quantity_bytes
 
 PROXY_PORT = 29000
@@ -42,7 +43,6 @@ RESOURCE_MANAGER_PORT = 29001
 WORKER_PORT = 29005
 WORKER_PORTS = (WORKER_PORT, WORKER_PORT + 1, 8471, 8080)  # server, its second channel, TPU runtime, metrics
 WORKER_BACKOFF_PER_HOST = 4  # as xpk: a few pod restarts per host before the worker job fails
-TPU_RESOURCE = "google.com/tpu"
 SHARED_TMP = "shared-tmp"  # hostPath /tmp shared by the head's containers and by each worker, as xpk does
 
 
@@ -230,11 +230,8 @@ def worker_job(paths: ArtifactPaths) -> dict[str, Any]:
     pod = pod_template(paths.recipe, "train", {
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
-        "nodeSelector": {
-            "cloud.google.com/gke-tpu-accelerator": shape.gke_accelerator,
-            "cloud.google.com/gke-tpu-topology": shape.topology,
-        },
-        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "nodeSelector": tpu_node_selector(shape.gke_accelerator, shape.topology),
+        "tolerations": [tpu_toleration()],
         "containers": [pathways_worker(paths)],
         "volumes": [_shared_tmp_volume(), _dev_shm_volume()],
     }, restart_policy="OnFailure")

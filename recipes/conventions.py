@@ -2,6 +2,28 @@
 
 # Kubernetes side of a GKE recipe.
 NAMESPACE = "default"
+
+# Names GKE and JobSet define, which the stacks, manifests and CLI read (we do not choose them).
+TPU_RESOURCE = "google.com/tpu"  # the extended resource of TPU hosts, and the key of GKE's TPU node taint
+TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"  # node labels GKE puts on TPU nodes
+TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # JobSet writes both as labels and annotations
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+
+
+def tpu_node_selector(accelerator: str, topology: str) -> dict[str, str]:
+    """The node labels of one TPU slice shape (pods select them; Kueue's TPU flavors match them)."""
+    return {TPU_ACCELERATOR_LABEL: accelerator, TPU_TOPOLOGY_LABEL: topology}
+
+
+def tpu_toleration() -> dict[str, str]:
+    """Tolerates the NoSchedule taint on TPU nodes (the stacks' pools carry it, as GKE's own do)."""
+    return {"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def get_credentials_command(cluster_name: str, region: str, project: str) -> str:
+    """What points kubectl at a recipe's cluster: the stack prints it, the CLI names it in its errors."""
+    return f"gcloud container clusters get-credentials {cluster_name} --region {region} --project {project}"
 # JobSet names stay within this, so that pod names (<jobset>-<job>-<index>-<index>-<suffix>) fit 63
 # characters; run names are bounded by it (recipes/runs.py).
 MAX_JOBSET_NAME = 28

@@ -130,10 +130,10 @@ class GkeRecipeStack(TpuRlStack):
                 depends_on=[cluster.system_pool],
             ),
         )
-        location = f"--location={settings.region} --project={settings.project}"
         self.output("cluster_name", name, "GKE cluster")
         self.output("cluster_location", settings.region, "GKE cluster region")
-        self.output("get_credentials_command", f"gcloud container clusters get-credentials {name} {location}",
+        self.output("get_credentials_command",
+                    conventions.get_credentials_command(name, settings.region, settings.project),
                     "Point kubectl at the cluster")
         self.output("bucket", settings.bucket_url, "Artifacts bucket (owned by the artifacts stack)")
         self.output("local_queue", conventions.LOCAL_QUEUE, f"Kueue LocalQueue in namespace {conventions.NAMESPACE}")

@@ -282,7 +282,7 @@ def test_outputs_say_how_to_reach_the_cluster_and_the_queue(stacks_json, stack):
     assert got["cluster_location"] == settings.region
     assert got["get_credentials_command"] == (
         f"gcloud container clusters get-credentials {settings.cluster_name} "
-        f"--location={settings.region} --project={settings.project}"
+        f"--region {settings.region} --project {settings.project}"
     )
     assert got["bucket"] == f"gs://{settings.gcs_bucket}"
     assert got["local_queue"] == conventions.LOCAL_QUEUE

@@ -18,13 +18,12 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from recipes import Settings, UserError
+from recipes import conventions
 from recipes.conventions import CAPACITY_NODE_LABEL, JOBSET_VERSION, NAMESPACE
 from scripts.cloud.retry import RetriesExhausted, RetryPolicy, call, is_transient, wait_until
 from scripts.outcome import ApiError, describe
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 # JobSet v0.12.0 labels every Job and pod with the restart attempt it belongs to, status.restarts at the
 # time it was created (pkg/constants RestartsKey; pkg/controllers/jobset_controller.go labelAndAnnotateObject).
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
@@ -38,8 +37,7 @@ def gke_context_name(settings: Settings) -> str:
 
 
 def get_credentials_command(settings: Settings) -> str:
-    return (f"gcloud container clusters get-credentials {settings.cluster_name} --region {settings.region} "
-            f"--project {settings.project}")
+    return conventions.get_credentials_command(settings.cluster_name, settings.region, settings.project)
 
 
 def kubeconfig_path(explicit: str | None) -> Path:
