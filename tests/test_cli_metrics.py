@@ -20,7 +20,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from peers.fixtures import SETTINGS, gcs, gcs_server, settings_env  # noqa: F401
+from peers.fixtures import SETTINGS, gcs, gcs_server, put_event_files, settings_env, write_events  # noqa: F401
 from recipes import get_recipe
 from recipes.runs import default_run_name
 from scripts.cli import app
@@ -46,24 +46,11 @@ RUN_LOW_LR = {
 }
 
 
-def write_events(directory: Path, scalars: dict[str, list[tuple[int, float]]]) -> list[Path]:
-    from tensorboardX import SummaryWriter
-
-    writer = SummaryWriter(logdir=str(directory))
-    for tag, points in scalars.items():
-        for step, value in points:
-            writer.add_scalar(tag, value, step)
-    writer.close()
-    return sorted(directory.glob("events.out.tfevents.*"))
-
-
 def upload_run(client, tmp_path: Path, run: str, scalars: dict) -> str:
     """Write a run's event files and put them where train_rl writes them in the bucket; return that prefix."""
-    prefix = f"{get_recipe(RECIPE).model.maxtext_name}/trained/{run}/tensorboard/"
-    bucket = client.bucket(SETTINGS["GCS_BUCKET"])
-    for path in write_events(tmp_path / run, scalars):
-        bucket.blob(prefix + path.name).upload_from_filename(str(path))
-    return f"gs://{SETTINGS['GCS_BUCKET']}/{prefix}"
+    url = f"gs://{SETTINGS['GCS_BUCKET']}/{get_recipe(RECIPE).model.maxtext_name}/trained/{run}/tensorboard/"
+    put_event_files(client, url, scalars, tmp_path / run)
+    return url
 
 
 def table_rows(output: str) -> dict[str, list[str]]:

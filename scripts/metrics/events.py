@@ -119,17 +119,34 @@ def read_run(name: str, location: str, storage=None) -> Run | None:
     return Run(name, str(directory), tuple(path.name for path in files), read_scalars(files)) if files else None
 
 
+def _event_files(event_dir_or_files: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+    if isinstance(event_dir_or_files, (str, os.PathLike)):
+        path = Path(event_dir_or_files)
+        return local_event_files(path) if path.is_dir() else [path]
+    return sorted((Path(file) for file in event_dir_or_files), key=lambda path: path.name)
+
+
+def latest_scalars(event_dir_or_files: str | os.PathLike | Iterable[str | os.PathLike], tags: Iterable[str]
+                   ) -> dict[str, tuple[int, float]]:
+    """(step, value) of the last point of each of `tags` that has one, the files read once (in name order)."""
+    scalars = read_scalars(_event_files(event_dir_or_files))
+    return {tag: (series.steps[-1], series.values[-1]) for tag in tags
+            if (series := scalars.get(tag)) and series.steps}
+
+
 def latest_scalar(event_dir_or_files: str | os.PathLike | Iterable[str | os.PathLike], tag: str
                   ) -> tuple[int, float] | None:
     """(step, value) of the last point of `tag` in a local event directory or in the given event files (read
     in name order), or None when the tag has no point yet: for showing progress while a run goes on."""
-    if isinstance(event_dir_or_files, (str, os.PathLike)):
-        path = Path(event_dir_or_files)
-        files = local_event_files(path) if path.is_dir() else [path]
-    else:
-        files = sorted((Path(file) for file in event_dir_or_files), key=lambda path: path.name)
-    series = read_scalars(files).get(tag)
-    return (series.steps[-1], series.values[-1]) if series and series.steps else None
+    return latest_scalars(event_dir_or_files, (tag,)).get(tag)
+
+
+def latest_scalars_in_bucket(storage, url: str, tags: Iterable[str]) -> dict[str, tuple[int, float]]:
+    """latest_scalars of the event files directly under a gs:// prefix (a run's tensorboard/), downloading
+    those files only; {} when there are none yet."""
+    with tempfile.TemporaryDirectory(prefix="tpu-rl-events-") as tmp:
+        files = download_event_files(storage, url.rstrip("/") + "/", Path(tmp))
+        return latest_scalars(files, tags) if files else {}
 
 
 def check_run_name(run: str) -> str:
