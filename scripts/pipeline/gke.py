@@ -34,7 +34,7 @@ from scripts.cloud.kube import (
     pod_problems,
 )
 from scripts.outcome import ApiError, Interrupted, StepFailed
-from scripts.pipeline.progress import last_train_step
+from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunRecord
 from scripts.pipeline.session import (
     Session,
@@ -47,6 +47,8 @@ from scripts.pipeline.session import (
 
 # How many of a step's last log lines are shown when nothing was streamed, and searched for a check's reason.
 LOG_TAIL_LINES = 50
+# How many of the head's last log lines are searched for the trainer's step line at each poll.
+PROGRESS_LOG_LINES = 200
 
 
 def _parse_time(text: str) -> datetime | None:
@@ -308,6 +310,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
     last_summary = None
     hinted_kueue = False
     total_steps = session.recipe.train_steps
+    progress = AttemptProgress()
+    reward = RewardReader(session.clients.storage, session.paths.tensorboard, session.now)
     try:
         with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
             while True:
@@ -337,10 +341,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
                                   f"`kubectl get workloads` and the ClusterQueue's CPU and TPU quota")
                 if job.step == "train" and state.phase == "running":
                     head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
-                    if head:
-                        progress = last_train_step(cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, 200))
-                        if progress is not None:
-                            summary += f", {progress.describe(total_steps)}"
+                    log = cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""
+                    summary += progress_suffix(progress.update(state.restarts, log), total_steps, reward.latest())
                 if state.restarts:
                     summary += f", {state.restarts} restart(s)"
                 elapsed = _elapsed(state.created, session.now)

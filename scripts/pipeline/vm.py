@@ -13,6 +13,7 @@ from jobs.vm import PROGRESS_LINE, STARTING
 from recipes import STEPS, UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
+from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunRecord
 from scripts.pipeline.session import Session, StatusReport, StepStatus, verify_output
 
@@ -57,15 +58,26 @@ def done_markers(session: Session) -> list[str]:
             if gcs.exists(storage, paths.progress_marker(step))]
 
 
+def _starts(lines: list[str], step: str) -> list[int]:
+    return [i for i, line in enumerate(lines) if _started_step(line) == step]
+
+
 def step_section(console_text: str, step: str) -> list[str] | None:
     """The console lines from the last start of `step` until the next step starts; None if it never started."""
     lines = console_text.splitlines()
-    starts = [i for i, line in enumerate(lines) if _started_step(line) == step]
+    starts = _starts(lines, step)
     if not starts:
         return None
     section = lines[starts[-1]:]
     ends = [i for i, line in enumerate(section) if i and _started_step(line)]
     return section[:ends[0]] if ends else section
+
+
+def train_attempt(console_text: str) -> tuple[int, str]:
+    """(which start of train this is, the console text since it): after a reboot the script starts train
+    again and train_rl resumes from its last checkpoint, so progress is read from the last start only."""
+    section = step_section(console_text, "train") or []
+    return len(_starts(console_text.splitlines(), "train")), "\n".join(section)
 
 
 def _instance(session: Session):
@@ -120,6 +132,10 @@ def _follow(session: Session, steps: tuple[str, ...], pending: list[str], record
     console_text = ""
     last_console_line = ""
     reported: dict[str, str] = {}
+    # tunix's step lines reach the console through the startup script's output (jobs/vm.py sends stderr
+    # there too), so the same parser as on GKE reads them; the reward comes from the same bucket path.
+    progress = AttemptProgress()
+    reward = RewardReader(session.clients.storage, paths.tensorboard, session.now)
     try:
         while pending:
             text = serial.new_text()
@@ -133,11 +149,15 @@ def _follow(session: Session, steps: tuple[str, ...], pending: list[str], record
                         console.print(f"[dim]vm|[/] {escape(line)}", highlight=False)
             for step in list(pending):
                 state = states.get(step, "waiting")
-                if reported.get(step) != state:
-                    console.print(f"{step}: {state}")
-                    reported[step] = state
-                    if state == "running":
+                shown = state
+                if step == "train" and state == "running":
+                    shown += progress_suffix(progress.update(*train_attempt(console_text)),
+                                             session.recipe.train_steps, reward.latest())
+                if reported.get(step) != shown:
+                    console.print(f"{step}: {shown}")
+                    if state == "running" and not reported.get(step, "").startswith("running"):
                         record.step(step, "running")
+                    reported[step] = shown
                 if state == "failed":
                     raise StepFailed(
                         f"step {step} failed on TPU VM {session.settings.vm_name} (the startup script stopped "

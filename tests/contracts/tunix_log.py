@@ -6,6 +6,12 @@ Sources (read at the tunix commits the MaxText wheels pin; see notes/runtime-fac
   logging.info("Train step %d training loss: %f  - training perplexity: %f", step, loss, perplexity)
   and, for evaluation (line 1130 at c4ec573d, 840 at 683256db):
   logging.info("Train step %d eval loss: %f - eval perplexity: %f", ...)
+- google/tunix tunix/rl/rl_cluster.py, RLCluster._log_metrics: between two train steps the string metrics
+  the reward manager buffers, the batch's prompts and completions (tunix/rl/reward_manager.py
+  _prepare_log_metrics, lines 205-206 at both commits), are logged as
+  logging.info("Rollout string metric %s: %s", metric_name, agg_value), agg_value a numpy array of str
+  (the call on lines 724-728 at c4ec573d, 714-718 at 683256db). numpy prints one element a line once
+  they do not fit on one, so each rollout is many log lines without a train step among them.
 - abseil/abseil-py absl/logging/__init__.py, get_absl_log_prefix:
   '%c%02d%02d %02d:%02d:%02d.%06d %5d %s:%d] %s' % (severity, month, day, hour, minute, second,
   microsecond, thread id, file name, line, critical prefix ('' below FATAL))
@@ -21,10 +27,12 @@ ABSL_PREFIX_FORMAT = "%c%02d%02d %02d:%02d:%02d.%06d %5d %s:%d] %s"
 # The line numbers of the two logging.info calls in peft_trainer.py, by MaxText release.
 TRAIN_STEP_CALL_LINE = {"0.2.4": 735, "0.2.3": 488}
 EVAL_STEP_CALL_LINE = {"0.2.4": 1130, "0.2.3": 840}
+ROLLOUT_STRING_METRIC_FORMAT = "Rollout string metric %s: %s"
+ROLLOUT_METRIC_CALL_LINE = {"0.2.4": 724, "0.2.3": 714}
 
 
-def absl_info(message: str, line: int, second: int = 56) -> str:
-    return ABSL_PREFIX_FORMAT % ("I", 8, 5, 12, 34, second, 789012, 140234, "peft_trainer.py", line, "") + message
+def absl_info(message: str, line: int, second: int = 56, file: str = "peft_trainer.py") -> str:
+    return ABSL_PREFIX_FORMAT % ("I", 8, 5, 12, 34, second, 789012, 140234, file, line, "") + message
 
 
 def train_step_line(step: int, loss: float, maxtext: str = "0.2.4") -> str:
@@ -33,3 +41,11 @@ def train_step_line(step: int, loss: float, maxtext: str = "0.2.4") -> str:
 
 def eval_step_line(step: int, loss: float, maxtext: str = "0.2.4") -> str:
     return absl_info(EVAL_STEP_FORMAT % (step, loss, math.exp(loss)), EVAL_STEP_CALL_LINE[maxtext], step % 60)
+
+
+def rollout_lines(name: str, values: list[str], maxtext: str = "0.2.4") -> str:
+    """RLCluster's log of one string metric ("prompts" or "completions"), as many lines as numpy prints."""
+    import numpy as np
+
+    return absl_info(ROLLOUT_STRING_METRIC_FORMAT % (name, np.array(values)), ROLLOUT_METRIC_CALL_LINE[maxtext],
+                     file="rl_cluster.py")

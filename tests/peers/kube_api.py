@@ -44,7 +44,8 @@ class Plan:
     DisruptionTarget condition); at the next GET the JobSet restarts (status.restarts += 1, the old pods
     terminating, as BlockingRecreate leaves them until they are gone); at the next, the new attempt's pods
     start, labelled with it, and the plan's `ticks` then `outcome` run again. Their log is
-    `logs_after_restart`. `capacity` is the mode of the ResourceFlavor Kueue admitted the TPU pods to: it
+    `logs_after_restart`. `log_reads` makes the first attempt's log grow while it runs: each read of it
+    returns the next of these texts (the last one stays), instead of `logs`. `capacity` is the mode of the ResourceFlavor Kueue admitted the TPU pods to: it
     copies the flavor's nodeLabels into their nodeSelector.
     """
 
@@ -56,6 +57,7 @@ class Plan:
     reclaimed_after: int | None = None
     logs_after_restart: str = ""
     capacity: str | None = None
+    log_reads: list = field(default_factory=list)
 
 
 @dataclass
@@ -308,6 +310,8 @@ class KubeApi(PeerServer):
         plan = self.plans.get(jobset, Plan())
         attempt = pod["metadata"]["labels"].get("jobset.sigs.k8s.io/restart-attempt", "0")
         text = plan.logs if attempt == "0" else plan.logs_after_restart
+        if attempt == "0" and plan.log_reads:
+            text = plan.log_reads.pop(0) if len(plan.log_reads) > 1 else plan.log_reads[0]
         lines = [(started + timedelta(microseconds=i), line) for i, line in enumerate(text.splitlines(keepends=True))]
         if query.get("sinceSeconds"):
             cutoff = datetime.now(timezone.utc) - timedelta(seconds=int(query["sinceSeconds"]))
