@@ -125,19 +125,25 @@ def test_an_api_failing_before_submission_says_nothing_was_submitted(cloud):
 
 
 # -- job failures -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("outcome, expected", [
-    ("oom", "container workload-container OOMKilled (exit code 137)"),
-    ("evicted", "Evicted: The node was low on resource: memory."),
-    ("preempted", "disrupted (PreemptionByScheduler)"),
-    ("fail", "Error (exit code 1)"),
+# An OOM-killed head leads with what ran out and its limit: rl.memory_max = "190Gi" of the recipe, on its
+# cpu_machine_type n4-standard-64 of 256 GiB (recipes/recipes.toml).
+OOM_HEADLINE = ("train_rl ran out of memory (limit 190Gi, rl.memory_max in recipes.toml; the CPU machine "
+                "n4-standard-64 has 256 GiB); ")
+
+
+@pytest.mark.parametrize("outcome, headline, expected", [
+    ("oom", OOM_HEADLINE, "container workload-container OOMKilled (exit code 137)"),
+    ("evicted", "", "Evicted: The node was low on resource: memory."),
+    ("preempted", "", "disrupted (PreemptionByScheduler)"),
+    ("fail", "", "Error (exit code 1)"),
 ])
-def test_a_failed_step_says_which_why_and_how_to_see_logs(cloud, outcome, expected):
+def test_a_failed_step_says_which_why_and_how_to_see_logs(cloud, outcome, headline, expected):
     with_convert_done(cloud)
     cloud["kube"].plan(name("train"), outcome=outcome)
     result = tpu_rl("run", RECIPE)
     assert result.exit_code == ExitCode.JOB_FAILED
     line = error_line(result)
-    assert line.startswith(f"error: step train failed: JobSet {name('train')} FailedJobs")
+    assert line.startswith(f"error: step train failed: {headline}JobSet {name('train')} FailedJobs")
     assert expected in line
     assert f"tpu-rl logs {RECIPE} train" in line and "kubectl logs -l" in line
     assert name("export") not in cloud["kube"].created
