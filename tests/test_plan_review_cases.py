@@ -197,6 +197,14 @@ def test_review_has_a_title_and_the_three_sections_in_order(reviews):
     assert headings == ["### Stacks", "### Manifests", "### Cost (estimates)"]
 
 
+def _run_line(review, step: str) -> str:
+    """The one line that says a change trains a new run, with the two sides' run names."""
+    names = [side.manifests["qwen3-v6e32"][step]["metadata"]["labels"]["tpu-rl/run"]
+             for side in (review.before, review.after)]
+    assert names[0] != names[1] and all(name.startswith("qwen3-v6e32-") for name in names)
+    return f"- run {names[0]} → {names[1]} (nothing of the old run is reused)"
+
+
 def test_topology_change_shows_pool_quota_manifest_and_cost(reviews):
     review = reviews["topology"]
     assert _section(review.markdown, "### Stacks") == [
@@ -206,13 +214,19 @@ def test_topology_change_shows_pool_quota_manifest_and_cost(reviews):
         f"{QUOTA}[google.com/tpu].nominalQuota 32 → 64, {QUOTA}[memory].nominalQuota 5760Gi → 11520Gi, "
         "values.0.manifests[ResourceFlavor/tpu].spec.nodeLabels.cloud.google.com/gke-tpu-topology 4x8 → 8x8",
     ]
+    # Another shape trains other weights: a new run (its name hashes the shape), shown once per step
+    # instead of in every path and label that carries it.
+    new_run = _run_line(review, "train")
     assert _section(review.markdown, "### Manifests") == [
         "#### `qwen3-v6e32` train",
+        new_run,
         f"- `{HEAD}.initContainers[pathways-rm].args`: --instance_type tpuv6e:4x8 → tpuv6e:8x8",
         f"- `{WORKER}.backoffLimit`: 32 → 64",
         f"- `{WORKER}.completions`: 8 → 16",
         f"- `{WORKER}.parallelism`: 8 → 16",
         f"- `{WORKER}.template.spec.nodeSelector.cloud.google.com/gke-tpu-topology`: 4x8 → 8x8",
+        "#### `qwen3-v6e32` export",
+        new_run,
     ]
     row = _cost_row("qwen3-v6e32", QWEN_4X8, QWEN_64_CHIPS, "+$60.49/h")
     assert row in _section(review.markdown, "### Cost (estimates)")
@@ -227,11 +241,15 @@ def test_added_slice_adds_a_tpu_pool_and_a_pathways_slice(reviews):
         f"{QUOTA}[google.com/tpu].nominalQuota 32 → 64, {QUOTA}[memory].nominalQuota 5760Gi → 11520Gi",
         f"- added `{_tpu_pool(review.after, 1)}`",
     ]
+    new_run = _run_line(review, "train")
     assert _section(review.markdown, "### Manifests") == [
         "#### `qwen3-v6e32` train",
+        new_run,
         f"- `{HEAD}.initContainers[pathways-rm].args`: --instance_count 1 → 2",
         "- `spec.replicatedJobs[worker].replicas`: 1 → 2",
         f"- `{WORKER}.template.spec.containers[pathways-worker].env[MEGASCALE_NUM_SLICES].value`: 1 → 2",
+        "#### `qwen3-v6e32` export",
+        new_run,
     ]
     row = _cost_row("qwen3-v6e32", QWEN_4X8, QWEN_64_CHIPS, "+$60.49/h")
     assert row in _section(review.markdown, "### Cost (estimates)")
@@ -259,7 +277,24 @@ def test_capacity_switch_to_spot_replaces_the_reservation_pool_and_drops_the_res
     assert stacks[1].startswith(f"- changed `{_queues(review.after)}`: ")
     assert "flavors[tpu-spot].resources[google.com/tpu].nominalQuota (none) → 32" in stacks[1]
     assert "flavors[tpu].resources[google.com/tpu].nominalQuota 32 → (none)" in stacks[1]
-    assert _section(review.markdown, "### Manifests") == ["No manifest changes."]
+    # Capacity does not change what trains (same run), but spot restarts train after a preemption, at most
+    # 3 times, and a refused head check (exit 78) fails the JobSet at once.
+    assert _section(review.markdown, "### Manifests") == [
+        "#### `qwen3-v6e32` train",
+        "- `spec.failurePolicy.maxRestarts`: 0 → 3",
+        "- `spec.failurePolicy.restartStrategy`: Recreate → BlockingRecreate",
+        "- `spec.failurePolicy.rules[headCheckFailed].action`: (none) → FailJobSet",
+        "- `spec.failurePolicy.rules[headCheckFailed].name`: (none) → headCheckFailed",
+        '- `spec.failurePolicy.rules[headCheckFailed].onJobFailureReasons`: (none) → ["PodFailurePolicy"]',
+        '- `spec.failurePolicy.rules[headCheckFailed].targetReplicatedJobs`: (none) → ["pathways-head"]',
+        "- `spec.replicatedJobs[pathways-head].template.spec.podFailurePolicy.rules.0.action`: (none) → FailJob",
+        "- `spec.replicatedJobs[pathways-head].template.spec.podFailurePolicy.rules.0.onExitCodes.containerName`: "
+        "(none) → workload-container",
+        "- `spec.replicatedJobs[pathways-head].template.spec.podFailurePolicy.rules.0.onExitCodes.operator`: "
+        "(none) → In",
+        "- `spec.replicatedJobs[pathways-head].template.spec.podFailurePolicy.rules.0.onExitCodes.values`: "
+        "(none) → [78]",
+    ]
     row = _cost_row("qwen3-v6e32", QWEN_4X8, QWEN_SPOT, "−$17.28/h")
     assert row in _section(review.markdown, "### Cost (estimates)")
 
@@ -267,9 +302,13 @@ def test_capacity_switch_to_spot_replaces_the_reservation_pool_and_drops_the_res
 def test_changed_rl_argument_shows_only_that_key_in_the_training_command(reviews):
     review = reviews["rl argument"]
     assert _section(review.markdown, "### Stacks") == ["No resource changes."]
+    new_run = _run_line(review, "train")
     assert _section(review.markdown, "### Manifests") == [
         "#### `qwen3-v6e32` train",
+        new_run,
         f"- `{HEAD}.containers[workload-container].command`: learning_rate 2e-5 → 1e-5",
+        "#### `qwen3-v6e32` export",
+        new_run,
     ]
     assert "| `qwen3-v6e32` |" in review.markdown and "+$" not in review.markdown and "−$" not in review.markdown
     assert review.changed_stacks == ()
@@ -365,3 +404,4 @@ def test_cli_bad_ref_exits_2_with_one_line(repos, monkeypatch):
     result = CliRunner().invoke(app, ["plan-review", "--base", "no-such-branch"])
     assert result.exit_code == 2
     assert result.output.startswith("error: unknown ref 'no-such-branch'") and result.output.count("\n") == 1
+

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from jobs.k8s import CONVERSION_LABEL, RUN_LABEL, SPEC_DIGEST_ANNOTATION
+
 MISSING = "(none)"
 MAX_VALUE_CHARS = 80
 MAX_TEXT_LINES = 12
@@ -228,6 +230,29 @@ class StepDiff:
     fields: list[tuple[str, str, list[str]]] = field(default_factory=list)
 
 
+IDENTITY_LABELS = (RUN_LABEL, CONVERSION_LABEL)
+IDENTITY_PLACEHOLDER = "<run>"
+
+
+def without_identity(manifest: object) -> tuple[object, str | None]:
+    """The manifest with its run (or conversion) name replaced by a placeholder and its spec digest
+    dropped, and that name. Any change of what trains gives a new run name (recipes/runs.py), which then
+    appears in the JobSet name, labels and every output path: the review shows it once, not in each."""
+    if not isinstance(manifest, dict):  # a VM recipe's startup script
+        return manifest, None
+    labels = manifest.get("metadata", {}).get("labels", {})
+    identity = next((labels[key] for key in IDENTITY_LABELS if key in labels), None)
+    text = json.dumps(manifest)
+    if identity:
+        text = text.replace(identity, IDENTITY_PLACEHOLDER)  # run names are [a-z0-9-]: no JSON escaping
+    plain = json.loads(text)
+    annotations = plain.get("metadata", {}).get("annotations", {})
+    annotations.pop(SPEC_DIGEST_ANNOTATION, None)
+    if not annotations:
+        plain.get("metadata", {}).pop("annotations", None)
+    return plain, identity
+
+
 def diff_manifests(before: dict[str, dict], after: dict[str, dict]) -> list[StepDiff]:
     diffs = []
     for recipe in sorted(before.keys() | after.keys()):
@@ -238,7 +263,12 @@ def diff_manifests(before: dict[str, dict], after: dict[str, dict]) -> list[Step
             elif step not in new_steps:
                 diffs.append(StepDiff(recipe, step, "removed"))
             else:
-                fields = changed_fields(old_steps[step], new_steps[step])
+                (old, old_id), (new, new_id) = without_identity(old_steps[step]), without_identity(new_steps[step])
+                fields = changed_fields(old, new)
+                if old_id != new_id:
+                    what = "conversion" if step == "convert" else "run"
+                    fields.insert(0, ("", f"{what} {old_id or MISSING} → {new_id or MISSING} (nothing of the old "
+                                          f"{what} is reused)", []))
                 if fields:
                     diffs.append(StepDiff(recipe, step, "changed", fields))
     return diffs
