@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import TYPE_CHECKING, Optional
@@ -145,11 +146,21 @@ def status_view(recipe_name: str, bucket: str, report):
     return Group(title, grid, *([Text(report.note)] if report.note else []))
 
 
+def status_json(session, report) -> dict:
+    """The status report as data: the same cells as the view, one object per step."""
+    import dataclasses
+
+    return {"recipe": session.recipe.name, "run": session.paths.run_name, "where": report.where,
+            "bucket": f"gs://{session.settings.gcs_bucket}", "steps": [dataclasses.asdict(row) for row in report.rows],
+            "note": report.note or None}
+
+
 @app.command()
 @handled
 def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-           run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
+           run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
+           as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Each step's state (JobSet or VM progress), pods, time and whether its output is verified in GCS."""
     session = run_session(recipe_name, sets, run_name)
     recipe = session.recipe
@@ -161,6 +172,9 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         from scripts.pipeline.vm import status_vm
 
         report = status_vm(session)
+    if as_json:
+        typer.echo(json.dumps(status_json(session, report), indent=2))
+        return
     session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report), soft_wrap=False)
 
 

@@ -103,27 +103,37 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
         console.print(line)
 
 
+STDOUT = "-"  # --out - writes to stdout
+
+
 @app.command()
 @handled
 def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
-           out: Path = typer.Option(..., "--out", help="Directory for the rendered files."),
+           out: Path = typer.Option(..., "--out", help="Directory for the rendered files, or - for stdout (one "
+                                    "YAML stream of the JobSets, or the VM's startup script)."),
            sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """Write convert.yaml, train.yaml and export.yaml (GKE) or startup.sh (VM) with the current settings."""
     import jobs
     from recipes.runs import for_run, run_name as name_of
+    from scripts.pipeline.manifests import manifest_stream
 
     settings = load_settings(allow_example=True)
     recipe = for_run(settings.recipe(get_recipe(recipe_name)), sets or (), run_name)
+    manifests = jobs.render_manifests(recipe, settings) if recipe.is_gke else {}
+    note = " (example settings: export your own before `run`)" if settings.is_example else ""
+    what = f"for {recipe.name}, run {name_of(recipe)}, with settings from {settings.source}{note}"
+    if str(out) == STDOUT:
+        text = manifest_stream(manifests.values()) if recipe.is_gke else jobs.render_startup_script(recipe, settings)
+        typer.echo(text, nl=False)
+        typer.echo(f"rendered {', '.join(manifests) or 'the startup script'} {what}", err=True)
+        return
     if recipe.is_gke:
-        files = {f"{step}.yaml": jobs.manifest_yaml(manifest)
-                 for step, manifest in jobs.render_manifests(recipe, settings).items()}
+        files = {f"{step}.yaml": jobs.manifest_yaml(manifest) for step, manifest in manifests.items()}
     else:
         files = {"startup.sh": jobs.render_startup_script(recipe, settings)}
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory: pass a directory")
     for name, text in files.items():
         write_file(out / name, text, "--out")
-    note = " (example settings: export your own before `run`)" if settings.is_example else ""
-    typer.echo(f"wrote {', '.join(str(out / name) for name in files)} for {recipe.name}, run {name_of(recipe)}, "
-               f"with settings from {settings.source}{note}")
+    typer.echo(f"wrote {', '.join(str(out / name) for name in files)} {what}")

@@ -4,7 +4,8 @@
   the steps a user may name, checking a step's output and the rows of `tpu-rl status`.
 - gke.py: `run`, `status` and `logs` on GKE: one JobSet per step, waited for, followed and diagnosed.
 - vm.py: the same on a single TPU VM, read back from its serial console.
-- progress.py: how far training is, from the trainer's log line.
+- progress.py: how far training is, from the trainer's log line and the run's event files.
+- manifests.py: rendered JobSets as one YAML stream (render --out -, run --dry-run).
 - preflight.py: `tpu-rl preflight`: capacity, bucket and token, checked before anything costs money.
 
 Nothing is imported here: each command imports the module it runs, and only when it runs.

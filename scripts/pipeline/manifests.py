@@ -1,0 +1,14 @@
+"""Rendered JobSets as one text: what `render --out -` prints and `run --dry-run` shows. Imports only jobs, so
+the offline `render` stays free of the cloud clients."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+def manifest_stream(manifests: Iterable[dict]) -> str:
+    """JobSets as one multi-document YAML stream, each document after a `---` line: what
+    `kubectl apply -f -` reads."""
+    from jobs import manifest_yaml
+
+    return "".join(f"---\n{manifest_yaml(manifest)}" for manifest in manifests)
