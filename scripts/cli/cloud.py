@@ -108,7 +108,9 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         replace: bool = typer.Option(False, "--replace", help="Delete a JobSet of this run that failed, "
                                      "finished without its output, or has another spec, and submit again."),
         sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-        run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
+        run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the JobSets it would submit; "
+                                     "submit and write nothing.")) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from scripts.pipeline.gke import run_gke
     from scripts.pipeline.session import parse_steps
@@ -121,11 +123,11 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                         "trains the recipe as recipes.toml defines it: --set and --run apply to GKE recipes; change "
                         "rl.overrides in recipes.toml and deploy the stack again")
     if recipe.is_gke:
-        run_gke(session, wanted, replace=replace, follow_logs=follow_logs)
+        run_gke(session, wanted, replace=replace, follow_logs=follow_logs, dry_run=dry_run)
     else:
         from scripts.pipeline.vm import run_vm
 
-        run_vm(session, wanted, follow_logs=follow_logs)
+        run_vm(session, wanted, follow_logs=follow_logs, dry_run=dry_run)
 
 
 def status_view(recipe_name: str, bucket: str, report):

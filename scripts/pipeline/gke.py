@@ -35,6 +35,7 @@ from scripts.cloud.kube import (
     pod_problems,
 )
 from scripts.outcome import ApiError, Interrupted, StepFailed
+from scripts.pipeline.manifests import manifest_stream
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunRecord
 from scripts.pipeline.session import (
@@ -181,14 +182,20 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[str, ...],
     return actions
 
 
-def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_logs: bool) -> None:
+def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_logs: bool,
+            dry_run: bool = False) -> None:
     console = session.console
     jobs = step_jobs(session.recipe, session.settings)
+    if dry_run and session.confirm is not None:
+        session.confirm = lambda question: True  # the plan as if the question were answered yes; it says so
     try:
         record = RunRecord.open(session)
         actions = plan_gke(session, jobs, steps, replace)
     except ApiError as error:
         raise ApiError(f"{error}; nothing was submitted") from None
+    if dry_run:
+        show_dry_run(session, jobs, actions, replace)
+        return
     if any(action.kind in ("submit", "replace") for action in actions):
         token = hf_token.read_token(session.clients.secrets(), session.settings)
         session.cluster.ensure_secret(HF_TOKEN_K8S_SECRET, HF_TOKEN_ENV, token)
@@ -205,6 +212,22 @@ def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_l
         raise
     record.finish(None)
     session.report_done(steps)
+
+
+def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Action], replace: bool) -> None:
+    """The plan, each step with its reason, and the JobSets run would submit, as one YAML stream."""
+    console = session.console
+    console.print(f"dry run of run {session.paths.run_name}: nothing is submitted, and no Secret or run.json is "
+                  "written")
+    for action in actions:
+        asks = " (run asks first; --replace does not)" if action.kind == "replace" and not replace else ""
+        console.print(f"  {action.step}: {action.kind}{asks}: {escape(action.why)}")
+    submitted = [jobs[action.step] for action in actions if action.kind in ("submit", "replace")]
+    if not submitted:
+        console.print("it would submit no JobSet")
+        return
+    console.print(f"the JobSets it would submit ({', '.join(job.name for job in submitted)}):")
+    console.out(manifest_stream(job.manifest for job in submitted), highlight=False, end="")
 
 
 def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Action], steps: tuple[str, ...],

@@ -74,6 +74,24 @@ class Session:
     def report_done(self, steps: tuple[str, ...]) -> None:
         self.console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{self.settings.gcs_bucket} "
                            f"(run {self.paths.run_name})")
+        for line in self.next_steps(steps):
+            self.console.print(line)
+
+    def next_steps(self, steps: tuple[str, ...]) -> list[str]:
+        """What to do after a run: fetch the export, look at the curves, and destroy the stack, whose
+        hourly estimate keeps counting until then."""
+        from recipes.cost import ESTIMATE_NOTE, hourly_estimate
+
+        recipe, paths, run = self.recipe, self.paths, self.paths.run_name
+        lines = ["next:"]
+        if "export" in steps:
+            lines += [f"  the Hugging Face model is in {paths.hf_export}; download it with",
+                      f"    `gcloud storage cp -r {paths.hf_export} ./{run}`"]
+        if set(steps) - {"convert"}:
+            lines.append(f"  its curves: `tpu-rl metrics {recipe.name} --run {run} --png {run}.png`")
+        lines.append(f"  when you are done, `npx cdktf destroy {recipe.name}`: the stack costs "
+                     f"{hourly_estimate(recipe).summary()} until then ({ESTIMATE_NOTE})")
+        return lines
 
     def command(self, verb: str, *args: str) -> str:
         """A `tpu-rl` command line for this run, in backquotes: with the run's --set items and --run name,

@@ -102,18 +102,25 @@ class SerialReader:
         return output.contents
 
 
-def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool) -> None:
+def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool, dry_run: bool = False) -> None:
     console = session.console
     _instance(session)
     record = RunRecord.open(session)
     pending = [step for step in steps if session.missing(step)]
+    if dry_run:
+        console.print(f"dry run of run {session.paths.run_name} on TPU VM {session.settings.vm_name}: nothing is "
+                      "started or written; its startup script, deployed with the stack, runs the steps")
+        for step in steps:
+            console.print(f"  {step}: " + ("startup script (output missing)" if step in pending
+                                          else "skip (output verified)"))
+        return
     for step in steps:
         if step not in pending:
             console.print(f"[green]✓[/] {step}: output verified, skipping")
     record.start({step: "startup script" if step in pending else "skip" for step in steps})
     if not pending:
         record.finish(None)
-        console.print(f"[green]done[/]: every step's output is verified (run {session.paths.run_name})")
+        session.report_done(steps)
         return
     try:
         _follow(session, steps, pending, record, follow_logs)
