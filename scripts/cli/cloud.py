@@ -180,6 +180,68 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report), soft_wrap=False)
 
 
+RUN_COLUMNS = ("run", "status", *STEPS, "step", "reward", "started", "took")
+
+
+def _run_cells(run) -> tuple[str, ...]:
+    return (run.run, run.status, *(run.steps.get(step, "-") for step in STEPS), run.step_text, run.reward_text,
+            run.started_text, run.duration_text)
+
+
+def _runs_stacked(runs) -> list[str]:
+    """One block of short lines per run: for a terminal too narrow for the table."""
+    from rich.markup import escape
+
+    lines = []
+    for run in runs:
+        steps = ", ".join(f"{step} {run.steps.get(step, '-')}" for step in STEPS)
+        lines += [f"[bold]{escape(run.run)}[/]  {escape(run.status)}, step {run.step_text}, reward {run.reward_text}",
+                  f"  steps    {escape(steps)}",
+                  f"  started  {escape(run.started_text)}, took {run.duration_text}"]
+    return lines
+
+
+@app.command("runs")
+@handled
+def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+                 as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """The recipe's runs in the bucket: each step's status, the last step and mean reward, start and duration."""
+    import dataclasses
+
+    from rich.markup import escape
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    from scripts.pipeline.runs import list_runs
+
+    session = make_session(*cloud_recipe(recipe_name))
+    listing = list_runs(session)
+    name = session.recipe.name
+    if as_json:
+        typer.echo(json.dumps({"recipe": name, "trained": listing.trained, "other_recipes": listing.other_recipes,
+                               "runs": [dataclasses.asdict(run) for run in listing.runs]}, indent=2))
+        return
+    console = session.console
+    if not listing.runs:
+        console.print(f"no run of {name} in {listing.trained} yet: start one with `tpu-rl run {name}`", soft_wrap=False)
+    else:
+        title = f"{name}: runs in {listing.trained}"
+        table = Table(title=title, title_justify="left")
+        for column in RUN_COLUMNS:  # run names are copied into commands: never cut
+            table.add_column(column, no_wrap=True)
+        for run in listing.runs:
+            table.add_row(*(escape(cell) for cell in _run_cells(run)))
+        natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+        if natural <= console.width:
+            console.print(table)
+        else:
+            console.print(title, soft_wrap=False)
+            for line in _runs_stacked(listing.runs):
+                console.print(line, soft_wrap=False)
+    if listing.other_recipes:
+        console.print(f"({listing.other_recipes} run(s) of other recipes with the same model are not shown)")
+
+
 @app.command()
 @handled
 def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),

@@ -44,6 +44,7 @@ from scripts.pipeline.session import (
     StepStatus,
     describe_missing,
     differing_fields,
+    hms,
     verify_output,
 )
 
@@ -69,8 +70,7 @@ def _duration(start: str | None, end: datetime | str | None) -> str:
     ended = _parse_time(end) if isinstance(end, str) else end
     if started is None or ended is None:
         return ""
-    seconds = max(int((ended - started).total_seconds()), 0)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return hms((ended - started).total_seconds())
 
 
 def _elapsed(created: str | None, now: Callable[[], datetime]) -> str:

@@ -104,6 +104,12 @@ class Session:
         return self.command("logs", step)
 
 
+def hms(seconds: float) -> str:
+    """A duration as h:mm:ss (never negative)."""
+    seconds = max(int(seconds), 0)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
 MAX_FIELDS_SHOWN = 3
 
 

@@ -1,0 +1,140 @@
+"""`tpu-rl runs`: the runs of a recipe found in the bucket, each from its record (run.json) and its
+TensorBoard event files, both under `<model>/trained/<run>/`.
+
+The record says how each step went and when the run started and ended; the event files give the last mean
+reward (`rewards/train/mean`) and the last train step: the step of the last `actor/train/loss` point,
+which the actor trainer writes after each update, counting from 1 (scripts/metrics/tags.py has the source).
+Only the event files are downloaded, never the checkpoints beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from google.api_core import exceptions as gexc
+
+from jobs.paths import RUN_RECORD
+from recipes import STEPS
+from scripts.cloud import gcs
+from scripts.outcome import ApiError
+from scripts.pipeline.session import Session, hms
+
+NO_RECORD = "no run.json"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run: str
+    status: str  # the record's: running, succeeded, failed, interrupted, cancelled; or NO_RECORD
+    steps: dict[str, str]  # each step's status in the record (verified, succeeded, failed, ...)
+    last_step: int | None  # the last train step in the event files
+    train_steps: int | None  # how many the run trains, from the record
+    reward: float | None  # the last rewards/train/mean
+    started: str | None  # when the run was first started (the record's `created`), ISO 8601
+    ended: str | None
+    duration_seconds: int | None  # from the start to the end, or to now while it runs
+    record: str  # where its run.json is (or would be)
+
+    @property
+    def step_text(self) -> str:
+        if self.last_step is None:
+            return "-"
+        return f"{self.last_step}/{self.train_steps}" if self.train_steps else str(self.last_step)
+
+    @property
+    def reward_text(self) -> str:
+        return "-" if self.reward is None else f"{self.reward:.3g}"
+
+    @property
+    def started_text(self) -> str:
+        return _utc(self.started) if self.started else "-"
+
+    @property
+    def duration_text(self) -> str:
+        if self.duration_seconds is None:
+            return "-"
+        return hms(self.duration_seconds) + (" so far" if self.status == "running" else "")
+
+
+@dataclass(frozen=True)
+class RunList:
+    trained: str  # the prefix the runs are under
+    runs: list[RunSummary]
+    other_recipes: int  # runs under the same model prefix whose record names another recipe
+
+
+def _time(text: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
+def _utc(text: str) -> str:
+    moment = _time(text)
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else text
+
+
+def _scalars(storage, url: str) -> dict[str, tuple[int, float]]:
+    """The last reward and loss points under a run's tensorboard/; {} when there are none or a file cannot be
+    read (a file being re-uploaded by a flush, say): the list shows "-" for that run, not an error."""
+    from scripts.metrics.events import latest_scalars_in_bucket
+    from scripts.metrics.tags import LOSS, REWARD_MEAN
+
+    try:
+        return latest_scalars_in_bucket(storage, url, (REWARD_MEAN.name, LOSS.name))
+    except Exception:  # noqa: BLE001 -- see the docstring
+        return {}
+
+
+def summarize_run(session: Session, name: str, record: dict | None) -> RunSummary:
+    from scripts.metrics.events import run_directory
+    from scripts.metrics.tags import LOSS, REWARD_MEAN
+
+    storage, trained = session.clients.storage(), session.paths.trained
+    record = record or {}
+    scalars = _scalars(storage, run_directory(session.recipe, session.settings, name))
+    started, ended = _time(record.get("created")), _time(record.get("ended"))
+    status = record.get("status", NO_RECORD)
+    end = session.now() if status == "running" else ended
+    duration = int((end - started).total_seconds()) if started and end else None
+    return RunSummary(
+        run=name, status=status,
+        steps={step: entry.get("status", "-") for step, entry in (record.get("steps") or {}).items() if step in STEPS},
+        last_step=scalars[LOSS.name][0] if LOSS.name in scalars else None,
+        train_steps=record.get("train_steps"),
+        reward=scalars[REWARD_MEAN.name][1] if REWARD_MEAN.name in scalars else None,
+        started=record.get("created"), ended=record.get("ended"), duration_seconds=duration,
+        record=f"{trained}{name}/{RUN_RECORD}")
+
+
+def list_runs(session: Session) -> RunList:
+    """The runs under the recipe's `trained/` prefix, oldest first (runs without a record last). A record
+    of another recipe with the same model is left out and counted."""
+    from scripts.metrics.events import runs_under
+
+    storage, trained = session.clients.storage(), session.paths.trained
+    try:
+        names = runs_under(storage, trained)
+    except gexc.NotFound:  # no bucket: no run
+        names = []
+    except gexc.GoogleAPIError as error:
+        raise ApiError(f"listing the runs under {trained} failed: {error}") from None
+    runs, others = [], 0
+    for name in names:
+        try:
+            record = gcs.read_json(storage, f"{trained}{name}/{RUN_RECORD}")
+        except ApiError:  # a record that is not JSON: the run is still listed
+            record = {"status": "unreadable run.json"}
+        if record and record.get("recipe") not in (None, session.recipe.name):
+            others += 1
+            continue
+        runs.append(summarize_run(session, name, record))
+    def order(run: RunSummary) -> tuple:
+        moment = _time(run.started)
+        return (moment is None, moment.timestamp() if moment else 0.0, run.run)
+
+    runs.sort(key=order)
+    return RunList(trained, runs, others)
+

@@ -1,0 +1,110 @@
+"""`tpu-rl runs` against the local peers: runs started by `tpu-rl run` (fake Kubernetes API, GCS emulator),
+their records, and event files written by tensorboardX under each run's tensorboard/ as train_rl writes them."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from jobs.paths import split_gs_url
+from peers.fixtures import (  # noqa: F401
+    cloud,
+    gcs,
+    gcs_server,
+    google,
+    kube,
+    put_event_files,
+    put_step_output,
+    settings_env,
+)
+from scripts.cli import app
+from test_cli_experiments import names, plan_success, record, run_of
+
+RECIPE = "qwen3-v6e32"
+runner = CliRunner()
+
+
+def edit_record(gcs, paths, **fields) -> None:
+    data = record(gcs, paths)
+    data.update(fields)
+    bucket, name = split_gs_url(paths.run_record)
+    gcs.bucket(bucket).blob(name).upload_from_string(json.dumps(data))
+
+
+def three_runs(cloud, tmp_path) -> tuple[str, str, str]:
+    """A run that succeeded, one whose train failed, a directory with event files only, and a run of another
+    recipe with the same model; returns the names of the first three."""
+    first, first_paths = run_of()
+    plan_success(cloud, first)
+    assert runner.invoke(app, ["run", RECIPE]).exit_code == 0
+    second, second_paths = run_of("learning_rate=1e-5")
+    cloud["kube"].plan(names(second)["train"], outcome="fail")
+    assert runner.invoke(app, ["run", RECIPE, "--set", "learning_rate=1e-5"]).exit_code == 1
+    # Fixed times, so that the durations are known: 2:13:05 and 0:30:00.
+    edit_record(cloud["gcs"], first_paths, created="2026-11-30T10:00:00+00:00", ended="2026-11-30T12:13:05+00:00")
+    edit_record(cloud["gcs"], second_paths, created="2026-11-30T13:00:00+00:00", ended="2026-11-30T13:30:00+00:00")
+    put_event_files(cloud["gcs"], first_paths.tensorboard, {
+        "rewards/train/mean": [(0, 0.1), (49, 0.37)], "actor/train/loss": [(1, 0.5), (50, 0.2)]}, tmp_path / "a")
+    put_event_files(cloud["gcs"], second_paths.tensorboard, {
+        "rewards/train/mean": [(0, 0.05), (11, 0.125)], "actor/train/loss": [(12, 0.4)]}, tmp_path / "b")
+    trained = first_paths.trained
+    put_event_files(cloud["gcs"], f"{trained}old-run/tensorboard/", {"rewards/train/mean": [(3, 0.2)]}, tmp_path / "c")
+    bucket, prefix = split_gs_url(f"{trained}other-recipe-run/run.json")
+    cloud["gcs"].bucket(bucket).blob(prefix).upload_from_string(json.dumps({"recipe": "qwen3-other", "status": "failed"}))
+    return first_paths.run_name, second_paths.run_name, "old-run"
+
+
+def test_runs_fit_80_columns_with_each_runs_steps_step_reward_start_and_duration(cloud, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    first, second, old = three_runs(cloud, tmp_path)
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, result.output
+    assert lines == [
+        f"{RECIPE}: runs in gs://rl-test-artifacts/qwen3-30b-a3b/trained/",
+        f"{first}  succeeded, step 50/50, reward 0.37",
+        "  steps    convert succeeded, train succeeded, export succeeded",
+        "  started  2026-11-30 10:00 UTC, took 2:13:05",
+        f"{second}  failed, step 12/50, reward 0.125",
+        "  steps    convert verified, train failed, export waiting",
+        "  started  2026-11-30 13:00 UTC, took 0:30:00",
+        f"{old}  no run.json, step -, reward 0.2",
+        "  steps    convert -, train -, export -",
+        "  started  -, took -",
+        "(1 run(s) of other recipes with the same model are not shown)"], result.output
+
+
+def test_runs_in_a_wide_terminal_is_one_table(cloud, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    first, _, _ = three_runs(cloud, tmp_path)
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "reward" in line)
+    assert [cell.strip() for cell in header.strip("┃ ").split("┃")] == [
+        "run", "status", "convert", "train", "export", "step", "reward", "started", "took"]
+    row = next(line for line in result.output.splitlines() if first in line)
+    assert [cell.strip() for cell in row.strip("│ ").split("│")] == [
+        first, "succeeded", "succeeded", "succeeded", "succeeded", "50/50", "0.37", "2026-11-30 10:00 UTC", "2:13:05"]
+
+
+def test_runs_json(cloud, tmp_path):
+    first, second, old = three_runs(cloud, tmp_path)
+    result = runner.invoke(app, ["runs", RECIPE, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["other_recipes"] == 1 and [run["run"] for run in data["runs"]] == [first, second, old]
+    failed = data["runs"][1]
+    assert failed == {
+        "run": second, "status": "failed", "steps": {"convert": "verified", "train": "failed", "export": "waiting"},
+        "last_step": 12, "train_steps": 50, "reward": 0.125, "started": "2026-11-30T13:00:00+00:00",
+        "ended": "2026-11-30T13:30:00+00:00", "duration_seconds": 1800,
+        "record": f"gs://rl-test-artifacts/qwen3-30b-a3b/trained/{second}/run.json"}
+
+
+def test_no_runs_says_how_to_start_one(cloud):
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"no run of {RECIPE} in gs://rl-test-artifacts/qwen3-30b-a3b/trained/ yet: start one with `tpu-rl run {RECIPE}`"]
