@@ -139,18 +139,16 @@ def _wait_until_sleeping(pid: int, seconds: float = 30) -> None:
     raise AssertionError(f"process {pid} never waited for input")
 
 
-def test_ctrl_c_at_the_replace_prompt_is_an_interruption_not_a_failed_step(cloud):
-    from jobs import render_manifests
-
-    recipe = get_recipe("qwen3-v6e32")
-    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "failed")
-    master, terminal = pty.openpty()  # a real terminal, so `run` asks instead of refusing
-    proc = subprocess.Popen([str(TPU_RL), "run", recipe.name, "--steps", "convert"], stdin=terminal,
-                            stdout=terminal, stderr=terminal, env=dict(os.environ), close_fds=True)
+def ctrl_c_at_the_prompt(args: list[str]) -> tuple[str, str, int]:
+    """`tpu-rl *args` in a real terminal (so it asks instead of refusing): wait for its [y/N] prompt, press
+    Ctrl-C, and return what it wrote up to the prompt, what it wrote after, and its exit code."""
+    master, terminal = pty.openpty()
+    proc = subprocess.Popen([str(TPU_RL), *args], stdin=terminal, stdout=terminal, stderr=terminal,
+                            env=dict(os.environ), close_fds=True)
     os.close(terminal)
     try:
         asked = _read_until(master, lambda text: "[y/N]" in text, 120)
-        assert "Delete it and submit again? [y/N]" in asked, asked
+        assert "[y/N]" in asked, asked
         _wait_until_sleeping(proc.pid)
         # What Ctrl-C at the terminal sends. On a loaded machine the process can still be between printing
         # the prompt and blocking in read(); a signal taken there waits for the read to return, so, like a
@@ -163,11 +161,21 @@ def test_ctrl_c_at_the_replace_prompt_is_an_interruption_not_a_failed_step(cloud
             except subprocess.TimeoutExpired:
                 continue
         rest = _read_until(master, lambda text: False, 120)  # until the process ends and closes its terminal
-        assert proc.wait(timeout=30) == ExitCode.INTERRUPTED, asked + rest
+        return asked, rest, proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
         os.close(master)
+
+
+def test_ctrl_c_at_the_replace_prompt_is_an_interruption_not_a_failed_step(cloud):
+    from jobs import render_manifests
+
+    recipe = get_recipe("qwen3-v6e32")
+    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "failed")
+    asked, rest, code = ctrl_c_at_the_prompt(["run", recipe.name, "--steps", "convert"])
+    assert "Delete it and submit again? [y/N]" in asked, asked
+    assert code == ExitCode.INTERRUPTED, asked + rest
     assert "error: interrupted at the prompt; nothing was submitted or deleted" in rest
     assert "Traceback" not in rest and "Aborted" not in rest
     assert cloud["kube"].created == [] and cloud["kube"].deleted == []

@@ -1,4 +1,5 @@
-"""The commands that reach the cloud: `tpu-rl preflight`, `secret set`, `run`, `status` and `logs`."""
+"""The commands that reach the cloud: `tpu-rl preflight`, `secret set`, `run`, `cancel`, `status`, `runs`
+and `logs`."""
 
 from __future__ import annotations
 
@@ -128,6 +129,29 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         from scripts.pipeline.vm import run_vm
 
         run_vm(session, wanted, follow_logs=follow_logs, dry_run=dry_run)
+
+
+@app.command()
+@handled
+def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+           step: Optional[str] = typer.Argument(None, metavar="[STEP]", help="convert, train or export (default: all)"),
+           yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+           sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+           run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
+    """Stop a run: delete its running JobSets (outputs are kept); asks first unless --yes."""
+    from scripts.pipeline.session import parse_step
+
+    if step is not None:
+        parse_step(step)
+    session = run_session(recipe_name, sets, run_name)
+    if session.recipe.is_gke:
+        from scripts.pipeline.gke import cancel_gke
+
+        cancel_gke(session, step, yes)
+    else:
+        from scripts.pipeline.vm import cancel_vm
+
+        cancel_vm(session)
 
 
 def status_view(recipe_name: str, bucket: str, report):

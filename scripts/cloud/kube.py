@@ -178,6 +178,15 @@ class Cluster:
                 return None
             raise ApiError(f"reading JobSet {name} failed with {describe(error)}") from None
 
+    def list_jobsets(self, selector: str) -> list[dict]:
+        """The JobSets whose labels match a kubectl-style selector (e.g. tpu-rl/run=<run>)."""
+        try:
+            found = self._read(f"listing JobSets {selector}", lambda: self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, label_selector=selector, _request_timeout=self._timeout))
+        except ApiException as error:
+            raise ApiError(f"listing JobSets {selector} failed with {describe(error)}") from None
+        return found.get("items", [])
+
     def create_jobset(self, body: dict) -> dict:
         """Submit once. A create that timed out may still have happened: on a retry, a 409 for an
         object carrying our submission id means the first attempt worked."""

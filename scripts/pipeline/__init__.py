@@ -2,9 +2,12 @@
 
 - session.py: what both runners share: the Session of one command (settings, clients, console, clocks),
   the steps a user may name, checking a step's output and the rows of `tpu-rl status`.
-- gke.py: `run`, `status` and `logs` on GKE: one JobSet per step, waited for, followed and diagnosed.
+- gke.py: `run`, `cancel`, `status` and `logs` on GKE: one JobSet per step, waited for, followed and
+  diagnosed.
 - vm.py: the same on a single TPU VM, read back from its serial console.
 - progress.py: how far training is, from the trainer's log line and the run's event files.
+- record.py: the run record, run.json, and the records of a recipe's runs.
+- runs.py: `tpu-rl runs`: each run's record and last reward and step.
 - manifests.py: rendered JobSets as one YAML stream (render --out -, run --dry-run).
 - preflight.py: `tpu-rl preflight`: capacity, bucket and token, checked before anything costs money.
 

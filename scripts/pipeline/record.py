@@ -149,7 +149,10 @@ class RunRecord:
 
     def finish(self, error: BaseException | None) -> None:
         """The end of this invocation: succeeded, failed (a step failed or lost its output), interrupted
-        (the JobSet keeps running) or stopped by an API error."""
+        (the JobSet keeps running) or stopped by an API error. A run cancelled by `tpu-rl cancel` keeps the
+        record cancel wrote."""
+        if isinstance(error, RunCancelled):
+            return
         if isinstance(error, (StepFailed, OutputMissing)) and self.current:
             self.step(self.current, "failed")
         status = ("succeeded" if error is None else "interrupted" if isinstance(error, (Interrupted, KeyboardInterrupt))
@@ -166,3 +169,65 @@ class RunRecord:
             if required:
                 raise ApiError(f"{error}; nothing was submitted") from None
             self.session.console.print(f"[yellow]![/] the run record was not updated: {error}")
+
+
+class RunCancelled(StepFailed):
+    """The step's JobSet was deleted by `tpu-rl cancel`, which recorded it in run.json."""
+
+
+def _now(session: Session) -> str:
+    return _time(session.now())
+
+
+def record_cancellation(session: Session, jobsets: dict[str, str]) -> None:
+    """Mark the run cancelled in its record before its JobSets (`{step: JobSet}`) are deleted, so that a
+    `tpu-rl run` attached to them reads why they went away. A run without a record gets none: a record
+    without the run's identity would refuse the name later. A failed write is a warning: cancel goes on."""
+    storage, url = session.clients.storage(), session.paths.run_record
+    try:
+        data = gcs.read_json(storage, url)
+        if not data:
+            return
+        now = _now(session)
+        for step in jobsets:
+            data.setdefault("steps", {}).setdefault(step, {}).update(status="cancelled", ended=now)
+        data.update(status="cancelled", ended=now, error=None)
+        data.setdefault("cancellations", []).append({"at": now, "jobsets": list(jobsets.values()),
+                                                     "command": redacted(sys.argv)})
+        gcs.write_json(storage, url, data)
+    except ApiError as error:
+        session.console.print(f"[yellow]![/] the run record was not updated: {error}")
+
+
+def cancellation_of(session: Session, jobset: str) -> str | None:
+    """When `tpu-rl cancel` deleted this JobSet of the run, by the run's record; None when it did not."""
+    try:
+        data = gcs.read_json(session.clients.storage(), session.paths.run_record) or {}
+    except ApiError:
+        return None
+    found = [entry["at"] for entry in data.get("cancellations") or [] if jobset in entry.get("jobsets", [])]
+    return found[-1] if found else None
+
+
+def run_records(session: Session) -> dict[str, dict | None]:
+    """Every run directory under the recipe's trained/ prefix, with its record (None without one; a record
+    that is not JSON is marked unreadable). No bucket: no run."""
+    from google.api_core import exceptions as gexc
+
+    from jobs.paths import RUN_RECORD
+    from scripts.metrics.events import runs_under
+
+    storage, trained = session.clients.storage(), session.paths.trained
+    try:
+        names = runs_under(storage, trained)
+    except gexc.NotFound:
+        return {}
+    except gexc.GoogleAPIError as error:
+        raise ApiError(f"listing the runs under {trained} failed: {error}") from None
+    records: dict[str, dict | None] = {}
+    for name in names:
+        try:
+            records[name] = gcs.read_json(storage, f"{trained}{name}/{RUN_RECORD}")
+        except ApiError:
+            records[name] = {"status": "unreadable run.json"}
+    return records

@@ -12,12 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from google.api_core import exceptions as gexc
-
 from jobs.paths import RUN_RECORD
 from recipes import STEPS
-from scripts.cloud import gcs
-from scripts.outcome import ApiError
+from scripts.pipeline.record import run_records
 from scripts.pipeline.session import Session, hms
 
 NO_RECORD = "no run.json"
@@ -112,29 +109,17 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
 def list_runs(session: Session) -> RunList:
     """The runs under the recipe's `trained/` prefix, oldest first (runs without a record last). A record
     of another recipe with the same model is left out and counted."""
-    from scripts.metrics.events import runs_under
-
-    storage, trained = session.clients.storage(), session.paths.trained
-    try:
-        names = runs_under(storage, trained)
-    except gexc.NotFound:  # no bucket: no run
-        names = []
-    except gexc.GoogleAPIError as error:
-        raise ApiError(f"listing the runs under {trained} failed: {error}") from None
     runs, others = [], 0
-    for name in names:
-        try:
-            record = gcs.read_json(storage, f"{trained}{name}/{RUN_RECORD}")
-        except ApiError:  # a record that is not JSON: the run is still listed
-            record = {"status": "unreadable run.json"}
+    for name, record in run_records(session).items():
         if record and record.get("recipe") not in (None, session.recipe.name):
             others += 1
             continue
         runs.append(summarize_run(session, name, record))
+
     def order(run: RunSummary) -> tuple:
         moment = _time(run.started)
         return (moment is None, moment.timestamp() if moment else 0.0, run.run)
 
     runs.sort(key=order)
-    return RunList(trained, runs, others)
+    return RunList(session.paths.trained, runs, others)
 

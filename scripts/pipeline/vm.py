@@ -188,6 +188,21 @@ def _follow(session: Session, steps: tuple[str, ...], pending: list[str], record
                           f"`tpu-rl run {session.recipe.name}`") from None
 
 
+def cancel_vm(session: Session) -> None:
+    """The VM recipe's cancel does nothing, and says how to stop the VM by hand. Its steps run in the startup
+    script, which reads no cancel request (jobs/vm.py), so only stopping the VM stops them; and a TPU VM
+    cannot be started again once stopped (Compute Engine, "Stop or restart a compute instance",
+    docs/instances/stop-start-instance, Limitations: TPU instances cannot be restarted), so that is left to
+    a person, with the way back: destroying and deploying the stack again, whose script then skips the
+    steps whose progress marker exists and resumes train from its last checkpoint."""
+    settings, recipe = session.settings, session.recipe.name
+    raise UserError(
+        f"cancel cannot stop the startup script of TPU VM {settings.vm_name}, which runs the steps of recipe "
+        f"'{recipe}': stop the VM with `gcloud compute instances stop {settings.vm_name} --zone={settings.zone} "
+        f"--project={settings.project}`. A TPU VM cannot be started again: `npx cdktf destroy {recipe}` and a later "
+        f"`npx cdktf deploy {recipe}` go on from the progress markers and checkpoints in gs://{settings.gcs_bucket}")
+
+
 def status_vm(session: Session) -> StatusReport:
     """Each step's progress and output. Without the VM (deleted after a run, or not deployed yet) the
     bucket still holds the progress markers and outputs, so they are shown with a note instead of an error."""

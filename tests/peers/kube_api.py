@@ -27,6 +27,12 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _selected(labels: dict, query: dict) -> bool:
+    """Whether labels match the request's labelSelector (equality terms key=value, comma-separated)."""
+    wanted = dict(part.split("=", 1) for part in query.get("labelSelector", "").split(",") if part)
+    return all(labels.get(key) == value for key, value in wanted.items())
+
+
 def status(code: int, reason: str, message: str) -> Reply:
     return Reply(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                         "message": message, "reason": reason, "code": code})
@@ -262,16 +268,20 @@ class KubeApi(PeerServer):
                                "resources": [{"name": "jobsets", "singularName": "jobset", "namespaced": True,
                                               "kind": "JobSet", "verbs": ["create", "delete", "get", "list", "watch"]}]})
         if match := _JOBSETS.match(path):
-            return self._jobsets(method, match["name"], body)
+            return self._jobsets(method, match["name"], body, query)
         if match := _PODS.match(path):
             return self._pods(method, match["name"], bool(match["log"]), query)
         if match := _SECRETS.match(path):
             return self._secrets(method, match["name"], body)
         return status(404, "NotFound", f"no route {method} {path}")
 
-    def _jobsets(self, method: str, name: str | None, body: bytes) -> Reply:
+    def _jobsets(self, method: str, name: str | None, body: bytes, query: dict) -> Reply:
         if not self.crd_installed:
             return status(404, "NotFound", "the server could not find the requested resource")
+        if method == "GET" and name is None:  # a list, by label selector as kubectl's -l (key=value,...)
+            return Reply(200, {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSetList", "metadata": {},
+                               "items": [obj for obj in self.jobsets.values()
+                                         if _selected(obj["metadata"].get("labels") or {}, query)]})
         if method == "POST":
             obj = json.loads(body)
             name = obj["metadata"]["name"]
@@ -294,9 +304,7 @@ class KubeApi(PeerServer):
 
     def _pods(self, method: str, name: str | None, log: bool, query: dict) -> Reply:
         if name is None:
-            wanted = dict(part.split("=", 1) for part in query.get("labelSelector", "").split(",") if part)
-            items = [pod for pod in self.pods.values()
-                     if all(pod["metadata"]["labels"].get(k) == v for k, v in wanted.items())]
+            items = [pod for pod in self.pods.values() if _selected(pod["metadata"]["labels"], query)]
             return Reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
         pod = self.pods.get(name)
         if pod is None:

@@ -1,0 +1,193 @@
+"""`tpu-rl cancel` against the local peers: runs started (and left running) by `tpu-rl run` on the fake
+Kubernetes API, their records in the GCS emulator. Cancel deletes only the run's own running JobSets, the
+shared conversion only when no other run waits on it, asks first unless --yes, and records it in run.json."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import scripts.cli.cloud
+from peers.fixtures import (  # noqa: F401
+    SETTINGS,
+    cloud,
+    gcs,
+    gcs_server,
+    google,
+    kube,
+    peer_settings,
+    put_step_output,
+    settings_env,
+)
+from scripts.cli import app
+from scripts.cloud import gcs as bucket
+from scripts.outcome import ExitCode
+from test_cli_experiments import error_line, names, record, run_of
+from test_cli_terminal import ctrl_c_at_the_prompt
+
+RECIPE = "qwen3-v6e32"
+runner = CliRunner()
+
+
+def session_hook(monkeypatch, **changes):
+    """Every Session the CLI makes gets these attributes (sleep, confirm)."""
+    real = scripts.cli.cloud.make_session
+
+    def make_session(*args, **kwargs):
+        session = real(*args, **kwargs)
+        for name, value in changes.items():
+            setattr(session, name, value)
+        return session
+
+    monkeypatch.setattr(scripts.cli.cloud, "make_session", make_session)
+
+
+def interrupt(seconds):
+    raise KeyboardInterrupt
+
+
+def left_running(cloud, monkeypatch, *args: str) -> None:
+    """`tpu-rl run RECIPE *args`, interrupted while it waits: its JobSet keeps running, its record says so."""
+    with monkeypatch.context() as patch:
+        session_hook(patch, sleep=interrupt)
+        assert runner.invoke(app, ["run", RECIPE, *args]).exit_code == ExitCode.INTERRUPTED
+
+
+def test_cancel_deletes_only_the_runs_running_jobsets_and_records_it(cloud, monkeypatch):
+    first, first_paths = run_of()
+    second, second_paths = run_of("learning_rate=1e-5")
+    put_step_output(cloud["gcs"], first, "convert")
+    for recipe in (first, second):
+        cloud["kube"].plan(names(recipe)["train"], outcome="hang")
+    left_running(cloud, monkeypatch)
+    left_running(cloud, monkeypatch, "--set", "learning_rate=1e-5")
+    convert = names(first)["convert"]
+    assert convert not in cloud["kube"].jobsets  # skipped: its output was there
+
+    result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    train = names(first)["train"]
+    assert cloud["kube"].deleted == [train]
+    assert names(second)["train"] in cloud["kube"].jobsets  # another run's JobSet is never touched
+    assert f"deleted JobSet {train}" in result.output
+    assert f"cancelled run {first_paths.run_name}: outputs in gs://{SETTINGS['GCS_BUCKET']} are kept" in result.output
+    data = record(cloud["gcs"], first_paths)
+    assert data["status"] == "cancelled" and data["steps"]["train"]["status"] == "cancelled"
+    assert data["steps"]["convert"]["status"] == "verified"
+    assert [entry["jobsets"] for entry in data["cancellations"]] == [[train]]
+    assert record(cloud["gcs"], second_paths)["status"] == "interrupted"
+
+    again = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert again.exit_code == 0 and again.output.startswith(f"nothing to cancel: no JobSet of run {first_paths.run_name}")
+
+
+def test_cancel_without_a_terminal_or_yes_deletes_nothing(cloud, monkeypatch):
+    recipe, _ = run_of()
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan(names(recipe)["train"], outcome="hang")
+    left_running(cloud, monkeypatch)
+    result = runner.invoke(app, ["cancel", RECIPE])
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert error_line(result) == (f"error: cancel would delete JobSet(s) {names(recipe)['train']} of run "
+                                  f"{names(recipe)['train'].removesuffix('-train')}: rerun with --yes to confirm "
+                                  "(there is no terminal to ask in)")
+    assert cloud["kube"].deleted == []
+
+
+@pytest.mark.parametrize("answer", [True, False])
+def test_cancel_asks_first(cloud, monkeypatch, answer):
+    recipe, paths = run_of(run="exp1")
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan("exp1-train", outcome="hang")
+    left_running(cloud, monkeypatch, "--run", "exp1")
+    questions = []
+    session_hook(monkeypatch, confirm=lambda question: questions.append(question) or answer)
+    result = runner.invoke(app, ["cancel", RECIPE, "train", "--run", "exp1"])
+    assert result.exit_code == 0, result.output
+    assert questions == [f"Delete JobSet(s) exp1-train of train of run exp1 (outputs in gs://{SETTINGS['GCS_BUCKET']} "
+                         "are kept)?"]
+    assert cloud["kube"].deleted == (["exp1-train"] if answer else [])
+    assert record(cloud["gcs"], paths)["status"] == ("cancelled" if answer else "interrupted")
+
+
+def test_the_conversion_is_cancelled_only_when_no_other_run_waits_on_it(cloud, monkeypatch):
+    first, first_paths = run_of()
+    second, second_paths = run_of("learning_rate=1e-5")
+    convert = names(first)["convert"]
+    assert names(second)["convert"] == convert  # shared
+    cloud["kube"].plan(convert, outcome="hang")
+    left_running(cloud, monkeypatch)
+    left_running(cloud, monkeypatch, "--set", "learning_rate=1e-5")  # reattaches to the same conversion
+
+    kept = runner.invoke(app, ["cancel", RECIPE, "convert", "--yes"])
+    assert kept.exit_code == 0, kept.output
+    assert kept.output.splitlines()[0] == (f"kept JobSet {convert}: the conversion is shared, and run(s) "
+                                           f"{second_paths.run_name} wait on it too")
+    assert cloud["kube"].deleted == []
+
+    second_record = record(cloud["gcs"], second_paths)
+    second_record["steps"]["convert"]["status"] = "failed"  # the other run no longer waits on it
+    bucket.write_json(cloud["gcs"], second_paths.run_record, second_record)
+    result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert cloud["kube"].deleted == [convert]
+    assert record(cloud["gcs"], first_paths)["steps"]["convert"]["status"] == "cancelled"
+
+
+def test_the_conversion_of_another_run_is_not_this_runs_to_cancel(cloud, monkeypatch):
+    first, _ = run_of()
+    convert = names(first)["convert"]
+    cloud["kube"].plan(convert, outcome="hang")
+    left_running(cloud, monkeypatch)
+    result = runner.invoke(app, ["cancel", RECIPE, "--run", "exp2", "--yes"])  # a run that never waited on it
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith(f"kept JobSet {convert}: the conversion is running, but not for "
+                                                    "run exp2")
+    assert cloud["kube"].deleted == []
+
+
+def test_a_run_attached_to_a_cancelled_jobset_says_it_was_cancelled(cloud, monkeypatch):
+    from scripts.cloud.clients import Clients
+    from scripts.pipeline.gke import cancel_gke
+    from scripts.pipeline.session import Session
+
+    recipe, paths = run_of()
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan(names(recipe)["train"], outcome="hang")
+    polls = []
+
+    def cancel_on_the_second_poll(seconds):
+        polls.append(seconds)
+        if len(polls) == 2:  # someone runs `tpu-rl cancel RECIPE --yes` meanwhile
+            cancel_gke(Session(recipe, peer_settings(), Clients(peer_settings())), None, True)
+
+    session_hook(monkeypatch, sleep=cancel_on_the_second_poll)
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED
+    assert error_line(result).startswith(f"error: step train was cancelled: `tpu-rl cancel` deleted JobSet "
+                                         f"{names(recipe)['train']} at ")
+    assert record(cloud["gcs"], paths)["status"] == "cancelled"  # not overwritten by the run that ended
+
+
+def test_cancel_on_the_vm_recipe_says_how_to_stop_the_vm_and_does_nothing(settings_env, gcs, google):
+    result = runner.invoke(app, ["cancel", "llama31-v6e8", "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT
+    line = error_line(result)
+    assert (f"`gcloud compute instances stop rl-test-vm --zone={SETTINGS['ZONE']} --project={SETTINGS['PROJECT']}`"
+            in line)
+    assert "A TPU VM cannot be started again: `npx cdktf destroy llama31-v6e8`" in line
+    assert google.requests == []
+
+
+def test_ctrl_c_at_the_cancel_prompt_exits_130_and_deletes_nothing(cloud, monkeypatch):
+    recipe, paths = run_of()
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan(names(recipe)["train"], outcome="hang")
+    left_running(cloud, monkeypatch)
+    asked, rest, code = ctrl_c_at_the_prompt(["cancel", RECIPE])
+    assert (f"Delete JobSet(s) {names(recipe)['train']} of run {paths.run_name} (outputs in gs://"
+            f"{SETTINGS['GCS_BUCKET']} are kept)? [y/N]") in asked, asked
+    assert code == ExitCode.INTERRUPTED, asked + rest
+    assert "error: interrupted at the prompt; nothing was submitted or deleted" in rest
+    assert cloud["kube"].deleted == []
+    assert record(cloud["gcs"], paths)["status"] == "interrupted"  # the run's, from before: nothing recorded
