@@ -85,7 +85,7 @@ def render_doc(rows: list[Row]) -> str:
         "was created or submitted (no file written; nothing new in the local fake Kubernetes, Secret Manager and GCS).",
         "",
         "Stages: **synth** (`make synth` / `python -m stacks.app`), **render** (`tpu-rl render`),",
-        "**preflight** (`tpu-rl preflight`, `tpu-rl secret set`), **run** (`tpu-rl run`, `status`, `logs`),",
+        "**preflight** (`tpu-rl preflight`, `tpu-rl secret set`), **run** (`tpu-rl run`, `cancel`, `status`, `logs`),",
         "**plan** (`tpu-rl plan-review`). Settings and the recipe table are checked by every command where",
         "they enter; each row names the command its test runs. Settings rows start from a valid environment",
         "and change one thing; recipe rows edit one place of a copy of recipes.toml.",
