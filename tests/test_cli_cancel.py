@@ -50,7 +50,9 @@ def left_running(cloud, monkeypatch, *args: str) -> None:
     """`tpu-rl run RECIPE *args`, interrupted while it waits: its JobSet keeps running, its record says so."""
     with monkeypatch.context() as patch:
         session_hook(patch, sleep=interrupt)
-        assert runner.invoke(app, ["run", RECIPE, *args]).exit_code == ExitCode.INTERRUPTED
+        result = runner.invoke(app, ["run", RECIPE, *args])
+    assert result.exit_code == ExitCode.INTERRUPTED
+    assert f"stop it with `tpu-rl cancel {' '.join([RECIPE, *args])}`" in error_line(result)  # the same run
 
 
 def test_cancel_deletes_only_the_runs_running_jobsets_and_records_it(cloud, monkeypatch):

@@ -255,7 +255,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
         except KeyboardInterrupt:
             raise Interrupted(
                 f"interrupted: JobSet {job.name} keeps running on the cluster. Reattach with {reattach}; logs: "
-                f"{session.logs_hint(job.step)}; stop it with `kubectl delete jobset {job.name}`") from None
+                f"{session.logs_hint(job.step)}; stop it with {session.command('cancel')}") from None
         except ApiError as error:
             raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
                            f"{job.name} keeps running: rerun {reattach} to reattach") from None
