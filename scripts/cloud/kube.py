@@ -11,7 +11,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Literal
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -286,9 +286,12 @@ def _api_message(error: ApiException) -> str:
 
 
 # -- reading JobSet and pod state (pure) -----------------------------------------------------------
+JobSetPhase = Literal["absent", "running", "succeeded", "failed", "suspended"]
+
+
 @dataclass(frozen=True)
 class JobSetState:
-    phase: str  # absent | running | succeeded | failed | suspended
+    phase: JobSetPhase
     reason: str = ""
     message: str = ""
     created: str | None = None

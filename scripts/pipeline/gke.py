@@ -8,7 +8,7 @@ import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Literal
 
 from rich.markup import escape
 
@@ -23,7 +23,7 @@ from jobs.k8s import (
     main_replicated_job,
     spec_digest,
 )
-from recipes import STEPS, Recipe, Settings, UserError
+from recipes import STEPS, Recipe, Settings, Step, UserError
 from recipes.conventions import CHECK_FAILED_PREFIX, HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from scripts.cloud import gcs, hf_token
 from scripts.cloud.kube import (
@@ -82,7 +82,7 @@ def _elapsed(created: str | None, now: Callable[[], datetime]) -> str:
 
 @dataclass(frozen=True)
 class StepJob:
-    step: str
+    step: Step
     name: str
     manifest: dict
     selector: str  # the main pod
@@ -106,10 +106,13 @@ def step_jobs(recipe: Recipe, settings: Settings) -> dict[str, StepJob]:
     return jobs
 
 
+ActionKind = Literal["skip", "attach", "submit", "replace"]  # what `run` does with a step
+
+
 @dataclass(frozen=True)
 class Action:
-    step: str
-    kind: str  # skip | attach | submit | replace
+    step: Step
+    kind: ActionKind
     why: str
 
 
@@ -136,7 +139,7 @@ def spec_change(job: StepJob, existing: dict | None) -> str | None:
         "in fields the cluster fills in"
 
 
-def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[str, ...], replace: bool) -> list[Action]:
+def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...], replace: bool) -> list[Action]:
     """Decide, before anything is submitted, what happens to each step. Raises UserError on conflicts."""
     actions: list[Action] = []
     will_run: set[str] = set()
@@ -184,7 +187,7 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[str, ...],
     return actions
 
 
-def run_gke(session: Session, steps: tuple[str, ...], *, replace: bool, follow_logs: bool,
+def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,
             dry_run: bool = False) -> None:
     console = session.console
     jobs = step_jobs(session.recipe, session.settings)
@@ -232,7 +235,7 @@ def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Actio
     console.out(manifest_stream(job.manifest for job in submitted), highlight=False, end="")
 
 
-def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Action], steps: tuple[str, ...],
+def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Action], steps: tuple[Step, ...],
                  record: RunRecord, follow_logs: bool) -> None:
     console = session.console
     for action in actions:
@@ -477,7 +480,7 @@ def _convert_waits_for(record: dict | None, jobset: str) -> bool:
     return entry.get("jobset") == jobset and entry.get("status") == "running"
 
 
-def cancel_targets(session: Session, step: str | None) -> tuple[dict[str, str], list[str]]:
+def cancel_targets(session: Session, step: Step | None) -> tuple[dict[str, str], list[str]]:
     """The JobSets cancel deletes, `{step: name}`, and a note for each it leaves.
 
     Train and export belong to the run: its JobSets are found by the run label (never by a name prefix,
@@ -511,7 +514,7 @@ def cancel_targets(session: Session, step: str | None) -> tuple[dict[str, str], 
     return targets, notes
 
 
-def cancel_gke(session: Session, step: str | None, yes: bool) -> None:
+def cancel_gke(session: Session, step: Step | None, yes: bool) -> None:
     """Delete the run's running JobSets (after a yes), record the cancellation, keep every output."""
     console, run = session.console, session.paths.run_name
     targets, notes = cancel_targets(session, step)
@@ -569,7 +572,7 @@ def status_gke(session: Session) -> StatusReport:
     return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows)
 
 
-def logs_gke(session: Session, step: str, follow: bool, tail: int | None) -> Iterable[str]:
+def logs_gke(session: Session, step: Step, follow: bool, tail: int | None) -> Iterable[str]:
     job = step_jobs(session.recipe, session.settings)[step]
     pod = main_pod(session.cluster.list_pods(job.selector))
     if pod is None:

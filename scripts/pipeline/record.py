@@ -22,7 +22,7 @@ from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 
-from recipes import UserError, get_recipe
+from recipes import Step, UserError, get_recipe
 from recipes.runs import default_run_name, digest, run_identity
 from scripts.cloud import gcs
 from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
@@ -134,7 +134,7 @@ class RunRecord:
                 entry.update(status="waiting", started=None, ended=None)
         self.write(required=True)
 
-    def step(self, step: str, status: str, **fields: object) -> None:
+    def step(self, step: Step, status: str, **fields: object) -> None:
         """A step's new status ("running" stamps its start, "succeeded"/"failed" its end)."""
         now = _time(self.session.now())
         entry = self.data.setdefault("steps", {}).setdefault(step, {"capacity": None})

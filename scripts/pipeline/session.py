@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 from rich.console import Console
 
 from jobs.paths import ArtifactPaths
-from recipes import STEPS, Recipe, Settings, UserError
+from recipes import STEPS, Recipe, Settings, Step, UserError
 from scripts.cloud import gcs
 from scripts.cloud.clients import Clients
 from scripts.cloud.kube import Cluster
@@ -24,7 +24,7 @@ from scripts.cloud.retry import RetryPolicy
 from scripts.outcome import OutputMissing
 
 
-def parse_steps(text: str) -> tuple[str, ...]:
+def parse_steps(text: str) -> tuple[Step, ...]:
     wanted = tuple(part.strip() for part in text.split(",") if part.strip())
     unknown = [step for step in wanted if step not in STEPS]
     if unknown or not wanted:
@@ -33,7 +33,7 @@ def parse_steps(text: str) -> tuple[str, ...]:
     return tuple(step for step in STEPS if step in wanted)  # always in pipeline order
 
 
-def parse_step(step: str) -> str:
+def parse_step(step: str) -> Step:
     if step not in STEPS:
         raise UserError(f"unknown step '{step}': choose one of {', '.join(STEPS)}")
     return step
@@ -63,21 +63,21 @@ class Session:
             self._cluster = cluster
         return self._cluster
 
-    def missing(self, step: str) -> list[gcs.Requirement]:
+    def missing(self, step: Step) -> list[gcs.Requirement]:
         return gcs.missing_outputs(self.clients.storage(), self.paths, step)
 
-    def output_state(self, step: str) -> str:
+    def output_state(self, step: Step) -> str:
         """The `status` table's output column."""
         missing = self.missing(step)
         return f"missing: {describe_missing(missing)}" if missing else "verified"
 
-    def report_done(self, steps: tuple[str, ...]) -> None:
+    def report_done(self, steps: tuple[Step, ...]) -> None:
         self.console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{self.settings.gcs_bucket} "
                            f"(run {self.paths.run_name})")
         for line in self.next_steps(steps):
             self.console.print(line)
 
-    def next_steps(self, steps: tuple[str, ...]) -> list[str]:
+    def next_steps(self, steps: tuple[Step, ...]) -> list[str]:
         """What to do after a run: fetch the export, look at the curves, and destroy the stack, whose
         hourly estimate keeps counting until then."""
         from recipes.cost import ESTIMATE_NOTE, hourly_estimate
@@ -100,7 +100,7 @@ class Session:
         run = [f"--run {self.recipe.run}"] if self.recipe.run else []
         return f"`{' '.join(['tpu-rl', verb, self.recipe.name, *args, *sets, *run])}`"
 
-    def logs_hint(self, step: str) -> str:
+    def logs_hint(self, step: Step) -> str:
         return self.command("logs", step)
 
 
@@ -127,7 +127,7 @@ def describe_missing(missing: Iterable[gcs.Requirement]) -> str:
     return ", ".join(req.describe() for req in missing)
 
 
-def verify_output(session: Session, step: str, steps: tuple[str, ...]) -> None:
+def verify_output(session: Session, step: Step, steps: tuple[Step, ...]) -> None:
     missing = session.missing(step)
     if missing:
         following = steps[steps.index(step) + 1:]
@@ -139,7 +139,7 @@ def verify_output(session: Session, step: str, steps: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True)
 class StepStatus:
-    step: str
+    step: Step
     state: str  # JobSet phase (with its reason unless it succeeded), or the VM's progress for the step
     pods: str  # "ready/expected ready" while a JobSet runs, "done" once it finished, "" when not applicable
     time: str  # "h:mm:ss elapsed" while running, "took h:mm:ss" once finished, "" when unknown

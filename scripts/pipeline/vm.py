@@ -10,7 +10,7 @@ from google.api_core import exceptions as gexc
 from rich.markup import escape
 
 from jobs.vm import PROGRESS_LINE, STARTING
-from recipes import STEPS, UserError
+from recipes import STEPS, Step, UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
@@ -58,11 +58,11 @@ def done_markers(session: Session) -> list[str]:
             if gcs.exists(storage, paths.progress_marker(step))]
 
 
-def _starts(lines: list[str], step: str) -> list[int]:
+def _starts(lines: list[str], step: Step) -> list[int]:
     return [i for i, line in enumerate(lines) if _started_step(line) == step]
 
 
-def step_section(console_text: str, step: str) -> list[str] | None:
+def step_section(console_text: str, step: Step) -> list[str] | None:
     """The console lines from the last start of `step` until the next step starts; None if it never started."""
     lines = console_text.splitlines()
     starts = _starts(lines, step)
@@ -102,7 +102,7 @@ class SerialReader:
         return output.contents
 
 
-def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool, dry_run: bool = False) -> None:
+def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_run: bool = False) -> None:
     console = session.console
     _instance(session)
     record = RunRecord.open(session)
@@ -131,7 +131,7 @@ def run_vm(session: Session, steps: tuple[str, ...], *, follow_logs: bool, dry_r
     session.report_done(steps)
 
 
-def _follow(session: Session, steps: tuple[str, ...], pending: list[str], record: RunRecord,
+def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], record: RunRecord,
             follow_logs: bool) -> None:
     """Follow the startup script until every pending step is done and verified."""
     console, paths = session.console, session.paths
@@ -225,7 +225,7 @@ def status_vm(session: Session) -> StatusReport:
                          for step in STEPS])
 
 
-def logs_vm(session: Session, step: str, tail: int | None) -> list[str]:
+def logs_vm(session: Session, step: Step, tail: int | None) -> list[str]:
     """The serial console from the last start of `step` until the next step starts."""
     _instance(session)
     section = step_section(SerialReader(session).new_text(), step)
