@@ -88,6 +88,12 @@ class ArtifactPaths:
         conversion, so a run that shares it does not convert again; train's and export's with the run."""
         return f"{self.converted if step == 'convert' else self.run_root}progress/{step}.done"
 
+    @property
+    def cancel_marker(self) -> str:
+        """The object `tpu-rl cancel` writes for a VM recipe's run: its startup script runs no step while it
+        exists and stops the running one when it appears (jobs/vm.py). Beside the run's progress markers."""
+        return f"{self.run_root}progress/cancel.requested"
+
 
 def split_gs_url(url: str) -> tuple[str, str]:
     """gs://bucket/a/b/ -> ("bucket", "a/b/")."""

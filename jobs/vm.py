@@ -11,6 +11,10 @@ Decisions:
 - The token is read from Secret Manager at run time into HF_TOKEN of this process (tracing off, never
   echoed, never an argument). MaxText falls back to HF_TOKEN when hf_access_token is not given.
 - The install goes to /opt/tpu-rl (the boot disk, so it survives reboots) and is skipped when done.
+- `tpu-rl cancel` writes paths.cancel_marker instead of stopping the VM (a stopped TPU VM cannot be started
+  again). The script checks it before each step, and a background watcher polls it while a step runs and
+  sends SIGTERM to MaxText when it appears; the step then ends without its marker, so everything it wrote
+  is kept and a later boot without the cancel marker resumes there (train from its last checkpoint).
 """
 
 from __future__ import annotations
@@ -36,9 +40,21 @@ SYSTEM_PACKAGES = ("build-essential", "cmake", "ninja-build")  # as seed 002
 # prefix ("startup-script: ", GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go
 # runCmd), so the pattern is searched, not anchored at the line start.
 LOG_TAG = "tpu-rl:"
-STARTING, DONE = "starting", "done"
+STARTING, DONE, CANCELLED = "starting", "done", "cancelled"
+# How often the watcher looks for the cancel marker; the environment variable is a knob for tests (the
+# guest agent does not set it).
+CANCEL_POLL_SECONDS = 30
+CANCEL_POLL_ENV = "TPU_RL_CANCEL_POLL_SECONDS"
+# The steps' processes, as maxtext_commands runs them (`python3 -m maxtext.<module>`, children of the
+# script itself): what the watcher stops, and only the script's own (pkill -P).
+MAXTEXT_PROCESS = "python3 -m maxtext[.]"
 PROGRESS_LINE = re.compile(
     rf"{re.escape(LOG_TAG)} \S+ (?P<step>{'|'.join(STEPS)}): (?P<event>{STARTING}|{DONE})[ \t\r]*$", re.MULTILINE)
+
+
+def ssh_command(settings: Settings) -> str:
+    """SSH to the TPU VM: through IAP, as the VM has no external IP (infra/tpu_vm.py, infra/network.py)."""
+    return f"gcloud compute ssh {settings.vm_name} --zone={settings.zone} --project={settings.project} --tunnel-through-iap"
 
 
 def tpu_env(recipe: Recipe) -> dict[str, str]:
@@ -78,7 +94,47 @@ export PATH="/root/.local/bin:/snap/bin:/usr/local/bin:/usr/bin:/bin"
 readonly VENV={INSTALL_DIR}/venv
 log() {{ echo "{LOG_TAG} $(date -u +%FT%TZ) $*"; }}
 step_done() {{ gcloud storage ls "$1" >/dev/null 2>&1; }}
-mark_done() {{ date -u +%FT%TZ | gcloud storage cp - "$1"; }}"""
+mark_done() {{ date -u +%FT%TZ | gcloud storage cp - "$1"; }}
+
+# --- cancel: `tpu-rl cancel` writes this marker; delete it and reboot the VM to go on
+readonly CANCEL_MARKER={shlex.quote(paths.cancel_marker)}
+CURRENT_STEP=""
+stop_if_cancelled() {{
+  if step_done "$CANCEL_MARKER"; then
+    log "{CANCELLED}: marker $CANCEL_MARKER exists; delete it and reboot the VM to go on"
+    exit 0
+  fi
+}}
+# Polls the marker while the steps run; stops MaxText when it appears. It ends with this script (checked
+# each round, and killed by on_exit), its sleep with it, so nothing keeps the console pipe open.
+watch_cancel() {{
+  local nap=""
+  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+  while kill -0 "$$" 2>/dev/null; do
+    sleep "${{{CANCEL_POLL_ENV}:-{CANCEL_POLL_SECONDS}}}" >/dev/null 2>&1 &
+    nap=$!
+    wait "$nap" || true
+    if step_done "$CANCEL_MARKER"; then
+      log "{CANCELLED}: marker $CANCEL_MARKER exists; stopping the running step (SIGTERM to MaxText)"
+      pkill -TERM -P "$$" -f '{MAXTEXT_PROCESS}' || true
+      return 0
+    fi
+  done
+}}
+# A step stopped by the watcher fails; with the marker there, that is the cancel, not a crash: exit 0.
+on_exit() {{
+  local code=$?
+  kill "$CANCEL_WATCHER" 2>/dev/null || true
+  wait "$CANCEL_WATCHER" 2>/dev/null || true
+  if [[ $code -ne 0 ]] && step_done "$CANCEL_MARKER"; then
+    log "${{CURRENT_STEP:-script}}: {CANCELLED} (marker $CANCEL_MARKER); its outputs so far are kept"
+    exit 0
+  fi
+  exit "$code"
+}}
+watch_cancel &
+readonly CANCEL_WATCHER=$!
+trap on_exit EXIT"""
 
 
 def _install(recipe: Recipe) -> str:
@@ -123,6 +179,8 @@ def _step(step: str, body: str, marker: str) -> str:
 if step_done {q(marker)}; then
   log "{step}: already done (marker {marker}), skipping"
 else
+  stop_if_cancelled
+  CURRENT_STEP="{step}"
   log "{step}: {STARTING}"
 {body}
   mark_done {q(marker)}

@@ -8,6 +8,7 @@ from infra.identity import WorkloadServiceAccount, WorkloadServiceAccountProps
 from infra.network import Network, NetworkProps
 from infra.tpu_vm import TpuVm, TpuVmProps
 from jobs import render_startup_script
+from jobs.vm import ssh_command
 from recipes.model import Recipe
 from recipes.settings import Settings
 from stacks.base import TpuRlStack
@@ -49,7 +50,7 @@ class VmRecipeStack(TpuRlStack):
         where = f"--zone={settings.zone} --project={settings.project}"
         self.output("vm_name", settings.vm_name, "TPU VM")
         self.output("vm_zone", settings.zone, "TPU VM zone")
-        self.output("ssh_command", f"gcloud compute ssh {settings.vm_name} {where} --tunnel-through-iap",
+        self.output("ssh_command", ssh_command(settings),
                     "SSH through IAP (the VM has no external IP)")
         self.output("serial_output_command", f"gcloud compute instances get-serial-port-output {settings.vm_name} "
                     f"{where}", "Startup script progress without SSH")

@@ -19,6 +19,9 @@ from peers.fixtures import (  # noqa: F401
     put_step_output,
     settings_env,
 )
+from jobs.paths import ArtifactPaths
+from jobs.vm import LOG_TAG, STARTING
+from recipes import get_recipe
 from scripts.cli import app
 from scripts.cloud import gcs as bucket
 from scripts.outcome import ExitCode
@@ -171,14 +174,98 @@ def test_a_run_attached_to_a_cancelled_jobset_says_it_was_cancelled(cloud, monke
     assert record(cloud["gcs"], paths)["status"] == "cancelled"  # not overwritten by the run that ended
 
 
-def test_cancel_on_the_vm_recipe_says_how_to_stop_the_vm_and_does_nothing(settings_env, gcs, google):
-    result = runner.invoke(app, ["cancel", "llama31-v6e8", "--yes"])
+# --- the VM recipe: cancel writes the run's cancel marker, which the startup script reads (jobs/vm.py) ------
+VM_RECIPE = "llama31-v6e8"
+VM = (SETTINGS["ZONE"], "rl-test-vm")
+VM_PATHS = ArtifactPaths(get_recipe(VM_RECIPE), peer_settings())
+REBOOT = (f"`gcloud compute ssh rl-test-vm --zone={SETTINGS['ZONE']} --project={SETTINGS['PROJECT']} "
+          "--tunnel-through-iap -- sudo reboot`")
+
+
+def vm_left_running(google, gcs, monkeypatch) -> None:
+    """`tpu-rl run` of the VM recipe, interrupted while the startup script runs convert."""
+    google.instances[VM] = "RUNNING"
+    google.serial[VM] = f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z convert: {STARTING}\n"
+    with monkeypatch.context() as patch:
+        session_hook(patch, sleep=interrupt)
+        result = runner.invoke(app, ["run", VM_RECIPE])
+    assert result.exit_code == ExitCode.INTERRUPTED, result.output
+    assert record(gcs, VM_PATHS)["status"] == "interrupted"
+
+
+def marker_text(gcs) -> str | None:
+    return bucket.read_text(gcs, VM_PATHS.cancel_marker)
+
+
+def test_cancel_on_the_vm_recipe_writes_the_marker_and_records_it(settings_env, gcs, google, monkeypatch):
+    vm_left_running(google, gcs, monkeypatch)
+    result = runner.invoke(app, ["cancel", VM_RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert marker_text(gcs)  # the time it was written
+    text = " ".join(result.output.split())
+    assert f"wrote {VM_PATHS.cancel_marker}" in text
+    assert (f"cancelled run {VM_PATHS.run_name}: the startup script of TPU VM rl-test-vm stops step convert within "
+            f"30 s (SIGTERM to MaxText) and starts no further step; outputs in gs://{SETTINGS['GCS_BUCKET']} are "
+            "kept") in text
+    assert f"to go on, `gcloud storage rm {VM_PATHS.cancel_marker}` and reboot the VM ({REBOOT})" in text
+    data = record(gcs, VM_PATHS)
+    assert data["status"] == "cancelled"
+    assert {step: entry["status"] for step, entry in data["steps"].items()} == {
+        "convert": "cancelled", "train": "cancelled", "export": "cancelled"}
+    assert [entry["marker"] for entry in data["cancellations"]] == [VM_PATHS.cancel_marker]
+    assert {method for method, _, _ in google.requests} == {"GET"}  # the VM is not stopped: it keeps running
+
+    status = runner.invoke(app, ["status", VM_RECIPE])
+    assert status.exit_code == 0, status.output
+    assert [line.split()[:2] for line in status.output.splitlines()
+            if line.split()[:1] in (["convert"], ["train"], ["export"])] == [
+        ["convert", "cancelled"], ["train", "cancelled"], ["export", "cancelled"]]
+    assert f"was cancelled at {marker_text(gcs).strip()}" in " ".join(status.output.split())
+
+    again = runner.invoke(app, ["cancel", VM_RECIPE, "--yes"])
+    assert again.exit_code == 0 and again.output.startswith(f"nothing to cancel: run {VM_PATHS.run_name} was "
+                                                            "cancelled at ")
+    rerun = runner.invoke(app, ["run", VM_RECIPE])
+    assert rerun.exit_code == ExitCode.BAD_INPUT
+    assert f"`gcloud storage rm {VM_PATHS.cancel_marker}`" in error_line(rerun)
+
+
+def test_cancel_on_the_vm_recipe_without_a_terminal_or_yes_writes_nothing(settings_env, gcs, google, monkeypatch):
+    vm_left_running(google, gcs, monkeypatch)
+    result = runner.invoke(app, ["cancel", VM_RECIPE])
     assert result.exit_code == ExitCode.BAD_INPUT
-    line = error_line(result)
-    assert (f"`gcloud compute instances stop rl-test-vm --zone={SETTINGS['ZONE']} --project={SETTINGS['PROJECT']}`"
-            in line)
-    assert "A TPU VM cannot be started again: `npx cdktf destroy llama31-v6e8`" in line
-    assert google.requests == []
+    assert error_line(result) == (f"error: cancel would stop the startup script of TPU VM rl-test-vm at step convert "
+                                  f"of run {VM_PATHS.run_name}: rerun with --yes to confirm (there is no terminal to "
+                                  "ask in)")
+    assert marker_text(gcs) is None
+    assert record(gcs, VM_PATHS)["status"] == "interrupted"
+
+
+def test_a_vm_run_attached_when_it_is_cancelled_says_so(settings_env, gcs, google, monkeypatch):
+    from scripts.cloud.clients import Clients
+    from scripts.pipeline.session import Session
+    from scripts.pipeline.vm import cancel_vm
+
+    google.instances[VM] = "RUNNING"
+    google.serial[VM] = f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z convert: {STARTING}\n"
+
+    def cancel_meanwhile(seconds):
+        cancel_vm(Session(get_recipe(VM_RECIPE), peer_settings(), Clients(peer_settings())), None, True)
+
+    session_hook(monkeypatch, sleep=cancel_meanwhile)
+    result = runner.invoke(app, ["run", VM_RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED
+    assert error_line(result).startswith(f"error: step convert was cancelled: `tpu-rl cancel` wrote "
+                                         f"{VM_PATHS.cancel_marker} at ")
+    assert record(gcs, VM_PATHS)["status"] == "cancelled"  # not overwritten by the run that ended
+
+
+def test_cancel_of_a_vm_step_not_reached_is_refused(settings_env, gcs, google, monkeypatch):
+    vm_left_running(google, gcs, monkeypatch)
+    result = runner.invoke(app, ["cancel", VM_RECIPE, "export", "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert "is not past convert: cancel stops it there, so give STEP convert or none" in error_line(result)
+    assert marker_text(gcs) is None
 
 
 def test_ctrl_c_at_the_cancel_prompt_exits_130_and_deletes_nothing(cloud, monkeypatch):

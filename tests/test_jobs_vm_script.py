@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,13 @@ echo "$(basename "$0") $*" >> "$CALLS"
 
 FAKE_PYTHON = r"""#!/bin/bash
 printf '%s token=%s\n' "$2" "$([[ "${HF_TOKEN:-}" == "$FAKE_TOKEN" ]] && echo yes || echo no)" >> "$CALLS"
+if [[ "$2" == "${CANCEL_MODULE:-none}" ]]; then
+  # A long step, during which someone runs `tpu-rl cancel` (the marker appears); it runs until SIGTERM.
+  mkdir -p "$(dirname "$CANCEL_FILE")"; date > "$CANCEL_FILE"
+  trap 'kill "$nap"; echo "$2 got SIGTERM" >> "$CALLS"; exit 143' TERM
+  sleep 50 & nap=$!; wait "$nap"
+  exit 0
+fi
 [[ "$2" != "${FAIL_MODULE:-none}" ]]
 """
 
@@ -130,9 +138,9 @@ def run_script(tmp_path, monkeypatch):
     (tmp_path / "startup.sh").write_text(text)
     calls = tmp_path / "calls"
 
-    def run(fail_module: str = "none") -> tuple[int, list[str], str]:
+    def run(fail_module: str = "none", **extra: str) -> tuple[int, list[str], str]:
         env = {"PATH": os.environ["PATH"], "FAKE_GCS": str(gcs), "FAKE_TOKEN": TOKEN, "CALLS": str(calls),
-               "FAIL_MODULE": fail_module}
+               "FAIL_MODULE": fail_module, **extra}
         result = subprocess.run(["bash", str(tmp_path / "startup.sh")], env=env, capture_output=True, text=True,
                                 timeout=60)
         lines = calls.read_text().splitlines() if calls.exists() else []
@@ -142,7 +150,7 @@ def run_script(tmp_path, monkeypatch):
         return result.returncode, lines, log
 
     def marker(step: str) -> Path:
-        bucket, name = split_gs_url(PATHS.progress_marker(step))
+        bucket, name = split_gs_url(PATHS.cancel_marker if step == "cancel" else PATHS.progress_marker(step))
         return gcs / bucket / name
 
     run.install_marker = install / f".installed-{RECIPE.maxtext_version}"
@@ -260,3 +268,71 @@ def test_the_cli_reads_the_step_states_from_the_real_scripts_console(run_script)
     assert step_states([marker(step).name for step in ("convert", "train", "export") if marker(step).is_file()],
                        both_boots) == {
         "convert": "done", "train": "done", "export": "done"}
+
+
+# --- cancel: the marker `tpu-rl cancel` writes ------------------------------------------------------------
+
+def cancelled_line(log: str) -> str:
+    return next(line for line in log.splitlines() if f" {jobs.vm.CANCELLED}: marker " in line)
+
+
+def test_a_cancel_marker_at_boot_runs_no_step_and_says_how_to_go_on(run_script):
+    run, marker = run_script
+    marker("convert").parent.mkdir(parents=True)
+    marker("convert").write_text("done")
+    marker("cancel").parent.mkdir(parents=True)
+    marker("cancel").write_text("2026-11-30T00:00:00Z")
+    code, calls, log = run()
+    assert code == 0, log
+    assert calls == []
+    assert "convert: already done" in log  # the check comes before a step would start
+    line = cancelled_line(log)
+    assert line.startswith(f"{jobs.vm.LOG_TAG} ")
+    assert line.endswith(f" cancelled: marker {PATHS.cancel_marker} exists; delete it and reboot the VM to go on")
+    assert "train: starting" not in log and "all steps done" not in log
+
+
+def test_a_cancel_while_train_runs_stops_it_without_its_marker(run_script):
+    run, marker = run_script
+    train = "maxtext.trainers.post_train.rl.train_rl"
+    started = time.monotonic()
+    code, calls, log = run(CANCEL_MODULE=train, CANCEL_FILE=str(marker("cancel")),
+                           **{jobs.vm.CANCEL_POLL_ENV: "1"})
+    assert time.monotonic() - started < 30, "the watcher did not stop the step"  # the stand-in sleeps 50 s
+    assert code == 0, log  # a cancel, not a crash: the guest agent reports exit status 0
+    assert calls == ["maxtext.checkpoint_conversion.to_maxtext token=yes", f"{train} token=yes",
+                     f"{train} got SIGTERM"]
+    assert marker("convert").is_file() and not marker("train").exists() and not marker("export").exists()
+    assert "stopping the running step (SIGTERM to MaxText)" in cancelled_line(log)
+    assert f"train: cancelled (marker {PATHS.cancel_marker}); its outputs so far are kept" in log
+    assert "export: starting" not in log
+    # The console the CLI reads shows train started and the script ended well: not a failure.
+    console = guest_agent_console(run.output, code)
+    assert step_states(["convert.done"], console, cancelled=True) == {
+        "convert": "done", "train": "cancelled", "export": "cancelled"}
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def test_a_normal_run_leaves_no_watcher_behind(run_script, tmp_path):
+    run, _ = run_script
+    poll = "41.5"  # an odd interval, so the watcher's sleep is told apart from any other
+    started = time.monotonic()
+    code, _, log = run(**{jobs.vm.CANCEL_POLL_ENV: poll})
+    assert code == 0, log
+    # The run returns long before a round of the watcher ends: nothing kept the script's output open.
+    assert time.monotonic() - started < 30
+    assert "all steps done" in log
+    # The watcher is a subshell of the script (its command line), its nap `sleep 41.5`: both are gone.
+    assert _processes_mentioning(str(tmp_path / "startup.sh")) == []
+    assert _processes_mentioning(f"sleep {poll}") == []

@@ -138,7 +138,8 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
            sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
-    """Stop a run: delete its running JobSets (outputs are kept); asks first unless --yes."""
+    """Stop a run: delete its running JobSets, or stop the VM's startup script (outputs are kept); asks
+    first unless --yes."""
     from scripts.pipeline.session import parse_step
 
     if step is not None:
@@ -151,7 +152,7 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     else:
         from scripts.pipeline.vm import cancel_vm
 
-        cancel_vm(session)
+        cancel_vm(session, step, yes)
 
 
 def status_view(recipe_name: str, bucket: str, report):

@@ -138,24 +138,34 @@ def latest_checkpoint_step(storage, paths: ArtifactPaths) -> int | None:
 
 def read_json(storage, url: str) -> dict | None:
     """The JSON object at a gs:// URL (a run record), or None when there is none."""
-    bucket, name = split_gs_url(url)
     try:
-        return json.loads(storage.bucket(bucket).blob(name).download_as_bytes())
-    except gexc.NotFound:
-        return None
-    except ValueError:
+        text = read_text(storage, url)
+        return None if text is None else json.loads(text)
+    except ValueError:  # not UTF-8, or not JSON
         raise ApiError(f"{url} is not JSON: delete it or fix it by hand") from None
-    except gexc.GoogleAPIError as error:
-        raise ApiError(f"reading {url} failed: {error}") from None
 
 
 def write_json(storage, url: str, data: dict) -> None:
+    write_text(storage, url, json.dumps(data, indent=2) + "\n", content_type="application/json")
+
+
+def write_text(storage, url: str, text: str, content_type: str = "text/plain") -> None:
     bucket, name = split_gs_url(url)
-    text = json.dumps(data, indent=2) + "\n"
     try:
-        storage.bucket(bucket).blob(name).upload_from_string(text, content_type="application/json")
+        storage.bucket(bucket).blob(name).upload_from_string(text, content_type=content_type)
     except gexc.GoogleAPIError as error:
         raise ApiError(f"writing {url} failed: {error}") from None
+
+
+def read_text(storage, url: str) -> str | None:
+    """The text of the object at a gs:// URL (a marker), or None when there is none."""
+    bucket, name = split_gs_url(url)
+    try:
+        return storage.bucket(bucket).blob(name).download_as_text()
+    except gexc.NotFound:
+        return None
+    except gexc.GoogleAPIError as error:
+        raise ApiError(f"reading {url} failed: {error}") from None
 
 
 def exists(storage, url: str) -> bool:

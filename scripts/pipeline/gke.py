@@ -527,14 +527,9 @@ def cancel_gke(session: Session, step: Step | None, yes: bool) -> None:
         return
     names = ", ".join(targets.values())
     kept = f"outputs in gs://{session.settings.gcs_bucket} are kept"
-    if not yes:
-        if session.confirm is None:
-            raise UserError(f"cancel would delete JobSet(s) {names} of {what}: rerun with --yes to confirm "
-                            "(there is no terminal to ask in)")
-        if not session.confirm(f"Delete JobSet(s) {names} of {what} ({kept})?"):
-            console.print("nothing was deleted")
-            return
-    record_cancellation(session, targets)
+    if not session.cancel_confirmed(yes, f"delete JobSet(s) {names} of {what}", kept):
+        return
+    record_cancellation(session, targets, jobsets=list(targets.values()))
     for name in targets.values():
         session.cluster.delete_jobset(name)
         console.print(f"deleted JobSet {name}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
+from typing import Iterable
 
 from recipes import Step, UserError, get_recipe
 from recipes.runs import default_run_name, digest, run_identity
@@ -179,21 +180,21 @@ def _now(session: Session) -> str:
     return _time(session.now())
 
 
-def record_cancellation(session: Session, jobsets: dict[str, str]) -> None:
-    """Mark the run cancelled in its record before its JobSets (`{step: JobSet}`) are deleted, so that a
-    `tpu-rl run` attached to them reads why they went away. A run without a record gets none: a record
-    without the run's identity would refuse the name later. A failed write is a warning: cancel goes on."""
+def record_cancellation(session: Session, steps: Iterable[Step], **how: object) -> None:
+    """Mark the run and `steps` cancelled in its record before anything is stopped, so that a `tpu-rl run`
+    attached to them reads why they went away; `how` goes into the entry under "cancellations" (the
+    deleted JobSets, or the VM's cancel marker). A run without a record gets none: a record without the
+    run's identity would refuse the name later. A failed write is a warning: cancel goes on."""
     storage, url = session.clients.storage(), session.paths.run_record
     try:
         data = gcs.read_json(storage, url)
         if not data:
             return
         now = _now(session)
-        for step in jobsets:
+        for step in steps:
             data.setdefault("steps", {}).setdefault(step, {}).update(status="cancelled", ended=now)
         data.update(status="cancelled", ended=now, error=None)
-        data.setdefault("cancellations", []).append({"at": now, "jobsets": list(jobsets.values()),
-                                                     "command": redacted(sys.argv)})
+        data.setdefault("cancellations", []).append({"at": now, **how, "command": redacted(sys.argv)})
         gcs.write_json(storage, url, data)
     except ApiError as error:
         session.console.print(f"[yellow]![/] the run record was not updated: {error}")

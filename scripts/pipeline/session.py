@@ -103,6 +103,18 @@ class Session:
     def logs_hint(self, step: Step) -> str:
         return self.command("logs", step)
 
+    def cancel_confirmed(self, yes: bool, action: str, kept: str) -> bool:
+        """Whether cancel may go on and `action` ("delete JobSet(s) …"): --yes, or a yes at the prompt. No
+        terminal to ask in refuses (exit 2); a no prints that nothing was cancelled."""
+        if yes:
+            return True
+        if self.confirm is None:
+            raise UserError(f"cancel would {action}: rerun with --yes to confirm (there is no terminal to ask in)")
+        if self.confirm(f"{action[0].upper()}{action[1:]} ({kept})?"):
+            return True
+        self.console.print("nothing was cancelled")
+        return False
+
 
 def hms(seconds: float) -> str:
     """A duration as h:mm:ss (never negative)."""

@@ -9,12 +9,12 @@ from typing import Iterable
 from google.api_core import exceptions as gexc
 from rich.markup import escape
 
-from jobs.vm import PROGRESS_LINE, STARTING
+from jobs.vm import CANCEL_POLL_SECONDS, CANCELLED, PROGRESS_LINE, STARTING, ssh_command
 from recipes import STEPS, Step, UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
-from scripts.pipeline.record import RunRecord
+from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
 from scripts.pipeline.session import Session, StatusReport, StepStatus, verify_output
 
 STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING"}
@@ -33,8 +33,9 @@ def _started_step(line: str) -> str | None:
     return match["step"] if match and match["event"] == STARTING else None
 
 
-def step_states(markers: Iterable[str], console_text: str) -> dict[str, str]:
-    """Each step's state from the names of the markers that exist (`<step>.done`) and the console so far."""
+def step_states(markers: Iterable[str], console_text: str, cancelled: bool = False) -> dict[str, str]:
+    """Each step's state from the names of the markers that exist (`<step>.done`) and the console so far;
+    with the run's cancel marker there, every step not done is cancelled (the script runs none of them)."""
     done = {name.rsplit("/", 1)[-1].removesuffix(".done") for name in markers if name.endswith(".done")}
     # Where each step last started: after a reboot the script starts the step again, and only what
     # follows that start tells whether this attempt failed.
@@ -44,6 +45,8 @@ def step_states(markers: Iterable[str], console_text: str) -> dict[str, str]:
     for step in STEPS:
         if step in done:
             states[step] = "done"
+        elif cancelled:
+            states[step] = CANCELLED
         elif step in started:
             states[step] = "failed" if SCRIPT_FAILED.search(console_text, started[step]) else "running"
         else:
@@ -56,6 +59,26 @@ def done_markers(session: Session) -> list[str]:
     storage, paths = session.clients.storage(), session.paths
     return [paths.progress_marker(step).rpartition("/")[2] for step in STEPS
             if gcs.exists(storage, paths.progress_marker(step))]
+
+
+def cancelled_at(session: Session) -> str | None:
+    """When `tpu-rl cancel` wrote the run's cancel marker (its text), or None when there is none."""
+    text = gcs.read_text(session.clients.storage(), session.paths.cancel_marker)
+    return None if text is None else text.strip() or "an unknown time"
+
+
+def go_on_hint(session: Session) -> str:
+    return (f"to go on, `gcloud storage rm {session.paths.cancel_marker}` and reboot the VM "
+            f"(`{ssh_command(session.settings)} -- sudo reboot`): its startup script then resumes at the first "
+            "step not done (train from its last checkpoint)")
+
+
+def _refuse_cancelled(session: Session) -> None:
+    at = cancelled_at(session)
+    if at:
+        raise UserError(f"run {session.paths.run_name} was cancelled (`tpu-rl cancel` wrote "
+                        f"{session.paths.cancel_marker} at {at}), and its startup script runs no step while that "
+                        f"marker exists: {go_on_hint(session)}")
 
 
 def _starts(lines: list[str], step: Step) -> list[int]:
@@ -107,6 +130,8 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
     _instance(session)
     record = RunRecord.open(session)
     pending = [step for step in steps if session.missing(step)]
+    if pending:
+        _refuse_cancelled(session)
     if dry_run:
         console.print(f"dry run of run {session.paths.run_name} on TPU VM {session.settings.vm_name}: nothing is "
                       "started or written; its startup script, deployed with the stack, runs the steps")
@@ -147,6 +172,10 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
         while pending:
             text = serial.new_text()
             console_text += text
+            at = cancelled_at(session)
+            if at:
+                raise RunCancelled(f"step {pending[0]} was cancelled: `tpu-rl cancel` wrote "
+                                   f"{paths.cancel_marker} at {at}; its outputs are kept; {go_on_hint(session)}")
             states = step_states(done_markers(session), console_text)
             lines = [line for line in text.splitlines() if line.strip()]
             if lines:
@@ -188,19 +217,46 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                           f"`tpu-rl run {session.recipe.name}`") from None
 
 
-def cancel_vm(session: Session) -> None:
-    """The VM recipe's cancel does nothing, and says how to stop the VM by hand. Its steps run in the startup
-    script, which reads no cancel request (jobs/vm.py), so only stopping the VM stops them; and a TPU VM
-    cannot be started again once stopped (Compute Engine, "Stop or restart a compute instance",
-    docs/instances/stop-start-instance, Limitations: TPU instances cannot be restarted), so that is left to
-    a person, with the way back: destroying and deploying the stack again, whose script then skips the
-    steps whose progress marker exists and resumes train from its last checkpoint."""
-    settings, recipe = session.settings, session.recipe.name
-    raise UserError(
-        f"cancel cannot stop the startup script of TPU VM {settings.vm_name}, which runs the steps of recipe "
-        f"'{recipe}': stop the VM with `gcloud compute instances stop {settings.vm_name} --zone={settings.zone} "
-        f"--project={settings.project}`. A TPU VM cannot be started again: `npx cdktf destroy {recipe}` and a later "
-        f"`npx cdktf deploy {recipe}` go on from the progress markers and checkpoints in gs://{settings.gcs_bucket}")
+def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
+    """Stop the run's startup script (after a yes): write the run's cancel marker, which the script checks
+    before each step and polls while one runs, stopping MaxText when it appears (jobs/vm.py). The VM is not
+    stopped: a TPU VM cannot be started again once stopped (Compute Engine, "Stop or restart a compute
+    instance", docs/instances/stop-start-instance, Limitations), while a reboot without the marker resumes
+    the steps from their progress markers and train from its last checkpoint."""
+    console, paths, settings = session.console, session.paths, session.settings
+    run, vm = paths.run_name, settings.vm_name
+    try:
+        instance = session.clients.instances().get(project=settings.project, zone=settings.zone, instance=vm)
+    except gexc.NotFound:
+        console.print(f"nothing to cancel: TPU VM {vm} does not exist in zone {settings.zone}, so no step of run "
+                      f"{run} runs (see {session.command('status')})")
+        return
+    if instance.status in STOPPED:
+        console.print(f"nothing to cancel: TPU VM {vm} is {instance.status}, so no step of run {run} runs")
+        return
+    at = cancelled_at(session)
+    if at:
+        console.print(f"nothing to cancel: run {run} was cancelled at {at}; {go_on_hint(session)}")
+        return
+    done = {name.removesuffix(".done") for name in done_markers(session)}
+    pending = [name for name in STEPS if name not in done]
+    if not pending or (step and step in done):
+        console.print(f"nothing to cancel: {step or 'every step'} of run {run} is done")
+        return
+    if step and step != pending[0]:
+        raise UserError(f"the startup script of TPU VM {vm} runs the steps of run {run} in order and is not past "
+                        f"{pending[0]}: cancel stops it there, so give STEP {pending[0]} or none")
+    what = f"{step} of run {run}" if step else f"run {run}"
+    kept = f"outputs in gs://{settings.gcs_bucket} are kept"
+    if not session.cancel_confirmed(yes, f"stop the startup script of TPU VM {vm} at step {pending[0]} of {what}",
+                                    kept):
+        return
+    record_cancellation(session, pending, marker=paths.cancel_marker)
+    gcs.write_text(session.clients.storage(), paths.cancel_marker, session.now().isoformat(timespec="seconds") + "\n")
+    console.print(f"wrote {paths.cancel_marker}")
+    console.print(f"cancelled {what}: the startup script of TPU VM {vm} stops step {pending[0]} within "
+                  f"{CANCEL_POLL_SECONDS} s (SIGTERM to MaxText) and starts no further step; {kept}; "
+                  f"{go_on_hint(session)}")
 
 
 def status_vm(session: Session) -> StatusReport:
@@ -208,21 +264,23 @@ def status_vm(session: Session) -> StatusReport:
     bucket still holds the progress markers and outputs, so they are shown with a note instead of an error."""
     settings = session.settings
     markers = done_markers(session)
+    cancelled = cancelled_at(session)
+    note = f"run {session.paths.run_name} was cancelled at {cancelled}; {go_on_hint(session)}" if cancelled else ""
     try:
         instance = session.clients.instances().get(project=settings.project, zone=settings.zone,
                                                    instance=settings.vm_name)
     except gexc.NotFound:
-        states = step_states(markers, "")
-        rows = [StepStatus(step, "done" if states[step] == "done" else "not done", "", "",
+        states = step_states(markers, "", bool(cancelled))
+        rows = [StepStatus(step, states[step] if states[step] in ("done", CANCELLED) else "not done", "", "",
                            session.output_state(step)) for step in STEPS]
         return StatusReport(f"TPU VM {settings.vm_name} (not found)", rows,
                             f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
                             f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
                             "TPU_NAME)")
-    states = step_states(markers, SerialReader(session).new_text())
+    states = step_states(markers, SerialReader(session).new_text(), bool(cancelled))
     return StatusReport(f"TPU VM {settings.vm_name} ({instance.status})",
                         [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step))
-                         for step in STEPS])
+                         for step in STEPS], note)
 
 
 def logs_vm(session: Session, step: Step, tail: int | None) -> list[str]:
