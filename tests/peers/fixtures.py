@@ -87,7 +87,7 @@ def make_bucket(client, name: str, region: str):
 def start_google(settings: dict[str, str], token: str, state: dict | None = None) -> GoogleApis:
     """Compute, TPU and Secret Manager with a healthy v6e setup (capacity free, token stored), changed
     where `state` says: reservation (absent | [machine type, count, in use]), accelerators (absent),
-    secret (absent | empty)."""
+    secret (absent | empty), vm (the status of the settings' TPU VM, e.g. RUNNING; absent without it)."""
     from recipes.settings import DEFAULT_HF_TOKEN_SECRET
 
     state = state or {}
@@ -99,6 +99,10 @@ def start_google(settings: dict[str, str], token: str, state: dict | None = None
     server.machine_types.update({(zone, "ct6e-standard-4t"), (zone, "ct6e-standard-8t")})
     if state.get("accelerators") != "absent":
         server.accelerator_types.update({(zone, "v6e-8"), (zone, "v6e-32"), (zone, "v6e-64")})
+    if "vm" in state:
+        from recipes import load_settings
+
+        server.instances[(zone, load_settings(env=settings).vm_name)] = state["vm"]
     secret = state.get("secret", "present")
     if secret != "absent":
         server.secrets[DEFAULT_HF_TOKEN_SECRET] = [] if secret == "empty" else [{"data": token.encode(), "state": "ENABLED"}]
