@@ -7,8 +7,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from peers.fixtures import (  # noqa: F401
-    CONTEXT, cloud, gcs, gcs_server, google, kube, put_step_output, settings_env, _free_port)
+from peers.fixtures import CONTEXT, put_step_output, _free_port
 from peers.kube_api import write_kubeconfig
 from recipes import get_recipe
 from scripts.cli import app

@@ -8,17 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 import scripts.cli.cloud
-from peers.fixtures import (  # noqa: F401
-    SETTINGS,
-    cloud,
-    gcs,
-    gcs_server,
-    google,
-    kube,
-    peer_settings,
-    put_step_output,
-    settings_env,
-)
+from peers.fixtures import SETTINGS, peer_settings, put_step_output
 from jobs.paths import ArtifactPaths
 from jobs.vm import LOG_TAG, STARTING
 from recipes import get_recipe

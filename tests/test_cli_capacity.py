@@ -7,7 +7,6 @@ import json
 
 from typer.testing import CliRunner
 
-from peers.fixtures import gcs, gcs_server, google, settings_env  # noqa: F401
 from scripts.cli import app
 
 runner = CliRunner()

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 import scripts.cli.cloud
-from peers.fixtures import cloud, gcs, gcs_server, google, jobset_of, kube, put_step_output, settings_env  # noqa: F401
+from peers.fixtures import jobset_of, put_step_output
 from peers.http import Fault
 from recipes import get_recipe
 from scripts.cli import app

@@ -14,16 +14,7 @@ from typer.testing import CliRunner
 from contracts.tunix_log import train_step_line
 from jobs import render_manifests
 from jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import (  # noqa: F401
-    cloud,
-    gcs,
-    gcs_server,
-    google,
-    kube,
-    peer_settings,
-    put_step_output,
-    settings_env,
-)
+from peers.fixtures import peer_settings, put_step_output
 from recipes import get_recipe
 from recipes.runs import for_run
 from scripts.cli import app

@@ -11,17 +11,7 @@ from typer.testing import CliRunner
 
 from jobs import render_manifests, render_startup_script
 from jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import (  # noqa: F401
-    cloud,
-    gcs,
-    gcs_server,
-    google,
-    jobset_of,
-    kube,
-    peer_settings,
-    put_step_output,
-    settings_env,
-)
+from peers.fixtures import jobset_of, peer_settings, put_step_output
 from recipes import get_recipe, load_settings
 from recipes.cost import hourly_estimate
 from scripts.cli import app

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from peers.fixtures import SETTINGS, gcs, gcs_server, put_event_files, settings_env, write_events  # noqa: F401
+from peers.fixtures import SETTINGS, put_event_files, write_events
 from recipes import get_recipe
 from recipes.runs import default_run_name
 from scripts.cli import app

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from peers.fixtures import cloud, gcs, gcs_server, google, jobset_of, kube, put_step_output, settings_env  # noqa: F401
+from peers.fixtures import jobset_of, put_step_output
 from recipes import all_recipes, get_recipe
 from scripts.cli import app
 

@@ -7,18 +7,7 @@ from typer.testing import CliRunner
 
 from jobs import render_manifests
 from jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import (  # noqa: F401
-    SETTINGS,
-    _orbax_checkpoint,
-    cloud,
-    gcs,
-    gcs_server,
-    google,
-    kube,
-    peer_settings,
-    put_step_output,
-    settings_env,
-)
+from peers.fixtures import SETTINGS, _orbax_checkpoint, peer_settings, put_step_output
 from recipes import get_recipe, load_settings
 from scripts.cli import app
 from scripts.cloud import gcs as bucket_reader

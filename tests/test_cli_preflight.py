@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from peers.fixtures import SETTINGS, _free_port, make_bucket, gcs, gcs_server, google, kube, settings_env  # noqa: F401
+from peers.fixtures import SETTINGS, _free_port, make_bucket
 from scripts.cli import app
 from scripts.outcome import ExitCode
 

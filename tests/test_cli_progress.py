@@ -11,18 +11,7 @@ from typer.testing import CliRunner
 from contracts.tunix_log import rollout_lines, train_step_line
 from jobs.paths import ArtifactPaths
 from jobs.vm import STARTING
-from peers.fixtures import (  # noqa: F401
-    cloud,
-    gcs,
-    gcs_server,
-    google,
-    jobset_of,
-    kube,
-    peer_settings,
-    put_event_files,
-    put_step_output,
-    settings_env,
-)
+from peers.fixtures import jobset_of, peer_settings, put_event_files, put_step_output
 from recipes import get_recipe
 from scripts.cli import app
 from scripts.pipeline.progress import RewardReader

@@ -9,17 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from contracts.tunix_log import eval_step_line, train_step_line
-from peers.fixtures import (  # noqa: F401
-    TOKEN,
-    cloud,
-    gcs,
-    gcs_server,
-    google,
-    jobset_of,
-    kube,
-    put_step_output,
-    settings_env,
-)
+from peers.fixtures import TOKEN, jobset_of, put_step_output
 from recipes import get_recipe
 from recipes.conventions import CHECK_FAILED_PREFIX
 from scripts.cli import app

@@ -8,16 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from jobs.paths import split_gs_url
-from peers.fixtures import (  # noqa: F401
-    cloud,
-    gcs,
-    gcs_server,
-    google,
-    kube,
-    put_event_files,
-    put_step_output,
-    settings_env,
-)
+from peers.fixtures import put_event_files, put_step_output
 from scripts.cli import app
 from test_cli_experiments import names, plan_success, record, run_of
 

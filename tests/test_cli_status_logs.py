@@ -7,17 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typer.testing import CliRunner
 
 from contracts.tunix_log import train_step_line
-from peers.fixtures import (  # noqa: F401
-    cloud,
-    gcs,
-    gcs_server,
-    google,
-    jobset_of,
-    kube,
-    peer_settings,
-    put_step_output,
-    settings_env,
-)
+from peers.fixtures import jobset_of, peer_settings, put_step_output
 from jobs import render_manifests
 from recipes import get_recipe
 from scripts.cli import app

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from peers.fixtures import cloud, gcs, gcs_server, google, kube, peer_settings, settings_env  # noqa: F401
+from peers.fixtures import peer_settings
 from recipes import all_recipes, get_recipe
 from recipes.settings import CONFIG_ENV, SPECS
 from scripts.cli import app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from peers.fixtures import SETTINGS, TOKEN, gcs, gcs_server, google, put_step_output, settings_env, peer_settings  # noqa: F401
+from peers.fixtures import SETTINGS, TOKEN, put_step_output, peer_settings
 from jobs.paths import ArtifactPaths, split_gs_url
 from jobs.vm import DONE, LOG_TAG, STARTING
 from recipes import get_recipe

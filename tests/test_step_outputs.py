@@ -13,7 +13,7 @@ import re
 import pytest
 
 from jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import EXPORT_SHARDS, gcs, gcs_server, peer_settings, put_step_output  # noqa: F401
+from peers.fixtures import EXPORT_SHARDS, peer_settings, put_step_output
 from recipes import get_recipe
 from scripts.cloud.gcs import missing_outputs
 
