@@ -143,7 +143,7 @@ def test_the_conversion_of_another_run_is_not_this_runs_to_cancel(cloud, monkeyp
 
 def test_a_run_attached_to_a_cancelled_jobset_says_it_was_cancelled(cloud, monkeypatch):
     from scripts.cloud.clients import Clients
-    from scripts.pipeline.gke import cancel_gke
+    from scripts.pipeline.gke.cancel import cancel_gke
     from scripts.pipeline.session import Session
 
     recipe, paths = run_of()

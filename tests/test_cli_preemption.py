@@ -12,8 +12,9 @@ from recipes import get_recipe, load_settings
 from scripts.cli import app
 from scripts.cloud import gcs as bucket_reader
 from scripts.cloud.clients import Clients
-from scripts.cloud.kube import JobSetState, capacity_of, current_attempt
-from scripts.pipeline.gke import StepJob, restart_line
+from scripts.cloud.kube_objects import JobSetState, capacity_of, current_attempt
+from scripts.pipeline.gke.steps import StepJob
+from scripts.pipeline.gke.wait import restart_line
 from scripts.pipeline.session import Session
 
 RECIPE = "qwen3-v6e32"

@@ -59,3 +59,13 @@ def test_no_import_cycle_among_scripts_modules():
         tuple(graphlib.TopologicalSorter(import_graph()).static_order())
     except graphlib.CycleError as error:
         pytest.fail(f"import cycle: {' -> '.join(error.args[1])}")
+
+
+# A module does one job; one that grows past about 400 lines is split (as gke/ was, into its six jobs).
+MAX_MODULE_LINES = 400
+
+
+def test_no_scripts_module_grows_past_about_400_lines():
+    long = {module: lines for module, path in MODULES.items()
+            if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"split these modules by what they do: {long}"

@@ -113,7 +113,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the JobSets it would submit; "
                                      "submit and write nothing.")) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
-    from scripts.pipeline.gke import run_gke
+    from scripts.pipeline.gke.submit import run_gke
     from scripts.pipeline.session import parse_steps
 
     wanted = parse_steps(steps)
@@ -146,7 +146,7 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         parse_step(step)
     session = run_session(recipe_name, sets, run_name)
     if session.recipe.is_gke:
-        from scripts.pipeline.gke import cancel_gke
+        from scripts.pipeline.gke.cancel import cancel_gke
 
         cancel_gke(session, step, yes)
     else:
@@ -192,7 +192,7 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     session = run_session(recipe_name, sets, run_name)
     recipe = session.recipe
     if recipe.is_gke:
-        from scripts.pipeline.gke import status_gke
+        from scripts.pipeline.gke.status import status_gke
 
         report = status_gke(session)
     else:
@@ -276,7 +276,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
          sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
          run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """The main container's log of a step (the Pathways head for train), or the VM's serial console."""
-    from scripts.pipeline.gke import logs_gke
+    from scripts.pipeline.gke.status import logs_gke
     from scripts.pipeline.session import parse_step
 
     parse_step(step)

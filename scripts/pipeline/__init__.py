@@ -2,8 +2,8 @@
 
 - session.py: what both runners share: the Session of one command (settings, clients, console, clocks),
   the steps a user may name, checking a step's output and the rows of `tpu-rl status`.
-- gke.py: `run`, `cancel`, `status` and `logs` on GKE: one JobSet per step, waited for, followed and
-  diagnosed.
+- gke/: `run`, `cancel`, `status` and `logs` on GKE: one JobSet per step, planned, submitted, waited for,
+  followed and diagnosed (a module each).
 - vm.py: the same on a single TPU VM, read back from its serial console.
 - progress.py: how far training is, from the trainer's log line and the run's event files.
 - record.py: the run record, run.json, and the records of a recipe's runs.

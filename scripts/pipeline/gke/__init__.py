@@ -1,0 +1,14 @@
+"""`tpu-rl run`, `cancel`, `status` and `logs` on GKE: one JobSet per step, submitted in order, waited for,
+followed, its output verified in GCS, and its failures explained in one line each.
+
+- steps.py: each step's JobSet (name, manifest, main pod) and the kubelet's times, shared by the rest.
+- plan.py: what `run` does with each step (skip, attach, submit, replace), decided before anything is
+  submitted, and the dry run that shows it.
+- submit.py: `run`: the token Secret, the submissions in order, the run record.
+- wait.py: waiting for one JobSet: problems, restarts, progress, the followed log.
+- diagnose.py: why a step failed, in one line.
+- cancel.py: `cancel`.
+- status.py: `status` and `logs`.
+
+Nothing is imported here: each command imports the module it runs, and only when it runs.
+"""

@@ -1,0 +1,74 @@
+"""`tpu-rl cancel` on GKE: delete the run's running JobSets, never another run's, and keep every output."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+
+from jobs.k8s import RUN_LABEL, STEP_LABEL, jobset_name
+from recipes import Step
+from scripts.cloud.kube_objects import jobset_state
+from scripts.pipeline.record import record_cancellation, run_records
+from scripts.pipeline.session import Session
+
+ACTIVE = ("running", "suspended")  # what cancel stops: running, or waiting for Kueue
+
+def _convert_waits_for(record: dict | None, jobset: str) -> bool:
+    """Whether a run's record shows it waiting on this conversion JobSet (submitted or reattached by that
+    run, and not finished: an interrupted `run` leaves it "running" too)."""
+    entry = ((record or {}).get("steps") or {}).get("convert") or {}
+    return entry.get("jobset") == jobset and entry.get("status") == "running"
+
+def cancel_targets(session: Session, step: Step | None) -> tuple[dict[str, str], list[str]]:
+    """The JobSets cancel deletes, `{step: name}`, and a note for each it leaves.
+
+    Train and export belong to the run: its JobSets are found by the run label (never by a name prefix,
+    so another run's are never touched) and deleted when running or waiting for Kueue; a finished one is
+    left to its TTL with its logs. The conversion is shared by every run of the same conversion identity,
+    so its JobSet is deleted only when this run's record shows the run waiting on it and no other run's
+    record does."""
+    cluster, run = session.cluster, session.paths.run_name
+    targets: dict[str, str] = {}
+    notes: list[str] = []
+    if step in (None, "convert"):
+        name = jobset_name(session.recipe, "convert")
+        if jobset_state(cluster.get_jobset(name)).phase in ACTIVE:
+            records = run_records(session)
+            others = sorted(other for other, record in records.items()
+                            if other != run and _convert_waits_for(record, name))
+            if not _convert_waits_for(records.get(run), name):
+                notes.append(f"kept JobSet {name}: the conversion is running, but not for run {run} (its run.json "
+                             "does not show it waiting on it); other runs may share it")
+            elif others:
+                notes.append(f"kept JobSet {name}: the conversion is shared, and run(s) {', '.join(others)} wait "
+                             "on it too")
+            else:
+                targets["convert"] = name
+    if step != "convert":
+        selector = f"{RUN_LABEL}={run}" + (f",{STEP_LABEL}={step}" if step else "")
+        for obj in cluster.list_jobsets(selector):
+            labels = obj["metadata"].get("labels") or {}
+            if jobset_state(obj).phase in ACTIVE:
+                targets[labels.get(STEP_LABEL, obj["metadata"]["name"])] = obj["metadata"]["name"]
+    return targets, notes
+
+def cancel_gke(session: Session, step: Step | None, yes: bool) -> None:
+    """Delete the run's running JobSets (after a yes), record the cancellation, keep every output."""
+    console, run = session.console, session.paths.run_name
+    targets, notes = cancel_targets(session, step)
+    for note in notes:
+        console.print(escape(note))
+    what = f"{step} of run {run}" if step else f"run {run}"
+    if not targets:
+        console.print(f"nothing to cancel: no JobSet of {what} is running or waiting for Kueue "
+                      f"(see {session.command('status')})")
+        return
+    names = ", ".join(targets.values())
+    kept = f"outputs in gs://{session.settings.gcs_bucket} are kept"
+    if not session.cancel_confirmed(yes, f"delete JobSet(s) {names} of {what}", kept):
+        return
+    record_cancellation(session, targets, jobsets=list(targets.values()))
+    for name in targets.values():
+        session.cluster.delete_jobset(name)
+        console.print(f"deleted JobSet {name}")
+    console.print(f"cancelled {what}: {kept}; {session.command('run')} goes on from them (training from its last "
+                  "checkpoint)")

@@ -1,0 +1,51 @@
+"""`tpu-rl status` and `logs` on GKE."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Iterable
+
+from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
+from recipes import Step, UserError
+from scripts.cloud.kube_objects import JobSetState, PodCounts, capacity_of, current_attempt, jobset_state, pod_counts
+from scripts.pipeline.gke.steps import duration, main_pod, step_jobs
+from scripts.pipeline.session import Session, StatusReport, StepStatus
+
+
+def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_pods: int,
+                       now: datetime) -> tuple[str, str, str]:
+    """The state, pods and time cells of one JobSet: a finished one shows "done" and how long it took."""
+    reason = f" ({state.reason})" if state.reason and state.phase != "succeeded" else ""
+    if state.phase in ("succeeded", "failed"):
+        took = duration(state.created, state.finished)
+        return state.phase + reason, "done", f"took {took}" if took else ""
+    if state.phase == "absent":
+        return "absent", "", ""
+    since = duration(state.created, now)
+    pods = f"{counts.ready}/{expected_pods} ready" if counts is not None else ""
+    return state.phase + reason, pods, f"{since} elapsed" if since else ""
+
+def status_gke(session: Session) -> StatusReport:
+    rows = []
+    jobs = step_jobs(session.recipe, session.settings)
+    for step, job in jobs.items():
+        state = jobset_state(session.cluster.get_jobset(job.name))
+        # A finished JobSet keeps its pods until its TTL, so the capacity it ran on stays readable.
+        pods = (current_attempt(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"), state.restarts)
+                if state.phase != "absent" else [])
+        counts = pod_counts(pods) if state.phase in ("running", "suspended") else None
+        rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
+                               session.output_state(step), capacity_of(pods) or ""))
+    run = session.paths.run_name
+    return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows)
+
+def logs_gke(session: Session, step: Step, follow: bool, tail: int | None) -> Iterable[str]:
+    job = step_jobs(session.recipe, session.settings)[step]
+    pod = main_pod(session.cluster.list_pods(job.selector))
+    if pod is None:
+        raise UserError(f"no pod for step {step} (JobSet {job.name} is absent, or its pods were removed after the "
+                        f"24 h TTL): see {session.command('status')}")
+    name = pod["metadata"]["name"]
+    if follow:
+        return session.cluster.stream_log(name, MAIN_CONTAINER, tail_lines=tail)
+    return session.cluster.read_log(name, MAIN_CONTAINER, tail).splitlines()

@@ -1,0 +1,72 @@
+"""What the GKE commands share: each step's JobSet (name, manifest, main pod), the main pod among a
+JobSet's pods, and the kubelet's times."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable
+
+from jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector
+from recipes import STEPS, Recipe, Settings, Step
+from scripts.pipeline.session import hms
+
+# How many of a step's last log lines are shown when nothing was streamed, and searched for a check's reason.
+LOG_TAIL_LINES = 50
+
+# How many of the head's last log lines are searched for the trainer's step line at each poll.
+PROGRESS_LOG_LINES = 200
+
+def parse_time(text: str) -> datetime | None:
+    """RFC 3339 (with nanoseconds, as the kubelet writes them) to an aware datetime; None if not one."""
+    match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", text)
+    if not match:
+        return None
+    fraction = (match.group(2) or "0")[:6].ljust(6, "0")
+    zone = "+00:00" if match.group(3) == "Z" else match.group(3)
+    return datetime.fromisoformat(f"{match.group(1)}.{fraction}{zone}")
+
+def duration(start: str | None, end: datetime | str | None) -> str:
+    """h:mm:ss from an RFC 3339 start to an end (a datetime or RFC 3339); "" when either is unknown."""
+    started = parse_time(start) if start else None
+    ended = parse_time(end) if isinstance(end, str) else end
+    if started is None or ended is None:
+        return ""
+    return hms((ended - started).total_seconds())
+
+def elapsed_since(created: str | None, now: Callable[[], datetime]) -> str:
+    since = duration(created, now())
+    return f"{since} elapsed" if since else ""
+
+@dataclass(frozen=True)
+class StepJob:
+    step: Step
+    name: str
+    manifest: dict
+    selector: str  # the main pod
+    expected_pods: int
+
+    @property
+    def kubectl_logs(self) -> str:
+        return f"kubectl logs -l {self.selector} -c {MAIN_CONTAINER}"
+
+def step_jobs(recipe: Recipe, settings: Settings) -> dict[str, StepJob]:
+    from jobs import render_manifests
+
+    manifests = render_manifests(recipe, settings)
+    jobs = {}
+    for step in STEPS:
+        manifest = manifests[step]
+        expected = sum(int(rj.get("replicas", 1)) * int(rj["template"]["spec"].get("parallelism", 1))
+                       for rj in manifest["spec"]["replicatedJobs"])
+        jobs[step] = StepJob(step, jobset_name(recipe, step), manifest, main_pod_selector(recipe, step), expected)
+    return jobs
+
+def main_pod(pods: list[dict], running_only: bool = False) -> dict | None:
+    running = [pod for pod in pods if pod.get("status", {}).get("phase") == "Running"]
+    if running:
+        return running[0]
+    if running_only:
+        return None
+    return max(pods, key=lambda pod: pod["metadata"].get("creationTimestamp", ""), default=None)

@@ -1,0 +1,151 @@
+"""Waiting for a submitted JobSet: its pods' problems, restarts and progress on one line, and its log
+followed while it runs."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+from rich.markup import escape
+
+from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
+from scripts.cloud import gcs
+from scripts.cloud.kube_objects import JobSetState, current_attempt, disruption_of, jobset_state, pod_counts, pod_problems
+from scripts.outcome import ApiError, StepFailed
+from scripts.pipeline.gke.diagnose import failure_message
+from scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, StepJob, elapsed_since, main_pod,
+                                        parse_time)
+from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
+from scripts.pipeline.record import RunCancelled, cancellation_of
+from scripts.pipeline.session import Session
+
+
+class LogFollower(threading.Thread):
+    """Streams the main pod's log while a step runs; reconnects after a dropped stream."""
+
+    def __init__(self, session: Session, job: StepJob) -> None:
+        super().__init__(daemon=True)
+        self.session, self.job = session, job
+        self.stop = threading.Event()
+        self.streamed = False
+
+    def _print(self, line: str) -> None:
+        self.streamed = True
+        self.session.console.print(f"[dim]{self.job.step}|[/] {escape(line)}", highlight=False)
+
+    def run(self) -> None:
+        # Lines carry the kubelet's timestamps; after a drop the stream is reopened a little before the
+        # last line seen and everything up to that line is skipped, so nothing repeats or goes missing.
+        last_stamp: datetime | None = None
+        while not self.stop.is_set():
+            try:
+                pod = main_pod(self.session.cluster.list_pods(self.job.selector), running_only=True)
+                if pod is not None:
+                    since = int((self.session.now() - last_stamp).total_seconds()) + 2 if last_stamp else None
+                    for raw in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER, since,
+                                                               timestamps=True):
+                        stamp_text, _, line = raw.partition(" ")
+                        stamp = parse_time(stamp_text)
+                        if stamp is not None and last_stamp is not None and stamp <= last_stamp:
+                            continue
+                        last_stamp = stamp or last_stamp
+                        self._print(line if stamp is not None else raw)
+            except Exception:  # a dropped stream is not fatal; the main loop reports cluster trouble
+                pass
+            self.stop.wait(max(self.session.poll_interval, 0.05))
+
+    def finish(self, tail: int = LOG_TAIL_LINES) -> None:
+        """Stop following; if the step ended before any line was streamed, show the log's last lines."""
+        self.stop.set()
+        self.join(timeout=10)
+        if not self.streamed:
+            pod = main_pod(self.session.cluster.list_pods(self.job.selector))
+            if pod is not None:
+                for line in self.session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER, tail).splitlines():
+                    self._print(line)
+
+def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSetState:
+    console, cluster = session.console, session.cluster
+    follower = LogFollower(session, job) if follow_logs else None
+    if follower:
+        follower.start()
+    problems: list[str] = []
+    disruptions: list[str] = []  # pods taken away (DisruptionTarget) since the last restart
+    restarts_seen: int | None = None
+    last_summary = None
+    hinted_kueue = False
+    total_steps = session.recipe.train_steps
+    progress = AttemptProgress()
+    reward = RewardReader(session.clients.storage, session.paths.tensorboard, session.now)
+    try:
+        with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
+            while True:
+                state = jobset_state(cluster.get_jobset(job.name))
+                if state.phase == "absent":
+                    cancelled = cancellation_of(session, job.name)
+                    if cancelled:
+                        raise RunCancelled(f"step {job.step} was cancelled: `tpu-rl cancel` deleted JobSet {job.name} "
+                                           f"at {cancelled}; its outputs are kept, rerun {session.command('run')} "
+                                           "to go on")
+                    raise StepFailed(f"step {job.step} failed: JobSet {job.name} disappeared while running (deleted "
+                                     f"by someone?); rerun {session.command('run')} to resubmit")
+                pods = cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}")
+                for problem in (p for pod in pods for p in pod_problems(pod)):
+                    if problem not in problems:
+                        problems.append(problem)
+                        console.print(f"[yellow]![/] {job.step}: {escape(problem)}")
+                disruptions += [d for d in map(disruption_of, pods) if d and d not in disruptions]
+                if restarts_seen is not None and state.restarts > restarts_seen:
+                    console.print(escape(restart_line(session, job, state, disruptions, problems)))
+                    disruptions.clear()
+                restarts_seen = state.restarts
+                # Pods of an earlier attempt may still be terminating: count, and read progress from, the
+                # current attempt's only, so a step logged before the restart does not stick.
+                pods = current_attempt(pods, state.restarts)
+                counts = pod_counts(pods)
+                summary = (f"{job.step}: {state.phase}, pods {counts.scheduled}/{job.expected_pods} scheduled, "
+                           f"{counts.ready}/{job.expected_pods} ready")
+                if state.phase == "suspended" and not hinted_kueue:
+                    hinted_kueue = True
+                    console.print(f"{job.step}: waiting for Kueue to admit JobSet {job.name}; if this lasts, check "
+                                  f"`kubectl get workloads` and the ClusterQueue's CPU and TPU quota")
+                if job.step == "train" and state.phase == "running":
+                    head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
+                    log = cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""
+                    summary += progress_suffix(progress.update(state.restarts, log), total_steps, reward.latest())
+                if state.restarts:
+                    summary += f", {state.restarts} restart(s)"
+                elapsed = elapsed_since(state.created, session.now)
+                status.update(f"{summary}  {elapsed}")
+                if summary != last_summary:
+                    console.print(f"{summary}  [dim]{elapsed}[/]")
+                    last_summary = summary
+                if state.phase == "succeeded":
+                    return state
+                if state.phase == "failed":
+                    raise StepFailed(failure_message(session, job, state, problems))
+                session.sleep(session.poll_interval)
+    finally:
+        if follower:
+            follower.finish()
+
+def restart_line(session: Session, job: StepJob, state: JobSetState, disruptions: list[str],
+                 problems: list[str]) -> str:
+    """One line for a JobSet restart: what took the step down (a preemption when a pod was disrupted), the
+    restart against its bound, and for train the checkpoint training resumes from, read from the bucket."""
+    if disruptions:
+        cause = f"preempted ({disruptions[-1]})"
+    else:
+        cause = f"failed ({problems[-1]})" if problems else "failed (its pods were replaced before they said why)"
+    bound = f" ({state.restarts} of {state.max_restarts})" if state.max_restarts else ""
+    line = f"{job.step}: {cause}; JobSet restarted{bound}"
+    if job.step != "train":
+        return line
+    paths = session.paths
+    try:
+        step = gcs.latest_checkpoint_step(session.clients.storage(), paths)
+    except ApiError as error:
+        return f"{line}; training resumes from the latest checkpoint in {paths.actor_checkpoints} ({error})"
+    if step is None:
+        return f"{line}; no finished checkpoint in {paths.actor_checkpoints} yet, so training starts again at step 0"
+    return f"{line}; training resumes from checkpoint step {step} ({paths.actor_checkpoints}{step})"
