@@ -113,6 +113,12 @@ class Settings:
     def bucket_url(self) -> str:
         return f"gs://{self.gcs_bucket}"
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What is allowed but likely not meant: each a line starting "warning: " (synth and the CLI print them)."""
+        cidr = authorized_cidrs_warning(self.authorized_cidr)
+        return (cidr,) if cidr else ()
+
     def recipe(self, recipe: Recipe) -> Recipe:
         """`recipe` as these settings run it: CAPACITY, when set, replaces its capacity list, and every rule
         that depends on the recipe is checked. The one place the override happens: the stacks
@@ -264,6 +270,27 @@ MIN_PUBLIC_CIDR_PREFIX = 16
 MAX_PUBLIC_ADDRESSES = 2 ** (32 - MIN_PUBLIC_CIDR_PREFIX)
 
 
+# Blocks no client can connect from, so the control plane would refuse everyone and deploy would fail
+# only after its 15-25 minutes: loopback, "this network" (0.0.0.0/8, unspecified), link-local, multicast
+# and reserved (240.0.0.0/4, broadcast). The names are the attributes of Python's ipaddress, which reads
+# them from the IANA special-purpose registry (RFC 6890).
+_UNREACHABLE = (("is_loopback", "loopback"), ("is_link_local", "link-local"), ("is_multicast", "multicast"),
+                ("is_reserved", "reserved"))
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+# Address space that never leaves a private network (RFC 1918).
+_PRIVATE = tuple(ipaddress.ip_network(block) for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+
+
+def _unreachable(network: ipaddress.IPv4Network) -> str | None:
+    if network.subnet_of(_THIS_NETWORK):
+        return "'this network' (0.0.0.0/8)"
+    return next((name for attribute, name in _UNREACHABLE if getattr(network, attribute)), None)
+
+
+def is_private_block(network: ipaddress.IPv4Network) -> bool:
+    return any(network.subnet_of(block) for block in _PRIVATE)
+
+
 def authorized_cidrs_problem(items: Sequence[str]) -> str | None:
     """What is wrong with a list of control-plane CIDRs, or None. One rule for AUTHORIZED_CIDR and for
     infra.gke_cluster.GkeClusterProps, so no construct accepts what the setting refuses."""
@@ -277,6 +304,10 @@ def authorized_cidrs_problem(items: Sequence[str]) -> str | None:
             return f"'{item}' is not a CIDR block like 203.0.113.7/32 (host bits must be zero)"
         if network.version != 4:
             return f"'{item}' is IPv6; GKE master authorized networks take IPv4 CIDR blocks"
+        unreachable = _unreachable(network)
+        if unreachable:
+            return (f"'{item}' is {unreachable} address space, from which no client can reach the control plane: "
+                    "list your own egress address, e.g. 203.0.113.7/32 (`curl -s ifconfig.me` shows it)")
         if network.is_private:
             continue
         if network.prefixlen < MIN_PUBLIC_CIDR_PREFIX:
@@ -290,6 +321,16 @@ def authorized_cidrs_problem(items: Sequence[str]) -> str | None:
     return None
 
 
+def authorized_cidrs_warning(items: Sequence[str]) -> str | None:
+    """A warning, not a refusal: when every block is private address space, only a machine inside the VPC
+    (or connected to it) reaches the public endpoint's allowlist, so `cdktf deploy` must run from there."""
+    if items and all(is_private_block(ipaddress.ip_network(item)) for item in items):
+        return (f"warning: AUTHORIZED_CIDR '{','.join(items)}' lists only private address space: kubectl, helm "
+                "and `tpu-rl run` then reach the control plane only from a machine inside the VPC (or connected "
+                "to it); add your public egress address, e.g. 203.0.113.7/32, to work from elsewhere")
+    return None
+
+
 def _check_cidrs(raw: str) -> tuple[str, ...]:
     items = [part.strip() for part in raw.split(",")]
     problem = authorized_cidrs_problem(items)
@@ -298,22 +339,49 @@ def _check_cidrs(raw: str) -> tuple[str, ...]:
     return tuple(str(ipaddress.ip_network(item)) for item in items)
 
 
+# Settings whose value is a comma-separated list; a config file may give them as a TOML list of strings.
+_LIST_FIELDS = {"authorized_cidr", "capacity"}
+
+
 def _read_config(path: Path) -> dict[str, str]:
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise UserError(f"{CONFIG_ENV} points to {path}, which does not exist: create it or unset {CONFIG_ENV}") from None
+    except IsADirectoryError:
+        raise UserError(f"{CONFIG_ENV} points to {path}, which is a directory: name the TOML file, e.g. "
+                        f"{CONFIG_ENV}={path / DEFAULT_CONFIG}, or unset {CONFIG_ENV}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path} cannot be read as a text file ({error.__class__.__name__}: {error}): fix the file "
+                        f"or unset {CONFIG_ENV}") from None
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"{path} is not valid TOML ({error}): fix the file or unset {CONFIG_ENV}") from None
-    for key in data:
+    values: dict[str, str] = {}
+    for key, value in data.items():
         if key.lower() in _SECRET_KEYS:
             raise UserError(f"{path} has a '{key}' key: tokens do not belong in config files; remove it and "
                             "store the token with `tpu-rl secret set` (it reads stdin)")
         if key not in _BY_FIELD:
             raise UserError(f"{path} has an unknown key '{key}' (known: {', '.join(_BY_FIELD)})")
-        if not isinstance(data[key], str):
-            raise UserError(f"{path}: {key} must be a string")
-    return dict(data)
+        if key in _LIST_FIELDS and isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
+        if not isinstance(value, str):
+            raise UserError(f"{path}: {key} must be {_expected_form(key)}, not a TOML {_toml_type(value)}")
+        values[key] = value
+    return values
+
+
+def _expected_form(key: str) -> str:
+    """How a config-file value is written, with the example's value (or the setting's own example)."""
+    example = {"authorized_cidr": "203.0.113.7/32", "capacity": "flex-start"}.get(key) or EXAMPLE.get(key) or \
+        _BY_FIELD[key].default or "..."
+    if key in _LIST_FIELDS:
+        return f'a string or a list of strings, e.g. {key} = "{example}" or {key} = ["{example}"]'
+    return f'a string, e.g. {key} = "{example}"'
+
+
+def _toml_type(value: object) -> str:
+    return {bool: "boolean", int: "integer", float: "float", list: "array", dict: "table"}.get(type(value), "date")
 
 
 def load_settings(env: Mapping[str, str] | None = None, *, allow_example: bool = False) -> Settings:

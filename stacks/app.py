@@ -47,7 +47,10 @@ def synth(outdir: str | Path | None = None, **kwargs) -> None:
 
 def main() -> int:
     try:
-        synth()  # cdktf-cli passes the output directory in CDKTF_OUTDIR; App reads it
+        settings = load_settings(allow_example=True)
+        for warning in settings.warnings:
+            print(warning, file=sys.stderr)
+        synth(settings=settings)  # cdktf-cli passes the output directory in CDKTF_OUTDIR; App reads it
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

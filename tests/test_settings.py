@@ -207,3 +207,13 @@ def test_flex_start_needs_a_zone_that_offers_it():
     # The zone matters only for flex-start.
     assert load_settings({**GOOD, "ZONE": "us-east5-c", "CAPACITY": "spot"}).recipe(
         get_recipe("qwen3-v6e32")).capacity == ("spot",)
+
+
+def test_a_config_file_may_list_the_list_settings_as_toml_arrays(tmp_path):
+    config = tmp_path / "tpu-rl.toml"
+    config.write_text('project = "acme-rl-research"\nregion = "us-east5"\nzone = "us-east5-b"\n'
+                      'cluster_name = "acme-rl"\ngcs_bucket = "acme-rl-artifacts"\n'
+                      'authorized_cidr = ["203.0.113.7/32", "198.51.100.0/24"]\ncapacity = ["flex-start", "spot"]\n')
+    settings = load_settings({"TPU_RL_CONFIG": str(config)})
+    assert settings.authorized_cidr == ("203.0.113.7/32", "198.51.100.0/24")
+    assert settings.capacity == ("flex-start", "spot")

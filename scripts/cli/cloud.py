@@ -4,6 +4,7 @@ and `logs`."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from typing import TYPE_CHECKING, Optional
@@ -22,14 +23,21 @@ RETRY_DELAY_ENV = "TPU_RL_RETRY_BASE_SECONDS"  # first backoff delay of API retr
 REQUEST_TIMEOUT_ENV = "TPU_RL_REQUEST_TIMEOUT_SECONDS"  # per Kubernetes API request (default 30)
 
 
-def _float_env(name: str, default: float) -> float:
+def _float_env(name: str, default: float, *, zero_allowed: bool) -> float:
+    """A number of seconds from the environment, checked where it is read: finite, not negative, and above 0
+    unless 0 means something (no pause between polls or retries)."""
     raw = os.environ.get(name)
     if not raw:
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
-        raise UserError(f"{name}='{raw}' is not a number of seconds") from None
+        value = math.nan
+    if math.isfinite(value) and (value > 0 or (zero_allowed and value == 0)):
+        return value
+    bound = "0 or more" if zero_allowed else "more than 0"
+    raise UserError(f"{name}='{raw}' is not a number of seconds {bound}: set e.g. {name}={default:g} or unset "
+                    f"it (default {default:g})")
 
 
 def _stdin_is_a_terminal() -> bool:
@@ -51,10 +59,10 @@ def make_session(recipe: Recipe, settings: Settings):
     from scripts.cloud.retry import RetryPolicy
     from scripts.pipeline.session import Session
 
-    policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0),
-                         request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0))
+    policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
+                         request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False))
     return Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
-                   poll_interval=_float_env(POLL_ENV, 15.0), sleep=policy.sleep,
+                   poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
                    confirm=_ask if _stdin_is_a_terminal() else None)
 
 

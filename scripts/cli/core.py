@@ -128,6 +128,8 @@ def cloud_settings() -> Settings:
     if settings.is_example:
         raise UserError(f"settings are the embedded example (PROJECT={settings.project}), which can never reach a "
                         "cloud: export your own PROJECT, REGION, ZONE, CLUSTER_NAME and GCS_BUCKET")
+    for warning in settings.warnings:
+        print(warning, file=sys.stderr)
     return settings
 
 

@@ -12,6 +12,7 @@ client talks REST with anonymous credentials, so no Google credential is ever ne
 from __future__ import annotations
 
 import os
+import urllib.parse
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -37,12 +38,24 @@ class Endpoints:
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Endpoints":
         env = os.environ if env is None else env
         return cls(
-            compute=env.get(COMPUTE_ENDPOINT_ENV) or None,
-            tpu=env.get(TPU_ENDPOINT_ENV) or None,
-            secretmanager=env.get(SECRETMANAGER_ENDPOINT_ENV) or None,
-            storage=env.get(STORAGE_EMULATOR_ENV) or None,
+            compute=_endpoint(env, COMPUTE_ENDPOINT_ENV),
+            tpu=_endpoint(env, TPU_ENDPOINT_ENV),
+            secretmanager=_endpoint(env, SECRETMANAGER_ENDPOINT_ENV),
+            storage=_endpoint(env, STORAGE_EMULATOR_ENV),
             kubeconfig=env.get("KUBECONFIG") or None,
         )
+
+
+def _endpoint(env: Mapping[str, str], name: str) -> str | None:
+    """A redirected endpoint, checked where it is read: an http(s) URL with a host, or unset."""
+    raw = env.get(name) or None
+    if raw is None:
+        return None
+    parsed = urllib.parse.urlsplit(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise UserError(f"{name}='{raw}' is not an http(s) URL with a host, e.g. http://127.0.0.1:8123: fix it or "
+                        "unset it to use Google's endpoint")
+    return raw
 
 
 def _google_kwargs(endpoint: str | None) -> dict:
