@@ -136,16 +136,36 @@ class Settings:
         such as `tpu-rl recipes`, whose costs follow the capacity."""
         if self.capacity is None:
             return recipe
-        capacity = self.capacity
-        if recipe.platform == "vm":
-            usable = PLATFORM_CAPACITY["vm"]
-            capacity = tuple(mode for mode in capacity if mode in usable)[:1]
-            if not capacity:
-                listed = ",".join(self.capacity)
-                raise UserError(f"CAPACITY '{listed}' has no mode the TPU VM of recipe '{recipe.name}' can use "
-                                f"({', '.join(usable)}): add one after the others, e.g. CAPACITY={listed},spot "
-                                "gives the VM spot")
-        return recipe.with_capacity(capacity, source="CAPACITY")
+        problem = self.capacity_problem(recipe)
+        if problem:
+            raise UserError(problem)
+        usable = PLATFORM_CAPACITY[recipe.platform]
+        return recipe.with_capacity(tuple(mode for mode in self.capacity if mode in usable)[:1]
+                                    if recipe.platform == "vm" else self.capacity, source="CAPACITY")
+
+    def capacity_problem(self, recipe: Recipe) -> str | None:
+        """Why CAPACITY leaves `recipe` nothing to run on (a TPU VM has no flex-start), or None. One rule for
+        every command: the commands of that recipe refuse with this line, and synth still writes its stack,
+        whose plan fails with it (`deployable`), so a GKE-only user need not name a VM mode."""
+        if self.capacity is None or recipe.platform != "vm":
+            return None
+        usable = PLATFORM_CAPACITY["vm"]
+        if any(mode in usable for mode in self.capacity):
+            return None
+        listed = ",".join(self.capacity)
+        return (f"CAPACITY '{listed}' has no mode the TPU VM of recipe '{recipe.name}' can use "
+                f"({', '.join(usable)}): add one after the others, e.g. CAPACITY={listed},spot gives the VM spot")
+
+    def deployable(self, recipe: Recipe) -> tuple[Recipe, str | None]:
+        """`recipe` as synth writes its stack, and why its plan must fail (None: it may be planned).
+
+        A recipe CAPACITY leaves nothing to run on is written as on-demand, which needs no reservation, only
+        so that its stack is complete: every resource then carries a precondition with the reason, so
+        `cdktf deploy` stops at plan, before anything is created, with the same line the CLI prints."""
+        problem = self.capacity_problem(recipe)
+        if problem:
+            return recipe.with_capacity(("on-demand",), source="CAPACITY"), problem
+        return self.recipe(recipe), None
 
     def for_recipe(self, recipe: Recipe) -> "Settings":
         """Check the rules that depend on the recipe; return self when they hold."""

@@ -21,8 +21,9 @@ def build_app(outdir: str | Path | None = None, *, recipes: Mapping[str, Recipe]
     """Compose every stack. Without arguments: the recipe table and the current settings (or example)."""
     recipes = all_recipes() if recipes is None else recipes
     settings = load_settings(allow_example=True) if settings is None else settings
-    # Each recipe as the settings run it (CAPACITY), every rule checked before anything is written.
-    recipes = {name: settings.recipe(recipe) for name, recipe in recipes.items()}
+    # Each recipe as the settings run it (CAPACITY), every rule checked before anything is written; a
+    # recipe CAPACITY leaves nothing to run on is written with a plan that fails, saying why.
+    deployable = {name: settings.deployable(recipe) for name, recipe in recipes.items()}
     # Imported only now: cdktf and the provider bindings start node and take seconds to load, and a
     # bad setting should fail in a fraction of one. It also puts the provider's own UserError (a bad
     # TPU_RL_PROVIDER_IMPORT) inside main()'s handler instead of a traceback at import time.
@@ -35,8 +36,8 @@ def build_app(outdir: str | Path | None = None, *, recipes: Mapping[str, Recipe]
     compositions = {"gke": GkeRecipeStack, "vm": VmRecipeStack}
     app = App(outdir=str(outdir)) if outdir is not None else App()
     ArtifactsStack(app, settings)
-    for recipe in recipes.values():
-        compositions[recipe.platform](app, recipe, settings)
+    for recipe, blocked in deployable.values():
+        compositions[recipe.platform](app, recipe, settings, blocked=blocked)
     return app
 
 

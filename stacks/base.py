@@ -37,7 +37,9 @@ def example_guard_message() -> str:
 class TpuRlStack(TerraformStack):
     """A stack with the google provider, its state backend and, for the example settings, the guard."""
 
-    def __init__(self, scope: Construct, name: str, settings: Settings) -> None:
+    def __init__(self, scope: Construct, name: str, settings: Settings, blocked: str | None = None) -> None:
+        """`blocked`: why this stack must never be planned with these settings (every resource's plan then
+        fails with that line), or None."""
         super().__init__(scope, name)
         self.settings = settings
         # Every resource that takes labels gets these (billing exports attribute TPU spend by stack).
@@ -54,26 +56,36 @@ class TpuRlStack(TerraformStack):
             GcsBackend(self, bucket=settings.state_bucket, prefix=f"{STATE_PREFIX}/{name}")
         else:
             LocalBackend(self, path=f"{LOCAL_STATE_DIR}/terraform.{name}.tfstate")
+        guards = []
         if settings.is_example:
+            project = TerraformLocal(self, "settings_project", settings.project)
+            guards.append({"condition": Op.neq(project.as_string, EXAMPLE_PROJECT),
+                           "error_message": example_guard_message()})
+        if blocked:
+            # Terraform refuses a condition that refers to nothing (it would check nothing), so the verdict
+            # is a local the condition reads.
+            allowed = TerraformLocal(self, "plan_allowed", False)
+            guards.append({"condition": allowed.as_boolean, "error_message": blocked})
+        if guards:
             # An aspect visits the whole tree at synth, so resources added after this point, by any
             # composition, get the guard too: no "call it last" rule to forget.
-            project = TerraformLocal(self, "settings_project", settings.project)
-            Aspects.of(self).add(ExampleSettingsGuard(project))
+            Aspects.of(self).add(PlanGuard(guards))
 
     def output(self, name: str, value: str, description: str) -> None:
         TerraformOutput(self, name, value=value, description=description)
 
 
 @jsii.implements(IAspect)
-class ExampleSettingsGuard:
-    """Make `terraform plan` fail before anything is created when the settings are the example.
+class PlanGuard:
+    """Make `terraform plan` fail before anything is created: with the example settings, or when the
+    settings leave the stack nothing to run on.
 
-    Every resource and data source gets the same precondition, so no resource can be planned (and so none
+    Every resource and data source gets the same preconditions, so no resource can be planned (and so none
     created) with placeholder values."""
 
-    def __init__(self, project: TerraformLocal) -> None:
-        self.guard = {"condition": Op.neq(project.as_string, EXAMPLE_PROJECT), "error_message": example_guard_message()}
+    def __init__(self, guards: list[dict]) -> None:
+        self.guards = guards
 
     def visit(self, node: IConstruct) -> None:
         if isinstance(node, (TerraformResource, TerraformDataSource)):
-            node.add_override("lifecycle.precondition", [self.guard])
+            node.add_override("lifecycle.precondition", self.guards)

@@ -24,8 +24,8 @@ from stacks.base import TpuRlStack
 
 
 class GkeRecipeStack(TpuRlStack):
-    def __init__(self, scope: Construct, recipe: Recipe, settings: Settings) -> None:
-        super().__init__(scope, recipe.name, settings)  # checked for this recipe by build_app
+    def __init__(self, scope: Construct, recipe: Recipe, settings: Settings, blocked: str | None = None) -> None:
+        super().__init__(scope, recipe.name, settings, blocked)  # checked for this recipe by build_app
         shape = recipe.shape
         name = settings.cluster_name
         # Facts of the generation's flex-start offer, when the recipe (or CAPACITY) uses flex-start.

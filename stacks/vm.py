@@ -15,8 +15,8 @@ from stacks.base import TpuRlStack
 
 
 class VmRecipeStack(TpuRlStack):
-    def __init__(self, scope: Construct, recipe: Recipe, settings: Settings) -> None:
-        super().__init__(scope, recipe.name, settings)  # checked for this recipe by build_app
+    def __init__(self, scope: Construct, recipe: Recipe, settings: Settings, blocked: str | None = None) -> None:
+        super().__init__(scope, recipe.name, settings, blocked)  # checked for this recipe by build_app
         shape = recipe.shape
         prefix = f"{settings.cluster_name}-vm"
         network = Network(self, "network", NetworkProps(name=prefix, region=settings.region, allow_iap_ssh=True))

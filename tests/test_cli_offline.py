@@ -34,6 +34,21 @@ def test_recipes_json_lists_derived_facts_for_every_recipe():
         assert item["hourly_usd_estimate"] > 0
 
 
+def test_recipes_under_a_capacity_the_vm_cannot_use_lists_every_recipe_and_says_why_the_vm_cannot(monkeypatch):
+    # One rule for every command: CAPACITY=flex-start refuses only the VM recipe's own commands (render,
+    # run, ...), as its stack's plan does; the listing and the GKE recipes go on.
+    monkeypatch.setenv("CAPACITY", "flex-start")
+    result = runner.invoke(app, ["recipes", "--json"])
+    assert result.exit_code == 0, result.output
+    facts = {item["name"]: item for item in json.loads(result.output)}
+    assert facts["qwen3-v6e32"]["capacity"] == ["flex-start"] and facts["qwen3-v6e32"]["unavailable"] is None
+    assert facts["llama31-v6e8"]["hourly_usd_estimate"] is None
+    assert facts["llama31-v6e8"]["unavailable"].startswith("CAPACITY 'flex-start' has no mode the TPU VM of recipe "
+                                                           "'llama31-v6e8' can use")
+    table = runner.invoke(app, ["recipes"], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and "llama31-v6e8: CAPACITY 'flex-start' has no mode" in table.output
+
+
 def test_render_writes_the_three_jobsets_of_a_gke_recipe(settings_env, tmp_path):
     out = tmp_path / "out"
     result = runner.invoke(app, ["render", "qwen3-v6e32", "--out", str(out)])

@@ -100,17 +100,10 @@ def test_real_settings_carry_no_example_guard(real_settings_stacks):
         assert EXAMPLE_PROJECT not in json.dumps(stack_json["provider"])
 
 
-@pytest.mark.skipif(shutil.which("terraform") is None, reason="the terraform CLI is not installed")
-def test_terraform_plan_fails_on_the_example_guard_with_the_message(stacks_json, tmp_path):
-    """Run Terraform itself on the artifacts stack's guard (its locals and the exact precondition of its
-    bucket), on a built-in resource so no provider download is needed: the plan must fail with our
-    message before anything is created."""
-    stack = stacks_json["artifacts"]
-    bucket = only(stack, "google_storage_bucket")
-    config = {
-        "locals": stack["locals"],
-        "resource": {"terraform_data": {"bucket_stand_in": {"lifecycle": bucket["lifecycle"]}}},
-    }
+def terraform_plan_stderr(lifecycle: dict, locals_: dict, tmp_path) -> str:
+    """Run Terraform itself on a resource's preconditions (and the stack's locals they read), on a built-in
+    resource so no provider download is needed; the plan must fail. Returns its stderr, joined on spaces."""
+    config = {"locals": locals_, "resource": {"terraform_data": {"stand_in": {"lifecycle": lifecycle}}}}
     (tmp_path / "main.tf.json").write_text(json.dumps(config))
     env = {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "TF_CLI_CONFIG_FILE": os.devnull}
     subprocess.run(["terraform", "init", "-input=false"], cwd=tmp_path, env=env, check=True, capture_output=True)
@@ -118,7 +111,47 @@ def test_terraform_plan_fails_on_the_example_guard_with_the_message(stacks_json,
                           capture_output=True, text=True)
     assert plan.returncode != 0
     assert "Resource precondition failed" in plan.stderr
-    assert "These are the example settings" in " ".join(plan.stderr.split())
+    return " ".join(plan.stderr.split())
+
+
+@pytest.mark.skipif(shutil.which("terraform") is None, reason="the terraform CLI is not installed")
+def test_terraform_plan_fails_on_the_example_guard_with_the_message(stacks_json, tmp_path):
+    """The artifacts stack's guard (its locals and the exact precondition of its bucket): the plan fails
+    with our message before anything is created."""
+    stack = stacks_json["artifacts"]
+    bucket = only(stack, "google_storage_bucket")
+    assert "These are the example settings" in terraform_plan_stderr(bucket["lifecycle"], stack["locals"], tmp_path)
+
+
+@pytest.fixture(scope="module")
+def gke_only_stacks(tmp_path_factory):
+    """A GKE-only user: CAPACITY=flex-start and no RESERVATION, which the TPU VM cannot use."""
+    settings = dataclasses.replace(example_settings(), project="my-rl-project", source="environment",
+                                   capacity=("flex-start",), reservation=None)
+    return synthesize(tmp_path_factory.mktemp("gke-only"), settings=settings)
+
+
+VM_CAPACITY_LINE = ("CAPACITY 'flex-start' has no mode the TPU VM of recipe 'llama31-v6e8' can use (reservation, "
+                    "spot, on-demand): add one after the others, e.g. CAPACITY=flex-start,spot gives the VM spot")
+
+
+def test_a_capacity_the_vm_cannot_use_still_synthesizes_every_stack_and_only_the_vm_plan_fails(gke_only_stacks):
+    assert set(gke_only_stacks) == {"artifacts", "qwen3-v6e32", "gemma4-v6e64", "llama31-v6e8"}
+    vm = gke_only_stacks["llama31-v6e8"]
+    guarded = [body for kind in vm["resource"].values() for body in kind.values()]
+    assert vm["locals"]["plan_allowed"] is False
+    guard = {"condition": "${local.plan_allowed}", "error_message": VM_CAPACITY_LINE}
+    assert guarded and all(body["lifecycle"]["precondition"] == [guard] for body in guarded)
+    for stack in ("artifacts", "qwen3-v6e32", "gemma4-v6e64"):
+        assert "precondition" not in json.dumps(gke_only_stacks[stack]["resource"]), stack
+
+
+@pytest.mark.skipif(shutil.which("terraform") is None, reason="the terraform CLI is not installed")
+def test_terraform_plan_of_the_vm_stack_fails_with_the_same_line_the_cli_prints(gke_only_stacks, tmp_path):
+    vm = gke_only_stacks["llama31-v6e8"]
+    instance = only(vm, "google_compute_instance")
+    preconditions = {"precondition": instance["lifecycle"]["precondition"]}  # not its ignore_changes
+    assert VM_CAPACITY_LINE in terraform_plan_stderr(preconditions, vm["locals"], tmp_path)
 
 
 def test_names_derived_from_the_longest_cluster_name_fit_google_limits(real_settings_stacks):

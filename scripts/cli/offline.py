@@ -87,7 +87,7 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
     from recipes.cost import ESTIMATE_NOTE
 
     settings = load_settings(allow_example=True)  # CAPACITY changes what a recipe costs
-    facts = [recipe_facts(settings.with_capacity(recipe)) for recipe in all_recipes().values()]
+    facts = [_listed_facts(settings, recipe) for recipe in all_recipes().values()]
     if as_json:
         typer.echo(json.dumps(facts, indent=2))
         return
@@ -97,10 +97,23 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
     natural = Measurement.get(console, console.options.update_width(10_000), table).maximum  # nothing cut
     if natural <= console.width:
         console.print(table)
-        return
-    console.print(title)
-    for line in _recipes_stacked(facts):
-        console.print(line)
+    else:
+        console.print(title)
+        for line in _recipes_stacked(facts):
+            console.print(line)
+    for item in facts:
+        if item["unavailable"]:
+            console.print(f"{item['name']}: {item['unavailable']}")
+
+
+def _listed_facts(settings, recipe: Recipe) -> dict:
+    """A recipe's facts under CAPACITY; one CAPACITY leaves nothing to run on is listed as written, with no
+    estimate and the reason (its commands refuse with the same line)."""
+    problem = settings.capacity_problem(recipe)
+    if problem is None:
+        return {**recipe_facts(settings.with_capacity(recipe)), "unavailable": None}
+    return {**recipe_facts(recipe), "hourly_usd_estimate": None, "hourly_estimate": "- (see below)",
+            "unavailable": problem}
 
 
 STDOUT = "-"  # --out - writes to stdout
