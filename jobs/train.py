@@ -241,7 +241,7 @@ def worker_job(paths: ArtifactPaths) -> dict[str, Any]:
 
 
 # The capacity modes whose hosts can go away while a step runs: Google reclaims a spot VM with 30 s notice,
-# and a flex-start node ends at its max_run_duration at the latest.
+# and a flex-start slice ends at its ProvisioningRequest's maxRunDurationSeconds at the latest.
 PREEMPTIBLE_CAPACITY = ("spot", "flex-start")
 # How many times a train JobSet on such capacity is recreated after a failure before it is declared
 # failed. Each attempt resumes from the last checkpoint and loses at most rl.checkpoint_period steps, so a
