@@ -288,6 +288,34 @@ def train_failure_policy(recipe: Recipe) -> dict[str, Any] | None:
     }
 
 
+# --- the order in which the JobSet starts the head and the workers -----------------------------------
+# InOrder, as xpk (src/xpk/templates/pathways_workload_create.yaml.j2 at v1.13.1) and Cluster Toolkit
+# (pkg/orchestrator/gke/templates/pathways_jobset.tmpl @0196a14a, unchanged at @104708037) write it: JobSet v0.12.0 resumes the workers only
+# once the head's Job is ready (pkg/controllers/jobset_controller.go, resumeJobsIfNecessary returns after
+# the first replicated job that is not yet ready; api/jobset/v1alpha2/jobset_types.go: "A ReplicatedJob is
+# started only when all the jobs of the previous one are ready").
+#
+# Not when the JobSet may run on flex-start. There GKE provisions the whole slice before Kueue admits the
+# JobSet, and the cluster autoscaler books it for the request for 10 minutes (kubernetes/autoscaler
+# cluster-autoscaler/FAQ.md: "Adds a BookingExpired=True condition when the 10-minute reservation period
+# expires"); after that it "will scale down if there are no Pods running on it", and Kueue v0.17.1 files no
+# new request for an admitted workload ("These conditions only affect non-admitted Workloads. Once
+# admitted, they are ignored.", site/content/en/docs/concepts/admission_check/provisioning_request.md;
+# pkg/controller/admissionchecks/provisioning/controller.go). With InOrder the workers would wait on the
+# head, which first needs a CPU node scaled up from zero and three large images pulled, so the booking can
+# run out before a worker lands on the slice. AnyOrder resumes the head and the workers together, so the
+# workers take the slice at once; it is what JobSet defaults to (pkg/webhooks/jobset_webhook.go), and
+# apple/axlearn runs its Pathways JobSets that way (axlearn/cloud/gcp/job.py _build_jobset sets no
+# startupPolicy, @34aed43c). A worker that starts before the head resolves is restarted by its Job
+# (restartPolicy OnFailure, backoffLimit WORKER_BACKOFF_PER_HOST per host, as xpk).
+QUEUED_PROVISIONING_CAPACITY = "flex-start"
+
+
+def startup_order(recipe: Recipe) -> str:
+    """InOrder as xpk, or AnyOrder when Kueue may admit the JobSet onto a flex-start (queued) slice."""
+    return "AnyOrder" if QUEUED_PROVISIONING_CAPACITY in recipe.capacity else "InOrder"
+
+
 def train_jobset(paths: ArtifactPaths) -> dict[str, Any]:
     recipe = paths.recipe
     return jobset(
@@ -300,7 +328,7 @@ def train_jobset(paths: ArtifactPaths) -> dict[str, Any]:
         extra_spec={
             "coordinator": {"replicatedJob": PATHWAYS_HEAD},
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-            "startupPolicy": {"startupPolicyOrder": "InOrder"},
+            "startupPolicy": {"startupPolicyOrder": startup_order(recipe)},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [PATHWAYS_HEAD]},
         },
         failure_policy=train_failure_policy(recipe),
