@@ -290,10 +290,11 @@ def train_failure_policy(recipe: Recipe) -> dict[str, Any] | None:
 
 # --- the order in which the JobSet starts the head and the workers -----------------------------------
 # InOrder, as xpk (src/xpk/templates/pathways_workload_create.yaml.j2 at v1.13.1) and Cluster Toolkit
-# (pkg/orchestrator/gke/templates/pathways_jobset.tmpl @0196a14a, unchanged at @104708037) write it: JobSet v0.12.0 resumes the workers only
-# once the head's Job is ready (pkg/controllers/jobset_controller.go, resumeJobsIfNecessary returns after
-# the first replicated job that is not yet ready; api/jobset/v1alpha2/jobset_types.go: "A ReplicatedJob is
-# started only when all the jobs of the previous one are ready").
+# (pkg/orchestrator/gke/templates/pathways_jobset.tmpl @0196a14a, unchanged at @104708037) write it:
+# JobSet v0.12.0 resumes the workers only once the head's Job is ready (pkg/controllers/
+# jobset_controller.go, resumeJobsIfNecessary returns after the first replicated job that is not yet
+# ready; api/jobset/v1alpha2/jobset_types.go: "A ReplicatedJob is started only when all the jobs of the
+# previous one are ready").
 #
 # Not when the JobSet may run on flex-start. There GKE provisions the whole slice before Kueue admits the
 # JobSet, and the cluster autoscaler books it for the request for 10 minutes (kubernetes/autoscaler
