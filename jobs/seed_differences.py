@@ -217,6 +217,13 @@ XPK_DIFFERENCES: tuple[ShapeDifference, ...] = (
         "admitted; a head that waits for a CPU node and three image pulls can outlast that. See "
         "docs/capacity.md.",
     ),
+    ShapeDifference(
+        ("pathways-worker",), "backoffLimit", "32 per host when the capacity list has flex-start, else 4",
+        "4 per host",
+        "Started together with the head (AnyOrder), workers may restart until the head is up, and a Job "
+        "counts every restart; 32 per host is what apple/axlearn allows the workers of its Pathways "
+        "JobSets, which start in any order (pathways_utils.py _PATHWAYS_BACK_OFF_LIMIT).",
+    ),
 )
 
 

@@ -43,6 +43,11 @@ RESOURCE_MANAGER_PORT = 29001
 WORKER_PORT = 29005
 WORKER_PORTS = (WORKER_PORT, WORKER_PORT + 1, 8471, 8080)  # server, its second channel, TPU runtime, metrics
 WORKER_BACKOFF_PER_HOST = 4  # as xpk: a few pod restarts per host before the worker job fails
+# When the workers start together with the head (startup_order AnyOrder), they may restart while the head
+# still waits for its node and images; a Job counts every container restart of its pods against
+# backoffLimit (restartPolicy OnFailure). apple/axlearn, which starts Pathways head and workers together,
+# allows 32 per host (axlearn/cloud/gcp/pathways_utils.py _PATHWAYS_BACK_OFF_LIMIT, @34aed43c).
+WORKER_BACKOFF_PER_HOST_ANY_ORDER = 32
 SHARED_TMP = "shared-tmp"  # hostPath /tmp shared by the head's containers and by each worker, as xpk does
 
 
@@ -236,8 +241,9 @@ def worker_job(paths: ArtifactPaths) -> dict[str, Any]:
         "volumes": [_shared_tmp_volume(), _dev_shm_volume()],
     }, restart_policy="OnFailure")
     hosts = shape.hosts_per_slice
+    per_host = WORKER_BACKOFF_PER_HOST_ANY_ORDER if startup_order(paths.recipe) == "AnyOrder" else WORKER_BACKOFF_PER_HOST
     # One slice per TPU node pool: exclusive on the node pool keeps a worker job on a single slice.
-    return indexed_job(pod, pods=hosts, backoff_limit=hosts * WORKER_BACKOFF_PER_HOST, exclusive_on=NODE_POOL_LABEL)
+    return indexed_job(pod, pods=hosts, backoff_limit=hosts * per_host, exclusive_on=NODE_POOL_LABEL)
 
 
 # The capacity modes whose hosts can go away while a step runs: Google reclaims a spot VM with 30 s notice,
@@ -308,7 +314,7 @@ def train_failure_policy(recipe: Recipe) -> dict[str, Any] | None:
 # workers take the slice at once; it is what JobSet defaults to (pkg/webhooks/jobset_webhook.go), and
 # apple/axlearn runs its Pathways JobSets that way (axlearn/cloud/gcp/job.py _build_jobset sets no
 # startupPolicy, @34aed43c). A worker that starts before the head resolves is restarted by its Job
-# (restartPolicy OnFailure, backoffLimit WORKER_BACKOFF_PER_HOST per host, as xpk).
+# (restartPolicy OnFailure, WORKER_BACKOFF_PER_HOST_ANY_ORDER restarts per host, as axlearn).
 QUEUED_PROVISIONING_CAPACITY = "flex-start"
 
 
