@@ -8,10 +8,11 @@ How each capacity mode gets its hosts:
   slice's hosts; GKE scales a multi-host slice pool atomically, all hosts or none, and back to 0 when
   no TPU workload is left ("About TPUs in GKE", https://docs.cloud.google.com/tpu/docs/kubernetes-engine-setup,
   Cloud TPU node pool autoscaling: "the node pool always has either 64 nodes or zero nodes").
-- flex-start (Dynamic Workload Scheduler): like spot and on-demand, plus `flex_start`, a
-  `max_run_duration` and queued provisioning. With queued provisioning GKE creates the nodes only for a
-  ProvisioningRequest, which Kueue files for a train step and which GKE fulfils with the whole slice at
-  once; Kueue starts the step only then (infra.cluster_addons, the flex-start AdmissionCheck).
+- flex-start (Dynamic Workload Scheduler): like spot and on-demand, plus `flex_start` and queued
+  provisioning. With queued provisioning GKE creates the nodes only for a ProvisioningRequest, which
+  Kueue files for a train step and which GKE fulfils with the whole slice at once; Kueue starts the step
+  only then (infra.cluster_addons, the flex-start AdmissionCheck). How long the nodes live is the
+  request's maxRunDurationSeconds, not a node-pool max_run_duration (see QUEUED_POOL_FIELDS_LEFT_OUT).
 
 Why queued provisioning rather than plain flex-start for these multi-host slices: without it, Kueue
 admits the train JobSet as soon as its quota fits, so the Pathways head starts on the CPU pool (and
@@ -35,8 +36,7 @@ modules/compute/gke-node-pool/main.tf:101-150 and its preconditions at :395-438;
 examples/gke-consumption-options/dws-flex-start-queued-provisioning/gke-tpu-v6e/gke-tpu-v6e.yaml):
 per-zone min/max rather than total limits (its workaround for a provider bug with TPU flex-start),
 location_policy ANY, NO_RESERVATION for spot and flex-start, and auto_repair off for flex-start. Fields
-are those of hashicorp/google 6.50.0 (node_config.flex_start, node_config.max_run_duration,
-queued_provisioning.enabled).
+are those of hashicorp/google 6.50.0 (node_config.flex_start, queued_provisioning.enabled).
 """
 
 from __future__ import annotations
@@ -63,6 +63,28 @@ UPGRADE_STRATEGY = "SURGE"
 UPGRADE_MAX_SURGE = 0
 UPGRADE_MAX_UNAVAILABLE = 1
 
+# What the flex-start (queued-provisioning) pool leaves out, and why:
+# - upgrade_settings: GKE gives flex-start and queued-provisioning pools the SHORT_LIVED upgrade strategy
+#   ("For nodes that use flex-start VMs, GKE uses short-lived upgrades",
+#   https://cloud.google.com/kubernetes-engine/docs/concepts/node-pool-upgrade-strategies; the API's
+#   NodePoolUpdateStrategy: "SHORT_LIVED is the dedicated upgrade strategy for QueuedProvisioning and flex
+#   start node pools"), and reads such a pool back as `"upgradeSettings": {"strategy": "SHORT_LIVED"}`
+#   (terraform-google-modules/terraform-google-kubernetes-engine@f3417b125, PR #2352,
+#   test/integration/node_pool/testdata/TestNodePool.json, pool-04). hashicorp/google 6.50.0 accepts only
+#   SURGE or BLUE_GREEN and defaults the strategy to SURGE (google/services/container/
+#   resource_container_node_pool.go:279-285), so a block here could never match what GKE returns: every
+#   plan would show a diff and every deploy send an update. Left out, the provider's Optional+Computed
+#   block (:255-259) takes GKE's value, which is what that PR does (a dynamic block only for SURGE and
+#   BLUE_GREEN).
+# - node_config.max_run_duration: neither Cluster Toolkit's v6e queued-provisioning blueprint
+#   (GoogleCloudPlatform/cluster-toolkit@bf7c3e1dc, PR #5218, examples/gke-consumption-options/
+#   dws-flex-start-queued-provisioning/gke-tpu-v6e/gke-tpu-v6e.yaml: its pool sets no max_run_duration;
+#   its JobSets carry provreq.kueue.x-k8s.io/maxRunDurationSeconds) nor xpk (AI-Hypercomputer/xpk
+#   v1.13.1, src/xpk/core/capacity.py: flex-start pools get no --max-run-duration) sets one on such a
+#   pool; the run time comes from the ProvisioningRequest's maxRunDurationSeconds, which the stack's
+#   ProvisioningRequestConfig carries (infra.cluster_addons.flex_start_manifests).
+QUEUED_POOL_FIELDS_LEFT_OUT = ("upgrade_settings", "max_run_duration")
+
 # The autoscaler may place the slice in any of the pool's zones (there is one): the GKE
 # queued-provisioning how-to's `--location-policy=ANY`, as Cluster Toolkit and xpk set it.
 AUTOSCALING_LOCATION_POLICY = "ANY"
@@ -79,14 +101,11 @@ class TpuSlicePoolProps:
     node_service_account: str
     capacity: CapacityMode
     reservation: str | None = None
-    max_run_hours: int | None = None  # flex-start only: how long a node may live
     disk_size_gb: int = 100
     node_labels: dict[str, str] = field(default_factory=dict)  # Kubernetes labels of the nodes
 
     def __post_init__(self) -> None:
         check_reservation("TpuSlicePoolProps", self.capacity, self.reservation)
-        if self.capacity == "flex-start" and not self.max_run_hours:
-            raise ValueError("TpuSlicePoolProps.max_run_hours is required for capacity 'flex-start'")
 
     @property
     def static(self) -> bool:
@@ -103,8 +122,17 @@ def reservation_affinity(props: TpuSlicePoolProps) -> container_node_pool.Contai
 
 
 def flex_start_seconds(hours: int) -> int:
-    """A flex-start node's max_run_duration (and the ProvisioningRequest's maxRunDurationSeconds)."""
+    """How long GKE keeps a flex-start slice: the ProvisioningRequest's maxRunDurationSeconds."""
     return hours * 3600
+
+
+def upgrade_settings(props: TpuSlicePoolProps) -> container_node_pool.ContainerNodePoolUpgradeSettings | None:
+    """In-place upgrades for the pools that take them; none for flex-start (QUEUED_POOL_FIELDS_LEFT_OUT)."""
+    if props.capacity == "flex-start":
+        return None
+    return container_node_pool.ContainerNodePoolUpgradeSettings(
+        strategy=UPGRADE_STRATEGY, max_surge=UPGRADE_MAX_SURGE, max_unavailable=UPGRADE_MAX_UNAVAILABLE
+    )
 
 
 def sizing(props: TpuSlicePoolProps) -> dict[str, object]:
@@ -138,7 +166,6 @@ class TpuSlicePool(Construct):
                 reservation_affinity=reservation_affinity(props),
                 spot=props.capacity == "spot",
                 flex_start=flex_start or None,
-                max_run_duration=f"{flex_start_seconds(props.max_run_hours)}s" if flex_start else None,
             ),
             # Cluster Toolkit refuses flex-start with auto-repair on ("enable_flex_start needs node auto_repair
             # set to false", gke-node-pool/main.tf:415-418); GKE's queued-provisioning how-to passes
@@ -149,8 +176,6 @@ class TpuSlicePool(Construct):
             placement_policy=container_node_pool.ContainerNodePoolPlacementPolicy(
                 type="COMPACT", tpu_topology=props.topology
             ),
-            upgrade_settings=container_node_pool.ContainerNodePoolUpgradeSettings(
-                strategy=UPGRADE_STRATEGY, max_surge=UPGRADE_MAX_SURGE, max_unavailable=UPGRADE_MAX_UNAVAILABLE
-            ),
+            upgrade_settings=upgrade_settings(props),
             **sizing(props),
         )

@@ -11,6 +11,22 @@ from recipes.conventions import CHECK_FAILED_PREFIX
 CHECK_FAILED_EXIT_CODE = 78
 
 
+def bash_check_failed(message: str) -> list[str]:
+    """The end of a bash check that refuses: the one line `tpu-rl run` reports, then CHECK_FAILED_EXIT_CODE.
+    `message` goes inside double quotes (it may expand variables)."""
+    return [f'echo "{CHECK_FAILED_PREFIX}{message}" >&2', f"exit {CHECK_FAILED_EXIT_CODE}"]
+
+
+def python_check_failed() -> str:
+    """`check_failed(reason)` for a script's inline Python program (it needs `import sys`): the same line and
+    exit code as bash_check_failed, for a check that no retry can pass (the image is the same every time)."""
+    return "\n".join([
+        "def check_failed(reason):",
+        f"    print({CHECK_FAILED_PREFIX!r} + reason, file=sys.stderr, flush=True)",
+        f"    sys.exit({CHECK_FAILED_EXIT_CODE})",
+    ])
+
+
 def jax_pairing_check(recipe: Recipe) -> str:
     """Stop in seconds when the image's JAX is not the one the Pathways images are tagged for.
 
@@ -20,7 +36,7 @@ def jax_pairing_check(recipe: Recipe) -> str:
     version is what jax.__version__ reports, read without importing jax (which would start a backend).
     Versions are plain release numbers (checked where the recipe table is loaded): no quoting needed."""
     images, version = recipe.pathways_images, recipe.maxtext_version
-    message = (f'{CHECK_FAILED_PREFIX}the image has jax ${{image_jax}} but the Pathways images are tagged '
+    message = (f'the image has jax ${{image_jax}} but the Pathways images are tagged '
                f'{images.tag} (jax {images.jax}): set jax and a pathways_tag built for jax ${{image_jax}} under '
                f'[maxtext.\\"{version}\\"] in recipes/recipes.toml')
     return "\n".join([
@@ -29,7 +45,6 @@ def jax_pairing_check(recipe: Recipe) -> str:
         'image_jax="$(python3 -c \'import importlib.metadata as m; print(m.version("jax"))\' 2>/dev/null '
         '|| echo unknown)"',
         f'if [[ "${{image_jax}}" != "{images.jax}" ]]; then',
-        f'  echo "{message}" >&2',
-        f"  exit {CHECK_FAILED_EXIT_CODE}",
+        *(f"  {line}" for line in bash_check_failed(message)),
         "fi",
     ])

@@ -2,14 +2,18 @@
 
 Each recipes.SourcePatch is applied only on the MaxText versions it names. When the pinned version is at
 or after `setting_from`, the patch is replaced by its `setting_env` environment variables. A patch that
-finds neither its old text nor its new text fails the step loudly, instead of silently training with the
-unpatched code as the seeds' one-liners would.
+finds neither its old text nor its new text, or no file to patch, fails the step loudly, instead of
+silently training with the unpatched code as the seeds' one-liners would. The image is the same on every
+attempt, so such a failure is a check that no retry can pass: it ends with the `tpu-rl check failed:` line
+and CHECK_FAILED_EXIT_CODE (jobs.checks), on which the restartable train JobSet fails at once instead of
+holding the slice for its restarts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from jobs.checks import python_check_failed
 from jobs.maxtext import at_least
 from recipes import Recipe, SourcePatch, UserError
 
@@ -38,10 +42,23 @@ def resolve_patches(recipe: Recipe) -> ResolvedPatches:
     return ResolvedPatches(tuple(apply), env)
 
 
-def _target(patch: SourcePatch) -> str:
+def _target(patch: SourcePatch) -> list[str]:
+    """Lines that set `path` to the file to patch, or refuse when there is none."""
     if patch.module:
-        return f"pathlib.Path(importlib.util.find_spec({patch.module!r}).origin)"
-    return f"pathlib.Path({patch.path!r})"
+        return [
+            "try:",
+            f"    spec = importlib.util.find_spec({patch.module!r})",
+            "except ImportError:",
+            "    spec = None",
+            "if spec is None or not spec.origin:",
+            f"    check_failed('patch {patch.name}: module {patch.module} is not installed in this image')",
+            "path = pathlib.Path(spec.origin)",
+        ]
+    return [
+        f"path = pathlib.Path({patch.path!r})",
+        "if not path.is_file():",
+        f"    check_failed(f'patch {patch.name}: {{path}} does not exist in this image')",
+    ]
 
 
 def render_patch(patch: SourcePatch) -> str:
@@ -52,12 +69,13 @@ def render_patch(patch: SourcePatch) -> str:
         f"# source patch '{patch.name}': {summary}",
         "python3 - <<'PATCH'",
         "import importlib.util, pathlib, re, sys",
-        f"path = {_target(patch)}",
+        python_check_failed(),
+        *_target(patch),
         "text = path.read_text()",
         f"for old, new in {list(patch.replacements)!r}:",
         f"    text, count = {replace}",
         "    if count == 0 and new not in text:",
-        f"        sys.exit(f'patch {patch.name}: {{old!r}} not found in {{path}}')",
+        f"        check_failed(f'patch {patch.name}: {{old!r}} not found in {{path}}')",
         "path.write_text(text)",
         f"print('applied patch {patch.name} to', path)",
         "PATCH",

@@ -208,6 +208,22 @@ XPK_DIFFERENCES: tuple[ShapeDifference, ...] = (
         ("pathways-worker",), "priorityClassName", "unset", "from --priority",
         "The stack creates no priority classes.",
     ),
+    ShapeDifference(
+        ("JobSet",), "startupPolicyOrder", "AnyOrder when the capacity list has flex-start, else InOrder",
+        "InOrder",
+        "InOrder starts the workers only once the head is ready (JobSet v0.12.0 jobset_types.go). On "
+        "flex-start GKE has provisioned the slice before admission and books it for 10 minutes "
+        "(kubernetes/autoscaler cluster-autoscaler/FAQ.md, BookingExpired), which Kueue v0.17.1 ignores once "
+        "admitted; a head that waits for a CPU node and three image pulls can outlast that. See "
+        "docs/capacity.md.",
+    ),
+    ShapeDifference(
+        ("pathways-worker",), "backoffLimit", "32 per host when the capacity list has flex-start, else 4",
+        "4 per host",
+        "Started together with the head (AnyOrder), workers may restart until the head is up, and a Job "
+        "counts every restart; 32 per host is what apple/axlearn allows the workers of its Pathways "
+        "JobSets, which start in any order (pathways_utils.py _PATHWAYS_BACK_OFF_LIMIT).",
+    ),
 )
 
 

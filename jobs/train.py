@@ -43,6 +43,11 @@ RESOURCE_MANAGER_PORT = 29001
 WORKER_PORT = 29005
 WORKER_PORTS = (WORKER_PORT, WORKER_PORT + 1, 8471, 8080)  # server, its second channel, TPU runtime, metrics
 WORKER_BACKOFF_PER_HOST = 4  # as xpk: a few pod restarts per host before the worker job fails
+# When the workers start together with the head (startup_order AnyOrder), they may restart while the head
+# still waits for its node and images; a Job counts every container restart of its pods against
+# backoffLimit (restartPolicy OnFailure). apple/axlearn, which starts Pathways head and workers together,
+# allows 32 per host (axlearn/cloud/gcp/pathways_utils.py _PATHWAYS_BACK_OFF_LIMIT, @34aed43c).
+WORKER_BACKOFF_PER_HOST_ANY_ORDER = 32
 SHARED_TMP = "shared-tmp"  # hostPath /tmp shared by the head's containers and by each worker, as xpk does
 
 
@@ -236,12 +241,13 @@ def worker_job(paths: ArtifactPaths) -> dict[str, Any]:
         "volumes": [_shared_tmp_volume(), _dev_shm_volume()],
     }, restart_policy="OnFailure")
     hosts = shape.hosts_per_slice
+    per_host = WORKER_BACKOFF_PER_HOST_ANY_ORDER if startup_order(paths.recipe) == "AnyOrder" else WORKER_BACKOFF_PER_HOST
     # One slice per TPU node pool: exclusive on the node pool keeps a worker job on a single slice.
-    return indexed_job(pod, pods=hosts, backoff_limit=hosts * WORKER_BACKOFF_PER_HOST, exclusive_on=NODE_POOL_LABEL)
+    return indexed_job(pod, pods=hosts, backoff_limit=hosts * per_host, exclusive_on=NODE_POOL_LABEL)
 
 
 # The capacity modes whose hosts can go away while a step runs: Google reclaims a spot VM with 30 s notice,
-# and a flex-start node ends at its max_run_duration at the latest.
+# and a flex-start slice ends at its ProvisioningRequest's maxRunDurationSeconds at the latest.
 PREEMPTIBLE_CAPACITY = ("spot", "flex-start")
 # How many times a train JobSet on such capacity is recreated after a failure before it is declared
 # failed. Each attempt resumes from the last checkpoint and loses at most rl.checkpoint_period steps, so a
@@ -288,6 +294,35 @@ def train_failure_policy(recipe: Recipe) -> dict[str, Any] | None:
     }
 
 
+# --- the order in which the JobSet starts the head and the workers -----------------------------------
+# InOrder, as xpk (src/xpk/templates/pathways_workload_create.yaml.j2 at v1.13.1) and Cluster Toolkit
+# (pkg/orchestrator/gke/templates/pathways_jobset.tmpl @0196a14a, unchanged at @104708037) write it:
+# JobSet v0.12.0 resumes the workers only once the head's Job is ready (pkg/controllers/
+# jobset_controller.go, resumeJobsIfNecessary returns after the first replicated job that is not yet
+# ready; api/jobset/v1alpha2/jobset_types.go: "A ReplicatedJob is started only when all the jobs of the
+# previous one are ready").
+#
+# Not when the JobSet may run on flex-start. There GKE provisions the whole slice before Kueue admits the
+# JobSet, and the cluster autoscaler books it for the request for 10 minutes (kubernetes/autoscaler
+# cluster-autoscaler/FAQ.md: "Adds a BookingExpired=True condition when the 10-minute reservation period
+# expires"); after that it "will scale down if there are no Pods running on it", and Kueue v0.17.1 files no
+# new request for an admitted workload ("These conditions only affect non-admitted Workloads. Once
+# admitted, they are ignored.", site/content/en/docs/concepts/admission_check/provisioning_request.md;
+# pkg/controller/admissionchecks/provisioning/controller.go). With InOrder the workers would wait on the
+# head, which first needs a CPU node scaled up from zero and three large images pulled, so the booking can
+# run out before a worker lands on the slice. AnyOrder resumes the head and the workers together, so the
+# workers take the slice at once; it is what JobSet defaults to (pkg/webhooks/jobset_webhook.go), and
+# apple/axlearn runs its Pathways JobSets that way (axlearn/cloud/gcp/job.py _build_jobset sets no
+# startupPolicy, @34aed43c). A worker that starts before the head resolves is restarted by its Job
+# (restartPolicy OnFailure, WORKER_BACKOFF_PER_HOST_ANY_ORDER restarts per host, as axlearn).
+QUEUED_PROVISIONING_CAPACITY = "flex-start"
+
+
+def startup_order(recipe: Recipe) -> str:
+    """InOrder as xpk, or AnyOrder when Kueue may admit the JobSet onto a flex-start (queued) slice."""
+    return "AnyOrder" if QUEUED_PROVISIONING_CAPACITY in recipe.capacity else "InOrder"
+
+
 def train_jobset(paths: ArtifactPaths) -> dict[str, Any]:
     recipe = paths.recipe
     return jobset(
@@ -300,7 +335,7 @@ def train_jobset(paths: ArtifactPaths) -> dict[str, Any]:
         extra_spec={
             "coordinator": {"replicatedJob": PATHWAYS_HEAD},
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-            "startupPolicy": {"startupPolicyOrder": "InOrder"},
+            "startupPolicy": {"startupPolicyOrder": startup_order(recipe)},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [PATHWAYS_HEAD]},
         },
         failure_policy=train_failure_policy(recipe),

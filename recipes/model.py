@@ -59,7 +59,7 @@ class FlexStartFacts(_Strict):
 
     zones: tuple[str, ...]
     min_gke_version: str  # the cluster version from which GKE creates flex-start TPU node pools
-    max_run_hours: int = Field(ge=1)  # the longest max_run_duration a node may have
+    max_run_hours: int = Field(ge=1)  # the longest a flex-start node may run (maxRunDurationSeconds)
     source: str
 
 
@@ -193,8 +193,8 @@ class TpuSpec(_Strict):
     topology: str
     machine_type: str
     slices: int = Field(ge=1)
-    # How long a flex-start node may live (max_run_duration), at most the generation's limit; it bounds
-    # a train step that hangs. Only read when the capacity includes flex-start.
+    # How long a flex-start slice may live (the ProvisioningRequest's maxRunDurationSeconds), at most the
+    # generation's limit; it bounds a train step that hangs. Only read when the capacity includes flex-start.
     flex_start_max_run_hours: int | None = Field(default=None, ge=1)
 
 

@@ -87,7 +87,6 @@ class GkeRecipeStack(TpuRlStack):
                         node_service_account=nodes.email,
                         capacity=capacity,
                         reservation=settings.reservation,
-                        max_run_hours=recipe.flex_start_max_run_hours if capacity == "flex-start" else None,
                     ),
                 )
         workload = WorkloadServiceAccount(

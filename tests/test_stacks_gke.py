@@ -314,7 +314,7 @@ def test_on_demand_capacity_uses_neither_spot_nor_a_reservation(data_only_varian
 # --- Capacity modes: reservation as always, the others from zero only while a train step runs -------
 
 # qwen3-v6e32: one 4x8 slice of ct6e-standard-4t, 4 chips each, so 8 hosts; recipes.toml gives it
-# tpu.flex_start_max_run_hours = 24, so a flex-start node lives at most 24 x 3600 = 86400 s.
+# tpu.flex_start_max_run_hours = 24, so a flex-start slice lives at most 24 x 3600 = 86400 s.
 QWEN_HOSTS = 8
 QWEN_FLEX_START_SECONDS = "86400s"
 # GKE's first version with flex-start TPU node pools (recipes.toml [tpu.v6e.flex_start], from the GKE
@@ -361,7 +361,7 @@ def test_capacity_setting_replaces_the_recipes_reservation_with_flex_start_pools
     pool = pools["tpu-np-flex-start-0"]
     assert autoscaled_from_zero(pool)
     config = pool["node_config"]
-    assert (config["flex_start"], config["max_run_duration"], config["spot"]) == (True, QWEN_FLEX_START_SECONDS, False)
+    assert (config["flex_start"], config["spot"]) == (True, False)
     assert config["reservation_affinity"] == {"consume_reservation_type": "NO_RESERVATION"}
     assert config["labels"] == {"tpu-rl/capacity": "flex-start"}
     # Nodes only through a ProvisioningRequest, which Kueue files for the whole slice.
@@ -369,6 +369,42 @@ def test_capacity_setting_replaces_the_recipes_reservation_with_flex_start_pools
     assert pool["management"] == {"auto_repair": False, "auto_upgrade": True}  # flex-start refuses auto-repair
     assert pool["placement_policy"] == {"type": "COMPACT", "tpu_topology": "4x8"}
     assert pool["node_locations"] == [example_settings().zone]
+
+
+# What GKE returns for a queued-provisioning pool that was created without upgrade settings:
+# terraform-google-modules/terraform-google-kubernetes-engine@f3417b125 (PR #2352, "support for SHORT_LIVED
+# strategy"), test/integration/node_pool/testdata/TestNodePool.json, node pool "pool-04"
+# ("queuedProvisioning": {"enabled": true}). Before that commit the module sent SURGE for it.
+GKE_QUEUED_POOL_UPGRADE_SETTINGS = {"strategy": "SHORT_LIVED"}
+# hashicorp/terraform-provider-google v6.50.0, google/services/container/resource_container_node_pool.go:279-285:
+# upgrade_settings.strategy is `Default: "SURGE"` with `validation.StringInSlice([]string{"SURGE", "BLUE_GREEN"})`.
+PROVIDER_6_50_UPGRADE_STRATEGIES = ("SURGE", "BLUE_GREEN")
+
+
+def test_the_flex_start_pool_leaves_its_upgrade_strategy_to_gke_so_every_plan_converges(flex_start_by_setting):
+    """GKE keeps SHORT_LIVED on a queued-provisioning pool, a strategy provider 6.50.0 cannot even write; any
+    upgrade_settings block there (its strategy defaults to SURGE) differs from what the next refresh reads,
+    so every plan would show a diff and every deploy send an update. Without the block, the provider's
+    Optional+Computed attribute (resource_container_node_pool.go:255-259) keeps GKE's value."""
+    assert GKE_QUEUED_POOL_UPGRADE_SETTINGS["strategy"] not in PROVIDER_6_50_UPGRADE_STRATEGIES  # no block can match
+    pools = {pool["name"]: pool for pool in tpu_pools(flex_start_by_setting["qwen3-v6e32"])}
+    flex = pools["tpu-np-flex-start-0"]
+    assert flex["queued_provisioning"] == {"enabled": True} and flex["node_config"]["flex_start"] is True
+    assert "upgrade_settings" not in flex
+    # The spot pool of the same stack is no queued-provisioning pool: it keeps its in-place surge upgrades.
+    assert pools["tpu-np-spot-0"]["upgrade_settings"] == {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}
+
+
+def test_the_flex_start_slice_lives_as_long_as_its_provisioning_request_says(flex_start_by_setting):
+    """Cluster Toolkit's v6e queued-provisioning blueprint (cluster-toolkit@bf7c3e1dc, PR #5218,
+    examples/gke-consumption-options/dws-flex-start-queued-provisioning/gke-tpu-v6e/gke-tpu-v6e.yaml) sets no
+    max_run_duration on its pool and puts provreq.kueue.x-k8s.io/maxRunDurationSeconds on its JobSets; xpk
+    v1.13.1 (src/xpk/core/capacity.py) passes no --max-run-duration for flex-start. The run time is the
+    request's maxRunDurationSeconds, which Kueue copies from the stack's ProvisioningRequestConfig."""
+    pool = pool_named(flex_start_by_setting["qwen3-v6e32"], "tpu-np-flex-start-0")
+    assert "max_run_duration" not in pool["node_config"]
+    config = queue_manifests(flex_start_by_setting["qwen3-v6e32"])["ProvisioningRequestConfig/flex-start-slice"]
+    assert config["spec"]["parameters"]["maxRunDurationSeconds"] == QWEN_FLEX_START_SECONDS.removesuffix("s")
 
 
 @pytest.mark.parametrize(("variant", "name", "spot"), [
