@@ -282,3 +282,54 @@ def test_an_unknown_command_option_recipe_or_extra_argument_is_reported(tmp_path
         "tpu-rl runs qwen3-v6e32 extra: `tpu-rl runs` takes 1 positional argument(s), the line gives "
         "['qwen3-v6e32', 'extra']",
     ]
+
+
+# -- the docs agree with the code and the workflow -------------------------------------------------------
+
+def test_the_readme_asks_for_the_python_and_node_that_pyproject_and_the_workflow_use():
+    import tomllib
+
+    import yaml
+
+    readme = (REPO / "README.md").read_text()
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "plan.yml").read_text())
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert f"| Python ≥ {requires.removeprefix('>=')} |" in readme
+    assert f"| Node.js {workflow['env']['NODE_VERSION']} LTS |" in readme
+    setup_node = [step for job in workflow["jobs"].values() for step in job["steps"]
+                  if str(step.get("uses", "")).startswith("actions/setup-node@")]
+    assert setup_node and all(step["with"]["node-version"] == "${{ env.NODE_VERSION }}" for step in setup_node)
+    review = (REPO / "docs" / "plan-review.md").read_text()
+    assert f"`NODE_VERSION` {workflow['env']['NODE_VERSION']}" in review
+    assert f"`PYTHON_VERSION` {workflow['env']['PYTHON_VERSION']}" in review
+
+
+def test_the_token_is_stored_one_way_and_the_pages_show_only_that_way():
+    pages = {page.relative_to(REPO): page.read_text() for page in PAGES}
+    assert [name for name, text in pages.items() if "gcloud secrets versions add" in text] == []
+    assert "tpu-rl secret set < ~/.hf-token" in pages[Path("README.md")]
+
+
+def test_the_settings_page_says_environment_and_file_are_merged_key_by_key():
+    # the behaviour: tests/test_settings.py::test_config_file_is_read_and_the_environment_wins
+    page = (REPO / "docs" / "settings.md").read_text()
+    assert "merged key by key" in page
+    assert "else from `tpu-rl.toml`" not in page
+
+
+def test_every_page_a_message_or_docstring_points_to_exists():
+    """Messages name the page to read (`see docs/settings.md`); a README section they name must be one."""
+    readme_headings = {match.group(2) for line in (REPO / "README.md").read_text().splitlines()
+                       if (match := _HEADING.match(line))}
+    problems = []
+    for package in ("recipes", "jobs", "infra", "stacks", "scripts"):
+        for source in sorted((REPO / package).rglob("*.py")):
+            text = source.read_text()
+            for page in re.findall(r"\bdocs/[\w-]+\.md\b", text):
+                if not (REPO / page).is_file():
+                    problems.append(f"{source.relative_to(REPO)}: {page} does not exist")
+            for section in re.findall(r"README[ :]+['\"]([^'\"]+)['\"]|README: ([A-Z][\w ]+)", text):
+                name = next(part for part in section if part)
+                if name not in readme_headings:
+                    problems.append(f"{source.relative_to(REPO)}: the README has no section {name!r}")
+    assert problems == []
