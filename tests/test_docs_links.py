@@ -24,7 +24,8 @@ COMMANDS_NOT_CHECKED = {REPO / "docs" / "bad-input.md"}
 # Text that starts like a command but is a line the containers print (jobs/: the head's and convert's
 # refusal prefix), not something to type.
 NOT_COMMANDS = ("tpu-rl check failed",)
-PLACEHOLDER = re.compile(r"^(<[^>]*>?|[A-Z][A-Z_]*|…|\[.*\]?|.*\]|[a-z]+>)$")
+# What stands for a value in a shown command: <run>, RECIPE, … ([STEP] loses its brackets first).
+PLACEHOLDER = re.compile(r"^(<[^<>]*>|[A-Z][A-Z_]*|…)$")
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
@@ -155,7 +156,7 @@ def command_problems(line: str, tree: dict[str, Leaf]) -> list[str]:
         words.append(rest.pop(0))
     leaf = tree[" ".join(words)]
     if leaf.is_group and rest and not rest[0].startswith("-"):
-        if not PLACEHOLDER.match(rest[0]):
+        if not PLACEHOLDER.match(rest[0].strip("[]")):
             return [f"{line}: no command `{' '.join(['tpu-rl', *words, rest[0]])}`"]
         # `tpu-rl COMMAND -h`: what follows must hold for every command
         rest.pop(0)
