@@ -83,7 +83,7 @@ def render_patch(patch: SourcePatch) -> str:
 
 
 def patches_table(recipes: list[Recipe]) -> str:
-    """The README's table of source patches, from the recipe table (a test keeps the README in sync)."""
+    """The table of source patches in docs/pipeline.md, from the recipe table (a test keeps it in sync)."""
     rows = ["| patch | recipes | MaxText versions patched | replaced by a setting from | why |",
             "| --- | --- | --- | --- | --- |"]
     by_name: dict[str, tuple[SourcePatch, list[str]]] = {}

@@ -119,7 +119,7 @@ def explain(recipe: str, step: Step, key: str) -> Difference | None:
 
 
 def differences_table() -> str:
-    """The README's table of deliberate differences (a test keeps the README in sync)."""
+    """The table of deliberate differences in docs/seed-differences.md (a test keeps it in sync)."""
     rows = ["| argument | steps | recipes | why |", "| --- | --- | --- | --- |"]
     for entry in DIFFERENCES:
         recipes = ", ".join(entry.recipes) or "all"
@@ -232,14 +232,14 @@ def xpk_difference(container: str, key: str) -> ShapeDifference | None:
 
 
 def not_carried_over_table() -> str:
-    """The README's table of seed steps we do not repeat (a test keeps the README in sync)."""
+    """The table of seed steps we do not repeat in docs/seed-differences.md (a test keeps it in sync)."""
     rows = ["| seed step | recipes | why |", "| --- | --- | --- |"]
     rows += [f"| {entry.what} | {', '.join(entry.recipes)} | {entry.why} |" for entry in SEED_STEPS_NOT_CARRIED_OVER]
     return "\n".join(rows)
 
 
 def xpk_differences_table() -> str:
-    """The README's table of differences from xpk's Pathways JobSet (a test keeps the README in sync)."""
+    """The table of differences from xpk's Pathways JobSet in docs/seed-differences.md (a test keeps it in sync)."""
     rows = ["| containers | field | ours | xpk | why |", "| --- | --- | --- | --- | --- |"]
     rows += [f"| {', '.join(d.containers)} | `{d.key}` | {d.ours} | {d.xpk} | {d.why} |" for d in XPK_DIFFERENCES]
     return "\n".join(rows)

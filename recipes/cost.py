@@ -298,8 +298,9 @@ def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> R
 
 
 def run_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:
-    """The README's table of one pipeline run per recipe: time, TPU chip-hours billed and avoided, and
-    cost per step, for each recipe's capacity mode. A test keeps the README in sync."""
+    """The table of one pipeline run per recipe: time, TPU chip-hours billed and avoided, and cost per
+    step, for each recipe's capacity mode (in README.md; in docs/capacity.md for CAPACITY=flex-start,spot).
+    Tests keep both in sync."""
     rows = ["| recipe | capacity | step | expected minutes | TPU chip-hours billed | TPU chip-hours avoided | "
             "estimated cost |",
             "| --- | --- | --- | --- | --- | --- | --- |"]

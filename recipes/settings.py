@@ -1,8 +1,9 @@
 """Per-user settings: where things go in the user's cloud.
 
-Read from environment variables with the seeds' names (PROJECT, REGION, ...), then from an optional
-TOML config file, then, only when nothing at all is set, from the embedded example. Every value is
-checked here, once; the error names the setting and the rule.
+Each setting is read from its environment variable (the names the tutorials use: PROJECT, REGION, ...)
+when set, else from its key in an optional TOML config file: merged key by key. Only when neither sets
+anything may the embedded example stand in. Every value is checked here, once; the error names the
+setting and the rule (docs/settings.md).
 """
 
 from __future__ import annotations
@@ -238,8 +239,8 @@ def _check(values: Mapping[str, str]) -> dict[str, object]:
             # The artifacts stack creates GCS_BUCKET: its own state cannot live in a bucket that does not
             # exist before its first deploy, and destroying the stack would delete the state with it.
             raise _fail(_BY_FIELD["state_bucket"], f"'{checked['state_bucket']}' is GCS_BUCKET, the artifacts bucket a "
-                        "stack manages: create a separate bucket for Terraform state (README 'State backend') or "
-                        "unset TF_STATE_BUCKET for local state")
+                        "stack manages: create a separate bucket for Terraform state (docs/stacks.md, 'State "
+                        "backend') or unset TF_STATE_BUCKET for local state")
     reservation = checked.get("reservation")
     if reservation is not None and not _RESOURCE_NAME.match(reservation):
         raise _fail(_BY_FIELD["reservation"], f"'{reservation}' is not a reservation name: lowercase letters, "
@@ -420,7 +421,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, allow_example: bool =
         if not allow_example:
             raise UserError(
                 "no settings found: export PROJECT, REGION, ZONE, CLUSTER_NAME, GCS_BUCKET (and RESERVATION, "
-                f"AUTHORIZED_CIDR) or write them to {DEFAULT_CONFIG}; see README 'Settings'"
+                f"AUTHORIZED_CIDR) or write them to {DEFAULT_CONFIG}; see docs/settings.md"
             )
         values = {**EXAMPLE, **values}
         source = "example"

@@ -1,6 +1,6 @@
 """How a `tpu-rl` command ends: one exception type per outcome, one exit code each.
 
-The codes are documented in the README ("Exit codes") and printed by `tpu-rl --help`.
+The codes are documented in docs/pipeline.md ("Exit codes") and printed by `tpu-rl --help`.
 """
 
 from __future__ import annotations

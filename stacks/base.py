@@ -30,7 +30,7 @@ def example_guard_message() -> str:
     return (
         f"These are the example settings (PROJECT={EXAMPLE_PROJECT}) and must never reach a cloud. Export "
         f"{names} (and RESERVATION, AUTHORIZED_CIDR for the recipes), or write them to tpu-rl.toml, then "
-        "synthesize again (README: Settings)."
+        "synthesize again (docs/settings.md)."
     )
 
 

@@ -6,7 +6,7 @@ SummaryWriter on `<base_output_directory>/<run_name>/tensorboard/` calling `add_
 SummaryWriter and the tag names from tunix (scripts/metrics/tags.py has their source). Every expected
 number below is worked out by hand from the values written.
 
-`python tests/test_cli_metrics.py docs/metrics-example.png` redraws the README's picture from synthetic
+`python tests/test_cli_metrics.py docs/metrics-example.png` redraws the picture in docs/experiments.md from synthetic
 runs (see `synthetic_runs`), labelled as synthetic in its title and legend.
 """
 
@@ -211,7 +211,7 @@ def test_sparkline_resamples_to_its_width_and_marks_gaps():
     assert sparkline((1.0, math.nan, 3.0), 20) == "▁ █"
 
 
-# -- the README's picture ------------------------------------------------------------------------------
+# -- the picture in docs/experiments.md -------------------------------------------------------------
 def synthetic_runs(root: Path) -> list[Path]:
     """Two made-up runs of 120 steps, shaped like GRPO on GSM8K (reward rising towards MaxText's 1.1 / 3
     per function, KL growing, completions shortening); random, seeded. Nothing here was trained."""
@@ -243,7 +243,7 @@ def draw_readme_picture(out: Path) -> None:
         runs = collect(get_recipe(RECIPE), [], sources, lambda: None)
     fig = plot.figure(runs, "SYNTHETIC data from tests/test_cli_metrics.py, not a training run")
     plot.write_png(fig, out)
-    Image.open(out).convert("RGB").quantize(colors=64).save(out, optimize=True)  # small enough for the README
+    Image.open(out).convert("RGB").quantize(colors=64).save(out, optimize=True)  # small enough for the docs
 
 
 if __name__ == "__main__":

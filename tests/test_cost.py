@@ -210,8 +210,8 @@ def test_a_price_without_its_source_is_rejected():
         parse_prices(table)
 
 
-def test_readme_shows_a_run_without_a_reservation_as_capacity_flex_start_spot_gives_it():
-    """The README's table for users without a reservation: every recipe as CAPACITY=flex-start,spot runs it
+def test_capacity_page_shows_a_run_without_a_reservation_as_capacity_flex_start_spot_gives_it():
+    """docs/capacity.md's table for users without a reservation: every recipe as CAPACITY=flex-start,spot runs it
     (GKE recipes on flex-start, the VM on spot), from the price table. Two rows by hand: gemma4-v6e64's
     whole run, 64 chips x $2.70 = $172.80 + $4.65 + $0.134 + $0.10 + NAT for 18 nodes ($0.0302) = $177.7142/h
     for 90 min = $266.5713, plus convert and export at $4.65 + $0.134 + $0.10 + $0.0078 = $4.8918/h for
@@ -221,8 +221,8 @@ def test_readme_shows_a_run_without_a_reservation_as_capacity_flex_start_spot_gi
 
     settings = replace(example_settings(), capacity=("flex-start", "spot"))
     table = run_table([settings.recipe(recipe) for recipe in all_recipes().values()])
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## Without a reservation", 1)[1].split("\n## ", 1)[0]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "capacity.md").read_text()
+    section = page.split("## Without a reservation", 1)[1].split("\n## ", 1)[0]
     assert table in section
     assert "| gemma4-v6e64 | flex-start | **whole run** | 170 | 96.0 | 85.3 | $273.09 |" in table
     assert "| llama31-v6e8 | spot | **whole run** | 20 | 2.7 | 0.0 | $3.60 |" in table

@@ -1,4 +1,5 @@
-"""The README's job tables are generated from the recipe table and jobs/seed_differences.py."""
+"""The job tables in the README and docs/ are generated from the recipe table and jobs/seed_differences.py;
+each page holds its table verbatim."""
 
 from pathlib import Path
 
@@ -7,20 +8,23 @@ from jobs.seed_differences import differences_table, not_carried_over_table, xpk
 from recipes import all_recipes
 from recipes.cost import run_table
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+PIPELINE = (REPO / "docs" / "pipeline.md").read_text()
+SEED_DIFFERENCES = (REPO / "docs" / "seed-differences.md").read_text()
 
 
-def test_readme_source_patch_table_matches_the_recipe_table():
-    assert patches_table(list(all_recipes().values())) in README
+def test_pipeline_page_source_patch_table_matches_the_recipe_table():
+    assert patches_table(list(all_recipes().values())) in PIPELINE
 
 
-def test_readme_lists_every_deliberate_difference_from_the_seeds():
-    assert differences_table() in README
+def test_seed_differences_page_lists_every_deliberate_difference_from_the_tutorials():
+    assert differences_table() in SEED_DIFFERENCES
 
 
-def test_readme_lists_the_seed_steps_not_carried_over_and_the_differences_from_xpk():
-    assert not_carried_over_table() in README
-    assert xpk_differences_table() in README
+def test_seed_differences_page_lists_the_steps_not_carried_over_and_the_differences_from_xpk():
+    assert not_carried_over_table() in SEED_DIFFERENCES
+    assert xpk_differences_table() in SEED_DIFFERENCES
 
 
 def test_readme_run_table_matches_the_recipe_durations_and_prices():

@@ -138,9 +138,9 @@ def test_example_settings_are_valid_for_every_recipe_and_recognisable():
         assert settings.for_recipe(get_recipe(name)) is settings
 
 
-def test_readme_settings_table_lists_every_setting():
-    readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text()
-    section = readme.split("## Settings", 1)[1].split("\n## ", 1)[0]
+def test_settings_page_table_lists_every_setting():
+    page = Path(__file__).resolve().parents[1].joinpath("docs", "settings.md").read_text()
+    section = page.split("# Settings", 1)[1].split("\n## ", 1)[0]
     for spec in SPECS:
         assert f"| `{spec.env}` | `{spec.field}` |" in section, spec.env
 

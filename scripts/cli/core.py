@@ -1,7 +1,7 @@
 """The `tpu-rl` Typer app, and how every command ends.
 
 Every command ends through `handled`: bad input prints one line and exits 2 without a traceback, other
-outcomes get their own exit code (scripts.outcome.ExitCode, documented in the README). Usage errors
+outcomes get their own exit code (scripts.outcome.ExitCode, documented in docs/pipeline.md). Usage errors
 (a missing argument, an unknown option) are one line too, exit 2 (`_OneLineErrors`).
 """
 
