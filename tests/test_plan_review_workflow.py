@@ -115,7 +115,9 @@ def test_jobs_that_run_the_tests_install_terraform_first_and_keep_ci_set(path):
 PLAN = Path(__file__).resolve().parents[1] / ".github" / "workflows" / "plan.yml"
 GITHUB_SCRIPT = Path(__file__).resolve().parent / "peers" / "github_script.js"
 MARKER = "<!-- tpu-rl plan-review -->"
-GITHUB_COMMENT_LIMIT = 65536  # GitHub refuses a longer issue comment body ("body is too long")
+# GitHub refuses a longer issue comment body: "body is too long (maximum is 65536 characters)"
+# (renovatebot/renovate#2032); the unit is unclear (nearform-actions/optic-release-automation-action#229).
+GITHUB_COMMENT_LIMIT = 65536
 NEEDS_RESULT = re.compile(r"^needs\.([\w-]+)\.result == '(\w+)'$")
 EXPRESSION = re.compile(r"\$\{\{\s*needs\.([\w-]+)\.result\s*\}\}")
 
@@ -262,7 +264,8 @@ def test_a_long_review_is_cut_under_githubs_limit_and_points_to_the_job_summary(
     artifacts = {**_produce(tmp_path, workflow, "review", {"plan-review.md": long_review}),
                  **_produce(tmp_path, workflow, "terraform-plan", {"terraform-plan.md": TERRAFORM})}
     body = _body(run_comment_job(tmp_path, workflow, artifacts, {"review": "success", "terraform-plan": "success"}))
-    assert len(body) <= GITHUB_COMMENT_LIMIT
+    assert len(body.encode()) <= GITHUB_COMMENT_LIMIT  # bytes, so characters too ("→" is 3 bytes)
+    assert "\ufffd" not in body
     assert body.startswith(f"{MARKER}\n{REVIEW}") and body.endswith(f"\n{TERRAFORM}")  # the plan is kept whole
     assert "The whole review is in the job summary: https://github.com/octo/tpu-rl/actions/runs/42" in body
 
@@ -302,3 +305,14 @@ def test_the_plan_job_terraform_runs_only_through_the_tested_step():
     source = Path(terraform_plan.__file__).read_text()
     assert re.findall(r'\[terraform, "(\w+)"', source) == ["init", "plan", "show"]
     assert '[terraform, "plan", "-lock=false"' in source
+
+
+@pytest.mark.parametrize("shift", [0, 1, 2])
+def test_the_cut_never_splits_a_character(tmp_path, shift):
+    """Three-byte characters throughout, shifted by 0-2 bytes: one of the three cuts lands inside one."""
+    workflow = yaml.safe_load(PLAN.read_text())
+    review = REVIEW + "x" * shift + "→" * 30000 + "\n"
+    artifacts = _produce(tmp_path, workflow, "review", {"plan-review.md": review})
+    body = _body(run_comment_job(tmp_path, workflow, artifacts, {"review": "success", "terraform-plan": "skipped"}))
+    assert len(body.encode()) <= GITHUB_COMMENT_LIMIT and "\ufffd" not in body
+    assert body.split("\n\n**Cut to fit", 1)[0].endswith("→")
