@@ -120,11 +120,21 @@ def test_a_deployed_stack_is_planned_against_its_state_without_a_lock_or_a_write
     shutil.rmtree(directory.parent)
     directory = _stack(root, "qwen3", url, {"kept": {"input": "1"}, "replaced": {"triggers_replace": "new"},
                                             "updated": {"input": "new"}, "added": {"input": "3"}}, {})
+    # A lock object where the backend keeps it, <prefix>/default.tflock (backend_state.go lockFile): a
+    # plan that took the lock would write it (the emulator does not enforce the backend's
+    # does-not-exist precondition, so the write goes through) and delete it on unlock.
+    lock = f"{PREFIX}/qwen3/default.tflock"
+    client.bucket(STATE_BUCKET).blob(lock).upload_from_string('{"ID": "someone-else"}')
+    before[lock] = client.bucket(STATE_BUCKET).get_blob(lock).generation
     result = tp.plan_stack("qwen3", directory, tmp_path / "logs", _exists(client), env=env)
     assert result.line == "- `qwen3`: 2 to add, 1 to change, 2 to destroy"
     log = result.log.read_text()
     assert "Plan: 2 to add, 1 to change, 2 to destroy." in log  # the same numbers as Terraform's own line
     assert {blob.name: blob.generation for blob in client.list_blobs(STATE_BUCKET)} == before
+    # The control: a plan that does take the lock leaves the bucket otherwise (its lock object gone).
+    subprocess.run(["terraform", "plan", "-input=false", "-no-color"], cwd=directory, env=env, check=True,
+                   capture_output=True)
+    assert {blob.name: blob.generation for blob in client.list_blobs(STATE_BUCKET)} != before
 
 
 def test_a_change_to_outputs_only_is_counted_though_terraform_prints_no_plan_line(state_bucket, tmp_path):
