@@ -112,7 +112,8 @@ def test_secret_reads_are_granted_only_where_helm_releases_live(stacks_json):
 def test_the_workflow_facts_in_the_doc_are_the_workflows():
     workflow = yaml.safe_load(PLAN.read_text())
     env, text = workflow["env"], " ".join(DOC.read_text().split())
-    assert f"Python {env['PYTHON_VERSION']}, Node {env['NODE_VERSION']} and Terraform {env['TERRAFORM_VERSION']}" in text
+    versions = f"Python {env['PYTHON_VERSION']}, Node {env['NODE_VERSION']} and Terraform {env['TERRAFORM_VERSION']}"
+    assert versions in text
     (test_run,) = [s["run"] for s in workflow["jobs"]["review"]["steps"] if "pytest" in s.get("run", "")]
     assert f"`{test_run.strip()}`" in text
     assert "Node 20" not in text and "make test" not in text

@@ -178,7 +178,8 @@ def _produce(tmp_path: Path, workflow: dict, job: str, files: dict[str, str]) ->
     for relative, text in files.items():
         (workspace / relative).parent.mkdir(parents=True, exist_ok=True)
         (workspace / relative).write_text(text)
-    uploads = [s["with"] for s in workflow["jobs"][job]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    uploads = [step["with"] for step in workflow["jobs"][job]["steps"]
+               if step.get("uses", "").startswith("actions/upload-artifact@")]
     return {u["name"]: upload_artifact(workspace, u["path"]) for u in uploads}
 
 
@@ -234,7 +235,8 @@ def test_the_comment_holds_the_review_and_the_plan_when_there_are_two_artifacts(
     artifacts = {**_produce(tmp_path, workflow, "review", {"plan-review.md": REVIEW}),
                  **_produce(tmp_path, workflow, "terraform-plan",
                             {"terraform-plan.md": TERRAFORM, "plan-logs/qwen3-v6e32.log": "$ terraform init\n"})}
-    assert artifacts["terraform-plan"] == {"terraform-plan.md": TERRAFORM, "plan-logs/qwen3-v6e32.log": "$ terraform init\n"}
+    assert artifacts["terraform-plan"] == {"terraform-plan.md": TERRAFORM,
+                                           "plan-logs/qwen3-v6e32.log": "$ terraform init\n"}
     calls = run_comment_job(tmp_path, workflow, artifacts, {"review": "success", "terraform-plan": "success"},
                             comments=[{"id": 5, "user": {"type": "Bot"}, "body": f"{MARKER}\nold"}])
     assert [method for method, _ in calls] == ["listComments", "updateComment"]
@@ -279,7 +281,8 @@ def test_every_setting_that_shapes_a_stack_reaches_the_plan_as_a_repository_vari
     from recipes.settings import SPECS
 
     env = yaml.safe_load(PLAN.read_text())["jobs"]["terraform-plan"]["env"]
-    assert {spec.env: env.get(spec.env) for spec in SPECS} == {spec.env: f"${{{{ vars.{spec.env} }}}}" for spec in SPECS}
+    expected = {spec.env: f"${{{{ vars.{spec.env} }}}}" for spec in SPECS}
+    assert {spec.env: env.get(spec.env) for spec in SPECS} == expected
 
 
 def test_credentials_are_requested_only_after_the_code_is_installed_and_synthesized():

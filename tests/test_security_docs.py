@@ -34,8 +34,8 @@ def _documented() -> dict[str, set[tuple[str, str]]]:
 def _synthesized(stacks_json, suffix: str) -> set[tuple[str, str]]:
     grants = set()
     for stack in stacks_json.values():
-        accounts = {f"${{google_service_account.{k}.member}}" for k, sa in resources(stack, "google_service_account").items()
-                    if sa["account_id"].endswith(suffix)}
+        accounts = {f"${{google_service_account.{key}.member}}"
+                    for key, sa in resources(stack, "google_service_account").items() if sa["account_id"].endswith(suffix)}
         for kind, where in (("google_project_iam_member", "project"),
                             ("google_storage_bucket_iam_member", "the artifacts bucket"),
                             ("google_secret_manager_secret_iam_member", "the token secret")):

@@ -178,7 +178,8 @@ def render(plans: Sequence[StackPlan], logs_hint: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.plan_review.terraform_plan", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.plan_review.terraform_plan",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("stacks", nargs="*", help="the stacks to plan (the review's changed stacks)")
     parser.add_argument("--outdir", type=Path, default=Path("cdktf.out"), help="the synth output (default: cdktf.out)")
     parser.add_argument("--out", type=Path, required=True, help="where to write the Markdown summary")
