@@ -3,8 +3,8 @@ CLI and its real GCS backend against the local GCS emulator, on stacks of built-
 resources (no provider download).
 
 The fixtures follow Terraform's own rules, not a sample: the GCS backend keeps a workspace's state at
-`<prefix>/default.tfstate` and, finding none, writes one during `init` (hashicorp/terraform v1.9
-internal/backend/remote-state/gcs/backend_state.go, StateMgr, stateFile); the first test shows the
+`<prefix>/default.tfstate` and, finding none, writes one during `init` (hashicorp/terraform v1.9.8 @e044e569c5bc
+internal/backend/remote-state/gcs/backend_state.go, StateMgr, stateFile, lockFile); the first test shows the
 installed Terraform doing exactly that, so the others test the step against the behaviour it avoids.
 """
 

@@ -9,14 +9,14 @@ gets one line, and its full `init`/`plan` output goes to `<logs>/<stack>.log`.
   `plan -lock=false` takes no lock.
 - A stack without state yet (a new recipe, a stack never deployed) is planned locally. Terraform's GCS
   backend creates an empty state when it finds none, and takes the lock and writes the state object to
-  do so, during `init` and whatever `-lock` says (hashicorp/terraform v1.9
+  do so, during `init` and whatever `-lock` says (hashicorp/terraform v1.9.8 @e044e569c5bc,
   internal/backend/remote-state/gcs/backend_state.go, `StateMgr`: RefreshState, then Lock, WriteState,
   PersistState, Unlock when State() is nil), which a read-only identity may not. The state object it
   looks for is `<prefix>/<workspace>.tfstate` (`stateFile`; the workspace is `default`), so that object is
   checked first (a read), and when it is absent the stack's backend block is dropped: the plan then runs
   against an empty local state and shows everything the stack would add.
 - Changes are counted from `terraform show -json` of the saved plan, as Terraform's own summary counts
-  them (hashicorp/terraform internal/command/jsonformat/plan.go, renderHuman): managed resources only;
+  them (hashicorp/terraform v1.9.8 internal/command/jsonformat/plan.go, renderHuman): managed resources only;
   create and both replace orders add, delete and both replace orders destroy, update changes. Output
   changes are counted too: Terraform prints no `Plan:` line when only outputs change.
 """
