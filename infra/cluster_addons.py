@@ -64,6 +64,16 @@ WEBHOOK_PROBE_IMAGE = "docker.io/library/busybox:1.37.0"
 WEBHOOK_PROBE_TRIES = 60  # 2-4 s apart: the release fails after about 2 to 4 minutes, inside Helm's 300 s
 WEBHOOK_PROBE_IN_A_ROW = 3  # both the probe's node and the API server must have seen the endpoint
 
+# The queue objects' release lives in a namespace of its own. Helm keeps each release's records as
+# Secrets in the release's namespace and reads them by listing Secrets there (label owner=helm;
+# helm/helm@02ad2b118731d012ea248e3ede800aa28fa71301 pkg/storage/driver/secrets.go, List and Query),
+# and RBAC authorizes list for every name in a namespace (kubernetes/kubernetes#54079). So whoever may
+# read a release (a full `terraform plan` refreshes it) may read every Secret beside it: the token
+# Secret that `tpu-rl run` fills is in conventions.NAMESPACE, and no release may be. The objects keep
+# their own metadata.namespace (the LocalQueue and the workload KSA stay in conventions.NAMESPACE).
+QUEUES_RELEASE = "tpu-rl-queues"
+QUEUES_RELEASE_NAMESPACE = QUEUES_RELEASE
+
 
 @dataclass(frozen=True)
 class QueueProps:
@@ -319,6 +329,12 @@ def workload_service_account_manifest(namespace: str, name: str, google_service_
     }
 
 
+def release_namespaces() -> tuple[str, ...]:
+    """Where the add-ons' Helm releases (and so their release Secrets) live: the only namespaces in which
+    a plan identity may be granted Secret reads (docs/plan-review.md)."""
+    return (controller_namespace("jobset"), controller_namespace(KUEUE_RELEASE), QUEUES_RELEASE_NAMESPACE)
+
+
 def chart_version(tag: str) -> str:
     """OCI chart versions are the release tags without the leading v."""
     return tag.removeprefix("v")
@@ -367,9 +383,10 @@ class ClusterAddons(Construct):
             self,
             "queues",
             provider=self.provider,
-            name="tpu-rl-queues",
+            name=QUEUES_RELEASE,
             chart=chart.path,
-            namespace=props.queues.namespace,
+            namespace=QUEUES_RELEASE_NAMESPACE,  # not the workloads' (see QUEUES_RELEASE)
+            create_namespace=True,
             values=[yaml.safe_dump({"manifests": self.manifests}, sort_keys=False, width=10_000)],
             depends_on=[self.kueue],
         )

@@ -3,8 +3,11 @@
 - :class:`NodeServiceAccount` runs GKE nodes: logs, metrics and image pulls, plus objects in the
   artifacts bucket when given one. Host-network pods (the Pathways head and workers) cannot use
   Workload Identity, so they reach GCS as the node; the grant is on the bucket only.
-- :class:`WorkloadServiceAccount` runs the jobs: the artifacts bucket and the token secret, granted
-  on those two resources only (the seeds grant storage.admin project-wide; this does not).
+- :class:`WorkloadServiceAccount` runs the jobs: the artifacts bucket, granted on the bucket only (the
+  seeds grant storage.admin project-wide; this does not), and the token secret when it is given one.
+  The TPU VM reads the token from Secret Manager at boot, so its account gets secretAccessor on that
+  one secret; GKE pods get the token from the Kubernetes Secret that `tpu-rl run` fills (with the
+  caller's credentials), so the GKE workload account gets no Secret Manager role at all.
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ class WorkloadServiceAccountProps:
     project: str
     account_id: str
     bucket: str  # the artifacts bucket, by name: this stack does not own it
-    token_secret: str  # the Secret Manager secret id, by name
+    # The Secret Manager secret id the account reads, by name; None: no Secret Manager grant (GKE).
+    token_secret: str | None
     bucket_role: str = "roles/storage.admin"  # granted on the bucket only, never on the project
     display_name: str = "tpu-rl workloads"
     kubernetes_service_account: KubernetesServiceAccountRef | None = None
@@ -100,16 +104,17 @@ class WorkloadServiceAccount(Construct):
         bucket_grant = storage_bucket_iam_member.StorageBucketIamMember(
             self, "bucket", bucket=props.bucket, role=props.bucket_role, member=self.account.member
         )
-        secret_grant = secret_manager_secret_iam_member.SecretManagerSecretIamMember(
-            self,
-            "token-secret",
-            project=props.project,
-            secret_id=props.token_secret,
-            role=SECRET_ACCESSOR,
-            member=self.account.member,
-        )
         # What must exist before anything runs as this account (a VM's startup script reads both).
-        self.grants: list[ITerraformDependable] = [bucket_grant, secret_grant]
+        self.grants: list[ITerraformDependable] = [bucket_grant]
+        if props.token_secret is not None:
+            self.grants.append(secret_manager_secret_iam_member.SecretManagerSecretIamMember(
+                self,
+                "token-secret",
+                project=props.project,
+                secret_id=props.token_secret,
+                role=SECRET_ACCESSOR,
+                member=self.account.member,
+            ))
         ksa = props.kubernetes_service_account
         if ksa is not None:
             service_account_iam_member.ServiceAccountIamMember(

@@ -96,7 +96,7 @@ class GkeRecipeStack(TpuRlStack):
                 project=settings.project,
                 account_id=f"{name}-gke-wl-sa",
                 bucket=settings.gcs_bucket,
-                token_secret=settings.hf_token_secret,
+                token_secret=None,  # pods read the token from the Kubernetes Secret `run` fills
                 kubernetes_service_account=KubernetesServiceAccountRef(conventions.NAMESPACE, conventions.WORKLOAD_KSA),
                 binding_depends_on=[cluster.cluster],
             ),

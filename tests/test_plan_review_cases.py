@@ -105,6 +105,12 @@ def _spot(repo: Path) -> None:
     _edit(repo, "qwen3-v6e32", 'capacity = "reservation"', 'capacity = "spot"')
 
 
+def _flex_start_hours(repo: Path) -> None:
+    """Only flex-start pools (and the queue's ProvisioningRequest) use this; the recipe runs on its
+    reservation unless CAPACITY says flex-start."""
+    _edit(repo, "qwen3-v6e32", "flex_start_max_run_hours = 24", "flex_start_max_run_hours = 12")
+
+
 def _learning_rate(repo: Path) -> None:
     _edit(repo, "qwen3-v6e32", '"learning_rate=2e-5"', '"learning_rate=1e-5"')
 
@@ -115,6 +121,7 @@ CASES = {
     "removed slice": (_two_slices, _one_slice),  # the same two trees as "added slice": built once
     "spot": (None, _spot),
     "rl argument": (None, _learning_rate),
+    "flex-start hours": (None, _flex_start_hours),
     "no change": (None, None),
 }
 
@@ -194,7 +201,22 @@ def test_review_has_a_title_and_the_three_sections_in_order(reviews):
     lines = reviews["topology"].markdown.splitlines()
     assert lines[0].startswith("## Plan review: HEAD~1 (") and lines[0].endswith(") → working tree")
     headings = [line for line in lines if line.startswith("### ")]
-    assert headings == ["### Stacks", "### Manifests", "### Cost (estimates)"]
+    assert headings == ["### Stacks", "### Other capacity modes", "### Manifests", "### Cost (estimates)"]
+
+
+def test_a_change_to_flex_start_pools_alone_is_reviewed_and_planned(reviews):
+    """A stack deployed with CAPACITY=flex-start has these pools; the default build does not."""
+    review = reviews["flex-start hours"]
+    assert _section(review.markdown, "### Stacks") == ["No resource changes."]
+    other = _section(review.markdown, "### Other capacity modes")
+    assert other[0] == ("Built again with CAPACITY=reservation,flex-start,spot,on-demand, so that the pools of "
+                        "every capacity mode are compared; what differs there and not above:")
+    assert other[1] == "#### `qwen3-v6e32`"
+    pool = _address(review.after.all_capacity["qwen3-v6e32"], "google_container_node_pool",
+                    lambda body: body["name"] == conventions.tpu_pool_name(0, "flex-start"))
+    assert any(line.startswith(f"- changed `{pool}`: ") for line in other[2:]), other
+    assert all("spot" not in line and "on-demand" not in line for line in other[2:]), other
+    assert review.changed_stacks == ("qwen3-v6e32",)
 
 
 def _run_line(review, step: str) -> str:

@@ -219,6 +219,26 @@ def diff_stacks(before: dict[str, dict], after: dict[str, dict]) -> list[StackDi
     return diffs
 
 
+def beyond(diffs: list[StackDiff], shown: list[StackDiff]) -> list[StackDiff]:
+    """`diffs` less everything `shown` already says: the same added or removed address, the same changed
+    field of the same address (for the capacity-mode build, which repeats the default build's changes)."""
+    known = {diff.name: diff for diff in shown}
+    out = []
+    for diff in diffs:
+        seen = known.get(diff.name, StackDiff(diff.name, diff.status))
+        seen_fields = {(address, path, text) for address, fields in seen.changed for path, text, _ in fields}
+        rest = StackDiff(diff.name, diff.status if diff.name not in known else "changed",
+                         [a for a in diff.added if a not in seen.added],
+                         [a for a in diff.removed if a not in seen.removed])
+        for address, fields in diff.changed:
+            new = [f for f in fields if (address, f[0], f[1]) not in seen_fields]
+            if new:
+                rest.changed.append((address, new))
+        if rest.added or rest.removed or rest.changed or (rest.status != "changed" and diff.name not in known):
+            out.append(rest)
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # Manifests
 

@@ -43,6 +43,15 @@ def render_stacks(diffs: list[StackDiff]) -> list[str]:
     return out
 
 
+def render_other_capacity(diffs: list[StackDiff], setting: str) -> list[str]:
+    """What the build with every capacity mode's pools shows beyond the default build (nothing if none)."""
+    if not diffs:
+        return []
+    intro = [f"Built again with CAPACITY={setting}, so that the pools of every capacity mode are compared; "
+             "what differs there and not above:", ""]
+    return ["### Other capacity modes", "", *intro, *render_stacks(diffs)[2:]]
+
+
 # --------------------------------------------------------------------------------------------------
 # Manifests
 

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipes.errors import UserError
@@ -17,6 +17,7 @@ from recipes.settings import CONFIG_ENV, SPECS
 from scripts.plan_review.report import StackCost, costs_for
 
 DEFAULT_BASE_BRANCHES = ("main", "origin/main")
+CAPACITY_ENV = next(spec.env for spec in SPECS if spec.field == "capacity")
 
 # Renders every recipe's manifests with the side's own code (run with cwd = that side's tree).
 _COLLECT_MANIFESTS = r"""
@@ -30,7 +31,9 @@ for name, recipe in recipes.all_recipes().items():
         rendered[name] = render_manifests(recipe, settings)
     else:
         rendered[name] = {"startup script": render_startup_script(recipe, settings)}
-print(json.dumps(rendered, default=str))
+import recipes.model
+modes = getattr(recipes.model, "CAPACITY_MODES", None)  # a side from before capacity modes has none
+print(json.dumps({"manifests": rendered, "capacity_modes": list(modes or [])}, default=str))
 """
 
 
@@ -39,6 +42,11 @@ class Side:
     stacks: dict[str, dict]  # stack -> synthesized cdk.tf.json
     manifests: dict[str, dict]  # recipe -> step -> JobSet (GKE) or {"startup script": text} (VM)
     costs: dict[str, StackCost] | str  # recipe stack -> estimate, or why there is none
+    # The stacks again with CAPACITY set to every mode the side knows, so that every mode's TPU pools
+    # are compared, not only those of each recipe's own capacity (a change to flex-start pools alone
+    # must not read "No changes"); {} for a side that knows no modes.
+    all_capacity: dict[str, dict] = field(default_factory=dict)
+    all_capacity_setting: str = ""
 
 
 _SIDE_CACHE: dict[str, Side] = {}  # tree hash -> side; a tree builds the same way within one process
@@ -72,20 +80,30 @@ def _read_synth(outdir: Path) -> dict[str, dict]:
     return stacks
 
 
-def build_side(tree: Path, label: str, workdir: Path) -> Side:
-    """Synthesize the stacks and render the manifests of one tree, with that tree's own code."""
-    outdir = workdir / "cdktf.out"
+def _synth(tree: Path, outdir: Path, label: str, capacity: str | None = None) -> dict[str, dict]:
     env = _side_env(tree, outdir)
+    if capacity:
+        env[CAPACITY_ENV] = capacity
     synth = subprocess.run([sys.executable, "-m", "stacks.app"], cwd=tree, env=env, capture_output=True, text=True)
     stacks = _read_synth(outdir) or _read_synth(tree / "cdktf.out")
     if synth.returncode or not stacks:
         reason = _last_line(synth.stderr or synth.stdout) if synth.returncode else "it wrote no cdk.tf.json"
-        raise UserError(f"synth failed at {label}: {reason} (run `python -m stacks.app` there to see why)")
-    collect = subprocess.run([sys.executable, "-c", _COLLECT_MANIFESTS], cwd=tree, env=env,
-                             capture_output=True, text=True)
+        how = f"{CAPACITY_ENV}={capacity} python -m stacks.app" if capacity else "python -m stacks.app"
+        raise UserError(f"synth failed at {label}: {reason} (run `{how}` there to see why)")
+    return stacks
+
+
+def build_side(tree: Path, label: str, workdir: Path) -> Side:
+    """Synthesize the stacks and render the manifests of one tree, with that tree's own code."""
+    stacks = _synth(tree, workdir / "cdktf.out", label)
+    collect = subprocess.run([sys.executable, "-c", _COLLECT_MANIFESTS], cwd=tree,
+                             env=_side_env(tree, workdir / "cdktf.out"), capture_output=True, text=True)
     if collect.returncode:
         raise UserError(f"rendering the manifests failed at {label}: {_last_line(collect.stderr)}")
-    return Side(stacks, json.loads(collect.stdout), costs_for(tree / "recipes" / "recipes.toml"))
+    collected = json.loads(collect.stdout)
+    every_mode = ",".join(collected["capacity_modes"])
+    all_capacity = _synth(tree, workdir / "cdktf.out-all-capacity", label, every_mode) if every_mode else {}
+    return Side(stacks, collected["manifests"], costs_for(tree / "recipes" / "recipes.toml"), all_capacity, every_mode)
 
 
 def _tree_hash(tree: Path) -> str:
