@@ -81,7 +81,7 @@ def test_a_request_that_fails_its_retries_stops_with_the_checks_own_message_and_
 def test_a_spot_stockout_moves_on_to_on_demand_after_the_spot_wait(cloud, monkeypatch):
     kube = cloud["kube"]
     kube.plan(TRAIN, capacity="spot", stockout=("spot",), **succeeds(cloud))
-    result = run_train(cloud, monkeypatch, "spot,on-demand", "spot=1s")
+    result = run_train(cloud, monkeypatch, "spot,on-demand", "spot=2s")
     assert result.exit_code == 0, result.output
     assert kube.created == [TRAIN, TRAIN] and kube.deleted == [TRAIN]
     # Kueue admitted the first to spot (quota order); the second selects on-demand, so Kueue's flavor
@@ -141,3 +141,26 @@ def test_a_revoked_flex_start_slice_deactivates_the_workload_and_run_submits_it_
     [lost] = [line for line in result.output.splitlines() if line.startswith("train: the flex-start slice went away")]
     assert "CapacityRevoked: the test's CapacityRevoked message" in lost
     assert kube.created == [TRAIN, TRAIN]
+
+
+def test_status_and_a_new_run_read_a_deactivated_workload_and_submit_it_again(cloud, monkeypatch):
+    from jobs import render_manifests
+    from recipes import load_settings
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("CAPACITY", "flex-start")
+    kube = cloud["kube"]
+    recipe = load_settings().recipe(get_recipe(RECIPE))
+    kube.plan(TRAIN, capacity="flex-start", provisioning=["Failed"], resubmitted=Plan(capacity="flex-start", **succeeds(cloud)))
+    kube.put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    for _ in range(12):  # Kueue files the request and its retries, then deactivates the workload
+        kube._advance(TRAIN)
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    note = " ".join(status.output.split())
+    assert f"train: Kueue deactivated workload jobset-{TRAIN}-" in note
+    assert "Failed: the test's Failed message; it will not run: `tpu-rl run qwen3-v6e32` deletes and submits it again" in note
+    result = run_train(cloud, monkeypatch, "flex-start", "flex-start=4h")
+    assert result.exit_code == 0, result.output
+    assert "plan: train replace" in result.output
+    assert kube.deleted == [TRAIN] and kube.created == [TRAIN]

@@ -399,7 +399,7 @@ class KubeApi(PeerServer):
             name = obj["metadata"]["name"]
             if name in self.jobsets:
                 return status(409, "AlreadyExists", f'jobsets.jobset.x-k8s.io "{name}" already exists')
-            if name in self.created and self.plans.get(name) and self.plans[name].resubmitted:
+            if name in self.deleted and self.plans.get(name) and self.plans[name].resubmitted:
                 self.plans[name] = self.plans[name].resubmitted
             self.created.append(name)
             return Reply(201, self._store(obj))
