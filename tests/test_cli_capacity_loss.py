@@ -164,3 +164,15 @@ def test_status_and_a_new_run_read_a_deactivated_workload_and_submit_it_again(cl
     assert result.exit_code == 0, result.output
     assert "plan: train replace" in result.output
     assert kube.deleted == [TRAIN] and kube.created == [TRAIN]
+
+
+def test_a_user_who_may_not_read_workloads_still_gets_the_wait_and_the_run(cloud, monkeypatch):
+    from peers.http import Fault
+
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="spot", admitted_after=2, **succeeds(cloud))
+    kube.faults.append(Fault("GET", "/workloads", 403, times=10_000))
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == 0, result.output
+    assert kube.faults[0].hits >= 1
+    assert f"train: waiting for Kueue to admit JobSet {TRAIN} (no Workload of it is readable yet)" in result.output

@@ -244,14 +244,15 @@ class Cluster:
     # -- what Kueue and the cluster autoscaler say about a JobSet ----------------------------------
     def _list_custom(self, group: str, version: str, plural: str, selector: str | None = None) -> list[dict]:
         """Objects of a CRD in the namespace; none when the CRD is not installed (a cluster without Kueue,
-        or without the ProvisioningRequest API: GKE serves it only where queued provisioning is used)."""
+        or without the ProvisioningRequest API: GKE serves it only where queued provisioning is used) or
+        RBAC does not let the user read it (the JobSet and pods still say what happens)."""
         what = f"listing {plural}" + (f" {selector}" if selector else "")
         try:
             found = self._read(what, lambda: self.custom.list_namespaced_custom_object(
                 group, version, self.namespace, plural, label_selector=selector or "",
                 _request_timeout=self._timeout))
         except ApiException as error:
-            if error.status == 404:
+            if error.status in (403, 404):  # not installed, or not readable: the wait goes on without it
                 return []
             raise ApiError(f"{what} failed with {describe(error)}") from None
         return found.get("items", [])

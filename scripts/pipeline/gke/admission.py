@@ -166,7 +166,7 @@ class CapacityWatch:
             return (f"waiting for nodes for {slice_} ({mode}): {why}" if why
                     else f"waiting for {slice_}'s workers to start ({mode})")
         if workload.phase == "absent":
-            return f"waiting for Kueue to make a Workload for JobSet {job.name}"
+            return f"waiting for Kueue to admit JobSet {job.name} (no Workload of it is readable yet)"
         if workload.phase == "queued":
             return f"waiting for Kueue to admit JobSet {job.name} ({workload.message or 'no quota yet'})"
         if workload.phase == "evicted":
