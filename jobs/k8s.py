@@ -13,6 +13,7 @@ import yaml
 from recipes import Recipe, Step, UserError
 from recipes.runs import conversion_key, digest, run_name
 from recipes.conventions import (
+    CAPACITY_NODE_LABEL,
     HF_TOKEN_ENV,
     HF_TOKEN_K8S_SECRET,
     JOBSET_NAME_LABEL,
@@ -20,6 +21,7 @@ from recipes.conventions import (
     MAX_JOBSET_NAME,
     NAMESPACE,
     REPLICATED_JOB_LABEL,
+    TPU_RESOURCE,
     WORKLOAD_KSA,
     cpu_pool_name,
 )
@@ -85,6 +87,22 @@ def spec_digest(manifest: dict[str, Any]) -> str:
 def with_spec_digest(manifest: dict[str, Any]) -> dict[str, Any]:
     manifest["metadata"]["annotations"] = {SPEC_DIGEST_ANNOTATION: spec_digest(manifest)}
     return manifest
+
+
+def pin_capacity(manifest: dict[str, Any], mode: str) -> dict[str, Any]:
+    """A copy of a JobSet whose TPU pods select one capacity mode, with its digest renewed: `run`'s next
+    mode after a stockout (scripts/pipeline/gke/capacity.py). Kueue's flavor assigner skips a flavor whose
+    nodeLabels the pod's nodeSelector does not match (kueue v0.17.1 pkg/scheduler/flavorassigner
+    flavorassigner.go, "flavor %s doesn't match node affinity"), and merging the admitted flavor's
+    nodeLabels into the same value is no conflict (pkg/podset/podset.go, pkg/util/maps HaveConflict)."""
+    import copy
+
+    pinned = copy.deepcopy(manifest)
+    for rj in pinned["spec"]["replicatedJobs"]:
+        pod = rj["template"]["spec"]["template"]["spec"]
+        if any(TPU_RESOURCE in ((c.get("resources") or {}).get("limits") or {}) for c in pod["containers"]):
+            pod.setdefault("nodeSelector", {})[CAPACITY_NODE_LABEL] = mode
+    return with_spec_digest(pinned)
 
 
 # --- environment -------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from recipes.capacity_wait import DEFAULT_WAITS, parse_capacity_wait
 from recipes.errors import UserError
 from recipes.model import PLATFORM_CAPACITY, CapacityMode, Recipe, parse_capacity
 
@@ -57,6 +58,8 @@ SPECS: tuple[SettingSpec, ...] = (
                 required=False),
     SettingSpec("capacity", "CAPACITY", "the TPU capacity mode, or an ordered fallback list, e.g. flex-start,spot "
                 "(default: each recipe's own)", required=False),
+    SettingSpec("capacity_wait", "CAPACITY_WAIT", "how long run waits for TPU capacity per mode before the next, "
+                "e.g. 45m or flex-start=6h,spot=20m (default: flex-start=4h, others 30m)", required=False),
 )
 _BY_FIELD = {spec.field: spec for spec in SPECS}
 
@@ -100,6 +103,8 @@ class Settings:
     tpu_name: str | None = None
     state_bucket: str | None = None
     capacity: tuple[CapacityMode, ...] | None = None  # None: each recipe's own capacity list
+    # (mode, seconds) for every mode: how long `run` waits for capacity before the next (recipes/capacity_wait.py)
+    capacity_wait: tuple[tuple[CapacityMode, float], ...] = DEFAULT_WAITS
     source: str = "environment"
 
     @property
@@ -258,6 +263,12 @@ def _check(values: Mapping[str, str]) -> dict[str, object]:
             checked["capacity"] = parse_capacity(capacity)
         except ValueError as error:
             raise _fail(_BY_FIELD["capacity"], str(error)) from None
+    capacity_wait = checked.get("capacity_wait")
+    if capacity_wait is not None:
+        try:
+            checked["capacity_wait"] = parse_capacity_wait(capacity_wait)
+        except ValueError as error:
+            raise _fail(_BY_FIELD["capacity_wait"], str(error)) from None
     tpu_name = checked.get("tpu_name")
     if tpu_name is not None and not _RESOURCE_NAME.match(tpu_name):
         raise _fail(_BY_FIELD["tpu_name"], f"'{tpu_name}' is not an instance name: lowercase letters, digits "

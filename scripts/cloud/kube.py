@@ -25,6 +25,10 @@ from scripts.cloud.retry import RetriesExhausted, RetryPolicy, call, is_transien
 from scripts.outcome import ApiError, describe
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+# Kueue v0.17.1 stores v1beta2 (config/components/crd/bases/kueue.x-k8s.io_workloads.yaml: storage: true);
+# the ProvisioningRequest API it files requests with is autoscaling.x-k8s.io/v1 (its go.mod's autoscaler apis).
+KUEUE_GROUP, KUEUE_API_VERSION = "kueue.x-k8s.io", "v1beta2"
+PROVREQ_GROUP, PROVREQ_VERSION = "autoscaling.x-k8s.io", "v1"
 SUBMISSION_ANNOTATION = "tpu-rl/submission"
 FOLLOW_IDLE_SECONDS = 3600.0  # a followed log with no line for this long is reopened by the caller
 JOBSET_INSTALL = f"https://github.com/kubernetes-sigs/jobset/releases/download/{JOBSET_VERSION}/manifests.yaml"
@@ -236,6 +240,30 @@ class Cluster:
                 raise ApiError(f"deleting JobSet {name} failed with {describe(error)}") from None
         if not wait_until(self.policy, lambda: self.get_jobset(name) is None, attempts=self.policy.attempts * 4):
             raise ApiError(f"JobSet {name} is still being deleted; wait a minute and run again")
+
+    # -- what Kueue and the cluster autoscaler say about a JobSet ----------------------------------
+    def _list_custom(self, group: str, version: str, plural: str, selector: str | None = None) -> list[dict]:
+        """Objects of a CRD in the namespace; none when the CRD is not installed (a cluster without Kueue,
+        or without the ProvisioningRequest API: GKE serves it only where queued provisioning is used) or
+        RBAC does not let the user read it (the JobSet and pods still say what happens)."""
+        what = f"listing {plural}" + (f" {selector}" if selector else "")
+        try:
+            found = self._read(what, lambda: self.custom.list_namespaced_custom_object(
+                group, version, self.namespace, plural, label_selector=selector or "",
+                _request_timeout=self._timeout))
+        except ApiException as error:
+            if error.status in (403, 404):  # not installed, or not readable: the wait goes on without it
+                return []
+            raise ApiError(f"{what} failed with {describe(error)}") from None
+        return found.get("items", [])
+
+    def list_workloads(self, selector: str | None = None) -> list[dict]:
+        """Kueue's Workloads (kueue.x-k8s.io/v1beta2, the version Kueue v0.17.1 stores)."""
+        return self._list_custom(KUEUE_GROUP, KUEUE_API_VERSION, "workloads", selector)
+
+    def list_provisioning_requests(self) -> list[dict]:
+        """The ProvisioningRequests (autoscaling.x-k8s.io/v1) Kueue files for flex-start slices."""
+        return self._list_custom(PROVREQ_GROUP, PROVREQ_VERSION, "provisioningrequests")
 
     # -- pods and logs ---------------------------------------------------------------------------
     def list_pods(self, selector: str) -> list[dict]:

@@ -15,12 +15,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
+from peers import kueue
 from peers.http import PeerServer, Reply
 
 GROUP_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
 _JOBSETS = re.compile(rf"^{GROUP_PATH}/namespaces/(?P<ns>[^/]+)/jobsets(?:/(?P<name>[^/]+))?$")
 _PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
+_WORKLOADS = re.compile(r"^/apis/kueue.x-k8s.io/v1beta2/namespaces/(?P<ns>[^/]+)/workloads$")
+_REQUESTS = re.compile(r"^/apis/autoscaling.x-k8s.io/v1/namespaces/(?P<ns>[^/]+)/provisioningrequests$")
 _SECRETS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets(?:/(?P<name>[^/]+))?$")
+
+
+# kube-scheduler's NodeAffinity filter reason (kubernetes pkg/scheduler/framework/plugins/nodeaffinity
+# ErrReasonPod), as a pod's Unschedulable condition sums it up.
+UNSCHEDULABLE = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
 
 
 def _now() -> str:
@@ -64,6 +72,19 @@ class Plan:
     logs_after_restart: str = ""
     capacity: str | None = None
     log_reads: list = field(default_factory=list)
+    # Kueue and GKE (peers/kueue.py). `provisioning`: the outcome of each ProvisioningRequest Kueue files
+    # for a flex-start workload, in turn (Provisioned, Failed, CapacityRevoked, or Pending: GKE keeps it
+    # queued); the last one repeats. `stockout`: modes whose zone has no stock: Kueue admits the workload,
+    # but its TPU pods stay unschedulable. A TPU pod template that selects a mode (tpu-rl/capacity) is
+    # admitted to that mode's flavor, as Kueue's flavor assigner does; otherwise to `capacity`.
+    provisioning: list = field(default_factory=list)
+    stockout: tuple = ()
+    # With `reclaimed_after`: whether the nodes come back for the next attempt (a spot pool scales up
+    # again; a queued-provisioning flex-start pool gets nodes only through a new request, so they do
+    # not), and whether GKE marks the request CapacityRevoked, which makes Kueue deactivate the workload.
+    nodes_return: bool = True
+    revoked: bool = False
+    resubmitted: "Plan | None" = None  # the plan of the next JobSet created under the same name
 
 
 @dataclass
@@ -75,6 +96,8 @@ class KubeApi(PeerServer):
     crd_installed: bool = True
     created: list = field(default_factory=list)  # names, in creation order (duplicates show up here)
     deleted: list = field(default_factory=list)
+    workloads: dict = field(default_factory=dict)  # by JobSet name: the Workload Kueue made for it
+    provreqs: dict = field(default_factory=dict)  # ProvisioningRequests by name
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 
@@ -108,13 +131,14 @@ class KubeApi(PeerServer):
         obj["status"] = {"replicatedJobsStatus": [], "restarts": 0}
         self.jobsets[name] = obj
         self._ticks[name] = 0
+        self.workloads[name] = kueue.workload_for(obj)
         self._create_pods(name)
         return obj
 
     def _create_pods(self, name: str) -> None:
         """The pods of the JobSet's current attempt, labelled with it as JobSet does."""
         obj = self.jobsets[name]
-        capacity = self.plans.get(name, Plan()).capacity
+        capacity = self.capacity_of(name)
         for rj in obj["spec"]["replicatedJobs"]:
             spec = rj["template"]["spec"]
             pod_spec = spec["template"]["spec"]
@@ -151,8 +175,7 @@ class KubeApi(PeerServer):
         if obj["status"].get("terminalState"):
             return
         plan = self.plans.get(name, Plan())
-        if plan.admitted_after > 0:
-            plan.admitted_after -= 1
+        if not self._admitted(name, plan):
             obj["spec"]["suspend"] = True
             obj["status"]["conditions"] = [{"type": "Suspended", "status": "True", "reason": "SuspendedJobs",
                                             "message": "jobset is suspended", "lastTransitionTime": _now()}]
@@ -169,6 +192,8 @@ class KubeApi(PeerServer):
         if plan.reclaimed_after is not None and not obj["status"]["restarts"] and not tick_only:
             if tick == plan.reclaimed_after + 1:
                 self._reclaim_node(name)
+                if plan.revoked:
+                    self._revoke(name)
                 return
             if tick == plan.reclaimed_after + 2:
                 obj["status"]["restarts"] += 1
@@ -176,6 +201,13 @@ class KubeApi(PeerServer):
                     pod["metadata"]["deletionTimestamp"] = _now()
                 self._terminating.add(name)
                 return
+        if self._unschedulable(name, plan):
+            for pod in self._pods_of(name):
+                if pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != self._main_rj(name):
+                    pod["status"] = {"phase": "Pending", "conditions": [
+                        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                         "message": UNSCHEDULABLE}]}
+            return
         for pod in self._pods_of(name):
             conditions = [{"type": "PodScheduled", "status": "True"}]
             if tick >= 2:
@@ -189,6 +221,79 @@ class KubeApi(PeerServer):
         awaiting_reclaim = plan.reclaimed_after is not None and not obj["status"]["restarts"]
         if not tick_only and tick > plan.ticks and plan.outcome != "hang" and not awaiting_reclaim:
             self._finish(name, plan.outcome)
+
+    # -- Kueue and GKE ------------------------------------------------------------------------------
+    def capacity_of(self, name: str) -> str | None:
+        """The mode Kueue admits the TPU pods to: the one their template selects, else the plan's."""
+        for rj in self.jobsets[name]["spec"]["replicatedJobs"]:
+            selector = rj["template"]["spec"]["template"]["spec"].get("nodeSelector") or {}
+            if "tpu-rl/capacity" in selector:
+                return selector["tpu-rl/capacity"]
+        return self.plans.get(name, Plan()).capacity
+
+    def requests_of(self, name: str) -> list[dict]:
+        uid = self.workloads[name]["metadata"]["uid"]
+        return [r for r in self.provreqs.values() if r["metadata"]["ownerReferences"][0]["uid"] == uid]
+
+    def _admitted(self, name: str, plan: Plan) -> bool:
+        """One step of Kueue for the JobSet's Workload; whether it is admitted (the JobSet may run)."""
+        wl = self.workloads[name]
+        if wl["spec"]["active"] is False:
+            return False
+        if any(c["type"] == "Admitted" and c["status"] == "True" for c in wl["status"]["conditions"]):
+            return True
+        capacity = self.capacity_of(name)
+        flavor = "tpu" if capacity in (None, "reservation") else f"tpu-{capacity}"
+        if plan.admitted_after > 0:
+            plan.admitted_after -= 1
+            kueue.pending(wl, flavor, 32)
+            return False
+        if capacity != "flex-start":
+            kueue.reserve(wl, flavor, checked=False)
+            kueue.admit(wl)
+            return True
+        kueue.reserve(wl, flavor, checked=True)
+        check = wl["status"]["admissionChecks"][0]
+        requests = sorted(self.requests_of(name), key=lambda r: int(r["metadata"]["name"].rsplit("-", 1)[1]))
+        if check["state"] == "Rejected":
+            kueue.deactivate(wl, kueue.CHECK)
+            return False
+        if not requests or check["state"] == "Retry":
+            request = kueue.request_for(wl, len(requests) + 1)
+            self.provreqs[request["metadata"]["name"]] = request
+            kueue.set_check(wl, "Pending", "the test's waiting message")
+            kueue.set_condition(wl, kueue.condition("Evicted", False, "QuotaReserved", "Previously: evicted"))
+            return False
+        outcomes = plan.provisioning or ["Provisioned"]
+        outcome = outcomes[min(len(requests), len(outcomes)) - 1]
+        if outcome == "Pending":
+            return False
+        message = f"the test's {outcome} message"
+        kueue.conclude_request(requests[-1], outcome, message)
+        if outcome == "Provisioned":
+            kueue.set_check(wl, "Ready", message)
+            kueue.admit(wl)
+            return True
+        if outcome == "Failed" and len(requests) <= kueue.BACKOFF_LIMIT_COUNT:
+            kueue.set_check(wl, "Retry", f"Retrying after failure: {message}")
+            kueue.set_condition(wl, kueue.condition("Evicted", True, "AdmissionCheck",
+                                                    "At least one admission check is false"))
+            return False
+        kueue.set_check(wl, "Rejected", message)
+        return False
+
+    def _revoke(self, name: str) -> None:
+        """GKE marks the slice's request CapacityRevoked: Kueue rejects the check (deactivating next)."""
+        wl = self.workloads[name]
+        request = sorted(self.requests_of(name), key=lambda r: r["metadata"]["name"])[-1]
+        kueue.conclude_request(request, "CapacityRevoked", "the test's CapacityRevoked message")
+        kueue.set_check(wl, "Rejected", "the test's CapacityRevoked message")
+        wl["status"]["conditions"] = [c for c in wl["status"]["conditions"] if c["type"] != "Admitted"]
+
+    def _unschedulable(self, name: str, plan: Plan) -> bool:
+        """The TPU pods find no node: the mode is out of stock, or the slice is gone for good."""
+        lost = plan.reclaimed_after is not None and not plan.nodes_return and self.jobsets[name]["status"]["restarts"]
+        return self.capacity_of(name) in plan.stockout or bool(lost)
 
     def _reclaim_node(self, name: str) -> None:
         """A TPU worker's node shuts down, as when Compute Engine reclaims a spot VM: the kubelet's graceful
@@ -271,6 +376,13 @@ class KubeApi(PeerServer):
             return self._jobsets(method, match["name"], body, query)
         if match := _PODS.match(path):
             return self._pods(method, match["name"], bool(match["log"]), query)
+        if _WORKLOADS.match(path) and method == "GET":
+            return Reply(200, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadList", "metadata": {},
+                               "items": [wl for wl in self.workloads.values()
+                                         if _selected(wl["metadata"].get("labels") or {}, query)]})
+        if _REQUESTS.match(path) and method == "GET":
+            return Reply(200, {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequestList",
+                               "metadata": {}, "items": list(self.provreqs.values())})
         if match := _SECRETS.match(path):
             return self._secrets(method, match["name"], body)
         return status(404, "NotFound", f"no route {method} {path}")
@@ -287,6 +399,8 @@ class KubeApi(PeerServer):
             name = obj["metadata"]["name"]
             if name in self.jobsets:
                 return status(409, "AlreadyExists", f'jobsets.jobset.x-k8s.io "{name}" already exists')
+            if name in self.deleted and self.plans.get(name) and self.plans[name].resubmitted:
+                self.plans[name] = self.plans[name].resubmitted
             self.created.append(name)
             return Reply(201, self._store(obj))
         if name not in self.jobsets:
@@ -297,6 +411,9 @@ class KubeApi(PeerServer):
         if method == "DELETE":
             self.deleted.append(name)
             del self.jobsets[name]
+            for request in self.requests_of(name):  # owned by the Workload, which the JobSet owns
+                del self.provreqs[request["metadata"]["name"]]
+            del self.workloads[name]
             for pod in self._pods_of(name):
                 del self.pods[pod["metadata"]["name"]]
             return Reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})

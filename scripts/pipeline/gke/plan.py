@@ -10,6 +10,7 @@ from rich.markup import escape
 from jobs.k8s import SPEC_DIGEST_ANNOTATION, spec_digest
 from recipes import STEPS, Step, UserError
 from scripts.cloud.kube_objects import jobset_state
+from scripts.pipeline.gke.admission import CapacityWatch, like_existing, read_admission
 from scripts.pipeline.gke.steps import StepJob
 from scripts.pipeline.manifests import manifest_stream
 from scripts.pipeline.session import Session, describe_missing, differing_fields
@@ -49,8 +50,8 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...]
     actions: list[Action] = []
     will_run: set[str] = set()
     for step in steps:
-        job = jobs[step]
-        existing = session.cluster.get_jobset(job.name)
+        existing = session.cluster.get_jobset(jobs[step].name)
+        job = jobs[step] = like_existing(jobs[step], existing)  # one `run` pinned to a later capacity mode
         state = jobset_state(existing)
         missing = session.missing(step)
         # A JobSet under this name that would be used (reattached, or replaced because its output is
@@ -62,6 +63,10 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...]
                 raise UserError(f"{what}: rerun with --replace to delete it and submit the new spec, or choose "
                                 "another run name with --run NAME")
             actions.append(Action(step, "replace", what))
+        elif state.phase == "suspended" and (admission := read_admission(session, existing)).workload.phase == "inactive":
+            # Kueue never admits a deactivated workload again; it holds no capacity, so no question is asked.
+            why = CapacityWatch(session, job).deactivation(admission)
+            actions.append(Action(step, "replace", f"JobSet {job.name}, whose workload will not run: {why}"))
         elif state.phase in ("running", "suspended"):
             actions.append(Action(step, "attach", f"JobSet {job.name} is {state.phase}"))
         elif not missing:

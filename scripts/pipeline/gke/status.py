@@ -8,7 +8,8 @@ from typing import Iterable
 from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
 from recipes import Step, UserError
 from scripts.cloud.kube_objects import JobSetState, PodCounts, capacity_of, current_attempt, jobset_state, pod_counts
-from scripts.pipeline.gke.steps import duration, main_pod, step_jobs
+from scripts.pipeline.gke.admission import CapacityWatch, read_admission
+from scripts.pipeline.gke.steps import StepJob, duration, main_pod, step_jobs
 from scripts.pipeline.session import Session, StatusReport, StepStatus
 
 
@@ -26,10 +27,13 @@ def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_po
     return state.phase + reason, pods, f"{since} elapsed" if since else ""
 
 def status_gke(session: Session) -> StatusReport:
-    rows = []
+    rows, notes = [], []
     jobs = step_jobs(session.recipe, session.settings)
     for step, job in jobs.items():
-        state = jobset_state(session.cluster.get_jobset(job.name))
+        jobset = session.cluster.get_jobset(job.name)
+        state = jobset_state(jobset)
+        if state.phase == "suspended":
+            notes.append(admission_note(session, job, jobset, state))
         # A finished JobSet keeps its pods until its TTL, so the capacity it ran on stays readable.
         pods = (current_attempt(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"), state.restarts)
                 if state.phase != "absent" else [])
@@ -37,7 +41,18 @@ def status_gke(session: Session) -> StatusReport:
         rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
                                session.output_state(step), capacity_of(pods) or ""))
     run = session.paths.run_name
-    return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows)
+    return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows,
+                        "; ".join(notes))
+
+def admission_note(session: Session, job: StepJob, jobset: dict | None, state: JobSetState) -> str:
+    """What a suspended step waits for, from its Kueue Workload and request; for a deactivated one, why,
+    and the command that submits it again."""
+    watch = CapacityWatch(session, job)
+    admission = read_admission(session, jobset)
+    if admission.workload.phase == "inactive":
+        return (f"{job.step}: {watch.deactivation(admission)}; it will not run: {session.command('run')} deletes "
+                "and submits it again")
+    return f"{job.step}: {watch.describe(state, admission, watch.mode(admission), [])}"
 
 def logs_gke(session: Session, step: Step, follow: bool, tail: int | None) -> Iterable[str]:
     job = step_jobs(session.recipe, session.settings)[step]

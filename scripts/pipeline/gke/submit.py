@@ -13,7 +13,7 @@ from scripts.cloud.kube_objects import capacity_of
 from scripts.outcome import ApiError, Interrupted
 from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run
 from scripts.pipeline.gke.steps import StepJob, step_jobs
-from scripts.pipeline.gke.wait import wait_for_jobset
+from scripts.pipeline.gke.capacity import wait_with_capacity
 from scripts.pipeline.record import RunRecord
 from scripts.pipeline.session import Session, verify_output
 
@@ -68,7 +68,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
         record.step(action.step, "running")
         reattach = session.command("run", "--steps", ",".join(steps[steps.index(action.step):]))
         try:
-            wait_for_jobset(session, job, follow_logs)
+            wait_with_capacity(session, job, follow_logs, record, reattach)
         except KeyboardInterrupt:
             raise Interrupted(
                 f"interrupted: JobSet {job.name} keeps running on the cluster. Reattach with {reattach}; logs: "

@@ -12,6 +12,7 @@ from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
 from scripts.cloud import gcs
 from scripts.cloud.kube_objects import JobSetState, current_attempt, disruption_of, jobset_state, pod_counts, pod_problems
 from scripts.outcome import ApiError, StepFailed
+from scripts.pipeline.gke.admission import CapacityWatch
 from scripts.pipeline.gke.diagnose import failure_message
 from scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, StepJob, elapsed_since, main_pod,
                                         parse_time)
@@ -64,8 +65,12 @@ class LogFollower(threading.Thread):
                 for line in self.session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER, tail).splitlines():
                     self._print(line)
 
-def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSetState:
+def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
+                    watch: CapacityWatch | None = None) -> JobSetState:
+    """Wait until the JobSet succeeds; StepFailed when it fails, CapacityShortfall (admission.py) when its
+    capacity does not come within CAPACITY_WAIT or Kueue deactivates it."""
     console, cluster = session.console, session.cluster
+    watch = watch or CapacityWatch(session, job)
     follower = LogFollower(session, job) if follow_logs else None
     if follower:
         follower.start()
@@ -73,14 +78,14 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
     disruptions: list[str] = []  # pods taken away (DisruptionTarget) since the last restart
     restarts_seen: int | None = None
     last_summary = None
-    hinted_kueue = False
     total_steps = session.recipe.train_steps
     progress = AttemptProgress()
     reward = RewardReader(session.clients.storage, session.paths.tensorboard, session.now)
     try:
         with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
             while True:
-                state = jobset_state(cluster.get_jobset(job.name))
+                jobset = cluster.get_jobset(job.name)
+                state = jobset_state(jobset)
                 if state.phase == "absent":
                     cancelled = cancellation_of(session, job.name)
                     if cancelled:
@@ -105,10 +110,9 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
                 counts = pod_counts(pods)
                 summary = (f"{job.step}: {state.phase}, pods {counts.scheduled}/{job.expected_pods} scheduled, "
                            f"{counts.ready}/{job.expected_pods} ready")
-                if state.phase == "suspended" and not hinted_kueue:
-                    hinted_kueue = True
-                    console.print(f"{job.step}: waiting for Kueue to admit JobSet {job.name}; if this lasts, check "
-                                  f"`kubectl get workloads` and the ClusterQueue's CPU and TPU quota")
+                awaited = watch.observe(jobset, state, pods)  # what the step really waits for, bounded
+                if awaited:
+                    console.print(escape(awaited))
                 if job.step == "train" and state.phase == "running":
                     head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
                     log = cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""

@@ -1,0 +1,65 @@
+"""How long `tpu-rl run` waits for TPU capacity in each mode before it moves on (setting CAPACITY_WAIT).
+
+The wait of one mode is the time a train step's TPU workers go without all being ready on that mode:
+queued in Kueue, waiting for GKE to provision a flex-start slice (the ProvisioningRequest's queue), or
+admitted but unschedulable because the zone has no stock. Past it, `run` deletes the step's JobSet (so
+nothing bills and no request stays queued) and submits it on the next mode of CAPACITY; after the last one
+it stops with one line. docs/capacity.md says why `run` and not Kueue decides this.
+
+The defaults are this project's choice, not an upstream value: long enough for a cold pool of a
+multi-host slice to scale from zero and pull its images, and for flex-start a few hours, since GKE's
+Dynamic Workload Scheduler queues a request until the whole slice can be had.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+from recipes.model import CAPACITY_MODES, CapacityMode
+
+DEFAULT_WAIT_SECONDS: Mapping[CapacityMode, float] = {
+    "reservation": 30 * 60,
+    "on-demand": 30 * 60,
+    "spot": 30 * 60,
+    "flex-start": 4 * 3600,
+}
+DEFAULT_WAITS: tuple[tuple[CapacityMode, float], ...] = tuple((mode, DEFAULT_WAIT_SECONDS[mode]) for mode in CAPACITY_MODES)
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh])$")
+
+
+def _seconds(text: str) -> float:
+    match = _DURATION.match(text.strip())
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"'{text.strip()}' is not a duration: a positive number with s, m or h, e.g. 30m or 4h")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def parse_capacity_wait(text: str) -> tuple[tuple[CapacityMode, float], ...]:
+    """'45m' (every mode) or 'flex-start=6h,spot=20m' (those modes; the others keep their default) -> the
+    wait of every mode, in seconds, in CAPACITY_MODES order."""
+    waits: dict[CapacityMode, float] = dict(DEFAULT_WAIT_SECONDS)
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError("is empty: give a duration such as 30m, or mode=duration pairs such as flex-start=6h,spot=20m")
+    if len(items) == 1 and "=" not in items[0]:
+        return tuple((mode, _seconds(items[0])) for mode in CAPACITY_MODES)
+    for item in items:
+        mode, equals, duration = item.partition("=")
+        mode = mode.strip()
+        if not equals or mode not in CAPACITY_MODES:
+            raise ValueError(f"'{item}' is not mode=duration with a mode of {', '.join(CAPACITY_MODES)} "
+                             "(e.g. flex-start=6h,spot=20m)")
+        waits[mode] = _seconds(duration)  # type: ignore[index]
+    return tuple((mode, waits[mode]) for mode in CAPACITY_MODES)
+
+
+def describe_waits(waits: Mapping[str, float], modes: tuple[str, ...]) -> str:
+    """'flex-start=4h,spot=30m': the waits of the given modes, as CAPACITY_WAIT takes them."""
+    def short(seconds: float) -> str:
+        for unit, size in (("h", 3600), ("m", 60)):
+            if seconds >= size and seconds % size == 0:
+                return f"{int(seconds // size)}{unit}"
+        return f"{seconds:g}s"
+    return ",".join(f"{mode}={short(waits[mode])}" for mode in modes)

@@ -1,0 +1,194 @@
+"""What a step's JobSet really waits for, read from the Workload Kueue owns for it and, on flex-start, the
+ProvisioningRequest Kueue filed for its slice; and the end of that wait: a deactivated workload at once,
+or the capacity mode's CAPACITY_WAIT (recipes/capacity_wait.py) without all TPU workers ready.
+
+Kueue v0.17.1 (docs/capacity.md has the sources): a suspended JobSet is a Workload that is queued for
+quota, or has quota and waits for its admission check (the ProvisioningRequest), or was evicted and is
+requeued, or is inactive: deactivated after its request failed its retries or its capacity was revoked.
+An inactive one is never admitted again, so the wait stops there with the check's own message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from jobs.k8s import pin_capacity
+from recipes import conventions
+from recipes.conventions import CAPACITY_NODE_LABEL, TPU_ACCELERATOR_LABEL
+from scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
+                                        latest_request, pod_counts, workload_of, workload_state)
+from scripts.outcome import StepFailed
+from scripts.pipeline.gke.steps import StepJob, parse_time
+from scripts.pipeline.session import Session, hms
+
+
+@dataclass(frozen=True)
+class Admission:
+    workload: WorkloadState
+    request: RequestState | None = None  # the newest ProvisioningRequest, for a workload with the check
+
+
+def read_admission(session: Session, jobset: dict | None) -> Admission:
+    """The JobSet's Workload and, when it has the flex-start check, its newest request."""
+    uid = ((jobset or {}).get("metadata") or {}).get("uid")
+    if not uid:
+        return Admission(WorkloadState("absent"))
+    cluster = session.cluster
+    workload = workload_state(workload_of(cluster.list_workloads(f"{WORKLOAD_JOB_UID_LABEL}={uid}"), jobset))
+    request = None
+    if workload.check(conventions.FLEX_START_ADMISSION_CHECK) is not None:
+        request = latest_request(cluster.list_provisioning_requests(), workload.uid)
+    return Admission(workload, request)
+
+
+def mode_of_flavor(flavor: str) -> str | None:
+    """The capacity mode of a TPU ResourceFlavor (conventions.tpu_flavor_name), None for another flavor."""
+    for mode in ("reservation", "flex-start", "spot", "on-demand"):
+        if conventions.tpu_flavor_name(mode) == flavor:
+            return mode
+    return None
+
+
+def pinned_mode(manifest: dict) -> str | None:
+    """The capacity mode a JobSet's TPU pods select (jobs.k8s.pin_capacity), None when Kueue chooses."""
+    for rj in manifest.get("spec", {}).get("replicatedJobs") or []:
+        selector = rj["template"]["spec"]["template"]["spec"].get("nodeSelector") or {}
+        if CAPACITY_NODE_LABEL in selector:
+            return selector[CAPACITY_NODE_LABEL]
+    return None
+
+
+def pinned_job(job: StepJob, mode: str | None) -> StepJob:
+    """The step's JobSet with its TPU pods on one mode (None: as rendered, Kueue picks by quota order)."""
+    if mode is None:
+        return job
+    return StepJob(job.step, job.name, pin_capacity(job.manifest, mode), job.selector, job.expected_pods)
+
+
+def like_existing(job: StepJob, existing: dict | None) -> StepJob:
+    """The step's JobSet pinned as the one on the cluster is, so that reattaching to a JobSet `run`
+    pinned to a later mode compares it with the same spec."""
+    return pinned_job(job, pinned_mode(existing or {}))
+
+
+def _tpu_pods(pods: list[dict]) -> list[dict]:
+    return [pod for pod in pods if TPU_ACCELERATOR_LABEL in ((pod.get("spec") or {}).get("nodeSelector") or {})]
+
+
+def _unschedulable(pods: list[dict]) -> str:
+    for pod in pods:
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+                return condition.get("message", "")
+    return ""
+
+
+@dataclass
+class CapacityShortfall(StepFailed):
+    """The step's TPU capacity did not come, or went away: `run` moves on (capacity.py) or stops."""
+
+    mode: str
+    waited: float
+    why: str
+    trained: bool  # the slice had been up in this attempt: it was lost, not never had
+    deactivated: bool  # Kueue deactivated the workload (not merely the wait's end)
+
+    def __post_init__(self) -> None:
+        StepFailed.__init__(self, f"train: {self.why}")
+
+
+@dataclass
+class CapacityWatch:
+    """Follows one submission of a step: what it awaits, since when, and whether that is too long.
+
+    The clock of an attempt starts when its JobSet was created (so a reattaching `run` keeps counting)
+    and again at each restart; it stops once every pod of the step is ready. Only a step with TPU workers
+    has a bound; any step stops on a deactivated workload."""
+
+    session: Session
+    job: StepJob
+    started: datetime | None = None
+    trained: bool = False
+    restarts: int = 0
+    awaited: str = ""
+    modes_tried: list[str] = field(default_factory=list)
+
+    def mode(self, admission: Admission) -> str:
+        for flavor in admission.workload.flavors:
+            if mode_of_flavor(flavor):
+                return mode_of_flavor(flavor)  # type: ignore[return-value]
+        return pinned_mode(self.job.manifest) or self.session.recipe.capacity[0]
+
+    def bound(self, mode: str) -> float:
+        return dict(self.session.settings.capacity_wait).get(mode, 0.0)
+
+    def observe(self, jobset: dict | None, state: JobSetState, pods: list[dict]) -> str | None:
+        """The line to print when what is awaited changed, else None. Raises CapacityShortfall."""
+        session, job = self.session, self.job
+        now = session.now()
+        if self.started is None:
+            self.started = parse_time(state.created or "") or now
+        if state.restarts > self.restarts:  # a new attempt: its own clock, and it has not trained yet
+            self.restarts, self.started = state.restarts, now  # trained stays: the slice was had
+        counts = pod_counts(pods)
+        if state.phase == "running" and counts.ready >= job.expected_pods:
+            self.trained, self.awaited = True, ""
+            return None
+        if state.phase not in ("running", "suspended"):
+            return None
+        tpu = _tpu_pods(pods)
+        if state.phase == "running" and not tpu:
+            return None  # a CPU step starting: nothing to wait for but its own pod
+        admission = read_admission(session, jobset)
+        mode = self.mode(admission)
+        if admission.workload.phase == "inactive":
+            raise CapacityShortfall(mode, self.waited(now), self.deactivation(admission), self.trained, True)
+        awaited = self.describe(state, admission, mode, tpu)
+        waited = self.waited(now)
+        has_tpu = any(conventions.TPU_RESOURCE in str(rj) for rj in job.manifest["spec"]["replicatedJobs"])
+        if has_tpu and waited > self.bound(mode):
+            raise CapacityShortfall(mode, waited, f"{awaited} for {hms(waited)}, longer than CAPACITY_WAIT's "
+                                    f"{hms(self.bound(mode))} for {mode}", self.trained, False)
+        if awaited == self.awaited:
+            return None
+        self.awaited = awaited
+        return f"{job.step}: {awaited} (waited {hms(waited)})"
+
+    def waited(self, now: datetime) -> float:
+        return (now - self.started).total_seconds() if self.started else 0.0
+
+    def describe(self, state: JobSetState, admission: Admission, mode: str, tpu: list[dict]) -> str:
+        """What the step really waits for, in the words of Kueue, GKE or the scheduler."""
+        workload, request, job = admission.workload, admission.request, self.job
+        slice_ = f"the {self.session.recipe.shape.accelerator_type} slice"
+        if state.phase == "running":
+            why = _unschedulable(tpu)
+            return (f"waiting for nodes for {slice_} ({mode}): {why}" if why
+                    else f"waiting for {slice_}'s workers to start ({mode})")
+        if workload.phase == "absent":
+            return f"waiting for Kueue to admit JobSet {job.name} (no Workload of it is readable yet)"
+        if workload.phase == "queued":
+            return f"waiting for Kueue to admit JobSet {job.name} ({workload.message or 'no quota yet'})"
+        if workload.phase == "evicted":
+            return f"Kueue evicted workload {workload.name} and requeues it ({workload.reason}: {workload.message})"
+        if request is not None:
+            said = f": {request.message}" if request.message else ""
+            return (f"waiting for GKE to provision {slice_} ({mode}, request {request.name} in state "
+                    f"{request.state}{said})")
+        if workload.phase == "checking":
+            return f"waiting for GKE to provision {slice_} ({mode}, no request filed yet)"
+        return f"waiting for Kueue to resume JobSet {job.name} ({workload.phase})"
+
+    def deactivation(self, admission: Admission) -> str:
+        """Why Kueue deactivated the workload: its own message, and the request's, whose message is the
+        check's own (Kueue copies the request's Failed or CapacityRevoked message into the Rejected check,
+        and resets the check's message on eviction, so the request keeps it)."""
+        workload, request = admission.workload, admission.request
+        check = workload.check(conventions.FLEX_START_ADMISSION_CHECK)
+        why = f"Kueue deactivated workload {workload.name} ({workload.message or workload.reason})"
+        if request is not None and request.state in ("Failed", "CapacityRevoked", "BookingExpired"):
+            why += f"; admission check {check.name if check else 'of the request'}: request {request.name} " \
+                   f"{request.state}: {request.message}"
+        elif check is not None and check.message:
+            why += f"; admission check {check.name}: {check.message}"
+        return why

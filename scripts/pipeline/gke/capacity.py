@@ -1,0 +1,97 @@
+"""Capacity that does not come, or goes away, while `run` waits for a step: the next mode, or the same
+step submitted again, or one line. docs/capacity.md says why `run` decides this rather than Kueue.
+
+- No capacity within the mode's CAPACITY_WAIT, or a workload Kueue deactivated before it ever ran (its
+  flex-start request failed its retries): the JobSet is deleted, which deletes its Workload and the
+  Workload's ProvisioningRequests (owner references), so nothing bills and nothing stays queued, and
+  the step is submitted again with its TPU pods pinned to the next mode of CAPACITY.
+- A slice lost after the step ran (a flex-start slice at its max_run_duration, whose queued-provisioning
+  pool gets nodes only through a new request, which Kueue v0.17.1 never files for an admitted workload):
+  the JobSet is deleted and submitted again from the first mode, and training resumes from its last
+  checkpoint; at most MAX_LOST_SLICES times.
+- After the last mode: one line naming what was tried, for how long, and the next command."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.markup import escape
+
+from recipes.capacity_wait import describe_waits
+from scripts.cloud import gcs
+from scripts.outcome import ApiError, StepFailed
+from scripts.pipeline.gke.admission import CapacityShortfall, CapacityWatch, pinned_job
+from scripts.pipeline.gke.steps import StepJob
+from scripts.pipeline.gke.wait import wait_for_jobset
+from scripts.pipeline.record import RunRecord
+from scripts.pipeline.session import Session, hms
+
+# How many lost slices one `run` submits again before it stops: as many as the JobSet's own restarts on
+# preemptible capacity (jobs.train.PREEMPTIBLE_MAX_RESTARTS), each resuming from the last checkpoint.
+MAX_LOST_SLICES = 3
+
+
+@dataclass(frozen=True)
+class Attempt:
+    mode: str
+    waited: float
+    why: str
+
+    def as_record(self) -> dict:
+        return {"mode": self.mode, "waited_seconds": round(self.waited), "what_happened": self.why}
+
+
+def _resumes_from(session: Session) -> str:
+    try:
+        step = gcs.latest_checkpoint_step(session.clients.storage(), session.paths)
+    except ApiError as error:
+        return f"its latest checkpoint in {session.paths.actor_checkpoints} ({error})"
+    return f"checkpoint step {step}" if step is not None else "step 0 (no finished checkpoint yet)"
+
+
+def wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, record: RunRecord,
+                       go_on: str) -> None:
+    """wait_for_jobset, moving on to the next capacity mode or submitting the step again as above.
+    `go_on` is the command that goes on after a stop."""
+    console, modes = session.console, session.recipe.capacity
+    attempts: list[Attempt] = []
+    lost = 0
+    current = job
+    while True:
+        try:
+            wait_for_jobset(session, current, follow_logs, CapacityWatch(session, current))
+            return
+        except CapacityShortfall as short:
+            attempts.append(Attempt(short.mode, short.waited, short.why))
+            record.step(job.step, "running", capacity_attempts=[a.as_record() for a in attempts])
+            session.cluster.delete_jobset(current.name)  # it holds no capacity and can never run again
+            if job.step != "train" or short.mode not in modes:
+                raise StepFailed(f"step {job.step} stopped: {short.why}; JobSet {job.name} deleted; rerun {go_on} "
+                                 "to submit it again") from None
+            if short.trained:
+                lost += 1
+                if lost > MAX_LOST_SLICES:
+                    raise StepFailed(f"step train lost its TPU slice {lost} times ({short.why}); JobSet "
+                                     f"{job.name} deleted, so no TPU bills; rerun {go_on} to go on from "
+                                     f"{_resumes_from(session)}") from None
+                current = job  # from the first mode again, Kueue's quota order (a reservation first)
+                console.print(escape(f"train: the {short.mode} slice went away ({short.why}); JobSet {job.name} "
+                                     f"deleted and submitted again, for a new slice; training resumes from "
+                                     f"{_resumes_from(session)}"))
+            else:
+                rest = modes[modes.index(short.mode) + 1:]
+                if not rest:
+                    raise StepFailed(no_capacity_line(session, job, attempts, go_on)) from None
+                current = pinned_job(job, rest[0])
+                console.print(escape(f"train: no {short.mode} capacity after {hms(short.waited)} ({short.why}); "
+                                     f"JobSet {job.name} deleted; submitting it on {rest[0]}"))
+            session.cluster.create_jobset(current.manifest)
+            console.print(f"{job.step}: submitted JobSet {current.name}")
+
+
+def no_capacity_line(session: Session, job: StepJob, attempts: list[Attempt], go_on: str) -> str:
+    tried = "; ".join(f"{a.mode} for {hms(a.waited)} ({a.why})" for a in attempts)
+    waits = describe_waits(dict(session.settings.capacity_wait), session.recipe.capacity)
+    return (f"step train got no TPU capacity: tried {tried}. JobSet {job.name} deleted, so no TPU bills and no "
+            f"request stays queued; outputs are kept. Next: rerun {go_on} later (training resumes from its "
+            f"last checkpoint), or with another CAPACITY, or a longer CAPACITY_WAIT (now {waits})")

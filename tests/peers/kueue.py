@@ -1,0 +1,134 @@
+"""What Kueue v0.17.1 and GKE's queued provisioning write while a JobSet waits, for the fake Kubernetes API.
+
+Each JobSet gets the Workload Kueue's JobSet integration makes for it, and a flex-start one the
+ProvisioningRequests Kueue's provisioning admission check files; their shapes follow the vendored CRDs
+(tests/contracts/vendor/kueue, tests/contracts/vendor/provisioningrequest) and tests/test_kueue_workload.py
+validates them there. What Kueue writes, and when, follows v0.17.1:
+- the Workload: name jobset-<name>-<hash> and label kueue.x-k8s.io/job-uid (pkg/controller/jobframework
+  workload_names.go, reconciler.go); condition QuotaReserved False reason Pending with the flavor
+  assigner's message while it has no quota (pkg/scheduler/scheduler.go, flavorassigner.go Message);
+- the flex-start check: one request <workload>-<check>-<attempt> (provisioning.go ProvisioningRequestName)
+  owned by the Workload; a Failed one is retried while attempt <= backoffLimitCount (3 by default,
+  provisioningrequestconfig_types.go), with the check in Retry ("Retrying after failure: <message>") and
+  the Workload evicted (reason AdmissionCheck, "At least one admission check is false"), then Rejected
+  with the request's own message (admissionchecks/provisioning/controller.go syncCheckStates);
+  CapacityRevoked rejects it at once;
+- a Rejected check deactivates the Workload: DeactivationTarget "Admission check(s): <names>, were
+  rejected", then spec.active false, Evicted reason Deactivated "The workload is deactivated due to
+  <that>", and every check reset to Pending "Reset to Pending after eviction. Previously: Rejected"
+  (pkg/controller/core/workload_controller.go, pkg/workload/admissionchecks.go resetChecksOnEviction).
+The messages GKE itself puts on a request's conditions are not published; the fake's are the test's own
+text, which `run` must repeat verbatim.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+
+CHECK = "flex-start-slice"  # recipes.conventions.FLEX_START_ADMISSION_CHECK
+BACKOFF_LIMIT_COUNT = 3  # Kueue's default retryStrategy.backoffLimitCount
+QUEUE = "tpu-rl"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(kind: str, status: bool, reason: str, message: str = "") -> dict:
+    return {"type": kind, "status": "True" if status else "False", "reason": reason, "message": message,
+            "lastTransitionTime": now(), "observedGeneration": 1}
+
+
+def workload_for(jobset: dict) -> dict:
+    """The Workload Kueue's JobSet integration makes: one pod set per replicated job."""
+    meta = jobset["metadata"]
+    digest = hashlib.sha1(f"JobSet\n{meta['name']}\n{meta['uid']}".encode()).hexdigest()[:5]
+    pod_sets = [{"name": rj["name"], "count": int(rj.get("replicas", 1)) * int(rj["template"]["spec"].get("parallelism", 1)),
+                 "template": {"metadata": {}, "spec": {"containers": [
+                     {"name": c["name"], "image": c.get("image", "busybox"), "resources": c.get("resources") or {}}
+                     for c in rj["template"]["spec"]["template"]["spec"]["containers"]]}}}
+                for rj in jobset["spec"]["replicatedJobs"]]
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {"name": f"jobset-{meta['name']}-{digest}", "namespace": "default", "uid": f"wl-{meta['uid']}",
+                     "creationTimestamp": now(), "labels": {"kueue.x-k8s.io/job-uid": meta["uid"]},
+                     "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                                          "name": meta["name"], "uid": meta["uid"], "controller": True,
+                                          "blockOwnerDeletion": True}]},
+        "spec": {"active": True, "queueName": QUEUE, "podSets": pod_sets},
+        "status": {"conditions": []},
+    }
+
+
+def set_condition(workload: dict, new: dict) -> None:
+    conditions = [c for c in workload["status"].get("conditions", []) if c["type"] != new["type"]]
+    workload["status"]["conditions"] = [*conditions, new]
+
+
+def pending(workload: dict, flavor: str, chips: int) -> None:
+    """No quota yet: the scheduler's Pending condition with the flavor assigner's message."""
+    set_condition(workload, condition(
+        "QuotaReserved", False, "Pending", f"couldn't assign flavors to pod set worker: insufficient unused quota "
+        f"for google.com/tpu in flavor {flavor}, {chips} more needed"))
+
+
+def reserve(workload: dict, flavor: str, checked: bool) -> None:
+    """Quota reserved on `flavor` for the TPU pod sets (cpu for the rest); a flex-start one gets its check."""
+    status = workload["status"]
+    status["admission"] = {"clusterQueue": QUEUE, "podSetAssignments": [
+        {"name": ps["name"], "count": ps["count"],
+         "flavors": {r: (flavor if any("google.com/tpu" in (c["resources"].get("limits") or {})
+                                       for c in ps["template"]["spec"]["containers"]) else "cpu")
+                     for r in ("cpu", "memory")}}
+        for ps in workload["spec"]["podSets"]]}
+    set_condition(workload, condition("QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {QUEUE}"))
+    if checked and not status.get("admissionChecks"):
+        status["admissionChecks"] = [{"name": CHECK, "state": "Pending", "message": "", "lastTransitionTime": now()}]
+
+
+def admit(workload: dict) -> None:
+    set_condition(workload, condition("Admitted", True, "Admitted", "The workload is admitted"))
+
+
+def set_check(workload: dict, state: str, message: str) -> None:
+    workload["status"]["admissionChecks"] = [{"name": CHECK, "state": state, "message": message,
+                                              "lastTransitionTime": now()}]
+
+
+def request_for(workload: dict, attempt: int, max_run_seconds: str = "604800") -> dict:
+    name = f"{workload['metadata']['name']}-{CHECK}-{attempt}"
+    return {
+        "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "metadata": {"name": name, "namespace": "default", "uid": f"pr-{name}", "creationTimestamp": now(),
+                     "labels": {"kueue.x-k8s.io/managed": "true"},
+                     "ownerReferences": [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                                          "name": workload["metadata"]["name"], "uid": workload["metadata"]["uid"],
+                                          "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {"provisioningClassName": "queued-provisioning.gke.io",
+                 "parameters": {"maxRunDurationSeconds": max_run_seconds},
+                 "podSets": [{"podTemplateRef": {"name": f"ppt-{name}-worker"}, "count": 8}]},
+        "status": {"conditions": [condition("Accepted", True, "Accepted", "the test's accepted message"),
+                                  condition("Provisioned", False, "NotProvisioned", "the test's waiting message")]},
+    }
+
+
+def conclude_request(request: dict, outcome: str, message: str) -> None:
+    """The request's outcome: Provisioned, Failed or CapacityRevoked, with GKE's message."""
+    conditions = [c for c in request["status"]["conditions"] if c["type"] != outcome]
+    request["status"]["conditions"] = [*conditions, condition(outcome, True, outcome, message)]
+
+
+def deactivate(workload: dict, rejected: str) -> None:
+    """What Kueue does after a Rejected check: deactivate, evict, reset the checks to Pending."""
+    cause = f"Admission check(s): {rejected}, were rejected"
+    workload["spec"]["active"] = False
+    status = workload["status"]
+    status.pop("admission", None)
+    set_condition(workload, condition("Evicted", True, "Deactivated", f"The workload is deactivated due to {cause}"))
+    set_condition(workload, condition("QuotaReserved", False, "Pending", "The workload is deactivated"))
+    set_condition(workload, condition("Admitted", False, "NoReservation", "The workload has no reservation"))
+    set_condition(workload, condition("Requeued", False, "Deactivated", "The workload is deactivated"))
+    status["admissionChecks"] = [{"name": c["name"], "state": "Pending", "lastTransitionTime": now(),
+                                  "message": f"Reset to Pending after eviction. Previously: {c['state']}"}
+                                 for c in status.get("admissionChecks", [])]

@@ -1,0 +1,178 @@
+"""Capacity that goes away (issue 16): each drill ends in a resumed run, or one line and a non-zero exit,
+within a bounded time, and run.json tells what happened. Driven through the fake Kubernetes API, whose
+Workloads and ProvisioningRequests follow Kueue v0.17.1 and the vendored CRDs (tests/peers/kueue.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from typer.testing import CliRunner
+
+from jobs import jobset_name
+from jobs.paths import ArtifactPaths, split_gs_url
+from peers.fixtures import peer_settings, put_step_output
+from peers.kube_api import UNSCHEDULABLE, Plan
+from recipes import get_recipe
+from scripts.cli import app
+from scripts.outcome import ExitCode
+
+RECIPE = "qwen3-v6e32"
+TRAIN = jobset_name(get_recipe(RECIPE), "train")
+runner = CliRunner()
+BOUND_SECONDS = 60  # every drill ends well within this, whatever the machine
+
+
+def run_train(cloud, monkeypatch, capacity: str, wait: str):
+    monkeypatch.setenv("CAPACITY", capacity)
+    monkeypatch.setenv("CAPACITY_WAIT", wait)
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    started = time.monotonic()
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
+    assert time.monotonic() - started < BOUND_SECONDS, result.output
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+def error_line(result) -> str:
+    [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    return line
+
+
+def run_record(cloud) -> dict:
+    from recipes import load_settings
+
+    recipe = load_settings().recipe(get_recipe(RECIPE))
+    bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).run_record)
+    return json.loads(cloud["gcs"].bucket(bucket).blob(name).download_as_bytes())
+
+
+def succeeds(cloud) -> dict:
+    return {"on_success": lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "train")}
+
+
+def tpu_selector(manifest: dict) -> dict:
+    worker = next(rj for rj in manifest["spec"]["replicatedJobs"] if rj["name"] == "worker")
+    return worker["template"]["spec"]["template"]["spec"]["nodeSelector"]
+
+
+def test_a_request_that_fails_its_retries_stops_with_the_checks_own_message_and_the_next_command(cloud, monkeypatch):
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="flex-start", provisioning=["Failed"], **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "flex-start", "flex-start=4h")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    line = error_line(result)
+    # Kueue filed the first request and its 3 retries (backoffLimitCount), then rejected the check and
+    # deactivated the workload; the request keeps GKE's message, which the line repeats.
+    assert f"request jobset-{TRAIN}-" in line and "-flex-start-slice-4 Failed: the test's Failed message" in line
+    assert f"Kueue deactivated workload jobset-{TRAIN}-" in line
+    assert "Admission check(s): flex-start-slice, were rejected" in line
+    assert line.startswith("error: step train got no TPU capacity: tried flex-start for ")
+    assert f"rerun `tpu-rl run {RECIPE} --steps train` later" in line
+    assert "CAPACITY_WAIT (now flex-start=4h)" in line
+    assert kube.deleted == [TRAIN] and TRAIN not in kube.jobsets and not kube.provreqs  # nothing stays queued
+    assert f"request jobset-{TRAIN}-" in result.output and "in state Accepted: the test's accepted message" in result.output
+    train = run_record(cloud)["steps"]["train"]
+    assert train["status"] == "failed"
+    [attempt] = train["capacity_attempts"]
+    assert attempt["mode"] == "flex-start" and "Failed: the test's Failed message" in attempt["what_happened"]
+
+
+def test_a_spot_stockout_moves_on_to_on_demand_after_the_spot_wait(cloud, monkeypatch):
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="spot", stockout=("spot",), **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "spot,on-demand", "spot=2s")
+    assert result.exit_code == 0, result.output
+    assert kube.created == [TRAIN, TRAIN] and kube.deleted == [TRAIN]
+    # Kueue admitted the first to spot (quota order); the second selects on-demand, so Kueue's flavor
+    # assigner can give it only the on-demand flavor.
+    assert tpu_selector(kube.jobsets[TRAIN])["tpu-rl/capacity"] == "on-demand"
+    assert f"train: waiting for nodes for the v6e-32 slice (spot): {UNSCHEDULABLE} (waited 0:00:0" in result.output
+    [hop] = [line for line in result.output.splitlines() if line.startswith("train: no spot capacity after")]
+    assert hop.endswith(f"JobSet {TRAIN} deleted; submitting it on on-demand"), hop
+    assert "train: output verified" in result.output
+    train = run_record(cloud)["steps"]["train"]
+    assert train["status"] == "succeeded" and train["capacity"] == "on-demand"
+    assert [a["mode"] for a in train["capacity_attempts"]] == ["spot"]
+
+
+def test_a_stockout_on_the_last_mode_stops_with_one_line_naming_each_mode_tried(cloud, monkeypatch):
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="spot", stockout=("spot", "on-demand"), **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "spot,on-demand", "0.5s")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    line = error_line(result)
+    assert line.startswith("error: step train got no TPU capacity: tried spot for 0:00:0")
+    assert "; on-demand for 0:00:0" in line and "longer than CAPACITY_WAIT's" in line
+    assert "CAPACITY_WAIT (now spot=0.5s,on-demand=0.5s)" in line
+    assert kube.deleted == [TRAIN, TRAIN] and TRAIN not in kube.jobsets
+    assert [a["mode"] for a in run_record(cloud)["steps"]["train"]["capacity_attempts"]] == ["spot", "on-demand"]
+
+
+def test_a_flex_start_slice_that_ends_mid_run_is_submitted_again_and_resumes(cloud, monkeypatch):
+    """The slice ends at max_run_duration: JobSet recreates the workers, but a queued-provisioning pool
+    gets nodes only through a new request, which Kueue files for no admitted workload; `run` deletes the
+    JobSet and submits it again, for a new Workload and request."""
+    from test_cli_drills import put_actor_checkpoint
+
+    kube = cloud["kube"]
+    saved = put_actor_checkpoint(cloud["gcs"], get_recipe(RECIPE), 20)
+    kube.plan(TRAIN, capacity="flex-start", reclaimed_after=3, nodes_return=False,
+              resubmitted=Plan(capacity="flex-start", **succeeds(cloud)))
+    result = run_train(cloud, monkeypatch, "flex-start", "flex-start=3s")
+    assert result.exit_code == 0, result.output
+    assert kube.created == [TRAIN, TRAIN] and kube.deleted == [TRAIN]
+    [lost] = [line for line in result.output.splitlines() if line.startswith("train: the flex-start slice went away")]
+    assert f"JobSet {TRAIN} deleted and submitted again, for a new slice; training resumes from checkpoint step 20" in lost
+    assert UNSCHEDULABLE in lost
+    assert saved.endswith("/20/")
+    assert "pin" not in json.dumps(tpu_selector(kube.jobsets[TRAIN]))  # from the first mode again
+    assert [r["metadata"]["name"][-2:] for r in kube.provreqs.values()] == ["-1"]  # the new Workload's first
+    train = run_record(cloud)["steps"]["train"]
+    assert train["status"] == "succeeded" and len(train["capacity_attempts"]) == 1
+
+
+def test_a_revoked_flex_start_slice_deactivates_the_workload_and_run_submits_it_again(cloud, monkeypatch):
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="flex-start", reclaimed_after=3, nodes_return=False, revoked=True,
+              resubmitted=Plan(capacity="flex-start", **succeeds(cloud)))
+    result = run_train(cloud, monkeypatch, "flex-start", "flex-start=4h")
+    assert result.exit_code == 0, result.output
+    [lost] = [line for line in result.output.splitlines() if line.startswith("train: the flex-start slice went away")]
+    assert "CapacityRevoked: the test's CapacityRevoked message" in lost
+    assert kube.created == [TRAIN, TRAIN]
+
+
+def test_status_and_a_new_run_read_a_deactivated_workload_and_submit_it_again(cloud, monkeypatch):
+    from jobs import render_manifests
+    from recipes import load_settings
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("CAPACITY", "flex-start")
+    kube = cloud["kube"]
+    recipe = load_settings().recipe(get_recipe(RECIPE))
+    kube.plan(TRAIN, capacity="flex-start", provisioning=["Failed"], resubmitted=Plan(capacity="flex-start", **succeeds(cloud)))
+    kube.put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    for _ in range(12):  # Kueue files the request and its retries, then deactivates the workload
+        kube._advance(TRAIN)
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    note = " ".join(status.output.split())
+    assert f"train: Kueue deactivated workload jobset-{TRAIN}-" in note
+    assert "Failed: the test's Failed message; it will not run: `tpu-rl run qwen3-v6e32` deletes and submits it again" in note
+    result = run_train(cloud, monkeypatch, "flex-start", "flex-start=4h")
+    assert result.exit_code == 0, result.output
+    assert "plan: train replace" in result.output
+    assert kube.deleted == [TRAIN] and kube.created == [TRAIN]
+
+
+def test_a_user_who_may_not_read_workloads_still_gets_the_wait_and_the_run(cloud, monkeypatch):
+    from peers.http import Fault
+
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="spot", admitted_after=2, **succeeds(cloud))
+    kube.faults.append(Fault("GET", "/workloads", 403, times=10_000))
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == 0, result.output
+    assert kube.faults[0].hits >= 1
+    assert f"train: waiting for Kueue to admit JobSet {TRAIN} (no Workload of it is readable yet)" in result.output

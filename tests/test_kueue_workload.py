@@ -1,0 +1,112 @@
+"""The fake Kubernetes API's Workloads and ProvisioningRequests are the real objects' shape: each state a
+drill goes through validates strictly against the vendored CRDs (Kueue v0.17.1's Workload v1beta2, and
+the ProvisioningRequest v1 at the autoscaler commit Kueue v0.17.1 builds against); and what `run` reads
+from them (scripts.cloud.kube_objects) is what Kueue means by them."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from contracts.k8s_schema import strict
+from jobs import render_manifests
+from peers.fixtures import peer_settings
+from peers.kube_api import KubeApi
+from recipes import get_recipe
+from recipes.conventions import KUEUE_VERSION
+from scripts.cloud.kube_objects import latest_request, workload_of, workload_state
+
+VENDOR = Path(__file__).resolve().parent / "contracts" / "vendor"
+CRDS = {"kueue": ("kueue.x-k8s.io_workloads.yaml", "v1beta2"),
+        "provisioningrequest": ("autoscaling.x-k8s.io_provisioningrequests.yaml", "v1")}
+
+
+def source(folder: str) -> dict:
+    return tomllib.loads((VENDOR / folder / "SOURCE.toml").read_text())
+
+
+@functools.cache
+def validator(folder: str):
+    found = schema(folder)
+    return jsonschema.validators.validator_for(found)(found)
+
+
+def schema(folder: str) -> dict:
+    name, version = CRDS[folder]
+    crd = yaml.safe_load((VENDOR / folder / name).read_text())
+    found = next(v for v in crd["spec"]["versions"] if v["name"] == version)
+    return strict(found["schema"]["openAPIV3Schema"])
+
+
+@pytest.mark.parametrize("folder", sorted(CRDS))
+def test_the_vendored_crds_are_unmodified_licensed_and_of_the_pinned_kueue(folder):
+    info = source(folder)
+    assert hashlib.sha256((VENDOR / folder / CRDS[folder][0]).read_bytes()).hexdigest() == info["sha256"]
+    assert info.get("tag", info.get("kueue_tag")) == KUEUE_VERSION, (
+        f"{folder} is vendored for Kueue {info.get('tag', info.get('kueue_tag'))}, recipes/conventions.py pins "
+        f"{KUEUE_VERSION}: copy the CRD of the new version and update SOURCE.toml")
+    assert info["license"] == "Apache-2.0" and "Apache License" in (VENDOR / folder / "LICENSE").read_text()
+
+
+def drive(plan: dict, ticks: int) -> tuple[KubeApi, str, list[tuple[dict, list[dict]]]]:
+    """A train JobSet in the fake API under `plan`, advanced `ticks` times; the Workload and requests of
+    each tick."""
+    kube = KubeApi.__new__(KubeApi)
+    KubeApi.__init__(kube)
+    manifest = render_manifests(get_recipe("qwen3-v6e32"), peer_settings())["train"]
+    name = manifest["metadata"]["name"]
+    kube.plan(name, **plan)
+    kube._store(manifest)
+    seen = []
+    for _ in range(ticks):
+        kube._advance(name)
+        seen.append((yaml.safe_load(yaml.safe_dump(kube.workloads[name])),
+                     [yaml.safe_load(yaml.safe_dump(r)) for r in kube.provreqs.values()]))
+    return kube, name, seen
+
+
+PLANS = {
+    "queued": ({"admitted_after": 3, "capacity": "spot"}, 2),
+    "flex-start provisioned": ({"capacity": "flex-start"}, 4),
+    "flex-start failing its retries": ({"capacity": "flex-start", "provisioning": ["Failed"]}, 12),
+    "flex-start revoked": ({"capacity": "flex-start", "reclaimed_after": 2, "revoked": True, "nodes_return": False}, 8),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANS))
+def test_every_workload_and_request_the_fake_writes_matches_the_vendored_crds(case):
+    plan, ticks = PLANS[case]
+    _, _, seen = drive(plan, ticks)
+    for workload, requests in seen:
+        validator("kueue").validate(workload)
+        for request in requests:
+            validator("provisioningrequest").validate(request)
+
+
+def test_a_workload_goes_queued_checking_admitted_as_kueue_says():
+    kube, name, seen = drive({"capacity": "flex-start", "admitted_after": 1}, 4)
+    phases = [workload_state(workload).phase for workload, _ in seen]
+    assert phases == ["queued", "checking", "admitted", "admitted"]
+    assert workload_state(seen[0][0]).message.startswith("couldn't assign flavors to pod set worker: ")
+    assert workload_state(seen[-1][0]).flavors == ("cpu", "tpu-flex-start")
+    assert workload_of(list(kube.workloads.values()), kube.jobsets[name]) is kube.workloads[name]
+
+
+def test_a_request_that_fails_its_retries_leaves_an_inactive_workload_whose_request_keeps_the_message():
+    kube, name, seen = drive({"capacity": "flex-start", "provisioning": ["Failed"]}, 12)
+    workload, requests = seen[-1]
+    state = workload_state(workload)
+    assert state.phase == "inactive" and state.reason == "Deactivated"
+    # Kueue resets the check on eviction, so its own message is gone from the Workload ...
+    assert state.check("flex-start-slice").message == "Reset to Pending after eviction. Previously: Rejected"
+    # ... and the request's Failed condition is where it stays: the 4th attempt (3 retries).
+    request = latest_request(requests, state.uid)
+    assert (request.state, request.attempt, request.message) == ("Failed", 4, "the test's Failed message")
+    # In between, a Retry evicts and requeues the workload: evicted, not inactive.
+    assert "evicted" in [workload_state(w).phase for w, _ in seen]
