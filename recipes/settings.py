@@ -36,6 +36,7 @@ class SettingSpec:
     help: str
     required: bool = True
     default: str | None = None
+    shapes_stacks: bool = True  # False: only `tpu-rl` reads it, so a plan of the stacks needs no value
 
 
 SPECS: tuple[SettingSpec, ...] = (
@@ -59,7 +60,8 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec("capacity", "CAPACITY", "the TPU capacity mode, or an ordered fallback list, e.g. flex-start,spot "
                 "(default: each recipe's own)", required=False),
     SettingSpec("capacity_wait", "CAPACITY_WAIT", "how long run waits for TPU capacity per mode before the next, "
-                "e.g. 45m or flex-start=6h,spot=20m (default: flex-start=4h, others 30m)", required=False),
+                "e.g. 45m or flex-start=6h,spot=20m (default: flex-start=4h, others 30m)", required=False,
+                shapes_stacks=False),
 )
 _BY_FIELD = {spec.field: spec for spec in SPECS}
 

@@ -300,9 +300,8 @@ def test_the_readme_asks_for_the_python_and_node_that_pyproject_and_the_workflow
     setup_node = [step for job in workflow["jobs"].values() for step in job["steps"]
                   if str(step.get("uses", "")).startswith("actions/setup-node@")]
     assert setup_node and all(step["with"]["node-version"] == "${{ env.NODE_VERSION }}" for step in setup_node)
-    review = (REPO / "docs" / "plan-review.md").read_text()
-    assert f"`NODE_VERSION` {workflow['env']['NODE_VERSION']}" in review
-    assert f"`PYTHON_VERSION` {workflow['env']['PYTHON_VERSION']}" in review
+    review = " ".join((REPO / "docs" / "plan-review.md").read_text().split())
+    assert f"Python {workflow['env']['PYTHON_VERSION']}, Node {workflow['env']['NODE_VERSION']} and" in review
 
 
 def test_the_token_is_stored_one_way_and_the_pages_show_only_that_way():

@@ -272,17 +272,33 @@ def test_a_long_review_is_cut_under_githubs_limit_and_points_to_the_job_summary(
     assert "The whole review is in the job summary: https://github.com/octo/tpu-rl/actions/runs/42" in body
 
 
+def test_a_plan_longer_than_the_limit_on_its_own_is_cut_too_and_the_marker_stays(tmp_path):
+    # Before, the review's cut length went negative, Buffer.subarray counted it from the end, and the
+    # body passed the limit: GitHub would refuse the comment.
+    workflow = yaml.safe_load(PLAN.read_text())
+    long_plan = TERRAFORM + "".join(f"- `stack-{i}`: plan failed: Error: {'x' * 60}\n" for i in range(1200))
+    assert len(long_plan.encode()) > GITHUB_COMMENT_LIMIT
+    artifacts = {**_produce(tmp_path, workflow, "review", {"plan-review.md": REVIEW}),
+                 **_produce(tmp_path, workflow, "terraform-plan", {"terraform-plan.md": long_plan})}
+    body = _body(run_comment_job(tmp_path, workflow, artifacts, {"review": "success", "terraform-plan": "success"}))
+    assert len(body.encode()) <= GITHUB_COMMENT_LIMIT
+    assert body.startswith(f"{MARKER}\n") and "The whole review is in the job summary:" in body
+
+
 # ---------------------------------------------------------------------------------------------------
 # The plan job: what it plans with, and when it holds credentials.
 
 def test_every_setting_that_shapes_a_stack_reaches_the_plan_as_a_repository_variable():
     """A stack deployed with CAPACITY=flex-start,spot, another HF_TOKEN_SECRET or TPU_NAME must be planned
-    with them, or its plan shows pools and grants to destroy."""
+    with them, or its plan shows pools and grants to destroy. Settings only `tpu-rl` reads
+    (shapes_stacks=False, e.g. CAPACITY_WAIT) are not passed."""
     from recipes.settings import SPECS
 
     env = yaml.safe_load(PLAN.read_text())["jobs"]["terraform-plan"]["env"]
-    expected = {spec.env: f"${{{{ vars.{spec.env} }}}}" for spec in SPECS}
-    assert {spec.env: env.get(spec.env) for spec in SPECS} == expected
+    shaping = [spec for spec in SPECS if spec.shapes_stacks]
+    expected = {spec.env: f"${{{{ vars.{spec.env} }}}}" for spec in shaping}
+    assert {spec.env: env.get(spec.env) for spec in shaping} == expected
+    assert not {spec.env for spec in SPECS if not spec.shapes_stacks} & set(env)
 
 
 def test_credentials_are_requested_only_after_the_code_is_installed_and_synthesized():

@@ -168,7 +168,7 @@ def test_node_service_account_has_only_logging_monitoring_and_registry_roles(sta
 @pytest.mark.parametrize("stack", GKE)
 def test_workload_sa_gets_storage_admin_on_the_bucket_only_and_no_secret_manager_role(stacks_json, stack):
     # Pods get the token from the Kubernetes Secret that `tpu-rl run` fills with the caller's own
-    # credentials (scripts/pipeline/gke.py); nothing in the cluster reads Secret Manager (issue 20, 6).
+    # credentials (scripts/pipeline/gke/submit.py); nothing in the cluster reads Secret Manager (issue 20, 6).
     settings = example_settings()
     stack_json = stacks_json[stack]
     wl = service_account_id(stack_json, "-gke-wl-sa")

@@ -16,7 +16,8 @@ gets one line, and its full `init`/`plan` output goes to `<logs>/<stack>.log`.
   checked first (a read), and when it is absent the stack's backend block is dropped: the plan then runs
   against an empty local state and shows everything the stack would add.
 - Changes are counted from `terraform show -json` of the saved plan, as Terraform's own summary counts
-  them (hashicorp/terraform v1.9.8 internal/command/jsonformat/plan.go, renderHuman): managed resources only;
+  adds, changes and destroys (imports, which it also counts, are not reported: the stacks declare none;
+  hashicorp/terraform v1.9.8 internal/command/jsonformat/plan.go, renderHuman): managed resources only;
   create and both replace orders add, delete and both replace orders destroy, update changes. Output
   changes are counted too: Terraform prints no `Plan:` line when only outputs change.
 """
