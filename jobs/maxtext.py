@@ -63,10 +63,18 @@ class MaxTextCommand:
                 return value
         raise KeyError(key)
 
-    def shell(self, indent: str = "    ") -> str:
-        """One argument per line, as in the seeds; bash parses it back into exactly `argv`."""
+    def shell(self, indent: str = "    ", expand: dict[str, str] | None = None) -> str:
+        """One argument per line, as in the seeds; bash parses it back into exactly `argv`. `expand` gives
+        some override keys a value that bash expands at run time (double-quoted, e.g. "${STEP}"), for a
+        script that reads it then; its text must hold no other shell syntax."""
+        expand = expand or {}
+
+        def word(arg: str) -> str:
+            key = arg.partition("=")[0]
+            return f'"{key}={expand[key]}"' if "=" in arg and key in expand else _shell_word(arg)
+
         head = " ".join(self.argv[:3])
-        rest = [f"{indent}{_shell_word(arg)}" for arg in self.argv[3:]]
+        rest = [f"{indent}{word(arg)}" for arg in self.argv[3:]]
         return " \\\n".join([head, *rest])
 
 
@@ -127,7 +135,8 @@ def train_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
 
 
 def export_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
-    """The last RL checkpoint -> Hugging Face safetensors at paths.hf_export."""
+    """A trained checkpoint (paths.final_params: the step `run` read, or the computed last step) -> Hugging
+    Face safetensors at paths.hf_export."""
     overrides = [
         f"model_name={recipe.model.maxtext_name}",
         f"load_parameters_path={paths.final_params}",

@@ -425,8 +425,9 @@ class Recipe(BaseModel):
 
         As MaxText computes it (0.2.4: configs/types.py, RLConfig's train_steps; 0.2.3:
         trainers/post_train/rl/train_rl.py, get_max_train_steps), with each factor from rl.overrides or
-        else the release's config default. The trainer saves this last step on close, whatever
-        checkpoint_period is, so it is the step export converts."""
+        else the release's config default. An upper bound: train_rl drops long prompts before it takes
+        its num_batches x batch_size items, so it can stop below (scripts/cloud/gcs.py TrainedCheckpoint);
+        tunix saves the step it reached on close, whatever checkpoint_period is."""
         product = float(self.rl.num_batches)
         for key in TRAIN_STEP_FACTORS:
             spellings = [name for name in _FACTOR_ALIASES.get(key, (key,)) if self.rl.override(name) is not None]
@@ -446,7 +447,7 @@ class Recipe(BaseModel):
 
     @property
     def last_step(self) -> int:
-        """The checkpoint step export reads: the last step train_rl runs."""
+        """The last step train_rl can reach (an upper bound); export converts the step it did reach."""
         return self.train_steps
 
 

@@ -52,7 +52,7 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...]
         job = jobs[step]
         existing = session.cluster.get_jobset(job.name)
         state = jobset_state(existing)
-        missing = session.missing(step)
+        missing = session.missing(step, finished=state.phase == "succeeded")
         # A JobSet under this name that would be used (reattached, or replaced because its output is
         # missing) but was submitted with another spec is never reused silently.
         change = spec_change(job, existing) if missing or state.phase in ("running", "suspended") else None
