@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from jobs.paths import ArtifactPaths
 from recipes import Recipe, Step, UserError
+from recipes.schedule import SCHEDULE_KEY, derived_schedule, explicit_schedule
 
 TO_MAXTEXT = "maxtext.checkpoint_conversion.to_maxtext"
 TRAIN_RL = "maxtext.trainers.post_train.rl.train_rl"
@@ -131,6 +132,9 @@ def train_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         f"num_batches={recipe.rl.num_batches}",
         f"checkpoint_period={recipe.rl.checkpoint_period}",
     ]
+    if explicit_schedule(recipe) is None:
+        # The schedule follows the run's steps under both releases (recipes/schedule.py).
+        derived.append(f"{SCHEDULE_KEY}={derived_schedule(recipe)}")
     return MaxTextCommand(TRAIN_RL, _unique(recipe, "train", [*derived, *recipe.rl.overrides]))
 
 

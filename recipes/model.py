@@ -203,6 +203,10 @@ class RlSpec(_Strict):
     # train_rl saves a checkpoint every this many steps (and the last one on close); a preempted spot or
     # flex-start run resumes from the latest, so it loses at most this many steps.
     checkpoint_period: int = Field(ge=1)
+    # The learning-rate schedule's length as a multiple of the run's train steps: tpu-rl passes
+    # learning_rate_schedule_steps = ratio x train_steps unless an override sets it (recipes/schedule.py
+    # has why). 1: warmup, then cosine decay to 0 at the run's last step (MaxText 0.2.4's own default).
+    learning_rate_schedule_ratio: float = Field(default=1.0, gt=0)
     overrides: tuple[str, ...] = ()
     patches: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
