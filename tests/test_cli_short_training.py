@@ -85,7 +85,7 @@ def test_an_interrupted_trainings_checkpoint_is_not_the_trained_model(gcs):
     put_checkpoints(gcs, 10, 20)
     missing = [req.describe() for req in missing_outputs(gcs, PATHS, "train")]
     assert missing == [f"{PATHS.progress_marker('train')} (training has checkpoints up to step 20 of at most 50 "
-                       "and no record of finishing: it was interrupted)"]
+                       "and has not finished: it runs, or was interrupted)"]
     # Its JobSet succeeded (train_rl exited 0): step 20 is where training ended.
     assert missing_outputs(gcs, PATHS, "train", finished=True) == []
 
@@ -95,3 +95,22 @@ def test_no_finished_checkpoint_at_all_is_missing(gcs):
     missing = [req.describe() for req in missing_outputs(gcs, PATHS, "train", finished=True)]
     assert missing == [f"{PATHS.actor_checkpoints}<step>/commit_success.txt (no checkpoint step with orbax's "
                        "commit marker yet)"]
+
+
+def test_status_counts_a_short_training_whose_jobset_succeeded_as_verified(cloud):
+    from jobs import render_manifests
+
+    gcs, kube = cloud["gcs"], cloud["kube"]
+    put_step_output(gcs, get_recipe(RECIPE), "convert")
+    put_checkpoints(gcs, 10, 20, 30, 40, 49)
+    kube.put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["train"], "succeeded")
+    result = runner.invoke(app, ["status", RECIPE])
+    assert result.exit_code == 0, result.output
+    train = result.output[result.output.index("\ntrain"):result.output.index("\nexport")]
+    assert "verified" in train and "missing" not in train, result.output
+
+
+def test_a_dry_run_before_training_says_the_export_shown_is_the_upper_bound(cloud):
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "export is shown at the computed step 50, an upper bound" in " ".join(result.output.split())

@@ -119,10 +119,9 @@ class TrainedCheckpoint(Requirement):
         upper = paths.recipe.last_step
         if not missing and step < upper and not self.finished and not exists(storage, paths.progress_marker("train")):
             marker_dir, _, marker = paths.progress_marker("train").rpartition("/")
-            missing = [Requirement(f"{marker_dir}/", marker, f"training has checkpoints up to step {step} of at most {upper} and no record of "
-                                   "finishing: it was interrupted")]
+            missing = [Requirement(f"{marker_dir}/", marker, f"training has checkpoints up to step {step} of at "
+                                   f"most {upper} and has not finished: it runs, or was interrupted")]
         return missing
-
 
 
 def step_outputs(paths: ArtifactPaths, step: str, finished: bool = False) -> tuple[Requirement, ...]:

@@ -67,9 +67,9 @@ class Session:
         """What the bucket lacks of the step's output; `finished`: the step's JobSet succeeded."""
         return gcs.missing_outputs(self.clients.storage(), self.paths, step, finished)
 
-    def output_state(self, step: Step) -> str:
-        """The `status` table's output column."""
-        missing = self.missing(step)
+    def output_state(self, step: Step, finished: bool = False) -> str:
+        """The `status` table's output column; `finished`: the step's JobSet succeeded."""
+        missing = self.missing(step, finished)
         return f"missing: {describe_missing(missing)}" if missing else "verified"
 
     def report_done(self, steps: tuple[Step, ...]) -> None:
