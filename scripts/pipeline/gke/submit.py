@@ -34,10 +34,10 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
     except ApiError as error:
         raise ApiError(f"{error}; nothing was submitted") from None
     if dry_run:
-        show_dry_run(session, jobs, actions, replace)
-        if export_step is None and "export" in steps:
-            console.print(f"(export is shown at the computed step {session.recipe.last_step}, an upper bound: run "
-                          "renders it with the newest finished step once training ended)")
+        exported = next((action for action in actions if action.step == "export" and action.kind != "skip"), None)
+        note = (f"(export is shown at the computed step {session.recipe.last_step}, an upper bound: run renders it "
+                "with the newest finished step once training ended)") if exported and export_step is None else ""
+        show_dry_run(session, jobs, actions, replace, note)
         return
     if any(action.kind in ("submit", "replace") for action in actions):
         token = hf_token.read_token(session.clients.secrets(), session.settings)
