@@ -201,6 +201,8 @@ def _export_body(recipe: Recipe, paths: ArtifactPaths, export: MaxTextCommand) -
 {EXPORT_STEP_VAR}="$({{ gcloud storage ls {shlex.quote(actor + '*/' + ORBAX_COMMIT_MARKER)} 2>/dev/null || true; }} \\
   | sed -nE 's#.*/([0-9]+)/{ORBAX_COMMIT_MARKER}$#\\1#p' | sort -n | tail -n 1)"
 if [[ -z "${EXPORT_STEP_VAR}" ]]; then log "export: no checkpoint with orbax's commit marker under {actor}"; exit 1; fi
+# tunix saves step 0 on close when no batch came at all: the untrained model, not worth exporting
+if [[ "${EXPORT_STEP_VAR}" == 0 ]]; then log "export: only step 0 under {actor}: no batch reached training"; exit 1; fi
 log "export: checkpoint step ${{{EXPORT_STEP_VAR}}} (computed: at most {recipe.last_step})"
 {export.shell(expand={"load_parameters_path": params})}"""
 

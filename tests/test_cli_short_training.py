@@ -114,3 +114,11 @@ def test_a_dry_run_before_training_says_the_export_shown_is_the_upper_bound(clou
     result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "export is shown at the computed step 50, an upper bound" in " ".join(result.output.split())
+
+
+def test_a_training_that_saved_only_step_0_trained_nothing_and_is_missing(gcs):
+    # tunix's close() saves step 0 when the loop got no batch (peft_trainer.py _save_last_checkpoint:
+    # `last_saved_step is None`), e.g. every prompt longer than max_prefill_predict_length.
+    put_checkpoints(gcs, 0)
+    missing = [req.describe() for req in missing_outputs(gcs, PATHS, "train", finished=True)]
+    assert len(missing) == 1 and "only step 0, the untrained model" in missing[0]

@@ -231,6 +231,12 @@ def test_export_without_a_committed_checkpoint_fails_and_leaves_no_marker(run_sc
     assert not marker("export").exists() and not run.exported.exists()
 
 
+def test_export_refuses_a_training_that_saved_only_step_0(run_script):
+    run, marker = run_script
+    code, calls, log = run(TRAINED_STEPS="0")
+    assert code != 0 and "only step 0" in log and not run.exported.exists() and not marker("export").exists()
+
+
 def test_a_module_patch_on_a_vm_recipe_runs_as_a_named_step_before_training(tmp_path):
     patch = get_recipe("gemma4-v6e64").patches[0].model_copy(update={"maxtext_versions": ("0.2.3",)})
     text = jobs.render_startup_script(RECIPE.model_copy(update={"patches": (patch,)}), SETTINGS)

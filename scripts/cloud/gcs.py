@@ -114,6 +114,12 @@ class TrainedCheckpoint(Requirement):
         if step is None:
             return [Requirement(paths.actor_checkpoints, f"<step>/{ORBAX_COMMIT_MARKER}",
                                 "no checkpoint step with orbax's commit marker yet")]
+        if step == 0:
+            # tunix's close() saves step 0 when no batch came at all (`last_saved_step is None`): the model
+            # as converted, not a trained one.
+            return [Requirement(paths.actor_checkpoints, f"<step>/{ORBAX_COMMIT_MARKER}",
+                                "only step 0, the untrained model: no batch reached training (are all prompts "
+                                "longer than max_prefill_predict_length?)")]
         params = Requirement(paths.params_at(step))
         missing = params.missing(storage)
         upper = paths.recipe.last_step
