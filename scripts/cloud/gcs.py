@@ -89,7 +89,7 @@ class TrainedCheckpoint(Requirement):
     The computed step count is an upper bound, not the step train_rl reaches. train_rl filters out prompts
     longer than max_prefill_predict_length *before* it slices the first num_batches x batch_size x
     train_fraction items, then batches them (MaxText 0.2.4 trainers/post_train/rl/train_rl.py L360-378,
-    drop_remainder=True; 0.2.3 L324-341, a smaller last batch). grain's filter keeps the dataset's length
+    drop_remainder=True; 0.2.3 L324-342, a smaller last batch). grain's filter keeps the dataset's length
     and yields None for a dropped item, which iteration skips (google/grain 0.2.18, the lowest 0.2.4
     allows, 0.2.3 >=0.2.17: grain/_src/python/dataset/transformations/filter.py `__len__` and
     `_filter_element`; dataset.py MapDataset.filter: "Iterating over a filtered dataset skips None elements"), so one long prompt among
