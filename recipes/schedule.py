@@ -59,7 +59,11 @@ def steps_at_zero_rate(recipe: Recipe) -> int:
 
 
 def schedule_warning(recipe: Recipe) -> str | None:
-    """One line when an explicit schedule is shorter than the run, or None."""
+    """One line when an explicit schedule is shorter than the run, or is -1 (MaxText's default, which 0.2.3
+    turns into `steps`), or None."""
+    if explicit_schedule(recipe) == -1:
+        return (f"warning: {SCHEDULE_KEY}=-1 lets MaxText pick the length: 0.2.3 takes `steps` (150001 by default), "
+                "so the run ends inside the warmup (leave it unset and the schedule follows the run's steps)")
     zero = steps_at_zero_rate(recipe)
     if not zero:
         return None

@@ -117,6 +117,8 @@ def test_an_explicit_schedule_shorter_than_the_run_gets_one_warning_line():
     assert warning and "\n" not in warning and "900 steps would train at a learning rate of 0" in warning
     assert schedule_warning(for_run(qwen3, ["num_batches=1000"])) is None  # derived: follows the run
     assert schedule_warning(for_run(qwen3, ["learning_rate_schedule_steps=300"])) is None  # longer: fine
+    # -1 is MaxText's default: 0.2.3 makes it `steps`, 150_001 (the 1e-8 above); 0.2.4 the run's steps.
+    assert "ends inside the warmup" in schedule_warning(for_run(qwen3, ["learning_rate_schedule_steps=-1"]))
     result = CliRunner().invoke(app, ["render", "qwen3-v6e32", "--out", "-", "--set", "num_batches=1000",
                                       "--set", "learning_rate_schedule_steps=100"])
     assert result.exit_code == 0
