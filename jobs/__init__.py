@@ -2,8 +2,9 @@
 
 Public API (the CLI and the docs use these names):
 
-- ``render_manifests(recipe, settings) -> {"convert": JobSet, "train": JobSet, "export": JobSet}``
-  for GKE recipes, in step order (dicts ready for yaml.safe_dump or the Kubernetes client).
+- ``render_manifests(recipe, settings, export_step=None) -> {"convert": JobSet, "train": JobSet, "export":
+  JobSet}`` for GKE recipes, in step order (dicts ready for yaml.safe_dump or the Kubernetes client);
+  export converts checkpoint ``export_step`` (default: the computed last step, an upper bound).
 - ``render_startup_script(recipe, settings) -> str``: the bash startup script of a VM recipe.
 - ``jobset_name(recipe, step)``: ``<run>-<step>`` for train and export, ``<recipe>-<hash>-convert`` for the
   conversion runs share (recipes/runs.py), at most 28 characters.
@@ -33,7 +34,9 @@ from jobs.vm import render_startup_script
 from recipes import Recipe, Settings, Step, UserError
 
 
-def render_manifests(recipe: Recipe, settings: Settings) -> dict[Step, dict[str, Any]]:
+def render_manifests(recipe: Recipe, settings: Settings, export_step: int | None = None) -> dict[Step, dict[str, Any]]:
+    """The three JobSets; export converts checkpoint `export_step` (None: the computed last step, an upper
+    bound; `run` passes the newest finished step it read from the bucket)."""
     if not recipe.is_gke:
         raise UserError(
             f"recipe '{recipe.name}' runs on a TPU VM; render its startup script with render_startup_script "
@@ -41,7 +44,7 @@ def render_manifests(recipe: Recipe, settings: Settings) -> dict[Step, dict[str,
         )
     if not recipe.pathways:
         raise UserError(f"recipe '{recipe.name}': GKE recipes train with Pathways; set pathways = true")
-    paths = ArtifactPaths(recipe, settings)
+    paths = ArtifactPaths(recipe, settings, export_step)
     return {"convert": convert_jobset(paths), "train": train_jobset(paths), "export": export_jobset(paths)}
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from jobs.paths import ArtifactPaths
 from recipes import Recipe, Step, UserError
+from recipes.schedule import SCHEDULE_KEY, derived_schedule, explicit_schedule
 
 TO_MAXTEXT = "maxtext.checkpoint_conversion.to_maxtext"
 TRAIN_RL = "maxtext.trainers.post_train.rl.train_rl"
@@ -63,10 +64,18 @@ class MaxTextCommand:
                 return value
         raise KeyError(key)
 
-    def shell(self, indent: str = "    ") -> str:
-        """One argument per line, as in the seeds; bash parses it back into exactly `argv`."""
+    def shell(self, indent: str = "    ", expand: dict[str, str] | None = None) -> str:
+        """One argument per line, as in the seeds; bash parses it back into exactly `argv`. `expand` gives
+        some override keys a value that bash expands at run time (double-quoted, e.g. "${STEP}"), for a
+        script that reads it then; its text must hold no other shell syntax."""
+        expand = expand or {}
+
+        def word(arg: str) -> str:
+            key = arg.partition("=")[0]
+            return f'"{key}={expand[key]}"' if "=" in arg and key in expand else _shell_word(arg)
+
         head = " ".join(self.argv[:3])
-        rest = [f"{indent}{_shell_word(arg)}" for arg in self.argv[3:]]
+        rest = [f"{indent}{word(arg)}" for arg in self.argv[3:]]
         return " \\\n".join([head, *rest])
 
 
@@ -123,11 +132,15 @@ def train_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         f"num_batches={recipe.rl.num_batches}",
         f"checkpoint_period={recipe.rl.checkpoint_period}",
     ]
+    if explicit_schedule(recipe) is None:
+        # The schedule follows the run's steps under both releases (recipes/schedule.py).
+        derived.append(f"{SCHEDULE_KEY}={derived_schedule(recipe)}")
     return MaxTextCommand(TRAIN_RL, _unique(recipe, "train", [*derived, *recipe.rl.overrides]))
 
 
 def export_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
-    """The last RL checkpoint -> Hugging Face safetensors at paths.hf_export."""
+    """A trained checkpoint (paths.final_params: the step `run` read, or the computed last step) -> Hugging
+    Face safetensors at paths.hf_export."""
     overrides = [
         f"model_name={recipe.model.maxtext_name}",
         f"load_parameters_path={paths.final_params}",

@@ -1,7 +1,7 @@
 """Where each step reads and writes, derived once from recipe + settings.
 
-Training loads exactly what convert wrote and export reads exactly the step training writes last;
-the CLI checks the same paths. Nothing else builds a gs:// path by hand.
+Training loads exactly what convert wrote and export reads the step training finished last (read from
+the bucket by `run`, see export_step); the CLI checks the same paths. Nothing else builds a gs:// path by hand.
 
 Per model (`gs://BUCKET/<model>/`): one conversion per conversion identity under max-text-format/, shared
 by every run that needs it; per run (recipes/runs.py), train_rl's run directory trained/<run>/ (checkpoints,
@@ -22,6 +22,10 @@ RUN_RECORD = "run.json"
 class ArtifactPaths:
     recipe: Recipe
     settings: Settings
+    # The checkpoint step export converts: the newest finished one, which `run` reads from the bucket once
+    # training ended (scripts/cloud/gcs.py TrainedCheckpoint says why it can be below the computed step).
+    # None: the computed last step, an upper bound (what `tpu-rl render` shows).
+    export_step: int | None = None
 
     @property
     def bucket(self) -> str:
@@ -70,10 +74,14 @@ class ArtifactPaths:
     def actor_checkpoints(self) -> str:
         return f"{self.run_root}checkpoints/actor/"
 
+    def params_at(self, step: int) -> str:
+        """The model parameters of training checkpoint `step`."""
+        return f"{self.actor_checkpoints}{step}/model_params/"
+
     @property
     def final_params(self) -> str:
-        """The last step train_rl saves, which export converts."""
-        return f"{self.actor_checkpoints}{self.recipe.last_step}/model_params/"
+        """What export converts: the parameters at export_step, or else at the computed last step."""
+        return self.params_at(self.recipe.last_step if self.export_step is None else self.export_step)
 
     @property
     def hf_export(self) -> str:
@@ -84,7 +92,8 @@ class ArtifactPaths:
         return f"{self.settings.bucket_url}/pathways/"
 
     def progress_marker(self, step: Step) -> str:
-        """The object the VM startup script writes once a step succeeded. Convert's sits with the
+        """The object the VM startup script writes once a step succeeded (and `run` on GKE for train, once
+        its JobSet succeeded: training finished, whatever step it reached). Convert's sits with the
         conversion, so a run that shares it does not convert again; train's and export's with the run."""
         return f"{self.converted if step == 'convert' else self.run_root}progress/{step}.done"
 

@@ -106,6 +106,26 @@ DIFFERENCES: tuple[Difference, ...] = (
         recipes=VM,
     ),
     Difference(
+        "learning_rate_schedule_steps",
+        "Seed 002 leaves it at -1, which MaxText 0.2.3 turns into `steps`, base.yml's 150_001 "
+        "(configs/types.py L2514-2516); its utils_rl.get_optimizer (L535-583) then warms up over "
+        "int(0.1 x 150_001) = 15,000 steps, so the 50-step run ends at 3e-6 x 49 / 15,000, about 1e-8. We pass "
+        "the run's train steps (rl.learning_rate_schedule_ratio 1: warmup, then cosine decay to 0 at the last "
+        "step), what 0.2.4's get_optimizer does when the value equals `steps` (utils_rl.py L603-609); "
+        "--set num_batches=N moves it along, --set learning_rate_schedule_steps=N sets it.",
+        steps=("train",),
+        recipes=VM,
+    ),
+    Difference(
+        "learning_rate_schedule_steps",
+        "Seed 001 leaves it unset, and MaxText 0.2.4's get_optimizer then uses the run's train steps "
+        "(utils_rl.py L603-609). We pass that same length (rl.learning_rate_schedule_ratio 1), so the schedule "
+        "is the seed's, stays visible in the manifest, and follows --set num_batches=N under either release "
+        "(0.2.3 would otherwise use 150_001: configs/types.py L2514-2516).",
+        steps=("train",),
+        recipes=("gemma4-v6e64",),
+    ),
+    Difference(
         "tokenizer_path",
         "Stated explicitly as the recipe's tokenizer (the same repo MaxText's default mapping names).",
         steps=("train",),

@@ -22,11 +22,11 @@ from __future__ import annotations
 import re
 import shlex
 
-from jobs.maxtext import maxtext_commands
+from jobs.maxtext import MaxTextCommand, maxtext_commands
 from jobs.patches import render_patch, resolve_patches
 from jobs.paths import ArtifactPaths
 from recipes import STEPS, Recipe, Settings, UserError
-from recipes.conventions import HF_TOKEN_ENV
+from recipes.conventions import HF_TOKEN_ENV, ORBAX_COMMIT_MARKER
 
 INSTALL_DIR = "/opt/tpu-rl"
 LOG_FILE = "/var/log/tpu-rl.log"
@@ -188,6 +188,25 @@ else
 fi"""
 
 
+EXPORT_STEP_VAR = "EXPORT_STEP"
+
+
+def _export_body(recipe: Recipe, paths: ArtifactPaths, export: MaxTextCommand) -> str:
+    """Export the newest training step with orbax's commit marker, found at run time (the script is
+    rendered at deploy time, before training ran): train_rl may stop below the computed step
+    (scripts/cloud/gcs.py TrainedCheckpoint has the evidence), and `tpu-rl run` verifies the same step."""
+    actor = paths.actor_checkpoints
+    params = f"{actor}${{{EXPORT_STEP_VAR}}}/model_params/"
+    return f"""# the newest finished checkpoint: train_rl saves the step it reached, at most {recipe.last_step}
+{EXPORT_STEP_VAR}="$({{ gcloud storage ls {shlex.quote(actor + '*/' + ORBAX_COMMIT_MARKER)} 2>/dev/null || true; }} \\
+  | sed -nE 's#.*/([0-9]+)/{ORBAX_COMMIT_MARKER}$#\\1#p' | sort -n | tail -n 1)"
+if [[ -z "${EXPORT_STEP_VAR}" ]]; then log "export: no checkpoint with orbax's commit marker under {actor}"; exit 1; fi
+# tunix saves step 0 on close when no batch came at all: the untrained model, not worth exporting
+if [[ "${EXPORT_STEP_VAR}" == 0 ]]; then log "export: only step 0 under {actor}: no batch reached training"; exit 1; fi
+log "export: checkpoint step ${{{EXPORT_STEP_VAR}}} (computed: at most {recipe.last_step})"
+{export.shell(expand={"load_parameters_path": params})}"""
+
+
 def render_startup_script(recipe: Recipe, settings: Settings) -> str:
     if recipe.is_gke:
         raise UserError(
@@ -206,7 +225,7 @@ def render_startup_script(recipe: Recipe, settings: Settings) -> str:
     bodies = {
         "convert": commands["convert"].shell(),
         "train": "\n\n".join(train_steps),
-        "export": commands["export"].shell(),
+        "export": _export_body(recipe, paths, commands["export"]),
     }
     parts = [
         _header(recipe, paths),

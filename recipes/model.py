@@ -203,6 +203,10 @@ class RlSpec(_Strict):
     # train_rl saves a checkpoint every this many steps (and the last one on close); a preempted spot or
     # flex-start run resumes from the latest, so it loses at most this many steps.
     checkpoint_period: int = Field(ge=1)
+    # The learning-rate schedule's length as a multiple of the run's train steps: tpu-rl passes
+    # learning_rate_schedule_steps = ratio x train_steps unless an override sets it (recipes/schedule.py
+    # has why). 1: warmup, then cosine decay to 0 at the run's last step (MaxText 0.2.4's own default).
+    learning_rate_schedule_ratio: float = Field(default=1.0, gt=0)
     overrides: tuple[str, ...] = ()
     patches: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
@@ -425,8 +429,9 @@ class Recipe(BaseModel):
 
         As MaxText computes it (0.2.4: configs/types.py, RLConfig's train_steps; 0.2.3:
         trainers/post_train/rl/train_rl.py, get_max_train_steps), with each factor from rl.overrides or
-        else the release's config default. The trainer saves this last step on close, whatever
-        checkpoint_period is, so it is the step export converts."""
+        else the release's config default. An upper bound: train_rl drops long prompts before it takes
+        its num_batches x batch_size items, so it can stop below (scripts/cloud/gcs.py TrainedCheckpoint);
+        tunix saves the step it reached on close, whatever checkpoint_period is."""
         product = float(self.rl.num_batches)
         for key in TRAIN_STEP_FACTORS:
             spellings = [name for name in _FACTOR_ALIASES.get(key, (key,)) if self.rl.override(name) is not None]
@@ -446,7 +451,7 @@ class Recipe(BaseModel):
 
     @property
     def last_step(self) -> int:
-        """The checkpoint step export reads: the last step train_rl runs."""
+        """The last step train_rl can reach (an upper bound); export converts the step it did reach."""
         return self.train_steps
 
 

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from recipes.conventions import MAX_JOBSET_NAME
 from recipes.errors import UserError
 from recipes.model import _OVERRIDE, STEPS, Recipe, RlSpec, _first_error, same_setting
+from recipes.schedule import SCHEDULE_KEY, schedule_steps
 
 # --- names ---------------------------------------------------------------------------------------------
 # A run name becomes a JobSet name (<run>-<step>, at most MAX_JOBSET_NAME), a label value and a directory
@@ -70,7 +71,9 @@ def run_identity(recipe: Recipe) -> dict:
         "tpu": {"generation": shape.generation, "topology": shape.topology, "machine_type": shape.machine_type,
                 "slices": shape.slices},
         "num_batches": recipe.rl.num_batches,
-        "overrides": sorted(recipe.rl.overrides),  # keys are unique: the order changes nothing
+        # Keys are unique, so the order changes nothing. The schedule length tpu-rl derives counts as an
+        # override too (a recipe that set it the same way keeps its run names).
+        "overrides": sorted({*recipe.rl.overrides, f"{SCHEDULE_KEY}={schedule_steps(recipe)}"}),
     }
 
 
@@ -203,6 +206,7 @@ def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
     changed = recipe.model_copy(update={"rl": rl, "sets": (*recipe.sets, *sets)})
     try:
         changed.train_steps  # noqa: B018 -- a step factor that is not a number, or no step at all
+        schedule_steps(changed)  # a schedule length that is not a whole number
     except UserError as error:
         raise UserError(f"--set: {error}") from None
     return changed

@@ -166,7 +166,7 @@ def test_a_step_whose_input_is_missing_is_not_started(cloud):
 def test_export_alone_needs_the_trained_checkpoint(cloud):
     put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
     line = rejected(["run", RECIPE, "--steps", "export"], cloud)
-    assert "export needs the output of train" in line and "checkpoints/actor/50/model_params/" in line
+    assert "export needs the output of train" in line and "checkpoints/actor/<step>/commit_success.txt (no checkpoint step" in line
 
 
 def test_empty_stdin_for_secret_set_adds_nothing(cloud):

@@ -42,6 +42,8 @@ def test_dry_run_prints_the_plan_and_the_jobsets_and_submits_nothing(cloud):
         "  convert: skip: output verified",
         "  train: submit: no output yet",
         "  export: submit: no output yet",
+        "(export is shown at the computed step 50, an upper bound: run renders it with the newest finished step "
+        "once training ended)",
         f"the JobSets it would submit ({jobset_of(RECIPE, 'train')}, {jobset_of(RECIPE, 'export')}):"]
     manifests = render_manifests(recipe, peer_settings())
     assert list(yaml.safe_load_all("---\n" + stream)) == [manifests["train"], manifests["export"]]

@@ -86,7 +86,12 @@ FAKE_GCLOUD = r"""#!/bin/bash
 set -eu
 local_path() { echo "$FAKE_GCS/${1#gs://}"; }
 case "$1 $2" in
-  "storage ls") test -e "$(local_path "$3")" ;;
+  # A URL with a wildcard lists the matching objects' URLs, as `gcloud storage ls` does; none: an error.
+  "storage ls") found=1
+    for path in $(local_path "$3"); do
+      if [[ -e "$path" ]]; then found=0; [[ "$3" != *"*"* ]] || echo "gs://${path#"$FAKE_GCS"/}"; fi
+    done
+    exit "$found" ;;
   "storage cp") mkdir -p "$(dirname "$(local_path "$4")")"; cat > "$(local_path "$4")" ;;
   "secrets versions") printf '%s' "$FAKE_TOKEN" ;;
   *) echo "unexpected gcloud $*" >&2; exit 2 ;;
@@ -106,6 +111,11 @@ echo "$(basename "$0") $*" >> "$CALLS"
 
 FAKE_PYTHON = r"""#!/bin/bash
 printf '%s token=%s\n' "$2" "$([[ "${HF_TOKEN:-}" == "$FAKE_TOKEN" ]] && echo yes || echo no)" >> "$CALLS"
+if [[ "$2" == *train_rl && "${FAIL_MODULE:-none}" != *train_rl ]]; then
+  # tunix saves the step training reached on close: orbax's commit marker in its step directory last.
+  for step in ${TRAINED_STEPS-50}; do mkdir -p "$ACTOR/$step"; echo committed > "$ACTOR/$step/commit_success.txt"; done
+fi
+if [[ "$2" == *to_huggingface ]]; then printf '%s\n' "$@" | grep '^load_parameters_path=' >> "$EXPORTED" || true; fi
 if [[ "$2" == "${CANCEL_MODULE:-none}" ]]; then
   # A long step, during which someone runs `tpu-rl cancel` (the marker appears); it runs until SIGTERM.
   mkdir -p "$(dirname "$CANCEL_FILE")"; date > "$CANCEL_FILE"
@@ -139,8 +149,10 @@ def run_script(tmp_path, monkeypatch):
     calls = tmp_path / "calls"
 
     def run(fail_module: str = "none", **extra: str) -> tuple[int, list[str], str]:
+        bucket, actor = split_gs_url(PATHS.actor_checkpoints)
         env = {"PATH": os.environ["PATH"], "FAKE_GCS": str(gcs), "FAKE_TOKEN": TOKEN, "CALLS": str(calls),
-               "FAIL_MODULE": fail_module, **extra}
+               "FAIL_MODULE": fail_module, "ACTOR": str(gcs / bucket / actor), "EXPORTED": str(run.exported),
+               **extra}
         result = subprocess.run(["bash", str(tmp_path / "startup.sh")], env=env, capture_output=True, text=True,
                                 timeout=60)
         lines = calls.read_text().splitlines() if calls.exists() else []
@@ -153,7 +165,15 @@ def run_script(tmp_path, monkeypatch):
         bucket, name = split_gs_url(PATHS.cancel_marker if step == "cancel" else PATHS.progress_marker(step))
         return gcs / bucket / name
 
+    def checkpoint(step: int) -> None:
+        """A training checkpoint the script finds: its step directory with orbax's commit marker."""
+        bucket, actor = split_gs_url(PATHS.actor_checkpoints)
+        (gcs / bucket / actor / str(step)).mkdir(parents=True, exist_ok=True)
+        (gcs / bucket / actor / str(step) / "commit_success.txt").write_text("committed")
+
     run.install_marker = install / f".installed-{RECIPE.maxtext_version}"
+    run.checkpoint = checkpoint
+    run.exported = tmp_path / "exported"  # the load_parameters_path of each export
     return run, marker
 
 
@@ -175,6 +195,7 @@ def test_rebooted_vm_skips_steps_whose_marker_exists(run_script):
     for step in ("convert", "train"):
         marker(step).parent.mkdir(parents=True, exist_ok=True)
         marker(step).write_text("done")
+    run.checkpoint(RECIPE.last_step)
     code, calls, log = run()
     assert code == 0, log
     assert calls == ["maxtext.checkpoint_conversion.to_huggingface token=yes"]
@@ -191,6 +212,29 @@ def test_a_failed_step_stops_the_script_and_leaves_no_marker(run_script):
     code, calls, _ = run()  # the next boot resumes at train
     assert code == 0 and [call.split()[0] for call in calls] == [
         "maxtext.trainers.post_train.rl.train_rl", "maxtext.checkpoint_conversion.to_huggingface"]
+
+
+def test_export_converts_the_newest_committed_step_training_reached_below_the_computed_one(run_script):
+    # train_rl can stop below num_batches x ... (scripts/cloud/gcs.py TrainedCheckpoint): here it saved
+    # 40 (checkpoint_period 10) and its last step 49, and a later save of 60 was cut off before its marker.
+    run, marker = run_script
+    code, calls, log = run(TRAINED_STEPS="10 20 30 40 49")
+    assert code == 0, log
+    assert run.exported.read_text() == f"load_parameters_path={PATHS.actor_checkpoints}49/model_params/\n"
+    assert "export: checkpoint step 49 (computed: at most 50)" in log
+
+
+def test_export_without_a_committed_checkpoint_fails_and_leaves_no_marker(run_script):
+    run, marker = run_script
+    code, calls, log = run(TRAINED_STEPS="")
+    assert code != 0 and "no checkpoint with orbax's commit marker" in log
+    assert not marker("export").exists() and not run.exported.exists()
+
+
+def test_export_refuses_a_training_that_saved_only_step_0(run_script):
+    run, marker = run_script
+    code, calls, log = run(TRAINED_STEPS="0")
+    assert code != 0 and "only step 0" in log and not run.exported.exists() and not marker("export").exists()
 
 
 def test_a_module_patch_on_a_vm_recipe_runs_as_a_named_step_before_training(tmp_path):

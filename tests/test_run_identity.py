@@ -15,6 +15,7 @@ from jobs.maxtext import TRAIN_RL, train_command
 from jobs.paths import ArtifactPaths
 from recipes import STEPS, UserError, all_recipes, example_settings, get_recipe
 from recipes.conventions import MAX_JOBSET_NAME
+from recipes.schedule import SCHEDULE_KEY
 from recipes.runs import (
     KEY_LIST_DIR,
     MAX_RUN_NAME,
@@ -76,9 +77,20 @@ def test_every_recipe_override_is_in_its_releases_key_list(name):
 
 
 def test_every_key_the_train_command_derives_is_refused_or_maps_to_the_rl_table():
+    # learning_rate_schedule_steps is derived only while no override sets it (recipes/schedule.py).
     derived = [item.partition("=")[0] for item in train_command(QWEN, paths(QWEN)).overrides
                if item not in QWEN.rl.overrides]
-    assert derived and [key for key in derived if key not in PIPELINE_KEYS and key not in RL_FIELDS] == []
+    assert derived and [key for key in derived
+                        if key not in PIPELINE_KEYS and key not in RL_FIELDS and key != SCHEDULE_KEY] == []
+
+
+def test_a_set_schedule_length_replaces_the_derived_one_and_follows_no_step_count():
+    recipe = for_run(QWEN, ["num_batches=1000", "learning_rate_schedule_steps=300"])
+    items = [item for item in train_command(recipe, paths(recipe)).overrides if item.startswith(SCHEDULE_KEY + "=")]
+    assert items == ["learning_rate_schedule_steps=300"]
+    derived = [item for item in train_command(for_run(QWEN, ["num_batches=1000"]), paths(QWEN)).overrides
+               if item.startswith(SCHEDULE_KEY + "=")]
+    assert derived == ["learning_rate_schedule_steps=2000"]  # the recipe's ratio 2 x 1000 steps
 
 
 # --- --set ---------------------------------------------------------------------------------------------

@@ -64,15 +64,25 @@ def test_a_conversion_without_the_orbax_completion_marker_is_missing(gcs, paths)
     assert missing(gcs, paths, "convert") == [f"{CONVERTED_STEP}commit_success.txt (orbax completion marker)"]
 
 
-def test_a_training_checkpoint_without_the_orbax_completion_marker_is_missing(gcs, paths, trained_step):  # noqa: F811
+NO_FINISHED_STEP = "<step>/commit_success.txt (no checkpoint step with orbax's commit marker yet)"
+
+
+def test_a_training_checkpoint_without_the_orbax_completion_marker_is_no_finished_step(gcs, paths, trained_step):  # noqa: F811
     put_step_output(gcs, get_recipe(RECIPE), "train")
     delete(gcs, trained_step + "commit_success.txt")
-    assert missing(gcs, paths, "train") == [f"{trained_step}commit_success.txt (orbax completion marker)"]
+    assert missing(gcs, paths, "train") == [paths.actor_checkpoints + NO_FINISHED_STEP]
 
 
-def test_an_absent_checkpoint_names_the_item_and_the_marker(gcs, paths, trained_step):  # noqa: F811
-    assert missing(gcs, paths, "train") == [f"objects under {trained_step}model_params/",
-                                            f"{trained_step}commit_success.txt (orbax completion marker)"]
+def test_an_absent_checkpoint_is_no_finished_step(gcs, paths):  # noqa: F811
+    assert missing(gcs, paths, "train") == [paths.actor_checkpoints + NO_FINISHED_STEP]
+
+
+def test_a_finished_step_without_its_model_params_is_missing(gcs, paths, trained_step):  # noqa: F811
+    put_step_output(gcs, get_recipe(RECIPE), "train")
+    bucket, prefix = split_gs_url(trained_step + "model_params/")
+    for blob in list(gcs.list_blobs(bucket, prefix=prefix)):
+        blob.delete()
+    assert missing(gcs, paths, "train") == [f"objects under {trained_step}model_params/"]
 
 
 @pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json", "tokenizer.json"])

@@ -121,6 +121,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the JobSets it would submit; "
                                      "submit and write nothing.")) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
+    from recipes.schedule import schedule_warning
     from scripts.pipeline.gke.submit import run_gke
     from scripts.pipeline.session import parse_steps
 
@@ -131,6 +132,9 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "
                         "trains the recipe as recipes.toml defines it: --set and --run apply to GKE recipes; change "
                         "rl.overrides in recipes.toml and deploy the stack again")
+    warning = schedule_warning(recipe)
+    if warning:
+        session.console.print(f"[yellow]{warning}[/]")
     if recipe.is_gke:
         run_gke(session, wanted, replace=replace, follow_logs=follow_logs, dry_run=dry_run)
     else:

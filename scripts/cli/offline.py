@@ -129,11 +129,15 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     """Write convert.yaml, train.yaml and export.yaml (GKE) or startup.sh (VM) with the current settings."""
     import jobs
     from recipes.runs import for_run, run_name as name_of
+    from recipes.schedule import schedule_warning
     from scripts.pipeline.manifests import manifest_stream
 
     settings = load_settings(allow_example=True)
     recipe = for_run(settings.recipe(get_recipe(recipe_name)), sets or (), run_name)
     manifests = jobs.render_manifests(recipe, settings) if recipe.is_gke else {}
+    warning = schedule_warning(recipe)
+    if warning:
+        typer.echo(warning, err=True)
     note = " (example settings: export your own before `run`)" if settings.is_example else ""
     what = f"for {recipe.name}, run {name_of(recipe)}, with settings from {settings.source}{note}"
     if str(out) == STDOUT:

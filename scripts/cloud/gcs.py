@@ -13,21 +13,10 @@ from dataclasses import dataclass
 from google.api_core import exceptions as gexc
 
 from jobs.paths import ArtifactPaths, split_gs_url
+from recipes.conventions import ORBAX_COMMIT_MARKER
 from scripts.outcome import ApiError
 
-# orbax-checkpoint 0.12.0 .. 0.12.8 (MaxText 0.2.3 pins >=0.12.0, 0.2.4 >=0.12.2 in
-# dependencies/requirements/generated_requirements/tpu-post-train-requirements.txt of each wheel).
-# orbax/checkpoint/_src/path/atomicity_types.py: COMMIT_SUCCESS_FILE = 'commit_success.txt'.
-# _src/path/atomicity_defaults.py picks CommitFileTemporaryPath for gs:// paths (a bucket cannot rename
-# a directory atomically); its finalize() (_src/path/atomicity.py) writes the file into the final
-# directory. CheckpointManager finalizes each item (`<step>/items/`, `<step>/model_params/`) and then the
-# step directory itself (_src/checkpointers/checkpointer.py, async_checkpointer.py), so the marker in the
-# step directory is the last object of a checkpoint; orbax's own is_path_finalized looks for it before
-# a restore. Both writers here use that default: to_maxtext through MaxText's
-# create_orbax_checkpoint_manager (common/checkpointing.py), train_rl through tunix's CheckpointManager
-# (tunix/sft/checkpoint_manager.py at 683256db: orbax CheckpointManager; at c4ec573d: orbax v1
-# training.Checkpointer, which saves through the same v0 AsyncCheckpointer, v1/_src/saving/saving.py).
-ORBAX_COMMIT_MARKER = "commit_success.txt"
+# orbax's commit marker, the last object of a checkpoint on gs:// (its source: recipes/conventions.py).
 
 # MaxText to_huggingface, save_model_files in maxtext/checkpoint_conversion/utils/utils.py (0.2.3 and
 # 0.2.4 alike): tokenizer.save_pretrained, then config.json, then the weights: either one
@@ -93,11 +82,62 @@ def _orbax_checkpoint(item_dir: str) -> tuple[Requirement, ...]:
     return Requirement(item_dir), Requirement(step_dir, ORBAX_COMMIT_MARKER, "orbax completion marker")
 
 
-def step_outputs(paths: ArtifactPaths, step: str) -> tuple[Requirement, ...]:
+@dataclass(frozen=True)
+class TrainedCheckpoint(Requirement):
+    """What training leaves: its newest finished checkpoint, and proof that training finished there.
+
+    The computed step count is an upper bound, not the step train_rl reaches. train_rl filters out prompts
+    longer than max_prefill_predict_length *before* it slices the first num_batches x batch_size x
+    train_fraction items, then batches them (MaxText 0.2.4 trainers/post_train/rl/train_rl.py L360-378,
+    drop_remainder=True; 0.2.3 L324-342, a smaller last batch). grain's filter keeps the dataset's length
+    and yields None for a dropped item, which iteration skips (google/grain 0.2.18, the lowest 0.2.4
+    allows, 0.2.3 >=0.2.17: grain/_src/python/dataset/transformations/filter.py `__len__` and
+    `_filter_element`; dataset.py MapDataset.filter: "Iterating over a filtered dataset skips None elements"), so one long prompt among
+    the first 400 leaves 49 batches of 8. tunix's RL loop ends on StopIteration and its trainer's close()
+    saves the step it reached (google/tunix @c4ec573d, MaxText 0.2.4's pin: tunix/rl/rl_learner.py L646-653,
+    tunix/sft/peft_trainer.py `_save_last_checkpoint` L1047-1056 and `close` L1072-1079; @683256db, 0.2.3's:
+    rl_learner.py L624-631, peft_trainer.py L757-789).
+
+    So the output is the newest actor step with orbax's commit marker (latest_checkpoint_step), with its
+    model_params; and training finished when that step is the computed last step, or when `finished` (the
+    step's JobSet succeeded) or the run's train progress marker (written once train_rl exited 0: by the VM
+    startup script, or by `run` when the train JobSet succeeded) says so. A preempted training's
+    intermediate checkpoint is therefore never taken for the trained model."""
+
+    paths: ArtifactPaths | None = None
+    finished: bool = False
+
+    def missing(self, storage) -> list[Requirement]:
+        paths = self.paths
+        assert paths is not None
+        step = latest_checkpoint_step(storage, paths)
+        if step is None:
+            return [Requirement(paths.actor_checkpoints, f"<step>/{ORBAX_COMMIT_MARKER}",
+                                "no checkpoint step with orbax's commit marker yet")]
+        if step == 0:
+            # tunix's close() saves step 0 when no batch came at all (`last_saved_step is None`): the model
+            # as converted, not a trained one.
+            return [Requirement(paths.actor_checkpoints, f"<step>/{ORBAX_COMMIT_MARKER}",
+                                "only step 0, the untrained model: no batch reached training (are all prompts "
+                                "longer than max_prefill_predict_length?)")]
+        params = Requirement(paths.params_at(step))
+        missing = params.missing(storage)
+        upper = paths.recipe.last_step
+        if not missing and step < upper and not self.finished and not exists(storage, paths.progress_marker("train")):
+            marker_dir, _, marker = paths.progress_marker("train").rpartition("/")
+            missing = [Requirement(f"{marker_dir}/", marker, f"training has checkpoints up to step {step} of at "
+                                   f"most {upper} and has not finished: it runs, or was interrupted")]
+        return missing
+
+
+def step_outputs(paths: ArtifactPaths, step: str, finished: bool = False) -> tuple[Requirement, ...]:
+    """What `step` must leave; `finished`: the step's JobSet succeeded (train then counts from its newest
+    finished checkpoint, whatever its number)."""
     if step == "convert":
         return _orbax_checkpoint(paths.converted_items)
     if step == "train":
-        return _orbax_checkpoint(paths.final_params)
+        return (TrainedCheckpoint(paths.actor_checkpoints, what="the newest finished training checkpoint",
+                                  paths=paths, finished=finished),)
     if step == "export":
         return (Requirement(paths.hf_export, HF_CONFIG),
                 *(Requirement(paths.hf_export, name) for name in HF_TOKENIZER_FILES),
@@ -105,12 +145,12 @@ def step_outputs(paths: ArtifactPaths, step: str) -> tuple[Requirement, ...]:
     raise ValueError(step)
 
 
-def missing_outputs(storage, paths: ArtifactPaths, step: str) -> list[Requirement]:
+def missing_outputs(storage, paths: ArtifactPaths, step: str, finished: bool = False) -> list[Requirement]:
     """What the bucket lacks of the output of `step`, one entry per missing piece (empty: verified)."""
     try:
-        return [piece for req in step_outputs(paths, step) for piece in req.missing(storage)]
+        return [piece for req in step_outputs(paths, step, finished) for piece in req.missing(storage)]
     except gexc.NotFound:  # no bucket: nothing is there
-        return list(step_outputs(paths, step))
+        return list(step_outputs(paths, step, finished))
     except gexc.GoogleAPIError as error:
         raise ApiError(f"checking {step} output in gs://{paths.bucket} failed: {error}") from None
 

@@ -63,12 +63,13 @@ class Session:
             self._cluster = cluster
         return self._cluster
 
-    def missing(self, step: Step) -> list[gcs.Requirement]:
-        return gcs.missing_outputs(self.clients.storage(), self.paths, step)
+    def missing(self, step: Step, finished: bool = False) -> list[gcs.Requirement]:
+        """What the bucket lacks of the step's output; `finished`: the step's JobSet succeeded."""
+        return gcs.missing_outputs(self.clients.storage(), self.paths, step, finished)
 
-    def output_state(self, step: Step) -> str:
-        """The `status` table's output column."""
-        missing = self.missing(step)
+    def output_state(self, step: Step, finished: bool = False) -> str:
+        """The `status` table's output column; `finished`: the step's JobSet succeeded."""
+        missing = self.missing(step, finished)
         return f"missing: {describe_missing(missing)}" if missing else "verified"
 
     def report_done(self, steps: tuple[Step, ...]) -> None:
@@ -140,13 +141,48 @@ def describe_missing(missing: Iterable[gcs.Requirement]) -> str:
 
 
 def verify_output(session: Session, step: Step, steps: tuple[Step, ...]) -> None:
-    missing = session.missing(step)
+    """Check the output of a step that reported success; for train, say so when it stopped below the
+    computed step (and go on: export converts the step it reached)."""
+    missing = session.missing(step, finished=True)
     if missing:
         following = steps[steps.index(step) + 1:]
         stopped = f"; {following[0]} was not started" if following else ""
         raise OutputMissing(f"{step} reported success but its output is missing: {describe_missing(missing)}"
                             f"{stopped}. Check {session.logs_hint(step)}")
     session.console.print(f"[green]✓[/] {step}: output verified")
+    if step == "train":
+        reached = gcs.latest_checkpoint_step(session.clients.storage(), session.paths)
+        if reached is not None and reached < session.recipe.last_step:
+            session.console.print(short_training_line(reached, session.recipe.last_step))
+
+
+# Why train_rl stops below num_batches x num_iterations x train_fraction x num_epoch (the evidence is in
+# scripts/cloud/gcs.py, TrainedCheckpoint).
+SHORT_TRAINING_CAUSE = ("likely prompts longer than max_prefill_predict_length, which train_rl drops before "
+                        "it takes num_batches x batch_size of them, and an incomplete last batch")
+
+
+def short_training_line(reached: int, computed: int) -> str:
+    """One line: training stopped `computed - reached` steps below the computed step, why, and what export
+    converts instead."""
+    fewer = computed - reached
+    return (f"[yellow]![/] train: stopped at step {reached}, {fewer} step{'s' if fewer != 1 else ''} below the "
+            f"computed {computed} ({SHORT_TRAINING_CAUSE}); export converts step {reached}")
+
+
+def export_checkpoint(session: Session) -> tuple[int | None, str]:
+    """The checkpoint step export converts, and why (for run.json): the newest finished training step, once
+    training finished; None while it has not."""
+    if session.missing("train"):
+        return None, "training has not finished"
+    reached = gcs.latest_checkpoint_step(session.clients.storage(), session.paths)
+    computed = session.recipe.last_step
+    why = f"the newest checkpoint under {session.paths.actor_checkpoints} with orbax's commit marker"
+    if reached is not None and reached < computed:
+        why += f"; training stopped {computed - reached} below the computed {computed} ({SHORT_TRAINING_CAUSE})"
+    else:
+        why += ": the computed last step"
+    return reached, why
 
 
 @dataclass(frozen=True)

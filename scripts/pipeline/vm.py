@@ -15,7 +15,7 @@ from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
-from scripts.pipeline.session import Session, StatusReport, StepStatus, verify_output
+from scripts.pipeline.session import Session, StatusReport, StepStatus, export_checkpoint, verify_output
 
 STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING"}
 
@@ -203,7 +203,9 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                     break
                 pending.remove(step)
                 verify_output(session, step, steps)
-                record.step(step, "succeeded")
+                # The startup script exported the newest finished step, by the rule `run` reads it with.
+                fields = {"checkpoint": dict(zip(("step", "why"), export_checkpoint(session)))} if step == "export" else {}
+                record.step(step, "succeeded", **fields)
             if not pending:
                 break
             status = _instance(session).status

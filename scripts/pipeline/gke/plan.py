@@ -53,7 +53,7 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...]
         existing = session.cluster.get_jobset(jobs[step].name)
         job = jobs[step] = like_existing(jobs[step], existing)  # one `run` pinned to a later capacity mode
         state = jobset_state(existing)
-        missing = session.missing(step)
+        missing = session.missing(step, finished=state.phase == "succeeded")
         # A JobSet under this name that would be used (reattached, or replaced because its output is
         # missing) but was submitted with another spec is never reused silently.
         change = spec_change(job, existing) if missing or state.phase in ("running", "suspended") else None
@@ -96,14 +96,18 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...]
         will_run.add(step)
     return actions
 
-def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Action], replace: bool) -> None:
-    """The plan, each step with its reason, and the JobSets run would submit, as one YAML stream."""
+def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Action], replace: bool,
+                 note: str = "") -> None:
+    """The plan, each step with its reason, a note on it, and the JobSets run would submit, as one YAML
+    stream."""
     console = session.console
     console.print(f"dry run of run {session.paths.run_name}: nothing is submitted, and no Secret or run.json is "
                   "written")
     for action in actions:
         asks = " (run asks first; --replace does not)" if action.kind == "replace" and not replace else ""
         console.print(f"  {action.step}: {action.kind}{asks}: {escape(action.why)}")
+    if note:
+        console.print(note)
     submitted = [jobs[action.step] for action in actions if action.kind in ("submit", "replace")]
     if not submitted:
         console.print("it would submit no JobSet")

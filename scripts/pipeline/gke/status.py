@@ -39,7 +39,7 @@ def status_gke(session: Session) -> StatusReport:
                 if state.phase != "absent" else [])
         counts = pod_counts(pods) if state.phase in ("running", "suspended") else None
         rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
-                               session.output_state(step), capacity_of(pods) or ""))
+                               session.output_state(step, state.phase == "succeeded"), capacity_of(pods) or ""))
     run = session.paths.run_name
     return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows,
                         "; ".join(notes))

@@ -51,10 +51,11 @@ class StepJob:
     def kubectl_logs(self) -> str:
         return f"kubectl logs -l {self.selector} -c {MAIN_CONTAINER}"
 
-def step_jobs(recipe: Recipe, settings: Settings) -> dict[str, StepJob]:
+def step_jobs(recipe: Recipe, settings: Settings, export_step: int | None = None) -> dict[str, StepJob]:
+    """Each step's JobSet; export converts checkpoint `export_step` (None: the computed last step)."""
     from jobs import render_manifests
 
-    manifests = render_manifests(recipe, settings)
+    manifests = render_manifests(recipe, settings, export_step)
     jobs = {}
     for step in STEPS:
         manifest = manifests[step]

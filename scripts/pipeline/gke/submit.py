@@ -8,20 +8,24 @@ from rich.markup import escape
 from jobs.k8s import JOBSET_NAME_LABEL
 from recipes import Step
 from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
-from scripts.cloud import hf_token
+from scripts.cloud import gcs, hf_token
 from scripts.cloud.kube_objects import capacity_of
 from scripts.outcome import ApiError, Interrupted
 from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run
 from scripts.pipeline.gke.steps import StepJob, step_jobs
 from scripts.pipeline.gke.capacity import wait_with_capacity
 from scripts.pipeline.record import RunRecord
-from scripts.pipeline.session import Session, verify_output
+from scripts.pipeline.session import Session, export_checkpoint, verify_output
 
 
 def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,
             dry_run: bool = False) -> None:
     console = session.console
-    jobs = step_jobs(session.recipe, session.settings)
+    try:
+        export_step, _ = export_checkpoint(session)
+    except ApiError as error:
+        raise ApiError(f"{error}; nothing was submitted") from None
+    jobs = step_jobs(session.recipe, session.settings, export_step)
     if dry_run and session.confirm is not None:
         session.confirm = lambda question: True  # the plan as if the question were answered yes; it says so
     try:
@@ -30,7 +34,10 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
     except ApiError as error:
         raise ApiError(f"{error}; nothing was submitted") from None
     if dry_run:
-        show_dry_run(session, jobs, actions, replace)
+        exported = next((action for action in actions if action.step == "export" and action.kind != "skip"), None)
+        note = (f"(export is shown at the computed step {session.recipe.last_step}, an upper bound: run renders it "
+                "with the newest finished step once training ended)") if exported and export_step is None else ""
+        show_dry_run(session, jobs, actions, replace, note)
         return
     if any(action.kind in ("submit", "replace") for action in actions):
         token = hf_token.read_token(session.clients.secrets(), session.settings)
@@ -56,7 +63,16 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
         job = jobs[action.step]
         if action.kind == "skip":
             console.print(f"[green]✓[/] {action.step}: {action.why}, skipping")
+            if action.step == "train":
+                mark_train_finished(session)  # the plan may have verified it by its succeeded JobSet
             continue
+        fields = {}
+        if action.step == "export":
+            # Training has finished by now: export converts the step it reached, read from the bucket.
+            step, why = export_checkpoint(session)
+            if action.kind != "attach":
+                job = jobs["export"] = step_jobs(session.recipe, session.settings, step)["export"]
+            fields["checkpoint"] = {"step": step, "why": why}
         if action.kind == "replace":
             console.print(f"{action.step}: deleting {escape(action.why)} (--replace)")
             session.cluster.delete_jobset(job.name)
@@ -65,7 +81,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
             console.print(f"{action.step}: submitted JobSet {job.name}")
         else:
             console.print(f"{action.step}: {action.why}; reattaching to it (not submitting a duplicate)")
-        record.step(action.step, "running")
+        record.step(action.step, "running", **fields)
         reattach = session.command("run", "--steps", ",".join(steps[steps.index(action.step):]))
         try:
             wait_with_capacity(session, job, follow_logs, record, reattach)
@@ -76,8 +92,17 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
         except ApiError as error:
             raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
                            f"{job.name} keeps running: rerun {reattach} to reattach") from None
+        if action.step == "train":
+            mark_train_finished(session)  # train_rl exited 0: it finished, whatever step it reached
         verify_output(session, action.step, steps)
         record.step(action.step, "succeeded", capacity=_capacity(session, job))
+
+def mark_train_finished(session: Session) -> None:
+    """Write the run's train progress marker (as the VM startup script does after train_rl exited 0), so a
+    later `run` takes a checkpoint below the computed step for the trained model, not for an interruption."""
+    storage, marker = session.clients.storage(), session.paths.progress_marker("train")
+    if not gcs.exists(storage, marker):
+        gcs.write_text(storage, marker, session.now().isoformat(timespec="seconds") + "\n")
 
 def _capacity(session: Session, job: StepJob) -> str | None:
     """The capacity mode the step's pods ran on, for the run record; None when unknown."""
