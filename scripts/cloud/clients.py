@@ -5,6 +5,7 @@ local emulator) point each API at another endpoint through environment variables
 client talks REST with anonymous credentials, so no Google credential is ever needed or sent there.
 
     TPU_RL_COMPUTE_ENDPOINT, TPU_RL_TPU_ENDPOINT, TPU_RL_SECRETMANAGER_ENDPOINT  e.g. http://127.0.0.1:8123
+    TPU_RL_LOGGING_ENDPOINT                                                    (Cloud Logging, REST)
     STORAGE_EMULATOR_HOST                                                      (google-cloud-storage's own)
     KUBECONFIG                                                                 (kubectl's own)
 """
@@ -20,6 +21,7 @@ from recipes import Settings, UserError
 COMPUTE_ENDPOINT_ENV = "TPU_RL_COMPUTE_ENDPOINT"
 TPU_ENDPOINT_ENV = "TPU_RL_TPU_ENDPOINT"
 SECRETMANAGER_ENDPOINT_ENV = "TPU_RL_SECRETMANAGER_ENDPOINT"
+LOGGING_ENDPOINT_ENV = "TPU_RL_LOGGING_ENDPOINT"
 STORAGE_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 
 
@@ -31,6 +33,7 @@ class Endpoints:
     tpu: str | None = None
     secretmanager: str | None = None
     storage: str | None = None
+    logging: str | None = None
     kubeconfig: str | None = None
 
     @classmethod
@@ -41,6 +44,7 @@ class Endpoints:
             tpu=env.get(TPU_ENDPOINT_ENV) or None,
             secretmanager=env.get(SECRETMANAGER_ENDPOINT_ENV) or None,
             storage=env.get(STORAGE_EMULATOR_ENV) or None,
+            logging=env.get(LOGGING_ENDPOINT_ENV) or None,
             kubeconfig=env.get("KUBECONFIG") or None,
         )
 
@@ -122,6 +126,12 @@ class Clients:
             return storage.Client(project=self.settings.project)
 
         return self._get("storage", build)
+
+    def logging(self):
+        """Cloud Logging's entries.list (scripts/cloud/cloud_logging.py)."""
+        from scripts.cloud.cloud_logging import reader
+
+        return self._get("logging", lambda: reader(self.settings.project, self.endpoints.logging))
 
     def kube(self):
         """A kubernetes ApiClient for this settings' cluster (see scripts.cloud.kube.api_client_for)."""

@@ -41,7 +41,8 @@ TOKEN = "hf_" + "SENTINEL" + uuid.uuid4().hex
 # Every API the CLI could reach points at a closed local port unless a test sets up a peer, so nothing
 # can reach Google, and an attempt shows up as a connection error instead of a cloud call.
 DEAD_ENDPOINT = "http://127.0.0.1:9"
-ENDPOINT_VARIABLES = ("TPU_RL_COMPUTE_ENDPOINT", "TPU_RL_TPU_ENDPOINT", "TPU_RL_SECRETMANAGER_ENDPOINT")
+ENDPOINT_VARIABLES = ("TPU_RL_COMPUTE_ENDPOINT", "TPU_RL_TPU_ENDPOINT", "TPU_RL_SECRETMANAGER_ENDPOINT",
+                      "TPU_RL_LOGGING_ENDPOINT")
 
 
 def kube_context(settings: dict[str, str]) -> str:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from jobs.k8s import JOBSET_NAME_LABEL
+from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
 from recipes import Step
 from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from scripts.cloud import hf_token
 from scripts.cloud.kube_objects import capacity_of
-from scripts.outcome import ApiError, Interrupted
+from scripts.outcome import ApiError, Interrupted, StepFailed
 from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run
-from scripts.pipeline.gke.steps import StepJob, step_jobs
+from scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging, report_accuracy
+from scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
 from scripts.pipeline.gke.wait import wait_for_jobset
 from scripts.pipeline.record import RunRecord
 from scripts.pipeline.session import Session, verify_output
@@ -47,6 +48,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
         record.finish(error)
         raise
     record.finish(None)
+    report_accuracy(session, record)
     session.report_done(steps)
 
 def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Action], steps: tuple[Step, ...],
@@ -56,6 +58,8 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
         job = jobs[action.step]
         if action.kind == "skip":
             console.print(f"[green]✓[/] {action.step}: {action.why}, skipping")
+            if action.step == "train":
+                _fill_skipped_train(session, record)
             continue
         if action.kind == "replace":
             console.print(f"{action.step}: deleting {escape(action.why)} (--replace)")
@@ -67,8 +71,13 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
             console.print(f"{action.step}: {action.why}; reattaching to it (not submitting a duplicate)")
         record.step(action.step, "running")
         reattach = session.command("run", "--steps", ",".join(steps[steps.index(action.step):]))
+        watch = EvaluationWatch(session, record) if action.step == "train" else None
         try:
-            wait_for_jobset(session, job, follow_logs)
+            wait_for_jobset(session, job, follow_logs, on_head_log=watch.see if watch else None)
+        except StepFailed:
+            if watch:
+                fill_after_train(session, watch, _head_log(session, job))
+            raise
         except KeyboardInterrupt:
             raise Interrupted(
                 f"interrupted: JobSet {job.name} keeps running on the cluster. Reattach with {reattach}; logs: "
@@ -76,8 +85,29 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
         except ApiError as error:
             raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
                            f"{job.name} keeps running: rerun {reattach} to reattach") from None
+        if watch:
+            fill_after_train(session, watch, _head_log(session, job))
         verify_output(session, action.step, steps)
         record.step(action.step, "succeeded", capacity=_capacity(session, job))
+
+
+def _fill_skipped_train(session: Session, record: RunRecord) -> None:
+    """A train step done without `run` attached to its end (or its record written before evaluations were
+    kept) gets its evaluations from Cloud Logging, once."""
+    from recipes.evaluation import evaluates
+
+    watch = EvaluationWatch(session, record)
+    if evaluates(session.recipe) and not watch.has_after():
+        fill_from_cloud_logging(session, watch)
+
+
+def _head_log(session: Session, job: StepJob) -> str | None:
+    """The whole log of the step's main container, or None when its pod is gone or cannot be read."""
+    try:
+        pod = main_pod(session.cluster.list_pods(job.selector))
+        return session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER) if pod else None
+    except ApiError:
+        return None
 
 def _capacity(session: Session, job: StepJob) -> str | None:
     """The capacity mode the step's pods ran on, for the run record; None when unknown."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
+from typing import Callable
 
 from rich.markup import escape
 
@@ -64,7 +65,10 @@ class LogFollower(threading.Thread):
                 for line in self.session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER, tail).splitlines():
                     self._print(line)
 
-def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSetState:
+def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
+                    on_head_log: Callable[[str], object] | None = None) -> JobSetState:
+    """Wait until the JobSet succeeds (its state) or fails (StepFailed); `on_head_log` gets the head's
+    last log lines at each poll while train runs (the evaluations are read from them)."""
     console, cluster = session.console, session.cluster
     follower = LogFollower(session, job) if follow_logs else None
     if follower:
@@ -113,6 +117,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool) -> JobSet
                     head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
                     log = cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""
                     summary += progress_suffix(progress.update(state.restarts, log), total_steps, reward.latest())
+                    if on_head_log:
+                        on_head_log(log)
                 if state.restarts:
                     summary += f", {state.restarts} restart(s)"
                 elapsed = elapsed_since(state.created, session.now)
