@@ -205,12 +205,12 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report), soft_wrap=False)
 
 
-RUN_COLUMNS = ("run", "status", *STEPS, "step", "reward", "started", "took")
+RUN_COLUMNS = ("run", "status", *STEPS, "step", "accuracy", "reward", "started", "took", "differs")
 
 
 def _run_cells(run) -> tuple[str, ...]:
-    return (run.run, run.status, *(run.steps.get(step, "-") for step in STEPS), run.step_text, run.reward_text,
-            run.started_text, run.duration_text)
+    return (run.run, run.status, *(run.steps.get(step, "-") for step in STEPS), run.step_text, run.accuracy_text,
+            run.reward_text, run.started_text, run.duration_text, run.differs_text)
 
 
 def _runs_stacked(runs) -> list[str]:
@@ -221,8 +221,12 @@ def _runs_stacked(runs) -> list[str]:
     for run in runs:
         steps = ", ".join(f"{step} {run.steps.get(step, '-')}" for step in STEPS)
         lines += [f"[bold]{escape(run.run)}[/]  {escape(run.status)}, step {run.step_text}, reward {run.reward_text}",
+                  *([f"  accuracy {escape(run.accuracy_text)} (held-out, before → after training)"]
+                    if run.accuracy_text != "-" else []),
                   f"  steps    {escape(steps)}",
                   f"  started  {escape(run.started_text)}, took {run.duration_text}"]
+        if run.differs:
+            lines.append(f"  differs  {escape(run.differs_text)}")
     return lines
 
 
@@ -230,7 +234,8 @@ def _runs_stacked(runs) -> list[str]:
 @handled
 def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                  as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """The recipe's runs in the bucket: each step's status, the last step and mean reward, start and duration."""
+    """The recipe's runs in the bucket: each step's status, last step, held-out accuracy before and after,
+    mean reward, start, duration and what differs from the recipe."""
     import dataclasses
 
     from rich.markup import escape

@@ -29,6 +29,26 @@ def source_label(location: str) -> str:
     return parts[-1] if parts else location
 
 
+def with_record(run: Run, recipe: Recipe, settings: Settings, storage) -> Run:
+    """The run with the held-out evaluations and the changes from the recipe its run.json holds (none
+    when it has no record or the record cannot be read: the scalars are shown all the same)."""
+    from dataclasses import replace
+
+    from jobs.paths import ArtifactPaths
+    from scripts.cloud import gcs
+    from scripts.outcome import ApiError
+    from scripts.pipeline.runs import record_differences
+
+    try:
+        record = gcs.read_json(storage, ArtifactPaths(recipe.model_copy(update={"run": run.name}), settings).run_record)
+    except ApiError:
+        record = None
+    if not record:
+        return run
+    return replace(run, evaluations=tuple(record.get("evaluations") or ()),
+                   differs=record_differences(recipe, record))
+
+
 def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
@@ -52,7 +72,7 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
         found = read_run(run, run_directory(recipe, settings, run), storage)
         if found is None:
             raise missing_run(run, recipe, settings, storage)
-        loaded.append(found)
+        loaded.append(with_record(found, recipe, settings, storage))
     for source in sources:
         if not source.startswith("gs://") and not Path(source).is_dir():
             raise UserError(f"--from {source}: no such directory: pass a local directory or a gs:// URL "
