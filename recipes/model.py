@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -411,6 +411,8 @@ class Recipe(BaseModel):
     # from what changes the trained weights; and the `--set` items already merged into rl.overrides.
     run: str | None = None
     sets: tuple[str, ...] = ()
+    # --rewards and --data-processor files (recipes/user_files.py UserFile), mounted in the train head.
+    user_files: tuple[Any, ...] = ()
 
     @property
     def is_gke(self) -> bool:

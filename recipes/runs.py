@@ -57,11 +57,14 @@ def _named(recipe: Recipe, data: object) -> str:
 
 def run_identity(recipe: Recipe) -> dict:
     """Everything that changes the trained weights: the model, the MaxText release and what runs it, the
-    source patches, the TPU shape, num_batches and every train override (the recipe's and --set, merged).
+    source patches, the TPU shape, num_batches, every train override (the recipe's and --set, merged) and
+    the content of the --rewards and --data-processor files (so a changed reward is a new run).
     Not in it: capacity, durations, checkpoint_period and the settings, which change where and how often,
     not what is trained."""
     shape = recipe.shape
+    files = {"user_files": [file.identity() for file in recipe.user_files]} if recipe.user_files else {}
     return {
+        **files,
         "model": recipe.model.model_dump(mode="json"),
         "maxtext_version": recipe.maxtext_version,
         "image": recipe.maxtext.image,

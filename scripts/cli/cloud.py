@@ -93,12 +93,37 @@ def secret_set() -> None:
     typer.echo(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
 
 
-def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str]):
-    """The Session of one run: the recipe as the settings, --set and --run make it."""
+def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
+                rewards: Optional[str] = None, data_processor: Optional[str] = None):
+    """The Session of one run: the recipe as the settings, --set, --run, --rewards and --data-processor make
+    it; a reward file is checked (scripts/rewards/check.py) before anything reaches the cloud."""
     from recipes.runs import for_run
 
     recipe, settings = cloud_recipe(recipe_name)
-    return make_session(for_run(recipe, sets or (), run_name), settings)
+    recipe = for_run(recipe, sets or (), run_name)
+    if rewards or data_processor:
+        recipe = _with_user_files(recipe, rewards, data_processor)
+    return make_session(recipe, settings)
+
+
+def _with_user_files(recipe, rewards: Optional[str], data_processor: Optional[str]):
+    from pathlib import Path
+
+    from recipes.user_files import read_user_file, with_user_files
+    from scripts.rewards.check import check_rewards, parse_rewards
+
+    files = []
+    if rewards:
+        option = parse_rewards(rewards)
+        files.append(read_user_file(recipe, "rewards", option.path, option.functions))
+        check_rewards(option)
+    if data_processor:
+        path = Path(data_processor)
+        if path.suffix != ".py" or not path.is_file():
+            raise UserError(f"--data-processor {data_processor}: no such Python file: pass the file that defines "
+                            "process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x)")
+        files.append(read_user_file(recipe, "data-processor", path))
+    return with_user_files(recipe, tuple(files))
 
 
 @app.command()
@@ -111,13 +136,17 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
         run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the JobSets it would submit; "
-                                     "submit and write nothing.")) -> None:
+                                     "submit and write nothing."),
+        rewards: Optional[str] = typer.Option(None, "--rewards", metavar="FILE.py:FN,...",
+                                              help="Your reward functions instead of MaxText's (0.2.4+)."),
+        data_processor: Optional[str] = typer.Option(None, "--data-processor", metavar="FILE.py",
+                                                     help="Your process_data for the dataset.")) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from scripts.pipeline.gke.submit import run_gke
     from scripts.pipeline.session import parse_steps
 
     wanted = parse_steps(steps)
-    session = run_session(recipe_name, sets, run_name)
+    session = run_session(recipe_name, sets, run_name, rewards, data_processor)
     recipe = session.recipe
     if not recipe.is_gke and (sets or run_name is not None):
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "
@@ -129,6 +158,21 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         from scripts.pipeline.vm import run_vm
 
         run_vm(session, wanted, follow_logs=follow_logs, dry_run=dry_run)
+
+
+@app.command("check-rewards")
+@handled
+def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN,...")) -> None:
+    """Import a reward file in a clean subprocess and call each function on sample gsm8k completions, as
+    MaxText's trainer will; refuses a missing function, a raise, or the wrong number or type of values."""
+    from scripts.rewards.check import SAMPLES, check_rewards, parse_rewards
+
+    option = parse_rewards(rewards, "check-rewards")
+    scores = check_rewards(option)
+    for name, values in scores.items():
+        typer.echo(f"{name}: {', '.join(f'{value:g}' for value in values)}")
+    typer.echo(f"ok: {len(scores)} function(s) of {option.path} return one float per completion "
+               f"({len(SAMPLES)} sample completions)")
 
 
 @app.command()

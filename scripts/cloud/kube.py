@@ -166,6 +166,20 @@ class Cluster:
             call(self.policy, f"updating Secret {name}", lambda: self.core.replace_namespaced_secret(
                 name, self.namespace, body, _request_timeout=self._timeout, _preload_content=False))
 
+    def ensure_configmap(self, name: str, data: dict[str, str], labels: dict[str, str]) -> None:
+        """Create or replace a ConfigMap (the run's --rewards/--data-processor files)."""
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": self.namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "tpu-rl", **labels}}, "data": data}
+        try:
+            call(self.policy, f"creating ConfigMap {name}", lambda: self.core.create_namespaced_config_map(
+                self.namespace, body, _request_timeout=self._timeout, _preload_content=False))
+        except ApiException as error:
+            if error.status != 409:
+                raise ApiError(f"creating ConfigMap {name} failed with {describe(error)}") from None
+            call(self.policy, f"updating ConfigMap {name}", lambda: self.core.replace_namespaced_config_map(
+                name, self.namespace, body, _request_timeout=self._timeout, _preload_content=False))
+
     # -- JobSets ---------------------------------------------------------------------------------
     def get_jobset(self, name: str) -> dict | None:
         try:

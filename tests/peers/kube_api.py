@@ -21,6 +21,7 @@ GROUP_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
 _JOBSETS = re.compile(rf"^{GROUP_PATH}/namespaces/(?P<ns>[^/]+)/jobsets(?:/(?P<name>[^/]+))?$")
 _PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
 _SECRETS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets(?:/(?P<name>[^/]+))?$")
+_CONFIGMAPS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps(?:/(?P<name>[^/]+))?$")
 
 
 def _now() -> str:
@@ -71,6 +72,7 @@ class KubeApi(PeerServer):
     jobsets: dict = field(default_factory=dict)
     pods: dict = field(default_factory=dict)
     secrets: dict = field(default_factory=dict)
+    configmaps: dict = field(default_factory=dict)
     plans: dict = field(default_factory=dict)
     crd_installed: bool = True
     created: list = field(default_factory=list)  # names, in creation order (duplicates show up here)
@@ -273,6 +275,8 @@ class KubeApi(PeerServer):
             return self._pods(method, match["name"], bool(match["log"]), query)
         if match := _SECRETS.match(path):
             return self._secrets(method, match["name"], body)
+        if match := _CONFIGMAPS.match(path):
+            return self._configmaps(method, match["name"], body)
         return status(404, "NotFound", f"no route {method} {path}")
 
     def _jobsets(self, method: str, name: str | None, body: bytes, query: dict) -> Reply:
@@ -329,6 +333,18 @@ class KubeApi(PeerServer):
         if query.get("timestamps") == "true":
             return Reply(200, "".join(f"{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z {line}" for stamp, line in lines))
         return Reply(200, "".join(line for _, line in lines))
+
+    def _configmaps(self, method: str, name: str | None, body: bytes) -> Reply:
+        if method == "POST":
+            obj = json.loads(body)
+            if obj["metadata"]["name"] in self.configmaps:
+                return status(409, "AlreadyExists", f'configmaps "{obj["metadata"]["name"]}" already exists')
+            self.configmaps[obj["metadata"]["name"]] = obj
+            return Reply(201, obj)
+        if method == "PUT" and name in self.configmaps:
+            self.configmaps[name] = json.loads(body)
+            return Reply(200, self.configmaps[name])
+        return status(404, "NotFound", f'configmaps "{name}" not found')
 
     def _secrets(self, method: str, name: str | None, body: bytes) -> Reply:
         if method == "POST":

@@ -65,6 +65,8 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
             console.print(f"{action.step}: deleting {escape(action.why)} (--replace)")
             session.cluster.delete_jobset(job.name)
         if action.kind in ("submit", "replace"):
+            if action.step == "train" and session.recipe.user_files:
+                _put_user_files(session)
             session.cluster.create_jobset(job.manifest)
             console.print(f"{action.step}: submitted JobSet {job.name}")
         else:
@@ -89,6 +91,16 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
             fill_after_train(session, watch, _head_log(session, job))
         verify_output(session, action.step, steps)
         record.step(action.step, "succeeded", capacity=_capacity(session, job))
+
+
+def _put_user_files(session: Session) -> None:
+    """The run's --rewards/--data-processor files as the ConfigMap its train head mounts (recipes/user_files.py)."""
+    from recipes.user_files import configmap_name
+
+    name = configmap_name(session.paths.run_name)
+    session.cluster.ensure_configmap(name, {file.name: file.content for file in session.recipe.user_files},
+                                     {"tpu-rl/run": session.paths.run_name})
+    session.console.print(f"train: ConfigMap {name} holds {', '.join(f.name for f in session.recipe.user_files)}")
 
 
 def _fill_skipped_train(session: Session, record: RunRecord) -> None:

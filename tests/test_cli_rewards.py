@@ -1,0 +1,115 @@
+"""Your own reward functions: `tpu-rl check-rewards` calls them in a clean subprocess as MaxText's
+make_reward_fn will (scripts/rewards/check.py has the source), and `run --rewards` brings the file into the
+train head through a ConfigMap, into the run's identity and its record (fake Kubernetes API, GCS emulator)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from jobs.paths import ArtifactPaths
+from peers.fixtures import jobset_of, peer_settings, put_step_output
+from recipes import UserError, get_recipe
+from scripts.cli import app
+from scripts.cloud import gcs as gcs_io
+
+RECIPE = "qwen3-v6e32"
+runner = CliRunner()
+REWARDS = '''
+import json, re
+
+def short_answer(prompts, completions, tmvp_config, **kwargs):
+    """Pays for short completions."""
+    return [1.0 if len(c) < 80 else 0.0 for c in completions]
+
+def correct(prompts, completions, tmvp_config, answer, **kwargs):
+    found = [re.search(tmvp_config.solution_start_token + "(.*?)" + tmvp_config.solution_end_token, c)
+             for c in completions]
+    return [2.0 if m and m.group(1).strip() in json.loads(a) else 0.0 for m, a in zip(found, answer)]
+
+def one_value(prompts, completions, tmvp_config, **kwargs):
+    return [1.0]
+
+def text_values(prompts, completions, tmvp_config, **kwargs):
+    return ["1"] * len(completions)
+
+def raises(prompts, completions, tmvp_config, **kwargs):
+    return [kwargs["reference"] for _ in completions]
+'''
+
+
+@pytest.fixture
+def rewards_file(tmp_path) -> Path:
+    path = tmp_path / "my_rewards.py"
+    path.write_text(REWARDS)
+    return path
+
+
+def test_check_rewards_calls_each_function_on_sample_completions(rewards_file):
+    result = runner.invoke(app, ["check-rewards", f"{rewards_file}:short_answer,correct"])
+    assert result.exit_code == 0, result.output
+    # The samples: two right answers with reasoning, one wrong (95), one without the tags.
+    assert result.output.splitlines()[:2] == ["short_answer: 0, 0, 1, 1", "correct: 2, 2, 0, 0"]
+
+
+@pytest.mark.parametrize("functions, line", [
+    ("nope", "it defines no function 'nope'"),
+    ("raises", "raises raised KeyError: 'reference'"),
+    ("one_value", "one_value returned 1 values for 4 completions: return a list of 4 floats, one per completion"),
+    ("text_values", "text_values returned '1' (str) among its scores: each must be a finite float"),
+])
+def test_check_rewards_refuses_in_one_line(rewards_file, functions, line):
+    result = runner.invoke(app, ["check-rewards", f"{rewards_file}:{functions}"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"error: --rewards {rewards_file}:{functions}: {line}"]
+
+
+def test_rewards_need_a_gke_recipe_on_maxtext_0_2_4(rewards_file):
+    from recipes.user_files import read_user_file
+
+    old = get_recipe(RECIPE).model_copy(update={"maxtext_version": "0.2.3"})
+    with pytest.raises(UserError, match=r"--rewards needs MaxText 0.2.4 or later \(reward_functions_path\)"):
+        read_user_file(old, "rewards", rewards_file, ("correct",))
+    with pytest.raises(UserError, match="applies to GKE recipes"):
+        read_user_file(get_recipe("llama31-v6e8"), "rewards", rewards_file, ("correct",))
+
+
+def test_run_with_rewards_mounts_the_file_and_records_it(cloud, rewards_file):
+    from recipes.runs import for_run, run_name
+    from recipes.user_files import read_user_file, with_user_files
+
+    recipe = get_recipe(RECIPE)
+    custom = with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", rewards_file, ("short_answer", "correct")),))
+    name = run_name(custom)
+    assert name != run_name(recipe)  # the file joins the identity
+    changed = with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", rewards_file, ("correct",)),))
+    assert run_name(changed) != name
+    put_step_output(cloud["gcs"], recipe, "convert")
+    train = f"{name}-train"
+    cloud["kube"].plan(train, ticks=2, on_success=lambda: put_step_output(cloud["gcs"], custom, "train"))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train", "--rewards", f"{rewards_file}:short_answer,correct"])
+    assert result.exit_code == 0, result.output
+    configmap = cloud["kube"].configmaps[f"{name}-user-files"]
+    assert configmap["data"] == {"my_rewards.py": REWARDS}
+    head = next(job for job in cloud["kube"].jobsets[train]["spec"]["replicatedJobs"] if job["name"] == "pathways-head")
+    pod = head["template"]["spec"]["template"]["spec"]
+    main = next(c for c in pod["containers"] if c["name"] == "workload-container")
+    assert {"name": "tpu-rl-user-files", "mountPath": "/etc/tpu-rl/user", "readOnly": True} in main["volumeMounts"]
+    assert {"name": "tpu-rl-user-files", "configMap": {"name": f"{name}-user-files"}} in pod["volumes"]
+    script = " ".join(main["command"])
+    assert "reward_functions_path=/etc/tpu-rl/user/my_rewards.py" in script
+    assert "reward_functions=short_answer,correct" in script
+    paths = ArtifactPaths(custom, peer_settings())
+    record = gcs_io.read_json(cloud["gcs"], paths.run_record)
+    copy = record["files"]["rewards"]["copy"]
+    assert copy == paths.run_record.rpartition("/")[0] + "/user-files/my_rewards.py"
+    assert gcs_io.read_text(cloud["gcs"], copy) == REWARDS
+    assert record["identity"]["user_files"][0]["functions"] == ["short_answer", "correct"]
+
+
+def test_run_refuses_a_broken_reward_before_anything_is_submitted(cloud, rewards_file):
+    result = runner.invoke(app, ["run", RECIPE, "--rewards", f"{rewards_file}:one_value"])
+    assert result.exit_code == 2
+    assert not cloud["kube"].created and not cloud["kube"].configmaps
