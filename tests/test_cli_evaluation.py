@@ -170,3 +170,13 @@ def test_the_vm_reads_its_evaluations_from_the_console(settings_env, gcs, google
     assert [(e["phase"], e["step"], e["source"]) for e in record["evaluations"]] == [("pre", 0, "console"),
                                                                                    ("post", 50, "console")]
     assert json.dumps(record)  # still plain JSON
+
+
+def test_the_experiments_page_states_each_recipes_evaluation_cost():
+    from pathlib import Path
+
+    from recipes import all_recipes
+    from recipes.cost import evaluation_table
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "experiments.md").read_text()
+    assert evaluation_table(list(all_recipes().values())) in page
