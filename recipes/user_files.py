@@ -36,6 +36,13 @@ class UserFile:
     name: str  # the file name in the ConfigMap and under USER_FILES_DIR
     content: str
     functions: tuple[str, ...] = ()
+    source: str = ""  # the path as the option gave it (for the hints that repeat the option)
+
+    @property
+    def option(self) -> str:
+        """The option's value again: FILE.py:fn1,fn2 for --rewards, FILE.py for --data-processor."""
+        path = self.source or self.name
+        return f"{path}:{','.join(self.functions)}" if self.functions else path
 
     @property
     def sha256(self) -> str:
@@ -70,7 +77,7 @@ def read_user_file(recipe: Recipe, kind: Kind, path: Path, functions: tuple[str,
         content = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"{option}: cannot read {path} ({type(error).__name__}): pass a UTF-8 Python file") from None
-    return UserFile(kind, path.name, content, functions)
+    return UserFile(kind, path.name, content, functions, str(path))
 
 
 def with_user_files(recipe: Recipe, files: tuple[UserFile, ...]) -> Recipe:

@@ -113,3 +113,44 @@ def test_run_refuses_a_broken_reward_before_anything_is_submitted(cloud, rewards
     result = runner.invoke(app, ["run", RECIPE, "--rewards", f"{rewards_file}:one_value"])
     assert result.exit_code == 2
     assert not cloud["kube"].created and not cloud["kube"].configmaps
+
+
+def test_the_hints_of_a_run_with_rewards_reach_the_same_run(cloud, rewards_file):
+    from recipes.runs import for_run, run_name
+    from recipes.user_files import read_user_file, with_user_files
+
+    recipe = get_recipe(RECIPE)
+    option = f"{rewards_file}:short_answer"
+    custom = with_user_files(for_run(recipe, ("learning_rate=1e-5",)), (read_user_file(recipe, "rewards", rewards_file,
+                                                                                        ("short_answer",)),))
+    name = run_name(custom)
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan(f"{name}-train", outcome="fail")
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train", "--set", "learning_rate=1e-5", "--rewards", option])
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    # The failure's logs hint names the run (logs takes no --rewards); rerunning repeats every option.
+    assert f"`tpu-rl logs {RECIPE} train --set learning_rate=1e-5 --run {name}`" in text, result.output
+
+
+def test_cancel_says_how_to_go_on_with_the_runs_reward_file(cloud, rewards_file, monkeypatch):
+    import sys
+
+    from recipes.runs import for_run, run_name
+    from recipes.user_files import read_user_file, with_user_files
+
+    recipe = get_recipe(RECIPE)
+    option = f"{rewards_file}:short_answer"
+    name = run_name(with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", rewards_file, ("short_answer",)),)))
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan(f"{name}-train", outcome="hang")
+    argv = ["tpu-rl", "run", RECIPE, "--rewards", option]
+    monkeypatch.setattr(sys, "argv", argv)  # what run.json records as the command
+    with monkeypatch.context() as patch:
+        from test_cli_cancel import interrupt, session_hook
+
+        session_hook(patch, sleep=interrupt)  # run is interrupted while waiting; its JobSet keeps running
+        assert runner.invoke(app, argv[1:]).exit_code == 130
+    result = runner.invoke(app, ["cancel", RECIPE, "--run", name, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert f"`tpu-rl run {RECIPE} --rewards {option}` goes on from them" in " ".join(result.output.split())

@@ -1,7 +1,7 @@
-"""`tpu-rl check-rewards FILE.py:fn1,fn2`: import the file in a clean subprocess (`python -I`: no user site,
-no PYTHONPATH, no current directory on sys.path) the way MaxText does, and call each function the way its
-trainer will, refusing in one line a function that is missing, raises, or returns the wrong number or type
-of values.
+"""`tpu-rl check-rewards FILE.py:fn1,fn2`: import the file in a clean subprocess (`python -I -B`: no user
+site, no PYTHONPATH, no current directory on sys.path, no __pycache__ left behind) the way MaxText does,
+and call each function the way its trainer will, refusing in one line a function that is missing, raises,
+or returns the wrong number or type of values.
 
 How MaxText 0.2.4 loads and calls them (maxtext/trainers/post_train/rl/ in the wheel):
 - utils_rl.load_custom_callable(module_path, name): the file must exist (os.path.isfile), is loaded with
@@ -126,7 +126,7 @@ def check_rewards(option: RewardsOption) -> dict[str, list[float]]:
     """Each function's scores on the sample batch, or one UserError line saying what is wrong."""
     where = f"--rewards {option.text}"
     try:
-        result = subprocess.run([sys.executable, "-I", "-c", _RUNNER, str(option.path.resolve()),
+        result = subprocess.run([sys.executable, "-I", "-B", "-c", _RUNNER, str(option.path.resolve()),
                                  json.dumps(list(option.functions)), json.dumps(sample_batch()), json.dumps(TOKENS)],
                                 capture_output=True, text=True, timeout=TIMEOUT_SECONDS, cwd=option.path.parent)
     except subprocess.TimeoutExpired:

@@ -166,6 +166,10 @@ def settings_env(tmp_path, monkeypatch):
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("TPU_RL_POLL_SECONDS", "0")
     monkeypatch.setenv("TPU_RL_RETRY_BASE_SECONDS", "0")
+    # Without the `google` peer (which points every API at itself), Cloud Logging reads fail at a closed
+    # port instead of looking for credentials or reaching Google.
+    if not os.environ.get("TPU_RL_LOGGING_ENDPOINT"):
+        monkeypatch.setenv("TPU_RL_LOGGING_ENDPOINT", DEAD_ENDPOINT)
     return dict(SETTINGS)
 
 
