@@ -335,30 +335,26 @@ class KubeApi(PeerServer):
         return Reply(200, "".join(line for _, line in lines))
 
     def _configmaps(self, method: str, name: str | None, body: bytes) -> Reply:
-        if method == "POST":
-            obj = json.loads(body)
-            if obj["metadata"]["name"] in self.configmaps:
-                return status(409, "AlreadyExists", f'configmaps "{obj["metadata"]["name"]}" already exists')
-            self.configmaps[obj["metadata"]["name"]] = obj
-            return Reply(201, obj)
-        if method == "PUT" and name in self.configmaps:
-            self.configmaps[name] = json.loads(body)
-            return Reply(200, self.configmaps[name])
-        return status(404, "NotFound", f'configmaps "{name}" not found')
+        return self._objects(self.configmaps, "configmaps", method, name, body)
 
     def _secrets(self, method: str, name: str | None, body: bytes) -> Reply:
+        return self._objects(self.secrets, "secrets", method, name, body)
+
+    @staticmethod
+    def _objects(store: dict, plural: str, method: str, name: str | None, body: bytes) -> Reply:
+        """Create (409 when it exists), replace and read core objects kept whole (Secrets, ConfigMaps)."""
         if method == "POST":
             obj = json.loads(body)
-            if obj["metadata"]["name"] in self.secrets:
-                return status(409, "AlreadyExists", f'secrets "{obj["metadata"]["name"]}" already exists')
-            self.secrets[obj["metadata"]["name"]] = obj
+            if obj["metadata"]["name"] in store:
+                return status(409, "AlreadyExists", f'{plural} "{obj["metadata"]["name"]}" already exists')
+            store[obj["metadata"]["name"]] = obj
             return Reply(201, obj)
         if method == "PUT":
-            self.secrets[name] = json.loads(body)
-            return Reply(200, self.secrets[name])
-        if name in self.secrets:
-            return Reply(200, self.secrets[name])
-        return status(404, "NotFound", f'secrets "{name}" not found')
+            store[name] = json.loads(body)
+            return Reply(200, store[name])
+        if name in store:
+            return Reply(200, store[name])
+        return status(404, "NotFound", f'{plural} "{name}" not found')
 
 
 def write_kubeconfig(path, server_url: str, context: str, cluster: str | None = None) -> None:
