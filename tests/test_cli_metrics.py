@@ -284,7 +284,21 @@ def synthetic_runs(root: Path) -> list[Path]:
     return directories
 
 
+def synthetic_evaluations(pace: float) -> tuple[dict, ...]:
+    """Made-up held-out evaluations of 64 questions at steps 0, 20, ..., 120, in MaxText's line format."""
+    from contracts.tunix_log import evaluation_line, train_step_line
+    from scripts.pipeline.evaluation import parse_evaluations
+
+    lines = [evaluation_line("pre", 24, 64, 28, 40, 0.3)]
+    for step in range(20, 121, 20):
+        correct = round(24 + 16 * (1 - math.exp(-pace * step / 40)))
+        lines += [train_step_line(step, 0.01), evaluation_line("intermediate", correct, 64, correct + 3, 60, 1.0, step)]
+    lines.append(evaluation_line("post", correct, 64, correct + 3, 62, 1.0))
+    return tuple(e.as_record() for e in parse_evaluations("\n".join(lines)))
+
+
 def draw_readme_picture(out: Path) -> None:
+    import dataclasses
     import tempfile
 
     from PIL import Image
@@ -294,6 +308,8 @@ def draw_readme_picture(out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sources = [str(path) for path in synthetic_runs(Path(tmp))]
         runs = collect(get_recipe(RECIPE), [], sources, lambda: None)
+    runs = [dataclasses.replace(run, evaluations=synthetic_evaluations(pace), differs=(change,))
+            for run, pace, change in zip(runs, (1.0, 0.55), ("learning_rate=3e-6", "learning_rate=1e-6"))]
     fig = plot.figure(runs, "SYNTHETIC data from tests/test_cli_metrics.py, not a training run")
     plot.write_png(fig, out)
     Image.open(out).convert("RGB").quantize(colors=64).save(out, optimize=True)  # small enough for the README
