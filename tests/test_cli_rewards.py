@@ -154,3 +154,37 @@ def test_cancel_says_how_to_go_on_with_the_runs_reward_file(cloud, rewards_file,
     result = runner.invoke(app, ["cancel", RECIPE, "--run", name, "--yes"])
     assert result.exit_code == 0, result.output
     assert f"`tpu-rl run {RECIPE} --rewards {option}` goes on from them" in " ".join(result.output.split())
+
+
+PROCESSOR = '''
+import json
+
+def process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x):
+    final = x["answer"].split("####")[-1].strip()
+    messages = [{"role": "user", "content": template_config["TEMPLATE"].format(
+        system_prompt=template_config["SYSTEM_PROMPT"].format(
+            reasoning_start_token=tmvp_config.reasoning_start_token, reasoning_end_token=tmvp_config.reasoning_end_token,
+            solution_start_token=tmvp_config.solution_start_token, solution_end_token=tmvp_config.solution_end_token),
+        question=x["question"])}]
+    prompts = model_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return {"prompts": prompts, "question": x["question"], "answer": json.dumps([final])}
+'''
+
+
+def test_a_data_processor_is_called_on_a_gsm8k_row_and_mounted(cloud, tmp_path):
+    from scripts.rewards.check import check_processor
+
+    path = tmp_path / "my_data.py"
+    path.write_text(PROCESSOR)
+    row = check_processor(path)
+    assert row["answer"] == '["72"]' and row["prompts"].endswith("<start_of_turn>model")
+    bad = tmp_path / "bad_data.py"
+    bad.write_text(PROCESSOR.replace('"answer": json.dumps([final])', '"solution": final'))
+    result = runner.invoke(app, ["run", RECIPE, "--data-processor", str(bad)])
+    assert result.exit_code == 2
+    assert (f"error: --data-processor {bad}: process_data's result has no string answer: the trainer batches "
+            "prompts, question, answer") in " ".join(result.output.split())
+    assert not cloud["kube"].created
+    result = runner.invoke(app, ["run", RECIPE, "--data-processor", str(path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "dataset_processor_path=/etc/tpu-rl/user/my_data.py" in result.output

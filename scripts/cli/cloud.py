@@ -110,7 +110,7 @@ def _with_user_files(recipe, rewards: Optional[str], data_processor: Optional[st
     from pathlib import Path
 
     from recipes.user_files import read_user_file, with_user_files
-    from scripts.rewards.check import check_rewards, parse_rewards
+    from scripts.rewards.check import check_processor, check_rewards, parse_rewards
 
     files = []
     if rewards:
@@ -123,6 +123,7 @@ def _with_user_files(recipe, rewards: Optional[str], data_processor: Optional[st
             raise UserError(f"--data-processor {data_processor}: no such Python file: pass the file that defines "
                             "process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x)")
         files.append(read_user_file(recipe, "data-processor", path))
+        check_processor(path)
     return with_user_files(recipe, tuple(files))
 
 

@@ -85,14 +85,14 @@ def parse_rewards(value: str, option: str = "--rewards") -> RewardsOption:
     return RewardsOption(path, functions)
 
 
-# Runs in the subprocess: argv = [file, names as JSON, batch as JSON]; prints one JSON object.
-_RUNNER = r'''
-import importlib.util, json, math, sys, traceback
-path, names, batch = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+# What both checks run first in the subprocess: argv[1] is the file, loaded as load_custom_callable does
+# (spec_from_file_location, a fresh module); `fail` prints the one JSON object of a refusal.
+_PRELUDE = r'''
+import importlib.util, json, math, sys
+path = sys.argv[1]
 class Config:
     def __init__(self, values): self.__dict__.update(values)
     def __getattr__(self, name): raise AttributeError(f"the check's tmvp_config has no {name!r}")
-config = Config(json.loads(sys.argv[4]))
 def fail(text): print(json.dumps({"error": text})); sys.exit(0)
 try:
     spec = importlib.util.spec_from_file_location("_user_module_check", path)
@@ -100,6 +100,11 @@ try:
     spec.loader.exec_module(module)
 except BaseException as error:
     fail(f"importing it raised {type(error).__name__}: {error}")
+'''
+# Runs in the subprocess: argv = [file, names as JSON, batch as JSON, tokens as JSON]; prints one JSON object.
+_RUNNER = _PRELUDE + r'''
+names, batch = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+config = Config(json.loads(sys.argv[4]))
 for name in names:
     fn = getattr(module, name, None)
     if fn is None:
@@ -124,14 +129,57 @@ print(json.dumps({"scores": {name: [float(v) for v in getattr(module, name)(tmvp
 
 def check_rewards(option: RewardsOption) -> dict[str, list[float]]:
     """Each function's scores on the sample batch, or one UserError line saying what is wrong."""
-    where = f"--rewards {option.text}"
+    answer = _run(f"--rewards {option.text}", _RUNNER, option.path,
+                  [json.dumps(list(option.functions)), json.dumps(sample_batch()), json.dumps(TOKENS)])
+    return answer["scores"]
+
+
+# The data processor: train_rl.prepare_datasets (0.2.3 and 0.2.4) loads `process_data` with
+# load_custom_callable and maps every dataset row x through
+# process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x); the built-in
+# (utils_rl.process_data) returns {"prompts", "question", "answer"} strings, which the trainer batches.
+# The check calls it on a gsm8k row ({"question", "answer"} with the "#### 72" final line) with the
+# recipe's template and a stand-in tokenizer whose apply_chat_template joins the messages' contents.
+PROCESSOR_KEYS = ("prompts", "question", "answer")
+_PROCESSOR_RUNNER = _PRELUDE + r'''
+template, tokens = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+class Tokenizer:
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **kwargs):
+        return "".join(m["content"] for m in messages)
+fn = getattr(module, "process_data", None)
+if not callable(fn):
+    fail("it defines no function 'process_data'")
+row = {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+                   "How many clips did Natalia sell altogether in April and May?",
+       "answer": "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether.\n#### 72"}
+try:
+    out = fn("openai/gsm8k", Tokenizer(), template, Config(tokens), row)
+except BaseException as error:
+    fail(f"process_data raised {type(error).__name__}: {error}")
+if not isinstance(out, dict):
+    fail(f"process_data returned a {type(out).__name__}: return a dict with prompts, question and answer")
+missing = [key for key in ("prompts", "question", "answer") if not isinstance(out.get(key), str)]
+if missing:
+    fail(f"process_data's result has no string {', '.join(missing)}: the trainer batches prompts, question, answer")
+print(json.dumps({"row": {key: out[key] for key in ("prompts", "question", "answer")}}))
+'''
+
+
+def check_processor(path: Path) -> dict[str, str]:
+    """What process_data makes of a gsm8k row, or one UserError line saying what is wrong."""
+    template = {"SYSTEM_PROMPT": SYSTEM_PROMPT, "TEMPLATE": TEMPLATE}
+    answer = _run(f"--data-processor {path}", _PROCESSOR_RUNNER, path, [json.dumps(template), json.dumps(TOKENS)])
+    return answer["row"]
+
+
+def _run(where: str, runner: str, path: Path, args: list[str]) -> dict:
+    """Run a check's script on the file in a clean interpreter (at most TIMEOUT_SECONDS); its one JSON line
+    of answer, or the UserError line of its refusal or of how it ended."""
     try:
-        result = subprocess.run([sys.executable, "-I", "-B", "-c", _RUNNER, str(option.path.resolve()),
-                                 json.dumps(list(option.functions)), json.dumps(sample_batch()), json.dumps(TOKENS)],
-                                capture_output=True, text=True, timeout=TIMEOUT_SECONDS, cwd=option.path.parent)
+        result = subprocess.run([sys.executable, "-I", "-B", "-c", runner, str(path.resolve()), *args],
+                                capture_output=True, text=True, timeout=TIMEOUT_SECONDS, cwd=path.parent)
     except subprocess.TimeoutExpired:
-        raise UserError(f"{where}: importing and calling the functions took over {TIMEOUT_SECONDS} s on "
-                        f"{len(SAMPLES)} completions") from None
+        raise UserError(f"{where}: importing and calling it took over {TIMEOUT_SECONDS} s") from None
     try:
         answer = json.loads(result.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -139,4 +187,4 @@ def check_rewards(option: RewardsOption) -> dict[str, list[float]]:
         raise UserError(f"{where}: the check's subprocess ended with code {result.returncode}: {last[:200]}") from None
     if "error" in answer:
         raise UserError(f"{where}: {' '.join(answer['error'].split())[:300]}")
-    return answer["scores"]
+    return answer
