@@ -80,9 +80,9 @@ def test_run_shows_each_evaluation_as_it_arrives_and_records_them(cloud):
     result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert "train: evaluation before training: accuracy 40.6% (26/64), format 78.1%, mean reward 0.8123" in lines
-    assert "train: evaluation at step 20: accuracy 51.6% (33/64), format 93.8%, mean reward 1.25" in lines
-    assert "train: evaluation after training: accuracy 59.4% (38/64), format 98.4%, mean reward 1.9" in lines
+    assert "train: accuracy 40.6% (26/64) before training, format 78.1%, reward 0.812" in lines
+    assert "train: accuracy 51.6% (33/64) at step 20, format 93.8%, reward 1.25" in lines
+    assert "train: accuracy 59.4% (38/64) after training, format 98.4%, reward 1.9" in lines
     assert SUMMARY in lines and lines.index(SUMMARY) < lines.index("next:")
     evaluations = record_of(cloud["gcs"])["evaluations"]
     assert [(e["phase"], e["step"], e["corr"], e["source"]) for e in evaluations] == [
@@ -150,7 +150,7 @@ def test_a_cloud_logging_error_is_a_warning(cloud):
     cloud["google"].faults.append(Fault("POST", "/v2/entries:list", 403))
     result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
     assert result.exit_code == 0, result.output
-    assert "! the evaluations were not read from Cloud Logging: reading Cloud Logging failed: HTTP 403" in result.output
+    assert "! evaluations not filled in: reading Cloud Logging failed: HTTP 403" in result.output
 
 
 def test_the_vm_reads_its_evaluations_from_the_console(settings_env, gcs, google):

@@ -69,8 +69,7 @@ def fill_from_cloud_logging(session: Session, watch: EvaluationWatch) -> int:
     try:
         return watch.see(cloud_logging_text(session), source="cloud logging")
     except Exception as error:  # noqa: BLE001 -- no credentials, no permission, no API: warn
-        session.console.print(f"[yellow]![/] the evaluations were not read from Cloud Logging: "
-                              f"{' '.join(str(error).split())[:200]}")
+        session.console.print(f"[yellow]![/] evaluations not filled in: {' '.join(str(error).split())[:200]}")
         return 0
 
 

@@ -153,12 +153,12 @@ def summary_line(entries: Iterable[dict], overrides: Iterable[str]) -> str | Non
 
 
 def describe(evaluation: Evaluation) -> str:
-    """One line as `run` prints an evaluation when it arrives."""
+    """One line as `run` prints an evaluation when it arrives (within 80 columns with its `train: `)."""
     when = {"pre": "before training", "post": "after training"}.get(evaluation.phase, f"at step {evaluation.step}")
     if evaluation.phase == "pre" and evaluation.step is None:
-        when = "of the resumed checkpoint"
-    reward = "" if evaluation.mean_reward is None else f", mean reward {evaluation.mean_reward:.4g}"
-    return (f"evaluation {when}: accuracy {evaluation.accuracy:.1f}% ({evaluation.corr:g}/{evaluation.total}), "
+        when = "at resume"
+    reward = "" if evaluation.mean_reward is None else f", reward {evaluation.mean_reward:.3g}"
+    return (f"accuracy {evaluation.accuracy:.1f}% ({evaluation.corr:g}/{evaluation.total}) {when}, "
             f"format {evaluation.format_accuracy:.1f}%{reward}")
 
 
