@@ -161,6 +161,22 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         run_vm(session, wanted, follow_logs=follow_logs, dry_run=dry_run)
 
 
+@app.command("eval")
+@handled
+def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+                 run_name: str = typer.Option(..., "--run", metavar="NAME", help="The run whose checkpoint to evaluate."),
+                 step: Optional[int] = typer.Option(None, "--step", min=1, help="The checkpoint (default: the latest)."),
+                 sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)) -> None:
+    """Evaluate a saved checkpoint of a run on the held-out set, on the run's slice shape, into its run.json."""
+    session = run_session(recipe_name, sets, run_name)
+    if not session.recipe.is_gke:
+        raise UserError(f"recipe '{session.recipe.name}' runs on a TPU VM, whose startup script runs the recipe's "
+                        "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
+    from scripts.pipeline.gke.evaluate import eval_gke
+
+    eval_gke(session, step)
+
+
 @app.command("check-rewards")
 @handled
 def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN,...")) -> None:

@@ -25,7 +25,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Iterable, Literal
 
-Phase = Literal["pre", "intermediate", "post"]
+Phase = Literal["pre", "intermediate", "post", "checkpoint"]  # checkpoint: `tpu-rl eval` of a saved step
 
 _NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 # absl's prefix: severity, MMDD, time with microseconds, thread id, file:line] (absl/logging get_absl_log_prefix)
@@ -154,7 +154,8 @@ def summary_line(entries: Iterable[dict], overrides: Iterable[str]) -> str | Non
 
 def describe(evaluation: Evaluation) -> str:
     """One line as `run` prints an evaluation when it arrives (within 80 columns with its `train: `)."""
-    when = {"pre": "before training", "post": "after training"}.get(evaluation.phase, f"at step {evaluation.step}")
+    when = {"pre": "before training", "post": "after training",
+            "checkpoint": f"at checkpoint {evaluation.step}"}.get(evaluation.phase, f"at step {evaluation.step}")
     if evaluation.phase == "pre" and evaluation.step is None:
         when = "at resume"
     reward = "" if evaluation.mean_reward is None else f", reward {evaluation.mean_reward:.3g}"

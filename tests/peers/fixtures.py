@@ -339,6 +339,16 @@ def put_step_output(client, recipe, step: str) -> None:
         client.bucket(bucket).blob(name).upload_from_string(data)
 
 
+def put_checkpoint(client, paths, step: int) -> None:
+    """A finished train_rl checkpoint of `step` under the run's checkpoints/actor/ (as put_step_output's)."""
+    from jobs.paths import split_gs_url
+
+    for url, data in _orbax_checkpoint(f"{paths.actor_checkpoints}{step}/model_params/",
+                                       ("model_params", "optimizer_state"), ocdbt=False):
+        bucket, name = split_gs_url(url)
+        client.bucket(bucket).blob(name).upload_from_string(data)
+
+
 def write_events(directory: Path, scalars: dict[str, list[tuple[int, float]]]) -> list[Path]:
     """Event files as train_rl writes them: metrax's TensorboardBackend is a tensorboardX SummaryWriter
     calling add_scalar(tag, value, step) (metrax 0.2.3/0.2.4 metrax/logging/tensorboard_backend.py L25-33,

@@ -34,11 +34,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
         show_dry_run(session, jobs, actions, replace)
         return
     if any(action.kind in ("submit", "replace") for action in actions):
-        token = hf_token.read_token(session.clients.secrets(), session.settings)
-        session.cluster.ensure_secret(HF_TOKEN_K8S_SECRET, HF_TOKEN_ENV, token)
-        del token
-        console.print(f"Kubernetes Secret {HF_TOKEN_K8S_SECRET} filled from Secret Manager "
-                      f"'{session.settings.hf_token_secret}'")
+        fill_token_secret(session)
     console.print(f"run {session.paths.run_name}; plan: "
                   + ", ".join(f"{action.step} {action.kind}" for action in actions))
     record.start({action.step: action.kind for action in actions}, {step: job.name for step, job in jobs.items()})
@@ -50,6 +46,15 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
     record.finish(None)
     report_accuracy(session, record)
     session.report_done(steps)
+
+def fill_token_secret(session: Session) -> None:
+    """The Kubernetes Secret the steps read HF_TOKEN from, filled from Secret Manager (never printed)."""
+    token = hf_token.read_token(session.clients.secrets(), session.settings)
+    session.cluster.ensure_secret(HF_TOKEN_K8S_SECRET, HF_TOKEN_ENV, token)
+    del token
+    session.console.print(f"Kubernetes Secret {HF_TOKEN_K8S_SECRET} filled from Secret Manager "
+                          f"'{session.settings.hf_token_secret}'")
+
 
 def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Action], steps: tuple[Step, ...],
                  record: RunRecord, follow_logs: bool) -> None:
@@ -66,7 +71,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
             session.cluster.delete_jobset(job.name)
         if action.kind in ("submit", "replace"):
             if action.step == "train" and session.recipe.user_files:
-                _put_user_files(session)
+                put_user_files(session)
             session.cluster.create_jobset(job.manifest)
             console.print(f"{action.step}: submitted JobSet {job.name}")
         else:
@@ -93,7 +98,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
         record.step(action.step, "succeeded", capacity=_capacity(session, job))
 
 
-def _put_user_files(session: Session) -> None:
+def put_user_files(session: Session) -> None:
     """The run's --rewards/--data-processor files as the ConfigMap its train head mounts (recipes/user_files.py)."""
     from recipes.user_files import configmap_name
 
