@@ -169,6 +169,11 @@ def test_several_runs_are_one_side_by_side_summary_in_80_columns(settings_env, g
     assert rows["reward first"] == ["0.1", "0.2"] and rows["reward last"] == ["1.1", "0.3"]
     assert rows["reward max"] == ["1.1", "0.3"] and rows["loss min"] == ["0.2", "0.4"]
     assert rows["KL last"] == ["0.02", "-"] and rows["last step"] == ["3", "2"]
+    data = json.loads(runner.invoke(app, ["metrics", RECIPE, "--run", "rl", "--run", "low-lr", "--json"]).output)
+    low = data["runs"][1]
+    assert low["differs"] == ["learning_rate=1e-6"]
+    assert [(e["phase"], e["step"], e["accuracy"]) for e in low["evaluations"]] == [("pre", 0, 40.625),
+                                                                                  ("post", 50, 46.875)]
     assert lines[-2:] == ["run 2: low-lr (learning_rate=1e-6)",
                           f"  gs://{SETTINGS['GCS_BUCKET']}/qwen3-30b-a3b/trained/low-lr/tensorboard/"]
 
