@@ -188,3 +188,12 @@ def test_a_data_processor_is_called_on_a_gsm8k_row_and_mounted(cloud, tmp_path):
     result = runner.invoke(app, ["run", RECIPE, "--data-processor", str(path), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "dataset_processor_path=/etc/tpu-rl/user/my_data.py" in result.output
+
+
+@pytest.mark.parametrize("key, option", [("reward_functions_path", "--rewards"), ("reward.reward_functions", "--rewards"),
+                                         ("dataset_processor_path", "--data-processor")])
+def test_the_file_settings_are_refused_in_set_with_the_option_that_mounts_them(key, option):
+    from recipes.runs import with_sets
+
+    with pytest.raises(UserError, match=rf"--set {key} is refused: pass the (file|functions) with {option} "):
+        with_sets(get_recipe(RECIPE), [f"{key}=/tmp/mine.py"])
