@@ -1,5 +1,5 @@
-"""The commands that reach the cloud: `tpu-rl preflight`, `secret set`, `run`, `cancel`, `status`, `runs`
-and `logs`."""
+"""The commands that reach the cloud: `tpu-rl preflight`, `secret set`, `run`, `eval`, `check-rewards` (which
+only runs the file locally), `cancel`, `status`, `runs` and `logs`."""
 
 from __future__ import annotations
 

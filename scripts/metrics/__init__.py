@@ -3,7 +3,8 @@
 - tags.py: the tags train_rl writes, with their upstream source, and which way is better for each;
 - events.py: reading event files from a local directory or a gs:// prefix (`latest_scalar` for progress);
 - table.py: the 80-column table and the JSON;
-- plot.py: the 2x2 picture (imports matplotlib: only for --png).
+- compare.py: several runs side by side in 80 columns (with their held-out accuracy);
+- plot.py: the 3x2 picture, accuracy first (imports matplotlib: only for --png).
 
 The reader and matplotlib are imported by the functions that use them, so importing this package is cheap.
 """
