@@ -4,6 +4,7 @@ train head through a ConfigMap, into the run's identity and its record (fake Kub
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,40 @@ def test_the_file_settings_are_refused_in_set_with_the_option_that_mounts_them(k
 
     with pytest.raises(UserError, match=rf"--set {key} is refused: pass the (file|functions) with {option} "):
         with_sets(get_recipe(RECIPE), [f"{key}=/tmp/mine.py"])
+
+
+def test_a_custom_reward_is_checked_run_and_compared_with_the_default_by_accuracy(cloud, rewards_file, tmp_path,
+                                                                                   monkeypatch):
+    from contracts.tunix_log import evaluation_line, train_step_line
+    from peers.fixtures import put_event_files
+    from recipes.runs import for_run, run_name
+    from recipes.user_files import read_user_file, with_user_files
+    from test_cli_experiments import plan_success
+
+    monkeypatch.setenv("COLUMNS", "80")
+    option = f"{rewards_file}:short_answer,correct"
+    assert runner.invoke(app, ["check-rewards", option]).exit_code == 0
+    recipe = for_run(get_recipe(RECIPE))
+    custom = with_user_files(recipe, (read_user_file(recipe, "rewards", rewards_file, ("short_answer", "correct")),))
+    pre = evaluation_line("pre", 26, 64, 30, 50, 0.8)
+    for each, post in ((recipe, evaluation_line("post", 34, 64, 36, 60, 1.5)),
+                       (custom, evaluation_line("post", 40, 64, 41, 63, 2.5))):
+        plan_success(cloud, each, logs=f"{pre}\n{train_step_line(50, 0.2)}\n{post}\n")
+        put_event_files(cloud["gcs"], ArtifactPaths(each, peer_settings()).tensorboard,
+                        {"rewards/train/mean": [(0, 0.1), (49, 0.4)]}, tmp_path / run_name(each))
+    assert runner.invoke(app, ["run", RECIPE]).exit_code == 0
+    result = runner.invoke(app, ["run", RECIPE, "--rewards", option])
+    assert result.exit_code == 0, result.output
+    assert "accuracy 40.6% → 62.5% (+21.9) on 64 gsm8k test questions" in result.output.splitlines()  # 40/64
+
+    listing = runner.invoke(app, ["runs", RECIPE, "--json"])
+    runs = {run["run"]: run for run in json.loads(listing.output)["runs"]}
+    assert runs[run_name(recipe)]["differs"] == [] and runs[run_name(recipe)]["accuracy_after"] == 53.125
+    assert runs[run_name(custom)]["differs"] == ["rewards my_rewards.py:short_answer,correct"]
+    assert runs[run_name(custom)]["accuracy_after"] == 62.5
+
+    compared = runner.invoke(app, ["metrics", RECIPE, "--run", run_name(recipe), "--run", run_name(custom)])
+    assert compared.exit_code == 0, compared.output
+    rows = {line[:18].strip(): line[18:].split() for line in compared.output.splitlines()[1:] if line[:18].strip()}
+    assert rows["accuracy after %"] == ["53.1", "62.5"] and rows["accuracy change"] == ["+12.5", "+21.9"]
+    assert f"run 2: {run_name(custom)} (rewards my_rewards.py:short_answer,correct)" in compared.output
