@@ -90,10 +90,17 @@ def test_run_shows_each_evaluation_as_it_arrives_and_records_them(cloud):
     assert not cloud["google"].log_queries  # the pod's own log had them all
 
 
+def _stamp(minutes: float) -> str:
+    """An entry's timestamp `minutes` from now (the run's record is created now)."""
+    from datetime import datetime, timedelta, timezone
+
+    return (datetime.now(timezone.utc) + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _log_entries(recipe_name: str, lines: list[str]) -> list[dict]:
     pod = f"{jobset_of(recipe_name, 'train')}-pathways-head-0-0-x7k2p"
     return [container_log_entry(SETTINGS["PROJECT"], SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"], pod, MAIN_CONTAINER,
-                                line, f"2026-11-30T10:{index:02d}:00.000000Z") for index, line in enumerate(lines)]
+                                line, _stamp(1 + index)) for index, line in enumerate(lines)]
 
 
 def test_cloud_logging_fills_the_record_when_the_heads_pod_is_gone(cloud):
@@ -106,11 +113,12 @@ def test_cloud_logging_fills_the_record_when_the_heads_pod_is_gone(cloud):
         kube.pods.clear()  # the JobSet's TTL deleted its pods
 
     kube.plan(jobset_of(RECIPE, "train"), ticks=2, logs="loading\n", on_success=finished)
-    # Another run's head and another container must not count.
+    # Another run's head must not count, nor a line of this run's name logged before the run started.
     other = container_log_entry(SETTINGS["PROJECT"], SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"],
-                                "qwen3-v6e32-other-train-pathways-head-0-0-abcde", MAIN_CONTAINER, MIDDLE,
-                                "2026-11-30T09:00:00.000000Z")
-    google.log_entries += [other, *_log_entries(RECIPE, [PRE, train_step_line(50, 0.2), POST])]
+                                "qwen3-v6e32-other-train-pathways-head-0-0-abcde", MAIN_CONTAINER, MIDDLE, _stamp(1))
+    [older] = _log_entries(RECIPE, [MIDDLE])
+    older["timestamp"] = _stamp(-60 * 24 * 40)
+    google.log_entries += [other, older, *_log_entries(RECIPE, [PRE, train_step_line(50, 0.2), POST])]
     result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
     assert result.exit_code == 0, result.output
     assert SUMMARY in result.output.splitlines()
@@ -121,6 +129,7 @@ def test_cloud_logging_fills_the_record_when_the_heads_pod_is_gone(cloud):
     assert query["resourceNames"] == [f"projects/{SETTINGS['PROJECT']}"] and query["orderBy"] == "timestamp asc"
     assert f'resource.labels.container_name="{MAIN_CONTAINER}"' in query["filter"]
     assert f'resource.labels.pod_name:"{jobset_of(RECIPE, "train")}-pathways-head-"' in query["filter"]
+    assert 'timestamp>="' in query["filter"]  # from the run's start: entries:list has no default time range
 
 
 def test_a_train_done_without_run_attached_gets_its_evaluations_from_cloud_logging(cloud, monkeypatch):

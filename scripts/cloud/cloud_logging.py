@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Iterator
 
 from scripts.outcome import ApiError
@@ -31,10 +32,11 @@ def _quoted(value: str) -> str:
 
 
 def container_filter(project: str, cluster: str, namespace: str, pod_prefix: str, container: str,
-                     texts: tuple[str, ...] = ()) -> str:
+                     texts: tuple[str, ...] = (), since: datetime | None = None) -> str:
     """The Logging query for one container of the pods whose names start with `pod_prefix` (`:` is the
-    query language's "has" operator; the resource labels are the k8s_container resource's), and lines
-    holding one of `texts`."""
+    query language's "has" operator; the resource labels are the k8s_container resource's), lines holding
+    one of `texts`, from `since` on. entries:list itself has no default time range (the client libraries
+    add 24 hours: googleapis/python-logging#73), so without `since` it would search the whole retention."""
     parts = ['resource.type="k8s_container"', f"resource.labels.project_id={_quoted(project)}",
              f"resource.labels.cluster_name={_quoted(cluster)}",
              f"resource.labels.namespace_name={_quoted(namespace)}",
@@ -42,6 +44,8 @@ def container_filter(project: str, cluster: str, namespace: str, pod_prefix: str
              f"resource.labels.pod_name:{_quoted(pod_prefix)}"]
     if texts:
         parts.append("(" + " OR ".join(f"textPayload:{_quoted(text)}" for text in texts) + ")")
+    if since is not None:
+        parts.append(f"timestamp>={_quoted(since.astimezone(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ'))}")
     return " AND ".join(parts)
 
 

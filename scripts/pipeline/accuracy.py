@@ -52,14 +52,28 @@ def describe_entry(entry: dict) -> str:
     return describe(Evaluation.from_record(entry))
 
 
-def cloud_logging_text(session: Session) -> str:
-    """The evaluation lines of the run's train head, as Cloud Logging kept them (oldest first)."""
+# How far back Cloud Logging is searched for a run without a start time in its record: the retention of
+# a project's _Default log bucket (Cloud Logging "Quotas and limits": 30 days).
+DEFAULT_SEARCH_DAYS = 30
+
+
+def cloud_logging_text(session: Session, since: str | None) -> str:
+    """The evaluation lines of the run's train head, as Cloud Logging kept them (oldest first), logged
+    from `since` (the run's first start, ISO 8601) on."""
+    from datetime import datetime, timedelta
+
     from scripts.cloud.cloud_logging import container_filter
 
     recipe, settings = session.recipe, session.settings
     prefix = f"{jobset_name(recipe, 'train')}-{main_replicated_job(recipe, 'train')}-"
+    try:
+        start = datetime.fromisoformat(since) if since else None
+    except ValueError:
+        start = None
+    # An hour early: the record's clock is the user's machine, the entries' Google's.
+    start = start - timedelta(hours=1) if start else session.now() - timedelta(days=DEFAULT_SEARCH_DAYS)
     query = container_filter(settings.project, settings.cluster_name, NAMESPACE, prefix, MAIN_CONTAINER,
-                             EVALUATION_TEXTS)
+                             EVALUATION_TEXTS, since=start)
     return session.clients.logging().lines(query)
 
 
@@ -67,7 +81,7 @@ def fill_from_cloud_logging(session: Session, watch: EvaluationWatch) -> int:
     """Read the evaluations Cloud Logging kept into the record; a failed read is a warning (it only fills in
     figures; the run's outputs are what counts)."""
     try:
-        return watch.see(cloud_logging_text(session), source="cloud logging")
+        return watch.see(cloud_logging_text(session, watch.record.data.get("created")), source="cloud logging")
     except Exception as error:  # noqa: BLE001 -- no credentials, no permission, no API: warn
         session.console.print(f"[yellow]![/] evaluations not filled in: {' '.join(str(error).split())[:200]}")
         return 0

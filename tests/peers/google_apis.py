@@ -7,6 +7,7 @@ import base64
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from peers.http import PeerServer, Reply
 
@@ -76,6 +77,7 @@ class GoogleApis(PeerServer):
         query = request.get("filter", "")
         wanted = re.findall(r'resource\.labels\.(\w+)(=|:)("(?:[^"\\]|\\.)*")', query)
         texts = [json.loads(text) for text in re.findall(r'textPayload:("(?:[^"\\]|\\.)*")', query)]
+        since = [datetime.fromisoformat(json.loads(text)) for text in re.findall(r'timestamp>=("[^"]*")', query)]
 
         def matches(entry: dict) -> bool:
             labels = entry["resource"]["labels"]
@@ -83,6 +85,8 @@ class GoogleApis(PeerServer):
                 value = json.loads(value)
                 if (op == "=" and labels.get(key) != value) or (op == ":" and value not in labels.get(key, "")):
                     return False
+            if since and datetime.fromisoformat(entry["timestamp"]) < since[0]:
+                return False
             return not texts or any(text in entry.get("textPayload", "") for text in texts)
 
         found = sorted((entry for entry in self.log_entries if matches(entry)), key=lambda e: e["timestamp"])
