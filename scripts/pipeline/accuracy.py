@@ -53,7 +53,7 @@ def describe_entry(entry: dict) -> str:
 
 
 # How far back Cloud Logging is searched for a run without a start time in its record: the retention of
-# a project's _Default log bucket (Cloud Logging "Quotas and limits": 30 days).
+# a project's _Default log bucket (30 days unless configured; Cloud Logging docs, "Routing and storage").
 DEFAULT_SEARCH_DAYS = 30
 
 
