@@ -131,6 +131,52 @@ DIFFERENCES: tuple[Difference, ...] = (
         steps=("train",),
         recipes=VM,
     ),
+    Difference(
+        "num_test_batches",
+        "Seed 000 evaluates nothing (num_test_batches=0), so a run could be judged only by its training "
+        "reward, which rises when the model learns the format without the maths. The recipe measures held-out "
+        "gsm8k accuracy on 2 batches of 32 test questions before training, every 20 steps and after it, at "
+        "most 14% of the train step's completions (recipes/evaluation.py).",
+        steps=("train",),
+        recipes=("qwen3-v6e32",),
+    ),
+    Difference(
+        "eval_batch_size",
+        "The evaluation's 64 questions in batches of 32, as many as a train step's rollout (batch_size 8 x "
+        "4 generations), instead of batches of batch_size=8: the same questions in a quarter of the "
+        "generation calls.",
+        steps=("train",),
+        recipes=GKE,
+    ),
+    Difference(
+        "eval_interval",
+        "See num_test_batches: an evaluation every 20 steps (rl.yml's 10 would make 7 of them, 22% of the "
+        "train step's completions), so accuracy has a curve: steps 0, 20, 40 and the last.",
+        steps=("train",),
+        recipes=("qwen3-v6e32",),
+    ),
+    Difference(
+        "eval_interval",
+        "Seed 001 keeps rl.yml's 5 batches of batch_size=8 every 10 steps, 7 evaluations of 40 questions: "
+        "about a quarter of the train step's completions. The recipe evaluates 64 questions before and after "
+        "training only (eval_interval=0), at most 14% (recipes/evaluation.py).",
+        steps=("train",),
+        recipes=("gemma4-v6e64",),
+    ),
+    Difference(
+        "num_test_batches",
+        "See eval_interval: 2 batches of eval_batch_size=32, 64 questions, instead of rl.yml's 5 of 8.",
+        steps=("train",),
+        recipes=("gemma4-v6e64",),
+    ),
+    Difference(
+        "eval_interval",
+        "Seed 002 evaluates its 10 questions before, after and (rl.yml's eval_interval=10) at 5 steps in "
+        "between, 41% of the train step's completions; the recipe evaluates before and after only, at most "
+        "17% (recipes/evaluation.py).",
+        steps=("train",),
+        recipes=VM,
+    ),
 )
 
 

@@ -179,20 +179,35 @@ def workload_resources(recipe: Recipe) -> dict[str, Any]:
     return {**resources, "limits": {"memory": limit}}
 
 
+def _user_files_mounts(recipe: Recipe) -> list[dict[str, Any]]:
+    """The run's --rewards/--data-processor files, read-only where the overrides point (recipes/user_files.py)."""
+    from recipes.user_files import USER_FILES_DIR, USER_FILES_VOLUME
+
+    return [{"name": USER_FILES_VOLUME, "mountPath": USER_FILES_DIR, "readOnly": True}] if recipe.user_files else []
+
+
+def _user_files_volumes(paths: ArtifactPaths) -> list[dict[str, Any]]:
+    from recipes.user_files import USER_FILES_VOLUME, configmap_name
+
+    if not paths.recipe.user_files:
+        return []
+    return [{"name": USER_FILES_VOLUME, "configMap": {"name": configmap_name(paths.run_name)}}]
+
+
 def pathways_head_job(paths: ArtifactPaths) -> dict[str, Any]:
     # hostNetwork as in xpk. Note: GKE's Workload Identity does not serve host-network pods; they reach
     # GCS (scratch, checkpoints) as the node's service account, which therefore needs the bucket.
     recipe = paths.recipe
     workload = main_container(recipe.maxtext.image, train_script(paths), workload_env(recipe),
                               workload_resources(recipe))
-    workload["volumeMounts"] = [_shared_tmp_mount(), _dev_shm_mount()]
+    workload["volumeMounts"] = [_shared_tmp_mount(), _dev_shm_mount(), *_user_files_mounts(recipe)]
     pod = pod_template(recipe, "train", {
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": cpu_pool_selector(),
         "initContainers": [pathways_proxy(paths), pathways_resource_manager(paths)],
         "containers": [workload],
-        "volumes": [_shared_tmp_volume(), _dev_shm_volume()],
+        "volumes": [_shared_tmp_volume(), _dev_shm_volume(), *_user_files_volumes(paths)],
     })
     job = indexed_job(pod, pods=1, backoff_limit=0, exclusive_on="kubernetes.io/hostname")
     if restarts_after_preemption(recipe):

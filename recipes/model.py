@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -107,6 +107,8 @@ class MaxTextRelease(_Strict):
     # The config defaults of the keys train_rl multiplies into its number of steps (configs/post_train/rl.yml
     # of the release), for the recipes that do not override them.
     train_step_defaults: dict[str, float]
+    # The rl.yml defaults of the keys that size the held-out evaluation (recipes/evaluation.py).
+    eval_defaults: dict[str, float]
 
     @field_validator("jax")
     @classmethod
@@ -413,6 +415,8 @@ class Recipe(BaseModel):
     # from what changes the trained weights; and the `--set` items already merged into rl.overrides.
     run: str | None = None
     sets: tuple[str, ...] = ()
+    # --rewards and --data-processor files (recipes/user_files.py UserFile), mounted in the train head.
+    user_files: tuple[Any, ...] = ()
 
     @property
     def is_gke(self) -> bool:

@@ -58,11 +58,14 @@ def _named(recipe: Recipe, data: object) -> str:
 
 def run_identity(recipe: Recipe) -> dict:
     """Everything that changes the trained weights: the model, the MaxText release and what runs it, the
-    source patches, the TPU shape, num_batches and every train override (the recipe's and --set, merged).
+    source patches, the TPU shape, num_batches, every train override (the recipe's and --set, merged) and
+    the content of the --rewards and --data-processor files (so a changed reward is a new run).
     Not in it: capacity, durations, checkpoint_period and the settings, which change where and how often,
     not what is trained."""
     shape = recipe.shape
+    files = {"user_files": [file.identity() for file in recipe.user_files]} if recipe.user_files else {}
     return {
+        **files,
         "model": recipe.model.model_dump(mode="json"),
         "maxtext_version": recipe.maxtext_version,
         "image": recipe.maxtext.image,
@@ -117,6 +120,13 @@ _MODEL_KEY = ("conversion and export use the recipe's model with the same value;
               "in recipes.toml")
 _DERIVED_DIR = ("MaxText recomputes it from base_output_directory and run_name, so the value would be ignored; "
                 "the run's outputs are under trained/<run>/")
+_USER_FILE_KEYS = {
+    "reward_functions_path": "pass the file with --rewards FILE.py:fn1,fn2, which mounts it where the trainer "
+                             "reads it, checks it and makes its content part of the run",
+    "reward_functions": "pass the functions with --rewards FILE.py:fn1,fn2",
+    "dataset_processor_path": "pass the file with --data-processor FILE.py, which mounts it where the trainer "
+                              "reads it and makes its content part of the run",
+}
 PIPELINE_KEYS: dict[str, str] = {
     "run_name": "it is the run's name; choose it with --run NAME",
     "base_output_directory": "tpu-rl puts each run under its own prefix of the bucket, where the next step and "
@@ -137,6 +147,10 @@ PIPELINE_KEYS: dict[str, str] = {
                                     "tpu-rl picks for the platform",
     "checkpoint_storage_use_ocdbt": "it decides how train_rl reads the converted checkpoint, whose format "
                                     "tpu-rl picks for the platform",
+    # The trainer reads these files from its own file system (recipes/user_files.py): the options mount them.
+    **{key: _USER_FILE_KEYS[key.rpartition(".")[2]] for key in (
+        "reward_functions_path", "reward_functions", "reward.reward_functions_path", "reward.reward_functions",
+        "dataset_processor_path")},
 }
 # Train keys tpu-rl derives from the recipe's [rl] table: --set changes the table's field instead.
 RL_FIELDS = ("num_batches", "checkpoint_period")

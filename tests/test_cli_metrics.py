@@ -103,36 +103,94 @@ def test_json_gives_steps_values_and_summary_per_run_and_tag(settings_env, gcs, 
     assert [name.startswith("events.out.tfevents.") for name in low["event_files"]] == [True]
 
 
-def test_png_overlays_the_runs_on_four_panels(settings_env, gcs, tmp_path):
+def put_record(client, run: str, evaluations: list[str], sets: list[str]) -> None:
+    """A run.json as `tpu-rl run` writes it, with the evaluations parsed from MaxText's lines."""
+    from scripts.pipeline.evaluation import parse_evaluations
+
+    record = {"run": run, "recipe": RECIPE, "overrides": {"set": sets},
+              "evaluations": [e.as_record() for e in parse_evaluations("\n".join(evaluations), last_step=50)]}
+    path = f"{get_recipe(RECIPE).model.maxtext_name}/trained/{run}/run.json"
+    client.bucket(SETTINGS["GCS_BUCKET"]).blob(path).upload_from_string(json.dumps(record))
+
+
+def two_runs_with_records(gcs, tmp_path) -> None:
+    from contracts.tunix_log import evaluation_line
+    from test_cli_evaluation import MIDDLE, POST, PRE
+
+    upload_run(gcs, tmp_path, "rl", RUN_RL)
+    upload_run(gcs, tmp_path, "low-lr", RUN_LOW_LR)
+    put_record(gcs, "rl", [PRE, MIDDLE, POST], [])
+    put_record(gcs, "low-lr", [PRE, evaluation_line("post", 30, 64, 33, 60, 1.5)], ["learning_rate=1e-6"])
+
+
+def test_png_overlays_the_runs_on_accuracy_and_four_tag_panels(settings_env, gcs, tmp_path):
     from matplotlib.image import imread
 
     from scripts.metrics import collect, plot
 
-    upload_run(gcs, tmp_path, "rl", RUN_RL)
-    upload_run(gcs, tmp_path, "low-lr", RUN_LOW_LR)
+    two_runs_with_records(gcs, tmp_path)
     png = tmp_path / "out" / "curves.png"
     result = runner.invoke(app, ["metrics", RECIPE, "--run", "rl", "--run", "low-lr", "--png", str(png)])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-1] == f"wrote {png}"
-    assert set(table_rows(result.output)) >= {"rewards/train/mean", "actor/train/loss"}
-    assert result.output.count("1 event file in") == 2  # both runs' tables in one output
     height, width, _ = imread(png).shape
-    assert (width, height) == (1000, 700)
+    assert (width, height) == (1000, 1000)
 
     from recipes import load_settings
 
     fig = plot.figure(collect(get_recipe(RECIPE), ["rl", "low-lr"], [], load_settings), "title")
-    panels = {ax.get_ylabel(): ax for ax in fig.axes}
-    assert list(panels) == ["rewards/train/mean", "actor/train/loss", "actor/train/kl",
+    panels = {ax.get_ylabel(): ax for ax in fig.axes if ax.axison}
+    assert list(panels) == ["accuracy (%)", "rewards/train/mean", "actor/train/loss", "actor/train/kl",
                             "completions/train/mean_length"]
-    assert {ax.get_xlabel() for ax in fig.axes} == {"step"}
+    assert {ax.get_xlabel() for ax in panels.values()} == {"step"}
     legends = {tag: [text.get_text() for text in ax.get_legend().get_texts()] for tag, ax in panels.items()}
-    assert legends == {"rewards/train/mean": ["rl", "low-lr"], "actor/train/loss": ["rl", "low-lr"],
-                       "actor/train/kl": ["rl"], "completions/train/mean_length": ["rl", "low-lr"]}
+    both = ["rl", "low-lr (learning_rate=1e-6)"]
+    assert legends == {"accuracy (%)": both, "rewards/train/mean": both, "actor/train/loss": both,
+                       "actor/train/kl": ["rl"], "completions/train/mean_length": both}
     lines = {tag: [(list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()]
              for tag, ax in panels.items()}
+    # 26/64, 33/64 and 38/64 (30/64 for low-lr); the Post at the run's last step.
+    assert lines["accuracy (%)"] == [([0, 20, 50], [40.625, 51.5625, 59.375]), ([0, 50], [40.625, 46.875])]
     assert lines["rewards/train/mean"] == [([0, 1, 2], [0.1, 0.4, 1.1]), ([0, 1], [0.2, 0.3])]
     assert lines["actor/train/kl"] == [([1, 2, 3], [0.0, 0.01, 0.02])]
+
+
+def test_several_runs_are_one_side_by_side_summary_in_80_columns(settings_env, gcs, tmp_path):
+    two_runs_with_records(gcs, tmp_path)
+    result = runner.invoke(app, ["metrics", RECIPE, "--run", "rl", "--run", "low-lr"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    rows = {line[:18].strip(): line[18:].split() for line in lines[1:] if line[:18].strip()}
+    assert lines[0].split() == ["run", "1", "run", "2"]
+    assert rows["accuracy before %"] == ["40.6", "40.6"]
+    assert rows["accuracy after %"] == ["59.4", "46.9"]  # 30/64 = 46.875
+    assert rows["accuracy change"] == ["+18.8", "+6.2"]  # 6.25 rounds to even
+    assert rows["reward first"] == ["0.1", "0.2"] and rows["reward last"] == ["1.1", "0.3"]
+    assert rows["reward max"] == ["1.1", "0.3"] and rows["loss min"] == ["0.2", "0.4"]
+    assert rows["KL last"] == ["0.02", "-"] and rows["last step"] == ["3", "2"]
+    data = json.loads(runner.invoke(app, ["metrics", RECIPE, "--run", "rl", "--run", "low-lr", "--json"]).output)
+    low = data["runs"][1]
+    assert low["differs"] == ["learning_rate=1e-6"]
+    assert [(e["phase"], e["step"], e["accuracy"]) for e in low["evaluations"]] == [("pre", 0, 40.625),
+                                                                                  ("post", 50, 46.875)]
+    assert lines[-2:] == ["run 2: low-lr (learning_rate=1e-6)",
+                          f"  gs://{SETTINGS['GCS_BUCKET']}/qwen3-30b-a3b/trained/low-lr/tensorboard/"]
+
+
+def test_a_resumed_run_keeps_the_latest_attempts_value_per_step(tmp_path):
+    from scripts.metrics.events import local_event_files, read_scalars
+
+    # The first attempt wrote steps 21-25, the resumed one (from checkpoint 20) writes 21-26 again.
+    first = write_events(tmp_path / "one", {"actor/train/loss": [(step, 1.0) for step in range(19, 26)]})[0]
+    second = write_events(tmp_path / "two", {"actor/train/loss": [(step, 2.0) for step in range(21, 27)]})[0]
+    run = tmp_path / "tensorboard"
+    run.mkdir()
+    first.rename(run / "events.out.tfevents.1790000000.head-0")
+    second.rename(run / "events.out.tfevents.1790000600.head-0")
+    series = read_scalars(local_event_files(run))["actor/train/loss"]
+    assert series.steps == (19, 20, 21, 22, 23, 24, 25, 26)
+    assert series.values == (1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0)
 
 
 def test_an_unknown_run_names_the_run_the_prefix_and_the_runs_there(settings_env, gcs, tmp_path):
@@ -231,7 +289,21 @@ def synthetic_runs(root: Path) -> list[Path]:
     return directories
 
 
+def synthetic_evaluations(pace: float) -> tuple[dict, ...]:
+    """Made-up held-out evaluations of 64 questions at steps 0, 20, ..., 120, in MaxText's line format."""
+    from contracts.tunix_log import evaluation_line, train_step_line
+    from scripts.pipeline.evaluation import parse_evaluations
+
+    lines = [evaluation_line("pre", 24, 64, 28, 40, 0.3)]
+    for step in range(20, 121, 20):
+        correct = round(24 + 16 * (1 - math.exp(-pace * step / 40)))
+        lines += [train_step_line(step, 0.01), evaluation_line("intermediate", correct, 64, correct + 3, 60, 1.0, step)]
+    lines.append(evaluation_line("post", correct, 64, correct + 3, 62, 1.0))
+    return tuple(e.as_record() for e in parse_evaluations("\n".join(lines)))
+
+
 def draw_readme_picture(out: Path) -> None:
+    import dataclasses
     import tempfile
 
     from PIL import Image
@@ -241,6 +313,8 @@ def draw_readme_picture(out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sources = [str(path) for path in synthetic_runs(Path(tmp))]
         runs = collect(get_recipe(RECIPE), [], sources, lambda: None)
+    runs = [dataclasses.replace(run, evaluations=synthetic_evaluations(pace), differs=(change,))
+            for run, pace, change in zip(runs, (1.0, 0.55), ("learning_rate=3e-6", "learning_rate=1e-6"))]
     fig = plot.figure(runs, "SYNTHETIC data from tests/test_cli_metrics.py, not a training run")
     plot.write_png(fig, out)
     Image.open(out).convert("RGB").quantize(colors=64).save(out, optimize=True)  # small enough for the docs

@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 from jobs.paths import split_gs_url
 from peers.fixtures import put_event_files, put_step_output
 from scripts.cli import app
+from scripts.pipeline.evaluation import parse_evaluations
+from test_cli_evaluation import POST, PRE
 from test_cli_experiments import names, plan_success, record, run_of
 
 RECIPE = "qwen3-v6e32"
@@ -33,7 +35,9 @@ def three_runs(cloud, tmp_path) -> tuple[str, str, str]:
     cloud["kube"].plan(names(second)["train"], outcome="fail")
     assert runner.invoke(app, ["run", RECIPE, "--set", "learning_rate=1e-5"]).exit_code == 1
     # Fixed times, so that the durations are known: 2:13:05 and 0:30:00.
-    edit_record(cloud["gcs"], first_paths, created="2026-11-30T10:00:00+00:00", ended="2026-11-30T12:13:05+00:00")
+    evaluations = [e.as_record() for e in parse_evaluations(f"{PRE}\n{POST}", last_step=50)]
+    edit_record(cloud["gcs"], first_paths, created="2026-11-30T10:00:00+00:00", ended="2026-11-30T12:13:05+00:00",
+                evaluations=evaluations)
     edit_record(cloud["gcs"], second_paths, created="2026-11-30T13:00:00+00:00", ended="2026-11-30T13:30:00+00:00")
     put_event_files(cloud["gcs"], first_paths.tensorboard, {
         "rewards/train/mean": [(0, 0.1), (49, 0.37)], "actor/train/loss": [(1, 0.5), (50, 0.2)]}, tmp_path / "a")
@@ -56,11 +60,13 @@ def test_runs_fit_80_columns_with_each_runs_steps_step_reward_start_and_duration
     assert lines == [
         f"{RECIPE}: runs in gs://rl-test-artifacts/qwen3-30b-a3b/trained/",
         f"{first}  succeeded, step 50/50, reward 0.37",
+        "  accuracy 40.6→59.4 (held-out, before → after training)",
         "  steps    convert succeeded, train succeeded, export succeeded",
         "  started  2026-11-30 10:00 UTC, took 2:13:05",
         f"{second}  failed, step 12/50, reward 0.125",
         "  steps    convert verified, train failed, export waiting",
         "  started  2026-11-30 13:00 UTC, took 0:30:00",
+        "  differs  learning_rate=1e-5",
         f"{old}  no run.json, step -, reward 0.2",
         "  steps    convert -, train -, export -",
         "  started  -, took -",
@@ -68,16 +74,17 @@ def test_runs_fit_80_columns_with_each_runs_steps_step_reward_start_and_duration
 
 
 def test_runs_in_a_wide_terminal_is_one_table(cloud, tmp_path, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("COLUMNS", "230")
     first, _, _ = three_runs(cloud, tmp_path)
     result = runner.invoke(app, ["runs", RECIPE])
     assert result.exit_code == 0, result.output
     header = next(line for line in result.output.splitlines() if "reward" in line)
     assert [cell.strip() for cell in header.strip("┃ ").split("┃")] == [
-        "run", "status", "convert", "train", "export", "step", "reward", "started", "took"]
+        "run", "status", "convert", "train", "export", "step", "accuracy", "reward", "started", "took", "differs"]
     row = next(line for line in result.output.splitlines() if first in line)
     assert [cell.strip() for cell in row.strip("│ ").split("│")] == [
-        first, "succeeded", "succeeded", "succeeded", "succeeded", "50/50", "0.37", "2026-11-30 10:00 UTC", "2:13:05"]
+        first, "succeeded", "succeeded", "succeeded", "succeeded", "50/50", "40.6→59.4", "0.37", "2026-11-30 10:00 UTC",
+        "2:13:05", "-"]
 
 
 def test_runs_json(cloud, tmp_path):
@@ -91,7 +98,9 @@ def test_runs_json(cloud, tmp_path):
         "run": second, "status": "failed", "steps": {"convert": "verified", "train": "failed", "export": "waiting"},
         "last_step": 12, "train_steps": 50, "reward": 0.125, "started": "2026-11-30T13:00:00+00:00",
         "ended": "2026-11-30T13:30:00+00:00", "duration_seconds": 1800,
-        "record": f"gs://rl-test-artifacts/qwen3-30b-a3b/trained/{second}/run.json"}
+        "record": f"gs://rl-test-artifacts/qwen3-30b-a3b/trained/{second}/run.json",
+        "accuracy_before": None, "accuracy_after": None, "differs": ["learning_rate=1e-5"]}
+    assert (data["runs"][0]["accuracy_before"], data["runs"][0]["accuracy_after"]) == (40.625, 59.375)
 
 
 def test_no_runs_says_how_to_start_one(cloud):

@@ -226,3 +226,33 @@ def test_capacity_page_shows_a_run_without_a_reservation_as_capacity_flex_start_
     assert table in section
     assert "| gemma4-v6e64 | flex-start | **whole run** | 170 | 96.0 | 85.3 | $273.09 |" in table
     assert "| llama31-v6e8 | spot | **whole run** | 20 | 2.7 | 0.0 | $3.60 |" in table
+
+
+def test_each_recipes_evaluation_is_a_small_stated_share_of_train():
+    from recipes.cost import evaluation_estimate
+    from recipes.evaluation import eval_plan
+
+    # qwen3-v6e32: 2 batches x eval_batch_size 32; before, at 20 and 40, after (eval_interval 20, 50 steps);
+    # train generates 50 steps x batch_size 8 x 4 generations.
+    plan = eval_plan(get_recipe("qwen3-v6e32"))
+    assert (plan.questions, plan.evaluations, plan.completions, plan.train_completions) == (64, 4, 256, 1600)
+    assert evaluation_estimate(get_recipe("qwen3-v6e32")).minutes == pytest.approx(90 * 256 / 1856)
+    # gemma4-v6e64: 64 questions before and after (eval_interval 0); 50 x 8 x rl.yml's 2 generations.
+    plan = eval_plan(get_recipe("gemma4-v6e64"))
+    assert (plan.questions, plan.evaluations, plan.completions, plan.train_completions) == (64, 2, 128, 800)
+    # llama31-v6e8: seed 002's 10 batches of rl.yml's batch_size 1, before and after; 50 x 1 x 2.
+    plan = eval_plan(get_recipe("llama31-v6e8"))
+    assert (plan.questions, plan.evaluations, plan.completions, plan.train_completions) == (10, 2, 20, 100)
+    cost = evaluation_estimate(get_recipe("llama31-v6e8"))
+    assert cost.minutes == pytest.approx(10 * 20 / 120)  # of the recipe's 10 train minutes
+    assert cost.summary().startswith("2 evaluations of 10 test questions: at most 2 min and $")
+    assert cost.summary().endswith(" of the train step (17%)")
+
+
+def test_a_recipe_without_evaluation_says_so():
+    from recipes.cost import evaluation_estimate
+    from recipes.runs import with_sets
+
+    recipe = with_sets(get_recipe("qwen3-v6e32"), ["num_test_batches=0"])
+    assert evaluation_estimate(recipe).summary() == "no held-out evaluation (num_test_batches=0)"
+    assert evaluation_estimate(recipe).minutes == 0

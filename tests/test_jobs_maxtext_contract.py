@@ -115,3 +115,26 @@ def test_instruct_model_names_resolve_to_the_base_yml_and_unknown_models_are_cau
     assert schema.model_exists("llama3.1-8b-Instruct") and not schema.exists("configs/models/llama3.1-8b-Instruct.yml")
     assert schema.check(TRAIN_RL, ["model_name=llama9-1b"]) == [
         "model_name 'llama9-1b' has no configs/models yml in MaxText 0.2.3"]
+
+
+@pytest.mark.parametrize("version", ["0.2.3", "0.2.4"])
+def test_the_evaluation_defaults_are_the_wheels_rl_yml(maxtext, version):
+    """recipes.toml's eval_defaults (what sizes the evaluation where a recipe says nothing) are rl.yml's."""
+    import tomllib
+    from importlib import resources
+
+    table = tomllib.loads(resources.files("recipes").joinpath("recipes.toml").read_text())
+    defaults = table["maxtext"][version]["eval_defaults"]
+    config = maxtext[version].config_yml(TRAIN_RL)
+    wheel = {key: (config[key.partition(".")[0]][key.partition(".")[2]] if "." in key else config[key])
+             for key in defaults}
+    assert defaults == wheel
+
+
+def test_the_reward_and_data_settings_exist_where_the_options_allow_them(maxtext):
+    from recipes.user_files import FIRST_RELEASE, SETTING
+
+    keys = {version: set(maxtext[version].accepted(maxtext[version].config_class(TRAIN_RL))) for version in maxtext}
+    for kind, first in FIRST_RELEASE.items():
+        assert SETTING[kind] in keys[first], kind
+    assert "reward_functions_path" not in keys["0.2.3"] and "reward_functions" in keys["0.2.4"]

@@ -1,5 +1,5 @@
-"""The commands that reach the cloud: `tpu-rl preflight`, `secret set`, `run`, `cancel`, `status`, `runs`
-and `logs`."""
+"""The commands that reach the cloud: `tpu-rl preflight`, `secret set`, `run`, `eval`, `check-rewards` (which
+only runs the file locally), `cancel`, `status`, `runs` and `logs`."""
 
 from __future__ import annotations
 
@@ -101,12 +101,38 @@ def secret_set() -> None:
     typer.echo(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
 
 
-def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str]):
-    """The Session of one run: the recipe as the settings, --set and --run make it."""
+def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
+                rewards: Optional[str] = None, data_processor: Optional[str] = None):
+    """The Session of one run: the recipe as the settings, --set, --run, --rewards and --data-processor make
+    it; a reward file is checked (scripts/rewards/check.py) before anything reaches the cloud."""
     from recipes.runs import for_run
 
     recipe, settings = cloud_recipe(recipe_name)
-    return make_session(for_run(recipe, sets or (), run_name), settings)
+    recipe = for_run(recipe, sets or (), run_name)
+    if rewards or data_processor:
+        recipe = _with_user_files(recipe, rewards, data_processor)
+    return make_session(recipe, settings)
+
+
+def _with_user_files(recipe, rewards: Optional[str], data_processor: Optional[str]):
+    from pathlib import Path
+
+    from recipes.user_files import read_user_file, with_user_files
+    from scripts.rewards.check import check_processor, check_rewards, parse_rewards
+
+    files = []
+    if rewards:
+        option = parse_rewards(rewards)
+        files.append(read_user_file(recipe, "rewards", option.path, option.functions))
+        check_rewards(option)
+    if data_processor:
+        path = Path(data_processor)
+        if path.suffix != ".py" or not path.is_file():
+            raise UserError(f"--data-processor {data_processor}: no such Python file: pass the file that defines "
+                            "process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x)")
+        files.append(read_user_file(recipe, "data-processor", path))
+        check_processor(path)
+    return with_user_files(recipe, tuple(files))
 
 
 @app.command()
@@ -119,14 +145,18 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
         run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the JobSets it would submit; "
-                                     "submit and write nothing.")) -> None:
+                                     "submit and write nothing."),
+        rewards: Optional[str] = typer.Option(None, "--rewards", metavar="FILE.py:FN,...",
+                                              help="Your reward functions instead of MaxText's (0.2.4+)."),
+        data_processor: Optional[str] = typer.Option(None, "--data-processor", metavar="FILE.py",
+                                                     help="Your process_data for the dataset.")) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from recipes.schedule import schedule_warning
     from scripts.pipeline.gke.submit import run_gke
     from scripts.pipeline.session import parse_steps
 
     wanted = parse_steps(steps)
-    session = run_session(recipe_name, sets, run_name)
+    session = run_session(recipe_name, sets, run_name, rewards, data_processor)
     recipe = session.recipe
     if not recipe.is_gke and (sets or run_name is not None):
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "
@@ -141,6 +171,37 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         from scripts.pipeline.vm import run_vm
 
         run_vm(session, wanted, follow_logs=follow_logs, dry_run=dry_run)
+
+
+@app.command("eval")
+@handled
+def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+                 run_name: str = typer.Option(..., "--run", metavar="NAME", help="The run whose checkpoint to evaluate."),
+                 step: Optional[int] = typer.Option(None, "--step", min=1, help="The checkpoint (default: the latest)."),
+                 sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)) -> None:
+    """Evaluate a saved checkpoint of a run on the held-out set, on the run's slice shape, into its run.json."""
+    session = run_session(recipe_name, sets, run_name)
+    if not session.recipe.is_gke:
+        raise UserError(f"recipe '{session.recipe.name}' runs on a TPU VM, whose startup script runs the recipe's "
+                        "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
+    from scripts.pipeline.gke.evaluate import eval_gke
+
+    eval_gke(session, step)
+
+
+@app.command("check-rewards")
+@handled
+def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN,...")) -> None:
+    """Import a reward file in a clean subprocess and call each function on sample gsm8k completions, as
+    MaxText's trainer will; refuses a missing function, a raise, or the wrong number or type of values."""
+    from scripts.rewards.check import SAMPLES, check_rewards, parse_rewards
+
+    option = parse_rewards(rewards, "check-rewards")
+    scores = check_rewards(option)
+    for name, values in scores.items():
+        typer.echo(f"{name}: {', '.join(f'{value:g}' for value in values)}")
+    typer.echo(f"ok: {len(scores)} function(s) of {option.path} return one float per completion "
+               f"({len(SAMPLES)} sample completions)")
 
 
 @app.command()
@@ -217,12 +278,12 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report), soft_wrap=False)
 
 
-RUN_COLUMNS = ("run", "status", *STEPS, "step", "reward", "started", "took")
+RUN_COLUMNS = ("run", "status", *STEPS, "step", "accuracy", "reward", "started", "took", "differs")
 
 
 def _run_cells(run) -> tuple[str, ...]:
-    return (run.run, run.status, *(run.steps.get(step, "-") for step in STEPS), run.step_text, run.reward_text,
-            run.started_text, run.duration_text)
+    return (run.run, run.status, *(run.steps.get(step, "-") for step in STEPS), run.step_text, run.accuracy_text,
+            run.reward_text, run.started_text, run.duration_text, run.differs_text)
 
 
 def _runs_stacked(runs) -> list[str]:
@@ -233,8 +294,12 @@ def _runs_stacked(runs) -> list[str]:
     for run in runs:
         steps = ", ".join(f"{step} {run.steps.get(step, '-')}" for step in STEPS)
         lines += [f"[bold]{escape(run.run)}[/]  {escape(run.status)}, step {run.step_text}, reward {run.reward_text}",
+                  *([f"  accuracy {escape(run.accuracy_text)} (held-out, before → after training)"]
+                    if run.accuracy_text != "-" else []),
                   f"  steps    {escape(steps)}",
                   f"  started  {escape(run.started_text)}, took {run.duration_text}"]
+        if run.differs:
+            lines.append(f"  differs  {escape(run.differs_text)}")
     return lines
 
 
@@ -242,7 +307,8 @@ def _runs_stacked(runs) -> list[str]:
 @handled
 def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                  as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """The recipe's runs in the bucket: each step's status, the last step and mean reward, start and duration."""
+    """The recipe's runs in the bucket: each step's status, last step, held-out accuracy before and after,
+    mean reward, start, duration and what differs from the recipe."""
     import dataclasses
 
     from rich.markup import escape

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def recipe_facts(recipe: Recipe) -> dict:
-    from recipes.cost import hourly_estimate
+    from recipes.cost import evaluation_estimate, hourly_estimate
 
     shape = recipe.shape
     estimate = hourly_estimate(recipe)
@@ -37,6 +37,7 @@ def recipe_facts(recipe: Recipe) -> dict:
         "capacity": recipe.capacity,
         "hourly_usd_estimate": round(estimate.total, 2),
         "hourly_estimate": estimate.summary(),
+        "evaluation_estimate": evaluation_estimate(recipe).summary(),
         "description": recipe.description,
     }
 

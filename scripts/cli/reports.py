@@ -21,10 +21,11 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             sources: Optional[list[str]] = typer.Option(
                 None, "--from", metavar="DIR_OR_GS_URL", help="A directory of event files copied elsewhere; repeatable."),
             png: Optional[Path] = typer.Option(None, "--png", metavar="FILE",
-                                               help="Also draw reward, loss, KL and completion length to this PNG."),
+                                               help="Also draw accuracy, reward, loss, KL and completion length to this PNG."),
             as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """A run's TensorBoard scalars: first, last and best value and a sparkline per tag; --png for curves."""
-    from scripts.metrics import collect, table
+    """A run's held-out accuracy and TensorBoard scalars (first, last, best, sparkline); several runs side by
+    side; --png for curves."""
+    from scripts.metrics import collect, compare, table
 
     recipe = get_recipe(recipe_name)
     loaded = collect(recipe, runs or [], sources or [], cloud_settings)
@@ -35,7 +36,7 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if as_json:
         typer.echo(json.dumps(table.as_json(loaded), indent=2))
     else:
-        typer.echo(table.text(loaded), nl=False)
+        typer.echo(compare.view(loaded), nl=False)
     if png is not None:
         typer.echo(f"wrote {png}", err=as_json)
 

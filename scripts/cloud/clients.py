@@ -5,6 +5,7 @@ local emulator) point each API at another endpoint through environment variables
 client talks REST with anonymous credentials, so no Google credential is ever needed or sent there.
 
     TPU_RL_COMPUTE_ENDPOINT, TPU_RL_TPU_ENDPOINT, TPU_RL_SECRETMANAGER_ENDPOINT  e.g. http://127.0.0.1:8123
+    TPU_RL_LOGGING_ENDPOINT                                                    (Cloud Logging, REST)
     STORAGE_EMULATOR_HOST                                                      (google-cloud-storage's own)
     KUBECONFIG                                                                 (kubectl's own)
 """
@@ -21,6 +22,7 @@ from recipes import Settings, UserError
 COMPUTE_ENDPOINT_ENV = "TPU_RL_COMPUTE_ENDPOINT"
 TPU_ENDPOINT_ENV = "TPU_RL_TPU_ENDPOINT"
 SECRETMANAGER_ENDPOINT_ENV = "TPU_RL_SECRETMANAGER_ENDPOINT"
+LOGGING_ENDPOINT_ENV = "TPU_RL_LOGGING_ENDPOINT"
 STORAGE_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 
 
@@ -32,6 +34,7 @@ class Endpoints:
     tpu: str | None = None
     secretmanager: str | None = None
     storage: str | None = None
+    logging: str | None = None
     kubeconfig: str | None = None
 
     @classmethod
@@ -42,6 +45,7 @@ class Endpoints:
             tpu=_endpoint(env, TPU_ENDPOINT_ENV),
             secretmanager=_endpoint(env, SECRETMANAGER_ENDPOINT_ENV),
             storage=_endpoint(env, STORAGE_EMULATOR_ENV),
+            logging=_endpoint(env, LOGGING_ENDPOINT_ENV),
             kubeconfig=env.get("KUBECONFIG") or None,
         )
 
@@ -135,6 +139,12 @@ class Clients:
             return storage.Client(project=self.settings.project)
 
         return self._get("storage", build)
+
+    def logging(self):
+        """Cloud Logging's entries.list (scripts/cloud/cloud_logging.py)."""
+        from scripts.cloud.cloud_logging import reader
+
+        return self._get("logging", lambda: reader(self.settings.project, self.endpoints.logging))
 
     def kube(self):
         """A kubernetes ApiClient for this settings' cluster (see scripts.cloud.kube.api_client_for)."""

@@ -155,10 +155,10 @@ def missing_outputs(storage, paths: ArtifactPaths, step: str, finished: bool = F
         raise ApiError(f"checking {step} output in gs://{paths.bucket} failed: {error}") from None
 
 
-def latest_checkpoint_step(storage, paths: ArtifactPaths) -> int | None:
-    """The newest step train_rl finished saving: the highest `actor/<step>/` whose step directory holds
+def finished_checkpoint_steps(storage, paths: ArtifactPaths) -> list[int]:
+    """The steps train_rl finished saving, newest first: each `actor/<step>/` whose step directory holds
     orbax's commit marker (the last object of a checkpoint, see ORBAX_COMMIT_MARKER). A step directory
-    without it is a save that was cut off. None when there is no finished checkpoint yet."""
+    without it is a save that was cut off."""
     bucket, prefix = split_gs_url(paths.actor_checkpoints)
     try:
         listing = storage.list_blobs(bucket, prefix=prefix, delimiter="/")
@@ -166,14 +166,33 @@ def latest_checkpoint_step(storage, paths: ArtifactPaths) -> int | None:
             pass
         steps = sorted((int(name[len(prefix):].rstrip("/")) for name in listing.prefixes
                         if name[len(prefix):].rstrip("/").isdigit()), reverse=True)
-        for step in steps:
-            if storage.bucket(bucket).blob(f"{prefix}{step}/{ORBAX_COMMIT_MARKER}").exists():
-                return step
+        return [step for step in steps if storage.bucket(bucket).blob(f"{prefix}{step}/{ORBAX_COMMIT_MARKER}").exists()]
     except gexc.NotFound:
-        return None
+        return []
     except gexc.GoogleAPIError as error:
         raise ApiError(f"reading the checkpoints in {paths.actor_checkpoints} failed: {error}") from None
-    return None
+
+
+def latest_checkpoint_step(storage, paths: ArtifactPaths) -> int | None:
+    """The newest finished checkpoint step (finished_checkpoint_steps); None when there is none yet."""
+    steps = finished_checkpoint_steps(storage, paths)
+    return steps[0] if steps else None
+
+
+def copy_prefix(storage, source: str, target: str) -> int:
+    """Copy every object under the gs:// prefix `source` to the same names under `target` (server side),
+    the commit marker last so that a cut-off copy is not a finished checkpoint; how many objects."""
+    bucket_name, prefix = split_gs_url(source)
+    target_bucket, target_prefix = split_gs_url(target)
+    try:
+        blobs = sorted(storage.list_blobs(bucket_name, prefix=prefix), key=lambda blob: (
+            blob.name == f"{prefix}{ORBAX_COMMIT_MARKER}", blob.name))
+        bucket, into = storage.bucket(bucket_name), storage.bucket(target_bucket)
+        for blob in blobs:
+            bucket.copy_blob(blob, into, f"{target_prefix}{blob.name[len(prefix):]}")
+    except gexc.GoogleAPIError as error:
+        raise ApiError(f"copying {source} to {target} failed: {error}") from None
+    return len(blobs)
 
 
 def read_json(storage, url: str) -> dict | None:

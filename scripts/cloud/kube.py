@@ -160,14 +160,27 @@ class Cluster:
             "type": "Opaque",
             "data": {key: base64.b64encode(value.encode()).decode()},
         }
+        self._create_or_replace("Secret", name, body, self.core.create_namespaced_secret,
+                                self.core.replace_namespaced_secret)
+
+    def ensure_configmap(self, name: str, data: dict[str, str], labels: dict[str, str]) -> None:
+        """Create or replace a ConfigMap (the run's --rewards/--data-processor files)."""
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": self.namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "tpu-rl", **labels}}, "data": data}
+        self._create_or_replace("ConfigMap", name, body, self.core.create_namespaced_config_map,
+                                self.core.replace_namespaced_config_map)
+
+    def _create_or_replace(self, kind: str, name: str, body: dict, create, replace) -> None:
+        """Create the object, or replace it when it exists (the same content again is idempotent, so either
+        call may be retried); errors name the object, never its content."""
         try:
-            call(self.policy, f"creating Secret {name}", lambda: self.core.create_namespaced_secret(
+            call(self.policy, f"creating {kind} {name}", lambda: create(
                 self.namespace, body, _request_timeout=self._timeout, _preload_content=False))
         except ApiException as error:
             if error.status != 409:
-                raise ApiError(f"creating Secret {name} failed with {describe(error)}") from None
-            # Replacing with the same content is idempotent, so it may be retried.
-            call(self.policy, f"updating Secret {name}", lambda: self.core.replace_namespaced_secret(
+                raise ApiError(f"creating {kind} {name} failed with {describe(error)}") from None
+            call(self.policy, f"updating {kind} {name}", lambda: replace(
                 name, self.namespace, body, _request_timeout=self._timeout, _preload_content=False))
 
     # -- JobSets ---------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 - tags.py: the tags train_rl writes, with their upstream source, and which way is better for each;
 - events.py: reading event files from a local directory or a gs:// prefix (`latest_scalar` for progress);
 - table.py: the 80-column table and the JSON;
-- plot.py: the 2x2 picture (imports matplotlib: only for --png).
+- compare.py: several runs side by side in 80 columns (with their held-out accuracy);
+- plot.py: the 3x2 picture, accuracy first (imports matplotlib: only for --png).
 
 The reader and matplotlib are imported by the functions that use them, so importing this package is cheap.
 """
@@ -29,6 +30,26 @@ def source_label(location: str) -> str:
     return parts[-1] if parts else location
 
 
+def with_record(run: Run, recipe: Recipe, settings: Settings, storage) -> Run:
+    """The run with the held-out evaluations and the changes from the recipe its run.json holds (none
+    when it has no record or the record cannot be read: the scalars are shown all the same)."""
+    from dataclasses import replace
+
+    from jobs.paths import ArtifactPaths
+    from scripts.cloud import gcs
+    from scripts.outcome import ApiError
+    from scripts.pipeline.runs import record_differences
+
+    try:
+        record = gcs.read_json(storage, ArtifactPaths(recipe.model_copy(update={"run": run.name}), settings).run_record)
+    except ApiError:
+        record = None
+    if not record:
+        return run
+    return replace(run, evaluations=tuple(record.get("evaluations") or ()),
+                   differs=record_differences(recipe, record))
+
+
 def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
@@ -52,7 +73,7 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
         found = read_run(run, run_directory(recipe, settings, run), storage)
         if found is None:
             raise missing_run(run, recipe, settings, storage)
-        loaded.append(found)
+        loaded.append(with_record(found, recipe, settings, storage))
     for source in sources:
         if not source.startswith("gs://") and not Path(source).is_dir():
             raise UserError(f"--from {source}: no such directory: pass a local directory or a gs:// URL "

@@ -42,6 +42,8 @@ class Run:
     source: str  # where its event files were read: gs://... or a local directory
     event_files: tuple[str, ...]  # their names, in reading order
     scalars: dict[str, Series]
+    evaluations: tuple[dict, ...] = ()  # the held-out evaluations in its run.json (bucket runs only)
+    differs: tuple[str, ...] = ()  # what it changed from the recipe (--set items, reward file, capacity)
 
 
 def is_event_file(name: str) -> bool:
@@ -62,19 +64,26 @@ def _as_float32_text(value: float) -> float:
 
 
 def read_scalars(files: Iterable[Path]) -> dict[str, Series]:
-    """Every scalar tag in `files`, read in the order given, points in the order written."""
+    """Every scalar tag in `files`, read in the order given, one point per step: when a tag's step goes
+    back (a run resumed from a checkpoint writes steps 21-25 again), the earlier points from that step on
+    are dropped, as TensorBoard's purge_orphaned_data does (EventAccumulator._MaybePurgeOrphanedData:
+    an event whose step is below the most recent one purges the tag's events at or after its step), so
+    the latest attempt's values stay."""
     from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
     points: dict[str, tuple[list[int], list[float]]] = {}
     for path in files:
-        # Keep every point (size_guidance 0: no reservoir sampling), and keep points whose step goes back:
-        # tags count steps differently (actor/* from 1, rewards/* from 0; orbax's tags always 0), so a
-        # smaller step is not a crash to purge.
+        # Keep every point (size_guidance 0: no reservoir sampling); the reader's own purge compares the
+        # steps of all tags, which count differently (actor/* from 1, rewards/* from 0; orbax's tags always
+        # 0), so the purge is done per tag below, across the files, instead.
         reader = EventAccumulator(str(path), size_guidance={SCALARS: 0}, purge_orphaned_data=False)
         reader.Reload()
         for tag in reader.Tags()[SCALARS]:
             steps, values = points.setdefault(tag, ([], []))
             for event in reader.Scalars(tag):
+                if steps and event.step < steps[-1]:
+                    keep = next((i for i, step in enumerate(steps) if step >= event.step), len(steps))
+                    del steps[keep:], values[keep:]
                 steps.append(event.step)
                 values.append(_as_float32_text(event.value))
     return {tag: Series(tuple(steps), tuple(values)) for tag, (steps, values) in points.items()}

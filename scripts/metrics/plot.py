@@ -1,5 +1,6 @@
-"""The picture: reward, loss, KL and completion length against the step, a 2x2 grid of panels, every run
-overlaid on the same axes in its own colour, so two settings compare at a glance."""
+"""The picture: held-out accuracy, reward, loss, KL and completion length against the step, a 3x2 grid of
+panels, every run overlaid on the same axes in its own colour and named in the legend with what it changed
+from the recipe, so two settings compare at a glance."""
 
 from __future__ import annotations
 
@@ -12,18 +13,47 @@ from recipes import UserError
 from scripts.metrics.events import Run
 from scripts.metrics.tags import PLOTTED_TAGS
 
-SIZE_INCHES = (10, 7)
-DPI = 100  # 1000 x 700 pixels
+SIZE_INCHES = (10, 10)
+DPI = 100  # 1000 x 1000 pixels
+LEGEND_CHARS = 60  # a run's name and changes in the legend, cut beyond this
 MARKERS_UP_TO = 30  # points per line; more than that, a plain line reads better
 
 
+def legend_label(run: Run) -> str:
+    """The run's name and, for a run that changed something, what: `qwen3-v6e32-3f2a1b9 (learning_rate=1e-5)`."""
+    label = f"{run.name} ({', '.join(run.differs)})" if run.differs else run.name
+    return label if len(label) <= LEGEND_CHARS else label[:LEGEND_CHARS - 1] + "…"
+
+
+def _accuracy_panel(ax, runs: list[Run]) -> None:
+    from scripts.pipeline.evaluation import accuracy_points
+
+    ax.set_title("held-out accuracy")
+    ax.set_xlabel("step")
+    ax.set_ylabel("accuracy (%)")
+    ax.grid(alpha=0.3)
+    for index, run in enumerate(runs):
+        steps, values = accuracy_points(run.evaluations)
+        if steps:
+            ax.plot(steps, values, color=f"C{index}", label=legend_label(run), linewidth=1.5, marker="o", markersize=4)
+    if ax.get_lines():
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no evaluation in the run records", transform=ax.transAxes, ha="center", va="center",
+                color="gray")
+
+
 def figure(runs: list[Run], title: str) -> Figure:
-    """The figure, drawn on the Agg canvas (no display, no pyplot state): one axes per PLOTTED_TAGS entry,
-    one line per run that has the tag, the legend naming the runs."""
+    """The figure, drawn on the Agg canvas (no display, no pyplot state): the accuracy panel (from the run
+    records), then one axes per PLOTTED_TAGS entry, one line per run that has the tag, the legend naming
+    the runs."""
     fig = Figure(figsize=SIZE_INCHES, dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     fig.suptitle(title)
-    for ax, tag in zip(fig.subplots(2, 2).flat, PLOTTED_TAGS):
+    axes = list(fig.subplots(3, 2).flat)
+    _accuracy_panel(axes[0], runs)
+    axes[-1].set_axis_off()
+    for ax, tag in zip(axes[1:], PLOTTED_TAGS):
         ax.set_title(tag.label)
         ax.set_xlabel("step")
         ax.set_ylabel(tag.name)
@@ -31,7 +61,7 @@ def figure(runs: list[Run], title: str) -> Figure:
         for index, run in enumerate(runs):
             series = run.scalars.get(tag.name)
             if series and series.values:
-                ax.plot(series.steps, series.values, color=f"C{index}", label=run.name, linewidth=1.5,
+                ax.plot(series.steps, series.values, color=f"C{index}", label=legend_label(run), linewidth=1.5,
                         marker="o" if len(series.values) <= MARKERS_UP_TO else None, markersize=3)
         if ax.get_lines():
             ax.legend(fontsize="small")

@@ -114,8 +114,25 @@ def run_lines(run: Run) -> list[str]:
     return lines
 
 
+def accuracy_line(run: Run) -> str | None:
+    """`held-out accuracy 40.6% → 59.4% (+18.8), 4 evaluations` for a run whose record has evaluations."""
+    from scripts.pipeline.evaluation import accuracy_change
+
+    change = accuracy_change(run.evaluations)
+    if change.before is None and change.after is None:
+        return None
+    shown = " → ".join("-" if e is None else f"{e.accuracy:.1f}%" for e in (change.before, change.after))
+    delta = f" ({change.delta:+.1f})" if change.delta is not None else ""
+    return f"held-out accuracy {shown}{delta}, {len(run.evaluations)} evaluations"
+
+
 def text(runs: list[Run]) -> str:
-    blocks = ["\n".join(run_lines(run)) for run in runs]
+    """One block per run (scripts/metrics/compare.py puts several side by side when they fit)."""
+    blocks = []
+    for run in runs:
+        lines = run_lines(run)
+        accuracy = accuracy_line(run)
+        blocks.append("\n".join(lines[:2] + ([accuracy] if accuracy else []) + lines[2:]))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -128,6 +145,10 @@ def as_json(runs: list[Run]) -> dict:
         "run": run.name,
         "source": run.source,
         "event_files": list(run.event_files),
+        "differs": list(run.differs),
+        "evaluations": [{key: entry.get(key) for key in ("phase", "step", "corr", "total", "accuracy",
+                                                          "partial_accuracy", "format_accuracy", "mean_reward")}
+                        for entry in run.evaluations],
         "tags": {tag: {"steps": list(series.steps),
                        "values": [_finite_or_none(v) for v in series.values],
                        "summary": {key: _finite_or_none(value) if isinstance(value, float) else value

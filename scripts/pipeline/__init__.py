@@ -6,6 +6,8 @@
   followed and diagnosed (a module each).
 - vm.py: the same on a single TPU VM, read back from its serial console.
 - progress.py: how far training is, from the trainer's log line and the run's event files.
+- evaluation.py: MaxText's held-out evaluation lines, parsed, merged, summed up; accuracy.py: `run`
+  printing and recording them, and reading them from Cloud Logging once the pods are gone.
 - record.py: the run record, run.json, and the records of a recipe's runs.
 - runs.py: `tpu-rl runs`: each run's record and last reward and step.
 - manifests.py: rendered JobSets as one YAML stream (render --out -, run --dry-run).

@@ -67,6 +67,11 @@ def redacted(argv: list[str]) -> list[str]:
     return [mask(arg) for arg in argv]
 
 
+def user_file_copy(session: Session, name: str) -> str:
+    """Where the run keeps its copy of a --rewards/--data-processor file: beside its run.json."""
+    return f"{session.paths.run_record.rpartition('/')[0]}/user-files/{name}"
+
+
 def _time(moment: datetime) -> str:
     return moment.isoformat(timespec="seconds")
 
@@ -111,6 +116,8 @@ class RunRecord:
             "versions": {"maxtext": recipe.maxtext_version, "image": recipe.maxtext.image, "pip": recipe.maxtext.pip,
                          "pathways_tag": recipe.pathways_images.tag if recipe.pathways else None,
                          "tpu_rl": package_version(), "git_commit": git_commit()},
+            "files": {file.kind: {"name": file.name, "functions": ",".join(file.functions), "sha256": file.sha256,
+                                  "copy": user_file_copy(session, file.name)} for file in recipe.user_files},
             "outputs": {"checkpoints": session.paths.actor_checkpoints, "tensorboard": session.paths.tensorboard,
                         "export": session.paths.hf_export, "conversion": session.paths.converted},
         }
@@ -125,6 +132,9 @@ class RunRecord:
         data.update(self._describe())
         data.setdefault("created", now)
         data.update(command=redacted(sys.argv), started=now, ended=None, status="running", error=None)
+        for file in self.session.recipe.user_files:
+            gcs.write_text(self.session.clients.storage(), user_file_copy(self.session, file.name), file.content,
+                           content_type="text/x-python")
         steps = data.setdefault("steps", {})
         for step, kind in actions.items():
             entry = steps.setdefault(step, {"capacity": None})

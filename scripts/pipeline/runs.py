@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from jobs.paths import RUN_RECORD
-from recipes import STEPS
+from recipes import STEPS, Recipe
+from scripts.pipeline.evaluation import accuracy_change
 from scripts.pipeline.record import run_records
 from scripts.pipeline.session import Session, hms
 
@@ -32,6 +33,20 @@ class RunSummary:
     ended: str | None
     duration_seconds: int | None  # from the start to the end, or to now while it runs
     record: str  # where its run.json is (or would be)
+    accuracy_before: float | None = None  # held-out accuracy (%) before training, from the record
+    accuracy_after: float | None = None  # and after it (the last evaluation when none after)
+    differs: tuple[str, ...] = ()  # what differs from the recipe: --set items, reward file, capacity
+
+    @property
+    def accuracy_text(self) -> str:
+        if self.accuracy_before is None and self.accuracy_after is None:
+            return "-"
+        return "→".join("-" if value is None else f"{value:.1f}" for value in (self.accuracy_before,
+                                                                                self.accuracy_after))
+
+    @property
+    def differs_text(self) -> str:
+        return ", ".join(self.differs) or "-"
 
     @property
     def step_text(self) -> str:
@@ -85,6 +100,18 @@ def _scalars(storage, url: str) -> dict[str, tuple[int, float]]:
         return {}
 
 
+def record_differences(recipe: Recipe, record: dict) -> tuple[str, ...]:
+    """What a run changed from its recipe, by its record: the --set items, the reward and data files
+    (--rewards, --data-processor) and the capacity its train step ran on when not the recipe's first."""
+    changes = [*((record.get("overrides") or {}).get("set") or [])]
+    for kind, entry in (record.get("files") or {}).items():
+        changes.append(f"{kind} {entry.get('name')}" + (f":{entry['functions']}" if entry.get("functions") else ""))
+    capacity = ((record.get("steps") or {}).get("train") or {}).get("capacity")
+    if capacity and capacity != recipe.capacity[0]:
+        changes.append(f"capacity {capacity}")
+    return tuple(changes)
+
+
 def summarize_run(session: Session, name: str, record: dict | None) -> RunSummary:
     from scripts.metrics.events import run_directory
     from scripts.metrics.tags import LOSS, REWARD_MEAN
@@ -95,6 +122,7 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
     started, ended = _time(record.get("created")), _time(record.get("ended"))
     status = record.get("status", NO_RECORD)
     end = session.now() if status == "running" else ended
+    change = accuracy_change(record.get("evaluations") or [])
     duration = int((end - started).total_seconds()) if started and end else None
     return RunSummary(
         run=name, status=status,
@@ -103,7 +131,10 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
         train_steps=record.get("train_steps"),
         reward=scalars[REWARD_MEAN.name][1] if REWARD_MEAN.name in scalars else None,
         started=record.get("created"), ended=record.get("ended"), duration_seconds=duration,
-        record=f"{trained}{name}/{RUN_RECORD}")
+        record=f"{trained}{name}/{RUN_RECORD}",
+        accuracy_before=change.before.accuracy if change.before else None,
+        accuracy_after=change.after.accuracy if change.after else None,
+        differs=record_differences(session.recipe, record))
 
 
 def list_runs(session: Session) -> RunList:

@@ -96,9 +96,15 @@ class Session:
 
     def command(self, verb: str, *args: str) -> str:
         """A `tpu-rl` command line for this run, in backquotes: with the run's --set items and --run name,
-        so that it reaches the same run."""
+        so that it reaches the same run. A run with --rewards/--data-processor files: `run` names the files
+        again (they are checked and mounted anew); the other commands take no files and name the run."""
         sets = [f"--set {shlex.quote(item)}" for item in self.recipe.sets]
+        files = self.recipe.user_files
         run = [f"--run {self.recipe.run}"] if self.recipe.run else []
+        if files and verb == "run":
+            sets += [f"--{file.kind} {shlex.quote(file.option)}" for file in files]
+        elif files and not run:
+            run = [f"--run {self.paths.run_name}"]
         return f"`{' '.join(['tpu-rl', verb, self.recipe.name, *args, *sets, *run])}`"
 
     def logs_hint(self, step: Step) -> str:

@@ -13,6 +13,7 @@ from jobs.vm import CANCEL_POLL_SECONDS, CANCELLED, PROGRESS_LINE, STARTING, ssh
 from recipes import STEPS, Step, UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
+from scripts.pipeline.accuracy import EvaluationWatch, report_accuracy
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
 from scripts.pipeline.session import Session, StatusReport, StepStatus, export_checkpoint, verify_output
@@ -153,6 +154,7 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
         record.finish(error)
         raise
     record.finish(None)
+    report_accuracy(session, record)
     session.report_done(steps)
 
 
@@ -168,6 +170,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
     # there too), so the same parser as on GKE reads them; the reward comes from the same bucket path.
     progress = AttemptProgress()
     reward = RewardReader(session.clients.storage, paths.tensorboard, session.now)
+    evaluations = EvaluationWatch(session, record)  # the evaluation lines reach the console the same way
     try:
         while pending:
             text = serial.new_text()
@@ -177,6 +180,8 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                 raise RunCancelled(f"step {pending[0]} was cancelled: `tpu-rl cancel` wrote "
                                    f"{paths.cancel_marker} at {at}; its outputs are kept; {go_on_hint(session)}")
             states = step_states(done_markers(session), console_text)
+            if "train" in pending and "corr=" in text:
+                evaluations.see("\n".join(step_section(console_text, "train") or []), source="console")
             lines = [line for line in text.splitlines() if line.strip()]
             if lines:
                 last_console_line = lines[-1]

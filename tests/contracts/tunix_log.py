@@ -49,3 +49,33 @@ def rollout_lines(name: str, values: list[str], maxtext: str = "0.2.4") -> str:
 
     return absl_info(ROLLOUT_STRING_METRIC_FORMAT % (name, np.array(values)), ROLLOUT_METRIC_CALL_LINE[maxtext],
                      file="rl_cluster.py")
+
+
+# MaxText's evaluation lines (maxtext/trainers/post_train/rl/ in the 0.2.3 and 0.2.4 wheels): train_rl.py
+# logs with max_logging.warning (absl logging.warning, stacklevel=2: the caller's file and line)
+#   f"Pre RL Training: {corr=}, {total=}, {accuracy=}%, {partial_accuracy=}%," f" {format_accuracy=}%, {mean_reward=:.4f}"
+# before training and the same with "Post RL Training: " after it; hooks.py logs
+#   f"Intermediate Eval (step={outer_step}): {corr=}, {total=}," f" {accuracy=}%, {partial_accuracy=}%, {format_accuracy=}%," f" {mean_reward=:.4f}"
+# The values are evaluate_rl.evaluate's: corr and total ints, the accuracies corr / total * 100.
+EVAL_CALL_LINE = {("0.2.4", "pre"): ("train_rl.py", 785), ("0.2.4", "post"): ("train_rl.py", 823),
+                  ("0.2.3", "pre"): ("train_rl.py", 716), ("0.2.3", "post"): ("train_rl.py", 754),
+                  ("0.2.4", "intermediate"): ("hooks.py", 98), ("0.2.3", "intermediate"): ("hooks.py", 98)}
+
+
+def evaluation_message(phase: str, corr: int, total: int, partially: int, formatted: int, mean_reward: float,
+                       step: int | None = None) -> str:
+    accuracy = corr / total * 100 if total > 0 else 0
+    partial_accuracy = partially / total * 100 if total > 0 else 0
+    format_accuracy = formatted / total * 100 if total > 0 else 0
+    fields = (f"{corr=}, {total=}, {accuracy=}%, {partial_accuracy=}%,"
+              f" {format_accuracy=}%, {mean_reward=:.4f}")
+    lead = {"pre": "Pre RL Training", "post": "Post RL Training"}.get(phase, f"Intermediate Eval (step={step})")
+    return f"{lead}: {fields}"
+
+
+def evaluation_line(phase: str, corr: int, total: int, partially: int, formatted: int, mean_reward: float,
+                    step: int | None = None, maxtext: str = "0.2.4", second: int = 30) -> str:
+    """One evaluation line as absl writes it (severity W: max_logging.warning)."""
+    file, line = EVAL_CALL_LINE[(maxtext, phase)]
+    prefix = ABSL_PREFIX_FORMAT % ("W", 8, 5, 12, 40, second, 123456, 140234, file, line, "")
+    return prefix + evaluation_message(phase, corr, total, partially, formatted, mean_reward, step)

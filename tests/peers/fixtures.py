@@ -41,7 +41,8 @@ TOKEN = "hf_" + "SENTINEL" + uuid.uuid4().hex
 # Every API the CLI could reach points at a closed local port unless a test sets up a peer, so nothing
 # can reach Google, and an attempt shows up as a connection error instead of a cloud call.
 DEAD_ENDPOINT = "http://127.0.0.1:9"
-ENDPOINT_VARIABLES = ("TPU_RL_COMPUTE_ENDPOINT", "TPU_RL_TPU_ENDPOINT", "TPU_RL_SECRETMANAGER_ENDPOINT")
+ENDPOINT_VARIABLES = ("TPU_RL_COMPUTE_ENDPOINT", "TPU_RL_TPU_ENDPOINT", "TPU_RL_SECRETMANAGER_ENDPOINT",
+                      "TPU_RL_LOGGING_ENDPOINT")
 
 
 def kube_context(settings: dict[str, str]) -> str:
@@ -165,6 +166,10 @@ def settings_env(tmp_path, monkeypatch):
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("TPU_RL_POLL_SECONDS", "0")
     monkeypatch.setenv("TPU_RL_RETRY_BASE_SECONDS", "0")
+    # Without the `google` peer (which points every API at itself), Cloud Logging reads fail at a closed
+    # port instead of looking for credentials or reaching Google.
+    if not os.environ.get("TPU_RL_LOGGING_ENDPOINT"):
+        monkeypatch.setenv("TPU_RL_LOGGING_ENDPOINT", DEAD_ENDPOINT)
     return dict(SETTINGS)
 
 
@@ -330,6 +335,16 @@ def put_step_output(client, recipe, step: str) -> None:
         "export": lambda: _hf_export(paths.hf_export),
     }[step]()
     for url, data in objects:
+        bucket, name = split_gs_url(url)
+        client.bucket(bucket).blob(name).upload_from_string(data)
+
+
+def put_checkpoint(client, paths, step: int) -> None:
+    """A finished train_rl checkpoint of `step` under the run's checkpoints/actor/ (as put_step_output's)."""
+    from jobs.paths import split_gs_url
+
+    for url, data in _orbax_checkpoint(f"{paths.actor_checkpoints}{step}/model_params/",
+                                       ("model_params", "optimizer_state"), ocdbt=False):
         bucket, name = split_gs_url(url)
         client.bucket(bucket).blob(name).upload_from_string(data)
 

@@ -1,5 +1,5 @@
-"""Compute Engine, Cloud TPU and Secret Manager REST APIs, just the calls `tpu-rl` makes, in their JSON
-shapes (int64 as strings, Google error envelopes with the canonical status)."""
+"""Compute Engine, Cloud TPU, Secret Manager and Cloud Logging REST APIs, just the calls `tpu-rl` makes, in
+their JSON shapes (int64 as strings, Google error envelopes with the canonical status)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import base64
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from peers.http import PeerServer, Reply
 
@@ -40,6 +41,10 @@ class GoogleApis(PeerServer):
     # The VM's life as the test scripts it: each serial-port read first runs the next of these (boot
     # output, a step starting, markers written, ...), so progress unfolds one poll at a time.
     on_serial_read: list = field(default_factory=list)
+    # Cloud Logging: the LogEntry objects (container_log_entry builds them) entries:list answers from, and
+    # the request bodies it was sent. A page holds at most the request's pageSize entries.
+    log_entries: list = field(default_factory=list)
+    log_queries: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         PeerServer.__init__(self)
@@ -59,7 +64,38 @@ class GoogleApis(PeerServer):
                                "acceleratorConfigs": [{"type": "V6E", "topology": "4x8"}]})
         if match := _SECRET.match(path):
             return self._secret(method, match, body)
+        if method == "POST" and path == "/v2/entries:list":
+            return self._entries(json.loads(body or b"{}"))
         return google_error(404, f"no route {method} {path}")
+
+    def _entries(self, request: dict) -> Reply:
+        """entries.list: the entries whose resource labels and text the filter's clauses name, oldest first.
+        Only the clauses tpu-rl writes are understood (label = / : and textPayload: alternatives)."""
+        self.log_queries.append(request)
+        if not request.get("resourceNames"):
+            return google_error(400, "resourceNames is required")
+        query = request.get("filter", "")
+        wanted = re.findall(r'resource\.labels\.(\w+)(=|:)("(?:[^"\\]|\\.)*")', query)
+        texts = [json.loads(text) for text in re.findall(r'textPayload:("(?:[^"\\]|\\.)*")', query)]
+        since = [datetime.fromisoformat(json.loads(text)) for text in re.findall(r'timestamp>=("[^"]*")', query)]
+
+        def matches(entry: dict) -> bool:
+            labels = entry["resource"]["labels"]
+            for key, op, value in wanted:
+                value = json.loads(value)
+                if (op == "=" and labels.get(key) != value) or (op == ":" and value not in labels.get(key, "")):
+                    return False
+            if since and datetime.fromisoformat(entry["timestamp"]) < since[0]:
+                return False
+            return not texts or any(text in entry.get("textPayload", "") for text in texts)
+
+        found = sorted((entry for entry in self.log_entries if matches(entry)), key=lambda e: e["timestamp"])
+        start = int(request.get("pageToken") or 0)
+        size = int(request.get("pageSize") or 50)
+        page = {"entries": found[start:start + size]} if found[start:start + size] else {}
+        if start + size < len(found):
+            page["nextPageToken"] = str(start + size)
+        return Reply(200, page)
 
     def _compute(self, match, query: dict) -> Reply:
         zone, name, kind = match["z"], match["name"], match["kind"]
@@ -128,3 +164,15 @@ class GoogleApis(PeerServer):
             return Reply(200, {"name": f"{name}/versions/{len(versions)}",
                                "payload": {"data": base64.b64encode(latest["data"]).decode()}})
         return google_error(404, f"no route {method} {match.string}")
+
+
+def container_log_entry(project: str, location: str, cluster: str, pod: str, container: str, line: str,
+                        timestamp: str, namespace: str = "default") -> dict:
+    """A container's line as GKE's logging agent writes it to Cloud Logging: a LogEntry on the
+    k8s_container resource (Cloud Logging API v2 LogEntry; stderr lines get severity ERROR)."""
+    return {"logName": f"projects/{project}/logs/stderr",
+            "resource": {"type": "k8s_container",
+                         "labels": {"project_id": project, "location": location, "cluster_name": cluster,
+                                    "namespace_name": namespace, "pod_name": pod, "container_name": container}},
+            "textPayload": line + "\n", "timestamp": timestamp, "receiveTimestamp": timestamp,
+            "severity": "ERROR", "insertId": f"{abs(hash((pod, line, timestamp))):x}"}

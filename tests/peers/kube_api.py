@@ -24,6 +24,7 @@ _PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?
 _WORKLOADS = re.compile(r"^/apis/kueue.x-k8s.io/v1beta2/namespaces/(?P<ns>[^/]+)/workloads$")
 _REQUESTS = re.compile(r"^/apis/autoscaling.x-k8s.io/v1/namespaces/(?P<ns>[^/]+)/provisioningrequests$")
 _SECRETS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets(?:/(?P<name>[^/]+))?$")
+_CONFIGMAPS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps(?:/(?P<name>[^/]+))?$")
 
 
 # kube-scheduler's NodeAffinity filter reason (kubernetes pkg/scheduler/framework/plugins/nodeaffinity
@@ -92,6 +93,7 @@ class KubeApi(PeerServer):
     jobsets: dict = field(default_factory=dict)
     pods: dict = field(default_factory=dict)
     secrets: dict = field(default_factory=dict)
+    configmaps: dict = field(default_factory=dict)
     plans: dict = field(default_factory=dict)
     crd_installed: bool = True
     created: list = field(default_factory=list)  # names, in creation order (duplicates show up here)
@@ -385,6 +387,8 @@ class KubeApi(PeerServer):
                                "metadata": {}, "items": list(self.provreqs.values())})
         if match := _SECRETS.match(path):
             return self._secrets(method, match["name"], body)
+        if match := _CONFIGMAPS.match(path):
+            return self._configmaps(method, match["name"], body)
         return status(404, "NotFound", f"no route {method} {path}")
 
     def _jobsets(self, method: str, name: str | None, body: bytes, query: dict) -> Reply:
@@ -447,19 +451,27 @@ class KubeApi(PeerServer):
             return Reply(200, "".join(f"{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z {line}" for stamp, line in lines))
         return Reply(200, "".join(line for _, line in lines))
 
+    def _configmaps(self, method: str, name: str | None, body: bytes) -> Reply:
+        return self._objects(self.configmaps, "configmaps", method, name, body)
+
     def _secrets(self, method: str, name: str | None, body: bytes) -> Reply:
+        return self._objects(self.secrets, "secrets", method, name, body)
+
+    @staticmethod
+    def _objects(store: dict, plural: str, method: str, name: str | None, body: bytes) -> Reply:
+        """Create (409 when it exists), replace and read core objects kept whole (Secrets, ConfigMaps)."""
         if method == "POST":
             obj = json.loads(body)
-            if obj["metadata"]["name"] in self.secrets:
-                return status(409, "AlreadyExists", f'secrets "{obj["metadata"]["name"]}" already exists')
-            self.secrets[obj["metadata"]["name"]] = obj
+            if obj["metadata"]["name"] in store:
+                return status(409, "AlreadyExists", f'{plural} "{obj["metadata"]["name"]}" already exists')
+            store[obj["metadata"]["name"]] = obj
             return Reply(201, obj)
         if method == "PUT":
-            self.secrets[name] = json.loads(body)
-            return Reply(200, self.secrets[name])
-        if name in self.secrets:
-            return Reply(200, self.secrets[name])
-        return status(404, "NotFound", f'secrets "{name}" not found')
+            store[name] = json.loads(body)
+            return Reply(200, store[name])
+        if name in store:
+            return Reply(200, store[name])
+        return status(404, "NotFound", f'{plural} "{name}" not found')
 
 
 def write_kubeconfig(path, server_url: str, context: str, cluster: str | None = None) -> None:

@@ -8,6 +8,7 @@ followed, its output verified in GCS, and its failures explained in one line eac
 - wait.py: waiting for one JobSet: problems, restarts, progress, the followed log.
 - diagnose.py: why a step failed, in one line.
 - cancel.py: `cancel`.
+- evaluate.py: `eval`: a saved checkpoint scored on the held-out set by a scratch run's JobSet.
 - status.py: `status` and `logs`.
 
 Nothing is imported here: each command imports the module it runs, and only when it runs.

@@ -66,9 +66,27 @@ def cancel_gke(session: Session, step: Step | None, yes: bool) -> None:
     kept = f"outputs in gs://{session.settings.gcs_bucket} are kept"
     if not session.cancel_confirmed(yes, f"delete JobSet(s) {names} of {what}", kept):
         return
+    go_on = go_on_command(session)
     record_cancellation(session, targets, jobsets=list(targets.values()))
     for name in targets.values():
         session.cluster.delete_jobset(name)
         console.print(f"deleted JobSet {name}")
-    console.print(f"cancelled {what}: {kept}; {session.command('run')} goes on from them (training from its last "
-                  "checkpoint)")
+    console.print(f"cancelled {what}: {kept}; {go_on} goes on from them (training from its last checkpoint)")
+
+
+def go_on_command(session: Session) -> str:
+    """The `tpu-rl run` that resumes the run: the command line its record says started it (with every
+    --set, --rewards and --data-processor it had; cancel itself takes no files), else this run's."""
+    import shlex
+
+    from scripts.cloud import gcs
+    from scripts.outcome import ApiError
+
+    try:
+        command = (gcs.read_json(session.clients.storage(), session.paths.run_record) or {}).get("command") or []
+    except ApiError:  # the hint falls back to what cancel was given
+        command = []
+    brought = any(option in command for option in ("--rewards", "--data-processor"))
+    if brought and len(command) > 2 and command[1] == "run":
+        return f"`tpu-rl {shlex.join(command[1:])}`"
+    return session.command("run")

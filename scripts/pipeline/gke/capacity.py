@@ -14,6 +14,7 @@ step submitted again, or one line. docs/capacity.md says why `run` decides this 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from rich.markup import escape
 
@@ -50,16 +51,16 @@ def _resumes_from(session: Session) -> str:
 
 
 def wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, record: RunRecord,
-                       go_on: str) -> None:
+                       go_on: str, on_head_log: Callable[[str], object] | None = None) -> None:
     """wait_for_jobset, moving on to the next capacity mode or submitting the step again as above.
-    `go_on` is the command that goes on after a stop."""
+    `go_on` is the command that goes on after a stop; `on_head_log` as in wait_for_jobset."""
     console, modes = session.console, session.recipe.capacity
     attempts: list[Attempt] = []
     lost = 0
     current = job
     while True:
         try:
-            wait_for_jobset(session, current, follow_logs, CapacityWatch(session, current))
+            wait_for_jobset(session, current, follow_logs, CapacityWatch(session, current), on_head_log)
             return
         except CapacityShortfall as short:
             attempts.append(Attempt(short.mode, short.waited, short.why))

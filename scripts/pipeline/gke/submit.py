@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from jobs.k8s import JOBSET_NAME_LABEL
+from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
 from recipes import Step
 from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from scripts.cloud import gcs, hf_token
 from scripts.cloud.kube_objects import capacity_of
-from scripts.outcome import ApiError, Interrupted
+from scripts.outcome import ApiError, Interrupted, StepFailed
 from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run
-from scripts.pipeline.gke.steps import StepJob, step_jobs
+from scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging, report_accuracy
 from scripts.pipeline.gke.capacity import wait_with_capacity
+from scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
 from scripts.pipeline.record import RunRecord
 from scripts.pipeline.session import Session, export_checkpoint, verify_output
 
@@ -40,11 +41,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
         show_dry_run(session, jobs, actions, replace, note)
         return
     if any(action.kind in ("submit", "replace") for action in actions):
-        token = hf_token.read_token(session.clients.secrets(), session.settings)
-        session.cluster.ensure_secret(HF_TOKEN_K8S_SECRET, HF_TOKEN_ENV, token)
-        del token
-        console.print(f"Kubernetes Secret {HF_TOKEN_K8S_SECRET} filled from Secret Manager "
-                      f"'{session.settings.hf_token_secret}'")
+        fill_token_secret(session)
     console.print(f"run {session.paths.run_name}; plan: "
                   + ", ".join(f"{action.step} {action.kind}" for action in actions))
     record.start({action.step: action.kind for action in actions}, {step: job.name for step, job in jobs.items()})
@@ -54,7 +51,17 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
         record.finish(error)
         raise
     record.finish(None)
+    report_accuracy(session, record)
     session.report_done(steps)
+
+def fill_token_secret(session: Session) -> None:
+    """The Kubernetes Secret the steps read HF_TOKEN from, filled from Secret Manager (never printed)."""
+    token = hf_token.read_token(session.clients.secrets(), session.settings)
+    session.cluster.ensure_secret(HF_TOKEN_K8S_SECRET, HF_TOKEN_ENV, token)
+    del token
+    session.console.print(f"Kubernetes Secret {HF_TOKEN_K8S_SECRET} filled from Secret Manager "
+                          f"'{session.settings.hf_token_secret}'")
+
 
 def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Action], steps: tuple[Step, ...],
                  record: RunRecord, follow_logs: bool) -> None:
@@ -65,6 +72,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
             console.print(f"[green]✓[/] {action.step}: {action.why}, skipping")
             if action.step == "train":
                 mark_train_finished(session)  # the plan may have verified it by its succeeded JobSet
+                _fill_skipped_train(session, record)
             continue
         fields = {}
         if action.step == "export":
@@ -77,14 +85,22 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
             console.print(f"{action.step}: deleting {escape(action.why)} (--replace)")
             session.cluster.delete_jobset(job.name)
         if action.kind in ("submit", "replace"):
+            if action.step == "train" and session.recipe.user_files:
+                put_user_files(session)
             session.cluster.create_jobset(job.manifest)
             console.print(f"{action.step}: submitted JobSet {job.name}")
         else:
             console.print(f"{action.step}: {action.why}; reattaching to it (not submitting a duplicate)")
         record.step(action.step, "running", **fields)
         reattach = session.command("run", "--steps", ",".join(steps[steps.index(action.step):]))
+        watch = EvaluationWatch(session, record) if action.step == "train" else None
         try:
-            wait_with_capacity(session, job, follow_logs, record, reattach)
+            wait_with_capacity(session, job, follow_logs, record, reattach,
+                               on_head_log=watch.see if watch else None)
+        except StepFailed:
+            if watch:
+                fill_after_train(session, watch, _head_log(session, job))
+            raise
         except KeyboardInterrupt:
             raise Interrupted(
                 f"interrupted: JobSet {job.name} keeps running on the cluster. Reattach with {reattach}; logs: "
@@ -94,8 +110,11 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
                            f"{job.name} keeps running: rerun {reattach} to reattach") from None
         if action.step == "train":
             mark_train_finished(session)  # train_rl exited 0: it finished, whatever step it reached
+        if watch:
+            fill_after_train(session, watch, _head_log(session, job))
         verify_output(session, action.step, steps)
         record.step(action.step, "succeeded", capacity=_capacity(session, job))
+
 
 def mark_train_finished(session: Session) -> None:
     """Write the run's train progress marker (as the VM startup script does after train_rl exited 0), so a
@@ -103,6 +122,36 @@ def mark_train_finished(session: Session) -> None:
     storage, marker = session.clients.storage(), session.paths.progress_marker("train")
     if not gcs.exists(storage, marker):
         gcs.write_text(storage, marker, session.now().isoformat(timespec="seconds") + "\n")
+
+
+def put_user_files(session: Session) -> None:
+    """The run's --rewards/--data-processor files as the ConfigMap its train head mounts (recipes/user_files.py)."""
+    from recipes.user_files import configmap_name
+
+    name = configmap_name(session.paths.run_name)
+    session.cluster.ensure_configmap(name, {file.name: file.content for file in session.recipe.user_files},
+                                     {"tpu-rl/run": session.paths.run_name})
+    session.console.print(f"train: ConfigMap {name} holds {', '.join(f.name for f in session.recipe.user_files)}")
+
+
+def _fill_skipped_train(session: Session, record: RunRecord) -> None:
+    """A train step done without `run` attached to its end (or its record written before evaluations were
+    kept) gets its evaluations from Cloud Logging, once."""
+    from recipes.evaluation import evaluates
+
+    watch = EvaluationWatch(session, record)
+    if evaluates(session.recipe) and not watch.has_after():
+        fill_from_cloud_logging(session, watch)
+
+
+def _head_log(session: Session, job: StepJob) -> str | None:
+    """The whole log of the step's main container, or None when its pod is gone or cannot be read."""
+    try:
+        pod = main_pod(session.cluster.list_pods(job.selector))
+        return session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER) if pod else None
+    except ApiError:
+        return None
+
 
 def _capacity(session: Session, job: StepJob) -> str | None:
     """The capacity mode the step's pods ran on, for the run record; None when unknown."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
+from typing import Callable
 
 from rich.markup import escape
 
@@ -66,9 +67,11 @@ class LogFollower(threading.Thread):
                     self._print(line)
 
 def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
-                    watch: CapacityWatch | None = None) -> JobSetState:
+                    watch: CapacityWatch | None = None,
+                    on_head_log: Callable[[str], object] | None = None) -> JobSetState:
     """Wait until the JobSet succeeds; StepFailed when it fails, CapacityShortfall (admission.py) when its
-    capacity does not come within CAPACITY_WAIT or Kueue deactivates it."""
+    capacity does not come within CAPACITY_WAIT or Kueue deactivates it. `on_head_log` gets the head's
+    last log lines at each poll while train runs (the evaluations are read from them)."""
     console, cluster = session.console, session.cluster
     watch = watch or CapacityWatch(session, job)
     follower = LogFollower(session, job) if follow_logs else None
@@ -117,6 +120,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                     head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
                     log = cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""
                     summary += progress_suffix(progress.update(state.restarts, log), total_steps, reward.latest())
+                    if on_head_log:
+                        on_head_log(log)
                 if state.restarts:
                     summary += f", {state.restarts} restart(s)"
                 elapsed = elapsed_since(state.created, session.now)

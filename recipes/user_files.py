@@ -1,0 +1,96 @@
+"""Files a run brings into the trainer: reward functions (`--rewards FILE.py:fn1,fn2`) and a dataset
+processor (`--data-processor FILE.py`), and the MaxText settings that point train_rl at them.
+
+Where the trainer reads them: a ConfigMap of the run, mounted read-only in the train head's main container
+at USER_FILES_DIR. Not staged in the bucket: MaxText's utils_rl.load_custom_callable (0.2.3 and 0.2.4)
+refuses a path that is not a local file (`os.path.isfile`), so a gs:// copy would need a download step in
+the container command, while a mounted ConfigMap is the file itself (a ConfigMap holds up to 1 MiB, far
+more than a Python file). The run record keeps a copy in the bucket beside the run's outputs.
+
+Settings (configs/types.py of the wheels): `reward_functions_path` and `reward_functions` from 0.2.4
+(RLReward; train_rl.build_reward_fns replaces the built-in reward functions with them);
+`dataset_processor_path` in 0.2.3 and 0.2.4 (train_rl.prepare_datasets loads its `process_data`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from recipes.errors import UserError
+from recipes.model import Recipe
+
+USER_FILES_DIR = "/etc/tpu-rl/user"
+USER_FILES_VOLUME = "tpu-rl-user-files"
+Kind = Literal["rewards", "data-processor"]
+# The first MaxText release with each setting, and the settings (key list: recipes/maxtext_keys/<v>.txt).
+FIRST_RELEASE = {"rewards": "0.2.4", "data-processor": "0.2.3"}
+SETTING = {"rewards": "reward_functions_path", "data-processor": "dataset_processor_path"}
+
+
+@dataclass(frozen=True)
+class UserFile:
+    kind: Kind
+    name: str  # the file name in the ConfigMap and under USER_FILES_DIR
+    content: str
+    functions: tuple[str, ...] = ()
+    source: str = ""  # the path as the option gave it (for the hints that repeat the option)
+
+    @property
+    def option(self) -> str:
+        """The option's value again: FILE.py:fn1,fn2 for --rewards, FILE.py for --data-processor."""
+        path = self.source or self.name
+        return f"{path}:{','.join(self.functions)}" if self.functions else path
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content.encode()).hexdigest()
+
+    @property
+    def mounted_path(self) -> str:
+        return f"{USER_FILES_DIR}/{self.name}"
+
+    def identity(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "sha256": self.sha256, "functions": list(self.functions)}
+
+
+def configmap_name(run: str) -> str:
+    return f"{run}-user-files"
+
+
+def _release_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def read_user_file(recipe: Recipe, kind: Kind, path: Path, functions: tuple[str, ...] = ()) -> UserFile:
+    option = f"--{kind}"
+    if not recipe.is_gke:
+        raise UserError(f"{option} applies to GKE recipes: recipe '{recipe.name}' runs on a TPU VM whose startup "
+                        "script trains the recipe as recipes.toml defines it (MaxText "
+                        f"{FIRST_RELEASE[kind]} or later on GKE has {SETTING[kind]})")
+    if _release_tuple(recipe.maxtext_version) < _release_tuple(FIRST_RELEASE[kind]):
+        raise UserError(f"{option} needs MaxText {FIRST_RELEASE[kind]} or later ({SETTING[kind]}); recipe "
+                        f"'{recipe.name}' pins {recipe.maxtext_version}")
+    try:
+        content = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{option}: cannot read {path} ({type(error).__name__}): pass a UTF-8 Python file") from None
+    return UserFile(kind, path.name, content, functions, str(path))
+
+
+def with_user_files(recipe: Recipe, files: tuple[UserFile, ...]) -> Recipe:
+    """The recipe with the files and the overrides that point train_rl at their mounted paths."""
+    if not files:
+        return recipe
+    if len({file.name for file in files}) < len(files):
+        raise UserError("--rewards and --data-processor name files with the same name: rename one")
+    overrides = list(recipe.rl.overrides)
+    for file in files:
+        if file.kind == "rewards":
+            overrides += [f"reward_functions_path={file.mounted_path}", f"reward_functions={','.join(file.functions)}"]
+        else:
+            overrides.append(f"dataset_processor_path={file.mounted_path}")
+    rl = recipe.rl.model_copy(update={"overrides": tuple(overrides)})
+    return recipe.model_copy(update={"rl": rl, "user_files": tuple(files)})

@@ -1,0 +1,106 @@
+"""The run's held-out evaluations as `run` meets them: printed as they arrive, kept in run.json under
+"evaluations", read back from Cloud Logging when the head's pod is gone (its JobSet's TTL, or a run that
+was not attached), and summed up at the end ("accuracy 41.2% → 58.7% (+17.5) on 64 gsm8k test questions").
+The lines and their source are in scripts/pipeline/evaluation.py."""
+
+from __future__ import annotations
+
+from jobs.k8s import MAIN_CONTAINER, jobset_name, main_replicated_job
+from recipes.conventions import NAMESPACE
+from recipes.evaluation import evaluates
+from scripts.pipeline.evaluation import Evaluation, describe, merged, parse_evaluations, summary_line
+from scripts.pipeline.record import RunRecord
+from scripts.pipeline.session import Session
+
+# What the Cloud Logging query asks for: the lines that start each evaluation's text (evaluation.py).
+EVALUATION_TEXTS = ("RL Training: corr=", "Intermediate Eval (step=")
+
+
+class EvaluationWatch:
+    """Feeds log text to the run record: each evaluation not seen before is printed and recorded (a failed
+    write is a warning, see RunRecord.write)."""
+
+    def __init__(self, session: Session, record: RunRecord) -> None:
+        self.session, self.record = session, record
+
+    @property
+    def entries(self) -> list[dict]:
+        return self.record.data.get("evaluations") or []
+
+    def see(self, text: str, source: str = "log") -> int:
+        """Record the evaluations in `text`; how many were new."""
+        if "corr=" not in text:  # cheap: most polls hold none
+            return 0
+        found = parse_evaluations(text, last_step=self.session.recipe.train_steps)
+        before = self.entries
+        after = merged(before, found)
+        new = after[len(before):]
+        if not new:
+            return 0
+        for entry in new:
+            entry["source"] = source
+            self.session.console.print(f"train: {describe_entry(entry)}")
+        self.record.data["evaluations"] = after
+        self.record.write()
+        return len(new)
+
+    def has_after(self) -> bool:
+        return any(entry.get("phase") == "post" for entry in self.entries)
+
+
+def describe_entry(entry: dict) -> str:
+    return describe(Evaluation.from_record(entry))
+
+
+# How far back Cloud Logging is searched for a run without a start time in its record: the retention of
+# a project's _Default log bucket (30 days unless configured; Cloud Logging docs, "Routing and storage").
+DEFAULT_SEARCH_DAYS = 30
+
+
+def cloud_logging_text(session: Session, since: str | None) -> str:
+    """The evaluation lines of the run's train head, as Cloud Logging kept them (oldest first), logged
+    from `since` (the run's first start, ISO 8601) on."""
+    from datetime import datetime, timedelta
+
+    from scripts.cloud.cloud_logging import container_filter
+
+    recipe, settings = session.recipe, session.settings
+    prefix = f"{jobset_name(recipe, 'train')}-{main_replicated_job(recipe, 'train')}-"
+    try:
+        start = datetime.fromisoformat(since) if since else None
+    except ValueError:
+        start = None
+    # An hour early: the record's clock is the user's machine, the entries' Google's.
+    start = start - timedelta(hours=1) if start else session.now() - timedelta(days=DEFAULT_SEARCH_DAYS)
+    query = container_filter(settings.project, settings.cluster_name, NAMESPACE, prefix, MAIN_CONTAINER,
+                             EVALUATION_TEXTS, since=start)
+    return session.clients.logging().lines(query)
+
+
+def fill_from_cloud_logging(session: Session, watch: EvaluationWatch) -> int:
+    """Read the evaluations Cloud Logging kept into the record; a failed read is a warning (it only fills in
+    figures; the run's outputs are what counts)."""
+    try:
+        return watch.see(cloud_logging_text(session, watch.record.data.get("created")), source="cloud logging")
+    except Exception as error:  # noqa: BLE001 -- no credentials, no permission, no API: warn
+        session.console.print(f"[yellow]![/] evaluations not filled in: {' '.join(str(error).split())[:200]}")
+        return 0
+
+
+def fill_after_train(session: Session, watch: EvaluationWatch, head_log: str | None) -> None:
+    """At the end of train: the head's whole log when its pod is still there, else (or when that holds no
+    evaluation after training) Cloud Logging."""
+    if not evaluates(session.recipe):
+        return
+    if head_log:
+        watch.see(head_log)
+    if not watch.has_after():
+        fill_from_cloud_logging(session, watch)
+
+
+def report_accuracy(session: Session, record: RunRecord) -> None:
+    """The end summary's accuracy line, when the run evaluated."""
+    line = summary_line(record.data.get("evaluations") or [], session.recipe.rl.overrides)
+    if line:
+        session.console.print(line)
+

@@ -1,0 +1,176 @@
+"""Held-out accuracy: the evaluation lines MaxText's RL trainer logs before, during and after training, read
+from the head's log (or Cloud Logging, or the VM's console), kept in the run record and summed up.
+
+The lines, identical in MaxText 0.2.3 and 0.2.4 (read in the wheels, maxtext/trainers/post_train/rl/):
+- train_rl.py, before training (0.2.4 line 785, 0.2.3 line 716) and after it (0.2.4 823, 0.2.3 754):
+    max_logging.warning(f"Pre RL Training: {corr=}, {total=}, {accuracy=}%, {partial_accuracy=}%,"
+                        f" {format_accuracy=}%, {mean_reward=:.4f}")            (and "Post RL Training: ")
+- hooks.py line 98 (both), RLTrainingHooks.on_train_step_end, every `eval_interval` outer steps:
+    f"Intermediate Eval (step={outer_step}): {corr=}, {total=}, {accuracy=}%, ..." (the same fields)
+- All three run only when num_test_batches > 0 (train_rl.py; utils_rl.install_training_hooks also needs
+  eval_interval > 0). The figures come from evaluate_rl.evaluate: corr is an int (a float in eval_mode
+  pass_at_1), total the number of questions scored, the accuracies `corr / total * 100` (0 when total is 0)
+  printed by repr, mean_reward with 4 decimals.
+- max_logging.warning is absl's logging.warning(stacklevel=2) (maxtext/utils/max_logging.py, both), and
+  train_rl runs under absl.app.run, so each line carries absl's prefix,
+  `W1201 09:04:39.123456 140234 train_rl.py:785] ` (tests/contracts/tunix_log.py has the format).
+- After a resume the trainer evaluates the restored checkpoint again as "Pre RL Training" (train_rl.py
+  0.2.4 lines 767-774, the comment on update_params): only the first Pre of a run is "before training".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, replace
+from typing import Iterable, Literal
+
+Phase = Literal["pre", "intermediate", "post", "checkpoint"]  # checkpoint: `tpu-rl eval` of a saved step
+
+_NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+# absl's prefix: severity, MMDD, time with microseconds, thread id, file:line] (absl/logging get_absl_log_prefix)
+_ABSL_PREFIX = r"(?:[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ [^ \]]+:\d+\] )?"
+EVALUATION_LINE = re.compile(
+    _ABSL_PREFIX.replace("(?:", "(?P<prefix>", 1)
+    + r"(?P<phase>Pre RL Training|Post RL Training|Intermediate Eval \(step=(?P<step>\d+)\)): "
+    rf"corr=(?P<corr>{_NUMBER}), total=(?P<total>\d+), accuracy=(?P<accuracy>{_NUMBER})%, "
+    rf"partial_accuracy=(?P<partial>{_NUMBER})%, format_accuracy=(?P<format>{_NUMBER})%, "
+    rf"mean_reward=(?P<reward>{_NUMBER}|nan|-?inf)")
+# tunix's step line (scripts/pipeline/progress.py has its source): the step a Post evaluation follows.
+_TRAIN_STEP = re.compile(r"\bTrain step (\d+) training loss: ")
+_PHASES: dict[str, Phase] = {"Pre RL Training": "pre", "Post RL Training": "post"}
+# rl.yml (0.2.3 and 0.2.4): eval_dataset_name 'openai/gsm8k', eval_split 'test'.
+DEFAULT_EVAL_DATASET = "openai/gsm8k"
+DEFAULT_EVAL_SPLIT = "test"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    phase: Phase
+    step: int | None  # the train step it evaluated: 0 before training, the hook's step, the last step after
+    corr: float
+    total: int
+    accuracy: float  # percent
+    partial_accuracy: float
+    format_accuracy: float
+    mean_reward: float | None  # None when logged as nan
+    line: str  # the logged text from absl's prefix on: what tells two evaluations apart
+
+    def as_record(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, data: dict) -> Evaluation:
+        return cls(**{key: data.get(key) for key in cls.__dataclass_fields__})
+
+
+def _number(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def parse_evaluations(text: str, last_step: int | None = None) -> list[Evaluation]:
+    """Every evaluation line in `text`, in order. A Pre is at step 0 when it is the first in the text (a
+    later one evaluates a resumed checkpoint: step unknown); a Post is at the last train step logged before
+    it, or `last_step` when the text holds none."""
+    found, step_seen, pres = [], None, 0
+    steps = [(match.start(), int(match[1])) for match in _TRAIN_STEP.finditer(text)]
+    for match in EVALUATION_LINE.finditer(text):
+        before = [step for at, step in steps if at < match.start()]
+        step_seen = before[-1] if before else None
+        phase = _PHASES.get(match["phase"], "intermediate")
+        if phase == "pre":
+            step = 0 if pres == 0 and step_seen is None else None
+            pres += 1
+        elif phase == "post":
+            step = step_seen if step_seen is not None else last_step
+        else:
+            step = int(match["step"])
+        found.append(Evaluation(phase, step, float(match["corr"]), int(match["total"]), float(match["accuracy"]),
+                                float(match["partial"]), float(match["format"]), _number(match["reward"]),
+                                match[0]))
+    return found
+
+
+def merged(old: Iterable[dict], new: Iterable[Evaluation]) -> list[dict]:
+    """The record's evaluations with `new` added: one entry per logged line (the prefix's microseconds
+    and thread tell repeats apart), in the order first seen. A Pre after the run's first is a resumed
+    attempt's evaluation of its checkpoint, at a step the line does not say."""
+    entries = list(old)
+    seen = {entry.get("line") for entry in entries}
+    for evaluation in new:
+        if evaluation.line in seen:
+            continue
+        if evaluation.phase == "pre" and any(entry.get("phase") == "pre" for entry in entries):
+            evaluation = replace(evaluation, step=None)  # a resumed attempt's: not the run's step 0
+        seen.add(evaluation.line)
+        entries.append(evaluation.as_record())
+    return entries
+
+
+@dataclass(frozen=True)
+class AccuracyChange:
+    before: Evaluation | None
+    after: Evaluation | None  # the last Post, else the last intermediate evaluation
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.before is None or self.after is None else self.after.accuracy - self.before.accuracy
+
+    def short(self) -> str:
+        """`41.2→58.7` for a table cell; "-" without either."""
+        if self.before is None and self.after is None:
+            return "-"
+        return "→".join("-" if e is None else f"{e.accuracy:.1f}" for e in (self.before, self.after))
+
+
+def accuracy_change(entries: Iterable[dict]) -> AccuracyChange:
+    evaluations = [Evaluation.from_record(entry) for entry in entries]
+    pres = [e for e in evaluations if e.phase == "pre" and e.step == 0] or [e for e in evaluations if e.phase == "pre"]
+    posts = [e for e in evaluations if e.phase == "post"] or [e for e in evaluations if e.phase == "intermediate"]
+    return AccuracyChange(pres[0] if pres else None, posts[-1] if posts else None)
+
+
+def eval_set_name(overrides: Iterable[str]) -> str:
+    """`gsm8k test`: the held-out set as the run's overrides name it (rl.yml's defaults otherwise)."""
+    values = {key: value for key, _, value in (item.partition("=") for item in overrides)}
+    dataset = values.get("eval_dataset_name", DEFAULT_EVAL_DATASET).strip("'\"").rstrip("/").rpartition("/")[2]
+    return f"{dataset} {values.get('eval_split', DEFAULT_EVAL_SPLIT).strip(chr(39) + chr(34))}"
+
+
+def summary_line(entries: Iterable[dict], overrides: Iterable[str]) -> str | None:
+    """"accuracy 41.2% → 58.7% (+17.5) on 256 gsm8k test questions"; None when nothing was evaluated."""
+    change = accuracy_change(entries)
+    if change.before is None and change.after is None:
+        return None
+    questions = f"on {(change.after or change.before).total} {eval_set_name(overrides)} questions"
+    if change.before is None or change.after is None:
+        only = change.before or change.after
+        when = "before training" if only is change.before else "after training"
+        return f"accuracy {only.accuracy:.1f}% {when} {questions}"
+    return (f"accuracy {change.before.accuracy:.1f}% → {change.after.accuracy:.1f}% ({change.delta:+.1f}) "
+            f"{questions}")
+
+
+def describe(evaluation: Evaluation) -> str:
+    """One line as `run` prints an evaluation when it arrives (within 80 columns with its `train: `)."""
+    when = {"pre": "before training", "post": "after training",
+            "checkpoint": f"at checkpoint {evaluation.step}"}.get(evaluation.phase, f"at step {evaluation.step}")
+    if evaluation.phase == "pre" and evaluation.step is None:
+        when = "at resume"
+    reward = "" if evaluation.mean_reward is None else f", reward {evaluation.mean_reward:.3g}"
+    return (f"accuracy {evaluation.accuracy:.1f}% ({evaluation.corr:g}/{evaluation.total}) {when}, "
+            f"format {evaluation.format_accuracy:.1f}%{reward}")
+
+
+def accuracy_points(entries: Iterable[dict], last_step: int | None = None) -> tuple[list[int], list[float]]:
+    """(steps, accuracies) for the picture: one point per step, the latest evaluation of a step winning
+    (a resumed run evaluates some steps twice); evaluations of an unknown step are left out."""
+    by_step: dict[int, float] = {}
+    for entry in entries:
+        evaluation = Evaluation.from_record(entry)
+        step = evaluation.step if evaluation.step is not None or evaluation.phase != "post" else last_step
+        if step is not None:
+            by_step[step] = evaluation.accuracy
+    steps = sorted(by_step)
+    return steps, [by_step[step] for step in steps]

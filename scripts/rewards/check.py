@@ -1,0 +1,190 @@
+"""`tpu-rl check-rewards FILE.py:fn1,fn2`: import the file in a clean subprocess (`python -I -B`: no user
+site, no PYTHONPATH, no current directory on sys.path, no __pycache__ left behind) the way MaxText does,
+and call each function the way its trainer will, refusing in one line a function that is missing, raises,
+or returns the wrong number or type of values.
+
+How MaxText 0.2.4 loads and calls them (maxtext/trainers/post_train/rl/ in the wheel):
+- utils_rl.load_custom_callable(module_path, name): the file must exist (os.path.isfile), is loaded with
+  importlib.util.spec_from_file_location as a fresh module (not on sys.path) and `getattr(module, name)`;
+- train_rl.build_reward_fns: `reward_functions` is split at commas and stripped; the functions REPLACE the
+  built-in three (match_format_exactly, match_format_approximately, check_numbers);
+- train_rl.make_reward_fn wraps each as `fn(tmvp_config=trainer_config, **kwargs)`; tunix passes the
+  batch as keywords: prompts, completions and the dataset's other columns, here `question` and `answer`
+  (utils_rl.process_data: `answer` is the JSON list of acceptable answers, json.dumps'd); the result is one
+  float per completion (evaluate_rl._compute_row_reward calls it the same way with one completion).
+The sample batch: gsm8k questions in the recipe's prompt template (maxtext/examples/chat_templates/
+gsm8k_rl.json, rl.yml's default data_template_path: TEMPLATE with SYSTEM_PROMPT and rl.yml's tokens
+<reasoning>, </reasoning>, <answer>, </answer>), completions in that format, one of them wrong and one
+without the tags. The tokenizer's chat template is not applied (the prompt string is what a reward sees).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipes import UserError
+
+TIMEOUT_SECONDS = 60  # every wait has an end: importing and calling the functions on 4 completions
+
+# rl.yml (0.2.3 and 0.2.4) and examples/chat_templates/gsm8k_rl.json of the wheels.
+TOKENS = {"reasoning_start_token": "<reasoning>", "reasoning_end_token": "</reasoning>",
+          "solution_start_token": "<answer>", "solution_end_token": "</answer>"}
+SYSTEM_PROMPT = ("You are given a problem. Think about the problem and provide your reasoning. Place it between "
+                 "{reasoning_start_token} and {reasoning_end_token}. Then, provide the final answer (i.e., just one "
+                 "numerical value) between {solution_start_token} and {solution_end_token}.")
+TEMPLATE = "<start_of_turn>user\n{system_prompt}\n\n{question}<end_of_turn>\n<start_of_turn>model"
+SAMPLES = (  # (question, acceptable answers, completion)
+    ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
+     "clips did Natalia sell altogether in April and May?", ["72"],
+     "<reasoning>48 in April, 48 / 2 = 24 in May, 48 + 24 = 72.</reasoning><answer>72</answer>"),
+    ("Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did "
+     "she earn?", ["10"], "<reasoning>12 / 60 = 0.2 per minute, 0.2 * 50 = 10.</reasoning><answer>10</answer>"),
+    ("Betty needs $100 for a wallet. She has half of it, her parents give $15 and her grandparents twice as "
+     "much as her parents. How much more does she need?", ["5"],
+     "<reasoning>50 + 15 + 30 = 95.</reasoning><answer>95</answer>"),
+    ("James writes a 3-page letter to 2 different friends twice a week. How many pages does he write a year?",
+     ["624"], "He writes 3 * 2 * 2 = 12 pages a week, so 624 a year."),
+)
+
+
+def sample_batch() -> dict:
+    system = SYSTEM_PROMPT.format(**TOKENS)
+    return {"prompts": [TEMPLATE.format(system_prompt=system, question=q) for q, _, _ in SAMPLES],
+            "completions": [c for _, _, c in SAMPLES], "question": [q for q, _, _ in SAMPLES],
+            "answer": [json.dumps(a) for _, a, _ in SAMPLES]}
+
+
+@dataclass(frozen=True)
+class RewardsOption:
+    path: Path
+    functions: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return f"{self.path}:{','.join(self.functions)}"
+
+
+def parse_rewards(value: str, option: str = "--rewards") -> RewardsOption:
+    """FILE.py:fn1,fn2 -> the file (which must exist) and the names, split and stripped as MaxText does."""
+    path_text, sep, names = value.rpartition(":")
+    functions = tuple(name.strip() for name in names.split(",") if name.strip())
+    if not sep or not path_text.endswith(".py") or not functions:
+        raise UserError(f"{option} '{value}' is not FILE.py:fn1,fn2: name a Python file and its reward functions, "
+                        "e.g. --rewards rewards.py:short_answer")
+    bad = [name for name in functions if not name.isidentifier()]
+    if bad:
+        raise UserError(f"{option}: '{bad[0]}' is not a Python function name")
+    path = Path(path_text)
+    if not path.is_file():
+        raise UserError(f"{option}: no file {path_text}: pass the path of the Python file that defines "
+                        f"{', '.join(functions)}")
+    return RewardsOption(path, functions)
+
+
+# What both checks run first in the subprocess: argv[1] is the file, loaded as load_custom_callable does
+# (spec_from_file_location, a fresh module); `fail` prints the one JSON object of a refusal.
+_PRELUDE = r'''
+import importlib.util, json, math, sys
+path = sys.argv[1]
+class Config:
+    def __init__(self, values): self.__dict__.update(values)
+    def __getattr__(self, name): raise AttributeError(f"the check's tmvp_config has no {name!r}")
+def fail(text): print(json.dumps({"error": text})); sys.exit(0)
+try:
+    spec = importlib.util.spec_from_file_location("_user_module_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+except BaseException as error:
+    fail(f"importing it raised {type(error).__name__}: {error}")
+'''
+# Runs in the subprocess: argv = [file, names as JSON, batch as JSON, tokens as JSON]; prints one JSON object.
+_RUNNER = _PRELUDE + r'''
+names, batch = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+config = Config(json.loads(sys.argv[4]))
+for name in names:
+    fn = getattr(module, name, None)
+    if fn is None:
+        fail(f"it defines no function {name!r}")
+    if not callable(fn):
+        fail(f"{name} is a {type(fn).__name__}, not a function")
+    try:
+        scores = fn(tmvp_config=config, **batch)
+    except BaseException as error:
+        fail(f"{name} raised {type(error).__name__}: {error}")
+    n = len(batch["completions"])
+    if not isinstance(scores, (list, tuple)) or len(scores) != n:
+        got = f"{len(scores)} values" if isinstance(scores, (list, tuple)) else f"a {type(scores).__name__}"
+        fail(f"{name} returned {got} for {n} completions: return a list of {n} floats, one per completion")
+    for value in scores:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+            fail(f"{name} returned {value!r} ({type(value).__name__}) among its scores: each must be a finite float")
+print(json.dumps({"scores": {name: [float(v) for v in getattr(module, name)(tmvp_config=config, **batch)]
+                             for name in names}}))
+'''
+
+
+def check_rewards(option: RewardsOption) -> dict[str, list[float]]:
+    """Each function's scores on the sample batch, or one UserError line saying what is wrong."""
+    answer = _run(f"--rewards {option.text}", _RUNNER, option.path,
+                  [json.dumps(list(option.functions)), json.dumps(sample_batch()), json.dumps(TOKENS)])
+    return answer["scores"]
+
+
+# The data processor: train_rl.prepare_datasets (0.2.3 and 0.2.4) loads `process_data` with
+# load_custom_callable and maps every dataset row x through
+# process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x); the built-in
+# (utils_rl.process_data) returns {"prompts", "question", "answer"} strings, which the trainer batches.
+# The check calls it on a gsm8k row ({"question", "answer"} with the "#### 72" final line) with the
+# recipe's template and a stand-in tokenizer whose apply_chat_template joins the messages' contents.
+PROCESSOR_KEYS = ("prompts", "question", "answer")
+_PROCESSOR_RUNNER = _PRELUDE + r'''
+template, tokens = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+class Tokenizer:
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **kwargs):
+        return "".join(m["content"] for m in messages)
+fn = getattr(module, "process_data", None)
+if not callable(fn):
+    fail("it defines no function 'process_data'")
+row = {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+                   "How many clips did Natalia sell altogether in April and May?",
+       "answer": "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether.\n#### 72"}
+try:
+    out = fn("openai/gsm8k", Tokenizer(), template, Config(tokens), row)
+except BaseException as error:
+    fail(f"process_data raised {type(error).__name__}: {error}")
+if not isinstance(out, dict):
+    fail(f"process_data returned a {type(out).__name__}: return a dict with prompts, question and answer")
+missing = [key for key in ("prompts", "question", "answer") if not isinstance(out.get(key), str)]
+if missing:
+    fail(f"process_data's result has no string {', '.join(missing)}: the trainer batches prompts, question, answer")
+print(json.dumps({"row": {key: out[key] for key in ("prompts", "question", "answer")}}))
+'''
+
+
+def check_processor(path: Path) -> dict[str, str]:
+    """What process_data makes of a gsm8k row, or one UserError line saying what is wrong."""
+    template = {"SYSTEM_PROMPT": SYSTEM_PROMPT, "TEMPLATE": TEMPLATE}
+    answer = _run(f"--data-processor {path}", _PROCESSOR_RUNNER, path, [json.dumps(template), json.dumps(TOKENS)])
+    return answer["row"]
+
+
+def _run(where: str, runner: str, path: Path, args: list[str]) -> dict:
+    """Run a check's script on the file in a clean interpreter (at most TIMEOUT_SECONDS); its one JSON line
+    of answer, or the UserError line of its refusal or of how it ended."""
+    try:
+        result = subprocess.run([sys.executable, "-I", "-B", "-c", runner, str(path.resolve()), *args],
+                                capture_output=True, text=True, timeout=TIMEOUT_SECONDS, cwd=path.parent)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{where}: importing and calling it took over {TIMEOUT_SECONDS} s") from None
+    try:
+        answer = json.loads(result.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"{where}: the check's subprocess ended with code {result.returncode}: {last[:200]}") from None
+    if "error" in answer:
+        raise UserError(f"{where}: {' '.join(answer['error'].split())[:300]}")
+    return answer

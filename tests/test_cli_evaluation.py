@@ -1,0 +1,191 @@
+"""Held-out accuracy: MaxText's evaluation lines (built from the wheels' format strings with absl's prefix,
+tests/contracts/tunix_log.py) shown by `run` as they arrive, kept in run.json, summed up at the end, and
+read back from Cloud Logging (a local peer answering entries:list in the API's JSON shape) once the head's
+pod is gone or when `run` was not attached; on the VM from the serial console."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from contracts.tunix_log import evaluation_line, train_step_line
+from jobs.k8s import MAIN_CONTAINER
+from jobs.paths import ArtifactPaths
+from peers.fixtures import SETTINGS, jobset_of, peer_settings, put_step_output
+from peers.google_apis import container_log_entry
+from recipes import get_recipe
+from scripts.cli import app
+from scripts.cloud import gcs as gcs_io
+from scripts.pipeline.evaluation import accuracy_points, parse_evaluations, summary_line
+
+RECIPE = "qwen3-v6e32"
+VM_RECIPE = "llama31-v6e8"
+runner = CliRunner()
+
+PRE = evaluation_line("pre", 26, 64, 30, 50, 0.8123)
+MIDDLE = evaluation_line("intermediate", 33, 64, 36, 60, 1.25, step=20, second=40)
+POST = evaluation_line("post", 38, 64, 40, 63, 1.9, second=50)
+# 26/64 = 40.625%, 38/64 = 59.375%: the change is +18.75 points.
+SUMMARY = "accuracy 40.6% → 59.4% (+18.8) on 64 gsm8k test questions"
+
+
+def record_of(client, recipe_name: str = RECIPE) -> dict:
+    return gcs_io.read_json(client, ArtifactPaths(get_recipe(recipe_name), peer_settings()).run_record)
+
+
+def test_both_releases_lines_parse_with_their_steps():
+    for maxtext in ("0.2.3", "0.2.4"):
+        text = "\n".join([evaluation_line("pre", 26, 64, 30, 50, 0.8123, maxtext=maxtext),
+                          train_step_line(20, 0.3, maxtext), evaluation_line("intermediate", 33, 64, 36, 60, 1.25,
+                                                                               step=20, maxtext=maxtext),
+                          train_step_line(50, 0.2, maxtext), evaluation_line("post", 38, 64, 40, 63, 1.9,
+                                                                               maxtext=maxtext)])
+        found = parse_evaluations(text)
+        assert [(e.phase, e.step, e.corr, e.total) for e in found] == [
+            ("pre", 0, 26, 64), ("intermediate", 20, 33, 64), ("post", 50, 38, 64)], maxtext
+        assert found[0].accuracy == 40.625 and found[0].format_accuracy == 78.125 and found[0].mean_reward == 0.8123
+
+
+def test_a_pass_at_1_count_and_a_nan_reward_parse():
+    # eval_mode pass_at_1 sums fractions (evaluate_rl.score_responses), so corr is a float.
+    line = evaluation_line("post", 12.5, 64, 20, 60, float("nan"))
+    [found] = parse_evaluations(line, last_step=50)
+    assert found.corr == 12.5 and found.accuracy == 19.53125 and found.mean_reward is None and found.step == 50
+
+
+def test_a_resumed_step_keeps_the_latest_evaluation_in_the_curve():
+    entries = [{"phase": "pre", "step": 0, "accuracy": 40.0}, {"phase": "intermediate", "step": 20, "accuracy": 45.0},
+               {"phase": "pre", "step": None, "accuracy": 44.0}, {"phase": "intermediate", "step": 20, "accuracy": 47.0},
+               {"phase": "post", "step": 50, "accuracy": 55.0}]
+    assert accuracy_points(entries) == ([0, 20, 50], [40.0, 47.0, 55.0])
+
+
+def test_the_summary_names_the_eval_set_the_overrides_choose():
+    entries = [e.as_record() for e in parse_evaluations(f"{PRE}\n{POST}")]
+    assert summary_line(entries, ["eval_dataset_name=openai/gsm8k"]) == SUMMARY
+    assert summary_line(entries, ["eval_dataset_name='nvidia/OpenMathInstruct-2'", "eval_split=train"]) == (
+        "accuracy 40.6% → 59.4% (+18.8) on 64 OpenMathInstruct-2 train questions")
+    assert summary_line([], []) is None
+
+
+def test_run_shows_each_evaluation_as_it_arrives_and_records_them(cloud):
+    recipe = get_recipe(RECIPE)
+    put_step_output(cloud["gcs"], recipe, "convert")
+    early = f"loading\n{PRE}\n"
+    middle = early + f"{train_step_line(20, 0.3)}\n{MIDDLE}\n"
+    done = middle + f"{train_step_line(50, 0.2)}\n{POST}\n"
+    cloud["kube"].plan(jobset_of(RECIPE, "train"), ticks=4, log_reads=["loading\n", early, middle, done],
+                       on_success=lambda: put_step_output(cloud["gcs"], recipe, "train"))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "train: accuracy 40.6% (26/64) before training, format 78.1%, reward 0.812" in lines
+    assert "train: accuracy 51.6% (33/64) at step 20, format 93.8%, reward 1.25" in lines
+    assert "train: accuracy 59.4% (38/64) after training, format 98.4%, reward 1.9" in lines
+    assert SUMMARY in lines and lines.index(SUMMARY) < lines.index("next:")
+    evaluations = record_of(cloud["gcs"])["evaluations"]
+    assert [(e["phase"], e["step"], e["corr"], e["source"]) for e in evaluations] == [
+        ("pre", 0, 26, "log"), ("intermediate", 20, 33, "log"), ("post", 50, 38, "log")]
+    assert not cloud["google"].log_queries  # the pod's own log had them all
+
+
+def _stamp(minutes: float) -> str:
+    """An entry's timestamp `minutes` from now (the run's record is created now)."""
+    from datetime import datetime, timedelta, timezone
+
+    return (datetime.now(timezone.utc) + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _log_entries(recipe_name: str, lines: list[str]) -> list[dict]:
+    pod = f"{jobset_of(recipe_name, 'train')}-pathways-head-0-0-x7k2p"
+    return [container_log_entry(SETTINGS["PROJECT"], SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"], pod, MAIN_CONTAINER,
+                                line, _stamp(1 + index)) for index, line in enumerate(lines)]
+
+
+def test_cloud_logging_fills_the_record_when_the_heads_pod_is_gone(cloud):
+    recipe = get_recipe(RECIPE)
+    kube, google = cloud["kube"], cloud["google"]
+    put_step_output(cloud["gcs"], recipe, "convert")
+
+    def finished():
+        put_step_output(cloud["gcs"], recipe, "train")
+        kube.pods.clear()  # the JobSet's TTL deleted its pods
+
+    kube.plan(jobset_of(RECIPE, "train"), ticks=2, logs="loading\n", on_success=finished)
+    # Another run's head must not count, nor a line of this run's name logged before the run started.
+    other = container_log_entry(SETTINGS["PROJECT"], SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"],
+                                "qwen3-v6e32-other-train-pathways-head-0-0-abcde", MAIN_CONTAINER, MIDDLE, _stamp(1))
+    [older] = _log_entries(RECIPE, [MIDDLE])
+    older["timestamp"] = _stamp(-60 * 24 * 40)
+    google.log_entries += [other, older, *_log_entries(RECIPE, [PRE, train_step_line(50, 0.2), POST])]
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
+    assert result.exit_code == 0, result.output
+    assert SUMMARY in result.output.splitlines()
+    evaluations = record_of(cloud["gcs"])["evaluations"]
+    assert [(e["phase"], e["step"], e["source"]) for e in evaluations] == [
+        ("pre", 0, "cloud logging"), ("post", 50, "cloud logging")]
+    [query] = google.log_queries
+    assert query["resourceNames"] == [f"projects/{SETTINGS['PROJECT']}"] and query["orderBy"] == "timestamp asc"
+    assert f'resource.labels.container_name="{MAIN_CONTAINER}"' in query["filter"]
+    assert f'resource.labels.pod_name:"{jobset_of(RECIPE, "train")}-pathways-head-"' in query["filter"]
+    assert 'timestamp>="' in query["filter"]  # from the run's start: entries:list has no default time range
+
+
+def test_a_train_done_without_run_attached_gets_its_evaluations_from_cloud_logging(cloud, monkeypatch):
+    from scripts.cloud import cloud_logging
+
+    monkeypatch.setattr(cloud_logging, "PAGE_SIZE", 1)  # every entry on its own page: the token is followed
+    recipe = get_recipe(RECIPE)
+    for step in ("convert", "train"):
+        put_step_output(cloud["gcs"], recipe, step)
+    cloud["google"].log_entries += _log_entries(RECIPE, [PRE, MIDDLE, POST])
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
+    assert result.exit_code == 0, result.output
+    assert SUMMARY in result.output.splitlines()
+    assert [e["phase"] for e in record_of(cloud["gcs"])["evaluations"]] == ["pre", "intermediate", "post"]
+    assert len(cloud["google"].log_queries) == 3 and cloud["google"].log_queries[-1]["pageToken"] == "2"
+    # A second run finds them in the record and asks Cloud Logging nothing.
+    assert runner.invoke(app, ["run", RECIPE, "--steps", "train"]).exit_code == 0
+    assert len(cloud["google"].log_queries) == 3
+
+
+def test_a_cloud_logging_error_is_a_warning(cloud):
+    from peers.http import Fault
+
+    recipe = get_recipe(RECIPE)
+    for step in ("convert", "train"):
+        put_step_output(cloud["gcs"], recipe, step)
+    cloud["google"].faults.append(Fault("POST", "/v2/entries:list", 403))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
+    assert result.exit_code == 0, result.output
+    assert "! evaluations not filled in: reading Cloud Logging failed: HTTP 403" in result.output
+
+
+def test_the_vm_reads_its_evaluations_from_the_console(settings_env, gcs, google):
+    from test_cli_vm import VM, console, finish, progress
+    from jobs.vm import STARTING
+
+    google.instances[VM] = "RUNNING"
+    finish(google, gcs, "convert")()
+    agent = "".join(f"startup-script: {line}\n" for line in (
+        evaluation_line("pre", 3, 10, 3, 6, 0.5, maxtext="0.2.3"), train_step_line(50, 0.2, "0.2.3"),
+        evaluation_line("post", 6, 10, 6, 10, 1.5, maxtext="0.2.3")))
+    google.on_serial_read += [console(google, progress("train", STARTING) + agent), finish(google, gcs, "train")]
+    result = runner.invoke(app, ["run", VM_RECIPE, "--steps", "train"])
+    assert result.exit_code == 0, result.output
+    assert "accuracy 30.0% → 60.0% (+30.0) on 10 gsm8k test questions" in result.output.splitlines()
+    record = record_of(gcs, VM_RECIPE)
+    assert [(e["phase"], e["step"], e["source"]) for e in record["evaluations"]] == [("pre", 0, "console"),
+                                                                                   ("post", 50, "console")]
+    assert json.dumps(record)  # still plain JSON
+
+
+def test_the_experiments_page_states_each_recipes_evaluation_cost():
+    from pathlib import Path
+
+    from recipes import all_recipes
+    from recipes.cost import evaluation_table
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "experiments.md").read_text()
+    assert evaluation_table(list(all_recipes().values())) in page

@@ -1,0 +1,237 @@
+"""Your own reward functions: `tpu-rl check-rewards` calls them in a clean subprocess as MaxText's
+make_reward_fn will (scripts/rewards/check.py has the source), and `run --rewards` brings the file into the
+train head through a ConfigMap, into the run's identity and its record (fake Kubernetes API, GCS emulator)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from jobs.paths import ArtifactPaths
+from peers.fixtures import jobset_of, peer_settings, put_step_output
+from recipes import UserError, get_recipe
+from scripts.cli import app
+from scripts.cloud import gcs as gcs_io
+
+RECIPE = "qwen3-v6e32"
+runner = CliRunner()
+REWARDS = '''
+import json, re
+
+def short_answer(prompts, completions, tmvp_config, **kwargs):
+    """Pays for short completions."""
+    return [1.0 if len(c) < 80 else 0.0 for c in completions]
+
+def correct(prompts, completions, tmvp_config, answer, **kwargs):
+    found = [re.search(tmvp_config.solution_start_token + "(.*?)" + tmvp_config.solution_end_token, c)
+             for c in completions]
+    return [2.0 if m and m.group(1).strip() in json.loads(a) else 0.0 for m, a in zip(found, answer)]
+
+def one_value(prompts, completions, tmvp_config, **kwargs):
+    return [1.0]
+
+def text_values(prompts, completions, tmvp_config, **kwargs):
+    return ["1"] * len(completions)
+
+def raises(prompts, completions, tmvp_config, **kwargs):
+    return [kwargs["reference"] for _ in completions]
+'''
+
+
+@pytest.fixture
+def rewards_file(tmp_path) -> Path:
+    path = tmp_path / "my_rewards.py"
+    path.write_text(REWARDS)
+    return path
+
+
+def test_check_rewards_calls_each_function_on_sample_completions(rewards_file):
+    result = runner.invoke(app, ["check-rewards", f"{rewards_file}:short_answer,correct"])
+    assert result.exit_code == 0, result.output
+    # The samples: two right answers with reasoning, one wrong (95), one without the tags.
+    assert result.output.splitlines()[:2] == ["short_answer: 0, 0, 1, 1", "correct: 2, 2, 0, 0"]
+
+
+@pytest.mark.parametrize("functions, line", [
+    ("nope", "it defines no function 'nope'"),
+    ("raises", "raises raised KeyError: 'reference'"),
+    ("one_value", "one_value returned 1 values for 4 completions: return a list of 4 floats, one per completion"),
+    ("text_values", "text_values returned '1' (str) among its scores: each must be a finite float"),
+])
+def test_check_rewards_refuses_in_one_line(rewards_file, functions, line):
+    result = runner.invoke(app, ["check-rewards", f"{rewards_file}:{functions}"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"error: --rewards {rewards_file}:{functions}: {line}"]
+
+
+def test_rewards_need_a_gke_recipe_on_maxtext_0_2_4(rewards_file):
+    from recipes.user_files import read_user_file
+
+    old = get_recipe(RECIPE).model_copy(update={"maxtext_version": "0.2.3"})
+    with pytest.raises(UserError, match=r"--rewards needs MaxText 0.2.4 or later \(reward_functions_path\)"):
+        read_user_file(old, "rewards", rewards_file, ("correct",))
+    with pytest.raises(UserError, match="applies to GKE recipes"):
+        read_user_file(get_recipe("llama31-v6e8"), "rewards", rewards_file, ("correct",))
+
+
+def test_run_with_rewards_mounts_the_file_and_records_it(cloud, rewards_file):
+    from recipes.runs import for_run, run_name
+    from recipes.user_files import read_user_file, with_user_files
+
+    recipe = get_recipe(RECIPE)
+    custom = with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", rewards_file, ("short_answer", "correct")),))
+    name = run_name(custom)
+    assert name != run_name(recipe)  # the file joins the identity
+    changed = with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", rewards_file, ("correct",)),))
+    assert run_name(changed) != name
+    put_step_output(cloud["gcs"], recipe, "convert")
+    train = f"{name}-train"
+    cloud["kube"].plan(train, ticks=2, on_success=lambda: put_step_output(cloud["gcs"], custom, "train"))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train", "--rewards", f"{rewards_file}:short_answer,correct"])
+    assert result.exit_code == 0, result.output
+    configmap = cloud["kube"].configmaps[f"{name}-user-files"]
+    assert configmap["data"] == {"my_rewards.py": REWARDS}
+    head = next(job for job in cloud["kube"].jobsets[train]["spec"]["replicatedJobs"] if job["name"] == "pathways-head")
+    pod = head["template"]["spec"]["template"]["spec"]
+    main = next(c for c in pod["containers"] if c["name"] == "workload-container")
+    assert {"name": "tpu-rl-user-files", "mountPath": "/etc/tpu-rl/user", "readOnly": True} in main["volumeMounts"]
+    assert {"name": "tpu-rl-user-files", "configMap": {"name": f"{name}-user-files"}} in pod["volumes"]
+    script = " ".join(main["command"])
+    assert "reward_functions_path=/etc/tpu-rl/user/my_rewards.py" in script
+    assert "reward_functions=short_answer,correct" in script
+    paths = ArtifactPaths(custom, peer_settings())
+    record = gcs_io.read_json(cloud["gcs"], paths.run_record)
+    copy = record["files"]["rewards"]["copy"]
+    assert copy == paths.run_record.rpartition("/")[0] + "/user-files/my_rewards.py"
+    assert gcs_io.read_text(cloud["gcs"], copy) == REWARDS
+    assert record["identity"]["user_files"][0]["functions"] == ["short_answer", "correct"]
+
+
+def test_run_refuses_a_broken_reward_before_anything_is_submitted(cloud, rewards_file):
+    result = runner.invoke(app, ["run", RECIPE, "--rewards", f"{rewards_file}:one_value"])
+    assert result.exit_code == 2
+    assert not cloud["kube"].created and not cloud["kube"].configmaps
+
+
+def test_the_hints_of_a_run_with_rewards_reach_the_same_run(cloud, rewards_file):
+    from recipes.runs import for_run, run_name
+    from recipes.user_files import read_user_file, with_user_files
+
+    recipe = get_recipe(RECIPE)
+    option = f"{rewards_file}:short_answer"
+    custom = with_user_files(for_run(recipe, ("learning_rate=1e-5",)), (read_user_file(recipe, "rewards", rewards_file,
+                                                                                        ("short_answer",)),))
+    name = run_name(custom)
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan(f"{name}-train", outcome="fail")
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train", "--set", "learning_rate=1e-5", "--rewards", option])
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    # The failure's logs hint names the run (logs takes no --rewards); rerunning repeats every option.
+    assert f"`tpu-rl logs {RECIPE} train --set learning_rate=1e-5 --run {name}`" in text, result.output
+
+
+def test_cancel_says_how_to_go_on_with_the_runs_reward_file(cloud, rewards_file, monkeypatch):
+    import sys
+
+    from recipes.runs import for_run, run_name
+    from recipes.user_files import read_user_file, with_user_files
+
+    recipe = get_recipe(RECIPE)
+    option = f"{rewards_file}:short_answer"
+    name = run_name(with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", rewards_file, ("short_answer",)),)))
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan(f"{name}-train", outcome="hang")
+    argv = ["tpu-rl", "run", RECIPE, "--rewards", option]
+    monkeypatch.setattr(sys, "argv", argv)  # what run.json records as the command
+    with monkeypatch.context() as patch:
+        from test_cli_cancel import interrupt, session_hook
+
+        session_hook(patch, sleep=interrupt)  # run is interrupted while waiting; its JobSet keeps running
+        assert runner.invoke(app, argv[1:]).exit_code == 130
+    result = runner.invoke(app, ["cancel", RECIPE, "--run", name, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert f"`tpu-rl run {RECIPE} --rewards {option}` goes on from them" in " ".join(result.output.split())
+
+
+PROCESSOR = '''
+import json
+
+def process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x):
+    final = x["answer"].split("####")[-1].strip()
+    messages = [{"role": "user", "content": template_config["TEMPLATE"].format(
+        system_prompt=template_config["SYSTEM_PROMPT"].format(
+            reasoning_start_token=tmvp_config.reasoning_start_token, reasoning_end_token=tmvp_config.reasoning_end_token,
+            solution_start_token=tmvp_config.solution_start_token, solution_end_token=tmvp_config.solution_end_token),
+        question=x["question"])}]
+    prompts = model_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return {"prompts": prompts, "question": x["question"], "answer": json.dumps([final])}
+'''
+
+
+def test_a_data_processor_is_called_on_a_gsm8k_row_and_mounted(cloud, tmp_path):
+    from scripts.rewards.check import check_processor
+
+    path = tmp_path / "my_data.py"
+    path.write_text(PROCESSOR)
+    row = check_processor(path)
+    assert row["answer"] == '["72"]' and row["prompts"].endswith("<start_of_turn>model")
+    bad = tmp_path / "bad_data.py"
+    bad.write_text(PROCESSOR.replace('"answer": json.dumps([final])', '"solution": final'))
+    result = runner.invoke(app, ["run", RECIPE, "--data-processor", str(bad)])
+    assert result.exit_code == 2
+    assert (f"error: --data-processor {bad}: process_data's result has no string answer: the trainer batches "
+            "prompts, question, answer") in " ".join(result.output.split())
+    assert not cloud["kube"].created
+    result = runner.invoke(app, ["run", RECIPE, "--data-processor", str(path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "dataset_processor_path=/etc/tpu-rl/user/my_data.py" in result.output
+
+
+@pytest.mark.parametrize("key, option", [("reward_functions_path", "--rewards"), ("reward.reward_functions", "--rewards"),
+                                         ("dataset_processor_path", "--data-processor")])
+def test_the_file_settings_are_refused_in_set_with_the_option_that_mounts_them(key, option):
+    from recipes.runs import with_sets
+
+    with pytest.raises(UserError, match=rf"--set {key} is refused: pass the (file|functions) with {option} "):
+        with_sets(get_recipe(RECIPE), [f"{key}=/tmp/mine.py"])
+
+
+def test_a_custom_reward_is_checked_run_and_compared_with_the_default_by_accuracy(cloud, rewards_file, tmp_path,
+                                                                                   monkeypatch):
+    from contracts.tunix_log import evaluation_line, train_step_line
+    from peers.fixtures import put_event_files
+    from recipes.runs import for_run, run_name
+    from recipes.user_files import read_user_file, with_user_files
+    from test_cli_experiments import plan_success
+
+    monkeypatch.setenv("COLUMNS", "80")
+    option = f"{rewards_file}:short_answer,correct"
+    assert runner.invoke(app, ["check-rewards", option]).exit_code == 0
+    recipe = for_run(get_recipe(RECIPE))
+    custom = with_user_files(recipe, (read_user_file(recipe, "rewards", rewards_file, ("short_answer", "correct")),))
+    pre = evaluation_line("pre", 26, 64, 30, 50, 0.8)
+    for each, post in ((recipe, evaluation_line("post", 34, 64, 36, 60, 1.5)),
+                       (custom, evaluation_line("post", 40, 64, 41, 63, 2.5))):
+        plan_success(cloud, each, logs=f"{pre}\n{train_step_line(50, 0.2)}\n{post}\n")
+        put_event_files(cloud["gcs"], ArtifactPaths(each, peer_settings()).tensorboard,
+                        {"rewards/train/mean": [(0, 0.1), (49, 0.4)]}, tmp_path / run_name(each))
+    assert runner.invoke(app, ["run", RECIPE]).exit_code == 0
+    result = runner.invoke(app, ["run", RECIPE, "--rewards", option])
+    assert result.exit_code == 0, result.output
+    assert "accuracy 40.6% → 62.5% (+21.9) on 64 gsm8k test questions" in result.output.splitlines()  # 40/64
+
+    listing = runner.invoke(app, ["runs", RECIPE, "--json"])
+    runs = {run["run"]: run for run in json.loads(listing.output)["runs"]}
+    assert runs[run_name(recipe)]["differs"] == [] and runs[run_name(recipe)]["accuracy_after"] == 53.125
+    assert runs[run_name(custom)]["differs"] == ["rewards my_rewards.py:short_answer,correct"]
+    assert runs[run_name(custom)]["accuracy_after"] == 62.5
+
+    compared = runner.invoke(app, ["metrics", RECIPE, "--run", run_name(recipe), "--run", run_name(custom)])
+    assert compared.exit_code == 0, compared.output
+    rows = {line[:18].strip(): line[18:].split() for line in compared.output.splitlines()[1:] if line[:18].strip()}
+    assert rows["accuracy after %"] == ["53.1", "62.5"] and rows["accuracy change"] == ["+12.5", "+21.9"]
+    assert f"run 2: {run_name(custom)} (rewards my_rewards.py:short_answer,correct)" in compared.output
