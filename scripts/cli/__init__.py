@@ -21,5 +21,18 @@ from scripts.cli.core import app
 __all__ = ["app", "main"]
 
 
+def _first_interrupt_only(signum, frame) -> None:
+    """SIGINT: a KeyboardInterrupt the first time, ignored after. A person who presses Ctrl-C again while
+    the first is being reported (the line, the exit 130) must not kill the process mid-exit, which
+    CPython would end as a death by SIGINT (exit -2) with no line."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, _first_interrupt_only)
     app()
