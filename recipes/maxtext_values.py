@@ -133,9 +133,11 @@ def _member(word: str, spec: dict, runtime: RuntimeBound | None) -> Any:
 
 
 @cache
-def _adapter(version: str, key: str) -> TypeAdapter:
+def _adapter(version: str, key: str, runtime: bool = True) -> TypeAdapter:
+    """The field's type as pydantic validates it; with the trainer's bound (RUNTIME_BOUNDS) unless told."""
     spec = release_schema(version)["keys"][key]
-    members = tuple(_member(word, spec, RUNTIME_BOUNDS.get(key)) for word in spec["type"].split(" | "))
+    bound = RUNTIME_BOUNDS.get(key) if runtime else None
+    members = tuple(_member(word, spec, bound) for word in spec["type"].split(" | "))
     return TypeAdapter(members[0] if len(members) == 1 else Union[members])  # noqa: UP007 -- a runtime tuple
 
 
@@ -261,18 +263,16 @@ def _validated(version: str, key: str, value: Any, item: str) -> Any:
         return _plain(_adapter(version, key).validate_python(value))
     except ValidationError:
         runtime = RUNTIME_BOUNDS.get(key)
-        because = f" ({runtime.why})" if runtime and _adapter_without_runtime_accepts(version, key, value) else ""
+        because = f" ({runtime.why})" if runtime and _accepts(_adapter(version, key, runtime=False), value) else ""
         null = ("; YAML writes it null" if isinstance(value, str) and value.lower() == "none"
                 and "None" in spec["type"].split(" | ") else "")
         raise UserError(f"--set {item}: {key} takes {describe(version, key)} in MaxText {version}"
                         f"{because}, not {_shown(value)}{null}") from None
 
 
-def _adapter_without_runtime_accepts(version: str, key: str, value: Any) -> bool:
-    spec = release_schema(version)["keys"][key]
-    members = tuple(_member(word, spec, None) for word in spec["type"].split(" | "))
+def _accepts(adapter: TypeAdapter, value: Any) -> bool:
     try:
-        TypeAdapter(members[0] if len(members) == 1 else Union[members]).validate_python(value)  # noqa: UP007
+        adapter.validate_python(value)
     except ValidationError:
         return False
     return True

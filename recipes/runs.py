@@ -1,4 +1,5 @@
-"""Runs: the name of each training run, the conversion runs share, and the MaxText keys `--set` may change.
+"""Runs: the name of each training run, the conversion runs share, and the MaxText keys `--set` may change
+(their values are checked and spelled one way by recipes/maxtext_values.py).
 
 A run is one training of a recipe with one set of settings. Its name is chosen with `--run NAME` or
 derived from a hash of everything that changes the trained weights (run_identity), so a changed setting

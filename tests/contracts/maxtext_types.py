@@ -32,8 +32,7 @@ from contracts.maxtext_schema import MaxTextSchema
 # pydantic.types aliases MaxText uses, as the bound they add (pydantic/types.py: NonNegativeFloat =
 # Annotated[float, annotated_types.Ge(0)], NonNegativeInt likewise, PositiveInt = Annotated[int, Gt(0)]).
 _PYDANTIC_ALIASES = {"NonNegativeFloat": ("float", {"ge": 0}), "NonNegativeInt": ("int", {"ge": 0}),
-                     "PositiveInt": ("int", {"gt": 0}), "PositiveFloat": ("float", {"gt": 0}),
-                     "NonNegativeFloat | None": ("float", {"ge": 0})}
+                     "PositiveInt": ("int", {"gt": 0}), "PositiveFloat": ("float", {"gt": 0})}
 _BUILTINS = {"int", "float", "bool", "str", "list", "dict", "Any"}
 _BOUNDS = ("ge", "gt", "le", "lt")
 _FLAT_TO_NESTED = "map_flat_fields_to_nested_models"  # 0.2.4 RLConfig, configs/types.py
