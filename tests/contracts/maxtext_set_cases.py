@@ -54,7 +54,7 @@ SET_CASES: list[SetCase] = [
     SetCase(QWEN, "steps", "100", False, True, IGNORED + " (RLConfig sets steps = train_steps)"),
     SetCase(QWEN, "dataset.batch_size", "4", False, True, IGNORED + " (rl.yml's batch_size is copied over it)"),
     SetCase(LLAMA, "num_iterations", "2", False, True, IGNORED + " (train_rl reads rl.num_iterations)"),
-    SetCase(LLAMA, "num_slices", "2", False, True, IGNORED + " (MaxTextConfig sets it from the devices)"),
+    SetCase(LLAMA, "emb_dim", "1024", False, True, IGNORED + " (MaxTextConfig sets it from base_emb_dim)"),
     # 0.2.3 reads steps: it is the schedule length while learning_rate_schedule_steps is -1
     SetCase(LLAMA, "steps", "100", True, True, "0.2.3 sets learning_rate_schedule_steps = steps when it is -1"),
     # types, bounds and choices

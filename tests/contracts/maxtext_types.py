@@ -194,10 +194,23 @@ class MaxTextTypes:
             elif (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
                   and ast.unparse(statement.value.func) == "object.__setattr__"):
                 name, value = ast.literal_eval(statement.value.args[1]), statement.value.args[2]
-            if name in keys:
+            if name in keys and not self._reads_before(validator, statement, value, name):
                 result[name] = {"line": statement.lineno, "validator": f"{config_class}.{validator.name}",
                                 "value": ast.unparse(value)}
         return result
+
+    @staticmethod
+    def _reads_before(validator: ast.FunctionDef, assignment: ast.stmt, value: ast.expr, name: str) -> bool:
+        """Whether the validator reads the field's given value before it assigns it (0.2.3's num_slices is
+        passed to get_num_slices, which keeps a value other than -1): then the value counts."""
+        earlier = [statement for statement in validator.body if statement.lineno < assignment.lineno]
+        for node in (child for tree in [*earlier, value] for child in ast.walk(tree)):
+            if (isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Load)
+                    and ast.unparse(node.value) == "self"):
+                return True
+            if isinstance(node, ast.Constant) and node.value == name:
+                return True
+        return False
 
     def copied_from_top_level(self, module: str) -> dict[str, str]:
         """Dotted keys a top-level key of the release's config yml overwrites (only where the config class
