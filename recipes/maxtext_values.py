@@ -76,6 +76,11 @@ def release_schema(version: str) -> dict:
     return tomllib.loads(source.read_text())
 
 
+def model_base(model_name: str) -> str:
+    """The configs/models/ yml a model name loads: pyconfig strips "-Instruct" (0.2.3 L439, 0.2.4 L460)."""
+    return model_name.replace("-Instruct", "")
+
+
 def maxtext_keys(version: str) -> frozenset[str]:
     """Every override key a MaxText release's train_rl accepts."""
     return frozenset(release_schema(version)["keys"])
@@ -232,17 +237,32 @@ def refusal(version: str, key: str) -> str | None:
     return None
 
 
-def check_value(version: str, key: str, text: str) -> Checked:
+def check_value(version: str, key: str, text: str, model: str | None = None) -> Checked:
     """`key=text` as MaxText `version` reads it, or UserError in one line naming the field, its type and its
-    bounds. The key must be one of maxtext_keys(version)."""
+    bounds. The key must be one of maxtext_keys(version). With `model` (the recipe's model_name, unless
+    override_model_config is true), a key the model's yml sets must keep that value."""
     item = f"{key}={text}"
-    value = _validated(version, key, parse_override(key, text), item)
+    parsed = parse_override(key, text)
+    if model is not None:
+        _check_model_key(version, model, key, parsed, item)
+    value = _validated(version, key, parsed, item)
     canonical = spelling(value)
     try:  # the one spelling must read back as the same value, or the given one is kept
         same = _validated(version, key, parse_override(key, canonical), item) == value
     except UserError:
         same = False
     return Checked(key, value, canonical if same else text)
+
+
+def _check_model_key(version: str, model: str, key: str, value: Any, item: str) -> None:
+    """pyconfig's validate_no_keys_overridden_twice (0.2.3 L130, 0.2.4 L128): a command-line key that
+    configs/models/<model>.yml also sets must have the same value, unless override_model_config is true."""
+    base = model_base(model)
+    models = release_schema(version).get("models", {})
+    if base in models and key in models[base] and models[base][key] != value:
+        raise UserError(f"--set {item}: configs/models/{base}.yml sets {key}={spelling(models[base][key])} and "
+                        f"MaxText {version} refuses another value for it (pyconfig "
+                        "validate_no_keys_overridden_twice) unless you also --set override_model_config=true")
 
 
 def _validated(version: str, key: str, value: Any, item: str) -> Any:

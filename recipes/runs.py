@@ -152,17 +152,26 @@ def check_set_key(recipe: Recipe, key: str) -> None:
                         f"(recipes/{KEY_LIST_DIR}/{recipe.maxtext_version}.toml lists them)")
 
 
-def checked_item(recipe: Recipe, item: str) -> str:
+def checked_item(recipe: Recipe, item: str, sets: Iterable[str] = ()) -> str:
     """A --set item as MaxText will read it, spelled one way (recipes/maxtext_values.py): 2.0e-5 and 0.00002
     become 2e-5, True becomes true; a value equal to the recipe's own for that setting keeps the recipe's
-    spelling. So equal values give one command line, one spec and one run name."""
+    spelling. So equal values give one command line, one spec and one run name. A key the model's yml sets
+    must keep its value there unless the overrides or `sets` turn on override_model_config."""
     key, _, text = item.partition("=")
-    checked = check_value(recipe.maxtext_version, key, text)
+    model = None if _overrides_model_config(recipe, sets) else recipe.model.maxtext_name
+    checked = check_value(recipe.maxtext_version, key, text, model)
     for old in recipe.rl.overrides:
         name, _, old_text = old.partition("=")
         if name in same_setting(key) and _same_value(recipe, name, old_text, checked.value):
             return old
     return checked.item
+
+
+def _overrides_model_config(recipe: Recipe, sets: Iterable[str]) -> bool:
+    """Whether the last override_model_config among the recipe's overrides and `sets` is true."""
+    given = [item.partition("=")[2] for item in (*recipe.rl.overrides, *sets)
+             if item.partition("=")[0] == "override_model_config"]
+    return bool(given) and _same_value(recipe, "override_model_config", given[-1], True)
 
 
 def _same_value(recipe: Recipe, key: str, text: str, value: object) -> bool:
@@ -191,7 +200,7 @@ def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
             fields[key] = item.partition("=")[2]
             continue
         check_set_key(recipe, key)
-        item = checked_item(recipe, item)
+        item = checked_item(recipe, item, sets)
         names = same_setting(key)
         kept = [i for i, old in enumerate(overrides) if old.partition("=")[0] in names]
         overrides = [old for old in overrides if old.partition("=")[0] not in names]

@@ -46,6 +46,9 @@ def test_each_shipped_type_file_equals_the_types_its_wheel_declares(version):
     assert shipped["set_by_maxtext"] == types.set_by_maxtext(TRAIN_RL), regenerate
     assert shipped["copied_from_top_level"] == types.copied_from_top_level(TRAIN_RL), regenerate
     assert shipped["read_only_nested"] == types.read_only_nested(TRAIN_RL), regenerate
+    models = {recipe.model.maxtext_name.replace("-Instruct", "") for recipe in all_recipes().values()
+              if recipe.maxtext_version == version}
+    assert shipped.get("models", {}) == {model: types.model_values(model) for model in models}, regenerate
 
 
 def test_the_types_hold_what_each_wheels_types_py_says():
@@ -144,11 +147,25 @@ def test_a_mapping_value_is_checked_field_by_field():
 
 
 @pytest.mark.parametrize("name", list(all_recipes()))
-def test_every_recipe_override_passes_the_check_of_its_release(name):
+def test_every_recipe_override_passes_the_check_of_its_release_and_model(name):
     recipe = get_recipe(name)
     for item in recipe.rl.overrides:
         key, _, text = item.partition("=")
-        check_value(recipe.maxtext_version, key, text)
+        check_value(recipe.maxtext_version, key, text, recipe.model.maxtext_name)
+
+
+def test_a_key_the_models_yml_sets_keeps_its_value_unless_override_model_config():
+    # configs/models/qwen3-30b-a3b.yml (0.2.4 wheel): enable_dropout: false, base_emb_dim: 2048
+    with pytest.raises(UserError) as error:
+        for_run(QWEN, ["enable_dropout=True"])
+    assert str(error.value) == (
+        "--set enable_dropout=True: configs/models/qwen3-30b-a3b.yml sets enable_dropout=false and MaxText 0.2.4 "
+        "refuses another value for it (pyconfig validate_no_keys_overridden_twice) unless you also --set "
+        "override_model_config=true")
+    for_run(QWEN, ["enable_dropout=false", "base_emb_dim=2048"])  # the same values are allowed
+    for_run(QWEN, ["enable_dropout=True", "override_model_config=true"])
+    with pytest.raises(UserError, match="configs/models/llama3.1-8b.yml sets enable_dropout=false"):
+        for_run(LLAMA, ["enable_dropout=true"])  # llama3.1-8b-Instruct loads llama3.1-8b.yml
 
 
 # --- one value, one name --------------------------------------------------------------------------------
@@ -169,7 +186,7 @@ def test_a_value_equal_to_the_recipes_own_is_the_recipes_run_and_another_value_i
 
 
 def test_the_one_spelling_is_what_the_train_command_passes():
-    recipe = for_run(QWEN, ["learning_rate=0.00003", "enable_dropout=True", "rl.num_generations=8.0"])
+    recipe = for_run(QWEN, ["learning_rate=0.00003", "enable_tunix_perf_metrics=True", "rl.num_generations=8.0"])
     command = _command(recipe)
-    assert {"learning_rate=3e-5", "enable_dropout=true", "rl.num_generations=8"} <= set(command)
-    assert recipe.sets == ("learning_rate=0.00003", "enable_dropout=True", "rl.num_generations=8.0")
+    assert {"learning_rate=3e-5", "enable_tunix_perf_metrics=true", "rl.num_generations=8"} <= set(command)
+    assert recipe.sets == ("learning_rate=0.00003", "enable_tunix_perf_metrics=True", "rl.num_generations=8.0")

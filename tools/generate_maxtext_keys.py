@@ -30,7 +30,8 @@ sys.path.insert(0, str(REPO))
 from contracts.maxtext_schema import MaxTextSchema, fetch_wheel  # noqa: E402
 from contracts.maxtext_types import SOURCES, MaxTextTypes  # noqa: E402
 from jobs.maxtext import TRAIN_RL  # noqa: E402
-from recipes.maxtext_values import KEY_LIST_DIR  # noqa: E402
+from recipes import all_recipes  # noqa: E402
+from recipes.maxtext_values import KEY_LIST_DIR, model_base  # noqa: E402
 
 
 def _toml(value: object) -> str:
@@ -70,8 +71,15 @@ def schema_data(version: str) -> tuple[dict, str]:
         source["flat_to_nested"] = f"{source['config_class']}.map_flat_fields_to_nested_models, configs/types.py L{line}"
     data = {"source": source, "keys": types.key_specs(TRAIN_RL), "set_by_maxtext": types.set_by_maxtext(TRAIN_RL),
             "copied_from_top_level": types.copied_from_top_level(TRAIN_RL),
-            "read_only_nested": types.read_only_nested(TRAIN_RL)}
+            "read_only_nested": types.read_only_nested(TRAIN_RL),
+            "models": {model: types.model_values(model) for model in recipe_models(version)}}
     return data, wheel.name
+
+
+def recipe_models(version: str) -> list[str]:
+    """The models recipes.toml trains with this release, by the name of their configs/models/ yml."""
+    return sorted({model_base(recipe.model.maxtext_name) for recipe in all_recipes().values()
+                   if recipe.maxtext_version == version})
 
 
 TABLES = ("source", "keys", "set_by_maxtext", "copied_from_top_level", "read_only_nested")
@@ -84,12 +92,16 @@ def file_text(version: str) -> str:
         f"# and choices its config class {data['source']['config_class']} validates the value against (a dotted",
         "# key names a field of a nested model); set_by_maxtext: keys the class's validator overwrites;",
         "# copied_from_top_level: dotted keys a top-level key of rl.yml overwrites; read_only_nested:",
-        "# top-level keys no module reads, which read the nested field instead. Generated from",
+        "# top-level keys no module reads, which read the nested field instead; models: what each recipe's",
+        "# configs/models/<model>.yml sets, which --set may not change (pyconfig). Generated from",
         f"# {wheel} by tools/generate_maxtext_keys.py; do not edit.",
     ]
     for table in TABLES:
         lines += ["", f"[{table}]"]
         lines += [f"{_key(key)} = {_toml(value)}" for key, value in data[table].items()]
+    for model, values in data["models"].items():
+        lines += ["", f"[models.{_key(model)}]"]
+        lines += [f"{_key(key)} = {_toml(value)}" for key, value in values.items()]
     return "\n".join(lines) + "\n"
 
 

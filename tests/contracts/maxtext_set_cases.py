@@ -8,7 +8,8 @@ can feed to MaxText as well.
   It differs from `accepted` where the trainer refuses the value later (tunix) or ignores it.
 - why: who refuses it, or what the value does; "" for a plain good value.
 
-Every value comes from the issue (learning_rate=abc, rl.num_generations=1, batch_size=0,
+A harness should run the real parser on the rendered train arguments with the recipe's own overrides,
+as tpu-rl renders them. Every value comes from the issue (learning_rate=abc, rl.num_generations=1, batch_size=0,
 train_fraction=2, steps) or from the schema and sources cited in recipes/maxtext_values.py and
 recipes/maxtext_keys/<version>.toml.
 """
@@ -62,7 +63,10 @@ SET_CASES: list[SetCase] = [
     SetCase(QWEN, "learning_rate", "none", False, False, SCHEMA),  # pyconfig: top-level "none" -> None
     SetCase(QWEN, "rl.loss_algo", "ppo", False, False, SCHEMA),  # Literal['grpo', 'gspo-token']
     SetCase(QWEN, "dtype", "int8", False, False, SCHEMA),  # DType enum
-    SetCase(QWEN, "enable_dropout", "maybe", False, False, SCHEMA),  # bool
+    SetCase(QWEN, "enable_tunix_perf_metrics", "maybe", False, False, SCHEMA),  # bool
+    # configs/models/qwen3-30b-a3b.yml sets enable_dropout: false (pyconfig validate_no_keys_overridden_twice)
+    SetCase(QWEN, "enable_dropout", "True", False, False, "the model's yml sets another value"),
+    SetCase(QWEN, "enable_dropout", "False", True, True),
     SetCase(QWEN, "rl.num_iterations", "1.5", False, False, SCHEMA),  # int: pydantic refuses a fraction
     SetCase(QWEN, "rl", "{num_generations: 1}", False, True, TUNIX),  # a mapping: each field checked
     # good values
@@ -74,7 +78,7 @@ SET_CASES: list[SetCase] = [
     SetCase(QWEN, "batch_size", "4", True, True),
     SetCase(QWEN, "train_fraction", "0.5", True, True),
     SetCase(QWEN, "rl.loss_algo", "gspo-token", True, True),
-    SetCase(QWEN, "enable_dropout", "True", True, True),
+    SetCase(QWEN, "enable_tunix_perf_metrics", "True", True, True),
     SetCase(QWEN, "rl.epsilon_high", "null", True, True),
     SetCase(GEMMA, "decode_sampling_temperature", "0.7", True, True),
 ]
@@ -83,7 +87,7 @@ SET_CASES: list[SetCase] = [
 SAME_VALUE_CASES: list[tuple[str, str, tuple[str, ...]]] = [
     (QWEN, "learning_rate", ("2e-5", "2.0e-5", "0.00002", "2E-5")),
     (QWEN, "learning_rate", ("3e-5", "3.0e-5", "0.00003")),
-    (QWEN, "enable_dropout", ("True", "true", "yes")),
+    (QWEN, "enable_tunix_perf_metrics", ("True", "true", "yes")),
     (LLAMA, "learning_rate", ("1e-6", "1.0e-6", "0.000001")),
     (QWEN, "rl.num_generations", ("8", "8.0", "0x8")),
 ]

@@ -14,6 +14,9 @@ maxtext_schema.py. Two more things make a key change nothing, also read from typ
   (MaxTextConfig inherits RL's fields and has `rl: RL`) is two settings, and when no module of the wheel
   outside experimental/ reads the top-level one (`.num_iterations` other than `.rl.num_iterations`, or the
   name as a string), train_rl never sees it: `num_iterations=3` trains rl.num_iterations' 1 iteration.
+And one more thing refuses a value: pyconfig's validate_no_keys_overridden_twice exits when a command-line
+key is also set, to another value, by the model's configs/models/<model>.yml (model_name without
+"-Instruct"), unless override_model_config is true; model_values reads those files.
 
 tools/generate_maxtext_keys.py writes these into recipes/maxtext_keys/<version>.toml, and
 tests/test_maxtext_values.py checks that each shipped file equals what this module reads from the wheel.
@@ -257,3 +260,12 @@ class MaxTextTypes:
                 if not any(read.search(source) for source in self._sources):
                     result[inner] = f"{name}.{inner}"
         return result
+
+    def model_values(self, model_name: str) -> dict:
+        """What configs/models/<model>.yml sets, as omegaconf loads it (pyconfig strips "-Instruct" first).
+        A null is left out: TOML has none, and no recipe's model sets one."""
+        from omegaconf import OmegaConf  # noqa: PLC0415
+
+        base = model_name.replace("-Instruct", "")
+        values = OmegaConf.to_container(OmegaConf.create(self.schema.read(f"configs/models/{base}.yml")))
+        return {key: value for key, value in values.items() if value is not None}
