@@ -75,7 +75,7 @@ SET_CASES: list[SetCase] = [
     SetCase(LLAMA, "learning_rate", "3.0e-6", True, True),
     SetCase(QWEN, "rl.num_generations", "8", True, True),
     SetCase(LLAMA, "rl.num_generations", "8", True, True),
-    SetCase(QWEN, "batch_size", "4", True, True),
+    SetCase(QWEN, "batch_size", "16", True, True),  # a multiple of the recipe's train_micro_batch_size=8 (tunix)
     SetCase(QWEN, "train_fraction", "0.5", True, True),
     SetCase(QWEN, "rl.loss_algo", "gspo-token", True, True),
     SetCase(QWEN, "enable_tunix_perf_metrics", "True", True, True),
