@@ -1,4 +1,5 @@
-"""Runs: the name of each training run, the conversion runs share, and the MaxText keys `--set` may change.
+"""Runs: the name of each training run, the conversion runs share, and the MaxText keys `--set` may change
+(their values are checked and spelled one way by recipes/maxtext_values.py).
 
 A run is one training of a recipe with one set of settings. Its name is chosen with `--run NAME` or
 derived from a hash of everything that changes the trained weights (run_identity), so a changed setting
@@ -15,14 +16,13 @@ import difflib
 import hashlib
 import json
 import re
-from functools import cache
-from importlib import resources
 from typing import Iterable
 
 from pydantic import ValidationError
 
 from recipes.conventions import MAX_JOBSET_NAME
 from recipes.errors import UserError
+from recipes.maxtext_values import KEY_LIST_DIR, check_value, maxtext_keys
 from recipes.model import _OVERRIDE, STEPS, Recipe, RlSpec, _first_error, same_setting
 from recipes.schedule import SCHEDULE_KEY, schedule_steps
 
@@ -155,27 +155,6 @@ PIPELINE_KEYS: dict[str, str] = {
 # Train keys tpu-rl derives from the recipe's [rl] table: --set changes the table's field instead.
 RL_FIELDS = ("num_batches", "checkpoint_period")
 
-KEY_LIST_DIR = "maxtext_keys"  # in the recipes package: one <version>.txt per MaxText release
-
-
-def key_list_text(version: str, wheel: str, config_class: str, rule: str, keys: Iterable[str]) -> str:
-    """A shipped key list: what it is and where it came from, then one key a line."""
-    header = [f"# The override keys MaxText {version}'s train_rl accepts (config class {config_class}): {rule};",
-              "# field.sub for the fields of a nested model. Generated from "
-              f"{wheel} by tools/generate_maxtext_keys.py; do not edit."]
-    return "\n".join([*header, *keys]) + "\n"
-
-
-@cache
-def maxtext_keys(version: str) -> frozenset[str]:
-    """The shipped key list of a MaxText release."""
-    source = resources.files("recipes").joinpath(KEY_LIST_DIR, f"{version}.txt")
-    if not source.is_file():
-        raise UserError(f"--set needs the key list of MaxText {version} (recipes/{KEY_LIST_DIR}/{version}.txt): "
-                        f"generate it with `tools/generate_maxtext_keys.py {version}`")
-    lines = (line.strip() for line in source.read_text().splitlines())
-    return frozenset(line for line in lines if line and not line.startswith("#"))
-
 
 def check_set_key(recipe: Recipe, key: str) -> None:
     """One line naming the key and why, for a key tpu-rl owns or one MaxText does not know."""
@@ -187,7 +166,36 @@ def check_set_key(recipe: Recipe, key: str) -> None:
         close = difflib.get_close_matches(key, sorted(keys), n=3)
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise UserError(f"--set {key}: not a key MaxText {recipe.maxtext_version}'s train_rl accepts{hint} "
-                        f"(recipes/{KEY_LIST_DIR}/{recipe.maxtext_version}.txt lists them)")
+                        f"(recipes/{KEY_LIST_DIR}/{recipe.maxtext_version}.toml lists them)")
+
+
+def checked_item(recipe: Recipe, item: str, sets: Iterable[str] = ()) -> str:
+    """A --set item as MaxText will read it, spelled one way (recipes/maxtext_values.py): 2.0e-5 and 0.00002
+    become 2e-5, True becomes true; a value equal to the recipe's own for that setting keeps the recipe's
+    spelling. So equal values give one command line, one spec and one run name. A key the model's yml sets
+    must keep its value there unless the overrides or `sets` turn on override_model_config."""
+    key, _, text = item.partition("=")
+    model = None if _overrides_model_config(recipe, sets) else recipe.model.maxtext_name
+    checked = check_value(recipe.maxtext_version, key, text, model)
+    for old in recipe.rl.overrides:
+        name, _, old_text = old.partition("=")
+        if name in same_setting(key) and _same_value(recipe, name, old_text, checked.value):
+            return old
+    return checked.item
+
+
+def _overrides_model_config(recipe: Recipe, sets: Iterable[str]) -> bool:
+    """Whether the last override_model_config among the recipe's overrides and `sets` is true."""
+    given = [item.partition("=")[2] for item in (*recipe.rl.overrides, *sets)
+             if item.partition("=")[0] == "override_model_config"]
+    return bool(given) and _same_value(recipe, "override_model_config", given[-1], True)
+
+
+def _same_value(recipe: Recipe, key: str, text: str, value: object) -> bool:
+    try:
+        return check_value(recipe.maxtext_version, key, text).value == value
+    except UserError:
+        return False
 
 
 def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
@@ -209,6 +217,7 @@ def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
             fields[key] = item.partition("=")[2]
             continue
         check_set_key(recipe, key)
+        item = checked_item(recipe, item, sets)
         names = same_setting(key)
         kept = [i for i, old in enumerate(overrides) if old.partition("=")[0] in names]
         overrides = [old for old in overrides if old.partition("=")[0] not in names]
