@@ -212,9 +212,10 @@ def test_a_change_to_flex_start_pools_alone_is_reviewed_and_planned(reviews):
     assert other[0] == ("Built again with CAPACITY=reservation,flex-start,spot,on-demand, so that the pools of "
                         "every capacity mode are compared; what differs there and not above:")
     assert other[1] == "#### `qwen3-v6e32`"
-    pool = _address(review.after.all_capacity["qwen3-v6e32"], "google_container_node_pool",
-                    lambda body: body["name"] == conventions.tpu_pool_name(0, "flex-start"))
-    assert any(line.startswith(f"- changed `{pool}`: ") for line in other[2:]), other
+    # The slice's run time lives in the ProvisioningRequestConfig only (the flex-start pool sets no node
+    # max_run_duration, as Cluster Toolkit's queued-provisioning blueprint): 24 h → 12 h.
+    assert any("ProvisioningRequestConfig/flex-start-slice].spec.parameters.maxRunDurationSeconds 86400 → 43200"
+               in line for line in other[2:]), other
     assert all("spot" not in line and "on-demand" not in line for line in other[2:]), other
     assert review.changed_stacks == ("qwen3-v6e32",)
 
