@@ -9,7 +9,7 @@ from jobs.k8s import JOBSET_NAME_LABEL
 from recipes import Step
 from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from scripts.cloud import hf_token
-from scripts.cloud.kube_objects import capacity_of
+from scripts.cloud.kube_objects import capacity_of, zone_of
 from scripts.outcome import ApiError, Interrupted
 from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run
 from scripts.pipeline.gke.steps import StepJob, step_jobs
@@ -77,11 +77,14 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
             raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
                            f"{job.name} keeps running: rerun {reattach} to reattach") from None
         verify_output(session, action.step, steps)
-        record.step(action.step, "succeeded", capacity=_capacity(session, job))
+        record.step(action.step, "succeeded", **_capacity(session, job))
 
-def _capacity(session: Session, job: StepJob) -> str | None:
-    """The capacity mode the step's pods ran on, for the run record; None when unknown."""
+def _capacity(session: Session, job: StepJob) -> dict[str, str | None]:
+    """The capacity mode (and zone, when the pods' flavor names one) the step's pods ran on, for the run
+    record; None when unknown."""
     try:
-        return capacity_of(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"))
+        pods = session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}")
     except ApiError:
-        return None
+        return {"capacity": None}
+    zone = zone_of(pods)
+    return {"capacity": capacity_of(pods), **({"zone": zone} if zone else {})}
