@@ -69,6 +69,10 @@ class CostBreakdown:
     capacity: str
     region: str
     lines: tuple[CostLine, ...]
+    # The zones the slice may come from (ZONE): a stack with several has pools in each, but one train step
+    # runs one slice in one of them at a time, so the figures are per slice whatever the zone; quota is
+    # regional (recipes.toml [tpu.<generation>.quota]), so the same chips count in each zone.
+    zones: tuple[str, ...] = ()
 
     @property
     def total(self) -> float:
@@ -101,6 +105,8 @@ class CostBreakdown:
         """e.g. `$62.78/h (TPU reserved)`, or `$89.68/h in train, $3.28/h in convert/export` when the TPU
         hosts exist only while training."""
         text = f"{usd(self.total)}/h"
+        if len(self.zones) > 1:
+            text += f" (one slice, in {' or '.join(self.zones)})"
         if self.tpu_train_only:
             return f"{text} in train, {usd(self.outside_train)}/h in convert/export"
         return f"{text} (TPU reserved)" if self.has_reserved else text
@@ -239,9 +245,10 @@ def tpu_only_in_train(recipe: Recipe) -> bool:
     return recipe.is_gke and recipe.capacity[0] != conventions.STATIC_TPU_CAPACITY
 
 
-def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBreakdown:
+def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None, zones: tuple[str, ...] = ()) -> CostBreakdown:
     """What the recipe's stack costs per hour while its pipeline runs (lines marked train_only bill only
-    during the train step)."""
+    during the train step). `zones`: where the slice may come from (Settings.zones_for), which the summary
+    names when there are several; the figures do not change with them (CostBreakdown.zones)."""
     prices = prices or load_prices()
     shape = recipe.shape
     mode = recipe.capacity[0]  # the capacity expected to serve; the rest of the list is fallback
@@ -254,7 +261,7 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
                      reserved=reserved),
             _nat_line(prices, shape.total_hosts),
         ]
-        return CostBreakdown(recipe.name, mode, prices.region, tuple(lines))
+        return CostBreakdown(recipe.name, mode, prices.region, tuple(lines), zones[:1])
 
     cpu = prices.machine(recipe.cpu_machine_type or "")
     system = prices.machine(conventions.SYSTEM_POOL_MACHINE_TYPE)
@@ -274,7 +281,7 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
         CostLine("GKE cluster management fee", 1, "cluster", prices.gke_cluster.usd_per_hour),
         *nat,
     ]
-    return CostBreakdown(recipe.name, mode, prices.region, tuple(lines))
+    return CostBreakdown(recipe.name, mode, prices.region, tuple(lines), tuple(zones))
 
 
 def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> RunEstimate:

@@ -178,6 +178,11 @@ class Settings:
             return recipe.with_capacity(("on-demand",), source="CAPACITY"), problem
         return self.recipe(recipe), None
 
+    def zones_for(self, recipe: Recipe) -> tuple[str, ...]:
+        """The zones the recipe's TPUs may be in: every zone of ZONE for a GKE stack, which has TPU pools in
+        each (recipes/placement.py); the first for a TPU VM, which lives in one zone."""
+        return self.zones if recipe.is_gke else self.zones[:1]
+
     def for_recipe(self, recipe: Recipe) -> "Settings":
         """Check the rules that depend on the recipe; return self when they hold."""
         if "reservation" in recipe.capacity and not self.reservation:
@@ -186,9 +191,7 @@ class Settings:
                 f"export RESERVATION=<your {recipe.shape.machine_type} reservation name>"
             )
         flex_start = recipe.tpu_facts.flex_start
-        # A GKE stack has flex-start pools in every zone of ZONE (recipes/placement.py); a VM, in the first.
-        zones = self.zones if recipe.is_gke else self.zones[:1]
-        offerless = [zone for zone in zones if flex_start and zone not in flex_start.zones]
+        offerless = [zone for zone in self.zones_for(recipe) if flex_start and zone not in flex_start.zones]
         if "flex-start" in recipe.capacity and offerless:
             raise UserError(
                 f"ZONE '{offerless[0]}' offers no flex-start {recipe.shape.generation} TPUs, which recipe "

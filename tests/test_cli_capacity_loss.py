@@ -212,3 +212,19 @@ def test_the_last_zone_of_the_last_mode_without_stock_stops_with_one_line_naming
     assert kube.deleted == [TRAIN, TRAIN]
     assert [(a["mode"], a["zone"]) for a in run_record(cloud)["steps"]["train"]["capacity_attempts"]] == [
         ("spot", "us-east5-b"), ("spot", "us-east5-a")]
+
+
+def test_status_shows_the_zone_the_train_step_runs_in(cloud, monkeypatch):
+    from jobs import render_manifests
+    from recipes import load_settings
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("CAPACITY", "spot")
+    monkeypatch.setenv("ZONE", "us-east5-b,us-east5-a")
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="spot", zone="us-east5-b", outcome="hang")
+    recipe = load_settings().recipe(get_recipe(RECIPE))
+    kube.put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    assert "on spot in us-east5-b" in status.output, status.output

@@ -226,3 +226,13 @@ def test_capacity_page_shows_a_run_without_a_reservation_as_capacity_flex_start_
     assert table in section
     assert "| gemma4-v6e64 | flex-start | **whole run** | 170 | 96.0 | 85.3 | $273.09 |" in table
     assert "| llama31-v6e8 | spot | **whole run** | 20 | 2.7 | 0.0 | $3.60 |" in table
+
+
+def test_two_zones_name_where_the_one_slice_may_run_and_change_no_figure():
+    """ZONE=us-east5-b,us-east5-a: pools in both zones, but one train step runs one slice in one of them,
+    so the estimate is the single-zone one ($89.683/h, above), and it says which zones."""
+    recipe = _with("qwen3-v6e32", capacity="flex-start")
+    one, two = hourly_estimate(recipe), hourly_estimate(recipe, zones=("us-east5-b", "us-east5-a"))
+    assert two.lines == one.lines and two.total == pytest.approx(89.683)
+    assert two.summary() == "$89.68/h (one slice, in us-east5-b or us-east5-a) in train, $3.27/h in convert/export"
+    assert hourly_estimate(recipe, zones=("us-east5-b",)).summary() == one.summary()
