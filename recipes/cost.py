@@ -304,6 +304,44 @@ def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> R
     return RunEstimate(recipe.name, tuple(steps), hourly.has_reserved)
 
 
+# The phases of a train step (scripts/pipeline/phases.py) in which its TPU hosts exist, and so bill, while
+# nothing trains: the pods have their nodes while the images are pulled and the model loads. Queued and
+# provisioning bill no TPU on a pool that scales from zero (no host yet); a reservation bills anyway.
+TPU_IDLE_PHASES = ("pulling images", "loading")
+
+
+@dataclass(frozen=True)
+class IdleTpu:
+    """TPU time a train step billed while nothing trained, measured by `run` (run.json `tpu_idle`)."""
+
+    seconds: float
+    chip_hours: float
+    usd: float
+    mode: str
+
+    def as_record(self) -> dict:
+        return {"seconds": round(self.seconds), "chip_hours": round(self.chip_hours, 2),
+                "usd_estimate": round(self.usd, 2), "capacity": self.mode}
+
+    def line(self, step: str, by_phase: dict[str, float]) -> str:
+        parts = ", ".join(f"{phase} {int(by_phase[phase]) // 60}m{int(by_phase[phase]) % 60:02d}s"
+                          for phase in TPU_IDLE_PHASES if by_phase.get(phase))
+        return (f"{step}: the TPU slice billed {self.chip_hours:.1f} chip-hours ({usd(self.usd)}, {self.mode}) while "
+                f"nothing trained: {parts or 'none'}")
+
+
+def idle_tpu(recipe: Recipe, by_phase: dict[str, float], mode: str | None = None,
+             prices: PriceTable | None = None) -> IdleTpu:
+    """The chip-hours, and their list price, of the TPU_IDLE_PHASES of a step on `mode` (the mode it ran
+    on; by default the recipe's first)."""
+    prices = prices or load_prices()
+    mode = mode or recipe.capacity[0]
+    seconds = sum(by_phase.get(phase, 0.0) for phase in TPU_IDLE_PHASES)
+    chip_hours = recipe.shape.total_chips * seconds / 3600
+    return IdleTpu(seconds, chip_hours, chip_hours * prices.tpu_chip_hour(recipe.shape.generation, mode).usd_per_hour,
+                   mode)
+
+
 def run_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:
     """The table of one pipeline run per recipe: time, TPU chip-hours billed and avoided, and cost per
     step, for each recipe's capacity mode (in README.md; in docs/capacity.md for CAPACITY=flex-start,spot).

@@ -85,6 +85,9 @@ class Plan:
     # (topology.kubernetes.io/zone) is admitted to that zone's flavor. A `stockout` entry "<mode>@<zone>"
     # is a mode out of stock in one zone only; for flex-start, GKE then keeps the request queued.
     zone: str | None = None
+    # GETs after admission during which every pod has its node and its containers still wait with reason
+    # ContainerCreating, the kubelet's reason while it pulls the images (kubelet_pods.go).
+    pulling_ticks: int = 0
     # With `reclaimed_after`: whether the nodes come back for the next attempt (a spot pool scales up
     # again; a queued-provisioning flex-start pool gets nodes only through a new request, so they do
     # not), and whether GKE marks the request CapacityRevoked, which makes Kueue deactivate the workload.
@@ -215,6 +218,13 @@ class KubeApi(PeerServer):
                     pod["status"] = {"phase": "Pending", "conditions": [
                         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                          "message": UNSCHEDULABLE}]}
+            return
+        if tick <= plan.pulling_ticks and not obj["status"]["restarts"]:
+            for pod in self._pods_of(name):
+                pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
+                                 "containerStatuses": [{"name": c["name"], "ready": False, "restartCount": 0,
+                                                        "state": {"waiting": {"reason": "ContainerCreating"}}}
+                                                       for c in pod["spec"]["containers"]]}
             return
         for pod in self._pods_of(name):
             conditions = [{"type": "PodScheduled", "status": "True"}]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from jobs.k8s import pin_capacity
 from recipes import conventions
@@ -21,6 +22,9 @@ from scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, Req
 from scripts.outcome import StepFailed
 from scripts.pipeline.gke.steps import StepJob, parse_time
 from scripts.pipeline.session import Session, hms
+
+if TYPE_CHECKING:
+    from scripts.pipeline.phases import Phases
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,8 @@ class CapacityWatch:
     restarts: int = 0
     awaited: str = ""
     modes_tried: list[str] = field(default_factory=list)
+    admission: Admission | None = None  # the last one read: whether it waits for its flex-start request
+    phases: "Phases | None" = None  # scripts/pipeline/phases.py, kept across submissions of the step
 
     def place(self, admission: Admission) -> Place:
         """Where the step waits: the flavor Kueue gave it, else where `run` pinned it, else the first place."""
@@ -159,7 +165,7 @@ class CapacityWatch:
         tpu = _tpu_pods(pods)
         if state.phase == "running" and not tpu:
             return None  # a CPU step starting: nothing to wait for but its own pod
-        admission = read_admission(session, jobset)
+        admission = self.admission = read_admission(session, jobset)
         place = self.place(admission)
         mode, label = place.mode, place.label
         if admission.workload.phase == "inactive":
@@ -174,6 +180,12 @@ class CapacityWatch:
             return None
         self.awaited = awaited
         return f"{job.step}: {awaited} (waited {hms(waited)})"
+
+    def waits_for_request(self) -> bool:
+        """Whether Kueue holds the step for its flex-start ProvisioningRequest (quota reserved, check
+        pending), as last read."""
+        workload = self.admission.workload if self.admission else None
+        return workload is not None and workload.phase == "checking"
 
     def waited(self, now: datetime) -> float:
         return (now - self.started).total_seconds() if self.started else 0.0

@@ -21,7 +21,11 @@ from rich.markup import escape
 from recipes.capacity_wait import describe_waits
 from scripts.cloud import gcs
 from scripts.outcome import ApiError, StepFailed
+from jobs.k8s import JOBSET_NAME_LABEL
+from recipes.cost import idle_tpu
 from recipes.placement import Place
+from scripts.cloud.kube_objects import capacity_of
+from scripts.pipeline.phases import Phases
 from scripts.pipeline.gke.admission import CapacityShortfall, CapacityWatch, find_place, pinned_job, places_of
 from scripts.pipeline.gke.steps import StepJob
 from scripts.pipeline.gke.wait import wait_for_jobset
@@ -61,13 +65,43 @@ def wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, record
                        go_on: str) -> None:
     """wait_for_jobset, moving on to the next capacity mode or submitting the step again as above.
     `go_on` is the command that goes on after a stop."""
+    phases = Phases(job.step)
+    try:
+        _wait_with_capacity(session, job, follow_logs, record, go_on, phases)
+    finally:
+        note_phases(session, job, record, phases)
+
+
+def note_phases(session: Session, job: StepJob, record: RunRecord, phases: Phases) -> None:
+    """The step's phases into run.json and, for train, the TPU time billed while nothing trained."""
+    if not phases.spans:
+        return
+    phases.observe(None, session.now())
+    fields: dict = {"phases": phases.as_record()}
+    if job.step == "train":
+        by_phase = phases.seconds()
+        idle = idle_tpu(session.recipe, by_phase, _mode_ran_on(session, job))
+        fields["tpu_idle"] = idle.as_record()
+        session.console.print(escape(idle.line(job.step, by_phase)))
+    record.note(job.step, **fields)
+
+
+def _mode_ran_on(session: Session, job: StepJob) -> str | None:
+    try:
+        return capacity_of(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"))
+    except ApiError:
+        return None
+
+
+def _wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, record: RunRecord, go_on: str,
+                        phases: Phases) -> None:
     console, modes = session.console, session.recipe.capacity
     attempts: list[Attempt] = []
     lost = 0
     current = job
     while True:
         try:
-            wait_for_jobset(session, current, follow_logs, CapacityWatch(session, current))
+            wait_for_jobset(session, current, follow_logs, CapacityWatch(session, current, phases=phases))
             return
         except CapacityShortfall as short:
             attempts.append(Attempt(short.mode, short.waited, short.why, short.place))
