@@ -241,21 +241,21 @@ class KubeApi(PeerServer):
             self._finish(name, plan.outcome)
 
     # -- Kueue and GKE ------------------------------------------------------------------------------
-    def capacity_of(self, name: str) -> str | None:
-        """The mode Kueue admits the TPU pods to: the one their template selects, else the plan's."""
+    def _selected(self, name: str, label: str, default: str | None) -> str | None:
+        """What the TPU pod template selects for `label` (a pinned submission), else Kueue's choice."""
         for rj in self.jobsets[name]["spec"]["replicatedJobs"]:
             selector = rj["template"]["spec"]["template"]["spec"].get("nodeSelector") or {}
-            if "tpu-rl/capacity" in selector:
-                return selector["tpu-rl/capacity"]
-        return self.plans.get(name, Plan()).capacity
+            if label in selector:
+                return selector[label]
+        return default
+
+    def capacity_of(self, name: str) -> str | None:
+        """The mode Kueue admits the TPU pods to: the one their template selects, else the plan's."""
+        return self._selected(name, "tpu-rl/capacity", self.plans.get(name, Plan()).capacity)
 
     def zone_of(self, name: str) -> str | None:
         """The zone Kueue admits the TPU pods to: the one their template selects, else the plan's."""
-        for rj in self.jobsets[name]["spec"]["replicatedJobs"]:
-            selector = rj["template"]["spec"]["template"]["spec"].get("nodeSelector") or {}
-            if "topology.kubernetes.io/zone" in selector:
-                return selector["topology.kubernetes.io/zone"]
-        return self.plans.get(name, Plan()).zone
+        return self._selected(name, "topology.kubernetes.io/zone", self.plans.get(name, Plan()).zone)
 
     def flavor_of(self, name: str) -> str:
         """The admitted ResourceFlavor's name (recipes.conventions.tpu_flavor_name)."""
