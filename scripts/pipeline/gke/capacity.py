@@ -29,7 +29,7 @@ from scripts.pipeline.phases import Phases
 from scripts.pipeline.gke.admission import CapacityShortfall, CapacityWatch, find_place, pinned_job, places_of
 from scripts.pipeline.gke.steps import StepJob
 from scripts.pipeline.gke.wait import wait_for_jobset
-from scripts.pipeline.record import RunRecord
+from scripts.pipeline.record import RunCancelled, RunRecord
 from scripts.pipeline.session import Session, hms
 
 # How many lost slices one `run` submits again before it stops: as many as the JobSet's own restarts on
@@ -68,8 +68,12 @@ def wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, record
     phases = Phases(job.step)
     try:
         _wait_with_capacity(session, job, follow_logs, record, go_on, phases)
-    finally:
+    except RunCancelled:
+        raise  # the record is the one `tpu-rl cancel` wrote (RunRecord.finish)
+    except BaseException:
         note_phases(session, job, record, phases)
+        raise
+    note_phases(session, job, record, phases)
 
 
 def note_phases(session: Session, job: StepJob, record: RunRecord, phases: Phases) -> None:
