@@ -21,6 +21,7 @@ from constructs import Construct
 from infra.gke_cluster import SYSTEM_POOL, GkeCluster
 from recipes import conventions
 from recipes.model import CapacityMode, MachineSize
+from recipes.placement import Place, tpu_places
 
 MANIFESTS_CHART = Path(__file__).parent / "charts" / "manifests"
 JOBSET_CHART = "oci://registry.k8s.io/jobset/charts"
@@ -92,11 +93,18 @@ class QueueProps:
     cpu_machine: MachineSize
     # The capacity modes with TPU pools, in the order Kueue tries them: one ResourceFlavor each.
     tpu_capacity: tuple[CapacityMode, ...] = ("reservation",)
+    # The zones with TPU pools, in fallback order (ZONE): one flavor per mode and zone, matched also by the
+    # zone label GKE puts on nodes (recipes/placement.py). Empty: one flavor per mode, matched by no zone.
+    tpu_zones: tuple[str, ...] = ()
     flex_start_max_run_seconds: int | None = None  # the ProvisioningRequest's maxRunDurationSeconds
 
     def __post_init__(self) -> None:
         if "flex-start" in self.tpu_capacity and not self.flex_start_max_run_seconds:
             raise ValueError("QueueProps.flex_start_max_run_seconds is required when tpu_capacity has flex-start")
+
+    @property
+    def places(self) -> tuple[Place, ...]:
+        return tpu_places(self.tpu_capacity, self.tpu_zones or ("",))
 
     @property
     def tpu_vcpus(self) -> int:
@@ -123,26 +131,33 @@ def _quota(chips: int, vcpus: int, memory_gib: int) -> list[dict[str, Any]]:
     ]
 
 
-def tpu_flavor_manifest(props: QueueProps, capacity: CapacityMode) -> dict[str, Any]:
-    """The ResourceFlavor of one capacity mode's TPU pools, matched by the label the pools carry.
+def tpu_flavor_manifest(props: QueueProps, place: Place) -> dict[str, Any]:
+    """The ResourceFlavor of one capacity mode's TPU pools in one zone, matched by the label the pools
+    carry and, with zones, by the zone label GKE sets on every node (conventions.ZONE_NODE_LABEL).
 
     Kueue adds a flavor's nodeLabels to the nodeSelector and its tolerations to the pods it admits to it
     (kubernetes-sigs/kueue v0.17.1, site/content/en/docs/concepts/resource_flavor.md; for a JobSet,
     pkg/controller/jobs/jobset/jobset_controller.go RunWithPodSetsInfo), so an admitted worker lands on a
-    pool of the chosen mode. Merging refuses a pod that pins another value for one of these keys
-    (pkg/podset/podset.go), which is why the train workers select only on accelerator and topology.
+    pool of the chosen mode and zone. Merging refuses a pod that pins another value for one of these keys
+    (pkg/podset/podset.go), which is why the train workers select only on accelerator and topology. A
+    flex-start request is filed for that zone too: Kueue applies the admitted flavor's node selectors to
+    the pod template of the ProvisioningRequest (pkg/controller/admissionchecks/provisioning/
+    controller.go:362-368 at v0.17.1, "apply the admission node selectors to the Template").
     """
+    capacity = place.mode
     tolerations = [conventions.tpu_toleration()]
+    zone = {conventions.ZONE_NODE_LABEL: place.zone} if place.zone else {}
     if capacity == "flex-start":  # queued-provisioning nodes are tainted for the pods they were provisioned for
         tolerations.append({"key": QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
     return {
         "apiVersion": KUEUE_API,
         "kind": "ResourceFlavor",
-        "metadata": {"name": conventions.tpu_flavor_name(capacity)},
+        "metadata": {"name": place.flavor},
         "spec": {
             "nodeLabels": {
                 **conventions.tpu_node_selector(props.tpu_accelerator, props.tpu_topology),
                 conventions.CAPACITY_NODE_LABEL: capacity,
+                **zone,
             },
             "tolerations": tolerations,
         },
@@ -200,7 +215,8 @@ def queue_manifests(props: QueueProps) -> list[dict[str, Any]]:
     flavors. CPU and memory are covered on every flavor: a missing resource makes Kueue refuse the
     workload (the "Pathways CPU quota missing" pain point).
 
-    One TPU flavor per capacity mode, in the recipe's order, each with the quota of all slices: "Kueue
+    One TPU flavor per capacity mode and zone, in the recipe's order and then ZONE's
+    (recipes/placement.py), each with the quota of all slices: "Kueue
     assigns the first flavor in the ClusterQueue's .spec.resourceGroups[*].flavors list that has enough
     unused nominalQuota" (kueue v0.17.1 site/content/en/docs/concepts/cluster_queue.md). So the fallback
     is driven by quota: a workload moves to the next mode when the first one's quota is taken, not when
@@ -209,7 +225,7 @@ def queue_manifests(props: QueueProps) -> list[dict[str, Any]]:
     as Kueue's defaults (MayStopSearch when borrowing; TryNextFlavor rather than preempting): with no
     cohort nothing borrows, and a flavor that would need preemption hands over to the next.
     """
-    flavors = [tpu_flavor_manifest(props, capacity) for capacity in props.tpu_capacity]
+    flavors = [tpu_flavor_manifest(props, place) for place in props.places]
     spec: dict[str, Any] = {
         "namespaceSelector": {},
         "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
@@ -230,7 +246,8 @@ def queue_manifests(props: QueueProps) -> list[dict[str, Any]]:
         checks = flex_start_manifests(props)
         spec["admissionChecksStrategy"] = {"admissionChecks": [{
             "name": conventions.FLEX_START_ADMISSION_CHECK,
-            "onFlavors": [conventions.tpu_flavor_name("flex-start")],  # the other modes start at once
+            # the other modes start at once
+            "onFlavors": [place.flavor for place in props.places if place.mode == "flex-start"],
         }]}
     return [
         {

@@ -126,7 +126,7 @@ class GkeClusterProps:
     name: str
     project: str
     region: str
-    zone: str  # where the node pools live (TPU capacity is zonal)
+    zone: str  # where the node pools live unless a pool names its own (TPU capacity is zonal)
     network: Network
     node_service_account: str  # email
     authorized_cidrs: Sequence[str]  # no default on purpose: the user names who may reach the API
@@ -238,10 +238,13 @@ class GkeCluster(Construct):
 
     def node_pool(
         self, scope: Construct, id: str, *, name: str, node_config: container_node_pool.ContainerNodePoolNodeConfig,
-        auto_repair: bool = True, **sizing: object,
+        auto_repair: bool = True, zone: str | None = None, **sizing: object,
     ) -> container_node_pool.ContainerNodePool:
-        """A pool of this cluster in its zone, auto-upgraded (release channels require it) and, unless the
-        pool's provisioning model forbids it (flex-start, infra.tpu_pool), auto-repaired."""
+        """A pool of this cluster in one zone (`zone`, by default the cluster's first, props.zone),
+        auto-upgraded (release channels require it) and, unless the pool's provisioning model forbids it
+        (flex-start, infra.tpu_pool), auto-repaired. The cluster is regional, so a pool may be in any zone
+        of its region (hashicorp/google 6.50.0, resource_container_node_pool.go `node_locations`: "Nodes
+        must be in the region of their regional cluster")."""
         return container_node_pool.ContainerNodePool(
             scope,
             id,
@@ -249,7 +252,7 @@ class GkeCluster(Construct):
             project=self.props.project,
             cluster=self.cluster.id,
             location=self.props.region,
-            node_locations=[self.props.zone],
+            node_locations=[zone or self.props.zone],
             management=container_node_pool.ContainerNodePoolManagement(auto_repair=auto_repair, auto_upgrade=True),
             node_config=node_config,
             **sizing,

@@ -85,7 +85,7 @@ UPGRADE_MAX_UNAVAILABLE = 1
 #   ProvisioningRequestConfig carries (infra.cluster_addons.flex_start_manifests).
 QUEUED_POOL_FIELDS_LEFT_OUT = ("upgrade_settings", "max_run_duration")
 
-# The autoscaler may place the slice in any of the pool's zones (there is one): the GKE
+# The autoscaler may place the slice in any of the pool's zones (there is one, TpuSlicePoolProps.zone): the GKE
 # queued-provisioning how-to's `--location-policy=ANY`, as Cluster Toolkit and xpk set it.
 AUTOSCALING_LOCATION_POLICY = "ANY"
 
@@ -103,6 +103,14 @@ class TpuSlicePoolProps:
     reservation: str | None = None
     disk_size_gb: int = 100
     node_labels: dict[str, str] = field(default_factory=dict)  # Kubernetes labels of the nodes
+    # The pool's one zone (None: the cluster's first). One zone per slice pool: its hosts are placed
+    # compactly (placement_policy COMPACT with the slice's tpu_topology), which GKE offers only within one
+    # zone; Cluster Toolkit refuses anything else ("Compact placement is only available for node pools
+    # operating in a single zone", modules/compute/gke-node-pool/main.tf:384-385 at
+    # cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a), and xpk creates every TPU pool with one
+    # --node-locations zone (AI-Hypercomputer/xpk v1.13.0, src/xpk/core/nodepool.py). A stack with several
+    # zones has a pool per zone (recipes/placement.py).
+    zone: str | None = None
 
     def __post_init__(self) -> None:
         check_reservation("TpuSlicePoolProps", self.capacity, self.reservation)
@@ -177,5 +185,6 @@ class TpuSlicePool(Construct):
                 type="COMPACT", tpu_topology=props.topology
             ),
             upgrade_settings=upgrade_settings(props),
+            zone=props.zone,
             **sizing(props),
         )

@@ -14,6 +14,7 @@ from recipes import Recipe, Step, UserError
 from recipes.runs import conversion_key, digest, run_name
 from recipes.conventions import (
     CAPACITY_NODE_LABEL,
+    ZONE_NODE_LABEL,
     HF_TOKEN_ENV,
     HF_TOKEN_K8S_SECRET,
     JOBSET_NAME_LABEL,
@@ -89,9 +90,11 @@ def with_spec_digest(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
-def pin_capacity(manifest: dict[str, Any], mode: str) -> dict[str, Any]:
-    """A copy of a JobSet whose TPU pods select one capacity mode, with its digest renewed: `run`'s next
-    mode after a stockout (scripts/pipeline/gke/capacity.py). Kueue's flavor assigner skips a flavor whose
+def pin_capacity(manifest: dict[str, Any], mode: str, zone: str | None = None) -> dict[str, Any]:
+    """A copy of a JobSet whose TPU pods select one capacity mode (and, given, one zone), with its digest
+    renewed: `run`'s next mode or zone after a stockout (scripts/pipeline/gke/capacity.py). The zone is
+    the label GKE sets on nodes, which the TPU flavors of a stack with zones match (recipes/placement.py).
+    Kueue's flavor assigner skips a flavor whose
     nodeLabels the pod's nodeSelector does not match (kueue v0.17.1 pkg/scheduler/flavorassigner
     flavorassigner.go, "flavor %s doesn't match node affinity"), and merging the admitted flavor's
     nodeLabels into the same value is no conflict (pkg/podset/podset.go, pkg/util/maps HaveConflict)."""
@@ -102,6 +105,8 @@ def pin_capacity(manifest: dict[str, Any], mode: str) -> dict[str, Any]:
         pod = rj["template"]["spec"]["template"]["spec"]
         if any(TPU_RESOURCE in ((c.get("resources") or {}).get("limits") or {}) for c in pod["containers"]):
             pod.setdefault("nodeSelector", {})[CAPACITY_NODE_LABEL] = mode
+            if zone:
+                pod["nodeSelector"][ZONE_NODE_LABEL] = zone
     return with_spec_digest(pinned)
 
 

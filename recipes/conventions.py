@@ -40,10 +40,13 @@ def cpu_pool_name() -> str:
     return "cpu-np"
 
 
-def tpu_pool_name(slice_index: int, capacity: str = "reservation") -> str:
-    """One TPU node pool per capacity mode and slice. A reservation's pools keep the names they always had
-    (tpu-np-0, tpu-np-1, ...); the other modes name themselves: tpu-np-spot-0, tpu-np-flex-start-0, ..."""
-    return f"tpu-np-{slice_index}" if capacity == "reservation" else f"tpu-np-{capacity}-{slice_index}"
+def tpu_pool_name(slice_index: int, capacity: str = "reservation", zone_suffix: str = "") -> str:
+    """One TPU node pool per capacity mode, zone and slice. A reservation's pools keep the names they always
+    had (tpu-np-0, tpu-np-1, ...); the other modes name themselves: tpu-np-spot-0, tpu-np-flex-start-0, ...
+    Pools in a further zone of ZONE carry its letter (`zone_suffix`): tpu-np-flex-start-b-0."""
+    if capacity == "reservation":
+        return f"tpu-np-{slice_index}"
+    return f"tpu-np-{capacity}-{zone_suffix}-{slice_index}" if zone_suffix else f"tpu-np-{capacity}-{slice_index}"
 
 
 # The one capacity mode whose TPU pools keep every host from deploy to destroy: a reservation is billed
@@ -56,12 +59,19 @@ STATIC_TPU_CAPACITY = "reservation"
 # flavor's nodeLabels into the nodeSelector of the pods it admits to it, so a pod lands on a pool of
 # the capacity mode Kueue chose.
 CAPACITY_NODE_LABEL = "tpu-rl/capacity"
+# The zone label GKE itself sets on every node ("well-known" Kubernetes label topology.kubernetes.io/zone,
+# https://kubernetes.io/docs/reference/labels-annotations-taints/#topologykubernetesiozone): the TPU
+# flavors of a stack with several zones match it, and `run` pins a later submission to it.
+ZONE_NODE_LABEL = "topology.kubernetes.io/zone"
 
 
-def tpu_flavor_name(capacity: str) -> str:
-    """The Kueue ResourceFlavor of one capacity mode's TPU pools. A reservation's keeps the name it always
-    had (tpu), so a deployed queue keeps its flavor; the others: tpu-spot, tpu-flex-start, tpu-on-demand."""
-    return "tpu" if capacity == "reservation" else f"tpu-{capacity}"
+def tpu_flavor_name(capacity: str, zone_suffix: str = "") -> str:
+    """The Kueue ResourceFlavor of one capacity mode's TPU pools in one zone. A reservation's keeps the name
+    it always had (tpu), so a deployed queue keeps its flavor; the others: tpu-spot, tpu-flex-start,
+    tpu-on-demand in the first zone of ZONE, and with the zone's letter in a further one: tpu-spot-b."""
+    if capacity == "reservation":
+        return "tpu"
+    return f"tpu-{capacity}-{zone_suffix}" if zone_suffix else f"tpu-{capacity}"
 
 
 # The Kueue AdmissionCheck that holds a flex-start workload until GKE has provisioned its whole slice

@@ -70,6 +70,10 @@ class CostBreakdown:
     capacity: str
     region: str
     lines: tuple[CostLine, ...]
+    # The zones the slice may come from (ZONE): a stack with several has pools in each, but one train step
+    # runs one slice in one of them at a time, so the figures are per slice whatever the zone; quota is
+    # regional (recipes.toml [tpu.<generation>.quota]), so the same chips count in each zone.
+    zones: tuple[str, ...] = ()
 
     @property
     def total(self) -> float:
@@ -102,6 +106,8 @@ class CostBreakdown:
         """e.g. `$62.78/h (TPU reserved)`, or `$89.68/h in train, $3.28/h in convert/export` when the TPU
         hosts exist only while training."""
         text = f"{usd(self.total)}/h"
+        if len(self.zones) > 1:
+            text += f" (one slice, in {' or '.join(self.zones)})"
         if self.tpu_train_only:
             return f"{text} in train, {usd(self.outside_train)}/h in convert/export"
         return f"{text} (TPU reserved)" if self.has_reserved else text
@@ -240,9 +246,10 @@ def tpu_only_in_train(recipe: Recipe) -> bool:
     return recipe.is_gke and recipe.capacity[0] != conventions.STATIC_TPU_CAPACITY
 
 
-def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBreakdown:
+def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None, zones: tuple[str, ...] = ()) -> CostBreakdown:
     """What the recipe's stack costs per hour while its pipeline runs (lines marked train_only bill only
-    during the train step)."""
+    during the train step). `zones`: where the slice may come from (Settings.zones_for), which the summary
+    names when there are several; the figures do not change with them (CostBreakdown.zones)."""
     prices = prices or load_prices()
     shape = recipe.shape
     mode = recipe.capacity[0]  # the capacity expected to serve; the rest of the list is fallback
@@ -255,7 +262,7 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
                      reserved=reserved),
             _nat_line(prices, shape.total_hosts),
         ]
-        return CostBreakdown(recipe.name, mode, prices.region, tuple(lines))
+        return CostBreakdown(recipe.name, mode, prices.region, tuple(lines), zones[:1])
 
     cpu = prices.machine(recipe.cpu_machine_type or "")
     system = prices.machine(conventions.SYSTEM_POOL_MACHINE_TYPE)
@@ -275,7 +282,7 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None) -> CostBre
         CostLine("GKE cluster management fee", 1, "cluster", prices.gke_cluster.usd_per_hour),
         *nat,
     ]
-    return CostBreakdown(recipe.name, mode, prices.region, tuple(lines))
+    return CostBreakdown(recipe.name, mode, prices.region, tuple(lines), tuple(zones))
 
 
 def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> RunEstimate:
@@ -296,6 +303,44 @@ def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> R
                               tpu_chip_hours=chip_hours if billed else 0.0,
                               tpu_chip_hours_avoided=0.0 if billed else chip_hours))
     return RunEstimate(recipe.name, tuple(steps), hourly.has_reserved)
+
+
+# The phases of a train step (scripts/pipeline/phases.py) in which its TPU hosts exist, and so bill, while
+# nothing trains: the pods have their nodes while the images are pulled and the model loads. Queued and
+# provisioning bill no TPU on a pool that scales from zero (no host yet); a reservation bills anyway.
+TPU_IDLE_PHASES = ("pulling images", "loading")
+
+
+@dataclass(frozen=True)
+class IdleTpu:
+    """TPU time a train step billed while nothing trained, measured by `run` (run.json `tpu_idle`)."""
+
+    seconds: float
+    chip_hours: float
+    usd: float
+    mode: str
+
+    def as_record(self) -> dict:
+        return {"seconds": round(self.seconds), "chip_hours": round(self.chip_hours, 2),
+                "usd_estimate": round(self.usd, 2), "capacity": self.mode}
+
+    def line(self, step: str, by_phase: dict[str, float]) -> str:
+        parts = ", ".join(f"{phase} {int(by_phase[phase]) // 60}m{int(by_phase[phase]) % 60:02d}s"
+                          for phase in TPU_IDLE_PHASES if by_phase.get(phase))
+        return (f"{step}: the TPU slice billed {self.chip_hours:.1f} chip-hours ({usd(self.usd)}, {self.mode}) while "
+                f"nothing trained: {parts or 'none'}")
+
+
+def idle_tpu(recipe: Recipe, by_phase: dict[str, float], mode: str | None = None,
+             prices: PriceTable | None = None) -> IdleTpu:
+    """The chip-hours, and their list price, of the TPU_IDLE_PHASES of a step on `mode` (the mode it ran
+    on; by default the recipe's first)."""
+    prices = prices or load_prices()
+    mode = mode or recipe.capacity[0]
+    seconds = sum(by_phase.get(phase, 0.0) for phase in TPU_IDLE_PHASES)
+    chip_hours = recipe.shape.total_chips * seconds / 3600
+    return IdleTpu(seconds, chip_hours, chip_hours * prices.tpu_chip_hour(recipe.shape.generation, mode).usd_per_hour,
+                   mode)
 
 
 def run_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:

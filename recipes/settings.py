@@ -96,7 +96,7 @@ MAX_CLUSTER_NAME = 20
 class Settings:
     project: str
     region: str
-    zone: str
+    zone: str  # the first zone of ZONE: a TPU VM's, a reservation's, the CPU and system pools'
     cluster_name: str
     gcs_bucket: str
     reservation: str | None = None
@@ -108,6 +108,11 @@ class Settings:
     # (mode, seconds) for every mode: how long `run` waits for capacity before the next (recipes/capacity_wait.py)
     capacity_wait: tuple[tuple[CapacityMode, float], ...] = DEFAULT_WAITS
     source: str = "environment"
+    zones: tuple[str, ...] = ()  # every zone of ZONE, in fallback order (recipes/placement.py); zone first
+
+    def __post_init__(self) -> None:
+        if not self.zones:
+            object.__setattr__(self, "zones", (self.zone,))
 
     @property
     def is_example(self) -> bool:
@@ -175,6 +180,11 @@ class Settings:
             return recipe.with_capacity(("on-demand",), source="CAPACITY"), problem
         return self.recipe(recipe), None
 
+    def zones_for(self, recipe: Recipe) -> tuple[str, ...]:
+        """The zones the recipe's TPUs may be in: every zone of ZONE for a GKE stack, which has TPU pools in
+        each (recipes/placement.py); the first for a TPU VM, which lives in one zone."""
+        return self.zones if recipe.is_gke else self.zones[:1]
+
     def for_recipe(self, recipe: Recipe) -> "Settings":
         """Check the rules that depend on the recipe; return self when they hold."""
         if "reservation" in recipe.capacity and not self.reservation:
@@ -183,9 +193,10 @@ class Settings:
                 f"export RESERVATION=<your {recipe.shape.machine_type} reservation name>"
             )
         flex_start = recipe.tpu_facts.flex_start
-        if "flex-start" in recipe.capacity and flex_start and self.zone not in flex_start.zones:
+        offerless = [zone for zone in self.zones_for(recipe) if flex_start and zone not in flex_start.zones]
+        if "flex-start" in recipe.capacity and offerless:
             raise UserError(
-                f"ZONE '{self.zone}' offers no flex-start {recipe.shape.generation} TPUs, which recipe "
+                f"ZONE '{offerless[0]}' offers no flex-start {recipe.shape.generation} TPUs, which recipe "
                 f"'{recipe.name}' uses: pick one of {', '.join(flex_start.zones)} (and its REGION)"
             )
         if recipe.is_gke and not self.authorized_cidr:
@@ -226,12 +237,8 @@ def _check(values: Mapping[str, str]) -> dict[str, object]:
     region = checked["region"]
     if not _REGION.match(region):
         raise _fail(_BY_FIELD["region"], f"'{region}' is not a region name like us-east5")
-    zone = checked["zone"]
-    zone_match = _ZONE.match(zone)
-    if not zone_match:
-        raise _fail(_BY_FIELD["zone"], f"'{zone}' is not a zone name like {region}-b")
-    if zone_match.group(1) != region:
-        raise _fail(_BY_FIELD["zone"], f"'{zone}' is not in REGION '{region}': pick a zone named {region}-<letter>")
+    checked["zones"] = _check_zones(checked["zone"], region)
+    checked["zone"] = checked["zones"][0]
     cluster = checked["cluster_name"]
     if len(cluster) > MAX_CLUSTER_NAME:
         raise _fail(_BY_FIELD["cluster_name"], f"'{cluster}' has {len(cluster)} characters; the limit is "
@@ -276,6 +283,24 @@ def _check(values: Mapping[str, str]) -> dict[str, object]:
         raise _fail(_BY_FIELD["tpu_name"], f"'{tpu_name}' is not an instance name: lowercase letters, digits "
                     "and '-', 1-63 characters, starting with a letter")
     return checked
+
+
+def _check_zones(raw: str, region: str) -> tuple[str, ...]:
+    """ZONE: one zone, or a comma-separated list in fallback order, every one in REGION, none twice."""
+    spec = _BY_FIELD["zone"]
+    zones = [part.strip() for part in raw.split(",")]
+    for zone in zones:
+        if not zone:
+            raise _fail(spec, f"'{raw}' has an empty item: list zones like {region}-b,{region}-a")
+        zone_match = _ZONE.match(zone)
+        if not zone_match:
+            raise _fail(spec, f"'{zone}' is not a zone name like {region}-b")
+        if zone_match.group(1) != region:
+            raise _fail(spec, f"'{zone}' is not in REGION '{region}': pick a zone named {region}-<letter>")
+    repeated = next((zone for index, zone in enumerate(zones) if zone in zones[:index]), None)
+    if repeated:
+        raise _fail(spec, f"'{raw}' lists {repeated} twice: name each zone once, in fallback order")
+    return tuple(zones)
 
 
 def _listed(names: list[str]) -> str:
@@ -374,7 +399,7 @@ def _check_cidrs(raw: str) -> tuple[str, ...]:
 
 
 # Settings whose value is a comma-separated list; a config file may give them as a TOML list of strings.
-_LIST_FIELDS = {"authorized_cidr", "capacity"}
+_LIST_FIELDS = {"authorized_cidr", "capacity", "zone"}
 
 
 def _read_config(path: Path) -> dict[str, str]:

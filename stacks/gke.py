@@ -19,6 +19,7 @@ from infra.network import Network, NetworkProps, SecondaryRanges
 from infra.tpu_pool import TpuSlicePool, TpuSlicePoolProps, flex_start_seconds
 from recipes import conventions
 from recipes.model import Recipe
+from recipes.placement import tpu_places
 from recipes.settings import Settings
 from stacks.base import TpuRlStack
 
@@ -69,16 +70,17 @@ class GkeRecipeStack(TpuRlStack):
                 node_service_account=nodes.email,
             ),
         )
-        # One pool per capacity mode and slice; Kueue picks the mode (a ResourceFlavor each, in this order).
-        # The reservation's pools keep their construct ids and names, so a stack deployed before
-        # fallback lists existed keeps its pools.
-        for capacity in recipe.capacity:
+        # One pool per capacity mode, zone and slice; Kueue picks the mode and zone (a ResourceFlavor each,
+        # in this order). The first zone's pools keep their construct ids and names (recipes/placement.py).
+        for place in tpu_places(recipe.capacity, settings.zones):
+            capacity = place.mode
             for index in range(shape.slices):
                 TpuSlicePool(
                     self,
-                    f"tpu-slice-{index}" if capacity == "reservation" else f"tpu-slice-{capacity}-{index}",
+                    place.construct_id(index),
                     TpuSlicePoolProps(
-                        name=conventions.tpu_pool_name(index, capacity),
+                        name=place.pool_name(index),
+                        zone=place.zone,
                         cluster=cluster,
                         machine_type=shape.machine_type,
                         disk_type=recipe.tpu_host.disk_type,
@@ -121,6 +123,7 @@ class GkeRecipeStack(TpuRlStack):
                     cpu_nodes=cpu_pool.props.max_nodes,
                     cpu_machine=recipe.cpu_machine,
                     tpu_capacity=recipe.capacity,
+                    tpu_zones=settings.zones,
                     flex_start_max_run_seconds=flex_start_seconds(recipe.flex_start_max_run_hours)
                     if flex_start else None,
                 ),

@@ -36,7 +36,7 @@ class VmRecipeStack(TpuRlStack):
             "tpu-vm",
             TpuVmProps(
                 name=settings.vm_name,
-                zone=settings.zone,
+                zone=settings.zone,  # a VM lives in one zone: the first of ZONE (the others are GKE's fallback)
                 machine_type=shape.machine_type,
                 disk_type=recipe.tpu_host.disk_type,
                 network=network,
@@ -49,7 +49,7 @@ class VmRecipeStack(TpuRlStack):
         )
         where = f"--zone={settings.zone} --project={settings.project}"
         self.output("vm_name", settings.vm_name, "TPU VM")
-        self.output("vm_zone", settings.zone, "TPU VM zone")
+        self.output("vm_zone", settings.zone, "TPU VM zone (the first of ZONE)")
         self.output("ssh_command", ssh_command(settings),
                     "SSH through IAP (the VM has no external IP)")
         self.output("serial_output_command", f"gcloud compute instances get-serial-port-output {settings.vm_name} "

@@ -176,3 +176,55 @@ def test_a_user_who_may_not_read_workloads_still_gets_the_wait_and_the_run(cloud
     assert result.exit_code == 0, result.output
     assert kube.faults[0].hits >= 1
     assert f"train: waiting for Kueue to admit JobSet {TRAIN} (no Workload of it is readable yet)" in result.output
+
+
+def test_a_second_zone_serves_flex_start_when_the_first_has_no_stock(cloud, monkeypatch):
+    """ZONE lists two zones that offer v6e flex-start: the first's request stays queued (no stock) past
+    CAPACITY_WAIT, so `run` deletes the JobSet and submits it pinned to flex-start in the second zone,
+    whose flavor (tpu-flex-start-a) alone matches, and which GKE provisions."""
+    monkeypatch.setenv("ZONE", "us-east5-b,us-east5-a")
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="flex-start", zone="us-east5-b", stockout=("flex-start@us-east5-b",), **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "flex-start", "flex-start=2s")
+    assert result.exit_code == 0, result.output
+    assert kube.created == [TRAIN, TRAIN] and kube.deleted == [TRAIN]
+    selector = tpu_selector(kube.jobsets[TRAIN])
+    assert selector["tpu-rl/capacity"] == "flex-start" and selector["topology.kubernetes.io/zone"] == "us-east5-a"
+    assert "train: waiting for GKE to provision the v6e-32 slice (flex-start in us-east5-b, request " in result.output
+    [hop] = [line for line in result.output.splitlines() if line.startswith("train: no flex-start capacity in us-east5-b after")]
+    assert hop.endswith(f"JobSet {TRAIN} deleted; submitting it on flex-start in us-east5-a"), hop
+    assert kube.workloads[TRAIN]["status"]["admission"]["podSetAssignments"][-1]["flavors"]["cpu"] == "tpu-flex-start-a"
+    train = run_record(cloud)["steps"]["train"]
+    assert train["status"] == "succeeded" and train["capacity"] == "flex-start" and train["zone"] == "us-east5-a"
+    [attempt] = train["capacity_attempts"]
+    assert attempt["mode"] == "flex-start" and attempt["zone"] == "us-east5-b"
+
+
+def test_the_last_zone_of_the_last_mode_without_stock_stops_with_one_line_naming_each_place(cloud, monkeypatch):
+    monkeypatch.setenv("ZONE", "us-east5-b,us-east5-a")
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="spot", zone="us-east5-b", stockout=("spot",), **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "spot", "0.5s")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    line = error_line(result)
+    assert line.startswith("error: step train got no TPU capacity: tried spot in us-east5-b for 0:00:0"), line
+    assert "; spot in us-east5-a for 0:00:0" in line
+    assert kube.deleted == [TRAIN, TRAIN]
+    assert [(a["mode"], a["zone"]) for a in run_record(cloud)["steps"]["train"]["capacity_attempts"]] == [
+        ("spot", "us-east5-b"), ("spot", "us-east5-a")]
+
+
+def test_status_shows_the_zone_the_train_step_runs_in(cloud, monkeypatch):
+    from jobs import render_manifests
+    from recipes import load_settings
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("CAPACITY", "spot")
+    monkeypatch.setenv("ZONE", "us-east5-b,us-east5-a")
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="spot", zone="us-east5-b", outcome="hang")
+    recipe = load_settings().recipe(get_recipe(RECIPE))
+    kube.put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    assert "on spot in us-east5-b" in status.output, status.output

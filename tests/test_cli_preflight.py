@@ -256,3 +256,21 @@ def test_flex_start_with_an_unreachable_cluster_warns_and_names_the_refresh(sett
     assert line.endswith("the stack's `terraform plan` refuses a cluster older than 1.33.0-gke.1712000; `gcloud "
                          "container clusters get-credentials rl-test --region us-east5 --project tpu-rl-test` "
                          "refreshes the context")
+
+
+def test_flex_start_in_two_zones_checks_each_zone_for_the_offer_and_the_tpu_types(settings_env, gcs, google, kube,
+                                                                                  monkeypatch):
+    """A GKE stack has TPU pools in every zone of ZONE, so each must offer flex-start and the machine and
+    accelerator types; the first that does not is the failure, named."""
+    monkeypatch.setenv("ZONE", "us-east5-b,us-east5-a")
+    kube.version = "v1.33.5-gke.1080000"
+    result = flex_start_preflight(google, monkeypatch)
+    assert line_of(result, "flex-start").startswith("pass  flex-start: us-east5-b, us-east5-a offer flex-start TPU v6e;")
+    assert line_of(result, "machine type") == "FAIL  machine type: ct6e-standard-4t is not offered in zone us-east5-a: " \
+        "pick a zone with TPU v6e (`gcloud compute machine-types list --filter=name~ct6e`) and set ZONE"
+    google.machine_types.add(("us-east5-a", "ct6e-standard-4t"))
+    google.accelerator_types.add(("us-east5-a", "v6e-32"))
+    result = flex_start_preflight(google, monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert line_of(result, "machine type") == "pass  machine type: ct6e-standard-4t offered in us-east5-b, us-east5-a"
+    assert line_of(result, "accelerator type") == "pass  accelerator type: v6e-32 offered in us-east5-b, us-east5-a"

@@ -256,3 +256,13 @@ def test_a_recipe_without_evaluation_says_so():
     recipe = with_sets(get_recipe("qwen3-v6e32"), ["num_test_batches=0"])
     assert evaluation_estimate(recipe).summary() == "no held-out evaluation (num_test_batches=0)"
     assert evaluation_estimate(recipe).minutes == 0
+
+
+def test_two_zones_name_where_the_one_slice_may_run_and_change_no_figure():
+    """ZONE=us-east5-b,us-east5-a: pools in both zones, but one train step runs one slice in one of them,
+    so the estimate is the single-zone one ($89.683/h, above), and it says which zones."""
+    recipe = _with("qwen3-v6e32", capacity="flex-start")
+    one, two = hourly_estimate(recipe), hourly_estimate(recipe, zones=("us-east5-b", "us-east5-a"))
+    assert two.lines == one.lines and two.total == pytest.approx(89.683)
+    assert two.summary() == "$89.68/h (one slice, in us-east5-b or us-east5-a) in train, $3.27/h in convert/export"
+    assert hourly_estimate(recipe, zones=("us-east5-b",)).summary() == one.summary()

@@ -217,3 +217,31 @@ def test_a_config_file_may_list_the_list_settings_as_toml_arrays(tmp_path):
     settings = load_settings({"TPU_RL_CONFIG": str(config)})
     assert settings.authorized_cidr == ("203.0.113.7/32", "198.51.100.0/24")
     assert settings.capacity == ("flex-start", "spot")
+
+
+def test_zone_takes_a_list_of_zones_of_the_region_in_fallback_order():
+    settings = load_settings({**GOOD, "ZONE": "us-east5-b, us-east5-a"})
+    assert settings.zones == ("us-east5-b", "us-east5-a")
+    assert settings.zone == "us-east5-b"  # the first: a VM's, a reservation's, the CPU pool's
+    assert load_settings(GOOD).zones == ("us-east5-b",)
+    assert error_of({**GOOD, "ZONE": "us-east5-b,europe-west4-a"}) == (
+        "ZONE 'europe-west4-a' is not in REGION 'us-east5': pick a zone named us-east5-<letter>")
+    assert error_of({**GOOD, "ZONE": "us-east5-b,"}).startswith("ZONE 'us-east5-b,' has an empty item")
+    assert error_of({**GOOD, "ZONE": "us-east5-a,us-east5-a"}) == (
+        "ZONE 'us-east5-a,us-east5-a' lists us-east5-a twice: name each zone once, in fallback order")
+
+
+def test_a_config_file_may_list_zones_as_a_toml_array(tmp_path):
+    config = tmp_path / "tpu-rl.toml"
+    config.write_text('project = "acme-rl-research"\nregion = "us-east5"\nzone = ["us-east5-b", "us-east5-a"]\n'
+                      'cluster_name = "acme-rl"\ngcs_bucket = "acme-rl-artifacts"\n')
+    assert load_settings({"TPU_RL_CONFIG": str(config)}).zones == ("us-east5-b", "us-east5-a")
+
+
+def test_flex_start_needs_every_zone_of_a_gke_stack_but_only_the_first_of_a_vm():
+    settings = load_settings({**GOOD, "ZONE": "us-east5-b,us-east5-c", "CAPACITY": "flex-start,spot"})
+    with pytest.raises(UserError) as caught:
+        settings.recipe(get_recipe("qwen3-v6e32"))  # a GKE stack has flex-start pools in each zone
+    assert str(caught.value).startswith("ZONE 'us-east5-c' offers no flex-start v6e TPUs")
+    # A TPU VM lives in the first zone, and takes spot from this list anyway.
+    assert settings.recipe(get_recipe("llama31-v6e8")).capacity == ("spot",)

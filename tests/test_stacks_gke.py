@@ -274,6 +274,7 @@ def test_cpu_flavor_comes_first_so_cpu_only_pods_land_on_the_cpu_pool(stacks_jso
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
         "cloud.google.com/gke-tpu-topology": recipe.shape.topology,
         "tpu-rl/capacity": "reservation",  # the label the reservation's pools carry
+        "topology.kubernetes.io/zone": "us-east5-b",  # the example's ZONE, which GKE puts on the nodes
     }
 
 

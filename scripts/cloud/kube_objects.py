@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from recipes.conventions import CAPACITY_NODE_LABEL
+from recipes.conventions import CAPACITY_NODE_LABEL, ZONE_NODE_LABEL
 
 # JobSet v0.12.0 labels every Job and pod with the restart attempt it belongs to, status.restarts at the
 # time it was created (pkg/constants RestartsKey; pkg/controllers/jobset_controller.go labelAndAnnotateObject).
@@ -110,6 +110,21 @@ def capacity_of(pods: list[dict]) -> str | None:
     modes = sorted({selector[CAPACITY_NODE_LABEL] for pod in pods
                     if CAPACITY_NODE_LABEL in (selector := (pod.get("spec") or {}).get("nodeSelector") or {})})
     return ",".join(modes) or None
+
+
+def zone_of(pods: list[dict]) -> str | None:
+    """The zone the TPU pods were admitted to: the zone label of their flavor (infra.cluster_addons), which
+    Kueue copies into their nodeSelector as it does CAPACITY_NODE_LABEL; None when no pod carries it."""
+    zones = sorted({selector[ZONE_NODE_LABEL] for pod in pods
+                    if CAPACITY_NODE_LABEL in (selector := (pod.get("spec") or {}).get("nodeSelector") or {})
+                    and ZONE_NODE_LABEL in selector})
+    return ",".join(zones) or None
+
+
+def placement_of(pods: list[dict]) -> str | None:
+    """Where the pods run, for `status`: 'spot in us-east5-b', or the mode alone when no zone is known."""
+    mode, zone = capacity_of(pods), zone_of(pods)
+    return f"{mode} in {zone}" if mode and zone else mode
 
 
 @dataclass(frozen=True)

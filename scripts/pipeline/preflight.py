@@ -130,10 +130,13 @@ def check_flex_start(clients: Clients, recipe: Recipe, settings: Settings) -> Ch
         return None
     name, generation, cluster = "flex-start", recipe.shape.generation, settings.cluster_name
     facts = recipe.tpu_facts.flex_start  # recipes refuse flex-start for a generation without it
-    if settings.zone not in facts.zones:
-        return Check(name, False, f"ZONE {settings.zone} offers no flex-start TPU {generation}: pick one of "
-                     f"{', '.join(facts.zones)} (and its REGION)")
-    offered, minimum = f"{settings.zone} offers flex-start TPU {generation}", facts.min_gke_version
+    zones = settings.zones_for(recipe)  # a GKE stack has a flex-start pool in each zone of ZONE
+    for zone in zones:
+        if zone not in facts.zones:
+            return Check(name, False, f"ZONE {zone} offers no flex-start TPU {generation}: pick one of "
+                         f"{', '.join(facts.zones)} (and its REGION)")
+    offers = "offers" if len(zones) == 1 else "offer"
+    offered, minimum = f"{', '.join(zones)} {offers} flex-start TPU {generation}", facts.min_gke_version
     enforced = f"the stack's `terraform plan` refuses a cluster older than {minimum}"
     try:
         version = _cluster_version(clients)
@@ -156,24 +159,29 @@ def check_flex_start(clients: Clients, recipe: Recipe, settings: Settings) -> Ch
 
 
 def check_machine_type(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
+    """The TPU host's machine type in every zone the recipe's TPUs may be in (Settings.zones_for)."""
     machine_type = recipe.shape.machine_type
-    try:
-        clients.machine_types().get(project=settings.project, zone=settings.zone, machine_type=machine_type)
-    except gexc.NotFound:
-        return Check("machine type", False, f"{machine_type} is not offered in zone {settings.zone}: pick a zone "
-                     "with TPU v6e (`gcloud compute machine-types list --filter=name~ct6e`) and set ZONE")
-    return Check("machine type", True, f"{machine_type} offered in {settings.zone}")
+    zones = settings.zones_for(recipe)
+    for zone in zones:
+        try:
+            clients.machine_types().get(project=settings.project, zone=zone, machine_type=machine_type)
+        except gexc.NotFound:
+            return Check("machine type", False, f"{machine_type} is not offered in zone {zone}: pick a zone "
+                         "with TPU v6e (`gcloud compute machine-types list --filter=name~ct6e`) and set ZONE")
+    return Check("machine type", True, f"{machine_type} offered in {', '.join(zones)}")
 
 
 def check_accelerator_type(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
     accelerator = recipe.shape.accelerator_type
-    name = f"projects/{settings.project}/locations/{settings.zone}/acceleratorTypes/{accelerator}"
-    try:
-        clients.tpu().get_accelerator_type(request={"name": name})
-    except gexc.NotFound:
-        return Check("accelerator type", False, f"{accelerator} is not offered in zone {settings.zone}: pick a zone "
-                     f"that lists it (`gcloud compute tpus accelerator-types list --zone {settings.zone}`)")
-    return Check("accelerator type", True, f"{accelerator} offered in {settings.zone}")
+    zones = settings.zones_for(recipe)
+    for zone in zones:
+        name = f"projects/{settings.project}/locations/{zone}/acceleratorTypes/{accelerator}"
+        try:
+            clients.tpu().get_accelerator_type(request={"name": name})
+        except gexc.NotFound:
+            return Check("accelerator type", False, f"{accelerator} is not offered in zone {zone}: pick a zone "
+                         f"that lists it (`gcloud compute tpus accelerator-types list --zone {zone}`)")
+    return Check("accelerator type", True, f"{accelerator} offered in {', '.join(zones)}")
 
 
 def check_bucket(clients: Clients, recipe: Recipe, settings: Settings) -> Check:

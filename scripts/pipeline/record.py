@@ -158,6 +158,11 @@ class RunRecord:
             self.current = None
         self.write()
 
+    def note(self, step: Step, **fields: object) -> None:
+        """More about a step (its phases, its idle TPU time), without changing its status or times."""
+        self.data.setdefault("steps", {}).setdefault(step, {"capacity": None}).update(**fields)
+        self.write()
+
     def finish(self, error: BaseException | None) -> None:
         """The end of this invocation: succeeded, failed (a step failed or lost its output), interrupted
         (the JobSet keeps running) or stopped by an API error. A run cancelled by `tpu-rl cancel` keeps the

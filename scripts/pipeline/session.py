@@ -91,7 +91,8 @@ class Session:
         if set(steps) - {"convert"}:
             lines.append(f"  its curves: `tpu-rl metrics {recipe.name} --run {run} --png {run}.png`")
         lines.append(f"  when you are done, `npx cdktf destroy {recipe.name}`: the stack costs "
-                     f"{hourly_estimate(recipe).summary()} until then ({ESTIMATE_NOTE})")
+                     f"{hourly_estimate(recipe, zones=self.settings.zones_for(recipe)).summary()} until then "
+                     f"({ESTIMATE_NOTE})")
         return lines
 
     def command(self, verb: str, *args: str) -> str:

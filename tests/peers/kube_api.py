@@ -80,6 +80,15 @@ class Plan:
     # admitted to that mode's flavor, as Kueue's flavor assigner does; otherwise to `capacity`.
     provisioning: list = field(default_factory=list)
     stockout: tuple = ()
+    # The zone Kueue admits an unpinned JobSet to: the first of ZONE, whose flavors have no zone letter in
+    # their names (recipes/placement.py). With it, the TPU flavors carry the zone label GKE sets on nodes,
+    # which Kueue copies into the pods' nodeSelector; a pod template that selects a zone
+    # (topology.kubernetes.io/zone) is admitted to that zone's flavor. A `stockout` entry "<mode>@<zone>"
+    # is a mode out of stock in one zone only; for flex-start, GKE then keeps the request queued.
+    zone: str | None = None
+    # GETs after admission during which every pod has its node and its containers still wait with reason
+    # ContainerCreating, the kubelet's reason while it pulls the images (kubelet_pods.go).
+    pulling_ticks: int = 0
     # With `reclaimed_after`: whether the nodes come back for the next attempt (a spot pool scales up
     # again; a queued-provisioning flex-start pool gets nodes only through a new request, so they do
     # not), and whether GKE marks the request CapacityRevoked, which makes Kueue deactivate the workload.
@@ -148,6 +157,8 @@ class KubeApi(PeerServer):
             if capacity and any("google.com/tpu" in (c.get("resources") or {}).get("limits", {})
                                 for c in pod_spec["containers"]):
                 selector["tpu-rl/capacity"] = capacity  # Kueue: the admitted flavor's nodeLabels
+                if self.zone_of(name):
+                    selector["topology.kubernetes.io/zone"] = self.zone_of(name)
             for replica in range(int(rj.get("replicas", 1))):
                 for index in range(int(spec.get("parallelism", 1))):
                     pod = f"{name}-{rj['name']}-{replica}-{index}-{uuid.uuid4().hex[:5]}"
@@ -210,6 +221,13 @@ class KubeApi(PeerServer):
                         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                          "message": UNSCHEDULABLE}]}
             return
+        if tick <= plan.pulling_ticks and not obj["status"]["restarts"]:
+            for pod in self._pods_of(name):
+                pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
+                                 "containerStatuses": [{"name": c["name"], "ready": False, "restartCount": 0,
+                                                        "state": {"waiting": {"reason": "ContainerCreating"}}}
+                                                       for c in pod["spec"]["containers"]]}
+            return
         for pod in self._pods_of(name):
             conditions = [{"type": "PodScheduled", "status": "True"}]
             if tick >= 2:
@@ -225,13 +243,33 @@ class KubeApi(PeerServer):
             self._finish(name, plan.outcome)
 
     # -- Kueue and GKE ------------------------------------------------------------------------------
-    def capacity_of(self, name: str) -> str | None:
-        """The mode Kueue admits the TPU pods to: the one their template selects, else the plan's."""
+    def _selected(self, name: str, label: str, default: str | None) -> str | None:
+        """What the TPU pod template selects for `label` (a pinned submission), else Kueue's choice."""
         for rj in self.jobsets[name]["spec"]["replicatedJobs"]:
             selector = rj["template"]["spec"]["template"]["spec"].get("nodeSelector") or {}
-            if "tpu-rl/capacity" in selector:
-                return selector["tpu-rl/capacity"]
-        return self.plans.get(name, Plan()).capacity
+            if label in selector:
+                return selector[label]
+        return default
+
+    def capacity_of(self, name: str) -> str | None:
+        """The mode Kueue admits the TPU pods to: the one their template selects, else the plan's."""
+        return self._selected(name, "tpu-rl/capacity", self.plans.get(name, Plan()).capacity)
+
+    def zone_of(self, name: str) -> str | None:
+        """The zone Kueue admits the TPU pods to: the one their template selects, else the plan's."""
+        return self._selected(name, "topology.kubernetes.io/zone", self.plans.get(name, Plan()).zone)
+
+    def flavor_of(self, name: str) -> str:
+        """The admitted ResourceFlavor's name (recipes.conventions.tpu_flavor_name)."""
+        capacity, zone = self.capacity_of(name), self.zone_of(name)
+        if capacity in (None, "reservation"):
+            return "tpu"
+        first = self.plans.get(name, Plan()).zone
+        return f"tpu-{capacity}" if zone in (None, first) else f"tpu-{capacity}-{zone.rsplit('-', 1)[1]}"
+
+    def out_of_stock(self, name: str, plan: Plan) -> bool:
+        capacity = self.capacity_of(name)
+        return capacity in plan.stockout or f"{capacity}@{self.zone_of(name)}" in plan.stockout
 
     def requests_of(self, name: str) -> list[dict]:
         uid = self.workloads[name]["metadata"]["uid"]
@@ -245,7 +283,7 @@ class KubeApi(PeerServer):
         if any(c["type"] == "Admitted" and c["status"] == "True" for c in wl["status"]["conditions"]):
             return True
         capacity = self.capacity_of(name)
-        flavor = "tpu" if capacity in (None, "reservation") else f"tpu-{capacity}"
+        flavor = self.flavor_of(name)
         if plan.admitted_after > 0:
             plan.admitted_after -= 1
             kueue.pending(wl, flavor, 32)
@@ -268,6 +306,8 @@ class KubeApi(PeerServer):
             return False
         outcomes = plan.provisioning or ["Provisioned"]
         outcome = outcomes[min(len(requests), len(outcomes)) - 1]
+        if self.out_of_stock(name, plan):
+            outcome = "Pending"  # GKE keeps the request queued while the zone has no flex-start stock
         if outcome == "Pending":
             return False
         message = f"the test's {outcome} message"
@@ -295,7 +335,7 @@ class KubeApi(PeerServer):
     def _unschedulable(self, name: str, plan: Plan) -> bool:
         """The TPU pods find no node: the mode is out of stock, or the slice is gone for good."""
         lost = plan.reclaimed_after is not None and not plan.nodes_return and self.jobsets[name]["status"]["restarts"]
-        return self.capacity_of(name) in plan.stockout or bool(lost)
+        return self.out_of_stock(name, plan) or bool(lost)
 
     def _reclaim_node(self, name: str) -> None:
         """A TPU worker's node shuts down, as when Compute Engine reclaims a spot VM: the kubelet's graceful

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from jobs.k8s import pin_capacity
 from recipes import conventions
-from recipes.conventions import CAPACITY_NODE_LABEL, TPU_ACCELERATOR_LABEL
+from recipes.conventions import CAPACITY_NODE_LABEL, TPU_ACCELERATOR_LABEL, ZONE_NODE_LABEL
+from recipes.placement import Place, tpu_places
 from scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
                                         latest_request, pod_counts, workload_of, workload_state)
 from scripts.outcome import StepFailed
 from scripts.pipeline.gke.steps import StepJob, parse_time
 from scripts.pipeline.session import Session, hms
+
+if TYPE_CHECKING:
+    from scripts.pipeline.phases import Phases
 
 
 @dataclass(frozen=True)
@@ -41,34 +46,45 @@ def read_admission(session: Session, jobset: dict | None) -> Admission:
     return Admission(workload, request)
 
 
-def mode_of_flavor(flavor: str) -> str | None:
-    """The capacity mode of a TPU ResourceFlavor (conventions.tpu_flavor_name), None for another flavor."""
-    for mode in ("reservation", "flex-start", "spot", "on-demand"):
-        if conventions.tpu_flavor_name(mode) == flavor:
-            return mode
-    return None
+def places_of(session: Session) -> tuple[Place, ...]:
+    """Where the step's TPU slice may come from, in fallback order: each mode of the recipe in each zone of
+    ZONE (recipes/placement.py), as the stack built its pools and Kueue flavors."""
+    return tpu_places(session.recipe.capacity, session.settings.zones)
 
 
-def pinned_mode(manifest: dict) -> str | None:
-    """The capacity mode a JobSet's TPU pods select (jobs.k8s.pin_capacity), None when Kueue chooses."""
+def place_of_flavor(flavor: str, places: tuple[Place, ...]) -> Place | None:
+    """The place of a TPU ResourceFlavor (Place.flavor), None for another flavor."""
+    return next((place for place in places if place.flavor == flavor), None)
+
+
+def pinned_place(manifest: dict) -> tuple[str, str | None] | None:
+    """The capacity mode and zone a JobSet's TPU pods select (jobs.k8s.pin_capacity), None when Kueue
+    chooses."""
     for rj in manifest.get("spec", {}).get("replicatedJobs") or []:
         selector = rj["template"]["spec"]["template"]["spec"].get("nodeSelector") or {}
         if CAPACITY_NODE_LABEL in selector:
-            return selector[CAPACITY_NODE_LABEL]
+            return selector[CAPACITY_NODE_LABEL], selector.get(ZONE_NODE_LABEL)
     return None
 
 
-def pinned_job(job: StepJob, mode: str | None) -> StepJob:
-    """The step's JobSet with its TPU pods on one mode (None: as rendered, Kueue picks by quota order)."""
-    if mode is None:
+def find_place(places: tuple[Place, ...], mode: str, zone: str | None) -> Place | None:
+    """The place of a pinned mode and zone; a mode pinned without a zone is in the first zone."""
+    return next((place for place in places if place.mode == mode and (zone is None or place.zone == zone)), None)
+
+
+def pinned_job(job: StepJob, place: Place | tuple[str, str | None] | None) -> StepJob:
+    """The step's JobSet with its TPU pods on one place (None: as rendered, Kueue picks by quota order).
+    The zone is pinned only when ZONE lists several: a single-zone submission stays as it always was."""
+    if place is None:
         return job
-    return StepJob(job.step, job.name, pin_capacity(job.manifest, mode), job.selector, job.expected_pods)
+    mode, zone = (place.mode, place.zone if place.zoned else None) if isinstance(place, Place) else place
+    return StepJob(job.step, job.name, pin_capacity(job.manifest, mode, zone), job.selector, job.expected_pods)
 
 
 def like_existing(job: StepJob, existing: dict | None) -> StepJob:
     """The step's JobSet pinned as the one on the cluster is, so that reattaching to a JobSet `run`
-    pinned to a later mode compares it with the same spec."""
-    return pinned_job(job, pinned_mode(existing or {}))
+    pinned to a later mode or zone compares it with the same spec."""
+    return pinned_job(job, pinned_place(existing or {}))
 
 
 def _tpu_pods(pods: list[dict]) -> list[dict]:
@@ -92,6 +108,7 @@ class CapacityShortfall(StepFailed):
     why: str
     trained: bool  # the slice had been up in this attempt: it was lost, not never had
     deactivated: bool  # Kueue deactivated the workload (not merely the wait's end)
+    place: Place | None = None  # the mode's zone too: where the next try starts from
 
     def __post_init__(self) -> None:
         StepFailed.__init__(self, f"train: {self.why}")
@@ -112,12 +129,21 @@ class CapacityWatch:
     restarts: int = 0
     awaited: str = ""
     modes_tried: list[str] = field(default_factory=list)
+    admission: Admission | None = None  # the last one read: whether it waits for its flex-start request
+    phases: "Phases | None" = None  # scripts/pipeline/phases.py, kept across submissions of the step
+
+    def place(self, admission: Admission) -> Place:
+        """Where the step waits: the flavor Kueue gave it, else where `run` pinned it, else the first place."""
+        places = places_of(self.session)
+        for flavor in admission.workload.flavors:
+            if place_of_flavor(flavor, places):
+                return place_of_flavor(flavor, places)  # type: ignore[return-value]
+        pinned = pinned_place(self.job.manifest)
+        return (find_place(places, *pinned) if pinned else None) or places[0]
 
     def mode(self, admission: Admission) -> str:
-        for flavor in admission.workload.flavors:
-            if mode_of_flavor(flavor):
-                return mode_of_flavor(flavor)  # type: ignore[return-value]
-        return pinned_mode(self.job.manifest) or self.session.recipe.capacity[0]
+        """The place's name in messages: the mode, and its zone when ZONE lists several."""
+        return self.place(admission).label
 
     def bound(self, mode: str) -> float:
         return dict(self.session.settings.capacity_wait).get(mode, 0.0)
@@ -139,20 +165,27 @@ class CapacityWatch:
         tpu = _tpu_pods(pods)
         if state.phase == "running" and not tpu:
             return None  # a CPU step starting: nothing to wait for but its own pod
-        admission = read_admission(session, jobset)
-        mode = self.mode(admission)
+        admission = self.admission = read_admission(session, jobset)
+        place = self.place(admission)
+        mode, label = place.mode, place.label
         if admission.workload.phase == "inactive":
-            raise CapacityShortfall(mode, self.waited(now), self.deactivation(admission), self.trained, True)
-        awaited = self.describe(state, admission, mode, tpu)
+            raise CapacityShortfall(mode, self.waited(now), self.deactivation(admission), self.trained, True, place)
+        awaited = self.describe(state, admission, label, tpu)
         waited = self.waited(now)
         has_tpu = any(conventions.TPU_RESOURCE in str(rj) for rj in job.manifest["spec"]["replicatedJobs"])
         if has_tpu and waited > self.bound(mode):
             raise CapacityShortfall(mode, waited, f"{awaited} for {hms(waited)}, longer than CAPACITY_WAIT's "
-                                    f"{hms(self.bound(mode))} for {mode}", self.trained, False)
+                                    f"{hms(self.bound(mode))} for {mode}", self.trained, False, place)
         if awaited == self.awaited:
             return None
         self.awaited = awaited
         return f"{job.step}: {awaited} (waited {hms(waited)})"
+
+    def waits_for_request(self) -> bool:
+        """Whether Kueue holds the step for its flex-start ProvisioningRequest (quota reserved, check
+        pending), as last read."""
+        workload = self.admission.workload if self.admission else None
+        return workload is not None and workload.phase == "checking"
 
     def waited(self, now: datetime) -> float:
         return (now - self.started).total_seconds() if self.started else 0.0

@@ -4,12 +4,13 @@ step submitted again, or one line. docs/capacity.md says why `run` decides this 
 - No capacity within the mode's CAPACITY_WAIT, or a workload Kueue deactivated before it ever ran (its
   flex-start request failed its retries): the JobSet is deleted, which deletes its Workload and the
   Workload's ProvisioningRequests (owner references), so nothing bills and nothing stays queued, and
-  the step is submitted again with its TPU pods pinned to the next mode of CAPACITY.
+  the step is submitted again with its TPU pods pinned to the next place: the same mode in the next zone
+  of ZONE, then the next mode of CAPACITY (recipes/placement.py).
 - A slice lost after the step ran (a flex-start slice at its max_run_duration, whose queued-provisioning
   pool gets nodes only through a new request, which Kueue v0.17.1 never files for an admitted workload):
   the JobSet is deleted and submitted again from the first mode, and training resumes from its last
   checkpoint; at most MAX_LOST_SLICES times.
-- After the last mode: one line naming what was tried, for how long, and the next command."""
+- After the last place: one line naming what was tried, for how long, and the next command."""
 
 from __future__ import annotations
 
@@ -21,10 +22,15 @@ from rich.markup import escape
 from recipes.capacity_wait import describe_waits
 from scripts.cloud import gcs
 from scripts.outcome import ApiError, StepFailed
-from scripts.pipeline.gke.admission import CapacityShortfall, CapacityWatch, pinned_job
+from jobs.k8s import JOBSET_NAME_LABEL
+from recipes.cost import idle_tpu
+from recipes.placement import Place
+from scripts.cloud.kube_objects import capacity_of
+from scripts.pipeline.phases import Phases
+from scripts.pipeline.gke.admission import CapacityShortfall, CapacityWatch, find_place, pinned_job, places_of
 from scripts.pipeline.gke.steps import StepJob
 from scripts.pipeline.gke.wait import wait_for_jobset
-from scripts.pipeline.record import RunRecord
+from scripts.pipeline.record import RunCancelled, RunRecord
 from scripts.pipeline.session import Session, hms
 
 # How many lost slices one `run` submits again before it stops: as many as the JobSet's own restarts on
@@ -37,9 +43,15 @@ class Attempt:
     mode: str
     waited: float
     why: str
+    place: Place | None = None
+
+    @property
+    def label(self) -> str:
+        return self.place.label if self.place else self.mode
 
     def as_record(self) -> dict:
-        return {"mode": self.mode, "waited_seconds": round(self.waited), "what_happened": self.why}
+        zone = {"zone": self.place.zone} if self.place and self.place.zone else {}
+        return {"mode": self.mode, **zone, "waited_seconds": round(self.waited), "what_happened": self.why}
 
 
 def _resumes_from(session: Session) -> str:
@@ -54,16 +66,51 @@ def wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, record
                        go_on: str, on_head_log: Callable[[str], object] | None = None) -> None:
     """wait_for_jobset, moving on to the next capacity mode or submitting the step again as above.
     `go_on` is the command that goes on after a stop; `on_head_log` as in wait_for_jobset."""
+    phases = Phases(job.step)
+    try:
+        _wait_with_capacity(session, job, follow_logs, record, go_on, phases, on_head_log)
+    except RunCancelled:
+        raise  # the record is the one `tpu-rl cancel` wrote (RunRecord.finish)
+    except BaseException:
+        note_phases(session, job, record, phases)
+        raise
+    note_phases(session, job, record, phases)
+
+
+def note_phases(session: Session, job: StepJob, record: RunRecord, phases: Phases) -> None:
+    """The step's phases into run.json and, for train, the TPU time billed while nothing trained."""
+    if not phases.spans:
+        return
+    phases.observe(None, session.now())
+    fields: dict = {"phases": phases.as_record()}
+    if job.step == "train":
+        by_phase = phases.seconds()
+        idle = idle_tpu(session.recipe, by_phase, _mode_ran_on(session, job))
+        fields["tpu_idle"] = idle.as_record()
+        session.console.print(escape(idle.line(job.step, by_phase)))
+    record.note(job.step, **fields)
+
+
+def _mode_ran_on(session: Session, job: StepJob) -> str | None:
+    try:
+        return capacity_of(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"))
+    except ApiError:
+        return None
+
+
+def _wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, record: RunRecord, go_on: str,
+                        phases: Phases, on_head_log: Callable[[str], object] | None = None) -> None:
     console, modes = session.console, session.recipe.capacity
     attempts: list[Attempt] = []
     lost = 0
     current = job
     while True:
         try:
-            wait_for_jobset(session, current, follow_logs, CapacityWatch(session, current), on_head_log)
+            wait_for_jobset(session, current, follow_logs, CapacityWatch(session, current, phases=phases),
+                            on_head_log)
             return
         except CapacityShortfall as short:
-            attempts.append(Attempt(short.mode, short.waited, short.why))
+            attempts.append(Attempt(short.mode, short.waited, short.why, short.place))
             record.step(job.step, "running", capacity_attempts=[a.as_record() for a in attempts])
             session.cluster.delete_jobset(current.name)  # it holds no capacity and can never run again
             if job.step != "train" or short.mode not in modes:
@@ -76,22 +123,24 @@ def wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, record
                                      f"{job.name} deleted, so no TPU bills; rerun {go_on} to go on from "
                                      f"{_resumes_from(session)}") from None
                 current = job  # from the first mode again, Kueue's quota order (a reservation first)
-                console.print(escape(f"train: the {short.mode} slice went away ({short.why}); JobSet {job.name} "
+                console.print(escape(f"train: the {attempts[-1].label} slice went away ({short.why}); JobSet {job.name} "
                                      f"deleted and submitted again, for a new slice; training resumes from "
                                      f"{_resumes_from(session)}"))
             else:
-                rest = modes[modes.index(short.mode) + 1:]
+                places = places_of(session)
+                here = short.place or find_place(places, short.mode, None)
+                rest = places[places.index(here) + 1:] if here in places else ()
                 if not rest:
                     raise StepFailed(no_capacity_line(session, job, attempts, go_on)) from None
                 current = pinned_job(job, rest[0])
-                console.print(escape(f"train: no {short.mode} capacity after {hms(short.waited)} ({short.why}); "
-                                     f"JobSet {job.name} deleted; submitting it on {rest[0]}"))
+                console.print(escape(f"train: no {short.mode} capacity{here.in_zone if here else ''} after {hms(short.waited)} "
+                                     f"({short.why}); JobSet {job.name} deleted; submitting it on {rest[0].label}"))
             session.cluster.create_jobset(current.manifest)
             console.print(f"{job.step}: submitted JobSet {current.name}")
 
 
 def no_capacity_line(session: Session, job: StepJob, attempts: list[Attempt], go_on: str) -> str:
-    tried = "; ".join(f"{a.mode} for {hms(a.waited)} ({a.why})" for a in attempts)
+    tried = "; ".join(f"{a.label} for {hms(a.waited)} ({a.why})" for a in attempts)
     waits = describe_waits(dict(session.settings.capacity_wait), session.recipe.capacity)
     return (f"step train got no TPU capacity: tried {tried}. JobSet {job.name} deleted, so no TPU bills and no "
             f"request stays queued; outputs are kept. Next: rerun {go_on} later (training resumes from its "

@@ -7,7 +7,7 @@ from typing import Iterable
 
 from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
 from recipes import Step, UserError
-from scripts.cloud.kube_objects import JobSetState, PodCounts, capacity_of, current_attempt, jobset_state, pod_counts
+from scripts.cloud.kube_objects import JobSetState, PodCounts, current_attempt, jobset_state, placement_of, pod_counts
 from scripts.pipeline.gke.admission import CapacityWatch, read_admission
 from scripts.pipeline.gke.steps import StepJob, duration, main_pod, step_jobs
 from scripts.pipeline.session import Session, StatusReport, StepStatus
@@ -39,7 +39,7 @@ def status_gke(session: Session) -> StatusReport:
                 if state.phase != "absent" else [])
         counts = pod_counts(pods) if state.phase in ("running", "suspended") else None
         rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
-                               session.output_state(step, state.phase == "succeeded"), capacity_of(pods) or ""))
+                               session.output_state(step, state.phase == "succeeded"), placement_of(pods) or ""))
     run = session.paths.run_name
     return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows,
                         "; ".join(notes))

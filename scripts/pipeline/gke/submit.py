@@ -9,7 +9,7 @@ from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
 from recipes import Step
 from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from scripts.cloud import gcs, hf_token
-from scripts.cloud.kube_objects import capacity_of
+from scripts.cloud.kube_objects import capacity_of, zone_of
 from scripts.outcome import ApiError, Interrupted, StepFailed
 from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run
 from scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging, report_accuracy
@@ -113,7 +113,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
         if watch:
             fill_after_train(session, watch, _head_log(session, job))
         verify_output(session, action.step, steps)
-        record.step(action.step, "succeeded", capacity=_capacity(session, job))
+        record.step(action.step, "succeeded", **_capacity(session, job))
 
 
 def mark_train_finished(session: Session) -> None:
@@ -153,9 +153,12 @@ def _head_log(session: Session, job: StepJob) -> str | None:
         return None
 
 
-def _capacity(session: Session, job: StepJob) -> str | None:
-    """The capacity mode the step's pods ran on, for the run record; None when unknown."""
+def _capacity(session: Session, job: StepJob) -> dict[str, str | None]:
+    """The capacity mode (and zone, when the pods' flavor names one) the step's pods ran on, for the run
+    record; None when unknown."""
     try:
-        return capacity_of(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"))
+        pods = session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}")
     except ApiError:
-        return None
+        return {"capacity": None}
+    zone = zone_of(pods)
+    return {"capacity": capacity_of(pods), **({"zone": zone} if zone else {})}

@@ -17,6 +17,7 @@ from scripts.pipeline.gke.admission import CapacityWatch
 from scripts.pipeline.gke.diagnose import failure_message
 from scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, StepJob, elapsed_since, main_pod,
                                         parse_time)
+from scripts.pipeline.phases import Phases, phase_of
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunCancelled, cancellation_of
 from scripts.pipeline.session import Session
@@ -74,6 +75,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     last log lines at each poll while train runs (the evaluations are read from them)."""
     console, cluster = session.console, session.cluster
     watch = watch or CapacityWatch(session, job)
+    phases = watch.phases = watch.phases or Phases(job.step)
     follower = LogFollower(session, job) if follow_logs else None
     if follower:
         follower.start()
@@ -116,12 +118,18 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                 awaited = watch.observe(jobset, state, pods)  # what the step really waits for, bounded
                 if awaited:
                     console.print(escape(awaited))
+                stepped = None
                 if job.step == "train" and state.phase == "running":
                     head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
                     log = cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""
-                    summary += progress_suffix(progress.update(state.restarts, log), total_steps, reward.latest())
+                    stepped = progress.update(state.restarts, log)
+                    summary += progress_suffix(stepped, total_steps, reward.latest())
                     if on_head_log:
                         on_head_log(log)
+                changed = phases.observe(phase_of(state, watch.waits_for_request(), pods, job.step == "train",
+                                                  stepped is not None), session.now())
+                if changed:
+                    console.print(changed)
                 if state.restarts:
                     summary += f", {state.restarts} restart(s)"
                 elapsed = elapsed_since(state.created, session.now)
