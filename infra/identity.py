@@ -23,9 +23,11 @@ from infra.google import (
     storage_bucket_iam_member,
 )
 
+# Log writes: GKE nodes, and the TPU VM's guest agent (it sends the startup script's lines to Cloud Logging).
+LOG_WRITER = "roles/logging.logWriter"
 # The only project-level roles any stack grants (issue 5 checks this allow-list).
 NODE_ROLES: tuple[str, ...] = (
-    "roles/logging.logWriter",
+    LOG_WRITER,
     "roles/monitoring.metricWriter",
     "roles/monitoring.viewer",
     "roles/stackdriver.resourceMetadata.writer",
@@ -85,6 +87,8 @@ class WorkloadServiceAccountProps:
     token_secret: str  # the Secret Manager secret id, by name
     bucket_role: str = "roles/storage.admin"  # granted on the bucket only, never on the project
     display_name: str = "tpu-rl workloads"
+    # Project roles beyond the two resources, from NODE_ROLES (the only project roles any stack grants).
+    project_roles: Sequence[str] = ()
     kubernetes_service_account: KubernetesServiceAccountRef | None = None
     # The Workload Identity pool exists only once the cluster does; the binding waits for it.
     binding_depends_on: Sequence[ITerraformDependable] = field(default_factory=tuple)
@@ -108,8 +112,14 @@ class WorkloadServiceAccount(Construct):
             role=SECRET_ACCESSOR,
             member=self.account.member,
         )
+        project_grants = [
+            project_iam_member.ProjectIamMember(
+                self, role.removeprefix("roles/"), project=props.project, role=role, member=self.account.member
+            )
+            for role in props.project_roles
+        ]
         # What must exist before anything runs as this account (a VM's startup script reads both).
-        self.grants: list[ITerraformDependable] = [bucket_grant, secret_grant]
+        self.grants: list[ITerraformDependable] = [bucket_grant, secret_grant, *project_grants]
         ksa = props.kubernetes_service_account
         if ksa is not None:
             service_account_iam_member.ServiceAccountIamMember(

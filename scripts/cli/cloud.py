@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
 RETRY_DELAY_ENV = "TPU_RL_RETRY_BASE_SECONDS"  # first backoff delay of API retries (default 1)
 REQUEST_TIMEOUT_ENV = "TPU_RL_REQUEST_TIMEOUT_SECONDS"  # per Kubernetes API request (default 30)
+MAINTENANCE_GRACE_ENV = "TPU_RL_MAINTENANCE_GRACE_SECONDS"  # a stopped TPU VM's time to return (default 1200)
 
 
 def _float_env(name: str, default: float) -> float:
@@ -55,6 +56,7 @@ def make_session(recipe: Recipe, settings: Settings):
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0))
     return Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
                    poll_interval=_float_env(POLL_ENV, 15.0), sleep=policy.sleep,
+                   maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, 1200.0),
                    confirm=_ask if _stdin_is_a_terminal() else None)
 
 

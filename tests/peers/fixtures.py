@@ -84,6 +84,21 @@ def make_bucket(client, name: str, region: str):
     return bucket
 
 
+def deploy_vm(server: GoogleApis, settings: dict[str, str], status: str = "RUNNING",
+              recipe_name: str = "llama31-v6e8") -> tuple[str, str]:
+    """The settings' TPU VM as its stack creates it: in `status`, with the recipe's startup script in its
+    metadata (infra/tpu_vm.py). Returns its (zone, name)."""
+    from jobs import render_startup_script
+    from recipes import get_recipe, load_settings
+
+    loaded = load_settings(env=settings)
+    vm = (settings["ZONE"], loaded.vm_name)
+    server.instances[vm] = status
+    server.metadata[vm] = {"startup-script": render_startup_script(loaded.recipe(get_recipe(recipe_name)), loaded),
+                           "enable-oslogin": "TRUE"}
+    return vm
+
+
 def start_google(settings: dict[str, str], token: str, state: dict | None = None) -> GoogleApis:
     """Compute, TPU and Secret Manager with a healthy v6e setup (capacity free, token stored), changed
     where `state` says: reservation (absent | [machine type, count, in use]), accelerators (absent),
@@ -100,9 +115,7 @@ def start_google(settings: dict[str, str], token: str, state: dict | None = None
     if state.get("accelerators") != "absent":
         server.accelerator_types.update({(zone, "v6e-8"), (zone, "v6e-32"), (zone, "v6e-64")})
     if "vm" in state:
-        from recipes import load_settings
-
-        server.instances[(zone, load_settings(env=settings).vm_name)] = state["vm"]
+        deploy_vm(server, settings, state["vm"])
     secret = state.get("secret", "present")
     if secret != "absent":
         server.secrets[DEFAULT_HF_TOKEN_SECRET] = [] if secret == "empty" else [{"data": token.encode(), "state": "ENABLED"}]
