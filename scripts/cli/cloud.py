@@ -277,7 +277,8 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
          tail: Optional[int] = typer.Option(200, "--tail", min=0, help="Lines from the end (0 = all)."),
          sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
          run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
-    """The main container's log of a step (the Pathways head for train), or the VM's serial console."""
+    """The main container's log of a step (the Pathways head for train); on the VM, the step's log in the
+    bucket once it ended, its serial console while it runs."""
     from scripts.pipeline.gke import logs_gke
     from scripts.pipeline.session import parse_step
 

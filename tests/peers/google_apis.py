@@ -45,6 +45,8 @@ class GoogleApis(PeerServer):
     # The VM's life as the test scripts it: each serial-port read first runs the next of these (boot
     # output, a step starting, markers written, ...), so progress unfolds one poll at a time.
     on_serial_read: list = field(default_factory=list)
+    # The same for each instance GET (a stopped VM's console is not read, so a test moves time on here).
+    on_instance_get: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         PeerServer.__init__(self)
@@ -94,6 +96,8 @@ class GoogleApis(PeerServer):
             start = max(int(query.get("start", 0)), len(text) - SERIAL_BUFFER)
             return Reply(200, {"kind": "compute#serialPortOutput", "contents": text[start:], "start": str(start),
                                "next": str(len(text))})
+        if self.on_instance_get:
+            self.on_instance_get.pop(0)()
         items = [{"key": key, "value": value} for key, value in self.metadata.get((zone, name), {}).items()]
         return Reply(200, {"kind": "compute#instance", "name": name, "status": self.instances[(zone, name)],
                            "zone": base, "machineType": f"{base}/machineTypes/ct6e-standard-8t",
