@@ -110,11 +110,16 @@ def boot_and_show(guest, gcs, google, **env) -> int:
     return code
 
 
-def test_vm_run_stops_with_the_record_of_a_step_that_failed(settings_env, gcs, vm, guest):
-    assert boot_and_show(guest, gcs, vm, FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl") == 1
+def run_fails() -> str:
+    """`tpu-rl run` that ends with a failed step (exit 1): its one error line."""
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
-    message = error_line(result)
+    return error_line(result)
+
+
+def test_vm_run_stops_with_the_record_of_a_step_that_failed(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm, FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl") == 1
+    message = run_fails()
     assert message.startswith("error: step train failed on TPU VM rl-test-vm (exit 1, attempt ")
     assert "maxtext.trainers.post_train.rl.train_rl: stand-in error, exiting 1" in message
     assert f"tpu-rl logs {RECIPE} train" in message and "sudo reboot" in message
@@ -135,9 +140,7 @@ def test_vm_run_refuses_a_secret_without_a_version_before_following(settings_env
 def test_vm_run_ends_on_the_token_phase_of_a_missing_secret_version(settings_env, gcs, vm, guest):
     # The version went away after run's own check: the script's token phase fails and says how to fix it.
     assert boot_and_show(guest, gcs, vm, FAKE_TOKEN="") == 1
-    result = runner.invoke(app, ["run", RECIPE])
-    assert result.exit_code == ExitCode.JOB_FAILED, result.output
-    message = error_line(result)
+    message = run_fails()
     assert message.startswith("error: the startup script's token failed on TPU VM rl-test-vm (exit 1")
     assert "add a version with `tpu-rl secret set` (secret hf-token)" in message
     assert f"`gcloud storage cat {PATHS.vm_failure}`" in message
@@ -146,11 +149,9 @@ def test_vm_run_ends_on_the_token_phase_of_a_missing_secret_version(settings_env
 def test_vm_run_ends_on_an_install_failure(settings_env, gcs, vm, guest):
     guest.install_marker.unlink()
     assert boot_and_show(guest, gcs, vm, FAIL_TOOL="apt-get") == 100
-    result = runner.invoke(app, ["run", RECIPE])
-    assert result.exit_code == ExitCode.JOB_FAILED, result.output
-    assert error_line(result).startswith("error: the startup script's install failed on TPU VM rl-test-vm "
-                                         "(exit 100")
-    assert "E: stand-in failure of apt-get update -q" in error_line(result)
+    message = run_fails()
+    assert message.startswith("error: the startup script's install failed on TPU VM rl-test-vm (exit 100")
+    assert "E: stand-in failure of apt-get update -q" in message
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0 and "install failed" in " ".join(status.output.split())
 
@@ -159,10 +160,8 @@ def test_vm_run_ends_when_the_script_ended_without_a_record(settings_env, gcs, v
     vm.on_serial_read += [begin(vm, gcs, "convert"),
                           console(vm, 'Script "startup-script" failed with error: signal: killed\n'
                                   "Finished running startup scripts.\n")]
-    result = runner.invoke(app, ["run", RECIPE])
-    assert result.exit_code == ExitCode.JOB_FAILED, result.output
     assert ("the startup script of TPU VM rl-test-vm ended (signal: killed, says the guest agent) before "
-            "convert finished and left no failure record") in error_line(result)
+            "convert finished and left no failure record") in run_fails()
 
 
 # --- 2. an earlier boot's failure does not end the current attempt ----------------------------------------

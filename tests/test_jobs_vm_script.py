@@ -6,7 +6,6 @@ python3 (records its arguments), so the step/marker logic is exercised, not just
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys

@@ -4,29 +4,19 @@ view, and verifies each step's output like on GKE."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from google.api_core import exceptions as gexc
 from rich.markup import escape
 
-from jobs import render_startup_script
-from jobs.vm import CANCEL_POLL_SECONDS, CANCELLED, PROGRESS_LINE, RUN_ASSIGNMENT, STARTING, ssh_command
+from jobs.vm import CANCEL_POLL_SECONDS, CANCELLED, PROGRESS_LINE, STARTING, ssh_command
 from recipes import STEPS, Step, UserError
-from scripts.cloud import gcs, hf_token
+from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
-from scripts.pipeline.session import Session, StatusReport, StepStatus, hms, verify_output
-from scripts.pipeline.vm_state import METADATA_KEY, Attempt, ConsoleView, Failure, VmState
-
-# Instance statuses in which the startup script does not run. A TPU VM "can only stop during host
-# maintenance events" and with automaticRestart (true unless spot) Compute Engine starts it again
-# (Compute Engine docs, compute/docs/instances/setting-vm-host-options, Limitations; "TPUs often recover
-# automatically from maintenance events", else "delete and recreate the TPU resources", tpu/docs/
-# prepare-for-maintenance). A user cannot start it again: "You can't restart TPU instances" (compute/docs/
-# instances/stop-start-instance, Limitations). So `run` waits Session.maintenance_grace for it, then says to
-# delete and redeploy it.
-STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING", "REPAIRING"}
+from scripts.pipeline.session import Session, StatusReport, StepStatus, verify_output
+from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_script, get_instance,
+                                        require_token_version)
+from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState
 
 
 def _started_step(line: str, run: str) -> str | None:
@@ -88,40 +78,6 @@ def train_attempt(console_text: str, run: str) -> tuple[int, str]:
     return len(_starts(console_text.splitlines(), "train", run)), "\n".join(section)
 
 
-def _instance(session: Session):
-    settings = session.settings
-    try:
-        return session.clients.instances().get(project=settings.project, zone=settings.zone,
-                                               instance=settings.vm_name)
-    except gexc.NotFound:
-        raise UserError(f"TPU VM '{settings.vm_name}' not found in zone {settings.zone}: deploy it with "
-                        f"`npx cdktf deploy {session.recipe.name}` (or set TPU_NAME)") from None
-
-
-def _deployed_script(instance) -> str | None:
-    items = instance.metadata.items if instance.metadata else []
-    return next((item.value for item in items if item.key == METADATA_KEY), None)
-
-
-def check_deployed_script(session: Session, instance) -> None:
-    """Refuse unless the VM's startup script is the one the recipe renders now. The stack passes it as
-    metadata_startup_script, which the provider replaces the instance for when it changes (hashicorp/google
-    6.50.0 resource_compute_instance.go: ForceNewIf on metadata_startup_script, while the `metadata` map is
-    updated in place with setMetadata), and startup scripts run only at boot: without this, a changed recipe
-    would leave the old script running and `run` would follow the wrong run."""
-    deployed = _deployed_script(instance)
-    if deployed == render_startup_script(session.recipe, session.settings):
-        return
-    vm, name, run = session.settings.vm_name, session.recipe.name, session.paths.run_name
-    match = RUN_ASSIGNMENT.search(deployed or "")
-    has = (f"the startup script of run {match['run']}" if match else "another startup script") if deployed \
-        else "no startup script"
-    same_run = " (same run, another script: tpu-rl or the settings changed)" if match and match["run"] == run else ""
-    raise UserError(f"TPU VM {vm} has {has}, not the one recipe '{name}' renders now for run {run}{same_run}: "
-                    f"`npx cdktf deploy {name}` replaces the VM with it (the plan shows the replacement; the "
-                    "bucket keeps the finished steps and the new VM resumes after them)")
-
-
 def read_state(session: Session, console_text: str) -> VmState:
     """The run's state: its markers, records and cancel marker in the bucket, and the console's view."""
     storage, paths = session.clients.storage(), session.paths
@@ -152,24 +108,15 @@ class SerialReader:
         return ""
 
 
-def _require_token_version(session: Session) -> None:
-    """The startup script reads the token's latest version at boot; without an enabled one it can only fail."""
-    settings = session.settings
-    if not hf_token.enabled_versions(session.clients.secrets(), settings):
-        raise UserError(f"secret '{settings.hf_token_secret}' has no enabled version: "
-                        f"{hf_token.no_version_fix(settings)}; the VM's startup script reads it at boot, so "
-                        f"reboot the VM after that (`{ssh_command(settings)} -- sudo reboot`)")
-
-
 def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_run: bool = False) -> None:
     console = session.console
-    instance = _instance(session)
+    instance = get_instance(session)
     record = RunRecord.open(session)
     pending = [step for step in steps if session.missing(step)]
     if pending:
         check_deployed_script(session, instance)
         _refuse_cancelled(session)
-        _require_token_version(session)
+        require_token_version(session)
     if dry_run:
         console.print(f"dry run of run {session.paths.run_name} on TPU VM {session.settings.vm_name}: nothing is "
                       "started or written; its startup script, deployed with the stack, runs the steps")
@@ -192,13 +139,6 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
         raise
     record.finish(None)
     session.report_done(steps)
-
-
-def _redeploy_hint(session: Session) -> str:
-    settings = session.settings
-    return (f"`gcloud compute instances delete {settings.vm_name} --zone={settings.zone} "
-            f"--project={settings.project}`, then `npx cdktf deploy {session.recipe.name}`: the new VM's startup "
-            "script resumes at the first step not done (train from its last checkpoint)")
 
 
 def failure_message(session: Session, state: VmState, pending: list[str]) -> str | None:
@@ -224,43 +164,12 @@ def _last_line(text: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
-class _Maintenance:
-    """A TPU VM that stopped: wait for Compute Engine to start it again, Session.maintenance_grace at most."""
-
-    def __init__(self, session: Session) -> None:
-        self.session, self.since = session, None
-
-    def check(self, pending: list[str]) -> None:
-        session, vm = self.session, self.session.settings.vm_name
-        try:
-            status = _instance(session).status
-        except UserError:
-            raise StepFailed(f"TPU VM {vm} no longer exists before {pending[0]} finished (a spot or "
-                             "reservation-bound TPU VM is deleted when Compute Engine reclaims it): "
-                             f"`npx cdktf deploy {session.recipe.name}` creates it again and its startup script "
-                             "resumes at the first step not done") from None
-        now: datetime = session.now()
-        if status not in STOPPED:
-            if self.since is not None:
-                session.console.print(f"TPU VM {vm} is {status} again: its startup script resumes at the first "
-                                      "step not done")
-                self.since = None
-            return
-        if self.since is None:
-            self.since = now
-            session.console.print(f"TPU VM {vm} is {status} (host maintenance stops TPU VMs, and Compute Engine "
-                                  f"restarts them): waiting up to {hms(session.maintenance_grace)} for it")
-        elif (now - self.since).total_seconds() >= session.maintenance_grace:
-            raise StepFailed(f"TPU VM {vm} stayed {status} for {hms(session.maintenance_grace)} before "
-                             f"{pending[0]} finished, and a TPU VM cannot be started again: {_redeploy_hint(session)}")
-
-
 def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], record: RunRecord,
             follow_logs: bool) -> None:
     """Follow the startup script until every pending step is done and verified."""
     console, paths = session.console, session.paths
     serial = SerialReader(session)
-    maintenance = _Maintenance(session)
+    maintenance = Maintenance(session)
     console_text = ""
     reported: dict[str, str] = {}
     # tunix's step lines reach the console through the startup script's output (jobs/vm.py sends stderr
@@ -390,7 +299,7 @@ def logs_vm(session: Session, step: Step, tail: int | None) -> list[str]:
     if text is not None:
         lines = text.splitlines()
         return lines[-tail:] if tail else lines
-    _instance(session)
+    get_instance(session)
     console_text = SerialReader(session).new_text()
     section = step_section(console_text, step, paths.run_name)
     if section is None:
