@@ -210,8 +210,9 @@ def test_vm_run_refuses_a_vm_that_runs_another_runs_script(settings_env, gcs, vm
 
 
 def test_the_old_runs_lines_do_not_show_the_new_run_as_training(settings_env, gcs, vm):
-    old = "startup-script: tpu-rl: 2026-11-30T00:00:00Z llama31-v6e8-0ld0ld0 train: starting\n"
-    vm.serial[VM] += old
+    # A script deployed before the lines named their run, then one of another run.
+    vm.serial[VM] = ("startup-script: tpu-rl: 2026-11-30T00:00:00Z train: starting\n"
+                     "startup-script: tpu-rl: 2026-11-30T00:00:00Z llama31-v6e8-0ld0ld0 train: starting\n")
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0, status.output
     assert [row.split()[:2] for row in status.output.splitlines()
