@@ -26,9 +26,11 @@ from infra.google import (
     storage_bucket_iam_member,
 )
 
+# Log writes: GKE nodes, and the TPU VM's guest agent (it sends the startup script's lines to Cloud Logging).
+LOG_WRITER = "roles/logging.logWriter"
 # The only project-level roles any stack grants (issue 5 checks this allow-list).
 NODE_ROLES: tuple[str, ...] = (
-    "roles/logging.logWriter",
+    LOG_WRITER,
     "roles/monitoring.metricWriter",
     "roles/monitoring.viewer",
     "roles/stackdriver.resourceMetadata.writer",
@@ -89,6 +91,8 @@ class WorkloadServiceAccountProps:
     token_secret: str | None
     bucket_role: str = "roles/storage.admin"  # granted on the bucket only, never on the project
     display_name: str = "tpu-rl workloads"
+    # Project roles beyond the two resources, from NODE_ROLES (the only project roles any stack grants).
+    project_roles: Sequence[str] = ()
     kubernetes_service_account: KubernetesServiceAccountRef | None = None
     # The Workload Identity pool exists only once the cluster does; the binding waits for it.
     binding_depends_on: Sequence[ITerraformDependable] = field(default_factory=tuple)
@@ -105,7 +109,13 @@ class WorkloadServiceAccount(Construct):
             self, "bucket", bucket=props.bucket, role=props.bucket_role, member=self.account.member
         )
         # What must exist before anything runs as this account (a VM's startup script reads both).
-        self.grants: list[ITerraformDependable] = [bucket_grant]
+        project_grants = [
+            project_iam_member.ProjectIamMember(
+                self, role.removeprefix("roles/"), project=props.project, role=role, member=self.account.member
+            )
+            for role in props.project_roles
+        ]
+        self.grants: list[ITerraformDependable] = [bucket_grant, *project_grants]
         if props.token_secret is not None:
             self.grants.append(secret_manager_secret_iam_member.SecretManagerSecretIamMember(
                 self,

@@ -97,8 +97,13 @@ class TpuVm(Construct):
             shielded_instance_config=compute_instance.ComputeInstanceShieldedInstanceConfig(
                 enable_integrity_monitoring=True, enable_vtpm=True
             ),
+            # metadata_startup_script, not metadata["startup-script"]: hashicorp/google 6.50.0 replaces the
+            # instance when it changes (resource_compute_instance.go, customdiff.ForceNewIf on it, except the
+            # graceful switch from the same metadata value), while the `metadata` map is updated in place, and
+            # a startup script runs only at boot. So a changed recipe gets a new VM that runs it, and the plan
+            # shows the replacement; `tpu-rl run` refuses a VM whose script differs (scripts/pipeline/vm.py).
+            metadata_startup_script=props.startup_script,
             metadata={
-                "startup-script": props.startup_script,
                 "enable-oslogin": "TRUE",
                 "block-project-ssh-keys": "TRUE",
             },

@@ -103,6 +103,22 @@ class ArtifactPaths:
         exists and stops the running one when it appears (jobs/vm.py). Beside the run's progress markers."""
         return f"{self.run_root}progress/cancel.requested"
 
+    @property
+    def vm_attempt(self) -> str:
+        """The VM startup script's current attempt (one per boot) and the phase it is in: install, token,
+        a step, done (jobs/vm.py writes it, scripts/pipeline/vm_state.py reads it)."""
+        return f"{self.run_root}progress/attempt"
+
+    @property
+    def vm_failure(self) -> str:
+        """Written by the VM startup script when a phase fails: its attempt, phase, exit code and log tail."""
+        return f"{self.run_root}progress/failed"
+
+    def step_log(self, step: Step) -> str:
+        """A VM step's whole log, uploaded when the step ends (done or failed); the console keeps only its
+        last 1 MB."""
+        return f"{self.run_root}progress/logs/{step}.log"
+
 
 def split_gs_url(url: str) -> tuple[str, str]:
     """gs://bucket/a/b/ -> ("bucket", "a/b/")."""

@@ -222,6 +222,16 @@ SEED_STEPS_NOT_CARRIED_OVER: tuple[NotCarriedOver, ...] = (
         "recipe's rl.memory_max (190Gi, what the kernel reads 190G as) is the train_rl container's "
         "Kubernetes memory limit instead, which the kubelet enforces.",
     ),
+    NotCarriedOver(
+        "system upgrade",
+        "apt upgrade -y --fix-missing",
+        VM,
+        "Seed 002 upgrades every system package before installing. The startup script runs at every boot "
+        "of an unattended VM, where an upgrade of the accelerator image's kernel and TPU driver packages "
+        "can change what the recipe was tested on and needs a reboot to apply; the script installs only "
+        "the packages it needs (`apt-get install` of the seed's build-essential, cmake and ninja-build after "
+        "`apt-get update`), and the image family is the seed's.",
+    ),
 )
 
 

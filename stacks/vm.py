@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from constructs import Construct
 
-from infra.identity import WorkloadServiceAccount, WorkloadServiceAccountProps
+from infra.identity import LOG_WRITER, WorkloadServiceAccount, WorkloadServiceAccountProps
 from infra.network import Network, NetworkProps
 from infra.tpu_vm import TpuVm, TpuVmProps
 from jobs import render_startup_script
@@ -29,6 +29,8 @@ class VmRecipeStack(TpuRlStack):
                 bucket=settings.gcs_bucket,
                 token_secret=settings.hf_token_secret,
                 display_name="tpu-rl TPU VM",
+                # The guest agent sends every line of the startup script to Cloud Logging as this account.
+                project_roles=(LOG_WRITER,),
             ),
         )
         TpuVm(
@@ -55,4 +57,4 @@ class VmRecipeStack(TpuRlStack):
         self.output("serial_output_command", f"gcloud compute instances get-serial-port-output {settings.vm_name} "
                     f"{where}", "Startup script progress without SSH")
         self.output("bucket", settings.bucket_url, "Artifacts bucket (owned by the artifacts stack)")
-        self.output("vm_service_account", identity.email, "The VM's Google SA (bucket and token secret only)")
+        self.output("vm_service_account", identity.email, "The VM's Google SA (bucket, token secret, log writes)")

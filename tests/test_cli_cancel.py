@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 import scripts.cli.cloud
-from peers.fixtures import SETTINGS, peer_settings, put_step_output
+from peers.fixtures import SETTINGS, deploy_vm, peer_settings, put_step_output
 from jobs.paths import ArtifactPaths
 from jobs.vm import LOG_TAG, STARTING
 from recipes import get_recipe
@@ -174,8 +174,8 @@ REBOOT = (f"`gcloud compute ssh rl-test-vm --zone={SETTINGS['ZONE']} --project={
 
 def vm_left_running(google, gcs, monkeypatch) -> None:
     """`tpu-rl run` of the VM recipe, interrupted while the startup script runs convert."""
-    google.instances[VM] = "RUNNING"
-    google.serial[VM] = f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z convert: {STARTING}\n"
+    deploy_vm(google, SETTINGS)
+    google.serial[VM] = f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z {VM_PATHS.run_name} convert: {STARTING}\n"
     with monkeypatch.context() as patch:
         session_hook(patch, sleep=interrupt)
         result = runner.invoke(app, ["run", VM_RECIPE])
@@ -236,8 +236,8 @@ def test_a_vm_run_attached_when_it_is_cancelled_says_so(settings_env, gcs, googl
     from scripts.pipeline.session import Session
     from scripts.pipeline.vm import cancel_vm
 
-    google.instances[VM] = "RUNNING"
-    google.serial[VM] = f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z convert: {STARTING}\n"
+    deploy_vm(google, SETTINGS)
+    google.serial[VM] = f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z {VM_PATHS.run_name} convert: {STARTING}\n"
 
     def cancel_meanwhile(seconds):
         cancel_vm(Session(get_recipe(VM_RECIPE), peer_settings(), Clients(peer_settings())), None, True)

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from jobs import render_manifests, render_startup_script
 from jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import jobset_of, peer_settings, put_step_output
+from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output
 from recipes import get_recipe, load_settings
 from recipes.cost import hourly_estimate
 from scripts.cli import app
@@ -62,7 +62,7 @@ def test_dry_run_refuses_what_run_would_refuse(cloud):
 
 
 def test_dry_run_on_the_vm_says_which_steps_the_startup_script_has_left(settings_env, gcs, google):
-    google.instances[(settings_env["ZONE"], "rl-test-vm")] = "RUNNING"
+    deploy_vm(google, SETTINGS)
     put_step_output(gcs, get_recipe(VM_RECIPE), "convert")
     result = runner.invoke(app, ["run", VM_RECIPE, "--dry-run"])
     assert result.exit_code == 0, result.output

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from contracts.tunix_log import rollout_lines, train_step_line
 from jobs.paths import ArtifactPaths
 from jobs.vm import STARTING
-from peers.fixtures import jobset_of, peer_settings, put_event_files, put_step_output
+from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_event_files, put_step_output
 from recipes import get_recipe
 from scripts.cli import app
 from scripts.pipeline.progress import RewardReader
@@ -94,7 +94,7 @@ def test_the_vm_shows_step_loss_and_reward_from_the_console(settings_env, gcs, g
     from test_cli_vm import VM, console, finish, progress
 
     recipe = get_recipe(VM_RECIPE)
-    google.instances[VM] = "RUNNING"
+    deploy_vm(google, SETTINGS)
     finish(google, gcs, "convert")()
     put_event_files(gcs, tensorboard(VM_RECIPE), {"rewards/train/mean": [(2, 0.37)]}, tmp_path)
     # The guest agent copies each line of the script's output to the console behind its prefix.

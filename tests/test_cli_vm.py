@@ -1,77 +1,267 @@
-"""`tpu-rl run/status/logs` for the VM recipe: progress markers in GCS and the serial console."""
+"""`tpu-rl run/status/logs` for the VM recipe against the fake Compute API and the GCS emulator: the
+bucket's records (written here by the real startup script under bash, tests/peers/vm_guest.py, or as it
+writes them) decide, the serial console is a live view."""
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
-from peers.fixtures import SETTINGS, TOKEN, put_step_output, peer_settings
+from jobs import render_startup_script
 from jobs.paths import ArtifactPaths, split_gs_url
 from jobs.vm import DONE, LOG_TAG, STARTING
+from peers.fixtures import SETTINGS, TOKEN, deploy_vm, put_step_output, peer_settings
+from peers.google_apis import SERIAL_BUFFER
+from peers.vm_guest import Guest
 from recipes import get_recipe
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
 RECIPE = "llama31-v6e8"
 VM = (SETTINGS["ZONE"], "rl-test-vm")
+PATHS = ArtifactPaths(get_recipe(RECIPE), peer_settings())
+RUN = PATHS.run_name
+ATTEMPT = "20261130T000000Z-1"
 runner = CliRunner()
 # How the guest agent reports a failed startup script on the console (GoogleCloudPlatform/guest-agent
-# google_metadata_script_runner/main.go: "Script %q failed with error: %v", Go's "exit status N").
+# google_metadata_script_runner/main.go at 0a52260f: "Script %q failed with error: %v", Go's "exit status N").
 SCRIPT_FAILED_LINE = 'Script "startup-script" failed with error: exit status 1\n'
 
 
+def line(text: str) -> str:
+    """A line the startup script logs (jobs/vm.py log()) as the guest agent copies it to the console."""
+    return f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z {RUN} {text}\n"
+
+
 def progress(step: str, event: str) -> str:
-    """A progress line of the startup script (jobs/vm.py log()) as the guest agent copies it to the console."""
-    return f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z {step}: {event}\n"
+    return line(f"{step}: {event}")
+
+
+def put(gcs, url: str, text: str) -> None:
+    bucket, name = split_gs_url(url)
+    gcs.bucket(bucket).blob(name).upload_from_string(text)
 
 
 def console(google, text: str):
     return lambda: google.serial.__setitem__(VM, google.serial.get(VM, "") + text)
 
 
+def begin(google, gcs, step: str):
+    """The startup script starting a step: its attempt record, then its start line."""
+    def act():
+        put(gcs, PATHS.vm_attempt, f"attempt={ATTEMPT} phase={step} at=2026-11-30T00:00:00Z\n")
+        console(google, progress(step, STARTING))()
+    return act
+
+
 def finish(google, gcs, step: str):
-    """The startup script finishing a step: output, then the marker, then its log line."""
+    """The startup script finishing a step: output, then its log line, its log and its marker."""
     recipe = get_recipe(RECIPE)
 
     def act():
         put_step_output(gcs, recipe, step)
-        bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).progress_marker(step))
-        gcs.bucket(bucket).blob(name).upload_from_string("2026-11-30T00:00:00Z")
         console(google, progress(step, DONE))()
+        put(gcs, PATHS.step_log(step), progress(step, STARTING) + f"{step} log\n" + progress(step, DONE))
+        put(gcs, PATHS.progress_marker(step), "2026-11-30T00:00:00Z")
 
     return act
 
 
-def test_vm_run_follows_markers_and_verifies_each_output(settings_env, gcs, google):
-    google.instances[VM] = "RUNNING"
-    script = [console(google, "booting\n")]
+@pytest.fixture
+def vm(google):
+    deploy_vm(google, SETTINGS)
+    google.serial[VM] = line(f"attempt {ATTEMPT}: boot")
+    return google
+
+
+def error_line(result) -> str:
+    [found] = [text for text in result.output.splitlines() if text.startswith("error:")]
+    return found
+
+
+def test_vm_run_follows_the_records_and_verifies_each_output(settings_env, gcs, vm):
+    script = [console(vm, "startup-script: booting\n")]
     for step in ("convert", "train", "export"):
-        script += [console(google, progress(step, STARTING)), finish(google, gcs, step)]
-    google.on_serial_read += script
+        script += [begin(vm, gcs, step), finish(vm, gcs, step)]
+    vm.on_serial_read += script
     result = runner.invoke(app, ["run", RECIPE, "--follow-logs"])
     assert result.exit_code == 0, result.output
     for step in ("convert", "train", "export"):
         assert f"{step}: running" in result.output and f"{step}: output verified" in result.output
-    assert "vm| booting" in result.output
+    assert "vm| startup-script: booting" in result.output
 
 
-def test_vm_run_reports_a_failed_startup_script_with_its_last_console_line(settings_env, gcs, google):
-    google.instances[VM] = "RUNNING"
-    google.on_serial_read += [
-        finish(google, gcs, "convert"),
-        console(google, progress("train", STARTING) + "startup-script: RESOURCE_EXHAUSTED: Out of memory in HBM\n"
-                + SCRIPT_FAILED_LINE)]
+# --- 1. a script that fails, in any phase, or ends without a record ----------------------------------------
+
+@pytest.fixture
+def guest(tmp_path):
+    """The real startup script for the test settings, run locally (tests/peers/vm_guest.py)."""
+    settings = peer_settings()
+    return Guest(tmp_path / "vm", render_startup_script(get_recipe(RECIPE), settings), TOKEN,
+                 installed=get_recipe(RECIPE).maxtext_version,
+                 actor_checkpoints=ArtifactPaths(get_recipe(RECIPE), settings).actor_checkpoints)
+
+
+def boot_and_show(guest, gcs, google, **env) -> int:
+    code, _, _ = guest.boot(**env)
+    guest.sync_to(gcs)
+    for step in ("convert", "train", "export"):  # the stand-in MaxText writes no output: put what it would
+        if guest.object(PATHS.progress_marker(step)).exists():
+            put_step_output(gcs, get_recipe(RECIPE), step)
+    google.serial[VM] = guest.console()
+    return code
+
+
+def run_fails() -> str:
+    """`tpu-rl run` that ends with a failed step (exit 1): its one error line."""
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    return error_line(result)
+
+
+def test_vm_run_stops_with_the_record_of_a_step_that_failed(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm, FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl") == 1
+    message = run_fails()
+    assert message.startswith("error: step train failed on TPU VM rl-test-vm (exit 1, attempt ")
+    assert "maxtext.trainers.post_train.rl.train_rl: stand-in error, exiting 1" in message
+    assert f"tpu-rl logs {RECIPE} train" in message and "sudo reboot" in message
+    logs = runner.invoke(app, ["logs", RECIPE, "train", "--tail", "0"])  # the whole step log, from the bucket
+    assert logs.exit_code == 0 and logs.output.splitlines()[0].endswith(f"{RUN} train: starting")
+    assert "train: failed (exit 1)" in logs.output
+
+
+def test_vm_run_refuses_a_secret_without_a_version_before_following(settings_env, gcs, vm):
+    vm.secrets["hf-token"] = []
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert error_line(result).startswith("error: secret 'hf-token' has no enabled version: add one with "
+                                         "`tpu-rl secret set < token-file`")
+    assert not any("serialPort" in path for _, path, _ in vm.requests)
+
+
+def test_vm_run_ends_on_the_token_phase_of_a_missing_secret_version(settings_env, gcs, vm, guest):
+    # The version went away after run's own check: the script's token phase fails and says how to fix it.
+    assert boot_and_show(guest, gcs, vm, FAKE_TOKEN="") == 1
+    message = run_fails()
+    assert message.startswith("error: the startup script's token failed on TPU VM rl-test-vm (exit 1")
+    assert "add a version with `tpu-rl secret set` (secret hf-token)" in message
+    assert f"`gcloud storage cat {PATHS.vm_failure}`" in message
+
+
+def test_vm_run_ends_on_an_install_failure(settings_env, gcs, vm, guest):
+    guest.install_marker.unlink()
+    assert boot_and_show(guest, gcs, vm, FAIL_TOOL="apt-get") == 100
+    message = run_fails()
+    assert message.startswith("error: the startup script's install failed on TPU VM rl-test-vm (exit 100")
+    assert "E: stand-in failure of apt-get update -q" in message
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0 and "install failed" in " ".join(status.output.split())
+
+
+def test_vm_run_ends_when_the_script_ended_without_a_record(settings_env, gcs, vm):
+    vm.on_serial_read += [begin(vm, gcs, "convert"),
+                          console(vm, 'Script "startup-script" failed with error: signal: killed\n'
+                                  "Finished running startup scripts.\n")]
+    assert ("the startup script of TPU VM rl-test-vm ended (signal: killed, says the guest agent) before "
+            "convert finished and left no failure record") in run_fails()
+
+
+# --- 2. an earlier boot's failure does not end the current attempt ----------------------------------------
+
+def test_a_reboot_after_a_failed_step_follows_the_new_attempt(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm, FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl") == 1
+    first_boot = vm.serial[VM]
+    guest.boot()  # the VM rebooted: the new attempt resumes at train and finishes
+    output, _ = guest.boots[-1]
+    until_train = output[:output.index(" train: done")]
+    rest = output[len(until_train):]
+
+    def second_boot_starts():
+        # The new attempt's record and its train start, while the old failure record is still there.
+        put(gcs, PATHS.vm_attempt, guest.object(PATHS.vm_attempt).read_text().replace("phase=done", "phase=train"))
+        vm.serial[VM] = first_boot + guest.console(boots=[(until_train, 0)], running=True)
+
+    def second_boot_ends():
+        vm.serial[VM] = first_boot + guest.console(boots=[(until_train + rest, 0)])
+        guest.sync_to(gcs)
+        for step in ("train", "export"):
+            put_step_output(gcs, get_recipe(RECIPE), step)
+
+    vm.serial[VM] = first_boot
+    vm.on_serial_read += [second_boot_starts, lambda: None, second_boot_ends]
+    put_step_output(gcs, get_recipe(RECIPE), "convert")
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert "train: running" in result.output and "train: output verified" in result.output
+
+
+# --- 3. a changed recipe: the VM's script is compared with the rendered one ---------------------------------
+
+def test_vm_run_refuses_a_vm_that_runs_another_runs_script(settings_env, gcs, vm):
+    other = get_recipe(RECIPE).model_copy(update={"run": "older"})
+    vm.metadata[VM]["startup-script"] = render_startup_script(other, peer_settings())
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert error_line(result) == (
+        f"error: TPU VM rl-test-vm has the startup script of run {ArtifactPaths(other, peer_settings()).run_name}, "
+        f"not the one recipe '{RECIPE}' renders now for run {RUN}: `npx cdktf deploy {RECIPE}` replaces the VM "
+        "with it (the plan shows the replacement; the bucket keeps the finished steps and the new VM resumes "
+        "after them)")
+    dry = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert dry.exit_code == ExitCode.BAD_INPUT
+
+
+def test_the_old_runs_lines_do_not_show_the_new_run_as_training(settings_env, gcs, vm):
+    # A script deployed before the lines named their run, then one of another run.
+    vm.serial[VM] = ("startup-script: tpu-rl: 2026-11-30T00:00:00Z train: starting\n"
+                     "startup-script: tpu-rl: 2026-11-30T00:00:00Z llama31-v6e8-0ld0ld0 train: starting\n")
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    assert [row.split()[:2] for row in status.output.splitlines()
+            if row.split()[:1] in (["convert"], ["train"], ["export"])] == [
+        ["convert", "waiting"], ["train", "waiting"], ["export", "waiting"]]
+
+
+# --- 4. maintenance stops a TPU VM: wait for it, or say to delete and redeploy ------------------------------
+
+def test_vm_run_waits_through_a_maintenance_stop_that_recovers(settings_env, gcs, vm):
+    def status(value):
+        return lambda: vm.instances.__setitem__(VM, value)
+
+    def maintenance():
+        # The console is not read while the VM is stopped; each instance GET is one more poll of the wait.
+        vm.instances[VM] = "TERMINATED"
+        vm.on_instance_get.extend([lambda: None] * 3 + [status("RUNNING")])
+
+    vm.on_serial_read += [begin(vm, gcs, "convert"), maintenance]
+    vm.on_serial_read += [lambda: vm.serial.__setitem__(VM, line("attempt 20261130T010000Z-2: boot")),
+                          finish(vm, gcs, "convert"), begin(vm, gcs, "train"),
+                          finish(vm, gcs, "train"), begin(vm, gcs, "export"), finish(vm, gcs, "export")]
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert ("TPU VM rl-test-vm is TERMINATED (host maintenance stops TPU VMs, and Compute Engine restarts them): "
+            "waiting up to 0:20:00 for it") in text
+    assert "TPU VM rl-test-vm is RUNNING again: its startup script resumes at the first step not done" in text
+
+
+def test_vm_run_says_to_delete_and_redeploy_a_vm_that_stays_stopped(settings_env, gcs, vm, monkeypatch):
+    monkeypatch.setenv("TPU_RL_MAINTENANCE_GRACE_SECONDS", "0")
+    vm.instances[VM] = "TERMINATED"
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED
-    [line] = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert "step train failed on TPU VM rl-test-vm" in line and "exit status 1" in line
-    assert f"tpu-rl logs {RECIPE} train" in line
+    message = error_line(result)
+    assert message.startswith("error: TPU VM rl-test-vm stayed TERMINATED for 0:00:00 before convert finished, and a "
+                              "TPU VM cannot be started again: `gcloud compute instances delete rl-test-vm ")
+    assert f"then `npx cdktf deploy {RECIPE}`: the new VM's startup script resumes at the first step" in message
+    assert "start it again" not in result.output
 
 
-def test_vm_run_reports_a_stopped_vm(settings_env, gcs, google):
-    google.instances[VM] = "TERMINATED"
+def test_vm_run_says_a_deleted_vm_is_created_again_by_deploy(settings_env, gcs, vm):
+    vm.on_serial_read += [begin(vm, gcs, "convert"), lambda: vm.instances.pop(VM)]
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED
-    assert "TPU VM rl-test-vm is TERMINATED before convert finished" in result.output
+    assert "TPU VM rl-test-vm no longer exists before convert finished" in error_line(result)
 
 
 def test_vm_run_without_the_vm_says_to_deploy_it(settings_env, gcs, google):
@@ -80,29 +270,56 @@ def test_vm_run_without_the_vm_says_to_deploy_it(settings_env, gcs, google):
     assert "TPU VM 'rl-test-vm' not found in zone us-east5-b" in result.output
 
 
-def test_vm_run_with_every_output_verified_does_nothing(settings_env, gcs, google):
-    google.instances[VM] = "RUNNING"
+def test_vm_run_with_every_output_verified_does_nothing(settings_env, gcs, vm):
     for step in ("convert", "train", "export"):
         put_step_output(gcs, get_recipe(RECIPE), step)
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == 0 and result.output.count("skipping") == 3
-    assert not any("serialPort" in path for _, path, _ in google.requests)
+    assert not any("serialPort" in path for _, path, _ in vm.requests)
 
 
-def test_vm_status_and_logs(settings_env, gcs, google):
-    google.instances[VM] = "RUNNING"
-    finish(google, gcs, "convert")()
-    google.serial[VM] = (progress("convert", STARTING) + "converting\n" + progress("convert", DONE)
-                         + progress("train", STARTING) + "step 1\n")
+# --- 5. a console past 1 MiB: state and step logs come from the bucket ------------------------------------
+
+def test_a_console_past_one_mib_keeps_status_logs_and_a_reattached_run(settings_env, gcs, vm, guest):
+    train = "maxtext.trainers.post_train.rl.train_rl"
+    code = boot_and_show(guest, gcs, vm, LONG_MODULE=train, LONG_BYTES=str(SERIAL_BUFFER + 200_000))
+    assert code == 0
+    assert len(vm.serial[VM]) > SERIAL_BUFFER
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    assert [row.split()[:2] for row in status.output.splitlines()
+            if row.split()[:1] in (["convert"], ["train"], ["export"])] == [
+        ["convert", "done"], ["train", "done"], ["export", "done"]]
+    logs = runner.invoke(app, ["logs", RECIPE, "train", "--tail", "0"])
+    assert logs.exit_code == 0
+    assert logs.output.splitlines()[0].endswith(f"{RUN} train: starting")
+    assert logs.output.splitlines()[-1].endswith(f"{RUN} train: done")
+
+
+def test_a_running_step_whose_start_scrolled_out_is_still_running(settings_env, gcs, vm):
+    begin(vm, gcs, "train")()
+    finish(vm, gcs, "convert")()
+    vm.serial[VM] += "startup-script: q\n" * (SERIAL_BUFFER // 18 + 10)
+    assert progress("train", STARTING) not in vm.serial[VM][-SERIAL_BUFFER:]
+    status = runner.invoke(app, ["status", RECIPE])
+    assert "running" in status.output, status.output
+    logs = runner.invoke(app, ["logs", RECIPE, "train", "--tail", "1"])
+    assert logs.exit_code == 0 and logs.output.splitlines() == ["startup-script: q"]
+
+
+def test_vm_status_and_logs(settings_env, gcs, vm):
+    finish(vm, gcs, "convert")()
+    begin(vm, gcs, "train")()
+    vm.serial[VM] += "startup-script: step 1\n"
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0, status.output
     assert "convert" in status.output and "done" in status.output and "running" in status.output
     logs = runner.invoke(app, ["logs", RECIPE, "convert"])
     assert logs.exit_code == 0, logs.output
-    assert logs.output.splitlines() == [progress("convert", STARTING).strip(), "converting",
+    assert logs.output.splitlines() == [progress("convert", STARTING).strip(), "convert log",
                                         progress("convert", DONE).strip()]
     tail = runner.invoke(app, ["logs", RECIPE, "train", "--tail", "1"])
-    assert tail.output.splitlines() == ["step 1"]
+    assert tail.output.splitlines() == ["startup-script: step 1"]
     not_yet = runner.invoke(app, ["logs", RECIPE, "export"])
     assert not_yet.exit_code == ExitCode.BAD_INPUT and "has not started yet" in not_yet.output
 
@@ -114,8 +331,8 @@ def test_vm_status_without_the_vm_shows_what_the_bucket_holds(settings_env, gcs,
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0, status.output
     lines = status.output.splitlines()
-    assert max(len(line) for line in lines) <= 80, status.output
-    assert [line.split()[:2] for line in lines if line.split()[:1] in (["convert"], ["train"], ["export"])] == [
+    assert max(len(text) for text in lines) <= 80, status.output
+    assert [text.split()[:2] for text in lines if text.split()[:1] in (["convert"], ["train"], ["export"])] == [
         ["convert", "done"], ["train", "not"], ["export", "not"]]
     assert "output verified" in status.output and "output missing:" in status.output
     note = " ".join(" ".join(lines).split())

@@ -19,12 +19,13 @@ OWNED_BY_ARTIFACTS = ("google_storage_bucket", "google_secret_manager_secret")
 PROJECT_IAM_TYPES = ("google_project_iam_member", "google_project_iam_binding", "google_project_iam_policy")
 # Authoritative project IAM (binding/policy) would strip every other member of a role in the user's
 # project; only additive grants are allowed, and only these roles, only to the GKE node service account.
-PROJECT_ROLE_ALLOW_LIST = {
-    "roles/logging.logWriter": "node-sa",
-    "roles/monitoring.metricWriter": "node-sa",
-    "roles/monitoring.viewer": "node-sa",
-    "roles/stackdriver.resourceMetadata.writer": "node-sa",
-    "roles/artifactregistry.reader": "node-sa",
+PROJECT_ROLE_ALLOW_LIST = {  # role -> the service accounts (construct ids) that may hold it project-wide
+    # GKE nodes, and the TPU VM, whose guest agent sends the startup script's lines to Cloud Logging
+    "roles/logging.logWriter": ("node-sa", "vm-sa"),
+    "roles/monitoring.metricWriter": ("node-sa",),
+    "roles/monitoring.viewer": ("node-sa",),
+    "roles/stackdriver.resourceMetadata.writer": ("node-sa",),
+    "roles/artifactregistry.reader": ("node-sa",),
 }
 _SA_REFERENCE = re.compile(r"^\$\{google_service_account\.(?P<id>[^.]+)\.(member|email)\}$")
 
@@ -81,7 +82,7 @@ def test_project_iam_grants_are_additive_and_on_the_allow_list(stacks_json, stac
         reference = _SA_REFERENCE.match(body["member"])
         assert reference, f"{stack}: {role} goes to {body['member']}, not to a service account of the stack"
         owner = accounts[reference["id"]]
-        assert owner.split("/")[0] == PROJECT_ROLE_ALLOW_LIST[role], f"{stack}: {role} goes to {owner}"
+        assert owner.split("/")[0] in PROJECT_ROLE_ALLOW_LIST[role], f"{stack}: {role} goes to {owner}"
 
 
 def test_every_project_iam_resource_type_is_checked(stacks_json):

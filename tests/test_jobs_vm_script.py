@@ -6,7 +6,6 @@ python3 (records its arguments), so the step/marker logic is exercised, not just
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,9 @@ import jobs
 import jobs.vm
 from jobs.paths import ArtifactPaths, split_gs_url
 from recipes import UserError, example_settings, get_recipe
-from scripts.pipeline.vm import step_section, step_states
+from peers.vm_guest import Guest
+from scripts.pipeline.vm import step_section
+from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState
 
 SETTINGS = example_settings()
 RECIPE = get_recipe("llama31-v6e8")
@@ -82,98 +83,31 @@ def test_a_multi_host_shape_is_refused_for_a_vm_recipe():
 
 # --- running the script against stand-ins --------------------------------------------------------------
 
-FAKE_GCLOUD = r"""#!/bin/bash
-set -eu
-local_path() { echo "$FAKE_GCS/${1#gs://}"; }
-case "$1 $2" in
-  # A URL with a wildcard lists the matching objects' URLs, as `gcloud storage ls` does; none: an error.
-  "storage ls") found=1
-    for path in $(local_path "$3"); do
-      if [[ -e "$path" ]]; then found=0; [[ "$3" != *"*"* ]] || echo "gs://${path#"$FAKE_GCS"/}"; fi
-    done
-    exit "$found" ;;
-  "storage cp") mkdir -p "$(dirname "$(local_path "$4")")"; cat > "$(local_path "$4")" ;;
-  "secrets versions") printf '%s' "$FAKE_TOKEN" ;;
-  *) echo "unexpected gcloud $*" >&2; exit 2 ;;
-esac
-"""
-
-FAKE_UV = r"""#!/bin/bash
-echo "uv $*${UV_TORCH_BACKEND:+ (UV_TORCH_BACKEND=$UV_TORCH_BACKEND)}" >> "$CALLS"
-if [[ "$1" == venv ]]; then
-  venv="${@: -1}"; mkdir -p "$venv/bin"; touch "$venv/bin/activate"; ln -sf "$(command -v true)" "$venv/bin/python"
-fi
-"""
-
-RECORDER = r"""#!/bin/bash
-echo "$(basename "$0") $*" >> "$CALLS"
-"""
-
-FAKE_PYTHON = r"""#!/bin/bash
-printf '%s token=%s\n' "$2" "$([[ "${HF_TOKEN:-}" == "$FAKE_TOKEN" ]] && echo yes || echo no)" >> "$CALLS"
-if [[ "$2" == *train_rl && "${FAIL_MODULE:-none}" != *train_rl ]]; then
-  # tunix saves the step training reached on close: orbax's commit marker in its step directory last.
-  for step in ${TRAINED_STEPS-50}; do mkdir -p "$ACTOR/$step"; echo committed > "$ACTOR/$step/commit_success.txt"; done
-fi
-if [[ "$2" == *to_huggingface ]]; then printf '%s\n' "$@" | grep '^load_parameters_path=' >> "$EXPORTED" || true; fi
-if [[ "$2" == "${CANCEL_MODULE:-none}" ]]; then
-  # A long step, during which someone runs `tpu-rl cancel` (the marker appears); it runs until SIGTERM.
-  mkdir -p "$(dirname "$CANCEL_FILE")"; date > "$CANCEL_FILE"
-  trap 'kill "$nap"; echo "$2 got SIGTERM" >> "$CALLS"; exit 143' TERM
-  sleep 50 & nap=$!; wait "$nap"
-  exit 0
-fi
-[[ "$2" != "${FAIL_MODULE:-none}" ]]
-"""
+@pytest.fixture
+def guest(tmp_path):
+    return Guest(tmp_path, script(), TOKEN, installed=RECIPE.maxtext_version,
+                 actor_checkpoints=PATHS.actor_checkpoints)
 
 
 @pytest.fixture
-def run_script(tmp_path, monkeypatch):
-    bin_dir, gcs, install = tmp_path / "bin", tmp_path / "gcs", tmp_path / "opt"
-    for directory in (bin_dir, gcs, install / "venv" / "bin"):
-        directory.mkdir(parents=True)
-    (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
-    (bin_dir / "python3").write_text(FAKE_PYTHON)
-    (bin_dir / "uv").write_text(FAKE_UV)
-    for tool in ("apt-get", "install_tpu_post_train_extra_deps"):
-        (bin_dir / tool).write_text(RECORDER)
-    (bin_dir / "curl").write_text('#!/bin/bash\necho "curl $*" >> "$CALLS"; echo "exit 0"\n')
-    for tool in bin_dir.iterdir():
-        tool.chmod(0o755)
-    (install / "venv" / "bin" / "activate").write_text("# stand-in venv\n")
-    (install / f".installed-{RECIPE.maxtext_version}").touch()  # the install step is skipped
-    monkeypatch.setattr(jobs.vm, "INSTALL_DIR", str(install))
-    monkeypatch.setattr(jobs.vm, "LOG_FILE", str(tmp_path / "tpu-rl.log"))
-    text = script().replace('export PATH="', f'export PATH="{bin_dir}:')
-    (tmp_path / "startup.sh").write_text(text)
-    calls = tmp_path / "calls"
-
+def run_script(guest):
     def run(fail_module: str = "none", **extra: str) -> tuple[int, list[str], str]:
-        bucket, actor = split_gs_url(PATHS.actor_checkpoints)
-        env = {"PATH": os.environ["PATH"], "FAKE_GCS": str(gcs), "FAKE_TOKEN": TOKEN, "CALLS": str(calls),
-               "FAIL_MODULE": fail_module, "ACTOR": str(gcs / bucket / actor), "EXPORTED": str(run.exported),
-               **extra}
-        result = subprocess.run(["bash", str(tmp_path / "startup.sh")], env=env, capture_output=True, text=True,
-                                timeout=60)
-        lines = calls.read_text().splitlines() if calls.exists() else []
-        calls.unlink(missing_ok=True)
-        log = (tmp_path / "tpu-rl.log").read_text() + result.stdout + result.stderr
-        run.output = result.stdout + result.stderr  # what the guest agent reads from the script (one pipe)
-        return result.returncode, lines, log
+        result = guest.boot(FAIL_MODULE=fail_module, **extra)
+        run.output = guest.output  # what the guest agent reads from the script (one pipe)
+        return result
 
     def marker(step: str) -> Path:
-        bucket, name = split_gs_url(PATHS.cancel_marker if step == "cancel" else PATHS.progress_marker(step))
-        return gcs / bucket / name
+        return guest.object(PATHS.cancel_marker if step == "cancel" else PATHS.progress_marker(step))
 
     def checkpoint(step: int) -> None:
         """A training checkpoint the script finds: its step directory with orbax's commit marker."""
         bucket, actor = split_gs_url(PATHS.actor_checkpoints)
-        (gcs / bucket / actor / str(step)).mkdir(parents=True, exist_ok=True)
-        (gcs / bucket / actor / str(step) / "commit_success.txt").write_text("committed")
+        (guest.gcs / bucket / actor / str(step)).mkdir(parents=True, exist_ok=True)
+        (guest.gcs / bucket / actor / str(step) / "commit_success.txt").write_text("committed")
 
-    run.install_marker = install / f".installed-{RECIPE.maxtext_version}"
+    run.install_marker = guest.install_marker
     run.checkpoint = checkpoint
-    run.exported = tmp_path / "exported"  # the load_parameters_path of each export
+    run.exported = Path(guest.env["EXPORTED"])
     return run, marker
 
 
@@ -273,45 +207,145 @@ def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it
     assert not any(call.startswith(("uv ", "apt-get", "install_tpu")) for call in calls)
 
 
-# --- the real script's output, read back by the CLI's parser (scripts/pipeline/vm.py) -------------------
+# --- the real script's records and console, read back by the CLI's parser (scripts/pipeline/vm_state.py) ----
 
-def guest_agent_console(output: str, code: int) -> str:
-    """The serial console of one boot as the guest agent writes it: every line of the script's output
-    behind "startup-script: " (runCmd), then the script's outcome (main). Source: GoogleCloudPlatform/
-    guest-agent google_metadata_script_runner/main.go at df9d2037 ("%s: %s" with the metadata key;
-    "%s exit status 0"; "Script %q failed with error: %v" with Go's "exit status N")."""
-    lines = [f"startup-script: {line}" for line in output.splitlines()]
-    lines.append("startup-script exit status 0" if code == 0
-                 else f'Script "startup-script" failed with error: exit status {code}')
-    return "\n".join(lines) + "\n"
+def state_of(guest: Guest, console: str) -> VmState:
+    """What `tpu-rl run/status` decide from: the bucket the script wrote, and the console."""
+    def text(url: str) -> str | None:
+        path = guest.object(url)
+        return path.read_text() if path.exists() else None
+
+    done = {step for step in ("convert", "train", "export") if guest.object(PATHS.progress_marker(step)).exists()}
+    return VmState.of(done, Attempt.parse(text(PATHS.vm_attempt)), Failure.parse(text(PATHS.vm_failure)),
+                      ConsoleView.read(console, PATHS.run_name))
 
 
-def test_the_cli_reads_the_step_states_from_the_real_scripts_console(run_script):
-    run, marker = run_script
-    code, _, _ = run(fail_module="maxtext.trainers.post_train.rl.train_rl")
+def failure(guest: Guest) -> Failure:
+    return Failure.parse(guest.object(PATHS.vm_failure).read_text())
+
+
+def test_a_failed_step_leaves_a_record_and_its_log_and_the_cli_reads_it(guest):
+    code, _, _ = guest.boot(FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl")
     assert code == 1
-    first_boot = guest_agent_console(run.output, code)
-    markers = [marker(step).name for step in ("convert", "train", "export") if marker(step).is_file()]
-    assert markers == ["convert.done"]
-    assert step_states(markers, first_boot) == {"convert": "done", "train": "failed", "export": "waiting"}
+    record = failure(guest)
+    assert (record.phase, record.code) == ("train", "1")
+    assert record.last_line.endswith("maxtext.trainers.post_train.rl.train_rl: stand-in error, exiting 1")
+    log = guest.object(PATHS.step_log("train")).read_text()
+    assert f"{PATHS.run_name} train: starting" in log.splitlines()[0] and "train: failed (exit 1)" in log
+    state = state_of(guest, guest.console())
+    assert state.states() == {"convert": "done", "train": "failed", "export": "waiting"}
     # While train runs, before the guest agent's verdict, the console shows it started and nothing more.
-    while_training = first_boot[:first_boot.index("Script ")]
-    assert step_states(markers, while_training) == {"convert": "done", "train": "running", "export": "waiting"}
-    section = step_section(first_boot, "train")
-    assert section[0].startswith("startup-script: tpu-rl: ") and section[0].endswith(" train: starting")
-    assert section[-1] == 'Script "startup-script" failed with error: exit status 1'
+    assert state_of(guest, guest.console(running=True)).failure is not None  # the bucket knows already
 
-    # The next boot resumes at train: its start is the one that counts, and it did not fail.
+
+def test_a_missing_secret_version_fails_the_token_phase_with_the_fix_and_a_record(guest):
+    code, calls, log = guest.boot(FAKE_TOKEN="")
+    assert code == 1 and calls == []
+    record = failure(guest)
+    assert (record.phase, record.code) == ("token", "1")
+    assert record.last_line.endswith("token: cannot read the latest version of secret hf-token: add a version with "
+                                     "`tpu-rl secret set` (secret hf-token), or grant the VM's service account "
+                                     "roles/secretmanager.secretAccessor")
+    assert any("NOT_FOUND: Secret Version" in line for line in record.tail)
+    state = state_of(guest, guest.console())
+    assert state.failure == record and state.states() == {"convert": "waiting", "train": "waiting",
+                                                          "export": "waiting"}
+
+
+def test_an_install_failure_leaves_a_record_before_any_step(guest):
+    guest.install_marker.unlink()
+    code, calls, _ = guest.boot(FAIL_TOOL="apt-get")
+    assert code == 100
+    assert calls == ["apt-get update -q"]
+    record = failure(guest)
+    assert (record.phase, record.code) == ("install", "100")
+    assert record.last_line == "E: stand-in failure of apt-get update -q"
+    assert not guest.install_marker.exists()
+
+
+@pytest.mark.parametrize("agent", ["guest-agent", "google-guest-agent"])
+def test_a_reboot_after_a_failed_step_is_a_new_attempt_that_the_old_failure_does_not_end(guest, agent):
+    guest.boot(FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl")
+    first = failure(guest)
+    code, _, _ = guest.boot()  # the next boot resumes at train and finishes
+    assert code == 0
+    assert failure(guest) == first  # the bucket still holds the first boot's record
+    second = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
+    assert second.attempt != first.attempt and second.phase == "done"
+    # While the second boot's train runs: its attempt record says train, the console shows both boots up to
+    # its train start, with the first boot's failure verdict before it.
+    output = guest.boots[1][0]
+    running = output[:output.index(" train: done")]
+    console = guest.console(agent, boots=[guest.boots[0], (running, 0)], running=True)
+    assert 'Script "startup-script" failed with error: exit status 1' in console
+    state = VmState.of({"convert"}, Attempt(second.attempt, "train", ""), first,
+                       ConsoleView.read(console, PATHS.run_name))
+    assert state.failure is None and state.ended_without_record is None
+    assert state.states() == {"convert": "done", "train": "running", "export": "waiting"}
+    assert step_section(console, "train", PATHS.run_name)[0].endswith(f"{PATHS.run_name} train: starting")
+    # Both boots ended: the second one's own end is what counts.
+    assert state_of(guest, guest.console(agent)).states() == {"convert": "done", "train": "done", "export": "done"}
+
+
+def test_only_the_guest_agents_own_failure_line_counts():
+    run = PATHS.run_name
+    lines = [f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z {run} attempt A-1: boot",
+             f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z {run} train: starting",
+             "startup-script: subprocess of rollout worker: exit status 1",
+             'startup-script: Script "startup-script" failed with error: exit status 1 (printed by a test)',
+             'Metadata key("startup-script"), command("/bin/bash"): Finished running startup scripts']
+    view = ConsoleView.read("\n".join(lines) + "\n", run)
+    assert view.verdict is None and view.started == ["train"]
+    view = ConsoleView.read("\n".join(lines + ['Script "startup-script" failed with error: exit status 137']), run)
+    assert view.verdict == "exit status 137"
+
+
+def test_a_script_that_ended_without_a_record_is_an_end():
+    run = PATHS.run_name
+    console = (f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z {run} attempt A-1: boot\n"
+               f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z {run} train: starting\n"
+               'Script "startup-script" failed with error: signal: killed\nFinished running startup scripts.\n')
+    state = VmState.of({"convert"}, Attempt("A-1", "train", ""), None, ConsoleView.read(console, run))
+    assert state.ended_without_record == "signal: killed"
+    assert state.states()["train"] == "failed"
+
+
+def test_another_runs_lines_are_not_this_runs_progress():
+    console = (f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z llama31-v6e8-0ld0ld0 attempt B-2: boot\n"
+               f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z llama31-v6e8-0ld0ld0 train: starting\n")
+    view = ConsoleView.read(console, PATHS.run_name)
+    assert view.attempt is None and view.started == []
+    assert step_section(console, "train", PATHS.run_name) is None
+
+
+def test_a_transient_bucket_error_at_boot_is_retried_and_reruns_no_finished_step(run_script):
+    run, marker = run_script
+    for step in ("convert", "train"):
+        marker(step).parent.mkdir(parents=True, exist_ok=True)
+        marker(step).write_text("done")
+    run.checkpoint(50)  # what the finished train left
+    code, calls, log = run(FAKE_LS_FAILURES="2", **{jobs.vm.RETRY_ENV: "0"})
+    assert code == 0, log
+    assert calls == ["maxtext.checkpoint_conversion.to_huggingface token=yes"]
+    assert "failed (try 1 of 5): ERROR: (gcloud.storage.ls) HTTPError 503" in log
+
+
+def test_a_bucket_that_keeps_failing_stops_the_script_instead_of_rerunning(run_script):
+    run, marker = run_script
+    marker("convert").parent.mkdir(parents=True, exist_ok=True)
+    marker("convert").write_text("done")
+    code, calls, log = run(FAKE_LS_FAILURES="99", **{jobs.vm.RETRY_ENV: "0"})
+    assert code == 1 and calls == []
+    assert "stopping rather than rerun a finished step" in log
+
+
+def test_every_line_the_script_logs_names_its_run(run_script):
+    run, _ = run_script
     code, _, _ = run()
     assert code == 0
-    both_boots = first_boot + guest_agent_console(run.output, code)
-    assert step_states(markers, both_boots) == {"convert": "done", "train": "running", "export": "running"}
-    train = step_section(both_boots, "train")
-    assert train[0].endswith(" train: starting") and train[-1].endswith(" train: done")
-    assert step_section(both_boots, "convert")[-1].endswith(" convert: done")
-    assert step_states([marker(step).name for step in ("convert", "train", "export") if marker(step).is_file()],
-                       both_boots) == {
-        "convert": "done", "train": "done", "export": "done"}
+    tagged = [line for line in run.output.splitlines() if line.startswith(jobs.vm.LOG_TAG)]
+    assert tagged and all(line.split()[2] == PATHS.run_name for line in tagged)
+    assert jobs.vm.ATTEMPT_LINE.match(tagged[0])
 
 
 # --- cancel: the marker `tpu-rl cancel` writes ------------------------------------------------------------
@@ -351,9 +385,9 @@ def test_a_cancel_while_train_runs_stops_it_without_its_marker(run_script):
     assert f"train: cancelled (marker {PATHS.cancel_marker}); its outputs so far are kept" in log
     assert "export: starting" not in log
     # The console the CLI reads shows train started and the script ended well: not a failure.
-    console = guest_agent_console(run.output, code)
-    assert step_states(["convert.done"], console, cancelled=True) == {
-        "convert": "done", "train": "cancelled", "export": "cancelled"}
+    console = Guest.console(None, boots=[(run.output, code)])
+    assert VmState.of({"convert"}, None, None, ConsoleView.read(console, PATHS.run_name), cancelled=True).states() \
+        == {"convert": "done", "train": "cancelled", "export": "cancelled"}
 
 
 def _processes_mentioning(text: str) -> list[str]:

@@ -24,7 +24,8 @@ from urllib.parse import quote
 import pytest
 
 from jobs import render_manifests
-from peers.fixtures import (REPO, SETTINGS, TOKEN, TRACEBACK, VENV_BIN, clean_environment, jobset_of,
+from jobs.paths import ArtifactPaths
+from peers.fixtures import (REPO, SETTINGS, TOKEN, TRACEBACK, VENV_BIN, clean_environment, deploy_vm, jobset_of,
                             put_step_output, start_gcs_emulator, start_peers)
 from recipes import all_recipes, example_settings, get_recipe, load_settings
 from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
@@ -116,8 +117,9 @@ def session(tmp_path_factory) -> Session:
         _run(session, "logs", _tpu_rl("logs", GKE_RECIPE, "train"), env, work)
         # The VM recipe's view: its instance and serial console (where the startup script logs).
         vm = (env["ZONE"], load_settings(env=env).vm_name)
-        peers.google.instances[vm] = "RUNNING"
-        peers.google.serial[vm] = "boot\ntpu-rl: 2026-11-30T00:00:00Z convert: starting\nconverting\n"
+        deploy_vm(peers.google, env)
+        vm_run = ArtifactPaths(get_recipe(VM_RECIPE), load_settings(env=env)).run_name
+        peers.google.serial[vm] = f"boot\ntpu-rl: 2026-11-30T00:00:00Z {vm_run} convert: starting\nconverting\n"
         _run(session, f"status {VM_RECIPE}", _tpu_rl("status", VM_RECIPE), env, work)
         _run(session, f"logs {VM_RECIPE}", _tpu_rl("logs", VM_RECIPE, "convert"), env, work)
         session.kube_requests = list(peers.kube.requests)

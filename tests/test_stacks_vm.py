@@ -61,7 +61,7 @@ def test_llama_vm_has_no_external_ip_but_nat_for_egress_and_iap_for_ssh(vm_stack
     assert firewall["allow"] == [{"protocol": "tcp", "ports": ["22"]}]
 
 
-def test_llama_vm_service_account_reaches_only_the_bucket_and_the_secret(vm_stack, instance):
+def test_llama_vm_service_account_reaches_the_bucket_the_secret_and_cloud_logging(vm_stack, instance):
     settings = example_settings()
     (sa_id,) = resources(vm_stack, "google_service_account")
     assert instance["service_account"]["email"] == f"${{google_service_account.{sa_id}.email}}"
@@ -70,12 +70,16 @@ def test_llama_vm_service_account_reaches_only_the_bucket_and_the_secret(vm_stac
     assert bucket_grant["bucket"] == settings.gcs_bucket
     assert (secret_grant["secret_id"], secret_grant["role"]) == (settings.hf_token_secret,
                                                                  "roles/secretmanager.secretAccessor")
-    assert resources(vm_stack, "google_project_iam_member") == {}
-    # The startup script reads the secret at once: the grants exist before the VM does.
+    # The guest agent sends every line of the startup script to Cloud Logging as the VM's account.
+    [log_grant] = resources(vm_stack, "google_project_iam_member").values()
+    assert (log_grant["role"], log_grant["member"]) == ("roles/logging.logWriter",
+                                                        f"${{google_service_account.{sa_id}.member}}")
+    # The startup script reads the secret and logs at once: the grants exist before the VM does.
     assert sorted(instance["depends_on"]) == sorted([
         f"google_storage_bucket_iam_member.{next(iter(resources(vm_stack, 'google_storage_bucket_iam_member')))}",
         "google_secret_manager_secret_iam_member."
         f"{next(iter(resources(vm_stack, 'google_secret_manager_secret_iam_member')))}",
+        f"google_project_iam_member.{next(iter(resources(vm_stack, 'google_project_iam_member')))}",
     ])
 
 
@@ -85,7 +89,7 @@ def test_llama_vm_startup_script_runs_the_llama_pipeline_of_seed_002(instance):
     train_rl and to_huggingface in that order on llama3.1-8b-Instruct; the token comes from the settings'
     secret and the model goes to the settings' bucket."""
     settings = example_settings()
-    text = instance["metadata"]["startup-script"]
+    text = instance["metadata_startup_script"]
     assert text.startswith("#!/bin/bash\n") and "\nexport TPU_ACCELERATOR_TYPE=v6e-8\n" in text
     modules = ["maxtext.checkpoint_conversion.to_maxtext", "maxtext.trainers.post_train.rl.train_rl",
                "maxtext.checkpoint_conversion.to_huggingface"]
@@ -93,7 +97,16 @@ def test_llama_vm_startup_script_runs_the_llama_pipeline_of_seed_002(instance):
     assert starts == sorted(starts)
     assert f"--secret={settings.hf_token_secret} --project={settings.project}" in text
     assert f"base_output_directory=gs://{settings.gcs_bucket}/llama3.1-8b-Instruct/hf-trained/" in text
-    assert instance["metadata"]["enable-oslogin"] == "TRUE"
+    assert instance["metadata"] == {"enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE"}
+
+
+def test_llama_vm_script_is_metadata_startup_script_so_a_changed_recipe_replaces_the_vm(instance):
+    """hashicorp/google 6.50.0 (google/services/compute/resource_compute_instance.go): a change of
+    metadata_startup_script forces a new instance (customdiff.ForceNewIf), a change of the `metadata` map is
+    applied in place by setMetadata, and a startup script runs only at boot. So the script is the former:
+    deploying a changed recipe gives a VM that runs it, and the plan says so (a replacement)."""
+    assert "startup-script" not in instance["metadata"]
+    assert instance["metadata_startup_script"].startswith("#!/bin/bash\n")
 
 
 def test_llama_vm_outputs_say_how_to_reach_it(vm_stack):

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
 RETRY_DELAY_ENV = "TPU_RL_RETRY_BASE_SECONDS"  # first backoff delay of API retries (default 1)
 REQUEST_TIMEOUT_ENV = "TPU_RL_REQUEST_TIMEOUT_SECONDS"  # per Kubernetes API request (default 30)
+MAINTENANCE_GRACE_ENV = "TPU_RL_MAINTENANCE_GRACE_SECONDS"  # a stopped TPU VM's time to return (default 1200)
 
 
 def _float_env(name: str, default: float, *, zero_allowed: bool) -> float:
@@ -63,6 +64,7 @@ def make_session(recipe: Recipe, settings: Settings):
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False))
     return Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
                    poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
+                   maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, 1200.0, zero_allowed=True),
                    confirm=_ask if _stdin_is_a_terminal() else None)
 
 
@@ -353,7 +355,8 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
          tail: Optional[int] = typer.Option(200, "--tail", min=0, help="Lines from the end (0 = all)."),
          sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
          run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
-    """The main container's log of a step (the Pathways head for train), or the VM's serial console."""
+    """The main container's log of a step (the Pathways head for train); on the VM, the step's log in the
+    bucket once it ended, its serial console while it runs."""
     from scripts.pipeline.gke.status import logs_gke
     from scripts.pipeline.session import parse_step
 

@@ -1,10 +1,8 @@
-"""The VM recipe: the startup script runs the steps itself; `tpu-rl` follows its progress markers in GCS
-and the serial console, and verifies each step's output like on GKE."""
+"""The VM recipe: the startup script runs the steps itself; `tpu-rl` follows its records in GCS (progress
+markers, attempt and failure records: scripts/pipeline/vm_state.py), shows the serial console as a live
+view, and verifies each step's output like on GKE."""
 
 from __future__ import annotations
-
-import re
-from typing import Iterable
 
 from google.api_core import exceptions as gexc
 from rich.markup import escape
@@ -17,42 +15,15 @@ from scripts.pipeline.accuracy import EvaluationWatch, report_accuracy
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
 from scripts.pipeline.session import Session, StatusReport, StepStatus, export_checkpoint, verify_output
-
-STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING"}
-
-
-# The startup script (jobs/vm.py) writes paths.progress_marker(step), `.../<step>.done`, after a step
-# succeeded and logs each step's start in the format jobs.vm.PROGRESS_LINE reads; the guest agent reports
-# a failed script on the serial console ('Script "startup-script" failed with error: exit status 1',
-# GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go).
-SCRIPT_FAILED = re.compile(r"(?i)startup-script.*(?:exit status [1-9]|failed with error|return code [1-9])")
+from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_script, get_instance,
+                                        require_token_version)
+from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState
 
 
-def _started_step(line: str) -> str | None:
-    """The step a console line reports starting, if it is such a line."""
+def _started_step(line: str, run: str) -> str | None:
+    """The step of `run` a console line reports starting, if it is such a line."""
     match = PROGRESS_LINE.search(line)
-    return match["step"] if match and match["event"] == STARTING else None
-
-
-def step_states(markers: Iterable[str], console_text: str, cancelled: bool = False) -> dict[str, str]:
-    """Each step's state from the names of the markers that exist (`<step>.done`) and the console so far;
-    with the run's cancel marker there, every step not done is cancelled (the script runs none of them)."""
-    done = {name.rsplit("/", 1)[-1].removesuffix(".done") for name in markers if name.endswith(".done")}
-    # Where each step last started: after a reboot the script starts the step again, and only what
-    # follows that start tells whether this attempt failed.
-    started = {match["step"]: match.end() for match in PROGRESS_LINE.finditer(console_text)
-               if match["event"] == STARTING}
-    states = {}
-    for step in STEPS:
-        if step in done:
-            states[step] = "done"
-        elif cancelled:
-            states[step] = CANCELLED
-        elif step in started:
-            states[step] = "failed" if SCRIPT_FAILED.search(console_text, started[step]) else "running"
-        else:
-            states[step] = "waiting"
-    return states
+    return match["step"] if match and match["event"] == STARTING and match["run"] == run else None
 
 
 def done_markers(session: Session) -> list[str]:
@@ -82,57 +53,71 @@ def _refuse_cancelled(session: Session) -> None:
                         f"marker exists: {go_on_hint(session)}")
 
 
-def _starts(lines: list[str], step: Step) -> list[int]:
-    return [i for i, line in enumerate(lines) if _started_step(line) == step]
+def _starts(lines: list[str], step: Step, run: str) -> list[int]:
+    return [i for i, line in enumerate(lines) if _started_step(line, run) == step]
 
 
-def step_section(console_text: str, step: Step) -> list[str] | None:
-    """The console lines from the last start of `step` until the next step starts; None if it never started."""
+def step_section(console_text: str, step: Step, run: str) -> list[str] | None:
+    """The console lines from the last start of `step` of `run` until the next step starts; None if the
+    console does not show it start (not started, or its start scrolled out of the last 1 MB)."""
     lines = console_text.splitlines()
-    starts = _starts(lines, step)
+    starts = _starts(lines, step, run)
     if not starts:
         return None
     section = lines[starts[-1]:]
-    ends = [i for i, line in enumerate(section) if i and _started_step(line)]
+    ends = [i for i, line in enumerate(section) if i and _started_step(line, run)]
     return section[:ends[0]] if ends else section
 
 
-def train_attempt(console_text: str) -> tuple[int, str]:
+def train_attempt(console_text: str, run: str) -> tuple[int, str]:
     """(which start of train this is, the console text since it): after a reboot the script starts train
-    again and train_rl resumes from its last checkpoint, so progress is read from the last start only."""
-    section = step_section(console_text, "train") or []
-    return len(_starts(console_text.splitlines(), "train")), "\n".join(section)
+    again and train_rl resumes from its last checkpoint, so progress is read from the last start only. When
+    the start scrolled out of the console's 1 MB, all that is left belongs to the running attempt."""
+    section = step_section(console_text, "train", run)
+    if section is None:
+        return 0, console_text
+    return len(_starts(console_text.splitlines(), "train", run)), "\n".join(section)
 
 
-def _instance(session: Session):
-    settings = session.settings
-    try:
-        return session.clients.instances().get(project=settings.project, zone=settings.zone,
-                                               instance=settings.vm_name)
-    except gexc.NotFound:
-        raise UserError(f"TPU VM '{settings.vm_name}' not found in zone {settings.zone}: deploy it with "
-                        f"`npx cdktf deploy {session.recipe.name}` (or set TPU_NAME)") from None
+def read_state(session: Session, console_text: str) -> VmState:
+    """The run's state: its markers, records and cancel marker in the bucket, and the console's view."""
+    storage, paths = session.clients.storage(), session.paths
+    done = {name.removesuffix(".done") for name in done_markers(session)}
+    return VmState.of(done, Attempt.parse(gcs.read_text(storage, paths.vm_attempt)),
+                      Failure.parse(gcs.read_text(storage, paths.vm_failure)),
+                      ConsoleView.read(console_text, paths.run_name), bool(cancelled_at(session)))
 
 
 class SerialReader:
+    """Reads the serial console on from where it left off. A VM that restarted (maintenance) has a new
+    console, shorter than the offset: it is read again from its start."""
+
     def __init__(self, session: Session) -> None:
         self.session, self.offset = session, 0
 
     def new_text(self) -> str:
         settings = self.session.settings
-        output = self.session.clients.instances().get_serial_port_output(request={
-            "project": settings.project, "zone": settings.zone, "instance": settings.vm_name, "start": self.offset})
-        self.offset = int(output.next_) if output.next_ else self.offset + len(output.contents)
-        return output.contents
+        for _ in range(2):
+            output = self.session.clients.instances().get_serial_port_output(request={
+                "project": settings.project, "zone": settings.zone, "instance": settings.vm_name,
+                "start": self.offset})
+            following = int(output.next_) if output.next_ else self.offset + len(output.contents)
+            if following >= self.offset:
+                self.offset = following
+                return output.contents
+            self.offset = 0
+        return ""
 
 
 def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_run: bool = False) -> None:
     console = session.console
-    _instance(session)
+    instance = get_instance(session)
     record = RunRecord.open(session)
     pending = [step for step in steps if session.missing(step)]
     if pending:
+        check_deployed_script(session, instance)
         _refuse_cancelled(session)
+        require_token_version(session)
     if dry_run:
         console.print(f"dry run of run {session.paths.run_name} on TPU VM {session.settings.vm_name}: nothing is "
                       "started or written; its startup script, deployed with the stack, runs the steps")
@@ -158,13 +143,36 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
     session.report_done(steps)
 
 
+def failure_message(session: Session, state: VmState, pending: list[str]) -> str | None:
+    """One line for a startup script that failed or ended in this attempt; None while it runs."""
+    vm, failure = session.settings.vm_name, state.failure
+    if failure:
+        what = f"step {failure.phase}" if failure.phase in STEPS else f"the startup script's {failure.phase}"
+        logs = (f"logs: {session.logs_hint(failure.phase)}" if failure.phase in STEPS
+                else f"the record: `gcloud storage cat {session.paths.vm_failure}`")
+        return (f"{what} failed on TPU VM {vm} (exit {failure.code}, attempt {failure.attempt}): "
+                f"{failure.last_line[:200]!r}; {logs}; fix it and reboot the VM "
+                f"(`{ssh_command(session.settings)} -- sudo reboot`) to resume")
+    verdict = state.ended_without_record
+    if verdict and pending:
+        return (f"the startup script of TPU VM {vm} ended ({verdict}, says the guest agent) before {pending[0]} "
+                f"finished and left no failure record; last console line: {_last_line(state.view.text)!r}; "
+                f"see {session.logs_hint(pending[0])}")
+    return None
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
 def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], record: RunRecord,
             follow_logs: bool) -> None:
     """Follow the startup script until every pending step is done and verified."""
     console, paths = session.console, session.paths
     serial = SerialReader(session)
+    maintenance = Maintenance(session)
     console_text = ""
-    last_console_line = ""
     reported: dict[str, str] = {}
     # tunix's step lines reach the console through the startup script's output (jobs/vm.py sends stderr
     # there too), so the same parser as on GKE reads them; the reward comes from the same bucket path.
@@ -173,38 +181,38 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
     evaluations = EvaluationWatch(session, record)  # the evaluation lines reach the console the same way
     try:
         while pending:
-            text = serial.new_text()
+            maintenance.check(pending)
+            text = serial.new_text() if maintenance.since is None else ""
             console_text += text
             at = cancelled_at(session)
             if at:
                 raise RunCancelled(f"step {pending[0]} was cancelled: `tpu-rl cancel` wrote "
                                    f"{paths.cancel_marker} at {at}; its outputs are kept; {go_on_hint(session)}")
-            states = step_states(done_markers(session), console_text)
+            state = read_state(session, console_text)
+            states = state.states()
             if "train" in pending and "corr=" in text:
-                evaluations.see("\n".join(step_section(console_text, "train") or []), source="console")
-            lines = [line for line in text.splitlines() if line.strip()]
-            if lines:
-                last_console_line = lines[-1]
-                if follow_logs:
-                    for line in lines:
+                evaluations.see("\n".join(step_section(console_text, "train", paths.run_name) or []),
+                                source="console")
+            if follow_logs:
+                for line in text.splitlines():
+                    if line.strip():
                         console.print(f"[dim]vm|[/] {escape(line)}", highlight=False)
+            phase = state.attempt.phase if state.attempt else ""
+            if phase and phase not in STEPS and reported.get("") != phase:
+                console.print(f"startup script: {phase}")
+                reported[""] = phase
             for step in list(pending):
-                state = states.get(step, "waiting")
-                shown = state
-                if step == "train" and state == "running":
-                    shown += progress_suffix(progress.update(*train_attempt(console_text)),
+                state_of = states.get(step, "waiting")
+                shown = state_of
+                if step == "train" and state_of == "running":
+                    shown += progress_suffix(progress.update(*train_attempt(console_text, paths.run_name)),
                                              session.recipe.train_steps, reward.latest())
                 if reported.get(step) != shown:
                     console.print(f"{step}: {shown}")
-                    if state == "running" and not reported.get(step, "").startswith("running"):
+                    if state_of == "running" and not reported.get(step, "").startswith("running"):
                         record.step(step, "running")
                     reported[step] = shown
-                if state == "failed":
-                    raise StepFailed(
-                        f"step {step} failed on TPU VM {session.settings.vm_name} (the startup script stopped "
-                        f"before writing {paths.progress_marker(step)}); last console line: "
-                        f"{last_console_line[:200]!r}. Logs: {session.logs_hint(step)}")
-                if state != "done":
+                if state_of != "done":
                     break
                 pending.remove(step)
                 verify_output(session, step, steps)
@@ -213,11 +221,9 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                 record.step(step, "succeeded", **fields)
             if not pending:
                 break
-            status = _instance(session).status
-            if status in STOPPED:
-                raise StepFailed(f"TPU VM {session.settings.vm_name} is {status} before {pending[0]} finished "
-                                 "(preempted or maintenance?): start it again and rerun `tpu-rl run`; logs: "
-                                 f"{session.logs_hint(pending[0])}")
+            message = failure_message(session, state, pending)
+            if message:
+                raise StepFailed(message)
             session.sleep(session.poll_interval)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted: the TPU VM keeps running its startup script. Reattach with "
@@ -267,34 +273,47 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
 
 
 def status_vm(session: Session) -> StatusReport:
-    """Each step's progress and output. Without the VM (deleted after a run, or not deployed yet) the
-    bucket still holds the progress markers and outputs, so they are shown with a note instead of an error."""
+    """Each step's progress and output, from the bucket's records (the console adds only the guest agent's
+    verdict). Without the VM (deleted after a run, or not deployed yet) the bucket still holds them, so they
+    are shown with a note instead of an error."""
     settings = session.settings
-    markers = done_markers(session)
     cancelled = cancelled_at(session)
     note = f"run {session.paths.run_name} was cancelled at {cancelled}; {go_on_hint(session)}" if cancelled else ""
     try:
         instance = session.clients.instances().get(project=settings.project, zone=settings.zone,
                                                    instance=settings.vm_name)
     except gexc.NotFound:
-        states = step_states(markers, "", bool(cancelled))
-        rows = [StepStatus(step, states[step] if states[step] in ("done", CANCELLED) else "not done", "", "",
-                           session.output_state(step)) for step in STEPS]
+        states = read_state(session, "").states()
+        rows = [StepStatus(step, states[step] if states[step] in ("done", CANCELLED, "failed") else "not done",
+                           "", "", session.output_state(step)) for step in STEPS]
         return StatusReport(f"TPU VM {settings.vm_name} (not found)", rows,
                             f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
                             f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
                             "TPU_NAME)")
-    states = step_states(markers, SerialReader(session).new_text(), bool(cancelled))
+    state = read_state(session, SerialReader(session).new_text())
+    states = state.states()
+    if not note and any(value != "done" for value in states.values()):
+        note = failure_message(session, state, [step for step in STEPS if states[step] != "done"]) or ""
     return StatusReport(f"TPU VM {settings.vm_name} ({instance.status})",
                         [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step))
                          for step in STEPS], note)
 
 
 def logs_vm(session: Session, step: Step, tail: int | None) -> list[str]:
-    """The serial console from the last start of `step` until the next step starts."""
-    _instance(session)
-    section = step_section(SerialReader(session).new_text(), step)
+    """A step's log: the whole of it from the bucket once the step ended (done or failed); while it runs,
+    the serial console from its start (or all the console keeps, when its start scrolled out of it)."""
+    storage, paths = session.clients.storage(), session.paths
+    text = gcs.read_text(storage, paths.step_log(step))
+    if text is not None:
+        lines = text.splitlines()
+        return lines[-tail:] if tail else lines
+    get_instance(session)
+    console_text = SerialReader(session).new_text()
+    section = step_section(console_text, step, paths.run_name)
     if section is None:
-        raise UserError(f"the console of TPU VM {session.settings.vm_name} shows no '{step}: {STARTING}' line: "
-                        f"the step has not started yet (see `tpu-rl status {session.recipe.name}`)")
+        if read_state(session, console_text).states()[step] != "running":
+            raise UserError(f"step {step} of run {paths.run_name} has no log in the bucket and the console of "
+                            f"TPU VM {session.settings.vm_name} shows no '{step}: {STARTING}' line: the step has "
+                            f"not started yet (see `tpu-rl status {session.recipe.name}`)")
+        section = console_text.splitlines()
     return section[-tail:] if tail else section

@@ -85,10 +85,29 @@ def make_bucket(client, name: str, region: str):
     return bucket
 
 
+def deploy_vm(server: GoogleApis, settings: dict[str, str], status: str = "RUNNING",
+              recipe_name: str = "llama31-v6e8", run: str | None = None) -> tuple[str, str]:
+    """The settings' TPU VM as its stack creates it: in `status`, with the recipe's startup script in its
+    metadata (infra/tpu_vm.py); with `run`, the script of that run (a stack deployed before the recipe
+    changed). Returns its (zone, name)."""
+    from jobs import render_startup_script
+    from recipes import get_recipe, load_settings
+
+    loaded = load_settings(env=settings)
+    vm = (settings["ZONE"], loaded.vm_name)
+    server.instances[vm] = status
+    recipe = loaded.recipe(get_recipe(recipe_name))
+    recipe = recipe.model_copy(update={"run": run}) if run else recipe
+    server.metadata[vm] = {"startup-script": render_startup_script(recipe, loaded),
+                           "enable-oslogin": "TRUE"}
+    return vm
+
+
 def start_google(settings: dict[str, str], token: str, state: dict | None = None) -> GoogleApis:
     """Compute, TPU and Secret Manager with a healthy v6e setup (capacity free, token stored), changed
     where `state` says: reservation (absent | [machine type, count, in use]), accelerators (absent),
-    secret (absent | empty), vm (the status of the settings' TPU VM, e.g. RUNNING; absent without it)."""
+    secret (absent | empty), vm (the status of the settings' TPU VM, e.g. RUNNING; absent without it),
+    vm_script (other: the VM runs another run's startup script)."""
     from recipes.settings import DEFAULT_HF_TOKEN_SECRET
 
     state = state or {}
@@ -100,10 +119,8 @@ def start_google(settings: dict[str, str], token: str, state: dict | None = None
     server.machine_types.update({(zone, "ct6e-standard-4t"), (zone, "ct6e-standard-8t")})
     if state.get("accelerators") != "absent":
         server.accelerator_types.update({(zone, "v6e-8"), (zone, "v6e-32"), (zone, "v6e-64")})
-    if "vm" in state:
-        from recipes import load_settings
-
-        server.instances[(zone, load_settings(env=settings).vm_name)] = state["vm"]
+    if "vm" in state:  # vm_script: other = the script of another run than the recipe's
+        deploy_vm(server, settings, state["vm"], run="older" if state.get("vm_script") == "other" else None)
     secret = state.get("secret", "present")
     if secret != "absent":
         server.secrets[DEFAULT_HF_TOKEN_SECRET] = [] if secret == "empty" else [{"data": token.encode(), "state": "ENABLED"}]

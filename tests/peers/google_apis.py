@@ -21,6 +21,10 @@ _ACCEL = re.compile(r"^/v2/projects/(?P<p>[^/]+)/locations/(?P<z>[^/]+)/accelera
 _SECRET = re.compile(r"^/v1/projects/(?P<p>[^/]+)/secrets/(?P<s>[^/:]+)(?P<rest>/versions|:addVersion|/versions/[^/:]+:access)?$")
 
 
+# The serial console's buffer: 1 MB (the API reference's "buffer (1 MB)"), taken as 2**20 bytes here.
+SERIAL_BUFFER = 1 << 20
+
+
 def google_error(code: int, message: str) -> Reply:
     return Reply(code, {"error": {"code": code, "message": message, "status": _STATUS.get(code, "UNKNOWN"),
                                   "errors": [{"message": message, "domain": "global", "reason": "notFound"
@@ -34,6 +38,7 @@ class GoogleApis(PeerServer):
     accelerator_types: set = field(default_factory=set)  # (zone, type)
     instances: dict = field(default_factory=dict)  # (zone, name) -> status
     serial: dict = field(default_factory=dict)  # (zone, name) -> console text
+    metadata: dict = field(default_factory=dict)  # (zone, name) -> {key: value}, the instance's metadata items
     secrets: dict = field(default_factory=dict)  # secret id -> [{"data": bytes, "state": str}]
     # region -> {metric: (limit, usage)}: the regional quotas regions.get lists (Compute Engine's
     # Region.quotas[], each {metric, limit, usage} with the numbers as JSON doubles)
@@ -45,6 +50,8 @@ class GoogleApis(PeerServer):
     # the request bodies it was sent. A page holds at most the request's pageSize entries.
     log_entries: list = field(default_factory=list)
     log_queries: list = field(default_factory=list)
+    # The same for each instance GET (a stopped VM's console is not read, so a test moves time on here).
+    on_instance_get: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         PeerServer.__init__(self)
@@ -120,11 +127,17 @@ class GoogleApis(PeerServer):
             if self.on_serial_read:
                 self.on_serial_read.pop(0)()
             text = self.serial.get((zone, name), "")
-            start = int(query.get("start", 0))
+            # "Returns the last 1 MB of serial port output": a start before the oldest byte kept is adjusted
+            # to it and returned as `start` (Compute Engine API, instances.getSerialPortOutput, `start`).
+            start = max(int(query.get("start", 0)), len(text) - SERIAL_BUFFER)
             return Reply(200, {"kind": "compute#serialPortOutput", "contents": text[start:], "start": str(start),
                                "next": str(len(text))})
+        if self.on_instance_get:
+            self.on_instance_get.pop(0)()
+        items = [{"key": key, "value": value} for key, value in self.metadata.get((zone, name), {}).items()]
         return Reply(200, {"kind": "compute#instance", "name": name, "status": self.instances[(zone, name)],
-                           "zone": base, "machineType": f"{base}/machineTypes/ct6e-standard-8t"})
+                           "zone": base, "machineType": f"{base}/machineTypes/ct6e-standard-8t",
+                           "metadata": {"kind": "compute#metadata", "fingerprint": "ZmFrZQ==", "items": items}})
 
     def _region(self, match) -> Reply:
         project, region = match["p"], match["r"]

@@ -1,0 +1,107 @@
+"""What `tpu-rl run` checks of the VM recipe's TPU VM before and while it follows the startup script: the
+instance, its startup script, the token version it will read, and a stop by host maintenance."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from google.api_core import exceptions as gexc
+
+from jobs import render_startup_script
+from jobs.vm import RUN_ASSIGNMENT, ssh_command
+from recipes import UserError
+from scripts.cloud import hf_token
+from scripts.outcome import StepFailed
+from scripts.pipeline.session import Session, hms
+from scripts.pipeline.vm_state import METADATA_KEY
+
+# Instance statuses in which the startup script does not run. A TPU VM "can only stop during host
+# maintenance events" and with automaticRestart (hashicorp/google 6.50.0 scheduling.automatic_restart
+# Default: true; infra/tpu_vm.py sets false only for spot) Compute Engine starts it again
+# (Compute Engine docs, compute/docs/instances/setting-vm-host-options, Limitations; "TPUs often recover
+# automatically from maintenance events", else "delete and recreate the TPU resources", tpu/docs/
+# prepare-for-maintenance). A user cannot start it again: "You can't restart TPU instances" (compute/docs/
+# instances/stop-start-instance, Limitations). So `run` waits Session.maintenance_grace for it, then says to
+# delete and redeploy it.
+STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING", "REPAIRING"}
+
+
+def get_instance(session: Session):
+    settings = session.settings
+    try:
+        return session.clients.instances().get(project=settings.project, zone=settings.zone,
+                                               instance=settings.vm_name)
+    except gexc.NotFound:
+        raise UserError(f"TPU VM '{settings.vm_name}' not found in zone {settings.zone}: deploy it with "
+                        f"`npx cdktf deploy {session.recipe.name}` (or set TPU_NAME)") from None
+
+
+def _deployed_script(instance) -> str | None:
+    items = instance.metadata.items if instance.metadata else []
+    return next((item.value for item in items if item.key == METADATA_KEY), None)
+
+
+def check_deployed_script(session: Session, instance) -> None:
+    """Refuse unless the VM's startup script is the one the recipe renders now. The stack passes it as
+    metadata_startup_script, which the provider replaces the instance for when it changes (hashicorp/google
+    6.50.0 resource_compute_instance.go: ForceNewIf on metadata_startup_script, while the `metadata` map is
+    updated in place with setMetadata), and startup scripts run only at boot: without this, a changed recipe
+    would leave the old script running and `run` would follow the wrong run."""
+    deployed = _deployed_script(instance)
+    if deployed == render_startup_script(session.recipe, session.settings):
+        return
+    vm, name, run = session.settings.vm_name, session.recipe.name, session.paths.run_name
+    match = RUN_ASSIGNMENT.search(deployed or "")
+    has = (f"the startup script of run {match['run']}" if match else "another startup script") if deployed \
+        else "no startup script"
+    same_run = " (same run, another script: tpu-rl or the settings changed)" if match and match["run"] == run else ""
+    raise UserError(f"TPU VM {vm} has {has}, not the one recipe '{name}' renders now for run {run}{same_run}: "
+                    f"`npx cdktf deploy {name}` replaces the VM with it (the plan shows the replacement; the "
+                    "bucket keeps the finished steps and the new VM resumes after them)")
+
+
+def require_token_version(session: Session) -> None:
+    """The startup script reads the token's latest version at boot; without an enabled one it can only fail."""
+    settings = session.settings
+    if not hf_token.enabled_versions(session.clients.secrets(), settings):
+        raise UserError(f"secret '{settings.hf_token_secret}' has no enabled version: "
+                        f"{hf_token.no_version_fix(settings)}; the VM's startup script reads it at boot, so "
+                        f"reboot the VM after that (`{ssh_command(settings)} -- sudo reboot`)")
+
+
+def redeploy_hint(session: Session) -> str:
+    settings = session.settings
+    return (f"`gcloud compute instances delete {settings.vm_name} --zone={settings.zone} "
+            f"--project={settings.project}`, then `npx cdktf deploy {session.recipe.name}`: the new VM's startup "
+            "script resumes at the first step not done (train from its last checkpoint)")
+
+
+class Maintenance:
+    """A TPU VM that stopped: wait for Compute Engine to start it again, Session.maintenance_grace at most."""
+
+    def __init__(self, session: Session) -> None:
+        self.session, self.since = session, None
+
+    def check(self, pending: list[str]) -> None:
+        session, vm = self.session, self.session.settings.vm_name
+        try:
+            status = get_instance(session).status
+        except UserError:
+            raise StepFailed(f"TPU VM {vm} no longer exists before {pending[0]} finished (a spot or "
+                             "reservation-bound TPU VM is deleted when Compute Engine reclaims it): "
+                             f"`npx cdktf deploy {session.recipe.name}` creates it again and its startup script "
+                             "resumes at the first step not done") from None
+        now: datetime = session.now()
+        if status not in STOPPED:
+            if self.since is not None:
+                session.console.print(f"TPU VM {vm} is {status} again: its startup script resumes at the first "
+                                      "step not done")
+                self.since = None
+            return
+        if self.since is None:
+            self.since = now
+            session.console.print(f"TPU VM {vm} is {status} (host maintenance stops TPU VMs, and Compute Engine "
+                                  f"restarts them): waiting up to {hms(session.maintenance_grace)} for it")
+        elif (now - self.since).total_seconds() >= session.maintenance_grace:
+            raise StepFailed(f"TPU VM {vm} stayed {status} for {hms(session.maintenance_grace)} before "
+                             f"{pending[0]} finished, and a TPU VM cannot be started again: {redeploy_hint(session)}")

@@ -1,0 +1,152 @@
+"""What the VM recipe's startup script (jobs/vm.py) says about a run: its records in the bucket first, the
+serial console only as a live view.
+
+- The bucket: the progress markers (`<step>.done`), the attempt record (this boot's attempt and phase,
+  paths.vm_attempt) and the failure record (paths.vm_failure: attempt, phase, exit code, log tail). They
+  survive the console's 1 MB window (getSerialPortOutput "Returns the last 1 MB of serial port output",
+  Compute Engine API reference, instances.getSerialPortOutput).
+- The console: each boot's attempt line, the steps' start lines (both name their run) and the guest agent's
+  own lines after the script ended. The agent copies each output line of the script behind the metadata
+  key ("%s: %s" in runCmd, GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go at
+  0a52260f; `Metadata key(%q), command(%q): %s` in runScript, GoogleCloudPlatform/google-guest-agent
+  cmd/gce_metadata_script_runner/scriptrunner.go at 16b9b3bf), then logs `Script %q failed with error: %v`
+  (an exit status N) or, old agent, `%s exit status 0`, and last `Finished running %s scripts` (the old
+  agent ends it with a period). Only the agent's own lines count: a line of the script's output that
+  contains those words does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jobs.vm import ATTEMPT_LINE, CANCELLED, PROGRESS_LINE, STARTING
+from recipes import STEPS
+
+METADATA_KEY = "startup-script"
+AGENT_FAILED = f'Script "{METADATA_KEY}" failed with error: '
+AGENT_FINISHED = "Finished running startup scripts"
+# How the two agents prefix a line of the script's output (see above): such a line is the script's, never
+# the agent's verdict.
+SCRIPT_OUTPUT = (f"{METADATA_KEY}: ", f'Metadata key("{METADATA_KEY}")')
+
+
+def _fields(line: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in line.split() if "=" in item)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The attempt record: which boot's attempt runs, and in which phase (install, token, a step, done)."""
+
+    attempt: str
+    phase: str
+    at: str
+
+    @classmethod
+    def parse(cls, text: str | None) -> Attempt | None:
+        values = _fields(text.splitlines()[0]) if text and text.strip() else {}
+        if "attempt" not in values:
+            return None
+        return cls(values["attempt"], values.get("phase", ""), values.get("at", ""))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The failure record: the phase of an attempt that failed, its exit code and the tail of its log."""
+
+    attempt: str
+    phase: str
+    code: str
+    at: str
+    tail: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str | None) -> Failure | None:
+        lines = (text or "").splitlines()
+        values = _fields(lines[0]) if lines else {}
+        if "attempt" not in values:
+            return None
+        return cls(values["attempt"], values.get("phase", ""), values.get("exit", "?"), values.get("at", ""),
+                   tuple(line for line in lines[1:] if line.strip()))
+
+    @property
+    def last_line(self) -> str:
+        """The last line the phase logged before the script's own "failed" line (the cause, usually)."""
+        lines = [line for line in self.tail if f" {self.phase}: failed (exit " not in line]
+        return (lines or list(self.tail) or [""])[-1]
+
+
+def agent_verdict(line: str) -> str | None:
+    """The guest agent's word on the script when `line` is its own line: "exit status N" for a failure,
+    "finished" for the end of all startup scripts; None for any other line, the script's output included."""
+    for phrase, verdict in ((AGENT_FAILED, None), (AGENT_FINISHED, "finished")):
+        at = line.find(phrase)
+        if at < 0 or any(prefix in line[:at] for prefix in SCRIPT_OUTPUT):
+            continue
+        return verdict or line[at + len(phrase):].strip()
+    return None
+
+
+@dataclass
+class ConsoleView:
+    """The console since the current attempt of one run started (all of it when that line is gone)."""
+
+    attempt: str | None = None  # the last attempt line of the run, if the console still has it
+    started: list[str] = field(default_factory=list)  # steps of the run that started in it
+    verdict: str | None = None  # the guest agent's, after the attempt started
+    text: str = ""
+
+    @classmethod
+    def read(cls, console_text: str, run: str) -> ConsoleView:
+        attempts = [match for match in ATTEMPT_LINE.finditer(console_text) if match["run"] == run]
+        begin = attempts[-1].end() if attempts else 0
+        text = console_text[begin:]
+        view = cls(attempts[-1]["attempt"] if attempts else None, text=text)
+        for match in PROGRESS_LINE.finditer(text):
+            if match["run"] == run and match["event"] == STARTING and match["step"] not in view.started:
+                view.started.append(match["step"])
+        verdicts = [verdict for verdict in map(agent_verdict, text.splitlines()) if verdict]
+        # A failure line comes before the agent's "Finished running ..." line: the failure is the verdict.
+        view.verdict = next((verdict for verdict in verdicts if verdict != "finished"), verdicts[-1] if verdicts
+                            else None)
+        return view
+
+
+@dataclass(frozen=True)
+class VmState:
+    """Everything `run`, `status` and `logs` decide from: bucket records and the console's view."""
+
+    done: frozenset[str]
+    attempt: Attempt | None
+    failure: Failure | None  # only the current attempt's
+    view: ConsoleView
+    cancelled: bool = False
+
+    @classmethod
+    def of(cls, done, attempt: Attempt | None, failure: Failure | None, view: ConsoleView,
+           cancelled: bool = False) -> VmState:
+        # The console's last attempt line is the newest boot; without it (scrolled out) the bucket's record.
+        current = view.attempt or (attempt.attempt if attempt else None)
+        return cls(frozenset(done), attempt if attempt and attempt.attempt == current else None,
+                   failure if failure and failure.attempt == current else None, view, cancelled)
+
+    @property
+    def ended_without_record(self) -> str | None:
+        """The guest agent's verdict when the script ended in this attempt and left no failure record."""
+        return None if self.failure else self.view.verdict
+
+    def states(self) -> dict[str, str]:
+        phase = self.attempt.phase if self.attempt else None
+        states = {}
+        for step in STEPS:
+            if step in self.done:
+                states[step] = "done"
+            elif self.cancelled:
+                states[step] = CANCELLED
+            elif self.failure and self.failure.phase == step:
+                states[step] = "failed"
+            elif step == phase or step in self.view.started:
+                states[step] = "failed" if self.ended_without_record else "running"
+            else:
+                states[step] = "waiting"
+        return states

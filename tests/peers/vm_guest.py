@@ -1,0 +1,170 @@
+"""The TPU VM's guest, locally: the real rendered startup script under bash, with stand-ins for gcloud (a
+local directory as the bucket, Secret Manager from an environment variable), python3 (records its arguments),
+uv, apt-get and curl, and the serial console the guest agent makes of each boot.
+
+The console format is the guest agent's (GoogleCloudPlatform/guest-agent google_metadata_script_runner/
+main.go at 0a52260f: main logs "Starting %s scripts (version %s).", "Found %s in metadata.", then runCmd
+copies each output line as "%s: %s" with the metadata key, then "%s exit status 0" or
+"Script %q failed with error: %v" (Go's exec error: "exit status N"), then "Finished running %s scripts.").
+The newer agent (GoogleCloudPlatform/google-guest-agent cmd/gce_metadata_script_runner/scriptrunner.go at
+16b9b3bf) copies a line as `Metadata key(%q), command(%q): %s`, logs the same failure line and
+"Finished running %s scripts" without the period.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+INSTALL_DIR, LOG_FILE = "/opt/tpu-rl", "/var/log/tpu-rl.log"  # jobs/vm.py, replaced by local paths here
+
+FAKE_GCLOUD = r"""#!/bin/bash
+set -eu
+local_path() { echo "$FAKE_GCS/${1#gs://}"; }
+count() { local n; n=$(( $(cat "$1" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$1"; echo "$n"; }
+case "$1 $2" in
+  "storage ls")
+    if (( $(count "$FAKE_GCS.ls-calls") <= ${FAKE_LS_FAILURES:-0} )); then
+      echo "ERROR: (gcloud.storage.ls) HTTPError 503: stand-in transient error" >&2; exit 1
+    fi
+    # A URL with a wildcard lists the matching objects' URLs, as `gcloud storage ls` does.
+    found=1
+    for path in $(local_path "$3"); do
+      if [[ -e "$path" ]]; then found=0; [[ "$3" != *"*"* ]] || echo "gs://${path#"$FAKE_GCS"/}"; fi
+    done
+    (( found == 0 )) || { echo "ERROR: (gcloud.storage.ls) One or more URLs matched no objects." >&2; exit 1; } ;;
+  "storage cp") mkdir -p "$(dirname "$(local_path "$4")")"; cat > "$(local_path "$4")" ;;
+  "secrets versions")
+    if [[ -z "${FAKE_TOKEN:-}" ]]; then
+      echo "ERROR: (gcloud.secrets.versions.access) NOT_FOUND: Secret Version [projects/p/secrets/hf-token/versions/latest] not found." >&2
+      exit 1
+    fi
+    printf '%s' "$FAKE_TOKEN" ;;
+  *) echo "unexpected gcloud $*" >&2; exit 2 ;;
+esac
+"""
+
+FAKE_UV = r"""#!/bin/bash
+echo "uv $*${UV_TORCH_BACKEND:+ (UV_TORCH_BACKEND=$UV_TORCH_BACKEND)}" >> "$CALLS"
+if [[ "$1" == venv ]]; then
+  venv="${@: -1}"; mkdir -p "$venv/bin"; touch "$venv/bin/activate"; ln -sf "$(command -v true)" "$venv/bin/python"
+fi
+"""
+
+# A tool that records its call and fails when FAIL_TOOL names it, as apt-get does (exit 100).
+RECORDER = r"""#!/bin/bash
+echo "$(basename "$0") $*" >> "$CALLS"
+if [[ "$(basename "$0")" == "${FAIL_TOOL:-none}" ]]; then
+  echo "E: stand-in failure of $(basename "$0") $*"; exit 100
+fi
+"""
+
+FAKE_PYTHON = r"""#!/bin/bash
+printf '%s token=%s\n' "$2" "$([[ "${HF_TOKEN:-}" == "$FAKE_TOKEN" ]] && echo yes || echo no)" >> "$CALLS"
+echo "$2: stand-in output"
+if [[ "$2" == *train_rl && "${FAIL_MODULE:-none}" != *train_rl && -n "${ACTOR:-}" ]]; then
+  # tunix saves the step training reached on close: orbax's commit marker in its step directory last.
+  for step in ${TRAINED_STEPS-50}; do mkdir -p "$ACTOR/$step"; echo committed > "$ACTOR/$step/commit_success.txt"; done
+fi
+if [[ "$2" == *to_huggingface && -n "${EXPORTED:-}" ]]; then
+  printf '%s\n' "$@" | grep '^load_parameters_path=' >> "$EXPORTED" || true
+fi
+if [[ "$2" == "${CANCEL_MODULE:-none}" ]]; then
+  # A long step, during which someone runs `tpu-rl cancel` (the marker appears); it runs until SIGTERM.
+  mkdir -p "$(dirname "$CANCEL_FILE")"; date > "$CANCEL_FILE"
+  trap 'kill "$nap"; echo "$2 got SIGTERM" >> "$CALLS"; exit 143' TERM
+  sleep 50 & nap=$!; wait "$nap"
+  exit 0
+fi
+if [[ "$2" == "${LONG_MODULE:-none}" ]]; then
+  # A step that logs more than the console keeps (train_rl at debug logs every question and answer).
+  head -c "$LONG_BYTES" /dev/zero | tr '\0' 'q' | fold -w 99
+  echo
+fi
+if [[ "$2" == "${FAIL_MODULE:-none}" ]]; then
+  echo "$2: stand-in error, exiting 1"; exit 1
+fi
+"""
+
+
+class Guest:
+    """One TPU VM's boot disk and bucket, booted as often as a test likes."""
+
+    def __init__(self, tmp_path: Path, script: str, token: str, installed: str | None,
+                 actor_checkpoints: str | None = None) -> None:
+        """`actor_checkpoints`: the run's gs:// checkpoint prefix; train_rl's stand-in then writes the step
+        it reached there with orbax's commit marker, as tunix does on close, so export finds it."""
+        self.root, self.token = tmp_path, token
+        self.bin, self.gcs, self.install = tmp_path / "bin", tmp_path / "gcs", tmp_path / "opt"
+        for directory in (self.bin, self.gcs, self.install / "venv" / "bin"):
+            directory.mkdir(parents=True, exist_ok=True)
+        for name, text in (("gcloud", FAKE_GCLOUD), ("python3", FAKE_PYTHON), ("uv", FAKE_UV),
+                           ("apt-get", RECORDER), ("install_tpu_post_train_extra_deps", RECORDER),
+                           ("curl", '#!/bin/bash\necho "curl $*" >> "$CALLS"; echo "exit 0"\n')):
+            (self.bin / name).write_text(text)
+            (self.bin / name).chmod(0o755)
+        (self.install / "venv" / "bin" / "activate").write_text("# stand-in venv\n")
+        self.install_marker = self.install / f".installed-{installed or 'none'}"
+        if installed:
+            self.install_marker.touch()  # the install phase is skipped
+        self.log_file = tmp_path / "tpu-rl.log"
+        text = script.replace(INSTALL_DIR, str(self.install)).replace(LOG_FILE, str(self.log_file))
+        self.script = tmp_path / "startup.sh"
+        self.script.write_text(text.replace('export PATH="', f'export PATH="{self.bin}:', 1))
+        self.script.chmod(0o755)
+        self.calls = tmp_path / "calls"
+        self.boots: list[tuple[str, int]] = []  # (the script's output, its exit code) per boot
+        self.output = ""
+        self.env = {"EXPORTED": str(tmp_path / "exported")}  # the load_parameters_path of each export
+        if actor_checkpoints:
+            self.env["ACTOR"] = str(self.object(actor_checkpoints))
+
+    def boot(self, **env: str) -> tuple[int, list[str], str]:
+        """Run the script once as the guest agent does (one pipe for stdout and stderr): (exit code, the
+        stand-ins' calls, the log file and output)."""
+        full = {"PATH": os.environ["PATH"], "FAKE_GCS": str(self.gcs), "FAKE_TOKEN": self.token,
+                "CALLS": str(self.calls), **self.env, **env}
+        result = subprocess.run(["bash", "-c", str(self.script)], env=full, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, timeout=60)
+        lines = self.calls.read_text().splitlines() if self.calls.exists() else []
+        self.calls.unlink(missing_ok=True)
+        self.output = result.stdout
+        self.boots.append((result.stdout, result.returncode))
+        log = (self.log_file.read_text() if self.log_file.exists() else "") + result.stdout
+        return result.returncode, lines, log
+
+    def object(self, url: str) -> Path:
+        return self.gcs / url.removeprefix("gs://")
+
+    def console(self, agent: str = "guest-agent", boots: list[tuple[str, int]] | None = None,
+                running: bool = False) -> str:
+        """The serial console of these boots (all so far) as the guest agent writes it; `running`: the last
+        boot's script has not ended yet (no verdict)."""
+        boots = self.boots if boots is None else boots
+        lines: list[str] = []
+        for index, (output, code) in enumerate(boots):
+            ended = not (running and index == len(boots) - 1)
+            if agent == "guest-agent":
+                lines += ["Starting startup scripts (version ).", "Found startup-script in metadata."]  # version: unset
+                lines += [f"startup-script: {line}" for line in output.splitlines()]
+                if ended:
+                    lines.append("startup-script exit status 0" if code == 0
+                                 else f'Script "startup-script" failed with error: exit status {code}')
+                    lines.append("Finished running startup scripts.")
+            else:
+                lines += ['Found startup-script in metadata']
+                lines += [f'Metadata key("startup-script"), command("/bin/bash"): {line}'
+                          for line in output.splitlines()]
+                if ended:
+                    if code:
+                        lines.append(f'Script "startup-script" failed with error: exit status {code}')
+                    lines.append("Finished running startup scripts")
+        return "\n".join(lines) + "\n"
+
+    def sync_to(self, storage) -> None:
+        """Copy the local bucket into the GCS emulator, so the real CLI reads what the script wrote."""
+        for path in sorted(self.gcs.rglob("*")):
+            if path.is_file():
+                bucket, _, name = str(path.relative_to(self.gcs)).partition("/")
+                storage.bucket(bucket).blob(name).upload_from_string(path.read_bytes())
