@@ -178,6 +178,25 @@ def main_container(image: str, script: str, env: list[dict[str, Any]], resources
             "resources": resources, "securityContext": container_security()}
 
 
+# Steps whose pods run libtpu and the Pathways server, proxy and client: closed-source binaries that xpk
+# runs without a seccomp profile. xpk v1.13.1's Pathways JobSet
+# (src/xpk/templates/pathways_workload_create.yaml.j2, vendored in tests/contracts/vendor/xpk/) sets
+# none, and GKE Standard applies none unless asked ("About seccomp in GKE",
+# https://cloud.google.com/kubernetes-engine/docs/concepts/seccomp-in-gke). containerd's RuntimeDefault
+# would refuse NUMA syscalls such as mbind, set_mempolicy and get_mempolicy (containerd/containerd
+# contrib/seccomp/seccomp_default.go @96929a5d: absent from the allow list, whose default action is
+# errno), and whether libtpu or Pathways needs one would show only on a billed slice. The CPU-only
+# convert and export pods keep RuntimeDefault.
+UNCONFINED_STEPS: tuple[Step, ...] = ("train",)
+
+
+def pod_seccomp(step: Step) -> dict[str, Any]:
+    """The pod's securityContext: RuntimeDefault seccomp, except for the TPU/Pathways train pods (as xpk)."""
+    if step in UNCONFINED_STEPS:
+        return {}
+    return {"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}
+
+
 def pod_template(
     recipe: Recipe,
     step: Step,
@@ -191,7 +210,7 @@ def pod_template(
             "serviceAccountName": WORKLOAD_KSA,
             # Workload Identity works through the GKE metadata server; no pod talks to the Kubernetes API.
             "automountServiceAccountToken": False,
-            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            **pod_seccomp(step),
             "restartPolicy": restart_policy,
             **spec,
         },

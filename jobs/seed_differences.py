@@ -220,7 +220,22 @@ SEED_STEPS_NOT_CARRIED_OVER: tuple[NotCarriedOver, ...] = (
         "Seed 000 writes 190G to /sys/fs/cgroup/memory.max; in an unprivileged container the cgroup "
         "filesystem is read-only, the write fails and `|| true` hides it, so nothing was capped. The "
         "recipe's rl.memory_max (190Gi, what the kernel reads 190G as) is the train_rl container's "
-        "Kubernetes memory limit instead, which the kubelet enforces.",
+        "Kubernetes memory limit instead, which the kubelet enforces (jobs/train.py workload_resources). So "
+        "the seed never ran under this limit: its train_rl was bounded only by the node, and a run whose host "
+        "memory passes 190Gi is OOM-killed here (exit 137) where the seed's went on. Raise rl.memory_max in the recipe if "
+        "that happens.",
+    ),
+    NotCarriedOver(
+        "convert and export on the TPU slice",
+        "--compute-type",
+        GKE,
+        "Seeds 000 and 001 run to_maxtext and to_huggingface with `gcluster job submit --compute-type "
+        "ct6e-standard-4t --topology ...`, on the TPU slice's hosts (the pod of index 0 converts, the others exit at once). The "
+        "recipes run both on one pod of the CPU pool instead, on the recipe's cpu_machine_type "
+        "(n4-standard-64 for qwen3-v6e32, c4d-standard-96 for gemma4-v6e64), so no slice is billed while "
+        "they run (docs/capacity.md). These machines have fewer cores and less memory than a v6e host, so "
+        "conversion takes longer; its pod requests three quarters of the node (jobs/k8s.py "
+        "CPU_POOL_POD_SHARE).",
     ),
     NotCarriedOver(
         "system upgrade",

@@ -51,7 +51,7 @@ def test_preflight_reports_every_failure_with_its_fix(settings_env, gcs, google)
     assert "v6e-32 is not offered in zone us-east5-b" in lines[2]
     assert "bucket gs://rl-test-artifacts does not exist: deploy the artifacts stack" in lines[3]
     assert "no enabled version" in lines[4] and "tpu-rl secret set" in lines[4]
-    assert "error: 5 of 5 preflight checks failed" in result.output
+    assert "error: 5 of 8 preflight checks failed" in result.output  # 3 image lines pass
     assert "Traceback" not in result.output
 
 
@@ -274,3 +274,81 @@ def test_flex_start_in_two_zones_checks_each_zone_for_the_offer_and_the_tpu_type
     assert result.exit_code == 0, result.output
     assert line_of(result, "machine type") == "pass  machine type: ct6e-standard-4t offered in us-east5-b, us-east5-a"
     assert line_of(result, "accelerator type") == "pass  accelerator type: v6e-32 offered in us-east5-b, us-east5-a"
+
+
+PATHWAYS_SERVER = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server"  # recipes.toml [pathways]
+
+
+def test_preflight_passes_each_image_the_registry_holds_with_its_digest(settings_env, gcs, google):
+    result = preflight()
+    assert result.exit_code == 0, result.output
+    image_lines = [line for line in result.output.splitlines() if line.startswith("pass  image:")]
+    assert len(image_lines) == 3, result.output  # MaxText, Pathways server, Pathways proxy
+    assert "tpu_post_training:0.2.4 (sha256:" in result.output
+    heads = [path for method, path, _ in google.requests if method == "HEAD"]
+    assert "/v2/cloud-tpu-v2-images/pathways/server/manifests/20260911-jax_0.11.0" in heads
+
+
+def test_preflight_fails_an_image_tag_the_registry_does_not_know(settings_env, gcs, google):
+    google.images.discard("cloud-tpu-v2-images/pathways/server:20260911-jax_0.11.0")
+    result = preflight()
+    assert result.exit_code == ExitCode.PREFLIGHT_FAILED
+    [line] = failed_lines(result)
+    assert f"image: {PATHWAYS_SERVER}:20260911-jax_0.11.0 does not exist" in " ".join(result.output.split())
+    assert line.startswith("FAIL  image:")
+    text = " ".join(result.output.split())
+    assert 'set pathways_tag of [maxtext."0.2.4"] in recipes/recipes.toml' in text
+    assert f"`gcloud artifacts docker tags list {PATHWAYS_SERVER}` lists" in text
+
+
+def test_the_registry_peer_answers_a_get_of_an_unknown_tag_with_the_manifest_unknown_error(google):
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"{google.url}/v2/cloud-tpu-v2-images/pathways/server/manifests/nope", timeout=5)
+    except urllib.error.HTTPError as error:
+        assert error.code == 404
+        assert json.loads(error.read())["errors"][0]["code"] == "MANIFEST_UNKNOWN"
+    else:
+        raise AssertionError("the peer served a tag it does not hold")
+
+
+def test_preflight_warns_instead_of_failing_when_the_registry_cannot_be_read(settings_env, gcs, google,
+                                                                             monkeypatch):
+    monkeypatch.setenv("TPU_RL_REGISTRY_ENDPOINT", "http://127.0.0.1:9")
+    result = preflight()
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "pass image: warning: could not read us-docker.pkg.dev/cloud-tpu-images/maxtext-images/" in text
+    assert "gcloud artifacts docker images describe" in text
+
+
+def test_the_vm_recipe_pulls_no_image_so_preflight_checks_none(settings_env, gcs, google):
+    google.reservations[(ZONE, SETTINGS["RESERVATION"])] = ("ct6e-standard-8t", 1, 0)
+    result = preflight("llama31-v6e8")
+    assert result.exit_code == 0, result.output
+    assert "image:" not in result.output
+
+
+def test_a_registry_endpoint_that_is_not_an_http_url_is_refused(settings_env, gcs, google, monkeypatch):
+    monkeypatch.setenv("TPU_RL_REGISTRY_ENDPOINT", "us-docker.pkg.dev")
+    result = preflight()
+    assert result.exit_code == 2
+    assert "TPU_RL_REGISTRY_ENDPOINT='us-docker.pkg.dev' is not an http(s) URL" in " ".join(result.output.split())
+
+
+def test_a_redirected_registry_that_asks_for_credentials_gets_none_and_the_image_line_warns(
+        settings_env, gcs, google, monkeypatch):
+    from peers.http import Fault
+    from scripts.cloud.clients import Clients
+
+    def no_token(self):
+        raise AssertionError("a Google token was requested for a redirected registry")
+
+    monkeypatch.setattr(Clients, "access_token", no_token)
+    google.faults.append(Fault("HEAD", "/manifests/", 401, times=3))
+    result = preflight()
+    assert result.exit_code == 0, result.output
+    assert " ".join(result.output.split()).count("pass image: warning: could not read") == 3

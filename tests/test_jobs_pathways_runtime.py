@@ -279,3 +279,14 @@ def test_train_rl_and_workers_get_a_memory_backed_dev_shm_as_cluster_toolkit_mou
         entry = ours[container]
         assert {"name": "dshm", "mountPath": "/dev/shm"} in entry["container"]["volumeMounts"], container
         assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in entry["pod"]["volumes"]
+
+
+@pytest.mark.parametrize("name", PATHWAYS_RECIPES)
+def test_the_train_pods_run_without_a_seccomp_profile_as_xpk_runs_the_pathways_and_libtpu_binaries(name):
+    # xpk's Pathways JobSet sets no seccomp profile on any pod or container, and GKE Standard then
+    # applies none; containerd's RuntimeDefault would refuse mbind/set_mempolicy/get_mempolicy to
+    # closed-source binaries never run under it (jobs/k8s.py UNCONFINED_STEPS cites the sources).
+    assert "seccomp" not in XPK_TEMPLATE.read_text()
+    for found in our_containers(name).values():
+        assert "seccompProfile" not in found["pod"].get("securityContext", {})
+        assert "seccompProfile" not in found["container"].get("securityContext", {})

@@ -72,6 +72,8 @@ def make_session(recipe: Recipe, settings: Settings):
 @handled
 def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     """Check capacity, bucket and token before spending money; every failed check says how to fix it."""
+    from rich.markup import escape
+
     from scripts.cloud.clients import Clients
     from scripts.pipeline.preflight import run_checks
 
@@ -80,7 +82,8 @@ def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     console = make_console()
     for check in results:
         mark = "[green]pass[/]" if check.ok else "[red]FAIL[/]"
-        console.print(f"{mark}  {check.name}: {check.detail}")
+        # escape: a detail may name a TOML table ([maxtext."0.2.4"]), which rich would read as markup
+        console.print(f"{mark}  {check.name}: {escape(check.detail)}")
     failed = [check for check in results if not check.ok]
     if failed:
         raise PreflightFailed(f"{len(failed)} of {len(results)} preflight checks failed for {recipe.name}")

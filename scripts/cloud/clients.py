@@ -6,6 +6,7 @@ client talks REST with anonymous credentials, so no Google credential is ever ne
 
     TPU_RL_COMPUTE_ENDPOINT, TPU_RL_TPU_ENDPOINT, TPU_RL_SECRETMANAGER_ENDPOINT  e.g. http://127.0.0.1:8123
     TPU_RL_LOGGING_ENDPOINT                                                    (Cloud Logging, REST)
+    TPU_RL_REGISTRY_ENDPOINT                          (the image registry's /v2/ API, scripts/cloud/registry.py)
     STORAGE_EMULATOR_HOST                                                      (google-cloud-storage's own)
     KUBECONFIG                                                                 (kubectl's own)
 """
@@ -23,6 +24,7 @@ COMPUTE_ENDPOINT_ENV = "TPU_RL_COMPUTE_ENDPOINT"
 TPU_ENDPOINT_ENV = "TPU_RL_TPU_ENDPOINT"
 SECRETMANAGER_ENDPOINT_ENV = "TPU_RL_SECRETMANAGER_ENDPOINT"
 LOGGING_ENDPOINT_ENV = "TPU_RL_LOGGING_ENDPOINT"
+REGISTRY_ENDPOINT_ENV = "TPU_RL_REGISTRY_ENDPOINT"
 STORAGE_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 
 
@@ -35,6 +37,7 @@ class Endpoints:
     secretmanager: str | None = None
     storage: str | None = None
     logging: str | None = None
+    registry: str | None = None  # replaces every image's registry host
     kubeconfig: str | None = None
 
     @classmethod
@@ -46,6 +49,7 @@ class Endpoints:
             secretmanager=_endpoint(env, SECRETMANAGER_ENDPOINT_ENV),
             storage=_endpoint(env, STORAGE_EMULATOR_ENV),
             logging=_endpoint(env, LOGGING_ENDPOINT_ENV),
+            registry=_endpoint(env, REGISTRY_ENDPOINT_ENV),
             kubeconfig=env.get("KUBECONFIG") or None,
         )
 
@@ -145,6 +149,19 @@ class Clients:
         from scripts.cloud.cloud_logging import reader
 
         return self._get("logging", lambda: reader(self.settings.project, self.endpoints.logging))
+
+    def access_token(self) -> str | None:
+        """The user's ADC access token, for a registry that asks for credentials; None without ADC."""
+        import google.auth
+        import google.auth.transport.requests
+        from google.auth.exceptions import GoogleAuthError
+
+        try:
+            credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+            credentials.refresh(google.auth.transport.requests.Request())
+        except GoogleAuthError:
+            return None
+        return credentials.token
 
     def kube(self):
         """A kubernetes ApiClient for this settings' cluster (see scripts.cloud.kube.api_client_for)."""

@@ -1,6 +1,6 @@
-"""Checks to run before money is spent: capacity (per mode), bucket and token, each a pass or a one-line
-fix. A check that could not read what it needs passes with a line starting "warning: " that says how to
-look it up by hand."""
+"""Checks to run before money is spent: capacity (per mode), bucket, token and images, each a pass or a
+one-line fix. A check that could not read what it needs passes with a line starting "warning: " that says
+how to look it up by hand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable
 from google.api_core import exceptions as gexc
 
 from recipes import Recipe, Settings, UserError
-from scripts.cloud import hf_token
+from scripts.cloud import hf_token, registry
 from scripts.cloud.clients import Clients
 from scripts.cloud.kube import get_credentials_command
 from scripts.outcome import describe
@@ -207,10 +207,49 @@ def check_token(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
     return Check("token secret", True, f"'{settings.hf_token_secret}' has {len(enabled)} enabled version(s)")
 
 
+def recipe_images(recipe: Recipe) -> list[str]:
+    """The images the recipe's pods pull: the MaxText image, and Pathways' server and proxy with it."""
+    if not recipe.is_gke:
+        return []  # the VM installs MaxText with pip
+    images = [recipe.maxtext.image]
+    if recipe.pathways:
+        images += [recipe.pathways_images.server, recipe.pathways_images.proxy]
+    return images
+
+
+def _image_fix(recipe: Recipe, image: str) -> str:
+    field = "image" if image == recipe.maxtext.image else "pathways_tag"
+    host, repository, _ = registry.split_image(image)
+    return (f"set {field} of [maxtext.\"{recipe.maxtext_version}\"] in recipes/recipes.toml to a tag that "
+            f"`gcloud artifacts docker tags list {host}/{repository}` lists")
+
+
+def check_images(clients: Clients, recipe: Recipe, settings: Settings) -> list[Check] | None:
+    """Each image exists in its registry, so a wrong tag fails here and not as ImagePullBackOff on a slice
+    Kueue has already admitted (and flex-start or spot has already billed)."""
+    images = recipe_images(recipe)
+    if not images:
+        return None
+    checks = []
+    for image in images:
+        answer = registry.head_manifest(image, clients.endpoints.registry, clients.access_token)
+        if answer.status == 200:
+            digest = answer.digest[:len("sha256:") + 12] or "no digest reported"
+            checks.append(Check("image", True, f"{image} ({digest})"))
+        elif answer.status == 404:
+            why = f"HTTP 404 {answer.error}".strip()
+            checks.append(Check("image", False, f"{image} does not exist ({why}): {_image_fix(recipe, image)}"))
+        else:
+            found = f"HTTP {answer.status} {answer.error}".strip() if answer.status else answer.error
+            checks.append(Check("image", True, f"warning: could not read {image} ({found}), so its tag was not "
+                                f"checked: `gcloud artifacts docker images describe {image}` checks it by hand"))
+    return checks
+
+
 # Each check returns None when it does not apply to the recipe's capacity list (no line is printed).
-CHECKS: tuple[Callable[[Clients, Recipe, Settings], Check | None], ...] = (
+CHECKS: tuple[Callable[[Clients, Recipe, Settings], Check | list[Check] | None], ...] = (
     check_reservation, check_flex_start, check_preemptible_quota, check_on_demand_quota, check_machine_type,
-    check_accelerator_type, check_bucket, check_token)
+    check_accelerator_type, check_bucket, check_token, check_images)
 
 
 def run_checks(clients: Clients, recipe: Recipe, settings: Settings) -> list[Check]:
@@ -221,7 +260,7 @@ def run_checks(clients: Clients, recipe: Recipe, settings: Settings) -> list[Che
         try:
             result = check(clients, recipe, settings)
             if result is not None:
-                results.append(result)
+                results.extend(result if isinstance(result, list) else [result])
         except (gexc.PermissionDenied, gexc.Forbidden) as error:
             results.append(Check(label, False, f"permission denied ({error.message[:120]}): grant your account "
                                  "read access to it in the project"))

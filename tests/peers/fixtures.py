@@ -42,7 +42,7 @@ TOKEN = "hf_" + "SENTINEL" + uuid.uuid4().hex
 # can reach Google, and an attempt shows up as a connection error instead of a cloud call.
 DEAD_ENDPOINT = "http://127.0.0.1:9"
 ENDPOINT_VARIABLES = ("TPU_RL_COMPUTE_ENDPOINT", "TPU_RL_TPU_ENDPOINT", "TPU_RL_SECRETMANAGER_ENDPOINT",
-                      "TPU_RL_LOGGING_ENDPOINT")
+                      "TPU_RL_LOGGING_ENDPOINT", "TPU_RL_REGISTRY_ENDPOINT")
 
 
 def kube_context(settings: dict[str, str]) -> str:
@@ -121,6 +121,11 @@ def start_google(settings: dict[str, str], token: str, state: dict | None = None
         server.accelerator_types.update({(zone, "v6e-8"), (zone, "v6e-32"), (zone, "v6e-64")})
     if "vm" in state:  # vm_script: other = the script of another run than the recipe's
         deploy_vm(server, settings, state["vm"], run="older" if state.get("vm_script") == "other" else None)
+    from recipes import all_recipes
+
+    for recipe in all_recipes().values():  # healthy: every image a recipe pulls is in the registry
+        pathways = [recipe.pathways_images.server, recipe.pathways_images.proxy] if recipe.pathways else []
+        server.images.update(image.split("/", 1)[1] for image in [recipe.maxtext.image, *pathways])
     secret = state.get("secret", "present")
     if secret != "absent":
         server.secrets[DEFAULT_HF_TOKEN_SECRET] = [] if secret == "empty" else [{"data": token.encode(), "state": "ENABLED"}]

@@ -1,9 +1,12 @@
 """Compute Engine, Cloud TPU, Secret Manager and Cloud Logging REST APIs, just the calls `tpu-rl` makes, in
-their JSON shapes (int64 as strings, Google error envelopes with the canonical status)."""
+their JSON shapes (int64 as strings, Google error envelopes with the canonical status), and Artifact
+Registry's OCI distribution API for manifests (opencontainers/distribution-spec @987425f6 spec.md: end-3
+answers 200 with Docker-Content-Digest, or 404 with the MANIFEST_UNKNOWN error body)."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,6 +21,9 @@ _ZONAL = re.compile(r"^/compute/v1/projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/(?P<
                     r"/(?P<name>[^/]+)(?P<serial>/serialPort)?$")
 _REGION = re.compile(r"^/compute/v1/projects/(?P<p>[^/]+)/regions/(?P<r>[^/]+)$")
 _ACCEL = re.compile(r"^/v2/projects/(?P<p>[^/]+)/locations/(?P<z>[^/]+)/acceleratorTypes/(?P<name>[^/]+)$")
+_MANIFEST = re.compile(r"^/v2/(?P<repository>.+)/manifests/(?P<reference>[^/]+)$")
+# An OCI image index, the shape of a multi-platform tag (opencontainers/image-spec image-index.md).
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 _SECRET = re.compile(r"^/v1/projects/(?P<p>[^/]+)/secrets/(?P<s>[^/:]+)(?P<rest>/versions|:addVersion|/versions/[^/:]+:access)?$")
 
 
@@ -52,6 +58,8 @@ class GoogleApis(PeerServer):
     log_queries: list = field(default_factory=list)
     # The same for each instance GET (a stopped VM's console is not read, so a test moves time on here).
     on_instance_get: list = field(default_factory=list)
+    # The registry: "repository:tag" (the image without its host) of every manifest it holds.
+    images: set = field(default_factory=set)
 
     def __post_init__(self) -> None:
         PeerServer.__init__(self)
@@ -71,9 +79,21 @@ class GoogleApis(PeerServer):
                                "acceleratorConfigs": [{"type": "V6E", "topology": "4x8"}]})
         if match := _SECRET.match(path):
             return self._secret(method, match, body)
+        if method in ("GET", "HEAD") and (match := _MANIFEST.match(path)):
+            return self._manifest(match)
         if method == "POST" and path == "/v2/entries:list":
             return self._entries(json.loads(body or b"{}"))
         return google_error(404, f"no route {method} {path}")
+
+    def _manifest(self, match) -> Reply:
+        repository, reference = match["repository"], match["reference"]
+        if f"{repository}:{reference}" not in self.images:
+            return Reply(404, {"errors": [{"code": "MANIFEST_UNKNOWN", "message": "manifest unknown",
+                                           "detail": {"Tag": reference}}]})
+        manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [],
+                               "annotations": {"org.opencontainers.image.ref.name": f"{repository}:{reference}"}}).encode()
+        digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+        return Reply(200, manifest, {"Content-Type": OCI_INDEX, "Docker-Content-Digest": digest})
 
     def _entries(self, request: dict) -> Reply:
         """entries.list: the entries whose resource labels and text the filter's clauses name, oldest first.

@@ -84,7 +84,7 @@ class PeerServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
@@ -136,7 +136,8 @@ class PeerServer:
         for key, value in (reply.headers or {}).items():
             handler.send_header(key, value)
         handler.end_headers()
-        handler.wfile.write(data[:len(data) // 2] if cut else data)
+        if handler.command != "HEAD":  # a HEAD answer carries the headers of the GET, without its body
+            handler.wfile.write(data[:len(data) // 2] if cut else data)
 
     def sent(self, method: str, path_part: str) -> list[bytes]:
         """Bodies of the requests seen so far that match."""
