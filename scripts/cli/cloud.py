@@ -7,7 +7,7 @@ import json
 import math
 import os
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 
@@ -53,17 +53,27 @@ def _ask(question: str) -> bool:
         raise Interrupted("interrupted at the prompt; nothing was submitted or deleted") from None
 
 
-def make_session(recipe: Recipe, settings: Settings):
-    """The one place a pipeline Session is built (tests replace sleeps through the env knobs above)."""
+BucketUse = Literal["reads", "writes", "none"]
+
+
+def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"):
+    """The one place a pipeline Session is built (tests replace sleeps through the env knobs above).
+
+    A command that reads the bucket stops first, as `preflight` does, when GCS_BUCKET does not exist; one
+    that writes checkpoints there (`run`) also when it is in another region (scripts.cloud.gcs)."""
+    from scripts.cloud import gcs
     from scripts.cloud.clients import Clients
     from scripts.cloud.retry import RetryPolicy
     from scripts.pipeline.session import Session
 
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False))
-    return Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
-                   poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
-                   confirm=_ask if _stdin_is_a_terminal() else None)
+    session = Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
+                      poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
+                      confirm=_ask if _stdin_is_a_terminal() else None)
+    if bucket != "none":
+        gcs.require_bucket(session.clients.storage(), settings, writes=bucket == "writes")
+    return session
 
 
 @app.command()
@@ -101,12 +111,12 @@ def secret_set() -> None:
     typer.echo(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
 
 
-def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str]):
+def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str], bucket: BucketUse = "reads"):
     """The Session of one run: the recipe as the settings, --set and --run make it."""
     from recipes.runs import for_run
 
     recipe, settings = cloud_recipe(recipe_name)
-    return make_session(for_run(recipe, sets or (), run_name), settings)
+    return make_session(for_run(recipe, sets or (), run_name), settings, bucket)
 
 
 @app.command()
@@ -125,7 +135,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from scripts.pipeline.session import parse_steps
 
     wanted = parse_steps(steps)
-    session = run_session(recipe_name, sets, run_name)
+    session = run_session(recipe_name, sets, run_name, "writes")
     recipe = session.recipe
     if not recipe.is_gke and (sets or run_name is not None):
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "
@@ -288,7 +298,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from scripts.pipeline.session import parse_step
 
     parse_step(step)
-    session = run_session(recipe_name, sets, run_name)
+    session = run_session(recipe_name, sets, run_name, "none")  # logs read the cluster or the VM, not the bucket
     recipe = session.recipe
     if recipe.is_gke:
         lines = logs_gke(session, step, follow, tail or None)

@@ -47,6 +47,10 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
         settings = cloud_settings()
         storage = Clients(settings).storage()
         runs = runs or ([] if sources else [ArtifactPaths(recipe, settings).run_name])
+        if runs:  # read from GCS_BUCKET: stop first, as preflight does, when it does not exist
+            from scripts.cloud.gcs import require_bucket
+
+            require_bucket(storage, settings)
     loaded = []
     for run in runs:
         found = read_run(run, run_directory(recipe, settings, run), storage)
