@@ -112,10 +112,11 @@ def secret_set() -> None:
 
 
 def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str], bucket: BucketUse = "reads"):
-    """The Session of one run: the recipe as the settings, --set and --run make it."""
+    """The Session of one run: the recipe as the settings, --set and --run make it. Only `run` (which
+    writes the bucket) checks the per-recipe rules of deploy (core.cloud_recipe)."""
     from recipes.runs import for_run
 
-    recipe, settings = cloud_recipe(recipe_name)
+    recipe, settings = cloud_recipe(recipe_name, reads_only=bucket != "writes")
     return make_session(for_run(recipe, sets or (), run_name), settings, bucket)
 
 
@@ -257,7 +258,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
     from scripts.pipeline.runs import list_runs
 
-    session = make_session(*cloud_recipe(recipe_name))
+    session = make_session(*cloud_recipe(recipe_name, reads_only=True))
     listing = list_runs(session)
     name = session.recipe.name
     if as_json:

@@ -139,12 +139,16 @@ SET_HELP = ("Override a MaxText key of the train step, e.g. learning_rate=1e-5; 
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
 
 
-def cloud_recipe(recipe_name: str) -> tuple[Recipe, Settings]:
+def cloud_recipe(recipe_name: str, *, reads_only: bool = False) -> tuple[Recipe, Settings]:
     """The recipe as the user's settings run it (CAPACITY applied, every per-recipe rule checked), and
-    those settings; never the example."""
+    those settings; never the example.
+
+    A command that only reads what a run left (`status`, `runs`, `logs`, `cancel`) gets the recipe with
+    CAPACITY applied but not the rules of what only deploy and `run` use (RESERVATION, AUTHORIZED_CIDR,
+    a flex-start ZONE): a teammate who only looks at runs needs the project, the bucket and the cluster."""
     recipe = get_recipe(recipe_name)
     settings = cloud_settings()
-    return settings.recipe(recipe), settings
+    return (settings.with_capacity(recipe) if reads_only else settings.recipe(recipe)), settings
 
 
 def write_file(path: Path, text: str, option: str) -> None:

@@ -1,0 +1,83 @@
+"""Commands agree about the same settings and cloud state (issue 18, part 2), against the local peers:
+
+- read-only commands (`status`, `runs`, `logs`, `metrics`, and `cancel`, which only deletes what runs)
+  start without RESERVATION and AUTHORIZED_CIDR, which only deploy and `run` use;
+- a missing bucket stops `run` before it touches the cluster (the bad-input table has a row per command).
+"""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from jobs import render_manifests
+from peers.fixtures import jobset_of, peer_settings, put_step_output
+from recipes import get_recipe
+from scripts.cli import app
+
+RECIPE = "qwen3-v6e32"
+runner = CliRunner()
+DEPLOY_ONLY = ("RESERVATION", "AUTHORIZED_CIDR")
+
+
+@pytest.fixture
+def teammate(cloud, monkeypatch):
+    """The healthy peers, and settings without what only deploy needs."""
+    for name in DEPLOY_ONLY:
+        monkeypatch.delenv(name)
+    return cloud
+
+
+def test_status_needs_no_reservation_or_authorized_cidr(teammate):
+    put_step_output(teammate["gcs"], get_recipe(RECIPE), "convert")
+    result = runner.invoke(app, ["status", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert "output verified" in result.output
+    assert not any(name in result.output for name in DEPLOY_ONLY), result.output
+
+
+def test_runs_needs_no_reservation_or_authorized_cidr(teammate):
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"no run of {RECIPE} in gs://rl-test-artifacts/"), result.output
+
+
+def test_logs_needs_no_reservation_or_authorized_cidr(teammate):
+    teammate["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="converting layer 1\n")
+    teammate["kube"].put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["convert"], "running")
+    result = runner.invoke(app, ["logs", RECIPE, "convert"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == ["converting layer 1"]
+
+
+def test_metrics_needs_no_reservation_or_authorized_cidr(teammate, tmp_path):
+    from test_cli_metrics import RUN_RL, upload_run
+
+    from recipes.runs import default_run_name
+
+    upload_run(teammate["gcs"], tmp_path, default_run_name(get_recipe(RECIPE)), RUN_RL)
+    result = runner.invoke(app, ["metrics", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert "rewards/train/mean" in result.output
+
+
+def test_cancel_needs_no_reservation_or_authorized_cidr(teammate):
+    result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("nothing to cancel"), result.output
+
+
+def test_run_still_needs_authorized_cidr(teammate):
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert "RESERVATION is not set" in result.output
+
+
+def test_run_with_a_missing_bucket_stops_before_it_reads_the_cluster(cloud):
+    cloud["gcs"].bucket("rl-test-artifacts").delete()
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        "error: bucket gs://rl-test-artifacts does not exist: deploy the artifacts stack (`npx cdktf deploy "
+        "artifacts`) or fix GCS_BUCKET"]
+    assert cloud["kube"].requests == [] and cloud["kube"].secrets == {}
