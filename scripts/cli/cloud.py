@@ -129,13 +129,18 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                      "finished without its output, or has another spec, and submit again."),
         sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
         run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the JobSets it would submit; "
-                                     "submit and write nothing.")) -> None:
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, each step's expected time and "
+                                     "cost; submit and write nothing."),
+        show_manifests: bool = typer.Option(False, "--show-manifests", help="With --dry-run, also print the "
+                                            "JobSets it would submit.")) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from scripts.pipeline.gke.submit import run_gke
     from scripts.pipeline.session import parse_steps
 
     wanted = parse_steps(steps)
+    if show_manifests and not dry_run:
+        raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
+                        f"with `tpu-rl render {recipe_name} --out -`")
     session = run_session(recipe_name, sets, run_name, "writes")
     recipe = session.recipe
     if not recipe.is_gke and (sets or run_name is not None):
@@ -143,7 +148,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                         "trains the recipe as recipes.toml defines it: --set and --run apply to GKE recipes; change "
                         "rl.overrides in recipes.toml and deploy the stack again")
     if recipe.is_gke:
-        run_gke(session, wanted, replace=replace, follow_logs=follow_logs, dry_run=dry_run)
+        run_gke(session, wanted, replace=replace, follow_logs=follow_logs, dry_run=dry_run,
+                show_manifests=show_manifests)
     else:
         from scripts.pipeline.vm import run_vm
 

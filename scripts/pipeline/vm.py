@@ -15,7 +15,7 @@ from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
-from scripts.pipeline.session import Session, StatusReport, StepStatus, verify_output
+from scripts.pipeline.session import Session, StatusReport, StepStatus, dry_run_costs, verify_output
 
 STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING"}
 
@@ -133,11 +133,13 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
     if pending:
         _refuse_cancelled(session)
     if dry_run:
-        console.print(f"dry run of run {session.paths.run_name} on TPU VM {session.settings.vm_name}: nothing is "
-                      "started or written; its startup script, deployed with the stack, runs the steps")
+        console.print(f"dry run of run {session.paths.run_name}: nothing is started or written")
+        console.print(f"the startup script of TPU VM {session.settings.vm_name} (deployed with the stack) runs:")
+        costs, total = dry_run_costs(session.recipe, pending)
         for step in steps:
-            console.print(f"  {step}: " + ("startup script (output missing)" if step in pending
+            console.print(f"  {step}: " + (f"startup script (output missing){costs[step]}" if step in pending
                                           else "skip (output verified)"))
+        console.print(total)
         return
     for step in steps:
         if step not in pending:

@@ -19,7 +19,7 @@ from scripts.pipeline.session import Session, verify_output
 
 
 def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,
-            dry_run: bool = False) -> None:
+            dry_run: bool = False, show_manifests: bool = False) -> None:
     console = session.console
     jobs = step_jobs(session.recipe, session.settings)
     if dry_run and session.confirm is not None:
@@ -30,7 +30,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
     except ApiError as error:
         raise ApiError(f"{error}; nothing was submitted") from None
     if dry_run:
-        show_dry_run(session, jobs, actions, replace)
+        show_dry_run(session, jobs, actions, replace, show_manifests)
         return
     if any(action.kind in ("submit", "replace") for action in actions):
         token = hf_token.read_token(session.clients.secrets(), session.settings)
