@@ -81,3 +81,25 @@ def test_run_with_a_missing_bucket_stops_before_it_reads_the_cluster(cloud):
         "error: bucket gs://rl-test-artifacts does not exist: deploy the artifacts stack (`npx cdktf deploy "
         "artifacts`) or fix GCS_BUCKET"]
     assert cloud["kube"].requests == [] and cloud["kube"].secrets == {}
+
+
+@pytest.mark.parametrize("name, magic", [("curves.svg", b"<svg"), ("curves.PDF", b"%PDF-"), ("curves.png", b"\x89PNG")])
+def test_metrics_picture_is_in_the_format_its_extension_names(settings_env, gcs, tmp_path, name, magic):
+    from test_cli_metrics import RUN_RL, upload_run
+
+    upload_run(gcs, tmp_path, "rl", RUN_RL)
+    picture = tmp_path / name
+    result = runner.invoke(app, ["metrics", RECIPE, "--run", "rl", "--png", str(picture)])
+    assert result.exit_code == 0, result.output
+    head = picture.read_bytes()[:400]
+    assert (magic in head) if magic == b"<svg" else head.startswith(magic), head[:40]
+
+
+def test_metrics_picture_with_another_extension_is_one_line_before_anything_is_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # any read of the bucket would fail
+    picture = tmp_path / "curves.jpg"
+    result = runner.invoke(app, ["metrics", RECIPE, "--from", str(tmp_path), "--png", str(picture)])
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        f"error: --png {picture}: '.jpg' is not a format it writes: name the file .png, .svg or .pdf"]
+    assert not picture.exists()

@@ -242,7 +242,7 @@ def draw_readme_picture(out: Path) -> None:
         sources = [str(path) for path in synthetic_runs(Path(tmp))]
         runs = collect(get_recipe(RECIPE), [], sources, lambda: None)
     fig = plot.figure(runs, "SYNTHETIC data from tests/test_cli_metrics.py, not a training run")
-    plot.write_png(fig, out)
+    plot.write_picture(fig, out)
     Image.open(out).convert("RGB").quantize(colors=64).save(out, optimize=True)  # small enough for the docs
 
 
