@@ -14,6 +14,7 @@ from jobs import render_manifests
 from peers.fixtures import jobset_of, peer_settings, put_step_output
 from recipes import get_recipe
 from scripts.cli import app
+from scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -103,3 +104,22 @@ def test_metrics_picture_with_another_extension_is_one_line_before_anything_is_r
     assert result.output.splitlines() == [
         f"error: --png {picture}: '.jpg' is not a format it writes: name the file .png, .svg or .pdf"]
     assert not picture.exists()
+
+
+def test_preflight_lines_fit_80_columns_under_the_check_name_with_urls_whole(settings_env, gcs, google, monkeypatch):
+    from test_cli_preflight import CONSOLE, with_quota
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("CAPACITY", "spot")
+    with_quota(google, PREEMPTIBLE_TPU_V6E=(48, 32))
+    result = runner.invoke(app, ["preflight", RECIPE])
+    assert result.exit_code == ExitCode.PREFLIGHT_FAILED, result.output
+    lines = result.output.splitlines()
+    assert all(len(line) <= 80 for line in lines), result.output
+    start = next(index for index, line in enumerate(lines) if line.startswith("FAIL  preemptible quota: "))
+    message = [lines[start]] + [line for line in lines[start + 1:] if line.startswith("      ")]
+    # The same words as the one-line message, the URL whole on its own line.
+    assert " ".join(" ".join(message).split()) == (
+        "FAIL  preemptible quota: preemptible TPU v6e quota in us-east5 (PREEMPTIBLE_TPU_V6E) is 48 chips, 32 in "
+        "use, 16 free; recipe 'qwen3-v6e32' needs 32 chips for spot: wait until the TPUs using it are gone, or "
+        f"request more at {CONSOLE}").replace("FAIL  ", "FAIL ")
+    assert f"      {CONSOLE}" in message

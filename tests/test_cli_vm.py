@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
+from test_cli_status_logs import fits_80_columns_with_whole_paths
+
 from peers.fixtures import SETTINGS, TOKEN, put_step_output, peer_settings
 from jobs.paths import ArtifactPaths, split_gs_url
 from jobs.vm import DONE, LOG_TAG, STARTING
@@ -114,7 +116,7 @@ def test_vm_status_without_the_vm_shows_what_the_bucket_holds(settings_env, gcs,
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0, status.output
     lines = status.output.splitlines()
-    assert max(len(line) for line in lines) <= 80, status.output
+    assert fits_80_columns_with_whole_paths(status.output), status.output
     assert [line.split()[:2] for line in lines if line.split()[:1] in (["convert"], ["train"], ["export"])] == [
         ["convert", "done"], ["train", "not"], ["export", "not"]]
     assert "output verified" in status.output and "output missing:" in status.output

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from recipes import STEPS, UserError
-from scripts.cli.core import RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, secret_app
+from scripts.cli.core import (RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, fitted, handled, make_console,
+                             secret_app)
 from scripts.outcome import Interrupted, PreflightFailed
 
 if TYPE_CHECKING:
@@ -87,12 +88,22 @@ def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     results = run_checks(Clients(settings), recipe, settings)
     console = make_console()
     for check in results:
-        mark = "[green]pass[/]" if check.ok else "[red]FAIL[/]"
-        console.print(f"{mark}  {check.name}: {check.detail}")
+        console.print(preflight_line(check, console.width))
     failed = [check for check in results if not check.ok]
     if failed:
         raise PreflightFailed(f"{len(failed)} of {len(results)} preflight checks failed for {recipe.name}")
     console.print(f"[green]preflight passed[/] for {recipe.name}")
+
+
+def preflight_line(check, width: int):
+    """`pass  name: detail` (or FAIL), wrapped to the terminal under the name; paths and commands are never
+    broken (core.fitted)."""
+    from rich.text import Text
+
+    mark = "pass" if check.ok else "FAIL"
+    text = Text(fitted(f"{mark}  {check.name}: {check.detail}", width, indent=len(mark) + 2))
+    text.stylize("green" if check.ok else "red", 0, len(mark))
+    return text
 
 
 @secret_app.command("set")
@@ -180,22 +191,26 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         cancel_vm(session, step, yes)
 
 
-def status_view(recipe_name: str, bucket: str, report):
+def status_view(recipe_name: str, bucket: str, report, width: int = 80):
     """The status report in any terminal width: one block per step, the step's name beside its state
-    (pods, time) and its output; long lines (an output's paths) wrap inside the block, nothing is cut."""
+    (pods, time) and its output. Long lines wrap inside the block at spaces only, so a gs:// path is never
+    broken: it moves to a line of its own, or overflows whole when longer than the line (core.fitted)."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
+    indent = max(len(row.step) for row in report.rows) + 2 if report.rows else 0
+    lines = [Text(fitted(f"{recipe_name}: {report.where}, outputs in gs://{bucket}", width))]
     for row in report.rows:
         state = ", ".join(part for part in (row.state, row.capacity and f"on {row.capacity}",
                                             row.pods and f"pods {row.pods}", row.time) if part)
-        grid.add_row(Text(row.step, style="bold"), Text(f"{state}\noutput {row.output}"))
-    title = Text(f"{recipe_name}: {report.where}, outputs in gs://{bucket}")
-    return Group(title, grid, *([Text(report.note)] if report.note else []))
+        cells = [fitted(cell, width - indent, indent=0) for cell in (state, f"output {row.output}")]
+        block = "\n".join(cells).splitlines()
+        text = Text(row.step.ljust(indent) + block[0] + "".join(f"\n{' ' * indent}{line}" for line in block[1:]))
+        text.stylize("bold", 0, len(row.step))
+        lines.append(text)
+    if report.note:
+        lines.append(Text(fitted(report.note, width)))
+    return Group(*lines)
 
 
 def status_json(session, report) -> dict:
@@ -227,7 +242,8 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if as_json:
         typer.echo(json.dumps(status_json(session, report), indent=2))
         return
-    session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report), soft_wrap=False)
+    session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report, session.console.width),
+                          soft_wrap=True)
 
 
 RUN_COLUMNS = ("run", "status", *STEPS, "step", "reward", "started", "took")

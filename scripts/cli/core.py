@@ -87,12 +87,28 @@ def _app(version: bool = typer.Option(False, "--version", callback=_print_versio
     pass
 
 
+def _sized() -> bool:
+    """Whether a terminal, or COLUMNS, sets the output's width; other output (a file, CI logs) is not cut
+    at 80 columns."""
+    return sys.stdout.isatty() or bool(os.environ.get("COLUMNS"))
+
+
 def make_console() -> Console:
     from rich.console import Console
 
-    # A terminal, or COLUMNS, sets the width; other output (a file, CI logs) is not cut at 80 columns.
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
-    return Console(soft_wrap=True, highlight=False, width=width)
+    return Console(soft_wrap=True, highlight=False, width=None if _sized() else PIPED_WIDTH)
+
+
+def fitted(text: str, width: int, indent: int = 0) -> str:
+    """`text` wrapped at spaces to `width` columns when a terminal (or COLUMNS) sets the width, the lines
+    after the first indented by `indent`; other output keeps one line per message, for grep. A word is
+    never broken, so a path or URL longer than the line stays whole (and copyable) on its own line."""
+    import textwrap
+
+    if not _sized():
+        return text
+    return textwrap.fill(text, width=width, subsequent_indent=" " * indent, break_long_words=False,
+                         break_on_hyphens=False) or text
 
 
 def _fail(code: int, message: str) -> typer.Exit:
