@@ -123,3 +123,27 @@ def test_preflight_lines_fit_80_columns_under_the_check_name_with_urls_whole(set
         "use, 16 free; recipe 'qwen3-v6e32' needs 32 chips for spot: wait until the TPUs using it are gone, or "
         f"request more at {CONSOLE}").replace("FAIL  ", "FAIL ")
     assert f"      {CONSOLE}" in message
+
+
+def test_the_training_line_has_the_elapsed_time_and_the_time_left_from_the_pace_in_80_columns():
+    from datetime import datetime, timedelta, timezone
+
+    from scripts.pipeline.progress import StepPace, TrainProgress, training_line
+
+    pace, start = StepPace(), datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
+    assert pace.seconds_left(0, TrainProgress(10, 0.5), 50, start) is None  # one step seen: no pace yet
+    assert pace.seconds_left(0, TrainProgress(10, 0.5), 50, start + timedelta(seconds=50)) is None
+    # Steps 10 -> 12 took 120 s: 60 s a step, 38 steps to go = 2280 s, 30 s of which passed since step 12.
+    seen = start + timedelta(seconds=120)
+    assert pace.seconds_left(0, TrainProgress(12, 0.412), 50, seen) == 2280
+    left = pace.seconds_left(0, TrainProgress(12, 0.412), 50, seen + timedelta(seconds=30))
+    assert left == 2250
+    line = training_line("train", TrainProgress(12, 0.412), 50, 0.37, "0:12:03 elapsed", left)
+    assert line == "train: step 12/50, loss 0.412, reward 0.37, 0:12:03 elapsed, 0:37:30 left"
+    # Wide numbers still fit: a run ten times the recipes' 50 steps, a negative loss, hours to go.
+    wide = training_line("train", TrainProgress(480, -0.01234), 500, 0.375, "9:59:59 elapsed", 9 * 3600 + 3599)
+    assert wide == "train: step 480/500, loss -0.01234, reward 0.375, 9:59:59 elapsed, 9:59:59 left"
+    assert len(wide) <= 80
+    # A restart resumes behind the old step: the pace starts afresh.
+    assert pace.seconds_left(1, TrainProgress(8, 0.5), 50, seen + timedelta(seconds=60)) is None
+    assert training_line("train", None, 50, None, "0:01:00 elapsed", None) is None
