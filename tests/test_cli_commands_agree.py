@@ -147,3 +147,25 @@ def test_the_training_line_has_the_elapsed_time_and_the_time_left_from_the_pace_
     # A restart resumes behind the old step: the pace starts afresh.
     assert pace.seconds_left(1, TrainProgress(8, 0.5), 50, seen + timedelta(seconds=60)) is None
     assert training_line("train", None, 50, None, "0:01:00 elapsed", None) is None
+
+
+def test_vm_status_while_train_runs_shows_its_step_loss_and_reward(settings_env, gcs, google, tmp_path):
+    from contracts.tunix_log import train_step_line
+    from jobs.paths import ArtifactPaths
+    from jobs.vm import DONE, STARTING
+    from peers.fixtures import put_event_files
+    from test_cli_vm import RECIPE as VM_RECIPE
+    from test_cli_vm import VM, finish, progress
+
+    google.instances[VM] = "RUNNING"
+    finish(google, gcs, "convert")()
+    put_event_files(gcs, ArtifactPaths(get_recipe(VM_RECIPE), peer_settings()).tensorboard,
+                    {"rewards/train/mean": [(2, 0.37)]}, tmp_path)
+    google.serial[VM] = (progress("convert", STARTING) + progress("convert", DONE) + progress("train", STARTING)
+                         + f"startup-script: {train_step_line(3, 0.5)}\n")
+    result = runner.invoke(app, ["status", VM_RECIPE])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    train = next(index for index, line in enumerate(lines) if line.startswith("train "))
+    assert lines[train:train + 2] == ["train    running, no output yet", "         step 3/50, loss 0.5, reward 0.37"]
+    assert lines[train + 2] == "export   waiting, no output yet"

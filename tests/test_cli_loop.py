@@ -132,7 +132,7 @@ def test_status_json_has_each_steps_cells(cloud):
     assert list(steps) == ["convert", "train", "export"]
     assert (steps["convert"]["state"], steps["convert"]["pods"], steps["convert"]["output"]) == (
         "succeeded", "done", "verified")
-    assert steps["train"]["state"] == "absent" and steps["train"]["output"].startswith("missing: ")
+    assert (steps["train"]["state"], steps["train"]["output"], steps["train"]["progress"]) == ("absent", "none yet", "")
 
 
 def test_the_end_of_a_run_says_where_the_model_is_and_what_to_do_next(cloud):

@@ -198,12 +198,17 @@ def status_view(recipe_name: str, bucket: str, report, width: int = 80):
     from rich.console import Group
     from rich.text import Text
 
+    from scripts.pipeline.session import NO_OUTPUT
+
     indent = max(len(row.step) for row in report.rows) + 2 if report.rows else 0
     lines = [Text(fitted(f"{recipe_name}: {report.where}, outputs in gs://{bucket}", width))]
     for row in report.rows:
         state = ", ".join(part for part in (row.state, row.capacity and f"on {row.capacity}",
                                             row.pods and f"pods {row.pods}", row.time) if part)
-        cells = [fitted(cell, width - indent, indent=0) for cell in (state, f"output {row.output}")]
+        # A step with none of its output yet (never started, or still running) takes one line.
+        output = [] if row.output == NO_OUTPUT else [f"output {row.output}"]
+        state += ", no output yet" if row.output == NO_OUTPUT else ""
+        cells = [fitted(cell, width - indent) for cell in (state, *([row.progress] if row.progress else []), *output)]
         block = "\n".join(cells).splitlines()
         text = Text(row.step.ljust(indent) + block[0] + "".join(f"\n{' ' * indent}{line}" for line in block[1:]))
         text.stylize("bold", 0, len(row.step))

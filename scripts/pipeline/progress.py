@@ -35,6 +35,14 @@ def progress_suffix(progress: TrainProgress | None, total: int, reward: float | 
     return "".join(f", {part}" for part in parts)
 
 
+def training_now(progress: TrainProgress | None, total: int, storage: Callable[[], object], tensorboard: str,
+                 now: Callable[[], datetime]) -> str:
+    """How far training is at one look (`tpu-rl status`), as `run` shows it: `step 12/50, loss 0.412,
+    reward 0.37`, each part when known ("" when neither is)."""
+    reward = RewardReader(storage, tensorboard, now).latest()
+    return progress_suffix(progress, total, reward).removeprefix(", ")
+
+
 def last_train_step(log_text: str) -> TrainProgress | None:
     """The last train step and its loss in the trainer's log; None while it has logged none."""
     matches = list(TRAIN_STEP.finditer(log_text))

@@ -67,8 +67,11 @@ class Session:
         return gcs.missing_outputs(self.clients.storage(), self.paths, step)
 
     def output_state(self, step: Step) -> str:
-        """The `status` table's output column."""
+        """The `status` table's output column: verified, NO_OUTPUT when none of it exists (a step that never
+        started, or still runs), else what is missing of it."""
         missing = self.missing(step)
+        if missing == list(gcs.step_outputs(self.paths, step)):
+            return NO_OUTPUT
         return f"missing: {describe_missing(missing)}" if missing else "verified"
 
     def report_done(self, steps: tuple[Step, ...]) -> None:
@@ -160,6 +163,9 @@ def verify_output(session: Session, step: Step, steps: tuple[Step, ...]) -> None
     session.console.print(f"[green]✓[/] {step}: output verified")
 
 
+NO_OUTPUT = "none yet"  # the status of a step's output when none of it exists
+
+
 @dataclass(frozen=True)
 class StepStatus:
     step: Step
@@ -168,6 +174,7 @@ class StepStatus:
     time: str  # "h:mm:ss elapsed" while running, "took h:mm:ss" once finished, "" when unknown
     output: str  # verified | missing: ...
     capacity: str = ""  # the capacity mode the step's TPU pods were placed on (spot, ...), "" when none
+    progress: str = ""  # while train runs: its step, loss and reward as `run` shows them, "" when unknown
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from jobs.vm import CANCEL_POLL_SECONDS, CANCELLED, PROGRESS_LINE, STARTING, ssh
 from recipes import STEPS, Step, UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
-from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
+from scripts.pipeline.progress import AttemptProgress, RewardReader, last_train_step, progress_suffix, training_now
 from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
 from scripts.pipeline.session import Session, StatusReport, StepStatus, dry_run_costs, verify_output
 
@@ -279,10 +279,14 @@ def status_vm(session: Session) -> StatusReport:
                             f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
                             f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
                             "TPU_NAME)")
-    states = step_states(markers, SerialReader(session).new_text(), bool(cancelled))
+    text = SerialReader(session).new_text()
+    states = step_states(markers, text, bool(cancelled))
+    training = training_now(last_train_step(train_attempt(text)[1]), session.recipe.train_steps,
+                            session.clients.storage, session.paths.tensorboard, session.now) \
+        if states.get("train") == "running" else ""
     return StatusReport(f"TPU VM {settings.vm_name} ({instance.status})",
-                        [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step))
-                         for step in STEPS], note)
+                        [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step),
+                                    progress=training if step == "train" else "") for step in STEPS], note)
 
 
 def logs_vm(session: Session, step: Step, tail: int | None) -> list[str]:
