@@ -124,6 +124,10 @@ class StepCost:
     tpu_chip_hours: float = 0.0
     tpu_chip_hours_avoided: float = 0.0
 
+    def summary(self) -> str:
+        """e.g. `about 180 min, $269.04`."""
+        return f"about {self.minutes} min, {usd(self.usd)}"
+
 
 @dataclass(frozen=True)
 class RunEstimate:
@@ -148,6 +152,15 @@ class RunEstimate:
     @property
     def tpu_chip_hours_avoided(self) -> float:
         return sum(step.tpu_chip_hours_avoided for step in self.steps)
+
+    def step(self, name: str) -> StepCost:
+        return next(step for step in self.steps if step.step == name)
+
+    def steps_summary(self, names: list[str]) -> str:
+        """The time and cost of some of the steps, e.g. `about 210 min, $301.50 for train, export`."""
+        chosen = [self.step(name) for name in names]
+        return (f"about {sum(step.minutes for step in chosen)} min, {usd(sum(step.usd for step in chosen))} "
+                f"for {', '.join(names)}")
 
     def summary(self) -> str:
         text = f"{usd(self.total)} for {self.minutes} min"

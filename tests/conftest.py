@@ -73,6 +73,13 @@ def outputs(stack: StackJson) -> dict[str, Any]:
     return {name: body["value"] for name, body in stack.get("output", {}).items()}
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_columns(monkeypatch):
+    """pytest-xdist starts its workers with COLUMNS=80, which the CLI reads as a terminal's width: every
+    test starts as piped output, as with `-n 0`, and a test of a width sets COLUMNS itself."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory) -> Path:
     outdir = tmp_path_factory.mktemp("cdktf.out")

@@ -207,7 +207,7 @@ def test_cancel_on_the_vm_recipe_writes_the_marker_and_records_it(settings_env, 
 
     status = runner.invoke(app, ["status", VM_RECIPE])
     assert status.exit_code == 0, status.output
-    assert [line.split()[:2] for line in status.output.splitlines()
+    assert [[word.rstrip(",") for word in line.split()[:2]] for line in status.output.splitlines()
             if line.split()[:1] in (["convert"], ["train"], ["export"])] == [
         ["convert", "cancelled"], ["train", "cancelled"], ["export", "cancelled"]]
     assert f"was cancelled at {marker_text(gcs).strip()}" in " ".join(status.output.split())

@@ -189,8 +189,8 @@ def test_a_preempted_spot_worker_restarts_the_jobset_and_training_resumes_from_t
         " DisruptionTarget TerminationByKubelet: Pod was terminated in response to imminent node shutdown.); "
         f"JobSet restarted (1 of 3); training resumes from checkpoint step 20 ({saved.rstrip('/')})"), lines[restart]
     assert saved.endswith("/checkpoints/actor/20/")
-    assert any("training step 27/50" in line for line in lines[:restart])
-    shown = [line.split("training step ")[1].split("/")[0] for line in lines[restart:] if "training step " in line]
+    assert any("train: step 27/50" in line for line in lines[:restart])
+    shown = [line.split("train: step ")[1].split("/")[0] for line in lines[restart:] if "train: step " in line]
     assert shown and set(shown) == {"23"}, result.output  # the new head's step; 27 from before the restart does not stick
     assert "train: output verified" in result.output and "error" not in result.output, result.output
     assert cloud["kube"].created == [train]  # restarted by JobSet, not resubmitted

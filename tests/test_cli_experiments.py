@@ -107,7 +107,7 @@ def test_set_changes_the_step_count_that_progress_and_export_use(cloud):
     plan_success(cloud, recipe, ticks=3, logs=f"loading\n{train_step_line(12, 0.5)}\n")
     result = tpu_rl("run", RECIPE, "--set", "num_batches=20", "--steps", "train,export")
     assert result.exit_code == 0, result.output
-    assert "training step 12/20" in result.output
+    assert "train: step 12/20" in result.output
     export = cloud["kube"].jobsets[names(recipe)["export"]]
     script = export["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["command"][2]
     assert f"load_parameters_path={paths.actor_checkpoints}20/model_params/" in script

@@ -31,26 +31,49 @@ def record_exists(gcs, recipe_name: str = RECIPE) -> bool:
     return gcs.bucket(bucket).blob(name).exists()
 
 
-def test_dry_run_prints_the_plan_and_the_jobsets_and_submits_nothing(cloud):
-    recipe = get_recipe(RECIPE)
-    put_step_output(cloud["gcs"], recipe, "convert")
+def test_dry_run_prints_the_plan_with_each_steps_time_and_cost_and_submits_nothing(cloud, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
     result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
     assert result.exit_code == 0, result.output
-    head, _, stream = result.output.partition("---\n")
-    assert head.splitlines() == [
-        f"dry run of run {paths().run_name}: nothing is submitted, and no Secret or run.json is written",
+    # The README's table of one run (durations_minutes x the hourly estimate, reservation): train 90 min
+    # $95.64, export 40 min $42.51; together 130 min, $138.15.
+    assert result.output.splitlines() == [
+        f"dry run of run {paths().run_name}: nothing is submitted or written",
         "  convert: skip: output verified",
-        "  train: submit: no output yet",
-        "  export: submit: no output yet",
-        "(export is shown at the computed step 50, an upper bound: run renders it with the newest finished step "
-        "once training ended)",
-        f"the JobSets it would submit ({jobset_of(RECIPE, 'train')}, {jobset_of(RECIPE, 'export')}):"]
-    manifests = render_manifests(recipe, peer_settings())
-    assert list(yaml.safe_load_all("---\n" + stream)) == [manifests["train"], manifests["export"]]
+        "  train: submit: no output yet; about 90 min, $95.64",
+        "  export: submit: no output yet; about 40 min, $42.51",
+        "(export at step 50 is an upper bound: run exports the step training reached)",
+        "expected: about 130 min, $138.15 for train, export (estimates from list prices)",
+        "the JobSets it would submit (--show-manifests prints them):",
+        f"  {jobset_of(RECIPE, 'train')}",
+        f"  {jobset_of(RECIPE, 'export')}"]
+    assert max(len(line) for line in result.output.splitlines()) <= 80
     kube = cloud["kube"]
     assert kube.created == [] and kube.secrets == {} and {method for method, _, _ in kube.requests} == {"GET"}
     assert not record_exists(cloud["gcs"])
     assert cloud["google"].sent("GET", ":access") == []  # the token is not even read
+
+
+def test_dry_run_prints_the_jobsets_only_with_show_manifests(cloud):
+    recipe = get_recipe(RECIPE)
+    put_step_output(cloud["gcs"], recipe, "convert")
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run", "--show-manifests"])
+    assert result.exit_code == 0, result.output
+    head, _, stream = result.output.partition("---\n")
+    assert head.splitlines()[-3:] == ["the JobSets it would submit:", f"  {jobset_of(RECIPE, 'train')}",
+                                      f"  {jobset_of(RECIPE, 'export')}"]
+    manifests = render_manifests(recipe, peer_settings())
+    assert list(yaml.safe_load_all("---\n" + stream)) == [manifests["train"], manifests["export"]]
+    assert cloud["kube"].created == [] and cloud["kube"].secrets == {}
+
+
+def test_show_manifests_without_dry_run_is_refused_before_anything_is_read(cloud):
+    result = runner.invoke(app, ["run", RECIPE, "--show-manifests"])
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert result.output.splitlines() == ["error: --show-manifests prints what a dry run would submit: add "
+                                          f"--dry-run, or see the manifests with `tpu-rl render {RECIPE} --out -`"]
+    assert cloud["kube"].requests == []
 
 
 def test_dry_run_refuses_what_run_would_refuse(cloud):
@@ -66,9 +89,14 @@ def test_dry_run_on_the_vm_says_which_steps_the_startup_script_has_left(settings
     put_step_output(gcs, get_recipe(VM_RECIPE), "convert")
     result = runner.invoke(app, ["run", VM_RECIPE, "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[1:] == ["  convert: skip (output verified)",
-                                              "  train: startup script (output missing)",
-                                              "  export: startup script (output missing)"]
+    # The README's table for the VM (reservation): train 10 min $2.52, export 5 min $1.26.
+    assert result.output.splitlines() == [
+        f"dry run of run {paths(VM_RECIPE).run_name}: nothing is started or written",
+        "the startup script of TPU VM rl-test-vm (deployed with the stack) runs:",
+        "  convert: skip (output verified)",
+        "  train: startup script (output missing); about 10 min, $2.52",
+        "  export: startup script (output missing); about 5 min, $1.26",
+        "expected: about 15 min, $3.78 for train, export (estimates from list prices)"]
     assert not any("serialPort" in path for _, path, _ in google.requests)
     assert not record_exists(gcs, VM_RECIPE)
 
@@ -105,7 +133,7 @@ def test_status_json_has_each_steps_cells(cloud):
     assert list(steps) == ["convert", "train", "export"]
     assert (steps["convert"]["state"], steps["convert"]["pods"], steps["convert"]["output"]) == (
         "succeeded", "done", "verified")
-    assert steps["train"]["state"] == "absent" and steps["train"]["output"].startswith("missing: ")
+    assert (steps["train"]["state"], steps["train"]["output"], steps["train"]["progress"]) == ("absent", "none yet", "")
 
 
 def test_the_end_of_a_run_says_where_the_model_is_and_what_to_do_next(cloud):

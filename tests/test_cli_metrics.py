@@ -316,7 +316,7 @@ def draw_readme_picture(out: Path) -> None:
     runs = [dataclasses.replace(run, evaluations=synthetic_evaluations(pace), differs=(change,))
             for run, pace, change in zip(runs, (1.0, 0.55), ("learning_rate=3e-6", "learning_rate=1e-6"))]
     fig = plot.figure(runs, "SYNTHETIC data from tests/test_cli_metrics.py, not a training run")
-    plot.write_png(fig, out)
+    plot.write_picture(fig, out)
     Image.open(out).convert("RGB").quantize(colors=64).save(out, optimize=True)  # small enough for the docs
 
 

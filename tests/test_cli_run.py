@@ -91,7 +91,7 @@ def test_run_shows_training_step_and_loss_from_the_head_logs(cloud):
     succeed_writing_output(cloud, "train", ticks=3, logs=logs)
     result = tpu_rl("run", RECIPE, "--steps", "train")
     assert result.exit_code == 0, result.output
-    assert "training step 12/50, loss 0.412" in result.output
+    assert "train: step 12/50, loss 0.412" in result.output
     assert "pods 9/9 scheduled, 9/9 ready" in result.output  # pathways-head + 8 workers
 
 

@@ -7,12 +7,13 @@ import json
 import math
 import os
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 
 from recipes import STEPS, UserError
-from scripts.cli.core import RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, secret_app
+from scripts.cli.core import (RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, fitted, handled, make_console,
+                             secret_app)
 from scripts.outcome import Interrupted, PreflightFailed
 
 if TYPE_CHECKING:
@@ -54,26 +55,34 @@ def _ask(question: str) -> bool:
         raise Interrupted("interrupted at the prompt; nothing was submitted or deleted") from None
 
 
-def make_session(recipe: Recipe, settings: Settings):
-    """The one place a pipeline Session is built (tests replace sleeps through the env knobs above)."""
+BucketUse = Literal["reads", "writes", "none"]
+
+
+def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"):
+    """The one place a pipeline Session is built (tests replace sleeps through the env knobs above).
+
+    A command that reads the bucket stops first, as `preflight` does, when GCS_BUCKET does not exist; one
+    that writes checkpoints there (`run`) also when it is in another region (scripts.cloud.gcs)."""
+    from scripts.cloud import gcs
     from scripts.cloud.clients import Clients
     from scripts.cloud.retry import RetryPolicy
     from scripts.pipeline.session import Session
 
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False))
-    return Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
-                   poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
-                   maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, 1200.0, zero_allowed=True),
-                   confirm=_ask if _stdin_is_a_terminal() else None)
+    session = Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
+                      poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
+                      maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, 1200.0, zero_allowed=True),
+                      confirm=_ask if _stdin_is_a_terminal() else None)
+    if bucket != "none":
+        gcs.require_bucket(session.clients.storage(), settings, writes=bucket == "writes")
+    return session
 
 
 @app.command()
 @handled
 def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     """Check capacity, bucket and token before spending money; every failed check says how to fix it."""
-    from rich.markup import escape
-
     from scripts.cloud.clients import Clients
     from scripts.pipeline.preflight import run_checks
 
@@ -81,13 +90,22 @@ def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     results = run_checks(Clients(settings), recipe, settings)
     console = make_console()
     for check in results:
-        mark = "[green]pass[/]" if check.ok else "[red]FAIL[/]"
-        # escape: a detail may name a TOML table ([maxtext."0.2.4"]), which rich would read as markup
-        console.print(f"{mark}  {check.name}: {escape(check.detail)}")
+        console.print(preflight_line(check, console.width))
     failed = [check for check in results if not check.ok]
     if failed:
         raise PreflightFailed(f"{len(failed)} of {len(results)} preflight checks failed for {recipe.name}")
     console.print(f"[green]preflight passed[/] for {recipe.name}")
+
+
+def preflight_line(check, width: int):
+    """`pass  name: detail` (or FAIL), wrapped to the terminal under the name; paths and commands are never
+    broken (core.fitted)."""
+    from rich.text import Text
+
+    mark = "pass" if check.ok else "FAIL"
+    text = Text(fitted(f"{mark}  {check.name}: {check.detail}", width, indent=len(mark) + 2))
+    text.stylize("green" if check.ok else "red", 0, len(mark))
+    return text
 
 
 @secret_app.command("set")
@@ -106,17 +124,18 @@ def secret_set() -> None:
     typer.echo(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
 
 
-def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
+def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str], bucket: BucketUse = "reads",
                 rewards: Optional[str] = None, data_processor: Optional[str] = None):
     """The Session of one run: the recipe as the settings, --set, --run, --rewards and --data-processor make
-    it; a reward file is checked (scripts/rewards/check.py) before anything reaches the cloud."""
+    it; a reward file is checked (scripts/rewards/check.py) before anything reaches the cloud. Only `run`
+    (which writes the bucket) checks the per-recipe rules of deploy (core.cloud_recipe)."""
     from recipes.runs import for_run
 
-    recipe, settings = cloud_recipe(recipe_name)
+    recipe, settings = cloud_recipe(recipe_name, reads_only=bucket != "writes")
     recipe = for_run(recipe, sets or (), run_name)
     if rewards or data_processor:
         recipe = _with_user_files(recipe, rewards, data_processor)
-    return make_session(recipe, settings)
+    return make_session(recipe, settings, bucket)
 
 
 def _with_user_files(recipe, rewards: Optional[str], data_processor: Optional[str]):
@@ -149,8 +168,10 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                      "finished without its output, or has another spec, and submit again."),
         sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
         run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the JobSets it would submit; "
-                                     "submit and write nothing."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, each step's expected time and "
+                                     "cost; submit and write nothing."),
+        show_manifests: bool = typer.Option(False, "--show-manifests", help="With --dry-run, also print the "
+                                            "JobSets it would submit."),
         rewards: Optional[str] = typer.Option(None, "--rewards", metavar="FILE.py:FN,...",
                                               help="Your reward functions instead of MaxText's (0.2.4+)."),
         data_processor: Optional[str] = typer.Option(None, "--data-processor", metavar="FILE.py",
@@ -161,7 +182,10 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from scripts.pipeline.session import parse_steps
 
     wanted = parse_steps(steps)
-    session = run_session(recipe_name, sets, run_name, rewards, data_processor)
+    if show_manifests and not dry_run:
+        raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
+                        f"with `tpu-rl render {recipe_name} --out -`")
+    session = run_session(recipe_name, sets, run_name, "writes", rewards, data_processor)
     recipe = session.recipe
     if not recipe.is_gke and (sets or run_name is not None):
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "
@@ -171,7 +195,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if warning:
         session.console.print(f"[yellow]{warning}[/]")
     if recipe.is_gke:
-        run_gke(session, wanted, replace=replace, follow_logs=follow_logs, dry_run=dry_run)
+        run_gke(session, wanted, replace=replace, follow_logs=follow_logs, dry_run=dry_run,
+                show_manifests=show_manifests)
     else:
         from scripts.pipeline.vm import run_vm
 
@@ -233,22 +258,31 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         cancel_vm(session, step, yes)
 
 
-def status_view(recipe_name: str, bucket: str, report):
+def status_view(recipe_name: str, bucket: str, report, width: int = 80):
     """The status report in any terminal width: one block per step, the step's name beside its state
-    (pods, time) and its output; long lines (an output's paths) wrap inside the block, nothing is cut."""
+    (pods, time) and its output. Long lines wrap inside the block at spaces only, so a gs:// path is never
+    broken: it moves to a line of its own, or overflows whole when longer than the line (core.fitted)."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
+    from scripts.pipeline.session import NO_OUTPUT
+
+    indent = max(len(row.step) for row in report.rows) + 2 if report.rows else 0
+    lines = [Text(fitted(f"{recipe_name}: {report.where}, outputs in gs://{bucket}", width))]
     for row in report.rows:
         state = ", ".join(part for part in (row.state, row.capacity and f"on {row.capacity}",
                                             row.pods and f"pods {row.pods}", row.time) if part)
-        grid.add_row(Text(row.step, style="bold"), Text(f"{state}\noutput {row.output}"))
-    title = Text(f"{recipe_name}: {report.where}, outputs in gs://{bucket}")
-    return Group(title, grid, *([Text(report.note)] if report.note else []))
+        # A step with none of its output yet (never started, or still running) takes one line.
+        output = [] if row.output == NO_OUTPUT else [f"output {row.output}"]
+        state += ", no output yet" if row.output == NO_OUTPUT else ""
+        cells = [fitted(cell, width - indent) for cell in (state, *([row.progress] if row.progress else []), *output)]
+        block = "\n".join(cells).splitlines()
+        text = Text(row.step.ljust(indent) + block[0] + "".join(f"\n{' ' * indent}{line}" for line in block[1:]))
+        text.stylize("bold", 0, len(row.step))
+        lines.append(text)
+    if report.note:
+        lines.append(Text(fitted(report.note, width)))
+    return Group(*lines)
 
 
 def status_json(session, report) -> dict:
@@ -280,7 +314,8 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if as_json:
         typer.echo(json.dumps(status_json(session, report), indent=2))
         return
-    session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report), soft_wrap=False)
+    session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report, session.console.width),
+                          soft_wrap=True)
 
 
 RUN_COLUMNS = ("run", "status", *STEPS, "step", "accuracy", "reward", "started", "took", "differs")
@@ -322,7 +357,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
     from scripts.pipeline.runs import list_runs
 
-    session = make_session(*cloud_recipe(recipe_name))
+    session = make_session(*cloud_recipe(recipe_name, reads_only=True))
     listing = list_runs(session)
     name = session.recipe.name
     if as_json:
@@ -364,7 +399,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from scripts.pipeline.session import parse_step
 
     parse_step(step)
-    session = run_session(recipe_name, sets, run_name)
+    session = run_session(recipe_name, sets, run_name, "none")  # logs read the cluster or the VM, not the bucket
     recipe = session.recipe
     if recipe.is_gke:
         lines = logs_gke(session, step, follow, tail or None)

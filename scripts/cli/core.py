@@ -87,12 +87,28 @@ def _app(version: bool = typer.Option(False, "--version", callback=_print_versio
     pass
 
 
+def _sized() -> bool:
+    """Whether a terminal, or COLUMNS, sets the output's width; other output (a file, CI logs) is not cut
+    at 80 columns."""
+    return sys.stdout.isatty() or bool(os.environ.get("COLUMNS"))
+
+
 def make_console() -> Console:
     from rich.console import Console
 
-    # A terminal, or COLUMNS, sets the width; other output (a file, CI logs) is not cut at 80 columns.
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
-    return Console(soft_wrap=True, highlight=False, width=width)
+    return Console(soft_wrap=True, highlight=False, width=None if _sized() else PIPED_WIDTH)
+
+
+def fitted(text: str, width: int, indent: int = 0) -> str:
+    """`text` wrapped at spaces to `width` columns when a terminal (or COLUMNS) sets the width, the lines
+    after the first indented by `indent`; other output keeps one line per message, for grep. A word is
+    never broken, so a path or URL longer than the line stays whole (and copyable) on its own line."""
+    import textwrap
+
+    if not _sized():
+        return text
+    return textwrap.fill(text, width=width, subsequent_indent=" " * indent, break_long_words=False,
+                         break_on_hyphens=False) or text
 
 
 def _fail(code: int, message: str) -> typer.Exit:
@@ -139,12 +155,16 @@ SET_HELP = ("Override a MaxText key of the train step, e.g. learning_rate=1e-5; 
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
 
 
-def cloud_recipe(recipe_name: str) -> tuple[Recipe, Settings]:
+def cloud_recipe(recipe_name: str, *, reads_only: bool = False) -> tuple[Recipe, Settings]:
     """The recipe as the user's settings run it (CAPACITY applied, every per-recipe rule checked), and
-    those settings; never the example."""
+    those settings; never the example.
+
+    A command that only reads what a run left (`status`, `runs`, `logs`, `cancel`) gets the recipe with
+    CAPACITY applied but not the rules of what only deploy and `run` use (RESERVATION, AUTHORIZED_CIDR,
+    a flex-start ZONE): a teammate who only looks at runs needs the project, the bucket and the cluster."""
     recipe = get_recipe(recipe_name)
     settings = cloud_settings()
-    return settings.recipe(recipe), settings
+    return (settings.with_capacity(recipe) if reads_only else settings.recipe(recipe)), settings
 
 
 def write_file(path: Path, text: str, option: str) -> None:

@@ -11,6 +11,9 @@ import typer
 
 from recipes import get_recipe
 from scripts.cli.core import app, cloud_settings, handled, write_file
+from scripts.metrics import PICTURE_FORMATS
+
+PICTURES = ", ".join(f".{name}" for name in PICTURE_FORMATS)
 
 
 @app.command()
@@ -21,18 +24,21 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             sources: Optional[list[str]] = typer.Option(
                 None, "--from", metavar="DIR_OR_GS_URL", help="A directory of event files copied elsewhere; repeatable."),
             png: Optional[Path] = typer.Option(None, "--png", metavar="FILE",
-                                               help="Also draw accuracy, reward, loss, KL and completion length to this PNG."),
+                                               help="Also draw accuracy, reward, loss, KL and completion length to this "
+                                               f"file, in the format its extension names ({PICTURES})."),
             as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """A run's held-out accuracy and TensorBoard scalars (first, last, best, sparkline); several runs side by
-    side; --png for curves."""
-    from scripts.metrics import collect, compare, table
+    side; --png for curves (PNG, SVG or PDF by the file's extension)."""
+    from scripts.metrics import collect, compare, picture_format, table
 
     recipe = get_recipe(recipe_name)
+    if png is not None:  # a format it cannot write is refused before anything is read
+        picture_format(png)
     loaded = collect(recipe, runs or [], sources or [], cloud_settings)
     if png is not None:
         from scripts.metrics import plot
 
-        plot.write_png(plot.figure(loaded, f"{recipe.name}: TensorBoard scalars"), png)
+        plot.write_picture(plot.figure(loaded, f"{recipe.name}: TensorBoard scalars"), png)
     if as_json:
         typer.echo(json.dumps(table.as_json(loaded), indent=2))
     else:

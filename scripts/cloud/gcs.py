@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from google.api_core import exceptions as gexc
 
 from jobs.paths import ArtifactPaths, split_gs_url
+from recipes import Settings, UserError
 from recipes.conventions import ORBAX_COMMIT_MARKER
 from scripts.outcome import ApiError
 
@@ -143,6 +144,33 @@ def step_outputs(paths: ArtifactPaths, step: str, finished: bool = False) -> tup
                 *(Requirement(paths.hf_export, name) for name in HF_TOKENIZER_FILES),
                 SafetensorsWeights(paths.hf_export))
     raise ValueError(step)
+
+
+def bucket_location(storage, settings: Settings) -> str:
+    """GCS_BUCKET's location, lowercase ("" when unknown). A bucket that does not exist is bad input: the
+    one line `preflight` prints for it, which every command that reads the bucket stops with first."""
+    bucket = storage.lookup_bucket(settings.gcs_bucket)
+    if bucket is None:
+        raise UserError(f"bucket gs://{settings.gcs_bucket} does not exist: deploy the artifacts stack "
+                        "(`npx cdktf deploy artifacts`) or fix GCS_BUCKET")
+    return (bucket.location or "").lower()
+
+
+def bucket_region_problem(location: str, settings: Settings) -> str | None:
+    """Why a bucket in `location` must not take a run's checkpoints, or None."""
+    if location == settings.region:
+        return None
+    return (f"bucket gs://{settings.gcs_bucket} is in {location or 'an unknown location'}, not REGION "
+            f"{settings.region}: checkpoints would cross regions; use a bucket in {settings.region}")
+
+
+def require_bucket(storage, settings: Settings, *, writes: bool = False) -> None:
+    """Refuse (UserError, exit 2) as `preflight` does when GCS_BUCKET does not exist, and, for a command
+    that writes checkpoints to it (`run`), when it is in another region."""
+    location = bucket_location(storage, settings)
+    problem = bucket_region_problem(location, settings) if writes else None
+    if problem:
+        raise UserError(problem)
 
 
 def missing_outputs(storage, paths: ArtifactPaths, step: str, finished: bool = False) -> list[Requirement]:

@@ -18,7 +18,21 @@ from recipes import Recipe, Settings, UserError
 from scripts.metrics.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
                                     run_directory)
 
-__all__ = ["Run", "collect", "latest_scalar", "run_directory", "source_label"]
+__all__ = ["PICTURE_FORMATS", "Run", "collect", "latest_scalar", "picture_format", "run_directory", "source_label"]
+
+
+# The formats matplotlib writes (plot.py) that --png takes, by the file's extension (lowercase).
+PICTURE_FORMATS = ("png", "svg", "pdf")
+
+
+def picture_format(path: Path) -> str:
+    """The format the file's extension names; UserError (one line) for any other extension."""
+    extension = path.suffix.lower().lstrip(".")
+    if extension not in PICTURE_FORMATS:
+        named = f"'.{extension}'" if extension else "no extension"
+        raise UserError(f"--png {path}: {named} is not a format it writes: name the file "
+                        f"{', '.join('.' + name for name in PICTURE_FORMATS[:-1])} or .{PICTURE_FORMATS[-1]}")
+    return extension
 
 
 def source_label(location: str) -> str:
@@ -68,6 +82,10 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
         settings = cloud_settings()
         storage = Clients(settings).storage()
         runs = runs or ([] if sources else [ArtifactPaths(recipe, settings).run_name])
+        if runs:  # read from GCS_BUCKET: stop first, as preflight does, when it does not exist
+            from scripts.cloud.gcs import require_bucket
+
+            require_bucket(storage, settings)
     loaded = []
     for run in runs:
         found = read_run(run, run_directory(recipe, settings, run), storage)

@@ -10,6 +10,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from recipes import UserError
+from scripts.metrics import picture_format
 from scripts.metrics.events import Run
 from scripts.metrics.tags import PLOTTED_TAGS
 
@@ -71,10 +72,12 @@ def figure(runs: list[Run], title: str) -> Figure:
     return fig
 
 
-def write_png(fig: Figure, path: Path) -> None:
+def write_picture(fig: Figure, path: Path) -> None:
+    """The figure in the format the file's extension names (picture_format)."""
+    file_format = picture_format(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png")
+        fig.savefig(path, format=file_format)
     except OSError as error:
         raise UserError(f"--png: cannot write {path} ({error.strerror or type(error).__name__}): "
                         "pass a writable path") from None

@@ -11,7 +11,7 @@ from typing import Callable
 from google.api_core import exceptions as gexc
 
 from recipes import Recipe, Settings, UserError
-from scripts.cloud import hf_token, registry
+from scripts.cloud import gcs, hf_token, registry
 from scripts.cloud.clients import Clients
 from scripts.cloud.kube import get_credentials_command
 from scripts.outcome import describe
@@ -185,14 +185,14 @@ def check_accelerator_type(clients: Clients, recipe: Recipe, settings: Settings)
 
 
 def check_bucket(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
-    bucket = clients.storage().lookup_bucket(settings.gcs_bucket)
-    if bucket is None:
-        return Check("bucket", False, f"bucket gs://{settings.gcs_bucket} does not exist: deploy the artifacts "
-                     "stack (`npx cdktf deploy artifacts`) or fix GCS_BUCKET")
-    location = (bucket.location or "").lower()
-    if location != settings.region:
-        return Check("bucket", False, f"bucket gs://{settings.gcs_bucket} is in {location or 'an unknown location'}, "
-                     f"not REGION {settings.region}: checkpoints would cross regions; use a bucket in {settings.region}")
+    """The same rule every command that reads the bucket stops on (scripts.cloud.gcs.require_bucket)."""
+    try:
+        location = gcs.bucket_location(clients.storage(), settings)
+    except UserError as error:
+        return Check("bucket", False, str(error))
+    problem = gcs.bucket_region_problem(location, settings)
+    if problem:
+        return Check("bucket", False, problem)
     return Check("bucket", True, f"gs://{settings.gcs_bucket} in {location}")
 
 

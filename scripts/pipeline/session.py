@@ -70,8 +70,11 @@ class Session:
         return gcs.missing_outputs(self.clients.storage(), self.paths, step, finished)
 
     def output_state(self, step: Step, finished: bool = False) -> str:
-        """The `status` table's output column; `finished`: the step's JobSet succeeded."""
+        """The `status` table's output column: verified, NO_OUTPUT when none of it exists (a step that never
+        started, or still runs), else what is missing of it; `finished`: the step's JobSet succeeded."""
         missing = self.missing(step, finished)
+        if missing == list(gcs.step_outputs(self.paths, step)):
+            return NO_OUTPUT
         return f"missing: {describe_missing(missing)}" if missing else "verified"
 
     def report_done(self, steps: tuple[Step, ...]) -> None:
@@ -124,6 +127,17 @@ class Session:
             return True
         self.console.print("nothing was cancelled")
         return False
+
+
+def dry_run_costs(recipe: Recipe, running: Iterable[Step], attached: Iterable[Step] = ()) -> tuple[dict[Step, str], str]:
+    """What a dry run shows of the steps it would run: each one's expected time and cost (`; about 180
+    min, $269.04`, "up to" for a step already running), and the line of their total; from recipes/cost.py."""
+    from recipes.cost import ESTIMATE_NOTE, pipeline_run_estimate
+
+    estimate, running, attached = pipeline_run_estimate(recipe), list(running), set(attached)
+    each = {step: f"; {'up to ' if step in attached else ''}{estimate.step(step).summary()}" for step in running}
+    total = f"expected: {estimate.steps_summary(running)} ({ESTIMATE_NOTE})" if running else "expected: nothing to run"
+    return each, total
 
 
 def hms(seconds: float) -> str:
@@ -194,6 +208,9 @@ def export_checkpoint(session: Session) -> tuple[int | None, str]:
     return reached, why
 
 
+NO_OUTPUT = "none yet"  # the status of a step's output when none of it exists
+
+
 @dataclass(frozen=True)
 class StepStatus:
     step: Step
@@ -202,6 +219,7 @@ class StepStatus:
     time: str  # "h:mm:ss elapsed" while running, "took h:mm:ss" once finished, "" when unknown
     output: str  # verified | missing: ...
     capacity: str = ""  # the capacity mode the step's TPU pods were placed on (spot, ...), "" when none
+    progress: str = ""  # while train runs: its step, loss and reward as `run` shows them, "" when unknown
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,11 @@ from recipes import STEPS, Step, UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
 from scripts.pipeline.accuracy import EvaluationWatch, report_accuracy
-from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
+from scripts.pipeline.progress import (AttemptProgress, RewardReader, last_train_step, progress_suffix,
+                                      training_now)
 from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
-from scripts.pipeline.session import Session, StatusReport, StepStatus, export_checkpoint, verify_output
+from scripts.pipeline.session import (Session, StatusReport, StepStatus, dry_run_costs, export_checkpoint,
+                                      verify_output)
 from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_script, get_instance,
                                         require_token_version)
 from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState
@@ -119,11 +121,13 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
         _refuse_cancelled(session)
         require_token_version(session)
     if dry_run:
-        console.print(f"dry run of run {session.paths.run_name} on TPU VM {session.settings.vm_name}: nothing is "
-                      "started or written; its startup script, deployed with the stack, runs the steps")
+        console.print(f"dry run of run {session.paths.run_name}: nothing is started or written")
+        console.print(f"the startup script of TPU VM {session.settings.vm_name} (deployed with the stack) runs:")
+        costs, total = dry_run_costs(session.recipe, pending)
         for step in steps:
-            console.print(f"  {step}: " + ("startup script (output missing)" if step in pending
+            console.print(f"  {step}: " + (f"startup script (output missing){costs[step]}" if step in pending
                                           else "skip (output verified)"))
+        console.print(total)
         return
     for step in steps:
         if step not in pending:
@@ -290,13 +294,17 @@ def status_vm(session: Session) -> StatusReport:
                             f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
                             f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
                             "TPU_NAME)")
-    state = read_state(session, SerialReader(session).new_text())
+    text = SerialReader(session).new_text()
+    state = read_state(session, text)
     states = state.states()
     if not note and any(value != "done" for value in states.values()):
         note = failure_message(session, state, [step for step in STEPS if states[step] != "done"]) or ""
+    training = training_now(last_train_step(train_attempt(text, session.paths.run_name)[1]), session.recipe.train_steps,
+                            session.clients.storage, session.paths.tensorboard, session.now) \
+        if states.get("train") == "running" else ""
     return StatusReport(f"TPU VM {settings.vm_name} ({instance.status})",
-                        [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step))
-                         for step in STEPS], note)
+                        [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step),
+                                    progress=training if step == "train" else "") for step in STEPS], note)
 
 
 def logs_vm(session: Session, step: Step, tail: int | None) -> list[str]:

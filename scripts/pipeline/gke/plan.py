@@ -97,20 +97,28 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...]
     return actions
 
 def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Action], replace: bool,
-                 note: str = "") -> None:
-    """The plan, each step with its reason, a note on it, and the JobSets run would submit, as one YAML
-    stream."""
+                 note: str = "", show_manifests: bool = False) -> None:
+    """The plan, each step with its reason, expected time and cost, a note on it, and (with
+    --show-manifests) the JobSets run would submit, as one YAML stream."""
+    from scripts.pipeline.session import dry_run_costs
+
     console = session.console
-    console.print(f"dry run of run {session.paths.run_name}: nothing is submitted, and no Secret or run.json is "
-                  "written")
+    console.print(f"dry run of run {session.paths.run_name}: nothing is submitted or written")
+    costs, total = dry_run_costs(session.recipe, [action.step for action in actions if action.kind != "skip"],
+                                 [action.step for action in actions if action.kind == "attach"])
     for action in actions:
         asks = " (run asks first; --replace does not)" if action.kind == "replace" and not replace else ""
-        console.print(f"  {action.step}: {action.kind}{asks}: {escape(action.why)}")
+        console.print(f"  {action.step}: {action.kind}{asks}: {escape(action.why)}{costs.get(action.step, '')}")
     if note:
         console.print(note)
+    console.print(total)
     submitted = [jobs[action.step] for action in actions if action.kind in ("submit", "replace")]
     if not submitted:
         console.print("it would submit no JobSet")
         return
-    console.print(f"the JobSets it would submit ({', '.join(job.name for job in submitted)}):")
-    console.out(manifest_stream(job.manifest for job in submitted), highlight=False, end="")
+    shown = " (--show-manifests prints them)" if not show_manifests else ""
+    console.print(f"the JobSets it would submit{shown}:")
+    for job in submitted:
+        console.print(f"  {job.name}")
+    if show_manifests:
+        console.out(manifest_stream(job.manifest for job in submitted), highlight=False, end="")

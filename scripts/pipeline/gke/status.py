@@ -9,7 +9,8 @@ from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
 from recipes import Step, UserError
 from scripts.cloud.kube_objects import JobSetState, PodCounts, current_attempt, jobset_state, placement_of, pod_counts
 from scripts.pipeline.gke.admission import CapacityWatch, read_admission
-from scripts.pipeline.gke.steps import StepJob, duration, main_pod, step_jobs
+from scripts.pipeline.gke.steps import PROGRESS_LOG_LINES, StepJob, duration, main_pod, step_jobs
+from scripts.pipeline.progress import last_train_step, training_now
 from scripts.pipeline.session import Session, StatusReport, StepStatus
 
 
@@ -39,7 +40,8 @@ def status_gke(session: Session) -> StatusReport:
                 if state.phase != "absent" else [])
         counts = pod_counts(pods) if state.phase in ("running", "suspended") else None
         rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
-                               session.output_state(step, state.phase == "succeeded"), placement_of(pods) or ""))
+                               session.output_state(step, state.phase == "succeeded"), placement_of(pods) or "",
+                               _training_now(session, job, state) if step == "train" else ""))
     run = session.paths.run_name
     return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows,
                         "; ".join(notes))
@@ -53,6 +55,16 @@ def admission_note(session: Session, job: StepJob, jobset: dict | None, state: J
         return (f"{job.step}: {watch.deactivation(admission)}; it will not run: {session.command('run')} deletes "
                 "and submits it again")
     return f"{job.step}: {watch.describe(state, admission, watch.mode(admission), [])}"
+
+def _training_now(session: Session, job: StepJob, state: JobSetState) -> str:
+    """While train runs, its step and loss from the head's log and its reward, read as `run` reads them."""
+    if state.phase != "running":
+        return ""
+    head = main_pod(current_attempt(session.cluster.list_pods(job.selector), state.restarts))
+    log = session.cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""
+    return training_now(last_train_step(log), session.recipe.train_steps, session.clients.storage,
+                        session.paths.tensorboard, session.now)
+
 
 def logs_gke(session: Session, step: Step, follow: bool, tail: int | None) -> Iterable[str]:
     job = step_jobs(session.recipe, session.settings)[step]

@@ -20,7 +20,7 @@ from scripts.pipeline.session import Session, export_checkpoint, verify_output
 
 
 def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,
-            dry_run: bool = False) -> None:
+            dry_run: bool = False, show_manifests: bool = False) -> None:
     console = session.console
     try:
         export_step, _ = export_checkpoint(session)
@@ -36,9 +36,9 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
         raise ApiError(f"{error}; nothing was submitted") from None
     if dry_run:
         exported = next((action for action in actions if action.step == "export" and action.kind != "skip"), None)
-        note = (f"(export is shown at the computed step {session.recipe.last_step}, an upper bound: run renders it "
-                "with the newest finished step once training ended)") if exported and export_step is None else ""
-        show_dry_run(session, jobs, actions, replace, note)
+        note = (f"(export at step {session.recipe.last_step} is an upper bound: run exports the step training "
+                "reached)") if exported and export_step is None else ""
+        show_dry_run(session, jobs, actions, replace, note, show_manifests)
         return
     if any(action.kind in ("submit", "replace") for action in actions):
         fill_token_secret(session)

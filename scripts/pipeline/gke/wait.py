@@ -18,7 +18,7 @@ from scripts.pipeline.gke.diagnose import failure_message
 from scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, StepJob, elapsed_since, main_pod,
                                         parse_time)
 from scripts.pipeline.phases import Phases, phase_of
-from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
+from scripts.pipeline.progress import AttemptProgress, RewardReader, StepPace, training_line
 from scripts.pipeline.record import RunCancelled, cancellation_of
 from scripts.pipeline.session import Session
 
@@ -83,8 +83,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     disruptions: list[str] = []  # pods taken away (DisruptionTarget) since the last restart
     restarts_seen: int | None = None
     last_summary = None
-    total_steps = session.recipe.train_steps
-    progress = AttemptProgress()
+    progress, pace, last_training = AttemptProgress(), StepPace(), None
     reward = RewardReader(session.clients.storage, session.paths.tensorboard, session.now)
     try:
         with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
@@ -118,12 +117,12 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                 awaited = watch.observe(jobset, state, pods)  # what the step really waits for, bounded
                 if awaited:
                     console.print(escape(awaited))
-                stepped = None
+                stepped = training = None
                 if job.step == "train" and state.phase == "running":
                     head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
                     log = cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""
                     stepped = progress.update(state.restarts, log)
-                    summary += progress_suffix(stepped, total_steps, reward.latest())
+                    training = _training(session, state, stepped, reward.latest(), pace)
                     if on_head_log:
                         on_head_log(log)
                 changed = phases.observe(phase_of(state, watch.waits_for_request(), pods, job.step == "train",
@@ -133,10 +132,13 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                 if state.restarts:
                     summary += f", {state.restarts} restart(s)"
                 elapsed = elapsed_since(state.created, session.now)
-                status.update(f"{summary}  {elapsed}")
+                status.update(training(elapsed) if training else f"{summary}  {elapsed}")
                 if summary != last_summary:
                     console.print(f"{summary}  [dim]{elapsed}[/]")
                     last_summary = summary
+                if training and training("") != last_training:  # a new step, loss or reward
+                    console.print(escape(training(elapsed)))
+                    last_training = training("")
                 if state.phase == "succeeded":
                     return state
                 if state.phase == "failed":
@@ -145,6 +147,17 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     finally:
         if follower:
             follower.finish()
+
+
+def _training(session: Session, state: JobSetState, found, reward: float | None, pace: StepPace):
+    """The training line as a function of the elapsed text (None while nothing is known): the line the
+    live status shows and `run` prints when the step, loss or reward changes, fitting 80 columns."""
+    total, now = session.recipe.train_steps, session.now()
+    left = pace.seconds_left(state.restarts, found, total, now)
+    if training_line("train", found, total, reward, "", left) is None:
+        return None
+    return lambda elapsed: training_line("train", found, total, reward, elapsed, left if elapsed else None)
+
 
 def restart_line(session: Session, job: StepJob, state: JobSetState, disruptions: list[str],
                  problems: list[str]) -> str:

@@ -1,0 +1,171 @@
+"""Commands agree about the same settings and cloud state (issue 18, part 2), against the local peers:
+
+- read-only commands (`status`, `runs`, `logs`, `metrics`, and `cancel`, which only deletes what runs)
+  start without RESERVATION and AUTHORIZED_CIDR, which only deploy and `run` use;
+- a missing bucket stops `run` before it touches the cluster (the bad-input table has a row per command).
+"""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from jobs import render_manifests
+from peers.fixtures import jobset_of, peer_settings, put_step_output
+from recipes import get_recipe
+from scripts.cli import app
+from scripts.outcome import ExitCode
+
+RECIPE = "qwen3-v6e32"
+runner = CliRunner()
+DEPLOY_ONLY = ("RESERVATION", "AUTHORIZED_CIDR")
+
+
+@pytest.fixture
+def teammate(cloud, monkeypatch):
+    """The healthy peers, and settings without what only deploy needs."""
+    for name in DEPLOY_ONLY:
+        monkeypatch.delenv(name)
+    return cloud
+
+
+def test_status_needs_no_reservation_or_authorized_cidr(teammate):
+    put_step_output(teammate["gcs"], get_recipe(RECIPE), "convert")
+    result = runner.invoke(app, ["status", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert "output verified" in result.output
+    assert not any(name in result.output for name in DEPLOY_ONLY), result.output
+
+
+def test_runs_needs_no_reservation_or_authorized_cidr(teammate):
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"no run of {RECIPE} in gs://rl-test-artifacts/"), result.output
+
+
+def test_logs_needs_no_reservation_or_authorized_cidr(teammate):
+    teammate["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="converting layer 1\n")
+    teammate["kube"].put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["convert"], "running")
+    result = runner.invoke(app, ["logs", RECIPE, "convert"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == ["converting layer 1"]
+
+
+def test_metrics_needs_no_reservation_or_authorized_cidr(teammate, tmp_path):
+    from test_cli_metrics import RUN_RL, upload_run
+
+    from recipes.runs import default_run_name
+
+    upload_run(teammate["gcs"], tmp_path, default_run_name(get_recipe(RECIPE)), RUN_RL)
+    result = runner.invoke(app, ["metrics", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert "rewards/train/mean" in result.output
+
+
+def test_cancel_needs_no_reservation_or_authorized_cidr(teammate):
+    result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("nothing to cancel"), result.output
+
+
+def test_run_still_needs_authorized_cidr(teammate):
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert "RESERVATION is not set" in result.output
+
+
+def test_run_with_a_missing_bucket_stops_before_it_reads_the_cluster(cloud):
+    cloud["gcs"].bucket("rl-test-artifacts").delete()
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        "error: bucket gs://rl-test-artifacts does not exist: deploy the artifacts stack (`npx cdktf deploy "
+        "artifacts`) or fix GCS_BUCKET"]
+    assert cloud["kube"].requests == [] and cloud["kube"].secrets == {}
+
+
+@pytest.mark.parametrize("name, magic", [("curves.svg", b"<svg"), ("curves.PDF", b"%PDF-"), ("curves.png", b"\x89PNG")])
+def test_metrics_picture_is_in_the_format_its_extension_names(settings_env, gcs, tmp_path, name, magic):
+    from test_cli_metrics import RUN_RL, upload_run
+
+    upload_run(gcs, tmp_path, "rl", RUN_RL)
+    picture = tmp_path / name
+    result = runner.invoke(app, ["metrics", RECIPE, "--run", "rl", "--png", str(picture)])
+    assert result.exit_code == 0, result.output
+    head = picture.read_bytes()[:400]
+    assert (magic in head) if magic == b"<svg" else head.startswith(magic), head[:40]
+
+
+def test_metrics_picture_with_another_extension_is_one_line_before_anything_is_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # any read of the bucket would fail
+    picture = tmp_path / "curves.jpg"
+    result = runner.invoke(app, ["metrics", RECIPE, "--from", str(tmp_path), "--png", str(picture)])
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        f"error: --png {picture}: '.jpg' is not a format it writes: name the file .png, .svg or .pdf"]
+    assert not picture.exists()
+
+
+def test_preflight_lines_fit_80_columns_under_the_check_name_with_urls_whole(settings_env, gcs, google, monkeypatch):
+    from test_cli_preflight import CONSOLE, with_quota
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("CAPACITY", "spot")
+    with_quota(google, PREEMPTIBLE_TPU_V6E=(48, 32))
+    result = runner.invoke(app, ["preflight", RECIPE])
+    assert result.exit_code == ExitCode.PREFLIGHT_FAILED, result.output
+    lines = result.output.splitlines()
+    assert all(len(line) <= 80 for line in lines), result.output
+    start = next(index for index, line in enumerate(lines) if line.startswith("FAIL  preemptible quota: "))
+    message = [lines[start]] + [line for line in lines[start + 1:] if line.startswith("      ")]
+    # The same words as the one-line message, the URL whole on its own line.
+    assert " ".join(" ".join(message).split()) == (
+        "FAIL  preemptible quota: preemptible TPU v6e quota in us-east5 (PREEMPTIBLE_TPU_V6E) is 48 chips, 32 in "
+        "use, 16 free; recipe 'qwen3-v6e32' needs 32 chips for spot: wait until the TPUs using it are gone, or "
+        f"request more at {CONSOLE}").replace("FAIL  ", "FAIL ")
+    assert f"      {CONSOLE}" in message
+
+
+def test_the_training_line_has_the_elapsed_time_and_the_time_left_from_the_pace_in_80_columns():
+    from datetime import datetime, timedelta, timezone
+
+    from scripts.pipeline.progress import StepPace, TrainProgress, training_line
+
+    pace, start = StepPace(), datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
+    assert pace.seconds_left(0, TrainProgress(10, 0.5), 50, start) is None  # one step seen: no pace yet
+    assert pace.seconds_left(0, TrainProgress(10, 0.5), 50, start + timedelta(seconds=50)) is None
+    # Steps 10 -> 12 took 120 s: 60 s a step, 38 steps to go = 2280 s, 30 s of which passed since step 12.
+    seen = start + timedelta(seconds=120)
+    assert pace.seconds_left(0, TrainProgress(12, 0.412), 50, seen) == 2280
+    left = pace.seconds_left(0, TrainProgress(12, 0.412), 50, seen + timedelta(seconds=30))
+    assert left == 2250
+    line = training_line("train", TrainProgress(12, 0.412), 50, 0.37, "0:12:03 elapsed", left)
+    assert line == "train: step 12/50, loss 0.412, reward 0.37, 0:12:03 elapsed, 0:37:30 left"
+    # Wide numbers still fit: a run ten times the recipes' 50 steps, a negative loss, hours to go.
+    wide = training_line("train", TrainProgress(480, -0.01234), 500, 0.375, "9:59:59 elapsed", 9 * 3600 + 3599)
+    assert wide == "train: step 480/500, loss -0.01234, reward 0.375, 9:59:59 elapsed, 9:59:59 left"
+    assert len(wide) <= 80
+    # A restart resumes behind the old step: the pace starts afresh.
+    assert pace.seconds_left(1, TrainProgress(8, 0.5), 50, seen + timedelta(seconds=60)) is None
+    assert training_line("train", None, 50, None, "0:01:00 elapsed", None) is None
+
+
+def test_vm_status_while_train_runs_shows_its_step_loss_and_reward(settings_env, gcs, google, tmp_path):
+    from contracts.tunix_log import train_step_line
+    from jobs.paths import ArtifactPaths
+    from jobs.vm import DONE, STARTING
+    from peers.fixtures import put_event_files
+    from test_cli_vm import RECIPE as VM_RECIPE
+    from test_cli_vm import VM, finish, progress
+
+    google.instances[VM] = "RUNNING"
+    finish(google, gcs, "convert")()
+    put_event_files(gcs, ArtifactPaths(get_recipe(VM_RECIPE), peer_settings()).tensorboard,
+                    {"rewards/train/mean": [(2, 0.37)]}, tmp_path)
+    google.serial[VM] = (progress("convert", STARTING) + progress("convert", DONE) + progress("train", STARTING)
+                         + f"startup-script: {train_step_line(3, 0.5)}\n")
+    result = runner.invoke(app, ["status", VM_RECIPE])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    train = next(index for index, line in enumerate(lines) if line.startswith("train "))
+    assert lines[train:train + 2] == ["train    running, no output yet", "         step 3/50, loss 0.5, reward 0.37"]
+    assert lines[train + 2] == "export   waiting, no output yet"
