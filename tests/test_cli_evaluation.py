@@ -163,10 +163,11 @@ def test_a_cloud_logging_error_is_a_warning(cloud):
 
 
 def test_the_vm_reads_its_evaluations_from_the_console(settings_env, gcs, google):
-    from test_cli_vm import VM, console, finish, progress
+    from test_cli_vm import console, finish, progress
     from jobs.vm import STARTING
+    from peers.fixtures import SETTINGS, deploy_vm
 
-    google.instances[VM] = "RUNNING"
+    deploy_vm(google, SETTINGS)  # with the recipe's own startup script, which run checks first
     finish(google, gcs, "convert")()
     agent = "".join(f"startup-script: {line}\n" for line in (
         evaluation_line("pre", 3, 10, 3, 6, 0.5, maxtext="0.2.3"), train_step_line(50, 0.2, "0.2.3"),

@@ -186,7 +186,7 @@ def test_a_data_processor_is_called_on_a_gsm8k_row_and_mounted(cloud, tmp_path):
     assert (f"error: --data-processor {bad}: process_data's result has no string answer: the trainer batches "
             "prompts, question, answer") in " ".join(result.output.split())
     assert not cloud["kube"].created
-    result = runner.invoke(app, ["run", RECIPE, "--data-processor", str(path), "--dry-run"])
+    result = runner.invoke(app, ["run", RECIPE, "--data-processor", str(path), "--dry-run", "--show-manifests"])
     assert result.exit_code == 0, result.output
     assert "dataset_processor_path=/etc/tpu-rl/user/my_data.py" in result.output
 

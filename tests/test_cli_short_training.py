@@ -113,7 +113,7 @@ def test_status_counts_a_short_training_whose_jobset_succeeded_as_verified(cloud
 def test_a_dry_run_before_training_says_the_export_shown_is_the_upper_bound(cloud):
     result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert "export is shown at the computed step 50, an upper bound" in " ".join(result.output.split())
+    assert "export at step 50 is an upper bound: run exports the step training reached" in " ".join(result.output.split())
 
 
 def test_a_training_that_saved_only_step_0_trained_nothing_and_is_missing(gcs):

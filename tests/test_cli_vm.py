@@ -334,7 +334,7 @@ def test_vm_status_without_the_vm_shows_what_the_bucket_holds(settings_env, gcs,
     assert status.exit_code == 0, status.output
     lines = status.output.splitlines()
     assert fits_80_columns_with_whole_paths(status.output), status.output
-    assert [line.split()[:2] for line in lines if line.split()[:1] in (["convert"], ["train"], ["export"])] == [
+    assert [line.replace(",", " ").split()[:2] for line in lines if line.split()[:1] in (["convert"], ["train"], ["export"])] == [
         ["convert", "done"], ["train", "not"], ["export", "not"]]
     assert "output verified" in status.output
     assert [line for line in lines if line.startswith(("train ", "export "))] == [

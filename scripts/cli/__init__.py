@@ -2,7 +2,8 @@
 
 - core.py: the Typer app, and how every command ends (one line on stderr, one exit code per outcome).
 - offline.py: `recipes` and `render`, which need no cloud.
-- cloud.py: `preflight`, `secret set`, `run`, `eval`, `check-rewards`, `cancel`, `status`, `runs` and `logs`.
+- cloud.py: `preflight`, `secret set`, `run`, `eval`, `check-rewards`, `cancel`, `status`, `runs` and `logs`;
+  views.py lays out their reports.
 - reports.py: `metrics` and `plan-review`.
 
 Start-up is what the offline commands cost (`make bench-cli`), so the kubernetes and Google clients,

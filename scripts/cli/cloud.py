@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from recipes import STEPS, UserError
-from scripts.cli.core import (RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, fitted, handled, make_console,
-                             secret_app)
+from scripts.cli.core import RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, secret_app
+from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from scripts.outcome import Interrupted, PreflightFailed
 
 if TYPE_CHECKING:
@@ -95,17 +95,6 @@ def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     if failed:
         raise PreflightFailed(f"{len(failed)} of {len(results)} preflight checks failed for {recipe.name}")
     console.print(f"[green]preflight passed[/] for {recipe.name}")
-
-
-def preflight_line(check, width: int):
-    """`pass  name: detail` (or FAIL), wrapped to the terminal under the name; paths and commands are never
-    broken (core.fitted)."""
-    from rich.text import Text
-
-    mark = "pass" if check.ok else "FAIL"
-    text = Text(fitted(f"{mark}  {check.name}: {check.detail}", width, indent=len(mark) + 2))
-    text.stylize("green" if check.ok else "red", 0, len(mark))
-    return text
 
 
 @secret_app.command("set")
@@ -258,42 +247,6 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         cancel_vm(session, step, yes)
 
 
-def status_view(recipe_name: str, bucket: str, report, width: int = 80):
-    """The status report in any terminal width: one block per step, the step's name beside its state
-    (pods, time) and its output. Long lines wrap inside the block at spaces only, so a gs:// path is never
-    broken: it moves to a line of its own, or overflows whole when longer than the line (core.fitted)."""
-    from rich.console import Group
-    from rich.text import Text
-
-    from scripts.pipeline.session import NO_OUTPUT
-
-    indent = max(len(row.step) for row in report.rows) + 2 if report.rows else 0
-    lines = [Text(fitted(f"{recipe_name}: {report.where}, outputs in gs://{bucket}", width))]
-    for row in report.rows:
-        state = ", ".join(part for part in (row.state, row.capacity and f"on {row.capacity}",
-                                            row.pods and f"pods {row.pods}", row.time) if part)
-        # A step with none of its output yet (never started, or still running) takes one line.
-        output = [] if row.output == NO_OUTPUT else [f"output {row.output}"]
-        state += ", no output yet" if row.output == NO_OUTPUT else ""
-        cells = [fitted(cell, width - indent) for cell in (state, *([row.progress] if row.progress else []), *output)]
-        block = "\n".join(cells).splitlines()
-        text = Text(row.step.ljust(indent) + block[0] + "".join(f"\n{' ' * indent}{line}" for line in block[1:]))
-        text.stylize("bold", 0, len(row.step))
-        lines.append(text)
-    if report.note:
-        lines.append(Text(fitted(report.note, width)))
-    return Group(*lines)
-
-
-def status_json(session, report) -> dict:
-    """The status report as data: the same cells as the view, one object per step."""
-    import dataclasses
-
-    return {"recipe": session.recipe.name, "run": session.paths.run_name, "where": report.where,
-            "bucket": f"gs://{session.settings.gcs_bucket}", "steps": [dataclasses.asdict(row) for row in report.rows],
-            "note": report.note or None}
-
-
 @app.command()
 @handled
 def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
@@ -316,31 +269,6 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         return
     session.console.print(status_view(recipe.name, session.settings.gcs_bucket, report, session.console.width),
                           soft_wrap=True)
-
-
-RUN_COLUMNS = ("run", "status", *STEPS, "step", "accuracy", "reward", "started", "took", "differs")
-
-
-def _run_cells(run) -> tuple[str, ...]:
-    return (run.run, run.status, *(run.steps.get(step, "-") for step in STEPS), run.step_text, run.accuracy_text,
-            run.reward_text, run.started_text, run.duration_text, run.differs_text)
-
-
-def _runs_stacked(runs) -> list[str]:
-    """One block of short lines per run: for a terminal too narrow for the table."""
-    from rich.markup import escape
-
-    lines = []
-    for run in runs:
-        steps = ", ".join(f"{step} {run.steps.get(step, '-')}" for step in STEPS)
-        lines += [f"[bold]{escape(run.run)}[/]  {escape(run.status)}, step {run.step_text}, reward {run.reward_text}",
-                  *([f"  accuracy {escape(run.accuracy_text)} (held-out, before → after training)"]
-                    if run.accuracy_text != "-" else []),
-                  f"  steps    {escape(steps)}",
-                  f"  started  {escape(run.started_text)}, took {run.duration_text}"]
-        if run.differs:
-            lines.append(f"  differs  {escape(run.differs_text)}")
-    return lines
 
 
 @app.command("runs")
@@ -373,13 +301,13 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         for column in RUN_COLUMNS:  # run names are copied into commands: never cut
             table.add_column(column, no_wrap=True)
         for run in listing.runs:
-            table.add_row(*(escape(cell) for cell in _run_cells(run)))
+            table.add_row(*(escape(cell) for cell in run_cells(run)))
         natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
         if natural <= console.width:
             console.print(table)
         else:
             console.print(title, soft_wrap=False)
-            for line in _runs_stacked(listing.runs):
+            for line in runs_stacked(listing.runs):
                 console.print(line, soft_wrap=False)
     if listing.other_recipes:
         console.print(f"({listing.other_recipes} run(s) of other recipes with the same model are not shown)")
