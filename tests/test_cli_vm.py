@@ -219,7 +219,7 @@ def test_the_old_runs_lines_do_not_show_the_new_run_as_training(settings_env, gc
                      "startup-script: tpu-rl: 2026-11-30T00:00:00Z llama31-v6e8-0ld0ld0 train: starting\n")
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0, status.output
-    assert [row.split()[:2] for row in status.output.splitlines()
+    assert [row.replace(",", " ").split()[:2] for row in status.output.splitlines()
             if row.split()[:1] in (["convert"], ["train"], ["export"])] == [
         ["convert", "waiting"], ["train", "waiting"], ["export", "waiting"]]
 
