@@ -199,10 +199,12 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                  step: Optional[int] = typer.Option(None, "--step", min=1, help="The checkpoint (default: the latest)."),
                  sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)) -> None:
     """Evaluate a saved checkpoint of a run on the held-out set, on the run's slice shape, into its run.json."""
-    session = run_session(recipe_name, sets, run_name)
-    if not session.recipe.is_gke:
-        raise UserError(f"recipe '{session.recipe.name}' runs on a TPU VM, whose startup script runs the recipe's "
+    from recipes import get_recipe
+
+    if not get_recipe(recipe_name).is_gke:  # refused before any cloud is asked
+        raise UserError(f"recipe '{recipe_name}' runs on a TPU VM, whose startup script runs the recipe's "
                         "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
+    session = run_session(recipe_name, sets, run_name)
     from scripts.pipeline.gke.evaluate import eval_gke
 
     eval_gke(session, step)
