@@ -1,0 +1,110 @@
+"""Run one step of a recipe in MaxText's real code on a CPU (inside a MaxText test venv).
+
+    python tests/maxtext_cpu/run.py STEP TINY_CONFIG_DIR MAXTEXT_NAME MODULE [ARG...]
+
+STEP is convert or export (the module itself runs, as `python3 -m MODULE ARG...` would run it), or
+probe (train_rl's own config parsing and model loading, then a save of the actor as tunix's trainer
+saves it; see probe()). Before the step, only what a CPU test must change is changed:
+
+- MaxText's HF_MODEL_CONFIGS entry of the model is the tiny config (to_maxtext and to_huggingface read
+  layer and expert counts from that table, not from the model directory);
+- orbax uses commit-file atomicity, the mode it picks for gs:// paths (atomicity_defaults), so that
+  commit_success.txt markers are written where they are in a bucket, and a restore requires them.
+
+It prints one JSON line `{"step": ..., "seconds": ..., "peak_rss_mb": ...}` at the end.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import resource
+import runpy
+import sys
+import time
+
+
+def use_commit_file_atomicity() -> None:
+    from orbax.checkpoint._src.path import atomicity, atomicity_defaults
+
+    # orbax-checkpoint 0.12.x _src/path/atomicity_defaults.py: CommitFileTemporaryPath for gs://,
+    # AtomicRenameTemporaryPath otherwise; the checkpointer and is_path_finalized call these two.
+    atomicity_defaults.get_default_temporary_path_class = lambda path: atomicity.CommitFileTemporaryPath
+    atomicity_defaults.get_item_default_temporary_path_class = lambda path: atomicity.CommitFileTemporaryPath
+
+
+def use_tiny_config(tiny_dir: str, maxtext_name: str) -> None:
+    import transformers
+    from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
+
+    config = transformers.AutoConfig.from_pretrained(tiny_dir)
+    for name in {maxtext_name, maxtext_name.replace("-Instruct", "")}:
+        if name in HF_MODEL_CONFIGS:
+            HF_MODEL_CONFIGS[name] = config
+
+
+def probe(argv: list[str]) -> None:
+    """What train_rl does before its first rollout, then the save its trainer makes at the last step.
+
+    train_rl itself cannot start on a CPU: it imports maxtext.integration.vllm (hence tpu_inference)
+    unconditionally and its rollout engine is always MaxTextVllmRollout. So this calls the functions
+    train_rl's _rl_train_impl calls (0.2.3 and 0.2.4): model_creation_utils.setup_configs_and_devices
+    (RLConfig from 0.2.4), AutoTokenizer.from_pretrained(tokenizer_path), create_models_and_meshes (which
+    loads load_parameters_path into the actor and the reference on the recipe's meshes), and saves the
+    actor with tunix's CheckpointManager under <checkpoint_dir>/actor (tunix rl_cluster.py), as
+    peft_trainer's final save does: model_params and optimizer_state, force=True.
+    """
+    import multiprocessing.pool  # noqa: F401  utils_rl's math_verify_pool annotates with it unimported;
+    # in train_rl an earlier import (datasets) has loaded it
+    from flax import nnx
+    from maxtext.configs import types
+    from maxtext.trainers.post_train.rl import utils_rl
+    from maxtext.utils import model_creation_utils
+    from orbax import checkpoint as ocp
+    from transformers import AutoTokenizer
+    from tunix.sft.checkpoint_manager import CheckpointManager
+
+    setup = model_creation_utils.setup_configs_and_devices
+    kwargs = {"config_class": types.RLConfig} if "config_class" in inspect.signature(setup).parameters else {}
+    trainer_config, sampler_config, trainer_devices, sampler_devices = setup(argv, {}, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(trainer_config.tokenizer_path,
+                                              token=trainer_config.hf_access_token or None)
+    _, _, actor_model, actor_mesh, _ = model_creation_utils.create_models_and_meshes(
+        trainer_config, sampler_config, trainer_devices, sampler_devices, tokenizer_pad_id=tokenizer.pad_token_id)
+    steps = int(os.environ["PROBE_LAST_STEP"])
+    optimizer_args = inspect.signature(utils_rl.get_optimizer).parameters
+    optimizer = (utils_rl.get_optimizer(trainer_config) if len(optimizer_args) == 1
+                 else utils_rl.get_optimizer(trainer_config, steps))  # 0.2.3 takes max_train_steps
+    with actor_mesh:
+        state = nnx.Optimizer(actor_model, optimizer, wrt=nnx.Param)
+    manager = CheckpointManager(
+        os.path.join(trainer_config.checkpoint_dir, "actor"),
+        ocp.CheckpointManagerOptions(save_interval_steps=trainer_config.checkpoint_period,
+                                     max_to_keep=trainer_config.max_num_checkpoints_to_keep))
+    manager.save(steps, actor_model, state, force=True)
+    manager.close()
+    print(json.dumps({"probe": {"trainer_devices": len(trainer_devices), "sampler_devices": len(sampler_devices),
+                                "actor_mesh": dict(actor_mesh.shape), "scan_layers": trainer_config.scan_layers,
+                                "checkpoint_dir": str(trainer_config.checkpoint_dir)}}))
+
+
+def main(step: str, tiny_dir: str, maxtext_name: str, module: str, args: list[str]) -> None:
+    start = time.monotonic()
+    use_commit_file_atomicity()
+    use_tiny_config(tiny_dir, maxtext_name)
+    if step == "probe":
+        probe(["", *args])  # pyconfig reads argv[1:] as train_rl's app.run passes them
+    else:
+        sys.argv = [module, *args]
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as done:  # absl's app.run exits; only a non-zero code is a failure
+            if done.code not in (0, None):
+                raise
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"step": step, "seconds": round(time.monotonic() - start, 1), "peak_rss_mb": round(peak)}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
