@@ -4,8 +4,8 @@ The commands are the ones `tpu-rl render` writes (jobs.maxtext.maxtext_commands,
 the VM script are rendered from; tests/test_maxtext_real.py checks that the rendered files contain them).
 Only what a CPU test must change is changed (cpu_argv): gs://BUCKET/ becomes a local directory with the
 same object layout, a Hugging Face hub id becomes the tiny local model, the tiny sizes are appended (with
-override_model_config=True), and train, which runs as one process instead of a slice's hosts, skips
-jax.distributed. The environment adds HF_HUB_OFFLINE=1, a dummy HF_TOKEN, and for train the recipe's
+override_model_config=True), and a step that would join a TPU slice's hosts (train; the VM recipe's
+export) skips jax.distributed, as one CPU process has none to join. The environment adds HF_HUB_OFFLINE=1, a dummy HF_TOKEN, and for train the recipe's
 device count of fake CPU devices.
 
 Each step runs in a fresh process of the release's venv (.venv-maxtext-<version>, `make install`) and is
@@ -86,8 +86,8 @@ class Chain:
                 arg = f"{name}={self.tiny}"
             out.append(arg)
         out += tiny_overrides(self.recipe.model.maxtext_name)
-        if step == "train":
-            out.append("skip_jax_distributed_system=True")
+        if not any(arg.startswith("skip_jax_distributed_system=") for arg in out):
+            out.append("skip_jax_distributed_system=True")  # one CPU process: no TPU hosts to join
         return out
 
     def env(self, step: str) -> dict[str, str]:

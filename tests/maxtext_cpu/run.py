@@ -44,6 +44,32 @@ def use_tiny_config(tiny_dir: str, maxtext_name: str) -> None:
             HF_MODEL_CONFIGS[name] = config
 
 
+def seed_hub_cache(tiny_dir: str, maxtext_name: str, args: list[str]) -> None:
+    """to_huggingface without --hf_model_path (0.2.3 has no such flag) bundles the tokenizer of
+    HF_IDS[model_name] from the hub. Offline, huggingface_hub resolves a repo id from its cache
+    (HF_HOME/hub/models--ORG--NAME/refs/main -> snapshots/<revision>/), so the tiny tokenizer is put there
+    under that id: the export still asks for the hub id, and gets the tiny files."""
+    if any(arg.startswith("--hf_model_path") for arg in args):
+        return
+    import shutil
+    from pathlib import Path
+
+    from huggingface_hub import constants
+    from maxtext.utils.globals import HF_IDS
+
+    repo_id = HF_IDS[maxtext_name]
+    revision = "0" * 40
+    repo = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json"):
+        if (Path(tiny_dir) / name).exists():
+            shutil.copy(Path(tiny_dir) / name, snapshot / name)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    print(json.dumps({"tokenizer_from_hub_id": repo_id}))
+
+
 def probe(argv: list[str]) -> None:
     """What train_rl does before its first rollout, then the save its trainer makes at the last step.
 
@@ -96,6 +122,8 @@ def main(step: str, tiny_dir: str, maxtext_name: str, module: str, args: list[st
     if step == "probe":
         probe(["", *args])  # pyconfig reads argv[1:] as train_rl's app.run passes them
     else:
+        if step == "export":
+            seed_hub_cache(tiny_dir, maxtext_name, args)
         sys.argv = [module, *args]
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
