@@ -92,6 +92,13 @@ def _run_chain(recipe: Recipe, root: Path) -> Outcome:
         if run.returncode != 0:
             outcome.error = f"{step} exited {run.returncode}:\n{run.log[-4000:]}"
             return outcome
+    script = chain.after_export()
+    if script:
+        run = chain.run_script("carry-vision", script)
+        outcome.steps[run.step] = run
+        if run.returncode != 0:
+            outcome.error = f"carrying the vision tensors exited {run.returncode}:\n{run.log[-4000:]}"
+            return outcome
     result = in_venv(recipe.maxtext_version, "reload.py", str(chain.tiny),
                      str(chain.local(chain.paths.hf_export)), env={**os.environ, "HF_HUB_OFFLINE": "1"})
     outcome.reload = last_json(result.stdout + result.stderr) if result.returncode == 0 else {
@@ -139,13 +146,33 @@ def test_the_commands_run_here_are_the_ones_render_writes(name):
         assert command.shell() in rendered[step], f"{name}: the rendered {step} does not run {command.module} as built"
 
 
+def test_the_gemma_export_script_carries_the_vision_tower_it_renders():
+    from jobs.export import VISION_PARTS, carry_vision_script
+
+    recipe, settings = _recipe("gemma4-v6e64"), peer_settings()
+    paths = ArtifactPaths(recipe, settings)
+    script = next(text for text in _strings(jobs.render_manifests(recipe, settings)["export"])
+                  if "python3 -m maxtext.checkpoint_conversion.to_huggingface" in text)
+    assert carry_vision_script(recipe.model.hf_repo, paths.hf_export, VISION_PARTS[recipe.model.maxtext_name]) in script
+    # to_huggingface must finish before the copy starts: no exec, and bash's -e stops at its failure
+    assert "exec python3 -m maxtext.checkpoint_conversion.to_huggingface" not in script
+    assert script.startswith("set -euo pipefail")
+
+
+def test_the_seed_differences_page_lists_the_steps_we_add():
+    from jobs.seed_differences import added_steps_table
+
+    assert added_steps_table() in (REPO / "docs" / "seed-differences.md").read_text()
+
+
 # --- the real code runs them ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_convert_train_probe_and_export_run_in_maxtexts_real_code(outcomes, name):
     outcome = outcomes[name]
     assert not outcome.error, outcome.error
-    assert [run.step for run in outcome.steps.values() if run.returncode == 0] == ["convert", "train", "export"]
+    ran = [run.step for run in outcome.steps.values() if run.returncode == 0]
+    assert ran[:3] == ["convert", "train", "export"]
 
 
 @pytest.mark.parametrize("name", RECIPES)

@@ -50,11 +50,13 @@ class StepRun:
     returncode: int
     seconds: float
     peak_mb: float
+    cpu_seconds: float  # user + system time of the step's process (what an idle 2-core CI machine pays)
     log: str
     report: dict = field(default_factory=dict)  # the JSON lines the runner printed, merged
 
     def line(self) -> str:
-        return f"{self.step:<8} {self.seconds:6.1f} s  peak {self.peak_mb:6.0f} MB  exit {self.returncode}"
+        return (f"{self.step:<8} {self.seconds:6.1f} s  cpu {self.cpu_seconds:6.1f} s  peak {self.peak_mb:6.0f} MB  "
+                f"exit {self.returncode}")
 
 
 @dataclass
@@ -99,19 +101,38 @@ class Chain:
             env["PROBE_LAST_STEP"] = str(self.recipe.last_step)
         return env
 
+    def after_export(self) -> str | None:
+        """The export script's step after to_huggingface (jobs/export.py), with the CPU changes."""
+        from jobs.export import VISION_PARTS, carry_vision_script
+
+        vision = VISION_PARTS.get(self.recipe.model.maxtext_name)
+        if not self.recipe.is_gke or not vision or self.recipe.model.use_multimodal:
+            return None
+        return carry_vision_script(str(self.tiny), f"{self.local(self.paths.hf_export)}/", vision)
+
     def run(self, step: str, argv: list[str] | None = None) -> StepRun:
         command = self.commands()[step]
         argv = self.cpu_argv(step, command) if argv is None else argv
         mode = {"convert": "convert", "train": "probe", "export": "export"}[step]
         full = [str(venv_python(self.recipe.maxtext_version)), str(HERE / "run.py"), mode, str(self.tiny),
                 self.recipe.model.maxtext_name, command.module, *argv]
+        return self._run(step, full, self.env(step))
+
+    def run_script(self, name: str, script: str) -> StepRun:
+        """A shell step of a rendered script, with the venv's python3 first on PATH (as in the image)."""
+        env = self.env(name)
+        env["PATH"] = f"{venv_python(self.recipe.maxtext_version).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+        return self._run(name, ["bash", "-euo", "pipefail", "-c", script], env)
+
+    def _run(self, step: str, full: list[str], env: dict[str, str]) -> StepRun:
+        argv = full
         logs = self.root / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"{step}-{int(time.time() * 1000)}.log"
         start = time.monotonic()
         with log_path.open("w") as log:
-            process = subprocess.Popen(full, stdout=log, stderr=subprocess.STDOUT, env=self.env(step), cwd=self.root)
-            returncode, peak_kb = _wait(process, STEP_TIMEOUT)
+            process = subprocess.Popen(full, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root)
+            returncode, usage = _wait(process, STEP_TIMEOUT)
         seconds = time.monotonic() - start
         text = log_path.read_text(errors="replace")
         report: dict = {}
@@ -121,24 +142,26 @@ class Chain:
                     report.update(json.loads(line))
                 except ValueError:
                     pass
-        result = StepRun(step, argv, returncode, seconds, peak_kb / 1024, text, report)
+        result = StepRun(step, argv, returncode, seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime,
+                         text, report)
         print(f"[maxtext {self.recipe.maxtext_version} {self.recipe.name}] {result.line()}", file=sys.stderr)
         return result
 
 
-def _wait(process: subprocess.Popen, timeout: float) -> tuple[int, int]:
-    """Wait for the step; (exit code, peak RSS in KiB). A step over `timeout` is killed (exit -9)."""
+def _wait(process: subprocess.Popen, timeout: float):
+    """Wait for the step: (exit code, its resource usage: ru_maxrss in KiB). A step still running after
+    `timeout` seconds is killed (exit -9)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pid, status, usage = os.wait4(process.pid, os.WNOHANG)
         if pid:
             process.returncode = os.waitstatus_to_exitcode(status)
-            return process.returncode, usage.ru_maxrss
+            return process.returncode, usage
         time.sleep(0.2)
     process.kill()
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = -9
-    return -9, usage.ru_maxrss
+    return -9, usage
 
 
 def in_venv(version: str, script: str, *args: str, env: dict[str, str] | None = None,

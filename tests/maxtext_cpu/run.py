@@ -115,12 +115,38 @@ def probe(argv: list[str]) -> None:
                                 "checkpoint_dir": str(trainer_config.checkpoint_dir)}}))
 
 
+def judge(argv0: str, cases: list[dict]) -> None:
+    """train_rl's config parsing as its judge: for each case, whether pyconfig accepts its overrides (as
+    setup_configs_and_devices calls it, with RLConfig from 0.2.4) and, if not, the start of its error."""
+    from maxtext.configs import pyconfig, types
+
+    kwargs = ({"config_class": types.RLConfig}
+              if "config_class" in inspect.signature(pyconfig.initialize_pydantic).parameters else {})
+    verdicts = {}
+    for case in cases:
+        try:
+            pyconfig.initialize_pydantic([argv0, *case["argv"]], **kwargs)
+            verdicts[case["id"]] = {"accepted": True}
+        except (Exception, SystemExit) as error:  # noqa: BLE001  pyconfig raises ValueError, pydantic errors, ...
+            verdicts[case["id"]] = {"accepted": False, "error": f"{type(error).__name__}: {str(error).strip()[:600]}"}
+    print(json.dumps({"verdicts": verdicts}))
+
+
 def main(step: str, tiny_dir: str, maxtext_name: str, module: str, args: list[str]) -> None:
     start = time.monotonic()
     use_commit_file_atomicity()
-    use_tiny_config(tiny_dir, maxtext_name)
-    if step == "probe":
-        probe(["", *args])  # pyconfig reads argv[1:] as train_rl's app.run passes them
+    if step != "judge":  # the judge parses configs only: no model, no HF table
+        use_tiny_config(tiny_dir, maxtext_name)
+    if step in ("probe", "judge"):
+        # absl's app.run passes sys.argv: argv[0] is train_rl.py's path, from which pyconfig infers the
+        # module's config file (_CONFIG_FILE_MAPPING: rl.yml), argv[1:] are the overrides.
+        import importlib.util
+
+        argv0 = importlib.util.find_spec(module).origin
+        if step == "probe":
+            probe([argv0, *args])
+        else:
+            judge(argv0, json.loads(sys.stdin.read()))
     else:
         if step == "export":
             seed_hub_cache(tiny_dir, maxtext_name, args)
