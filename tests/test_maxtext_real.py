@@ -36,7 +36,8 @@ from recipes import Recipe, all_recipes, get_recipe
 from scripts.cloud.gcs import ORBAX_COMMIT_MARKER, missing_outputs
 
 RECIPES = list(all_recipes())
-TINY_CACHE = REPO / ".cache" / "tiny-models"
+# Outside the clone, as the venvs are (tools/maxtext_venv.sh), so that a clean clone reuses them.
+TINY_CACHE = Path(os.environ.get("TPU_RL_CACHE", Path.home() / ".cache" / "tpu-rl")) / "tiny-models"
 # The steps of two recipes run at once: each is one CPU-bound process, and pytest itself runs serially.
 WORKERS = 2
 
@@ -53,10 +54,12 @@ def _need_venv(version: str) -> None:
 
 
 def tiny_model(recipe: Recipe) -> Path:
-    """The tiny checkpoint of a recipe's model, built by its release's venv once per version of tiny.py."""
+    """The tiny checkpoint of a recipe's model, built by its release's venv once per version of tiny.py and
+    of the release's constraints (transformers writes the files)."""
     import hashlib
 
-    digest = hashlib.sha256((HERE / "tiny.py").read_bytes()).hexdigest()[:12]
+    inputs = (HERE / "tiny.py").read_bytes() + (HERE / f"constraints-{recipe.maxtext_version}.txt").read_bytes()
+    digest = hashlib.sha256(inputs).hexdigest()[:12]
     target = TINY_CACHE / recipe.maxtext_version / f"{recipe.model.maxtext_name}-{digest}"
     if (target / "model.safetensors.index.json").exists():
         return target
