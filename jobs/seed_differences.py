@@ -250,6 +250,41 @@ SEED_STEPS_NOT_CARRIED_OVER: tuple[NotCarriedOver, ...] = (
 )
 
 
+# --- what we do inside the container that the seeds do not ------------------------------------------
+@dataclass(frozen=True)
+class AddedStep:
+    what: str
+    steps: tuple[Step, ...]
+    recipes: tuple[str, ...]
+    why: str  # with the evidence
+
+
+SEED_STEPS_ADDED: tuple[AddedStep, ...] = (
+    AddedStep(
+        "carry the vision tower into the export",
+        ("export",),
+        ("gemma4-v6e64",),
+        "Seed 001 exports with use_multimodal=False, so to_huggingface writes MaxText's multimodal Gemma 4 "
+        "config (Gemma4ForConditionalGeneration with vision_config, hf_model_configs.py 0.2.4) around text "
+        "weights only, and transformers loads the 18 vision tensors uninitialised (random, with a warning; "
+        "tests/test_maxtext_real.py saw it in MaxText's real code). Training never touches the vision tower "
+        "(conversion and train_rl are text-only), so after to_huggingface the export script copies those "
+        "tensors unchanged from the model's own repo (--hf_model_path) into one more shard and rewrites the "
+        "index: the export loads as the multimodal model it claims to be, with the trained text weights. "
+        "A text-only config instead would not load: Gemma4ForCausalLM expects model.layers.*, the export "
+        "names them model.language_model.layers.*.",
+    ),
+)
+
+
+def added_steps_table() -> str:
+    """docs/seed-differences.md's table of steps we add to the seeds' (a test keeps the page in sync)."""
+    rows = ["| added step | steps | recipes | why |", "| --- | --- | --- | --- |"]
+    rows += [f"| {entry.what} | {', '.join(entry.steps)} | {', '.join(entry.recipes)} | {entry.why} |"
+             for entry in SEED_STEPS_ADDED]
+    return "\n".join(rows)
+
+
 # --- where the train JobSet deliberately differs from the Pathways JobSet xpk generates ----------------
 # Source compared: AI-Hypercomputer/xpk v1.13.1
 # (@18c02b10801a4961e69ce40c0931b2369d256447), src/xpk/templates/pathways_workload_create.yaml.j2,

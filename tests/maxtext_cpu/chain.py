@@ -1,0 +1,178 @@
+"""A recipe's own convert, train and export commands, run in MaxText's real code on a CPU.
+
+The commands are the ones `tpu-rl render` writes (jobs.maxtext.maxtext_commands, which the manifests and
+the VM script are rendered from; tests/test_maxtext_real.py checks that the rendered files contain them).
+Only what a CPU test must change is changed (cpu_argv): gs://BUCKET/ becomes a local directory with the
+same object layout, a Hugging Face hub id becomes the tiny local model, the tiny sizes are appended (with
+override_model_config=True), and a step that would join a TPU slice's hosts (train; the VM recipe's
+export) skips jax.distributed, as one CPU process has none to join. The environment adds HF_HUB_OFFLINE=1, a dummy HF_TOKEN, and for train the recipe's
+device count of fake CPU devices.
+
+Each step runs in a fresh process of the release's venv (.venv-maxtext-<version>, `make install`) and is
+measured with os.wait4: wall time and the process's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobs.maxtext import MaxTextCommand, maxtext_commands
+from jobs.paths import ArtifactPaths
+from recipes import Recipe
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+DUMMY_TOKEN = "hf_dummy_token_for_offline_tests"
+STEP_TIMEOUT = 600  # seconds; a step of a tiny model that takes longer is hung
+
+
+def venv_python(version: str) -> Path:
+    return REPO / f".venv-maxtext-{version}" / "bin" / "python"
+
+
+def tiny_overrides(maxtext_name: str) -> list[str]:
+    sys.path.insert(0, str(HERE))
+    from tiny import maxtext_overrides  # noqa: PLC0415  (also runs in the MaxText venv, so no package import)
+
+    return maxtext_overrides(maxtext_name)
+
+
+@dataclass
+class StepRun:
+    step: str
+    argv: list[str]
+    returncode: int
+    seconds: float
+    peak_mb: float
+    cpu_seconds: float  # user + system time of the step's process (what an idle 2-core CI machine pays)
+    log: str
+    report: dict = field(default_factory=dict)  # the JSON lines the runner printed, merged
+
+    def line(self) -> str:
+        return (f"{self.step:<8} {self.seconds:6.1f} s  cpu {self.cpu_seconds:6.1f} s  peak {self.peak_mb:6.0f} MB  "
+                f"exit {self.returncode}")
+
+
+@dataclass
+class Chain:
+    recipe: Recipe
+    paths: ArtifactPaths
+    root: Path  # per recipe: bucket/, hf/ (HF_HOME), tiny/ (the model), logs/
+    tiny: Path
+
+    @property
+    def bucket_dir(self) -> Path:
+        return self.root / "gcs" / self.paths.bucket
+
+    def local(self, url: str) -> Path:
+        """Where a gs:// URL of this run lives on disk."""
+        return self.bucket_dir / url.removeprefix(f"gs://{self.paths.bucket}/")
+
+    def commands(self) -> dict[str, MaxTextCommand]:
+        return maxtext_commands(self.recipe, self.paths)
+
+    def cpu_argv(self, step: str, command: MaxTextCommand) -> list[str]:
+        hub_ids = {self.recipe.model.hf_repo, self.recipe.model.tokenizer}
+        prefix = f"gs://{self.paths.bucket}/"
+        out = []
+        for arg in command.argv[3:]:
+            arg = arg.replace(prefix, f"{self.bucket_dir}/")
+            name, eq, value = arg.partition("=")
+            if eq and value in hub_ids:
+                arg = f"{name}={self.tiny}"
+            out.append(arg)
+        out += tiny_overrides(self.recipe.model.maxtext_name)
+        if not any(arg.startswith("skip_jax_distributed_system=") for arg in out):
+            out.append("skip_jax_distributed_system=True")  # one CPU process: no TPU hosts to join
+        return out
+
+    def env(self, step: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "XLA_", "JAX_", "PYTHON"))}
+        env.update(HF_HUB_OFFLINE="1", HF_TOKEN=DUMMY_TOKEN, HF_HOME=str(self.root / "hf"), JAX_PLATFORMS="cpu",
+                   TOKENIZERS_PARALLELISM="false", TF_CPP_MIN_LOG_LEVEL="2")
+        if step == "train":
+            env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={self.recipe.shape.total_chips}"
+            env["PROBE_LAST_STEP"] = str(self.recipe.last_step)
+        return env
+
+    def after_export(self) -> str | None:
+        """The export script's step after to_huggingface (jobs/export.py), with the CPU changes."""
+        from jobs.export import VISION_PARTS, carry_vision_script
+
+        vision = VISION_PARTS.get(self.recipe.model.maxtext_name)
+        if not self.recipe.is_gke or not vision or self.recipe.model.use_multimodal:
+            return None
+        return carry_vision_script(str(self.tiny), f"{self.local(self.paths.hf_export)}/", vision)
+
+    def run(self, step: str, argv: list[str] | None = None) -> StepRun:
+        command = self.commands()[step]
+        argv = self.cpu_argv(step, command) if argv is None else argv
+        mode = {"convert": "convert", "train": "probe", "export": "export"}[step]
+        full = [str(venv_python(self.recipe.maxtext_version)), str(HERE / "run.py"), mode, str(self.tiny),
+                self.recipe.model.maxtext_name, command.module, *argv]
+        return self._run(step, full, self.env(step))
+
+    def run_script(self, name: str, script: str) -> StepRun:
+        """A shell step of a rendered script, with the venv's python3 first on PATH (as in the image)."""
+        env = self.env(name)
+        env["PATH"] = f"{venv_python(self.recipe.maxtext_version).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+        return self._run(name, ["bash", "-euo", "pipefail", "-c", script], env)
+
+    def _run(self, step: str, full: list[str], env: dict[str, str]) -> StepRun:
+        argv = full
+        logs = self.root / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / f"{step}-{int(time.time() * 1000)}.log"
+        start = time.monotonic()
+        with log_path.open("w") as log:
+            process = subprocess.Popen(full, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root)
+            returncode, usage = _wait(process, STEP_TIMEOUT)
+        seconds = time.monotonic() - start
+        text = log_path.read_text(errors="replace")
+        report: dict = {}
+        for line in text.splitlines():
+            if line.startswith("{") and line.endswith("}"):
+                try:
+                    report.update(json.loads(line))
+                except ValueError:
+                    pass
+        result = StepRun(step, argv, returncode, seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime,
+                         text, report)
+        print(f"[maxtext {self.recipe.maxtext_version} {self.recipe.name}] {result.line()}", file=sys.stderr)
+        return result
+
+
+def _wait(process: subprocess.Popen, timeout: float):
+    """Wait for the step: (exit code, its resource usage: ru_maxrss in KiB). A step still running after
+    `timeout` seconds is killed (exit -9)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            process.returncode = os.waitstatus_to_exitcode(status)
+            return process.returncode, usage
+        time.sleep(0.2)
+    process.kill()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = -9
+    return -9, usage
+
+
+def in_venv(version: str, script: str, *args: str, env: dict[str, str] | None = None,
+            timeout: float = STEP_TIMEOUT) -> subprocess.CompletedProcess:
+    """Run one of this directory's scripts with a MaxText venv's python."""
+    return subprocess.run([str(venv_python(version)), str(HERE / script), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def last_json(output: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith("{") and line.endswith("}")]
+    if not lines:
+        raise AssertionError(f"no JSON result in the output:\n{output[-3000:]}")
+    return json.loads(lines[-1])

@@ -1,0 +1,158 @@
+"""Tiny random Hugging Face checkpoints of the recipes' architectures, for MaxText's real code on a CPU.
+
+Runs inside a MaxText test venv (tests/test_maxtext_real.py calls it with that venv's python):
+
+    python tests/maxtext_cpu/tiny.py OUT_DIR MAXTEXT_MODEL_NAME
+
+Each config starts from the release's own HF_MODEL_CONFIGS entry (the config to_maxtext and
+to_huggingface use for the real model), so that everything but the sizes is the real model's (RoPE,
+soft-capping, layer pattern, tied embeddings, the Gemma 4 vision tower), and shrinks the sizes in TINY.
+The checkpoint is written as the hub's are: sharded safetensors with model.safetensors.index.json, a
+tokenizer.json that needs no download (byte-level BPE over 256 bytes plus the model's special tokens)
+and a chat template. MaxText gets the same sizes on its command line (maxtext_overrides, with
+override_model_config=True); to_maxtext and to_huggingface take the rest from HF_MODEL_CONFIGS, which
+tests/maxtext_cpu/run.py points at this config.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+VOCAB = 512  # a multiple of 128, as MaxText pads vocabularies; the tokenizer uses the first 256 + specials
+SEED = 0
+SHARD = "150KB"  # small enough that every tiny model has at least two shards
+
+# The sizes, once: the Hugging Face field and the MaxText key of each (text model).
+# Gemma 4's global attention needs global_num_kv_heads >= the tensor axis (2) of the recipe's mesh.
+TINY: dict[str, dict[str, int]] = {
+    "qwen3-30b-a3b": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                      "num_hidden_layers": 2, "num_experts": 8, "num_experts_per_tok": 2,
+                      "moe_intermediate_size": 32},
+    "gemma4-26b": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                   "global_head_dim": 32, "num_global_key_value_heads": 2, "num_hidden_layers": 6,
+                   "intermediate_size": 64, "num_experts": 8, "top_k_experts": 2, "moe_intermediate_size": 32},
+    "llama3.1-8b": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                    "num_hidden_layers": 2, "intermediate_size": 128},
+}
+# Hugging Face field -> MaxText key (configs/models/<name>.yml and base.yml).
+MAXTEXT_KEY = {
+    "hidden_size": "base_emb_dim", "num_attention_heads": "base_num_query_heads",
+    "num_key_value_heads": "base_num_kv_heads", "head_dim": "head_dim", "global_head_dim": "global_head_dim",
+    "num_global_key_value_heads": "global_num_kv_heads", "num_hidden_layers": "base_num_decoder_layers",
+    "intermediate_size": "base_mlp_dim", "num_experts": "num_experts", "num_experts_per_tok": "num_experts_per_tok",
+    "top_k_experts": "num_experts_per_tok", "moe_intermediate_size": "base_moe_mlp_dim",
+}
+TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+               "num_key_value_heads": 2, "head_dim": 16, "global_head_dim": 16, "position_embedding_size": 64}
+
+# Special tokens (first ids of the vocabulary) and chat templates, in each family's own form.
+SPECIALS = {
+    "qwen3-30b-a3b": (["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                      {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+                      "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"),
+    "gemma4-26b": (["<pad>", "<eos>", "<bos>", "<|turn>", "<turn|>", "<|image|>", "<|image>", "<image|>",
+                    "<|video|>", "<|audio|>", "<|audio>", "<audio|>"],
+                   {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
+                   "{{ bos_token }}{% for m in messages %}<|turn>{{ m['role'] }}\n{{ m['content'] }}<turn|>\n"
+                   "{% endfor %}{% if add_generation_prompt %}<|turn>model\n{% endif %}"),
+    "llama3.1-8b": (["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                     "<|eot_id|>"],
+                    {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": "<|end_of_text|>"},
+                    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+                    "{{ m['content'] }}<|eot_id|>{% endfor %}"
+                    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"),
+}
+
+
+def base_name(maxtext_name: str) -> str:
+    """to_maxtext loads the base architecture for an -Instruct name (to_maxtext.py main)."""
+    return maxtext_name.replace("-Instruct", "")
+
+
+def maxtext_overrides(maxtext_name: str) -> list[str]:
+    """The sizes as MaxText command-line overrides (they need override_model_config=True)."""
+    sizes = TINY[base_name(maxtext_name)]
+    return [*(f"{MAXTEXT_KEY[field]}={value}" for field, value in sizes.items()), f"vocab_size={VOCAB}",
+            "override_model_config=True"]
+
+
+def _tokenizer(maxtext_name: str):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    specials, roles, template = SPECIALS[base_name(maxtext_name)]
+    vocab = {token: i for i, token in enumerate(specials)}
+    for char in bytes_to_unicode().values():
+        vocab[char] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, chat_template=template,
+                                   **{k: v for k, v in roles.items() if v})
+    return fast, {name.replace("_token", "_token_id"): (vocab[v] if v else None) for name, v in roles.items()}
+
+
+def tiny_config(maxtext_name: str, token_ids: dict):
+    """The release's HF_MODEL_CONFIGS entry with the tiny sizes."""
+    import transformers
+    from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
+
+    real = HF_MODEL_CONFIGS[base_name(maxtext_name)].to_dict()
+    sizes = dict(TINY[base_name(maxtext_name)], vocab_size=VOCAB)
+    if "text_config" in real:  # Gemma 4: a multimodal config around the text model
+        text = real["text_config"]
+        text.update(sizes)
+        text["layer_types"] = text["layer_types"][:sizes["num_hidden_layers"]]
+        text["vocab_size_per_layer_input"] = VOCAB
+        text.update({k: v for k, v in token_ids.items() if v is not None})
+        real["vision_config"].update(TINY_VISION)
+        # The multimodal token ids must lie inside the tiny vocabulary (tokens 5..11 of SPECIALS).
+        for offset, key in enumerate(["image_token_id", "boi_token_id", "eoi_token_id", "video_token_id",
+                                      "audio_token_id", "boa_token_id", "eoa_token_id"]):
+            real[key] = 5 + offset
+        real["eoa_token_index"] = real["eoa_token_id"]
+        real["eos_token_id"] = token_ids["eos_token_id"]
+    else:
+        if "num_local_experts" in real:  # Qwen3-MoE calls num_experts num_local_experts
+            sizes["num_local_experts"] = sizes.pop("num_experts")
+            sizes["intermediate_size"] = sizes["moe_intermediate_size"] * sizes["num_experts_per_tok"]
+            real["max_window_layers"] = sizes["num_hidden_layers"]
+        real.update(sizes)
+        real.update(token_ids)
+    real.pop("transformers_version", None)
+    return transformers.AutoConfig.for_model(real.pop("model_type"), **real)
+
+
+def build(out: Path, maxtext_name: str) -> None:
+    import torch
+    import transformers
+
+    tokenizer, token_ids = _tokenizer(maxtext_name)
+    config = tiny_config(maxtext_name, token_ids)
+    torch.manual_seed(SEED)
+    if config.architectures:  # Qwen3-MoE and Gemma 4 name theirs; MaxText's Llama configs do not
+        model = getattr(transformers, config.architectures[0])(config)
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    model = model.to(torch.bfloat16).eval()
+    with torch.no_grad():  # some inits leave zeros or ones; random values make every mapping visible
+        for param in model.parameters():
+            param.copy_(torch.randn_like(param, dtype=torch.float32).mul_(0.5).to(param.dtype))
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, max_shard_size=SHARD)
+    tokenizer.save_pretrained(out)
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    if len(shards) < 2:
+        raise SystemExit(f"{maxtext_name}: one shard only; lower SHARD so the index is exercised")
+    print(json.dumps({"model": maxtext_name, "architecture": type(model).__name__, "shards": len(shards),
+                      "tensors": len(index["weight_map"])}))
+
+
+if __name__ == "__main__":
+    build(Path(sys.argv[1]), sys.argv[2])

@@ -1,0 +1,321 @@
+"""Each recipe's own convert, train and export commands run in MaxText's real code, on a CPU, with tiny models.
+
+The other MaxText tests read the wheels (key lists, flags) and our fixtures of the layouts; this one runs
+the code. Per recipe, in the venv of its pinned release (`make install` builds .venv-maxtext-<version>):
+the commands `tpu-rl render` writes, changed only where a CPU needs it (tests/maxtext_cpu/chain.py), run
+to_maxtext, then the train probe (train_rl's own config parsing and model loading on the recipe's device
+count of fake CPU devices and its parallelism, then the actor saved as tunix's trainer saves it), then
+to_huggingface, with orbax's commit-file atomicity (its mode for gs://). Then:
+
+- the package's own output checks (scripts/cloud/gcs.py) accept what the real code wrote, uploaded to the
+  GCS emulator with the same object names, and refuse a copy with a completion marker removed;
+- transformers loads the export with no missing or unexpected keys, and its logits equal the original's.
+
+What this cannot show (docs/development.md): train_rl with vLLM on TPU, Pathways, a real bucket.
+Each step prints its time and peak memory (stderr, shown with -s or on failure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import jobs
+from jobs.maxtext import MaxTextCommand, maxtext_commands
+from jobs.paths import ArtifactPaths, split_gs_url
+from maxtext_cpu.chain import HERE, REPO, Chain, StepRun, in_venv, last_json, venv_python
+from peers.fixtures import peer_settings
+from recipes import Recipe, all_recipes, get_recipe
+from scripts.cloud.gcs import ORBAX_COMMIT_MARKER, missing_outputs
+
+RECIPES = list(all_recipes())
+# Outside the clone, as the venvs are (tools/maxtext_venv.sh), so that a clean clone reuses them.
+TINY_CACHE = Path(os.environ.get("TPU_RL_CACHE", Path.home() / ".cache" / "tpu-rl")) / "tiny-models"
+# The steps of two recipes run at once: each is one CPU-bound process, and pytest itself runs serially.
+WORKERS = 2
+
+
+def _recipe(name: str) -> Recipe:
+    settings = peer_settings()
+    return settings.recipe(get_recipe(name))
+
+
+def _need_venv(version: str) -> None:
+    if not venv_python(version).exists():
+        pytest.skip(f"{venv_python(version).parent.parent.name} is missing: `make install` builds it "
+                    f"(MaxText {version} for CPU)")
+
+
+def tiny_model(recipe: Recipe) -> Path:
+    """The tiny checkpoint of a recipe's model, built by its release's venv once per version of tiny.py and
+    of the release's constraints (transformers writes the files)."""
+    import hashlib
+
+    inputs = (HERE / "tiny.py").read_bytes() + (HERE / f"constraints-{recipe.maxtext_version}.txt").read_bytes()
+    digest = hashlib.sha256(inputs).hexdigest()[:12]
+    target = TINY_CACHE / recipe.maxtext_version / f"{recipe.model.maxtext_name}-{digest}"
+    if (target / "model.safetensors.index.json").exists():
+        return target
+    scratch = target.with_name(target.name + ".partial")
+    shutil.rmtree(scratch, ignore_errors=True)
+    result = in_venv(recipe.maxtext_version, "tiny.py", str(scratch), recipe.model.maxtext_name,
+                     env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, f"building the tiny {recipe.model.maxtext_name} failed:\n{result.stderr[-3000:]}"
+    shutil.rmtree(target, ignore_errors=True)
+    scratch.rename(target)
+    return target
+
+
+@dataclass
+class Outcome:
+    chain: Chain
+    steps: dict[str, StepRun] = field(default_factory=dict)
+    reload: dict = field(default_factory=dict)
+    error: str = ""
+
+    def step(self, name: str) -> StepRun:
+        if name not in self.steps:
+            pytest.fail(f"{self.chain.recipe.name}: {name} did not run: {self.error}")
+        return self.steps[name]
+
+
+def _run_chain(recipe: Recipe, root: Path) -> Outcome:
+    chain = Chain(recipe, ArtifactPaths(recipe, peer_settings()), root, tiny_model(recipe))
+    outcome = Outcome(chain)
+    for step in ("convert", "train", "export"):
+        run = chain.run(step)
+        outcome.steps[step] = run
+        if run.returncode != 0:
+            outcome.error = f"{step} exited {run.returncode}:\n{run.log[-4000:]}"
+            return outcome
+    script = chain.after_export()
+    if script:
+        run = chain.run_script("carry-vision", script)
+        outcome.steps[run.step] = run
+        if run.returncode != 0:
+            outcome.error = f"carrying the vision tensors exited {run.returncode}:\n{run.log[-4000:]}"
+            return outcome
+    result = in_venv(recipe.maxtext_version, "reload.py", str(chain.tiny),
+                     str(chain.local(chain.paths.hf_export)), env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    outcome.reload = last_json(result.stdout + result.stderr) if result.returncode == 0 else {
+        "error": result.stderr[-3000:]}
+    return outcome
+
+
+VERSIONS = sorted({_recipe(name).maxtext_version for name in RECIPES})
+BAD_FLAG = ("--lazy_load_tensors=", "--lazy_loading_tensors=")  # no prefix of a real flag (argparse abbreviates)
+
+
+def _run_bad_flag(version: str, root: Path) -> tuple[Chain, StepRun]:
+    """A recipe's conversion of this release with its flag --lazy_load_tensors misspelt."""
+    recipe = _recipe(next(n for n in RECIPES if _recipe(n).maxtext_version == version))
+    chain = Chain(recipe, ArtifactPaths(recipe, peer_settings()), root, tiny_model(recipe))
+    argv = [arg.replace(*BAD_FLAG) for arg in chain.cpu_argv("convert", chain.commands()["convert"])]
+    return chain, chain.run("convert", argv)
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict[str, Outcome]:
+    """Every recipe's chain, and per release a conversion with a misspelt flag, on WORKERS processes."""
+    for version in VERSIONS:
+        _need_venv(version)
+    root = tmp_path_factory.mktemp("maxtext-real")
+    # Unscanned models convert one tensor per layer and take longest: they start first, the
+    # misspelt-flag conversions (which stop at argument parsing) last.
+    order = sorted(RECIPES, key=lambda name: _recipe(name).model.scan_layers)
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        futures = {name: pool.submit(_run_chain, _recipe(name), root / name) for name in order}
+        flags = {version: pool.submit(_run_bad_flag, version, root / f"bad-flag-{version}") for version in VERSIONS}
+        done = {name: futures[name].result() for name in RECIPES}
+        BAD_FLAG_RUNS.update({version: future.result() for version, future in flags.items()})
+    print("\nMaxText's real code on CPU (wall time, CPU time, peak RSS of the step's process):", file=sys.stderr)
+    for name, outcome in done.items():
+        for run in outcome.steps.values():
+            print(f"  {name:<14} {run.line()}", file=sys.stderr)
+    for version, (_, run) in BAD_FLAG_RUNS.items():
+        print(f"  bad flag {version:<5} {run.line()}", file=sys.stderr)
+    return done
+
+
+BAD_FLAG_RUNS: dict[str, tuple[Chain, StepRun]] = {}
+
+
+# --- the commands are the rendered ones ----------------------------------------------------------------
+
+def _strings(node) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for value in node.values() for s in _strings(value)]
+    if isinstance(node, list):
+        return [s for value in node for s in _strings(value)]
+    return []
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_commands_run_here_are_the_ones_render_writes(name):
+    recipe, settings = _recipe(name), peer_settings()
+    commands = maxtext_commands(recipe, ArtifactPaths(recipe, settings))
+    if recipe.is_gke:
+        rendered = {step: "\n".join(_strings(manifest)) for step, manifest in jobs.render_manifests(recipe, settings).items()}
+    else:
+        script = jobs.render_startup_script(recipe, settings)
+        rendered = {step: script for step in commands}
+    for step, command in commands.items():
+        assert command.shell() in rendered[step], f"{name}: the rendered {step} does not run {command.module} as built"
+
+
+def test_the_gemma_export_script_carries_the_vision_tower_it_renders():
+    from jobs.export import VISION_PARTS, carry_vision_script
+
+    recipe, settings = _recipe("gemma4-v6e64"), peer_settings()
+    paths = ArtifactPaths(recipe, settings)
+    script = next(text for text in _strings(jobs.render_manifests(recipe, settings)["export"])
+                  if "python3 -m maxtext.checkpoint_conversion.to_huggingface" in text)
+    assert carry_vision_script(recipe.model.hf_repo, paths.hf_export, VISION_PARTS[recipe.model.maxtext_name]) in script
+    # to_huggingface must finish before the copy starts: no exec, and bash's -e stops at its failure
+    assert "exec python3 -m maxtext.checkpoint_conversion.to_huggingface" not in script
+    assert script.startswith("set -euo pipefail")
+
+
+def test_the_seed_differences_page_lists_the_steps_we_add():
+    from jobs.seed_differences import added_steps_table
+
+    assert added_steps_table() in (REPO / "docs" / "seed-differences.md").read_text()
+
+
+# --- the real code runs them ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_convert_train_probe_and_export_run_in_maxtexts_real_code(outcomes, name):
+    outcome = outcomes[name]
+    assert not outcome.error, outcome.error
+    ran = [run.step for run in outcome.steps.values() if run.returncode == 0]
+    assert ran[:3] == ["convert", "train", "export"]
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_train_probe_loaded_the_conversion_on_the_recipes_devices_and_mesh(outcomes, name):
+    recipe = _recipe(name)
+    probe = outcomes[name].step("train").report["probe"]
+    train = maxtext_commands(recipe, ArtifactPaths(recipe, peer_settings()))["train"]
+    # train_rl splits the devices between trainer and sampler only with Pathways on several hosts
+    # (model_creation_utils.setup_configs_and_devices).
+    fraction = float(_value(train, "trainer_devices_fraction", "1")) if recipe.pathways else 1.0
+    assert probe["trainer_devices"] == int(recipe.shape.total_chips * fraction)
+    mesh = probe["actor_mesh"]
+    for axis in ("tensor", "expert", "fsdp", "data"):
+        given = _value(train, f"ici_{axis}_parallelism", None)
+        if given not in (None, "-1"):
+            assert mesh[axis] == int(given), f"{name}: actor mesh {mesh}"
+    product = 1
+    for size in mesh.values():
+        product *= size
+    assert product == probe["trainer_devices"]
+    assert probe["scan_layers"] is recipe.model.scan_layers
+
+
+def _value(command: MaxTextCommand, key: str, default):
+    try:
+        return command.value(key)
+    except KeyError:
+        return default
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_conversion_records_the_recipes_scan_layers(outcomes, name):
+    recipe = _recipe(name)
+    chain = outcomes[name].chain
+    step_dir = chain.local(chain.paths.converted_items).parent
+    metadata = json.loads((step_dir / "_CHECKPOINT_METADATA").read_text())
+    # 0.2.4's to_maxtext writes custom_metadata.scan_layers, which to_huggingface's
+    # verify_and_sync_scan_layers checks; 0.2.3 writes none.
+    recorded = metadata.get("custom_metadata", {}).get("scan_layers")
+    if recipe.maxtext_version == "0.2.3":
+        assert recorded is None
+    else:
+        assert recorded is recipe.model.scan_layers
+
+
+# --- the package's output checks on what the real code wrote -------------------------------------------
+
+def _upload(gcs, chain: Chain) -> None:
+    bucket = gcs.bucket(chain.paths.bucket)
+    for path in sorted(chain.bucket_dir.rglob("*")):
+        if path.is_file():
+            bucket.blob(str(path.relative_to(chain.bucket_dir))).upload_from_filename(str(path))
+
+
+def _markers(chain: Chain) -> dict[str, list[str]]:
+    """Per step, the objects the real code wrote last (each marker the checks must miss)."""
+    paths = chain.paths
+    converted_step = paths.converted_items.removesuffix("items/")
+    trained_step = paths.final_params.removesuffix("model_params/")
+    export = chain.local(paths.hf_export)
+    weights = ["model.safetensors.index.json"] if (export / "model.safetensors.index.json").exists() else [
+        "model.safetensors"]
+    return {"convert": [converted_step + ORBAX_COMMIT_MARKER],
+            "train": [trained_step + ORBAX_COMMIT_MARKER],
+            "export": [paths.hf_export + name for name in ("config.json", "tokenizer.json", *weights)]}
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_output_checks_accept_what_maxtext_wrote_and_refuse_it_without_a_marker(outcomes, gcs, name):
+    chain = outcomes[name].chain
+    outcomes[name].step("export")
+    _upload(gcs, chain)
+    for step, markers in _markers(chain).items():
+        assert missing_outputs(gcs, chain.paths, step) == [], step
+        for marker in markers:
+            assert chain.local(marker).is_file(), f"the real {step} did not write {marker}"
+            bucket, object_name = split_gs_url(marker)
+            blob = gcs.bucket(bucket).blob(object_name)
+            blob.delete()
+            missing = [req.describe() for req in missing_outputs(gcs, chain.paths, step)]
+            assert len(missing) == 1 and missing[0].startswith(marker), (marker, missing)
+            blob.upload_from_filename(str(chain.local(marker)))  # the copy is whole again
+
+
+# --- the export as a user loads it ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_export_reloads_in_transformers_with_identical_logits(outcomes, name):
+    outcomes[name].step("export")
+    reload = outcomes[name].reload
+    assert "error" not in reload, reload.get("error")
+    assert reload["export_class"] == reload["original_class"]
+    assert reload["missing"] == [] and reload["unexpected"] == [] and reload["mismatched"] == [], reload
+    assert reload["only_in_export"] == [] and reload["differing_tensors"] == [], reload
+    assert reload["only_in_original"] == [], reload
+    assert reload["max_logit_diff"] == 0.0
+    assert reload["tokenizer_same"] and reload["chat_template_same"]
+
+
+def test_the_vm_recipes_export_takes_its_tokenizer_from_the_hub_id():
+    """0.2.3's to_huggingface has no --hf_model_path: it bundles the tokenizer of HF_IDS[model_name]."""
+    recipe = _recipe("llama31-v6e8")
+    export = maxtext_commands(recipe, ArtifactPaths(recipe, peer_settings()))["export"]
+    assert not any(flag.startswith("--hf_model_path") for flag in export.flags)
+
+
+def test_the_vm_recipes_real_export_asked_the_hub_for_the_instruct_tokenizer(outcomes):
+    run = outcomes["llama31-v6e8"].step("export")
+    assert run.report.get("tokenizer_from_hub_id") == _recipe("llama31-v6e8").model.tokenizer
+
+
+# --- a flag the release does not accept fails ----------------------------------------------------------
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_conversion_flag_the_release_does_not_accept_fails_the_real_conversion(outcomes, version):
+    chain, run = BAD_FLAG_RUNS[version]
+    assert BAD_FLAG[1] in " ".join(run.argv)
+    assert run.returncode != 0
+    assert BAD_FLAG[1].rstrip("=") in run.log
+    assert not list(chain.root.rglob(ORBAX_COMMIT_MARKER))
