@@ -45,11 +45,13 @@ $(CHECKOV_STAMP): $(STAMP)
 
 install: $(STAMP) $(CHECKOV_STAMP) $(MAXTEXT_STAMPS)
 
-synth: install
+# synth needs only the package and the CDKTF CLI, not the test venvs.
+synth: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx cdktf synth
 
+# Two workers: the 2-core machines CI runs on (the MaxText CPU chains are the longest tests).
 test: install
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2
 
 # Synth speed: the app command (lazy and full provider import) beside a bare provider import.
 bench: install
