@@ -107,6 +107,7 @@ class KubeApi(PeerServer):
         PeerServer.__init__(self)
         self._ticks: dict[str, int] = {}
         self._terminating: set[str] = set()  # JobSets whose earlier attempt's pods are still going away
+        self._filed: dict[str, int] = {}  # requests Kueue filed for the JobSet's Workload, by JobSet name
 
     # -- what tests use ---------------------------------------------------------------------------
     def plan(self, name: str, **kwargs) -> Plan:
@@ -133,6 +134,7 @@ class KubeApi(PeerServer):
         obj["status"] = {"replicatedJobsStatus": [], "restarts": 0}
         self.jobsets[name] = obj
         self._ticks[name] = 0
+        self._filed[name] = 0
         self.workloads[name] = kueue.workload_for(obj)
         self._create_pods(name)
         return obj
@@ -242,6 +244,9 @@ class KubeApi(PeerServer):
         wl = self.workloads[name]
         if wl["spec"]["active"] is False:
             return False
+        if any(c["state"] == "Rejected" for c in wl["status"].get("admissionChecks") or []):
+            kueue.deactivate(wl, kueue.CHECK)  # a Rejected check deactivates even an admitted workload
+            return False
         if any(c["type"] == "Admitted" and c["status"] == "True" for c in wl["status"]["conditions"]):
             return True
         capacity = self.capacity_of(name)
@@ -257,17 +262,17 @@ class KubeApi(PeerServer):
         kueue.reserve(wl, flavor, checked=True)
         check = wl["status"]["admissionChecks"][0]
         requests = sorted(self.requests_of(name), key=lambda r: int(r["metadata"]["name"].rsplit("-", 1)[1]))
-        if check["state"] == "Rejected":
-            kueue.deactivate(wl, kueue.CHECK)
-            return False
         if not requests or check["state"] == "Retry":
-            request = kueue.request_for(wl, len(requests) + 1)
+            for superseded in requests:  # Kueue deletes all but the newest (provisioning/controller.go 208-228)
+                del self.provreqs[superseded["metadata"]["name"]]
+            request = kueue.request_for(wl, self._filed.get(name, 0) + 1)
+            self._filed[name] = self._filed.get(name, 0) + 1
             self.provreqs[request["metadata"]["name"]] = request
             kueue.set_check(wl, "Pending", "the test's waiting message")
             kueue.set_condition(wl, kueue.condition("Evicted", False, "QuotaReserved", "Previously: evicted"))
             return False
         outcomes = plan.provisioning or ["Provisioned"]
-        outcome = outcomes[min(len(requests), len(outcomes)) - 1]
+        outcome = outcomes[min(self._filed[name], len(outcomes)) - 1]
         if outcome == "Pending":
             return False
         message = f"the test's {outcome} message"
@@ -276,7 +281,7 @@ class KubeApi(PeerServer):
             kueue.set_check(wl, "Ready", message)
             kueue.admit(wl)
             return True
-        if outcome == "Failed" and len(requests) <= kueue.BACKOFF_LIMIT_COUNT:
+        if outcome == "Failed" and self._filed[name] <= kueue.BACKOFF_LIMIT_COUNT:
             kueue.set_check(wl, "Retry", f"Retrying after failure: {message}")
             kueue.set_condition(wl, kueue.condition("Evicted", True, "AdmissionCheck",
                                                     "At least one admission check is false"))
@@ -289,8 +294,7 @@ class KubeApi(PeerServer):
         wl = self.workloads[name]
         request = sorted(self.requests_of(name), key=lambda r: r["metadata"]["name"])[-1]
         kueue.conclude_request(request, "CapacityRevoked", "the test's CapacityRevoked message")
-        kueue.set_check(wl, "Rejected", "the test's CapacityRevoked message")
-        wl["status"]["conditions"] = [c for c in wl["status"]["conditions"] if c["type"] != "Admitted"]
+        kueue.set_check(wl, "Rejected", "the test's CapacityRevoked message")  # deactivated at the next step
 
     def _unschedulable(self, name: str, plan: Plan) -> bool:
         """The TPU pods find no node: the mode is out of stock, or the slice is gone for good."""
