@@ -86,6 +86,12 @@ class Plan:
     nodes_return: bool = True
     revoked: bool = False
     resubmitted: "Plan | None" = None  # the plan of the next JobSet created under the same name
+    # `finishing`: GETs after `ticks` in which the head's main container has exited 0 but its native
+    # sidecars still stop, so its pod is Running and not Ready (ContainersNotReady) before the JobSet
+    # completes. `container_restart_at`: the tick at which one TPU worker's container has restarted
+    # (exit 137, restartCount 1) and is not ready again yet; ready at the next tick.
+    finishing: int = 0
+    container_restart_at: int | None = None
 
 
 @dataclass
@@ -219,11 +225,22 @@ class KubeApi(PeerServer):
             pod["status"] = {"phase": "Running", "conditions": conditions, "containerStatuses": [
                 {"name": c["name"], "ready": tick >= 2, "restartCount": 0, "state": {"running": {"startedAt": _now()}}}
                 for c in pod["spec"]["containers"]]}
+        if tick == plan.container_restart_at and not obj["status"]["restarts"]:
+            worker = [p for p in self._pods_of(name) if p["metadata"]["labels"][
+                "jobset.sigs.k8s.io/replicatedjob-name"] != self._main_rj(name)][0]
+            worker["status"]["conditions"][-1] = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+            worker["status"]["containerStatuses"][0].update(ready=False, restartCount=1, lastState={
+                "terminated": {"exitCode": 137, "reason": "Error"}})
+        if plan.ticks < tick <= plan.ticks + plan.finishing and not tick_only:
+            for head in self._pods_of(name, self._main_rj(name)):
+                head["status"]["conditions"][-1] = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+                head["status"]["containerStatuses"][0].update(ready=False, state={
+                    "terminated": {"exitCode": 0, "reason": "Completed"}})
         obj["status"]["replicatedJobsStatus"] = [
             {"name": rj["name"], "ready": len(self._pods_of(name, rj["name"])) if tick >= 2 else 0,
              "active": 1, "succeeded": 0, "failed": 0, "suspended": 0} for rj in obj["spec"]["replicatedJobs"]]
         awaiting_reclaim = plan.reclaimed_after is not None and not obj["status"]["restarts"]
-        if not tick_only and tick > plan.ticks and plan.outcome != "hang" and not awaiting_reclaim:
+        if not tick_only and tick > plan.ticks + plan.finishing and plan.outcome != "hang" and not awaiting_reclaim:
             self._finish(name, plan.outcome)
 
     # -- Kueue and GKE ------------------------------------------------------------------------------
