@@ -434,6 +434,12 @@ class KubeApi(PeerServer):
             self._advance(name)
             return Reply(200, self.jobsets[name])
         if method == "DELETE":
+            # DeleteOptions preconditions.uid: the API server answers 409 Conflict for another object
+            # (k8s.io/apiserver pkg/registry/generic/registry/store.go, Preconditions.Check).
+            wanted = ((json.loads(body) if body else {}).get("preconditions") or {}).get("uid")
+            if wanted and wanted != self.jobsets[name]["metadata"]["uid"]:
+                return status(409, "Conflict", f"Precondition failed: UID in precondition: {wanted}, UID in object "
+                                               f"meta: {self.jobsets[name]['metadata']['uid']}")
             self.deleted.append(name)
             del self.jobsets[name]
             for request in self.requests_of(name):  # owned by the Workload, which the JobSet owns

@@ -95,6 +95,7 @@ class CapacityShortfall(StepFailed):
     why: str
     trained: bool  # the slice had been up in this attempt: it was lost, not never had
     deactivated: bool  # Kueue deactivated the workload (not merely the wait's end)
+    uid: str = ""  # of the JobSet that fell short, which `run` deletes (capacity.py)
 
     def __post_init__(self) -> None:
         StepFailed.__init__(self, f"train: {self.why}")
@@ -153,10 +154,11 @@ class CapacityWatch:
             return None  # a CPU step starting: nothing to wait for but its own pod
         admission = read_admission(session, jobset)
         mode = self.mode(admission, tpu)
+        uid = ((jobset or {}).get("metadata") or {}).get("uid", "")
         if admission.workload.phase == "inactive":
             if not admission.workload.by_kueue:
                 raise StepFailed(self.deactivated_by_someone(admission))
-            raise CapacityShortfall(mode, self.waited(now), self.deactivation(admission), self.trained, True)
+            raise CapacityShortfall(mode, self.waited(now), self.deactivation(admission), self.trained, True, uid)
         if state.phase == "running" and self.ready_attempt == state.restarts:
             return None  # the attempt has its slice: a container restarting, or the step finishing
         awaited = self.describe(state, admission, mode, tpu)
@@ -164,11 +166,11 @@ class CapacityWatch:
         if self.trained and mode == "flex-start" and state.phase == "running" and _unschedulable(tpu):
             # The slice was had and is gone: a queued-provisioning pool gets nodes only through a new
             # request, which Kueue files only for a workload that is not admitted (see capacity.py).
-            raise CapacityShortfall(mode, waited, f"{awaited}, after the {mode} slice was had", True, False)
+            raise CapacityShortfall(mode, waited, f"{awaited}, after the {mode} slice was had", True, False, uid)
         has_tpu = any(conventions.TPU_RESOURCE in str(rj) for rj in job.manifest["spec"]["replicatedJobs"])
         if has_tpu and waited > self.bound(mode):
             raise CapacityShortfall(mode, waited, f"{awaited} for {hms(waited)}, longer than CAPACITY_WAIT's "
-                                    f"{hms(self.bound(mode))} for {mode}", self.trained, False)
+                                    f"{hms(self.bound(mode))} for {mode}", self.trained, False, uid)
         if awaited == self.awaited:
             return None
         self.awaited = awaited
