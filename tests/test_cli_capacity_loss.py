@@ -216,6 +216,100 @@ def test_the_last_zone_of_the_last_mode_without_stock_stops_with_one_line_naming
 
 def test_status_shows_the_zone_the_train_step_runs_in(cloud, monkeypatch):
     from jobs import render_manifests
+
+
+# -- a healthy train step is never taken for a shortfall (review of issue 16, must-fix 1) -------------
+POLL_MINUTES = 10  # the drills' virtual time per poll: a train step of a few polls outlasts a 30 min wait
+
+
+def slow_polls(monkeypatch) -> None:
+    """Every sleep of `run` advances its clock by POLL_MINUTES and returns at once, so a healthy step
+    outlasts CAPACITY_WAIT's default 30 min in a few polls, whatever the machine's speed."""
+    from datetime import datetime, timedelta, timezone
+
+    from scripts.cli import cloud as cli_cloud
+
+    build = cli_cloud.make_session
+    clock = [datetime.now(timezone.utc)]
+
+    def advance(_seconds: float) -> None:
+        clock[0] += timedelta(minutes=POLL_MINUTES)
+
+    def make_session(recipe, settings, *args):
+        session = build(recipe, settings, *args)
+        session.now, session.sleep = (lambda: clock[0]), advance
+        return session
+
+    monkeypatch.setattr(cli_cloud, "make_session", make_session)
+
+
+def test_a_train_step_longer_than_the_wait_finishes_though_the_head_is_not_ready_at_the_end(cloud, monkeypatch):
+    """The head's main container exits and its native sidecars still stop: the pod is Running, not
+    Ready, for some polls before the JobSet completes, long after CAPACITY_WAIT."""
+    kube = cloud["kube"]
+    slow_polls(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", ticks=8, finishing=3, **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "spot,on-demand", "30m")
+    assert result.exit_code == 0, result.output
+    assert kube.created == [TRAIN] and kube.deleted == []  # the slice was never given up
+    assert "capacity_attempts" not in run_record(cloud)["steps"]["train"]
+
+
+def test_a_worker_container_restart_after_the_wait_is_not_a_lost_slice(cloud, monkeypatch):
+    kube = cloud["kube"]
+    slow_polls(monkeypatch)
+    kube.plan(TRAIN, capacity="reservation", ticks=10, container_restart_at=8, **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "reservation,spot", "30m")
+    assert result.exit_code == 0, result.output
+    assert "Error (exit code 137)" in result.output  # the restart was seen and reported, not acted on
+    assert kube.created == [TRAIN] and kube.deleted == []
+    assert "went away" not in result.output
+
+
+def test_the_wait_of_a_new_attempt_counts_from_its_restart_not_from_the_first_submission(cloud, monkeypatch):
+    """A spot reclaim after training longer than the wait: JobSet restarts, the nodes come back, and the
+    new attempt has its own CAPACITY_WAIT."""
+    kube = cloud["kube"]
+    slow_polls(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", ticks=3, reclaimed_after=8, **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "spot", "30m")
+    assert result.exit_code == 0, result.output
+    assert "JobSet restarted" in result.output
+    assert kube.created == [TRAIN] and kube.deleted == []
+
+
+# -- the mode of a deactivated workload (must-fix 2) --------------------------------------------------
+def test_a_failed_flex_start_request_is_reported_as_flex_start_though_the_workload_lost_its_flavors(cloud, monkeypatch):
+    """CAPACITY=reservation,flex-start and Kueue admitted the unpinned JobSet to flex-start: once it is
+    deactivated, its flavors are gone, but the shortfall is flex-start's, the last mode; nothing is
+    submitted again on it."""
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="flex-start", provisioning=["Failed"], **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "reservation,flex-start", "4h")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert error_line(result).startswith("error: step train got no TPU capacity: tried flex-start for ")
+    assert "no reservation capacity" not in result.output
+    assert kube.created == [TRAIN] and kube.deleted == [TRAIN]
+    assert [a["mode"] for a in run_record(cloud)["steps"]["train"]["capacity_attempts"]] == ["flex-start"]
+
+
+def test_a_flex_start_slice_lost_after_training_is_submitted_again_without_waiting_the_flex_start_wait(cloud, monkeypatch):
+    """No node comes back to a queued-provisioning pool for an admitted workload, so `run` does not
+    wait flex-start's 4 h before it submits the step again (must-fix 4)."""
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="flex-start", reclaimed_after=3, nodes_return=False,
+              resubmitted=Plan(capacity="flex-start", **succeeds(cloud)))
+    result = run_train(cloud, monkeypatch, "flex-start", "flex-start=4h")
+    assert result.exit_code == 0, result.output
+    [lost] = [line for line in result.output.splitlines() if line.startswith("train: the flex-start slice went away")]
+    assert UNSCHEDULABLE in lost and "after the flex-start slice was had" in lost
+    assert kube.created == [TRAIN, TRAIN] and kube.deleted == [TRAIN]
+
+
+# -- a workload someone else deactivated (must-fix 5) -------------------------------------------------
+def test_a_workload_an_admin_deactivated_is_not_replaced_without_replace(cloud, monkeypatch):
+    from jobs import render_manifests
+    from peers import kueue
     from recipes import load_settings
 
     monkeypatch.setenv("COLUMNS", "200")
@@ -228,3 +322,16 @@ def test_status_shows_the_zone_the_train_step_runs_in(cloud, monkeypatch):
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0, status.output
     assert "on spot in us-east5-b" in status.output, status.output
+
+
+    kube = cloud["kube"]
+    recipe = load_settings().recipe(get_recipe(RECIPE))
+    kube.plan(TRAIN, capacity="spot", **succeeds(cloud))
+    kube.put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    kueue.stop(kube.workloads[TRAIN])  # kueuectl stop workload: spec.active false, Evicted Deactivated
+    status = runner.invoke(app, ["status", RECIPE])
+    assert "was deactivated by someone, not by Kueue (Deactivated)" in " ".join(status.output.split())
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "was deactivated by someone, not by Kueue" in error_line(result)
+    assert kube.deleted == [] and kube.created == []  # nothing deleted or submitted

@@ -20,7 +20,7 @@ from peers.fixtures import peer_settings
 from peers.kube_api import KubeApi
 from recipes import get_recipe
 from recipes.conventions import KUEUE_VERSION
-from scripts.cloud.kube_objects import latest_request, workload_of, workload_state
+from scripts.cloud.kube_objects import latest_request, request_state, workload_of, workload_state
 
 VENDOR = Path(__file__).resolve().parent / "contracts" / "vendor"
 CRDS = {"kueue": ("kueue.x-k8s.io_workloads.yaml", "v1beta2"),
@@ -102,11 +102,15 @@ def test_a_request_that_fails_its_retries_leaves_an_inactive_workload_whose_requ
     kube, name, seen = drive({"capacity": "flex-start", "provisioning": ["Failed"]}, 12)
     workload, requests = seen[-1]
     state = workload_state(workload)
-    assert state.phase == "inactive" and state.reason == "Deactivated"
-    # Kueue resets the check on eviction, so its own message is gone from the Workload ...
-    assert state.check("flex-start-slice").message == "Reset to Pending after eviction. Previously: Rejected"
-    # ... and the request's Failed condition is where it stays: the 4th attempt (3 retries).
-    request = latest_request(requests, state.uid)
+    # Kueue deactivated it itself (kueue v0.17.1 pkg/workload/workload.go 1646, 1832) ...
+    assert state.phase == "inactive" and state.reason == "DeactivatedDueToAdmissionCheck" and state.by_kueue
+    # ... and, its quota released, dropped the check, which applies to the flex-start flavor only
+    # (workload.go 1506-1530; integration test workload_controller_test.go 263-300) ...
+    assert state.check("flex-start-slice") is None and state.flavors == ()
+    # ... so the request's Failed condition is where GKE's message stays: the 4th attempt (3 retries),
+    # the only request left, as Kueue deletes the superseded ones (provisioning/controller.go 208-228).
+    [request] = [request_state(r) for r in requests]
     assert (request.state, request.attempt, request.message) == ("Failed", 4, "the test's Failed message")
+    assert latest_request(requests, state.uid) == request
     # In between, a Retry evicts and requeues the workload: evicted, not inactive.
     assert "evicted" in [workload_state(w).phase for w, _ in seen]

@@ -242,13 +242,19 @@ class Cluster:
                 return existing
             raise ApiError(f"{error}; nothing was submitted") from None
 
-    def delete_jobset(self, name: str) -> None:
-        """Delete (with its pods) and wait until it is gone, so a new one with the same name can start."""
+    def delete_jobset(self, name: str, uid: str | None = None) -> None:
+        """Delete (with its pods) and wait until it is gone, so a new one with the same name can start.
+        With `uid`, only that JobSet: DeleteOptions preconditions.uid makes the API server refuse (409
+        Conflict) to delete another object of the name, e.g. one a concurrent `run --replace` submitted
+        (k8s.io/apimachinery meta/v1 Preconditions); then it is left alone and the wait is for nothing."""
+        body = {"body": k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))} if uid else {}
         try:
             call(self.policy, f"deleting JobSet {name}", lambda: self.custom.delete_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, name, propagation_policy="Foreground",
-                _request_timeout=self._timeout))
+                _request_timeout=self._timeout, **body))
         except ApiException as error:
+            if error.status == 409 and uid:
+                return  # another JobSet of the name now: not ours to delete
             if error.status != 404:
                 raise ApiError(f"deleting JobSet {name} failed with {describe(error)}") from None
         if not wait_until(self.policy, lambda: self.get_jobset(name) is None, attempts=self.policy.attempts * 4):

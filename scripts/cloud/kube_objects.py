@@ -150,11 +150,14 @@ def pod_counts(pods: list[dict]) -> PodCounts:
 # (the commit Kueue v0.17.1's go.mod builds against; vendored CRD in tests/contracts/vendor/provisioningrequest).
 # Kueue labels the Workload of a job with the job's UID (pkg/controller/constants JobUIDLabel).
 WORKLOAD_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-# Why Kueue evicted a workload (workload_types.go): Deactivated is spec.active set to false, which Kueue
-# does itself when an admission check is Rejected ("Admission check(s): [..], were rejected") or
-# requeuing exceeded its limit (pkg/controller/core/workload_controller.go); the workload then stays
-# inactive until someone sets spec.active again.
+# Why Kueue evicted a workload (kubernetes-sigs/kueue v0.17.1, 6fcc132c): Kueue deactivates a workload
+# itself by first setting the DeactivationTarget condition (pkg/controller/core/workload_controller.go
+# 737 for a Rejected admission check, 1025 for the requeuing limit), then spec.active false (389-393),
+# then evicts it with reason Deactivated + "DueTo" + the target's reason (pkg/workload/workload.go 1646,
+# ReasonWithCause 1832; IsEvictedDueToDeactivationByKueue 1378), e.g. DeactivatedDueToAdmissionCheck.
+# spec.active false set by someone else (kueuectl stop, kubectl patch) evicts with plain Deactivated.
 EVICTED_DEACTIVATED = "Deactivated"
+EVICTED_DEACTIVATED_BY_KUEUE = "DeactivatedDueTo"  # the prefix of Kueue's own deactivations
 # The states of one admission check (apis/kueue/v1beta2/admissioncheck_types.go).
 CHECK_REJECTED, CHECK_READY, CHECK_RETRY = "Rejected", "Ready", "Retry"
 # The ProvisioningRequest conditions (autoscaling.x-k8s.io/v1 types.go), in the order Kueue's provisioning
@@ -180,6 +183,7 @@ class WorkloadState:
     message: str = ""
     flavors: tuple[str, ...] = ()  # the ResourceFlavors Kueue admitted the pod sets to
     checks: tuple[AdmissionCheck, ...] = ()
+    by_kueue: bool = False  # an inactive workload that Kueue deactivated itself, not an admin
 
     def check(self, name: str) -> AdmissionCheck | None:
         return next((check for check in self.checks if check.name == name), None)
@@ -207,15 +211,18 @@ def workload_state(obj: dict | None) -> WorkloadState:
     checks = tuple(AdmissionCheck(c.get("name", ""), c.get("state", ""), c.get("message", ""))
                    for c in status.get("admissionChecks") or [])
 
+    evicted = _is_true(conditions, "Evicted")
+    eviction = (conditions.get("Evicted") or {}).get("reason", "") if evicted else ""
+    by_kueue = _is_true(conditions, "DeactivationTarget") or eviction.startswith(EVICTED_DEACTIVATED_BY_KUEUE)
+
     def state(phase: WorkloadPhase, kind: str) -> WorkloadState:
         condition = conditions.get(kind) or {}
         return WorkloadState(phase, meta.get("name", ""), meta.get("uid", ""), condition.get("reason", ""),
-                             condition.get("message", ""), flavors, checks)
+                             condition.get("message", ""), flavors, checks, by_kueue and phase == "inactive")
 
     if _is_true(conditions, "Finished"):
         return state("finished", "Finished")
-    evicted = _is_true(conditions, "Evicted")
-    if spec.get("active") is False or (evicted and conditions["Evicted"].get("reason") == EVICTED_DEACTIVATED):
+    if spec.get("active") is False or eviction.startswith(EVICTED_DEACTIVATED):
         return state("inactive", "Evicted")
     if _is_true(conditions, "DeactivationTarget"):
         return state("inactive", "DeactivationTarget")

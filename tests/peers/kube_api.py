@@ -95,6 +95,12 @@ class Plan:
     nodes_return: bool = True
     revoked: bool = False
     resubmitted: "Plan | None" = None  # the plan of the next JobSet created under the same name
+    # `finishing`: GETs after `ticks` in which the head's main container has exited 0 but its native
+    # sidecars still stop, so its pod is Running and not Ready (ContainersNotReady) before the JobSet
+    # completes. `container_restart_at`: the tick at which one TPU worker's container has restarted
+    # (exit 137, restartCount 1) and is not ready again yet; ready at the next tick.
+    finishing: int = 0
+    container_restart_at: int | None = None
 
 
 @dataclass
@@ -116,6 +122,7 @@ class KubeApi(PeerServer):
         PeerServer.__init__(self)
         self._ticks: dict[str, int] = {}
         self._terminating: set[str] = set()  # JobSets whose earlier attempt's pods are still going away
+        self._filed: dict[str, int] = {}  # requests Kueue filed for the JobSet's Workload, by JobSet name
 
     # -- what tests use ---------------------------------------------------------------------------
     def plan(self, name: str, **kwargs) -> Plan:
@@ -142,6 +149,7 @@ class KubeApi(PeerServer):
         obj["status"] = {"replicatedJobsStatus": [], "restarts": 0}
         self.jobsets[name] = obj
         self._ticks[name] = 0
+        self._filed[name] = 0
         self.workloads[name] = kueue.workload_for(obj)
         self._create_pods(name)
         return obj
@@ -235,11 +243,22 @@ class KubeApi(PeerServer):
             pod["status"] = {"phase": "Running", "conditions": conditions, "containerStatuses": [
                 {"name": c["name"], "ready": tick >= 2, "restartCount": 0, "state": {"running": {"startedAt": _now()}}}
                 for c in pod["spec"]["containers"]]}
+        if tick == plan.container_restart_at and not obj["status"]["restarts"]:
+            worker = [p for p in self._pods_of(name) if p["metadata"]["labels"][
+                "jobset.sigs.k8s.io/replicatedjob-name"] != self._main_rj(name)][0]
+            worker["status"]["conditions"][-1] = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+            worker["status"]["containerStatuses"][0].update(ready=False, restartCount=1, lastState={
+                "terminated": {"exitCode": 137, "reason": "Error"}})
+        if plan.ticks < tick <= plan.ticks + plan.finishing and not tick_only:
+            for head in self._pods_of(name, self._main_rj(name)):
+                head["status"]["conditions"][-1] = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+                head["status"]["containerStatuses"][0].update(ready=False, state={
+                    "terminated": {"exitCode": 0, "reason": "Completed"}})
         obj["status"]["replicatedJobsStatus"] = [
             {"name": rj["name"], "ready": len(self._pods_of(name, rj["name"])) if tick >= 2 else 0,
              "active": 1, "succeeded": 0, "failed": 0, "suspended": 0} for rj in obj["spec"]["replicatedJobs"]]
         awaiting_reclaim = plan.reclaimed_after is not None and not obj["status"]["restarts"]
-        if not tick_only and tick > plan.ticks and plan.outcome != "hang" and not awaiting_reclaim:
+        if not tick_only and tick > plan.ticks + plan.finishing and plan.outcome != "hang" and not awaiting_reclaim:
             self._finish(name, plan.outcome)
 
     # -- Kueue and GKE ------------------------------------------------------------------------------
@@ -280,6 +299,9 @@ class KubeApi(PeerServer):
         wl = self.workloads[name]
         if wl["spec"]["active"] is False:
             return False
+        if any(c["state"] == "Rejected" for c in wl["status"].get("admissionChecks") or []):
+            kueue.deactivate(wl, kueue.CHECK)  # a Rejected check deactivates even an admitted workload
+            return False
         if any(c["type"] == "Admitted" and c["status"] == "True" for c in wl["status"]["conditions"]):
             return True
         capacity = self.capacity_of(name)
@@ -295,17 +317,17 @@ class KubeApi(PeerServer):
         kueue.reserve(wl, flavor, checked=True)
         check = wl["status"]["admissionChecks"][0]
         requests = sorted(self.requests_of(name), key=lambda r: int(r["metadata"]["name"].rsplit("-", 1)[1]))
-        if check["state"] == "Rejected":
-            kueue.deactivate(wl, kueue.CHECK)
-            return False
         if not requests or check["state"] == "Retry":
-            request = kueue.request_for(wl, len(requests) + 1)
+            for superseded in requests:  # Kueue deletes all but the newest (provisioning/controller.go 208-228)
+                del self.provreqs[superseded["metadata"]["name"]]
+            request = kueue.request_for(wl, self._filed.get(name, 0) + 1)
+            self._filed[name] = self._filed.get(name, 0) + 1
             self.provreqs[request["metadata"]["name"]] = request
             kueue.set_check(wl, "Pending", "the test's waiting message")
             kueue.set_condition(wl, kueue.condition("Evicted", False, "QuotaReserved", "Previously: evicted"))
             return False
         outcomes = plan.provisioning or ["Provisioned"]
-        outcome = outcomes[min(len(requests), len(outcomes)) - 1]
+        outcome = outcomes[min(self._filed[name], len(outcomes)) - 1]
         if self.out_of_stock(name, plan):
             outcome = "Pending"  # GKE keeps the request queued while the zone has no flex-start stock
         if outcome == "Pending":
@@ -316,7 +338,7 @@ class KubeApi(PeerServer):
             kueue.set_check(wl, "Ready", message)
             kueue.admit(wl)
             return True
-        if outcome == "Failed" and len(requests) <= kueue.BACKOFF_LIMIT_COUNT:
+        if outcome == "Failed" and self._filed[name] <= kueue.BACKOFF_LIMIT_COUNT:
             kueue.set_check(wl, "Retry", f"Retrying after failure: {message}")
             kueue.set_condition(wl, kueue.condition("Evicted", True, "AdmissionCheck",
                                                     "At least one admission check is false"))
@@ -329,8 +351,7 @@ class KubeApi(PeerServer):
         wl = self.workloads[name]
         request = sorted(self.requests_of(name), key=lambda r: r["metadata"]["name"])[-1]
         kueue.conclude_request(request, "CapacityRevoked", "the test's CapacityRevoked message")
-        kueue.set_check(wl, "Rejected", "the test's CapacityRevoked message")
-        wl["status"]["conditions"] = [c for c in wl["status"]["conditions"] if c["type"] != "Admitted"]
+        kueue.set_check(wl, "Rejected", "the test's CapacityRevoked message")  # deactivated at the next step
 
     def _unschedulable(self, name: str, plan: Plan) -> bool:
         """The TPU pods find no node: the mode is out of stock, or the slice is gone for good."""
@@ -453,6 +474,12 @@ class KubeApi(PeerServer):
             self._advance(name)
             return Reply(200, self.jobsets[name])
         if method == "DELETE":
+            # DeleteOptions preconditions.uid: the API server answers 409 Conflict for another object
+            # (k8s.io/apiserver pkg/registry/generic/registry/store.go, Preconditions.Check).
+            wanted = ((json.loads(body) if body else {}).get("preconditions") or {}).get("uid")
+            if wanted and wanted != self.jobsets[name]["metadata"]["uid"]:
+                return status(409, "Conflict", f"Precondition failed: UID in precondition: {wanted}, UID in object "
+                                               f"meta: {self.jobsets[name]['metadata']['uid']}")
             self.deleted.append(name)
             del self.jobsets[name]
             for request in self.requests_of(name):  # owned by the Workload, which the JobSet owns

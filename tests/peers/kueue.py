@@ -14,9 +14,10 @@ validates them there. What Kueue writes, and when, follows v0.17.1:
   with the request's own message (admissionchecks/provisioning/controller.go syncCheckStates);
   CapacityRevoked rejects it at once;
 - a Rejected check deactivates the Workload: DeactivationTarget "Admission check(s): <names>, were
-  rejected", then spec.active false, Evicted reason Deactivated "The workload is deactivated due to
-  <that>", and every check reset to Pending "Reset to Pending after eviction. Previously: Rejected"
-  (pkg/controller/core/workload_controller.go, pkg/workload/admissionchecks.go resetChecksOnEviction).
+  rejected", then spec.active false, Evicted reason DeactivatedDueToAdmissionCheck "The workload is
+  deactivated due to <that>", the quota released and with it the flex-start check (deactivate below);
+- a retry's new request supersedes the old: Kueue deletes every owned request but the newest
+  (admissionchecks/provisioning/controller.go 164, 208-228).
 The messages GKE itself puts on a request's conditions are not published; the fake's are the test's own
 text, which `run` must repeat verbatim.
 """
@@ -120,15 +121,29 @@ def conclude_request(request: dict, outcome: str, message: str) -> None:
 
 
 def deactivate(workload: dict, rejected: str) -> None:
-    """What Kueue does after a Rejected check: deactivate, evict, reset the checks to Pending."""
+    """What Kueue v0.17.1 (6fcc132c) does after a Rejected check: DeactivationTarget (workload_controller.go
+    737), spec.active false (389-393), then the eviction with reason DeactivatedDueToAdmissionCheck
+    (pkg/workload/workload.go 1646, ReasonWithCause 1832) that drops DeactivationTarget (476-478) and
+    releases the quota; with no admission left, the checks limited to some flavors, as ours is to the
+    flex-start one, are removed (workload.go 1506-1530, workload_controller.go 936 syncAdmissionCheckConditions;
+    test/integration/singlecluster/controller/core/workload_controller_test.go 263-300)."""
     cause = f"Admission check(s): {rejected}, were rejected"
     workload["spec"]["active"] = False
     status = workload["status"]
     status.pop("admission", None)
-    set_condition(workload, condition("Evicted", True, "Deactivated", f"The workload is deactivated due to {cause}"))
+    set_condition(workload, condition("Evicted", True, "DeactivatedDueToAdmissionCheck",
+                                      f"The workload is deactivated due to {cause}"))
     set_condition(workload, condition("QuotaReserved", False, "Pending", "The workload is deactivated"))
     set_condition(workload, condition("Admitted", False, "NoReservation", "The workload has no reservation"))
     set_condition(workload, condition("Requeued", False, "Deactivated", "The workload is deactivated"))
-    status["admissionChecks"] = [{"name": c["name"], "state": "Pending", "lastTransitionTime": now(),
-                                  "message": f"Reset to Pending after eviction. Previously: {c['state']}"}
-                                 for c in status.get("admissionChecks", [])]
+    status.pop("admissionChecks", None)
+
+
+def stop(workload: dict) -> None:
+    """Someone (kueuectl stop, kubectl patch) sets spec.active false: Kueue evicts it with plain reason
+    Deactivated and message "The workload is deactivated" (workload_controller.go 462-463)."""
+    workload["spec"]["active"] = False
+    workload["status"].pop("admission", None)
+    set_condition(workload, condition("Evicted", True, "Deactivated", "The workload is deactivated"))
+    set_condition(workload, condition("QuotaReserved", False, "Pending", "The workload is deactivated"))
+    set_condition(workload, condition("Admitted", False, "NoReservation", "The workload has no reservation"))

@@ -18,7 +18,7 @@ from recipes import conventions
 from recipes.conventions import CAPACITY_NODE_LABEL, TPU_ACCELERATOR_LABEL, ZONE_NODE_LABEL
 from recipes.placement import Place, tpu_places
 from scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
-                                        latest_request, pod_counts, workload_of, workload_state)
+                                        capacity_of, latest_request, pod_counts, workload_of, workload_state, zone_of)
 from scripts.outcome import StepFailed
 from scripts.pipeline.gke.steps import StepJob, parse_time
 from scripts.pipeline.session import Session, hms
@@ -30,19 +30,22 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Admission:
     workload: WorkloadState
-    request: RequestState | None = None  # the newest ProvisioningRequest, for a workload with the check
+    request: RequestState | None = None  # the newest ProvisioningRequest the workload owns, if any
 
 
 def read_admission(session: Session, jobset: dict | None) -> Admission:
-    """The JobSet's Workload and, when it has the flex-start check, its newest request."""
+    """The JobSet's Workload and the newest ProvisioningRequest it owns. The request is read whether or
+    not the workload still lists the flex-start check: once Kueue releases a deactivated workload's
+    quota, it keeps only the checks that apply to every flavor (kubernetes-sigs/kueue v0.17.1, 6fcc132c,
+    pkg/workload/workload.go 1506-1530 AdmissionChecksForWorkload; workload_controller.go 936
+    syncAdmissionCheckConditions), so ours, on the flex-start flavor only, is gone; the newest request
+    stays, as Kueue deletes only the superseded ones (admissionchecks/provisioning/controller.go 164, 208)."""
     uid = ((jobset or {}).get("metadata") or {}).get("uid")
     if not uid:
         return Admission(WorkloadState("absent"))
     cluster = session.cluster
     workload = workload_state(workload_of(cluster.list_workloads(f"{WORKLOAD_JOB_UID_LABEL}={uid}"), jobset))
-    request = None
-    if workload.check(conventions.FLEX_START_ADMISSION_CHECK) is not None:
-        request = latest_request(cluster.list_provisioning_requests(), workload.uid)
+    request = latest_request(cluster.list_provisioning_requests(), workload.uid) if workload.uid else None
     return Admission(workload, request)
 
 
@@ -109,6 +112,7 @@ class CapacityShortfall(StepFailed):
     trained: bool  # the slice had been up in this attempt: it was lost, not never had
     deactivated: bool  # Kueue deactivated the workload (not merely the wait's end)
     place: Place | None = None  # the mode's zone too: where the next try starts from
+    uid: str = ""  # of the JobSet that fell short, which `run` deletes (capacity.py)
 
     def __post_init__(self) -> None:
         StepFailed.__init__(self, f"train: {self.why}")
@@ -118,9 +122,12 @@ class CapacityShortfall(StepFailed):
 class CapacityWatch:
     """Follows one submission of a step: what it awaits, since when, and whether that is too long.
 
-    The clock of an attempt starts when its JobSet was created (so a reattaching `run` keeps counting)
-    and again at each restart; it stops once every pod of the step is ready. Only a step with TPU workers
-    has a bound; any step stops on a deactivated workload."""
+    The clock of an attempt starts when its JobSet was created (so a reattaching `run` keeps counting),
+    again at each restart, and again at every poll that sees all the step's pods ready: `waited` is the
+    time the step has gone without them. Once an attempt has had all its pods ready it has its slice, so
+    a pod of it that is not Ready is a container restarting or the step finishing (the head's sidecars
+    keep its pod Running but not Ready until the JobSet completes), never a shortfall; only Kueue
+    deactivating its workload ends it. Any step stops on a workload someone else deactivated."""
 
     session: Session
     job: StepJob
@@ -131,19 +138,29 @@ class CapacityWatch:
     modes_tried: list[str] = field(default_factory=list)
     admission: Admission | None = None  # the last one read: whether it waits for its flex-start request
     phases: "Phases | None" = None  # scripts/pipeline/phases.py, kept across submissions of the step
+    ready_attempt: int | None = None  # the attempt (JobSet restarts) that had all its pods ready
+    last_place: Place | None = None  # where the workload was last seen admitted or running
 
-    def place(self, admission: Admission) -> Place:
-        """Where the step waits: the flavor Kueue gave it, else where `run` pinned it, else the first place."""
+    def place(self, admission: Admission | None, tpu: list[dict] = ()) -> Place:
+        """Where the step is: the flavor Kueue gave it, else its TPU pods' node selector, else where it was
+        last seen (a deactivated workload has no flavors left), else where `run` pinned it, else the first
+        place."""
         places = places_of(self.session)
-        for flavor in admission.workload.flavors:
-            if place_of_flavor(flavor, places):
-                return place_of_flavor(flavor, places)  # type: ignore[return-value]
+        flavors = admission.workload.flavors if admission else ()
+        seen = next((place for place in (place_of_flavor(flavor, places) for flavor in flavors) if place), None)
+        mode = capacity_of(list(tpu))
+        if seen is None and mode and "," not in mode:
+            seen = find_place(places, mode, zone_of(list(tpu)))
+        if seen is not None:
+            self.last_place = seen
+        if self.last_place is not None:
+            return self.last_place
         pinned = pinned_place(self.job.manifest)
         return (find_place(places, *pinned) if pinned else None) or places[0]
 
-    def mode(self, admission: Admission) -> str:
+    def mode(self, admission: Admission | None, tpu: list[dict] = ()) -> str:
         """The place's name in messages: the mode, and its zone when ZONE lists several."""
-        return self.place(admission).label
+        return self.place(admission, tpu).label
 
     def bound(self, mode: str) -> float:
         return dict(self.session.settings.capacity_wait).get(mode, 0.0)
@@ -157,25 +174,36 @@ class CapacityWatch:
         if state.restarts > self.restarts:  # a new attempt: its own clock, and it has not trained yet
             self.restarts, self.started = state.restarts, now  # trained stays: the slice was had
         counts = pod_counts(pods)
+        tpu = _tpu_pods(pods)
         if state.phase == "running" and counts.ready >= job.expected_pods:
-            self.trained, self.awaited = True, ""
+            self.trained, self.awaited, self.ready_attempt, self.started = True, "", state.restarts, now
+            self.place(None, tpu)  # remembered: a later deactivation leaves no flavor to read it from
             return None
         if state.phase not in ("running", "suspended"):
             return None
-        tpu = _tpu_pods(pods)
         if state.phase == "running" and not tpu:
             return None  # a CPU step starting: nothing to wait for but its own pod
         admission = self.admission = read_admission(session, jobset)
-        place = self.place(admission)
+        place = self.place(admission, tpu)
         mode, label = place.mode, place.label
+        uid = ((jobset or {}).get("metadata") or {}).get("uid", "")
         if admission.workload.phase == "inactive":
-            raise CapacityShortfall(mode, self.waited(now), self.deactivation(admission), self.trained, True, place)
+            if not admission.workload.by_kueue:
+                raise StepFailed(self.deactivated_by_someone(admission))
+            raise CapacityShortfall(mode, self.waited(now), self.deactivation(admission), self.trained, True, place,
+                                    uid)
+        if state.phase == "running" and self.ready_attempt == state.restarts:
+            return None  # the attempt has its slice: a container restarting, or the step finishing
         awaited = self.describe(state, admission, label, tpu)
         waited = self.waited(now)
+        if self.trained and mode == "flex-start" and state.phase == "running" and _unschedulable(tpu):
+            # The slice was had and is gone: a queued-provisioning pool gets nodes only through a new
+            # request, which Kueue files only for a workload that is not admitted (see capacity.py).
+            raise CapacityShortfall(mode, waited, f"{awaited}, after the {mode} slice was had", True, False, place, uid)
         has_tpu = any(conventions.TPU_RESOURCE in str(rj) for rj in job.manifest["spec"]["replicatedJobs"])
         if has_tpu and waited > self.bound(mode):
             raise CapacityShortfall(mode, waited, f"{awaited} for {hms(waited)}, longer than CAPACITY_WAIT's "
-                                    f"{hms(self.bound(mode))} for {mode}", self.trained, False, place)
+                                    f"{hms(self.bound(mode))} for {mode}", self.trained, False, place, uid)
         if awaited == self.awaited:
             return None
         self.awaited = awaited
@@ -186,6 +214,14 @@ class CapacityWatch:
         pending), as last read."""
         workload = self.admission.workload if self.admission else None
         return workload is not None and workload.phase == "checking"
+
+    def deactivated_by_someone(self, admission: Admission) -> str:
+        """One line for a workload deactivated by someone, not by Kueue: `run` neither deletes nor
+        replaces it, since whoever stopped it may mean it."""
+        workload = admission.workload
+        return (f"step {self.job.step} stopped: workload {workload.name} of JobSet {self.job.name} was deactivated "
+                f"by someone, not by Kueue ({workload.reason or 'spec.active false'}); set spec.active true again "
+                f"to let it run, or rerun {self.session.command('run')} --replace to delete and resubmit it")
 
     def waited(self, now: datetime) -> float:
         return (now - self.started).total_seconds() if self.started else 0.0

@@ -112,7 +112,9 @@ def _wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, recor
         except CapacityShortfall as short:
             attempts.append(Attempt(short.mode, short.waited, short.why, short.place))
             record.step(job.step, "running", capacity_attempts=[a.as_record() for a in attempts])
-            session.cluster.delete_jobset(current.name)  # it holds no capacity and can never run again
+            # It holds no capacity and can never run again; only that JobSet, not one of the same name
+            # that a concurrent `run --replace` may have submitted meanwhile.
+            session.cluster.delete_jobset(current.name, short.uid or None)
             if job.step != "train" or short.mode not in modes:
                 raise StepFailed(f"step {job.step} stopped: {short.why}; JobSet {job.name} deleted; rerun {go_on} "
                                  "to submit it again") from None

@@ -64,8 +64,16 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...]
                                 "another run name with --run NAME")
             actions.append(Action(step, "replace", what))
         elif state.phase == "suspended" and (admission := read_admission(session, existing)).workload.phase == "inactive":
-            # Kueue never admits a deactivated workload again; it holds no capacity, so no question is asked.
-            why = CapacityWatch(session, job).deactivation(admission)
+            # Kueue never admits a workload it deactivated again; it holds no capacity, so no question is
+            # asked. One that someone else deactivated (kueuectl stop) may be meant: ask, or --replace.
+            watch = CapacityWatch(session, job)
+            if not admission.workload.by_kueue:
+                what = watch.deactivated_by_someone(admission)
+                if not replace and not (session.confirm and session.confirm(f"{what}. Delete it and submit it again?")):
+                    raise UserError(what)
+                why = f"deactivated by someone ({admission.workload.reason or 'spec.active false'})"
+            else:
+                why = watch.deactivation(admission)
             actions.append(Action(step, "replace", f"JobSet {job.name}, whose workload will not run: {why}"))
         elif state.phase in ("running", "suspended"):
             actions.append(Action(step, "attach", f"JobSet {job.name} is {state.phase}"))

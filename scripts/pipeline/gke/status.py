@@ -51,10 +51,12 @@ def admission_note(session: Session, job: StepJob, jobset: dict | None, state: J
     and the command that submits it again."""
     watch = CapacityWatch(session, job)
     admission = read_admission(session, jobset)
+    if admission.workload.phase == "inactive" and not admission.workload.by_kueue:
+        return f"{job.step}: {watch.deactivated_by_someone(admission)}"
     if admission.workload.phase == "inactive":
         return (f"{job.step}: {watch.deactivation(admission)}; it will not run: {session.command('run')} deletes "
                 "and submits it again")
-    return f"{job.step}: {watch.describe(state, admission, watch.mode(admission), [])}"
+    return f"{job.step}: {watch.describe(state, admission, watch.mode(admission, []), [])}"
 
 def _training_now(session: Session, job: StepJob, state: JobSetState) -> str:
     """While train runs, its step and loss from the head's log and its reward, read as `run` reads them."""
