@@ -46,8 +46,8 @@ CONFIG = {**TOKENS, "reward_exact_answer": 1.0, "reward_white_space_format_match
           "reward_ratio_guess_to_answer_high": 0.0, "reward_ratio_guess_to_answer_low": 0.0,
           "penalty_incorrect_format": 0.0, "penalty_incorrect_answer": 0.0}
 # GRPOConfig fields a reward may name as parameters (tunix c4ec573d tunix/rl/grpo/grpo_learner.py
-# GRPOConfig); reward_manager passes them by name. Values: the stand-ins' GRPO defaults of rl.yml.
-ALGO_CONFIG = {"num_generations": 2, "num_iterations": 1, "beta": 0.08, "epsilon": 0.2}
+# GRPOConfig); reward_manager passes them by name. Values: maxtext 0.2.4 rl.yml L39 and L43.
+ALGO_CONFIG = {"num_generations": 2, "num_iterations": 1}
 TRAIN_MODE = "train"  # str(rl_cluster.Mode.TRAIN), tunix c4ec573d tunix/rl/rl_cluster.py L64-71
 SYSTEM_PROMPT = ("You are given a problem. Think about the problem and provide your reasoning. Place it between "
                  "{reasoning_start_token} and {reasoning_end_token}. Then, provide the final answer (i.e., just one "
