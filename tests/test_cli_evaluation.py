@@ -118,7 +118,11 @@ def test_cloud_logging_fills_the_record_when_the_heads_pod_is_gone(cloud):
                                 "qwen3-v6e32-other-train-pathways-head-0-0-abcde", MAIN_CONTAINER, MIDDLE, _stamp(1))
     [older] = _log_entries(RECIPE, [MIDDLE])
     older["timestamp"] = _stamp(-60 * 24 * 40)
-    google.log_entries += [other, older, *_log_entries(RECIPE, [PRE, train_step_line(50, 0.2), POST])]
+    # ':' would also match a run whose name ends with this one's (x-<run>), and another resource type.
+    [suffixed, node] = _log_entries(RECIPE, [MIDDLE, MIDDLE])
+    suffixed["resource"]["labels"]["pod_name"] = "x-" + suffixed["resource"]["labels"]["pod_name"]
+    node["resource"]["type"] = "k8s_pod"
+    google.log_entries += [other, older, suffixed, node, *_log_entries(RECIPE, [PRE, train_step_line(50, 0.2), POST])]
     result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
     assert result.exit_code == 0, result.output
     assert SUMMARY in result.output.splitlines()
@@ -128,7 +132,7 @@ def test_cloud_logging_fills_the_record_when_the_heads_pod_is_gone(cloud):
     [query] = google.log_queries
     assert query["resourceNames"] == [f"projects/{SETTINGS['PROJECT']}"] and query["orderBy"] == "timestamp asc"
     assert f'resource.labels.container_name="{MAIN_CONTAINER}"' in query["filter"]
-    assert f'resource.labels.pod_name:"{jobset_of(RECIPE, "train")}-pathways-head-"' in query["filter"]
+    assert f'resource.labels.pod_name=~"^{jobset_of(RECIPE, "train")}' in query["filter"]
     assert 'timestamp>="' in query["filter"]  # from the run's start: entries:list has no default time range
 
 
