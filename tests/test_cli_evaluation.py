@@ -47,6 +47,22 @@ def test_both_releases_lines_parse_with_their_steps():
         assert found[0].accuracy == 40.625 and found[0].format_accuracy == 78.125 and found[0].mean_reward == 0.8123
 
 
+def test_the_lines_carry_absls_warning_prefix_and_parse_from_it():
+    # max_logging.warning (absl logging.warning, stacklevel=2) at maxtext 0.2.4 train_rl.py L785 and L823,
+    # hooks.py L98: severity W, then MMDD HH:MM:SS.micro, the thread id in 5 columns, caller file:line]
+    # (abseil-py absl/logging/__init__.py get_absl_log_prefix). Written out here, not rebuilt.
+    pre = evaluation_line("pre", 26, 64, 30, 50, 0.8123)
+    assert pre.startswith("W0805 12:40:30.123456 140234 train_rl.py:785] Pre RL Training: corr=26, total=64, ")
+    middle = evaluation_line("intermediate", 33, 64, 36, 60, 1.25, step=20, second=40)
+    assert middle.startswith("W0805 12:40:40.123456 140234 hooks.py:98] Intermediate Eval (step=20): corr=33")
+    for line in (pre, middle):
+        [found] = parse_evaluations(line, last_step=20)
+        assert found.line == line  # the record keeps the line from absl's prefix on
+    # Another severity is not MaxText's evaluation line: its prefix is not kept as one.
+    [info] = parse_evaluations("I" + pre[1:])
+    assert not info.line.startswith("I0805")
+
+
 def test_a_pass_at_1_count_and_a_nan_reward_parse():
     # eval_mode pass_at_1 sums fractions (evaluate_rl.score_responses), so corr is a float.
     line = evaluation_line("post", 12.5, 64, 20, 60, float("nan"))
