@@ -61,6 +61,9 @@ def as_numpy(prompts, completions, tmvp_config, **kwargs):
 def exact_format(prompts, completions, tmvp_config, **kwargs):
     return [tmvp_config.reward_exact_format_match for _ in completions]
 
+def gemma_turn(prompts, completions, tmvp_config, **kwargs):
+    return [float(p.startswith("<start_of_turn>user")) for p in prompts]
+
 def per_question(prompts, completions, tmvp_config, question, **kwargs):
     return [float(len(q) > 0) for q in question]
 '''
@@ -86,6 +89,16 @@ def test_check_rewards_calls_them_as_tunix_and_evaluation_do(rewards_file):
     assert result.output.splitlines()[:4] == [
         "named: 1, 1, 1, 1", "generations: 2, 2, 2, 2", "as_numpy: nan, 1, 1, 1",
         "exact_format: 0.1, 0.1, 0.1, 0.1"]
+
+
+def test_check_rewards_uses_the_recipes_template(rewards_file):
+    # qwen3-v6e32 names data_template_path=.../openmathinstruct2_rl.json, whose TEMPLATE (maxtext 0.2.4
+    # examples/chat_templates) is "{system_prompt}\n\n{question}": no Gemma turn markers.
+    plain = runner.invoke(app, ["check-rewards", f"{rewards_file}:gemma_turn"])
+    qwen = runner.invoke(app, ["check-rewards", f"{rewards_file}:gemma_turn", "--recipe", "qwen3-v6e32"])
+    assert plain.exit_code == qwen.exit_code == 0, plain.output + qwen.output
+    assert plain.output.splitlines()[0] == "gemma_turn: 1, 1, 1, 1"
+    assert qwen.output.splitlines()[0] == "gemma_turn: 0, 0, 0, 0"
 
 
 @pytest.mark.parametrize("functions, line", [

@@ -21,7 +21,8 @@ How MaxText 0.2.4 loads and calls them (maxtext/trainers/post_train/rl/ in the w
 The sample batch: gsm8k questions in the recipe's prompt template (maxtext/examples/chat_templates/
 gsm8k_rl.json, rl.yml's default data_template_path: TEMPLATE with SYSTEM_PROMPT and rl.yml's tokens
 <reasoning>, </reasoning>, <answer>, </answer>), completions in that format, one of them wrong and one
-without the tags. The tokenizer's chat template is not applied (the prompt string is what a reward sees).
+without the tags. The recipe's data_template_path picks the TEMPLATE (qwen3-v6e32: openmathinstruct2_rl.json). Not done:
+the tokenizer's own chat template, which 0.2.4 utils_rl.process_data applies around it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ SYSTEM_PROMPT = ("You are given a problem. Think about the problem and provide y
                  "{reasoning_start_token} and {reasoning_end_token}. Then, provide the final answer (i.e., just one "
                  "numerical value) between {solution_start_token} and {solution_end_token}.")
 TEMPLATE = "<start_of_turn>user\n{system_prompt}\n\n{question}<end_of_turn>\n<start_of_turn>model"
+# The TEMPLATE of each chat template json a recipe can name with data_template_path (maxtext 0.2.4
+# maxtext/examples/chat_templates/); both share SYSTEM_PROMPT. rl.yml's default is gsm8k_rl.json.
+TEMPLATES = {"gsm8k_rl.json": TEMPLATE, "openmathinstruct2_rl.json": "{system_prompt}\n\n{question}"}
+
+
+def template_of(overrides: tuple[str, ...] = ()) -> str:
+    """The TEMPLATE the recipe's data_template_path names (the last one), gsm8k_rl.json's without one."""
+    paths = [item.partition("=")[2] for item in overrides if item.partition("=")[0] == "data_template_path"]
+    return TEMPLATES.get(paths[-1].rpartition("/")[2], TEMPLATE) if paths else TEMPLATE
+
+
 SAMPLES = (  # (question, acceptable answers, completion)
     ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
      "clips did Natalia sell altogether in April and May?", ["72"],
@@ -67,9 +79,9 @@ SAMPLES = (  # (question, acceptable answers, completion)
 )
 
 
-def sample_batch() -> dict:
+def sample_batch(template: str = TEMPLATE) -> dict:
     system = SYSTEM_PROMPT.format(**TOKENS)
-    return {"prompts": [TEMPLATE.format(system_prompt=system, question=q) for q, _, _ in SAMPLES],
+    return {"prompts": [template.format(system_prompt=system, question=q) for q, _, _ in SAMPLES],
             "completions": [c for _, _, c in SAMPLES], "question": [q for q, _, _ in SAMPLES],
             "answer": [json.dumps(a) for _, a, _ in SAMPLES]}
 
@@ -168,10 +180,11 @@ print(json.dumps({"scores": result}))
 '''
 
 
-def check_rewards(option: RewardsOption) -> dict[str, list[float]]:
-    """Each function's scores on the sample batch, or one UserError line saying what is wrong."""
+def check_rewards(option: RewardsOption, template: str = TEMPLATE) -> dict[str, list[float]]:
+    """Each function's scores on the sample batch in `template` (template_of the recipe's overrides), or
+    one UserError line saying what is wrong."""
     answer = _run(f"--rewards {option.text}", _RUNNER, option.path,
-                  [json.dumps(list(option.functions)), json.dumps(sample_batch()), json.dumps(CONFIG),
+                  [json.dumps(list(option.functions)), json.dumps(sample_batch(template)), json.dumps(CONFIG),
                    json.dumps(ALGO_CONFIG)])
     return answer["scores"]
 
