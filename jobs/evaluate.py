@@ -8,11 +8,14 @@ restored actor, then `evaluate`; tunix's RLLearner takes `restored_global_step()
 at c4ec573d). So a checkpoint is evaluated by a train JobSet of a scratch run, whose
 checkpoint directory holds a copy of that step (eval_run_name) (the CLI copies it; tunix restores the latest step under
 `checkpoints/actor/`), with:
-- num_batches such that train_steps is that step, so training has nothing left but the one global step
-  tunix's RLLearner.train runs before it checks max_steps (rl_learner.py at c4ec573d, lines 595-650);
+- num_batches such that train_steps is that step, so training has nothing left: on restore tunix fast-forwards
+  the data iterator past every micro-batch already trained (tunix/rl/rl_learner.py at c4ec573d L399-407),
+  which here is the whole dataset, so the iterator's StopIteration (L489-494) likely ends training with no
+  step at all, or at most one;
 - eval_interval=0, so no intermediate evaluation fires.
-The CLI stops the JobSet once the Pre line is logged, so the extra step and the Post evaluation (of the
-weights after that step) are not paid for. Everything else is the run's own recipe: the same slice shape,
+The Pre line is logged before any of that. The CLI stops the JobSet once it has the line (it reads the
+head's whole log when the line scrolled out of the tail it polls, and again if the JobSet ended first),
+and gives up after EVAL_WAIT_MINUTES (scripts/pipeline/gke/evaluate.py). Everything else is the run's own recipe: the same slice shape,
 image, overrides and conversion (the reference model).
 """
 

@@ -17,6 +17,7 @@ the table of cases a harness can feed to each release's real config class as wel
 
 from __future__ import annotations
 
+import ast
 import enum
 import json
 import math
@@ -50,6 +51,15 @@ _GROUP = RuntimeBound(2, "tunix GrpoConfig: num_generations must be greater than
 _BATCH = RuntimeBound(1, "train_rl passes it to tunix as mini_batch_size, which must be a positive integer")
 # ^ train_rl.py (0.2.3 L451, 0.2.4 L507) mini_batch_size=trainer_config.batch_size; tunix/rl/rl_cluster.py
 #   RLTrainingConfig.__post_init__ -> tunix/rl/utils.py is_positive_integer.
+# pyconfig._prepare_for_pydantic turns a string or tuple into a list for these list[str] keys before pydantic
+# sees them (_coerce_to_list: "[...]"/"(...)" through ast.literal_eval, any other string -> [string]);
+# maxtext 0.2.4 maxtext/configs/pyconfig.py L216-236 and L286-287, 0.2.3 L264-265.
+LIST_COERCED = ("train_data_columns", "eval_data_columns", "trainable_parameters_mask", "adamw_mask")
+# The micro batches train_rl hands tunix (maxtext 0.2.4 train_rl.py L453-456 and L507-509, 0.2.3 L393-396 and
+# L451-453: -1 becomes None, mini_batch_size=batch_size); tunix RLTrainingConfig.__post_init__
+# (tunix/rl/rl_cluster.py, c4ec573d L118-147, 683256db L110-141) wants each a positive int and
+# train_micro_batch_size to divide mini_batch_size. rl.yml (0.2.4 L116-117) sets both to -1.
+MICRO_BATCH_KEYS = ("train_micro_batch_size", "rollout_micro_batch_size")
 RUNTIME_BOUNDS: dict[str, RuntimeBound] = {
     "rl.num_generations": _GROUP,
     "num_generations": _GROUP,  # 0.2.4: RLConfig copies the top-level key into rl (map_flat_fields_to_nested_models)
@@ -271,6 +281,8 @@ def _validated(version: str, key: str, value: Any, item: str) -> Any:
     if why:
         raise UserError(f"--set {key} is refused: {why}")
     spec = release_schema(version)["keys"][key]
+    if key in LIST_COERCED:
+        value = _as_list(value)
     if spec.get("before_validator"):  # a field_validator reshapes it first: only its own code knows how
         return value
     if "model" in spec["type"].split(" | ") and isinstance(value, dict):
@@ -288,6 +300,38 @@ def _validated(version: str, key: str, value: Any, item: str) -> Any:
                 and "None" in spec["type"].split(" | ") else "")
         raise UserError(f"--set {item}: {key} takes {describe(version, key)} in MaxText {version}"
                         f"{because}, not {_shown(value)}{null}") from None
+
+
+def _as_list(value: Any) -> Any:
+    """What pyconfig's _coerce_to_list makes of a value (LIST_COERCED has the source)."""
+    if isinstance(value, tuple):
+        return list(value)
+    if not isinstance(value, str):
+        return value
+    cleaned = value.strip()
+    if cleaned[:1] + cleaned[-1:] in ("[]", "()"):
+        try:
+            parsed = ast.literal_eval(cleaned)
+        except (ValueError, SyntaxError):
+            return [value]
+        return list(parsed) if isinstance(parsed, (list, tuple)) else [str(parsed)]
+    return [value]
+
+
+def check_micro_batches(version: str, values: dict[str, Any], item: str) -> None:
+    """batch_size and the micro batches (MICRO_BATCH_KEYS has the source) as tunix will take them; `values`
+    holds the run's last value of each key it sets, `item` is the --set item the message names."""
+    batch = values.get("batch_size")
+    for key in MICRO_BATCH_KEYS:
+        micro = values.get(key, -1)
+        if micro == -1:
+            continue
+        if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1:
+            raise UserError(f"--set {item}: tunix needs {key} a positive int or -1 (none) in MaxText {version}, "
+                            f"not {_shown(micro)}")
+        if key == "train_micro_batch_size" and isinstance(batch, int) and batch > 0 and batch % micro:
+            raise UserError(f"--set {item}: tunix needs batch_size ({batch}) to be a multiple of "
+                            f"train_micro_batch_size ({micro}) in MaxText {version}")
 
 
 def _accepts(adapter: TypeAdapter, value: Any) -> bool:

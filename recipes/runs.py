@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from recipes.conventions import MAX_JOBSET_NAME
 from recipes.errors import UserError
-from recipes.maxtext_values import KEY_LIST_DIR, check_value, maxtext_keys
+from recipes.maxtext_values import KEY_LIST_DIR, MICRO_BATCH_KEYS, check_micro_batches, check_value, maxtext_keys
 from recipes.model import _OVERRIDE, STEPS, Recipe, RlSpec, _first_error, same_setting
 from recipes.schedule import SCHEDULE_KEY, schedule_steps
 
@@ -222,6 +222,7 @@ def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
         kept = [i for i, old in enumerate(overrides) if old.partition("=")[0] in names]
         overrides = [old for old in overrides if old.partition("=")[0] not in names]
         overrides.insert(kept[0] if kept else len(overrides), item)
+    _check_micro_batches(recipe, overrides, sets)
     try:
         rl = RlSpec.model_validate({**recipe.rl.model_dump(), **fields, "overrides": tuple(overrides)})
     except ValidationError as error:
@@ -233,6 +234,17 @@ def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
     except UserError as error:
         raise UserError(f"--set: {error}") from None
     return changed
+
+
+def _check_micro_batches(recipe: Recipe, overrides: list[str], sets: tuple[str, ...]) -> None:
+    """batch_size and the micro batches together, as tunix takes them, when --set touches one of them."""
+    keys = ("batch_size", *MICRO_BATCH_KEYS)
+    touched = [item for item in sets if item.partition("=")[0] in keys]
+    if not touched:
+        return
+    values = {old.partition("=")[0]: check_value(recipe.maxtext_version, *old.split("=", 1)).value
+              for old in overrides if old.partition("=")[0] in keys}
+    check_micro_batches(recipe.maxtext_version, values, touched[-1])
 
 
 def with_run(recipe: Recipe, run: str | None) -> Recipe:

@@ -60,3 +60,34 @@ def test_eval_of_a_step_without_a_checkpoint_lists_the_steps(cloud):
     assert result.exit_code == 2
     assert f"--step 30: run {paths.run_name} has no finished checkpoint 30; it has 20, 50" in " ".join(result.output.split())
     assert not any("-e30-" in name for name in cloud["kube"].created)
+
+
+def test_eval_reads_the_whole_head_log_when_the_pre_line_scrolled_out_of_the_tail(cloud):
+    # qwen3 runs with debug=True: hundreds of lines can follow the Pre line before the next poll, more
+    # than the PROGRESS_LOG_LINES tail each poll reads; the JobSet then trains its step and ends.
+    from jobs.evaluate import eval_run_name
+    from scripts.pipeline.gke.steps import PROGRESS_LOG_LINES
+
+    _, paths = trained_run(cloud)
+    scratch = eval_run_name(paths.run_name, 20)
+    pre = evaluation_line("pre", 30, 64, 33, 58, 1.1)
+    debug = "".join(f"I1201 10:00:00.000000 140 rl_learner.py:1] debug line {i}\n"
+                    for i in range(PROGRESS_LOG_LINES + 50))
+    cloud["kube"].plan(f"{scratch}-train", ticks=3, logs=f"restoring\n{pre}\n{debug}", outcome="succeed")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 0, result.output
+    assert f"run {paths.run_name}: accuracy 46.9% (30/64) at checkpoint 20" in result.output
+
+
+def test_eval_that_logs_no_evaluation_ends_within_its_time_limit(cloud, monkeypatch):
+    from jobs.evaluate import eval_run_name
+    from scripts.pipeline.gke import evaluate
+
+    monkeypatch.setattr(evaluate, "EVAL_WAIT_MINUTES", 0)
+    _, paths = trained_run(cloud)
+    scratch = eval_run_name(paths.run_name, 20)
+    cloud["kube"].plan(f"{scratch}-train", ticks=3, logs="restoring\n", outcome="hang")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code != 0
+    assert f"JobSet {scratch}-train logged no evaluation within 0 min" in " ".join(result.output.split())
+    assert cloud["kube"].deleted[-1] == f"{scratch}-train"

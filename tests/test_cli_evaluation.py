@@ -47,6 +47,22 @@ def test_both_releases_lines_parse_with_their_steps():
         assert found[0].accuracy == 40.625 and found[0].format_accuracy == 78.125 and found[0].mean_reward == 0.8123
 
 
+def test_the_lines_carry_absls_warning_prefix_and_parse_from_it():
+    # max_logging.warning (absl logging.warning, stacklevel=2) at maxtext 0.2.4 train_rl.py L785 and L823,
+    # hooks.py L98: severity W, then MMDD HH:MM:SS.micro, the thread id in 5 columns, caller file:line]
+    # (abseil-py absl/logging/__init__.py get_absl_log_prefix). Written out here, not rebuilt.
+    pre = evaluation_line("pre", 26, 64, 30, 50, 0.8123)
+    assert pre.startswith("W0805 12:40:30.123456 140234 train_rl.py:785] Pre RL Training: corr=26, total=64, ")
+    middle = evaluation_line("intermediate", 33, 64, 36, 60, 1.25, step=20, second=40)
+    assert middle.startswith("W0805 12:40:40.123456 140234 hooks.py:98] Intermediate Eval (step=20): corr=33")
+    for line in (pre, middle):
+        [found] = parse_evaluations(line, last_step=20)
+        assert found.line == line  # the record keeps the line from absl's prefix on
+    # Another severity is not MaxText's evaluation line: its prefix is not kept as one.
+    [info] = parse_evaluations("I" + pre[1:])
+    assert not info.line.startswith("I0805")
+
+
 def test_a_pass_at_1_count_and_a_nan_reward_parse():
     # eval_mode pass_at_1 sums fractions (evaluate_rl.score_responses), so corr is a float.
     line = evaluation_line("post", 12.5, 64, 20, 60, float("nan"))
@@ -118,7 +134,11 @@ def test_cloud_logging_fills_the_record_when_the_heads_pod_is_gone(cloud):
                                 "qwen3-v6e32-other-train-pathways-head-0-0-abcde", MAIN_CONTAINER, MIDDLE, _stamp(1))
     [older] = _log_entries(RECIPE, [MIDDLE])
     older["timestamp"] = _stamp(-60 * 24 * 40)
-    google.log_entries += [other, older, *_log_entries(RECIPE, [PRE, train_step_line(50, 0.2), POST])]
+    # ':' would also match a run whose name ends with this one's (x-<run>), and another resource type.
+    [suffixed, node] = _log_entries(RECIPE, [MIDDLE, MIDDLE])
+    suffixed["resource"]["labels"]["pod_name"] = "x-" + suffixed["resource"]["labels"]["pod_name"]
+    node["resource"]["type"] = "k8s_pod"
+    google.log_entries += [other, older, suffixed, node, *_log_entries(RECIPE, [PRE, train_step_line(50, 0.2), POST])]
     result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
     assert result.exit_code == 0, result.output
     assert SUMMARY in result.output.splitlines()
@@ -128,7 +148,7 @@ def test_cloud_logging_fills_the_record_when_the_heads_pod_is_gone(cloud):
     [query] = google.log_queries
     assert query["resourceNames"] == [f"projects/{SETTINGS['PROJECT']}"] and query["orderBy"] == "timestamp asc"
     assert f'resource.labels.container_name="{MAIN_CONTAINER}"' in query["filter"]
-    assert f'resource.labels.pod_name:"{jobset_of(RECIPE, "train")}-pathways-head-"' in query["filter"]
+    assert f'resource.labels.pod_name=~"^{jobset_of(RECIPE, "train")}' in query["filter"]
     assert 'timestamp>="' in query["filter"]  # from the run's start: entries:list has no default time range
 
 

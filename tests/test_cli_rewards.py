@@ -38,6 +38,34 @@ def text_values(prompts, completions, tmvp_config, **kwargs):
 
 def raises(prompts, completions, tmvp_config, **kwargs):
     return [kwargs["reference"] for _ in completions]
+
+# Call shapes of tunix c4ec573d (rl_learner._compute_rewards adds mode="train"; reward_manager passes
+# GRPOConfig fields by parameter name, keeps np.array(r), sums with np.nansum) and of maxtext 0.2.4
+# evaluate_rl._compute_row_reward (one completion, question a str, answer=[answer], no mode).
+def named(prompts, completions, tmvp_config, question, answer, mode="eval"):
+    return [1.0 if mode == "train" else 0.0 for _ in completions]
+
+def needs_mode(prompts, completions, tmvp_config, question, answer, mode):
+    return [0.0 for _ in completions]
+
+def no_mode(prompts, completions, tmvp_config, question, answer):
+    return [0.0 for _ in completions]
+
+def generations(prompts, completions, tmvp_config, num_generations=0, **kwargs):
+    return [float(num_generations) for _ in completions]
+
+def as_numpy(prompts, completions, tmvp_config, **kwargs):
+    import numpy as np
+    return np.array([np.nan] + [1.0] * (len(completions) - 1))
+
+def exact_format(prompts, completions, tmvp_config, **kwargs):
+    return [tmvp_config.reward_exact_format_match for _ in completions]
+
+def gemma_turn(prompts, completions, tmvp_config, **kwargs):
+    return [float(p.startswith("<start_of_turn>user")) for p in prompts]
+
+def per_question(prompts, completions, tmvp_config, question, **kwargs):
+    return [float(len(q) > 0) for q in question]
 '''
 
 
@@ -55,11 +83,35 @@ def test_check_rewards_calls_each_function_on_sample_completions(rewards_file):
     assert result.output.splitlines()[:2] == ["short_answer: 0, 0, 1, 1", "correct: 2, 2, 0, 0"]
 
 
+def test_check_rewards_calls_them_as_tunix_and_evaluation_do(rewards_file):
+    result = runner.invoke(app, ["check-rewards", f"{rewards_file}:named,generations,as_numpy,exact_format"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[:4] == [
+        "named: 1, 1, 1, 1", "generations: 2, 2, 2, 2", "as_numpy: nan, 1, 1, 1",
+        "exact_format: 0.1, 0.1, 0.1, 0.1"]
+
+
+def test_check_rewards_uses_the_recipes_template(rewards_file):
+    # qwen3-v6e32 names data_template_path=.../openmathinstruct2_rl.json, whose TEMPLATE (maxtext 0.2.4
+    # examples/chat_templates) is "{system_prompt}\n\n{question}": no Gemma turn markers.
+    plain = runner.invoke(app, ["check-rewards", f"{rewards_file}:gemma_turn"])
+    qwen = runner.invoke(app, ["check-rewards", f"{rewards_file}:gemma_turn", "--recipe", "qwen3-v6e32"])
+    assert plain.exit_code == qwen.exit_code == 0, plain.output + qwen.output
+    assert plain.output.splitlines()[0] == "gemma_turn: 1, 1, 1, 1"
+    assert qwen.output.splitlines()[0] == "gemma_turn: 0, 0, 0, 0"
+
+
 @pytest.mark.parametrize("functions, line", [
     ("nope", "it defines no function 'nope'"),
     ("raises", "raises raised KeyError: 'reference'"),
-    ("one_value", "one_value returned 1 values for 4 completions: return a list of 4 floats, one per completion"),
-    ("text_values", "text_values returned '1' (str) among its scores: each must be a finite float"),
+    ("no_mode", "no_mode takes no mode and no **kwargs, but tunix calls every reward with mode=...: add "
+                "**kwargs"),
+    ("needs_mode", "needs_mode raised TypeError: needs_mode() missing 1 required positional argument: 'mode' "
+                   "in evaluation (one completion, question a str, answer=[answer], no mode)"),
+    ("per_question", "per_question returned 155 values for 1 completions in evaluation: return a list of 1 "
+                     "floats, one per completion"),
+    ("one_value", "one_value returned 1 values for 4 completions in training: return a list of 4 floats, one per completion"),
+    ("text_values", "text_values returned '1' (str) in training: each score must be a float (nan is skipped)"),
 ])
 def test_check_rewards_refuses_in_one_line(rewards_file, functions, line):
     result = runner.invoke(app, ["check-rewards", f"{rewards_file}:{functions}"])

@@ -131,13 +131,13 @@ def _with_user_files(recipe, rewards: Optional[str], data_processor: Optional[st
     from pathlib import Path
 
     from recipes.user_files import read_user_file, with_user_files
-    from scripts.rewards.check import check_processor, check_rewards, parse_rewards
+    from scripts.rewards.check import check_processor, check_rewards, parse_rewards, template_of
 
     files = []
     if rewards:
         option = parse_rewards(rewards)
         files.append(read_user_file(recipe, "rewards", option.path, option.functions))
-        check_rewards(option)
+        check_rewards(option, template_of(recipe.rl.overrides))
     if data_processor:
         path = Path(data_processor)
         if path.suffix != ".py" or not path.is_file():
@@ -212,13 +212,15 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
 @app.command("check-rewards")
 @handled
-def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN,...")) -> None:
+def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN,..."),
+                          recipe: Optional[str] = typer.Option(None, help="prompts in its template")) -> None:
     """Import a reward file in a clean subprocess and call each function on sample gsm8k completions, as
     MaxText's trainer will; refuses a missing function, a raise, or the wrong number or type of values."""
-    from scripts.rewards.check import SAMPLES, check_rewards, parse_rewards
+    from recipes import get_recipe
+    from scripts.rewards.check import SAMPLES, check_rewards, parse_rewards, template_of
 
     option = parse_rewards(rewards, "check-rewards")
-    scores = check_rewards(option)
+    scores = check_rewards(option, template_of(get_recipe(recipe).rl.overrides) if recipe else template_of())
     for name, values in scores.items():
         typer.echo(f"{name}: {', '.join(f'{value:g}' for value in values)}")
     typer.echo(f"ok: {len(scores)} function(s) of {option.path} return one float per completion "

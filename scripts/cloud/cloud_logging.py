@@ -31,17 +31,24 @@ def _quoted(value: str) -> str:
     return json.dumps(value)  # the query language's string literal: double quotes, backslash escapes
 
 
+def _starts_with(prefix: str) -> str:
+    """An RE2 pattern for names starting with `prefix` (a pod name: [a-z0-9.-], only '.' is special)."""
+    return "^" + prefix.replace(".", r"\.")
+
+
 def container_filter(project: str, cluster: str, namespace: str, pod_prefix: str, container: str,
                      texts: tuple[str, ...] = (), since: datetime | None = None) -> str:
-    """The Logging query for one container of the pods whose names start with `pod_prefix` (`:` is the
-    query language's "has" operator; the resource labels are the k8s_container resource's), lines holding
+    """The Logging query for one container of the pods whose names start with `pod_prefix` (`=~` is the
+    query language's RE2 match, anchored with ^: `:` would be a case-insensitive substring "has", so run
+    lr2 would also read x-lr2's pods; cloud.google.com/logging/docs/view/logging-query-language,
+    "Comparison operators"; a pod name holds [a-z0-9.-], of which only '.' needs escaping; the resource labels are the k8s_container resource's), lines holding
     one of `texts`, from `since` on. entries:list itself has no default time range (the client libraries
     add 24 hours: googleapis/python-logging#73), so without `since` it would search the whole retention."""
     parts = ['resource.type="k8s_container"', f"resource.labels.project_id={_quoted(project)}",
              f"resource.labels.cluster_name={_quoted(cluster)}",
              f"resource.labels.namespace_name={_quoted(namespace)}",
              f"resource.labels.container_name={_quoted(container)}",
-             f"resource.labels.pod_name:{_quoted(pod_prefix)}"]
+             f"resource.labels.pod_name=~{_quoted(_starts_with(pod_prefix))}"]
     if texts:
         parts.append("(" + " OR ".join(f"textPayload:{_quoted(text)}" for text in texts) + ")")
     if since is not None:

@@ -28,8 +28,9 @@ from typing import Iterable, Literal
 Phase = Literal["pre", "intermediate", "post", "checkpoint"]  # checkpoint: `tpu-rl eval` of a saved step
 
 _NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
-# absl's prefix: severity, MMDD, time with microseconds, thread id, file:line] (absl/logging get_absl_log_prefix)
-_ABSL_PREFIX = r"(?:[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ [^ \]]+:\d+\] )?"
+# absl's prefix: severity, MMDD, time with microseconds, thread id, file:line] (absl/logging get_absl_log_prefix);
+# severity W: every evaluation line is max_logging.warning (maxtext 0.2.4 train_rl.py L785, L823, hooks.py L98)
+_ABSL_PREFIX = r"(?:W\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ [^ \]]+:\d+\] )?"
 EVALUATION_LINE = re.compile(
     _ABSL_PREFIX.replace("(?:", "(?P<prefix>", 1)
     + r"(?P<phase>Pre RL Training|Post RL Training|Intermediate Eval \(step=(?P<step>\d+)\)): "

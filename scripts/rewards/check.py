@@ -8,14 +8,21 @@ How MaxText 0.2.4 loads and calls them (maxtext/trainers/post_train/rl/ in the w
   importlib.util.spec_from_file_location as a fresh module (not on sys.path) and `getattr(module, name)`;
 - train_rl.build_reward_fns: `reward_functions` is split at commas and stripped; the functions REPLACE the
   built-in three (match_format_exactly, match_format_approximately, check_numbers);
-- train_rl.make_reward_fn wraps each as `fn(tmvp_config=trainer_config, **kwargs)`; tunix passes the
-  batch as keywords: prompts, completions and the dataset's other columns, here `question` and `answer`
-  (utils_rl.process_data: `answer` is the JSON list of acceptable answers, json.dumps'd); the result is one
-  float per completion (evaluate_rl._compute_row_reward calls it the same way with one completion).
+- train_rl.make_reward_fn wraps each as `fn(tmvp_config=trainer_config, **kwargs)` under functools.wraps,
+  so tunix inspects the user's own signature. Training (tunix c4ec573d tunix/rl/rl_learner.py
+  _compute_rewards, L213-214) adds mode=str(Mode.TRAIN) == "train" (rl_cluster.py L64-71) to every call;
+  reward_manager.py _compute_rewards (L131-148) then adds, by parameter name, any algo_config (GRPOConfig)
+  field the function names, and calls reward_fn(prompts=, completions=, **kwargs) with the batch's other
+  columns, here `question` and `answer` (utils_rl.process_data: `answer` is the JSON list of acceptable
+  answers, json.dumps'd); tunix keeps np.array(r) of the result and sums with np.nansum (L150-163), so
+  a numpy array and nan are fine. Evaluation (evaluate_rl._compute_row_reward L212) calls it once per
+  response another way: prompts=[prompt], completions=[response], answer=[answer], question=question (a str),
+  no mode. The check makes both calls.
 The sample batch: gsm8k questions in the recipe's prompt template (maxtext/examples/chat_templates/
 gsm8k_rl.json, rl.yml's default data_template_path: TEMPLATE with SYSTEM_PROMPT and rl.yml's tokens
 <reasoning>, </reasoning>, <answer>, </answer>), completions in that format, one of them wrong and one
-without the tags. The tokenizer's chat template is not applied (the prompt string is what a reward sees).
+without the tags. The recipe's data_template_path picks the TEMPLATE (qwen3-v6e32: openmathinstruct2_rl.json). Not done:
+the tokenizer's own chat template, which 0.2.4 utils_rl.process_data applies around it.
 """
 
 from __future__ import annotations
@@ -33,10 +40,31 @@ TIMEOUT_SECONDS = 60  # every wait has an end: importing and calling the functio
 # rl.yml (0.2.3 and 0.2.4) and examples/chat_templates/gsm8k_rl.json of the wheels.
 TOKENS = {"reasoning_start_token": "<reasoning>", "reasoning_end_token": "</reasoning>",
           "solution_start_token": "<answer>", "solution_end_token": "</answer>"}
+# The stand-in tmvp_config: the tokens and rl.yml's reward weights (maxtext 0.2.4
+# maxtext/configs/post_train/rl.yml L191-198), which utils_rl's built-in rewards read.
+CONFIG = {**TOKENS, "reward_exact_answer": 1.0, "reward_white_space_format_match": 1.0,
+          "reward_exact_format_match": 0.1, "reward_partial_format_match": 0.0,
+          "reward_ratio_guess_to_answer_high": 0.0, "reward_ratio_guess_to_answer_low": 0.0,
+          "penalty_incorrect_format": 0.0, "penalty_incorrect_answer": 0.0}
+# GRPOConfig fields a reward may name as parameters (tunix c4ec573d tunix/rl/grpo/grpo_learner.py
+# GRPOConfig); reward_manager passes them by name. Values: maxtext 0.2.4 rl.yml L39 and L43.
+ALGO_CONFIG = {"num_generations": 2, "num_iterations": 1}
+TRAIN_MODE = "train"  # str(rl_cluster.Mode.TRAIN), tunix c4ec573d tunix/rl/rl_cluster.py L64-71
 SYSTEM_PROMPT = ("You are given a problem. Think about the problem and provide your reasoning. Place it between "
                  "{reasoning_start_token} and {reasoning_end_token}. Then, provide the final answer (i.e., just one "
                  "numerical value) between {solution_start_token} and {solution_end_token}.")
 TEMPLATE = "<start_of_turn>user\n{system_prompt}\n\n{question}<end_of_turn>\n<start_of_turn>model"
+# The TEMPLATE of each chat template json a recipe can name with data_template_path (maxtext 0.2.4
+# maxtext/examples/chat_templates/); both share SYSTEM_PROMPT. rl.yml's default is gsm8k_rl.json.
+TEMPLATES = {"gsm8k_rl.json": TEMPLATE, "openmathinstruct2_rl.json": "{system_prompt}\n\n{question}"}
+
+
+def template_of(overrides: tuple[str, ...] = ()) -> str:
+    """The TEMPLATE the recipe's data_template_path names (the last one), gsm8k_rl.json's without one."""
+    paths = [item.partition("=")[2] for item in overrides if item.partition("=")[0] == "data_template_path"]
+    return TEMPLATES.get(paths[-1].rpartition("/")[2], TEMPLATE) if paths else TEMPLATE
+
+
 SAMPLES = (  # (question, acceptable answers, completion)
     ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
      "clips did Natalia sell altogether in April and May?", ["72"],
@@ -51,9 +79,9 @@ SAMPLES = (  # (question, acceptable answers, completion)
 )
 
 
-def sample_batch() -> dict:
+def sample_batch(template: str = TEMPLATE) -> dict:
     system = SYSTEM_PROMPT.format(**TOKENS)
-    return {"prompts": [TEMPLATE.format(system_prompt=system, question=q) for q, _, _ in SAMPLES],
+    return {"prompts": [template.format(system_prompt=system, question=q) for q, _, _ in SAMPLES],
             "completions": [c for _, _, c in SAMPLES], "question": [q for q, _, _ in SAMPLES],
             "answer": [json.dumps(a) for _, a, _ in SAMPLES]}
 
@@ -101,10 +129,25 @@ try:
 except BaseException as error:
     fail(f"importing it raised {type(error).__name__}: {error}")
 '''
-# Runs in the subprocess: argv = [file, names as JSON, batch as JSON, tokens as JSON]; prints one JSON object.
+# Runs in the subprocess: argv = [file, names, batch, config, algo config (JSON)]; prints one JSON object.
 _RUNNER = _PRELUDE + r'''
+import inspect, numbers
 names, batch = json.loads(sys.argv[2]), json.loads(sys.argv[3])
-config = Config(json.loads(sys.argv[4]))
+config, algo = Config(json.loads(sys.argv[4])), json.loads(sys.argv[5])
+def scores_of(name, scores, n, how):
+    try:
+        values = list(scores)
+    except TypeError:
+        values = None
+    if values is None or len(values) != n:
+        got = f"{len(values)} values" if values is not None else f"a {type(scores).__name__}"
+        fail(f"{name} returned {got} for {n} completions {how}: return a list of {n} floats, one per completion")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isinf(float(value)):
+            fail(f"{name} returned {value!r} ({type(value).__name__}) {how}: "
+                 "each score must be a float (nan is skipped)")
+    return [float(v) for v in values]
+result = {}
 for name in names:
     fn = getattr(module, name, None)
     if fn is None:
@@ -112,25 +155,37 @@ for name in names:
     if not callable(fn):
         fail(f"{name} is a {type(fn).__name__}, not a function")
     try:
-        scores = fn(tmvp_config=config, **batch)
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if params and not takes_all and "mode" not in params:
+        fail(f"{name} takes no mode and no **kwargs, but tunix calls every reward with mode=...: add **kwargs")
+    train = {**batch, "mode": "train"}
+    train.update({k: v for k, v in algo.items() if k in params and k not in train})
+    try:
+        scores = fn(tmvp_config=config, **train)
     except BaseException as error:
         fail(f"{name} raised {type(error).__name__}: {error}")
-    n = len(batch["completions"])
-    if not isinstance(scores, (list, tuple)) or len(scores) != n:
-        got = f"{len(scores)} values" if isinstance(scores, (list, tuple)) else f"a {type(scores).__name__}"
-        fail(f"{name} returned {got} for {n} completions: return a list of {n} floats, one per completion")
-    for value in scores:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-            fail(f"{name} returned {value!r} ({type(value).__name__}) among its scores: each must be a finite float")
-print(json.dumps({"scores": {name: [float(v) for v in getattr(module, name)(tmvp_config=config, **batch)]
-                             for name in names}}))
+    result[name] = scores_of(name, scores, len(batch["completions"]), "in training")
+    for i, completion in enumerate(batch["completions"]):
+        try:
+            one = fn(tmvp_config=config, prompts=[batch["prompts"][i]], completions=[completion],
+                     answer=[batch["answer"][i]], question=batch["question"][i])
+        except BaseException as error:
+            fail(f"{name} raised {type(error).__name__}: {error} in evaluation (one completion, question a "
+                 "str, answer=[answer], no mode)")
+        scores_of(name, one, 1, "in evaluation")
+print(json.dumps({"scores": result}))
 '''
 
 
-def check_rewards(option: RewardsOption) -> dict[str, list[float]]:
-    """Each function's scores on the sample batch, or one UserError line saying what is wrong."""
+def check_rewards(option: RewardsOption, template: str = TEMPLATE) -> dict[str, list[float]]:
+    """Each function's scores on the sample batch in `template` (template_of the recipe's overrides), or
+    one UserError line saying what is wrong."""
     answer = _run(f"--rewards {option.text}", _RUNNER, option.path,
-                  [json.dumps(list(option.functions)), json.dumps(sample_batch()), json.dumps(TOKENS)])
+                  [json.dumps(list(option.functions)), json.dumps(sample_batch(template)), json.dumps(CONFIG),
+                   json.dumps(ALGO_CONFIG)])
     return answer["scores"]
 
 
@@ -168,7 +223,7 @@ print(json.dumps({"row": {key: out[key] for key in ("prompts", "question", "answ
 def check_processor(path: Path) -> dict[str, str]:
     """What process_data makes of a gsm8k row, or one UserError line saying what is wrong."""
     template = {"SYSTEM_PROMPT": SYSTEM_PROMPT, "TEMPLATE": TEMPLATE}
-    answer = _run(f"--data-processor {path}", _PROCESSOR_RUNNER, path, [json.dumps(template), json.dumps(TOKENS)])
+    answer = _run(f"--data-processor {path}", _PROCESSOR_RUNNER, path, [json.dumps(template), json.dumps(CONFIG)])
     return answer["row"]
 
 

@@ -69,6 +69,17 @@ SET_CASES: list[SetCase] = [
     SetCase(QWEN, "enable_dropout", "False", True, True),
     SetCase(QWEN, "rl.num_iterations", "1.5", False, False, SCHEMA),  # int: pydantic refuses a fraction
     SetCase(QWEN, "rl", "{num_generations: 1}", False, True, TUNIX),  # a mapping: each field checked
+    # tunix RLTrainingConfig.__post_init__ (c4ec573d tunix/rl/rl_cluster.py L118-147): positive micro batches,
+    # train_micro_batch_size dividing mini_batch_size = batch_size (train_rl.py 0.2.4 L507)
+    SetCase(QWEN, "train_micro_batch_size", "0", False, True, TUNIX),
+    SetCase(QWEN, "rollout_micro_batch_size", "0", False, True, TUNIX),
+    SetCase(QWEN, "batch_size", "6", False, True, TUNIX),  # the recipe's train_micro_batch_size=8
+    SetCase(QWEN, "train_micro_batch_size", "4", True, True),  # divides the recipe's batch_size=8
+    SetCase(QWEN, "rollout_micro_batch_size", "-1", True, True),  # -1: train_rl passes None
+    # pyconfig _coerce_to_list (0.2.4 pyconfig.py L286-287, 0.2.3 L264-265): a string becomes a list
+    SetCase(QWEN, "adamw_mask", "bias", True, True),
+    SetCase(LLAMA, "adamw_mask", "bias", True, True),
+    SetCase(QWEN, "trainable_parameters_mask", "[decoder, embed]", True, True),
     # good values
     SetCase(QWEN, "learning_rate", "1e-5", True, True),
     SetCase(QWEN, "learning_rate", "0.00001", True, True),

@@ -97,26 +97,36 @@ class GoogleApis(PeerServer):
 
     def _entries(self, request: dict) -> Reply:
         """entries.list: the entries whose resource labels and text the filter's clauses name, oldest first.
-        Only the clauses tpu-rl writes are understood (label = / : and textPayload: alternatives)."""
+        Only the clauses tpu-rl writes are understood (resource.type=, label = / : / =~, textPayload:
+        alternatives, timestamp>=) and orderBy timestamp asc|desc."""
         self.log_queries.append(request)
         if not request.get("resourceNames"):
             return google_error(400, "resourceNames is required")
         query = request.get("filter", "")
-        wanted = re.findall(r'resource\.labels\.(\w+)(=|:)("(?:[^"\\]|\\.)*")', query)
+        wanted = re.findall(r'resource\.labels\.(\w+)(=~|=|:)("(?:[^"\\]|\\.)*")', query)
+        types = [json.loads(text) for text in re.findall(r'resource\.type=("(?:[^"\\]|\\.)*")', query)]
         texts = [json.loads(text) for text in re.findall(r'textPayload:("(?:[^"\\]|\\.)*")', query)]
         since = [datetime.fromisoformat(json.loads(text)) for text in re.findall(r'timestamp>=("[^"]*")', query)]
+        order = request.get("orderBy", "timestamp asc")  # the API's default order (entries.list)
+        if order not in ("timestamp asc", "timestamp desc"):
+            return google_error(400, f"orderBy {order!r} is not supported")
 
         def matches(entry: dict) -> bool:
             labels = entry["resource"]["labels"]
+            if types and entry["resource"]["type"] != types[0]:
+                return False
             for key, op, value in wanted:
-                value = json.loads(value)
-                if (op == "=" and labels.get(key) != value) or (op == ":" and value not in labels.get(key, "")):
+                value, label = json.loads(value), labels.get(key, "")
+                # ':' is the query language's case-insensitive "has"; '=~' an RE2 search
+                if ((op == "=" and labels.get(key) != value) or (op == ":" and value.lower() not in label.lower())
+                        or (op == "=~" and not re.search(value, label))):
                     return False
             if since and datetime.fromisoformat(entry["timestamp"]) < since[0]:
                 return False
             return not texts or any(text in entry.get("textPayload", "") for text in texts)
 
-        found = sorted((entry for entry in self.log_entries if matches(entry)), key=lambda e: e["timestamp"])
+        found = sorted((entry for entry in self.log_entries if matches(entry)), key=lambda e: e["timestamp"],
+                       reverse=order == "timestamp desc")
         start = int(request.get("pageToken") or 0)
         size = int(request.get("pageSize") or 50)
         page = {"entries": found[start:start + size]} if found[start:start + size] else {}

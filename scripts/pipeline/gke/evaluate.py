@@ -16,10 +16,15 @@ from recipes import UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
 from scripts.pipeline.evaluation import Evaluation, describe, parse_evaluations
-from scripts.pipeline.gke.steps import step_jobs
+from scripts.pipeline.gke.steps import MAIN_CONTAINER, PROGRESS_LOG_LINES, main_pod, step_jobs
 from scripts.pipeline.gke.submit import fill_token_secret, put_user_files
 from scripts.pipeline.gke.wait import wait_for_jobset
 from scripts.pipeline.session import Session
+
+
+# Every wait has an end: restoring the checkpoint, compiling and one evaluation of the held-out set take
+# minutes; past this the JobSet is stopped and the eval fails, so a hung trainer is not paid for.
+EVAL_WAIT_MINUTES = 90
 
 
 class _Evaluated(Exception):
@@ -83,10 +88,28 @@ def eval_gke(session: Session, step: int | None) -> Evaluation:
     session.cluster.create_jobset(job.manifest)
     session.console.print(f"eval: submitted JobSet {job.name} to evaluate checkpoint {step} of run {run}")
 
-    def on_head_log(text: str) -> None:
+    started = session.now()
+
+    def head_log() -> str:
+        """The head's whole log: the Pre line can scroll out of the PROGRESS_LOG_LINES tail between polls
+        (qwen3 runs with debug=True)."""
+        head = main_pod(session.cluster.list_pods(job.selector))
+        return session.cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER) if head else ""
+
+    def pre_of(text: str) -> Evaluation | None:
         pre = [found for found in parse_evaluations(text) if found.phase == "pre"]
-        if pre:
-            raise _Evaluated(dataclasses.replace(pre[0], phase="checkpoint", step=step))
+        return dataclasses.replace(pre[0], phase="checkpoint", step=step) if pre else None
+
+    def on_head_log(text: str) -> None:
+        found = pre_of(text)
+        if found is None and len(text.splitlines()) >= PROGRESS_LOG_LINES:
+            found = pre_of(head_log())
+        if found is not None:
+            raise _Evaluated(found)
+        if (session.now() - started).total_seconds() > EVAL_WAIT_MINUTES * 60:
+            session.cluster.delete_jobset(job.name)
+            raise StepFailed(f"JobSet {job.name} logged no evaluation within {EVAL_WAIT_MINUTES} min, so "
+                             f"it was deleted; see `{job.kubectl_logs}` (gone with its pods)")
 
     try:
         wait_for_jobset(scratch, job, follow_logs=False, on_head_log=on_head_log)
@@ -95,9 +118,11 @@ def eval_gke(session: Session, step: int | None) -> Evaluation:
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted: JobSet {job.name} keeps running; stop it with `kubectl delete jobset "
                           f"{job.name}`") from None
-    else:
-        raise StepFailed(f"JobSet {job.name} ended without logging its evaluation; see "
-                         f"`{job.kubectl_logs}`")
+    else:  # it ended first: read the whole log before failing
+        evaluation = pre_of(head_log())
+        if evaluation is None:
+            raise StepFailed(f"JobSet {job.name} ended without logging its evaluation; see "
+                             f"`{job.kubectl_logs}`")
     session.cluster.delete_jobset(job.name)
     session.console.print(f"eval: deleted JobSet {job.name} (its evaluation is logged; training on is not needed)")
     record = gcs.read_json(storage, paths.run_record) or {}
