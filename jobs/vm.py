@@ -210,6 +210,10 @@ on_exit() {{
   fi
   exit "$code"
 }}
+# Before anything else this boot is the attempt, and the last attempt's failure record is superseded: a
+# `tpu-rl run` that reads the bucket before this boot's first console line must not stop with it.
+begin_phase "{BOOT}"
+printf 'superseded_by=%s at=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" | put "$FAILURE_RECORD"
 watch_cancel &
 readonly CANCEL_WATCHER=$!
 trap on_exit EXIT

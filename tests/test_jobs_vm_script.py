@@ -269,9 +269,11 @@ def test_a_reboot_after_a_failed_step_is_a_new_attempt_that_the_old_failure_does
     first = failure(guest)
     code, _, _ = guest.boot()  # the next boot resumes at train and finishes
     assert code == 0
-    assert failure(guest) == first  # the bucket still holds the first boot's record
     second = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
     assert second.attempt != first.attempt and second.phase == "done"
+    # The second boot superseded the first one's failure record before anything else.
+    record = guest.object(PATHS.vm_failure).read_text()
+    assert record.startswith(f"superseded_by={second.attempt} ") and Failure.parse(record) is None
     # While the second boot's train runs: its attempt record says train, the console shows both boots up to
     # its train start, with the first boot's failure verdict before it.
     output = guest.boots[1][0]
@@ -285,6 +287,17 @@ def test_a_reboot_after_a_failed_step_is_a_new_attempt_that_the_old_failure_does
     assert step_section(console, "train", PATHS.run_name)[0].endswith(f"{PATHS.run_name} train: starting")
     # Both boots ended: the second one's own end is what counts.
     assert state_of(guest, guest.console(agent)).states() == {"convert": "done", "train": "done", "export": "done"}
+
+
+def test_a_boot_supersedes_the_old_failure_before_anything_else(guest):
+    guest.boot(FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl")
+    first = failure(guest)
+    guest.object(PATHS.cancel_marker).write_text("cancelled")  # this boot stops before any step
+    code, calls, _ = guest.boot()
+    assert code == 0 and calls == []
+    attempt = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
+    assert attempt.attempt != first.attempt and attempt.phase == "token"
+    assert Failure.parse(guest.object(PATHS.vm_failure).read_text()) is None
 
 
 def test_only_the_guest_agents_own_failure_line_counts():
