@@ -197,6 +197,36 @@ def test_a_reboot_after_a_failed_step_follows_the_new_attempt(settings_env, gcs,
     assert "train: running" in result.output and "train: output verified" in result.output
 
 
+@pytest.mark.parametrize("old_console", [False, True], ids=["empty-console", "old-boots-console"])
+def test_a_new_boot_before_its_first_line_is_not_ended_by_the_old_failure(settings_env, gcs, vm, old_console):
+    """A replaced VM (or a reboot) whose script has not written a line yet: the bucket still holds the old
+    attempt's records, older than the instance's last start, so `run` waits for the new boot."""
+    put(gcs, PATHS.vm_attempt, f"attempt={ATTEMPT} phase=train at=2026-11-30T00:00:00Z\n")
+    put(gcs, PATHS.vm_failure, f"attempt={ATTEMPT} phase=train exit=1 at=2026-11-30T00:00:00Z\n"
+                               + line("train: failed (exit 1)"))
+    put(gcs, PATHS.progress_marker("convert"), "2026-11-30T00:00:00Z")
+    put_step_output(gcs, get_recipe(RECIPE), "convert")
+    # Compute Engine's timestamps are RFC 3339 with an offset: 08:00-08:00 is 16:00 UTC, after the records.
+    vm.boots[VM] = {"creationTimestamp": "2026-11-29T08:00:00.000-08:00",
+                    "lastStartTimestamp": "2026-11-30T08:00:00.000-08:00"}
+    if not old_console:
+        vm.serial[VM] = ""
+    new = "20261130T160005Z-1"
+
+    def begin_new(step):
+        def act():
+            put(gcs, PATHS.vm_attempt, f"attempt={new} phase={step} at=2026-11-30T16:00:05Z\n")
+            console(vm, line(f"attempt {new}: boot") if step == "train" else "")()
+            console(vm, progress(step, STARTING))()
+        return act
+
+    vm.on_serial_read += [lambda: None, begin_new("train"), finish(vm, gcs, "train"),
+                          begin_new("export"), finish(vm, gcs, "export")]
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert "train: waiting" in result.output and "train: output verified" in result.output
+
+
 # --- 3. a changed recipe: the VM's script is compared with the rendered one ---------------------------------
 
 def test_vm_run_refuses_a_vm_that_runs_another_runs_script(settings_env, gcs, vm):

@@ -80,12 +80,13 @@ class Maintenance:
     """A TPU VM that stopped: wait for Compute Engine to start it again, Session.maintenance_grace at most."""
 
     def __init__(self, session: Session) -> None:
-        self.session, self.since = session, None
+        self.session, self.since, self.instance = session, None, None
 
     def check(self, pending: list[str]) -> None:
         session, vm = self.session, self.session.settings.vm_name
         try:
-            status = get_instance(session).status
+            self.instance = get_instance(session)
+            status = self.instance.status
         except UserError:
             raise StepFailed(f"TPU VM {vm} no longer exists before {pending[0]} finished (a spot or "
                              "reservation-bound TPU VM is deleted when Compute Engine reclaims it): "

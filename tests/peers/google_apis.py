@@ -45,6 +45,9 @@ class GoogleApis(PeerServer):
     instances: dict = field(default_factory=dict)  # (zone, name) -> status
     serial: dict = field(default_factory=dict)  # (zone, name) -> console text
     metadata: dict = field(default_factory=dict)  # (zone, name) -> {key: value}, the instance's metadata items
+    # (zone, name) -> {"creationTimestamp": ..., "lastStartTimestamp": ...}: when the instance was created and
+    # last started (Compute Engine API, Instance, RFC 3339 text); not served when not set.
+    boots: dict = field(default_factory=dict)
     secrets: dict = field(default_factory=dict)  # secret id -> [{"data": bytes, "state": str}]
     # region -> {metric: (limit, usage)}: the regional quotas regions.get lists (Compute Engine's
     # Region.quotas[], each {metric, limit, usage} with the numbers as JSON doubles)
@@ -157,7 +160,8 @@ class GoogleApis(PeerServer):
         items = [{"key": key, "value": value} for key, value in self.metadata.get((zone, name), {}).items()]
         return Reply(200, {"kind": "compute#instance", "name": name, "status": self.instances[(zone, name)],
                            "zone": base, "machineType": f"{base}/machineTypes/ct6e-standard-8t",
-                           "metadata": {"kind": "compute#metadata", "fingerprint": "ZmFrZQ==", "items": items}})
+                           "metadata": {"kind": "compute#metadata", "fingerprint": "ZmFrZQ==", "items": items},
+                           **self.boots.get((zone, name), {})})
 
     def _region(self, match) -> Reply:
         project, region = match["p"], match["r"]
