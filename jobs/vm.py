@@ -137,7 +137,19 @@ flush_log() {{
   done
 }}
 phase_log() {{ tail -c +"$((PHASE_START + 1))" "$LOG_FILE"; }}
-put() {{ gcloud storage cp - "$1" >/dev/null; }}
+# An upload is retried like a check: a transient error must not fail a phase that did its work.
+put() {{
+  local try err body
+  body="$(mktemp)"
+  cat > "$body"
+  for try in $(seq {GCS_TRIES}); do
+    if err="$(gcloud storage cp - "$1" < "$body" 2>&1 >/dev/null)"; then rm -f "$body"; return 0; fi
+    log "gcloud storage cp $1 failed (try $try of {GCS_TRIES}): ${{err##*$'\n'}}"
+    sleep "$((${{{RETRY_ENV}:-{RETRY_SECONDS}}} * try))"
+  done
+  rm -f "$body"
+  return 1
+}}
 # 0: the object exists, 1: it does not ({GCS_NO_MATCH!r}), 2: gcloud failed otherwise, {GCS_TRIES} times.
 object_exists() {{
   local try err
@@ -274,8 +286,9 @@ else
   log "{step}: {STARTING}"
 {body}
   log "{step}: {DONE}"
-  put_step_log {q(log_url)}
+  # The marker first: a log that cannot be uploaded does not make a finished step a failed one.
   mark_done {q(marker)}
+  put_step_log {q(log_url)} || log "{step}: warning: its log did not reach {log_url} (the step is done)"
 fi"""
 
 

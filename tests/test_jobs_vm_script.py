@@ -343,6 +343,24 @@ def test_a_transient_bucket_error_at_boot_is_retried_and_reruns_no_finished_step
     assert "failed (try 1 of 5): ERROR: (gcloud.storage.ls) HTTPError 503" in log
 
 
+def test_a_step_whose_log_upload_fails_is_still_done_with_a_warning(run_script, guest):
+    run, marker = run_script
+    code, _, log = run(FAKE_CP_FAIL=PATHS.step_log("train"), **{jobs.vm.RETRY_ENV: "0"})
+    assert code == 0, log
+    assert marker("train").exists() and marker("export").exists()
+    assert f"train: warning: its log did not reach {PATHS.step_log('train')} (the step is done)" in log
+    assert not guest.object(PATHS.vm_failure).exists() or Failure.parse(
+        guest.object(PATHS.vm_failure).read_text()) is None
+
+
+def test_a_transient_upload_error_is_retried(run_script):
+    run, marker = run_script
+    code, _, log = run(FAKE_CP_FAILURES="2", **{jobs.vm.RETRY_ENV: "0"})
+    assert code == 0, log
+    assert "failed (try 2 of 5): ERROR: (gcloud.storage.cp) HTTPError 503" in log
+    assert all(marker(step).exists() for step in ("convert", "train", "export"))
+
+
 def test_a_bucket_that_keeps_failing_stops_the_script_instead_of_rerunning(run_script):
     run, marker = run_script
     marker("convert").parent.mkdir(parents=True, exist_ok=True)

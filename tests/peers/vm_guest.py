@@ -34,7 +34,13 @@ case "$1 $2" in
       if [[ -e "$path" ]]; then found=0; [[ "$3" != *"*"* ]] || echo "gs://${path#"$FAKE_GCS"/}"; fi
     done
     (( found == 0 )) || { echo "ERROR: (gcloud.storage.ls) One or more URLs matched no objects." >&2; exit 1; } ;;
-  "storage cp") mkdir -p "$(dirname "$(local_path "$4")")"; cat > "$(local_path "$4")" ;;
+  "storage cp")
+    # FAKE_CP_FAILURES: the first uploads fail (a transient error); FAKE_CP_FAIL: uploads to URLs containing it
+    # always fail.
+    if (( $(count "$FAKE_GCS.cp-calls") <= ${FAKE_CP_FAILURES:-0} )) || [[ -n "${FAKE_CP_FAIL:-}" && "$4" == *"$FAKE_CP_FAIL"* ]]; then
+      cat > /dev/null; echo "ERROR: (gcloud.storage.cp) HTTPError 503: stand-in upload error" >&2; exit 1
+    fi
+    mkdir -p "$(dirname "$(local_path "$4")")"; cat > "$(local_path "$4")" ;;
   "secrets versions")
     if [[ -z "${FAKE_TOKEN:-}" ]]; then
       echo "ERROR: (gcloud.secrets.versions.access) NOT_FOUND: Secret Version [projects/p/secrets/hf-token/versions/latest] not found." >&2
