@@ -49,6 +49,9 @@ STARTING, DONE, CANCELLED, FAILED, BOOT = "starting", "done", "cancelled", "fail
 # The script's phases before the steps, in the attempt record and the failure record (paths.vm_attempt,
 # paths.vm_failure): a phase that fails there leaves the same record as a step that fails.
 INSTALL, TOKEN = "install", "token"
+# The phase of the checks before a step (its marker, the cancel marker): "checking-<step>" (no space: the
+# records are space-separated key=value fields).
+CHECKING = "checking"
 # How often the watcher looks for the cancel marker; the environment variable is a knob for tests (the
 # guest agent does not set it).
 CANCEL_POLL_SECONDS = 30
@@ -277,7 +280,10 @@ if [[ -z "${{{HF_TOKEN_ENV}}}" ]]; then log "{TOKEN}: secret {settings.hf_token_
 def _step(step: str, body: str, marker: str, log_url: str) -> str:
     # The body is not indented: the patch heredocs need their terminator at column 0.
     q = shlex.quote
+    # The checks before a step are a phase of their own: a failed check is not blamed on the step before.
     return f"""# --- step {step}
+PHASE="{CHECKING}-{step}"
+PHASE_START="$(stat -c %s "$LOG_FILE" 2>/dev/null || echo 0)"
 if step_done {q(marker)}; then
   log "{step}: already done (marker {marker}), skipping"
 else

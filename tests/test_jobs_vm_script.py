@@ -353,6 +353,17 @@ def test_a_step_whose_log_upload_fails_is_still_done_with_a_warning(run_script, 
         guest.object(PATHS.vm_failure).read_text()) is None
 
 
+def test_a_failed_check_before_a_step_is_blamed_on_that_check_not_the_step_before(run_script, guest):
+    run, marker = run_script
+    code, _, log = run(FAKE_LS_FAIL=PATHS.progress_marker("train"), **{jobs.vm.RETRY_ENV: "0"})
+    assert code == 1 and marker("convert").exists() and not marker("train").exists()
+    record = failure(guest)
+    assert (record.phase, record.code) == ("checking-train", "1")
+    assert record.last_line.endswith(f"cannot tell whether {PATHS.progress_marker('train')} exists: stopping "
+                                     "rather than rerun a finished step")
+    assert "convert: failed" not in log
+
+
 def test_a_transient_upload_error_is_retried(run_script):
     run, marker = run_script
     code, _, log = run(FAKE_CP_FAILURES="2", **{jobs.vm.RETRY_ENV: "0"})

@@ -25,7 +25,8 @@ local_path() { echo "$FAKE_GCS/${1#gs://}"; }
 count() { local n; n=$(( $(cat "$1" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$1"; echo "$n"; }
 case "$1 $2" in
   "storage ls")
-    if (( $(count "$FAKE_GCS.ls-calls") <= ${FAKE_LS_FAILURES:-0} )); then
+    # FAKE_LS_FAILURES: the first checks fail (transient); FAKE_LS_FAIL: checks of URLs containing it always fail.
+    if (( $(count "$FAKE_GCS.ls-calls") <= ${FAKE_LS_FAILURES:-0} )) || [[ -n "${FAKE_LS_FAIL:-}" && "$3" == *"$FAKE_LS_FAIL"* ]]; then
       echo "ERROR: (gcloud.storage.ls) HTTPError 503: stand-in transient error" >&2; exit 1
     fi
     # A URL with a wildcard lists the matching objects' URLs, as `gcloud storage ls` does.
