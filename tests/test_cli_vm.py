@@ -237,8 +237,8 @@ def test_vm_run_refuses_a_vm_that_runs_another_runs_script(settings_env, gcs, vm
     assert error_line(result) == (
         f"error: TPU VM rl-test-vm has the startup script of run {ArtifactPaths(other, peer_settings()).run_name}, "
         f"not the one recipe '{RECIPE}' renders now for run {RUN}: `npx cdktf deploy {RECIPE}` replaces the VM "
-        "with it (the plan shows the replacement; the bucket keeps the finished steps and the new VM resumes "
-        "after them)")
+        "with it (the plan shows the replacement; it kills a running step, so deploy between steps; the bucket "
+        "keeps the finished steps and the new VM resumes after them)")
     dry = runner.invoke(app, ["run", RECIPE, "--dry-run"])
     assert dry.exit_code == ExitCode.BAD_INPUT
 

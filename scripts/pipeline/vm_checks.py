@@ -56,8 +56,9 @@ def check_deployed_script(session: Session, instance) -> None:
         else "no startup script"
     same_run = " (same run, another script: tpu-rl or the settings changed)" if match and match["run"] == run else ""
     raise UserError(f"TPU VM {vm} has {has}, not the one recipe '{name}' renders now for run {run}{same_run}: "
-                    f"`npx cdktf deploy {name}` replaces the VM with it (the plan shows the replacement; the "
-                    "bucket keeps the finished steps and the new VM resumes after them)")
+                    f"`npx cdktf deploy {name}` replaces the VM with it (the plan shows the replacement; it "
+                    "kills a running step, so deploy between steps; the bucket keeps the finished steps and the "
+                    "new VM resumes after them)")
 
 
 def require_token_version(session: Session) -> None:
