@@ -64,6 +64,10 @@ GCS_NO_MATCH = "One or more URLs matched no objects"
 GCS_TRIES = 5
 RETRY_SECONDS = 10
 RETRY_ENV = "TPU_RL_GCS_RETRY_SECONDS"
+# apt waits this long for the dpkg lock instead of failing at once (apt-get(8) / apt.conf(5):
+# DPkg::Lock::Timeout, seconds), and `apt-get update` is tried this many times.
+APT_LOCK = "-o DPkg::Lock::Timeout=600"
+APT_TRIES = 3
 # How many lines of the failed phase's log go into the failure record (the whole step log goes beside it).
 FAILURE_TAIL_LINES = 40
 # The steps' processes, as maxtext_commands runs them (`python3 -m maxtext.<module>`, children of the
@@ -243,11 +247,23 @@ def _install(recipe: Recipe) -> str:
     # `apt upgrade -y --fix-missing` is left out (jobs/seed_differences.py).
     return f"""# --- install (once per boot disk): uv, Python {release.python}, {release.pip} (seed 002)
 begin_phase {INSTALL}
+# The image's own apt jobs (unattended-upgrades) may hold the lock at first boot: wait for it, and retry
+# a failed update (its mirrors) a few times.
+apt_update() {{
+  local try code=0
+  for try in $(seq {APT_TRIES}); do
+    if apt-get {APT_LOCK} update -q; then return 0; else code=$?; fi
+    [[ $try -lt {APT_TRIES} ]] || break
+    log "{INSTALL}: apt-get update failed (exit $code, try $try of {APT_TRIES}), retrying"
+    sleep "$((${{{RETRY_ENV}:-{RETRY_SECONDS}}} * try))"
+  done
+  return "$code"
+}}
 if [[ ! -f {marker} ]]; then
   log "installing {release.pip}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q {' '.join(SYSTEM_PACKAGES)}
+  apt_update
+  apt-get {APT_LOCK} install -y -q {' '.join(SYSTEM_PACKAGES)}
   curl -LsSf https://astral.sh/uv/{UV_VERSION}/install.sh | sh
   mkdir -p {INSTALL_DIR}
   uv python install {release.python}

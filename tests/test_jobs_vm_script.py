@@ -194,8 +194,8 @@ def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it
     assert code == 0, log
     install = [call for call in calls if not call.startswith("maxtext.")]
     assert install == [
-        "apt-get update -q",
-        "apt-get install -y -q build-essential cmake ninja-build",
+        "apt-get -o DPkg::Lock::Timeout=600 update -q",
+        "apt-get -o DPkg::Lock::Timeout=600 install -y -q build-essential cmake ninja-build",
         f"curl -LsSf https://astral.sh/uv/{jobs.vm.UV_VERSION}/install.sh",
         "uv python install 3.12",
         f"uv venv --python 3.12 --seed {run.install_marker.parent}/venv",
@@ -254,12 +254,13 @@ def test_a_missing_secret_version_fails_the_token_phase_with_the_fix_and_a_recor
 
 def test_an_install_failure_leaves_a_record_before_any_step(guest):
     guest.install_marker.unlink()
-    code, calls, _ = guest.boot(FAIL_TOOL="apt-get")
+    code, calls, log = guest.boot(FAIL_TOOL="apt-get", **{jobs.vm.RETRY_ENV: "0"})
     assert code == 100
-    assert calls == ["apt-get update -q"]
+    assert calls == ["apt-get -o DPkg::Lock::Timeout=600 update -q"] * 3  # tried 3 times, then the failure
+    assert "install: apt-get update failed (exit 100, try 2 of 3), retrying" in log
     record = failure(guest)
     assert (record.phase, record.code) == ("install", "100")
-    assert record.last_line == "E: stand-in failure of apt-get update -q"
+    assert record.last_line == "E: stand-in failure of apt-get -o DPkg::Lock::Timeout=600 update -q"
     assert not guest.install_marker.exists()
 
 
