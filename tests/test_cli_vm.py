@@ -141,6 +141,16 @@ def test_vm_run_refuses_a_secret_without_a_version_before_following(settings_env
     assert not any("serialPort" in path for _, path, _ in vm.requests)
 
 
+def test_vm_run_refuses_a_secret_whose_latest_version_is_disabled(settings_env, gcs, vm):
+    # An older version is enabled, but the script reads `latest`, the newest, which is disabled.
+    vm.secrets["hf-token"] = [{"data": b"hf_old", "state": "ENABLED"}, {"data": b"hf_new", "state": "DISABLED"}]
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert error_line(result).startswith("error: the latest version of secret 'hf-token' is disabled, and the "
+                                         "VM's startup script reads the latest: add one with `tpu-rl secret set")
+    assert not any("serialPort" in path for _, path, _ in vm.requests)
+
+
 def test_vm_run_ends_on_the_token_phase_of_a_missing_secret_version(settings_env, gcs, vm, guest):
     # The version went away after run's own check: the script's token phase fails and says how to fix it.
     assert boot_and_show(guest, gcs, vm, FAKE_TOKEN="") == 1

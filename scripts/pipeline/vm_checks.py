@@ -64,10 +64,18 @@ def check_deployed_script(session: Session, instance) -> None:
 def require_token_version(session: Session) -> None:
     """The startup script reads the token's latest version at boot; without an enabled one it can only fail."""
     settings = session.settings
-    if not hf_token.enabled_versions(session.clients.secrets(), settings):
+    secrets = session.clients.secrets()
+    reboot = (f"the VM's startup script reads it at boot, so reboot the VM after that "
+              f"(`{ssh_command(settings)} -- sudo reboot`)")
+    if not hf_token.enabled_versions(secrets, settings):
         raise UserError(f"secret '{settings.hf_token_secret}' has no enabled version: "
-                        f"{hf_token.no_version_fix(settings)}; the VM's startup script reads it at boot, so "
-                        f"reboot the VM after that (`{ssh_command(settings)} -- sudo reboot`)")
+                        f"{hf_token.no_version_fix(settings)}; {reboot}")
+    # The script reads `latest`, the newest version: an older enabled one does not help it.
+    latest = secrets.get_secret_version(request={"name": f"{hf_token.secret_path(settings)}/versions/latest"})
+    if latest.state.name != "ENABLED":
+        raise UserError(f"the latest version of secret '{settings.hf_token_secret}' is "
+                        f"{latest.state.name.lower()}, and the VM's startup script reads the latest: "
+                        f"{hf_token.no_version_fix(settings)}; {reboot}")
 
 
 def redeploy_hint(session: Session) -> str:

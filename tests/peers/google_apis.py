@@ -24,7 +24,7 @@ _ACCEL = re.compile(r"^/v2/projects/(?P<p>[^/]+)/locations/(?P<z>[^/]+)/accelera
 _MANIFEST = re.compile(r"^/v2/(?P<repository>.+)/manifests/(?P<reference>[^/]+)$")
 # An OCI image index, the shape of a multi-platform tag (opencontainers/image-spec image-index.md).
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-_SECRET = re.compile(r"^/v1/projects/(?P<p>[^/]+)/secrets/(?P<s>[^/:]+)(?P<rest>/versions|:addVersion|/versions/[^/:]+:access)?$")
+_SECRET = re.compile(r"^/v1/projects/(?P<p>[^/]+)/secrets/(?P<s>[^/:]+)(?P<rest>/versions|:addVersion|/versions/[^/:]+:access|/versions/[^/:]+)?$")
 
 
 # The serial console's buffer: 1 MB (the API reference's "buffer (1 MB)"), taken as 2**20 bytes here.
@@ -192,6 +192,11 @@ class GoogleApis(PeerServer):
                                              "createTime": "2026-11-30T00:00:00Z"}
                                             for i, v in reversed(list(enumerate(versions)))],
                                "totalSize": len(versions)})
+        if rest == "/versions/latest":  # the alias names the newest version, whatever its state
+            if not versions:
+                return google_error(404, f"Secret Version [{name}/versions/latest] not found.")
+            return Reply(200, {"name": f"{name}/versions/{len(versions)}", "state": versions[-1]["state"],
+                               "createTime": "2026-11-30T00:00:00Z"})
         if rest and rest.endswith(":access"):
             if not versions:
                 return google_error(404, f"Secret Version [{name}/versions/latest] not found.")
