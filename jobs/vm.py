@@ -49,6 +49,9 @@ STARTING, DONE, CANCELLED, FAILED, BOOT = "starting", "done", "cancelled", "fail
 # The script's phases before the steps, in the attempt record and the failure record (paths.vm_attempt,
 # paths.vm_failure): a phase that fails there leaves the same record as a step that fails.
 INSTALL, TOKEN = "install", "token"
+# The phase of the checks before a step (its marker, the cancel marker): "checking-<step>" (no space: the
+# records are space-separated key=value fields).
+CHECKING = "checking"
 # How often the watcher looks for the cancel marker; the environment variable is a knob for tests (the
 # guest agent does not set it).
 CANCEL_POLL_SECONDS = 30
@@ -61,6 +64,10 @@ GCS_NO_MATCH = "One or more URLs matched no objects"
 GCS_TRIES = 5
 RETRY_SECONDS = 10
 RETRY_ENV = "TPU_RL_GCS_RETRY_SECONDS"
+# apt waits this long for the dpkg lock instead of failing at once (apt-get(8) / apt.conf(5):
+# DPkg::Lock::Timeout, seconds), and `apt-get update` is tried this many times.
+APT_LOCK = "-o DPkg::Lock::Timeout=600"
+APT_TRIES = 3
 # How many lines of the failed phase's log go into the failure record (the whole step log goes beside it).
 FAILURE_TAIL_LINES = 40
 # The steps' processes, as maxtext_commands runs them (`python3 -m maxtext.<module>`, children of the
@@ -137,7 +144,19 @@ flush_log() {{
   done
 }}
 phase_log() {{ tail -c +"$((PHASE_START + 1))" "$LOG_FILE"; }}
-put() {{ gcloud storage cp - "$1" >/dev/null; }}
+# An upload is retried like a check: a transient error must not fail a phase that did its work.
+put() {{
+  local try err body
+  body="$(mktemp)"
+  cat > "$body"
+  for try in $(seq {GCS_TRIES}); do
+    if err="$(gcloud storage cp - "$1" < "$body" 2>&1 >/dev/null)"; then rm -f "$body"; return 0; fi
+    log "gcloud storage cp $1 failed (try $try of {GCS_TRIES}): ${{err##*$'\n'}}"
+    sleep "$((${{{RETRY_ENV}:-{RETRY_SECONDS}}} * try))"
+  done
+  rm -f "$body"
+  return 1
+}}
 # 0: the object exists, 1: it does not ({GCS_NO_MATCH!r}), 2: gcloud failed otherwise, {GCS_TRIES} times.
 object_exists() {{
   local try err
@@ -210,6 +229,10 @@ on_exit() {{
   fi
   exit "$code"
 }}
+# Before anything else this boot is the attempt, and the last attempt's failure record is superseded: a
+# `tpu-rl run` that reads the bucket before this boot's first console line must not stop with it.
+begin_phase "{BOOT}"
+printf 'superseded_by=%s at=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" | put "$FAILURE_RECORD"
 watch_cancel &
 readonly CANCEL_WATCHER=$!
 trap on_exit EXIT
@@ -224,11 +247,23 @@ def _install(recipe: Recipe) -> str:
     # `apt upgrade -y --fix-missing` is left out (jobs/seed_differences.py).
     return f"""# --- install (once per boot disk): uv, Python {release.python}, {release.pip} (seed 002)
 begin_phase {INSTALL}
+# The image's own apt jobs (unattended-upgrades) may hold the lock at first boot: wait for it, and retry
+# a failed update (its mirrors) a few times.
+apt_update() {{
+  local try code=0
+  for try in $(seq {APT_TRIES}); do
+    if apt-get {APT_LOCK} update -q; then return 0; else code=$?; fi
+    [[ $try -lt {APT_TRIES} ]] || break
+    log "{INSTALL}: apt-get update failed (exit $code, try $try of {APT_TRIES}), retrying"
+    sleep "$((${{{RETRY_ENV}:-{RETRY_SECONDS}}} * try))"
+  done
+  return "$code"
+}}
 if [[ ! -f {marker} ]]; then
   log "installing {release.pip}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q {' '.join(SYSTEM_PACKAGES)}
+  apt_update
+  apt-get {APT_LOCK} install -y -q {' '.join(SYSTEM_PACKAGES)}
   curl -LsSf https://astral.sh/uv/{UV_VERSION}/install.sh | sh
   mkdir -p {INSTALL_DIR}
   uv python install {release.python}
@@ -261,7 +296,10 @@ if [[ -z "${{{HF_TOKEN_ENV}}}" ]]; then log "{TOKEN}: secret {settings.hf_token_
 def _step(step: str, body: str, marker: str, log_url: str) -> str:
     # The body is not indented: the patch heredocs need their terminator at column 0.
     q = shlex.quote
+    # The checks before a step are a phase of their own: a failed check is not blamed on the step before.
     return f"""# --- step {step}
+PHASE="{CHECKING}-{step}"
+PHASE_START="$(stat -c %s "$LOG_FILE" 2>/dev/null || echo 0)"
 if step_done {q(marker)}; then
   log "{step}: already done (marker {marker}), skipping"
 else
@@ -270,8 +308,9 @@ else
   log "{step}: {STARTING}"
 {body}
   log "{step}: {DONE}"
-  put_step_log {q(log_url)}
+  # The marker first: a log that cannot be uploaded does not make a finished step a failed one.
   mark_done {q(marker)}
+  put_step_log {q(log_url)} || log "{step}: warning: its log did not reach {log_url} (the step is done)"
 fi"""
 
 

@@ -141,6 +141,16 @@ def test_vm_run_refuses_a_secret_without_a_version_before_following(settings_env
     assert not any("serialPort" in path for _, path, _ in vm.requests)
 
 
+def test_vm_run_refuses_a_secret_whose_latest_version_is_disabled(settings_env, gcs, vm):
+    # An older version is enabled, but the script reads `latest`, the newest, which is disabled.
+    vm.secrets["hf-token"] = [{"data": b"hf_old", "state": "ENABLED"}, {"data": b"hf_new", "state": "DISABLED"}]
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert error_line(result).startswith("error: the latest version of secret 'hf-token' is disabled, and the "
+                                         "VM's startup script reads the latest: add one with `tpu-rl secret set")
+    assert not any("serialPort" in path for _, path, _ in vm.requests)
+
+
 def test_vm_run_ends_on_the_token_phase_of_a_missing_secret_version(settings_env, gcs, vm, guest):
     # The version went away after run's own check: the script's token phase fails and says how to fix it.
     assert boot_and_show(guest, gcs, vm, FAKE_TOKEN="") == 1
@@ -152,10 +162,10 @@ def test_vm_run_ends_on_the_token_phase_of_a_missing_secret_version(settings_env
 
 def test_vm_run_ends_on_an_install_failure(settings_env, gcs, vm, guest):
     guest.install_marker.unlink()
-    assert boot_and_show(guest, gcs, vm, FAIL_TOOL="apt-get") == 100
+    assert boot_and_show(guest, gcs, vm, FAIL_TOOL="apt-get", TPU_RL_GCS_RETRY_SECONDS="0") == 100
     message = run_fails()
     assert message.startswith("error: the startup script's install failed on TPU VM rl-test-vm (exit 100")
-    assert "E: stand-in failure of apt-get update -q" in message
+    assert "E: stand-in failure of apt-get -o DPkg::Lock::Timeout=600 update -q" in message
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0 and "install failed" in " ".join(status.output.split())
 
@@ -197,6 +207,36 @@ def test_a_reboot_after_a_failed_step_follows_the_new_attempt(settings_env, gcs,
     assert "train: running" in result.output and "train: output verified" in result.output
 
 
+@pytest.mark.parametrize("old_console", [False, True], ids=["empty-console", "old-boots-console"])
+def test_a_new_boot_before_its_first_line_is_not_ended_by_the_old_failure(settings_env, gcs, vm, old_console):
+    """A replaced VM (or a reboot) whose script has not written a line yet: the bucket still holds the old
+    attempt's records, older than the instance's last start, so `run` waits for the new boot."""
+    put(gcs, PATHS.vm_attempt, f"attempt={ATTEMPT} phase=train at=2026-11-30T00:00:00Z\n")
+    put(gcs, PATHS.vm_failure, f"attempt={ATTEMPT} phase=train exit=1 at=2026-11-30T00:00:00Z\n"
+                               + line("train: failed (exit 1)"))
+    put(gcs, PATHS.progress_marker("convert"), "2026-11-30T00:00:00Z")
+    put_step_output(gcs, get_recipe(RECIPE), "convert")
+    # Compute Engine's timestamps are RFC 3339 with an offset: 08:00-08:00 is 16:00 UTC, after the records.
+    vm.boots[VM] = {"creationTimestamp": "2026-11-29T08:00:00.000-08:00",
+                    "lastStartTimestamp": "2026-11-30T08:00:00.000-08:00"}
+    if not old_console:
+        vm.serial[VM] = ""
+    new = "20261130T160005Z-1"
+
+    def begin_new(step):
+        def act():
+            put(gcs, PATHS.vm_attempt, f"attempt={new} phase={step} at=2026-11-30T16:00:05Z\n")
+            console(vm, line(f"attempt {new}: boot") if step == "train" else "")()
+            console(vm, progress(step, STARTING))()
+        return act
+
+    vm.on_serial_read += [lambda: None, begin_new("train"), finish(vm, gcs, "train"),
+                          begin_new("export"), finish(vm, gcs, "export")]
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert "train: waiting" in result.output and "train: output verified" in result.output
+
+
 # --- 3. a changed recipe: the VM's script is compared with the rendered one ---------------------------------
 
 def test_vm_run_refuses_a_vm_that_runs_another_runs_script(settings_env, gcs, vm):
@@ -207,8 +247,8 @@ def test_vm_run_refuses_a_vm_that_runs_another_runs_script(settings_env, gcs, vm
     assert error_line(result) == (
         f"error: TPU VM rl-test-vm has the startup script of run {ArtifactPaths(other, peer_settings()).run_name}, "
         f"not the one recipe '{RECIPE}' renders now for run {RUN}: `npx cdktf deploy {RECIPE}` replaces the VM "
-        "with it (the plan shows the replacement; the bucket keeps the finished steps and the new VM resumes "
-        "after them)")
+        "with it (the plan shows the replacement; it kills a running step, so deploy between steps; the bucket "
+        "keeps the finished steps and the new VM resumes after them)")
     dry = runner.invoke(app, ["run", RECIPE, "--dry-run"])
     assert dry.exit_code == ExitCode.BAD_INPUT
 

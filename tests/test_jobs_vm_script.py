@@ -194,8 +194,8 @@ def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it
     assert code == 0, log
     install = [call for call in calls if not call.startswith("maxtext.")]
     assert install == [
-        "apt-get update -q",
-        "apt-get install -y -q build-essential cmake ninja-build",
+        "apt-get -o DPkg::Lock::Timeout=600 update -q",
+        "apt-get -o DPkg::Lock::Timeout=600 install -y -q build-essential cmake ninja-build",
         f"curl -LsSf https://astral.sh/uv/{jobs.vm.UV_VERSION}/install.sh",
         "uv python install 3.12",
         f"uv venv --python 3.12 --seed {run.install_marker.parent}/venv",
@@ -254,12 +254,13 @@ def test_a_missing_secret_version_fails_the_token_phase_with_the_fix_and_a_recor
 
 def test_an_install_failure_leaves_a_record_before_any_step(guest):
     guest.install_marker.unlink()
-    code, calls, _ = guest.boot(FAIL_TOOL="apt-get")
+    code, calls, log = guest.boot(FAIL_TOOL="apt-get", **{jobs.vm.RETRY_ENV: "0"})
     assert code == 100
-    assert calls == ["apt-get update -q"]
+    assert calls == ["apt-get -o DPkg::Lock::Timeout=600 update -q"] * 3  # tried 3 times, then the failure
+    assert "install: apt-get update failed (exit 100, try 2 of 3), retrying" in log
     record = failure(guest)
     assert (record.phase, record.code) == ("install", "100")
-    assert record.last_line == "E: stand-in failure of apt-get update -q"
+    assert record.last_line == "E: stand-in failure of apt-get -o DPkg::Lock::Timeout=600 update -q"
     assert not guest.install_marker.exists()
 
 
@@ -269,9 +270,11 @@ def test_a_reboot_after_a_failed_step_is_a_new_attempt_that_the_old_failure_does
     first = failure(guest)
     code, _, _ = guest.boot()  # the next boot resumes at train and finishes
     assert code == 0
-    assert failure(guest) == first  # the bucket still holds the first boot's record
     second = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
     assert second.attempt != first.attempt and second.phase == "done"
+    # The second boot superseded the first one's failure record before anything else.
+    record = guest.object(PATHS.vm_failure).read_text()
+    assert record.startswith(f"superseded_by={second.attempt} ") and Failure.parse(record) is None
     # While the second boot's train runs: its attempt record says train, the console shows both boots up to
     # its train start, with the first boot's failure verdict before it.
     output = guest.boots[1][0]
@@ -285,6 +288,17 @@ def test_a_reboot_after_a_failed_step_is_a_new_attempt_that_the_old_failure_does
     assert step_section(console, "train", PATHS.run_name)[0].endswith(f"{PATHS.run_name} train: starting")
     # Both boots ended: the second one's own end is what counts.
     assert state_of(guest, guest.console(agent)).states() == {"convert": "done", "train": "done", "export": "done"}
+
+
+def test_a_boot_supersedes_the_old_failure_before_anything_else(guest):
+    guest.boot(FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl")
+    first = failure(guest)
+    guest.object(PATHS.cancel_marker).write_text("cancelled")  # this boot stops before any step
+    code, calls, _ = guest.boot()
+    assert code == 0 and calls == []
+    attempt = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
+    assert attempt.attempt != first.attempt and attempt.phase == "token"
+    assert Failure.parse(guest.object(PATHS.vm_failure).read_text()) is None
 
 
 def test_only_the_guest_agents_own_failure_line_counts():
@@ -328,6 +342,35 @@ def test_a_transient_bucket_error_at_boot_is_retried_and_reruns_no_finished_step
     assert code == 0, log
     assert calls == ["maxtext.checkpoint_conversion.to_huggingface token=yes"]
     assert "failed (try 1 of 5): ERROR: (gcloud.storage.ls) HTTPError 503" in log
+
+
+def test_a_step_whose_log_upload_fails_is_still_done_with_a_warning(run_script, guest):
+    run, marker = run_script
+    code, _, log = run(FAKE_CP_FAIL=PATHS.step_log("train"), **{jobs.vm.RETRY_ENV: "0"})
+    assert code == 0, log
+    assert marker("train").exists() and marker("export").exists()
+    assert f"train: warning: its log did not reach {PATHS.step_log('train')} (the step is done)" in log
+    assert not guest.object(PATHS.vm_failure).exists() or Failure.parse(
+        guest.object(PATHS.vm_failure).read_text()) is None
+
+
+def test_a_failed_check_before_a_step_is_blamed_on_that_check_not_the_step_before(run_script, guest):
+    run, marker = run_script
+    code, _, log = run(FAKE_LS_FAIL=PATHS.progress_marker("train"), **{jobs.vm.RETRY_ENV: "0"})
+    assert code == 1 and marker("convert").exists() and not marker("train").exists()
+    record = failure(guest)
+    assert (record.phase, record.code) == ("checking-train", "1")
+    assert record.last_line.endswith(f"cannot tell whether {PATHS.progress_marker('train')} exists: stopping "
+                                     "rather than rerun a finished step")
+    assert "convert: failed" not in log
+
+
+def test_a_transient_upload_error_is_retried(run_script):
+    run, marker = run_script
+    code, _, log = run(FAKE_CP_FAILURES="2", **{jobs.vm.RETRY_ENV: "0"})
+    assert code == 0, log
+    assert "failed (try 2 of 5): ERROR: (gcloud.storage.cp) HTTPError 503" in log
+    assert all(marker(step).exists() for step in ("convert", "train", "export"))
 
 
 def test_a_bucket_that_keeps_failing_stops_the_script_instead_of_rerunning(run_script):

@@ -19,7 +19,7 @@ from scripts.pipeline.session import (Session, StatusReport, StepStatus, dry_run
                                       verify_output)
 from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_script, get_instance,
                                         require_token_version)
-from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState
+from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState, booted_at
 
 
 def _started_step(line: str, run: str) -> str | None:
@@ -81,13 +81,15 @@ def train_attempt(console_text: str, run: str) -> tuple[int, str]:
     return len(_starts(console_text.splitlines(), "train", run)), "\n".join(section)
 
 
-def read_state(session: Session, console_text: str) -> VmState:
-    """The run's state: its markers, records and cancel marker in the bucket, and the console's view."""
+def read_state(session: Session, console_text: str, instance=None) -> VmState:
+    """The run's state: its markers, records and cancel marker in the bucket, and the console's view; with
+    the instance, only the records of its current boot."""
     storage, paths = session.clients.storage(), session.paths
     done = {name.removesuffix(".done") for name in done_markers(session)}
     return VmState.of(done, Attempt.parse(gcs.read_text(storage, paths.vm_attempt)),
                       Failure.parse(gcs.read_text(storage, paths.vm_failure)),
-                      ConsoleView.read(console_text, paths.run_name), bool(cancelled_at(session)))
+                      ConsoleView.read(console_text, paths.run_name), bool(cancelled_at(session)),
+                      booted_at(instance) if instance is not None else None)
 
 
 class SerialReader:
@@ -192,7 +194,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
             if at:
                 raise RunCancelled(f"step {pending[0]} was cancelled: `tpu-rl cancel` wrote "
                                    f"{paths.cancel_marker} at {at}; its outputs are kept; {go_on_hint(session)}")
-            state = read_state(session, console_text)
+            state = read_state(session, console_text, maintenance.instance)
             states = state.states()
             if "train" in pending and "corr=" in text:
                 evaluations.see("\n".join(step_section(console_text, "train", paths.run_name) or []),
@@ -295,7 +297,7 @@ def status_vm(session: Session) -> StatusReport:
                             f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
                             "TPU_NAME)")
     text = SerialReader(session).new_text()
-    state = read_state(session, text)
+    state = read_state(session, text, instance)
     states = state.states()
     if not note and any(value != "done" for value in states.values()):
         note = failure_message(session, state, [step for step in STEPS if states[step] != "done"]) or ""

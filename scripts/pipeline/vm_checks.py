@@ -56,17 +56,26 @@ def check_deployed_script(session: Session, instance) -> None:
         else "no startup script"
     same_run = " (same run, another script: tpu-rl or the settings changed)" if match and match["run"] == run else ""
     raise UserError(f"TPU VM {vm} has {has}, not the one recipe '{name}' renders now for run {run}{same_run}: "
-                    f"`npx cdktf deploy {name}` replaces the VM with it (the plan shows the replacement; the "
-                    "bucket keeps the finished steps and the new VM resumes after them)")
+                    f"`npx cdktf deploy {name}` replaces the VM with it (the plan shows the replacement; it "
+                    "kills a running step, so deploy between steps; the bucket keeps the finished steps and the "
+                    "new VM resumes after them)")
 
 
 def require_token_version(session: Session) -> None:
     """The startup script reads the token's latest version at boot; without an enabled one it can only fail."""
     settings = session.settings
-    if not hf_token.enabled_versions(session.clients.secrets(), settings):
+    secrets = session.clients.secrets()
+    reboot = (f"the VM's startup script reads it at boot, so reboot the VM after that "
+              f"(`{ssh_command(settings)} -- sudo reboot`)")
+    if not hf_token.enabled_versions(secrets, settings):
         raise UserError(f"secret '{settings.hf_token_secret}' has no enabled version: "
-                        f"{hf_token.no_version_fix(settings)}; the VM's startup script reads it at boot, so "
-                        f"reboot the VM after that (`{ssh_command(settings)} -- sudo reboot`)")
+                        f"{hf_token.no_version_fix(settings)}; {reboot}")
+    # The script reads `latest`, the newest version: an older enabled one does not help it.
+    latest = secrets.get_secret_version(request={"name": f"{hf_token.secret_path(settings)}/versions/latest"})
+    if latest.state.name != "ENABLED":
+        raise UserError(f"the latest version of secret '{settings.hf_token_secret}' is "
+                        f"{latest.state.name.lower()}, and the VM's startup script reads the latest: "
+                        f"{hf_token.no_version_fix(settings)}; {reboot}")
 
 
 def redeploy_hint(session: Session) -> str:
@@ -80,12 +89,13 @@ class Maintenance:
     """A TPU VM that stopped: wait for Compute Engine to start it again, Session.maintenance_grace at most."""
 
     def __init__(self, session: Session) -> None:
-        self.session, self.since = session, None
+        self.session, self.since, self.instance = session, None, None
 
     def check(self, pending: list[str]) -> None:
         session, vm = self.session, self.session.settings.vm_name
         try:
-            status = get_instance(session).status
+            self.instance = get_instance(session)
+            status = self.instance.status
         except UserError:
             raise StepFailed(f"TPU VM {vm} no longer exists before {pending[0]} finished (a spot or "
                              "reservation-bound TPU VM is deleted when Compute Engine reclaims it): "

@@ -18,6 +18,7 @@ serial console only as a live view.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from jobs.vm import ATTEMPT_LINE, CANCELLED, PROGRESS_LINE, STARTING
 from recipes import STEPS
@@ -28,6 +29,23 @@ AGENT_FINISHED = "Finished running startup scripts"
 # How the two agents prefix a line of the script's output (see above): such a line is the script's, never
 # the agent's verdict.
 SCRIPT_OUTPUT = (f"{METADATA_KEY}: ", f'Metadata key("{METADATA_KEY}")')
+
+
+def _time(text: str | None) -> datetime | None:
+    """A record's `at` (jobs/vm.py: `date -u +%FT%TZ`) or an instance's RFC 3339 timestamp; None if neither."""
+    try:
+        value = datetime.fromisoformat(text or "")
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def booted_at(instance) -> datetime | None:
+    """When the VM's current boot began: its last start, else its creation (Compute Engine API, Instance
+    `lastStartTimestamp` and `creationTimestamp`, RFC 3339 text), to the second like the records' `at`."""
+    times = [_time(getattr(instance, name, "")) for name in ("last_start_timestamp", "creation_timestamp")]
+    found = [value for value in times if value]
+    return max(found).replace(microsecond=0) if found else None
 
 
 def _fields(line: str) -> dict[str, str]:
@@ -124,7 +142,14 @@ class VmState:
 
     @classmethod
     def of(cls, done, attempt: Attempt | None, failure: Failure | None, view: ConsoleView,
-           cancelled: bool = False) -> VmState:
+           cancelled: bool = False, booted: datetime | None = None) -> VmState:
+        # A record written before the VM's current boot began (`booted`, booted_at) is an earlier boot's or
+        # an earlier VM's: a replaced VM, or a reboot before the new boot's first line.
+        def this_boot(record):
+            at = _time(record.at) if record else None
+            return record if record and (booted is None or at is None or at >= booted) else None
+
+        attempt, failure = this_boot(attempt), this_boot(failure)
         # The console's last attempt line is the newest boot; without it (scrolled out) the bucket's record.
         current = view.attempt or (attempt.attempt if attempt else None)
         return cls(frozenset(done), attempt if attempt and attempt.attempt == current else None,

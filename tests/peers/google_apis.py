@@ -24,7 +24,7 @@ _ACCEL = re.compile(r"^/v2/projects/(?P<p>[^/]+)/locations/(?P<z>[^/]+)/accelera
 _MANIFEST = re.compile(r"^/v2/(?P<repository>.+)/manifests/(?P<reference>[^/]+)$")
 # An OCI image index, the shape of a multi-platform tag (opencontainers/image-spec image-index.md).
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-_SECRET = re.compile(r"^/v1/projects/(?P<p>[^/]+)/secrets/(?P<s>[^/:]+)(?P<rest>/versions|:addVersion|/versions/[^/:]+:access)?$")
+_SECRET = re.compile(r"^/v1/projects/(?P<p>[^/]+)/secrets/(?P<s>[^/:]+)(?P<rest>/versions|:addVersion|/versions/[^/:]+:access|/versions/[^/:]+)?$")
 
 
 # The serial console's buffer: 1 MB (the API reference's "buffer (1 MB)"), taken as 2**20 bytes here.
@@ -45,6 +45,9 @@ class GoogleApis(PeerServer):
     instances: dict = field(default_factory=dict)  # (zone, name) -> status
     serial: dict = field(default_factory=dict)  # (zone, name) -> console text
     metadata: dict = field(default_factory=dict)  # (zone, name) -> {key: value}, the instance's metadata items
+    # (zone, name) -> {"creationTimestamp": ..., "lastStartTimestamp": ...}: when the instance was created and
+    # last started (Compute Engine API, Instance, RFC 3339 text); not served when not set.
+    boots: dict = field(default_factory=dict)
     secrets: dict = field(default_factory=dict)  # secret id -> [{"data": bytes, "state": str}]
     # region -> {metric: (limit, usage)}: the regional quotas regions.get lists (Compute Engine's
     # Region.quotas[], each {metric, limit, usage} with the numbers as JSON doubles)
@@ -167,7 +170,8 @@ class GoogleApis(PeerServer):
         items = [{"key": key, "value": value} for key, value in self.metadata.get((zone, name), {}).items()]
         return Reply(200, {"kind": "compute#instance", "name": name, "status": self.instances[(zone, name)],
                            "zone": base, "machineType": f"{base}/machineTypes/ct6e-standard-8t",
-                           "metadata": {"kind": "compute#metadata", "fingerprint": "ZmFrZQ==", "items": items}})
+                           "metadata": {"kind": "compute#metadata", "fingerprint": "ZmFrZQ==", "items": items},
+                           **self.boots.get((zone, name), {})})
 
     def _region(self, match) -> Reply:
         project, region = match["p"], match["r"]
@@ -198,6 +202,11 @@ class GoogleApis(PeerServer):
                                              "createTime": "2026-11-30T00:00:00Z"}
                                             for i, v in reversed(list(enumerate(versions)))],
                                "totalSize": len(versions)})
+        if rest == "/versions/latest":  # the alias names the newest version, whatever its state
+            if not versions:
+                return google_error(404, f"Secret Version [{name}/versions/latest] not found.")
+            return Reply(200, {"name": f"{name}/versions/{len(versions)}", "state": versions[-1]["state"],
+                               "createTime": "2026-11-30T00:00:00Z"})
         if rest and rest.endswith(":access"):
             if not versions:
                 return google_error(404, f"Secret Version [{name}/versions/latest] not found.")

@@ -25,7 +25,8 @@ local_path() { echo "$FAKE_GCS/${1#gs://}"; }
 count() { local n; n=$(( $(cat "$1" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$1"; echo "$n"; }
 case "$1 $2" in
   "storage ls")
-    if (( $(count "$FAKE_GCS.ls-calls") <= ${FAKE_LS_FAILURES:-0} )); then
+    # FAKE_LS_FAILURES: the first checks fail (transient); FAKE_LS_FAIL: checks of URLs containing it always fail.
+    if (( $(count "$FAKE_GCS.ls-calls") <= ${FAKE_LS_FAILURES:-0} )) || [[ -n "${FAKE_LS_FAIL:-}" && "$3" == *"$FAKE_LS_FAIL"* ]]; then
       echo "ERROR: (gcloud.storage.ls) HTTPError 503: stand-in transient error" >&2; exit 1
     fi
     # A URL with a wildcard lists the matching objects' URLs, as `gcloud storage ls` does.
@@ -34,7 +35,13 @@ case "$1 $2" in
       if [[ -e "$path" ]]; then found=0; [[ "$3" != *"*"* ]] || echo "gs://${path#"$FAKE_GCS"/}"; fi
     done
     (( found == 0 )) || { echo "ERROR: (gcloud.storage.ls) One or more URLs matched no objects." >&2; exit 1; } ;;
-  "storage cp") mkdir -p "$(dirname "$(local_path "$4")")"; cat > "$(local_path "$4")" ;;
+  "storage cp")
+    # FAKE_CP_FAILURES: the first uploads fail (a transient error); FAKE_CP_FAIL: uploads to URLs containing it
+    # always fail.
+    if (( $(count "$FAKE_GCS.cp-calls") <= ${FAKE_CP_FAILURES:-0} )) || [[ -n "${FAKE_CP_FAIL:-}" && "$4" == *"$FAKE_CP_FAIL"* ]]; then
+      cat > /dev/null; echo "ERROR: (gcloud.storage.cp) HTTPError 503: stand-in upload error" >&2; exit 1
+    fi
+    mkdir -p "$(dirname "$(local_path "$4")")"; cat > "$(local_path "$4")" ;;
   "secrets versions")
     if [[ -z "${FAKE_TOKEN:-}" ]]; then
       echo "ERROR: (gcloud.secrets.versions.access) NOT_FOUND: Secret Version [projects/p/secrets/hf-token/versions/latest] not found." >&2
