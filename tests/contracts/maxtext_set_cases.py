@@ -64,8 +64,11 @@ SET_CASES: list[SetCase] = [
     SetCase(QWEN, "rl.loss_algo", "ppo", False, False, SCHEMA),  # Literal['grpo', 'gspo-token']
     SetCase(QWEN, "dtype", "int8", False, False, SCHEMA),  # DType enum
     SetCase(QWEN, "enable_tunix_perf_metrics", "maybe", False, False, SCHEMA),  # bool
-    # configs/models/qwen3-30b-a3b.yml sets enable_dropout: false (pyconfig validate_no_keys_overridden_twice)
-    SetCase(QWEN, "enable_dropout", "True", False, False, "the model's yml sets another value"),
+    # configs/models/qwen3-30b-a3b.yml sets enable_dropout: false (pyconfig validate_no_keys_overridden_twice
+    # refuses another value unless override_model_config is true). The package refuses it first; the CPU
+    # judge (tests/test_maxtext_set_judge.py) accepts it, because its command carries
+    # override_model_config=True for the tiny model's dimensions (tests/maxtext_cpu/tiny.py).
+    SetCase(QWEN, "enable_dropout", "True", False, True, "the model's yml sets another value"),
     SetCase(QWEN, "enable_dropout", "False", True, True),
     SetCase(QWEN, "rl.num_iterations", "1.5", False, False, SCHEMA),  # int: pydantic refuses a fraction
     SetCase(QWEN, "rl", "{num_generations: 1}", False, True, TUNIX),  # a mapping: each field checked
