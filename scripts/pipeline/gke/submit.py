@@ -54,6 +54,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
     report_accuracy(session, record)
     session.report_done(steps)
 
+
 def fill_token_secret(session: Session) -> None:
     """The Kubernetes Secret the steps read HF_TOKEN from, filled from Secret Manager (never printed)."""
     token = hf_token.read_token(session.clients.secrets(), session.settings)
