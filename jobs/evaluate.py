@@ -2,26 +2,29 @@
 
 MaxText has no evaluation-only entry point (0.2.3 and 0.2.4): train_rl always trains (configs/types.py
 `num_batches: int = Field(4, ge=1)`), and its evaluations are the ones around training. What it does
-offer: when the run directory holds an RL checkpoint, the trainer restores it and evaluates the restored
-weights as "Pre RL Training" before training on (train_rl.py 0.2.4 lines 767-789: `update_params` of the
-restored actor, then `evaluate`; tunix's RLLearner takes `restored_global_step()`, tunix/rl/rl_learner.py
-at c4ec573d). So a checkpoint is evaluated by a train JobSet of a scratch run, whose
-checkpoint directory holds a copy of that step (eval_run_name) (the CLI copies it; tunix restores the latest step under
-`checkpoints/actor/`), with:
-- num_batches such that train_steps is that step, so training has nothing left: on restore tunix fast-forwards
-  the data iterator past every micro-batch already trained (tunix/rl/rl_learner.py at c4ec573d L399-407),
-  which here is the whole dataset, so the iterator's StopIteration (L489-494) likely ends training with no
-  step at all, or at most one;
+offer: train_rl evaluates the actor it loaded as "Pre RL Training" before training (0.2.4
+trainers/post_train/rl/train_rl.py L766-789: `rl_cluster.rollout.update_params(nnx.state(actor_model,
+nnx.Param))`, then `evaluate`), and the actor is loaded from `load_parameters_path`
+(utils/model_creation_utils.py create_models_and_meshes L764-796 -> from_pretrained, which reads an NNX
+checkpoint "or NNX-RL with extra 'base' nesting", L1044-1090 in 0.2.4, L982-1034 in 0.2.3: the
+model_params item tunix's checkpoint manager writes for the TunixMaxTextAdapter actor). So a checkpoint
+is evaluated by the train JobSet of a scratch run (eval_run_name) whose load_parameters_path is
+`<run>/checkpoints/actor/<step>/model_params/` (Recipe.load_parameters), with nothing copied. The scratch
+run's own checkpoint directory must be empty, or tunix would restore its latest step over those
+weights; the CLI clears the scratch run's prefix before and after (scripts/pipeline/gke/evaluate.py).
+With no RL checkpoint to resume, tunix starts at step 0 and would train on after the Pre line, so:
+- num_batches=1: the least train_rl accepts, so a JobSet not deleted in time trains one step;
 - eval_interval=0, so no intermediate evaluation fires.
-The Pre line is logged before any of that. The CLI stops the JobSet once it has the line (it reads the
-head's whole log when the line scrolled out of the tail it polls, and again if the JobSet ended first),
-and gives up after EVAL_WAIT_MINUTES (scripts/pipeline/gke/evaluate.py). Everything else is the run's own recipe: the same slice shape,
-image, overrides and conversion (the reference model).
+The CLI stops the JobSet once it has the line (it reads the head's whole log when the line scrolled out
+of the tail it polls, and again if the JobSet ended first), gives up after EVAL_WAIT_MINUTES, and
+deletes what it created. Everything else is the run's own recipe: the same slice shape, image,
+overrides and files (the reference model, which loads the same path here, plays no part in evaluating).
+Not confirmed without TPUs: that Pathways' vLLM rollout evaluates the synced actor weights (it is what
+the L767-773 comment says the unconditional update_params is for).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from jobs.paths import ArtifactPaths
@@ -38,21 +41,16 @@ def eval_run_name(run: str, step: int) -> str:
     return check_run_name(f"{run[:MAX_RUN_NAME - len(suffix)].rstrip('-')}{suffix}", "the evaluation's run name")
 
 
-def eval_recipe(recipe: Recipe, run: str, step: int) -> Recipe:
-    """The run's recipe as the scratch run that evaluates its checkpoint `step`."""
+def eval_recipe(recipe: Recipe, settings: Settings, run: str, step: int) -> Recipe:
+    """The run's recipe as the scratch run that evaluates its checkpoint `step` (loaded from its params)."""
     if not evaluates(recipe):
         raise UserError(f"run {run} evaluates nothing (num_test_batches=0): pass --set num_test_batches=N to "
                         "evaluate N batches of test questions")
-    factor = recipe.train_steps / recipe.rl.num_batches  # the step factors (num_iterations, ...)
     overrides = tuple(item for item in recipe.rl.overrides if item.partition("=")[0] != "eval_interval")
-    rl = recipe.rl.model_copy(update={"num_batches": max(1, math.ceil(step / factor)),
-                                      "overrides": (*overrides, "eval_interval=0")})
-    scratch = recipe.model_copy(update={"rl": rl, "run": eval_run_name(run, step)})
-    if scratch.train_steps != step:
-        raise UserError(f"run {run}'s step factors give no num_batches that trains exactly {step} steps, which "
-                        "the evaluation needs to train nothing after restoring the checkpoint")
-    return scratch
+    rl = recipe.rl.model_copy(update={"num_batches": 1, "overrides": (*overrides, "eval_interval=0")})
+    source = ArtifactPaths(recipe.model_copy(update={"run": run}), settings).params_at(step)
+    return recipe.model_copy(update={"rl": rl, "run": eval_run_name(run, step), "load_parameters": source})
 
 
 def eval_jobset(recipe: Recipe, settings: Settings, run: str, step: int) -> dict[str, Any]:
-    return train_jobset(ArtifactPaths(eval_recipe(recipe, run, step), settings))
+    return train_jobset(ArtifactPaths(eval_recipe(recipe, settings, run, step), settings))

@@ -126,7 +126,7 @@ def train_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         f"base_output_directory={paths.trained}",
         f"model_name={recipe.model.maxtext_name}",
         f"scan_layers={_bool(recipe.model.scan_layers)}",
-        f"load_parameters_path={paths.converted_items}",
+        f"load_parameters_path={paths.train_loads}",
         f"tokenizer_path={recipe.model.tokenizer}",
         f"chips_per_vm={recipe.shape.chips_per_vm}",
         f"num_batches={recipe.rl.num_batches}",

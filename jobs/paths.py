@@ -46,6 +46,11 @@ class ArtifactPaths:
         return f"{self.converted}0/items/"
 
     @property
+    def train_loads(self) -> str:
+        """train_rl's load_parameters_path: the conversion, or the checkpoint params `tpu-rl eval` names."""
+        return self.recipe.load_parameters or self.converted_items
+
+    @property
     def trained(self) -> str:
         """base_output_directory of train_rl."""
         return f"{self.model_root}trained/"

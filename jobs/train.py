@@ -141,7 +141,7 @@ def train_script(paths: ArtifactPaths) -> str:
     recipe = paths.recipe
     steps = [jax_pairing_check(recipe), *(render_patch(patch) for patch in resolve_patches(recipe).apply)]
     command = train_command(recipe, paths)
-    steps.append(f"# loads {paths.converted_items}, writes {paths.actor_checkpoints}\nexec {command.shell()}")
+    steps.append(f"# loads {paths.train_loads}, writes {paths.actor_checkpoints}\nexec {command.shell()}")
     return bash_script(*steps)
 
 

@@ -417,6 +417,9 @@ class Recipe(BaseModel):
     sets: tuple[str, ...] = ()
     # --rewards and --data-processor files (recipes/user_files.py UserFile), mounted in the train head.
     user_files: tuple[Any, ...] = ()
+    # What the train step loads instead of the conversion (jobs/evaluate.py: `tpu-rl eval` loads the
+    # evaluated run's checkpoint params); None: the conversion (paths.converted_items).
+    load_parameters: str | None = None
 
     @property
     def is_gke(self) -> bool:

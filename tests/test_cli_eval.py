@@ -1,7 +1,9 @@
-"""`tpu-rl eval RECIPE --run NAME [--step N]` against the peers: the checkpoint is copied into a scratch run,
-whose train JobSet (fake Kubernetes API) logs MaxText's "Pre RL Training" line after restoring it (built
-from the wheel's format string, tests/contracts/tunix_log.py); the JobSet is deleted once the line is
-logged, and the result joins the source run's record."""
+"""`tpu-rl eval RECIPE --run NAME [--step N]` against the peers: a scratch run's train JobSet (fake
+Kubernetes API) loads the checkpoint's params with load_parameters_path (jobs/evaluate.py has MaxText's
+source) and logs MaxText's "Pre RL Training" line (built from the wheel's format string,
+tests/contracts/tunix_log.py); the JobSet is deleted once the line is logged, the result joins the source
+run's record, and what the command created (the JobSet, its ConfigMap, the scratch run's directory in the
+GCS emulator) is deleted on success and on failure, and nothing else."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from contracts.tunix_log import evaluation_line
 from jobs.paths import ArtifactPaths
 from peers.fixtures import peer_settings, put_checkpoint
 from scripts.cli import app
+from recipes import get_recipe
 from scripts.cloud import gcs as gcs_io
 from test_cli_experiments import plan_success, record, run_of, train_script
 
@@ -39,16 +42,19 @@ def test_eval_scores_a_saved_checkpoint_and_records_it(cloud):
     cloud["kube"].plan(f"{scratch}-train", ticks=5, logs=f"restoring\n{pre}\n", outcome="hang")
     result = runner.invoke(app, ["eval", RECIPE, "--run", run, "--step", "20"])  # the record gives the --set
     assert result.exit_code == 0, result.output
-    copy = ArtifactPaths(recipe.model_copy(update={"run": scratch}), peer_settings()).actor_checkpoints
-    assert gcs_io.exists(cloud["gcs"], f"{copy}20/commit_success.txt")
+    scratch_paths = ArtifactPaths(recipe.model_copy(update={"run": scratch}), peer_settings())
+    assert not gcs_io.object_names(cloud["gcs"], scratch_paths.run_root)  # nothing copied, nothing left
     assert cloud["kube"].deleted[-1] == f"{scratch}-train"  # stopped before it trains on
     # The JobSet as it was submitted (it is gone now): the POST the fake API received.
     [body] = [json.loads(body) for method, path, body in cloud["kube"].requests
               if method == "POST" and path.endswith("/jobsets") and f"{scratch}-train".encode() in body]
     cloud["kube"].jobsets[f"{scratch}-train"] = body
     script = train_script(cloud["kube"], f"{scratch}-train")
-    for item in ("num_batches=20", "eval_interval=0", "learning_rate=1e-5", f"run_name={scratch}"):
-        assert item in script, item
+    # The actor (and the reference) load the checkpoint's params; the scratch run has nothing to resume.
+    for item in (f"load_parameters_path={paths.actor_checkpoints}20/model_params/", "num_batches=1",
+                 "eval_interval=0", "learning_rate=1e-5", f"run_name={scratch}"):
+        assert item in script.split(), item
+    assert "max-text-format" not in script
     assert f"run {run}: accuracy 46.9% (30/64) at checkpoint 20, format 90.6%, reward 1.1" in result.output
     [entry] = [e for e in record(cloud["gcs"], paths)["evaluations"] if e["phase"] == "checkpoint"]
     assert (entry["step"], entry["corr"], entry["total"]) == (20, 30, 64)
@@ -91,3 +97,102 @@ def test_eval_that_logs_no_evaluation_ends_within_its_time_limit(cloud, monkeypa
     assert result.exit_code != 0
     assert f"JobSet {scratch}-train logged no evaluation within 0 min" in " ".join(result.output.split())
     assert cloud["kube"].deleted[-1] == f"{scratch}-train"
+
+
+REWARDS = "def short(prompts, completions, tmvp_config, **kwargs):\n    return [0.0 for _ in completions]\n"
+
+
+def _put(gcs, url: str, text: str = "x") -> None:
+    from jobs.paths import split_gs_url
+
+    bucket, name = split_gs_url(url)
+    gcs.bucket(bucket).blob(name).upload_from_string(text)
+
+
+def _scratch_setup(cloud, tmp_path):
+    """A run trained with --rewards, a checkpoint 20, and objects the eval must leave alone: the source
+    run's own files, another run's directory whose name starts with the scratch run's, another run's
+    ConfigMap and JobSet."""
+    from jobs.evaluate import eval_run_name
+    from recipes.runs import for_run
+    from recipes.user_files import read_user_file, with_user_files
+
+    path = tmp_path / "mine.py"
+    path.write_text(REWARDS)
+    base = for_run(get_recipe(RECIPE))
+    recipe = with_user_files(base, (read_user_file(base, "rewards", path, ("short",)),))
+    paths = ArtifactPaths(recipe, peer_settings())
+    plan_success(cloud, recipe)
+    assert runner.invoke(app, ["run", RECIPE, "--rewards", f"{path}:short"]).exit_code == 0
+    put_checkpoint(cloud["gcs"], paths, 20)
+    scratch = eval_run_name(paths.run_name, 20)
+    scratch_paths = ArtifactPaths(recipe.model_copy(update={"run": scratch}), peer_settings())
+    neighbour = scratch_paths.run_root.rstrip("/") + "x/run.json"
+    _put(cloud["gcs"], neighbour)
+    cloud["kube"].configmaps["other-user-files"] = {"metadata": {"name": "other-user-files",
+                                                                 "labels": {"tpu-rl/run": "other"}}, "data": {}}
+    before = set(gcs_io.object_names(cloud["gcs"], paths.run_root))
+    return paths, scratch, scratch_paths, neighbour, before
+
+
+def _left_alone(cloud, paths, neighbour, before) -> None:
+    assert set(gcs_io.object_names(cloud["gcs"], paths.run_root)) >= before  # the source run keeps its files
+    assert gcs_io.exists(cloud["gcs"], neighbour)
+    assert "other-user-files" in cloud["kube"].configmaps
+    assert f"{paths.run_name}-train" in cloud["kube"].jobsets
+
+
+def test_eval_deletes_what_it_created_after_recording_the_result(cloud, tmp_path, monkeypatch):
+    from scripts.pipeline.gke import evaluate
+
+    paths, scratch, scratch_paths, neighbour, before = _scratch_setup(cloud, tmp_path)
+    # Leftovers of an earlier evaluation that trained a step before its JobSet was gone: tunix would
+    # restore this step over the loaded params, so it goes before the JobSet is submitted.
+    _put(cloud["gcs"], f"{scratch_paths.actor_checkpoints}1/commit_success.txt")
+    cloud["kube"].plan(f"{scratch}-train", ticks=2, logs=evaluation_line("pre", 30, 64, 33, 58, 1.1) + "\n",
+                       outcome="hang")
+    wait, at_submit = evaluate._wait_for_evaluation, {}
+
+    def running_scratch_job(session, job, step):  # what the JobSet finds, and what it writes meanwhile
+        at_submit["objects"] = gcs_io.object_names(cloud["gcs"], scratch_paths.run_root)
+        at_submit["configmap"] = cloud["kube"].configmaps[f"{scratch}-user-files"]["data"]
+        _put(cloud["gcs"], f"{scratch_paths.actor_checkpoints}1/commit_success.txt")
+        _put(cloud["gcs"], f"{scratch_paths.tensorboard}events.out.tfevents.1")
+        return wait(session, job, step)
+
+    monkeypatch.setattr(evaluate, "_wait_for_evaluation", running_scratch_job)
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 0, result.output
+    assert at_submit == {"objects": [], "configmap": {"mine.py": REWARDS}}
+    assert not gcs_io.object_names(cloud["gcs"], scratch_paths.run_root)
+    assert f"{scratch}-user-files" not in cloud["kube"].configmaps
+    assert f"{scratch}-train" not in cloud["kube"].jobsets
+    _left_alone(cloud, paths, neighbour, before)
+    [entry] = [e for e in record(cloud["gcs"], paths)["evaluations"] if e["phase"] == "checkpoint"]
+    assert entry["corr"] == 30
+
+
+def test_eval_deletes_what_it_created_when_it_fails(cloud, tmp_path, monkeypatch):
+    from scripts.pipeline.gke import evaluate
+
+    monkeypatch.setattr(evaluate, "EVAL_WAIT_MINUTES", 0)
+    paths, scratch, scratch_paths, neighbour, before = _scratch_setup(cloud, tmp_path)
+    cloud["kube"].plan(f"{scratch}-train", ticks=3, logs="restoring\n", outcome="hang")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 1, result.output
+    assert f"{scratch}-train" in cloud["kube"].created  # it was submitted
+    assert f"{scratch}-train" not in cloud["kube"].jobsets and f"{scratch}-user-files" not in cloud["kube"].configmaps
+    assert not gcs_io.object_names(cloud["gcs"], scratch_paths.run_root)
+    _left_alone(cloud, paths, neighbour, before)
+    assert not [e for e in record(cloud["gcs"], paths).get("evaluations", []) if e["phase"] == "checkpoint"]
+
+
+def test_eval_refuses_a_scratch_name_that_is_a_real_runs_and_deletes_nothing(cloud, tmp_path):
+    paths, scratch, scratch_paths, neighbour, before = _scratch_setup(cloud, tmp_path)
+    _put(cloud["gcs"], scratch_paths.run_record, "{}")
+    _put(cloud["gcs"], f"{scratch_paths.actor_checkpoints}5/commit_success.txt")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 2
+    assert "is a real run's, whose files eval would delete" in " ".join(result.output.split())
+    assert gcs_io.exists(cloud["gcs"], f"{scratch_paths.actor_checkpoints}5/commit_success.txt")
+    assert f"{scratch}-train" not in cloud["kube"].created

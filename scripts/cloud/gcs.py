@@ -207,19 +207,20 @@ def latest_checkpoint_step(storage, paths: ArtifactPaths) -> int | None:
     return steps[0] if steps else None
 
 
-def copy_prefix(storage, source: str, target: str) -> int:
-    """Copy every object under the gs:// prefix `source` to the same names under `target` (server side),
-    the commit marker last so that a cut-off copy is not a finished checkpoint; how many objects."""
-    bucket_name, prefix = split_gs_url(source)
-    target_bucket, target_prefix = split_gs_url(target)
+def delete_prefix(storage, prefix_url: str) -> int:
+    """Delete every object under the gs:// prefix (a scratch run's directory); how many there were."""
+    bucket_name, prefix = split_gs_url(prefix_url)
+    if not prefix.endswith("/") or prefix == "/":
+        raise ValueError(f"refusing to delete {prefix_url}: not a directory prefix")
     try:
-        blobs = sorted(storage.list_blobs(bucket_name, prefix=prefix), key=lambda blob: (
-            blob.name == f"{prefix}{ORBAX_COMMIT_MARKER}", blob.name))
-        bucket, into = storage.bucket(bucket_name), storage.bucket(target_bucket)
+        blobs = list(storage.list_blobs(bucket_name, prefix=prefix))
         for blob in blobs:
-            bucket.copy_blob(blob, into, f"{target_prefix}{blob.name[len(prefix):]}")
+            try:
+                blob.delete()
+            except gexc.NotFound:
+                pass  # gone meanwhile: what was wanted
     except gexc.GoogleAPIError as error:
-        raise ApiError(f"copying {source} to {target} failed: {error}") from None
+        raise ApiError(f"deleting {prefix_url} failed: {error}") from None
     return len(blobs)
 
 

@@ -171,6 +171,24 @@ class Cluster:
         self._create_or_replace("ConfigMap", name, body, self.core.create_namespaced_config_map,
                                 self.core.replace_namespaced_config_map)
 
+    def get_configmap(self, name: str) -> dict | None:
+        try:
+            return json.loads(self._read(f"reading ConfigMap {name}", lambda: self.core.read_namespaced_config_map(
+                name, self.namespace, _request_timeout=self._timeout, _preload_content=False)).data)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise ApiError(f"reading ConfigMap {name} failed with {describe(error)}") from None
+
+    def delete_configmap(self, name: str) -> None:
+        """Delete a ConfigMap; one that is already gone is fine."""
+        try:
+            call(self.policy, f"deleting ConfigMap {name}", lambda: self.core.delete_namespaced_config_map(
+                name, self.namespace, _request_timeout=self._timeout, _preload_content=False))
+        except ApiException as error:
+            if error.status != 404:
+                raise ApiError(f"deleting ConfigMap {name} failed with {describe(error)}") from None
+
     def _create_or_replace(self, kind: str, name: str, body: dict, create, replace) -> None:
         """Create the object, or replace it when it exists (the same content again is idempotent, so either
         call may be retried); errors name the object, never its content."""

@@ -526,7 +526,7 @@ class KubeApi(PeerServer):
 
     @staticmethod
     def _objects(store: dict, plural: str, method: str, name: str | None, body: bytes) -> Reply:
-        """Create (409 when it exists), replace and read core objects kept whole (Secrets, ConfigMaps)."""
+        """Create (409 when it exists), replace, read and delete core objects kept whole (Secrets, ConfigMaps)."""
         if method == "POST":
             obj = json.loads(body)
             if obj["metadata"]["name"] in store:
@@ -536,9 +536,12 @@ class KubeApi(PeerServer):
         if method == "PUT":
             store[name] = json.loads(body)
             return Reply(200, store[name])
-        if name in store:
-            return Reply(200, store[name])
-        return status(404, "NotFound", f'{plural} "{name}" not found')
+        if name not in store:
+            return status(404, "NotFound", f'{plural} "{name}" not found')
+        if method == "DELETE":
+            del store[name]
+            return Reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        return Reply(200, store[name])
 
 
 def write_kubeconfig(path, server_url: str, context: str, cluster: str | None = None) -> None:

@@ -1,9 +1,14 @@
 """`tpu-rl eval RECIPE --run NAME [--step N]`: evaluate a saved checkpoint of a run on the held-out set, on
 the same slice shape, and add the result to that run's record (phase "checkpoint").
 
-How (jobs/evaluate.py has the MaxText and tunix sources): copy the checkpoint into a scratch run
-(jobs.evaluate.eval_run_name), submit that scratch run's train JobSet, read the "Pre RL Training" line its head logs after
-restoring the checkpoint, and delete the JobSet at once, before it trains the one step tunix always runs.
+How (jobs/evaluate.py has the MaxText sources): submit the train JobSet of a scratch run
+(jobs.evaluate.eval_run_name) whose load_parameters_path is the checkpoint's params, read the "Pre RL
+Training" line its head logs, and delete the JobSet at once, before it trains on. Whatever the command
+created is deleted again, after the result is recorded and on every failure: the scratch run's JobSet,
+its ConfigMap of --rewards/--data-processor files, and its directory in the bucket (tensorboard, a
+checkpoint of a step trained before the JobSet was gone). Each is the scratch run's own: named after it
+and carrying its tpu-rl/run label, or under its run directory, which holds no run.json (a real run of
+that name would, and is refused). The token Secret is shared by every run and stays.
 """
 
 from __future__ import annotations
@@ -11,10 +16,9 @@ from __future__ import annotations
 import dataclasses
 
 from jobs.evaluate import eval_recipe
-from jobs.paths import ArtifactPaths
 from recipes import UserError
 from scripts.cloud import gcs
-from scripts.outcome import Interrupted, StepFailed
+from scripts.outcome import ApiError, Interrupted, StepFailed
 from scripts.pipeline.evaluation import Evaluation, describe, parse_evaluations
 from scripts.pipeline.gke.steps import MAIN_CONTAINER, PROGRESS_LOG_LINES, main_pod, step_jobs
 from scripts.pipeline.gke.submit import fill_token_secret, put_user_files
@@ -66,6 +70,43 @@ def as_recorded(session: Session, record: dict) -> Session:
     return dataclasses.replace(session, recipe=recipe) if recipe is not session.recipe else session
 
 
+def _scratch_objects(scratch: Session, job) -> list[tuple[str, object]]:
+    """What of the scratch run exists, as (what, delete) pairs: only objects named after it that carry its
+    tpu-rl/run label, and its run directory."""
+    from recipes.user_files import configmap_name
+
+    cluster, run, found = scratch.cluster, scratch.paths.run_name, []
+
+    def labelled(obj: dict | None) -> bool:
+        return obj is not None and (obj.get("metadata", {}).get("labels") or {}).get("tpu-rl/run") == run
+
+    jobset = cluster.get_jobset(job.name)
+    if labelled(jobset):
+        uid = jobset["metadata"].get("uid")
+        found.append((f"JobSet {job.name}", lambda: cluster.delete_jobset(job.name, uid)))
+    configmap = configmap_name(run)
+    if labelled(cluster.get_configmap(configmap)):
+        found.append((f"ConfigMap {configmap}", lambda: cluster.delete_configmap(configmap)))
+    storage, prefix = scratch.clients.storage(), scratch.paths.run_root
+    if gcs.object_names(storage, prefix):
+        found.append((prefix, lambda: gcs.delete_prefix(storage, prefix)))
+    return found
+
+
+def _clean_up(scratch: Session, job, failing: bool) -> None:
+    """Delete the scratch run's objects; when the eval is failing anyway, a failed delete only says what
+    is left, so the first error is the one reported."""
+    try:
+        for what, delete in _scratch_objects(scratch, job):
+            delete()
+            scratch.console.print(f"eval: deleted {what}")
+    except ApiError as error:
+        if not failing:
+            raise
+        scratch.console.print(f"[yellow]eval: could not clean up ({error}); delete what is left of the "
+                              f"scratch run {scratch.paths.run_name} by hand[/]")
+
+
 def eval_gke(session: Session, step: int | None) -> Evaluation:
     """Evaluate checkpoint `step` (default: the latest) of the session's run; record and return the result."""
     storage, paths, run = session.clients.storage(), session.paths, session.paths.run_name
@@ -74,20 +115,37 @@ def eval_gke(session: Session, step: int | None) -> Evaluation:
         raise UserError(f"run {run} has no {paths.run_record}: pass a name `tpu-rl runs {session.recipe.name}` lists")
     session = as_recorded(session, record)
     step = _checkpoint_step(session, step)
-    scratch = dataclasses.replace(session, recipe=eval_recipe(session.recipe, run, step))
-    target = f"{ArtifactPaths(scratch.recipe, session.settings).actor_checkpoints}{step}/"
-    if step not in gcs.finished_checkpoint_steps(storage, scratch.paths):
-        copied = gcs.copy_prefix(storage, f"{paths.actor_checkpoints}{step}/", target)
-        session.console.print(f"eval: copied checkpoint {step} of run {run} ({copied} objects) to {target}")
+    scratch = dataclasses.replace(session, recipe=eval_recipe(session.recipe, session.settings, run, step))
+    if gcs.exists(storage, scratch.paths.run_record):
+        raise UserError(f"{scratch.paths.run_record} exists: {scratch.paths.run_name}, the name eval gives its "
+                        "scratch run, is a real run's, whose files eval would delete; rename that run")
     job = step_jobs(scratch.recipe, session.settings)["train"]
     fill_token_secret(scratch)
-    if scratch.recipe.user_files:
-        put_user_files(scratch)
-    if session.cluster.get_jobset(job.name) is not None:
-        session.cluster.delete_jobset(job.name)  # an earlier evaluation of this checkpoint
-    session.cluster.create_jobset(job.manifest)
-    session.console.print(f"eval: submitted JobSet {job.name} to evaluate checkpoint {step} of run {run}")
+    evaluation, failing = None, True
+    try:
+        _clean_up(scratch, job, failing=False)  # an earlier evaluation's leftovers: tunix would resume them
+        if scratch.recipe.user_files:
+            put_user_files(scratch)
+        session.cluster.create_jobset(job.manifest)
+        session.console.print(f"eval: submitted JobSet {job.name} to evaluate checkpoint {step} of run {run} "
+                              f"(load_parameters_path={scratch.recipe.load_parameters})")
+        evaluation = _wait_for_evaluation(scratch, job, step)
+        record = gcs.read_json(storage, paths.run_record) or {}
+        record.setdefault("evaluations", []).append({**evaluation.as_record(),
+                                                     "source": f"tpu-rl eval ({job.name})"})
+        gcs.write_json(storage, paths.run_record, record)
+        failing = False
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted: the evaluation of checkpoint {step} of run {run} was stopped") from None
+    finally:
+        _clean_up(scratch, job, failing)
+    session.console.print(f"run {run}: {describe(evaluation)}")
+    return evaluation
 
+
+def _wait_for_evaluation(session: Session, job, step: int) -> Evaluation:
+    """The Pre line the scratch JobSet's head logs, as the checkpoint's evaluation; StepFailed when the
+    JobSet ends without it or EVAL_WAIT_MINUTES pass."""
     started = session.now()
 
     def head_log() -> str:
@@ -107,27 +165,14 @@ def eval_gke(session: Session, step: int | None) -> Evaluation:
         if found is not None:
             raise _Evaluated(found)
         if (session.now() - started).total_seconds() > EVAL_WAIT_MINUTES * 60:
-            session.cluster.delete_jobset(job.name)
             raise StepFailed(f"JobSet {job.name} logged no evaluation within {EVAL_WAIT_MINUTES} min, so "
-                             f"it was deleted; see `{job.kubectl_logs}` (gone with its pods)")
+                             f"it is deleted; see `{job.kubectl_logs}` (gone with its pods)")
 
     try:
-        wait_for_jobset(scratch, job, follow_logs=False, on_head_log=on_head_log)
+        wait_for_jobset(session, job, follow_logs=False, on_head_log=on_head_log)
     except _Evaluated as done:
-        evaluation = done.evaluation
-    except KeyboardInterrupt:
-        raise Interrupted(f"interrupted: JobSet {job.name} keeps running; stop it with `kubectl delete jobset "
-                          f"{job.name}`") from None
-    else:  # it ended first: read the whole log before failing
-        evaluation = pre_of(head_log())
-        if evaluation is None:
-            raise StepFailed(f"JobSet {job.name} ended without logging its evaluation; see "
-                             f"`{job.kubectl_logs}`")
-    session.cluster.delete_jobset(job.name)
-    session.console.print(f"eval: deleted JobSet {job.name} (its evaluation is logged; training on is not needed)")
-    record = gcs.read_json(storage, paths.run_record) or {}
-    record.setdefault("evaluations", []).append({**evaluation.as_record(), "source": f"tpu-rl eval ({job.name})"})
-    gcs.write_json(storage, paths.run_record, record)
-    session.console.print(f"run {run}: {describe(evaluation)}")
+        return done.evaluation
+    evaluation = pre_of(head_log())  # it ended first: read the whole log before failing
+    if evaluation is None:
+        raise StepFailed(f"JobSet {job.name} ended without logging its evaluation; see `{job.kubectl_logs}`")
     return evaluation
-
