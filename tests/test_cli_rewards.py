@@ -39,13 +39,14 @@ def text_values(prompts, completions, tmvp_config, **kwargs):
 def raises(prompts, completions, tmvp_config, **kwargs):
     return [kwargs["reference"] for _ in completions]
 
-# Call shapes of tunix c4ec573d (rl_learner._compute_rewards adds mode="train"; reward_manager passes
+# Call shapes of tunix c4ec573d (rl_learner._compute_rewards adds mode="train" to the batch's columns and
+# trajectory_ids; reward_manager passes
 # GRPOConfig fields by parameter name, keeps np.array(r), sums with np.nansum) and of maxtext 0.2.4
 # evaluate_rl._compute_row_reward (one completion, question a str, answer=[answer], no mode).
-def named(prompts, completions, tmvp_config, question, answer, mode="eval"):
+def named(prompts, completions, tmvp_config, question, answer, mode="eval", **kwargs):
     return [1.0 if mode == "train" else 0.0 for _ in completions]
 
-def needs_mode(prompts, completions, tmvp_config, question, answer, mode):
+def needs_mode(prompts, completions, tmvp_config, question, answer, mode, **kwargs):
     return [0.0 for _ in completions]
 
 def no_mode(prompts, completions, tmvp_config, question, answer):
@@ -70,6 +71,15 @@ def per_question(prompts, completions, tmvp_config, question, **kwargs):
 
 
 @pytest.fixture
+def no_hub_cache(tmp_path, monkeypatch) -> Path:
+    """An empty Hugging Face cache, so that no tokenizer of the machine's own cache is found."""
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture
 def rewards_file(tmp_path) -> Path:
     path = tmp_path / "my_rewards.py"
     path.write_text(REWARDS)
@@ -79,8 +89,9 @@ def rewards_file(tmp_path) -> Path:
 def test_check_rewards_calls_each_function_on_sample_completions(rewards_file):
     result = runner.invoke(app, ["check-rewards", f"{rewards_file}:short_answer,correct"])
     assert result.exit_code == 0, result.output
-    # The samples: two right answers with reasoning, one wrong (95), one without the tags.
-    assert result.output.splitlines()[:2] == ["short_answer: 0, 0, 1, 1", "correct: 2, 2, 0, 0"]
+    # rl.yml's num_generations=2 completions of each of two gsm8k rows, in tunix's order (row 0's, then
+    # row 1's): right with the tags (88 and 83 characters), wrong with the tags (96, then 600).
+    assert result.output.splitlines()[:2] == ["short_answer: 0, 1, 0, 1", "correct: 2, 0, 2, 0"]
 
 
 def test_check_rewards_calls_them_as_tunix_and_evaluation_do(rewards_file):
@@ -91,21 +102,20 @@ def test_check_rewards_calls_them_as_tunix_and_evaluation_do(rewards_file):
         "exact_format: 0.1, 0.1, 0.1, 0.1"]
 
 
-def test_check_rewards_uses_the_recipes_template(rewards_file):
+def test_check_rewards_uses_the_recipes_template(rewards_file, no_hub_cache):
     # qwen3-v6e32 names data_template_path=.../openmathinstruct2_rl.json, whose TEMPLATE (maxtext 0.2.4
     # examples/chat_templates) is "{system_prompt}\n\n{question}": no Gemma turn markers.
     plain = runner.invoke(app, ["check-rewards", f"{rewards_file}:gemma_turn"])
     qwen = runner.invoke(app, ["check-rewards", f"{rewards_file}:gemma_turn", "--recipe", "qwen3-v6e32"])
     assert plain.exit_code == qwen.exit_code == 0, plain.output + qwen.output
     assert plain.output.splitlines()[0] == "gemma_turn: 1, 1, 1, 1"
-    assert qwen.output.splitlines()[0] == "gemma_turn: 0, 0, 0, 0"
+    assert qwen.output.splitlines()[0] == "gemma_turn: 0, 0, 0, 0, 0, 0, 0, 0"  # rl.num_generations=4
 
 
 @pytest.mark.parametrize("functions, line", [
     ("nope", "it defines no function 'nope'"),
     ("raises", "raises raised KeyError: 'reference'"),
-    ("no_mode", "no_mode takes no mode and no **kwargs, but tunix calls every reward with mode=...: add "
-                "**kwargs"),
+    ("no_mode", "no_mode takes no **kwargs, but tunix also passes trajectory_ids, mode: add **kwargs"),
     ("needs_mode", "needs_mode raised TypeError: needs_mode() missing 1 required positional argument: 'mode' "
                    "in evaluation (one completion, question a str, answer=[answer], no mode)"),
     ("per_question", "per_question returned 155 values for 1 completions in evaluation: return a list of 1 "
@@ -224,12 +234,12 @@ def process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x)
 '''
 
 
-def test_a_data_processor_is_called_on_a_gsm8k_row_and_mounted(cloud, tmp_path):
+def test_a_data_processor_is_called_on_a_gsm8k_row_and_mounted(cloud, tmp_path, no_hub_cache):
     from scripts.rewards.check import check_processor
 
     path = tmp_path / "my_data.py"
     path.write_text(PROCESSOR)
-    row = check_processor(path)
+    row = check_processor(path)[0]
     assert row["answer"] == '["72"]' and row["prompts"].endswith("<start_of_turn>model")
     bad = tmp_path / "bad_data.py"
     bad.write_text(PROCESSOR.replace('"answer": json.dumps([final])', '"solution": final'))
@@ -287,3 +297,135 @@ def test_a_custom_reward_is_checked_run_and_compared_with_the_default_by_accurac
     rows = {line[:18].strip(): line[18:].split() for line in compared.output.splitlines()[1:] if line[:18].strip()}
     assert rows["accuracy after %"] == ["53.1", "62.5"] and rows["accuracy change"] == ["+12.5", "+21.9"]
     assert f"run 2: {run_name(custom)} (rewards my_rewards.py:short_answer,correct)" in compared.output
+
+
+SHAPES = """
+import numpy as np
+
+def batch_shape(prompts, completions, tmvp_config, mode=None, question=None, answer=None, trajectory_ids=None,
+                **kwargs):
+    n = len(completions)
+    if mode is None:  # evaluation: one completion, the row's own values
+        ok = (isinstance(question, np.str_) and len(prompts) == 1 and isinstance(answer, list)
+              and len(answer) == 1 and isinstance(answer[0], np.str_))
+        return [float(ok)]
+    ok = (mode == "train" and isinstance(prompts, list) and all(isinstance(p, np.str_) for p in prompts)
+          and isinstance(question, np.ndarray) and question.dtype.kind == "U" and len(question) == n
+          and isinstance(answer, np.ndarray) and answer.dtype.kind == "U" and len(answer) == n
+          and len(set(question[:n // 2])) == 1 and question[0] != question[-1])
+    return [float(ok) for _ in completions] + ([] if trajectory_ids else [0.0])
+
+def ids(prompts, completions, tmvp_config, trajectory_ids=(), **kwargs):
+    return [float(t.replace("_", ".")) for t in trajectory_ids] if kwargs.get("mode") else [0.0]
+
+def beta(prompts, completions, tmvp_config, beta=-1.0, **kwargs):  # evaluation passes no GRPO field
+    return [beta for _ in completions]
+
+def im_start(prompts, completions, tmvp_config, **kwargs):
+    return [float(p.startswith("<|im_start|>user\\n")) for p in prompts]
+
+def answers(prompts, completions, tmvp_config, answer, **kwargs):
+    import json
+    return [float(len(json.loads(a))) for a in answer]
+"""
+
+
+@pytest.fixture
+def shapes_file(tmp_path) -> Path:
+    path = tmp_path / "shapes.py"
+    path.write_text(SHAPES)
+    return path
+
+
+def test_check_rewards_calls_them_with_the_batch_tunix_makes(shapes_file, no_hub_cache):
+    # grain batches each column as a numpy array of str; tunix c4ec573d repeats it num_generations times,
+    # makes prompts a list, adds trajectory_ids "<row>_<generation>", mode="train" and the GRPOConfig
+    # fields the function names (beta: rl.yml's rl.grpo_beta 0.08); evaluation passes numpy str values.
+    result = runner.invoke(app, ["check-rewards", f"{shapes_file}:batch_shape,ids,beta,answers", "--recipe",
+                                 "qwen3-v6e32"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[:4] == [
+        "batch_shape: 1, 1, 1, 1, 1, 1, 1, 1", "ids: 0, 0.1, 0.2, 0.3, 1, 1.1, 1.2, 1.3",
+        "beta: 0.08, 0.08, 0.08, 0.08, 0.08, 0.08, 0.08, 0.08",
+        "answers: 2, 2, 2, 2, 2, 2, 2, 2"]  # utils_rl.process_answer: [answer, answer]
+    assert "(2 prompts x 4 generations, in training and one at a time as in evaluation)" in result.output
+
+
+def _tiny_tokenizer_files(directory: Path, family: str) -> Path:
+    """The tiny tokenizer's chat template and special tokens (tests/maxtext_cpu/tiny.py SPECIALS), as
+    save_pretrained writes them: chat_template.jinja and tokenizer_config.json."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "maxtext_cpu"))
+    from tiny import SPECIALS
+
+    _, roles, template = SPECIALS[family]
+    directory.mkdir(parents=True)
+    (directory / "chat_template.jinja").write_text(template)
+    (directory / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in roles.items() if v}))
+    return directory
+
+
+def test_check_rewards_applies_the_chat_template_of_the_recipes_cached_tokenizer(shapes_file, no_hub_cache):
+    # What AutoTokenizer.from_pretrained("Qwen/Qwen3-30B-A3B-Instruct-2507") reads offline: the snapshot
+    # refs/main names in the Hugging Face cache.
+    repo = no_hub_cache / "models--Qwen--Qwen3-30B-A3B-Instruct-2507"
+    snapshot = _tiny_tokenizer_files(repo / "snapshots" / "0123abc", "qwen3-30b-a3b")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abc")
+    result = runner.invoke(app, ["check-rewards", f"{shapes_file}:im_start", "--recipe", "qwen3-v6e32"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == "im_start: 1, 1, 1, 1, 1, 1, 1, 1"
+    assert f"prompts in the chat template of {snapshot}/chat_template.jinja" in " ".join(result.output.split())
+    without = runner.invoke(app, ["check-rewards", f"{shapes_file}:im_start", "--recipe", "gemma4-v6e64"])
+    assert without.output.splitlines()[0] == "im_start: 0, 0, 0, 0"
+    assert ("prompts WITHOUT the tokenizer's chat template: none in the Hugging Face cache of "
+            "google/gemma-4-26b-a4b-it; pass --tokenizer DIR") in " ".join(without.output.split())
+
+
+def test_check_rewards_takes_the_rows_of_a_data_processor(shapes_file, tmp_path, no_hub_cache):
+    path = tmp_path / "my_data.py"
+    path.write_text(PROCESSOR)  # its answer is json.dumps([final]): one item
+    result = runner.invoke(app, ["check-rewards", f"{shapes_file}:answers", "--data-processor", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == "answers: 1, 1, 1, 1"
+    path.write_text(PROCESSOR.replace('json.dumps([final])', 'final'))
+    result = runner.invoke(app, ["check-rewards", f"{shapes_file}:answers", "--data-processor", str(path)])
+    assert result.exit_code == 2
+    assert (f"error: --data-processor {path}: process_data's answer '72' is not a JSON list: MaxText's "
+            "evaluation reads it as the list of accepted answers (utils_rl's is json.dumps([answer, answer]))"
+            ) in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("recipe_name", ["qwen3-v6e32", "gemma4-v6e64"])
+def test_the_checks_rows_are_what_maxtexts_own_pipeline_makes(recipe_name, tmp_path, no_hub_cache):
+    """MaxText 0.2.4's utils_rl.process_data (and a --data-processor file through load_custom_callable),
+    with the tiny tokenizer loaded by AutoTokenizer and grain's batch (tests/maxtext_cpu/rows.py), in the
+    release's venv; the check builds the same rows from the same tokenizer directory."""
+    import subprocess
+
+    from maxtext_cpu.chain import HERE, venv_python
+    from scripts.rewards.check import check_inputs, check_processor, sample_rows
+    from scripts.rewards.prompts import DATASET, SAMPLES
+
+    recipe = get_recipe(recipe_name)
+    python = venv_python(recipe.maxtext_version)
+    if not python.exists():
+        pytest.skip(f"{python.parent.parent.name} is missing: `make install` builds it (MaxText for CPU)")
+    processor = tmp_path / "my_data.py"
+    processor.write_text(PROCESSOR)
+    template = (recipe.rl.override("data_template_path") or "gsm8k_rl.json").rpartition("/")[2]
+    cases = [{"model": recipe.model.maxtext_name, "data_template": template, "processor": processor_path}
+             for processor_path in (None, str(processor))]
+    spec = {"rows": [row for row, _ in SAMPLES], "cases": cases}
+    done = subprocess.run([str(python), str(HERE / "rows.py"), str(tmp_path), json.dumps(spec)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    real = json.loads(done.stdout.strip().splitlines()[-1])
+    assert real["dataset_name"] == DATASET
+    builtin, processed = real["cases"]
+    inputs = check_inputs(recipe, Path(builtin["tokenizer"]))
+    assert inputs.chat is not None
+    assert sample_rows(inputs) == builtin["rows"]
+    assert check_processor(processor, inputs) == processed["rows"]
+    assert builtin["types"] == {key: ["ndarray", "U"] for key in ("prompts", "question", "answer")}

@@ -131,20 +131,20 @@ def _with_user_files(recipe, rewards: Optional[str], data_processor: Optional[st
     from pathlib import Path
 
     from recipes.user_files import read_user_file, with_user_files
-    from scripts.rewards.check import check_processor, check_rewards, parse_rewards, template_of
+    from scripts.rewards.check import check_inputs, check_processor, check_rewards, parse_rewards
 
-    files = []
-    if rewards:
-        option = parse_rewards(rewards)
-        files.append(read_user_file(recipe, "rewards", option.path, option.functions))
-        check_rewards(option, template_of(recipe.rl.overrides))
+    files, inputs, rows = [], check_inputs(recipe), None
     if data_processor:
         path = Path(data_processor)
         if path.suffix != ".py" or not path.is_file():
             raise UserError(f"--data-processor {data_processor}: no such Python file: pass the file that defines "
                             "process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x)")
         files.append(read_user_file(recipe, "data-processor", path))
-        check_processor(path)
+        rows = check_processor(path, inputs)
+    if rewards:
+        option = parse_rewards(rewards)
+        files.append(read_user_file(recipe, "rewards", option.path, option.functions))
+        check_rewards(option, inputs, rows)
     return with_user_files(recipe, tuple(files))
 
 
@@ -213,18 +213,38 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 @app.command("check-rewards")
 @handled
 def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN,..."),
-                          recipe: Optional[str] = typer.Option(None, help="prompts in its template")) -> None:
-    """Import a reward file in a clean subprocess and call each function on sample gsm8k completions, as
-    MaxText's trainer will; refuses a missing function, a raise, or the wrong number or type of values."""
+                          recipe: Optional[str] = typer.Option(None, help="its data template, settings and "
+                                                               "cached tokenizer"),
+                          data_processor: Optional[str] = typer.Option(None, "--data-processor", metavar="FILE.py",
+                                                                       help="rows from your process_data"),
+                          tokenizer: Optional[str] = typer.Option(None, "--tokenizer", metavar="DIR",
+                                                                  help="the chat template of this tokenizer")) -> None:
+    """Import a reward file in a clean subprocess and call each function on sample gsm8k rows and
+    completions, as MaxText's trainer will; refuses a missing function, a raise, or the wrong number or
+    type of values."""
+    from pathlib import Path
+
     from recipes import get_recipe
-    from scripts.rewards.check import SAMPLES, check_rewards, parse_rewards, template_of
+    from scripts.rewards.check import (check_inputs, check_processor, check_rewards, parse_rewards,
+                                       sample_completions)
 
     option = parse_rewards(rewards, "check-rewards")
-    scores = check_rewards(option, template_of(get_recipe(recipe).rl.overrides) if recipe else template_of())
+    inputs = check_inputs(get_recipe(recipe) if recipe else None, Path(tokenizer) if tokenizer else None)
+    rows = None
+    if data_processor:
+        if not Path(data_processor).is_file():
+            raise UserError(f"--data-processor {data_processor}: no such file: pass the Python file that defines "
+                            "process_data")
+        rows = check_processor(Path(data_processor), inputs)
+    scores = check_rewards(option, inputs, rows)
     for name, values in scores.items():
         typer.echo(f"{name}: {', '.join(f'{value:g}' for value in values)}")
-    typer.echo(f"ok: {len(scores)} function(s) of {option.path} return one float per completion "
-               f"({len(SAMPLES)} sample completions)")
+    import textwrap
+
+    typer.echo(f"ok: {len(scores)} function(s) of {option.path} return one float per completion")
+    typer.echo(f"({len(sample_completions(inputs))} prompts x {inputs.generations} generations, in training "
+               "and one at a time as in evaluation)")
+    typer.echo(textwrap.fill(inputs.describe(), 80, break_on_hyphens=False, break_long_words=False))
 
 
 @app.command()

@@ -1,7 +1,8 @@
-"""`tpu-rl check-rewards FILE.py:fn1,fn2`: import the file in a clean subprocess (`python -I -B`: no user
-site, no PYTHONPATH, no current directory on sys.path, no __pycache__ left behind) the way MaxText does,
-and call each function the way its trainer will, refusing in one line a function that is missing, raises,
-or returns the wrong number or type of values.
+"""`tpu-rl check-rewards FILE.py:fn1,fn2 [--recipe R] [--data-processor FILE.py] [--tokenizer DIR]`: import
+the files in a clean subprocess (`python -I -B`: no user site, no PYTHONPATH, no current directory on
+sys.path, no __pycache__ left behind) the way MaxText does, and call each function with what the trainer
+will give it, refusing in one line a function that is missing, raises, or returns the wrong number or type
+of values.
 
 How MaxText 0.2.4 loads and calls them (maxtext/trainers/post_train/rl/ in the wheel):
 - utils_rl.load_custom_callable(module_path, name): the file must exist (os.path.isfile), is loaded with
@@ -9,81 +10,114 @@ How MaxText 0.2.4 loads and calls them (maxtext/trainers/post_train/rl/ in the w
 - train_rl.build_reward_fns: `reward_functions` is split at commas and stripped; the functions REPLACE the
   built-in three (match_format_exactly, match_format_approximately, check_numbers);
 - train_rl.make_reward_fn wraps each as `fn(tmvp_config=trainer_config, **kwargs)` under functools.wraps,
-  so tunix inspects the user's own signature. Training (tunix c4ec573d tunix/rl/rl_learner.py
-  _compute_rewards, L213-214) adds mode=str(Mode.TRAIN) == "train" (rl_cluster.py L64-71) to every call;
-  reward_manager.py _compute_rewards (L131-148) then adds, by parameter name, any algo_config (GRPOConfig)
-  field the function names, and calls reward_fn(prompts=, completions=, **kwargs) with the batch's other
-  columns, here `question` and `answer` (utils_rl.process_data: `answer` is the JSON list of acceptable
-  answers, json.dumps'd); tunix keeps np.array(r) of the result and sums with np.nansum (L150-163), so
-  a numpy array and nan are fine. Evaluation (evaluate_rl._compute_row_reward L212) calls it once per
-  response another way: prompts=[prompt], completions=[response], answer=[answer], question=question (a str),
-  no mode. The check makes both calls.
-The sample batch: gsm8k questions in the recipe's prompt template (maxtext/examples/chat_templates/
-gsm8k_rl.json, rl.yml's default data_template_path: TEMPLATE with SYSTEM_PROMPT and rl.yml's tokens
-<reasoning>, </reasoning>, <answer>, </answer>), completions in that format, one of them wrong and one
-without the tags. The recipe's data_template_path picks the TEMPLATE (qwen3-v6e32: openmathinstruct2_rl.json). Not done:
-the tokenizer's own chat template, which 0.2.4 utils_rl.process_data applies around it.
+  so tunix inspects the user's own signature.
+The rows: what process_data (utils_rl's, or the --data-processor file's) makes of gsm8k rows
+(scripts/rewards/prompts.py: the prompt in the data template and the tokenizer's chat template; answer =
+json.dumps([answer, answer])). train_rl.prepare_datasets batches them with grain (`.batch(batch_size)`:
+each column a numpy array of str). Training, at tunix c4ec573d: rl_learner._prepare_data (L429-432)
+repeats each row num_generations times (`np.repeat(x, sample_repeat, axis=0)`, [B] -> [B*G]) and adds
+`trajectory_ids` ("<row>_<generation>", grpo_learner._compute_trajectory_ids L502-531);
+grpo_learner._generate_and_compute_advantage makes `prompts` a list (L245) and calls _compute_rewards with
+every other column as it is (L362-367), which adds mode=str(Mode.TRAIN) == "train" (rl_learner.py L214-215,
+rl_cluster.py L64-71); reward_manager._compute_rewards (L122-148) adds any GRPOConfig field the function
+names as a parameter, calls reward_fn(prompts=, completions=, **kwargs), keeps np.array(r) and sums with
+np.nansum (L162-170), so a numpy array and nan are fine. Evaluation (maxtext 0.2.4 evaluate_rl.py
+_compute_row_reward L212, from evaluate's zip over the batch's columns, L276-292): one response at a time,
+prompts=[prompt], completions=[response], answer=[answer], question=question (numpy str), no mode.
+The check makes both calls, with the recipe's num_generations.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipes import UserError
+from scripts.rewards import prompts as sample
+from scripts.rewards.prompts import ChatTemplate
 
-TIMEOUT_SECONDS = 60  # every wait has an end: importing and calling the functions on 4 completions
+TIMEOUT_SECONDS = 60  # every wait has an end: importing and calling the functions on the sample rows
 
-# rl.yml (0.2.3 and 0.2.4) and examples/chat_templates/gsm8k_rl.json of the wheels.
-TOKENS = {"reasoning_start_token": "<reasoning>", "reasoning_end_token": "</reasoning>",
-          "solution_start_token": "<answer>", "solution_end_token": "</answer>"}
 # The stand-in tmvp_config: the tokens and rl.yml's reward weights (maxtext 0.2.4
-# maxtext/configs/post_train/rl.yml L191-198), which utils_rl's built-in rewards read.
-CONFIG = {**TOKENS, "reward_exact_answer": 1.0, "reward_white_space_format_match": 1.0,
+# maxtext/configs/post_train/rl.yml L191-198), which utils_rl's built-in rewards read; a recipe's
+# override of one of them wins.
+CONFIG = {**sample.TOKENS, "reward_exact_answer": 1.0, "reward_white_space_format_match": 1.0,
           "reward_exact_format_match": 0.1, "reward_partial_format_match": 0.0,
           "reward_ratio_guess_to_answer_high": 0.0, "reward_ratio_guess_to_answer_low": 0.0,
           "penalty_incorrect_format": 0.0, "penalty_incorrect_answer": 0.0}
-# GRPOConfig fields a reward may name as parameters (tunix c4ec573d tunix/rl/grpo/grpo_learner.py
-# GRPOConfig); reward_manager passes them by name. Values: maxtext 0.2.4 rl.yml L39 and L43.
-ALGO_CONFIG = {"num_generations": 2, "num_iterations": 1}
+# GRPOConfig's fields (tunix c4ec573d tunix/rl/grpo/grpo_learner.py L91-109, and AlgorithmConfig's,
+# algorithm_config.py L28-39), which reward_manager passes by parameter name: (the MaxText key that
+# train_rl.create_rl_components sets it from, or None for tunix's default; the value). Values: maxtext
+# 0.2.4 rl.yml L39-55, tunix's defaults.
+GRPO_FIELDS = {
+    "num_generations": ("rl.num_generations", 2), "num_iterations": ("rl.num_iterations", 1),
+    "beta": ("rl.grpo_beta", 0.08), "epsilon": ("rl.grpo_epsilon", 0.2), "loss_algo": ("rl.loss_algo", "grpo"),
+    "loss_agg_mode": ("rl.loss_agg_mode", "sequence-mean-token-mean"),
+    "algo_variant": (None, "grpo"), "advantage_estimator": (None, "grpo"), "policy_loss_fn": (None, "grpo"),
+    "reward_manager": (None, "sequence-level"), "kl_clamp_value": (None, None), "kl_loss_mode": (None, "kl"),
+    "use_rollout_logps": (None, True), "sampler_is": (None, None), "sampler_is_threshold": (None, 2.0),
+}
 TRAIN_MODE = "train"  # str(rl_cluster.Mode.TRAIN), tunix c4ec573d tunix/rl/rl_cluster.py L64-71
-SYSTEM_PROMPT = ("You are given a problem. Think about the problem and provide your reasoning. Place it between "
-                 "{reasoning_start_token} and {reasoning_end_token}. Then, provide the final answer (i.e., just one "
-                 "numerical value) between {solution_start_token} and {solution_end_token}.")
-TEMPLATE = "<start_of_turn>user\n{system_prompt}\n\n{question}<end_of_turn>\n<start_of_turn>model"
-# The TEMPLATE of each chat template json a recipe can name with data_template_path (maxtext 0.2.4
-# maxtext/examples/chat_templates/); both share SYSTEM_PROMPT. rl.yml's default is gsm8k_rl.json.
-TEMPLATES = {"gsm8k_rl.json": TEMPLATE, "openmathinstruct2_rl.json": "{system_prompt}\n\n{question}"}
 
 
-def template_of(overrides: tuple[str, ...] = ()) -> str:
-    """The TEMPLATE the recipe's data_template_path names (the last one), gsm8k_rl.json's without one."""
-    paths = [item.partition("=")[2] for item in overrides if item.partition("=")[0] == "data_template_path"]
-    return TEMPLATES.get(paths[-1].rpartition("/")[2], TEMPLATE) if paths else TEMPLATE
+def _typed(text: str, like):
+    """A recipe override's text as the type of rl.yml's value."""
+    if isinstance(like, bool):
+        return text.strip().lower() == "true"
+    if isinstance(like, int):
+        return int(float(text))
+    if isinstance(like, float):
+        return float(text)
+    return text
 
 
-SAMPLES = (  # (question, acceptable answers, completion)
-    ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
-     "clips did Natalia sell altogether in April and May?", ["72"],
-     "<reasoning>48 in April, 48 / 2 = 24 in May, 48 + 24 = 72.</reasoning><answer>72</answer>"),
-    ("Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did "
-     "she earn?", ["10"], "<reasoning>12 / 60 = 0.2 per minute, 0.2 * 50 = 10.</reasoning><answer>10</answer>"),
-    ("Betty needs $100 for a wallet. She has half of it, her parents give $15 and her grandparents twice as "
-     "much as her parents. How much more does she need?", ["5"],
-     "<reasoning>50 + 15 + 30 = 95.</reasoning><answer>95</answer>"),
-    ("James writes a 3-page letter to 2 different friends twice a week. How many pages does he write a year?",
-     ["624"], "He writes 3 * 2 * 2 = 12 pages a week, so 624 a year."),
-)
+@dataclass(frozen=True)
+class CheckInputs:
+    """What the check calls with: the data TEMPLATE, the tokenizer's chat template (None: not found),
+    the stand-in tmvp_config and GRPOConfig, and where the tokenizer was looked for."""
+    template: str = sample.TEMPLATE
+    chat: ChatTemplate | None = None
+    config: dict = field(default_factory=lambda: dict(CONFIG))
+    algo: dict = field(default_factory=lambda: {name: value for name, (_, value) in GRPO_FIELDS.items()})
+    tokenizer: str | None = None  # the recipe's tokenizer repo
+
+    @property
+    def generations(self) -> int:
+        return int(self.algo["num_generations"])
+
+    def describe(self) -> str:
+        """One line: the prompts' chat template, or why there is none."""
+        if self.chat is not None:
+            return f"prompts in the chat template of {self.chat.source}"
+        if self.tokenizer:
+            return (f"prompts WITHOUT the tokenizer's chat template: none in the Hugging Face cache of "
+                    f"{self.tokenizer}; pass --tokenizer DIR (`hf download {self.tokenizer} "
+                    "tokenizer_config.json chat_template.jinja`)")
+        return "prompts WITHOUT a chat template: pass --recipe (its cached tokenizer) or --tokenizer DIR"
 
 
-def sample_batch(template: str = TEMPLATE) -> dict:
-    system = SYSTEM_PROMPT.format(**TOKENS)
-    return {"prompts": [template.format(system_prompt=system, question=q) for q, _, _ in SAMPLES],
-            "completions": [c for _, _, c in SAMPLES], "question": [q for q, _, _ in SAMPLES],
-            "answer": [json.dumps(a) for _, a, _ in SAMPLES]}
+def check_inputs(recipe=None, tokenizer: Path | None = None) -> CheckInputs:
+    """The recipe's data template, tokens, reward weights and GRPO settings (rl.yml's without a recipe),
+    and the chat template of --tokenizer DIR or else of the recipe's cached tokenizer."""
+    if tokenizer is not None and not tokenizer.is_dir():
+        raise UserError(f"--tokenizer {tokenizer}: no such directory: pass a tokenizer directory (with "
+                        "tokenizer_config.json or chat_template.jinja)")
+    repo = recipe.model.tokenizer if recipe is not None else None
+    chat = sample.find_chat_template(repo, tokenizer)
+    if tokenizer is not None and chat is None:
+        raise UserError(f"--tokenizer {tokenizer}: it has no chat template (chat_template.jinja, or chat_template "
+                        "in tokenizer_config.json)")
+    if recipe is None:
+        return CheckInputs(chat=chat)
+    given = recipe.rl.override
+    config = {key: _typed(given(key), value) if given(key) is not None else value for key, value in CONFIG.items()}
+    algo = {name: _typed(given(key), value) if key and given(key) is not None else value
+            for name, (key, value) in GRPO_FIELDS.items()}
+    return CheckInputs(sample.data_template(recipe.rl.overrides, recipe.maxtext_version), chat, config, algo, repo)
 
 
 @dataclass(frozen=True)
@@ -115,7 +149,7 @@ def parse_rewards(value: str, option: str = "--rewards") -> RewardsOption:
 
 # What both checks run first in the subprocess: argv[1] is the file, loaded as load_custom_callable does
 # (spec_from_file_location, a fresh module); `fail` prints the one JSON object of a refusal.
-_PRELUDE = r'''
+_PRELUDE = r"""
 import importlib.util, json, math, sys
 path = sys.argv[1]
 class Config:
@@ -128,12 +162,20 @@ try:
     spec.loader.exec_module(module)
 except BaseException as error:
     fail(f"importing it raised {type(error).__name__}: {error}")
-'''
-# Runs in the subprocess: argv = [file, names, batch, config, algo config (JSON)]; prints one JSON object.
-_RUNNER = _PRELUDE + r'''
+"""
+# Runs in the subprocess: argv = [file, names, rows, completions per row, config, algo config (JSON)];
+# prints one JSON object.
+_RUNNER = _PRELUDE + r"""
 import inspect, numbers
-names, batch = json.loads(sys.argv[2]), json.loads(sys.argv[3])
-config, algo = Config(json.loads(sys.argv[4])), json.loads(sys.argv[5])
+import numpy as np
+names, rows, completions = json.loads(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
+config, algo = Config(json.loads(sys.argv[5])), json.loads(sys.argv[6])
+G = algo["num_generations"]
+# grain's batch (a numpy array per column), then tunix's repeat [B] -> [B*G] and its list of prompts.
+batch = {key: np.repeat(np.array([row[key] for row in rows]), G, axis=0) for key in rows[0]}
+prompts = list(batch.pop("prompts"))
+flat = [c for each in completions for c in each]
+trajectory_ids = [f"{r}_{g}" for r in range(len(rows)) for g in range(G)]
 def scores_of(name, scores, n, how):
     try:
         values = list(scores)
@@ -159,72 +201,118 @@ for name in names:
     except (TypeError, ValueError):
         params = {}
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    if params and not takes_all and "mode" not in params:
-        fail(f"{name} takes no mode and no **kwargs, but tunix calls every reward with mode=...: add **kwargs")
-    train = {**batch, "mode": "train"}
-    train.update({k: v for k, v in algo.items() if k in params and k not in train})
+    train = {**batch, "trajectory_ids": trajectory_ids, "mode": "train"}
+    missing = [key for key in train if key not in params]
+    if params and not takes_all and missing:
+        fail(f"{name} takes no **kwargs, but tunix also passes {', '.join(missing)}: add **kwargs")
+    train.update({k: v for k, v in algo.items() if k in params and k not in train
+                  and k not in ("self", "prompts", "completions", "kwargs")})
     try:
-        scores = fn(tmvp_config=config, **train)
+        scores = fn(tmvp_config=config, prompts=prompts, completions=flat, **train)
     except BaseException as error:
         fail(f"{name} raised {type(error).__name__}: {error}")
-    result[name] = scores_of(name, scores, len(batch["completions"]), "in training")
-    for i, completion in enumerate(batch["completions"]):
-        try:
-            one = fn(tmvp_config=config, prompts=[batch["prompts"][i]], completions=[completion],
-                     answer=[batch["answer"][i]], question=batch["question"][i])
-        except BaseException as error:
-            fail(f"{name} raised {type(error).__name__}: {error} in evaluation (one completion, question a "
-                 "str, answer=[answer], no mode)")
-        scores_of(name, one, 1, "in evaluation")
+    result[name] = scores_of(name, scores, len(flat), "in training")
+    for row, each in zip(rows, completions):
+        for completion in each:
+            try:
+                one = fn(tmvp_config=config, prompts=[np.str_(row["prompts"])], completions=[completion],
+                         answer=[np.str_(row["answer"])], question=np.str_(row["question"]))
+            except BaseException as error:
+                fail(f"{name} raised {type(error).__name__}: {error} in evaluation (one completion, question a "
+                     "str, answer=[answer], no mode)")
+            scores_of(name, one, 1, "in evaluation")
 print(json.dumps({"scores": result}))
-'''
+"""
 
 
-def check_rewards(option: RewardsOption, template: str = TEMPLATE) -> dict[str, list[float]]:
-    """Each function's scores on the sample batch in `template` (template_of the recipe's overrides), or
-    one UserError line saying what is wrong."""
+def sample_rows(inputs: CheckInputs, processor: Path | None = None) -> list[dict]:
+    """What process_data makes of the sample gsm8k rows: utils_rl's, or the --data-processor file's."""
+    if processor is not None:
+        return check_processor(processor, inputs)
+    return [sample.builtin_row(row, inputs.template, inputs.chat, inputs.config) for row, _ in sample.SAMPLES]
+
+
+def sample_completions(inputs: CheckInputs) -> list[list[str]]:
+    return [sample.completions_of(i, inputs.generations) for i in range(len(sample.SAMPLES))]
+
+
+def check_rewards(option: RewardsOption, inputs: CheckInputs | None = None,
+                  rows: list[dict] | None = None) -> dict[str, list[float]]:
+    """Each function's scores on the training batch (B rows x num_generations completions, in that order),
+    or one UserError line saying what is wrong. `rows`: check_processor's (default: utils_rl's)."""
+    inputs = inputs or CheckInputs()
+    rows = rows if rows is not None else sample_rows(inputs)
     answer = _run(f"--rewards {option.text}", _RUNNER, option.path,
-                  [json.dumps(list(option.functions)), json.dumps(sample_batch(template)), json.dumps(CONFIG),
-                   json.dumps(ALGO_CONFIG)])
+                  [json.dumps(list(option.functions)), json.dumps(rows), json.dumps(sample_completions(inputs)),
+                   json.dumps(inputs.config), json.dumps(inputs.algo)])
     return answer["scores"]
 
 
 # The data processor: train_rl.prepare_datasets (0.2.3 and 0.2.4) loads `process_data` with
 # load_custom_callable and maps every dataset row x through
 # process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x); the built-in
-# (utils_rl.process_data) returns {"prompts", "question", "answer"} strings, which the trainer batches.
-# The check calls it on a gsm8k row ({"question", "answer"} with the "#### 72" final line) with the
-# recipe's template and a stand-in tokenizer whose apply_chat_template joins the messages' contents.
+# (utils_rl.process_data) returns {"prompts", "question", "answer"} strings, which the trainer batches
+# (every key reaches the rewards), filters by model_tokenizer.tokenize(x["prompts"]) and, in evaluation,
+# list(dict.fromkeys(json.loads(answer))) (evaluate_rl.py L278). The check calls it on the sample gsm8k rows with the data
+# template and a tokenizer stand-in whose apply_chat_template is the real chat template's render.
 PROCESSOR_KEYS = ("prompts", "question", "answer")
-_PROCESSOR_RUNNER = _PRELUDE + r'''
-template, tokens = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+_PROCESSOR_RUNNER = _PRELUDE + r"""
+template, tokens, rows, dataset = (json.loads(arg) for arg in sys.argv[2:6])
+chat = json.loads(sys.argv[6])
+RENDER
 class Tokenizer:
-    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **kwargs):
-        return "".join(m["content"] for m in messages)
+    chat_template = chat["text"] if chat else None
+    def __init__(self):
+        for name, value in (chat["tokens"] if chat else {}).items():
+            setattr(self, name, value)
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False, **kwargs):
+        if tokenize:
+            fail("process_data asked apply_chat_template to tokenize: the trainer batches prompts as text")
+        if not chat:
+            return "".join(m["content"] for m in messages)
+        return render_chat(chat["text"], chat["tokens"], messages, add_generation_prompt)
 fn = getattr(module, "process_data", None)
 if not callable(fn):
     fail("it defines no function 'process_data'")
-row = {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-                   "How many clips did Natalia sell altogether in April and May?",
-       "answer": "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether.\n#### 72"}
-try:
-    out = fn("openai/gsm8k", Tokenizer(), template, Config(tokens), row)
-except BaseException as error:
-    fail(f"process_data raised {type(error).__name__}: {error}")
-if not isinstance(out, dict):
-    fail(f"process_data returned a {type(out).__name__}: return a dict with prompts, question and answer")
-missing = [key for key in ("prompts", "question", "answer") if not isinstance(out.get(key), str)]
-if missing:
-    fail(f"process_data's result has no string {', '.join(missing)}: the trainer batches prompts, question, answer")
-print(json.dumps({"row": {key: out[key] for key in ("prompts", "question", "answer")}}))
-'''
+out_rows = []
+for row in rows:
+    try:
+        out = fn(dataset, Tokenizer(), template, Config(tokens), row)
+    except BaseException as error:
+        fail(f"process_data raised {type(error).__name__}: {error}")
+    if not isinstance(out, dict):
+        fail(f"process_data returned a {type(out).__name__}: return a dict with prompts, question and answer")
+    missing = [key for key in ("prompts", "question", "answer") if not isinstance(out.get(key), str)]
+    if missing:
+        fail(f"process_data's result has no string {', '.join(missing)}: the trainer batches prompts, question, answer")
+    try:
+        accepted = json.loads(out["answer"])
+    except ValueError:
+        accepted = None
+    if not isinstance(accepted, list):
+        fail(f"process_data's answer {out['answer'][:40]!r} is not a JSON list: MaxText's evaluation reads it as "
+             "the list of accepted answers (utils_rl's is json.dumps([answer, answer]))")
+    try:
+        json.dumps(out)
+    except (TypeError, ValueError):
+        fail("process_data's result holds a value that is not text or a number: the trainer batches every key")
+    out_rows.append(out)
+if len({tuple(sorted(out)) for out in out_rows}) > 1:
+    fail("process_data returns different keys for different rows: grain's batch needs the same keys in each")
+print(json.dumps({"rows": out_rows}))
+"""
 
 
-def check_processor(path: Path) -> dict[str, str]:
-    """What process_data makes of a gsm8k row, or one UserError line saying what is wrong."""
-    template = {"SYSTEM_PROMPT": SYSTEM_PROMPT, "TEMPLATE": TEMPLATE}
-    answer = _run(f"--data-processor {path}", _PROCESSOR_RUNNER, path, [json.dumps(template), json.dumps(CONFIG)])
-    return answer["row"]
+def check_processor(path: Path, inputs: CheckInputs | None = None) -> list[dict]:
+    """What process_data makes of the sample gsm8k rows, or one UserError line saying what is wrong."""
+    inputs = inputs or CheckInputs()
+    template = {"SYSTEM_PROMPT": sample.SYSTEM_PROMPT, "TEMPLATE": inputs.template}
+    chat = {"text": inputs.chat.text, "tokens": inputs.chat.tokens} if inputs.chat else None
+    runner = _PROCESSOR_RUNNER.replace("RENDER", inspect.getsource(sample.render_chat))
+    answer = _run(f"--data-processor {path}", runner, path,
+                  [json.dumps(template), json.dumps(inputs.config), json.dumps([row for row, _ in sample.SAMPLES]),
+                   json.dumps(sample.DATASET), json.dumps(chat)])
+    return answer["rows"]
 
 
 def _run(where: str, runner: str, path: Path, args: list[str]) -> dict:
