@@ -26,7 +26,7 @@ from scripts.pipeline.gke.wait import wait_for_jobset
 from scripts.pipeline.session import Session
 
 
-# Every wait has an end: restoring the checkpoint, compiling and one evaluation of the held-out set take
+# Every wait has an end: loading the checkpoint, compiling and one evaluation of the held-out set take
 # minutes; past this the JobSet is stopped and the eval fails, so a hung trainer is not paid for.
 EVAL_WAIT_MINUTES = 90
 
