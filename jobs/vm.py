@@ -203,11 +203,18 @@ stop_if_cancelled() {{
 # Polls the marker while the steps run; stops MaxText when it appears. Each round first rewrites the
 # heartbeat. It ends with this script (checked each round, and killed by on_exit), its sleep with it, so
 # nothing keeps the console pipe open.
+# The script lives: its process exists and is not a zombie (a script killed at once, SIGKILL, stays one until
+# the guest agent reaps it, which may wait for the output this watcher holds open). The state is the field
+# after the parenthesised name in /proc/PID/stat (proc(5): Z zombie, X dead).
+script_alive() {{
+  local state
+  state="$(sed -E 's/.*\\) (.).*/\\1/' "/proc/$$/stat" 2>/dev/null)" && [[ -n "$state" && "$state" != [ZX] ]]
+}}
 watch_cancel() {{
   local nap=""
   trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-  while kill -0 "$$" 2>/dev/null; do
-    printf 'attempt=%s at=%s\n' "$ATTEMPT" "$(date -u +%FT%TZ)" | put "$HEARTBEAT" || true
+  while script_alive; do
+    printf 'attempt=%s at=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" | put "$HEARTBEAT" || true
     sleep "${{{CANCEL_POLL_ENV}:-{CANCEL_POLL_SECONDS}}}" >/dev/null 2>&1 &
     nap=$!
     wait "$nap" || true
