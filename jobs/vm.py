@@ -57,11 +57,13 @@ CHECKING = "checking"
 CANCEL_POLL_SECONDS = 30
 CANCEL_POLL_ENV = "TPU_RL_CANCEL_POLL_SECONDS"
 # The same watcher rewrites the heartbeat record (paths.vm_heartbeat) each round while the script runs. The
-# guest agent's own end-of-script lines reach the console only where syslog/journald forward to it (the newer
-# agent logs to syslog alone, GoogleCloudPlatform/google-guest-agent internal/logger/logger_linux.go at
-# 16b9b3bf; the older one to stdout, guest-agent google_metadata_script_runner/main.go main at 0a52260f),
-# so a script that died without its failure record (SIGKILL, OOM) shows only as a heartbeat that stopped:
-# `tpu-rl run` ends when it is older than HEARTBEAT_STALE_SECONDS (uploads retry for up to ~150 s).
+# older guest agent logs to stdout, which its unit sends to journal+console (GoogleCloudPlatform/guest-agent
+# google_metadata_script_runner/main.go main and google-startup-scripts.service at 0a52260f); the newer one
+# logs to syslog alone and its unit has no console output (GoogleCloudPlatform/google-guest-agent
+# internal/logger/logger_linux.go, build/configs/usr/lib/systemd/system/google-startup-scripts.service at
+# 16b9b3bf), so its lines reach the console only where syslog/journald forward there. A script that died
+# without its failure record (SIGKILL, OOM) then shows only as a heartbeat that stopped: `tpu-rl run` ends
+# when it is older than HEARTBEAT_STALE_SECONDS (uploads retry for up to ~150 s).
 HEARTBEAT_SECONDS = CANCEL_POLL_SECONDS
 HEARTBEAT_STALE_SECONDS = 600
 # A bucket check (`gcloud storage ls`) that fails for another reason than "no such object" is retried this

@@ -5,8 +5,9 @@ serial console only as a live view.
   paths.vm_attempt) and the failure record (paths.vm_failure: attempt, phase, exit code, log tail). They
   survive the console's 1 MB window (getSerialPortOutput "Returns the last 1 MB of serial port output",
   Compute Engine API reference, instances.getSerialPortOutput).
-- The console: each boot's attempt line, the steps' start lines (both name their run) and the guest agent's
-  own lines after the script ended. The agent copies each output line of the script behind the metadata
+- The console, where the image forwards the agent's output to it (jobs/vm.py, above HEARTBEAT_SECONDS):
+  each boot's attempt line, the steps' start lines (both name their run) and the guest agent's own lines
+  after the script ended. Without them the heartbeat record (paths.vm_heartbeat) bounds the wait. The agent copies each output line of the script behind the metadata
   key ("%s: %s" in runCmd, GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go at
   0a52260f; `Metadata key(%q), command(%q): %s` in runScript, GoogleCloudPlatform/google-guest-agent
   cmd/gce_metadata_script_runner/scriptrunner.go at 16b9b3bf), then logs `Script %q failed with error: %v`
