@@ -103,10 +103,12 @@ def test_logs_of_a_rerunning_step_show_the_current_attempt(settings_env, gcs, vm
     logs = runner.invoke(app, ["logs", RECIPE, "train", "--tail", "0"])
     assert logs.exit_code == 0, logs.output
     lines = logs.output.splitlines()
-    assert lines[0] == (f"tpu-rl: step train runs again in attempt {new_attempt}, which has no log in the bucket "
-                        f"yet; its log in the bucket ({PATHS.step_log('train')}) is an earlier attempt's; the "
-                        "live console of TPU VM rl-test-vm follows")
-    assert lines[1].endswith(f"{RUN} train: starting") and lines[-1].endswith("step 1 of the rerun")
+    note = [line.removeprefix("tpu-rl: ") for line in lines if line.startswith("tpu-rl: ")]
+    assert all(len(line) <= 80 for line in lines[:len(note)])
+    assert " ".join(note) == (f"step train runs again in attempt {new_attempt}, which has no log in the bucket yet "
+                              "(the one there is an earlier attempt's); the live console of TPU VM rl-test-vm "
+                              "follows")
+    assert lines[len(note)].endswith(f"{RUN} train: starting") and lines[-1].endswith("step 1 of the rerun")
     assert "train: failed" not in logs.output
 
 

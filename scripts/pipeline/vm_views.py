@@ -3,6 +3,8 @@ live view of the current attempt, and only while the VM runs (scripts/pipeline/v
 
 from __future__ import annotations
 
+import textwrap
+
 from google.api_core import exceptions as gexc
 
 from jobs.vm import CANCELLED, STARTING
@@ -86,8 +88,12 @@ def logs_vm(session: Session, step: Step, tail: int | None) -> list[str]:
     shown = section[-tail:] if tail else section
     if text is None:
         return shown
-    return [f"tpu-rl: step {step} runs again in attempt {attempt}, which has no log in the bucket yet; "
-            f"{earlier}the live console of TPU VM {vm} follows", *shown]
+    note = (f"step {step} runs again in attempt {attempt}, which has no log in the bucket yet (the one there is "
+            f"an earlier attempt's); the live console of TPU VM {vm} follows")
+    return [f"{NOTE}{part}" for part in textwrap.wrap(note, 80 - len(NOTE))] + shown
+
+
+NOTE = "tpu-rl: "  # the head of logs' own lines, which fit 80 columns
 
 
 def _instance_or_none(session: Session):
