@@ -73,7 +73,7 @@ def test_a_script_killed_without_a_record_ends_run_when_its_heartbeat_stops(sett
     assert message.startswith(f"error: the startup script of TPU VM rl-test-vm stopped rewriting its heartbeat "
                               f"{PATHS.vm_heartbeat} at ")
     assert ("before train finished, and left no failure record while the VM is RUNNING: it was killed (out of "
-            "memory?) or hangs") in message
+            "memory?) or cannot reach the bucket") in message
     assert "`sudo journalctl -t google_metadata_script_runner` on the VM" in message
 
 

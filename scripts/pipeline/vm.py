@@ -195,7 +195,7 @@ def silence_message(session: Session, state: VmState, pending: list[str]) -> str
     if what == "heartbeat":
         return (f"the startup script of TPU VM {vm} stopped rewriting its heartbeat {beat} at {since} before "
                 f"{pending[0]} finished, and left no failure record while the VM is RUNNING: it was killed (out "
-                f"of memory?) or hangs; see {session.logs_hint(pending[0])} and {journal}; {reboot}")
+                f"of memory?) or cannot reach the bucket; see {session.logs_hint(pending[0])} and {journal}; {reboot}")
     return (f"TPU VM {vm} started at {since} and its startup script has written no heartbeat {beat} since, nor a "
             f"failure record: the guest agent did not run it, or it died before its first line; see {journal}; "
             f"{reboot}")
