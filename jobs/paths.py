@@ -119,6 +119,12 @@ class ArtifactPaths:
         """Written by the VM startup script when a phase fails: its attempt, phase, exit code and log tail."""
         return f"{self.run_root}progress/failed"
 
+    @property
+    def vm_heartbeat(self) -> str:
+        """Rewritten by the VM startup script every jobs.vm.HEARTBEAT_SECONDS while it runs (its attempt and the
+        time): when it goes stale on a running VM, the script ended without a word (scripts/pipeline/vm.py)."""
+        return f"{self.run_root}progress/heartbeat"
+
     def step_log(self, step: Step) -> str:
         """A VM step's whole log, uploaded when the step ends (done or failed); the console keeps only its
         last 1 MB."""

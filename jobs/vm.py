@@ -56,6 +56,16 @@ CHECKING = "checking"
 # guest agent does not set it).
 CANCEL_POLL_SECONDS = 30
 CANCEL_POLL_ENV = "TPU_RL_CANCEL_POLL_SECONDS"
+# The same watcher rewrites the heartbeat record (paths.vm_heartbeat) each round while the script runs. The
+# older guest agent logs to stdout, which its unit sends to journal+console (GoogleCloudPlatform/guest-agent
+# google_metadata_script_runner/main.go main and google-startup-scripts.service at 0a52260f); the newer one
+# logs to syslog alone and its unit has no console output (GoogleCloudPlatform/google-guest-agent
+# internal/logger/logger_linux.go, build/configs/usr/lib/systemd/system/google-startup-scripts.service at
+# 16b9b3bf), so its lines reach the console only where syslog/journald forward there. A script that died
+# without its failure record (SIGKILL, OOM) then shows only as a heartbeat that stopped: `tpu-rl run` ends
+# when it is older than HEARTBEAT_STALE_SECONDS (uploads retry for up to ~150 s).
+HEARTBEAT_SECONDS = CANCEL_POLL_SECONDS
+HEARTBEAT_STALE_SECONDS = 600
 # A bucket check (`gcloud storage ls`) that fails for another reason than "no such object" is retried this
 # many times, RETRY_SECONDS * try apart, before the script stops: a transient error at boot must not rerun
 # a finished step. gcloud's own words for a missing object (googlecloudsdk/command_lib/storage/tasks/ls/
@@ -131,7 +141,7 @@ readonly LOG_FILE={LOG_FILE}
 # One attempt per boot: the records below name it, so an earlier boot's failure does not end this one.
 ATTEMPT="$(date -u +%Y%m%dT%H%M%SZ)-$$"
 readonly ATTEMPT
-readonly ATTEMPT_RECORD={q(paths.vm_attempt)} FAILURE_RECORD={q(paths.vm_failure)}
+readonly ATTEMPT_RECORD={q(paths.vm_attempt)} FAILURE_RECORD={q(paths.vm_failure)} HEARTBEAT={q(paths.vm_heartbeat)}
 PHASE="{BOOT}"
 PHASE_START=0
 LAST_LINE=""
@@ -192,12 +202,21 @@ stop_if_cancelled() {{
     exit 0
   fi
 }}
-# Polls the marker while the steps run; stops MaxText when it appears. It ends with this script (checked
-# each round, and killed by on_exit), its sleep with it, so nothing keeps the console pipe open.
+# Polls the marker while the steps run; stops MaxText when it appears. Each round first rewrites the
+# heartbeat. It ends with this script (checked each round, and killed by on_exit), its sleep with it, so
+# nothing keeps the console pipe open.
+# The script lives: its process exists and is not a zombie (a script killed at once, SIGKILL, stays one until
+# the guest agent reaps it, which may wait for the output this watcher holds open). The state is the field
+# after the parenthesised name in /proc/PID/stat (proc(5): Z zombie, X dead).
+script_alive() {{
+  local state
+  state="$(sed -E 's/.*\\) (.).*/\\1/' "/proc/$$/stat" 2>/dev/null)" && [[ -n "$state" && "$state" != [ZX] ]]
+}}
 watch_cancel() {{
   local nap=""
   trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-  while kill -0 "$$" 2>/dev/null; do
+  while script_alive; do
+    printf 'attempt=%s at=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" | put "$HEARTBEAT" || true
     sleep "${{{CANCEL_POLL_ENV}:-{CANCEL_POLL_SECONDS}}}" >/dev/null 2>&1 &
     nap=$!
     wait "$nap" || true

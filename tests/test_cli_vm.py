@@ -4,6 +4,8 @@ writes them) decide, the serial console is a live view."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 from typer.testing import CliRunner
 
@@ -207,25 +209,32 @@ def test_a_reboot_after_a_failed_step_follows_the_new_attempt(settings_env, gcs,
     assert "train: running" in result.output and "train: output verified" in result.output
 
 
+def ago(seconds: int) -> str:
+    """A record's `at` (jobs/vm.py: `date -u +%FT%TZ`) that many seconds before now."""
+    return f"{datetime.now(timezone.utc) - timedelta(seconds=seconds):%Y-%m-%dT%H:%M:%SZ}"
+
+
 @pytest.mark.parametrize("old_console", [False, True], ids=["empty-console", "old-boots-console"])
 def test_a_new_boot_before_its_first_line_is_not_ended_by_the_old_failure(settings_env, gcs, vm, old_console):
     """A replaced VM (or a reboot) whose script has not written a line yet: the bucket still holds the old
     attempt's records, older than the instance's last start, so `run` waits for the new boot."""
-    put(gcs, PATHS.vm_attempt, f"attempt={ATTEMPT} phase=train at=2026-11-30T00:00:00Z\n")
-    put(gcs, PATHS.vm_failure, f"attempt={ATTEMPT} phase=train exit=1 at=2026-11-30T00:00:00Z\n"
+    put(gcs, PATHS.vm_attempt, f"attempt={ATTEMPT} phase=train at={ago(7200)}\n")
+    put(gcs, PATHS.vm_failure, f"attempt={ATTEMPT} phase=train exit=1 at={ago(7200)}\n"
                                + line("train: failed (exit 1)"))
     put(gcs, PATHS.progress_marker("convert"), "2026-11-30T00:00:00Z")
     put_step_output(gcs, get_recipe(RECIPE), "convert")
-    # Compute Engine's timestamps are RFC 3339 with an offset: 08:00-08:00 is 16:00 UTC, after the records.
-    vm.boots[VM] = {"creationTimestamp": "2026-11-29T08:00:00.000-08:00",
-                    "lastStartTimestamp": "2026-11-30T08:00:00.000-08:00"}
+    # Compute Engine's timestamps are RFC 3339 with an offset (-08:00 here): the VM started a minute ago,
+    # after the records.
+    local = timezone(timedelta(hours=-8))
+    vm.boots[VM] = {"creationTimestamp": (datetime.now(local) - timedelta(days=1)).isoformat(timespec="milliseconds"),
+                    "lastStartTimestamp": (datetime.now(local) - timedelta(seconds=60)).isoformat(timespec="milliseconds")}
     if not old_console:
         vm.serial[VM] = ""
     new = "20261130T160005Z-1"
 
     def begin_new(step):
         def act():
-            put(gcs, PATHS.vm_attempt, f"attempt={new} phase={step} at=2026-11-30T16:00:05Z\n")
+            put(gcs, PATHS.vm_attempt, f"attempt={new} phase={step} at={ago(0)}\n")
             console(vm, line(f"attempt {new}: boot") if step == "train" else "")()
             console(vm, progress(step, STARTING))()
         return act

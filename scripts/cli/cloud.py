@@ -285,7 +285,7 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
         report = status_gke(session)
     else:
-        from scripts.pipeline.vm import status_vm
+        from scripts.pipeline.vm_views import status_vm
 
         report = status_vm(session)
     if as_json:
@@ -356,7 +356,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if recipe.is_gke:
         lines = logs_gke(session, step, follow, tail or None)
     else:
-        from scripts.pipeline.vm import logs_vm
+        from scripts.pipeline.vm_views import logs_vm
 
         lines = logs_vm(session, step, tail or None)
     for line in lines:

@@ -54,12 +54,23 @@ def add_version(secrets_client, settings: Settings, token: str) -> str:
     return version.name
 
 
+def versions_denied(settings: Settings) -> UserError:
+    """Listing versions (secretmanager.versions.list) and reading one's state (versions.get) need
+    roles/secretmanager.viewer; roles/secretmanager.secretAccessor grants only versions.access, the payload
+    (IAM docs, iam/docs/roles-permissions/secretmanager; secret-manager/docs/view-secret-version)."""
+    return UserError(f"permission denied reading the versions of secret '{settings.hf_token_secret}' (project "
+                     f"{settings.project}): checking its latest version needs roles/secretmanager.viewer on it "
+                     "(secretAccessor reads only the payload)")
+
+
 def enabled_versions(secrets_client, settings: Settings) -> list[str]:
     try:
         versions = secrets_client.list_secret_versions(request={"parent": secret_path(settings)})
         return [v.name for v in versions if v.state.name == "ENABLED"]
     except gexc.NotFound:
         raise _missing_secret(settings) from None
+    except (gexc.PermissionDenied, gexc.Forbidden):
+        raise versions_denied(settings) from None
 
 
 def read_token(secrets_client, settings: Settings) -> str:

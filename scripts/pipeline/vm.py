@@ -4,19 +4,20 @@ view, and verifies each step's output like on GKE."""
 
 from __future__ import annotations
 
+from datetime import timezone
+
 from google.api_core import exceptions as gexc
 from rich.markup import escape
 
-from jobs.vm import CANCEL_POLL_SECONDS, CANCELLED, PROGRESS_LINE, STARTING, ssh_command
+from jobs.vm import (CANCEL_POLL_SECONDS, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SECONDS, PROGRESS_LINE, STARTING,
+                     ssh_command)
 from recipes import STEPS, Step, UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
 from scripts.pipeline.accuracy import EvaluationWatch, report_accuracy
-from scripts.pipeline.progress import (AttemptProgress, RewardReader, last_train_step, progress_suffix,
-                                      training_now)
+from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
-from scripts.pipeline.session import (Session, StatusReport, StepStatus, dry_run_costs, export_checkpoint,
-                                      verify_output)
+from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
 from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_script, get_instance,
                                         require_token_version)
 from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState, booted_at
@@ -89,7 +90,14 @@ def read_state(session: Session, console_text: str, instance=None) -> VmState:
     return VmState.of(done, Attempt.parse(gcs.read_text(storage, paths.vm_attempt)),
                       Failure.parse(gcs.read_text(storage, paths.vm_failure)),
                       ConsoleView.read(console_text, paths.run_name), bool(cancelled_at(session)),
-                      booted_at(instance) if instance is not None else None)
+                      booted_at(instance) if instance is not None else None,
+                      Attempt.parse(gcs.read_text(storage, paths.vm_heartbeat)), console_readable(instance))
+
+
+def console_readable(instance) -> bool:
+    """Compute Engine serves the serial console "only while the VM instance is running" (Compute Engine docs,
+    compute/docs/troubleshooting/viewing-serial-port-output): a stopped VM's is not read, its state is said."""
+    return instance is not None and instance.status == "RUNNING"
 
 
 class SerialReader:
@@ -164,7 +172,33 @@ def failure_message(session: Session, state: VmState, pending: list[str]) -> str
         return (f"the startup script of TPU VM {vm} ended ({verdict}, says the guest agent) before {pending[0]} "
                 f"finished and left no failure record; last console line: {_last_line(state.view.text)!r}; "
                 f"see {session.logs_hint(pending[0])}")
-    return None
+    return silence_message(session, state, pending)
+
+
+def silence_message(session: Session, state: VmState, pending: list[str]) -> str | None:
+    """One line when neither the console nor the bucket said anything for HEARTBEAT_STALE_SECONDS while the VM
+    is RUNNING: the script's heartbeat stopped (killed without its failure record: SIGKILL, out of memory),
+    or it never wrote one since the VM started (the guest agent did not run it)."""
+    heard = state.last_heard() if state.running and pending and not state.failure else None
+    if not heard:
+        return None
+    what, at = heard
+    silent = (session.now() - at).total_seconds()
+    if silent < HEARTBEAT_STALE_SECONDS:
+        return None
+    vm, beat, settings = session.settings.vm_name, session.paths.vm_heartbeat, session.settings
+    since = f"{at.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%SZ} ({hms(silent)} ago)"
+    # Where the newer agent's script runner logs: syslog with the ident google_metadata_script_runner
+    # (google-guest-agent cmd/gce_metadata_script_runner/scriptrunner.go main, logger_linux.go at 16b9b3bf).
+    journal = "`sudo journalctl -t google_metadata_script_runner` on the VM"
+    reboot = f"reboot it (`{ssh_command(settings)} -- sudo reboot`) to resume"
+    if what == "heartbeat":
+        return (f"the startup script of TPU VM {vm} stopped rewriting its heartbeat {beat} at {since} before "
+                f"{pending[0]} finished, and left no failure record while the VM is RUNNING: it was killed (out "
+                f"of memory?) or cannot reach the bucket; see {session.logs_hint(pending[0])} and {journal}; {reboot}")
+    return (f"TPU VM {vm} started at {since} and its startup script has written no heartbeat {beat} since, nor a "
+            f"failure record: the guest agent did not run it, or it died before its first line; see {journal}; "
+            f"{reboot}")
 
 
 def _last_line(text: str) -> str:
@@ -185,10 +219,13 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
     progress = AttemptProgress()
     reward = RewardReader(session.clients.storage, paths.tensorboard, session.now)
     evaluations = EvaluationWatch(session, record)  # the evaluation lines reach the console the same way
+    console.print(f"following the startup script of TPU VM {session.settings.vm_name}: its records in the bucket "
+                  f"decide, the console is a live view; it rewrites {paths.vm_heartbeat} every "
+                  f"{HEARTBEAT_SECONDS} s, and {hms(HEARTBEAT_STALE_SECONDS)} without it ends the wait")
     try:
         while pending:
             maintenance.check(pending)
-            text = serial.new_text() if maintenance.since is None else ""
+            text = serial.new_text() if console_readable(maintenance.instance) else ""
             console_text += text
             at = cancelled_at(session)
             if at:
@@ -277,53 +314,3 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
                   f"{CANCEL_POLL_SECONDS} s (SIGTERM to MaxText) and starts no further step; {kept}; "
                   f"{go_on_hint(session)}")
 
-
-def status_vm(session: Session) -> StatusReport:
-    """Each step's progress and output, from the bucket's records (the console adds only the guest agent's
-    verdict). Without the VM (deleted after a run, or not deployed yet) the bucket still holds them, so they
-    are shown with a note instead of an error."""
-    settings = session.settings
-    cancelled = cancelled_at(session)
-    note = f"run {session.paths.run_name} was cancelled at {cancelled}; {go_on_hint(session)}" if cancelled else ""
-    try:
-        instance = session.clients.instances().get(project=settings.project, zone=settings.zone,
-                                                   instance=settings.vm_name)
-    except gexc.NotFound:
-        states = read_state(session, "").states()
-        rows = [StepStatus(step, states[step] if states[step] in ("done", CANCELLED, "failed") else "not done",
-                           "", "", session.output_state(step)) for step in STEPS]
-        return StatusReport(f"TPU VM {settings.vm_name} (not found)", rows,
-                            f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
-                            f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
-                            "TPU_NAME)")
-    text = SerialReader(session).new_text()
-    state = read_state(session, text, instance)
-    states = state.states()
-    if not note and any(value != "done" for value in states.values()):
-        note = failure_message(session, state, [step for step in STEPS if states[step] != "done"]) or ""
-    training = training_now(last_train_step(train_attempt(text, session.paths.run_name)[1]), session.recipe.train_steps,
-                            session.clients.storage, session.paths.tensorboard, session.now) \
-        if states.get("train") == "running" else ""
-    return StatusReport(f"TPU VM {settings.vm_name} ({instance.status})",
-                        [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step),
-                                    progress=training if step == "train" else "") for step in STEPS], note)
-
-
-def logs_vm(session: Session, step: Step, tail: int | None) -> list[str]:
-    """A step's log: the whole of it from the bucket once the step ended (done or failed); while it runs,
-    the serial console from its start (or all the console keeps, when its start scrolled out of it)."""
-    storage, paths = session.clients.storage(), session.paths
-    text = gcs.read_text(storage, paths.step_log(step))
-    if text is not None:
-        lines = text.splitlines()
-        return lines[-tail:] if tail else lines
-    get_instance(session)
-    console_text = SerialReader(session).new_text()
-    section = step_section(console_text, step, paths.run_name)
-    if section is None:
-        if read_state(session, console_text).states()[step] != "running":
-            raise UserError(f"step {step} of run {paths.run_name} has no log in the bucket and the console of "
-                            f"TPU VM {session.settings.vm_name} shows no '{step}: {STARTING}' line: the step has "
-                            f"not started yet (see `tpu-rl status {session.recipe.name}`)")
-        section = console_text.splitlines()
-    return section[-tail:] if tail else section

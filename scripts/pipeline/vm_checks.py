@@ -71,7 +71,10 @@ def require_token_version(session: Session) -> None:
         raise UserError(f"secret '{settings.hf_token_secret}' has no enabled version: "
                         f"{hf_token.no_version_fix(settings)}; {reboot}")
     # The script reads `latest`, the newest version: an older enabled one does not help it.
-    latest = secrets.get_secret_version(request={"name": f"{hf_token.secret_path(settings)}/versions/latest"})
+    try:
+        latest = secrets.get_secret_version(request={"name": f"{hf_token.secret_path(settings)}/versions/latest"})
+    except (gexc.PermissionDenied, gexc.Forbidden):
+        raise hf_token.versions_denied(settings) from None
     if latest.state.name != "ENABLED":
         raise UserError(f"the latest version of secret '{settings.hf_token_secret}' is "
                         f"{latest.state.name.lower()}, and the VM's startup script reads the latest: "

@@ -5,8 +5,9 @@ serial console only as a live view.
   paths.vm_attempt) and the failure record (paths.vm_failure: attempt, phase, exit code, log tail). They
   survive the console's 1 MB window (getSerialPortOutput "Returns the last 1 MB of serial port output",
   Compute Engine API reference, instances.getSerialPortOutput).
-- The console: each boot's attempt line, the steps' start lines (both name their run) and the guest agent's
-  own lines after the script ended. The agent copies each output line of the script behind the metadata
+- The console, where the image forwards the agent's output to it (jobs/vm.py, above HEARTBEAT_SECONDS):
+  each boot's attempt line, the steps' start lines (both name their run) and the guest agent's own lines
+  after the script ended. Without them the heartbeat record (paths.vm_heartbeat) bounds the wait. The agent copies each output line of the script behind the metadata
   key ("%s: %s" in runCmd, GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go at
   0a52260f; `Metadata key(%q), command(%q): %s` in runScript, GoogleCloudPlatform/google-guest-agent
   cmd/gce_metadata_script_runner/scriptrunner.go at 16b9b3bf), then logs `Script %q failed with error: %v`
@@ -139,21 +140,38 @@ class VmState:
     failure: Failure | None  # only the current attempt's
     view: ConsoleView
     cancelled: bool = False
+    heartbeat: Attempt | None = None  # only the current attempt's (paths.vm_heartbeat: attempt and at)
+    booted: datetime | None = None  # when the VM's current boot began, if known
+    running: bool = False  # the VM is RUNNING: a silent script is then a finding, not a stopped VM
 
     @classmethod
     def of(cls, done, attempt: Attempt | None, failure: Failure | None, view: ConsoleView,
-           cancelled: bool = False, booted: datetime | None = None) -> VmState:
+           cancelled: bool = False, booted: datetime | None = None, heartbeat: Attempt | None = None,
+           running: bool = False) -> VmState:
         # A record written before the VM's current boot began (`booted`, booted_at) is an earlier boot's or
         # an earlier VM's: a replaced VM, or a reboot before the new boot's first line.
         def this_boot(record):
             at = _time(record.at) if record else None
             return record if record and (booted is None or at is None or at >= booted) else None
 
-        attempt, failure = this_boot(attempt), this_boot(failure)
-        # The console's last attempt line is the newest boot; without it (scrolled out) the bucket's record.
-        current = view.attempt or (attempt.attempt if attempt else None)
-        return cls(frozenset(done), attempt if attempt and attempt.attempt == current else None,
-                   failure if failure and failure.attempt == current else None, view, cancelled)
+        attempt, failure, heartbeat = this_boot(attempt), this_boot(failure), this_boot(heartbeat)
+        # The console's last attempt line is the newest boot; without it (scrolled out, or a console the
+        # agent's output does not reach) the bucket's records.
+        current = view.attempt or next((record.attempt for record in (attempt, heartbeat) if record), None)
+
+        def current_only(record):
+            return record if record and record.attempt == current else None
+
+        return cls(frozenset(done), current_only(attempt), current_only(failure), view, cancelled,
+                   current_only(heartbeat), booted, running)
+
+    def last_heard(self) -> tuple[str, datetime] | None:
+        """The newest sign of life of this boot's script: ("heartbeat", its time), else ("boot", when the VM
+        started) while the script has written none; None when neither is known."""
+        at = _time(self.heartbeat.at) if self.heartbeat else None
+        if at:
+            return "heartbeat", at
+        return ("boot", self.booted) if self.booted else None
 
     @property
     def ended_without_record(self) -> str | None:

@@ -49,6 +49,10 @@ class GoogleApis(PeerServer):
     # last started (Compute Engine API, Instance, RFC 3339 text); not served when not set.
     boots: dict = field(default_factory=dict)
     secrets: dict = field(default_factory=dict)  # secret id -> [{"data": bytes, "state": str}]
+    # The Secret Manager permissions the caller lacks (e.g. "secretmanager.versions.get"): such a call is
+    # answered 403 PERMISSION_DENIED with the API's message, "Permission '<permission>' denied for resource
+    # '<name>' (or it may not exist)." (as google.api_core reports it, googleapis/python-secret-manager#389).
+    denied: set = field(default_factory=set)
     # region -> {metric: (limit, usage)}: the regional quotas regions.get lists (Compute Engine's
     # Region.quotas[], each {metric, limit, usage} with the numbers as JSON doubles)
     regions: dict = field(default_factory=dict)
@@ -157,7 +161,13 @@ class GoogleApis(PeerServer):
         if (zone, name) not in self.instances:
             return missing
         if match["serial"]:
-            if self.on_serial_read:
+            if self.instances[(zone, name)] != "RUNNING":
+                # "Serial port output is accessible ... only while the VM instance is running" (Compute Engine
+                # docs, compute/docs/troubleshooting/viewing-serial-port-output); the error itself is not
+                # documented, so tests assert the console is not read then rather than what this says.
+                return google_error(400, f"The resource 'projects/{match['p']}/zones/{zone}/instances/{name}' "
+                                         "is not running: no serial port output")
+            if self.on_serial_read:  # (a step that stops the VM does so after this read)
                 self.on_serial_read.pop(0)()
             text = self.serial.get((zone, name), "")
             # "Returns the last 1 MB of serial port output": a start before the oldest byte kept is adjusted
@@ -192,6 +202,13 @@ class GoogleApis(PeerServer):
         if secret not in self.secrets:
             return google_error(404, f"Secret [{name}] not found or has no versions.")
         versions = self.secrets[secret]
+        rest = rest or ""
+        permission = ("secretmanager.secrets.get" if not rest else "secretmanager.versions.list" if rest == "/versions"
+                      else "secretmanager.versions.add" if rest == ":addVersion" else "secretmanager.versions.access"
+                      if rest.endswith(":access") else "secretmanager.versions.get")
+        if permission in self.denied:
+            resource = f"{name}{rest}".removesuffix(":access").removesuffix(":addVersion")
+            return google_error(403, f"Permission '{permission}' denied for resource '{resource}' (or it may not exist).")
         if rest == ":addVersion" and method == "POST":
             payload = json.loads(body)["payload"]
             versions.append({"data": base64.b64decode(payload["data"]), "state": "ENABLED"})

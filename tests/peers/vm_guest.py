@@ -89,6 +89,10 @@ if [[ "$2" == "${LONG_MODULE:-none}" ]]; then
   head -c "$LONG_BYTES" /dev/zero | tr '\0' 'q' | fold -w 99
   echo
 fi
+if [[ "$2" == "${KILL_MODULE:-none}" ]]; then
+  # The step is killed with the script (the kernel's OOM killer, a SIGKILL): no trap runs, no record is left.
+  kill -KILL "$PPID"; exit 137
+fi
 if [[ "$2" == "${FAIL_MODULE:-none}" ]]; then
   echo "$2: stand-in error, exiting 1"; exit 1
 fi
@@ -147,11 +151,15 @@ class Guest:
     def console(self, agent: str = "guest-agent", boots: list[tuple[str, int]] | None = None,
                 running: bool = False) -> str:
         """The serial console of these boots (all so far) as the guest agent writes it; `running`: the last
-        boot's script has not ended yet (no verdict)."""
+        boot's script has not ended yet (no verdict). agent="unforwarded": the newer agent on an image whose
+        syslog/journald do not forward to the console (it logs to syslog only, google-guest-agent
+        internal/logger/logger_linux.go at 16b9b3bf): neither the script's lines nor the agent's reach it."""
         boots = self.boots if boots is None else boots
         lines: list[str] = []
         for index, (output, code) in enumerate(boots):
             ended = not (running and index == len(boots) - 1)
+            if agent == "unforwarded":
+                continue
             if agent == "guest-agent":
                 lines += ["Starting startup scripts (version ).", "Found startup-script in metadata."]  # version: unset
                 lines += [f"startup-script: {line}" for line in output.splitlines()]

@@ -1,0 +1,103 @@
+"""`tpu-rl status` and `tpu-rl logs` of the VM recipe: the bucket's records first; the serial console only as a
+live view of the current attempt, and only while the VM runs (scripts/pipeline/vm.py reads both)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from google.api_core import exceptions as gexc
+
+from jobs.vm import CANCELLED, STARTING
+from recipes import STEPS, Step, UserError
+from scripts.cloud import gcs
+from scripts.pipeline.progress import last_train_step, training_now
+from scripts.pipeline.session import Session, StatusReport, StepStatus
+from scripts.pipeline.vm import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
+                                 read_state, step_section, train_attempt)
+from scripts.pipeline.vm_checks import get_instance
+
+
+def status_vm(session: Session) -> StatusReport:
+    """Each step's progress and output, from the bucket's records (the console adds only the guest agent's
+    verdict), and the script's phase when it is between steps (as `run` shows it). Without the VM (deleted
+    after a run, or not deployed yet), or with one that is not running, the bucket still holds them, so they
+    are shown with a note instead of an error."""
+    settings = session.settings
+    cancelled = cancelled_at(session)
+    note = f"run {session.paths.run_name} was cancelled at {cancelled}; {go_on_hint(session)}" if cancelled else ""
+    try:
+        instance = session.clients.instances().get(project=settings.project, zone=settings.zone,
+                                                   instance=settings.vm_name)
+    except gexc.NotFound:
+        states = read_state(session, "").states()
+        rows = [StepStatus(step, states[step] if states[step] in ("done", CANCELLED, "failed") else "not done",
+                           "", "", session.output_state(step)) for step in STEPS]
+        return StatusReport(f"TPU VM {settings.vm_name} (not found)", rows,
+                            f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
+                            f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
+                            "TPU_NAME)")
+    readable = console_readable(instance)
+    text = SerialReader(session).new_text() if readable else ""
+    state = read_state(session, text, instance)
+    states = state.states()
+    if not note and any(value != "done" for value in states.values()):
+        note = failure_message(session, state, [step for step in STEPS if states[step] != "done"]) or ""
+    if not readable:
+        note = " ".join(part for part in (
+            f"TPU VM {settings.vm_name} is {instance.status}: Compute Engine serves its serial console only while "
+            "it runs, so the table shows the bucket's records", note) if part)
+    training = training_now(last_train_step(train_attempt(text, session.paths.run_name)[1]), session.recipe.train_steps,
+                            session.clients.storage, session.paths.tensorboard, session.now) \
+        if states.get("train") == "running" and readable else ""
+    phase = state.attempt.phase if state.attempt else ""
+    script = f"; startup script: {phase}" if phase and phase not in STEPS else ""
+    return StatusReport(f"TPU VM {settings.vm_name} ({instance.status}{script})",
+                        [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step),
+                                    progress=training if step == "train" else "") for step in STEPS], note)
+
+
+def logs_vm(session: Session, step: Step, tail: int | None) -> list[str]:
+    """A step's log: the whole of it from the bucket once the step ended (done or failed); while it runs in
+    the current attempt, the serial console from its start (or all the console keeps, when its start scrolled
+    out of it), and not the bucket's log of an earlier attempt (the log is uploaded only when a step ends)."""
+    storage, paths, vm = session.clients.storage(), session.paths, session.settings.vm_name
+    text = gcs.read_text(storage, paths.step_log(step))
+    instance = get_instance(session) if text is None else _instance_or_none(session)
+    readable = console_readable(instance)
+    console_text = SerialReader(session).new_text() if readable else ""
+    state = read_state(session, console_text, instance) if instance is not None else None
+    running = state is not None and state.states()[step] == "running"
+    if text is not None and not running:
+        lines = text.splitlines()
+        return lines[-tail:] if tail else lines
+    attempt = state.view.attempt or (state.attempt.attempt if state.attempt else "?")
+    earlier = (f"its log in the bucket ({paths.step_log(step)}) is an earlier attempt's; " if text is not None
+               else "")
+    if not readable:
+        raise UserError(f"step {step} of run {paths.run_name} runs in attempt {attempt}, which has no log in the "
+                        f"bucket yet ({earlier or 'it is uploaded when the step ends; '}TPU VM {vm} is "
+                        f"{instance.status}, and Compute Engine serves its serial console only while it runs): "
+                        f"see `tpu-rl status {session.recipe.name}`")
+    section = step_section(console_text, step, paths.run_name)
+    if section is None:
+        if not running:
+            raise UserError(f"step {step} of run {paths.run_name} has no log in the bucket and the console of "
+                            f"TPU VM {vm} shows no '{step}: {STARTING}' line: the step has not started yet (see "
+                            f"`tpu-rl status {session.recipe.name}`)")
+        section = console_text.splitlines()
+    shown = section[-tail:] if tail else section
+    if text is None:
+        return shown
+    note = (f"step {step} runs again in attempt {attempt}, which has no log in the bucket yet (the one there is "
+            f"an earlier attempt's); the live console of TPU VM {vm} follows")
+    return [f"{NOTE}{part}" for part in textwrap.wrap(note, 80 - len(NOTE))] + shown
+
+
+NOTE = "tpu-rl: "  # the head of logs' own lines, which fit 80 columns
+
+
+def _instance_or_none(session: Session):
+    try:
+        return get_instance(session)
+    except UserError:
+        return None  # the VM is gone: the bucket's log is all there is
