@@ -42,9 +42,24 @@ def _selected(labels: dict, query: dict) -> bool:
     return all(labels.get(key) == value for key, value in wanted.items())
 
 
-def status(code: int, reason: str, message: str) -> Reply:
+def status(code: int, reason: str, message: str, details: dict | None = None) -> Reply:
     return Reply(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": message, "reason": reason, "code": code})
+                        "message": message, "reason": reason, **({"details": details} if details else {}),
+                        "code": code})
+
+
+def uid_conflict(name: str, wanted: str, actual: str) -> Reply:
+    """The API server's answer to a DELETE whose preconditions.uid names another object: the etcd3
+    store's checkPreconditions fails with StorageError "invalid object" (code 4) and the registry turns
+    it into a 409 Conflict Status (kubernetes/kubernetes staging/src/k8s.io/apiserver:
+    pkg/storage/etcd3/store.go checkPreconditions, pkg/storage/errors.go StorageError.Error,
+    pkg/storage/errors/storage.go InterpretDeleteError; k8s.io/apimachinery pkg/api/errors NewConflict,
+    "Operation cannot be fulfilled on %s %q: %v")."""
+    key = f"/registry/jobset.x-k8s.io/jobsets/default/{name}"
+    return status(409, "Conflict", f'Operation cannot be fulfilled on jobsets.jobset.x-k8s.io "{name}": StorageError: '
+                                   f"invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: "
+                                   f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {actual}",
+                  {"name": name, "group": "jobset.x-k8s.io", "kind": "jobsets"})
 
 
 @dataclass
@@ -115,6 +130,9 @@ class KubeApi(PeerServer):
     deleted: list = field(default_factory=list)
     workloads: dict = field(default_factory=dict)  # by JobSet name: the Workload Kueue made for it
     provreqs: dict = field(default_factory=dict)  # ProvisioningRequests by name
+    # A JobSet of the same name but a new UID takes the place of the one a DELETE names, just before the
+    # DELETE arrives (a concurrent `run --replace`), once.
+    replaced_before_delete: bool = False
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 
@@ -476,10 +494,12 @@ class KubeApi(PeerServer):
         if method == "DELETE":
             # DeleteOptions preconditions.uid: the API server answers 409 Conflict for another object
             # (k8s.io/apiserver pkg/registry/generic/registry/store.go, Preconditions.Check).
+            if self.replaced_before_delete:  # another client replaced it between our GET and our DELETE
+                self.replaced_before_delete = False
+                self.jobsets[name]["metadata"]["uid"] = str(uuid.uuid4())
             wanted = ((json.loads(body) if body else {}).get("preconditions") or {}).get("uid")
             if wanted and wanted != self.jobsets[name]["metadata"]["uid"]:
-                return status(409, "Conflict", f"Precondition failed: UID in precondition: {wanted}, UID in object "
-                                               f"meta: {self.jobsets[name]['metadata']['uid']}")
+                return uid_conflict(name, wanted, self.jobsets[name]["metadata"]["uid"])
             self.deleted.append(name)
             del self.jobsets[name]
             for request in self.requests_of(name):  # owned by the Workload, which the JobSet owns

@@ -114,7 +114,10 @@ def _wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, recor
             record.step(job.step, "running", capacity_attempts=[a.as_record() for a in attempts])
             # It holds no capacity and can never run again; only that JobSet, not one of the same name
             # that a concurrent `run --replace` may have submitted meanwhile.
-            session.cluster.delete_jobset(current.name, short.uid or None)
+            if not session.cluster.delete_jobset(current.name, short.uid or None):
+                raise StepFailed(f"step {job.step} stopped: {short.why}; JobSet {job.name} was meanwhile replaced "
+                                 "by another of the same name (another `run --replace`?), which is left alone; "
+                                 f"see {session.command('status')}") from None
             if job.step != "train" or short.mode not in modes:
                 raise StepFailed(f"step {job.step} stopped: {short.why}; JobSet {job.name} deleted; rerun {go_on} "
                                  "to submit it again") from None
