@@ -138,6 +138,7 @@ class KubeApi(PeerServer):
 
     def __post_init__(self) -> None:
         PeerServer.__init__(self)
+        kueue.use_clock(None)  # each test starts on the real clock (use_clock for a drill's own)
         self._ticks: dict[str, int] = {}
         self._terminating: set[str] = set()  # JobSets whose earlier attempt's pods are still going away
         self._filed: dict[str, int] = {}  # requests Kueue filed for the JobSet's Workload, by JobSet name
@@ -332,10 +333,13 @@ class KubeApi(PeerServer):
             kueue.reserve(wl, flavor, checked=False)
             kueue.admit(wl)
             return True
+        if kueue.backing_off(wl):
+            return False  # evicted after a failed request, until status.requeueState.requeueAt
         kueue.reserve(wl, flavor, checked=True)
-        check = wl["status"]["admissionChecks"][0]
         requests = sorted(self.requests_of(name), key=lambda r: int(r["metadata"]["name"].rsplit("-", 1)[1]))
-        if not requests or check["state"] == "Retry":
+        failed = bool(requests) and any(c["type"] == "Failed" and c["status"] == "True"
+                                        for c in requests[-1]["status"]["conditions"])
+        if not requests or failed:  # requeued after its backoff: the next attempt (controller.go 263-268)
             for superseded in requests:  # Kueue deletes all but the newest (provisioning/controller.go 208-228)
                 del self.provreqs[superseded["metadata"]["name"]]
             request = kueue.request_for(wl, self._filed.get(name, 0) + 1)
@@ -357,9 +361,7 @@ class KubeApi(PeerServer):
             kueue.admit(wl)
             return True
         if outcome == "Failed" and self._filed[name] <= kueue.BACKOFF_LIMIT_COUNT:
-            kueue.set_check(wl, "Retry", f"Retrying after failure: {message}")
-            kueue.set_condition(wl, kueue.condition("Evicted", True, "AdmissionCheck",
-                                                    "At least one admission check is false"))
+            kueue.retry(wl, message)
             return False
         kueue.set_check(wl, "Rejected", message)
         return False

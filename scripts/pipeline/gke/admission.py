@@ -239,7 +239,9 @@ class CapacityWatch:
         if workload.phase == "queued":
             return f"waiting for Kueue to admit JobSet {job.name} ({workload.message or 'no quota yet'})"
         if workload.phase == "evicted":
-            return f"Kueue evicted workload {workload.name} and requeues it ({workload.reason}: {workload.message})"
+            when = f" at {workload.requeue_at}" if workload.requeue_at else ""  # after a retry's backoff
+            return (f"Kueue evicted workload {workload.name} and requeues it{when} ({workload.reason}: "
+                    f"{workload.message})")
         if request is not None:
             said = f": {request.message}" if request.message else ""
             return (f"waiting for GKE to provision {slice_} ({mode}, request {request.name} in state "
