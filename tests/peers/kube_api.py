@@ -91,7 +91,8 @@ class Plan:
     # Kueue and GKE (peers/kueue.py). `provisioning`: the outcome of each ProvisioningRequest Kueue files
     # for a flex-start workload, in turn (Provisioned, Failed, CapacityRevoked, or Pending: GKE keeps it
     # queued); the last one repeats. `stockout`: modes whose zone has no stock: Kueue admits the workload,
-    # but its TPU pods stay unschedulable. A TPU pod template that selects a mode (tpu-rl/capacity) is
+    # but its TPU pods stay unschedulable; "cpu": the CPU pool's machine type has none, so every pod of a
+    # CPU step stays unschedulable. A TPU pod template that selects a mode (tpu-rl/capacity) is
     # admitted to that mode's flavor, as Kueue's flavor assigner does; otherwise to `capacity`.
     provisioning: list = field(default_factory=list)
     stockout: tuple = ()
@@ -243,7 +244,8 @@ class KubeApi(PeerServer):
                 return
         if self._unschedulable(name, plan):
             for pod in self._pods_of(name):
-                if pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != self._main_rj(name):
+                if "cpu" in plan.stockout or \
+                        pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != self._main_rj(name):
                     pod["status"] = {"phase": "Pending", "conditions": [
                         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                          "message": UNSCHEDULABLE}]}
@@ -376,7 +378,7 @@ class KubeApi(PeerServer):
     def _unschedulable(self, name: str, plan: Plan) -> bool:
         """The TPU pods find no node: the mode is out of stock, or the slice is gone for good."""
         lost = plan.reclaimed_after is not None and not plan.nodes_return and self.jobsets[name]["status"]["restarts"]
-        return self.out_of_stock(name, plan) or bool(lost)
+        return self.out_of_stock(name, plan) or bool(lost) or "cpu" in plan.stockout
 
     def _reclaim_node(self, name: str) -> None:
         """A TPU worker's node shuts down, as when Compute Engine reclaims a spot VM: the kubelet's graceful

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from jobs.k8s import pin_capacity
 from recipes import conventions
+from recipes.capacity_wait import CPU, describe_waits
 from recipes.conventions import CAPACITY_NODE_LABEL, TPU_ACCELERATOR_LABEL, ZONE_NODE_LABEL
 from recipes.placement import Place, tpu_places
 from scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
@@ -90,6 +91,11 @@ def like_existing(job: StepJob, existing: dict | None) -> StepJob:
     return pinned_job(job, pinned_place(existing or {}))
 
 
+def jobset_uid(jobset: dict | None) -> str:
+    """The JobSet's UID, which `run` deletes it by (capacity.py): that JobSet only."""
+    return ((jobset or {}).get("metadata") or {}).get("uid", "")
+
+
 def _tpu_pods(pods: list[dict]) -> list[dict]:
     return [pod for pod in pods if TPU_ACCELERATOR_LABEL in ((pod.get("spec") or {}).get("nodeSelector") or {})]
 
@@ -140,6 +146,7 @@ class CapacityWatch:
     phases: "Phases | None" = None  # scripts/pipeline/phases.py, kept across submissions of the step
     ready_attempt: int | None = None  # the attempt (JobSet restarts) that had all its pods ready
     last_place: Place | None = None  # where the workload was last seen admitted or running
+    pods_seen: list[dict] = field(default_factory=list)  # the current attempt's pods at the last poll
 
     def place(self, admission: Admission | None, tpu: list[dict] = ()) -> Place:
         """Where the step is: the flavor Kueue gave it, else its TPU pods' node selector, else where it was
@@ -174,19 +181,22 @@ class CapacityWatch:
         if state.restarts > self.restarts:  # a new attempt: its own clock, and it has not trained yet
             self.restarts, self.started = state.restarts, now  # trained stays: the slice was had
         counts = pod_counts(pods)
-        tpu = _tpu_pods(pods)
+        tpu, self.pods_seen = _tpu_pods(pods), pods
         if state.phase == "running" and counts.ready >= job.expected_pods:
             self.trained, self.awaited, self.ready_attempt, self.started = True, "", state.restarts, now
             self.place(None, tpu)  # remembered: a later deactivation leaves no flavor to read it from
             return None
         if state.phase not in ("running", "suspended"):
             return None
-        if state.phase == "running" and not tpu:
-            return None  # a CPU step starting: nothing to wait for but its own pod
+        has_tpu = any(conventions.TPU_RESOURCE in str(rj) for rj in job.manifest["spec"]["replicatedJobs"])
+        if state.phase == "running" and not tpu and has_tpu:
+            return None  # the head starting before its workers are created
         admission = self.admission = read_admission(session, jobset)
+        if not has_tpu:
+            return self._cpu_step(state, admission, jobset_uid(jobset), now)
         place = self.place(admission, tpu)
         mode, label = place.mode, place.label
-        uid = ((jobset or {}).get("metadata") or {}).get("uid", "")
+        uid = jobset_uid(jobset)
         if admission.workload.phase == "inactive":
             if not admission.workload.by_kueue:
                 raise StepFailed(self.deactivated_by_someone(admission))
@@ -200,10 +210,35 @@ class CapacityWatch:
             # The slice was had and is gone: a queued-provisioning pool gets nodes only through a new
             # request, which Kueue files only for a workload that is not admitted (see capacity.py).
             raise CapacityShortfall(mode, waited, f"{awaited}, after the {mode} slice was had", True, False, place, uid)
-        has_tpu = any(conventions.TPU_RESOURCE in str(rj) for rj in job.manifest["spec"]["replicatedJobs"])
-        if has_tpu and waited > self.bound(mode):
+        if waited > self.bound(mode):
             raise CapacityShortfall(mode, waited, f"{awaited} for {hms(waited)}, longer than CAPACITY_WAIT's "
                                     f"{hms(self.bound(mode))} for {mode}", self.trained, False, place, uid)
+        if awaited == self.awaited:
+            return None
+        self.awaited = awaited
+        return f"{job.step}: {awaited} (waited {hms(waited)})"
+
+    def _cpu_step(self, state: JobSetState, admission: Admission, uid: str, now: datetime) -> str | None:
+        """A CPU step (convert, export): it waits for Kueue and then for a node of the CPU pool, which
+        scales from zero; bounded by CAPACITY_WAIT's `cpu` (recipes/capacity_wait.py), then it stops."""
+        session, job = self.session, self.job
+        workload = admission.workload
+        if workload.phase == "inactive":
+            if not workload.by_kueue:
+                raise StepFailed(self.deactivated_by_someone(admission))
+            raise CapacityShortfall(CPU, self.waited(now), self.deactivation(admission), self.trained, True, None, uid)
+        if state.phase == "running" and self.ready_attempt == state.restarts:
+            return None  # it had all its pods ready: a container restarting, or the step finishing
+        pool = f"the CPU pool ({session.recipe.cpu_machine_type})"
+        if state.phase == "running":
+            why = _unschedulable(self.pods_seen)
+            awaited = f"waiting for a node of {pool}: {why}" if why else f"waiting for step {job.step}'s pod to start"
+        else:
+            awaited = self.describe(state, admission, pool, [])
+        waited, bound = self.waited(now), self.bound(CPU)
+        if waited > bound:
+            raise CapacityShortfall(CPU, waited, f"{awaited} for {hms(waited)}, longer than CAPACITY_WAIT's "
+                                    f"{describe_waits({CPU: bound}, (CPU,))}", self.trained, False, None, uid)
         if awaited == self.awaited:
             return None
         self.awaited = awaited
