@@ -348,3 +348,30 @@ def test_a_workload_an_admin_deactivated_is_not_replaced_without_replace(cloud, 
     assert result.exit_code == ExitCode.BAD_INPUT, result.output
     assert "was deactivated by someone, not by Kueue" in error_line(result)
     assert kube.deleted == [] and kube.created == []  # nothing deleted or submitted
+
+
+def test_a_run_that_reattaches_to_a_flex_start_jobset_whose_slice_is_gone_submits_it_again_at_once(cloud, monkeypatch):
+    """This `run` never saw the slice: an earlier one trained on it, and the JobSet restarted after the
+    slice ended. The Workload is still admitted, its request Provisioned, the new workers unschedulable:
+    no node will come (admission.slice_gone), so `run` does not wait flex-start's 4 h first."""
+    from jobs import render_manifests
+    from recipes import load_settings
+
+    monkeypatch.setenv("CAPACITY", "flex-start")
+    slow_polls(monkeypatch)
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="flex-start", reclaimed_after=3, nodes_return=False,
+              resubmitted=Plan(capacity="flex-start", **succeeds(cloud)))
+    kube.put_jobset(render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())["train"])
+    for _ in range(8):  # admitted on a provisioned slice, trained, the slice lost, the JobSet restarted
+        kube._advance(TRAIN)
+    assert kube.jobsets[TRAIN]["status"]["restarts"] == 1
+    assert UNSCHEDULABLE in json.dumps([p["status"] for p in kube.pods.values()])
+    result = run_train(cloud, monkeypatch, "flex-start", "flex-start=4h")
+    assert result.exit_code == 0, result.output
+    assert "reattaching to it" in result.output
+    [lost] = [line for line in result.output.splitlines() if line.startswith("train: the flex-start slice went away")]
+    assert "after the flex-start slice was had" in lost
+    assert kube.deleted == [TRAIN] and kube.created == [TRAIN]  # deleted and submitted again, by this run
+    [attempt] = run_record(cloud)["steps"]["train"]["capacity_attempts"]
+    assert attempt["waited_seconds"] < 3600, attempt  # not flex-start's 4 h

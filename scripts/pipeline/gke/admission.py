@@ -108,6 +108,22 @@ def _unschedulable(pods: list[dict]) -> str:
     return ""
 
 
+def slice_gone(state: JobSetState, admission: Admission) -> bool:
+    """Whether no node will come for a flex-start step's unschedulable TPU pods, though this `run` never
+    saw the slice (it reattached): the JobSet restarted, so an attempt had run on the slice; its Workload
+    is still admitted, and its newest request is no longer provisioning. Then nothing brings a node:
+    Kueue v0.17.1 (6fcc132c) files no request for a check that is Ready ("Skip syncing of the ProvReq
+    for admission check which is Ready", pkg/controller/admissionchecks/provisioning/controller.go 246-249;
+    a BookingExpired one is not retried while admitted, 256-258), a JobSet restart does not evict the
+    Workload, and the cluster autoscaler ignores an unschedulable pod that consumes a request (the
+    autoscaling.x-k8s.io/consume-provisioning-request annotation Kueue puts on the pods, controller.go
+    podSetUpdates 629-640): "Unschedulable pod didn't trigger scale-up, because it's consuming
+    ProvisioningRequest" (kubernetes/autoscaler cluster-autoscaler/processors/provreq/pods_filter.go)."""
+    request = admission.request
+    return (state.restarts > 0 and admission.workload.phase == "admitted"
+            and (request is None or request.state not in ("Pending", "Accepted")))
+
+
 @dataclass
 class CapacityShortfall(StepFailed):
     """The step's TPU capacity did not come, or went away: `run` moves on (capacity.py) or stops."""
@@ -206,7 +222,8 @@ class CapacityWatch:
             return None  # the attempt has its slice: a container restarting, or the step finishing
         awaited = self.describe(state, admission, label, tpu)
         waited = self.waited(now)
-        if self.trained and mode == "flex-start" and state.phase == "running" and _unschedulable(tpu):
+        if mode == "flex-start" and state.phase == "running" and _unschedulable(tpu) and (
+                self.trained or slice_gone(state, admission)):
             # The slice was had and is gone: a queued-provisioning pool gets nodes only through a new
             # request, which Kueue files only for a workload that is not admitted (see capacity.py).
             raise CapacityShortfall(mode, waited, f"{awaited}, after the {mode} slice was had", True, False, place, uid)
