@@ -162,7 +162,6 @@ class CapacityWatch:
     phases: "Phases | None" = None  # scripts/pipeline/phases.py, kept across submissions of the step
     ready_attempt: int | None = None  # the attempt (JobSet restarts) that had all its pods ready
     last_place: Place | None = None  # where the workload was last seen admitted or running
-    pods_seen: list[dict] = field(default_factory=list)  # the current attempt's pods at the last poll
 
     def place(self, admission: Admission | None, tpu: list[dict] = ()) -> Place:
         """Where the step is: the flavor Kueue gave it, else its TPU pods' node selector, else where it was
@@ -197,7 +196,7 @@ class CapacityWatch:
         if state.restarts > self.restarts:  # a new attempt: its own clock, and it has not trained yet
             self.restarts, self.started = state.restarts, now  # trained stays: the slice was had
         counts = pod_counts(pods)
-        tpu, self.pods_seen = _tpu_pods(pods), pods
+        tpu = _tpu_pods(pods)
         if state.phase == "running" and counts.ready >= job.expected_pods:
             self.trained, self.awaited, self.ready_attempt, self.started = True, "", state.restarts, now
             self.place(None, tpu)  # remembered: a later deactivation leaves no flavor to read it from
@@ -208,10 +207,10 @@ class CapacityWatch:
         if state.phase == "running" and not tpu and has_tpu:
             return None  # the head starting before its workers are created
         admission = self.admission = read_admission(session, jobset)
-        if not has_tpu:
-            return self._cpu_step(state, admission, jobset_uid(jobset), now)
-        place = self.place(admission, tpu)
-        mode, label = place.mode, place.label
+        # A CPU step (convert, export) waits for Kueue and then for a node of the CPU pool, which scales
+        # from zero, bounded by CAPACITY_WAIT's `cpu` (recipes/capacity_wait.py); it has no next mode.
+        place = self.place(admission, tpu) if has_tpu else None
+        mode, label = (place.mode, place.label) if place else (CPU, None)
         uid = jobset_uid(jobset)
         if admission.workload.phase == "inactive":
             if not admission.workload.by_kueue:
@@ -220,7 +219,7 @@ class CapacityWatch:
                                     uid)
         if state.phase == "running" and self.ready_attempt == state.restarts:
             return None  # the attempt has its slice: a container restarting, or the step finishing
-        awaited = self.describe(state, admission, label, tpu)
+        awaited = self.describe(state, admission, label, tpu if place else pods)
         waited = self.waited(now)
         if mode == "flex-start" and state.phase == "running" and _unschedulable(tpu) and (
                 self.trained or slice_gone(state, admission)):
@@ -229,33 +228,8 @@ class CapacityWatch:
             raise CapacityShortfall(mode, waited, f"{awaited}, after the {mode} slice was had", True, False, place, uid)
         if waited > self.bound(mode):
             raise CapacityShortfall(mode, waited, f"{awaited} for {hms(waited)}, longer than CAPACITY_WAIT's "
-                                    f"{hms(self.bound(mode))} for {mode}", self.trained, False, place, uid)
-        if awaited == self.awaited:
-            return None
-        self.awaited = awaited
-        return f"{job.step}: {awaited} (waited {hms(waited)})"
-
-    def _cpu_step(self, state: JobSetState, admission: Admission, uid: str, now: datetime) -> str | None:
-        """A CPU step (convert, export): it waits for Kueue and then for a node of the CPU pool, which
-        scales from zero; bounded by CAPACITY_WAIT's `cpu` (recipes/capacity_wait.py), then it stops."""
-        session, job = self.session, self.job
-        workload = admission.workload
-        if workload.phase == "inactive":
-            if not workload.by_kueue:
-                raise StepFailed(self.deactivated_by_someone(admission))
-            raise CapacityShortfall(CPU, self.waited(now), self.deactivation(admission), self.trained, True, None, uid)
-        if state.phase == "running" and self.ready_attempt == state.restarts:
-            return None  # it had all its pods ready: a container restarting, or the step finishing
-        pool = f"the CPU pool ({session.recipe.cpu_machine_type})"
-        if state.phase == "running":
-            why = _unschedulable(self.pods_seen)
-            awaited = f"waiting for a node of {pool}: {why}" if why else f"waiting for step {job.step}'s pod to start"
-        else:
-            awaited = self.describe(state, admission, pool, [])
-        waited, bound = self.waited(now), self.bound(CPU)
-        if waited > bound:
-            raise CapacityShortfall(CPU, waited, f"{awaited} for {hms(waited)}, longer than CAPACITY_WAIT's "
-                                    f"{describe_waits({CPU: bound}, (CPU,))}", self.trained, False, None, uid)
+                                    f"{describe_waits({mode: self.bound(mode)}, (mode,))}", self.trained, False,
+                                    place, uid)
         if awaited == self.awaited:
             return None
         self.awaited = awaited
@@ -278,12 +252,16 @@ class CapacityWatch:
     def waited(self, now: datetime) -> float:
         return (now - self.started).total_seconds() if self.started else 0.0
 
-    def describe(self, state: JobSetState, admission: Admission, mode: str, tpu: list[dict]) -> str:
-        """What the step really waits for, in the words of Kueue, GKE or the scheduler."""
+    def describe(self, state: JobSetState, admission: Admission, mode: str | None, pods: list[dict]) -> str:
+        """What the step really waits for, in the words of Kueue, GKE or the scheduler; `mode` None and
+        all its pods for a CPU step, the place's label and its TPU pods for train."""
         workload, request, job = admission.workload, admission.request, self.job
         slice_ = f"the {self.session.recipe.shape.accelerator_type} slice"
         if state.phase == "running":
-            why = _unschedulable(tpu)
+            why = _unschedulable(pods)
+            if mode is None:
+                pool = f"the CPU pool ({self.session.recipe.cpu_machine_type})"
+                return f"waiting for a node of {pool}: {why}" if why else f"waiting for step {job.step}'s pod to start"
             return (f"waiting for nodes for {slice_} ({mode}): {why}" if why
                     else f"waiting for {slice_}'s workers to start ({mode})")
         if workload.phase == "absent":
