@@ -1,4 +1,5 @@
-"""How long `tpu-rl run` waits for TPU capacity in each mode before it moves on (setting CAPACITY_WAIT).
+"""How long `tpu-rl run` waits for TPU capacity in each mode before it moves on, and for a node of the
+CPU pool for a CPU step (convert, export) before it stops (setting CAPACITY_WAIT, key `cpu`).
 
 The wait of one mode is the time a train step's TPU workers go without all being ready on that mode:
 queued in Kueue, waiting for GKE to provision a flex-start slice (the ProvisioningRequest's queue), or
@@ -8,23 +9,29 @@ it stops with one line. docs/capacity.md says why `run` and not Kueue decides th
 
 The defaults are this project's choice, not an upstream value: long enough for a cold pool of a
 multi-host slice to scale from zero and pull its images, and for flex-start a few hours, since GKE's
-Dynamic Workload Scheduler queues a request until the whole slice can be had.
+Dynamic Workload Scheduler queues a request until the whole slice can be had. A CPU step has no next
+mode: past `cpu`'s wait without all its pods ready (its pool's machine type out of stock in the zone,
+or no quota), `run` deletes its JobSet and stops with one line.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Literal, Mapping
 
 from recipes.model import CAPACITY_MODES, CapacityMode
 
-DEFAULT_WAIT_SECONDS: Mapping[CapacityMode, float] = {
+CPU = "cpu"  # the key of a CPU step's wait: a node of the CPU pool (convert, export)
+WaitKey = CapacityMode | Literal["cpu"]
+WAIT_KEYS: tuple[WaitKey, ...] = (*CAPACITY_MODES, CPU)
+DEFAULT_WAIT_SECONDS: Mapping[WaitKey, float] = {
     "reservation": 30 * 60,
     "on-demand": 30 * 60,
     "spot": 30 * 60,
     "flex-start": 4 * 3600,
+    CPU: 30 * 60,  # a node of the CPU pool scaling up from zero, and its image pull
 }
-DEFAULT_WAITS: tuple[tuple[CapacityMode, float], ...] = tuple((mode, DEFAULT_WAIT_SECONDS[mode]) for mode in CAPACITY_MODES)
+DEFAULT_WAITS: tuple[tuple[WaitKey, float], ...] = tuple((key, DEFAULT_WAIT_SECONDS[key]) for key in WAIT_KEYS)
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh])$")
 
@@ -36,23 +43,23 @@ def _seconds(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def parse_capacity_wait(text: str) -> tuple[tuple[CapacityMode, float], ...]:
-    """'45m' (every mode) or 'flex-start=6h,spot=20m' (those modes; the others keep their default) -> the
-    wait of every mode, in seconds, in CAPACITY_MODES order."""
-    waits: dict[CapacityMode, float] = dict(DEFAULT_WAIT_SECONDS)
+def parse_capacity_wait(text: str) -> tuple[tuple[WaitKey, float], ...]:
+    """'45m' (every mode, and cpu) or 'flex-start=6h,cpu=1h' (those; the others keep their default) ->
+    the wait of every mode and of cpu, in seconds, in WAIT_KEYS order."""
+    waits: dict[WaitKey, float] = dict(DEFAULT_WAIT_SECONDS)
     items = [item.strip() for item in text.split(",") if item.strip()]
     if not items:
         raise ValueError("is empty: give a duration such as 30m, or mode=duration pairs such as flex-start=6h,spot=20m")
     if len(items) == 1 and "=" not in items[0]:
-        return tuple((mode, _seconds(items[0])) for mode in CAPACITY_MODES)
+        return tuple((key, _seconds(items[0])) for key in WAIT_KEYS)
     for item in items:
         mode, equals, duration = item.partition("=")
         mode = mode.strip()
-        if not equals or mode not in CAPACITY_MODES:
-            raise ValueError(f"'{item}' is not mode=duration with a mode of {', '.join(CAPACITY_MODES)} "
-                             "(e.g. flex-start=6h,spot=20m)")
+        if not equals or mode not in WAIT_KEYS:
+            raise ValueError(f"'{item}' is not mode=duration with a mode of {', '.join(CAPACITY_MODES)} or "
+                             f"{CPU} (e.g. flex-start=6h,spot=20m,{CPU}=1h)")
         waits[mode] = _seconds(duration)  # type: ignore[index]
-    return tuple((mode, waits[mode]) for mode in CAPACITY_MODES)
+    return tuple((key, waits[key]) for key in WAIT_KEYS)
 
 
 def describe_waits(waits: Mapping[str, float], modes: tuple[str, ...]) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from recipes.capacity_wait import DEFAULT_WAITS, parse_capacity_wait
+from recipes.capacity_wait import DEFAULT_WAITS, WaitKey, parse_capacity_wait
 from recipes.errors import UserError
 from recipes.model import PLATFORM_CAPACITY, CapacityMode, Recipe, parse_capacity
 
@@ -60,7 +60,8 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec("capacity", "CAPACITY", "the TPU capacity mode, or an ordered fallback list, e.g. flex-start,spot "
                 "(default: each recipe's own)", required=False),
     SettingSpec("capacity_wait", "CAPACITY_WAIT", "how long run waits for TPU capacity per mode before the next, "
-                "e.g. 45m or flex-start=6h,spot=20m (default: flex-start=4h, others 30m)", required=False,
+                "and (cpu) for a CPU pool node, e.g. 45m or flex-start=6h,spot=20m,cpu=1h (default: flex-start=4h, "
+                "others 30m)", required=False,
                 shapes_stacks=False),
 )
 _BY_FIELD = {spec.field: spec for spec in SPECS}
@@ -106,7 +107,7 @@ class Settings:
     state_bucket: str | None = None
     capacity: tuple[CapacityMode, ...] | None = None  # None: each recipe's own capacity list
     # (mode, seconds) for every mode: how long `run` waits for capacity before the next (recipes/capacity_wait.py)
-    capacity_wait: tuple[tuple[CapacityMode, float], ...] = DEFAULT_WAITS
+    capacity_wait: tuple[tuple[WaitKey, float], ...] = DEFAULT_WAITS
     source: str = "environment"
     zones: tuple[str, ...] = ()  # every zone of ZONE, in fallback order (recipes/placement.py); zone first
 

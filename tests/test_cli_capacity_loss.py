@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
 from typer.testing import CliRunner
 
@@ -58,6 +59,7 @@ def tpu_selector(manifest: dict) -> dict:
 
 def test_a_request_that_fails_its_retries_stops_with_the_checks_own_message_and_the_next_command(cloud, monkeypatch):
     kube = cloud["kube"]
+    slow_polls(monkeypatch)  # Kueue waits 1, 2 and 4 min before its retries
     kube.plan(TRAIN, capacity="flex-start", provisioning=["Failed"], **succeeds(cloud))
     result = run_train(cloud, monkeypatch, "flex-start", "flex-start=4h")
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
@@ -71,6 +73,9 @@ def test_a_request_that_fails_its_retries_stops_with_the_checks_own_message_and_
     assert f"rerun `tpu-rl run {RECIPE} --steps train` later" in line
     assert "CAPACITY_WAIT (now flex-start=4h)" in line
     assert kube.deleted == [TRAIN] and TRAIN not in kube.jobsets and not kube.provreqs  # nothing stays queued
+    # Between attempts Kueue evicts the workload and requeues it after its backoff (status.requeueState).
+    assert f"train: Kueue evicted workload jobset-{TRAIN}-" in result.output
+    assert "and requeues it at 20" in result.output and "(AdmissionCheck: At least one admission check is false)" in result.output
     assert f"request jobset-{TRAIN}-" in result.output and "in state Accepted: the test's accepted message" in result.output
     train = run_record(cloud)["steps"]["train"]
     assert train["status"] == "failed"
@@ -153,7 +158,9 @@ def test_status_and_a_new_run_read_a_deactivated_workload_and_submit_it_again(cl
     recipe = load_settings().recipe(get_recipe(RECIPE))
     kube.plan(TRAIN, capacity="flex-start", provisioning=["Failed"], resubmitted=Plan(capacity="flex-start", **succeeds(cloud)))
     kube.put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    clock = slow_polls(monkeypatch)
     for _ in range(12):  # Kueue files the request and its retries, then deactivates the workload
+        clock[0] += timedelta(minutes=POLL_MINUTES)  # past each retry's backoff
         kube._advance(TRAIN)
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0, status.output
@@ -222,11 +229,14 @@ def test_status_shows_the_zone_the_train_step_runs_in(cloud, monkeypatch):
 POLL_MINUTES = 10  # the drills' virtual time per poll: a train step of a few polls outlasts a 30 min wait
 
 
-def slow_polls(monkeypatch) -> None:
+def slow_polls(monkeypatch) -> list:
     """Every sleep of `run` advances its clock by POLL_MINUTES and returns at once, so a healthy step
-    outlasts CAPACITY_WAIT's default 30 min in a few polls, whatever the machine's speed."""
+    outlasts CAPACITY_WAIT's default 30 min in a few polls, whatever the machine's speed. The fake Kueue
+    shares that clock, so a failed request's retry backoff (1, 2, 4 min) passes within a poll. Returns
+    the clock, [now]."""
     from datetime import datetime, timedelta, timezone
 
+    from peers import kueue
     from scripts.cli import cloud as cli_cloud
 
     build = cli_cloud.make_session
@@ -241,6 +251,8 @@ def slow_polls(monkeypatch) -> None:
         return session
 
     monkeypatch.setattr(cli_cloud, "make_session", make_session)
+    kueue.use_clock(lambda: clock[0])
+    return clock
 
 
 def test_a_train_step_longer_than_the_wait_finishes_though_the_head_is_not_ready_at_the_end(cloud, monkeypatch):
@@ -284,6 +296,7 @@ def test_a_failed_flex_start_request_is_reported_as_flex_start_though_the_worklo
     deactivated, its flavors are gone, but the shortfall is flex-start's, the last mode; nothing is
     submitted again on it."""
     kube = cloud["kube"]
+    slow_polls(monkeypatch)
     kube.plan(TRAIN, capacity="flex-start", provisioning=["Failed"], **succeeds(cloud))
     result = run_train(cloud, monkeypatch, "reservation,flex-start", "4h")
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
@@ -335,3 +348,30 @@ def test_a_workload_an_admin_deactivated_is_not_replaced_without_replace(cloud, 
     assert result.exit_code == ExitCode.BAD_INPUT, result.output
     assert "was deactivated by someone, not by Kueue" in error_line(result)
     assert kube.deleted == [] and kube.created == []  # nothing deleted or submitted
+
+
+def test_a_run_that_reattaches_to_a_flex_start_jobset_whose_slice_is_gone_submits_it_again_at_once(cloud, monkeypatch):
+    """This `run` never saw the slice: an earlier one trained on it, and the JobSet restarted after the
+    slice ended. The Workload is still admitted, its request Provisioned, the new workers unschedulable:
+    no node will come (admission.slice_gone), so `run` does not wait flex-start's 4 h first."""
+    from jobs import render_manifests
+    from recipes import load_settings
+
+    monkeypatch.setenv("CAPACITY", "flex-start")
+    slow_polls(monkeypatch)
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="flex-start", reclaimed_after=3, nodes_return=False,
+              resubmitted=Plan(capacity="flex-start", **succeeds(cloud)))
+    kube.put_jobset(render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())["train"])
+    for _ in range(8):  # admitted on a provisioned slice, trained, the slice lost, the JobSet restarted
+        kube._advance(TRAIN)
+    assert kube.jobsets[TRAIN]["status"]["restarts"] == 1
+    assert UNSCHEDULABLE in json.dumps([p["status"] for p in kube.pods.values()])
+    result = run_train(cloud, monkeypatch, "flex-start", "flex-start=4h")
+    assert result.exit_code == 0, result.output
+    assert "reattaching to it" in result.output
+    [lost] = [line for line in result.output.splitlines() if line.startswith("train: the flex-start slice went away")]
+    assert "after the flex-start slice was had" in lost
+    assert kube.deleted == [TRAIN] and kube.created == [TRAIN]  # deleted and submitted again, by this run
+    [attempt] = run_record(cloud)["steps"]["train"]["capacity_attempts"]
+    assert attempt["waited_seconds"] < 3600, attempt  # not flex-start's 4 h

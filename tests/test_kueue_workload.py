@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import tomllib
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import jsonschema
@@ -16,6 +17,7 @@ import yaml
 
 from contracts.k8s_schema import strict
 from jobs import render_manifests
+from peers import kueue
 from peers.fixtures import peer_settings
 from peers.kube_api import KubeApi
 from recipes import get_recipe
@@ -55,26 +57,30 @@ def test_the_vendored_crds_are_unmodified_licensed_and_of_the_pinned_kueue(folde
 
 
 def drive(plan: dict, ticks: int) -> tuple[KubeApi, str, list[tuple[dict, list[dict]]]]:
-    """A train JobSet in the fake API under `plan`, advanced `ticks` times; the Workload and requests of
-    each tick."""
+    """A train JobSet in the fake API under `plan`, advanced `ticks` times, a minute of Kueue's clock
+    apart (so a retry's backoff passes); the Workload and requests of each tick."""
     kube = KubeApi.__new__(KubeApi)
     KubeApi.__init__(kube)
+    clock = [datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)]
+    kueue.use_clock(lambda: clock[0])
     manifest = render_manifests(get_recipe("qwen3-v6e32"), peer_settings())["train"]
     name = manifest["metadata"]["name"]
     kube.plan(name, **plan)
     kube._store(manifest)
     seen = []
     for _ in range(ticks):
+        clock[0] += timedelta(minutes=1)
         kube._advance(name)
         seen.append((yaml.safe_load(yaml.safe_dump(kube.workloads[name])),
                      [yaml.safe_load(yaml.safe_dump(r)) for r in kube.provreqs.values()]))
     return kube, name, seen
 
 
+RETRIES_OVER = 16  # ticks, a minute apart, in which 4 requests fail and Kueue waits 1 + 2 + 4 min between them
 PLANS = {
     "queued": ({"admitted_after": 3, "capacity": "spot"}, 2),
     "flex-start provisioned": ({"capacity": "flex-start"}, 4),
-    "flex-start failing its retries": ({"capacity": "flex-start", "provisioning": ["Failed"]}, 12),
+    "flex-start failing its retries": ({"capacity": "flex-start", "provisioning": ["Failed"]}, RETRIES_OVER),
     "flex-start revoked": ({"capacity": "flex-start", "reclaimed_after": 2, "revoked": True, "nodes_return": False}, 8),
 }
 
@@ -99,7 +105,7 @@ def test_a_workload_goes_queued_checking_admitted_as_kueue_says():
 
 
 def test_a_request_that_fails_its_retries_leaves_an_inactive_workload_whose_request_keeps_the_message():
-    kube, name, seen = drive({"capacity": "flex-start", "provisioning": ["Failed"]}, 12)
+    kube, name, seen = drive({"capacity": "flex-start", "provisioning": ["Failed"]}, RETRIES_OVER)
     workload, requests = seen[-1]
     state = workload_state(workload)
     # Kueue deactivated it itself (kueue v0.17.1 pkg/workload/workload.go 1646, 1832) ...
@@ -114,3 +120,36 @@ def test_a_request_that_fails_its_retries_leaves_an_inactive_workload_whose_requ
     assert latest_request(requests, state.uid) == request
     # In between, a Retry evicts and requeues the workload: evicted, not inactive.
     assert "evicted" in [workload_state(w).phase for w, _ in seen]
+
+
+def test_a_failed_request_is_retried_only_after_kueues_backoff_recorded_in_requeue_state():
+    """Kueue v0.17.1: the Retry sets requeueAfterSeconds to backoffBaseSeconds * 2^retryCount (60 s by
+    default, "60s*2^(n-1)", pkg/workload/admissionchecks.go 253-265), the workload's
+    status.requeueState.requeueAt to the check's transition plus that (workload_controller.go 268-276),
+    and it is requeued, with the next request, only once requeueAt has passed."""
+    _, _, seen = drive({"capacity": "flex-start", "provisioning": ["Failed"]}, RETRIES_OVER)
+    backoffs, filed_while_backing_off = [], []
+    for (workload, requests), (before, before_requests) in zip(seen[1:], seen):
+        requeue = workload["status"].get("requeueState") or {}
+        if requeue.get("requeueAt") and not (before["status"].get("requeueState") or {}).get("requeueAt"):
+            [check] = workload["status"]["admissionChecks"]
+            backoffs.append((check["retryCount"], check["requeueAfterSeconds"], "count" in requeue))
+        elif requeue.get("requeueAt"):
+            filed_while_backing_off.append(len(requests) != len(before_requests) or
+                                           requests[0]["metadata"]["name"] != before_requests[0]["metadata"]["name"])
+    assert backoffs == [(1, 60, False), (2, 120, False), (3, 240, False)]
+    assert filed_while_backing_off and not any(filed_while_backing_off)
+    assert "requeueState" not in seen[-1][0]["status"]  # cleared once deactivated
+
+
+def test_the_workload_name_is_kueues_hash_of_kind_group_name_and_uid():
+    """The vectors of Kueue v0.17.1's own test (pkg/controller/jobframework/workload_names_test.go 73-99,
+    ShortWorkloadNames off, its default)."""
+    assert kueue.workload_name("name", "uid", kind="Job", group="batch") == "job-name-ef3a1"
+    long = ("marketing-campaign-autumn-2024-region-north-america-department-digital-strategy-sub-department-social-"
+            "media-engagement-tracker-and-analytics-dashboard-v2-final-revision-by-engineering-team-lead-senior-"
+            "architect-validation-checked-approved-by-legal-and-ops-dept")
+    assert kueue.workload_name(long, "uid", kind="Job", group="batch") == (
+        "job-marketing-campaign-autumn-2024-region-north-america-department-digital-strategy-sub-department-social-"
+        "media-engagement-tracker-and-analytics-dashboard-v2-final-revision-by-engineering-team-lead-senior-architect-"
+        "validation-checked-approved-by-l-218b8")

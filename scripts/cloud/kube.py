@@ -260,11 +260,11 @@ class Cluster:
                 return existing
             raise ApiError(f"{error}; nothing was submitted") from None
 
-    def delete_jobset(self, name: str, uid: str | None = None) -> None:
+    def delete_jobset(self, name: str, uid: str | None = None) -> bool:
         """Delete (with its pods) and wait until it is gone, so a new one with the same name can start.
         With `uid`, only that JobSet: DeleteOptions preconditions.uid makes the API server refuse (409
         Conflict) to delete another object of the name, e.g. one a concurrent `run --replace` submitted
-        (k8s.io/apimachinery meta/v1 Preconditions); then it is left alone and the wait is for nothing."""
+        (k8s.io/apimachinery meta/v1 Preconditions); then it is left alone and False is returned."""
         body = {"body": k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))} if uid else {}
         try:
             call(self.policy, f"deleting JobSet {name}", lambda: self.custom.delete_namespaced_custom_object(
@@ -272,11 +272,12 @@ class Cluster:
                 _request_timeout=self._timeout, **body))
         except ApiException as error:
             if error.status == 409 and uid:
-                return  # another JobSet of the name now: not ours to delete
+                return False  # another JobSet of the name now: not ours to delete
             if error.status != 404:
                 raise ApiError(f"deleting JobSet {name} failed with {describe(error)}") from None
         if not wait_until(self.policy, lambda: self.get_jobset(name) is None, attempts=self.policy.attempts * 4):
             raise ApiError(f"JobSet {name} is still being deleted; wait a minute and run again")
+        return True
 
     # -- what Kueue and the cluster autoscaler say about a JobSet ----------------------------------
     def _list_custom(self, group: str, version: str, plural: str, selector: str | None = None) -> list[dict]:

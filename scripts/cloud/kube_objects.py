@@ -184,6 +184,7 @@ class WorkloadState:
     flavors: tuple[str, ...] = ()  # the ResourceFlavors Kueue admitted the pod sets to
     checks: tuple[AdmissionCheck, ...] = ()
     by_kueue: bool = False  # an inactive workload that Kueue deactivated itself, not an admin
+    requeue_at: str = ""  # status.requeueState.requeueAt: an evicted one waits out its backoff until then
 
     def check(self, name: str) -> AdmissionCheck | None:
         return next((check for check in self.checks if check.name == name), None)
@@ -218,7 +219,8 @@ def workload_state(obj: dict | None) -> WorkloadState:
     def state(phase: WorkloadPhase, kind: str) -> WorkloadState:
         condition = conditions.get(kind) or {}
         return WorkloadState(phase, meta.get("name", ""), meta.get("uid", ""), condition.get("reason", ""),
-                             condition.get("message", ""), flavors, checks, by_kueue and phase == "inactive")
+                             condition.get("message", ""), flavors, checks, by_kueue and phase == "inactive",
+                             (status.get("requeueState") or {}).get("requeueAt") or "")
 
     if _is_true(conditions, "Finished"):
         return state("finished", "Finished")

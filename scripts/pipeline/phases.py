@@ -10,10 +10,11 @@ slice, the money) went. Read from what the cluster shows at each poll:
   "Container state reason list");
 - loading (train only): every container runs, and the trainer has logged no train step yet (tunix's
   "Train step" line, scripts/pipeline/progress.py): the model is loaded and the first rollout compiled;
-- training: a train step was logged; running: a CPU step's container runs.
+- training: a train step was logged; running: a CPU step's container runs;
+- saving (train only): orbax has logged the start of a checkpoint save and not yet that the trainer goes
+  on (scripts/pipeline/saving.py): the TPUs do no training meanwhile.
 
-Checkpoint saves happen inside training and log nothing `run` reads, so they are not a phase of their
-own here. Which phases bill TPU time while nothing trains: TPU_IDLE_PHASES (recipes/cost.py prices them).
+Which phases bill TPU time while nothing trains: TPU_IDLE_PHASES (recipes/cost.py prices them).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def _creating(pod: dict) -> bool:
 
 
 def phase_of(state: JobSetState, waiting_for_request: bool, pods: list[dict], train: bool,
-             stepped: bool) -> str | None:
+             stepped: bool, saving: bool = False) -> str | None:
     """The step's phase now (see the module), None when it is over or between attempts."""
     if state.phase == "suspended":
         return "provisioning" if waiting_for_request else "queued"
@@ -54,6 +55,8 @@ def phase_of(state: JobSetState, waiting_for_request: bool, pods: list[dict], tr
         return "pulling images"
     if not train:
         return "running"
+    if saving:
+        return "saving"
     return "training" if stepped else "loading"
 
 

@@ -42,9 +42,24 @@ def _selected(labels: dict, query: dict) -> bool:
     return all(labels.get(key) == value for key, value in wanted.items())
 
 
-def status(code: int, reason: str, message: str) -> Reply:
+def status(code: int, reason: str, message: str, details: dict | None = None) -> Reply:
     return Reply(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": message, "reason": reason, "code": code})
+                        "message": message, "reason": reason, **({"details": details} if details else {}),
+                        "code": code})
+
+
+def uid_conflict(name: str, wanted: str, actual: str) -> Reply:
+    """The API server's answer to a DELETE whose preconditions.uid names another object: the etcd3
+    store's checkPreconditions fails with StorageError "invalid object" (code 4) and the registry turns
+    it into a 409 Conflict Status (kubernetes/kubernetes staging/src/k8s.io/apiserver:
+    pkg/storage/etcd3/store.go checkPreconditions, pkg/storage/errors.go StorageError.Error,
+    pkg/storage/errors/storage.go InterpretDeleteError; k8s.io/apimachinery pkg/api/errors NewConflict,
+    "Operation cannot be fulfilled on %s %q: %v")."""
+    key = f"/registry/jobset.x-k8s.io/jobsets/default/{name}"
+    return status(409, "Conflict", f'Operation cannot be fulfilled on jobsets.jobset.x-k8s.io "{name}": StorageError: '
+                                   f"invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: "
+                                   f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {actual}",
+                  {"name": name, "group": "jobset.x-k8s.io", "kind": "jobsets"})
 
 
 @dataclass
@@ -76,7 +91,8 @@ class Plan:
     # Kueue and GKE (peers/kueue.py). `provisioning`: the outcome of each ProvisioningRequest Kueue files
     # for a flex-start workload, in turn (Provisioned, Failed, CapacityRevoked, or Pending: GKE keeps it
     # queued); the last one repeats. `stockout`: modes whose zone has no stock: Kueue admits the workload,
-    # but its TPU pods stay unschedulable. A TPU pod template that selects a mode (tpu-rl/capacity) is
+    # but its TPU pods stay unschedulable; "cpu": the CPU pool's machine type has none, so every pod of a
+    # CPU step stays unschedulable. A TPU pod template that selects a mode (tpu-rl/capacity) is
     # admitted to that mode's flavor, as Kueue's flavor assigner does; otherwise to `capacity`.
     provisioning: list = field(default_factory=list)
     stockout: tuple = ()
@@ -115,11 +131,15 @@ class KubeApi(PeerServer):
     deleted: list = field(default_factory=list)
     workloads: dict = field(default_factory=dict)  # by JobSet name: the Workload Kueue made for it
     provreqs: dict = field(default_factory=dict)  # ProvisioningRequests by name
+    # A JobSet of the same name but a new UID takes the place of the one a DELETE names, just before the
+    # DELETE arrives (a concurrent `run --replace`), once.
+    replaced_before_delete: bool = False
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 
     def __post_init__(self) -> None:
         PeerServer.__init__(self)
+        kueue.use_clock(None)  # each test starts on the real clock (use_clock for a drill's own)
         self._ticks: dict[str, int] = {}
         self._terminating: set[str] = set()  # JobSets whose earlier attempt's pods are still going away
         self._filed: dict[str, int] = {}  # requests Kueue filed for the JobSet's Workload, by JobSet name
@@ -224,7 +244,8 @@ class KubeApi(PeerServer):
                 return
         if self._unschedulable(name, plan):
             for pod in self._pods_of(name):
-                if pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != self._main_rj(name):
+                if "cpu" in plan.stockout or \
+                        pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != self._main_rj(name):
                     pod["status"] = {"phase": "Pending", "conditions": [
                         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                          "message": UNSCHEDULABLE}]}
@@ -314,10 +335,13 @@ class KubeApi(PeerServer):
             kueue.reserve(wl, flavor, checked=False)
             kueue.admit(wl)
             return True
+        if kueue.backing_off(wl):
+            return False  # evicted after a failed request, until status.requeueState.requeueAt
         kueue.reserve(wl, flavor, checked=True)
-        check = wl["status"]["admissionChecks"][0]
         requests = sorted(self.requests_of(name), key=lambda r: int(r["metadata"]["name"].rsplit("-", 1)[1]))
-        if not requests or check["state"] == "Retry":
+        failed = bool(requests) and any(c["type"] == "Failed" and c["status"] == "True"
+                                        for c in requests[-1]["status"]["conditions"])
+        if not requests or failed:  # requeued after its backoff: the next attempt (controller.go 263-268)
             for superseded in requests:  # Kueue deletes all but the newest (provisioning/controller.go 208-228)
                 del self.provreqs[superseded["metadata"]["name"]]
             request = kueue.request_for(wl, self._filed.get(name, 0) + 1)
@@ -339,9 +363,7 @@ class KubeApi(PeerServer):
             kueue.admit(wl)
             return True
         if outcome == "Failed" and self._filed[name] <= kueue.BACKOFF_LIMIT_COUNT:
-            kueue.set_check(wl, "Retry", f"Retrying after failure: {message}")
-            kueue.set_condition(wl, kueue.condition("Evicted", True, "AdmissionCheck",
-                                                    "At least one admission check is false"))
+            kueue.retry(wl, message)
             return False
         kueue.set_check(wl, "Rejected", message)
         return False
@@ -356,7 +378,7 @@ class KubeApi(PeerServer):
     def _unschedulable(self, name: str, plan: Plan) -> bool:
         """The TPU pods find no node: the mode is out of stock, or the slice is gone for good."""
         lost = plan.reclaimed_after is not None and not plan.nodes_return and self.jobsets[name]["status"]["restarts"]
-        return self.out_of_stock(name, plan) or bool(lost)
+        return self.out_of_stock(name, plan) or bool(lost) or "cpu" in plan.stockout
 
     def _reclaim_node(self, name: str) -> None:
         """A TPU worker's node shuts down, as when Compute Engine reclaims a spot VM: the kubelet's graceful
@@ -476,10 +498,12 @@ class KubeApi(PeerServer):
         if method == "DELETE":
             # DeleteOptions preconditions.uid: the API server answers 409 Conflict for another object
             # (k8s.io/apiserver pkg/registry/generic/registry/store.go, Preconditions.Check).
+            if self.replaced_before_delete:  # another client replaced it between our GET and our DELETE
+                self.replaced_before_delete = False
+                self.jobsets[name]["metadata"]["uid"] = str(uuid.uuid4())
             wanted = ((json.loads(body) if body else {}).get("preconditions") or {}).get("uid")
             if wanted and wanted != self.jobsets[name]["metadata"]["uid"]:
-                return status(409, "Conflict", f"Precondition failed: UID in precondition: {wanted}, UID in object "
-                                               f"meta: {self.jobsets[name]['metadata']['uid']}")
+                return uid_conflict(name, wanted, self.jobsets[name]["metadata"]["uid"])
             self.deleted.append(name)
             del self.jobsets[name]
             for request in self.requests_of(name):  # owned by the Workload, which the JobSet owns

@@ -4,15 +4,24 @@ Each JobSet gets the Workload Kueue's JobSet integration makes for it, and a fle
 ProvisioningRequests Kueue's provisioning admission check files; their shapes follow the vendored CRDs
 (tests/contracts/vendor/kueue, tests/contracts/vendor/provisioningrequest) and tests/test_kueue_workload.py
 validates them there. What Kueue writes, and when, follows v0.17.1:
-- the Workload: name jobset-<name>-<hash> and label kueue.x-k8s.io/job-uid (pkg/controller/jobframework
-  workload_names.go, reconciler.go); condition QuotaReserved False reason Pending with the flavor
+- the Workload: name jobset-<name>-<hash>, the hash the first 5 hex digits of the SHA-1 of kind, group,
+  name and UID, one a line (pkg/controller/jobframework/workload_names.go GetWorkloadNameForOwnerWithGVK,
+  getHash), and label kueue.x-k8s.io/job-uid (reconciler.go); condition QuotaReserved False reason Pending with the flavor
   assigner's message while it has no quota (pkg/scheduler/scheduler.go, flavorassigner.go Message);
 - the flex-start check: one request <workload>-<check>-<attempt> (provisioning.go ProvisioningRequestName)
   owned by the Workload; a Failed one is retried while attempt <= backoffLimitCount (3 by default,
   provisioningrequestconfig_types.go), with the check in Retry ("Retrying after failure: <message>") and
-  the Workload evicted (reason AdmissionCheck, "At least one admission check is false"), then Rejected
-  with the request's own message (admissionchecks/provisioning/controller.go syncCheckStates);
+  requeueAfterSeconds = backoffBaseSeconds * 2^retryCount, capped at backoffMaxSeconds (60 and 1800 by
+  default; pkg/workload/admissionchecks.go UpdateAdmissionCheckRequeueState, pkg/util/wait/backoff.go),
+  then Rejected with the request's own message (admissionchecks/provisioning/controller.go 543-557);
   CapacityRevoked rejects it at once;
+- a Retry evicts the Workload (Evicted reason AdmissionCheck, "At least one admission check is false";
+  Requeued False, same reason), resets the check to Pending with retryCount + 1 (admissionchecks.go
+  resetChecksOnEviction) and sets status.requeueState.requeueAt to the check's transition time plus its
+  requeueAfterSeconds, without a count (admissionchecks.go GetMaxRetryTime, NeedsRequeueAtUpdate;
+  workload_controller.go 268-276, SetRequeueState(.., false)); only after requeueAt does it go back to
+  the queue (requeueAt cleared, Requeued True reason BackoffFinished, workload_controller.go 396-459),
+  get quota again, and the next request is filed;
 - a Rejected check deactivates the Workload: DeactivationTarget "Admission check(s): <names>, were
   rejected", then spec.active false, Evicted reason DeactivatedDueToAdmissionCheck "The workload is
   deactivated due to <that>", the quota released and with it the flex-start check (deactivate below);
@@ -25,15 +34,47 @@ text, which `run` must repeat verbatim.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from typing import Callable
 
 CHECK = "flex-start-slice"  # recipes.conventions.FLEX_START_ADMISSION_CHECK
-BACKOFF_LIMIT_COUNT = 3  # Kueue's default retryStrategy.backoffLimitCount
+# Kueue's default retryStrategy (apis/kueue/v1beta2/provisioningrequestconfig_types.go 77, 137-153).
+BACKOFF_LIMIT_COUNT, BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS = 3, 60, 1800
 QUEUE = "tpu-rl"
+JOBSET_GROUP = "jobset.x-k8s.io"
+# Without the ShortWorkloadNames gate (off by default in v0.17, pkg/features/kube_features.go 555), the
+# name is at most 253 characters: a prefix of 253 - 1 - 5 and the hash (workload_names.go 30-50).
+HASH_LENGTH, MAX_NAME_LENGTH = 5, 253
+
+
+def _real_clock() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+_clock: list[Callable[[], datetime]] = [_real_clock]
+
+
+def use_clock(clock: Callable[[], datetime] | None) -> None:
+    """The time Kueue sees (a drill's virtual clock, shared with `run`'s); None: the real one."""
+    _clock[0] = clock or _real_clock
+
+
+def moment() -> datetime:
+    return _clock[0]()
+
+
+def stamp(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return stamp(moment())
+
+
+def workload_name(owner: str, uid: str, kind: str = "JobSet", group: str = JOBSET_GROUP) -> str:
+    """Kueue's GetWorkloadNameForOwnerWithGVK (workload_names.go 64-110), without an extra part."""
+    digest = hashlib.sha1(f"{kind}\n{group}\n{owner}\n{uid}".encode()).hexdigest()[:HASH_LENGTH]
+    return f"{(kind.lower() + '-' + owner)[:MAX_NAME_LENGTH - 1 - HASH_LENGTH]}-{digest}"
 
 
 def condition(kind: str, status: bool, reason: str, message: str = "") -> dict:
@@ -44,7 +85,6 @@ def condition(kind: str, status: bool, reason: str, message: str = "") -> dict:
 def workload_for(jobset: dict) -> dict:
     """The Workload Kueue's JobSet integration makes: one pod set per replicated job."""
     meta = jobset["metadata"]
-    digest = hashlib.sha1(f"JobSet\n{meta['name']}\n{meta['uid']}".encode()).hexdigest()[:5]
     pod_sets = [{"name": rj["name"], "count": int(rj.get("replicas", 1)) * int(rj["template"]["spec"].get("parallelism", 1)),
                  "template": {"metadata": {}, "spec": {"containers": [
                      {"name": c["name"], "image": c.get("image", "busybox"), "resources": c.get("resources") or {}}
@@ -52,7 +92,7 @@ def workload_for(jobset: dict) -> dict:
                 for rj in jobset["spec"]["replicatedJobs"]]
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": {"name": f"jobset-{meta['name']}-{digest}", "namespace": "default", "uid": f"wl-{meta['uid']}",
+        "metadata": {"name": workload_name(meta["name"], meta["uid"]), "namespace": "default", "uid": f"wl-{meta['uid']}",
                      "creationTimestamp": now(), "labels": {"kueue.x-k8s.io/job-uid": meta["uid"]},
                      "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
                                           "name": meta["name"], "uid": meta["uid"], "controller": True,
@@ -93,8 +133,40 @@ def admit(workload: dict) -> None:
 
 
 def set_check(workload: dict, state: str, message: str) -> None:
+    kept = {key: value for key, value in (workload["status"].get("admissionChecks") or [{}])[0].items()
+            if key in ("retryCount", "requeueAfterSeconds")}
     workload["status"]["admissionChecks"] = [{"name": CHECK, "state": state, "message": message,
-                                              "lastTransitionTime": now()}]
+                                              "lastTransitionTime": now(), **kept}]
+
+
+def retry(workload: dict, message: str) -> None:
+    """A Failed request that will be retried (see the module): the check in Retry with its backoff, the
+    workload evicted with its quota released, the check reset to Pending, and requeueState.requeueAt."""
+    status = workload["status"]
+    set_check(workload, "Retry", f"Retrying after failure: {message}")
+    check = status["admissionChecks"][0]
+    retries = int(check.get("retryCount", 0))
+    check["requeueAfterSeconds"] = min(BACKOFF_BASE_SECONDS * 2 ** retries, BACKOFF_MAX_SECONDS)
+    requeue_at = moment() + timedelta(seconds=check["requeueAfterSeconds"])
+    status["requeueState"] = {"requeueAt": stamp(requeue_at)}
+    status.pop("admission", None)
+    set_condition(workload, condition("Evicted", True, "AdmissionCheck", "At least one admission check is false"))
+    set_condition(workload, condition("QuotaReserved", False, "Pending", "At least one admission check is false"))
+    set_condition(workload, condition("Requeued", False, "AdmissionCheck", "At least one admission check is false"))
+    check.update(state="Pending", message="Reset to Pending after eviction. Previously: Retry", retryCount=retries + 1)
+
+
+def backing_off(workload: dict) -> bool:
+    """Whether the workload waits out its backoff; once over, it is requeued (requeueAt cleared,
+    Requeued True BackoffFinished)."""
+    requeue = workload["status"].get("requeueState") or {}
+    if not requeue.get("requeueAt"):
+        return False
+    if moment() < datetime.strptime(requeue["requeueAt"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc):
+        return True
+    requeue.pop("requeueAt")
+    set_condition(workload, condition("Requeued", True, "BackoffFinished", "The workload backoff was finished"))
+    return False
 
 
 def request_for(workload: dict, attempt: int, max_run_seconds: str = "604800") -> dict:
@@ -137,6 +209,7 @@ def deactivate(workload: dict, rejected: str) -> None:
     set_condition(workload, condition("Admitted", False, "NoReservation", "The workload has no reservation"))
     set_condition(workload, condition("Requeued", False, "Deactivated", "The workload is deactivated"))
     status.pop("admissionChecks", None)
+    status.pop("requeueState", None)  # cleared on deactivation (workload_controller.go 473-485)
 
 
 def stop(workload: dict) -> None:

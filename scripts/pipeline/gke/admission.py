@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from jobs.k8s import pin_capacity
 from recipes import conventions
+from recipes.capacity_wait import CPU, describe_waits
 from recipes.conventions import CAPACITY_NODE_LABEL, TPU_ACCELERATOR_LABEL, ZONE_NODE_LABEL
 from recipes.placement import Place, tpu_places
 from scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
@@ -90,6 +91,11 @@ def like_existing(job: StepJob, existing: dict | None) -> StepJob:
     return pinned_job(job, pinned_place(existing or {}))
 
 
+def jobset_uid(jobset: dict | None) -> str:
+    """The JobSet's UID, which `run` deletes it by (capacity.py): that JobSet only."""
+    return ((jobset or {}).get("metadata") or {}).get("uid", "")
+
+
 def _tpu_pods(pods: list[dict]) -> list[dict]:
     return [pod for pod in pods if TPU_ACCELERATOR_LABEL in ((pod.get("spec") or {}).get("nodeSelector") or {})]
 
@@ -100,6 +106,22 @@ def _unschedulable(pods: list[dict]) -> str:
             if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
                 return condition.get("message", "")
     return ""
+
+
+def slice_gone(state: JobSetState, admission: Admission) -> bool:
+    """Whether no node will come for a flex-start step's unschedulable TPU pods, though this `run` never
+    saw the slice (it reattached): the JobSet restarted, so an attempt had run on the slice; its Workload
+    is still admitted, and its newest request is no longer provisioning. Then nothing brings a node:
+    Kueue v0.17.1 (6fcc132c) files no request for a check that is Ready ("Skip syncing of the ProvReq
+    for admission check which is Ready", pkg/controller/admissionchecks/provisioning/controller.go 246-249;
+    a BookingExpired one is not retried while admitted, 256-258), a JobSet restart does not evict the
+    Workload, and the cluster autoscaler ignores an unschedulable pod that consumes a request (the
+    autoscaling.x-k8s.io/consume-provisioning-request annotation Kueue puts on the pods, controller.go
+    podSetUpdates 629-640): "Unschedulable pod didn't trigger scale-up, because it's consuming
+    ProvisioningRequest" (kubernetes/autoscaler cluster-autoscaler/processors/provreq/pods_filter.go)."""
+    request = admission.request
+    return (state.restarts > 0 and admission.workload.phase == "admitted"
+            and (request is None or request.state not in ("Pending", "Accepted")))
 
 
 @dataclass
@@ -181,12 +203,15 @@ class CapacityWatch:
             return None
         if state.phase not in ("running", "suspended"):
             return None
-        if state.phase == "running" and not tpu:
-            return None  # a CPU step starting: nothing to wait for but its own pod
+        has_tpu = any(conventions.TPU_RESOURCE in str(rj) for rj in job.manifest["spec"]["replicatedJobs"])
+        if state.phase == "running" and not tpu and has_tpu:
+            return None  # the head starting before its workers are created
         admission = self.admission = read_admission(session, jobset)
-        place = self.place(admission, tpu)
-        mode, label = place.mode, place.label
-        uid = ((jobset or {}).get("metadata") or {}).get("uid", "")
+        # A CPU step (convert, export) waits for Kueue and then for a node of the CPU pool, which scales
+        # from zero, bounded by CAPACITY_WAIT's `cpu` (recipes/capacity_wait.py); it has no next mode.
+        place = self.place(admission, tpu) if has_tpu else None
+        mode, label = (place.mode, place.label) if place else (CPU, None)
+        uid = jobset_uid(jobset)
         if admission.workload.phase == "inactive":
             if not admission.workload.by_kueue:
                 raise StepFailed(self.deactivated_by_someone(admission))
@@ -194,16 +219,17 @@ class CapacityWatch:
                                     uid)
         if state.phase == "running" and self.ready_attempt == state.restarts:
             return None  # the attempt has its slice: a container restarting, or the step finishing
-        awaited = self.describe(state, admission, label, tpu)
+        awaited = self.describe(state, admission, label, tpu if place else pods)
         waited = self.waited(now)
-        if self.trained and mode == "flex-start" and state.phase == "running" and _unschedulable(tpu):
+        if mode == "flex-start" and state.phase == "running" and _unschedulable(tpu) and (
+                self.trained or slice_gone(state, admission)):
             # The slice was had and is gone: a queued-provisioning pool gets nodes only through a new
             # request, which Kueue files only for a workload that is not admitted (see capacity.py).
             raise CapacityShortfall(mode, waited, f"{awaited}, after the {mode} slice was had", True, False, place, uid)
-        has_tpu = any(conventions.TPU_RESOURCE in str(rj) for rj in job.manifest["spec"]["replicatedJobs"])
-        if has_tpu and waited > self.bound(mode):
+        if waited > self.bound(mode):
             raise CapacityShortfall(mode, waited, f"{awaited} for {hms(waited)}, longer than CAPACITY_WAIT's "
-                                    f"{hms(self.bound(mode))} for {mode}", self.trained, False, place, uid)
+                                    f"{describe_waits({mode: self.bound(mode)}, (mode,))}", self.trained, False,
+                                    place, uid)
         if awaited == self.awaited:
             return None
         self.awaited = awaited
@@ -226,12 +252,16 @@ class CapacityWatch:
     def waited(self, now: datetime) -> float:
         return (now - self.started).total_seconds() if self.started else 0.0
 
-    def describe(self, state: JobSetState, admission: Admission, mode: str, tpu: list[dict]) -> str:
-        """What the step really waits for, in the words of Kueue, GKE or the scheduler."""
+    def describe(self, state: JobSetState, admission: Admission, mode: str | None, pods: list[dict]) -> str:
+        """What the step really waits for, in the words of Kueue, GKE or the scheduler; `mode` None and
+        all its pods for a CPU step, the place's label and its TPU pods for train."""
         workload, request, job = admission.workload, admission.request, self.job
         slice_ = f"the {self.session.recipe.shape.accelerator_type} slice"
         if state.phase == "running":
-            why = _unschedulable(tpu)
+            why = _unschedulable(pods)
+            if mode is None:
+                pool = f"the CPU pool ({self.session.recipe.cpu_machine_type})"
+                return f"waiting for a node of {pool}: {why}" if why else f"waiting for step {job.step}'s pod to start"
             return (f"waiting for nodes for {slice_} ({mode}): {why}" if why
                     else f"waiting for {slice_}'s workers to start ({mode})")
         if workload.phase == "absent":
@@ -239,7 +269,9 @@ class CapacityWatch:
         if workload.phase == "queued":
             return f"waiting for Kueue to admit JobSet {job.name} ({workload.message or 'no quota yet'})"
         if workload.phase == "evicted":
-            return f"Kueue evicted workload {workload.name} and requeues it ({workload.reason}: {workload.message})"
+            when = f" at {workload.requeue_at}" if workload.requeue_at else ""  # after a retry's backoff
+            return (f"Kueue evicted workload {workload.name} and requeues it{when} ({workload.reason}: "
+                    f"{workload.message})")
         if request is not None:
             said = f": {request.message}" if request.message else ""
             return (f"waiting for GKE to provision {slice_} ({mode}, request {request.name} in state "

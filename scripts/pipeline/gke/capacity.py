@@ -10,7 +10,9 @@ step submitted again, or one line. docs/capacity.md says why `run` decides this 
   pool gets nodes only through a new request, which Kueue v0.17.1 never files for an admitted workload):
   the JobSet is deleted and submitted again from the first mode, and training resumes from its last
   checkpoint; at most MAX_LOST_SLICES times.
-- After the last place: one line naming what was tried, for how long, and the next command."""
+- After the last place: one line naming what was tried, for how long, and the next command.
+- A CPU step (convert, export) without all its pods ready within CAPACITY_WAIT's `cpu`: deleted, and
+  one line naming what it waited for, for how long, and the next command; a CPU step has no next mode."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Callable
 
 from rich.markup import escape
 
-from recipes.capacity_wait import describe_waits
+from recipes.capacity_wait import CPU, describe_waits
 from scripts.cloud import gcs
 from scripts.outcome import ApiError, StepFailed
 from jobs.k8s import JOBSET_NAME_LABEL
@@ -114,10 +116,16 @@ def _wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, recor
             record.step(job.step, "running", capacity_attempts=[a.as_record() for a in attempts])
             # It holds no capacity and can never run again; only that JobSet, not one of the same name
             # that a concurrent `run --replace` may have submitted meanwhile.
-            session.cluster.delete_jobset(current.name, short.uid or None)
+            if not session.cluster.delete_jobset(current.name, short.uid or None):
+                raise StepFailed(f"step {job.step} stopped: {short.why}; JobSet {job.name} was meanwhile replaced "
+                                 "by another of the same name (another `run --replace`?), which is left alone; "
+                                 f"see {session.command('status')}") from None
             if job.step != "train" or short.mode not in modes:
+                then = (f"later, or with a longer CAPACITY_WAIT (now "
+                        f"{describe_waits(dict(session.settings.capacity_wait), (CPU,))})" if short.mode == CPU
+                        else "to submit it again")
                 raise StepFailed(f"step {job.step} stopped: {short.why}; JobSet {job.name} deleted; rerun {go_on} "
-                                 "to submit it again") from None
+                                 f"{then}") from None
             if short.trained:
                 lost += 1
                 if lost > MAX_LOST_SLICES:

@@ -20,6 +20,7 @@ from scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, Step
 from scripts.pipeline.phases import Phases, phase_of
 from scripts.pipeline.progress import AttemptProgress, RewardReader, StepPace, training_line
 from scripts.pipeline.record import RunCancelled, cancellation_of
+from scripts.pipeline.saving import SaveWatch
 from scripts.pipeline.session import Session
 
 
@@ -83,7 +84,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     disruptions: list[str] = []  # pods taken away (DisruptionTarget) since the last restart
     restarts_seen: int | None = None
     last_summary = None
-    progress, pace, last_training = AttemptProgress(), StepPace(), None
+    progress, pace, last_training, saves, saving = AttemptProgress(), StepPace(), None, SaveWatch(), False
     reward = RewardReader(session.clients.storage, session.paths.tensorboard, session.now)
     try:
         with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
@@ -122,11 +123,12 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                     head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
                     log = cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""
                     stepped = progress.update(state.restarts, log)
+                    saving = saves.update(state.restarts, log)
                     training = _training(session, state, stepped, reward.latest(), pace)
                     if on_head_log:
                         on_head_log(log)
                 changed = phases.observe(phase_of(state, watch.waits_for_request(), pods, job.step == "train",
-                                                  stepped is not None), session.now())
+                                                  stepped is not None, saving), session.now())
                 if changed:
                     console.print(changed)
                 if state.restarts:
