@@ -86,7 +86,7 @@ def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     from scripts.cloud.clients import Clients
     from scripts.pipeline.preflight import run_checks
 
-    recipe, settings = cloud_recipe(recipe_name)
+    recipe, settings = cloud_recipe("preflight", recipe_name)
     results = run_checks(Clients(settings), recipe, settings)
     console = make_console()
     for check in results:
@@ -106,21 +106,21 @@ def secret_set() -> None:
     from scripts.cloud import hf_token
     from scripts.cloud.clients import Clients
 
-    settings = cloud_settings()
+    settings = cloud_settings("secret set")
     raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
     token = hf_token.clean_token(raw)
     version = hf_token.add_version(Clients(settings).secrets(), settings, token)
     typer.echo(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
 
 
-def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str], bucket: BucketUse = "reads",
-                rewards: Optional[str] = None, data_processor: Optional[str] = None):
-    """The Session of one run: the recipe as the settings, --set, --run, --rewards and --data-processor make
-    it; a reward file is checked (scripts/rewards/check.py) before anything reaches the cloud. Only `run`
-    (which writes the bucket) checks the per-recipe rules of deploy (core.cloud_recipe)."""
+def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
+                bucket: BucketUse = "reads", rewards: Optional[str] = None, data_processor: Optional[str] = None):
+    """The Session of one run of `command`: the recipe as the settings, --set, --run, --rewards and
+    --data-processor make it; a reward file is checked (scripts/rewards/check.py) before anything reaches
+    the cloud. The settings are what `command` needs (core.cloud_recipe)."""
     from recipes.runs import for_run
 
-    recipe, settings = cloud_recipe(recipe_name, reads_only=bucket != "writes")
+    recipe, settings = cloud_recipe(command, recipe_name)
     recipe = for_run(recipe, sets or (), run_name)
     if rewards or data_processor:
         recipe = _with_user_files(recipe, rewards, data_processor)
@@ -174,7 +174,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if show_manifests and not dry_run:
         raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
                         f"with `tpu-rl render {recipe_name} --out -`")
-    session = run_session(recipe_name, sets, run_name, "writes", rewards, data_processor)
+    session = run_session("run", recipe_name, sets, run_name, "writes", rewards, data_processor)
     recipe = session.recipe
     if not recipe.is_gke and (sets or run_name is not None):
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "
@@ -204,7 +204,7 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if not get_recipe(recipe_name).is_gke:  # refused before any cloud is asked
         raise UserError(f"recipe '{recipe_name}' runs on a TPU VM, whose startup script runs the recipe's "
                         "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
-    session = run_session(recipe_name, sets, run_name)
+    session = run_session("eval", recipe_name, sets, run_name)
     from scripts.pipeline.gke.evaluate import eval_gke
 
     eval_gke(session, step)
@@ -240,7 +240,7 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
     if step is not None:
         parse_step(step)
-    session = run_session(recipe_name, sets, run_name)
+    session = run_session("cancel", recipe_name, sets, run_name)
     if session.recipe.is_gke:
         from scripts.pipeline.gke.cancel import cancel_gke
 
@@ -258,7 +258,7 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
            as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Each step's state (JobSet or VM progress), pods, time and whether its output is verified in GCS."""
-    session = run_session(recipe_name, sets, run_name)
+    session = run_session("status", recipe_name, sets, run_name)
     recipe = session.recipe
     if recipe.is_gke:
         from scripts.pipeline.gke.status import status_gke
@@ -289,7 +289,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
     from scripts.pipeline.runs import list_runs
 
-    session = make_session(*cloud_recipe(recipe_name, reads_only=True))
+    session = make_session(*cloud_recipe("runs", recipe_name))
     listing = list_runs(session)
     name = session.recipe.name
     if as_json:
@@ -331,7 +331,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from scripts.pipeline.session import parse_step
 
     parse_step(step)
-    session = run_session(recipe_name, sets, run_name, "none")  # logs read the cluster or the VM, not the bucket
+    session = run_session("logs", recipe_name, sets, run_name, "none")  # logs read the cluster or the VM, not the bucket
     recipe = session.recipe
     if recipe.is_gke:
         lines = logs_gke(session, step, follow, tail or None)

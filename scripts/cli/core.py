@@ -17,12 +17,14 @@ import typer
 from typer.core import TyperGroup
 
 from recipes import UserError, get_recipe, load_settings
+from recipes.needs import needs
 from scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, foreign_ending
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from recipes import Recipe, Settings
+    from recipes.model import Platform
 
 PIPED_WIDTH = 200  # output that is neither a terminal nor sized by COLUMNS (a file, CI logs)
 
@@ -138,9 +140,10 @@ def handled(command):
     return wrapper
 
 
-def cloud_settings() -> Settings:
-    """Settings for a command that talks to a cloud: never the example."""
-    settings = load_settings()
+def cloud_settings(command: str, platform: Platform = "gke") -> Settings:
+    """Settings for a command that talks to a cloud, with what it needs (recipes/needs.py); never the
+    example."""
+    settings = load_settings(needs=needs(command, platform))
     if settings.is_example:
         raise UserError(f"settings are the embedded example (PROJECT={settings.project}), which can never reach a "
                         "cloud: export your own PROJECT, REGION, ZONE, CLUSTER_NAME and GCS_BUCKET")
@@ -155,16 +158,16 @@ SET_HELP = ("Override a MaxText key of the train step, e.g. learning_rate=1e-5; 
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
 
 
-def cloud_recipe(recipe_name: str, *, reads_only: bool = False) -> tuple[Recipe, Settings]:
-    """The recipe as the user's settings run it (CAPACITY applied, every per-recipe rule checked), and
-    those settings; never the example.
-
-    A command that only reads what a run left (`status`, `runs`, `logs`, `cancel`) gets the recipe with
-    CAPACITY applied but not the rules of what only deploy and `run` use (RESERVATION, AUTHORIZED_CIDR,
-    a flex-start ZONE): a teammate who only looks at runs needs the project, the bucket and the cluster."""
+def cloud_recipe(command: str, recipe_name: str) -> tuple[Recipe, Settings]:
+    """The recipe as the user's settings run it (CAPACITY applied, the per-recipe rules of what `command`
+    reads checked), and those settings, with what `command` needs (recipes/needs.py); never the example.
+    A teammate who only looks at runs needs the project and the bucket, and the cluster or the VM for
+    the commands that reach them; RESERVATION and AUTHORIZED_CIDR only what reads them."""
     recipe = get_recipe(recipe_name)
-    settings = cloud_settings()
-    return (settings.with_capacity(recipe) if reads_only else settings.recipe(recipe)), settings
+    settings = cloud_settings(command, recipe.platform)
+    recipe = settings.with_capacity(recipe)
+    settings.for_recipe(recipe, needs(command, recipe.platform))
+    return recipe, settings
 
 
 def write_file(path: Path, text: str, option: str) -> None:

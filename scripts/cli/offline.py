@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from recipes import UserError, all_recipes, get_recipe, load_settings
+from recipes.needs import needs
 from scripts.cli.core import RUN_HELP, SET_HELP, app, handled, make_console, write_file
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
 
     from recipes.cost import ESTIMATE_NOTE
 
-    settings = load_settings(allow_example=True)  # CAPACITY changes what a recipe costs
+    settings = load_settings(allow_example=True, needs=needs("recipes"))  # CAPACITY changes what a recipe costs
     facts = [_listed_facts(settings, recipe) for recipe in all_recipes().values()]
     if as_json:
         typer.echo(json.dumps(facts, indent=2))
@@ -133,8 +134,12 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from recipes.schedule import schedule_warning
     from scripts.pipeline.manifests import manifest_stream
 
-    settings = load_settings(allow_example=True)
-    recipe = for_run(settings.recipe(get_recipe(recipe_name)), sets or (), run_name)
+    recipe = get_recipe(recipe_name)
+    needed = needs("render", recipe.platform)
+    settings = load_settings(allow_example=True, needs=needed)
+    recipe = settings.with_capacity(recipe)
+    settings.for_recipe(recipe, needed)
+    recipe = for_run(recipe, sets or (), run_name)
     manifests = jobs.render_manifests(recipe, settings) if recipe.is_gke else {}
     warning = schedule_warning(recipe)
     if warning:

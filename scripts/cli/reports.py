@@ -34,7 +34,7 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     recipe = get_recipe(recipe_name)
     if png is not None:  # a format it cannot write is refused before anything is read
         picture_format(png)
-    loaded = collect(recipe, runs or [], sources or [], cloud_settings)
+    loaded = collect(recipe, runs or [], sources or [], lambda: cloud_settings("metrics", recipe.platform))
     if png is not None:
         from scripts.metrics import plot
 
