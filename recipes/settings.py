@@ -359,18 +359,26 @@ def _listed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def _check_bucket(bucket: str, spec: SettingSpec) -> None:
+def bucket_name_problem(bucket: str) -> str | None:
+    """What breaks GCS bucket naming in `bucket` (a bare name), or None: one rule for GCS_BUCKET,
+    TF_STATE_BUCKET and the gs:// URLs a command takes."""
     rule = ("GCS names are 3-63 characters of lowercase letters, digits, '-', '_' and '.', start and end with "
             "a letter or digit, and may not start with 'goog' or contain 'google'")
-    if bucket.startswith("gs://"):
-        raise _fail(spec, f"'{bucket}' must be the bare bucket name, without gs://")
     if not _BUCKET.match(bucket) or bucket.startswith("goog") or "google" in bucket or ".." in bucket:
-        raise _fail(spec, f"'{bucket}' breaks GCS bucket naming: {rule}")
+        return f"breaks GCS bucket naming: {rule}"
     try:
         ipaddress.ip_address(bucket)
     except ValueError:
-        return
-    raise _fail(spec, f"'{bucket}' looks like an IP address, which GCS does not allow as a bucket name")
+        return None
+    return "looks like an IP address, which GCS does not allow as a bucket name"
+
+
+def _check_bucket(bucket: str, spec: SettingSpec) -> None:
+    if bucket.startswith("gs://"):
+        raise _fail(spec, f"'{bucket}' must be the bare bucket name, without gs://")
+    problem = bucket_name_problem(bucket)
+    if problem:
+        raise _fail(spec, f"'{bucket}' {problem}")
 
 
 # The control plane's public endpoint: public blocks admitting more than a /16 (65,536 addresses), one
