@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from recipes import STEPS, UserError
-from scripts.cli.core import RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, secret_app
+from scripts.cli.core import (RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, say,
+                              secret_app)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from scripts.outcome import Interrupted, PreflightFailed
 
@@ -110,21 +111,23 @@ def secret_set() -> None:
     raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
     token = hf_token.clean_token(raw)
     version = hf_token.add_version(Clients(settings).secrets(), settings, token)
-    typer.echo(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
+    say(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
 
 
 def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
                 bucket: BucketUse = "reads", rewards: Optional[str] = None, data_processor: Optional[str] = None):
     """The Session of one run of `command`: the recipe as the settings, --set, --run, --rewards and
     --data-processor make it; a reward file is checked (scripts/rewards/check.py) before anything reaches
-    the cloud. The settings are what `command` needs (core.cloud_recipe)."""
+    the cloud. The settings are what `command` needs (core.cloud_recipe); a command that needs the bucket
+    stops first when it does not exist (make_session)."""
+    from recipes.needs import needs
     from recipes.runs import for_run
 
     recipe, settings = cloud_recipe(command, recipe_name)
     recipe = for_run(recipe, sets or (), run_name)
     if rewards or data_processor:
         recipe = _with_user_files(recipe, rewards, data_processor)
-    return make_session(recipe, settings, bucket)
+    return make_session(recipe, settings, bucket if "gcs_bucket" in needs(command, recipe.platform) else "none")
 
 
 def _with_user_files(recipe, rewards: Optional[str], data_processor: Optional[str]):
@@ -223,8 +226,8 @@ def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN
     scores = check_rewards(option, template_of(get_recipe(recipe).rl.overrides) if recipe else template_of())
     for name, values in scores.items():
         typer.echo(f"{name}: {', '.join(f'{value:g}' for value in values)}")
-    typer.echo(f"ok: {len(scores)} function(s) of {option.path} return one float per completion "
-               f"({len(SAMPLES)} sample completions)")
+    say(f"ok: {len(scores)} function(s) of {option.path} return one float per completion "
+        f"({len(SAMPLES)} sample completions)")
 
 
 @app.command()
@@ -298,7 +301,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         return
     console = session.console
     if not listing.runs:
-        console.print(f"no run of {name} in {listing.trained} yet: start one with `tpu-rl run {name}`", soft_wrap=True)
+        console.print(f"no run of {name} in {listing.trained} yet: start one with `tpu-rl run {name}`")
     else:
         title = f"{name}: runs in {listing.trained}"
         table = Table(title=title, title_justify="left")
@@ -331,7 +334,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from scripts.pipeline.session import parse_step
 
     parse_step(step)
-    session = run_session("logs", recipe_name, sets, run_name, "none")  # logs read the cluster or the VM, not the bucket
+    session = run_session("logs", recipe_name, sets, run_name)  # on GKE the cluster only; a VM's ended step: the bucket
     recipe = session.recipe
     if recipe.is_gke:
         lines = logs_gke(session, step, follow, tail or None)

@@ -10,7 +10,7 @@ import typer
 
 from recipes import UserError, all_recipes, get_recipe, load_settings
 from recipes.needs import needs
-from scripts.cli.core import RUN_HELP, SET_HELP, app, handled, make_console, write_file
+from scripts.cli.core import RUN_HELP, SET_HELP, app, handled, make_console, say, write_file
 
 if TYPE_CHECKING:
     from recipes import Recipe
@@ -153,7 +153,7 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if str(out) == STDOUT:
         text = manifest_stream(manifests.values()) if recipe.is_gke else jobs.render_startup_script(recipe, settings)
         typer.echo(text, nl=False)
-        typer.echo(f"rendered {', '.join(manifests) or 'the startup script'} {what}", err=True)
+        say(f"rendered {', '.join(manifests) or 'the startup script'} {what}", err=True)
         return
     if recipe.is_gke:
         files = {f"{step}.yaml": jobs.manifest_yaml(manifest) for step, manifest in manifests.items()}
@@ -163,4 +163,4 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         raise UserError(f"--out {out} exists and is not a directory: pass a directory")
     for name, text in files.items():
         write_file(out / name, text, "--out")
-    typer.echo(f"wrote {', '.join(str(out / name) for name in files)} {what}")
+    say(f"wrote {', '.join(str(out / name) for name in files)} {what}")
