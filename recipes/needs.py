@@ -40,13 +40,16 @@ NEEDS: Mapping[str, Mapping[Platform, tuple[str, ...]]] = {
     "synth": {"gke": _fields(DEPLOY, ("reservation", "authorized_cidr")), "vm": _fields(DEPLOY, ("reservation",))},
     "recipes": _both(),
     "render": {"gke": ("gcs_bucket",), "vm": _fields(VM, BUCKET)},  # what the manifests or the script name
-    "preflight": _both(("project", "region", "zone"), BUCKET, ("reservation",)),  # capacity, quota, bucket, token
+    # Capacity, quota, bucket and token; the cluster's version for flex-start (GKE).
+    "preflight": {"gke": _fields(CLUSTER, ("zone",), BUCKET, ("reservation",)),
+                  "vm": _fields(("project", "region", "zone"), BUCKET, ("reservation",))},
     "secret set": _both(("project",)),
     # The bucket's region (run writes checkpoints there), the zones it waits for capacity in.
     "run": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": _fields(VM, ("region",), BUCKET)},
-    "eval": {"gke": _fields(CLUSTER, BUCKET), "vm": _fields(CLUSTER, BUCKET)},  # refused for a VM recipe first
+    # ZONE: where a JobSet waiting for Kueue may get its slice (scripts/pipeline/gke/admission.py places_of).
+    "eval": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": _fields(CLUSTER, ("zone",), BUCKET)},  # GKE only
     "cancel": {"gke": _fields(CLUSTER, BUCKET), "vm": _fields(VM, BUCKET)},
-    "status": {"gke": _fields(CLUSTER, BUCKET), "vm": _fields(VM, BUCKET)},
+    "status": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": _fields(VM, BUCKET)},
     "runs": _both(BUCKET),
     "logs": {"gke": CLUSTER, "vm": _fields(VM, BUCKET)},  # a VM step's log is in the bucket once it ended
     "metrics": _both(BUCKET),

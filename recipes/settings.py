@@ -124,8 +124,9 @@ class Settings:
     zones: tuple[str, ...] = ()  # every zone of ZONE, in fallback order (recipes/placement.py); zone first
 
     def __post_init__(self) -> None:
-        if not self.zones and object.__getattribute__(self, "zone") is not UNSET:
-            object.__setattr__(self, "zones", (self.zone,))
+        zone = object.__getattribute__(self, "zone")
+        if not object.__getattribute__(self, "zones"):
+            object.__setattr__(self, "zones", UNSET if zone is UNSET else (zone,))
 
     def __getattribute__(self, name: str):
         """A field the command's needs left out (recipes/needs.py) and nobody set is refused with the line
@@ -133,7 +134,7 @@ class Settings:
         fails its test (tests/test_settings_needs.py) instead of naming a wrong cluster or bucket."""
         value = object.__getattribute__(self, name)
         if value is UNSET:
-            raise missing_settings([_BY_FIELD[name]])
+            raise missing_settings([_BY_FIELD["zone" if name == "zones" else name]])
         return value
 
     @property

@@ -10,6 +10,7 @@ any cloud call (those runs have every API at a closed port).
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,3 +170,46 @@ def test_the_needs_table_is_the_one_in_docs_settings():
 
     assert needs_table() in (REPO / "docs" / "settings.md").read_text(), \
         "docs/settings.md lacks the table of recipes/needs.py: paste recipes.needs.needs_table()"
+
+
+def test_status_of_a_jobset_waiting_for_kueue_reads_only_what_status_needs(cloud, monkeypatch):
+    """The admission note reads the zones its slice may come from: an unset field a command reads is the
+    missing-setting line, never an empty value (so ZONE is in status's needs)."""
+    from typer.testing import CliRunner
+
+    from jobs import render_manifests
+    from peers.fixtures import SETTINGS, jobset_of, peer_settings
+    from scripts.cli import app
+
+    cloud["kube"].plan(jobset_of(GKE, "train"), outcome="hang", admitted_after=10_000, capacity="reservation")
+    cloud["kube"].put_jobset(render_manifests(load_settings_for(GKE), peer_settings())["train"], "running")
+    full = CliRunner().invoke(app, ["status", GKE])
+    assert full.exit_code == 0 and "train: " in full.output, full.output
+    for key in set(SETTINGS) - {ENV_OF[name] for name in needs("status")}:
+        monkeypatch.delenv(key)
+    only = CliRunner().invoke(app, ["status", GKE])
+    def timeless(text: str) -> str:  # the JobSet's elapsed time moves on between the two
+        return re.sub(r"\d+:\d\d:\d\d", "H:MM:SS", text)
+
+    assert (only.exit_code, timeless(only.output)) == (full.exit_code, timeless(full.output))
+    monkeypatch.delenv("ZONE")
+    without = CliRunner().invoke(app, ["status", GKE])
+    assert without.exit_code == 2 and without.output.startswith("error: ZONE is not set: export ZONE=<"), without.output
+
+
+def load_settings_for(name: str):
+    from peers.fixtures import peer_settings
+    from recipes import get_recipe
+
+    return peer_settings().recipe(get_recipe(name))
+
+
+def test_a_field_nobody_set_is_refused_where_it_is_read_not_read_as_empty():
+    from recipes import UserError, load_settings
+
+    settings = load_settings({"PROJECT": "acme-rl-research", "GCS_BUCKET": "acme-rl-artifacts"},
+                             needs=needs("runs"))
+    assert settings.gcs_bucket == "acme-rl-artifacts"
+    for field in ("zone", "zones", "region", "cluster_name", "vm_name"):
+        with pytest.raises(UserError, match="is not set: export"):
+            getattr(settings, field)
