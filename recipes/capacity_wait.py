@@ -43,18 +43,18 @@ def parse_capacity_wait(text: str) -> tuple[tuple[CapacityMode, float], ...]:
     items = [item.strip() for item in text.split(",") if item.strip()]
     if not items:
         raise ValueError("is empty: give a duration such as 30m, or mode=duration pairs such as flex-start=6h,spot=20m")
+    named = [item.partition("=")[0].strip() for item in items]
+    twice = next((mode for index, mode in enumerate(named) if mode in named[:index]), None)
+    if twice:  # which one was meant is not ours to guess
+        raise ValueError(f"'{text.strip()}' gives {twice} twice: give each mode one duration")
     if len(items) == 1 and "=" not in items[0]:
         return tuple((mode, _seconds(items[0])) for mode in CAPACITY_MODES)
-    given: set[str] = set()
     for item in items:
         mode, equals, duration = item.partition("=")
         mode = mode.strip()
         if not equals or mode not in CAPACITY_MODES:
             raise ValueError(f"'{item}' is not mode=duration with a mode of {', '.join(CAPACITY_MODES)} "
                              "(e.g. flex-start=6h,spot=20m)")
-        if mode in given:  # which one was meant is not ours to guess
-            raise ValueError(f"'{text.strip()}' gives {mode} twice: give each mode one duration")
-        given.add(mode)
         waits[mode] = _seconds(duration)  # type: ignore[index]
     return tuple((mode, waits[mode]) for mode in CAPACITY_MODES)
 
