@@ -17,7 +17,8 @@ GKE, VM = "qwen3-v6e32", "llama31-v6e8"
 runner = CliRunner()
 
 COMMANDS = [
-    ["--help"], ["run", "--help"], ["recipes"], ["render", GKE, "--out", "rendered"], ["render", VM, "--out", "rendered"],
+    ["--help"], ["run", "--help"], ["recipes"], ["render", GKE, "--out", "rendered"],
+    ["render", VM, "--out", "rendered"],
     ["preflight", GKE], ["preflight", VM], ["secret", "set"], ["run", GKE, "--dry-run"], ["run", VM, "--dry-run"],
     ["status", GKE], ["status", VM], ["runs", GKE], ["runs", VM], ["cancel", GKE, "--yes"], ["cancel", VM, "--yes"],
     ["logs", GKE, "train"], ["metrics", GKE], ["eval", GKE, "--run", "rl"], ["check-rewards", "rewards.py:short"],

@@ -125,18 +125,19 @@ STDOUT = "-"  # --out - writes to stdout
 @handled
 def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            out_text: str = typer.Option(..., "--out", help="Directory for the rendered files, or - for stdout (one "
-                                    "YAML stream of the JobSets, or the VM's startup script)."),
+                                        "YAML stream of the JobSets, or the VM's startup script)."),
            sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """Write convert.yaml, train.yaml and export.yaml (GKE) or startup.sh (VM) with the current settings."""
     import jobs
     from recipes.runs import for_run, run_name as name_of
-
-    if not out_text.strip():  # Path("") is the working directory: an empty --out names nothing
-        raise UserError(f"--out '{out_text}' names no directory: pass a directory for the rendered files, or - for stdout")
-    out = Path(out_text)
     from recipes.schedule import schedule_warning
     from scripts.pipeline.manifests import manifest_stream
+
+    if not out_text.strip():  # Path("") is the working directory: an empty --out names nothing
+        raise UserError(f"--out '{out_text}' names no directory: pass a directory for the rendered files, "
+                        "or - for stdout")
+    out = Path(out_text)
 
     recipe = get_recipe(recipe_name)
     needed = needs("render", recipe.platform)

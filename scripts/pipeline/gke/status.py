@@ -72,8 +72,8 @@ def logs_gke(session: Session, step: Step, follow: bool, tail: int | None) -> It
     # The names alone, not the manifests (which name the bucket): logs read only the cluster (recipes/needs.py).
     pod = main_pod(session.cluster.list_pods(main_pod_selector(session.recipe, step)))
     if pod is None:
-        raise UserError(f"no pod for step {step} (JobSet {jobset_name(session.recipe, step)} is absent, or its pods were removed after the "
-                        f"24 h TTL): see {session.command('status')}")
+        raise UserError(f"no pod for step {step} (JobSet {jobset_name(session.recipe, step)} is absent, or its pods "
+                        f"were removed after the 24 h TTL): see {session.command('status')}")
     name = pod["metadata"]["name"]
     if follow:
         return session.cluster.stream_log(name, MAIN_CONTAINER, tail_lines=tail)
