@@ -17,7 +17,7 @@ from constructs import Construct
 from infra.google import container_cluster, container_node_pool, data_google_container_engine_versions
 from infra.identity import CLOUD_PLATFORM_SCOPE, workload_identity_pool
 from infra.network import Network
-from recipes.settings import authorized_cidrs_problem
+from recipes.cidrs import authorized_cidrs_problem
 
 SYSTEM_POOL = "system-np"
 

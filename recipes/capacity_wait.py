@@ -50,6 +50,10 @@ def parse_capacity_wait(text: str) -> tuple[tuple[WaitKey, float], ...]:
     items = [item.strip() for item in text.split(",") if item.strip()]
     if not items:
         raise ValueError("is empty: give a duration such as 30m, or mode=duration pairs such as flex-start=6h,spot=20m")
+    named = [item.partition("=")[0].strip() for item in items]
+    twice = next((mode for index, mode in enumerate(named) if mode in named[:index]), None)
+    if twice:  # which one was meant is not ours to guess
+        raise ValueError(f"'{text.strip()}' gives {twice} twice: give each mode one duration")
     if len(items) == 1 and "=" not in items[0]:
         return tuple((key, _seconds(items[0])) for key in WAIT_KEYS)
     for item in items:

@@ -14,9 +14,10 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from recipes.capacity_wait import DEFAULT_WAITS, WaitKey, parse_capacity_wait
+from recipes.cidrs import authorized_cidrs_problem, authorized_cidrs_warning
 from recipes.errors import UserError
 from recipes.model import PLATFORM_CAPACITY, CapacityMode, Recipe, parse_capacity
 
@@ -65,6 +66,18 @@ SPECS: tuple[SettingSpec, ...] = (
                 shapes_stacks=False),
 )
 _BY_FIELD = {spec.field: spec for spec in SPECS}
+# What synth needs, and `load_settings` by default: every field without which no stack can be written.
+REQUIRED = tuple(spec.field for spec in SPECS if spec.required)
+
+
+class _Unset:
+    """A required field a command does not need, and nobody set (recipes/needs.py)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+UNSET = _Unset()
 
 EXAMPLE: Mapping[str, str] = {
     "project": EXAMPLE_PROJECT,
@@ -112,12 +125,22 @@ class Settings:
     zones: tuple[str, ...] = ()  # every zone of ZONE, in fallback order (recipes/placement.py); zone first
 
     def __post_init__(self) -> None:
-        if not self.zones:
-            object.__setattr__(self, "zones", (self.zone,))
+        zone = object.__getattribute__(self, "zone")
+        if not object.__getattribute__(self, "zones"):
+            object.__setattr__(self, "zones", UNSET if zone is UNSET else (zone,))
+
+    def __getattribute__(self, name: str):
+        """A field the command's needs left out (recipes/needs.py) and nobody set is refused with the line
+        of a missing setting, never read as a value: a command that reads more than its row of NEEDS says
+        fails its test (tests/test_settings_needs.py) instead of naming a wrong cluster or bucket."""
+        value = object.__getattribute__(self, name)
+        if value is UNSET:
+            raise missing_settings([_BY_FIELD["zone" if name == "zones" else name]])
+        return value
 
     @property
     def is_example(self) -> bool:
-        return self.project == EXAMPLE_PROJECT
+        return object.__getattribute__(self, "project") == EXAMPLE_PROJECT
 
     @property
     def vm_name(self) -> str:
@@ -186,21 +209,26 @@ class Settings:
         each (recipes/placement.py); the first for a TPU VM, which lives in one zone."""
         return self.zones if recipe.is_gke else self.zones[:1]
 
-    def for_recipe(self, recipe: Recipe) -> "Settings":
-        """Check the rules that depend on the recipe; return self when they hold."""
-        if "reservation" in recipe.capacity and not self.reservation:
+    def for_recipe(self, recipe: Recipe, needs: Collection[str] | None = None) -> "Settings":
+        """Check the rules that depend on the recipe, those of the settings in `needs` (default: every
+        rule, as deploy needs); return self when they hold."""
+        def needed(field: str) -> bool:
+            return needs is None or field in needs
+
+        if needed("reservation") and "reservation" in recipe.capacity and not self.reservation:
             raise UserError(
                 f"RESERVATION is not set, but recipe '{recipe.name}' uses capacity 'reservation': "
                 f"export RESERVATION=<your {recipe.shape.machine_type} reservation name>"
             )
         flex_start = recipe.tpu_facts.flex_start
-        offerless = [zone for zone in self.zones_for(recipe) if flex_start and zone not in flex_start.zones]
-        if "flex-start" in recipe.capacity and offerless:
+        offerless = [zone for zone in self.zones_for(recipe) if flex_start and zone not in flex_start.zones] \
+            if needed("zone") else []
+        if needed("zone") and "flex-start" in recipe.capacity and offerless:
             raise UserError(
                 f"ZONE '{offerless[0]}' offers no flex-start {recipe.shape.generation} TPUs, which recipe "
                 f"'{recipe.name}' uses: pick one of {', '.join(flex_start.zones)} (and its REGION)"
             )
-        if recipe.is_gke and not self.authorized_cidr:
+        if needed("authorized_cidr") and recipe.is_gke and not self.authorized_cidr:
             raise UserError(
                 f"AUTHORIZED_CIDR is not set, but recipe '{recipe.name}' creates a GKE control plane: "
                 "export AUTHORIZED_CIDR=<your address>/32 (there is no 0.0.0.0/0 default)"
@@ -212,42 +240,65 @@ def _fail(spec: SettingSpec, rule: str) -> UserError:
     return UserError(f"{spec.env} {rule}")
 
 
-def _check(values: Mapping[str, str]) -> dict[str, object]:
-    """Validate raw strings and convert them to typed values."""
+def missing_settings(specs: Sequence[SettingSpec]) -> UserError:
+    """The one line for settings a command needs and nobody set: every one at once, so one run shows the
+    whole fix. The same line in every command (recipes/needs.py says which needs what)."""
+    names, verb = _listed([spec.env for spec in specs]), "is" if len(specs) == 1 else "are"
+    exports = " ".join(f"{spec.env}=<{spec.help}>" for spec in specs)
+    return UserError(f"{names} {verb} not set: export {exports} or set "
+                     f"{_listed([spec.field for spec in specs])} in {DEFAULT_CONFIG}")
+
+
+def _missing(values: Mapping[str, str], needs: Collection[str]) -> list[SettingSpec]:
+    """The specs of `needs` that `values` leaves unset, in SPECS order. `vm_name` is met by TPU_NAME or
+    CLUSTER_NAME (named when neither is set); the rules (RESERVATION, AUTHORIZED_CIDR) are checked with the
+    recipe, by Settings.for_recipe."""
+    wanted = set(needs) - {"reservation", "authorized_cidr"}
+    if "vm_name" in wanted:
+        wanted.discard("vm_name")
+        if not values.get("tpu_name"):
+            wanted.add("cluster_name")
+    return [spec for spec in SPECS if spec.field in wanted and not values.get(spec.field)]
+
+
+def _check(values: Mapping[str, str], needs: Collection[str] = REQUIRED) -> dict[str, object]:
+    """Validate raw strings and convert them to typed values: refuse what `needs` lacks, check every value
+    that is set (needed or not), and leave the other required fields UNSET."""
+    missing = _missing(values, needs)
+    if missing:
+        raise missing_settings(missing)
     checked: dict[str, object] = {}
-    missing: list[SettingSpec] = []
     for spec in SPECS:
         raw = values.get(spec.field)
         if raw is None or raw == "":
             if spec.required:
-                missing.append(spec)
+                checked[spec.field] = UNSET
             elif spec.default is not None:
                 checked[spec.field] = spec.default
             continue
         checked[spec.field] = raw.strip()
-    if missing:  # every one at once, so one run shows the whole fix
-        names, verb = _listed([spec.env for spec in missing]), "is" if len(missing) == 1 else "are"
-        exports = " ".join(f"{spec.env}=<{spec.help}>" for spec in missing)
-        raise UserError(f"{names} {verb} not set: export {exports} or set "
-                        f"{_listed([spec.field for spec in missing])} in {DEFAULT_CONFIG}")
 
     project = checked["project"]
-    if not _PROJECT.match(project):
+    if project is not UNSET and not _PROJECT.match(project):
         raise _fail(_BY_FIELD["project"], f"'{project}' is not a valid project id: 6-30 characters, lowercase "
                     "letters, digits and hyphens, starting with a letter and not ending with a hyphen")
     region = checked["region"]
-    if not _REGION.match(region):
+    if region is not UNSET and not _REGION.match(region):
         raise _fail(_BY_FIELD["region"], f"'{region}' is not a region name like us-east5")
-    checked["zones"] = _check_zones(checked["zone"], region)
-    checked["zone"] = checked["zones"][0]
+    if checked["zone"] is not UNSET:
+        checked["zones"] = _check_zones(checked["zone"], None if region is UNSET else region)
+        checked["zone"] = checked["zones"][0]
     cluster = checked["cluster_name"]
-    if len(cluster) > MAX_CLUSTER_NAME:
+    if cluster is UNSET:
+        pass
+    elif len(cluster) > MAX_CLUSTER_NAME:
         raise _fail(_BY_FIELD["cluster_name"], f"'{cluster}' has {len(cluster)} characters; the limit is "
                     f"{MAX_CLUSTER_NAME} (GKE node pool and service account names derive from it)")
-    if not _DNS_1035.match(cluster):
+    elif not _DNS_1035.match(cluster):
         raise _fail(_BY_FIELD["cluster_name"], f"'{cluster}' is not a DNS-1035 label: lowercase letters, digits "
                     "and '-', starting with a letter and ending with a letter or digit")
-    _check_bucket(checked["gcs_bucket"], _BY_FIELD["gcs_bucket"])
+    if checked["gcs_bucket"] is not UNSET:
+        _check_bucket(checked["gcs_bucket"], _BY_FIELD["gcs_bucket"])
     if checked.get("state_bucket") is not None:
         _check_bucket(checked["state_bucket"], _BY_FIELD["state_bucket"])
         if checked["state_bucket"] == checked["gcs_bucket"]:
@@ -286,17 +337,19 @@ def _check(values: Mapping[str, str]) -> dict[str, object]:
     return checked
 
 
-def _check_zones(raw: str, region: str) -> tuple[str, ...]:
-    """ZONE: one zone, or a comma-separated list in fallback order, every one in REGION, none twice."""
+def _check_zones(raw: str, region: str | None) -> tuple[str, ...]:
+    """ZONE: one zone, or a comma-separated list in fallback order, every one in REGION (when a command
+    reads REGION too, or it is set), none twice."""
     spec = _BY_FIELD["zone"]
     zones = [part.strip() for part in raw.split(",")]
+    like = region or "us-east5"
     for zone in zones:
         if not zone:
-            raise _fail(spec, f"'{raw}' has an empty item: list zones like {region}-b,{region}-a")
+            raise _fail(spec, f"'{raw}' has an empty item: list zones like {like}-b,{like}-a")
         zone_match = _ZONE.match(zone)
         if not zone_match:
-            raise _fail(spec, f"'{zone}' is not a zone name like {region}-b")
-        if zone_match.group(1) != region:
+            raise _fail(spec, f"'{zone}' is not a zone name like {like}-b")
+        if region is not None and zone_match.group(1) != region:
             raise _fail(spec, f"'{zone}' is not in REGION '{region}': pick a zone named {region}-<letter>")
     repeated = next((zone for index, zone in enumerate(zones) if zone in zones[:index]), None)
     if repeated:
@@ -309,86 +362,26 @@ def _listed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def _check_bucket(bucket: str, spec: SettingSpec) -> None:
+def bucket_name_problem(bucket: str) -> str | None:
+    """What breaks GCS bucket naming in `bucket` (a bare name), or None: one rule for GCS_BUCKET,
+    TF_STATE_BUCKET and the gs:// URLs a command takes."""
     rule = ("GCS names are 3-63 characters of lowercase letters, digits, '-', '_' and '.', start and end with "
             "a letter or digit, and may not start with 'goog' or contain 'google'")
-    if bucket.startswith("gs://"):
-        raise _fail(spec, f"'{bucket}' must be the bare bucket name, without gs://")
     if not _BUCKET.match(bucket) or bucket.startswith("goog") or "google" in bucket or ".." in bucket:
-        raise _fail(spec, f"'{bucket}' breaks GCS bucket naming: {rule}")
+        return f"breaks GCS bucket naming: {rule}"
     try:
         ipaddress.ip_address(bucket)
     except ValueError:
-        return
-    raise _fail(spec, f"'{bucket}' looks like an IP address, which GCS does not allow as a bucket name")
+        return None
+    return "looks like an IP address, which GCS does not allow as a bucket name"
 
 
-# The control plane's public endpoint: public blocks admitting more than a /16 (65,536 addresses), one
-# block or all together, open it to much of the internet. Private ranges (RFC 1918) are not reachable
-# from outside, so any size is kept.
-MIN_PUBLIC_CIDR_PREFIX = 16
-MAX_PUBLIC_ADDRESSES = 2 ** (32 - MIN_PUBLIC_CIDR_PREFIX)
-
-
-# Blocks no client can connect from, so the control plane would refuse everyone and deploy would fail
-# only after its 15-25 minutes: loopback, "this network" (0.0.0.0/8, unspecified), link-local, multicast
-# and reserved (240.0.0.0/4, broadcast). The names are the attributes of Python's ipaddress, which reads
-# them from the IANA special-purpose registry (RFC 6890).
-_UNREACHABLE = (("is_loopback", "loopback"), ("is_link_local", "link-local"), ("is_multicast", "multicast"),
-                ("is_reserved", "reserved"))
-_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
-# Address space that never leaves a private network (RFC 1918).
-_PRIVATE = tuple(ipaddress.ip_network(block) for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
-
-
-def _unreachable(network: ipaddress.IPv4Network) -> str | None:
-    if network.subnet_of(_THIS_NETWORK):
-        return "'this network' (0.0.0.0/8)"
-    return next((name for attribute, name in _UNREACHABLE if getattr(network, attribute)), None)
-
-
-def is_private_block(network: ipaddress.IPv4Network) -> bool:
-    return any(network.subnet_of(block) for block in _PRIVATE)
-
-
-def authorized_cidrs_problem(items: Sequence[str]) -> str | None:
-    """What is wrong with a list of control-plane CIDRs, or None. One rule for AUTHORIZED_CIDR and for
-    infra.gke_cluster.GkeClusterProps, so no construct accepts what the setting refuses."""
-    if not items:
-        return "lists no CIDR block: name your own egress address, e.g. 203.0.113.7/32"
-    public = 0
-    for item in items:
-        try:
-            network = ipaddress.ip_network(item, strict=True)
-        except ValueError:
-            return f"'{item}' is not a CIDR block like 203.0.113.7/32 (host bits must be zero)"
-        if network.version != 4:
-            return f"'{item}' is IPv6; GKE master authorized networks take IPv4 CIDR blocks"
-        unreachable = _unreachable(network)
-        if unreachable:
-            return (f"'{item}' is {unreachable} address space, from which no client can reach the control plane: "
-                    "list your own egress address, e.g. 203.0.113.7/32 (`curl -s ifconfig.me` shows it)")
-        if network.is_private:
-            continue
-        if network.prefixlen < MIN_PUBLIC_CIDR_PREFIX:
-            return (f"'{item}' admits {network.num_addresses:,} public addresses, which is public in effect: list "
-                    f"your own egress address, e.g. 203.0.113.7/32 (public blocks wider than "
-                    f"/{MIN_PUBLIC_CIDR_PREFIX} are refused)")
-        public += network.num_addresses
-    if public > MAX_PUBLIC_ADDRESSES:
-        return (f"'{','.join(items)}' admits {public:,} public addresses in all, which is public in effect: list "
-                f"your own egress addresses (at most {MAX_PUBLIC_ADDRESSES:,} public addresses together)")
-    return None
-
-
-def authorized_cidrs_warning(items: Sequence[str]) -> str | None:
-    """A warning, not a refusal: when every block is private address space, only a machine inside the VPC
-    (or connected to it) reaches the public endpoint's allowlist, so `cdktf deploy` must run from there."""
-    if items and all(is_private_block(ipaddress.ip_network(item)) for item in items):
-        return (f"warning: AUTHORIZED_CIDR '{','.join(items)}' lists only private address space: kubectl, helm "
-                "and `tpu-rl run` then reach the control plane only from a machine inside the VPC (or connected "
-                "to it); add your public egress address, e.g. 203.0.113.7/32, to work from elsewhere")
-    return None
+def _check_bucket(bucket: str, spec: SettingSpec) -> None:
+    if bucket.startswith("gs://"):
+        raise _fail(spec, f"'{bucket}' must be the bare bucket name, without gs://")
+    problem = bucket_name_problem(bucket)
+    if problem:
+        raise _fail(spec, f"'{bucket}' {problem}")
 
 
 def _check_cidrs(raw: str) -> tuple[str, ...]:
@@ -444,8 +437,10 @@ def _toml_type(value: object) -> str:
     return {bool: "boolean", int: "integer", float: "float", list: "array", dict: "table"}.get(type(value), "date")
 
 
-def load_settings(env: Mapping[str, str] | None = None, *, allow_example: bool = False) -> Settings:
-    """Settings from the environment and config file.
+def load_settings(env: Mapping[str, str] | None = None, *, allow_example: bool = False,
+                  needs: Collection[str] = REQUIRED) -> Settings:
+    """Settings from the environment and config file, refusing in one line any of `needs` (the fields a
+    command reads, recipes/needs.py; default: what synth needs) that nobody set.
 
     With nothing set at all and ``allow_example`` the embedded example is returned, so that synth works
     on a fresh machine; its values can never reach a cloud.
@@ -456,15 +451,10 @@ def load_settings(env: Mapping[str, str] | None = None, *, allow_example: bool =
     from_env = {spec.field: env[spec.env] for spec in SPECS if env.get(spec.env)}
     values = {**from_file, **from_env}
     source = "environment" if from_env else str(config_path) if from_file else "example"
-    if not values or (allow_example and set(values) <= EXAMPLE_OVERLAYS):
-        if not allow_example:
-            raise UserError(
-                "no settings found: export PROJECT, REGION, ZONE, CLUSTER_NAME, GCS_BUCKET (and RESERVATION, "
-                f"AUTHORIZED_CIDR) or write them to {DEFAULT_CONFIG}; see docs/settings.md"
-            )
+    if allow_example and set(values) <= EXAMPLE_OVERLAYS:
         values = {**EXAMPLE, **values}
         source = "example"
-    checked = _check(values)
+    checked = _check(values, needs)
     return Settings(**checked, source=source)
 
 

@@ -64,5 +64,5 @@ def test_the_cli_prints_the_settings_warning_on_stderr_and_goes_on(monkeypatch, 
 
     for key, value in {**BASE, "AUTHORIZED_CIDR": "172.16.0.0/12"}.items():
         monkeypatch.setenv(key, value)
-    assert cloud_settings().authorized_cidr == ("172.16.0.0/12",)
+    assert cloud_settings("preflight").authorized_cidr == ("172.16.0.0/12",)
     assert capsys.readouterr().err.startswith("warning: AUTHORIZED_CIDR '172.16.0.0/12' lists only private")

@@ -41,7 +41,7 @@ def test_missing_settings_name_the_variables_to_export(cloud, monkeypatch):
     for key in ("PROJECT", "REGION", "ZONE", "CLUSTER_NAME", "GCS_BUCKET", "RESERVATION", "AUTHORIZED_CIDR"):
         monkeypatch.delenv(key)
     line = rejected(["run", RECIPE], cloud)
-    assert "no settings found" in line and "export PROJECT" in line
+    assert line.startswith("error: PROJECT, REGION, ZONE, CLUSTER_NAME and GCS_BUCKET are not set: export PROJECT=<")
 
 
 def test_one_missing_setting_is_named(cloud, monkeypatch):

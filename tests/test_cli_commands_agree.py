@@ -1,7 +1,8 @@
 """Commands agree about the same settings and cloud state (issue 18, part 2), against the local peers:
 
 - read-only commands (`status`, `runs`, `logs`, `metrics`, and `cancel`, which only deletes what runs)
-  start without RESERVATION and AUTHORIZED_CIDR, which only deploy and `run` use;
+  and `run` start without RESERVATION and AUTHORIZED_CIDR, which only deploy (and preflight) read
+  (tests/test_settings_needs.py runs every command with only what recipes/needs.py says it needs);
 - a missing bucket stops `run` before it touches the cluster (the bad-input table has a row per command).
 """
 
@@ -71,10 +72,13 @@ def test_cancel_needs_no_reservation_or_authorized_cidr(teammate):
     assert result.output.startswith("nothing to cancel"), result.output
 
 
-def test_run_still_needs_authorized_cidr(teammate):
-    result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+def test_run_reads_neither_so_needs_neither_but_preflight_checks_the_reservation(teammate):
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run"])  # the stack holds the reservation and the allowlist
+    assert result.exit_code == 0, result.output
+    assert not any(name in result.output for name in DEPLOY_ONLY), result.output
+    result = runner.invoke(app, ["preflight", RECIPE])  # preflight looks the reservation up
     assert result.exit_code == 2, result.output
-    assert "RESERVATION is not set" in result.output
+    assert "RESERVATION is not set, but recipe 'qwen3-v6e32' uses capacity 'reservation'" in result.output
 
 
 def test_run_with_a_missing_bucket_stops_before_it_reads_the_cluster(cloud):

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from recipes import STEPS, UserError
-from scripts.cli.core import RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, secret_app
+from scripts.cli.core import (RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, say,
+                              secret_app)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from scripts.outcome import Interrupted, PreflightFailed
 
@@ -86,7 +87,7 @@ def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     from scripts.cloud.clients import Clients
     from scripts.pipeline.preflight import run_checks
 
-    recipe, settings = cloud_recipe(recipe_name)
+    recipe, settings = cloud_recipe("preflight", recipe_name)
     results = run_checks(Clients(settings), recipe, settings)
     console = make_console()
     for check in results:
@@ -106,25 +107,27 @@ def secret_set() -> None:
     from scripts.cloud import hf_token
     from scripts.cloud.clients import Clients
 
-    settings = cloud_settings()
+    settings = cloud_settings("secret set")
     raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
     token = hf_token.clean_token(raw)
     version = hf_token.add_version(Clients(settings).secrets(), settings, token)
-    typer.echo(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
+    say(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
 
 
-def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str], bucket: BucketUse = "reads",
-                rewards: Optional[str] = None, data_processor: Optional[str] = None):
-    """The Session of one run: the recipe as the settings, --set, --run, --rewards and --data-processor make
-    it; a reward file is checked (scripts/rewards/check.py) before anything reaches the cloud. Only `run`
-    (which writes the bucket) checks the per-recipe rules of deploy (core.cloud_recipe)."""
+def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
+                bucket: BucketUse = "reads", rewards: Optional[str] = None, data_processor: Optional[str] = None):
+    """The Session of one run of `command`: the recipe as the settings, --set, --run, --rewards and
+    --data-processor make it; a reward file is checked (scripts/rewards/check.py) before anything reaches
+    the cloud. The settings are what `command` needs (core.cloud_recipe); a command that needs the bucket
+    stops first when it does not exist (make_session)."""
+    from recipes.needs import needs
     from recipes.runs import for_run
 
-    recipe, settings = cloud_recipe(recipe_name, reads_only=bucket != "writes")
+    recipe, settings = cloud_recipe(command, recipe_name)
     recipe = for_run(recipe, sets or (), run_name)
     if rewards or data_processor:
         recipe = _with_user_files(recipe, rewards, data_processor)
-    return make_session(recipe, settings, bucket)
+    return make_session(recipe, settings, bucket if "gcs_bucket" in needs(command, recipe.platform) else "none")
 
 
 def _with_user_files(recipe, rewards: Optional[str], data_processor: Optional[str]):
@@ -174,7 +177,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if show_manifests and not dry_run:
         raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
                         f"with `tpu-rl render {recipe_name} --out -`")
-    session = run_session(recipe_name, sets, run_name, "writes", rewards, data_processor)
+    session = run_session("run", recipe_name, sets, run_name, "writes", rewards, data_processor)
     recipe = session.recipe
     if not recipe.is_gke and (sets or run_name is not None):
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "
@@ -204,7 +207,7 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if not get_recipe(recipe_name).is_gke:  # refused before any cloud is asked
         raise UserError(f"recipe '{recipe_name}' runs on a TPU VM, whose startup script runs the recipe's "
                         "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
-    session = run_session(recipe_name, sets, run_name)
+    session = run_session("eval", recipe_name, sets, run_name)
     from scripts.pipeline.gke.evaluate import eval_gke
 
     eval_gke(session, step)
@@ -239,12 +242,10 @@ def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN
     scores = check_rewards(option, inputs, rows)
     for name, values in scores.items():
         typer.echo(f"{name}: {', '.join(f'{value:g}' for value in values)}")
-    import textwrap
-
-    typer.echo(f"ok: {len(scores)} function(s) of {option.path} return one float per completion")
-    typer.echo(f"({len(sample_completions(inputs))} prompts x {inputs.generations} generations, in training "
-               "and one at a time as in evaluation)")
-    typer.echo(textwrap.fill(inputs.describe(), 80, break_on_hyphens=False, break_long_words=False))
+    say(f"ok: {len(scores)} function(s) of {option.path} return one float per completion")
+    say(f"({len(sample_completions(inputs))} prompts x {inputs.generations} generations, in training "
+        "and one at a time as in evaluation)")
+    say(inputs.describe())
 
 
 @app.command()
@@ -260,7 +261,7 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
     if step is not None:
         parse_step(step)
-    session = run_session(recipe_name, sets, run_name)
+    session = run_session("cancel", recipe_name, sets, run_name)
     if session.recipe.is_gke:
         from scripts.pipeline.gke.cancel import cancel_gke
 
@@ -278,7 +279,7 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
            as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Each step's state (JobSet or VM progress), pods, time and whether its output is verified in GCS."""
-    session = run_session(recipe_name, sets, run_name)
+    session = run_session("status", recipe_name, sets, run_name)
     recipe = session.recipe
     if recipe.is_gke:
         from scripts.pipeline.gke.status import status_gke
@@ -309,7 +310,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
     from scripts.pipeline.runs import list_runs
 
-    session = make_session(*cloud_recipe(recipe_name, reads_only=True))
+    session = make_session(*cloud_recipe("runs", recipe_name))
     listing = list_runs(session)
     name = session.recipe.name
     if as_json:
@@ -318,7 +319,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         return
     console = session.console
     if not listing.runs:
-        console.print(f"no run of {name} in {listing.trained} yet: start one with `tpu-rl run {name}`", soft_wrap=True)
+        console.print(f"no run of {name} in {listing.trained} yet: start one with `tpu-rl run {name}`")
     else:
         title = f"{name}: runs in {listing.trained}"
         table = Table(title=title, title_justify="left")
@@ -351,7 +352,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from scripts.pipeline.session import parse_step
 
     parse_step(step)
-    session = run_session(recipe_name, sets, run_name, "none")  # logs read the cluster or the VM, not the bucket
+    session = run_session("logs", recipe_name, sets, run_name)  # on GKE the cluster only; a VM's ended step: the bucket
     recipe = session.recipe
     if recipe.is_gke:
         lines = logs_gke(session, step, follow, tail or None)

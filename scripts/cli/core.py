@@ -17,12 +17,14 @@ import typer
 from typer.core import TyperGroup
 
 from recipes import UserError, get_recipe, load_settings
+from recipes.needs import needs
 from scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, foreign_ending
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from recipes import Recipe, Settings
+    from recipes.model import Platform
 
 PIPED_WIDTH = 200  # output that is neither a terminal nor sized by COLUMNS (a file, CI logs)
 
@@ -94,9 +96,52 @@ def _sized() -> bool:
 
 
 def make_console() -> Console:
+    """The console of every command. In a terminal (or with COLUMNS) what it prints as text wraps at spaces
+    to the width, never inside a word, so a path longer than the line stays whole (`fitted_text`); other
+    output keeps one line per message, for grep. Tables and pre-laid views pass through as they are."""
     from rich.console import Console
+    from rich.text import Text
 
-    return Console(soft_wrap=True, highlight=False, width=None if _sized() else PIPED_WIDTH)
+    if not _sized():
+        return Console(soft_wrap=True, highlight=False, width=PIPED_WIDTH)
+
+    class FittingConsole(Console):
+        def print(self, *objects, sep=" ", end="\n", soft_wrap=None, **kwargs):
+            if objects and soft_wrap is None and all(isinstance(item, (str, Text)) for item in objects):
+                parts = [self.render_str(item) if isinstance(item, str) else item for item in objects]
+                objects = (fitted_text(Text(sep).join(parts), self.width),)
+            return super().print(*objects, sep=sep, end=end, soft_wrap=soft_wrap, **kwargs)
+
+    return FittingConsole(soft_wrap=True, highlight=False)
+
+
+def fitted_text(text, width: int):
+    """A rich Text wrapped at spaces to `width` columns, its styles kept; a word longer than the line (a
+    path, a URL) is never broken and stays whole on its own line."""
+    from rich.text import Text
+
+    plain, breaks = text.plain, []
+    start = last_space = 0
+    for index, char in enumerate(plain):
+        if char == "\n":
+            start, last_space = index + 1, 0
+            continue
+        if char == " " and index > start:
+            last_space = index
+        if index - start >= width and last_space > start:
+            breaks.append(last_space)
+            start, last_space = last_space + 1, 0
+    if not breaks:
+        return text
+    lines = text.divide(breaks)
+    return Text("\n").join([lines[0], *(line[1:] for line in lines[1:])])
+
+
+def say(message: str, err: bool = False) -> None:
+    """typer.echo of one message, wrapped like the console's lines (`fitted`)."""
+    import shutil
+
+    typer.echo(fitted(message, shutil.get_terminal_size().columns), err=err)
 
 
 def fitted(text: str, width: int, indent: int = 0) -> str:
@@ -138,9 +183,10 @@ def handled(command):
     return wrapper
 
 
-def cloud_settings() -> Settings:
-    """Settings for a command that talks to a cloud: never the example."""
-    settings = load_settings()
+def cloud_settings(command: str, platform: Platform = "gke") -> Settings:
+    """Settings for a command that talks to a cloud, with what it needs (recipes/needs.py); never the
+    example."""
+    settings = load_settings(needs=needs(command, platform))
     if settings.is_example:
         raise UserError(f"settings are the embedded example (PROJECT={settings.project}), which can never reach a "
                         "cloud: export your own PROJECT, REGION, ZONE, CLUSTER_NAME and GCS_BUCKET")
@@ -155,16 +201,16 @@ SET_HELP = ("Override a MaxText key of the train step, e.g. learning_rate=1e-5; 
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
 
 
-def cloud_recipe(recipe_name: str, *, reads_only: bool = False) -> tuple[Recipe, Settings]:
-    """The recipe as the user's settings run it (CAPACITY applied, every per-recipe rule checked), and
-    those settings; never the example.
-
-    A command that only reads what a run left (`status`, `runs`, `logs`, `cancel`) gets the recipe with
-    CAPACITY applied but not the rules of what only deploy and `run` use (RESERVATION, AUTHORIZED_CIDR,
-    a flex-start ZONE): a teammate who only looks at runs needs the project, the bucket and the cluster."""
+def cloud_recipe(command: str, recipe_name: str) -> tuple[Recipe, Settings]:
+    """The recipe as the user's settings run it (CAPACITY applied, the per-recipe rules of what `command`
+    reads checked), and those settings, with what `command` needs (recipes/needs.py); never the example.
+    A teammate who only looks at runs needs the project and the bucket, and the cluster or the VM for
+    the commands that reach them; RESERVATION and AUTHORIZED_CIDR only what reads them."""
     recipe = get_recipe(recipe_name)
-    settings = cloud_settings()
-    return (settings.with_capacity(recipe) if reads_only else settings.recipe(recipe)), settings
+    settings = cloud_settings(command, recipe.platform)
+    recipe = settings.with_capacity(recipe)
+    settings.for_recipe(recipe, needs(command, recipe.platform))
+    return recipe, settings
 
 
 def write_file(path: Path, text: str, option: str) -> None:

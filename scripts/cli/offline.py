@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from recipes import UserError, all_recipes, get_recipe, load_settings
-from scripts.cli.core import RUN_HELP, SET_HELP, app, handled, make_console, write_file
+from recipes.needs import needs
+from scripts.cli.core import RUN_HELP, SET_HELP, app, handled, make_console, say, write_file
 
 if TYPE_CHECKING:
     from recipes import Recipe
@@ -87,7 +88,7 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
 
     from recipes.cost import ESTIMATE_NOTE
 
-    settings = load_settings(allow_example=True)  # CAPACITY changes what a recipe costs
+    settings = load_settings(allow_example=True, needs=needs("recipes"))  # CAPACITY changes what a recipe costs
     facts = [_listed_facts(settings, recipe) for recipe in all_recipes().values()]
     if as_json:
         typer.echo(json.dumps(facts, indent=2))
@@ -123,8 +124,8 @@ STDOUT = "-"  # --out - writes to stdout
 @app.command()
 @handled
 def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
-           out: Path = typer.Option(..., "--out", help="Directory for the rendered files, or - for stdout (one "
-                                    "YAML stream of the JobSets, or the VM's startup script)."),
+           out_text: str = typer.Option(..., "--out", help="Directory for the rendered files, or - for stdout (one "
+                                        "YAML stream of the JobSets, or the VM's startup script)."),
            sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """Write convert.yaml, train.yaml and export.yaml (GKE) or startup.sh (VM) with the current settings."""
@@ -133,8 +134,17 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from recipes.schedule import schedule_warning
     from scripts.pipeline.manifests import manifest_stream
 
-    settings = load_settings(allow_example=True)
-    recipe = for_run(settings.recipe(get_recipe(recipe_name)), sets or (), run_name)
+    if not out_text.strip():  # Path("") is the working directory: an empty --out names nothing
+        raise UserError(f"--out '{out_text}' names no directory: pass a directory for the rendered files, "
+                        "or - for stdout")
+    out = Path(out_text)
+
+    recipe = get_recipe(recipe_name)
+    needed = needs("render", recipe.platform)
+    settings = load_settings(allow_example=True, needs=needed)
+    recipe = settings.with_capacity(recipe)
+    settings.for_recipe(recipe, needed)
+    recipe = for_run(recipe, sets or (), run_name)
     manifests = jobs.render_manifests(recipe, settings) if recipe.is_gke else {}
     warning = schedule_warning(recipe)
     if warning:
@@ -144,7 +154,7 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if str(out) == STDOUT:
         text = manifest_stream(manifests.values()) if recipe.is_gke else jobs.render_startup_script(recipe, settings)
         typer.echo(text, nl=False)
-        typer.echo(f"rendered {', '.join(manifests) or 'the startup script'} {what}", err=True)
+        say(f"rendered {', '.join(manifests) or 'the startup script'} {what}", err=True)
         return
     if recipe.is_gke:
         files = {f"{step}.yaml": jobs.manifest_yaml(manifest) for step, manifest in manifests.items()}
@@ -154,4 +164,4 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         raise UserError(f"--out {out} exists and is not a directory: pass a directory")
     for name, text in files.items():
         write_file(out / name, text, "--out")
-    typer.echo(f"wrote {', '.join(str(out / name) for name in files)} {what}")
+    say(f"wrote {', '.join(str(out / name) for name in files)} {what}")

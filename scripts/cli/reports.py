@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from recipes import get_recipe
-from scripts.cli.core import app, cloud_settings, handled, write_file
+from scripts.cli.core import app, cloud_settings, handled, say, write_file
 from scripts.metrics import PICTURE_FORMATS
 
 PICTURES = ", ".join(f".{name}" for name in PICTURE_FORMATS)
@@ -34,7 +34,7 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     recipe = get_recipe(recipe_name)
     if png is not None:  # a format it cannot write is refused before anything is read
         picture_format(png)
-    loaded = collect(recipe, runs or [], sources or [], cloud_settings)
+    loaded = collect(recipe, runs or [], sources or [], lambda: cloud_settings("metrics", recipe.platform))
     if png is not None:
         from scripts.metrics import plot
 
@@ -44,7 +44,7 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     else:
         typer.echo(compare.view(loaded), nl=False)
     if png is not None:
-        typer.echo(f"wrote {png}", err=as_json)
+        say(f"wrote {png}", err=as_json)
 
 
 @app.command("plan-review")

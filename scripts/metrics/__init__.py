@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from recipes import Recipe, Settings, UserError
+from recipes.settings import bucket_name_problem
 from scripts.metrics.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
                                     run_directory)
 
@@ -68,12 +69,26 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def _checked_source(source: str) -> str:
+    """A --from location: an existing local directory, or gs://BUCKET/PREFIX with a valid bucket name."""
+    if source.startswith("gs://"):
+        bucket = source.removeprefix("gs://").split("/", 1)[0]
+        problem = bucket_name_problem(bucket)
+        if problem:
+            raise UserError(f"--from {source}: bucket '{bucket}' {problem}: pass gs://BUCKET/PATH/TO/tensorboard")
+        return source
+    if not Path(source).is_dir():
+        raise UserError(f"--from {source}: no such directory: pass a local directory or a gs:// URL "
+                        "holding the event files")
+    return source
+
+
 def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings: Callable[[], Settings]) -> list[Run]:
     """The runs asked for: each --run of the recipe from the bucket, then each --from location; with
     neither, the recipe's default run. Settings and the storage client are made only when the bucket or a
     gs:// location is read."""
     runs = [check_run_name(run) for run in _unique(runs)]
-    sources = _unique(sources)
+    sources = [_checked_source(source) for source in _unique(sources)]  # before anything is read
     settings = storage = None
     if runs or not sources or any(source.startswith("gs://") for source in sources):
         from jobs.paths import ArtifactPaths
@@ -93,9 +108,6 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
             raise missing_run(run, recipe, settings, storage)
         loaded.append(with_record(found, recipe, settings, storage))
     for source in sources:
-        if not source.startswith("gs://") and not Path(source).is_dir():
-            raise UserError(f"--from {source}: no such directory: pass a local directory or a gs:// URL "
-                            "holding the event files")
         label = source_label(source)
         found = read_run(label if label not in {run.name for run in loaded} else source, source, storage)
         if found is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Iterable
 
-from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
+from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
 from recipes import Step, UserError
 from scripts.cloud.kube_objects import JobSetState, PodCounts, current_attempt, jobset_state, placement_of, pod_counts
 from scripts.pipeline.gke.admission import CapacityWatch, read_admission
@@ -69,11 +69,11 @@ def _training_now(session: Session, job: StepJob, state: JobSetState) -> str:
 
 
 def logs_gke(session: Session, step: Step, follow: bool, tail: int | None) -> Iterable[str]:
-    job = step_jobs(session.recipe, session.settings)[step]
-    pod = main_pod(session.cluster.list_pods(job.selector))
+    # The names alone, not the manifests (which name the bucket): logs read only the cluster (recipes/needs.py).
+    pod = main_pod(session.cluster.list_pods(main_pod_selector(session.recipe, step)))
     if pod is None:
-        raise UserError(f"no pod for step {step} (JobSet {job.name} is absent, or its pods were removed after the "
-                        f"24 h TTL): see {session.command('status')}")
+        raise UserError(f"no pod for step {step} (JobSet {jobset_name(session.recipe, step)} is absent, or its pods "
+                        f"were removed after the 24 h TTL): see {session.command('status')}")
     name = pod["metadata"]["name"]
     if follow:
         return session.cluster.stream_log(name, MAIN_CONTAINER, tail_lines=tail)
