@@ -87,16 +87,24 @@ def _app(version: bool = typer.Option(False, "--version", callback=_print_versio
     pass
 
 
+def _columns() -> int | None:
+    """COLUMNS when it is a width (a positive whole number); 0, -5 or `abc` count as unset."""
+    text = os.environ.get("COLUMNS", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def _sized() -> bool:
     """Whether a terminal, or COLUMNS, sets the output's width; other output (a file, CI logs) is not cut
     at 80 columns."""
-    return sys.stdout.isatty() or bool(os.environ.get("COLUMNS"))
+    return sys.stdout.isatty() or _columns() is not None
 
 
 def make_console() -> Console:
     from rich.console import Console
 
-    return Console(soft_wrap=True, highlight=False, width=None if _sized() else PIPED_WIDTH)
+    environ = {key: value for key, value in os.environ.items() if key != "COLUMNS"}  # rich would take COLUMNS=0
+    width = _columns() or (None if sys.stdout.isatty() else PIPED_WIDTH)
+    return Console(soft_wrap=True, highlight=False, width=width, _environ=environ)
 
 
 def fitted(text: str, width: int, indent: int = 0) -> str:
