@@ -318,7 +318,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         return
     console = session.console
     if not listing.runs:
-        console.print(f"no run of {name} in {listing.trained} yet: start one with `tpu-rl run {name}`", soft_wrap=True)
+        console.print(f"no run of {name} in {listing.trained} yet: start one with `tpu-rl run {name}`")
     else:
         title = f"{name}: runs in {listing.trained}"
         table = Table(title=title, title_justify="left")

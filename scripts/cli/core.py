@@ -100,11 +100,15 @@ def _sized() -> bool:
 
 
 def make_console() -> Console:
+    """The console a command prints through: messages fitted to a sized terminal (scripts.cli.width)."""
     from rich.console import Console
+
+    from scripts.cli.width import FittedConsole
 
     environ = {key: value for key, value in os.environ.items() if key != "COLUMNS"}  # rich would take COLUMNS=0
     width = _columns() or (None if sys.stdout.isatty() else PIPED_WIDTH)
-    return Console(soft_wrap=True, highlight=False, width=width, _environ=environ)
+    kind = FittedConsole if _sized() else Console
+    return kind(soft_wrap=True, highlight=False, width=width, _environ=environ)
 
 
 def fitted(text: str, width: int, indent: int = 0) -> str:

@@ -154,4 +154,6 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         raise UserError(f"--out {out} exists and is not a directory: pass a directory")
     for name, text in files.items():
         write_file(out / name, text, "--out")
-    typer.echo(f"wrote {', '.join(str(out / name) for name in files)} {what}")
+    from rich.markup import escape
+
+    make_console().print(escape(f"wrote {', '.join(str(out / name) for name in files)} {what}"))
