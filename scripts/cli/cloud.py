@@ -110,7 +110,10 @@ def secret_set() -> None:
     raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
     token = hf_token.clean_token(raw)
     version = hf_token.add_version(Clients(settings).secrets(), settings, token)
-    typer.echo(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
+    from rich.markup import escape
+
+    make_console().print(escape(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the "
+                                "cluster"))
 
 
 def run_session(recipe_name: str, sets: Optional[list[str]], run_name: Optional[str], bucket: BucketUse = "reads",
@@ -239,12 +242,13 @@ def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN
     scores = check_rewards(option, inputs, rows)
     for name, values in scores.items():
         typer.echo(f"{name}: {', '.join(f'{value:g}' for value in values)}")
-    import textwrap
+    from rich.markup import escape
 
-    typer.echo(f"ok: {len(scores)} function(s) of {option.path} return one float per completion")
-    typer.echo(f"({len(sample_completions(inputs))} prompts x {inputs.generations} generations, in training "
-               "and one at a time as in evaluation)")
-    typer.echo(textwrap.fill(inputs.describe(), 80, break_on_hyphens=False, break_long_words=False))
+    console = make_console()
+    console.print(escape(f"ok: {len(scores)} function(s) of {option.path} return one float per completion"))
+    console.print(f"({len(sample_completions(inputs))} prompts x {inputs.generations} generations, in training "
+                  "and one at a time as in evaluation)")
+    console.print(escape(inputs.describe()))
 
 
 @app.command()

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from recipes import get_recipe
-from scripts.cli.core import app, cloud_settings, handled, write_file
+from scripts.cli.core import app, cloud_settings, handled, make_console, write_file
 from scripts.metrics import PICTURE_FORMATS
 
 PICTURES = ", ".join(f".{name}" for name in PICTURE_FORMATS)
@@ -44,7 +44,12 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     else:
         typer.echo(compare.view(loaded), nl=False)
     if png is not None:
-        typer.echo(f"wrote {png}", err=as_json)
+        from rich.markup import escape
+
+        if as_json:
+            typer.echo(f"wrote {png}", err=True)
+        else:
+            make_console().print(escape(f"wrote {png}"))
 
 
 @app.command("plan-review")
