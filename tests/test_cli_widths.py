@@ -72,3 +72,10 @@ def test_render_fits_with_each_written_path_whole(tmp_path, monkeypatch):
     assert fits_80_columns_with_whole_paths(result.output), result.output
     for step in ("convert", "train", "export"):
         assert f"{out / step}.yaml" in result.output.replace(",", " ").split()
+
+
+def test_secret_set_fits_with_the_version_name_whole(settings_env, google):
+    result = runner.invoke(app, ["secret", "set"], input="hf_" + "x" * 34 + "\n")
+    assert result.exit_code == 0, result.output
+    assert fits_80_columns_with_whole_paths(result.output), result.output
+    assert "projects/tpu-rl-test/secrets/hf-token/versions/2" in result.output.split()
