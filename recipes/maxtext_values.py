@@ -60,6 +60,12 @@ LIST_COERCED = ("train_data_columns", "eval_data_columns", "trainable_parameters
 # (tunix/rl/rl_cluster.py, c4ec573d L118-147, 683256db L110-141) wants each a positive int and
 # train_micro_batch_size to divide mini_batch_size. rl.yml (0.2.4 L116-117) sets both to -1.
 MICRO_BATCH_KEYS = ("train_micro_batch_size", "rollout_micro_batch_size")
+# train_rl hands the rollout max_tokens_to_generate = max_target_length - max_prefill_predict_length (maxtext
+# 0.2.4 train_rl.py L516, 0.2.3 L460), and vLLM's SamplingParams._verify_args refuses max_tokens < 1
+# (vllm-project/vllm vllm/sampling_params.py "max_tokens must be at least 1"): the sequence must be longer
+# than the prompt. rl.yml's values where the recipe sets neither (0.2.4 configs/post_train/rl.yml L163-164,
+# 0.2.3 L168-169).
+LENGTH_DEFAULTS = {"max_target_length": 1024, "max_prefill_predict_length": 256}
 RUNTIME_BOUNDS: dict[str, RuntimeBound] = {
     "rl.num_generations": _GROUP,
     "num_generations": _GROUP,  # 0.2.4: RLConfig copies the top-level key into rl (map_flat_fields_to_nested_models)
@@ -142,7 +148,9 @@ def _member(word: str, spec: dict, runtime: RuntimeBound | None) -> Any:
     bounds = _bounds(spec)
     if runtime is not None:
         bounds["ge"] = max(bounds.get("ge", runtime.ge), runtime.ge)
-    if word in ("int", "float") and bounds:
+    if word == "float":  # inf and nan (YAML .inf, .nan, 1e999) are no learning rate: finite only
+        return Annotated[python, Field(**bounds, allow_inf_nan=False)]
+    if word == "int" and bounds:
         return Annotated[python, Field(**bounds)]
     return type(None) if python is None else python
 
@@ -168,7 +176,10 @@ def describe(version: str, key: str) -> str:
         if word in ("literal", "enum"):
             words.append("one of " + ", ".join(json.dumps(c) if c == "" else str(c) for c in spec["choices"]))
         elif word in ("int", "float") and bounds:
-            words.append(f"{_ARTICLE[word]} " + " and ".join(f"{_BOUND_WORDS[b]} {v}" for b, v in bounds.items()))
+            article = "a finite float" if word == "float" else _ARTICLE[word]
+            words.append(f"{article} " + " and ".join(f"{_BOUND_WORDS[b]} {v}" for b, v in bounds.items()))
+        elif word == "float":
+            words.append("a finite float")
         else:
             words.append(_ARTICLE[word])
     return " or ".join(words)
@@ -335,6 +346,16 @@ def check_micro_batches(version: str, values: dict[str, Any], item: str) -> None
         if key == "train_micro_batch_size" and isinstance(batch, int) and batch > 0 and batch % micro:
             raise UserError(f"--set {item}: tunix needs batch_size ({batch}) to be a multiple of "
                             f"train_micro_batch_size ({micro}) in MaxText {version}")
+
+
+def check_lengths(version: str, values: dict[str, Any], item: str) -> None:
+    """max_target_length against max_prefill_predict_length as train_rl uses them (LENGTH_DEFAULTS has the
+    source); `values` holds the run's last value of each key it sets, `item` is the --set item named."""
+    target, prompt = (values.get(key, default) for key, default in LENGTH_DEFAULTS.items())
+    if isinstance(target, int) and isinstance(prompt, int) and target <= prompt:
+        raise UserError(f"--set {item}: max_target_length ({target}) must exceed max_prefill_predict_length "
+                        f"({prompt}) in MaxText {version}: train_rl generates the difference, and vLLM needs "
+                        "at least 1 token")
 
 
 def _accepts(adapter: TypeAdapter, value: Any) -> bool:

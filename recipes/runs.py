@@ -16,13 +16,21 @@ import difflib
 import hashlib
 import json
 import re
-from typing import Iterable
+from typing import Callable, Iterable
 
 from pydantic import ValidationError
 
 from recipes.conventions import MAX_JOBSET_NAME
 from recipes.errors import UserError
-from recipes.maxtext_values import KEY_LIST_DIR, MICRO_BATCH_KEYS, check_micro_batches, check_value, maxtext_keys
+from recipes.maxtext_values import (
+    KEY_LIST_DIR,
+    LENGTH_DEFAULTS,
+    MICRO_BATCH_KEYS,
+    check_lengths,
+    check_micro_batches,
+    check_value,
+    maxtext_keys,
+)
 from recipes.model import _OVERRIDE, STEPS, Recipe, RlSpec, _first_error, same_setting
 from recipes.schedule import SCHEDULE_KEY, schedule_steps
 
@@ -222,7 +230,8 @@ def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
         kept = [i for i, old in enumerate(overrides) if old.partition("=")[0] in names]
         overrides = [old for old in overrides if old.partition("=")[0] not in names]
         overrides.insert(kept[0] if kept else len(overrides), item)
-    _check_micro_batches(recipe, overrides, sets)
+    _check_together(recipe, overrides, sets, ("batch_size", *MICRO_BATCH_KEYS), check_micro_batches)
+    _check_together(recipe, overrides, sets, tuple(LENGTH_DEFAULTS), check_lengths)
     try:
         rl = RlSpec.model_validate({**recipe.rl.model_dump(), **fields, "overrides": tuple(overrides)})
     except ValidationError as error:
@@ -236,15 +245,16 @@ def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
     return changed
 
 
-def _check_micro_batches(recipe: Recipe, overrides: list[str], sets: tuple[str, ...]) -> None:
-    """batch_size and the micro batches together, as tunix takes them, when --set touches one of them."""
-    keys = ("batch_size", *MICRO_BATCH_KEYS)
+def _check_together(recipe: Recipe, overrides: list[str], sets: tuple[str, ...], keys: tuple[str, ...],
+                    check: Callable[[str, dict, str], None]) -> None:
+    """Keys the trainer reads together (batch_size and the micro batches, the two lengths), checked as one
+    when --set touches one of them."""
     touched = [item for item in sets if item.partition("=")[0] in keys]
     if not touched:
         return
     values = {old.partition("=")[0]: check_value(recipe.maxtext_version, *old.split("=", 1)).value
               for old in overrides if old.partition("=")[0] in keys}
-    check_micro_batches(recipe.maxtext_version, values, touched[-1])
+    check(recipe.maxtext_version, values, touched[-1])
 
 
 def with_run(recipe: Recipe, run: str | None) -> Recipe:

@@ -176,3 +176,19 @@ def test_vm_status_while_train_runs_shows_its_step_loss_and_reward(settings_env,
     train = next(index for index, line in enumerate(lines) if line.startswith("train "))
     assert lines[train:train + 2] == ["train    running, no output yet", "         step 3/50, loss 0.5, reward 0.37"]
     assert lines[train + 2] == "export   waiting, no output yet"
+
+
+@pytest.mark.parametrize("columns", ["0", "-3", "abc", " "])
+def test_a_columns_value_that_is_no_width_counts_as_unset(settings_env, gcs, google, monkeypatch, columns):
+    """COLUMNS=0 made rich's console 0 wide and textwrap raised `invalid width 0`."""
+    from test_cli_preflight import with_quota
+    monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.setenv("CAPACITY", "spot")
+    with_quota(google, PREEMPTIBLE_TPU_V6E=(48, 32))
+    result = runner.invoke(app, ["preflight", RECIPE])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code == ExitCode.PREFLIGHT_FAILED, result.output
+    # unset COLUMNS and no terminal: one line per check, for grep
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert all(line.startswith(("pass  ", "FAIL  ", "error: ")) for line in lines), result.output
+    assert any(len(line) > 80 for line in lines), result.output

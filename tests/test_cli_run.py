@@ -39,6 +39,24 @@ def test_run_submits_three_steps_in_order_and_verifies_each_output(cloud):
         assert f"{step}: output verified" in result.output
 
 
+def test_run_first_prints_what_the_readme_says_it_does(cloud):
+    """README step 6 quotes run's first lines: the Secret line, then the run and its plan."""
+    import re
+    from pathlib import Path
+
+    for step in ("convert", "train", "export"):
+        succeed_writing_output(cloud, step)
+    result = tpu_rl("run", RECIPE)
+    assert result.exit_code == 0, result.output
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    step6 = readme[readme.index("**6. Train.**"):readme.index("**7.")]
+    quoted = re.findall(r"`run` prints `([^`]+)`, then `([^`]+)`", step6)
+    assert quoted, step6
+    first, second = result.output.splitlines()[:2]
+    assert quoted[0][0] == first
+    assert re.fullmatch(quoted[0][1].replace("<hash>", "[0-9a-f]+"), second), second
+
+
 def test_run_fills_the_token_secret_from_secret_manager_without_showing_it(cloud):
     for step in ("convert", "train", "export"):
         succeed_writing_output(cloud, step)

@@ -67,7 +67,7 @@ def test_status_shows_each_step_state_pods_time_and_output_in_80_columns(cloud, 
     assert blocks["train"][0].startswith("running, pods 9/9 ready, 2:03:"), result.output
     assert blocks["train"][0].endswith(" elapsed, no output yet")
     assert blocks["train"][1:] == ["step 12/50, loss 0.412, reward 0.37"], result.output
-    assert blocks["export"][0] == "absent" and blocks["export"][1].startswith("output missing:")
+    assert blocks["export"][0] == "no JobSet" and blocks["export"][1].startswith("output missing:")
     # A path moves to a line of its own, whole, so that a copied path works.
     assert f"gs://rl-test-artifacts/qwen3-30b-a3b/hf-trained/{run}/tokenizer_config.json," in blocks["export"], \
         result.output
@@ -124,3 +124,14 @@ def test_run_with_follow_logs_streams_the_step_logs(cloud):
     result = runner.invoke(app, ["run", RECIPE, "--steps", "convert", "--follow-logs"])
     assert result.exit_code == 0, result.output
     assert "converting layer 1" in result.output
+
+
+def test_status_of_a_step_whose_jobset_is_gone_agrees_with_its_verified_output(cloud, monkeypatch):
+    """convert's JobSet deleted after it finished: not `absent` on one line and `output verified` on the next."""
+    monkeypatch.setenv("COLUMNS", "80")
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    result = runner.invoke(app, ["status", RECIPE])
+    assert result.exit_code == 0, result.output
+    blocks = _status_blocks(result.output)
+    assert blocks["convert"] == ["done, no JobSet left", "output verified"], result.output
+    assert blocks["train"] == ["no JobSet, no output yet"], result.output

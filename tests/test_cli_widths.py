@@ -9,11 +9,13 @@ import pytest
 from typer.testing import CliRunner
 from test_cli_status_logs import fits_80_columns_with_whole_paths
 
-from peers.fixtures import TOKEN, deploy_vm, SETTINGS, put_step_output
+from jobs import render_manifests
+from peers.fixtures import TOKEN, SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output
 from recipes import get_recipe
 from scripts.cli import app
 
 GKE, VM = "qwen3-v6e32", "llama31-v6e8"
+RECIPE, VM_RECIPE = GKE, VM
 runner = CliRunner()
 
 COMMANDS = [
@@ -41,3 +43,67 @@ def test_every_command_fits_an_80_column_terminal(args, cloud, monkeypatch, tmp_
     result = runner.invoke(app, args, input=TOKEN)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     assert not too_wide(result.output), "\n".join(too_wide(result.output))
+
+
+@pytest.fixture(autouse=True)
+def _eighty(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+def words(output: str) -> str:
+    return " ".join(output.split())
+
+
+def test_a_dry_run_of_three_steps_fits(cloud):
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert fits_80_columns_with_whole_paths(result.output), result.output
+    assert "expected: about 170 min, $180.66 for convert, train, export (estimates from list prices)" in \
+        words(result.output)
+
+
+def test_a_dry_run_that_attaches_to_a_running_step_fits(cloud):
+    cloud["kube"].plan(jobset_of(RECIPE, "train"), outcome="hang", logs="loading\n")
+    cloud["kube"].put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["train"], "running")
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert fits_80_columns_with_whole_paths(result.output), result.output
+    assert "train: attach: JobSet" in result.output and "up to about 90 min, $95.64" in words(result.output)
+
+
+def test_runs_without_a_run_fits(cloud):
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert fits_80_columns_with_whole_paths(result.output), result.output
+    assert words(result.output).startswith(f"no run of {RECIPE} in gs://")
+
+
+def test_cancel_with_nothing_to_cancel_fits_on_gke(cloud):
+    result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert fits_80_columns_with_whole_paths(result.output), result.output
+    assert result.output.startswith("nothing to cancel")
+
+
+def test_cancel_with_nothing_to_cancel_fits_on_a_tpu_vm(settings_env, gcs, google):
+    result = runner.invoke(app, ["cancel", VM_RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert fits_80_columns_with_whole_paths(result.output), result.output
+    assert result.output.startswith("nothing to cancel: TPU VM")
+
+
+def test_render_fits_with_each_written_path_whole(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "a-directory-with-a-rather-long-name" / "rendered-manifests-for-the-first-run"
+    result = runner.invoke(app, ["render", RECIPE, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert fits_80_columns_with_whole_paths(result.output), result.output
+    for step in ("convert", "train", "export"):
+        assert f"{out / step}.yaml" in result.output.replace(",", " ").split()
+
+
+def test_secret_set_fits_with_the_version_name_whole(settings_env, google):
+    result = runner.invoke(app, ["secret", "set"], input="hf_" + "x" * 34 + "\n")
+    assert result.exit_code == 0, result.output
+    assert fits_80_columns_with_whole_paths(result.output), result.output
+    assert "projects/tpu-rl-test/secrets/hf-token/versions/2" in result.output.split()

@@ -333,3 +333,15 @@ def test_every_page_a_message_or_docstring_points_to_exists():
                 if name not in readme_headings:
                     problems.append(f"{source.relative_to(REPO)}: the README has no section {name!r}")
     assert problems == []
+
+
+def test_every_tpu_rl_environment_knob_the_code_reads_is_in_the_settings_table():
+    """TPU_RL_LOGGING_ENDPOINT was read by the code and missing from docs/settings.md's knobs table."""
+    knobs = set()
+    for package in ("recipes", "jobs", "infra", "stacks", "scripts"):
+        for source in (REPO / package).rglob("*.py"):
+            knobs.update(re.findall(r"\bTPU_RL_[A-Z][A-Z_]*[A-Z]\b", source.read_text()))
+    table = "\n".join(line for line in (REPO / "docs" / "settings.md").read_text().splitlines()
+                      if line.startswith("| `"))
+    assert "TPU_RL_LOGGING_ENDPOINT" in knobs
+    assert sorted(knob for knob in knobs if f"`{knob}`" not in table) == []

@@ -109,13 +109,13 @@ def test_each_case_is_accepted_or_refused_in_one_line(case: SetCase):
 
 def test_the_issues_four_values_name_the_field_its_type_and_its_bounds():
     expected = {
-        "learning_rate=abc": "--set learning_rate=abc: learning_rate takes a float >= 0 in MaxText 0.2.4, not "
+        "learning_rate=abc": "--set learning_rate=abc: learning_rate takes a finite float >= 0 in MaxText 0.2.4, not "
                              "the string 'abc'",
         "rl.num_generations=1": "--set rl.num_generations=1: rl.num_generations takes an int >= 2 in MaxText "
                                 f"0.2.4 ({RUNTIME_BOUNDS['rl.num_generations'].why}), not 1",
         "batch_size=0": "--set batch_size=0: batch_size takes an int >= 1 in MaxText 0.2.4 "
                         f"({RUNTIME_BOUNDS['batch_size'].why}), not 0",
-        "train_fraction=2": "--set train_fraction=2: train_fraction takes a float > 0.0 and <= 1.0 in MaxText "
+        "train_fraction=2": "--set train_fraction=2: train_fraction takes a finite float > 0.0 and <= 1.0 in MaxText "
                             "0.2.4, not 2",
     }
     for item, message in expected.items():

@@ -153,7 +153,7 @@ def test_the_step_count_export_and_progress_follow_set():
 
 
 def test_a_step_factor_that_is_not_a_number_is_refused():
-    with pytest.raises(UserError, match=r"--set train_fraction=half: train_fraction takes a float > 0\.0 and <= 1\.0 "
+    with pytest.raises(UserError, match=r"--set train_fraction=half: train_fraction takes a finite float > 0\.0 and <= 1\.0 "
                                         r"in MaxText 0\.2\.4, not the string 'half'"):
         for_run(QWEN, ["train_fraction=half"])
 

@@ -89,59 +89,35 @@ def _app(version: bool = typer.Option(False, "--version", callback=_print_versio
     pass
 
 
+def _columns() -> int | None:
+    """COLUMNS when it is a width (a positive whole number); 0, -5 or `abc` count as unset."""
+    text = os.environ.get("COLUMNS", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def _sized() -> bool:
     """Whether a terminal, or COLUMNS, sets the output's width; other output (a file, CI logs) is not cut
     at 80 columns."""
-    return sys.stdout.isatty() or bool(os.environ.get("COLUMNS"))
+    return sys.stdout.isatty() or _columns() is not None
 
 
 def make_console() -> Console:
-    """The console of every command. In a terminal (or with COLUMNS) what it prints as text wraps at spaces
-    to the width, never inside a word, so a path longer than the line stays whole (`fitted_text`); other
-    output keeps one line per message, for grep. Tables and pre-laid views pass through as they are."""
+    """The console a command prints through: messages fitted to a sized terminal (scripts.cli.width)."""
     from rich.console import Console
-    from rich.text import Text
 
-    if not _sized():
-        return Console(soft_wrap=True, highlight=False, width=PIPED_WIDTH)
+    from scripts.cli.width import FittedConsole
 
-    class FittingConsole(Console):
-        def print(self, *objects, sep=" ", end="\n", soft_wrap=None, **kwargs):
-            if objects and soft_wrap is None and all(isinstance(item, (str, Text)) for item in objects):
-                parts = [self.render_str(item) if isinstance(item, str) else item for item in objects]
-                objects = (fitted_text(Text(sep).join(parts), self.width),)
-            return super().print(*objects, sep=sep, end=end, soft_wrap=soft_wrap, **kwargs)
-
-    return FittingConsole(soft_wrap=True, highlight=False)
-
-
-def fitted_text(text, width: int):
-    """A rich Text wrapped at spaces to `width` columns, its styles kept; a word longer than the line (a
-    path, a URL) is never broken and stays whole on its own line."""
-    from rich.text import Text
-
-    plain, breaks = text.plain, []
-    start = last_space = 0
-    for index, char in enumerate(plain):
-        if char == "\n":
-            start, last_space = index + 1, 0
-            continue
-        if char == " " and index > start:
-            last_space = index
-        if index - start >= width and last_space > start:
-            breaks.append(last_space)
-            start, last_space = last_space + 1, 0
-    if not breaks:
-        return text
-    lines = text.divide(breaks)
-    return Text("\n").join([lines[0], *(line[1:] for line in lines[1:])])
+    environ = {key: value for key, value in os.environ.items() if key != "COLUMNS"}  # rich would take COLUMNS=0
+    width = _columns() or (None if sys.stdout.isatty() else PIPED_WIDTH)
+    kind = FittedConsole if _sized() else Console
+    return kind(soft_wrap=True, highlight=False, width=width, _environ=environ)
 
 
 def say(message: str, err: bool = False) -> None:
     """typer.echo of one message, wrapped like the console's lines (`fitted`)."""
     import shutil
 
-    typer.echo(fitted(message, shutil.get_terminal_size().columns), err=err)
+    typer.echo(fitted(message, _columns() or shutil.get_terminal_size().columns), err=err)
 
 
 def fitted(text: str, width: int, indent: int = 0) -> str:

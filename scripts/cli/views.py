@@ -28,7 +28,7 @@ def status_view(recipe_name: str, bucket: str, report, width: int = 80):
     indent = max(len(row.step) for row in report.rows) + 2 if report.rows else 0
     lines = [Text(fitted(f"{recipe_name}: {report.where}, outputs in gs://{bucket}", width))]
     for row in report.rows:
-        state = ", ".join(part for part in (row.state, row.capacity and f"on {row.capacity}",
+        state = ", ".join(part for part in (_state_word(row), row.capacity and f"on {row.capacity}",
                                             row.pods and f"pods {row.pods}", row.time) if part)
         # A step with none of its output yet (never started, or still running) takes one line.
         output = [] if row.output == NO_OUTPUT else [f"output {row.output}"]
@@ -41,6 +41,14 @@ def status_view(recipe_name: str, bucket: str, report, width: int = 80):
     if report.note:
         lines.append(Text(fitted(report.note, width)))
     return Group(*lines)
+
+def _state_word(row) -> str:
+    """A step without a JobSet in words that agree with its output: done when the output is verified (the
+    JobSet was deleted, or ran elsewhere), else no JobSet. The JSON keeps the phase (`absent`)."""
+    if row.state != "absent":
+        return row.state
+    return "done, no JobSet left" if row.output == "verified" else "no JobSet"
+
 
 def status_json(session, report) -> dict:
     """The status report as data: the same cells as the view, one object per step."""

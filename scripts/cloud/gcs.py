@@ -156,6 +156,17 @@ def bucket_location(storage, settings: Settings) -> str:
     return (bucket.location or "").lower()
 
 
+def require_source_bucket(storage, settings: Settings, url: str) -> None:
+    """Refuse (UserError, exit 2) a gs:// --from location whose bucket does not exist, in preflight's words
+    when it is GCS_BUCKET, before anything is listed."""
+    bucket, _ = split_gs_url(url)
+    if bucket == settings.gcs_bucket:
+        bucket_location(storage, settings)
+    elif storage.lookup_bucket(bucket) is None:
+        raise UserError(f"--from {url}: bucket gs://{bucket} does not exist: fix the gs:// URL (the bucket "
+                        "of the run's tensorboard/ directory)")
+
+
 def bucket_region_problem(location: str, settings: Settings) -> str | None:
     """Why a bucket in `location` must not take a run's checkpoints, or None."""
     if location == settings.region:

@@ -97,10 +97,13 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
         settings = cloud_settings()
         storage = Clients(settings).storage()
         runs = runs or ([] if sources else [ArtifactPaths(recipe, settings).run_name])
-        if runs:  # read from GCS_BUCKET: stop first, as preflight does, when it does not exist
-            from scripts.cloud.gcs import require_bucket
+        from scripts.cloud.gcs import require_bucket, require_source_bucket
 
+        if runs:  # read from GCS_BUCKET: stop first, as preflight does, when it does not exist
             require_bucket(storage, settings)
+        for source in sources:  # and each --from bucket, before anything is read
+            if source.startswith("gs://"):
+                require_source_bucket(storage, settings, source)
     loaded = []
     for run in runs:
         found = read_run(run, run_directory(recipe, settings, run), storage)

@@ -239,7 +239,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
             if follow_logs:
                 for line in text.splitlines():
                     if line.strip():
-                        console.print(f"[dim]vm|[/] {escape(line)}", highlight=False)
+                        console.print(f"[dim]vm|[/] {escape(line)}", highlight=False, soft_wrap=True)
             phase = state.attempt.phase if state.attempt else ""
             if phase and phase not in STEPS and reported.get("") != phase:
                 console.print(f"startup script: {phase}")

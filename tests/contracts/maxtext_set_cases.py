@@ -38,6 +38,9 @@ class SetCase:
 SCHEMA = "the config class refuses it"
 TUNIX = "the config class accepts it and tunix refuses it once the slice is up"
 IGNORED = "the config class accepts it and train_rl never sees the value"
+NONFINITE = "the config class accepts a non-finite float (pydantic's allow_inf_nan defaults to true)"
+VLLM = ("the config class accepts it and vLLM refuses max_tokens = max_target_length - "
+        "max_prefill_predict_length < 1 once the slice is up")
 
 SET_CASES: list[SetCase] = [
     # the four, in both releases
@@ -83,6 +86,24 @@ SET_CASES: list[SetCase] = [
     SetCase(QWEN, "adamw_mask", "bias", True, True),
     SetCase(LLAMA, "adamw_mask", "bias", True, True),
     SetCase(QWEN, "trainable_parameters_mask", "[decoder, embed]", True, True),
+    # non-finite floats: YAML reads .inf and 1e999 as infinity, pydantic's lax mode reads 'inf' and
+    # 'Infinity' as infinity; -inf is under learning_rate's ge=0, nan fails every bound
+    SetCase(QWEN, "learning_rate", "inf", False, True, NONFINITE),
+    SetCase(QWEN, "learning_rate", ".inf", False, True, NONFINITE),
+    SetCase(QWEN, "learning_rate", "Infinity", False, True, NONFINITE),
+    SetCase(QWEN, "learning_rate", "1e999", False, True, NONFINITE),
+    SetCase(LLAMA, "learning_rate", ".inf", False, True, NONFINITE),
+    SetCase(QWEN, "adam_b1", "inf", False, True, NONFINITE),  # a float without bounds
+    SetCase(QWEN, "adam_b1", ".nan", False, True, NONFINITE),
+    SetCase(QWEN, "learning_rate", "-inf", False, False, SCHEMA),
+    SetCase(QWEN, "learning_rate", "nan", False, False, SCHEMA),
+    # the sequence must be longer than the prompt (recipes/maxtext_values.py LENGTH_DEFAULTS has the source)
+    SetCase(QWEN, "max_target_length", "8", False, True, VLLM),  # the recipe's max_prefill_predict_length=256
+    SetCase(QWEN, "max_target_length", "256", False, True, VLLM),
+    SetCase(QWEN, "max_prefill_predict_length", "512", False, True, VLLM),
+    SetCase(GEMMA, "max_target_length", "256", False, True, VLLM),  # rl.yml's max_prefill_predict_length: 256
+    SetCase(LLAMA, "max_prefill_predict_length", "1024", False, True, VLLM),  # rl.yml's max_target_length: 1024
+    SetCase(QWEN, "max_target_length", "257", True, True),
     # good values
     SetCase(QWEN, "learning_rate", "1e-5", True, True),
     SetCase(QWEN, "learning_rate", "0.00001", True, True),

@@ -35,7 +35,7 @@ class LogFollower(threading.Thread):
 
     def _print(self, line: str) -> None:
         self.streamed = True
-        self.session.console.print(f"[dim]{self.job.step}|[/] {escape(line)}", highlight=False)
+        self.session.console.print(f"[dim]{self.job.step}|[/] {escape(line)}", highlight=False, soft_wrap=True)
 
     def run(self) -> None:
         # Lines carry the kubelet's timestamps; after a drop the stream is reopened a little before the

@@ -1,0 +1,56 @@
+"""Messages fitted to the terminal: every line a command prints through its console wraps at spaces to the
+width a terminal (or COLUMNS) sets, an indented line's continuation indented two more, and a word is never
+broken, so a path or URL longer than the line stays whole (and copyable). Output that is not sized (a
+file, CI logs) keeps one line per message, for grep (scripts.cli.core.make_console decides)."""
+
+from __future__ import annotations
+
+import re
+
+from rich.console import Console
+from rich.text import Text
+
+_WORD = re.compile(r"\S+")
+
+
+def fit_text(text: Text, width: int) -> Text:
+    """`text` (styles kept) with each line longer than `width` wrapped at spaces (see the module)."""
+    lines = text.split("\n", allow_blank=True)
+    out = Text()
+    for number, line in enumerate(lines):
+        if number:
+            out.append("\n")
+        out.append_text(_fit_line(line, width))
+    return out
+
+
+def _fit_line(line: Text, width: int) -> Text:
+    plain = line.plain
+    if len(plain) <= width:
+        return line
+    lead = len(plain) - len(plain.lstrip(" "))
+    indent = " " * (lead + 2 if lead else 0)
+    words = [(match.start(), match.end()) for match in _WORD.finditer(plain)]
+    pieces, start, end, prefix = [], 0, 0, 0
+    for first, last in words:
+        if end and prefix + last - start > width:  # the word does not fit on this line: break before it
+            pieces.append(line[start:end])
+            start, prefix = first, len(indent)
+        end = last
+    pieces.append(line[start:end])
+    fitted = Text()
+    for number, piece in enumerate(pieces):
+        fitted.append_text(piece if not number else Text(f"\n{indent}").append_text(piece))
+    return fitted
+
+
+class FittedConsole(Console):
+    """A console whose print() fits each message given as a string (markup and all) to its width; a caller
+    that passes soft_wrap itself (a streamed log line, a laid-out report) is printed as it asks."""
+
+    def print(self, *objects, **options) -> None:  # noqa: A003 -- rich's name
+        if "soft_wrap" in options or not objects or not all(isinstance(item, str) for item in objects):
+            return super().print(*objects, **options)
+        sep, markup = options.pop("sep", " "), options.pop("markup", None)
+        text = Text(sep).join(self.render_str(item, markup=markup, highlight=False) for item in objects)
+        return super().print(fit_text(text, self.width), soft_wrap=True, **options)
