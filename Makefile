@@ -49,7 +49,8 @@ install: $(STAMP) $(CHECKOV_STAMP) $(MAXTEXT_STAMPS)
 synth: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx cdktf synth
 
-# Two workers: the 2-core machines CI runs on (the MaxText CPU chains are the longest tests).
+# Two workers: the 2-core machines CI runs on. pyproject.toml's --dist loadscope with tests/conftest.py's
+# order starts the MaxText CPU chains (the longest tests) first and runs each module's shared fixture once.
 test: install
 	$(VENV)/bin/pytest -q -n 2
 

@@ -118,3 +118,36 @@ def data_only_recipes() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def data_only_variants(tmp_path_factory) -> dict[str, StackJson]:
     return synthesize(tmp_path_factory.mktemp("variants"), recipes=data_only_recipes())
+
+
+# -- how `make test` shares the suite between its two workers (pytest -n 2) ------------------------------
+# pyproject.toml runs pytest-xdist with --dist loadscope --no-loadscope-reorder: each module is one unit of
+# work on one worker, so that a module's own module-scoped fixture (a synth, a checkov scan, the bad-input
+# rows, the MaxText chains) runs once rather than once per worker that gets one of its tests, and the
+# units go out in the order below. (--dist loadgroup would allow finer units, but xdist 3.8 marks its
+# groups on Item._nodeid, which pytest 9 no longer reads, so its groups are ignored.)
+# The MaxText modules run MaxText's real code in subprocesses for minutes (the chains of
+# tests/test_maxtext_real.py are the longest path of the suite), so they start first, on different
+# workers; then the modules with a shared fixture of their own, the heavier ones; then the rest, whose
+# small modules even out the two workers' ends.
+LONGEST_FIRST = ("test_maxtext_real.py", "test_maxtext_set_judge.py", "test_export_vision_shards.py")
+
+
+def _uses_own_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a module- or session-scoped fixture of its own module."""
+    module = item.nodeid.split("::")[0]
+    return any(defs[-1].scope in ("module", "session") and defs[-1].baseid == module
+               for defs in item._fixtureinfo.name2fixturedefs.values())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shared = {item.nodeid.split("::")[0] for item in items if _uses_own_module_fixture(item)}
+
+    def rank(item: pytest.Item) -> int:
+        module = item.nodeid.split("::")[0]
+        name = module.rpartition("/")[2]
+        if name in LONGEST_FIRST:
+            return LONGEST_FIRST.index(name)
+        return len(LONGEST_FIRST) + (0 if module in shared else 1)
+
+    items.sort(key=rank)  # stable: a module's tests stay together, in collection order

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,14 +30,12 @@ import jobs
 from jobs.vm import EXPORT_STEP_VAR
 from jobs.maxtext import MaxTextCommand, maxtext_commands
 from jobs.paths import ArtifactPaths, split_gs_url
-from maxtext_cpu.chain import HERE, REPO, Chain, StepRun, in_venv, last_json, venv_python
+from maxtext_cpu.chain import REPO, Chain, StepRun, in_venv, last_json, need_venv, tiny_model
 from peers.fixtures import peer_settings
 from recipes import Recipe, all_recipes, get_recipe
 from scripts.cloud.gcs import ORBAX_COMMIT_MARKER, missing_outputs
 
 RECIPES = list(all_recipes())
-# Outside the clone, as the venvs are (tools/maxtext_venv.sh), so that a clean clone reuses them.
-TINY_CACHE = Path(os.environ.get("TPU_RL_CACHE", Path.home() / ".cache" / "tpu-rl")) / "tiny-models"
 # The steps of two recipes run at once: each is one CPU-bound process, and pytest itself runs serially.
 WORKERS = 2
 
@@ -46,32 +43,6 @@ WORKERS = 2
 def _recipe(name: str) -> Recipe:
     settings = peer_settings()
     return settings.recipe(get_recipe(name))
-
-
-def _need_venv(version: str) -> None:
-    if not venv_python(version).exists():
-        pytest.skip(f"{venv_python(version).parent.parent.name} is missing: `make install` builds it "
-                    f"(MaxText {version} for CPU)")
-
-
-def tiny_model(recipe: Recipe) -> Path:
-    """The tiny checkpoint of a recipe's model, built by its release's venv once per version of tiny.py and
-    of the release's constraints (transformers writes the files)."""
-    import hashlib
-
-    inputs = (HERE / "tiny.py").read_bytes() + (HERE / f"constraints-{recipe.maxtext_version}.txt").read_bytes()
-    digest = hashlib.sha256(inputs).hexdigest()[:12]
-    target = TINY_CACHE / recipe.maxtext_version / f"{recipe.model.maxtext_name}-{digest}"
-    if (target / "model.safetensors.index.json").exists():
-        return target
-    scratch = target.with_name(target.name + ".partial")
-    shutil.rmtree(scratch, ignore_errors=True)
-    result = in_venv(recipe.maxtext_version, "tiny.py", str(scratch), recipe.model.maxtext_name,
-                     env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert result.returncode == 0, f"building the tiny {recipe.model.maxtext_name} failed:\n{result.stderr[-3000:]}"
-    shutil.rmtree(target, ignore_errors=True)
-    scratch.rename(target)
-    return target
 
 
 @dataclass
@@ -126,7 +97,7 @@ def _run_bad_flag(version: str, root: Path) -> tuple[Chain, StepRun]:
 def outcomes(tmp_path_factory) -> dict[str, Outcome]:
     """Every recipe's chain, and per release a conversion with a misspelt flag, on WORKERS processes."""
     for version in VERSIONS:
-        _need_venv(version)
+        need_venv(version)
     root = tmp_path_factory.mktemp("maxtext-real")
     # Unscanned models convert one tensor per layer and take longest: they start first, the
     # misspelt-flag conversions (which stop at argument parsing) last.

@@ -109,6 +109,31 @@ def test_jobs_that_run_the_tests_install_terraform_first_and_keep_ci_set(path):
             assert all("CI" not in env for env in envs), f"job {name} overrides CI"
 
 
+def test_the_test_job_caches_the_maxtext_venvs_where_the_tests_look_keyed_on_what_builds_them():
+    """tests/test_maxtext_real.py needs a venv per MaxText release and the tiny models; a cache that misses
+    them, or that a change of their inputs does not renew, costs the run its installs or tests stale ones."""
+    import fnmatch
+
+    from maxtext_cpu import chain
+
+    repo = PLAN.parents[2]
+    script = (repo / "tools" / "maxtext_venv.sh").read_text()
+    assert "cache=${TPU_RL_CACHE:-$HOME/.cache/tpu-rl}" in script
+    if "TPU_RL_CACHE" not in os.environ:  # the default, as on GitHub's runners
+        assert chain.TINY_CACHE.parent == Path.home() / ".cache" / "tpu-rl"
+    review = jobs(PLAN)["review"]
+    caches = [step["with"] for step in review["steps"] if step.get("uses", "").startswith("actions/cache@")]
+    entry = next((c for c in caches if "~/.cache/tpu-rl" in c["path"].split()), None)
+    assert entry, f"no cache of ~/.cache/tpu-rl in {caches}"
+    patterns = re.findall(r"'([^']+)'", re.search(r"hashFiles\(([^)]*)\)", entry["key"]).group(1))
+    # what decides a venv (the files the script hashes into its directory's name) and a tiny model
+    inputs = ["tools/maxtext_venv.sh", "tests/maxtext_cpu/packages.txt", "tests/maxtext_cpu/tiny.py",
+              *(str(path.relative_to(repo)) for path in (repo / "tests" / "maxtext_cpu").glob("constraints-*.txt"))]
+    uncovered = [name for name in inputs
+                 if not any(fnmatch.fnmatch(name, pattern.replace("**", "*")) for pattern in patterns)]
+    assert uncovered == [], f"the cache key {entry['key']} does not hash {uncovered}"
+
+
 # ---------------------------------------------------------------------------------------------------
 # The comment job, run: the pinned actions' artifact layout, then the job's own github-script.
 

@@ -14,8 +14,10 @@ measured with os.wait4: wall time and the process's peak resident memory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -30,10 +32,45 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 DUMMY_TOKEN = "hf_dummy_token_for_offline_tests"
 STEP_TIMEOUT = 600  # seconds; a step of a tiny model that takes longer is hung
+# Outside the clone, as the venvs are (tools/maxtext_venv.sh), so that a clean clone reuses them.
+TINY_CACHE = Path(os.environ.get("TPU_RL_CACHE", Path.home() / ".cache" / "tpu-rl")) / "tiny-models"
 
 
 def venv_python(version: str) -> Path:
     return REPO / f".venv-maxtext-{version}" / "bin" / "python"
+
+
+def need_venv(version: str) -> None:
+    """Skip (a failure under CI=true, tests/ci_skips.py) without the release's venv."""
+    import pytest
+
+    if not venv_python(version).exists():
+        pytest.skip(f"{venv_python(version).parent.parent.name} is missing: `make install` builds it "
+                    f"(MaxText {version} for CPU)")
+
+
+def tiny_model(recipe: Recipe) -> Path:
+    """The tiny checkpoint of a recipe's model, built by its release's venv once per version of tiny.py and
+    of the release's constraints (transformers writes the files). Two test processes may build it at once:
+    each in its own scratch directory, and the first rename wins."""
+    inputs = (HERE / "tiny.py").read_bytes() + (HERE / f"constraints-{recipe.maxtext_version}.txt").read_bytes()
+    digest = hashlib.sha256(inputs).hexdigest()[:12]
+    target = TINY_CACHE / recipe.maxtext_version / f"{recipe.model.maxtext_name}-{digest}"
+    if (target / "model.safetensors.index.json").exists():
+        return target
+    scratch = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    result = in_venv(recipe.maxtext_version, "tiny.py", str(scratch), recipe.model.maxtext_name,
+                     env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, f"building the tiny {recipe.model.maxtext_name} failed:\n{result.stderr[-3000:]}"
+    if not (target / "model.safetensors.index.json").exists():
+        shutil.rmtree(target, ignore_errors=True)  # a build cut off before its index
+        try:
+            scratch.rename(target)
+        except OSError:  # another process renamed its build first
+            pass
+    shutil.rmtree(scratch, ignore_errors=True)
+    return target
 
 
 def tiny_overrides(maxtext_name: str) -> list[str]:
