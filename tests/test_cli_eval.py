@@ -196,3 +196,60 @@ def test_eval_refuses_a_scratch_name_that_is_a_real_runs_and_deletes_nothing(clo
     assert "is a real run's, whose files eval would delete" in " ".join(result.output.split())
     assert gcs_io.exists(cloud["gcs"], f"{scratch_paths.actor_checkpoints}5/commit_success.txt")
     assert f"{scratch}-train" not in cloud["kube"].created
+
+
+# -- review of issue 17: the eval's own limit counts from its slice, not from submit ----------------------
+def test_eval_limit_counts_from_the_slice_not_from_the_queue(cloud, monkeypatch):
+    """Kueue holds the JobSet for 20 min and the slice takes 10 more (within reservation's 30 min
+    CAPACITY_WAIT); the Pre line comes 20 min after the slice is up. With a 25 min limit counted from
+    submit the eval failed at the first poll of the granted slice."""
+    from jobs.evaluate import eval_run_name
+    from scripts.pipeline.gke import evaluate
+    from test_cli_capacity_loss import slow_polls
+
+    _, paths = trained_run(cloud)
+    slow_polls(monkeypatch)  # 10 virtual minutes a poll
+    monkeypatch.setattr(evaluate, "EVAL_WAIT_MINUTES", 25)
+    scratch = eval_run_name(paths.run_name, 20)
+    pre = evaluation_line("pre", 30, 64, 33, 58, 1.1)
+    cloud["kube"].plan(f"{scratch}-train", ticks=10, admitted_after=2, outcome="hang",
+                       log_reads=["restoring\n"] * 3 + [f"restoring\n{pre}\n"])
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "waiting for Kueue to admit it and for its slice (within CAPACITY_WAIT), then up to 25 min" in out
+    assert "eval: the slice is up; waiting up to 25 min for the head's Pre RL Training line" in out
+    assert f"run {paths.run_name}: accuracy 46.9% (30/64) at checkpoint 20" in out
+
+
+def test_eval_reads_only_new_lines_of_a_long_log_and_survives_a_failed_read(cloud, monkeypatch):
+    """While the tail holds no Pre line, each read of the head's log asks for the lines since the read
+    before (sinceSeconds), not the whole log; a read that fails is retried at the next poll."""
+    from jobs.evaluate import eval_run_name
+    from scripts.cloud.kube import Cluster
+    from scripts.outcome import ApiError
+    from scripts.pipeline.gke.steps import PROGRESS_LOG_LINES
+
+    _, paths = trained_run(cloud)
+    scratch = eval_run_name(paths.run_name, 20)
+    pre = evaluation_line("pre", 30, 64, 33, 58, 1.1)
+    debug = "".join(f"I1201 10:00:00.000000 140 rl_learner.py:1] debug line {i}\n"
+                    for i in range(PROGRESS_LOG_LINES + 50))
+    cloud["kube"].plan(f"{scratch}-train", ticks=8, outcome="hang",
+                       log_reads=[debug] * 5 + [f"{debug}{pre}\n{debug}"])
+    read, failed = Cluster.read_log, []
+
+    def read_log(self, pod, container, tail_lines=None, since_seconds=None):
+        if since_seconds is not None and not failed:  # the first read of the new lines times out
+            failed.append(since_seconds)
+            raise ApiError("reading logs of the head: timed out")
+        return read(self, pod, container, tail_lines, since_seconds)
+
+    monkeypatch.setattr(Cluster, "read_log", read_log)
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 0, result.output
+    assert "could not read the head's log" in result.output
+    assert f"run {paths.run_name}: accuracy 46.9% (30/64) at checkpoint 20" in " ".join(result.output.split())
+    reads = [path for method, path, _ in cloud["kube"].requests if method == "GET" and "/log" in path
+             and f"/pods/{scratch}-" in path]
+    assert reads and all("tailLines" in path or "sinceSeconds" in path for path in reads), reads

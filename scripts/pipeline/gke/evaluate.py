@@ -21,13 +21,17 @@ from scripts.cloud import gcs
 from scripts.outcome import ApiError, Interrupted, StepFailed
 from scripts.pipeline.evaluation import Evaluation, describe, parse_evaluations
 from scripts.pipeline.gke.steps import MAIN_CONTAINER, PROGRESS_LOG_LINES, main_pod, step_jobs
+from scripts.pipeline.gke.admission import CapacityWatch
 from scripts.pipeline.gke.submit import fill_token_secret, put_user_files
 from scripts.pipeline.gke.wait import wait_for_jobset
 from scripts.pipeline.session import Session
 
 
 # Every wait has an end: loading the checkpoint, compiling and one evaluation of the held-out set take
-# minutes; past this the JobSet is stopped and the eval fails, so a hung trainer is not paid for.
+# minutes; past this the JobSet is stopped and the eval fails, so a hung trainer is not paid for. The
+# clock starts when the attempt has all its pods ready (the head's container runs on the granted slice):
+# the wait before that, Kueue's queue and the slice's scale-up, is the train step's and is bounded the
+# same way, by CAPACITY_WAIT (admission.py CapacityWatch), so a slice granted late is still used.
 EVAL_WAIT_MINUTES = 90
 
 
@@ -129,6 +133,8 @@ def eval_gke(session: Session, step: int | None) -> Evaluation:
         session.cluster.create_jobset(job.manifest)
         session.console.print(f"eval: submitted JobSet {job.name} to evaluate checkpoint {step} of run {run} "
                               f"(load_parameters_path={scratch.recipe.load_parameters})")
+        session.console.print("eval: waiting for Kueue to admit it and for its slice (within CAPACITY_WAIT), "
+                              f"then up to {EVAL_WAIT_MINUTES} min for its evaluation")
         evaluation = _wait_for_evaluation(scratch, job, step)
         record = gcs.read_json(storage, paths.run_record) or {}
         record.setdefault("evaluations", []).append({**evaluation.as_record(),
@@ -145,14 +151,29 @@ def eval_gke(session: Session, step: int | None) -> Evaluation:
 
 def _wait_for_evaluation(session: Session, job, step: int) -> Evaluation:
     """The Pre line the scratch JobSet's head logs, as the checkpoint's evaluation; StepFailed when the
-    JobSet ends without it or EVAL_WAIT_MINUTES pass."""
-    started = session.now()
+    JobSet ends without it or EVAL_WAIT_MINUTES pass after the attempt had all its pods ready (the queue
+    and the slice's scale-up before that are bounded by CAPACITY_WAIT, as for the train step)."""
+    watch = CapacityWatch(session, job)
+    started: dict[int, object] = {}  # by attempt (JobSet restarts): when it had all its pods ready
 
-    def head_log() -> str:
-        """The head's whole log: the Pre line can scroll out of the PROGRESS_LOG_LINES tail between polls
-        (qwen3 runs with debug=True)."""
-        head = main_pod(session.cluster.list_pods(job.selector))
-        return session.cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER) if head else ""
+    last_read = [session.now()]  # when head_log last read the log (none is older than the JobSet)
+
+    def head_log(whole: bool = False) -> str:
+        """The head's log since the previous read (a poll apart, with a minute to spare), or `whole`: the
+        Pre line can scroll out of the PROGRESS_LOG_LINES tail between polls (qwen3 runs with
+        debug=True), and reading the whole log at each poll grows with it. A failed read is empty: the
+        next poll reads again (the lines since the read before it)."""
+        now = session.now()
+        since = None if whole else int((now - last_read[0]).total_seconds() + 60)
+        try:
+            head = main_pod(session.cluster.list_pods(job.selector))
+            text = session.cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER,
+                                            since_seconds=since) if head else ""
+        except ApiError as error:
+            session.console.print(f"[yellow]![/] eval: could not read the head's log ({error}); trying again")
+            return ""
+        last_read[:] = [now]
+        return text
 
     def pre_of(text: str) -> Evaluation | None:
         pre = [found for found in parse_evaluations(text) if found.phase == "pre"]
@@ -164,15 +185,21 @@ def _wait_for_evaluation(session: Session, job, step: int) -> Evaluation:
             found = pre_of(head_log())
         if found is not None:
             raise _Evaluated(found)
-        if (session.now() - started).total_seconds() > EVAL_WAIT_MINUTES * 60:
+        if watch.ready_attempt is None or watch.ready_attempt != watch.restarts:
+            return  # the head runs before its slice is up: CapacityWatch bounds that wait
+        if watch.ready_attempt not in started:
+            started[watch.ready_attempt] = session.now()
+            session.console.print(f"eval: the slice is up; waiting up to {EVAL_WAIT_MINUTES} min for the "
+                                  "head's Pre RL Training line")
+        if (session.now() - started[watch.ready_attempt]).total_seconds() > EVAL_WAIT_MINUTES * 60:
             raise StepFailed(f"JobSet {job.name} logged no evaluation within {EVAL_WAIT_MINUTES} min, so "
                              f"it is deleted; see `{job.kubectl_logs}` (gone with its pods)")
 
     try:
-        wait_for_jobset(session, job, follow_logs=False, on_head_log=on_head_log)
+        wait_for_jobset(session, job, follow_logs=False, watch=watch, on_head_log=on_head_log)
     except _Evaluated as done:
         return done.evaluation
-    evaluation = pre_of(head_log())  # it ended first: read the whole log before failing
+    evaluation = pre_of(head_log(whole=True))  # it ended first: read the whole log before failing
     if evaluation is None:
         raise StepFailed(f"JobSet {job.name} ended without logging its evaluation; see `{job.kubectl_logs}`")
     return evaluation
