@@ -13,7 +13,10 @@ is evaluated by the train JobSet of a scratch run (eval_run_name) whose load_par
 run's own checkpoint directory must be empty, or tunix would restore its latest step over those
 weights; the CLI clears the scratch run's prefix before and after (scripts/pipeline/gke/evaluate.py).
 With no RL checkpoint to resume, tunix starts at step 0 and would train on after the Pre line, so:
-- num_batches=1: the least train_rl accepts, so a JobSet not deleted in time trains one step;
+- num_batches: the least that gives train_rl one training step (ceil(1 / (num_iterations x
+  train_fraction x num_epoch)), Recipe.steps_per_batch; 2 at train_fraction=0.5, since train_rl keeps
+  int(num_batches x batch_size x train_fraction) rows, 0.2.4 train_rl.py L375), so a JobSet not deleted
+  in time trains one step;
 - eval_interval=0, so no intermediate evaluation fires.
 The CLI stops the JobSet once it has the line (it reads the head's whole log when the line scrolled out
 of the tail it polls, and again if the JobSet ended first), gives up after EVAL_WAIT_MINUTES, and
@@ -25,6 +28,7 @@ the L767-773 comment says the unconditional update_params is for).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from jobs.paths import ArtifactPaths
@@ -41,13 +45,21 @@ def eval_run_name(run: str, step: int) -> str:
     return check_run_name(f"{run[:MAX_RUN_NAME - len(suffix)].rstrip('-')}{suffix}", "the evaluation's run name")
 
 
+def one_step_batches(recipe: Recipe) -> int:
+    """The least num_batches with which train_rl runs one training step (see the module's docstring)."""
+    batches = max(1, math.ceil(1 / recipe.steps_per_batch - 1e-9)) if recipe.steps_per_batch > 0 else 1
+    while int(batches * recipe.steps_per_batch) < 1 and batches < 1_000_000:  # float rounding
+        batches += 1
+    return batches
+
+
 def eval_recipe(recipe: Recipe, settings: Settings, run: str, step: int) -> Recipe:
     """The run's recipe as the scratch run that evaluates its checkpoint `step` (loaded from its params)."""
     if not evaluates(recipe):
         raise UserError(f"run {run} evaluates nothing (num_test_batches=0): pass --set num_test_batches=N to "
                         "evaluate N batches of test questions")
     overrides = tuple(item for item in recipe.rl.overrides if item.partition("=")[0] != "eval_interval")
-    rl = recipe.rl.model_copy(update={"num_batches": 1, "overrides": (*overrides, "eval_interval=0")})
+    rl = recipe.rl.model_copy(update={"num_batches": one_step_batches(recipe), "overrides": (*overrides, "eval_interval=0")})
     source = ArtifactPaths(recipe.model_copy(update={"run": run}), settings).params_at(step)
     return recipe.model_copy(update={"rl": rl, "run": eval_run_name(run, step), "load_parameters": source})
 

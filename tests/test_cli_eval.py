@@ -253,3 +253,21 @@ def test_eval_reads_only_new_lines_of_a_long_log_and_survives_a_failed_read(clou
     reads = [path for method, path, _ in cloud["kube"].requests if method == "GET" and "/log" in path
              and f"/pods/{scratch}-" in path]
     assert reads and all("tailLines" in path or "sinceSeconds" in path for path in reads), reads
+
+
+def test_eval_of_a_run_with_train_fraction_below_one_trains_at_most_one_step(cloud):
+    """train_rl keeps int(num_batches x batch_size x train_fraction) rows (0.2.4 train_rl.py L375):
+    num_batches=1 at train_fraction=0.5 is 0 training steps, which the recipe check refuses; 2 is one."""
+    _, paths = trained_run(cloud, "train_fraction=0.5")
+    from jobs.evaluate import eval_run_name
+
+    scratch = eval_run_name(paths.run_name, 20)
+    cloud["kube"].plan(f"{scratch}-train", ticks=5, logs=evaluation_line("pre", 30, 64, 33, 58, 1.1) + "\n",
+                       outcome="hang")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 0, result.output
+    [body] = [json.loads(body) for method, path, body in cloud["kube"].requests
+              if method == "POST" and path.endswith("/jobsets") and f"{scratch}-train".encode() in body]
+    cloud["kube"].jobsets[f"{scratch}-train"] = body
+    script = train_script(cloud["kube"], f"{scratch}-train").split()
+    assert "num_batches=2" in script and "train_fraction=0.5" in script
