@@ -35,7 +35,31 @@ from jobs.paths import ArtifactPaths
 from jobs.train import train_jobset
 from recipes import Recipe, Settings, UserError
 from recipes.evaluation import evaluates
-from recipes.runs import MAX_RUN_NAME, check_run_name, digest
+from recipes.model import same_setting
+from recipes.runs import MAX_RUN_NAME, check_run_name, checked_item, digest
+
+# The settings that say how the held-out set is evaluated, not what model is trained: eval's --set may
+# change these whatever the run set (rl.yml of 0.2.4, maxtext/configs/post_train/rl.yml L118-158 and
+# L237-244: num_test_batches ... eval_mode, eval_dataset_name, eval_split; the same keys in 0.2.3).
+EVALUATION_SETTINGS = ("num_test_batches", "eval_batch_size", "test_batch_start_index", "eval_interval",
+                       "eval_sampling_strategy", "eval_temperature", "eval_top_k", "eval_top_p", "num_eval_passes",
+                       "eval_corr_lst", "eval_make_lst", "eval_mode", "eval_dataset_name", "eval_split")
+
+
+def eval_sets(recipe: Recipe, run: str, run_sets: tuple[str, ...], given: tuple[str, ...]) -> tuple[str, ...]:
+    """The --set items an evaluation of `run` applies: the run's own, then eval's. An eval item that
+    changes a key the run set is refused unless it is an evaluation setting: the checkpoint is the model
+    those items trained, and a different value would evaluate another model's shapes and behaviour."""
+    for item in given:
+        key = item.partition("=")[0]
+        if key in EVALUATION_SETTINGS:
+            continue
+        value = checked_item(recipe, item).partition("=")[2]
+        for old in run_sets:
+            if old.partition("=")[0] in same_setting(key) and checked_item(recipe, old).partition("=")[2] != value:
+                raise UserError(f"--set {item}: run {run} was trained with {old}, which shapes the model "
+                                "evaluated; drop it (eval may change only evaluation keys such as num_test_batches)")
+    return (*run_sets, *given)
 
 
 def eval_run_name(run: str, step: int) -> str:

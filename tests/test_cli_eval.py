@@ -271,3 +271,53 @@ def test_eval_of_a_run_with_train_fraction_below_one_trains_at_most_one_step(clo
     cloud["kube"].jobsets[f"{scratch}-train"] = body
     script = train_script(cloud["kube"], f"{scratch}-train").split()
     assert "num_batches=2" in script and "train_fraction=0.5" in script
+
+
+def _submitted_script(cloud, scratch: str) -> list[str]:
+    [body] = [json.loads(body) for method, path, body in cloud["kube"].requests
+              if method == "POST" and path.endswith("/jobsets") and f"{scratch}-train".encode() in body]
+    cloud["kube"].jobsets[f"{scratch}-train"] = body
+    return train_script(cloud["kube"], f"{scratch}-train").split()
+
+
+def test_eval_set_items_join_the_runs_own(cloud):
+    """The run's --set items, then eval's: an evaluation key may change, the run's items stay."""
+    from jobs.evaluate import eval_run_name
+
+    _, paths = trained_run(cloud, "learning_rate=1e-5", "max_target_length=1024")
+    scratch = eval_run_name(paths.run_name, 20)
+    cloud["kube"].plan(f"{scratch}-train", ticks=5, logs=evaluation_line("pre", 30, 64, 33, 58, 1.1) + "\n",
+                       outcome="hang")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20",
+                                 "--set", "num_test_batches=3", "--set", "max_target_length=1024"])
+    assert result.exit_code == 0, result.output
+    script = _submitted_script(cloud, scratch)
+    for item in ("learning_rate=1e-5", "max_target_length=1024", "num_test_batches=3"):
+        assert item in script, item
+
+
+def test_eval_refuses_a_set_item_that_changes_the_model_the_run_trained(cloud):
+    _, paths = trained_run(cloud, "max_target_length=1024")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20",
+                                 "--set", "max_target_length=2048"])
+    assert result.exit_code == 2, result.output
+    assert (f"--set max_target_length=2048: run {paths.run_name} was trained with max_target_length=1024"
+            in " ".join(result.output.split()))
+    assert not any("-e20-" in name for name in cloud["kube"].created)
+
+
+def test_eval_refuses_a_reward_copy_that_is_missing_or_changed(cloud, tmp_path):
+    paths, scratch, *_ = _scratch_setup(cloud, tmp_path)
+    copy = record(cloud["gcs"], paths)["files"]["rewards"]["copy"]
+    _put(cloud["gcs"], copy, REWARDS.replace("0.0", "1.0"))
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 2, result.output
+    assert f"--rewards copy {copy} differs from the file it trained with" in " ".join(result.output.split())
+    from jobs.paths import split_gs_url
+
+    bucket, name = split_gs_url(copy)
+    cloud["gcs"].bucket(bucket).blob(name).delete()
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 2, result.output
+    assert f"--rewards copy {copy} is missing" in " ".join(result.output.split())
+    assert f"{scratch}-train" not in cloud["kube"].created

@@ -204,10 +204,13 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if not get_recipe(recipe_name).is_gke:  # refused before any cloud is asked
         raise UserError(f"recipe '{recipe_name}' runs on a TPU VM, whose startup script runs the recipe's "
                         "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
-    session = run_session(recipe_name, sets, run_name)
+    from recipes.runs import for_run
+
+    session = run_session(recipe_name, None, run_name)  # the run's --set items first (its record), then these
+    for_run(session.recipe, sets or ())  # a bad item is refused before any cloud is asked
     from scripts.pipeline.gke.evaluate import eval_gke
 
-    eval_gke(session, step)
+    eval_gke(session, step, tuple(sets or ()))
 
 
 @app.command("check-rewards")

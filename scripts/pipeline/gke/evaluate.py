@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jobs.evaluate import eval_recipe
+from jobs.evaluate import eval_recipe, eval_sets
 from recipes import UserError
 from scripts.cloud import gcs
 from scripts.outcome import ApiError, Interrupted, StepFailed
@@ -54,23 +54,28 @@ def _checkpoint_step(session: Session, step: int | None) -> int:
     return step
 
 
-def as_recorded(session: Session, record: dict) -> Session:
-    """The session with the run's --set items and its --rewards/--data-processor files (from the copies
-    beside run.json) when the command named the run without them: the evaluation runs the run's recipe."""
+def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> Session:
+    """The session with the run's --set items then eval's `sets` (jobs.evaluate.eval_sets), and its
+    --rewards/--data-processor files from the copies beside run.json, each checked against the sha256 the
+    record keeps: the evaluation runs the run's recipe. `session.recipe` has no --set items yet."""
     from recipes.runs import with_sets
     from recipes.user_files import UserFile, with_user_files
 
-    recipe = session.recipe
-    sets = tuple((record.get("overrides") or {}).get("set") or ())
-    if sets and not recipe.sets:
-        recipe = with_sets(recipe, sets)
+    run = session.paths.run_name
+    recipe = with_sets(session.recipe, eval_sets(session.recipe, run, tuple(
+        (record.get("overrides") or {}).get("set") or ()), tuple(sets)))
     files = record.get("files") or {}
     if files and not recipe.user_files:
-        storage = session.clients.storage()
-        recipe = with_user_files(recipe, tuple(
-            UserFile(kind, entry["name"], gcs.read_text(storage, entry["copy"]) or "",
-                     tuple(name for name in (entry.get("functions") or "").split(",") if name))
-            for kind, entry in files.items()))
+        storage, kept = session.clients.storage(), []
+        for kind, entry in files.items():
+            content = gcs.read_text(storage, entry["copy"])
+            if content is None or UserFile(kind, entry["name"], content).sha256 != entry.get("sha256"):
+                why = "is missing" if content is None else "differs from the file it trained with (sha256)"
+                raise UserError(f"run {run}'s --{kind} copy {entry['copy']} {why}: put the file back there "
+                                "to evaluate the run")
+            kept.append(UserFile(kind, entry["name"], content,
+                                 tuple(name for name in (entry.get("functions") or "").split(",") if name)))
+        recipe = with_user_files(recipe, tuple(kept))
     return dataclasses.replace(session, recipe=recipe) if recipe is not session.recipe else session
 
 
@@ -111,13 +116,14 @@ def _clean_up(scratch: Session, job, failing: bool) -> None:
                               f"scratch run {scratch.paths.run_name} by hand[/]")
 
 
-def eval_gke(session: Session, step: int | None) -> Evaluation:
-    """Evaluate checkpoint `step` (default: the latest) of the session's run; record and return the result."""
+def eval_gke(session: Session, step: int | None, sets: tuple[str, ...] = ()) -> Evaluation:
+    """Evaluate checkpoint `step` (default: the latest) of the session's run with eval's --set items
+    `sets` after the run's own; record and return the result."""
     storage, paths, run = session.clients.storage(), session.paths, session.paths.run_name
     record = gcs.read_json(storage, paths.run_record)
     if record is None:
         raise UserError(f"run {run} has no {paths.run_record}: pass a name `tpu-rl runs {session.recipe.name}` lists")
-    session = as_recorded(session, record)
+    session = as_recorded(session, record, sets)
     step = _checkpoint_step(session, step)
     scratch = dataclasses.replace(session, recipe=eval_recipe(session.recipe, session.settings, run, step))
     if gcs.exists(storage, scratch.paths.run_record):
