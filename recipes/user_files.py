@@ -47,6 +47,7 @@ class UserFile:
     content: str
     functions: tuple[str, ...] = ()
     source: str = ""  # the path as the option gave it (for the hints that repeat the option)
+    unchecked: str = ""  # why check-rewards could not run it here (run --unchecked-imports), else ""
 
     @property
     def option(self) -> str:
