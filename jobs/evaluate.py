@@ -83,7 +83,8 @@ def eval_recipe(recipe: Recipe, settings: Settings, run: str, step: int) -> Reci
         raise UserError(f"run {run} evaluates nothing (num_test_batches=0): pass --set num_test_batches=N to "
                         "evaluate N batches of test questions")
     overrides = tuple(item for item in recipe.rl.overrides if item.partition("=")[0] != "eval_interval")
-    rl = recipe.rl.model_copy(update={"num_batches": one_step_batches(recipe), "overrides": (*overrides, "eval_interval=0")})
+    rl = recipe.rl.model_copy(update={"num_batches": one_step_batches(recipe),
+                                      "overrides": (*overrides, "eval_interval=0")})
     source = ArtifactPaths(recipe.model_copy(update={"run": run}), settings).params_at(step)
     return recipe.model_copy(update={"rl": rl, "run": eval_run_name(run, step), "load_parameters": source})
 

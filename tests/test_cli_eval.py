@@ -217,7 +217,7 @@ def test_eval_limit_counts_from_the_slice_not_from_the_queue(cloud, monkeypatch)
     result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
     assert result.exit_code == 0, result.output
     out = " ".join(result.output.split())
-    assert "waiting for Kueue to admit it and for its slice (within CAPACITY_WAIT), then up to 25 min" in out
+    assert "eval: waiting for admission and the slice (CAPACITY_WAIT), then up to 25 min" in out
     assert "eval: the slice is up; waiting up to 25 min for the head's Pre RL Training line" in out
     assert f"run {paths.run_name}: accuracy 46.9% (30/64) at checkpoint 20" in out
 

@@ -112,8 +112,9 @@ def values_text(version: str) -> str:
     if wheel is None:
         raise SystemExit(reason)
     values = MaxTextTypes(MaxTextSchema(version, wheel)).config_values(TRAIN_RL)
-    return json.dumps({"source": {"maxtext": version, "wheel": wheel.name, "generated_by": "tools/generate_maxtext_keys.py",
-                                  "read": ["configs/post_train/rl.yml (and its base_config)", "configs/types.py"]},
+    source = {"maxtext": version, "wheel": wheel.name, "generated_by": "tools/generate_maxtext_keys.py",
+              "read": ["configs/post_train/rl.yml (and its base_config)", "configs/types.py"]}
+    return json.dumps({"source": source,
                        "values": values}, indent=1, sort_keys=True) + "\n"
 
 

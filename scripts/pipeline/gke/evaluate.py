@@ -139,8 +139,8 @@ def eval_gke(session: Session, step: int | None, sets: tuple[str, ...] = ()) -> 
         session.cluster.create_jobset(job.manifest)
         session.console.print(f"eval: submitted JobSet {job.name} to evaluate checkpoint {step} of run {run} "
                               f"(load_parameters_path={scratch.recipe.load_parameters})")
-        session.console.print("eval: waiting for Kueue to admit it and for its slice (within CAPACITY_WAIT), "
-                              f"then up to {EVAL_WAIT_MINUTES} min for its evaluation")
+        session.console.print("eval: waiting for admission and the slice (CAPACITY_WAIT), then up to "
+                              f"{EVAL_WAIT_MINUTES} min")
         evaluation = _wait_for_evaluation(scratch, job, step)
         record = gcs.read_json(storage, paths.run_record) or {}
         record.setdefault("evaluations", []).append({**evaluation.as_record(),
