@@ -13,7 +13,10 @@ is evaluated by the train JobSet of a scratch run (eval_run_name) whose load_par
 run's own checkpoint directory must be empty, or tunix would restore its latest step over those
 weights; the CLI clears the scratch run's prefix before and after (scripts/pipeline/gke/evaluate.py).
 With no RL checkpoint to resume, tunix starts at step 0 and would train on after the Pre line, so:
-- num_batches=1: the least train_rl accepts, so a JobSet not deleted in time trains one step;
+- num_batches: the least that gives train_rl one training step (ceil(1 / (num_iterations x
+  train_fraction x num_epoch)), Recipe.steps_per_batch; 2 at train_fraction=0.5, since train_rl keeps
+  int(num_batches x batch_size x train_fraction) rows, 0.2.4 train_rl.py L375), so a JobSet not deleted
+  in time trains one step;
 - eval_interval=0, so no intermediate evaluation fires.
 The CLI stops the JobSet once it has the line (it reads the head's whole log when the line scrolled out
 of the tail it polls, and again if the JobSet ended first), gives up after EVAL_WAIT_MINUTES, and
@@ -25,13 +28,38 @@ the L767-773 comment says the unconditional update_params is for).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from jobs.paths import ArtifactPaths
 from jobs.train import train_jobset
 from recipes import Recipe, Settings, UserError
 from recipes.evaluation import evaluates
-from recipes.runs import MAX_RUN_NAME, check_run_name, digest
+from recipes.model import same_setting
+from recipes.runs import MAX_RUN_NAME, check_run_name, checked_item, digest
+
+# The settings that say how the held-out set is evaluated, not what model is trained: eval's --set may
+# change these whatever the run set (rl.yml of 0.2.4, maxtext/configs/post_train/rl.yml L118-158 and
+# L237-244: num_test_batches ... eval_mode, eval_dataset_name, eval_split; the same keys in 0.2.3).
+EVALUATION_SETTINGS = ("num_test_batches", "eval_batch_size", "test_batch_start_index", "eval_interval",
+                       "eval_sampling_strategy", "eval_temperature", "eval_top_k", "eval_top_p", "num_eval_passes",
+                       "eval_corr_lst", "eval_make_lst", "eval_mode", "eval_dataset_name", "eval_split")
+
+
+def eval_sets(recipe: Recipe, run: str, run_sets: tuple[str, ...], given: tuple[str, ...]) -> tuple[str, ...]:
+    """The --set items an evaluation of `run` applies: the run's own, then eval's. An eval item that
+    changes a key the run set is refused unless it is an evaluation setting: the checkpoint is the model
+    those items trained, and a different value would evaluate another model's shapes and behaviour."""
+    for item in given:
+        key = item.partition("=")[0]
+        if key in EVALUATION_SETTINGS:
+            continue
+        value = checked_item(recipe, item).partition("=")[2]
+        for old in run_sets:
+            if old.partition("=")[0] in same_setting(key) and checked_item(recipe, old).partition("=")[2] != value:
+                raise UserError(f"--set {item}: run {run} was trained with {old}, which shapes the model "
+                                "evaluated; drop it (eval may change only evaluation keys such as num_test_batches)")
+    return (*run_sets, *given)
 
 
 def eval_run_name(run: str, step: int) -> str:
@@ -41,13 +69,22 @@ def eval_run_name(run: str, step: int) -> str:
     return check_run_name(f"{run[:MAX_RUN_NAME - len(suffix)].rstrip('-')}{suffix}", "the evaluation's run name")
 
 
+def one_step_batches(recipe: Recipe) -> int:
+    """The least num_batches with which train_rl runs one training step (see the module's docstring)."""
+    batches = max(1, math.ceil(1 / recipe.steps_per_batch - 1e-9)) if recipe.steps_per_batch > 0 else 1
+    while int(batches * recipe.steps_per_batch) < 1 and batches < 1_000_000:  # float rounding
+        batches += 1
+    return batches
+
+
 def eval_recipe(recipe: Recipe, settings: Settings, run: str, step: int) -> Recipe:
     """The run's recipe as the scratch run that evaluates its checkpoint `step` (loaded from its params)."""
     if not evaluates(recipe):
         raise UserError(f"run {run} evaluates nothing (num_test_batches=0): pass --set num_test_batches=N to "
                         "evaluate N batches of test questions")
     overrides = tuple(item for item in recipe.rl.overrides if item.partition("=")[0] != "eval_interval")
-    rl = recipe.rl.model_copy(update={"num_batches": 1, "overrides": (*overrides, "eval_interval=0")})
+    rl = recipe.rl.model_copy(update={"num_batches": one_step_batches(recipe),
+                                      "overrides": (*overrides, "eval_interval=0")})
     source = ArtifactPaths(recipe.model_copy(update={"run": run}), settings).params_at(step)
     return recipe.model_copy(update={"rl": rl, "run": eval_run_name(run, step), "load_parameters": source})
 

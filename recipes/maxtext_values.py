@@ -92,6 +92,38 @@ def release_schema(version: str) -> dict:
     return tomllib.loads(source.read_text())
 
 
+@cache
+def release_values(version: str) -> dict[str, Any]:
+    """The value each key of a MaxText release has before the model's yml and the command line (its
+    config yml, else its field's default), as tools/generate_maxtext_keys.py read them from the wheel
+    into recipes/maxtext_keys/<version>.values.json; a dotted key is a nested model's field."""
+    source = resources.files("recipes").joinpath(KEY_LIST_DIR, f"{version}.values.json")
+    if not source.is_file():
+        raise UserError(f"the values of MaxText {version} (recipes/{KEY_LIST_DIR}/{version}.values.json) are "
+                        f"missing: generate them with `tools/generate_maxtext_keys.py {version}`")
+    return json.loads(source.read_text())["values"]
+
+
+def config_values(version: str, model_name: str | None, items: tuple[str, ...]) -> dict[str, Any]:
+    """What train_rl's config holds for `items` (key=value, the train command's): the release's values,
+    then the model's yml, then the items as pyconfig reads them, then the nested fields a top-level key
+    overwrites (copied_from_top_level). An item MaxText would refuse keeps its text."""
+    schema = release_schema(version)
+    values = dict(release_values(version))
+    if model_name:
+        values.update(schema.get("models", {}).get(model_base(model_name), {}))
+    for item in items:
+        key, _, text = item.partition("=")
+        try:
+            values[key] = parse_override(key, text)
+        except UserError:
+            values[key] = text
+    for nested, top in schema.get("copied_from_top_level", {}).items():
+        if top in values:
+            values[nested] = values[top]
+    return values
+
+
 def model_base(model_name: str) -> str:
     """The configs/models/ yml a model name loads: pyconfig strips "-Instruct" (0.2.3 L439, 0.2.4 L460)."""
     return model_name.replace("-Instruct", "")

@@ -431,15 +431,9 @@ class Recipe(BaseModel):
         return self.model_copy(update={"capacity": capacity})
 
     @property
-    def train_steps(self) -> int:
-        """The steps train_rl runs: int(num_batches x rl.num_iterations x train_fraction x num_epoch).
-
-        As MaxText computes it (0.2.4: configs/types.py, RLConfig's train_steps; 0.2.3:
-        trainers/post_train/rl/train_rl.py, get_max_train_steps), with each factor from rl.overrides or
-        else the release's config default. An upper bound: train_rl drops long prompts before it takes
-        its num_batches x batch_size items, so it can stop below (scripts/cloud/gcs.py TrainedCheckpoint);
-        tunix saves the step it reached on close, whatever checkpoint_period is."""
-        product = float(self.rl.num_batches)
+    def steps_per_batch(self) -> float:
+        """rl.num_iterations x train_fraction x num_epoch: train_steps is int(num_batches x this)."""
+        product = 1.0
         for key in TRAIN_STEP_FACTORS:
             spellings = [name for name in _FACTOR_ALIASES.get(key, (key,)) if self.rl.override(name) is not None]
             if len(spellings) > 1:
@@ -450,6 +444,18 @@ class Recipe(BaseModel):
                 product *= float(given) if given is not None else self.maxtext.train_step_defaults[key]
             except ValueError:
                 raise UserError(f"recipe '{self.name}': rl.overrides sets {key}={given}, which is not a number") from None
+        return product
+
+    @property
+    def train_steps(self) -> int:
+        """The steps train_rl runs: int(num_batches x rl.num_iterations x train_fraction x num_epoch).
+
+        As MaxText computes it (0.2.4: configs/types.py, RLConfig's train_steps; 0.2.3:
+        trainers/post_train/rl/train_rl.py, get_max_train_steps), with each factor from rl.overrides or
+        else the release's config default. An upper bound: train_rl drops long prompts before it takes
+        its num_batches x batch_size items, so it can stop below (scripts/cloud/gcs.py TrainedCheckpoint);
+        tunix saves the step it reached on close, whatever checkpoint_period is."""
+        product = float(self.rl.num_batches) * self.steps_per_batch
         steps = int(product)
         if steps < 1:
             raise UserError(f"recipe '{self.name}': num_batches x {' x '.join(TRAIN_STEP_FACTORS)} gives {steps} "

@@ -15,6 +15,7 @@ Settings (configs/types.py of the wheels): `reward_functions_path` and `reward_f
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -28,6 +29,15 @@ Kind = Literal["rewards", "data-processor"]
 # The first MaxText release with each setting, and the settings (key list: recipes/maxtext_keys/<v>.txt).
 FIRST_RELEASE = {"rewards": "0.2.4", "data-processor": "0.2.3"}
 SETTING = {"rewards": "reward_functions_path", "data-processor": "dataset_processor_path"}
+# What the API server accepts in a ConfigMap (checked here, before any API call):
+# - its data, keys and values together, at most 1 MiB: kubernetes/kubernetes pkg/apis/core/validation/
+#   validation.go ValidateConfigMap (totalSize of every key and value > core.MaxSecretSize), types.go
+#   MaxSecretSize = 1 * 1024 * 1024;
+# - a key of `[-._a-zA-Z0-9]+`, at most 253 bytes, not "." or "..", not starting with "..":
+#   kubernetes/apimachinery pkg/util/validation/validation.go IsConfigMapKey (configMapKeyFmt,
+#   DNS1123SubdomainMaxLength, hasChDirPrefix).
+CONFIGMAP_MAX_BYTES = 1024 * 1024
+CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}\Z")
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,7 @@ class UserFile:
     content: str
     functions: tuple[str, ...] = ()
     source: str = ""  # the path as the option gave it (for the hints that repeat the option)
+    unchecked: str = ""  # why check-rewards could not run it here (run --unchecked-imports), else ""
 
     @property
     def option(self) -> str:
@@ -77,6 +88,13 @@ def read_user_file(recipe: Recipe, kind: Kind, path: Path, functions: tuple[str,
         content = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"{option}: cannot read {path} ({type(error).__name__}): pass a UTF-8 Python file") from None
+    if not CONFIGMAP_KEY.match(path.name) or path.name in (".", "..") or path.name.startswith(".."):
+        raise UserError(f"{option} {path}: the name '{path.name}' is not a ConfigMap key, which the trainer "
+                        "reads it from: rename it to letters, digits, '-', '_' and '.' only")
+    size = len(path.name.encode()) + len(content.encode())
+    if size > CONFIGMAP_MAX_BYTES:
+        raise UserError(f"{option} {path}: {size} bytes, over the 1 MiB a ConfigMap holds (the trainer reads "
+                        "it from one): keep the file under 1 MiB, e.g. load large data from the bucket")
     return UserFile(kind, path.name, content, functions, str(path))
 
 
@@ -86,6 +104,10 @@ def with_user_files(recipe: Recipe, files: tuple[UserFile, ...]) -> Recipe:
         return recipe
     if len({file.name for file in files}) < len(files):
         raise UserError("--rewards and --data-processor name files with the same name: rename one")
+    size = sum(len(file.name.encode()) + len(file.content.encode()) for file in files)
+    if size > CONFIGMAP_MAX_BYTES:
+        raise UserError(f"--rewards and --data-processor: {size} bytes together, over the 1 MiB their ConfigMap "
+                        "holds: make them smaller")
     overrides = list(recipe.rl.overrides)
     for file in files:
         if file.kind == "rewards":

@@ -44,6 +44,7 @@ class Row:
     config: str | None = None
     recipes: list[str] | None = None
     files: dict[str, str] = field(default_factory=dict)
+    pad: dict[str, int] = field(default_factory=dict)  # files made this many bytes long with a comment line
     stdin: str | None = None
     peers: dict | None = None
     git_branch: str | None = None  # make the working directory a git clone with one commit on this branch
@@ -206,7 +207,10 @@ def prepare(row: Row, sandbox: Sandbox) -> tuple[list[str], dict[str, str], str 
         patch_recipes(sandbox, *row.recipes)
         env["PYTHONPATH"] = str(sandbox.packages)
     for name, text in row.files.items():
-        (sandbox.work / name).write_text(sandbox.fill(text))
+        text = sandbox.fill(text)
+        if name in row.pad:
+            text += "#" * max(0, row.pad[name] - len(text.encode()) - 1) + "\n"
+        (sandbox.work / name).write_text(text)
     if row.git_branch is not None:
         make_clone(sandbox.work, row.git_branch, env)
     if row.command[0] == "synth":

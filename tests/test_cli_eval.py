@@ -196,3 +196,128 @@ def test_eval_refuses_a_scratch_name_that_is_a_real_runs_and_deletes_nothing(clo
     assert "is a real run's, whose files eval would delete" in " ".join(result.output.split())
     assert gcs_io.exists(cloud["gcs"], f"{scratch_paths.actor_checkpoints}5/commit_success.txt")
     assert f"{scratch}-train" not in cloud["kube"].created
+
+
+# -- review of issue 17: the eval's own limit counts from its slice, not from submit ----------------------
+def test_eval_limit_counts_from_the_slice_not_from_the_queue(cloud, monkeypatch):
+    """Kueue holds the JobSet for 20 min and the slice takes 10 more (within reservation's 30 min
+    CAPACITY_WAIT); the Pre line comes 20 min after the slice is up. With a 25 min limit counted from
+    submit the eval failed at the first poll of the granted slice."""
+    from jobs.evaluate import eval_run_name
+    from scripts.pipeline.gke import evaluate
+    from test_cli_capacity_loss import slow_polls
+
+    _, paths = trained_run(cloud)
+    slow_polls(monkeypatch)  # 10 virtual minutes a poll
+    monkeypatch.setattr(evaluate, "EVAL_WAIT_MINUTES", 25)
+    scratch = eval_run_name(paths.run_name, 20)
+    pre = evaluation_line("pre", 30, 64, 33, 58, 1.1)
+    cloud["kube"].plan(f"{scratch}-train", ticks=10, admitted_after=2, outcome="hang",
+                       log_reads=["restoring\n"] * 3 + [f"restoring\n{pre}\n"])
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "eval: waiting for admission and the slice (CAPACITY_WAIT), then up to 25 min" in out
+    assert "eval: the slice is up; waiting up to 25 min for the head's Pre RL Training line" in out
+    assert f"run {paths.run_name}: accuracy 46.9% (30/64) at checkpoint 20" in out
+
+
+def test_eval_reads_only_new_lines_of_a_long_log_and_survives_a_failed_read(cloud, monkeypatch):
+    """While the tail holds no Pre line, each read of the head's log asks for the lines since the read
+    before (sinceSeconds), not the whole log; a read that fails is retried at the next poll."""
+    from jobs.evaluate import eval_run_name
+    from scripts.cloud.kube import Cluster
+    from scripts.outcome import ApiError
+    from scripts.pipeline.gke.steps import PROGRESS_LOG_LINES
+
+    _, paths = trained_run(cloud)
+    scratch = eval_run_name(paths.run_name, 20)
+    pre = evaluation_line("pre", 30, 64, 33, 58, 1.1)
+    debug = "".join(f"I1201 10:00:00.000000 140 rl_learner.py:1] debug line {i}\n"
+                    for i in range(PROGRESS_LOG_LINES + 50))
+    cloud["kube"].plan(f"{scratch}-train", ticks=8, outcome="hang",
+                       log_reads=[debug] * 5 + [f"{debug}{pre}\n{debug}"])
+    read, failed = Cluster.read_log, []
+
+    def read_log(self, pod, container, tail_lines=None, since_seconds=None):
+        if since_seconds is not None and not failed:  # the first read of the new lines times out
+            failed.append(since_seconds)
+            raise ApiError("reading logs of the head: timed out")
+        return read(self, pod, container, tail_lines, since_seconds)
+
+    monkeypatch.setattr(Cluster, "read_log", read_log)
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 0, result.output
+    assert "could not read the head's log" in result.output
+    assert f"run {paths.run_name}: accuracy 46.9% (30/64) at checkpoint 20" in " ".join(result.output.split())
+    reads = [path for method, path, _ in cloud["kube"].requests if method == "GET" and "/log" in path
+             and f"/pods/{scratch}-" in path]
+    assert reads and all("tailLines" in path or "sinceSeconds" in path for path in reads), reads
+
+
+def test_eval_of_a_run_with_train_fraction_below_one_trains_at_most_one_step(cloud):
+    """train_rl keeps int(num_batches x batch_size x train_fraction) rows (0.2.4 train_rl.py L375):
+    num_batches=1 at train_fraction=0.5 is 0 training steps, which the recipe check refuses; 2 is one."""
+    _, paths = trained_run(cloud, "train_fraction=0.5")
+    from jobs.evaluate import eval_run_name
+
+    scratch = eval_run_name(paths.run_name, 20)
+    cloud["kube"].plan(f"{scratch}-train", ticks=5, logs=evaluation_line("pre", 30, 64, 33, 58, 1.1) + "\n",
+                       outcome="hang")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 0, result.output
+    [body] = [json.loads(body) for method, path, body in cloud["kube"].requests
+              if method == "POST" and path.endswith("/jobsets") and f"{scratch}-train".encode() in body]
+    cloud["kube"].jobsets[f"{scratch}-train"] = body
+    script = train_script(cloud["kube"], f"{scratch}-train").split()
+    assert "num_batches=2" in script and "train_fraction=0.5" in script
+
+
+def _submitted_script(cloud, scratch: str) -> list[str]:
+    [body] = [json.loads(body) for method, path, body in cloud["kube"].requests
+              if method == "POST" and path.endswith("/jobsets") and f"{scratch}-train".encode() in body]
+    cloud["kube"].jobsets[f"{scratch}-train"] = body
+    return train_script(cloud["kube"], f"{scratch}-train").split()
+
+
+def test_eval_set_items_join_the_runs_own(cloud):
+    """The run's --set items, then eval's: an evaluation key may change, the run's items stay."""
+    from jobs.evaluate import eval_run_name
+
+    _, paths = trained_run(cloud, "learning_rate=1e-5", "max_target_length=1024")
+    scratch = eval_run_name(paths.run_name, 20)
+    cloud["kube"].plan(f"{scratch}-train", ticks=5, logs=evaluation_line("pre", 30, 64, 33, 58, 1.1) + "\n",
+                       outcome="hang")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20",
+                                 "--set", "num_test_batches=3", "--set", "max_target_length=1024"])
+    assert result.exit_code == 0, result.output
+    script = _submitted_script(cloud, scratch)
+    for item in ("learning_rate=1e-5", "max_target_length=1024", "num_test_batches=3"):
+        assert item in script, item
+
+
+def test_eval_refuses_a_set_item_that_changes_the_model_the_run_trained(cloud):
+    _, paths = trained_run(cloud, "max_target_length=1024")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20",
+                                 "--set", "max_target_length=2048"])
+    assert result.exit_code == 2, result.output
+    assert (f"--set max_target_length=2048: run {paths.run_name} was trained with max_target_length=1024"
+            in " ".join(result.output.split()))
+    assert not any("-e20-" in name for name in cloud["kube"].created)
+
+
+def test_eval_refuses_a_reward_copy_that_is_missing_or_changed(cloud, tmp_path):
+    paths, scratch, *_ = _scratch_setup(cloud, tmp_path)
+    copy = record(cloud["gcs"], paths)["files"]["rewards"]["copy"]
+    _put(cloud["gcs"], copy, REWARDS.replace("0.0", "1.0"))
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 2, result.output
+    assert f"--rewards copy {copy} differs from the file it trained with" in " ".join(result.output.split())
+    from jobs.paths import split_gs_url
+
+    bucket, name = split_gs_url(copy)
+    cloud["gcs"].bucket(bucket).blob(name).delete()
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 2, result.output
+    assert f"--rewards copy {copy} is missing" in " ".join(result.output.split())
+    assert f"{scratch}-train" not in cloud["kube"].created

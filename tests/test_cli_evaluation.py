@@ -210,3 +210,47 @@ def test_the_experiments_page_states_each_recipes_evaluation_cost():
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "experiments.md").read_text()
     assert evaluation_table(list(all_recipes().values())) in page
+
+
+# -- review of issue 17: a resumed attempt's Pre is not the accuracy before training -----------------------
+RESUMED_PRE = evaluation_line("pre", 33, 64, 36, 60, 1.2, second=45)  # checkpoint 20's accuracy, 51.6%
+
+
+def _resumed_train(cloud, head_log: str) -> None:
+    """`run` was not attached to attempt 1 (it logged PRE, trained to checkpoint 20 and was preempted);
+    the rerun's attempt restores checkpoint 20, evaluates it as Pre and trains on. Cloud Logging kept both
+    attempts' lines."""
+    from contracts.tunix_log import restored_line
+    from peers.fixtures import put_checkpoint
+
+    recipe = get_recipe(RECIPE)
+    put_step_output(cloud["gcs"], recipe, "convert")
+    put_checkpoint(cloud["gcs"], ArtifactPaths(recipe, peer_settings()), 20)
+    cloud["kube"].plan(jobset_of(RECIPE, "train"), ticks=3, logs=head_log,
+                       on_success=lambda: put_step_output(cloud["gcs"], recipe, "train"))
+    cloud["google"].log_entries += _log_entries(RECIPE, [PRE, MIDDLE, restored_line(20), RESUMED_PRE, POST])
+
+
+def test_a_resumed_attempts_pre_is_not_before_training_and_the_real_one_comes_from_cloud_logging(cloud):
+    from contracts.tunix_log import restored_line
+
+    _resumed_train(cloud, f"{restored_line(20)}\n{RESUMED_PRE}\n{train_step_line(50, 0.2)}\n{POST}\n")
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
+    assert result.exit_code == 0, result.output
+    assert "train: accuracy 51.6% (33/64) at resume from step 20, format 93.8%, reward 1.2" in result.output
+    assert SUMMARY in result.output.splitlines()  # 40.6% before, from attempt 1's line in Cloud Logging
+    steps = {(e["phase"], e["corr"]): e["step"] for e in record_of(cloud["gcs"])["evaluations"]}
+    assert steps[("pre", 33.0)] == 20 and steps[("pre", 26.0)] == 0
+
+
+def test_a_resumed_pre_whose_restore_line_left_the_tail_is_not_before_training(cloud, monkeypatch):
+    """The tail `run` polls may have lost the restore line (qwen3 logs debug lines): a new Pre read from a
+    tail while the bucket holds a finished checkpoint is a resumed attempt's."""
+    from scripts.pipeline.gke import submit
+
+    monkeypatch.setattr(submit, "_head_log", lambda session, job: None)  # the pod is gone at the end
+    _resumed_train(cloud, f"{RESUMED_PRE}\n{train_step_line(50, 0.2)}\n{POST}\n")
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
+    assert result.exit_code == 0, result.output
+    assert "train: accuracy 51.6% (33/64) at resume, format 93.8%, reward 1.2" in result.output
+    assert SUMMARY in result.output.splitlines()

@@ -429,3 +429,92 @@ def test_the_checks_rows_are_what_maxtexts_own_pipeline_makes(recipe_name, tmp_p
     assert sample_rows(inputs) == builtin["rows"]
     assert check_processor(processor, inputs) == processed["rows"]
     assert builtin["types"] == {key: ["ndarray", "U"] for key in ("prompts", "question", "answer")}
+
+
+# -- review of issue 17: the check's tmvp_config, imports and tokenizer are the trainer's -----------------
+CONFIG_READER = '''
+def reads_config(prompts, completions, tmvp_config, **kwargs):
+    # What MaxText's own check_numbers reads (0.2.4 utils_rl.py L479-480), and a nested model's field.
+    assert isinstance(tmvp_config.base_output_directory, str) and isinstance(tmvp_config.run_name, str)
+    return [float(tmvp_config.rl.num_generations) + (10.0 if tmvp_config.debug else 0.0) for _ in completions]
+
+def unknown_key(prompts, completions, tmvp_config, **kwargs):
+    return [float(tmvp_config.no_such_key) for _ in completions]
+'''
+
+
+def test_the_checks_tmvp_config_holds_the_releases_values_and_the_recipes_overrides(tmp_path, no_hub_cache):
+    path = tmp_path / "config_rewards.py"
+    path.write_text(CONFIG_READER)
+    recipe = get_recipe(RECIPE)
+    # qwen3-v6e32 (recipes.toml) sets rl.num_generations=4 and debug=True.
+    assert (recipe.rl.override("rl.num_generations"), recipe.rl.override("debug")) == ("4", "True")
+    result = runner.invoke(app, ["check-rewards", f"{path}:reads_config", "--recipe", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == "reads_config: " + ", ".join(["14"] * 8)
+    result = runner.invoke(app, ["check-rewards", f"{path}:unknown_key", "--recipe", RECIPE])
+    assert result.exit_code == 2
+    assert "unknown_key raised AttributeError: MaxText 0.2.4's config has no no_such_key" in " ".join(
+        result.output.split())
+
+
+IMPORTS_MAXTEXT = '''
+from maxtext.trainers.post_train.rl import utils_rl
+
+def short(prompts, completions, tmvp_config, **kwargs):
+    return [0.0 for _ in completions]
+'''
+
+
+def test_a_file_importing_what_this_python_lacks_is_said_unchecked_and_run_takes_it_with_the_flag(cloud, tmp_path):
+    from recipes.runs import for_run, run_name
+    from recipes.user_files import read_user_file, with_user_files
+
+    path = tmp_path / "uses_maxtext.py"
+    path.write_text(IMPORTS_MAXTEXT)
+    result = runner.invoke(app, ["check-rewards", f"{path}:short"])
+    assert result.exit_code == 2
+    out = " ".join(result.output.split())
+    assert ("it imports maxtext, which is not installed where the check runs, so it cannot be checked here: run "
+            "with --unchecked-imports to submit it unchecked (run.json records it)") in out
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train", "--rewards", f"{path}:short"])
+    assert result.exit_code == 2 and not cloud["kube"].created
+    recipe = get_recipe(RECIPE)
+    custom = with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", path, ("short",)),))
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan(f"{run_name(custom)}-train", ticks=2,
+                       on_success=lambda: put_step_output(cloud["gcs"], custom, "train"))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train", "--rewards", f"{path}:short",
+                                 "--unchecked-imports"])
+    assert result.exit_code == 0, result.output
+    assert f"! {path}:short: not checked, it imports maxtext (--unchecked-imports)" in " ".join(result.output.split())
+    record = gcs_io.read_json(cloud["gcs"], ArtifactPaths(custom, peer_settings()).run_record)
+    assert record["files"]["rewards"]["unchecked"] == "imports maxtext"
+
+
+TOKENIZING = PROCESSOR.replace('    return {"prompts"', '    assert model_tokenizer.tokenize(prompts)\n'
+                               '    assert model_tokenizer.encode(prompts)\n    return {"prompts"')
+
+
+def test_a_data_processor_gets_the_real_tokenizer_or_a_clear_line(tmp_path, no_hub_cache):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    path = tmp_path / "tokenizing.py"
+    path.write_text(TOKENIZING)
+    result = runner.invoke(app, ["check-rewards", f"{path}:short", "--data-processor", str(path)])
+    assert result.exit_code == 2
+    assert ("process_data called model_tokenizer.tokenize, and the check has no tokenizer to give it: pass "
+            "--tokenizer DIR (with tokenizer.json)") in " ".join(result.output.split())
+    # A tokenizer directory as `hf download` leaves it: tokenizer.json (the tokenizers library's file) and
+    # the chat template in tokenizer_config.json.
+    directory = tmp_path / "tok"
+    directory.mkdir()
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[0]['content'] }}"}))
+    rewards = tmp_path / "zero.py"
+    rewards.write_text("def short(prompts, completions, tmvp_config, **kwargs):\n    return [0.0 for _ in completions]\n")
+    result = runner.invoke(app, ["check-rewards", f"{rewards}:short", "--data-processor", str(path),
+                                 "--tokenizer", str(directory)])
+    assert result.exit_code == 0, result.output

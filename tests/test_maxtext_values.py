@@ -51,6 +51,18 @@ def test_each_shipped_type_file_equals_the_types_its_wheel_declares(version):
     assert shipped.get("models", {}) == {model: types.model_values(model) for model in models}, regenerate
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_shipped_values_file_equals_its_wheels_config(version):
+    """check-rewards' tmvp_config starts from these (recipes.maxtext_values.release_values)."""
+    import json
+
+    types = _types(version)
+    shipped = json.loads((REPO / "recipes" / KEY_LIST_DIR / f"{version}.values.json").read_text())
+    assert shipped["source"]["wheel"] == types.schema.wheel.name
+    assert shipped["values"] == types.config_values(TRAIN_RL), (
+        f"regenerate: .venv/bin/python tools/generate_maxtext_keys.py {version}")
+
+
 def test_the_types_hold_what_each_wheels_types_py_says():
     """Read by eye from configs/types.py of each wheel (line numbers of 0.2.3 / 0.2.4)."""
     old, new = release_schema("0.2.3"), release_schema("0.2.4")

@@ -105,6 +105,19 @@ def file_text(version: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def values_text(version: str) -> str:
+    """recipes/maxtext_keys/<version>.values.json: the value of each key before the model's yml and the
+    command line (MaxTextTypes.config_values), which `tpu-rl check-rewards` gives its tmvp_config."""
+    wheel, reason = fetch_wheel(version)
+    if wheel is None:
+        raise SystemExit(reason)
+    values = MaxTextTypes(MaxTextSchema(version, wheel)).config_values(TRAIN_RL)
+    source = {"maxtext": version, "wheel": wheel.name, "generated_by": "tools/generate_maxtext_keys.py",
+              "read": ["configs/post_train/rl.yml (and its base_config)", "configs/types.py"]}
+    return json.dumps({"source": source,
+                       "values": values}, indent=1, sort_keys=True) + "\n"
+
+
 def main(versions: list[str]) -> None:
     if not versions:
         raise SystemExit("usage: tools/generate_maxtext_keys.py VERSION... (e.g. 0.2.3 0.2.4)")
@@ -113,6 +126,9 @@ def main(versions: list[str]) -> None:
     for version in versions:
         path = directory / f"{version}.toml"
         path.write_text(file_text(version))
+        print(f"wrote {path.relative_to(REPO)}")
+        path = directory / f"{version}.values.json"
+        path.write_text(values_text(version))
         print(f"wrote {path.relative_to(REPO)}")
 
 

@@ -115,7 +115,8 @@ def secret_set() -> None:
 
 
 def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
-                bucket: BucketUse = "reads", rewards: Optional[str] = None, data_processor: Optional[str] = None):
+                bucket: BucketUse = "reads", rewards: Optional[str] = None, data_processor: Optional[str] = None,
+                unchecked_imports: bool = False):
     """The Session of one run of `command`: the recipe as the settings, --set, --run, --rewards and
     --data-processor make it; a reward file is checked (scripts/rewards/check.py) before anything reaches
     the cloud. The settings are what `command` needs (core.cloud_recipe); a command that needs the bucket
@@ -126,28 +127,47 @@ def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_n
     recipe, settings = cloud_recipe(command, recipe_name)
     recipe = for_run(recipe, sets or (), run_name)
     if rewards or data_processor:
-        recipe = _with_user_files(recipe, rewards, data_processor)
+        recipe = _with_user_files(recipe, settings, rewards, data_processor, unchecked_imports)
     return make_session(recipe, settings, bucket if "gcs_bucket" in needs(command, recipe.platform) else "none")
 
 
-def _with_user_files(recipe, rewards: Optional[str], data_processor: Optional[str]):
+def _with_user_files(recipe, settings, rewards: Optional[str], data_processor: Optional[str],
+                     unchecked_imports: bool = False):
+    """The recipe with the files, each checked (scripts/rewards/check.py) with train_rl's config as the
+    train command fills it; with `unchecked_imports`, a file importing a module this Python lacks is
+    submitted unchecked, said here and in run.json."""
+    import dataclasses
     from pathlib import Path
 
+    from jobs.maxtext import train_command
+    from jobs.paths import ArtifactPaths
     from recipes.user_files import read_user_file, with_user_files
-    from scripts.rewards.check import check_inputs, check_processor, check_rewards, parse_rewards
+    from scripts.rewards.check import UncheckedImport, check_inputs, check_processor, check_rewards, parse_rewards
 
-    files, inputs, rows = [], check_inputs(recipe), None
+    items = train_command(recipe, ArtifactPaths(recipe, settings)).overrides
+    files, inputs, rows = [], check_inputs(recipe, items=items), None
+
+    def checked(file, check):
+        try:
+            return file, check()
+        except UncheckedImport as error:
+            if not unchecked_imports:
+                raise
+            typer.echo(f"! {file.option}: not checked, it imports {error.module} (--unchecked-imports)")
+            return dataclasses.replace(file, unchecked=f"imports {error.module}"), None
+
     if data_processor:
         path = Path(data_processor)
         if path.suffix != ".py" or not path.is_file():
             raise UserError(f"--data-processor {data_processor}: no such Python file: pass the file that defines "
                             "process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x)")
-        files.append(read_user_file(recipe, "data-processor", path))
-        rows = check_processor(path, inputs)
+        file, rows = checked(read_user_file(recipe, "data-processor", path), lambda: check_processor(path, inputs))
+        files.append(file)
     if rewards:
         option = parse_rewards(rewards)
-        files.append(read_user_file(recipe, "rewards", option.path, option.functions))
-        check_rewards(option, inputs, rows)
+        file, _ = checked(read_user_file(recipe, "rewards", option.path, option.functions),
+                          lambda: check_rewards(option, inputs, rows))
+        files.append(file)
     return with_user_files(recipe, tuple(files))
 
 
@@ -167,7 +187,10 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         rewards: Optional[str] = typer.Option(None, "--rewards", metavar="FILE.py:FN,...",
                                               help="Your reward functions instead of MaxText's (0.2.4+)."),
         data_processor: Optional[str] = typer.Option(None, "--data-processor", metavar="FILE.py",
-                                                     help="Your process_data for the dataset.")) -> None:
+                                                     help="Your process_data for the dataset."),
+        unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help="Submit a --rewards/"
+                                               "--data-processor file that imports what this Python lacks "
+                                               "(maxtext, tunix, ...) unchecked; run.json records it.")) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from recipes.schedule import schedule_warning
     from scripts.pipeline.gke.submit import run_gke
@@ -177,7 +200,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if show_manifests and not dry_run:
         raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
                         f"with `tpu-rl render {recipe_name} --out -`")
-    session = run_session("run", recipe_name, sets, run_name, "writes", rewards, data_processor)
+    session = run_session("run", recipe_name, sets, run_name, "writes", rewards, data_processor, unchecked_imports)
     recipe = session.recipe
     if not recipe.is_gke and (sets or run_name is not None):
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "
@@ -207,10 +230,13 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if not get_recipe(recipe_name).is_gke:  # refused before any cloud is asked
         raise UserError(f"recipe '{recipe_name}' runs on a TPU VM, whose startup script runs the recipe's "
                         "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
-    session = run_session("eval", recipe_name, sets, run_name)
+    from recipes.runs import for_run
+
+    session = run_session("eval", recipe_name, None, run_name)  # the run's --set items first (its record), then these
+    for_run(session.recipe, sets or ())  # a bad item is refused before any cloud is asked
     from scripts.pipeline.gke.evaluate import eval_gke
 
-    eval_gke(session, step)
+    eval_gke(session, step, tuple(sets or ()))
 
 
 @app.command("check-rewards")

@@ -309,10 +309,11 @@ class Cluster:
             self.namespace, label_selector=selector, _request_timeout=self._timeout, _preload_content=False))
         return _loads(response).get("items", [])
 
-    def read_log(self, pod: str, container: str, tail_lines: int | None = None) -> str:
+    def read_log(self, pod: str, container: str, tail_lines: int | None = None,
+                 since_seconds: int | None = None) -> str:
         try:
             response = self._read(f"reading logs of {pod}", lambda: self.core.read_namespaced_pod_log(
-                pod, self.namespace, container=container, tail_lines=tail_lines,
+                pod, self.namespace, container=container, tail_lines=tail_lines, since_seconds=since_seconds,
                 _request_timeout=self._timeout, _preload_content=False))
         except ApiException as error:
             if error.status in (400, 404):  # container not started yet, or pod gone

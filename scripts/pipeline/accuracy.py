@@ -8,12 +8,13 @@ from __future__ import annotations
 from jobs.k8s import MAIN_CONTAINER, jobset_name, main_replicated_job
 from recipes.conventions import NAMESPACE
 from recipes.evaluation import evaluates
-from scripts.pipeline.evaluation import Evaluation, describe, merged, parse_evaluations, summary_line
+from scripts.pipeline.evaluation import RESTORED_TEXT, Evaluation, describe, merged, parse_evaluations, summary_line
 from scripts.pipeline.record import RunRecord
 from scripts.pipeline.session import Session
 
-# What the Cloud Logging query asks for: the lines that start each evaluation's text (evaluation.py).
-EVALUATION_TEXTS = ("RL Training: corr=", "Intermediate Eval (step=")
+# What the Cloud Logging query asks for: the lines that start each evaluation's text, and tunix's restore
+# line, which tells a resumed attempt's Pre from the one before training (evaluation.py).
+EVALUATION_TEXTS = ("RL Training: corr=", "Intermediate Eval (step=", RESTORED_TEXT)
 
 
 class EvaluationWatch:
@@ -27,8 +28,10 @@ class EvaluationWatch:
     def entries(self) -> list[dict]:
         return self.record.data.get("evaluations") or []
 
-    def see(self, text: str, source: str = "log") -> int:
-        """Record the evaluations in `text`; how many were new."""
+    def see(self, text: str, source: str = "log", tail: bool = False) -> int:
+        """Record the evaluations in `text`; how many were new. `tail`: the text is the log's last lines
+        only, which may have lost tunix's restore line: a new Pre it puts at step 0 is a resumed attempt's
+        when the bucket already holds a finished checkpoint (a Pre is logged before its attempt trains)."""
         if "corr=" not in text:  # cheap: most polls hold none
             return 0
         found = parse_evaluations(text, last_step=self.session.recipe.train_steps)
@@ -37,6 +40,10 @@ class EvaluationWatch:
         new = after[len(before):]
         if not new:
             return 0
+        if tail and any(entry["phase"] == "pre" and entry["step"] == 0 for entry in new) and self._resumed():
+            for entry in new:
+                if entry["phase"] == "pre" and entry["step"] == 0:
+                    entry["step"] = None
         for entry in new:
             entry["source"] = source
             self.session.console.print(f"train: {describe_entry(entry)}")
@@ -44,8 +51,20 @@ class EvaluationWatch:
         self.record.write()
         return len(new)
 
+    def _resumed(self) -> bool:
+        from scripts.cloud import gcs
+
+        try:
+            return bool(gcs.finished_checkpoint_steps(self.session.clients.storage(), self.session.paths))
+        except Exception:  # noqa: BLE001 -- unknown: the line's own reading stands
+            return False
+
     def has_after(self) -> bool:
         return any(entry.get("phase") == "post" for entry in self.entries)
+
+    def has_before_and_after(self) -> bool:
+        """Whether the record has the evaluation before training (a Pre at step 0) and one after."""
+        return self.has_after() and any(e.get("phase") == "pre" and e.get("step") == 0 for e in self.entries)
 
 
 def describe_entry(entry: dict) -> str:
@@ -88,13 +107,14 @@ def fill_from_cloud_logging(session: Session, watch: EvaluationWatch) -> int:
 
 
 def fill_after_train(session: Session, watch: EvaluationWatch, head_log: str | None) -> None:
-    """At the end of train: the head's whole log when its pod is still there, else (or when that holds no
-    evaluation after training) Cloud Logging."""
+    """At the end of train: the head's whole log when its pod is still there, else (or when that lacks the
+    evaluation before training or the one after: an attempt resumed, its pod holds only its own) Cloud
+    Logging."""
     if not evaluates(session.recipe):
         return
     if head_log:
         watch.see(head_log)
-    if not watch.has_after():
+    if not watch.has_before_and_after():
         fill_from_cloud_logging(session, watch)
 
 

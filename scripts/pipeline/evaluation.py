@@ -15,7 +15,12 @@ The lines, identical in MaxText 0.2.3 and 0.2.4 (read in the wheels, maxtext/tra
   train_rl runs under absl.app.run, so each line carries absl's prefix,
   `W1201 09:04:39.123456 140234 train_rl.py:785] ` (tests/contracts/tunix_log.py has the format).
 - After a resume the trainer evaluates the restored checkpoint again as "Pre RL Training" (train_rl.py
-  0.2.4 lines 767-774, the comment on update_params): only the first Pre of a run is "before training".
+  0.2.4 lines 767-774, the comment on update_params): only a Pre of an attempt that restored nothing is
+  "before training". The attempt that resumed says so first: tunix's checkpoint manager logs
+  `logging.info('Restored params from step: %d in %.3f seconds', step, ...)` (absl) when it restores the
+  actor (google-tunix 0.1.7, the release both wheels install: tunix/sft/checkpoint_manager.py
+  maybe_restore L234-238, called from PeftTrainer.__init__, tunix/sft/peft_trainer.py L253-259; nothing
+  is logged when there is no checkpoint). A Pre after that line is at the restored step.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ EVALUATION_LINE = re.compile(
     rf"mean_reward=(?P<reward>{_NUMBER}|nan|-?inf)")
 # tunix's step line (scripts/pipeline/progress.py has its source): the step a Post evaluation follows.
 _TRAIN_STEP = re.compile(r"\bTrain step (\d+) training loss: ")
+RESTORED_TEXT = "Restored params from step: "  # tunix's restore line (see above)
+_RESTORED = re.compile(re.escape(RESTORED_TEXT) + r"(\d+) in ")
 _PHASES: dict[str, Phase] = {"Pre RL Training": "pre", "Post RL Training": "post"}
 # rl.yml (0.2.3 and 0.2.4): eval_dataset_name 'openai/gsm8k', eval_split 'test'.
 DEFAULT_EVAL_DATASET = "openai/gsm8k"
@@ -71,17 +78,20 @@ def _number(text: str) -> float | None:
 
 
 def parse_evaluations(text: str, last_step: int | None = None) -> list[Evaluation]:
-    """Every evaluation line in `text`, in order. A Pre is at step 0 when it is the first in the text (a
-    later one evaluates a resumed checkpoint: step unknown); a Post is at the last train step logged before
+    """Every evaluation line in `text`, in order. A Pre that follows tunix's restore line (since the
+    evaluation before it) is at the restored step; else it is at step 0 when it is the first in the text (a
+    later one evaluates a resumed checkpoint: step unknown). A Post is at the last train step logged before
     it, or `last_step` when the text holds none."""
-    found, step_seen, pres = [], None, 0
+    found, step_seen, pres, previous = [], None, 0, 0
     steps = [(match.start(), int(match[1])) for match in _TRAIN_STEP.finditer(text)]
+    restores = [(match.start(), int(match[1])) for match in _RESTORED.finditer(text)]
     for match in EVALUATION_LINE.finditer(text):
         before = [step for at, step in steps if at < match.start()]
         step_seen = before[-1] if before else None
         phase = _PHASES.get(match["phase"], "intermediate")
         if phase == "pre":
-            step = 0 if pres == 0 and step_seen is None else None
+            restored = [step for at, step in restores if previous <= at < match.start() and step > 0]
+            step = restored[-1] if restored else 0 if pres == 0 and step_seen is None else None
             pres += 1
         elif phase == "post":
             step = step_seen if step_seen is not None else last_step
@@ -90,19 +100,21 @@ def parse_evaluations(text: str, last_step: int | None = None) -> list[Evaluatio
         found.append(Evaluation(phase, step, float(match["corr"]), int(match["total"]), float(match["accuracy"]),
                                 float(match["partial"]), float(match["format"]), _number(match["reward"]),
                                 match[0]))
+        previous = match.end()
     return found
 
 
 def merged(old: Iterable[dict], new: Iterable[Evaluation]) -> list[dict]:
     """The record's evaluations with `new` added: one entry per logged line (the prefix's microseconds
-    and thread tell repeats apart), in the order first seen. A Pre after the run's first is a resumed
-    attempt's evaluation of its checkpoint, at a step the line does not say."""
+    and thread tell repeats apart), in the order first seen. A Pre at step 0 when the record has one
+    already is a resumed attempt's evaluation of its checkpoint, at a step the line does not say."""
     entries = list(old)
     seen = {entry.get("line") for entry in entries}
     for evaluation in new:
         if evaluation.line in seen:
             continue
-        if evaluation.phase == "pre" and any(entry.get("phase") == "pre" for entry in entries):
+        if evaluation.phase == "pre" and evaluation.step == 0 and any(
+                entry.get("phase") == "pre" and entry.get("step") == 0 for entry in entries):
             evaluation = replace(evaluation, step=None)  # a resumed attempt's: not the run's step 0
         seen.add(evaluation.line)
         entries.append(evaluation.as_record())
@@ -127,7 +139,7 @@ class AccuracyChange:
 
 def accuracy_change(entries: Iterable[dict]) -> AccuracyChange:
     evaluations = [Evaluation.from_record(entry) for entry in entries]
-    pres = [e for e in evaluations if e.phase == "pre" and e.step == 0] or [e for e in evaluations if e.phase == "pre"]
+    pres = [e for e in evaluations if e.phase == "pre" and e.step == 0]  # a resumed attempt's Pre is not before
     posts = [e for e in evaluations if e.phase == "post"] or [e for e in evaluations if e.phase == "intermediate"]
     return AccuracyChange(pres[0] if pres else None, posts[-1] if posts else None)
 
@@ -157,8 +169,8 @@ def describe(evaluation: Evaluation) -> str:
     """One line as `run` prints an evaluation when it arrives (within 80 columns with its `train: `)."""
     when = {"pre": "before training", "post": "after training",
             "checkpoint": f"at checkpoint {evaluation.step}"}.get(evaluation.phase, f"at step {evaluation.step}")
-    if evaluation.phase == "pre" and evaluation.step is None:
-        when = "at resume"
+    if evaluation.phase == "pre" and evaluation.step != 0:
+        when = "at resume" if evaluation.step is None else f"at resume from step {evaluation.step}"
     reward = "" if evaluation.mean_reward is None else f", reward {evaluation.mean_reward:.3g}"
     return (f"accuracy {evaluation.accuracy:.1f}% ({evaluation.corr:g}/{evaluation.total}) {when}, "
             f"format {evaluation.format_accuracy:.1f}%{reward}")

@@ -117,7 +117,9 @@ class RunRecord:
                          "pathways_tag": recipe.pathways_images.tag if recipe.pathways else None,
                          "tpu_rl": package_version(), "git_commit": git_commit()},
             "files": {file.kind: {"name": file.name, "functions": ",".join(file.functions), "sha256": file.sha256,
-                                  "copy": user_file_copy(session, file.name)} for file in recipe.user_files},
+                                  "copy": user_file_copy(session, file.name),
+                                  **({"unchecked": file.unchecked} if file.unchecked else {})}
+                      for file in recipe.user_files},
             "outputs": {"checkpoints": session.paths.actor_checkpoints, "tensorboard": session.paths.tensorboard,
                         "export": session.paths.hf_export, "conversion": session.paths.converted},
         }

@@ -31,24 +31,21 @@ from __future__ import annotations
 
 import inspect
 import json
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipes import UserError
 from scripts.rewards import prompts as sample
 from scripts.rewards.prompts import ChatTemplate
+from scripts.rewards.subprocess_run import _PRELUDE, UNCHECKED_HINT, UncheckedImport, run_check as _run
 
-TIMEOUT_SECONDS = 60  # every wait has an end: importing and calling the functions on the sample rows
+__all__ = ["UNCHECKED_HINT", "UncheckedImport"]
 
-# The stand-in tmvp_config: the tokens and rl.yml's reward weights (maxtext 0.2.4
-# maxtext/configs/post_train/rl.yml L191-198), which utils_rl's built-in rewards read; a recipe's
-# override of one of them wins.
-CONFIG = {**sample.TOKENS, "reward_exact_answer": 1.0, "reward_white_space_format_match": 1.0,
-          "reward_exact_format_match": 0.1, "reward_partial_format_match": 0.0,
-          "reward_ratio_guess_to_answer_high": 0.0, "reward_ratio_guess_to_answer_low": 0.0,
-          "penalty_incorrect_format": 0.0, "penalty_incorrect_answer": 0.0}
+
+# tmvp_config: train_rl's config as the recipe's release fills it (recipes.maxtext_values.config_values:
+# rl.yml and types.py's defaults, read from the wheel, then the model's yml, then the train command's
+# items), a namespace whose dotted keys are nested models (tmvp_config.rl.num_generations). Without a
+# recipe: the first release with reward_functions_path (recipes/user_files.py FIRST_RELEASE).
 # GRPOConfig's fields (tunix c4ec573d tunix/rl/grpo/grpo_learner.py L91-109, and AlgorithmConfig's,
 # algorithm_config.py L28-39), which reward_manager passes by parameter name: (the MaxText key that
 # train_rl.create_rl_components sets it from, or None for tunix's default; the value). Values: maxtext
@@ -81,9 +78,11 @@ class CheckInputs:
     the stand-in tmvp_config and GRPOConfig, and where the tokenizer was looked for."""
     template: str = sample.TEMPLATE
     chat: ChatTemplate | None = None
-    config: dict = field(default_factory=lambda: dict(CONFIG))
+    config: dict = field(default_factory=lambda: _config(None, ()))
     algo: dict = field(default_factory=lambda: {name: value for name, (_, value) in GRPO_FIELDS.items()})
     tokenizer: str | None = None  # the recipe's tokenizer repo
+    release: str = ""  # the MaxText release whose config it is
+    tokenizer_dir: str | None = None  # where the tokenizer's files are (--tokenizer DIR or the cache)
 
     @property
     def generations(self) -> int:
@@ -100,9 +99,20 @@ class CheckInputs:
         return "prompts WITHOUT a chat template: pass --recipe (its cached tokenizer) or --tokenizer DIR"
 
 
-def check_inputs(recipe=None, tokenizer: Path | None = None) -> CheckInputs:
-    """The recipe's data template, tokens, reward weights and GRPO settings (rl.yml's without a recipe),
-    and the chat template of --tokenizer DIR or else of the recipe's cached tokenizer."""
+def _config(recipe, items: tuple[str, ...]) -> dict:
+    from recipes.maxtext_values import config_values
+    from recipes.user_files import FIRST_RELEASE
+
+    if recipe is None:
+        return config_values(FIRST_RELEASE["rewards"], None, ())
+    return config_values(recipe.maxtext_version, recipe.model.maxtext_name,
+                         items or (f"model_name={recipe.model.maxtext_name}", *recipe.rl.overrides))
+
+
+def check_inputs(recipe=None, tokenizer: Path | None = None, items: tuple[str, ...] = ()) -> CheckInputs:
+    """The recipe's data template, train_rl's config (the train command's `items`, else the recipe's
+    overrides) and GRPO settings (the newest release's defaults without a recipe), and the chat template
+    of --tokenizer DIR or else of the recipe's cached tokenizer."""
     if tokenizer is not None and not tokenizer.is_dir():
         raise UserError(f"--tokenizer {tokenizer}: no such directory: pass a tokenizer directory (with "
                         "tokenizer_config.json or chat_template.jinja)")
@@ -111,13 +121,16 @@ def check_inputs(recipe=None, tokenizer: Path | None = None) -> CheckInputs:
     if tokenizer is not None and chat is None:
         raise UserError(f"--tokenizer {tokenizer}: it has no chat template (chat_template.jinja, or chat_template "
                         "in tokenizer_config.json)")
+    where = str(Path(chat.source).parent) if chat is not None else str(tokenizer) if tokenizer else None
     if recipe is None:
-        return CheckInputs(chat=chat)
-    given = recipe.rl.override
-    config = {key: _typed(given(key), value) if given(key) is not None else value for key, value in CONFIG.items()}
-    algo = {name: _typed(given(key), value) if key and given(key) is not None else value
+        from recipes.user_files import FIRST_RELEASE
+
+        return CheckInputs(chat=chat, release=FIRST_RELEASE["rewards"], tokenizer_dir=where)
+    config = _config(recipe, tuple(items))
+    algo = {name: _typed(str(config[key]), value) if key and config.get(key) is not None else value
             for name, (key, value) in GRPO_FIELDS.items()}
-    return CheckInputs(sample.data_template(recipe.rl.overrides, recipe.maxtext_version), chat, config, algo, repo)
+    return CheckInputs(sample.data_template(recipe.rl.overrides, recipe.maxtext_version), chat, config, algo, repo,
+                       recipe.maxtext_version, where)
 
 
 @dataclass(frozen=True)
@@ -147,22 +160,6 @@ def parse_rewards(value: str, option: str = "--rewards") -> RewardsOption:
     return RewardsOption(path, functions)
 
 
-# What both checks run first in the subprocess: argv[1] is the file, loaded as load_custom_callable does
-# (spec_from_file_location, a fresh module); `fail` prints the one JSON object of a refusal.
-_PRELUDE = r"""
-import importlib.util, json, math, sys
-path = sys.argv[1]
-class Config:
-    def __init__(self, values): self.__dict__.update(values)
-    def __getattr__(self, name): raise AttributeError(f"the check's tmvp_config has no {name!r}")
-def fail(text): print(json.dumps({"error": text})); sys.exit(0)
-try:
-    spec = importlib.util.spec_from_file_location("_user_module_check", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-except BaseException as error:
-    fail(f"importing it raised {type(error).__name__}: {error}")
-"""
 # Runs in the subprocess: argv = [file, names, rows, completions per row, config, algo config (JSON)];
 # prints one JSON object.
 _RUNNER = _PRELUDE + r"""
@@ -210,7 +207,7 @@ for name in names:
     try:
         scores = fn(tmvp_config=config, prompts=prompts, completions=flat, **train)
     except BaseException as error:
-        fail(f"{name} raised {type(error).__name__}: {error}")
+        raised(error, name)
     result[name] = scores_of(name, scores, len(flat), "in training")
     for row, each in zip(rows, completions):
         for completion in each:
@@ -218,8 +215,7 @@ for name in names:
                 one = fn(tmvp_config=config, prompts=[np.str_(row["prompts"])], completions=[completion],
                          answer=[np.str_(row["answer"])], question=np.str_(row["question"]))
             except BaseException as error:
-                fail(f"{name} raised {type(error).__name__}: {error} in evaluation (one completion, question a "
-                     "str, answer=[answer], no mode)")
+                raised(error, name, " in evaluation (one completion, question a str, answer=[answer], no mode)")
             scores_of(name, one, 1, "in evaluation")
 print(json.dumps({"scores": result}))
 """
@@ -244,7 +240,7 @@ def check_rewards(option: RewardsOption, inputs: CheckInputs | None = None,
     rows = rows if rows is not None else sample_rows(inputs)
     answer = _run(f"--rewards {option.text}", _RUNNER, option.path,
                   [json.dumps(list(option.functions)), json.dumps(rows), json.dumps(sample_completions(inputs)),
-                   json.dumps(inputs.config), json.dumps(inputs.algo)])
+                   json.dumps({"release": inputs.release, "values": inputs.config}), json.dumps(inputs.algo)])
     return answer["scores"]
 
 
@@ -257,14 +253,32 @@ def check_rewards(option: RewardsOption, inputs: CheckInputs | None = None,
 # template and a tokenizer stand-in whose apply_chat_template is the real chat template's render.
 PROCESSOR_KEYS = ("prompts", "question", "answer")
 _PROCESSOR_RUNNER = _PRELUDE + r"""
-template, tokens, rows, dataset = (json.loads(arg) for arg in sys.argv[2:6])
-chat = json.loads(sys.argv[6])
+template, config, rows, dataset = (json.loads(arg) for arg in sys.argv[2:6])
+chat, tokenizer_file = json.loads(sys.argv[6]), json.loads(sys.argv[7])
 RENDER
+try:
+    import tokenizers
+    real = tokenizers.Tokenizer.from_file(tokenizer_file) if tokenizer_file else None
+except ImportError:
+    real = None
 class Tokenizer:
     chat_template = chat["text"] if chat else None
     def __init__(self):
         for name, value in (chat["tokens"] if chat else {}).items():
             setattr(self, name, value)
+    def _real(self, what):
+        if real is None:
+            fail(f"process_data called model_tokenizer.{what}, and the check has no tokenizer to give it: pass "
+                 "--tokenizer DIR (with tokenizer.json), or --recipe with its tokenizer in the Hugging Face cache")
+        return real
+    def encode(self, text, add_special_tokens=True, **kwargs):
+        return self._real("encode").encode(text, add_special_tokens=add_special_tokens).ids
+    def tokenize(self, text, **kwargs):
+        return self._real("tokenize").encode(text, add_special_tokens=False).tokens
+    def decode(self, ids, skip_special_tokens=False, **kwargs):
+        return self._real("decode").decode(list(ids), skip_special_tokens=skip_special_tokens)
+    def __call__(self, text, **kwargs):
+        return {"input_ids": self.encode(text)}
     def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False, **kwargs):
         if tokenize:
             fail("process_data asked apply_chat_template to tokenize: the trainer batches prompts as text")
@@ -277,9 +291,9 @@ if not callable(fn):
 out_rows = []
 for row in rows:
     try:
-        out = fn(dataset, Tokenizer(), template, Config(tokens), row)
+        out = fn(dataset, Tokenizer(), template, Config(config), row)
     except BaseException as error:
-        fail(f"process_data raised {type(error).__name__}: {error}")
+        raised(error, "process_data")
     if not isinstance(out, dict):
         fail(f"process_data returned a {type(out).__name__}: return a dict with prompts, question and answer")
     missing = [key for key in ("prompts", "question", "answer") if not isinstance(out.get(key), str)]
@@ -309,25 +323,9 @@ def check_processor(path: Path, inputs: CheckInputs | None = None) -> list[dict]
     template = {"SYSTEM_PROMPT": sample.SYSTEM_PROMPT, "TEMPLATE": inputs.template}
     chat = {"text": inputs.chat.text, "tokens": inputs.chat.tokens} if inputs.chat else None
     runner = _PROCESSOR_RUNNER.replace("RENDER", inspect.getsource(sample.render_chat))
+    tokenizer_file = Path(inputs.tokenizer_dir) / "tokenizer.json" if inputs.tokenizer_dir else None
     answer = _run(f"--data-processor {path}", runner, path,
-                  [json.dumps(template), json.dumps(inputs.config), json.dumps([row for row, _ in sample.SAMPLES]),
-                   json.dumps(sample.DATASET), json.dumps(chat)])
+                  [json.dumps(template), json.dumps({"release": inputs.release, "values": inputs.config}),
+                   json.dumps([row for row, _ in sample.SAMPLES]), json.dumps(sample.DATASET), json.dumps(chat),
+                   json.dumps(str(tokenizer_file) if tokenizer_file and tokenizer_file.is_file() else None)])
     return answer["rows"]
-
-
-def _run(where: str, runner: str, path: Path, args: list[str]) -> dict:
-    """Run a check's script on the file in a clean interpreter (at most TIMEOUT_SECONDS); its one JSON line
-    of answer, or the UserError line of its refusal or of how it ended."""
-    try:
-        result = subprocess.run([sys.executable, "-I", "-B", "-c", runner, str(path.resolve()), *args],
-                                capture_output=True, text=True, timeout=TIMEOUT_SECONDS, cwd=path.parent)
-    except subprocess.TimeoutExpired:
-        raise UserError(f"{where}: importing and calling it took over {TIMEOUT_SECONDS} s") from None
-    try:
-        answer = json.loads(result.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"{where}: the check's subprocess ended with code {result.returncode}: {last[:200]}") from None
-    if "error" in answer:
-        raise UserError(f"{where}: {' '.join(answer['error'].split())[:300]}")
-    return answer

@@ -25,6 +25,7 @@ tests/test_maxtext_values.py checks that each shipped file equals what this modu
 from __future__ import annotations
 
 import ast
+import json
 import re
 import zipfile
 from dataclasses import dataclass
@@ -269,3 +270,54 @@ class MaxTextTypes:
         base = model_name.replace("-Instruct", "")
         values = OmegaConf.to_container(OmegaConf.create(self.schema.read(f"configs/models/{base}.yml")))
         return {key: value for key, value in values.items() if value is not None}
+
+    def config_values(self, module: str) -> dict:
+        """The value each override key of `module` has before the model's yml and the command line: what
+        its config yml says (with the base_config files it names, merged as pyconfig._load_config does),
+        else the literal default of its field in configs/types.py. A value omegaconf would interpolate
+        (`${...}`), a default that is not a literal (an enum member, a factory) and a null are left out."""
+        import posixpath
+
+        from omegaconf import OmegaConf  # noqa: PLC0415
+
+        def load(name: str):
+            config = OmegaConf.create(self.schema.read(name))
+            if "base_config" in config:
+                base = posixpath.normpath(posixpath.join(posixpath.dirname(name), config["base_config"]))
+                if not self.schema.exists(base):
+                    base = f"configs/{config['base_config']}"
+                config = OmegaConf.merge(load(base), config)
+            return config
+
+        name = "configs/post_train/rl.yml" if module.endswith(".train_rl") else "configs/base.yml"
+        yml = OmegaConf.to_container(load(name), resolve=False)
+        fields = self._field_nodes(self.schema.config_class(module))
+        result: dict = {}
+        for key in self.key_specs(module):
+            found, value = True, yml
+            for part in key.split("."):
+                if isinstance(value, dict) and part in value:
+                    value = value[part]
+                else:
+                    found = False
+                    break
+            if not found and "." not in key and key in fields:
+                found, value = self._literal_default(fields[key])
+            if found and value is not None and "${" not in json.dumps(value):
+                result[key] = value
+        return result
+
+    @staticmethod
+    def _literal_default(node: ast.AnnAssign) -> tuple[bool, object]:
+        value = node.value
+        if isinstance(value, ast.Call) and ast.unparse(value.func) == "Field":
+            given = value.args[0] if value.args else next((k.value for k in value.keywords if k.arg == "default"), None)
+            if given is None:
+                return False, None
+            value = given
+        if value is None:
+            return False, None
+        try:
+            return True, ast.literal_eval(value)
+        except (ValueError, SyntaxError, TypeError):
+            return False, None

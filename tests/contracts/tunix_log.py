@@ -31,6 +31,16 @@ ROLLOUT_STRING_METRIC_FORMAT = "Rollout string metric %s: %s"
 ROLLOUT_METRIC_CALL_LINE = {"0.2.4": 724, "0.2.3": 714}
 
 
+# google-tunix 0.1.7 (installed by both wheels) tunix/sft/checkpoint_manager.py maybe_restore, the
+# logging.info call on line 234, when PeftTrainer.__init__ restores the actor from a saved checkpoint.
+RESTORED_FORMAT = "Restored params from step: %d in %.3f seconds"
+RESTORED_CALL_LINE = 234
+
+
+def restored_line(step: int, seconds: float = 12.5) -> str:
+    return absl_info(RESTORED_FORMAT % (step, seconds), RESTORED_CALL_LINE, file="checkpoint_manager.py")
+
+
 def absl_info(message: str, line: int, second: int = 56, file: str = "peft_trainer.py") -> str:
     return ABSL_PREFIX_FORMAT % ("I", 8, 5, 12, 34, second, 789012, 140234, file, line, "") + message
 

@@ -15,19 +15,23 @@ from __future__ import annotations
 
 import dataclasses
 
-from jobs.evaluate import eval_recipe
+from jobs.evaluate import eval_recipe, eval_sets
 from recipes import UserError
 from scripts.cloud import gcs
 from scripts.outcome import ApiError, Interrupted, StepFailed
 from scripts.pipeline.evaluation import Evaluation, describe, parse_evaluations
 from scripts.pipeline.gke.steps import MAIN_CONTAINER, PROGRESS_LOG_LINES, main_pod, step_jobs
+from scripts.pipeline.gke.admission import CapacityWatch
 from scripts.pipeline.gke.submit import fill_token_secret, put_user_files
 from scripts.pipeline.gke.wait import wait_for_jobset
 from scripts.pipeline.session import Session
 
 
 # Every wait has an end: loading the checkpoint, compiling and one evaluation of the held-out set take
-# minutes; past this the JobSet is stopped and the eval fails, so a hung trainer is not paid for.
+# minutes; past this the JobSet is stopped and the eval fails, so a hung trainer is not paid for. The
+# clock starts when the attempt has all its pods ready (the head's container runs on the granted slice):
+# the wait before that, Kueue's queue and the slice's scale-up, is the train step's and is bounded the
+# same way, by CAPACITY_WAIT (admission.py CapacityWatch), so a slice granted late is still used.
 EVAL_WAIT_MINUTES = 90
 
 
@@ -50,23 +54,28 @@ def _checkpoint_step(session: Session, step: int | None) -> int:
     return step
 
 
-def as_recorded(session: Session, record: dict) -> Session:
-    """The session with the run's --set items and its --rewards/--data-processor files (from the copies
-    beside run.json) when the command named the run without them: the evaluation runs the run's recipe."""
+def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> Session:
+    """The session with the run's --set items then eval's `sets` (jobs.evaluate.eval_sets), and its
+    --rewards/--data-processor files from the copies beside run.json, each checked against the sha256 the
+    record keeps: the evaluation runs the run's recipe. `session.recipe` has no --set items yet."""
     from recipes.runs import with_sets
     from recipes.user_files import UserFile, with_user_files
 
-    recipe = session.recipe
-    sets = tuple((record.get("overrides") or {}).get("set") or ())
-    if sets and not recipe.sets:
-        recipe = with_sets(recipe, sets)
+    run = session.paths.run_name
+    recipe = with_sets(session.recipe, eval_sets(session.recipe, run, tuple(
+        (record.get("overrides") or {}).get("set") or ()), tuple(sets)))
     files = record.get("files") or {}
     if files and not recipe.user_files:
-        storage = session.clients.storage()
-        recipe = with_user_files(recipe, tuple(
-            UserFile(kind, entry["name"], gcs.read_text(storage, entry["copy"]) or "",
-                     tuple(name for name in (entry.get("functions") or "").split(",") if name))
-            for kind, entry in files.items()))
+        storage, kept = session.clients.storage(), []
+        for kind, entry in files.items():
+            content = gcs.read_text(storage, entry["copy"])
+            if content is None or UserFile(kind, entry["name"], content).sha256 != entry.get("sha256"):
+                why = "is missing" if content is None else "differs from the file it trained with (sha256)"
+                raise UserError(f"run {run}'s --{kind} copy {entry['copy']} {why}: put the file back there "
+                                "to evaluate the run")
+            kept.append(UserFile(kind, entry["name"], content,
+                                 tuple(name for name in (entry.get("functions") or "").split(",") if name)))
+        recipe = with_user_files(recipe, tuple(kept))
     return dataclasses.replace(session, recipe=recipe) if recipe is not session.recipe else session
 
 
@@ -107,13 +116,14 @@ def _clean_up(scratch: Session, job, failing: bool) -> None:
                               f"scratch run {scratch.paths.run_name} by hand[/]")
 
 
-def eval_gke(session: Session, step: int | None) -> Evaluation:
-    """Evaluate checkpoint `step` (default: the latest) of the session's run; record and return the result."""
+def eval_gke(session: Session, step: int | None, sets: tuple[str, ...] = ()) -> Evaluation:
+    """Evaluate checkpoint `step` (default: the latest) of the session's run with eval's --set items
+    `sets` after the run's own; record and return the result."""
     storage, paths, run = session.clients.storage(), session.paths, session.paths.run_name
     record = gcs.read_json(storage, paths.run_record)
     if record is None:
         raise UserError(f"run {run} has no {paths.run_record}: pass a name `tpu-rl runs {session.recipe.name}` lists")
-    session = as_recorded(session, record)
+    session = as_recorded(session, record, sets)
     step = _checkpoint_step(session, step)
     scratch = dataclasses.replace(session, recipe=eval_recipe(session.recipe, session.settings, run, step))
     if gcs.exists(storage, scratch.paths.run_record):
@@ -129,6 +139,8 @@ def eval_gke(session: Session, step: int | None) -> Evaluation:
         session.cluster.create_jobset(job.manifest)
         session.console.print(f"eval: submitted JobSet {job.name} to evaluate checkpoint {step} of run {run} "
                               f"(load_parameters_path={scratch.recipe.load_parameters})")
+        session.console.print("eval: waiting for admission and the slice (CAPACITY_WAIT), then up to "
+                              f"{EVAL_WAIT_MINUTES} min")
         evaluation = _wait_for_evaluation(scratch, job, step)
         record = gcs.read_json(storage, paths.run_record) or {}
         record.setdefault("evaluations", []).append({**evaluation.as_record(),
@@ -145,14 +157,29 @@ def eval_gke(session: Session, step: int | None) -> Evaluation:
 
 def _wait_for_evaluation(session: Session, job, step: int) -> Evaluation:
     """The Pre line the scratch JobSet's head logs, as the checkpoint's evaluation; StepFailed when the
-    JobSet ends without it or EVAL_WAIT_MINUTES pass."""
-    started = session.now()
+    JobSet ends without it or EVAL_WAIT_MINUTES pass after the attempt had all its pods ready (the queue
+    and the slice's scale-up before that are bounded by CAPACITY_WAIT, as for the train step)."""
+    watch = CapacityWatch(session, job)
+    started: dict[int, object] = {}  # by attempt (JobSet restarts): when it had all its pods ready
 
-    def head_log() -> str:
-        """The head's whole log: the Pre line can scroll out of the PROGRESS_LOG_LINES tail between polls
-        (qwen3 runs with debug=True)."""
-        head = main_pod(session.cluster.list_pods(job.selector))
-        return session.cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER) if head else ""
+    last_read = [session.now()]  # when head_log last read the log (none is older than the JobSet)
+
+    def head_log(whole: bool = False) -> str:
+        """The head's log since the previous read (a poll apart, with a minute to spare), or `whole`: the
+        Pre line can scroll out of the PROGRESS_LOG_LINES tail between polls (qwen3 runs with
+        debug=True), and reading the whole log at each poll grows with it. A failed read is empty: the
+        next poll reads again (the lines since the read before it)."""
+        now = session.now()
+        since = None if whole else int((now - last_read[0]).total_seconds() + 60)
+        try:
+            head = main_pod(session.cluster.list_pods(job.selector))
+            text = session.cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER,
+                                            since_seconds=since) if head else ""
+        except ApiError as error:
+            session.console.print(f"[yellow]![/] eval: could not read the head's log ({error}); trying again")
+            return ""
+        last_read[:] = [now]
+        return text
 
     def pre_of(text: str) -> Evaluation | None:
         pre = [found for found in parse_evaluations(text) if found.phase == "pre"]
@@ -164,15 +191,21 @@ def _wait_for_evaluation(session: Session, job, step: int) -> Evaluation:
             found = pre_of(head_log())
         if found is not None:
             raise _Evaluated(found)
-        if (session.now() - started).total_seconds() > EVAL_WAIT_MINUTES * 60:
+        if watch.ready_attempt is None or watch.ready_attempt != watch.restarts:
+            return  # the head runs before its slice is up: CapacityWatch bounds that wait
+        if watch.ready_attempt not in started:
+            started[watch.ready_attempt] = session.now()
+            session.console.print(f"eval: the slice is up; waiting up to {EVAL_WAIT_MINUTES} min for the "
+                                  "head's Pre RL Training line")
+        if (session.now() - started[watch.ready_attempt]).total_seconds() > EVAL_WAIT_MINUTES * 60:
             raise StepFailed(f"JobSet {job.name} logged no evaluation within {EVAL_WAIT_MINUTES} min, so "
                              f"it is deleted; see `{job.kubectl_logs}` (gone with its pods)")
 
     try:
-        wait_for_jobset(session, job, follow_logs=False, on_head_log=on_head_log)
+        wait_for_jobset(session, job, follow_logs=False, watch=watch, on_head_log=on_head_log)
     except _Evaluated as done:
         return done.evaluation
-    evaluation = pre_of(head_log())  # it ended first: read the whole log before failing
+    evaluation = pre_of(head_log(whole=True))  # it ended first: read the whole log before failing
     if evaluation is None:
         raise StepFailed(f"JobSet {job.name} ended without logging its evaluation; see `{job.kubectl_logs}`")
     return evaluation

@@ -97,7 +97,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
         watch = EvaluationWatch(session, record) if action.step == "train" else None
         try:
             wait_with_capacity(session, job, follow_logs, record, reattach,
-                               on_head_log=watch.see if watch else None)
+                               on_head_log=(lambda text: watch.see(text, tail=True)) if watch else None)
         except StepFailed:
             if watch:
                 fill_after_train(session, watch, _head_log(session, job))
@@ -141,7 +141,7 @@ def _fill_skipped_train(session: Session, record: RunRecord) -> None:
     from recipes.evaluation import evaluates
 
     watch = EvaluationWatch(session, record)
-    if evaluates(session.recipe) and not watch.has_after():
+    if evaluates(session.recipe) and not watch.has_before_and_after():
         fill_from_cloud_logging(session, watch)
 
 
