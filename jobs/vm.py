@@ -64,7 +64,13 @@ CANCEL_POLL_ENV = "TPU_RL_CANCEL_POLL_SECONDS"
 # 16b9b3bf), so its lines reach the console only where syslog/journald forward there. A script that died
 # without its failure record (SIGKILL, OOM) then shows only as a heartbeat that stopped: `tpu-rl run` ends
 # when it is older than HEARTBEAT_STALE_SECONDS (uploads retry for up to ~150 s).
+# The heartbeat has its own loop, apart from the cancel check, and each upload is one try bounded by
+# HEARTBEAT_UPLOAD_SECONDS (`timeout`): gcloud retries a failed request on its own with backoff, so an
+# unbounded upload could outlast the bound. `tpu-rl run` judges silence by its own clock: no change of the
+# heartbeat for HEARTBEAT_STALE_SECONDS. The record also carries the log's size (log=): a step whose log
+# stops growing is stalled (scripts/pipeline/vm_watch.py).
 HEARTBEAT_SECONDS = CANCEL_POLL_SECONDS
+HEARTBEAT_UPLOAD_SECONDS = 60
 HEARTBEAT_STALE_SECONDS = 600
 # A bucket check (`gcloud storage ls`) that fails for another reason than "no such object" is retried this
 # many times, RETRY_SECONDS * try apart, before the script stops: a transient error at boot must not rerun
@@ -130,8 +136,10 @@ def _header(recipe: Recipe, paths: ArtifactPaths) -> str:
 # recipes.toml instead). Runs at every boot: installs MaxText {recipe.maxtext_version} once, then runs the
 # steps whose progress marker is missing.
 set -euo pipefail
-# Keep a log on disk and still let the guest agent copy the output to the serial console.
-exec > >(tee -a {LOG_FILE}) 2>&1
+# Keep a log on disk and still let the guest agent copy the output to the serial console. -p: a reader that
+# goes away (both agents stop reading at a line over bufio.Scanner's 64 KiB) does not kill tee with SIGPIPE,
+# nor then this script: tee writes on to the file alone (GNU coreutils tee, -p = --output-error=warn-nopipe).
+exec > >(tee -p -a {LOG_FILE}) 2>&1
 export HOME=/root
 export PATH="/root/.local/bin:/snap/bin:/usr/local/bin:/usr/bin:/bin"
 
@@ -196,9 +204,11 @@ put_step_log() {{ flush_log; phase_log | put "$1"; }}
 
 # --- cancel: `tpu-rl cancel` writes this marker; delete it and reboot the VM to go on
 readonly CANCEL_MARKER={q(paths.cancel_marker)}
+ENDED=""
 stop_if_cancelled() {{
   if step_done "$CANCEL_MARKER"; then
     log "{CANCELLED}: marker $CANCEL_MARKER exists; delete it and reboot the VM to go on"
+    ENDED={CANCELLED}
     exit 0
   fi
 }}
@@ -212,14 +222,25 @@ script_alive() {{
   local state
   state="$(sed -E 's/.*\\) (.).*/\\1/' "/proc/$$/stat" 2>/dev/null)" && [[ -n "$state" && "$state" != [ZX] ]]
 }}
-watch_cancel() {{
-  local nap=""
-  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+# A nap the TERM trap can cut short (a foreground command would delay the trap until it ended).
+nap() {{ "$@" >/dev/null 2>&1 & NAP=$!; wait "$NAP" || true; }}
+beat() {{
+  printf 'attempt=%s at=%s log=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" "$(stat -c %s "$LOG_FILE" 2>/dev/null || echo 0)" \\
+    | timeout -k 5 {HEARTBEAT_UPLOAD_SECONDS} gcloud storage cp - "$HEARTBEAT"
+}}
+watch_heartbeat() {{
+  NAP=""
+  trap 'kill "$NAP" 2>/dev/null; exit 0' TERM
   while script_alive; do
-    printf 'attempt=%s at=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" | put "$HEARTBEAT" || true
-    sleep "${{{CANCEL_POLL_ENV}:-{CANCEL_POLL_SECONDS}}}" >/dev/null 2>&1 &
-    nap=$!
-    wait "$nap" || true
+    nap beat
+    nap sleep "${{{CANCEL_POLL_ENV}:-{HEARTBEAT_SECONDS}}}"
+  done
+}}
+watch_cancel() {{
+  NAP=""
+  trap 'kill "$NAP" 2>/dev/null; exit 0' TERM
+  while script_alive; do
+    nap sleep "${{{CANCEL_POLL_ENV}:-{CANCEL_POLL_SECONDS}}}"
     if object_exists "$CANCEL_MARKER"; then
       log "{CANCELLED}: marker $CANCEL_MARKER exists; stopping the running step (SIGTERM to MaxText)"
       pkill -TERM -P "$$" -f '{MAXTEXT_PROCESS}' || true
@@ -231,12 +252,16 @@ watch_cancel() {{
 # Any other failure, of any phase, leaves the failure record `tpu-rl run` reads (and the step's log).
 on_exit() {{
   local code=$?
-  kill "$CANCEL_WATCHER" 2>/dev/null || true
-  wait "$CANCEL_WATCHER" 2>/dev/null || true
+  kill "$CANCEL_WATCHER" "$HEARTBEAT_WATCHER" 2>/dev/null || true
+  wait "$CANCEL_WATCHER" "$HEARTBEAT_WATCHER" 2>/dev/null || true
   if [[ $code -ne 0 ]] && object_exists "$CANCEL_MARKER"; then
     log "$PHASE: {CANCELLED} (marker $CANCEL_MARKER); its outputs so far are kept"
-    exit 0
+    ENDED={CANCELLED} code=0
   fi
+  # How this attempt ended, in its attempt record: `tpu-rl run` then waits for a new attempt, not on this one.
+  printf 'attempt=%s phase=%s at=%s ended=%s\\n' "$ATTEMPT" "$PHASE" "$(date -u +%FT%TZ)" \\
+    "${{ENDED:-exit-$code}}" | put "$ATTEMPT_RECORD" || true
+  [[ $code -ne 0 ]] || exit 0
   if [[ $code -ne 0 ]]; then
     log "$PHASE: {FAILED} (exit $code)"
     flush_log
@@ -254,6 +279,8 @@ begin_phase "{BOOT}"
 printf 'superseded_by=%s at=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" | put "$FAILURE_RECORD"
 watch_cancel &
 readonly CANCEL_WATCHER=$!
+watch_heartbeat &
+readonly HEARTBEAT_WATCHER=$!
 trap on_exit EXIT
 log "attempt $ATTEMPT: {BOOT}\""""
 
