@@ -327,7 +327,7 @@ def test_vm_run_waits_through_a_maintenance_stop_that_recovers(settings_env, gcs
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert ("TPU VM rl-test-vm is TERMINATED (host maintenance stops TPU VMs, and Compute Engine restarts them): "
-            "waiting up to 0:20:00 for it") in text
+            "waiting up to 1:00:00 from its stop") in text
     assert "TPU VM rl-test-vm is RUNNING again: its startup script resumes at the first step not done" in text
 
 
@@ -337,8 +337,10 @@ def test_vm_run_says_to_delete_and_redeploy_a_vm_that_stays_stopped(settings_env
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED
     message = error_line(result)
-    assert message.startswith("error: TPU VM rl-test-vm stayed TERMINATED for 0:00:00 before convert finished, and a "
-                              "TPU VM cannot be started again: `gcloud compute instances delete rl-test-vm ")
+    assert message.startswith("error: TPU VM rl-test-vm is still TERMINATED 0:00:00 after it stopped, before convert "
+                              "finished (the grace: 0:00:00); a TPU VM cannot be started again by hand, but "
+                              "maintenance may keep it away up to a few hours (`tpu-rl run` again follows it when "
+                              "it is back); else `gcloud compute instances delete rl-test-vm ")
     assert f"then `npx cdktf deploy {RECIPE}`: the new VM's startup script resumes at the first step" in message
     assert "start it again" not in result.output
 

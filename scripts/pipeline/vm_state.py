@@ -32,7 +32,7 @@ AGENT_FINISHED = "Finished running startup scripts"
 SCRIPT_OUTPUT = (f"{METADATA_KEY}: ", f'Metadata key("{METADATA_KEY}")')
 
 
-def _time(text: str | None) -> datetime | None:
+def parse_time(text: str | None) -> datetime | None:
     """A record's `at` (jobs/vm.py: `date -u +%FT%TZ`) or an instance's RFC 3339 timestamp; None if neither."""
     try:
         value = datetime.fromisoformat(text or "")
@@ -44,7 +44,7 @@ def _time(text: str | None) -> datetime | None:
 def booted_at(instance) -> datetime | None:
     """When the VM's current boot began: its last start, else its creation (Compute Engine API, Instance
     `lastStartTimestamp` and `creationTimestamp`, RFC 3339 text), to the second like the records' `at`."""
-    times = [_time(getattr(instance, name, "")) for name in ("last_start_timestamp", "creation_timestamp")]
+    times = [parse_time(getattr(instance, name, "")) for name in ("last_start_timestamp", "creation_timestamp")]
     found = [value for value in times if value]
     return max(found).replace(microsecond=0) if found else None
 
@@ -158,7 +158,7 @@ class VmState:
         # A record written before the VM's current boot began (`booted`, booted_at) is an earlier boot's or
         # an earlier VM's: a replaced VM, or a reboot before the new boot's first line.
         def this_boot(record):
-            at = _time(record.at) if record else None
+            at = parse_time(record.at) if record else None
             return record if record and (booted is None or at is None or at >= booted) else None
 
         def not_replaced(record):
@@ -185,7 +185,7 @@ class VmState:
     def last_heard(self) -> tuple[str, datetime] | None:
         """The newest sign of life of this boot's script: ("heartbeat", its time), else ("boot", when the VM
         started) while the script has written none; None when neither is known."""
-        at = _time(self.heartbeat.at) if self.heartbeat else None
+        at = parse_time(self.heartbeat.at) if self.heartbeat else None
         if at:
             return "heartbeat", at
         return ("boot", self.booted) if self.booted else None
