@@ -31,13 +31,11 @@ from jobs.maxtext import MaxTextCommand, maxtext_commands
 from jobs.patches import render_patch, resolve_patches
 from jobs.paths import ArtifactPaths
 from recipes import STEPS, Recipe, Settings, UserError
-from recipes.conventions import HF_TOKEN_ENV, ORBAX_COMMIT_MARKER
+from recipes.conventions import ORBAX_COMMIT_MARKER
+from jobs.vm_install import (APT_LOCK, APT_TRIES, INSTALL, INSTALL_DIR, RETRY_ENV, RETRY_SECONDS,  # noqa: F401
+                             SYSTEM_PACKAGES, TOKEN, UV_VERSION, install_phase, token_phase)
 
-INSTALL_DIR = "/opt/tpu-rl"
 LOG_FILE = "/var/log/tpu-rl.log"
-# uv's installer is pinned; its version only matters for the install, not for what gets installed.
-UV_VERSION = "0.13.9"
-SYSTEM_PACKAGES = ("build-essential", "cmake", "ninja-build")  # as seed 002
 
 # The script's progress lines, "tpu-rl: <UTC time> <step>: starting|done", are written by log() and
 # _step() below and read back from the serial console by scripts/pipeline/vm.py with PROGRESS_LINE: one
@@ -46,9 +44,6 @@ SYSTEM_PACKAGES = ("build-essential", "cmake", "ninja-build")  # as seed 002
 # runCmd), so the pattern is searched, not anchored at the line start.
 LOG_TAG = "tpu-rl:"
 STARTING, DONE, CANCELLED, FAILED, BOOT = "starting", "done", "cancelled", "failed", "boot"
-# The script's phases before the steps, in the attempt record and the failure record (paths.vm_attempt,
-# paths.vm_failure): a phase that fails there leaves the same record as a step that fails.
-INSTALL, TOKEN = "install", "token"
 # The phase of the checks before a step (its marker, the cancel marker): "checking-<step>" (no space: the
 # records are space-separated key=value fields).
 CHECKING = "checking"
@@ -78,12 +73,6 @@ HEARTBEAT_STALE_SECONDS = 600
 # cloud_list_task.py, CloudListTask.execute: InvalidUrlError, printed as "ERROR: (gcloud.storage.ls) ...").
 GCS_NO_MATCH = "One or more URLs matched no objects"
 GCS_TRIES = 5
-RETRY_SECONDS = 10
-RETRY_ENV = "TPU_RL_GCS_RETRY_SECONDS"
-# apt waits this long for the dpkg lock instead of failing at once (apt-get(8) / apt.conf(5):
-# DPkg::Lock::Timeout, seconds), and `apt-get update` is tried this many times.
-APT_LOCK = "-o DPkg::Lock::Timeout=600"
-APT_TRIES = 3
 # How many lines of the failed phase's log go into the failure record (the whole step log goes beside it).
 FAILURE_TAIL_LINES = 40
 # The steps' processes, as maxtext_commands runs them (`python3 -m maxtext.<module>`, children of the
@@ -285,60 +274,6 @@ trap on_exit EXIT
 log "attempt $ATTEMPT: {BOOT}\""""
 
 
-def _install(recipe: Recipe) -> str:
-    release = recipe.maxtext
-    marker = f"{INSTALL_DIR}/.installed-{recipe.maxtext_version}"
-    # Two blocks around the activation, so the MaxText install runs inside the venv as in seed 002;
-    # the marker is written last, so an interrupted install is redone at the next boot. Seed 002's
-    # `apt upgrade -y --fix-missing` is left out (jobs/seed_differences.py).
-    return f"""# --- install (once per boot disk): uv, Python {release.python}, {release.pip} (seed 002)
-begin_phase {INSTALL}
-# The image's own apt jobs (unattended-upgrades) may hold the lock at first boot: wait for it, and retry
-# a failed update (its mirrors) a few times.
-apt_update() {{
-  local try code=0
-  for try in $(seq {APT_TRIES}); do
-    if apt-get {APT_LOCK} update -q; then return 0; else code=$?; fi
-    [[ $try -lt {APT_TRIES} ]] || break
-    log "{INSTALL}: apt-get update failed (exit $code, try $try of {APT_TRIES}), retrying"
-    sleep "$((${{{RETRY_ENV}:-{RETRY_SECONDS}}} * try))"
-  done
-  return "$code"
-}}
-if [[ ! -f {marker} ]]; then
-  log "installing {release.pip}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt_update
-  apt-get {APT_LOCK} install -y -q {' '.join(SYSTEM_PACKAGES)}
-  curl -LsSf https://astral.sh/uv/{UV_VERSION}/install.sh | sh
-  mkdir -p {INSTALL_DIR}
-  uv python install {release.python}
-  [[ -x "$VENV/bin/python" ]] || uv venv --python {release.python} --seed "$VENV"
-fi
-# shellcheck disable=SC1091
-source "$VENV/bin/activate"
-if [[ ! -f {marker} ]]; then
-  # The extra pins torch==2.11.0+cpu, which only uv resolves (PyTorch CPU index); lowest = the tested set.
-  UV_TORCH_BACKEND=cpu uv pip install {shlex.quote(release.pip)} --resolution=lowest
-  install_tpu_post_train_extra_deps
-  touch {marker}
-fi"""
-
-
-def _token(settings: Settings) -> str:
-    q = shlex.quote
-    fix = f"add a version with \\`tpu-rl secret set\\` (secret {settings.hf_token_secret})"
-    return f"""# --- the Hugging Face token: from Secret Manager into this process's environment only
-begin_phase {TOKEN}
-set +x
-if ! {HF_TOKEN_ENV}="$(gcloud secrets versions access latest --secret={q(settings.hf_token_secret)} --project={q(settings.project)})"; then
-  log "{TOKEN}: cannot read the latest version of secret {settings.hf_token_secret}: {fix}, or grant the VM's service account roles/secretmanager.secretAccessor"
-  exit 1
-fi
-export {HF_TOKEN_ENV}
-if [[ -z "${{{HF_TOKEN_ENV}}}" ]]; then log "{TOKEN}: secret {settings.hf_token_secret} is empty: {fix}"; exit 1; fi"""
-
-
 def _step(step: str, body: str, marker: str, log_url: str) -> str:
     # The body is not indented: the patch heredocs need their terminator at column 0.
     q = shlex.quote
@@ -401,11 +336,11 @@ def render_startup_script(recipe: Recipe, settings: Settings) -> str:
     }
     parts = [
         _header(recipe, paths),
-        _install(recipe),
+        install_phase(recipe),
         "# --- TPU runtime environment of a single-host slice (seed 002)\n"
         + _exports({**tpu_env(recipe), **resolved.env})
         + '\nTPU_NAME="$(hostname)"\nexport TPU_NAME',
-        _token(settings),
+        token_phase(settings),
         *(_step(step, bodies[step], paths.progress_marker(step), paths.step_log(step)) for step in STEPS),
         'begin_phase "done"\nlog "all steps done; the Hugging Face model is in ' + paths.hf_export + '"',
     ]
