@@ -58,10 +58,11 @@ CANCEL_POLL_ENV = "TPU_RL_CANCEL_POLL_SECONDS"
 # internal/logger/logger_linux.go, build/configs/usr/lib/systemd/system/google-startup-scripts.service at
 # 16b9b3bf), so its lines reach the console only where syslog/journald forward there. A script that died
 # without its failure record (SIGKILL, OOM) then shows only as a heartbeat that stopped: `tpu-rl run` ends
-# when it is older than HEARTBEAT_STALE_SECONDS (uploads retry for up to ~150 s).
+# when it has not changed for HEARTBEAT_STALE_SECONDS.
 # The heartbeat has its own loop, apart from the cancel check, and each upload is one try bounded by
-# HEARTBEAT_UPLOAD_SECONDS (`timeout`): gcloud retries a failed request on its own with backoff, so an
-# unbounded upload could outlast the bound. `tpu-rl run` judges silence by its own clock: no change of the
+# HEARTBEAT_UPLOAD_SECONDS (`timeout`): gcloud storage retries a failed request on its own, up to 32 times
+# with truncated binary exponential backoff (Cloud Storage docs, storage/docs/retry-strategy, Command line),
+# so an unbounded upload could outlast the bound. `tpu-rl run` judges silence by its own clock: no change of the
 # heartbeat for HEARTBEAT_STALE_SECONDS. The record also carries the log's size (log=): a step whose log
 # stops growing is stalled (scripts/pipeline/vm_watch.py).
 HEARTBEAT_SECONDS = CANCEL_POLL_SECONDS
