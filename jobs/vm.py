@@ -31,13 +31,11 @@ from jobs.maxtext import MaxTextCommand, maxtext_commands
 from jobs.patches import render_patch, resolve_patches
 from jobs.paths import ArtifactPaths
 from recipes import STEPS, Recipe, Settings, UserError
-from recipes.conventions import HF_TOKEN_ENV, ORBAX_COMMIT_MARKER
+from recipes.conventions import ORBAX_COMMIT_MARKER
+from jobs.vm_install import (APT_LOCK, APT_TRIES, INSTALL, INSTALL_DIR, RETRY_ENV, RETRY_SECONDS,  # noqa: F401
+                             SYSTEM_PACKAGES, TOKEN, UV_VERSION, install_phase, token_phase)
 
-INSTALL_DIR = "/opt/tpu-rl"
 LOG_FILE = "/var/log/tpu-rl.log"
-# uv's installer is pinned; its version only matters for the install, not for what gets installed.
-UV_VERSION = "0.13.9"
-SYSTEM_PACKAGES = ("build-essential", "cmake", "ninja-build")  # as seed 002
 
 # The script's progress lines, "tpu-rl: <UTC time> <step>: starting|done", are written by log() and
 # _step() below and read back from the serial console by scripts/pipeline/vm.py with PROGRESS_LINE: one
@@ -46,9 +44,6 @@ SYSTEM_PACKAGES = ("build-essential", "cmake", "ninja-build")  # as seed 002
 # runCmd), so the pattern is searched, not anchored at the line start.
 LOG_TAG = "tpu-rl:"
 STARTING, DONE, CANCELLED, FAILED, BOOT = "starting", "done", "cancelled", "failed", "boot"
-# The script's phases before the steps, in the attempt record and the failure record (paths.vm_attempt,
-# paths.vm_failure): a phase that fails there leaves the same record as a step that fails.
-INSTALL, TOKEN = "install", "token"
 # The phase of the checks before a step (its marker, the cancel marker): "checking-<step>" (no space: the
 # records are space-separated key=value fields).
 CHECKING = "checking"
@@ -63,8 +58,15 @@ CANCEL_POLL_ENV = "TPU_RL_CANCEL_POLL_SECONDS"
 # internal/logger/logger_linux.go, build/configs/usr/lib/systemd/system/google-startup-scripts.service at
 # 16b9b3bf), so its lines reach the console only where syslog/journald forward there. A script that died
 # without its failure record (SIGKILL, OOM) then shows only as a heartbeat that stopped: `tpu-rl run` ends
-# when it is older than HEARTBEAT_STALE_SECONDS (uploads retry for up to ~150 s).
+# when it has not changed for HEARTBEAT_STALE_SECONDS.
+# The heartbeat has its own loop, apart from the cancel check, and each upload is one try bounded by
+# HEARTBEAT_UPLOAD_SECONDS (`timeout`): gcloud storage retries a failed request on its own, up to 32 times
+# with truncated binary exponential backoff (Cloud Storage docs, storage/docs/retry-strategy, Command line),
+# so an unbounded upload could outlast the bound. `tpu-rl run` judges silence by its own clock: no change of the
+# heartbeat for HEARTBEAT_STALE_SECONDS. The record also carries the log's size (log=): a step whose log
+# stops growing is stalled (scripts/pipeline/vm_watch.py).
 HEARTBEAT_SECONDS = CANCEL_POLL_SECONDS
+HEARTBEAT_UPLOAD_SECONDS = 60
 HEARTBEAT_STALE_SECONDS = 600
 # A bucket check (`gcloud storage ls`) that fails for another reason than "no such object" is retried this
 # many times, RETRY_SECONDS * try apart, before the script stops: a transient error at boot must not rerun
@@ -72,12 +74,6 @@ HEARTBEAT_STALE_SECONDS = 600
 # cloud_list_task.py, CloudListTask.execute: InvalidUrlError, printed as "ERROR: (gcloud.storage.ls) ...").
 GCS_NO_MATCH = "One or more URLs matched no objects"
 GCS_TRIES = 5
-RETRY_SECONDS = 10
-RETRY_ENV = "TPU_RL_GCS_RETRY_SECONDS"
-# apt waits this long for the dpkg lock instead of failing at once (apt-get(8) / apt.conf(5):
-# DPkg::Lock::Timeout, seconds), and `apt-get update` is tried this many times.
-APT_LOCK = "-o DPkg::Lock::Timeout=600"
-APT_TRIES = 3
 # How many lines of the failed phase's log go into the failure record (the whole step log goes beside it).
 FAILURE_TAIL_LINES = 40
 # The steps' processes, as maxtext_commands runs them (`python3 -m maxtext.<module>`, children of the
@@ -130,8 +126,10 @@ def _header(recipe: Recipe, paths: ArtifactPaths) -> str:
 # recipes.toml instead). Runs at every boot: installs MaxText {recipe.maxtext_version} once, then runs the
 # steps whose progress marker is missing.
 set -euo pipefail
-# Keep a log on disk and still let the guest agent copy the output to the serial console.
-exec > >(tee -a {LOG_FILE}) 2>&1
+# Keep a log on disk and still let the guest agent copy the output to the serial console. -p: a reader that
+# goes away (both agents stop reading at a line over bufio.Scanner's 64 KiB) does not kill tee with SIGPIPE,
+# nor then this script: tee writes on to the file alone (GNU coreutils tee, -p = --output-error=warn-nopipe).
+exec > >(tee -p -a {LOG_FILE}) 2>&1
 export HOME=/root
 export PATH="/root/.local/bin:/snap/bin:/usr/local/bin:/usr/bin:/bin"
 
@@ -196,9 +194,11 @@ put_step_log() {{ flush_log; phase_log | put "$1"; }}
 
 # --- cancel: `tpu-rl cancel` writes this marker; delete it and reboot the VM to go on
 readonly CANCEL_MARKER={q(paths.cancel_marker)}
+ENDED=""
 stop_if_cancelled() {{
   if step_done "$CANCEL_MARKER"; then
     log "{CANCELLED}: marker $CANCEL_MARKER exists; delete it and reboot the VM to go on"
+    ENDED={CANCELLED}
     exit 0
   fi
 }}
@@ -212,14 +212,25 @@ script_alive() {{
   local state
   state="$(sed -E 's/.*\\) (.).*/\\1/' "/proc/$$/stat" 2>/dev/null)" && [[ -n "$state" && "$state" != [ZX] ]]
 }}
-watch_cancel() {{
-  local nap=""
-  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+# A nap the TERM trap can cut short (a foreground command would delay the trap until it ended).
+nap() {{ "$@" >/dev/null 2>&1 & NAP=$!; wait "$NAP" || true; }}
+beat() {{
+  printf 'attempt=%s at=%s log=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" "$(stat -c %s "$LOG_FILE" 2>/dev/null || echo 0)" \\
+    | timeout -k 5 {HEARTBEAT_UPLOAD_SECONDS} gcloud storage cp - "$HEARTBEAT"
+}}
+watch_heartbeat() {{
+  NAP=""
+  trap 'kill "$NAP" 2>/dev/null; exit 0' TERM
   while script_alive; do
-    printf 'attempt=%s at=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" | put "$HEARTBEAT" || true
-    sleep "${{{CANCEL_POLL_ENV}:-{CANCEL_POLL_SECONDS}}}" >/dev/null 2>&1 &
-    nap=$!
-    wait "$nap" || true
+    nap beat
+    nap sleep "${{{CANCEL_POLL_ENV}:-{HEARTBEAT_SECONDS}}}"
+  done
+}}
+watch_cancel() {{
+  NAP=""
+  trap 'kill "$NAP" 2>/dev/null; exit 0' TERM
+  while script_alive; do
+    nap sleep "${{{CANCEL_POLL_ENV}:-{CANCEL_POLL_SECONDS}}}"
     if object_exists "$CANCEL_MARKER"; then
       log "{CANCELLED}: marker $CANCEL_MARKER exists; stopping the running step (SIGTERM to MaxText)"
       pkill -TERM -P "$$" -f '{MAXTEXT_PROCESS}' || true
@@ -231,12 +242,16 @@ watch_cancel() {{
 # Any other failure, of any phase, leaves the failure record `tpu-rl run` reads (and the step's log).
 on_exit() {{
   local code=$?
-  kill "$CANCEL_WATCHER" 2>/dev/null || true
-  wait "$CANCEL_WATCHER" 2>/dev/null || true
+  kill "$CANCEL_WATCHER" "$HEARTBEAT_WATCHER" 2>/dev/null || true
+  wait "$CANCEL_WATCHER" "$HEARTBEAT_WATCHER" 2>/dev/null || true
   if [[ $code -ne 0 ]] && object_exists "$CANCEL_MARKER"; then
     log "$PHASE: {CANCELLED} (marker $CANCEL_MARKER); its outputs so far are kept"
-    exit 0
+    ENDED={CANCELLED} code=0
   fi
+  # How this attempt ended, in its attempt record: `tpu-rl run` then waits for a new attempt, not on this one.
+  printf 'attempt=%s phase=%s at=%s ended=%s\\n' "$ATTEMPT" "$PHASE" "$(date -u +%FT%TZ)" \\
+    "${{ENDED:-exit-$code}}" | put "$ATTEMPT_RECORD" || true
+  [[ $code -ne 0 ]] || exit 0
   if [[ $code -ne 0 ]]; then
     log "$PHASE: {FAILED} (exit $code)"
     flush_log
@@ -254,62 +269,10 @@ begin_phase "{BOOT}"
 printf 'superseded_by=%s at=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" | put "$FAILURE_RECORD"
 watch_cancel &
 readonly CANCEL_WATCHER=$!
+watch_heartbeat &
+readonly HEARTBEAT_WATCHER=$!
 trap on_exit EXIT
 log "attempt $ATTEMPT: {BOOT}\""""
-
-
-def _install(recipe: Recipe) -> str:
-    release = recipe.maxtext
-    marker = f"{INSTALL_DIR}/.installed-{recipe.maxtext_version}"
-    # Two blocks around the activation, so the MaxText install runs inside the venv as in seed 002;
-    # the marker is written last, so an interrupted install is redone at the next boot. Seed 002's
-    # `apt upgrade -y --fix-missing` is left out (jobs/seed_differences.py).
-    return f"""# --- install (once per boot disk): uv, Python {release.python}, {release.pip} (seed 002)
-begin_phase {INSTALL}
-# The image's own apt jobs (unattended-upgrades) may hold the lock at first boot: wait for it, and retry
-# a failed update (its mirrors) a few times.
-apt_update() {{
-  local try code=0
-  for try in $(seq {APT_TRIES}); do
-    if apt-get {APT_LOCK} update -q; then return 0; else code=$?; fi
-    [[ $try -lt {APT_TRIES} ]] || break
-    log "{INSTALL}: apt-get update failed (exit $code, try $try of {APT_TRIES}), retrying"
-    sleep "$((${{{RETRY_ENV}:-{RETRY_SECONDS}}} * try))"
-  done
-  return "$code"
-}}
-if [[ ! -f {marker} ]]; then
-  log "installing {release.pip}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt_update
-  apt-get {APT_LOCK} install -y -q {' '.join(SYSTEM_PACKAGES)}
-  curl -LsSf https://astral.sh/uv/{UV_VERSION}/install.sh | sh
-  mkdir -p {INSTALL_DIR}
-  uv python install {release.python}
-  [[ -x "$VENV/bin/python" ]] || uv venv --python {release.python} --seed "$VENV"
-fi
-# shellcheck disable=SC1091
-source "$VENV/bin/activate"
-if [[ ! -f {marker} ]]; then
-  # The extra pins torch==2.11.0+cpu, which only uv resolves (PyTorch CPU index); lowest = the tested set.
-  UV_TORCH_BACKEND=cpu uv pip install {shlex.quote(release.pip)} --resolution=lowest
-  install_tpu_post_train_extra_deps
-  touch {marker}
-fi"""
-
-
-def _token(settings: Settings) -> str:
-    q = shlex.quote
-    fix = f"add a version with \\`tpu-rl secret set\\` (secret {settings.hf_token_secret})"
-    return f"""# --- the Hugging Face token: from Secret Manager into this process's environment only
-begin_phase {TOKEN}
-set +x
-if ! {HF_TOKEN_ENV}="$(gcloud secrets versions access latest --secret={q(settings.hf_token_secret)} --project={q(settings.project)})"; then
-  log "{TOKEN}: cannot read the latest version of secret {settings.hf_token_secret}: {fix}, or grant the VM's service account roles/secretmanager.secretAccessor"
-  exit 1
-fi
-export {HF_TOKEN_ENV}
-if [[ -z "${{{HF_TOKEN_ENV}}}" ]]; then log "{TOKEN}: secret {settings.hf_token_secret} is empty: {fix}"; exit 1; fi"""
 
 
 def _step(step: str, body: str, marker: str, log_url: str) -> str:
@@ -374,11 +337,11 @@ def render_startup_script(recipe: Recipe, settings: Settings) -> str:
     }
     parts = [
         _header(recipe, paths),
-        _install(recipe),
+        install_phase(recipe),
         "# --- TPU runtime environment of a single-host slice (seed 002)\n"
         + _exports({**tpu_env(recipe), **resolved.env})
         + '\nTPU_NAME="$(hostname)"\nexport TPU_NAME',
-        _token(settings),
+        token_phase(settings),
         *(_step(step, bodies[step], paths.progress_marker(step), paths.step_log(step)) for step in STEPS),
         'begin_phase "done"\nlog "all steps done; the Hugging Face model is in ' + paths.hf_export + '"',
     ]

@@ -160,11 +160,11 @@ def test_vm_status_while_train_runs_shows_its_step_loss_and_reward(settings_env,
     from contracts.tunix_log import train_step_line
     from jobs.paths import ArtifactPaths
     from jobs.vm import DONE, STARTING
-    from peers.fixtures import put_event_files
+    from peers.fixtures import SETTINGS, deploy_vm, put_event_files
     from test_cli_vm import RECIPE as VM_RECIPE
     from test_cli_vm import VM, finish, progress
 
-    google.instances[VM] = "RUNNING"
+    deploy_vm(google, SETTINGS)  # with the recipe's own startup script, which status checks first
     finish(google, gcs, "convert")()
     put_event_files(gcs, ArtifactPaths(get_recipe(VM_RECIPE), peer_settings()).tensorboard,
                     {"rewards/train/mean": [(2, 0.37)]}, tmp_path)

@@ -4,6 +4,7 @@ writes them) decide, the serial console is a live view."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -71,8 +72,28 @@ def finish(google, gcs, step: str):
     return act
 
 
+class Clock:
+    """This machine's monotonic clock as `run` reads it (scripts/pipeline/vm_watch.py clock): each reading is
+    `step` seconds after the one before, so a test reaches a bound in a few polls (poll sleeps are 0 here)."""
+
+    def __init__(self) -> None:
+        self.now, self.step = 1000.0, 1.0
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
 @pytest.fixture
-def vm(google):
+def clock(monkeypatch):
+    from scripts.pipeline import vm_watch
+    fake = Clock()
+    monkeypatch.setattr(vm_watch, "clock", fake)
+    return fake
+
+
+@pytest.fixture
+def vm(google, clock):
     deploy_vm(google, SETTINGS)
     google.serial[VM] = line(f"attempt {ATTEMPT}: boot")
     return google
@@ -123,9 +144,22 @@ def run_fails() -> str:
     return error_line(result)
 
 
-def test_vm_run_stops_with_the_record_of_a_step_that_failed(settings_env, gcs, vm, guest):
+def run_finds_it_ended(clock) -> str:
+    """`tpu-rl run` started after the attempt ended: it waits 0:10:00 (here, a few polls) for a new attempt
+    (a reboot), then ends with the old attempt's end; the error line as it would be without the wait."""
+    clock.step = 100.0
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    text = " ".join(result.output.split())
+    assert "has ended; waiting up to 0:10:00 for a new one (a reboot starts it: `gcloud compute ssh " in text
+    head, _, rest = error_line(result).partition(" ended: ")
+    assert re.fullmatch(r"error: no new attempt began in 0:10:00 after attempt \S+", head), head
+    return "error: " + rest
+
+
+def test_vm_run_stops_with_the_record_of_a_step_that_failed(settings_env, gcs, vm, guest, clock):
     assert boot_and_show(guest, gcs, vm, FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl") == 1
-    message = run_fails()
+    message = run_finds_it_ended(clock)
     assert message.startswith("error: step train failed on TPU VM rl-test-vm (exit 1, attempt ")
     assert "maxtext.trainers.post_train.rl.train_rl: stand-in error, exiting 1" in message
     assert f"tpu-rl logs {RECIPE} train" in message and "sudo reboot" in message
@@ -153,19 +187,19 @@ def test_vm_run_refuses_a_secret_whose_latest_version_is_disabled(settings_env, 
     assert not any("serialPort" in path for _, path, _ in vm.requests)
 
 
-def test_vm_run_ends_on_the_token_phase_of_a_missing_secret_version(settings_env, gcs, vm, guest):
+def test_vm_run_ends_on_the_token_phase_of_a_missing_secret_version(settings_env, gcs, vm, guest, clock):
     # The version went away after run's own check: the script's token phase fails and says how to fix it.
     assert boot_and_show(guest, gcs, vm, FAKE_TOKEN="") == 1
-    message = run_fails()
+    message = run_finds_it_ended(clock)
     assert message.startswith("error: the startup script's token failed on TPU VM rl-test-vm (exit 1")
     assert "add a version with `tpu-rl secret set` (secret hf-token)" in message
     assert f"`gcloud storage cat {PATHS.vm_failure}`" in message
 
 
-def test_vm_run_ends_on_an_install_failure(settings_env, gcs, vm, guest):
+def test_vm_run_ends_on_an_install_failure(settings_env, gcs, vm, guest, clock):
     guest.install_marker.unlink()
     assert boot_and_show(guest, gcs, vm, FAIL_TOOL="apt-get", TPU_RL_GCS_RETRY_SECONDS="0") == 100
-    message = run_fails()
+    message = run_finds_it_ended(clock)
     assert message.startswith("error: the startup script's install failed on TPU VM rl-test-vm (exit 100")
     assert "E: stand-in failure of apt-get -o DPkg::Lock::Timeout=600 update -q" in message
     status = runner.invoke(app, ["status", RECIPE])
@@ -192,7 +226,8 @@ def test_a_reboot_after_a_failed_step_follows_the_new_attempt(settings_env, gcs,
 
     def second_boot_starts():
         # The new attempt's record and its train start, while the old failure record is still there.
-        put(gcs, PATHS.vm_attempt, guest.object(PATHS.vm_attempt).read_text().replace("phase=done", "phase=train"))
+        put(gcs, PATHS.vm_attempt, guest.object(PATHS.vm_attempt).read_text().replace("phase=done", "phase=train")
+            .replace(" ended=exit-0", ""))
         vm.serial[VM] = first_boot + guest.console(boots=[(until_train, 0)], running=True)
 
     def second_boot_ends():
@@ -292,7 +327,7 @@ def test_vm_run_waits_through_a_maintenance_stop_that_recovers(settings_env, gcs
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert ("TPU VM rl-test-vm is TERMINATED (host maintenance stops TPU VMs, and Compute Engine restarts them): "
-            "waiting up to 0:20:00 for it") in text
+            "waiting up to 1:00:00 from its stop") in text
     assert "TPU VM rl-test-vm is RUNNING again: its startup script resumes at the first step not done" in text
 
 
@@ -302,8 +337,10 @@ def test_vm_run_says_to_delete_and_redeploy_a_vm_that_stays_stopped(settings_env
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED
     message = error_line(result)
-    assert message.startswith("error: TPU VM rl-test-vm stayed TERMINATED for 0:00:00 before convert finished, and a "
-                              "TPU VM cannot be started again: `gcloud compute instances delete rl-test-vm ")
+    assert message.startswith("error: TPU VM rl-test-vm is still TERMINATED 0:00:00 after it stopped, before convert "
+                              "finished (the grace: 0:00:00); a TPU VM cannot be started again by hand, but "
+                              "maintenance may keep it away up to a few hours (`tpu-rl run` again follows it when "
+                              "it is back); else `gcloud compute instances delete rl-test-vm ")
     assert f"then `npx cdktf deploy {RECIPE}`: the new VM's startup script resumes at the first step" in message
     assert "start it again" not in result.output
 

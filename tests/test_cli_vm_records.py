@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from typer.testing import CliRunner
 
-from test_cli_vm import (ATTEMPT, PATHS, RECIPE, RUN, VM, begin, boot_and_show, error_line, finish, guest, put,
-                         run_fails, vm)  # noqa: F401 (guest, vm: fixtures used by name)
+from test_cli_vm import (ATTEMPT, PATHS, RECIPE, RUN, VM, begin, boot_and_show, clock, error_line, finish, guest,
+                         put, run_finds_it_ended, run_fails, vm)  # noqa: F401 (clock, guest, vm: fixtures)
 
 from jobs.vm import HEARTBEAT_STALE_SECONDS
 from scripts.cli import app
@@ -44,51 +44,53 @@ def the_vm_goes_away(google):
 
 # --- 1. the console carries none of the guest agent's lines ---------------------------------------------
 
-def test_a_failed_step_ends_run_from_the_bucket_alone(settings_env, gcs, vm, guest):
+def test_a_failed_step_ends_run_from_the_bucket_alone(settings_env, gcs, vm, guest, clock):
     boot_and_show(guest, gcs, vm, FAIL_MODULE=TRAIN)
     vm.serial[VM] = guest.console(agent="unforwarded")
     assert "startup-script" not in vm.serial[VM] and "Finished running" not in vm.serial[VM]
-    message = run_fails()
+    message = run_finds_it_ended(clock)
     assert message.startswith("error: step train failed on TPU VM rl-test-vm (exit 1, attempt ")
     assert f"{TRAIN}: stand-in error, exiting 1" in message
 
 
-def test_a_script_killed_without_a_record_ends_run_when_its_heartbeat_stops(settings_env, gcs, vm, guest):
+def test_a_script_killed_without_a_record_ends_run_when_its_heartbeat_stops(settings_env, gcs, vm, guest, clock):
     # The script is SIGKILLed in train: no trap, no failure record; its heartbeat (written when it started)
-    # stays behind. The console shows nothing of the script.
+    # stays behind, unchanged. The console shows nothing of the script. Silence is judged by this machine's
+    # clock, whatever the VM's clock wrote into the record.
     assert boot_and_show(guest, gcs, vm, KILL_MODULE=TRAIN, TPU_RL_CANCEL_POLL_SECONDS="1") == -9
     assert not guest.object(PATHS.vm_failure).read_text().startswith("attempt=")
     heartbeat = guest.object(PATHS.vm_heartbeat).read_text()
     assert heartbeat.startswith("attempt=") and " phase=" not in heartbeat
     vm.serial[VM] = guest.console(agent="unforwarded")
-    stale = heartbeat.split(" at=")[0] + f" at={ago(HEARTBEAT_STALE_SECONDS + 60)}\n"
-    vm.on_serial_read += [lambda: None, lambda: put(gcs, PATHS.vm_heartbeat, stale)] + [lambda: None] * 2 \
-        + [the_vm_goes_away(vm)]
+    future = heartbeat.split(" at=")[0] + " at=2099-01-01T00:00:00Z\n"  # a VM clock far ahead does not matter
+    vm.on_serial_read += [lambda: None, lambda: put(gcs, PATHS.vm_heartbeat, future)]
+    vm.on_serial_read += [lambda: None] * 30 + [the_vm_goes_away(vm)]
+    clock.step = 60.0
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
     text = " ".join(result.output.split())
-    assert "train: running" in text  # a fresh heartbeat: still waiting
-    assert "and 0:10:00 without it ends the wait" in text  # the wait says its bound
+    assert "train: running" in text
+    assert "and 0:10:00 without a change (by this machine's clock) ends the wait" in text  # the wait's bound
     message = error_line(result)
-    assert message.startswith(f"error: the startup script of TPU VM rl-test-vm stopped rewriting its heartbeat "
-                              f"{PATHS.vm_heartbeat} at ")
-    assert ("before train finished, and left no failure record while the VM is RUNNING: it was killed (out of "
-            "memory?) or cannot reach the bucket") in message
-    assert "`sudo journalctl -t google_metadata_script_runner` on the VM" in message
+    assert message.startswith(f"error: the startup script of TPU VM rl-test-vm has left no failure record and its "
+                              f"heartbeat {PATHS.vm_heartbeat} (last: 2099-01-01T00:00:00Z by the VM's clock) has "
+                              "not changed for 0:1")
+    assert "while the VM is RUNNING, before train finished" in message
+    assert ("check the VM before rebooting it: `gcloud compute ssh rl-test-vm --zone=us-east5-b --project="
+            "tpu-rl-test --tunnel-through-iap -- sudo journalctl -t google_metadata_script_runner -n 50` shows "
+            "whether the script still runs") in message
 
 
-def test_a_vm_whose_script_never_wrote_a_heartbeat_ends_run(settings_env, gcs, vm):
+def test_a_vm_whose_script_never_wrote_a_heartbeat_ends_run(settings_env, gcs, vm, clock):
     vm.serial[VM] = ""  # nothing of the script reaches the console
-    vm.boots[VM] = {"creationTimestamp": rfc3339_ago(3 * HEARTBEAT_STALE_SECONDS),
-                    "lastStartTimestamp": rfc3339_ago(2 * HEARTBEAT_STALE_SECONDS)}
-    vm.on_serial_read += [lambda: None] * 3 + [the_vm_goes_away(vm)]
+    vm.on_serial_read += [lambda: None] * 30 + [the_vm_goes_away(vm)]
+    clock.step = 60.0
     message = run_fails()
-    assert message.startswith("error: TPU VM rl-test-vm started at ")
-    assert (f"ago) and its startup script has written no heartbeat {PATHS.vm_heartbeat} since, nor a "
-            "failure record: the guest agent did not run it, or it died before its first line") in message
+    assert message.startswith(f"error: the startup script of TPU VM rl-test-vm has left no failure record and no "
+                              f"heartbeat {PATHS.vm_heartbeat} of this boot has appeared for 0:1")
 
 
-# --- 2. logs of a step that reruns: the current attempt's, not the earlier attempt's log -------------------
+# --- 2. logs of a rerunning step: the current attempt's, not the earlier attempt's log -------------------
 
 def test_logs_of_a_rerunning_step_show_the_current_attempt(settings_env, gcs, vm, guest):
     assert boot_and_show(guest, gcs, vm, FAIL_MODULE=TRAIN) == 1  # the bucket holds train's failed log

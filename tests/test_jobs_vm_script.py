@@ -297,7 +297,7 @@ def test_a_boot_supersedes_the_old_failure_before_anything_else(guest):
     code, calls, _ = guest.boot()
     assert code == 0 and calls == []
     attempt = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
-    assert attempt.attempt != first.attempt and attempt.phase == "token"
+    assert attempt.attempt != first.attempt and (attempt.phase, attempt.ended) == ("checking-train", "cancelled")
     assert Failure.parse(guest.object(PATHS.vm_failure).read_text()) is None
 
 

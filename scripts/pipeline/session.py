@@ -48,7 +48,7 @@ class Session:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     poll_interval: float = 15.0
     # How long `run` waits for a TPU VM that maintenance stopped to come back (scripts/pipeline/vm.py).
-    maintenance_grace: float = 1200.0
+    maintenance_grace: float = 3600.0
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     confirm: Callable[[str], bool] | None = None  # interactive yes/no; None = not interactive

@@ -4,8 +4,6 @@ view, and verifies each step's output like on GKE."""
 
 from __future__ import annotations
 
-from datetime import timezone
-
 from google.api_core import exceptions as gexc
 from rich.markup import escape
 
@@ -21,6 +19,7 @@ from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, 
 from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_script, get_instance,
                                         require_token_version)
 from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState, booted_at
+from scripts.pipeline.vm_watch import STALL_SECONDS, ConsoleBuffer, Watch
 
 
 def _started_step(line: str, run: str) -> str | None:
@@ -82,16 +81,17 @@ def train_attempt(console_text: str, run: str) -> tuple[int, str]:
     return len(_starts(console_text.splitlines(), "train", run)), "\n".join(section)
 
 
-def read_state(session: Session, console_text: str, instance=None) -> VmState:
+def read_state(session: Session, console_text: str, instance=None, replaced: frozenset[str] = frozenset()) -> VmState:
     """The run's state: its markers, records and cancel marker in the bucket, and the console's view; with
-    the instance, only the records of its current boot."""
+    the instance, only the records of its current boot; without those of the `replaced` attempt."""
     storage, paths = session.clients.storage(), session.paths
     done = {name.removesuffix(".done") for name in done_markers(session)}
     return VmState.of(done, Attempt.parse(gcs.read_text(storage, paths.vm_attempt)),
                       Failure.parse(gcs.read_text(storage, paths.vm_failure)),
                       ConsoleView.read(console_text, paths.run_name), bool(cancelled_at(session)),
                       booted_at(instance) if instance is not None else None,
-                      Attempt.parse(gcs.read_text(storage, paths.vm_heartbeat)), console_readable(instance))
+                      Attempt.parse(gcs.read_text(storage, paths.vm_heartbeat)), console_readable(instance),
+                      replaced)
 
 
 def console_readable(instance) -> bool:
@@ -165,40 +165,22 @@ def failure_message(session: Session, state: VmState, pending: list[str]) -> str
         logs = (f"logs: {session.logs_hint(failure.phase)}" if failure.phase in STEPS
                 else f"the record: `gcloud storage cat {session.paths.vm_failure}`")
         return (f"{what} failed on TPU VM {vm} (exit {failure.code}, attempt {failure.attempt}): "
-                f"{failure.last_line[:200]!r}; {logs}; fix it and reboot the VM "
-                f"(`{ssh_command(session.settings)} -- sudo reboot`) to resume")
+                f"{failure.last_line[:200]!r}; {logs}; fix it, then {resume_hint(session)}")
     verdict = state.ended_without_record
     if verdict and pending:
         return (f"the startup script of TPU VM {vm} ended ({verdict}, says the guest agent) before {pending[0]} "
                 f"finished and left no failure record; last console line: {_last_line(state.view.text)!r}; "
                 f"see {session.logs_hint(pending[0])}")
-    return silence_message(session, state, pending)
+    if state.ended and pending:
+        return (f"the startup script's attempt {state.current} on TPU VM {vm} ended ({state.ended}) before "
+                f"{pending[0]} finished; {resume_hint(session)}")
+    return None
 
 
-def silence_message(session: Session, state: VmState, pending: list[str]) -> str | None:
-    """One line when neither the console nor the bucket said anything for HEARTBEAT_STALE_SECONDS while the VM
-    is RUNNING: the script's heartbeat stopped (killed without its failure record: SIGKILL, out of memory),
-    or it never wrote one since the VM started (the guest agent did not run it)."""
-    heard = state.last_heard() if state.running and pending and not state.failure else None
-    if not heard:
-        return None
-    what, at = heard
-    silent = (session.now() - at).total_seconds()
-    if silent < HEARTBEAT_STALE_SECONDS:
-        return None
-    vm, beat, settings = session.settings.vm_name, session.paths.vm_heartbeat, session.settings
-    since = f"{at.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%SZ} ({hms(silent)} ago)"
-    # Where the newer agent's script runner logs: syslog with the ident google_metadata_script_runner
-    # (google-guest-agent cmd/gce_metadata_script_runner/scriptrunner.go main, logger_linux.go at 16b9b3bf).
-    journal = "`sudo journalctl -t google_metadata_script_runner` on the VM"
-    reboot = f"reboot it (`{ssh_command(settings)} -- sudo reboot`) to resume"
-    if what == "heartbeat":
-        return (f"the startup script of TPU VM {vm} stopped rewriting its heartbeat {beat} at {since} before "
-                f"{pending[0]} finished, and left no failure record while the VM is RUNNING: it was killed (out "
-                f"of memory?) or cannot reach the bucket; see {session.logs_hint(pending[0])} and {journal}; {reboot}")
-    return (f"TPU VM {vm} started at {since} and its startup script has written no heartbeat {beat} since, nor a "
-            f"failure record: the guest agent did not run it, or it died before its first line; see {journal}; "
-            f"{reboot}")
+def resume_hint(session: Session) -> str:
+    """How to start a new attempt, and that `run` follows it."""
+    return (f"reboot the VM (`{ssh_command(session.settings)} -- sudo reboot`) to resume, then `tpu-rl run "
+            f"{session.recipe.name}` follows the new attempt")
 
 
 def _last_line(text: str) -> str:
@@ -212,7 +194,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
     console, paths = session.console, session.paths
     serial = SerialReader(session)
     maintenance = Maintenance(session)
-    console_text = ""
+    buffer, watch = ConsoleBuffer(paths.run_name), Watch(session)
     reported: dict[str, str] = {}
     # tunix's step lines reach the console through the startup script's output (jobs/vm.py sends stderr
     # there too), so the same parser as on GKE reads them; the reward comes from the same bucket path.
@@ -221,17 +203,29 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
     evaluations = EvaluationWatch(session, record)  # the evaluation lines reach the console the same way
     console.print(f"following the startup script of TPU VM {session.settings.vm_name}: its records in the bucket "
                   f"decide, the console is a live view; it rewrites {paths.vm_heartbeat} every "
-                  f"{HEARTBEAT_SECONDS} s, and {hms(HEARTBEAT_STALE_SECONDS)} without it ends the wait")
+                  f"{HEARTBEAT_SECONDS} s, and {hms(HEARTBEAT_STALE_SECONDS)} without a change (by this machine's "
+                  f"clock) ends the wait; so does a step with no new output for {hms(STALL_SECONDS)} or more")
+    first = True
     try:
         while pending:
             maintenance.check(pending)
-            text = serial.new_text() if console_readable(maintenance.instance) else ""
-            console_text += text
+            text = _console_text(serial, maintenance)
+            console_text = buffer.add(text)
             at = cancelled_at(session)
             if at:
                 raise RunCancelled(f"step {pending[0]} was cancelled: `tpu-rl cancel` wrote "
                                    f"{paths.cancel_marker} at {at}; its outputs are kept; {go_on_hint(session)}")
-            state = read_state(session, console_text, maintenance.instance)
+            state = read_state(session, console_text, maintenance.instance, watch.replaced)
+            if first:
+                first = False
+                ended = failure_message(session, state, pending) or (
+                    f"the attempt ended ({state.ended})" if state.ended else None)
+                if ended and state.current:
+                    watch.resuming(state, ended, _attempts_of(session, console_text))
+                    state = read_state(session, console_text, maintenance.instance, watch.replaced)
+            awaited = watch.waiting_for_new_attempt(state)
+            if awaited:
+                raise StepFailed(awaited)
             states = state.states()
             if "train" in pending and "corr=" in text:
                 evaluations.see("\n".join(step_section(console_text, "train", paths.run_name) or []),
@@ -244,12 +238,14 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
             if phase and phase not in STEPS and reported.get("") != phase:
                 console.print(f"startup script: {phase}")
                 reported[""] = phase
+            train_step = None
             for step in list(pending):
                 state_of = states.get(step, "waiting")
                 shown = state_of
                 if step == "train" and state_of == "running":
-                    shown += progress_suffix(progress.update(*train_attempt(console_text, paths.run_name)),
-                                             session.recipe.train_steps, reward.latest())
+                    now = progress.update(*train_attempt(console_text, paths.run_name))
+                    train_step = now.step if now else None
+                    shown += progress_suffix(now, session.recipe.train_steps, reward.latest())
                 if reported.get(step) != shown:
                     console.print(f"{step}: {shown}")
                     if state_of == "running" and not reported.get(step, "").startswith("running"):
@@ -264,13 +260,37 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                 record.step(step, "succeeded", **fields)
             if not pending:
                 break
-            message = failure_message(session, state, pending)
-            if message:
-                raise StepFailed(message)
+            if awaited is None:
+                message = (failure_message(session, state, pending) or watch.silence(state, pending)
+                           or (watch.stall(state, pending[0], train_step) if states.get(pending[0]) == "running"
+                               else None))
+                if message:
+                    raise StepFailed(message)
             session.sleep(session.poll_interval)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted: the TPU VM keeps running its startup script. Reattach with "
                           f"`tpu-rl run {session.recipe.name}`") from None
+
+
+def _attempts_of(session: Session, console_text: str) -> frozenset[str]:
+    """Every attempt the bucket's records and the console name now: none of them is a new attempt."""
+    storage, paths = session.clients.storage(), session.paths
+    records = [Attempt.parse(gcs.read_text(storage, url)) for url in (paths.vm_attempt, paths.vm_heartbeat)]
+    records.append(Failure.parse(gcs.read_text(storage, paths.vm_failure)))
+    view = ConsoleView.read(console_text, paths.run_name)
+    return frozenset([record.attempt for record in records if record] + ([view.attempt] if view.attempt else []))
+
+
+def _console_text(serial: SerialReader, maintenance: Maintenance) -> str:
+    """The console's new text while the VM is RUNNING. The VM may stop between the instance read and this one
+    (Compute Engine then refuses the console, a 400): that is a change of state, which the next poll's
+    instance read sees, not an error."""
+    if not console_readable(maintenance.instance):
+        return ""
+    try:
+        return serial.new_text()
+    except gexc.BadRequest:
+        return ""
 
 
 def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
@@ -290,6 +310,8 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
     if instance.status in STOPPED:
         console.print(f"nothing to cancel: TPU VM {vm} is {instance.status}, so no step of run {run} runs")
         return
+    # The VM's script polls its own run's marker: one of another run's would never be read.
+    check_deployed_script(session, instance)
     at = cancelled_at(session)
     if at:
         console.print(f"nothing to cancel: run {run} was cancelled at {at}; {go_on_hint(session)}")

@@ -13,7 +13,7 @@ from recipes import UserError
 from scripts.cloud import hf_token
 from scripts.outcome import StepFailed
 from scripts.pipeline.session import Session, hms
-from scripts.pipeline.vm_state import METADATA_KEY
+from scripts.pipeline.vm_state import METADATA_KEY, parse_time
 
 # Instance statuses in which the startup script does not run. A TPU VM "can only stop during host
 # maintenance events" and with automaticRestart (hashicorp/google 6.50.0 scheduling.automatic_restart
@@ -21,9 +21,13 @@ from scripts.pipeline.vm_state import METADATA_KEY
 # (Compute Engine docs, compute/docs/instances/setting-vm-host-options, Limitations; "TPUs often recover
 # automatically from maintenance events", else "delete and recreate the TPU resources", tpu/docs/
 # prepare-for-maintenance). A user cannot start it again: "You can't restart TPU instances" (compute/docs/
-# instances/stop-start-instance, Limitations). So `run` waits Session.maintenance_grace for it, then says to
-# delete and redeploy it.
+# instances/stop-start-instance, Limitations). So `run` waits Session.maintenance_grace (an hour) from the
+# stop for it, then says to delete and redeploy it, or to run again later: a maintenance event normally
+# reschedules the slice "as soon as possible", but one may be unavailable "up to a few hours" when capacity is
+# short (Cloud TPU docs, tpu/docs/manually-start-maintenance, Limitations).
 STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING", "REPAIRING"}
+# On its way back (Compute Engine API, Instance status): bounded by the same grace, from the stop.
+STARTING_UP = {"PROVISIONING", "STAGING"}
 
 
 def get_instance(session: Session):
@@ -105,16 +109,22 @@ class Maintenance:
                              f"`npx cdktf deploy {session.recipe.name}` creates it again and its startup script "
                              "resumes at the first step not done") from None
         now: datetime = session.now()
-        if status not in STOPPED:
+        if status not in STOPPED | STARTING_UP:
             if self.since is not None:
                 session.console.print(f"TPU VM {vm} is {status} again: its startup script resumes at the first "
                                       "step not done")
                 self.since = None
             return
         if self.since is None:
-            self.since = now
+            # The grace counts from the stop itself (Instance lastStopTimestamp), not from when `run` saw it.
+            stop, start = (parse_time(getattr(self.instance, name, "")) for name in ("last_stop_timestamp",
+                                                                                     "last_start_timestamp"))
+            self.since = stop if stop and (start is None or stop >= start) else now
             session.console.print(f"TPU VM {vm} is {status} (host maintenance stops TPU VMs, and Compute Engine "
-                                  f"restarts them): waiting up to {hms(session.maintenance_grace)} for it")
-        elif (now - self.since).total_seconds() >= session.maintenance_grace:
-            raise StepFailed(f"TPU VM {vm} stayed {status} for {hms(session.maintenance_grace)} before "
-                             f"{pending[0]} finished, and a TPU VM cannot be started again: {redeploy_hint(session)}")
+                                  f"restarts them): waiting up to {hms(session.maintenance_grace)} from its stop")
+        stopped = (now - self.since).total_seconds()
+        if stopped >= session.maintenance_grace:
+            raise StepFailed(f"TPU VM {vm} is still {status} {hms(stopped)} after it stopped, before {pending[0]} "
+                             f"finished (the grace: {hms(session.maintenance_grace)}); a TPU VM cannot be started "
+                             "again by hand, but maintenance may keep it away up to a few hours (`tpu-rl run` again "
+                             f"follows it when it is back); else {redeploy_hint(session)}")

@@ -32,7 +32,7 @@ AGENT_FINISHED = "Finished running startup scripts"
 SCRIPT_OUTPUT = (f"{METADATA_KEY}: ", f'Metadata key("{METADATA_KEY}")')
 
 
-def _time(text: str | None) -> datetime | None:
+def parse_time(text: str | None) -> datetime | None:
     """A record's `at` (jobs/vm.py: `date -u +%FT%TZ`) or an instance's RFC 3339 timestamp; None if neither."""
     try:
         value = datetime.fromisoformat(text or "")
@@ -44,7 +44,7 @@ def _time(text: str | None) -> datetime | None:
 def booted_at(instance) -> datetime | None:
     """When the VM's current boot began: its last start, else its creation (Compute Engine API, Instance
     `lastStartTimestamp` and `creationTimestamp`, RFC 3339 text), to the second like the records' `at`."""
-    times = [_time(getattr(instance, name, "")) for name in ("last_start_timestamp", "creation_timestamp")]
+    times = [parse_time(getattr(instance, name, "")) for name in ("last_start_timestamp", "creation_timestamp")]
     found = [value for value in times if value]
     return max(found).replace(microsecond=0) if found else None
 
@@ -60,13 +60,17 @@ class Attempt:
     attempt: str
     phase: str
     at: str
+    ended: str = ""  # how the attempt ended (jobs/vm.py on_exit: cancelled, exit-N); "" while it runs
+    log: int | None = None  # the heartbeat's: the size of the script's log then
 
     @classmethod
     def parse(cls, text: str | None) -> Attempt | None:
         values = _fields(text.splitlines()[0]) if text and text.strip() else {}
         if "attempt" not in values:
             return None
-        return cls(values["attempt"], values.get("phase", ""), values.get("at", ""))
+        log = values.get("log", "")
+        return cls(values["attempt"], values.get("phase", ""), values.get("at", ""), values.get("ended", ""),
+                   int(log) if log.isdigit() else None)
 
 
 @dataclass(frozen=True)
@@ -143,18 +147,26 @@ class VmState:
     heartbeat: Attempt | None = None  # only the current attempt's (paths.vm_heartbeat: attempt and at)
     booted: datetime | None = None  # when the VM's current boot began, if known
     running: bool = False  # the VM is RUNNING: a silent script is then a finding, not a stopped VM
+    current: str | None = None  # the current attempt, when known
 
     @classmethod
     def of(cls, done, attempt: Attempt | None, failure: Failure | None, view: ConsoleView,
            cancelled: bool = False, booted: datetime | None = None, heartbeat: Attempt | None = None,
-           running: bool = False) -> VmState:
+           running: bool = False, replaced: frozenset[str] = frozenset()) -> VmState:
+        """`replaced`: the attempts seen when one had ended, which `run` waits to see followed by a new one (a guest reboot
+        changes no instance timestamp): its records and its part of the console are not the current ones."""
         # A record written before the VM's current boot began (`booted`, booted_at) is an earlier boot's or
         # an earlier VM's: a replaced VM, or a reboot before the new boot's first line.
         def this_boot(record):
-            at = _time(record.at) if record else None
+            at = parse_time(record.at) if record else None
             return record if record and (booted is None or at is None or at >= booted) else None
 
-        attempt, failure, heartbeat = this_boot(attempt), this_boot(failure), this_boot(heartbeat)
+        def not_replaced(record):
+            return record if record and record.attempt not in replaced else None
+
+        attempt, failure, heartbeat = (not_replaced(this_boot(record)) for record in (attempt, failure, heartbeat))
+        if replaced and (view.attempt is None or view.attempt in replaced):
+            view = ConsoleView()
         # The console's last attempt line is the newest boot; without it (scrolled out, or a console the
         # agent's output does not reach) the bucket's records.
         current = view.attempt or next((record.attempt for record in (attempt, heartbeat) if record), None)
@@ -163,12 +175,17 @@ class VmState:
             return record if record and record.attempt == current else None
 
         return cls(frozenset(done), current_only(attempt), current_only(failure), view, cancelled,
-                   current_only(heartbeat), booted, running)
+                   current_only(heartbeat), booted, running, current)
+
+    @property
+    def ended(self) -> str | None:
+        """How the current attempt ended, by its own record (jobs/vm.py on_exit); None while it runs."""
+        return self.attempt.ended if self.attempt and self.attempt.ended else None
 
     def last_heard(self) -> tuple[str, datetime] | None:
         """The newest sign of life of this boot's script: ("heartbeat", its time), else ("boot", when the VM
         started) while the script has written none; None when neither is known."""
-        at = _time(self.heartbeat.at) if self.heartbeat else None
+        at = parse_time(self.heartbeat.at) if self.heartbeat else None
         if at:
             return "heartbeat", at
         return ("boot", self.booted) if self.booted else None

@@ -14,7 +14,7 @@ from scripts.pipeline.progress import last_train_step, training_now
 from scripts.pipeline.session import Session, StatusReport, StepStatus
 from scripts.pipeline.vm import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
                                  read_state, step_section, train_attempt)
-from scripts.pipeline.vm_checks import get_instance
+from scripts.pipeline.vm_checks import check_deployed_script, get_instance
 
 
 def status_vm(session: Session) -> StatusReport:
@@ -36,6 +36,8 @@ def status_vm(session: Session) -> StatusReport:
                             f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
                             f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
                             "TPU_NAME)")
+    # The VM's script writes its own run's records: with another script, this run's would be misread.
+    check_deployed_script(session, instance)
     readable = console_readable(instance)
     text = SerialReader(session).new_text() if readable else ""
     state = read_state(session, text, instance)

@@ -1,0 +1,138 @@
+"""The bounds of `tpu-rl run` on a VM recipe, judged by this machine's own monotonic clock (never by comparing
+it with the VM's `date`): a new attempt after one that ended, a heartbeat that stopped changing, a step whose
+output stopped; and the console kept to what the parsers need."""
+
+from __future__ import annotations
+
+import time
+
+from jobs.vm import ATTEMPT_LINE, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SECONDS, PROGRESS_LINE, STARTING, ssh_command
+from scripts.pipeline.session import Session, hms
+from scripts.pipeline.vm_state import VmState
+
+clock = time.monotonic  # tests replace it (scripts/pipeline/vm_watch.py is the one reader)
+
+# After an attempt that ended (failed, cancelled, or ended without its record), `run` waits this long for a
+# new one: a guest reboot (`sudo reboot`) keeps the instance RUNNING and its lastStartTimestamp (only a start
+# of the instance sets it, Compute Engine API, Instance lastStartTimestamp), so only the new attempt's own
+# records tell it began; a reboot of a TPU VM and its guest agent's start take a few minutes.
+RESUME_WAIT_SECONDS = 600
+# A step that logs nothing (convert, export: the log's size in the heartbeat) or reaches no new training
+# step (train) for this long is stalled; train's bound grows with its observed step time.
+STALL_SECONDS = 1800
+STALL_STEP_TIMES = 10
+# The console kept between polls: the run's last attempt line and step starts, and this much of its tail
+# (the console itself serves 1 MB, instances.getSerialPortOutput).
+CONSOLE_TAIL_BYTES = 2 << 20
+
+
+class ConsoleBuffer:
+    """The console as the parsers need it: the last attempt line of the run and the step starts after it
+    (anchors), then a bounded tail, instead of all of it, re-split every poll."""
+
+    def __init__(self, run: str) -> None:
+        self.run, self.anchors, self.tail = run, [], ""
+
+    def add(self, text: str) -> str:
+        self.tail += text
+        cut = self.tail.rfind("\n", 0, len(self.tail) - CONSOLE_TAIL_BYTES) if len(self.tail) > CONSOLE_TAIL_BYTES \
+            else -1
+        if cut >= 0:
+            self._anchor(self.tail[:cut + 1])
+            self.tail = self.tail[cut + 1:]
+        return self.text
+
+    def _anchor(self, dropped: str) -> None:
+        for line in dropped.splitlines():
+            attempt = ATTEMPT_LINE.search(line)
+            if attempt and attempt["run"] == self.run:
+                self.anchors = [line]
+            start = PROGRESS_LINE.search(line)
+            if start and start["run"] == self.run and start["event"] == STARTING:
+                self.anchors.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(f"{line}\n" for line in self.anchors) + self.tail
+
+
+class Watch:
+    """What ends the wait besides a record: no new attempt after an ended one, a silent heartbeat, a stall."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.replaced: frozenset[str] = frozenset()  # the attempts seen when one had ended: none is new
+        self.waiting = False
+        self.ended_message = ""
+        self.since = clock()
+        self.beat: tuple[object, float] = (None, clock())
+        self.output: tuple[object, float] = (None, clock())
+        self.step_times: list[float] = []
+        self.last_train: tuple[int, float] | None = None
+
+    def resuming(self, state: VmState, message: str, seen: frozenset[str]) -> None:
+        """The attempt `run` found had already ended: wait for a new one, saying so and how to start it."""
+        self.replaced, self.ended_message, self.since = seen | {state.current}, message, clock()
+        self.ended, self.waiting = state.current, True
+        settings = self.session.settings
+        self.session.console.print(
+            f"the startup script's last attempt {state.current} on TPU VM {settings.vm_name} has ended; waiting "
+            f"up to {hms(RESUME_WAIT_SECONDS)} for a new one (a reboot starts it: `{ssh_command(settings)} -- sudo "
+            "reboot`)")
+
+    def waiting_for_new_attempt(self, state: VmState) -> str | None:
+        """None once a new attempt began (or none was awaited); else the message when the wait is over, or ""."""
+        if not self.waiting or state.current is not None:
+            if self.waiting:
+                self.session.console.print(f"startup script: attempt {state.current} began")
+                self.waiting = False
+            return None
+        if clock() - self.since < RESUME_WAIT_SECONDS:
+            return ""
+        return (f"no new attempt began in {hms(RESUME_WAIT_SECONDS)} after attempt {self.ended} ended: "
+                f"{self.ended_message}")
+
+    def silence(self, state: VmState, pending: list[str]) -> str | None:
+        """No change of the heartbeat (or none at all) for HEARTBEAT_STALE_SECONDS by this machine's clock."""
+        key = (state.current, state.heartbeat) if state.running and not state.failure else None
+        if key != self.beat[0] or key is None:
+            self.beat = (key, clock())
+            return None
+        silent = clock() - self.beat[1]
+        if silent < HEARTBEAT_STALE_SECONDS:
+            return None
+        settings, beat = self.session.settings, self.session.paths.vm_heartbeat
+        ssh = ssh_command(settings)
+        seen = (f"its heartbeat {beat} (last: {state.heartbeat.at} by the VM's clock) has not changed"
+                if state.heartbeat else f"no heartbeat {beat} of this boot has appeared")
+        return (f"the startup script of TPU VM {settings.vm_name} has left no failure record and {seen} for "
+                f"{hms(silent)} while the VM is RUNNING, before {pending[0]} finished (written every "
+                f"{HEARTBEAT_SECONDS} s): check the VM before rebooting it: `{ssh} -- sudo journalctl -t "
+                "google_metadata_script_runner -n 50` shows whether the script still runs (it was killed, out "
+                f"of memory?, or cannot reach the bucket); if not, `{ssh} -- sudo reboot` resumes it")
+
+    def stall(self, state: VmState, step: str, train_step: int | None) -> str | None:
+        """A running step with no new output (the log's size in the heartbeat; train: a new training step when
+        the console shows them) for its bound."""
+        log = state.heartbeat.log if state.heartbeat else None
+        key = (state.current, step, train_step if train_step is not None else log)
+        now = clock()
+        if train_step is not None and (self.last_train is None or self.last_train[0] != train_step):
+            if self.last_train is not None:
+                self.step_times.append((now - self.last_train[1]) / max(1, abs(train_step - self.last_train[0])))
+            self.last_train = (train_step, now)
+        if key != self.output[0]:
+            self.output = (key, now)
+            return None
+        bound = STALL_SECONDS
+        if step == "train" and self.step_times:
+            bound = max(STALL_SECONDS, STALL_STEP_TIMES * max(self.step_times))
+        still = now - self.output[1]
+        if still < bound or key[2] is None:
+            return None
+        recipe = self.session.recipe.name
+        seen = (f"its last training step is {train_step}" if train_step is not None
+                else f"its log has stayed at {log} bytes")
+        return (f"step {step} on TPU VM {self.session.settings.vm_name} looks stalled: {seen} for {hms(still)} "
+                f"(the bound: {hms(bound)}); look with `tpu-rl logs {recipe} {step}`, and stop it with "
+                f"`tpu-rl cancel {recipe}`")

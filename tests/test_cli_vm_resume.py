@@ -1,0 +1,141 @@
+"""`tpu-rl run/cancel/status` of the VM recipe after an attempt ended (a guest reboot keeps the instance RUNNING
+and its timestamps), with another run's script on the VM, through a console read refused mid-poll, a step that
+stalls, and a maintenance stop judged from its own timestamp. Real CLI, fake Compute API, GCS emulator, the
+real startup script under bash (tests/peers/vm_guest.py)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from typer.testing import CliRunner
+
+from test_cli_vm import (PATHS, RECIPE, VM, ago, begin, boot_and_show, clock, error_line, finish, guest, put,
+                         vm)  # noqa: F401 (clock, guest, vm: fixtures)
+
+from jobs.vm import CANCELLED
+from peers.fixtures import SETTINGS, deploy_vm
+from peers.http import Fault
+from scripts.cli import app
+from scripts.outcome import ExitCode
+
+runner = CliRunner()
+TRAIN = "maxtext.trainers.post_train.rl.train_rl"
+
+
+def a_day_ago() -> dict:
+    """The instance's timestamps of a VM started a day ago: a guest reboot since does not change them."""
+    day = (datetime.now(timezone.utc) - timedelta(days=1)).isoformat(timespec="milliseconds")
+    return {"creationTimestamp": day, "lastStartTimestamp": day}
+
+
+def rebooted(guest, gcs, vm, agent="guest-agent"):
+    """The user's `sudo reboot`: the real script boots again, resumes and finishes."""
+    def act():
+        boot_and_show(guest, gcs, vm)
+        vm.serial[VM] = guest.console(agent)
+    return act
+
+
+def test_run_after_fix_and_reboot_follows_the_new_attempt_not_the_old_failure(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm, FAIL_MODULE=TRAIN) == 1
+    vm.boots[VM] = a_day_ago()
+    # `tpu-rl run` right after `sudo reboot`: two polls still show only the failed attempt.
+    vm.on_serial_read += [lambda: None, lambda: None, rebooted(guest, gcs, vm)]
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert re.search(r"the startup script's last attempt \S+ on TPU VM rl-test-vm has ended; waiting up to 0:10:00 "
+                     r"for a new one \(a reboot starts it: `gcloud compute ssh rl-test-vm .* -- sudo reboot`\)", text)
+    assert re.search(r"startup script: attempt \S+ began", text)
+    assert "train: output verified" in text and "error" not in text
+
+
+@pytest.mark.parametrize("agent", ["guest-agent", "unforwarded"])
+def test_run_after_cancel_and_reboot_follows_the_new_attempt(settings_env, gcs, vm, guest, agent):
+    marker = guest.object(PATHS.cancel_marker)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("2026-11-30T00:00:00Z\n")
+    assert guest.boot()[0] == 0  # the cancelled boot: it stops before convert, exit 0
+    ended = guest.object(PATHS.vm_attempt).read_text()
+    assert f" ended={CANCELLED}" in ended  # how the attempt ended is in its record
+    marker.unlink()  # `gcloud storage rm <marker>`, as the hint says
+    guest.sync_to(gcs)
+    put(gcs, PATHS.vm_heartbeat, re.sub(r"at=\S+", f"at={ago(7200)}", guest.object(PATHS.vm_heartbeat).read_text()))
+    put(gcs, PATHS.vm_attempt, re.sub(r"at=\S+", f"at={ago(7200)}", ended))
+    vm.boots[VM] = a_day_ago()
+    vm.serial[VM] = guest.console(agent=agent)
+    vm.on_serial_read += [lambda: None, lambda: None, rebooted(guest, gcs, vm, agent)]
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert "export: output verified" in result.output
+
+
+def test_run_with_no_new_attempt_ends_after_its_stated_wait_with_the_old_failure(settings_env, gcs, vm, guest, clock):
+    assert boot_and_show(guest, gcs, vm, FAIL_MODULE=TRAIN) == 1
+    clock.step = 100.0
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    message = error_line(result)
+    assert re.match(r"error: no new attempt began in 0:10:00 after attempt \S+ ended: step train failed on TPU VM "
+                    r"rl-test-vm \(exit 1, ", message), message
+    assert message.endswith(f"then `tpu-rl run {RECIPE}` follows the new attempt")
+
+
+def test_cancel_and_status_refuse_a_vm_running_another_runs_script(settings_env, gcs, google, clock):
+    deploy_vm(google, SETTINGS, run="older")  # the recipe changed since the stack was deployed
+    google.serial[VM] = ""
+    for command in (["cancel", RECIPE, "--yes"], ["status", RECIPE]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == ExitCode.BAD_INPUT, result.output
+        assert error_line(result).startswith("error: TPU VM rl-test-vm has the startup script of run older, not ")
+        assert f"`npx cdktf deploy {RECIPE}` replaces the VM" in error_line(result)
+    assert not gcs.bucket(PATHS.cancel_marker.split("/")[2]).blob(
+        PATHS.cancel_marker.split("/", 3)[3]).exists()  # no marker the VM's script would never read
+
+
+def test_a_console_read_refused_right_after_a_running_read_is_a_state_change(settings_env, gcs, vm):
+    script = []
+    for step in ("convert", "train", "export"):
+        script += [begin(vm, gcs, step), finish(vm, gcs, step)]
+    vm.on_serial_read += script
+    # The VM stopped between the instance read (RUNNING) and the console read: Compute Engine refuses it.
+    vm.faults.append(Fault("GET", "/serialPort", 400, times=1, after=2))
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_step_whose_log_stops_growing_ends_run_as_stalled(settings_env, gcs, vm, clock):
+    begin(vm, gcs, "convert")()
+
+    def beat(n):  # the watcher beats on through a hang: a new time each round, the same log size
+        return lambda: put(gcs, PATHS.vm_heartbeat, f"attempt=20261130T000000Z-1 at=2026-11-30T00:0{n}:00Z log=4096\n")
+
+    vm.on_serial_read += [beat(n % 10) for n in range(40)]
+    clock.step = 120.0
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    message = error_line(result)
+    assert message.startswith("error: step convert on TPU VM rl-test-vm looks stalled: its log has stayed at 4096 "
+                              "bytes for 0:"), message
+    assert f"look with `tpu-rl logs {RECIPE} convert`, and stop it with `tpu-rl cancel {RECIPE}`" in message
+
+
+def test_a_maintenance_stop_counts_its_grace_from_the_stop(settings_env, gcs, vm, monkeypatch):
+    monkeypatch.setenv("TPU_RL_MAINTENANCE_GRACE_SECONDS", "1800")
+    vm.instances[VM] = "TERMINATED"
+    now = datetime.now(timezone.utc)
+    vm.boots[VM] = {"lastStartTimestamp": (now - timedelta(days=1)).isoformat(timespec="milliseconds"),
+                    "lastStopTimestamp": (now - timedelta(hours=1)).isoformat(timespec="milliseconds")}
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert error_line(result).startswith("error: TPU VM rl-test-vm is still TERMINATED 1:00:0")
+
+
+def test_a_vm_that_stays_staging_is_bounded_like_a_stopped_one(settings_env, gcs, vm, monkeypatch):
+    monkeypatch.setenv("TPU_RL_MAINTENANCE_GRACE_SECONDS", "0")
+    vm.instances[VM] = "STAGING"
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert error_line(result).startswith("error: TPU VM rl-test-vm is still STAGING ")
