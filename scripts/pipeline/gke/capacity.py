@@ -87,7 +87,7 @@ def note_phases(session: Session, job: StepJob, record: RunRecord, phases: Phase
     fields: dict = {"phases": phases.as_record()}
     if job.step == "train":
         by_phase = phases.seconds()
-        idle = idle_tpu(session.recipe, by_phase, _mode_ran_on(session, job))
+        idle = idle_tpu(session.recipe, by_phase, phases.capacity or _mode_ran_on(session, job))
         fields["tpu_idle"] = idle.as_record()
         session.console.print(escape(idle.line(job.step, by_phase)))
     record.note(job.step, **fields)
@@ -124,8 +124,9 @@ def _wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, recor
                 then = (f"later, or with a longer CAPACITY_WAIT (now "
                         f"{describe_waits(dict(session.settings.capacity_wait), (CPU,))})" if short.mode == CPU
                         else "to submit it again")
-                raise StepFailed(f"step {job.step} stopped: {short.why}; JobSet {job.name} deleted; rerun {go_on} "
-                                 f"{then}") from None
+                bills = ", so no TPU bills" if job.step == "train" else ""
+                raise StepFailed(f"step {job.step} stopped: {short.why}; JobSet {job.name} deleted{bills}; rerun "
+                                 f"{go_on} {then}") from None
             if short.trained:
                 lost += 1
                 if lost > MAX_LOST_SLICES:
