@@ -121,3 +121,47 @@ def test_a_train_head_without_a_cpu_node_while_its_workers_bill_stops_after_the_
     waited = sum(p["seconds"] for p in train["phases"] if p["phase"] == "waiting for head")
     assert waited >= 30 * 60 and train["tpu_idle"]["seconds"] == waited, json.dumps(train)
     assert train["tpu_idle"]["capacity"] == "flex-start" and train["tpu_idle"]["usd_estimate"] > 0
+
+
+def test_a_spot_reclaim_is_recorded_in_run_json_with_the_pods_own_words_and_the_step_resumed_from(cloud, monkeypatch):
+    from jobs.paths import ArtifactPaths
+    from peers.fixtures import put_checkpoint
+
+    kube = cloud["kube"]
+    put_checkpoint(cloud["gcs"], ArtifactPaths(load_settings().recipe(get_recipe(RECIPE)), peer_settings()), 20)
+    kube.plan(TRAIN, capacity="spot", ticks=3, reclaimed_after=3, **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "spot", "30m")
+    assert result.exit_code == 0, result.output
+    [restart] = run_record(cloud)["steps"]["train"]["restarts"]
+    # The kubelet's graceful node shutdown, as the fake's pod says it (kube_api._reclaim_node).
+    assert restart["preempted"] is True and restart["restart"] == 1 and restart["at"].endswith("Z")
+    assert "DisruptionTarget TerminationByKubelet: Pod was terminated in response to imminent node shutdown." \
+        in restart["reason"], restart
+    assert restart["resumes_from_step"] == 20, restart
+
+
+def test_a_revoked_slice_met_by_a_reattaching_run_is_submitted_again_from_the_first_mode(cloud, monkeypatch):
+    """An earlier `run` moved the step on to flex-start (its JobSet pins it there); this one reattaches,
+    and GKE revokes the slice before this run saw it ready. The slice was had (GKE revokes only a
+    provisioned one), so the step is submitted again as rendered: Kueue tries the reservation first."""
+    from jobs.k8s import pin_capacity
+    from peers.kube_api import Plan
+    from test_cli_capacity_loss import tpu_selector
+
+    monkeypatch.setenv("CAPACITY", "reservation,flex-start")
+    kube = cloud["kube"]
+    plan = kube.plan(TRAIN, capacity="flex-start", reclaimed_after=10_000, nodes_return=False, revoked=True,
+                     outcome="hang", resubmitted=Plan(capacity="reservation", **succeeds(cloud)))
+    manifest = render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())["train"]
+    kube.put_jobset(pin_capacity(manifest, "flex-start", None))
+    for _ in range(6):  # provisioned, admitted, its pods ready: an earlier `run` trained on it
+        kube._advance(TRAIN)
+    assert kube.jobsets[TRAIN]["status"]["replicatedJobsStatus"][0]["ready"]
+    plan.reclaimed_after = kube._ticks[TRAIN]  # revoked at this run's first look
+    result = run_train(cloud, monkeypatch, "reservation,flex-start", "4h")
+    assert result.exit_code == 0, result.output
+    assert "reattaching to it" in result.output
+    [lost] = [line for line in result.output.splitlines() if line.startswith("train: the flex-start slice went away")]
+    assert "CapacityRevoked" in lost
+    assert kube.deleted == [TRAIN] and kube.created == [TRAIN]
+    assert "tpu-rl/capacity" not in tpu_selector(kube.jobsets[TRAIN]), tpu_selector(kube.jobsets[TRAIN])

@@ -65,6 +65,7 @@ class Phases:
     step: str
     spans: list[list] = field(default_factory=list)  # [phase, started, seconds]
     capacity: str | None = None  # the mode the TPU workers last had their nodes on (admission.py)
+    restarts: list[dict] = field(default_factory=list)  # each JobSet restart (gke/wait.py restart_of)
 
     def observe(self, phase: str | None, now: datetime) -> str | None:
         """Count up to `now`; the line to print when the phase changed, else None."""
