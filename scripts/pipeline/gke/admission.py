@@ -1,6 +1,7 @@
 """What a step's JobSet really waits for, read from the Workload Kueue owns for it and, on flex-start, the
 ProvisioningRequest Kueue filed for its slice; and the end of that wait: a deactivated workload at once,
-or the capacity mode's CAPACITY_WAIT (recipes/capacity_wait.py) without all TPU workers ready.
+or the capacity mode's CAPACITY_WAIT (recipes/capacity_wait.py) without a node for all TPU workers
+(or CAPACITY_WAIT's cpu without one for the Pathways head).
 
 Kueue v0.17.1 (docs/capacity.md has the sources): a suspended JobSet is a Workload that is queued for
 quota, or has quota and waits for its admission check (the ProvisioningRequest), or was evicted and is

@@ -11,8 +11,9 @@ step submitted again, or one line. docs/capacity.md says why `run` decides this 
   the JobSet is deleted and submitted again from the first mode, and training resumes from its last
   checkpoint; at most MAX_LOST_SLICES times.
 - After the last place: one line naming what was tried, for how long, and the next command.
-- A CPU step (convert, export) without all its pods ready within CAPACITY_WAIT's `cpu`: deleted, and
-  one line naming what it waited for, for how long, and the next command; a CPU step has no next mode."""
+- A CPU step (convert, export) without a node for its pods within CAPACITY_WAIT's `cpu`, or a train
+  step's Pathways head without one: deleted, and one line naming what it waited for, for how long, and
+  the next command; the CPU pool has no next mode."""
 
 from __future__ import annotations
 
