@@ -87,14 +87,20 @@ def _head_without_a_cpu_node(kube, monkeypatch, workers: bool) -> None:
     monkeypatch.setattr(kube, "_advance", advance)
 
 
-def test_a_train_head_without_a_cpu_node_and_no_workers_yet_stops_after_the_cpu_wait(cloud, monkeypatch):
+def _head_stops(cloud, monkeypatch, mode: str, capacity: str, wait: str, workers: bool):
+    """`run` on a train step whose head gets no CPU node: it stops; the result and its error line."""
     kube = cloud["kube"]
     slow_polls(monkeypatch)
-    kube.plan(TRAIN, capacity="spot", ticks=400, outcome="hang", **succeeds(cloud))
-    _head_without_a_cpu_node(kube, monkeypatch, workers=False)
-    result = run_train(cloud, monkeypatch, "spot,on-demand", "cpu=30m")
+    kube.plan(TRAIN, capacity=mode, ticks=400, outcome="hang", **succeeds(cloud))
+    _head_without_a_cpu_node(kube, monkeypatch, workers=workers)
+    result = run_train(cloud, monkeypatch, capacity, wait)
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
-    line = error_line(result)
+    return result, error_line(result)
+
+
+def test_a_train_head_without_a_cpu_node_and_no_workers_yet_stops_after_the_cpu_wait(cloud, monkeypatch):
+    kube = cloud["kube"]
+    result, line = _head_stops(cloud, monkeypatch, "spot", "spot,on-demand", "cpu=30m", workers=False)
     assert line.startswith("error: step train stopped: waiting for a node of the CPU pool (n4-standard-64)") and \
         f"for the Pathways head: {CPU_UNSCHEDULABLE} for " in line, line
     assert "longer than CAPACITY_WAIT's cpu=30m" in line and "no spot capacity" not in result.output
@@ -104,12 +110,8 @@ def test_a_train_head_without_a_cpu_node_and_no_workers_yet_stops_after_the_cpu_
 
 def test_a_train_head_without_a_cpu_node_while_its_workers_bill_stops_after_the_cpu_wait(cloud, monkeypatch):
     kube = cloud["kube"]
-    slow_polls(monkeypatch)
-    kube.plan(TRAIN, capacity="flex-start", ticks=40, outcome="hang", **succeeds(cloud))
-    _head_without_a_cpu_node(kube, monkeypatch, workers=True)
-    result = run_train(cloud, monkeypatch, "flex-start,spot", "flex-start=4h,spot=30m,cpu=30m")
-    assert result.exit_code == ExitCode.JOB_FAILED, result.output
-    line = error_line(result)
+    result, line = _head_stops(cloud, monkeypatch, "flex-start", "flex-start,spot", "flex-start=4h,spot=30m,cpu=30m",
+                               workers=True)
     assert "waiting for a node of the CPU pool (n4-standard-64)" in line and "for the Pathways head" in line, line
     assert "flex-start" not in line and "workers" not in line
     assert "train: waiting for a node of the CPU pool (" in result.output
