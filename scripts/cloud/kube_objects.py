@@ -142,7 +142,7 @@ def has_had_node(pod: dict) -> bool:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         state = status.get("state") or {}
         if status.get("restartCount") or (state.get("running") or {}).get("startedAt") \
-                or (state.get("terminated") or {}).get("startedAt") or status.get("lastState", {}).get("terminated"):
+                or (state.get("terminated") or {}).get("startedAt") or (status.get("lastState") or {}).get("terminated"):
             return True
     return False
 
