@@ -1,17 +1,18 @@
 """How long `tpu-rl run` waits for TPU capacity in each mode before it moves on, and for a node of the
 CPU pool for a CPU step (convert, export) before it stops (setting CAPACITY_WAIT, key `cpu`).
 
-The wait of one mode is the time a train step's TPU workers go without all being ready on that mode:
+The wait of one mode is the time a train step's TPU workers go without all having a node on that mode:
 queued in Kueue, waiting for GKE to provision a flex-start slice (the ProvisioningRequest's queue), or
-admitted but unschedulable because the zone has no stock. Past it, `run` deletes the step's JobSet (so
+admitted but unschedulable because the zone has no stock (a pod scheduled, or that has run, had its
+capacity). `cpu` also bounds a train step's Pathways head waiting for a node of the CPU pool. Past it, `run` deletes the step's JobSet (so
 nothing bills and no request stays queued) and submits it on the next mode of CAPACITY; after the last one
 it stops with one line. docs/capacity.md says why `run` and not Kueue decides this.
 
 The defaults are this project's choice, not an upstream value: long enough for a cold pool of a
 multi-host slice to scale from zero and pull its images, and for flex-start a few hours, since GKE's
 Dynamic Workload Scheduler queues a request until the whole slice can be had. A CPU step has no next
-mode: past `cpu`'s wait without all its pods ready (its pool's machine type out of stock in the zone,
-or no quota), `run` deletes its JobSet and stops with one line.
+mode: past `cpu`'s wait without a node for all its pods (its pool's machine type out of stock in the
+zone, or no quota), `run` deletes its JobSet and stops with one line.
 """
 
 from __future__ import annotations

@@ -319,10 +319,10 @@ def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> R
 
 
 # The phases of a train step (scripts/pipeline/phases.py) in which its TPU hosts exist, and so bill, while
-# nothing trains: the pods have their nodes while the images are pulled and the model loads, and the
-# trainer waits for a checkpoint save. Queued and provisioning bill no TPU on a pool that scales from
-# zero (no host yet); a reservation bills anyway.
-TPU_IDLE_PHASES = ("pulling images", "loading", "saving")
+# nothing trains: the workers have their nodes while the Pathways head waits for one, while the images
+# are pulled and the model loads, and the trainer waits for a checkpoint save. Queued and provisioning
+# (the workers without nodes) bill no TPU on a pool that scales from zero; a reservation bills anyway.
+TPU_IDLE_PHASES = ("waiting for head", "pulling images", "loading", "saving")
 
 
 @dataclass(frozen=True)

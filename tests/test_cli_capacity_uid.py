@@ -53,3 +53,23 @@ def test_the_fake_api_answers_a_delete_with_another_uid_with_the_api_servers_409
     api.delete_namespaced_custom_object(group, version, "default", "jobsets", TRAIN,
                                         body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid)))
     assert TRAIN not in kube.jobsets  # its own UID deletes it
+
+
+def test_run_replace_deletes_only_the_jobset_it_planned_to_replace(cloud, monkeypatch):
+    """`run --replace` deletes the JobSet its plan read by UID, as a shortfall does: one that a concurrent
+    `run --replace` put in its place meanwhile is left alone, and nothing is submitted."""
+    from jobs import render_manifests
+    from peers.fixtures import peer_settings, put_step_output
+    from recipes import get_recipe, load_settings
+    from typer.testing import CliRunner
+    from scripts.cli import app
+
+    kube = cloud["kube"]
+    monkeypatch.setenv("CAPACITY", "spot")
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    kube.put_jobset(render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())["train"], "failed")
+    kube.replaced_before_delete = True
+    result = CliRunner().invoke(app, ["run", RECIPE, "--steps", "train", "--replace"])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert f"JobSet {TRAIN} was meanwhile replaced by another of the same name" in error_line(result)
+    assert TRAIN in kube.jobsets and kube.deleted == [] and kube.created == []

@@ -36,7 +36,7 @@ def test_idle_tpu_time_is_the_slice_chips_over_the_phases_where_hosts_exist_but_
     """qwen3-v6e32 on spot: 32 chips; 7 min pulling images and 3 min loading = 10 min, so 32 x 10/60 =
     5.33 chip-hours at spot's $1.35 (recipes/prices.toml) = $7.20. Queued and provisioning bill no TPU on
     a pool that scales from zero, and training is not idle."""
-    assert TPU_IDLE_PHASES == ("pulling images", "loading", "saving")
+    assert TPU_IDLE_PHASES == ("waiting for head", "pulling images", "loading", "saving")
     idle = idle_tpu(get_recipe(RECIPE), {"queued": 3600, "provisioning": 600, "pulling images": 420,
                                          "loading": 180, "training": 5400}, "spot")
     assert idle.seconds == 600

@@ -14,7 +14,7 @@ from scripts.cloud import gcs as bucket_reader
 from scripts.cloud.clients import Clients
 from scripts.cloud.kube_objects import JobSetState, capacity_of, current_attempt
 from scripts.pipeline.gke.steps import StepJob
-from scripts.pipeline.gke.wait import restart_line
+from scripts.pipeline.gke.wait import restart_of
 from scripts.pipeline.session import Session
 
 RECIPE = "qwen3-v6e32"
@@ -61,8 +61,8 @@ def _train_job() -> StepJob:
 
 def test_a_restart_without_a_disrupted_pod_is_reported_as_a_failure_and_from_step_0(gcs, settings_env):
     state = JobSetState("running", restarts=2, max_restarts=3)
-    line = restart_line(_session(), _train_job(), state, [],
-                        ["pod head-0 container workload-container OOMKilled (exit code 137)"])
+    line, _ = restart_of(_session(), _train_job(), state, [],
+                         ["pod head-0 container workload-container OOMKilled (exit code 137)"])
     assert line == (f"train: failed (pod head-0 container workload-container OOMKilled (exit code 137)); JobSet "
                     f"restarted (2 of 3); no finished checkpoint in {actor_dir()} yet, so training starts again at "
                     "step 0")
@@ -71,8 +71,8 @@ def test_a_restart_without_a_disrupted_pod_is_reported_as_a_failure_and_from_ste
 def test_a_restart_names_the_last_preemption_seen(gcs, settings_env):
     put_checkpoint(gcs, "40")
     state = JobSetState("running", restarts=1, max_restarts=3)
-    line = restart_line(_session(), _train_job(), state, ["pod w-1 DisruptionTarget DeletionByPodGC"],
-                        ["pod w-1 container pathways-worker Error (exit code 143)"])
+    line, _ = restart_of(_session(), _train_job(), state, ["pod w-1 DisruptionTarget DeletionByPodGC"],
+                         ["pod w-1 container pathways-worker Error (exit code 143)"])
     assert line == (f"train: preempted (pod w-1 DisruptionTarget DeletionByPodGC); JobSet restarted (1 of 3); "
                     f"training resumes from checkpoint step 40 ({actor_dir()}40)")
 

@@ -153,3 +153,25 @@ def test_the_workload_name_is_kueues_hash_of_kind_group_name_and_uid():
         "job-marketing-campaign-autumn-2024-region-north-america-department-digital-strategy-sub-department-social-"
         "media-engagement-tracker-and-analytics-dashboard-v2-final-revision-by-engineering-team-lead-senior-architect-"
         "validation-checked-approved-by-l-218b8")
+
+
+@pytest.mark.parametrize("how, reason, message", [
+    ("deactivated by Kueue", "DeactivatedDueToAdmissionCheck",
+     "The workload is deactivated due to Admission check(s): flex-start-slice, were rejected"),
+    ("stopped by someone", "Deactivated", "The workload is deactivated"),
+])
+def test_the_fakes_evicted_workload_is_released_as_kueues_job_reconciler_does(how, reason, message):
+    """kubernetes-sigs/kueue v0.17.1 (6fcc132c) pkg/controller/jobframework/reconciler.go 590-592: once the
+    job is stopped, Requeued False with the Evicted condition's reason and message, and QuotaReserved
+    False, reason Pending, with the Evicted message (workload.UnsetQuotaReservationWithCondition)."""
+    workload = kueue.workload_for({"metadata": {"name": "x", "uid": "u-1", "namespace": "default"},
+                                   "spec": render_manifests(get_recipe("qwen3-v6e32"), peer_settings())["train"]["spec"]})
+    kueue.deactivate(workload, kueue.CHECK) if how == "deactivated by Kueue" else kueue.stop(workload)
+    conditions = {c["type"]: c for c in workload["status"]["conditions"]}
+    assert (conditions["Evicted"]["status"], conditions["Evicted"]["reason"]) == ("True", reason)
+    assert conditions["Evicted"]["message"] == message
+    assert (conditions["Requeued"]["status"], conditions["Requeued"]["reason"],
+            conditions["Requeued"]["message"]) == ("False", reason, message)
+    assert (conditions["QuotaReserved"]["status"], conditions["QuotaReserved"]["reason"],
+            conditions["QuotaReserved"]["message"]) == ("False", "Pending", message)
+    assert workload["spec"]["active"] is False and "admission" not in workload["status"]

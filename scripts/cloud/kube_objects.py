@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from recipes.conventions import CAPACITY_NODE_LABEL, ZONE_NODE_LABEL
+from recipes.conventions import CAPACITY_NODE_LABEL, TPU_ACCELERATOR_LABEL, ZONE_NODE_LABEL
 
 # JobSet v0.12.0 labels every Job and pod with the restart attempt it belongs to, status.restarts at the
 # time it was created (pkg/constants RestartsKey; pkg/controllers/jobset_controller.go labelAndAnnotateObject).
@@ -125,6 +125,26 @@ def placement_of(pods: list[dict]) -> str | None:
     """Where the pods run, for `status`: 'spot in us-east5-b', or the mode alone when no zone is known."""
     mode, zone = capacity_of(pods), zone_of(pods)
     return f"{mode} in {zone}" if mode and zone else mode
+
+
+def tpu_pods(pods: list[dict]) -> list[dict]:
+    """The pods that select TPU nodes (a train step's workers; the Pathways head selects the CPU pool)."""
+    return [pod for pod in pods if TPU_ACCELERATOR_LABEL in ((pod.get("spec") or {}).get("nodeSelector") or {})]
+
+
+def has_had_node(pod: dict) -> bool:
+    """Whether the pod has had its capacity: it is scheduled on a node (spec.nodeName, or PodScheduled
+    True), or it has run (a container with a start, or restartCount > 0; core/v1 ContainerStatus). A pod
+    of it that is not Ready is a container restarting, its images pulling or the step finishing, never a
+    shortfall of capacity."""
+    if (pod.get("spec") or {}).get("nodeName") or _true_condition(pod, "PodScheduled"):
+        return True
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = status.get("state") or {}
+        if status.get("restartCount") or (state.get("running") or {}).get("startedAt") \
+                or (state.get("terminated") or {}).get("startedAt") or (status.get("lastState") or {}).get("terminated"):
+            return True
+    return False
 
 
 @dataclass(frozen=True)

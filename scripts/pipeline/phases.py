@@ -3,7 +3,9 @@ slice, the money) went. Read from what the cluster shows at each poll:
 
 - queued: the JobSet is suspended and Kueue has not given it quota (its Workload is pending or absent);
 - provisioning: Kueue holds it for its flex-start ProvisioningRequest, or its pods wait for a node
-  (not scheduled yet: a pool scaling up from zero);
+  (not scheduled yet: a pool scaling up from zero), the TPU workers among them;
+- waiting for head (train only): the TPU workers have their nodes, and bill, while the Pathways head
+  waits for a node of the CPU pool;
 - pulling images: every pod has a node and a container still waits with reason ContainerCreating or
   PodInitializing, the kubelet's reasons for a container that is not created yet, which is while its
   image is pulled and its volumes mounted (kubernetes/kubernetes pkg/kubelet/kubelet_pods.go,
@@ -24,15 +26,10 @@ from datetime import datetime
 
 from rich.markup import escape
 
-from scripts.cloud.kube_objects import JobSetState
+from scripts.cloud.kube_objects import JobSetState, has_had_node, tpu_pods
 from scripts.pipeline.session import hms
 
 NOT_CREATED = ("ContainerCreating", "PodInitializing")  # kubelet_pods.go, "Container state reason list"
-
-
-def _scheduled(pod: dict) -> bool:
-    return any(c.get("type") == "PodScheduled" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _creating(pod: dict) -> bool:
@@ -49,8 +46,9 @@ def phase_of(state: JobSetState, waiting_for_request: bool, pods: list[dict], tr
         return "provisioning" if waiting_for_request else "queued"
     if state.phase != "running" or not pods:
         return None
-    if not all(_scheduled(pod) for pod in pods):
-        return "provisioning"
+    if not all(map(has_had_node, pods)):
+        tpu = tpu_pods(pods)
+        return "waiting for head" if tpu and all(map(has_had_node, tpu)) else "provisioning"
     if any(_creating(pod) for pod in pods):
         return "pulling images"
     if not train:
@@ -66,6 +64,8 @@ class Phases:
 
     step: str
     spans: list[list] = field(default_factory=list)  # [phase, started, seconds]
+    capacity: str | None = None  # the mode the TPU workers last had their nodes on (admission.py)
+    restarts: list[dict] = field(default_factory=list)  # each JobSet restart (gke/wait.py restart_of)
 
     def observe(self, phase: str | None, now: datetime) -> str | None:
         """Count up to `now`; the line to print when the phase changed, else None."""

@@ -33,7 +33,9 @@ UNSCHEDULABLE = "0/3 nodes are available: 3 node(s) didn't match Pod's node affi
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The time of the drill: the clock the fake Kueue and `run` share (kueue.use_clock), so the ages of
+    JobSets, pods and conditions agree with `run`'s virtual time."""
+    return kueue.now()
 
 
 def _selected(labels: dict, query: dict) -> bool:
@@ -534,7 +536,7 @@ class KubeApi(PeerServer):
             text = plan.log_reads.pop(0) if len(plan.log_reads) > 1 else plan.log_reads[0]
         lines = [(started + timedelta(microseconds=i), line) for i, line in enumerate(text.splitlines(keepends=True))]
         if query.get("sinceSeconds"):
-            cutoff = datetime.now(timezone.utc) - timedelta(seconds=int(query["sinceSeconds"]))
+            cutoff = kueue.moment() - timedelta(seconds=int(query["sinceSeconds"]))
             lines = [(stamp, line) for stamp, line in lines if stamp >= cutoff]
         if query.get("tailLines"):
             lines = lines[-int(query["tailLines"]):]

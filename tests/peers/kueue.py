@@ -192,31 +192,36 @@ def conclude_request(request: dict, outcome: str, message: str) -> None:
     request["status"]["conditions"] = [*conditions, condition(outcome, True, outcome, message)]
 
 
+def _evicted(workload: dict, reason: str, message: str) -> None:
+    """The eviction, then the job reconciler releasing the quota once the job is stopped (kubernetes-sigs/
+    kueue v0.17.1, 6fcc132c, pkg/controller/jobframework/reconciler.go 590-592): Requeued False with the
+    Evicted reason and message (True only for preemption and node failures), QuotaReserved False with
+    reason Pending and the Evicted message (workload.UnsetQuotaReservationWithCondition), and Admitted
+    False NoReservation (SyncAdmittedCondition)."""
+    workload["spec"]["active"] = False
+    workload["status"].pop("admission", None)
+    set_condition(workload, condition("Evicted", True, reason, message))
+    set_condition(workload, condition("QuotaReserved", False, "Pending", message))
+    set_condition(workload, condition("Admitted", False, "NoReservation", "The workload has no reservation"))
+    set_condition(workload, condition("Requeued", False, reason, message))
+
+
 def deactivate(workload: dict, rejected: str) -> None:
     """What Kueue v0.17.1 (6fcc132c) does after a Rejected check: DeactivationTarget (workload_controller.go
     737), spec.active false (389-393), then the eviction with reason DeactivatedDueToAdmissionCheck
     (pkg/workload/workload.go 1646, ReasonWithCause 1832) that drops DeactivationTarget (476-478) and
-    releases the quota; with no admission left, the checks limited to some flavors, as ours is to the
-    flex-start one, are removed (workload.go 1506-1530, workload_controller.go 936 syncAdmissionCheckConditions;
-    test/integration/singlecluster/controller/core/workload_controller_test.go 263-300)."""
+    releases the quota (_evicted); with no admission left, the checks limited to some flavors, as ours is
+    to the flex-start one, are removed (workload.go 1506-1530, workload_controller.go 936
+    syncAdmissionCheckConditions; test/integration/singlecluster/controller/core/workload_controller_test.go
+    263-300)."""
     cause = f"Admission check(s): {rejected}, were rejected"
-    workload["spec"]["active"] = False
-    status = workload["status"]
-    status.pop("admission", None)
-    set_condition(workload, condition("Evicted", True, "DeactivatedDueToAdmissionCheck",
-                                      f"The workload is deactivated due to {cause}"))
-    set_condition(workload, condition("QuotaReserved", False, "Pending", "The workload is deactivated"))
-    set_condition(workload, condition("Admitted", False, "NoReservation", "The workload has no reservation"))
-    set_condition(workload, condition("Requeued", False, "Deactivated", "The workload is deactivated"))
-    status.pop("admissionChecks", None)
-    status.pop("requeueState", None)  # cleared on deactivation (workload_controller.go 473-485)
+    _evicted(workload, "DeactivatedDueToAdmissionCheck", f"The workload is deactivated due to {cause}")
+    workload["status"].pop("admissionChecks", None)
+    workload["status"].pop("requeueState", None)  # cleared on deactivation (workload_controller.go 473-485)
 
 
 def stop(workload: dict) -> None:
     """Someone (kueuectl stop, kubectl patch) sets spec.active false: Kueue evicts it with plain reason
-    Deactivated and message "The workload is deactivated" (workload_controller.go 462-463)."""
-    workload["spec"]["active"] = False
-    workload["status"].pop("admission", None)
-    set_condition(workload, condition("Evicted", True, "Deactivated", "The workload is deactivated"))
-    set_condition(workload, condition("QuotaReserved", False, "Pending", "The workload is deactivated"))
-    set_condition(workload, condition("Admitted", False, "NoReservation", "The workload has no reservation"))
+    Deactivated and message "The workload is deactivated" (workload_controller.go 462-463), and releases
+    its quota as for any eviction (_evicted)."""
+    _evicted(workload, "Deactivated", "The workload is deactivated")

@@ -1,6 +1,7 @@
 """What a step's JobSet really waits for, read from the Workload Kueue owns for it and, on flex-start, the
 ProvisioningRequest Kueue filed for its slice; and the end of that wait: a deactivated workload at once,
-or the capacity mode's CAPACITY_WAIT (recipes/capacity_wait.py) without all TPU workers ready.
+or the capacity mode's CAPACITY_WAIT (recipes/capacity_wait.py) without a node for all TPU workers
+(or CAPACITY_WAIT's cpu without one for the Pathways head).
 
 Kueue v0.17.1 (docs/capacity.md has the sources): a suspended JobSet is a Workload that is queued for
 quota, or has quota and waits for its admission check (the ProvisioningRequest), or was evicted and is
@@ -16,10 +17,11 @@ from typing import TYPE_CHECKING
 from jobs.k8s import pin_capacity
 from recipes import conventions
 from recipes.capacity_wait import CPU, describe_waits
-from recipes.conventions import CAPACITY_NODE_LABEL, TPU_ACCELERATOR_LABEL, ZONE_NODE_LABEL
+from recipes.conventions import CAPACITY_NODE_LABEL, ZONE_NODE_LABEL
 from recipes.placement import Place, tpu_places
 from scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
-                                        capacity_of, latest_request, pod_counts, workload_of, workload_state, zone_of)
+                                        capacity_of, has_had_node, latest_request, pod_counts, tpu_pods, workload_of,
+                                        workload_state, zone_of)
 from scripts.outcome import StepFailed
 from scripts.pipeline.gke.steps import StepJob, parse_time
 from scripts.pipeline.session import Session, hms
@@ -96,10 +98,6 @@ def jobset_uid(jobset: dict | None) -> str:
     return ((jobset or {}).get("metadata") or {}).get("uid", "")
 
 
-def _tpu_pods(pods: list[dict]) -> list[dict]:
-    return [pod for pod in pods if TPU_ACCELERATOR_LABEL in ((pod.get("spec") or {}).get("nodeSelector") or {})]
-
-
 def _unschedulable(pods: list[dict]) -> str:
     for pod in pods:
         for condition in (pod.get("status") or {}).get("conditions") or []:
@@ -144,12 +142,12 @@ class CapacityShortfall(StepFailed):
 class CapacityWatch:
     """Follows one submission of a step: what it awaits, since when, and whether that is too long.
 
-    The clock of an attempt starts when its JobSet was created (so a reattaching `run` keeps counting),
-    again at each restart, and again at every poll that sees all the step's pods ready: `waited` is the
-    time the step has gone without them. Once an attempt has had all its pods ready it has its slice, so
-    a pod of it that is not Ready is a container restarting or the step finishing (the head's sidecars
-    keep its pod Running but not Ready until the JobSet completes), never a shortfall; only Kueue
-    deactivating its workload ends it. Any step stops on a workload someone else deactivated."""
+    While the JobSet is suspended, the clock of an attempt starts when its JobSet was created (so a
+    reattaching `run` keeps counting) and again at each restart. Once it runs, only its pods that never had
+    a node wait for capacity, each since its creation: a pod scheduled, or that has run, had its capacity,
+    so a pod that is not Ready is a container restarting, its images pulling or the step finishing (the
+    head's sidecars keep its pod Running but not Ready until the JobSet completes), never a shortfall,
+    however old the JobSet. Any step stops on a workload someone else deactivated."""
 
     session: Session
     job: StepJob
@@ -162,6 +160,8 @@ class CapacityWatch:
     phases: "Phases | None" = None  # scripts/pipeline/phases.py, kept across submissions of the step
     ready_attempt: int | None = None  # the attempt (JobSet restarts) that had all its pods ready
     last_place: Place | None = None  # where the workload was last seen admitted or running
+    first_seen: dict[str, datetime] = field(default_factory=dict)  # pods without a creation time, by name
+    head_since: datetime | None = None  # since when the head alone waits for a node (_head_waits)
 
     def place(self, admission: Admission | None, tpu: list[dict] = ()) -> Place:
         """Where the step is: the flavor Kueue gave it, else its TPU pods' node selector, else where it was
@@ -194,9 +194,11 @@ class CapacityWatch:
         if self.started is None:
             self.started = parse_time(state.created or "") or now
         if state.restarts > self.restarts:  # a new attempt: its own clock, and it has not trained yet
-            self.restarts, self.started = state.restarts, now  # trained stays: the slice was had
+            self.restarts, self.started, self.head_since = state.restarts, now, None  # trained stays
         counts = pod_counts(pods)
-        tpu = _tpu_pods(pods)
+        tpu = tpu_pods(pods)
+        if tpu and all(map(has_had_node, tpu)) and self.phases is not None:
+            self.phases.capacity = capacity_of(tpu) or self.phases.capacity  # where the TPU hosts billed
         if state.phase == "running" and counts.ready >= job.expected_pods:
             self.trained, self.awaited, self.ready_attempt, self.started = True, "", state.restarts, now
             self.place(None, tpu)  # remembered: a later deactivation leaves no flavor to read it from
@@ -204,8 +206,6 @@ class CapacityWatch:
         if state.phase not in ("running", "suspended"):
             return None
         has_tpu = any(conventions.TPU_RESOURCE in str(rj) for rj in job.manifest["spec"]["replicatedJobs"])
-        if state.phase == "running" and not tpu and has_tpu:
-            return None  # the head starting before its workers are created
         admission = self.admission = read_admission(session, jobset)
         # A CPU step (convert, export) waits for Kueue and then for a node of the CPU pool, which scales
         # from zero, bounded by CAPACITY_WAIT's `cpu` (recipes/capacity_wait.py); it has no next mode.
@@ -215,12 +215,26 @@ class CapacityWatch:
         if admission.workload.phase == "inactive":
             if not admission.workload.by_kueue:
                 raise StepFailed(self.deactivated_by_someone(admission))
-            raise CapacityShortfall(mode, self.waited(now), self.deactivation(admission), self.trained, True, place,
-                                    uid)
+            # GKE revokes only a slice it had given (KEP-1136): the slice was had, though this `run`
+            # (reattached) never saw it, so the step is submitted again from the first mode (capacity.py).
+            revoked = admission.request is not None and admission.request.state == "CapacityRevoked"
+            raise CapacityShortfall(mode, self.waited(now), self.deactivation(admission), self.trained or revoked,
+                                    True, place, uid)
         if state.phase == "running" and self.ready_attempt == state.restarts:
             return None  # the attempt has its slice: a container restarting, or the step finishing
+        # Only pods that never had a node wait for capacity; one scheduled, or that has run, had it (a
+        # container restarting, images pulling, the head finishing), whatever the JobSet's age.
+        waiting = [pod for pod in pods if not has_had_node(pod)] if state.phase == "running" else []
+        head = [pod for pod in waiting if pod not in tpu] if has_tpu else []
+        if head and not any(pod in tpu for pod in waiting):
+            return self._head_waits(head, tpu, uid, now)
+        self.head_since = None
         awaited = self.describe(state, admission, label, tpu if place else pods)
         waited = self.waited(now)
+        if state.phase == "running":
+            if not waiting:  # every pod has (had) its node: the capacity came
+                return self._say(awaited, waited)
+            waited = (now - min(self._since(pod, now) for pod in waiting)).total_seconds()
         if mode == "flex-start" and state.phase == "running" and _unschedulable(tpu) and (
                 self.trained or slice_gone(state, admission)):
             # The slice was had and is gone: a queued-provisioning pool gets nodes only through a new
@@ -230,10 +244,36 @@ class CapacityWatch:
             raise CapacityShortfall(mode, waited, f"{awaited} for {hms(waited)}, longer than CAPACITY_WAIT's "
                                     f"{describe_waits({mode: self.bound(mode)}, (mode,))}", self.trained, False,
                                     place, uid)
+        return self._say(awaited, waited)
+
+    def _since(self, pod: dict, now: datetime) -> datetime:
+        """Since when a pod that never had a node waits for one: its creation, else its first sight."""
+        name = pod["metadata"]["name"]
+        return parse_time(pod["metadata"].get("creationTimestamp") or "") or self.first_seen.setdefault(name, now)
+
+    def _head_waits(self, head: list[dict], tpu: list[dict], uid: str, now: datetime) -> str | None:
+        """The Pathways head waits for a node of the CPU pool while its TPU workers have theirs (AnyOrder,
+        flex-start) or do not exist yet (InOrder: JobSet v0.12.0 resumes the workers' Job only once the
+        head's is ready, pkg/controllers/jobset_controller.go 609-626). Bounded by CAPACITY_WAIT's `cpu`,
+        counted from the head pod's creation, or from when the workers were first seen up (they bill
+        meanwhile: the phase `waiting for head`, scripts/pipeline/phases.py)."""
+        if self.head_since is None:
+            self.head_since = now if tpu else min(self._since(pod, now) for pod in head)
+        waited = (now - self.head_since).total_seconds()
+        why = _unschedulable(head)
+        awaited = (f"waiting for a node of the CPU pool ({self.session.recipe.cpu_machine_type}) for the Pathways "
+                   f"head" + (f": {why}" if why else ""))
+        if waited > self.bound(CPU):
+            raise CapacityShortfall(CPU, waited, f"{awaited} for {hms(waited)}, longer than CAPACITY_WAIT's "
+                                    f"{describe_waits({CPU: self.bound(CPU)}, (CPU,))}", self.trained, False,
+                                    None, uid)
+        return self._say(awaited, waited)
+
+    def _say(self, awaited: str, waited: float) -> str | None:
         if awaited == self.awaited:
             return None
         self.awaited = awaited
-        return f"{job.step}: {awaited} (waited {hms(waited)})"
+        return f"{self.job.step}: {awaited} (waited {hms(waited)})"
 
     def waits_for_request(self) -> bool:
         """Whether Kueue holds the step for its flex-start ProvisioningRequest (quota reserved, check

@@ -11,8 +11,9 @@ step submitted again, or one line. docs/capacity.md says why `run` decides this 
   the JobSet is deleted and submitted again from the first mode, and training resumes from its last
   checkpoint; at most MAX_LOST_SLICES times.
 - After the last place: one line naming what was tried, for how long, and the next command.
-- A CPU step (convert, export) without all its pods ready within CAPACITY_WAIT's `cpu`: deleted, and
-  one line naming what it waited for, for how long, and the next command; a CPU step has no next mode."""
+- A CPU step (convert, export) without a node for its pods within CAPACITY_WAIT's `cpu`, or a train
+  step's Pathways head without one: deleted, and one line naming what it waited for, for how long, and
+  the next command; the CPU pool has no next mode."""
 
 from __future__ import annotations
 
@@ -65,12 +66,15 @@ def _resumes_from(session: Session) -> str:
 
 
 def wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, record: RunRecord,
-                       go_on: str, on_head_log: Callable[[str], object] | None = None) -> None:
+                       go_on: str, on_head_log: Callable[[str], object] | None = None,
+                       first: StepJob | None = None) -> None:
     """wait_for_jobset, moving on to the next capacity mode or submitting the step again as above.
-    `go_on` is the command that goes on after a stop; `on_head_log` as in wait_for_jobset."""
+    `go_on` is the command that goes on after a stop; `on_head_log` as in wait_for_jobset; `first` the
+    step's JobSet as rendered, which a lost slice is submitted again as (`job` may be pinned like the
+    JobSet a reattaching `run` found)."""
     phases = Phases(job.step)
     try:
-        _wait_with_capacity(session, job, follow_logs, record, go_on, phases, on_head_log)
+        _wait_with_capacity(session, job, follow_logs, record, go_on, phases, on_head_log, first or job)
     except RunCancelled:
         raise  # the record is the one `tpu-rl cancel` wrote (RunRecord.finish)
     except BaseException:
@@ -84,10 +88,10 @@ def note_phases(session: Session, job: StepJob, record: RunRecord, phases: Phase
     if not phases.spans:
         return
     phases.observe(None, session.now())
-    fields: dict = {"phases": phases.as_record()}
+    fields: dict = {"phases": phases.as_record(), **({"restarts": phases.restarts} if phases.restarts else {})}
     if job.step == "train":
         by_phase = phases.seconds()
-        idle = idle_tpu(session.recipe, by_phase, _mode_ran_on(session, job))
+        idle = idle_tpu(session.recipe, by_phase, phases.capacity or _mode_ran_on(session, job))
         fields["tpu_idle"] = idle.as_record()
         session.console.print(escape(idle.line(job.step, by_phase)))
     record.note(job.step, **fields)
@@ -100,8 +104,13 @@ def _mode_ran_on(session: Session, job: StepJob) -> str | None:
         return None
 
 
+def replaced_meanwhile(session: Session, job: StepJob, why: str) -> str:
+    return (f"{why}; JobSet {job.name} was meanwhile replaced by another of the same name (another `run "
+            f"--replace`?), which is left alone; see {session.command('status')}")
+
+
 def _wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, record: RunRecord, go_on: str,
-                        phases: Phases, on_head_log: Callable[[str], object] | None = None) -> None:
+                        phases: Phases, on_head_log: Callable[[str], object] | None, first: StepJob) -> None:
     console, modes = session.console, session.recipe.capacity
     attempts: list[Attempt] = []
     lost = 0
@@ -117,22 +126,21 @@ def _wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, recor
             # It holds no capacity and can never run again; only that JobSet, not one of the same name
             # that a concurrent `run --replace` may have submitted meanwhile.
             if not session.cluster.delete_jobset(current.name, short.uid or None):
-                raise StepFailed(f"step {job.step} stopped: {short.why}; JobSet {job.name} was meanwhile replaced "
-                                 "by another of the same name (another `run --replace`?), which is left alone; "
-                                 f"see {session.command('status')}") from None
+                raise StepFailed(replaced_meanwhile(session, job, f"step {job.step} stopped: {short.why}")) from None
             if job.step != "train" or short.mode not in modes:
                 then = (f"later, or with a longer CAPACITY_WAIT (now "
                         f"{describe_waits(dict(session.settings.capacity_wait), (CPU,))})" if short.mode == CPU
                         else "to submit it again")
-                raise StepFailed(f"step {job.step} stopped: {short.why}; JobSet {job.name} deleted; rerun {go_on} "
-                                 f"{then}") from None
+                bills = ", so no TPU bills" if job.step == "train" else ""
+                raise StepFailed(f"step {job.step} stopped: {short.why}; JobSet {job.name} deleted{bills}; rerun "
+                                 f"{go_on} {then}") from None
             if short.trained:
                 lost += 1
                 if lost > MAX_LOST_SLICES:
                     raise StepFailed(f"step train lost its TPU slice {lost} times ({short.why}); JobSet "
                                      f"{job.name} deleted, so no TPU bills; rerun {go_on} to go on from "
                                      f"{_resumes_from(session)}") from None
-                current = job  # from the first mode again, Kueue's quota order (a reservation first)
+                current = first  # from the first mode again, Kueue's quota order (a reservation first)
                 console.print(escape(f"train: the {attempts[-1].label} slice went away ({short.why}); JobSet {job.name} "
                                      f"deleted and submitted again, for a new slice; training resumes from "
                                      f"{_resumes_from(session)}"))

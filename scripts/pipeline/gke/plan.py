@@ -10,7 +10,7 @@ from rich.markup import escape
 from jobs.k8s import SPEC_DIGEST_ANNOTATION, spec_digest
 from recipes import STEPS, Step, UserError
 from scripts.cloud.kube_objects import jobset_state
-from scripts.pipeline.gke.admission import CapacityWatch, like_existing, read_admission
+from scripts.pipeline.gke.admission import CapacityWatch, jobset_uid, like_existing, read_admission
 from scripts.pipeline.gke.steps import StepJob
 from scripts.pipeline.manifests import manifest_stream
 from scripts.pipeline.session import Session, describe_missing, differing_fields
@@ -23,6 +23,7 @@ class Action:
     step: Step
     kind: ActionKind
     why: str
+    uid: str = ""  # of the JobSet a replace deletes, and only that one (DeleteOptions preconditions.uid)
 
 def _as_submitted(stored: object, ours: object) -> object:
     """The cluster's copy of a spec with only the fields we submit: the API server, the JobSet webhook and
@@ -62,7 +63,7 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...]
             if not replace and not (session.confirm and session.confirm(f"{what}. Delete it and submit the new spec?")):
                 raise UserError(f"{what}: rerun with --replace to delete it and submit the new spec, or choose "
                                 "another run name with --run NAME")
-            actions.append(Action(step, "replace", what))
+            actions.append(Action(step, "replace", what, jobset_uid(existing)))
         elif state.phase == "suspended" and (admission := read_admission(session, existing)).workload.phase == "inactive":
             # Kueue never admits a workload it deactivated again; it holds no capacity, so no question is
             # asked. One that someone else deactivated (kueuectl stop) may be meant: ask, or --replace.
@@ -74,7 +75,8 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...]
                 why = f"deactivated by someone ({admission.workload.reason or 'spec.active false'})"
             else:
                 why = watch.deactivation(admission)
-            actions.append(Action(step, "replace", f"JobSet {job.name}, whose workload will not run: {why}"))
+            actions.append(Action(step, "replace", f"JobSet {job.name}, whose workload will not run: {why}",
+                                  jobset_uid(existing)))
         elif state.phase in ("running", "suspended"):
             actions.append(Action(step, "attach", f"JobSet {job.name} is {state.phase}"))
         elif not missing:
@@ -90,7 +92,7 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...]
             if not replace and not (session.confirm and session.confirm(f"{what}. Delete it and submit again?")):
                 raise UserError(f"{what}: rerun with --replace to delete it and submit {step} again "
                                 f"(see why with {session.logs_hint(step)})")
-            actions.append(Action(step, "replace", what))
+            actions.append(Action(step, "replace", what, jobset_uid(existing)))
         # A step to be submitted needs its predecessor's output, now or from this invocation. (A running
         # JobSet is reattached whatever its input: it already started.)
         index = STEPS.index(step)

@@ -13,7 +13,7 @@ from scripts.cloud.kube_objects import capacity_of, zone_of
 from scripts.outcome import ApiError, Interrupted, StepFailed
 from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run
 from scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging, report_accuracy
-from scripts.pipeline.gke.capacity import wait_with_capacity
+from scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
 from scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
 from scripts.pipeline.record import RunRecord
 from scripts.pipeline.session import Session, export_checkpoint, verify_output
@@ -27,6 +27,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
     except ApiError as error:
         raise ApiError(f"{error}; nothing was submitted") from None
     jobs = step_jobs(session.recipe, session.settings, export_step)
+    rendered = dict(jobs)  # as rendered, Kueue picks by quota order: what `run` submits (plan pins `jobs`)
     if dry_run and session.confirm is not None:
         session.confirm = lambda question: True  # the plan as if the question were answered yes; it says so
     try:
@@ -46,7 +47,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
                   + ", ".join(f"{action.step} {action.kind}" for action in actions))
     record.start({action.step: action.kind for action in actions}, {step: job.name for step, job in jobs.items()})
     try:
-        _run_actions(session, jobs, actions, steps, record, follow_logs)
+        _run_actions(session, jobs, rendered, actions, steps, record, follow_logs)
     except BaseException as error:
         record.finish(error)
         raise
@@ -64,11 +65,13 @@ def fill_token_secret(session: Session) -> None:
                           f"'{session.settings.hf_token_secret}'")
 
 
-def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Action], steps: tuple[Step, ...],
-                 record: RunRecord, follow_logs: bool) -> None:
+def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str, StepJob], actions: list[Action],
+                 steps: tuple[Step, ...], record: RunRecord, follow_logs: bool) -> None:
+    """`jobs` pinned as the JobSets on the cluster are (plan.py), which a reattaching `run` follows;
+    `rendered` as this run submits them: from the first mode, Kueue's quota order (a reservation first)."""
     console = session.console
     for action in actions:
-        job = jobs[action.step]
+        job = jobs[action.step] if action.kind == "attach" else rendered[action.step]
         if action.kind == "skip":
             console.print(f"[green]✓[/] {action.step}: {action.why}, skipping")
             if action.step == "train":
@@ -80,11 +83,13 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
             # Training has finished by now: export converts the step it reached, read from the bucket.
             step, why = export_checkpoint(session)
             if action.kind != "attach":
-                job = jobs["export"] = step_jobs(session.recipe, session.settings, step)["export"]
+                job = rendered["export"] = step_jobs(session.recipe, session.settings, step)["export"]
             fields["checkpoint"] = {"step": step, "why": why}
         if action.kind == "replace":
             console.print(f"{action.step}: deleting {escape(action.why)} (--replace)")
-            session.cluster.delete_jobset(job.name)
+            # That JobSet only (its UID, as plan.py read it): not one a concurrent `run --replace` submitted.
+            if not session.cluster.delete_jobset(job.name, action.uid or None):
+                raise StepFailed(replaced_meanwhile(session, job, f"step {action.step} was not submitted"))
         if action.kind in ("submit", "replace"):
             if action.step == "train" and session.recipe.user_files:
                 put_user_files(session)
@@ -97,7 +102,8 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], actions: list[Actio
         watch = EvaluationWatch(session, record) if action.step == "train" else None
         try:
             wait_with_capacity(session, job, follow_logs, record, reattach,
-                               on_head_log=(lambda text: watch.see(text, tail=True)) if watch else None)
+                               on_head_log=(lambda text: watch.see(text, tail=True)) if watch else None,
+                               first=rendered[action.step])
         except StepFailed:
             if watch:
                 fill_after_train(session, watch, _head_log(session, job))

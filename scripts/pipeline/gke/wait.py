@@ -106,7 +106,9 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                         console.print(f"[yellow]![/] {job.step}: {escape(problem)}")
                 disruptions += [d for d in map(disruption_of, pods) if d and d not in disruptions]
                 if restarts_seen is not None and state.restarts > restarts_seen:
-                    console.print(escape(restart_line(session, job, state, disruptions, problems)))
+                    line, restart = restart_of(session, job, state, disruptions, problems)
+                    console.print(escape(line))
+                    phases.restarts.append(restart)  # into run.json with the phases (capacity.note_phases)
                     disruptions.clear()
                 restarts_seen = state.restarts
                 # Pods of an earlier attempt may still be terminating: count, and read progress from, the
@@ -161,23 +163,28 @@ def _training(session: Session, state: JobSetState, found, reward: float | None,
     return lambda elapsed: training_line("train", found, total, reward, elapsed, left if elapsed else None)
 
 
-def restart_line(session: Session, job: StepJob, state: JobSetState, disruptions: list[str],
-                 problems: list[str]) -> str:
-    """One line for a JobSet restart: what took the step down (a preemption when a pod was disrupted), the
-    restart against its bound, and for train the checkpoint training resumes from, read from the bucket."""
-    if disruptions:
-        cause = f"preempted ({disruptions[-1]})"
-    else:
-        cause = f"failed ({problems[-1]})" if problems else "failed (its pods were replaced before they said why)"
+def restart_of(session: Session, job: StepJob, state: JobSetState, disruptions: list[str],
+               problems: list[str]) -> tuple[str, dict]:
+    """One line for a JobSet restart, and its record for run.json: when, what took the step down (a
+    preemption when a pod was disrupted, in the pod's DisruptionTarget words; else the pods' problem),
+    the restart against its bound, and for train the checkpoint training resumes from, read from the
+    bucket (None when none is finished yet, absent when the bucket could not be read)."""
+    preempted = bool(disruptions)
+    reason = disruptions[-1] if preempted else (problems[-1] if problems else "its pods were replaced before they "
+                                                                              "said why")
+    cause = f"preempted ({reason})" if preempted else f"failed ({reason})"
+    record: dict = {"at": session.now().strftime("%Y-%m-%dT%H:%M:%SZ"), "restart": state.restarts,
+                    "preempted": preempted, "reason": reason}
     bound = f" ({state.restarts} of {state.max_restarts})" if state.max_restarts else ""
     line = f"{job.step}: {cause}; JobSet restarted{bound}"
     if job.step != "train":
-        return line
+        return line, record
     paths = session.paths
     try:
         step = gcs.latest_checkpoint_step(session.clients.storage(), paths)
     except ApiError as error:
-        return f"{line}; training resumes from the latest checkpoint in {paths.actor_checkpoints} ({error})"
+        return f"{line}; training resumes from the latest checkpoint in {paths.actor_checkpoints} ({error})", record
+    record["resumes_from_step"] = step
     if step is None:
-        return f"{line}; no finished checkpoint in {paths.actor_checkpoints} yet, so training starts again at step 0"
-    return f"{line}; training resumes from checkpoint step {step} ({paths.actor_checkpoints}{step})"
+        return f"{line}; no finished checkpoint in {paths.actor_checkpoints} yet, so training starts again at step 0", record
+    return f"{line}; training resumes from checkpoint step {step} ({paths.actor_checkpoints}{step})", record

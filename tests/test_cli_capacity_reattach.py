@@ -1,0 +1,169 @@
+"""A `run` that reattaches to a JobSet an earlier `run` submitted long ago never takes a healthy step for
+a shortfall (review of issue 16): a pod scheduled on a node, or that has run, has had its capacity, so
+only pods that never had a node wait for it, each since its creation, not since the JobSet's. And a
+train head that waits for a node of the CPU pool has an end: CAPACITY_WAIT's `cpu`, one line naming the
+CPU pool, the JobSet deleted, and the TPU time its workers billed meanwhile in run.json."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from typer.testing import CliRunner
+
+from jobs import jobset_name, render_manifests
+from peers import kueue
+from peers.fixtures import peer_settings, put_step_output
+from recipes import get_recipe, load_settings
+from scripts.outcome import ExitCode
+from scripts.cli import app
+from test_cli_capacity_loss import RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
+
+runner = CliRunner()
+CPU_UNSCHEDULABLE = "0/3 nodes are available: the CPU pool cannot scale up (n4 out of stock)"
+
+
+def _submitted_an_hour_ago(kube, step: str, name: str) -> None:
+    """The step's JobSet as an earlier `run` submitted it an hour ago, running since."""
+    manifest = render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())[step]
+    kube.put_jobset(manifest)
+    kube.jobsets[name]["metadata"]["creationTimestamp"] = kueue.stamp(kueue.moment() - timedelta(hours=1))
+
+
+def test_a_reattaching_run_keeps_an_hour_old_reservation_train_through_a_container_restart(cloud, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "reservation,spot")
+    kube = cloud["kube"]
+    plan = kube.plan(TRAIN, capacity="reservation", ticks=12, **succeeds(cloud))
+    _submitted_an_hour_ago(kube, "train", TRAIN)
+    plan.container_restart_at = kube._ticks[TRAIN] + 2  # at one of this run's polls: a worker not Ready
+    result = run_train(cloud, monkeypatch, "reservation,spot", "30m")
+    assert result.exit_code == 0, result.output
+    assert "reattaching to it" in result.output and "Error (exit code 137)" in result.output, result.output
+    assert kube.deleted == [] and kube.created == [] and "no reservation capacity" not in result.output
+    assert "capacity_attempts" not in run_record(cloud)["steps"]["train"]
+
+
+def test_a_reattaching_run_keeps_an_hour_old_train_in_its_finishing_window(cloud, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "reservation,spot")
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="reservation", ticks=2, finishing=3, **succeeds(cloud))
+    _submitted_an_hour_ago(kube, "train", TRAIN)  # at tick 2: its next polls are the head finishing
+    result = run_train(cloud, monkeypatch, "reservation,spot", "30m")
+    assert result.exit_code == 0, result.output
+    assert kube.deleted == [] and kube.created == [], result.output
+
+
+def test_a_reattaching_run_keeps_an_hour_old_convert_step_in_its_finishing_window(cloud, monkeypatch):
+    convert = jobset_name(get_recipe(RECIPE), "convert")
+    kube = cloud["kube"]
+    kube.plan(convert, ticks=2, finishing=3,
+              on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))
+    _submitted_an_hour_ago(kube, "convert", convert)
+    monkeypatch.setenv("CAPACITY_WAIT", "cpu=30m")
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
+    assert result.exit_code == 0, result.output
+    assert kube.deleted == [] and kube.created == [], result.output
+
+
+def _head_without_a_cpu_node(kube, monkeypatch, workers: bool) -> None:
+    """The Pathways head stays Unschedulable (the CPU pool cannot scale up). `workers` False: JobSet's
+    InOrder startup, which resumes the workers' Job only once the head's is ready (JobSet v0.12.0
+    pkg/controllers/jobset_controller.go 609-626), so no TPU pod exists; True: AnyOrder (flex-start),
+    the workers up and Ready meanwhile."""
+    original = kube._advance
+
+    def advance(name, tick_only=False):
+        original(name, tick_only)
+        main = kube._main_rj(name)
+        for pod in list(kube._pods_of(name)):
+            if pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == main:
+                pod["status"] = {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": CPU_UNSCHEDULABLE}]}
+            elif not workers:
+                del kube.pods[pod["metadata"]["name"]]
+        if kube._ticks[name] > 40 and name in kube.jobsets:  # 40 polls, 6 h 40 min: a wait with no end
+            kube._finish(name, "fail")
+    monkeypatch.setattr(kube, "_advance", advance)
+
+
+def _head_stops(cloud, monkeypatch, mode: str, capacity: str, wait: str, workers: bool):
+    """`run` on a train step whose head gets no CPU node: it stops; the result and its error line."""
+    kube = cloud["kube"]
+    slow_polls(monkeypatch)
+    kube.plan(TRAIN, capacity=mode, ticks=400, outcome="hang", **succeeds(cloud))
+    _head_without_a_cpu_node(kube, monkeypatch, workers=workers)
+    result = run_train(cloud, monkeypatch, capacity, wait)
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    return result, error_line(result)
+
+
+def test_a_train_head_without_a_cpu_node_and_no_workers_yet_stops_after_the_cpu_wait(cloud, monkeypatch):
+    kube = cloud["kube"]
+    result, line = _head_stops(cloud, monkeypatch, "spot", "spot,on-demand", "cpu=30m", workers=False)
+    assert line.startswith("error: step train stopped: waiting for a node of the CPU pool (n4-standard-64)") and \
+        f"for the Pathways head: {CPU_UNSCHEDULABLE} for " in line, line
+    assert "longer than CAPACITY_WAIT's cpu=30m" in line and "no spot capacity" not in result.output
+    assert f"JobSet {TRAIN} deleted, so no TPU bills" in line
+    assert kube.deleted == [TRAIN] and kube.created == [TRAIN]  # not moved on to on-demand: no TPU mode at fault
+
+
+def test_a_train_head_without_a_cpu_node_while_its_workers_bill_stops_after_the_cpu_wait(cloud, monkeypatch):
+    kube = cloud["kube"]
+    result, line = _head_stops(cloud, monkeypatch, "flex-start", "flex-start,spot", "flex-start=4h,spot=30m,cpu=30m",
+                               workers=True)
+    assert "waiting for a node of the CPU pool (n4-standard-64)" in line and "for the Pathways head" in line, line
+    assert "flex-start" not in line and "workers" not in line
+    assert "train: waiting for a node of the CPU pool (" in result.output
+    assert kube.deleted == [TRAIN] and kube.created == [TRAIN]
+    train = run_record(cloud)["steps"]["train"]
+    phases = [p["phase"] for p in train["phases"]]
+    assert "waiting for head" in phases, json.dumps(train)
+    # The workers had their flex-start nodes from the first poll that saw them until the JobSet went.
+    waited = sum(p["seconds"] for p in train["phases"] if p["phase"] == "waiting for head")
+    assert waited >= 30 * 60 and train["tpu_idle"]["seconds"] == waited, json.dumps(train)
+    assert train["tpu_idle"]["capacity"] == "flex-start" and train["tpu_idle"]["usd_estimate"] > 0
+
+
+def test_a_spot_reclaim_is_recorded_in_run_json_with_the_pods_own_words_and_the_step_resumed_from(cloud, monkeypatch):
+    from jobs.paths import ArtifactPaths
+    from peers.fixtures import put_checkpoint
+
+    kube = cloud["kube"]
+    put_checkpoint(cloud["gcs"], ArtifactPaths(load_settings().recipe(get_recipe(RECIPE)), peer_settings()), 20)
+    kube.plan(TRAIN, capacity="spot", ticks=3, reclaimed_after=3, **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "spot", "30m")
+    assert result.exit_code == 0, result.output
+    [restart] = run_record(cloud)["steps"]["train"]["restarts"]
+    # The kubelet's graceful node shutdown, as the fake's pod says it (kube_api._reclaim_node).
+    assert restart["preempted"] is True and restart["restart"] == 1 and restart["at"].endswith("Z")
+    assert "DisruptionTarget TerminationByKubelet: Pod was terminated in response to imminent node shutdown." \
+        in restart["reason"], restart
+    assert restart["resumes_from_step"] == 20, restart
+
+
+def test_a_revoked_slice_met_by_a_reattaching_run_is_submitted_again_from_the_first_mode(cloud, monkeypatch):
+    """An earlier `run` moved the step on to flex-start (its JobSet pins it there); this one reattaches,
+    and GKE revokes the slice before this run saw it ready. The slice was had (GKE revokes only a
+    provisioned one), so the step is submitted again as rendered: Kueue tries the reservation first."""
+    from jobs.k8s import pin_capacity
+    from peers.kube_api import Plan
+    from test_cli_capacity_loss import tpu_selector
+
+    monkeypatch.setenv("CAPACITY", "reservation,flex-start")
+    kube = cloud["kube"]
+    plan = kube.plan(TRAIN, capacity="flex-start", reclaimed_after=10_000, nodes_return=False, revoked=True,
+                     outcome="hang", resubmitted=Plan(capacity="reservation", **succeeds(cloud)))
+    manifest = render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())["train"]
+    kube.put_jobset(pin_capacity(manifest, "flex-start", None))
+    for _ in range(6):  # provisioned, admitted, its pods ready: an earlier `run` trained on it
+        kube._advance(TRAIN)
+    assert kube.jobsets[TRAIN]["status"]["replicatedJobsStatus"][0]["ready"]
+    plan.reclaimed_after = kube._ticks[TRAIN]  # revoked at this run's first look
+    result = run_train(cloud, monkeypatch, "reservation,flex-start", "4h")
+    assert result.exit_code == 0, result.output
+    assert "reattaching to it" in result.output
+    [lost] = [line for line in result.output.splitlines() if line.startswith("train: the flex-start slice went away")]
+    assert "CapacityRevoked" in lost
+    assert kube.deleted == [TRAIN] and kube.created == [TRAIN]
+    assert "tpu-rl/capacity" not in tpu_selector(kube.jobsets[TRAIN]), tpu_selector(kube.jobsets[TRAIN])
