@@ -299,9 +299,6 @@ def check_value(version: str, key: str, text: str, model: str | None = None) -> 
     if model is not None:
         _check_model_key(version, model, key, parsed, item)
     value = _validated(version, key, parsed, item)
-    if isinstance(value, float) and not math.isfinite(value):  # pydantic's floats admit inf and -inf
-        raise UserError(f"--set {item}: {key} takes a finite number, not {spelling(value)}: pass a number, "
-                        f"e.g. --set {key}=1e-5")
     canonical = spelling(value)
     try:  # the one spelling must read back as the same value, or the given one is kept
         same = _validated(version, key, parse_override(key, canonical), item) == value
