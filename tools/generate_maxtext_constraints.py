@@ -55,23 +55,29 @@ def _metadata(wheel: Path) -> str:
         return archive.read(name).decode()
 
 
-def github_pins(wheel: Path) -> dict[str, str]:
-    """package -> the PyPI release standing in for the commit the image installs from GitHub."""
+def github_commits(wheel: Path) -> dict[str, str]:
+    """package -> the commit the image installs it at from a GitHub archive (the wheel's GITHUB_DEPS)."""
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         text = archive.read(GITHUB_DEPS).decode() if GITHUB_DEPS in names else ""
-    pins = {}
+    commits = {}
     for line in text.splitlines():
         match = _GITHUB_PIN.match(line.strip())
-        if not match:
-            continue
-        key = (match["name"].lower(), match["commit"])
-        if key[0] not in {name for name, _ in NEAREST_RELEASE}:
+        if match:
+            commits[match["name"].lower()] = match["commit"]
+    return commits
+
+
+def github_pins(wheel: Path) -> dict[str, str]:
+    """package -> the PyPI release standing in for the commit the image installs from GitHub."""
+    pins = {}
+    for name, commit in github_commits(wheel).items():
+        if name not in {package for package, _ in NEAREST_RELEASE}:
             continue  # tpu-inference, vLLM: the TPU rollout, which the CPU venv does not install
-        if key not in NEAREST_RELEASE:
-            raise SystemExit(f"{wheel.name} installs {key[0]} at {key[1]}: add the nearest PyPI release to "
+        if (name, commit) not in NEAREST_RELEASE:
+            raise SystemExit(f"{wheel.name} installs {name} at {commit}: add the nearest PyPI release to "
                              "NEAREST_RELEASE in tools/generate_maxtext_constraints.py")
-        pins[key[0]] = NEAREST_RELEASE[key]
+        pins[name] = NEAREST_RELEASE[name, commit]
     return pins
 
 
