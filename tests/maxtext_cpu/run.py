@@ -178,7 +178,43 @@ def save_with_orbax_v1(root: str, step: int, period: int, keep: int, checkpointa
     checkpointer.close()
 
 
-def probe(argv: list[str]) -> None:
+# reload.py's prompt: the same token ids through MaxText's forward pass and transformers'
+PROMPT_IDS = [2, 17, 42, 99, 180, 255, 7, 64, 128, 200, 33, 81]
+
+
+def forward_against_transformers(actor_model, actor_mesh, tiny_dir: str) -> dict:
+    """MaxText's own forward pass of the converted checkpoint (the tunix adapter's __call__ that the
+    trainer's loss calls: maxtext/integration/tunix/tunix_adapter.py L103-122, 0.2.3 and 0.2.4) against
+    transformers' logits of the tiny original, on one prompt. A conversion mapping that the export maps
+    back (a transposed or swapped tensor) cancels out in the export's round trip, but not here."""
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    import transformers
+
+    # one row per device, as the trainer's batches are sharded over the mesh (a batch of one does not
+    # divide over the MoE layer's expert-parallel shards)
+    rows = actor_mesh.devices.size
+    tokens = jnp.asarray([PROMPT_IDS] * rows, dtype=jnp.int32)
+    positions = jnp.tile(jnp.arange(len(PROMPT_IDS), dtype=jnp.int32)[None, :], (rows, 1))
+    with actor_mesh:
+        logits, _ = actor_model(tokens, positions, None, None)
+    maxtext = np.asarray(logits, dtype=np.float32)[0]
+    config = transformers.AutoConfig.from_pretrained(tiny_dir)
+    names = getattr(config, "architectures", None) or []
+    model_class = getattr(transformers, names[0]) if names else transformers.AutoModelForCausalLM
+    original = model_class.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        reference = original(input_ids=torch.tensor([PROMPT_IDS])).logits.float().numpy()[0]
+    vocab = min(maxtext.shape[-1], reference.shape[-1])  # MaxText may pad the vocabulary
+    maxtext, reference = maxtext[:, :vocab], reference[:, :vocab]
+    return {"correlation": float(np.corrcoef(maxtext.ravel(), reference.ravel())[0, 1]),
+            "max_abs_diff": float(np.abs(maxtext - reference).max()),
+            "reference_std": float(reference.std()),
+            "argmax_agree": float((maxtext.argmax(-1) == reference.argmax(-1)).mean())}
+
+
+def probe(argv: list[str], tiny_dir: str) -> None:
     """What train_rl does before its first rollout, then the save its trainer makes at the last step.
 
     train_rl itself cannot start on a CPU: it imports maxtext.integration.vllm (hence tpu_inference)
@@ -221,6 +257,8 @@ def probe(argv: list[str]) -> None:
         chat_template(tokenizer, trainer_config)
     _, _, actor_model, actor_mesh, _ = model_creation_utils.create_models_and_meshes(
         trainer_config, sampler_config, trainer_devices, sampler_devices, tokenizer_pad_id=tokenizer.pad_token_id)
+    forward = (forward_against_transformers(actor_model, actor_mesh, tiny_dir)
+               if os.environ.get("PROBE_FORWARD") == "1" else None)
     steps = int(os.environ["PROBE_LAST_STEP"])
     optimizer_args = inspect.signature(utils_rl.get_optimizer).parameters
     optimizer = (utils_rl.get_optimizer(trainer_config) if len(optimizer_args) == 1
@@ -270,7 +308,7 @@ def probe(argv: list[str]) -> None:
                                 "checkpoint_dir": str(trainer_config.checkpoint_dir), "tunix": commit,
                                 "workload_env": workload, "layout": layout, "patches": patches,
                                 "optimizer_state_fields": optimizer_fields,
-                                "validate_config": bool(validate_config),
+                                "validate_config": bool(validate_config), "forward": forward,
                                 "configure_tokenizer_chat_template": bool(chat_template)}}))
 
 
@@ -303,7 +341,7 @@ def main(step: str, tiny_dir: str, maxtext_name: str, module: str, args: list[st
 
         argv0 = importlib.util.find_spec(module).origin
         if step == "probe":
-            probe([argv0, *args])
+            probe([argv0, *args], tiny_dir)
         else:
             judge(argv0, json.loads(sys.stdin.read()))
     else:

