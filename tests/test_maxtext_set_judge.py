@@ -24,14 +24,13 @@ import pytest
 
 from jobs.maxtext import maxtext_commands
 from jobs.paths import ArtifactPaths
-from maxtext_cpu.chain import Chain, venv_python
+from maxtext_cpu.chain import venv_python
 from peers.fixtures import peer_settings
 import recipes
 from recipes import UserError, all_recipes, get_recipe
 from recipes.runs import with_sets
 
 RECIPES = list(all_recipes())
-NO_MODEL = Path("/nonexistent/tiny-model")  # the parser reads no model: only the path's text is judged
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ def _package_accepts(name: str, item: str) -> bool:
 def _train_argv(name: str, sets: tuple[str, ...] = ()) -> list[str]:
     """The recipe's train arguments as `render` writes them. Nothing is loaded, so no CPU change is needed:
     no tiny dims and no override_model_config=True (which would switch off pyconfig's
-    validate_no_keys_overridden_twice, MaxText 0.2.4 configs/pyconfig.py L480-486, 0.2.3 L456-462, and so
+    validate_no_keys_overridden_twice, MaxText 0.2.4 configs/pyconfig.py L481-486, 0.2.3 L460-465, and so
     accept what the real command refuses); only skip_jax_distributed_system=True, as in the chain."""
     recipe = with_sets(_recipe(name), sets) if sets else _recipe(name)
     paths = ArtifactPaths(recipe, peer_settings())
