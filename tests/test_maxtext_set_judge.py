@@ -24,14 +24,13 @@ import pytest
 
 from jobs.maxtext import maxtext_commands
 from jobs.paths import ArtifactPaths
-from maxtext_cpu.chain import Chain, venv_python
+from maxtext_cpu.chain import venv_python
 from peers.fixtures import peer_settings
 import recipes
 from recipes import UserError, all_recipes, get_recipe
 from recipes.runs import with_sets
 
 RECIPES = list(all_recipes())
-NO_MODEL = Path("/nonexistent/tiny-model")  # the parser reads no model: only the path's text is judged
 
 
 @dataclass(frozen=True)
@@ -80,11 +79,16 @@ def _package_accepts(name: str, item: str) -> bool:
 
 
 def _train_argv(name: str, sets: tuple[str, ...] = ()) -> list[str]:
+    """The recipe's train arguments as `render` writes them. Nothing is loaded, so no CPU change is needed:
+    no tiny dims and no override_model_config=True (which would switch off pyconfig's
+    validate_no_keys_overridden_twice, MaxText 0.2.4 configs/pyconfig.py L481-486, 0.2.3 L460-465, and so
+    accept what the real command refuses); only skip_jax_distributed_system=True, as in the chain."""
     recipe = with_sets(_recipe(name), sets) if sets else _recipe(name)
     paths = ArtifactPaths(recipe, peer_settings())
-    # The same CPU changes as the chain (gs:// -> a local path, hub id -> a local model); nothing is read.
-    chain = Chain(recipe, paths, root=venv_python(recipe.maxtext_version).parent, tiny=NO_MODEL)
-    return chain.cpu_argv("train", maxtext_commands(recipe, paths)["train"])
+    argv = list(maxtext_commands(recipe, paths)["train"].argv[3:])
+    if not any(arg.startswith("skip_jax_distributed_system=") for arg in argv):
+        argv.append("skip_jax_distributed_system=True")  # one process: no TPU hosts to join
+    return argv
 
 
 def _raw_argv_with(name: str, item: str) -> list[str]:
@@ -92,6 +96,40 @@ def _raw_argv_with(name: str, item: str) -> list[str]:
     key = item.partition("=")[0]
     argv = [arg for arg in _train_argv(name) if arg.partition("=")[0] != key]
     return [*argv, item]
+
+
+def _other_value(value) -> str | None:
+    """A value other than the yml's, spelt for the command line (None: no simple other value)."""
+    if isinstance(value, bool):
+        return str(not value).lower()
+    if isinstance(value, (int, float)):
+        return str(value * 2 if value else 1)
+    if isinstance(value, str):
+        return f"{value}_other"
+    if isinstance(value, list) and len(value) > 1:
+        return f"[{value[0]}]"
+    return None
+
+
+def model_yml_items(name: str) -> list[str]:
+    """KEY=VALUE for every key the recipe's model yml sets, with another value. Which yml: pyconfig loads
+    configs/models/<model_name without -Instruct>.yml (0.2.3 pyconfig.py L436-439, 0.2.4 L457-460; the
+    package's fallback location L474-476); read from the release's wheel."""
+    import yaml
+    from contracts.maxtext_schema import MaxTextSchema, fetch_wheel
+
+    recipe = _recipe(name)
+    model = next(arg.partition("=")[2] for arg in _train_argv(name) if arg.startswith("model_name="))
+    wheel, reason = fetch_wheel(recipe.maxtext_version)
+    assert wheel is not None, reason
+    text = MaxTextSchema(recipe.maxtext_version, wheel).read(f"configs/models/{model.replace('-Instruct', '')}.yml")
+    items = []
+    for key, value in (yaml.safe_load(text) or {}).items():
+        other = _other_value(value)
+        if other is not None:
+            items.append(f"{key}={other}")
+    assert items, f"no keys in the model yml of {name}"
+    return items
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +143,9 @@ def verdicts() -> dict[str, dict]:
     for case in CASES:
         version = _recipe(case.recipe).maxtext_version
         by_version.setdefault(version, []).append({"id": case.id, "argv": _raw_argv_with(case.recipe, case.item)})
+    for name in RECIPES:
+        by_version[_recipe(name).maxtext_version] += [{"id": f"{name}|yml|{item}", "argv": _raw_argv_with(name, item)}
+                                                      for item in model_yml_items(name)]
     out: dict[str, dict] = {}
     for version, cases in by_version.items():
         python = venv_python(version)
@@ -141,3 +182,18 @@ def test_the_package_and_maxtexts_parser_judge_a_set(verdicts, case):
         assert not TYPED_CHECKS
     else:
         assert case.parser_accepts or not case.accepted
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_a_key_the_models_yml_sets_with_another_value_is_refused_by_maxtext_and_first_by_the_package(verdicts, name):
+    """pyconfig's validate_no_keys_overridden_twice (0.2.4 configs/pyconfig.py L128-150, called at L486
+    unless override_model_config is true): the real command refuses another value for each key of the
+    model's yml, so the package must refuse it at `--set`."""
+    wrong = []
+    for item in model_yml_items(name):
+        verdict = verdicts[f"{name}|yml|{item}"]
+        if verdict["accepted"]:
+            wrong.append(f"{item}: MaxText accepted it")
+        elif _package_accepts(name, item):
+            wrong.append(f"{item}: MaxText refuses it ({verdict['error'][:120]}), the package accepts it")
+    assert not wrong, wrong

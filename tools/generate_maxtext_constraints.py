@@ -15,10 +15,17 @@ dependencies/extra_deps/post_train_github_deps.txt, which PyPI cannot serve; the
 is older than that commit (0.2.3: >=0.1.3, which lacks tunix.rl.agentic that utils_rl imports). The
 constraints name the PyPI release nearest to the commit that installs with the release's transformers
 (NEAREST_RELEASE; a commit not in it stops the generator, so that a new pin gets a deliberate choice).
+That release is not the commit's code everywhere: 0.2.3's commit 683256db has the same
+tunix/sft/checkpoint_manager.py as 0.1.7, but 0.2.4's c4ec573d saves with orbax's v1 API
+(ocp.training.Checkpointer with a Context, checkpoint_manager.py L26-27, L88-133). The installed
+orbax-checkpoint (0.12.2, the extra's lowest) has that API, so the train probe saves 0.2.4's actor with
+the same orbax calls and options (tests/maxtext_cpu/run.py save_with_orbax_v1), not with the installed
+tunix; github_commits tells it which commit the image has.
 
 PyTorch: the extra pins `torch==2.11.0+cpu` (a local version served only by the PyTorch index, which
-this project cannot reach); PyPI's torch of the same release is written instead, and the test venv
-installs it without its CUDA dependencies (tests/maxtext_cpu/install.py).
+this project cannot reach); PyPI's torch of the same release is written instead. PyPI's torch brings its
+CUDA libraries, which the test venv installs with it (tests/maxtext_cpu/packages.txt: libtorch_cuda.so
+links them, so `import torch` fails without them).
 """
 
 from __future__ import annotations
@@ -38,8 +45,10 @@ EXTRA = "tpu-post-train"
 OUT_DIR = REPO / "tests" / "maxtext_cpu"
 GITHUB_DEPS = "dependencies/extra_deps/post_train_github_deps.txt"
 # (package, commit) -> the PyPI release used instead. google-tunix 0.1.6 requires transformers<=4.57.1,
-# which neither release's transformers (>=5.11) satisfies; 0.1.7 (2026-06-11) is the next release and
-# uses the same orbax CheckpointManager (tunix/sft/checkpoint_manager.py) as both commits.
+# which neither release's transformers (>=5.11) satisfies; 0.1.7 (2026-06-11) is the next release. Its
+# tunix/sft/checkpoint_manager.py (orbax v0 CheckpointManager) is 683256db's file unchanged; c4ec573d's
+# uses orbax v1 (google/tunix c4ec573d tunix/sft/checkpoint_manager.py L26-27, L88-133), which the train
+# probe reproduces with orbax's own calls (tests/maxtext_cpu/run.py save_with_orbax_v1).
 NEAREST_RELEASE = {
     ("google-tunix", "683256db1a0919b5cfd46cee52cebc96331494fb"): "0.1.7",  # MaxText 0.2.3
     ("google-tunix", "c4ec573d29e4c3a3955b348256d464b119c8a6d1"): "0.1.7",  # MaxText 0.2.4
@@ -55,23 +64,29 @@ def _metadata(wheel: Path) -> str:
         return archive.read(name).decode()
 
 
-def github_pins(wheel: Path) -> dict[str, str]:
-    """package -> the PyPI release standing in for the commit the image installs from GitHub."""
+def github_commits(wheel: Path) -> dict[str, str]:
+    """package -> the commit the image installs it at from a GitHub archive (the wheel's GITHUB_DEPS)."""
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         text = archive.read(GITHUB_DEPS).decode() if GITHUB_DEPS in names else ""
-    pins = {}
+    commits = {}
     for line in text.splitlines():
         match = _GITHUB_PIN.match(line.strip())
-        if not match:
-            continue
-        key = (match["name"].lower(), match["commit"])
-        if key[0] not in {name for name, _ in NEAREST_RELEASE}:
+        if match:
+            commits[match["name"].lower()] = match["commit"]
+    return commits
+
+
+def github_pins(wheel: Path) -> dict[str, str]:
+    """package -> the PyPI release standing in for the commit the image installs from GitHub."""
+    pins = {}
+    for name, commit in github_commits(wheel).items():
+        if name not in {package for package, _ in NEAREST_RELEASE}:
             continue  # tpu-inference, vLLM: the TPU rollout, which the CPU venv does not install
-        if key not in NEAREST_RELEASE:
-            raise SystemExit(f"{wheel.name} installs {key[0]} at {key[1]}: add the nearest PyPI release to "
+        if (name, commit) not in NEAREST_RELEASE:
+            raise SystemExit(f"{wheel.name} installs {name} at {commit}: add the nearest PyPI release to "
                              "NEAREST_RELEASE in tools/generate_maxtext_constraints.py")
-        pins[key[0]] = NEAREST_RELEASE[key]
+        pins[name] = NEAREST_RELEASE[name, commit]
     return pins
 
 

@@ -136,6 +136,9 @@ class Chain:
         if step == "train":
             env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={self.recipe.shape.total_chips}"
             env["PROBE_LAST_STEP"] = str(self.recipe.last_step)
+            from maxtext_cpu.workload import probe_env  # noqa: PLC0415  the workload's tunix, env, patches
+
+            env.update(probe_env(self.recipe, self.root / "patched-src"))
         return env
 
     def after_export(self) -> str | None:
