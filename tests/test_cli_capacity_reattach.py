@@ -167,3 +167,45 @@ def test_a_revoked_slice_met_by_a_reattaching_run_is_submitted_again_from_the_fi
     assert "CapacityRevoked" in lost
     assert kube.deleted == [TRAIN] and kube.created == [TRAIN]
     assert "tpu-rl/capacity" not in tpu_selector(kube.jobsets[TRAIN]), tpu_selector(kube.jobsets[TRAIN])
+
+
+def _cold_start(cloud, monkeypatch, reattach: bool):
+    """A reservation train (CAPACITY without flex-start: startupPolicy InOrder) whose pods have their
+    nodes but pull their images for 6 polls, 60 min: longer than the mode's 30 min. Under InOrder the
+    fake JobSet keeps Suspended True until every replicated job is ready, as JobSet v0.12.0 does."""
+    monkeypatch.setenv("CAPACITY", "reservation,spot")
+    kube = cloud["kube"]
+    slow_polls(monkeypatch)
+    kube.plan(TRAIN, capacity="reservation", pulling_ticks=6, ticks=3, **succeeds(cloud))
+    if reattach:
+        _submitted_an_hour_ago(kube, "train", TRAIN)
+    manifest = render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())["train"]
+    assert manifest["spec"]["startupPolicy"]["startupPolicyOrder"] == "InOrder"
+    return kube, run_train(cloud, monkeypatch, "reservation,spot", "30m")
+
+
+def test_a_reservation_train_whose_in_order_cold_start_outlasts_the_mode_wait_is_not_deleted(cloud, monkeypatch):
+    kube, result = _cold_start(cloud, monkeypatch, reattach=False)
+    assert result.exit_code == 0, result.output
+    assert kube.deleted == [] and kube.created == [TRAIN], result.output
+    assert "waiting for Kueue to resume" not in result.output, result.output
+    phases = [p["phase"] for p in run_record(cloud)["steps"]["train"]["phases"]]
+    assert "pulling images" in phases and "queued" not in phases, phases
+
+
+def test_a_reattaching_run_keeps_an_in_order_train_still_pulling_its_images_after_an_hour(cloud, monkeypatch):
+    kube, result = _cold_start(cloud, monkeypatch, reattach=True)
+    assert result.exit_code == 0, result.output
+    assert "reattaching to it" in result.output, result.output
+    assert kube.deleted == [] and kube.created == [], result.output
+
+
+def test_an_in_order_train_head_without_a_cpu_node_keeps_the_jobset_suspended_condition(cloud, monkeypatch):
+    """JobSet v0.12.0 under InOrder never resumes past the head's Job, so the Suspended condition stays
+    True while spec.suspend is false: the step still ends on the cpu wait, not the TPU mode's."""
+    kube = cloud["kube"]
+    result, line = _head_stops(cloud, monkeypatch, "spot", "spot,on-demand", "spot=2h,cpu=30m", workers=False)
+    assert "waiting for a node of the CPU pool (n4-standard-64) for the Pathways head" in line, line
+    assert "longer than CAPACITY_WAIT's cpu=30m" in line and "waiting for Kueue" not in result.output, line
+    phases = [p["phase"] for p in run_record(cloud)["steps"]["train"]["phases"]]
+    assert phases and "queued" not in phases, phases

@@ -41,11 +41,22 @@ def jobset_state(obj: dict | None) -> JobSetState:
             condition = conditions.get(kind, {})
             return JobSetState(phase, condition.get("reason", kind), condition.get("message", ""), created, restarts,
                                condition.get("lastTransitionTime"), bound)
-    if "Suspended" in conditions or obj.get("spec", {}).get("suspend"):
+    # Suspended is what spec.suspend says (Kueue clears it on admission), not the Suspended condition:
+    # under startupPolicy InOrder, JobSet v0.12.0 (f22e565a) keeps that condition True after the resume
+    # until every replicated job is ready. pkg/controllers/jobset_controller.go: resumeJobsIfNecessary
+    # (577-633) resumes one replicated job, sets StartupPolicyInProgress (startup_policy.go,
+    # reason InOrderStartupPolicyInProgress) and returns (622-626) before setJobSetResumedCondition
+    # (632), reached only once every replicated job allReplicasStarted (609); StartupPolicyCompleted
+    # follows (726). Such a JobSet is running: its pods are starting.
+    if obj.get("spec", {}).get("suspend"):
         condition = conditions.get("Suspended", {})
         return JobSetState("suspended", condition.get("reason", "Suspended"),
                            condition.get("message", "waiting for Kueue to admit it"), created, restarts,
                            max_restarts=bound)
+    if "StartupPolicyInProgress" in conditions:
+        condition = conditions["StartupPolicyInProgress"]
+        return JobSetState("running", condition.get("reason", ""), condition.get("message", ""), created,
+                           restarts, max_restarts=bound)
     return JobSetState("running", created=created, restarts=restarts, max_restarts=bound)
 
 

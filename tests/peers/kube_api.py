@@ -224,7 +224,7 @@ class KubeApi(PeerServer):
                                             "message": "jobset is suspended", "lastTransitionTime": _now()}]
             return
         obj["spec"].pop("suspend", None)
-        obj["status"]["conditions"] = []
+        self._startup_conditions(name)
         if name in self._terminating:  # the earlier attempt's pods are gone: the next attempt starts
             self._terminating.discard(name)
             for pod in self._pods_of(name):
@@ -283,6 +283,33 @@ class KubeApi(PeerServer):
         awaiting_reclaim = plan.reclaimed_after is not None and not obj["status"]["restarts"]
         if not tick_only and tick > plan.ticks + plan.finishing and plan.outcome != "hang" and not awaiting_reclaim:
             self._finish(name, plan.outcome)
+
+    def _startup_conditions(self, name: str) -> None:
+        """The conditions of an admitted JobSet as JobSet v0.12.0 (f22e565a) sets them. Under startupPolicy
+        InOrder the Suspended condition stays True (SuspendedJobs, "jobset is suspended") beside
+        StartupPolicyInProgress until every replicated job is ready; then Suspended turns False (ResumeJobs,
+        "jobset is resumed") and StartupPolicyCompleted replaces InProgress (pkg/controllers/
+        jobset_controller.go resumeJobsIfNecessary 577-633, exclusiveConditions 1363; pkg/constants
+        constants.go 101-106, InOrderStartupPolicy* reasons and messages; startup_policy.go)."""
+        obj = self.jobsets[name]
+        order = ((obj["spec"].get("startupPolicy") or {}).get("startupPolicyOrder"))
+        if order != "InOrder":
+            obj["status"]["conditions"] = []
+            return
+        statuses = {s["name"]: s for s in obj["status"].get("replicatedJobsStatus") or []}
+        ready = all(int((statuses.get(rj["name"]) or {}).get("ready", 0)) >= int(rj.get("replicas", 1))
+                    for rj in obj["spec"]["replicatedJobs"])
+        # Only suspending sets Suspended True again: once resumed, a restart's attempt leaves it False.
+        resumed = any(c["type"] == "Suspended" and c["status"] == "False" for c in obj["status"].get("conditions") or [])
+        now = _now()
+        suspended = ({"type": "Suspended", "status": "False", "reason": "ResumeJobs", "message": "jobset is resumed"}
+                     if ready or resumed else
+                     {"type": "Suspended", "status": "True", "reason": "SuspendedJobs", "message": "jobset is suspended"})
+        startup = ({"type": "StartupPolicyCompleted", "status": "True", "reason": "InOrderStartupPolicyCompleted",
+                    "message": "in order startup policy has completed"} if ready else
+                   {"type": "StartupPolicyInProgress", "status": "True", "reason": "InOrderStartupPolicyInProgress",
+                    "message": "in order startup policy is in progress"})
+        obj["status"]["conditions"] = [{**suspended, "lastTransitionTime": now}, {**startup, "lastTransitionTime": now}]
 
     # -- Kueue and GKE ------------------------------------------------------------------------------
     def _selected(self, name: str, label: str, default: str | None) -> str | None:
