@@ -209,3 +209,38 @@ def test_an_in_order_train_head_without_a_cpu_node_keeps_the_jobset_suspended_co
     assert "longer than CAPACITY_WAIT's cpu=30m" in line and "waiting for Kueue" not in result.output, line
     phases = [p["phase"] for p in run_record(cloud)["steps"]["train"]["phases"]]
     assert phases and "queued" not in phases, phases
+
+
+def test_a_replacement_worker_pod_without_a_node_in_an_attempt_that_was_ready_has_an_end(cloud, monkeypatch):
+    """After the attempt was ready, a worker's node goes and its Job creates a new pod in the same
+    attempt (restartPolicy OnFailure), which no node takes: it waits the mode's bound from its creation,
+    not without end; the pods that had their nodes are never counted."""
+    monkeypatch.setenv("CAPACITY", "reservation,spot")
+    kube = cloud["kube"]
+    slow_polls(monkeypatch)
+    kube.plan(TRAIN, capacity="reservation", ticks=400, outcome="hang", **succeeds(cloud))
+    original, replaced = kube._advance, []
+
+    def advance(name, tick_only=False):
+        original(name, tick_only)
+        tick = kube._ticks.get(name, 0)
+        if tick == 4 and not replaced:  # ready since tick 2: a worker's pod is replaced by a new one
+            old = next(p for p in kube._pods_of(name)
+                       if p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != kube._main_rj(name))
+            del kube.pods[old["metadata"]["name"]]
+            new = json.loads(json.dumps(old))
+            new["metadata"].update(name=old["metadata"]["name"] + "-b", creationTimestamp=kueue.now())
+            kube.pods[new["metadata"]["name"]] = new
+            replaced.append(new["metadata"]["name"])
+        for pod in replaced:
+            if pod in kube.pods:
+                kube.pods[pod]["status"] = {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": "0/3 nodes are available: no reservation capacity"}]}
+        if tick > 40 and name in kube.jobsets:  # 40 polls, 6 h 40 min: a wait with no end
+            kube._finish(name, "fail")
+    monkeypatch.setattr(kube, "_advance", advance)
+    result = run_train(cloud, monkeypatch, "reservation,spot", "reservation=30m,spot=30m")
+    assert replaced, result.output
+    assert "longer than CAPACITY_WAIT's reservation=30m" in result.output, result.output
+    assert TRAIN in kube.deleted, result.output

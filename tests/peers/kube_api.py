@@ -418,7 +418,9 @@ class KubeApi(PeerServer):
         victim = [pod for pod in self._pods_of(name)
                   if pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != main][-1]
         message = "Pod was terminated in response to imminent node shutdown."
+        # The pod ran on that node: it stays scheduled there (PodScheduled True, as the API keeps it).
         victim["status"] = {"phase": "Failed", "reason": "Terminated", "message": message, "conditions": [
+            {"type": "PodScheduled", "status": "True"},
             {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": message},
             {"type": "Ready", "status": "False", "reason": "PodFailed"}],
             "containerStatuses": [{"name": victim["spec"]["containers"][0]["name"],

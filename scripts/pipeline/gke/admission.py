@@ -220,11 +220,13 @@ class CapacityWatch:
             revoked = admission.request is not None and admission.request.state == "CapacityRevoked"
             raise CapacityShortfall(mode, self.waited(now), self.deactivation(admission), self.trained or revoked,
                                     True, place, uid)
-        if state.phase == "running" and self.ready_attempt == state.restarts:
-            return None  # the attempt has its slice: a container restarting, or the step finishing
         # Only pods that never had a node wait for capacity; one scheduled, or that has run, had it (a
-        # container restarting, images pulling, the head finishing), whatever the JobSet's age.
+        # container restarting, images pulling, the head finishing), whatever the JobSet's age. A pod the
+        # Job created anew in an attempt that had been ready (restartPolicy OnFailure, jobs/train.py: a
+        # node lost) never had one, so it waits, bounded, since its creation.
         waiting = [pod for pod in pods if not has_had_node(pod)] if state.phase == "running" else []
+        if state.phase == "running" and self.ready_attempt == state.restarts and not waiting:
+            return None  # the attempt has its slice: a container restarting, or the step finishing
         head = [pod for pod in waiting if pod not in tpu] if has_tpu else []
         if head and not any(pod in tpu for pod in waiting):
             return self._head_waits(head, tpu, uid, now)
