@@ -244,3 +244,29 @@ def test_a_replacement_worker_pod_without_a_node_in_an_attempt_that_was_ready_ha
     assert replaced, result.output
     assert "longer than CAPACITY_WAIT's reservation=30m" in result.output, result.output
     assert TRAIN in kube.deleted, result.output
+
+
+def test_a_second_restart_is_recorded_with_its_own_cause_not_the_first_attempts_problem(cloud, monkeypatch):
+    """A spot reclaim restarts the JobSet; later its second attempt's pods are replaced before any of
+    them said why: the second restart's reason is that, not the first attempt's exit code."""
+    kube = cloud["kube"]
+    kube.plan(TRAIN, capacity="spot", ticks=6, reclaimed_after=3, **succeeds(cloud))
+    original, bumped = kube._advance, []
+
+    def advance(name, tick_only=False):
+        original(name, tick_only)
+        obj = kube.jobsets.get(name)
+        if obj and obj["status"]["restarts"] == 1 and kube._ticks[name] == 3 and not bumped:
+            bumped.append(True)
+            obj["status"]["restarts"] = 2
+            for pod in kube._pods_of(name):
+                del kube.pods[pod["metadata"]["name"]]
+            kube._create_pods(name)
+            kube._ticks[name] = 0
+    monkeypatch.setattr(kube, "_advance", advance)
+    result = run_train(cloud, monkeypatch, "spot", "30m")
+    assert result.exit_code == 0, result.output
+    first, second = run_record(cloud)["steps"]["train"]["restarts"]
+    assert first["preempted"] is True and "TerminationByKubelet" in first["reason"], first
+    assert second == {**second, "restart": 2, "preempted": False,
+                      "reason": "its pods were replaced before they said why"}, second

@@ -68,6 +68,23 @@ def test_dry_run_prints_the_jobsets_only_with_show_manifests(cloud):
     assert cloud["kube"].created == [] and cloud["kube"].secrets == {}
 
 
+def test_dry_run_shows_the_manifest_a_replace_submits_not_the_pinned_one_on_the_cluster(cloud):
+    """An earlier `run` moved train on to spot (its JobSet pins it there) and it failed: `run --replace`
+    submits it again as rendered, from the first mode, and --show-manifests prints that."""
+    from jobs.k8s import pin_capacity
+
+    recipe = get_recipe(RECIPE)
+    put_step_output(cloud["gcs"], recipe, "convert")
+    manifests = render_manifests(recipe, peer_settings())
+    cloud["kube"].put_jobset(pin_capacity(manifests["train"], "spot", None), "failed")
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run", "--show-manifests", "--replace"])
+    assert result.exit_code == 0, result.output
+    assert "  train: replace: " in result.output, result.output
+    _, _, stream = result.output.partition("---\n")
+    assert list(yaml.safe_load_all("---\n" + stream)) == [manifests["train"], manifests["export"]]
+    assert cloud["kube"].created == [] and cloud["kube"].deleted == []
+
+
 def test_show_manifests_without_dry_run_is_refused_before_anything_is_read(cloud):
     result = runner.invoke(app, ["run", RECIPE, "--show-manifests"])
     assert result.exit_code == ExitCode.BAD_INPUT

@@ -39,7 +39,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
         exported = next((action for action in actions if action.step == "export" and action.kind != "skip"), None)
         note = (f"(export at step {session.recipe.last_step} is an upper bound: run exports the step training "
                 "reached)") if exported and export_step is None else ""
-        show_dry_run(session, jobs, actions, replace, note, show_manifests)
+        show_dry_run(session, rendered, actions, replace, note, show_manifests)  # what `run` submits
         return
     if any(action.kind in ("submit", "replace") for action in actions):
         fill_token_secret(session)

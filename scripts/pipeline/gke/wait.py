@@ -80,7 +80,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     follower = LogFollower(session, job) if follow_logs else None
     if follower:
         follower.start()
-    problems: list[str] = []
+    problems: list[str] = []  # every problem seen, printed once (and the failure's words)
+    attempt_problems: list[str] = []  # those seen since the last restart: what took this attempt down
     disruptions: list[str] = []  # pods taken away (DisruptionTarget) since the last restart
     restarts_seen: int | None = None
     last_summary = None
@@ -103,13 +104,15 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                 for problem in (p for pod in pods for p in pod_problems(pod)):
                     if problem not in problems:
                         problems.append(problem)
+                        attempt_problems.append(problem)
                         console.print(f"[yellow]![/] {job.step}: {escape(problem)}")
                 disruptions += [d for d in map(disruption_of, pods) if d and d not in disruptions]
                 if restarts_seen is not None and state.restarts > restarts_seen:
-                    line, restart = restart_of(session, job, state, disruptions, problems)
+                    line, restart = restart_of(session, job, state, disruptions, attempt_problems)
                     console.print(escape(line))
                     phases.restarts.append(restart)  # into run.json with the phases (capacity.note_phases)
                     disruptions.clear()
+                    attempt_problems.clear()
                 restarts_seen = state.restarts
                 # Pods of an earlier attempt may still be terminating: count, and read progress from, the
                 # current attempt's only, so a step logged before the restart does not stick.
