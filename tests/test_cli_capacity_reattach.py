@@ -67,9 +67,10 @@ def test_a_reattaching_run_keeps_an_hour_old_convert_step_in_its_finishing_windo
 
 def _head_without_a_cpu_node(kube, monkeypatch, workers: bool) -> None:
     """The Pathways head stays Unschedulable (the CPU pool cannot scale up). `workers` False: JobSet's
-    InOrder startup, which resumes the workers' Job only once the head's is ready (JobSet v0.12.0
-    pkg/controllers/jobset_controller.go 609-626), so no TPU pod exists; True: AnyOrder (flex-start),
-    the workers up and Ready meanwhile."""
+    InOrder startup, which resumes the workers' Job only once the head's is ready (JobSet v0.12.0,
+    f22e565a, pkg/controllers/jobset_controller.go 609-626), so no TPU pod exists and the fake JobSet
+    keeps its Suspended condition True with spec.suspend false, as JobSet does; True: AnyOrder
+    (flex-start), the workers up and Ready meanwhile."""
     original = kube._advance
 
     def advance(name, tick_only=False):

@@ -142,9 +142,10 @@ class CapacityShortfall(StepFailed):
 class CapacityWatch:
     """Follows one submission of a step: what it awaits, since when, and whether that is too long.
 
-    While the JobSet is suspended, the clock of an attempt starts when its JobSet was created (so a
-    reattaching `run` keeps counting) and again at each restart. Once it runs, only its pods that never had
-    a node wait for capacity, each since its creation: a pod scheduled, or that has run, had its capacity,
+    While the JobSet is suspended (spec.suspend: Kueue has not resumed it), the clock of an attempt starts
+    when its JobSet was created (so a reattaching `run` keeps counting) and again at each restart. Once it
+    runs (also while an InOrder startup is in progress), only its pods that never had a node wait for
+    capacity, each since its creation, a pod created anew in an attempt that had been ready too: a pod scheduled, or that has run, had its capacity,
     so a pod that is not Ready is a container restarting, its images pulling or the step finishing (the
     head's sidecars keep its pod Running but not Ready until the JobSet completes), never a shortfall,
     however old the JobSet. Any step stops on a workload someone else deactivated."""
@@ -255,8 +256,10 @@ class CapacityWatch:
 
     def _head_waits(self, head: list[dict], tpu: list[dict], uid: str, now: datetime) -> str | None:
         """The Pathways head waits for a node of the CPU pool while its TPU workers have theirs (AnyOrder,
-        flex-start) or do not exist yet (InOrder: JobSet v0.12.0 resumes the workers' Job only once the
-        head's is ready, pkg/controllers/jobset_controller.go 609-626). Bounded by CAPACITY_WAIT's `cpu`,
+        flex-start) or do not exist yet (InOrder: JobSet v0.12.0, f22e565a, resumes the workers' Job only
+        once the head's is ready, pkg/controllers/jobset_controller.go 609-626, and keeps the JobSet's
+        Suspended condition True meanwhile; spec.suspend is false, so the JobSet reads as running,
+        kube_objects.jobset_state). Bounded by CAPACITY_WAIT's `cpu`,
         counted from the head pod's creation, or from when the workers were first seen up (they bill
         meanwhile: the phase `waiting for head`, scripts/pipeline/phases.py)."""
         if self.head_since is None:
