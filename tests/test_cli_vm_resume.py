@@ -191,3 +191,22 @@ def test_train_with_neither_a_new_step_nor_a_growing_log_is_stalled(settings_env
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
     assert error_line(result).startswith("error: step train on TPU VM rl-test-vm looks stalled: its last training "
                                          "step is 3 and its log has stayed at 4096 bytes for 0:"), result.output
+
+
+def test_cancel_and_status_follow_a_vm_running_the_same_runs_older_script(settings_env, gcs, google, clock):
+    deploy_vm(google, SETTINGS)
+    # The same run's script, rendered by an older tpu-rl: it polls this run's cancel marker all the same.
+    google.metadata[VM]["startup-script"] += "# rendered by an older tpu-rl\n"
+    google.serial[VM] = ""
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    text = " ".join(status.output.split())
+    rows = [row.replace(",", " ").split()[:2] for row in status.output.splitlines()]
+    assert ["convert", "waiting"] in rows
+    assert (f"the VM's startup script (run {PATHS.run_name}) differs from the one recipe '{RECIPE}' renders now: "
+            f"`npx cdktf deploy {RECIPE}` applies it") in text
+    cancel = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert cancel.exit_code == 0, cancel.output
+    assert f"`npx cdktf deploy {RECIPE}` applies it" in " ".join(cancel.output.split())
+    bucket, name = PATHS.cancel_marker.split("/", 3)[2:]
+    assert gcs.bucket(bucket).blob(name).exists()  # the marker the VM's script polls
