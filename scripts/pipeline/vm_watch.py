@@ -35,11 +35,12 @@ class ConsoleBuffer:
 
     def add(self, text: str) -> str:
         self.tail += text
-        cut = self.tail.rfind("\n", 0, len(self.tail) - CONSOLE_TAIL_BYTES) if len(self.tail) > CONSOLE_TAIL_BYTES \
-            else -1
-        if cut >= 0:
-            self._anchor(self.tail[:cut + 1])
-            self.tail = self.tail[cut + 1:]
+        if len(self.tail) <= CONSOLE_TAIL_BYTES:
+            return self.text
+        # At the last line end before the bound; with none there (one line longer than it), at the bound.
+        cut = self.tail.rfind("\n", 0, len(self.tail) - CONSOLE_TAIL_BYTES) + 1 or len(self.tail) - CONSOLE_TAIL_BYTES
+        self._anchor(self.tail[:cut])
+        self.tail = self.tail[cut:]
         return self.text
 
     def _anchor(self, dropped: str) -> None:
