@@ -139,3 +139,74 @@ def test_a_vm_that_stays_staging_is_bounded_like_a_stopped_one(settings_env, gcs
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
     assert error_line(result).startswith("error: TPU VM rl-test-vm is still STAGING ")
+
+
+def test_a_stop_longer_than_the_stall_bound_that_recovers_is_not_a_stall(settings_env, gcs, vm, clock):
+    begin(vm, gcs, "convert")()
+    put(gcs, PATHS.vm_heartbeat, "attempt=20261130T000000Z-1 at=2026-11-30T00:00:00Z log=4096\n")
+
+    def maintenance():  # 30 polls of 120 s (this machine's clock) while TERMINATED: twice the stall bound
+        vm.instances[VM] = "TERMINATED"
+        vm.on_instance_get.extend([lambda: None] * 30 + [lambda: vm.instances.__setitem__(VM, "RUNNING")])
+
+    vm.on_serial_read += [maintenance, finish(vm, gcs, "convert"), begin(vm, gcs, "train"), finish(vm, gcs, "train"),
+                          begin(vm, gcs, "export"), finish(vm, gcs, "export")]
+    clock.step = 120.0
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert "stalled" not in result.output and "export: output verified" in result.output
+
+
+def train_step_line(step: int) -> str:
+    """tunix's train step line (TRAIN_STEP, scripts/pipeline/progress.py) as the console shows it."""
+    return (f"startup-script: I1130 00:00:00.000000 1 peft_trainer.py:735] Train step {step} training loss: "
+            "0.500000  - training perplexity: 1.648721\n")
+
+
+def dark_train(vm, gcs, clock, logs: list[int], then: list) -> object:
+    """Train showed step 3 on the console, then the console went dark (the guest agent stopped reading at a
+    line over 64 KiB); the heartbeat goes on with the log sizes `logs`, one a poll, then `then` happens."""
+    finish(vm, gcs, "convert")()
+    begin(vm, gcs, "train")()
+    vm.serial[VM] += train_step_line(3)
+
+    def beat(n, size):  # the watcher beats on: a new time each round
+        return lambda: put(gcs, PATHS.vm_heartbeat, f"attempt=20261130T000000Z-1 at=2026-11-30T00:{n:02}:00Z "
+                           f"log={size}\n")
+
+    vm.on_serial_read += [beat(n, size) for n, size in enumerate(logs)] + then
+    clock.step = 120.0
+    return runner.invoke(app, ["run", RECIPE])
+
+
+def test_train_with_a_dark_console_and_a_growing_log_is_not_stalled(settings_env, gcs, vm, clock):
+    result = dark_train(vm, gcs, clock, [4096 * n for n in range(1, 40)],
+                        [finish(vm, gcs, "train"), begin(vm, gcs, "export"), finish(vm, gcs, "export")])
+    assert result.exit_code == 0, result.output
+    assert "stalled" not in result.output and "train: running, step 3/" in result.output
+
+
+def test_train_with_neither_a_new_step_nor_a_growing_log_is_stalled(settings_env, gcs, vm, clock):
+    result = dark_train(vm, gcs, clock, [4096] * 40, [])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert error_line(result).startswith("error: step train on TPU VM rl-test-vm looks stalled: its last training "
+                                         "step is 3 and its log has stayed at 4096 bytes for 0:"), result.output
+
+
+def test_cancel_and_status_follow_a_vm_running_the_same_runs_older_script(settings_env, gcs, google, clock):
+    deploy_vm(google, SETTINGS)
+    # The same run's script, rendered by an older tpu-rl: it polls this run's cancel marker all the same.
+    google.metadata[VM]["startup-script"] += "# rendered by an older tpu-rl\n"
+    google.serial[VM] = ""
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    text = " ".join(status.output.split())
+    rows = [row.replace(",", " ").split()[:2] for row in status.output.splitlines()]
+    assert ["convert", "waiting"] in rows
+    assert (f"the VM's startup script (run {PATHS.run_name}) differs from the one recipe '{RECIPE}' renders now: "
+            f"`npx cdktf deploy {RECIPE}` applies it") in text
+    cancel = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert cancel.exit_code == 0, cancel.output
+    assert f"`npx cdktf deploy {RECIPE}` applies it" in " ".join(cancel.output.split())
+    bucket, name = PATHS.cancel_marker.split("/", 3)[2:]
+    assert gcs.bucket(bucket).blob(name).exists()  # the marker the VM's script polls

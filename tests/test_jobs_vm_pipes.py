@@ -102,3 +102,14 @@ def test_the_console_kept_between_polls_is_bounded_and_keeps_what_the_parsers_ne
     view = ConsoleView.read(text, run)
     assert view.attempt == "A-1" and view.started == ["convert", "train"]
     assert step_section(text, "train", run)[0].endswith(f"{run} train: starting")
+
+
+def test_the_console_kept_between_polls_is_bounded_by_a_line_longer_than_the_bound(monkeypatch):
+    monkeypatch.setattr(vm_watch, "CONSOLE_TAIL_BYTES", 10_000)
+    run = PATHS.run_name
+    buffer = vm_watch.ConsoleBuffer(run)
+    buffer.add(f"startup-script: tpu-rl: 2026-11-30T00:00:00Z {run} attempt A-1: boot\n")
+    for _ in range(10):  # one line with no end in sight (a rollout printed on one line)
+        text = buffer.add("x" * 5_000)
+    assert len(text) < 2 * 10_000
+    assert ConsoleView.read(text, run).attempt == "A-1"  # the attempt line is kept as an anchor

@@ -16,8 +16,8 @@ from scripts.pipeline.accuracy import EvaluationWatch, report_accuracy
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
-from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_script, get_instance,
-                                        require_token_version)
+from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
+                                        get_instance, require_token_version)
 from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState, booted_at
 from scripts.pipeline.vm_watch import STALL_SECONDS, ConsoleBuffer, Watch
 
@@ -310,8 +310,11 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
     if instance.status in STOPPED:
         console.print(f"nothing to cancel: TPU VM {vm} is {instance.status}, so no step of run {run} runs")
         return
-    # The VM's script polls its own run's marker: one of another run's would never be read.
-    check_deployed_script(session, instance)
+    # The VM's script polls its own run's marker: one of another run's would never be read. The same run's
+    # script, even when it differs from the rendered one, polls exactly this marker.
+    differs = check_deployed_run(session, instance)
+    if differs:
+        console.print(differs)
     at = cancelled_at(session)
     if at:
         console.print(f"nothing to cancel: run {run} was cancelled at {at}; {go_on_hint(session)}")

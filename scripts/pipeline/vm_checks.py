@@ -3,6 +3,7 @@ instance, its startup script, the token version it will read, and a stop by host
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from google.api_core import exceptions as gexc
@@ -63,6 +64,25 @@ def check_deployed_script(session: Session, instance) -> None:
                     f"`npx cdktf deploy {name}` replaces the VM with it (the plan shows the replacement; it "
                     "kills a running step, so deploy between steps; the bucket keeps the finished steps and the "
                     "new VM resumes after them)")
+
+
+# What names the run in the rendered script (jobs/vm.py): its run and the cancel marker it polls.
+RUN_IDENTITY = re.compile(r"^readonly (?:RUN|CANCEL_MARKER)=.*$", re.MULTILINE)
+
+
+def check_deployed_run(session: Session, instance) -> str:
+    """For `cancel` and `status`: refuse (as check_deployed_script) only when the VM's script is another
+    run's (its RUN and CANCEL_MARKER lines differ): the same run's script polls this run's cancel marker and
+    writes this run's records. Returns a note when it is the same run's but differs from the rendered one."""
+    deployed, rendered = _deployed_script(instance), render_startup_script(session.recipe, session.settings)
+    if deployed == rendered:
+        return ""
+    if deployed and RUN_IDENTITY.findall(deployed) == RUN_IDENTITY.findall(rendered):
+        name = session.recipe.name
+        return (f"the VM's startup script (run {session.paths.run_name}) differs from the one recipe '{name}' "
+                f"renders now: `npx cdktf deploy {name}` applies it (it replaces the VM; deploy between steps)")
+    check_deployed_script(session, instance)
+    return ""
 
 
 def require_token_version(session: Session) -> None:

@@ -14,7 +14,7 @@ from scripts.pipeline.progress import last_train_step, training_now
 from scripts.pipeline.session import Session, StatusReport, StepStatus
 from scripts.pipeline.vm import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
                                  read_state, step_section, train_attempt)
-from scripts.pipeline.vm_checks import check_deployed_script, get_instance
+from scripts.pipeline.vm_checks import check_deployed_run, get_instance
 
 
 def status_vm(session: Session) -> StatusReport:
@@ -37,7 +37,7 @@ def status_vm(session: Session) -> StatusReport:
                             f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
                             "TPU_NAME)")
     # The VM's script writes its own run's records: with another script, this run's would be misread.
-    check_deployed_script(session, instance)
+    differs = check_deployed_run(session, instance)
     readable = console_readable(instance)
     text = SerialReader(session).new_text() if readable else ""
     state = read_state(session, text, instance)
@@ -51,6 +51,7 @@ def status_vm(session: Session) -> StatusReport:
     training = training_now(last_train_step(train_attempt(text, session.paths.run_name)[1]), session.recipe.train_steps,
                             session.clients.storage, session.paths.tensorboard, session.now) \
         if states.get("train") == "running" and readable else ""
+    note = " ".join(part for part in (note, differs) if part)
     phase = state.attempt.phase if state.attempt else ""
     script = f"; startup script: {phase}" if phase and phase not in STEPS else ""
     return StatusReport(f"TPU VM {settings.vm_name} ({instance.status}{script})",

@@ -17,8 +17,8 @@ clock = time.monotonic  # tests replace it (scripts/pipeline/vm_watch.py is the 
 # of the instance sets it, Compute Engine API, Instance lastStartTimestamp), so only the new attempt's own
 # records tell it began; a reboot of a TPU VM and its guest agent's start take a few minutes.
 RESUME_WAIT_SECONDS = 600
-# A step that logs nothing (convert, export: the log's size in the heartbeat) or reaches no new training
-# step (train) for this long is stalled; train's bound grows with its observed step time.
+# A step whose log (its size in the heartbeat) stops growing and that (train) reaches no new training step
+# on the console for this long, while the VM is RUNNING, is stalled; train's bound grows with its step time.
 STALL_SECONDS = 1800
 STALL_STEP_TIMES = 10
 # The console kept between polls: the run's last attempt line and step starts, and this much of its tail
@@ -35,11 +35,12 @@ class ConsoleBuffer:
 
     def add(self, text: str) -> str:
         self.tail += text
-        cut = self.tail.rfind("\n", 0, len(self.tail) - CONSOLE_TAIL_BYTES) if len(self.tail) > CONSOLE_TAIL_BYTES \
-            else -1
-        if cut >= 0:
-            self._anchor(self.tail[:cut + 1])
-            self.tail = self.tail[cut + 1:]
+        if len(self.tail) <= CONSOLE_TAIL_BYTES:
+            return self.text
+        # At the last line end before the bound; with none there (one line longer than it), at the bound.
+        cut = self.tail.rfind("\n", 0, len(self.tail) - CONSOLE_TAIL_BYTES) + 1 or len(self.tail) - CONSOLE_TAIL_BYTES
+        self._anchor(self.tail[:cut])
+        self.tail = self.tail[cut:]
         return self.text
 
     def _anchor(self, dropped: str) -> None:
@@ -112,11 +113,16 @@ class Watch:
                 f"of memory?, or cannot reach the bucket); if not, `{ssh} -- sudo reboot` resumes it")
 
     def stall(self, state: VmState, step: str, train_step: int | None) -> str | None:
-        """A running step with no new output (the log's size in the heartbeat; train: a new training step when
-        the console shows them) for its bound."""
-        log = state.heartbeat.log if state.heartbeat else None
-        key = (state.current, step, train_step if train_step is not None else log)
+        """A running step with no new output for its bound: neither the log's size in the heartbeat grew nor
+        (train) a new training step showed on the console (it goes dark when the guest agent stops reading a
+        line over 64 KiB, while the script and its log go on). Only a RUNNING VM's step can stall: a stop
+        (maintenance) and a new attempt start the count again."""
         now = clock()
+        if not state.running:
+            self.output, self.last_train = (None, now), None
+            return None
+        log = state.heartbeat.log if state.heartbeat else None
+        key = (state.current, step, train_step, log)
         if train_step is not None and (self.last_train is None or self.last_train[0] != train_step):
             if self.last_train is not None:
                 self.step_times.append((now - self.last_train[1]) / max(1, abs(train_step - self.last_train[0])))
@@ -128,11 +134,11 @@ class Watch:
         if step == "train" and self.step_times:
             bound = max(STALL_SECONDS, STALL_STEP_TIMES * max(self.step_times))
         still = now - self.output[1]
-        if still < bound or key[2] is None:
+        if still < bound or (train_step is None and log is None):
             return None
         recipe = self.session.recipe.name
-        seen = (f"its last training step is {train_step}" if train_step is not None
-                else f"its log has stayed at {log} bytes")
+        seen = " and ".join(([f"its last training step is {train_step}"] if train_step is not None else []) +
+                            ([f"its log has stayed at {log} bytes"] if log is not None else []))
         return (f"step {step} on TPU VM {self.session.settings.vm_name} looks stalled: {seen} for {hms(still)} "
                 f"(the bound: {hms(bound)}); look with `tpu-rl logs {recipe} {step}`, and stop it with "
                 f"`tpu-rl cancel {recipe}`")
