@@ -404,14 +404,12 @@ def test_the_checks_rows_are_what_maxtexts_own_pipeline_makes(recipe_name, tmp_p
     release's venv; the check builds the same rows from the same tokenizer directory."""
     import subprocess
 
-    from maxtext_cpu.chain import HERE, venv_python
+    from maxtext_cpu.chain import HERE, need_venv
     from scripts.rewards.check import check_inputs, check_processor, sample_rows
     from scripts.rewards.prompts import DATASET, SAMPLES
 
     recipe = get_recipe(recipe_name)
-    python = venv_python(recipe.maxtext_version)
-    if not python.exists():
-        pytest.skip(f"{python.parent.parent.name} is missing: `make install` builds it (MaxText for CPU)")
+    python = need_venv(recipe.maxtext_version)
     processor = tmp_path / "my_data.py"
     processor.write_text(PROCESSOR)
     template = (recipe.rl.override("data_template_path") or "gsm8k_rl.json").rpartition("/")[2]

@@ -24,7 +24,7 @@ import pytest
 
 from jobs.maxtext import maxtext_commands
 from jobs.paths import ArtifactPaths
-from maxtext_cpu.chain import venv_python
+from maxtext_cpu.chain import need_venv
 from peers.fixtures import peer_settings
 import recipes
 from recipes import UserError, all_recipes, get_recipe
@@ -148,9 +148,7 @@ def verdicts() -> dict[str, dict]:
                                                       for item in model_yml_items(name)]
     out: dict[str, dict] = {}
     for version, cases in by_version.items():
-        python = venv_python(version)
-        if not python.exists():
-            pytest.skip(f"{python.parent.parent.name} is missing: `make install` builds it (MaxText {version} for CPU)")
+        python = need_venv(version)
         from maxtext_cpu.chain import HERE
 
         result = subprocess.run([str(python), str(HERE / "run.py"), "judge", "-", "-",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from contracts.orbax_log import ORBAX_VERSION, SAVE_FORMATS, SOURCE, save_line
 from contracts.tunix_log import train_step_line
+from maxtext_cpu.chain import need_venv
 from test_cli_capacity_loss import RECIPE, TRAIN, run_record, run_train, succeeds
 
 from recipes import get_recipe
@@ -26,9 +27,9 @@ def site_packages(maxtext: str) -> Path:
 
 @pytest.mark.parametrize("maxtext", sorted(ORBAX_VERSION))
 def test_the_save_lines_are_orbaxs_own_logging_calls_at_the_pinned_versions(maxtext):
+    need_venv(maxtext)
     source = site_packages(maxtext) / SOURCE
-    if not source.exists():
-        pytest.skip(f"{source} is absent: `make install` builds .venv-maxtext-{maxtext}")
+    assert source.is_file(), f"{source} is absent: the venv lacks orbax; `make install` rebuilds it"
     assert (site_packages(maxtext) / f"orbax_checkpoint-{ORBAX_VERSION[maxtext]}.dist-info").is_dir()
     calls = {(node.lineno, node.args[0].value) for node in ast.walk(ast.parse(source.read_text()))
              if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "info"

@@ -40,13 +40,19 @@ def venv_python(version: str) -> Path:
     return REPO / f".venv-maxtext-{version}" / "bin" / "python"
 
 
-def need_venv(version: str) -> None:
-    """Skip (a failure under CI=true, tests/ci_skips.py) without the release's venv."""
+def need_venv(version: str) -> Path:
+    """The python of the release's venv. Without it the test cannot run: locally a skip that says how to
+    build it, and under CI=true a failure naming it (as tests/ci_skips.py makes of any skip)."""
     import pytest
+    from ci_skips import in_ci
 
-    if not venv_python(version).exists():
-        pytest.skip(f"{venv_python(version).parent.parent.name} is missing: `make install` builds it "
-                    f"(MaxText {version} for CPU)")
+    python = venv_python(version)
+    if not python.exists():
+        missing = f"{python.parent.parent.name} is missing: `make install` builds it (MaxText {version} for CPU)"
+        if in_ci():
+            pytest.fail(missing, pytrace=False)
+        pytest.skip(missing)
+    return python
 
 
 def tiny_model(recipe: Recipe) -> Path:
