@@ -122,14 +122,15 @@ def say(message: str, err: bool = False) -> None:
 
 def fitted(text: str, width: int, indent: int = 0) -> str:
     """`text` wrapped at spaces to `width` columns when a terminal (or COLUMNS) sets the width, the lines
-    after the first indented by `indent`; other output keeps one line per message, for grep. A word is
-    never broken, so a path or URL longer than the line stays whole (and copyable) on its own line."""
-    import textwrap
+    after the first indented by `indent` (scripts.cli.width.fit_text); other output keeps one line per
+    message, for grep. A word is never broken, so a path or URL longer than the line stays whole."""
+    from rich.text import Text
+
+    from scripts.cli.width import fit_text
 
     if not _sized():
         return text
-    return textwrap.fill(text, width=width, subsequent_indent=" " * indent, break_long_words=False,
-                         break_on_hyphens=False) or text
+    return fit_text(Text(text), width, indent).plain
 
 
 def _fail(code: int, message: str) -> typer.Exit:

@@ -13,23 +13,24 @@ from rich.text import Text
 _WORD = re.compile(r"\S+")
 
 
-def fit_text(text: Text, width: int) -> Text:
-    """`text` (styles kept) with each line longer than `width` wrapped at spaces (see the module)."""
+def fit_text(text: Text, width: int, indent: int | None = None) -> Text:
+    """`text` (styles kept) with each line longer than `width` wrapped at spaces (see the module); with
+    `indent`, continuation lines are indented by that many spaces instead."""
     lines = text.split("\n", allow_blank=True)
     out = Text()
     for number, line in enumerate(lines):
         if number:
             out.append("\n")
-        out.append_text(_fit_line(line, width))
+        out.append_text(_fit_line(line, width, indent))
     return out
 
 
-def _fit_line(line: Text, width: int) -> Text:
+def _fit_line(line: Text, width: int, indent_by: int | None) -> Text:
     plain = line.plain
     if len(plain) <= width:
         return line
     lead = len(plain) - len(plain.lstrip(" "))
-    indent = " " * (lead + 2 if lead else 0)
+    indent = " " * (indent_by if indent_by is not None else lead + 2 if lead else 0)
     words = [(match.start(), match.end()) for match in _WORD.finditer(plain)]
     pieces, start, end, prefix = [], 0, 0, 0
     for first, last in words:
