@@ -20,7 +20,8 @@ from constructs import Construct
 
 from infra.gke_cluster import SYSTEM_POOL, GkeCluster
 from recipes import conventions
-from recipes.model import CapacityMode, MachineSize
+from recipes.capacity_modes import CapacityMode
+from recipes.catalog import MachineSize
 from recipes.placement import Place, tpu_places
 
 MANIFESTS_CHART = Path(__file__).parent / "charts" / "manifests"

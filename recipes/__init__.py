@@ -7,7 +7,10 @@ from functools import cache
 from importlib import resources
 
 from recipes.errors import UserError
-from recipes.model import STEPS, Recipe, Shape, SourcePatch, Step, build_recipes
+from recipes.catalog import SourcePatch
+from recipes.entry import STEPS, Step
+from recipes.model import Recipe, build_recipes
+from recipes.shape import Shape
 from recipes.settings import EXAMPLE_PROJECT, Settings, example_settings, load_settings
 
 

@@ -26,7 +26,8 @@ from importlib import resources
 from recipes import conventions
 from recipes.errors import UserError
 from recipes.evaluation import EvalPlan, eval_plan
-from recipes.model import STEPS, Recipe
+from recipes.entry import STEPS
+from recipes.model import Recipe
 
 # Each step puts exactly one pod on the CPU pool (convert/export job, or the Pathways head during
 # train), and the pool autoscales from 0, so one node is up during a run.

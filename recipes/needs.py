@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from recipes.model import Platform
+from recipes.capacity_modes import Platform
 
 # Where things are: each a group of the fields that find one thing.
 BUCKET = ("project", "gcs_bucket")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from recipes import conventions
-from recipes.model import CapacityMode
+from recipes.capacity_modes import CapacityMode
 
 
 def zone_suffix(zone: str) -> str:

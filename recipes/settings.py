@@ -19,7 +19,8 @@ from typing import Collection, Mapping, Sequence
 from recipes.capacity_wait import DEFAULT_WAITS, WaitKey, parse_capacity_wait
 from recipes.cidrs import authorized_cidrs_problem, authorized_cidrs_warning
 from recipes.errors import UserError
-from recipes.model import PLATFORM_CAPACITY, CapacityMode, Recipe, parse_capacity
+from recipes.capacity_modes import PLATFORM_CAPACITY, CapacityMode, parse_capacity
+from recipes.model import Recipe
 
 CONFIG_ENV = "TPU_RL_CONFIG"
 DEFAULT_CONFIG = Path("tpu-rl.toml")
