@@ -11,7 +11,8 @@ from recipes.catalog import SourcePatch
 from recipes.entry import STEPS, Step
 from recipes.model import Recipe, build_recipes
 from recipes.shape import Shape
-from recipes.settings import EXAMPLE_PROJECT, Settings, example_settings, load_settings
+from recipes.setting_specs import EXAMPLE_PROJECT
+from recipes.settings import Settings, example_settings, load_settings
 
 
 @cache

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipes.errors import UserError
-from recipes.settings import CONFIG_ENV, SPECS
+from recipes.setting_specs import CONFIG_ENV, SPECS
 from scripts.plan_review.report import StackCost, costs_for
 
 DEFAULT_BASE_BRANCHES = ("main", "origin/main")
