@@ -34,8 +34,8 @@ from typing import Any
 from jobs.paths import ArtifactPaths
 from jobs.train import train_jobset
 from recipes import Recipe, Settings, UserError
-from recipes.evaluation import evaluates
 from recipes.entry import same_setting
+from recipes.evaluation import evaluates
 from recipes.runs import MAX_RUN_NAME, check_run_name, checked_item, digest
 
 # The settings that say how the held-out set is evaluated, not what model is trained: eval's --set may

@@ -6,13 +6,13 @@ import tomllib
 from functools import cache
 from importlib import resources
 
-from recipes.errors import UserError
 from recipes.catalog import SourcePatch
 from recipes.entry import STEPS, Step
+from recipes.errors import UserError
 from recipes.model import Recipe, build_recipes
-from recipes.shape import Shape
 from recipes.setting_specs import EXAMPLE_PROJECT
 from recipes.settings import Settings, example_settings, load_settings
+from recipes.shape import Shape
 
 
 @cache

@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from recipes.capacity_modes import CapacityMode, Platform, check_capacity
-from recipes.catalog import MachineSize, MaxTextRelease, PathwaysImages, PathwaysRepositories, SourcePatch, TpuGeneration
+from recipes.catalog import (MachineSize, MaxTextRelease, PathwaysImages, PathwaysRepositories, SourcePatch,
+                             TpuGeneration)
 from recipes.entry import TRAIN_STEP_FACTORS, Durations, ModelSpec, RecipeEntry, RlSpec, same_setting
 from recipes.errors import UserError
 from recipes.shape import Shape, derive_shape

@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 from pydantic import ValidationError
 
 from recipes.conventions import MAX_JOBSET_NAME
+from recipes.entry import OVERRIDE, STEPS, RlSpec, same_setting
 from recipes.errors import UserError
 from recipes.maxtext_values import (
     KEY_LIST_DIR,
@@ -31,7 +32,6 @@ from recipes.maxtext_values import (
     check_value,
     maxtext_keys,
 )
-from recipes.entry import OVERRIDE, STEPS, RlSpec, same_setting
 from recipes.model import Recipe, first_error
 from recipes.schedule import SCHEDULE_KEY, schedule_steps
 
