@@ -25,12 +25,16 @@ export CHECKPOINT_DISABLE := 1
 
 .PHONY: install synth test bench bench-cli clean
 
-$(STAMP): pyproject.toml
+# uv, which every venv below is installed with (so they need only it, not each other).
+UV := $(VENV)/bin/uv
+$(UV):
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
+
+$(STAMP): pyproject.toml | $(UV)
 # --compile-bytecode: write .pyc for all of site-packages once; without them the google provider
 # (180 MB of Python) is compiled from source on every import (see `make bench ARGS=--no-pyc`).
-	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) -e '.[test]'
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) -e '.[test]'
 	touch $@
 
 # The CDKTF CLI (synth) and the provider bindings' Node side; independent of the venvs, so built beside them.
@@ -38,14 +42,14 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-$(CHECKOV_STAMP): $(STAMP)
+$(CHECKOV_STAMP): | $(UV)
 	test -x $(CHECKOV_VENV)/bin/python || python3 -m venv $(CHECKOV_VENV)
-	$(VENV)/bin/uv pip install --quiet --python $(CHECKOV_VENV)/bin/python checkov==$(CHECKOV_VERSION)
+	$(UV) pip install --quiet --python $(CHECKOV_VENV)/bin/python checkov==$(CHECKOV_VERSION)
 	touch $@
 
-.venv-maxtext-%/.installed: $(MAXTEXT_CPU)/constraints-%.txt $(MAXTEXT_CPU)/packages.txt tools/maxtext_venv.sh $(STAMP)
+.venv-maxtext-%/.installed: $(MAXTEXT_CPU)/constraints-%.txt $(MAXTEXT_CPU)/packages.txt tools/maxtext_venv.sh | $(UV)
 	@test -n "$(MAXTEXT_PYTHON)" || { echo "MaxText $* needs Python 3.12: install python3.12 or pass MAXTEXT_PYTHON=/path/to/python3.12"; exit 2; }
-	tools/maxtext_venv.sh $* $(MAXTEXT_PYTHON) $(VENV)/bin/uv
+	tools/maxtext_venv.sh $* $(MAXTEXT_PYTHON) $(UV)
 	touch $@
 
 install: $(STAMP) $(NODE_STAMP) $(CHECKOV_STAMP) $(MAXTEXT_STAMPS)
