@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from recipes import STEPS, UserError
-from scripts.cli.core import (RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, say,
-                              secret_app)
+from scripts.cli.core import (RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, parse_step,
+                              parse_steps, say, secret_app)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from scripts.outcome import Interrupted, PreflightFailed
 
@@ -84,10 +84,10 @@ def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"
 @handled
 def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     """Check capacity, bucket and token before spending money; every failed check says how to fix it."""
+    recipe, settings = cloud_recipe("preflight", recipe_name)  # refused before the clouds' libraries load
     from scripts.cloud.clients import Clients
     from scripts.pipeline.preflight import run_checks
 
-    recipe, settings = cloud_recipe("preflight", recipe_name)
     results = run_checks(Clients(settings), recipe, settings)
     console = make_console()
     for check in results:
@@ -193,8 +193,6 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                                "(maxtext, tunix, ...) unchecked; run.json records it.")) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from recipes.schedule import schedule_warning
-    from scripts.pipeline.gke.submit import run_gke
-    from scripts.pipeline.session import parse_steps
 
     wanted = parse_steps(steps)
     if show_manifests and not dry_run:
@@ -210,6 +208,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if warning:
         session.console.print(f"[yellow]{warning}[/]")
     if recipe.is_gke:
+        from scripts.pipeline.gke.submit import run_gke
+
         run_gke(session, wanted, replace=replace, follow_logs=follow_logs, dry_run=dry_run,
                 show_manifests=show_manifests)
     else:
@@ -283,8 +283,6 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """Stop a run: delete its running JobSets, or stop the VM's startup script (outputs are kept); asks
     first unless --yes."""
-    from scripts.pipeline.session import parse_step
-
     if step is not None:
         parse_step(step)
     session = run_session("cancel", recipe_name, sets, run_name)
@@ -334,9 +332,10 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from rich.measure import Measurement
     from rich.table import Table
 
+    recipe, settings = cloud_recipe("runs", recipe_name)  # refused before the clouds' libraries load
     from scripts.pipeline.runs import list_runs
 
-    session = make_session(*cloud_recipe("runs", recipe_name))
+    session = make_session(recipe, settings)
     listing = list_runs(session)
     name = session.recipe.name
     if as_json:
@@ -374,13 +373,12 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
          run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """The main container's log of a step (the Pathways head for train); on the VM, the step's log in the
     bucket once it ended, its serial console while it runs."""
-    from scripts.pipeline.gke.status import logs_gke
-    from scripts.pipeline.session import parse_step
-
     parse_step(step)
     session = run_session("logs", recipe_name, sets, run_name)  # on GKE the cluster only; a VM's ended step: the bucket
     recipe = session.recipe
     if recipe.is_gke:
+        from scripts.pipeline.gke.status import logs_gke
+
         lines = logs_gke(session, step, follow, tail or None)
     else:
         from scripts.pipeline.vm_views import logs_vm

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 from typer.core import TyperGroup
 
-from recipes import UserError, get_recipe, load_settings
+from recipes import STEPS, Step, UserError, get_recipe, load_settings
 from recipes.needs import needs
 from scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, foreign_ending
 
@@ -173,6 +173,22 @@ def cloud_settings(command: str, platform: Platform = "gke") -> Settings:
 
 
 # The options that choose a run (recipes/runs.py), on every command that renders or reaches one.
+def parse_steps(text: str) -> tuple[Step, ...]:
+    """--steps: a comma-separated subset of the steps, in pipeline order whatever the order given."""
+    wanted = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [step for step in wanted if step not in STEPS]
+    if unknown or not wanted:
+        raise UserError(f"--steps '{text}' names {', '.join(unknown) or 'no step'}: use a comma-separated "
+                        f"subset of {','.join(STEPS)}")
+    return tuple(step for step in STEPS if step in wanted)
+
+
+def parse_step(step: str) -> Step:
+    if step not in STEPS:
+        raise UserError(f"unknown step '{step}': choose one of {', '.join(STEPS)}")
+    return step
+
+
 SET_HELP = ("Override a MaxText key of the train step, e.g. learning_rate=1e-5; repeatable, later wins. "
             "Changes the run name.")
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."

@@ -16,27 +16,12 @@ from typing import Callable, Iterable
 from rich.console import Console
 
 from jobs.paths import ArtifactPaths
-from recipes import STEPS, Recipe, Settings, Step, UserError
+from recipes import Recipe, Settings, Step, UserError
 from scripts.cloud import gcs
 from scripts.cloud.clients import Clients
 from scripts.cloud.kube import Cluster
 from scripts.cloud.retry import RetryPolicy
 from scripts.outcome import OutputMissing
-
-
-def parse_steps(text: str) -> tuple[Step, ...]:
-    wanted = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [step for step in wanted if step not in STEPS]
-    if unknown or not wanted:
-        raise UserError(f"--steps '{text}' names {', '.join(unknown) or 'no step'}: use a comma-separated "
-                        f"subset of {','.join(STEPS)}")
-    return tuple(step for step in STEPS if step in wanted)  # always in pipeline order
-
-
-def parse_step(step: str) -> Step:
-    if step not in STEPS:
-        raise UserError(f"unknown step '{step}': choose one of {', '.join(STEPS)}")
-    return step
 
 
 @dataclass
