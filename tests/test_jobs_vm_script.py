@@ -16,6 +16,7 @@ import pytest
 
 import jobs
 import jobs.vm
+import jobs.vm_install
 from jobs.paths import ArtifactPaths, split_gs_url
 from recipes import UserError, example_settings, get_recipe
 from peers.vm_guest import Guest
@@ -59,7 +60,7 @@ def test_startup_script_sets_seed_002_tpu_environment_from_the_shape():
 
 def test_startup_script_installs_the_pinned_maxtext_like_seed_002():
     text = script()
-    assert "UV_TORCH_BACKEND=cpu uv pip install" in text
+    assert "UV_TORCH_BACKEND=cpu bounded uv-pip-install-maxtext" in text
     assert "'maxtext[tpu-post-train]==0.2.3' --resolution=lowest" in text
     assert "install_tpu_post_train_extra_deps" in text
     assert "uv python install 3.12" in text
@@ -67,10 +68,11 @@ def test_startup_script_installs_the_pinned_maxtext_like_seed_002():
 
 def test_token_is_read_from_secret_manager_with_tracing_off():
     text = script()
-    assert 'HF_TOKEN="$(gcloud secrets versions access latest --secret=hf-token --project=tpu-rl-example)"' in text
+    assert ('HF_TOKEN="$(timeout -k 30 "$TOKEN_BOUND" gcloud secrets versions access latest --secret=hf-token '
+            '--project=tpu-rl-example)"') in text
     lines = text.splitlines()
-    fetch = next(i for i, line in enumerate(lines) if "gcloud secrets versions access" in line)
-    assert "set +x" in lines[fetch - 2: fetch]
+    fetch = next(i for i, line in enumerate(lines) if line.startswith('HF_TOKEN="$('))
+    assert "set +x" in lines[fetch - 3: fetch]
     assert "set -x" not in text
     assert "hf_access_token" not in text
 
@@ -262,6 +264,50 @@ def test_an_install_failure_leaves_a_record_before_any_step(guest):
     assert (record.phase, record.code) == ("install", "100")
     assert record.last_line == "E: stand-in failure of apt-get -o DPkg::Lock::Timeout=600 update -q"
     assert not guest.install_marker.exists()
+
+
+def test_a_hung_install_command_ends_the_phase_at_its_bound_with_a_record_naming_it(guest):
+    # install_tpu_post_train_extra_deps never returns (a hung download): `timeout` stops it at its bound.
+    guest.install_marker.unlink()
+    began = time.monotonic()
+    code, calls, log = guest.boot(HANG_TOOL="install_tpu_post_train_extra_deps",
+                                  **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1"})
+    assert time.monotonic() - began < 15  # the stand-in would hang 30 s
+    assert code == 124  # coreutils timeout(1): the command timed out
+    record = failure(guest)
+    assert (record.phase, record.code) == ("install", "124")
+    assert record.last_line.endswith("install: install_tpu_post_train_extra_deps did not finish within its bound "
+                                     "of 1 s (timeout, exit 124): reboot the VM to retry")
+    assert calls[-1] == "install_tpu_post_train_extra_deps "
+    assert not guest.install_marker.exists()  # the next boot redoes the install
+
+
+def test_each_install_command_names_itself_and_its_bound_in_the_attempt_record(guest):
+    guest.install_marker.unlink()
+    code, _, _ = guest.boot(HANG_TOOL="apt-get", **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1", jobs.vm.RETRY_ENV: "0"})
+    assert code == 124
+    attempt = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
+    assert (attempt.phase, attempt.command, attempt.bound, attempt.ended) == ("install", "apt-get-update", 1, "exit-124")
+    assert guest.output.count("install: apt-get-update (at most 1 s)") == 3  # each try of the update has its bound
+    assert failure(guest).last_line.endswith("apt-get-update did not finish within its bound of 1 s (timeout, "
+                                             "exit 124): reboot the VM to retry")
+
+
+def test_the_bounds_are_the_named_ones_and_the_total_covers_every_try():
+    text = script()
+    for name, bound in jobs.vm_install.INSTALL_BOUNDS.items():
+        assert f'bounded {name} "${{TPU_RL_INSTALL_TIMEOUT_SECONDS:-{bound.seconds}}}"' in text
+    # apt-get update 3 times (900 s each), the other six once, each + its 30 s KILL grace, + 10 s and 20 s waits
+    assert jobs.vm_install.INSTALL_TOTAL_SECONDS == 3 * 930 + (1200 + 300 + 600 + 300 + 2400 + 3600 + 6 * 30) + 30
+
+
+def test_a_hung_secret_read_ends_the_token_phase_at_its_bound(guest):
+    code, calls, _ = guest.boot(FAKE_SECRET_HANG="1", **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1"})
+    assert code == 124 and calls == []
+    record = failure(guest)
+    assert (record.phase, record.code) == ("token", "124")
+    assert record.last_line.endswith("token: gcloud secrets versions access did not finish within its bound of 1 s "
+                                     "(timeout, exit 124): reboot the VM to retry")
 
 
 @pytest.mark.parametrize("agent", ["guest-agent", "google-guest-agent"])

@@ -43,6 +43,7 @@ case "$1 $2" in
     fi
     mkdir -p "$(dirname "$(local_path "$4")")"; cat > "$(local_path "$4")" ;;
   "secrets versions")
+    if [[ -n "${FAKE_SECRET_HANG:-}" ]]; then sleep 30; fi  # a request that never returns
     if [[ -z "${FAKE_TOKEN:-}" ]]; then
       echo "ERROR: (gcloud.secrets.versions.access) NOT_FOUND: Secret Version [projects/p/secrets/hf-token/versions/latest] not found." >&2
       exit 1
@@ -59,9 +60,11 @@ if [[ "$1" == venv ]]; then
 fi
 """
 
-# A tool that records its call and fails when FAIL_TOOL names it, as apt-get does (exit 100).
+# A tool that records its call and fails when FAIL_TOOL names it, as apt-get does (exit 100); when HANG_TOOL
+# names it, it hangs (a download that never ends) until a signal stops it.
 RECORDER = r"""#!/bin/bash
 echo "$(basename "$0") $*" >> "$CALLS"
+if [[ "$(basename "$0")" == "${HANG_TOOL:-none}" ]]; then sleep 30; fi
 if [[ "$(basename "$0")" == "${FAIL_TOOL:-none}" ]]; then
   echo "E: stand-in failure of $(basename "$0") $*"; exit 100
 fi
