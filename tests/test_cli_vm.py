@@ -206,6 +206,41 @@ def test_vm_run_ends_on_an_install_failure(settings_env, gcs, vm, guest, clock):
     assert status.exit_code == 0 and "install failed" in " ".join(status.output.split())
 
 
+def test_vm_run_ends_on_an_install_command_that_hung_past_its_bound(settings_env, gcs, vm, guest, clock):
+    # The extra deps' download never ends; the script's `timeout` stops it at its bound (1 s here).
+    guest.install_marker.unlink()
+    assert boot_and_show(guest, gcs, vm, HANG_TOOL="install_tpu_post_train_extra_deps",
+                         TPU_RL_INSTALL_TIMEOUT_SECONDS="1", TPU_RL_GCS_RETRY_SECONDS="0") == 124
+    message = run_finds_it_ended(clock)
+    assert message.startswith("error: the startup script's install failed on TPU VM rl-test-vm (exit 124")
+    assert ("install: install_tpu_post_train_extra_deps did not finish within its bound of 1 s (timeout, exit 124): "
+            "reboot the VM to retry") in message
+    assert "sudo reboot`) to resume" in message
+
+
+def install_record(command: str, seconds: int) -> str:
+    """The attempt record while the install runs a bounded command (jobs/vm_install.py bounded)."""
+    return f"attempt={ATTEMPT} phase=install at=2026-11-30T00:00:00Z command={command} bound={seconds}\n"
+
+
+def test_vm_run_and_status_show_the_install_command_they_wait_for_and_its_bound(settings_env, gcs, vm):
+    put(gcs, PATHS.vm_attempt, install_record("uv-pip-install-maxtext", 2400))
+    status = " ".join(runner.invoke(app, ["status", RECIPE]).output.split())
+    assert ("startup script: install: waiting for uv-pip-install-maxtext (at most 0:40:00, then it fails)"
+            in status)
+    # (each console read runs the next act; the first poll reads the console before the records)
+    script = [lambda: None, lambda: put(gcs, PATHS.vm_attempt, install_record("install_tpu_post_train_extra_deps", 3600))]
+    for step in ("convert", "train", "export"):
+        script += [begin(vm, gcs, step), finish(vm, gcs, step)]
+    vm.on_serial_read += script
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "startup script: install: waiting for uv-pip-install-maxtext (at most 0:40:00, then it fails)" in text
+    assert ("startup script: install: waiting for install_tpu_post_train_extra_deps (at most 1:00:00, then it "
+            "fails)") in text
+
+
 def test_vm_run_ends_when_the_script_ended_without_a_record(settings_env, gcs, vm):
     vm.on_serial_read += [begin(vm, gcs, "convert"),
                           console(vm, 'Script "startup-script" failed with error: signal: killed\n'

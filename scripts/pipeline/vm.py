@@ -177,6 +177,17 @@ def failure_message(session: Session, state: VmState, pending: list[str]) -> str
     return None
 
 
+def script_phase(attempt: Attempt | None) -> str:
+    """The startup script's phase outside the steps, as `run` and `status` show it; while the install runs a
+    bounded command (jobs/vm_install.py bounded), which one and its bound: past it the phase fails."""
+    if attempt is None or not attempt.phase or attempt.phase in STEPS:
+        return ""
+    if not attempt.command or attempt.ended:
+        return attempt.phase
+    bound = f"at most {hms(attempt.bound)}, then it fails" if attempt.bound is not None else "bounded"
+    return f"{attempt.phase}: waiting for {attempt.command} ({bound})"
+
+
 def resume_hint(session: Session) -> str:
     """How to start a new attempt, and that `run` follows it."""
     return (f"reboot the VM (`{ssh_command(session.settings)} -- sudo reboot`) to resume, then `tpu-rl run "
@@ -234,8 +245,8 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                 for line in text.splitlines():
                     if line.strip():
                         console.print(f"[dim]vm|[/] {escape(line)}", highlight=False, soft_wrap=True)
-            phase = state.attempt.phase if state.attempt else ""
-            if phase and phase not in STEPS and reported.get("") != phase:
+            phase = script_phase(state.attempt)
+            if phase and reported.get("") != phase:
                 console.print(f"startup script: {phase}")
                 reported[""] = phase
             train_step = None
