@@ -51,7 +51,9 @@ INSTALL_BOUNDS = {
     "uv-installer": Bound(300, "curl of astral.sh's installer and its download of one ~20 MB binary"),
     "uv-python-install": Bound(600, "one python-build-standalone archive, ~30 MB"),
     "uv-venv": Bound(300, "a venv seeded with pip (one wheel)"),
-    # maxtext[tpu-post-train] at --resolution=lowest: jax, libtpu, tensorflow, torch (CPU index): GBs of wheels.
+    # maxtext[tpu-post-train] 0.2.3 requires jax, jaxlib, libtpu, tensorflow and torch==2.11.0+cpu (the wheel's
+    # METADATA, Requires-Dist of that extra); the same set for CPU fills 5.6 GB of site-packages here
+    # (.venv-maxtext-0.2.3).
     "uv-pip-install-maxtext": Bound(2400, "several GB of wheels (jax, libtpu, tensorflow, torch CPU)"),
     # At MaxText 0.2.3 (dependencies/scripts/install_post_train_extra_deps.py, the wheel's own copy) this is
     # `pip install uv`, then `uv pip install -r dependencies/extra_deps/post_train_github_deps.txt --no-deps

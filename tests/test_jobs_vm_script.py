@@ -6,6 +6,7 @@ python3 (records its arguments), so the step/marker logic is exercised, not just
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -299,6 +300,15 @@ def test_the_bounds_are_the_named_ones_and_the_total_covers_every_try():
         assert f'bounded {name} "${{TPU_RL_INSTALL_TIMEOUT_SECONDS:-{bound.seconds}}}"' in text
     # apt-get update 3 times (900 s each), the other six once, each + its 30 s KILL grace, + 10 s and 20 s waits
     assert jobs.vm_install.INSTALL_TOTAL_SECONDS == 3 * 930 + (1200 + 300 + 600 + 300 + 2400 + 3600 + 6 * 30) + 30
+
+
+def test_the_pipeline_doc_states_the_install_bounds_the_script_uses():
+    from scripts.pipeline.session import hms
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "pipeline.md").read_text().split())
+    for name, bound in jobs.vm_install.INSTALL_BOUNDS.items():
+        assert re.search(rf"\| `{re.escape(name)}`[^|]* \| {hms(bound.seconds)} \|", doc), name
+    assert f"The token read (`gcloud secrets versions access`) has {hms(jobs.vm_install.TOKEN_BOUND.seconds)}." in doc
+    assert f"The whole install is at most {hms(jobs.vm_install.INSTALL_TOTAL_SECONDS)}." in doc
 
 
 def test_a_hung_secret_read_ends_the_token_phase_at_its_bound(guest):

@@ -15,7 +15,12 @@ clock = time.monotonic  # tests replace it (scripts/pipeline/vm_watch.py is the 
 # After an attempt that ended (failed, cancelled, or ended without its record), `run` waits this long for a
 # new one: a guest reboot (`sudo reboot`) keeps the instance RUNNING and its lastStartTimestamp (only a start
 # of the instance sets it, Compute Engine API, Instance lastStartTimestamp), so only the new attempt's own
-# records tell it began; a reboot of a TPU VM and its guest agent's start take a few minutes.
+# records tell it began. 10 min covers a reboot's known bounds: the old script's unit is stopped within
+# systemd's DefaultTimeoutStopSec, 90 s (systemd-system.conf(5)); the new boot's startup-scripts unit starts
+# After=network-online.target google-guest-agent.service (GoogleCloudPlatform/guest-agent
+# google-startup-scripts.service at 24e667f0), and systemd-networkd-wait-online gives up after 120 s by default
+# (systemd-networkd-wait-online.service(8), --timeout); the script's first record follows at once. No Cloud
+# TPU or Compute Engine page states a boot time of its own, so the rest (firmware, kernel) has ~6 min.
 RESUME_WAIT_SECONDS = 600
 # A step whose log (its size in the heartbeat) stops growing and that (train) reaches no new training step
 # on the console for this long, while the VM is RUNNING, is stalled; train's bound grows with its step time.
