@@ -72,6 +72,11 @@ def finish(google, gcs, step: str):
     return act
 
 
+def every_step(google, gcs) -> list:
+    """The startup script running convert, train and export, one act per console read."""
+    return [act for step in ("convert", "train", "export") for act in (begin(google, gcs, step), finish(google, gcs, step))]
+
+
 class Clock:
     """This machine's monotonic clock as `run` reads it (scripts/pipeline/vm_watch.py clock): each reading is
     `step` seconds after the one before, so a test reaches a bound in a few polls (poll sleeps are 0 here)."""
@@ -105,10 +110,7 @@ def error_line(result) -> str:
 
 
 def test_vm_run_follows_the_records_and_verifies_each_output(settings_env, gcs, vm):
-    script = [console(vm, "startup-script: booting\n")]
-    for step in ("convert", "train", "export"):
-        script += [begin(vm, gcs, step), finish(vm, gcs, step)]
-    vm.on_serial_read += script
+    vm.on_serial_read += [console(vm, "startup-script: booting\n"), *every_step(vm, gcs)]
     result = runner.invoke(app, ["run", RECIPE, "--follow-logs"])
     assert result.exit_code == 0, result.output
     for step in ("convert", "train", "export"):
@@ -229,10 +231,8 @@ def test_vm_run_and_status_show_the_install_command_they_wait_for_and_its_bound(
     assert ("startup script: install: waiting for uv-pip-install-maxtext (at most 0:40:00, then it fails)"
             in status)
     # (each console read runs the next act; the first poll reads the console before the records)
-    script = [lambda: None, lambda: put(gcs, PATHS.vm_attempt, install_record("install_tpu_post_train_extra_deps", 3600))]
-    for step in ("convert", "train", "export"):
-        script += [begin(vm, gcs, step), finish(vm, gcs, step)]
-    vm.on_serial_read += script
+    vm.on_serial_read += [lambda: None, lambda: put(gcs, PATHS.vm_attempt, install_record(
+        "install_tpu_post_train_extra_deps", 3600)), *every_step(vm, gcs)]
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
