@@ -5,10 +5,10 @@ Every command of the install that waits on the network (and the token read) runs
 with a bound of its own (INSTALL_BOUNDS): a hung download, mirror or resolver would otherwise keep the v6e-8
 billed and `tpu-rl run` waiting, since the heartbeat beats on and the stall rule only looks at steps. A bound
 that fires fails the phase like any failing command (exit 124, or 137 after the KILL), with a last line naming
-the command and its bound; the marker is written last, so a reboot redoes the install. Why no bound of the
-install as a whole on `run`'s side: each try of the apt-get update loop has its own bound, as has every other
-command that can wait, so the install is bounded by INSTALL_TOTAL_SECONDS by construction, and a script that
-dies meanwhile is caught by the heartbeat. `run` shows which command runs and its bound (the attempt record's
+the command and its bound; the marker is written last, so a reboot redoes the install. Each try of the
+apt-get update loop has its own bound, so the commands take at most INSTALL_TOTAL_SECONDS; the record uploads
+between them are bounded only by gcloud's own retries, so `run` also bounds the phase as a whole
+(scripts/pipeline/vm_install_watch.py). `run` shows which command runs and its bound (the attempt record's
 `command=` and `bound=`).
 """
 

@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 from test_cli_vm import (PATHS, RECIPE, VM, ago, begin, boot_and_show, clock, error_line, finish, guest, put,
                          vm)  # noqa: F401 (clock, guest, vm: fixtures)
 
+from test_cli_vm_records import the_vm_goes_away
+
 from jobs.vm import CANCELLED
 from peers.fixtures import SETTINGS, deploy_vm
 from peers.http import Fault
@@ -120,6 +122,29 @@ def test_a_step_whose_log_stops_growing_ends_run_as_stalled(settings_env, gcs, v
     assert message.startswith("error: step convert on TPU VM rl-test-vm looks stalled: its log has stayed at 4096 "
                               "bytes for 0:"), message
     assert f"look with `tpu-rl logs {RECIPE} convert`, and stop it with `tpu-rl cancel {RECIPE}`" in message
+
+
+def test_an_install_that_outlasts_the_bounds_of_its_commands_ends_run(settings_env, gcs, vm, clock):
+    # The script hangs between two bounded commands (a record upload that never returns): its attempt record
+    # stays at apt-get-update, its heartbeat beats on. `run` ends at the install's bound by its own clock.
+    put(gcs, PATHS.vm_attempt, "attempt=20261130T000000Z-1 phase=install at=2026-11-30T00:00:00Z "
+                               "command=apt-get-update bound=900\n")
+
+    def beat(n):
+        return lambda: put(gcs, PATHS.vm_heartbeat, f"attempt=20261130T000000Z-1 at=2026-11-30T00:00:{n:02d}Z\n")
+
+    vm.on_serial_read += [beat(n) for n in range(60)] + [the_vm_goes_away(vm)]
+    clock.step = 600.0
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert "startup script: install: waiting for apt-get-update (at most 0:15:00, then it fails)" in " ".join(
+        result.output.split())
+    message = error_line(result)
+    assert re.fullmatch(r"error: the startup script's install on TPU VM rl-test-vm has run for 3:[45]\d:00 by this "
+                        r"machine's clock \(it last began apt-get-update\), past its bound of 3:40:00 \(its "
+                        r"commands' 3:10:00 and 0:30:00 for its record uploads\) without a failure record: look "
+                        r"with `gcloud compute ssh .* -- sudo tail -n 50 /var/log/tpu-rl.log`, then reboot the VM "
+                        r"to retry \(`.* -- sudo reboot`\)", message), message
 
 
 def test_a_maintenance_stop_counts_its_grace_from_the_stop(settings_env, gcs, vm, monkeypatch):

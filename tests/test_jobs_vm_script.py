@@ -309,6 +309,9 @@ def test_the_pipeline_doc_states_the_install_bounds_the_script_uses():
         assert re.search(rf"\| `{re.escape(name)}`[^|]* \| {hms(bound.seconds)} \|", doc), name
     assert f"The token read (`gcloud secrets versions access`) has {hms(jobs.vm_install.TOKEN_BOUND.seconds)}." in doc
     assert f"The whole install is at most {hms(jobs.vm_install.INSTALL_TOTAL_SECONDS)}." in doc
+    from scripts.pipeline.vm_install_watch import INSTALL_GRACE_SECONDS, INSTALL_WAIT_SECONDS
+    assert (f"lasted {hms(INSTALL_WAIT_SECONDS)} by its own clock (the {hms(jobs.vm_install.INSTALL_TOTAL_SECONDS)} "
+            f"and {hms(INSTALL_GRACE_SECONDS)} for those uploads;") in doc
 
 
 def test_a_hung_secret_read_ends_the_token_phase_at_its_bound(guest):

@@ -18,6 +18,7 @@ from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
 from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, require_token_version)
+from scripts.pipeline.vm_install_watch import InstallWatch
 from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState, booted_at
 from scripts.pipeline.vm_watch import STALL_SECONDS, ConsoleBuffer, Watch
 
@@ -205,7 +206,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
     console, paths = session.console, session.paths
     serial = SerialReader(session)
     maintenance = Maintenance(session)
-    buffer, watch = ConsoleBuffer(paths.run_name), Watch(session)
+    buffer, watch, install = ConsoleBuffer(paths.run_name), Watch(session), InstallWatch(session)
     reported: dict[str, str] = {}
     # tunix's step lines reach the console through the startup script's output (jobs/vm.py sends stderr
     # there too), so the same parser as on GKE reads them; the reward comes from the same bucket path.
@@ -273,6 +274,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                 break
             if awaited is None:
                 message = (failure_message(session, state, pending) or watch.silence(state, pending)
+                           or install.overrun(state)
                            or (watch.stall(state, pending[0], train_step) if states.get(pending[0]) == "running"
                                else None))
                 if message:
