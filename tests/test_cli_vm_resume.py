@@ -137,8 +137,9 @@ def test_an_install_that_outlasts_the_bounds_of_its_commands_ends_run(settings_e
     clock.step = 600.0
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
-    assert "startup script: install: waiting for apt-get-update (at most 0:15:00, then it fails)" in " ".join(
-        result.output.split())
+    text = " ".join(result.output.split())
+    assert "startup script: install: waiting for apt-get-update (at most 0:15:00, then it fails)" in text
+    assert "and an install longer than 3:40:00" in text  # the wait's bound, said when it begins
     message = error_line(result)
     assert re.fullmatch(r"error: the startup script's install on TPU VM rl-test-vm has run for 3:[45]\d:00 by this "
                         r"machine's clock \(it last began apt-get-update\), past its bound of 3:40:00 \(its "

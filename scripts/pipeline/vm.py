@@ -18,7 +18,7 @@ from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
 from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, require_token_version)
-from scripts.pipeline.vm_install_watch import InstallWatch
+from scripts.pipeline.vm_install_watch import INSTALL_WAIT_SECONDS, InstallWatch
 from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState, booted_at
 from scripts.pipeline.vm_watch import STALL_SECONDS, ConsoleBuffer, Watch
 
@@ -216,7 +216,8 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
     console.print(f"following the startup script of TPU VM {session.settings.vm_name}: its records in the bucket "
                   f"decide, the console is a live view; it rewrites {paths.vm_heartbeat} every "
                   f"{HEARTBEAT_SECONDS} s, and {hms(HEARTBEAT_STALE_SECONDS)} without a change (by this machine's "
-                  f"clock) ends the wait; so does a step with no new output for {hms(STALL_SECONDS)} or more")
+                  f"clock) ends the wait; so does a step with no new output for {hms(STALL_SECONDS)} or more, and "
+                  f"an install longer than {hms(INSTALL_WAIT_SECONDS)}")
     first = True
     try:
         while pending:
