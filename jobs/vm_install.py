@@ -43,8 +43,9 @@ class Bound:
 
 
 # How long each command may take before `timeout` stops it (TERM, then KILL KILL_AFTER_SECONDS later). Seed
-# 002 states no duration for its install; the sizes are about 2x a generous estimate of a healthy run, so a
-# slow mirror is not cut off, while a hung one ends within the hour instead of never.
+# 002 states no duration for its install, and none was measured here: each bound is about 2x a generous
+# estimate of a healthy run (the download sizes below are estimates too, except MaxText's), so a slow mirror
+# is not cut off, while a hung one ends within the hour instead of never.
 INSTALL_BOUNDS = {
     "apt-get-update": Bound(APT_LOCK_SECONDS + 300, "the dpkg lock wait, then the package lists (seconds)"),
     "apt-get-install": Bound(APT_LOCK_SECONDS + 600, "the dpkg lock wait, then a compiler toolchain, ~200 MB"),
