@@ -69,8 +69,8 @@ def test_startup_script_installs_the_pinned_maxtext_like_seed_002():
 
 def test_token_is_read_from_secret_manager_with_tracing_off():
     text = script()
-    assert ('HF_TOKEN="$(timeout -k 30 "$TOKEN_BOUND" gcloud secrets versions access latest --secret=hf-token '
-            '--project=tpu-rl-example)"') in text
+    assert ('HF_TOKEN="$(timeout -k "${TPU_RL_KILL_AFTER_SECONDS:-30}" "$TOKEN_BOUND" gcloud secrets versions access '
+            'latest --secret=hf-token --project=tpu-rl-example)"') in text
     lines = text.splitlines()
     fetch = next(i for i, line in enumerate(lines) if line.startswith('HF_TOKEN="$('))
     assert "set +x" in lines[fetch - 3: fetch]
@@ -198,16 +198,48 @@ def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it
     install = [call for call in calls if not call.startswith("maxtext.")]
     assert install == [
         "apt-get -o DPkg::Lock::Timeout=600 update -q",
+        "dpkg --configure -a",
         "apt-get -o DPkg::Lock::Timeout=600 install -y -q build-essential cmake ninja-build",
         f"curl -LsSf https://astral.sh/uv/{jobs.vm.UV_VERSION}/install.sh",
         "uv python install 3.12",
-        f"uv venv --python 3.12 --seed {run.install_marker.parent}/venv",
+        f"uv venv --clear --python 3.12 --seed {run.install_marker.parent}/venv",
         "uv pip install maxtext[tpu-post-train]==0.2.3 --resolution=lowest (UV_TORCH_BACKEND=cpu)",
         "install_tpu_post_train_extra_deps ",
     ]
     assert run.install_marker.is_file()
     _, calls, _ = run()
-    assert not any(call.startswith(("uv ", "apt-get", "install_tpu")) for call in calls)
+    assert not any(call.startswith(("uv ", "apt-get", "dpkg", "install_tpu")) for call in calls)
+
+
+def test_a_venv_left_by_a_stopped_install_is_made_anew_not_kept(run_script):
+    # uv-venv stopped after the venv's python but before its pip seed: bin/python exists, pip does not.
+    run, _ = run_script
+    run.install_marker.unlink()
+    python = run.install_marker.parent / "venv" / "bin" / "python"
+    python.write_text("#!/bin/bash\n")
+    python.chmod(0o755)
+    code, calls, log = run()
+    assert code == 0, log
+    assert f"uv venv --clear --python 3.12 --seed {run.install_marker.parent}/venv" in calls
+
+
+def test_an_interrupted_dpkg_is_configured_before_apt_get_install(run_script):
+    # A KILLed apt-get leaves dpkg interrupted; `apt-get install` then refuses until `dpkg --configure -a`.
+    run, _ = run_script
+    run.install_marker.unlink()
+    code, calls, log = run()
+    assert code == 0, log
+    install = next(i for i, call in enumerate(calls) if call.startswith("apt-get -o DPkg::Lock::Timeout=600 install"))
+    assert calls.index("dpkg --configure -a") == install - 1
+    assert "install: dpkg-configure (at most 300 s)" in run.output
+
+
+def test_an_attempt_record_that_cannot_be_uploaded_does_not_fail_the_install(guest):
+    guest.install_marker.unlink()
+    code, _, log = guest.boot(FAKE_CP_FAIL_BODY="command=uv-venv", **{jobs.vm.RETRY_ENV: "0"})
+    assert code == 0, log
+    assert guest.install_marker.is_file()
+    assert "failed (try 5 of 5)" in guest.output
 
 
 # --- the real script's records and console, read back by the CLI's parser (scripts/pipeline/vm_state.py) ----
@@ -283,6 +315,27 @@ def test_a_hung_install_command_ends_the_phase_at_its_bound_with_a_record_naming
     assert not guest.install_marker.exists()  # the next boot redoes the install
 
 
+def test_a_command_that_ignores_term_is_killed_after_the_grace(guest):
+    guest.install_marker.unlink()
+    began = time.monotonic()
+    code, _, _ = guest.boot(HANG_TOOL="install_tpu_post_train_extra_deps", IGNORE_TERM="1",
+                            **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1", jobs.vm_install.KILL_AFTER_ENV: "1"})
+    assert time.monotonic() - began < 15  # the stand-in would hang 30 s
+    assert code == 137  # coreutils timeout(1): KILL after TERM was ignored
+    assert failure(guest).last_line.endswith("install: install_tpu_post_train_extra_deps did not finish within its "
+                                             "bound of 1 s (timeout, exit 137): reboot the VM to retry")
+    assert not guest.install_marker.exists()
+
+
+def test_timed_out_measures_the_bound_by_the_time_since_boot(tmp_path):
+    # A start 5 s of /proc/uptime ago with a bound of 5 s has used its bound up; one just now has not.
+    check = (jobs.vm_install.bounded_helpers() + "\nnow=$(cut -d. -f1 /proc/uptime)\n"
+             "timed_out 124 $((now - 5)) 5 && echo used-up\ntimed_out 124 $now 5 || echo not-yet\n"
+             "timed_out 1 $((now - 5)) 5 || echo not-a-timeout\n")
+    out = subprocess.run(["bash", "-c", check], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["used-up", "not-yet", "not-a-timeout"]
+
+
 def test_each_install_command_names_itself_and_its_bound_in_the_attempt_record(guest):
     guest.install_marker.unlink()
     code, _, _ = guest.boot(HANG_TOOL="apt-get", **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1", jobs.vm.RETRY_ENV: "0"})
@@ -298,15 +351,16 @@ def test_the_bounds_are_the_named_ones_and_the_total_covers_every_try():
     text = script()
     for name, bound in jobs.vm_install.INSTALL_BOUNDS.items():
         assert f'bounded {name} "${{TPU_RL_INSTALL_TIMEOUT_SECONDS:-{bound.seconds}}}"' in text
-    # apt-get update 3 times (900 s each), the other six once, each + its 30 s KILL grace, + 10 s and 20 s waits
-    assert jobs.vm_install.INSTALL_TOTAL_SECONDS == 3 * 930 + (1200 + 300 + 600 + 300 + 2400 + 3600 + 6 * 30) + 30
+    # apt-get update 3 times (900 s each), the other seven once, each + its 30 s KILL grace, + 10 s and 20 s waits
+    assert jobs.vm_install.INSTALL_TOTAL_SECONDS == 3 * 930 + (300 + 1200 + 300 + 600 + 300 + 2400 + 3600 + 7 * 30) + 30
 
 
 def test_the_pipeline_doc_states_the_install_bounds_the_script_uses():
     from scripts.pipeline.session import hms
     doc = " ".join((Path(__file__).parents[1] / "docs" / "pipeline.md").read_text().split())
+    assert " ".join(jobs.vm_install.bounds_table().split()) in doc  # the table, generated from INSTALL_BOUNDS
     for name, bound in jobs.vm_install.INSTALL_BOUNDS.items():
-        assert re.search(rf"\| `{re.escape(name)}`[^|]* \| {hms(bound.seconds)} \|", doc), name
+        assert f"| `{name}`" in doc and f"| {hms(bound.seconds)} |" in doc, name
     assert f"The token read (`gcloud secrets versions access`) has {hms(jobs.vm_install.TOKEN_BOUND.seconds)}." in doc
     assert f"The whole install is at most {hms(jobs.vm_install.INSTALL_TOTAL_SECONDS)}." in doc
     from scripts.pipeline.vm_install_watch import INSTALL_GRACE_SECONDS, INSTALL_WAIT_SECONDS

@@ -16,7 +16,7 @@ from scripts.pipeline import vm_watch
 from scripts.pipeline.session import Session, hms
 from scripts.pipeline.vm_state import VmState
 
-# The record uploads of the install (8 of them, one per command and the phase's own) and the failure record's.
+# The record uploads of the install (9 of them, one per command and the phase's own) and the failure record's.
 INSTALL_GRACE_SECONDS = 1800
 INSTALL_WAIT_SECONDS = INSTALL_TOTAL_SECONDS + INSTALL_GRACE_SECONDS
 
