@@ -285,8 +285,7 @@ def _step(step: str, body: str, marker: str, log_url: str) -> str:
     q = shlex.quote
     # The checks before a step are a phase of their own: a failed check is not blamed on the step before.
     return f"""# --- step {step}
-PHASE="{CHECKING}-{step}"
-PHASE_START="$(stat -c %s "$LOG_FILE" 2>/dev/null || echo 0)"
+begin_phase "{CHECKING}-{step}"
 if step_done {q(marker)}; then
   log "{step}: already done (marker {marker}), skipping"
 else

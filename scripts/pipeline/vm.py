@@ -18,7 +18,7 @@ from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
 from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, require_token_version)
-from scripts.pipeline.vm_install_watch import INSTALL_WAIT_SECONDS, InstallWatch
+from scripts.pipeline.vm_phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
 from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState, booted_at
 from scripts.pipeline.vm_watch import STALL_SECONDS, ConsoleBuffer, Watch
 
@@ -185,8 +185,9 @@ def script_phase(attempt: Attempt | None) -> str:
         return ""
     if not attempt.command or attempt.ended:
         return attempt.phase
-    bound = f"at most {hms(attempt.bound)}, then it fails" if attempt.bound is not None else "bounded"
-    return f"{attempt.phase}: waiting for {attempt.command} ({bound})"
+    # Short: `run` prints it behind "startup script: " within 80 columns for the longest command name.
+    bound = f", at most {hms(attempt.bound)}" if attempt.bound is not None else ""
+    return f"{attempt.phase}: {attempt.command}{bound}"
 
 
 def resume_hint(session: Session) -> str:
@@ -206,7 +207,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
     console, paths = session.console, session.paths
     serial = SerialReader(session)
     maintenance = Maintenance(session)
-    buffer, watch, install = ConsoleBuffer(paths.run_name), Watch(session), InstallWatch(session)
+    buffer, watch, phases = ConsoleBuffer(paths.run_name), Watch(session), PhaseWatch(session)
     reported: dict[str, str] = {}
     # tunix's step lines reach the console through the startup script's output (jobs/vm.py sends stderr
     # there too), so the same parser as on GKE reads them; the reward comes from the same bucket path.
@@ -217,7 +218,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                   f"decide, the console is a live view; it rewrites {paths.vm_heartbeat} every "
                   f"{HEARTBEAT_SECONDS} s, and {hms(HEARTBEAT_STALE_SECONDS)} without a change (by this machine's "
                   f"clock) ends the wait; so does a step with no new output for {hms(STALL_SECONDS)} or more, and "
-                  f"an install longer than {hms(INSTALL_WAIT_SECONDS)}")
+                  f"a phase between the steps past its bound (the install's {hms(INSTALL_WAIT_SECONDS)})")
     first = True
     try:
         while pending:
@@ -275,7 +276,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                 break
             if awaited is None:
                 message = (failure_message(session, state, pending) or watch.silence(state, pending)
-                           or install.overrun(state)
+                           or phases.overrun(state)
                            or (watch.stall(state, pending[0], train_step) if states.get(pending[0]) == "running"
                                else None))
                 if message:
