@@ -183,11 +183,17 @@ step_done() {{
   return "$found"
 }}
 mark_done() {{ date -u +%FT%TZ | put "$1"; }}
-# The attempt record: this boot's attempt and the phase it is in (what `tpu-rl status` shows).
+# The attempt record: this boot's attempt, the phase it is in (what `tpu-rl status` shows), the install's
+# bounded command (COMMAND_FIELDS, jobs/vm_install.py bounded) and, at the end, how the attempt ended.
+COMMAND_FIELDS=""
+record_attempt() {{
+  printf 'attempt=%s phase=%s at=%s%s%s\\n' "$ATTEMPT" "$PHASE" "$(date -u +%FT%TZ)" "$COMMAND_FIELDS" \\
+    "${{1:+ ended=$1}}" | put "$ATTEMPT_RECORD"
+}}
 begin_phase() {{
-  PHASE="$1"
+  PHASE="$1" COMMAND_FIELDS=""
   PHASE_START="$(stat -c %s "$LOG_FILE" 2>/dev/null || echo 0)"
-  printf 'attempt=%s phase=%s at=%s\\n' "$ATTEMPT" "$PHASE" "$(date -u +%FT%TZ)" | put "$ATTEMPT_RECORD"
+  record_attempt
 }}
 # A step's whole log goes to the bucket when it ends: the console keeps only its last 1 MB.
 put_step_log() {{ flush_log; phase_log | put "$1"; }}
@@ -249,8 +255,7 @@ on_exit() {{
     ENDED={CANCELLED} code=0
   fi
   # How this attempt ended, in its attempt record: `tpu-rl run` then waits for a new attempt, not on this one.
-  printf 'attempt=%s phase=%s at=%s ended=%s\\n' "$ATTEMPT" "$PHASE" "$(date -u +%FT%TZ)" \\
-    "${{ENDED:-exit-$code}}" | put "$ATTEMPT_RECORD" || true
+  record_attempt "${{ENDED:-exit-$code}}" || true
   [[ $code -ne 0 ]] || exit 0
   if [[ $code -ne 0 ]]; then
     log "$PHASE: {FAILED} (exit $code)"
@@ -280,8 +285,7 @@ def _step(step: str, body: str, marker: str, log_url: str) -> str:
     q = shlex.quote
     # The checks before a step are a phase of their own: a failed check is not blamed on the step before.
     return f"""# --- step {step}
-PHASE="{CHECKING}-{step}"
-PHASE_START="$(stat -c %s "$LOG_FILE" 2>/dev/null || echo 0)"
+begin_phase "{CHECKING}-{step}"
 if step_done {q(marker)}; then
   log "{step}: already done (marker {marker}), skipping"
 else

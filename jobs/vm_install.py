@@ -1,9 +1,22 @@
 """The startup script's phases before the steps (jobs/vm.py): the install of MaxText (once per boot disk) and
-the Hugging Face token, read from Secret Manager into the script's environment only."""
+the Hugging Face token, read from Secret Manager into the script's environment only.
+
+Every command of the install that waits on the network (and the token read) runs under coreutils `timeout`
+with a bound of its own (INSTALL_BOUNDS): a hung download, mirror or resolver would otherwise keep the v6e-8
+billed and `tpu-rl run` waiting, since the heartbeat beats on and the stall rule only looks at steps. A bound
+that fires fails the phase like any failing command (exit 124, or 137 after the KILL), with a last line naming
+the command and its bound; the marker is written last, so a reboot redoes the install. Each try of the
+apt-get update loop has its own bound, so the commands take at most INSTALL_TOTAL_SECONDS; the record uploads
+between them are bounded only by gcloud's own retries, so `run` also bounds the phase as a whole
+(scripts/pipeline/vm_phase_watch.py). `run` shows which command runs and its bound (the attempt record's
+`command=` and `bound=`).
+"""
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
+from datetime import timedelta
 
 from recipes import Recipe, Settings
 from recipes.conventions import HF_TOKEN_ENV
@@ -19,24 +32,109 @@ RETRY_SECONDS = 10
 RETRY_ENV = "TPU_RL_GCS_RETRY_SECONDS"
 # apt waits this long for the dpkg lock instead of failing at once (apt-get(8) / apt.conf(5):
 # DPkg::Lock::Timeout, seconds), and `apt-get update` is tried this many times.
-APT_LOCK = "-o DPkg::Lock::Timeout=600"
+APT_LOCK_SECONDS = 600
+APT_LOCK = f"-o DPkg::Lock::Timeout={APT_LOCK_SECONDS}"
 APT_TRIES = 3
+
+
+@dataclass(frozen=True)
+class Bound:
+    seconds: int
+    why: str
+
+
+# How long each command may take before `timeout` stops it (TERM, then KILL KILL_AFTER_SECONDS later). Seed
+# 002 states no duration for its install, and none was measured here: each bound is about 2x a generous
+# estimate of a healthy run (the download sizes below are estimates too, except MaxText's), so a slow mirror
+# is not cut off, while a hung one ends within the hour instead of never.
+INSTALL_BOUNDS = {
+    "apt-get-update": Bound(APT_LOCK_SECONDS + 300, "the dpkg lock wait (10 min), then the package lists"),
+    # A KILLed apt-get leaves dpkg interrupted, and every later `apt-get install` refuses to run until
+    # `dpkg --configure -a` ran; a reboot does not clear it. It configures what was unpacked: no download.
+    "dpkg-configure": Bound(300, "finishing the packages an interrupted dpkg left unconfigured"),
+    "apt-get-install": Bound(APT_LOCK_SECONDS + 600, "the dpkg lock wait, then build-essential, cmake, ninja-build"),
+    "uv-installer": Bound(300, "astral.sh's installer and the uv binary"),
+    "uv-python-install": Bound(600, "one python-build-standalone archive"),
+    "uv-venv": Bound(300, "a venv seeded with pip"),
+    # maxtext[tpu-post-train] 0.2.3 requires jax, jaxlib, libtpu, tensorflow and torch==2.11.0+cpu (the wheel's
+    # METADATA, Requires-Dist of that extra); the same set for CPU fills 5.6 GB of site-packages here
+    # (.venv-maxtext-0.2.3).
+    "uv-pip-install-maxtext": Bound(2400, "jax, libtpu, tensorflow, torch (CPU): GBs of wheels"),
+    # At MaxText 0.2.3 (dependencies/scripts/install_post_train_extra_deps.py, the wheel's own copy) this is
+    # `pip install uv`, then `uv pip install -r dependencies/extra_deps/post_train_github_deps.txt --no-deps
+    # --no-build-isolation` with VLLM_TARGET_DEVICE=tpu: tunix and tpu-inference as GitHub archives and vLLM
+    # from git (a clone of the vllm repository at a commit, then a source build for TPU), then the MaxText vLLM
+    # adapter. It captures the output of both, so it prints nothing until it ends.
+    "install_tpu_post_train_extra_deps": Bound(3600, "tunix, tpu-inference and a git clone and source build of vLLM; it prints nothing "
+                                               "until it ends"),
+}
+TOKEN_BOUND = Bound(120, "one Secret Manager request (gcloud retries a transient error on its own)")
+# The TERM's grace before `timeout` sends KILL (`timeout -k`); the environment variable is a knob for tests.
+KILL_AFTER_SECONDS = 30
+KILL_AFTER_ENV = "TPU_RL_KILL_AFTER_SECONDS"
+# A knob for tests (the guest agent does not set it): one number of seconds replacing every bound above.
+INSTALL_TIMEOUT_ENV = "TPU_RL_INSTALL_TIMEOUT_SECONDS"
+# The install's worst case: every bound (apt-get update once per try, with the waits between the tries), each
+# with its KILL grace. `run` shows each command's bound as it starts.
+INSTALL_TOTAL_SECONDS = (
+    sum(bound.seconds + KILL_AFTER_SECONDS for bound in INSTALL_BOUNDS.values())
+    + (APT_TRIES - 1) * (INSTALL_BOUNDS["apt-get-update"].seconds + KILL_AFTER_SECONDS)
+    + RETRY_SECONDS * sum(range(1, APT_TRIES)))
+
+
+def bounds_table() -> str:
+    """docs/pipeline.md's table of the bounds (tests/test_jobs_vm_script.py checks the page holds it)."""
+    rows = [f"| `{name}`{f' (each of {APT_TRIES} tries)' if name == 'apt-get-update' else ''} | "
+            f"{timedelta(seconds=bound.seconds)} | {bound.why} |" for name, bound in INSTALL_BOUNDS.items()]
+    return "\n".join(["| command | bound | what it waits for |", "| --- | --- | --- |", *rows])
+
+
+def _bound(name: str) -> str:
+    return f"${{{INSTALL_TIMEOUT_ENV}:-{INSTALL_BOUNDS[name].seconds}}}"
+
+
+def bounded_helpers() -> str:
+    """The shell functions the bounded commands use: `timed_out` and `bounded` (needs log and jobs/vm.py's record_attempt)."""
+    return f"""# A command under `timeout` that hit its bound: exit 124 (or 137 after the KILL) and the bound elapsed
+# (coreutils timeout(1); a command killed otherwise, the OOM killer, has not used its bound up).
+# The time is /proc/uptime's, monotonic since boot (bash's SECONDS follows the wall clock, which NTP may step).
+uptime_s() {{ local up _; read -r up _ < /proc/uptime; echo "${{up%.*}}"; }}
+timed_out() {{ [[ ( $1 -eq 124 || $1 -eq 137 ) && $(($(uptime_s) - $2)) -ge $3 ]]; }}
+# bounded NAME SECONDS COMMAND...: the attempt record names the command and its bound (what `tpu-rl run`
+# shows), then COMMAND runs under `timeout`; on its bound the last line names both.
+bounded() {{
+  local name="$1" seconds="$2" start code=0
+  shift 2
+  COMMAND_FIELDS=" command=$name bound=$seconds"
+  # Best effort: the record only tells `tpu-rl run` which command runs; an upload that failed its tries
+  # (logged by put) must not fail an install that can go on.
+  record_attempt || true
+  log "$PHASE: $name (at most $seconds s)"
+  start="$(uptime_s)"
+  timeout -k "${{{KILL_AFTER_ENV}:-{KILL_AFTER_SECONDS}}}" "$seconds" "$@" || code=$?
+  if timed_out "$code" "$start" "$seconds"; then
+    log "$PHASE: $name did not finish within its bound of $seconds s (timeout, exit $code): reboot the VM to retry"
+  fi
+  return "$code"
+}}"""
 
 
 def install_phase(recipe: Recipe) -> str:
     release = recipe.maxtext
     marker = f"{INSTALL_DIR}/.installed-{recipe.maxtext_version}"
+    b = _bound
     # Two blocks around the activation, so the MaxText install runs inside the venv as in seed 002;
     # the marker is written last, so an interrupted install is redone at the next boot. Seed 002's
     # `apt upgrade -y --fix-missing` is left out (jobs/seed_differences.py).
     return f"""# --- install (once per boot disk): uv, Python {release.python}, {release.pip} (seed 002)
 begin_phase {INSTALL}
+{bounded_helpers()}
 # The image's own apt jobs (unattended-upgrades) may hold the lock at first boot: wait for it, and retry
-# a failed update (its mirrors) a few times.
+# a failed update (its mirrors) a few times; each try has its bound.
 apt_update() {{
   local try code=0
   for try in $(seq {APT_TRIES}); do
-    if apt-get {APT_LOCK} update -q; then return 0; else code=$?; fi
+    if bounded apt-get-update "{b('apt-get-update')}" apt-get {APT_LOCK} update -q; then return 0; else code=$?; fi
     [[ $try -lt {APT_TRIES} ]] || break
     log "{INSTALL}: apt-get update failed (exit $code, try $try of {APT_TRIES}), retrying"
     sleep "$((${{{RETRY_ENV}:-{RETRY_SECONDS}}} * try))"
@@ -47,18 +145,24 @@ if [[ ! -f {marker} ]]; then
   log "installing {release.pip}"
   export DEBIAN_FRONTEND=noninteractive
   apt_update
-  apt-get {APT_LOCK} install -y -q {' '.join(SYSTEM_PACKAGES)}
-  curl -LsSf https://astral.sh/uv/{UV_VERSION}/install.sh | sh
+  # An apt-get killed mid-dpkg (a bound, a reboot) left dpkg interrupted: finish that first.
+  bounded dpkg-configure "{b('dpkg-configure')}" dpkg --configure -a
+  bounded apt-get-install "{b('apt-get-install')}" apt-get {APT_LOCK} install -y -q {' '.join(SYSTEM_PACKAGES)}
+  bounded uv-installer "{b('uv-installer')}" bash -c 'set -o pipefail; curl -LsSf https://astral.sh/uv/{UV_VERSION}/install.sh | sh'
   mkdir -p {INSTALL_DIR}
-  uv python install {release.python}
-  [[ -x "$VENV/bin/python" ]] || uv venv --python {release.python} --seed "$VENV"
+  bounded uv-python-install "{b('uv-python-install')}" uv python install {release.python}
+  # Made anew each time: uv creates the venv, then installs the seed (pip), so a venv whose uv-venv was
+  # stopped has bin/python but maybe no pip, which install_tpu_post_train_extra_deps needs (its first command
+  # is `python -m pip install uv`); --clear also drops a `uv pip install` stopped half-way. uv's cache keeps
+  # it cheap.
+  bounded uv-venv "{b('uv-venv')}" uv venv --clear --python {release.python} --seed "$VENV"
 fi
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
 if [[ ! -f {marker} ]]; then
   # The extra pins torch==2.11.0+cpu, which only uv resolves (PyTorch CPU index); lowest = the tested set.
-  UV_TORCH_BACKEND=cpu uv pip install {shlex.quote(release.pip)} --resolution=lowest
-  install_tpu_post_train_extra_deps
+  UV_TORCH_BACKEND=cpu bounded uv-pip-install-maxtext "{b('uv-pip-install-maxtext')}" uv pip install {shlex.quote(release.pip)} --resolution=lowest
+  bounded install_tpu_post_train_extra_deps "{b('install_tpu_post_train_extra_deps')}" install_tpu_post_train_extra_deps
   touch {marker}
 fi"""
 
@@ -66,10 +170,18 @@ fi"""
 def token_phase(settings: Settings) -> str:
     q = shlex.quote
     fix = f"add a version with \\`tpu-rl secret set\\` (secret {settings.hf_token_secret})"
+    bound = f"${{{INSTALL_TIMEOUT_ENV}:-{TOKEN_BOUND.seconds}}}"
     return f"""# --- the Hugging Face token: from Secret Manager into this process's environment only
 begin_phase {TOKEN}
 set +x
-if ! {HF_TOKEN_ENV}="$(gcloud secrets versions access latest --secret={q(settings.hf_token_secret)} --project={q(settings.project)})"; then
+# A bounded read ({TOKEN_BOUND.why}); timed_out is the install's (a skipped install still defines it).
+TOKEN_BOUND="{bound}" TOKEN_START="$(uptime_s)" TOKEN_CODE=0
+{HF_TOKEN_ENV}="$(timeout -k "${{{KILL_AFTER_ENV}:-{KILL_AFTER_SECONDS}}}" "$TOKEN_BOUND" gcloud secrets versions access latest --secret={q(settings.hf_token_secret)} --project={q(settings.project)})" || TOKEN_CODE=$?
+if timed_out "$TOKEN_CODE" "$TOKEN_START" "$TOKEN_BOUND"; then
+  log "{TOKEN}: gcloud secrets versions access did not finish within its bound of $TOKEN_BOUND s (timeout, exit $TOKEN_CODE): reboot the VM to retry"
+  exit "$TOKEN_CODE"
+fi
+if [[ $TOKEN_CODE -ne 0 ]]; then
   log "{TOKEN}: cannot read the latest version of secret {settings.hf_token_secret}: {fix}, or grant the VM's service account roles/secretmanager.secretAccessor"
   exit 1
 fi

@@ -72,6 +72,11 @@ def finish(google, gcs, step: str):
     return act
 
 
+def every_step(google, gcs) -> list:
+    """The startup script running convert, train and export, one act per console read."""
+    return [act for step in ("convert", "train", "export") for act in (begin(google, gcs, step), finish(google, gcs, step))]
+
+
 class Clock:
     """This machine's monotonic clock as `run` reads it (scripts/pipeline/vm_watch.py clock): each reading is
     `step` seconds after the one before, so a test reaches a bound in a few polls (poll sleeps are 0 here)."""
@@ -105,10 +110,7 @@ def error_line(result) -> str:
 
 
 def test_vm_run_follows_the_records_and_verifies_each_output(settings_env, gcs, vm):
-    script = [console(vm, "startup-script: booting\n")]
-    for step in ("convert", "train", "export"):
-        script += [begin(vm, gcs, step), finish(vm, gcs, step)]
-    vm.on_serial_read += script
+    vm.on_serial_read += [console(vm, "startup-script: booting\n"), *every_step(vm, gcs)]
     result = runner.invoke(app, ["run", RECIPE, "--follow-logs"])
     assert result.exit_code == 0, result.output
     for step in ("convert", "train", "export"):
@@ -145,15 +147,15 @@ def run_fails() -> str:
 
 
 def run_finds_it_ended(clock) -> str:
-    """`tpu-rl run` started after the attempt ended: it waits 0:10:00 (here, a few polls) for a new attempt
+    """`tpu-rl run` started after the attempt ended: it waits 0:15:00 (here, a few polls) for a new attempt
     (a reboot), then ends with the old attempt's end; the error line as it would be without the wait."""
     clock.step = 100.0
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
     text = " ".join(result.output.split())
-    assert "has ended; waiting up to 0:10:00 for a new one (a reboot starts it: `gcloud compute ssh " in text
+    assert "has ended; waiting up to 0:15:00 for a new one (a reboot starts it: `gcloud compute ssh " in text
     head, _, rest = error_line(result).partition(" ended: ")
-    assert re.fullmatch(r"error: no new attempt began in 0:10:00 after attempt \S+", head), head
+    assert re.fullmatch(r"error: no new attempt began in 0:15:00 after attempt \S+", head), head
     return "error: " + rest
 
 
@@ -204,6 +206,40 @@ def test_vm_run_ends_on_an_install_failure(settings_env, gcs, vm, guest, clock):
     assert "E: stand-in failure of apt-get -o DPkg::Lock::Timeout=600 update -q" in message
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0 and "install failed" in " ".join(status.output.split())
+
+
+def test_vm_run_ends_on_an_install_command_that_hung_past_its_bound(settings_env, gcs, vm, guest, clock):
+    # The extra deps' download never ends; the script's `timeout` stops it at its bound (1 s here).
+    guest.install_marker.unlink()
+    assert boot_and_show(guest, gcs, vm, HANG_TOOL="install_tpu_post_train_extra_deps",
+                         TPU_RL_INSTALL_TIMEOUT_SECONDS="1", TPU_RL_GCS_RETRY_SECONDS="0") == 124
+    message = run_finds_it_ended(clock)
+    assert message.startswith("error: the startup script's install failed on TPU VM rl-test-vm (exit 124")
+    assert ("install: install_tpu_post_train_extra_deps did not finish within its bound of 1 s (timeout, exit 124): "
+            "reboot the VM to retry") in message
+    assert "sudo reboot`) to resume" in message
+
+
+def install_record(command: str, seconds: int) -> str:
+    """The attempt record while the install runs a bounded command (jobs/vm_install.py bounded)."""
+    return f"attempt={ATTEMPT} phase=install at=2026-11-30T00:00:00Z command={command} bound={seconds}\n"
+
+
+def test_vm_run_and_status_show_the_install_command_they_wait_for_and_its_bound(settings_env, gcs, vm):
+    put(gcs, PATHS.vm_attempt, install_record("uv-pip-install-maxtext", 2400))
+    status = " ".join(runner.invoke(app, ["status", RECIPE]).output.split())
+    assert ("startup script: install: uv-pip-install-maxtext, at most 0:40:00"
+            in status)
+    # (each console read runs the next act; the first poll reads the console before the records)
+    vm.on_serial_read += [lambda: None, lambda: put(gcs, PATHS.vm_attempt, install_record(
+        "install_tpu_post_train_extra_deps", 3600)), *every_step(vm, gcs)]
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "startup script: install: uv-pip-install-maxtext, at most 0:40:00" in text
+    # The longest command's line, whole on one line within 80 columns.
+    line = "startup script: install: install_tpu_post_train_extra_deps, at most 1:00:00"
+    assert line in result.output.splitlines() and len(line) <= 80
 
 
 def test_vm_run_ends_when_the_script_ended_without_a_record(settings_env, gcs, vm):

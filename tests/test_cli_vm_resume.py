@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 from test_cli_vm import (PATHS, RECIPE, VM, ago, begin, boot_and_show, clock, error_line, finish, guest, put,
                          vm)  # noqa: F401 (clock, guest, vm: fixtures)
 
+from test_cli_vm_records import the_vm_goes_away
+
 from jobs.vm import CANCELLED
 from peers.fixtures import SETTINGS, deploy_vm
 from peers.http import Fault
@@ -46,7 +48,7 @@ def test_run_after_fix_and_reboot_follows_the_new_attempt_not_the_old_failure(se
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert re.search(r"the startup script's last attempt \S+ on TPU VM rl-test-vm has ended; waiting up to 0:10:00 "
+    assert re.search(r"the startup script's last attempt \S+ on TPU VM rl-test-vm has ended; waiting up to 0:15:00 "
                      r"for a new one \(a reboot starts it: `gcloud compute ssh rl-test-vm .* -- sudo reboot`\)", text)
     assert re.search(r"startup script: attempt \S+ began", text)
     assert "train: output verified" in text and "error" not in text
@@ -78,7 +80,7 @@ def test_run_with_no_new_attempt_ends_after_its_stated_wait_with_the_old_failure
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
     message = error_line(result)
-    assert re.match(r"error: no new attempt began in 0:10:00 after attempt \S+ ended: step train failed on TPU VM "
+    assert re.match(r"error: no new attempt began in 0:15:00 after attempt \S+ ended: step train failed on TPU VM "
                     r"rl-test-vm \(exit 1, ", message), message
     assert message.endswith(f"then `tpu-rl run {RECIPE}` follows the new attempt")
 
@@ -120,6 +122,51 @@ def test_a_step_whose_log_stops_growing_ends_run_as_stalled(settings_env, gcs, v
     assert message.startswith("error: step convert on TPU VM rl-test-vm looks stalled: its log has stayed at 4096 "
                               "bytes for 0:"), message
     assert f"look with `tpu-rl logs {RECIPE} convert`, and stop it with `tpu-rl cancel {RECIPE}`" in message
+
+
+def run_with_a_beating_heartbeat(gcs, vm, clock, fields: str, beats: int, step: float):
+    """`run` while the attempt record stays at `fields` and the heartbeat changes each poll (`step` seconds of
+    this machine's clock apart), until the VM goes away."""
+    put(gcs, PATHS.vm_attempt, f"attempt=20261130T000000Z-1 {fields}\n")
+
+    def beat(n):
+        return lambda: put(gcs, PATHS.vm_heartbeat, f"attempt=20261130T000000Z-1 at=2026-11-30T00:00:{n:02d}Z\n")
+
+    vm.on_serial_read += [beat(n) for n in range(beats)] + [the_vm_goes_away(vm)]
+    clock.step = step
+    return runner.invoke(app, ["run", RECIPE])
+
+
+def test_an_install_that_outlasts_the_bounds_of_its_commands_ends_run(settings_env, gcs, vm, clock):
+    # The script hangs between two bounded commands (a record upload that never returns): its attempt record
+    # stays at apt-get-update, its heartbeat beats on. `run` ends at the install's bound by its own clock.
+    result = run_with_a_beating_heartbeat(gcs, vm, clock, "phase=install at=2026-11-30T00:00:00Z "
+                                          "command=apt-get-update bound=900", beats=60, step=600.0)
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    text = " ".join(result.output.split())
+    assert "startup script: install: apt-get-update, at most 0:15:00" in text
+    assert "a phase between the steps past its bound (the install's 3:45:30)" in text  # the wait's bound, said when it begins
+    message = error_line(result)
+    assert re.fullmatch(r"error: the startup script's install on TPU VM rl-test-vm has run for (3:[45]\d|4:0\d):00 by this "
+                        r"machine's clock \(it last began apt-get-update\), past its bound of 3:45:30 \(its "
+                        r"commands' 3:15:30 and 0:30:00 for its record uploads\) without a failure record: look "
+                        r"with `gcloud compute ssh .* -- sudo tail -n 50 /var/log/tpu-rl.log`, then reboot the VM "
+                        r"to retry \(`.* -- sudo reboot`\)", message), message
+
+
+@pytest.mark.parametrize(("phase", "bound"), [
+    ("token", "0:12:30 (its read's 0:02:30 and 0:10:00 for its record uploads)"),
+    ("checking-train", "0:15:00 (0:05:00 for its two bucket checks' retries and 0:10:00 for its record uploads)"),
+    ("boot", "0:15:00 (0:05:00 for the uploads' retries and 0:10:00 for its record uploads)"),
+])
+def test_a_phase_between_the_steps_that_outlasts_its_bound_ends_run(settings_env, gcs, vm, clock, phase, bound):
+    # The script hangs in a phase that is not a step (a bucket call no `timeout` covers): its heartbeat beats on.
+    result = run_with_a_beating_heartbeat(gcs, vm, clock, f"phase={phase} at=2026-11-30T00:00:00Z", beats=20,
+                                          step=300.0)
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    message = error_line(result)
+    assert message.startswith(f"error: the startup script's {phase} on TPU VM rl-test-vm has run for "), message
+    assert f"by this machine's clock, past its bound of {bound} without a failure record" in message, message
 
 
 def test_a_maintenance_stop_counts_its_grace_from_the_stop(settings_env, gcs, vm, monkeypatch):

@@ -6,6 +6,7 @@ python3 (records its arguments), so the step/marker logic is exercised, not just
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 import jobs
 import jobs.vm
+import jobs.vm_install
 from jobs.paths import ArtifactPaths, split_gs_url
 from recipes import UserError, example_settings, get_recipe
 from peers.vm_guest import Guest
@@ -59,7 +61,7 @@ def test_startup_script_sets_seed_002_tpu_environment_from_the_shape():
 
 def test_startup_script_installs_the_pinned_maxtext_like_seed_002():
     text = script()
-    assert "UV_TORCH_BACKEND=cpu uv pip install" in text
+    assert "UV_TORCH_BACKEND=cpu bounded uv-pip-install-maxtext" in text
     assert "'maxtext[tpu-post-train]==0.2.3' --resolution=lowest" in text
     assert "install_tpu_post_train_extra_deps" in text
     assert "uv python install 3.12" in text
@@ -67,10 +69,11 @@ def test_startup_script_installs_the_pinned_maxtext_like_seed_002():
 
 def test_token_is_read_from_secret_manager_with_tracing_off():
     text = script()
-    assert 'HF_TOKEN="$(gcloud secrets versions access latest --secret=hf-token --project=tpu-rl-example)"' in text
+    assert ('HF_TOKEN="$(timeout -k "${TPU_RL_KILL_AFTER_SECONDS:-30}" "$TOKEN_BOUND" gcloud secrets versions access '
+            'latest --secret=hf-token --project=tpu-rl-example)"') in text
     lines = text.splitlines()
-    fetch = next(i for i, line in enumerate(lines) if "gcloud secrets versions access" in line)
-    assert "set +x" in lines[fetch - 2: fetch]
+    fetch = next(i for i, line in enumerate(lines) if line.startswith('HF_TOKEN="$('))
+    assert "set +x" in lines[fetch - 3: fetch]
     assert "set -x" not in text
     assert "hf_access_token" not in text
 
@@ -195,16 +198,48 @@ def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it
     install = [call for call in calls if not call.startswith("maxtext.")]
     assert install == [
         "apt-get -o DPkg::Lock::Timeout=600 update -q",
+        "dpkg --configure -a",
         "apt-get -o DPkg::Lock::Timeout=600 install -y -q build-essential cmake ninja-build",
         f"curl -LsSf https://astral.sh/uv/{jobs.vm.UV_VERSION}/install.sh",
         "uv python install 3.12",
-        f"uv venv --python 3.12 --seed {run.install_marker.parent}/venv",
+        f"uv venv --clear --python 3.12 --seed {run.install_marker.parent}/venv",
         "uv pip install maxtext[tpu-post-train]==0.2.3 --resolution=lowest (UV_TORCH_BACKEND=cpu)",
         "install_tpu_post_train_extra_deps ",
     ]
     assert run.install_marker.is_file()
     _, calls, _ = run()
-    assert not any(call.startswith(("uv ", "apt-get", "install_tpu")) for call in calls)
+    assert not any(call.startswith(("uv ", "apt-get", "dpkg", "install_tpu")) for call in calls)
+
+
+def test_a_venv_left_by_a_stopped_install_is_made_anew_not_kept(run_script):
+    # uv-venv stopped after the venv's python but before its pip seed: bin/python exists, pip does not.
+    run, _ = run_script
+    run.install_marker.unlink()
+    python = run.install_marker.parent / "venv" / "bin" / "python"
+    python.write_text("#!/bin/bash\n")
+    python.chmod(0o755)
+    code, calls, log = run()
+    assert code == 0, log
+    assert f"uv venv --clear --python 3.12 --seed {run.install_marker.parent}/venv" in calls
+
+
+def test_an_interrupted_dpkg_is_configured_before_apt_get_install(run_script):
+    # A KILLed apt-get leaves dpkg interrupted; `apt-get install` then refuses until `dpkg --configure -a`.
+    run, _ = run_script
+    run.install_marker.unlink()
+    code, calls, log = run()
+    assert code == 0, log
+    install = next(i for i, call in enumerate(calls) if call.startswith("apt-get -o DPkg::Lock::Timeout=600 install"))
+    assert calls.index("dpkg --configure -a") == install - 1
+    assert "install: dpkg-configure (at most 300 s)" in run.output
+
+
+def test_an_attempt_record_that_cannot_be_uploaded_does_not_fail_the_install(guest):
+    guest.install_marker.unlink()
+    code, _, log = guest.boot(FAKE_CP_FAIL_BODY="command=uv-venv", **{jobs.vm.RETRY_ENV: "0"})
+    assert code == 0, log
+    assert guest.install_marker.is_file()
+    assert "failed (try 5 of 5)" in guest.output
 
 
 # --- the real script's records and console, read back by the CLI's parser (scripts/pipeline/vm_state.py) ----
@@ -262,6 +297,88 @@ def test_an_install_failure_leaves_a_record_before_any_step(guest):
     assert (record.phase, record.code) == ("install", "100")
     assert record.last_line == "E: stand-in failure of apt-get -o DPkg::Lock::Timeout=600 update -q"
     assert not guest.install_marker.exists()
+
+
+def test_a_hung_install_command_ends_the_phase_at_its_bound_with_a_record_naming_it(guest):
+    # install_tpu_post_train_extra_deps never returns (a hung download): `timeout` stops it at its bound.
+    guest.install_marker.unlink()
+    began = time.monotonic()
+    code, calls, log = guest.boot(HANG_TOOL="install_tpu_post_train_extra_deps",
+                                  **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1"})
+    assert time.monotonic() - began < 15  # the stand-in would hang 30 s
+    assert code == 124  # coreutils timeout(1): the command timed out
+    record = failure(guest)
+    assert (record.phase, record.code) == ("install", "124")
+    assert record.last_line.endswith("install: install_tpu_post_train_extra_deps did not finish within its bound "
+                                     "of 1 s (timeout, exit 124): reboot the VM to retry")
+    assert calls[-1] == "install_tpu_post_train_extra_deps "
+    assert not guest.install_marker.exists()  # the next boot redoes the install
+
+
+def test_a_command_that_ignores_term_is_killed_after_the_grace(guest):
+    guest.install_marker.unlink()
+    began = time.monotonic()
+    code, _, _ = guest.boot(HANG_TOOL="install_tpu_post_train_extra_deps", IGNORE_TERM="1",
+                            **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1", jobs.vm_install.KILL_AFTER_ENV: "1"})
+    assert time.monotonic() - began < 15  # the stand-in would hang 30 s
+    assert code == 137  # coreutils timeout(1): KILL after TERM was ignored
+    assert failure(guest).last_line.endswith("install: install_tpu_post_train_extra_deps did not finish within its "
+                                             "bound of 1 s (timeout, exit 137): reboot the VM to retry")
+    assert not guest.install_marker.exists()
+
+
+def test_timed_out_measures_the_bound_by_the_time_since_boot(tmp_path):
+    # A start 5 s of /proc/uptime ago with a bound of 5 s has used its bound up; one just now has not.
+    check = (jobs.vm_install.bounded_helpers() + "\nnow=$(cut -d. -f1 /proc/uptime)\n"
+             "timed_out 124 $((now - 5)) 5 && echo used-up\ntimed_out 124 $now 5 || echo not-yet\n"
+             "timed_out 1 $((now - 5)) 5 || echo not-a-timeout\n")
+    out = subprocess.run(["bash", "-c", check], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["used-up", "not-yet", "not-a-timeout"]
+
+
+def test_each_install_command_names_itself_and_its_bound_in_the_attempt_record(guest):
+    guest.install_marker.unlink()
+    code, _, _ = guest.boot(HANG_TOOL="apt-get", **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1", jobs.vm.RETRY_ENV: "0"})
+    assert code == 124
+    attempt = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
+    assert (attempt.phase, attempt.command, attempt.bound, attempt.ended) == ("install", "apt-get-update", 1, "exit-124")
+    assert guest.output.count("install: apt-get-update (at most 1 s)") == 3  # each try of the update has its bound
+    assert failure(guest).last_line.endswith("apt-get-update did not finish within its bound of 1 s (timeout, "
+                                             "exit 124): reboot the VM to retry")
+
+
+def test_the_bounds_are_the_named_ones_and_the_total_covers_every_try():
+    text = script()
+    for name, bound in jobs.vm_install.INSTALL_BOUNDS.items():
+        assert f'bounded {name} "${{TPU_RL_INSTALL_TIMEOUT_SECONDS:-{bound.seconds}}}"' in text
+    # apt-get update 3 times (900 s each), the other seven once, each + its 30 s KILL grace, + 10 s and 20 s waits
+    assert jobs.vm_install.INSTALL_TOTAL_SECONDS == 3 * 930 + (300 + 1200 + 300 + 600 + 300 + 2400 + 3600 + 7 * 30) + 30
+
+
+def test_the_pipeline_doc_states_the_install_bounds_the_script_uses():
+    from scripts.pipeline.session import hms
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "pipeline.md").read_text().split())
+    assert " ".join(jobs.vm_install.bounds_table().split()) in doc  # the table, generated from INSTALL_BOUNDS
+    for name, bound in jobs.vm_install.INSTALL_BOUNDS.items():
+        assert f"| `{name}`" in doc and f"| {hms(bound.seconds)} |" in doc, name
+    assert f"The token read (`gcloud secrets versions access`) has {hms(jobs.vm_install.TOKEN_BOUND.seconds)}." in doc
+    assert f"The whole install is at most {hms(jobs.vm_install.INSTALL_TOTAL_SECONDS)}." in doc
+    from scripts.pipeline.vm_phase_watch import INSTALL_GRACE_SECONDS, INSTALL_WAIT_SECONDS
+    assert (f"lasted {hms(INSTALL_WAIT_SECONDS)} by its own clock (the {hms(jobs.vm_install.INSTALL_TOTAL_SECONDS)} "
+            f"and {hms(INSTALL_GRACE_SECONDS)} for those uploads;") in doc
+    from scripts.pipeline.vm_phase_watch import CHECKING_WAIT_SECONDS, TOKEN_WAIT_SECONDS, UPLOADS_WAIT_SECONDS
+    assert (f"`token` {hms(TOKEN_WAIT_SECONDS)} (its read and the uploads), `checking-<step>` "
+            f"{hms(CHECKING_WAIT_SECONDS)} (two bucket checks and their retries, and the uploads), `boot` and `done` "
+            f"{hms(UPLOADS_WAIT_SECONDS)}.") in doc
+
+
+def test_a_hung_secret_read_ends_the_token_phase_at_its_bound(guest):
+    code, calls, _ = guest.boot(FAKE_SECRET_HANG="1", **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1"})
+    assert code == 124 and calls == []
+    record = failure(guest)
+    assert (record.phase, record.code) == ("token", "124")
+    assert record.last_line.endswith("token: gcloud secrets versions access did not finish within its bound of 1 s "
+                                     "(timeout, exit 124): reboot the VM to retry")
 
 
 @pytest.mark.parametrize("agent", ["guest-agent", "google-guest-agent"])
@@ -363,6 +480,9 @@ def test_a_failed_check_before_a_step_is_blamed_on_that_check_not_the_step_befor
     assert record.last_line.endswith(f"cannot tell whether {PATHS.progress_marker('train')} exists: stopping "
                                      "rather than rerun a finished step")
     assert "convert: failed" not in log
+    # The checks are a phase of the attempt record too, so `run` bounds them (scripts/pipeline/vm_phase_watch.py).
+    attempt = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
+    assert (attempt.phase, attempt.ended) == ("checking-train", "exit-1")
 
 
 def test_a_transient_upload_error_is_retried(run_script):

@@ -18,6 +18,7 @@ from scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
 from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, require_token_version)
+from scripts.pipeline.vm_phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
 from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState, booted_at
 from scripts.pipeline.vm_watch import STALL_SECONDS, ConsoleBuffer, Watch
 
@@ -171,6 +172,18 @@ def failure_message(session: Session, state: VmState, pending: list[str]) -> str
     return None
 
 
+def script_phase(attempt: Attempt | None) -> str:
+    """The startup script's phase outside the steps, as `run` and `status` show it; while the install runs a
+    bounded command (jobs/vm_install.py bounded), which one and its bound: past it the phase fails."""
+    if attempt is None or not attempt.phase or attempt.phase in STEPS:
+        return ""
+    if not attempt.command or attempt.ended:
+        return attempt.phase
+    # Short: `run` prints it behind "startup script: " within 80 columns for the longest command name.
+    bound = f", at most {hms(attempt.bound)}" if attempt.bound is not None else ""
+    return f"{attempt.phase}: {attempt.command}{bound}"
+
+
 def resume_hint(session: Session) -> str:
     """How to start a new attempt, and that `run` follows it."""
     return (f"reboot the VM (`{ssh_command(session.settings)} -- sudo reboot`) to resume, then `tpu-rl run "
@@ -188,7 +201,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
     console, paths = session.console, session.paths
     serial = SerialReader(session)
     maintenance = Maintenance(session)
-    buffer, watch = ConsoleBuffer(paths.run_name), Watch(session)
+    buffer, watch, phases = ConsoleBuffer(paths.run_name), Watch(session), PhaseWatch(session)
     reported: dict[str, str] = {}
     # tunix's step lines reach the console through the startup script's output (jobs/vm.py sends stderr
     # there too), so the same parser as on GKE reads them; the reward comes from the same bucket path.
@@ -198,7 +211,8 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
     console.print(f"following the startup script of TPU VM {session.settings.vm_name}: its records in the bucket "
                   f"decide, the console is a live view; it rewrites {paths.vm_heartbeat} every "
                   f"{HEARTBEAT_SECONDS} s, and {hms(HEARTBEAT_STALE_SECONDS)} without a change (by this machine's "
-                  f"clock) ends the wait; so does a step with no new output for {hms(STALL_SECONDS)} or more")
+                  f"clock) ends the wait; so does a step with no new output for {hms(STALL_SECONDS)} or more, and "
+                  f"a phase between the steps past its bound (the install's {hms(INSTALL_WAIT_SECONDS)})")
     first = True
     try:
         while pending:
@@ -228,8 +242,8 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                 for line in text.splitlines():
                     if line.strip():
                         console.print(f"[dim]vm|[/] {escape(line)}", highlight=False, soft_wrap=True)
-            phase = state.attempt.phase if state.attempt else ""
-            if phase and phase not in STEPS and reported.get("") != phase:
+            phase = script_phase(state.attempt)
+            if phase and reported.get("") != phase:
                 console.print(f"startup script: {phase}")
                 reported[""] = phase
             train_step = None
@@ -256,6 +270,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                 break
             if awaited is None:
                 message = (failure_message(session, state, pending) or watch.silence(state, pending)
+                           or phases.overrun(state)
                            or (watch.stall(state, pending[0], train_step) if states.get(pending[0]) == "running"
                                else None))
                 if message:

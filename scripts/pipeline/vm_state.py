@@ -62,15 +62,18 @@ class Attempt:
     at: str
     ended: str = ""  # how the attempt ended (jobs/vm.py on_exit: cancelled, exit-N); "" while it runs
     log: int | None = None  # the heartbeat's: the size of the script's log then
+    command: str = ""  # the install's: the bounded command that runs (jobs/vm_install.py INSTALL_BOUNDS)
+    bound: int | None = None  # and its bound, in seconds
 
     @classmethod
     def parse(cls, text: str | None) -> Attempt | None:
         values = _fields(text.splitlines()[0]) if text and text.strip() else {}
         if "attempt" not in values:
             return None
-        log = values.get("log", "")
+        log, bound = values.get("log", ""), values.get("bound", "")
         return cls(values["attempt"], values.get("phase", ""), values.get("at", ""), values.get("ended", ""),
-                   int(log) if log.isdigit() else None)
+                   int(log) if log.isdigit() else None, values.get("command", ""),
+                   int(bound) if bound.isdigit() else None)
 
 
 @dataclass(frozen=True)

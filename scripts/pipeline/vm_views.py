@@ -13,7 +13,7 @@ from scripts.cloud import gcs
 from scripts.pipeline.progress import last_train_step, training_now
 from scripts.pipeline.session import Session, StatusReport, StepStatus
 from scripts.pipeline.vm import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
-                                 read_state, step_section, train_attempt)
+                                 read_state, script_phase, step_section, train_attempt)
 from scripts.pipeline.vm_checks import check_deployed_run, get_instance
 
 
@@ -52,8 +52,8 @@ def status_vm(session: Session) -> StatusReport:
                             session.clients.storage, session.paths.tensorboard, session.now) \
         if states.get("train") == "running" and readable else ""
     note = " ".join(part for part in (note, differs) if part)
-    phase = state.attempt.phase if state.attempt else ""
-    script = f"; startup script: {phase}" if phase and phase not in STEPS else ""
+    phase = script_phase(state.attempt)
+    script = f"; startup script: {phase}" if phase else ""
     return StatusReport(f"TPU VM {settings.vm_name} ({instance.status}{script})",
                         [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step),
                                     progress=training if step == "train" else "") for step in STEPS], note)

@@ -41,8 +41,14 @@ case "$1 $2" in
     if (( $(count "$FAKE_GCS.cp-calls") <= ${FAKE_CP_FAILURES:-0} )) || [[ -n "${FAKE_CP_FAIL:-}" && "$4" == *"$FAKE_CP_FAIL"* ]]; then
       cat > /dev/null; echo "ERROR: (gcloud.storage.cp) HTTPError 503: stand-in upload error" >&2; exit 1
     fi
-    mkdir -p "$(dirname "$(local_path "$4")")"; cat > "$(local_path "$4")" ;;
+    # FAKE_CP_FAIL_BODY: uploads whose content contains it always fail.
+    body="$(cat)"
+    if [[ -n "${FAKE_CP_FAIL_BODY:-}" && "$body" == *"$FAKE_CP_FAIL_BODY"* ]]; then
+      echo "ERROR: (gcloud.storage.cp) HTTPError 503: stand-in upload error" >&2; exit 1
+    fi
+    mkdir -p "$(dirname "$(local_path "$4")")"; printf '%s\n' "$body" > "$(local_path "$4")" ;;
   "secrets versions")
+    if [[ -n "${FAKE_SECRET_HANG:-}" ]]; then sleep 30; fi  # a request that never returns
     if [[ -z "${FAKE_TOKEN:-}" ]]; then
       echo "ERROR: (gcloud.secrets.versions.access) NOT_FOUND: Secret Version [projects/p/secrets/hf-token/versions/latest] not found." >&2
       exit 1
@@ -59,9 +65,12 @@ if [[ "$1" == venv ]]; then
 fi
 """
 
-# A tool that records its call and fails when FAIL_TOOL names it, as apt-get does (exit 100).
+# A tool that records its call and fails when FAIL_TOOL names it, as apt-get does (exit 100); when HANG_TOOL
+# names it, it hangs (a download that never ends) until a signal stops it.
 RECORDER = r"""#!/bin/bash
 echo "$(basename "$0") $*" >> "$CALLS"
+# IGNORE_TERM: it also ignores SIGTERM (its children inherit that), so only `timeout`'s KILL stops it.
+if [[ "$(basename "$0")" == "${HANG_TOOL:-none}" ]]; then [[ -z "${IGNORE_TERM:-}" ]] || trap '' TERM; sleep 30; fi
 if [[ "$(basename "$0")" == "${FAIL_TOOL:-none}" ]]; then
   echo "E: stand-in failure of $(basename "$0") $*"; exit 100
 fi
@@ -111,7 +120,7 @@ class Guest:
         for directory in (self.bin, self.gcs, self.install / "venv" / "bin"):
             directory.mkdir(parents=True, exist_ok=True)
         for name, text in (("gcloud", FAKE_GCLOUD), ("python3", FAKE_PYTHON), ("uv", FAKE_UV),
-                           ("apt-get", RECORDER), ("install_tpu_post_train_extra_deps", RECORDER),
+                           ("apt-get", RECORDER), ("dpkg", RECORDER), ("install_tpu_post_train_extra_deps", RECORDER),
                            ("curl", '#!/bin/bash\necho "curl $*" >> "$CALLS"; echo "exit 0"\n')):
             (self.bin / name).write_text(text)
             (self.bin / name).chmod(0o755)
