@@ -19,7 +19,8 @@ from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, 
 from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, require_token_version)
 from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState, booted_at
-from scripts.pipeline.vm_watch import STALL_SECONDS, ConsoleBuffer, Watch
+from scripts.pipeline.stall import STALL_SECONDS
+from scripts.pipeline.vm_watch import ConsoleBuffer, Watch
 
 
 def _started_step(line: str, run: str) -> str | None:

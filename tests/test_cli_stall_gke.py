@@ -1,0 +1,165 @@
+"""A GKE step whose pods are all up but whose output stopped does not keep its slice, and `run`, waiting for
+ever: past the stall bound (scripts/pipeline/stall.py, the VM's rule) `run` ends with one line and exit 1,
+leaving the JobSet running, and run.json records it. Slow output, the wait for capacity and a restart do
+not count. Driven through the fake Kubernetes API on the drills' virtual clock (10 min a poll), which the
+stall's monotonic clock follows here; a poll budget ends a wait that has no bound (the old code's) with
+Ctrl-C's exit instead of hanging the test."""
+
+from __future__ import annotations
+
+from contracts.tunix_log import absl_info, train_step_line
+from peers.fixtures import put_step_output
+from test_cli_capacity_loss import RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
+from typer.testing import CliRunner
+
+from jobs import jobset_name
+from recipes import get_recipe
+from scripts.cli import app
+from scripts.outcome import ExitCode
+
+CONVERT = jobset_name(get_recipe(RECIPE), "convert")
+runner = CliRunner()
+POLL_BUDGET = 40  # polls (of 10 min) before the test's Ctrl-C: far beyond every bound below
+
+# Lines MaxText's to_maxtext writes while it converts with lazy loading (as on GKE), max_logging.log =
+# absl.logging.info with the caller's file and line (maxtext 0.2.4 wheel, maxtext/checkpoint_conversion/
+# to_maxtext.py lines 925, 1020, 1025, 1079; maxtext/utils/max_logging.py log).
+CONVERT_LINES = [absl_info(message, line, file="to_maxtext.py") for message, line in (
+    ("Lazy loading ENABLED. Initializing LazyHFLoader for: Qwen/Qwen3-30B-A3B...", 925),
+    ("Parameter mappings and hooks obtained.", 1020),
+    ("Starting weight transformation...", 1025),
+    ("Weight transformation preparation complete.", 1079))]
+
+
+def stall_clock(monkeypatch) -> list:
+    """The drills' virtual clock for `run` (slow_polls), which the stall's monotonic clock reads too, and a
+    budget of polls."""
+    from scripts.cli import cloud as cli_cloud
+    from scripts.pipeline import stall
+
+    clock = slow_polls(monkeypatch)
+    monkeypatch.setattr(stall, "clock", lambda: clock[0].timestamp())
+    build = cli_cloud.make_session
+
+    def make_session(*args):
+        session = build(*args)
+        sleep, polls = session.sleep, [0]
+
+        def budgeted(seconds: float) -> None:
+            polls[0] += 1
+            if polls[0] > POLL_BUDGET:
+                raise KeyboardInterrupt
+            sleep(seconds)
+
+        session.sleep = budgeted
+        return session
+
+    monkeypatch.setattr(cli_cloud, "make_session", make_session)
+    return clock
+
+
+def steps_log(*steps: int) -> str:
+    return "".join(f"{train_step_line(step, 0.5)}\n" for step in steps)
+
+
+def announced(output: str, step: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(f"{step}: all pods ready; no new ")]
+
+
+def test_a_train_whose_step_stops_advancing_ends_run_at_the_grown_bound_and_stays_running(cloud, monkeypatch):
+    """Steps 1, 2, 3 one a poll (10 min apart), then nothing new: the bound is 10 times the slowest step,
+    1:40:00, counted from the poll that showed step 3."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", outcome="hang",
+              log_reads=["loading\n", steps_log(1), steps_log(1, 2), steps_log(1, 2, 3)])
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    line = error_line(result)
+    assert line == (f"error: step train of JobSet {TRAIN} looks stalled: its last training step is 3 and its log "
+                    "has not changed for 1:40:00 (the bound: 1:40:00); it is left running: look with `tpu-rl logs "
+                    f"{RECIPE} train`, and stop it with `tpu-rl cancel {RECIPE}`"), line
+    assert announced(result.output, "train") == [
+        "train: all pods ready; no new training step or log line for 0:30:00 (or 10 times its slowest step) ends "
+        "the wait"], result.output
+    assert TRAIN in kube.jobsets and kube.deleted == []  # left running, as the VM's step is
+    record = run_record(cloud)
+    assert record["status"] == "failed" and record["steps"]["train"]["status"] == "failed"
+    assert record["error"] == line.removeprefix("error: ")
+
+
+def test_a_train_whose_steps_are_slow_but_advancing_is_not_stalled(cloud, monkeypatch):
+    """Steps 20 min apart, then 50 min apart (longer than 30 min, within 10 times the slowest step so
+    far); the log changes only with a step."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    reads = ["loading\n"] + [steps_log(1)] * 2 + [steps_log(1, 2)] * 5 + [steps_log(1, 2, 3)] * 5 + \
+        [steps_log(1, 2, 3, 4)]
+    kube.plan(TRAIN, capacity="spot", ticks=len(reads) + 1, log_reads=reads, **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == 0, result.output
+    assert "looks stalled" not in result.output and "train: output verified" in result.output
+    assert len(announced(result.output, "train")) == 1, result.output
+
+
+def test_a_convert_whose_log_keeps_growing_is_not_stalled(cloud, monkeypatch):
+    """One new line every 20 min for 80 min: longer than the bound in all, never that long silent."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    reads = [("".join(f"{line}\n" for line in CONVERT_LINES[:n]),) * 2 for n in range(1, len(CONVERT_LINES) + 1)]
+    reads = [text for pair in reads for text in pair]
+    kube.plan(CONVERT, ticks=len(reads) + 1, log_reads=reads,
+              on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
+    assert result.exit_code == 0, result.output
+    assert "looks stalled" not in result.output and "convert: output verified" in result.output
+    assert announced(result.output, "convert") == ["convert: all pods ready; no new log line for 0:30:00 ends the "
+                                                   "wait"], result.output
+
+
+def test_a_convert_whose_log_stops_ends_run_at_the_bound(cloud, monkeypatch):
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(CONVERT, outcome="hang", logs="".join(f"{line}\n" for line in CONVERT_LINES[:2]))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    line = error_line(result)
+    assert line == (f"error: step convert of JobSet {CONVERT} looks stalled: its log has not changed for 0:30:00 "
+                    f"(the bound: 0:30:00); it is left running: look with `tpu-rl logs {RECIPE} convert`, and stop "
+                    f"it with `tpu-rl cancel {RECIPE}`"), line
+    assert CONVERT in kube.jobsets and kube.deleted == []
+    record = run_record(cloud)
+    assert record["steps"]["convert"]["status"] == "failed" and record["error"] == line.removeprefix("error: ")
+
+
+def test_the_wait_for_capacity_does_not_count(cloud, monkeypatch):
+    """An hour suspended (Kueue has not admitted it), then every pod ready and the log never changes: the
+    stall comes 30 min after the pods are ready, not while it waited."""
+    kube = cloud["kube"]
+    clock = stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", admitted_after=6, outcome="hang", logs=steps_log(5))
+    started = clock[0]
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert "waiting for Kueue to admit JobSet" in result.output
+    assert error_line(result).startswith(f"error: step train of JobSet {TRAIN} looks stalled: its last training "
+                                         "step is 5 and its log has not changed for 0:30:00 (the bound: 0:30:00)")
+    assert (clock[0] - started).total_seconds() >= 90 * 60  # an hour suspended, then the 30 min
+
+
+def test_a_restart_starts_the_count_again(cloud, monkeypatch):
+    """Ready for 20 min at step 5, a spot reclaim restarts the JobSet, and the new attempt, resumed at step
+    4, shows nothing new: it stalls 30 min after its own pods are ready (counting through the restart it
+    would have stalled before they were)."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", reclaimed_after=3, outcome="hang", logs=steps_log(5),
+              logs_after_restart=steps_log(4))
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    output = result.output.splitlines()
+    restart = next(i for i, line in enumerate(output) if "JobSet restarted" in line)
+    counts = [i for i, line in enumerate(output) if line.startswith("train: all pods ready; ")]
+    assert len(counts) == 2 and counts[0] < restart < counts[1], result.output  # one count per attempt
+    assert error_line(result).startswith(f"error: step train of JobSet {TRAIN} looks stalled: its last training "
+                                         "step is 4 and its log has not changed for 0:30:00 (the bound: 0:30:00)")
