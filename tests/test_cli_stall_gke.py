@@ -7,12 +7,14 @@ Ctrl-C's exit instead of hanging the test."""
 
 from __future__ import annotations
 
-from contracts.tunix_log import absl_info, train_step_line
+from contracts.tunix_log import absl_info, restored_line, train_step_line
 from peers.fixtures import put_step_output
 from test_cli_capacity_loss import RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
+from test_cli_eval import trained_run
 from typer.testing import CliRunner
 
 from jobs import jobset_name
+from jobs.evaluate import eval_run_name
 from recipes import get_recipe
 from scripts.cli import app
 from scripts.outcome import ExitCode
@@ -163,3 +165,18 @@ def test_a_restart_starts_the_count_again(cloud, monkeypatch):
     assert len(counts) == 2 and counts[0] < restart < counts[1], result.output  # one count per attempt
     assert error_line(result).startswith(f"error: step train of JobSet {TRAIN} looks stalled: its last training "
                                          "step is 4 and its log has not changed for 0:30:00 (the bound: 0:30:00)")
+
+
+def test_an_eval_whose_head_stops_logging_ends_at_the_bound_and_deletes_its_jobset(cloud, monkeypatch):
+    """`tpu-rl eval`'s JobSet goes through the same wait: its head restored the checkpoint and then logs
+    nothing, so the stall (30 min after its pods are ready) comes before eval's own 90 min; eval deletes
+    its scratch JobSet, as on any failure."""
+    _, paths = trained_run(cloud)
+    scratch = f"{eval_run_name(paths.run_name, 20)}-train"
+    stall_clock(monkeypatch)
+    cloud["kube"].plan(scratch, outcome="hang", logs=f"{restored_line(20)}\n")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert error_line(result) == (f"error: step train of JobSet {scratch} looks stalled: its log has not changed "
+                                  "for 0:30:00 (the bound: 0:30:00); so eval deletes it with its scratch run")
+    assert cloud["kube"].deleted[-1] == scratch
