@@ -1,5 +1,5 @@
-"""Waiting for a submitted JobSet: its pods' problems, restarts and progress on one line, and its log
-followed while it runs."""
+"""Waiting for a submitted JobSet: its pods' problems, restarts and progress on one line, its log
+followed while it runs, and the end of the wait when its output stops (JobSetStall)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ from scripts.cloud import gcs
 from scripts.cloud.kube_objects import JobSetState, current_attempt, disruption_of, jobset_state, pod_counts, pod_problems
 from scripts.outcome import ApiError, StepFailed
 from scripts.pipeline.gke.admission import CapacityWatch
-from scripts.pipeline.gke.diagnose import failure_message
 from scripts.pipeline import stall
+from scripts.pipeline.gke.diagnose import failure_message
 from scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, StepJob, elapsed_since, main_pod,
                                         unstamped)
 from scripts.pipeline.phases import Phases, phase_of
-from scripts.pipeline.progress import AttemptProgress, RewardReader, StepPace, training_line
+from scripts.pipeline.progress import AttemptProgress, RewardReader, StepPace, TrainProgress, training_line
 from scripts.pipeline.record import RunCancelled, cancellation_of
-from scripts.pipeline.progress import TrainProgress
 from scripts.pipeline.saving import SaveWatch
 from scripts.pipeline.session import Session, hms
 
@@ -69,6 +68,7 @@ class LogFollower(threading.Thread):
                 for line in self.session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER, tail).splitlines():
                     self._print(line)
 
+
 class JobSetStall:
     """The stall bound (scripts/pipeline/stall.py) of a step's JobSet. Its output: for train, the furthest
     training step of the attempt (AttemptProgress), whether it saves a checkpoint (saving.py) and the head's
@@ -108,10 +108,10 @@ class JobSetStall:
         if found is None:
             return
         seen = ([f"its last training step is {step}"] if step is not None else []) + \
-            (["it is saving a checkpoint"] if saving else []) + \
-            ["its log has not changed" if last_line is not None else "its log is still empty"]
-        raise StepFailed(stall.stall_line(job.step, f"of JobSet {job.name}", ", ".join(seen[:-1]) +
-                                          (" and " if len(seen) > 1 else "") + seen[-1], found, self.then))
+            (["it is saving a checkpoint"] if saving else [])
+        log = "its log has not changed" if last_line is not None else "its log is still empty"
+        said = f"{', '.join(seen)} and {log}" if seen else log
+        raise StepFailed(stall.stall_line(job.step, f"of JobSet {job.name}", said, found, self.then))
 
 
 def head_log(session: Session, pod: dict | None, lines: int) -> tuple[str, str | None]:
