@@ -19,6 +19,16 @@ clock = time.monotonic  # the GKE wait reads it here, tests replace it (the VM's
 
 STALL_SECONDS = 1800
 STALL_STEP_TIMES = 10
+# The bound of a step's known-silent phases, given by the caller (GKE): train until its first training step
+# (train_rl restores both models with orbax and compiles the trainer step, the reference log-probs and vLLM
+# without a line: maxtext 0.2.4 wheel, maxtext/trainers/post_train/rl/train_rl.py L709
+# create_models_and_meshes; tunix logs only "Training with ..." before the first step, rl/rl_learner.py
+# L556 in google-tunix 0.1.7 beside it), and convert and export throughout (their tensor loops write tqdm
+# progress with "\r" and no newline, MemoryMonitorTqdm at to_maxtext.py L1033 and to_huggingface.py L406,
+# which the container runtime logs only at a newline; export's orbax restore is silent between its two
+# lines, to_huggingface.py L506-508). An estimate for a 30B/26B model, to check on the first real run: a
+# stall of an unattended convert->train->export stops the pipeline before export, so it errs long.
+QUIET_STALL_SECONDS = 5400
 
 
 @dataclass(frozen=True)
@@ -39,8 +49,10 @@ class OutputWatch:
         """The step is not counted now (its VM stopped, its pods are not all Ready): start again."""
         self.output, self.last_train = (None, now), None
 
-    def observe(self, key: object, train_step: int | None, train: bool, now: float) -> Stall | None:
-        """The output now (`key`, which holds `train_step`); a Stall once it has not changed for the bound."""
+    def observe(self, key: object, train_step: int | None, train: bool, now: float,
+                quiet: float = STALL_SECONDS) -> Stall | None:
+        """The output now (`key`, which holds `train_step`); a Stall once it has not changed for the bound:
+        `quiet` until a training step is seen (since the last pause), then STALL_SECONDS."""
         if train_step is not None and (self.last_train is None or self.last_train[0] != train_step):
             if self.last_train is not None:
                 self.step_times.append((now - self.last_train[1]) / max(1, abs(train_step - self.last_train[0])))
@@ -48,9 +60,9 @@ class OutputWatch:
         if key != self.output[0]:
             self.output = (key, now)
             return None
-        bound = STALL_SECONDS
+        bound = quiet if self.last_train is None else STALL_SECONDS
         if train and self.step_times:
-            bound = max(STALL_SECONDS, STALL_STEP_TIMES * max(self.step_times))
+            bound = max(bound, STALL_STEP_TIMES * max(self.step_times))
         still = now - self.output[1]
         return Stall(still, bound) if still >= bound else None
 

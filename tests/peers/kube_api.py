@@ -77,7 +77,8 @@ class Plan:
     terminating, as BlockingRecreate leaves them until they are gone); at the next, the new attempt's pods
     start, labelled with it, and the plan's `ticks` then `outcome` run again. Their log is
     `logs_after_restart`. `log_reads` makes the first attempt's log grow while it runs: each read of it
-    returns the next of these texts (the last one stays), instead of `logs`. `capacity` is the mode of the ResourceFlavor Kueue admitted the TPU pods to: it
+    returns the next of these texts (the last one stays), instead of `logs`; an entry may instead be a list
+    of (seconds after the pod started, line): the kubelet's time of each line. `capacity` is the mode of the ResourceFlavor Kueue admitted the TPU pods to: it
     copies the flavor's nodeLabels into their nodeSelector.
     """
 
@@ -563,7 +564,10 @@ class KubeApi(PeerServer):
         text = plan.logs if attempt == "0" else plan.logs_after_restart
         if attempt == "0" and plan.log_reads:
             text = plan.log_reads.pop(0) if len(plan.log_reads) > 1 else plan.log_reads[0]
-        lines = [(started + timedelta(microseconds=i), line) for i, line in enumerate(text.splitlines(keepends=True))]
+        if isinstance(text, list):  # (seconds after the start, line): each line written at its own time
+            lines = [(started + timedelta(seconds=at), f"{line}\n") for at, line in text]
+        else:
+            lines = [(started + timedelta(microseconds=i), line) for i, line in enumerate(text.splitlines(keepends=True))]
         if query.get("sinceSeconds"):
             cutoff = kueue.moment() - timedelta(seconds=int(query["sinceSeconds"]))
             lines = [(stamp, line) for stamp, line in lines if stamp >= cutoff]

@@ -83,28 +83,35 @@ class JobSetStall:
     again, while the line names `tpu-rl cancel` to stop it and a rerun of `run` reattaches to it.
     `then` replaces what the line says next (`tpu-rl eval` deletes its own JobSet)."""
 
-    def __init__(self, session: Session, job: StepJob, then: str = "") -> None:
+    def __init__(self, session: Session, job: StepJob) -> None:
         self.session, self.job = session, job
-        self.then = then or f"it is left running: {stall.look_and_stop(session, job.step)}"
+        self.then = f"it is left running: {stall.look_and_stop(session, job.step)}"
         self.output = stall.OutputWatch(stall.clock())
-        self.announced: int | None = None  # the attempt whose count `run` announced
+        # train until its first step, convert and export throughout: their known-silent phases (stall.py)
+        self.quiet = stall.QUIET_STALL_SECONDS if job.step in ("train", "convert", "export") else stall.STALL_SECONDS
+        self.counting: int | None = None  # the attempt whose count runs (None: paused, say so when it starts)
+
+    def pause(self) -> None:
+        """Not counted now (a pod not Ready, the log unread): the count starts again, and says so."""
+        self.output.pause(stall.clock())
+        self.counting = None
 
     def check(self, state: JobSetState, ready: bool, stepped: TrainProgress | None, saving: bool,
               last_line: str | None) -> None:
         """One poll: StepFailed when the step looks stalled."""
         now, job = stall.clock(), self.job
         if not ready:
-            self.output.pause(now)
+            self.pause()
             return
         train = job.step == "train"
-        if self.announced != state.restarts:
-            self.announced = state.restarts
-            what = "training step or log line" if train else "log line"
-            grows = f" (or {stall.STALL_STEP_TIMES} times its slowest step)" if train else ""
-            self.session.console.print(f"{job.step}: all pods ready; no new {what} for {hms(stall.STALL_SECONDS)}"
-                                       f"{grows} ends the wait")
+        if self.counting != state.restarts:
+            self.counting = state.restarts
+            quiet, bound = hms(self.quiet), hms(stall.STALL_SECONDS)
+            # printed each time the count starts again; "silent": no new log line (or training step)
+            times = f" (stepping: {bound} or {stall.STALL_STEP_TIMES} steps)" if train else ""
+            self.session.console.print(f"{job.step}: all pods ready; stalled if silent {quiet}{times}")
         step = stepped.step if stepped else None
-        found = self.output.observe((state.restarts, step, saving, last_line), step, train, now)
+        found = self.output.observe((state.restarts, step, saving, last_line), step, train, now, self.quiet)
         if found is None:
             return
         seen = ([f"its last training step is {step}"] if step is not None else []) + \
@@ -116,7 +123,10 @@ class JobSetStall:
 
 def head_log(session: Session, pod: dict | None, lines: int) -> tuple[str, str | None]:
     """The last `lines` lines of a pod's main container log, without the kubelet's times, and the last of
-    them with its time (None when the log is empty or the pod unknown)."""
+    them with its time (None when the log is empty or the pod unknown). The kubelet stamps every entry the
+    runtime wrote, a partial one too (a line over its 16 KiB limit is split: logs.go logWriter.write, see
+    steps.unstamped), so such a line carries times inside and `lines=1` may return only its last fragment:
+    harmless, a fragment still changes with the output, and the lines parsed for progress are short."""
     if pod is None:
         return "", None
     raw = session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER, lines, timestamps=True).splitlines()
@@ -125,11 +135,15 @@ def head_log(session: Session, pod: dict | None, lines: int) -> tuple[str, str |
 
 def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                     watch: CapacityWatch | None = None,
-                    on_head_log: Callable[[str], object] | None = None, stalled_then: str = "") -> JobSetState:
-    """Wait until the JobSet succeeds; StepFailed when it fails or stalls (JobSetStall), CapacityShortfall
-    (admission.py) when its capacity does not come within CAPACITY_WAIT or Kueue deactivates it.
-    `on_head_log` gets the head's last log lines at each poll while train runs (the evaluations are read
-    from them); `stalled_then` as JobSetStall's `then`."""
+                    on_head_log: Callable[[str], object] | None = None, stalls: bool = True) -> JobSetState:
+    """Wait until the JobSet succeeds; StepFailed when it fails or (`stalls`) stalls (JobSetStall),
+    CapacityShortfall (admission.py) when its capacity does not come within CAPACITY_WAIT or Kueue
+    deactivates it. `on_head_log` gets the head's last log lines at each poll while train runs (the
+    evaluations are read from them; `tpu-rl eval` has its own limit and no stall bound).
+
+    Train's log read fails the wait as it always did (ApiError, exit 4: its progress and `on_head_log` need
+    it); the other steps read their log only for the stall bound, so a failed read leaves their output
+    unknown: the count pauses, one `!` line says so, and the wait goes on."""
     console, cluster = session.console, session.cluster
     watch = watch or CapacityWatch(session, job)
     phases = watch.phases = watch.phases or Phases(job.step)
@@ -143,7 +157,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     last_summary = None
     progress, pace, last_training, saves, saving = AttemptProgress(), StepPace(), None, SaveWatch(), False
     reward = RewardReader(session.clients.storage, session.paths.tensorboard, session.now)
-    stalls = JobSetStall(session, job, stalled_then)
+    stall_watch = JobSetStall(session, job) if stalls else None
+    unread = False  # a failed log read was reported (once)
     try:
         with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
             while True:
@@ -182,9 +197,19 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                     console.print(escape(awaited))
                 stepped = training = last_line = None
                 ready = state.phase == "running" and counts.ready >= job.expected_pods
-                if state.phase == "running" and (job.step == "train" or ready):
+                if job.step == "train" and state.phase == "running":
                     head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
-                    log, last_line = head_log(session, head, PROGRESS_LOG_LINES if job.step == "train" else 1)
+                    log, last_line = head_log(session, head, PROGRESS_LOG_LINES)
+                elif ready and stall_watch:
+                    try:
+                        head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
+                        last_line = head_log(session, head, 1)[1]
+                    except ApiError as error:
+                        ready = False  # its output is unknown: not counted
+                        if not unread:
+                            unread = True
+                            console.print(f"[yellow]![/] {job.step}: {escape(str(error))}; the stall count "
+                                          "pauses until a read works")
                 if job.step == "train" and state.phase == "running":
                     stepped = progress.update(state.restarts, log)
                     saving = saves.update(state.restarts, log)
@@ -209,7 +234,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                     return state
                 if state.phase == "failed":
                     raise StepFailed(failure_message(session, job, state, problems))
-                stalls.check(state, ready, stepped, saving, last_line)
+                if stall_watch:
+                    stall_watch.check(state, ready, stepped, saving, last_line)
                 session.sleep(session.poll_interval)
     finally:
         if follower:
