@@ -72,7 +72,7 @@ class LogFollower(threading.Thread):
 class JobSetStall:
     """The stall bound (scripts/pipeline/stall.py) of a step's JobSet. Its output: for train, the furthest
     training step of the attempt (AttemptProgress), whether it saves a checkpoint (saving.py) and the head's
-    last log line; for the other steps, the main pod's last log line; each line with the kubelet's time of
+    last log line; for convert and export, the main pod's last log line; each line with the kubelet's time of
     it, so that a line repeated is new output too. It counts only while the JobSet runs with every pod of
     its current attempt Ready: the wait for capacity has its own bound (admission.py), and a restart, a new
     attempt or the start or end of a save starts the count again.
@@ -81,7 +81,8 @@ class JobSetStall:
     leaves the VM's step: a stall is a guess from silence (stall.py); deleting the JobSet on it would lose
     the training since the last checkpoint and the slice itself, which flex-start may take hours to get
     again, while the line names `tpu-rl cancel` to stop it and a rerun of `run` reattaches to it.
-    `then` replaces what the line says next (`tpu-rl eval` deletes its own JobSet)."""
+    Train until its first step, convert and export have the longer QUIET_STALL_SECONDS (stall.py), and
+    each time the count starts again `run` prints its bounds."""
 
     def __init__(self, session: Session, job: StepJob) -> None:
         self.session, self.job = session, job
