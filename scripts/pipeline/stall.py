@@ -24,9 +24,10 @@ STALL_STEP_TIMES = 10
 # without a line: maxtext 0.2.4 wheel, maxtext/trainers/post_train/rl/train_rl.py L709
 # create_models_and_meshes; tunix logs only "Training with ..." before the first step, rl/rl_learner.py
 # L556 of the google-tunix 0.1.7 that pip installs beside it, not re-read at the image's c4ec573d), and
-# convert and export throughout (their tensor loops write tqdm progress with "\r" and no newline, MemoryMonitorTqdm at to_maxtext.py L1033 and to_huggingface.py L406,
-# which the container runtime logs only at a newline; export's orbax restore is silent between its two
-# lines, to_huggingface.py L506-508). An estimate for a 30B/26B model, to check on the first real run: a
+# convert and export throughout (their tensor loops write tqdm progress with "\r" and no newline,
+# MemoryMonitorTqdm at to_maxtext.py L1033 and to_huggingface.py L406, which the container runtime logs
+# only at a newline; export's orbax restore is silent between its two lines, to_huggingface.py L506-508).
+# An estimate for a 30B/26B model, to check on the first real run: a
 # stall of an unattended convert->train->export stops the pipeline before export, so it errs long.
 QUIET_STALL_SECONDS = 5400
 
