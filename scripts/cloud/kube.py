@@ -310,11 +310,13 @@ class Cluster:
         return _loads(response).get("items", [])
 
     def read_log(self, pod: str, container: str, tail_lines: int | None = None,
-                 since_seconds: int | None = None) -> str:
+                 since_seconds: int | None = None, timestamps: bool = False) -> str:
+        """A container's log (its last `tail_lines`); `timestamps`: each line starts with the kubelet's RFC
+        3339 time of it and a space, as in stream_log."""
         try:
             response = self._read(f"reading logs of {pod}", lambda: self.core.read_namespaced_pod_log(
                 pod, self.namespace, container=container, tail_lines=tail_lines, since_seconds=since_seconds,
-                _request_timeout=self._timeout, _preload_content=False))
+                timestamps=timestamps or None, _request_timeout=self._timeout, _preload_content=False))
         except ApiException as error:
             if error.status in (400, 404):  # container not started yet, or pod gone
                 return ""

@@ -20,7 +20,8 @@ from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_run
                                         get_instance, require_token_version)
 from scripts.pipeline.vm_phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
 from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState, booted_at
-from scripts.pipeline.vm_watch import STALL_SECONDS, ConsoleBuffer, Watch
+from scripts.pipeline.stall import STALL_SECONDS
+from scripts.pipeline.vm_watch import ConsoleBuffer, Watch
 
 
 def _started_step(line: str, run: str) -> str | None:

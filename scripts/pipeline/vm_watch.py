@@ -8,6 +8,7 @@ import time
 
 from jobs.vm import ATTEMPT_LINE, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SECONDS, PROGRESS_LINE, STARTING, ssh_command
 from scripts.pipeline.session import Session, hms
+from scripts.pipeline.stall import OutputWatch, look_and_stop, stall_line
 from scripts.pipeline.vm_state import VmState
 
 clock = time.monotonic  # tests replace it (scripts/pipeline/vm_watch.py is the one reader)
@@ -30,10 +31,6 @@ clock = time.monotonic  # tests replace it (scripts/pipeline/vm_watch.py is the 
 # No Cloud TPU or Compute Engine page states a boot time of its own; 15 min leaves ~9.5 min of it for the
 # firmware, the kernel and the guest agent (10 min left under 5).
 RESUME_WAIT_SECONDS = 900
-# A step whose log (its size in the heartbeat) stops growing and that (train) reaches no new training step
-# on the console for this long, while the VM is RUNNING, is stalled; train's bound grows with its step time.
-STALL_SECONDS = 1800
-STALL_STEP_TIMES = 10
 # The console kept between polls: the run's last attempt line and step starts, and this much of its tail
 # (the console itself serves 1 MB, instances.getSerialPortOutput).
 CONSOLE_TAIL_BYTES = 2 << 20
@@ -80,9 +77,9 @@ class Watch:
         self.ended_message = ""
         self.since = clock()
         self.beat: tuple[object, float] = (None, clock())
-        self.output: tuple[object, float] = (None, clock())
-        self.step_times: list[float] = []
-        self.last_train: tuple[int, float] | None = None
+        # A step whose log (its size in the heartbeat) stops growing and that (train) reaches no new training
+        # step on the console, while the VM is RUNNING, is stalled at the bound of scripts/pipeline/stall.py.
+        self.output = OutputWatch(clock())
 
     def resuming(self, state: VmState, message: str, seen: frozenset[str]) -> None:
         """The attempt `run` found had already ended: wait for a new one, saying so and how to start it."""
@@ -126,32 +123,19 @@ class Watch:
                 f"of memory?, or cannot reach the bucket); if not, `{ssh} -- sudo reboot` resumes it")
 
     def stall(self, state: VmState, step: str, train_step: int | None) -> str | None:
-        """A running step with no new output for its bound: neither the log's size in the heartbeat grew nor
-        (train) a new training step showed on the console (it goes dark when the guest agent stops reading a
-        line over 64 KiB, while the script and its log go on). Only a RUNNING VM's step can stall: a stop
-        (maintenance) and a new attempt start the count again."""
+        """A running step with no new output for its bound (scripts/pipeline/stall.py): neither the log's size
+        in the heartbeat grew nor (train) a new training step showed on the console (it goes dark when the
+        guest agent stops reading a line over 64 KiB, while the script and its log go on). Only a RUNNING
+        VM's step can stall: a stop (maintenance) and a new attempt start the count again."""
         now = clock()
         if not state.running:
-            self.output, self.last_train = (None, now), None
+            self.output.pause(now)
             return None
         log = state.heartbeat.log if state.heartbeat else None
-        key = (state.current, step, train_step, log)
-        if train_step is not None and (self.last_train is None or self.last_train[0] != train_step):
-            if self.last_train is not None:
-                self.step_times.append((now - self.last_train[1]) / max(1, abs(train_step - self.last_train[0])))
-            self.last_train = (train_step, now)
-        if key != self.output[0]:
-            self.output = (key, now)
+        found = self.output.observe((state.current, step, train_step, log), train_step, step == "train", now)
+        if found is None or (train_step is None and log is None):
             return None
-        bound = STALL_SECONDS
-        if step == "train" and self.step_times:
-            bound = max(STALL_SECONDS, STALL_STEP_TIMES * max(self.step_times))
-        still = now - self.output[1]
-        if still < bound or (train_step is None and log is None):
-            return None
-        recipe = self.session.recipe.name
         seen = " and ".join(([f"its last training step is {train_step}"] if train_step is not None else []) +
                             ([f"its log has stayed at {log} bytes"] if log is not None else []))
-        return (f"step {step} on TPU VM {self.session.settings.vm_name} looks stalled: {seen} for {hms(still)} "
-                f"(the bound: {hms(bound)}); look with `tpu-rl logs {recipe} {step}`, and stop it with "
-                f"`tpu-rl cancel {recipe}`")
+        return stall_line(step, f"on TPU VM {self.session.settings.vm_name}", seen, found,
+                          look_and_stop(self.session, step))

@@ -20,7 +20,8 @@ class Plan:
     terminating, as BlockingRecreate leaves them until they are gone); at the next, the new attempt's pods
     start, labelled with it, and the plan's `ticks` then `outcome` run again. Their log is
     `logs_after_restart`. `log_reads` makes the first attempt's log grow while it runs: each read of it
-    returns the next of these texts (the last one stays), instead of `logs`. `capacity` is the mode of the ResourceFlavor Kueue admitted the TPU pods to: it
+    returns the next of these texts (the last one stays), instead of `logs`; an entry may instead be a list
+    of (seconds after the pod started, line): the kubelet's time of each line. `capacity` is the mode of the ResourceFlavor Kueue admitted the TPU pods to: it
     copies the flavor's nodeLabels into their nodeSelector.
     """
 

@@ -193,7 +193,10 @@ class KubeApi(JobSetLife, Admission, PeerServer):
         text = plan.logs if attempt == "0" else plan.logs_after_restart
         if attempt == "0" and plan.log_reads:
             text = plan.log_reads.pop(0) if len(plan.log_reads) > 1 else plan.log_reads[0]
-        lines = [(started + timedelta(microseconds=i), line) for i, line in enumerate(text.splitlines(keepends=True))]
+        if isinstance(text, list):  # (seconds after the start, line): each line written at its own time
+            lines = [(started + timedelta(seconds=at), f"{line}\n") for at, line in text]
+        else:
+            lines = [(started + timedelta(microseconds=i), line) for i, line in enumerate(text.splitlines(keepends=True))]
         if query.get("sinceSeconds"):
             cutoff = kueue.moment() - timedelta(seconds=int(query["sinceSeconds"]))
             lines = [(stamp, line) for stamp, line in lines if stamp >= cutoff]

@@ -202,7 +202,8 @@ def _wait_for_evaluation(session: Session, job, step: int) -> Evaluation:
                              f"it is deleted; see `{job.kubectl_logs}` (gone with its pods)")
 
     try:
-        wait_for_jobset(session, job, follow_logs=False, watch=watch, on_head_log=on_head_log)
+        # no stall bound: EVAL_WAIT_MINUTES, counted from the same moment, already ends it
+        wait_for_jobset(session, job, follow_logs=False, watch=watch, on_head_log=on_head_log, stalls=False)
     except _Evaluated as done:
         return done.evaluation
     evaluation = pre_of(head_log(whole=True))  # it ended first: read the whole log before failing

@@ -27,6 +27,17 @@ def parse_time(text: str) -> datetime | None:
     zone = "+00:00" if match.group(3) == "Z" else match.group(3)
     return datetime.fromisoformat(f"{match.group(1)}.{fraction}{zone}")
 
+def unstamped(raw: str) -> tuple[datetime | None, str]:
+    """A log line read with `timestamps`: the kubelet's time of it and the line itself (None and the
+    line as it is when it carries no time). The kubelet prefixes each log entry with its RFC3339Nano time
+    and a space (kubernetes/kubernetes 04791b49, pkg/kubelet/kuberuntime/logs/logs.go, logWriter.write),
+    a partial entry too: a line over the runtime's 16 KiB limit comes as several stamped fragments, so it
+    carries times inside, and a tail of one line may be its last fragment only. Harmless here: a fragment
+    still changes with the output, and the lines parsed (progress, evaluations) are short."""
+    stamp_text, _, line = raw.partition(" ")
+    stamp = parse_time(stamp_text)
+    return (stamp, line) if stamp is not None else (None, raw)
+
 def duration(start: str | None, end: datetime | str | None) -> str:
     """h:mm:ss from an RFC 3339 start to an end (a datetime or RFC 3339); "" when either is unknown."""
     started = parse_time(start) if start else None

@@ -1,5 +1,5 @@
-"""Waiting for a submitted JobSet: its pods' problems, restarts and progress on one line, and its log
-followed while it runs."""
+"""Waiting for a submitted JobSet: its pods' problems, restarts and progress on one line, its log
+followed while it runs, and the end of the wait when its output stops (JobSetStall)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,15 @@ from scripts.cloud import gcs
 from scripts.cloud.kube_objects import JobSetState, current_attempt, disruption_of, jobset_state, pod_counts, pod_problems
 from scripts.outcome import ApiError, StepFailed
 from scripts.pipeline.gke.admission import CapacityWatch
+from scripts.pipeline import stall
 from scripts.pipeline.gke.diagnose import failure_message
 from scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, StepJob, elapsed_since, main_pod,
-                                        parse_time)
+                                        unstamped)
 from scripts.pipeline.phases import Phases, phase_of
-from scripts.pipeline.progress import AttemptProgress, RewardReader, StepPace, training_line
+from scripts.pipeline.progress import AttemptProgress, RewardReader, StepPace, TrainProgress, training_line
 from scripts.pipeline.record import RunCancelled, cancellation_of
 from scripts.pipeline.saving import SaveWatch
-from scripts.pipeline.session import Session
+from scripts.pipeline.session import Session, hms
 
 
 class LogFollower(threading.Thread):
@@ -48,12 +49,11 @@ class LogFollower(threading.Thread):
                     since = int((self.session.now() - last_stamp).total_seconds()) + 2 if last_stamp else None
                     for raw in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER, since,
                                                                timestamps=True):
-                        stamp_text, _, line = raw.partition(" ")
-                        stamp = parse_time(stamp_text)
+                        stamp, line = unstamped(raw)
                         if stamp is not None and last_stamp is not None and stamp <= last_stamp:
                             continue
                         last_stamp = stamp or last_stamp
-                        self._print(line if stamp is not None else raw)
+                        self._print(line)
             except Exception:  # a dropped stream is not fatal; the main loop reports cluster trouble
                 pass
             self.stop.wait(max(self.session.poll_interval, 0.05))
@@ -68,12 +68,83 @@ class LogFollower(threading.Thread):
                 for line in self.session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER, tail).splitlines():
                     self._print(line)
 
+
+class JobSetStall:
+    """The stall bound (scripts/pipeline/stall.py) of a step's JobSet. Its output: for train, the furthest
+    training step of the attempt (AttemptProgress), whether it saves a checkpoint (saving.py) and the head's
+    last log line; for convert and export, the main pod's last log line; each line with the kubelet's time of
+    it, so that a line repeated is new output too. It counts only while the JobSet runs with every pod of
+    its current attempt Ready: the wait for capacity has its own bound (admission.py), and a restart, a new
+    attempt or the start or end of a save starts the count again.
+
+    At the bound `run` ends (StepFailed, exit 1, as the VM's stall) and leaves the JobSet running, as it
+    leaves the VM's step: a stall is a guess from silence (stall.py); deleting the JobSet on it would lose
+    the training since the last checkpoint and the slice itself, which flex-start may take hours to get
+    again, while the line names `tpu-rl cancel` to stop it and a rerun of `run` reattaches to it.
+    Train until its first step, convert and export have the longer QUIET_STALL_SECONDS (stall.py), and
+    each time the count starts again `run` prints its bounds."""
+
+    def __init__(self, session: Session, job: StepJob) -> None:
+        self.session, self.job = session, job
+        self.then = f"it is left running: {stall.look_and_stop(session, job.step)}"
+        self.output = stall.OutputWatch(stall.clock())
+        # train until its first step, convert and export throughout: their known-silent phases (stall.py)
+        self.quiet = stall.QUIET_STALL_SECONDS if job.step in ("train", "convert", "export") else stall.STALL_SECONDS
+        self.counting: int | None = None  # the attempt whose count runs (None: paused, say so when it starts)
+
+    def pause(self) -> None:
+        """Not counted now (a pod not Ready, the log unread): the count starts again, and says so."""
+        self.output.pause(stall.clock())
+        self.counting = None
+
+    def check(self, state: JobSetState, ready: bool, stepped: TrainProgress | None, saving: bool,
+              last_line: str | None) -> None:
+        """One poll: StepFailed when the step looks stalled."""
+        now, job = stall.clock(), self.job
+        if not ready:
+            self.pause()
+            return
+        train = job.step == "train"
+        if self.counting != state.restarts:
+            self.counting = state.restarts
+            quiet, bound = hms(self.quiet), hms(stall.STALL_SECONDS)
+            # printed each time the count starts again; "silent": no new log line (or training step)
+            times = f" (stepping: {bound} or {stall.STALL_STEP_TIMES} steps)" if train else ""
+            self.session.console.print(f"{job.step}: all pods ready; stalled if silent {quiet}{times}")
+        step = stepped.step if stepped else None
+        found = self.output.observe((state.restarts, step, saving, last_line), step, train, now, self.quiet)
+        if found is None:
+            return
+        seen = ([f"its last training step is {step}"] if step is not None else []) + \
+            (["it is saving a checkpoint"] if saving else [])
+        log = "its log has not changed" if last_line is not None else "its log is still empty"
+        said = f"{', '.join(seen)} and {log}" if seen else log
+        raise StepFailed(stall.stall_line(job.step, f"of JobSet {job.name}", said, found, self.then))
+
+
+def head_log(session: Session, pod: dict | None, lines: int) -> tuple[str, str | None]:
+    """The last `lines` lines of a pod's main container log, without the kubelet's times, and the last of
+    them with its time (None when the log is empty or the pod unknown). The kubelet stamps every entry the
+    runtime wrote, a partial one too (a line over its 16 KiB limit is split: logs.go logWriter.write, see
+    steps.unstamped), so such a line carries times inside and `lines=1` may return only its last fragment:
+    harmless, a fragment still changes with the output, and the lines parsed for progress are short."""
+    if pod is None:
+        return "", None
+    raw = session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER, lines, timestamps=True).splitlines()
+    return "".join(f"{unstamped(row)[1]}\n" for row in raw), (raw[-1] if raw else None)
+
+
 def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                     watch: CapacityWatch | None = None,
-                    on_head_log: Callable[[str], object] | None = None) -> JobSetState:
-    """Wait until the JobSet succeeds; StepFailed when it fails, CapacityShortfall (admission.py) when its
-    capacity does not come within CAPACITY_WAIT or Kueue deactivates it. `on_head_log` gets the head's
-    last log lines at each poll while train runs (the evaluations are read from them)."""
+                    on_head_log: Callable[[str], object] | None = None, stalls: bool = True) -> JobSetState:
+    """Wait until the JobSet succeeds; StepFailed when it fails or (`stalls`) stalls (JobSetStall),
+    CapacityShortfall (admission.py) when its capacity does not come within CAPACITY_WAIT or Kueue
+    deactivates it. `on_head_log` gets the head's last log lines at each poll while train runs (the
+    evaluations are read from them; `tpu-rl eval` has its own limit and no stall bound).
+
+    Train's log read fails the wait as it always did (ApiError, exit 4: its progress and `on_head_log` need
+    it); the other steps read their log only for the stall bound, so a failed read leaves their output
+    unknown: the count pauses, one `!` line says so, and the wait goes on."""
     console, cluster = session.console, session.cluster
     watch = watch or CapacityWatch(session, job)
     phases = watch.phases = watch.phases or Phases(job.step)
@@ -87,6 +158,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     last_summary = None
     progress, pace, last_training, saves, saving = AttemptProgress(), StepPace(), None, SaveWatch(), False
     reward = RewardReader(session.clients.storage, session.paths.tensorboard, session.now)
+    stall_watch = JobSetStall(session, job) if stalls else None
+    unread = False  # a failed log read was reported (once)
     try:
         with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
             while True:
@@ -123,10 +196,22 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                 awaited = watch.observe(jobset, state, pods)  # what the step really waits for, bounded
                 if awaited:
                     console.print(escape(awaited))
-                stepped = training = None
+                stepped = training = last_line = None
+                ready = state.phase == "running" and counts.ready >= job.expected_pods
                 if job.step == "train" and state.phase == "running":
                     head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
-                    log = cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""
+                    log, last_line = head_log(session, head, PROGRESS_LOG_LINES)
+                elif ready and stall_watch:
+                    try:
+                        head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
+                        last_line = head_log(session, head, 1)[1]
+                    except ApiError as error:
+                        ready = False  # its output is unknown: not counted
+                        if not unread:
+                            unread = True
+                            console.print(f"[yellow]![/] {job.step}: {escape(str(error))}; the stall count "
+                                          "pauses until a read works")
+                if job.step == "train" and state.phase == "running":
                     stepped = progress.update(state.restarts, log)
                     saving = saves.update(state.restarts, log)
                     training = _training(session, state, stepped, reward.latest(), pace)
@@ -150,6 +235,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                     return state
                 if state.phase == "failed":
                     raise StepFailed(failure_message(session, job, state, problems))
+                if stall_watch:
+                    stall_watch.check(state, ready, stepped, saving, last_line)
                 session.sleep(session.poll_interval)
     finally:
         if follower:

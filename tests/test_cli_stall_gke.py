@@ -1,0 +1,268 @@
+"""A GKE step whose pods are all up but whose output stopped does not keep its slice, and `run`, waiting for
+ever: past the stall bound (scripts/pipeline/stall.py, the VM's rule) `run` ends with one line and exit 1,
+leaving the JobSet running, and run.json records it. Slow output, the wait for capacity and a restart do
+not count. Driven through the fake Kubernetes API on the drills' virtual clock (10 min a poll), which the
+stall's monotonic clock follows here; a poll budget ends a wait that has no bound (the old code's) with
+Ctrl-C's exit instead of hanging the test."""
+
+from __future__ import annotations
+
+from contracts.tunix_log import absl_info, restored_line, train_step_line
+from peers.fixtures import put_step_output
+from test_cli_capacity_loss import RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
+from test_cli_eval import trained_run
+from typer.testing import CliRunner
+
+from jobs import jobset_name
+from jobs.evaluate import eval_run_name
+from recipes import get_recipe
+from scripts.cli import app
+from scripts.outcome import ExitCode
+
+CONVERT = jobset_name(get_recipe(RECIPE), "convert")
+runner = CliRunner()
+POLL_BUDGET = 40  # polls (of 10 min) before the test's Ctrl-C: far beyond every bound below
+
+# Lines MaxText's to_maxtext writes while it converts with lazy loading (as on GKE), max_logging.log =
+# absl.logging.info with the caller's file and line (maxtext 0.2.4 wheel, maxtext/checkpoint_conversion/
+# to_maxtext.py lines 925, 1020, 1025, 1079; maxtext/utils/max_logging.py log).
+CONVERT_LINES = [absl_info(message, line, file="to_maxtext.py") for message, line in (
+    ("Lazy loading ENABLED. Initializing LazyHFLoader for: Qwen/Qwen3-30B-A3B...", 925),
+    ("Parameter mappings and hooks obtained.", 1020),
+    ("Starting weight transformation...", 1025),
+    ("Weight transformation preparation complete.", 1079))]
+
+
+def stall_clock(monkeypatch) -> list:
+    """The drills' virtual clock for `run` (slow_polls), which the stall's monotonic clock reads too, and a
+    budget of polls."""
+    from scripts.cli import cloud as cli_cloud
+    from scripts.pipeline import stall
+
+    clock = slow_polls(monkeypatch)
+    monkeypatch.setattr(stall, "clock", lambda: clock[0].timestamp())
+    build = cli_cloud.make_session
+
+    def make_session(*args):
+        session = build(*args)
+        sleep, polls = session.sleep, [0]
+
+        def budgeted(seconds: float) -> None:
+            polls[0] += 1
+            if polls[0] > POLL_BUDGET:
+                raise KeyboardInterrupt
+            sleep(seconds)
+
+        session.sleep = budgeted
+        return session
+
+    monkeypatch.setattr(cli_cloud, "make_session", make_session)
+    return clock
+
+
+def steps_log(*steps: int) -> str:
+    return "".join(f"{train_step_line(step, 0.5)}\n" for step in steps)
+
+
+def announced(output: str, step: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(f"{step}: all pods ready; ")]
+
+
+TRAIN_COUNTS = "train: all pods ready; stalled if silent 1:30:00 (stepping: 0:30:00 or 10 steps)"
+
+
+def test_a_train_whose_step_stops_advancing_ends_run_at_the_grown_bound_and_stays_running(cloud, monkeypatch):
+    """Steps 1, 2, 3 one a poll (10 min apart), then nothing new: the bound is 10 times the slowest step,
+    1:40:00, counted from the poll that showed step 3."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", outcome="hang",
+              log_reads=["loading\n", steps_log(1), steps_log(1, 2), steps_log(1, 2, 3)])
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    line = error_line(result)
+    assert line == (f"error: step train of JobSet {TRAIN} looks stalled: its last training step is 3 and its log "
+                    "has not changed for 1:40:00 (the bound: 1:40:00); it is left running: look with `tpu-rl logs "
+                    f"{RECIPE} train`, and stop it with `tpu-rl cancel {RECIPE}`"), line
+    assert announced(result.output, "train") == [TRAIN_COUNTS], result.output
+    assert len(TRAIN_COUNTS) <= 80
+    assert TRAIN in kube.jobsets and kube.deleted == []  # left running, as the VM's step is
+    record = run_record(cloud)
+    assert record["status"] == "failed" and record["steps"]["train"]["status"] == "failed"
+    assert record["error"] == line.removeprefix("error: ")
+
+
+def test_a_train_whose_steps_are_slow_but_advancing_is_not_stalled(cloud, monkeypatch):
+    """Steps 20 min apart, then 50 min apart (longer than 30 min, within 10 times the slowest step so
+    far); the log changes only with a step."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    reads = ["loading\n"] + [steps_log(1)] * 2 + [steps_log(1, 2)] * 5 + [steps_log(1, 2, 3)] * 5 + \
+        [steps_log(1, 2, 3, 4)]
+    kube.plan(TRAIN, capacity="spot", ticks=len(reads) + 1, log_reads=reads, **succeeds(cloud))
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == 0, result.output
+    assert "looks stalled" not in result.output and "train: output verified" in result.output
+    assert len(announced(result.output, "train")) == 1, result.output
+
+
+def test_a_convert_whose_log_keeps_growing_is_not_stalled(cloud, monkeypatch):
+    """One new line every 20 min for 80 min: longer than the bound in all, never that long silent."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    reads = [("".join(f"{line}\n" for line in CONVERT_LINES[:n]),) * 2 for n in range(1, len(CONVERT_LINES) + 1)]
+    reads = [text for pair in reads for text in pair]
+    kube.plan(CONVERT, ticks=len(reads) + 1, log_reads=reads,
+              on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
+    assert result.exit_code == 0, result.output
+    assert "looks stalled" not in result.output and "convert: output verified" in result.output
+    assert announced(result.output, "convert") == ["convert: all pods ready; stalled if silent 1:30:00"], result.output
+
+
+def test_a_convert_whose_log_stops_ends_run_at_the_bound(cloud, monkeypatch):
+    """Convert's bound is the long one (stall.QUIET_STALL_SECONDS): its tensor loop logs no line."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(CONVERT, outcome="hang", logs="".join(f"{line}\n" for line in CONVERT_LINES[:2]))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    line = error_line(result)
+    assert line == (f"error: step convert of JobSet {CONVERT} looks stalled: its log has not changed for 1:30:00 "
+                    f"(the bound: 1:30:00); it is left running: look with `tpu-rl logs {RECIPE} convert`, and stop "
+                    f"it with `tpu-rl cancel {RECIPE}`"), line
+    assert CONVERT in kube.jobsets and kube.deleted == []
+    record = run_record(cloud)
+    assert record["steps"]["convert"]["status"] == "failed" and record["error"] == line.removeprefix("error: ")
+
+
+def test_the_wait_for_capacity_does_not_count(cloud, monkeypatch):
+    """An hour suspended (Kueue has not admitted it), then every pod ready and the log never changes: the
+    stall comes 30 min after the pods are ready, not while it waited."""
+    kube = cloud["kube"]
+    clock = stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", admitted_after=6, outcome="hang", logs=steps_log(5))
+    started = clock[0]
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert "waiting for Kueue to admit JobSet" in result.output
+    assert error_line(result).startswith(f"error: step train of JobSet {TRAIN} looks stalled: its last training "
+                                         "step is 5 and its log has not changed for 0:30:00 (the bound: 0:30:00)")
+    assert (clock[0] - started).total_seconds() >= 90 * 60  # an hour suspended, then the 30 min
+
+
+def test_a_restart_starts_the_count_again(cloud, monkeypatch):
+    """Ready for 20 min at step 5, a spot reclaim restarts the JobSet, and the new attempt, resumed at step
+    4, shows nothing new: it stalls 30 min after its own pods are ready (counting through the restart it
+    would have stalled before they were)."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", reclaimed_after=3, outcome="hang", logs=steps_log(5),
+              logs_after_restart=steps_log(4))
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    output = result.output.splitlines()
+    restart = next(i for i, line in enumerate(output) if "JobSet restarted" in line)
+    counts = [i for i, line in enumerate(output) if line.startswith("train: all pods ready; ")]
+    assert len(counts) == 2 and counts[0] < restart < counts[1], result.output  # one count per attempt
+    assert error_line(result).startswith(f"error: step train of JobSet {TRAIN} looks stalled: its last training "
+                                         "step is 4 and its log has not changed for 0:30:00 (the bound: 0:30:00)")
+
+
+def test_an_eval_whose_head_stops_logging_ends_at_its_own_limit_not_at_a_stall_bound(cloud, monkeypatch):
+    """`tpu-rl eval`'s JobSet has no stall bound: its head restored the checkpoint and then logs nothing
+    (it never logs a training step), and eval's own 90 min, counted from the same moment, end it; eval
+    deletes its scratch JobSet, as on any failure."""
+    _, paths = trained_run(cloud)
+    scratch = f"{eval_run_name(paths.run_name, 20)}-train"
+    stall_clock(monkeypatch)
+    cloud["kube"].plan(scratch, outcome="hang", logs=f"{restored_line(20)}\n")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert error_line(result).startswith(f"error: JobSet {scratch} logged no evaluation within 90 min"), result.output
+    assert "looks stalled" not in result.output and announced(result.output, "train") == [], result.output
+    assert cloud["kube"].deleted[-1] == scratch
+
+
+def test_a_train_before_its_first_step_has_the_long_bound(cloud, monkeypatch):
+    """Before the first training step train_rl restores and compiles without a line: 1:30:00, not 0:30:00."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", outcome="hang", logs="loading\n")
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert error_line(result).startswith(f"error: step train of JobSet {TRAIN} looks stalled: its log has not "
+                                         "changed for 1:30:00 (the bound: 1:30:00)"), result.output
+
+
+def test_a_repeated_line_with_a_later_time_is_new_output(cloud, monkeypatch):
+    """Convert logs the same line again every hour (the kubelet's time of it differs): never 1:30:00 silent
+    although its text never changes."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    line = CONVERT_LINES[1]
+    reads = [[(hour * 3600, line)] for hour in range(4) for _ in range(6)]  # a poll is 10 min
+    kube.plan(CONVERT, ticks=len(reads) + 1, log_reads=reads,
+              on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
+    assert result.exit_code == 0, result.output
+    assert "looks stalled" not in result.output and "convert: output verified" in result.output
+
+
+def test_a_pod_not_ready_within_an_attempt_pauses_the_count_and_says_when_it_starts_again(cloud, monkeypatch):
+    """At step 5 from the first poll; a worker's container restarts (not Ready for a poll) 20 min after the
+    pods are ready: the count starts again when it is Ready, says so, and the stall comes 30 min after."""
+    kube = cloud["kube"]
+    clock = stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", outcome="hang", ticks=100, logs=steps_log(5), container_restart_at=5)
+    started = clock[0]
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert announced(result.output, "train") == [TRAIN_COUNTS] * 2, result.output
+    assert "JobSet restarted" not in result.output
+    assert error_line(result).startswith(f"error: step train of JobSet {TRAIN} looks stalled: its last training "
+                                         "step is 5 and its log has not changed for 0:30:00"), result.output
+    assert (clock[0] - started).total_seconds() >= 60 * 60, result.output  # 20 min + a poll + 30 min
+
+
+def test_a_failed_log_read_of_convert_pauses_the_count_and_the_step_goes_on(cloud, monkeypatch):
+    """Convert's log is read only for the stall bound: two reads fail, one `!` line says so, and convert
+    succeeds (the old code ended run with exit 4)."""
+    from scripts.cloud.kube import Cluster
+    from scripts.outcome import ApiError
+
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(CONVERT, ticks=6, logs=f"{CONVERT_LINES[0]}\n",
+              on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))
+    read, calls = Cluster.read_log, []
+
+    def read_log(self, pod, container, *args, **kwargs):
+        calls.append(pod)
+        if len(calls) in (2, 3):
+            raise ApiError(f"lost contact with the cluster reading logs of pod {pod}")
+        return read(self, pod, container, *args, **kwargs)
+
+    monkeypatch.setattr(Cluster, "read_log", read_log)
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
+    assert result.exit_code == 0, result.output
+    assert "convert: output verified" in result.output
+    warned = [line for line in result.output.splitlines() if "lost contact" in line]
+    assert len(warned) == 1 and warned[0].startswith("! convert: "), result.output
+
+
+def test_a_failed_log_read_of_train_still_ends_run_with_exit_4(cloud, monkeypatch):
+    """Train's read feeds its progress: as before the stall bound, a read that keeps failing ends run."""
+    from scripts.cloud.kube import Cluster
+    from scripts.outcome import ApiError
+
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", outcome="hang", logs=steps_log(1))
+
+    def read_log(self, pod, *args, **kwargs):
+        raise ApiError(f"lost contact with the cluster reading logs of pod {pod}")
+
+    monkeypatch.setattr(Cluster, "read_log", read_log)
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.API_ERROR, result.output
