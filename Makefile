@@ -60,9 +60,9 @@ synth: $(STAMP) $(NODE_STAMP)
 
 # Two workers: the 2-core machines CI runs on. pyproject.toml's --dist loadscope with tests/conftest.py's
 # order starts the MaxText CPU chains (the longest tests) first and runs each module's shared fixture once.
-# The installs run side by side (npm beside uv; each job's output kept together).
+# The installs run side by side (npm beside uv; each job's lines shown whole, as they come).
 test:
-	$(MAKE) --no-print-directory -j4 -Otarget install
+	$(MAKE) --no-print-directory -j4 -Oline install
 	$(VENV)/bin/pytest -q -n 2
 
 # Synth speed: the app command (lazy and full provider import) beside a bare provider import.

@@ -24,7 +24,6 @@ from typer.testing import CliRunner
 from scripts.cli import app
 out = []
 for argv in json.loads(sys.argv[1]):
-    before = set(sys.modules)
     result = CliRunner().invoke(app, argv)
     out.append({"argv": argv, "code": result.exit_code, "output": result.output,
                 "loaded": sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules)})

@@ -92,7 +92,8 @@ def test_the_heartbeat_goes_on_while_the_cancel_check_is_slow(guest):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-    assert count >= 4, count
+        proc.stdout.close()
+    assert count >= 3, count  # ~5 expected; one beat of slack for a loaded machine, 0 when it waits
     assert " log=" in guest.object(PATHS.vm_heartbeat).read_text()  # the log's size, for the stall bound
 
 

@@ -109,8 +109,7 @@ def outcomes(tmp_path_factory) -> dict[str, Outcome]:
     for version in VERSIONS:
         need_venv(version)
     root = tmp_path_factory.mktemp("maxtext-real")
-    # Unscanned models convert one tensor per layer and take longest: they start first, the
-    # misspelt-flag conversions (which stop at argument parsing) last.
+    # Unscanned models convert one tensor per layer and take longest: they start first.
     order = sorted(RECIPES, key=lambda name: _recipe(name).model.scan_layers)
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         futures = {name: pool.submit(_run_chain, _recipe(name), root / name, name in MISSPELT) for name in order}
@@ -314,6 +313,7 @@ def test_a_conversion_flag_the_release_does_not_accept_fails_the_real_conversion
     assert BAD_FLAG[1].rstrip("=") in refused["error"] + attempt, (refused, attempt[-3000:])
     bucket = str(outcomes[name].chain.bucket_dir.resolve())
     assert not [path for path in refused["written"] if path.startswith(bucket)], refused["written"]
+    assert refused["backends_initialized"] is False, "the attempt started JAX: the real conversion would not be fresh"
 
 
 # --- the train probe saved as the real workload does (tests/maxtext_cpu/run.py probe, workload.py) --------

@@ -172,7 +172,6 @@ def cloud_settings(command: str, platform: Platform = "gke") -> Settings:
     return settings
 
 
-# The options that choose a run (recipes/runs.py), on every command that renders or reaches one.
 def parse_steps(text: str) -> tuple[Step, ...]:
     """--steps: a comma-separated subset of the steps, in pipeline order whatever the order given."""
     wanted = tuple(part.strip() for part in text.split(",") if part.strip())
@@ -189,6 +188,7 @@ def parse_step(step: str) -> Step:
     return step
 
 
+# The options that choose a run (recipes/runs.py), on every command that renders or reaches one.
 SET_HELP = ("Override a MaxText key of the train step, e.g. learning_rate=1e-5; repeatable, later wins. "
             "Changes the run name.")
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."

@@ -61,9 +61,15 @@ def refused_attempt(module: str, args: list[str]) -> dict:
         ended = {"exit": done.code, "error": f"SystemExit: {done.code}"}
     except Exception as error:  # noqa: BLE001  whatever the release raises for the argument
         ended = {"exit": 1, "error": f"{type(error).__name__}: {str(error).strip()[:2000]}"}
-    print(REFUSED_END, file=sys.stderr, flush=True)
+    sys.stdout.flush()
     print(REFUSED_END, flush=True)
-    return {**ended, "argv": args, "written": sorted(files() - before)}
+    print(REFUSED_END, file=sys.stderr, flush=True)
+    # Refused before any JAX backend started (pyconfig, both releases): the real conversion after it
+    # initializes the backend as a fresh process does.
+    from jax._src import xla_bridge
+
+    return {**ended, "argv": args, "written": sorted(files() - before),
+            "backends_initialized": xla_bridge.backends_are_initialized()}
 
 
 def use_commit_file_atomicity() -> None:
