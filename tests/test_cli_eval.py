@@ -321,3 +321,17 @@ def test_eval_refuses_a_reward_copy_that_is_missing_or_changed(cloud, tmp_path):
     assert result.exit_code == 2, result.output
     assert f"--rewards copy {copy} is missing" in " ".join(result.output.split())
     assert f"{scratch}-train" not in cloud["kube"].created
+
+
+def test_eval_refuses_a_record_naming_a_reward_function_twice_as_run_does(cloud, tmp_path):
+    """A run.json written before run refused it (`--rewards mine.py:short,short`): eval would load the
+    function twice, as tunix's reward manager and evaluate_rl do, so it refuses it with run's own line."""
+    paths, scratch, *_ = _scratch_setup(cloud, tmp_path)
+    kept = record(cloud["gcs"], paths)
+    kept["files"]["rewards"]["functions"] = "short,short"
+    _put(cloud["gcs"], paths.run_record, json.dumps(kept))
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 2, result.output
+    assert ("--rewards mine.py:short,short: names short twice; tunix calls every listed function and adds their "
+            "scores, so it would weigh twice: name each function once") in " ".join(result.output.split())
+    assert f"{scratch}-train" not in cloud["kube"].created
