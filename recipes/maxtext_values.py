@@ -134,6 +134,14 @@ def maxtext_keys(version: str) -> frozenset[str]:
     return frozenset(release_schema(version)["keys"])
 
 
+def model_keys(version: str) -> dict[str, str]:
+    """The keys that make a MaxText release's model, each with the configs/types.py class declaring it:
+    every key a configs/models/*.yml of the release sets, less the run choices those files also make, and
+    the weights' dtype and quantization (tools/generate_maxtext_keys.py, tests/contracts/maxtext_types.py
+    model_keys). A checkpoint trained with one value is not the model another value describes."""
+    return dict(release_schema(version).get("model_keys", {}))
+
+
 # --- reading a value as MaxText does -------------------------------------------------------------------
 
 def parse_override(key: str, text: str) -> Any:

@@ -335,3 +335,48 @@ def test_eval_refuses_a_record_naming_a_reward_function_twice_as_run_does(cloud,
     assert ("--rewards mine.py:short,short: names short twice; tunix calls every listed function and adds their "
             "scores, so it would weigh twice: name each function once") in " ".join(result.output.split())
     assert f"{scratch}-train" not in cloud["kube"].created
+
+
+def test_eval_refuses_a_model_key_the_run_did_not_set_naming_the_value_it_trained_with(cloud):
+    """A key MaxText's model configs set (configs/models/*.yml of the wheel, recipes/maxtext_keys/) or the
+    weights' dtype: the run left it at its model's or the release's value, and eval's --set would load the
+    checkpoint as another model, which fails only once a slice was granted. Refused before anything is
+    created, naming the run's value and where it came from."""
+    _, paths = trained_run(cloud)
+    cases = {("--set", "override_model_config=true", "--set", "base_emb_dim=1024"):
+             f"--set base_emb_dim=1024: run {paths.run_name} was trained with base_emb_dim=2048 "
+             "(configs/models/qwen3-30b-a3b.yml), which makes the model its checkpoint holds (ModelArchitecture)",
+             # maxtext 0.2.4 configs/post_train/rl.yml L88 weight_dtype: 'bfloat16' (base.yml's is float32)
+             ("--set", "weight_dtype=float32"):
+             f"--set weight_dtype=float32: run {paths.run_name} was trained with weight_dtype=bfloat16 "
+             "(MaxText 0.2.4's own value, rl.yml or types.py), which makes the model its checkpoint holds "
+             "(DataTypes)"}
+    for argv, line in cases.items():
+        result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20", *argv])
+        assert result.exit_code == 2, result.output
+        assert line in " ".join(result.output.split()), result.output
+    assert not any("-e20-" in name for name in cloud["kube"].created)
+
+
+def test_eval_takes_a_model_key_at_the_runs_own_value_and_evaluation_keys(cloud):
+    from jobs.evaluate import eval_run_name
+
+    _, paths = trained_run(cloud)
+    scratch = eval_run_name(paths.run_name, 20)
+    cloud["kube"].plan(f"{scratch}-train", ticks=5, logs=evaluation_line("pre", 30, 64, 33, 58, 1.1) + "\n",
+                       outcome="hang")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20", "--set", "base_emb_dim=2048",
+                                 "--set", "eval_sampling_strategy=standard"])
+    assert result.exit_code == 0, result.output
+    assert "eval_sampling_strategy=standard" in _submitted_script(cloud, scratch)
+
+
+def test_the_model_keys_come_from_the_wheels_model_configs_and_leave_evaluation_keys_alone():
+    from jobs.evaluate import EVALUATION_SETTINGS
+    from recipes.maxtext_values import model_keys
+
+    for version in ("0.2.3", "0.2.4"):
+        keys = model_keys(version)
+        assert {"base_emb_dim", "base_num_decoder_layers", "num_experts", "vocab_size", "weight_dtype"} <= set(keys)
+        assert not set(keys) & set(EVALUATION_SETTINGS), version
+        assert not {"max_target_length", "learning_rate", "eval_dataset_name", "checkpoint_period"} & set(keys)

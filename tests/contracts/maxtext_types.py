@@ -41,6 +41,16 @@ _BUILTINS = {"int", "float", "bool", "str", "list", "dict", "Any"}
 _BOUNDS = ("ge", "gt", "le", "lt")
 _FLAT_TO_NESTED = "map_flat_fields_to_nested_models"  # 0.2.4 RLConfig, configs/types.py
 SOURCES = ("configs/types.py", "common/common_types.py", "configs/pyconfig.py")
+# The configs/models/*.yml of 0.2.3 and 0.2.4 also set run choices beside the network: the optimizer
+# (AdamW, Optimizer), checkpointing, data (DatasetGeneral, TfdsDataset), mesh and sharding (HardwareAndMesh,
+# LayoutAndSharding), the sequence length (InferenceGeneral.max_target_length), the run (RunInfo), the loop
+# (TrainingLoop: enable_dropout, target_eval_loss) and MoE kernels (MoEKernels: megablox, sparse_matmul).
+# Their keys change how a checkpoint is trained or sampled, not what it holds.
+MODEL_YML_RUN_CLASSES = ("AdamW", "Optimizer", "Checkpointing", "DatasetGeneral", "TfdsDataset", "HardwareAndMesh",
+                         "LayoutAndSharding", "InferenceGeneral", "RunInfo", "TrainingLoop", "MoEKernels")
+# types.py DataTypes.weight_dtype ("The data type for model weights") and Quantization.quantization: the
+# weights' dtype and quantized form, which no model yml sets.
+WEIGHT_KEYS = ("weight_dtype", "quantization")
 
 
 @dataclass
@@ -270,6 +280,28 @@ class MaxTextTypes:
         base = model_name.replace("-Instruct", "")
         values = OmegaConf.to_container(OmegaConf.create(self.schema.read(f"configs/models/{base}.yml")))
         return {key: value for key, value in values.items() if value is not None}
+
+    def model_keys(self) -> dict[str, str]:
+        """The keys that make the model (tpu-rl eval refuses a new value for them), each with the types.py
+        class that declares it: every key a configs/models/*.yml of the release sets, unless its class
+        configures the run rather than the network (MODEL_YML_RUN_CLASSES), and the dtype/quantization
+        of the weights (WEIGHT_KEYS), which decide how the checkpoint is read."""
+        import posixpath
+
+        import yaml  # noqa: PLC0415
+
+        owner = {}
+        for name, node in self._classes.items():
+            for statement in node.body:
+                if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                    owner.setdefault(statement.target.id, name)
+        with zipfile.ZipFile(self.schema.wheel) as archive:
+            ymls = sorted(name for name in archive.namelist()
+                          if posixpath.dirname(name) == "maxtext/configs/models" and name.endswith(".yml"))
+        keys = {key for name in ymls for key in (yaml.safe_load(self.schema.read(name.removeprefix("maxtext/")))
+                                                  or {})}
+        keys = {key for key in keys if owner.get(key) not in MODEL_YML_RUN_CLASSES} | set(WEIGHT_KEYS)
+        return {key: owner.get(key, "?") for key in sorted(keys)}
 
     def config_values(self, module: str) -> dict:
         """The value each override key of `module` has before the model's yml and the command line: what
