@@ -336,7 +336,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from rich.measure import Measurement
     from rich.table import Table
 
-    from scripts.pipeline.runs import list_runs
+    from scripts.pipeline.runs import RESUMED_NOTE, list_runs
 
     session = make_session(*cloud_recipe("runs", recipe_name))
     listing = list_runs(session)
@@ -362,6 +362,8 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             console.print(title, soft_wrap=False)
             for line in runs_stacked(listing.runs):
                 console.print(line, soft_wrap=False)
+        if natural <= console.width and any(run.accuracy_resumed is not None for run in listing.runs):
+            console.print(RESUMED_NOTE)
     if listing.other_recipes:
         console.print(f"({listing.other_recipes} run(s) of other recipes with the same model are not shown)")
 
