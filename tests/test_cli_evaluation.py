@@ -286,6 +286,6 @@ def test_a_tail_pre_is_not_before_training_when_the_bucket_cannot_say_whether_th
     assert EvaluationWatch(session, record).see(f"{RESUMED_PRE}\n", tail=True) == 1
     [entry] = record.data["evaluations"]
     assert (entry["step"], entry["when"]) == (None, "at resume, step unknown")
-    assert EvaluationWatch(SimpleNamespace(**{**vars(session), "clients": None}), record := SimpleNamespace(
-        data={}, write=lambda: None)).see(f"{PRE}\n") == 1  # a whole log: the line's own reading stands
-    assert record.data["evaluations"][0]["when"] == "before training"
+    whole = SimpleNamespace(data={}, write=lambda: None)  # a whole log: the line's own reading stands
+    assert EvaluationWatch(SimpleNamespace(**{**vars(session), "clients": None}), whole).see(f"{PRE}\n") == 1
+    assert whole.data["evaluations"][0]["when"] == "before training"

@@ -41,7 +41,8 @@ class EvaluationWatch:
         new = after[len(before):]
         if not new:
             return 0
-        if tail and any(entry["phase"] == "pre" and entry["step"] == 0 for entry in new) and self._resumed() is not False:
+        at_zero = any(entry["phase"] == "pre" and entry["step"] == 0 for entry in new)
+        if tail and at_zero and self._resumed() is not False:
             for entry in new:  # not known to start at step 0: at resume, step unknown
                 if entry["phase"] == "pre" and entry["step"] == 0:
                     entry.update(step=None, when=Evaluation.from_record({**entry, "step": None}).when)
