@@ -4,6 +4,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
 # checkov (the security scan in tests/test_security_scan.py) pins dependencies that clash with ours,
 # so it lives in its own venv; the tests call it as a subprocess.
 CHECKOV_VENV := .venv-checkov
@@ -24,34 +25,44 @@ export CHECKPOINT_DISABLE := 1
 
 .PHONY: install synth test bench bench-cli clean
 
-$(STAMP): pyproject.toml package.json package-lock.json
+# uv, which every venv below is installed with (so they need only it, not each other).
+UV := $(VENV)/bin/uv
+$(UV):
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
+
+$(STAMP): pyproject.toml | $(UV)
 # --compile-bytecode: write .pyc for all of site-packages once; without them the google provider
 # (180 MB of Python) is compiled from source on every import (see `make bench ARGS=--no-pyc`).
-	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) -e '.[test]'
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) -e '.[test]'
+	touch $@
+
+# The CDKTF CLI (synth) and the provider bindings' Node side; independent of the venvs, so built beside them.
+$(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-$(CHECKOV_STAMP): $(STAMP)
+$(CHECKOV_STAMP): | $(UV)
 	test -x $(CHECKOV_VENV)/bin/python || python3 -m venv $(CHECKOV_VENV)
-	$(VENV)/bin/uv pip install --quiet --python $(CHECKOV_VENV)/bin/python checkov==$(CHECKOV_VERSION)
+	$(UV) pip install --quiet --python $(CHECKOV_VENV)/bin/python checkov==$(CHECKOV_VERSION)
 	touch $@
 
-.venv-maxtext-%/.installed: $(MAXTEXT_CPU)/constraints-%.txt $(MAXTEXT_CPU)/packages.txt tools/maxtext_venv.sh $(STAMP)
+.venv-maxtext-%/.installed: $(MAXTEXT_CPU)/constraints-%.txt $(MAXTEXT_CPU)/packages.txt tools/maxtext_venv.sh | $(UV)
 	@test -n "$(MAXTEXT_PYTHON)" || { echo "MaxText $* needs Python 3.12: install python3.12 or pass MAXTEXT_PYTHON=/path/to/python3.12"; exit 2; }
-	tools/maxtext_venv.sh $* $(MAXTEXT_PYTHON) $(VENV)/bin/uv
+	tools/maxtext_venv.sh $* $(MAXTEXT_PYTHON) $(UV)
 	touch $@
 
-install: $(STAMP) $(CHECKOV_STAMP) $(MAXTEXT_STAMPS)
+install: $(STAMP) $(NODE_STAMP) $(CHECKOV_STAMP) $(MAXTEXT_STAMPS)
 
 # synth needs only the package and the CDKTF CLI, not the test venvs.
-synth: $(STAMP)
+synth: $(STAMP) $(NODE_STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx cdktf synth
 
 # Two workers: the 2-core machines CI runs on. pyproject.toml's --dist loadscope with tests/conftest.py's
 # order starts the MaxText CPU chains (the longest tests) first and runs each module's shared fixture once.
-test: install
+# The installs run side by side (npm beside uv; each job's output kept together).
+test:
+	$(MAKE) --no-print-directory -j4 -Otarget install
 	$(VENV)/bin/pytest -q -n 2
 
 # Synth speed: the app command (lazy and full provider import) beside a bare provider import.

@@ -3,7 +3,7 @@ spot or on demand. What each mode means for a GKE pool is in infra.tpu_pool, for
 
 from __future__ import annotations
 
-from recipes.model import CapacityMode
+from recipes.capacity_modes import CapacityMode
 
 # The label key Compute Engine and GKE match a SPECIFIC_RESERVATION affinity on.
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"

@@ -11,7 +11,7 @@ How each capacity mode gets its hosts:
 - flex-start (Dynamic Workload Scheduler): like spot and on-demand, plus `flex_start` and queued
   provisioning. With queued provisioning GKE creates the nodes only for a ProvisioningRequest, which
   Kueue files for a train step and which GKE fulfils with the whole slice at once; Kueue starts the step
-  only then (infra.cluster_addons, the flex-start AdmissionCheck). How long the nodes live is the
+  only then (infra.kueue_queues, the flex-start AdmissionCheck). How long the nodes live is the
   request's maxRunDurationSeconds, not a node-pool max_run_duration (see QUEUED_POOL_FIELDS_LEFT_OUT).
 
 Why queued provisioning rather than plain flex-start for these multi-host slices: without it, Kueue
@@ -49,7 +49,7 @@ from infra.capacity import RESERVATION_KEY, check_reservation
 from infra.gke_cluster import GkeCluster, node_config
 from infra.google import container_node_pool
 from recipes import conventions
-from recipes.model import CapacityMode
+from recipes.capacity_modes import CapacityMode
 
 TPU_TAINT = (conventions.TPU_RESOURCE, "present", "NO_SCHEDULE")  # the taint GKE puts on its own TPU node pools
 
@@ -82,7 +82,7 @@ UPGRADE_MAX_UNAVAILABLE = 1
 #   its JobSets carry provreq.kueue.x-k8s.io/maxRunDurationSeconds) nor xpk (AI-Hypercomputer/xpk
 #   v1.13.1, src/xpk/core/capacity.py: flex-start pools get no --max-run-duration) sets one on such a
 #   pool; the run time comes from the ProvisioningRequest's maxRunDurationSeconds, which the stack's
-#   ProvisioningRequestConfig carries (infra.cluster_addons.flex_start_manifests).
+#   ProvisioningRequestConfig carries (infra.kueue_queues.flex_start_manifests).
 QUEUED_POOL_FIELDS_LEFT_OUT = ("upgrade_settings", "max_run_duration")
 
 # The autoscaler may place the slice in any of the pool's zones (there is one, TpuSlicePoolProps.zone): the GKE

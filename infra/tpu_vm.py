@@ -16,7 +16,7 @@ from infra.capacity import RESERVATION_KEY, check_reservation
 from infra.google import compute_instance
 from infra.identity import CLOUD_PLATFORM_SCOPE
 from infra.network import Network
-from recipes.model import CapacityMode
+from recipes.capacity_modes import CapacityMode
 
 ACCELERATOR_IMAGE = "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
 

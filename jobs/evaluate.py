@@ -34,9 +34,9 @@ from typing import Any
 from jobs.paths import ArtifactPaths
 from jobs.train import train_jobset
 from recipes import Recipe, Settings, UserError
+from recipes.entry import same_setting
 from recipes.evaluation import evaluates
 from recipes.maxtext_values import config_values, model_base, model_keys, parse_override, release_schema, spelling
-from recipes.model import same_setting
 from recipes.runs import MAX_RUN_NAME, check_run_name, checked_item, digest
 
 # The settings that say how the held-out set is evaluated, not what model is trained: eval's --set may

@@ -36,7 +36,7 @@ from jobs.patches import render_patch, resolve_patches
 from jobs.paths import ArtifactPaths
 from recipes import Recipe
 from recipes.conventions import TPU_RESOURCE, tpu_node_selector, tpu_toleration
-from recipes.model import quantity_bytes
+from recipes.entry import quantity_bytes
 
 PROXY_PORT = 29000
 RESOURCE_MANAGER_PORT = 29001

@@ -6,9 +6,13 @@ import tomllib
 from functools import cache
 from importlib import resources
 
+from recipes.catalog import SourcePatch
+from recipes.entry import STEPS, Step
 from recipes.errors import UserError
-from recipes.model import STEPS, Recipe, Shape, SourcePatch, Step, build_recipes
-from recipes.settings import EXAMPLE_PROJECT, Settings, example_settings, load_settings
+from recipes.model import Recipe, build_recipes
+from recipes.setting_specs import EXAMPLE_PROJECT
+from recipes.settings import Settings, example_settings, load_settings
+from recipes.shape import Shape
 
 
 @cache

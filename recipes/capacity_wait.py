@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Literal, Mapping
 
-from recipes.model import CAPACITY_MODES, CapacityMode
+from recipes.capacity_modes import CAPACITY_MODES, CapacityMode
 
 CPU = "cpu"  # the key of a CPU step's wait: a node of the CPU pool (convert, export)
 WaitKey = CapacityMode | Literal["cpu"]

@@ -1,6 +1,6 @@
 """AUTHORIZED_CIDR's rules: which blocks may reach a GKE control plane's public endpoint (refused: too
 wide, or address space no client connects from), and the warning when every block is private. One rule
-for the setting (recipes/settings.py) and for infra.gke_cluster.GkeClusterProps."""
+for the setting (recipes/setting_checks.py) and for infra.gke_cluster.GkeClusterProps."""
 
 from __future__ import annotations
 

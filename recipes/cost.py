@@ -14,19 +14,18 @@ What is counted, per hour while a pipeline runs:
   Cloud NAT gateway for every node behind it (the TPU hosts only while they exist).
 - VM recipes: the TPU VM (its chips at the chip-hour price; the host is included) and its Cloud NAT.
 Storage and the Hugging Face download through NAT (per GiB) are not counted; see prices.toml.
+The prices: recipes/prices.py; TPU time billed while nothing trains: recipes/idle_tpu.py; the evaluation's
+share: recipes/evaluation_cost.py.
 """
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 
 from recipes import conventions
-from recipes.errors import UserError
-from recipes.evaluation import EvalPlan, eval_plan
-from recipes.model import STEPS, Recipe
+from recipes.entry import STEPS
+from recipes.model import Recipe
+from recipes.prices import PriceTable, load_prices, usd
 
 # Each step puts exactly one pod on the CPU pool (convert/export job, or the Pathways head during
 # train), and the pool autoscales from 0, so one node is up during a run.
@@ -36,13 +35,6 @@ ESTIMATE_NOTE = "estimates from list prices"
 
 # The step that runs on TPU hosts; convert and export run on the CPU pool.
 TPU_STEP = "train"
-
-
-@dataclass(frozen=True)
-class Price:
-    usd_per_hour: float
-    source: str
-    checked: str
 
 
 @dataclass(frozen=True)
@@ -170,85 +162,6 @@ class RunEstimate:
         return f"{text} (TPU reserved)" if self.has_reserved else text
 
 
-def usd(amount: float) -> str:
-    return f"${amount:,.2f}"
-
-
-@dataclass(frozen=True)
-class PriceTable:
-    region: str
-    tpu: dict[str, dict[str, Price]]  # generation -> capacity mode -> price per chip-hour
-    machines: dict[str, Price]  # machine type -> on-demand price per hour
-    gke_cluster: Price
-    nat_per_vm: Price
-    nat_max_vms: int
-    nat_cap: float
-    nat_per_ip: float
-
-    def tpu_chip_hour(self, generation: str, capacity: str) -> Price:
-        by_mode = self.tpu.get(generation)
-        if by_mode is None or capacity not in by_mode:
-            raise UserError(
-                f"recipes/prices.toml has no {capacity} price for TPU {generation}: add [tpu.{generation}.{capacity}] "
-                f"{TPU_PRICE_KEY} = <USD per chip-hour> with its source and date"
-            )
-        return by_mode[capacity]
-
-    def machine(self, machine_type: str) -> Price:
-        price = self.machines.get(machine_type)
-        if price is None:
-            raise UserError(
-                f"recipes/prices.toml has no price for machine type '{machine_type}': add "
-                f"[machine.{machine_type}] on-demand = <USD per hour> with its source and date"
-            )
-        return price
-
-    def nat_hourly(self, vms: int) -> float:
-        # Per VM up to the cap; one NAT IP (auto-allocated) for a gateway this size.
-        gateway = self.nat_cap if vms > self.nat_max_vms else self.nat_per_vm.usd_per_hour * vms
-        return gateway + self.nat_per_ip
-
-
-def _price(entry: dict, key: str) -> Price:
-    return Price(
-        usd_per_hour=float(entry[key]),
-        source=entry["source"],
-        checked=entry["checked"],
-    )
-
-
-TPU_PRICE_KEY = "chip_hour"  # [tpu.<generation>.<capacity mode>] chip_hour = USD per chip-hour
-
-
-def parse_prices(table: dict) -> PriceTable:
-    """Build the price table from parsed TOML; every price must say where it comes from and when."""
-    try:
-        tpu = {
-            generation: {mode: _price(entry, TPU_PRICE_KEY) for mode, entry in modes.items()}
-            for generation, modes in table["tpu"].items()
-        }
-        machines = {name: _price(entry, "on-demand") for name, entry in table["machine"].items()}
-        nat = table["nat"]
-        return PriceTable(
-            region=table["region"],
-            tpu=tpu,
-            machines=machines,
-            gke_cluster=_price(table["gke"], "cluster"),
-            nat_per_vm=_price(nat, "per_vm"),
-            nat_max_vms=int(nat["max_vms"]),
-            nat_cap=float(nat["cap"]),
-            nat_per_ip=float(nat["per_ip"]),
-        )
-    except KeyError as missing:
-        raise UserError(f"recipes/prices.toml lacks {missing}: every price needs a value, source and checked date") from None
-
-
-@cache
-def load_prices() -> PriceTable:
-    text = resources.files("recipes").joinpath("prices.toml").read_text()
-    return parse_prices(tomllib.loads(text))
-
-
 def _nat_line(prices: PriceTable, vms: int) -> CostLine:
     return CostLine(f"Cloud NAT ({vms} {'VM' if vms == 1 else 'nodes'})", 1, "gateway", prices.nat_hourly(vms))
 
@@ -318,45 +231,6 @@ def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> R
     return RunEstimate(recipe.name, tuple(steps), hourly.has_reserved)
 
 
-# The phases of a train step (scripts/pipeline/phases.py) in which its TPU hosts exist, and so bill, while
-# nothing trains: the workers have their nodes while the Pathways head waits for one, while the images
-# are pulled and the model loads, and the trainer waits for a checkpoint save. Queued and provisioning
-# (the workers without nodes) bill no TPU on a pool that scales from zero; a reservation bills anyway.
-TPU_IDLE_PHASES = ("waiting for head", "pulling images", "loading", "saving")
-
-
-@dataclass(frozen=True)
-class IdleTpu:
-    """TPU time a train step billed while nothing trained, measured by `run` (run.json `tpu_idle`)."""
-
-    seconds: float
-    chip_hours: float
-    usd: float
-    mode: str
-
-    def as_record(self) -> dict:
-        return {"seconds": round(self.seconds), "chip_hours": round(self.chip_hours, 2),
-                "usd_estimate": round(self.usd, 2), "capacity": self.mode}
-
-    def line(self, step: str, by_phase: dict[str, float]) -> str:
-        parts = ", ".join(f"{phase} {int(by_phase[phase]) // 60}m{int(by_phase[phase]) % 60:02d}s"
-                          for phase in TPU_IDLE_PHASES if by_phase.get(phase))
-        return (f"{step}: the TPU slice billed {self.chip_hours:.1f} chip-hours ({usd(self.usd)}, {self.mode}) while "
-                f"nothing trained: {parts or 'none'}")
-
-
-def idle_tpu(recipe: Recipe, by_phase: dict[str, float], mode: str | None = None,
-             prices: PriceTable | None = None) -> IdleTpu:
-    """The chip-hours, and their list price, of the TPU_IDLE_PHASES of a step on `mode` (the mode it ran
-    on; by default the recipe's first)."""
-    prices = prices or load_prices()
-    mode = mode or recipe.capacity[0]
-    seconds = sum(by_phase.get(phase, 0.0) for phase in TPU_IDLE_PHASES)
-    chip_hours = recipe.shape.total_chips * seconds / 3600
-    return IdleTpu(seconds, chip_hours, chip_hours * prices.tpu_chip_hour(recipe.shape.generation, mode).usd_per_hour,
-                   mode)
-
-
 def run_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:
     """The table of one pipeline run per recipe: time, TPU chip-hours billed and avoided, and cost per
     step, for each recipe's capacity mode (in README.md; in docs/capacity.md for CAPACITY=flex-start,spot).
@@ -373,38 +247,4 @@ def run_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:
         reserved = " (TPU reserved)" if estimate.has_reserved else ""
         rows.append(f"| {recipe.name} | {mode} | **whole run** | {estimate.minutes} | {estimate.tpu_chip_hours:.1f} | "
                     f"{estimate.tpu_chip_hours_avoided:.1f} | {usd(estimate.total)}{reserved} |")
-    return "\n".join(rows)
-
-
-@dataclass(frozen=True)
-class EvaluationCost:
-    """The held-out evaluation's part of the train step: at most its share of the step's completions
-    (recipes/evaluation.py says why that is an upper bound), in minutes and dollars of the train step."""
-
-    recipe: str
-    plan: EvalPlan
-    minutes: float
-    usd: float
-
-    def summary(self) -> str:
-        if not self.plan.evaluations:
-            return self.plan.describe()
-        return (f"{self.plan.evaluations} evaluations of {self.plan.questions} test questions: at most "
-                f"{self.minutes:.0f} min and {usd(self.usd)} of the train step ({self.plan.share:.0%})")
-
-
-def evaluation_estimate(recipe: Recipe, prices: PriceTable | None = None) -> EvaluationCost:
-    plan = eval_plan(recipe)
-    train = next(step for step in pipeline_run_estimate(recipe, prices).steps if step.step == TPU_STEP)
-    return EvaluationCost(recipe.name, plan, train.minutes * plan.share, train.usd * plan.share)
-
-
-def evaluation_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:
-    """docs/experiments.md's table of what each recipe's evaluation costs (a test keeps it in sync)."""
-    rows = ["| recipe | test questions | evaluations | share of train, at most | minutes | estimated cost |",
-            "| --- | --- | --- | --- | --- | --- |"]
-    for recipe in recipes:
-        cost = evaluation_estimate(recipe, prices)
-        rows.append(f"| {recipe.name} | {cost.plan.questions} | {cost.plan.evaluations} | {cost.plan.share:.0%} | "
-                    f"{cost.minutes:.1f} | {usd(cost.usd)} |")
     return "\n".join(rows)

@@ -2,7 +2,7 @@
 
 A command needs exactly what it reads, so a teammate who only looks at runs sets the project and the
 bucket, and (for the commands that reach a cluster or a TPU VM) where that is. `load_settings(needs=...)`
-refuses a missing one with the same line in every command (recipes/settings.py); a value that is set is
+refuses a missing one with the same line in every command (recipes/setting_specs.py); a value set is
 checked whether or not the command reads it, by every command that loads settings (plan-review and
 check-rewards load none). docs/settings.md shows this table (`needs_table`), and
 tests/test_settings_needs.py runs every command with only these set, and with each one missing.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from recipes.model import Platform
+from recipes.capacity_modes import Platform
 
 # Where things are: each a group of the fields that find one thing.
 BUCKET = ("project", "gcs_bucket")
@@ -71,7 +71,7 @@ def needs(command: str, platform: Platform = "gke") -> tuple[str, ...]:
 
 def needs_table() -> str:
     """NEEDS as the Markdown table of docs/settings.md."""
-    from recipes.settings import SPECS
+    from recipes.setting_specs import SPECS
 
     env = {spec.field: spec.env for spec in SPECS}
     env["vm_name"] = "`TPU_NAME` or `CLUSTER_NAME`"

@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 from pydantic import ValidationError
 
 from recipes.conventions import MAX_JOBSET_NAME
+from recipes.entry import OVERRIDE, STEPS, RlSpec, same_setting
 from recipes.errors import UserError
 from recipes.maxtext_values import (
     KEY_LIST_DIR,
@@ -31,7 +32,7 @@ from recipes.maxtext_values import (
     check_value,
     maxtext_keys,
 )
-from recipes.model import _OVERRIDE, STEPS, Recipe, RlSpec, _first_error, same_setting
+from recipes.model import Recipe, first_error
 from recipes.schedule import SCHEDULE_KEY, schedule_steps
 
 # --- names ---------------------------------------------------------------------------------------------
@@ -217,7 +218,7 @@ def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
     overrides = list(recipe.rl.overrides)
     fields: dict[str, str] = {}
     for item in sets:
-        if not _OVERRIDE.match(item):
+        if not OVERRIDE.match(item):
             raise UserError(f"--set '{item[:40]}' is not KEY=VALUE: pass a MaxText key and its value, e.g. "
                             "--set learning_rate=1e-5")
         key = item.partition("=")[0]
@@ -235,7 +236,7 @@ def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
     try:
         rl = RlSpec.model_validate({**recipe.rl.model_dump(), **fields, "overrides": tuple(overrides)})
     except ValidationError as error:
-        raise UserError(f"--set: {_first_error(error)}") from None
+        raise UserError(f"--set: {first_error(error)}") from None
     changed = recipe.model_copy(update={"rl": rl, "sets": (*recipe.sets, *sets)})
     try:
         changed.train_steps  # noqa: B018 -- a step factor that is not a number, or no step at all

@@ -18,7 +18,8 @@ from cdktf import (
 from constructs import Construct, IConstruct
 
 from infra.google import provider as google_provider
-from recipes.settings import EXAMPLE_PROJECT, SPECS, Settings
+from recipes.setting_specs import EXAMPLE_PROJECT, SPECS
+from recipes.settings import Settings
 
 STATE_PREFIX = "tpu-rl"
 # Local state lives next to the repository, not inside cdktf.out/, which `make clean` removes.

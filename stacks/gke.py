@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from constructs import Construct
 
-from infra.cluster_addons import ClusterAddons, ClusterAddonsProps, QueueProps
+from infra.cluster_addons import ClusterAddons, ClusterAddonsProps
 from infra.cpu_pool import CpuPool, CpuPoolProps
 from infra.gke_cluster import GkeCluster, GkeClusterProps
 from infra.identity import (
@@ -15,6 +15,7 @@ from infra.identity import (
     WorkloadServiceAccount,
     WorkloadServiceAccountProps,
 )
+from infra.kueue_queues import QueueProps
 from infra.network import Network, NetworkProps, SecondaryRanges
 from infra.tpu_pool import TpuSlicePool, TpuSlicePoolProps, flex_start_seconds
 from recipes import conventions

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from jobs import jobset_name
 from jobs.paths import ArtifactPaths, split_gs_url
 from peers.fixtures import peer_settings, put_step_output
-from peers.kube_api import UNSCHEDULABLE, Plan
+from peers.jobset_life import UNSCHEDULABLE
+from peers.jobset_plan import Plan
 from recipes import get_recipe
 from scripts.cli import app
 from scripts.outcome import ExitCode

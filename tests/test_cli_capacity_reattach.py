@@ -136,7 +136,7 @@ def test_a_spot_reclaim_is_recorded_in_run_json_with_the_pods_own_words_and_the_
     result = run_train(cloud, monkeypatch, "spot", "30m")
     assert result.exit_code == 0, result.output
     [restart] = run_record(cloud)["steps"]["train"]["restarts"]
-    # The kubelet's graceful node shutdown, as the fake's pod says it (kube_api._reclaim_node).
+    # The kubelet's graceful node shutdown, as the fake's pod says it (jobset_life._reclaim_node).
     assert restart["preempted"] is True and restart["restart"] == 1 and restart["at"].endswith("Z")
     assert "DisruptionTarget TerminationByKubelet: Pod was terminated in response to imminent node shutdown." \
         in restart["reason"], restart
@@ -148,7 +148,7 @@ def test_a_revoked_slice_met_by_a_reattaching_run_is_submitted_again_from_the_fi
     and GKE revokes the slice before this run saw it ready. The slice was had (GKE revokes only a
     provisioned one), so the step is submitted again as rendered: Kueue tries the reservation first."""
     from jobs.k8s import pin_capacity
-    from peers.kube_api import Plan
+    from peers.jobset_plan import Plan
     from test_cli_capacity_loss import tpu_selector
 
     monkeypatch.setenv("CAPACITY", "reservation,flex-start")

@@ -206,7 +206,7 @@ def test_the_experiments_page_states_each_recipes_evaluation_cost():
     from pathlib import Path
 
     from recipes import all_recipes
-    from recipes.cost import evaluation_table
+    from recipes.evaluation_cost import evaluation_table
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "experiments.md").read_text()
     assert evaluation_table(list(all_recipes().values())) in page

@@ -10,7 +10,7 @@ from contracts.tunix_log import train_step_line
 from test_cli_capacity_loss import RECIPE, TRAIN, run_record, run_train, succeeds
 
 from recipes import get_recipe
-from recipes.cost import TPU_IDLE_PHASES, idle_tpu
+from recipes.idle_tpu import TPU_IDLE_PHASES, idle_tpu
 
 
 def test_run_prints_each_phase_of_train_and_run_json_keeps_them_with_the_idle_tpu_time(cloud, monkeypatch):

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from peers.fixtures import peer_settings
 from recipes import all_recipes, get_recipe
-from recipes.settings import CONFIG_ENV, SPECS
+from recipes.setting_specs import CONFIG_ENV, SPECS
 from scripts.cli import app
 from scripts.outcome import ExitCode
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from recipes import all_recipes, build_recipes, conventions, example_settings, get_recipe
-from recipes.cost import hourly_estimate, load_prices, parse_prices, pipeline_run_estimate, run_table
+from recipes.cost import hourly_estimate, pipeline_run_estimate, run_table
 from recipes.errors import UserError
+from recipes.prices import load_prices, parse_prices
 
 PRICES_TEXT = resources.files("recipes").joinpath("prices.toml").read_text()
 RECIPES_TEXT = resources.files("recipes").joinpath("recipes.toml").read_text()
@@ -229,8 +230,8 @@ def test_capacity_page_shows_a_run_without_a_reservation_as_capacity_flex_start_
 
 
 def test_each_recipes_evaluation_is_a_small_stated_share_of_train():
-    from recipes.cost import evaluation_estimate
     from recipes.evaluation import eval_plan
+    from recipes.evaluation_cost import evaluation_estimate
 
     # qwen3-v6e32: 2 batches x eval_batch_size 32; before, at 20 and 40, after (eval_interval 20, 50 steps);
     # train generates 50 steps x batch_size 8 x 4 generations.
@@ -250,7 +251,7 @@ def test_each_recipes_evaluation_is_a_small_stated_share_of_train():
 
 
 def test_a_recipe_without_evaluation_says_so():
-    from recipes.cost import evaluation_estimate
+    from recipes.evaluation_cost import evaluation_estimate
     from recipes.runs import with_sets
 
     recipe = with_sets(get_recipe("qwen3-v6e32"), ["num_test_batches=0"])

@@ -5,6 +5,7 @@ console `run` keeps between polls stays bounded."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 
@@ -34,7 +35,7 @@ def start(guest: Guest, **env: str) -> subprocess.Popen:
     full = {"PATH": os.environ["PATH"], "FAKE_GCS": str(guest.gcs), "FAKE_TOKEN": TOKEN, "CALLS": str(guest.calls),
             "TPU_RL_GCS_RETRY_SECONDS": "0", **guest.env, **env}
     return subprocess.Popen(["bash", "-c", str(guest.script)], env=full, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, start_new_session=True)  # its own group, to stop it whole
 
 
 def wait_for(predicate, seconds: float = 30) -> None:
@@ -68,22 +69,29 @@ def test_a_reader_that_goes_away_mid_step_leaves_the_step_and_its_log_going(gues
 
 
 def test_the_heartbeat_goes_on_while_the_cancel_check_is_slow(guest):
-    # The cancel check (`gcloud storage ls` of the marker) takes 8 s each (gcloud retries on its own); the
-    # heartbeat, every second here, must not wait for it.
+    # While train runs, the cancel check (`gcloud storage ls` of the marker) takes 8 s each (gcloud retries
+    # on its own); the heartbeat, every second here, must not wait for it. Only train's checks are slow,
+    # and the script is stopped once counted, so the test waits for train alone.
     real = guest.bin / "gcloud-real"
     (guest.bin / "gcloud").rename(real)
     (guest.bin / "gcloud").write_text(
-        f'#!/bin/bash\nif [[ "$1 $2" == "storage ls" && "$3" == *cancel* && -n "${{SLOW_CANCEL:-}}" ]]; then '
-        f'sleep 8; fi\nif [[ "$1 $2" == "storage cp" && "$4" == *heartbeat ]]; then echo beat >> "$BEATS"; fi\n'
+        f'#!/bin/bash\nif [[ "$1 $2" == "storage ls" && "$3" == *cancel* ]] && grep -qs "train line" "$TRAIN_LOG"; '
+        f'then sleep 8; fi\nif [[ "$1 $2" == "storage cp" && "$4" == *heartbeat ]]; then echo beat >> "$BEATS"; fi\n'
         f'exec {real} "$@"\n')
     (guest.bin / "gcloud").chmod(0o755)
     beats = guest.root / "beats"
-    slow_train(guest, 7)
-    proc = start(guest, TPU_RL_CANCEL_POLL_SECONDS="1", BEATS=str(beats), SLOW_CANCEL="1")
-    wait_for(lambda: guest.log_file.exists() and "train line 6" in guest.log_file.read_text())
-    count = len(beats.read_text().splitlines())
-    proc.stdout.close()
-    proc.wait(timeout=60)
+    slow_train(guest, 8)
+    proc = start(guest, TPU_RL_CANCEL_POLL_SECONDS="1", BEATS=str(beats), TRAIN_LOG=str(guest.log_file))
+    try:
+        def beats_at(line: str) -> int:
+            wait_for(lambda: guest.log_file.exists() and line in guest.log_file.read_text())
+            return len(beats.read_text().splitlines()) if beats.exists() else 0
+
+        first = beats_at("train line 2")  # the first slow check has begun
+        count = beats_at("train line 7") - first  # five seconds later
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
     assert count >= 4, count
     assert " log=" in guest.object(PATHS.vm_heartbeat).read_text()  # the log's size, for the stall bound
 

@@ -22,7 +22,7 @@ from conftest import data_only_recipes, resources
 
 import jobs
 from recipes import all_recipes, example_settings, get_recipe
-from recipes.model import quantity_bytes
+from recipes.entry import quantity_bytes
 
 SETTINGS = example_settings()
 GKE_RECIPES = [name for name, recipe in all_recipes().items() if recipe.is_gke]

@@ -32,6 +32,7 @@ from jobs.vm import EXPORT_STEP_VAR
 from jobs.maxtext import MaxTextCommand, maxtext_commands
 from jobs.paths import ArtifactPaths, split_gs_url
 from maxtext_cpu.chain import REPO, Chain, StepRun, in_venv, last_json, need_venv, tiny_model
+from maxtext_cpu.run import REFUSED_BEGIN, REFUSED_END
 from peers.fixtures import peer_settings
 from recipes import Recipe, all_recipes, get_recipe
 from scripts.cloud.gcs import ORBAX_COMMIT_MARKER, missing_outputs
@@ -59,11 +60,15 @@ class Outcome:
         return self.steps[name]
 
 
-def _run_chain(recipe: Recipe, root: Path) -> Outcome:
+def _run_chain(recipe: Recipe, root: Path, misspell: bool = False) -> Outcome:
+    """The recipe's steps; with `misspell`, its convert process first runs the conversion with the flag
+    --lazy_load_tensors misspelt (tests/maxtext_cpu/run.py refused_attempt), in the same process, so
+    the release's imports are paid once."""
     chain = Chain(recipe, ArtifactPaths(recipe, peer_settings()), root, tiny_model(recipe))
     outcome = Outcome(chain)
     for step in ("convert", "train", "export"):
-        run = chain.run(step)
+        refused = _misspelt(chain) if misspell and step == "convert" else None
+        run = chain.run(step, refused)
         outcome.steps[step] = run
         if run.returncode != 0:
             outcome.error = f"{step} exited {run.returncode}:\n{run.log[-4000:]}"
@@ -86,17 +91,21 @@ VERSIONS = sorted({_recipe(name).maxtext_version for name in RECIPES})
 BAD_FLAG = ("--lazy_load_tensors=", "--lazy_loading_tensors=")  # no prefix of a real flag (argparse abbreviates)
 
 
-def _run_bad_flag(version: str, root: Path) -> tuple[Chain, StepRun]:
-    """A recipe's conversion of this release with its flag --lazy_load_tensors misspelt."""
-    recipe = _recipe(next(n for n in RECIPES if _recipe(n).maxtext_version == version))
-    chain = Chain(recipe, ArtifactPaths(recipe, peer_settings()), root, tiny_model(recipe))
-    argv = [arg.replace(*BAD_FLAG) for arg in chain.cpu_argv("convert", chain.commands()["convert"])]
-    return chain, chain.run("convert", argv)
+def _misspelt(chain: Chain) -> list[str]:
+    """The recipe's conversion arguments with its flag --lazy_load_tensors misspelt."""
+    argv = chain.cpu_argv("convert", chain.commands()["convert"])
+    assert any(arg.startswith(BAD_FLAG[0]) for arg in argv), argv
+    return [arg.replace(*BAD_FLAG) for arg in argv]
+
+
+# Per release, the first recipe of it also tries the misspelt flag.
+MISSPELT = {next(name for name in RECIPES if _recipe(name).maxtext_version == version): version
+            for version in VERSIONS}
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict[str, Outcome]:
-    """Every recipe's chain, and per release a conversion with a misspelt flag, on WORKERS processes."""
+    """Every recipe's chain (per release, one with a misspelt conversion flag first), on WORKERS processes."""
     for version in VERSIONS:
         need_venv(version)
     root = tmp_path_factory.mktemp("maxtext-real")
@@ -104,20 +113,13 @@ def outcomes(tmp_path_factory) -> dict[str, Outcome]:
     # misspelt-flag conversions (which stop at argument parsing) last.
     order = sorted(RECIPES, key=lambda name: _recipe(name).model.scan_layers)
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        futures = {name: pool.submit(_run_chain, _recipe(name), root / name) for name in order}
-        flags = {version: pool.submit(_run_bad_flag, version, root / f"bad-flag-{version}") for version in VERSIONS}
+        futures = {name: pool.submit(_run_chain, _recipe(name), root / name, name in MISSPELT) for name in order}
         done = {name: futures[name].result() for name in RECIPES}
-        BAD_FLAG_RUNS.update({version: future.result() for version, future in flags.items()})
     print("\nMaxText's real code on CPU (wall time, CPU time, peak RSS of the step's process):", file=sys.stderr)
     for name, outcome in done.items():
         for run in outcome.steps.values():
             print(f"  {name:<14} {run.line()}", file=sys.stderr)
-    for version, (_, run) in BAD_FLAG_RUNS.items():
-        print(f"  bad flag {version:<5} {run.line()}", file=sys.stderr)
     return done
-
-
-BAD_FLAG_RUNS: dict[str, tuple[Chain, StepRun]] = {}
 
 
 # --- the commands are the rendered ones ----------------------------------------------------------------
@@ -301,11 +303,17 @@ def test_the_vm_recipes_real_export_asked_the_hub_for_the_instruct_tokenizer(out
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_conversion_flag_the_release_does_not_accept_fails_the_real_conversion(outcomes, version):
-    chain, run = BAD_FLAG_RUNS[version]
-    assert BAD_FLAG[1] in " ".join(run.argv)
-    assert run.returncode != 0
-    assert BAD_FLAG[1].rstrip("=") in run.log
-    assert not list(chain.root.rglob(ORBAX_COMMIT_MARKER))
+    """The release's to_maxtext, run as `python3 -m` runs it with the flag misspelt, fails for that flag
+    and writes nothing into the bucket; the same process then converts with the right flag (the chain)."""
+    name = next(name for name, of in MISSPELT.items() if of == version)
+    run = outcomes[name].step("convert")
+    refused = run.report["refused"]
+    assert BAD_FLAG[1] in " ".join(refused["argv"]) and BAD_FLAG[0] not in " ".join(refused["argv"])
+    assert refused["exit"] not in (0, None), refused
+    attempt = run.log.split(REFUSED_BEGIN, 1)[1].split(REFUSED_END, 1)[0]  # the attempt's own output
+    assert BAD_FLAG[1].rstrip("=") in refused["error"] + attempt, (refused, attempt[-3000:])
+    bucket = str(outcomes[name].chain.bucket_dir.resolve())
+    assert not [path for path in refused["written"] if path.startswith(bucket)], refused["written"]
 
 
 # --- the train probe saved as the real workload does (tests/maxtext_cpu/run.py probe, workload.py) --------

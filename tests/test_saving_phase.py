@@ -15,7 +15,7 @@ from maxtext_cpu.chain import need_venv
 from test_cli_capacity_loss import RECIPE, TRAIN, run_record, run_train, succeeds
 
 from recipes import get_recipe
-from recipes.cost import idle_tpu
+from recipes.idle_tpu import idle_tpu
 from scripts.pipeline.saving import SaveWatch, saving_in
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import pytest
 from conftest import USER_ENV
 
 from recipes import UserError, example_settings, get_recipe, load_settings
-from recipes.settings import EXAMPLE_PROJECT, SPECS
+from recipes.setting_specs import EXAMPLE_PROJECT, SPECS
 
 GOOD = USER_ENV
 

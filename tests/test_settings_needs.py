@@ -19,7 +19,7 @@ import pytest
 
 from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, clean_environment, start_peers
 from recipes.needs import NEEDS, RULES, needs
-from recipes.settings import SPECS
+from recipes.setting_specs import SPECS
 
 GKE, VM = "qwen3-v6e32", "llama31-v6e8"
 FULL = {"PROJECT": "acme-rl-research", "REGION": "us-east5", "ZONE": "us-east5-b", "CLUSTER_NAME": "acme-rl",

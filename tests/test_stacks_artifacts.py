@@ -14,7 +14,8 @@ import pytest
 from conftest import only, outputs, resources, synthesize
 
 from recipes import example_settings
-from recipes.settings import EXAMPLE_PROJECT, MAX_CLUSTER_NAME
+from recipes.setting_checks import MAX_CLUSTER_NAME
+from recipes.setting_specs import EXAMPLE_PROJECT
 
 ALL_STACKS = ["artifacts", "qwen3-v6e32", "gemma4-v6e64", "llama31-v6e8"]
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from recipes import Recipe, Settings
-    from recipes.model import Platform
+    from recipes.capacity_modes import Platform
 
 PIPED_WIDTH = 200  # output that is neither a terminal nor sized by COLUMNS (a file, CI logs)
 

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 
 def recipe_facts(recipe: Recipe) -> dict:
-    from recipes.cost import evaluation_estimate, hourly_estimate
+    from recipes.cost import hourly_estimate
+    from recipes.evaluation_cost import evaluation_estimate
 
     shape = recipe.shape
     estimate = hourly_estimate(recipe)

@@ -124,7 +124,7 @@ def capacity_of(pods: list[dict]) -> str | None:
 
 
 def zone_of(pods: list[dict]) -> str | None:
-    """The zone the TPU pods were admitted to: the zone label of their flavor (infra.cluster_addons), which
+    """The zone the TPU pods were admitted to: the zone label of their flavor (infra.kueue_queues), which
     Kueue copies into their nodeSelector as it does CAPACITY_NODE_LABEL; None when no pod carries it."""
     zones = sorted({selector[ZONE_NODE_LABEL] for pod in pods
                     if CAPACITY_NODE_LABEL in (selector := (pod.get("spec") or {}).get("nodeSelector") or {})

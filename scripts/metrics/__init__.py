@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from recipes import Recipe, Settings, UserError
-from recipes.settings import bucket_name_problem
+from recipes.setting_checks import bucket_name_problem
 from scripts.metrics.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
                                     run_directory)
 

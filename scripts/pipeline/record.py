@@ -17,16 +17,18 @@ import dataclasses
 import re
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from recipes import Step, UserError, get_recipe
 from recipes.runs import default_run_name, digest, run_identity
 from scripts.cloud import gcs
 from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
+from scripts.pipeline.evaluation import summary_line
 from scripts.pipeline.session import Session, differing_fields
 
 RECORD_FORMAT = 1
@@ -187,6 +189,23 @@ class RunRecord:
             if required:
                 raise ApiError(f"{error}; nothing was submitted") from None
             self.session.console.print(f"[yellow]![/] the run record was not updated: {error}")
+
+
+@contextmanager
+def ending_run(session: Session, record: RunRecord, steps: tuple[Step, ...]) -> Iterator[None]:
+    """The end of a `run` on either platform, around what it does with its steps: a failure or an interrupt
+    is recorded (RunRecord.finish) and raised; success is recorded, then the accuracy line (when the run
+    evaluated) and the summary of the steps are printed."""
+    try:
+        yield
+    except BaseException as error:
+        record.finish(error)
+        raise
+    record.finish(None)
+    accuracy = summary_line(record.data.get("evaluations") or [], session.recipe.rl.overrides)
+    if accuracy:
+        session.console.print(accuracy)
+    session.report_done(steps)
 
 
 class RunCancelled(StepFailed):

@@ -12,9 +12,9 @@ from jobs.vm import (CANCEL_POLL_SECONDS, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SEC
 from recipes import STEPS, Step, UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
-from scripts.pipeline.accuracy import EvaluationWatch, report_accuracy
+from scripts.pipeline.accuracy import EvaluationWatch
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
-from scripts.pipeline.record import RunCancelled, RunRecord, record_cancellation
+from scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
 from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, require_token_version)
@@ -147,14 +147,8 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
         record.finish(None)
         session.report_done(steps)
         return
-    try:
+    with ending_run(session, record, steps):
         _follow(session, steps, pending, record, follow_logs)
-    except BaseException as error:
-        record.finish(error)
-        raise
-    record.finish(None)
-    report_accuracy(session, record)
-    session.report_done(steps)
 
 
 def failure_message(session: Session, state: VmState, pending: list[str]) -> str | None:

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recipes import conventions
-from recipes.cost import CostBreakdown, RunEstimate, hourly_estimate, load_prices, pipeline_run_estimate, usd
+from recipes.cost import CostBreakdown, RunEstimate, hourly_estimate, pipeline_run_estimate
 from recipes.errors import UserError
 from recipes.model import build_recipes
+from recipes.prices import load_prices, usd
 from scripts.plan_review.diff import StackDiff, StepDiff
 
 # --------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipes.errors import UserError
-from recipes.settings import CONFIG_ENV, SPECS
+from recipes.setting_specs import CONFIG_ENV, SPECS
 from scripts.plan_review.report import StackCost, costs_for
 
 DEFAULT_BASE_BRANCHES = ("main", "origin/main")
@@ -31,8 +31,11 @@ for name, recipe in recipes.all_recipes().items():
         rendered[name] = render_manifests(recipe, settings)
     else:
         rendered[name] = {"startup script": render_startup_script(recipe, settings)}
-import recipes.model
-modes = getattr(recipes.model, "CAPACITY_MODES", None)  # a side from before capacity modes has none
+import importlib, importlib.util
+# recipes/capacity_modes.py since the split of recipes/model.py; a side from before it has them in
+# recipes.model, and a side from before capacity modes has none
+home = "recipes.capacity_modes" if importlib.util.find_spec("recipes.capacity_modes") else "recipes.model"
+modes = getattr(importlib.import_module(home), "CAPACITY_MODES", None)
 print(json.dumps({"manifests": rendered, "capacity_modes": list(modes or [])}, default=str))
 """
 

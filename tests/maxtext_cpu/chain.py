@@ -156,13 +156,21 @@ class Chain:
             return None
         return carry_vision_script(str(self.tiny), f"{self.local(self.paths.hf_export)}/", vision)
 
-    def run(self, step: str, argv: list[str] | None = None) -> StepRun:
+    def run(self, step: str, refused_argv: list[str] | None = None) -> StepRun:
+        """The step's rendered command with the CPU changes. With `refused_argv` (convert only), the same
+        process first runs the module with those arguments (run.py refused_attempt: its report's
+        "refused"), then the real command."""
         command = self.commands()[step]
-        argv = self.cpu_argv(step, command) if argv is None else argv
         mode = {"convert": "convert", "train": "probe", "export": "export"}[step]
         full = [str(venv_python(self.recipe.maxtext_version)), str(HERE / "run.py"), mode, str(self.tiny),
-                self.recipe.model.maxtext_name, command.module, *argv]
-        return self._run(step, full, self.env(step))
+                self.recipe.model.maxtext_name, command.module, *self.cpu_argv(step, command)]
+        env = self.env(step)
+        if refused_argv is not None:
+            assert step == "convert", step
+            from maxtext_cpu.run import REFUSED_ARGV_ENV  # noqa: PLC0415  (run.py imports nothing at its top)
+
+            env[REFUSED_ARGV_ENV] = json.dumps(refused_argv)
+        return self._run(step, full, env)
 
     def run_script(self, name: str, script: str) -> StepRun:
         """A shell step of a rendered script, with the venv's python3 first on PATH (as in the image)."""

@@ -12,6 +12,11 @@ saves it; see probe()). Before the step, only what a CPU test must change is cha
   commit_success.txt markers are written where they are in a bucket, and a restore requires them.
 
 It prints one JSON line `{"step": ..., "seconds": ..., "peak_rss_mb": ...}` at the end.
+
+With REFUSED_ARGV_ENV set (a JSON list of arguments), a convert first runs the module with those
+arguments (a flag misspelt), between two marker lines, and reports how it ended and what it wrote
+under the working directory, then runs the real conversion: one process, so the release's imports are
+paid once (runpy runs the module's own code again; the imports it shares are loaded already).
 """
 
 from __future__ import annotations
@@ -23,6 +28,42 @@ import resource
 import runpy
 import sys
 import time
+
+
+REFUSED_ARGV_ENV = "PROBE_REFUSED_ARGV"
+REFUSED_BEGIN, REFUSED_END = "=== refused argv: begin ===", "=== refused argv: end ==="
+
+
+def run_as_main(module: str, args: list[str]) -> None:
+    """The module as `python3 -m MODULE ARG...` runs it; absl's app.run exits, only a non-zero code fails."""
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as done:
+        if done.code not in (0, None):
+            raise
+
+
+def refused_attempt(module: str, args: list[str]) -> dict:
+    """How the module ends with `args`, and the files it wrote under the working directory meanwhile."""
+    from pathlib import Path
+
+    def files() -> set[str]:
+        return {str(path) for path in Path.cwd().rglob("*") if path.is_file()}
+
+    before = files()
+    print(REFUSED_BEGIN, flush=True)
+    print(REFUSED_BEGIN, file=sys.stderr, flush=True)
+    try:
+        run_as_main(module, args)
+        ended = {"exit": 0, "error": ""}
+    except SystemExit as done:
+        ended = {"exit": done.code, "error": f"SystemExit: {done.code}"}
+    except Exception as error:  # noqa: BLE001  whatever the release raises for the argument
+        ended = {"exit": 1, "error": f"{type(error).__name__}: {str(error).strip()[:2000]}"}
+    print(REFUSED_END, file=sys.stderr, flush=True)
+    print(REFUSED_END, flush=True)
+    return {**ended, "argv": args, "written": sorted(files() - before)}
 
 
 def use_commit_file_atomicity() -> None:
@@ -347,12 +388,10 @@ def main(step: str, tiny_dir: str, maxtext_name: str, module: str, args: list[st
     else:
         if step == "export":
             seed_hub_cache(tiny_dir, maxtext_name, args)
-        sys.argv = [module, *args]
-        try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-        except SystemExit as done:  # absl's app.run exits; only a non-zero code is a failure
-            if done.code not in (0, None):
-                raise
+        if step == "convert" and os.environ.get(REFUSED_ARGV_ENV):
+            print(json.dumps({"refused": refused_attempt(module, json.loads(os.environ[REFUSED_ARGV_ENV]))}),
+                  flush=True)
+        run_as_main(module, args)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"step": step, "seconds": round(time.monotonic() - start, 1), "peak_rss_mb": round(peak)}))
 

@@ -108,7 +108,7 @@ def start_google(settings: dict[str, str], token: str, state: dict | None = None
     where `state` says: reservation (absent | [machine type, count, in use]), accelerators (absent),
     secret (absent | empty), vm (the status of the settings' TPU VM, e.g. RUNNING; absent without it),
     vm_script (other: the VM runs another run's startup script)."""
-    from recipes.settings import DEFAULT_HF_TOKEN_SECRET
+    from recipes.setting_specs import DEFAULT_HF_TOKEN_SECRET
 
     state = state or {}
     server = GoogleApis().start()

@@ -26,7 +26,7 @@ from recipes.capacity_wait import CPU, describe_waits
 from scripts.cloud import gcs
 from scripts.outcome import ApiError, StepFailed
 from jobs.k8s import JOBSET_NAME_LABEL
-from recipes.cost import idle_tpu
+from recipes.idle_tpu import idle_tpu
 from recipes.placement import Place
 from scripts.cloud.kube_objects import capacity_of
 from scripts.pipeline.phases import Phases

@@ -12,10 +12,10 @@ from scripts.cloud import gcs, hf_token
 from scripts.cloud.kube_objects import capacity_of, zone_of
 from scripts.outcome import ApiError, Interrupted, StepFailed
 from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run
-from scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging, report_accuracy
+from scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging
 from scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
 from scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
-from scripts.pipeline.record import RunRecord
+from scripts.pipeline.record import RunRecord, ending_run
 from scripts.pipeline.session import Session, export_checkpoint, verify_output
 
 
@@ -46,14 +46,8 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
     console.print(f"run {session.paths.run_name}; plan: "
                   + ", ".join(f"{action.step} {action.kind}" for action in actions))
     record.start({action.step: action.kind for action in actions}, {step: job.name for step, job in jobs.items()})
-    try:
+    with ending_run(session, record, steps):
         _run_actions(session, jobs, rendered, actions, steps, record, follow_logs)
-    except BaseException as error:
-        record.finish(error)
-        raise
-    record.finish(None)
-    report_accuracy(session, record)
-    session.report_done(steps)
 
 
 def fill_token_secret(session: Session) -> None:

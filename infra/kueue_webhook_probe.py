@@ -1,0 +1,95 @@
+"""The hook pod that holds back the queue objects until Kueue's webhook Service answers, and where the
+controllers' releases live (<release>-system)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.gke_cluster import SYSTEM_POOL
+
+# The Kueue webhook race. Kueue's pod reports Ready only once its certificates are injected and its
+# webhook server listens (kubernetes-sigs/kueue v0.17.1 cmd/kueue/main.go setupProbeEndpoints,
+# pkg/util/cert/cert.go BootstrapCerts), so `wait` on its release covers those; what it does not cover is
+# the EndpointSlice of the webhook Service catching up with the Ready pod (kueue PR #8220), during which
+# creating a ResourceFlavor, ClusterQueue or LocalQueue fails with "no endpoints available for service"
+# or "connection refused". Cluster Toolkit sleeps 60 s between the Kueue release and its queue objects
+# (time_sleep.wait_for_webhook, modules/management/kubectl-apply/main.tf:243-267 at cluster-toolkit
+# @1047080375afbb44da4b596be314634e7486af4a). The hashicorp/time provider has no binding installed here,
+# so instead the queue release waits for the condition itself: a Helm pre-install/pre-upgrade hook pod
+# that connects to the webhook Service until it answers a few times in a row. Helm creates the release's
+# objects only after a hook pod has succeeded, and fails the release if it fails. It is a bare Pod in
+# Kueue's namespace, so that creating it does not itself need the webhook it waits for: Kueue's webhook
+# for batch Jobs covers every namespace, while its pod webhook leaves out kube-system and its own
+# namespace (both failurePolicy Fail with the chart's default integrations; mjob.kb.io and mpod.kb.io in
+# charts/kueue/templates/webhook/manifests.yaml and charts/kueue/values.yaml at v0.17.1).
+KUEUE_RELEASE = "kueue"
+# Service "<fullname>-webhook-service", port 443; fullname is the release name when it contains the chart
+# name (kueue v0.17.1 charts/kueue/templates/webhook/service.yaml, _helpers.tpl, values.yaml).
+KUEUE_WEBHOOK_PORT = 443
+KUEUE_WEBHOOK_PROBE = "kueue-webhook-ready"
+# docker-library/official-images@37079fb336f572a88700cf32e5e1f6be54a04e8f library/busybox: "Tags: 1.37.0,
+# 1.37" (1.38 is tagged unstable). Its nc has -z and -w: docker-library/busybox builds `make defconfig`
+# (latest-1/glibc/Dockerfile.builder), where NC_110_COMPAT defaults to y (busybox networking/nc.c).
+WEBHOOK_PROBE_IMAGE = "docker.io/library/busybox:1.37.0"
+WEBHOOK_PROBE_TRIES = 60  # 2-4 s apart: the release fails after about 2 to 4 minutes, inside Helm's 300 s
+WEBHOOK_PROBE_IN_A_ROW = 3  # both the probe's node and the API server must have seen the endpoint
+
+
+def controller_namespace(release: str) -> str:
+    return f"{release}-system"
+
+
+def kueue_webhook_host() -> str:
+    return f"{KUEUE_RELEASE}-webhook-service.{controller_namespace(KUEUE_RELEASE)}.svc"
+
+
+def webhook_probe_script(host: str, port: int) -> str:
+    """POSIX sh for busybox: exit 0 once host:port accepted WEBHOOK_PROBE_IN_A_ROW connections in a row."""
+    refusal = (f"the Kueue webhook {host}:{port} did not accept connections after $tries tries: "
+               f"see kubectl -n {controller_namespace(KUEUE_RELEASE)} get pods,endpointslices")
+    return f"""in_a_row=0
+tries=0
+while [ "$tries" -lt {WEBHOOK_PROBE_TRIES} ]; do
+  tries=$((tries + 1))
+  if nc -z -w 2 {host} {port}; then in_a_row=$((in_a_row + 1)); else in_a_row=0; fi
+  if [ "$in_a_row" -ge {WEBHOOK_PROBE_IN_A_ROW} ]; then exit 0; fi
+  sleep 2
+done
+echo "{refusal}" >&2
+exit 1
+"""
+
+
+def kueue_webhook_probe_manifest() -> dict[str, Any]:
+    """The hook pod that holds back the queue objects until Kueue's webhook Service answers."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": KUEUE_WEBHOOK_PROBE,
+            "namespace": controller_namespace(KUEUE_RELEASE),
+            "annotations": {
+                "helm.sh/hook": "pre-install,pre-upgrade",
+                # Gone once it succeeded; a failed one stays for `kubectl logs` until the next attempt.
+                "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded",
+            },
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "nodeSelector": {"cloud.google.com/gke-nodepool": SYSTEM_POOL},  # where Kueue runs; never scales a pool up
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": WEBHOOK_PROBE_IMAGE,
+                    "command": ["sh", "-c", webhook_probe_script(kueue_webhook_host(), KUEUE_WEBHOOK_PORT)],
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                  "limits": {"cpu": "100m", "memory": "32Mi"}},
+                    "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                        "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+        },
+    }

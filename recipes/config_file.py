@@ -1,0 +1,57 @@
+"""Reading the optional TOML config file (tpu-rl.toml, or the file TPU_RL_CONFIG names): every key a
+known setting, every value a string (or a list of strings for a list setting), and never a token."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from recipes.errors import UserError
+from recipes.setting_specs import BY_FIELD, CONFIG_ENV, DEFAULT_CONFIG, EXAMPLE
+
+# Keys that would put a secret into a file we read; the token belongs in Secret Manager.
+_SECRET_KEYS = {"hf_token", "hf_access_token", "token"}
+
+# Settings whose value is a comma-separated list; a config file may give them as a TOML list of strings.
+_LIST_FIELDS = {"authorized_cidr", "capacity", "zone"}
+
+
+def read_config(path: Path) -> dict[str, str]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{CONFIG_ENV} points to {path}, which does not exist: create it or unset {CONFIG_ENV}") from None
+    except IsADirectoryError:
+        raise UserError(f"{CONFIG_ENV} points to {path}, which is a directory: name the TOML file, e.g. "
+                        f"{CONFIG_ENV}={path / DEFAULT_CONFIG}, or unset {CONFIG_ENV}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path} cannot be read as a text file ({error.__class__.__name__}: {error}): fix the file "
+                        f"or unset {CONFIG_ENV}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"{path} is not valid TOML ({error}): fix the file or unset {CONFIG_ENV}") from None
+    values: dict[str, str] = {}
+    for key, value in data.items():
+        if key.lower() in _SECRET_KEYS:
+            raise UserError(f"{path} has a '{key}' key: tokens do not belong in config files; remove it and "
+                            "store the token with `tpu-rl secret set` (it reads stdin)")
+        if key not in BY_FIELD:
+            raise UserError(f"{path} has an unknown key '{key}' (known: {', '.join(BY_FIELD)})")
+        if key in _LIST_FIELDS and isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
+        if not isinstance(value, str):
+            raise UserError(f"{path}: {key} must be {_expected_form(key)}, not a TOML {_toml_type(value)}")
+        values[key] = value
+    return values
+
+
+def _expected_form(key: str) -> str:
+    """How a config-file value is written, with the example's value (or the setting's own example)."""
+    example = {"authorized_cidr": "203.0.113.7/32", "capacity": "flex-start"}.get(key) or EXAMPLE.get(key) or \
+        BY_FIELD[key].default or "..."
+    if key in _LIST_FIELDS:
+        return f'a string or a list of strings, e.g. {key} = "{example}" or {key} = ["{example}"]'
+    return f'a string, e.g. {key} = "{example}"'
+
+
+def _toml_type(value: object) -> str:
+    return {bool: "boolean", int: "integer", float: "float", list: "array", dict: "table"}.get(type(value), "date")

@@ -1,0 +1,162 @@
+"""The check of every setting value, once: raw strings in, typed values out, or one line naming the
+setting and the rule (docs/settings.md)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Collection, Mapping
+
+from recipes.capacity_modes import parse_capacity
+from recipes.capacity_wait import parse_capacity_wait
+from recipes.cidrs import authorized_cidrs_problem
+from recipes.errors import UserError
+from recipes.setting_specs import BY_FIELD, REQUIRED, SPECS, UNSET, SettingSpec, missing_settings
+
+_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+_ZONE = re.compile(r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$")
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+_RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_SECRET_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+MAX_CLUSTER_NAME = 20
+
+def _fail(spec: SettingSpec, rule: str) -> UserError:
+    return UserError(f"{spec.env} {rule}")
+
+def _missing(values: Mapping[str, str], needs: Collection[str]) -> list[SettingSpec]:
+    """The specs of `needs` that `values` leaves unset, in SPECS order. `vm_name` is met by TPU_NAME or
+    CLUSTER_NAME (named when neither is set); the rules (RESERVATION, AUTHORIZED_CIDR) are checked with the
+    recipe, by Settings.for_recipe."""
+    wanted = set(needs) - {"reservation", "authorized_cidr"}
+    if "vm_name" in wanted:
+        wanted.discard("vm_name")
+        if not values.get("tpu_name"):
+            wanted.add("cluster_name")
+    return [spec for spec in SPECS if spec.field in wanted and not values.get(spec.field)]
+
+
+def check_values(values: Mapping[str, str], needs: Collection[str] = REQUIRED) -> dict[str, object]:
+    """Validate raw strings and convert them to typed values: refuse what `needs` lacks, check every value
+    that is set (needed or not), and leave the other required fields UNSET."""
+    missing = _missing(values, needs)
+    if missing:
+        raise missing_settings(missing)
+    checked: dict[str, object] = {}
+    for spec in SPECS:
+        raw = values.get(spec.field)
+        if raw is None or raw == "":
+            if spec.required:
+                checked[spec.field] = UNSET
+            elif spec.default is not None:
+                checked[spec.field] = spec.default
+            continue
+        checked[spec.field] = raw.strip()
+
+    project = checked["project"]
+    if project is not UNSET and not _PROJECT.match(project):
+        raise _fail(BY_FIELD["project"], f"'{project}' is not a valid project id: 6-30 characters, lowercase "
+                    "letters, digits and hyphens, starting with a letter and not ending with a hyphen")
+    region = checked["region"]
+    if region is not UNSET and not _REGION.match(region):
+        raise _fail(BY_FIELD["region"], f"'{region}' is not a region name like us-east5")
+    if checked["zone"] is not UNSET:
+        checked["zones"] = _check_zones(checked["zone"], None if region is UNSET else region)
+        checked["zone"] = checked["zones"][0]
+    cluster = checked["cluster_name"]
+    if cluster is UNSET:
+        pass
+    elif len(cluster) > MAX_CLUSTER_NAME:
+        raise _fail(BY_FIELD["cluster_name"], f"'{cluster}' has {len(cluster)} characters; the limit is "
+                    f"{MAX_CLUSTER_NAME} (GKE node pool and service account names derive from it)")
+    elif not _DNS_1035.match(cluster):
+        raise _fail(BY_FIELD["cluster_name"], f"'{cluster}' is not a DNS-1035 label: lowercase letters, digits "
+                    "and '-', starting with a letter and ending with a letter or digit")
+    if checked["gcs_bucket"] is not UNSET:
+        _check_bucket(checked["gcs_bucket"], BY_FIELD["gcs_bucket"])
+    if checked.get("state_bucket") is not None:
+        _check_bucket(checked["state_bucket"], BY_FIELD["state_bucket"])
+        if checked["state_bucket"] == checked["gcs_bucket"]:
+            # The artifacts stack creates GCS_BUCKET: its own state cannot live in a bucket that does not
+            # exist before its first deploy, and destroying the stack would delete the state with it.
+            raise _fail(BY_FIELD["state_bucket"], f"'{checked['state_bucket']}' is GCS_BUCKET, the artifacts bucket a "
+                        "stack manages: create a separate bucket for Terraform state (docs/stacks.md, 'State "
+                        "backend') or unset TF_STATE_BUCKET for local state")
+    reservation = checked.get("reservation")
+    if reservation is not None and not _RESOURCE_NAME.match(reservation):
+        raise _fail(BY_FIELD["reservation"], f"'{reservation}' is not a reservation name: lowercase letters, "
+                    "digits and '-', 1-63 characters, starting with a letter")
+    cidrs = checked.get("authorized_cidr")
+    if cidrs is not None:
+        checked["authorized_cidr"] = _check_cidrs(cidrs)
+    secret = checked["hf_token_secret"]
+    if not _SECRET_NAME.match(secret):
+        raise _fail(BY_FIELD["hf_token_secret"], f"'{secret}' is not a Secret Manager secret id: 1-255 letters, "
+                    "digits, '-' or '_'")
+    capacity = checked.get("capacity")
+    if capacity is not None:
+        try:
+            checked["capacity"] = parse_capacity(capacity)
+        except ValueError as error:
+            raise _fail(BY_FIELD["capacity"], str(error)) from None
+    capacity_wait = checked.get("capacity_wait")
+    if capacity_wait is not None:
+        try:
+            checked["capacity_wait"] = parse_capacity_wait(capacity_wait)
+        except ValueError as error:
+            raise _fail(BY_FIELD["capacity_wait"], str(error)) from None
+    tpu_name = checked.get("tpu_name")
+    if tpu_name is not None and not _RESOURCE_NAME.match(tpu_name):
+        raise _fail(BY_FIELD["tpu_name"], f"'{tpu_name}' is not an instance name: lowercase letters, digits "
+                    "and '-', 1-63 characters, starting with a letter")
+    return checked
+
+
+def _check_zones(raw: str, region: str | None) -> tuple[str, ...]:
+    """ZONE: one zone, or a comma-separated list in fallback order, every one in REGION (when a command
+    reads REGION too, or it is set), none twice."""
+    spec = BY_FIELD["zone"]
+    zones = [part.strip() for part in raw.split(",")]
+    like = region or "us-east5"
+    for zone in zones:
+        if not zone:
+            raise _fail(spec, f"'{raw}' has an empty item: list zones like {like}-b,{like}-a")
+        zone_match = _ZONE.match(zone)
+        if not zone_match:
+            raise _fail(spec, f"'{zone}' is not a zone name like {like}-b")
+        if region is not None and zone_match.group(1) != region:
+            raise _fail(spec, f"'{zone}' is not in REGION '{region}': pick a zone named {region}-<letter>")
+    repeated = next((zone for index, zone in enumerate(zones) if zone in zones[:index]), None)
+    if repeated:
+        raise _fail(spec, f"'{raw}' lists {repeated} twice: name each zone once, in fallback order")
+    return tuple(zones)
+
+def bucket_name_problem(bucket: str) -> str | None:
+    """What breaks GCS bucket naming in `bucket` (a bare name), or None: one rule for GCS_BUCKET,
+    TF_STATE_BUCKET and the gs:// URLs a command takes."""
+    rule = ("GCS names are 3-63 characters of lowercase letters, digits, '-', '_' and '.', start and end with "
+            "a letter or digit, and may not start with 'goog' or contain 'google'")
+    if not _BUCKET.match(bucket) or bucket.startswith("goog") or "google" in bucket or ".." in bucket:
+        return f"breaks GCS bucket naming: {rule}"
+    try:
+        ipaddress.ip_address(bucket)
+    except ValueError:
+        return None
+    return "looks like an IP address, which GCS does not allow as a bucket name"
+
+
+def _check_bucket(bucket: str, spec: SettingSpec) -> None:
+    if bucket.startswith("gs://"):
+        raise _fail(spec, f"'{bucket}' must be the bare bucket name, without gs://")
+    problem = bucket_name_problem(bucket)
+    if problem:
+        raise _fail(spec, f"'{bucket}' {problem}")
+
+
+def _check_cidrs(raw: str) -> tuple[str, ...]:
+    items = [part.strip() for part in raw.split(",")]
+    problem = authorized_cidrs_problem(items)
+    if problem:
+        raise _fail(BY_FIELD["authorized_cidr"], problem)
+    return tuple(str(ipaddress.ip_network(item)) for item in items)

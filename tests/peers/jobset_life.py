@@ -1,0 +1,229 @@
+"""The life of a JobSet in the fake Kubernetes API: its pods, their conditions and container states, and
+the JobSet's status, one step per GET, as the test's Plan (peers/jobset_plan.py) scripts it. Mixed into
+peers.kube_api.KubeApi, whose stores it works on."""
+
+from __future__ import annotations
+
+import uuid
+
+from peers import kueue
+from peers.jobset_plan import Plan
+
+# kube-scheduler's NodeAffinity filter reason (kubernetes pkg/scheduler/framework/plugins/nodeaffinity
+# ErrReasonPod), as a pod's Unschedulable condition sums it up.
+UNSCHEDULABLE = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+
+
+def _now() -> str:
+    """The time of the drill: the clock the fake Kueue and `run` share (kueue.use_clock), so the ages of
+    JobSets, pods and conditions agree with `run`'s virtual time."""
+    return kueue.now()
+
+
+class JobSetLife:
+    """The state machine of KubeApi's JobSets (needs its jobsets, pods, plans, workloads and tick stores)."""
+
+    def _store(self, obj: dict) -> dict:
+        meta = obj["metadata"]
+        name = meta["name"]
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), resourceVersion="1", namespace="default")
+        obj["status"] = {"replicatedJobsStatus": [], "restarts": 0}
+        self.jobsets[name] = obj
+        self._ticks[name] = 0
+        self._filed[name] = 0
+        self.workloads[name] = kueue.workload_for(obj)
+        self._create_pods(name)
+        return obj
+
+    def _create_pods(self, name: str) -> None:
+        """The pods of the JobSet's current attempt, labelled with it as JobSet does."""
+        obj = self.jobsets[name]
+        capacity = self.capacity_of(name)
+        for rj in obj["spec"]["replicatedJobs"]:
+            spec = rj["template"]["spec"]
+            pod_spec = spec["template"]["spec"]
+            selector = dict(pod_spec.get("nodeSelector") or {})
+            if capacity and any("google.com/tpu" in (c.get("resources") or {}).get("limits", {})
+                                for c in pod_spec["containers"]):
+                selector["tpu-rl/capacity"] = capacity  # Kueue: the admitted flavor's nodeLabels
+                if self.zone_of(name):
+                    selector["topology.kubernetes.io/zone"] = self.zone_of(name)
+            for replica in range(int(rj.get("replicas", 1))):
+                for index in range(int(spec.get("parallelism", 1))):
+                    pod = f"{name}-{rj['name']}-{replica}-{index}-{uuid.uuid4().hex[:5]}"
+                    self.pods[pod] = {
+                        "apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": pod, "namespace": "default", "creationTimestamp": _now(),
+                                     "labels": {"jobset.sigs.k8s.io/jobset-name": name,
+                                                "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
+                                                "jobset.sigs.k8s.io/restart-attempt": str(obj["status"]["restarts"])}},
+                        "spec": {"containers": [{"name": c["name"]} for c in pod_spec["containers"]],
+                                 **({"nodeSelector": selector} if selector else {})},
+                        "status": {"phase": "Pending"},
+                    }
+
+    def _pods_of(self, name: str, rj: str | None = None) -> list[dict]:
+        return [pod for pod in self.pods.values()
+                if pod["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == name
+                and (rj is None or pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == rj)]
+
+    def _main_rj(self, name: str) -> str:
+        spec = self.jobsets[name]["spec"]
+        targets = (spec.get("successPolicy") or {}).get("targetReplicatedJobs") or []
+        return targets[0] if targets else spec["replicatedJobs"][0]["name"]
+
+    def _advance(self, name: str, tick_only: bool = False) -> None:
+        obj = self.jobsets[name]
+        if obj["status"].get("terminalState"):
+            return
+        plan = self.plans.get(name, Plan())
+        if not self._admitted(name, plan):
+            obj["spec"]["suspend"] = True
+            obj["status"]["conditions"] = [{"type": "Suspended", "status": "True", "reason": "SuspendedJobs",
+                                            "message": "jobset is suspended", "lastTransitionTime": _now()}]
+            return
+        obj["spec"].pop("suspend", None)
+        self._startup_conditions(name)
+        if name in self._terminating:  # the earlier attempt's pods are gone: the next attempt starts
+            self._terminating.discard(name)
+            for pod in self._pods_of(name):
+                del self.pods[pod["metadata"]["name"]]
+            self._create_pods(name)
+            self._ticks[name] = 0
+        tick = self._ticks[name] = self._ticks[name] + 1
+        if plan.reclaimed_after is not None and not obj["status"]["restarts"] and not tick_only:
+            if tick == plan.reclaimed_after + 1:
+                self._reclaim_node(name)
+                if plan.revoked:
+                    self._revoke(name)
+                return
+            if tick == plan.reclaimed_after + 2:
+                obj["status"]["restarts"] += 1
+                for pod in self._pods_of(name):
+                    pod["metadata"]["deletionTimestamp"] = _now()
+                self._terminating.add(name)
+                return
+        if self._unschedulable(name, plan):
+            for pod in self._pods_of(name):
+                if "cpu" in plan.stockout or \
+                        pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != self._main_rj(name):
+                    pod["status"] = {"phase": "Pending", "conditions": [
+                        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                         "message": UNSCHEDULABLE}]}
+            return
+        if tick <= plan.pulling_ticks and not obj["status"]["restarts"]:
+            for pod in self._pods_of(name):
+                pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
+                                 "containerStatuses": [{"name": c["name"], "ready": False, "restartCount": 0,
+                                                        "state": {"waiting": {"reason": "ContainerCreating"}}}
+                                                       for c in pod["spec"]["containers"]]}
+            return
+        for pod in self._pods_of(name):
+            conditions = [{"type": "PodScheduled", "status": "True"}]
+            if tick >= 2:
+                conditions.append({"type": "Ready", "status": "True"})
+            pod["status"] = {"phase": "Running", "conditions": conditions, "containerStatuses": [
+                {"name": c["name"], "ready": tick >= 2, "restartCount": 0, "state": {"running": {"startedAt": _now()}}}
+                for c in pod["spec"]["containers"]]}
+        if tick == plan.container_restart_at and not obj["status"]["restarts"]:
+            worker = [p for p in self._pods_of(name) if p["metadata"]["labels"][
+                "jobset.sigs.k8s.io/replicatedjob-name"] != self._main_rj(name)][0]
+            worker["status"]["conditions"][-1] = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+            worker["status"]["containerStatuses"][0].update(ready=False, restartCount=1, lastState={
+                "terminated": {"exitCode": 137, "reason": "Error"}})
+        if plan.ticks < tick <= plan.ticks + plan.finishing and not tick_only:
+            for head in self._pods_of(name, self._main_rj(name)):
+                head["status"]["conditions"][-1] = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+                head["status"]["containerStatuses"][0].update(ready=False, state={
+                    "terminated": {"exitCode": 0, "reason": "Completed"}})
+        obj["status"]["replicatedJobsStatus"] = [
+            {"name": rj["name"], "ready": len(self._pods_of(name, rj["name"])) if tick >= 2 else 0,
+             "active": 1, "succeeded": 0, "failed": 0, "suspended": 0} for rj in obj["spec"]["replicatedJobs"]]
+        awaiting_reclaim = plan.reclaimed_after is not None and not obj["status"]["restarts"]
+        if not tick_only and tick > plan.ticks + plan.finishing and plan.outcome != "hang" and not awaiting_reclaim:
+            self._finish(name, plan.outcome)
+
+    def _startup_conditions(self, name: str) -> None:
+        """The conditions of an admitted JobSet as JobSet v0.12.0 (f22e565a) sets them. Under startupPolicy
+        InOrder the Suspended condition stays True (SuspendedJobs, "jobset is suspended") beside
+        StartupPolicyInProgress until every replicated job is ready; then Suspended turns False (ResumeJobs,
+        "jobset is resumed") and StartupPolicyCompleted replaces InProgress (pkg/controllers/
+        jobset_controller.go resumeJobsIfNecessary 577-633, exclusiveConditions 1363; pkg/constants
+        constants.go 101-106, InOrderStartupPolicy* reasons and messages; startup_policy.go)."""
+        obj = self.jobsets[name]
+        order = ((obj["spec"].get("startupPolicy") or {}).get("startupPolicyOrder"))
+        if order != "InOrder":
+            obj["status"]["conditions"] = []
+            return
+        statuses = {s["name"]: s for s in obj["status"].get("replicatedJobsStatus") or []}
+        ready = all(int((statuses.get(rj["name"]) or {}).get("ready", 0)) >= int(rj.get("replicas", 1))
+                    for rj in obj["spec"]["replicatedJobs"])
+        # Only suspending sets Suspended True again: once resumed, a restart's attempt leaves it False.
+        resumed = any(c["type"] == "Suspended" and c["status"] == "False" for c in obj["status"].get("conditions") or [])
+        now = _now()
+        suspended = ({"type": "Suspended", "status": "False", "reason": "ResumeJobs", "message": "jobset is resumed"}
+                     if ready or resumed else
+                     {"type": "Suspended", "status": "True", "reason": "SuspendedJobs", "message": "jobset is suspended"})
+        startup = ({"type": "StartupPolicyCompleted", "status": "True", "reason": "InOrderStartupPolicyCompleted",
+                    "message": "in order startup policy has completed"} if ready else
+                   {"type": "StartupPolicyInProgress", "status": "True", "reason": "InOrderStartupPolicyInProgress",
+                    "message": "in order startup policy is in progress"})
+        obj["status"]["conditions"] = [{**suspended, "lastTransitionTime": now}, {**startup, "lastTransitionTime": now}]
+
+    def _reclaim_node(self, name: str) -> None:
+        """A TPU worker's node shuts down, as when Compute Engine reclaims a spot VM: the kubelet's graceful
+        node shutdown fails the pod with reason Terminated and its message, and adds DisruptionTarget with
+        reason TerminationByKubelet (kubernetes pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go,
+        nodeShutdownReason and nodeShutdownMessage; k8s.io/api core/v1 PodReasonTerminationByKubelet)."""
+        main = self._main_rj(name)
+        victim = [pod for pod in self._pods_of(name)
+                  if pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != main][-1]
+        message = "Pod was terminated in response to imminent node shutdown."
+        # The pod ran on that node: it stays scheduled there (PodScheduled True, as the API keeps it).
+        victim["status"] = {"phase": "Failed", "reason": "Terminated", "message": message, "conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": message},
+            {"type": "Ready", "status": "False", "reason": "PodFailed"}],
+            "containerStatuses": [{"name": victim["spec"]["containers"][0]["name"],
+                                   "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}
+
+    def _finish(self, name: str, outcome: str) -> None:
+        obj = self.jobsets[name]
+        plan = self.plans.get(name, Plan())
+        pods = self._pods_of(name)
+        main = self._pods_of(name, self._main_rj(name))
+        if outcome == "succeed":
+            for pod in pods:
+                pod["status"] = {"phase": "Succeeded", "conditions": [{"type": "PodScheduled", "status": "True"},
+                                                                      {"type": "Ready", "status": "False"}],
+                                 "containerStatuses": [{"name": c["name"], "state": {"terminated": {
+                                     "exitCode": 0, "reason": "Completed"}}} for c in pod["spec"]["containers"]]}
+            obj["status"].update(terminalState="Completed", conditions=[
+                {"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
+                 "message": "jobset completed successfully", "lastTransitionTime": _now()}])
+            if plan.on_success:
+                plan.on_success()
+            return
+        victim = main[0] if outcome == "oom" else pods[-1]
+        if outcome == "oom":
+            victim["status"] = {"phase": "Failed", "containerStatuses": [
+                {"name": victim["spec"]["containers"][0]["name"],
+                 "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+        elif outcome == "evicted":
+            victim["status"] = {"phase": "Failed", "reason": "Evicted",
+                                "message": "The node was low on resource: memory.",
+                                "conditions": [{"type": "DisruptionTarget", "status": "True",
+                                                "reason": "TerminationByKubelet",
+                                                "message": "The node was low on resource: memory."}]}
+        elif outcome == "preempted":
+            victim["status"] = {"phase": "Failed", "conditions": [
+                {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                 "message": "default-scheduler: preempting to accommodate a higher priority pod"}],
+                "containerStatuses": [{"name": victim["spec"]["containers"][0]["name"],
+                                       "state": {"terminated": {"exitCode": 143, "reason": "Error"}}}]}
+        else:
+            victim["status"] = {"phase": "Failed", "containerStatuses": [
+                {"name": victim["spec"]["containers"][0]["name"], "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}
+        obj["status"].update(terminalState="Failed", conditions=[
+            {"type": "Failed", "status": "True", "reason": "FailedJobs",
+             "message": "jobset failed due to one or more job failures", "lastTransitionTime": _now()}])
