@@ -61,8 +61,8 @@ def _check_model_item(recipe: Recipe, run: str, run_sets: tuple[str, ...], item:
     key, _, text = item.partition("=")
     version, model = recipe.maxtext_version, recipe.model.maxtext_name
     trained = config_values(version, model, (*recipe.rl.overrides, *run_sets))
-    if key not in trained:
-        return  # no value of its own in the release (a null default): nothing to compare with
+    # A key the release's values leave out has a null default (recipes/maxtext_keys/<v>.values.json).
+    value = trained.get(key)
     if any(old.partition("=")[0] == key for old in run_sets):
         where = "its --set"
     elif recipe.rl.override(key) is not None:
@@ -71,8 +71,8 @@ def _check_model_item(recipe: Recipe, run: str, run_sets: tuple[str, ...], item:
         where = f"configs/models/{model_base(model)}.yml"
     else:
         where = f"MaxText {version}'s own value, rl.yml or types.py"
-    if parse_override(key, text) != trained[key]:
-        raise UserError(f"--set {item}: run {run} was trained with {key}={spelling(trained[key])} ({where}), "
+    if parse_override(key, text) != value:
+        raise UserError(f"--set {item}: run {run} was trained with {key}={spelling(value)} ({where}), "
                         f"which makes the model its checkpoint holds ({model_keys(version)[key]}): drop it "
                         "(eval may change only evaluation keys such as num_test_batches)")
 

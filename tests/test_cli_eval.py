@@ -350,7 +350,17 @@ def test_eval_refuses_a_model_key_the_run_did_not_set_naming_the_value_it_traine
              ("--set", "weight_dtype=float32"):
              f"--set weight_dtype=float32: run {paths.run_name} was trained with weight_dtype=bfloat16 "
              "(MaxText 0.2.4's own value, rl.yml or types.py), which makes the model its checkpoint holds "
-             "(DataTypes)"}
+             "(DataTypes)",
+             # 0.2.4 configs/types.py L455-458: quantization Field(QuantizationType.NONE), whose value is ""
+             ("--set", "quantization=int8"):
+             f"--set quantization=int8: run {paths.run_name} was trained with quantization= (MaxText 0.2.4's "
+             "own value, rl.yml or types.py), which makes the model its checkpoint holds (Quantization)",
+             # types.py L546 fused_mlp False: layers/linears.py L492 builds one wi instead of wi_0/wi_1
+             ("--set", "fused_mlp=true"):
+             f"--set fused_mlp=true: run {paths.run_name} was trained with fused_mlp=false",
+             # types.py attn_logits_soft_cap Field(None): no value in the release, read as null
+             ("--set", "attn_logits_soft_cap=30.0"):
+             f"--set attn_logits_soft_cap=30.0: run {paths.run_name} was trained with attn_logits_soft_cap=null"}
     for argv, line in cases.items():
         result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20", *argv])
         assert result.exit_code == 2, result.output
@@ -380,3 +390,17 @@ def test_the_model_keys_come_from_the_wheels_model_configs_and_leave_evaluation_
         assert {"base_emb_dim", "base_num_decoder_layers", "num_experts", "vocab_size", "weight_dtype"} <= set(keys)
         assert not set(keys) & set(EVALUATION_SETTINGS), version
         assert not {"max_target_length", "learning_rate", "eval_dataset_name", "checkpoint_period"} & set(keys)
+
+
+def test_the_model_keys_hold_the_shape_keys_no_model_yml_sets_and_not_the_harmless_ones():
+    """Keys that change the weights' shapes or layout (tests/contracts/maxtext_types.py SHAPE_KEYS, each
+    with its types.py line and the layer reading it) are refused; keys a model yml sets that only the
+    training loss, logging or a kernel read (HARMLESS_KEYS) are not."""
+    from recipes.maxtext_values import model_keys
+
+    for version in ("0.2.3", "0.2.4"):
+        keys = model_keys(version)
+        assert {"global_parameter_scale", "fused_mlp", "qk_norm_with_scale", "mtp_num_layers", "use_qk_norm_in_gdn",
+                "param_scan_axis", "inhomogeneous_layer_cycle_interval", "quantization"} <= set(keys), version
+        assert not {"load_balance_loss_weight", "routed_bias_update_rate", "log_moe_bias_norms",
+                    "use_batch_split_schedule", "attention", "attention_dropout_for_audio"} & set(keys), version
