@@ -37,13 +37,15 @@ from recipes import Recipe, Settings, UserError
 from recipes.entry import same_setting
 from recipes.evaluation import evaluates
 from recipes.maxtext_values import config_values, model_base, model_keys, parse_override, release_schema, spelling
-from recipes.runs import MAX_RUN_NAME, check_run_name, checked_item, digest
+from recipes.runs import MAX_RUN_NAME, check_run_name, check_set_key, checked_item, digest
 
 # The settings that say how the held-out set is evaluated, not what model is trained: eval's --set may
 # change these whatever the run set (rl.yml of 0.2.4, maxtext/configs/post_train/rl.yml L118-158 and
-# L237-244: num_test_batches ... eval_mode, eval_dataset_name, eval_split; the same keys in 0.2.3).
+# L237-244: num_test_batches ... eval_mode, eval_dataset_name, eval_split; the same keys in 0.2.3). The
+# sampling temperature/top_k/top_p are no keys of their own: they sit in generation_configs.<strategy>
+# (rl.yml 0.2.3 L147-158, 0.2.4 L142-153), which evaluate_rl.py (L70-79) picks by eval_sampling_strategy.
 EVALUATION_SETTINGS = ("num_test_batches", "eval_batch_size", "test_batch_start_index", "eval_interval",
-                       "eval_sampling_strategy", "eval_temperature", "eval_top_k", "eval_top_p", "num_eval_passes",
+                       "eval_sampling_strategy", "generation_configs", "num_eval_passes",
                        "eval_corr_lst", "eval_make_lst", "eval_mode", "eval_dataset_name", "eval_split")
 
 
@@ -86,6 +88,7 @@ def eval_sets(recipe: Recipe, run: str, run_sets: tuple[str, ...], given: tuple[
     models = set(model_items(recipe, given))
     for item in given:
         key = item.partition("=")[0]
+        check_set_key(recipe, key)  # a key MaxText does not know (a dotted one too) gets its one line
         if key in EVALUATION_SETTINGS:
             continue
         if item in models:

@@ -8,7 +8,9 @@ GCS emulator) is deleted on success and on failure, and nothing else."""
 from __future__ import annotations
 
 import json
+import re
 
+import pytest
 from typer.testing import CliRunner
 
 from contracts.tunix_log import evaluation_line
@@ -404,3 +406,24 @@ def test_the_model_keys_hold_the_shape_keys_no_model_yml_sets_and_not_the_harmle
                 "param_scan_axis", "inhomogeneous_layer_cycle_interval", "quantization"} <= set(keys), version
         assert not {"load_balance_loss_weight", "routed_bias_update_rate", "log_moe_bias_norms",
                     "use_batch_split_schedule", "attention", "attention_dropout_for_audio"} & set(keys), version
+
+
+def test_the_evaluation_keys_are_keys_both_releases_accept():
+    """eval_temperature/top_k/top_p are no keys of rl.yml: they sit in generation_configs.<strategy>
+    (0.2.3 L147-158, 0.2.4 L142-153), so the evaluation keys name generation_configs instead."""
+    from jobs.evaluate import EVALUATION_SETTINGS
+    from recipes.maxtext_values import maxtext_keys
+
+    for version in ("0.2.3", "0.2.4"):
+        assert set(EVALUATION_SETTINGS) <= maxtext_keys(version), version
+    assert "generation_configs" in EVALUATION_SETTINGS
+
+
+def test_eval_sets_refuses_an_unknown_or_dotted_key_in_one_line():
+    from jobs.evaluate import eval_sets
+    from recipes import UserError, all_recipes
+
+    recipe = all_recipes()[RECIPE]
+    for item in ("generation_configs.greedy.eval_temperature=0.5", "nosuchkey=1"):
+        with pytest.raises(UserError, match=re.escape(f"--set {item.partition('=')[0]}: not a key MaxText")):
+            eval_sets(recipe, "rl", (), (item,))
