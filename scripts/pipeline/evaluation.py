@@ -19,9 +19,9 @@ The lines, identical in MaxText 0.2.3 and 0.2.4 (read in the wheels, maxtext/tra
   "before training". The attempt that resumed says so first: tunix's checkpoint manager logs
   `logging.info('Restored params from step: %d in %.3f seconds', step, ...)` (absl) when it restores the
   actor: google/tunix tunix/sft/checkpoint_manager.py maybe_restore, at the commits the wheels pin
-  (dependencies/requirements/generated_requirements/tpu-post-train-requirements.txt) 683256db (0.2.3,
-  L234-238) and c4ec573d (0.2.4, L292-296), called from PeftTrainer.__init__ (tunix/sft/peft_trainer.py
-  L254 and L386); it returns (0, {}) and logs nothing when there is no checkpoint (L240-245 at c4ec573d).
+  (dependencies/extra_deps/post_train_github_deps.txt; the generated requirements say only >=0.1.3 /
+  >=0.1.7) 683256db (0.2.3, L234-238) and c4ec573d (0.2.4, L292-296), called from PeftTrainer.__init__
+  (tunix/sft/peft_trainer.py L254 and L386); it returns (0, {}) and logs nothing when there is no checkpoint (L240-245 at c4ec573d).
   A Pre after that line is at the restored step.
 - So a Pre is "before training" (step 0) only when its attempt is known to have restored nothing: the
   first Pre of a text that holds the attempt's start (no train step before it) and, for a log tail that may

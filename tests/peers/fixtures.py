@@ -265,17 +265,10 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
     if bucket != "absent":
         make_bucket(gcs_client, env["GCS_BUCKET"], env["REGION"] if bucket == "present" else bucket)
 
-    if "record" in state:  # a run.json of run `record` of `recipe`, with the --set items `record_set`
-        import json as _json
+    if "record" in state:
+        from peers.run_records import put_run_record
 
-        from jobs.paths import ArtifactPaths, split_gs_url
-        from recipes import get_recipe, load_settings
-        from recipes.runs import for_run
-
-        recipe = for_run(get_recipe(state.get("recipe", "qwen3-v6e32")), (), state["record"])
-        bucket_name, name = split_gs_url(ArtifactPaths(recipe, load_settings(env=env)).run_record)
-        gcs_client.bucket(bucket_name).blob(name).upload_from_string(
-            _json.dumps({"overrides": {"set": list(state.get("record_set", ()))}}))
+        put_run_record(gcs_client, env, state)
     google = start_google(env, token, state)
     for name in ENDPOINT_VARIABLES:
         env[name] = google.url
