@@ -134,3 +134,19 @@ def test_runs_marks_an_accuracy_at_resume_of_unknown_step_instead_of_showing_it_
     assert "  accuracy 51.6*→59.4 (held-out, before → after training)" in narrow
     assert "  * at resume, step unknown: no evaluation before training was logged" in narrow
     assert max(map(len, narrow)) <= 80
+
+
+def test_runs_marks_no_accuracy_of_a_pre_at_a_known_resume_step(cloud, tmp_path):
+    """A resumed attempt's Pre whose step is known (tunix logged the restored step) is not "step unknown":
+    the note would be false, so `runs` shows no accuracy before for it."""
+    from test_cli_evaluation import RESUMED_PRE
+
+    _, second, _ = three_runs(cloud, tmp_path)
+    _, paths = run_of("learning_rate=1e-5")
+    resumed = [{**e.as_record(), "step": 20, "when": "at resume from step 20"} if e.phase == "pre"
+               else e.as_record() for e in parse_evaluations(f"{RESUMED_PRE}\n{POST}", last_step=50)]
+    edit_record(cloud["gcs"], paths, evaluations=resumed)
+    result = runner.invoke(app, ["runs", RECIPE, "--json"])
+    row = next(run for run in json.loads(result.output)["runs"] if run["run"] == second)
+    assert (row["accuracy_before"], row["accuracy_resumed"], row["accuracy_after"]) == (None, None, 59.375)
+    assert "step unknown" not in runner.invoke(app, ["runs", RECIPE]).output

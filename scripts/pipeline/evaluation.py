@@ -161,12 +161,13 @@ def accuracy_change(entries: Iterable[dict]) -> AccuracyChange:
 
 
 def resumed_first(entries: Iterable[dict]) -> Evaluation | None:
-    """The first Pre when none is known to be before training: a resumed attempt's (`tpu-rl runs` says so
-    rather than show it as the accuracy before training)."""
+    """The first Pre when none is known to be before training: a resumed attempt's of an unknown step
+    (`tpu-rl runs` marks it with RESUMED_NOTE's "step unknown" rather than show it as the accuracy before
+    training; a Pre at a known resume step is not it)."""
     evaluations = [Evaluation.from_record(entry) for entry in entries]
     if any(e.phase == "pre" and e.step == 0 for e in evaluations):
         return None
-    return next((e for e in evaluations if e.phase == "pre"), None)
+    return next((e for e in evaluations if e.phase == "pre" and e.step is None), None)
 
 
 def eval_set_name(overrides: Iterable[str]) -> str:

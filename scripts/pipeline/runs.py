@@ -15,11 +15,11 @@ from datetime import datetime
 from jobs.paths import RUN_RECORD
 from recipes import STEPS, Recipe
 from scripts.pipeline.evaluation import accuracy_change, resumed_first
+from scripts.pipeline.record import run_records
+from scripts.pipeline.session import Session, hms
 
 RESUMED_MARK = "*"  # `tpu-rl runs`: an accuracy at a resume, step unknown (RESUMED_NOTE)
 RESUMED_NOTE = "* at resume, step unknown: no evaluation before training was logged"
-from scripts.pipeline.record import run_records
-from scripts.pipeline.session import Session, hms
 
 NO_RECORD = "no run.json"
 
