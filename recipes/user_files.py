@@ -74,9 +74,14 @@ class UserFile:
 TWICE_RULE = "tunix calls every listed function and adds their scores, so it would weigh twice"
 
 
+def repeated_name(functions: tuple[str, ...] | list[str]) -> str | None:
+    """The first reward function the list names a second time, if any."""
+    return next((name for index, name in enumerate(functions) if name in functions[:index]), None)
+
+
 def check_reward_names(functions: tuple[str, ...] | list[str], given: str) -> None:
     """Refuse a reward function named twice (almost surely a typo), naming the value `given` and the name."""
-    twice = next((name for index, name in enumerate(functions) if name in functions[:index]), None)
+    twice = repeated_name(functions)
     if twice is not None:
         raise UserError(f"{given}: names {twice} twice; {TWICE_RULE}: name each function once")
 
@@ -112,8 +117,9 @@ def read_user_file(recipe: Recipe, kind: Kind, path: Path, functions: tuple[str,
     return UserFile(kind, path.name, content, functions, str(path))
 
 
-def with_user_files(recipe: Recipe, files: tuple[UserFile, ...]) -> Recipe:
-    """The recipe with the files and the overrides that point train_rl at their mounted paths."""
+def with_user_files(recipe: Recipe, files: tuple[UserFile, ...], recorded: bool = False) -> Recipe:
+    """The recipe with the files and the overrides that point train_rl at their mounted paths; `recorded`:
+    the files of a run's record, whose reward names are kept as the run trained with them."""
     if not files:
         return recipe
     if len({file.name for file in files}) < len(files):
@@ -125,7 +131,8 @@ def with_user_files(recipe: Recipe, files: tuple[UserFile, ...]) -> Recipe:
     overrides = list(recipe.rl.overrides)
     for file in files:
         if file.kind == "rewards":
-            check_reward_names(file.functions, f"--rewards {file.option}")
+            if not recorded:  # a run.json written before the rule: evaluated as trained (repeat kept)
+                check_reward_names(file.functions, f"--rewards {file.option}")
             overrides += [f"reward_functions_path={file.mounted_path}", f"reward_functions={','.join(file.functions)}"]
         else:
             overrides.append(f"dataset_processor_path={file.mounted_path}")

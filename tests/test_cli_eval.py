@@ -325,18 +325,21 @@ def test_eval_refuses_a_reward_copy_that_is_missing_or_changed(cloud, tmp_path):
     assert f"{scratch}-train" not in cloud["kube"].created
 
 
-def test_eval_refuses_a_record_naming_a_reward_function_twice_as_run_does(cloud, tmp_path):
-    """A run.json written before run refused it (`--rewards mine.py:short,short`): eval would load the
-    function twice, as tunix's reward manager and evaluate_rl do, so it refuses it with run's own line."""
+def test_eval_evaluates_a_record_naming_a_reward_function_twice_as_it_trained_with_one_warning(cloud, tmp_path):
+    """A run.json written before run refused a repeat (`--rewards mine.py:short,short`): the run trained
+    with the function weighed twice (tunix's reward manager adds every listed function's score), so eval
+    keeps the repeat as recorded, with one warning line, rather than never evaluate the run."""
     paths, scratch, *_ = _scratch_setup(cloud, tmp_path)
     kept = record(cloud["gcs"], paths)
     kept["files"]["rewards"]["functions"] = "short,short"
     _put(cloud["gcs"], paths.run_record, json.dumps(kept))
+    cloud["kube"].plan(f"{scratch}-train", ticks=5, logs=evaluation_line("pre", 30, 64, 33, 58, 1.1) + "\n",
+                       outcome="hang")
     result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
-    assert result.exit_code == 2, result.output
-    assert ("--rewards mine.py:short,short: names short twice; tunix calls every listed function and adds their "
-            "scores, so it would weigh twice: name each function once") in " ".join(result.output.split())
-    assert f"{scratch}-train" not in cloud["kube"].created
+    assert result.exit_code == 0, result.output
+    warning = f"! eval: run {paths.run_name} weighs reward short twice; kept, as trained"
+    assert result.output.splitlines().count(warning) == 1, result.output
+    assert "reward_functions=short,short" in _submitted_script(cloud, scratch)
 
 
 def test_eval_refuses_a_model_key_the_run_did_not_set_naming_the_value_it_trained_with(cloud):
