@@ -55,7 +55,7 @@ WEIGHT_KEYS = ("weight_dtype", "quantization")
 # shapes or layout, so a checkpoint does not load under another value. maxtext 0.2.4 configs/types.py line
 # of the field, and the code that reads it (0.2.3 declares the same fields).
 SHAPE_KEYS = {
-    "global_parameter_scale": "types.py L515; its validator scales emb_dim, mlp_dim, layers, heads (L2673-2690)",
+    "global_parameter_scale": "types.py L515; the validator scales emb_dim, mlp_dim, heads, layers by it (L4676)",
     "fused_mlp": "types.py L546; layers/linears.py L492 builds one wi instead of wi_0/wi_1",
     "qk_norm_with_scale": "types.py L547; layers/attentions.py L496 gives the q/k norms a scale param",
     "mtp_num_layers": "types.py L560; models/models.py L95 adds the multi-token prediction layers",
