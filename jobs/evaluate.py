@@ -36,24 +36,63 @@ from jobs.train import train_jobset
 from recipes import Recipe, Settings, UserError
 from recipes.entry import same_setting
 from recipes.evaluation import evaluates
-from recipes.runs import MAX_RUN_NAME, check_run_name, checked_item, digest
+from recipes.maxtext_values import config_values, model_base, model_keys, parse_override, release_schema, spelling
+from recipes.runs import MAX_RUN_NAME, check_run_name, check_set_key, checked_item, digest
 
 # The settings that say how the held-out set is evaluated, not what model is trained: eval's --set may
 # change these whatever the run set (rl.yml of 0.2.4, maxtext/configs/post_train/rl.yml L118-158 and
-# L237-244: num_test_batches ... eval_mode, eval_dataset_name, eval_split; the same keys in 0.2.3).
+# L237-244: num_test_batches ... eval_mode, eval_dataset_name, eval_split; the same keys in 0.2.3). The
+# sampling temperature/top_k/top_p are no keys of their own: they sit in generation_configs.<strategy>
+# (rl.yml 0.2.3 L147-158, 0.2.4 L142-153), which evaluate_rl.py (L70-79) picks by eval_sampling_strategy.
 EVALUATION_SETTINGS = ("num_test_batches", "eval_batch_size", "test_batch_start_index", "eval_interval",
-                       "eval_sampling_strategy", "eval_temperature", "eval_top_k", "eval_top_p", "num_eval_passes",
+                       "eval_sampling_strategy", "generation_configs", "num_eval_passes",
                        "eval_corr_lst", "eval_make_lst", "eval_mode", "eval_dataset_name", "eval_split")
+
+
+def model_items(recipe: Recipe, given: tuple[str, ...]) -> tuple[str, ...]:
+    """The items of `given` whose key makes the model (recipes.maxtext_values.model_keys): eval_sets
+    weighs them against the run's own values, once the run's record is read."""
+    keys = model_keys(recipe.maxtext_version)
+    return tuple(item for item in given if item.partition("=")[0] in keys)
+
+
+def _check_model_item(recipe: Recipe, run: str, run_sets: tuple[str, ...], item: str) -> None:
+    """Refuse an eval item that gives a key making the model another value than the run trained with (its
+    --set items, the recipe's overrides, the model's yml, the release's default): the checkpoint holds
+    the run's model, and loading it as another fails on the slice, or evaluates something else."""
+    key, _, text = item.partition("=")
+    version, model = recipe.maxtext_version, recipe.model.maxtext_name
+    trained = config_values(version, model, (*recipe.rl.overrides, *run_sets))
+    # A key the release's values leave out has a null default (recipes/maxtext_keys/<v>.values.json).
+    value = trained.get(key)
+    if any(old.partition("=")[0] == key for old in run_sets):
+        where = "its --set"
+    elif recipe.rl.override(key) is not None:
+        where = f"recipe '{recipe.name}'"
+    elif key in release_schema(version).get("models", {}).get(model_base(model), {}):
+        where = f"configs/models/{model_base(model)}.yml"
+    else:
+        where = f"MaxText {version}'s own value, rl.yml or types.py"
+    if parse_override(key, text) != value:
+        raise UserError(f"--set {item}: run {run} was trained with {key}={spelling(value)} ({where}), "
+                        f"which makes the model its checkpoint holds ({model_keys(version)[key]}): drop it "
+                        "(eval may change only evaluation keys such as num_test_batches)")
 
 
 def eval_sets(recipe: Recipe, run: str, run_sets: tuple[str, ...], given: tuple[str, ...]) -> tuple[str, ...]:
     """The --set items an evaluation of `run` applies: the run's own, then eval's. An eval item that
     changes a key the run set is refused unless it is an evaluation setting: the checkpoint is the model
-    those items trained, and a different value would evaluate another model's shapes and behaviour."""
+    those items trained, and a different value would evaluate another model's shapes and behaviour. So
+    is one that changes a key making the model (MaxText's own, model_items) from the value the run trained
+    with, whether or not the run set it."""
+    models = set(model_items(recipe, given))
     for item in given:
         key = item.partition("=")[0]
+        check_set_key(recipe, key)  # a key MaxText does not know (a dotted one too) gets its one line
         if key in EVALUATION_SETTINGS:
             continue
+        if item in models:
+            _check_model_item(recipe, run, run_sets, item)
         value = checked_item(recipe, item).partition("=")[2]
         for old in run_sets:
             if old.partition("=")[0] in same_setting(key) and checked_item(recipe, old).partition("=")[2] != value:

@@ -81,6 +81,21 @@ class RlSpec(Strict):
                 raise ValueError(f"'{item[:40]}' is not key=value")
         return overrides
 
+    @field_validator("overrides")
+    @classmethod
+    def _rewards_once(cls, overrides: tuple[str, ...]) -> tuple[str, ...]:
+        from recipes.errors import UserError
+        from recipes.user_files import check_reward_names
+
+        for item in overrides:
+            key, _, value = item.partition("=")
+            if key in ("reward_functions", "reward.reward_functions"):  # split as train_rl.build_reward_fns does
+                try:
+                    check_reward_names([n.strip() for n in value.split(",") if n.strip()], item)
+                except UserError as error:
+                    raise ValueError(str(error)) from None
+        return overrides
+
     @field_validator("memory_max")
     @classmethod
     def _binary_quantity(cls, memory_max: str | None) -> str | None:

@@ -44,8 +44,8 @@ class RuntimeBound:
     why: str
 
 
-# Sources: google/tunix at the commits MaxText 0.2.3 and 0.2.4 pin (683256db and c4ec573d,
-# dependencies/requirements/generated_requirements/tpu-post-train-requirements.txt of each wheel).
+# Sources: google/tunix at the commits MaxText 0.2.3 and 0.2.4 pin (683256db, c4ec573d: each wheel's
+# dependencies/extra_deps/post_train_github_deps.txt; tpu-post-train-requirements.txt says only >=0.1.3/>=0.1.7).
 _GROUP = RuntimeBound(2, "tunix GrpoConfig: num_generations must be greater than 1, GRPO scores each "
                          "completion against the others for its prompt")  # tunix/rl/grpo/grpo_learner.py __post_init__
 _BATCH = RuntimeBound(1, "train_rl passes it to tunix as mini_batch_size, which must be a positive integer")
@@ -134,6 +134,14 @@ def maxtext_keys(version: str) -> frozenset[str]:
     return frozenset(release_schema(version)["keys"])
 
 
+def model_keys(version: str) -> dict[str, str]:
+    """The keys that make a MaxText release's model, each with the configs/types.py class declaring it:
+    every key a configs/models/*.yml of the release sets, less the run choices those files also make, and
+    the weights' dtype and quantization (tools/generate_maxtext_keys.py, tests/contracts/maxtext_types.py
+    model_keys). A checkpoint trained with one value is not the model another value describes."""
+    return dict(release_schema(version).get("model_keys", {}))
+
+
 # --- reading a value as MaxText does -------------------------------------------------------------------
 
 def parse_override(key: str, text: str) -> Any:
@@ -167,8 +175,11 @@ def _has_interpolation(value: Any) -> bool:
 
 # --- the field's type ----------------------------------------------------------------------------------
 
-def _bounds(spec: dict) -> dict[str, Any]:
-    return {name: spec[name] for name in _BOUND_WORDS if name in spec}
+def _bounds(spec: dict, runtime: RuntimeBound | None = None) -> dict[str, Any]:
+    bounds = {name: spec[name] for name in _BOUND_WORDS if name in spec}
+    if runtime is not None:
+        bounds["ge"] = max(bounds.get("ge", runtime.ge), runtime.ge)
+    return bounds
 
 
 def _member(word: str, spec: dict, runtime: RuntimeBound | None) -> Any:
@@ -177,9 +188,7 @@ def _member(word: str, spec: dict, runtime: RuntimeBound | None) -> Any:
     if word == "enum":
         return enum.Enum(spec["enum"], [(f"V{i}", value) for i, value in enumerate(spec["choices"])])
     python = _WORDS[word]
-    bounds = _bounds(spec)
-    if runtime is not None:
-        bounds["ge"] = max(bounds.get("ge", runtime.ge), runtime.ge)
+    bounds = _bounds(spec, runtime)
     if word == "float":  # inf and nan (YAML .inf, .nan, 1e999) are no learning rate: finite only
         return Annotated[python, Field(**bounds, allow_inf_nan=False)]
     if word == "int" and bounds:
@@ -199,10 +208,7 @@ def _adapter(version: str, key: str, runtime: bool = True) -> TypeAdapter:
 def describe(version: str, key: str) -> str:
     """The type and bounds of a key in words: 'a float > 0 and <= 1', 'one of grpo, gspo-token or null'."""
     spec = release_schema(version)["keys"][key]
-    runtime = RUNTIME_BOUNDS.get(key)
-    bounds = _bounds(spec)
-    if runtime is not None:
-        bounds["ge"] = max(bounds.get("ge", runtime.ge), runtime.ge)
+    bounds = _bounds(spec, RUNTIME_BOUNDS.get(key))
     words = []
     for word in spec["type"].split(" | "):
         if word in ("literal", "enum"):
@@ -347,10 +353,8 @@ def _validated(version: str, key: str, value: Any, item: str) -> Any:
 
 def _as_list(value: Any) -> Any:
     """What pyconfig's _coerce_to_list makes of a value (LIST_COERCED has the source)."""
-    if isinstance(value, tuple):
-        return list(value)
     if not isinstance(value, str):
-        return value
+        return list(value) if isinstance(value, tuple) else value
     cleaned = value.strip()
     if cleaned[:1] + cleaned[-1:] in ("[]", "()"):
         try:

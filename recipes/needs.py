@@ -3,7 +3,8 @@
 A command needs exactly what it reads, so a teammate who only looks at runs sets the project and the
 bucket, and (for the commands that reach a cluster or a TPU VM) where that is. `load_settings(needs=...)`
 refuses a missing one with the same line in every command (recipes/setting_specs.py); a value set is
-checked whether or not the command reads it. docs/settings.md shows this table (`needs_table`), and
+checked whether or not the command reads it, by every command that loads settings (plan-review and
+check-rewards load none). docs/settings.md shows this table (`needs_table`), and
 tests/test_settings_needs.py runs every command with only these set, and with each one missing.
 
 Three names are rules rather than plain fields:
@@ -54,7 +55,9 @@ NEEDS: Mapping[str, Mapping[Platform, tuple[str, ...]]] = {
     "logs": {"gke": CLUSTER, "vm": _fields(VM, BUCKET)},  # a VM step's log is in the bucket once it ended
     "metrics": _both(BUCKET),
     "check-rewards": _both(),
-    "plan-review": _both(),  # the example settings, in two worktrees
+    # None: both sides are built with the example settings, every setting variable and TPU_RL_CONFIG
+    # dropped from their environment and tpu-rl.toml from the working tree (scripts/plan_review/worktrees.py).
+    "plan-review": _both(),
 }
 
 # The rules' own lines (Settings.for_recipe) name these; `load_settings` leaves them to it.

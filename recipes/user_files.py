@@ -67,6 +67,25 @@ class UserFile:
         return {"kind": self.kind, "name": self.name, "sha256": self.sha256, "functions": list(self.functions)}
 
 
+# tunix (c4ec573d, the commit MaxText 0.2.4 pins) tunix/rl/reward_manager.py SequenceRewardManager.
+# _compute_rewards L126-170 calls every function of the list, one score column each, and adds the columns
+# (np.nansum); MaxText 0.2.4 train_rl.build_reward_fns (L413-417) and evaluate_rl._compute_row_reward
+# (L186-217) keep every name, repeats included. A name given twice is called twice and weighs twice.
+TWICE_RULE = "tunix calls every listed function and adds their scores, so it would weigh twice"
+
+
+def repeated_name(functions: tuple[str, ...] | list[str]) -> str | None:
+    """The first reward function the list names a second time, if any."""
+    return next((name for index, name in enumerate(functions) if name in functions[:index]), None)
+
+
+def check_reward_names(functions: tuple[str, ...] | list[str], given: str) -> None:
+    """Refuse a reward function named twice (almost surely a typo), naming the value `given` and the name."""
+    twice = repeated_name(functions)
+    if twice is not None:
+        raise UserError(f"{given}: names {twice} twice; {TWICE_RULE}: name each function once")
+
+
 def configmap_name(run: str) -> str:
     return f"{run}-user-files"
 
@@ -98,8 +117,9 @@ def read_user_file(recipe: Recipe, kind: Kind, path: Path, functions: tuple[str,
     return UserFile(kind, path.name, content, functions, str(path))
 
 
-def with_user_files(recipe: Recipe, files: tuple[UserFile, ...]) -> Recipe:
-    """The recipe with the files and the overrides that point train_rl at their mounted paths."""
+def with_user_files(recipe: Recipe, files: tuple[UserFile, ...], recorded: bool = False) -> Recipe:
+    """The recipe with the files and the overrides that point train_rl at their mounted paths; `recorded`:
+    the files of a run's record, whose reward names are kept as the run trained with them."""
     if not files:
         return recipe
     if len({file.name for file in files}) < len(files):
@@ -111,6 +131,8 @@ def with_user_files(recipe: Recipe, files: tuple[UserFile, ...]) -> Recipe:
     overrides = list(recipe.rl.overrides)
     for file in files:
         if file.kind == "rewards":
+            if not recorded:  # a run.json written before the rule: evaluated as trained (repeat kept)
+                check_reward_names(file.functions, f"--rewards {file.option}")
             overrides += [f"reward_functions_path={file.mounted_path}", f"reward_functions={','.join(file.functions)}"]
         else:
             overrides.append(f"dataset_processor_path={file.mounted_path}")

@@ -8,7 +8,9 @@ GCS emulator) is deleted on success and on failure, and nothing else."""
 from __future__ import annotations
 
 import json
+import re
 
+import pytest
 from typer.testing import CliRunner
 
 from contracts.tunix_log import evaluation_line
@@ -321,3 +323,110 @@ def test_eval_refuses_a_reward_copy_that_is_missing_or_changed(cloud, tmp_path):
     assert result.exit_code == 2, result.output
     assert f"--rewards copy {copy} is missing" in " ".join(result.output.split())
     assert f"{scratch}-train" not in cloud["kube"].created
+
+
+def test_eval_evaluates_a_record_naming_a_reward_function_twice_as_it_trained_with_one_warning(cloud, tmp_path):
+    """A run.json written before run refused a repeat (`--rewards mine.py:short,short`): the run trained
+    with the function weighed twice (tunix's reward manager adds every listed function's score), so eval
+    keeps the repeat as recorded, with one warning line, rather than never evaluate the run."""
+    paths, scratch, *_ = _scratch_setup(cloud, tmp_path)
+    kept = record(cloud["gcs"], paths)
+    kept["files"]["rewards"]["functions"] = "short,short"
+    _put(cloud["gcs"], paths.run_record, json.dumps(kept))
+    cloud["kube"].plan(f"{scratch}-train", ticks=5, logs=evaluation_line("pre", 30, 64, 33, 58, 1.1) + "\n",
+                       outcome="hang")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 0, result.output
+    warning = f"! eval: run {paths.run_name} weighs reward short twice; kept, as trained"
+    assert result.output.splitlines().count(warning) == 1, result.output
+    assert "reward_functions=short,short" in _submitted_script(cloud, scratch)
+
+
+def test_eval_refuses_a_model_key_the_run_did_not_set_naming_the_value_it_trained_with(cloud):
+    """A key MaxText's model configs set (configs/models/*.yml of the wheel, recipes/maxtext_keys/) or the
+    weights' dtype: the run left it at its model's or the release's value, and eval's --set would load the
+    checkpoint as another model, which fails only once a slice was granted. Refused before anything is
+    created, naming the run's value and where it came from."""
+    _, paths = trained_run(cloud)
+    cases = {("--set", "override_model_config=true", "--set", "base_emb_dim=1024"):
+             f"--set base_emb_dim=1024: run {paths.run_name} was trained with base_emb_dim=2048 "
+             "(configs/models/qwen3-30b-a3b.yml), which makes the model its checkpoint holds (ModelArchitecture)",
+             # maxtext 0.2.4 configs/post_train/rl.yml L88 weight_dtype: 'bfloat16' (base.yml's is float32)
+             ("--set", "weight_dtype=float32"):
+             f"--set weight_dtype=float32: run {paths.run_name} was trained with weight_dtype=bfloat16 "
+             "(MaxText 0.2.4's own value, rl.yml or types.py), which makes the model its checkpoint holds "
+             "(DataTypes)",
+             # 0.2.4 configs/types.py L455-458: quantization Field(QuantizationType.NONE), whose value is ""
+             ("--set", "quantization=int8"):
+             f"--set quantization=int8: run {paths.run_name} was trained with quantization= (MaxText 0.2.4's "
+             "own value, rl.yml or types.py), which makes the model its checkpoint holds (Quantization)",
+             # types.py L546 fused_mlp False: layers/linears.py L492 builds one wi instead of wi_0/wi_1
+             ("--set", "fused_mlp=true"):
+             f"--set fused_mlp=true: run {paths.run_name} was trained with fused_mlp=false",
+             # types.py attn_logits_soft_cap Field(None): no value in the release, read as null
+             ("--set", "attn_logits_soft_cap=30.0"):
+             f"--set attn_logits_soft_cap=30.0: run {paths.run_name} was trained with attn_logits_soft_cap=null"}
+    for argv, line in cases.items():
+        result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20", *argv])
+        assert result.exit_code == 2, result.output
+        assert line in " ".join(result.output.split()), result.output
+    assert not any("-e20-" in name for name in cloud["kube"].created)
+
+
+def test_eval_takes_a_model_key_at_the_runs_own_value_and_evaluation_keys(cloud):
+    from jobs.evaluate import eval_run_name
+
+    _, paths = trained_run(cloud)
+    scratch = eval_run_name(paths.run_name, 20)
+    cloud["kube"].plan(f"{scratch}-train", ticks=5, logs=evaluation_line("pre", 30, 64, 33, 58, 1.1) + "\n",
+                       outcome="hang")
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20", "--set", "base_emb_dim=2048",
+                                 "--set", "eval_sampling_strategy=standard"])
+    assert result.exit_code == 0, result.output
+    assert "eval_sampling_strategy=standard" in _submitted_script(cloud, scratch)
+
+
+def test_the_model_keys_come_from_the_wheels_model_configs_and_leave_evaluation_keys_alone():
+    from jobs.evaluate import EVALUATION_SETTINGS
+    from recipes.maxtext_values import model_keys
+
+    for version in ("0.2.3", "0.2.4"):
+        keys = model_keys(version)
+        assert {"base_emb_dim", "base_num_decoder_layers", "num_experts", "vocab_size", "weight_dtype"} <= set(keys)
+        assert not set(keys) & set(EVALUATION_SETTINGS), version
+        assert not {"max_target_length", "learning_rate", "eval_dataset_name", "checkpoint_period"} & set(keys)
+
+
+def test_the_model_keys_hold_the_shape_keys_no_model_yml_sets_and_not_the_harmless_ones():
+    """Keys that change the weights' shapes or layout (tests/contracts/maxtext_types.py SHAPE_KEYS, each
+    with its types.py line and the layer reading it) are refused; keys a model yml sets that only the
+    training loss, logging or a kernel read (HARMLESS_KEYS) are not."""
+    from recipes.maxtext_values import model_keys
+
+    for version in ("0.2.3", "0.2.4"):
+        keys = model_keys(version)
+        assert {"global_parameter_scale", "fused_mlp", "qk_norm_with_scale", "mtp_num_layers", "use_qk_norm_in_gdn",
+                "param_scan_axis", "inhomogeneous_layer_cycle_interval", "quantization"} <= set(keys), version
+        assert not {"load_balance_loss_weight", "routed_bias_update_rate", "log_moe_bias_norms",
+                    "use_batch_split_schedule", "attention", "attention_dropout_for_audio"} & set(keys), version
+
+
+def test_the_evaluation_keys_are_keys_both_releases_accept():
+    """eval_temperature/top_k/top_p are no keys of rl.yml: they sit in generation_configs.<strategy>
+    (0.2.3 L147-158, 0.2.4 L142-153), so the evaluation keys name generation_configs instead."""
+    from jobs.evaluate import EVALUATION_SETTINGS
+    from recipes.maxtext_values import maxtext_keys
+
+    for version in ("0.2.3", "0.2.4"):
+        assert set(EVALUATION_SETTINGS) <= maxtext_keys(version), version
+    assert "generation_configs" in EVALUATION_SETTINGS
+
+
+def test_eval_sets_refuses_an_unknown_or_dotted_key_in_one_line():
+    from jobs.evaluate import eval_sets
+    from recipes import UserError, all_recipes
+
+    recipe = all_recipes()[RECIPE]
+    for item in ("generation_configs.greedy.eval_temperature=0.5", "nosuchkey=1"):
+        with pytest.raises(UserError, match=re.escape(f"--set {item.partition('=')[0]}: not a key MaxText")):
+            eval_sets(recipe, "rl", (), (item,))

@@ -254,3 +254,38 @@ def test_a_resumed_pre_whose_restore_line_left_the_tail_is_not_before_training(c
     assert result.exit_code == 0, result.output
     assert "train: accuracy 51.6% (33/64) at resume, format 93.8%, reward 1.2" in result.output
     assert SUMMARY in result.output.splitlines()
+
+
+def test_a_resumed_pre_read_from_a_tail_says_at_resume_step_unknown_in_run_json(cloud, monkeypatch):
+    """run.json says in words what is known of each evaluation's step: the tail's Pre (its restore line
+    gone, a finished checkpoint in the bucket) is "at resume, step unknown", not "before training"."""
+    from scripts.pipeline.gke import submit
+
+    monkeypatch.setattr(submit, "_head_log", lambda session, job: None)
+    _resumed_train(cloud, f"{RESUMED_PRE}\n{train_step_line(50, 0.2)}\n{POST}\n")
+    assert runner.invoke(app, ["run", RECIPE, "--steps", "train"]).exit_code == 0
+    when = {(e["phase"], e["corr"]): (e["step"], e["when"]) for e in record_of(cloud["gcs"])["evaluations"]}
+    assert when[("pre", 33.0)] == (None, "at resume, step unknown")
+    assert when[("pre", 26.0)] == (0, "before training")  # attempt 1's, from Cloud Logging
+    assert when[("post", 38.0)] == (50, "after training")
+
+
+def test_a_tail_pre_is_not_before_training_when_the_bucket_cannot_say_whether_the_attempt_resumed():
+    """Only an attempt known to start at step 0 has its Pre "before training": when the bucket's
+    checkpoints cannot be listed, a tail's Pre is recorded at step None."""
+    from types import SimpleNamespace
+
+    from scripts.pipeline.accuracy import EvaluationWatch
+
+    def unreadable():
+        raise OSError("no route to storage.googleapis.com")
+
+    session = SimpleNamespace(recipe=SimpleNamespace(train_steps=50), console=SimpleNamespace(print=lambda *a: None),
+                              clients=SimpleNamespace(storage=unreadable), paths=None)
+    record = SimpleNamespace(data={}, write=lambda: None)
+    assert EvaluationWatch(session, record).see(f"{RESUMED_PRE}\n", tail=True) == 1
+    [entry] = record.data["evaluations"]
+    assert (entry["step"], entry["when"]) == (None, "at resume, step unknown")
+    whole = SimpleNamespace(data={}, write=lambda: None)  # a whole log: the line's own reading stands
+    assert EvaluationWatch(SimpleNamespace(**{**vars(session), "clients": None}), whole).see(f"{PRE}\n") == 1
+    assert whole.data["evaluations"][0]["when"] == "before training"

@@ -99,7 +99,7 @@ def test_runs_json(cloud, tmp_path):
         "last_step": 12, "train_steps": 50, "reward": 0.125, "started": "2026-11-30T13:00:00+00:00",
         "ended": "2026-11-30T13:30:00+00:00", "duration_seconds": 1800,
         "record": f"gs://rl-test-artifacts/qwen3-30b-a3b/trained/{second}/run.json",
-        "accuracy_before": None, "accuracy_after": None, "differs": ["learning_rate=1e-5"]}
+        "accuracy_before": None, "accuracy_after": None, "differs": ["learning_rate=1e-5"], "accuracy_resumed": None}
     assert (data["runs"][0]["accuracy_before"], data["runs"][0]["accuracy_after"]) == (40.625, 59.375)
 
 
@@ -108,3 +108,45 @@ def test_no_runs_says_how_to_start_one(cloud):
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         f"no run of {RECIPE} in gs://rl-test-artifacts/qwen3-30b-a3b/trained/ yet: start one with `tpu-rl run {RECIPE}`"]
+
+
+def test_runs_marks_an_accuracy_at_resume_of_unknown_step_instead_of_showing_it_as_before(cloud, tmp_path,
+                                                                                          monkeypatch):
+    """A run whose record has no evaluation known to be before training, only a resumed attempt's Pre of an
+    unknown step (scripts/pipeline/accuracy.py): `runs` shows it marked, with the words, never as before."""
+    from test_cli_evaluation import RESUMED_PRE
+
+    first, second, _ = three_runs(cloud, tmp_path)
+    _, paths = run_of("learning_rate=1e-5")
+    resumed = [{**e.as_record(), "step": None, "when": "at resume, step unknown"} if e.phase == "pre"
+               else e.as_record() for e in parse_evaluations(f"{RESUMED_PRE}\n{POST}", last_step=50)]
+    edit_record(cloud["gcs"], paths, evaluations=resumed)
+    data = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)
+    row = next(run for run in data["runs"] if run["run"] == second)
+    assert (row["accuracy_before"], row["accuracy_resumed"], row["accuracy_after"]) == (None, 51.5625, 59.375)
+    monkeypatch.setenv("COLUMNS", "200")
+    wide = runner.invoke(app, ["runs", RECIPE])
+    assert wide.exit_code == 0, wide.output
+    assert "51.6*→59.4" in wide.output and "40.6→59.4" in wide.output
+    assert "* at resume, step unknown: no evaluation before training was logged" in wide.output.splitlines()
+    monkeypatch.setenv("COLUMNS", "80")
+    narrow = runner.invoke(app, ["runs", RECIPE]).output.splitlines()
+    assert "  accuracy 51.6*→59.4 (held-out, before → after training)" in narrow
+    assert "  * at resume, step unknown: no evaluation before training was logged" in narrow
+    assert max(map(len, narrow)) <= 80
+
+
+def test_runs_marks_no_accuracy_of_a_pre_at_a_known_resume_step(cloud, tmp_path):
+    """A resumed attempt's Pre whose step is known (tunix logged the restored step) is not "step unknown":
+    the note would be false, so `runs` shows no accuracy before for it."""
+    from test_cli_evaluation import RESUMED_PRE
+
+    _, second, _ = three_runs(cloud, tmp_path)
+    _, paths = run_of("learning_rate=1e-5")
+    resumed = [{**e.as_record(), "step": 20, "when": "at resume from step 20"} if e.phase == "pre"
+               else e.as_record() for e in parse_evaluations(f"{RESUMED_PRE}\n{POST}", last_step=50)]
+    edit_record(cloud["gcs"], paths, evaluations=resumed)
+    result = runner.invoke(app, ["runs", RECIPE, "--json"])
+    row = next(run for run in json.loads(result.output)["runs"] if run["run"] == second)
+    assert (row["accuracy_before"], row["accuracy_resumed"], row["accuracy_after"]) == (None, None, 59.375)
+    assert "step unknown" not in runner.invoke(app, ["runs", RECIPE]).output

@@ -71,7 +71,7 @@ def schema_data(version: str) -> tuple[dict, str]:
         source["flat_to_nested"] = f"{source['config_class']}.map_flat_fields_to_nested_models, configs/types.py L{line}"
     data = {"source": source, "keys": types.key_specs(TRAIN_RL), "set_by_maxtext": types.set_by_maxtext(TRAIN_RL),
             "copied_from_top_level": types.copied_from_top_level(TRAIN_RL),
-            "read_only_nested": types.read_only_nested(TRAIN_RL),
+            "read_only_nested": types.read_only_nested(TRAIN_RL), "model_keys": types.model_keys(),
             "models": {model: types.model_values(model) for model in recipe_models(version)}}
     return data, wheel.name
 
@@ -82,7 +82,7 @@ def recipe_models(version: str) -> list[str]:
                    if recipe.maxtext_version == version})
 
 
-TABLES = ("source", "keys", "set_by_maxtext", "copied_from_top_level", "read_only_nested")
+TABLES = ("source", "keys", "set_by_maxtext", "copied_from_top_level", "read_only_nested", "model_keys")
 
 
 def file_text(version: str) -> str:
@@ -92,7 +92,9 @@ def file_text(version: str) -> str:
         f"# and choices its config class {data['source']['config_class']} validates the value against (a dotted",
         "# key names a field of a nested model); set_by_maxtext: keys the class's validator overwrites;",
         "# copied_from_top_level: dotted keys a top-level key of rl.yml overwrites; read_only_nested:",
-        "# top-level keys no module reads, which read the nested field instead; models: what each recipe's",
+        "# top-level keys no module reads, which read the nested field instead; model_keys: the keys that",
+        "# make the model (any configs/models/*.yml sets them, or the weights' dtype), each with its types.py",
+        "# class, which `tpu-rl eval` may not change from the run's value; models: what each recipe's",
         "# configs/models/<model>.yml sets, which --set may not change (pyconfig). Generated from",
         f"# {wheel} by tools/generate_maxtext_keys.py; do not edit.",
     ]

@@ -230,10 +230,12 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if not get_recipe(recipe_name).is_gke:  # refused before any cloud is asked
         raise UserError(f"recipe '{recipe_name}' runs on a TPU VM, whose startup script runs the recipe's "
                         "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
+    from jobs.evaluate import model_items
     from recipes.runs import for_run
 
     session = run_session("eval", recipe_name, None, run_name)  # the run's --set items first (its record), then these
-    for_run(session.recipe, sets or ())  # a bad item is refused before any cloud is asked
+    models = model_items(session.recipe, tuple(sets or ()))  # weighed against the run's values (eval_sets)
+    for_run(session.recipe, tuple(item for item in sets or () if item not in models))  # before any cloud is asked
     from scripts.pipeline.gke.evaluate import eval_gke
 
     eval_gke(session, step, tuple(sets or ()))
@@ -333,7 +335,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from rich.table import Table
 
     recipe, settings = cloud_recipe("runs", recipe_name)  # refused before the clouds' libraries load
-    from scripts.pipeline.runs import list_runs
+    from scripts.pipeline.runs import RESUMED_NOTE, list_runs
 
     session = make_session(recipe, settings)
     listing = list_runs(session)
@@ -359,6 +361,8 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             console.print(title, soft_wrap=False)
             for line in runs_stacked(listing.runs):
                 console.print(line, soft_wrap=False)
+        if natural <= console.width and any(run.accuracy_resumed is not None for run in listing.runs):
+            console.print(RESUMED_NOTE)
     if listing.other_recipes:
         console.print(f"({listing.other_recipes} run(s) of other recipes with the same model are not shown)")
 

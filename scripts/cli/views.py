@@ -68,12 +68,15 @@ def runs_stacked(runs) -> list[str]:
     """One block of short lines per run: for a terminal too narrow for the table."""
     from rich.markup import escape
 
+    from scripts.pipeline.runs import RESUMED_NOTE
+
     lines = []
     for run in runs:
         steps = ", ".join(f"{step} {run.steps.get(step, '-')}" for step in STEPS)
         lines += [f"[bold]{escape(run.run)}[/]  {escape(run.status)}, step {run.step_text}, reward {run.reward_text}",
                   *([f"  accuracy {escape(run.accuracy_text)} (held-out, before → after training)"]
                     if run.accuracy_text != "-" else []),
+                  *([f"  {escape(RESUMED_NOTE)}"] if run.accuracy_resumed is not None else []),
                   f"  steps    {escape(steps)}",
                   f"  started  {escape(run.started_text)}, took {run.duration_text}"]
         if run.differs:

@@ -31,7 +31,8 @@ class EvaluationWatch:
     def see(self, text: str, source: str = "log", tail: bool = False) -> int:
         """Record the evaluations in `text`; how many were new. `tail`: the text is the log's last lines
         only, which may have lost tunix's restore line: a new Pre it puts at step 0 is a resumed attempt's
-        when the bucket already holds a finished checkpoint (a Pre is logged before its attempt trains)."""
+        when the bucket already holds a finished checkpoint (a Pre is logged before its attempt trains), or
+        when the bucket cannot be read: it is then recorded at step None, "at resume, step unknown"."""
         if "corr=" not in text:  # cheap: most polls hold none
             return 0
         found = parse_evaluations(text, last_step=self.session.recipe.train_steps)
@@ -40,10 +41,11 @@ class EvaluationWatch:
         new = after[len(before):]
         if not new:
             return 0
-        if tail and any(entry["phase"] == "pre" and entry["step"] == 0 for entry in new) and self._resumed():
-            for entry in new:
+        at_zero = any(entry["phase"] == "pre" and entry["step"] == 0 for entry in new)
+        if tail and at_zero and self._resumed() is not False:
+            for entry in new:  # not known to start at step 0: at resume, step unknown
                 if entry["phase"] == "pre" and entry["step"] == 0:
-                    entry["step"] = None
+                    entry.update(step=None, when=Evaluation.from_record({**entry, "step": None}).when)
         for entry in new:
             entry["source"] = source
             self.session.console.print(f"train: {describe_entry(entry)}")
@@ -51,13 +53,14 @@ class EvaluationWatch:
         self.record.write()
         return len(new)
 
-    def _resumed(self) -> bool:
+    def _resumed(self) -> bool | None:
+        """Whether the bucket holds a finished checkpoint the attempt may have restored; None: unknown."""
         from scripts.cloud import gcs
 
         try:
             return bool(gcs.finished_checkpoint_steps(self.session.clients.storage(), self.session.paths))
-        except Exception:  # noqa: BLE001 -- unknown: the line's own reading stands
-            return False
+        except Exception:  # noqa: BLE001 -- unknown: the attempt is not known to start at step 0
+            return None
 
     def has_after(self) -> bool:
         return any(entry.get("phase") == "post" for entry in self.entries)

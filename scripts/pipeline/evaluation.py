@@ -18,9 +18,15 @@ The lines, identical in MaxText 0.2.3 and 0.2.4 (read in the wheels, maxtext/tra
   0.2.4 lines 767-774, the comment on update_params): only a Pre of an attempt that restored nothing is
   "before training". The attempt that resumed says so first: tunix's checkpoint manager logs
   `logging.info('Restored params from step: %d in %.3f seconds', step, ...)` (absl) when it restores the
-  actor (google-tunix 0.1.7, the release both wheels install: tunix/sft/checkpoint_manager.py
-  maybe_restore L234-238, called from PeftTrainer.__init__, tunix/sft/peft_trainer.py L253-259; nothing
-  is logged when there is no checkpoint). A Pre after that line is at the restored step.
+  actor: google/tunix tunix/sft/checkpoint_manager.py maybe_restore, at the commits the wheels pin
+  (dependencies/extra_deps/post_train_github_deps.txt; the generated requirements say only >=0.1.3 /
+  >=0.1.7) 683256db (0.2.3, L234-238) and c4ec573d (0.2.4, L292-296), called from PeftTrainer.__init__
+  (tunix/sft/peft_trainer.py L254 and L386); it returns (0, {}) and logs nothing when there is no checkpoint (L240-245 at c4ec573d).
+  A Pre after that line is at the restored step.
+- So a Pre is "before training" (step 0) only when its attempt is known to have restored nothing: the
+  first Pre of a text that holds the attempt's start (no train step before it) and, for a log tail that may
+  have lost the restore line, a bucket with no finished checkpoint. Otherwise it is recorded at step None,
+  "at resume, step unknown" (Evaluation.when, kept in run.json beside the step), never as step 0.
 """
 
 from __future__ import annotations
@@ -64,8 +70,18 @@ class Evaluation:
     mean_reward: float | None  # None when logged as nan
     line: str  # the logged text from absl's prefix on: what tells two evaluations apart
 
+    @property
+    def when(self) -> str:
+        """What is known of the step it evaluated, in words (run.json's "when", `run`, `tpu-rl runs`)."""
+        if self.phase == "pre":
+            return ("before training" if self.step == 0 else "at resume, step unknown" if self.step is None
+                    else f"at resume from step {self.step}")
+        if self.phase == "post":
+            return "after training"
+        return f"at checkpoint {self.step}" if self.phase == "checkpoint" else f"at step {self.step}"
+
     def as_record(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "when": self.when}
 
     @classmethod
     def from_record(cls, data: dict) -> Evaluation:
@@ -144,6 +160,16 @@ def accuracy_change(entries: Iterable[dict]) -> AccuracyChange:
     return AccuracyChange(pres[0] if pres else None, posts[-1] if posts else None)
 
 
+def resumed_first(entries: Iterable[dict]) -> Evaluation | None:
+    """The first Pre when none is known to be before training: a resumed attempt's of an unknown step
+    (`tpu-rl runs` marks it with RESUMED_NOTE's "step unknown" rather than show it as the accuracy before
+    training; a Pre at a known resume step is not it)."""
+    evaluations = [Evaluation.from_record(entry) for entry in entries]
+    if any(e.phase == "pre" and e.step == 0 for e in evaluations):
+        return None
+    return next((e for e in evaluations if e.phase == "pre" and e.step is None), None)
+
+
 def eval_set_name(overrides: Iterable[str]) -> str:
     """`gsm8k test`: the held-out set as the run's overrides name it (rl.yml's defaults otherwise)."""
     values = {key: value for key, _, value in (item.partition("=") for item in overrides)}
@@ -167,10 +193,8 @@ def summary_line(entries: Iterable[dict], overrides: Iterable[str]) -> str | Non
 
 def describe(evaluation: Evaluation) -> str:
     """One line as `run` prints an evaluation when it arrives (within 80 columns with its `train: `)."""
-    when = {"pre": "before training", "post": "after training",
-            "checkpoint": f"at checkpoint {evaluation.step}"}.get(evaluation.phase, f"at step {evaluation.step}")
-    if evaluation.phase == "pre" and evaluation.step != 0:
-        when = "at resume" if evaluation.step is None else f"at resume from step {evaluation.step}"
+    # `at resume` for "at resume, step unknown": the line must fit 80 columns; run.json has the words
+    when = "at resume" if evaluation.phase == "pre" and evaluation.step is None else evaluation.when
     reward = "" if evaluation.mean_reward is None else f", reward {evaluation.mean_reward:.3g}"
     return (f"accuracy {evaluation.accuracy:.1f}% ({evaluation.corr:g}/{evaluation.total}) {when}, "
             f"format {evaluation.format_accuracy:.1f}%{reward}")

@@ -14,9 +14,12 @@ from datetime import datetime
 
 from jobs.paths import RUN_RECORD
 from recipes import STEPS, Recipe
-from scripts.pipeline.evaluation import accuracy_change
+from scripts.pipeline.evaluation import accuracy_change, resumed_first
 from scripts.pipeline.record import run_records
 from scripts.pipeline.session import Session, hms
+
+RESUMED_MARK = "*"  # `tpu-rl runs`: an accuracy at a resume, step unknown (RESUMED_NOTE)
+RESUMED_NOTE = "* at resume, step unknown: no evaluation before training was logged"
 
 NO_RECORD = "no run.json"
 
@@ -36,13 +39,17 @@ class RunSummary:
     accuracy_before: float | None = None  # held-out accuracy (%) before training, from the record
     accuracy_after: float | None = None  # and after it (the last evaluation when none after)
     differs: tuple[str, ...] = ()  # what differs from the recipe: --set items, reward file, capacity
+    # Without an evaluation known to be before training: the first one at a resume, of an unknown step
+    # (scripts/pipeline/evaluation.py resumed_first), shown marked RESUMED_MARK rather than as "before".
+    accuracy_resumed: float | None = None
 
     @property
     def accuracy_text(self) -> str:
-        if self.accuracy_before is None and self.accuracy_after is None:
+        if self.accuracy_before is None and self.accuracy_after is None and self.accuracy_resumed is None:
             return "-"
-        return "→".join("-" if value is None else f"{value:.1f}" for value in (self.accuracy_before,
-                                                                                self.accuracy_after))
+        before = (f"{self.accuracy_before:.1f}" if self.accuracy_before is not None else
+                  f"{self.accuracy_resumed:.1f}{RESUMED_MARK}" if self.accuracy_resumed is not None else "-")
+        return f"{before}→{'-' if self.accuracy_after is None else f'{self.accuracy_after:.1f}'}"
 
     @property
     def differs_text(self) -> str:
@@ -123,6 +130,7 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
     status = record.get("status", NO_RECORD)
     end = session.now() if status == "running" else ended
     change = accuracy_change(record.get("evaluations") or [])
+    resumed = resumed_first(record.get("evaluations") or [])
     duration = int((end - started).total_seconds()) if started and end else None
     return RunSummary(
         run=name, status=status,
@@ -134,6 +142,7 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
         record=f"{trained}{name}/{RUN_RECORD}",
         accuracy_before=change.before.accuracy if change.before else None,
         accuracy_after=change.after.accuracy if change.after else None,
+        accuracy_resumed=resumed.accuracy if resumed else None,
         differs=record_differences(session.recipe, record))
 
 

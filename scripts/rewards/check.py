@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipes import UserError
+from recipes.user_files import check_reward_names
 from scripts.rewards import prompts as sample
 from scripts.rewards.prompts import ChatTemplate
 from scripts.rewards.subprocess_run import _PRELUDE, UNCHECKED_HINT, UncheckedImport, run_check as _run
@@ -153,6 +154,7 @@ def parse_rewards(value: str, option: str = "--rewards") -> RewardsOption:
     bad = [name for name in functions if not name.isidentifier()]
     if bad:
         raise UserError(f"{option}: '{bad[0]}' is not a Python function name")
+    check_reward_names(functions, f"--rewards {value}")
     path = Path(path_text)
     if not path.is_file():
         raise UserError(f"{option}: no file {path_text}: pass the path of the Python file that defines "

@@ -41,6 +41,38 @@ _BUILTINS = {"int", "float", "bool", "str", "list", "dict", "Any"}
 _BOUNDS = ("ge", "gt", "le", "lt")
 _FLAT_TO_NESTED = "map_flat_fields_to_nested_models"  # 0.2.4 RLConfig, configs/types.py
 SOURCES = ("configs/types.py", "common/common_types.py", "configs/pyconfig.py")
+# The configs/models/*.yml of 0.2.3 and 0.2.4 also set run choices beside the network: the optimizer
+# (AdamW, Optimizer), checkpointing, data (DatasetGeneral, TfdsDataset), mesh and sharding (HardwareAndMesh,
+# LayoutAndSharding), the sequence length (InferenceGeneral.max_target_length), the run (RunInfo), the loop
+# (TrainingLoop: enable_dropout, target_eval_loss) and MoE kernels (MoEKernels: megablox, sparse_matmul).
+# Their keys change how a checkpoint is trained or sampled, not what it holds.
+MODEL_YML_RUN_CLASSES = ("AdamW", "Optimizer", "Checkpointing", "DatasetGeneral", "TfdsDataset", "HardwareAndMesh",
+                         "LayoutAndSharding", "InferenceGeneral", "RunInfo", "TrainingLoop", "MoEKernels")
+# types.py DataTypes.weight_dtype ("The data type for model weights") and Quantization.quantization: the
+# weights' dtype and quantized form, which no model yml sets.
+WEIGHT_KEYS = ("weight_dtype", "quantization")
+# Keys no model yml of the release sets (or whose class is a run class above) that change the weights'
+# shapes or layout, so a checkpoint does not load under another value. maxtext 0.2.4 configs/types.py line
+# of the field, and the code that reads it (0.2.3 declares the same fields).
+SHAPE_KEYS = {
+    "global_parameter_scale": "types.py L515; the validator scales emb_dim, mlp_dim, heads, layers by it (L4676)",
+    "fused_mlp": "types.py L546; layers/linears.py L492 builds one wi instead of wi_0/wi_1",
+    "qk_norm_with_scale": "types.py L547; layers/attentions.py L496 gives the q/k norms a scale param",
+    "mtp_num_layers": "types.py L560; models/models.py L95 adds the multi-token prediction layers",
+    "use_qk_norm_in_gdn": "types.py L1088; models/qwen3.py L67 norms q/k in the gated delta net",
+    "inhomogeneous_layer_cycle_interval": "types.py L1118; layers/decoders.py L1087 scan length of layers",
+    "param_scan_axis": "types.py L1126; layers/decoders.py L658 the axis the scanned params stack on",
+}
+# Keys a model yml sets that shape no weight: the training loss, logging, a kernel or an encoder the
+# recipes do not train (0.2.4 types.py L882, L1053, L1054, L1066, L599, L2399), so eval may change them.
+HARMLESS_KEYS = {
+    "load_balance_loss_weight": "a term of the training loss",
+    "routed_bias_update_rate": "the router bias update of a training step",
+    "log_moe_bias_norms": "logging",
+    "use_batch_split_schedule": "a DeepSeek kernel schedule",
+    "attention": "the attention kernel",
+    "attention_dropout_for_audio": "dropout of the audio encoder",
+}
 
 
 @dataclass
@@ -271,11 +303,36 @@ class MaxTextTypes:
         values = OmegaConf.to_container(OmegaConf.create(self.schema.read(f"configs/models/{base}.yml")))
         return {key: value for key, value in values.items() if value is not None}
 
+    def model_keys(self) -> dict[str, str]:
+        """The keys that make the model (tpu-rl eval refuses a new value for them), each with the types.py
+        class that declares it: every key a configs/models/*.yml of the release sets, unless its class
+        configures the run rather than the network (MODEL_YML_RUN_CLASSES), and the dtype/quantization
+        of the weights (WEIGHT_KEYS), which decide how the checkpoint is read, and the SHAPE_KEYS; never
+        the HARMLESS_KEYS."""
+        import posixpath
+
+        import yaml  # noqa: PLC0415
+
+        owner = {}
+        for name, node in self._classes.items():
+            for statement in node.body:
+                if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                    owner.setdefault(statement.target.id, name)
+        with zipfile.ZipFile(self.schema.wheel) as archive:
+            ymls = sorted(name for name in archive.namelist()
+                          if posixpath.dirname(name) == "maxtext/configs/models" and name.endswith(".yml"))
+        keys = {key for name in ymls for key in (yaml.safe_load(self.schema.read(name.removeprefix("maxtext/")))
+                                                  or {})}
+        keys = {key for key in keys if owner.get(key) not in MODEL_YML_RUN_CLASSES and key not in HARMLESS_KEYS}
+        keys |= set(WEIGHT_KEYS) | {key for key in SHAPE_KEYS if key in owner}
+        return {key: owner.get(key, "?") for key in sorted(keys)}
+
     def config_values(self, module: str) -> dict:
         """The value each override key of `module` has before the model's yml and the command line: what
         its config yml says (with the base_config files it names, merged as pyconfig._load_config does),
-        else the literal default of its field in configs/types.py. A value omegaconf would interpolate
-        (`${...}`), a default that is not a literal (an enum member, a factory) and a null are left out."""
+        else the literal default of its field in configs/types.py (an enum member as its value). A value
+        omegaconf would interpolate (`${...}`), a default that is not a literal (a factory) and a null are
+        left out: tpu-rl eval reads a key left out as null."""
         import posixpath
 
         from omegaconf import OmegaConf  # noqa: PLC0415
@@ -307,8 +364,18 @@ class MaxTextTypes:
                 result[key] = value
         return result
 
-    @staticmethod
-    def _literal_default(node: ast.AnnAssign) -> tuple[bool, object]:
+    def _enum_member(self, value: ast.expr) -> tuple[bool, object]:
+        """The value of `SomeEnum.MEMBER` (types.py's Field(QuantizationType.NONE) is ""), else not found."""
+        if not (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)
+                and self._enum_values(value.value.id) is not None):
+            return False, None
+        for statement in self._classes[value.value.id].body:
+            if (isinstance(statement, ast.Assign) and isinstance(statement.targets[0], ast.Name)
+                    and statement.targets[0].id == value.attr):
+                return True, ast.literal_eval(statement.value)
+        return False, None
+
+    def _literal_default(self, node: ast.AnnAssign) -> tuple[bool, object]:
         value = node.value
         if isinstance(value, ast.Call) and ast.unparse(value.func) == "Field":
             given = value.args[0] if value.args else next((k.value for k in value.keywords if k.arg == "default"), None)
@@ -317,6 +384,9 @@ class MaxTextTypes:
             value = given
         if value is None:
             return False, None
+        found, member = self._enum_member(value)
+        if found:
+            return True, member
         try:
             return True, ast.literal_eval(value)
         except (ValueError, SyntaxError, TypeError):

@@ -254,7 +254,8 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
 
     state keys: bucket (absent | a region), kube (absent | no-jobset-crd | other-context), stale ([step,
     phase] of a JobSet left from an earlier run, of `recipe` as `stale_set` (--set items) and `stale_run`
-    (--run) make it), and those of `start_google`.
+    (--run) make it), record (the name of a run whose run.json holds only its --set items, record_set),
+    and those of `start_google`.
     """
     server, url = gcs_emulator
     server.wipe()
@@ -264,6 +265,10 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
     if bucket != "absent":
         make_bucket(gcs_client, env["GCS_BUCKET"], env["REGION"] if bucket == "present" else bucket)
 
+    if "record" in state:
+        from peers.run_records import put_run_record
+
+        put_run_record(gcs_client, env, state)
     google = start_google(env, token, state)
     for name in ENDPOINT_VARIABLES:
         env[name] = google.url

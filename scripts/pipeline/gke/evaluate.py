@@ -59,7 +59,7 @@ def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> S
     --rewards/--data-processor files from the copies beside run.json, each checked against the sha256 the
     record keeps: the evaluation runs the run's recipe. `session.recipe` has no --set items yet."""
     from recipes.runs import with_sets
-    from recipes.user_files import UserFile, with_user_files
+    from recipes.user_files import UserFile, repeated_name, with_user_files
 
     run = session.paths.run_name
     recipe = with_sets(session.recipe, eval_sets(session.recipe, run, tuple(
@@ -75,7 +75,10 @@ def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> S
                                 "to evaluate the run")
             kept.append(UserFile(kind, entry["name"], content,
                                  tuple(name for name in (entry.get("functions") or "").split(",") if name)))
-        recipe = with_user_files(recipe, tuple(kept))
+        for file in kept:  # run refuses a repeat now; a run recorded before trained with it
+            if (twice := repeated_name(file.functions)) is not None:
+                session.console.print(f"[yellow]![/] eval: run {run} weighs reward {twice} twice; kept, as trained")
+        recipe = with_user_files(recipe, tuple(kept), recorded=True)
     return dataclasses.replace(session, recipe=recipe) if recipe is not session.recipe else session
 
 
