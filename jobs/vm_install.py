@@ -30,10 +30,21 @@ SYSTEM_PACKAGES = ("build-essential", "cmake", "ninja-build")  # as seed 002
 INSTALL, TOKEN = "install", "token"
 RETRY_SECONDS = 10
 RETRY_ENV = "TPU_RL_GCS_RETRY_SECONDS"
-# apt waits this long for the dpkg lock instead of failing at once (apt-get(8) / apt.conf(5):
-# DPkg::Lock::Timeout, seconds), and `apt-get update` is tried this many times.
+# apt-get install waits this long for the dpkg lock instead of failing at once (Debian/apt 2.4.13 c37792be
+# apt-pkg/deb/debsystem.cc debSystem::Lock: DPkg::Lock::Timeout, seconds; Ubuntu 22.04, the VM's image, ships
+# apt 2.4). Neither `apt-get update` nor dpkg waits for a lock: update takes only the lists lock, with no timeout
+# (apt-pkg/update.cc AcquireUpdate -> apt-pkg/acquire.cc pkgAcquire::GetLock -> apt-pkg/contrib/fileutl.cc
+# GetLock: F_SETLK, "Could not get lock ..."; no option makes it wait), and dpkg takes its frontend and database
+# locks with FILE_LOCK_NOWAIT (guillemj/dpkg 1.21.1 9b52f8fa lib/dpkg/dbmodify.c modstatdb_lock; lib/dpkg/file.c
+# file_lock: "... was locked by another process with pid N", exit 2 by lib/dpkg/ehandle.c catch_fatal_error).
+# Those two run again every LOCK_RETRY_SECONDS while they fail on the lock, for as long (lock_retry).
 APT_LOCK_SECONDS = 600
 APT_LOCK = f"-o DPkg::Lock::Timeout={APT_LOCK_SECONDS}"
+LOCK_RETRY_SECONDS = 10
+# Knobs for tests (the guest agent sets neither): the lock wait and the pause between its tries, in seconds.
+LOCK_WAIT_ENV, LOCK_RETRY_ENV = "TPU_RL_LOCK_WAIT_SECONDS", "TPU_RL_LOCK_RETRY_SECONDS"
+# What each prints when another process holds the lock (the sources above).
+APT_LOCKED, DPKG_LOCKED = "Could not get lock", "was locked by another process"
 APT_TRIES = 3
 
 
@@ -48,10 +59,12 @@ class Bound:
 # estimate of a healthy run (the download sizes below are estimates too, except MaxText's), so a slow mirror
 # is not cut off, while a hung one ends within the hour instead of never.
 INSTALL_BOUNDS = {
-    "apt-get-update": Bound(APT_LOCK_SECONDS + 300, "the dpkg lock wait (10 min), then the package lists"),
+    "apt-get-update": Bound(APT_LOCK_SECONDS + 300, f"the lists lock wait ({APT_LOCK_SECONDS // 60} min, retried), then the package lists"),
     # A KILLed apt-get leaves dpkg interrupted, and every later `apt-get install` refuses to run until
-    # `dpkg --configure -a` ran; a reboot does not clear it. It configures what was unpacked: no download.
-    "dpkg-configure": Bound(300, "finishing the packages an interrupted dpkg left unconfigured"),
+    # `dpkg --configure -a` ran; a reboot does not clear it. It configures what was unpacked: no download. It
+    # runs only when `dpkg --audit` reports a package in a bad state.
+    "dpkg-configure": Bound(APT_LOCK_SECONDS + 300, f"only if `dpkg --audit` reports: the dpkg lock wait ({APT_LOCK_SECONDS // 60} min, "
+                                                    "retried), then the packages an interrupted dpkg left"),
     "apt-get-install": Bound(APT_LOCK_SECONDS + 600, "the dpkg lock wait, then build-essential, cmake, ninja-build"),
     "uv-installer": Bound(300, "astral.sh's installer and the uv binary"),
     "uv-python-install": Bound(600, "one python-build-standalone archive"),
@@ -116,7 +129,31 @@ bounded() {{
     log "$PHASE: $name did not finish within its bound of $seconds s (timeout, exit $code): reboot the VM to retry"
   fi
   return "$code"
-}}"""
+}}
+# lock_retry TEXT COMMAND...: COMMAND, run again every {LOCK_RETRY_SECONDS} s while it fails with TEXT in its output
+# (another process holds a lock it does not wait for), until {APT_LOCK_SECONDS} s have passed since the first try.
+# `bounded` runs it through bash -c, so one bound covers every try.
+lock_retry() {{
+  local text="$1" start out code
+  shift
+  start="$(uptime_s)"
+  out="$(mktemp)"
+  while :; do
+    "$@" 2>&1 | tee "$out"
+    code="${{PIPESTATUS[0]}}"
+    if [[ $code -eq 0 ]] || ! grep -qF -- "$text" "$out" || (($(uptime_s) - start >= ${{{LOCK_WAIT_ENV}:-{APT_LOCK_SECONDS}}})); then
+      rm -f "$out"
+      return "$code"
+    fi
+    echo "$1: another process holds the lock (exit $code); trying again in ${{{LOCK_RETRY_ENV}:-{LOCK_RETRY_SECONDS}}} s, for at most ${{{LOCK_WAIT_ENV}:-{APT_LOCK_SECONDS}}} s in all"
+    sleep "${{{LOCK_RETRY_ENV}:-{LOCK_RETRY_SECONDS}}}"
+  done
+}}
+export -f uptime_s lock_retry"""
+
+
+# bash -c's command for `bounded NAME SECONDS {LOCK_RETRY} TEXT COMMAND...` (lock_retry).
+LOCK_RETRY = "bash -c 'lock_retry \"$@\"' lock_retry"
 
 
 def install_phase(recipe: Recipe) -> str:
@@ -129,12 +166,12 @@ def install_phase(recipe: Recipe) -> str:
     return f"""# --- install (once per boot disk): uv, Python {release.python}, {release.pip} (seed 002)
 begin_phase {INSTALL}
 {bounded_helpers()}
-# The image's own apt jobs (unattended-upgrades) may hold the lock at first boot: wait for it, and retry
-# a failed update (its mirrors) a few times; each try has its bound.
+# The image's own apt jobs (apt-daily, unattended-upgrades) may hold the locks at first boot: wait for them
+# (lock_retry), and retry a failed update (its mirrors) a few times; each try has its bound.
 apt_update() {{
   local try code=0
   for try in $(seq {APT_TRIES}); do
-    if bounded apt-get-update "{b('apt-get-update')}" apt-get {APT_LOCK} update -q; then return 0; else code=$?; fi
+    if bounded apt-get-update "{b('apt-get-update')}" {LOCK_RETRY} {shlex.quote(APT_LOCKED)} apt-get update -q; then return 0; else code=$?; fi
     [[ $try -lt {APT_TRIES} ]] || break
     log "{INSTALL}: apt-get update failed (exit $code, try $try of {APT_TRIES}), retrying"
     sleep "$((${{{RETRY_ENV}:-{RETRY_SECONDS}}} * try))"
@@ -145,8 +182,12 @@ if [[ ! -f {marker} ]]; then
   log "installing {release.pip}"
   export DEBIAN_FRONTEND=noninteractive
   apt_update
-  # An apt-get killed mid-dpkg (a bound, a reboot) left dpkg interrupted: finish that first.
-  bounded dpkg-configure "{b('dpkg-configure')}" dpkg --configure -a
+  # An apt-get killed mid-dpkg (a bound, a reboot) left dpkg interrupted: finish that first. `dpkg --audit`
+  # reads the database without its lock and prints only packages in a bad state (guillemj/dpkg 1.21.1
+  # src/enquiry.c audit: msdbrw_readonly, exit 0); the configure keeps changed config files as they are.
+  if [[ -n "$(dpkg --audit || echo "dpkg --audit failed")" ]]; then
+    bounded dpkg-configure "{b('dpkg-configure')}" {LOCK_RETRY} {shlex.quote(DPKG_LOCKED)} dpkg --force-confdef --force-confold --configure -a
+  fi
   bounded apt-get-install "{b('apt-get-install')}" apt-get {APT_LOCK} install -y -q {' '.join(SYSTEM_PACKAGES)}
   bounded uv-installer "{b('uv-installer')}" bash -c 'set -o pipefail; curl -LsSf https://astral.sh/uv/{UV_VERSION}/install.sh | sh'
   mkdir -p {INSTALL_DIR}

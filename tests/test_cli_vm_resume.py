@@ -145,11 +145,11 @@ def test_an_install_that_outlasts_the_bounds_of_its_commands_ends_run(settings_e
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
     text = " ".join(result.output.split())
     assert "startup script: install: apt-get-update, at most 0:15:00" in text
-    assert "a phase between the steps past its bound (the install's 3:45:30)" in text  # the wait's bound, said when it begins
+    assert "a phase between the steps past its bound (the install's 3:55:30)" in text  # the wait's bound, said when it begins
     message = error_line(result)
     assert re.fullmatch(r"error: the startup script's install on TPU VM rl-test-vm has run for (3:[45]\d|4:0\d):00 by this "
-                        r"machine's clock \(it last began apt-get-update\), past its bound of 3:45:30 \(its "
-                        r"commands' 3:15:30 and 0:30:00 for its record uploads\) without a failure record: look "
+                        r"machine's clock \(it last began apt-get-update\), past its bound of 3:55:30 \(its "
+                        r"commands' 3:25:30 and 0:30:00 for its record uploads\) without a failure record: look "
                         r"with `gcloud compute ssh .* -- sudo tail -n 50 /var/log/tpu-rl.log`, then reboot the VM "
                         r"to retry \(`.* -- sudo reboot`\)", message), message
 

@@ -197,8 +197,8 @@ def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it
     assert code == 0, log
     install = [call for call in calls if not call.startswith("maxtext.")]
     assert install == [
-        "apt-get -o DPkg::Lock::Timeout=600 update -q",
-        "dpkg --configure -a",
+        "apt-get update -q",
+        "dpkg --audit",  # nothing to report: no configure
         "apt-get -o DPkg::Lock::Timeout=600 install -y -q build-essential cmake ninja-build",
         f"curl -LsSf https://astral.sh/uv/{jobs.vm.UV_VERSION}/install.sh",
         "uv python install 3.12",
@@ -223,15 +223,78 @@ def test_a_venv_left_by_a_stopped_install_is_made_anew_not_kept(run_script):
     assert f"uv venv --clear --python 3.12 --seed {run.install_marker.parent}/venv" in calls
 
 
+# What `dpkg --audit` prints for a package an interrupted dpkg left unpacked (guillemj/dpkg 1.21.1 src/enquiry.c
+# audit_problems and describebriefly; the package is an example).
+AUDIT_UNPACKED = """The following packages have been unpacked but not yet configured.
+They must be configured using dpkg --configure or the configure
+menu option in dselect for them to work:
+ cmake                cross-platform make
+
+"""
+DPKG_CONFIGURE = "dpkg --force-confdef --force-confold --configure -a"
+
+
 def test_an_interrupted_dpkg_is_configured_before_apt_get_install(run_script):
     # A KILLed apt-get leaves dpkg interrupted; `apt-get install` then refuses until `dpkg --configure -a`.
     run, _ = run_script
     run.install_marker.unlink()
-    code, calls, log = run()
+    code, calls, log = run(DPKG_AUDIT=AUDIT_UNPACKED)
     assert code == 0, log
     install = next(i for i, call in enumerate(calls) if call.startswith("apt-get -o DPkg::Lock::Timeout=600 install"))
-    assert calls.index("dpkg --configure -a") == install - 1
-    assert "install: dpkg-configure (at most 300 s)" in run.output
+    assert calls[install - 2:install] == ["dpkg --audit", DPKG_CONFIGURE]
+    assert "install: dpkg-configure (at most 900 s)" in run.output
+
+
+def test_a_dpkg_with_nothing_to_configure_is_not_configured(run_script):
+    # `dpkg --configure -a` takes the dpkg lock without waiting: run it only when `dpkg --audit` reports.
+    run, _ = run_script
+    run.install_marker.unlink()
+    code, calls, log = run(DPKG_AUDIT="")
+    assert code == 0, log
+    assert "dpkg --audit" in calls and not any("--configure" in call for call in calls)
+    assert "dpkg-configure" not in run.output
+
+
+def test_a_dpkg_configure_that_finds_the_lock_held_is_retried_and_the_install_goes_on(run_script):
+    # unattended-upgrades at first boot holds the dpkg lock: dpkg fails at once (exit 2); it is tried again.
+    run, _ = run_script
+    run.install_marker.unlink()
+    code, calls, log = run(DPKG_AUDIT=AUDIT_UNPACKED, LOCKED_CALL=DPKG_CONFIGURE, LOCKED_TIMES="1",
+                           **{jobs.vm_install.LOCK_RETRY_ENV: "0"})
+    assert code == 0, log
+    assert calls.count(DPKG_CONFIGURE) == 2
+    assert "dpkg: error: dpkg frontend lock was locked by another process with pid 4242" in run.output
+    assert "dpkg: another process holds the lock (exit 2); trying again in 0 s" in run.output
+    assert run.output.count("install: dpkg-configure (at most 900 s)") == 1  # one bound for every try
+    assert any(call.startswith("apt-get -o DPkg::Lock::Timeout=600 install") for call in calls)
+    assert run.install_marker.is_file()
+
+
+def test_an_apt_get_update_that_finds_the_lists_lock_held_waits_for_it_within_one_try(run_script):
+    # apt-daily's update holds the lists lock: apt-get update fails at once; it is tried again, in the same try.
+    run, _ = run_script
+    run.install_marker.unlink()
+    code, calls, log = run(LOCKED_CALL="apt-get update", LOCKED_TIMES="2", **{jobs.vm_install.LOCK_RETRY_ENV: "0"})
+    assert code == 0, log
+    assert calls.count("apt-get update -q") == 3
+    assert run.output.count("apt-get: another process holds the lock (exit 100)") == 2
+    assert run.output.count("install: apt-get-update (at most 900 s)") == 1  # not the mirror retries' tries
+    assert "apt-get update failed" not in run.output
+    assert run.install_marker.is_file()
+
+
+def test_a_lock_held_past_the_lock_wait_fails_the_phase_with_the_tools_own_line(guest):
+    guest.install_marker.unlink()
+    began = time.monotonic()
+    code, calls, _ = guest.boot(DPKG_AUDIT=AUDIT_UNPACKED, LOCKED_CALL=DPKG_CONFIGURE, LOCKED_TIMES="1000",
+                                **{jobs.vm_install.LOCK_RETRY_ENV: "1", jobs.vm_install.LOCK_WAIT_ENV: "2"})
+    assert time.monotonic() - began < 15
+    assert code == 2  # dpkg's own exit
+    assert 2 <= calls.count(DPKG_CONFIGURE) <= 4  # about one try a second for 2 s
+    record = failure(guest)
+    assert (record.phase, record.code) == ("install", "2")
+    assert not any(call.startswith("apt-get -o DPkg::Lock::Timeout=600 install") for call in calls)
+    assert not guest.install_marker.exists()
 
 
 def test_an_attempt_record_that_cannot_be_uploaded_does_not_fail_the_install(guest):
@@ -291,11 +354,11 @@ def test_an_install_failure_leaves_a_record_before_any_step(guest):
     guest.install_marker.unlink()
     code, calls, log = guest.boot(FAIL_TOOL="apt-get", **{jobs.vm.RETRY_ENV: "0"})
     assert code == 100
-    assert calls == ["apt-get -o DPkg::Lock::Timeout=600 update -q"] * 3  # tried 3 times, then the failure
+    assert calls == ["apt-get update -q"] * 3  # tried 3 times, then the failure
     assert "install: apt-get update failed (exit 100, try 2 of 3), retrying" in log
     record = failure(guest)
     assert (record.phase, record.code) == ("install", "100")
-    assert record.last_line == "E: stand-in failure of apt-get -o DPkg::Lock::Timeout=600 update -q"
+    assert record.last_line == "E: stand-in failure of apt-get update -q"
     assert not guest.install_marker.exists()
 
 
@@ -352,7 +415,7 @@ def test_the_bounds_are_the_named_ones_and_the_total_covers_every_try():
     for name, bound in jobs.vm_install.INSTALL_BOUNDS.items():
         assert f'bounded {name} "${{TPU_RL_INSTALL_TIMEOUT_SECONDS:-{bound.seconds}}}"' in text
     # apt-get update 3 times (900 s each), the other seven once, each + its 30 s KILL grace, + 10 s and 20 s waits
-    assert jobs.vm_install.INSTALL_TOTAL_SECONDS == 3 * 930 + (300 + 1200 + 300 + 600 + 300 + 2400 + 3600 + 7 * 30) + 30
+    assert jobs.vm_install.INSTALL_TOTAL_SECONDS == 3 * 930 + (900 + 1200 + 300 + 600 + 300 + 2400 + 3600 + 7 * 30) + 30
 
 
 def test_the_pipeline_doc_states_the_install_bounds_the_script_uses():

@@ -71,6 +71,27 @@ RECORDER = r"""#!/bin/bash
 echo "$(basename "$0") $*" >> "$CALLS"
 # IGNORE_TERM: it also ignores SIGTERM (its children inherit that), so only `timeout`'s KILL stops it.
 if [[ "$(basename "$0")" == "${HANG_TOOL:-none}" ]]; then [[ -z "${IGNORE_TERM:-}" ]] || trap '' TERM; sleep 30; fi
+# LOCKED_CALL: the first LOCKED_TIMES calls starting with it fail as while another process holds the lock the
+# tool does not wait for, with the tool's own line and exit code: apt-get's lists lock (Debian/apt 2.4.13
+# apt-pkg/contrib/fileutl.cc GetLock, apt-pkg/acquire.cc pkgAcquire::GetLock; apt-get exits 100) and dpkg's
+# frontend lock (guillemj/dpkg 1.21.1 lib/dpkg/file.c file_lock, lib/dpkg/ehandle.c: "dpkg: error: ...", exit 2).
+call="$(basename "$0") $*"
+if [[ "$call" == "${LOCKED_CALL:-none}"* ]]; then
+  n=$(( $(cat "$CALLS.locked" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$CALLS.locked"
+  if (( n <= ${LOCKED_TIMES:-0} )); then
+    case "$(basename "$0")" in
+      apt-get) echo "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 4242 (apt-get)" >&2
+               echo "N: Be aware that removing the lock file is not a solution and may break your system." >&2
+               echo "E: Unable to lock directory /var/lib/apt/lists/" >&2; exit 100 ;;
+      dpkg) echo "dpkg: error: dpkg frontend lock was locked by another process with pid 4242" >&2
+            echo "Note: removing the lock file is always wrong, and can end up damaging the" >&2
+            echo "locked area and the entire system. See <https://wiki.debian.org/Teams/Dpkg/FAQ>." >&2; exit 2 ;;
+    esac
+  fi
+fi
+# DPKG_AUDIT: what `dpkg --audit` prints (nothing: no package in a bad state; it exits 0 either way,
+# guillemj/dpkg 1.21.1 src/enquiry.c audit).
+if [[ "$call" == "dpkg --audit" ]]; then printf '%s' "${DPKG_AUDIT:-}"; fi
 if [[ "$(basename "$0")" == "${FAIL_TOOL:-none}" ]]; then
   echo "E: stand-in failure of $(basename "$0") $*"; exit 100
 fi
