@@ -7,7 +7,7 @@ Ctrl-C's exit instead of hanging the test."""
 
 from __future__ import annotations
 
-from contracts.tunix_log import absl_info, restored_line, train_step_line
+from contracts.tunix_log import absl_info, evaluation_line, restored_line, train_step_line
 from peers.fixtures import put_step_output
 from test_cli_capacity_loss import RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
 from test_cli_eval import trained_run
@@ -313,6 +313,21 @@ def test_a_train_whose_log_cannot_be_read_for_10_min_ends_run_with_exit_4_and_sa
                          "reattach"), line
     assert len(warnings_of(result.output, "train")) == 1, result.output
     assert TRAIN in kube.jobsets and kube.deleted == []
+
+
+def test_an_eval_whose_head_log_read_fails_once_goes_on_to_its_evaluation(cloud, monkeypatch):
+    """`tpu-rl eval`'s JobSet goes through train's read: a failed read skips that poll (the old code ended
+    eval with exit 4) and the next one finds the Pre line."""
+    _, paths = trained_run(cloud)
+    scratch = f"{eval_run_name(paths.run_name, 20)}-train"
+    stall_clock(monkeypatch)
+    pre = evaluation_line("pre", 30, 64, 33, 58, 1.1)
+    cloud["kube"].plan(scratch, ticks=5, logs=f"{restored_line(20)}\n{pre}\n", outcome="hang")
+    failing_reads(monkeypatch, lambda n: n == 1)
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 0, result.output
+    assert f"run {paths.run_name}: accuracy 46.9% (30/64) at checkpoint 20" in result.output
+    assert len(warnings_of(result.output, "train")) == 1, result.output
 
 
 def test_a_tqdm_progress_entry_keeps_its_kubelet_time(cloud, monkeypatch):
