@@ -7,7 +7,7 @@ Ctrl-C's exit instead of hanging the test."""
 
 from __future__ import annotations
 
-from contracts.tunix_log import absl_info, restored_line, train_step_line
+from contracts.tunix_log import absl_info, evaluation_line, restored_line, train_step_line
 from peers.fixtures import put_step_output
 from test_cli_capacity_loss import RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
 from test_cli_eval import trained_run
@@ -195,18 +195,23 @@ def test_a_train_before_its_first_step_has_the_long_bound(cloud, monkeypatch):
                                          "changed for 1:30:00 (the bound: 1:30:00)"), result.output
 
 
-def test_a_repeated_line_with_a_later_time_is_new_output(cloud, monkeypatch):
-    """Convert logs the same line again every hour (the kubelet's time of it differs): never 1:30:00 silent
-    although its text never changes."""
+def converts_repeating(cloud, monkeypatch, text: str) -> None:
+    """Convert logs `text` again every hour (the kubelet's time of it differs), for 4 hours: it is never
+    1:30:00 silent although the text never changes, and it succeeds."""
     kube = cloud["kube"]
     stall_clock(monkeypatch)
-    line = CONVERT_LINES[1]
-    reads = [[(hour * 3600, line)] for hour in range(4) for _ in range(6)]  # a poll is 10 min
+    reads = [[(hour * 3600, text)] for hour in range(4) for _ in range(6)]  # a poll is 10 min
     kube.plan(CONVERT, ticks=len(reads) + 1, log_reads=reads,
               on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))
     result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
     assert result.exit_code == 0, result.output
     assert "looks stalled" not in result.output and "convert: output verified" in result.output
+
+
+def test_a_repeated_line_with_a_later_time_is_new_output(cloud, monkeypatch):
+    """Convert logs the same line again every hour (the kubelet's time of it differs): never 1:30:00 silent
+    although its text never changes."""
+    converts_repeating(cloud, monkeypatch, CONVERT_LINES[1])
 
 
 def test_a_pod_not_ready_within_an_attempt_pauses_the_count_and_says_when_it_starts_again(cloud, monkeypatch):
@@ -225,44 +230,114 @@ def test_a_pod_not_ready_within_an_attempt_pauses_the_count_and_says_when_it_sta
     assert (clock[0] - started).total_seconds() >= 60 * 60, result.output  # 20 min + a poll + 30 min
 
 
-def test_a_failed_log_read_of_convert_pauses_the_count_and_the_step_goes_on(cloud, monkeypatch):
-    """Convert's log is read only for the stall bound: two reads fail, one `!` line says so, and convert
-    succeeds (the old code ended run with exit 4)."""
+def failing_reads(monkeypatch, fails) -> list:
+    """Cluster.read_log fails (ApiError, as after retry.py's tries) at the reads for which `fails(n)` holds,
+    n counting from 1; returns the pods read, one a call."""
     from scripts.cloud.kube import Cluster
     from scripts.outcome import ApiError
 
-    kube = cloud["kube"]
-    stall_clock(monkeypatch)
-    kube.plan(CONVERT, ticks=6, logs=f"{CONVERT_LINES[0]}\n",
-              on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))
     read, calls = Cluster.read_log, []
 
     def read_log(self, pod, container, *args, **kwargs):
         calls.append(pod)
-        if len(calls) in (2, 3):
+        if fails(len(calls)):
             raise ApiError(f"lost contact with the cluster reading logs of pod {pod}")
         return read(self, pod, container, *args, **kwargs)
 
     monkeypatch.setattr(Cluster, "read_log", read_log)
+    return calls
+
+
+def warnings_of(output: str, step: str) -> list[str]:
+    return [line for line in output.splitlines() if "lost contact" in line and line.startswith(f"! {step}: ")]
+
+
+def test_a_failed_log_read_of_convert_skips_the_poll_and_the_step_goes_on(cloud, monkeypatch):
+    """Convert's log is read only for the stall bound: two reads in a row fail, one `!` line says so, and
+    convert succeeds (the old code ended run with exit 4)."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(CONVERT, ticks=6, logs=f"{CONVERT_LINES[0]}\n",
+              on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))
+    failing_reads(monkeypatch, lambda n: n in (2, 3))
     result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
     assert result.exit_code == 0, result.output
     assert "convert: output verified" in result.output
-    warned = [line for line in result.output.splitlines() if "lost contact" in line]
-    assert len(warned) == 1 and warned[0].startswith("! convert: "), result.output
+    assert len(warnings_of(result.output, "convert")) == 1, result.output
 
 
-def test_a_failed_log_read_of_train_still_ends_run_with_exit_4(cloud, monkeypatch):
-    """Train's read feeds its progress: as before the stall bound, a read that keeps failing ends run."""
-    from scripts.cloud.kube import Cluster
-    from scripts.outcome import ApiError
+def test_a_hung_convert_whose_log_reads_often_fail_still_stalls_at_its_bound(cloud, monkeypatch):
+    """Every third read fails: each failure skips its poll without starting the count again (the old code
+    paused it, so a hung convert never stalled), and each run of failures has its own `!` line."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(CONVERT, outcome="hang", logs="".join(f"{line}\n" for line in CONVERT_LINES[:2]))
+    calls = failing_reads(monkeypatch, lambda n: n % 3 == 0)
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert error_line(result).startswith(f"error: step convert of JobSet {CONVERT} looks stalled: its log has not "
+                                         "changed for 1:30:00 (the bound: 1:30:00)"), result.output
+    assert announced(result.output, "convert") == ["convert: all pods ready; stalled if silent 1:30:00"]
+    assert len(warnings_of(result.output, "convert")) == len(calls) // 3 >= 3, result.output
 
+
+def test_a_train_whose_log_reads_fail_for_a_while_goes_on(cloud, monkeypatch):
+    """A read fails at two polls of a train that then succeeds (an apiserver or kubelet hiccup): each poll
+    is skipped with its `!` line, and the run goes on (the old code ended it with exit 4)."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    reads = ["loading\n", steps_log(1), steps_log(1, 2), steps_log(1, 2, 3), steps_log(1, 2, 3, 4)]
+    kube.plan(TRAIN, capacity="spot", ticks=len(reads) + 3, log_reads=reads, **succeeds(cloud))
+    failing_reads(monkeypatch, lambda n: n in (2, 4))
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == 0, result.output
+    assert "train: output verified" in result.output and "looks stalled" not in result.output
+    warned = warnings_of(result.output, "train")
+    assert len(warned) == 2 and all(line.endswith("; run ends after 0:10:00 of them") for line in warned), warned
+
+
+def test_a_train_whose_log_cannot_be_read_for_10_min_ends_run_with_exit_4_and_says_why(cloud, monkeypatch):
+    """Train's read feeds its progress: reads failing for LOG_UNREAD_SECONDS (two polls 10 min apart) end
+    run with one line naming what it waited for; the JobSet is left running."""
     kube = cloud["kube"]
     stall_clock(monkeypatch)
     kube.plan(TRAIN, capacity="spot", outcome="hang", logs=steps_log(1))
-
-    def read_log(self, pod, *args, **kwargs):
-        raise ApiError(f"lost contact with the cluster reading logs of pod {pod}")
-
-    monkeypatch.setattr(Cluster, "read_log", read_log)
+    failing_reads(monkeypatch, lambda n: True)
     result = run_train(cloud, monkeypatch, "spot", "4h")
     assert result.exit_code == ExitCode.API_ERROR, result.output
+    line = error_line(result)
+    assert line.startswith("error: lost contact with the cluster while waiting for train (no read of the head's log "
+                           "worked for 0:10:00, the limit; the last failure: lost contact with the cluster reading "
+                           "logs of pod "), line
+    assert line.endswith(f"); JobSet {TRAIN} keeps running: rerun `tpu-rl run {RECIPE} --steps train` to "
+                         "reattach"), line
+    assert len(warnings_of(result.output, "train")) == 1, result.output
+    assert TRAIN in kube.jobsets and kube.deleted == []
+
+
+def test_an_eval_whose_head_log_read_fails_once_goes_on_to_its_evaluation(cloud, monkeypatch):
+    """`tpu-rl eval`'s JobSet goes through train's read: a failed read skips that poll (the old code ended
+    eval with exit 4) and the next one finds the Pre line."""
+    _, paths = trained_run(cloud)
+    scratch = f"{eval_run_name(paths.run_name, 20)}-train"
+    stall_clock(monkeypatch)
+    pre = evaluation_line("pre", 30, 64, 33, 58, 1.1)
+    cloud["kube"].plan(scratch, ticks=5, logs=f"{restored_line(20)}\n{pre}\n", outcome="hang")
+    failing_reads(monkeypatch, lambda n: n == 1)
+    result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
+    assert result.exit_code == 0, result.output
+    assert f"run {paths.run_name}: accuracy 46.9% (30/64) at checkpoint 20" in result.output
+    assert len(warnings_of(result.output, "train")) == 1, result.output
+
+
+def test_a_tqdm_progress_entry_keeps_its_kubelet_time(cloud, monkeypatch):
+    """Convert's tensor loop writes tqdm meters after "\\r" without a newline, which the runtime logs as one
+    entry once 16 KiB gather (steps.unstamped): the same text again an hour later is new output, as a
+    repeated line is (split at "\\r", its last piece had no time and looked unchanged)."""
+    from tqdm import tqdm
+
+    # MemoryMonitorTqdm(desc="Transforming weights", unit="param"), to_maxtext.py L1033 (maxtext 0.2.4),
+    # its postfix "RAM: used/totalGB (percent%)" (checkpoint_conversion/utils/utils.py L837)
+    meters = "".join("\r" + tqdm.format_meter(n, 48, 30.0 * n, prefix="Transforming weights", unit="param",
+                                                postfix="RAM: 180.2/1400.0GB (12.9%)") for n in (3, 4))
+    converts_repeating(cloud, monkeypatch, meters)

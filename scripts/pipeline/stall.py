@@ -26,7 +26,9 @@ STALL_STEP_TIMES = 10
 # L556 of the google-tunix 0.1.7 that pip installs beside it, not re-read at the image's c4ec573d), and
 # convert and export throughout (their tensor loops write tqdm progress with "\r" and no newline,
 # MemoryMonitorTqdm at to_maxtext.py L1033 and to_huggingface.py L406, which the container runtime logs
-# only at a newline; export's orbax restore is silent between its two lines, to_huggingface.py L506-508).
+# at a newline or once 16 KiB of it gather, as a partial entry: containerd c6b9f637, internal/cri/io/
+# logger.go redirectLogs, so the log may change within such a loop too and the bound only errs long;
+# export's orbax restore is silent between its two lines, to_huggingface.py L506-508).
 # An estimate for a 30B/26B model, to check on the first real run: a
 # stall of an unattended convert->train->export stops the pipeline before export, so it errs long.
 QUIET_STALL_SECONDS = 5400

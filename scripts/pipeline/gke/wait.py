@@ -24,6 +24,13 @@ from scripts.pipeline.record import RunCancelled, cancellation_of
 from scripts.pipeline.saving import SaveWatch
 from scripts.pipeline.session import Session, hms
 
+# How long train's head log (its progress, saves and evaluations; eval's JobSet too) may go unread before
+# `run` ends with exit 4. One read already retries for about half a minute (scripts/cloud/retry.py: 6
+# tries, 1-16 s apart), so a poll whose read fails is an apiserver or kubelet hiccup of a minute or more,
+# and a JobSet of a multi-hour train keeps running through it; 10 min of failed reads is an outage that
+# `run` cannot see through, and it ends saying what it waited for.
+LOG_UNREAD_SECONDS = 600
+
 
 class LogFollower(threading.Thread):
     """Streams the main pod's log while a step runs; reconnects after a dropped stream."""
@@ -93,7 +100,7 @@ class JobSetStall:
         self.counting: int | None = None  # the attempt whose count runs (None: paused, say so when it starts)
 
     def pause(self) -> None:
-        """Not counted now (a pod not Ready, the log unread): the count starts again, and says so."""
+        """Not counted now (a pod not Ready): the count starts again, and says so."""
         self.output.pause(stall.clock())
         self.counting = None
 
@@ -124,13 +131,16 @@ class JobSetStall:
 
 def head_log(session: Session, pod: dict | None, lines: int) -> tuple[str, str | None]:
     """The last `lines` lines of a pod's main container log, without the kubelet's times, and the last of
-    them with its time (None when the log is empty or the pod unknown). The kubelet stamps every entry the
-    runtime wrote, a partial one too (a line over its 16 KiB limit is split: logs.go logWriter.write, see
-    steps.unstamped), so such a line carries times inside and `lines=1` may return only its last fragment:
-    harmless, a fragment still changes with the output, and the lines parsed for progress are short."""
+    them with its time (None when the log is empty or the pod unknown). Split at "\n" only, as the kubelet
+    ends its lines: tqdm's "\r" stays inside a line, with its time (str.splitlines would cut there and
+    leave an unstamped last piece). A line over the runtime's 16 KiB is several log entries, and the kubelet
+    counts `lines` in entries and stamps only the first it writes (see steps.unstamped): `lines=1` may be
+    the last fragment only, with its own time, so it still changes with the output; a line without a time
+    is kept as it is, and the lines parsed for progress are short."""
     if pod is None:
         return "", None
-    raw = session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER, lines, timestamps=True).splitlines()
+    text = session.cluster.read_log(pod["metadata"]["name"], MAIN_CONTAINER, lines, timestamps=True)
+    raw = text.removesuffix("\n").split("\n") if text else []
     return "".join(f"{unstamped(row)[1]}\n" for row in raw), (raw[-1] if raw else None)
 
 
@@ -142,9 +152,9 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     deactivates it. `on_head_log` gets the head's last log lines at each poll while train runs (the
     evaluations are read from them; `tpu-rl eval` has its own limit and no stall bound).
 
-    Train's log read fails the wait as it always did (ApiError, exit 4: its progress and `on_head_log` need
-    it); the other steps read their log only for the stall bound, so a failed read leaves their output
-    unknown: the count pauses, one `!` line says so, and the wait goes on."""
+    A failed read of the head's log skips the poll (its output unknown: no progress, no stall count, no
+    pause), one `!` line a run of them says so and the wait goes on; for train (its progress and
+    `on_head_log` need the log) at most LOG_UNREAD_SECONDS, then ApiError (exit 4)."""
     console, cluster = session.console, session.cluster
     watch = watch or CapacityWatch(session, job)
     phases = watch.phases = watch.phases or Phases(job.step)
@@ -159,7 +169,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     progress, pace, last_training, saves, saving = AttemptProgress(), StepPace(), None, SaveWatch(), False
     reward = RewardReader(session.clients.storage, session.paths.tensorboard, session.now)
     stall_watch = JobSetStall(session, job) if stalls else None
-    unread = False  # a failed log read was reported (once)
+    unread_since: float | None = None  # since when (stall.clock) the head's log reads fail
     try:
         with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
             while True:
@@ -198,19 +208,19 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                     console.print(escape(awaited))
                 stepped = training = last_line = None
                 ready = state.phase == "running" and counts.ready >= job.expected_pods
-                if job.step == "train" and state.phase == "running":
-                    head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
-                    log, last_line = head_log(session, head, PROGRESS_LOG_LINES)
-                elif ready and stall_watch:
+                train_running = job.step == "train" and state.phase == "running"
+                if train_running or (ready and stall_watch):
                     try:
                         head = main_pod(current_attempt(cluster.list_pods(job.selector), state.restarts))
-                        last_line = head_log(session, head, 1)[1]
+                        log, last_line = head_log(session, head, PROGRESS_LOG_LINES if train_running else 1)
+                        unread_since = None
                     except ApiError as error:
-                        ready = False  # its output is unknown: not counted
-                        if not unread:
-                            unread = True
-                            console.print(f"[yellow]![/] {job.step}: {escape(str(error))}; the stall count "
-                                          "pauses until a read works")
+                        # This poll is skipped (no progress, no stall count, no pause: the output's key
+                        # carries the kubelet's time, so the next good read compares right); one `!` line
+                        # a run of failed reads; train's goes on at most LOG_UNREAD_SECONDS.
+                        unread_since = _unread(session, job, error, unread_since, train_running)
+                        session.sleep(session.poll_interval)
+                        continue
                 if job.step == "train" and state.phase == "running":
                     stepped = progress.update(state.restarts, log)
                     saving = saves.update(state.restarts, log)
@@ -241,6 +251,21 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     finally:
         if follower:
             follower.finish()
+
+
+def _unread(session: Session, job: StepJob, error: ApiError, since: float | None, train: bool) -> float:
+    """A failed read of the head's log at this poll: the `!` line at the first of a run of them, ApiError
+    when train's log has gone unread for LOG_UNREAD_SECONDS; since when the reads fail."""
+    now = stall.clock()
+    if since is None:
+        limit = f"; run ends after {hms(LOG_UNREAD_SECONDS)} of them" if train else ""
+        session.console.print(f"[yellow]![/] {job.step}: {escape(str(error))}; the poll is skipped until a "
+                              f"read works{limit}")
+        return now
+    if train and now - since >= LOG_UNREAD_SECONDS:
+        raise ApiError(f"no read of the head's log worked for {hms(now - since)}, the limit; the last "
+                       f"failure: {error}")  # submit.py's wait names the step and the JobSet left running
+    return since
 
 
 def _training(session: Session, state: JobSetState, found, reward: float | None, pace: StepPace):
