@@ -120,7 +120,7 @@ def data_only_variants(tmp_path_factory) -> dict[str, StackJson]:
     return synthesize(tmp_path_factory.mktemp("variants"), recipes=data_only_recipes())
 
 
-# -- how `make test` shares the suite between its two workers (pytest -n 2) ------------------------------
+# -- how `make test` shares the suite between its workers (pytest -n 3) -----------------------------------
 # pyproject.toml runs pytest-xdist with --dist loadscope --no-loadscope-reorder: each module is one unit of
 # work on one worker, so that a module's own module-scoped fixture (a synth, a checkov scan, the bad-input
 # rows, the MaxText chains) runs once rather than once per worker that gets one of its tests, and the
@@ -129,7 +129,7 @@ def data_only_variants(tmp_path_factory) -> dict[str, StackJson]:
 # The MaxText modules run MaxText's real code in subprocesses for minutes (the chains of
 # tests/test_maxtext_real.py are the longest path of the suite), so they start first, on different
 # workers; then the modules with a shared fixture of their own, the heavier ones; then the rest, whose
-# small modules even out the two workers' ends.
+# small modules even out the workers' ends.
 LONGEST_FIRST = ("test_maxtext_real.py", "test_maxtext_set_judge.py", "test_export_vision_shards.py")
 
 
