@@ -17,6 +17,7 @@ from constructs import Construct
 from infra.google import container_cluster, container_node_pool, data_google_container_engine_versions
 from infra.identity import CLOUD_PLATFORM_SCOPE, workload_identity_pool
 from infra.network import Network
+from infra.terraform_literals import terraform_expression
 from recipes.cidrs import authorized_cidrs_problem
 
 SYSTEM_POOL = "system-np"
@@ -281,7 +282,7 @@ class GkeCluster(Construct):
         )
         channel_default = f'self.release_channel_default_version["{self.props.release_channel}"]'
         versions.add_override("lifecycle.postcondition", [{
-            "condition": f"${{{gke_version_at_least(channel_default, minimum)}}}",
+            "condition": terraform_expression(gke_version_at_least(channel_default, minimum)),
             "error_message": f"GKE's {self.props.release_channel} default version in {self.props.region} is "
                              f"older than {minimum}, which this recipe's node pools need (flex-start TPU pools): "
                              "retry when the channel has moved on, or use another capacity mode",

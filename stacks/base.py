@@ -18,6 +18,7 @@ from cdktf import (
 from constructs import Construct, IConstruct
 
 from infra.google import provider as google_provider
+from infra.terraform_literals import EscapeLiterals
 from recipes.setting_specs import EXAMPLE_PROJECT, SPECS
 from recipes.settings import Settings
 
@@ -71,6 +72,9 @@ class TpuRlStack(TerraformStack):
             # An aspect visits the whole tree at synth, so resources added after this point, by any
             # composition, get the guard too: no "call it last" rule to forget.
             Aspects.of(self).add(PlanGuard(guards))
+        # Every string reaching Terraform is a template: one aspect escapes the literal ones for every
+        # construct (added last, so it sees the guards' strings too; docs/stacks.md).
+        Aspects.of(self).add(EscapeLiterals())
 
     def output(self, name: str, value: str, description: str) -> None:
         TerraformOutput(self, name, value=value, description=description)

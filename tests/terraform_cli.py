@@ -1,0 +1,316 @@
+"""The one home of the tests' Terraform runs: the CLI, its environment, and the synthesized stacks made
+loadable without a provider.
+
+No provider can be downloaded here, but Terraform's own parser and evaluator can run. `provider_free`
+rewrites a cdk.tf.json so that every resource, data source and provider block becomes the built-in
+`terraform_data` whose `input` is its body: each string is then parsed as the template Terraform reads,
+each reference is resolved, each function is called and each precondition and postcondition is
+evaluated by Terraform itself. What a provider would compute (an id, an endpoint, a data source's answer)
+is left unknown, as a plan of a new stack leaves it (docs/development.md, "Terraform in the tests").
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import pytest
+
+MIN_VERSION = (1, 5)  # plantimestamp() (infra/gke_cluster.py) came in Terraform 1.5
+INSTALL_HINT = "install Terraform >= 1.5 (https://developer.hashicorp.com/terraform/install)"
+CONFIG_FILE = "main.tf.json"
+PLAN_FILE = "tpu-rl.tfplan"
+# Keys of a resource or data source body that are Terraform's meta-arguments, not provider attributes.
+META_ARGUMENTS = {"//", "count", "for_each", "provider", "depends_on", "lifecycle", "provisioner", "connection"}
+# An attribute traversal after a block's address: .name, [0], ["key"].
+_STEP = r'\.[\w-]+|\[\d+\]|\["[^"]*"\]'
+_TRAVERSAL = rf"(?:{_STEP})*"
+_VERSION = re.compile(r"Terraform v(\d+)\.(\d+)\.(\d+)")
+
+
+def terraform() -> str:
+    """The terraform CLI (>= 1.5); fails the test, naming it, when it is missing or older."""
+    found = shutil.which("terraform")
+    if found is None:
+        pytest.fail(f"the terraform CLI is not on PATH: {INSTALL_HINT}", pytrace=False)
+    shown = subprocess.run([found, "version"], capture_output=True, text=True, env=terraform_env(None))
+    version = _VERSION.search(shown.stdout)
+    if version is None or tuple(map(int, version.groups()[:2])) < MIN_VERSION:
+        pytest.fail(f"{found} is not Terraform >= 1.5 ({shown.stdout.strip() or shown.stderr.strip()}): "
+                    f"{INSTALL_HINT}", pytrace=False)
+    return found
+
+
+def terraform_env(home: Path | None, **extra: str) -> dict[str, str]:
+    """No update check, no prompts, no user CLI configuration, and (with `home`) nothing written outside it."""
+    env = {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "TF_CLI_CONFIG_FILE": os.devnull}
+    if home is not None:
+        env |= {"HOME": str(home), "TF_DATA_DIR": str(home / ".terraform-data")}
+    return env | extra
+
+
+def offline_env(home: Path) -> dict[str, str]:
+    """terraform_env whose CLI configuration installs providers only from an empty directory: a
+    configuration that needed any provider would fail `init` at once instead of reaching a registry."""
+    mirror = home / "no-providers"
+    mirror.mkdir(parents=True, exist_ok=True)
+    config = home / "offline.tfrc"
+    config.write_text(f'provider_installation {{\n  filesystem_mirror {{\n    path = "{mirror}"\n  }}\n}}\n')
+    return terraform_env(home, TF_CLI_CONFIG_FILE=str(config))
+
+
+def terraform_outputs(directory: Path, outputs: dict[str, str]) -> dict[str, Any]:
+    """Plan a provider-free configuration whose outputs are the given expressions; their planned values."""
+    config = {"output": {name: {"value": expression} for name, expression in outputs.items()}}
+    (directory / CONFIG_FILE).write_text(json.dumps(config))
+    env = offline_env(directory)
+    for command in (["init", "-input=false"], ["plan", "-input=false", f"-out={PLAN_FILE}"]):
+        subprocess.run([terraform(), *command], cwd=directory, env=env, check=True, capture_output=True)
+    return {name: change["after"] for name, change in planned(directory, env)["output_changes"].items()}
+
+
+def planned(directory: Path, env: Mapping[str, str]) -> dict:
+    """`terraform show -json` of the saved plan in `directory`."""
+    shown = subprocess.run([terraform(), "show", "-json", PLAN_FILE], cwd=directory, env=dict(env), check=True,
+                           capture_output=True, text=True)
+    return json.loads(shown.stdout)
+
+
+# --- A synthesized stack, provider-free ---------------------------------------------------------------------
+
+def data_name(address: str) -> str:
+    """`google_x.name` -> `google_x__name`; `data.google_x.name` -> `data__google_x__name`."""
+    return address.replace(".", "__")
+
+
+@dataclass
+class _References:
+    """Rewrites the references of a stack's expressions to the terraform_data standing in for each block."""
+    bodies: dict[str, dict]  # original address -> its body (the attributes a reference may read)
+
+    def __post_init__(self) -> None:
+        names = "|".join(re.escape(address) for address in sorted(self.bodies, key=len, reverse=True))
+        self.pattern = re.compile(rf"(?<![\w.-])({names})(?![\w-])({_TRAVERSAL})") if names else None
+
+    def _one(self, match: re.Match) -> str:
+        address, traversal = match.group(1), match.group(2)
+        stand_in = f"terraform_data.{data_name(address)}"
+        if not traversal:
+            return stand_in  # the whole object: depends_on, replace_triggered_by
+        return self.attribute(stand_in, traversal, self.bodies[address])
+
+    @staticmethod
+    def attribute(stand_in: str, traversal: str, body: dict) -> str:
+        """The stand-in's expression for `<block><traversal>`, e.g. traversal `.master_auth[0].x`."""
+        if traversal == ".id":
+            return f"{stand_in}.id"
+        steps, value, path = re.findall(_STEP, traversal), body, ""
+        for step in steps:
+            if step == "[0]" and isinstance(value, dict):
+                continue  # cdktf writes a single nested block as an object, Terraform reads it as a list
+            key = step[1:] if step.startswith(".") else json.loads(step[1:-1]) if step.startswith('["') else None
+            if isinstance(value, dict) and key in value:
+                value, path = value[key], path + step
+            elif isinstance(value, list) and key is None and int(step[1:-1]) < len(value):
+                value, path = value[int(step[1:-1])], path + step
+            else:
+                # Computed by the provider: unknown at plan, of any type (jsondecode of an unknown string is
+                # an unknown of dynamic type, zclconf/go-cty function/stdlib/json.go), as a new stack's plan
+                # sees it.
+                return f"jsondecode({stand_in}.id){traversal}"
+        return f"{stand_in}.input{path}"  # set in the configuration: known at plan, as the provider plans it
+
+    def rewrite(self, value: Any, body: dict | None = None) -> Any:
+        """Every string of `value` with its references rewritten; `self.` too when `body` is the block's."""
+        if isinstance(value, dict):
+            return {key: self.rewrite(item, body) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.rewrite(item, body) for item in value]
+        if not isinstance(value, str):
+            return value
+        text = self.pattern.sub(self._one, value) if self.pattern else value
+        if body is not None:
+            text = re.sub(rf"(?<![\w.-])self((?:{_STEP})+)",
+                          lambda match: self.attribute("self", match.group(1), body), text)
+        return text
+
+
+def _lifecycle(lifecycle: dict, references: _References, body: dict) -> dict:
+    rewritten = dict(lifecycle)
+    for kind in ("precondition", "postcondition"):
+        if kind in lifecycle:
+            rewritten[kind] = references.rewrite(lifecycle[kind], body if kind == "postcondition" else None)
+    if "replace_triggered_by" in lifecycle:
+        rewritten["replace_triggered_by"] = references.rewrite(lifecycle["replace_triggered_by"])
+    if isinstance(lifecycle.get("ignore_changes"), list):  # the attributes live under `input` now
+        rewritten["ignore_changes"] = [f"input.{path}" for path in lifecycle["ignore_changes"]]
+    return rewritten
+
+
+def _stand_in(body: dict, references: _References) -> dict:
+    attributes = {key: value for key, value in body.items() if key not in META_ARGUMENTS}
+    block: dict[str, Any] = {"input": references.rewrite(attributes)}
+    for key in ("count", "for_each"):
+        if key in body:
+            block[key] = references.rewrite(body[key])
+    if "depends_on" in body:
+        block["depends_on"] = references.rewrite(body["depends_on"])
+    if "lifecycle" in body:
+        block["lifecycle"] = _lifecycle(body["lifecycle"], references, attributes)
+    return block
+
+
+def provider_free(stack: Mapping[str, Any]) -> dict:
+    """A copy of a synthesized stack that Terraform loads with no provider: every resource, data source
+    and provider block a `terraform_data` named after it (`google_x.y` -> `terraform_data.google_x__y`; `google_x.y.a` -> `.input.a`),
+    with its body as `input` and its references rewritten; no backend, no required providers."""
+    unknown = set(stack) - {"//", "terraform", "provider", "resource", "data", "locals", "output", "variable"}
+    if unknown:
+        raise ValueError(f"provider_free does not know the top-level blocks {sorted(unknown)}: teach it them")
+    blocks: dict[str, dict] = {}
+    for kind, prefix in (("resource", ""), ("data", "data.")):
+        for type_name, by_name in stack.get(kind, {}).items():
+            for name, body in by_name.items():
+                blocks[f"{prefix}{type_name}.{name}"] = body
+    references = _References({address: {k: v for k, v in body.items() if k not in META_ARGUMENTS}
+                              for address, body in blocks.items()})
+    stand_ins = {data_name(address): _stand_in(body, references) for address, body in blocks.items()}
+    for type_name, configurations in stack.get("provider", {}).items():
+        for index, body in enumerate(configurations):
+            attributes = {key: value for key, value in body.items() if key != "alias"}
+            stand_ins[f"provider__{type_name}__{index}"] = {"input": references.rewrite(attributes)}
+    config: dict[str, Any] = {}
+    settings = {key: value for key, value in stack.get("terraform", {}).items()
+                if key not in ("backend", "required_providers", "cloud")}
+    if settings:
+        config["terraform"] = settings
+    if stand_ins:
+        config["resource"] = {"terraform_data": stand_ins}
+    for kind in ("locals", "output", "variable"):
+        if kind in stack:
+            config[kind] = references.rewrite(stack[kind])
+    return config
+
+
+def dumps_with_paths(value: Any) -> tuple[str, list[tuple[int, str]]]:
+    """Indented JSON, and (byte offset, path) of each value in it, to name what an error points at.
+
+    By byte, not line: Terraform counts the lines of a string template from its decoded text, so a
+    newline inside a string moves the lines it reports, while a value's decoded bytes never reach past
+    its JSON text (ASCII JSON: a character is a byte)."""
+    parts: list[str] = []
+    offsets: list[tuple[int, str]] = []
+    size = 0
+
+    def write(text: str) -> None:
+        nonlocal size
+        parts.append(text)
+        size += len(text)
+
+    def emit(item: Any, path: str, depth: int) -> None:
+        offsets.append((size, path))
+        if isinstance(item, dict) and item:
+            write("{")
+            for position, (key, child) in enumerate(item.items()):
+                write(("," if position else "") + "\n" + " " * (depth + 1) + json.dumps(key) + ": ")
+                emit(child, f"{path}.{key}".lstrip("."), depth + 1)
+            write("\n" + " " * depth + "}")
+        elif isinstance(item, list) and item:
+            write("[")
+            for position, child in enumerate(item):
+                write(("," if position else "") + "\n" + " " * (depth + 1))
+                emit(child, f"{path}[{position}]", depth + 1)
+            write("\n" + " " * depth + "]")
+        else:
+            write(json.dumps(item))
+    emit(value, "", 0)
+    return "".join(parts) + "\n", offsets
+
+
+def _path_at(offsets: list[tuple[int, str]], byte: int) -> str:
+    """The innermost value whose JSON text starts at or before `byte`."""
+    index = bisect.bisect_right(offsets, (byte, "\uffff")) - 1
+    return offsets[index][1] if index >= 0 else ""
+
+
+def _where(path: str) -> str:
+    """`resource.terraform_data.google_x__y.input.a.b` -> `google_x.y: a.b` (the stack's own names)."""
+    match = re.match(r"resource\.terraform_data\.([^.\[]+)(?:\.input)?\.?(.*)", path)
+    if not match:
+        return path
+    return f"{match.group(1).replace('__', '.')}: {match.group(2) or '(block)'}"
+
+
+@dataclass(frozen=True)
+class StackRun:
+    """What Terraform said of one stack: the errors of `validate` (each naming the block and attribute),
+    and of `plan` when validate passed (None: not planned)."""
+    stack: str
+    directory: Path
+    validate_errors: list[str]
+    plan_errors: list[str] | None
+    env: dict[str, str]
+
+    @property
+    def errors(self) -> list[str]:
+        return self.validate_errors + (self.plan_errors or [])
+
+
+def _diagnostics(output: str, offsets: list[tuple[int, str]]) -> list[str]:
+    errors = []
+    for diagnostic in json.loads(output).get("diagnostics", []):
+        if diagnostic["severity"] != "error":
+            continue
+        byte = diagnostic.get("range", {}).get("start", {}).get("byte")
+        where = _where(_path_at(offsets, byte)) if byte is not None else "(no location)"
+        errors.append(f"{where}: {diagnostic['summary']}: {diagnostic.get('detail', '')}".strip())
+    return errors
+
+
+def _plan_errors(output: str, offsets: list[tuple[int, str]]) -> list[str]:
+    errors = []
+    for line in output.splitlines():
+        message = json.loads(line)
+        if message.get("@level") == "error" and message.get("type") == "diagnostic":
+            errors += _diagnostics(json.dumps({"diagnostics": [message["diagnostic"]]}), offsets)
+    return errors
+
+
+def check_stack(stack: str, config: Mapping[str, Any], directory: Path, *, plan: bool = True) -> StackRun:
+    """init (offline), validate and, if that passed, plan the provider-free copy of one stack."""
+    directory.mkdir(parents=True, exist_ok=True)
+    text, offsets = dumps_with_paths(provider_free(config))
+    (directory / CONFIG_FILE).write_text(text)
+    env = offline_env(directory)
+    binary = terraform()
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([binary, *args], cwd=directory, env=env, capture_output=True, text=True)
+
+    init = run("init", "-input=false", "-no-color")
+    if init.returncode != 0:
+        return StackRun(stack, directory, [f"terraform init failed: {init.stderr.strip()}"], None, env)
+    validate_errors = _diagnostics(run("validate", "-json", "-no-color").stdout, offsets)
+    plan_errors = None
+    if plan and not validate_errors:
+        planning = run("plan", "-input=false", "-lock=false", "-json", f"-out={PLAN_FILE}")
+        plan_errors = _plan_errors(planning.stdout, offsets)
+        if planning.returncode != 0 and not plan_errors:
+            plan_errors = [f"terraform plan failed: {planning.stderr.strip()}"]
+    return StackRun(stack, directory, validate_errors, plan_errors, env)
+
+
+def check_stacks(stacks: Mapping[str, Mapping[str, Any]], root: Path, *, workers: int = 4) -> dict[str, StackRun]:
+    """check_stack for each stack, side by side (Terraform runs single-threaded on a config this small)."""
+    terraform()  # one clear failure when it is missing, before any thread starts
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        runs = pool.map(lambda item: check_stack(item[0], item[1], root / item[0]), stacks.items())
+        return {run.stack: run for run in runs}

@@ -1,0 +1,88 @@
+"""Terraform itself loads every synthesized stack, in every capacity mode: each cdk.tf.json, made
+provider-free by tests/terraform_cli.py, goes through `terraform init` (offline), `validate` and `plan`,
+so Terraform parses every string as the template it reads, resolves every reference and runs every
+function, precondition and postcondition.
+
+- With real-looking settings (conftest.USER_ENV, two zones, a state bucket) every stack plans.
+- With the example settings every stack validates and its plan stops at the example guard.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import USER_ENV, data_only_recipes, synthesize
+from terraform_cli import check_stacks, planned
+
+from jobs import render_startup_script
+from recipes import all_recipes
+from recipes.settings import load_settings
+from stacks.base import example_guard_message
+
+# Two zones that both offer v6e flex-start (tests/test_stacks_zones.py), and a state bucket (a gcs backend).
+USER_SETTINGS_ENV = {**USER_ENV, "ZONE": "us-east5-b,us-east5-a", "TF_STATE_BUCKET": "my-rl-tf-state"}
+
+
+@pytest.fixture(scope="module")
+def user_settings():
+    return load_settings(USER_SETTINGS_ENV)
+
+
+@pytest.fixture(scope="module")
+def user_recipes():
+    return {**all_recipes(), **data_only_recipes()}
+
+
+@pytest.fixture(scope="module")
+def user_runs(tmp_path_factory, user_settings, user_recipes):
+    stacks = synthesize(tmp_path_factory.mktemp("user-stacks"), recipes=user_recipes, settings=user_settings)
+    assert "gcs" in stacks["artifacts"]["terraform"]["backend"]  # the state bucket reached the stacks
+    return check_stacks(stacks, tmp_path_factory.mktemp("terraform-user"))
+
+
+@pytest.fixture(scope="module")
+def example_runs(tmp_path_factory, stacks_json, data_only_variants):
+    stacks = {**stacks_json, **{f"data-only-{name}": stack for name, stack in data_only_variants.items()}}
+    return check_stacks(stacks, tmp_path_factory.mktemp("terraform-example"))
+
+
+def test_terraform_plans_every_stack_in_every_capacity_mode_with_real_looking_settings(user_runs, user_recipes):
+    assert set(user_runs) == {"artifacts", *user_recipes}
+    modes = {mode for recipe in user_recipes.values() for mode in recipe.capacity}
+    assert modes == {"reservation", "flex-start", "spot", "on-demand"}
+    assert any(len(recipe.capacity) > 1 for recipe in user_recipes.values())  # a fallback list
+    failed = {stack: run.errors for stack, run in user_runs.items() if run.errors or run.plan_errors is None}
+    assert failed == {}
+
+
+def test_example_settings_pass_validate_and_stop_every_plan_at_the_example_guard(example_runs):
+    for stack, run in example_runs.items():
+        assert run.validate_errors == [], stack
+        assert run.plan_errors, f"{stack}: the plan went through with the example settings"
+        for error in run.plan_errors:
+            assert "Resource precondition failed" in error and example_guard_message() in error, (stack, error)
+
+
+@pytest.mark.parametrize("stack", ["llama31-v6e8", "llama31-spot"])
+def test_terraform_reads_the_vm_startup_script_as_rendered(user_runs, user_settings, user_recipes, stack):
+    """The escaped script (infra/terraform_literals.py) is, to Terraform, the script the recipe renders."""
+    run = user_runs[stack]
+    assert run.errors == []
+    plan = planned(run.directory, run.env)
+    (instance,) = [change for change in plan["resource_changes"]
+                   if change["address"].startswith("terraform_data.google_compute_instance__")]
+    script = instance["change"]["after"]["input"]["metadata_startup_script"]
+    assert script == render_startup_script(user_recipes[stack], user_settings)
+    assert "${TPU_RL_GCS_RETRY_SECONDS:-10}" in script  # one of the shell expansions Terraform once refused
+
+
+def test_check_stack_names_the_block_and_attribute_terraform_refuses(tmp_path: Path):
+    from terraform_cli import check_stack
+
+    stack = {"resource": {"google_compute_instance": {"vm": {
+        "name": "ok", "metadata_startup_script": "#!/bin/bash\necho ${HOME:-/root}\n",
+    }}}}
+    run = check_stack("s", stack, tmp_path)
+    assert run.validate_errors and all(error.startswith("google_compute_instance.vm: metadata_startup_script: ")
+                                       for error in run.validate_errors), run.validate_errors
