@@ -23,7 +23,7 @@ MAXTEXT_PYTHON ?= $(shell for p in python3.12 /usr/bin/python3.12 /usr/local/bin
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CHECKPOINT_DISABLE := 1
 
-.PHONY: install synth test bench bench-cli clean
+.PHONY: install synth test bench bench-cli clean terraform-check
 
 # uv, which every venv below is installed with (so they need only it, not each other).
 UV := $(VENV)/bin/uv
@@ -52,7 +52,18 @@ $(CHECKOV_STAMP): | $(UV)
 	tools/maxtext_venv.sh $* $(MAXTEXT_PYTHON) $(UV)
 	touch $@
 
-install: $(STAMP) $(NODE_STAMP) $(CHECKOV_STAMP) $(MAXTEXT_STAMPS)
+# Terraform deploys the stacks and, in the tests, parses, validates and plans every one of them
+# (tests/terraform_cli.py). No package index these machines use ships a modern Terraform, so install
+# checks for it and says how to get it; plantimestamp() (the GKE stacks) needs 1.5.
+TERRAFORM_MIN := 1.5
+terraform-check:
+	@found=$$(terraform version 2>/dev/null | sed -n '1s/^Terraform v\([0-9][0-9.]*\).*/\1/p'); \
+	if [ -z "$$found" ] || ! printf '%s\n%s\n' $(TERRAFORM_MIN) "$$found" | sort -C -V; then \
+	  echo "Terraform >= $(TERRAFORM_MIN) is needed (found: $${found:-none on PATH}): install it from https://developer.hashicorp.com/terraform/install"; \
+	  exit 2; \
+	fi
+
+install: terraform-check $(STAMP) $(NODE_STAMP) $(CHECKOV_STAMP) $(MAXTEXT_STAMPS)
 
 # synth needs only the package and the CDKTF CLI, not the test venvs.
 synth: $(STAMP) $(NODE_STAMP)

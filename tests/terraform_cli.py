@@ -12,6 +12,7 @@ is left unknown, as a plan of a new stack leaves it (docs/development.md, "Terra
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import os
 import re
@@ -24,8 +25,11 @@ from typing import Any, Mapping
 
 import pytest
 
-MIN_VERSION = (1, 5)  # plantimestamp() (infra/gke_cluster.py) came in Terraform 1.5
-INSTALL_HINT = "install Terraform >= 1.5 (https://developer.hashicorp.com/terraform/install)"
+# The oldest Terraform the stacks load in, as `make install` checks it (the Makefile's TERRAFORM_MIN).
+MIN_VERSION = tuple(int(part) for part in re.search(
+    r"^TERRAFORM_MIN := (\d+)\.(\d+)$", (Path(__file__).parents[1] / "Makefile").read_text(), re.MULTILINE).groups())
+MIN_TEXT = ".".join(map(str, MIN_VERSION))
+INSTALL_HINT = f"install Terraform >= {MIN_TEXT} (https://developer.hashicorp.com/terraform/install)"
 CONFIG_FILE = "main.tf.json"
 PLAN_FILE = "tpu-rl.tfplan"
 # Keys of a resource or data source body that are Terraform's meta-arguments, not provider attributes.
@@ -37,16 +41,26 @@ _VERSION = re.compile(r"Terraform v(\d+)\.(\d+)\.(\d+)")
 
 
 def terraform() -> str:
-    """The terraform CLI (>= 1.5); fails the test, naming it, when it is missing or older."""
-    found = shutil.which("terraform")
+    """The terraform CLI (>= the minimum); fails the test, naming it, when it is missing or older: never a
+    skip, here or under CI."""
+    found, problem = _locate(os.environ.get("PATH", ""))
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    return found
+
+
+@functools.cache  # once per PATH: every run of the suite asks many times
+def _locate(search_path: str) -> tuple[str, str]:
+    """(the CLI's path, "") or ("", what is wrong and how to fix it)."""
+    found = shutil.which("terraform", path=search_path)
     if found is None:
-        pytest.fail(f"the terraform CLI is not on PATH: {INSTALL_HINT}", pytrace=False)
+        return "", f"the terraform CLI is not on PATH: {INSTALL_HINT}"
     shown = subprocess.run([found, "version"], capture_output=True, text=True, env=terraform_env(None))
     version = _VERSION.search(shown.stdout)
     if version is None or tuple(map(int, version.groups()[:2])) < MIN_VERSION:
-        pytest.fail(f"{found} is not Terraform >= 1.5 ({shown.stdout.strip() or shown.stderr.strip()}): "
-                    f"{INSTALL_HINT}", pytrace=False)
-    return found
+        said = shown.stdout.strip().splitlines()[0] if shown.stdout.strip() else shown.stderr.strip()
+        return "", f"{found} is not Terraform >= {MIN_TEXT} ({said}): {INSTALL_HINT}"
+    return found, ""
 
 
 def terraform_env(home: Path | None, **extra: str) -> dict[str, str]:
@@ -122,9 +136,9 @@ class _References:
             elif isinstance(value, list) and key is None and int(step[1:-1]) < len(value):
                 value, path = value[int(step[1:-1])], path + step
             else:
-                # Computed by the provider: unknown at plan, of any type (jsondecode of an unknown string is
-                # an unknown of dynamic type, zclconf/go-cty function/stdlib/json.go), as a new stack's plan
-                # sees it.
+                # Computed by the provider: unknown at plan, of any type, as a new stack's plan sees it (the
+                # type of jsondecode of an unknown string is dynamic: zclconf/go-cty@1dfd594c
+                # cty/function/stdlib/json.go, JSONDecodeFunc).
                 return f"jsondecode({stand_in}.id){traversal}"
         return f"{stand_in}.input{path}"  # set in the configuration: known at plan, as the provider plans it
 
@@ -170,8 +184,9 @@ def _stand_in(body: dict, references: _References) -> dict:
 
 def provider_free(stack: Mapping[str, Any]) -> dict:
     """A copy of a synthesized stack that Terraform loads with no provider: every resource, data source
-    and provider block a `terraform_data` named after it (`google_x.y` -> `terraform_data.google_x__y`; `google_x.y.a` -> `.input.a`),
-    with its body as `input` and its references rewritten; no backend, no required providers."""
+    and provider block a `terraform_data` named after it (`google_x.y` -> `terraform_data.google_x__y`),
+    with its body as `input` and its references rewritten (`google_x.y.a` -> `...google_x__y.input.a`,
+    or an unknown when the provider computes `a`); no backend, no required providers."""
     unknown = set(stack) - {"//", "terraform", "provider", "resource", "data", "locals", "output", "variable"}
     if unknown:
         raise ValueError(f"provider_free does not know the top-level blocks {sorted(unknown)}: teach it them")

@@ -11,7 +11,6 @@ installed Terraform doing exactly that, so the others test the step against the 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -19,17 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from terraform_cli import terraform, terraform_env
+
 from scripts.plan_review import terraform_plan as tp
 
 STATE_BUCKET = "tpu-rl-state"
 PREFIX = "tpu-rl"  # stacks.base.STATE_PREFIX: each stack's state under tpu-rl/<stack>
-
-
-def _terraform() -> str:
-    found = shutil.which("terraform")
-    if found is None:
-        pytest.skip("the terraform CLI is not installed (the workflow installs it with hashicorp/setup-terraform)")
-    return found
 
 
 @pytest.fixture
@@ -41,11 +35,6 @@ def state_bucket(gcs_server):
     client = storage_client("my-rl-project", url)
     client.create_bucket(STATE_BUCKET)
     return client, url
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "TF_CLI_CONFIG_FILE": os.devnull,
-            "TF_DATA_DIR": str(tmp_path / ".terraform-data"), "HOME": str(tmp_path)}
 
 
 def _stack(root: Path, name: str, url: str, resources: dict, outputs: dict) -> Path:
@@ -84,20 +73,20 @@ def _apply(directory: Path, env: dict[str, str]) -> None:
 
 def test_terraforms_gcs_backend_writes_a_state_on_init_when_there_is_none(state_bucket, tmp_path):
     """The fact the step is built around: init alone, with no -lock anywhere, writes to the bucket."""
-    _terraform()
+    terraform()
     client, url = state_bucket
     directory = _stack(tmp_path / "cdktf.out", "new-recipe", url, {"a": {"input": "x"}}, {})
-    subprocess.run(["terraform", "init", "-input=false"], cwd=directory, env=_env(tmp_path), check=True,
+    subprocess.run(["terraform", "init", "-input=false"], cwd=directory, env=terraform_env(tmp_path), check=True,
                    capture_output=True)
     assert _objects(client) == {f"{PREFIX}/new-recipe/default.tfstate"}
 
 
 def test_a_stack_never_deployed_is_planned_locally_without_writing_to_the_bucket(state_bucket, tmp_path):
-    _terraform()
+    terraform()
     client, url = state_bucket
     directory = _stack(tmp_path / "cdktf.out", "new-recipe", url, {"a": {"input": "x"}, "b": {"input": "y"}},
                        {"o": {"value": "z"}})
-    result = tp.plan_stack("new-recipe", directory, tmp_path / "logs", _exists(client), env=_env(tmp_path))
+    result = tp.plan_stack("new-recipe", directory, tmp_path / "logs", _exists(client), env=terraform_env(tmp_path))
     assert result.line.startswith("- `new-recipe`: not deployed: 2 to add (")
     assert _objects(client) == set()  # nothing written: no state, no lock
     log = (tmp_path / "logs" / "new-recipe.log").read_text()
@@ -106,9 +95,9 @@ def test_a_stack_never_deployed_is_planned_locally_without_writing_to_the_bucket
 
 
 def test_a_deployed_stack_is_planned_against_its_state_without_a_lock_or_a_write(state_bucket, tmp_path):
-    _terraform()
+    terraform()
     client, url = state_bucket
-    env = _env(tmp_path)
+    env = terraform_env(tmp_path)
     root = tmp_path / "cdktf.out"
     directory = _stack(root, "qwen3", url, {"kept": {"input": "1"}, "replaced": {"triggers_replace": "old"},
                                             "updated": {"input": "old"}, "dropped": {"input": "2"}}, {})
@@ -138,9 +127,9 @@ def test_a_deployed_stack_is_planned_against_its_state_without_a_lock_or_a_write
 
 
 def test_a_change_to_outputs_only_is_counted_though_terraform_prints_no_plan_line(state_bucket, tmp_path):
-    _terraform()
+    terraform()
     client, url = state_bucket
-    env = _env(tmp_path)
+    env = terraform_env(tmp_path)
     root = tmp_path / "cdktf.out"
     directory = _stack(root, "vm", url, {"a": {"input": "x"}}, {"ssh_command": {"value": "gcloud old"}})
     _apply(directory, env)
@@ -153,10 +142,10 @@ def test_a_change_to_outputs_only_is_counted_though_terraform_prints_no_plan_lin
 
 
 def test_a_failing_plan_is_one_line_with_terraforms_error_and_the_log_keeps_the_rest(state_bucket, tmp_path):
-    _terraform()
+    terraform()
     client, url = state_bucket
     directory = _stack(tmp_path / "cdktf.out", "broken", url, {"a": {"input": "${var.missing}"}}, {})
-    result = tp.plan_stack("broken", directory, tmp_path / "logs", _exists(client), env=_env(tmp_path))
+    result = tp.plan_stack("broken", directory, tmp_path / "logs", _exists(client), env=terraform_env(tmp_path))
     assert re.fullmatch(r"- `broken`: plan failed: Error: Reference to undeclared input variable.*", result.line), \
         result.line
     assert "var.missing" in result.log.read_text()
@@ -176,14 +165,14 @@ def test_a_state_bucket_that_cannot_be_read_is_reported_and_nothing_runs(tmp_pat
 
 
 def test_main_writes_one_line_per_stack_and_the_logs_hint(state_bucket, tmp_path, monkeypatch):
-    _terraform()
+    terraform()
     client, url = state_bucket
     root = tmp_path / "cdktf.out"
     _stack(root, "one", url, {"a": {"input": "x"}}, {})
     _stack(root, "two", url, {"a": {"input": "x"}}, {})
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)  # google-cloud-storage's own switch
     monkeypatch.setenv("PROJECT", "my-rl-project")
-    for key, value in _env(tmp_path).items():
+    for key, value in terraform_env(tmp_path).items():
         monkeypatch.setenv(key, value)
     out = tmp_path / "terraform-plan.md"
     assert tp.main(["--outdir", str(root), "--out", str(out), "--logs", str(tmp_path / "logs"),

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from datetime import datetime, timedelta, timezone
 
 import pytest
 import yaml
 from conftest import only, outputs, resources
+from terraform_cli import terraform_outputs
 
 from infra.identity import NODE_ROLES
 from recipes import all_recipes, conventions, example_settings
@@ -538,21 +536,6 @@ def test_terraform_accepts_exactly_the_versions_from_the_flex_start_minimum_on(d
 
 
 # --- Cluster behaviour over days: upgrades and the Kueue webhook ------------------------------------
-
-def terraform_outputs(tmp_path, outputs: dict[str, str]) -> dict[str, str]:
-    """Plan a provider-free configuration whose outputs are the given expressions; their planned values."""
-    terraform = shutil.which("terraform")
-    assert terraform, "the terraform CLI is needed (cdktf deploys with it): install Terraform >= 1.5"
-    config = {"output": {name: {"value": expression} for name, expression in outputs.items()}}
-    (tmp_path / "main.tf.json").write_text(json.dumps(config))
-    env = {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "TF_CLI_CONFIG_FILE": os.devnull}
-    subprocess.run([terraform, "init", "-input=false"], cwd=tmp_path, env=env, check=True, capture_output=True)
-    subprocess.run([terraform, "plan", "-input=false", "-out=plan"], cwd=tmp_path, env=env, check=True,
-                   capture_output=True)
-    shown = subprocess.run([terraform, "show", "-json", "plan"], cwd=tmp_path, env=env, check=True,
-                           capture_output=True, text=True)
-    return {name: change["after"] for name, change in json.loads(shown.stdout)["output_changes"].items()}
-
 
 @pytest.mark.parametrize("stack", GKE)
 def test_cluster_blocks_minor_and_node_upgrades_from_its_creation(stacks_json, stack):

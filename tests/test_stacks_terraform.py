@@ -9,6 +9,8 @@ function, precondition and postcondition.
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,36 @@ def test_check_stack_names_the_block_and_attribute_terraform_refuses(tmp_path: P
     run = check_stack("s", stack, tmp_path)
     assert run.validate_errors and all(error.startswith("google_compute_instance.vm: metadata_startup_script: ")
                                        for error in run.validate_errors), run.validate_errors
+
+
+def _fake_terraform(directory: Path, says: str) -> None:
+    directory.mkdir(exist_ok=True)
+    (directory / "terraform").write_text(f'#!/bin/sh\necho "{says}"\n')
+    (directory / "terraform").chmod(0o755)
+
+
+def test_a_missing_or_old_terraform_fails_naming_it_and_how_to_install(tmp_path, monkeypatch):
+    from terraform_cli import INSTALL_HINT, terraform
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception, match="the terraform CLI is not on PATH: install Terraform >= 1.5"):
+        terraform()
+    _fake_terraform(tmp_path, "Terraform v1.4.7")
+    monkeypatch.setenv("PATH", f"{tmp_path}:")  # another PATH: checked again
+    with pytest.raises(pytest.fail.Exception) as failed:
+        terraform()
+    assert str(failed.value) == f"{tmp_path}/terraform is not Terraform >= 1.5 (Terraform v1.4.7): {INSTALL_HINT}"
+
+
+@pytest.mark.parametrize("says, exit_code", [(None, 2), ("Terraform v1.4.7", 2), ("Terraform v1.10.0", 0)])
+def test_make_install_checks_terraform_and_says_how_to_install_it(tmp_path, says, exit_code):
+    if says:
+        _fake_terraform(tmp_path / "bin", says)
+    path = f"{tmp_path / 'bin'}:/usr/bin:/bin" if says else "/usr/bin:/bin"  # /usr/local/bin: the real one
+    result = subprocess.run(["make", "-s", "--no-print-directory", "terraform-check"], cwd=Path(__file__).parents[1],
+                            env={**os.environ, "PATH": path}, capture_output=True, text=True)
+    assert result.returncode == exit_code, result.stdout + result.stderr
+    found = says.removeprefix("Terraform v") if says else "none on PATH"
+    expected = ("" if exit_code == 0 else f"Terraform >= 1.5 is needed (found: {found}): install it from "
+                "https://developer.hashicorp.com/terraform/install\n")
+    assert result.stdout == expected
