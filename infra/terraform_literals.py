@@ -32,7 +32,7 @@ from constructs import IConstruct
 # cdktf 0.21.0 encodes a string token as this marker (packages/cdktf/lib/tokens/private/encoding.ts,
 # BEGIN_STRING_TOKEN_MARKER, VALID_KEY_CHARS); it resolves to the expression after the aspects ran.
 TOKEN_MARKER = re.compile(r"\$\{TfToken\[[a-zA-Z0-9:._-]+\]\}")
-# Terraform's template escapes (hashicorp/hcl v2 hclsyntax/spec.md, "Template Literals").
+# Terraform's template openers, escaped by doubling (hashicorp/hcl@0751c4dd hclsyntax/spec.md, "Template Literals").
 _TEMPLATE_OPENERS = re.compile(r"([$%])\{")
 
 

@@ -72,8 +72,8 @@ class TpuRlStack(TerraformStack):
             # An aspect visits the whole tree at synth, so resources added after this point, by any
             # composition, get the guard too: no "call it last" rule to forget.
             Aspects.of(self).add(PlanGuard(guards))
-        # Every string reaching Terraform is a template: one aspect escapes the literal ones for every
-        # construct (added last, so it sees the guards' strings too; docs/stacks.md).
+        # Every string reaching Terraform is a template. An aspect, not a helper each construct must remember,
+        # so every element of every stack is escaped; added last, it sees the guards too (docs/stacks.md).
         Aspects.of(self).add(EscapeLiterals())
 
     def output(self, name: str, value: str, description: str) -> None:
