@@ -17,7 +17,7 @@ LITERAL = 'echo "${HOME:-/root}" %{if x}done%{endif} $${kept} ${'  # shell, a di
 
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory):
-    from cdktf import App, DataResource, Fn, TerraformLocal, TerraformOutput
+    from cdktf import App, DataResource, Fn, TerraformLocal, TerraformOutput, TerraformProvider
 
     from recipes.settings import load_settings
     from stacks.base import TpuRlStack
@@ -34,6 +34,8 @@ def plan(tmp_path_factory):
         "expression": terraform_expression('join("-", ["a", "b"])'),
     })
     TerraformOutput(stack, "shown", value=LITERAL)
+    (provider,) = [child for child in stack.node.children if isinstance(child, TerraformProvider)]
+    provider.add_override("request_reason", LITERAL)  # a string attribute of the google provider
     app.synth()
     synthesized = json.loads((outdir / "stacks" / "literals" / "cdk.tf.json").read_text())
     run = check_stack("literals", synthesized, tmp_path_factory.mktemp("terraform"))
@@ -46,9 +48,11 @@ def _input(plan: dict, name: str) -> dict:
     return change["change"]["after"]["input"]["input"]  # the stand-in's input is the body: {"input": ...}
 
 
-def test_literals_in_resources_outputs_and_locals_reach_terraform_unchanged(plan):
+def test_literals_in_resources_outputs_locals_and_providers_reach_terraform_unchanged(plan):
     assert _input(plan, "literal") == {"script": LITERAL, "list": [LITERAL], "map": {"k": LITERAL}}
     assert plan["output_changes"]["shown"]["after"] == LITERAL
+    (provider,) = [c for c in plan["resource_changes"] if c["address"] == "terraform_data.provider__google__0"]
+    assert provider["change"]["after"]["input"]["request_reason"] == LITERAL
 
 
 def test_references_functions_and_expressions_stay_terraform_expressions(plan):
