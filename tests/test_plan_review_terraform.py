@@ -66,7 +66,7 @@ def _exists(client):
 
 def _apply(directory: Path, env: dict[str, str]) -> None:
     for command in (["init", "-input=false"], ["apply", "-auto-approve", "-input=false"]):
-        subprocess.run(["terraform", *command], cwd=directory, env=env, check=True, capture_output=True)
+        subprocess.run([terraform(), *command], cwd=directory, env=env, check=True, capture_output=True)
     shutil.rmtree(directory / ".terraform", ignore_errors=True)
     (directory / ".terraform.lock.hcl").unlink(missing_ok=True)
 
@@ -76,7 +76,7 @@ def test_terraforms_gcs_backend_writes_a_state_on_init_when_there_is_none(state_
     terraform()
     client, url = state_bucket
     directory = _stack(tmp_path / "cdktf.out", "new-recipe", url, {"a": {"input": "x"}}, {})
-    subprocess.run(["terraform", "init", "-input=false"], cwd=directory, env=terraform_env(tmp_path), check=True,
+    subprocess.run([terraform(), "init", "-input=false"], cwd=directory, env=terraform_env(tmp_path), check=True,
                    capture_output=True)
     assert _objects(client) == {f"{PREFIX}/new-recipe/default.tfstate"}
 
@@ -121,7 +121,7 @@ def test_a_deployed_stack_is_planned_against_its_state_without_a_lock_or_a_write
     assert "Plan: 2 to add, 1 to change, 2 to destroy." in log  # the same numbers as Terraform's own line
     assert {blob.name: blob.generation for blob in client.list_blobs(STATE_BUCKET)} == before
     # The control: a plan that does take the lock leaves the bucket otherwise (its lock object gone).
-    subprocess.run(["terraform", "plan", "-input=false", "-no-color"], cwd=directory, env=env, check=True,
+    subprocess.run([terraform(), "plan", "-input=false", "-no-color"], cwd=directory, env=env, check=True,
                    capture_output=True)
     assert {blob.name: blob.generation for blob in client.list_blobs(STATE_BUCKET)} != before
 

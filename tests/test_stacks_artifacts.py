@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import shutil
-import subprocess
 
 import pytest
 from conftest import only, outputs, resources, synthesize
+from terraform_cli import check_stack
 
 from recipes import example_settings
 from recipes.setting_checks import MAX_CLUSTER_NAME
@@ -101,27 +99,21 @@ def test_real_settings_carry_no_example_guard(real_settings_stacks):
         assert EXAMPLE_PROJECT not in json.dumps(stack_json["provider"])
 
 
-def terraform_plan_stderr(lifecycle: dict, locals_: dict, tmp_path) -> str:
-    """Run Terraform itself on a resource's preconditions (and the stack's locals they read), on a built-in
-    resource so no provider download is needed; the plan must fail. Returns its stderr, joined on spaces."""
-    config = {"locals": locals_, "resource": {"terraform_data": {"stand_in": {"lifecycle": lifecycle}}}}
-    (tmp_path / "main.tf.json").write_text(json.dumps(config))
-    env = {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "TF_CLI_CONFIG_FILE": os.devnull}
-    subprocess.run(["terraform", "init", "-input=false"], cwd=tmp_path, env=env, check=True, capture_output=True)
-    plan = subprocess.run(["terraform", "plan", "-input=false", "-no-color"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True)
-    assert plan.returncode != 0
-    assert "Resource precondition failed" in plan.stderr
-    return " ".join(plan.stderr.split())
+def terraform_plan_errors(stack: dict, tmp_path) -> list[str]:
+    """Terraform itself plans the whole stack, provider-free (tests/terraform_cli.py); the plan must fail,
+    each error a precondition. Returns the errors, each joined on spaces."""
+    run = check_stack("stack", stack, tmp_path)
+    assert run.validate_errors == [] and run.plan_errors
+    assert all("Resource precondition failed" in error for error in run.plan_errors), run.plan_errors
+    return [" ".join(error.split()) for error in run.plan_errors]
 
 
-@pytest.mark.skipif(shutil.which("terraform") is None, reason="the terraform CLI is not installed")
 def test_terraform_plan_fails_on_the_example_guard_with_the_message(stacks_json, tmp_path):
-    """The artifacts stack's guard (its locals and the exact precondition of its bucket): the plan fails
-    with our message before anything is created."""
-    stack = stacks_json["artifacts"]
-    bucket = only(stack, "google_storage_bucket")
-    assert "These are the example settings" in terraform_plan_stderr(bucket["lifecycle"], stack["locals"], tmp_path)
+    """The artifacts stack's guard: the plan fails at its bucket with our message before anything is created."""
+    errors = terraform_plan_errors(stacks_json["artifacts"], tmp_path)
+    (bucket,) = resources(stacks_json["artifacts"], "google_storage_bucket")
+    assert any(error.startswith(f"google_storage_bucket.{bucket}: ") and "These are the example settings" in error
+               for error in errors), errors
 
 
 @pytest.fixture(scope="module")
@@ -147,12 +139,9 @@ def test_a_capacity_the_vm_cannot_use_still_synthesizes_every_stack_and_only_the
         assert "precondition" not in json.dumps(gke_only_stacks[stack]["resource"]), stack
 
 
-@pytest.mark.skipif(shutil.which("terraform") is None, reason="the terraform CLI is not installed")
 def test_terraform_plan_of_the_vm_stack_fails_with_the_same_line_the_cli_prints(gke_only_stacks, tmp_path):
-    vm = gke_only_stacks["llama31-v6e8"]
-    instance = only(vm, "google_compute_instance")
-    preconditions = {"precondition": instance["lifecycle"]["precondition"]}  # not its ignore_changes
-    assert VM_CAPACITY_LINE in terraform_plan_stderr(preconditions, vm["locals"], tmp_path)
+    errors = terraform_plan_errors(gke_only_stacks["llama31-v6e8"], tmp_path)
+    assert all(error.endswith(f"Resource precondition failed: {VM_CAPACITY_LINE}") for error in errors), errors
 
 
 def test_names_derived_from_the_longest_cluster_name_fit_google_limits(real_settings_stacks):
