@@ -1,8 +1,8 @@
 """Service accounts with the least privilege each role needs.
 
-- :class:`NodeServiceAccount` runs GKE nodes: logs, metrics and image pulls, plus objects in the
-  artifacts bucket and its metadata when given one. Host-network pods (the Pathways head and workers) cannot use
-  Workload Identity, so they reach GCS as the node; the grant is on the bucket only.
+- :class:`NodeServiceAccount` runs GKE nodes: logs, metrics and image pulls, plus the objects and the
+  metadata of the artifacts bucket when given one. Host-network pods (the Pathways head and workers)
+  cannot use Workload Identity, so they reach GCS as the node; the grants are on the bucket only.
 - :class:`WorkloadServiceAccount` runs the jobs: the artifacts bucket, granted on the bucket only (the
   seeds grant storage.admin project-wide; this does not), and the token secret when it is given one.
   The TPU VM reads the token from Secret Manager at boot, so its account gets secretAccessor on that
@@ -37,8 +37,8 @@ NODE_ROLES: tuple[str, ...] = (
     "roles/artifactregistry.reader",
 )
 # What host-network pods (the Pathways head and workers) get on the artifacts bucket, as the node: its
-# objects, and reading the bucket's metadata (storage.buckets.get), which TensorFlow's GCS file system asks
-# for at the bucket root and which no source shows Pathways' scratch never needs (docs/security.md).
+# objects, and reading its metadata (storage.buckets.get), which TensorFlow's GCS file system asks for at
+# the bucket root and Pathways' closed-source scratch client may too (docs/security.md, Identities).
 NODE_BUCKET_ROLES: tuple[str, ...] = ("roles/storage.objectAdmin", "roles/storage.legacyBucketReader")
 SECRET_ACCESSOR = "roles/secretmanager.secretAccessor"
 WORKLOAD_IDENTITY_USER = "roles/iam.workloadIdentityUser"
