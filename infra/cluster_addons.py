@@ -21,7 +21,12 @@ from constructs import Construct
 
 from infra.gke_cluster import GkeCluster
 from infra.kueue_queues import QueueProps, queue_manifests
-from infra.kueue_webhook_probe import KUEUE_RELEASE, controller_namespace, kueue_webhook_probe_manifest
+from infra.kueue_webhook_probe import (
+    KUEUE_RELEASE,
+    controller_namespace,
+    kueue_webhook_probe_manifest,
+    on_system_pool,
+)
 
 MANIFESTS_CHART = Path(__file__).parent / "charts" / "manifests"
 JOBSET_CHART = "oci://registry.k8s.io/jobset/charts"
@@ -51,6 +56,27 @@ def workload_service_account_manifest(namespace: str, name: str, google_service_
             "annotations": {"iam.gke.io/gcp-service-account": google_service_account},
         },
     }
+
+
+# `cdktf destroy` must finish, or the cluster, its system pool and NAT keep billing. The helm provider
+# uninstalls with the release's `wait` (hashicorp/terraform-provider-helm v3.1.1 helm/resource_helm_release.go,
+# Delete), and Kueue's finalizers hold its queue objects, Workloads and so its CRDs while a run is
+# admitted: the Kueue and queue releases uninstall without waiting (docs/stacks.md, "Deploy and destroy").
+# Their hook pod is still waited for, up to this timeout, and now also covers Kueue's start.
+QUEUES_RELEASE_TIMEOUT = 600
+
+
+def kueue_values() -> dict[str, Any]:
+    """Kueue's controller on the system pool, never on a CPU or TPU node it would keep from scaling down
+    (controllerManager.nodeSelector in kubernetes-sigs/kueue v0.17.1 charts/kueue/values.yaml, used by
+    templates/manager/manager.yaml)."""
+    return {"controllerManager": {"nodeSelector": on_system_pool()}}
+
+
+def jobset_values() -> dict[str, Any]:
+    """JobSet's controller on the system pool (controller.nodeSelector in kubernetes-sigs/jobset v0.12.0
+    charts/jobset/values.yaml, used by templates/controller/deployment.yaml)."""
+    return {"controller": {"nodeSelector": on_system_pool()}}
 
 
 def release_namespaces() -> tuple[str, ...]:
@@ -91,10 +117,13 @@ class ClusterAddons(Construct):
             ),
         )
         after = list(props.depends_on)
-        self.jobset = self._official_chart("jobset", JOBSET_CHART, props.jobset_version, after)
-        # wait=True on both: the controllers are Ready before anything uses them; the queue release then
-        # waits for Kueue's webhook endpoint itself (kueue_webhook_probe_manifest).
-        self.kueue = self._official_chart(KUEUE_RELEASE, KUEUE_CHART, props.kueue_version, [*after, self.jobset])
+        # JobSets carry no finalizer (kubernetes-sigs/jobset v0.12.0), so waiting on its uninstall ends.
+        self.jobset = self._official_chart("jobset", JOBSET_CHART, props.jobset_version, after,
+                                           values=jobset_values(), wait=True)
+        # No wait (see QUEUES_RELEASE_TIMEOUT): the queue release's hook waits for Kueue's webhook endpoint,
+        # which Kueue's pod joins only once it is Ready (kueue_webhook_probe_manifest).
+        self.kueue = self._official_chart(KUEUE_RELEASE, KUEUE_CHART, props.kueue_version, [*after, self.jobset],
+                                          values=kueue_values(), wait=False)
         chart = TerraformAsset(self, "manifests-chart", path=str(MANIFESTS_CHART), type=AssetType.DIRECTORY)
         self.manifests = [
             kueue_webhook_probe_manifest(),  # a hook: runs before the objects below are created
@@ -112,10 +141,13 @@ class ClusterAddons(Construct):
             namespace=QUEUES_RELEASE_NAMESPACE,  # not the workloads' (see QUEUES_RELEASE)
             create_namespace=True,
             values=[yaml.safe_dump({"manifests": self.manifests}, sort_keys=False, width=10_000)],
-            depends_on=[self.kueue],
+            wait=False,  # see QUEUES_RELEASE_TIMEOUT
+            timeout=QUEUES_RELEASE_TIMEOUT,
+            depends_on=[self.kueue],  # so destroyed before Kueue, while Kueue still answers its webhooks
         )
 
-    def _official_chart(self, name: str, repository: str, tag: str, after: list) -> helm_release.Release:
+    def _official_chart(self, name: str, repository: str, tag: str, after: list, *, values: dict[str, Any],
+                        wait: bool) -> helm_release.Release:
         """A controller from its project's OCI chart, pinned, in its own <name>-system namespace."""
         return helm_release.Release(
             self,
@@ -127,6 +159,7 @@ class ClusterAddons(Construct):
             version=chart_version(tag),
             namespace=controller_namespace(name),
             create_namespace=True,
-            wait=True,
+            values=[yaml.safe_dump(values, sort_keys=False)],
+            wait=wait,
             depends_on=after or None,
         )

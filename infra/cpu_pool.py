@@ -6,8 +6,18 @@ from dataclasses import dataclass, field
 
 from constructs import Construct
 
-from infra.gke_cluster import GkeCluster, node_config
+from infra.gke_cluster import GkeCluster, Taint, node_config
 from infra.google import container_node_pool
+
+
+# A taint's effect as Kubernetes writes it (what pods tolerate) and as the GKE API takes it on a node pool
+# (hashicorp/google 6.50.0 node_config `taint.effect`: NO_SCHEDULE, PREFER_NO_SCHEDULE, NO_EXECUTE).
+GKE_TAINT_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
+
+
+def gke_taint(taint: Taint) -> Taint:
+    key, value, effect = taint
+    return key, value, GKE_TAINT_EFFECTS[effect]
 
 
 @dataclass(frozen=True)
@@ -21,6 +31,9 @@ class CpuPoolProps:
     max_nodes: int = 2  # the head or a conversion, plus one spare
     disk_size_gb: int = 200  # conversions stage checkpoints on local disk
     node_labels: dict[str, str] = field(default_factory=dict)  # Kubernetes labels of the nodes
+    # (key, value, Kubernetes effect), e.g. recipes.conventions.cpu_pool_taint(): only the pods that tolerate
+    # it land on the pool, so nothing else keeps a scaled-up node from scaling down.
+    taint: Taint | None = None
 
 
 class CpuPool(Construct):
@@ -37,6 +50,7 @@ class CpuPool(Construct):
                 disk_type=props.disk_type,
                 disk_size_gb=props.disk_size_gb,
                 labels=props.node_labels,
+                taints=[gke_taint(props.taint)] if props.taint else (),
             ),
             initial_node_count=props.min_nodes,
             autoscaling=container_node_pool.ContainerNodePoolAutoscaling(

@@ -1,8 +1,8 @@
 """Service accounts with the least privilege each role needs.
 
-- :class:`NodeServiceAccount` runs GKE nodes: logs, metrics and image pulls, plus objects in the
-  artifacts bucket when given one. Host-network pods (the Pathways head and workers) cannot use
-  Workload Identity, so they reach GCS as the node; the grant is on the bucket only.
+- :class:`NodeServiceAccount` runs GKE nodes: logs, metrics and image pulls, plus the objects and the
+  metadata of the artifacts bucket when given one. Host-network pods (the Pathways head and workers)
+  cannot use Workload Identity, so they reach GCS as the node; the grants are on the bucket only.
 - :class:`WorkloadServiceAccount` runs the jobs: the artifacts bucket, granted on the bucket only (the
   seeds grant storage.admin project-wide; this does not), and the token secret when it is given one.
   The TPU VM reads the token from Secret Manager at boot, so its account gets secretAccessor on that
@@ -36,6 +36,10 @@ NODE_ROLES: tuple[str, ...] = (
     "roles/stackdriver.resourceMetadata.writer",
     "roles/artifactregistry.reader",
 )
+# What host-network pods (the Pathways head and workers) get on the artifacts bucket, as the node: its
+# objects, and reading its metadata (storage.buckets.get), which TensorFlow's GCS file system asks for at
+# the bucket root and Pathways' closed-source scratch client may too (docs/security.md, Identities).
+NODE_BUCKET_ROLES: tuple[str, ...] = ("roles/storage.objectAdmin", "roles/storage.legacyBucketReader")
 SECRET_ACCESSOR = "roles/secretmanager.secretAccessor"
 WORKLOAD_IDENTITY_USER = "roles/iam.workloadIdentityUser"
 # The OAuth scope nodes and VMs get: access is decided by IAM on their service account, not by scopes.
@@ -54,7 +58,7 @@ class NodeServiceAccountProps:
     display_name: str = "GKE nodes (tpu-rl)"
     roles: Sequence[str] = NODE_ROLES
     bucket: str | None = None  # the artifacts bucket, by name, for host-network pods
-    bucket_role: str = "roles/storage.objectAdmin"
+    bucket_roles: Sequence[str] = NODE_BUCKET_ROLES
 
 
 class NodeServiceAccount(Construct):
@@ -68,9 +72,11 @@ class NodeServiceAccount(Construct):
             project_iam_member.ProjectIamMember(
                 self, role.removeprefix("roles/"), project=props.project, role=role, member=self.account.member
             )
-        if props.bucket is not None:
+        for index, role in enumerate(props.bucket_roles if props.bucket is not None else ()):
+            # The first grant keeps the construct id it always had, so a deployed grant is not replaced.
+            grant_id = "bucket" if index == 0 else f"bucket-{role.removeprefix('roles/storage.')}"
             storage_bucket_iam_member.StorageBucketIamMember(
-                self, "bucket", bucket=props.bucket, role=props.bucket_role, member=self.account.member
+                self, grant_id, bucket=props.bucket, role=role, member=self.account.member
             )
 
 

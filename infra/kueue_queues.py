@@ -201,7 +201,11 @@ def queue_manifests(props: QueueProps) -> list[dict[str, Any]]:
             "apiVersion": KUEUE_API,
             "kind": "ResourceFlavor",
             "metadata": {"name": CPU_FLAVOR},
-            "spec": {"nodeLabels": {"cloud.google.com/gke-nodepool": props.cpu_pool}},
+            # nodeTaints: Kueue gives this flavor only to a pod set that tolerates the pool's taint
+            # (kueue v0.17.1 pkg/scheduler/flavorassigner/flavorassigner.go, FindMatchingUntoleratedTaint),
+            # so a CPU pod without it is refused at admission instead of Pending on an admitted quota.
+            "spec": {"nodeLabels": {conventions.NODE_POOL_LABEL: props.cpu_pool},
+                     "nodeTaints": [dict(zip(("key", "value", "effect"), conventions.cpu_pool_taint()))]},
         },
         *flavors,
         *checks,

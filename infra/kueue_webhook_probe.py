@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.gke_cluster import SYSTEM_POOL
+from recipes.conventions import NODE_POOL_LABEL
 
 # The Kueue webhook race. Kueue's pod reports Ready only once its certificates are injected and its
 # webhook server listens (kubernetes-sigs/kueue v0.17.1 cmd/kueue/main.go setupProbeEndpoints,
@@ -30,9 +31,21 @@ KUEUE_WEBHOOK_PROBE = "kueue-webhook-ready"
 # docker-library/official-images@37079fb336f572a88700cf32e5e1f6be54a04e8f library/busybox: "Tags: 1.37.0,
 # 1.37" (1.38 is tagged unstable). Its nc has -z and -w: docker-library/busybox builds `make defconfig`
 # (latest-1/glibc/Dockerfile.builder), where NC_110_COMPAT defaults to y (busybox networking/nc.c).
-WEBHOOK_PROBE_IMAGE = "docker.io/library/busybox:1.37.0"
-WEBHOOK_PROBE_TRIES = 60  # 2-4 s apart: the release fails after about 2 to 4 minutes, inside Helm's 300 s
+# Pinned by the digest of that tag's image index, so a re-pushed tag cannot change what runs beside the
+# webhooks: docker-library/repo-info@01a7054230d50b3dccaf8d579f161c522be8c9f0 repos/busybox/remote/1.37.0.md.
+# Private nodes pull it through the stack's Cloud NAT, once per deploy.
+WEBHOOK_PROBE_IMAGE = ("docker.io/library/busybox:1.37.0"
+                       "@sha256:9db7b59979c38555a39def84a31fb98b5296952f9e3afd4f6f11f05b07adfab0")
+# 2-4 s apart: the release fails after about 4 to 8 minutes, inside the queue release's timeout (600 s,
+# infra.cluster_addons), which also covers Kueue's own start now that its release does not wait.
+WEBHOOK_PROBE_TRIES = 120
 WEBHOOK_PROBE_IN_A_ROW = 3  # both the probe's node and the API server must have seen the endpoint
+
+
+def on_system_pool() -> dict[str, str]:
+    """The nodeSelector of the controllers and of this probe: the system pool, which never scales from zero
+    and is not tainted, so they never land on (and hold up the scale-down of) a CPU or TPU node."""
+    return {NODE_POOL_LABEL: SYSTEM_POOL}
 
 
 def controller_namespace(release: str) -> str:
@@ -77,7 +90,7 @@ def kueue_webhook_probe_manifest() -> dict[str, Any]:
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
-            "nodeSelector": {"cloud.google.com/gke-nodepool": SYSTEM_POOL},  # where Kueue runs; never scales a pool up
+            "nodeSelector": on_system_pool(),  # where Kueue runs; never scales a pool up
             "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
                                 "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [

@@ -15,10 +15,15 @@ SEVEN_DAYS = 7 * 24 * 3600
 class ArtifactBucketProps:
     name: str
     location: str
-    # Safe defaults: nothing public, nothing deleted by `destroy`, overwritten objects recoverable.
-    versioning: bool = True
+    # Safe defaults: nothing public, nothing deleted by `destroy`, deleted or overwritten objects recoverable
+    # for a week. One protection, soft delete (GCS's default, 7 days), which keeps both deleted and
+    # overwritten objects; versioning on top kept each deleted checkpoint a week as a noncurrent version and
+    # then a week soft-deleted, billed all along (docs/security.md, "Deleted checkpoints").
+    versioning: bool = False
     soft_delete_seconds: int = SEVEN_DAYS
-    noncurrent_version_days: int = 7  # old checkpoint versions are large; expire them after a week
+    # Expires the noncurrent versions a bucket made while it had versioning on (and any made if it is
+    # turned on again); a bucket without versioning makes none.
+    noncurrent_version_days: int = 7
     labels: dict[str, str] = field(default_factory=dict)
 
 

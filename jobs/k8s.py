@@ -21,10 +21,12 @@ from recipes.conventions import (
     LOCAL_QUEUE,
     MAX_JOBSET_NAME,
     NAMESPACE,
+    NODE_POOL_LABEL,
     REPLICATED_JOB_LABEL,
     TPU_RESOURCE,
     WORKLOAD_KSA,
     cpu_pool_name,
+    cpu_pool_toleration,
 )
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -35,7 +37,6 @@ MAX_RESTARTS = 0  # as seed 000 (--restarts=0): a failed step is re-run by `tpu-
 COORDINATOR_LABEL = "jobset.sigs.k8s.io/coordinator"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
-NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 RECIPE_LABEL = "tpu-rl/recipe"
 STEP_LABEL = "tpu-rl/step"
 RUN_LABEL = "tpu-rl/run"  # train and export of one run: kubectl get jobsets -l tpu-rl/run=<run>
@@ -217,8 +218,9 @@ def pod_template(
     }
 
 
-def cpu_pool_selector() -> dict[str, str]:
-    return {NODE_POOL_LABEL: cpu_pool_name()}
+def cpu_pool_placement() -> dict[str, Any]:
+    """A pod spec's nodeSelector and tolerations for the CPU pool: its node pool label and its taint."""
+    return {"nodeSelector": {NODE_POOL_LABEL: cpu_pool_name()}, "tolerations": [cpu_pool_toleration()]}
 
 
 def indexed_job(pod: dict[str, Any], *, pods: int, backoff_limit: int, exclusive_on: str | None = None) -> dict[str, Any]:
@@ -271,7 +273,7 @@ def cpu_step_jobset(recipe: Recipe, step: Step, script: str) -> dict[str, Any]:
     take CPU nodes that the ClusterQueue counts as free and could hold back an admitted train.
     """
     container = main_container(recipe.maxtext.image, script, [hf_token_env()], cpu_pool_requests(recipe))
-    pod = pod_template(recipe, step, {"nodeSelector": cpu_pool_selector(), "containers": [container]})
+    pod = pod_template(recipe, step, {**cpu_pool_placement(), "containers": [container]})
     job = indexed_job(pod, pods=1, backoff_limit=0)
     return jobset(recipe, step, [replicated_job(CPU_REPLICATED_JOB, job)])
 

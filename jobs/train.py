@@ -19,7 +19,7 @@ from jobs.k8s import (
     bash_script,
     container_security,
     cpu_pool_requests,
-    cpu_pool_selector,
+    cpu_pool_placement,
     env_field,
     env_list,
     hf_token_env,
@@ -204,7 +204,7 @@ def pathways_head_job(paths: ArtifactPaths) -> dict[str, Any]:
     pod = pod_template(recipe, "train", {
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
-        "nodeSelector": cpu_pool_selector(),
+        **cpu_pool_placement(),
         "initContainers": [pathways_proxy(paths), pathways_resource_manager(paths)],
         "containers": [workload],
         "volumes": [_shared_tmp_volume(), _dev_shm_volume(), *_user_files_volumes(paths)],

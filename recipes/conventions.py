@@ -7,6 +7,7 @@ NAMESPACE = "default"
 TPU_RESOURCE = "google.com/tpu"  # the extended resource of TPU hosts, and the key of GKE's TPU node taint
 TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"  # node labels GKE puts on TPU nodes
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"  # GKE's label of a node's pool: pods select pools with it
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # JobSet writes both as labels and annotations
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 
@@ -38,6 +39,24 @@ HF_TOKEN_ENV = "HF_TOKEN"  # the variable MaxText reads; also the key inside the
 def cpu_pool_name() -> str:
     """The CPU pool, which runs conversion, export and the Pathways head."""
     return "cpu-np"
+
+
+# The CPU pool's taint, which our CPU-pool pods tolerate. Untainted, a scaled-up cpu-np node is the
+# largest free node, and a kube-system replica without a PodDisruptionBudget placed there keeps the
+# autoscaler from removing it (kubernetes/autoscaler cluster-autoscaler/FAQ.md, "What types of pods can
+# prevent CA from removing a node?"): the node would bill until someone drains it.
+CPU_POOL_TAINT_KEY = "tpu-rl/dedicated"
+
+
+def cpu_pool_taint() -> tuple[str, str, str]:
+    """(key, value, effect) of the CPU pool's node taint: the stacks put it on the pool."""
+    return CPU_POOL_TAINT_KEY, cpu_pool_name(), "NoSchedule"
+
+
+def cpu_pool_toleration() -> dict[str, str]:
+    """Tolerates exactly the CPU pool's taint: every pod the manifests place on the CPU pool carries it."""
+    key, value, effect = cpu_pool_taint()
+    return {"key": key, "operator": "Equal", "value": value, "effect": effect}
 
 
 def tpu_pool_name(slice_index: int, capacity: str = "reservation", zone_suffix: str = "") -> str:

@@ -69,6 +69,7 @@ class GkeRecipeStack(TpuRlStack):
                 machine_type=recipe.cpu_machine_type,
                 disk_type=recipe.cpu_machine.disk_type,
                 node_service_account=nodes.email,
+                taint=conventions.cpu_pool_taint(),
             ),
         )
         # One pool per capacity mode, zone and slice; Kueue picks the mode and zone (a ResourceFlavor each,

@@ -86,7 +86,9 @@ def test_conversion_steps_run_one_pod_on_the_cpu_pool_without_tpus(name, step):
     assert (only["replicas"], job["parallelism"], job["completions"]) == (1, 1, 1)
     spec = job["template"]["spec"]
     assert spec["nodeSelector"] == {"cloud.google.com/gke-nodepool": cpu_pool_name()}
-    assert "tolerations" not in spec
+    # Only the CPU pool's own taint (tests/test_stacks_gke_nodes_and_destroy.py checks it against the pool).
+    assert spec["tolerations"] == [{"key": "tpu-rl/dedicated", "operator": "Equal", "value": "cpu-np",
+                                    "effect": "NoSchedule"}]
     assert "google.com/tpu" not in str(spec)
 
 

@@ -75,13 +75,28 @@ def pod_sets(jobset: dict):
         yield replicated_job["name"], replicated_job["replicas"] * job["parallelism"], job["template"]["spec"]
 
 
+def tolerates_flavor_taints(spec: dict, flavor: dict) -> bool:
+    """A flavor's NoSchedule/NoExecute nodeTaints must each be tolerated by the pod or by the flavor's own
+    tolerations (kueue v0.17.1 flavorassigner.go, FindMatchingUntoleratedTaint; the rule of
+    k8s.io/api core/v1 toleration.go ToleratesTaint, for the keyed tolerations used here)."""
+    tolerations = [*spec.get("tolerations", []), *flavor["spec"].get("tolerations", [])]
+
+    def tolerated(taint: dict) -> bool:
+        return any(t.get("key") == taint["key"] and t.get("effect", taint["effect"]) == taint["effect"]
+                   and (t.get("operator") == "Exists" or t.get("value") == taint.get("value"))
+                   for t in tolerations)
+    return all(tolerated(taint) for taint in flavor["spec"].get("nodeTaints", [])
+               if taint["effect"] in ("NoSchedule", "NoExecute"))
+
+
 def matching_flavors(spec: dict, cluster_queue: dict, flavors: dict[str, dict]) -> list[str]:
     (group,) = cluster_queue["spec"]["resourceGroups"]
     names = [flavor["name"] for flavor in group["flavors"]]
     keys = {key for name in names for key in flavors[name]["spec"].get("nodeLabels", {})}
     selector = {k: v for k, v in spec.get("nodeSelector", {}).items() if k in keys}
     return [name for name in names
-            if all(flavors[name]["spec"].get("nodeLabels", {}).get(k) == v for k, v in selector.items())]
+            if all(flavors[name]["spec"].get("nodeLabels", {}).get(k) == v for k, v in selector.items())
+            and tolerates_flavor_taints(spec, flavors[name])]
 
 
 def assigned_flavors(jobset: dict, objects: dict[str, dict], in_use: dict[str, Counter] | None = None) -> dict[str, str] | list[str]:
@@ -163,6 +178,14 @@ def test_the_check_refuses_a_step_whose_node_selector_matches_no_flavor(stacks_j
     jobset = rendered("qwen3-v6e32", "export")
     [(_, _, spec)] = pod_sets(jobset)
     spec["nodeSelector"] = {"cloud.google.com/gke-nodepool": "some-other-pool"}
+    assert admission_problems(jobset, objects) == ["main: uncovered [], matching flavors []"]
+
+
+def test_the_check_refuses_a_cpu_step_that_does_not_tolerate_the_cpu_pools_taint(stacks_json):
+    objects = queue_objects(stacks_json["qwen3-v6e32"])
+    jobset = rendered("qwen3-v6e32", "convert")
+    [(_, _, spec)] = pod_sets(jobset)
+    del spec["tolerations"]
     assert admission_problems(jobset, objects) == ["main: uncovered [], matching flavors []"]
 
 

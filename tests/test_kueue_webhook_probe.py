@@ -65,9 +65,9 @@ def test_an_answer_followed_by_a_refusal_does_not_count(script, tmp_path):
 def test_the_probe_gives_up_with_one_line_naming_the_service_and_what_to_look_at(script, tmp_path):
     result, calls = run_probe(script, tmp_path, "")
     assert result.returncode == 1
-    assert len(calls) == 60
+    assert len(calls) == 120
     assert result.stderr.splitlines() == [
-        "the Kueue webhook kueue-webhook-service.kueue-system.svc:443 did not accept connections after 60 tries: "
+        "the Kueue webhook kueue-webhook-service.kueue-system.svc:443 did not accept connections after 120 tries: "
         "see kubectl -n kueue-system get pods,endpointslices"]
 
 

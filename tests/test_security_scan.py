@@ -274,6 +274,8 @@ REMEDIES = {
     "CKV_GCP_61": ("google_container_cluster", "enable_intranode_visibility", {"enable_intranode_visibility": True}),
     "CKV_GCP_66": ("google_container_cluster", "binary_authorization",
                    {"binary_authorization": {"evaluation_mode": "PROJECT_SINGLETON_POLICY_ENFORCE"}}),
+    # CloudStorageVersioningEnabled.py (CKV_GCP_78) reads versioning/[0]/enabled.
+    "CKV_GCP_78": ("google_storage_bucket", "versioning.enabled", {"versioning": {"enabled": True}}),
 }
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
 RETRY_DELAY_ENV = "TPU_RL_RETRY_BASE_SECONDS"  # first backoff delay of API retries (default 1)
 REQUEST_TIMEOUT_ENV = "TPU_RL_REQUEST_TIMEOUT_SECONDS"  # per Kubernetes API request (default 30)
-MAINTENANCE_GRACE_ENV = "TPU_RL_MAINTENANCE_GRACE_SECONDS"  # a stopped TPU VM's time to return (default 3600)
+MAINTENANCE_GRACE_ENV = "TPU_RL_MAINTENANCE_GRACE_SECONDS"  # a stopped TPU VM's time to return
 
 
 def _float_env(name: str, default: float, *, zero_allowed: bool) -> float:
@@ -67,13 +67,13 @@ def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"
     from scripts.cloud import gcs
     from scripts.cloud.clients import Clients
     from scripts.cloud.retry import RetryPolicy
-    from scripts.pipeline.session import Session
+    from scripts.pipeline.session import MAINTENANCE_GRACE_SECONDS, Session
 
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False))
     session = Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
                       poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
-                      maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, 3600.0, zero_allowed=True),
+                      maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, MAINTENANCE_GRACE_SECONDS, zero_allowed=True),
                       confirm=_ask if _stdin_is_a_terminal() else None)
     if bucket != "none":
         gcs.require_bucket(session.clients.storage(), settings, writes=bucket == "writes")

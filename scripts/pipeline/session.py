@@ -24,6 +24,12 @@ from scripts.cloud.retry import RetryPolicy
 from scripts.outcome import OutputMissing
 
 
+# How long `run` waits for a TPU VM that maintenance stopped to come back (scripts/pipeline/vm_checks.py),
+# unless TPU_RL_MAINTENANCE_GRACE_SECONDS says otherwise; docs/settings.md and docs/pipeline.md state it
+# (tests/test_docs_links.py holds them to this value).
+MAINTENANCE_GRACE_SECONDS = 3600.0
+
+
 @dataclass
 class Session:
     recipe: Recipe
@@ -32,8 +38,7 @@ class Session:
     console: Console = field(default_factory=Console)
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     poll_interval: float = 15.0
-    # How long `run` waits for a TPU VM that maintenance stopped to come back (scripts/pipeline/vm.py).
-    maintenance_grace: float = 3600.0
+    maintenance_grace: float = MAINTENANCE_GRACE_SECONDS
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     confirm: Callable[[str], bool] | None = None  # interactive yes/no; None = not interactive
