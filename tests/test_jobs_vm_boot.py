@@ -5,6 +5,7 @@ the stand-ins of tests/peers/vm_guest.py."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,15 @@ def test_a_listing_that_keeps_failing_at_export_fails_it_saying_so(tmp_path):
     assert record.last_line.endswith(f"export: cannot list the checkpoints under {PATHS.actor_checkpoints} (gcloud "
                                      "failed 5 times, above): reboot the VM to retry")
     assert not guest.object(PATHS.progress_marker("export")).exists()
+
+
+def test_the_docs_state_the_gcloud_wait_the_script_does():
+    docs = Path(__file__).parents[1] / "docs"
+    line = f"boot: gcloud is not on PATH after {jobs.vm_install.GCLOUD_WAIT_SECONDS} s: no record of this attempt"
+    # the script's line, with the bound a test sets replaced by the default (as in the test above)
+    wait = jobs.vm_install.GCLOUD_WAIT_SECONDS
+    assert line.replace(f" {wait} ", f" ${{{jobs.vm_install.GCLOUD_WAIT_ENV}:-{wait}}} ") in script()
+    for page in ("pipeline.md", "troubleshooting.md"):
+        assert " ".join(line.split()[:9]) in " ".join((docs / page).read_text().split()), page
+    assert (f"at most {jobs.vm_install.GCLOUD_WAIT_SECONDS // 60} min (`GCLOUD_WAIT_SECONDS`"
+            in " ".join((docs / "pipeline.md").read_text().split()))
