@@ -117,10 +117,9 @@ gcloud_on_path() {{ local found; found="$(command -v gcloud)" && [[ -x "$found" 
 wait_for_gcloud() {{
   local start
   start="$(uptime_s)"
-  if command -v snap >/dev/null 2>&1 && ! gcloud_on_path; then
-    log "{phase}: waiting for snapd's seeding (snap wait system seed.loaded), at most {bound} s: gcloud is a snap"
-    timeout -k 5 "{bound}" snap wait system seed.loaded || true
-  fi
+  gcloud_on_path && return 0
+  log "{phase}: gcloud is not on PATH yet: waiting for snapd's seeding (snap wait system seed.loaded) and gcloud, at most {bound} s"
+  if command -v snap >/dev/null 2>&1; then timeout -k 5 "{bound}" snap wait system seed.loaded || true; fi
   until gcloud_on_path; do
     if (($(uptime_s) - start >= {bound})); then
       log "{phase}: gcloud is not on PATH after {bound} s: no record of this attempt can reach the bucket without it; reboot the VM to retry, or see docs/troubleshooting.md"

@@ -43,7 +43,8 @@ def test_a_first_boot_waits_for_snapd_to_mount_gcloud_before_its_first_record(sn
     code, calls, log = snap_guest.boot(FAKE_SEED_SECONDS="2", **{jobs.vm.RETRY_ENV: "0"})
     assert code == 0, log
     assert calls[0] == "snap wait system seed.loaded"
-    assert "boot: waiting for snapd's seeding (snap wait system seed.loaded), at most 300 s: gcloud is a snap" in log
+    assert ("boot: gcloud is not on PATH yet: waiting for snapd's seeding (snap wait system seed.loaded) and gcloud, "
+            f"at most {jobs.vm_install.GCLOUD_WAIT_SECONDS} s") in log
     assert jobs.vm.ATTEMPT_LINE.match(tagged(snap_guest.output)[0])
     attempt = Attempt.parse(snap_guest.object(PATHS.vm_attempt).read_text())
     assert (attempt.phase, attempt.ended) == ("done", "exit-0")
@@ -51,7 +52,7 @@ def test_a_first_boot_waits_for_snapd_to_mount_gcloud_before_its_first_record(sn
     assert "command not found" not in log
     # A later boot finds gcloud at once and does not ask snapd.
     _, calls, _ = snap_guest.boot()
-    assert not any(call.startswith("snap ") for call in calls)
+    assert not any(call.startswith("snap ") for call in calls) and "not on PATH yet" not in snap_guest.output
 
 
 def test_a_gcloud_that_never_comes_ends_the_boot_at_its_bound_with_one_line_and_no_record(snap_guest):
