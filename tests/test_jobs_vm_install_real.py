@@ -14,10 +14,12 @@ that escaped the sandbox fails loudly instead of changing this machine. The test
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -105,17 +107,24 @@ def sandbox(tmp_path):
     return root, {"APT_CONFIG": str(apt_conf), "DPKG_ROOT": str(root)}
 
 
+def first_boot(tmp_path: Path) -> Guest:
+    """A first boot (the install runs) with this machine's apt-get and dpkg, in a mount namespace where this
+    machine's dpkg and apt state is read-only and /var/log is tmp_path/var-log."""
+    guest = Guest(tmp_path, jobs.render_startup_script(RECIPE, SETTINGS), "hf_fake_token_for_the_test",
+                  installed=RECIPE.maxtext_version, actor_checkpoints=PATHS.actor_checkpoints, real=("apt-get", "dpkg"))
+    guest.install_marker.unlink()
+    guest.mounts += [f"mount --bind {tmp_path / 'var-log'} /var/log"] + [
+        f"mount --bind -o ro {folder} {folder}" for folder in ("/var/lib/dpkg", "/var/lib/apt", "/var/cache/apt")
+        if os.path.isdir(folder)]
+    return guest
+
+
 def test_an_interrupted_dpkg_is_repaired_and_the_install_runs_under_the_real_dpkg_and_apt(tmp_path, sandbox):
     # Before: the script's PATH had no /usr/sbin nor /sbin, and the real dpkg refused `--configure -a` (exit 2,
     # "2 expected programs not found in PATH or not executable": ldconfig, start-stop-daemon), on every boot.
     root, env = sandbox
     before = hashlib.sha256(HOST_STATUS.read_bytes()).hexdigest()
-    guest = Guest(tmp_path, jobs.render_startup_script(RECIPE, SETTINGS), "hf_fake_token_for_the_test",
-                  installed=RECIPE.maxtext_version, actor_checkpoints=PATHS.actor_checkpoints, real=("apt-get", "dpkg"))
-    guest.install_marker.unlink()  # a first boot: the install runs
-    guest.mounts += [f"mount --bind {tmp_path / 'var-log'} /var/log"] + [
-        f"mount --bind -o ro {folder} {folder}" for folder in ("/var/lib/dpkg", "/var/lib/apt", "/var/cache/apt")
-        if os.path.isdir(folder)]
+    guest = first_boot(tmp_path)
     code, calls, log = guest.boot(**env)
     assert code == 0, log
     assert "install: dpkg-configure (at most 900 s)" in guest.output
@@ -132,3 +141,44 @@ def test_an_interrupted_dpkg_is_repaired_and_the_install_runs_under_the_real_dpk
     assert subprocess.run(["dpkg", "--audit"], capture_output=True, text=True, check=True,
                           env={"PATH": ROOT_PATH, **env}).stdout == ""
     assert Failure.parse(guest.object(PATHS.vm_failure).read_text()) is None
+
+
+def test_locks_held_by_another_process_are_waited_for_on_the_real_apt_and_dpkgs_own_words(tmp_path, sandbox):
+    # The image's apt-daily or unattended-upgrades at first boot: this test holds apt's lists lock and dpkg's
+    # frontend lock (fcntl record locks, as they take them) for a few seconds; the script retries each command
+    # on the tool's own words (jobs/vm_install.py APT_LOCKED, DPKG_LOCKED), then goes on.
+    root, env = sandbox
+    guest = first_boot(tmp_path)
+    locks = [root / "var" / "lib" / "apt" / "lists" / "lock", root / "var" / "lib" / "dpkg" / "lock-frontend"]
+    held = [open(path, "a") for path in locks]
+    timers = []
+    try:
+        for handle, seconds in zip(held, (2, 4)):  # apt-get update runs first, dpkg --configure -a after it
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            timers.append(threading.Timer(seconds, fcntl.lockf, (handle, fcntl.LOCK_UN)))
+            timers[-1].start()
+        code, _, log = guest.boot(**env, **{jobs.vm_install.LOCK_RETRY_ENV: "1"})
+    finally:
+        for timer in timers:
+            timer.cancel()
+        for handle in held:
+            handle.close()
+    assert code == 0, log
+    output = guest.output
+    assert f"E: Could not get lock {locks[0]}. It is held by process {os.getpid()}" in output
+    assert f"dpkg: error: dpkg frontend lock was locked by another process with pid {os.getpid()}" in output
+    assert jobs.vm_install.APT_LOCKED in output and jobs.vm_install.DPKG_LOCKED in output
+    assert "apt-get: another process holds the lock (exit 100); trying again in 1 s" in output
+    assert "dpkg: another process holds the lock (exit 2); trying again in 1 s" in output
+    assert _status(root) == {name: "install ok installed" for name in jobs.vm_install.SYSTEM_PACKAGES}
+
+
+def test_the_stand_ins_audit_text_is_what_the_real_dpkg_prints(tmp_path, sandbox):
+    # tests/test_jobs_vm_script.py feeds the script this text from a stand-in dpkg; here the real one prints it.
+    root, env = sandbox
+    audit = subprocess.run(["dpkg", "--audit"], capture_output=True, text=True, check=True,
+                           env={"PATH": ROOT_PATH, **env}).stdout
+    from test_jobs_vm_script import AUDIT_UNPACKED
+    assert audit.splitlines()[:3] == AUDIT_UNPACKED.splitlines()[:3]
+    assert audit.splitlines()[3].split()[0] == AUDIT_UNPACKED.splitlines()[3].split()[0] == INTERRUPTED
+    assert audit.endswith("\n\n") and AUDIT_UNPACKED.endswith("\n\n")
