@@ -20,6 +20,9 @@ Decisions:
   (paths.vm_attempt); any phase that fails (install, token, a step) writes paths.vm_failure with the
   attempt, phase, exit code and log tail, and a step's whole log goes to paths.step_log when it ends.
   Every line the script logs names its run.
+- Every record goes through gcloud, which may be a snap that snapd has not mounted yet at first boot: each
+  boot sets its exit trap and logs its attempt line, then waits for gcloud within a bound
+  (jobs/vm_install.py gcloud_wait); past it, the boot ends with one console line and no record.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from jobs.vm_install import (APT_LOCK, APT_TRIES, INSTALL, INSTALL_DIR, RETRY_EN
                              SYSTEM_PACKAGES, TOKEN, UPTIME_S, UV_VERSION, gcloud_wait, install_phase, token_phase)
 
 LOG_FILE = "/var/log/tpu-rl.log"
-# Root's standard PATH (Debian's and systemd's default) behind uv's (/root/.local/bin) and the snaps' (gcloud).
+# The script's PATH: uv's (/root/.local/bin), the snaps' (gcloud), then root's standard PATH (why: the header).
 SCRIPT_PATH = "/root/.local/bin:/snap/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # The script's progress lines, "tpu-rl: <UTC time> <step>: starting|done", are written by log() and
