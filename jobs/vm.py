@@ -20,6 +20,9 @@ Decisions:
   (paths.vm_attempt); any phase that fails (install, token, a step) writes paths.vm_failure with the
   attempt, phase, exit code and log tail, and a step's whole log goes to paths.step_log when it ends.
   Every line the script logs names its run.
+- Every record goes through gcloud, which may be a snap that snapd has not mounted yet at first boot: each
+  boot sets its exit trap and logs its attempt line, then waits for gcloud within a bound
+  (jobs/vm_install.py gcloud_wait); past it, the boot ends with one console line and no record.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from jobs.paths import ArtifactPaths
 from recipes import STEPS, Recipe, Settings, UserError
 from recipes.conventions import ORBAX_COMMIT_MARKER
 from jobs.vm_install import (APT_LOCK, APT_TRIES, INSTALL, INSTALL_DIR, RETRY_ENV, RETRY_SECONDS,  # noqa: F401
-                             SYSTEM_PACKAGES, TOKEN, UV_VERSION, install_phase, token_phase)
+                             SYSTEM_PACKAGES, TOKEN, UPTIME_S, UV_VERSION, gcloud_wait, install_phase, token_phase)
 
 LOG_FILE = "/var/log/tpu-rl.log"
+# The script's PATH: uv's (/root/.local/bin), the snaps' (gcloud), then root's standard PATH (why: the header).
+SCRIPT_PATH = "/root/.local/bin:/snap/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # The script's progress lines, "tpu-rl: <UTC time> <step>: starting|done", are written by log() and
 # _step() below and read back from the serial console by scripts/pipeline/vm.py with PROGRESS_LINE: one
@@ -131,7 +136,10 @@ set -euo pipefail
 # nor then this script: tee writes on to the file alone (GNU coreutils tee, -p = --output-error=warn-nopipe).
 exec > >(tee -p -a {LOG_FILE}) 2>&1
 export HOME=/root
-export PATH="/root/.local/bin:/snap/bin:/usr/local/bin:/usr/bin:/bin"
+# Root's standard PATH (with uv's and the snaps' directories): dpkg refuses to run when ldconfig or
+# start-stop-daemon (in /usr/sbin, /sbin) is not on it (guillemj/dpkg 1.21.1 src/help.c checkpath, from
+# src/packages.c: "root's PATH should usually contain /usr/local/sbin, /usr/sbin and /sbin").
+export PATH="{SCRIPT_PATH}"
 
 readonly VENV={INSTALL_DIR}/venv
 readonly RUN={q(paths.run_name)}
@@ -144,6 +152,8 @@ PHASE="{BOOT}"
 PHASE_START=0
 LAST_LINE=""
 log() {{ LAST_LINE="{LOG_TAG} $(date -u +%FT%TZ) $RUN $*"; echo "$LAST_LINE"; }}
+{UPTIME_S}
+{gcloud_wait(BOOT)}
 # tee writes the log file a moment after the console: wait (at most 5 s) until the last line is there.
 flush_log() {{
   for _ in $(seq 50); do
@@ -165,16 +175,28 @@ put() {{
   rm -f "$body"
   return 1
 }}
-# 0: the object exists, 1: it does not ({GCS_NO_MATCH!r}), 2: gcloud failed otherwise, {GCS_TRIES} times.
-object_exists() {{
-  local try err
+# The URLs matching $1 (a wildcard, or one object), one a line; none when nothing matches ({GCS_NO_MATCH!r}).
+# Exit 2 when gcloud failed otherwise, {GCS_TRIES} times (its lines go to stderr: stdout is the listing).
+list_objects() {{
+  local try err listed
   for try in $(seq {GCS_TRIES}); do
-    if err="$(gcloud storage ls "$1" 2>&1 >/dev/null)"; then return 0; fi
-    if [[ "$err" == *"{GCS_NO_MATCH}"* ]]; then return 1; fi
-    log "gcloud storage ls $1 failed (try $try of {GCS_TRIES}): ${{err##*$'\\n'}}"
+    err="$(mktemp)"
+    if listed="$(gcloud storage ls "$1" 2>"$err")" || grep -qF -- "{GCS_NO_MATCH}" "$err"; then
+      rm -f "$err"
+      if [[ -n "$listed" ]]; then printf '%s\\n' "$listed"; fi
+      return 0
+    fi
+    log "gcloud storage ls $1 failed (try $try of {GCS_TRIES}): $(tail -n 1 "$err")" >&2
+    rm -f "$err"
     sleep "$((${{{RETRY_ENV}:-{RETRY_SECONDS}}} * try))"
   done
   return 2
+}}
+# 0: the object exists, 1: it does not, 2: gcloud failed otherwise, {GCS_TRIES} times.
+object_exists() {{
+  local listed
+  listed="$(list_objects "$1")" || return 2
+  [[ -n "$listed" ]]
 }}
 step_done() {{
   local found=0
@@ -246,17 +268,18 @@ watch_cancel() {{
 }}
 # A step stopped by the watcher fails; with the marker there, that is the cancel, not a crash: exit 0.
 # Any other failure, of any phase, leaves the failure record `tpu-rl run` reads (and the step's log).
+CANCEL_WATCHER="" HEARTBEAT_WATCHER="" GCLOUD_READY=""
 on_exit() {{
   local code=$?
+  if [[ -z "$GCLOUD_READY" ]]; then exit "$code"; fi  # no bucket without gcloud (wait_for_gcloud said so)
   kill "$CANCEL_WATCHER" "$HEARTBEAT_WATCHER" 2>/dev/null || true
   wait "$CANCEL_WATCHER" "$HEARTBEAT_WATCHER" 2>/dev/null || true
   if [[ $code -ne 0 ]] && object_exists "$CANCEL_MARKER"; then
     log "$PHASE: {CANCELLED} (marker $CANCEL_MARKER); its outputs so far are kept"
     ENDED={CANCELLED} code=0
   fi
-  # How this attempt ended, in its attempt record: `tpu-rl run` then waits for a new attempt, not on this one.
-  record_attempt "${{ENDED:-exit-$code}}" || true
-  [[ $code -ne 0 ]] || exit 0
+  # The failure record (and the step's log) before the end record: a `run` that reads the end first would
+  # report a bare "attempt ended (exit-N)", without the phase and the log's last lines.
   if [[ $code -ne 0 ]]; then
     log "$PHASE: {FAILED} (exit $code)"
     flush_log
@@ -266,18 +289,24 @@ on_exit() {{
 {step_logs}
     esac
   fi
+  # How this attempt ended, in its attempt record: `tpu-rl run` then waits for a new attempt, not on this one.
+  record_attempt "${{ENDED:-exit-$code}}" || true
   exit "$code"
 }}
-# Before anything else this boot is the attempt, and the last attempt's failure record is superseded: a
-# `tpu-rl run` that reads the bucket before this boot's first console line must not stop with it.
+# The trap first, so whatever fails below leaves its record; then gcloud, which every record needs.
+trap on_exit EXIT
+log "attempt $ATTEMPT: {BOOT}"
+wait_for_gcloud || exit 1
+GCLOUD_READY=1
+# Before anything else in the bucket this boot is the attempt, and the last attempt's failure record is
+# superseded: a `tpu-rl run` that reads the bucket before this boot's first console line must not stop with it.
 begin_phase "{BOOT}"
 printf 'superseded_by=%s at=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" | put "$FAILURE_RECORD"
 watch_cancel &
-readonly CANCEL_WATCHER=$!
+CANCEL_WATCHER=$!
 watch_heartbeat &
-readonly HEARTBEAT_WATCHER=$!
-trap on_exit EXIT
-log "attempt $ATTEMPT: {BOOT}\""""
+HEARTBEAT_WATCHER=$!
+readonly CANCEL_WATCHER HEARTBEAT_WATCHER"""
 
 
 def _step(step: str, body: str, marker: str, log_url: str) -> str:
@@ -310,8 +339,10 @@ def _export_body(recipe: Recipe, paths: ArtifactPaths, export: MaxTextCommand) -
     actor = paths.actor_checkpoints
     params = f"{actor}${{{EXPORT_STEP_VAR}}}/model_params/"
     return f"""# the newest finished checkpoint: train_rl saves the step it reached, at most {recipe.last_step}
-{EXPORT_STEP_VAR}="$({{ gcloud storage ls {shlex.quote(actor + '*/' + ORBAX_COMMIT_MARKER)} 2>/dev/null || true; }} \\
-  | sed -nE 's#.*/([0-9]+)/{ORBAX_COMMIT_MARKER}$#\\1#p' | sort -n | tail -n 1)"
+# (a listing that fails {GCS_TRIES} times is not "no checkpoint": the export stops and says so)
+COMMITTED="$(list_objects {shlex.quote(actor + '*/' + ORBAX_COMMIT_MARKER)})" || {{
+  log "export: cannot list the checkpoints under {actor} (gcloud failed {GCS_TRIES} times, above): reboot the VM to retry"; exit 1; }}
+{EXPORT_STEP_VAR}="$(printf '%s' "$COMMITTED" | sed -nE 's#.*/([0-9]+)/{ORBAX_COMMIT_MARKER}$#\\1#p' | sort -n | tail -n 1)"
 if [[ -z "${EXPORT_STEP_VAR}" ]]; then log "export: no checkpoint with orbax's commit marker under {actor}"; exit 1; fi
 # tunix saves step 0 on close when no batch came at all: the untrained model, not worth exporting
 if [[ "${EXPORT_STEP_VAR}" == 0 ]]; then log "export: only step 0 under {actor}: no batch reached training"; exit 1; fi

