@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from peers.google_apis import GoogleApis
+from peers.google_apis import CPU_MACHINES, CPU_QUOTAS, GoogleApis
 from peers.kube_api import KubeApi, write_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,7 +116,8 @@ def start_google(settings: dict[str, str], token: str, state: dict | None = None
     reservation = state.get("reservation", ["ct6e-standard-4t", 16, 0])
     if reservation != "absent":
         server.reservations[(zone, settings["RESERVATION"])] = tuple(reservation)
-    server.machine_types.update({(zone, "ct6e-standard-4t"), (zone, "ct6e-standard-8t")})
+    server.machine_types.update((zone, name) for name in ("ct6e-standard-4t", "ct6e-standard-8t", *CPU_MACHINES))
+    server.regions[settings["REGION"]] = dict(CPU_QUOTAS)
     if state.get("accelerators") != "absent":
         server.accelerator_types.update({(zone, "v6e-8"), (zone, "v6e-32"), (zone, "v6e-64")})
     if "vm" in state:  # vm_script: other = the script of another run than the recipe's
