@@ -31,14 +31,31 @@ def test_a_pathways_tag_that_does_not_exist_ends_train_with_one_line_naming_the_
     assert result.exit_code == ExitCode.JOB_FAILED, result.output
     line = error_line(result)
     assert line.startswith(f"error: step train stopped: container pathways-proxy of pod {TRAIN}-pathways-head-0-0-"), line
-    # the kubelet's own message, kept from an ErrImagePull poll though the last poll said ImagePullBackOff
+    # the registry said "not found" (gRPC NotFound): at the first poll that shows the kubelet's message
     assert f"cannot pull image {image} (ErrImagePull: rpc error: code = NotFound desc = failed to pull and " \
-           f'unpack image "{image}"' in line, line
-    assert "for 0:10:00, the kubelet retrying" in line, line  # the second poll that saw it fail: 5 min bound
-    assert f"JobSet {TRAIN} deleted, so no TPU bills; fix the image in recipes/recipes.toml " \
-           f"(`tpu-rl preflight {RECIPE}` checks each one); {RERUN}" in line, line
-    assert kube.deleted == [TRAIN] and TRAIN not in kube.jobsets
+           f'unpack image "{image}": failed to resolve reference "{image}": {image}: not found); JobSet {TRAIN} ' \
+           f"deleted, so no TPU bills; fix the image in recipes/recipes.toml (`tpu-rl preflight {RECIPE}` checks " \
+           f"each one); {RERUN}" in line, line
+    assert kube.deleted == [TRAIN] and TRAIN not in kube.jobsets and kube._ticks.get(TRAIN, 1) <= 2
     assert run_record(cloud)["steps"]["train"]["status"] == "failed"
+
+
+def test_a_registry_that_refuses_the_pull_ends_train_once_the_kubelet_has_retried_for_five_minutes(
+        cloud, monkeypatch):
+    """A 403 is ErrImagePull with containerd's code Unknown, as a dropped connection is: the kubelet backs
+    off and pulls again (ImagePullBackOff between), so `run` gives it IMAGE_PULL_FAILING_SECONDS."""
+    kube, image = cloud["kube"], get_recipe(RECIPE).pathways_images.server
+    stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", outcome="hang", ticks=400, start_fails=("pathways-worker", "ErrImagePull"),
+              pull_error="forbidden")
+    result = run_train(cloud, monkeypatch, "spot", "30m")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    line = error_line(result)
+    assert f"step train stopped: container pathways-worker of pod {TRAIN}-worker-0-" in line, line
+    # the kubelet's own message, kept from an ErrImagePull poll though the last poll said ImagePullBackOff
+    assert f"cannot pull image {image} (ErrImagePull: rpc error: code = Unknown desc = failed to pull and unpack " \
+           f'image "{image}": ' in line and ": 403 Forbidden) for 0:10:00, the kubelet retrying; JobSet " in line, line
+    assert kube.deleted == [TRAIN]
 
 
 def test_an_image_name_the_kubelet_cannot_parse_ends_convert_at_the_first_poll_that_shows_it(cloud, monkeypatch):
@@ -79,10 +96,11 @@ def test_a_pull_that_fails_once_and_then_works_does_not_end_the_step(cloud, monk
     kube = cloud["kube"]
     stall_clock(monkeypatch)
     kube.plan(TRAIN, capacity="spot", ticks=4, start_fails=("pathways-worker", "ErrImagePull"), start_fails_until=2,
-              **succeeds(cloud))
+              pull_error="timeout", **succeeds(cloud))
     result = run_train(cloud, monkeypatch, "spot", "30m")
     assert result.exit_code == 0, result.output
-    assert "ErrImagePull" in result.output and "train: output verified" in result.output
+    assert "ErrImagePull: rpc error: code = Unknown" in result.output and "i/o timeout" in result.output
+    assert "train: output verified" in result.output
     assert kube.deleted == []
 
 

@@ -36,11 +36,28 @@ def sidecars_running(pod: dict) -> dict:
 # PullImage wraps the resolver's not-found error (internal/cri/server/images/image_pull.go "failed to pull
 # and unpack image %q: %w"; core/remotes/docker/resolver.go "failed to resolve reference %q: %w", "%s: %w"
 # with errdefs.ErrNotFound, which errgrpc maps to code NotFound). CrashLoopBackOff's message is
-# kuberuntime_manager.go's "back-off %s restarting failed container=%s pod=%s".
-def waiting_state(reason: str, image: str, container: str, pod: str) -> dict:
+# kuberuntime_manager.go's "back-off %s restarting failed container=%s pod=%s". Other pull errors carry
+# containerd's code Unknown: a registry's 403 (core/remotes/docker/authorizer.go "failed to authorize: %w",
+# auth/fetch.go "failed to fetch oauth token: %w", "unexpected status from %s request to %s: %s") and a
+# connection that times out (resolver.go "failed to do request: %w" around Go's net/http error).
+def pull_error(image: str, kind: str) -> str:
+    host, _, rest = image.partition("/")
+    repository, _, tag = rest.rpartition(":")
+    code, why = {
+        "not found": ("NotFound", f"{image}: not found"),
+        "forbidden": ("Unknown", "failed to authorize: failed to fetch oauth token: unexpected status from GET "
+                                 f"request to https://{host}/v2/token?scope=repository%3A{repository}%3Apull&"
+                                 f"service={host}: 403 Forbidden"),
+        "timeout": ("Unknown", f'failed to do request: Head "https://{host}/v2/{repository}/manifests/{tag}": '
+                               "dial tcp 142.250.1.82:443: i/o timeout"),
+    }[kind]
+    return (f'rpc error: code = {code} desc = failed to pull and unpack image "{image}": failed to resolve '
+            f'reference "{image}": {why}')
+
+
+def waiting_state(reason: str, image: str, container: str, pod: str, pull: str = "not found") -> dict:
     message = {
-        "ErrImagePull": f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": failed to '
-                        f'resolve reference "{image}": {image}: not found',
+        "ErrImagePull": pull_error(image, pull),
         "ImagePullBackOff": f'Back-off pulling image "{image}"',
         "InvalidImageName": f'Failed to apply default image tag "{image}": couldn\'t parse image name "{image}": '
                             "invalid reference format",
@@ -50,7 +67,7 @@ def waiting_state(reason: str, image: str, container: str, pod: str) -> dict:
     return {"waiting": {"reason": reason, **({"message": message} if message else {})}}
 
 
-def start_failure(pods: list[dict], failure: tuple[str, str], tick: int) -> None:
+def start_failure(pods: list[dict], failure: tuple[str, str], tick: int, pull: str = "not found") -> None:
     """Every pod is on its node; container `failure[0]` cannot start in each pod that has it (the others
     run and are Ready): ErrImagePull and ImagePullBackOff in turn as the kubelet retries the pull,
     InvalidImageName for ever, or CrashLoopBackOff (exit 1, restartCount one more at each tick), running
@@ -82,7 +99,8 @@ def start_failure(pods: list[dict], failure: tuple[str, str], tick: int) -> None
                 if crash:
                     status["lastState"] = {"terminated": {"exitCode": 1, "reason": "Error"}}
                 if not up:
-                    status.update(ready=False, state=waiting_state(shown, c["image"], name, pod["metadata"]["name"]))
+                    status.update(ready=False, state=waiting_state(shown, c["image"], name, pod["metadata"]["name"],
+                                                                   pull))
                     held = c in inits
             statuses[c["name"]] = status
         ready = all(statuses[c["name"]]["ready"] for c in inits + mains)
@@ -198,7 +216,7 @@ class JobSetLife:
                                                        for c in pod["spec"]["containers"]]}
             return
         if plan.start_fails and not obj["status"]["restarts"] and tick < (plan.start_fails_until or tick + 1):
-            start_failure(self._pods_of(name), plan.start_fails, tick)
+            start_failure(self._pods_of(name), plan.start_fails, tick, plan.pull_error)
             return
         for pod in self._pods_of(name):
             conditions = [{"type": "PodScheduled", "status": "True"}]

@@ -68,3 +68,4 @@ class Plan:
     # not exist), InvalidImageName, or CrashLoopBackOff.
     start_fails: tuple[str, str] | None = None
     start_fails_until: int | None = None  # the tick from which it starts after all (None: never)
+    pull_error: str = "not found"  # why ErrImagePull: not found (the tag), forbidden (403), timeout

@@ -6,10 +6,10 @@ counts only while every pod is Ready. `run` deletes the JobSet (capacity.py, by 
 one line that names what did not start.
 
 The kubelet's waiting reasons (kubernetes/kubernetes pkg/kubelet/images/types.go @64c0164c): InvalidImageName
-("Unable to parse the image name", returned before any pull, image_manager.go applyDefaultImageTag) ends the
-step at once, as no retry can change it; ErrImagePull and ImagePullBackOff ("kubelet is backing off image
-pull") end it once the pull has kept failing for IMAGE_PULL_FAILING_SECONDS, since ErrImagePull is also
-what one dropped connection gives."""
+("Unable to parse the image name", returned before any pull, image_manager.go applyDefaultImageTag) and an
+ErrImagePull the registry answered "not found" (MISSING_IMAGE) end the step at once, as no retry can change
+them; any other ErrImagePull, and ImagePullBackOff ("kubelet is backing off image pull"), once the pull has
+kept failing for IMAGE_PULL_FAILING_SECONDS, since ErrImagePull is also what one dropped connection gives."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ from scripts.pipeline.session import Session, hms
 
 UNPARSABLE_IMAGE = ("InvalidImageName",)
 FAILING_PULL = ("ErrImagePull", "ImagePullBackOff")
+# An ErrImagePull's message is the runtime's error as gRPC renders it ("rpc error: code = %s desc = %s",
+# grpc-go internal/status/status.go); containerd answers NotFound when the registry has no such tag or
+# repository (errdefs.ErrNotFound from core/remotes/docker/resolver.go, errgrpc.ToGRPC): no retry finds it.
+MISSING_IMAGE = "rpc error: code = NotFound "
 
 
 @dataclass
@@ -86,9 +90,10 @@ class StartWatch:
                 said = said if reason == "ImagePullBackOff" and said else f"{reason}: {message}".rstrip(": ")
                 failing[key] = (since, said)
                 waited = (now - since).total_seconds()
-                if reason in UNPARSABLE_IMAGE or waited >= IMAGE_PULL_FAILING_SECONDS:
+                at_once = reason in UNPARSABLE_IMAGE or (reason == "ErrImagePull" and message.startswith(MISSING_IMAGE))
+                if at_once or waited >= IMAGE_PULL_FAILING_SECONDS:
                     image = container_image(pod, container["name"])
-                    kept = f" for {hms(waited)}, the kubelet retrying" if reason not in UNPARSABLE_IMAGE else ""
+                    kept = "" if at_once else f" for {hms(waited)}, the kubelet retrying"
                     raise StartFailed(f"container {container['name']} of pod {key[0]} cannot pull image "
                                       f"{image} ({said}){kept}", uid, "fix the image in recipes/recipes.toml "
                                       f"({self.session.command('preflight')} checks each one)")
