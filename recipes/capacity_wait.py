@@ -44,7 +44,8 @@ READY_WAIT_SECONDS = 90 * 60
 # ErrImagePull is the kubelet's reason for any failed pull, a dropped connection too, after which it backs
 # off 10 s doubling to 300 s and pulls again (kubernetes/kubernetes pkg/kubelet/images/image_manager.go
 # evalCRIPullErr, "Fallback for no specific error"; pkg/kubelet/kubelet.go imageBackOffPeriod,
-# MaxImageBackOff): five failed pulls in a row are a missing tag or a registry `run` cannot use.
+# MaxImageBackOff): five failed pulls in a row are a registry `run` cannot use. A tag the registry does
+# not have, and an image name the kubelet cannot parse, end the step at once (starting.py).
 IMAGE_PULL_FAILING_SECONDS = 5 * 60
 DEFAULT_WAITS: tuple[tuple[WaitKey, float], ...] = tuple((key, DEFAULT_WAIT_SECONDS[key]) for key in WAIT_KEYS)
 _UNITS = {"s": 1, "m": 60, "h": 3600}
