@@ -117,6 +117,6 @@ class StartWatch:
         waited = (now - self.since).total_seconds()
         if waited > READY_WAIT_SECONDS:
             pod = starting[0]
-            raise StartFailed(f"every pod has had a node for {hms(waited)} but pod {pod['metadata']['name']} is "
-                              f"not Ready ({_not_ready_reason(pod)}), longer than READY_WAIT's "
-                              f"{hms(READY_WAIT_SECONDS)}", uid, f"its logs: {self.session.logs_hint(self.job.step)}")
+            raise StartFailed(f"its pods have had their nodes but not all been Ready for {hms(waited)}, longer "
+                              f"than READY_WAIT's {hms(READY_WAIT_SECONDS)}; pod {pod['metadata']['name']}: "
+                              f"{_not_ready_reason(pod)}", uid, f"its logs: {self.session.logs_hint(self.job.step)}")
