@@ -49,6 +49,7 @@ class MachineSize(Strict):
     vcpus: int = Field(ge=1)
     memory_gib: int = Field(ge=1)
     disk_type: str  # boot disk type the machine series accepts (N4, C4D and ct6e take only Hyperdisk)
+    cpu_quota: str | None = None  # the regional quota metric its vCPUs count against (a CPU pool's machine)
 
 
 class MaxTextRelease(Strict):

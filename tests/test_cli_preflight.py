@@ -5,6 +5,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from peers.fixtures import SETTINGS, _free_port, make_bucket
+from peers.google_apis import CPU_QUOTAS
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
@@ -45,13 +46,15 @@ def test_preflight_reports_every_failure_with_its_fix(settings_env, gcs, google)
     result = preflight()
     assert result.exit_code == ExitCode.PREFLIGHT_FAILED
     lines = failed_lines(result)
-    assert len(lines) == 5, result.output
+    assert len(lines) == 6, result.output
     assert "reservation 'v6e-reservation' not found in zone us-east5-b" in lines[0]
     assert "ct6e-standard-4t is not offered in zone us-east5-b" in lines[1]
     assert "v6e-32 is not offered in zone us-east5-b" in lines[2]
-    assert "bucket gs://rl-test-artifacts does not exist: deploy the artifacts stack" in lines[3]
-    assert "no enabled version" in lines[4] and "tpu-rl secret set" in lines[4]
-    assert "error: 5 of 8 preflight checks failed" in result.output  # 3 image lines pass
+    assert "n4-standard-64, the CPU pool's machine (the Pathways head, convert, export), is not offered in zone " \
+           "us-east5-b" in lines[3]
+    assert "bucket gs://rl-test-artifacts does not exist: deploy the artifacts stack" in lines[4]
+    assert "no enabled version" in lines[5] and "tpu-rl secret set" in lines[5]
+    assert "error: 6 of 10 preflight checks failed" in result.output  # the CPU quota and 3 image lines pass
     assert "Traceback" not in result.output
 
 
@@ -136,7 +139,7 @@ def line_of(result, check: str) -> str:
 
 def with_quota(google, **metrics) -> None:
     """The region's quotas as regions.get lists them: a few of every project's, plus `metrics`."""
-    google.regions[REGION] = {"CPUS": (24, 0), "PREEMPTIBLE_TPU_LITE_PODSLICE_V5": (0, 0), **metrics}
+    google.regions[REGION] = {**CPU_QUOTAS, "PREEMPTIBLE_TPU_LITE_PODSLICE_V5": (0, 0), **metrics}
 
 
 def test_spot_checks_the_preemptible_quota_instead_of_a_reservation(settings_env, gcs, google, monkeypatch):
@@ -352,3 +355,55 @@ def test_a_redirected_registry_that_asks_for_credentials_gets_none_and_the_image
     result = preflight()
     assert result.exit_code == 0, result.output
     assert " ".join(result.output.split()).count("pass image: warning: could not read") == 3
+
+
+# The CPU pool (the Pathways head, convert, export) scales from zero: its machine type must exist in its
+# zone and REGION's quota must hold one node, or a flex-start slice idles for CAPACITY_WAIT's `cpu`.
+
+def test_a_cpu_machine_type_the_zone_does_not_offer_fails_with_where_to_look(settings_env, gcs, google):
+    google.machine_types.discard((ZONE, "n4-standard-64"))
+    assert failed_lines(preflight()) == [
+        "FAIL  cpu machine type: n4-standard-64, the CPU pool's machine (the Pathways head, convert, export), is not "
+        "offered in zone us-east5-b: pick a first ZONE that lists it (`gcloud compute machine-types list --zones "
+        "us-east5-b --filter=name=n4-standard-64`) or set another cpu_machine_type for recipe 'qwen3-v6e32' in "
+        "recipes/recipes.toml"]
+
+
+def test_too_little_n4_quota_for_one_cpu_node_fails_naming_the_metric_and_what_is_in_use(settings_env, gcs, google):
+    with_quota(google, N4_CPUS=(96, 48))
+    assert failed_lines(preflight()) == [
+        "FAIL  cpu quota: N4_CPUS quota in us-east5 is 96 vCPUs, 48 in use, 48 free; one n4-standard-64 node of the "
+        f"CPU pool (the Pathways head, convert, export) needs 64: request more at {CONSOLE}, or set another "
+        "cpu_machine_type for recipe 'qwen3-v6e32' in recipes/recipes.toml"]
+
+
+def test_the_cpu_quota_passes_with_room_for_a_node_and_reads_each_series_own_metric(settings_env, gcs, google,
+                                                                                   monkeypatch):
+    with_quota(google, N4_CPUS=(128, 0), C4D_CPUS=(100, 0))
+    result = preflight()
+    assert result.exit_code == 0, result.output
+    assert line_of(result, "cpu quota") == \
+        "pass  cpu quota: N4_CPUS in us-east5: 128 of 128 vCPUs free, 64 per n4-standard-64 node (2 fit)"
+    assert line_of(result, "cpu machine type") == "pass  cpu machine type: n4-standard-64 offered in us-east5-b"
+    monkeypatch.setenv("CAPACITY", "spot")  # gemma4-v6e64's CPU pool is C4D
+    with_quota(google, N4_CPUS=(0, 0), C4D_CPUS=(100, 0), PREEMPTIBLE_TPU_V6E=(64, 0))
+    result = preflight("gemma4-v6e64")
+    assert line_of(result, "cpu quota") == \
+        "pass  cpu quota: C4D_CPUS in us-east5: 100 of 100 vCPUs free, 96 per c4d-standard-96 node (1 fit)"
+
+
+def test_a_series_quota_the_region_does_not_list_is_a_warning_not_a_failure(settings_env, gcs, google):
+    google.regions[REGION] = {"CPUS": (24, 0)}  # CPUS alone may not count N4: no verdict from it
+    result = preflight()
+    assert result.exit_code == 0, result.output
+    assert line_of(result, "cpu quota") == (
+        "pass  cpu quota: warning: could not read it, region us-east5 lists no N4_CPUS, a name not confirmed by "
+        f"Google: check the n4-standard-64 vCPU quota of us-east5 at {CONSOLE} (64 vCPUs per node)")
+
+
+def test_the_vm_recipe_has_no_cpu_pool_to_check(settings_env, gcs, google):
+    google.reservations[(ZONE, SETTINGS["RESERVATION"])] = ("ct6e-standard-8t", 1, 0)
+    google.regions.clear()
+    result = preflight("llama31-v6e8")
+    assert result.exit_code == 0, result.output
+    assert "cpu machine type" not in result.output and "cpu quota" not in result.output

@@ -158,6 +158,41 @@ def has_had_node(pod: dict) -> bool:
     return False
 
 
+def container_statuses(pod: dict) -> list[dict]:
+    """Every container's status: the init containers' (the Pathways head's sidecars), then the others'."""
+    status = pod.get("status") or {}
+    return (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+
+
+def container_image(pod: dict, name: str) -> str:
+    """The image of a container of the pod: its status's (the kubelet writes the spec's image there while
+    it waits), else the spec's."""
+    for container in container_statuses(pod):
+        if container.get("name") == name and container.get("image"):
+            return container["image"]
+    spec = pod.get("spec") or {}
+    return next((c.get("image", "") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+                 if c.get("name") == name), "")
+
+
+def restart_total(pods: list[dict]) -> int:
+    """The restarts of every container of the pods (core/v1 ContainerStatus.restartCount)."""
+    return sum(int(c.get("restartCount") or 0) for pod in pods for c in container_statuses(pod))
+
+
+def is_ready(pod: dict) -> bool:
+    return _true_condition(pod, "Ready") is not None
+
+
+def is_finishing(pod: dict) -> bool:
+    """Whether the pod is done or going: Succeeded or Failed, being deleted, or a (not init) container that
+    exited 0 (the head's main container, while its native sidecars stop): not Ready, nor starting."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
+        return True
+    return any(((c.get("state") or {}).get("terminated") or {}).get("exitCode", 1) == 0
+               for c in (pod.get("status") or {}).get("containerStatuses") or [])
+
+
 @dataclass(frozen=True)
 class PodCounts:
     total: int

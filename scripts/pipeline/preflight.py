@@ -70,6 +70,11 @@ _GKE_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)-gke\.(\d+)")
 VERSION_TIMEOUT_SECONDS = 10
 
 
+def region_quotas(clients: Clients, settings: Settings) -> dict:
+    """REGION's quotas by metric name, as regions.get lists them (Region.quotas[]: metric, limit, usage)."""
+    return {q.metric: q for q in clients.regions().get(project=settings.project, region=settings.region).quotas}
+
+
 def _quota(clients: Clients, recipe: Recipe, settings: Settings, kind: str) -> Check | None:
     """The slice's chips against the region's quota of `kind` (preemptible, on_demand), for the modes of
     the capacity list that draw on it; None when none does."""
@@ -85,8 +90,7 @@ def _quota(clients: Clients, recipe: Recipe, settings: Settings, kind: str) -> C
     if metrics is None:
         return Check(name, True, f"warning: no quota metric is known for TPU {generation}, so it was not read: {by_hand}")
     metric = getattr(metrics, kind)
-    quota = next((q for q in clients.regions().get(project=settings.project, region=region).quotas
-                  if q.metric == metric), None)
+    quota = region_quotas(clients, settings).get(metric)
     if quota is None:
         unconfirmed = ", a name not confirmed by Google" if not metrics.confirmed else ""
         return Check(name, True, f"warning: could not read it, region {region} lists no {metric}{unconfirmed}: "
@@ -184,6 +188,66 @@ def check_accelerator_type(clients: Clients, recipe: Recipe, settings: Settings)
     return Check("accelerator type", True, f"{accelerator} offered in {', '.join(zones)}")
 
 
+def cpu_pool_zones(settings: Settings) -> tuple[str, ...]:
+    """Where the CPU pool (the Pathways head, convert, export) has its nodes: the first zone of ZONE, as
+    the stack places every pool but the TPU slices' (infra/gke_cluster.py node_pool)."""
+    return settings.zones[:1]
+
+
+def _cpu_machine_fix(recipe: Recipe) -> str:
+    return f"or set another cpu_machine_type for recipe '{recipe.name}' in recipes/recipes.toml"
+
+
+def check_cpu_machine_type(clients: Clients, recipe: Recipe, settings: Settings) -> Check | None:
+    """The CPU pool's machine type in its zone: without it the pool never scales up, and a train step's
+    TPU slice idles for CAPACITY_WAIT's `cpu` while its head waits for a node."""
+    machine_type = recipe.cpu_machine_type
+    if not recipe.is_gke or not machine_type:
+        return None
+    zones = cpu_pool_zones(settings)
+    for zone in zones:
+        try:
+            clients.machine_types().get(project=settings.project, zone=zone, machine_type=machine_type)
+        except gexc.NotFound:
+            return Check("cpu machine type", False, f"{machine_type}, the CPU pool's machine (the Pathways head, "
+                         f"convert, export), is not offered in zone {zone}: pick a first ZONE that lists it "
+                         f"(`gcloud compute machine-types list --zones {zone} --filter=name={machine_type}`) "
+                         f"{_cpu_machine_fix(recipe)}")
+    return Check("cpu machine type", True, f"{machine_type} offered in {', '.join(zones)}")
+
+
+# The regional quota the CPU pool's vCPUs draw on: the machine series' own metric ([machines.*] cpu_quota
+# in recipes.toml, which says where the names come from), else CPUS, the Compute API's "Guest CPUs"
+# (Quota.Metric in google-cloud-compute 1.57.0). A series metric the region does not list is a warning:
+# its name is not confirmed, and CPUS may not count that series.
+GENERAL_CPU_QUOTA = "CPUS"
+
+
+def check_cpu_quota(clients: Clients, recipe: Recipe, settings: Settings) -> Check | None:
+    """Room in REGION's CPU quota for one node of the CPU pool at least (it scales from zero to 2)."""
+    machine = recipe.cpu_machine
+    if not recipe.is_gke or machine is None:
+        return None
+    region, machine_type, need = settings.region, recipe.cpu_machine_type, machine.vcpus
+    console = QUOTAS_CONSOLE.format(project=settings.project)
+    quotas = region_quotas(clients, settings)
+    metric = machine.cpu_quota or GENERAL_CPU_QUOTA
+    if metric not in quotas:
+        unconfirmed = ", a name not confirmed by Google" if machine.cpu_quota else ""
+        return Check("cpu quota", True, f"warning: could not read it, region {region} lists no {metric}"
+                     f"{unconfirmed}: check the {machine_type} vCPU quota of {region} at {console} ({need} vCPUs "
+                     "per node)")
+    limit, usage = int(quotas[metric].limit), int(quotas[metric].usage)
+    free = limit - usage
+    if free < need:
+        in_use = f", {usage} in use" if usage else ""
+        return Check("cpu quota", False, f"{metric} quota in {region} is {limit} vCPUs{in_use}, {free} free; one "
+                     f"{machine_type} node of the CPU pool (the Pathways head, convert, export) needs {need}: "
+                     f"request more at {console}, {_cpu_machine_fix(recipe)}")
+    return Check("cpu quota", True, f"{metric} in {region}: {free} of {limit} vCPUs free, {need} per {machine_type} "
+                 f"node ({free // need} fit)")
+
+
 def check_bucket(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
     """The same rule every command that reads the bucket stops on (scripts.cloud.gcs.require_bucket)."""
     try:
@@ -249,7 +313,7 @@ def check_images(clients: Clients, recipe: Recipe, settings: Settings) -> list[C
 # Each check returns None when it does not apply to the recipe's capacity list (no line is printed).
 CHECKS: tuple[Callable[[Clients, Recipe, Settings], Check | list[Check] | None], ...] = (
     check_reservation, check_flex_start, check_preemptible_quota, check_on_demand_quota, check_machine_type,
-    check_accelerator_type, check_bucket, check_token, check_images)
+    check_accelerator_type, check_cpu_machine_type, check_cpu_quota, check_bucket, check_token, check_images)
 
 
 def run_checks(clients: Clients, recipe: Recipe, settings: Settings) -> list[Check]:

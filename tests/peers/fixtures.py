@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from peers.google_apis import GoogleApis
+from peers.google_apis import CPU_MACHINES, CPU_QUOTAS, GoogleApis
 from peers.kube_api import KubeApi, write_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,17 +106,18 @@ def deploy_vm(server: GoogleApis, settings: dict[str, str], status: str = "RUNNI
 def start_google(settings: dict[str, str], token: str, state: dict | None = None) -> GoogleApis:
     """Compute, TPU and Secret Manager with a healthy v6e setup (capacity free, token stored), changed
     where `state` says: reservation (absent | [machine type, count, in use]), accelerators (absent),
-    secret (absent | empty), vm (the status of the settings' TPU VM, e.g. RUNNING; absent without it),
-    vm_script (other: the VM runs another run's startup script)."""
+    cpu_machine (absent: the zone lacks the CPU pools' machines), secret (absent | empty), vm (the status of
+    the settings' TPU VM, e.g. RUNNING; absent without it), vm_script (other: another run's startup script)."""
     from recipes.setting_specs import DEFAULT_HF_TOKEN_SECRET
 
     state = state or {}
     server = GoogleApis().start()
     zone = settings["ZONE"]
-    reservation = state.get("reservation", ["ct6e-standard-4t", 16, 0])
-    if reservation != "absent":
+    if (reservation := state.get("reservation", ["ct6e-standard-4t", 16, 0])) != "absent":
         server.reservations[(zone, settings["RESERVATION"])] = tuple(reservation)
-    server.machine_types.update({(zone, "ct6e-standard-4t"), (zone, "ct6e-standard-8t")})
+    cpu = () if state.get("cpu_machine") == "absent" else CPU_MACHINES
+    server.machine_types.update((zone, name) for name in ("ct6e-standard-4t", "ct6e-standard-8t", *cpu))
+    server.regions[settings["REGION"]] = dict(CPU_QUOTAS)
     if state.get("accelerators") != "absent":
         server.accelerator_types.update({(zone, "v6e-8"), (zone, "v6e-32"), (zone, "v6e-64")})
     if "vm" in state:  # vm_script: other = the script of another run than the recipe's

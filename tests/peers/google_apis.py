@@ -27,6 +27,28 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 _SECRET = re.compile(r"^/v1/projects/(?P<p>[^/]+)/secrets/(?P<s>[^/:]+)(?P<rest>/versions|:addVersion|/versions/[^/:]+:access|/versions/[^/:]+)?$")
 
 
+# machineTypes.get answers a MachineType (Compute Engine API reference, "Method: machineTypes.get" and the
+# MachineType resource: kind, name, description, guestCpus, memoryMb, isSharedCpu, zone as its name,
+# selfLink, ...), its size as the machine series pages give it (vCPUs, GB of memory as MiB x 1024): "N4
+# machine series", "C4D machine series" and Cloud TPU "v6e" (ct6e), read 2026-11.
+MACHINE_SIZES = {"n4-standard-64": (64, 256), "c4d-standard-96": (96, 372), "ct6e-standard-1t": (44, 176),
+                 "ct6e-standard-4t": (180, 720), "ct6e-standard-8t": (180, 1440)}
+
+CPU_MACHINES = ("n4-standard-64", "c4d-standard-96")  # the recipes' CPU pools
+# A region's CPU quotas with room for the CPU pool (regions.get quotas[]: metric -> (limit, usage)): CPUS,
+# and the N4 and C4D series' own (recipes.toml [machines.*] cpu_quota).
+CPU_QUOTAS = {"CPUS": (24, 0), "N4_CPUS": (200, 0), "C4D_CPUS": (200, 0)}
+
+
+def machine_type_resource(project: str, zone: str, name: str) -> dict:
+    cpus, gb = MACHINE_SIZES[name]
+    return {"kind": "compute#machineType", "id": str(1000 + cpus), "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
+            "name": name, "description": f"{cpus} vCPUs, {gb} GB RAM", "guestCpus": cpus, "memoryMb": gb * 1024,
+            "maximumPersistentDisks": 128, "maximumPersistentDisksSizeGb": "263168", "zone": zone,
+            "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/machineTypes/{name}",
+            "isSharedCpu": False, "architecture": "X86_64"}
+
+
 # The serial console's buffer: 1 MB (the API reference's "buffer (1 MB)"), taken as 2**20 bytes here.
 SERIAL_BUFFER = 1 << 20
 
@@ -156,8 +178,7 @@ class GoogleApis(PeerServer):
         if kind == "machineTypes":
             if (zone, name) not in self.machine_types:
                 return missing
-            return Reply(200, {"kind": "compute#machineType", "name": name, "zone": zone, "guestCpus": 180,
-                               "selfLink": f"{base}/machineTypes/{name}"})
+            return Reply(200, machine_type_resource(match["p"], zone, name))
         if (zone, name) not in self.instances:
             return missing
         if match["serial"]:

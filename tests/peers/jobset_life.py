@@ -20,6 +20,99 @@ def _now() -> str:
     return kueue.now()
 
 
+def sidecars_running(pod: dict) -> dict:
+    """The initContainerStatuses of a pod's native sidecars (the Pathways head's proxy and resource
+    manager) once they run: started and, without a readiness probe, ready (core/v1 ContainerStatus)."""
+    sidecars = (pod["spec"].get("initContainers") or [])
+    return {"initContainerStatuses": [{"name": c["name"], "image": c["image"], "ready": True, "restartCount": 0,
+                                       "started": True, "state": {"running": {"startedAt": _now()}}}
+                                      for c in sidecars]} if sidecars else {}
+
+
+# The kubelet's words for a container that cannot start (kubernetes/kubernetes pkg/kubelet/images/types.go
+# @64c0164c, the reasons; image_manager.go @cfce511e, the messages: "Back-off pulling image %q", and for
+# InvalidImageName "Failed to apply default image tag %q: %v" with pkg/util/parsers' "couldn't parse image
+# name %q: %v"). An ErrImagePull's message is the runtime's error as gRPC renders it: containerd's CRI
+# PullImage wraps the resolver's not-found error (internal/cri/server/images/image_pull.go "failed to pull
+# and unpack image %q: %w"; core/remotes/docker/resolver.go "failed to resolve reference %q: %w", "%s: %w"
+# with errdefs.ErrNotFound, which errgrpc maps to code NotFound). CrashLoopBackOff's message is
+# kuberuntime_manager.go's "back-off %s restarting failed container=%s pod=%s". Other pull errors carry
+# containerd's code Unknown: a registry's 403 (core/remotes/docker/authorizer.go "failed to authorize: %w",
+# auth/fetch.go "failed to fetch oauth token: %w", "unexpected status from %s request to %s: %s") and a
+# connection that times out (resolver.go "failed to do request: %w" around Go's net/http error).
+def pull_error(image: str, kind: str) -> str:
+    host, _, rest = image.partition("/")
+    repository, _, tag = rest.rpartition(":")
+    code, why = {
+        "not found": ("NotFound", f"{image}: not found"),
+        "forbidden": ("Unknown", "failed to authorize: failed to fetch oauth token: unexpected status from GET "
+                                 f"request to https://{host}/v2/token?scope=repository%3A{repository}%3Apull&"
+                                 f"service={host}: 403 Forbidden"),
+        "timeout": ("Unknown", f'failed to do request: Head "https://{host}/v2/{repository}/manifests/{tag}": '
+                               "dial tcp 142.250.1.82:443: i/o timeout"),
+    }[kind]
+    return (f'rpc error: code = {code} desc = failed to pull and unpack image "{image}": failed to resolve '
+            f'reference "{image}": {why}')
+
+
+def waiting_state(reason: str, image: str, container: str, pod: str, pull: str = "not found") -> dict:
+    message = {
+        "ErrImagePull": pull_error(image, pull),
+        "ImagePullBackOff": f'Back-off pulling image "{image}"',
+        "InvalidImageName": f'Failed to apply default image tag "{image}": couldn\'t parse image name "{image}": '
+                            "invalid reference format",
+        "CrashLoopBackOff": f"back-off 5m0s restarting failed container={container} pod={pod}_default",
+        "PodInitializing": "",
+    }[reason]
+    return {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+
+
+def start_failure(pods: list[dict], failure: tuple[str, str], tick: int, pull: str = "not found") -> None:
+    """Every pod is on its node; container `failure[0]` cannot start in each pod that has it (the others
+    run and are Ready): ErrImagePull and ImagePullBackOff in turn as the kubelet retries the pull,
+    InvalidImageName for ever, or CrashLoopBackOff (exit 1, restartCount one more at each tick), running
+    and Ready for a moment at every other tick as a crash-looping container is between its back-offs.
+    A failing init container (a sidecar) holds back those after it and the main containers
+    (PodInitializing), as the kubelet starts init containers in order."""
+    name, reason = failure
+    for pod in pods:
+        spec = pod["spec"]
+        inits, mains = spec.get("initContainers") or [], spec["containers"]
+        if not any(c["name"] == name for c in inits + mains):
+            pod["status"] = {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"},
+                                                                {"type": "Ready", "status": "True"}],
+                             "containerStatuses": [{"name": c["name"], "image": c["image"], "ready": True,
+                                                    "restartCount": 0, "state": {"running": {"startedAt": _now()}}}
+                                                   for c in mains], **sidecars_running(pod)}
+            continue
+        crash = reason == "CrashLoopBackOff"
+        up = crash and tick % 2 == 0  # between two back-offs, the container runs
+        shown = ("ErrImagePull" if tick % 2 else "ImagePullBackOff") if reason == "ErrImagePull" else reason
+        held, statuses = False, {}
+        for c in inits + mains:
+            status = {"name": c["name"], "image": c["image"], "ready": not held, "restartCount": 0,
+                      "state": {"running": {"startedAt": _now()}}}
+            if held:
+                status["state"] = waiting_state("PodInitializing", c["image"], c["name"], pod["metadata"]["name"])
+            elif c["name"] == name:
+                status["restartCount"] = tick if crash else 0
+                if crash:
+                    status["lastState"] = {"terminated": {"exitCode": 1, "reason": "Error"}}
+                if not up:
+                    status.update(ready=False, state=waiting_state(shown, c["image"], name, pod["metadata"]["name"],
+                                                                   pull))
+                    held = c in inits
+            statuses[c["name"]] = status
+        ready = all(statuses[c["name"]]["ready"] for c in inits + mains)
+        pod["status"] = {
+            "phase": "Running" if crash else "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True"},
+                           {"type": "Ready", "status": "True" if ready else "False",
+                            **({} if ready else {"reason": "ContainersNotReady"})}],
+            "containerStatuses": [statuses[c["name"]] for c in mains],
+            **({"initContainerStatuses": [statuses[c["name"]] for c in inits]} if inits else {})}
+
+
 class JobSetLife:
     """The state machine of KubeApi's JobSets (needs its jobsets, pods, plans, workloads and tick stores)."""
 
@@ -57,7 +150,11 @@ class JobSetLife:
                                      "labels": {"jobset.sigs.k8s.io/jobset-name": name,
                                                 "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
                                                 "jobset.sigs.k8s.io/restart-attempt": str(obj["status"]["restarts"])}},
-                        "spec": {"containers": [{"name": c["name"]} for c in pod_spec["containers"]],
+                        "spec": {"containers": [{"name": c["name"], "image": c.get("image", "")}
+                                                for c in pod_spec["containers"]],
+                                 **({"initContainers": [{"name": c["name"], "image": c.get("image", "")}
+                                                        for c in pod_spec["initContainers"]]}
+                                    if pod_spec.get("initContainers") else {}),
                                  **({"nodeSelector": selector} if selector else {})},
                         "status": {"phase": "Pending"},
                     }
@@ -118,13 +215,17 @@ class JobSetLife:
                                                         "state": {"waiting": {"reason": "ContainerCreating"}}}
                                                        for c in pod["spec"]["containers"]]}
             return
+        if plan.start_fails and not obj["status"]["restarts"] and tick < (plan.start_fails_until or tick + 1):
+            start_failure(self._pods_of(name), plan.start_fails, tick, plan.pull_error)
+            return
         for pod in self._pods_of(name):
             conditions = [{"type": "PodScheduled", "status": "True"}]
             if tick >= 2:
                 conditions.append({"type": "Ready", "status": "True"})
             pod["status"] = {"phase": "Running", "conditions": conditions, "containerStatuses": [
-                {"name": c["name"], "ready": tick >= 2, "restartCount": 0, "state": {"running": {"startedAt": _now()}}}
-                for c in pod["spec"]["containers"]]}
+                {"name": c["name"], "image": c["image"], "ready": tick >= 2, "restartCount": 0,
+                 "state": {"running": {"startedAt": _now()}}} for c in pod["spec"]["containers"]],
+                **sidecars_running(pod)}
         if tick == plan.container_restart_at and not obj["status"]["restarts"]:
             worker = [p for p in self._pods_of(name) if p["metadata"]["labels"][
                 "jobset.sigs.k8s.io/replicatedjob-name"] != self._main_rj(name)][0]

@@ -63,3 +63,9 @@ class Plan:
     # (exit 137, restartCount 1) and is not ready again yet; ready at the next tick.
     finishing: int = 0
     container_restart_at: int | None = None
+    # (container, reason): once every pod has its node, that container cannot start in each pod that has
+    # it, for as long as the plan runs (peers/jobset_life.py start_failure): ErrImagePull (a tag that does
+    # not exist), InvalidImageName, or CrashLoopBackOff.
+    start_fails: tuple[str, str] | None = None
+    start_fails_until: int | None = None  # the tick from which it starts after all (None: never)
+    pull_error: str = "not found"  # why ErrImagePull: not found (the tag), forbidden (403), timeout

@@ -13,7 +13,9 @@ step submitted again, or one line. docs/capacity.md says why `run` decides this 
 - After the last place: one line naming what was tried, for how long, and the next command.
 - A CPU step (convert, export) without a node for its pods within CAPACITY_WAIT's `cpu`, or a train
   step's Pathways head without one: deleted, and one line naming what it waited for, for how long, and
-  the next command; the CPU pool has no next mode."""
+  the next command; the CPU pool has no next mode.
+- A step that has its capacity but cannot start (an image it cannot pull, pods not Ready within
+  READY_WAIT; starting.py): deleted, and one line naming the pod and container."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from recipes.placement import Place
 from scripts.cloud.kube_objects import capacity_of
 from scripts.pipeline.phases import Phases
 from scripts.pipeline.gke.admission import CapacityShortfall, CapacityWatch, find_place, pinned_job, places_of
+from scripts.pipeline.gke.starting import StartFailed
 from scripts.pipeline.gke.steps import StepJob
 from scripts.pipeline.gke.wait import wait_for_jobset
 from scripts.pipeline.record import RunCancelled, RunRecord
@@ -120,6 +123,12 @@ def _wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, recor
             wait_for_jobset(session, current, follow_logs, CapacityWatch(session, current, phases=phases),
                             on_head_log)
             return
+        except StartFailed as failed:  # it has its capacity and cannot start: that JobSet only, as below
+            if not session.cluster.delete_jobset(current.name, failed.uid or None):
+                raise StepFailed(replaced_meanwhile(session, job, f"step {job.step} stopped: {failed.why}")) from None
+            bills = ", so no TPU bills" if job.step == "train" else ""
+            raise StepFailed(f"step {job.step} stopped: {failed.why}; JobSet {job.name} deleted{bills}; "
+                             f"{failed.then}; then rerun {go_on}") from None
         except CapacityShortfall as short:
             attempts.append(Attempt(short.mode, short.waited, short.why, short.place))
             record.step(job.step, "running", capacity_attempts=[a.as_record() for a in attempts])

@@ -13,9 +13,10 @@ from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
 from scripts.cloud import gcs
 from scripts.cloud.kube_objects import JobSetState, current_attempt, disruption_of, jobset_state, pod_counts, pod_problems
 from scripts.outcome import ApiError, StepFailed
-from scripts.pipeline.gke.admission import CapacityWatch
+from scripts.pipeline.gke.admission import CapacityWatch, jobset_uid
 from scripts.pipeline import stall
 from scripts.pipeline.gke.diagnose import failure_message
+from scripts.pipeline.gke.starting import StartWatch
 from scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, StepJob, elapsed_since, main_pod,
                                         unstamped)
 from scripts.pipeline.phases import Phases, phase_of
@@ -149,7 +150,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                     on_head_log: Callable[[str], object] | None = None, stalls: bool = True) -> JobSetState:
     """Wait until the JobSet succeeds; StepFailed when it fails or (`stalls`) stalls (JobSetStall),
     CapacityShortfall (admission.py) when its capacity does not come within CAPACITY_WAIT or Kueue
-    deactivates it. `on_head_log` gets the head's last log lines at each poll while train runs (the
+    deactivates it, StartFailed (starting.py) when it has its capacity but cannot start. `on_head_log` gets the head's last log lines at each poll while train runs (the
     evaluations are read from them; `tpu-rl eval` has its own limit and no stall bound).
 
     A failed read of the head's log skips the poll (its output unknown: no progress, no stall count, no
@@ -169,6 +170,7 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     progress, pace, last_training, saves, saving = AttemptProgress(), StepPace(), None, SaveWatch(), False
     reward = RewardReader(session.clients.storage, session.paths.tensorboard, session.now)
     stall_watch = JobSetStall(session, job) if stalls else None
+    start_watch = StartWatch(session, job)
     unread_since: float | None = None  # since when (stall.clock) the head's log reads fail
     try:
         with console.status(f"{job.step}: waiting for JobSet {job.name}") as status:
@@ -204,6 +206,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
                 summary = (f"{job.step}: {state.phase}, pods {counts.scheduled}/{job.expected_pods} scheduled, "
                            f"{counts.ready}/{job.expected_pods} ready")
                 awaited = watch.observe(jobset, state, pods)  # what the step really waits for, bounded
+                if state.phase == "running":
+                    start_watch.observe(state, pods, jobset_uid(jobset))  # an image or a pod that will not start
                 if awaited:
                     console.print(escape(awaited))
                 stepped = training = last_line = None
