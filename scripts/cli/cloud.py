@@ -104,13 +104,18 @@ def secret_set() -> None:
     """Add the Hugging Face token from stdin as a new Secret Manager version (never pass it as an argument)."""
     import getpass
 
-    from scripts.cloud import hf_token
+    from recipes import all_recipes
+    from scripts.cloud import hf_hub, hf_token
     from scripts.cloud.clients import Clients
 
     settings = cloud_settings("secret set")
     raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
     token = hf_token.clean_token(raw)
-    version = hf_token.add_version(Clients(settings).secrets(), settings, token)
+    clients = Clients(settings)
+    secrets = clients.secrets()  # no Google credentials: said before the Hub is asked
+    models = sorted({recipe.model.hf_repo for recipe in all_recipes().values()})
+    hf_hub.before_storing(token, models, clients.endpoints.hub, say)
+    version = hf_token.add_version(secrets, settings, token)
     say(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
 
 

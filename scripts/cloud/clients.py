@@ -7,6 +7,7 @@ client talks REST with anonymous credentials, so no Google credential is ever ne
     TPU_RL_COMPUTE_ENDPOINT, TPU_RL_TPU_ENDPOINT, TPU_RL_SECRETMANAGER_ENDPOINT  e.g. http://127.0.0.1:8123
     TPU_RL_LOGGING_ENDPOINT                                                    (Cloud Logging, REST)
     TPU_RL_REGISTRY_ENDPOINT                          (the image registry's /v2/ API, scripts/cloud/registry.py)
+    HF_ENDPOINT                          (the Hugging Face Hub, huggingface_hub's own; scripts/cloud/hf_hub.py)
     STORAGE_EMULATOR_HOST                                                      (google-cloud-storage's own)
     KUBECONFIG                                                                 (kubectl's own)
 """
@@ -26,6 +27,7 @@ SECRETMANAGER_ENDPOINT_ENV = "TPU_RL_SECRETMANAGER_ENDPOINT"
 LOGGING_ENDPOINT_ENV = "TPU_RL_LOGGING_ENDPOINT"
 REGISTRY_ENDPOINT_ENV = "TPU_RL_REGISTRY_ENDPOINT"
 STORAGE_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+HUB_ENDPOINT_ENV = "HF_ENDPOINT"
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Endpoints:
     storage: str | None = None
     logging: str | None = None
     registry: str | None = None  # replaces every image's registry host
+    hub: str | None = None  # the Hugging Face Hub instead of huggingface.co (no Google credential goes there)
     kubeconfig: str | None = None
 
     @classmethod
@@ -50,6 +53,7 @@ class Endpoints:
             storage=_endpoint(env, STORAGE_EMULATOR_ENV),
             logging=_endpoint(env, LOGGING_ENDPOINT_ENV),
             registry=_endpoint(env, REGISTRY_ENDPOINT_ENV),
+            hub=_endpoint(env, HUB_ENDPOINT_ENV),
             kubeconfig=env.get("KUBECONFIG") or None,
         )
 
