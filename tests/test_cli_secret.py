@@ -99,5 +99,5 @@ def test_an_unreachable_hub_is_one_warning_and_the_token_is_stored(settings_env,
     result = runner.invoke(app, ["secret", "set"], input=NEW_TOKEN)
     assert result.exit_code == 0, result.output
     [warning] = [line for line in result.output.splitlines() if line.startswith("warning")]
-    assert warning.startswith("warning: the Hub did not answer")
+    assert warning.startswith("warning: the Hub (http://127.0.0.1:") and "did not answer" in warning
     assert "stored unchecked" in result.output and len(google.secrets["hf-token"]) == 2

@@ -140,13 +140,13 @@ def before_storing(token: str, repo_ids: list[str], endpoint: str | None, say: C
     it (nothing is stored); a warning for each model it cannot download (another recipe may not need it);
     one warning when the Hub does not answer (stored unchecked: preflight asks again)."""
     where = (endpoint or HUB).rstrip("/")
-    say(f"asking the Hugging Face Hub ({where}) whether the token can read the recipes' models, "
-        f"{TIMEOUT_SECONDS} s at most per request")
+    say(f"asking the Hugging Face Hub whether the token can read the recipes' models, {TIMEOUT_SECONDS} s "
+        "at most per request")
     try:
         name, accesses = check(token, repo_ids, endpoint)
     except Unreachable as error:
-        say(f"warning: the Hub did not answer ({error}): the token is stored unchecked; `tpu-rl preflight "
-            "RECIPE` checks it")
+        say(f"warning: the Hub ({where}) did not answer ({error}): the token is stored unchecked; "
+            "`tpu-rl preflight RECIPE` checks it")
         return
     if name is None:
         raise UserError(f"{refused_token(where)}; nothing was stored")
