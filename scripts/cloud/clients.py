@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from recipes import Settings, UserError
+from recipes.errors import NotDeployed
 
 COMPUTE_ENDPOINT_ENV = "TPU_RL_COMPUTE_ENDPOINT"
 TPU_ENDPOINT_ENV = "TPU_RL_TPU_ENDPOINT"
@@ -98,7 +99,7 @@ class Clients:
             try:
                 self._cache[name] = build()
             except DefaultCredentialsError as error:
-                raise UserError(f"no Google credentials ({type(error).__name__}): run "
+                raise NotDeployed(f"no Google credentials ({type(error).__name__}): run "
                                 "`gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS)") from None
         return self._cache[name]
 
