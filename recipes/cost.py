@@ -26,6 +26,7 @@ from recipes import conventions
 from recipes.entry import STEPS
 from recipes.model import Recipe
 from recipes.prices import PriceTable, load_prices, usd
+from recipes.run_time import TrainTime, as_defined, train_time
 
 # Each step puts exactly one pod on the CPU pool (convert/export job, or the Pathways head during
 # train), and the pool autoscales from 0, so one node is up during a run.
@@ -35,6 +36,9 @@ ESTIMATE_NOTE = "estimates from list prices"
 
 # The step that runs on TPU hosts; convert and export run on the CPU pool.
 TPU_STEP = "train"
+# A run estimated at this many times the recipe's own run (its --set items changing the steps or the
+# evaluation) gets a line of its own before anything is paid for.
+COSTLY_RATIO = 3
 
 
 @dataclass(frozen=True)
@@ -123,11 +127,12 @@ class StepCost:
 
 @dataclass(frozen=True)
 class RunEstimate:
-    """One pipeline run (convert, train, export) at the recipe's durations."""
+    """One pipeline run (convert, train, export): the recipe's durations, train's scaled to the run."""
 
     recipe: str
     steps: tuple[StepCost, ...]
     has_reserved: bool
+    train: TrainTime  # the train step's minutes and what they assume (recipes/run_time.py)
 
     @property
     def total(self) -> float:
@@ -212,23 +217,34 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None, zones: tup
 
 
 def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> RunEstimate:
-    """One run of convert, train and export at the recipe's durations.
+    """One run of convert, train and export at the recipe's durations, train's scaled to the steps and the
+    evaluation of the run its --set items make (recipes/run_time.py).
 
     A reservation's pools and the TPU VM are part of the stack, so they bill through every step, the
     CPU-only ones included (and a reservation for its whole term). A slice that scales from zero bills
     only in train; the chip-hours convert and export would have cost are reported as avoided.
     """
     hourly = hourly_estimate(recipe, prices)
-    chips = recipe.shape.total_chips
+    chips, timing = recipe.shape.total_chips, train_time(recipe)
     steps = []
     for step in STEPS:
-        minutes = getattr(recipe.durations_minutes, step)
+        minutes = timing.minutes if step == TPU_STEP else getattr(recipe.durations_minutes, step)
         chip_hours = chips * minutes / 60
         billed = step == TPU_STEP or not hourly.tpu_train_only
-        steps.append(StepCost(step, minutes, hourly.during(step) * minutes / 60,
+        steps.append(StepCost(step, max(1, round(minutes)), hourly.during(step) * minutes / 60,
                               tpu_chip_hours=chip_hours if billed else 0.0,
                               tpu_chip_hours_avoided=0.0 if billed else chip_hours))
-    return RunEstimate(recipe.name, tuple(steps), hourly.has_reserved)
+    return RunEstimate(recipe.name, tuple(steps), hourly.has_reserved, timing)
+
+
+def costly_run_warning(recipe: Recipe, prices: PriceTable | None = None) -> str | None:
+    """One line when the run's --set items make it cost COSTLY_RATIO times the recipe's own run or more."""
+    run = pipeline_run_estimate(recipe, prices).total
+    own = pipeline_run_estimate(as_defined(recipe), prices).total
+    if run < COSTLY_RATIO * own:
+        return None
+    return (f"warning: this run is estimated at {usd(run)}, {run / own:,.0f} times the recipe's own run "
+            f"({usd(own)}): check the --set items that change its steps or its evaluation")
 
 
 def run_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:

@@ -15,3 +15,8 @@ class UserError(Exception):
     @property
     def message(self) -> str:
         return str(self)
+
+
+class NotDeployed(UserError):
+    """Something a cloud command reads is not there (yet): Google credentials, the bucket, the cluster in the
+    kubeconfig, the TPU VM. Refused like any bad input; `run --dry-run` prices the run without it."""

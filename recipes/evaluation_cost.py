@@ -29,9 +29,10 @@ class EvaluationCost:
 
 
 def evaluation_estimate(recipe: Recipe, prices: PriceTable | None = None) -> EvaluationCost:
-    plan = eval_plan(recipe)
-    train = next(step for step in pipeline_run_estimate(recipe, prices).steps if step.step == TPU_STEP)
-    return EvaluationCost(recipe.name, plan, train.minutes * plan.share, train.usd * plan.share)
+    estimate = pipeline_run_estimate(recipe, prices)
+    train, timing = estimate.step(TPU_STEP), estimate.train
+    share = timing.evaluation / timing.minutes  # of the train step's minutes, and so of its dollars
+    return EvaluationCost(recipe.name, eval_plan(recipe), timing.evaluation, train.usd * share)
 
 
 def evaluation_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:

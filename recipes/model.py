@@ -57,6 +57,9 @@ class Recipe(BaseModel):
     # What the train step loads instead of the conversion (jobs/evaluate.py: `tpu-rl eval` loads the
     # evaluated run's checkpoint params); None: the conversion (paths.converted_items).
     load_parameters: str | None = None
+    # The [rl] table as recipes.toml has it, once --set changed `rl`: the run durations_minutes were
+    # measured on (recipes/run_time.py scales them from it). Not part of the recipe as run.
+    default_rl: RlSpec | None = Field(default=None, exclude=True)
 
     @property
     def is_gke(self) -> bool:

@@ -237,7 +237,8 @@ def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
         rl = RlSpec.model_validate({**recipe.rl.model_dump(), **fields, "overrides": tuple(overrides)})
     except ValidationError as error:
         raise UserError(f"--set: {first_error(error)}") from None
-    changed = recipe.model_copy(update={"rl": rl, "sets": (*recipe.sets, *sets)})
+    changed = recipe.model_copy(update={"rl": rl, "sets": (*recipe.sets, *sets),
+                                        "default_rl": recipe.default_rl or recipe.rl})
     try:
         changed.train_steps  # noqa: B018 -- a step factor that is not a number, or no step at all
         schedule_steps(changed)  # a schedule length that is not a whole number

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Mapping
+from typing import Collection, Iterable, Mapping
 
 from recipes.capacity_modes import PLATFORM_CAPACITY, CapacityMode
 from recipes.capacity_wait import DEFAULT_WAITS, WaitKey
@@ -153,6 +153,29 @@ class Settings:
                 "export AUTHORIZED_CIDR=<your address>/32 (there is no 0.0.0.0/0 default)"
             )
         return self
+
+def deploy_settings(recipes: Iterable[Recipe], env: Mapping[str, str] | None = None) -> Settings:
+    """Settings for synth, every one the stacks need and nobody set refused in one line: the five of
+    REQUIRED, RESERVATION when a recipe's capacity (after CAPACITY) takes a reservation, AUTHORIZED_CIDR
+    when a recipe is a GKE one. Nothing set at all: the embedded example (`is_example`)."""
+    recipes = list(recipes)
+    settings = load_settings(env, allow_example=True, needs=())
+    missing = [BY_FIELD[field] for field in REQUIRED if object.__getattribute__(settings, field) is UNSET]
+    runs = [settings.with_capacity(recipe) for recipe in recipes if not settings.capacity_problem(recipe)]
+    if not settings.reservation and any("reservation" in recipe.capacity for recipe in runs):
+        missing.append(BY_FIELD["reservation"])
+    if not settings.authorized_cidr and any(recipe.is_gke for recipe in runs):
+        missing.append(BY_FIELD["authorized_cidr"])
+    if len(missing) > 1 or (missing and missing[0].required):
+        raise missing_settings(missing)
+    for recipe in recipes:  # one rule alone: its own line, which names the recipe (Settings.for_recipe)
+        settings.deployable(recipe)
+    return settings
+
+
+EXAMPLE_NOTICE = ("no settings are set, so synth uses the embedded example (PROJECT={project}), which only "
+                  "synthesizes and can never deploy: export your own (README, step 1) to deploy")
+
 
 def load_settings(env: Mapping[str, str] | None = None, *, allow_example: bool = False,
                   needs: Collection[str] = REQUIRED) -> Settings:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from recipes import Recipe, Settings, UserError, all_recipes, load_settings
+from recipes.settings import EXAMPLE_NOTICE, deploy_settings
 
 if TYPE_CHECKING:
     from cdktf import App
@@ -46,12 +47,20 @@ def synth(outdir: str | Path | None = None, **kwargs) -> None:
     build_app(outdir, **kwargs).synth()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Synthesize every stack; with --check only check the settings (`make synth` runs that first, so a
+    refusal is printed once, as one line, not inside cdktf-cli's spinner and `[ERROR]` prefixes)."""
+    check_only = (sys.argv[1:] if argv is None else argv) == ["--check"]
     try:
-        settings = load_settings(allow_example=True)
+        recipes = all_recipes()
+        settings = deploy_settings(recipes.values())  # every missing setting in one line
+        if check_only:
+            if settings.is_example:
+                print(EXAMPLE_NOTICE.format(project=settings.project), file=sys.stderr)
+            return 0
         for warning in settings.warnings:
             print(warning, file=sys.stderr)
-        synth(settings=settings)  # cdktf-cli passes the output directory in CDKTF_OUTDIR; App reads it
+        synth(recipes=recipes, settings=settings)  # cdktf-cli passes the output directory in CDKTF_OUTDIR
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

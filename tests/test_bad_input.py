@@ -205,7 +205,7 @@ def prepare(row: Row, sandbox: Sandbox) -> tuple[list[str], dict[str, str], str 
         env["TPU_RL_CONFIG"] = str(config)
     if row.recipes is not None:
         patch_recipes(sandbox, *row.recipes)
-        env["PYTHONPATH"] = str(sandbox.packages)
+        env["PYTHONPATH"] = os.pathsep.join((str(sandbox.packages), env["PYTHONPATH"]))  # then this checkout
     for name, text in row.files.items():
         text = sandbox.fill(text)
         if name in row.pad:

@@ -160,7 +160,8 @@ def test_vm_status_while_train_runs_shows_its_step_loss_and_reward(settings_env,
     from contracts.tunix_log import train_step_line
     from jobs.paths import ArtifactPaths
     from jobs.vm import DONE, STARTING
-    from peers.fixtures import SETTINGS, deploy_vm, put_event_files
+    from peers.event_files import put_event_files
+    from peers.fixtures import SETTINGS, deploy_vm
     from test_cli_vm import RECIPE as VM_RECIPE
     from test_cli_vm import VM, finish, progress
 

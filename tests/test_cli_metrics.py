@@ -20,7 +20,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from peers.fixtures import SETTINGS, put_event_files, write_events
+from peers.event_files import put_event_files, write_events
+from peers.fixtures import SETTINGS
 from recipes import get_recipe
 from recipes.runs import default_run_name
 from scripts.cli import app

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from contracts.tunix_log import rollout_lines, train_step_line
 from jobs.paths import ArtifactPaths
 from jobs.vm import STARTING
-from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_event_files, put_step_output
+from peers.event_files import put_event_files
+from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output
 from recipes import get_recipe
 from scripts.cli import app
 from scripts.pipeline.progress import RewardReader

@@ -265,7 +265,7 @@ def test_the_file_settings_are_refused_in_set_with_the_option_that_mounts_them(k
 def test_a_custom_reward_is_checked_run_and_compared_with_the_default_by_accuracy(cloud, rewards_file, tmp_path,
                                                                                    monkeypatch):
     from contracts.tunix_log import evaluation_line, train_step_line
-    from peers.fixtures import put_event_files
+    from peers.event_files import put_event_files
     from recipes.runs import for_run, run_name
     from recipes.user_files import read_user_file, with_user_files
     from test_cli_experiments import plan_success

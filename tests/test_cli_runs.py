@@ -8,7 +8,8 @@ import json
 from typer.testing import CliRunner
 
 from jobs.paths import split_gs_url
-from peers.fixtures import put_event_files, put_step_output
+from peers.event_files import put_event_files
+from peers.fixtures import put_step_output
 from scripts.cli import app
 from scripts.pipeline.evaluation import parse_evaluations
 from test_cli_evaluation import POST, PRE

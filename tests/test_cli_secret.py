@@ -5,13 +5,22 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
 from typer.testing import CliRunner
 
+from peers.fixtures import _free_port
+from peers.hf_hub import ACCOUNT, MODELS
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
 runner = CliRunner()
 NEW_TOKEN = "hf_NEWsentinel987654321"
+LLAMA, GEMMA = "meta-llama/Llama-3.1-8B-Instruct", "google/gemma-4-26b-a4b-it"
+
+
+@pytest.fixture(autouse=True)
+def _hub_knows_the_new_token(hub):
+    hub.tokens[NEW_TOKEN] = ACCOUNT
 
 
 def test_secret_set_reads_stdin_and_adds_an_enabled_version(settings_env, google):
@@ -54,3 +63,41 @@ def test_secret_set_rejects_two_tokens(settings_env, google):
 def test_secret_set_takes_no_token_argument(settings_env, google):
     result = runner.invoke(app, ["secret", "set", NEW_TOKEN])
     assert result.exit_code == 2 and len(google.secrets["hf-token"]) == 1
+
+
+# -- the same question preflight asks the Hugging Face Hub (tests/peers/hf_hub.py) --------------------
+def test_a_token_the_hub_does_not_accept_is_refused_and_not_stored(settings_env, google, hub):
+    unknown = "hf_UNKNOWNsentinel24680"  # as good as today's `printf 'abc' | tpu-rl secret set`
+    result = runner.invoke(app, ["secret", "set"], input=unknown)
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "does not accept this token" in result.output and "nothing was stored" in result.output
+    assert len(google.secrets["hf-token"]) == 1 and unknown not in result.output
+    assert hub.bearers == [unknown] and all(unknown not in path for _, path, _ in hub.requests)
+
+
+def test_each_gated_model_the_token_cannot_read_is_one_warning_naming_its_licence(settings_env, google, hub):
+    hub.accepted.clear()
+    result = runner.invoke(app, ["secret", "set"], input=NEW_TOKEN)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 2, result.output
+    assert f"accept the gemma licence at https://huggingface.co/{GEMMA}" in warnings[0]
+    assert f"accept the llama3.1 licence at https://huggingface.co/{LLAMA}" in warnings[1]
+    assert google.secrets["hf-token"][-1]["data"] == NEW_TOKEN.encode()
+
+
+def test_a_token_that_reads_every_model_says_so(settings_env, google, hub):
+    result = runner.invoke(app, ["secret", "set"], input=NEW_TOKEN)
+    assert result.exit_code == 0, result.output
+    assert f"the token of {ACCOUNT} can read every recipe's model" in " ".join(result.output.split())
+    assert not any(line.startswith("warning") for line in result.output.splitlines())
+    assert {path for _, path, _ in hub.requests} >= {f"/api/models/{repo}" for repo in MODELS}
+
+
+def test_an_unreachable_hub_is_one_warning_and_the_token_is_stored(settings_env, google, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    result = runner.invoke(app, ["secret", "set"], input=NEW_TOKEN)
+    assert result.exit_code == 0, result.output
+    [warning] = [line for line in result.output.splitlines() if line.startswith("warning")]
+    assert warning.startswith("warning: the Hub (http://127.0.0.1:") and "did not answer" in warning
+    assert "stored unchecked" in result.output and len(google.secrets["hf-token"]) == 2

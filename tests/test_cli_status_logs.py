@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 
 from contracts.tunix_log import train_step_line
 from jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import jobset_of, peer_settings, put_event_files, put_step_output
+from peers.event_files import put_event_files
+from peers.fixtures import jobset_of, peer_settings, put_step_output
 from jobs import render_manifests
 from recipes import get_recipe
 from scripts.cli import app

@@ -103,7 +103,7 @@ def test_render_fits_with_each_written_path_whole(tmp_path, monkeypatch):
 
 
 def test_secret_set_fits_with_the_version_name_whole(settings_env, google):
-    result = runner.invoke(app, ["secret", "set"], input="hf_" + "x" * 34 + "\n")
+    result = runner.invoke(app, ["secret", "set"], input=TOKEN + "\n")  # a token the Hub peer knows
     assert result.exit_code == 0, result.output
     assert fits_80_columns_with_whole_paths(result.output), result.output
     assert "projects/tpu-rl-test/secrets/hf-token/versions/2" in result.output.split()

@@ -44,6 +44,8 @@ class Session:
     exit_codes: dict[str, int] = field(default_factory=dict)
     kube_requests: list[tuple[str, str, bytes]] = field(default_factory=list)
     google_requests: list[tuple[str, str, bytes]] = field(default_factory=list)
+    hub_requests: list[tuple[str, str, bytes]] = field(default_factory=list)  # secret set's and preflight's
+    hub_bearers: list[str] = field(default_factory=list)  # the token each Hub request carried
     stored_versions: list[bytes] = field(default_factory=list)
     kube_secrets: dict = field(default_factory=dict)
     run_records: list[str] = field(default_factory=list)  # the run.json objects `run` wrote to the bucket
@@ -124,6 +126,7 @@ def session(tmp_path_factory) -> Session:
         _run(session, f"logs {VM_RECIPE}", _tpu_rl("logs", VM_RECIPE, "convert"), env, work)
         session.kube_requests = list(peers.kube.requests)
         session.google_requests = list(peers.google.requests)
+        session.hub_requests, session.hub_bearers = list(peers.hub.requests), list(peers.hub.bearers)
         session.stored_versions = [version["data"] for version in peers.google.secrets["hf-token"]]
         session.kube_secrets = json.loads(json.dumps(peers.kube.secrets))
         session.run_records = [blob.download_as_text() for blob in peers.gcs_client.list_blobs(env["GCS_BUCKET"])
@@ -189,8 +192,14 @@ def test_the_kubernetes_secret_is_the_only_object_that_carries_the_token(session
     assert [leak for body in others for leak in session.leaks(json.dumps(body))] == []
 
 
+def test_the_hub_gets_the_token_only_in_the_authorization_header(session):
+    # Positive control: secret set and preflight did ask the Hub, with the token.
+    assert session.hub_requests and session.hub_bearers == [session.token] * len(session.hub_requests)
+    assert [body for _, _, body in session.hub_requests if body] == []
+
+
 def test_no_request_path_or_query_to_any_api_carries_the_token(session):
-    paths = [path for _, path, _ in session.kube_requests + session.google_requests]
+    paths = [path for _, path, _ in session.kube_requests + session.google_requests + session.hub_requests]
     assert paths and [path for path in paths if session.leaks(path)] == []
     google_bodies = [body.decode(errors="replace") for method, path, body in session.google_requests
                      if body and ":addVersion" not in path]

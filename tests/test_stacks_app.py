@@ -80,3 +80,53 @@ def test_bad_setting_fails_before_cdktf_or_the_provider_bindings_load(tmp_path):
     )
     assert result.stdout.strip() == "2 []", result.stdout + result.stderr
     assert "CLUSTER_NAME" in result.stderr
+
+
+# -- one round: every missing setting at once, the example said once (issue 28) ----------------------
+def run_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in SETTING_ENVS and k != "CAPACITY"}
+    return subprocess.run([sys.executable, "-m", "stacks.app", "--check"], cwd=tmp_path,
+                          env={**clean, "PYTHONPATH": str(REPO), **env}, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args", [["--check"], []], ids=["check", "synth"])
+def test_every_missing_setting_is_named_in_one_line_the_rules_included(tmp_path, args):
+    clean = {k: v for k, v in os.environ.items() if k not in SETTING_ENVS and k != "CAPACITY"}
+    result = subprocess.run([sys.executable, "-m", "stacks.app", *args], cwd=tmp_path,
+                            env={**clean, "PYTHONPATH": str(REPO), "PROJECT": GOOD["PROJECT"],
+                                 "CDKTF_OUTDIR": str(tmp_path / "out")},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: REGION, ZONE, CLUSTER_NAME, GCS_BUCKET, RESERVATION and AUTHORIZED_CIDR are "
+                           "not set: export REGION=<")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_gke_only_capacity_needs_no_reservation_but_still_the_allowlist(tmp_path):
+    settings = {key: value for key, value in GOOD.items() if key not in ("RESERVATION", "AUTHORIZED_CIDR")}
+    result = run_check(tmp_path, **settings, CAPACITY="spot")
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: AUTHORIZED_CIDR is not set, but recipe 'qwen3-v6e32' creates a GKE control "
+                           "plane: export AUTHORIZED_CIDR=<your address>/32")  # security/bad_input.yaml's line
+
+
+def test_the_check_with_no_settings_says_once_that_the_example_only_synthesizes(tmp_path):
+    result = run_check(tmp_path)
+    assert result.returncode == 0, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("no settings are set, so synth uses the embedded example (PROJECT=")
+    assert "only synthesizes" in line and result.stdout == ""
+
+
+def test_the_check_with_every_setting_says_nothing(tmp_path):
+    result = run_check(tmp_path, **GOOD)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_make_synth_checks_the_settings_before_cdktf_runs():
+    commands = subprocess.run(["make", "-n", "synth"], cwd=REPO, capture_output=True, text=True,
+                              timeout=60).stdout.splitlines()
+    check = commands.index(".venv/bin/python -m stacks.app --check")
+    assert any("npx cdktf synth" in command for command in commands[check + 1:]), commands

@@ -3,7 +3,7 @@
 - core.py: the Typer app, and how every command ends (one line on stderr, one exit code per outcome).
 - offline.py: `recipes` and `render`, which need no cloud.
 - cloud.py: `preflight`, `secret set`, `run`, `eval`, `check-rewards`, `cancel`, `status`, `runs` and `logs`;
-  views.py lays out their reports.
+  views.py lays out their reports; run_input.py builds a run's recipe (--set, --run, the user files).
 - reports.py: `metrics` and `plan-review`.
 
 Start-up is what the offline commands cost (`make bench-cli`), so the kubernetes and Google clients,

@@ -104,13 +104,18 @@ def secret_set() -> None:
     """Add the Hugging Face token from stdin as a new Secret Manager version (never pass it as an argument)."""
     import getpass
 
-    from scripts.cloud import hf_token
+    from recipes import all_recipes
+    from scripts.cloud import hf_hub, hf_token
     from scripts.cloud.clients import Clients
 
     settings = cloud_settings("secret set")
     raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
     token = hf_token.clean_token(raw)
-    version = hf_token.add_version(Clients(settings).secrets(), settings, token)
+    clients = Clients(settings)
+    secrets = clients.secrets()  # no Google credentials: said before the Hub is asked
+    models = sorted({recipe.model.hf_repo for recipe in all_recipes().values()})
+    hf_hub.before_storing(token, models, clients.endpoints.hub, say)
+    version = hf_token.add_version(secrets, settings, token)
     say(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
 
 
@@ -122,53 +127,10 @@ def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_n
     the cloud. The settings are what `command` needs (core.cloud_recipe); a command that needs the bucket
     stops first when it does not exist (make_session)."""
     from recipes.needs import needs
-    from recipes.runs import for_run
+    from scripts.cli.run_input import run_recipe
 
-    recipe, settings = cloud_recipe(command, recipe_name)
-    recipe = for_run(recipe, sets or (), run_name)
-    if rewards or data_processor:
-        recipe = _with_user_files(recipe, settings, rewards, data_processor, unchecked_imports)
+    recipe, settings = run_recipe(command, recipe_name, sets, run_name, rewards, data_processor, unchecked_imports)
     return make_session(recipe, settings, bucket if "gcs_bucket" in needs(command, recipe.platform) else "none")
-
-
-def _with_user_files(recipe, settings, rewards: Optional[str], data_processor: Optional[str],
-                     unchecked_imports: bool = False):
-    """The recipe with the files, each checked (scripts/rewards/check.py) with train_rl's config as the
-    train command fills it; with `unchecked_imports`, a file importing a module this Python lacks is
-    submitted unchecked, said here and in run.json."""
-    import dataclasses
-    from pathlib import Path
-
-    from jobs.maxtext import train_command
-    from jobs.paths import ArtifactPaths
-    from recipes.user_files import read_user_file, with_user_files
-    from scripts.rewards.check import UncheckedImport, check_inputs, check_processor, check_rewards, parse_rewards
-
-    items = train_command(recipe, ArtifactPaths(recipe, settings)).overrides
-    files, inputs, rows = [], check_inputs(recipe, items=items), None
-
-    def checked(file, check):
-        try:
-            return file, check()
-        except UncheckedImport as error:
-            if not unchecked_imports:
-                raise
-            typer.echo(f"! {file.option}: not checked, it imports {error.module} (--unchecked-imports)")
-            return dataclasses.replace(file, unchecked=f"imports {error.module}"), None
-
-    if data_processor:
-        path = Path(data_processor)
-        if path.suffix != ".py" or not path.is_file():
-            raise UserError(f"--data-processor {data_processor}: no such Python file: pass the file that defines "
-                            "process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x)")
-        file, rows = checked(read_user_file(recipe, "data-processor", path), lambda: check_processor(path, inputs))
-        files.append(file)
-    if rewards:
-        option = parse_rewards(rewards)
-        file, _ = checked(read_user_file(recipe, "rewards", option.path, option.functions),
-                          lambda: check_rewards(option, inputs, rows))
-        files.append(file)
-    return with_user_files(recipe, tuple(files))
 
 
 @app.command()
@@ -193,29 +155,33 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                                "(maxtext, tunix, ...) unchecked; run.json records it.")) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from recipes.schedule import schedule_warning
+    from scripts.cli.run_input import run_recipe
 
     wanted = parse_steps(steps)
     if show_manifests and not dry_run:
         raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
                         f"with `tpu-rl render {recipe_name} --out -`")
-    session = run_session("run", recipe_name, sets, run_name, "writes", rewards, data_processor, unchecked_imports)
-    recipe = session.recipe
+    recipe, settings = run_recipe("run", recipe_name, sets, run_name, rewards, data_processor, unchecked_imports)
     if not recipe.is_gke and (sets or run_name is not None):
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "
                         "trains the recipe as recipes.toml defines it: --set and --run apply to GKE recipes; change "
                         "rl.overrides in recipes.toml and deploy the stack again")
-    warning = schedule_warning(recipe)
+    console, warning = make_console(), schedule_warning(recipe)
     if warning:
-        session.console.print(f"[yellow]{warning}[/]")
-    if recipe.is_gke:
+        console.print(f"[yellow]{warning}[/]")
+    if dry_run:  # with no credentials, bucket, cluster or VM too: priced from the recipe (pipeline/dry_run.py)
+        from scripts.pipeline.dry_run import dry_run as show_plan
+
+        show_plan(recipe, settings, lambda: make_session(recipe, settings, "writes"), console, wanted,
+                  replace=replace, show_manifests=show_manifests)
+    elif recipe.is_gke:
         from scripts.pipeline.gke.submit import run_gke
 
-        run_gke(session, wanted, replace=replace, follow_logs=follow_logs, dry_run=dry_run,
-                show_manifests=show_manifests)
+        run_gke(make_session(recipe, settings, "writes"), wanted, replace=replace, follow_logs=follow_logs)
     else:
         from scripts.pipeline.vm import run_vm
 
-        run_vm(session, wanted, follow_logs=follow_logs, dry_run=dry_run)
+        run_vm(make_session(recipe, settings, "writes"), wanted, follow_logs=follow_logs)
 
 
 @app.command("eval")

@@ -7,6 +7,7 @@ client talks REST with anonymous credentials, so no Google credential is ever ne
     TPU_RL_COMPUTE_ENDPOINT, TPU_RL_TPU_ENDPOINT, TPU_RL_SECRETMANAGER_ENDPOINT  e.g. http://127.0.0.1:8123
     TPU_RL_LOGGING_ENDPOINT                                                    (Cloud Logging, REST)
     TPU_RL_REGISTRY_ENDPOINT                          (the image registry's /v2/ API, scripts/cloud/registry.py)
+    HF_ENDPOINT                          (the Hugging Face Hub, huggingface_hub's own; scripts/cloud/hf_hub.py)
     STORAGE_EMULATOR_HOST                                                      (google-cloud-storage's own)
     KUBECONFIG                                                                 (kubectl's own)
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from recipes import Settings, UserError
+from recipes.errors import NotDeployed
 
 COMPUTE_ENDPOINT_ENV = "TPU_RL_COMPUTE_ENDPOINT"
 TPU_ENDPOINT_ENV = "TPU_RL_TPU_ENDPOINT"
@@ -26,6 +28,7 @@ SECRETMANAGER_ENDPOINT_ENV = "TPU_RL_SECRETMANAGER_ENDPOINT"
 LOGGING_ENDPOINT_ENV = "TPU_RL_LOGGING_ENDPOINT"
 REGISTRY_ENDPOINT_ENV = "TPU_RL_REGISTRY_ENDPOINT"
 STORAGE_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+HUB_ENDPOINT_ENV = "HF_ENDPOINT"
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Endpoints:
     storage: str | None = None
     logging: str | None = None
     registry: str | None = None  # replaces every image's registry host
+    hub: str | None = None  # the Hugging Face Hub instead of huggingface.co (no Google credential goes there)
     kubeconfig: str | None = None
 
     @classmethod
@@ -50,6 +54,7 @@ class Endpoints:
             storage=_endpoint(env, STORAGE_EMULATOR_ENV),
             logging=_endpoint(env, LOGGING_ENDPOINT_ENV),
             registry=_endpoint(env, REGISTRY_ENDPOINT_ENV),
+            hub=_endpoint(env, HUB_ENDPOINT_ENV),
             kubeconfig=env.get("KUBECONFIG") or None,
         )
 
@@ -94,7 +99,7 @@ class Clients:
             try:
                 self._cache[name] = build()
             except DefaultCredentialsError as error:
-                raise UserError(f"no Google credentials ({type(error).__name__}): run "
+                raise NotDeployed(f"no Google credentials ({type(error).__name__}): run "
                                 "`gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS)") from None
         return self._cache[name]
 

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from recipes import Settings, UserError
 from recipes import conventions
 from recipes.conventions import JOBSET_VERSION, NAMESPACE
+from recipes.errors import NotDeployed
 from scripts.cloud.retry import RetriesExhausted, RetryPolicy, call, is_transient, wait_until
 from scripts.outcome import ApiError, describe
 
@@ -51,7 +52,7 @@ def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
     """An ApiClient for the settings' cluster, never for whatever context happens to be current."""
     path = kubeconfig_path(kubeconfig)
     if not path.is_file():
-        raise UserError(f"no kubeconfig at {path}: run `{get_credentials_command(settings)}`")
+        raise NotDeployed(f"no kubeconfig at {path}: run `{get_credentials_command(settings)}`")
     try:
         contexts, current = k8s_config.list_kube_config_contexts(config_file=str(path))
     except Exception as error:
@@ -60,7 +61,7 @@ def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
     context = _context_for(settings, contexts or [], current)
     if context is None:
         found = f"; the current context is '{current['name']}'" if current else ""
-        raise UserError(
+        raise NotDeployed(
             f"kubeconfig {path} has no context for cluster '{settings.cluster_name}' of project "
             f"'{settings.project}' in {settings.region} (looked for '{gke_context_name(settings)}'{found}): "
             f"run `{get_credentials_command(settings)}`"

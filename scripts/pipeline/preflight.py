@@ -11,7 +11,7 @@ from typing import Callable
 from google.api_core import exceptions as gexc
 
 from recipes import Recipe, Settings, UserError
-from scripts.cloud import gcs, hf_token, registry
+from scripts.cloud import gcs, hf_hub, hf_token, registry
 from scripts.cloud.clients import Clients
 from scripts.cloud.kube import get_credentials_command
 from scripts.outcome import describe
@@ -260,15 +260,34 @@ def check_bucket(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
     return Check("bucket", True, f"gs://{settings.gcs_bucket} in {location}")
 
 
-def check_token(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
+def check_token(clients: Clients, recipe: Recipe, settings: Settings) -> list[Check]:
+    """The secret has an enabled version, and the Hub says that token may download the recipe's model."""
     try:
         enabled = hf_token.enabled_versions(clients.secrets(), settings)
     except UserError as error:
-        return Check("token secret", False, str(error))
+        return [Check("token secret", False, str(error))]
     if not enabled:
-        return Check("token secret", False, f"secret '{settings.hf_token_secret}' has no enabled version: "
-                     f"{hf_token.no_version_fix(settings)}")
-    return Check("token secret", True, f"'{settings.hf_token_secret}' has {len(enabled)} enabled version(s)")
+        return [Check("token secret", False, f"secret '{settings.hf_token_secret}' has no enabled version: "
+                      f"{hf_token.no_version_fix(settings)}")]
+    stored = Check("token secret", True, f"'{settings.hf_token_secret}' has {len(enabled)} enabled version(s)")
+    try:
+        token = hf_token.read_token(clients.secrets(), settings)
+    except UserError as error:
+        return [stored, Check("model access", False, str(error))]
+    return [stored, check_model_access(token, recipe.model.hf_repo, clients.endpoints.hub)]
+
+
+def check_model_access(token: str, repo_id: str, endpoint: str | None) -> Check:
+    """What the Hub says about the token and the model; the check `tpu-rl secret set` repeats."""
+    try:
+        name, accesses = hf_hub.check(token, [repo_id], endpoint)
+    except hf_hub.Unreachable as error:
+        return Check("model access", True, f"warning: the Hugging Face Hub ({endpoint or hf_hub.HUB}) did not "
+                     f"answer ({error}), so the token was not checked: open https://huggingface.co/{repo_id} "
+                     "signed in, and accept its licence if it asks")
+    if name is None:
+        return Check("model access", False, hf_hub.refused_token(endpoint or hf_hub.HUB))
+    return Check("model access", accesses[0].ok, accesses[0].detail)
 
 
 def recipe_images(recipe: Recipe) -> list[str]:

@@ -123,13 +123,17 @@ class Session:
 
 def dry_run_costs(recipe: Recipe, running: Iterable[Step], attached: Iterable[Step] = ()) -> tuple[dict[Step, str], str]:
     """What a dry run shows of the steps it would run: each one's expected time and cost (`; about 180
-    min, $269.04`, "up to" for a step already running), and the line of their total; from recipes/cost.py."""
-    from recipes.cost import ESTIMATE_NOTE, pipeline_run_estimate
+    min, $269.04`, "up to" for a step already running), and the lines of their total, of what the train
+    step's time assumes, and of a run that costs several times the recipe's own; from recipes/cost.py."""
+    from recipes.cost import ESTIMATE_NOTE, costly_run_warning, pipeline_run_estimate
 
     estimate, running, attached = pipeline_run_estimate(recipe), list(running), set(attached)
     each = {step: f"; {'up to ' if step in attached else ''}{estimate.step(step).summary()}" for step in running}
-    total = f"expected: {estimate.steps_summary(running)} ({ESTIMATE_NOTE})" if running else "expected: nothing to run"
-    return each, total
+    if not running:
+        return each, "expected: nothing to run"
+    lines = [f"expected: {estimate.steps_summary(running)} ({ESTIMATE_NOTE})"]
+    lines += [f"assumed: {estimate.train.assumption}"] if "train" in running else []
+    return each, "\n".join(lines + [line for line in [costly_run_warning(recipe)] if line])
 
 
 def hms(seconds: float) -> str:

@@ -11,6 +11,7 @@ from google.api_core import exceptions as gexc
 from jobs import render_startup_script
 from jobs.vm import RUN_ASSIGNMENT, ssh_command
 from recipes import UserError
+from recipes.errors import NotDeployed
 from scripts.cloud import hf_token
 from scripts.outcome import StepFailed
 from scripts.pipeline.session import Session, hms
@@ -37,7 +38,7 @@ def get_instance(session: Session):
         return session.clients.instances().get(project=settings.project, zone=settings.zone,
                                                instance=settings.vm_name)
     except gexc.NotFound:
-        raise UserError(f"TPU VM '{settings.vm_name}' not found in zone {settings.zone}: deploy it with "
+        raise NotDeployed(f"TPU VM '{settings.vm_name}' not found in zone {settings.zone}: deploy it with "
                         f"`npx cdktf deploy {session.recipe.name}` (or set TPU_NAME)") from None
 
 

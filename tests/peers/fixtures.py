@@ -1,8 +1,8 @@
 """The local fake APIs (tests/peers) set up for a test, in one place. Two ways in:
 
-- pytest fixtures (settings_env, gcs, kube, google, cloud) that start the peers on 127.0.0.1 and point the
-  in-process `tpu-rl` at them through its settings and endpoint variables; import the ones you need into
-  a test module;
+- pytest fixtures (settings_env, gcs, kube, hub, google, cloud) that start the peers on 127.0.0.1 and
+  point the in-process `tpu-rl` at them through its settings and endpoint variables; import the ones you
+  need into a test module;
 - `start_peers`, for the hardening tests that run the real entry points as subprocesses
   (test_bad_input.py, test_secret_hygiene.py): the same peers set up from a small description of the
   cloud's state, pointed at by an environment from `clean_environment`, with a snapshot of everything a
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from peers.google_apis import CPU_MACHINES, CPU_QUOTAS, GoogleApis
+from peers.hf_hub import HubApi, start_hub
 from peers.kube_api import KubeApi, write_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,6 +44,7 @@ TOKEN = "hf_" + "SENTINEL" + uuid.uuid4().hex
 DEAD_ENDPOINT = "http://127.0.0.1:9"
 ENDPOINT_VARIABLES = ("TPU_RL_COMPUTE_ENDPOINT", "TPU_RL_TPU_ENDPOINT", "TPU_RL_SECRETMANAGER_ENDPOINT",
                       "TPU_RL_LOGGING_ENDPOINT", "TPU_RL_REGISTRY_ENDPOINT")
+HUB_ENDPOINT = "HF_ENDPOINT"  # the Hugging Face Hub (tests/peers/hf_hub.py)
 
 
 def kube_context(settings: dict[str, str]) -> str:
@@ -170,8 +172,18 @@ def kube(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def google(monkeypatch):
-    """Compute, TPU and Secret Manager with a healthy v6e setup: capacity free, token stored."""
+def hub(monkeypatch):
+    """The Hugging Face Hub, where the sentinel token reads every recipe's model."""
+    server = start_hub(TOKEN)
+    monkeypatch.setenv(HUB_ENDPOINT, server.url)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def google(monkeypatch, hub):
+    """Compute, TPU and Secret Manager with a healthy v6e setup: capacity free, token stored (and the Hub,
+    where that token reads the recipes' models)."""
     server = start_google(SETTINGS, TOKEN)
     for name in ENDPOINT_VARIABLES:
         monkeypatch.setenv(name, server.url)
@@ -193,6 +205,8 @@ def settings_env(tmp_path, monkeypatch):
     # port instead of looking for credentials or reaching Google.
     if not os.environ.get("TPU_RL_LOGGING_ENDPOINT"):
         monkeypatch.setenv("TPU_RL_LOGGING_ENDPOINT", DEAD_ENDPOINT)
+    if not os.environ.get(HUB_ENDPOINT):  # nor does a token check reach huggingface.co
+        monkeypatch.setenv(HUB_ENDPOINT, DEAD_ENDPOINT)
     return dict(SETTINGS)
 
 
@@ -209,13 +223,14 @@ def clean_environment(home: Path) -> dict[str, str]:
     """Nothing of the caller's: no HF_TOKEN, no kubeconfig, no credentials, no settings."""
     return {
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO),  # this checkout's code, not whichever one the venv's editable install names
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
         "CHECKPOINT_DISABLE": "1",
         "KUBECONFIG": str(home / "no-kubeconfig"),
         "STORAGE_EMULATOR_HOST": DEAD_ENDPOINT,
-        **{name: DEAD_ENDPOINT for name in ENDPOINT_VARIABLES},
+        **{name: DEAD_ENDPOINT for name in (*ENDPOINT_VARIABLES, HUB_ENDPOINT)},
         "TPU_RL_RETRY_BASE_SECONDS": "0",
         "TPU_RL_POLL_SECONDS": "0",
     }
@@ -225,6 +240,7 @@ def clean_environment(home: Path) -> dict[str, str]:
 class Peers:
     kube: KubeApi | None
     google: GoogleApis
+    hub: HubApi
     gcs_client: object
     before: dict = field(default_factory=dict)
 
@@ -245,7 +261,7 @@ class Peers:
         }
 
     def stop(self) -> None:
-        for server in (self.kube, self.google):
+        for server in (self.kube, self.google, self.hub):
             if server is not None:
                 server.stop()
 
@@ -256,7 +272,7 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
     state keys: bucket (absent | a region), kube (absent | no-jobset-crd | other-context), stale ([step,
     phase] of a JobSet left from an earlier run, of `recipe` as `stale_set` (--set items) and `stale_run`
     (--run) make it), record (the name of a run whose run.json holds only its --set items, record_set),
-    and those of `start_google`.
+    and those of `start_google` and `start_hub`.
     """
     server, url = gcs_emulator
     server.wipe()
@@ -273,6 +289,8 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
     google = start_google(env, token, state)
     for name in ENDPOINT_VARIABLES:
         env[name] = google.url
+    hub = start_hub(token, state)
+    env[HUB_ENDPOINT] = hub.url
 
     kube = None
     cluster = state.get("kube", "healthy")
@@ -291,7 +309,7 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
                              state.get("stale_run"))
             kube.put_jobset(render_manifests(recipe, load_settings(env=env))[step], phase=phase)
             kube.requests.clear()
-    peers = Peers(kube, google, gcs_client)
+    peers = Peers(kube, google, hub, gcs_client)
     peers.before = peers.state()
     return peers
 
@@ -375,26 +393,3 @@ def put_checkpoint(client, paths, step: int) -> None:
                                        ("model_params", "optimizer_state"), ocdbt=False):
         bucket, name = split_gs_url(url)
         client.bucket(bucket).blob(name).upload_from_string(data)
-
-
-def write_events(directory: Path, scalars: dict[str, list[tuple[int, float]]]) -> list[Path]:
-    """Event files as train_rl writes them: metrax's TensorboardBackend is a tensorboardX SummaryWriter
-    calling add_scalar(tag, value, step) (metrax 0.2.3/0.2.4 metrax/logging/tensorboard_backend.py L25-33,
-    L49-59); the tags are tunix's (scripts/metrics/tags.py has their source)."""
-    from tensorboardX import SummaryWriter
-
-    writer = SummaryWriter(logdir=str(directory))
-    for tag, points in scalars.items():
-        for step, value in points:
-            writer.add_scalar(tag, value, step)
-    writer.close()
-    return sorted(directory.glob("events.out.tfevents.*"))
-
-
-def put_event_files(client, url: str, scalars: dict[str, list[tuple[int, float]]], tmp: Path) -> None:
-    """Write event files with `scalars` and upload them under the gs:// prefix `url` (a run's tensorboard/)."""
-    from jobs.paths import split_gs_url
-
-    bucket, prefix = split_gs_url(url)
-    for path in write_events(tmp, scalars):
-        client.bucket(bucket).blob(prefix + path.name).upload_from_filename(str(path))

@@ -122,7 +122,12 @@ def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Actio
     if note:
         console.print(note)
     console.print(total)
-    submitted = [jobs[action.step] for action in actions if action.kind in ("submit", "replace")]
+    show_submitted(console, [jobs[action.step] for action in actions if action.kind in ("submit", "replace")],
+                   show_manifests)
+
+
+def show_submitted(console, submitted: list[StepJob], show_manifests: bool) -> None:
+    """The names of the JobSets a dry run would submit, and with --show-manifests the JobSets."""
     if not submitted:
         console.print("it would submit no JobSet")
         return

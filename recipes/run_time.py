@@ -1,0 +1,59 @@
+"""How long a run's train step is expected to take: the recipe's measured minutes, scaled to the steps
+and the evaluation this run's settings ask for (`--set num_batches=...`, `num_test_batches=...`).
+
+The assumptions, which every output that shows the figure names (`TrainTime.assumption`):
+- recipes.toml's durations_minutes.train is the train step of the recipe as it stands there, its held-out
+  evaluation included; the evaluation's share of it is at most its share of the completions generated
+  (recipes/evaluation.py says why that is an upper bound), and the rest is training;
+- a training step takes what the recipe's training took divided by its step count, whatever else
+  --set changes (a larger batch_size or num_generations makes each step slower; that is not modelled);
+- an evaluation completion takes what a training completion took at the recipe's settings (an upper
+  bound: a training step also runs the backward pass).
+Conversion and export do not depend on these settings and keep their minutes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from recipes.evaluation import eval_plan
+from recipes.model import Recipe
+
+
+def as_defined(recipe: Recipe) -> Recipe:
+    """The recipe as recipes.toml defines it, before --set: the run its durations were measured on."""
+    return recipe.model_copy(update={"rl": recipe.default_rl, "default_rl": None}) if recipe.default_rl else recipe
+
+
+@dataclass(frozen=True)
+class TrainTime:
+    """The train step's expected minutes: training and, within it, the held-out evaluation."""
+
+    training: float
+    evaluation: float
+    steps: int
+    minutes_per_step: float
+    measured_minutes: int  # recipes.toml's train minutes
+    measured_steps: int  # the steps of the recipe as defined there
+
+    @property
+    def minutes(self) -> float:
+        return self.training + self.evaluation
+
+    @property
+    def assumption(self) -> str:
+        """What the figure assumes, in one sentence."""
+        steps = f"{self.steps} step{'s' if self.steps != 1 else ''}"
+        return (f"train {steps} at {self.minutes_per_step:.2f} min each (the recipe's {self.measured_minutes} "
+                f"min for its {self.measured_steps} steps, less its evaluation)"
+                + (f", and evaluation {self.evaluation:.0f} min" if self.evaluation else ""))
+
+
+def train_time(recipe: Recipe) -> TrainTime:
+    base = as_defined(recipe)
+    measured, plan, run_plan = base.durations_minutes.train, eval_plan(base), eval_plan(recipe)
+    training_minutes = measured * (1 - plan.share)
+    per_step = training_minutes / base.train_steps
+    per_completion = training_minutes / plan.train_completions if plan.train_completions else 0.0
+    return TrainTime(per_step * recipe.train_steps, per_completion * run_plan.completions, recipe.train_steps,
+                     per_step, measured, base.train_steps)

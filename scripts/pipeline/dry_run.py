@@ -1,0 +1,66 @@
+"""`tpu-rl run --dry-run`: the plan and its price. Compared with what is deployed when that can be read
+(each step's output, JobSets, the VM); priced from the recipe and the settings alone when it cannot: no
+Google credentials, no bucket, cluster or VM yet, or an API that does not answer. A plan and a price
+need no cloud; the line that says why it was not compared names how to connect."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from recipes import STEPS, Step
+from recipes.errors import NotDeployed
+from scripts.outcome import ApiError, foreign_ending
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from recipes import Recipe, Settings
+    from scripts.pipeline.session import Session
+
+
+def dry_run(recipe: Recipe, settings: Settings, make_session: Callable[[], Session], console: Console,
+            steps: tuple[Step, ...], *, replace: bool, show_manifests: bool) -> None:
+    try:
+        session = make_session()
+        if recipe.is_gke:
+            from scripts.pipeline.gke.submit import run_gke
+
+            run_gke(session, steps, replace=replace, follow_logs=False, dry_run=True, show_manifests=show_manifests)
+        else:
+            from scripts.pipeline.vm import run_vm
+
+            run_vm(session, steps, follow_logs=False, dry_run=True)
+        return
+    except (NotDeployed, ApiError) as error:
+        reason = str(error)
+    except Exception as error:  # a cloud library's own: unreachable, refused, timed out
+        ending = foreign_ending(error)
+        if ending is None:
+            raise
+        reason = ending[1]
+    offline_plan(recipe, settings, console, steps, reason, show_manifests)
+
+
+def offline_plan(recipe: Recipe, settings: Settings, console: Console, steps: tuple[Step, ...], reason: str,
+                 show_manifests: bool = False) -> None:
+    """Every step of `steps` as if none had run yet, with its time and cost, and what it would submit."""
+    from rich.markup import escape
+
+    from jobs.paths import ArtifactPaths
+    from scripts.pipeline.session import dry_run_costs
+
+    console.print(f"dry run of run {ArtifactPaths(recipe, settings).run_name}: nothing is submitted or written")
+    console.print(escape(f"not compared with what is deployed ({reason}): each step is priced as if it runs"))
+    costs, total = dry_run_costs(recipe, steps)
+    where = "JobSet" if recipe.is_gke else f"startup script of TPU VM {settings.vm_name}"
+    for step in STEPS:
+        if step in steps:
+            console.print(f"  {step}: {where}{costs[step]}")
+    console.print(total)
+    if not recipe.is_gke:
+        return
+    from scripts.pipeline.gke.plan import show_submitted
+    from scripts.pipeline.gke.steps import step_jobs
+
+    show_submitted(console, [job for step, job in step_jobs(recipe, settings).items() if step in steps],
+                   show_manifests)

@@ -1,0 +1,26 @@
+"""The README's path names what a newcomer cannot find alone: the licences of the gated models (each
+recipe's hf_repo that the Hub gates, tests/peers/hf_hub.py) and how to find the address AUTHORIZED_CIDR
+wants."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from peers.hf_hub import MODELS
+from recipes import all_recipes
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def test_the_readme_names_each_gated_models_licence_page():
+    gated = {recipe.model.hf_repo for recipe in all_recipes().values() if MODELS[recipe.model.hf_repo][0]}
+    assert gated  # Llama 3.1 and Gemma
+    for repo in gated:
+        assert f"https://huggingface.co/{repo}" in README, repo
+    assert "Llama 3.1 Community License" in README and "Gemma licence" in README
+
+
+def test_the_readme_shows_how_to_find_your_address_for_authorized_cidr():
+    paragraph = next(part for part in README.split("\n\n") if "`AUTHORIZED_CIDR` is the" in part)
+    assert re.search(r"`curl -s https://\S+`", paragraph) and "/32" in paragraph
