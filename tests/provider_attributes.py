@@ -19,6 +19,9 @@ import re
 # Provider -> the module its bindings are imported from (google through infra/google.py's door: only the
 # submodules asked for are imported, and a process that synthesized the stacks has them already).
 BINDINGS = {"google": "infra.google", "helm": "cdktf_cdktf_provider_helm"}
+# Terraform's built-in resource (hashicorp/terraform v1.11.4 internal/builtin/providers/terraform/resource_data.go:
+# id, input, output, triggers_replace), whose class cdktf ships itself.
+BUILT_IN = {"terraform_data": "DataResource"}
 # cdktf's renamed attributes, as the Python property reads them -> the Terraform name (attribute-model.ts
 # `name`: self, build, get*, equals, node, system, tfResourceType).
 _RENAMED = {"self_attribute": "self", "build_attribute": "build", "equal_to": "equals",
@@ -33,6 +36,8 @@ class NoBindings(LookupError):
 def _bindings_class(kind: str, type_name: str) -> type:
     import cdktf
 
+    if kind == "resource" and type_name in BUILT_IN:
+        return getattr(cdktf, BUILT_IN[type_name])
     provider, _, rest = type_name.partition("_")
     if provider not in BINDINGS or not rest:
         raise NoBindings(f"no generated bindings for {type_name}: add its provider to BINDINGS in {__name__}")
