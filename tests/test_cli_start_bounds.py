@@ -56,7 +56,7 @@ def test_a_registry_that_refuses_the_pull_ends_train_once_the_kubelet_has_retrie
     line = error_line(result)
     assert f"step train stopped: container pathways-worker of pod {TRAIN}-worker-0-" in line, line
     # the kubelet's own message, kept from an ErrImagePull poll though the last poll said ImagePullBackOff
-    assert f"cannot pull image {image} (ErrImagePull: rpc error: code = Unknown desc = failed to pull and unpack " \
+    assert f"cannot pull image {image} (ErrImagePull: failed to pull and unpack " \
            f'image "{image}": ' in line and ": 403 Forbidden) for 0:10:00, the kubelet retrying; JobSet " in line, line
     assert kube.deleted == [TRAIN]
 
@@ -119,7 +119,7 @@ def test_a_pull_that_fails_once_and_then_works_does_not_end_the_step(cloud, monk
               pull_error="timeout", **succeeds(cloud))
     result = run_train(cloud, monkeypatch, "spot", "30m")
     assert result.exit_code == 0, result.output
-    assert "ErrImagePull: rpc error: code = Unknown" in result.output and "i/o timeout" in result.output
+    assert "ErrImagePull: failed to pull and unpack" in result.output and "i/o timeout" in result.output
     assert "train: output verified" in result.output
     assert kube.deleted == []
 

@@ -69,8 +69,10 @@ def pull_error(image: str, kind: str) -> str:
         "timeout": ("Unknown", f'failed to do request: Head "https://{host}/v2/{repository}/manifests/{tag}": '
                                "dial tcp 142.250.1.82:443: i/o timeout"),
     }[kind]
-    return (f'rpc error: code = {code} desc = failed to pull and unpack image "{image}": failed to resolve '
-            f'reference "{image}": {why}')
+    said = f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": {why}'
+    # The kubelet's CRI client drops gRPC's "rpc error: code = Unknown desc = " and keeps any other code
+    # (kubernetes/kubernetes@d223343c staging/src/k8s.io/cri-client/pkg/remote_image.go, pullImageV1).
+    return said if code == "Unknown" else f"rpc error: code = {code} desc = {said}"
 
 
 def waiting_state(reason: str, image: str, container: str, pod: str, pull: str = "not found") -> dict:
