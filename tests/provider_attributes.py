@@ -3,7 +3,7 @@ that synthesize the stacks (the cdktf_cdktf_provider_google and cdktf_cdktf_prov
 tests' provider-free Terraform (tests/terraform_cli.py) can refuse a reference to an attribute the provider
 does not have, as the provider's schema would.
 
-A resource class's own properties are its attributes under cdktf's names (hashicorp/terraform-cdk
+A resource class's own properties are its attributes under cdktf's names (hashicorp/terraform-cdk@003b480e
 packages/@cdktf/provider-generator/lib/get/generator/): a nested block is a property of its own name (an
 OutputReference or a List); each settable attribute also has an input getter `<name>Input`, or
 `<name>TfInput` when the schema has an attribute `<name>_input` too (emitter/attributes-emitter.ts
@@ -15,18 +15,24 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+import threading
 
 # Provider -> the module its bindings are imported from (google through infra/google.py's door: only the
 # submodules asked for are imported, and a process that synthesized the stacks has them already).
 BINDINGS = {"google": "infra.google", "helm": "cdktf_cdktf_provider_helm"}
-# Terraform's built-in resource (hashicorp/terraform v1.11.4 internal/builtin/providers/terraform/resource_data.go:
-# id, input, output, triggers_replace), whose class cdktf ships itself.
+# Terraform's built-in resource (hashicorp/terraform internal/builtin/providers/terraform/resource_data.go,
+# dataStoreResourceSchema: id, input, output, triggers_replace), whose class cdktf ships itself.
 BUILT_IN = {"terraform_data": "DataResource"}
 # cdktf's renamed attributes, as the Python property reads them -> the Terraform name (attribute-model.ts
 # `name`: self, build, get*, equals, node, system, tfResourceType).
 _RENAMED = {"self_attribute": "self", "build_attribute": "build", "equal_to": "equals",
             "node_attribute": "node", "system_attribute": "system",
             "tf_resource_type_attribute": "tf_resource_type"}
+
+
+# check_stacks rewrites stacks side by side in threads: one import of the bindings at a time (the provider's
+# lazy import in infra/google.py decides its mode once, and the jsii kernel loads each assembly once).
+_IMPORTING = threading.Lock()
 
 
 class NoBindings(LookupError):
@@ -58,7 +64,8 @@ def _bindings_class(kind: str, type_name: str) -> type:
 @functools.cache
 def attributes(kind: str, type_name: str) -> tuple[str, frozenset[str]]:
     """(the bindings class's dotted name, the Terraform attribute names of a `resource` or `data` type)."""
-    cls = _bindings_class(kind, type_name)
+    with _IMPORTING:
+        cls = _bindings_class(kind, type_name)
     properties = {name for name, value in vars(cls).items() if isinstance(value, property)}
     names = set()
     for name in properties:
