@@ -126,7 +126,8 @@ class ClusterAddons(Construct):
                                           values=kueue_values(), wait=False)
         chart = TerraformAsset(self, "manifests-chart", path=str(MANIFESTS_CHART), type=AssetType.DIRECTORY)
         self.manifests = [
-            kueue_webhook_probe_manifest(),  # a hook: runs before the objects below are created
+            # a hook: runs before the objects below are created, and again with each Kueue version
+            kueue_webhook_probe_manifest(chart_version(props.kueue_version)),
             *queue_manifests(props.queues),
             workload_service_account_manifest(
                 props.queues.namespace, props.workload_ksa, props.workload_google_service_account

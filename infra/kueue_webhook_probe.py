@@ -40,6 +40,11 @@ WEBHOOK_PROBE_IMAGE = ("docker.io/library/busybox:1.37.0"
 # infra.cluster_addons), which also covers Kueue's own start now that its release does not wait.
 WEBHOOK_PROBE_TRIES = 120
 WEBHOOK_PROBE_IN_A_ROW = 3  # both the probe's node and the API server must have seen the endpoint
+# The Kueue chart version the probe waits for, on the hook pod. Kueue's release does not wait, so after a
+# Kueue upgrade only this hook holds back the queue objects, and Helm runs it only when the queue release
+# itself is installed or upgraded (pre-install,pre-upgrade): carrying the version changes the release's
+# values with every Kueue version, so the provider upgrades it and the probe runs again.
+KUEUE_VERSION_ANNOTATION = "tpu-rl/kueue-chart-version"
 
 
 def on_system_pool() -> dict[str, str]:
@@ -73,8 +78,8 @@ exit 1
 """
 
 
-def kueue_webhook_probe_manifest() -> dict[str, Any]:
-    """The hook pod that holds back the queue objects until Kueue's webhook Service answers."""
+def kueue_webhook_probe_manifest(kueue_chart_version: str) -> dict[str, Any]:
+    """The hook pod that holds back the queue objects until the webhook Service of that Kueue answers."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -85,6 +90,7 @@ def kueue_webhook_probe_manifest() -> dict[str, Any]:
                 "helm.sh/hook": "pre-install,pre-upgrade",
                 # Gone once it succeeded; a failed one stays for `kubectl logs` until the next attempt.
                 "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded",
+                KUEUE_VERSION_ANNOTATION: kueue_chart_version,
             },
         },
         "spec": {

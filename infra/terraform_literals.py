@@ -53,11 +53,14 @@ def escape_template(text: str) -> str:
 
 
 def escaped(value: Any) -> Any:
-    """`value` with every string in it escaped (dicts and lists copied; anything else as it is)."""
+    """`value` with every string in it escaped, a map's keys too (dicts and lists copied; anything else as it
+    is): Terraform's JSON syntax evaluates an object's keys in an expression as templates too (hashicorp/hcl
+    @1c605916 json/structure.go, expression.Value, `*objectVal`; Terraform 1.11.4 plans `{"k${1+1}": "v"}` as
+    `k2`); a block's attribute names never hold `${` or `%{`, so they are unchanged."""
     if isinstance(value, str):
         return escape_template(value)
     if isinstance(value, dict):
-        return {key: escaped(item) for key, item in value.items()}
+        return {escaped(key): escaped(item) for key, item in value.items()}
     if isinstance(value, list):
         return [escaped(item) for item in value]
     return value

@@ -40,7 +40,8 @@ DEFAULT_WAIT_SECONDS: Mapping[WaitKey, float] = {
 # node pulling the MaxText and Pathways images slowly (the drills' InOrder cold start pulls for an hour)
 # and AnyOrder workers backing off until their head is up must fit.
 READY_WAIT_SECONDS = 90 * 60
-# IMAGE_PULL_FAILING: how long a container's image pull may keep failing (ErrImagePull, ImagePullBackOff).
+# IMAGE_PULL_FAILING: how long a container's image pull may keep failing (ErrImagePull, ImagePullBackOff,
+# RegistryUnavailable, SignatureValidationFailed: scripts/pipeline/gke/starting.py FAILING_PULL).
 # ErrImagePull is the kubelet's reason for any failed pull, a dropped connection too, after which it backs
 # off 10 s doubling to 300 s and pulls again (kubernetes/kubernetes pkg/kubelet/images/image_manager.go
 # evalCRIPullErr, "Fallback for no specific error"; pkg/kubelet/kubelet.go imageBackOffPeriod,

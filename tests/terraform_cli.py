@@ -6,7 +6,8 @@ rewrites a cdk.tf.json so that every resource, data source and provider block be
 `terraform_data` whose `input` is its body: each string is then parsed as the template Terraform reads,
 each reference is resolved, each function is called and each precondition and postcondition is
 evaluated by Terraform itself. What a provider would compute (an id, an endpoint, a data source's answer)
-is left unknown, as a plan of a new stack leaves it (docs/development.md, "Terraform in the tests").
+is left unknown, as a plan of a new stack leaves it, once the provider's bindings say it has that attribute
+(tests/provider_attributes.py; docs/development.md, "Terraform in the tests").
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import provider_attributes
 import pytest
 
 # The oldest Terraform the stacks load in, as `make install` checks it (the Makefile's TERRAFORM_MIN).
@@ -107,19 +109,36 @@ def data_name(address: str) -> str:
 
 @dataclass
 class _References:
-    """Rewrites the references of a stack's expressions to the terraform_data standing in for each block."""
+    """Rewrites the references of a stack's expressions to the terraform_data standing in for each block, and
+    collects each reference to an attribute the block's type does not have (tests/provider_attributes.py)."""
     bodies: dict[str, dict]  # original address -> its body (the attributes a reference may read)
 
     def __post_init__(self) -> None:
         names = "|".join(re.escape(address) for address in sorted(self.bodies, key=len, reverse=True))
         self.pattern = re.compile(rf"(?<![\w.-])({names})(?![\w-])({_TRAVERSAL})") if names else None
+        self.errors: list[str] = []
 
-    def _one(self, match: re.Match) -> str:
+    def _one(self, match: re.Match, where: str) -> str:
         address, traversal = match.group(1), match.group(2)
         stand_in = f"terraform_data.{data_name(address)}"
         if not traversal:
             return stand_in  # the whole object: depends_on, replace_triggered_by
+        self._check(address, traversal, where)
         return self.attribute(stand_in, traversal, self.bodies[address])
+
+    def _check(self, address: str, traversal: str, where: str, shown: str = "") -> None:
+        """Record `where: reference: ...` when the first attribute step is not an attribute of the type."""
+        first = next((step[1:] for step in re.findall(_STEP, traversal) if step.startswith(".")), None)
+        kind, type_name = ("data", address.split(".")[1]) if address.startswith("data.") else \
+            ("resource", address.split(".")[0])
+        try:
+            bindings, names = provider_attributes.attributes(kind, type_name)
+        except provider_attributes.NoBindings as missing:
+            self.errors.append(f"{where}: {shown or address}{traversal}: {missing}")
+            return
+        if first is not None and first not in names:
+            self.errors.append(f"{where}: {shown or address}{traversal}: {type_name} has no attribute {first!r} "
+                               f"(the provider's bindings: {bindings})")
 
     @staticmethod
     def attribute(stand_in: str, traversal: str, body: dict) -> str:
@@ -136,57 +155,77 @@ class _References:
             elif isinstance(value, list) and key is None and int(step[1:-1]) < len(value):
                 value, path = value[int(step[1:-1])], path + step
             else:
-                # Computed by the provider: unknown at plan, of any type, as a new stack's plan sees it (the
-                # type of jsondecode of an unknown string is dynamic: zclconf/go-cty@1dfd594c
-                # cty/function/stdlib/json.go, JSONDecodeFunc).
+                # Computed by the provider (_check refused a name the provider does not have): unknown at plan,
+                # of any type, as a new stack's plan sees it (the type of jsondecode of an unknown string is
+                # dynamic: zclconf/go-cty@1dfd594c cty/function/stdlib/json.go, JSONDecodeFunc).
                 return f"jsondecode({stand_in}.id){traversal}"
         return f"{stand_in}.input{path}"  # set in the configuration: known at plan, as the provider plans it
 
-    def rewrite(self, value: Any, body: dict | None = None) -> Any:
-        """Every string of `value` with its references rewritten; `self.` too when `body` is the block's."""
+    def rewrite(self, value: Any, where: str, body: dict | None = None, block: str = "") -> Any:
+        """Every string of `value` (at `where`, e.g. `google_x.y: a.b`) with its references rewritten; `self.`
+        too when `body` is that of `block`, the block's own address."""
         if isinstance(value, dict):
-            return {key: self.rewrite(item, body) for key, item in value.items()}
+            return {key: self.rewrite(item, _inside(where, key), body, block) for key, item in value.items()}
         if isinstance(value, list):
-            return [self.rewrite(item, body) for item in value]
+            return [self.rewrite(item, f"{where}[{index}]", body, block) for index, item in enumerate(value)]
         if not isinstance(value, str):
             return value
-        text = self.pattern.sub(self._one, value) if self.pattern else value
+        text = self.pattern.sub(lambda match: self._one(match, where), value) if self.pattern else value
         if body is not None:
-            text = re.sub(rf"(?<![\w.-])self((?:{_STEP})+)",
-                          lambda match: self.attribute("self", match.group(1), body), text)
+            def own(match: re.Match) -> str:
+                self._check(block, match.group(1), where, shown="self")
+                return self.attribute("self", match.group(1), body)
+            text = re.sub(rf"(?<![\w.-])self((?:{_STEP})+)", own, text)
         return text
 
 
-def _lifecycle(lifecycle: dict, references: _References, body: dict) -> dict:
+def _inside(where: str, key: str) -> str:
+    """`google_x.y` + `a` -> `google_x.y: a`; `google_x.y: a` + `b` -> `google_x.y: a.b`."""
+    return f"{where}.{key}" if ": " in where else f"{where}: {key}"
+
+
+def _lifecycle(lifecycle: dict, references: _References, body: dict, address: str) -> dict:
     rewritten = dict(lifecycle)
     for kind in ("precondition", "postcondition"):
         if kind in lifecycle:
-            rewritten[kind] = references.rewrite(lifecycle[kind], body if kind == "postcondition" else None)
+            rewritten[kind] = references.rewrite(lifecycle[kind], f"{address}: lifecycle.{kind}",
+                                                 body if kind == "postcondition" else None, address)
     if "replace_triggered_by" in lifecycle:
-        rewritten["replace_triggered_by"] = references.rewrite(lifecycle["replace_triggered_by"])
+        rewritten["replace_triggered_by"] = references.rewrite(lifecycle["replace_triggered_by"],
+                                                               f"{address}: lifecycle.replace_triggered_by")
     if isinstance(lifecycle.get("ignore_changes"), list):  # the attributes live under `input` now
         rewritten["ignore_changes"] = [f"input.{path}" for path in lifecycle["ignore_changes"]]
     return rewritten
 
 
-def _stand_in(body: dict, references: _References) -> dict:
+def _stand_in(address: str, body: dict, references: _References) -> dict:
     attributes = {key: value for key, value in body.items() if key not in META_ARGUMENTS}
-    block: dict[str, Any] = {"input": references.rewrite(attributes)}
-    for key in ("count", "for_each"):
+    block: dict[str, Any] = {"input": references.rewrite(attributes, address)}
+    for key in ("count", "for_each", "depends_on"):
         if key in body:
-            block[key] = references.rewrite(body[key])
-    if "depends_on" in body:
-        block["depends_on"] = references.rewrite(body["depends_on"])
+            block[key] = references.rewrite(body[key], f"{address}: {key}")
     if "lifecycle" in body:
-        block["lifecycle"] = _lifecycle(body["lifecycle"], references, attributes)
+        block["lifecycle"] = _lifecycle(body["lifecycle"], references, attributes, address)
     return block
+
+
+class UnknownAttributes(ValueError):
+    """References to attributes their block's type does not have (each: where, the reference, why)."""
 
 
 def provider_free(stack: Mapping[str, Any]) -> dict:
     """A copy of a synthesized stack that Terraform loads with no provider: every resource, data source
     and provider block a `terraform_data` named after it (`google_x.y` -> `terraform_data.google_x__y`),
     with its body as `input` and its references rewritten (`google_x.y.a` -> `...google_x__y.input.a`,
-    or an unknown when the provider computes `a`); no backend, no required providers."""
+    or an unknown when the provider computes `a`); no backend, no required providers. A reference to an
+    attribute the provider's bindings do not have raises UnknownAttributes."""
+    config, errors = _provider_free(stack)
+    if errors:
+        raise UnknownAttributes("\n".join(errors))
+    return config
+
+
+def _provider_free(stack: Mapping[str, Any]) -> tuple[dict, list[str]]:
     unknown = set(stack) - {"//", "terraform", "provider", "resource", "data", "locals", "output", "variable"}
     if unknown:
         raise ValueError(f"provider_free does not know the top-level blocks {sorted(unknown)}: teach it them")
@@ -197,11 +236,12 @@ def provider_free(stack: Mapping[str, Any]) -> dict:
                 blocks[f"{prefix}{type_name}.{name}"] = body
     references = _References({address: {k: v for k, v in body.items() if k not in META_ARGUMENTS}
                               for address, body in blocks.items()})
-    stand_ins = {data_name(address): _stand_in(body, references) for address, body in blocks.items()}
+    stand_ins = {data_name(address): _stand_in(address, body, references) for address, body in blocks.items()}
     for type_name, configurations in stack.get("provider", {}).items():
         for index, body in enumerate(configurations):
             attributes = {key: value for key, value in body.items() if key != "alias"}
-            stand_ins[f"provider__{type_name}__{index}"] = {"input": references.rewrite(attributes)}
+            stand_ins[f"provider__{type_name}__{index}"] = {
+                "input": references.rewrite(attributes, f"provider.{type_name}[{index}]")}
     config: dict[str, Any] = {}
     settings = {key: value for key, value in stack.get("terraform", {}).items()
                 if key not in ("backend", "required_providers", "cloud")}
@@ -211,8 +251,8 @@ def provider_free(stack: Mapping[str, Any]) -> dict:
         config["resource"] = {"terraform_data": stand_ins}
     for kind in ("locals", "output", "variable"):
         if kind in stack:
-            config[kind] = references.rewrite(stack[kind])
-    return config
+            config[kind] = {name: references.rewrite(value, f"{kind}.{name}") for name, value in stack[kind].items()}
+    return config, references.errors
 
 
 def dumps_with_paths(value: Any) -> tuple[str, list[tuple[int, str]]]:
@@ -302,7 +342,8 @@ def _plan_errors(output: str, offsets: list[tuple[int, str]]) -> list[str]:
 def check_stack(stack: str, config: Mapping[str, Any], directory: Path, *, plan: bool = True) -> StackRun:
     """init (offline), validate and, if that passed, plan the provider-free copy of one stack."""
     directory.mkdir(parents=True, exist_ok=True)
-    text, offsets = dumps_with_paths(provider_free(config))
+    free, reference_errors = _provider_free(config)
+    text, offsets = dumps_with_paths(free)
     (directory / CONFIG_FILE).write_text(text)
     env = offline_env(directory)
     binary = terraform()
@@ -313,7 +354,7 @@ def check_stack(stack: str, config: Mapping[str, Any], directory: Path, *, plan:
     init = run("init", "-input=false", "-no-color")
     if init.returncode != 0:
         return StackRun(stack, directory, [f"terraform init failed: {init.stderr.strip()}"], None, env)
-    validate_errors = _diagnostics(run("validate", "-json", "-no-color").stdout, offsets)
+    validate_errors = reference_errors + _diagnostics(run("validate", "-json", "-no-color").stdout, offsets)
     plan_errors = None
     if plan and not validate_errors:
         planning = run("plan", "-input=false", "-lock=false", "-json", f"-out={PLAN_FILE}")

@@ -401,6 +401,14 @@ def test_a_series_quota_the_region_does_not_list_is_a_warning_not_a_failure(sett
         f"Google: check the n4-standard-64 vCPU quota of us-east5 at {CONSOLE} (64 vCPUs per node)")
 
 
+def test_a_series_quota_the_region_does_not_list_is_never_judged_on_cpus_even_with_room(settings_env, gcs, google):
+    # recipes.toml's cpu_quota comment once said preflight falls back to CPUS; it does not, on purpose: CPUS may
+    # not count the series, and a pass read from it could let a billed slice wait for a CPU node.
+    google.regions[REGION] = {"CPUS": (10_000, 0)}
+    assert line_of(preflight(), "cpu quota").startswith(
+        "pass  cpu quota: warning: could not read it, region us-east5 lists no N4_CPUS")
+
+
 def test_the_vm_recipe_has_no_cpu_pool_to_check(settings_env, gcs, google):
     google.reservations[(ZONE, SETTINGS["RESERVATION"])] = ("ct6e-standard-8t", 1, 0)
     google.regions.clear()

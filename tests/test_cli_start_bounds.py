@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from test_cli_capacity_loss import RECIPE, TRAIN, error_line, run_record, run_train, succeeds
 from test_cli_stall_gke import CONVERT, stall_clock
 from typer.testing import CliRunner
@@ -55,8 +56,25 @@ def test_a_registry_that_refuses_the_pull_ends_train_once_the_kubelet_has_retrie
     line = error_line(result)
     assert f"step train stopped: container pathways-worker of pod {TRAIN}-worker-0-" in line, line
     # the kubelet's own message, kept from an ErrImagePull poll though the last poll said ImagePullBackOff
-    assert f"cannot pull image {image} (ErrImagePull: rpc error: code = Unknown desc = failed to pull and unpack " \
+    assert f"cannot pull image {image} (ErrImagePull: failed to pull and unpack " \
            f'image "{image}": ' in line and ": 403 Forbidden) for 0:10:00, the kubelet retrying; JobSet " in line, line
+    assert kube.deleted == [TRAIN]
+
+
+@pytest.mark.parametrize("reason, because", [("RegistryUnavailable", "the registry is unavailable: pinging "),
+                                             ("SignatureValidationFailed", "the signature validation failed: ")])
+def test_a_pull_the_kubelet_names_registry_unavailable_or_signature_failed_ends_train_after_its_retries(
+        cloud, monkeypatch, reason, because):
+    # Before: neither reason was a failing pull, so `run` waited on the billed slice for READY_WAIT instead.
+    kube, image = cloud["kube"], get_recipe(RECIPE).pathways_images.server
+    stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", outcome="hang", ticks=400, start_fails=("pathways-worker", reason))
+    result = run_train(cloud, monkeypatch, "spot", "30m")
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    line = error_line(result)
+    assert f"step train stopped: container pathways-worker of pod {TRAIN}-worker-0-" in line, line
+    assert f"cannot pull image {image} ({reason}: image pull failed for {image} because {because}" in line, line
+    assert ") for 0:10:00, the kubelet retrying; JobSet " in line, line
     assert kube.deleted == [TRAIN]
 
 
@@ -101,7 +119,7 @@ def test_a_pull_that_fails_once_and_then_works_does_not_end_the_step(cloud, monk
               pull_error="timeout", **succeeds(cloud))
     result = run_train(cloud, monkeypatch, "spot", "30m")
     assert result.exit_code == 0, result.output
-    assert "ErrImagePull: rpc error: code = Unknown" in result.output and "i/o timeout" in result.output
+    assert "ErrImagePull: failed to pull and unpack" in result.output and "i/o timeout" in result.output
     assert "train: output verified" in result.output
     assert kube.deleted == []
 

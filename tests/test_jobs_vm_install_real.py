@@ -8,8 +8,9 @@ every apt path, including the apt.conf.d it reads next, under the sandbox). The 
 the script's, built here with dpkg-deb, in a local file: repository, so apt-get update and install run for real.
 The script runs in a mount namespace of its own (unshare(1)) where this machine's dpkg and apt state is mounted
 read-only and /var/log is a directory under tmp (dpkg logs to /var/log/dpkg.log by /etc/dpkg/dpkg.cfg): a path
-that escaped the sandbox fails loudly instead of changing this machine. The test also checks that
-/var/lib/dpkg/status is unchanged.
+that escaped the sandbox fails loudly instead of changing this machine. The fixture's own dpkg runs, outside
+that namespace, name the sandbox with --root and --admindir, and /var/lib/dpkg/status must be unchanged from
+before the fixture to after the test.
 """
 
 from __future__ import annotations
@@ -67,6 +68,18 @@ def _repository(folder: Path, debs: list[Path]) -> None:
     (folder / "Packages").write_text("\n".join(stanzas))
 
 
+def _dpkg(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """This machine's dpkg on the sandbox, outside the script's read-only namespace: --root and --admindir name
+    it explicitly (dpkg(1): --root sets the installation directory and, as --admindir does, the database),
+    so a DPKG_ROOT that did not reach dpkg could not make it write this machine's database."""
+    return subprocess.run(["dpkg", f"--root={root}", f"--admindir={root / 'var' / 'lib' / 'dpkg'}", *args],
+                          capture_output=True, text=True, check=True, env={"PATH": ROOT_PATH})
+
+
+def _host_status() -> str:
+    return hashlib.sha256(HOST_STATUS.read_bytes()).hexdigest()
+
+
 def _status(root: Path) -> dict[str, str]:
     text = (root / "var" / "lib" / "dpkg" / "status").read_text()
     stanzas = [dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
@@ -76,10 +89,13 @@ def _status(root: Path) -> dict[str, str]:
 
 @pytest.fixture
 def sandbox(tmp_path):
+    """The sandbox's dpkg and apt state, with INTERRUPTED left unpacked; afterwards, this machine's dpkg status
+    must be as it was before the sandbox was built (the fixture's own dpkg runs included)."""
     missing = private_mounts() or next((f"{tool} is not installed" for tool in ("dpkg", "dpkg-deb", "apt-get")
                                         if shutil.which(tool) is None), None)
     if missing:
         pytest.skip(f"the install under the real dpkg and apt needs {missing}")
+    host_before = _host_status()
     root, repo = tmp_path / "root", tmp_path / "repo"
     for folder in ("var/lib/dpkg/updates", "var/lib/dpkg/info", "var/lib/apt/lists/partial",
                    "var/cache/apt/archives/partial", "var/log/apt", "etc/apt/apt.conf.d",
@@ -97,14 +113,12 @@ def sandbox(tmp_path):
     # The interrupted state: the package unpacked, never configured (what a KILLed apt-get leaves).
     interrupted = next(deb for deb in debs if deb.name.startswith(f"{INTERRUPTED}_"))
     # (--log: dpkg.cfg's /var/log/dpkg.log is this machine's; the script's runs log inside its namespace)
-    subprocess.run(["dpkg", f"--log={tmp_path / 'dpkg-setup.log'}", "--unpack", str(interrupted)], check=True,
-                   capture_output=True,
-                   env={"PATH": ROOT_PATH, "DPKG_ROOT": str(root)})
-    audit = subprocess.run(["dpkg", "--audit"], capture_output=True, text=True, check=True,
-                           env={"PATH": ROOT_PATH, "DPKG_ROOT": str(root)}).stdout
+    _dpkg(root, f"--log={tmp_path / 'dpkg-setup.log'}", "--unpack", str(interrupted))
+    audit = _dpkg(root, "--audit").stdout
     assert f" {INTERRUPTED} " in audit and "unpacked but not yet configured" in audit  # the sandbox, not this machine
     (tmp_path / "var-log").mkdir()
-    return root, {"APT_CONFIG": str(apt_conf), "DPKG_ROOT": str(root)}
+    yield root, {"APT_CONFIG": str(apt_conf), "DPKG_ROOT": str(root)}
+    assert _host_status() == host_before, f"{HOST_STATUS} changed while the sandbox was in use"
 
 
 def first_boot(tmp_path: Path) -> Guest:
@@ -123,7 +137,6 @@ def test_an_interrupted_dpkg_is_repaired_and_the_install_runs_under_the_real_dpk
     # Before: the script's PATH had no /usr/sbin nor /sbin, and the real dpkg refused `--configure -a` (exit 2,
     # "2 expected programs not found in PATH or not executable": ldconfig, start-stop-daemon), on every boot.
     root, env = sandbox
-    before = hashlib.sha256(HOST_STATUS.read_bytes()).hexdigest()
     guest = first_boot(tmp_path)
     code, calls, log = guest.boot(**env)
     assert code == 0, log
@@ -136,10 +149,8 @@ def test_an_interrupted_dpkg_is_repaired_and_the_install_runs_under_the_real_dpk
     assert [call.split()[0] for call in calls[:3]] == ["curl", "uv", "uv"]  # the stand-ins came after apt
     assert guest.install_marker.is_file()
     assert "configure" in (tmp_path / "var-log" / "dpkg.log").read_text()  # dpkg's log stayed in the namespace
-    assert hashlib.sha256(HOST_STATUS.read_bytes()).hexdigest() == before
-    # dpkg's own verdict afterwards: nothing left in a bad state.
-    assert subprocess.run(["dpkg", "--audit"], capture_output=True, text=True, check=True,
-                          env={"PATH": ROOT_PATH, **env}).stdout == ""
+    # dpkg's own verdict afterwards: nothing left in a bad state (this machine's status: the fixture checks it).
+    assert _dpkg(root, "--audit").stdout == ""
     assert Failure.parse(guest.object(PATHS.vm_failure).read_text()) is None
 
 
@@ -176,8 +187,7 @@ def test_locks_held_by_another_process_are_waited_for_on_the_real_apt_and_dpkgs_
 def test_the_stand_ins_audit_text_is_what_the_real_dpkg_prints(tmp_path, sandbox):
     # tests/test_jobs_vm_script.py feeds the script this text from a stand-in dpkg; here the real one prints it.
     root, env = sandbox
-    audit = subprocess.run(["dpkg", "--audit"], capture_output=True, text=True, check=True,
-                           env={"PATH": ROOT_PATH, **env}).stdout
+    audit = _dpkg(root, "--audit").stdout
     from test_jobs_vm_script import AUDIT_UNPACKED
     assert audit.splitlines()[:3] == AUDIT_UNPACKED.splitlines()[:3]
     assert audit.splitlines()[3].split()[0] == AUDIT_UNPACKED.splitlines()[3].split()[0] == INTERRUPTED

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -107,6 +108,32 @@ def test_jobs_that_run_the_tests_install_terraform_first_and_keep_ci_set(path):
             assert setup and setup[0] < runs_tests[0], f"job {name} runs the tests without the Terraform CLI"
             envs = [job.get("env", {})] + [step.get("env", {}) for step in steps]
             assert all("CI" not in env for env in envs), f"job {name} overrides CI"
+
+
+def _tests_that_need_root() -> list[str]:
+    """The test files that give the script a mount namespace of its own (tests/peers/vm_guest.py
+    private_mounts: `unshare --mount`, which needs root) and, with it, the real dpkg and apt."""
+    tests = Path(__file__).resolve().parent
+    uses = re.compile(r"^from peers\.vm_guest import .*\bprivate_mounts\b", re.MULTILINE)
+    return sorted(f"tests/{path.name}" for path in tests.glob("test_*.py") if uses.search(path.read_text()))
+
+
+def test_the_tests_that_need_root_run_as_root_with_ci_and_path_kept():
+    """GitHub runs a step as the non-root `runner` user: there `unshare --mount` fails, the tests skip, and
+    under CI=true a skip fails the run. So they run in a step of their own under sudo, which must keep CI
+    (sudo's env_reset would drop it) and PATH (sudo's secure_path replaces it), and the other run leaves them."""
+    needing = _tests_that_need_root()
+    assert {"tests/test_jobs_vm_install_real.py", "tests/test_jobs_vm_boot.py"} <= set(needing), needing
+    runs = [shlex.split(step["run"]) for step in jobs(PLAN)["review"]["steps"]
+            if re.search(r"\bpytest\b", step.get("run", ""))]
+    as_root = [words for words in runs if words[0] == "sudo"]
+    assert len(as_root) == 1, runs
+    words = as_root[0]
+    assert words[:3] == ["sudo", "-E", "env"] and "PATH=${PATH}" in words and "CI=${CI}" in words, words
+    assert sorted(word for word in words if word.startswith("tests/")) == needing  # nothing else runs as root
+    for other in (words for words in runs if words[0] != "sudo"):
+        deselected = {other[i + 1] for i, word in enumerate(other[:-1]) if word == "--deselect"}
+        assert set(needing) <= deselected, f"{other} runs {sorted(set(needing) - deselected)} as runner"
 
 
 def test_the_test_job_caches_the_maxtext_venvs_where_the_tests_look_keyed_on_what_builds_them():

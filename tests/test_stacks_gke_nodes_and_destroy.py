@@ -153,3 +153,14 @@ def test_the_webhook_probe_image_is_pinned_by_digest(stacks_json, stack):
     # docker-library/repo-info@01a7054230d50b3dccaf8d579f161c522be8c9f0 repos/busybox/remote/1.37.0.md
     assert probe["spec"]["containers"][0]["image"] == (
         "docker.io/library/busybox:1.37.0@sha256:9db7b59979c38555a39def84a31fb98b5296952f9e3afd4f6f11f05b07adfab0")
+
+
+@pytest.mark.parametrize("stack", GKE)
+def test_a_kueue_version_change_upgrades_the_queue_release_so_its_hook_probes_the_new_kueue(stacks_json, stack):
+    """Kueue's release does not wait; before, a Kueue bump left the queue release unchanged, so Helm ran no
+    pre-upgrade hook and deploy returned before the new Kueue's webhook served. The hook pod carries the Kueue
+    chart version, so the queue release's values change with it and the provider upgrades the release."""
+    by_name = releases(stacks_json[stack])
+    (probe,) = [m for m in yaml.safe_load(by_name["tpu-rl-queues"]["values"][0])["manifests"] if m["kind"] == "Pod"]
+    assert probe["metadata"]["annotations"]["tpu-rl/kueue-chart-version"] == by_name["kueue"]["version"]
+    assert "pre-upgrade" in probe["metadata"]["annotations"]["helm.sh/hook"].split(",")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import USER_ENV, data_only_recipes, synthesize
-from terraform_cli import check_stacks, planned
+from terraform_cli import check_stack, check_stacks, planned
 
 from jobs import render_startup_script
 from recipes import all_recipes
@@ -121,3 +121,53 @@ def test_make_install_checks_terraform_and_says_how_to_install_it(tmp_path, says
     expected = ("" if exit_code == 0 else f"Terraform >= 1.5 is needed (found: {found}): install it from "
                 "https://developer.hashicorp.com/terraform/install\n")
     assert result.stdout == expected
+
+
+BUCKET = {"name": "b", "location": "US"}
+
+
+def _member_reading(expression: str) -> dict:
+    return {"resource": {"google_storage_bucket": {"x": dict(BUCKET)}, "google_storage_bucket_iam_member": {"y": {
+        "bucket": "${google_storage_bucket.x.name}", "role": "roles/storage.objectViewer",
+        "member": f"user:${{{expression}}}"}}}}
+
+
+@pytest.mark.parametrize("expression", ["google_storage_bucket.x.url", "google_storage_bucket.x.self_link",
+                                        "google_storage_bucket.x.versioning[0].enabled",
+                                        'google_storage_bucket.x.effective_labels["a"]'])
+def test_a_reference_to_an_attribute_the_provider_computes_plans_as_unknown(tmp_path: Path, expression):
+    run = check_stack("s", _member_reading(expression), tmp_path)
+    assert run.errors == [] and run.plan_errors == []
+
+
+@pytest.mark.parametrize("expression, attribute", [
+    ('google_storage_bucket.x.labelz["a"]', "labelz"),
+    ("google_storage_bucket.x.labels_input", "labels_input"),  # cdktf's input getter, not a Terraform attribute
+    ("google_storage_bucket.x.versionin[0].enabled", "versionin"),
+])
+def test_a_reference_to_an_attribute_the_provider_does_not_have_fails_naming_the_block_and_the_reference(
+        tmp_path: Path, expression, attribute):
+    # Before: an attribute the body did not set became jsondecode(<stand-in>.id).<attribute>, an unknown that
+    # Terraform accepted whatever its name.
+    run = check_stack("s", _member_reading(expression), tmp_path)
+    assert run.validate_errors == [
+        f"google_storage_bucket_iam_member.y: member: {expression}: google_storage_bucket has no attribute "
+        f"'{attribute}' (the provider's bindings: cdktf_cdktf_provider_google.storage_bucket.StorageBucket)"]
+    assert run.plan_errors is None  # not planned
+
+
+def test_a_postconditions_self_reference_is_checked_against_its_own_type(tmp_path: Path):
+    stack = {"resource": {"google_storage_bucket": {"x": {**BUCKET, "lifecycle": {"postcondition": [
+        {"condition": "${self.labelz != null}", "error_message": "no labels"}]}}}}}
+    run = check_stack("s", stack, tmp_path)
+    assert run.validate_errors == [
+        "google_storage_bucket.x: lifecycle.postcondition[0].condition: self.labelz: google_storage_bucket has no "
+        "attribute 'labelz' (the provider's bindings: cdktf_cdktf_provider_google.storage_bucket.StorageBucket)"]
+
+
+def test_a_reference_into_a_type_without_bindings_fails_naming_it(tmp_path: Path):
+    stack = {"resource": {"random_id": {"r": {"byte_length": 4}}, "google_storage_bucket": {"x": {
+        **BUCKET, "name": "${random_id.r.hex}"}}}}
+    run = check_stack("s", stack, tmp_path)
+    assert run.validate_errors == ["google_storage_bucket.x: name: random_id.r.hex: no generated bindings for "
+                                   "random_id: add its provider to BINDINGS in provider_attributes"]

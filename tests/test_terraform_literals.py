@@ -25,7 +25,7 @@ def plan(tmp_path_factory):
     outdir = tmp_path_factory.mktemp("literals")
     app = App(outdir=str(outdir))
     stack = TpuRlStack(app, "literals", load_settings(USER_ENV))
-    literal = DataResource(stack, "literal", input={"script": LITERAL, "list": [LITERAL], "map": {"k": LITERAL}})
+    literal = DataResource(stack, "literal", input={"script": LITERAL, "list": [LITERAL], "map": {"k": LITERAL, LITERAL: "key"}})
     local = TerraformLocal(stack, "text", LITERAL)
     DataResource(stack, "refs", input={
         "reference": literal.get_any_map_attribute("input"),  # a reference to another block's attribute
@@ -49,7 +49,8 @@ def _input(plan: dict, name: str) -> dict:
 
 
 def test_literals_in_resources_outputs_locals_and_providers_reach_terraform_unchanged(plan):
-    assert _input(plan, "literal") == {"script": LITERAL, "list": [LITERAL], "map": {"k": LITERAL}}
+    # A map's keys too (before, a key with `${` reached Terraform as a template: `k${1+1}` planned as `k2`).
+    assert _input(plan, "literal") == {"script": LITERAL, "list": [LITERAL], "map": {"k": LITERAL, LITERAL: "key"}}
     assert plan["output_changes"]["shown"]["after"] == LITERAL
     (provider,) = [c for c in plan["resource_changes"] if c["address"] == "terraform_data.provider__google__0"]
     assert provider["change"]["after"]["input"]["request_reason"] == LITERAL
@@ -57,7 +58,7 @@ def test_literals_in_resources_outputs_locals_and_providers_reach_terraform_unch
 
 def test_references_functions_and_expressions_stay_terraform_expressions(plan):
     refs = _input(plan, "refs")
-    assert refs["reference"] == {"script": LITERAL, "list": [LITERAL], "map": {"k": LITERAL}}
+    assert refs["reference"] == {"script": LITERAL, "list": [LITERAL], "map": {"k": LITERAL, LITERAL: "key"}}
     assert refs["function"] == LITERAL.upper()
     assert refs["mixed"] == f"{LITERAL} and ${{USER}}"
     assert refs["expression"] == "a-b"

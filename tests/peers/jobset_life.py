@@ -40,6 +40,24 @@ def sidecars_running(pod: dict) -> dict:
 # containerd's code Unknown: a registry's 403 (core/remotes/docker/authorizer.go "failed to authorize: %w",
 # auth/fetch.go "failed to fetch oauth token: %w", "unexpected status from %s request to %s: %s") and a
 # connection that times out (resolver.go "failed to do request: %w" around Go's net/http error).
+# RegistryUnavailable and SignatureValidationFailed are the reasons evalCRIPullErr (image_manager.go
+# @cfce511e) gives a runtime error that starts with k8s.io/cri-api's ErrRegistryUnavailable or
+# ErrSignatureValidationFailed (staging/src/k8s.io/cri-api/pkg/errors/errors.go), as CRI-O returns them
+# (server/image_pull.go, PullImage: "%w: %w" for a refused connection; storage.WrapSignatureCRIErrorIfNeeded),
+# with the message "image pull failed for %s because the registry is unavailable%s" (or "...the signature
+# validation failed%s"), the rest of the runtime's error after the reason's name; containers/image's words
+# for the cause (docker/docker_client.go "pinging container registry %s: %w"; copy "Source image rejected: %w"
+# around signature/policy_eval_signedby.go's "A signature was required, but no signature exists").
+CRI_PULL_FAILURES = {
+    "RegistryUnavailable": ("the registry is unavailable",
+                            'pinging container registry {host}: Get "https://{host}/v2/": dial tcp 142.250.1.82:443: '
+                            "connect: connection refused"),
+    "SignatureValidationFailed": ("the signature validation failed",
+                                  "Source image rejected: A signature was required, but no signature exists"),
+}
+PULL_FAILURES = ("ErrImagePull", *CRI_PULL_FAILURES)  # each alternates with ImagePullBackOff as the kubelet retries
+
+
 def pull_error(image: str, kind: str) -> str:
     host, _, rest = image.partition("/")
     repository, _, tag = rest.rpartition(":")
@@ -51,8 +69,10 @@ def pull_error(image: str, kind: str) -> str:
         "timeout": ("Unknown", f'failed to do request: Head "https://{host}/v2/{repository}/manifests/{tag}": '
                                "dial tcp 142.250.1.82:443: i/o timeout"),
     }[kind]
-    return (f'rpc error: code = {code} desc = failed to pull and unpack image "{image}": failed to resolve '
-            f'reference "{image}": {why}')
+    said = f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": {why}'
+    # The kubelet's CRI client drops gRPC's "rpc error: code = Unknown desc = " and keeps any other code
+    # (kubernetes/kubernetes@d223343c staging/src/k8s.io/cri-client/pkg/remote_image.go, pullImageV1).
+    return said if code == "Unknown" else f"rpc error: code = {code} desc = {said}"
 
 
 def waiting_state(reason: str, image: str, container: str, pod: str, pull: str = "not found") -> dict:
@@ -61,6 +81,8 @@ def waiting_state(reason: str, image: str, container: str, pod: str, pull: str =
         "ImagePullBackOff": f'Back-off pulling image "{image}"',
         "InvalidImageName": f'Failed to apply default image tag "{image}": couldn\'t parse image name "{image}": '
                             "invalid reference format",
+        **{reason: f"image pull failed for {image} because {what}: {cause.format(host=image.partition('/')[0])}"
+           for reason, (what, cause) in CRI_PULL_FAILURES.items()},
         "CrashLoopBackOff": f"back-off 5m0s restarting failed container={container} pod={pod}_default",
         "PodInitializing": "",
     }[reason]
@@ -87,7 +109,7 @@ def start_failure(pods: list[dict], failure: tuple[str, str], tick: int, pull: s
             continue
         crash = reason == "CrashLoopBackOff"
         up = crash and tick % 2 == 0  # between two back-offs, the container runs
-        shown = ("ErrImagePull" if tick % 2 else "ImagePullBackOff") if reason == "ErrImagePull" else reason
+        shown = (reason if tick % 2 else "ImagePullBackOff") if reason in PULL_FAILURES else reason
         held, statuses = False, {}
         for c in inits + mains:
             status = {"name": c["name"], "image": c["image"], "ready": not held, "restartCount": 0,

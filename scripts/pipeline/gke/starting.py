@@ -24,7 +24,11 @@ from scripts.pipeline.gke.steps import StepJob
 from scripts.pipeline.session import Session, hms
 
 UNPARSABLE_IMAGE = ("InvalidImageName",)
-FAILING_PULL = ("ErrImagePull", "ImagePullBackOff")
+# evalCRIPullErr (kubernetes/kubernetes pkg/kubelet/images/image_manager.go @cfce511e) also names a failed pull
+# RegistryUnavailable or SignatureValidationFailed when the runtime's error starts with k8s.io/cri-api's error
+# of that name (staging/src/k8s.io/cri-api/pkg/errors/errors.go; CRI-O returns them, containerd does not);
+# the kubelet backs off and retries them as any other pull.
+FAILING_PULL = ("ErrImagePull", "ImagePullBackOff", "RegistryUnavailable", "SignatureValidationFailed")
 # An ErrImagePull's message is the runtime's error as gRPC renders it ("rpc error: code = %s desc = %s",
 # grpc-go internal/status/status.go); containerd answers NotFound when the registry has no such tag or
 # repository (errdefs.ErrNotFound from core/remotes/docker/resolver.go, errgrpc.ToGRPC): no retry finds it.
