@@ -63,6 +63,17 @@ def put_curves(client, recipe) -> None:
         put_event_files(client, url, synthetic_curves(recipe.train_steps), Path(tmp))
 
 
+def succeed_writing_output(kube, gcs_client, recipe, step: str, then=None, **plan) -> None:
+    """`step`'s JobSet of `recipe` (under the peers' settings) succeeds as `plan` (peers/jobset_plan.py)
+    scripts it and, as its container would, leaves the step's output in the bucket; then `then` runs."""
+    def finish() -> None:
+        put_step_output(gcs_client, recipe, step)
+        if then is not None:
+            then()
+
+    kube.plan(jobset_name(recipe, step), on_success=finish, **plan)
+
+
 def script_successful_run(kube, gcs_client, recipe, ticks: int = 2, train_ticks: int | None = None,
                           with_train_log: bool = False) -> None:
     """Each step of `recipe` (a GKE recipe under the peers' settings) succeeds after `ticks` GETs of
@@ -71,15 +82,9 @@ def script_successful_run(kube, gcs_client, recipe, ticks: int = 2, train_ticks:
     `runs` and `metrics` have something to show."""
     for step in STEPS:
         plan = {"ticks": ticks}
-        if step == "train":
+        if step == "train" and with_train_log:
             plan["ticks"] = train_ticks or ticks
-            if with_train_log:
-                # the whole log is read before the JobSet completes (run reads it while pods run)
-                plan["log_reads"] = train_log_reads(recipe.train_steps, max(1, plan["ticks"] - 3))
-
-        def finish(step: str = step) -> None:
-            put_step_output(gcs_client, recipe, step)
-            if step == "train" and with_train_log:
-                put_curves(gcs_client, recipe)
-
-        kube.plan(jobset_name(recipe, step), on_success=finish, **plan)
+            # the whole log is read before the JobSet completes (run reads it while pods run)
+            plan["log_reads"] = train_log_reads(recipe.train_steps, max(1, plan["ticks"] - 3))
+            plan["then"] = lambda: put_curves(gcs_client, recipe)
+        succeed_writing_output(kube, gcs_client, recipe, step, **plan)
