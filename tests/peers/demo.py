@@ -116,4 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # the command got the same Ctrl-C; the peers stopped on the way out
+        print(f"\n=== {BANNER} ===\ndemo: stopped (Ctrl-C)", flush=True)
+        sys.exit(130)
