@@ -31,6 +31,7 @@ def test_the_demo_runs_a_whole_run_labelled_a_simulation_and_writes_stamped_curv
                             capture_output=True, text=True, timeout=DEMO_SECONDS)
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
+    assert result.stderr == ""  # the commands wrote no error, the peers no noise
     lines = out.splitlines()
     assert lines[0] == f"=== {BANNER} ===" and f"=== {BANNER} ===" in lines[-3:]
     # 80 columns, but for the commands shown for copying, which are never wrapped

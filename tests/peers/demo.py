@@ -10,6 +10,7 @@ measured: every number comes from the peers, and the curves are synthetic. Every
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -52,6 +53,8 @@ class Simulation:
         from peers.simulated_run import script_successful_run
         from recipes import get_recipe
 
+        # The emulator logs each 404 as an error; `run` reading a run.json that does not exist yet is no error.
+        logging.getLogger("gcp_storage_emulator").setLevel(logging.CRITICAL)
         self.gcs_emulator = start_gcs_emulator()
         self.env = {**clean_environment(home), **SETTINGS, "TPU_RL_POLL_SECONDS": POLL_SECONDS,
                     "COLUMNS": "80", "TERM": "dumb"}
