@@ -23,7 +23,7 @@ MAXTEXT_PYTHON ?= $(shell for p in python3.12 /usr/bin/python3.12 /usr/local/bin
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CHECKPOINT_DISABLE := 1
 
-.PHONY: install synth test bench bench-cli clean terraform-check
+.PHONY: install synth test demo bench bench-cli clean terraform-check
 
 # uv, which every venv below is installed with (so they need only it, not each other).
 UV := $(VENV)/bin/uv
@@ -80,6 +80,11 @@ test:
 	$(MAKE) --no-print-directory -j4 -Oline install
 	$(VENV)/bin/pytest -q -n 3
 
+# A whole simulated run, no cloud account: the local peers the tests use (tests/peers, which the package does
+# not ship, hence from the checkout), then the real run, status, runs and metrics --png. About 30 s.
+demo: $(STAMP)
+	PYTHONPATH="$(CURDIR):$(CURDIR)/tests" $(PY) -m peers.demo --png demo-curves.png
+
 # Synth speed: the app command (lazy and full provider import) beside a bare provider import.
 bench: install
 	$(PY) bench/bench_synth.py $(ARGS)
@@ -89,4 +94,4 @@ bench-cli: install
 	$(PY) bench/cli_startup.py $(ARGS)
 
 clean:
-	rm -rf cdktf.out .pytest_cache
+	rm -rf cdktf.out .pytest_cache demo-curves.png

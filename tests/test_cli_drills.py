@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 import scripts.cli.cloud
+from peers import simulated_run
 from peers.fixtures import jobset_of, put_step_output
 from peers.http import Fault
 from recipes import get_recipe
@@ -28,8 +29,7 @@ def name(step: str) -> str:
 
 
 def succeed_writing_output(cloud, step: str, **plan):
-    recipe = get_recipe(RECIPE)
-    cloud["kube"].plan(name(step), on_success=lambda: put_step_output(cloud["gcs"], recipe, step), **plan)
+    simulated_run.succeed_writing_output(cloud["kube"], cloud["gcs"], get_recipe(RECIPE), step, **plan)
 
 
 def with_convert_done(cloud):

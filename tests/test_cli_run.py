@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from contracts.tunix_log import eval_step_line, train_step_line
+from peers import simulated_run
 from peers.fixtures import TOKEN, jobset_of, put_step_output
 from recipes import get_recipe
 from recipes.conventions import CHECK_FAILED_PREFIX
@@ -25,13 +26,16 @@ def tpu_rl(*args: str, input: str | None = None):
 
 
 def succeed_writing_output(cloud, step: str, **plan):
-    recipe = get_recipe(RECIPE)
-    cloud["kube"].plan(jobset_of(RECIPE, step), on_success=lambda: put_step_output(cloud["gcs"], recipe, step), **plan)
+    simulated_run.succeed_writing_output(cloud["kube"], cloud["gcs"], get_recipe(RECIPE), step, **plan)
+
+
+def succeed_whole_run(cloud):
+    """The run the demo shows (peers/simulated_run.py): each step succeeds and writes its output."""
+    simulated_run.script_successful_run(cloud["kube"], cloud["gcs"], get_recipe(RECIPE))
 
 
 def test_run_submits_three_steps_in_order_and_verifies_each_output(cloud):
-    for step in ("convert", "train", "export"):
-        succeed_writing_output(cloud, step)
+    succeed_whole_run(cloud)
     result = tpu_rl("run", RECIPE)
     assert result.exit_code == 0, result.output
     assert cloud["kube"].created == [jobset_of(RECIPE, step) for step in ("convert", "train", "export")]
@@ -44,8 +48,7 @@ def test_run_first_prints_what_the_readme_says_it_does(cloud):
     import re
     from pathlib import Path
 
-    for step in ("convert", "train", "export"):
-        succeed_writing_output(cloud, step)
+    succeed_whole_run(cloud)
     result = tpu_rl("run", RECIPE)
     assert result.exit_code == 0, result.output
     readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
@@ -58,8 +61,7 @@ def test_run_first_prints_what_the_readme_says_it_does(cloud):
 
 
 def test_run_fills_the_token_secret_from_secret_manager_without_showing_it(cloud):
-    for step in ("convert", "train", "export"):
-        succeed_writing_output(cloud, step)
+    succeed_whole_run(cloud)
     result = tpu_rl("run", RECIPE)
     assert result.exit_code == 0, result.output
     secret = cloud["kube"].secrets["tpu-rl-hf-token"]
@@ -70,8 +72,7 @@ def test_run_fills_the_token_secret_from_secret_manager_without_showing_it(cloud
 
 
 def test_rerun_after_success_submits_nothing_and_says_outputs_are_verified(cloud):
-    for step in ("convert", "train", "export"):
-        succeed_writing_output(cloud, step)
+    succeed_whole_run(cloud)
     assert tpu_rl("run", RECIPE).exit_code == 0
     again = tpu_rl("run", RECIPE)
     assert again.exit_code == 0, again.output
