@@ -213,7 +213,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         run_gke(session, wanted, replace=replace, follow_logs=follow_logs, dry_run=dry_run,
                 show_manifests=show_manifests)
     else:
-        from scripts.pipeline.vm import run_vm
+        from scripts.pipeline.vm.run import run_vm
 
         run_vm(session, wanted, follow_logs=follow_logs, dry_run=dry_run)
 
@@ -293,7 +293,7 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
         cancel_gke(session, step, yes)
     else:
-        from scripts.pipeline.vm import cancel_vm
+        from scripts.pipeline.vm.run import cancel_vm
 
         cancel_vm(session, step, yes)
 
@@ -312,7 +312,7 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
         report = status_gke(session)
     else:
-        from scripts.pipeline.vm_views import status_vm
+        from scripts.pipeline.vm.views import status_vm
 
         report = status_vm(session)
     if as_json:
@@ -385,7 +385,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
         lines = logs_gke(session, step, follow, tail or None)
     else:
-        from scripts.pipeline.vm_views import logs_vm
+        from scripts.pipeline.vm.views import logs_vm
 
         lines = logs_vm(session, step, tail or None)
     for line in lines:

@@ -4,7 +4,7 @@
   the steps a user may name, checking a step's output and the rows of `tpu-rl status`.
 - gke/: `run`, `cancel`, `status` and `logs` on GKE: one JobSet per step, planned, submitted, waited for,
   followed and diagnosed (a module each).
-- vm.py: the same on a single TPU VM, read back from its serial console.
+- vm/: the same on a single TPU VM, read back from its serial console (a module each).
 - progress.py: how far training is, from the trainer's log line and the run's event files.
 - evaluation.py: MaxText's held-out evaluation lines, parsed, merged, summed up; accuracy.py: `run`
   printing and recording them, and reading them from Cloud Logging once the pods are gone.
