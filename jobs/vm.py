@@ -351,7 +351,7 @@ log "export: checkpoint step ${{{EXPORT_STEP_VAR}}} (computed: at most {recipe.l
 
 
 def render_startup_script(recipe: Recipe, settings: Settings) -> str:
-    if recipe.rules.jobsets:
+    if recipe.platform_rules.jobsets:
         raise UserError(
             f"recipe '{recipe.name}' runs on GKE; render its JobSets with render_manifests (`tpu-rl render` does)"
         )

@@ -59,7 +59,7 @@ class Recipe(BaseModel):
     load_parameters: str | None = None
 
     @property
-    def rules(self) -> PlatformRules:
+    def platform_rules(self) -> PlatformRules:
         """What differs on the recipe's platform, as data (recipes/capacity_modes.py)."""
         return PLATFORM_RULES[self.platform]
 

@@ -95,8 +95,8 @@ class Settings:
         problem = self.capacity_problem(recipe)
         if problem:
             raise UserError(problem)
-        usable = recipe.rules.capacity
-        return recipe.with_capacity(self.capacity if recipe.rules.capacity_fallback
+        usable = recipe.platform_rules.capacity
+        return recipe.with_capacity(self.capacity if recipe.platform_rules.capacity_fallback
                                     else tuple(mode for mode in self.capacity if mode in usable)[:1], source="CAPACITY")
 
     def capacity_problem(self, recipe: Recipe) -> str | None:
@@ -105,7 +105,7 @@ class Settings:
         whose plan fails with it (`deployable`), so a GKE-only user need not name a VM mode."""
         if self.capacity is None:
             return None
-        usable = recipe.rules.capacity
+        usable = recipe.platform_rules.capacity
         if any(mode in usable for mode in self.capacity):
             return None
         listed = ",".join(self.capacity)
@@ -126,7 +126,7 @@ class Settings:
     def zones_for(self, recipe: Recipe) -> tuple[str, ...]:
         """The zones the recipe's TPUs may be in: every zone of ZONE for a GKE stack, which has TPU pools in
         each (recipes/placement.py); the first for a TPU VM, which lives in one zone."""
-        return self.zones if recipe.rules.all_zones else self.zones[:1]
+        return self.zones if recipe.platform_rules.all_zones else self.zones[:1]
 
     def for_recipe(self, recipe: Recipe, needs: Collection[str] | None = None) -> "Settings":
         """Check the rules that depend on the recipe, those of the settings in `needs` (default: every
@@ -147,7 +147,7 @@ class Settings:
                 f"ZONE '{offerless[0]}' offers no flex-start {recipe.shape.generation} TPUs, which recipe "
                 f"'{recipe.name}' uses: pick one of {', '.join(flex_start.zones)} (and its REGION)"
             )
-        if needed("authorized_cidr") and recipe.rules.control_plane and not self.authorized_cidr:
+        if needed("authorized_cidr") and recipe.platform_rules.control_plane and not self.authorized_cidr:
             raise UserError(
                 f"AUTHORIZED_CIDR is not set, but recipe '{recipe.name}' creates a GKE control plane: "
                 "export AUTHORIZED_CIDR=<your address>/32 (there is no 0.0.0.0/0 default)"
