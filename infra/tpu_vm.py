@@ -101,7 +101,7 @@ class TpuVm(Construct):
             # instance when it changes (resource_compute_instance.go, customdiff.ForceNewIf on it, except the
             # graceful switch from the same metadata value), while the `metadata` map is updated in place, and
             # a startup script runs only at boot. So a changed recipe gets a new VM that runs it, and the plan
-            # shows the replacement; `tpu-rl run` refuses a VM whose script differs (scripts/pipeline/vm.py).
+            # shows the replacement; `tpu-rl run` refuses a VM whose script differs (scripts/pipeline/vm/run.py).
             metadata_startup_script=props.startup_script,
             metadata={
                 "enable-oslogin": "TRUE",

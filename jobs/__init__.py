@@ -37,7 +37,7 @@ from recipes import Recipe, Settings, Step, UserError
 def render_manifests(recipe: Recipe, settings: Settings, export_step: int | None = None) -> dict[Step, dict[str, Any]]:
     """The three JobSets; export converts checkpoint `export_step` (None: the computed last step, an upper
     bound; `run` passes the newest finished step it read from the bucket)."""
-    if not recipe.is_gke:
+    if not recipe.platform_rules.jobsets:
         raise UserError(
             f"recipe '{recipe.name}' runs on a TPU VM; render its startup script with render_startup_script "
             "(`tpu-rl render` does)"

@@ -114,8 +114,8 @@ def convert_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         *_checkpoint_storage(recipe),
         "hardware=cpu",
     ]
-    # Lazy loading bounds host RAM on the shared CPU pool; the 1.4 TB TPU VM loads eagerly (seed 002).
-    flags = (f"--hf_model_path={recipe.model.hf_repo}", f"--lazy_load_tensors={_bool(recipe.is_gke)}")
+    lazy = recipe.platform_rules.lazy_load_tensors
+    flags = (f"--hf_model_path={recipe.model.hf_repo}", f"--lazy_load_tensors={_bool(lazy)}")
     return MaxTextCommand(TO_MAXTEXT, _unique(recipe, "convert", overrides), flags)
 
 
@@ -150,8 +150,7 @@ def export_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         "weight_dtype=bfloat16",
     ]
     flags: list[str] = []
-    if recipe.is_gke:
-        # The seeds' GKE export runs on CPU without a JAX cluster and lets MaxText's architecture win.
+    if recipe.platform_rules.export_on_cpu:
         overrides += ["skip_jax_distributed_system=true", "hardware=cpu"]
         flags.append("--override_model_architecture")
     if at_least(recipe.maxtext_version, EXPORT_HF_MODEL_PATH_FROM):

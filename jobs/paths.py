@@ -111,7 +111,7 @@ class ArtifactPaths:
     @property
     def vm_attempt(self) -> str:
         """The VM startup script's current attempt (one per boot) and the phase it is in: install, token,
-        a step, done (jobs/vm.py writes it, scripts/pipeline/vm_state.py reads it)."""
+        a step, done (jobs/vm.py writes it, scripts/pipeline/vm/state.py reads it)."""
         return f"{self.run_root}progress/attempt"
 
     @property
@@ -122,7 +122,7 @@ class ArtifactPaths:
     @property
     def vm_heartbeat(self) -> str:
         """Rewritten by the VM startup script every jobs.vm.HEARTBEAT_SECONDS while it runs (its attempt and the
-        time): when it goes stale on a running VM, the script ended without a word (scripts/pipeline/vm.py)."""
+        time): when it goes stale on a running VM, the script ended without a word (scripts/pipeline/vm/run.py)."""
         return f"{self.run_root}progress/heartbeat"
 
     def step_log(self, step: Step) -> str:

@@ -43,7 +43,7 @@ LOG_FILE = "/var/log/tpu-rl.log"
 SCRIPT_PATH = "/root/.local/bin:/snap/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # The script's progress lines, "tpu-rl: <UTC time> <step>: starting|done", are written by log() and
-# _step() below and read back from the serial console by scripts/pipeline/vm.py with PROGRESS_LINE: one
+# _step() below and read back from the serial console by scripts/pipeline/vm/run.py with PROGRESS_LINE: one
 # definition for both sides. The guest agent copies each output line to the console behind its own
 # prefix ("startup-script: ", GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go
 # runCmd), so the pattern is searched, not anchored at the line start.
@@ -69,7 +69,7 @@ CANCEL_POLL_ENV = "TPU_RL_CANCEL_POLL_SECONDS"
 # with truncated binary exponential backoff (Cloud Storage docs, storage/docs/retry-strategy, Command line),
 # so an unbounded upload could outlast the bound. `tpu-rl run` judges silence by its own clock: no change of the
 # heartbeat for HEARTBEAT_STALE_SECONDS. The record also carries the log's size (log=): a step whose log
-# stops growing is stalled (scripts/pipeline/vm_watch.py).
+# stops growing is stalled (scripts/pipeline/vm/watch.py).
 HEARTBEAT_SECONDS = CANCEL_POLL_SECONDS
 HEARTBEAT_UPLOAD_SECONDS = 60
 HEARTBEAT_STALE_SECONDS = 600
@@ -351,7 +351,7 @@ log "export: checkpoint step ${{{EXPORT_STEP_VAR}}} (computed: at most {recipe.l
 
 
 def render_startup_script(recipe: Recipe, settings: Settings) -> str:
-    if recipe.is_gke:
+    if recipe.platform_rules.jobsets:
         raise UserError(
             f"recipe '{recipe.name}' runs on GKE; render its JobSets with render_manifests (`tpu-rl render` does)"
         )

@@ -8,7 +8,7 @@ that fires fails the phase like any failing command (exit 124, or 137 after the 
 the command and its bound; the marker is written last, so a reboot redoes the install. Each try of the
 apt-get update loop has its own bound, so the commands take at most INSTALL_TOTAL_SECONDS; the record uploads
 between them are bounded only by gcloud's own retries, so `run` also bounds the phase as a whole
-(scripts/pipeline/vm_phase_watch.py). `run` shows which command runs and its bound (the attempt record's
+(scripts/pipeline/vm/phase_watch.py). `run` shows which command runs and its bound (the attempt record's
 `command=` and `bound=`).
 """
 

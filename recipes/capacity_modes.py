@@ -3,6 +3,7 @@ a recipe's ordered capacity list must meet (recipes.toml `capacity` and the CAPA
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from recipes.errors import UserError
@@ -13,11 +14,36 @@ if TYPE_CHECKING:
 CapacityMode = Literal["reservation", "flex-start", "spot", "on-demand"]
 CAPACITY_MODES: tuple[CapacityMode, ...] = ("reservation", "flex-start", "spot", "on-demand")
 Platform = Literal["gke", "vm"]
+
+
+@dataclass(frozen=True)
+class PlatformRules:
+    """What differs between the platforms as data (the code that differs is scripts/pipeline/gke/ and vm/)."""
+    capacity: tuple[CapacityMode, ...]  # the modes it takes
+    capacity_fallback: bool  # an ordered list of modes to fall back through, or exactly one
+    cpu_pool: bool  # a CPU node pool runs convert, export and the Pathways head (cpu_machine_type)
+    pathways: bool  # may train with Pathways
+    multislice: bool  # may have tpu.slices > 1
+    control_plane: bool  # a GKE control plane, reached from AUTHORIZED_CIDR only
+    all_zones: bool  # TPUs in every zone of ZONE (node pools in each), else in the first (one VM)
+    tpu_only_in_train: bool  # TPU nodes exist only while train runs (unless reserved), else deploy to destroy
+    jobsets: bool  # steps run as JobSets (jobs/ render_manifests), else a startup script (render_startup_script)
+    user_files: bool  # --rewards and --data-processor files can be mounted into the train step
+    lazy_load_tensors: bool  # convert bounds host RAM on the shared CPU pool; the 1.4 TB VM loads eagerly (seed 002)
+    export_on_cpu: bool  # the seeds' GKE export runs on CPU without a JAX cluster, MaxText's architecture winning
+
+
 # A TPU VM is one VM with one provisioning model: no flex-start node pool and no queue to fall back in.
-PLATFORM_CAPACITY: dict[str, tuple[CapacityMode, ...]] = {
-    "gke": CAPACITY_MODES,
-    "vm": ("reservation", "spot", "on-demand"),
+PLATFORM_RULES: dict[str, PlatformRules] = {
+    "gke": PlatformRules(capacity=CAPACITY_MODES, capacity_fallback=True, cpu_pool=True, pathways=True,
+                         multislice=True, control_plane=True, all_zones=True, tpu_only_in_train=True,
+                         jobsets=True, user_files=True, lazy_load_tensors=True, export_on_cpu=True),
+    "vm": PlatformRules(capacity=("reservation", "spot", "on-demand"), capacity_fallback=False, cpu_pool=False,
+                        pathways=False, multislice=False, control_plane=False, all_zones=False,
+                        tpu_only_in_train=False, jobsets=False, user_files=False, lazy_load_tensors=False,
+                        export_on_cpu=False),
 }
+PLATFORM_CAPACITY: dict[str, tuple[CapacityMode, ...]] = {name: rules.capacity for name, rules in PLATFORM_RULES.items()}
 
 
 def parse_capacity(value: object) -> tuple[CapacityMode, ...]:
@@ -44,7 +70,7 @@ def check_capacity(name: str, platform: str, capacity: tuple[CapacityMode, ...],
     if refused:
         raise UserError(f"{where}: a TPU VM takes one of {', '.join(allowed)}, not {', '.join(refused)} "
                         "(flex-start and fallback lists need a GKE recipe)")
-    if platform == "vm" and len(capacity) > 1:
+    if not PLATFORM_RULES[platform].capacity_fallback and len(capacity) > 1:
         raise UserError(f"{where}: a TPU VM has one provisioning model, so name one mode")
     if facts.flex_start and max_run_hours and max_run_hours > facts.flex_start.max_run_hours:
         raise UserError(f"recipe '{name}': tpu.flex_start_max_run_hours is {max_run_hours}; flex-start nodes run "

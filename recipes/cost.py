@@ -174,7 +174,7 @@ def _nat_line(prices: PriceTable, vms: int) -> CostLine:
 def tpu_only_in_train(recipe: Recipe) -> bool:
     """Whether the recipe's TPU hosts exist only while its train step runs: on GKE, unless its first
     capacity mode is the static one (a reservation). A TPU VM exists from deploy to destroy."""
-    return recipe.is_gke and recipe.capacity[0] != conventions.STATIC_TPU_CAPACITY
+    return recipe.platform_rules.tpu_only_in_train and recipe.capacity[0] != conventions.STATIC_TPU_CAPACITY
 
 
 def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None, zones: tuple[str, ...] = ()) -> CostBreakdown:
@@ -187,7 +187,7 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None, zones: tup
     chip = prices.tpu_chip_hour(shape.generation, mode)
     reserved = mode == "reservation"
     tpu_label = f"TPU {shape.generation} chips ({mode})"
-    if not recipe.is_gke:
+    if not recipe.platform_rules.control_plane:  # no cluster: the TPU VM and its NAT
         lines = [
             CostLine(f"{tpu_label}, VM {shape.machine_type}", shape.total_chips, "chip", chip.usd_per_hour,
                      reserved=reserved),

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from recipes.capacity_modes import CapacityMode, Platform, parse_capacity
+from recipes.capacity_modes import PLATFORM_RULES, CapacityMode, Platform, parse_capacity
 from recipes.strict import Strict
 
 Step = Literal["convert", "train", "export"]
@@ -22,6 +22,11 @@ _FACTOR_ALIASES = {"rl.num_iterations": ("rl.num_iterations", "num_iterations")}
 _BINARY_QUANTITY = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|Ti)$")
 _BINARY_FACTORS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=.*$", re.DOTALL)
+
+
+def _allowing(rule: str) -> str:
+    """The platforms whose PlatformRules allow `rule`, for a message: 'gke'."""
+    return " or ".join(f"'{name}'" for name, rules in PLATFORM_RULES.items() if getattr(rules, rule))
 
 
 def same_setting(key: str) -> tuple[str, ...]:
@@ -152,10 +157,12 @@ class RecipeEntry(Strict):
 
     @model_validator(mode="after")
     def _platform_rules(self) -> "RecipeEntry":
-        if self.platform == "gke" and not self.cpu_machine_type:
-            raise ValueError("cpu_machine_type is required for platform 'gke' (conversion and the Pathways head run there)")
-        if self.platform == "vm" and self.pathways:
-            raise ValueError("pathways needs platform 'gke'; a single TPU VM runs JAX directly")
-        if self.platform == "vm" and self.tpu.slices != 1:
-            raise ValueError("tpu.slices must be 1 for platform 'vm'")
+        rules = PLATFORM_RULES[self.platform]
+        if rules.cpu_pool and not self.cpu_machine_type:
+            raise ValueError(f"cpu_machine_type is required for platform '{self.platform}' (conversion and the "
+                             "Pathways head run there)")
+        if not rules.pathways and self.pathways:
+            raise ValueError(f"pathways needs platform {_allowing('pathways')}; a single TPU VM runs JAX directly")
+        if not rules.multislice and self.tpu.slices != 1:
+            raise ValueError(f"tpu.slices must be 1 for platform '{self.platform}'")
         return self

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from recipes.capacity_modes import CapacityMode, Platform, check_capacity
+from recipes.capacity_modes import PLATFORM_RULES, CapacityMode, Platform, PlatformRules, check_capacity
 from recipes.catalog import (MachineSize, MaxTextRelease, PathwaysImages, PathwaysRepositories, SourcePatch,
                              TpuGeneration)
 from recipes.entry import TRAIN_STEP_FACTORS, Durations, ModelSpec, RecipeEntry, RlSpec, same_setting
@@ -62,8 +62,9 @@ class Recipe(BaseModel):
     default_rl: RlSpec | None = Field(default=None, exclude=True)
 
     @property
-    def is_gke(self) -> bool:
-        return self.platform == "gke"
+    def platform_rules(self) -> PlatformRules:
+        """What differs on the recipe's platform, as data (recipes/capacity_modes.py)."""
+        return PLATFORM_RULES[self.platform]
 
     def with_capacity(self, capacity: tuple[CapacityMode, ...], source: str) -> "Recipe":
         """This recipe with another capacity list, checked against its platform and TPU generation."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Iterable, Mapping
 
-from recipes.capacity_modes import PLATFORM_CAPACITY, CapacityMode
+from recipes.capacity_modes import CapacityMode
 from recipes.capacity_wait import DEFAULT_WAITS, WaitKey
 from recipes.cidrs import authorized_cidrs_warning
 from recipes.config_file import read_config
@@ -95,17 +95,17 @@ class Settings:
         problem = self.capacity_problem(recipe)
         if problem:
             raise UserError(problem)
-        usable = PLATFORM_CAPACITY[recipe.platform]
-        return recipe.with_capacity(tuple(mode for mode in self.capacity if mode in usable)[:1]
-                                    if recipe.platform == "vm" else self.capacity, source="CAPACITY")
+        usable = recipe.platform_rules.capacity
+        return recipe.with_capacity(self.capacity if recipe.platform_rules.capacity_fallback
+                                    else tuple(mode for mode in self.capacity if mode in usable)[:1], source="CAPACITY")
 
     def capacity_problem(self, recipe: Recipe) -> str | None:
         """Why CAPACITY leaves `recipe` nothing to run on (a TPU VM has no flex-start), or None. One rule for
         every command: the commands of that recipe refuse with this line, and synth still writes its stack,
         whose plan fails with it (`deployable`), so a GKE-only user need not name a VM mode."""
-        if self.capacity is None or recipe.platform != "vm":
+        if self.capacity is None:
             return None
-        usable = PLATFORM_CAPACITY["vm"]
+        usable = recipe.platform_rules.capacity
         if any(mode in usable for mode in self.capacity):
             return None
         listed = ",".join(self.capacity)
@@ -126,7 +126,7 @@ class Settings:
     def zones_for(self, recipe: Recipe) -> tuple[str, ...]:
         """The zones the recipe's TPUs may be in: every zone of ZONE for a GKE stack, which has TPU pools in
         each (recipes/placement.py); the first for a TPU VM, which lives in one zone."""
-        return self.zones if recipe.is_gke else self.zones[:1]
+        return self.zones if recipe.platform_rules.all_zones else self.zones[:1]
 
     def for_recipe(self, recipe: Recipe, needs: Collection[str] | None = None) -> "Settings":
         """Check the rules that depend on the recipe, those of the settings in `needs` (default: every
@@ -147,7 +147,7 @@ class Settings:
                 f"ZONE '{offerless[0]}' offers no flex-start {recipe.shape.generation} TPUs, which recipe "
                 f"'{recipe.name}' uses: pick one of {', '.join(flex_start.zones)} (and its REGION)"
             )
-        if needed("authorized_cidr") and recipe.is_gke and not self.authorized_cidr:
+        if needed("authorized_cidr") and recipe.platform_rules.control_plane and not self.authorized_cidr:
             raise UserError(
                 f"AUTHORIZED_CIDR is not set, but recipe '{recipe.name}' creates a GKE control plane: "
                 "export AUTHORIZED_CIDR=<your address>/32 (there is no 0.0.0.0/0 default)"
@@ -164,7 +164,7 @@ def deploy_settings(recipes: Iterable[Recipe], env: Mapping[str, str] | None = N
     runs = [settings.with_capacity(recipe) for recipe in recipes if not settings.capacity_problem(recipe)]
     if not settings.reservation and any("reservation" in recipe.capacity for recipe in runs):
         missing.append(BY_FIELD["reservation"])
-    if not settings.authorized_cidr and any(recipe.is_gke for recipe in runs):
+    if not settings.authorized_cidr and any(recipe.platform_rules.control_plane for recipe in runs):
         missing.append(BY_FIELD["authorized_cidr"])
     if len(missing) > 1 or (missing and missing[0].required):
         raise missing_settings(missing)

@@ -96,7 +96,7 @@ def _release_tuple(version: str) -> tuple[int, ...]:
 
 def read_user_file(recipe: Recipe, kind: Kind, path: Path, functions: tuple[str, ...] = ()) -> UserFile:
     option = f"--{kind}"
-    if not recipe.is_gke:
+    if not recipe.platform_rules.user_files:
         raise UserError(f"{option} applies to GKE recipes: recipe '{recipe.name}' runs on a TPU VM whose startup "
                         "script trains the recipe as recipes.toml defines it (MaxText "
                         f"{FIRST_RELEASE[kind]} or later on GKE has {SETTING[kind]})")

@@ -234,7 +234,7 @@ def test_cancel_on_the_vm_recipe_without_a_terminal_or_yes_writes_nothing(settin
 def test_a_vm_run_attached_when_it_is_cancelled_says_so(settings_env, gcs, google, monkeypatch):
     from scripts.cloud.clients import Clients
     from scripts.pipeline.session import Session
-    from scripts.pipeline.vm import cancel_vm
+    from scripts.pipeline.vm.run import cancel_vm
 
     deploy_vm(google, SETTINGS)
     google.serial[VM] = f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z {VM_PATHS.run_name} convert: {STARTING}\n"

@@ -78,7 +78,7 @@ def every_step(google, gcs) -> list:
 
 
 class Clock:
-    """This machine's monotonic clock as `run` reads it (scripts/pipeline/vm_watch.py clock): each reading is
+    """This machine's monotonic clock as `run` reads it (scripts/pipeline/vm/watch.py clock): each reading is
     `step` seconds after the one before, so a test reaches a bound in a few polls (poll sleeps are 0 here)."""
 
     def __init__(self) -> None:
@@ -91,7 +91,7 @@ class Clock:
 
 @pytest.fixture
 def clock(monkeypatch):
-    from scripts.pipeline import vm_watch
+    from scripts.pipeline.vm import watch as vm_watch
     fake = Clock()
     monkeypatch.setattr(vm_watch, "clock", fake)
     return fake

@@ -28,7 +28,7 @@ from recipes import all_recipes, example_settings
 SETTINGS = example_settings()
 RENDERED = {
     (name, step): manifest
-    for name, recipe in all_recipes().items() if recipe.is_gke
+    for name, recipe in all_recipes().items() if recipe.platform == "gke"
     for step, manifest in jobs.render_manifests(recipe, SETTINGS).items()
 }
 CASES = list(RENDERED)

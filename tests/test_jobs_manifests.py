@@ -15,7 +15,7 @@ from recipes import UserError, all_recipes, example_settings, get_recipe
 from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET, LOCAL_QUEUE, WORKLOAD_KSA, cpu_pool_name
 
 SETTINGS = example_settings()
-GKE_RECIPES = [name for name, recipe in all_recipes().items() if recipe.is_gke]
+GKE_RECIPES = [name for name, recipe in all_recipes().items() if recipe.platform == "gke"]
 
 
 def manifests(name: str) -> dict:

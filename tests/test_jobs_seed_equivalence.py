@@ -95,7 +95,7 @@ def test_each_seed_step_not_carried_over_is_in_its_seed_and_not_in_our_script(en
     for name in entry.recipes:
         assert entry.marker in seed_or_skip(name), f"stale entry: the seed of {name} has no {entry.marker}"
         recipe = get_recipe(name)
-        if not recipe.is_gke:  # the VM's startup script
+        if recipe.platform != "gke":  # the VM's startup script
             assert entry.marker.split(" -y")[0] not in jobs.render_startup_script(recipe, SETTINGS)
             continue
         train = jobs.render_manifests(recipe, SETTINGS)["train"]

@@ -48,7 +48,7 @@ def inline_scripts() -> dict[str, tuple[str, str]]:
     """Every generated shell script, by where it is: (shell, script)."""
     found: dict[str, tuple[str, str]] = {}
     for name, recipe in all_recipes().items():
-        if recipe.is_gke:
+        if recipe.platform == "gke":
             for step, manifest in jobs.render_manifests(recipe, SETTINGS).items():
                 found.update(_container_scripts(manifest, f"{name} {step}"))
         else:
@@ -75,7 +75,7 @@ def test_shellcheck_reads_every_generated_shell_script_clean():
 
 def test_the_collection_holds_each_kind_of_generated_script():
     scripts = inline_scripts()
-    gke = [name for name, recipe in all_recipes().items() if recipe.is_gke]
+    gke = [name for name, recipe in all_recipes().items() if recipe.platform == "gke"]
     for name in gke:
         for step in ("convert", "train", "export"):
             assert f"{name} {step} container {jobs.MAIN_CONTAINER}" in scripts, (name, step)

@@ -14,7 +14,7 @@ import jobs.vm
 import jobs.vm_install
 from jobs.paths import split_gs_url
 from peers.vm_guest import Guest, private_mounts
-from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState
+from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
 from test_jobs_vm_script import PATHS, RECIPE, TOKEN, script
 
 

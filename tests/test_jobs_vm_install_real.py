@@ -30,7 +30,7 @@ import jobs.vm_install
 from jobs.paths import ArtifactPaths
 from peers.vm_guest import Guest, private_mounts
 from recipes import example_settings, get_recipe
-from scripts.pipeline.vm_state import Failure
+from scripts.pipeline.vm.state import Failure
 
 SETTINGS = example_settings()
 RECIPE = get_recipe("llama31-v6e8")

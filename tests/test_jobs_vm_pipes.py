@@ -15,9 +15,9 @@ import jobs
 from jobs.paths import ArtifactPaths
 from peers.vm_guest import Guest
 from recipes import example_settings, get_recipe
-from scripts.pipeline import vm_watch
-from scripts.pipeline.vm import step_section
-from scripts.pipeline.vm_state import ConsoleView
+from scripts.pipeline.vm import watch as vm_watch
+from scripts.pipeline.vm.run import step_section
+from scripts.pipeline.vm.state import ConsoleView
 
 SETTINGS = example_settings()
 RECIPE = get_recipe("llama31-v6e8")

@@ -21,8 +21,8 @@ import jobs.vm_install
 from jobs.paths import ArtifactPaths, split_gs_url
 from recipes import UserError, example_settings, get_recipe
 from peers.vm_guest import Guest
-from scripts.pipeline.vm import step_section
-from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState
+from scripts.pipeline.vm.run import step_section
+from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
 
 SETTINGS = example_settings()
 RECIPE = get_recipe("llama31-v6e8")
@@ -305,7 +305,7 @@ def test_an_attempt_record_that_cannot_be_uploaded_does_not_fail_the_install(gue
     assert "failed (try 5 of 5)" in guest.output
 
 
-# --- the real script's records and console, read back by the CLI's parser (scripts/pipeline/vm_state.py) ----
+# --- the real script's records and console, read back by the CLI's parser (scripts/pipeline/vm/state.py) ----
 
 def state_of(guest: Guest, console: str) -> VmState:
     """What `tpu-rl run/status` decide from: the bucket the script wrote, and the console."""
@@ -426,10 +426,10 @@ def test_the_pipeline_doc_states_the_install_bounds_the_script_uses():
         assert f"| `{name}`" in doc and f"| {hms(bound.seconds)} |" in doc, name
     assert f"The token read (`gcloud secrets versions access`) has {hms(jobs.vm_install.TOKEN_BOUND.seconds)}." in doc
     assert f"The whole install is at most {hms(jobs.vm_install.INSTALL_TOTAL_SECONDS)}." in doc
-    from scripts.pipeline.vm_phase_watch import INSTALL_GRACE_SECONDS, INSTALL_WAIT_SECONDS
+    from scripts.pipeline.vm.phase_watch import INSTALL_GRACE_SECONDS, INSTALL_WAIT_SECONDS
     assert (f"lasted {hms(INSTALL_WAIT_SECONDS)} by its own clock (the {hms(jobs.vm_install.INSTALL_TOTAL_SECONDS)} "
             f"and {hms(INSTALL_GRACE_SECONDS)} for those uploads;") in doc
-    from scripts.pipeline.vm_phase_watch import CHECKING_WAIT_SECONDS, TOKEN_WAIT_SECONDS, UPLOADS_WAIT_SECONDS
+    from scripts.pipeline.vm.phase_watch import CHECKING_WAIT_SECONDS, TOKEN_WAIT_SECONDS, UPLOADS_WAIT_SECONDS
     assert (f"`token` {hms(TOKEN_WAIT_SECONDS)} (its read and the uploads), `checking-<step>` "
             f"{hms(CHECKING_WAIT_SECONDS)} (two bucket checks and their retries, and the uploads), `boot` and `done` "
             f"{hms(UPLOADS_WAIT_SECONDS)}.") in doc
@@ -543,7 +543,7 @@ def test_a_failed_check_before_a_step_is_blamed_on_that_check_not_the_step_befor
     assert record.last_line.endswith(f"cannot tell whether {PATHS.progress_marker('train')} exists: stopping "
                                      "rather than rerun a finished step")
     assert "convert: failed" not in log
-    # The checks are a phase of the attempt record too, so `run` bounds them (scripts/pipeline/vm_phase_watch.py).
+    # The checks are a phase of the attempt record too, so `run` bounds them (scripts/pipeline/vm/phase_watch.py).
     attempt = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
     assert (attempt.phase, attempt.ended) == ("checking-train", "exit-1")
 

@@ -25,7 +25,7 @@ from recipes import all_recipes, example_settings, get_recipe
 from recipes.entry import quantity_bytes
 
 SETTINGS = example_settings()
-GKE_RECIPES = [name for name, recipe in all_recipes().items() if recipe.is_gke]
+GKE_RECIPES = [name for name, recipe in all_recipes().items() if recipe.platform == "gke"]
 CASES = [(name, step) for name in GKE_RECIPES for step in ("convert", "train", "export")]
 IDS = [f"{name}-{step}" for name, step in CASES]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -137,7 +137,7 @@ def _strings(node) -> list[str]:
 def test_the_commands_run_here_are_the_ones_render_writes(name):
     recipe, settings = _recipe(name), peer_settings()
     commands = maxtext_commands(recipe, ArtifactPaths(recipe, settings))
-    if recipe.is_gke:
+    if recipe.platform == "gke":
         rendered = {step: "\n".join(_strings(manifest)) for step, manifest in jobs.render_manifests(recipe, settings).items()}
     else:
         script = jobs.render_startup_script(recipe, settings)
@@ -147,7 +147,7 @@ def test_the_commands_run_here_are_the_ones_render_writes(name):
         # The VM's export finds its step at run time (jobs/vm.py _export_body): the same command, with that
         # step in its load_parameters_path.
         expand = ({"load_parameters_path": f"{paths.actor_checkpoints}${{{EXPORT_STEP_VAR}}}/model_params/"}
-                  if not recipe.is_gke and step == "export" else None)
+                  if recipe.platform != "gke" and step == "export" else None)
         assert command.shell(expand=expand) in rendered[step], \
             f"{name}: the rendered {step} does not run {command.module} as built"
 
@@ -331,7 +331,7 @@ def test_the_train_probe_saved_the_layout_the_recipes_workload_writes(outcomes, 
     recipe = _recipe(name)
     probe = outcomes[name].step("train").report["probe"]
     assert probe["tunix"] == tunix_commit(recipe.maxtext_version)
-    if recipe.is_gke:
+    if recipe.platform == "gke":
         assert probe["workload_env"]["JAX_PLATFORMS"] == "proxy,cpu"
         assert probe["layout"] == {"ocdbt": False, "zarr3": False, "zarr2": True}
     else:

@@ -214,7 +214,7 @@ def _containers(manifest: dict) -> list[dict]:
     return containers
 
 
-@pytest.mark.parametrize("recipe", [r for r in all_recipes().values() if r.is_gke], ids=lambda r: r.name)
+@pytest.mark.parametrize("recipe", [r for r in all_recipes().values() if r.platform == "gke"], ids=lambda r: r.name)
 def test_manifests_reference_the_token_only_through_a_secret_key_ref(recipe):
     token_reference = {"secretKeyRef": {"name": HF_TOKEN_K8S_SECRET, "key": HF_TOKEN_ENV}}
     for step, manifest in render_manifests(recipe, example_settings()).items():

@@ -149,7 +149,7 @@ def manifests_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("manifests")
     settings = example_settings()
     for recipe in all_recipes().values():
-        if not recipe.is_gke:
+        if recipe.platform != "gke":
             continue
         for step, jobset in render_manifests(recipe, settings).items():
             documents = [jobset, *jobs_of(jobset)]
@@ -214,7 +214,7 @@ def test_checkov_parses_every_synthesized_stack_and_runs_checks(stacks_scan, syn
     assert set(stacks) >= {"artifacts", *recipes}
     for stack in stacks:
         evaluated = [f for f in stacks_scan.passed + stacks_scan.failed if f.resource.startswith(f"{stack}:")]
-        kind = "artifacts" if stack == "artifacts" else "gke" if recipes[stack].is_gke else "vm"
+        kind = "artifacts" if stack == "artifacts" else "gke" if recipes[stack].platform == "gke" else "vm"
         assert len(evaluated) >= MIN_CHECKS_PER_STACK[kind], f"checkov evaluated only {len(evaluated)} checks in {stack}"
         scanned_types = {f.resource.split(":", 1)[1].split(".", 1)[0] for f in evaluated}
         assert TYPES_THAT_MUST_BE_SCANNED[kind] <= scanned_types, (stack, scanned_types)
@@ -306,7 +306,7 @@ def test_network_policy_entries_are_gaps_because_convert_and_export_pods_are_not
     settings = example_settings()
     ordinary = sorted(
         f"{recipe.name} {step}"
-        for recipe in all_recipes().values() if recipe.is_gke
+        for recipe in all_recipes().values() if recipe.platform == "gke"
         for step, jobset in render_manifests(recipe, settings).items()
         for rjob in jobset["spec"]["replicatedJobs"]
         if not rjob["template"]["spec"]["template"]["spec"].get("hostNetwork")

@@ -16,6 +16,7 @@ from scripts.cli.core import (RUN_HELP, SET_HELP, app, cloud_recipe, cloud_setti
                               parse_steps, say, secret_app)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from scripts.outcome import Interrupted, PreflightFailed
+from scripts.pipeline.platforms import platform_for
 
 if TYPE_CHECKING:
     from recipes import Recipe, Settings
@@ -162,10 +163,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
                         f"with `tpu-rl render {recipe_name} --out -`")
     recipe, settings = run_recipe("run", recipe_name, sets, run_name, rewards, data_processor, unchecked_imports)
-    if not recipe.is_gke and (sets or run_name is not None):
-        raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "
-                        "trains the recipe as recipes.toml defines it: --set and --run apply to GKE recipes; change "
-                        "rl.overrides in recipes.toml and deploy the stack again")
+    platform = platform_for(recipe)
+    platform.check_run_request(recipe, sets or (), run_name)
     console, warning = make_console(), schedule_warning(recipe)
     if warning:
         console.print(f"[yellow]{warning}[/]")
@@ -174,14 +173,9 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
         show_plan(recipe, settings, lambda: make_session(recipe, settings, "writes"), console, wanted,
                   replace=replace, show_manifests=show_manifests)
-    elif recipe.is_gke:
-        from scripts.pipeline.gke.submit import run_gke
-
-        run_gke(make_session(recipe, settings, "writes"), wanted, replace=replace, follow_logs=follow_logs)
     else:
-        from scripts.pipeline.vm import run_vm
-
-        run_vm(make_session(recipe, settings, "writes"), wanted, follow_logs=follow_logs)
+        platform.run(make_session(recipe, settings, "writes"), wanted, replace=replace, follow_logs=follow_logs,
+                     dry_run=False, show_manifests=False)
 
 
 @app.command("eval")
@@ -193,18 +187,15 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     """Evaluate a saved checkpoint of a run on the held-out set, on the run's slice shape, into its run.json."""
     from recipes import get_recipe
 
-    if not get_recipe(recipe_name).is_gke:  # refused before any cloud is asked
-        raise UserError(f"recipe '{recipe_name}' runs on a TPU VM, whose startup script runs the recipe's "
-                        "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
+    recipe = get_recipe(recipe_name)
+    platform_for(recipe).check_eval(recipe)  # refused before any cloud is asked
     from jobs.evaluate import model_items
     from recipes.runs import for_run
 
     session = run_session("eval", recipe_name, None, run_name)  # the run's --set items first (its record), then these
     models = model_items(session.recipe, tuple(sets or ()))  # weighed against the run's values (eval_sets)
     for_run(session.recipe, tuple(item for item in sets or () if item not in models))  # before any cloud is asked
-    from scripts.pipeline.gke.evaluate import eval_gke
-
-    eval_gke(session, step, tuple(sets or ()))
+    platform_for(session.recipe).evaluate(session, step, tuple(sets or ()))
 
 
 @app.command("check-rewards")
@@ -254,14 +245,7 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if step is not None:
         parse_step(step)
     session = run_session("cancel", recipe_name, sets, run_name)
-    if session.recipe.is_gke:
-        from scripts.pipeline.gke.cancel import cancel_gke
-
-        cancel_gke(session, step, yes)
-    else:
-        from scripts.pipeline.vm import cancel_vm
-
-        cancel_vm(session, step, yes)
+    platform_for(session.recipe).cancel(session, step, yes)
 
 
 @app.command()
@@ -273,14 +257,7 @@ def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     """Each step's state (JobSet or VM progress), pods, time and whether its output is verified in GCS."""
     session = run_session("status", recipe_name, sets, run_name)
     recipe = session.recipe
-    if recipe.is_gke:
-        from scripts.pipeline.gke.status import status_gke
-
-        report = status_gke(session)
-    else:
-        from scripts.pipeline.vm_views import status_vm
-
-        report = status_vm(session)
+    report = platform_for(recipe).status(session)
     if as_json:
         typer.echo(json.dumps(status_json(session, report), indent=2))
         return
@@ -345,14 +322,5 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     bucket once it ended, its serial console while it runs."""
     parse_step(step)
     session = run_session("logs", recipe_name, sets, run_name)  # on GKE the cluster only; a VM's ended step: the bucket
-    recipe = session.recipe
-    if recipe.is_gke:
-        from scripts.pipeline.gke.status import logs_gke
-
-        lines = logs_gke(session, step, follow, tail or None)
-    else:
-        from scripts.pipeline.vm_views import logs_vm
-
-        lines = logs_vm(session, step, tail or None)
-    for line in lines:
+    for line in platform_for(session.recipe).logs(session, step, follow, tail or None):
         typer.echo(line)

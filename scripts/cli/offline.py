@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 def recipe_facts(recipe: Recipe) -> dict:
     from recipes.cost import hourly_estimate
     from recipes.evaluation_cost import evaluation_estimate
+    from scripts.pipeline.platforms import platform_for
 
     shape = recipe.shape
     estimate = hourly_estimate(recipe)
@@ -33,8 +34,7 @@ def recipe_facts(recipe: Recipe) -> dict:
         "chips": shape.total_chips,
         "hosts": shape.total_hosts,
         "machine_type": shape.machine_type,
-        "image": recipe.maxtext.image if recipe.is_gke else None,
-        "pip": None if recipe.is_gke else recipe.maxtext.pip,
+        **platform_for(recipe).runtime(recipe),  # "image" and "pip", one of them None
         "maxtext_version": recipe.maxtext_version,
         "capacity": recipe.capacity,
         "hourly_usd_estimate": round(estimate.total, 2),
@@ -130,10 +130,9 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """Write convert.yaml, train.yaml and export.yaml (GKE) or startup.sh (VM) with the current settings."""
-    import jobs
     from recipes.runs import for_run, run_name as name_of
     from recipes.schedule import schedule_warning
-    from scripts.pipeline.manifests import manifest_stream
+    from scripts.pipeline.platforms import platform_for
 
     if not out_text.strip():  # Path("") is the working directory: an empty --out names nothing
         raise UserError(f"--out '{out_text}' names no directory: pass a directory for the rendered files, "
@@ -146,21 +145,17 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     recipe = settings.with_capacity(recipe)
     settings.for_recipe(recipe, needed)
     recipe = for_run(recipe, sets or (), run_name)
-    manifests = jobs.render_manifests(recipe, settings) if recipe.is_gke else {}
+    rendered = platform_for(recipe).render(recipe, settings)
     warning = schedule_warning(recipe)
     if warning:
         typer.echo(warning, err=True)
     note = " (example settings: export your own before `run`)" if settings.is_example else ""
     what = f"for {recipe.name}, run {name_of(recipe)}, with settings from {settings.source}{note}"
     if str(out) == STDOUT:
-        text = manifest_stream(manifests.values()) if recipe.is_gke else jobs.render_startup_script(recipe, settings)
-        typer.echo(text, nl=False)
-        say(f"rendered {', '.join(manifests) or 'the startup script'} {what}", err=True)
+        typer.echo(rendered.stream, nl=False)
+        say(f"rendered {rendered.what} {what}", err=True)
         return
-    if recipe.is_gke:
-        files = {f"{step}.yaml": jobs.manifest_yaml(manifest) for step, manifest in manifests.items()}
-    else:
-        files = {"startup.sh": jobs.render_startup_script(recipe, settings)}
+    files = rendered.files
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory: pass a directory")
     for name, text in files.items():

@@ -2,10 +2,14 @@
 
 - session.py: what both runners share: the Session of one command (settings, clients, console, clocks),
   the steps a user may name, checking a step's output and the rows of `tpu-rl status`.
-- gke/: `run`, `cancel`, `status` and `logs` on GKE: one JobSet per step, planned, submitted, waited for,
-  followed and diagnosed (a module each).
-- vm.py: the same on a single TPU VM, read back from its serial console.
+- platforms.py: the Platform protocol every command calls, and `platform_for(recipe)`, the one lookup of
+  the implementation of the recipe's platform (a package each, imported only when a command runs).
+- gke/: `run`, `eval`, `cancel`, `status` and `logs` on GKE: one JobSet per step, planned, submitted,
+  waited for, followed and diagnosed (a module each).
+- vm/: the same (but `eval`) on a single TPU VM, read back from its serial console (a module each).
 - progress.py: how far training is, from the trainer's log line and the run's event files.
+- stall.py: the stall bound of a running step, one rule for both platforms; phases.py: where a GKE
+  step's time went while `run` waited; saving.py: whether the trainer is saving a checkpoint.
 - evaluation.py: MaxText's held-out evaluation lines, parsed, merged, summed up; accuracy.py: `run`
   printing and recording them, and reading them from Cloud Logging once the pods are gone.
 - record.py: the run record, run.json, and the records of a recipe's runs.

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable
 from recipes import STEPS, Step
 from recipes.errors import NotDeployed
 from scripts.outcome import ApiError, foreign_ending
+from scripts.pipeline.platforms import platform_for
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,14 +23,8 @@ def dry_run(recipe: Recipe, settings: Settings, make_session: Callable[[], Sessi
             steps: tuple[Step, ...], *, replace: bool, show_manifests: bool) -> None:
     try:
         session = make_session()
-        if recipe.is_gke:
-            from scripts.pipeline.gke.submit import run_gke
-
-            run_gke(session, steps, replace=replace, follow_logs=False, dry_run=True, show_manifests=show_manifests)
-        else:
-            from scripts.pipeline.vm import run_vm
-
-            run_vm(session, steps, follow_logs=False, dry_run=True)
+        platform_for(recipe).run(session, steps, replace=replace, follow_logs=False, dry_run=True,
+                                 show_manifests=show_manifests)
         return
     except (NotDeployed, ApiError) as error:
         reason = str(error)
@@ -52,15 +47,10 @@ def offline_plan(recipe: Recipe, settings: Settings, console: Console, steps: tu
     console.print(f"dry run of run {ArtifactPaths(recipe, settings).run_name}: nothing is submitted or written")
     console.print(escape(f"not compared with what is deployed ({reason}): each step is priced as if it runs"))
     costs, total = dry_run_costs(recipe, steps)
-    where = "JobSet" if recipe.is_gke else f"startup script of TPU VM {settings.vm_name}"
+    platform = platform_for(recipe)
+    where = platform.step_target(settings)
     for step in STEPS:
         if step in steps:
             console.print(f"  {step}: {where}{costs[step]}")
     console.print(total)
-    if not recipe.is_gke:
-        return
-    from scripts.pipeline.gke.plan import show_submitted
-    from scripts.pipeline.gke.steps import step_jobs
-
-    show_submitted(console, [job for step, job in step_jobs(recipe, settings).items() if step in steps],
-                   show_manifests)
+    platform.show_submissions(console, recipe, settings, steps, show_manifests)

@@ -15,6 +15,7 @@ from scripts.cloud import gcs, hf_hub, hf_token, registry
 from scripts.cloud.clients import Clients
 from scripts.cloud.kube import get_credentials_command
 from scripts.outcome import describe
+from scripts.pipeline.platforms import platform_for
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def check_cpu_machine_type(clients: Clients, recipe: Recipe, settings: Settings)
     """The CPU pool's machine type in its zone: without it the pool never scales up, and a train step's
     TPU slice idles for CAPACITY_WAIT's `cpu` while its head waits for a node."""
     machine_type = recipe.cpu_machine_type
-    if not recipe.is_gke or not machine_type:
+    if not recipe.platform_rules.cpu_pool or not machine_type:
         return None
     zones = cpu_pool_zones(settings)
     for zone in zones:
@@ -226,7 +227,7 @@ GENERAL_CPU_QUOTA = "CPUS"
 def check_cpu_quota(clients: Clients, recipe: Recipe, settings: Settings) -> Check | None:
     """Room in REGION's CPU quota for one node of the CPU pool at least (it scales from zero to 2)."""
     machine = recipe.cpu_machine
-    if not recipe.is_gke or machine is None:
+    if not recipe.platform_rules.cpu_pool or machine is None:
         return None
     region, machine_type, need = settings.region, recipe.cpu_machine_type, machine.vcpus
     console = QUOTAS_CONSOLE.format(project=settings.project)
@@ -292,12 +293,7 @@ def check_model_access(token: str, repo_id: str, endpoint: str | None) -> Check:
 
 def recipe_images(recipe: Recipe) -> list[str]:
     """The images the recipe's pods pull: the MaxText image, and Pathways' server and proxy with it."""
-    if not recipe.is_gke:
-        return []  # the VM installs MaxText with pip
-    images = [recipe.maxtext.image]
-    if recipe.pathways:
-        images += [recipe.pathways_images.server, recipe.pathways_images.proxy]
-    return images
+    return platform_for(recipe).images(recipe)
 
 
 def _image_fix(recipe: Recipe, image: str) -> str:

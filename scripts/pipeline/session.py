@@ -24,7 +24,7 @@ from scripts.cloud.retry import RetryPolicy
 from scripts.outcome import OutputMissing
 
 
-# How long `run` waits for a TPU VM that maintenance stopped to come back (scripts/pipeline/vm_checks.py),
+# How long `run` waits for a TPU VM that maintenance stopped to come back (scripts/pipeline/vm/checks.py),
 # unless TPU_RL_MAINTENANCE_GRACE_SECONDS says otherwise; docs/settings.md and docs/pipeline.md state it
 # (tests/test_docs_links.py holds them to this value).
 MAINTENANCE_GRACE_SECONDS = 3600.0

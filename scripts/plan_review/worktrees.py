@@ -25,12 +25,10 @@ import json, sys
 import recipes
 from jobs import render_manifests, render_startup_script
 settings = recipes.example_settings()
-rendered = {}
-for name, recipe in recipes.all_recipes().items():
-    if recipe.is_gke:
-        rendered[name] = render_manifests(recipe, settings)
-    else:
-        rendered[name] = {"startup script": render_startup_script(recipe, settings)}
+# A side's own platforms by name: a lookup, so this runs on sides from before and after the platform seam
+renderers = {"gke": lambda recipe: render_manifests(recipe, settings),
+             "vm": lambda recipe: {"startup script": render_startup_script(recipe, settings)}}
+rendered = {name: renderers[recipe.platform](recipe) for name, recipe in recipes.all_recipes().items()}
 import importlib, importlib.util
 # recipes/capacity_modes.py since the split of recipes/model.py; a side from before it has them in
 # recipes.model, and a side from before capacity modes has none

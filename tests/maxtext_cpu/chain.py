@@ -149,7 +149,7 @@ class Chain:
         from jobs.export import VISION_PARTS, carry_vision_script
 
         vision = VISION_PARTS.get(self.recipe.model.maxtext_name)
-        if not self.recipe.is_gke or not vision or self.recipe.model.use_multimodal:
+        if self.recipe.platform != "gke" or not vision or self.recipe.model.use_multimodal:
             return None
         return carry_vision_script(str(self.tiny), f"{self.local(self.paths.hf_export)}/", vision)
 

@@ -47,7 +47,7 @@ def tunix_commit(version: str) -> str:
 
 def layout_env(recipe: Recipe) -> dict[str, str]:
     """JAX_PLATFORMS and ENABLE_PATHWAYS_PERSISTENCE as the recipe's train process has them (unset: absent)."""
-    if recipe.is_gke:
+    if recipe.platform == "gke":
         values = {item["name"]: item["value"] for item in workload_env(recipe) if "value" in item}
     else:  # the VM's startup script exports these before train_rl (jobs/vm.py render_startup_script)
         values = {**tpu_env(recipe), **recipe.rl.env, **resolve_patches(recipe).env}

@@ -1,5 +1,5 @@
 """The VM recipe: the startup script runs the steps itself; `tpu-rl` follows its records in GCS (progress
-markers, attempt and failure records: scripts/pipeline/vm_state.py), shows the serial console as a live
+markers, attempt and failure records: scripts/pipeline/vm/state.py), shows the serial console as a live
 view, and verifies each step's output like on GKE."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from scripts.pipeline.accuracy import EvaluationWatch
 from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
-from scripts.pipeline.vm_checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
+from scripts.pipeline.vm.checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, require_token_version)
-from scripts.pipeline.vm_phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
-from scripts.pipeline.vm_state import Attempt, ConsoleView, Failure, VmState, booted_at
+from scripts.pipeline.vm.phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
+from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState, booted_at
 from scripts.pipeline.stall import STALL_SECONDS
-from scripts.pipeline.vm_watch import ConsoleBuffer, Watch
+from scripts.pipeline.vm.watch import ConsoleBuffer, Watch
 
 
 def _started_step(line: str, run: str) -> str | None:

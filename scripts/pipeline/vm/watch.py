@@ -9,9 +9,9 @@ import time
 from jobs.vm import ATTEMPT_LINE, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SECONDS, PROGRESS_LINE, STARTING, ssh_command
 from scripts.pipeline.session import Session, hms
 from scripts.pipeline.stall import OutputWatch, look_and_stop, stall_line
-from scripts.pipeline.vm_state import VmState
+from scripts.pipeline.vm.state import VmState
 
-clock = time.monotonic  # tests replace it (scripts/pipeline/vm_watch.py is the one reader)
+clock = time.monotonic  # tests replace it (scripts/pipeline/vm/watch.py is the one reader)
 
 # After an attempt that ended (failed, cancelled, or ended without its record), `run` waits this long for a
 # new one: a guest reboot (`sudo reboot`) keeps the instance RUNNING and its lastStartTimestamp (only a start

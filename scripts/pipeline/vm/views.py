@@ -1,5 +1,5 @@
 """`tpu-rl status` and `tpu-rl logs` of the VM recipe: the bucket's records first; the serial console only as a
-live view of the current attempt, and only while the VM runs (scripts/pipeline/vm.py reads both)."""
+live view of the current attempt, and only while the VM runs (scripts/pipeline/vm/run.py reads both)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from recipes import STEPS, Step, UserError
 from scripts.cloud import gcs
 from scripts.pipeline.progress import last_train_step, training_now
 from scripts.pipeline.session import Session, StatusReport, StepStatus
-from scripts.pipeline.vm import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
+from scripts.pipeline.vm.run import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
                                  read_state, script_phase, step_section, train_attempt)
-from scripts.pipeline.vm_checks import check_deployed_run, get_instance
+from scripts.pipeline.vm.checks import check_deployed_run, get_instance
 
 
 def status_vm(session: Session) -> StatusReport:

@@ -15,7 +15,7 @@ from recipes.errors import NotDeployed
 from scripts.cloud import hf_token
 from scripts.outcome import StepFailed
 from scripts.pipeline.session import Session, hms
-from scripts.pipeline.vm_state import METADATA_KEY, parse_time
+from scripts.pipeline.vm.state import METADATA_KEY, parse_time
 
 # Instance statuses in which the startup script does not run. A TPU VM "can only stop during host
 # maintenance events" and with automaticRestart (hashicorp/google 6.50.0 scheduling.automatic_restart

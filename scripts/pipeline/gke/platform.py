@@ -1,0 +1,83 @@
+"""GKE's implementation of the Platform protocol (scripts/pipeline/platforms.py): one JobSet per step, each
+command in its own module of this package, imported only when the command runs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Optional
+
+from scripts.pipeline.platforms import Rendered
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from recipes import Recipe, Settings, Step
+    from scripts.pipeline.session import Session, StatusReport
+
+
+class GkePlatform:
+    name = "gke"
+
+    def runtime(self, recipe: Recipe) -> dict[str, Optional[str]]:
+        return {"image": recipe.maxtext.image, "pip": None}
+
+    def images(self, recipe: Recipe) -> list[str]:
+        """The MaxText image, and Pathways' server and proxy with it."""
+        images = [recipe.maxtext.image]
+        if recipe.pathways:
+            images += [recipe.pathways_images.server, recipe.pathways_images.proxy]
+        return images
+
+    def render(self, recipe: Recipe, settings: Settings) -> Rendered:
+        import jobs
+        from scripts.pipeline.manifests import manifest_stream
+
+        manifests = jobs.render_manifests(recipe, settings)
+        return Rendered({f"{step}.yaml": jobs.manifest_yaml(manifest) for step, manifest in manifests.items()},
+                        manifest_stream(manifests.values()), ", ".join(manifests))
+
+    def check_run_request(self, recipe: Recipe, sets: Iterable[str], run_name: Optional[str]) -> None:
+        return None  # --set and --run name a run of their own
+
+    def step_target(self, settings: Settings) -> str:
+        return "JobSet"
+
+    def show_submissions(self, console: Console, recipe: Recipe, settings: Settings, steps: tuple[Step, ...],
+                         show_manifests: bool) -> None:
+        from scripts.pipeline.gke.plan import show_submitted
+        from scripts.pipeline.gke.steps import step_jobs
+
+        show_submitted(console, [job for step, job in step_jobs(recipe, settings).items() if step in steps],
+                       show_manifests)
+
+    def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
+            show_manifests: bool) -> None:
+        from scripts.pipeline.gke.submit import run_gke
+
+        run_gke(session, steps, replace=replace, follow_logs=follow_logs, dry_run=dry_run,
+                show_manifests=show_manifests)
+
+    def check_eval(self, recipe: Recipe) -> None:
+        return None
+
+    def evaluate(self, session: Session, step: Optional[int], sets: tuple[str, ...]) -> object:
+        from scripts.pipeline.gke.evaluate import eval_gke
+
+        return eval_gke(session, step, sets)
+
+    def cancel(self, session: Session, step: Optional[Step], yes: bool) -> None:
+        from scripts.pipeline.gke.cancel import cancel_gke
+
+        cancel_gke(session, step, yes)
+
+    def status(self, session: Session) -> StatusReport:
+        from scripts.pipeline.gke.status import status_gke
+
+        return status_gke(session)
+
+    def logs(self, session: Session, step: Step, follow: bool, tail: Optional[int]) -> Iterable[str]:
+        from scripts.pipeline.gke.status import logs_gke
+
+        return logs_gke(session, step, follow, tail)
+
+
+PLATFORM = GkePlatform()

@@ -1,0 +1,84 @@
+"""The seam between the commands and the platforms a recipe runs on: one `Platform` protocol, one
+implementation per platform (a package each: scripts/pipeline/gke/, scripts/pipeline/vm/), and the one place
+that maps a recipe's `platform` to its implementation. The CLI and the pipeline ask `platform_for(recipe)`
+and call it; nothing outside the implementations branches on the platform (tests/test_platform_seam.py).
+
+The route is a lookup of the implementation's module, imported only when a command reaches it, as
+SkyPilot's `_route_to_cloud_impl` does (skypilot-org/skypilot, sky/provision/__init__.py): `tpu-rl --help`
+imports no platform. A new platform is a package with a `PLATFORM` object and one line in IMPLEMENTATIONS.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Optional, Protocol
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from recipes import Recipe, Settings, Step
+    from scripts.pipeline.session import Session, StatusReport
+
+# recipes.toml's `platform` -> the module that holds its PLATFORM
+IMPLEMENTATIONS: dict[str, str] = {
+    "gke": "scripts.pipeline.gke.platform",
+    "vm": "scripts.pipeline.vm.platform",
+}
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What `tpu-rl render` writes: the files by name in step order, everything as one text for `--out -`,
+    and what the files are, for the line that says what was rendered."""
+    files: dict[str, str]
+    stream: str
+    what: str
+
+
+class Platform(Protocol):
+    name: str
+
+    def runtime(self, recipe: Recipe) -> dict[str, Optional[str]]:
+        """How the recipe gets MaxText: {"image": ..., "pip": ...}, the other one None."""
+
+    def images(self, recipe: Recipe) -> list[str]:
+        """The container images the recipe pulls (preflight checks each exists); [] when it pulls none."""
+
+    def render(self, recipe: Recipe, settings: Settings) -> Rendered:
+        """What runs the recipe: JobSets, or a startup script. Pure (jobs/), no cloud."""
+
+    def check_run_request(self, recipe: Recipe, sets: Iterable[str], run_name: Optional[str]) -> None:
+        """Refuse `run` options the platform cannot honour (UserError), before anything is submitted."""
+
+    def step_target(self, settings: Settings) -> str:
+        """What runs a step, for a plan made without the cloud ("JobSet", the VM's startup script)."""
+
+    def show_submissions(self, console: Console, recipe: Recipe, settings: Settings, steps: tuple[Step, ...],
+                         show_manifests: bool) -> None:
+        """Print what `run` would submit for `steps` (a plan made without the cloud); nothing when it submits
+        nothing of its own."""
+
+    def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
+            show_manifests: bool) -> None:
+        """`tpu-rl run`: plan, submit, follow and verify each step (a dry run prints the plan only)."""
+
+    def check_eval(self, recipe: Recipe) -> None:
+        """Refuse `tpu-rl eval` before any cloud is asked when the platform cannot evaluate."""
+
+    def evaluate(self, session: Session, step: Optional[int], sets: tuple[str, ...]) -> object:
+        """`tpu-rl eval`: score a saved checkpoint of the session's run on the held-out set."""
+
+    def cancel(self, session: Session, step: Optional[Step], yes: bool) -> None:
+        """`tpu-rl cancel`: stop the run (outputs are kept), after a yes unless `yes`."""
+
+    def status(self, session: Session) -> StatusReport:
+        """`tpu-rl status`: each step's state, time and verified output."""
+
+    def logs(self, session: Session, step: Step, follow: bool, tail: Optional[int]) -> Iterable[str]:
+        """`tpu-rl logs`: the step's main log, the last `tail` lines (None: all)."""
+
+
+def platform_for(recipe: Recipe) -> Platform:
+    """The implementation of the recipe's platform (recipes/entry.py accepts only the names above)."""
+    return importlib.import_module(IMPLEMENTATIONS[recipe.platform]).PLATFORM

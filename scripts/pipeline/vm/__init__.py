@@ -1,0 +1,12 @@
+"""`tpu-rl run`, `cancel`, `status` and `logs` on one TPU VM, whose startup script (jobs/vm.py) runs the steps
+and reports through its serial console, guest attributes and the bucket.
+
+- run.py: `run` and `cancel`: the deployed script checked, the console followed, each step's output verified.
+- state.py: the script's markers, attempt and failure records, parsed from the console.
+- checks.py: the instance and the deployed script and run checked against the recipe; maintenance.
+- watch.py: the console buffer and the stall bound of a running step.
+- phase_watch.py: the bounds of the phases outside the steps (install, checks, token, uploads).
+- views.py: `status` and `logs`.
+
+Nothing is imported here: each command imports the module it runs, and only when it runs.
+"""
