@@ -193,6 +193,7 @@ def prepare(row: Row, sandbox: Sandbox) -> tuple[list[str], dict[str, str], str 
     for directory in (sandbox.work, sandbox.home, sandbox.packages):
         directory.mkdir(parents=True)
     env = clean_environment(sandbox.home)
+    env["PYTHONPATH"] = str(REPO)  # this checkout's code, not the one the venv was installed from (a worktree)
     env.update({key: sandbox.fill(value) for key, value in BASE_ENV.items()})
     for key, value in row.env.items():
         if value is None:
@@ -205,7 +206,7 @@ def prepare(row: Row, sandbox: Sandbox) -> tuple[list[str], dict[str, str], str 
         env["TPU_RL_CONFIG"] = str(config)
     if row.recipes is not None:
         patch_recipes(sandbox, *row.recipes)
-        env["PYTHONPATH"] = str(sandbox.packages)
+        env["PYTHONPATH"] = f"{sandbox.packages}{os.pathsep}{REPO}"
     for name, text in row.files.items():
         text = sandbox.fill(text)
         if name in row.pad:

@@ -137,15 +137,18 @@ def _with_user_files(recipe, settings, rewards: Optional[str], data_processor: O
     train command fills it; with `unchecked_imports`, a file importing a module this Python lacks is
     submitted unchecked, said here and in run.json."""
     import dataclasses
-    from pathlib import Path
 
     from jobs.maxtext import train_command
     from jobs.paths import ArtifactPaths
-    from recipes.user_files import read_user_file, with_user_files
-    from scripts.rewards.check import UncheckedImport, check_inputs, check_processor, check_rewards, parse_rewards
+    from recipes.user_files import read_user_files, with_user_files
+    from scripts.rewards.check import (UncheckedImport, check_inputs, check_processor, check_rewards,
+                                       parse_data_processor, parse_rewards)
 
     items = train_command(recipe, ArtifactPaths(recipe, settings)).overrides
-    files, inputs, rows = [], check_inputs(recipe, items=items), None
+    inputs, rows = check_inputs(recipe, items=items), None
+    processor = parse_data_processor(data_processor) if data_processor else None
+    option = parse_rewards(rewards) if rewards else None
+    files = list(read_user_files(recipe, processor, (option.path, option.functions) if option else None))
 
     def checked(file, check):
         try:
@@ -156,18 +159,10 @@ def _with_user_files(recipe, settings, rewards: Optional[str], data_processor: O
             typer.echo(f"! {file.option}: not checked, it imports {error.module} (--unchecked-imports)")
             return dataclasses.replace(file, unchecked=f"imports {error.module}"), None
 
-    if data_processor:
-        path = Path(data_processor)
-        if path.suffix != ".py" or not path.is_file():
-            raise UserError(f"--data-processor {data_processor}: no such Python file: pass the file that defines "
-                            "process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x)")
-        file, rows = checked(read_user_file(recipe, "data-processor", path), lambda: check_processor(path, inputs))
-        files.append(file)
-    if rewards:
-        option = parse_rewards(rewards)
-        file, _ = checked(read_user_file(recipe, "rewards", option.path, option.functions),
-                          lambda: check_rewards(option, inputs, rows))
-        files.append(file)
+    if processor:  # files: the processor first, then the rewards
+        files[0], rows = checked(files[0], lambda: check_processor(processor, inputs))
+    if option:
+        files[-1], _ = checked(files[-1], lambda: check_rewards(option, inputs, rows))
     return with_user_files(recipe, tuple(files))
 
 
@@ -256,17 +251,16 @@ def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN
     from pathlib import Path
 
     from recipes import get_recipe
-    from scripts.rewards.check import (check_inputs, check_processor, check_rewards, parse_rewards,
-                                       sample_completions)
+    from recipes.user_files import read_user_files
+    from scripts.rewards.check import (check_inputs, check_processor, check_rewards, parse_data_processor,
+                                       parse_rewards, sample_completions)
 
     option = parse_rewards(rewards, "check-rewards")
-    inputs = check_inputs(get_recipe(recipe) if recipe else None, Path(tokenizer) if tokenizer else None)
-    rows = None
-    if data_processor:
-        if not Path(data_processor).is_file():
-            raise UserError(f"--data-processor {data_processor}: no such file: pass the Python file that defines "
-                            "process_data")
-        rows = check_processor(Path(data_processor), inputs)
+    processor = parse_data_processor(data_processor) if data_processor else None
+    chosen = get_recipe(recipe) if recipe else None
+    read_user_files(chosen, processor, (option.path, option.functions))  # what `run --rewards` refuses
+    inputs = check_inputs(chosen, Path(tokenizer) if tokenizer else None)
+    rows = check_processor(processor, inputs) if processor else None
     scores = check_rewards(option, inputs, rows)
     for name, values in scores.items():
         typer.echo(f"{name}: {', '.join(f'{value:g}' for value in values)}")
