@@ -192,3 +192,33 @@ def test_a_columns_value_that_is_no_width_counts_as_unset(settings_env, gcs, goo
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert all(line.startswith(("pass  ", "FAIL  ", "error: ")) for line in lines), result.output
     assert any(len(line) > 80 for line in lines), result.output
+
+
+@pytest.mark.parametrize("command", [["status"], ["logs", "train"], ["cancel", "--yes"], ["eval"]],
+                         ids=lambda command: command[0])
+def test_a_mistyped_run_is_refused_by_every_command_naming_the_runs_that_exist(cloud, monkeypatch, command):
+    # issue 28: `cancel --run no-such-run --yes` said "nothing to cancel" and exited 0, `status` printed an
+    # empty table. exp1 has a record in the bucket; exp2 only a JobSet on the cluster (no record yet).
+    from test_cli_cancel import left_running
+    from test_cli_experiments import run_of
+
+    exp1, _ = run_of(run="exp1")
+    put_step_output(cloud["gcs"], exp1, "convert")
+    cloud["kube"].plan("exp1-train", outcome="hang")
+    left_running(cloud, monkeypatch, "--run", "exp1")
+    exp2, _ = run_of(run="exp2")
+    cloud["kube"].put_jobset(render_manifests(exp2, peer_settings())["train"], "running")
+    before = set(cloud["kube"].jobsets)
+    result = runner.invoke(app, [command[0], RECIPE, *command[1:], "--run", "no-such-run"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    trained = "gs://rl-test-artifacts/qwen3-30b-a3b/trained/"
+    where = ("the cluster's JobSets (runs: exp1, exp2)" if command[0] == "logs"  # logs reads no bucket on GKE
+             else f"{trained} or the cluster's JobSets (runs: exp1, exp2)")
+    assert result.output.splitlines() == [
+        f"error: --run 'no-such-run': no run of {RECIPE} by that name in {where}: pass one of those "
+        f"(`tpu-rl runs {RECIPE}` lists them)"]
+    assert set(cloud["kube"].jobsets) == before and not cloud["kube"].deleted
+    for known in ("exp1", "exp2"):  # the runs that exist are read as before
+        if command[0] in ("status", "logs"):
+            again = runner.invoke(app, [command[0], RECIPE, *command[1:], "--run", known])
+            assert again.exit_code == 0, again.output

@@ -120,7 +120,8 @@ def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_n
     """The Session of one run of `command`: the recipe as the settings, --set, --run, --rewards and
     --data-processor make it; a reward file is checked (scripts/rewards/check.py) before anything reaches
     the cloud. The settings are what `command` needs (core.cloud_recipe); a command that needs the bucket
-    stops first when it does not exist (make_session)."""
+    stops first when it does not exist (make_session). A --run names a run that exists, except in `run`
+    (scripts.pipeline.runs.require_run)."""
     from recipes.needs import needs
     from recipes.runs import for_run
 
@@ -128,7 +129,13 @@ def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_n
     recipe = for_run(recipe, sets or (), run_name)
     if rewards or data_processor:
         recipe = _with_user_files(recipe, settings, rewards, data_processor, unchecked_imports)
-    return make_session(recipe, settings, bucket if "gcs_bucket" in needs(command, recipe.platform) else "none")
+    uses_bucket = "gcs_bucket" in needs(command, recipe.platform)
+    session = make_session(recipe, settings, bucket if uses_bucket else "none")
+    if run_name is not None and command != "run":  # only `run` starts a run; the others read one
+        from scripts.pipeline.runs import require_run
+
+        require_run(session, uses_bucket)
+    return session
 
 
 def _with_user_files(recipe, settings, rewards: Optional[str], data_processor: Optional[str],
