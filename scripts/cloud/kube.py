@@ -96,6 +96,16 @@ def _loads(response) -> dict:
     return json.loads(response.data)
 
 
+class JobSetExists(ApiError):
+    """A create answered 409: a JobSet of that name was created by someone else meanwhile (`existing`,
+    None when it was deleted again since)."""
+
+    def __init__(self, name: str, existing: dict | None) -> None:
+        super().__init__(f"JobSet {name} already exists (created by someone else meanwhile): run `tpu-rl status` "
+                         "and decide")
+        self.existing = existing
+
+
 @dataclass
 class Cluster:
     api: k8s.ApiClient
@@ -244,8 +254,7 @@ class Cluster:
                     existing = self.get_jobset(name)
                     if retrying and ours(existing):
                         return existing
-                    raise ApiError(f"JobSet {name} already exists (created by someone else meanwhile): "
-                                   f"run `tpu-rl status` and decide") from None
+                    raise JobSetExists(name, existing) from None
                 if not is_transient(error):
                     raise ApiError(f"creating JobSet {name} was rejected with {describe(error)}: "
                                    f"{_api_message(error)}") from None
