@@ -15,6 +15,7 @@ from recipes import STEPS, UserError
 from scripts.cli.core import (RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, parse_step,
                               parse_steps, say, secret_app)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
+from scripts.cloud.reach import REACH_ENV  # the first contact with the bucket or the cluster (default 20)
 from scripts.outcome import Interrupted, PreflightFailed
 
 if TYPE_CHECKING:
@@ -70,13 +71,15 @@ def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"
     from scripts.pipeline.session import Session
 
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
-                         request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False))
+                         request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False),
+                         reach_seconds=_float_env(REACH_ENV, 20.0, zero_allowed=False))
     session = Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
                       poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
                       maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, 3600.0, zero_allowed=True),
                       confirm=_ask if _stdin_is_a_terminal() else None)
     if bucket != "none":
-        gcs.require_bucket(session.clients.storage(), settings, writes=bucket == "writes")
+        gcs.require_bucket(session.clients.storage(), settings, writes=bucket == "writes",
+                           within=policy.reach_seconds)
     return session
 
 

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from recipes import Settings, UserError
 from recipes import conventions
 from recipes.conventions import JOBSET_VERSION, NAMESPACE
+from scripts.cloud.reach import Unreachable, reaching
 from scripts.cloud.retry import RetriesExhausted, RetryPolicy, call, is_transient, wait_until
 from scripts.outcome import ApiError, describe
 
@@ -126,11 +127,15 @@ class Cluster:
 
     # -- readiness -------------------------------------------------------------------------------
     def check_ready(self) -> None:
-        """The API answers and the JobSet CRD is installed; one UserError line otherwise."""
-        host = self.api.configuration.host
+        """The API answers and the JobSet CRD is installed; one UserError line otherwise, and an
+        Unreachable one (exit 4) when it does not answer within the policy's reach_seconds."""
+        host, reach = self.api.configuration.host, self.policy.reach_seconds
+        timeout = min(self.policy.request_timeout, reach)
+        what = f"cluster '{self.settings.cluster_name}'"
         try:
-            self._read("discovery of jobset.x-k8s.io", lambda: self.custom.get_api_resources(
-                GROUP, VERSION, _request_timeout=self._timeout))
+            with reaching(what, host, reach):
+                call(self.policy, "discovery of jobset.x-k8s.io", lambda: self.custom.get_api_resources(
+                    GROUP, VERSION, _request_timeout=(timeout, timeout)), within=reach)
         except ApiException as error:
             if error.status == 404:
                 raise UserError(
@@ -155,10 +160,8 @@ class Cluster:
                 f"gke-gcloud-auth-plugin and run `{get_credentials_command(self.settings)}`"
             ) from None
         except ApiError as error:
-            raise UserError(
-                f"cannot reach cluster '{self.settings.cluster_name}' at {host} ({error}): check that "
-                "AUTHORIZED_CIDR includes your address and the cluster exists"
-            ) from None
+            raise Unreachable(what, host, reach, str(error), "check that AUTHORIZED_CIDR includes your address and "
+                              "the cluster exists") from None
 
     # -- the token Secret ------------------------------------------------------------------------
     def ensure_secret(self, name: str, key: str, value: str) -> None:
