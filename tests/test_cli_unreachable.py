@@ -1,6 +1,6 @@
 """A bucket or a cluster that cannot be reached (issue 28): a line on stderr within seconds saying what is
 tried and for how long, a bounded wait (TPU_RL_REACH_SECONDS, short here), exit 4, and one message naming
-the endpoint, never cut mid-word. Before, `runs` was silent for 95 s (google-cloud-storage's 120 s of
+the endpoint, never cut mid-word (`runs`, `metrics`, `status`). Before, `runs` was silent for 95 s (google-cloud-storage's 120 s of
 retries) and ended with the library's text cut at 200 characters; `status` was silent for 35 s and
 exited 2. Real `tpu-rl` processes, so that the time of each stderr line is the user's."""
 
@@ -67,11 +67,11 @@ def check_said_and_ended(code: int, took: float, lines, trying: str, error: str,
     assert all(part.endswith(" ") for part in last.split("…")[:-1]), last
 
 
-@pytest.mark.parametrize("kind", ["refused", "blackholed"])
-def test_runs_with_an_unreachable_bucket_says_so_within_seconds_and_exits_4(settings_env, tmp_path, kind, request):
+@pytest.mark.parametrize("command, kind", [("runs", "refused"), ("runs", "blackholed"), ("metrics", "refused")])
+def test_an_unreachable_bucket_says_so_within_seconds_and_exits_4(settings_env, tmp_path, command, kind, request):
     endpoint = request.getfixturevalue("blackhole") if kind == "blackholed" else f"http://127.0.0.1:{_free_port()}"
     env = {**os.environ, "STORAGE_EMULATOR_HOST": endpoint}
-    code, took, lines = timed_run(["runs", RECIPE], env, tmp_path)
+    code, took, lines = timed_run([command, RECIPE], env, tmp_path)
     check_said_and_ended(code, took, lines, f"reaching bucket gs://rl-test-artifacts at {endpoint}",
                          f"error: cannot reach bucket gs://rl-test-artifacts at {endpoint} within {REACH} s (",
                          "check the network")

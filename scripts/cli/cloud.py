@@ -44,6 +44,11 @@ def _float_env(name: str, default: float, *, zero_allowed: bool) -> float:
                     f"it (default {default:g})")
 
 
+def reach_seconds() -> float:
+    """How long the first contact with the bucket or the cluster may take in all (scripts.cloud.reach)."""
+    return _float_env(REACH_ENV, 20.0, zero_allowed=False)
+
+
 def _stdin_is_a_terminal() -> bool:
     return sys.stdin.isatty()
 
@@ -72,7 +77,7 @@ def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"
 
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False),
-                         reach_seconds=_float_env(REACH_ENV, 20.0, zero_allowed=False))
+                         reach_seconds=reach_seconds())
     session = Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
                       poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
                       maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, 3600.0, zero_allowed=True),
