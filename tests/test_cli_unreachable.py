@@ -1,8 +1,9 @@
 """A bucket or a cluster that cannot be reached (issue 28): a line on stderr within seconds saying what is
 tried and for how long, a bounded wait (TPU_RL_REACH_SECONDS, short here), exit 4, and one message naming
-the endpoint, never cut mid-word (`runs`, `metrics`, `status`). Before, `runs` was silent for 95 s (google-cloud-storage's 120 s of
-retries) and ended with the library's text cut at 200 characters; `status` was silent for 35 s and
-exited 2. Real `tpu-rl` processes, so that the time of each stderr line is the user's."""
+the endpoint, never cut mid-word (`runs`, `metrics`, `status`). Before, `runs` was silent for 95 s
+(google-cloud-storage's 120 s of retries) and ended with the library's text cut at 200 characters;
+`status` was silent for 35 s and exited 2. Real `tpu-rl` processes, so that the time of each stderr line
+is the user's."""
 
 from __future__ import annotations
 
