@@ -222,3 +222,15 @@ def test_a_mistyped_run_is_refused_by_every_command_naming_the_runs_that_exist(c
         if command[0] in ("status", "logs"):
             again = runner.invoke(app, [command[0], RECIPE, *command[1:], "--run", known])
             assert again.exit_code == 0, again.output
+
+
+@pytest.mark.parametrize("command, says", [
+    ("status", "Select the run started with this --set item"), ("logs", "Select the run started with this --set item"),
+    ("cancel", "Select the run started with this --set item"), ("eval", "An evaluation key for this evaluation only"),
+])
+def test_set_on_the_commands_that_read_a_run_says_it_selects_it_not_that_it_changes_it(command, says):
+    # issue 28: their --set help was run's ("Override a MaxText key of the train step ... Changes the run name").
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert says in text and "Override a MaxText key" not in text, text

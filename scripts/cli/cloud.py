@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from recipes import STEPS, UserError
-from scripts.cli.core import (RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, parse_step,
-                              parse_steps, say, secret_app)
+from scripts.cli.core import (EVAL_SET_HELP, RUN_HELP, SELECT_SET_HELP, SET_HELP, app, cloud_recipe, cloud_settings,
+                              handled, make_console, parse_step, parse_steps, say, secret_app)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from scripts.cloud.reach import REACH_ENV  # the first contact with the bucket or the cluster (default 20)
 from scripts.outcome import Interrupted, PreflightFailed
@@ -233,7 +233,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                  run_name: str = typer.Option(..., "--run", metavar="NAME", help="The run whose checkpoint to evaluate."),
                  step: Optional[int] = typer.Option(None, "--step", min=1, help="The checkpoint (default: the latest)."),
-                 sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)) -> None:
+                 sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
+                                                          help=EVAL_SET_HELP)) -> None:
     """Evaluate a saved checkpoint of a run on the held-out set, on the run's slice shape, into its run.json."""
     from recipes import get_recipe
 
@@ -290,7 +291,7 @@ def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN
 def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            step: Optional[str] = typer.Argument(None, metavar="[STEP]", help="convert, train or export (default: all)"),
            yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
-           sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+           sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SELECT_SET_HELP),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """Stop a run: delete its running JobSets, or stop the VM's startup script (outputs are kept); asks
     first unless --yes."""
@@ -310,7 +311,7 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 @app.command()
 @handled
 def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
-           sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+           sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SELECT_SET_HELP),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
            as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Each step's state (JobSet or VM progress), pods, time and whether its output is verified in GCS."""
@@ -382,7 +383,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
          step: str = typer.Argument(..., metavar="STEP", help="convert, train or export"),
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming."),
          tail: Optional[int] = typer.Option(200, "--tail", min=0, help="Lines from the end (0 = all)."),
-         sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+         sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SELECT_SET_HELP),
          run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """The main container's log of a step (the Pathways head for train); on the VM, the step's log in the
     bucket once it ended, its serial console while it runs."""

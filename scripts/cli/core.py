@@ -191,6 +191,11 @@ def parse_step(step: str) -> Step:
 # The options that choose a run (recipes/runs.py), on every command that renders or reaches one.
 SET_HELP = ("Override a MaxText key of the train step, e.g. learning_rate=1e-5; repeatable, later wins. "
             "Changes the run name.")
+# Commands that read a run (status, logs, cancel) take its --set items only to find its name.
+SELECT_SET_HELP = ("Select the run started with this --set item (as given to `run`, e.g. learning_rate=1e-5): "
+                   "it chooses the run's name and changes nothing; repeatable.")
+EVAL_SET_HELP = ("An evaluation key for this evaluation only, e.g. num_test_batches=10, applied after the run's "
+                 "own --set items; --run chooses the run, whose training keys stay as they were; repeatable.")
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
 
 
