@@ -193,7 +193,6 @@ def prepare(row: Row, sandbox: Sandbox) -> tuple[list[str], dict[str, str], str 
     for directory in (sandbox.work, sandbox.home, sandbox.packages):
         directory.mkdir(parents=True)
     env = clean_environment(sandbox.home)
-    env["PYTHONPATH"] = str(REPO)  # this checkout's code, not the one the venv was installed from (a worktree)
     env.update({key: sandbox.fill(value) for key, value in BASE_ENV.items()})
     for key, value in row.env.items():
         if value is None:

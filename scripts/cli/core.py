@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,18 @@ def _usage_error_types() -> tuple[type[Exception], type[Exception] | tuple, type
     return exceptions.UsageError, getattr(exceptions, "NoArgsIsHelpError", ()), typer.Abort
 
 
+# A Hugging Face user access token (hf_ and a long run of letters and digits; not a key such as
+# hf_access_token): an error line never repeats one, whatever argument it came as (`tpu-rl status hf_...`).
+_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
+SECRET_AS_ARGUMENT = ("`tpu-rl secret set` takes no argument: it reads the token from stdin, as an argument "
+                      "stays in your shell history and the process list; run `tpu-rl secret set < token-file` "
+                      "and, if you typed a token on the command line, revoke it on huggingface.co")
+
+
+def without_tokens(text: str) -> str:
+    return _HF_TOKEN.sub("hf_…", text)
+
+
 class _OneLineErrors(TyperGroup):
     """Click's usage errors as one line, `error: <what>; see <command> --help`, exit 2, like every other
     refusal; Ctrl-C at a prompt (click's Abort) exits 130 like any interruption."""
@@ -54,7 +67,11 @@ class _OneLineErrors(TyperGroup):
         except usage_error as error:
             message = error.format_message().rstrip(".")
             command = error.ctx.command_path if error.ctx is not None else "tpu-rl"
-            typer.echo(f"error: {message[:1].lower()}{message[1:]}; see `{command} --help`", err=True)
+            if command == "tpu-rl secret set" and "unexpected extra argument" in message:
+                typer.echo(f"error: {SECRET_AS_ARGUMENT}", err=True)  # never the argument: it may be the token
+            else:
+                typer.echo(f"error: {without_tokens(message[:1].lower() + message[1:])}; see `{command} --help`",
+                           err=True)
             code = ExitCode.BAD_INPUT
         except abort:
             typer.echo("error: interrupted", err=True)
@@ -134,7 +151,7 @@ def fitted(text: str, width: int, indent: int = 0) -> str:
 
 
 def _fail(code: int, message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {without_tokens(message)}", err=True)
     return typer.Exit(int(code))
 
 

@@ -205,9 +205,11 @@ def cloud(settings_env, gcs, kube, google):
 # The real entry points as subprocesses against the peers (the hardening tests)
 
 def clean_environment(home: Path) -> dict[str, str]:
-    """Nothing of the caller's: no HF_TOKEN, no kubeconfig, no credentials, no settings."""
+    """Nothing of the caller's: no HF_TOKEN, no kubeconfig, no credentials, no settings. The code is this
+    checkout's (PYTHONPATH), not the one the venv's console script was installed from (a git worktree)."""
     return {
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO),
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
