@@ -234,3 +234,24 @@ def test_set_on_the_commands_that_read_a_run_says_it_selects_it_not_that_it_chan
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert says in text and "Override a MaxText key" not in text, text
+
+
+BOX = set("┃│━─┏┓┗┛┡┩└┘┌┐╇┼")
+
+
+def test_piped_output_is_plain_lines_not_a_box_table(cloud, monkeypatch):
+    # issue 28: `tpu-rl recipes | less` was a box table as wide as its longest row. Piped (no terminal, no
+    # COLUMNS): one fact a line; a terminal as wide as the table still gets the table.
+    from jobs.paths import ArtifactPaths
+    from recipes.runs import for_run
+    from scripts.cloud import gcs as bucket
+
+    paths = ArtifactPaths(for_run(get_recipe(RECIPE), (), "exp1"), peer_settings())
+    bucket.write_json(cloud["gcs"], paths.run_record, {"recipe": RECIPE, "status": "succeeded", "steps": {}})
+    monkeypatch.delenv("COLUMNS", raising=False)
+    for command, first in ((["recipes"], "tpu-rl recipes (cost: "), (["runs", RECIPE], f"{RECIPE}: runs in gs://")):
+        piped = runner.invoke(app, command)
+        assert piped.exit_code == 0, piped.output
+        assert piped.output.startswith(first) and not BOX & set(piped.output), piped.output
+        wide = runner.invoke(app, command, env={"COLUMNS": "400"})
+        assert wide.exit_code == 0 and BOX & set(wide.output), wide.output

@@ -13,7 +13,7 @@ import typer
 
 from recipes import STEPS, UserError
 from scripts.cli.core import (EVAL_SET_HELP, RUN_HELP, SELECT_SET_HELP, SET_HELP, app, cloud_recipe, cloud_settings,
-                              handled, make_console, parse_step, parse_steps, say, secret_app)
+                              handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from scripts.cloud.reach import REACH_ENV  # the first contact with the bucket or the cluster (default 20)
 from scripts.outcome import Interrupted, PreflightFailed
@@ -341,7 +341,6 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     import dataclasses
 
     from rich.markup import escape
-    from rich.measure import Measurement
     from rich.table import Table
 
     recipe, settings = cloud_recipe("runs", recipe_name)  # refused before the clouds' libraries load
@@ -364,14 +363,8 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             table.add_column(column, no_wrap=True)
         for run in listing.runs:
             table.add_row(*(escape(cell) for cell in run_cells(run)))
-        natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
-        if natural <= console.width:
-            console.print(table)
-        else:
-            console.print(title, soft_wrap=False)
-            for line in runs_stacked(listing.runs):
-                console.print(line, soft_wrap=False)
-        if natural <= console.width and any(run.accuracy_resumed is not None for run in listing.runs):
+        as_table = table_or_lines(console, table, title, runs_stacked(listing.runs))
+        if as_table and any(run.accuracy_resumed is not None for run in listing.runs):
             console.print(RESUMED_NOTE)
     if listing.other_recipes:
         console.print(f"({listing.other_recipes} run(s) of other recipes with the same model are not shown)")

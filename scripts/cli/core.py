@@ -130,6 +130,22 @@ def make_console() -> Console:
     return kind(soft_wrap=True, highlight=False, width=width, _environ=environ)
 
 
+def table_or_lines(console: Console, table, title: str, lines: list[str]) -> bool:
+    """The table when a terminal (or COLUMNS) is wide enough for it whole; else the title and the lines,
+    one fact each: for a narrow terminal, and for output piped to a file or a program, which reads plain
+    lines, not a box as wide as the longest row. True when the table was printed."""
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum  # nothing cut
+    if _sized() and natural <= console.width:
+        console.print(table)
+        return True
+    console.print(title, soft_wrap=False)
+    for line in lines:
+        console.print(line, soft_wrap=False)
+    return False
+
+
 def say(message: str, err: bool = False) -> None:
     """typer.echo of one message, wrapped like the console's lines (`fitted`)."""
     import shutil

@@ -10,7 +10,7 @@ import typer
 
 from recipes import UserError, all_recipes, get_recipe, load_settings
 from recipes.needs import needs
-from scripts.cli.core import RUN_HELP, SET_HELP, app, handled, make_console, say, write_file
+from scripts.cli.core import RUN_HELP, SET_HELP, app, handled, make_console, say, table_or_lines, write_file
 
 if TYPE_CHECKING:
     from recipes import Recipe
@@ -85,8 +85,6 @@ def _recipes_stacked(facts: list[dict]) -> list[str]:
 @handled
 def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the recipes: model, chips, hosts, machine type, image, MaxText version and an hourly estimate."""
-    from rich.measure import Measurement
-
     from recipes.cost import ESTIMATE_NOTE
 
     settings = load_settings(allow_example=True, needs=needs("recipes"))  # CAPACITY changes what a recipe costs
@@ -96,14 +94,7 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
         return
     console = make_console()
     title = f"tpu-rl recipes (cost: {ESTIMATE_NOTE})"
-    table = _recipes_table(facts, title)
-    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum  # nothing cut
-    if natural <= console.width:
-        console.print(table)
-    else:
-        console.print(title)
-        for line in _recipes_stacked(facts):
-            console.print(line)
+    table_or_lines(console, _recipes_table(facts, title), title, _recipes_stacked(facts))
     for item in facts:
         if item["unavailable"]:
             console.print(f"{item['name']}: {item['unavailable']}")
