@@ -205,8 +205,7 @@ def cloud(settings_env, gcs, kube, google):
 # The real entry points as subprocesses against the peers (the hardening tests)
 
 def clean_environment(home: Path) -> dict[str, str]:
-    """Nothing of the caller's: no HF_TOKEN, no kubeconfig, no credentials, no settings. The code is this
-    checkout's (PYTHONPATH), not the one the venv's console script was installed from (a git worktree)."""
+    """Nothing of the caller's: no HF_TOKEN, kubeconfig, credentials or settings; this checkout's code."""
     return {
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(REPO),
