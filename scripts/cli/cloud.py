@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from recipes import STEPS, UserError
-from scripts.cli.core import (EVAL_SET_HELP, RUN_HELP, SELECT_SET_HELP, SET_HELP, app, cloud_recipe, cloud_settings,
-                              handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
+from scripts.cli.core import (EVAL_SET_HELP, RUN_HELP, SELECT_SET_HELP, SET_HELP, UNUSUAL_HELP, app, cloud_recipe,
+                              cloud_settings, handled, make_console, parse_step, parse_steps, say, secret_app,
+                              table_or_lines)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from scripts.cloud.reach import REACH_ENV  # the first contact with the bucket or the cluster (default 20)
 from scripts.outcome import Interrupted, PreflightFailed
@@ -124,7 +125,7 @@ def secret_set() -> None:
 
 def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
                 bucket: BucketUse = "reads", rewards: Optional[str] = None, data_processor: Optional[str] = None,
-                unchecked_imports: bool = False):
+                unchecked_imports: bool = False, unusual_values: bool = False):
     """The Session of one run of `command`: the recipe as the settings, --set, --run, --rewards and
     --data-processor make it; a reward file is checked (scripts/rewards/check.py) before anything reaches
     the cloud. The settings are what `command` needs (core.cloud_recipe); a command that needs the bucket
@@ -134,7 +135,8 @@ def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_n
     from recipes.runs import for_run
 
     recipe, settings = cloud_recipe(command, recipe_name)
-    recipe = for_run(recipe, sets or (), run_name)
+    # Only `run` starts a run: the others find one by its --set items, as they were given to it.
+    recipe = for_run(recipe, sets or (), run_name, usual_only=command == "run" and not unusual_values)
     if rewards or data_processor:
         recipe = _with_user_files(recipe, settings, rewards, data_processor, unchecked_imports)
     uses_bucket = "gcs_bucket" in needs(command, recipe.platform)
@@ -200,7 +202,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                                      help="Your process_data for the dataset."),
         unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help="Submit a --rewards/"
                                                "--data-processor file that imports what this Python lacks "
-                                               "(maxtext, tunix, ...) unchecked; run.json records it.")) -> None:
+                                               "(maxtext, tunix, ...) unchecked; run.json records it."),
+        unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from recipes.schedule import schedule_warning
 
@@ -208,7 +211,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if show_manifests and not dry_run:
         raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
                         f"with `tpu-rl render {recipe_name} --out -`")
-    session = run_session("run", recipe_name, sets, run_name, "writes", rewards, data_processor, unchecked_imports)
+    session = run_session("run", recipe_name, sets, run_name, "writes", rewards, data_processor, unchecked_imports,
+                          unusual_values)
     recipe = session.recipe
     if not recipe.is_gke and (sets or run_name is not None):
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its stack) "

@@ -229,6 +229,8 @@ SELECT_SET_HELP = ("Select the run started with this --set item (as given to `ru
                    "it chooses the run's name and changes nothing; repeatable.")
 EVAL_SET_HELP = ("An evaluation key for this evaluation only, e.g. num_test_batches=10, applied after the run's "
                  "own --set items; --run chooses the run, whose training keys stay as they were; repeatable.")
+UNUSUAL_HELP = ("Submit --set values MaxText takes but no run means (a boolean for a number, a negative size, "
+                "a magnitude far from MaxText's own value) as they are.")
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
 
 

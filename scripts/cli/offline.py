@@ -10,7 +10,8 @@ import typer
 
 from recipes import UserError, all_recipes, get_recipe, load_settings
 from recipes.needs import needs
-from scripts.cli.core import RUN_HELP, SET_HELP, app, handled, make_console, say, table_or_lines, write_file
+from scripts.cli.core import (RUN_HELP, SET_HELP, UNUSUAL_HELP, app, handled, make_console, say, table_or_lines,
+                              write_file)
 
 if TYPE_CHECKING:
     from recipes import Recipe
@@ -119,7 +120,8 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            out_text: str = typer.Option(..., "--out", help="Directory for the rendered files, or - for stdout (one "
                                         "YAML stream of the JobSets, or the VM's startup script)."),
            sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-           run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
+           run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
+           unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
     """Write convert.yaml, train.yaml and export.yaml (GKE) or startup.sh (VM) with the current settings."""
     import jobs
     from recipes.runs import for_run, run_name as name_of
@@ -136,7 +138,7 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     settings = load_settings(allow_example=True, needs=needed)
     recipe = settings.with_capacity(recipe)
     settings.for_recipe(recipe, needed)
-    recipe = for_run(recipe, sets or (), run_name)
+    recipe = for_run(recipe, sets or (), run_name, usual_only=not unusual_values)
     manifests = jobs.render_manifests(recipe, settings) if recipe.is_gke else {}
     warning = schedule_warning(recipe)
     if warning:
