@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from recipes.errors import UserError
-from recipes.maxtext_values import release_schema, release_values
+from recipes.maxtext_values import parse_override, release_schema, release_values
 
 FAR_FACTOR = 1e5
 FAR_ABSOLUTE = 1e7
@@ -52,3 +52,8 @@ def check_usual(version: str, item: str, value: Any) -> None:
     if why:
         raise UserError(f"--set {item}: {why}; no run means that: give the value you mean, or pass {UNUSUAL_FLAG} "
                         "to submit it as it is")
+
+
+def has_unusual(version: str, sets: tuple[str, ...]) -> bool:
+    """Whether a run's --set items hold a value only --unusual-values lets through (its hints repeat the flag)."""
+    return any(unusual(version, item.partition("=")[0], parse_override(*item.split("=", 1))) for item in sets)

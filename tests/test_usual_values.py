@@ -46,3 +46,17 @@ def test_run_refuses_it_and_status_finds_the_run_by_it(cloud):
     assert cloud["kube"].created == []
     status = runner.invoke(app, ["status", RECIPE, "--set", "learning_rate=true"])  # as given to run
     assert status.exit_code == 0, status.output
+
+
+def test_the_hints_of_a_run_with_an_unusual_value_repeat_the_flag(cloud, monkeypatch):
+    from test_cli_cancel import interrupt, session_hook
+
+    from peers.fixtures import jobset_of
+
+    cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang")
+    session_hook(monkeypatch, sleep=interrupt)
+    result = runner.invoke(app, ["run", RECIPE, "--set", "learning_rate=1e3", "--unusual-values"])
+    assert result.exit_code == 130, result.output
+    text = " ".join(result.output.split())
+    assert "Reattach with `tpu-rl run qwen3-v6e32 --steps convert,train,export --set learning_rate=1e3 " \
+           "--unusual-values`" in text, text
