@@ -153,12 +153,19 @@ def test_status_json_has_each_steps_cells(cloud):
     assert (steps["train"]["state"], steps["train"]["output"], steps["train"]["progress"]) == ("absent", "none yet", "")
 
 
-def test_the_end_of_a_run_says_where_the_model_is_and_what_to_do_next(cloud):
+def whole_run(cloud):
+    """`tpu-rl run RECIPE` through its three steps, each writing its output."""
     recipe = get_recipe(RECIPE)
     for step in ("convert", "train", "export"):
         cloud["kube"].plan(jobset_of(RECIPE, step), on_success=lambda step=step: put_step_output(cloud["gcs"], recipe, step))
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == 0, result.output
+    return result
+
+
+def test_the_end_of_a_run_says_where_the_model_is_and_what_to_do_next(cloud):
+    recipe = get_recipe(RECIPE)
+    result = whole_run(cloud)
     run, export = paths().run_name, paths().hf_export
     assert export == f"gs://rl-test-artifacts/qwen3-30b-a3b/hf-trained/{run}/"
     lines = result.output.splitlines()
@@ -176,11 +183,7 @@ def test_the_commands_at_the_end_of_a_run_stay_whole_at_80_columns(cloud, monkey
     from test_cli_status_logs import fits_80_columns_with_whole_paths
 
     monkeypatch.setenv("COLUMNS", "80")
-    recipe = get_recipe(RECIPE)
-    for step in ("convert", "train", "export"):
-        cloud["kube"].plan(jobset_of(RECIPE, step), on_success=lambda step=step: put_step_output(cloud["gcs"], recipe, step))
-    result = runner.invoke(app, ["run", RECIPE])
-    assert result.exit_code == 0, result.output
+    result = whole_run(cloud)
     run, export = paths().run_name, paths().hf_export
     lines = result.output.splitlines()
     assert f"    `gcloud storage cp -r {export} ./{run}`" in lines, result.output  # whole, on its own line
