@@ -88,3 +88,13 @@ def test_status_with_an_unreachable_cluster_says_so_within_seconds_and_exits_4(s
     check_said_and_ended(code, took, lines, f"reaching cluster 'rl-test' at {endpoint}",
                          f"error: cannot reach cluster 'rl-test' at {endpoint} within {REACH} s (",
                          "check that AUTHORIZED_CIDR includes your address and the cluster exists")
+
+
+def test_vm_status_with_an_unreachable_compute_api_says_so_within_seconds_and_exits_4(settings_env, gcs, tmp_path,
+                                                                                       blackhole):
+    # Before, the Compute Engine client (no timeout of its own) kept `status` of a VM recipe silent for good.
+    env = {**os.environ, "TPU_RL_COMPUTE_ENDPOINT": blackhole}
+    code, took, lines = timed_run(["status", "llama31-v6e8"], env, tmp_path)
+    what = "the Compute Engine API for TPU VM 'rl-test-vm'"
+    check_said_and_ended(code, took, lines, f"reaching {what} at {blackhole}",
+                         f"error: cannot reach {what} at {blackhole} within {REACH} s (", "check the network")
