@@ -1,5 +1,5 @@
-"""The first contact with an endpoint a command needs (the bucket, the cluster's API server): said on stderr
-when it is slow, and given up after a bound, exit 4, naming the endpoint.
+"""The first contact with an endpoint a command needs (the bucket, the cluster's API server, Compute Engine
+for a TPU VM): said on stderr when it is slow, and given up after a bound, exit 4, naming the endpoint.
 
 Without a bound, an endpoint that refuses or never answers kept a command silent for as long as its
 library's retries last (google-cloud-storage's DEFAULT_RETRY: 120 s; six Kubernetes attempts with
