@@ -16,19 +16,25 @@ _SECRET_KEYS = {"hf_token", "hf_access_token", "token"}
 _LIST_FIELDS = {"authorized_cidr", "capacity", "zone"}
 
 
-def read_config(path: Path) -> dict[str, str]:
+def read_config(path: Path, named: bool = True) -> dict[str, str]:
+    """The file's settings. `named`: the path came from TPU_RL_CONFIG (so unsetting it is a way out),
+    else it is ./tpu-rl.toml, read when it exists."""
+    way_out = f" or unset {CONFIG_ENV}" if named else ""
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise UserError(f"{CONFIG_ENV} points to {path}, which does not exist: create it or unset {CONFIG_ENV}") from None
     except IsADirectoryError:
+        if not named:
+            raise UserError(f"{path} is a directory, not the TOML file of settings tpu-rl reads from the working "
+                            f"directory: rename it, or point {CONFIG_ENV} at your settings file") from None
         raise UserError(f"{CONFIG_ENV} points to {path}, which is a directory: name the TOML file, e.g. "
                         f"{CONFIG_ENV}={path / DEFAULT_CONFIG}, or unset {CONFIG_ENV}") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"{path} cannot be read as a text file ({error.__class__.__name__}: {error}): fix the file "
-                        f"or unset {CONFIG_ENV}") from None
+        raise UserError(f"{path} cannot be read as a text file ({error.__class__.__name__}: {error}): fix the "
+                        f"file{way_out}") from None
     except tomllib.TOMLDecodeError as error:
-        raise UserError(f"{path} is not valid TOML ({error}): fix the file or unset {CONFIG_ENV}") from None
+        raise UserError(f"{path} is not valid TOML ({error}): fix the file{way_out}") from None
     values: dict[str, str] = {}
     for key, value in data.items():
         if key.lower() in _SECRET_KEYS:
@@ -36,12 +42,23 @@ def read_config(path: Path) -> dict[str, str]:
                             "store the token with `tpu-rl secret set` (it reads stdin)")
         if key not in BY_FIELD:
             raise UserError(f"{path} has an unknown key '{key}' (known: {', '.join(BY_FIELD)})")
-        if key in _LIST_FIELDS and isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            value = ",".join(value)
+        if key in _LIST_FIELDS and isinstance(value, list):
+            value = _joined(path, key, value)
         if not isinstance(value, str):
             raise UserError(f"{path}: {key} must be {_expected_form(key)}, not a TOML {_toml_type(value)}")
         values[key] = value
     return values
+
+
+def _joined(path: Path, key: str, items: list) -> str:
+    """A list setting's TOML array as the comma-separated string; one line naming an item that is no string."""
+    if not items:
+        raise UserError(f"{path}: {key} is an empty list: give at least one value, as {_expected_form(key)}")
+    for item in items:
+        if not isinstance(item, str):
+            raise UserError(f"{path}: {key} holds {item!r}, a TOML {_toml_type(item)}: write every item as a string "
+                            f"(in quotes), as {_expected_form(key)}")
+    return ",".join(items)
 
 
 def _expected_form(key: str) -> str:

@@ -31,9 +31,11 @@ from recipes.maxtext_values import (
     check_micro_batches,
     check_value,
     maxtext_keys,
+    parse_override,
 )
 from recipes.model import Recipe, first_error
 from recipes.schedule import SCHEDULE_KEY, schedule_steps
+from recipes.usual_values import check_usual
 
 # --- names ---------------------------------------------------------------------------------------------
 # A run name becomes a JobSet name (<run>-<step>, at most MAX_JOBSET_NAME), a label value and a directory
@@ -207,11 +209,12 @@ def _same_value(recipe: Recipe, key: str, text: str, value: object) -> bool:
         return False
 
 
-def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
+def with_sets(recipe: Recipe, sets: Iterable[str], usual_only: bool = False) -> Recipe:
     """The recipe with --set KEY=VALUE items joined to its train overrides, later wins (a key the recipe
     sets keeps its place with the new value). num_batches and checkpoint_period change the [rl] fields they
     come from. Everything downstream (the run name, the train command, train_steps, export's last step)
-    reads the copy."""
+    reads the copy. `usual_only`: a value MaxText takes but no run means is refused (recipes/usual_values.py),
+    as `run` and `render` do without --unusual-values."""
     sets = tuple(sets)
     if not sets:
         return recipe
@@ -226,7 +229,9 @@ def with_sets(recipe: Recipe, sets: Iterable[str]) -> Recipe:
             fields[key] = item.partition("=")[2]
             continue
         check_set_key(recipe, key)
-        item = checked_item(recipe, item, sets)
+        given, item = item, checked_item(recipe, item, sets)
+        if usual_only:
+            check_usual(recipe.maxtext_version, given, parse_override(key, given.partition("=")[2]))
         names = same_setting(key)
         kept = [i for i, old in enumerate(overrides) if old.partition("=")[0] in names]
         overrides = [old for old in overrides if old.partition("=")[0] not in names]
@@ -263,6 +268,6 @@ def with_run(recipe: Recipe, run: str | None) -> Recipe:
     return recipe.model_copy(update={"run": check_run_name(run)}) if run is not None else recipe
 
 
-def for_run(recipe: Recipe, sets: Iterable[str] = (), run: str | None = None) -> Recipe:
+def for_run(recipe: Recipe, sets: Iterable[str] = (), run: str | None = None, usual_only: bool = False) -> Recipe:
     """The recipe as `--set` and `--run` make it: the one place the CLI applies them."""
-    return with_run(with_sets(recipe, sets), run)
+    return with_run(with_sets(recipe, sets, usual_only), run)

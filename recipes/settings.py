@@ -187,7 +187,8 @@ def load_settings(env: Mapping[str, str] | None = None, *, allow_example: bool =
     """
     env = os.environ if env is None else env
     config_path = Path(env[CONFIG_ENV]) if env.get(CONFIG_ENV) else DEFAULT_CONFIG
-    from_file = read_config(config_path) if env.get(CONFIG_ENV) or config_path.is_file() else {}
+    named = bool(env.get(CONFIG_ENV))
+    from_file = read_config(config_path, named) if named or config_path.exists() else {}
     from_env = {spec.field: env[spec.env] for spec in SPECS if env.get(spec.env)}
     values = {**from_file, **from_env}
     source = "environment" if from_env else str(config_path) if from_file else "example"

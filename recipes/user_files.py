@@ -94,7 +94,21 @@ def _release_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
-def read_user_file(recipe: Recipe, kind: Kind, path: Path, functions: tuple[str, ...] = ()) -> UserFile:
+def read_user_files(recipe: Recipe | None, data_processor: Path | None = None,
+                    rewards: tuple[Path, tuple[str, ...]] | None = None) -> tuple[UserFile, ...]:
+    """The --data-processor and --rewards files as a run mounts them, refused as a run refuses them: the
+    one rule that `run` and `check-rewards` share. `recipe` None: no recipe named (`check-rewards` alone),
+    so only the files' own rules apply."""
+    files = []
+    if data_processor is not None:
+        files.append(read_user_file(recipe, "data-processor", data_processor))
+    if rewards is not None:
+        files.append(read_user_file(recipe, "rewards", *rewards))
+    _check_together(files)
+    return tuple(files)
+
+
+def _check_recipe_takes(recipe: Recipe, kind: Kind) -> None:
     option = f"--{kind}"
     if not recipe.platform_rules.user_files:
         raise UserError(f"{option} applies to GKE recipes: recipe '{recipe.name}' runs on a TPU VM whose startup "
@@ -103,6 +117,12 @@ def read_user_file(recipe: Recipe, kind: Kind, path: Path, functions: tuple[str,
     if _release_tuple(recipe.maxtext_version) < _release_tuple(FIRST_RELEASE[kind]):
         raise UserError(f"{option} needs MaxText {FIRST_RELEASE[kind]} or later ({SETTING[kind]}); recipe "
                         f"'{recipe.name}' pins {recipe.maxtext_version}")
+
+
+def read_user_file(recipe: Recipe | None, kind: Kind, path: Path, functions: tuple[str, ...] = ()) -> UserFile:
+    option = f"--{kind}"
+    if recipe is not None:
+        _check_recipe_takes(recipe, kind)
     try:
         content = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
@@ -117,17 +137,22 @@ def read_user_file(recipe: Recipe, kind: Kind, path: Path, functions: tuple[str,
     return UserFile(kind, path.name, content, functions, str(path))
 
 
-def with_user_files(recipe: Recipe, files: tuple[UserFile, ...], recorded: bool = False) -> Recipe:
-    """The recipe with the files and the overrides that point train_rl at their mounted paths; `recorded`:
-    the files of a run's record, whose reward names are kept as the run trained with them."""
-    if not files:
-        return recipe
+def _check_together(files: tuple[UserFile, ...] | list[UserFile]) -> None:
+    """The files share one ConfigMap: distinct keys, and 1 MiB in all."""
     if len({file.name for file in files}) < len(files):
         raise UserError("--rewards and --data-processor name files with the same name: rename one")
     size = sum(len(file.name.encode()) + len(file.content.encode()) for file in files)
     if size > CONFIGMAP_MAX_BYTES:
         raise UserError(f"--rewards and --data-processor: {size} bytes together, over the 1 MiB their ConfigMap "
                         "holds: make them smaller")
+
+
+def with_user_files(recipe: Recipe, files: tuple[UserFile, ...], recorded: bool = False) -> Recipe:
+    """The recipe with the files and the overrides that point train_rl at their mounted paths; `recorded`:
+    the files of a run's record, whose reward names are kept as the run trained with them."""
+    if not files:
+        return recipe
+    _check_together(files)
     overrides = list(recipe.rl.overrides)
     for file in files:
         if file.kind == "rewards":

@@ -81,12 +81,22 @@ def _is_a(error: BaseException, module_name: str, class_name: str) -> bool:
     return cls is not None and isinstance(error, cls)
 
 
+def clip(text: str, limit: int) -> str:
+    """`text` on one line in at most about `limit` characters, cut at a space and marked with "…", never
+    mid-word (a URL or an endpoint stays whole or goes)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return (text[:cut] if cut > 0 else text.split(" ")[0]).rstrip(" ,;:(") + " …"
+
+
 def describe(error: BaseException) -> str:
     """A library's exception in a few words: a Kubernetes API error as its HTTP status, others by type."""
     if _is_a(error, *_KUBE_API_EXCEPTION):
         return f"HTTP {error.status} {error.reason or ''}".strip()
     text = str(error).splitlines()[0] if str(error) else ""
-    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
+    return f"{type(error).__name__}: {clip(text, 160)}" if text else type(error).__name__
 
 
 def foreign_ending(error: BaseException) -> tuple[ExitCode, str] | None:
@@ -94,5 +104,5 @@ def foreign_ending(error: BaseException) -> tuple[ExitCode, str] | None:
     for module_name, class_name, code, template in _FOREIGN:
         if _is_a(error, module_name, class_name):
             return code, template.format(what=describe(error),
-                                         text=f"{type(error).__name__}: {str(error)[:200]}")
+                                         text=f"{type(error).__name__}: {clip(str(error), 200)}")
     return None

@@ -131,7 +131,9 @@ def test_an_unreachable_cluster_is_one_line(settings_env, gcs, google, monkeypat
     config = tmp_path / "kubeconfig"
     write_kubeconfig(config, f"http://127.0.0.1:{_free_port()}", CONTEXT)  # nothing listens there
     monkeypatch.setenv("KUBECONFIG", str(config))
-    line = rejected(["run", RECIPE])
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.API_ERROR, result.output  # not bad input: a cloud that did not answer
+    [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert "cannot reach cluster 'rl-test'" in line and "AUTHORIZED_CIDR" in line
 
 

@@ -134,7 +134,9 @@ def test_the_conversion_of_another_run_is_not_this_runs_to_cancel(cloud, monkeyp
     convert = names(first)["convert"]
     cloud["kube"].plan(convert, outcome="hang")
     left_running(cloud, monkeypatch)
-    result = runner.invoke(app, ["cancel", RECIPE, "--run", "exp2", "--yes"])  # a run that never waited on it
+    _, exp2 = run_of(run="exp2")  # a run that exists (cancel refuses a --run that names none) but never waited
+    bucket.write_json(cloud["gcs"], exp2.run_record, {"recipe": RECIPE, "status": "succeeded", "steps": {}})
+    result = runner.invoke(app, ["cancel", RECIPE, "--run", "exp2", "--yes"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0].startswith(f"kept JobSet {convert}: the conversion is running, but not for "
                                                     "run exp2")

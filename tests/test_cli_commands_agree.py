@@ -193,3 +193,66 @@ def test_a_columns_value_that_is_no_width_counts_as_unset(settings_env, gcs, goo
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert all(line.startswith(("pass  ", "FAIL  ", "error: ")) for line in lines), result.output
     assert any(len(line) > 80 for line in lines), result.output
+
+
+@pytest.mark.parametrize("command", [["status"], ["logs", "train"], ["cancel", "--yes"], ["eval"]],
+                         ids=lambda command: command[0])
+def test_a_mistyped_run_is_refused_by_every_command_naming_the_runs_that_exist(cloud, monkeypatch, command):
+    # issue 28: `cancel --run no-such-run --yes` said "nothing to cancel" and exited 0, `status` printed an
+    # empty table. exp1 has a record in the bucket; exp2 only a JobSet on the cluster (no record yet).
+    from test_cli_cancel import left_running
+    from test_cli_experiments import run_of
+
+    exp1, _ = run_of(run="exp1")
+    put_step_output(cloud["gcs"], exp1, "convert")
+    cloud["kube"].plan("exp1-train", outcome="hang")
+    left_running(cloud, monkeypatch, "--run", "exp1")
+    exp2, _ = run_of(run="exp2")
+    cloud["kube"].put_jobset(render_manifests(exp2, peer_settings())["train"], "running")
+    before = set(cloud["kube"].jobsets)
+    result = runner.invoke(app, [command[0], RECIPE, *command[1:], "--run", "no-such-run"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    trained = "gs://rl-test-artifacts/qwen3-30b-a3b/trained/"
+    where = ("the cluster's JobSets (runs: exp1, exp2)" if command[0] == "logs"  # logs reads no bucket on GKE
+             else f"{trained} or the cluster's JobSets (runs: exp1, exp2)")
+    assert result.output.splitlines() == [
+        f"error: --run 'no-such-run': no run of {RECIPE} by that name in {where}: pass one of those "
+        f"(`tpu-rl runs {RECIPE}` lists them)"]
+    assert set(cloud["kube"].jobsets) == before and not cloud["kube"].deleted
+    for known in ("exp1", "exp2"):  # the runs that exist are read as before
+        if command[0] in ("status", "logs"):
+            again = runner.invoke(app, [command[0], RECIPE, *command[1:], "--run", known])
+            assert again.exit_code == 0, again.output
+
+
+@pytest.mark.parametrize("command, says", [
+    ("status", "Select the run started with this --set item"), ("logs", "Select the run started with this --set item"),
+    ("cancel", "Select the run started with this --set item"), ("eval", "An evaluation key for this evaluation only"),
+])
+def test_set_on_the_commands_that_read_a_run_says_it_selects_it_not_that_it_changes_it(command, says):
+    # issue 28: their --set help was run's ("Override a MaxText key of the train step ... Changes the run name").
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert says in text and "Override a MaxText key" not in text, text
+
+
+BOX = set("┃│━─┏┓┗┛┡┩└┘┌┐╇┼")
+
+
+def test_piped_output_is_plain_lines_not_a_box_table(cloud, monkeypatch):
+    # issue 28: `tpu-rl recipes | less` was a box table as wide as its longest row. Piped (no terminal, no
+    # COLUMNS): one fact a line; a terminal as wide as the table still gets the table.
+    from jobs.paths import ArtifactPaths
+    from recipes.runs import for_run
+    from scripts.cloud import gcs as bucket
+
+    paths = ArtifactPaths(for_run(get_recipe(RECIPE), (), "exp1"), peer_settings())
+    bucket.write_json(cloud["gcs"], paths.run_record, {"recipe": RECIPE, "status": "succeeded", "steps": {}})
+    monkeypatch.delenv("COLUMNS", raising=False)
+    for command, first in ((["recipes"], "tpu-rl recipes (cost: "), (["runs", RECIPE], f"{RECIPE}: runs in gs://")):
+        piped = runner.invoke(app, command)
+        assert piped.exit_code == 0, piped.output
+        assert piped.output.startswith(first) and not BOX & set(piped.output), piped.output
+        wide = runner.invoke(app, command, env={"COLUMNS": "400"})
+        assert wide.exit_code == 0 and BOX & set(wide.output), wide.output

@@ -157,12 +157,19 @@ def test_status_json_has_each_steps_cells(cloud):
     assert (steps["train"]["state"], steps["train"]["output"], steps["train"]["progress"]) == ("absent", "none yet", "")
 
 
-def test_the_end_of_a_run_says_where_the_model_is_and_what_to_do_next(cloud):
+def whole_run(cloud):
+    """`tpu-rl run RECIPE` through its three steps, each writing its output."""
     recipe = get_recipe(RECIPE)
     for step in ("convert", "train", "export"):
         cloud["kube"].plan(jobset_of(RECIPE, step), on_success=lambda step=step: put_step_output(cloud["gcs"], recipe, step))
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == 0, result.output
+    return result
+
+
+def test_the_end_of_a_run_says_where_the_model_is_and_what_to_do_next(cloud):
+    recipe = get_recipe(RECIPE)
+    result = whole_run(cloud)
     run, export = paths().run_name, paths().hf_export
     assert export == f"gs://rl-test-artifacts/qwen3-30b-a3b/hf-trained/{run}/"
     lines = result.output.splitlines()
@@ -173,3 +180,16 @@ def test_the_end_of_a_run_says_where_the_model_is_and_what_to_do_next(cloud):
         f"  its curves: `tpu-rl metrics {RECIPE} --run {run} --png {run}.png`",
         f"  when you are done, `npx cdktf destroy {RECIPE}`: the stack costs {hourly_estimate(recipe).summary()} "
         "until then (estimates from list prices)"]
+
+
+def test_the_commands_at_the_end_of_a_run_stay_whole_at_80_columns(cloud, monkeypatch):
+    # issue 28: at 80 columns the download command was wrapped at its spaces, so a paste ran half of it.
+    from test_cli_status_logs import fits_80_columns_with_whole_paths
+
+    monkeypatch.setenv("COLUMNS", "80")
+    result = whole_run(cloud)
+    run, export = paths().run_name, paths().hf_export
+    lines = result.output.splitlines()
+    assert f"    `gcloud storage cp -r {export} ./{run}`" in lines, result.output  # whole, on its own line
+    assert f"    `tpu-rl metrics {RECIPE} --run {run} --png {run}.png`" in lines, result.output
+    assert fits_80_columns_with_whole_paths(result.output), result.output

@@ -139,6 +139,35 @@ def test_rewards_need_a_gke_recipe_on_maxtext_0_2_4(rewards_file):
         read_user_file(get_recipe("llama31-v6e8"), "rewards", rewards_file, ("correct",))
 
 
+SHORT = "def short(prompts, completions, tmvp_config, **kwargs):\n    return [0.0] * len(completions)\n"
+
+
+@pytest.mark.parametrize("name, size, recipe, line", [
+    ("my rewards.py", 0, RECIPE, "--rewards {path}: the name 'my rewards.py' is not a ConfigMap key, which the "
+                                 "trainer reads it from: rename it to letters, digits, '-', '_' and '.' only"),
+    ("big.py", 1_100_000, RECIPE, "--rewards {path}: 1100006 bytes, over the 1 MiB a ConfigMap holds (the "
+                                  "trainer reads it from one): keep the file under 1 MiB, e.g. load large data "
+                                  "from the bucket"),
+    ("vm.py", 0, "llama31-v6e8", "--rewards applies to GKE recipes: recipe 'llama31-v6e8' runs on a TPU VM whose "
+                                 "startup script trains the recipe as recipes.toml defines it (MaxText 0.2.4 or "
+                                 "later on GKE has reward_functions_path)"),
+])
+def test_check_rewards_refuses_what_run_refuses_with_the_same_line(cloud, tmp_path, name, size, recipe, line):
+    # issue 28: check-rewards said `ok` to files that `run --rewards` then refused.
+    path = tmp_path / name
+    path.write_text(SHORT + "#" * max(0, size - len(SHORT) - 1) + ("\n" if size else ""))
+    expected = [f"error: {line.format(path=path)}"]
+    checked = runner.invoke(app, ["check-rewards", f"{path}:short", "--recipe", recipe])
+    ran = runner.invoke(app, ["run", recipe, "--rewards", f"{path}:short"])
+    assert (checked.exit_code, ran.exit_code) == (2, 2), checked.output + ran.output
+    assert checked.output.strip().splitlines() == expected
+    assert ran.output.strip().splitlines() == expected
+    assert not cloud["kube"].created and not cloud["kube"].configmaps
+    if recipe == RECIPE:  # the file's own rules hold with no recipe named too
+        alone = runner.invoke(app, ["check-rewards", f"{path}:short"])
+        assert alone.exit_code == 2 and alone.output.strip().splitlines() == expected, alone.output
+
+
 def test_run_with_rewards_mounts_the_file_and_records_it(cloud, rewards_file):
     from recipes.runs import for_run, run_name
     from recipes.user_files import read_user_file, with_user_files
@@ -499,7 +528,9 @@ def test_a_data_processor_gets_the_real_tokenizer_or_a_clear_line(tmp_path, no_h
 
     path = tmp_path / "tokenizing.py"
     path.write_text(TOKENIZING)
-    result = runner.invoke(app, ["check-rewards", f"{path}:short", "--data-processor", str(path)])
+    rewards = tmp_path / "zero.py"
+    rewards.write_text("def short(prompts, completions, tmvp_config, **kwargs):\n    return [0.0 for _ in completions]\n")
+    result = runner.invoke(app, ["check-rewards", f"{rewards}:short", "--data-processor", str(path)])
     assert result.exit_code == 2
     assert ("process_data called model_tokenizer.tokenize, and the check has no tokenizer to give it: pass "
             "--tokenizer DIR (with tokenizer.json)") in " ".join(result.output.split())
@@ -511,8 +542,6 @@ def test_a_data_processor_gets_the_real_tokenizer_or_a_clear_line(tmp_path, no_h
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.save(str(directory / "tokenizer.json"))
     (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[0]['content'] }}"}))
-    rewards = tmp_path / "zero.py"
-    rewards.write_text("def short(prompts, completions, tmvp_config, **kwargs):\n    return [0.0 for _ in completions]\n")
     result = runner.invoke(app, ["check-rewards", f"{rewards}:short", "--data-processor", str(path),
                                  "--tokenizer", str(directory)])
     assert result.exit_code == 0, result.output

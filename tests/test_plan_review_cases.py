@@ -193,7 +193,7 @@ def _cost_row(stack: str, before: tuple[str, str], after: tuple[str, str], chang
 def test_no_change_is_one_line(reviews):
     review = reviews["no change"]
     assert review.markdown.startswith("No changes: the stacks, manifests and cost estimates at HEAD~1 (")
-    assert review.markdown.endswith(") and in the working tree are the same.")
+    assert review.markdown.endswith(") and in the working tree are the same.\n")
     assert review.changed_stacks == ()
 
 
@@ -416,6 +416,23 @@ def test_cli_prints_the_review_and_writes_the_changed_stacks(repos, reviews, tmp
     assert result.exit_code == 0, result.output
     assert result.output == reviews["topology"].markdown
     assert changed.read_text() == "qwen3-v6e32\n"
+
+
+def test_cli_output_ends_with_a_newline_when_nothing_changed(monkeypatch):
+    # issue 28: "No changes: ..." was printed without one, so the shell prompt followed it on the same line.
+    from typer.testing import CliRunner
+
+    import scripts.plan_review
+    from scripts.cli import app
+    from scripts.plan_review.worktrees import Side
+
+    side = Side(stacks={"artifacts": {}}, manifests={}, costs="no estimate")
+    monkeypatch.setattr(scripts.plan_review, "review",
+                        lambda base: scripts.plan_review.compare_sides(side, side, "HEAD~1 (0123456789)"))
+    result = CliRunner().invoke(app, ["plan-review", "--base", "HEAD~1"])
+    assert result.exit_code == 0, result.output
+    assert result.output == ("No changes: the stacks, manifests and cost estimates at HEAD~1 (0123456789) and in "
+                             "the working tree are the same.\n")
 
 
 def test_cli_bad_ref_exits_2_with_one_line(repos, monkeypatch):

@@ -125,7 +125,7 @@ def test_nothing_changed_is_one_line():
     side = _side({"qwen3-v6e32": _stack(_pool("4x8", 8))}, {"qwen3-v6e32": {"train": _jobset([])}},
                  _costs("qwen3-v6e32"))
     assert compare(side, side, "main (abc)") == (
-        "No changes: the stacks, manifests and cost estimates at main (abc) and in the working tree are the same.")
+        "No changes: the stacks, manifests and cost estimates at main (abc) and in the working tree are the same.\n")
 
 
 def test_review_has_three_sections_and_a_cost_row_per_stack():

@@ -210,6 +210,29 @@ def test_flex_start_needs_a_zone_that_offers_it():
         get_recipe("qwen3-v6e32")).capacity == ("spot",)
 
 
+def test_config_file_errors_name_the_real_cause(tmp_path, monkeypatch):
+    # issue 28: a list holding a number was "not a TOML array"; the ./tpu-rl.toml the working directory
+    # holds was told to "unset TPU_RL_CONFIG", which was not set; a tpu-rl.toml directory was ignored.
+    monkeypatch.chdir(tmp_path)
+    named = tmp_path / "named.toml"
+    named.write_text('zone = ["us-east5-b", 5]\n')
+    assert error_of({"TPU_RL_CONFIG": str(named)}) == (
+        f'{named}: zone holds 5, a TOML integer: write every item as a string (in quotes), as a string or a list '
+        'of strings, e.g. zone = "us-east5-b" or zone = ["us-east5-b"]')
+    named.write_text("capacity = []\n")
+    assert error_of({"TPU_RL_CONFIG": str(named)}).startswith(f"{named}: capacity is an empty list: give at least one")
+    (tmp_path / "tpu-rl.toml").write_text("project: acme\n")
+    message = error_of(GOOD)
+    assert message.startswith("tpu-rl.toml is not valid TOML (") and message.endswith("): fix the file")
+    assert "TPU_RL_CONFIG" not in message
+    named.write_text("project: acme\n")
+    assert error_of({"TPU_RL_CONFIG": str(named)}).endswith("): fix the file or unset TPU_RL_CONFIG")
+    (tmp_path / "tpu-rl.toml").unlink()
+    (tmp_path / "tpu-rl.toml").mkdir()
+    assert error_of(GOOD) == ("tpu-rl.toml is a directory, not the TOML file of settings tpu-rl reads from the "
+                              "working directory: rename it, or point TPU_RL_CONFIG at your settings file")
+
+
 def test_a_config_file_may_list_the_list_settings_as_toml_arrays(tmp_path):
     config = tmp_path / "tpu-rl.toml"
     config.write_text('project = "acme-rl-research"\nregion = "us-east5"\nzone = "us-east5-b"\n'

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from recipes import STEPS, UserError
-from scripts.cli.core import (RUN_HELP, SET_HELP, app, cloud_recipe, cloud_settings, handled, make_console, parse_step,
-                              parse_steps, say, secret_app)
+from scripts.cli.core import (EVAL_SET_HELP, RUN_HELP, SELECT_SET_HELP, SET_HELP, UNUSUAL_HELP, app, cloud_recipe,
+                              cloud_settings, handled, make_console, parse_step, parse_steps, say, secret_app,
+                              table_or_lines)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
+from scripts.cloud.reach import REACH_ENV  # the first contact with the bucket or the cluster (default 20)
 from scripts.outcome import Interrupted, PreflightFailed
 from scripts.pipeline.platforms import platform_for
 
@@ -44,6 +46,11 @@ def _float_env(name: str, default: float, *, zero_allowed: bool) -> float:
                     f"it (default {default:g})")
 
 
+def reach_seconds() -> float:
+    """How long the first contact with the bucket or the cluster may take in all (scripts.cloud.reach)."""
+    return _float_env(REACH_ENV, 20.0, zero_allowed=False)
+
+
 def _stdin_is_a_terminal() -> bool:
     return sys.stdin.isatty()
 
@@ -71,13 +78,15 @@ def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"
     from scripts.pipeline.session import MAINTENANCE_GRACE_SECONDS, Session
 
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
-                         request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False))
+                         request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False),
+                         reach_seconds=reach_seconds())
     session = Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
                       poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
                       maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, MAINTENANCE_GRACE_SECONDS, zero_allowed=True),
                       confirm=_ask if _stdin_is_a_terminal() else None)
     if bucket != "none":
-        gcs.require_bucket(session.clients.storage(), settings, writes=bucket == "writes")
+        gcs.require_bucket(session.clients.storage(), settings, writes=bucket == "writes",
+                           within=policy.reach_seconds)
     return session
 
 
@@ -122,16 +131,24 @@ def secret_set() -> None:
 
 def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
                 bucket: BucketUse = "reads", rewards: Optional[str] = None, data_processor: Optional[str] = None,
-                unchecked_imports: bool = False):
+                unchecked_imports: bool = False, unusual_values: bool = False):
     """The Session of one run of `command`: the recipe as the settings, --set, --run, --rewards and
     --data-processor make it; a reward file is checked (scripts/rewards/check.py) before anything reaches
     the cloud. The settings are what `command` needs (core.cloud_recipe); a command that needs the bucket
-    stops first when it does not exist (make_session)."""
+    stops first when it does not exist (make_session). A --run names a run that exists, except in `run`
+    (scripts.pipeline.runs.require_run)."""
     from recipes.needs import needs
     from scripts.cli.run_input import run_recipe
 
-    recipe, settings = run_recipe(command, recipe_name, sets, run_name, rewards, data_processor, unchecked_imports)
-    return make_session(recipe, settings, bucket if "gcs_bucket" in needs(command, recipe.platform) else "none")
+    recipe, settings = run_recipe(command, recipe_name, sets, run_name, rewards, data_processor, unchecked_imports,
+                                  unusual_values)
+    uses_bucket = "gcs_bucket" in needs(command, recipe.platform)
+    session = make_session(recipe, settings, bucket if uses_bucket else "none")
+    if run_name is not None and command != "run":  # only `run` starts a run; the others read one
+        from scripts.pipeline.runs import require_run
+
+        require_run(session, uses_bucket)
+    return session
 
 
 @app.command()
@@ -153,7 +170,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                                      help="Your process_data for the dataset."),
         unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help="Submit a --rewards/"
                                                "--data-processor file that imports what this Python lacks "
-                                               "(maxtext, tunix, ...) unchecked; run.json records it.")) -> None:
+                                               "(maxtext, tunix, ...) unchecked; run.json records it."),
+        unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from recipes.schedule import schedule_warning
     from scripts.cli.run_input import run_recipe
@@ -162,7 +180,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if show_manifests and not dry_run:
         raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
                         f"with `tpu-rl render {recipe_name} --out -`")
-    recipe, settings = run_recipe("run", recipe_name, sets, run_name, rewards, data_processor, unchecked_imports)
+    recipe, settings = run_recipe("run", recipe_name, sets, run_name, rewards, data_processor, unchecked_imports,
+                                  unusual_values)
     platform = platform_for(recipe)
     platform.check_run_request(recipe, sets or (), run_name)
     console, warning = make_console(), schedule_warning(recipe)
@@ -183,7 +202,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                  run_name: str = typer.Option(..., "--run", metavar="NAME", help="The run whose checkpoint to evaluate."),
                  step: Optional[int] = typer.Option(None, "--step", min=1, help="The checkpoint (default: the latest)."),
-                 sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)) -> None:
+                 sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
+                                                          help=EVAL_SET_HELP)) -> None:
     """Evaluate a saved checkpoint of a run on the held-out set, on the run's slice shape, into its run.json."""
     from recipes import get_recipe
 
@@ -213,17 +233,16 @@ def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN
     from pathlib import Path
 
     from recipes import get_recipe
-    from scripts.rewards.check import (check_inputs, check_processor, check_rewards, parse_rewards,
-                                       sample_completions)
+    from recipes.user_files import read_user_files
+    from scripts.rewards.check import (check_inputs, check_processor, check_rewards, parse_data_processor,
+                                       parse_rewards, sample_completions)
 
     option = parse_rewards(rewards, "check-rewards")
-    inputs = check_inputs(get_recipe(recipe) if recipe else None, Path(tokenizer) if tokenizer else None)
-    rows = None
-    if data_processor:
-        if not Path(data_processor).is_file():
-            raise UserError(f"--data-processor {data_processor}: no such file: pass the Python file that defines "
-                            "process_data")
-        rows = check_processor(Path(data_processor), inputs)
+    processor = parse_data_processor(data_processor) if data_processor else None
+    chosen = get_recipe(recipe) if recipe else None
+    read_user_files(chosen, processor, (option.path, option.functions))  # what `run --rewards` refuses
+    inputs = check_inputs(chosen, Path(tokenizer) if tokenizer else None)
+    rows = check_processor(processor, inputs) if processor else None
     scores = check_rewards(option, inputs, rows)
     for name, values in scores.items():
         typer.echo(f"{name}: {', '.join(f'{value:g}' for value in values)}")
@@ -238,7 +257,7 @@ def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN
 def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            step: Optional[str] = typer.Argument(None, metavar="[STEP]", help="convert, train or export (default: all)"),
            yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
-           sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+           sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SELECT_SET_HELP),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """Stop a run: delete its running JobSets, or stop the VM's startup script (outputs are kept); asks
     first unless --yes."""
@@ -251,7 +270,7 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 @app.command()
 @handled
 def status(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
-           sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+           sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SELECT_SET_HELP),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
            as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Each step's state (JobSet or VM progress), pods, time and whether its output is verified in GCS."""
@@ -274,7 +293,6 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     import dataclasses
 
     from rich.markup import escape
-    from rich.measure import Measurement
     from rich.table import Table
 
     recipe, settings = cloud_recipe("runs", recipe_name)  # refused before the clouds' libraries load
@@ -297,14 +315,8 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             table.add_column(column, no_wrap=True)
         for run in listing.runs:
             table.add_row(*(escape(cell) for cell in run_cells(run)))
-        natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
-        if natural <= console.width:
-            console.print(table)
-        else:
-            console.print(title, soft_wrap=False)
-            for line in runs_stacked(listing.runs):
-                console.print(line, soft_wrap=False)
-        if natural <= console.width and any(run.accuracy_resumed is not None for run in listing.runs):
+        as_table = table_or_lines(console, table, title, runs_stacked(listing.runs))
+        if as_table and any(run.accuracy_resumed is not None for run in listing.runs):
             console.print(RESUMED_NOTE)
     if listing.other_recipes:
         console.print(f"({listing.other_recipes} run(s) of other recipes with the same model are not shown)")
@@ -316,7 +328,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
          step: str = typer.Argument(..., metavar="STEP", help="convert, train or export"),
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming."),
          tail: Optional[int] = typer.Option(200, "--tail", min=0, help="Lines from the end (0 = all)."),
-         sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+         sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SELECT_SET_HELP),
          run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """The main container's log of a step (the Pathways head for train); on the VM, the step's log in the
     bucket once it ended, its serial console while it runs."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,18 @@ def _usage_error_types() -> tuple[type[Exception], type[Exception] | tuple, type
     return exceptions.UsageError, getattr(exceptions, "NoArgsIsHelpError", ()), typer.Abort
 
 
+# A Hugging Face user access token (hf_ and a long run of letters and digits; not a key such as
+# hf_access_token): an error line never repeats one, whatever argument it came as (`tpu-rl status hf_...`).
+_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
+SECRET_AS_ARGUMENT = ("`tpu-rl secret set` takes no argument: it reads the token from stdin, as an argument "
+                      "stays in your shell history and the process list; run `tpu-rl secret set < token-file` "
+                      "and, if you typed a token on the command line, revoke it on huggingface.co")
+
+
+def without_tokens(text: str) -> str:
+    return _HF_TOKEN.sub("hf_…", text)
+
+
 class _OneLineErrors(TyperGroup):
     """Click's usage errors as one line, `error: <what>; see <command> --help`, exit 2, like every other
     refusal; Ctrl-C at a prompt (click's Abort) exits 130 like any interruption."""
@@ -54,7 +67,11 @@ class _OneLineErrors(TyperGroup):
         except usage_error as error:
             message = error.format_message().rstrip(".")
             command = error.ctx.command_path if error.ctx is not None else "tpu-rl"
-            typer.echo(f"error: {message[:1].lower()}{message[1:]}; see `{command} --help`", err=True)
+            if command == "tpu-rl secret set" and "unexpected extra argument" in message:
+                typer.echo(f"error: {SECRET_AS_ARGUMENT}", err=True)  # never the argument: it may be the token
+            else:
+                typer.echo(f"error: {without_tokens(message[:1].lower() + message[1:])}; see `{command} --help`",
+                           err=True)
             code = ExitCode.BAD_INPUT
         except abort:
             typer.echo("error: interrupted", err=True)
@@ -113,6 +130,22 @@ def make_console() -> Console:
     return kind(soft_wrap=True, highlight=False, width=width, _environ=environ)
 
 
+def table_or_lines(console: Console, table, title: str, lines: list[str]) -> bool:
+    """The table when a terminal (or COLUMNS) is wide enough for it whole; else the title and the lines,
+    one fact each: for a narrow terminal, and for output piped to a file or a program, which reads plain
+    lines, not a box as wide as the longest row. True when the table was printed."""
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum  # nothing cut
+    if _sized() and natural <= console.width:
+        console.print(table)
+        return True
+    console.print(title, soft_wrap=False)
+    for line in lines:
+        console.print(line, soft_wrap=False)
+    return False
+
+
 def say(message: str, err: bool = False) -> None:
     """typer.echo of one message, wrapped like the console's lines (`fitted`)."""
     import shutil
@@ -134,7 +167,7 @@ def fitted(text: str, width: int, indent: int = 0) -> str:
 
 
 def _fail(code: int, message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {without_tokens(message)}", err=True)
     return typer.Exit(int(code))
 
 
@@ -191,6 +224,13 @@ def parse_step(step: str) -> Step:
 # The options that choose a run (recipes/runs.py), on every command that renders or reaches one.
 SET_HELP = ("Override a MaxText key of the train step, e.g. learning_rate=1e-5; repeatable, later wins. "
             "Changes the run name.")
+# Commands that read a run (status, logs, cancel) take its --set items only to find its name.
+SELECT_SET_HELP = ("Select the run started with this --set item (as given to `run`, e.g. learning_rate=1e-5): "
+                   "it chooses the run's name and changes nothing; repeatable.")
+EVAL_SET_HELP = ("An evaluation key for this evaluation only, e.g. num_test_batches=10, applied after the run's "
+                 "own --set items; --run chooses the run, whose training keys stay as they were; repeatable.")
+UNUSUAL_HELP = ("Submit --set values MaxText takes but no run means (a boolean for a number, a negative size, "
+                "a magnitude far from MaxText's own value) as they are.")
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
 
 

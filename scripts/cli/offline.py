@@ -10,7 +10,8 @@ import typer
 
 from recipes import UserError, all_recipes, get_recipe, load_settings
 from recipes.needs import needs
-from scripts.cli.core import RUN_HELP, SET_HELP, app, handled, make_console, say, write_file
+from scripts.cli.core import (RUN_HELP, SET_HELP, UNUSUAL_HELP, app, handled, make_console, say, table_or_lines,
+                              write_file)
 
 if TYPE_CHECKING:
     from recipes import Recipe
@@ -85,8 +86,6 @@ def _recipes_stacked(facts: list[dict]) -> list[str]:
 @handled
 def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the recipes: model, chips, hosts, machine type, image, MaxText version and an hourly estimate."""
-    from rich.measure import Measurement
-
     from recipes.cost import ESTIMATE_NOTE
 
     settings = load_settings(allow_example=True, needs=needs("recipes"))  # CAPACITY changes what a recipe costs
@@ -96,14 +95,7 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
         return
     console = make_console()
     title = f"tpu-rl recipes (cost: {ESTIMATE_NOTE})"
-    table = _recipes_table(facts, title)
-    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum  # nothing cut
-    if natural <= console.width:
-        console.print(table)
-    else:
-        console.print(title)
-        for line in _recipes_stacked(facts):
-            console.print(line)
+    table_or_lines(console, _recipes_table(facts, title), title, _recipes_stacked(facts))
     for item in facts:
         if item["unavailable"]:
             console.print(f"{item['name']}: {item['unavailable']}")
@@ -128,7 +120,8 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            out_text: str = typer.Option(..., "--out", help="Directory for the rendered files, or - for stdout (one "
                                         "YAML stream of the JobSets, or the VM's startup script)."),
            sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-           run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
+           run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
+           unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
     """Write convert.yaml, train.yaml and export.yaml (GKE) or startup.sh (VM) with the current settings."""
     from recipes.runs import for_run, run_name as name_of
     from recipes.schedule import schedule_warning
@@ -144,7 +137,7 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     settings = load_settings(allow_example=True, needs=needed)
     recipe = settings.with_capacity(recipe)
     settings.for_recipe(recipe, needed)
-    recipe = for_run(recipe, sets or (), run_name)
+    recipe = for_run(recipe, sets or (), run_name, usual_only=not unusual_values)
     rendered = platform_for(recipe).render(recipe, settings)
     warning = schedule_warning(recipe)
     if warning:

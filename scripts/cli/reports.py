@@ -29,12 +29,14 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """A run's held-out accuracy and TensorBoard scalars (first, last, best, sparkline); several runs side by
     side; --png for curves (PNG, SVG or PDF by the file's extension)."""
+    from scripts.cli.cloud import reach_seconds
     from scripts.metrics import collect, compare, picture_format, table
 
     recipe = get_recipe(recipe_name)
     if png is not None:  # a format it cannot write is refused before anything is read
         picture_format(png)
-    loaded = collect(recipe, runs or [], sources or [], lambda: cloud_settings("metrics", recipe.platform))
+    loaded = collect(recipe, runs or [], sources or [], lambda: cloud_settings("metrics", recipe.platform),
+                     reach_seconds())
     if png is not None:
         from scripts.metrics import plot
 

@@ -7,18 +7,18 @@ from typing import Optional
 
 import typer
 
-from recipes import UserError
 from scripts.cli.core import cloud_recipe
 
 
 def run_recipe(command: str, recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
                rewards: Optional[str] = None, data_processor: Optional[str] = None,
-               unchecked_imports: bool = False):
+               unchecked_imports: bool = False, unusual_values: bool = False):
     """The recipe of one run of `command` and the settings `command` needs (core.cloud_recipe)."""
     from recipes.runs import for_run
 
     recipe, settings = cloud_recipe(command, recipe_name)
-    recipe = for_run(recipe, sets or (), run_name)
+    # Only `run` starts a run: the others find one by its --set items, as they were given to it.
+    recipe = for_run(recipe, sets or (), run_name, usual_only=command == "run" and not unusual_values)
     if rewards or data_processor:
         recipe = checked_user_files(recipe, settings, rewards, data_processor, unchecked_imports)
     return recipe, settings
@@ -30,15 +30,18 @@ def checked_user_files(recipe, settings, rewards: Optional[str], data_processor:
     train command fills it; with `unchecked_imports`, a file importing a module this Python lacks is
     submitted unchecked, said here and in run.json."""
     import dataclasses
-    from pathlib import Path
 
     from jobs.maxtext import train_command
     from jobs.paths import ArtifactPaths
-    from recipes.user_files import read_user_file, with_user_files
-    from scripts.rewards.check import UncheckedImport, check_inputs, check_processor, check_rewards, parse_rewards
+    from recipes.user_files import read_user_files, with_user_files
+    from scripts.rewards.check import (UncheckedImport, check_inputs, check_processor, check_rewards,
+                                       parse_data_processor, parse_rewards)
 
     items = train_command(recipe, ArtifactPaths(recipe, settings)).overrides
-    files, inputs, rows = [], check_inputs(recipe, items=items), None
+    inputs, rows = check_inputs(recipe, items=items), None
+    processor = parse_data_processor(data_processor) if data_processor else None
+    option = parse_rewards(rewards) if rewards else None
+    files = list(read_user_files(recipe, processor, (option.path, option.functions) if option else None))
 
     def checked(file, check):
         try:
@@ -49,16 +52,8 @@ def checked_user_files(recipe, settings, rewards: Optional[str], data_processor:
             typer.echo(f"! {file.option}: not checked, it imports {error.module} (--unchecked-imports)")
             return dataclasses.replace(file, unchecked=f"imports {error.module}"), None
 
-    if data_processor:
-        path = Path(data_processor)
-        if path.suffix != ".py" or not path.is_file():
-            raise UserError(f"--data-processor {data_processor}: no such Python file: pass the file that defines "
-                            "process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x)")
-        file, rows = checked(read_user_file(recipe, "data-processor", path), lambda: check_processor(path, inputs))
-        files.append(file)
-    if rewards:
-        option = parse_rewards(rewards)
-        file, _ = checked(read_user_file(recipe, "rewards", option.path, option.functions),
-                          lambda: check_rewards(option, inputs, rows))
-        files.append(file)
+    if processor:  # files: the processor first, then the rewards
+        files[0], rows = checked(files[0], lambda: check_processor(processor, inputs))
+    if option:
+        files[-1], _ = checked(files[-1], lambda: check_rewards(option, inputs, rows))
     return with_user_files(recipe, tuple(files))

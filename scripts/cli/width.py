@@ -1,6 +1,7 @@
 """Messages fitted to the terminal: every line a command prints through its console wraps at spaces to the
 width a terminal (or COLUMNS) sets, an indented line's continuation indented two more, and a word is never
-broken, so a path or URL longer than the line stays whole (and copyable). Output that is not sized (a
+broken, so a path or URL longer than the line stays whole (and copyable); nor is a command in backquotes,
+which moves to a line of its own when it does not fit (a paste runs it as printed). Output that is not sized (a
 file, CI logs) keeps one line per message, for grep (scripts.cli.core.make_console decides)."""
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import re
 from rich.console import Console
 from rich.text import Text
 
-_WORD = re.compile(r"\S+")
+# A word, or a command in backquotes with what touches it ("(`tpu-rl runs x`;"): a command is never
+# broken, so a paste runs it as printed; one that must wrap starts a line of its own and ends it.
+_WORD = re.compile(r"[^\s`]*`[^`]*`\S*|\S+")
 
 
 def fit_text(text: Text, width: int, indent: int | None = None) -> Text:
@@ -32,11 +35,12 @@ def _fit_line(line: Text, width: int, indent_by: int | None) -> Text:
     lead = len(plain) - len(plain.lstrip(" "))
     indent = " " * (indent_by if indent_by is not None else lead + 2 if lead else 0)
     words = [(match.start(), match.end()) for match in _WORD.finditer(plain)]
-    pieces, start, end, prefix = [], 0, 0, 0
+    pieces, start, end, prefix, alone = [], 0, 0, 0, False
     for first, last in words:
-        if end and prefix + last - start > width:  # the word does not fit on this line: break before it
+        if end and (alone or prefix + last - start > width):  # it does not fit on this line: break before it
             pieces.append(line[start:end])
             start, prefix = first, len(indent)
+            alone = "`" in plain[first:last] and last - first > 1  # a command moved down keeps its line
         end = last
     pieces.append(line[start:end])
     fitted = Text()

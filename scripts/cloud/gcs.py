@@ -15,7 +15,7 @@ from google.api_core import exceptions as gexc
 from jobs.paths import ArtifactPaths, split_gs_url
 from recipes import Settings, UserError
 from recipes.conventions import ORBAX_COMMIT_MARKER
-from scripts.outcome import ApiError
+from scripts.outcome import ApiError, describe
 
 # orbax's commit marker, the last object of a checkpoint on gs:// (its source: recipes/conventions.py).
 
@@ -146,14 +146,33 @@ def step_outputs(paths: ArtifactPaths, step: str, finished: bool = False) -> tup
     raise ValueError(step)
 
 
-def bucket_location(storage, settings: Settings) -> str:
+def bucket_location(storage, settings: Settings, within: float | None = None) -> str:
     """GCS_BUCKET's location, lowercase ("" when unknown). A bucket that does not exist is bad input: the
-    one line `preflight` prints for it, which every command that reads the bucket stops with first."""
-    bucket = storage.lookup_bucket(settings.gcs_bucket)
+    one line `preflight` prints for it, which every command that reads the bucket stops with first.
+    `within`: the first contact's bound in seconds (scripts.cloud.reach), else the library's retries."""
+    if within is None:
+        bucket = storage.lookup_bucket(settings.gcs_bucket)
+    else:
+        bucket = _lookup_within(storage, settings.gcs_bucket, within)
     if bucket is None:
         raise UserError(f"bucket gs://{settings.gcs_bucket} does not exist: deploy the artifacts stack "
                         "(`npx cdktf deploy artifacts`) or fix GCS_BUCKET")
     return (bucket.location or "").lower()
+
+
+def _lookup_within(storage, name: str, within: float):
+    """storage.lookup_bucket, retried (google-cloud-storage's DEFAULT_RETRY) for `within` seconds in all."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    from scripts.cloud.reach import Unreachable, reaching
+
+    endpoint = storage.api_endpoint
+    try:
+        with reaching(f"bucket gs://{name}", endpoint, within):
+            return storage.lookup_bucket(name, timeout=within, retry=DEFAULT_RETRY.with_timeout(within))
+    except gexc.RetryError as error:
+        cause = describe(error.cause) if error.cause is not None else "no answer"
+        raise Unreachable(f"bucket gs://{name}", endpoint, within, cause, "check the network") from None
 
 
 def require_source_bucket(storage, settings: Settings, url: str) -> None:
@@ -175,10 +194,10 @@ def bucket_region_problem(location: str, settings: Settings) -> str | None:
             f"{settings.region}: checkpoints would cross regions; use a bucket in {settings.region}")
 
 
-def require_bucket(storage, settings: Settings, *, writes: bool = False) -> None:
+def require_bucket(storage, settings: Settings, *, writes: bool = False, within: float | None = None) -> None:
     """Refuse (UserError, exit 2) as `preflight` does when GCS_BUCKET does not exist, and, for a command
-    that writes checkpoints to it (`run`), when it is in another region."""
-    location = bucket_location(storage, settings)
+    that writes checkpoints to it (`run`), when it is in another region. `within`: bucket_location's."""
+    location = bucket_location(storage, settings, within)
     problem = bucket_region_problem(location, settings) if writes else None
     if problem:
         raise UserError(problem)

@@ -22,6 +22,7 @@ from recipes import Settings, UserError
 from recipes import conventions
 from recipes.conventions import JOBSET_VERSION, NAMESPACE
 from recipes.errors import NotDeployed
+from scripts.cloud.reach import Unreachable, reaching
 from scripts.cloud.retry import RetriesExhausted, RetryPolicy, call, is_transient, wait_until
 from scripts.outcome import ApiError, describe
 
@@ -97,6 +98,16 @@ def _loads(response) -> dict:
     return json.loads(response.data)
 
 
+class JobSetExists(ApiError):
+    """A create answered 409: a JobSet of that name was created by someone else meanwhile (`existing`,
+    None when it was deleted again since)."""
+
+    def __init__(self, name: str, existing: dict | None) -> None:
+        super().__init__(f"JobSet {name} already exists (created by someone else meanwhile): run `tpu-rl status` "
+                         "and decide")
+        self.existing = existing
+
+
 @dataclass
 class Cluster:
     api: k8s.ApiClient
@@ -117,11 +128,15 @@ class Cluster:
 
     # -- readiness -------------------------------------------------------------------------------
     def check_ready(self) -> None:
-        """The API answers and the JobSet CRD is installed; one UserError line otherwise."""
-        host = self.api.configuration.host
+        """The API answers and the JobSet CRD is installed; one UserError line otherwise, and an
+        Unreachable one (exit 4) when it does not answer within the policy's reach_seconds."""
+        host, reach = self.api.configuration.host, self.policy.reach_seconds
+        timeout = min(self.policy.request_timeout, reach)
+        what = f"cluster '{self.settings.cluster_name}'"
         try:
-            self._read("discovery of jobset.x-k8s.io", lambda: self.custom.get_api_resources(
-                GROUP, VERSION, _request_timeout=self._timeout))
+            with reaching(what, host, reach):
+                call(self.policy, "discovery of jobset.x-k8s.io", lambda: self.custom.get_api_resources(
+                    GROUP, VERSION, _request_timeout=(timeout, timeout)), within=reach)
         except ApiException as error:
             if error.status == 404:
                 raise UserError(
@@ -146,10 +161,8 @@ class Cluster:
                 f"gke-gcloud-auth-plugin and run `{get_credentials_command(self.settings)}`"
             ) from None
         except ApiError as error:
-            raise UserError(
-                f"cannot reach cluster '{self.settings.cluster_name}' at {host} ({error}): check that "
-                "AUTHORIZED_CIDR includes your address and the cluster exists"
-            ) from None
+            raise Unreachable(what, host, reach, str(error), "check that AUTHORIZED_CIDR includes your address and "
+                              "the cluster exists") from None
 
     # -- the token Secret ------------------------------------------------------------------------
     def ensure_secret(self, name: str, key: str, value: str) -> None:
@@ -245,8 +258,7 @@ class Cluster:
                     existing = self.get_jobset(name)
                     if retrying and ours(existing):
                         return existing
-                    raise ApiError(f"JobSet {name} already exists (created by someone else meanwhile): "
-                                   f"run `tpu-rl status` and decide") from None
+                    raise JobSetExists(name, existing) from None
                 if not is_transient(error):
                     raise ApiError(f"creating JobSet {name} was rejected with {describe(error)}: "
                                    f"{_api_message(error)}") from None

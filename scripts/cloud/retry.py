@@ -29,6 +29,7 @@ class RetryPolicy:
     base_delay: float = 1.0
     max_delay: float = 30.0
     request_timeout: float = 30.0  # seconds per request (connect and read)
+    reach_seconds: float = 20.0  # the first contact with an endpoint, in all (scripts.cloud.reach)
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
 
     def delay(self, attempt: int, retry_after: str | None = None) -> float:
@@ -62,18 +63,24 @@ def _backoff(policy: RetryPolicy, cap_step: int | None = None) -> Callable[[tena
     return wait
 
 
-def call(policy: RetryPolicy, what: str, fn: Callable[[], T], *, idempotent: bool = True) -> T:
-    """Run fn, retrying transient failures (tenacity); raise RetriesExhausted naming `what` at the limit."""
+def call(policy: RetryPolicy, what: str, fn: Callable[[], T], *, idempotent: bool = True,
+         within: float | None = None) -> T:
+    """Run fn, retrying transient failures (tenacity); raise RetriesExhausted naming `what` at the limit.
+    `within`: no try starts, nor backoff sleeps, past that many seconds from the first."""
     def repeatable(error: BaseException) -> bool:
         return is_transient(error) and (idempotent or was_rejected(error))
 
-    retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(policy.attempts), wait=_backoff(policy),
+    stop = tenacity.stop_after_attempt(policy.attempts)
+    if within is not None:
+        stop = stop | tenacity.stop_before_delay(within)
+    retrying = tenacity.Retrying(stop=stop, wait=_backoff(policy),
                                  retry=tenacity.retry_if_exception(repeatable), sleep=policy.sleep, reraise=True)
     try:
         return retrying(fn)
     except Exception as error:
         if repeatable(error):
-            raise RetriesExhausted(f"{what} failed {policy.attempts} times, last with {describe(error)}") from None
+            times = f"{policy.attempts} times" if within is None else f"for {within:g} s"
+            raise RetriesExhausted(f"{what} failed {times}, last with {describe(error)}") from None
         raise
 
 

@@ -83,10 +83,11 @@ def _checked_source(source: str) -> str:
     return source
 
 
-def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings: Callable[[], Settings]) -> list[Run]:
+def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings: Callable[[], Settings],
+            reach_seconds: float | None = None) -> list[Run]:
     """The runs asked for: each --run of the recipe from the bucket, then each --from location; with
     neither, the recipe's default run. Settings and the storage client are made only when the bucket or a
-    gs:// location is read."""
+    gs:// location is read; `reach_seconds` bounds the first contact with the bucket (scripts.cloud.reach)."""
     runs = [check_run_name(run) for run in _unique(runs)]
     sources = [_checked_source(source) for source in _unique(sources)]  # before anything is read
     settings = storage = None
@@ -100,7 +101,7 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
         from scripts.cloud.gcs import require_bucket, require_source_bucket
 
         if runs:  # read from GCS_BUCKET: stop first, as preflight does, when it does not exist
-            require_bucket(storage, settings)
+            require_bucket(storage, settings, within=reach_seconds)
         for source in sources:  # and each --from bucket, before anything is read
             if source.startswith("gs://"):
                 require_source_bucket(storage, settings, source)

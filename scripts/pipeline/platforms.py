@@ -51,6 +51,10 @@ class Platform(Protocol):
     def check_run_request(self, recipe: Recipe, sets: Iterable[str], run_name: Optional[str]) -> None:
         """Refuse `run` options the platform cannot honour (UserError), before anything is submitted."""
 
+    def runs_found(self, session: Session) -> Optional[tuple[str, set[str]]]:
+        """Runs of the recipe the platform itself knows of beyond the bucket's records (where it looked, their
+        names), for refusing a mistyped --run; None when it keeps none of its own."""
+
     def step_target(self, settings: Settings) -> str:
         """What runs a step, for a plan made without the cloud ("JobSet", the VM's startup script)."""
 

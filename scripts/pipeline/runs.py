@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from jobs.paths import RUN_RECORD
-from recipes import STEPS, Recipe
+from recipes import STEPS, Recipe, UserError
 from scripts.pipeline.evaluation import accuracy_change, resumed_first
 from scripts.pipeline.record import run_records
 from scripts.pipeline.session import Session, hms
@@ -163,3 +163,35 @@ def list_runs(session: Session) -> RunList:
     runs.sort(key=order)
     return RunList(session.paths.trained, runs, others)
 
+
+
+def require_run(session: Session, uses_bucket: bool) -> None:
+    """Refuse (UserError) a --run that names no run of the recipe, in every command that reads a run: a
+    mistyped name would otherwise show an empty table, or cancel nothing and exit 0. A run is known by
+    its directory under trained/ (what `tpu-rl runs` lists) when the command reads the bucket, and on GKE
+    by a JobSet of the recipe labelled with it (a run whose record was never written)."""
+    from google.api_core import exceptions as gexc
+
+    from scripts.metrics.events import runs_under
+
+    run, recipe = session.paths.run_name, session.recipe
+    known: set[str] = set()
+    where = []
+    if uses_bucket:
+        where.append(session.paths.trained)
+        try:
+            known.update(runs_under(session.clients.storage(), session.paths.trained))
+        except gexc.NotFound:
+            pass
+    if run not in known:
+        from scripts.pipeline.platforms import platform_for
+
+        found = platform_for(recipe).runs_found(session)
+        if found is not None:
+            where.append(found[0])
+            known.update(found[1])
+    if run in known:
+        return
+    there = f"runs: {', '.join(sorted(known))}" if known else "no run yet"
+    raise UserError(f"--run '{run}': no run of {recipe.name} by that name in {' or '.join(where)} ({there}): "
+                    f"pass one of those (`tpu-rl runs {recipe.name}` lists them)")

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from jobs.paths import ArtifactPaths
 from recipes import Recipe, Settings, Step, UserError
+from recipes.usual_values import has_unusual
 from scripts.cloud import gcs
 from scripts.cloud.clients import Clients
 from scripts.cloud.kube import Cluster
@@ -99,6 +100,8 @@ class Session:
         sets = [f"--set {shlex.quote(item)}" for item in self.recipe.sets]
         files = self.recipe.user_files
         run = [f"--run {self.recipe.run}"] if self.recipe.run else []
+        if verb == "run" and has_unusual(self.recipe.maxtext_version, self.recipe.sets):
+            sets.append("--unusual-values")
         if files and verb == "run":
             sets += [f"--{file.kind} {shlex.quote(file.option)}" for file in files]
         elif files and not run:

@@ -55,7 +55,7 @@ def compare_sides(before: Side, after: Side, base_label: str) -> Review:
     costs_differ = cost_signature(before.costs) != cost_signature(after.costs)
     if not stack_diffs and not capacity_diffs and not step_diffs and not costs_differ:
         return Review(f"No changes: the stacks, manifests and cost estimates at {base_label} and in the working tree "
-                      "are the same.", (), before, after)
+                      "are the same.\n", (), before, after)
     lines = [f"## Plan review: {base_label} → working tree", "",
              "Both sides built with the example settings, each by its own code.", ""]
     lines += render_stacks(stack_diffs)

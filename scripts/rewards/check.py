@@ -162,6 +162,15 @@ def parse_rewards(value: str, option: str = "--rewards") -> RewardsOption:
     return RewardsOption(path, functions)
 
 
+def parse_data_processor(value: str) -> Path:
+    """--data-processor FILE.py: the Python file (which must exist) that defines process_data."""
+    path = Path(value)
+    if path.suffix != ".py" or not path.is_file():
+        raise UserError(f"--data-processor {value}: no such Python file: pass the file that defines "
+                        "process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x)")
+    return path
+
+
 # Runs in the subprocess: argv = [file, names, rows, completions per row, config, algo config (JSON)];
 # prints one JSON object.
 _RUNNER = _PRELUDE + r"""

@@ -220,7 +220,7 @@ def cloud(settings_env, gcs, kube, google):
 # The real entry points as subprocesses against the peers (the hardening tests)
 
 def clean_environment(home: Path) -> dict[str, str]:
-    """Nothing of the caller's: no HF_TOKEN, no kubeconfig, no credentials, no settings."""
+    """Nothing of the caller's: no HF_TOKEN, kubeconfig, credentials or settings; this checkout's code."""
     return {
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(REPO),  # this checkout's code, not whichever one the venv's editable install names

@@ -38,6 +38,13 @@ class GkePlatform:
     def check_run_request(self, recipe: Recipe, sets: Iterable[str], run_name: Optional[str]) -> None:
         return None  # --set and --run name a run of their own
 
+    def runs_found(self, session: Session) -> Optional[tuple[str, set[str]]]:
+        from jobs.k8s import RECIPE_LABEL, RUN_LABEL
+
+        jobsets = session.cluster.list_jobsets(f"{RECIPE_LABEL}={session.recipe.name}")
+        return "the cluster's JobSets", set(filter(None, ((obj["metadata"].get("labels") or {}).get(RUN_LABEL)
+                                                          for obj in jobsets)))
+
     def step_target(self, settings: Settings) -> str:
         return "JobSet"
 

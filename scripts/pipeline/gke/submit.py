@@ -9,9 +9,10 @@ from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
 from recipes import Step
 from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from scripts.cloud import gcs, hf_token
+from scripts.cloud.kube import JobSetExists
 from scripts.cloud.kube_objects import capacity_of, zone_of
 from scripts.outcome import ApiError, Interrupted, StepFailed
-from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run
+from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run, spec_change
 from scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging
 from scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
 from scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
@@ -87,8 +88,11 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str,
         if action.kind in ("submit", "replace"):
             if action.step == "train" and session.recipe.user_files:
                 put_user_files(session)
-            session.cluster.create_jobset(job.manifest)
-            console.print(f"{action.step}: submitted JobSet {job.name}")
+            if _submitted(session, job):
+                console.print(f"{action.step}: submitted JobSet {job.name}")
+            else:
+                console.print(f"{action.step}: JobSet {job.name} was submitted meanwhile with this run's spec (by "
+                              "an identical `run`); reattaching to it (not submitting a duplicate)")
         else:
             console.print(f"{action.step}: {action.why}; reattaching to it (not submitting a duplicate)")
         record.step(action.step, "running", **fields)
@@ -115,6 +119,19 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str,
             fill_after_train(session, watch, _head_log(session, job))
         verify_output(session, action.step, steps)
         record.step(action.step, "succeeded", **_capacity(session, job))
+
+
+def _submitted(session: Session, job: StepJob) -> bool:
+    """Submit the step's JobSet: True, or False when an identical `run` submitted the same spec between
+    this run's plan and now (then this run attaches to it, as its plan would have). A JobSet with
+    another spec is still a conflict (JobSetExists)."""
+    try:
+        session.cluster.create_jobset(job.manifest)
+        return True
+    except JobSetExists as error:
+        if error.existing is None or spec_change(job, error.existing) is not None:
+            raise
+        return False
 
 
 def mark_train_finished(session: Session) -> None:

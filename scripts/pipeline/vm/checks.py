@@ -32,11 +32,33 @@ STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING", "REPA
 STARTING_UP = {"PROVISIONING", "STAGING"}
 
 
+COMPUTE_API = "https://compute.googleapis.com"  # compute_v1's default endpoint
+
+
+def read_instance(session: Session):
+    """The TPU VM's Compute Engine instance (gexc.NotFound when it does not exist): the first contact of
+    every VM command, bounded as the bucket's and the cluster's are (scripts.cloud.reach): the client has
+    no timeout of its own, so an endpoint that never answers kept `status` silent for good."""
+    import requests
+
+    from scripts.cloud.reach import Unreachable, reaching
+    from scripts.outcome import describe
+
+    settings, reach = session.settings, session.policy.reach_seconds
+    endpoint = session.clients.endpoints.compute or COMPUTE_API
+    what = f"the Compute Engine API for TPU VM '{settings.vm_name}'"
+    try:
+        with reaching(what, endpoint, reach):
+            return session.clients.instances().get(project=settings.project, zone=settings.zone,
+                                                   instance=settings.vm_name, timeout=reach)
+    except (requests.RequestException, gexc.RetryError) as error:
+        raise Unreachable(what, endpoint, reach, describe(error), "check the network") from None
+
+
 def get_instance(session: Session):
     settings = session.settings
     try:
-        return session.clients.instances().get(project=settings.project, zone=settings.zone,
-                                               instance=settings.vm_name)
+        return read_instance(session)
     except gexc.NotFound:
         raise NotDeployed(f"TPU VM '{settings.vm_name}' not found in zone {settings.zone}: deploy it with "
                         f"`npx cdktf deploy {session.recipe.name}` (or set TPU_NAME)") from None

@@ -37,6 +37,9 @@ class VmPlatform:
                             "stack) trains the recipe as recipes.toml defines it: --set and --run apply to GKE "
                             "recipes; change rl.overrides in recipes.toml and deploy the stack again")
 
+    def runs_found(self, session: Session) -> Optional[tuple[str, set[str]]]:
+        return None  # a VM's runs are the bucket's records
+
     def step_target(self, settings: Settings) -> str:
         return f"startup script of TPU VM {settings.vm_name}"
 

@@ -17,7 +17,7 @@ from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_su
 from scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
 from scripts.pipeline.vm.checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
-                                        get_instance, require_token_version)
+                                        get_instance, read_instance, require_token_version)
 from scripts.pipeline.vm.phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
 from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState, booted_at
 from scripts.pipeline.stall import STALL_SECONDS
@@ -312,7 +312,7 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
     console, paths, settings = session.console, session.paths, session.settings
     run, vm = paths.run_name, settings.vm_name
     try:
-        instance = session.clients.instances().get(project=settings.project, zone=settings.zone, instance=vm)
+        instance = read_instance(session)
     except gexc.NotFound:
         console.print(f"nothing to cancel: TPU VM {vm} does not exist in zone {settings.zone}, so no step of run "
                       f"{run} runs (see {session.command('status')})")

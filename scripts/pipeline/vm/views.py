@@ -14,7 +14,7 @@ from scripts.pipeline.progress import last_train_step, training_now
 from scripts.pipeline.session import Session, StatusReport, StepStatus
 from scripts.pipeline.vm.run import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
                                  read_state, script_phase, step_section, train_attempt)
-from scripts.pipeline.vm.checks import check_deployed_run, get_instance
+from scripts.pipeline.vm.checks import check_deployed_run, get_instance, read_instance
 
 
 def status_vm(session: Session) -> StatusReport:
@@ -26,8 +26,7 @@ def status_vm(session: Session) -> StatusReport:
     cancelled = cancelled_at(session)
     note = f"run {session.paths.run_name} was cancelled at {cancelled}; {go_on_hint(session)}" if cancelled else ""
     try:
-        instance = session.clients.instances().get(project=settings.project, zone=settings.zone,
-                                                   instance=settings.vm_name)
+        instance = read_instance(session)
     except gexc.NotFound:
         states = read_state(session, "").states()
         rows = [StepStatus(step, states[step] if states[step] in ("done", CANCELLED, "failed") else "not done",

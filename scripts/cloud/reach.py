@@ -1,0 +1,41 @@
+"""The first contact with an endpoint a command needs (the bucket, the cluster's API server, Compute Engine
+for a TPU VM): said on stderr when it is slow, and given up after a bound, exit 4, naming the endpoint.
+
+Without a bound, an endpoint that refuses or never answers kept a command silent for as long as its
+library's retries last (google-cloud-storage's DEFAULT_RETRY: 120 s; six Kubernetes attempts with
+backoff and a 30 s request timeout each). A person cannot tell that from a slow answer, so the line
+comes after ANNOUNCE_AFTER_SECONDS and the wait ends after REACH_ENV's seconds (RetryPolicy.reach_seconds).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+from scripts.outcome import ApiError
+
+REACH_ENV = "TPU_RL_REACH_SECONDS"  # how long the first contact with the bucket or the cluster may take (20)
+ANNOUNCE_AFTER_SECONDS = 2.0
+
+
+class Unreachable(ApiError):
+    """An endpoint did not answer within the bound (exit 4, like any cloud API that kept failing)."""
+
+    def __init__(self, what: str, endpoint: str, seconds: float, cause: str, fix: str) -> None:
+        super().__init__(f"cannot reach {what} at {endpoint} within {seconds:g} s ({cause}): {fix}, or set "
+                         f"{REACH_ENV} to wait longer")
+
+
+@contextmanager
+def reaching(what: str, endpoint: str, seconds: float) -> Iterator[None]:
+    """Say on stderr what is tried, and for how long, once it has taken ANNOUNCE_AFTER_SECONDS."""
+    line = f"reaching {what} at {endpoint} (up to {seconds:g} s, {REACH_ENV})…"
+    timer = threading.Timer(ANNOUNCE_AFTER_SECONDS, lambda: print(line, file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()

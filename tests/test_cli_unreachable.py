@@ -1,0 +1,104 @@
+"""A bucket or a cluster that cannot be reached (issue 28): a line on stderr within seconds saying what is
+tried and for how long, a bounded wait (TPU_RL_REACH_SECONDS, short here), exit 4, and one message naming
+the endpoint, never cut mid-word (`runs`, `metrics`, `status`). Before, `runs` was silent for 95 s
+(google-cloud-storage's 120 s of retries) and ended with the library's text cut at 200 characters;
+`status` was silent for 35 s and exited 2. Real `tpu-rl` processes, so that the time of each stderr line
+is the user's."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from peers.fixtures import CONTEXT, REPO, VENV_BIN, _free_port
+from peers.kube_api import write_kubeconfig
+from scripts.outcome import ExitCode
+
+RECIPE = "qwen3-v6e32"
+REACH = 6  # seconds (TPU_RL_REACH_SECONDS)
+SAID_WITHIN = 5  # the line comes 2 s into the wait (scripts/cloud/reach.py), after start-up, well before its end
+ENDED_WITHIN = 15  # the bound, plus start-up and the last request
+
+
+@pytest.fixture
+def blackhole():
+    """A port that takes connections and never answers (a firewall that drops, an API server gone dark)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+def timed_run(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, float, list[tuple[float, str]]]:
+    """`tpu-rl *args` with the default backoff: exit code, seconds it took, and each stderr line with the
+    second it came."""
+    start = time.monotonic()
+    env = {**env, "PYTHONPATH": str(REPO), "TPU_RL_REACH_SECONDS": str(REACH), "TPU_RL_RETRY_BASE_SECONDS": "1"}
+    process = subprocess.Popen([str(VENV_BIN / "tpu-rl"), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    lines: list[tuple[float, str]] = []
+    reader = threading.Thread(target=lambda: lines.extend((time.monotonic() - start, line.rstrip("\n"))
+                                                          for line in process.stderr))
+    reader.start()
+    try:
+        code = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        reader.join(timeout=5)
+        process.stdout.close()
+    return code, time.monotonic() - start, lines
+
+
+def check_said_and_ended(code: int, took: float, lines, trying: str, error: str, fix: str) -> None:
+    said = "\n".join(line for _, line in lines)
+    assert code == ExitCode.API_ERROR, said
+    assert took < ENDED_WITHIN, f"took {took:.1f} s:\n{said}"
+    # The first line within seconds: what is tried, or already the end when the retries gave up early
+    # (google-api-core's backoff is jittered: a refused port may end before the 2 s the line waits). A
+    # blackholed endpoint always takes the whole bound, so it always shows the first kind.
+    first_at, first = lines[0]
+    assert first_at < SAID_WITHIN, (first_at, said)
+    assert first == f"{trying} (up to {REACH} s, TPU_RL_REACH_SECONDS)…" or len(lines) == 1, said
+    last = lines[-1][1]
+    assert last.startswith(error) and last.endswith(f"{fix}, or set TPU_RL_REACH_SECONDS to wait longer"), said
+    # Shortened only between words: whatever stands before "…" is a whole word of the library's text.
+    assert all(part.endswith(" ") for part in last.split("…")[:-1]), last
+
+
+@pytest.mark.parametrize("command, kind", [("runs", "refused"), ("runs", "blackholed"), ("metrics", "refused")])
+def test_an_unreachable_bucket_says_so_within_seconds_and_exits_4(settings_env, tmp_path, command, kind, request):
+    endpoint = request.getfixturevalue("blackhole") if kind == "blackholed" else f"http://127.0.0.1:{_free_port()}"
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": endpoint}
+    code, took, lines = timed_run([command, RECIPE], env, tmp_path)
+    check_said_and_ended(code, took, lines, f"reaching bucket gs://rl-test-artifacts at {endpoint}",
+                         f"error: cannot reach bucket gs://rl-test-artifacts at {endpoint} within {REACH} s (",
+                         "check the network")
+
+
+@pytest.mark.parametrize("kind", ["refused", "blackholed"])
+def test_status_with_an_unreachable_cluster_says_so_within_seconds_and_exits_4(settings_env, gcs, tmp_path, kind,
+                                                                                request):
+    endpoint = request.getfixturevalue("blackhole") if kind == "blackholed" else f"http://127.0.0.1:{_free_port()}"
+    write_kubeconfig(tmp_path / "kubeconfig", endpoint, CONTEXT)
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig")}
+    code, took, lines = timed_run(["status", RECIPE], env, tmp_path)
+    check_said_and_ended(code, took, lines, f"reaching cluster 'rl-test' at {endpoint}",
+                         f"error: cannot reach cluster 'rl-test' at {endpoint} within {REACH} s (",
+                         "check that AUTHORIZED_CIDR includes your address and the cluster exists")
+
+
+def test_vm_status_with_an_unreachable_compute_api_says_so_within_seconds_and_exits_4(settings_env, gcs, tmp_path,
+                                                                                       blackhole):
+    # Before, the Compute Engine client (no timeout of its own) kept `status` of a VM recipe silent for good.
+    env = {**os.environ, "TPU_RL_COMPUTE_ENDPOINT": blackhole}
+    code, took, lines = timed_run(["status", "llama31-v6e8"], env, tmp_path)
+    what = "the Compute Engine API for TPU VM 'rl-test-vm'"
+    check_said_and_ended(code, took, lines, f"reaching {what} at {blackhole}",
+                         f"error: cannot reach {what} at {blackhole} within {REACH} s (", "check the network")
