@@ -40,6 +40,7 @@ def timed_run(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, flo
     second it came."""
     start = time.monotonic()
     env = {**env, "PYTHONPATH": str(REPO), "TPU_RL_REACH_SECONDS": str(REACH), "TPU_RL_RETRY_BASE_SECONDS": "1"}
+    env.pop("TPU_RL_REACH_NOTICE_SECONDS", None)  # the line comes at its default
     process = subprocess.Popen([str(VENV_BIN / "tpu-rl"), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     lines: list[tuple[float, str]] = []

@@ -201,6 +201,7 @@ def settings_env(tmp_path, monkeypatch):
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("TPU_RL_POLL_SECONDS", "0")
     monkeypatch.setenv("TPU_RL_RETRY_BASE_SECONDS", "0")
+    monkeypatch.setenv("TPU_RL_REACH_NOTICE_SECONDS", QUIET_REACH)
     # Without the `google` peer (which points every API at itself), Cloud Logging reads fail at a closed
     # port instead of looking for credentials or reaching Google.
     if not os.environ.get("TPU_RL_LOGGING_ENDPOINT"):
@@ -219,6 +220,7 @@ def cloud(settings_env, gcs, kube, google):
 # --------------------------------------------------------------------------------------------------
 # The real entry points as subprocesses against the peers (the hardening tests)
 
+QUIET_REACH = "600"  # no "reaching ..." line in compared outputs on a loaded machine (test_cli_unreachable's)
 def clean_environment(home: Path) -> dict[str, str]:
     """Nothing of the caller's: no HF_TOKEN, kubeconfig, credentials or settings; this checkout's code."""
     return {
@@ -233,6 +235,7 @@ def clean_environment(home: Path) -> dict[str, str]:
         **{name: DEAD_ENDPOINT for name in (*ENDPOINT_VARIABLES, HUB_ENDPOINT)},
         "TPU_RL_RETRY_BASE_SECONDS": "0",
         "TPU_RL_POLL_SECONDS": "0",
+        "TPU_RL_REACH_NOTICE_SECONDS": QUIET_REACH,
     }
 
 
