@@ -11,7 +11,8 @@
 These three are made once per test run, not once per pytest-xdist worker (``shared_synth``).
 Synthesizing costs seconds, so never synthesize per test; for a different recipe table or settings,
 call :func:`synthesize` once from a module- or session-scoped fixture of your own.
-The small helpers below read the parsed JSON (``resources``, ``only``, ``outputs``).
+The small helpers below read the parsed JSON (``resources``, ``only``, ``outputs``, ``tpu_pools``,
+``queue_manifests``).
 """
 
 from __future__ import annotations
@@ -75,6 +76,20 @@ def only(stack: StackJson, resource_type: str) -> dict[str, Any]:
 def outputs(stack: StackJson) -> dict[str, Any]:
     """Output name -> value."""
     return {name: body["value"] for name, body in stack.get("output", {}).items()}
+
+
+def tpu_pools(stack: StackJson) -> list[dict]:
+    """A GKE stack's TPU node pools (named tpu-np-...)."""
+    return [pool for pool in resources(stack, "google_container_node_pool").values() if pool["name"].startswith("tpu-np-")]
+
+
+def queue_manifests(stack: StackJson) -> dict[str, dict]:
+    """The objects a GKE stack's local queue chart applies, by kind/name."""
+    import yaml
+
+    release = next(r for r in resources(stack, "helm_release").values() if r["name"] == "tpu-rl-queues")
+    (values,) = release["values"]
+    return {f"{m['kind']}/{m['metadata']['name']}": m for m in yaml.safe_load(values)["manifests"]}
 
 
 @pytest.fixture(autouse=True)
