@@ -49,6 +49,9 @@ class PeerServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # The headers and the body go out as two writes: without TCP_NODELAY the body waits for the
+            # client's delayed ACK of the headers (about 40 ms on Linux) on every kept-alive request.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args) -> None:  # keep test output clean
                 pass
