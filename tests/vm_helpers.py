@@ -16,7 +16,7 @@ from jobs.paths import ArtifactPaths, split_gs_url
 from jobs.vm import DONE, LOG_TAG, STARTING
 from peers.fixtures import SETTINGS, TOKEN, deploy_vm, peer_settings, put_step_output
 from peers.vm_guest import Guest
-from recipes import get_recipe
+from recipes import example_settings, get_recipe
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
@@ -152,3 +152,14 @@ def the_vm_goes_away(google):
     """A last poll for code that never ends the wait: the VM disappears, so `run` stops (with another
     message than the one the test wants) instead of polling for ever."""
     return lambda: google.instances.pop(VM, None)
+
+
+# -- the startup script for the example settings, as the script tests read and run it -------------------------
+EXAMPLE_SETTINGS = example_settings()
+SCRIPT_RECIPE = get_recipe(RECIPE)
+SCRIPT_PATHS = ArtifactPaths(SCRIPT_RECIPE, EXAMPLE_SETTINGS)
+SCRIPT_TOKEN = "hf_fake_token_for_the_test"
+
+
+def example_script() -> str:
+    return render_startup_script(SCRIPT_RECIPE, EXAMPLE_SETTINGS)
