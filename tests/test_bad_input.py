@@ -14,6 +14,7 @@ Regenerate the doc after editing the table: `.venv/bin/python tests/test_bad_inp
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -239,9 +240,9 @@ class Outcome:
     cloud_after: dict
 
 
-def execute(row: Row, root: Path, runner=subprocess) -> Outcome:
+def execute(row: Row, root: Path, runner) -> Outcome:
     """Run one row in its own sandbox (and its own fake APIs, so rows can run side by side), with `runner`'s
-    `run`: subprocess, or a WarmPool's forks."""
+    `run`: a WarmPool's forks, or a FreshProcess."""
     sandbox = Sandbox(root, TOKEN)
     argv, env, stdin = prepare(row, sandbox)
     emulator = start_gcs_emulator() if row.peers is not None else None
@@ -287,7 +288,17 @@ IN_A_FRESH_PROCESS = list({**{(row.stage, row.command[0]): row for row in revers
 
 @pytest.mark.parametrize("row", IN_A_FRESH_PROCESS, ids=[row.id for row in IN_A_FRESH_PROCESS])
 def test_bad_input_is_rejected_alike_by_a_fresh_process(row: Row, tmp_path):
-    assert_rejected_clearly(row, execute(row, tmp_path, subprocess))
+    assert_rejected_clearly(row, execute(row, tmp_path, FreshProcess()))
+
+
+class FreshProcess:
+    """subprocess.run with this checkout's packages behind the row's own PYTHONPATH, as the warm interpreter
+    has them (the same as the venv's on a clone; in a git worktree the venv's editable install is another's)."""
+
+    @staticmethod
+    def run(argv, *, env, **options):
+        path = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(REPO)]))
+        return subprocess.run(argv, env={**env, "PYTHONPATH": path}, **options)
 
 
 def assert_rejected_clearly(row: Row, outcome: Outcome) -> None:
