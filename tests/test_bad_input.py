@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import pytest
 import yaml
 
 from forked_cli import WarmPool
-from peers.fixtures import REPO, TOKEN, TRACEBACK, VENV_BIN, clean_environment, start_gcs_emulator, start_peers
+from peers.fixtures import REPO, TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers
 
 TABLE = REPO / "security" / "bad_input.yaml"
 DOC = REPO / "docs" / "bad-input.md"
@@ -240,34 +241,40 @@ class Outcome:
     cloud_after: dict
 
 
-def execute(row: Row, root: Path, runner) -> Outcome:
+def execute(row: Row, root: Path, runner, emulators: GcsEmulators) -> Outcome:
     """Run one row in its own sandbox (and its own fake APIs, so rows can run side by side), with `runner`'s
     `run`: a WarmPool's forks, or a FreshProcess."""
     sandbox = Sandbox(root, TOKEN)
     argv, env, stdin = prepare(row, sandbox)
-    emulator = start_gcs_emulator() if row.peers is not None else None
-    peers = start_peers(row.peers, env, sandbox.home, sandbox.sentinel, emulator) if emulator else None
-    before = snapshot(sandbox.work)
-    try:
-        result = runner.run(argv, cwd=sandbox.work, env=env, input=stdin if stdin is not None else "",
+    with emulators.lend() if row.peers is not None else nullcontext() as emulator:
+        peers = start_peers(row.peers, env, sandbox.home, sandbox.sentinel, emulator) if emulator else None
+        before = snapshot(sandbox.work)
+        try:
+            result = runner.run(argv, cwd=sandbox.work, env=env, input=stdin if stdin is not None else "",
                                 capture_output=True, text=True, timeout=300)
-        cloud = (peers.before, peers.state()) if peers else ({}, {})
-    finally:
-        if peers:
-            peers.stop()
-            emulator[0].stop()
+            cloud = (peers.before, peers.state()) if peers else ({}, {})
+        finally:
+            if peers:
+                peers.stop()
     return Outcome(sandbox, result.returncode, result.stdout + result.stderr, before, snapshot(sandbox.work), *cloud)
 
 
 @pytest.fixture(scope="module")
-def outcomes(request, tmp_path_factory) -> dict[str, Future]:
+def emulators():
+    lent = GcsEmulators()
+    yield lent
+    lent.stop()
+
+
+@pytest.fixture(scope="module")
+def outcomes(request, tmp_path_factory, emulators) -> dict[str, Future]:
     """Every selected row, each forked from a warm interpreter, a few side by side (some wait on the peers)."""
     selected = [item.callspec.params["row"] for item in request.session.items
                 if hasattr(item, "callspec") and isinstance(item.callspec.params.get("row"), Row)
                 and item.originalname == "test_bad_input_is_rejected_clearly_and_changes_nothing"]
     warm = WarmPool(2)
     pool = ThreadPoolExecutor(max_workers=2)
-    futures = {row.id: pool.submit(execute, row, tmp_path_factory.mktemp(row.id), warm) for row in selected}
+    futures = {row.id: pool.submit(execute, row, tmp_path_factory.mktemp(row.id), warm, emulators) for row in selected}
     yield futures
     pool.shutdown(wait=True)
     warm.close()
@@ -287,8 +294,8 @@ IN_A_FRESH_PROCESS = list({**{(row.stage, row.command[0]): row for row in revers
 
 
 @pytest.mark.parametrize("row", IN_A_FRESH_PROCESS, ids=[row.id for row in IN_A_FRESH_PROCESS])
-def test_bad_input_is_rejected_alike_by_a_fresh_process(row: Row, tmp_path):
-    assert_rejected_clearly(row, execute(row, tmp_path, FreshProcess()))
+def test_bad_input_is_rejected_alike_by_a_fresh_process(row: Row, tmp_path, emulators):
+    assert_rejected_clearly(row, execute(row, tmp_path, FreshProcess(), emulators))
 
 
 class FreshProcess:

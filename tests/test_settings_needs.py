@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import re
 import subprocess
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from forked_cli import WarmPool
-from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, clean_environment, start_peers
+from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers
 from recipes.needs import NEEDS, RULES, needs
 from recipes.setting_specs import SPECS
 
@@ -95,12 +96,11 @@ def make_review_clone(work: Path) -> None:
     (work / "stacks/app.py").write_text(_SYNTH.format(names=SETTING_ENVS, body='{"settings": seen}'))
 
 
-def run_cli(case: Case, settings: dict[str, str], root: Path, warm: WarmPool, peers: bool = True) -> tuple[int, str]:
+def run_cli(case: Case, settings: dict[str, str], root: Path, warm: WarmPool, emulators: GcsEmulators,
+            peers: bool = True) -> tuple[int, str]:
     """`tpu-rl <argv>` with exactly `settings`: against fresh, healthy peers set up for FULL, or (`peers`
     False) with every API at a closed port, where any cloud call would fail with a connection error."""
     import tempfile
-
-    from peers.fixtures import start_gcs_emulator
 
     work = Path(tempfile.mkdtemp(dir=root))
     home = work / "home"
@@ -109,17 +109,17 @@ def run_cli(case: Case, settings: dict[str, str], root: Path, warm: WarmPool, pe
     if case.clone:
         make_review_clone(work)
     env = {**clean_environment(home), **FULL}
-    emulator = start_gcs_emulator() if peers else None
-    started = start_peers(case.peers, env, home, TOKEN, emulator) if peers else None
-    for key in FULL:
-        env.pop(key)
-    env.update(settings)
-    try:
-        result = warm.run([str(VENV_BIN / "tpu-rl"), *case.argv], cwd=work, env=env, input=case.stdin, timeout=300)
-    finally:
-        if started:
-            started.stop()
-            emulator[0].stop()
+    with emulators.lend() if peers else nullcontext() as emulator:
+        started = start_peers(case.peers, env, home, TOKEN, emulator) if peers else None
+        for key in FULL:
+            env.pop(key)
+        env.update(settings)
+        try:
+            result = warm.run([str(VENV_BIN / "tpu-rl"), *case.argv], cwd=work, env=env, input=case.stdin,
+                              timeout=300)
+        finally:
+            if started:
+                started.stop()
     return result.returncode, result.stdout + result.stderr
 
 
@@ -147,7 +147,14 @@ def warm():
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory, warm):
+def emulators():
+    lent = GcsEmulators()
+    yield lent
+    lent.stop()
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory, warm, emulators):
     """Every run of every case, two at a time (some wait on the peers)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -155,10 +162,10 @@ def outcomes(tmp_path_factory, warm):
     pool = ThreadPoolExecutor(max_workers=2)
     futures = {}
     for case in CASES:
-        futures[case.id, "all"] = pool.submit(run_cli, case, FULL, root, warm)
-        futures[case.id, "needed"] = pool.submit(run_cli, case, needed_env(case), root, warm)
+        futures[case.id, "all"] = pool.submit(run_cli, case, FULL, root, warm, emulators)
+        futures[case.id, "needed"] = pool.submit(run_cli, case, needed_env(case), root, warm, emulators)
         for name in refused_fields(case):
-            futures[case.id, name] = pool.submit(run_cli, case, without(case, name), root, warm, False)
+            futures[case.id, name] = pool.submit(run_cli, case, without(case, name), root, warm, emulators, False)
     yield futures
     pool.shutdown(wait=True)
 
@@ -189,17 +196,17 @@ def test_a_command_runs_with_only_what_it_needs_and_refuses_each_missing_one_ali
         assert lines[0].startswith(f"error: {variable} is not set") and f"export {variable}=<" in lines[0], output
 
 
-def test_the_tpu_vm_name_is_met_by_tpu_name_without_cluster_name(tmp_path, warm):
+def test_the_tpu_vm_name_is_met_by_tpu_name_without_cluster_name(tmp_path, warm, emulators):
     case = Case("status", ("status", VM), "vm", {"vm": "RUNNING"})
-    full = run_cli(case, FULL, tmp_path, warm)
+    full = run_cli(case, FULL, tmp_path, warm, emulators)
     env = {key: value for key, value in needed_env(case).items() if key != "CLUSTER_NAME"}
-    only = run_cli(case, {**env, "TPU_NAME": "acme-rl-vm"}, tmp_path, warm)  # the name <CLUSTER_NAME>-vm gives
+    only = run_cli(case, {**env, "TPU_NAME": "acme-rl-vm"}, tmp_path, warm, emulators)  # the name <CLUSTER_NAME>-vm gives
     assert only == full, only[1]
 
 
-def test_a_set_value_is_checked_even_where_the_command_does_not_read_it(tmp_path, warm):
+def test_a_set_value_is_checked_even_where_the_command_does_not_read_it(tmp_path, warm, emulators):
     case = Case("runs", ("runs", GKE))
-    code, output = run_cli(case, {**needed_env(case), "REGION": "useast5"}, tmp_path, warm, peers=False)
+    code, output = run_cli(case, {**needed_env(case), "REGION": "useast5"}, tmp_path, warm, emulators, peers=False)
     assert (code, output.splitlines()) == (2, ["error: REGION 'useast5' is not a region name like us-east5"])
 
 
