@@ -101,7 +101,8 @@ class PeerServer:
 
         self.errors: list[BaseException] = []
         self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        # stop() waits for the server's next poll: 10 ms, as most tests start and stop two of these.
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.01,), daemon=True)
 
     @property
     def url(self) -> str:
