@@ -131,17 +131,23 @@ class WarmInterpreter:
 
     def __init__(self, home: Path):
         env = {**clean_environment(home), "PYTHONPATH": str(REPO)}
+        self.errors = tempfile.TemporaryFile(mode="w+")  # its own stderr: why it died, if it does
         self.process = subprocess.Popen(
             [sys.executable, "-P", "-c", _SERVER, json.dumps(WARM_MODULES), json.dumps(OWN_PACKAGES)],
-            cwd=home, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            cwd=home, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True)
 
     def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], input: str | None,
             timeout: float) -> subprocess.CompletedProcess:
         request = {"argv": _entry(argv), "cwd": str(cwd), "env": env, "input": input or "", "timeout": timeout}
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        reply = self.process.stdout.readline()
-        assert reply, f"the warm interpreter died running {argv}"
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            reply = self.process.stdout.readline()
+        except BrokenPipeError:
+            reply = ""
+        if not reply:
+            self.errors.seek(0)
+            raise AssertionError(f"the warm interpreter died running {argv}:\n{self.errors.read()[-3000:]}")
         reply = json.loads(reply)
         if reply["code"] is None:
             raise subprocess.TimeoutExpired(argv, timeout, reply["stdout"], reply["stderr"])
@@ -150,6 +156,7 @@ class WarmInterpreter:
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait(timeout=30)
+        self.errors.close()
 
 
 def _entry(argv: list[str]) -> list[str]:
