@@ -8,15 +8,20 @@
   new entries): two 4x8 slices on spot, one 4x8 slice on demand, on flex-start, with the fallback lists
   reservation,flex-start and spot,on-demand, and the VM on spot and on demand.
 
+These three are made once per test run, not once per pytest-xdist worker (``shared_synth``).
 Synthesizing costs seconds, so never synthesize per test; for a different recipe table or settings,
 call :func:`synthesize` once from a module- or session-scoped fixture of your own.
-The small helpers below read the parsed JSON (``resources``, ``only``, ``outputs``).
+The small helpers below read the parsed JSON (``resources``, ``only``, ``outputs``, ``tpu_pools``,
+``queue_manifests``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
+import time
 import tomllib
 from importlib import resources as package_files
 from pathlib import Path
@@ -73,6 +78,20 @@ def outputs(stack: StackJson) -> dict[str, Any]:
     return {name: body["value"] for name, body in stack.get("output", {}).items()}
 
 
+def tpu_pools(stack: StackJson) -> list[dict]:
+    """A GKE stack's TPU node pools (named tpu-np-...)."""
+    return [pool for pool in resources(stack, "google_container_node_pool").values() if pool["name"].startswith("tpu-np-")]
+
+
+def queue_manifests(stack: StackJson) -> dict[str, dict]:
+    """The objects a GKE stack's local queue chart applies, by kind/name."""
+    import yaml
+
+    release = next(r for r in resources(stack, "helm_release").values() if r["name"] == "tpu-rl-queues")
+    (values,) = release["values"]
+    return {f"{m['kind']}/{m['metadata']['name']}": m for m in yaml.safe_load(values)["manifests"]}
+
+
 @pytest.fixture(autouse=True)
 def _no_inherited_columns(monkeypatch):
     """pytest-xdist starts its workers with COLUMNS=80, which the CLI reads as a terminal's width: every
@@ -80,11 +99,35 @@ def _no_inherited_columns(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
 
 
+SHARED_SYNTH_WAIT_SECONDS = 600
+
+
+def shared_synth(tmp_path_factory, name: str, recipes=None) -> Path:
+    """The output directory of one synth for the whole run: pytest-xdist's workers share their base
+    directory's parent, and the first worker to ask synthesizes while the others wait on its lock."""
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    outdir, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        deadline = time.monotonic() + SHARED_SYNTH_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"waited {SHARED_SYNTH_WAIT_SECONDS} s for another worker's synth of {name}")
+                time.sleep(0.2)
+        if not done.exists():
+            shutil.rmtree(outdir, ignore_errors=True)
+            synthesize(outdir, recipes=recipes)
+            done.touch()
+    return outdir
+
+
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory) -> Path:
-    outdir = tmp_path_factory.mktemp("cdktf.out")
-    synthesize(outdir)
-    return outdir
+    return shared_synth(tmp_path_factory, "cdktf.out")
 
 
 @pytest.fixture(scope="session")
@@ -117,7 +160,7 @@ def data_only_recipes() -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def data_only_variants(tmp_path_factory) -> dict[str, StackJson]:
-    return synthesize(tmp_path_factory.mktemp("variants"), recipes=data_only_recipes())
+    return read_stacks(shared_synth(tmp_path_factory, "variants", recipes=data_only_recipes()))
 
 
 # -- how `make test` shares the suite between its workers (pytest -n 3) -----------------------------------

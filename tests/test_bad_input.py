@@ -1,7 +1,9 @@
 """The bad-input table (security/bad_input.yaml), one test per row, and docs/bad-input.md generated from it.
 
-Each row runs a real entry point as a subprocess (`python -m stacks.app` for synth, the `tpu-rl` console
-script otherwise) in an empty working directory, and must end with:
+Each row runs a real entry point (`python -m stacks.app` for synth, the `tpu-rl` console script otherwise) in
+a process of its own, forked from a warm interpreter (tests/forked_cli.py), in an empty working directory; a
+few rows, one per stage, also run as plain subprocesses, for the exit code of a fresh process. Each must end
+with:
 - a non-zero exit and no Python traceback;
 - the row's message, on one line, naming the setting and saying how to fix it;
 - nothing created or submitted: no file appears in the working directory (so no cdktf.out, no rendered
@@ -17,13 +19,15 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
 
-from peers.fixtures import REPO, TOKEN, TRACEBACK, VENV_BIN, clean_environment, start_gcs_emulator, start_peers
+from forked_cli import WarmPool
+from peers.fixtures import REPO, TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers
 
 TABLE = REPO / "security" / "bad_input.yaml"
 DOC = REPO / "docs" / "bad-input.md"
@@ -237,39 +241,74 @@ class Outcome:
     cloud_after: dict
 
 
-def execute(row: Row, root: Path) -> Outcome:
-    """Run one row in its own sandbox (and its own fake APIs, so rows can run side by side)."""
+def execute(row: Row, root: Path, runner, emulators: GcsEmulators) -> Outcome:
+    """Run one row in its own sandbox (and its own fake APIs, so rows can run side by side), with `runner`'s
+    `run`: a WarmPool's forks, or a FreshProcess."""
     sandbox = Sandbox(root, TOKEN)
     argv, env, stdin = prepare(row, sandbox)
-    emulator = start_gcs_emulator() if row.peers is not None else None
-    peers = start_peers(row.peers, env, sandbox.home, sandbox.sentinel, emulator) if emulator else None
-    before = snapshot(sandbox.work)
-    try:
-        result = subprocess.run(argv, cwd=sandbox.work, env=env, input=stdin if stdin is not None else "",
+    with emulators.lend() if row.peers is not None else nullcontext() as emulator:
+        peers = start_peers(row.peers, env, sandbox.home, sandbox.sentinel, emulator) if emulator else None
+        before = snapshot(sandbox.work)
+        try:
+            result = runner.run(argv, cwd=sandbox.work, env=env, input=stdin if stdin is not None else "",
                                 capture_output=True, text=True, timeout=300)
-        cloud = (peers.before, peers.state()) if peers else ({}, {})
-    finally:
-        if peers:
-            peers.stop()
-            emulator[0].stop()
+            cloud = (peers.before, peers.state()) if peers else ({}, {})
+        finally:
+            if peers:
+                peers.stop()
     return Outcome(sandbox, result.returncode, result.stdout + result.stderr, before, snapshot(sandbox.work), *cloud)
 
 
 @pytest.fixture(scope="module")
-def outcomes(request, tmp_path_factory) -> dict[str, Future]:
-    """Every selected row, run a few at a time: each is a subprocess that mostly waits on imports, and
-    run one after another they would take minutes of the suite."""
+def emulators():
+    lent = GcsEmulators()
+    yield lent
+    lent.stop()
+
+
+@pytest.fixture(scope="module")
+def outcomes(request, tmp_path_factory, emulators) -> dict[str, Future]:
+    """Every selected row, each forked from a warm interpreter, a few side by side (some wait on the peers)."""
     selected = [item.callspec.params["row"] for item in request.session.items
-                if hasattr(item, "callspec") and isinstance(item.callspec.params.get("row"), Row)]
-    pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
-    futures = {row.id: pool.submit(execute, row, tmp_path_factory.mktemp(row.id)) for row in selected}
+                if hasattr(item, "callspec") and isinstance(item.callspec.params.get("row"), Row)
+                and item.originalname == "test_bad_input_is_rejected_clearly_and_changes_nothing"]
+    warm = WarmPool(2)
+    pool = ThreadPoolExecutor(max_workers=2)
+    futures = {row.id: pool.submit(execute, row, tmp_path_factory.mktemp(row.id), warm, emulators) for row in selected}
     yield futures
     pool.shutdown(wait=True)
+    warm.close()
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
 def test_bad_input_is_rejected_clearly_and_changes_nothing(row: Row, outcomes):
-    outcome = outcomes[row.id].result()
+    assert_rejected_clearly(row, outcomes[row.id].result())
+
+
+# A few rows also run as a plain subprocess: the forks above stand for a fresh process, and these show that a
+# fresh process ends the same way. The first row of each stage and entry point, against the peers, and with
+# a patched recipe table:
+IN_A_FRESH_PROCESS = list({**{(row.stage, row.command[0]): row for row in reversed(ROWS)},
+                           "peers": next(row for row in ROWS if row.peers is not None),
+                           "recipes": next(row for row in ROWS if row.recipes is not None)}.values())
+
+
+@pytest.mark.parametrize("row", IN_A_FRESH_PROCESS, ids=[row.id for row in IN_A_FRESH_PROCESS])
+def test_bad_input_is_rejected_alike_by_a_fresh_process(row: Row, tmp_path, emulators):
+    assert_rejected_clearly(row, execute(row, tmp_path, FreshProcess(), emulators))
+
+
+class FreshProcess:
+    """subprocess.run with this checkout's packages behind the row's own PYTHONPATH, as the warm interpreter
+    has them (the same as the venv's on a clone; in a git worktree the venv's editable install is another's)."""
+
+    @staticmethod
+    def run(argv, *, env, **options):
+        path = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(REPO)]))
+        return subprocess.run(argv, env={**env, "PYTHONPATH": path}, **options)
+
+
+def assert_rejected_clearly(row: Row, outcome: Outcome) -> None:
     sandbox, output = outcome.sandbox, outcome.output
     assert outcome.returncode != 0, f"{row.id} exited 0:\n{output[-2000:]}"
     assert TRACEBACK not in output, output[-3000:]

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 import scripts.cli.cloud
+from cli_helpers import ctrl_c_at_the_prompt, error_line, names, record, run_of
 from peers.fixtures import SETTINGS, deploy_vm, peer_settings, put_step_output
 from jobs.paths import ArtifactPaths
 from jobs.vm import LOG_TAG, STARTING
@@ -15,8 +16,6 @@ from recipes import get_recipe
 from scripts.cli import app
 from scripts.cloud import gcs as bucket
 from scripts.outcome import ExitCode
-from test_cli_experiments import error_line, names, record, run_of
-from test_cli_terminal import ctrl_c_at_the_prompt
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

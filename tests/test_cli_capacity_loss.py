@@ -5,52 +5,19 @@ Workloads and ProvisioningRequests follow Kueue v0.17.1 and the vendored CRDs (t
 from __future__ import annotations
 
 import json
-import time
 from datetime import timedelta
 
 from typer.testing import CliRunner
 
-from jobs import jobset_name
-from jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import peer_settings, put_step_output
+from cli_helpers import POLL_MINUTES, RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
+from peers.fixtures import peer_settings
 from peers.jobset_life import UNSCHEDULABLE
 from peers.jobset_plan import Plan
 from recipes import get_recipe
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
-RECIPE = "qwen3-v6e32"
-TRAIN = jobset_name(get_recipe(RECIPE), "train")
 runner = CliRunner()
-BOUND_SECONDS = 60  # every drill ends well within this, whatever the machine
-
-
-def run_train(cloud, monkeypatch, capacity: str, wait: str):
-    monkeypatch.setenv("CAPACITY", capacity)
-    monkeypatch.setenv("CAPACITY_WAIT", wait)
-    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
-    started = time.monotonic()
-    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
-    assert time.monotonic() - started < BOUND_SECONDS, result.output
-    assert "Traceback" not in result.output, result.output
-    return result
-
-
-def error_line(result) -> str:
-    [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    return line
-
-
-def run_record(cloud) -> dict:
-    from recipes import load_settings
-
-    recipe = load_settings().recipe(get_recipe(RECIPE))
-    bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).run_record)
-    return json.loads(cloud["gcs"].bucket(bucket).blob(name).download_as_bytes())
-
-
-def succeeds(cloud) -> dict:
-    return {"on_success": lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "train")}
 
 
 def tpu_selector(manifest: dict) -> dict:
@@ -227,33 +194,6 @@ def test_status_shows_the_zone_the_train_step_runs_in(cloud, monkeypatch):
 
 
 # -- a healthy train step is never taken for a shortfall (review of issue 16, must-fix 1) -------------
-POLL_MINUTES = 10  # the drills' virtual time per poll: a train step of a few polls outlasts a 30 min wait
-
-
-def slow_polls(monkeypatch) -> list:
-    """Every sleep of `run` advances its clock by POLL_MINUTES and returns at once, so a healthy step
-    outlasts CAPACITY_WAIT's default 30 min in a few polls, whatever the machine's speed. The fake Kueue
-    shares that clock, so a failed request's retry backoff (1, 2, 4 min) passes within a poll. Returns
-    the clock, [now]."""
-    from datetime import datetime, timedelta, timezone
-
-    from peers import kueue
-    from scripts.cli import cloud as cli_cloud
-
-    build = cli_cloud.make_session
-    clock = [datetime.now(timezone.utc)]
-
-    def advance(_seconds: float) -> None:
-        clock[0] += timedelta(minutes=POLL_MINUTES)
-
-    def make_session(recipe, settings, *args):
-        session = build(recipe, settings, *args)
-        session.now, session.sleep = (lambda: clock[0]), advance
-        return session
-
-    monkeypatch.setattr(cli_cloud, "make_session", make_session)
-    kueue.use_clock(lambda: clock[0])
-    return clock
 
 
 def test_a_train_step_longer_than_the_wait_finishes_though_the_head_is_not_ready_at_the_end(cloud, monkeypatch):

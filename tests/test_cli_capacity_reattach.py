@@ -11,13 +11,13 @@ from datetime import timedelta
 
 from typer.testing import CliRunner
 
+from cli_helpers import RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
 from jobs import jobset_name, render_manifests
 from peers import kueue
 from peers.fixtures import peer_settings, put_step_output
 from recipes import get_recipe, load_settings
 from scripts.outcome import ExitCode
 from scripts.cli import app
-from test_cli_capacity_loss import RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
 
 runner = CliRunner()
 CPU_UNSCHEDULABLE = "0/3 nodes are available: the CPU pool cannot scale up (n4 out of stock)"

@@ -11,10 +11,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from cli_helpers import RECIPE, TRAIN, error_line, run_train, succeeds
 from peers.kube_api import GROUP_PATH
-from test_cli_capacity_loss import RECIPE, TRAIN, error_line, run_train, succeeds
 from scripts.outcome import ExitCode
-
 
 def test_a_jobset_replaced_by_one_of_the_same_name_is_not_deleted_by_a_run_whose_step_fell_short(cloud, monkeypatch):
     kube = cloud["kube"]

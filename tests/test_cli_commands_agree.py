@@ -12,8 +12,8 @@ import itertools
 
 import pytest
 from typer.testing import CliRunner
-from test_cli_status_logs import fits_80_columns_with_whole_paths
 
+from cli_helpers import fits_80_columns_with_whole_paths
 from jobs import render_manifests
 from peers.fixtures import jobset_of, peer_settings, put_step_output
 from recipes import get_recipe

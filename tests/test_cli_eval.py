@@ -13,24 +13,16 @@ import re
 import pytest
 from typer.testing import CliRunner
 
+from cli_helpers import plan_success, record, train_script, trained_run
 from contracts.tunix_log import evaluation_line
 from jobs.paths import ArtifactPaths
 from peers.fixtures import peer_settings, put_checkpoint
 from scripts.cli import app
 from recipes import get_recipe
 from scripts.cloud import gcs as gcs_io
-from test_cli_experiments import plan_success, record, run_of, train_script
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
-
-
-def trained_run(cloud, *sets: str):
-    recipe, paths = run_of(*sets)
-    plan_success(cloud, recipe)
-    assert runner.invoke(app, ["run", RECIPE, *(item for s in sets for item in ("--set", s))]).exit_code == 0
-    put_checkpoint(cloud["gcs"], paths, 20)
-    return recipe, paths
 
 
 def test_eval_scores_a_saved_checkpoint_and_records_it(cloud):

@@ -9,6 +9,7 @@ import json
 
 from typer.testing import CliRunner
 
+from cli_helpers import POST, PRE
 from contracts.tunix_log import evaluation_line, train_step_line
 from jobs.k8s import MAIN_CONTAINER
 from jobs.paths import ArtifactPaths
@@ -23,9 +24,7 @@ RECIPE = "qwen3-v6e32"
 VM_RECIPE = "llama31-v6e8"
 runner = CliRunner()
 
-PRE = evaluation_line("pre", 26, 64, 30, 50, 0.8123)
 MIDDLE = evaluation_line("intermediate", 33, 64, 36, 60, 1.25, step=20, second=40)
-POST = evaluation_line("post", 38, 64, 40, 63, 1.9, second=50)
 # 26/64 = 40.625%, 38/64 = 59.375%: the change is +18.75 points.
 SUMMARY = "accuracy 40.6% → 59.4% (+18.8) on 64 gsm8k test questions"
 

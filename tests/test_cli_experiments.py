@@ -5,18 +5,15 @@ records each run."""
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 
 from typer.testing import CliRunner
 
+from cli_helpers import error_line, names, plan_success, record, run_of, train_script
 from contracts.tunix_log import train_step_line
 from jobs import render_manifests
-from jobs.paths import ArtifactPaths, split_gs_url
 from peers.fixtures import peer_settings, put_step_output
-from recipes import get_recipe
-from recipes.runs import for_run
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
@@ -26,42 +23,6 @@ runner = CliRunner()
 
 def tpu_rl(*args: str):
     return runner.invoke(app, list(args))
-
-
-def run_of(*sets: str, run: str | None = None):
-    """The recipe as `tpu-rl run RECIPE --set ... --run ...` trains it, and its paths."""
-    recipe = for_run(get_recipe(RECIPE), sets, run)
-    return recipe, ArtifactPaths(recipe, peer_settings())
-
-
-def names(recipe) -> dict[str, str]:
-    return {step: manifest["metadata"]["name"] for step, manifest in render_manifests(recipe, peer_settings()).items()}
-
-
-def plan_success(cloud, recipe, **plan) -> None:
-    """Each step's JobSet of `recipe` succeeds and leaves its output, as the containers would."""
-    for step, name in names(recipe).items():
-        cloud["kube"].plan(name, on_success=lambda step=step: put_step_output(cloud["gcs"], recipe, step),
-                           **(plan if step == "train" else {}))
-
-
-def record(gcs, paths: ArtifactPaths) -> dict | None:
-    bucket, name = split_gs_url(paths.run_record)
-    blob = gcs.bucket(bucket).blob(name)
-    return json.loads(blob.download_as_bytes()) if blob.exists() else None
-
-
-def train_script(kube, name: str) -> str:
-    spec = kube.jobsets[name]["spec"]
-    head = next(job for job in spec["replicatedJobs"] if job["name"] == "pathways-head")
-    pod = head["template"]["spec"]["template"]["spec"]
-    return next(c for c in pod["containers"] if c["name"] == "workload-container")["command"][2]
-
-
-def error_line(result) -> str:
-    lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in result.output, result.output
-    return lines[0]
 
 
 def test_a_changed_setting_trains_a_new_run_that_shares_only_the_conversion(cloud):

@@ -6,12 +6,11 @@ that has logged no train step yet (loading), then tunix's train-step line (train
 from __future__ import annotations
 
 import pytest
+from cli_helpers import RECIPE, TRAIN, run_record, run_train, succeeds
 from contracts.tunix_log import train_step_line
-from test_cli_capacity_loss import RECIPE, TRAIN, run_record, run_train, succeeds
 
 from recipes import get_recipe
 from recipes.idle_tpu import TPU_IDLE_PHASES, idle_tpu
-
 
 def test_run_prints_each_phase_of_train_and_run_json_keeps_them_with_the_idle_tpu_time(cloud, monkeypatch):
     step = f"{train_step_line(1, 0.5)}\n"

@@ -7,13 +7,12 @@ import json
 
 from typer.testing import CliRunner
 
+from cli_helpers import POST, PRE, names, plan_success, record, run_of
 from jobs.paths import split_gs_url
 from peers.event_files import put_event_files
 from peers.fixtures import put_step_output
 from scripts.cli import app
 from scripts.pipeline.evaluation import parse_evaluations
-from test_cli_evaluation import POST, PRE
-from test_cli_experiments import names, plan_success, record, run_of
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

@@ -7,21 +7,18 @@ Ctrl-C's exit instead of hanging the test."""
 
 from __future__ import annotations
 
+from cli_helpers import (CONVERT, RECIPE, TRAIN, error_line, run_record, run_train, stall_clock, succeeds,
+                         trained_run)
 from contracts.tunix_log import absl_info, evaluation_line, restored_line, train_step_line
 from peers.fixtures import put_step_output
-from test_cli_capacity_loss import RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
-from test_cli_eval import trained_run
 from typer.testing import CliRunner
 
-from jobs import jobset_name
 from jobs.evaluate import eval_run_name
 from recipes import get_recipe
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
-CONVERT = jobset_name(get_recipe(RECIPE), "convert")
 runner = CliRunner()
-POLL_BUDGET = 40  # polls (of 10 min) before the test's Ctrl-C: far beyond every bound below
 
 # Lines MaxText's to_maxtext writes while it converts with lazy loading (as on GKE), max_logging.log =
 # absl.logging.info with the caller's file and line (maxtext 0.2.4 wheel, maxtext/checkpoint_conversion/
@@ -31,33 +28,6 @@ CONVERT_LINES = [absl_info(message, line, file="to_maxtext.py") for message, lin
     ("Parameter mappings and hooks obtained.", 1020),
     ("Starting weight transformation...", 1025),
     ("Weight transformation preparation complete.", 1079))]
-
-
-def stall_clock(monkeypatch) -> list:
-    """The drills' virtual clock for `run` (slow_polls), which the stall's monotonic clock reads too, and a
-    budget of polls."""
-    from scripts.cli import cloud as cli_cloud
-    from scripts.pipeline import stall
-
-    clock = slow_polls(monkeypatch)
-    monkeypatch.setattr(stall, "clock", lambda: clock[0].timestamp())
-    build = cli_cloud.make_session
-
-    def make_session(*args):
-        session = build(*args)
-        sleep, polls = session.sleep, [0]
-
-        def budgeted(seconds: float) -> None:
-            polls[0] += 1
-            if polls[0] > POLL_BUDGET:
-                raise KeyboardInterrupt
-            sleep(seconds)
-
-        session.sleep = budgeted
-        return session
-
-    monkeypatch.setattr(cli_cloud, "make_session", make_session)
-    return clock
 
 
 def steps_log(*steps: int) -> str:

@@ -1,5 +1,6 @@
 """A step that has its capacity but cannot start does not keep the slice billed while `run` waits (issue 25,
 section 4): an image the kubelet cannot pull, or pods on their nodes that do not all become Ready within
+
 READY_WAIT, end `run` with one line naming the pod, the container and (for a pull) the image, and the
 JobSet is deleted by its UID. The fake Kubernetes API reports the containers in the Pod status's own shape
 (status.containerStatuses / initContainerStatuses [].state.waiting.reason and message, the kubelet's
@@ -11,10 +12,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_cli_capacity_loss import RECIPE, TRAIN, error_line, run_record, run_train, succeeds
-from test_cli_stall_gke import CONVERT, stall_clock
 from typer.testing import CliRunner
 
+from cli_helpers import CONVERT, RECIPE, TRAIN, error_line, run_record, run_train, stall_clock, succeeds
 from jobs.k8s import MAIN_CONTAINER
 from peers.fixtures import put_step_output
 from recipes import get_recipe

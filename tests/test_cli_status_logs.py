@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from typer.testing import CliRunner
 
+from cli_helpers import fits_80_columns_with_whole_paths
 from contracts.tunix_log import train_step_line
 from jobs.paths import ArtifactPaths, split_gs_url
 from peers.event_files import put_event_files
@@ -30,13 +31,6 @@ def _status_blocks(output: str) -> dict[str, list[str]]:
         elif blocks and line.startswith(" ") and words:
             blocks[list(blocks)[-1]].append(line.strip())
     return blocks
-
-
-def fits_80_columns_with_whole_paths(output: str) -> bool:
-    """Every line fits 80 columns, but for a line that is one path, URL or image reference longer than
-    that, or one command in backquotes, whole (it is never broken, so a copied one works)."""
-    return all(len(line) <= 80 or (len(line.split()) == 1 and "/" in line)
-               or re.fullmatch(r"\s*[^\s`]*`[^`]*`\S*", line) for line in output.splitlines())
 
 
 def test_status_shows_each_step_state_pods_time_and_output_in_80_columns(cloud, monkeypatch, tmp_path):

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
-import select
-import signal
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from cli_helpers import ctrl_c_at_the_prompt
 from peers.fixtures import peer_settings
 from recipes import all_recipes, get_recipe
 from recipes.setting_specs import CONFIG_ENV, SPECS
@@ -115,63 +112,6 @@ def test_recipes_in_a_wide_terminal_is_one_table_with_a_model_column(monkeypatch
 
 
 # -- Ctrl-C at the [y/N] prompt -----------------------------------------------------------------------
-def _read_until(fd: int, done, seconds: float) -> str:
-    """What the process writes to its terminal until `done(text)` holds, the terminal closes (the
-    process ended) or `seconds` pass. Reading all along keeps the process from blocking on a full pty."""
-    text, deadline = "", time.monotonic() + seconds
-    while not done(text) and time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:  # EIO: the terminal's other end closed, the process ended
-                break
-            if not chunk:
-                break
-            text += chunk.decode(errors="replace")
-    return text
-
-
-def _wait_until_sleeping(pid: int, seconds: float = 30) -> None:
-    """Wait until the process sleeps, i.e. (after it printed its prompt) it is blocked reading the terminal.
-    A SIGINT sent earlier, between the prompt and the read, would be taken only when the read returns
-    (CPython checks signals after an interrupted read, not before the first one): no person is that quick."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state == "S":
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} never waited for input")
-
-
-def ctrl_c_at_the_prompt(args: list[str]) -> tuple[str, str, int]:
-    """`tpu-rl *args` in a real terminal (so it asks instead of refusing): wait for its [y/N] prompt, press
-    Ctrl-C, and return what it wrote up to the prompt, what it wrote after, and its exit code."""
-    master, terminal = pty.openpty()
-    proc = subprocess.Popen([str(TPU_RL), *args], stdin=terminal, stdout=terminal, stderr=terminal,
-                            env=dict(os.environ), close_fds=True)
-    os.close(terminal)
-    try:
-        asked = _read_until(master, lambda text: "[y/N]" in text, 120)
-        assert "[y/N]" in asked, asked
-        _wait_until_sleeping(proc.pid)
-        # What Ctrl-C at the terminal sends. On a loaded machine the process can still be between printing
-        # the prompt and blocking in read(); a signal taken there waits for the read to return, so, like a
-        # person whose first Ctrl-C seemed lost, press it again until the process ends.
-        for _ in range(30):
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=2)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        rest = _read_until(master, lambda text: False, 120)  # until the process ends and closes its terminal
-        return asked, rest, proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(master)
 
 
 def test_ctrl_c_at_the_replace_prompt_is_an_interruption_not_a_failed_step(cloud):

@@ -10,12 +10,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from typer.testing import CliRunner
 
-from test_cli_vm import (ATTEMPT, PATHS, RECIPE, RUN, VM, begin, boot_and_show, clock, error_line, finish, guest,
-                         put, run_finds_it_ended, run_fails, vm)  # noqa: F401 (clock, guest, vm: fixtures)
-
-from jobs.vm import HEARTBEAT_STALE_SECONDS
+from cli_helpers import error_line
 from scripts.cli import app
 from scripts.outcome import ExitCode
+from vm_helpers import ATTEMPT, PATHS, RECIPE, RUN, VM, begin, boot_and_show, clock, finish, guest, put, run_fails, run_finds_it_ended, the_vm_goes_away, vm  # noqa: F401 (clock, guest, vm: fixtures)
 
 runner = CliRunner()
 TRAIN = "maxtext.trainers.post_train.rl.train_rl"
@@ -34,12 +32,6 @@ def rfc3339_ago(seconds: float) -> str:
 
 def serial_reads(google) -> int:
     return sum("serialPort" in path for _, path, _ in google.requests)
-
-
-def the_vm_goes_away(google):
-    """A last poll for code that never ends the wait: the VM disappears, so `run` stops (with another
-    message than the one the test wants) instead of polling for ever."""
-    return lambda: google.instances.pop(VM, None)
 
 
 # --- 1. the console carries none of the guest agent's lines ---------------------------------------------

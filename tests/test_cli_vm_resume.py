@@ -1,5 +1,6 @@
 """`tpu-rl run/cancel/status` of the VM recipe after an attempt ended (a guest reboot keeps the instance RUNNING
 and its timestamps), with another run's script on the VM, through a console read refused mid-poll, a step that
+
 stalls, and a maintenance stop judged from its own timestamp. Real CLI, fake Compute API, GCS emulator, the
 real startup script under bash (tests/peers/vm_guest.py)."""
 
@@ -11,16 +12,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from typer.testing import CliRunner
 
-from test_cli_vm import (PATHS, RECIPE, VM, ago, begin, boot_and_show, clock, error_line, finish, guest, put,
-                         vm)  # noqa: F401 (clock, guest, vm: fixtures)
 
-from test_cli_vm_records import the_vm_goes_away
 
+from cli_helpers import error_line
 from jobs.vm import CANCELLED
 from peers.fixtures import SETTINGS, deploy_vm
 from peers.http import Fault
 from scripts.cli import app
 from scripts.outcome import ExitCode
+from vm_helpers import PATHS, RECIPE, VM, ago, begin, boot_and_show, clock, finish, guest, put, the_vm_goes_away, vm  # noqa: F401 (clock, guest, vm: fixtures)
 
 runner = CliRunner()
 TRAIN = "maxtext.trainers.post_train.rl.train_rl"

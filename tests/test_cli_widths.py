@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 from typer.testing import CliRunner
-from test_cli_status_logs import fits_80_columns_with_whole_paths
 
+from cli_helpers import fits_80_columns_with_whole_paths
 from jobs import render_manifests
 from peers.fixtures import TOKEN, SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output
 from recipes import get_recipe

@@ -15,7 +15,7 @@ import jobs.vm_install
 from jobs.paths import split_gs_url
 from peers.vm_guest import Guest, private_mounts
 from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
-from test_jobs_vm_script import PATHS, RECIPE, TOKEN, script
+from vm_helpers import SCRIPT_PATHS as PATHS, SCRIPT_RECIPE as RECIPE, SCRIPT_TOKEN as TOKEN, example_script as script
 
 
 @pytest.fixture

@@ -18,20 +18,13 @@ import pytest
 import jobs
 import jobs.vm
 import jobs.vm_install
-from jobs.paths import ArtifactPaths, split_gs_url
-from recipes import UserError, example_settings, get_recipe
+from jobs.paths import split_gs_url
+from recipes import UserError, get_recipe
 from peers.vm_guest import Guest
 from scripts.pipeline.vm.run import step_section
 from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
-
-SETTINGS = example_settings()
-RECIPE = get_recipe("llama31-v6e8")
-PATHS = ArtifactPaths(RECIPE, SETTINGS)
-TOKEN = "hf_fake_token_for_the_test"
-
-
-def script() -> str:
-    return jobs.render_startup_script(RECIPE, SETTINGS)
+from vm_helpers import EXAMPLE_SETTINGS as SETTINGS, SCRIPT_PATHS as PATHS, SCRIPT_RECIPE as RECIPE
+from vm_helpers import SCRIPT_TOKEN as TOKEN, example_script as script
 
 
 def test_startup_script_is_valid_bash(tmp_path):

@@ -1,4 +1,5 @@
 """Checkpoint saves are a phase of their own: `run` shows `saving` while orbax's log says a save holds the
+
 trainer, run.json keeps its time, and it counts as TPU time billed while nothing trains. The fixtures
 are orbax's own format strings with absl's prefix (tests/contracts/orbax_log.py), checked here against
 the orbax installed with each MaxText wheel."""
@@ -9,10 +10,10 @@ import ast
 from pathlib import Path
 
 import pytest
+from cli_helpers import RECIPE, TRAIN, run_record, run_train, succeeds
 from contracts.orbax_log import ORBAX_VERSION, SAVE_FORMATS, SOURCE, save_line
 from contracts.tunix_log import train_step_line
 from maxtext_cpu.chain import need_venv
-from test_cli_capacity_loss import RECIPE, TRAIN, run_record, run_train, succeeds
 
 from recipes import get_recipe
 from recipes.idle_tpu import idle_tpu

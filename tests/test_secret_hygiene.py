@@ -1,6 +1,7 @@
 """The Hugging Face token never leaks: a sentinel token is put everywhere a user might put it, then synth,
 render and every CLI command that runs offline or against the local fake APIs are run for real
-(subprocesses of `python -m stacks.app` and the `tpu-rl` console script). The sentinel must appear in
+(`python -m stacks.app` and the `tpu-rl` console script, each a process forked from a warm interpreter,
+tests/forked_cli.py). The sentinel must appear in
 none of: cdktf.out, the rendered files, stdout/stderr, and anything the CLI sends to the fake Kubernetes
 API - except the one place it belongs, the data of the Kubernetes Secret that `tpu-rl run` fills from
 Secret Manager (checked to hold exactly the token, so the search is known to look in the right place).
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import pytest
 
+from forked_cli import WarmPool
 from jobs import render_manifests
 from jobs.paths import ArtifactPaths
 from peers.fixtures import (REPO, SETTINGS, TOKEN, TRACEBACK, VENV_BIN, clean_environment, deploy_vm, jobset_of,
@@ -40,6 +41,7 @@ class Session:
 
     token: str
     root: Path
+    warm: WarmPool | None = None  # runs the commands
     outputs: dict[str, str] = field(default_factory=dict)  # command -> stdout + stderr
     exit_codes: dict[str, int] = field(default_factory=dict)
     kube_requests: list[tuple[str, str, bytes]] = field(default_factory=list)
@@ -60,7 +62,7 @@ class Session:
 
 
 def _run(session: Session, label: str, argv: list[str], env: dict[str, str], cwd: Path, stdin: str = "") -> None:
-    result = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=600)
+    result = session.warm.run(argv, cwd=cwd, env=env, input=stdin, timeout=600)
     session.outputs[label] = result.stdout + result.stderr
     session.exit_codes[label] = result.returncode
 
@@ -76,7 +78,7 @@ def session(tmp_path_factory) -> Session:
     work.mkdir()
     home.mkdir()
     token = TOKEN
-    session = Session(token, root)
+    session = Session(token, root, WarmPool(2))
 
     env = clean_environment(home)
     env.update(SETTINGS)  # the peers' settings, so that put_step_output writes the right paths
@@ -137,6 +139,7 @@ def session(tmp_path_factory) -> Session:
         for run in offline_runs:
             run.result()
         pool.shutdown()
+        session.warm.close()
     return session
 
 

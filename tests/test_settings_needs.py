@@ -1,7 +1,7 @@
 """Each command needs exactly the settings it reads (recipes/needs.py), refused in one place, one way.
 
-For every command the real `tpu-rl` runs as a subprocess against fresh local peers (tests/peers), three
-ways: with every setting, with only those recipes/needs.py names for it, and with each of those missing.
+For every command the real `tpu-rl` runs in a process of its own (forked from a warm interpreter,
+tests/forked_cli.py) against fresh local peers (tests/peers), three ways: with every setting, with only those recipes/needs.py names for it, and with each of those missing.
 Only the needed ones give the same output and exit code as all of them (so the command reads nothing
 else: an unset field it reads would be refused, recipes/settings.py `Settings.__getattribute__`); each
 missing one is the same line in every command, `error: <VAR> is not set: export <VAR>=…`, exit 2, before
@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import re
 import subprocess
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, clean_environment, start_peers
+from forked_cli import WarmPool
+from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers
 from recipes.needs import NEEDS, RULES, needs
 from recipes.setting_specs import SPECS
 
@@ -94,12 +96,11 @@ def make_review_clone(work: Path) -> None:
     (work / "stacks/app.py").write_text(_SYNTH.format(names=SETTING_ENVS, body='{"settings": seen}'))
 
 
-def run_cli(case: Case, settings: dict[str, str], root: Path, peers: bool = True) -> tuple[int, str]:
+def run_cli(case: Case, settings: dict[str, str], root: Path, warm: WarmPool, emulators: GcsEmulators,
+            peers: bool = True) -> tuple[int, str]:
     """`tpu-rl <argv>` with exactly `settings`: against fresh, healthy peers set up for FULL, or (`peers`
     False) with every API at a closed port, where any cloud call would fail with a connection error."""
     import tempfile
-
-    from peers.fixtures import start_gcs_emulator
 
     work = Path(tempfile.mkdtemp(dir=root))
     home = work / "home"
@@ -108,18 +109,17 @@ def run_cli(case: Case, settings: dict[str, str], root: Path, peers: bool = True
     if case.clone:
         make_review_clone(work)
     env = {**clean_environment(home), **FULL}
-    emulator = start_gcs_emulator() if peers else None
-    started = start_peers(case.peers, env, home, TOKEN, emulator) if peers else None
-    for key in FULL:
-        env.pop(key)
-    env.update(settings)
-    try:
-        result = subprocess.run([str(VENV_BIN / "tpu-rl"), *case.argv], cwd=work, env=env, input=case.stdin,
-                                capture_output=True, text=True, timeout=300)
-    finally:
-        if started:
-            started.stop()
-            emulator[0].stop()
+    with emulators.lend() if peers else nullcontext() as emulator:
+        started = start_peers(case.peers, env, home, TOKEN, emulator) if peers else None
+        for key in FULL:
+            env.pop(key)
+        env.update(settings)
+        try:
+            result = warm.run([str(VENV_BIN / "tpu-rl"), *case.argv], cwd=work, env=env, input=case.stdin,
+                              timeout=300)
+        finally:
+            if started:
+                started.stop()
     return result.returncode, result.stdout + result.stderr
 
 
@@ -140,18 +140,32 @@ def without(case: Case, name: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
-    """Every run of every case, a few at a time (each is a subprocess that mostly waits on imports)."""
+def warm():
+    pool = WarmPool(2)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def emulators():
+    lent = GcsEmulators()
+    yield lent
+    lent.stop()
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory, warm, emulators):
+    """Every run of every case, two at a time (some wait on the peers)."""
     from concurrent.futures import ThreadPoolExecutor
 
     root = tmp_path_factory.mktemp("needs")
-    pool = ThreadPoolExecutor(max_workers=4)
+    pool = ThreadPoolExecutor(max_workers=2)
     futures = {}
     for case in CASES:
-        futures[case.id, "all"] = pool.submit(run_cli, case, FULL, root)
-        futures[case.id, "needed"] = pool.submit(run_cli, case, needed_env(case), root)
+        futures[case.id, "all"] = pool.submit(run_cli, case, FULL, root, warm, emulators)
+        futures[case.id, "needed"] = pool.submit(run_cli, case, needed_env(case), root, warm, emulators)
         for name in refused_fields(case):
-            futures[case.id, name] = pool.submit(run_cli, case, without(case, name), root, False)
+            futures[case.id, name] = pool.submit(run_cli, case, without(case, name), root, warm, emulators, False)
     yield futures
     pool.shutdown(wait=True)
 
@@ -182,17 +196,17 @@ def test_a_command_runs_with_only_what_it_needs_and_refuses_each_missing_one_ali
         assert lines[0].startswith(f"error: {variable} is not set") and f"export {variable}=<" in lines[0], output
 
 
-def test_the_tpu_vm_name_is_met_by_tpu_name_without_cluster_name(tmp_path):
+def test_the_tpu_vm_name_is_met_by_tpu_name_without_cluster_name(tmp_path, warm, emulators):
     case = Case("status", ("status", VM), "vm", {"vm": "RUNNING"})
-    full = run_cli(case, FULL, tmp_path)
+    full = run_cli(case, FULL, tmp_path, warm, emulators)
     env = {key: value for key, value in needed_env(case).items() if key != "CLUSTER_NAME"}
-    only = run_cli(case, {**env, "TPU_NAME": "acme-rl-vm"}, tmp_path)  # the name <CLUSTER_NAME>-vm gives
+    only = run_cli(case, {**env, "TPU_NAME": "acme-rl-vm"}, tmp_path, warm, emulators)  # the name <CLUSTER_NAME>-vm gives
     assert only == full, only[1]
 
 
-def test_a_set_value_is_checked_even_where_the_command_does_not_read_it(tmp_path):
+def test_a_set_value_is_checked_even_where_the_command_does_not_read_it(tmp_path, warm, emulators):
     case = Case("runs", ("runs", GKE))
-    code, output = run_cli(case, {**needed_env(case), "REGION": "useast5"}, tmp_path, peers=False)
+    code, output = run_cli(case, {**needed_env(case), "REGION": "useast5"}, tmp_path, warm, emulators, peers=False)
     assert (code, output.splitlines()) == (2, ["error: REGION 'useast5' is not a region name like us-east5"])
 
 

@@ -7,17 +7,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import yaml
-from conftest import only, outputs, resources
+from conftest import only, outputs, queue_manifests, resources, tpu_pools
 from terraform_cli import terraform_outputs
 
 from infra.identity import NODE_ROLES
 from recipes import all_recipes, conventions, example_settings
 
 GKE = ["qwen3-v6e32", "gemma4-v6e64"]
-
-
-def tpu_pools(stack) -> list[dict]:
-    return [pool for pool in resources(stack, "google_container_node_pool").values() if pool["name"].startswith("tpu-np-")]
 
 
 def pool_named(stack, name: str) -> dict:
@@ -30,13 +26,6 @@ def service_account_id(stack, role_suffix: str) -> str:
     (logical_id,) = [k for k, sa in resources(stack, "google_service_account").items()
                      if sa["account_id"].endswith(role_suffix)]
     return logical_id
-
-
-def queue_manifests(stack) -> dict[str, dict]:
-    """The objects the local chart applies, by kind/name."""
-    release = next(r for r in resources(stack, "helm_release").values() if r["name"] == "tpu-rl-queues")
-    (values,) = release["values"]
-    return {f"{m['kind']}/{m['metadata']['name']}": m for m in yaml.safe_load(values)["manifests"]}
 
 
 def quota(cluster_queue: dict, flavor: str) -> dict[str, str]:

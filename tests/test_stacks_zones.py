@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import only, resources
-from test_stacks_gke import queue_manifests, tpu_pools
+from conftest import only, queue_manifests, resources, tpu_pools
 
 from recipes import example_settings
 

@@ -12,8 +12,10 @@
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +71,32 @@ def start_gcs_emulator():
     server = create_server("127.0.0.1", port, in_memory=True)
     server.start()
     return server, f"http://127.0.0.1:{port}"
+
+
+class GcsEmulators:
+    """GCS emulators lent to runs side by side (start_peers wipes the one it gets): starting one takes
+    milliseconds, but stopping one waits out its server's half-second poll, so they are stopped once, at
+    the end."""
+
+    def __init__(self) -> None:
+        self._free: queue.SimpleQueue = queue.SimpleQueue()
+        self._all: list = []
+
+    @contextmanager
+    def lend(self):
+        try:
+            emulator = self._free.get_nowait()
+        except queue.Empty:
+            emulator = start_gcs_emulator()
+            self._all.append(emulator)
+        try:
+            yield emulator
+        finally:
+            self._free.put(emulator)
+
+    def stop(self) -> None:
+        for server, _ in self._all:
+            server.stop()
 
 
 def storage_client(project: str, url: str):

@@ -49,6 +49,9 @@ class PeerServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # The headers and the body go out as two writes: without TCP_NODELAY the body waits for the
+            # client's delayed ACK of the headers (about 40 ms on Linux) on every kept-alive request.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args) -> None:  # keep test output clean
                 pass
@@ -98,7 +101,8 @@ class PeerServer:
 
         self.errors: list[BaseException] = []
         self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        # stop() waits for the server's next poll: 10 ms, as most tests start and stop two of these.
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.01,), daemon=True)
 
     @property
     def url(self) -> str:

@@ -1,0 +1,246 @@
+"""What the in-process CLI tests against the local peers share: one home, so no test module imports another.
+
+- the shape of the output: the one error line, 80 columns;
+- a GKE recipe's runs (qwen3-v6e32): its JobSets succeeding as the containers would, run.json, the drills'
+  virtual clock, a trained run to evaluate;
+- `tpu-rl` at a real terminal, Ctrl-C at its [y/N] prompt.
+
+The VM recipe's share is tests/vm_helpers.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from contracts.tunix_log import evaluation_line
+from jobs import jobset_name, render_manifests
+from jobs.paths import ArtifactPaths, split_gs_url
+from peers.fixtures import peer_settings, put_checkpoint, put_step_output
+from recipes import get_recipe
+from recipes.runs import for_run
+from scripts.cli import app
+
+runner = CliRunner()
+TPU_RL = Path(sys.executable).parent / "tpu-rl"
+
+
+# -- the output ----------------------------------------------------------------------------------------------
+
+def error_line(result) -> str:
+    """The one `error: ` line of a command's output, which has no traceback."""
+    lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+def fits_80_columns_with_whole_paths(output: str) -> bool:
+    """Every line fits 80 columns, but for a line that is one path, URL or image reference longer than
+    that, or one command in backquotes, whole (it is never broken, so a copied one works)."""
+    return all(len(line) <= 80 or (len(line.split()) == 1 and "/" in line)
+               or re.fullmatch(r"\s*[^\s`]*`[^`]*`\S*", line) for line in output.splitlines())
+
+
+# -- a GKE recipe's runs ---------------------------------------------------------------------------------------
+
+RECIPE = "qwen3-v6e32"
+TRAIN = jobset_name(get_recipe(RECIPE), "train")
+CONVERT = jobset_name(get_recipe(RECIPE), "convert")
+BOUND_SECONDS = 60  # every drill ends well within this, whatever the machine
+
+
+def run_train(cloud, monkeypatch, capacity: str, wait: str):
+    monkeypatch.setenv("CAPACITY", capacity)
+    monkeypatch.setenv("CAPACITY_WAIT", wait)
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    started = time.monotonic()
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
+    assert time.monotonic() - started < BOUND_SECONDS, result.output
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+def run_record(cloud) -> dict:
+    from recipes import load_settings
+
+    recipe = load_settings().recipe(get_recipe(RECIPE))
+    bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).run_record)
+    return json.loads(cloud["gcs"].bucket(bucket).blob(name).download_as_bytes())
+
+
+def succeeds(cloud) -> dict:
+    return {"on_success": lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "train")}
+
+
+POLL_MINUTES = 10  # the drills' virtual time per poll: a train step of a few polls outlasts a 30 min wait
+
+
+def slow_polls(monkeypatch) -> list:
+    """Every sleep of `run` advances its clock by POLL_MINUTES and returns at once, so a healthy step
+    outlasts CAPACITY_WAIT's default 30 min in a few polls, whatever the machine's speed. The fake Kueue
+    shares that clock, so a failed request's retry backoff (1, 2, 4 min) passes within a poll. Returns
+    the clock, [now]."""
+    from datetime import datetime, timedelta, timezone
+
+    from peers import kueue
+    from scripts.cli import cloud as cli_cloud
+
+    build = cli_cloud.make_session
+    clock = [datetime.now(timezone.utc)]
+
+    def advance(_seconds: float) -> None:
+        clock[0] += timedelta(minutes=POLL_MINUTES)
+
+    def make_session(recipe, settings, *args):
+        session = build(recipe, settings, *args)
+        session.now, session.sleep = (lambda: clock[0]), advance
+        return session
+
+    monkeypatch.setattr(cli_cloud, "make_session", make_session)
+    kueue.use_clock(lambda: clock[0])
+    return clock
+
+
+def run_of(*sets: str, run: str | None = None):
+    """The recipe as `tpu-rl run RECIPE --set ... --run ...` trains it, and its paths."""
+    recipe = for_run(get_recipe(RECIPE), sets, run)
+    return recipe, ArtifactPaths(recipe, peer_settings())
+
+
+def names(recipe) -> dict[str, str]:
+    return {step: manifest["metadata"]["name"] for step, manifest in render_manifests(recipe, peer_settings()).items()}
+
+
+def plan_success(cloud, recipe, **plan) -> None:
+    """Each step's JobSet of `recipe` succeeds and leaves its output, as the containers would."""
+    for step, name in names(recipe).items():
+        cloud["kube"].plan(name, on_success=lambda step=step: put_step_output(cloud["gcs"], recipe, step),
+                           **(plan if step == "train" else {}))
+
+
+def record(gcs, paths: ArtifactPaths) -> dict | None:
+    bucket, name = split_gs_url(paths.run_record)
+    blob = gcs.bucket(bucket).blob(name)
+    return json.loads(blob.download_as_bytes()) if blob.exists() else None
+
+
+def train_script(kube, name: str) -> str:
+    spec = kube.jobsets[name]["spec"]
+    head = next(job for job in spec["replicatedJobs"] if job["name"] == "pathways-head")
+    pod = head["template"]["spec"]["template"]["spec"]
+    return next(c for c in pod["containers"] if c["name"] == "workload-container")["command"][2]
+
+
+def trained_run(cloud, *sets: str):
+    recipe, paths = run_of(*sets)
+    plan_success(cloud, recipe)
+    assert runner.invoke(app, ["run", RECIPE, *(item for s in sets for item in ("--set", s))]).exit_code == 0
+    put_checkpoint(cloud["gcs"], paths, 20)
+    return recipe, paths
+
+
+POLL_BUDGET = 40  # polls (of 10 min) before the test's Ctrl-C: far beyond every stall bound
+
+
+def stall_clock(monkeypatch) -> list:
+    """The drills' virtual clock for `run` (slow_polls), which the stall's monotonic clock reads too, and a
+    budget of polls."""
+    from scripts.cli import cloud as cli_cloud
+    from scripts.pipeline import stall
+
+    clock = slow_polls(monkeypatch)
+    monkeypatch.setattr(stall, "clock", lambda: clock[0].timestamp())
+    build = cli_cloud.make_session
+
+    def make_session(*args):
+        session = build(*args)
+        sleep, polls = session.sleep, [0]
+
+        def budgeted(seconds: float) -> None:
+            polls[0] += 1
+            if polls[0] > POLL_BUDGET:
+                raise KeyboardInterrupt
+            sleep(seconds)
+
+        session.sleep = budgeted
+        return session
+
+    monkeypatch.setattr(cli_cloud, "make_session", make_session)
+    return clock
+
+
+# MaxText's evaluation lines before and after training (tests/contracts/tunix_log.py).
+PRE = evaluation_line("pre", 26, 64, 30, 50, 0.8123)
+POST = evaluation_line("post", 38, 64, 40, 63, 1.9, second=50)
+
+
+# -- `tpu-rl` at a terminal ------------------------------------------------------------------------------------
+
+def _read_until(fd: int, done, seconds: float) -> str:
+    """What the process writes to its terminal until `done(text)` holds, the terminal closes (the
+    process ended) or `seconds` pass. Reading all along keeps the process from blocking on a full pty."""
+    text, deadline = "", time.monotonic() + seconds
+    while not done(text) and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the terminal's other end closed, the process ended
+                break
+            if not chunk:
+                break
+            text += chunk.decode(errors="replace")
+    return text
+
+
+def _wait_until_sleeping(pid: int, seconds: float = 30) -> None:
+    """Wait until the process sleeps, i.e. (after it printed its prompt) it is blocked reading the terminal.
+    A SIGINT sent earlier, between the prompt and the read, would be taken only when the read returns
+    (CPython checks signals after an interrupted read, not before the first one): no person is that quick."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "S":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} never waited for input")
+
+
+def ctrl_c_at_the_prompt(args: list[str]) -> tuple[str, str, int]:
+    """`tpu-rl *args` in a real terminal (so it asks instead of refusing): wait for its [y/N] prompt, press
+    Ctrl-C, and return what it wrote up to the prompt, what it wrote after, and its exit code."""
+    master, terminal = pty.openpty()
+    proc = subprocess.Popen([str(TPU_RL), *args], stdin=terminal, stdout=terminal, stderr=terminal,
+                            env=dict(os.environ), close_fds=True)
+    os.close(terminal)
+    try:
+        asked = _read_until(master, lambda text: "[y/N]" in text, 120)
+        assert "[y/N]" in asked, asked
+        _wait_until_sleeping(proc.pid)
+        # What Ctrl-C at the terminal sends. On a loaded machine the process can still be between printing
+        # the prompt and blocking in read(); a signal taken there waits for the read to return, so, like a
+        # person whose first Ctrl-C seemed lost, press it again until the process ends.
+        for _ in range(30):
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=2)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        rest = _read_until(master, lambda text: False, 120)  # until the process ends and closes its terminal
+        return asked, rest, proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)

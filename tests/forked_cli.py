@@ -1,0 +1,190 @@
+"""The real entry points (`tpu-rl`, `python -m stacks.app`) run for many command lines without paying
+Python's start-up and imports for each one.
+
+A warm interpreter imports the CLI and the cloud libraries once, then forks one child per command line.
+The child takes that command line's environment, working directory and stdin, runs the entry point the
+way the process would (the console script file itself, or the module as `__main__`), and exits with its
+exit code. Each command line still has a process of its own (fresh module state, its own exit code and
+output), and the fork costs milliseconds where a start-up costs seconds. `run` has the signature of
+`subprocess.run` for these calls, so a test can switch between the two; tests that are about the process
+itself (start-up time, a terminal) keep `subprocess`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from peers.fixtures import REPO, VENV_BIN, clean_environment
+
+# What the children would otherwise import each time: the CLI and the cloud clients its commands load
+# after their checks. Not stacks/cdktf: jsii starts a node process, which must not be shared by a fork.
+WARM_MODULES = ("scripts.cli", "scripts.cli.cloud", "scripts.cli.core", "scripts.cli.offline", "scripts.cli.reports",
+                "scripts.cli.views", "kubernetes", "google.cloud.storage", "google.cloud.compute_v1",
+                "google.cloud.tpu_v2", "google.cloud.secretmanager", "gcp_storage_emulator", "yaml")
+# The project's packages, imported afresh in a child whose PYTHONPATH puts a patched copy ahead of them.
+OWN_PACKAGES = ("recipes", "infra", "stacks", "jobs", "scripts")
+
+_SERVER = r'''
+import atexit, importlib, io, json, os, runpy, signal, sys, tempfile, threading, time, traceback
+
+for name in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+OWN = tuple(json.loads(sys.argv[2]))
+assert "jsii" not in sys.modules, "a warm module imported jsii, whose node process a fork would share"
+scratch = tempfile.mkdtemp(prefix="forked-cli-")
+
+
+def child(request, out, err):
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    stdin = tempfile.TemporaryFile(dir=scratch)
+    stdin.write(request["input"].encode())
+    stdin.seek(0)
+    os.dup2(stdin.fileno(), 0)
+    os.dup2(os.open(out, os.O_WRONLY), 1)
+    os.dup2(os.open(err, os.O_WRONLY), 2)
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    if extra:  # a patched copy of a package goes ahead of the warm one, as a fresh interpreter would see it
+        for name in [n for n in sys.modules if n.split(".")[0] in OWN]:
+            del sys.modules[name]
+        sys.path[:0] = extra
+    argv = request["argv"]
+    code = 0
+    try:
+        if argv[0] == "-m":
+            sys.path.insert(0, os.getcwd())
+            sys.argv = list(argv)
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(argv[0]))
+            sys.argv = list(argv)
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as done:
+        if done.code is None:
+            code = 0
+        elif isinstance(done.code, int):
+            code = done.code
+        else:
+            print(done.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    try:
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code & 0xFF)
+
+
+requests = sys.stdin.buffer
+replies = sys.stdout
+for line in requests:
+    request = json.loads(line)
+    out = os.path.join(scratch, "out")
+    err = os.path.join(scratch, "err")
+    for path in (out, err):
+        open(path, "w").close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child(request, out, err)
+        finally:
+            os._exit(70)
+    deadline = time.monotonic() + request["timeout"]
+    delay = 0.001
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            status = None
+            break
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+    code = None if status is None else os.waitstatus_to_exitcode(status)
+    with open(out, encoding="utf-8", errors="replace") as o, open(err, encoding="utf-8", errors="replace") as e:
+        replies.write(json.dumps({"code": code, "stdout": o.read(), "stderr": e.read()}) + "\n")
+    replies.flush()
+'''
+
+
+class WarmInterpreter:
+    """One warm interpreter: runs one command line at a time."""
+
+    def __init__(self, home: Path):
+        env = {**clean_environment(home), "PYTHONPATH": str(REPO)}
+        self.errors = tempfile.TemporaryFile(mode="w+")  # its own stderr: why it died, if it does
+        self.process = subprocess.Popen(
+            [sys.executable, "-P", "-c", _SERVER, json.dumps(WARM_MODULES), json.dumps(OWN_PACKAGES)],
+            cwd=home, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True)
+
+    def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], input: str | None,
+            timeout: float) -> subprocess.CompletedProcess:
+        request = {"argv": _entry(argv), "cwd": str(cwd), "env": env, "input": input or "", "timeout": timeout}
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            reply = self.process.stdout.readline()
+        except BrokenPipeError:
+            reply = ""
+        if not reply:
+            self.errors.seek(0)
+            raise AssertionError(f"the warm interpreter died running {argv}:\n{self.errors.read()[-3000:]}")
+        reply = json.loads(reply)
+        if reply["code"] is None:
+            raise subprocess.TimeoutExpired(argv, timeout, reply["stdout"], reply["stderr"])
+        return subprocess.CompletedProcess(argv, reply["code"], reply["stdout"], reply["stderr"])
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+        self.errors.close()
+
+
+def _entry(argv: list[str]) -> list[str]:
+    """[script, args...] for the console script, ["-m", module, args...] for `python -m module`."""
+    if Path(argv[0]).name.startswith("python") and argv[1] == "-m":
+        return argv[1:]
+    assert Path(argv[0]).parent == VENV_BIN, f"not an entry point of the venv: {argv[0]}"
+    return [str(VENV_BIN / Path(argv[0]).name), *argv[1:]]
+
+
+class WarmPool:
+    """A few warm interpreters, for command lines run side by side from threads; `run` as subprocess.run."""
+
+    def __init__(self, size: int):
+        self._home = Path(tempfile.mkdtemp(prefix="warm-home-"))
+        self._all = [WarmInterpreter(self._home) for _ in range(size)]
+        self._free: queue.Queue[WarmInterpreter] = queue.Queue()
+        for interpreter in self._all:
+            self._free.put(interpreter)
+
+    def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], input: str | None = None,
+            timeout: float = 300, **_ignored) -> subprocess.CompletedProcess:
+        interpreter = self._free.get()
+        try:
+            return interpreter.run(argv, cwd=cwd, env=env, input=input, timeout=timeout)
+        finally:
+            self._free.put(interpreter)
+
+    def close(self) -> None:
+        for interpreter in self._all:
+            interpreter.close()
