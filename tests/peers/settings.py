@@ -1,0 +1,19 @@
+"""The settings every peer and test share: a project, region, cluster and bucket of the test cloud."""
+
+from __future__ import annotations
+
+SETTINGS = {
+    "PROJECT": "tpu-rl-test",
+    "REGION": "us-east5",
+    "ZONE": "us-east5-b",
+    "CLUSTER_NAME": "rl-test",
+    "GCS_BUCKET": "rl-test-artifacts",
+    "RESERVATION": "v6e-reservation",
+    "AUTHORIZED_CIDR": "203.0.113.7/32",
+}
+
+
+def peer_settings():
+    from recipes import load_settings
+
+    return load_settings(env=SETTINGS)
