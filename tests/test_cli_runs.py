@@ -11,7 +11,7 @@ from jobs.paths import split_gs_url
 from peers.event_files import put_event_files
 from peers.fixtures import put_step_output
 from scripts.cli import app
-from scripts.pipeline.evaluation import parse_evaluations
+from scripts.rundata.evaluation import parse_evaluations
 from test_cli_evaluation import POST, PRE
 from test_cli_experiments import names, plan_success, record, run_of
 
