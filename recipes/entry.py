@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from recipes.capacity_modes import PLATFORM_RULES, CapacityMode, Platform, parse_capacity
+from recipes.errors import UserError
+from recipes.reward_names import check_reward_names
 from recipes.strict import Strict
 
 Step = Literal["convert", "train", "export"]
@@ -89,9 +91,6 @@ class RlSpec(Strict):
     @field_validator("overrides")
     @classmethod
     def _rewards_once(cls, overrides: tuple[str, ...]) -> tuple[str, ...]:
-        from recipes.errors import UserError
-        from recipes.user_files import check_reward_names
-
         for item in overrides:
             key, _, value = item.partition("=")
             if key in ("reward_functions", "reward.reward_functions"):  # split as train_rl.build_reward_fns does

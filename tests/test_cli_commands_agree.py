@@ -135,7 +135,8 @@ def test_preflight_lines_fit_80_columns_under_the_check_name_with_urls_whole(set
 def test_the_training_line_has_the_elapsed_time_and_the_time_left_from_the_pace_in_80_columns():
     from datetime import datetime, timedelta, timezone
 
-    from scripts.pipeline.progress import StepPace, TrainProgress, training_line
+    from scripts.pipeline.progress import StepPace, training_line
+    from scripts.rundata.progress import TrainProgress
 
     pace, start = StepPace(), datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
     assert pace.seconds_left(0, TrainProgress(10, 0.5), 50, start) is None  # one step seen: no pace yet

@@ -18,7 +18,7 @@ from peers.google_apis import container_log_entry
 from recipes import get_recipe
 from scripts.cli import app
 from scripts.cloud import gcs as gcs_io
-from scripts.pipeline.evaluation import accuracy_points, parse_evaluations, summary_line
+from scripts.rundata.evaluation import accuracy_points, parse_evaluations, summary_line
 
 RECIPE = "qwen3-v6e32"
 VM_RECIPE = "llama31-v6e8"

@@ -3,7 +3,7 @@
 train_rl logs through tunix's MetricsLogger into metrax's TensorboardBackend, which is a tensorboardX
 SummaryWriter on `<base_output_directory>/<run_name>/tensorboard/` calling `add_scalar(tag, value, step)`
 (metrax 0.2.3/0.2.4 metrax/logging/tensorboard_backend.py L25-33, L49-59). The tests write with the same
-SummaryWriter and the tag names from tunix (scripts/metrics/tags.py has their source). Every expected
+SummaryWriter and the tag names from tunix (scripts/rundata/tags.py has their source). Every expected
 number below is worked out by hand from the values written.
 
 `python tests/test_cli_metrics.py docs/metrics-example.png` redraws the picture in docs/experiments.md from synthetic
@@ -106,7 +106,7 @@ def test_json_gives_steps_values_and_summary_per_run_and_tag(settings_env, gcs, 
 
 def put_record(client, run: str, evaluations: list[str], sets: list[str]) -> None:
     """A run.json as `tpu-rl run` writes it, with the evaluations parsed from MaxText's lines."""
-    from scripts.pipeline.evaluation import parse_evaluations
+    from scripts.rundata.evaluation import parse_evaluations
 
     record = {"run": run, "recipe": RECIPE, "overrides": {"set": sets},
               "evaluations": [e.as_record() for e in parse_evaluations("\n".join(evaluations), last_step=50)]}
@@ -180,7 +180,7 @@ def test_several_runs_are_one_side_by_side_summary_in_80_columns(settings_env, g
 
 
 def test_a_resumed_run_keeps_the_latest_attempts_value_per_step(tmp_path):
-    from scripts.metrics.events import local_event_files, read_scalars
+    from scripts.rundata.events import local_event_files, read_scalars
 
     # The first attempt wrote steps 21-25, the resumed one (from checkpoint 20) writes 21-26 again.
     first = write_events(tmp_path / "one", {"actor/train/loss": [(step, 1.0) for step in range(19, 26)]})[0]
@@ -293,7 +293,7 @@ def synthetic_runs(root: Path) -> list[Path]:
 def synthetic_evaluations(pace: float) -> tuple[dict, ...]:
     """Made-up held-out evaluations of 64 questions at steps 0, 20, ..., 120, in MaxText's line format."""
     from contracts.tunix_log import evaluation_line, train_step_line
-    from scripts.pipeline.evaluation import parse_evaluations
+    from scripts.rundata.evaluation import parse_evaluations
 
     lines = [evaluation_line("pre", 24, 64, 28, 40, 0.3)]
     for step in range(20, 121, 20):

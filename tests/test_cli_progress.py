@@ -15,7 +15,7 @@ from peers.event_files import put_event_files
 from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output
 from recipes import get_recipe
 from scripts.cli import app
-from scripts.pipeline.progress import RewardReader
+from scripts.rundata.progress import RewardReader
 
 RECIPE = "qwen3-v6e32"
 VM_RECIPE = "llama31-v6e8"

@@ -15,7 +15,7 @@ from recipes import get_recipe
 from recipes.conventions import CHECK_FAILED_PREFIX
 from scripts.cli import app
 from scripts.outcome import ExitCode
-from scripts.pipeline.progress import TrainProgress, last_train_step
+from scripts.rundata.progress import TrainProgress, last_train_step
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

@@ -10,9 +10,8 @@ from typer.testing import CliRunner
 from cli_helpers import POST, PRE, names, plan_success, record, run_of
 from jobs.paths import split_gs_url
 from peers.event_files import put_event_files
-from peers.fixtures import put_step_output
 from scripts.cli import app
-from scripts.pipeline.evaluation import parse_evaluations
+from scripts.rundata.evaluation import parse_evaluations
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

@@ -205,7 +205,7 @@ def test_a_stop_longer_than_the_stall_bound_that_recovers_is_not_a_stall(setting
 
 
 def train_step_line(step: int) -> str:
-    """tunix's train step line (TRAIN_STEP, scripts/pipeline/progress.py) as the console shows it."""
+    """tunix's train step line (TRAIN_STEP, scripts/rundata/progress.py) as the console shows it."""
     return (f"startup-script: I1130 00:00:00.000000 1 peft_trainer.py:735] Train step {step} training loss: "
             "0.500000  - training perplexity: 1.648721\n")
 

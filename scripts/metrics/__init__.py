@@ -1,10 +1,9 @@
 """`tpu-rl metrics`: a run's TensorBoard scalars as a table, JSON or a picture.
 
-- tags.py: the tags train_rl writes, with their upstream source, and which way is better for each;
-- events.py: reading event files from a local directory or a gs:// prefix (`latest_scalar` for progress);
 - table.py: the 80-column table and the JSON;
 - compare.py: several runs side by side in 80 columns (with their held-out accuracy);
 - plot.py: the 3x2 picture, accuracy first (imports matplotlib: only for --png).
+The event files, the tags and the run records are read by scripts/rundata/, which `run` and `runs` use too.
 
 The reader and matplotlib are imported by the functions that use them, so importing this package is cheap.
 """
@@ -16,8 +15,9 @@ from typing import Callable
 
 from recipes import Recipe, Settings, UserError
 from recipes.setting_checks import bucket_name_problem
-from scripts.metrics.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
+from scripts.rundata.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
                                     run_directory)
+from scripts.rundata.records import record_differences
 
 __all__ = ["PICTURE_FORMATS", "Run", "collect", "latest_scalar", "picture_format", "run_directory", "source_label"]
 
@@ -53,7 +53,6 @@ def with_record(run: Run, recipe: Recipe, settings: Settings, storage) -> Run:
     from jobs.paths import ArtifactPaths
     from scripts.cloud import gcs
     from scripts.outcome import ApiError
-    from scripts.pipeline.runs import record_differences
 
     try:
         record = gcs.read_json(storage, ArtifactPaths(recipe.model_copy(update={"run": run.name}), settings).run_record)

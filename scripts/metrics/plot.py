@@ -11,8 +11,9 @@ from matplotlib.figure import Figure
 
 from recipes import UserError
 from scripts.metrics import picture_format
-from scripts.metrics.events import Run
-from scripts.metrics.tags import PLOTTED_TAGS
+from scripts.rundata.evaluation import accuracy_points
+from scripts.rundata.events import Run
+from scripts.rundata.tags import PLOTTED_TAGS
 
 SIZE_INCHES = (10, 10)
 DPI = 100  # 1000 x 1000 pixels
@@ -27,8 +28,6 @@ def legend_label(run: Run) -> str:
 
 
 def _accuracy_panel(ax, runs: list[Run]) -> None:
-    from scripts.pipeline.evaluation import accuracy_points
-
     ax.set_title("held-out accuracy")
     ax.set_xlabel("step")
     ax.set_ylabel("accuracy (%)")

@@ -7,8 +7,9 @@ import math
 import textwrap
 from dataclasses import asdict, dataclass
 
-from scripts.metrics.events import Run, Series
-from scripts.metrics.tags import BY_NAME, SUMMARY_TAGS
+from scripts.rundata.evaluation import accuracy_change
+from scripts.rundata.events import Run, Series
+from scripts.rundata.tags import BY_NAME, SUMMARY_TAGS
 
 WIDTH = 80
 SPARK_WIDTH = 20  # the sparkline's width when the numbers leave room; never less than MIN_SPARK_WIDTH
@@ -116,8 +117,6 @@ def run_lines(run: Run) -> list[str]:
 
 def accuracy_line(run: Run) -> str | None:
     """`held-out accuracy 40.6% → 59.4% (+18.8), 4 evaluations` for a run whose record has evaluations."""
-    from scripts.pipeline.evaluation import accuracy_change
-
     change = accuracy_change(run.evaluations)
     if change.before is None and change.after is None:
         return None

@@ -7,15 +7,19 @@
 - gke/: `run`, `eval`, `cancel`, `status` and `logs` on GKE: one JobSet per step, planned, submitted,
   waited for, followed and diagnosed (a module each).
 - vm/: the same (but `eval`) on a single TPU VM, read back from its serial console (a module each).
-- progress.py: how far training is, from the trainer's log line and the run's event files.
+- progress.py: how far training is, as `run` and `status` show it (the step, the pace, the time left).
 - stall.py: the stall bound of a running step, one rule for both platforms; phases.py: where a GKE
   step's time went while `run` waited; saving.py: whether the trainer is saving a checkpoint.
-- evaluation.py: MaxText's held-out evaluation lines, parsed, merged, summed up; accuracy.py: `run`
-  printing and recording them, and reading them from Cloud Logging once the pods are gone.
+- accuracy.py: `run` printing and recording the held-out evaluations, and reading them from Cloud
+  Logging once the pods are gone.
 - record.py: the run record, run.json, and the records of a recipe's runs.
 - runs.py: `tpu-rl runs`: each run's record and last reward and step.
 - manifests.py: rendered JobSets as one YAML stream (render --out -, run --dry-run).
+- dry_run.py: `run --dry-run`: the plan and its price, compared with what is deployed when that can be read.
 - preflight.py: `tpu-rl preflight`: capacity, bucket and token, checked before anything costs money.
+
+What a run left behind (event files, tags, run.json, progress and evaluation lines) is read by
+scripts/rundata/, below both this package and scripts/metrics/.
 
 Nothing is imported here: each command imports the module it runs, and only when it runs.
 """

@@ -1,14 +1,14 @@
 """The run's held-out evaluations as `run` meets them: printed as they arrive, kept in run.json under
 "evaluations", read back from Cloud Logging when the head's pod is gone (its JobSet's TTL, or a run that
 was not attached), and summed up at the end by record.ending_run ("accuracy 41.2% → 58.7% (+17.5) on 64
-gsm8k test questions"). The lines and their source are in scripts/pipeline/evaluation.py."""
+gsm8k test questions"). The lines and their source are in scripts/rundata/evaluation.py."""
 
 from __future__ import annotations
 
 from jobs.k8s import MAIN_CONTAINER, jobset_name, main_replicated_job
 from recipes.conventions import NAMESPACE
 from recipes.evaluation import evaluates
-from scripts.pipeline.evaluation import RESTORED_TEXT, Evaluation, describe, merged, parse_evaluations
+from scripts.rundata.evaluation import RESTORED_TEXT, Evaluation, describe, merged, parse_evaluations
 from scripts.pipeline.record import RunRecord
 from scripts.pipeline.session import Session
 

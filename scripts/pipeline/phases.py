@@ -11,7 +11,7 @@ slice, the money) went. Read from what the cluster shows at each poll:
   image is pulled and its volumes mounted (kubernetes/kubernetes pkg/kubelet/kubelet_pods.go,
   "Container state reason list");
 - loading (train only): every container runs, and the trainer has logged no train step yet (tunix's
-  "Train step" line, scripts/pipeline/progress.py): the model is loaded and the first rollout compiled;
+  "Train step" line, scripts/rundata/progress.py): the model is loaded and the first rollout compiled;
 - training: a train step was logged; running: a CPU step's container runs;
 - saving (train only): orbax has logged the start of a checkpoint save and not yet that the trainer goes
   on (scripts/pipeline/saving.py): the TPUs do no training meanwhile.

@@ -28,8 +28,9 @@ from recipes import Step, UserError, get_recipe
 from recipes.runs import default_run_name, digest, run_identity
 from scripts.cloud import gcs
 from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
-from scripts.pipeline.evaluation import summary_line
 from scripts.pipeline.session import Session, differing_fields
+from scripts.rundata.evaluation import summary_line
+from scripts.rundata.events import runs_under
 
 RECORD_FORMAT = 1
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) holding scripts/
@@ -252,7 +253,6 @@ def run_records(session: Session) -> dict[str, dict | None]:
     from google.api_core import exceptions as gexc
 
     from jobs.paths import RUN_RECORD
-    from scripts.metrics.events import runs_under
 
     storage, trained = session.clients.storage(), session.paths.trained
     try:

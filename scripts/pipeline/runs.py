@@ -3,7 +3,7 @@ TensorBoard event files, both under `<model>/trained/<run>/`.
 
 The record says how each step went and when the run started and ended; the event files give the last mean
 reward (`rewards/train/mean`) and the last train step: the step of the last `actor/train/loss` point,
-which the actor trainer writes after each update, counting from 1 (scripts/metrics/tags.py has the source).
+which the actor trainer writes after each update, counting from 1 (scripts/rundata/tags.py has the source).
 Only the event files are downloaded, never the checkpoints beside them.
 """
 
@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from jobs.paths import RUN_RECORD
-from recipes import STEPS, Recipe, UserError
-from scripts.pipeline.evaluation import accuracy_change, resumed_first
+from recipes import STEPS, UserError
 from scripts.pipeline.record import run_records
 from scripts.pipeline.session import Session, hms
+from scripts.rundata.evaluation import accuracy_change, resumed_first
+from scripts.rundata.events import latest_scalars_in_bucket, run_directory
+from scripts.rundata.records import record_differences
+from scripts.rundata.tags import LOSS, REWARD_MEAN
 
 RESUMED_MARK = "*"  # `tpu-rl runs`: an accuracy at a resume, step unknown (RESUMED_NOTE)
 RESUMED_NOTE = "* at resume, step unknown: no evaluation before training was logged"
@@ -40,7 +43,7 @@ class RunSummary:
     accuracy_after: float | None = None  # and after it (the last evaluation when none after)
     differs: tuple[str, ...] = ()  # what differs from the recipe: --set items, reward file, capacity
     # Without an evaluation known to be before training: the first one at a resume, of an unknown step
-    # (scripts/pipeline/evaluation.py resumed_first), shown marked RESUMED_MARK rather than as "before".
+    # (scripts/rundata/evaluation.py resumed_first), shown marked RESUMED_MARK rather than as "before".
     accuracy_resumed: float | None = None
 
     @property
@@ -98,31 +101,13 @@ def _utc(text: str) -> str:
 def _scalars(storage, url: str) -> dict[str, tuple[int, float]]:
     """The last reward and loss points under a run's tensorboard/; {} when there are none or a file cannot be
     read (a file being re-uploaded by a flush, say): the list shows "-" for that run, not an error."""
-    from scripts.metrics.events import latest_scalars_in_bucket
-    from scripts.metrics.tags import LOSS, REWARD_MEAN
-
     try:
         return latest_scalars_in_bucket(storage, url, (REWARD_MEAN.name, LOSS.name))
     except Exception:  # noqa: BLE001 -- see the docstring
         return {}
 
 
-def record_differences(recipe: Recipe, record: dict) -> tuple[str, ...]:
-    """What a run changed from its recipe, by its record: the --set items, the reward and data files
-    (--rewards, --data-processor) and the capacity its train step ran on when not the recipe's first."""
-    changes = [*((record.get("overrides") or {}).get("set") or [])]
-    for kind, entry in (record.get("files") or {}).items():
-        changes.append(f"{kind} {entry.get('name')}" + (f":{entry['functions']}" if entry.get("functions") else ""))
-    capacity = ((record.get("steps") or {}).get("train") or {}).get("capacity")
-    if capacity and capacity != recipe.capacity[0]:
-        changes.append(f"capacity {capacity}")
-    return tuple(changes)
-
-
 def summarize_run(session: Session, name: str, record: dict | None) -> RunSummary:
-    from scripts.metrics.events import run_directory
-    from scripts.metrics.tags import LOSS, REWARD_MEAN
-
     storage, trained = session.clients.storage(), session.paths.trained
     record = record or {}
     scalars = _scalars(storage, run_directory(session.recipe, session.settings, name))
@@ -172,7 +157,7 @@ def require_run(session: Session, uses_bucket: bool) -> None:
     by a JobSet of the recipe labelled with it (a run whose record was never written)."""
     from google.api_core import exceptions as gexc
 
-    from scripts.metrics.events import runs_under
+    from scripts.rundata.events import runs_under
 
     run, recipe = session.paths.run_name, session.recipe
     known: set[str] = set()

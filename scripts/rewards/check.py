@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipes import UserError
-from recipes.user_files import check_reward_names
+from recipes.reward_names import check_reward_names
 from scripts.rewards import prompts as sample
 from scripts.rewards.prompts import ChatTemplate
 from scripts.rewards.subprocess_run import _PRELUDE, UNCHECKED_HINT, UncheckedImport, run_check as _run

@@ -8,7 +8,7 @@ from pathlib import Path
 def write_events(directory: Path, scalars: dict[str, list[tuple[int, float]]]) -> list[Path]:
     """Event files as train_rl writes them: metrax's TensorboardBackend is a tensorboardX SummaryWriter
     calling add_scalar(tag, value, step) (metrax 0.2.3/0.2.4 metrax/logging/tensorboard_backend.py L25-33,
-    L49-59); the tags are tunix's (scripts/metrics/tags.py has their source)."""
+    L49-59); the tags are tunix's (scripts/rundata/tags.py has their source)."""
     from tensorboardX import SummaryWriter
 
     writer = SummaryWriter(logdir=str(directory))

@@ -24,7 +24,7 @@ SYNTHETIC_CORRECT = (26, 33, 38)
 
 def synthetic_curves(total: int) -> dict[str, list[tuple[int, float]]]:
     """The four plotted tags over `total` steps: reward rising and saturating, loss and KL settling,
-    completions shortening. Made up, shaped like a run; the tags are tunix's (scripts/metrics/tags.py)."""
+    completions shortening. Made up, shaped like a run; the tags are tunix's (scripts/rundata/tags.py)."""
     def rise(step: int) -> float:
         return 1 - math.exp(-3 * step / max(total, 1))
 

@@ -19,7 +19,7 @@ from jobs.evaluate import eval_recipe, eval_sets
 from recipes import UserError
 from scripts.cloud import gcs
 from scripts.outcome import ApiError, Interrupted, StepFailed
-from scripts.pipeline.evaluation import Evaluation, describe, parse_evaluations
+from scripts.rundata.evaluation import Evaluation, describe, parse_evaluations
 from scripts.pipeline.gke.steps import MAIN_CONTAINER, PROGRESS_LOG_LINES, main_pod, step_jobs
 from scripts.pipeline.gke.admission import CapacityWatch
 from scripts.pipeline.gke.submit import fill_token_secret, put_user_files
@@ -59,7 +59,8 @@ def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> S
     --rewards/--data-processor files from the copies beside run.json, each checked against the sha256 the
     record keeps: the evaluation runs the run's recipe. `session.recipe` has no --set items yet."""
     from recipes.runs import with_sets
-    from recipes.user_files import UserFile, repeated_name, with_user_files
+    from recipes.reward_names import repeated_name
+    from recipes.user_files import UserFile, with_user_files
 
     run = session.paths.run_name
     recipe = with_sets(session.recipe, eval_sets(session.recipe, run, tuple(

@@ -10,8 +10,9 @@ from recipes import Step, UserError
 from scripts.cloud.kube_objects import JobSetState, PodCounts, current_attempt, jobset_state, placement_of, pod_counts
 from scripts.pipeline.gke.admission import CapacityWatch, read_admission
 from scripts.pipeline.gke.steps import PROGRESS_LOG_LINES, StepJob, duration, main_pod, step_jobs
-from scripts.pipeline.progress import last_train_step, training_now
+from scripts.pipeline.progress import training_now
 from scripts.pipeline.session import Session, StatusReport, StepStatus
+from scripts.rundata.progress import last_train_step
 
 
 def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_pods: int,

@@ -20,10 +20,11 @@ from scripts.pipeline.gke.starting import StartWatch
 from scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, StepJob, elapsed_since, main_pod,
                                         unstamped)
 from scripts.pipeline.phases import Phases, phase_of
-from scripts.pipeline.progress import AttemptProgress, RewardReader, StepPace, TrainProgress, training_line
+from scripts.pipeline.progress import AttemptProgress, StepPace, training_line
 from scripts.pipeline.record import RunCancelled, cancellation_of
 from scripts.pipeline.saving import SaveWatch
 from scripts.pipeline.session import Session, hms
+from scripts.rundata.progress import RewardReader, TrainProgress
 
 # How long train's head log (its progress, saves and evaluations; eval's JobSet too) may go unread before
 # `run` ends with exit 4. One read already retries for about half a minute (scripts/cloud/retry.py: 6

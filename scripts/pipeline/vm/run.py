@@ -13,7 +13,7 @@ from recipes import STEPS, Step, UserError
 from scripts.cloud import gcs
 from scripts.outcome import Interrupted, StepFailed
 from scripts.pipeline.accuracy import EvaluationWatch
-from scripts.pipeline.progress import AttemptProgress, RewardReader, progress_suffix
+from scripts.pipeline.progress import AttemptProgress, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
 from scripts.pipeline.vm.checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
@@ -22,6 +22,7 @@ from scripts.pipeline.vm.phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
 from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState, booted_at
 from scripts.pipeline.stall import STALL_SECONDS
 from scripts.pipeline.vm.watch import ConsoleBuffer, Watch
+from scripts.rundata.progress import RewardReader
 
 
 def _started_step(line: str, run: str) -> str | None:

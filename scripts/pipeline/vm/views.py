@@ -10,11 +10,12 @@ from google.api_core import exceptions as gexc
 from jobs.vm import CANCELLED, STARTING
 from recipes import STEPS, Step, UserError
 from scripts.cloud import gcs
-from scripts.pipeline.progress import last_train_step, training_now
+from scripts.pipeline.progress import training_now
 from scripts.pipeline.session import Session, StatusReport, StepStatus
 from scripts.pipeline.vm.run import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
                                  read_state, script_phase, step_section, train_attempt)
 from scripts.pipeline.vm.checks import check_deployed_run, get_instance, read_instance
+from scripts.rundata.progress import last_train_step
 
 
 def status_vm(session: Session) -> StatusReport:

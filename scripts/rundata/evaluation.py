@@ -48,7 +48,7 @@ EVALUATION_LINE = re.compile(
     rf"corr=(?P<corr>{_NUMBER}), total=(?P<total>\d+), accuracy=(?P<accuracy>{_NUMBER})%, "
     rf"partial_accuracy=(?P<partial>{_NUMBER})%, format_accuracy=(?P<format>{_NUMBER})%, "
     rf"mean_reward=(?P<reward>{_NUMBER}|nan|-?inf)")
-# tunix's step line (scripts/pipeline/progress.py has its source): the step a Post evaluation follows.
+# tunix's step line (scripts/rundata/progress.py has its source): the step a Post evaluation follows.
 _TRAIN_STEP = re.compile(r"\bTrain step (\d+) training loss: ")
 RESTORED_TEXT = "Restored params from step: "  # tunix's restore line (see above)
 _RESTORED = re.compile(re.escape(RESTORED_TEXT) + r"(\d+) in ")
