@@ -154,10 +154,11 @@ def put_actor_checkpoint(client, recipe, step: int) -> str:
     """A train_rl checkpoint of `step` as orbax leaves it (tunix's actor items, no OCDBT under Pathways);
     returns its step directory."""
     from jobs.paths import ArtifactPaths, split_gs_url
-    from peers.fixtures import _orbax_checkpoint, peer_settings
+    from peers.fixtures import peer_settings
+    from peers.step_outputs import orbax_checkpoint
 
     step_dir = f"{ArtifactPaths(recipe, peer_settings()).actor_checkpoints}{step}/"
-    for url, data in _orbax_checkpoint(f"{step_dir}model_params/", ("model_params", "optimizer_state"), ocdbt=False):
+    for url, data in orbax_checkpoint(f"{step_dir}model_params/", ("model_params", "optimizer_state"), ocdbt=False):
         bucket, blob = split_gs_url(url)
         client.bucket(bucket).blob(blob).upload_from_string(data)
     return step_dir

@@ -7,7 +7,8 @@ from typer.testing import CliRunner
 
 from jobs import render_manifests
 from jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import SETTINGS, _orbax_checkpoint, peer_settings, put_step_output
+from peers.fixtures import SETTINGS, peer_settings, put_step_output
+from peers.step_outputs import orbax_checkpoint
 from recipes import get_recipe, load_settings
 from scripts.cli import app
 from scripts.cloud import gcs as bucket_reader
@@ -28,7 +29,7 @@ def actor_dir() -> str:
 def put_checkpoint(client, step: str, committed: bool = True) -> None:
     """A train_rl checkpoint of `step` as orbax writes it; without `committed`, cut off before its step
     directory's commit marker (the last object orbax writes)."""
-    objects = _orbax_checkpoint(f"{actor_dir()}{step}/model_params/", ("model_params", "optimizer_state"), ocdbt=False)
+    objects = orbax_checkpoint(f"{actor_dir()}{step}/model_params/", ("model_params", "optimizer_state"), ocdbt=False)
     for url, data in objects if committed else objects[:-1]:
         bucket, name = split_gs_url(url)
         client.bucket(bucket).blob(name).upload_from_string(data)

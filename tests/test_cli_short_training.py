@@ -6,7 +6,7 @@ train_rl.py L360-378: prompts longer than max_prefill_predict_length are filtere
 num_batches x batch_size items are taken, then batched with drop_remainder; grain's filter keeps the
 length and iteration skips the dropped items; tunix ends on StopIteration and saves the step it reached):
 scripts/cloud/gcs.py TrainedCheckpoint. The checkpoints are laid out as orbax writes them
-(peers.fixtures._orbax_checkpoint).
+(peers.step_outputs.orbax_checkpoint).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import json
 from typer.testing import CliRunner
 
 from jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import _orbax_checkpoint, jobset_of, peer_settings, put_step_output
+from peers.fixtures import jobset_of, peer_settings, put_step_output
+from peers.step_outputs import orbax_checkpoint
 from recipes import get_recipe
 from scripts.cli import app
 from scripts.cloud.gcs import missing_outputs
@@ -29,7 +30,7 @@ PATHS = ArtifactPaths(get_recipe(RECIPE), peer_settings())
 def put_checkpoints(gcs, *steps: int) -> None:
     """What tunix leaves: a committed checkpoint at each of `steps` (every checkpoint_period and on close)."""
     for step in steps:
-        for url, data in _orbax_checkpoint(PATHS.params_at(step), ("model_params", "optimizer_state"), ocdbt=False):
+        for url, data in orbax_checkpoint(PATHS.params_at(step), ("model_params", "optimizer_state"), ocdbt=False):
             bucket, name = split_gs_url(url)
             gcs.bucket(bucket).blob(name).upload_from_string(data)
 

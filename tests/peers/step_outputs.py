@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from peers.settings import peer_settings
 
-def _orbax_checkpoint(item_dir: str, items: tuple[str, ...], ocdbt: bool) -> list[tuple[str, bytes]]:
+def orbax_checkpoint(item_dir: str, items: tuple[str, ...], ocdbt: bool) -> list[tuple[str, bytes]]:
     """A checkpoint as orbax-checkpoint 0.12.x's CheckpointManager leaves it on GCS, in write order.
 
     On gs:// orbax writes in place and finalizes with CommitFileTemporaryPath
@@ -51,10 +51,10 @@ def put_step_output(client, recipe, step: str) -> None:
     paths = ArtifactPaths(recipe, peer_settings())
     objects = {
         # to_maxtext: MaxText create_orbax_checkpoint_manager (common/checkpointing.py), item "items".
-        "convert": lambda: _orbax_checkpoint(paths.converted_items, ("items",), ocdbt=True),
+        "convert": lambda: orbax_checkpoint(paths.converted_items, ("items",), ocdbt=True),
         # train_rl: tunix CheckpointManager (tunix/sft/checkpoint_manager.py), items model_params and
         # optimizer_state, without OCDBT under Pathways.
-        "train": lambda: _orbax_checkpoint(paths.final_params, ("model_params", "optimizer_state"), ocdbt=False),
+        "train": lambda: orbax_checkpoint(paths.final_params, ("model_params", "optimizer_state"), ocdbt=False),
         "export": lambda: _hf_export(paths.hf_export),
     }[step]()
     for url, data in objects:
@@ -66,7 +66,7 @@ def put_checkpoint(client, paths, step: int) -> None:
     """A finished train_rl checkpoint of `step` under the run's checkpoints/actor/ (as put_step_output's)."""
     from jobs.paths import split_gs_url
 
-    for url, data in _orbax_checkpoint(f"{paths.actor_checkpoints}{step}/model_params/",
+    for url, data in orbax_checkpoint(f"{paths.actor_checkpoints}{step}/model_params/",
                                        ("model_params", "optimizer_state"), ocdbt=False):
         bucket, name = split_gs_url(url)
         client.bucket(bucket).blob(name).upload_from_string(data)
