@@ -260,21 +260,14 @@ def execute(row: Row, root: Path, runner, emulators: GcsEmulators) -> Outcome:
 
 
 @pytest.fixture(scope="module")
-def emulators():
-    lent = GcsEmulators()
-    yield lent
-    lent.stop()
-
-
-@pytest.fixture(scope="module")
-def outcomes(request, tmp_path_factory, emulators) -> dict[str, Future]:
+def outcomes(request, tmp_path_factory, gcs_emulators) -> dict[str, Future]:
     """Every selected row, each forked from a warm interpreter, a few side by side (some wait on the peers)."""
     selected = [item.callspec.params["row"] for item in request.session.items
                 if hasattr(item, "callspec") and isinstance(item.callspec.params.get("row"), Row)
                 and item.originalname == "test_bad_input_is_rejected_clearly_and_changes_nothing"]
     warm = WarmPool(2)
     pool = ThreadPoolExecutor(max_workers=2)
-    futures = {row.id: pool.submit(execute, row, tmp_path_factory.mktemp(row.id), warm, emulators) for row in selected}
+    futures = {row.id: pool.submit(execute, row, tmp_path_factory.mktemp(row.id), warm, gcs_emulators) for row in selected}
     yield futures
     pool.shutdown(wait=True)
     warm.close()
@@ -294,8 +287,8 @@ IN_A_FRESH_PROCESS = list({**{(row.stage, row.command[0]): row for row in revers
 
 
 @pytest.mark.parametrize("row", IN_A_FRESH_PROCESS, ids=[row.id for row in IN_A_FRESH_PROCESS])
-def test_bad_input_is_rejected_alike_by_a_fresh_process(row: Row, tmp_path, emulators):
-    assert_rejected_clearly(row, execute(row, tmp_path, FreshProcess(), emulators))
+def test_bad_input_is_rejected_alike_by_a_fresh_process(row: Row, tmp_path, gcs_emulators):
+    assert_rejected_clearly(row, execute(row, tmp_path, FreshProcess(), gcs_emulators))
 
 
 class FreshProcess:

@@ -185,6 +185,14 @@ def gcs(gcs_server, monkeypatch):
     return client
 
 
+@pytest.fixture(scope="module")
+def gcs_emulators():
+    """GCS emulators lent to one module's entry-point runs (start_peers), stopped at its end."""
+    lent = GcsEmulators()
+    yield lent
+    lent.stop()
+
+
 @pytest.fixture
 def kube(tmp_path, monkeypatch):
     server = start_kube(tmp_path / "kubeconfig", CONTEXT)
