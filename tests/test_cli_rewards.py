@@ -587,3 +587,19 @@ def test_a_data_processor_gets_the_real_tokenizer_or_a_clear_line(tmp_path, no_h
     result = runner.invoke(app, ["check-rewards", f"{rewards}:short", "--data-processor", str(path),
                                  "--tokenizer", str(directory)])
     assert result.exit_code == 0, result.output
+
+
+def test_render_takes_unchecked_imports_and_keeps_the_stream_yaml(settings_env, tmp_path):
+    # the "not checked" line goes to stderr: `render --out - | kubectl apply -f -` reads only manifests
+    import yaml
+
+    path = tmp_path / "uses_maxtext.py"
+    path.write_text(IMPORTS_MAXTEXT)
+    refused = runner.invoke(app, ["render", RECIPE, "--out", "-", "--rewards", f"{path}:short"])
+    assert refused.exit_code == 2 and "--unchecked-imports" in refused.output
+    result = runner.invoke(app, ["render", RECIPE, "--out", "-", "--rewards", f"{path}:short", "--unchecked-imports"])
+    assert result.exit_code == 0, result.output
+    documents = list(yaml.safe_load_all(result.stdout))
+    assert [doc["kind"] for doc in documents] == ["ConfigMap", "JobSet", "JobSet", "JobSet"]
+    assert documents[0]["data"] == {"uses_maxtext.py": IMPORTS_MAXTEXT}
+    assert "not checked, it imports maxtext (--unchecked-imports)" in " ".join(result.stderr.split())

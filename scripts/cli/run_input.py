@@ -57,7 +57,8 @@ def checked_user_files(recipe, settings, rewards: Optional[str], data_processor:
         except UncheckedImport as error:
             if not unchecked_imports:
                 raise
-            typer.echo(f"! {file.option}: not checked, it imports {error.module} (--unchecked-imports)")
+            # stderr: `render --out -` pipes stdout, the manifests, to kubectl
+            typer.echo(f"! {file.option}: not checked, it imports {error.module} (--unchecked-imports)", err=True)
             return dataclasses.replace(file, unchecked=f"imports {error.module}"), None
 
     if processor:  # files: the processor first, then the rewards
