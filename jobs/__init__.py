@@ -12,6 +12,8 @@ Public API (the CLI and the docs use these names):
   e.g. ``jobset.sigs.k8s.io/jobset-name=<run>-train,jobset.sigs.k8s.io/replicatedjob-name=pathways-head``.
 - ``main_replicated_job(recipe, step)``: ``pathways-head`` for Pathways training, ``main`` otherwise.
 - ``MAIN_CONTAINER``: ``workload-container``, the container to stream logs from in every step.
+- ``user_files_configmap(paths)``: the ConfigMap of the run's --rewards/--data-processor files (None without
+  them), as `run` creates it and `render` writes it.
 - ``manifest_yaml(manifest)``: YAML for people (key order kept, scripts as literal blocks, no anchors).
 - ``maxtext_commands(recipe, paths)``: the three MaxText commands as data (module, overrides, flags).
 - ``ArtifactPaths``: every gs:// path a step reads or writes (jobs/paths.py).
@@ -29,7 +31,7 @@ from jobs.export import export_jobset
 from jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector, main_replicated_job, manifest_yaml
 from jobs.maxtext import MaxTextCommand, maxtext_commands
 from jobs.paths import ArtifactPaths
-from jobs.train import train_jobset
+from jobs.train import train_jobset, user_files_configmap
 from jobs.vm import render_startup_script
 from recipes import Recipe, Settings, Step, UserError
 
@@ -59,4 +61,5 @@ __all__ = [
     "maxtext_commands",
     "render_manifests",
     "render_startup_script",
+    "user_files_configmap",
 ]

@@ -13,9 +13,11 @@ from jobs.k8s import (
     COORDINATOR_LABEL,
     JOBSET_NAME_LABEL,
     MAIN_CONTAINER,
+    NAMESPACE,
     PATHWAYS_HEAD,
     REPLICATED_JOB_LABEL,
     NODE_POOL_LABEL,
+    RUN_LABEL,
     bash_script,
     container_security,
     cpu_pool_requests,
@@ -192,6 +194,20 @@ def _user_files_volumes(paths: ArtifactPaths) -> list[dict[str, Any]]:
     if not paths.recipe.user_files:
         return []
     return [{"name": USER_FILES_VOLUME, "configMap": {"name": configmap_name(paths.run_name)}}]
+
+
+def user_files_configmap(paths: ArtifactPaths) -> dict[str, Any] | None:
+    """The ConfigMap of the run's --rewards/--data-processor files that the train head mounts, as `run`
+    creates it and `render` writes it; None for a run without files."""
+    from recipes.user_files import configmap_name
+
+    files = paths.recipe.user_files
+    if not files:
+        return None
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": configmap_name(paths.run_name), "namespace": NAMESPACE,
+                         "labels": {"app.kubernetes.io/managed-by": "tpu-rl", RUN_LABEL: paths.run_name}},
+            "data": {file.name: file.content for file in files}}
 
 
 def pathways_head_job(paths: ArtifactPaths) -> dict[str, Any]:

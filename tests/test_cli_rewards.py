@@ -159,9 +159,13 @@ def test_check_rewards_refuses_what_run_refuses_with_the_same_line(cloud, tmp_pa
     expected = [f"error: {line.format(path=path)}"]
     checked = runner.invoke(app, ["check-rewards", f"{path}:short", "--recipe", recipe])
     ran = runner.invoke(app, ["run", recipe, "--rewards", f"{path}:short"])
-    assert (checked.exit_code, ran.exit_code) == (2, 2), checked.output + ran.output
+    # issue 28: render took no --rewards; it refuses the file as run does, and writes nothing
+    rendered = runner.invoke(app, ["render", recipe, "--out", str(tmp_path / "out"), "--rewards", f"{path}:short"])
+    assert (checked.exit_code, ran.exit_code, rendered.exit_code) == (2, 2, 2), (
+        checked.output + ran.output + rendered.output)
     assert checked.output.strip().splitlines() == expected
     assert ran.output.strip().splitlines() == expected
+    assert rendered.output.strip().splitlines() == expected and not (tmp_path / "out").exists()
     assert not cloud["kube"].created and not cloud["kube"].configmaps
     if recipe == RECIPE:  # the file's own rules hold with no recipe named too
         alone = runner.invoke(app, ["check-rewards", f"{path}:short"])
@@ -205,6 +209,44 @@ def test_run_refuses_a_broken_reward_before_anything_is_submitted(cloud, rewards
     result = runner.invoke(app, ["run", RECIPE, "--rewards", f"{rewards_file}:one_value"])
     assert result.exit_code == 2
     assert not cloud["kube"].created and not cloud["kube"].configmaps
+
+
+def test_render_refuses_a_broken_reward_with_runs_line(cloud, rewards_file, tmp_path):
+    ran = runner.invoke(app, ["run", RECIPE, "--rewards", f"{rewards_file}:one_value"])
+    rendered = runner.invoke(app, ["render", RECIPE, "--out", "-", "--rewards", f"{rewards_file}:one_value"])
+    assert (ran.exit_code, rendered.exit_code) == (2, 2), ran.output + rendered.output
+    line = (f"error: --rewards {rewards_file}:one_value: one_value returned 1 values for 8 completions in "
+            "training: return a list of 8 floats, one per completion")
+    assert ran.output.strip().splitlines() == rendered.output.strip().splitlines() == [line]
+
+
+def test_render_with_rewards_writes_the_configmap_and_jobsets_run_submits(cloud, rewards_file, tmp_path):
+    # issue 28: render took no --rewards, so its manifests showed another run than the one submitted.
+    import yaml
+
+    option = f"{rewards_file}:short_answer,correct"
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    ran = runner.invoke(app, ["run", RECIPE, "--steps", "train", "--rewards", option])
+    (submitted_name, configmap), = cloud["kube"].configmaps.items()
+    (train_name, train), = ((name, job) for name, job in cloud["kube"].jobsets.items() if name.endswith("-train"))
+    # submitted; the fake train writes no checkpoint, which is not this test's concern
+    assert f"train: submitted JobSet {train_name}" in ran.output, ran.output
+    out = tmp_path / "out"
+    rendered = runner.invoke(app, ["render", RECIPE, "--out", str(out), "--rewards", option])
+    assert rendered.exit_code == 0, rendered.output
+    assert sorted(path.name for path in out.iterdir()) == ["convert.yaml", "export.yaml", "train.yaml",
+                                                           "user-files.yaml"]
+    assert yaml.safe_load((out / "user-files.yaml").read_text()) == configmap
+    assert configmap["data"] == {"my_rewards.py": REWARDS}
+    rendered_train = yaml.safe_load((out / "train.yaml").read_text())
+    run = train["metadata"]["labels"]["tpu-rl/run"]
+    assert rendered_train["metadata"]["name"] == train_name and submitted_name == f"{run}-user-files"
+    assert rendered_train["metadata"]["labels"] == train["metadata"]["labels"]
+    assert rendered_train["spec"] == train["spec"]
+    assert f"run {run}," in rendered.output
+    stream = runner.invoke(app, ["render", RECIPE, "--out", "-", "--rewards", option])
+    assert stream.exit_code == 0, stream.output
+    assert next(yaml.safe_load_all(stream.stdout)) == configmap  # first: kubectl apply creates it before train
 
 
 def test_the_hints_of_a_run_with_rewards_reach_the_same_run(cloud, rewards_file):
@@ -545,3 +587,19 @@ def test_a_data_processor_gets_the_real_tokenizer_or_a_clear_line(tmp_path, no_h
     result = runner.invoke(app, ["check-rewards", f"{rewards}:short", "--data-processor", str(path),
                                  "--tokenizer", str(directory)])
     assert result.exit_code == 0, result.output
+
+
+def test_render_takes_unchecked_imports_and_keeps_the_stream_yaml(settings_env, tmp_path):
+    # the "not checked" line goes to stderr: `render --out - | kubectl apply -f -` reads only manifests
+    import yaml
+
+    path = tmp_path / "uses_maxtext.py"
+    path.write_text(IMPORTS_MAXTEXT)
+    refused = runner.invoke(app, ["render", RECIPE, "--out", "-", "--rewards", f"{path}:short"])
+    assert refused.exit_code == 2 and "--unchecked-imports" in refused.output
+    result = runner.invoke(app, ["render", RECIPE, "--out", "-", "--rewards", f"{path}:short", "--unchecked-imports"])
+    assert result.exit_code == 0, result.output
+    documents = list(yaml.safe_load_all(result.stdout))
+    assert [doc["kind"] for doc in documents] == ["ConfigMap", "JobSet", "JobSet", "JobSet"]
+    assert documents[0]["data"] == {"uses_maxtext.py": IMPORTS_MAXTEXT}
+    assert "not checked, it imports maxtext (--unchecked-imports)" in " ".join(result.stderr.split())

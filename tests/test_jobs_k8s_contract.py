@@ -95,3 +95,31 @@ def test_kubernetes_validate_strict_rejects_an_unknown_pod_field():
     job["spec"]["template"]["spec"]["nodeSelectr"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+
+
+def _with_rewards(tmp_path):
+    from recipes.runs import for_run
+    from recipes.user_files import read_user_file, with_user_files
+
+    path = tmp_path / "my_rewards.py"
+    path.write_text("def short(prompts, completions, tmvp_config, **kwargs):\n    return [0.0] * len(completions)\n")
+    recipe = all_recipes()["qwen3-v6e32"]
+    return with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", path, ("short",)),))
+
+
+def test_the_user_files_configmap_passes_kubernetes_validate_strict_and_is_what_train_mounts(tmp_path):
+    recipe = _with_rewards(tmp_path)
+    configmap = jobs.user_files_configmap(jobs.ArtifactPaths(recipe, SETTINGS))
+    kubernetes_validate.validate(configmap, KUBERNETES_VERSION, strict=True)
+    train = jobs.render_manifests(recipe, SETTINGS)["train"]
+    volumes = [volume for job in train["spec"]["replicatedJobs"]
+               for volume in job["template"]["spec"]["template"]["spec"].get("volumes", []) if "configMap" in volume]
+    assert [volume["configMap"]["name"] for volume in volumes] == [configmap["metadata"]["name"]]
+    assert configmap["metadata"]["namespace"] == train["metadata"]["namespace"]
+    bad = {**configmap, "datta": configmap["data"]}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, KUBERNETES_VERSION, strict=True)
+
+
+def test_a_run_without_user_files_has_no_configmap():
+    assert jobs.user_files_configmap(jobs.ArtifactPaths(all_recipes()["qwen3-v6e32"], SETTINGS)) is None

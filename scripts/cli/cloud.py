@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from recipes import STEPS, UserError
-from scripts.cli.core import (EVAL_SET_HELP, RUN_HELP, SELECT_SET_HELP, SET_HELP, UNUSUAL_HELP, app, cloud_recipe,
-                              cloud_settings, handled, make_console, parse_step, parse_steps, say, secret_app,
-                              table_or_lines)
+from scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS_HELP, RUN_HELP, SELECT_SET_HELP,
+                              SET_HELP, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app, cloud_recipe, cloud_settings,
+                              handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from scripts.cloud.reach import REACH_ENV  # the first contact with the bucket or the cluster (default 20)
 from scripts.outcome import Interrupted, PreflightFailed
@@ -164,13 +164,10 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                      "cost; submit and write nothing."),
         show_manifests: bool = typer.Option(False, "--show-manifests", help="With --dry-run, also print the "
                                             "JobSets it would submit."),
-        rewards: Optional[str] = typer.Option(None, "--rewards", metavar="FILE.py:FN,...",
-                                              help="Your reward functions instead of MaxText's (0.2.4+)."),
+        rewards: Optional[str] = typer.Option(None, "--rewards", metavar="FILE.py:FN,...", help=REWARDS_HELP),
         data_processor: Optional[str] = typer.Option(None, "--data-processor", metavar="FILE.py",
-                                                     help="Your process_data for the dataset."),
-        unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help="Submit a --rewards/"
-                                               "--data-processor file that imports what this Python lacks "
-                                               "(maxtext, tunix, ...) unchecked; run.json records it."),
+                                                     help=DATA_PROCESSOR_HELP),
+        unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help=UNCHECKED_IMPORTS_HELP),
         unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from recipes.schedule import schedule_warning

@@ -232,6 +232,11 @@ EVAL_SET_HELP = ("An evaluation key for this evaluation only, e.g. num_test_batc
 UNUSUAL_HELP = ("Submit --set values MaxText takes but no run means (a boolean for a number, a negative size, "
                 "a magnitude far from MaxText's own value) as they are.")
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
+# The files a run brings (recipes/user_files.py), on `run` and on `render`, which writes what `run` submits.
+REWARDS_HELP = "Your reward functions instead of MaxText's (0.2.4+). Changes the run name."
+DATA_PROCESSOR_HELP = "Your process_data for the dataset. Changes the run name."
+UNCHECKED_IMPORTS_HELP = ("Take a --rewards/--data-processor file that imports what this Python lacks (maxtext, "
+                          "tunix, ...) unchecked; run.json records it.")
 
 
 def cloud_recipe(command: str, recipe_name: str) -> tuple[Recipe, Settings]:

@@ -10,8 +10,8 @@ import typer
 
 from recipes import UserError, all_recipes, get_recipe, load_settings
 from recipes.needs import needs
-from scripts.cli.core import (RUN_HELP, SET_HELP, UNUSUAL_HELP, app, handled, make_console, say, table_or_lines,
-                              write_file)
+from scripts.cli.core import (DATA_PROCESSOR_HELP, REWARDS_HELP, RUN_HELP, SET_HELP, UNCHECKED_IMPORTS_HELP,
+                              UNUSUAL_HELP, app, handled, make_console, say, table_or_lines, write_file)
 
 if TYPE_CHECKING:
     from recipes import Recipe
@@ -118,12 +118,18 @@ STDOUT = "-"  # --out - writes to stdout
 @handled
 def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            out_text: str = typer.Option(..., "--out", help="Directory for the rendered files, or - for stdout (one "
-                                        "YAML stream of the JobSets, or the VM's startup script)."),
+                                        "YAML stream of the JobSets and ConfigMap, or the VM's startup script)."),
            sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
-           unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
-    """Write convert.yaml, train.yaml and export.yaml (GKE) or startup.sh (VM) with the current settings."""
-    from recipes.runs import for_run, run_name as name_of
+           unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP),
+           rewards: Optional[str] = typer.Option(None, "--rewards", metavar="FILE.py:FN,...", help=REWARDS_HELP),
+           data_processor: Optional[str] = typer.Option(None, "--data-processor", metavar="FILE.py",
+                                                        help=DATA_PROCESSOR_HELP),
+           unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help=UNCHECKED_IMPORTS_HELP)) -> None:
+    """Write what `run` submits with the same options and current settings: convert.yaml, train.yaml and
+    export.yaml (GKE), with user-files.yaml, the ConfigMap of --rewards/--data-processor; or startup.sh (VM)."""
+    from recipes.runs import run_name as name_of
+    from scripts.cli.run_input import run_of
     from recipes.schedule import schedule_warning
     from scripts.pipeline.platforms import platform_for
 
@@ -137,7 +143,8 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     settings = load_settings(allow_example=True, needs=needed)
     recipe = settings.with_capacity(recipe)
     settings.for_recipe(recipe, needed)
-    recipe = for_run(recipe, sets or (), run_name, usual_only=not unusual_values)
+    recipe = run_of(recipe, settings, sets, run_name, rewards, data_processor, unchecked_imports,
+                    usual_only=not unusual_values)
     rendered = platform_for(recipe).render(recipe, settings)
     warning = schedule_warning(recipe)
     if warning:

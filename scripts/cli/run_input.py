@@ -14,14 +14,22 @@ def run_recipe(command: str, recipe_name: str, sets: Optional[list[str]], run_na
                rewards: Optional[str] = None, data_processor: Optional[str] = None,
                unchecked_imports: bool = False, unusual_values: bool = False):
     """The recipe of one run of `command` and the settings `command` needs (core.cloud_recipe)."""
-    from recipes.runs import for_run
-
     recipe, settings = cloud_recipe(command, recipe_name)
     # Only `run` starts a run: the others find one by its --set items, as they were given to it.
-    recipe = for_run(recipe, sets or (), run_name, usual_only=command == "run" and not unusual_values)
+    usual_only = command == "run" and not unusual_values
+    return run_of(recipe, settings, sets, run_name, rewards, data_processor, unchecked_imports, usual_only), settings
+
+
+def run_of(recipe, settings, sets: Optional[list[str]], run_name: Optional[str], rewards: Optional[str] = None,
+           data_processor: Optional[str] = None, unchecked_imports: bool = False, usual_only: bool = False):
+    """The recipe as --set, --run, --rewards and --data-processor make it under `settings`: what `run`
+    submits, and what `render` writes with the same options."""
+    from recipes.runs import for_run
+
+    recipe = for_run(recipe, sets or (), run_name, usual_only=usual_only)
     if rewards or data_processor:
         recipe = checked_user_files(recipe, settings, rewards, data_processor, unchecked_imports)
-    return recipe, settings
+    return recipe
 
 
 def checked_user_files(recipe, settings, rewards: Optional[str], data_processor: Optional[str],
@@ -49,7 +57,8 @@ def checked_user_files(recipe, settings, rewards: Optional[str], data_processor:
         except UncheckedImport as error:
             if not unchecked_imports:
                 raise
-            typer.echo(f"! {file.option}: not checked, it imports {error.module} (--unchecked-imports)")
+            # stderr: `render --out -` pipes stdout, the manifests, to kubectl
+            typer.echo(f"! {file.option}: not checked, it imports {error.module} (--unchecked-imports)", err=True)
             return dataclasses.replace(file, unchecked=f"imports {error.module}"), None
 
     if processor:  # files: the processor first, then the rewards

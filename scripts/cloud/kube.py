@@ -177,12 +177,9 @@ class Cluster:
         self._create_or_replace("Secret", name, body, self.core.create_namespaced_secret,
                                 self.core.replace_namespaced_secret)
 
-    def ensure_configmap(self, name: str, data: dict[str, str], labels: dict[str, str]) -> None:
-        """Create or replace a ConfigMap (the run's --rewards/--data-processor files)."""
-        body = {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": name, "namespace": self.namespace,
-                             "labels": {"app.kubernetes.io/managed-by": "tpu-rl", **labels}}, "data": data}
-        self._create_or_replace("ConfigMap", name, body, self.core.create_namespaced_config_map,
+    def ensure_configmap(self, body: dict) -> None:
+        """Create or replace a ConfigMap as rendered (jobs.user_files_configmap: the run's files)."""
+        self._create_or_replace("ConfigMap", body["metadata"]["name"], body, self.core.create_namespaced_config_map,
                                 self.core.replace_namespaced_config_map)
 
     def get_configmap(self, name: str) -> dict | None:

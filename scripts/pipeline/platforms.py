@@ -29,8 +29,8 @@ IMPLEMENTATIONS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Rendered:
-    """What `tpu-rl render` writes: the files by name in step order, everything as one text for `--out -`,
-    and what the files are, for the line that says what was rendered."""
+    """What `tpu-rl render` writes: the files by name in the order `run` submits them, everything as one
+    text for `--out -`, and what the files are, for the line that says what was rendered."""
     files: dict[str, str]
     stream: str
     what: str

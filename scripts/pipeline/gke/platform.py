@@ -31,9 +31,14 @@ class GkePlatform:
         import jobs
         from scripts.pipeline.manifests import manifest_stream
 
-        manifests = jobs.render_manifests(recipe, settings)
-        return Rendered({f"{step}.yaml": jobs.manifest_yaml(manifest) for step, manifest in manifests.items()},
-                        manifest_stream(manifests.values()), ", ".join(manifests))
+        manifests = {f"{step}.yaml": manifest for step, manifest in jobs.render_manifests(recipe, settings).items()}
+        what = ", ".join(name.removesuffix(".yaml") for name in manifests)
+        configmap = jobs.user_files_configmap(jobs.ArtifactPaths(recipe, settings))
+        if configmap:  # first, as `run` creates it before the train JobSet that mounts it
+            manifests = {"user-files.yaml": configmap, **manifests}
+            what += f" and ConfigMap {configmap['metadata']['name']}"
+        return Rendered({name: jobs.manifest_yaml(manifest) for name, manifest in manifests.items()},
+                        manifest_stream(manifests.values()), what)
 
     def check_run_request(self, recipe: Recipe, sets: Iterable[str], run_name: Optional[str]) -> None:
         return None  # --set and --run name a run of their own

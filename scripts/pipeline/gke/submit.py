@@ -144,12 +144,12 @@ def mark_train_finished(session: Session) -> None:
 
 def put_user_files(session: Session) -> None:
     """The run's --rewards/--data-processor files as the ConfigMap its train head mounts (recipes/user_files.py)."""
-    from recipes.user_files import configmap_name
+    from jobs import user_files_configmap
 
-    name = configmap_name(session.paths.run_name)
-    session.cluster.ensure_configmap(name, {file.name: file.content for file in session.recipe.user_files},
-                                     {"tpu-rl/run": session.paths.run_name})
-    session.console.print(f"train: ConfigMap {name} holds {', '.join(f.name for f in session.recipe.user_files)}")
+    configmap = user_files_configmap(session.paths)
+    session.cluster.ensure_configmap(configmap)
+    held = ", ".join(configmap["data"])
+    session.console.print(f"train: ConfigMap {configmap['metadata']['name']} holds {held}")
 
 
 def _fill_skipped_train(session: Session, record: RunRecord) -> None:
