@@ -20,6 +20,9 @@ from recipes.maxtext_values import parse_override, release_schema, release_value
 FAR_FACTOR = 1e5
 FAR_ABSOLUTE = 1e7
 UNUSUAL_FLAG = "--unusual-values"
+# -1 is MaxText's own "decide it for me" for these (MaxText 0.2.4 configs/types.py: each field's default is
+# -1, rollout_tensor_parallelism "auto-determined", and the config check "must be -1 or > 0").
+AUTO_MINUS_ONE = frozenset({"rollout_tensor_parallelism", "rollout_data_parallelism", "rollout_expert_parallelism"})
 
 
 def unusual(version: str, key: str, value: Any) -> str | None:
@@ -34,6 +37,8 @@ def unusual(version: str, key: str, value: Any) -> str | None:
         return (f"{key} takes a number, and YAML reads {str(value).lower()} as a boolean (MaxText would take it "
                 f"as {int(value)})")
     if not isinstance(value, (int, float)):
+        return None
+    if value == -1 and key.rpartition(".")[2] in AUTO_MINUS_ONE:
         return None
     default = release_values(version).get(key)
     usual = isinstance(default, (int, float)) and not isinstance(default, bool) and default != 0

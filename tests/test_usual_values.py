@@ -60,3 +60,42 @@ def test_the_hints_of_a_run_with_an_unusual_value_repeat_the_flag(cloud, monkeyp
     text = " ".join(result.output.split())
     assert "Reattach with `tpu-rl run qwen3-v6e32 --steps convert,train,export --set learning_rate=1e3 " \
            "--unusual-values`" in text, text
+
+
+def _seed_items() -> list[tuple[str, str]]:
+    """Every key=value item of the seeds' commands whose key is a MaxText 0.2.4 key and whose value is literal."""
+    import re
+
+    from ci_skips import in_ci
+    from contracts.seeds import SEEDS
+
+    from recipes.maxtext_values import release_schema
+
+    seeds = sorted(SEEDS.glob("*.txt"))
+    if not seeds:
+        if in_ci():
+            pytest.fail(f"the seeds are missing: {SEEDS} holds no *.txt")
+        pytest.skip(f"the seeds are not in {SEEDS} (absent outside the workplace)")
+    keys = release_schema("0.2.4")["keys"]
+    items = []
+    for seed in seeds:
+        for key, value in re.findall(r"(?<![\w.$-])([a-z][\w.]*)=([^\s\\\"'$]+)", seed.read_text()):
+            if key in keys:
+                items.append((seed.name, f"{key}={value}"))
+    return items
+
+
+def test_every_recipe_override_and_seed_item_is_usual():
+    """A recipe's own overrides and the seeds' arguments are runs people make: none may be refused
+    (rollout_tensor_parallelism=-1, recipe llama31-v6e8 and seed 002, means auto in MaxText 0.2.4)."""
+    from recipes import all_recipes
+    from recipes.maxtext_values import parse_override
+    from recipes.usual_values import unusual
+
+    given = [(recipe.name, recipe.maxtext_version, item) for recipe in all_recipes().values()
+             for item in recipe.rl.overrides]
+    given += [(seed, "0.2.4", item) for seed, item in _seed_items()]
+    assert any(item == "rollout_tensor_parallelism=-1" for _, _, item in given)
+    refused = [(where, item, why) for where, version, item in given
+               if (why := unusual(version, item.partition("=")[0], parse_override(*item.split("=", 1))))]
+    assert refused == []

@@ -8,13 +8,15 @@ with the user-specific ones (bucket, ...) replaced by our settings.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
 
 from recipes import Recipe, Settings
 
-SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
+# ../shared/seeds beside the checkout; TPU_RL_SEEDS names it for a checkout elsewhere (a git worktree)
+SEEDS = Path(os.environ.get("TPU_RL_SEEDS") or Path(__file__).resolve().parents[3] / "shared" / "seeds")
 _VARIABLE = re.compile(r"\$\{(\w+)\??\}|\$(\w+)")
 _ARITHMETIC = re.compile(r"\$\(\(\s*(\d+)\s*-\s*(\w+)\s*\)\)")
 
