@@ -101,3 +101,50 @@ def test_an_unreachable_hub_is_one_warning_and_the_token_is_stored(settings_env,
     [warning] = [line for line in result.output.splitlines() if line.startswith("warning")]
     assert warning.startswith("warning: the Hub (http://127.0.0.1:") and "did not answer" in warning
     assert "stored unchecked" in result.output and len(google.secrets["hf-token"]) == 2
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_a_whoami_answer_other_than_401_is_a_warning_and_the_token_is_stored(settings_env, google, hub, status):
+    """Only 401 means the Hub refuses the token (huggingface_hub hf_api.py _inner_whoami); a rate limit or
+    a server error says nothing about it."""
+    from peers.http import Fault
+
+    hub.faults.append(Fault("GET", "/api/whoami-v2", status))
+    result = runner.invoke(app, ["secret", "set"], input=NEW_TOKEN)
+    assert result.exit_code == 0, result.output
+    [warning] = [line for line in result.output.splitlines() if line.startswith("warning")]
+    assert warning.startswith(f"warning: the Hub answered HTTP {status} ({hub.url})"), warning
+    assert "does not accept" not in result.output and "stored unchecked" in warning
+    assert google.secrets["hf-token"][-1]["data"] == NEW_TOKEN.encode()
+
+
+def test_a_fine_grained_token_without_gated_access_is_not_told_to_accept_a_licence(settings_env, google, hub):
+    """403 without X-Error-Code GatedRepo (huggingface_hub tests/test_utils_errors.py
+    test_hf_raise_for_status_403_wrong_token_scope): the token's scope, not the licence."""
+    hub.scoped.add(ACCOUNT)
+    result = runner.invoke(app, ["secret", "set"], input=NEW_TOKEN)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "licence" not in text
+    assert f"{ACCOUNT} cannot download {LLAMA}'s config.json (HTTP 403 specific error message): give the token " \
+           "read access to it at https://huggingface.co/settings/tokens" in text
+
+
+def test_a_renamed_repo_is_followed_on_the_same_host(settings_env, google, hub):
+    renamed = "google/gemma-renamed"
+    hub.models[renamed] = hub.models.pop(GEMMA)
+    hub.renamed[GEMMA] = renamed
+    hub.accepted.add((ACCOUNT, renamed))
+    result = runner.invoke(app, ["secret", "set"], input=NEW_TOKEN)
+    assert result.exit_code == 0, result.output
+    assert not any(line.startswith("warning") for line in result.output.splitlines()), result.output
+    assert f"/api/models/{renamed}" in {path for _, path, _ in hub.requests}
+
+
+def test_a_long_hub_reason_is_cut_between_words():
+    from scripts.cloud.hf_hub import _Answer, _hub_reason
+
+    words = "Access to model meta-llama/Llama-3.1-8B-Instruct is restricted and you are not in the authorized list"
+    reason = _hub_reason(_Answer(403, b"", {"X-Error-Message": f"{words} {words}"}))
+    kept = reason.removeprefix("HTTP 403 ").removesuffix(" …")
+    assert reason.endswith(" …") and f"{words} {words}".startswith(kept + " ") and len(kept) <= 160

@@ -12,7 +12,10 @@ answers as huggingface/huggingface_hub v2.4.0 reads them (paths under src/huggin
 - HEAD /{repo_id}/resolve/main/{file} (constants.py HUGGINGFACE_CO_URL_TEMPLATE): 200 with ETag and
   X-Repo-Commit (file_download.py reads both); a gated repo whose licence the account has not accepted
   answers 403, or 401 without a token, with `X-Error-Code: GatedRepo` and the reason in X-Error-Message
-  (hf_raise_for_status raises GatedRepoError on that code).
+  (hf_raise_for_status raises GatedRepoError on that code). A fine-grained token without access to the
+  repo: 403 with X-Error-Message and no X-Error-Code (tests/test_utils_errors.py
+  test_hf_raise_for_status_403_wrong_token_scope, whose message "specific error message" the peer sends).
+- A renamed repo: a redirect on the same host to the new name, which utils/_http.py follows.
 
 Which recipe models are gated, and their licences, follow the models' Hub pages: Llama 3.1 (llama3.1,
 manual approval) and Gemma (gemma, accepted on the spot) are gated, Qwen3 (apache-2.0) is not.
@@ -43,6 +46,8 @@ class HubApi(PeerServer):
     tokens: dict = field(default_factory=dict)  # token -> account name
     accepted: set = field(default_factory=set)  # (account, repo id): licences accepted
     models: dict = field(default_factory=lambda: dict(MODELS))
+    scoped: set = field(default_factory=set)  # accounts whose fine-grained token may read no gated repo
+    renamed: dict = field(default_factory=dict)  # old repo id -> new one (answered with a same-host 307)
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -77,6 +82,8 @@ class HubApi(PeerServer):
                                                     "accessToken": {"displayName": "tpu-rl", "role": "read"}}})
         match = _MODEL.match(path) or _RESOLVE.match(path)
         repo = match["repo"] if match else None
+        if repo in self.renamed:
+            return Reply(307, "", {"Location": path.replace(repo, self.renamed[repo], 1)})
         if repo not in self.models:
             return self.error(404, "Repository not found", "RepoNotFound")
         gated, licence = self.models[repo]
@@ -84,6 +91,8 @@ class HubApi(PeerServer):
             return Reply(200, {"_id": f"id-{repo}", "id": repo, "modelId": repo, "author": repo.split("/")[0],
                                "private": False, "disabled": False, "gated": gated,
                                "cardData": {"license": licence}, "tags": [f"license:{licence}"]})
+        if gated and name in self.scoped:
+            return self.error(403, "specific error message")
         if gated and (name, repo) not in self.accepted:
             if name is None:
                 return self.error(401, f"Access to model {repo} is restricted. You must have access to it and be "
