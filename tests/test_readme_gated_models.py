@@ -15,10 +15,19 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 def test_the_readme_names_each_gated_models_licence_page():
     gated = {recipe.model.hf_repo for recipe in all_recipes().values() if MODELS[recipe.model.hf_repo][0]}
-    assert gated  # Llama 3.1 and Gemma
+    assert gated  # Llama 3.1
     for repo in gated:
         assert f"https://huggingface.co/{repo}" in README, repo
-    assert "Llama 3.1 Community License" in README and "Gemma licence" in README
+    assert "Llama 3.1 Community License" in README
+
+
+def test_the_readme_claims_no_gemma_licence_it_has_no_source_for():
+    """Gemma 4 is Apache 2.0 by third-party pages and no source shows it gated (tests/peers/hf_hub.py): the
+    README sends its users to the model page instead of naming a licence to accept."""
+    gemma = next(recipe.model.hf_repo for recipe in all_recipes().values() if "gemma" in recipe.model.hf_repo)
+    assert not MODELS[gemma][0]
+    assert "Gemma licence" not in README and "Gemma are gated" not in " ".join(README.split())
+    assert f"For Gemma, open https://huggingface.co/{gemma}" in " ".join(README.split())
 
 
 def test_the_readme_shows_how_to_find_your_address_for_authorized_cidr():

@@ -17,8 +17,10 @@ answers as huggingface/huggingface_hub v2.4.0 reads them (paths under src/huggin
   test_hf_raise_for_status_403_wrong_token_scope, whose message "specific error message" the peer sends).
 - A renamed repo: a redirect on the same host to the new name, which utils/_http.py follows.
 
-Which recipe models are gated, and their licences, follow the models' Hub pages: Llama 3.1 (llama3.1,
-manual approval) and Gemma (gemma, accepted on the spot) are gated, Qwen3 (apache-2.0) is not.
+Which recipe models are gated, and their licences: Llama 3.1 (llama3.1, manual approval) is gated, Qwen3
+(apache-2.0) is not. Gemma 4 is Apache 2.0 by third-party pages (https://www.llmradar.eu/models/gemma-4-26b-a4b-it,
+https://apxml.com/models/gemma-4-26b-a4b, read 2026-12); no source read shows its model page gated (its
+card was not reachable), so the peer serves it ungated; earlier Gemma generations were gated (license: gemma).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ INVALID = "Invalid credentials in Authorization header"
 # repo id -> (gated, licence) of the models the recipes name (recipes.toml [recipes.*.model] hf_repo).
 MODELS = {
     "Qwen/Qwen3-30B-A3B-Instruct-2507": (False, "apache-2.0"),
-    "google/gemma-4-26b-a4b-it": ("auto", "gemma"),
+    "google/gemma-4-26b-a4b-it": (False, "apache-2.0"),
     "meta-llama/Llama-3.1-8B-Instruct": ("manual", "llama3.1"),
 }
 _MODEL = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)$")
