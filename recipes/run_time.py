@@ -5,8 +5,9 @@ The assumptions, which every output that shows the figure names (`TrainTime.assu
 - recipes.toml's durations_minutes.train is the train step of the recipe as it stands there, its held-out
   evaluation included; the evaluation's share of it is at most its share of the completions generated
   (recipes/evaluation.py says why that is an upper bound), and the rest is training;
-- a training step takes what the recipe's training took divided by its step count, whatever else
-  --set changes (a larger batch_size or num_generations makes each step slower; that is not modelled);
+- a training step takes what the recipe's training took divided by its step count, times the step's
+  completions (batch_size x rl.num_generations) over the recipe's: a step generates and trains on them,
+  so its time follows their number (the line says the factor when --set changes it);
 - an evaluation completion takes what a training completion took at the recipe's settings (an upper
   bound: a training step also runs the backward pass).
 Conversion and export do not depend on these settings and keep their minutes.
@@ -35,6 +36,8 @@ class TrainTime:
     minutes_per_step: float
     measured_minutes: int  # recipes.toml's train minutes
     measured_steps: int  # the steps of the recipe as defined there
+    completions_per_step: int = 0  # batch_size x rl.num_generations of this run
+    measured_completions_per_step: int = 0  # and of the recipe as defined
 
     @property
     def minutes(self) -> float:
@@ -44,8 +47,13 @@ class TrainTime:
     def assumption(self) -> str:
         """What the figure assumes, in one sentence."""
         steps = f"{self.steps} step{'s' if self.steps != 1 else ''}"
+        scaled = ""
+        if self.completions_per_step != self.measured_completions_per_step:
+            factor = self.completions_per_step / self.measured_completions_per_step
+            scaled = (f", times {factor:.3g} for {self.completions_per_step} completions a step against its "
+                      f"{self.measured_completions_per_step}")
         return (f"train {steps} at {self.minutes_per_step:.2f} min each (the recipe's {self.measured_minutes} "
-                f"min for its {self.measured_steps} steps, less its evaluation)"
+                f"min for its {self.measured_steps} steps, less its evaluation{scaled})"
                 + (f", and evaluation {self.evaluation:.0f} min" if self.evaluation else ""))
 
 
@@ -53,7 +61,11 @@ def train_time(recipe: Recipe) -> TrainTime:
     base = as_defined(recipe)
     measured, plan, run_plan = base.durations_minutes.train, eval_plan(base), eval_plan(recipe)
     training_minutes = measured * (1 - plan.share)
-    per_step = training_minutes / base.train_steps
     per_completion = training_minutes / plan.train_completions if plan.train_completions else 0.0
+    measured_per_step = plan.train_completions // base.train_steps if base.train_steps else 0
+    run_per_step = run_plan.train_completions // recipe.train_steps if recipe.train_steps else 0
+    per_step = training_minutes / base.train_steps
+    if measured_per_step and run_per_step:  # a step's time follows the completions it generates
+        per_step *= run_per_step / measured_per_step
     return TrainTime(per_step * recipe.train_steps, per_completion * run_plan.completions, recipe.train_steps,
-                     per_step, measured, base.train_steps)
+                     per_step, measured, base.train_steps, run_per_step, measured_per_step)

@@ -103,3 +103,16 @@ def test_an_offline_dry_run_shows_the_jobsets_it_would_submit(settings_env, monk
     assert result.exit_code == 0, result.output
     assert "the JobSets it would submit:" in result.output and result.output.count("kind: JobSet") == 1
     assert "  convert:" not in result.output and "  export:" not in result.output
+
+
+def test_a_step_with_more_completions_is_priced_longer_and_says_so(cloud):
+    """rl.num_generations=8 doubles a step's completions (8 x 8 = 64 against 8 x 4 = 32): training 2 x
+    77.59 = 155.17 min, evaluation unchanged at 256 x 0.048491 = 12.41 min: 167.59 min, $178.09."""
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run", "--set", "rl.num_generations=8"])
+    assert result.exit_code == 0, result.output
+    train = line_of(result.output, "  train:")
+    assert priced(train, 168, 178.09), train
+    text = " ".join(result.output.split())
+    assert "train 50 steps at 3.10 min each" in text
+    assert "less its evaluation, times 2 for 64 completions a step against its 32)" in text
