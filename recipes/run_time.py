@@ -52,7 +52,9 @@ class TrainTime:
             factor = self.completions_per_step / self.measured_completions_per_step
             scaled = (f", times {factor:.3g} for {self.completions_per_step} completions a step against its "
                       f"{self.measured_completions_per_step}")
-        return (f"train {steps} at {self.minutes_per_step:.2f} min each (the recipe's {self.measured_minutes} "
+        # "up to": train_rl drops long prompts before it takes num_batches x batch_size items, and a dataset
+        # smaller than that ends training early (recipes/model.py Recipe.train_steps)
+        return (f"train up to {steps} at {self.minutes_per_step:.2f} min each (the recipe's {self.measured_minutes} "
                 f"min for its {self.measured_steps} steps, less its evaluation{scaled})"
                 + (f", and evaluation {self.evaluation:.0f} min" if self.evaluation else ""))
 

@@ -44,7 +44,8 @@ def test_the_train_step_is_priced_for_the_steps_and_evaluation_the_run_takes(clo
     assert result.exit_code == 0, result.output
     train = line_of(result.output, "  train:")
     assert train.startswith("  train: submit: no output yet; ") and priced(train, minutes, dollars), train
-    assert line_of(result.output, "assumed: ").startswith("assumed: train ")
+    # up to: train_rl drops long prompts, and a small dataset ends training before num_batches
+    assert line_of(result.output, "assumed: ").startswith("assumed: train up to ")
     assert "the recipe's 90 min for its 50 steps" in result.output
 
 
@@ -114,5 +115,5 @@ def test_a_step_with_more_completions_is_priced_longer_and_says_so(cloud):
     train = line_of(result.output, "  train:")
     assert priced(train, 168, 178.09), train
     text = " ".join(result.output.split())
-    assert "train 50 steps at 3.10 min each" in text
+    assert "train up to 50 steps at 3.10 min each" in text
     assert "less its evaluation, times 2 for 64 completions a step against its 32)" in text

@@ -45,8 +45,8 @@ def test_dry_run_prints_the_plan_with_each_steps_time_and_cost_and_submits_nothi
         "  export: submit: no output yet; about 40 min, $42.51",
         "(export at step 50 is an upper bound: run exports the step training reached)",
         "expected: about 130 min, $138.15 for train, export (estimates from list prices)",
-        "assumed: train 50 steps at 1.55 min each (the recipe's 90 min for its 50 steps,",
-        "less its evaluation), and evaluation 12 min",
+        "assumed: train up to 50 steps at 1.55 min each (the recipe's 90 min for its 50",
+        "steps, less its evaluation), and evaluation 12 min",
         "the JobSets it would submit (--show-manifests prints them):",
         f"  {jobset_of(RECIPE, 'train')}",
         f"  {jobset_of(RECIPE, 'export')}"]
@@ -116,7 +116,8 @@ def test_dry_run_on_the_vm_says_which_steps_the_startup_script_has_left(settings
         "  train: startup script (output missing); about 10 min, $2.52",
         "  export: startup script (output missing); about 5 min, $1.26",
         "expected: about 15 min, $3.78 for train, export (estimates from list prices)",
-        "assumed: train 50 steps at 0.17 min each (the recipe's 10 min for its 50 steps, less its evaluation), "
+        "assumed: train up to 50 steps at 0.17 min each (the recipe's 10 min for its 50 steps, less its "
+        "evaluation), "
         "and evaluation 2 min"]
     assert not any("serialPort" in path for _, path, _ in google.requests)
     assert not record_exists(gcs, VM_RECIPE)
