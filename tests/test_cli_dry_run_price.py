@@ -117,3 +117,18 @@ def test_a_step_with_more_completions_is_priced_longer_and_says_so(cloud):
     text = " ".join(result.output.split())
     assert "train up to 50 steps at 3.10 min each" in text
     assert "less its evaluation, times 2 for 64 completions a step against its 32)" in text
+
+
+def test_a_real_run_several_times_the_recipes_cost_says_so_before_it_submits(cloud, monkeypatch):
+    from test_cli_cancel import interrupt, session_hook
+
+    from peers.fixtures import jobset_of
+
+    cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang")
+    session_hook(monkeypatch, sleep=interrupt)
+    result = runner.invoke(app, ["run", RECIPE, "--set", "num_batches=100000"])
+    assert result.exit_code == 130, result.output
+    lines = result.output.splitlines()
+    warning = line_of(result.output, "warning: this run is estimated at $")
+    assert "times the recipe's own run ($180.66)" in warning  # README: the whole run, 170 min
+    assert lines.index(warning) < next(i for i, line in enumerate(lines) if line.startswith("run "))

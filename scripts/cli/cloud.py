@@ -190,6 +190,11 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         show_plan(recipe, settings, lambda: make_session(recipe, settings, "writes"), console, wanted,
                   replace=replace, show_manifests=show_manifests)
     else:
+        from recipes.cost import costly_run_warning
+
+        costly = costly_run_warning(recipe)  # a dry run prints it with its total; a run before it submits
+        if costly:
+            console.print(f"[yellow]{costly}[/]")
         platform.run(make_session(recipe, settings, "writes"), wanted, replace=replace, follow_logs=follow_logs,
                      dry_run=False, show_manifests=False)
 
