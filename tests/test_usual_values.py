@@ -99,3 +99,24 @@ def test_every_recipe_override_and_seed_item_is_usual():
     refused = [(where, item, why) for where, version, item in given
                if (why := unusual(version, item.partition("=")[0], parse_override(*item.split("=", 1))))]
     assert refused == []
+
+
+def test_each_key_taken_at_minus_one_is_auto_in_the_wheels_own_types():
+    """AUTO_MINUS_ONE against MaxText 0.2.4's configs/types.py: each field's default is -1 and its config
+    check says "must be -1 or > 0" for it."""
+    import re
+    import zipfile
+
+    from contracts.maxtext_schema import fetch_wheel
+
+    from recipes.usual_values import AUTO_MINUS_ONE
+
+    wheel, why = fetch_wheel("0.2.4")
+    if wheel is None:
+        pytest.skip(f"the maxtext==0.2.4 wheel is needed to read configs/types.py: {why}")
+    with zipfile.ZipFile(wheel) as archive:
+        types = archive.read("maxtext/configs/types.py").decode()
+    assert "must be -1 or > 0" in types
+    for key in AUTO_MINUS_ONE:
+        assert re.search(rf"\b{key}: int = Field\(\s*-1,", types), key
+        assert f'("{key}", self.cluster.{key})' in types, key
