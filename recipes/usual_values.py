@@ -22,7 +22,7 @@ FAR_ABSOLUTE = 1e7
 UNUSUAL_FLAG = "--unusual-values"
 # -1 is MaxText's own "decide it for me" for these (MaxText 0.2.4 configs/types.py: each field's default is
 # -1, rollout_tensor_parallelism "auto-determined", and the config check "must be -1 or > 0").
-AUTO_MINUS_ONE = frozenset({"rollout_tensor_parallelism", "rollout_data_parallelism", "rollout_expert_parallelism"})
+AUTO_MINUS_ONE = frozenset({"rollout_tensor_parallelism", "rollout_data_parallelism"})
 
 
 def unusual(version: str, key: str, value: Any) -> str | None:
