@@ -20,7 +20,8 @@ answers as huggingface/huggingface_hub v2.4.0 reads them (paths under src/huggin
 Which recipe models are gated, and their licences: Llama 3.1 (llama3.1, manual approval) is gated, Qwen3
 (apache-2.0) is not. Gemma 4 is Apache 2.0 by third-party pages (https://www.llmradar.eu/models/gemma-4-26b-a4b-it,
 https://apxml.com/models/gemma-4-26b-a4b, read 2026-12); no source read shows its model page gated (its
-card was not reachable), so the peer serves it ungated; earlier Gemma generations were gated (license: gemma).
+card was not reachable), so the peer serves it ungated; earlier Gemma generations were gated (license: gemma,
+https://huggingface.co/google/gemma-3n-E2B).
 """
 
 from __future__ import annotations
