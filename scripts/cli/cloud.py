@@ -16,7 +16,7 @@ from scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS_HELP, 
                               SET_HELP, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app, cloud_recipe, cloud_settings,
                               handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
-from scripts.cloud.reach import REACH_ENV  # the first contact with the bucket or the cluster (default 20)
+from scripts.cloud.reach import REACH_ENV  # the first contact with an endpoint (default 20)
 from scripts.outcome import Interrupted, PreflightFailed
 from scripts.pipeline.platforms import platform_for
 
@@ -47,7 +47,7 @@ def _float_env(name: str, default: float, *, zero_allowed: bool) -> float:
 
 
 def reach_seconds() -> float:
-    """How long the first contact with the bucket or the cluster may take in all (scripts.cloud.reach)."""
+    """How long the first contact with an endpoint may take in all (scripts.cloud.reach)."""
     return _float_env(REACH_ENV, 20.0, zero_allowed=False)
 
 

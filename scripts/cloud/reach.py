@@ -17,7 +17,7 @@ from typing import Callable, Iterator, TypeVar
 
 from scripts.outcome import ApiError
 
-REACH_ENV = "TPU_RL_REACH_SECONDS"  # how long the first contact with the bucket or the cluster may take (20)
+REACH_ENV = "TPU_RL_REACH_SECONDS"  # how long the first contact with an endpoint may take (20)
 ANNOUNCE_AFTER_SECONDS = 2.0
 # A test knob: tests that compare a command's whole output set it high, so a loaded machine's slow answer
 # does not add the line to what they compare.
