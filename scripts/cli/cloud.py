@@ -80,7 +80,8 @@ def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False),
                          reach_seconds=reach_seconds())
-    session = Session(recipe, settings, Clients(settings, reach_seconds=policy.reach_seconds), console=make_console(), policy=policy,
+    clients = Clients(settings, reach_seconds=policy.reach_seconds)
+    session = Session(recipe, settings, clients, console=make_console(), policy=policy,
                       poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
                       maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, MAINTENANCE_GRACE_SECONDS, zero_allowed=True),
                       confirm=_ask if _stdin_is_a_terminal() else None)

@@ -93,7 +93,8 @@ def _google_kwargs(endpoint: str | None) -> dict:
 class Clients:
     """Lazily built clients for one settings object; construct once per command."""
 
-    def __init__(self, settings: Settings, endpoints: Endpoints | None = None, reach_seconds: float = 20.0) -> None:
+    def __init__(self, settings: Settings, endpoints: Endpoints | None = None,
+                 reach_seconds: float = 20.0) -> None:
         self.settings = settings
         self.endpoints = endpoints or Endpoints.from_env()
         self.reach_seconds = reach_seconds  # one Compute or Secret Manager call in all (TPU_RL_REACH_SECONDS)
