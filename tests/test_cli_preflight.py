@@ -120,11 +120,13 @@ def test_expired_google_credentials_are_one_line_naming_the_login(settings_env, 
 
 
 def test_an_unreachable_google_api_is_one_line(settings_env, gcs, google, monkeypatch):
-    monkeypatch.setenv("TPU_RL_COMPUTE_ENDPOINT", f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    endpoint = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    monkeypatch.setenv("TPU_RL_COMPUTE_ENDPOINT", endpoint)
     result = preflight()
     assert result.exit_code == ExitCode.API_ERROR, result.output
     [line] = result.output.splitlines()
-    assert line.startswith("error: cannot reach a Google API (ConnectionError") and "check the network" in line
+    assert line.startswith(f"error: cannot reach the Compute Engine API for reservation '{SETTINGS['RESERVATION']}' "
+                           f"at {endpoint} within 20 s (ConnectionError") and "check the network" in line
 
 
 # -- per capacity mode ------------------------------------------------------------------------------

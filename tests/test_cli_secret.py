@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
 
 import pytest
 from typer.testing import CliRunner
 
-from peers.fixtures import _free_port
+from peers.fixtures import REPO, VENV_BIN, _free_port
 from peers.hf_hub import ACCOUNT, MODELS
 from scripts.cli import app
+from scripts.cli.core import SECRET_AS_ARGUMENT
 from scripts.outcome import ExitCode
 
 runner = CliRunner()
@@ -63,6 +66,18 @@ def test_secret_set_rejects_two_tokens(settings_env, google):
 def test_secret_set_takes_no_token_argument(settings_env, google):
     result = runner.invoke(app, ["secret", "set", NEW_TOKEN])
     assert result.exit_code == 2 and len(google.secrets["hf-token"]) == 1
+
+
+def test_a_token_argument_is_never_echoed_under_any_program_name(settings_env, tmp_path):
+    # Before, the argument was masked only when the program path read "tpu-rl secret set": through
+    # `python -m scripts.cli` a token without the hf_ prefix came back in the usage error.
+    plain = "abcdef0123456789sentinel"
+    result = subprocess.run([str(VENV_BIN / "python"), "-m", "scripts.cli", "secret", "set", plain],
+                            capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert result.returncode == ExitCode.BAD_INPUT, result.stderr
+    assert plain not in result.stdout + result.stderr
+    assert result.stderr == f"error: {SECRET_AS_ARGUMENT}\n"
 
 
 # -- the same question preflight asks the Hugging Face Hub (tests/peers/hf_hub.py) --------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from peers.fixtures import CONTEXT, REPO, VENV_BIN, _free_port
+from peers.fixtures import CONTEXT, REPO, TOKEN, VENV_BIN, _free_port
 from peers.kube_api import write_kubeconfig
 from scripts.outcome import ExitCode
 
@@ -35,14 +35,19 @@ def blackhole():
         yield f"http://127.0.0.1:{server.getsockname()[1]}"
 
 
-def timed_run(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, float, list[tuple[float, str]]]:
-    """`tpu-rl *args` with the default backoff: exit code, seconds it took, and each stderr line with the
-    second it came."""
+def timed_run(args: list[str], env: dict[str, str], cwd: Path,
+              stdin: str | None = None) -> tuple[int, float, list[tuple[float, str]]]:
+    """`tpu-rl *args` with the default backoff (and `stdin` as its input): exit code, seconds it took, and
+    each stderr line with the second it came."""
     start = time.monotonic()
     env = {**env, "PYTHONPATH": str(REPO), "TPU_RL_REACH_SECONDS": str(REACH), "TPU_RL_RETRY_BASE_SECONDS": "1"}
     env.pop("TPU_RL_REACH_NOTICE_SECONDS", None)  # the line comes at its default
-    process = subprocess.Popen([str(VENV_BIN / "tpu-rl"), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    process = subprocess.Popen([str(VENV_BIN / "tpu-rl"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, text=True, env=env,
+                               cwd=cwd)
+    if stdin is not None:
+        process.stdin.write(stdin)
+        process.stdin.close()
     lines: list[tuple[float, str]] = []
     reader = threading.Thread(target=lambda: lines.extend((time.monotonic() - start, line.rstrip("\n"))
                                                           for line in process.stderr))
@@ -101,5 +106,42 @@ def test_vm_status_with_an_unreachable_compute_api_says_so_within_seconds_and_ex
     env = {**os.environ, "TPU_RL_COMPUTE_ENDPOINT": blackhole}
     code, took, lines = timed_run(["status", "llama31-v6e8"], env, tmp_path)
     what = "the Compute Engine API for TPU VM 'rl-test-vm'"
+    check_said_and_ended(code, took, lines, f"reaching {what} at {blackhole}",
+                         f"error: cannot reach {what} at {blackhole} within {REACH} s (", "check the network")
+
+
+@pytest.mark.parametrize("kind", ["refused", "blackholed"])
+def test_preflight_with_an_unreachable_compute_api_says_so_within_seconds_and_exits_4(settings_env, gcs, tmp_path,
+                                                                                      kind, request):
+    # Before, preflight's reservation, quota and machine-type reads had no timeout: silent for good on a
+    # blackholed endpoint. The first Compute call is the reservation's (RESERVATION in the test settings).
+    endpoint = request.getfixturevalue("blackhole") if kind == "blackholed" else f"http://127.0.0.1:{_free_port()}"
+    env = {**os.environ, "TPU_RL_COMPUTE_ENDPOINT": endpoint}
+    env.pop("KUBECONFIG", None)
+    code, took, lines = timed_run(["preflight", RECIPE], env, tmp_path)
+    what = f"the Compute Engine API for reservation '{settings_env['RESERVATION']}'"
+    check_said_and_ended(code, took, lines, f"reaching {what} at {endpoint}",
+                         f"error: cannot reach {what} at {endpoint} within {REACH} s (", "check the network")
+
+
+def test_preflight_with_an_unreachable_secret_manager_names_it_and_exits_4(settings_env, gcs, google, tmp_path,
+                                                                          blackhole):
+    # Compute and TPU answer (the `google` peer); only Secret Manager never does. Before: 60 s silent,
+    # then "cannot reach a Google API (ReadTimeout…)" without the endpoint.
+    env = {**os.environ, "TPU_RL_SECRETMANAGER_ENDPOINT": blackhole}
+    env.pop("KUBECONFIG", None)
+    code, took, lines = timed_run(["preflight", RECIPE], env, tmp_path)
+    what = "Secret Manager for secret 'hf-token'"
+    check_said_and_ended(code, took, lines, f"reaching {what} at {blackhole}",
+                         f"error: cannot reach {what} at {blackhole} within {REACH} s (", "check the network")
+
+
+def test_secret_set_with_an_unreachable_secret_manager_names_it_and_exits_4(settings_env, hub, tmp_path, blackhole):
+    env = {**os.environ, "TPU_RL_SECRETMANAGER_ENDPOINT": blackhole}
+    code, took, lines = timed_run(["secret", "set"], env, tmp_path, stdin=TOKEN + "\n")
+    what = "Secret Manager for secret 'hf-token'"
+    said = "\n".join(line for _, line in lines)
+    assert TOKEN not in said
+    # The Hub's answer comes first (on stdout), so the first stderr line is the reaching one.
     check_said_and_ended(code, took, lines, f"reaching {what} at {blackhole}",
                          f"error: cannot reach {what} at {blackhole} within {REACH} s (", "check the network")

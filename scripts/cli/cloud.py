@@ -16,7 +16,7 @@ from scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS_HELP, 
                               SET_HELP, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app, cloud_recipe, cloud_settings,
                               handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
 from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
-from scripts.cloud.reach import REACH_ENV  # the first contact with the bucket or the cluster (default 20)
+from scripts.cloud.reach import REACH_ENV  # the first contact with an endpoint (default 20)
 from scripts.outcome import Interrupted, PreflightFailed
 from scripts.pipeline.platforms import platform_for
 
@@ -47,7 +47,7 @@ def _float_env(name: str, default: float, *, zero_allowed: bool) -> float:
 
 
 def reach_seconds() -> float:
-    """How long the first contact with the bucket or the cluster may take in all (scripts.cloud.reach)."""
+    """How long the first contact with an endpoint may take in all (scripts.cloud.reach)."""
     return _float_env(REACH_ENV, 20.0, zero_allowed=False)
 
 
@@ -80,7 +80,8 @@ def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False),
                          reach_seconds=reach_seconds())
-    session = Session(recipe, settings, Clients(settings), console=make_console(), policy=policy,
+    clients = Clients(settings, reach_seconds=policy.reach_seconds)
+    session = Session(recipe, settings, clients, console=make_console(), policy=policy,
                       poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
                       maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, MAINTENANCE_GRACE_SECONDS, zero_allowed=True),
                       confirm=_ask if _stdin_is_a_terminal() else None)
@@ -98,7 +99,7 @@ def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     from scripts.cloud.clients import Clients
     from scripts.pipeline.preflight import run_checks
 
-    results = run_checks(Clients(settings), recipe, settings)
+    results = run_checks(Clients(settings, reach_seconds=reach_seconds()), recipe, settings)
     console = make_console()
     for check in results:
         console.print(preflight_line(check, console.width))
@@ -121,11 +122,11 @@ def secret_set() -> None:
     settings = cloud_settings("secret set")
     raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
     token = hf_token.clean_token(raw)
-    clients = Clients(settings)
-    secrets = clients.secrets()  # no Google credentials: said before the Hub is asked
+    clients = Clients(settings, reach_seconds=reach_seconds())
+    clients.secrets()  # no Google credentials: said before the Hub is asked
     models = sorted({recipe.model.hf_repo for recipe in all_recipes().values()})
     hf_hub.before_storing(token, models, clients.endpoints.hub, say)
-    version = hf_token.add_version(secrets, settings, token)
+    version = hf_token.add_version(clients, settings, token)
     say(f"added {version} ({len(token)} characters); `tpu-rl run` copies it into the cluster")
 
 

@@ -52,6 +52,16 @@ def without_tokens(text: str) -> str:
     return _HF_TOKEN.sub("hf_…", text)
 
 
+def _command_names(ctx) -> tuple[str, ...]:
+    """The subcommands' names, without the program's: that is `tpu-rl`, `python -m scripts.cli`'s
+    `__main__.py`, or whatever a wrapper calls it."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return tuple(reversed(names))
+
+
 class _OneLineErrors(TyperGroup):
     """Click's usage errors as one line, `error: <what>; see <command> --help`, exit 2, like every other
     refusal; Ctrl-C at a prompt (click's Abort) exits 130 like any interruption."""
@@ -67,7 +77,7 @@ class _OneLineErrors(TyperGroup):
         except usage_error as error:
             message = error.format_message().rstrip(".")
             command = error.ctx.command_path if error.ctx is not None else "tpu-rl"
-            if command == "tpu-rl secret set" and "unexpected extra argument" in message:
+            if _command_names(error.ctx) == ("secret", "set") and "unexpected extra argument" in message:
                 typer.echo(f"error: {SECRET_AS_ARGUMENT}", err=True)  # never the argument: it may be the token
             else:
                 typer.echo(f"error: {without_tokens(message[:1].lower() + message[1:])}; see `{command} --help`",

@@ -5,7 +5,8 @@
 - gcs.py: the outputs each step must leave in the bucket, and whether they are there.
 - hf_token.py: the Hugging Face token in Secret Manager.
 - retry.py: which Kubernetes calls are repeated, with backoff and a limit.
-- reach.py: the first contact with the bucket or the cluster: said when slow, given up after a bound.
+- reach.py: the first contact with an endpoint (bucket, cluster, Compute, TPU, Secret Manager): said when
+  slow, given up after a bound.
 
 Nothing is imported here: `tpu-rl --help` and the offline commands never load these clients.
 """

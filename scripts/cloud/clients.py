@@ -17,10 +17,12 @@ from __future__ import annotations
 import os
 import urllib.parse
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping, TypeVar
 
 from recipes import Settings, UserError
 from recipes.errors import NotDeployed
+
+T = TypeVar("T")
 
 COMPUTE_ENDPOINT_ENV = "TPU_RL_COMPUTE_ENDPOINT"
 TPU_ENDPOINT_ENV = "TPU_RL_TPU_ENDPOINT"
@@ -29,6 +31,10 @@ LOGGING_ENDPOINT_ENV = "TPU_RL_LOGGING_ENDPOINT"
 REGISTRY_ENDPOINT_ENV = "TPU_RL_REGISTRY_ENDPOINT"
 STORAGE_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 HUB_ENDPOINT_ENV = "HF_ENDPOINT"
+# The default endpoints of the clients whose first contact is bounded (scripts.cloud.reach.call_within),
+# named in what they say: compute_v1's, tpu_v2's and secretmanager_v1's DEFAULT_ENDPOINT.
+GOOGLE_APIS = {"compute": "https://compute.googleapis.com", "tpu": "https://tpu.googleapis.com",
+               "secretmanager": "https://secretmanager.googleapis.com"}
 
 
 @dataclass(frozen=True)
@@ -87,10 +93,19 @@ def _google_kwargs(endpoint: str | None) -> dict:
 class Clients:
     """Lazily built clients for one settings object; construct once per command."""
 
-    def __init__(self, settings: Settings, endpoints: Endpoints | None = None) -> None:
+    def __init__(self, settings: Settings, endpoints: Endpoints | None = None,
+                 reach_seconds: float = 20.0) -> None:
         self.settings = settings
         self.endpoints = endpoints or Endpoints.from_env()
+        self.reach_seconds = reach_seconds  # one Compute or Secret Manager call in all (TPU_RL_REACH_SECONDS)
         self._cache: dict[str, object] = {}
+
+    def within(self, what: str, api: str, call: Callable[[float], T], fix: str | None = None) -> T:
+        """`call(timeout)` against `api` (a key of GOOGLE_APIS), bounded and said (scripts.cloud.reach)."""
+        from scripts.cloud.reach import NETWORK_FIX, call_within
+
+        endpoint = getattr(self.endpoints, api) or GOOGLE_APIS[api]
+        return call_within(what, endpoint, self.reach_seconds, call, fix or NETWORK_FIX)
 
     def _get(self, name: str, build):
         if name not in self._cache:

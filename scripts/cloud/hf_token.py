@@ -6,10 +6,15 @@ token but never format it into a message.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from google.api_core import exceptions as gexc
 
 from recipes import Settings, UserError
 from scripts.outcome import ApiError
+
+if TYPE_CHECKING:
+    from scripts.cloud.clients import Clients
 
 
 def secret_path(settings: Settings) -> str:
@@ -36,14 +41,20 @@ def clean_token(raw: str) -> str:
     return token
 
 
-def add_version(secrets_client, settings: Settings, token: str) -> str:
+def _secret_manager(settings: Settings) -> str:
+    """What a bounded Secret Manager call is said to reach (scripts.cloud.reach)."""
+    return f"Secret Manager for secret '{settings.hf_token_secret}'"
+
+
+def add_version(clients: Clients, settings: Settings, token: str) -> str:
     """Add the token as a new enabled version; returns the version's resource name."""
     from google_crc32c import value as crc32c
 
     data = token.encode()
+    request = {"parent": secret_path(settings), "payload": {"data": data, "data_crc32c": crc32c(data)}}
     try:
-        version = secrets_client.add_secret_version(
-            request={"parent": secret_path(settings), "payload": {"data": data, "data_crc32c": crc32c(data)}})
+        version = clients.within(_secret_manager(settings), "secretmanager",
+                                 lambda timeout: clients.secrets().add_secret_version(request=request, timeout=timeout))
     except gexc.NotFound:
         raise _missing_secret(settings) from None
     except (gexc.PermissionDenied, gexc.Forbidden):
@@ -63,22 +74,34 @@ def versions_denied(settings: Settings) -> UserError:
                      "(secretAccessor reads only the payload)")
 
 
-def enabled_versions(secrets_client, settings: Settings) -> list[str]:
+def enabled_versions(clients: Clients, settings: Settings) -> list[str]:
+    request = {"parent": secret_path(settings)}
     try:
-        versions = secrets_client.list_secret_versions(request={"parent": secret_path(settings)})
-        return [v.name for v in versions if v.state.name == "ENABLED"]
+        return clients.within(_secret_manager(settings), "secretmanager", lambda timeout: [
+            v.name for v in clients.secrets().list_secret_versions(request=request, timeout=timeout)
+            if v.state.name == "ENABLED"])
     except gexc.NotFound:
         raise _missing_secret(settings) from None
     except (gexc.PermissionDenied, gexc.Forbidden):
         raise versions_denied(settings) from None
 
 
-def read_token(secrets_client, settings: Settings) -> str:
+def latest_version(clients: Clients, settings: Settings):
+    """The latest version's metadata (its state; never the payload)."""
+    request = {"name": f"{secret_path(settings)}/versions/latest"}
+    return clients.within(_secret_manager(settings), "secretmanager",
+                          lambda timeout: clients.secrets().get_secret_version(request=request, timeout=timeout))
+
+
+def read_token(clients: Clients, settings: Settings) -> str:
     """The latest enabled version's payload. Only `run` calls this, to fill the Kubernetes Secret."""
+    request = {"name": f"{secret_path(settings)}/versions/latest"}
     try:
-        response = secrets_client.access_secret_version(request={"name": f"{secret_path(settings)}/versions/latest"})
+        response = clients.within(_secret_manager(settings), "secretmanager",
+                                  lambda timeout: clients.secrets().access_secret_version(request=request,
+                                                                                          timeout=timeout))
     except gexc.NotFound:
-        if not enabled_versions(secrets_client, settings):
+        if not enabled_versions(clients, settings):
             raise UserError(f"secret '{settings.hf_token_secret}' has no enabled version: "
                             f"{no_version_fix(settings)}") from None
         raise

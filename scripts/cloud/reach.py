@@ -13,15 +13,18 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from scripts.outcome import ApiError
 
-REACH_ENV = "TPU_RL_REACH_SECONDS"  # how long the first contact with the bucket or the cluster may take (20)
+REACH_ENV = "TPU_RL_REACH_SECONDS"  # how long the first contact with an endpoint may take (20)
 ANNOUNCE_AFTER_SECONDS = 2.0
 # A test knob: tests that compare a command's whole output set it high, so a loaded machine's slow answer
 # does not add the line to what they compare.
 ANNOUNCE_ENV = "TPU_RL_REACH_NOTICE_SECONDS"
+NETWORK_FIX = "check the network"
+
+T = TypeVar("T")
 
 
 class Unreachable(ApiError):
@@ -47,3 +50,20 @@ def reaching(what: str, endpoint: str, seconds: float) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+
+
+def call_within(what: str, endpoint: str, seconds: float, call: Callable[[float], T], fix: str = NETWORK_FIX) -> T:
+    """`call(timeout)`, one request to a Google REST client (Compute, Secret Manager), said after
+    ANNOUNCE_AFTER_SECONDS and ended after `seconds`: those clients have no bound of their own (Compute)
+    or a 60 s one (Secret Manager), and their errors name no endpoint. The API's own answers (NotFound,
+    PermissionDenied) pass through for the caller to explain."""
+    import requests
+    from google.api_core import exceptions as gexc
+
+    from scripts.outcome import describe
+
+    try:
+        with reaching(what, endpoint, seconds):
+            return call(seconds)
+    except (requests.RequestException, gexc.RetryError, gexc.DeadlineExceeded) as error:
+        raise Unreachable(what, endpoint, seconds, describe(error), fix) from None

@@ -36,8 +36,10 @@ def check_reservation(clients: Clients, recipe: Recipe, settings: Settings) -> C
     if "reservation" not in recipe.capacity:
         return Check(name, True, f"not needed (capacity '{','.join(recipe.capacity)}')")
     try:
-        found = clients.reservations().get(project=settings.project, zone=settings.zone,
-                                           reservation=settings.reservation)
+        found = clients.within(f"the Compute Engine API for reservation '{settings.reservation}'", "compute",
+                               lambda timeout: clients.reservations().get(
+                                   project=settings.project, zone=settings.zone, reservation=settings.reservation,
+                                   timeout=timeout))
     except gexc.NotFound:
         return Check(name, False, f"reservation '{settings.reservation}' not found in zone {settings.zone}: check "
                      f"RESERVATION and ZONE (`gcloud compute reservations list --project {settings.project}`)")
@@ -73,7 +75,10 @@ VERSION_TIMEOUT_SECONDS = 10
 
 def region_quotas(clients: Clients, settings: Settings) -> dict:
     """REGION's quotas by metric name, as regions.get lists them (Region.quotas[]: metric, limit, usage)."""
-    return {q.metric: q for q in clients.regions().get(project=settings.project, region=settings.region).quotas}
+    region = clients.within(f"the Compute Engine API for the quotas of {settings.region}", "compute",
+                            lambda timeout: clients.regions().get(project=settings.project, region=settings.region,
+                                                                  timeout=timeout))
+    return {q.metric: q for q in region.quotas}
 
 
 def _quota(clients: Clients, recipe: Recipe, settings: Settings, kind: str) -> Check | None:
@@ -163,13 +168,20 @@ def check_flex_start(clients: Clients, recipe: Recipe, settings: Settings) -> Ch
     return Check(name, True, f"{offered}; cluster '{cluster}' runs GKE {version.lstrip('v')}, at least {minimum}")
 
 
+def offered(clients: Clients, settings: Settings, zone: str, machine_type: str) -> None:
+    """Nothing when `zone` offers `machine_type`; gexc.NotFound when it does not."""
+    clients.within(f"the Compute Engine API for {machine_type} in {zone}", "compute",
+                   lambda timeout: clients.machine_types().get(project=settings.project, zone=zone,
+                                                               machine_type=machine_type, timeout=timeout))
+
+
 def check_machine_type(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
     """The TPU host's machine type in every zone the recipe's TPUs may be in (Settings.zones_for)."""
     machine_type = recipe.shape.machine_type
     zones = settings.zones_for(recipe)
     for zone in zones:
         try:
-            clients.machine_types().get(project=settings.project, zone=zone, machine_type=machine_type)
+            offered(clients, settings, zone, machine_type)
         except gexc.NotFound:
             return Check("machine type", False, f"{machine_type} is not offered in zone {zone}: pick a zone "
                          "with TPU v6e (`gcloud compute machine-types list --filter=name~ct6e`) and set ZONE")
@@ -182,7 +194,8 @@ def check_accelerator_type(clients: Clients, recipe: Recipe, settings: Settings)
     for zone in zones:
         name = f"projects/{settings.project}/locations/{zone}/acceleratorTypes/{accelerator}"
         try:
-            clients.tpu().get_accelerator_type(request={"name": name})
+            clients.within(f"the Cloud TPU API for {accelerator} in {zone}", "tpu",
+                           lambda timeout: clients.tpu().get_accelerator_type(request={"name": name}, timeout=timeout))
         except gexc.NotFound:
             return Check("accelerator type", False, f"{accelerator} is not offered in zone {zone}: pick a zone "
                          f"that lists it (`gcloud compute tpus accelerator-types list --zone {zone}`)")
@@ -208,7 +221,7 @@ def check_cpu_machine_type(clients: Clients, recipe: Recipe, settings: Settings)
     zones = cpu_pool_zones(settings)
     for zone in zones:
         try:
-            clients.machine_types().get(project=settings.project, zone=zone, machine_type=machine_type)
+            offered(clients, settings, zone, machine_type)
         except gexc.NotFound:
             return Check("cpu machine type", False, f"{machine_type}, the CPU pool's machine (the Pathways head, "
                          f"convert, export), is not offered in zone {zone}: pick a first ZONE that lists it "
@@ -264,7 +277,7 @@ def check_bucket(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
 def check_token(clients: Clients, recipe: Recipe, settings: Settings) -> list[Check]:
     """The secret has an enabled version, and the Hub says that token may download the recipe's model."""
     try:
-        enabled = hf_token.enabled_versions(clients.secrets(), settings)
+        enabled = hf_token.enabled_versions(clients, settings)
     except UserError as error:
         return [Check("token secret", False, str(error))]
     if not enabled:
@@ -272,7 +285,7 @@ def check_token(clients: Clients, recipe: Recipe, settings: Settings) -> list[Ch
                       f"{hf_token.no_version_fix(settings)}")]
     stored = Check("token secret", True, f"'{settings.hf_token_secret}' has {len(enabled)} enabled version(s)")
     try:
-        token = hf_token.read_token(clients.secrets(), settings)
+        token = hf_token.read_token(clients, settings)
     except UserError as error:
         return [stored, Check("model access", False, str(error))]
     return [stored, check_model_access(token, recipe.model.hf_repo, clients.endpoints.hub)]

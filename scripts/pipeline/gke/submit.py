@@ -53,7 +53,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
 
 def fill_token_secret(session: Session) -> None:
     """The Kubernetes Secret the steps read HF_TOKEN from, filled from Secret Manager (never printed)."""
-    token = hf_token.read_token(session.clients.secrets(), session.settings)
+    token = hf_token.read_token(session.clients, session.settings)
     session.cluster.ensure_secret(HF_TOKEN_K8S_SECRET, HF_TOKEN_ENV, token)
     del token
     session.console.print(f"Kubernetes Secret {HF_TOKEN_K8S_SECRET} filled from Secret Manager "

@@ -32,27 +32,15 @@ STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING", "REPA
 STARTING_UP = {"PROVISIONING", "STAGING"}
 
 
-COMPUTE_API = "https://compute.googleapis.com"  # compute_v1's default endpoint
-
-
 def read_instance(session: Session):
     """The TPU VM's Compute Engine instance (gexc.NotFound when it does not exist): the first contact of
     every VM command, bounded as the bucket's and the cluster's are (scripts.cloud.reach): the client has
     no timeout of its own, so an endpoint that never answers kept `status` silent for good."""
-    import requests
-
-    from scripts.cloud.reach import Unreachable, reaching
-    from scripts.outcome import describe
-
-    settings, reach = session.settings, session.policy.reach_seconds
-    endpoint = session.clients.endpoints.compute or COMPUTE_API
-    what = f"the Compute Engine API for TPU VM '{settings.vm_name}'"
-    try:
-        with reaching(what, endpoint, reach):
-            return session.clients.instances().get(project=settings.project, zone=settings.zone,
-                                                   instance=settings.vm_name, timeout=reach)
-    except (requests.RequestException, gexc.RetryError) as error:
-        raise Unreachable(what, endpoint, reach, describe(error), "check the network") from None
+    settings = session.settings
+    return session.clients.within(
+        f"the Compute Engine API for TPU VM '{settings.vm_name}'", "compute",
+        lambda timeout: session.clients.instances().get(project=settings.project, zone=settings.zone,
+                                                        instance=settings.vm_name, timeout=timeout))
 
 
 def get_instance(session: Session):
@@ -111,15 +99,15 @@ def check_deployed_run(session: Session, instance) -> str:
 def require_token_version(session: Session) -> None:
     """The startup script reads the token's latest version at boot; without an enabled one it can only fail."""
     settings = session.settings
-    secrets = session.clients.secrets()
+    clients = session.clients
     reboot = (f"the VM's startup script reads it at boot, so reboot the VM after that "
               f"(`{ssh_command(settings)} -- sudo reboot`)")
-    if not hf_token.enabled_versions(secrets, settings):
+    if not hf_token.enabled_versions(clients, settings):
         raise UserError(f"secret '{settings.hf_token_secret}' has no enabled version: "
                         f"{hf_token.no_version_fix(settings)}; {reboot}")
     # The script reads `latest`, the newest version: an older enabled one does not help it.
     try:
-        latest = secrets.get_secret_version(request={"name": f"{hf_token.secret_path(settings)}/versions/latest"})
+        latest = hf_token.latest_version(clients, settings)
     except (gexc.PermissionDenied, gexc.Forbidden):
         raise hf_token.versions_denied(settings) from None
     if latest.state.name != "ENABLED":
