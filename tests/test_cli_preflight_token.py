@@ -71,3 +71,17 @@ def test_a_malformed_hf_endpoint_is_one_line(settings_env, gcs, google, monkeypa
     result = runner.invoke(app, ["preflight", "qwen3-v6e32"])
     assert result.exit_code == ExitCode.BAD_INPUT, result.output
     assert "HF_ENDPOINT='huggingface.co' is not an http(s) URL" in result.output
+
+
+def test_a_rate_limited_hub_is_a_warning_that_says_what_it_answered(settings_env, gcs, google, hub):
+    """A 429 from whoami says nothing about the token (huggingface_hub hf_api.py _inner_whoami): preflight
+    warns with what the Hub answered, not that it did not answer."""
+    from peers.http import Fault
+
+    hub.faults.append(Fault("GET", "/api/whoami-v2", 429))
+    result = llama_preflight(google)
+    assert result.exit_code == 0, result.output
+    line = " ".join(access_line(result).split())
+    assert line.startswith(f"pass model access: warning: the Hub answered HTTP 429 ({hub.url}), so the token was "
+                           "not checked"), line
+    assert "did not answer" not in line

@@ -296,9 +296,11 @@ def check_model_access(token: str, repo_id: str, endpoint: str | None) -> Check:
     try:
         name, accesses = hf_hub.check(token, [repo_id], endpoint)
     except hf_hub.Unreachable as error:
-        return Check("model access", True, f"warning: the Hugging Face Hub ({endpoint or hf_hub.HUB}) did not "
-                     f"answer ({error}), so the token was not checked: open https://huggingface.co/{repo_id} "
-                     "signed in, and accept its licence if it asks")
+        where = endpoint or hf_hub.HUB
+        what = (f"{error} ({where})" if isinstance(error, hf_hub.Unanswered)
+                else f"the Hugging Face Hub ({where}) did not answer ({error})")
+        return Check("model access", True, f"warning: {what}, so the token was not checked: open "
+                     f"https://huggingface.co/{repo_id} signed in, and accept its licence if it asks")
     if name is None:
         return Check("model access", False, hf_hub.refused_token(endpoint or hf_hub.HUB))
     return Check("model access", accesses[0].ok, accesses[0].detail)
