@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-
 import jobs
 from jobs.export import VISION_PARTS
 from recipes import all_recipes, example_settings
