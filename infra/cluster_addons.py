@@ -1,10 +1,11 @@
-"""What a GKE recipe needs inside the cluster: JobSet, Kueue, its queues and the workload KSA.
+"""What a GKE recipe needs inside the cluster: JobSet, Kueue, its queues, the workload KSA and the driver's
+KSA with its Role.
 
 Installed with the helm provider, so nothing needs the cluster at plan time: the provider connects
 only when it applies (deferred configuration), after the cluster exists. JobSet and Kueue come from
 their official OCI charts at pinned versions; the queues and the service account come from a
 logic-free local chart fed with manifests rendered here (infra.kueue_queues,
-infra.kueue_webhook_probe).
+infra.kueue_webhook_probe, infra.driver_identity).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from cdktf_cdktf_provider_helm import provider as helm_provider
 from cdktf_cdktf_provider_helm import release as helm_release
 from constructs import Construct
 
+from infra.driver_identity import driver_role_manifests
 from infra.gke_cluster import GkeCluster
 from infra.kueue_queues import QueueProps, queue_manifests
 from infra.kueue_webhook_probe import (
@@ -98,6 +100,8 @@ class ClusterAddonsProps:
     queues: QueueProps
     workload_ksa: str
     workload_google_service_account: str  # email
+    # The runs' driver: a KSA on the same Google SA (the bucket), with its own namespaced Role.
+    driver_ksa: str
     # The controllers run on the system pool; installing them waits for it.
     depends_on: Sequence[ITerraformDependable] = ()
 
@@ -132,6 +136,10 @@ class ClusterAddons(Construct):
             workload_service_account_manifest(
                 props.queues.namespace, props.workload_ksa, props.workload_google_service_account
             ),
+            workload_service_account_manifest(
+                props.queues.namespace, props.driver_ksa, props.workload_google_service_account
+            ),
+            *driver_role_manifests(props.queues.namespace, props.driver_ksa),
         ]
         self.queues = helm_release.Release(
             self,

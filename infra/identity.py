@@ -3,8 +3,9 @@
 - :class:`NodeServiceAccount` runs GKE nodes: logs, metrics and image pulls, plus the objects and the
   metadata of the artifacts bucket when given one. Host-network pods (the Pathways head and workers)
   cannot use Workload Identity, so they reach GCS as the node; the grants are on the bucket only.
-- :class:`WorkloadServiceAccount` runs the jobs: the artifacts bucket, granted on the bucket only (the
-  seeds grant storage.admin project-wide; this does not), and the token secret when it is given one.
+- :class:`WorkloadServiceAccount` runs the jobs (and, on GKE, the runs' driver): the artifacts bucket,
+  granted on the bucket only (the seeds grant storage.admin project-wide; this does not), and the token
+  secret when it is given one.
   The TPU VM reads the token from Secret Manager at boot, so its account gets secretAccessor on that
   one secret; GKE pods get the token from the Kubernetes Secret that `tpu-rl run` fills (with the
   caller's credentials), so the GKE workload account gets no Secret Manager role at all.
@@ -99,7 +100,8 @@ class WorkloadServiceAccountProps:
     display_name: str = "tpu-rl workloads"
     # Project roles beyond the two resources, from NODE_ROLES (the only project roles any stack grants).
     project_roles: Sequence[str] = ()
-    kubernetes_service_account: KubernetesServiceAccountRef | None = None
+    # The Kubernetes SAs that act as this account through Workload Identity (GKE: the jobs' and the driver's).
+    kubernetes_service_accounts: Sequence[KubernetesServiceAccountRef] = ()
     # The Workload Identity pool exists only once the cluster does; the binding waits for it.
     binding_depends_on: Sequence[ITerraformDependable] = field(default_factory=tuple)
 
@@ -131,11 +133,12 @@ class WorkloadServiceAccount(Construct):
                 role=SECRET_ACCESSOR,
                 member=self.account.member,
             ))
-        ksa = props.kubernetes_service_account
-        if ksa is not None:
+        for index, ksa in enumerate(props.kubernetes_service_accounts):
+            # The first binding keeps the construct id it always had, so a deployed binding is not replaced.
+            binding_id = "workload-identity" if index == 0 else f"workload-identity-{ksa.name}"
             service_account_iam_member.ServiceAccountIamMember(
                 self,
-                "workload-identity",
+                binding_id,
                 service_account_id=self.account.name,
                 role=WORKLOAD_IDENTITY_USER,
                 member=f"serviceAccount:{workload_identity_pool(props.project)}[{ksa.namespace}/{ksa.name}]",

@@ -29,6 +29,10 @@ def get_credentials_command(cluster_name: str, region: str, project: str) -> str
 # characters; run names are bounded by it (recipes/runs.py).
 MAX_JOBSET_NAME = 28
 WORKLOAD_KSA = "tpu-rl-workload"  # bound to the workload Google SA through Workload Identity
+# The run's driver (one Job per GKE run) acts as this KSA: the Role of recipes/driver_access.py in NAMESPACE,
+# and the workload Google SA (the bucket) through Workload Identity. The stack names its Role and
+# RoleBinding the same.
+DRIVER_KSA = "tpu-rl-driver"
 LOCAL_QUEUE = "tpu-rl"
 CLUSTER_QUEUE = "tpu-rl"
 HF_TOKEN_K8S_SECRET = "tpu-rl-hf-token"  # filled from Secret Manager by `tpu-rl`, never by Terraform

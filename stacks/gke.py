@@ -101,7 +101,9 @@ class GkeRecipeStack(TpuRlStack):
                 account_id=f"{name}-gke-wl-sa",
                 bucket=settings.gcs_bucket,
                 token_secret=None,  # pods read the token from the Kubernetes Secret `run` fills
-                kubernetes_service_account=KubernetesServiceAccountRef(conventions.NAMESPACE, conventions.WORKLOAD_KSA),
+                # the jobs' pods, and the runs' driver (it reaches the bucket; no other Google role)
+                kubernetes_service_accounts=tuple(KubernetesServiceAccountRef(conventions.NAMESPACE, ksa)
+                                                  for ksa in (conventions.WORKLOAD_KSA, conventions.DRIVER_KSA)),
                 binding_depends_on=[cluster.cluster],
             ),
         )
@@ -131,6 +133,7 @@ class GkeRecipeStack(TpuRlStack):
                 ),
                 workload_ksa=conventions.WORKLOAD_KSA,
                 workload_google_service_account=workload.email,
+                driver_ksa=conventions.DRIVER_KSA,
                 depends_on=[cluster.system_pool],
             ),
         )

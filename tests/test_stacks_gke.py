@@ -190,16 +190,21 @@ def test_node_sa_reads_and_writes_objects_of_the_bucket_only_for_host_network_po
 
 
 @pytest.mark.parametrize("stack", GKE)
-def test_workload_identity_binds_the_conventional_kubernetes_service_account(stacks_json, stack):
+def test_workload_identity_binds_the_jobs_and_the_drivers_kubernetes_service_accounts(stacks_json, stack):
     settings = example_settings()
     stack_json = stacks_json[stack]
-    binding = only(stack_json, "google_service_account_iam_member")
-    assert binding["role"] == "roles/iam.workloadIdentityUser"
-    assert binding["member"] == (
-        f"serviceAccount:{settings.project}.svc.id.goog[{conventions.NAMESPACE}/{conventions.WORKLOAD_KSA}]"
-    )
+    wl = service_account_id(stack_json, "-gke-wl-sa")
+    bindings = resources(stack_json, "google_service_account_iam_member")
+    pool = f"serviceAccount:{settings.project}.svc.id.goog[{conventions.NAMESPACE}"
+    by_member = {binding["member"]: (logical_id, binding) for logical_id, binding in bindings.items()}
+    assert set(by_member) == {f"{pool}/{conventions.WORKLOAD_KSA}]", f"{pool}/{conventions.DRIVER_KSA}]"}
     cluster_id = next(iter(resources(stack_json, "google_container_cluster")))
-    assert f"google_container_cluster.{cluster_id}" in binding["depends_on"]  # the identity pool exists first
+    for logical_id, binding in by_member.values():
+        assert binding["role"] == "roles/iam.workloadIdentityUser"
+        assert binding["service_account_id"] == f"${{google_service_account.{wl}.name}}"  # the bucket's account
+        assert f"google_container_cluster.{cluster_id}" in binding["depends_on"]  # the identity pool exists first
+    # The jobs' binding keeps the logical id it was deployed with (not replaced when the driver's is added).
+    assert by_member[f"{pool}/{conventions.WORKLOAD_KSA}]"][0].startswith("workload-sa_workload-identity_")
 
 
 @pytest.mark.parametrize("stack", GKE)
@@ -269,15 +274,17 @@ def test_cpu_flavor_comes_first_so_cpu_only_pods_land_on_the_cpu_pool(stacks_jso
 
 
 @pytest.mark.parametrize("stack", GKE)
-def test_local_queue_and_workload_ksa_live_in_the_jobs_namespace(stacks_json, stack):
+def test_local_queue_and_the_workload_and_driver_ksas_live_in_the_jobs_namespace(stacks_json, stack):
     objects = queue_manifests(stacks_json[stack])
     local_queue = objects[f"LocalQueue/{conventions.LOCAL_QUEUE}"]
     assert local_queue["metadata"]["namespace"] == conventions.NAMESPACE
     assert local_queue["spec"] == {"clusterQueue": conventions.CLUSTER_QUEUE}
-    ksa = objects[f"ServiceAccount/{conventions.WORKLOAD_KSA}"]
-    assert ksa["metadata"]["namespace"] == conventions.NAMESPACE
     wl = service_account_id(stacks_json[stack], "-gke-wl-sa")
-    assert ksa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": f"${{google_service_account.{wl}.email}}"}
+    for name in (conventions.WORKLOAD_KSA, conventions.DRIVER_KSA):
+        ksa = objects[f"ServiceAccount/{name}"]
+        assert ksa["metadata"]["namespace"] == conventions.NAMESPACE
+        assert ksa["metadata"]["annotations"] == {
+            "iam.gke.io/gcp-service-account": f"${{google_service_account.{wl}.email}}"}
 
 
 @pytest.mark.parametrize("stack", GKE)
