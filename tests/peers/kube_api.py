@@ -3,7 +3,9 @@ their life one step per GET, following a per-JobSet plan that a test scripts (su
 
 Shapes follow the real API: JobSet status from the v0.12.0 CRD (conditions, terminalState,
 replicatedJobsStatus, restarts), pods with PodScheduled/Ready/DisruptionTarget conditions and container
-states, Status objects for errors, APIResourceList for discovery. Here: the stores and the HTTP routes;
+states, Status objects for errors, APIResourceList for discovery. Every request it answers is recorded in
+`calls` with who made it (`actor`, which a test sets), and request_info reads it as the API server's
+authorizer does (the driver's Role is checked against them). Here: the stores and the HTTP routes;
 the JobSet's life is peers/jobset_life.py, Kueue's and GKE's part peers/admission.py, and the test's
 script of it peers/jobset_plan.py (Plan).
 """
@@ -29,6 +31,77 @@ _WORKLOADS = re.compile(r"^/apis/kueue.x-k8s.io/v1beta2/namespaces/(?P<ns>[^/]+)
 _REQUESTS = re.compile(r"^/apis/autoscaling.x-k8s.io/v1/namespaces/(?P<ns>[^/]+)/provisioningrequests$")
 _SECRETS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets(?:/(?P<name>[^/]+))?$")
 _CONFIGMAPS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps(?:/(?P<name>[^/]+))?$")
+
+# -- what a request asks, as the API server's authorizer sees it ------------------------------------
+# kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/request/requestinfo.go, NewRequestInfo
+# (read at db8b216c, a 1.3x commit with AuthorizeWithSelectors; the verb rules below are unchanged since
+# 1.x): paths under the API prefixes /api (no group) and /apis are resource requests, the rest (and
+# /apis/<group>/<version> itself, discovery) non-resource ones; the HTTP method gives the verb; a GET
+# without a name is list, or watch with watch=<anything but false or 0>; a DELETE without a name is
+# deletecollection; a list's fieldSelector metadata.name=<name> names the object.
+_METHOD_VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch",
+                 "DELETE": "delete"}
+_PATH_VERBS = ("proxy", "watch")  # the deprecated verb-in-path form, /api/v1/watch/...
+_NAMESPACE_SUBRESOURCES = ("status", "finalize")
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    verb: str
+    api_group: str = ""
+    resource: str = ""  # empty: a non-resource request, of `path`
+    subresource: str = ""
+    namespace: str = ""  # empty: cluster-scoped
+    name: str = ""
+    path: str = ""
+
+    @property
+    def is_resource(self) -> bool:
+        return bool(self.resource)
+
+    def __str__(self) -> str:
+        if not self.is_resource:
+            return f"{self.verb} {self.path} (non-resource)"
+        resource = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        where = f"in namespace {self.namespace}" if self.namespace else "cluster-scoped"
+        return f"{self.verb} {resource} of group '{self.api_group}' {where}"
+
+
+def request_info(method: str, path: str, query: dict) -> RequestInfo:
+    """What a request asks, as the API server's RequestInfo (see above) has it."""
+    parts = [part for part in path.strip("/").split("/") if part] if path.strip("/") else []
+    plain = RequestInfo(method.lower(), path=path)
+    if len(parts) < 3 or parts[0] not in ("api", "apis"):
+        return plain
+    group = ""
+    if parts[0] == "apis":
+        if len(parts) < 4:  # /apis/<group>/<version>: discovery
+            return plain
+        group, parts = parts[1], parts[3:]
+    else:
+        parts = parts[2:]
+    if parts and parts[0] in _PATH_VERBS and len(parts) > 1:
+        verb, parts = parts[0], parts[1:]
+    else:
+        verb = _METHOD_VERBS.get(method, "")
+    namespace = ""
+    if parts and parts[0] == "namespaces" and len(parts) > 1:
+        namespace = parts[1]
+        if len(parts) > 2 and parts[2] not in _NAMESPACE_SUBRESOURCES:
+            parts = parts[2:]
+    resource, name, subresource = (parts + ["", "", ""])[:3]
+    if verb == "proxy":
+        subresource = ""
+    if not name and verb == "get":
+        verb = "watch" if query.get("watch", "false").lower() not in ("false", "0") else "list"
+        for term in query.get("fieldSelector", "").split(","):
+            key, equals, value = term.replace("==", "=").partition("=")
+            if equals and key == "metadata.name":  # not !=
+                name = name or value
+    if not name and verb == "delete":
+        verb = "deletecollection"
+    return RequestInfo(verb, group, resource, subresource, namespace, name, path)
+
 
 def _selected(labels: dict, query: dict) -> bool:
     """Whether labels match the request's labelSelector (equality terms key=value, comma-separated)."""
@@ -70,6 +143,9 @@ class KubeApi(JobSetLife, Admission, PeerServer):
     # A JobSet of the same name but a new UID takes the place of the one a DELETE names, just before the
     # DELETE arrives (a concurrent `run --replace`), once.
     replaced_before_delete: bool = False
+    # Every request answered, as (actor, method, path, query); `actor` is whoever the test says is calling.
+    calls: list = field(default_factory=list)
+    actor: str = "client"
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 
@@ -106,7 +182,12 @@ class KubeApi(JobSetLife, Admission, PeerServer):
         return status(status_code, {401: "Unauthorized", 409: "AlreadyExists", 429: "TooManyRequests"}.get(status_code, "InternalError"),
                       f"injected {status_code}").body
 
+    def calls_of(self, actor: str) -> list[RequestInfo]:
+        """What `actor`'s answered requests asked, in order."""
+        return [request_info(method, path, query) for who, method, path, query in self.calls if who == actor]
+
     def route(self, method: str, path: str, query: dict, body: bytes) -> Reply:
+        self.calls.append((self.actor, method, path, dict(query)))
         if path in ("/version", "/version/"):  # the Python client asks for /version/
             major, minor = self.version.lstrip("v").split(".")[:2]
             return Reply(200, {"major": major, "minor": minor, "gitVersion": self.version,
