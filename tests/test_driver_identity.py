@@ -63,3 +63,15 @@ def test_the_drivers_rules_never_reach_secrets_configmaps_or_rbac_and_never_use_
         assert rule.why and len(rule.why) <= 100, rule  # one line, saying why
     keys = [(rule.api_group, rule.resource) for rule in DRIVER_RULES]
     assert len(keys) == len(set(keys))  # one rule per resource: its verbs in one place
+
+
+def test_security_md_lists_the_drivers_rules_as_the_role_has_them():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
+    table = text.split("| API group | resource | verbs | why |\n| --- | --- | --- | --- |\n", 1)[1].split("\n\n", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
+    expected = [[f"`{rule.api_group}`" if rule.api_group else 'core (`""`)', f"`{rule.resource}`",
+                 ", ".join(f"`{verb}`" for verb in rule.verbs), rule.why] for rule in DRIVER_RULES]
+    assert rows == expected
+    assert f"Kubernetes service account `{NAME}` in `{conventions.NAMESPACE}`" in " ".join(text.split())

@@ -144,9 +144,21 @@ def jobs_of(jobset: dict) -> list[dict]:
     ]
 
 
+def driver_rbac() -> list[dict]:
+    """The run driver's service account, Role and RoleBinding, as the GKE stacks install them (the
+    Google SA's email, a Terraform reference there, is an example here)."""
+    from infra.cluster_addons import workload_service_account_manifest
+    from infra.driver_identity import driver_role_manifests
+    from recipes.conventions import DRIVER_KSA, NAMESPACE
+
+    email = f"wl@{example_settings().project}.iam.gserviceaccount.com"
+    return [workload_service_account_manifest(NAMESPACE, DRIVER_KSA, email), *driver_role_manifests(NAMESPACE, DRIVER_KSA)]
+
+
 @pytest.fixture(scope="session")
 def manifests_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("manifests")
+    (out / "driver-rbac.yaml").write_text(yaml.safe_dump_all(driver_rbac(), sort_keys=False))
     settings = example_settings()
     for recipe in all_recipes().values():
         if recipe.platform != "gke":
@@ -228,6 +240,18 @@ def test_checkov_parses_every_rendered_manifest_and_runs_checks(manifests_scan, 
             resource = f"Job.{job['metadata']['namespace']}.{job['metadata']['name']}"
             evaluated = [f for f in manifests_scan.passed + manifests_scan.failed if f.resource == resource]
             assert len(evaluated) >= MIN_CHECKS_PER_JOB, f"checkov evaluated only {len(evaluated)} checks on {resource}"
+
+
+def test_checkov_runs_its_rbac_checks_on_the_drivers_role_and_binding(manifests_scan):
+    """checkov's checks of Roles (wildcards, bind, escalate) and of what a bound service account may do
+    (read all Secrets, impersonate, pods/exec) looked at the driver's Role; none failed
+    (test_rendered_manifests_pass_checkov_except_listed_suppressions)."""
+    from recipes.conventions import DRIVER_KSA, NAMESPACE
+
+    evaluated = {(f.check_id, f.resource) for f in manifests_scan.passed + manifests_scan.failed}
+    for kind, checks in (("Role", {"CKV_K8S_49", "CKV_K8S_157", "CKV_K8S_158"}),
+                         ("RoleBinding", {"CKV2_K8S_1", "CKV2_K8S_3", "CKV2_K8S_5"})):
+        assert {(check, f"{kind}.{NAMESPACE}.{DRIVER_KSA}") for check in checks} <= evaluated, kind
 
 
 def test_synthesized_stacks_pass_checkov_except_listed_suppressions(stacks_scan):
