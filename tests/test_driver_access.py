@@ -16,24 +16,20 @@ run_gke calls both, so their requests are recorded as the attacher's (ATTACHER_P
 from __future__ import annotations
 
 import contextlib
-import fnmatch
+import time
 
 import pytest
-from typer.testing import CliRunner
 
-from cli_helpers import CONVERT, RECIPE, TRAIN, run_train, slow_polls, stall_clock, succeeds
+from cli_helpers import BOUND_SECONDS, CONVERT, RECIPE, TRAIN, stall_clock, succeeds
 from contracts.tunix_log import train_step_line
 from jobs import jobset_name
 from peers import simulated_run
 from peers.fixtures import CONTEXT, SETTINGS, make_bucket, put_step_output, start_kube, storage_client
 from peers.jobset_plan import Plan
 from peers.kube_api import RequestInfo, request_info
-from recipes import conventions, get_recipe
+from recipes import STEPS, conventions, get_recipe
 from recipes.driver_access import DRIVER_RULES, AccessRule
-from scripts.cli import app
-from scripts.outcome import ExitCode
-
-runner = CliRunner()
+from scripts.outcome import Outcome, StepFailed
 
 # The parts of today's run_gke that the attaching `tpu-rl run` does, in scripts.pipeline.gke.submit: while
 # they run, the fake API records their requests as the attacher's. Once the driver no longer calls them,
@@ -77,19 +73,43 @@ def mismatches(calls: dict[str, list[RequestInfo]], rules: tuple[AccessRule, ...
 
 # -- the scenarios, as the `run` tests script them -------------------------------------------------------
 
+def drive(cloud, monkeypatch, steps=STEPS, capacity: str | None = None, wait: str | None = None,
+          rewards: str | None = None) -> Outcome | None:
+    """GKE's pipeline as the driver runs it: Platform.run on the Session make_session builds, for the
+    recipe as `run` makes it (CAPACITY and CAPACITY_WAIT as run_train sets them). What it ended with:
+    None when every step was verified, else the Outcome it raised."""
+    from scripts.cli import cloud as cli_cloud
+    from scripts.cli.run_input import run_recipe
+    from scripts.pipeline.platforms import platform_for
+
+    if capacity:
+        monkeypatch.setenv("CAPACITY", capacity)
+        monkeypatch.setenv("CAPACITY_WAIT", wait)
+        put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    recipe, settings = run_recipe("run", RECIPE, None, None, rewards)
+    started = time.monotonic()
+    try:
+        platform_for(recipe).run(cli_cloud.make_session(recipe, settings, "writes"), steps, replace=False,
+                                 follow_logs=False, dry_run=False, show_manifests=False)
+    except Outcome as outcome:
+        return outcome
+    finally:
+        assert time.monotonic() - started < BOUND_SECONDS
+    return None
+
+
 def succeeds_whole_run(cloud, monkeypatch):
     """test_cli_run: convert, train (its head logging steps and evaluations) and export succeed."""
     simulated_run.script_successful_run(cloud["kube"], cloud["gcs"], get_recipe(RECIPE), with_train_log=True)
-    result = runner.invoke(app, ["run", RECIPE])
-    assert result.exit_code == 0, result.output
+    assert drive(cloud, monkeypatch) is None
     assert cloud["kube"].created == [CONVERT, TRAIN, jobset_name(get_recipe(RECIPE), "export")]
 
 
 def fails_over_to_another_mode(cloud, monkeypatch):
     """test_cli_capacity_loss: a spot stockout moves on to on-demand after the spot wait."""
     cloud["kube"].plan(TRAIN, capacity="spot", stockout=("spot",), **succeeds(cloud))
-    result = run_train(cloud, monkeypatch, "spot,on-demand", "spot=2s")
-    assert result.exit_code == 0 and cloud["kube"].deleted == [TRAIN], result.output
+    assert drive(cloud, monkeypatch, ("train",), "spot,on-demand", "spot=2s") is None
+    assert cloud["kube"].deleted == [TRAIN]
 
 
 def fails_over_to_another_zone(cloud, monkeypatch):
@@ -97,26 +117,26 @@ def fails_over_to_another_zone(cloud, monkeypatch):
     monkeypatch.setenv("ZONE", "us-east5-b,us-east5-a")
     cloud["kube"].plan(TRAIN, capacity="flex-start", zone="us-east5-b", stockout=("flex-start@us-east5-b",),
                        **succeeds(cloud))
-    result = run_train(cloud, monkeypatch, "flex-start", "flex-start=2s")
-    assert result.exit_code == 0 and cloud["kube"].deleted == [TRAIN], result.output
+    assert drive(cloud, monkeypatch, ("train",), "flex-start", "flex-start=2s") is None
+    assert cloud["kube"].deleted == [TRAIN]
 
 
 def loses_its_slice(cloud, monkeypatch):
     """test_cli_capacity_loss: the flex-start slice ends mid-run; the JobSet is submitted again."""
     cloud["kube"].plan(TRAIN, capacity="flex-start", reclaimed_after=3, nodes_return=False,
                        resubmitted=Plan(capacity="flex-start", **succeeds(cloud)))
-    result = run_train(cloud, monkeypatch, "flex-start", "flex-start=3s")
-    assert result.exit_code == 0 and cloud["kube"].created == [TRAIN, TRAIN], result.output
+    assert drive(cloud, monkeypatch, ("train",), "flex-start", "flex-start=3s") is None
+    assert cloud["kube"].created == [TRAIN, TRAIN]
 
 
 def stalls(cloud, monkeypatch):
-    """test_cli_stall_gke: the train step's log stops advancing; `run` ends at the stall bound."""
+    """test_cli_stall_gke: the train step's log stops advancing; the pipeline ends at the stall bound."""
     stall_clock(monkeypatch)
     steps = [f"{train_step_line(step, 0.5)}\n" for step in (1, 2, 3)]
     cloud["kube"].plan(TRAIN, capacity="spot", outcome="hang",
                        log_reads=["loading\n", *("".join(steps[:count]) for count in (1, 2, 3))])
-    result = run_train(cloud, monkeypatch, "spot", "4h")
-    assert result.exit_code == ExitCode.JOB_FAILED and "looks stalled" in result.output, result.output
+    outcome = drive(cloud, monkeypatch, ("train",), "spot", "4h")
+    assert isinstance(outcome, StepFailed) and "looks stalled" in str(outcome), outcome
 
 
 REWARDS = "def short_answer(prompts, completions, tmvp_config, **kwargs):\n" \
@@ -135,8 +155,8 @@ def trains_with_a_reward_file(cloud, monkeypatch, tmp_path):
     put_step_output(cloud["gcs"], recipe, "convert")
     cloud["kube"].plan(f"{run_name(custom)}-train", ticks=2,
                        on_success=lambda: put_step_output(cloud["gcs"], custom, "train"))
-    result = runner.invoke(app, ["run", RECIPE, "--steps", "train", "--rewards", f"{rewards}:short_answer"])
-    assert result.exit_code == 0 and cloud["kube"].configmaps, result.output
+    assert drive(cloud, monkeypatch, ("train",), rewards=f"{rewards}:short_answer") is None
+    assert cloud["kube"].configmaps
 
 
 SCENARIOS = {"succeeds": succeeds_whole_run, "fails over to another mode": fails_over_to_another_mode,
@@ -194,8 +214,9 @@ def driver_calls(settings_env, gcs_server, google, tmp_path, monkeypatch) -> dic
             calls[name] = cloud["kube"].calls_of("driver")
             attacher |= {(call.api_group, call.resource, call.verb) for call in cloud["kube"].calls_of("attacher")}
             assert cloud["kube"].calls_of("client") == [], name  # every request was someone's
-    # The split the driver's Job keeps: the attacher fills the Secret and the ConfigMap, nothing else.
-    assert attacher and attacher <= ATTACHER_CALLS, attacher
+    # The split the driver's Job keeps: the attacher fills the Secret and the ConfigMap, nothing else (and,
+    # once run_gke no longer calls its part, nothing here).
+    assert attacher <= ATTACHER_CALLS, attacher
     return calls
 
 
