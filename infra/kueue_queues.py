@@ -89,7 +89,7 @@ def tpu_flavor_manifest(props: QueueProps, place: Place) -> dict[str, Any]:
     (pkg/podset/podset.go), which is why the train workers select only on accelerator and topology. A
     flex-start request is filed for that zone too: Kueue applies the admitted flavor's node selectors to
     the pod template of the ProvisioningRequest (pkg/controller/admissionchecks/provisioning/
-    controller.go:362-368 at v0.17.1, "apply the admission node selectors to the Template").
+    controller.go createPodTemplate at v0.17.1, "apply the admission node selectors to the Template").
     """
     capacity = place.mode
     tolerations = [conventions.tpu_toleration()]
