@@ -76,6 +76,24 @@ def test_no_upstream_line_number_in_a_comment_or_docstring():
     assert cited == [], f"name the function, class or symbol instead of the line: {cited}"
 
 
+
+# Packages whose docstring maps their modules, one `- name.py:` (or `name/:`) item each.
+MAPPED_PACKAGES = ("scripts/pipeline", "scripts/pipeline/gke", "scripts/pipeline/vm")
+
+
+def unmapped(package: Path) -> list[str]:
+    """The modules and subpackages of `package` its docstring's map does not name."""
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    named = set(re.findall(r"\b([\w]+\.py|[\w]+/)", doc))
+    parts = [path.name for path in package.glob("*.py") if path.name != "__init__.py"]
+    parts += [f"{path.name}/" for path in package.iterdir() if (path / "__init__.py").is_file()]
+    return sorted(part for part in parts if part not in named)
+
+
+def test_a_package_map_names_every_module_of_its_package():
+    missing = {package: names for package in MAPPED_PACKAGES if (names := unmapped(ROOT / package))}
+    assert missing == {}, f"add a line for each to the package's docstring: {missing}"
+
 # -- the checks themselves, on text made for them ---------------------------------------------------------
 
 def test_a_run_of_six_comment_lines_is_found_and_five_or_a_shell_script_in_a_string_are_not():
@@ -95,3 +113,12 @@ def test_line_numbers_are_found_in_comments_and_docstrings_and_not_elsewhere():
             '    return "L123 line 4 a.py:5"\n')
     assert [citation for _, citation in line_citations(text)] == [
         "L535", "main.tf:101", "pkg/workload/workload.go 1506-1530", "line 98", "hooks.py:98"]
+
+
+def test_a_module_left_out_of_a_package_map_is_found(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "__init__.py").write_text("")
+    for name in ("a.py", "big.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "__init__.py").write_text('"""The map.\n\n- a.py: one.\n"""\n')
+    assert unmapped(tmp_path) == ["big.py", "sub/"]
