@@ -36,13 +36,9 @@ KUEUE_CHART = "oci://registry.k8s.io/kueue/charts"
 # GKE's own credential plugin: the provider gets a fresh token per call, none lands in state.
 GKE_AUTH_PLUGIN = "gke-gcloud-auth-plugin"
 
-# The queue objects' release lives in a namespace of its own. Helm keeps each release's records as
-# Secrets in the release's namespace and reads them by listing Secrets there (label owner=helm;
-# helm/helm@02ad2b118731d012ea248e3ede800aa28fa71301 pkg/storage/driver/secrets.go, List and Query),
-# and RBAC authorizes list for every name in a namespace (kubernetes/kubernetes#54079). So whoever may
-# read a release (a full `terraform plan` refreshes it) may read every Secret beside it: the token
-# Secret that `tpu-rl run` fills is in conventions.NAMESPACE, and no release may be. The objects keep
-# their own metadata.namespace (the LocalQueue and the workload KSA stay in conventions.NAMESPACE).
+# The queue objects' release has a namespace of its own: Helm reads a release by listing the Secrets of
+# its namespace (helm/helm@02ad2b11 pkg/storage/driver/secrets.go), so no release may sit beside the token
+# Secret in conventions.NAMESPACE (docs/provenance.md#helm-release-namespace).
 QUEUES_RELEASE = "tpu-rl-queues"
 QUEUES_RELEASE_NAMESPACE = QUEUES_RELEASE
 

@@ -22,19 +22,9 @@ from recipes.cidrs import authorized_cidrs_problem
 
 SYSTEM_POOL = "system-np"
 
-# Upgrades. A node upgrade recreates every host of a TPU slice, which kills a run that takes days, so
-# while a stack exists GKE may patch the control plane but neither upgrade nodes nor change the minor
-# version: the exclusion of the gke-tpu-v6e-advanced blueprint (GoogleCloudPlatform/cluster-toolkit
-# @1047080375afbb44da4b596be314634e7486af4a, examples/gke-tpu-v6e/gke-tpu-v6e-advanced.yaml:196-200).
-# The blueprint ends it with end_time_behavior UNTIL_END_OF_SUPPORT, i.e. at the end of support of the
-# cluster's minor version, which also caps how long GKE lets this scope last (cluster-toolkit PR #4986);
-# hashicorp/google has that field only from 7.12.0. Our pin, 6.50.0, requires a fixed end_time. A date written here would go stale,
-# as the blueprint's own 2024-12-01..2025-12-22 window did (replaced in cluster-toolkit commit 1003df0e,
-# hotfix v1.75.1). So the window opens when the cluster is first planned and lasts
-# UPGRADE_EXCLUSION_DAYS: Terraform evaluates plantimestamp() (Terraform >= 1.5), the synthesized JSON
-# holds only the expression (byte-identical on every synth), and ignore_changes keeps the dates of
-# creation instead of moving them on every plan. With provider 7.12+, switch to UNTIL_END_OF_SUPPORT and
-# drop the ignore_changes entry.
+# A node upgrade recreates every host of a TPU slice and kills a days-long run, so GKE may patch the control
+# plane but not upgrade nodes or the minor version: the gke-tpu-v6e-advanced blueprint's exclusion
+# (cluster-toolkit@1047080375, docs/provenance.md#gke-upgrade-exclusion), with a window from plantimestamp().
 UPGRADE_EXCLUSION_NAME = "no-minor-or-node-upgrades"
 UPGRADE_EXCLUSION_SCOPE = "NO_MINOR_OR_NODE_UPGRADES"
 # Longer than a training campaign; short enough to stay inside the months of support that the minor
@@ -272,8 +262,8 @@ class GkeCluster(Construct):
         default from upgrading the control plane on the next apply (the provider upgrades the master when
         min_master_version rises). Cluster Toolkit does the same: the channel's version from
         google_container_engine_versions as min_master_version, ignore_changes on it, and a precondition
-        comparing versions (GoogleCloudPlatform/cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a,
-        modules/scheduler/gke-cluster/main.tf:92-113 and :369-391, modules/internal/semver_compare/main.tf).
+        comparing versions (GoogleCloudPlatform/cluster-toolkit@1047080375, modules/scheduler/gke-cluster;
+        docs/provenance.md#cluster-version-at-create).
         """
         if minimum is None:
             return None

@@ -82,14 +82,11 @@ def tpu_flavor_manifest(props: QueueProps, place: Place) -> dict[str, Any]:
     """The ResourceFlavor of one capacity mode's TPU pools in one zone, matched by the label the pools
     carry and, with zones, by the zone label GKE sets on every node (conventions.ZONE_NODE_LABEL).
 
-    Kueue adds a flavor's nodeLabels to the nodeSelector and its tolerations to the pods it admits to it
-    (kubernetes-sigs/kueue v0.17.1, site/content/en/docs/concepts/resource_flavor.md; for a JobSet,
-    pkg/controller/jobs/jobset/jobset_controller.go RunWithPodSetsInfo), so an admitted worker lands on a
-    pool of the chosen mode and zone. Merging refuses a pod that pins another value for one of these keys
-    (pkg/podset/podset.go), which is why the train workers select only on accelerator and topology. A
-    flex-start request is filed for that zone too: Kueue applies the admitted flavor's node selectors to
-    the pod template of the ProvisioningRequest (pkg/controller/admissionchecks/provisioning/
-    controller.go:362-368 at v0.17.1, "apply the admission node selectors to the Template").
+    Kueue puts the admitted flavor's nodeLabels and tolerations on the pods, and on a flex-start
+    ProvisioningRequest's pod template (kubernetes-sigs/kueue v0.17.1 pkg/controller/admissionchecks/provisioning/
+    controller.go createPodTemplate; docs/provenance.md#a-flavors-labels-reach-the-admitted-pods). Merging
+    refuses a pod that pins another value for one of these keys, so the train workers select only on
+    accelerator and topology.
     """
     capacity = place.mode
     tolerations = [conventions.tpu_toleration()]

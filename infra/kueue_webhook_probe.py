@@ -8,32 +8,16 @@ from typing import Any
 from infra.gke_cluster import SYSTEM_POOL
 from recipes.conventions import NODE_POOL_LABEL
 
-# The Kueue webhook race. Kueue's pod reports Ready only once its certificates are injected and its
-# webhook server listens (kubernetes-sigs/kueue v0.17.1 cmd/kueue/main.go setupProbeEndpoints,
-# pkg/util/cert/cert.go BootstrapCerts), so `wait` on its release covers those; what it does not cover is
-# the EndpointSlice of the webhook Service catching up with the Ready pod (kueue PR #8220), during which
-# creating a ResourceFlavor, ClusterQueue or LocalQueue fails with "no endpoints available for service"
-# or "connection refused". Cluster Toolkit sleeps 60 s between the Kueue release and its queue objects
-# (time_sleep.wait_for_webhook, modules/management/kubectl-apply/main.tf:243-267 at cluster-toolkit
-# @1047080375afbb44da4b596be314634e7486af4a). The hashicorp/time provider has no binding installed here,
-# so instead the queue release waits for the condition itself: a Helm pre-install/pre-upgrade hook pod
-# that connects to the webhook Service until it answers a few times in a row. Helm creates the release's
-# objects only after a hook pod has succeeded, and fails the release if it fails. It is a bare Pod in
-# Kueue's namespace, so that creating it does not itself need the webhook it waits for: Kueue's webhook
-# for batch Jobs covers every namespace, while its pod webhook leaves out kube-system and its own
-# namespace (both failurePolicy Fail with the chart's default integrations; mjob.kb.io and mpod.kb.io in
-# charts/kueue/templates/webhook/manifests.yaml and charts/kueue/values.yaml at v0.17.1).
+# Kueue's webhook Service can lag its Ready pod (kueue PR #8220), and then creating a queue object fails;
+# Cluster Toolkit sleeps 60 s (time_sleep.wait_for_webhook), we hold the queue release back with a Helm
+# hook pod in Kueue's own namespace until the Service answers (docs/provenance.md#kueue-webhook-readiness).
 KUEUE_RELEASE = "kueue"
 # Service "<fullname>-webhook-service", port 443; fullname is the release name when it contains the chart
 # name (kueue v0.17.1 charts/kueue/templates/webhook/service.yaml, _helpers.tpl, values.yaml).
 KUEUE_WEBHOOK_PORT = 443
 KUEUE_WEBHOOK_PROBE = "kueue-webhook-ready"
-# docker-library/official-images@37079fb336f572a88700cf32e5e1f6be54a04e8f library/busybox: "Tags: 1.37.0,
-# 1.37" (1.38 is tagged unstable). Its nc has -z and -w: docker-library/busybox builds `make defconfig`
-# (latest-1/glibc/Dockerfile.builder), where NC_110_COMPAT defaults to y (busybox networking/nc.c).
-# Pinned by the digest of that tag's image index, so a re-pushed tag cannot change what runs beside the
-# webhooks: docker-library/repo-info@01a7054230d50b3dccaf8d579f161c522be8c9f0 repos/busybox/remote/1.37.0.md.
-# Private nodes pull it through the stack's Cloud NAT, once per deploy.
+# busybox 1.37.0 (stable; its nc has -z and -w), pinned by the digest of the tag's image index
+# (docker-library/repo-info@01a70542 repos/busybox/remote/1.37.0.md; docs/provenance.md#webhook-probe-image).
 WEBHOOK_PROBE_IMAGE = ("docker.io/library/busybox:1.37.0"
                        "@sha256:9db7b59979c38555a39def84a31fb98b5296952f9e3afd4f6f11f05b07adfab0")
 # 2-4 s apart: the release fails after about 4 to 8 minutes, inside the queue release's timeout (600 s,

@@ -31,12 +31,7 @@ the pod sets that request a TPU into the request (kubernetes-sigs/kueue v0.17.1,
 pkg/controller/admissionchecks/provisioning/controller.go, requiredPodSets).
 
 Field by field, the autoscaled pools follow Cluster Toolkit's gke-node-pool module and its v6e flex-start
-blueprints (GoogleCloudPlatform/cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a,
-modules/compute/gke-node-pool/main.tf:101-150 and its preconditions at :395-438;
-examples/gke-consumption-options/dws-flex-start-queued-provisioning/gke-tpu-v6e/gke-tpu-v6e.yaml):
-per-zone min/max rather than total limits (its workaround for a provider bug with TPU flex-start),
-location_policy ANY, NO_RESERVATION for spot and flex-start, and auto_repair off for flex-start. Fields
-are those of hashicorp/google 6.50.0 (node_config.flex_start, queued_provisioning.enabled).
+blueprints (GoogleCloudPlatform/cluster-toolkit@1047080375, docs/provenance.md#autoscaled-tpu-pools-follow-cluster-toolkit).
 """
 
 from __future__ import annotations
@@ -53,36 +48,15 @@ from recipes.capacity_modes import CapacityMode
 
 TPU_TAINT = (conventions.TPU_RESOURCE, "present", "NO_SCHEDULE")  # the taint GKE puts on its own TPU node pools
 
-# When GKE does upgrade a slice (after the cluster's upgrade exclusion, see infra.gke_cluster), it takes
-# hosts down in place instead of first creating a surge host: a surge host must come from the same
-# reservation, which holds exactly the slices the stack uses, so a surge upgrade would stall. These are
-# the defaults of Cluster Toolkit's gke-node-pool module, which the gke-tpu-v6e-advanced blueprint uses
-# for its TPU pool (GoogleCloudPlatform/cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a,
-# modules/compute/gke-node-pool/variables.tf:428-444 and main.tf:23-27).
+# A slice is upgraded in place, no surge host: a surge host must come from the reservation, which holds
+# only the stack's slices. Cluster Toolkit gke-node-pool's defaults (docs/provenance.md#tpu-pool-upgrade-strategy).
 UPGRADE_STRATEGY = "SURGE"
 UPGRADE_MAX_SURGE = 0
 UPGRADE_MAX_UNAVAILABLE = 1
 
-# What the flex-start (queued-provisioning) pool leaves out, and why:
-# - upgrade_settings: GKE gives flex-start and queued-provisioning pools the SHORT_LIVED upgrade strategy
-#   ("For nodes that use flex-start VMs, GKE uses short-lived upgrades",
-#   https://cloud.google.com/kubernetes-engine/docs/concepts/node-pool-upgrade-strategies; the API's
-#   NodePoolUpdateStrategy: "SHORT_LIVED is the dedicated upgrade strategy for QueuedProvisioning and flex
-#   start node pools"), and reads such a pool back as `"upgradeSettings": {"strategy": "SHORT_LIVED"}`
-#   (terraform-google-modules/terraform-google-kubernetes-engine@f3417b125, PR #2352,
-#   test/integration/node_pool/testdata/TestNodePool.json, pool-04). hashicorp/google 6.50.0 accepts only
-#   SURGE or BLUE_GREEN and defaults the strategy to SURGE (google/services/container/
-#   resource_container_node_pool.go:279-285), so a block here could never match what GKE returns: every
-#   plan would show a diff and every deploy send an update. Left out, the provider's Optional+Computed
-#   block (:255-259) takes GKE's value, which is what that PR does (a dynamic block only for SURGE and
-#   BLUE_GREEN).
-# - node_config.max_run_duration: neither Cluster Toolkit's v6e queued-provisioning blueprint
-#   (GoogleCloudPlatform/cluster-toolkit@bf7c3e1dc, PR #5218, examples/gke-consumption-options/
-#   dws-flex-start-queued-provisioning/gke-tpu-v6e/gke-tpu-v6e.yaml: its pool sets no max_run_duration;
-#   its JobSets carry provreq.kueue.x-k8s.io/maxRunDurationSeconds) nor xpk (AI-Hypercomputer/xpk
-#   v1.13.1, src/xpk/core/capacity.py: flex-start pools get no --max-run-duration) sets one on such a
-#   pool; the run time comes from the ProvisioningRequest's maxRunDurationSeconds, which the stack's
-#   ProvisioningRequestConfig carries (infra.kueue_queues.flex_start_manifests).
+# Left out of the flex-start pool: upgrade_settings (GKE sets SHORT_LIVED, which hashicorp/google 6.50.0
+# cannot write, so a block would diff on every plan) and max_run_duration (the ProvisioningRequest's
+# maxRunDurationSeconds bounds the nodes, as in xpk v1.13.1; docs/provenance.md#flex-start-pool-fields-left-out).
 QUEUED_POOL_FIELDS_LEFT_OUT = ("upgrade_settings", "max_run_duration")
 
 # The autoscaler may place the slice in any of the pool's zones (there is one, TpuSlicePoolProps.zone): the GKE
@@ -103,13 +77,8 @@ class TpuSlicePoolProps:
     reservation: str | None = None
     disk_size_gb: int = 100
     node_labels: dict[str, str] = field(default_factory=dict)  # Kubernetes labels of the nodes
-    # The pool's one zone (None: the cluster's first). One zone per slice pool: its hosts are placed
-    # compactly (placement_policy COMPACT with the slice's tpu_topology), which GKE offers only within one
-    # zone; Cluster Toolkit refuses anything else ("Compact placement is only available for node pools
-    # operating in a single zone", modules/compute/gke-node-pool/main.tf:384-385 at
-    # cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a), and xpk creates every TPU pool with one
-    # --node-locations zone (AI-Hypercomputer/xpk v1.13.0, src/xpk/core/nodepool.py). A stack with several
-    # zones has a pool per zone (recipes/placement.py).
+    # The pool's one zone (None: the cluster's first): COMPACT placement is offered only within one zone, and a
+    # stack with several zones has a pool per zone (docs/provenance.md#one-zone-per-slice-pool).
     zone: str | None = None
 
     def __post_init__(self) -> None:
@@ -176,7 +145,7 @@ class TpuSlicePool(Construct):
                 flex_start=flex_start or None,
             ),
             # Cluster Toolkit refuses flex-start with auto-repair on ("enable_flex_start needs node auto_repair
-            # set to false", gke-node-pool/main.tf:415-418); GKE's queued-provisioning how-to passes
+            # set to false", a gke-node-pool precondition); GKE's queued-provisioning how-to passes
             # --no-enable-autorepair because a repair "could disrupt workloads that run on repaired nodes".
             auto_repair=not flex_start,
             queued_provisioning=container_node_pool.ContainerNodePoolQueuedProvisioning(enabled=True)

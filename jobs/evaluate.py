@@ -3,10 +3,10 @@
 MaxText has no evaluation-only entry point (0.2.3 and 0.2.4): train_rl always trains (configs/types.py
 `num_batches: int = Field(4, ge=1)`), and its evaluations are the ones around training. What it does
 offer: train_rl evaluates the actor it loaded as "Pre RL Training" before training (0.2.4
-trainers/post_train/rl/train_rl.py L766-789: `rl_cluster.rollout.update_params(nnx.state(actor_model,
+trainers/post_train/rl/train_rl.py _rl_train_impl: `rl_cluster.rollout.update_params(nnx.state(actor_model,
 nnx.Param))`, then `evaluate`), and the actor is loaded from `load_parameters_path`
-(utils/model_creation_utils.py create_models_and_meshes L764-796 -> from_pretrained, which reads an NNX
-checkpoint "or NNX-RL with extra 'base' nesting", L1044-1090 in 0.2.4, L982-1034 in 0.2.3: the
+(utils/model_creation_utils.py create_models_and_meshes -> from_pretrained, which reads an NNX
+checkpoint "or NNX-RL with extra 'base' nesting", in 0.2.4 and 0.2.3: the
 model_params item tunix's checkpoint manager writes for the TunixMaxTextAdapter actor). So a checkpoint
 is evaluated by the train JobSet of a scratch run (eval_run_name) whose load_parameters_path is
 `<run>/checkpoints/actor/<step>/model_params/` (Recipe.load_parameters), with nothing copied. The scratch
@@ -15,7 +15,7 @@ weights; the CLI clears the scratch run's prefix before and after (scripts/pipel
 With no RL checkpoint to resume, tunix starts at step 0 and would train on after the Pre line, so:
 - num_batches: the least that gives train_rl one training step (ceil(1 / (num_iterations x
   train_fraction x num_epoch)), Recipe.steps_per_batch; 2 at train_fraction=0.5, since train_rl keeps
-  int(num_batches x batch_size x train_fraction) rows, 0.2.4 train_rl.py L375), so a JobSet not deleted
+  int(num_batches x batch_size x train_fraction) rows, 0.2.4 train_rl.py prepare_datasets), so a JobSet not deleted
   in time trains one step;
 - eval_interval=0, so no intermediate evaluation fires.
 The CLI stops the JobSet once it has the line (it reads the head's whole log when the line scrolled out
@@ -23,7 +23,7 @@ of the tail it polls, and again if the JobSet ended first), gives up after EVAL_
 deletes what it created. Everything else is the run's own recipe: the same slice shape, image,
 overrides and files (the reference model, which loads the same path here, plays no part in evaluating).
 Not confirmed without TPUs: that Pathways' vLLM rollout evaluates the synced actor weights (it is what
-the L767-773 comment says the unconditional update_params is for).
+the comment on the unconditional update_params in _rl_train_impl says it is for).
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from recipes.maxtext_values import config_values, model_base, model_keys, parse_
 from recipes.runs import MAX_RUN_NAME, check_run_name, check_set_key, checked_item, digest
 
 # The settings that say how the held-out set is evaluated, not what model is trained: eval's --set may
-# change these whatever the run set (rl.yml of 0.2.4, maxtext/configs/post_train/rl.yml L118-158 and
-# L237-244: num_test_batches ... eval_mode, eval_dataset_name, eval_split; the same keys in 0.2.3). The
-# sampling temperature/top_k/top_p are no keys of their own: they sit in generation_configs.<strategy>
-# (rl.yml 0.2.3 L147-158, 0.2.4 L142-153), which evaluate_rl.py (L70-79) picks by eval_sampling_strategy.
+# change these whatever the run set (rl.yml of 0.2.4, maxtext/configs/post_train/rl.yml, num_test_batches ...
+# eval_mode, eval_dataset_name, eval_split; the same keys in 0.2.3). The sampling temperature/top_k/top_p
+# are no keys of their own: they sit in rl.yml's generation_configs.<strategy> (0.2.3, 0.2.4), which
+# evaluate_rl.py generate_responses picks by eval_sampling_strategy.
 EVALUATION_SETTINGS = ("num_test_batches", "eval_batch_size", "test_batch_start_index", "eval_interval",
                        "eval_sampling_strategy", "generation_configs", "num_eval_passes",
                        "eval_corr_lst", "eval_make_lst", "eval_mode", "eval_dataset_name", "eval_split")

@@ -9,14 +9,9 @@ from jobs.k8s import bash_script, cpu_step_jobset
 from jobs.maxtext import export_command
 from jobs.paths import ArtifactPaths
 
-# Models whose Hugging Face export is multimodal while training is text-only, and the tensor name
-# prefixes of the parts training never sees. MaxText's HF_MODEL_CONFIGS["gemma4-26b"]
-# (checkpoint_conversion/utils/hf_model_configs.py, 0.2.4) is a Gemma4Config with vision_config and
-# architectures Gemma4ForConditionalGeneration, which to_huggingface writes as config.json; with
-# use_multimodal=False (to_maxtext refuses lazy loading of a multimodal model) the checkpoint and so
-# the export hold text weights only, and transformers (5.12.1, models/gemma4/modeling_gemma4.py) loads
-# the vision tower (model.vision_tower.*) and its projection (model.embed_vision.*) uninitialised:
-# 18 tensors, random, with a warning. Seen in MaxText's real code by tests/test_maxtext_real.py.
+# Models whose Hugging Face export is multimodal while training is text-only, and the tensor prefixes
+# training never sees: transformers 5.12.1 loads them uninitialised (MaxText 0.2.4 checkpoint_conversion/
+# utils/hf_model_configs.py HF_MODEL_CONFIGS; docs/provenance.md#vision-parts-of-a-multimodal-export).
 VISION_PARTS: dict[str, tuple[str, ...]] = {
     "gemma4-26b": ("model.vision_tower.", "model.embed_vision."),
 }

@@ -179,15 +179,9 @@ def main_container(image: str, script: str, env: list[dict[str, Any]], resources
             "resources": resources, "securityContext": container_security()}
 
 
-# Steps whose pods run libtpu and the Pathways server, proxy and client: closed-source binaries that xpk
-# runs without a seccomp profile. xpk v1.13.1's Pathways JobSet
-# (src/xpk/templates/pathways_workload_create.yaml.j2, vendored in tests/contracts/vendor/xpk/) sets
-# none, and GKE Standard applies none unless asked ("About seccomp in GKE",
-# https://cloud.google.com/kubernetes-engine/docs/concepts/seccomp-in-gke). containerd's RuntimeDefault
-# would refuse NUMA syscalls such as mbind, set_mempolicy and get_mempolicy (containerd/containerd
-# contrib/seccomp/seccomp_default.go @96929a5d: absent from the allow list, whose default action is
-# errno), and whether libtpu or Pathways needs one would show only on a billed slice. The CPU-only
-# convert and export pods keep RuntimeDefault.
+# Steps whose pods run libtpu and Pathways, closed-source binaries xpk v1.13.1 runs without a seccomp
+# profile; containerd's RuntimeDefault would refuse NUMA syscalls such as mbind (containerd/containerd
+# contrib/seccomp/seccomp_default.go @96929a5d; docs/provenance.md#seccomp-of-the-train-pods).
 UNCONFINED_STEPS: tuple[Step, ...] = ("train",)
 
 

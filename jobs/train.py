@@ -57,12 +57,9 @@ def _shared_tmp_mount() -> dict[str, str]:
     return {"name": SHARED_TMP, "mountPath": "/tmp"}
 
 
-# The env and volumes below follow the Pathways JobSet that xpk generates (AI-Hypercomputer/xpk v1.13.1
-# @18c02b10, src/xpk/templates/pathways_workload_create.yaml.j2, vendored in tests/contracts/vendor/xpk);
-# remaining differences from it are listed, with reasons, in jobs.seed_differences.XPK_DIFFERENCES. From
-# Cluster Toolkit's pkg/orchestrator/gke/templates/pathways_jobset.tmpl (@0196a14a) we also take the
-# memory-backed /dev/shm of the workload and worker containers; it differs from xpk elsewhere (no XOR
-# tracer variable, --cluster_name/--project_id arguments, workers with backoffLimit 0), and we follow xpk.
+# The env and volumes below follow the Pathways JobSet xpk generates (AI-Hypercomputer/xpk v1.13.1,
+# src/xpk/templates/pathways_workload_create.yaml.j2), with Cluster Toolkit's memory-backed /dev/shm;
+# the differences: jobs.seed_differences.XPK_DIFFERENCES (docs/provenance.md#the-pathways-jobset-follows-xpk).
 
 
 def jobset_identity_env() -> list[dict[str, Any]]:
@@ -297,16 +294,10 @@ def restarts_after_preemption(recipe: Recipe) -> bool:
 def train_failure_policy(recipe: Recipe) -> dict[str, Any] | None:
     """The train JobSet's failurePolicy on preemptible capacity (None: the default of every step).
 
-    A restart continues training, it does not start over: train_rl keeps its checkpoints in
-    <base_output_directory>/<run_name>/checkpoints/ (MaxText 0.2.4 configs/types.py:4633-4638, 0.2.3
-    types.py:2455-2466; the run_name is fixed in the manifest, so it is the same after a restart), and
-    tunix's Trainer restores the latest one there when it is built. google/tunix @c4ec573d (MaxText 0.2.4)
-    tunix/sft/peft_trainer.py:385-391 calls `self.checkpoint_manager.maybe_restore(self.model,
-    self.optimizer, ...)` in __init__; tunix/sft/checkpoint_manager.py:215-247 `maybe_restore` takes
-    `step = self.latest_step()` ("Restores the params from the latest checkpoint if available") and
-    returns 0 when there is none; the actor's directory is <root>/actor (tunix/rl/rl_cluster.py:576-579),
-    and the RL loop continues from the restored global step (tunix/rl/rl_learner.py:129-131). @683256db
-    (MaxText 0.2.3): peft_trainer.py:253-259 and checkpoint_manager.py `maybe_restore`, the same flow.
+    A restart continues training, it does not start over: tunix's PeftTrainer restores the latest checkpoint
+    of the run's fixed checkpoint directory when it is built (google/tunix @c4ec573d
+    tunix/sft/checkpoint_manager.py CheckpointManager.maybe_restore;
+    docs/provenance.md#a-restart-resumes-from-the-latest-checkpoint).
 
     JobSet v0.12.0 (pkg/controllers/failure_policy.go): the first matching rule acts, no match means
     RestartJobSet, which fails the JobSet once status.restartsCountTowardsMax reaches maxRestarts. The one
@@ -326,26 +317,10 @@ def train_failure_policy(recipe: Recipe) -> dict[str, Any] | None:
 
 
 # --- the order in which the JobSet starts the head and the workers -----------------------------------
-# InOrder, as xpk (src/xpk/templates/pathways_workload_create.yaml.j2 at v1.13.1) and Cluster Toolkit
-# (pkg/orchestrator/gke/templates/pathways_jobset.tmpl @0196a14a, unchanged at @104708037) write it:
-# JobSet v0.12.0 resumes the workers only once the head's Job is ready (pkg/controllers/
-# jobset_controller.go, resumeJobsIfNecessary returns after the first replicated job that is not yet
-# ready; api/jobset/v1alpha2/jobset_types.go: "A ReplicatedJob is started only when all the jobs of the
-# previous one are ready").
-#
-# Not when the JobSet may run on flex-start. There GKE provisions the whole slice before Kueue admits the
-# JobSet, and the cluster autoscaler books it for the request for 10 minutes (kubernetes/autoscaler
-# cluster-autoscaler/FAQ.md: "Adds a BookingExpired=True condition when the 10-minute reservation period
-# expires"); after that it "will scale down if there are no Pods running on it", and Kueue v0.17.1 files no
-# new request for an admitted workload ("These conditions only affect non-admitted Workloads. Once
-# admitted, they are ignored.", site/content/en/docs/concepts/admission_check/provisioning_request.md;
-# pkg/controller/admissionchecks/provisioning/controller.go). With InOrder the workers would wait on the
-# head, which first needs a CPU node scaled up from zero and three large images pulled, so the booking can
-# run out before a worker lands on the slice. AnyOrder resumes the head and the workers together, so the
-# workers take the slice at once; it is what JobSet defaults to (pkg/webhooks/jobset_webhook.go), and
-# apple/axlearn runs its Pathways JobSets that way (axlearn/cloud/gcp/job.py _build_jobset sets no
-# startupPolicy, @34aed43c). A worker that starts before the head resolves is restarted by its Job
-# (restartPolicy OnFailure, WORKER_BACKOFF_PER_HOST_ANY_ORDER restarts per host, as axlearn).
+# InOrder, as xpk v1.13.1 and Cluster Toolkit write it: JobSet v0.12.0 resumes the workers once the head's Job
+# is ready. Not on flex-start: the autoscaler books the provisioned slice for only 10 minutes
+# (kubernetes/autoscaler cluster-autoscaler/FAQ.md), so AnyOrder lets the workers take it at once while
+# the head's node scales up (docs/provenance.md#start-order-inorder-and-anyorder-on-flex-start).
 QUEUED_PROVISIONING_CAPACITY = "flex-start"
 
 

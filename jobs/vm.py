@@ -56,20 +56,10 @@ CHECKING = "checking"
 # guest agent does not set it).
 CANCEL_POLL_SECONDS = 30
 CANCEL_POLL_ENV = "TPU_RL_CANCEL_POLL_SECONDS"
-# The same watcher rewrites the heartbeat record (paths.vm_heartbeat) each round while the script runs. The
-# older guest agent logs to stdout, which its unit sends to journal+console (GoogleCloudPlatform/guest-agent
-# google_metadata_script_runner/main.go main and google-startup-scripts.service at 0a52260f); the newer one
-# logs to syslog alone and its unit has no console output (GoogleCloudPlatform/google-guest-agent
-# internal/logger/logger_linux.go, build/configs/usr/lib/systemd/system/google-startup-scripts.service at
-# 16b9b3bf), so its lines reach the console only where syslog/journald forward there. A script that died
-# without its failure record (SIGKILL, OOM) then shows only as a heartbeat that stopped: `tpu-rl run` ends
-# when it has not changed for HEARTBEAT_STALE_SECONDS.
-# The heartbeat has its own loop, apart from the cancel check, and each upload is one try bounded by
-# HEARTBEAT_UPLOAD_SECONDS (`timeout`): gcloud storage retries a failed request on its own, up to 32 times
-# with truncated binary exponential backoff (Cloud Storage docs, storage/docs/retry-strategy, Command line),
-# so an unbounded upload could outlast the bound. `tpu-rl run` judges silence by its own clock: no change of the
-# heartbeat for HEARTBEAT_STALE_SECONDS. The record also carries the log's size (log=): a step whose log
-# stops growing is stalled (scripts/pipeline/vm/watch.py).
+# The same watcher rewrites the heartbeat record (paths.vm_heartbeat) in its own loop, each upload bounded:
+# the newer guest agent's lines may not reach the console (GoogleCloudPlatform/google-guest-agent
+# internal/logger/logger_linux.go at 16b9b3bf), so a killed script shows only as a heartbeat that
+# stopped, which `run` judges by its own clock (docs/provenance.md#vm-heartbeat).
 HEARTBEAT_SECONDS = CANCEL_POLL_SECONDS
 HEARTBEAT_UPLOAD_SECONDS = 60
 HEARTBEAT_STALE_SECONDS = 600

@@ -30,14 +30,9 @@ SYSTEM_PACKAGES = ("build-essential", "cmake", "ninja-build")  # as seed 002
 INSTALL, TOKEN = "install", "token"
 RETRY_SECONDS = 10
 RETRY_ENV = "TPU_RL_GCS_RETRY_SECONDS"
-# apt-get install waits this long for the dpkg lock instead of failing at once (Debian/apt 2.4.13 c37792be
-# apt-pkg/deb/debsystem.cc debSystem::Lock: DPkg::Lock::Timeout, seconds; Ubuntu 22.04, the VM's image, ships
-# apt 2.4). Neither `apt-get update` nor dpkg waits for a lock: update takes only the lists lock, with no timeout
-# (apt-pkg/update.cc AcquireUpdate -> apt-pkg/acquire.cc pkgAcquire::GetLock -> apt-pkg/contrib/fileutl.cc
-# GetLock: F_SETLK, "Could not get lock ..."; no option makes it wait), and dpkg takes its frontend and database
-# locks with FILE_LOCK_NOWAIT (guillemj/dpkg 1.21.1 9b52f8fa lib/dpkg/dbmodify.c modstatdb_lock; lib/dpkg/file.c
-# file_lock: "... was locked by another process with pid N", exit 2 by lib/dpkg/ehandle.c catch_fatal_error).
-# Those two run again every LOCK_RETRY_SECONDS while they fail on the lock, for as long (lock_retry).
+# apt-get install waits this long for the dpkg lock (Debian/apt 2.4.13 debSystem::Lock, DPkg::Lock::Timeout);
+# `apt-get update` and dpkg never wait, so they are retried every LOCK_RETRY_SECONDS for as long
+# (lock_retry; docs/provenance.md#apt-and-dpkg-locks).
 APT_LOCK_SECONDS = 600
 APT_LOCK = f"-o DPkg::Lock::Timeout={APT_LOCK_SECONDS}"
 LOCK_RETRY_SECONDS = 10

@@ -32,21 +32,13 @@ DEFAULT_WAIT_SECONDS: Mapping[WaitKey, float] = {
     "flex-start": 4 * 3600,
     CPU: 30 * 60,  # a node of the CPU pool scaling up from zero, and its image pull
 }
-# The bounds of a step's start once its capacity came (scripts/pipeline/gke/starting.py). READY_WAIT: how
-# long an attempt may have every pod on a node but not every pod Ready (images pulling, a container
-# crash-looping, a volume that never mounts): the Job's backoffLimit allows hosts x 4 (x 32 on flex-start)
-# restarts and an image pull that fails never counts against it, so without this a slice bills for hours.
-# Our choice, as long as the stall bound of the known-silent phases (stall.QUIET_STALL_SECONDS): a cold
-# node pulling the MaxText and Pathways images slowly (the drills' InOrder cold start pulls for an hour)
-# and AnyOrder workers backing off until their head is up must fit.
+# How long an attempt may have every pod on a node but not every pod Ready: the Job's restarts and a failing
+# image pull never end it, so without this a slice bills for hours; our choice, as long as
+# stall.QUIET_STALL_SECONDS (docs/provenance.md#start-bounds-ready_wait).
 READY_WAIT_SECONDS = 90 * 60
-# IMAGE_PULL_FAILING: how long a container's image pull may keep failing (ErrImagePull, ImagePullBackOff,
-# RegistryUnavailable, SignatureValidationFailed: scripts/pipeline/gke/starting.py FAILING_PULL).
-# ErrImagePull is the kubelet's reason for any failed pull, a dropped connection too, after which it backs
-# off 10 s doubling to 300 s and pulls again (kubernetes/kubernetes pkg/kubelet/images/image_manager.go
-# evalCRIPullErr, "Fallback for no specific error"; pkg/kubelet/kubelet.go imageBackOffPeriod,
-# MaxImageBackOff): five failed pulls in a row are a registry `run` cannot use. A tag the registry does
-# not have, and an image name the kubelet cannot parse, end the step at once (starting.py).
+# How long a container's image pull may keep failing (starting.py FAILING_PULL): the kubelet backs off 10 s
+# doubling to 300 s (kubernetes/kubernetes pkg/kubelet/kubelet.go MaxImageBackOff), so this is five failed
+# pulls in a row (docs/provenance.md#kubelet-image-pull-back-off).
 IMAGE_PULL_FAILING_SECONDS = 5 * 60
 DEFAULT_WAITS: tuple[tuple[WaitKey, float], ...] = tuple((key, DEFAULT_WAIT_SECONDS[key]) for key in WAIT_KEYS)
 _UNITS = {"s": 1, "m": 60, "h": 3600}

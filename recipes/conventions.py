@@ -118,18 +118,7 @@ ARTIFACTS_STACK = "artifacts"
 # line as the failure reason.
 CHECK_FAILED_PREFIX = "tpu-rl check failed: "
 
-# What marks a finished checkpoint: the CLI's output checks (scripts/cloud/gcs.py) and the VM startup
-# script's export step (jobs/vm.py) look for it.
-# orbax-checkpoint 0.12.0 .. 0.12.8 (MaxText 0.2.3 pins >=0.12.0, 0.2.4 >=0.12.2 in
-# dependencies/requirements/generated_requirements/tpu-post-train-requirements.txt of each wheel).
-# orbax/checkpoint/_src/path/atomicity_types.py: COMMIT_SUCCESS_FILE = 'commit_success.txt'.
-# _src/path/atomicity_defaults.py picks CommitFileTemporaryPath for gs:// paths (a bucket cannot rename
-# a directory atomically); its finalize() (_src/path/atomicity.py) writes the file into the final
-# directory. CheckpointManager finalizes each item (`<step>/items/`, `<step>/model_params/`) and then the
-# step directory itself (_src/checkpointers/checkpointer.py, async_checkpointer.py), so the marker in the
-# step directory is the last object of a checkpoint; orbax's own is_path_finalized looks for it before
-# a restore. Both writers here use that default: to_maxtext through MaxText's
-# create_orbax_checkpoint_manager (common/checkpointing.py), train_rl through tunix's CheckpointManager
-# (tunix/sft/checkpoint_manager.py at 683256db: orbax CheckpointManager; at c4ec573d: orbax v1
-# training.Checkpointer, which saves through the same v0 AsyncCheckpointer, v1/_src/saving/saving.py).
+# What marks a finished checkpoint (the CLI's output checks, the VM's export step): orbax writes it last
+# into a step's directory on gs:// (orbax-checkpoint 0.12.x orbax/checkpoint/_src/path/atomicity_types.py
+# COMMIT_SUCCESS_FILE; docs/provenance.md#orbax-commit-marker).
 ORBAX_COMMIT_MARKER = "commit_success.txt"

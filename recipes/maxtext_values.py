@@ -3,11 +3,11 @@ bounds and choices of the recipe's release, and spelled one way.
 
 How MaxText reads a `key=value` item (both releases): train_rl hands argv to pyconfig
 (utils/model_creation_utils.py setup_configs_and_devices -> configs/pyconfig.py _initialize_pydantic:
-`omegaconf.OmegaConf.from_cli(cli_args)`, 0.2.3 L418, 0.2.4 L439). omegaconf parses each value as one YAML
+`omegaconf.OmegaConf.from_cli(cli_args)`, both releases). omegaconf parses each value as one YAML
 document with its own SafeLoader (omry/omegaconf v2.3.0/v2.3.1 omegaconf/_utils.py, 2.4 omegaconf/_yaml.py
 get_yaml_loader: `1e-5` is a float, dates stay strings), a dotted key becomes a nested mapping, and
-pyconfig's _prepare_for_pydantic turns a top-level string "none" (any case) into None (0.2.3 L252,
-0.2.4 L274) before the config class validates every field with pydantic. This module parses with omegaconf
+pyconfig's _prepare_for_pydantic turns a top-level string "none" (any case) into None (both releases)
+before the config class validates every field with pydantic. This module parses with omegaconf
 itself and validates with pydantic against the types shipped in recipes/maxtext_keys/<version>.toml
 (generated from each wheel by tools/generate_maxtext_keys.py).
 
@@ -49,22 +49,22 @@ class RuntimeBound:
 _GROUP = RuntimeBound(2, "tunix GrpoConfig: num_generations must be greater than 1, GRPO scores each "
                          "completion against the others for its prompt")  # tunix/rl/grpo/grpo_learner.py __post_init__
 _BATCH = RuntimeBound(1, "train_rl passes it to tunix as mini_batch_size, which must be a positive integer")
-# ^ train_rl.py (0.2.3 L451, 0.2.4 L507) mini_batch_size=trainer_config.batch_size; tunix/rl/rl_cluster.py
+# ^ train_rl.py create_rl_components (0.2.3, 0.2.4) mini_batch_size=trainer_config.batch_size; tunix/rl/rl_cluster.py
 #   RLTrainingConfig.__post_init__ -> tunix/rl/utils.py is_positive_integer.
 # pyconfig._prepare_for_pydantic turns a string or tuple into a list for these list[str] keys before pydantic
 # sees them (_coerce_to_list: "[...]"/"(...)" through ast.literal_eval, any other string -> [string]);
-# maxtext 0.2.4 maxtext/configs/pyconfig.py L216-236 and L286-287, 0.2.3 L264-265.
+# maxtext 0.2.4 maxtext/configs/pyconfig.py _coerce_to_list and _prepare_for_pydantic, 0.2.3 _prepare_for_pydantic.
 LIST_COERCED = ("train_data_columns", "eval_data_columns", "trainable_parameters_mask", "adamw_mask")
-# The micro batches train_rl hands tunix (maxtext 0.2.4 train_rl.py L453-456 and L507-509, 0.2.3 L393-396 and
-# L451-453: -1 becomes None, mini_batch_size=batch_size); tunix RLTrainingConfig.__post_init__
-# (tunix/rl/rl_cluster.py, c4ec573d L118-147, 683256db L110-141) wants each a positive int and
-# train_micro_batch_size to divide mini_batch_size. rl.yml (0.2.4 L116-117) sets both to -1.
+# The micro batches train_rl hands tunix (maxtext 0.2.4 and 0.2.3 train_rl.py create_rl_components: -1
+# becomes None, mini_batch_size=batch_size); tunix RLTrainingConfig.__post_init__ (tunix/rl/rl_cluster.py,
+# c4ec573d and 683256db) wants each a positive int and train_micro_batch_size to divide mini_batch_size.
+# rl.yml (0.2.4 train_micro_batch_size, rollout_micro_batch_size) sets both to -1.
 MICRO_BATCH_KEYS = ("train_micro_batch_size", "rollout_micro_batch_size")
 # train_rl hands the rollout max_tokens_to_generate = max_target_length - max_prefill_predict_length (maxtext
-# 0.2.4 train_rl.py L516, 0.2.3 L460), and vLLM's SamplingParams._verify_args refuses max_tokens < 1
+# 0.2.4 and 0.2.3 train_rl.py create_rl_components), and vLLM's SamplingParams._verify_args refuses max_tokens < 1
 # (vllm-project/vllm vllm/sampling_params.py "max_tokens must be at least 1"): the sequence must be longer
-# than the prompt. rl.yml's values where the recipe sets neither (0.2.4 configs/post_train/rl.yml L163-164,
-# 0.2.3 L168-169).
+# than the prompt. rl.yml's values where the recipe sets neither (configs/post_train/rl.yml of 0.2.4 and
+# 0.2.3, max_prefill_predict_length and max_target_length).
 LENGTH_DEFAULTS = {"max_target_length": 1024, "max_prefill_predict_length": 256}
 RUNTIME_BOUNDS: dict[str, RuntimeBound] = {
     "rl.num_generations": _GROUP,
@@ -125,7 +125,7 @@ def config_values(version: str, model_name: str | None, items: tuple[str, ...]) 
 
 
 def model_base(model_name: str) -> str:
-    """The configs/models/ yml a model name loads: pyconfig strips "-Instruct" (0.2.3 L439, 0.2.4 L460)."""
+    """The configs/models/ yml a model name loads: pyconfig strips "-Instruct" (_initialize_pydantic, both)."""
     return model_name.replace("-Instruct", "")
 
 
@@ -314,7 +314,7 @@ def check_value(version: str, key: str, text: str, model: str | None = None) -> 
 
 
 def _check_model_key(version: str, model: str, key: str, value: Any, item: str) -> None:
-    """pyconfig's validate_no_keys_overridden_twice (0.2.3 L130, 0.2.4 L128): a command-line key that
+    """pyconfig's validate_no_keys_overridden_twice (0.2.3 and 0.2.4): a command-line key that
     configs/models/<model>.yml also sets must have the same value, unless override_model_config is true."""
     base = model_base(model)
     models = release_schema(version).get("models", {})

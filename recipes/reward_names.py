@@ -6,9 +6,9 @@ from __future__ import annotations
 from recipes.errors import UserError
 
 # tunix (c4ec573d, the commit MaxText 0.2.4 pins) tunix/rl/reward_manager.py SequenceRewardManager.
-# _compute_rewards L126-170 calls every function of the list, one score column each, and adds the columns
-# (np.nansum); MaxText 0.2.4 train_rl.build_reward_fns (L413-417) and evaluate_rl._compute_row_reward
-# (L186-217) keep every name, repeats included. A name given twice is called twice and weighs twice.
+# _compute_rewards calls every function of the list, one score column each, and adds the columns
+# (np.nansum); MaxText 0.2.4 train_rl.build_reward_fns and evaluate_rl._compute_row_reward keep every
+# name, repeats included. A name given twice is called twice and weighs twice.
 TWICE_RULE = "tunix calls every listed function and adds their scores, so it would weigh twice"
 
 

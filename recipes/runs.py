@@ -124,9 +124,9 @@ def conversion_key(recipe: Recipe) -> str:
 
 # --- --set ---------------------------------------------------------------------------------------------
 # Keys tpu-rl sets itself: a value from --set would break a path or a step, or be silently ignored.
-# Sources (research §5): the *_dir keys are recomputed from base_output_directory and run_name
-# (configs/types.py: 0.2.3 L2465-2470, 0.2.4 L3218-3223 and RLConfig L4635-4642); checkpoint_storage_*
-# decide how train_rl reads load_parameters_path (0.2.4 utils/model_creation_utils.py L944-950).
+# The *_dir keys are recomputed from base_output_directory and run_name (configs/types.py
+# MaxTextConfig.set_derived_and_validate_values; 0.2.4 also RLConfig.set_derived_values_and_validate);
+# checkpoint_storage_* decide how train_rl reads load_parameters_path (0.2.4 model_creation_utils.py from_pretrained).
 _MODEL_KEY = ("conversion and export use the recipe's model with the same value; change [recipes.<name>.model] "
               "in recipes.toml")
 _DERIVED_DIR = ("MaxText recomputes it from base_output_directory and run_name, so the value would be ignored; "

@@ -1,16 +1,8 @@
 """The learning-rate schedule train_rl trains with: unless set, its length follows the run's step count.
 
-What each pinned release does with `learning_rate_schedule_steps` (read from the wheels):
-- MaxText 0.2.3: configs/types.py (L2514-2516) sets it to `steps` when it is -1, and `steps` defaults to
-  150_001 (base.yml L772, types.py L1388); trainers/post_train/rl/utils_rl.py `get_optimizer` (L535-583)
-  takes any positive value as the schedule's length: optax.warmup_cosine_decay_schedule(init 0, peak
-  learning_rate, warmup_steps=int(warmup_steps_fraction x length), decay_steps=length, end 0), with
-  warmup_steps_fraction 0.1 (base.yml L805). So a 50-step run left at -1 warms up over 15,000 steps and
-  ends at 3e-6 x 49 / 15,000 (about 1e-8): seed 002's schedule.
-- MaxText 0.2.4: the same rewrite to `steps` (types.py L3267-3269), but `get_optimizer` (utils_rl.py
-  L587-645) treats a value equal to `steps` as unset and uses the run's train_steps; any other positive
-  value is deliberate and decays the rate to 0 at that step, so with --set num_batches=1000 a schedule of
-  100 trains 900 paid steps at a rate of 0.
+The pinned releases disagree on `learning_rate_schedule_steps` left at -1: MaxText 0.2.3's `get_optimizer`
+(trainers/post_train/rl/utils_rl.py) warms up over its default 150_001 steps, 0.2.4's over the run's
+(docs/provenance.md#learning-rate-schedule-length).
 
 tpu-rl therefore always passes the length: the recipe's rl.learning_rate_schedule_ratio x the run's train
 steps (after --set num_batches=N etc.), unless an override sets learning_rate_schedule_steps itself. The

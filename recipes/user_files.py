@@ -30,13 +30,8 @@ Kind = Literal["rewards", "data-processor"]
 # The first MaxText release with each setting, and the settings (key list: recipes/maxtext_keys/<v>.txt).
 FIRST_RELEASE = {"rewards": "0.2.4", "data-processor": "0.2.3"}
 SETTING = {"rewards": "reward_functions_path", "data-processor": "dataset_processor_path"}
-# What the API server accepts in a ConfigMap (checked here, before any API call):
-# - its data, keys and values together, at most 1 MiB: kubernetes/kubernetes pkg/apis/core/validation/
-#   validation.go ValidateConfigMap (totalSize of every key and value > core.MaxSecretSize), types.go
-#   MaxSecretSize = 1 * 1024 * 1024;
-# - a key of `[-._a-zA-Z0-9]+`, at most 253 bytes, not "." or "..", not starting with "..":
-#   kubernetes/apimachinery pkg/util/validation/validation.go IsConfigMapKey (configMapKeyFmt,
-#   DNS1123SubdomainMaxLength, hasChDirPrefix).
+# What the API server accepts in a ConfigMap, checked before any API call: 1 MiB of keys and values, keys
+# as kubernetes/apimachinery pkg/util/validation/validation.go IsConfigMapKey (docs/provenance.md#configmap-limits).
 CONFIGMAP_MAX_BYTES = 1024 * 1024
 CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}\Z")
 

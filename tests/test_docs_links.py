@@ -317,22 +317,41 @@ def test_the_settings_page_says_environment_and_file_are_merged_key_by_key():
     assert "else from `tpu-rl.toml`" not in page
 
 
+def named_page_problems(text: str, root: Path = REPO) -> list[str]:
+    """Each `docs/<page>.md` or `docs/<page>.md#<anchor>` the text names whose page or heading is missing."""
+    problems = []
+    for page, anchor in re.findall(r"\b(docs/[\w-]+\.md)\b(?:#([\w-]+))?", text):
+        if not (root / page).is_file():
+            problems.append(f"{page} does not exist")
+        elif anchor and anchor not in anchors(root / page):
+            problems.append(f"{page} has no heading with the anchor #{anchor}")
+    return problems
+
+
 def test_every_page_a_message_or_docstring_points_to_exists():
-    """Messages name the page to read (`see docs/settings.md`); a README section they name must be one."""
+    """Messages name the page to read (`see docs/settings.md`), comments the section (`docs/provenance.md#x`);
+    each page and anchor must exist, and a README section they name must be one."""
     readme_headings = {match.group(2) for line in (REPO / "README.md").read_text().splitlines()
                        if (match := _HEADING.match(line))}
     problems = []
     for package in ("recipes", "jobs", "infra", "stacks", "scripts"):
         for source in sorted((REPO / package).rglob("*.py")):
             text = source.read_text()
-            for page in re.findall(r"\bdocs/[\w-]+\.md\b", text):
-                if not (REPO / page).is_file():
-                    problems.append(f"{source.relative_to(REPO)}: {page} does not exist")
+            problems += [f"{source.relative_to(REPO)}: {problem}" for problem in named_page_problems(text)]
             for section in re.findall(r"README[ :]+['\"]([^'\"]+)['\"]|README: ([A-Z][\w ]+)", text):
                 name = next(part for part in section if part)
                 if name not in readme_headings:
                     problems.append(f"{source.relative_to(REPO)}: the README has no section {name!r}")
     assert problems == []
+
+
+def test_a_named_page_or_section_that_does_not_exist_is_reported(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "provenance.md").write_text("# Provenance\n\n## Kueue webhook readiness\n")
+    text = ("# why: ... (docs/provenance.md#kueue-webhook-readiness)\n"
+            "# (docs/provenance.md#kueue-webhook) see docs/gone.md and docs/provenance.md.\n")
+    assert named_page_problems(text, root=tmp_path) == [
+        "docs/provenance.md has no heading with the anchor #kueue-webhook", "docs/gone.md does not exist"]
 
 
 def test_every_tpu_rl_environment_knob_the_code_reads_is_in_the_settings_table():

@@ -87,17 +87,9 @@ def _orbax_checkpoint(item_dir: str) -> tuple[Requirement, ...]:
 class TrainedCheckpoint(Requirement):
     """What training leaves: its newest finished checkpoint, and proof that training finished there.
 
-    The computed step count is an upper bound, not the step train_rl reaches. train_rl filters out prompts
-    longer than max_prefill_predict_length *before* it slices the first num_batches x batch_size x
-    train_fraction items, then batches them (MaxText 0.2.4 trainers/post_train/rl/train_rl.py L360-378,
-    drop_remainder=True; 0.2.3 L324-342, a smaller last batch). grain's filter keeps the dataset's length
-    and yields None for a dropped item, which iteration skips (google/grain 0.2.18, the lowest 0.2.4
-    allows, 0.2.3 >=0.2.17: grain/_src/python/dataset/transformations/filter.py `__len__` and
-    `_filter_element`; dataset.py MapDataset.filter: "Iterating over a filtered dataset skips None elements"), so one long prompt among
-    the first 400 leaves 49 batches of 8. tunix's RL loop ends on StopIteration and its trainer's close()
-    saves the step it reached (google/tunix @c4ec573d, MaxText 0.2.4's pin: tunix/rl/rl_learner.py L646-653,
-    tunix/sft/peft_trainer.py `_save_last_checkpoint` L1047-1056 and `close` L1072-1079; @683256db, 0.2.3's:
-    rl_learner.py L624-631, peft_trainer.py L757-789).
+    The computed step count is an upper bound, not the step train_rl reaches: train_rl drops long prompts
+    before it slices its batches, and tunix's trainer saves the step it reached when the data runs out
+    (google/tunix @c4ec573d tunix/sft/peft_trainer.py `close`; docs/provenance.md#the-last-step-train_rl-reaches).
 
     So the output is the newest actor step with orbax's commit marker (latest_checkpoint_step), with its
     model_params; and training finished when that step is the computed last step, or when `finished` (the

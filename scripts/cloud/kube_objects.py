@@ -41,13 +41,9 @@ def jobset_state(obj: dict | None) -> JobSetState:
             condition = conditions.get(kind, {})
             return JobSetState(phase, condition.get("reason", kind), condition.get("message", ""), created, restarts,
                                condition.get("lastTransitionTime"), bound)
-    # Suspended is what spec.suspend says (Kueue clears it on admission), not the Suspended condition:
-    # under startupPolicy InOrder, JobSet v0.12.0 (f22e565a) keeps that condition True after the resume
-    # until every replicated job is ready. pkg/controllers/jobset_controller.go: resumeJobsIfNecessary
-    # (577-633) resumes one replicated job, sets StartupPolicyInProgress (startup_policy.go,
-    # reason InOrderStartupPolicyInProgress) and returns (622-626) before setJobSetResumedCondition
-    # (632), reached only once every replicated job allReplicasStarted (609); StartupPolicyCompleted
-    # follows (726). Such a JobSet is running: its pods are starting.
+    # Suspended is what spec.suspend says (Kueue clears it on admission), not the Suspended condition, which
+    # JobSet v0.12.0 keeps True under InOrder until every replicated job is ready (pkg/controllers/
+    # jobset_controller.go resumeJobsIfNecessary; docs/provenance.md#jobset-suspended-condition-under-inorder).
     if obj.get("spec", {}).get("suspend"):
         condition = conditions.get("Suspended", {})
         return JobSetState("suspended", condition.get("reason", "Suspended"),
@@ -216,12 +212,9 @@ def pod_counts(pods: list[dict]) -> PodCounts:
 # (the commit Kueue v0.17.1's go.mod builds against; vendored CRD in tests/contracts/vendor/provisioningrequest).
 # Kueue labels the Workload of a job with the job's UID (pkg/controller/constants JobUIDLabel).
 WORKLOAD_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-# Why Kueue evicted a workload (kubernetes-sigs/kueue v0.17.1, 6fcc132c): Kueue deactivates a workload
-# itself by first setting the DeactivationTarget condition (pkg/controller/core/workload_controller.go
-# 737 for a Rejected admission check, 1025 for the requeuing limit), then spec.active false (389-393),
-# then evicts it with reason Deactivated + "DueTo" + the target's reason (pkg/workload/workload.go 1646,
-# ReasonWithCause 1832; IsEvictedDueToDeactivationByKueue 1378), e.g. DeactivatedDueToAdmissionCheck.
-# spec.active false set by someone else (kueuectl stop, kubectl patch) evicts with plain Deactivated.
+# Why Kueue evicted a workload: its own deactivations evict with reason Deactivated + "DueTo" + the cause
+# (kubernetes-sigs/kueue v0.17.1 pkg/workload/workload.go ReasonWithCause), someone else's setting
+# spec.active false with plain Deactivated (docs/provenance.md#why-kueue-evicted-a-workload).
 EVICTED_DEACTIVATED = "Deactivated"
 EVICTED_DEACTIVATED_BY_KUEUE = "DeactivatedDueTo"  # the prefix of Kueue's own deactivations
 # The states of one admission check (apis/kueue/v1beta2/admissioncheck_types.go).

@@ -17,8 +17,8 @@ MIN_SPARK_WIDTH = 8
 BARS = "▁▂▃▄▅▆▇█"
 # Two spaces between columns; one between the numbers when two would leave the trend less than SPARK_WIDTH.
 # With the widest cells (tag 29, steps 5, numbers 9, best 13) the trend keeps 8 columns.
-# tensorboardX writes what it holds every flush_secs=120 s and on close (event_file_writer.py L188-218),
-# on GCS by re-uploading the object (record_writer.py L148-155); metrax also flushes every 20th step.
+# tensorboardX writes what it holds every flush_secs=120 s and on close (event_file_writer.py
+# _EventLoggerThread.run), on GCS by re-uploading the object (record_writer.py GCSRecordWriter.flush); metrax also flushes every 20th step.
 NO_SCALARS = "no scalars in the event files yet: they are written at flushes (every 120 s and at the end)"
 
 

@@ -19,18 +19,10 @@ clock = time.monotonic  # the GKE wait reads it here, tests replace it (the VM's
 
 STALL_SECONDS = 1800
 STALL_STEP_TIMES = 10
-# The bound of a step's known-silent phases, given by the caller (GKE): train until its first training step
-# (train_rl restores both models with orbax and compiles the trainer step, the reference log-probs and vLLM
-# without a line: maxtext 0.2.4 wheel, maxtext/trainers/post_train/rl/train_rl.py L709
-# create_models_and_meshes; tunix logs only "Training with ..." before the first step, rl/rl_learner.py
-# L556 of the google-tunix 0.1.7 that pip installs beside it, not re-read at the image's c4ec573d), and
-# convert and export throughout (their tensor loops write tqdm progress with "\r" and no newline,
-# MemoryMonitorTqdm at to_maxtext.py L1033 and to_huggingface.py L406, which the container runtime logs
-# at a newline or once 16 KiB of it gather, as a partial entry: containerd c6b9f637, internal/cri/io/
-# logger.go redirectLogs, so the log may change within such a loop too and the bound only errs long;
-# export's orbax restore is silent between its two lines, to_huggingface.py L506-508).
-# An estimate for a 30B/26B model, to check on the first real run: a
-# stall of an unattended convert->train->export stops the pipeline before export, so it errs long.
+# The bound of a step's known-silent phases, given by the caller (GKE): train until its first step (orbax
+# restores and compiles without a line, maxtext 0.2.4 train_rl.py _rl_train_impl), convert and export
+# throughout (tqdm with "\r" only). An estimate for a 30B/26B model that errs long
+# (docs/provenance.md#known-silent-phases-of-a-step).
 QUIET_STALL_SECONDS = 5400
 
 

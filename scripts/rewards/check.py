@@ -14,16 +14,10 @@ How MaxText 0.2.4 loads and calls them (maxtext/trainers/post_train/rl/ in the w
 The rows: what process_data (utils_rl's, or the --data-processor file's) makes of gsm8k rows
 (scripts/rewards/prompts.py: the prompt in the data template and the tokenizer's chat template; answer =
 json.dumps([answer, answer])). train_rl.prepare_datasets batches them with grain (`.batch(batch_size)`:
-each column a numpy array of str). Training, at tunix c4ec573d: rl_learner._prepare_data (L429-432)
-repeats each row num_generations times (`np.repeat(x, sample_repeat, axis=0)`, [B] -> [B*G]) and adds
-`trajectory_ids` ("<row>_<generation>", grpo_learner._compute_trajectory_ids L502-531);
-grpo_learner._generate_and_compute_advantage makes `prompts` a list (L245) and calls _compute_rewards with
-every other column as it is (L362-367), which adds mode=str(Mode.TRAIN) == "train" (rl_learner.py L214-215,
-rl_cluster.py L64-71); reward_manager._compute_rewards (L122-148) adds any GRPOConfig field the function
-names as a parameter, calls reward_fn(prompts=, completions=, **kwargs), keeps np.array(r) and sums with
-np.nansum (L162-170), so a numpy array and nan are fine. Evaluation (maxtext 0.2.4 evaluate_rl.py
-_compute_row_reward L212, from evaluate's zip over the batch's columns, L276-292): one response at a time,
-prompts=[prompt], completions=[response], answer=[answer], question=question (numpy str), no mode.
+each column a numpy array of str). Training (tunix c4ec573d) calls each function on a batch of
+num_generations copies of each row, with `trajectory_ids` and mode="train" added; evaluation (maxtext 0.2.4
+evaluate_rl.py _compute_row_reward) with one response at a time, prompts=[prompt], completions=[response],
+answer=[answer], question=question (numpy str), no mode (docs/provenance.md#what-reward-functions-are-given).
 The check makes both calls, with the recipe's num_generations.
 """
 
@@ -43,14 +37,10 @@ from scripts.rewards.subprocess_run import _PRELUDE, UNCHECKED_HINT, UncheckedIm
 __all__ = ["UNCHECKED_HINT", "UncheckedImport"]
 
 
-# tmvp_config: train_rl's config as the recipe's release fills it (recipes.maxtext_values.config_values:
-# rl.yml and types.py's defaults, read from the wheel, then the model's yml, then the train command's
-# items), a namespace whose dotted keys are nested models (tmvp_config.rl.num_generations). Without a
-# recipe: the first release with reward_functions_path (recipes/user_files.py FIRST_RELEASE).
-# GRPOConfig's fields (tunix c4ec573d tunix/rl/grpo/grpo_learner.py L91-109, and AlgorithmConfig's,
-# algorithm_config.py L28-39), which reward_manager passes by parameter name: (the MaxText key that
-# train_rl.create_rl_components sets it from, or None for tunix's default; the value). Values: maxtext
-# 0.2.4 rl.yml L39-55, tunix's defaults.
+# tmvp_config: train_rl's config as the recipe's release fills it (recipes.maxtext_values.config_values);
+# GRPOConfig's fields, which tunix's reward_manager passes by parameter name: (the MaxText key that sets it,
+# or None for tunix's default; the value) (tunix c4ec573d tunix/rl/grpo/grpo_learner.py GRPOConfig;
+# docs/provenance.md#what-reward-functions-are-given).
 GRPO_FIELDS = {
     "num_generations": ("rl.num_generations", 2), "num_iterations": ("rl.num_iterations", 1),
     "beta": ("rl.grpo_beta", 0.08), "epsilon": ("rl.grpo_epsilon", 0.2), "loss_algo": ("rl.loss_algo", "grpo"),
@@ -59,7 +49,7 @@ GRPO_FIELDS = {
     "reward_manager": (None, "sequence-level"), "kl_clamp_value": (None, None), "kl_loss_mode": (None, "kl"),
     "use_rollout_logps": (None, True), "sampler_is": (None, None), "sampler_is_threshold": (None, 2.0),
 }
-TRAIN_MODE = "train"  # str(rl_cluster.Mode.TRAIN), tunix c4ec573d tunix/rl/rl_cluster.py L64-71
+TRAIN_MODE = "train"  # str(rl_cluster.Mode.TRAIN), tunix c4ec573d tunix/rl/rl_cluster.py Mode
 
 
 def _typed(text: str, like):
@@ -255,13 +245,9 @@ def check_rewards(option: RewardsOption, inputs: CheckInputs | None = None,
     return answer["scores"]
 
 
-# The data processor: train_rl.prepare_datasets (0.2.3 and 0.2.4) loads `process_data` with
-# load_custom_callable and maps every dataset row x through
-# process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x); the built-in
-# (utils_rl.process_data) returns {"prompts", "question", "answer"} strings, which the trainer batches
-# (every key reaches the rewards), filters by model_tokenizer.tokenize(x["prompts"]) and, in evaluation,
-# list(dict.fromkeys(json.loads(answer))) (evaluate_rl.py L278). The check calls it on the sample gsm8k rows with the data
-# template and a tokenizer stand-in whose apply_chat_template is the real chat template's render.
+# The data processor: train_rl.prepare_datasets (0.2.3 and 0.2.4) maps every row through process_data, whose
+# built-in (utils_rl.process_data) returns these keys; the check calls it on the sample gsm8k rows with a
+# tokenizer stand-in whose apply_chat_template is the real chat template's render (docs/provenance.md#the-data-processor).
 PROCESSOR_KEYS = ("prompts", "question", "answer")
 _PROCESSOR_RUNNER = _PRELUDE + r"""
 template, config, rows, dataset = (json.loads(arg) for arg in sys.argv[2:6])

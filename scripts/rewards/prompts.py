@@ -1,14 +1,13 @@
 """The sample rows and prompts `tpu-rl check-rewards` calls reward functions with, built as MaxText's
 trainer builds them.
 
-The prompt (maxtext 0.2.4 trainers/post_train/rl/utils_rl.py process_data L724-778, the same in 0.2.3
-L662-716): the row's question in the data template's TEMPLATE with its SYSTEM_PROMPT (format_maxtext_messages,
-L648-667), as one user message, through the tokenizer's own chat template:
+The prompt (maxtext 0.2.4 trainers/post_train/rl/utils_rl.py process_data, the same in 0.2.3): the row's
+question in the data template's TEMPLATE with its SYSTEM_PROMPT (format_maxtext_messages), as one user message, through the tokenizer's own chat template:
 `model_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)`, where the
-tokenizer is `AutoTokenizer.from_pretrained(tokenizer_path)` (train_rl.py L703-707; the recipe's
-`chat_template`/`chat_template_path` only fill in a tokenizer that has none, configure_tokenizer_chat_template
-L655-673). `answer` is json.dumps(process_answer(...)), which is [answer, answer] for a non-MCQ row
-(L670-677), after extract_hash_answer for openai/gsm8k (the text after "####", L547-551).
+tokenizer is `AutoTokenizer.from_pretrained(tokenizer_path)` (train_rl.py _rl_train_impl; the recipe's
+`chat_template`/`chat_template_path` only fill in a tokenizer that has none, train_rl.py
+configure_tokenizer_chat_template). `answer` is json.dumps(process_answer(...)), which is [answer, answer]
+for a non-MCQ row, after extract_hash_answer for openai/gsm8k (the text after "####").
 
 Where the chat template comes from, without the hub: the tokenizer files AutoTokenizer reads, from
 `--tokenizer DIR` (a download of the recipe's tokenizer repo, or an export of a run:
@@ -16,10 +15,10 @@ gs://<bucket>/<model>/hf-trained/<run>/ holds the tokenizer to_huggingface bundl
 the local Hugging Face cache of the recipe's tokenizer repo (what `hf download REPO` or a transformers
 load left in HF_HUB_CACHE). Without either, the prompt is the user message alone and the check says so.
 chat_template.jinja wins over tokenizer_config.json's chat_template, as in transformers 5.12.1
-tokenization_utils_base.py L1791-1807; the render is transformers' (utils/chat_template_utils.py
-_cached_compile_jinja_template L424-495: a sandboxed jinja2 environment with trim_blocks, lstrip_blocks,
+tokenization_utils_base.py PreTrainedTokenizerBase._from_pretrained; the render is transformers'
+(utils/chat_template_utils.py _cached_compile_jinja_template: a sandboxed jinja2 environment with trim_blocks, lstrip_blocks,
 loopcontrols, its own tojson, raise_exception and strftime_now), with the tokenizer's named special tokens
-as variables (apply_chat_template L3106: `{**self.special_tokens_map, **kwargs}`).
+as variables (apply_chat_template: `{**self.special_tokens_map, **kwargs}`).
 """
 
 from __future__ import annotations
@@ -38,11 +37,12 @@ SYSTEM_PROMPT = ("You are given a problem. Think about the problem and provide y
 TEMPLATE = "<start_of_turn>user\n{system_prompt}\n\n{question}<end_of_turn>\n<start_of_turn>model"
 # The TEMPLATE of each data template json a recipe can name (maxtext 0.2.4 maxtext/examples/chat_templates/);
 # both share SYSTEM_PROMPT. rl.yml's default is gsm8k_rl.json. 0.2.4 names the setting data_template_path,
-# 0.2.3 chat_template_path (configs/post_train/rl.yml L219 and L217).
+# 0.2.3 chat_template_path (configs/post_train/rl.yml of each).
 TEMPLATES = {"gsm8k_rl.json": TEMPLATE, "openmathinstruct2_rl.json": "{system_prompt}\n\n{question}"}
 DATA_TEMPLATE_KEY = {"0.2.3": "chat_template_path"}  # other releases: data_template_path
 DATASET = "openai/gsm8k"  # rl.yml's dataset_name; the sample rows are gsm8k's
-# transformers 5.12.1 SpecialTokensMixin.SPECIAL_TOKENS_ATTRIBUTES (tokenization_utils_base.py L989-997).
+# transformers 5.12.1 PreTrainedTokenizerBase.SPECIAL_TOKENS_ATTRIBUTES (tokenization_utils_base.py; moved there
+# from SpecialTokensMixin).
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 # gsm8k rows as the dataset holds them (question; answer with its "#### N" line), and completions of each

@@ -2,10 +2,11 @@
 from the head's log (or Cloud Logging, or the VM's console), kept in the run record and summed up.
 
 The lines, identical in MaxText 0.2.3 and 0.2.4 (read in the wheels, maxtext/trainers/post_train/rl/):
-- train_rl.py, before training (0.2.4 line 785, 0.2.3 line 716) and after it (0.2.4 823, 0.2.3 754):
+- train_rl.py _rl_train_impl, before training and after it (the call lines absl's prefix shows, per
+  release: tests/contracts/tunix_log.py EVAL_CALL_LINE):
     max_logging.warning(f"Pre RL Training: {corr=}, {total=}, {accuracy=}%, {partial_accuracy=}%,"
                         f" {format_accuracy=}%, {mean_reward=:.4f}")            (and "Post RL Training: ")
-- hooks.py line 98 (both), RLTrainingHooks.on_train_step_end, every `eval_interval` outer steps:
+- hooks.py RLTrainingHooks.on_train_step_end (both), every `eval_interval` outer steps:
     f"Intermediate Eval (step={outer_step}): {corr=}, {total=}, {accuracy=}%, ..." (the same fields)
 - All three run only when num_test_batches > 0 (train_rl.py; utils_rl.install_training_hooks also needs
   eval_interval > 0). The figures come from evaluate_rl.evaluate: corr is an int (a float in eval_mode
@@ -15,13 +16,13 @@ The lines, identical in MaxText 0.2.3 and 0.2.4 (read in the wheels, maxtext/tra
   train_rl runs under absl.app.run, so each line carries absl's prefix,
   `W1201 09:04:39.123456 140234 train_rl.py:785] ` (tests/contracts/tunix_log.py has the format).
 - After a resume the trainer evaluates the restored checkpoint again as "Pre RL Training" (train_rl.py
-  0.2.4 lines 767-774, the comment on update_params): only a Pre of an attempt that restored nothing is
+  0.2.4 _rl_train_impl, the comment on update_params): only a Pre of an attempt that restored nothing is
   "before training". The attempt that resumed says so first: tunix's checkpoint manager logs
   `logging.info('Restored params from step: %d in %.3f seconds', step, ...)` (absl) when it restores the
   actor: google/tunix tunix/sft/checkpoint_manager.py maybe_restore, at the commits the wheels pin
   (dependencies/extra_deps/post_train_github_deps.txt; the generated requirements say only >=0.1.3 /
-  >=0.1.7) 683256db (0.2.3, L234-238) and c4ec573d (0.2.4, L292-296), called from PeftTrainer.__init__
-  (tunix/sft/peft_trainer.py L254 and L386); it returns (0, {}) and logs nothing when there is no checkpoint (L240-245 at c4ec573d).
+  >=0.1.7) 683256db (0.2.3) and c4ec573d (0.2.4), called from PeftTrainer.__init__
+  (tunix/sft/peft_trainer.py); it returns (0, {}) and logs nothing when there is no checkpoint.
   A Pre after that line is at the restored step.
 - So a Pre is "before training" (step 0) only when its attempt is known to have restored nothing: the
   first Pre of a text that holds the attempt's start (no train step before it) and, for a log tail that may
@@ -40,7 +41,8 @@ Phase = Literal["pre", "intermediate", "post", "checkpoint"]  # checkpoint: `tpu
 
 _NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 # absl's prefix: severity, MMDD, time with microseconds, thread id, file:line] (absl/logging get_absl_log_prefix);
-# severity W: every evaluation line is max_logging.warning (maxtext 0.2.4 train_rl.py L785, L823, hooks.py L98)
+# severity W: every evaluation line is max_logging.warning (maxtext 0.2.4 train_rl.py _rl_train_impl, hooks.py
+# RLTrainingHooks.on_train_step_end)
 _ABSL_PREFIX = r"(?:W\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ [^ \]]+:\d+\] )?"
 EVALUATION_LINE = re.compile(
     _ABSL_PREFIX.replace("(?:", "(?P<prefix>", 1)

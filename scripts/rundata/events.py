@@ -2,7 +2,7 @@
 from a gs:// prefix (downloaded to a temporary directory first: the reader does not speak GCS).
 
 tensorboardX names each file `events.out.tfevents.<unix time, 10 digits>.<hostname>`
-(tensorboardX 2.6.5 event_file_writer.py L37-38, L103-104), so the names sort in the order the files were
+(tensorboardX 2.6.5 event_file_writer.py EventsWriter.__init__, EventFileWriter.__init__), so the names sort in the order the files were
 started; a restarted run adds a second file to the same directory, read after the first.
 """
 

@@ -12,13 +12,9 @@ from typing import Callable
 from scripts.rundata.events import latest_scalars_in_bucket
 from scripts.rundata.tags import REWARD_MEAN
 
-# The line MaxText's RL trainer writes for each train step, at absl INFO: tunix's PeftTrainer._log_metrics,
-#   logging.info("Train step %d training loss: %f  - training perplexity: %f", step, loss, perplexity)
-# (google/tunix tunix/sft/peft_trainer.py: the call is on line 735 at c4ec573d = MaxText 0.2.4 and on line
-# 488 at 683256db = 0.2.3, the numbers absl's prefix shows, e.g. "peft_trainer.py:735] "). tunix's tqdm
-# bar is off when stderr is not a terminal (tunix/sft/progress_bar.py), so in a pod this line is the
-# only progress there is. The loss is logged one step late; the step number in the line is what we
-# show. `%f` prints nan and inf as such, and a GRPO loss can be negative.
+# The line MaxText's RL trainer writes for each train step, at absl INFO: tunix's PeftTrainer._log_metrics
+# (google/tunix tunix/sft/peft_trainer.py at c4ec573d and 683256db), the only progress in a pod. The loss is
+# logged one step late; `%f` prints nan and inf, and a GRPO loss can be negative (docs/provenance.md#the-train-step-line).
 TRAIN_STEP = re.compile(r"\bTrain step (\d+) training loss: (-?(?:\d+\.\d+|nan|inf))  - training perplexity: ")
 
 

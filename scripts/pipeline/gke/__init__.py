@@ -1,11 +1,16 @@
 """`tpu-rl run`, `cancel`, `status` and `logs` on GKE: one JobSet per step, submitted in order, waited for,
 followed, its output verified in GCS, and its failures explained in one line each.
 
+- platform.py: PLATFORM, GKE's implementation of the Platform protocol, handing each command to its module.
 - steps.py: each step's JobSet (name, manifest, main pod) and the kubelet's times, shared by the rest.
 - plan.py: what `run` does with each step (skip, attach, submit, replace), decided before anything is
   submitted, and the dry run that shows it.
 - submit.py: `run`: the token Secret, the submissions in order, the run record.
 - wait.py: waiting for one JobSet: problems, restarts, progress, the followed log.
+- admission.py: what a waiting JobSet really waits for: its Kueue Workload and, on flex-start, the
+  ProvisioningRequest for its slice, bounded by the mode's CAPACITY_WAIT.
+- capacity.py: capacity that does not come or goes away: the next mode, the step again, or one line.
+- starting.py: an attempt with its capacity that cannot start: an image pull failing, pods not Ready.
 - diagnose.py: why a step failed, in one line.
 - cancel.py: `cancel`.
 - evaluate.py: `eval`: a saved checkpoint scored on the held-out set by a scratch run's JobSet.

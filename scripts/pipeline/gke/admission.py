@@ -40,9 +40,10 @@ def read_admission(session: Session, jobset: dict | None) -> Admission:
     """The JobSet's Workload and the newest ProvisioningRequest it owns. The request is read whether or
     not the workload still lists the flex-start check: once Kueue releases a deactivated workload's
     quota, it keeps only the checks that apply to every flavor (kubernetes-sigs/kueue v0.17.1, 6fcc132c,
-    pkg/workload/workload.go 1506-1530 AdmissionChecksForWorkload; workload_controller.go 936
+    pkg/workload/workload.go AdmissionChecksForWorkload; workload_controller.go
     syncAdmissionCheckConditions), so ours, on the flex-start flavor only, is gone; the newest request
-    stays, as Kueue deletes only the superseded ones (admissionchecks/provisioning/controller.go 164, 208)."""
+    stays, as Kueue deletes only the superseded ones (admissionchecks/provisioning/controller.go
+    Reconcile -> deleteUnusedProvisioningRequests)."""
     uid = ((jobset or {}).get("metadata") or {}).get("uid")
     if not uid:
         return Admission(WorkloadState("absent"))
@@ -111,11 +112,11 @@ def slice_gone(state: JobSetState, admission: Admission) -> bool:
     saw the slice (it reattached): the JobSet restarted, so an attempt had run on the slice; its Workload
     is still admitted, and its newest request is no longer provisioning. Then nothing brings a node:
     Kueue v0.17.1 (6fcc132c) files no request for a check that is Ready ("Skip syncing of the ProvReq
-    for admission check which is Ready", pkg/controller/admissionchecks/provisioning/controller.go 246-249;
-    a BookingExpired one is not retried while admitted, 256-258), a JobSet restart does not evict the
+    for admission check which is Ready", pkg/controller/admissionchecks/provisioning/controller.go
+    syncOwnedProvisionRequest; a BookingExpired one is not retried while admitted, the same function), a JobSet restart does not evict the
     Workload, and the cluster autoscaler ignores an unschedulable pod that consumes a request (the
     autoscaling.x-k8s.io/consume-provisioning-request annotation Kueue puts on the pods, controller.go
-    podSetUpdates 629-640): "Unschedulable pod didn't trigger scale-up, because it's consuming
+    podSetUpdates): "Unschedulable pod didn't trigger scale-up, because it's consuming
     ProvisioningRequest" (kubernetes/autoscaler cluster-autoscaler/processors/provreq/pods_filter.go)."""
     request = admission.request
     return (state.restarts > 0 and admission.workload.phase == "admitted"
@@ -257,7 +258,7 @@ class CapacityWatch:
     def _head_waits(self, head: list[dict], tpu: list[dict], uid: str, now: datetime) -> str | None:
         """The Pathways head waits for a node of the CPU pool while its TPU workers have theirs (AnyOrder,
         flex-start) or do not exist yet (InOrder: JobSet v0.12.0, f22e565a, resumes the workers' Job only
-        once the head's is ready, pkg/controllers/jobset_controller.go 609-626, and keeps the JobSet's
+        once the head's is ready, pkg/controllers/jobset_controller.go resumeJobsIfNecessary, and keeps the JobSet's
         Suspended condition True meanwhile; spec.suspend is false, so the JobSet reads as running,
         kube_objects.jobset_state). Bounded by CAPACITY_WAIT's `cpu`,
         counted from the head pod's creation, or from when the workers were first seen up (they bill

@@ -30,15 +30,9 @@ def parse_time(text: str) -> datetime | None:
 def unstamped(raw: str) -> tuple[datetime | None, str]:
     """A log line read with `timestamps`: the kubelet's time of it and the line itself (None and the
     line as it is when it carries no time). The kubelet prefixes a line with its RFC3339Nano time and a
-    space. The container runtime cuts a line over 16 KiB (and output without a newline, such as tqdm's
-    "\r" progress, once 16 KiB gather) into partial entries (containerd c6b9f637,
-    internal/cri/io/logger.go redirectLogs; 01cca8cc internal/cri/config/config_unix.go
-    MaxContainerLogLineSize 16 * 1024 by default); the kubelet of
-    kubernetes 04791b49 stamped each of them (pkg/kubelet/kuberuntime/logs/logs.go logWriter.write), so a
-    long line carried times inside; the current one stamps the first entry it writes and then only one
-    after a full line (kubernetes 159d4b83, staging/src/k8s.io/cri-client/pkg/logs/logs.go ReadLogs,
-    isNewLine), so a long line comes stamped once. Either way a tail of one line may be its last
-    fragment only; a line without a time is returned whole, never dropped."""
+    space. A line over 16 KiB comes in partial entries, stamped each or once depending on the kubelet
+    (containerd c6b9f637 internal/cri/io/logger.go redirectLogs; docs/provenance.md#kubelet-timestamps-on-long-log-lines),
+    so a tail of one line may be its last fragment only; a line without a time is returned whole, never dropped."""
     stamp_text, _, line = raw.partition(" ")
     stamp = parse_time(stamp_text)
     return (stamp, line) if stamp is not None else (None, raw)

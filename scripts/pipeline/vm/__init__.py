@@ -1,6 +1,7 @@
 """`tpu-rl run`, `cancel`, `status` and `logs` on one TPU VM, whose startup script (jobs/vm.py) runs the steps
 and reports through its serial console, guest attributes and the bucket.
 
+- platform.py: PLATFORM, the TPU VM's implementation of the Platform protocol.
 - run.py: `run` and `cancel`: the deployed script checked, the console followed, each step's output verified.
 - state.py: the script's markers, attempt and failure records, parsed from the console.
 - checks.py: the instance and the deployed script and run checked against the recipe; maintenance.

@@ -17,16 +17,9 @@ from scripts.outcome import StepFailed
 from scripts.pipeline.session import Session, hms
 from scripts.pipeline.vm.state import METADATA_KEY, parse_time
 
-# Instance statuses in which the startup script does not run. A TPU VM "can only stop during host
-# maintenance events" and with automaticRestart (hashicorp/google 6.50.0 scheduling.automatic_restart
-# Default: true; infra/tpu_vm.py sets false only for spot) Compute Engine starts it again
-# (Compute Engine docs, compute/docs/instances/setting-vm-host-options, Limitations; "TPUs often recover
-# automatically from maintenance events", else "delete and recreate the TPU resources", tpu/docs/
-# prepare-for-maintenance). A user cannot start it again: "You can't restart TPU instances" (compute/docs/
-# instances/stop-start-instance, Limitations). So `run` waits Session.maintenance_grace (an hour) from the
-# stop for it, then says to delete and redeploy it, or to run again later: a maintenance event normally
-# reschedules the slice "as soon as possible", but one may be unavailable "up to a few hours" when capacity is
-# short (Cloud TPU docs, tpu/docs/manually-start-maintenance, Limitations).
+# Instance statuses in which the startup script does not run: a TPU VM stops only for host maintenance,
+# Compute Engine starts it again and a user cannot (Compute Engine docs, compute/docs/instances/
+# stop-start-instance, Limitations), so `run` waits Session.maintenance_grace from the stop (docs/provenance.md#a-stopped-tpu-vm).
 STOPPED = {"STOPPED", "STOPPING", "TERMINATED", "SUSPENDED", "SUSPENDING", "REPAIRING"}
 # On its way back (Compute Engine API, Instance status): bounded by the same grace, from the stop.
 STARTING_UP = {"PROVISIONING", "STAGING"}

@@ -13,23 +13,10 @@ from scripts.pipeline.vm.state import VmState
 
 clock = time.monotonic  # tests replace it (scripts/pipeline/vm/watch.py is the one reader)
 
-# After an attempt that ended (failed, cancelled, or ended without its record), `run` waits this long for a
-# new one: a guest reboot (`sudo reboot`) keeps the instance RUNNING and its lastStartTimestamp (only a start
-# of the instance sets it, Compute Engine API, Instance lastStartTimestamp), so only the new attempt's own
-# records tell it began. A reboot's known worst case before the next boot's first record, ~330 s:
-# - google-startup-scripts.service is Type=oneshot with KillMode=process (GoogleCloudPlatform/guest-agent
-#   google-startup-scripts.service at 24e667f0): stopping it signals the script runner alone, waiting up to
-#   DefaultTimeoutStopSec, 90 s (systemd/systemd meson_options.txt at 0007cb32, default-timeout-sec = 90, as
-#   src/basic/constants.h at 57c576e6 DEFAULT_TIMEOUT_USEC); the script and its children live on.
-# - systemd-shutdown then syncs (src/shutdown/shutdown.c at 0123554b sync_with_progress: 10 s checks, given up
-#   after 3 without progress, 30 s), and only its final SIGTERM round kills the script: broadcast_signal waits
-#   up to its --timeout for them to exit (src/shared/killall.c at 0bd83902 wait_for_children), which PID 1
-#   passes as DefaultTimeoutStopSec (src/core/main.c at 005472fb become_shutdown), 90 s; the SIGKILL round
-#   after it ends at once for processes not stuck in the kernel.
-# - the next boot's unit starts After=network-online.target (the unit above), and systemd-networkd-wait-online
-#   gives up after 120 s (src/network/wait-online/wait-online.c at 04ab15f6, arg_timeout).
-# No Cloud TPU or Compute Engine page states a boot time of its own; 15 min leaves ~9.5 min of it for the
-# firmware, the kernel and the guest agent (10 min left under 5).
+# After an attempt that ended, `run` waits this long for a new one: a guest reboot keeps the instance RUNNING
+# and its lastStartTimestamp, so only the new attempt's records tell it began. A reboot's known worst case
+# is ~330 s (systemd's stop and shutdown timeouts, systemd-networkd-wait-online's 120 s); 15 min leaves the
+# rest for firmware, kernel and guest agent (docs/provenance.md#a-guest-reboots-worst-case).
 RESUME_WAIT_SECONDS = 900
 # The console kept between polls: the run's last attempt line and step starts, and this much of its tail
 # (the console itself serves 1 MB, instances.getSerialPortOutput).
