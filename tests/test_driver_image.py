@@ -24,13 +24,16 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from contracts.k8s_schema import KUBERNETES_VERSION
 from jobs.driver_runtime import (DRIVER_VERSION_ANNOTATION, DriverRuntime, driver_container, driver_drift,
                                  driver_env, driver_pod_annotations, driver_volumes)
-from peers.settings import SETTINGS
-from recipes import UserError
+from peers.driver_files import seed_locked_wheels
+from peers.settings import SETTINGS, peer_settings
+from recipes import UserError, get_recipe
 from recipes.conventions import NAMESPACE, cpu_pool_toleration
 from recipes.driver_runtime import (BASE_IMAGE, BUCKET_PREFIX, LEFT_OUT, PYTHON_PLATFORM, PYTHON_VERSION,
                                     LockedWheel, driver_lock)
 from scripts.pipeline.gke import driver_wheel
-from scripts.pipeline.gke.driver_image import download_wheel, stage
+from scripts.cloud.clients import Clients
+from scripts.pipeline.gke.driver_image import download_wheel, stage, stage_driver
+from scripts.pipeline.session import Session
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -105,6 +108,25 @@ def test_staging_twice_uploads_nothing_the_second_time(gcs, file_host, package_c
         f"./wheels/alpha-1.0-py3-none-any.whl --hash=sha256:{hashlib.sha256(b'alpha wheel').hexdigest()}",
         f"./wheels/beta-1.0-py3-none-any.whl --hash=sha256:{hashlib.sha256(b'beta wheel').hexdigest()}",
         f"./runtimes/{first.version}/{wheel_name} --hash=sha256:{hashlib.sha256(wheel).hexdigest()}"]
+
+
+def _session() -> Session:
+    return Session(get_recipe("qwen3-v6e32"), peer_settings(), Clients(peer_settings()))
+
+
+def test_stage_driver_stages_this_package_beside_the_locked_wheels_a_bucket_holds(gcs, settings_env):
+    """The tests' bucket holds the lock's wheels (peers.driver_files); PyPI's file host is a closed port."""
+    assert os.environ["TPU_RL_WHEELS_ENDPOINT"] == "http://127.0.0.1:9"
+    with pytest.raises(UserError, match=r"could not download \S+\.whl for the run's driver \(http://127\.0\.0\.1:9/"):
+        stage_driver(_session())
+    assert _objects(gcs) == {}
+    seeded = seed_locked_wheels(gcs, BUCKET)
+    runtime = stage_driver(_session())
+    assert runtime.version == driver_wheel.runtime_version()
+    assert len(_objects(gcs)) == seeded + 2  # this package's wheel and its requirements
+    before = _objects(gcs)
+    assert stage_driver(_session()) == runtime and _objects(gcs) == before
+    assert len(before[f"{BUCKET_PREFIX}/{runtime.requirements}"].decode().splitlines()) == seeded + 1
 
 
 def test_another_package_version_gives_another_runtime(gcs, package_copy):

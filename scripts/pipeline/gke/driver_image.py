@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import urllib.error
+import urllib.parse
 import urllib.request
+from functools import partial
 from typing import Callable
 
 from jobs.driver_runtime import (DriverRuntime, object_name, requirements_text, runtime_dir,
@@ -26,16 +28,24 @@ SHA256_METADATA = "sha256"
 DOWNLOAD_SECONDS = 60  # per socket operation of one wheel's download (urllib's timeout)
 
 
-def download_wheel(wheel: LockedWheel) -> bytes:
+def wheel_url(wheel: LockedWheel, endpoint: str | None) -> str:
+    """The wheel's URL, on `endpoint` instead of its host when one is given (TPU_RL_WHEELS_ENDPOINT)."""
+    if endpoint is None:
+        return wheel.url
+    return endpoint.rstrip("/") + urllib.parse.urlsplit(wheel.url).path
+
+
+def download_wheel(wheel: LockedWheel, endpoint: str | None = None) -> bytes:
     """The wheel's bytes from its URL, refused unless they have the lock's sha256."""
+    url = wheel_url(wheel, endpoint)
     try:
-        with urllib.request.urlopen(wheel.url, timeout=DOWNLOAD_SECONDS) as answer:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_SECONDS) as answer:
             data = answer.read()
     except (urllib.error.URLError, TimeoutError, OSError) as error:
-        raise UserError(f"could not download {wheel.file} for the run's driver ({wheel.url}): {error}; "
+        raise UserError(f"could not download {wheel.file} for the run's driver ({url}): {error}; "
                         "this machine needs to reach PyPI's file host once per driver lock") from error
     if hashlib.sha256(data).hexdigest() != wheel.sha256:
-        raise UserError(f"{wheel.url} does not have the sha256 recipes/driver_lock.toml pins for {wheel.file}: "
+        raise UserError(f"{url} does not have the sha256 recipes/driver_lock.toml pins for {wheel.file}: "
                         "not uploaded; run again, and if it persists the lock needs tools/lock_driver.py")
     return data
 
@@ -90,5 +100,6 @@ def stage(storage, bucket: str, wheels: tuple[LockedWheel, ...], *,
 def stage_driver(session) -> DriverRuntime:
     """The run's driver runtime for this package, uploaded to the recipe's bucket where missing."""
     runtime, _ = stage(session.clients.storage(), session.settings.gcs_bucket, driver_lock(),
+                       download=partial(download_wheel, endpoint=session.clients.endpoints.wheels),
                        say=session.console.print)
     return runtime
