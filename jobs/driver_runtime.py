@@ -20,6 +20,7 @@ DRIVER_CONTAINER = "driver"
 FILES_DIR = "/opt/tpu-rl-driver/files"  # gs://BUCKET/<BUCKET_PREFIX>/, read-only
 SITE_DIR = "/opt/tpu-rl-driver/site"  # what pip installs, kept across the container's restarts in the pod
 TMP_DIR = "/tmp"
+DRIVER_UID = 65534  # nobody: the container needs no user of its own
 FILES_VOLUME, SITE_VOLUME, TMP_VOLUME = "driver-files", "driver-site", "driver-tmp"
 DRIVER_VERSION_ENV = "TPU_RL_DRIVER_VERSION"  # what the driver reports: DriverRuntime.version
 # On the driver's pod template: the runtime it runs, read by a CLI that attaches (driver_drift).
@@ -119,16 +120,19 @@ def driver_container(runtime: DriverRuntime, args: list[str]) -> dict[str, Any]:
                          {"name": TMP_VOLUME, "mountPath": TMP_DIR}],
         "securityContext": {**container_security(), "capabilities": {"drop": ["ALL"]},
                             "readOnlyRootFilesystem": True, "runAsNonRoot": True,
-                            "runAsUser": 65534, "runAsGroup": 65534},
+                            "runAsUser": DRIVER_UID, "runAsGroup": DRIVER_UID},
     }
 
 
 def driver_volumes(runtime: DriverRuntime) -> list[dict[str, Any]]:
     """The pod's volumes for driver_container: the bucket's driver files (FUSE, read-only), and two
     emptyDirs, for the installed packages and for /tmp (the root filesystem is read-only)."""
+    # gcsfuse's files belong to the uid/gid its mount options name, so the unprivileged container owns
+    # them (GoogleCloudPlatform/gcs-fuse-csi-driver issue 16); only-dir mounts the driver's prefix alone,
+    # and implicit-dirs shows the directories that staging never writes as objects.
+    options = f"implicit-dirs,only-dir={BUCKET_PREFIX},uid={DRIVER_UID},gid={DRIVER_UID}"
     files = {"driver": GCSFUSE_CSI_DRIVER, "readOnly": True,
-             "volumeAttributes": {"bucketName": runtime.bucket,
-                                  "mountOptions": f"implicit-dirs,only-dir={BUCKET_PREFIX}"}}
+             "volumeAttributes": {"bucketName": runtime.bucket, "mountOptions": options}}
     return [{"name": FILES_VOLUME, "csi": files},
             {"name": SITE_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}},
             {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}}]
