@@ -79,7 +79,8 @@ def requirements_text(wheels: tuple[LockedWheel, ...], package_wheel: str, packa
 def install_script() -> str:
     """bash: install the runtime once per pod (into a directory named for its version, moved into place
     when complete, so a restart after a failed install starts over), then exec `tpu-rl`'s arguments
-    ("$@") so SIGTERM reaches Python. Paths and version come from the environment."""
+    ("$@") so SIGTERM reaches Python; -P keeps the working directory off its path. Paths and version
+    come from the environment."""
     return f"""set -euo pipefail
 packages="$TPU_RL_DRIVER_SITE/${DRIVER_VERSION_ENV}"
 if [ ! -d "$packages" ]; then
@@ -96,7 +97,7 @@ if [ ! -d "$packages" ]; then
 fi
 cd "$TPU_RL_DRIVER_TMP"
 export PYTHONPATH="$packages"
-exec python3 -m scripts.cli "$@"
+exec python3 -P -m scripts.cli "$@"
 """
 
 

@@ -273,10 +273,13 @@ def test_the_container_installs_the_staged_runtime_offline_and_runs_tpu_rl(gcs, 
     # the second start of the pod's container finds the install done
     assert ["installing from" in result.stdout for result in starts] == [True, False]
     installed = site / runtime.version
-    where = subprocess.run([sys.executable, "-c", "import scripts, importlib.metadata as m; "
-                            "print(scripts.__file__); print(m.version('tpu-rl'))"],
+    where = subprocess.run([sys.executable, "-P", "-c", "import scripts, importlib.metadata as m; "
+                            "from scripts.pipeline.gke.driver_wheel import runtime_version; "
+                            "print(scripts.__file__, m.version('tpu-rl'), runtime_version())"],
                            env={**env, "PYTHONPATH": str(installed)}, cwd=scratch, capture_output=True, text=True)
-    assert where.stdout.split() == [str(installed / "scripts" / "__init__.py"), runtime.version], where.stderr
+    # what it installed is this copy, and it computes the same version from its own files as the CLI did
+    assert where.stdout.split() == [str(installed / "scripts" / "__init__.py"), runtime.version, runtime.version], \
+        where.stderr
 
 
 def test_a_driver_of_another_version_is_said_in_one_line():
