@@ -293,3 +293,16 @@ def test_a_driver_of_another_version_is_said_in_one_line():
     assert "tpu-rl 0.1.0+ba9876543210, older than this CLI (0.2.0+0123456789ab)" in older
     assert "newer than" in newer and "built from other files than" in rebuilt
     assert DRIVER_VERSION_ANNOTATION in unknown
+
+
+def test_the_docs_state_the_runtime_the_code_runs():
+    from jobs.driver_runtime import DRIVER_RESOURCES, GCSFUSE_ANNOTATIONS, INSTALL_SECONDS
+
+    page = (ROOT / "docs" / "pipeline.md").read_text()
+    section = " ".join(page.split("## The driver's image", 1)[1].split("\n## ", 1)[0].split())
+    requests = DRIVER_RESOURCES["requests"]
+    assert BASE_IMAGE.split("@")[0] in section and f"({INSTALL_SECONDS} s)" in section
+    assert f"{GCSFUSE_ANNOTATIONS['gke-gcsfuse/cpu-request']} CPU" in section
+    assert f"driver's {requests['cpu']} and {requests['memory'].removesuffix('Gi')} GiB" in section
+    assert f"{GCSFUSE_ANNOTATIONS['gke-gcsfuse/memory-request'].removesuffix('Mi')} MiB" in section
+    assert f"about {len(driver_lock()) // 10 * 10} wheels, {sum(w.size for w in driver_lock()) / 1e6:.0f} MB" in section
