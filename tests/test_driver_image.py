@@ -306,3 +306,21 @@ def test_the_docs_state_the_runtime_the_code_runs():
     assert f"driver's {requests['cpu']} and {requests['memory'].removesuffix('Gi')} GiB" in section
     assert f"{GCSFUSE_ANNOTATIONS['gke-gcsfuse/memory-request'].removesuffix('Mi')} MiB" in section
     assert f"about {len(driver_lock()) // 10 * 10} wheels, {sum(w.size for w in driver_lock()) / 1e6:.0f} MB" in section
+
+
+def test_the_lock_tool_keeps_the_image_s_best_wheel_and_leaves_out_what_the_driver_does_not_import():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import lock_driver
+
+    kept = lock_driver.driver_requirements(PYPROJECT)
+    assert len(kept) == len(PYPROJECT["project"]["dependencies"]) - len(LEFT_OUT)
+    assert not [spec for spec in kept if canonicalize_name(re.match(r"[A-Za-z0-9._-]+", spec).group(0)) in LEFT_OUT]
+    # uv's pylock.toml lists each release's wheels for the platform (aiohttp 3.14.5, as uv wrote it)
+    wheels = [{"url": "https://files.pythonhosted.org/packages/68/30/aiohttp-3.14.5-py3-none-any.whl"},
+              {"url": "https://files.pythonhosted.org/packages/da/e4/aiohttp-3.14.5-cp312-cp312-manylinux2014_x86_64"
+                      ".manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl"}]
+    ranks = {tag: index for index, tag in enumerate(lock_driver.image_tags())}
+    assert lock_driver.best_wheel(wheels, ranks) is wheels[1]
+    newer_glibc = [{"url": "https://files.pythonhosted.org/x/example-1.0-cp312-cp312-manylinux_2_39_x86_64.whl"}]
+    with pytest.raises(SystemExit, match="installs on x86_64-manylinux_2_36"):
+        lock_driver.best_wheel(newer_glibc, ranks)
