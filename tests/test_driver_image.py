@@ -235,6 +235,7 @@ def test_the_wheel_ships_what_pyproject_ships():
     assert [f"{package}*" for package in driver_wheel.PACKAGES] == setuptools["packages"]["find"]["include"]
     assert driver_wheel.PACKAGE_DATA == setuptools["package-data"]
     assert driver_wheel.CONSOLE_SCRIPTS == PYPROJECT["project"]["scripts"]
+    assert driver_wheel.REQUIRES_PYTHON == PYPROJECT["project"]["requires-python"]
     files = driver_wheel.package_files(ROOT)
     assert "recipes/driver_lock.toml" in files and "scripts/cli/__main__.py" in files
     assert not [name for name in files if "__pycache__" in name or name.startswith("tests/")]

@@ -24,6 +24,7 @@ PACKAGE_DATA = {  # pyproject [tool.setuptools.package-data]
     "infra": ["charts/manifests/*.yaml", "charts/manifests/templates/*.yaml", "google_lazy_require.js"],
 }
 CONSOLE_SCRIPTS = {"tpu-rl": "scripts.cli:main"}  # pyproject [project.scripts]
+REQUIRES_PYTHON = ">=3.11"  # pyproject [project] requires-python
 DIGEST_HEX = 12
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can say: no build time in the bytes
 
@@ -89,7 +90,7 @@ def build_wheel(root: Path, version: str) -> tuple[str, bytes]:
     entries = [(name, (root / name).read_bytes()) for name in package_files(root)]
     entries += [
         (f"{dist_info}/METADATA", (f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {version}\n"
-                                   "Requires-Python: >=3.11\n").encode()),
+                                   f"Requires-Python: {REQUIRES_PYTHON}\n").encode()),
         (f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: tpu-rl\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
         (f"{dist_info}/entry_points.txt",
          ("[console_scripts]\n" + "".join(f"{n} = {t}\n" for n, t in CONSOLE_SCRIPTS.items())).encode()),
