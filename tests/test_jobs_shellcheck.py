@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import jobs
+from jobs.driver_runtime import DriverRuntime, driver_container
 from jobs.export import VISION_PARTS
+from recipes.driver_runtime import BASE_IMAGE
 from recipes import all_recipes, example_settings
 
 SETTINGS = example_settings()
@@ -52,6 +54,8 @@ def inline_scripts() -> dict[str, tuple[str, str]]:
             found[f"{name} startup script"] = ("bash", text)
             for index, inner in enumerate(INNER_BASH.findall(text)):
                 found[f"{name} startup script, bash -c #{index + 1}"] = ("bash", inner)
+    runtime = DriverRuntime(BASE_IMAGE, "0.1.0+0123456789ab", SETTINGS.gcs_bucket, "runtimes/r/requirements.txt")
+    found.update(_container_scripts(driver_container(runtime, ["drive", "qwen3-v6e32"]), "run driver"))
     return found
 
 
@@ -80,11 +84,13 @@ def test_the_collection_holds_each_kind_of_generated_script():
     assert any("# carries the vision tower" in text for text in texts)  # the export's second step
     assert any(text.startswith("lock_retry ") for text in texts)  # the startup script's inner bash -c
     assert any("astral.sh/uv" in text and "curl" in text for text in texts)
+    assert "run driver container driver" in scripts  # jobs/driver_runtime.py's install, then `tpu-rl`
 
 
 def test_every_source_that_starts_a_shell_with_a_script_is_one_whose_output_is_collected():
-    # jobs/k8s.py builds the containers' `bash -c`; jobs/vm_install.py the startup script's inner ones.
+    # jobs/k8s.py builds the containers' `bash -c`; jobs/vm_install.py the startup script's inner ones;
+    # jobs/driver_runtime.py the run driver's.
     sources = {str(path.relative_to(ROOT)) for path in sorted((ROOT / "jobs").rglob("*.py"))
                if INLINE_SHELL.search(path.read_text())}
-    assert sources == {"jobs/k8s.py", "jobs/vm_install.py"}, (
+    assert sources == {"jobs/k8s.py", "jobs/vm_install.py", "jobs/driver_runtime.py"}, (
         "a new place starts a shell with a script: make sure inline_scripts() collects what it renders")

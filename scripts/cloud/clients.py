@@ -7,6 +7,7 @@ client talks REST with anonymous credentials, so no Google credential is ever ne
     TPU_RL_COMPUTE_ENDPOINT, TPU_RL_TPU_ENDPOINT, TPU_RL_SECRETMANAGER_ENDPOINT  e.g. http://127.0.0.1:8123
     TPU_RL_LOGGING_ENDPOINT                                                    (Cloud Logging, REST)
     TPU_RL_REGISTRY_ENDPOINT                          (the image registry's /v2/ API, scripts/cloud/registry.py)
+    TPU_RL_WHEELS_ENDPOINT              (the driver's locked wheels, scripts/pipeline/gke/driver_image.py)
     HF_ENDPOINT                          (the Hugging Face Hub, huggingface_hub's own; scripts/cloud/hf_hub.py)
     STORAGE_EMULATOR_HOST                                                      (google-cloud-storage's own)
     KUBECONFIG                                                                 (kubectl's own)
@@ -29,6 +30,7 @@ TPU_ENDPOINT_ENV = "TPU_RL_TPU_ENDPOINT"
 SECRETMANAGER_ENDPOINT_ENV = "TPU_RL_SECRETMANAGER_ENDPOINT"
 LOGGING_ENDPOINT_ENV = "TPU_RL_LOGGING_ENDPOINT"
 REGISTRY_ENDPOINT_ENV = "TPU_RL_REGISTRY_ENDPOINT"
+WHEELS_ENDPOINT_ENV = "TPU_RL_WHEELS_ENDPOINT"
 STORAGE_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 HUB_ENDPOINT_ENV = "HF_ENDPOINT"
 # The default endpoints of the clients whose first contact is bounded (scripts.cloud.reach.call_within),
@@ -47,6 +49,7 @@ class Endpoints:
     storage: str | None = None
     logging: str | None = None
     registry: str | None = None  # replaces every image's registry host
+    wheels: str | None = None  # replaces the host of the driver's locked wheels (PyPI's file host)
     hub: str | None = None  # the Hugging Face Hub instead of huggingface.co (no Google credential goes there)
     kubeconfig: str | None = None
 
@@ -60,6 +63,7 @@ class Endpoints:
             storage=_endpoint(env, STORAGE_EMULATOR_ENV),
             logging=_endpoint(env, LOGGING_ENDPOINT_ENV),
             registry=_endpoint(env, REGISTRY_ENDPOINT_ENV),
+            wheels=_endpoint(env, WHEELS_ENDPOINT_ENV),
             hub=_endpoint(env, HUB_ENDPOINT_ENV),
             kubeconfig=env.get("KUBECONFIG") or None,
         )

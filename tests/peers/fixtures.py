@@ -41,6 +41,9 @@ DEAD_ENDPOINT = "http://127.0.0.1:9"
 ENDPOINT_VARIABLES = ("TPU_RL_COMPUTE_ENDPOINT", "TPU_RL_TPU_ENDPOINT", "TPU_RL_SECRETMANAGER_ENDPOINT",
                       "TPU_RL_LOGGING_ENDPOINT", "TPU_RL_REGISTRY_ENDPOINT")
 HUB_ENDPOINT = "HF_ENDPOINT"  # the Hugging Face Hub (tests/peers/hf_hub.py)
+# PyPI's file host, for the run driver's locked wheels: no peer serves them (tests/peers/driver_files.py
+# stages stand-ins in the bucket instead), so a download fails at a closed port, never reaching PyPI.
+WHEELS_ENDPOINT = "TPU_RL_WHEELS_ENDPOINT"
 
 
 def kube_context(settings: dict[str, str]) -> str:
@@ -238,6 +241,8 @@ def settings_env(tmp_path, monkeypatch):
         monkeypatch.setenv("TPU_RL_LOGGING_ENDPOINT", DEAD_ENDPOINT)
     if not os.environ.get(HUB_ENDPOINT):  # nor does a token check reach huggingface.co
         monkeypatch.setenv(HUB_ENDPOINT, DEAD_ENDPOINT)
+    if not os.environ.get(WHEELS_ENDPOINT):  # nor the driver's staging PyPI
+        monkeypatch.setenv(WHEELS_ENDPOINT, DEAD_ENDPOINT)
     return dict(SETTINGS)
 
 
@@ -262,7 +267,7 @@ def clean_environment(home: Path) -> dict[str, str]:
         "CHECKPOINT_DISABLE": "1",
         "KUBECONFIG": str(home / "no-kubeconfig"),
         "STORAGE_EMULATOR_HOST": DEAD_ENDPOINT,
-        **{name: DEAD_ENDPOINT for name in (*ENDPOINT_VARIABLES, HUB_ENDPOINT)},
+        **{name: DEAD_ENDPOINT for name in (*ENDPOINT_VARIABLES, HUB_ENDPOINT, WHEELS_ENDPOINT)},
         "TPU_RL_RETRY_BASE_SECONDS": "0",
         "TPU_RL_POLL_SECONDS": "0",
         "TPU_RL_REACH_NOTICE_SECONDS": QUIET_REACH,

@@ -1,0 +1,327 @@
+"""The run driver's runtime (docs/pipeline.md, "The driver's image"): staging it in the bucket (the GCS
+emulator; the locked wheels from a loopback file server), its container against Kubernetes' schema, its
+install run offline with the command the container runs, the lock against pyproject.toml and the image's
+tags, and the one line a CLI says about a driver of another version."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import tomllib
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from contracts.k8s_schema import KUBERNETES_VERSION
+from jobs.driver_runtime import (DRIVER_VERSION_ANNOTATION, DriverRuntime, driver_container, driver_drift,
+                                 driver_env, driver_pod_annotations, driver_volumes)
+from peers.driver_files import seed_locked_wheels
+from peers.settings import SETTINGS, peer_settings
+from recipes import UserError, get_recipe
+from recipes.conventions import NAMESPACE, cpu_pool_toleration
+from recipes.driver_runtime import (BASE_IMAGE, BUCKET_PREFIX, LEFT_OUT, PYTHON_PLATFORM, PYTHON_VERSION,
+                                    LockedWheel, driver_lock)
+from scripts.pipeline.gke import driver_wheel
+from scripts.cloud.clients import Clients
+from scripts.pipeline.gke.driver_image import download_wheel, stage, stage_driver
+from scripts.pipeline.session import Session
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+BUCKET = SETTINGS["GCS_BUCKET"]
+
+
+class _Files(http.server.BaseHTTPRequestHandler):
+    files: dict[str, bytes] = {}
+    served: list[str] = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        body = self.files.get(self.path)
+        self.served.append(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Length", str(len(body or b"")))
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def file_host():
+    """A loopback file server standing in for PyPI's file host: (base URL, files by path, paths served)."""
+    files, served = {}, []
+    handler = type("Files", (_Files,), {"files": files, "served": served})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", files, served
+    server.shutdown()
+    server.server_close()
+
+
+def _locked(base: str, files: dict, name: str, content: bytes) -> LockedWheel:
+    file = f"{name}-1.0-py3-none-any.whl"
+    files[f"/packages/{file}"] = content
+    return LockedWheel(name, "1.0", file, f"{base}/packages/{file}", hashlib.sha256(content).hexdigest(), len(content))
+
+
+@pytest.fixture
+def package_copy(tmp_path):
+    """A copy of this checkout's package files, free to change."""
+    copy = tmp_path / "package"
+    for name in driver_wheel.package_files(ROOT):
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / name, copy / name)
+    return copy
+
+
+def _objects(gcs) -> dict[str, bytes]:
+    return {blob.name: blob.download_as_bytes() for blob in gcs.list_blobs(BUCKET, prefix=f"{BUCKET_PREFIX}/")}
+
+
+def test_staging_twice_uploads_nothing_the_second_time(gcs, file_host, package_copy):
+    base, files, served = file_host
+    lock = (_locked(base, files, "alpha", b"alpha wheel"), _locked(base, files, "beta", b"beta wheel"))
+    first, uploaded = stage(gcs, BUCKET, lock, root=package_copy, release="0.1.0")
+    assert sorted(served) == ["/packages/alpha-1.0-py3-none-any.whl", "/packages/beta-1.0-py3-none-any.whl"]
+    assert len(uploaded) == 4  # two locked wheels, the package's wheel, the requirements
+    before = _objects(gcs)
+    assert before[f"{BUCKET_PREFIX}/wheels/alpha-1.0-py3-none-any.whl"] == b"alpha wheel"
+    second, uploaded_again = stage(gcs, BUCKET, lock, root=package_copy, release="0.1.0")
+    assert (second, uploaded_again, len(served)) == (first, [], 2)
+    assert _objects(gcs) == before
+    assert first.image == BASE_IMAGE and first.bucket == BUCKET
+    assert re.fullmatch(r"0\.1\.0\+[0-9a-f]{12}", first.version)
+    requirements = before[f"{BUCKET_PREFIX}/{first.requirements}"].decode().splitlines()
+    wheel_name = f"tpu_rl-{first.version}-py3-none-any.whl"
+    wheel = before[f"{BUCKET_PREFIX}/runtimes/{first.version}/{wheel_name}"]
+    assert requirements == [
+        f"./wheels/alpha-1.0-py3-none-any.whl --hash=sha256:{hashlib.sha256(b'alpha wheel').hexdigest()}",
+        f"./wheels/beta-1.0-py3-none-any.whl --hash=sha256:{hashlib.sha256(b'beta wheel').hexdigest()}",
+        f"./runtimes/{first.version}/{wheel_name} --hash=sha256:{hashlib.sha256(wheel).hexdigest()}"]
+
+
+def _session() -> Session:
+    return Session(get_recipe("qwen3-v6e32"), peer_settings(), Clients(peer_settings()))
+
+
+def test_stage_driver_stages_this_package_beside_the_locked_wheels_a_bucket_holds(gcs, settings_env):
+    """The tests' bucket holds the lock's wheels (peers.driver_files); PyPI's file host is a closed port."""
+    assert os.environ["TPU_RL_WHEELS_ENDPOINT"] == "http://127.0.0.1:9"
+    with pytest.raises(UserError, match=r"could not download \S+\.whl for the run's driver \(http://127\.0\.0\.1:9/"):
+        stage_driver(_session())
+    assert _objects(gcs) == {}
+    seeded = seed_locked_wheels(gcs, BUCKET)
+    runtime = stage_driver(_session())
+    assert runtime.version == driver_wheel.runtime_version()
+    assert len(_objects(gcs)) == seeded + 2  # this package's wheel and its requirements
+    before = _objects(gcs)
+    assert stage_driver(_session()) == runtime and _objects(gcs) == before
+    assert len(before[f"{BUCKET_PREFIX}/{runtime.requirements}"].decode().splitlines()) == seeded + 1
+
+
+def test_another_package_version_gives_another_runtime(gcs, package_copy):
+    first, _ = stage(gcs, BUCKET, (), root=package_copy, release="0.1.0")
+    released, _ = stage(gcs, BUCKET, (), root=package_copy, release="0.2.0")
+    (package_copy / "scripts" / "pipeline" / "gke" / "steps.py").write_text("# changed\n", encoding="utf-8")
+    changed, uploaded = stage(gcs, BUCKET, (), root=package_copy, release="0.1.0")
+    versions = {first.version, released.version, changed.version}
+    assert len(versions) == 3 and len({first.requirements, released.requirements, changed.requirements}) == 3
+    assert released.version.startswith("0.2.0+") and first.version.split("+")[1] == released.version.split("+")[1]
+    assert len(uploaded) == 2  # the changed package's wheel and requirements, beside the others
+
+
+def test_the_same_files_give_the_same_wheel_bytes(package_copy):
+    version = driver_wheel.runtime_version(package_copy, "0.1.0")
+    assert driver_wheel.build_wheel(package_copy, version) == driver_wheel.build_wheel(package_copy, version)
+    assert driver_wheel.runtime_version(ROOT, "0.1.0") == version  # a copy of the files is the same runtime
+
+
+def test_a_download_that_differs_from_the_lock_is_refused_in_one_line(gcs, file_host, package_copy):
+    base, files, _ = file_host
+    wheel = _locked(base, files, "alpha", b"alpha wheel")
+    files[f"/packages/{wheel.file}"] = b"something else"
+    with pytest.raises(UserError, match="does not have the sha256 recipes/driver_lock.toml pins"):
+        stage(gcs, BUCKET, (wheel,), root=package_copy, release="0.1.0")
+    assert _objects(gcs) == {}  # nothing uploaded halfway
+    gone = LockedWheel("gone", "1.0", "gone-1.0-py3-none-any.whl", f"{base}/packages/gone.whl", "0" * 64, 1)
+    with pytest.raises(UserError, match="could not download gone-1.0-py3-none-any.whl for the run's driver"):
+        download_wheel(gone)
+
+
+def _driver_job(runtime: DriverRuntime) -> dict:
+    """The driver's container and volumes in a batch/v1 Job as the driver's Job places them."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "tpu-rl-driver-r", "namespace": NAMESPACE},
+            "spec": {"backoffLimit": 3, "template": {
+                "metadata": {"annotations": driver_pod_annotations(runtime)},
+                "spec": {"serviceAccountName": "tpu-rl-driver", "restartPolicy": "OnFailure",
+                         "tolerations": [cpu_pool_toleration()],
+                         "containers": [driver_container(runtime, ["drive", "qwen3-v6e32", "--run", "r"])],
+                         "volumes": driver_volumes(runtime)}}}}
+
+
+RUNTIME = DriverRuntime(BASE_IMAGE, "0.1.0+0123456789ab", BUCKET, "runtimes/0.1.0+0123456789ab/requirements.txt")
+
+
+def test_the_driver_container_passes_kubernetes_validate_strict_in_a_job():
+    job = _driver_job(RUNTIME)
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    pod = job["spec"]["template"]
+    (volume,) = [v for v in pod["spec"]["volumes"] if "csi" in v]
+    assert volume["csi"]["driver"] == "gcsfuse.csi.storage.gke.io" and volume["csi"]["readOnly"] is True
+    assert volume["csi"]["volumeAttributes"]["bucketName"] == BUCKET
+    assert pod["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
+    assert pod["metadata"]["annotations"][DRIVER_VERSION_ANNOTATION] == RUNTIME.version
+    bad = _driver_job(RUNTIME)
+    bad["spec"]["template"]["spec"]["containers"][0]["volumeMountz"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_base_image_is_pinned_by_digest_and_the_lock_installs_on_it():
+    assert re.fullmatch(r"docker\.io/library/python:3\.12-slim-bookworm@sha256:[0-9a-f]{64}", BASE_IMAGE)
+    assert PYTHON_VERSION == "3.12"  # the image's tag
+    arch, _, manylinux = PYTHON_PLATFORM.partition("-")
+    glibc_minor = int(manylinux.rsplit("_", 1)[1])
+    platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(glibc_minor, 4, -1)]
+    platforms += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}"]
+    image_tags = {*cpython_tags((3, 12), platforms=platforms), *compatible_tags((3, 12), platforms=platforms)}
+    lock = driver_lock()
+    for wheel in lock:
+        name, version, _, tags = parse_wheel_filename(wheel.file)
+        assert (canonicalize_name(wheel.name), str(version)) == (name, wheel.version)
+        assert tags & image_tags, f"{wheel.file} does not install on CPython 3.12 {PYTHON_PLATFORM}"
+        assert wheel.url.startswith("https://files.pythonhosted.org/") and wheel.url.endswith("/" + wheel.file)
+        assert re.fullmatch(r"[0-9a-f]{64}", wheel.sha256)
+    assert Tag("py3", "none", "any") in image_tags
+
+
+def test_the_lock_holds_every_dependency_the_driver_keeps_and_none_it_leaves_out():
+    locked = {canonicalize_name(wheel.name) for wheel in driver_lock()}
+    declared = {canonicalize_name(re.match(r"[A-Za-z0-9._-]+", spec).group(0))
+                for spec in PYPROJECT["project"]["dependencies"]}
+    left_out = {canonicalize_name(name) for name in LEFT_OUT}
+    assert left_out <= declared, "LEFT_OUT names a package pyproject.toml does not depend on"
+    assert declared - left_out <= locked, "run tools/lock_driver.py: the lock misses a dependency"
+    assert not left_out & locked
+
+
+def test_no_module_the_driver_runs_imports_what_it_leaves_out():
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_imports import MODULES, _imports  # the repository's one reading of every import
+
+    importers = {}
+    for module, path in MODULES.items():
+        for name in _imports(module, path):
+            top = name.split(".")[0]
+            if top in ("cdktf", "constructs", "jsii", "cdktf_cdktf_provider_google", "cdktf_cdktf_provider_helm",
+                       "matplotlib"):
+                importers.setdefault(top, set()).add(module.split(".")[0] if top != "matplotlib" else module)
+    assert importers.get("matplotlib") == {"scripts.metrics.plot"}
+    assert {package for top, found in importers.items() if top != "matplotlib" for package in found} <= {"infra", "stacks"}
+
+
+def test_the_wheel_ships_what_pyproject_ships():
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    assert [f"{package}*" for package in driver_wheel.PACKAGES] == setuptools["packages"]["find"]["include"]
+    assert driver_wheel.PACKAGE_DATA == setuptools["package-data"]
+    assert driver_wheel.CONSOLE_SCRIPTS == PYPROJECT["project"]["scripts"]
+    assert driver_wheel.REQUIRES_PYTHON == PYPROJECT["project"]["requires-python"]
+    files = driver_wheel.package_files(ROOT)
+    assert "recipes/driver_lock.toml" in files and "scripts/cli/__main__.py" in files
+    assert not [name for name in files if "__pycache__" in name or name.startswith("tests/")]
+
+
+def test_the_container_installs_the_staged_runtime_offline_and_runs_tpu_rl(gcs, package_copy, tmp_path):
+    """The bucket's driver files, laid out as the FUSE volume shows them, installed with the container's
+    own script, and `tpu-rl --help` run from what it installed: no network (pip --no-index)."""
+    runtime, _ = stage(gcs, BUCKET, (), root=package_copy, release="0.1.0")
+    files = tmp_path / "fuse"
+    for name, data in _objects(gcs).items():
+        (files / name.removeprefix(f"{BUCKET_PREFIX}/")).parent.mkdir(parents=True, exist_ok=True)
+        (files / name.removeprefix(f"{BUCKET_PREFIX}/")).write_bytes(data)
+    # `python3` is this venv's: its dependencies stand in for the locked wheels, which need the network
+    bin_dir = Path(sys.executable).parent
+    assert (bin_dir / "python3").exists()
+    site, scratch = tmp_path / "site", tmp_path / "tmp"
+    site.mkdir(), scratch.mkdir()
+    container = driver_container(runtime, ["--help"])
+    env = {item["name"]: item["value"] for item in driver_env(runtime)}
+    env.update({"TPU_RL_DRIVER_FILES": str(files), "TPU_RL_DRIVER_SITE": str(site), "TPU_RL_DRIVER_TMP": str(scratch),
+                "HOME": str(scratch), "PATH": f"{bin_dir}:{os.environ['PATH']}", "PIP_NO_INDEX": "1",
+                "COLUMNS": "80"})
+    argv = [*container["command"], *container["args"]]
+    wheel = files / runtime.requirements.rsplit("/", 1)[0] / f"tpu_rl-{runtime.version}-py3-none-any.whl"
+    good = wheel.read_bytes()
+    wheel.write_bytes(good[:-1] + b"x")  # an object changed in the bucket after staging
+    refused = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "tpu-rl driver: installing runtimes/" in refused.stderr
+    assert "HASHES" in refused.stderr and not (site / runtime.version).exists()
+    wheel.write_bytes(good)
+    starts = [subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120) for _ in range(2)]
+    for result in starts:
+        assert result.returncode == 0, result.stderr
+        assert "Usage:" in result.stdout
+    # the second start of the pod's container finds the install done
+    assert ["installing from" in result.stdout for result in starts] == [True, False]
+    installed = site / runtime.version
+    where = subprocess.run([sys.executable, "-P", "-c", "import scripts, importlib.metadata as m; "
+                            "from scripts.pipeline.gke.driver_wheel import runtime_version; "
+                            "print(scripts.__file__, m.version('tpu-rl'), runtime_version())"],
+                           env={**env, "PYTHONPATH": str(installed)}, cwd=scratch, capture_output=True, text=True)
+    # what it installed is this copy, and it computes the same version from its own files as the CLI did
+    assert where.stdout.split() == [str(installed / "scripts" / "__init__.py"), runtime.version, runtime.version], \
+        where.stderr
+
+
+def test_a_driver_of_another_version_is_said_in_one_line():
+    assert driver_drift("0.1.0+0123456789ab", "0.1.0+0123456789ab") is None
+    older = driver_drift("0.2.0+0123456789ab", "0.1.0+ba9876543210")
+    newer = driver_drift("0.1.0+0123456789ab", "0.1.10+0123456789ab")
+    rebuilt = driver_drift("0.1.0+0123456789ab", "0.1.0+ba9876543210")
+    unknown = driver_drift("0.1.0+0123456789ab", None)
+    for line in (older, newer, rebuilt, unknown):
+        assert line and "\n" not in line
+    assert "tpu-rl 0.1.0+ba9876543210, older than this CLI (0.2.0+0123456789ab)" in older
+    assert "newer than" in newer and "built from other files than" in rebuilt
+    assert DRIVER_VERSION_ANNOTATION in unknown
+
+
+def test_the_docs_state_the_runtime_the_code_runs():
+    from jobs.driver_runtime import DRIVER_RESOURCES, GCSFUSE_ANNOTATIONS, INSTALL_SECONDS
+
+    page = (ROOT / "docs" / "pipeline.md").read_text()
+    section = " ".join(page.split("## The driver's image", 1)[1].split("\n## ", 1)[0].split())
+    requests = DRIVER_RESOURCES["requests"]
+    assert BASE_IMAGE.split("@")[0] in section and f"({INSTALL_SECONDS} s)" in section
+    assert f"{GCSFUSE_ANNOTATIONS['gke-gcsfuse/cpu-request']} CPU" in section
+    assert f"driver's {requests['cpu']} and {requests['memory'].removesuffix('Gi')} GiB" in section
+    assert f"{GCSFUSE_ANNOTATIONS['gke-gcsfuse/memory-request'].removesuffix('Mi')} MiB" in section
+    assert f"about {len(driver_lock()) // 10 * 10} wheels, {sum(w.size for w in driver_lock()) / 1e6:.0f} MB" in section
+
+
+def test_the_lock_tool_keeps_the_image_s_best_wheel_and_leaves_out_what_the_driver_does_not_import():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import lock_driver
+
+    kept = lock_driver.driver_requirements(PYPROJECT)
+    assert len(kept) == len(PYPROJECT["project"]["dependencies"]) - len(LEFT_OUT)
+    assert not [spec for spec in kept if canonicalize_name(re.match(r"[A-Za-z0-9._-]+", spec).group(0)) in LEFT_OUT]
+    # uv's pylock.toml lists each release's wheels for the platform (aiohttp 3.14.5, as uv wrote it)
+    wheels = [{"url": "https://files.pythonhosted.org/packages/68/30/aiohttp-3.14.5-py3-none-any.whl"},
+              {"url": "https://files.pythonhosted.org/packages/da/e4/aiohttp-3.14.5-cp312-cp312-manylinux2014_x86_64"
+                      ".manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl"}]
+    ranks = {tag: index for index, tag in enumerate(lock_driver.image_tags())}
+    assert lock_driver.best_wheel(wheels, ranks) is wheels[1]
+    newer_glibc = [{"url": "https://files.pythonhosted.org/x/example-1.0-cp312-cp312-manylinux_2_39_x86_64.whl"}]
+    with pytest.raises(SystemExit, match="installs on x86_64-manylinux_2_36"):
+        lock_driver.best_wheel(newer_glibc, ranks)

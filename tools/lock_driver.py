@@ -1,0 +1,177 @@
+"""Write recipes/driver_lock.toml: every package the run's driver installs, each as the one wheel of its
+pinned release that installs on the driver's image (recipes/driver_runtime.py), with its URL and sha256.
+
+It resolves pyproject.toml's dependencies, less recipes.driver_runtime.LEFT_OUT, with uv for the image's
+Python and platform (`uv pip compile --only-binary :all: -o pylock.toml`, which lists each release's wheels
+for that platform), then keeps the wheel whose tags rank first for CPython PYTHON_VERSION on
+PYTHON_PLATFORM (packaging.tags, as pip ranks them). A maintainer runs it when the dependencies change,
+and commits the lock; `tpu-rl run` downloads exactly these files (scripts/pipeline/gke/driver_image.py).
+
+    .venv/bin/python tools/lock_driver.py
+    .venv/bin/python tools/lock_driver.py --verify /path/to/python3.12
+
+--verify downloads the lock's wheels (checked against their sha256), lays them out as the driver's FUSE
+volume shows the bucket, installs them with the container's own script (jobs/driver_runtime.py) into a
+fresh venv of that Python, offline, runs `tpu-rl --help`, and imports every module of the package's
+scripts/, jobs/ and recipes/ and every third-party module they import, even inside a function
+(matplotlib's one importer, scripts/metrics/plot.py, aside). A missing dependency fails it.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+from packaging.tags import compatible_tags, cpython_tags
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from recipes.driver_runtime import LEFT_OUT, LOCK_FILE, PYTHON_PLATFORM, PYTHON_VERSION  # noqa: E402
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def driver_requirements(pyproject: dict) -> list[str]:
+    """pyproject's dependencies without the ones the driver leaves out (comments dropped)."""
+    left_out = {canonicalize_name(name) for name in LEFT_OUT}
+    return [spec for spec in pyproject["project"]["dependencies"]
+            if canonicalize_name(_NAME.match(spec).group(0)) not in left_out]
+
+
+def image_tags() -> list:
+    """The image's wheel tags, best first: CPython PYTHON_VERSION on manylinux up to PYTHON_PLATFORM's glibc."""
+    arch, _, manylinux = PYTHON_PLATFORM.partition("-")
+    major, minor = (int(part) for part in manylinux.removeprefix("manylinux_").split("_"))
+    platforms = [f"manylinux_{major}_{m}_{arch}" for m in range(minor, 16, -1)] + [f"manylinux2014_{arch}"]
+    python = tuple(int(part) for part in PYTHON_VERSION.split("."))
+    return [*cpython_tags(python, platforms=platforms), *compatible_tags(python, platforms=platforms)]
+
+
+def best_wheel(wheels: list[dict], ranks: dict) -> dict:
+    def rank(wheel: dict) -> int:
+        tags = parse_wheel_filename(wheel["url"].rsplit("/", 1)[1])[3]
+        return min(ranks.get(tag, len(ranks)) for tag in tags)
+
+    best = min(wheels, key=rank)
+    if rank(best) == len(ranks):
+        raise SystemExit(f"no wheel of {best['url']}'s release installs on {PYTHON_PLATFORM}")
+    return best
+
+
+def main() -> None:
+    requirements = driver_requirements(tomllib.loads((REPO / "pyproject.toml").read_text()))
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "requirements.in").write_text("\n".join(requirements) + "\n")
+        subprocess.run([str(REPO / ".venv/bin/uv"), "pip", "compile", "requirements.in", "--quiet",
+                        "--python-version", PYTHON_VERSION, "--python-platform", PYTHON_PLATFORM,
+                        "--only-binary", ":all:", "-o", "pylock.toml"], cwd=tmp, check=True)
+        packages = tomllib.loads((Path(tmp) / "pylock.toml").read_text())["packages"]
+    ranks = {tag: index for index, tag in enumerate(image_tags())}
+    lines = [f"# Written by tools/lock_driver.py for Python {PYTHON_VERSION} on {PYTHON_PLATFORM}: the wheels",
+             "# the run's driver installs (docs/pipeline.md, \"The driver's image\"). Do not edit by hand.", ""]
+    for package in packages:
+        wheel = best_wheel(package["wheels"], ranks)
+        lines += ["[[wheels]]", f'name = "{package["name"]}"', f'version = "{package["version"]}"',
+                  f'file = "{wheel["url"].rsplit("/", 1)[1]}"', f'url = "{wheel["url"]}"',
+                  f'sha256 = "{wheel["hashes"]["sha256"]}"', f"size = {wheel['size']}", ""]
+    (REPO / "recipes" / LOCK_FILE).write_text("\n".join(lines))
+    print(f"recipes/{LOCK_FILE}: {len(packages)} wheels")
+
+
+NOT_FOR_THE_DRIVER = "scripts/metrics/plot.py"  # matplotlib's one importer (recipes.driver_runtime.LEFT_OUT)
+
+
+def third_party_imports() -> list[str]:
+    """Every module outside the package that scripts/, jobs/ and recipes/ import, at any depth."""
+    found = set()
+    for package in ("scripts", "jobs", "recipes"):
+        for path in (REPO / package).rglob("*.py"):
+            if path.relative_to(REPO).as_posix() == NOT_FOR_THE_DRIVER:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    found.update(alias.name for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                    found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    ours = {"scripts", "jobs", "recipes"}
+    return sorted(name for name in found if name.split(".")[0] not in (*sys.stdlib_module_names, *ours))
+
+
+IMPORT_EVERYTHING = """
+import importlib, pkgutil, sys
+import scripts, jobs, recipes
+failed = []
+for package in (scripts, jobs, recipes):
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        if info.name != "scripts.metrics.plot":
+            try:
+                importlib.import_module(info.name)
+            except Exception as error:
+                failed.append(f"{info.name}: {error!r}")
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as error:  # `from module import name` may name a name, not a module
+        module, _, attribute = name.rpartition(".")
+        try:
+            found = bool(module) and hasattr(importlib.import_module(module), attribute)
+        except Exception:
+            found = False
+        if not found:
+            failed.append(f"{name}: {error}")
+    except Exception as error:
+        failed.append(f"{name}: {error!r}")
+print("\\n".join(failed) or "every import resolves")
+sys.exit(1 if failed else 0)
+"""
+
+
+def verify(python: str) -> None:
+    from jobs.driver_runtime import DriverRuntime, driver_container, driver_env, requirements_text, runtime_dir
+    from recipes.driver_runtime import BASE_IMAGE, driver_lock
+    from scripts.pipeline.gke.driver_image import download_wheel
+    from scripts.pipeline.gke.driver_wheel import build_wheel, package_root, runtime_version
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files, site, scratch, venv = (Path(tmp) / name for name in ("files", "site", "tmp", "venv"))
+        for directory in (files / "wheels", site, scratch):
+            directory.mkdir(parents=True)
+        wheels = driver_lock()
+        for wheel in wheels:
+            (files / "wheels" / wheel.file).write_bytes(download_wheel(wheel))
+        version = runtime_version()
+        name, data = build_wheel(package_root(), version)
+        (files / runtime_dir(version)).mkdir(parents=True)
+        (files / runtime_dir(version) / name).write_bytes(data)
+        requirements = f"{runtime_dir(version)}/requirements.txt"
+        (files / requirements).write_text(requirements_text(wheels, f"{runtime_dir(version)}/{name}",
+                                                            hashlib.sha256(data).hexdigest()))
+        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        runtime = DriverRuntime(BASE_IMAGE, version, "verify", requirements)
+        env = {item["name"]: item["value"] for item in driver_env(runtime)}
+        env.update({"TPU_RL_DRIVER_FILES": str(files), "TPU_RL_DRIVER_SITE": str(site),
+                    "TPU_RL_DRIVER_TMP": str(scratch), "HOME": str(scratch), "PIP_NO_INDEX": "1",
+                    "PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin:/bin"})
+        container = driver_container(runtime, ["--help"])
+        subprocess.run([*container["command"], *container["args"]], env=env, check=True, stdout=subprocess.DEVNULL)
+        checked = subprocess.run([str(venv / "bin" / "python3"), "-P", "-c", IMPORT_EVERYTHING, *third_party_imports()],
+                                 env={**env, "PYTHONPATH": str(site / version)}, cwd=scratch)
+        if checked.returncode:
+            raise SystemExit("the lock misses what the driver imports: add it to pyproject.toml and run again")
+        print(f"{len(wheels)} wheels and tpu-rl {version} install offline on {python}; every import resolves")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--verify"] and len(sys.argv) == 3:
+        verify(sys.argv[2])
+    else:
+        main()
