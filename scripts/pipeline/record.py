@@ -123,6 +123,7 @@ class RunRecord:
                                   "copy": user_file_copy(session, file.name),
                                   **({"unchecked": file.unchecked} if file.unchecked else {})}
                       for file in recipe.user_files},
+            **({"sweep": recipe.sweep} if recipe.sweep else {}),  # kept when the run is resumed alone
             "outputs": {"checkpoints": session.paths.actor_checkpoints, "tensorboard": session.paths.tensorboard,
                         "export": session.paths.hf_export, "conversion": session.paths.converted},
         }

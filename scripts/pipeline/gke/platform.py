@@ -62,7 +62,12 @@ class GkePlatform:
                        show_manifests)
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
-            show_manifests: bool) -> None:
+            show_manifests: bool, detach: bool = False) -> None:
+        if detach and not dry_run:
+            from scripts.pipeline.gke.detach import start_detached
+
+            start_detached(session, steps)
+            return
         from scripts.pipeline.gke.submit import run_gke
 
         run_gke(session, steps, replace=replace, follow_logs=follow_logs, dry_run=dry_run,

@@ -48,7 +48,8 @@ class VmPlatform:
         return None  # the startup script was deployed with the stack: run submits nothing
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
-            show_manifests: bool) -> None:
+            show_manifests: bool, detach: bool = False) -> None:
+        # TODO(driver branch): `run --detach` on the VM (its startup script is already its driver).
         from scripts.pipeline.vm.run import run_vm
 
         run_vm(session, steps, follow_logs=follow_logs, dry_run=dry_run)  # nothing to replace, no manifests
