@@ -55,6 +55,10 @@ class Platform(Protocol):
         """Runs of the recipe the platform itself knows of beyond the bucket's records (where it looked, their
         names), for refusing a mistyped --run; None when it keeps none of its own."""
 
+    def queue(self, session: Session) -> dict[str, int]:
+        """The recipe's runs that wait in the platform's queue for their slice, by name, each with its
+        place (1: next); {} when the platform queues no runs."""
+
     def step_target(self, settings: Settings) -> str:
         """What runs a step, for a plan made without the cloud ("JobSet", the VM's startup script)."""
 

@@ -70,6 +70,9 @@ class KubeApi(JobSetLife, Admission, PeerServer):
     # A JobSet of the same name but a new UID takes the place of the one a DELETE names, just before the
     # DELETE arrives (a concurrent `run --replace`), once.
     replaced_before_delete: bool = False
+    # How many TPU workloads the ClusterQueue's quota admits at once (one slice: 1); None: no quota is
+    # short, each is admitted as its plan says. The others wait, in Kueue's order (Admission._quota_free).
+    slice_quota: int | None = None
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 

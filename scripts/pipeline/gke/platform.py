@@ -50,6 +50,11 @@ class GkePlatform:
         return "the cluster's JobSets", set(filter(None, ((obj["metadata"].get("labels") or {}).get(RUN_LABEL)
                                                           for obj in jobsets)))
 
+    def queue(self, session: Session) -> dict[str, int]:
+        from scripts.pipeline.gke.queue import run_positions
+
+        return run_positions(session)
+
     def step_target(self, settings: Settings) -> str:
         return "JobSet"
 

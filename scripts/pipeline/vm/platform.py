@@ -40,6 +40,9 @@ class VmPlatform:
     def runs_found(self, session: Session) -> Optional[tuple[str, set[str]]]:
         return None  # a VM's runs are the bucket's records
 
+    def queue(self, session: Session) -> dict[str, int]:
+        return {}  # one VM runs one run: nothing queues
+
     def step_target(self, settings: Settings) -> str:
         return f"startup script of TPU VM {settings.vm_name}"
 
