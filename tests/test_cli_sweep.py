@@ -128,6 +128,7 @@ def test_each_run_is_started_detached_in_order_with_the_sweeps_name(cloud, monke
     assert [name[:-5] for name, _ in calls] == ["lr1e-6", "lr3e-6", "lr1e-5"]
     assert {sweep for _, sweep in calls} == {"lr"}
     assert "sweep lr: 3 runs started" in result.output and cloud["kube"].created == []
+    assert "sweep lr: 3 runs, none evaluated after training yet" in result.output
 
 
 def test_a_run_that_cannot_start_names_the_started_ones_and_how_to_stop_them(cloud, monkeypatch):

@@ -154,6 +154,7 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     show_plan(console, plan)
     if dry_run:
         console.print("dry run: nothing is started; start them with the same command without --dry-run")
+        console.print(f"best run: `tpu-rl runs {recipe.name}` names it by held-out accuracy once they are evaluated")
         return
     start_runs(plan, settings, console)
 
@@ -161,6 +162,8 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
     """Each run started detached through the platform (Platform.run(detach=True)), in the plan's order. When
     run k cannot be started, the line names those that were, and how to stop them."""
+    from rich.markup import escape
+
     from scripts.cli.cloud import make_session
     from scripts.pipeline.platforms import platform_for
 
@@ -168,8 +171,9 @@ def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
     for run in plan.runs:
         recipe = run.recipe
         try:
-            platform_for(recipe).run(make_session(recipe, settings, "writes"), STEPS, replace=False,
-                                     follow_logs=False, dry_run=False, show_manifests=False, detach=True)
+            session = make_session(recipe, settings, "writes")
+            platform_for(recipe).run(session, STEPS, replace=False, follow_logs=False, dry_run=False,
+                                     show_manifests=False, detach=True)
         except (Outcome, UserError, KeyboardInterrupt) as error:
             interrupted = isinstance(error, KeyboardInterrupt)
             stop = "; ".join(f"`tpu-rl cancel {recipe.name} --run {name} --yes`" for name in started)
@@ -185,3 +189,16 @@ def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
         console.print(f"started run {recipe.run} ({len(started)} of {len(plan.runs)})")
     console.print(f"sweep {plan.name}: {len(started)} runs started; Kueue trains them in turn. Follow them with "
                   f"`tpu-rl runs {plan.runs[0].recipe.name}`")
+    console.print(escape(sweep_summary(session, plan)))
+
+
+def sweep_summary(session, plan: SweepPlan) -> str:
+    """The best run of the sweep by held-out accuracy, from the runs' records in the bucket (a sweep started
+    again after some of its runs trained); the same line `runs` prints."""
+    from scripts.pipeline.runs import best_of_sweep, summarize_run
+    from scripts.pipeline.record import run_records
+
+    records = run_records(session)
+    runs = [summarize_run(session, run.recipe.run, {**(records.get(run.recipe.run) or {}), "sweep": plan.name})
+            for run in plan.runs]
+    return best_of_sweep(runs, plan.name)

@@ -251,11 +251,15 @@ def cancellation_of(session: Session, jobset: str) -> str | None:
 def run_records(session: Session) -> dict[str, dict | None]:
     """Every run directory under the recipe's trained/ prefix, with its record (None without one; a record
     that is not JSON is marked unreadable). No bucket: no run."""
+    return records_under(session.clients.storage(), session.paths.trained)
+
+
+def records_under(storage, trained: str) -> dict[str, dict | None]:
+    """run_records of the runs under a `trained/` prefix, read with `storage`."""
     from google.api_core import exceptions as gexc
 
     from jobs.paths import RUN_RECORD
 
-    storage, trained = session.clients.storage(), session.paths.trained
     try:
         names = runs_under(storage, trained)
     except gexc.NotFound:

@@ -79,7 +79,9 @@ class Admission:
             self._filed[name] = self._filed.get(name, 0) + 1
             self.provreqs[request["metadata"]["name"]] = request
             kueue.set_check(wl, "Pending", "the test's waiting message")
-            kueue.set_condition(wl, kueue.condition("Evicted", False, "QuotaReserved", "Previously: evicted"))
+            if kueue.evicted(wl):  # SetQuotaReservation resets only a True Evicted (kueue v0.17.1
+                # pkg/workload/workload.go 864, resetActiveCondition 879-890): never evicted, none is written
+                kueue.set_condition(wl, kueue.condition("Evicted", False, "QuotaReserved", "Previously: evicted"))
             return False
         outcomes = plan.provisioning or ["Provisioned"]
         outcome = outcomes[min(self._filed[name], len(outcomes)) - 1]

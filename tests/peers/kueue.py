@@ -138,6 +138,10 @@ def _true(workload: dict, kind: str) -> bool:
     return any(c["type"] == kind and c["status"] == "True" for c in workload["status"].get("conditions") or [])
 
 
+def evicted(workload: dict) -> bool:
+    return _true(workload, "Evicted")
+
+
 def finished(workload: dict) -> bool:
     return _true(workload, "Finished")
 
