@@ -146,7 +146,7 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from scripts.cli.core import cloud_recipe
 
     check_sweepable(get_recipe(recipe_name))  # before the settings are read: no setting changes this
-    recipe, settings = cloud_recipe("run", recipe_name)
+    recipe, settings = cloud_recipe("sweep", recipe_name)
     plan = plan_sweep(recipe, settings, grid, file, name, rewards, data_processor, unchecked_imports,
                       unusual_values)
     check_cap(plan, max_cost)

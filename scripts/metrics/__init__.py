@@ -85,7 +85,7 @@ def _checked_source(source: str) -> str:
 def sweep_runs(recipe: Recipe, settings: Settings, storage, sweep: str) -> list[str]:
     """The runs of the recipe whose run.json names `sweep` (recipes/sweeps.py), oldest first."""
     from jobs.paths import ArtifactPaths
-    from scripts.pipeline.record import records_under
+    from scripts.rundata.records import records_under
 
     trained = ArtifactPaths(recipe, settings).trained
     found = sorted((record.get("created") or "", name) for name, record in records_under(storage, trained).items()

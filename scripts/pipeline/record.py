@@ -30,7 +30,6 @@ from scripts.cloud import gcs
 from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
 from scripts.pipeline.session import Session, differing_fields
 from scripts.rundata.evaluation import summary_line
-from scripts.rundata.events import runs_under
 
 RECORD_FORMAT = 1
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) holding scripts/
@@ -251,25 +250,6 @@ def cancellation_of(session: Session, jobset: str) -> str | None:
 def run_records(session: Session) -> dict[str, dict | None]:
     """Every run directory under the recipe's trained/ prefix, with its record (None without one; a record
     that is not JSON is marked unreadable). No bucket: no run."""
+    from scripts.rundata.records import records_under
+
     return records_under(session.clients.storage(), session.paths.trained)
-
-
-def records_under(storage, trained: str) -> dict[str, dict | None]:
-    """run_records of the runs under a `trained/` prefix, read with `storage`."""
-    from google.api_core import exceptions as gexc
-
-    from jobs.paths import RUN_RECORD
-
-    try:
-        names = runs_under(storage, trained)
-    except gexc.NotFound:
-        return {}
-    except gexc.GoogleAPIError as error:
-        raise ApiError(f"listing the runs under {trained} failed: {error}") from None
-    records: dict[str, dict | None] = {}
-    for name in names:
-        try:
-            records[name] = gcs.read_json(storage, f"{trained}{name}/{RUN_RECORD}")
-        except ApiError:
-            records[name] = {"status": "unreadable run.json"}
-    return records
