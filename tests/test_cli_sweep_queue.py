@@ -8,6 +8,7 @@ three in-cluster drivers would be, on one virtual clock that the fake Kueue shar
 from __future__ import annotations
 
 import io
+import json
 import re
 import threading
 import time
@@ -128,3 +129,17 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
     assert re.search(r"train: queued behind our own lr-[abc]-train \(position \d of \d in Kueue's queue\); its "
                      r"capacity wait starts when Kueue admits it \(waited 0:00:00\)", said), said
     assert "longer than CAPACITY_WAIT" not in said
+    # each run.json names the sweep, and `runs` names its best run once all are evaluated
+    assert {run_record(cloud["gcs"], recipe)["sweep"] for recipe in recipes} == {"lr"}
+    after = runner.invoke(app, ["runs", RECIPE])
+    assert re.search(r"sweep lr: best run lr-[abc], held-out accuracy 40\.6→59\.4 \(3 of 3 runs evaluated\)",
+                     after.output), after.output
+    assert "queued #" not in after.output
+
+
+def run_record(gcs, recipe) -> dict:
+    from jobs.paths import ArtifactPaths, split_gs_url
+    from peers.fixtures import peer_settings
+
+    bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).run_record)
+    return json.loads(gcs.bucket(bucket).blob(name).download_as_bytes())
