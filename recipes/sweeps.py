@@ -101,11 +101,19 @@ def _spelled(value: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "", text)).strip("-")
 
 
-def derived_name(sets: tuple[str, ...], identity: dict) -> str:
+def derived_name(sets: tuple[str, ...], identity: dict, taken: frozenset[str] | set[str] = frozenset()) -> str:
     """A run's name from its --set items: each key's abbreviation and value, then NAME_HASH_CHARS hex of
-    its identity; the values are cut to fit MAX_RUN_NAME."""
+    its identity (more when that name is `taken` by another run of the sweep, whose values were cut the
+    same); the values are cut to fit MAX_RUN_NAME."""
     values = "-".join(_abbreviation(item.partition("=")[0]) + _spelled(item.partition("=")[2]) for item in sets)
-    tail = digest(identity)[:NAME_HASH_CHARS]
+    for chars in range(NAME_HASH_CHARS, 2 * NAME_HASH_CHARS):
+        name = _with_tail(values, digest(identity)[:chars])
+        if name not in taken:
+            return name
+    return name
+
+
+def _with_tail(values: str, tail: str) -> str:
     room = MAX_RUN_NAME - len(tail) - 1
     head = re.sub(r"-+", "-", values[:room]).strip("-") or "run"
     if not head[0].isalpha():

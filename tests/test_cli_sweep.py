@@ -47,6 +47,17 @@ def test_a_grid_gives_the_product_of_its_axes_first_axis_slowest():
         ("learning_rate=3e-6", "rl.grpo_beta=0.08"), ("learning_rate=3e-6", "rl.grpo_beta=0.1")]
 
 
+def test_a_derived_name_is_cut_to_a_valid_run_name_and_lengthens_its_hash_when_taken():
+    from recipes.sweeps import derived_name
+
+    sets = ("rl.num_generations=16", "learning_rate=3.5e-6", "decode_sampling_temperature=0.95")
+    identity = {"the test's": "identity"}
+    name = derived_name(sets, identity)
+    assert name.startswith("ng16-lr3p5e-6-") and len(name) == 20 and check_run_name(name) == name
+    longer = derived_name(sets, identity, {name})
+    assert longer != name and len(longer) <= 20 and check_run_name(longer) == longer
+
+
 def test_dry_run_names_each_run_from_its_values_and_prices_the_sweep_with_one_convert(settings_env, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     calls = _started(monkeypatch)

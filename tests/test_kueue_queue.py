@@ -133,3 +133,25 @@ def test_metrics_draws_every_run_of_a_sweep_side_by_side(cloud, tmp_path):
 def test_the_convert_jobset_of_a_sweep_is_the_recipes_shared_one():
     assert CONVERT == render_manifests(get_recipe(RECIPE).model_copy(update={"run": "lr-a"}),
                                        peer_settings())["convert"]["metadata"]["name"]
+
+
+def test_runs_prices_each_run_by_the_time_its_steps_billed_not_the_time_train_sat_in_the_queue(cloud):
+    from recipes.cost import hourly_estimate
+    from recipes.prices import usd
+
+    paths = _record(cloud, "lr-a", 40)
+    bucket, name = split_gs_url(paths.run_record)
+    blob = cloud["gcs"].bucket(bucket).blob(name)
+    record = json.loads(blob.download_as_bytes())
+    record["steps"] = {
+        "convert": {"status": "succeeded", "started": "2026-12-01T10:00:00+00:00", "ended": "2026-12-01T10:30:00+00:00"},
+        "train": {"status": "succeeded", "started": "2026-12-01T10:30:00+00:00", "ended": "2026-12-01T14:30:00+00:00",
+                  "phases": [{"phase": "queued", "started": "2026-12-01T10:30:00Z", "seconds": 3 * 3600},
+                             {"phase": "training", "started": "2026-12-01T13:30:00Z", "seconds": 3600}]}}
+    blob.upload_from_string(json.dumps(record))
+    hourly = hourly_estimate(get_recipe(RECIPE))  # half an hour of convert, one of train: the queue bills nothing
+    expected = hourly.during("convert") * 0.5 + hourly.during("train") * 1.0
+    result = runner.invoke(app, ["runs", RECIPE, "--json"])
+    assert result.exit_code == 0, result.output
+    [run] = json.loads(result.output)["runs"]
+    assert usd(run["cost_usd"]) == usd(expected)

@@ -70,7 +70,8 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
             run_recipe = run_of(recipe, settings, list(run.sets), run.name, rewards, data_processor,
                                 unchecked_imports, usual_only=not unusual_values)
             if run.name is None:  # named from what it trains, the files included
-                run_recipe = with_run(run_recipe, derived_name(run.sets, run_identity(run_recipe)))
+                taken = {earlier.run for earlier in recipes}
+                run_recipe = with_run(run_recipe, derived_name(run.sets, run_identity(run_recipe), taken))
             platform.check_run_request(run_recipe, run.sets, run_recipe.run)
         except UserError as error:
             given = " ".join(f"--set {item}" for item in run.sets) or "no --set"
