@@ -80,7 +80,8 @@ def read_sweep_file(path: str) -> tuple[str | None, list[SweepRun]]:
             raise UserError(f"{where}: a run has only `set` (a list of \"KEY=VALUE\") and an optional `name`")
         sets, run_name = run.get("set", []), run.get("name")
         if not isinstance(sets, list) or not all(isinstance(item, str) for item in sets):
-            raise UserError(f"{where}: set must be a list of \"KEY=VALUE\" strings, e.g. set = [\"learning_rate=1e-6\"]")
+            raise UserError(f"{where}: set must be a list of \"KEY=VALUE\" strings, e.g. "
+                            "set = [\"learning_rate=1e-6\"]")
         if run_name is not None:
             if not isinstance(run_name, str):
                 raise UserError(f"{where}: name must be a string")
@@ -126,19 +127,20 @@ def sweep_name(recipe_name: str, names: list[str]) -> str:
     return f"{recipe_name}-sweep-{digest(sorted(names))[:SWEEP_NAME_HASH_CHARS]}"
 
 
-def check_distinct(recipes: list) -> None:
-    """Refuse two runs that would train the same weights, or share a name."""
+def check_distinct(recipes: list, source: str) -> None:
+    """Refuse two runs that would train the same weights, or share a name; `source` names where the runs
+    came from (--grid, --file PATH)."""
     seen: dict[str, int] = {}
     names: dict[str, int] = {}
     for number, recipe in enumerate(recipes, 1):
         key = digest(run_identity(recipe))
         if key in seen:
-            raise UserError(f"runs {seen[key]} and {number} of the sweep train the same weights (their --set items "
-                            f"{', '.join(recipe.sets) or 'none'} give the same settings): drop one of them")
+            raise UserError(f"{source}: runs {seen[key]} and {number} of the sweep train the same weights (their "
+                            f"--set items {', '.join(recipe.sets) or 'none'} give the same settings): drop one of them")
         seen[key] = number
         if recipe.run in names:
-            raise UserError(f"runs {names[recipe.run]} and {number} of the sweep are both named '{recipe.run}': "
-                            "give each run its own name")
+            raise UserError(f"{source}: runs {names[recipe.run]} and {number} of the sweep are both named "
+                            f"'{recipe.run}': give each run its own name")
         names[recipe.run] = number
 
 

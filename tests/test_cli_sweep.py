@@ -94,7 +94,8 @@ def test_one_bad_set_among_many_refuses_the_whole_sweep_before_anything_starts(c
     line = error_line(result)
     assert line.startswith("error: sweep run 5 of 6 (--set learning_rate=fast --set rl.grpo_beta=0.04): ")
     assert "nothing was started" in line
-    assert calls == [] and cloud["kube"].created == [] and not [blob for bucket in cloud["gcs"].list_buckets() for blob in bucket.list_blobs()]
+    written = [blob.name for bucket in cloud["gcs"].list_buckets() for blob in bucket.list_blobs()]
+    assert calls == [] and cloud["kube"].created == [] and written == []
 
 
 def test_two_runs_that_train_the_same_weights_are_refused(settings_env, tmp_path):
@@ -102,7 +103,7 @@ def test_two_runs_that_train_the_same_weights_are_refused(settings_env, tmp_path
                                          '[[runs]]\nset = ["learning_rate=0.00002"]\n')
     result = runner.invoke(app, ["sweep", RECIPE, "--file", "sweep.toml", "--dry-run"])
     assert result.exit_code == 2
-    assert "runs 1 and 2 of the sweep train the same weights" in error_line(result)
+    assert "error: --file sweep.toml: runs 1 and 2 of the sweep train the same weights" in error_line(result)
 
 
 def test_a_file_lists_named_runs_and_names_the_sweep(settings_env, tmp_path, monkeypatch):
@@ -148,7 +149,7 @@ def test_a_run_that_cannot_start_names_the_started_ones_and_how_to_stop_them(clo
     assert result.exit_code == ApiError.code, result.output  # the exit code of what stopped it
     first, second = (name for name, _ in calls)
     line = error_line(result)
-    assert line.startswith(f"error: sweep lr: run lr1e-5-") and "(the test's refusal)" in line
+    assert line.startswith("error: sweep lr: run lr1e-5-") and "(the test's refusal)" in line
     assert line.endswith(f"2 run(s) were started ({first}, {second}); stop them with `tpu-rl cancel {RECIPE} --run "
                          f"{first} --yes`; `tpu-rl cancel {RECIPE} --run {second} --yes`")
 

@@ -114,8 +114,8 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
     # `runs`, while one trained and two waited: each waiting run's place in Kueue's order
     assert listing.exit_code == 0, listing.output
     for run, place in expected.items():
-        assert re.search(rf"{run} +│ queued #{place} ", listing.output) or f"{run}  queued #{place}," in listing.output, \
-            listing.output
+        shown = re.search(rf"{run} +│ queued #{place} ", listing.output) or f"{run}  queued #{place}," in listing.output
+        assert shown, listing.output
     # they trained in turn: each train admitted only once the one before it finished
     spans = sorted((_state(kube.workloads[name], "Admitted")["lastTransitionTime"],
                     _state(kube.workloads[name], "Finished")["lastTransitionTime"]) for name in trains)

@@ -101,8 +101,8 @@ def _record(cloud, run: str, correct: int) -> ArtifactPaths:
     recipe = get_recipe(RECIPE).model_copy(update={"run": run})
     paths = ArtifactPaths(recipe, peer_settings())
     lines = [evaluation_line("pre", 26, 64, 30, 50, 0.8123), evaluation_line("post", correct, 64, 40, 63, 1.9)]
-    record = {"recipe": RECIPE, "run": run, "status": "succeeded", "sweep": "lr", "created": f"2026-12-01T1{len(run)}:00:00+00:00",
-              "evaluations": [e.as_record() for e in parse_evaluations("\n".join(lines), last_step=50)]}
+    record = {"recipe": RECIPE, "run": run, "status": "succeeded", "sweep": "lr",
+              "created": f"2026-12-01T1{len(run)}:00:00+00:00", "evaluations": [e.as_record() for e in parse_evaluations("\n".join(lines), last_step=50)]}
     bucket, name = split_gs_url(paths.run_record)
     cloud["gcs"].bucket(bucket).blob(name).upload_from_string(json.dumps(record))
     return paths
@@ -144,7 +144,8 @@ def test_runs_prices_each_run_by_the_time_its_steps_billed_not_the_time_train_sa
     blob = cloud["gcs"].bucket(bucket).blob(name)
     record = json.loads(blob.download_as_bytes())
     record["steps"] = {
-        "convert": {"status": "succeeded", "started": "2026-12-01T10:00:00+00:00", "ended": "2026-12-01T10:30:00+00:00"},
+        "convert": {"status": "succeeded", "started": "2026-12-01T10:00:00+00:00",
+                    "ended": "2026-12-01T10:30:00+00:00"},
         "train": {"status": "succeeded", "started": "2026-12-01T10:30:00+00:00", "ended": "2026-12-01T14:30:00+00:00",
                   "phases": [{"phase": "queued", "started": "2026-12-01T10:30:00Z", "seconds": 3 * 3600},
                              {"phase": "training", "started": "2026-12-01T13:30:00Z", "seconds": 3600}]}}

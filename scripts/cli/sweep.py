@@ -77,7 +77,7 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
             given = " ".join(f"--set {item}" for item in run.sets) or "no --set"
             raise UserError(f"sweep run {number} of {len(wanted)} ({given}): {error}; nothing was started") from None
         recipes.append(run_recipe)
-    check_distinct(recipes)
+    check_distinct(recipes, f"--file {file}" if file else "--grid")
     keys = {conversion_key(run_recipe) for run_recipe in recipes}
     if len(keys) > 1:  # no --set may change the model (recipes/runs.py PIPELINE_KEYS): a guard, not a path
         raise UserError(f"the sweep's runs need {len(keys)} conversions ({', '.join(sorted(keys))}): a sweep "
