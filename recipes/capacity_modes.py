@@ -31,17 +31,19 @@ class PlatformRules:
     user_files: bool  # --rewards and --data-processor files can be mounted into the train step
     lazy_load_tensors: bool  # convert bounds host RAM on the shared CPU pool; the 1.4 TB VM loads eagerly (seed 002)
     export_on_cpu: bool  # the seeds' GKE export runs on CPU without a JAX cluster, MaxText's architecture winning
+    queued_runs: bool  # runs queue for the slice (Kueue), so `tpu-rl sweep` may start several; a VM runs one script
 
 
 # A TPU VM is one VM with one provisioning model: no flex-start node pool and no queue to fall back in.
 PLATFORM_RULES: dict[str, PlatformRules] = {
     "gke": PlatformRules(capacity=CAPACITY_MODES, capacity_fallback=True, cpu_pool=True, pathways=True,
                          multislice=True, control_plane=True, all_zones=True, tpu_only_in_train=True,
-                         jobsets=True, user_files=True, lazy_load_tensors=True, export_on_cpu=True),
+                         jobsets=True, user_files=True, lazy_load_tensors=True, export_on_cpu=True,
+                         queued_runs=True),
     "vm": PlatformRules(capacity=("reservation", "spot", "on-demand"), capacity_fallback=False, cpu_pool=False,
                         pathways=False, multislice=False, control_plane=False, all_zones=False,
                         tpu_only_in_train=False, jobsets=False, user_files=False, lazy_load_tensors=False,
-                        export_on_cpu=False),
+                        export_on_cpu=False, queued_runs=False),
 }
 PLATFORM_CAPACITY: dict[str, tuple[CapacityMode, ...]] = {name: rules.capacity for name, rules in PLATFORM_RULES.items()}
 

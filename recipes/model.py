@@ -52,6 +52,8 @@ class Recipe(BaseModel):
     # from what changes the trained weights; and the `--set` items already merged into rl.overrides.
     run: str | None = None
     sets: tuple[str, ...] = ()
+    # The sweep the run belongs to (recipes/sweeps.py), recorded in its run.json; not part of what it trains.
+    sweep: str | None = Field(default=None, exclude=True)
     # --rewards and --data-processor files (recipes/user_files.py UserFile), mounted in the train head.
     user_files: tuple[Any, ...] = ()
     # What the train step loads instead of the conversion (jobs/evaluate.py: `tpu-rl eval` loads the

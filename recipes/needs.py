@@ -48,6 +48,8 @@ NEEDS: Mapping[str, Mapping[Platform, tuple[str, ...]]] = {
     # The bucket's region (run writes checkpoints there), the zones it waits for capacity in.
     "run": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": _fields(VM, ("region",), BUCKET)},
     # ZONE: where a JobSet waiting for Kueue may get its slice (scripts/pipeline/gke/admission.py places_of).
+    # As `run` (each run of the sweep is one); the VM recipe refuses a sweep before any setting is read.
+    "sweep": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": ()},
     "eval": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": _fields(CLUSTER, ("zone",), BUCKET)},  # GKE only
     "cancel": {"gke": _fields(CLUSTER, BUCKET), "vm": _fields(VM, BUCKET)},
     "status": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": _fields(VM, BUCKET)},
@@ -59,6 +61,8 @@ NEEDS: Mapping[str, Mapping[Platform, tuple[str, ...]]] = {
     # dropped from their environment and tpu-rl.toml from the working tree (scripts/plan_review/worktrees.py).
     "plan-review": _both(),
 }
+
+GKE_ONLY = ("eval", "sweep")  # refused on the VM recipe before any setting is read
 
 # The rules' own lines (Settings.for_recipe) name these; `load_settings` leaves them to it.
 RULES = ("reservation", "authorized_cidr")
@@ -89,5 +93,5 @@ def needs_table() -> str:
     for command, by_platform in NEEDS.items():
         shown = "`make synth`, `npx cdktf deploy`" if command == "synth" else f"`tpu-rl {command}`"
         gke, vm = cell(by_platform["gke"]), cell(by_platform["vm"])
-        lines.append(f"| {shown} | {gke} | {'(GKE only)' if command == 'eval' else vm} |")
+        lines.append(f"| {shown} | {gke} | {'(GKE only)' if command in GKE_ONLY else vm} |")
     return "\n".join(lines) + "\n"

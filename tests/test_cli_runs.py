@@ -58,15 +58,15 @@ def test_runs_fit_80_columns_with_each_runs_steps_step_reward_start_and_duration
     assert max(len(line) for line in lines) <= 80, result.output
     assert lines == [
         f"{RECIPE}: runs in gs://rl-test-artifacts/qwen3-30b-a3b/trained/",
-        f"{first}  succeeded, step 50/50, reward 0.37",
+        f"{first}  succeeded, step 50/50, reward 0.37, cost $0.00",  # its steps took no time here
         "  accuracy 40.6→59.4 (held-out, before → after training)",
         "  steps    convert succeeded, train succeeded, export succeeded",
         "  started  2026-11-30 10:00 UTC, took 2:13:05",
-        f"{second}  failed, step 12/50, reward 0.125",
+        f"{second}  failed, step 12/50, reward 0.125, cost $0.00",
         "  steps    convert verified, train failed, export waiting",
         "  started  2026-11-30 13:00 UTC, took 0:30:00",
         "  differs  learning_rate=1e-5",
-        f"{old}  no run.json, step -, reward 0.2",
+        f"{old}  no run.json, step -, reward 0.2, cost -",
         "  steps    convert -, train -, export -",
         "  started  -, took -",
         "(1 run(s) of other recipes with the same model are not shown)"], result.output
@@ -79,11 +79,12 @@ def test_runs_in_a_wide_terminal_is_one_table(cloud, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     header = next(line for line in result.output.splitlines() if "reward" in line)
     assert [cell.strip() for cell in header.strip("┃ ").split("┃")] == [
-        "run", "status", "convert", "train", "export", "step", "accuracy", "reward", "started", "took", "differs"]
+        "run", "status", "convert", "train", "export", "step", "accuracy", "reward", "cost", "started", "took",
+        "differs"]
     row = next(line for line in result.output.splitlines() if first in line)
     assert [cell.strip() for cell in row.strip("│ ").split("│")] == [
-        first, "succeeded", "succeeded", "succeeded", "succeeded", "50/50", "40.6→59.4", "0.37", "2026-11-30 10:00 UTC",
-        "2:13:05", "-"]
+        first, "succeeded", "succeeded", "succeeded", "succeeded", "50/50", "40.6→59.4", "0.37", "$0.00",
+        "2026-11-30 10:00 UTC", "2:13:05", "-"]
 
 
 def test_runs_json(cloud, tmp_path):
@@ -98,7 +99,8 @@ def test_runs_json(cloud, tmp_path):
         "last_step": 12, "train_steps": 50, "reward": 0.125, "started": "2026-11-30T13:00:00+00:00",
         "ended": "2026-11-30T13:30:00+00:00", "duration_seconds": 1800,
         "record": f"gs://rl-test-artifacts/qwen3-30b-a3b/trained/{second}/run.json",
-        "accuracy_before": None, "accuracy_after": None, "differs": ["learning_rate=1e-5"], "accuracy_resumed": None}
+        "accuracy_before": None, "accuracy_after": None, "differs": ["learning_rate=1e-5"], "accuracy_resumed": None,
+        "sweep": None, "queued": None, "cost_usd": 0.0}
     assert (data["runs"][0]["accuracy_before"], data["runs"][0]["accuracy_after"]) == (40.625, 59.375)
 
 

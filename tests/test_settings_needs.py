@@ -53,6 +53,7 @@ CASES = (
     Case("secret set", ("secret", "set"), stdin=TOKEN),
     Case("run", ("run", GKE, "--dry-run")),
     Case("run", ("run", VM, "--dry-run"), "vm", {"vm": "RUNNING"}),
+    Case("sweep", ("sweep", GKE, "--grid", "learning_rate=1e-6,3e-6", "--dry-run")),
     Case("eval", ("eval", GKE, "--run", "rl")),
     Case("cancel", ("cancel", GKE, "--yes")),
     Case("cancel", ("cancel", VM, "--yes"), "vm", {"vm": "RUNNING"}),

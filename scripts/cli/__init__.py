@@ -4,6 +4,7 @@
 - offline.py: `recipes` and `render`, which need no cloud.
 - cloud.py: `preflight`, `secret set`, `run`, `eval`, `check-rewards`, `cancel`, `status`, `runs` and `logs`;
   views.py lays out their reports; run_input.py builds a run's recipe (--set, --run, the user files).
+- sweep.py: `sweep`, several runs checked whole, then each started detached.
 - reports.py: `metrics` and `plan-review`.
 
 Start-up is what the offline commands cost (`make bench-cli`), so the kubernetes and Google clients,
@@ -13,9 +14,10 @@ rich and the retry machinery are imported inside the commands that use them, nev
 from __future__ import annotations
 
 # Importing a module registers its commands, and `tpu-rl --help` lists them in the order they were
-# registered: keep these three imports in this order.
+# registered: keep these imports in this order.
 from scripts.cli import offline  # noqa: F401
 from scripts.cli import cloud  # noqa: F401
+from scripts.cli import sweep  # noqa: F401
 from scripts.cli import reports  # noqa: F401
 from scripts.cli.core import app
 

@@ -299,10 +299,10 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from rich.table import Table
 
     recipe, settings = cloud_recipe("runs", recipe_name)  # refused before the clouds' libraries load
-    from scripts.pipeline.runs import RESUMED_NOTE, list_runs
+    from scripts.pipeline.runs import RESUMED_NOTE, best_of_sweep, list_runs, with_queue
 
     session = make_session(recipe, settings)
-    listing = list_runs(session)
+    listing, queue_note = with_queue(session, list_runs(session))
     name = session.recipe.name
     if as_json:
         typer.echo(json.dumps({"recipe": name, "trained": listing.trained, "other_recipes": listing.other_recipes,
@@ -321,6 +321,10 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         as_table = table_or_lines(console, table, title, runs_stacked(listing.runs))
         if as_table and any(run.accuracy_resumed is not None for run in listing.runs):
             console.print(RESUMED_NOTE)
+        for sweep in dict.fromkeys(run.sweep for run in listing.runs if run.sweep):
+            console.print(escape(best_of_sweep(listing.runs, sweep)))
+        if queue_note:
+            console.print(escape(queue_note))
     if listing.other_recipes:
         console.print(f"({listing.other_recipes} run(s) of other recipes with the same model are not shown)")
 

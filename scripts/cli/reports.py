@@ -21,6 +21,8 @@ PICTURES = ", ".join(f".{name}" for name in PICTURE_FORMATS)
 def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             runs: Optional[list[str]] = typer.Option(None, "--run", metavar="NAME",
                                                      help="A run of the recipe in the bucket; repeat to compare."),
+            sweep: Optional[str] = typer.Option(None, "--sweep", metavar="NAME",
+                                                help="Every run of this sweep (tpu-rl sweep), side by side."),
             sources: Optional[list[str]] = typer.Option(
                 None, "--from", metavar="DIR_OR_GS_URL", help="A directory of event files copied elsewhere; repeatable."),
             png: Optional[Path] = typer.Option(None, "--png", metavar="FILE",
@@ -36,7 +38,7 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if png is not None:  # a format it cannot write is refused before anything is read
         picture_format(png)
     loaded = collect(recipe, runs or [], sources or [], lambda: cloud_settings("metrics", recipe.platform),
-                     reach_seconds())
+                     reach_seconds(), sweep)
     if png is not None:
         from scripts.metrics import plot
 

@@ -58,11 +58,11 @@ def status_json(session, report) -> dict:
             "bucket": f"gs://{session.settings.gcs_bucket}", "steps": [dataclasses.asdict(row) for row in report.rows],
             "note": report.note or None}
 
-RUN_COLUMNS = ("run", "status", *STEPS, "step", "accuracy", "reward", "started", "took", "differs")
+RUN_COLUMNS = ("run", "status", *STEPS, "step", "accuracy", "reward", "cost", "started", "took", "differs")
 
 def run_cells(run) -> tuple[str, ...]:
-    return (run.run, run.status, *(run.steps.get(step, "-") for step in STEPS), run.step_text, run.accuracy_text,
-            run.reward_text, run.started_text, run.duration_text, run.differs_text)
+    return (run.run, run.state_text, *(run.steps.get(step, "-") for step in STEPS), run.step_text,
+            run.accuracy_text, run.reward_text, run.cost_text, run.started_text, run.duration_text, run.differs_text)
 
 def runs_stacked(runs) -> list[str]:
     """One block of short lines per run: for a terminal too narrow for the table."""
@@ -73,7 +73,8 @@ def runs_stacked(runs) -> list[str]:
     lines = []
     for run in runs:
         steps = ", ".join(f"{step} {run.steps.get(step, '-')}" for step in STEPS)
-        lines += [f"[bold]{escape(run.run)}[/]  {escape(run.status)}, step {run.step_text}, reward {run.reward_text}",
+        lines += [f"[bold]{escape(run.run)}[/]  {escape(run.state_text)}, step {run.step_text}, reward "
+                  f"{run.reward_text}, cost {escape(run.cost_text)}",
                   *([f"  accuracy {escape(run.accuracy_text)} (held-out, before → after training)"]
                     if run.accuracy_text != "-" else []),
                   *([f"  {escape(RESUMED_NOTE)}"] if run.accuracy_resumed is not None else []),

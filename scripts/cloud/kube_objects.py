@@ -244,6 +244,8 @@ class WorkloadState:
     checks: tuple[AdmissionCheck, ...] = ()
     by_kueue: bool = False  # an inactive workload that Kueue deactivated itself, not an admin
     requeue_at: str = ""  # status.requeueState.requeueAt: an evicted one waits out its backoff until then
+    reserved_at: str = ""  # when its quota was reserved (QuotaReserved True's lastTransitionTime), if it is
+    evicted_before: bool = False  # it has an Evicted condition: its quota was taken back at least once
 
     def check(self, name: str) -> AdmissionCheck | None:
         return next((check for check in self.checks if check.name == name), None)
@@ -279,7 +281,9 @@ def workload_state(obj: dict | None) -> WorkloadState:
         condition = conditions.get(kind) or {}
         return WorkloadState(phase, meta.get("name", ""), meta.get("uid", ""), condition.get("reason", ""),
                              condition.get("message", ""), flavors, checks, by_kueue and phase == "inactive",
-                             (status.get("requeueState") or {}).get("requeueAt") or "")
+                             (status.get("requeueState") or {}).get("requeueAt") or "",
+                             (conditions.get("QuotaReserved") or {}).get("lastTransitionTime", "")
+                             if _is_true(conditions, "QuotaReserved") else "", "Evicted" in conditions)
 
     if _is_true(conditions, "Finished"):
         return state("finished", "Finished")

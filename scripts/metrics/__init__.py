@@ -82,25 +82,42 @@ def _checked_source(source: str) -> str:
     return source
 
 
+def sweep_runs(recipe: Recipe, settings: Settings, storage, sweep: str) -> list[str]:
+    """The runs of the recipe whose run.json names `sweep` (recipes/sweeps.py), oldest first."""
+    from jobs.paths import ArtifactPaths
+    from scripts.rundata.records import records_under
+
+    trained = ArtifactPaths(recipe, settings).trained
+    found = sorted((record.get("created") or "", name) for name, record in records_under(storage, trained).items()
+                   if record and record.get("sweep") == sweep and record.get("recipe") in (None, recipe.name))
+    if not found:
+        raise UserError(f"--sweep {sweep}: no run of {recipe.name} in {trained} belongs to it: `tpu-rl runs "
+                        f"{recipe.name}` names each sweep")
+    return [name for _, name in found]
+
+
 def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings: Callable[[], Settings],
-            reach_seconds: float | None = None) -> list[Run]:
-    """The runs asked for: each --run of the recipe from the bucket, then each --from location; with
-    neither, the recipe's default run. Settings and the storage client are made only when the bucket or a
-    gs:// location is read; `reach_seconds` bounds the first contact with the bucket (scripts.cloud.reach)."""
+            reach_seconds: float | None = None, sweep: str | None = None) -> list[Run]:
+    """The runs asked for: each --run of the recipe from the bucket, and the runs of --sweep, then each
+    --from location; with none, the recipe's default run. Settings and the storage client are made only
+    when the bucket or a gs:// location is read; `reach_seconds` bounds the first contact with the bucket
+    (scripts.cloud.reach)."""
     runs = [check_run_name(run) for run in _unique(runs)]
     sources = [_checked_source(source) for source in _unique(sources)]  # before anything is read
     settings = storage = None
-    if runs or not sources or any(source.startswith("gs://") for source in sources):
+    if runs or sweep or not sources or any(source.startswith("gs://") for source in sources):
         from jobs.paths import ArtifactPaths
         from scripts.cloud.clients import Clients
 
         settings = cloud_settings()
         storage = Clients(settings).storage()
-        runs = runs or ([] if sources else [ArtifactPaths(recipe, settings).run_name])
+        runs = runs or ([] if sources or sweep else [ArtifactPaths(recipe, settings).run_name])
         from scripts.cloud.gcs import require_bucket, require_source_bucket
 
-        if runs:  # read from GCS_BUCKET: stop first, as preflight does, when it does not exist
+        if runs or sweep:  # read from GCS_BUCKET: stop first, as preflight does, when it does not exist
             require_bucket(storage, settings, within=reach_seconds)
+        if sweep:
+            runs = _unique([*runs, *sweep_runs(recipe, settings, storage, sweep)])
         for source in sources:  # and each --from bucket, before anything is read
             if source.startswith("gs://"):
                 require_source_bucket(storage, settings, source)

@@ -55,6 +55,10 @@ class Platform(Protocol):
         """Runs of the recipe the platform itself knows of beyond the bucket's records (where it looked, their
         names), for refusing a mistyped --run; None when it keeps none of its own."""
 
+    def queue(self, session: Session) -> dict[str, int]:
+        """The recipe's runs that wait in the platform's queue for their slice, by name, each with its
+        place (1: next); {} when the platform queues no runs."""
+
     def step_target(self, settings: Settings) -> str:
         """What runs a step, for a plan made without the cloud ("JobSet", the VM's startup script)."""
 
@@ -64,8 +68,9 @@ class Platform(Protocol):
         nothing of its own."""
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
-            show_manifests: bool) -> None:
-        """`tpu-rl run`: plan, submit, follow and verify each step (a dry run prints the plan only)."""
+            show_manifests: bool, detach: bool = False) -> None:
+        """`tpu-rl run`: plan, submit, follow and verify each step (a dry run prints the plan only); with
+        `detach`, start the run's driver and return at once (`tpu-rl sweep` starts each run so)."""
 
     def check_eval(self, recipe: Recipe) -> None:
         """Refuse `tpu-rl eval` before any cloud is asked when the platform cannot evaluate."""

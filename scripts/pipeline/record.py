@@ -30,7 +30,6 @@ from scripts.cloud import gcs
 from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
 from scripts.pipeline.session import Session, differing_fields
 from scripts.rundata.evaluation import summary_line
-from scripts.rundata.events import runs_under
 
 RECORD_FORMAT = 1
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) holding scripts/
@@ -123,6 +122,7 @@ class RunRecord:
                                   "copy": user_file_copy(session, file.name),
                                   **({"unchecked": file.unchecked} if file.unchecked else {})}
                       for file in recipe.user_files},
+            **({"sweep": recipe.sweep} if recipe.sweep else {}),  # kept when the run is resumed alone
             "outputs": {"checkpoints": session.paths.actor_checkpoints, "tensorboard": session.paths.tensorboard,
                         "export": session.paths.hf_export, "conversion": session.paths.converted},
         }
@@ -250,21 +250,6 @@ def cancellation_of(session: Session, jobset: str) -> str | None:
 def run_records(session: Session) -> dict[str, dict | None]:
     """Every run directory under the recipe's trained/ prefix, with its record (None without one; a record
     that is not JSON is marked unreadable). No bucket: no run."""
-    from google.api_core import exceptions as gexc
+    from scripts.rundata.records import records_under
 
-    from jobs.paths import RUN_RECORD
-
-    storage, trained = session.clients.storage(), session.paths.trained
-    try:
-        names = runs_under(storage, trained)
-    except gexc.NotFound:
-        return {}
-    except gexc.GoogleAPIError as error:
-        raise ApiError(f"listing the runs under {trained} failed: {error}") from None
-    records: dict[str, dict | None] = {}
-    for name in names:
-        try:
-            records[name] = gcs.read_json(storage, f"{trained}{name}/{RUN_RECORD}")
-        except ApiError:
-            records[name] = {"status": "unreadable run.json"}
-    return records
+    return records_under(session.clients.storage(), session.paths.trained)

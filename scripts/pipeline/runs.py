@@ -14,6 +14,7 @@ from datetime import datetime
 
 from jobs.paths import RUN_RECORD
 from recipes import STEPS, UserError
+from recipes.prices import usd
 from scripts.pipeline.record import run_records
 from scripts.pipeline.session import Session, hms
 from scripts.rundata.evaluation import accuracy_change, resumed_first
@@ -45,6 +46,17 @@ class RunSummary:
     # Without an evaluation known to be before training: the first one at a resume, of an unknown step
     # (scripts/rundata/evaluation.py resumed_first), shown marked RESUMED_MARK rather than as "before".
     accuracy_resumed: float | None = None
+    sweep: str | None = None  # the sweep that started it (its record's `sweep`)
+    queued: int | None = None  # its place in the platform's queue (1: next), while it waits there
+    cost_usd: float | None = None  # estimated from the time its steps billed so far (billed_usd)
+
+    @property
+    def state_text(self) -> str:
+        return f"queued #{self.queued}" if self.queued is not None else self.status
+
+    @property
+    def cost_text(self) -> str:
+        return "-" if self.cost_usd is None else usd(self.cost_usd)
 
     @property
     def accuracy_text(self) -> str:
@@ -128,7 +140,63 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
         accuracy_before=change.before.accuracy if change.before else None,
         accuracy_after=change.after.accuracy if change.after else None,
         accuracy_resumed=resumed.accuracy if resumed else None,
-        differs=record_differences(session.recipe, record))
+        differs=record_differences(session.recipe, record), sweep=record.get("sweep"),
+        cost_usd=billed_usd(session, record))
+
+
+def _step_seconds(entry: dict, now: datetime) -> float:
+    """What a step billed for, in seconds: its phases but `queued` (no node is up while Kueue holds it)
+    once `run` recorded them, else from its start to its end, or to now while it runs."""
+    phases = entry.get("phases")
+    if phases:
+        return float(sum(span.get("seconds") or 0 for span in phases if span.get("phase") != "queued"))
+    started, ended = _time(entry.get("started")), _time(entry.get("ended"))
+    end = ended or (now if entry.get("status") == "running" else None)
+    return max((end - started).total_seconds(), 0.0) if started and end else 0.0
+
+
+def billed_usd(session: Session, record: dict) -> float | None:
+    """The run's cost so far, estimated at list prices (recipes/cost.py) from each step's billed time:
+    an upper bound for a step still running, whose time in Kueue's queue is counted until `run` notes
+    its phases. None without a record of steps."""
+    from recipes.cost import hourly_estimate
+
+    steps = {step: entry for step, entry in (record.get("steps") or {}).items() if step in STEPS}
+    if not steps:
+        return None
+    hourly, now = hourly_estimate(session.recipe), session.now()
+    return sum(hourly.during(step) * _step_seconds(entry, now) / 3600 for step, entry in steps.items())
+
+
+def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:
+    """The listing with each waiting run's place in the platform's queue, and a note when the queue
+    could not be read (no cluster configured or reachable): `runs` needs only the bucket."""
+    import dataclasses
+
+    from scripts.outcome import foreign_ending
+    from scripts.pipeline.platforms import platform_for
+
+    if not any(run.status == "running" for run in listing.runs):
+        return listing, ""
+    try:
+        places = platform_for(session.recipe).queue(session)
+    except Exception as error:  # noqa: BLE001 -- UserError, ApiError or a client's own: said, not fatal
+        ending = foreign_ending(error)
+        return listing, f"(queue positions not read: {ending[1] if ending else error})"
+    runs = [dataclasses.replace(run, queued=places.get(run.run)) for run in listing.runs]
+    return dataclasses.replace(listing, runs=runs), ""
+
+
+def best_of_sweep(runs: list[RunSummary], sweep: str) -> str:
+    """One line naming the sweep's best run by held-out accuracy after training."""
+    members = [run for run in runs if run.sweep == sweep]
+    scored = [run for run in members if run.accuracy_after is not None]
+    if not scored:
+        return (f"sweep {sweep}: {len(members)} runs, none evaluated after training yet; `tpu-rl runs` names "
+                "the best once they are")
+    best = max(scored, key=lambda run: run.accuracy_after)
+    return (f"sweep {sweep}: best run {best.run}, held-out accuracy {best.accuracy_text} "
+            f"({len(scored)} of {len(members)} runs evaluated)")
 
 
 def list_runs(session: Session) -> RunList:

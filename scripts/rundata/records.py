@@ -16,3 +16,28 @@ def record_differences(recipe: Recipe, record: dict) -> tuple[str, ...]:
     if capacity and capacity != recipe.capacity[0]:
         changes.append(f"capacity {capacity}")
     return tuple(changes)
+
+
+def records_under(storage, trained: str) -> dict[str, dict | None]:
+    """Every run directory under a `trained/` prefix, with its record (None without one; a record that is
+    not JSON is marked unreadable). No bucket: no run."""
+    from google.api_core import exceptions as gexc
+
+    from jobs.paths import RUN_RECORD
+    from scripts.cloud import gcs
+    from scripts.outcome import ApiError
+    from scripts.rundata.events import runs_under
+
+    try:
+        names = runs_under(storage, trained)
+    except gexc.NotFound:
+        return {}
+    except gexc.GoogleAPIError as error:
+        raise ApiError(f"listing the runs under {trained} failed: {error}") from None
+    records: dict[str, dict | None] = {}
+    for name in names:
+        try:
+            records[name] = gcs.read_json(storage, f"{trained}{name}/{RUN_RECORD}")
+        except ApiError:
+            records[name] = {"status": "unreadable run.json"}
+    return records

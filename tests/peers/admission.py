@@ -55,6 +55,9 @@ class Admission:
             return True
         capacity = self.capacity_of(name)
         flavor = self.flavor_of(name)
+        if not self._quota_free(name):
+            kueue.pending(wl, flavor, kueue.tpu_chips(wl))
+            return False
         if plan.admitted_after > 0:
             plan.admitted_after -= 1
             kueue.pending(wl, flavor, 32)
@@ -76,7 +79,9 @@ class Admission:
             self._filed[name] = self._filed.get(name, 0) + 1
             self.provreqs[request["metadata"]["name"]] = request
             kueue.set_check(wl, "Pending", "the test's waiting message")
-            kueue.set_condition(wl, kueue.condition("Evicted", False, "QuotaReserved", "Previously: evicted"))
+            if kueue.evicted(wl):  # SetQuotaReservation resets only a True Evicted (kueue v0.17.1
+                # pkg/workload/workload.go 864, resetActiveCondition 879-890): never evicted, none is written
+                kueue.set_condition(wl, kueue.condition("Evicted", False, "QuotaReserved", "Previously: evicted"))
             return False
         outcomes = plan.provisioning or ["Provisioned"]
         outcome = outcomes[min(self._filed[name], len(outcomes)) - 1]
@@ -95,6 +100,17 @@ class Admission:
             return False
         kueue.set_check(wl, "Rejected", message)
         return False
+
+    def _quota_free(self, name: str) -> bool:
+        """With `slice_quota`, whether Kueue gives this TPU workload the quota now: fewer than slice_quota
+        TPU workloads hold it, and none waits before it in Kueue's order (kueue.queue_order)."""
+        if self.slice_quota is None or not kueue.tpu_chips(self.workloads[name]):
+            return True
+        tpu = {other: wl for other, wl in self.workloads.items() if kueue.tpu_chips(wl)}
+        held = [other for other, wl in tpu.items() if other != name and kueue.holds_quota(wl)]
+        waiting = kueue.queue_order([wl for wl in tpu.values() if not kueue.holds_quota(wl)
+                                     and not kueue.finished(wl) and wl["spec"]["active"]])
+        return len(held) < self.slice_quota and (not waiting or waiting[0] is self.workloads[name])
 
     def _revoke(self, name: str) -> None:
         """GKE marks the slice's request CapacityRevoked: Kueue rejects the check (deactivating next)."""

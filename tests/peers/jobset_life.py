@@ -324,6 +324,7 @@ class JobSetLife:
             obj["status"].update(terminalState="Completed", conditions=[
                 {"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
                  "message": "jobset completed successfully", "lastTransitionTime": _now()}])
+            kueue.finish(self.workloads[name], True, "jobset completed successfully")
             if plan.on_success:
                 plan.on_success()
             return
@@ -350,3 +351,4 @@ class JobSetLife:
         obj["status"].update(terminalState="Failed", conditions=[
             {"type": "Failed", "status": "True", "reason": "FailedJobs",
              "message": "jobset failed due to one or more job failures", "lastTransitionTime": _now()}])
+        kueue.finish(self.workloads[name], False, "jobset failed due to one or more job failures")

@@ -146,6 +146,9 @@ class KubeApi(JobSetLife, Admission, PeerServer):
     # Every request answered, as (actor, method, path, query); `actor` is whoever the test says is calling.
     calls: list = field(default_factory=list)
     actor: str = "client"
+    # How many TPU workloads the ClusterQueue's quota admits at once (one slice: 1); None: no quota is
+    # short, each is admitted as its plan says. The others wait, in Kueue's order (Admission._quota_free).
+    slice_quota: int | None = None
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 

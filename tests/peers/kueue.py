@@ -128,6 +128,44 @@ def reserve(workload: dict, flavor: str, checked: bool) -> None:
         status["admissionChecks"] = [{"name": CHECK, "state": "Pending", "message": "", "lastTransitionTime": now()}]
 
 
+def tpu_chips(workload: dict) -> int:
+    """The TPU chips the workload's pod sets ask for (0 for a CPU step)."""
+    return sum(int(ps["count"]) * int((c["resources"].get("limits") or {}).get("google.com/tpu", 0))
+               for ps in workload["spec"]["podSets"] for c in ps["template"]["spec"]["containers"])
+
+
+def _true(workload: dict, kind: str) -> bool:
+    return any(c["type"] == kind and c["status"] == "True" for c in workload["status"].get("conditions") or [])
+
+
+def evicted(workload: dict) -> bool:
+    return _true(workload, "Evicted")
+
+
+def finished(workload: dict) -> bool:
+    return _true(workload, "Finished")
+
+
+def holds_quota(workload: dict) -> bool:
+    """Quota reserved and not finished: a finished workload's quota is free again."""
+    return _true(workload, "QuotaReserved") and not finished(workload)
+
+
+def queue_order(workloads: list[dict]) -> list[dict]:
+    """Pending workloads in the order Kueue v0.17.1 admits them (pkg/cache/queue/cluster_queue.go
+    baseCompareFunc 753-782): priority, then the queue-order timestamp (creation; pkg/workload/workload.go
+    GetQueueOrderTimestamp), then the UID."""
+    return sorted(workloads, key=lambda wl: (-int(wl["spec"].get("priority") or 0),
+                                             wl["metadata"]["creationTimestamp"], wl["metadata"]["uid"]))
+
+
+def finish(workload: dict, succeeded: bool, message: str) -> None:
+    """The job reconciler on a finished JobSet: Finished True, reason Succeeded or Failed, the JobSet's
+    Completed or Failed message (kubernetes-sigs/kueue v0.17.1 pkg/controller/jobframework/reconciler.go
+    487-491; jobs/jobset/jobset_controller.go Finished 168-176); its quota is free again."""
+    set_condition(workload, condition("Finished", True, "Succeeded" if succeeded else "Failed", message))
+
+
 def admit(workload: dict) -> None:
     set_condition(workload, condition("Admitted", True, "Admitted", "The workload is admitted"))
 

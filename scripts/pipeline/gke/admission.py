@@ -23,6 +23,7 @@ from scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, Req
                                         capacity_of, has_had_node, latest_request, pod_counts, tpu_pods, workload_of,
                                         workload_state, zone_of)
 from scripts.outcome import StepFailed
+from scripts.pipeline.gke.queue import QueuePlace, behind_our_own
 from scripts.pipeline.gke.steps import StepJob, parse_time
 from scripts.pipeline.session import Session, hms
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 class Admission:
     workload: WorkloadState
     request: RequestState | None = None  # the newest ProvisioningRequest the workload owns, if any
+    queue: QueuePlace | None = None  # a queued one's place behind our own workloads (queue.py), else None
 
 
 def read_admission(session: Session, jobset: dict | None) -> Admission:
@@ -48,9 +50,11 @@ def read_admission(session: Session, jobset: dict | None) -> Admission:
     if not uid:
         return Admission(WorkloadState("absent"))
     cluster = session.cluster
-    workload = workload_state(workload_of(cluster.list_workloads(f"{WORKLOAD_JOB_UID_LABEL}={uid}"), jobset))
+    found = workload_of(cluster.list_workloads(f"{WORKLOAD_JOB_UID_LABEL}={uid}"), jobset)
+    workload = workload_state(found)
     request = latest_request(cluster.list_provisioning_requests(), workload.uid) if workload.uid else None
-    return Admission(workload, request)
+    queue = behind_our_own(found, cluster.list_workloads()) if workload.phase == "queued" else None
+    return Admission(workload, request, queue)
 
 
 def places_of(session: Session) -> tuple[Place, ...]:
@@ -193,7 +197,8 @@ class CapacityWatch:
         """The line to print when what is awaited changed, else None. Raises CapacityShortfall."""
         session, job = self.session, self.job
         now = session.now()
-        if self.started is None:
+        first = self.started is None
+        if first:
             self.started = parse_time(state.created or "") or now
         if state.restarts > self.restarts:  # a new attempt: its own clock, and it has not trained yet
             self.restarts, self.started, self.head_since = state.restarts, now, None  # trained stays
@@ -209,6 +214,7 @@ class CapacityWatch:
             return None
         has_tpu = any(conventions.TPU_RESOURCE in str(rj) for rj in job.manifest["spec"]["replicatedJobs"])
         admission = self.admission = read_admission(session, jobset)
+        self._count_from_admission(admission, now, first)
         # A CPU step (convert, export) waits for Kueue and then for a node of the CPU pool, which scales
         # from zero, bounded by CAPACITY_WAIT's `cpu` (recipes/capacity_wait.py); it has no next mode.
         place = self.place(admission, tpu) if has_tpu else None
@@ -249,6 +255,19 @@ class CapacityWatch:
                                     f"{describe_waits({mode: self.bound(mode)}, (mode,))}", self.trained, False,
                                     place, uid)
         return self._say(awaited, waited)
+
+    def _count_from_admission(self, admission: Admission, now: datetime, first: bool) -> None:
+        """A step's capacity wait counts from when Kueue admits it, not while it waits behind another
+        workload of ours for the quota (a sweep's runs on one slice, queue.py): the clock stands while it
+        does. A `run` that first sees it with quota reserved and never evicted counts from that
+        reservation: before it, it could only wait for quota, which only our own workloads hold."""
+        if admission.queue is not None:
+            self.started = now
+            return
+        reserved = parse_time(admission.workload.reserved_at) if admission.workload.reserved_at else None
+        if first and reserved and not admission.workload.evicted_before and self.restarts == 0 and \
+                self.started is not None and reserved > self.started:
+            self.started = min(reserved, now)
 
     def _since(self, pod: dict, now: datetime) -> datetime:
         """Since when a pod that never had a node waits for one: its creation, else its first sight."""
@@ -312,6 +331,10 @@ class CapacityWatch:
                     else f"waiting for {slice_}'s workers to start ({mode})")
         if workload.phase == "absent":
             return f"waiting for Kueue to admit JobSet {job.name} (no Workload of it is readable yet)"
+        if admission.queue is not None:
+            queue = admission.queue
+            return (f"queued behind our own {', '.join(queue.ahead_of) or 'workload'} (position {queue.position} of "
+                    f"{queue.waiting} in Kueue's queue); its capacity wait starts when Kueue admits it")
         if workload.phase == "queued":
             return f"waiting for Kueue to admit JobSet {job.name} ({workload.message or 'no quota yet'})"
         if workload.phase == "evicted":

@@ -50,6 +50,11 @@ class GkePlatform:
         return "the cluster's JobSets", set(filter(None, ((obj["metadata"].get("labels") or {}).get(RUN_LABEL)
                                                           for obj in jobsets)))
 
+    def queue(self, session: Session) -> dict[str, int]:
+        from scripts.pipeline.gke.queue import run_positions
+
+        return run_positions(session)
+
     def step_target(self, settings: Settings) -> str:
         return "JobSet"
 
@@ -62,7 +67,12 @@ class GkePlatform:
                        show_manifests)
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
-            show_manifests: bool) -> None:
+            show_manifests: bool, detach: bool = False) -> None:
+        if detach and not dry_run:
+            from scripts.pipeline.gke.detach import start_detached
+
+            start_detached(session, steps)
+            return
         from scripts.pipeline.gke.submit import run_gke
 
         run_gke(session, steps, replace=replace, follow_logs=follow_logs, dry_run=dry_run,

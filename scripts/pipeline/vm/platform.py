@@ -40,6 +40,9 @@ class VmPlatform:
     def runs_found(self, session: Session) -> Optional[tuple[str, set[str]]]:
         return None  # a VM's runs are the bucket's records
 
+    def queue(self, session: Session) -> dict[str, int]:
+        return {}  # one VM runs one run: nothing queues
+
     def step_target(self, settings: Settings) -> str:
         return f"startup script of TPU VM {settings.vm_name}"
 
@@ -48,7 +51,8 @@ class VmPlatform:
         return None  # the startup script was deployed with the stack: run submits nothing
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
-            show_manifests: bool) -> None:
+            show_manifests: bool, detach: bool = False) -> None:
+        # TODO(driver branch): `run --detach` on the VM (its startup script is already its driver).
         from scripts.pipeline.vm.run import run_vm
 
         run_vm(session, steps, follow_logs=follow_logs, dry_run=dry_run)  # nothing to replace, no manifests

@@ -1,0 +1,205 @@
+"""`tpu-rl sweep`: several runs of one recipe from one command, checked whole before any is started, then
+each started detached (its driver runs in the cluster) and queued by Kueue for the slice."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+from recipes import STEPS, UserError
+from recipes.sweeps import GRID_HELP
+from scripts.cli.core import (DATA_PROCESSOR_HELP, REWARDS_HELP, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app, handled,
+                              make_console, table_or_lines)
+from scripts.outcome import Interrupted, Outcome
+
+if TYPE_CHECKING:
+    from recipes import Recipe, Settings
+
+
+@dataclass(frozen=True)
+class PricedRun:
+    recipe: Recipe
+    minutes: int
+    usd: float  # its train and export: the conversion is the sweep's, priced once (SweepPlan)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    name: str
+    runs: list[PricedRun]
+    convert_usd: float
+
+    @property
+    def total(self) -> float:
+        return self.convert_usd + sum(run.usd for run in self.runs)
+
+
+class SweepNotStarted(Outcome):
+    """Run k of a sweep could not be started: the line names the runs that were, and how to stop them."""
+
+
+def _runs_of(grid: Optional[list[str]], file: Optional[str]):
+    from recipes.sweeps import parse_grid, read_sweep_file
+
+    if bool(grid) == bool(file):
+        raise UserError("tpu-rl sweep takes its runs from --grid KEY=V1,V2 (repeatable) or from --file "
+                        "sweep.toml: give one of them")
+    return read_sweep_file(file) if file else (None, parse_grid(grid or []))
+
+
+def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], file: Optional[str],
+               name: Optional[str], rewards: Optional[str], data_processor: Optional[str],
+               unchecked_imports: bool, unusual_values: bool) -> SweepPlan:
+    """Every run of the sweep as `run` would train it, each --set checked as `run` checks it
+    (run_input.run_of), the runs distinct and sharing one conversion, and priced; UserError naming the
+    run for the first that fails. Nothing reaches a cloud."""
+    from recipes.cost import pipeline_run_estimate
+    from recipes.runs import conversion_key, run_identity, with_run
+    from recipes.sweeps import check_distinct, check_sweepable, derived_name, sweep_name
+    from scripts.cli.run_input import run_of
+    from scripts.pipeline.platforms import platform_for
+
+    check_sweepable(recipe)
+    file_name, wanted = _runs_of(grid, file)
+    platform = platform_for(recipe)
+    recipes = []
+    for number, run in enumerate(wanted, 1):
+        try:
+            run_recipe = run_of(recipe, settings, list(run.sets), run.name, rewards, data_processor,
+                                unchecked_imports, usual_only=not unusual_values)
+            if run.name is None:  # named from what it trains, the files included
+                taken = {earlier.run for earlier in recipes}
+                run_recipe = with_run(run_recipe, derived_name(run.sets, run_identity(run_recipe), taken))
+            platform.check_run_request(run_recipe, run.sets, run_recipe.run)
+        except UserError as error:
+            given = " ".join(f"--set {item}" for item in run.sets) or "no --set"
+            raise UserError(f"sweep run {number} of {len(wanted)} ({given}): {error}; nothing was started") from None
+        recipes.append(run_recipe)
+    check_distinct(recipes, f"--file {file}" if file else "--grid")
+    keys = {conversion_key(run_recipe) for run_recipe in recipes}
+    if len(keys) > 1:  # no --set may change the model (recipes/runs.py PIPELINE_KEYS): a guard, not a path
+        raise UserError(f"the sweep's runs need {len(keys)} conversions ({', '.join(sorted(keys))}): a sweep "
+                        "shares one; sweep only keys that leave the model as it is")
+    swept = name or file_name or sweep_name(recipe.name, [run_recipe.run for run_recipe in recipes])
+    priced = []
+    convert_usd = 0.0
+    for run_recipe in recipes:
+        estimate = pipeline_run_estimate(run_recipe)
+        convert_usd = estimate.step("convert").usd
+        own = [estimate.step(step) for step in STEPS if step != "convert"]
+        priced.append(PricedRun(run_recipe.model_copy(update={"sweep": swept}), sum(step.minutes for step in own),
+                                sum(step.usd for step in own)))
+    return SweepPlan(swept, priced, convert_usd)
+
+
+def check_cap(plan: SweepPlan, max_cost: Optional[float]) -> None:
+    from recipes.prices import usd
+
+    if max_cost is not None and plan.total > max_cost:
+        raise UserError(f"sweep {plan.name} is estimated at {usd(plan.total)} for {len(plan.runs)} runs, over "
+                        f"--max-cost {usd(max_cost)}: drop values from the grid or raise --max-cost; nothing was "
+                        "started")
+
+
+def show_plan(console, plan: SweepPlan) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from recipes.prices import usd
+
+    title = f"sweep {plan.name}: {len(plan.runs)} runs, queued for the slice in this order"
+    table = Table(title=title, title_justify="left")
+    for column in ("#", "run", "--set", "minutes", "cost"):
+        table.add_column(column, no_wrap=column == "run")
+    lines = []
+    for number, run in enumerate(plan.runs, 1):
+        sets = ", ".join(run.recipe.sets) or "-"
+        table.add_row(str(number), escape(run.recipe.run), escape(sets), str(run.minutes), usd(run.usd))
+        lines.append(f"{number}. {escape(run.recipe.run)}: {escape(sets)}; {run.minutes} min, {usd(run.usd)}")
+    table_or_lines(console, table, title, lines)
+    console.print(f"shared convert: {usd(plan.convert_usd)}, once for every run")
+    console.print(f"expected: {usd(plan.total)} in all (train and export of each run, one convert)")
+
+
+@app.command()
+@handled
+def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+          grid: Optional[list[str]] = typer.Option(None, "--grid", metavar="KEY=V1,V2,...", help=GRID_HELP),
+          file: Optional[str] = typer.Option(None, "--file", metavar="SWEEP.toml",
+                                             help="The runs as [[runs]] tables, each with set = [...] and an "
+                                                  "optional name (docs/experiments.md)."),
+          name: Optional[str] = typer.Option(None, "--name", help="The sweep's name, in each run's run.json "
+                                             "(default: <recipe>-sweep-<hash of its runs>)."),
+          max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="USD", min=0,
+                                                   help="Refuse a sweep estimated above this many dollars."),
+          dry_run: bool = typer.Option(False, "--dry-run", help="Print the runs and their price; start nothing."),
+          rewards: Optional[str] = typer.Option(None, "--rewards", metavar="FILE.py:FN,...", help=REWARDS_HELP),
+          data_processor: Optional[str] = typer.Option(None, "--data-processor", metavar="FILE.py",
+                                                       help=DATA_PROCESSOR_HELP),
+          unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help=UNCHECKED_IMPORTS_HELP),
+          unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
+    """Start several runs of a recipe, a grid of --set values or a file's list, each detached; Kueue trains
+    them in turn on the slice. Checked and priced whole before any is started."""
+    from recipes import get_recipe
+    from recipes.sweeps import check_sweepable
+    from scripts.cli.core import cloud_recipe
+
+    check_sweepable(get_recipe(recipe_name))  # before the settings are read: no setting changes this
+    recipe, settings = cloud_recipe("sweep", recipe_name)
+    plan = plan_sweep(recipe, settings, grid, file, name, rewards, data_processor, unchecked_imports,
+                      unusual_values)
+    check_cap(plan, max_cost)
+    console = make_console()
+    show_plan(console, plan)
+    if dry_run:
+        console.print("dry run: nothing is started; start them with the same command without --dry-run")
+        console.print(f"best run: `tpu-rl runs {recipe.name}` names it by held-out accuracy once they are evaluated")
+        return
+    start_runs(plan, settings, console)
+
+
+def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
+    """Each run started detached through the platform (Platform.run(detach=True)), in the plan's order. When
+    run k cannot be started, the line names those that were, and how to stop them."""
+    from rich.markup import escape
+
+    from scripts.cli.cloud import make_session
+    from scripts.pipeline.platforms import platform_for
+
+    started: list[str] = []
+    for run in plan.runs:
+        recipe = run.recipe
+        try:
+            session = make_session(recipe, settings, "writes")
+            platform_for(recipe).run(session, STEPS, replace=False, follow_logs=False, dry_run=False,
+                                     show_manifests=False, detach=True)
+        except (Outcome, UserError, KeyboardInterrupt) as error:
+            interrupted = isinstance(error, KeyboardInterrupt)
+            stop = "; ".join(f"`tpu-rl cancel {recipe.name} --run {name} --yes`" for name in started)
+            done = (f"{len(started)} run(s) were started ({', '.join(started)}); stop them with {stop}"
+                    if started else "no run was started")
+            line = f"sweep {plan.name}: run {recipe.run} was not started ({'interrupted' if interrupted else error}); "
+            if interrupted or isinstance(error, UserError):
+                raise (Interrupted if interrupted else UserError)(line + done) from None
+            ending = SweepNotStarted(line + done)
+            ending.code = error.code  # the exit code of what stopped it
+            raise ending from None
+        started.append(recipe.run)
+        console.print(f"started run {recipe.run} ({len(started)} of {len(plan.runs)})")
+    console.print(f"sweep {plan.name}: {len(started)} runs started; Kueue trains them in turn. Follow them with "
+                  f"`tpu-rl runs {plan.runs[0].recipe.name}`")
+    console.print(escape(sweep_summary(session, plan)))
+
+
+def sweep_summary(session, plan: SweepPlan) -> str:
+    """The best run of the sweep by held-out accuracy, from the runs' records in the bucket (a sweep started
+    again after some of its runs trained); the same line `runs` prints."""
+    from scripts.pipeline.runs import best_of_sweep, summarize_run
+    from scripts.pipeline.record import run_records
+
+    records = run_records(session)
+    runs = [summarize_run(session, run.recipe.run, {**(records.get(run.recipe.run) or {}), "sweep": plan.name})
+            for run in plan.runs]
+    return best_of_sweep(runs, plan.name)

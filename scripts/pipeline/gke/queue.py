@@ -1,0 +1,99 @@
+"""Kueue's queue of our runs: which Workloads of the stack's LocalQueue hold quota, which wait, in the order
+Kueue admits them, and whether a waiting one waits behind one of ours (a sweep's runs on one slice's
+quota) or for capacity.
+
+The ClusterQueue is the stack's own (infra/kueue_queues.py): no cohort, each TPU flavor with the quota of
+all the recipe's slices, so only our own workloads hold its quota. A workload that does not fit is
+pending: QuotaReserved False, reason Pending, with the flavor assigner's message "couldn't assign flavors
+to pod set <ps>: insufficient unused quota for <resource> in flavor <f>, <n> more needed"
+(kubernetes-sigs/kueue v0.17.1, 6fcc132c, pkg/scheduler/flavorassigner/flavorassigner.go 1063). Kueue
+admits the pending ones in the order of its ClusterQueue heap (pkg/cache/queue/cluster_queue.go
+baseCompareFunc 753-782): higher priority first, then the older queue-order timestamp, then the UID. The
+timestamp is the workload's creation, or the time of its last eviction by an admission check (a flex-start
+retry goes to the back; pkg/workload/workload.go Ordering.GetQueueOrderTimestamp 1257-1277; the
+PodsReady timeout case needs waitForPodsReady, which the stack does not turn on)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from recipes.conventions import LOCAL_QUEUE
+from scripts.cloud.kube_objects import workload_state
+
+INSUFFICIENT_QUOTA = "insufficient unused quota"  # flavorassigner.go 1063: quota held, not quota lacking
+
+
+def _conditions(workload: dict) -> dict[str, dict]:
+    return {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+
+
+def ours(workloads: list[dict]) -> list[dict]:
+    """The workloads of the stack's LocalQueue (spec.queueName), which feeds our ClusterQueue."""
+    return [wl for wl in workloads if (wl.get("spec") or {}).get("queueName") == LOCAL_QUEUE]
+
+
+def holders(workloads: list[dict]) -> list[dict]:
+    """Ours that hold quota now: reserved, not finished, not deactivated."""
+    return [wl for wl in ours(workloads) if workload_state(wl).phase in ("checking", "admitted")]
+
+
+def _queue_timestamp(workload: dict) -> str:
+    evicted = _conditions(workload).get("Evicted") or {}
+    if evicted.get("status") == "True" and evicted.get("reason") == "AdmissionCheck":
+        return evicted.get("lastTransitionTime", "")
+    return (workload.get("metadata") or {}).get("creationTimestamp", "")
+
+
+def pending_in_order(workloads: list[dict]) -> list[dict]:
+    """Ours that wait for quota (queued, or evicted and requeued), in the order Kueue admits them."""
+    waiting = [wl for wl in ours(workloads) if workload_state(wl).phase in ("queued", "evicted")]
+    return sorted(waiting, key=lambda wl: (-int((wl.get("spec") or {}).get("priority") or 0), _queue_timestamp(wl),
+                                           (wl.get("metadata") or {}).get("uid", "")))
+
+
+def owner_jobset(workload: dict) -> str:
+    """The JobSet a workload was made for (its controller owner)."""
+    refs = (workload.get("metadata") or {}).get("ownerReferences") or []
+    return next((ref.get("name", "") for ref in refs if ref.get("kind") == "JobSet"), "")
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    position: int  # 1: admitted next
+    waiting: int  # how many of ours wait in all
+    ahead_of: tuple[str, ...]  # the JobSets holding the quota it waits for
+
+
+def behind_our_own(workload: dict | None, workloads: list[dict]) -> QueuePlace | None:
+    """Where a pending workload stands when it waits for quota another of our workloads holds; None when
+    it waits for anything else (capacity, an admission check, quota no workload of ours holds)."""
+    if workload is None or workload_state(workload).phase != "queued":
+        return None
+    message = (_conditions(workload).get("QuotaReserved") or {}).get("message", "")
+    uid = (workload.get("metadata") or {}).get("uid")
+    holding = [wl for wl in holders(workloads) if (wl.get("metadata") or {}).get("uid") != uid]
+    if INSUFFICIENT_QUOTA not in message or not holding:
+        return None
+    order = [(wl.get("metadata") or {}).get("uid") for wl in pending_in_order(workloads)]
+    position = order.index(uid) + 1 if uid in order else len(order) + 1
+    return QueuePlace(position, max(len(order), position), tuple(sorted(filter(None, map(owner_jobset, holding)))))
+
+
+def positions(workloads: list[dict]) -> dict[str, int]:
+    """Each waiting JobSet's place in the queue (1: admitted next), by JobSet name."""
+    return {owner_jobset(wl): number for number, wl in enumerate(pending_in_order(workloads), 1)}
+
+
+def run_positions(session) -> dict[str, int]:
+    """Each run of the recipe whose JobSet waits in the queue, by run name (its RUN_LABEL), with the
+    JobSet's place; a run with several waiting (not the case: its steps go in turn) keeps the first."""
+    from jobs.k8s import RECIPE_LABEL, RUN_LABEL
+
+    cluster = session.cluster
+    runs = {obj["metadata"]["name"]: (obj["metadata"].get("labels") or {}).get(RUN_LABEL)
+            for obj in cluster.list_jobsets(f"{RECIPE_LABEL}={session.recipe.name}")}
+    found: dict[str, int] = {}
+    for jobset, place in positions(cluster.list_workloads()).items():
+        if runs.get(jobset):
+            found.setdefault(runs[jobset], place)
+    return found

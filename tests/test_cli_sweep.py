@@ -1,0 +1,162 @@
+"""`tpu-rl sweep`: the runs of a grid or a file, each named from its values, checked and priced whole before
+any is started, then each started detached (Platform.run(detach=True)); refused on the VM recipe."""
+
+from __future__ import annotations
+
+import re
+
+from typer.testing import CliRunner
+
+from cli_helpers import error_line, fits_80_columns_with_whole_paths
+from jobs import render_manifests
+from jobs.k8s import spec_digest
+from peers.fixtures import peer_settings
+from recipes import get_recipe
+from recipes.cost import pipeline_run_estimate
+from recipes.prices import usd
+from recipes.runs import check_run_name, for_run
+from recipes.sweeps import parse_grid
+from scripts.cli import app
+from scripts.outcome import ApiError
+from scripts.pipeline.gke import detach
+
+RECIPE = "qwen3-v6e32"
+GRID = ["--grid", "learning_rate=1e-6,3e-6,1e-5", "--grid", "rl.grpo_beta=0.04,0.08"]
+runner = CliRunner()
+
+
+def _started(monkeypatch, fail_at: int | None = None) -> list[tuple[str, str | None]]:
+    """start_detached replaced by a record of the runs it was asked to start (the driver branch's part);
+    the `fail_at`-th call fails as a cluster that refuses would."""
+    calls: list[tuple[str, str | None]] = []
+
+    def start(session, steps):
+        if fail_at is not None and len(calls) + 1 == fail_at:
+            raise ApiError("the test's refusal")
+        calls.append((session.recipe.run, session.recipe.sweep))
+
+    monkeypatch.setattr(detach, "start_detached", start)
+    return calls
+
+
+def test_a_grid_gives_the_product_of_its_axes_first_axis_slowest():
+    runs = parse_grid(["learning_rate=1e-6,3e-6", "rl.grpo_beta=0.04,0.08,0.1"])
+    assert [run.sets for run in runs] == [
+        ("learning_rate=1e-6", "rl.grpo_beta=0.04"), ("learning_rate=1e-6", "rl.grpo_beta=0.08"),
+        ("learning_rate=1e-6", "rl.grpo_beta=0.1"), ("learning_rate=3e-6", "rl.grpo_beta=0.04"),
+        ("learning_rate=3e-6", "rl.grpo_beta=0.08"), ("learning_rate=3e-6", "rl.grpo_beta=0.1")]
+
+
+def test_a_derived_name_is_cut_to_a_valid_run_name_and_lengthens_its_hash_when_taken():
+    from recipes.sweeps import derived_name
+
+    sets = ("rl.num_generations=16", "learning_rate=3.5e-6", "decode_sampling_temperature=0.95")
+    identity = {"the test's": "identity"}
+    name = derived_name(sets, identity)
+    assert name.startswith("ng16-lr3p5e-6-") and len(name) == 20 and check_run_name(name) == name
+    longer = derived_name(sets, identity, {name})
+    assert longer != name and len(longer) <= 20 and check_run_name(longer) == longer
+
+
+def test_dry_run_names_each_run_from_its_values_and_prices_the_sweep_with_one_convert(settings_env, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    calls = _started(monkeypatch)
+    result = runner.invoke(app, ["sweep", RECIPE, *GRID, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert fits_80_columns_with_whole_paths(result.output), result.output
+    names = re.findall(r"^\d\. (\S+):", result.output, re.MULTILINE) or re.findall(r"│ \d │ (\S+)", result.output)
+    assert [name[:-5] for name in names] == ["lr1e-6-gb0p04", "lr1e-6-gb0p08", "lr3e-6-gb0p04", "lr3e-6-gb0p08",
+                                             "lr1e-5-gb0p04", "lr1e-5-gb0p08"], result.output
+    assert len(set(names)) == 6 and all(check_run_name(name) for name in names)
+    # convert once, train and export for each run, from the recipes' price table (recipes/cost.py)
+    estimates = [pipeline_run_estimate(for_run(get_recipe(RECIPE), (lr, beta)))
+                 for lr in ("learning_rate=1e-6", "learning_rate=3e-6", "learning_rate=1e-5")
+                 for beta in ("rl.grpo_beta=0.04", "rl.grpo_beta=0.08")]
+    total = estimates[0].step("convert").usd + sum(e.total - e.step("convert").usd for e in estimates)
+    assert f"expected: {usd(total)} in all" in result.output
+    assert "nothing is started" in result.output and calls == []
+
+
+def test_every_run_of_a_sweep_shares_one_convert_jobset():
+    recipes = [for_run(get_recipe(RECIPE), (f"learning_rate={lr}",)) for lr in ("1e-6", "3e-6", "1e-5")]
+    converts = [render_manifests(recipe, peer_settings())["convert"] for recipe in recipes]
+    trains = [render_manifests(recipe, peer_settings())["train"] for recipe in recipes]
+    assert len({manifest["metadata"]["name"] for manifest in converts}) == 1
+    assert len({spec_digest(manifest) for manifest in converts}) == 1  # a later run attaches to it (plan.py)
+    assert len({manifest["metadata"]["name"] for manifest in trains}) == 3
+
+
+def test_one_bad_set_among_many_refuses_the_whole_sweep_before_anything_starts(cloud, monkeypatch):
+    calls = _started(monkeypatch)
+    result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,fast", "--grid",
+                                 "rl.grpo_beta=0.04,0.08"])
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert line.startswith("error: sweep run 5 of 6 (--set learning_rate=fast --set rl.grpo_beta=0.04): ")
+    assert "nothing was started" in line
+    written = [blob.name for bucket in cloud["gcs"].list_buckets() for blob in bucket.list_blobs()]
+    assert calls == [] and cloud["kube"].created == [] and written == []
+
+
+def test_two_runs_that_train_the_same_weights_are_refused(settings_env, tmp_path):
+    (tmp_path / "sweep.toml").write_text('[[runs]]\nset = ["learning_rate=2e-5"]\n'
+                                         '[[runs]]\nset = ["learning_rate=0.00002"]\n')
+    result = runner.invoke(app, ["sweep", RECIPE, "--file", "sweep.toml", "--dry-run"])
+    assert result.exit_code == 2
+    assert "error: --file sweep.toml: runs 1 and 2 of the sweep train the same weights" in error_line(result)
+
+
+def test_a_file_lists_named_runs_and_names_the_sweep(settings_env, tmp_path, monkeypatch):
+    calls = _started(monkeypatch)
+    (tmp_path / "sweep.toml").write_text('name = "beta-sweep"\n[[runs]]\nname = "beta-low"\n'
+                                         'set = ["rl.grpo_beta=0.02"]\n[[runs]]\nset = ["rl.grpo_beta=0.2"]\n')
+    result = runner.invoke(app, ["sweep", RECIPE, "--file", "sweep.toml", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "sweep beta-sweep: 2 runs" in result.output
+    assert "beta-low" in result.output and re.search(r"gb0p2-[0-9a-f]{4}", result.output), result.output
+    assert calls == []
+
+
+def test_over_max_cost_is_refused_in_one_line_naming_the_total_and_the_cap(settings_env, monkeypatch):
+    calls = _started(monkeypatch)
+    result = runner.invoke(app, ["sweep", RECIPE, *GRID, "--max-cost", "100"])
+    assert result.exit_code == 2
+    assert re.fullmatch(r"error: sweep \S+ is estimated at \$[\d,]+\.\d\d for 6 runs, over --max-cost \$100\.00: "
+                        r"drop values from the grid or raise --max-cost; nothing was started", error_line(result))
+    assert calls == []
+
+
+def test_the_vm_recipe_refuses_a_sweep_in_one_line_that_says_why(settings_env):
+    result = runner.invoke(app, ["sweep", "llama31-v6e8", "--grid", "learning_rate=1e-6,3e-6"])
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert "one TPU VM runs one startup script" in line and "GKE recipe" in line
+
+
+def test_each_run_is_started_detached_in_order_with_the_sweeps_name(cloud, monkeypatch):
+    calls = _started(monkeypatch)
+    result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--name", "lr"])
+    assert result.exit_code == 0, result.output
+    assert [name[:-5] for name, _ in calls] == ["lr1e-6", "lr3e-6", "lr1e-5"]
+    assert {sweep for _, sweep in calls} == {"lr"}
+    assert "sweep lr: 3 runs started" in result.output and cloud["kube"].created == []
+    assert "sweep lr: 3 runs, none evaluated after training yet" in result.output
+
+
+def test_a_run_that_cannot_start_names_the_started_ones_and_how_to_stop_them(cloud, monkeypatch):
+    calls = _started(monkeypatch, fail_at=3)
+    result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--name", "lr"])
+    assert result.exit_code == ApiError.code, result.output  # the exit code of what stopped it
+    first, second = (name for name, _ in calls)
+    line = error_line(result)
+    assert line.startswith("error: sweep lr: run lr1e-5-") and "(the test's refusal)" in line
+    assert line.endswith(f"2 run(s) were started ({first}, {second}); stop them with `tpu-rl cancel {RECIPE} --run "
+                         f"{first} --yes`; `tpu-rl cancel {RECIPE} --run {second} --yes`")
+
+
+def test_without_the_in_cluster_driver_no_run_is_started(cloud):
+    result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6"])
+    assert result.exit_code != 0
+    line = error_line(result)
+    assert "needs the in-cluster driver" in line and line.endswith("no run was started")
+    assert cloud["kube"].created == []

@@ -1,0 +1,158 @@
+"""Our runs in Kueue's queue: waiting behind our own workload is told apart from waiting for capacity
+(scripts/pipeline/gke/queue.py), a reattaching `run` counts a queued step's capacity wait from its
+admission, and a sweep's runs are named best-first by `runs` and drawn together by `metrics --sweep`.
+Workloads are built by the fake Kueue (peers/kueue.py), as Kueue v0.17.1 writes them."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+from typer.testing import CliRunner
+
+from cli_helpers import CONVERT, RECIPE, TRAIN, error_line, slow_polls
+from contracts.tunix_log import evaluation_line
+from jobs import render_manifests
+from jobs.paths import ArtifactPaths, split_gs_url
+from peers import kueue
+from peers.event_files import put_event_files
+from peers.fixtures import peer_settings, put_step_output
+from recipes import get_recipe
+from scripts.cli import app
+from scripts.pipeline.gke.queue import behind_our_own, positions
+from scripts.rundata.evaluation import parse_evaluations
+
+runner = CliRunner()
+RUNS_OF_THE_SWEEP = {"lr-a": 33, "lr-b": 45, "lr-c": 38}  # correct answers of 64 after training
+
+
+def _jobset(name: str, uid: str, tpu: bool = True) -> dict:
+    limits = {"google.com/tpu": "4"} if tpu else {"cpu": "8"}
+    return {"metadata": {"name": name, "uid": uid}, "spec": {"replicatedJobs": [{"name": "worker", "replicas": 1,
+            "template": {"spec": {"parallelism": 8, "template": {"spec": {"containers": [
+                {"name": "c", "image": "i", "resources": {"limits": limits}}]}}}}}]}}
+
+
+def _workloads() -> tuple[dict, dict, dict]:
+    """A train holding the slice's quota, and two waiting for it, created in this order."""
+    holder, first, second = (kueue.workload_for(_jobset(f"{run}-train", f"uid-{run}")) for run in ("a", "b", "c"))
+    kueue.reserve(holder, "tpu", checked=False)
+    kueue.admit(holder)
+    for waiting in (first, second):
+        kueue.pending(waiting, "tpu", 32)
+    first["metadata"]["creationTimestamp"], second["metadata"]["creationTimestamp"] = "2026-12-01T10:00:00Z", \
+        "2026-12-01T10:05:00Z"
+    return holder, first, second
+
+
+def test_a_workload_waiting_for_quota_our_own_train_holds_is_behind_our_own_run():
+    holder, first, second = _workloads()
+    place = behind_our_own(second, [second, holder, first])
+    assert (place.position, place.waiting, place.ahead_of) == (2, 2, ("a-train",))
+    assert positions([second, holder, first]) == {"b-train": 1, "c-train": 2}
+
+
+def test_waiting_for_quota_nobody_of_ours_holds_or_for_capacity_is_not_behind_our_own_run():
+    holder, first, _ = _workloads()
+    assert behind_our_own(first, [first]) is None  # nothing of ours holds it: a quota the stack lacks
+    kueue.finish(holder, True, "jobset completed successfully")
+    assert behind_our_own(first, [holder, first]) is None  # a finished workload's quota is free
+    checking = kueue.workload_for(_jobset("d-train", "uid-d"))
+    kueue.reserve(checking, "tpu-flex-start", checked=True)  # quota, waiting for its flex-start capacity
+    assert behind_our_own(checking, [holder, checking]) is None
+
+
+def test_a_retried_flex_start_request_goes_to_the_back_of_the_queue():
+    """GetQueueOrderTimestamp: a workload evicted by its admission check queues from its eviction."""
+    holder, first, second = _workloads()
+    kueue.use_clock(lambda: kueue.datetime(2026, 12, 1, 11, tzinfo=kueue.timezone.utc))
+    try:
+        kueue.reserve(first, "tpu-flex-start", checked=True)
+        kueue.retry(first, "the test's Failed message")
+    finally:
+        kueue.use_clock(None)
+    assert positions([holder, first, second]) == {"c-train": 1, "b-train": 2}
+
+
+def test_a_reattaching_run_counts_a_queued_trains_capacity_wait_from_its_admission(cloud, monkeypatch):
+    """The train JobSet waited two hours behind our own run, then got the quota and waits for its flex-start
+    slice. A `run` that reattaches now (a restarted driver) ends that wait 30 min after the quota came, not
+    at once for the 2 h since the JobSet's creation."""
+    kube = cloud["kube"]
+    clock = slow_polls(monkeypatch)
+    monkeypatch.setenv("CAPACITY", "flex-start")
+    monkeypatch.setenv("CAPACITY_WAIT", "flex-start=30m")
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    recipe = get_recipe(RECIPE).with_capacity(("flex-start",), "CAPACITY")
+    kube.plan(TRAIN, capacity="flex-start", stockout=("flex-start",), admitted_after=1)
+    kube.put_jobset(render_manifests(recipe, peer_settings())["train"])  # created, queued
+    clock[0] += timedelta(hours=2)
+    with kube._lock:
+        kube._advance(TRAIN)  # Kueue reserves its quota now and files its ProvisioningRequest
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
+    assert result.exit_code != 0, result.output
+    assert "reattaching to it" in result.output
+    waited = re.search(r"for (\d+):(\d\d):\d\d, longer than CAPACITY_WAIT", result.output)
+    assert waited and int(waited[1]) == 0 and 30 <= int(waited[2]) <= 50, result.output
+
+
+def _record(cloud, run: str, correct: int) -> ArtifactPaths:
+    recipe = get_recipe(RECIPE).model_copy(update={"run": run})
+    paths = ArtifactPaths(recipe, peer_settings())
+    lines = [evaluation_line("pre", 26, 64, 30, 50, 0.8123), evaluation_line("post", correct, 64, 40, 63, 1.9)]
+    record = {"recipe": RECIPE, "run": run, "status": "succeeded", "sweep": "lr",
+              "created": f"2026-12-01T1{len(run)}:00:00+00:00", "evaluations": [e.as_record() for e in parse_evaluations("\n".join(lines), last_step=50)]}
+    bucket, name = split_gs_url(paths.run_record)
+    cloud["gcs"].bucket(bucket).blob(name).upload_from_string(json.dumps(record))
+    return paths
+
+
+def test_runs_names_a_sweeps_best_run_by_held_out_accuracy(cloud):
+    for run, correct in RUNS_OF_THE_SWEEP.items():
+        _record(cloud, run, correct)
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    # lr-b: 45 of 64 correct after training, 26 of 64 before
+    assert "sweep lr: best run lr-b, held-out accuracy 40.6→70.3 (3 of 3 runs evaluated)" in result.output
+
+
+def test_metrics_draws_every_run_of_a_sweep_side_by_side(cloud, tmp_path):
+    for number, (run, correct) in enumerate(RUNS_OF_THE_SWEEP.items()):
+        paths = _record(cloud, run, correct)
+        put_event_files(cloud["gcs"], paths.tensorboard, {"rewards/train/mean": [(1, 0.1), (50, 0.3 + number / 10)]},
+                        tmp_path / run)
+    result = runner.invoke(app, ["metrics", RECIPE, "--sweep", "lr", "--png", str(tmp_path / "lr.png")])
+    assert result.exit_code == 0, result.output
+    assert all(run in result.output for run in RUNS_OF_THE_SWEEP), result.output
+    assert (tmp_path / "lr.png").stat().st_size > 0
+    missing = runner.invoke(app, ["metrics", RECIPE, "--sweep", "nope"])
+    assert missing.exit_code == 2 and "--sweep nope: no run of qwen3-v6e32 in" in error_line(missing)
+
+
+def test_the_convert_jobset_of_a_sweep_is_the_recipes_shared_one():
+    assert CONVERT == render_manifests(get_recipe(RECIPE).model_copy(update={"run": "lr-a"}),
+                                       peer_settings())["convert"]["metadata"]["name"]
+
+
+def test_runs_prices_each_run_by_the_time_its_steps_billed_not_the_time_train_sat_in_the_queue(cloud):
+    from recipes.cost import hourly_estimate
+    from recipes.prices import usd
+
+    paths = _record(cloud, "lr-a", 40)
+    bucket, name = split_gs_url(paths.run_record)
+    blob = cloud["gcs"].bucket(bucket).blob(name)
+    record = json.loads(blob.download_as_bytes())
+    record["steps"] = {
+        "convert": {"status": "succeeded", "started": "2026-12-01T10:00:00+00:00",
+                    "ended": "2026-12-01T10:30:00+00:00"},
+        "train": {"status": "succeeded", "started": "2026-12-01T10:30:00+00:00", "ended": "2026-12-01T14:30:00+00:00",
+                  "phases": [{"phase": "queued", "started": "2026-12-01T10:30:00Z", "seconds": 3 * 3600},
+                             {"phase": "training", "started": "2026-12-01T13:30:00Z", "seconds": 3600}]}}
+    blob.upload_from_string(json.dumps(record))
+    hourly = hourly_estimate(get_recipe(RECIPE))  # half an hour of convert, one of train: the queue bills nothing
+    expected = hourly.during("convert") * 0.5 + hourly.during("train") * 1.0
+    result = runner.invoke(app, ["runs", RECIPE, "--json"])
+    assert result.exit_code == 0, result.output
+    [run] = json.loads(result.output)["runs"]
+    assert usd(run["cost_usd"]) == usd(expected)
