@@ -9,8 +9,12 @@ followed, its output verified in GCS, and its failures explained in one line eac
 - wait.py: waiting for one JobSet: problems, restarts, progress, the followed log.
 - admission.py: what a waiting JobSet really waits for: its Kueue Workload and, on flex-start, the
   ProvisioningRequest for its slice, bounded by the mode's CAPACITY_WAIT.
+- queue.py: Kueue's queue of our runs: who holds the quota, who waits behind whom, in Kueue's order.
 - capacity.py: capacity that does not come or goes away: the next mode, the step again, or one line.
 - starting.py: an attempt with its capacity that cannot start: an image pull failing, pods not Ready.
+- detach.py: starting a run that nobody follows (`run --detach`, each run of a sweep).
+- driver_image.py, driver_wheel.py: the driver's runtime: this package's wheel and its locked
+  dependencies staged in the bucket, and the version a driver reports.
 - diagnose.py: why a step failed, in one line.
 - cancel.py: `cancel`.
 - evaluate.py: `eval`: a saved checkpoint scored on the held-out set by a scratch run's JobSet.

@@ -1,17 +1,7 @@
 """Kueue's queue of our runs: which Workloads of the stack's LocalQueue hold quota, which wait, in the order
 Kueue admits them, and whether a waiting one waits behind one of ours (a sweep's runs on one slice's
-quota) or for capacity.
-
-The ClusterQueue is the stack's own (infra/kueue_queues.py): no cohort, each TPU flavor with the quota of
-all the recipe's slices, so only our own workloads hold its quota. A workload that does not fit is
-pending: QuotaReserved False, reason Pending, with the flavor assigner's message "couldn't assign flavors
-to pod set <ps>: insufficient unused quota for <resource> in flavor <f>, <n> more needed"
-(kubernetes-sigs/kueue v0.17.1, 6fcc132c, pkg/scheduler/flavorassigner/flavorassigner.go 1063). Kueue
-admits the pending ones in the order of its ClusterQueue heap (pkg/cache/queue/cluster_queue.go
-baseCompareFunc 753-782): higher priority first, then the older queue-order timestamp, then the UID. The
-timestamp is the workload's creation, or the time of its last eviction by an admission check (a flex-start
-retry goes to the back; pkg/workload/workload.go Ordering.GetQueueOrderTimestamp 1257-1277; the
-PodsReady timeout case needs waitForPodsReady, which the stack does not turn on)."""
+quota) or for capacity. The ClusterQueue is the stack's own (infra/kueue_queues.py, no cohort), so only
+our own workloads hold its quota. Kueue's message and order: docs/provenance.md#kueues-queue-of-our-runs."""
 
 from __future__ import annotations
 
@@ -20,7 +10,7 @@ from dataclasses import dataclass
 from recipes.conventions import LOCAL_QUEUE
 from scripts.cloud.kube_objects import workload_state
 
-INSUFFICIENT_QUOTA = "insufficient unused quota"  # flavorassigner.go 1063: quota held, not quota lacking
+INSUFFICIENT_QUOTA = "insufficient unused quota"  # quota held by others, not quota lacking (fitsResourceQuota)
 
 
 def _conditions(workload: dict) -> dict[str, dict]:
