@@ -18,9 +18,10 @@ from infra.google import container_cluster, container_node_pool, data_google_con
 from infra.identity import CLOUD_PLATFORM_SCOPE, workload_identity_pool
 from infra.network import Network
 from infra.terraform_literals import terraform_expression
+from recipes import conventions
 from recipes.cidrs import authorized_cidrs_problem
 
-SYSTEM_POOL = "system-np"
+SYSTEM_POOL = conventions.SYSTEM_POOL_NAME
 
 # Upgrades. A node upgrade recreates every host of a TPU slice, which kills a run that takes days, so
 # while a stack exists GKE may patch the control plane but neither upgrade nodes nor change the minor

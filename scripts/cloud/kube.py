@@ -313,6 +313,20 @@ class Cluster:
         """The ProvisioningRequests (autoscaling.x-k8s.io/v1) Kueue files for flex-start slices."""
         return self._list_custom(PROVREQ_GROUP, PROVREQ_VERSION, "provisioningrequests")
 
+    # -- what bills: the nodes of each pool, and the drivers' Jobs --------------------------------
+    def list_nodes(self) -> list[dict]:
+        """The cluster's nodes (cluster-scoped), each labelled with its pool by GKE."""
+        response = self._read("listing nodes", lambda: self.core.list_node(
+            _request_timeout=self._timeout, _preload_content=False))
+        return _loads(response).get("items", [])
+
+    def list_jobs(self, selector: str) -> list[dict]:
+        """The batch/v1 Jobs in the namespace whose labels match a selector (a run's driver is one)."""
+        batch = k8s.BatchV1Api(self.api)
+        response = self._read(f"listing Jobs {selector}", lambda: batch.list_namespaced_job(
+            self.namespace, label_selector=selector, _request_timeout=self._timeout, _preload_content=False))
+        return _loads(response).get("items", [])
+
     # -- pods and logs ---------------------------------------------------------------------------
     def list_pods(self, selector: str) -> list[dict]:
         response = self._read(f"listing pods {selector}", lambda: self.core.list_namespaced_pod(
