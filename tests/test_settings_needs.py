@@ -63,6 +63,9 @@ CASES = (
     Case("logs", ("logs", GKE, "train")),
     Case("logs", ("logs", VM, "convert"), "vm", {"vm": "RUNNING"}),
     Case("metrics", ("metrics", GKE)),
+    # No state names these settings' cluster (none in the checkout, no TF_STATE_BUCKET): nothing to stop.
+    Case("down", ("down", GKE, "--yes")),
+    Case("down", ("down", VM, "--yes"), "vm"),
     Case("check-rewards", ("check-rewards", "rewards.py:short")),
     Case("plan-review", ("plan-review",), clone=True),
 )
