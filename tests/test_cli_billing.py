@@ -23,14 +23,15 @@ from typer.testing import CliRunner
 from cli_helpers import error_line
 from jobs import render_manifests
 from jobs.k8s import RECIPE_LABEL, RUN_LABEL
-from peers.fixtures import REPO, SETTINGS, make_bucket, peer_settings
+from peers.fixtures import REPO, SETTINGS, peer_settings
+from peers.tf_state import cluster_state, put_state
 from recipes import get_recipe
 from recipes.prices import load_prices, usd
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
-STATE_BUCKET = "rl-test-tf-state"
+STATE_BUCKET = f"{SETTINGS['GCS_BUCKET']}-tf-state"  # peers/tf_state.py put_state
 runner = CliRunner()
 
 
@@ -121,26 +122,13 @@ def test_a_running_driver_job_counts_as_active_and_a_finished_one_does_not(cloud
 
 # -- tpu-rl down -------------------------------------------------------------------------------------------
 
-def cluster_state(project: str, location: str, name: str) -> str:
-    """A Terraform state (format version 4, hashicorp/terraform internal/states/statefile/version4.go) with
-    the stack's cluster, as `npx cdktf deploy` leaves it (only the fields `down` reads, and a few more)."""
-    return json.dumps({"version": 4, "terraform_version": "1.11.4", "serial": 12, "lineage": "0f6c",
-                       "outputs": {}, "resources": [{
-                           "mode": "managed", "type": "google_container_cluster", "name": "gke_cluster_1A2B3C",
-                           "provider": 'provider["registry.terraform.io/hashicorp/google"]',
-                           "instances": [{"schema_version": 2, "attributes": {
-                               "id": f"projects/{project}/locations/{location}/clusters/{name}",
-                               "name": name, "project": project, "location": location}}]}]})
-
-
 @pytest.fixture
 def deployed(cloud, monkeypatch, tmp_path):
     """The stack's state in TF_STATE_BUCKET naming the settings' cluster, and a stand-in npx first on PATH
     that records each call (its arguments, working directory and TPU_RL_CONFIG) and exits NPX_EXIT."""
-    monkeypatch.setenv("TF_STATE_BUCKET", STATE_BUCKET)
-    bucket = make_bucket(cloud["gcs"], STATE_BUCKET, SETTINGS["REGION"])
-    bucket.blob(f"tpu-rl/{RECIPE}/default.tfstate").upload_from_string(
-        cluster_state(SETTINGS["PROJECT"], SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"]))
+    env = dict(SETTINGS)
+    put_state(cloud["gcs"], env, RECIPE)
+    monkeypatch.setenv("TF_STATE_BUCKET", env["TF_STATE_BUCKET"])
     bin_dir, log = tmp_path / "bin", tmp_path / "npx.log"
     bin_dir.mkdir()
     npx = bin_dir / "npx"

@@ -87,8 +87,9 @@ def _check_own_cluster(session: Session) -> str | None:
         found = (cluster.get("project"), cluster.get("location"), cluster.get("name"))
         if found != wanted:
             raise UserError(f"the state of stack {stack} ({where}) holds cluster '{found[2]}' of project "
-                            f"'{found[0]}' in {found[1]}, not your settings' '{wanted[2]}' of '{wanted[0]}' in "
-                            f"{wanted[1]}: set the settings that stack was deployed with, or destroy it yourself")
+                            f"'{found[0]}' in {found[1]}, not the one PROJECT, REGION and CLUSTER_NAME name "
+                            f"('{wanted[2]}' of '{wanted[0]}' in {wanted[1]}): set the settings that stack was "
+                            "deployed with, or destroy it yourself")
     return where
 
 
