@@ -167,6 +167,34 @@ def test_down_refuses_while_a_run_is_active_and_names_how_to_cancel(deployed):
     assert deployed["npx_calls"]() == []
 
 
+def test_down_refuses_while_a_shared_conversion_runs(deployed):
+    convert = render_manifests(get_recipe(RECIPE), peer_settings())["convert"]
+    deployed["kube"].put_jobset(convert, phase="running")
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert error_line(result).startswith(
+        f"error: a conversion of {RECIPE} is active or queued (JobSet {convert['metadata']['name']} running)")
+    assert deployed["npx_calls"]() == []
+
+
+def test_down_answered_no_destroys_nothing(deployed, monkeypatch):
+    import scripts.cli.cloud
+
+    real = scripts.cli.cloud.make_session
+    questions = []
+
+    def make_session(*args, **kwargs):
+        session = real(*args, **kwargs)
+        session.confirm = lambda question: questions.append(question) or False
+        return session
+
+    monkeypatch.setattr(scripts.cli.cloud, "make_session", make_session)
+    result = runner.invoke(app, ["down", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert questions == [f"Destroy stack {RECIPE} (gs://{SETTINGS['GCS_BUCKET']} is kept)?"]
+    assert "nothing was destroyed" in result.output and deployed["npx_calls"]() == []
+
+
 def test_down_refuses_a_state_that_holds_another_projects_cluster(deployed):
     deployed["gcs"].bucket(STATE_BUCKET).blob(f"tpu-rl/{RECIPE}/default.tfstate").upload_from_string(
         cluster_state("someone-else", SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"]))
@@ -217,3 +245,11 @@ def test_the_destroy_command_is_one_cdktf_takes():
     assert command[:3] == ["npx", "cdktf", "destroy"] and command[3] == RECIPE
     for option in command[4:]:
         assert f"  {option} " in help_text, help_text
+
+
+def test_down_without_npx_says_what_to_install_and_destroys_nothing(deployed, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert error_line(result).startswith("error: `tpu-rl down` needs npx (Node.js 22, README prerequisites)")
+    assert deployed["npx_calls"]() == []

@@ -17,7 +17,7 @@ from scripts.pipeline.session import Session
 
 @dataclass(frozen=True)
 class ActiveRun:
-    run: str
+    run: str | None  # None: a conversion, which runs of the same conversion share (no run label)
     what: str  # e.g. "JobSet qwen3-v6e32-abc-train running", "driver Job tpu-rl-driver-abc"
 
 
@@ -37,11 +37,11 @@ def active_runs(session: Session) -> list[ActiveRun]:
         phase = jobset_state(obj).phase
         if phase in ACTIVE:
             labels = obj["metadata"].get("labels") or {}
-            found.append(ActiveRun(labels.get(RUN_LABEL, "-"), f"JobSet {obj['metadata']['name']} {phase}"))
+            found.append(ActiveRun(labels.get(RUN_LABEL), f"JobSet {obj['metadata']['name']} {phase}"))
     for job in cluster.list_jobs(selector):
         if not _finished(job):
             labels = job["metadata"].get("labels") or {}
-            found.append(ActiveRun(labels.get(RUN_LABEL, "-"), f"driver Job {job['metadata']['name']}"))
+            found.append(ActiveRun(labels.get(RUN_LABEL), f"driver Job {job['metadata']['name']}"))
     return found
 
 

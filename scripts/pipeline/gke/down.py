@@ -118,7 +118,11 @@ def down_gke(session: Session, yes: bool) -> None:
         return
     active = active_runs(session)
     if active:
-        first = active[0]
+        first = next((run for run in active if run.run), active[0])
+        if first.run is None:  # a conversion alone: the runs that wait on it share it
+            raise UserError(f"a conversion of {recipe} is active or queued ({first.what}): wait for it to end, or "
+                            f"cancel the run that waits on it (`tpu-rl runs {recipe}` lists them; `tpu-rl cancel "
+                            f"{recipe} --run <run>`), then run `tpu-rl down {recipe}` again")
         raise UserError(f"run {first.run} of {recipe} is active or queued ({first.what}): cancel it with "
                         f"`tpu-rl cancel {recipe} --run {first.run}` (or wait for it to end), then run "
                         f"`tpu-rl down {recipe}` again")
