@@ -253,3 +253,22 @@ def test_down_without_npx_says_what_to_install_and_destroys_nothing(deployed, mo
     assert result.exit_code == ExitCode.BAD_INPUT, result.output
     assert error_line(result).startswith("error: `tpu-rl down` needs npx (Node.js 22, README prerequisites)")
     assert deployed["npx_calls"]() == []
+
+
+def test_down_reads_a_local_state_and_runs_cdktf_in_the_checkout_with_the_same_config_file(deployed, monkeypatch,
+                                                                                          tmp_path):
+    """Without TF_STATE_BUCKET the state is terraform.<stack>.tfstate at the checkout's root; cdktf runs there
+    and reads the config file these settings came from (./tpu-rl.toml here), by its absolute path."""
+    import scripts.pipeline.gke.down as down
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "cdktf.json").write_text("{}")
+    (checkout / f"terraform.{RECIPE}.tfstate").write_text(
+        cluster_state(SETTINGS["PROJECT"], SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"]))
+    monkeypatch.setattr(down, "CHECKOUT", checkout)
+    monkeypatch.delenv("TF_STATE_BUCKET")
+    (tmp_path / "tpu-rl.toml").write_text(f'gcs_bucket = "{SETTINGS["GCS_BUCKET"]}"\n')  # the cwd (settings_env)
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert deployed["npx_calls"]() == [f"{checkout}|cdktf destroy {RECIPE} --auto-approve|{tmp_path / 'tpu-rl.toml'}"]
