@@ -24,6 +24,7 @@ from cli_helpers import error_line
 from jobs import render_manifests
 from jobs.k8s import RECIPE_LABEL, RUN_LABEL
 from peers.fixtures import REPO, SETTINGS, peer_settings
+from peers.simulated_run import put_idle_cluster_nodes
 from peers.tf_state import cluster_state, put_state
 from recipes import get_recipe
 from recipes.prices import load_prices, usd
@@ -135,8 +136,7 @@ def deployed(cloud, monkeypatch, tmp_path):
     npx.write_text(f'#!/bin/sh\necho "$PWD|$*|$TPU_RL_CONFIG" >> {log}\nexit "${{NPX_EXIT:-0}}"\n')
     npx.chmod(npx.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    nodes(cloud["kube"], "system-np", 1)
-    nodes(cloud["kube"], "tpu-np-0", get_recipe(RECIPE).shape.hosts_per_slice, "reservation")
+    put_idle_cluster_nodes(cloud["kube"], get_recipe(RECIPE))
     cloud["npx_calls"] = lambda: log.read_text().splitlines() if log.exists() else []
     return cloud
 
