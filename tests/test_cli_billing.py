@@ -272,3 +272,14 @@ def test_down_reads_a_local_state_and_runs_cdktf_in_the_checkout_with_the_same_c
     result = runner.invoke(app, ["down", RECIPE, "--yes"])
     assert result.exit_code == 0, result.output
     assert deployed["npx_calls"]() == [f"{checkout}|cdktf destroy {RECIPE} --auto-approve|{tmp_path / 'tpu-rl.toml'}"]
+
+
+def test_runs_lists_the_runs_and_says_in_one_line_when_rbac_hides_the_nodes(cloud):
+    from peers.http import Fault
+
+    cloud["kube"].faults.append(Fault("GET", "/api/v1/nodes", 403))
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1].startswith("(what the cluster still bills is not shown: listing the "
+                                                     "cluster's nodes failed with HTTP 403"), result.output
+    assert result.output.splitlines()[-1].endswith("your account needs to list nodes (roles/container.viewer))")
