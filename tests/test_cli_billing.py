@@ -208,7 +208,9 @@ def test_down_with_no_state_has_nothing_to_stop(deployed):
     deployed["gcs"].bucket(STATE_BUCKET).blob(f"tpu-rl/{RECIPE}/default.tfstate").delete()
     result = runner.invoke(app, ["down", RECIPE, "--yes"])
     assert result.exit_code == 0, result.output
-    assert "nothing to stop" in result.output and deployed["npx_calls"]() == []
+    assert (f"nothing to stop: no cluster in the state of stack {RECIPE} "
+            f"(gs://{STATE_BUCKET}/tpu-rl/{RECIPE}/default.tfstate)") in result.output
+    assert deployed["npx_calls"]() == []
 
 
 def test_down_without_a_terminal_or_yes_asks_for_yes_and_destroys_nothing(deployed):

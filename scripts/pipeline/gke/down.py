@@ -74,14 +74,14 @@ def state_clusters(text: str | None) -> list[dict]:
             for instance in resource.get("instances") or []]
 
 
-def _check_own_cluster(session: Session) -> str | None:
-    """The state's cluster when it is the settings' own; None when the state holds no cluster (nothing to
-    destroy); UserError when it holds another."""
+def _check_own_cluster(session: Session) -> tuple[str, bool]:
+    """Where the stack's state is, and whether it holds the settings' own cluster (False: no cluster, so
+    nothing to destroy); UserError when it holds another."""
     settings, stack = session.settings, session.recipe.name
     where, text = _state_text(session)
     clusters = state_clusters(text)
     if not clusters:
-        return None
+        return where, False
     wanted = (settings.project, settings.region, settings.cluster_name)
     for cluster in clusters:
         found = (cluster.get("project"), cluster.get("location"), cluster.get("name"))
@@ -90,7 +90,7 @@ def _check_own_cluster(session: Session) -> str | None:
                             f"'{found[0]}' in {found[1]}, not the one PROJECT, REGION and CLUSTER_NAME name "
                             f"('{wanted[2]}' of '{wanted[0]}' in {wanted[1]}): set the settings that stack was "
                             "deployed with, or destroy it yourself")
-    return where
+    return where, True
 
 
 def _config_env() -> dict[str, str]:
@@ -111,10 +111,11 @@ def down_gke(session: Session, yes: bool) -> None:
     if shutil.which("npx") is None:
         raise UserError("`tpu-rl down` needs npx (Node.js 22, README prerequisites) to run cdktf: install it "
                         "and run `make synth` in the checkout")
-    state = _check_own_cluster(session)
-    if state is None:
-        console.print(f"nothing to stop: the state of stack {recipe} holds no cluster (never deployed, or already "
-                      f"destroyed); gs://{settings.gcs_bucket} is untouched")
+    state, deployed = _check_own_cluster(session)
+    if not deployed:
+        console.print(escape(f"nothing to stop: no cluster in the state of stack {recipe} ({state}): never "
+                             "deployed, already destroyed, or deployed with another TF_STATE_BUCKET or checkout; "
+                             f"gs://{settings.gcs_bucket} is untouched"))
         return
     active = active_runs(session)
     if active:
