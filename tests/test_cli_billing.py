@@ -285,3 +285,16 @@ def test_runs_lists_the_runs_and_says_in_one_line_when_rbac_hides_the_nodes(clou
     assert result.output.splitlines()[-1].startswith("(what the cluster still bills is not shown: listing the "
                                                      "cluster's nodes failed with HTTP 403"), result.output
     assert result.output.splitlines()[-1].endswith("your account needs to list nodes (roles/container.viewer))")
+
+
+def test_a_cpu_node_still_up_is_priced_and_a_pool_the_stack_does_not_make_is_named_unpriced():
+    from recipes.standing_cost import standing_cost
+
+    recipe = get_recipe(RECIPE)
+    pool = {"cloud.google.com/gke-nodepool": "cpu-np"}
+    bill = standing_cost(recipe, [{"cloud.google.com/gke-nodepool": "system-np"}, pool,
+                                  {"cloud.google.com/gke-nodepool": "someone-elses-np"}])
+    cpu = load_prices().machines[recipe.cpu_machine_type].usd_per_hour
+    assert ("cpu-np 1 node", cpu) in [(item.item, item.usd_per_hour) for item in bill.items]
+    assert bill.at_zero == () and bill.unpriced == ("someone-elses-np 1 node",)
+    assert bill.summary().endswith("; not priced: someone-elses-np 1 node")
