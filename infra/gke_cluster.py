@@ -18,9 +18,10 @@ from infra.google import container_cluster, container_node_pool, data_google_con
 from infra.identity import CLOUD_PLATFORM_SCOPE, workload_identity_pool
 from infra.network import Network
 from infra.terraform_literals import terraform_expression
+from recipes import conventions
 from recipes.cidrs import authorized_cidrs_problem
 
-SYSTEM_POOL = "system-np"
+SYSTEM_POOL = conventions.SYSTEM_POOL_NAME
 
 # A node upgrade recreates every host of a TPU slice and kills a days-long run, so GKE may patch the control
 # plane but not upgrade nodes or the minor version: the gke-tpu-v6e-advanced blueprint's exclusion

@@ -104,6 +104,7 @@ FLEX_START_ADMISSION_CHECK = "flex-start-slice"
 
 # The GKE system pool (kube-system, the Kueue and JobSet controllers): the stacks create it, the cost
 # estimate (recipes/cost.py) prices it.
+SYSTEM_POOL_NAME = "system-np"
 SYSTEM_POOL_MACHINE_TYPE = "e2-standard-4"
 SYSTEM_POOL_NODES = 1
 
@@ -112,6 +113,23 @@ JOBSET_VERSION = "v0.12.0"
 KUEUE_VERSION = "v0.17.1"
 
 ARTIFACTS_STACK = "artifacts"
+
+# Where each stack's Terraform state lives (stacks/base.py writes the backend block; `tpu-rl down` reads the
+# state to check whose cluster it holds). Local state sits at the repository root, outside cdktf.out/,
+# which `make clean` removes. With TF_STATE_BUCKET, Terraform's GCS backend keeps the default workspace's
+# state in `<prefix>/default.tfstate` (hashicorp/terraform v1.9.8,
+# internal/backend/remote-state/gcs/backend_state.go `stateFile`; backend.DefaultStateName "default").
+STATE_PREFIX = "tpu-rl"
+
+
+def local_state_file(stack: str) -> str:
+    """The local state file of a stack, relative to the repository root."""
+    return f"terraform.{stack}.tfstate"
+
+
+def remote_state_object(stack: str) -> str:
+    """The object of a stack's state in TF_STATE_BUCKET."""
+    return f"{STATE_PREFIX}/{stack}/default.tfstate"
 
 # A container script that refuses to go on (for example a JAX / Pathways version mismatch found before
 # training) prints one line starting with this prefix and exits non-zero; `tpu-rl run` reports that

@@ -53,9 +53,13 @@ NEEDS: Mapping[str, Mapping[Platform, tuple[str, ...]]] = {
     "eval": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": _fields(CLUSTER, ("zone",), BUCKET)},  # GKE only
     "cancel": {"gke": _fields(CLUSTER, BUCKET), "vm": _fields(VM, BUCKET)},
     "status": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": _fields(VM, BUCKET)},
-    "runs": _both(BUCKET),
+    # On GKE, the cluster too: what it still bills when no run of the recipe is there (scripts/pipeline/gke/billing.py).
+    "runs": {"gke": _fields(CLUSTER, BUCKET), "vm": BUCKET},
     "logs": {"gke": CLUSTER, "vm": _fields(VM, BUCKET)},  # a VM step's log is in the bucket once it ended
     "metrics": _both(BUCKET),
+    # `npx cdktf destroy RECIPE` synthesizes every stack: what synth needs, checked before anything is destroyed.
+    # A VM recipe is refused before any setting is read.
+    "down": {"gke": _fields(DEPLOY, ("reservation", "authorized_cidr")), "vm": ()},
     "check-rewards": _both(),
     # None: both sides are built with the example settings, every setting variable and TPU_RL_CONFIG
     # dropped from their environment and tpu-rl.toml from the working tree (scripts/plan_review/worktrees.py).

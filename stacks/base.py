@@ -19,11 +19,12 @@ from constructs import Construct, IConstruct
 
 from infra.google import provider as google_provider
 from infra.terraform_literals import EscapeLiterals
+from recipes.conventions import STATE_PREFIX, local_state_file
 from recipes.setting_specs import EXAMPLE_PROJECT, SPECS
 from recipes.settings import Settings
 
-STATE_PREFIX = "tpu-rl"
-# Local state lives next to the repository, not inside cdktf.out/, which `make clean` removes.
+# Local state lives next to the repository (recipes.conventions.local_state_file), seen from
+# cdktf.out/stacks/<stack>/, where Terraform runs.
 LOCAL_STATE_DIR = "../../.."
 
 
@@ -57,7 +58,7 @@ class TpuRlStack(TerraformStack):
         if settings.state_bucket:
             GcsBackend(self, bucket=settings.state_bucket, prefix=f"{STATE_PREFIX}/{name}")
         else:
-            LocalBackend(self, path=f"{LOCAL_STATE_DIR}/terraform.{name}.tfstate")
+            LocalBackend(self, path=f"{LOCAL_STATE_DIR}/{local_state_file(name)}")
         guards = []
         if settings.is_example:
             project = TerraformLocal(self, "settings_project", settings.project)

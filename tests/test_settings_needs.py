@@ -64,6 +64,9 @@ CASES = (
     Case("logs", ("logs", GKE, "train")),
     Case("logs", ("logs", VM, "convert"), "vm", {"vm": "RUNNING"}),
     Case("metrics", ("metrics", GKE)),
+    # No state names these settings' cluster (none in the checkout, no TF_STATE_BUCKET): nothing to stop.
+    Case("down", ("down", GKE, "--yes")),
+    Case("down", ("down", VM, "--yes"), "vm"),
     Case("check-rewards", ("check-rewards", "rewards.py:short")),
     Case("plan-review", ("plan-review",), clone=True),
 )
@@ -248,7 +251,7 @@ def test_a_field_nobody_set_is_refused_where_it_is_read_not_read_as_empty():
     from recipes import UserError, load_settings
 
     settings = load_settings({"PROJECT": "acme-rl-research", "GCS_BUCKET": "acme-rl-artifacts"},
-                             needs=needs("runs"))
+                             needs=needs("metrics"))
     assert settings.gcs_bucket == "acme-rl-artifacts"
     for field in ("zone", "zones", "region", "cluster_name", "vm_name"):
         with pytest.raises(UserError, match="is not set: export"):

@@ -1,5 +1,5 @@
 """The commands that reach the cloud: `tpu-rl preflight`, `secret set`, `run`, `eval`, `check-rewards` (which
-only runs the file locally), `cancel`, `status`, `runs` and `logs`."""
+only runs the file locally), `cancel`, `status`, `runs`, `down` and `logs`."""
 
 from __future__ import annotations
 
@@ -305,8 +305,11 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     listing, queue_note = with_queue(session, list_runs(session))
     name = session.recipe.name
     if as_json:
+        idle, unknown = _idle(session)
+        cluster = idle.as_record() if idle is not None else {"unknown": unknown} if unknown else None
         typer.echo(json.dumps({"recipe": name, "trained": listing.trained, "other_recipes": listing.other_recipes,
-                               "runs": [dataclasses.asdict(run) for run in listing.runs]}, indent=2))
+                               "runs": [dataclasses.asdict(run) for run in listing.runs], "cluster": cluster},
+                              indent=2))
         return
     console = session.console
     if not listing.runs:
@@ -327,6 +330,33 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             console.print(escape(queue_note))
     if listing.other_recipes:
         console.print(f"({listing.other_recipes} run(s) of other recipes with the same model are not shown)")
+    idle, unknown = _idle(session)
+    if idle is not None:
+        for line in idle.lines(name, session.settings.cluster_name, session.settings.gcs_bucket):
+            console.print(escape(line))
+    elif unknown:
+        console.print(escape(f"(what the cluster still bills is not shown: {unknown})"))
+
+
+def _idle(session):
+    """What the recipe's stack still bills with no run (scripts/pipeline/gke/billing.py), or why that is
+    unknown: `runs` lists the bucket's runs whether or not the cluster answers."""
+    from scripts.outcome import ApiError
+
+    try:
+        return platform_for(session.recipe).idle(session), None
+    except (UserError, ApiError) as error:
+        return None, str(error)
+
+
+@app.command()
+@handled
+def down(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+         yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")) -> None:
+    """Stop what a finished GKE recipe bills: destroy its stack (`npx cdktf destroy RECIPE`) once no run of it
+    is active or queued, keeping the bucket; asks first unless --yes."""
+    recipe, settings = cloud_recipe("down", recipe_name)
+    platform_for(recipe).down(make_session(recipe, settings, "none"), yes)
 
 
 @app.command()

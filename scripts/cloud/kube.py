@@ -313,6 +313,26 @@ class Cluster:
         """The ProvisioningRequests (autoscaling.x-k8s.io/v1) Kueue files for flex-start slices."""
         return self._list_custom(PROVREQ_GROUP, PROVREQ_VERSION, "provisioningrequests")
 
+    # -- what bills: the nodes of each pool, and the drivers' Jobs --------------------------------
+    def list_nodes(self) -> list[dict]:
+        """The cluster's nodes (cluster-scoped), each labelled with its pool by GKE."""
+        return self._list("the cluster's nodes", "nodes", lambda: self.core.list_node(
+            _request_timeout=self._timeout, _preload_content=False))
+
+    def list_jobs(self, selector: str) -> list[dict]:
+        """The batch/v1 Jobs in the namespace whose labels match a selector (a run's driver is one)."""
+        batch = k8s.BatchV1Api(self.api)
+        return self._list(f"Jobs {selector}", "jobs", lambda: batch.list_namespaced_job(
+            self.namespace, label_selector=selector, _request_timeout=self._timeout, _preload_content=False))
+
+    def _list(self, what: str, resource: str, fn) -> list[dict]:
+        """The items of a list call; an error, a refusal by RBAC included, as one ApiError line."""
+        try:
+            return _loads(self._read(f"listing {what}", fn)).get("items", [])
+        except ApiException as error:
+            needed = f": your account needs to list {resource} (roles/container.viewer)" if error.status == 403 else ""
+            raise ApiError(f"listing {what} failed with {describe(error)}{needed}") from None
+
     # -- pods and logs ---------------------------------------------------------------------------
     def list_pods(self, selector: str) -> list[dict]:
         response = self._read(f"listing pods {selector}", lambda: self.core.list_namespaced_pod(

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from recipes import Recipe, Settings, Step
+    from scripts.pipeline.gke.billing import Idle
     from scripts.pipeline.session import Session, StatusReport
 
 # recipes.toml's `platform` -> the module that holds its PLATFORM
@@ -86,6 +87,13 @@ class Platform(Protocol):
 
     def logs(self, session: Session, step: Step, follow: bool, tail: Optional[int]) -> Iterable[str]:
         """`tpu-rl logs`: the step's main log, the last `tail` lines (None: all)."""
+
+    def idle(self, session: Session) -> Optional[Idle]:
+        """`tpu-rl runs`: what the recipe's stack still bills when no run of it is active or queued, or None
+        when the platform has nothing to add (its own commands say it)."""
+
+    def down(self, session: Session, yes: bool) -> None:
+        """`tpu-rl down`: stop what the recipe's stack bills, keeping the bucket, after a yes unless `yes`."""
 
 
 def platform_for(recipe: Recipe) -> Platform:

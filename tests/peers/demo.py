@@ -50,7 +50,7 @@ class Simulation:
 
     def __init__(self, home: Path, recipe_name: str = RECIPE, ticks: int = 3, train_ticks: int = 12) -> None:
         from peers.fixtures import SETTINGS, TOKEN, clean_environment, start_gcs_emulator, start_peers
-        from peers.simulated_run import script_successful_run
+        from peers.simulated_run import put_idle_cluster_nodes, script_successful_run
         from recipes import get_recipe
 
         # The emulator logs each 404 as an error; `run` reading a run.json that does not exist yet is no error.
@@ -62,6 +62,7 @@ class Simulation:
         self.recipe = get_recipe(recipe_name)
         script_successful_run(self.peers.kube, self.peers.gcs_client, self.recipe, ticks=ticks,
                               train_ticks=train_ticks, with_train_log=True)
+        put_idle_cluster_nodes(self.peers.kube, self.recipe)  # what `runs` prices once the run has ended
 
     @property
     def run_name(self) -> str:

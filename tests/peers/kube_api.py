@@ -31,6 +31,8 @@ _WORKLOADS = re.compile(r"^/apis/kueue.x-k8s.io/v1beta2/namespaces/(?P<ns>[^/]+)
 _REQUESTS = re.compile(r"^/apis/autoscaling.x-k8s.io/v1/namespaces/(?P<ns>[^/]+)/provisioningrequests$")
 _SECRETS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets(?:/(?P<name>[^/]+))?$")
 _CONFIGMAPS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps(?:/(?P<name>[^/]+))?$")
+_NODES = "/api/v1/nodes"
+_JOBS = re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs$")
 
 # -- what a request asks, as the API server's authorizer sees it ------------------------------------
 # kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/request/requestinfo.go, NewRequestInfo
@@ -140,6 +142,8 @@ class KubeApi(JobSetLife, Admission, PeerServer):
     deleted: list = field(default_factory=list)
     workloads: dict = field(default_factory=dict)  # by JobSet name: the Workload Kueue made for it
     provreqs: dict = field(default_factory=dict)  # ProvisioningRequests by name
+    nodes: dict = field(default_factory=dict)  # by name: v1 Node objects (put_node)
+    jobs: dict = field(default_factory=dict)  # by name: batch/v1 Job objects (put_job), e.g. a run's driver
     # A JobSet of the same name but a new UID takes the place of the one a DELETE names, just before the
     # DELETE arrives (a concurrent `run --replace`), once.
     replaced_before_delete: bool = False
@@ -175,6 +179,28 @@ class KubeApi(JobSetLife, Admission, PeerServer):
             self._ticks[obj["metadata"]["name"]] = 2
             self._advance(obj["metadata"]["name"], tick_only=True)
         return obj
+
+    def put_node(self, pool: str, index: int, labels: dict | None = None) -> dict:
+        """A node of a GKE node pool: GKE labels it with its pool (cloud.google.com/gke-nodepool), and the
+        stack's TPU pools add their capacity mode (tpu-rl/capacity) through node_config.labels."""
+        name = f"gke-rl-test-{pool}-{index:04d}"
+        self.nodes[name] = {"kind": "Node", "apiVersion": "v1",
+                            "metadata": {"name": name, "uid": str(uuid.uuid4()),
+                                         "labels": {"cloud.google.com/gke-nodepool": pool,
+                                                    "kubernetes.io/hostname": name, **(labels or {})}},
+                            "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+        return self.nodes[name]
+
+    def put_job(self, name: str, labels: dict, finished: str | None = None) -> dict:
+        """A batch/v1 Job (a run's driver): running, or `finished` "Complete" or "Failed", with the
+        condition the Job controller sets then (k8s.io/api batch/v1 JobConditionType)."""
+        status = {"active": 1} if finished is None else {
+            "conditions": [{"type": finished, "status": "True", "reason": finished}]}
+        self.jobs[name] = {"kind": "Job", "apiVersion": "batch/v1",
+                           "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4()),
+                                        "labels": labels},
+                           "spec": {"template": {"spec": {"containers": []}}}, "status": status}
+        return self.jobs[name]
 
     # -- HTTP -------------------------------------------------------------------------------------
     def authorized(self, headers) -> bool:
@@ -213,6 +239,14 @@ class KubeApi(JobSetLife, Admission, PeerServer):
         if _REQUESTS.match(path) and method == "GET":
             return Reply(200, {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequestList",
                                "metadata": {}, "items": list(self.provreqs.values())})
+        if path == _NODES and method == "GET":
+            return Reply(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
+                               "items": [node for node in self.nodes.values()
+                                         if _selected(node["metadata"]["labels"], query)]})
+        if _JOBS.match(path) and method == "GET":
+            return Reply(200, {"kind": "JobList", "apiVersion": "batch/v1", "metadata": {},
+                               "items": [job for job in self.jobs.values()
+                                         if _selected(job["metadata"].get("labels") or {}, query)]})
         if match := _SECRETS.match(path):
             return self._secrets(method, match["name"], body)
         if match := _CONFIGMAPS.match(path):

@@ -88,3 +88,18 @@ def script_successful_run(kube, gcs_client, recipe, ticks: int = 2, train_ticks:
             plan["log_reads"] = train_log_reads(recipe.train_steps, max(1, plan["ticks"] - 3))
             plan["then"] = lambda: put_curves(gcs_client, recipe)
         succeed_writing_output(kube, gcs_client, recipe, step, **plan)
+
+
+def put_idle_cluster_nodes(kube, recipe) -> None:
+    """The nodes a deployed GKE stack keeps with no run: the system pool at its minimum and, for a
+    reservation, every host of each slice's pool (infra/gke_cluster.py, infra/tpu_pool.py); the CPU pool and
+    the other TPU pools are at 0."""
+    from recipes import conventions
+
+    for index in range(conventions.SYSTEM_POOL_NODES):
+        kube.put_node(conventions.SYSTEM_POOL_NAME, index)
+    if conventions.STATIC_TPU_CAPACITY in recipe.capacity:
+        for slice_index in range(recipe.shape.slices):
+            for index in range(recipe.shape.hosts_per_slice):
+                kube.put_node(conventions.tpu_pool_name(slice_index), index,
+                              {conventions.CAPACITY_NODE_LABEL: conventions.STATIC_TPU_CAPACITY})

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from recipes import Recipe, Settings, Step
+    from scripts.pipeline.gke.billing import Idle
     from scripts.pipeline.session import Session, StatusReport
 
 
@@ -100,6 +101,16 @@ class GkePlatform:
         from scripts.pipeline.gke.status import logs_gke
 
         return logs_gke(session, step, follow, tail)
+
+    def idle(self, session: Session) -> Optional[Idle]:
+        from scripts.pipeline.gke.billing import idle
+
+        return idle(session)
+
+    def down(self, session: Session, yes: bool) -> None:
+        from scripts.pipeline.gke.down import down_gke
+
+        down_gke(session, yes)
 
 
 PLATFORM = GkePlatform()

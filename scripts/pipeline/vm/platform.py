@@ -79,5 +79,13 @@ class VmPlatform:
 
         return logs_vm(session, step, tail)  # read once: --follow streams on GKE only
 
+    def idle(self, session: Session) -> None:
+        return None  # what a TPU VM bills is its own: `status` says whether it is up
+
+    def down(self, session: Session, yes: bool) -> None:
+        name = session.recipe.name
+        raise UserError(f"recipe '{name}' runs on a TPU VM: tpu-rl down stops a GKE recipe's cluster; the VM "
+                        f"and its network go with `npx cdktf destroy {name}` (the bucket is kept)")
+
 
 PLATFORM = VmPlatform()

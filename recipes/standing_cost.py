@@ -1,0 +1,117 @@
+"""What a GKE recipe's stack still bills per hour while no run of it is active or queued: its pools at the
+sizes the cluster's nodes show, priced from recipes/prices.toml and the recipe's shape (pure).
+
+What bills while the stack exists (docs/capacity.md, "When the queue is empty"):
+- the cluster management fee, the system pool and the Cloud NAT gateway (its price per node);
+- the CPU pool only while it has nodes: it autoscales from 0 (infra/cpu_pool.py);
+- a reservation's TPU pools: every host from deploy to destroy (infra/tpu_pool.py). The reservation itself
+  is charged "until the reservation is deleted. A VM consuming a reservation doesn't incur separate
+  charges" (https://cloud.google.com/compute/docs/instances/reservations-overview, billing), so its chips
+  bill whether the pool has its nodes or not, and destroying the stack does not end that;
+- the flex-start, spot and on-demand TPU pools only while they have nodes: they scale between 0 and the
+  slice's hosts, back to 0 once no TPU pod is left (infra/tpu_pool.py, with GKE's source).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from recipes import conventions
+from recipes.model import Recipe
+from recipes.prices import PriceTable, load_prices, usd
+
+
+RESERVED_NOTE = " (until the reservation is deleted, nodes or not)"
+
+
+@dataclass(frozen=True)
+class StandingItem:
+    item: str  # e.g. "system-np 1 node", "tpu-np-0 32 reserved chips"
+    usd_per_hour: float
+    reserved: bool = False  # a reservation's chips: billed until the reservation ends, nodes or not
+    chips: int = 0  # a TPU pool's
+
+
+@dataclass(frozen=True)
+class StandingCost:
+    """The stack's hourly bill with no run: what bills, and the pools at 0 nodes, which bill nothing."""
+
+    items: tuple[StandingItem, ...]
+    at_zero: tuple[str, ...]
+    unpriced: tuple[str, ...] = ()  # pools the stack does not make (someone added them): not priced
+
+    @property
+    def total(self) -> float:
+        return sum(item.usd_per_hour for item in self.items)
+
+    @property
+    def reserved(self) -> tuple[StandingItem, ...]:
+        """A reservation's pools: destroying the stack frees their hosts, not the reservation's bill."""
+        return tuple(item for item in self.items if item.reserved)
+
+    @property
+    def stack_only(self) -> float:
+        """What ends with the stack: everything but the reservation."""
+        return self.total - sum(item.usd_per_hour for item in self.reserved)
+
+    def summary(self, reserved: bool = True) -> str:
+        """e.g. `cluster fee $0.10, system-np 1 node $0.13, Cloud NAT $0.01; cpu-np at 0 nodes`; without
+        the reservation's pools when `reserved` is False."""
+        text = ", ".join(f"{item.item} {usd(item.usd_per_hour)}" + (RESERVED_NOTE if item.reserved else "")
+                         for item in self.items if reserved or not item.reserved)
+        if self.at_zero:
+            text += f"; {' and '.join(self.at_zero)} at 0 nodes"
+        if self.unpriced:
+            text += f"; not priced: {', '.join(self.unpriced)}"
+        return text
+
+    def as_record(self) -> dict:
+        return {"usd_per_hour": round(self.total, 2),
+                "items": [{"item": item.item, "usd_per_hour": round(item.usd_per_hour, 2), "reserved": item.reserved}
+                          for item in self.items],
+                "at_zero_nodes": list(self.at_zero), "not_priced": list(self.unpriced)}
+
+
+def _nodes(count: int) -> str:
+    return f"{count} node{'' if count == 1 else 's'}"
+
+
+def standing_cost(recipe: Recipe, node_labels: Iterable[Mapping[str, str]],
+                  prices: PriceTable | None = None) -> StandingCost:
+    """The bill of a GKE recipe's stack with no run, from the labels of the cluster's nodes (each node's
+    pool, cloud.google.com/gke-nodepool, and a TPU pool's capacity mode, tpu-rl/capacity)."""
+    prices = prices or load_prices()
+    shape, labels = recipe.shape, list(node_labels)
+    count = Counter(node.get(conventions.NODE_POOL_LABEL) for node in labels)
+    mode_of = {node.get(conventions.NODE_POOL_LABEL): node.get(conventions.CAPACITY_NODE_LABEL) for node in labels}
+    system, cpu = conventions.SYSTEM_POOL_NAME, conventions.cpu_pool_name()
+    items = [StandingItem("cluster fee", prices.gke_cluster.usd_per_hour),
+             StandingItem(f"{system} {_nodes(count[system])}",
+                          count[system] * prices.machine(conventions.SYSTEM_POOL_MACHINE_TYPE).usd_per_hour)]
+    at_zero = []
+    if count[cpu]:
+        items.append(StandingItem(f"{cpu} {_nodes(count[cpu])}",
+                                  count[cpu] * prices.machine(recipe.cpu_machine_type or "").usd_per_hour))
+    else:
+        at_zero.append(cpu)
+    reservation = conventions.STATIC_TPU_CAPACITY
+    reserved_pools = ([conventions.tpu_pool_name(index) for index in range(shape.slices)]
+                      if reservation in recipe.capacity else [])
+    for pool in reserved_pools:  # the reservation's chips, whatever the pool's nodes
+        chip = prices.tpu_chip_hour(shape.generation, reservation).usd_per_hour
+        items.append(StandingItem(f"{pool} {shape.chips_per_slice} reserved chips", shape.chips_per_slice * chip,
+                                  reserved=True, chips=shape.chips_per_slice))
+    autoscaled = sorted(pool for pool, mode in mode_of.items()
+                        if mode and mode != reservation and pool not in reserved_pools)
+    for pool in autoscaled:  # a slice still up: the autoscaler removes it minutes after its last TPU pod
+        chip = prices.tpu_chip_hour(shape.generation, mode_of[pool]).usd_per_hour
+        chips = count[pool] * shape.chips_per_vm
+        items.append(StandingItem(f"{pool} {chips} {mode_of[pool]} chips", chips * chip, chips=chips))
+    if any(mode != reservation for mode in recipe.capacity) and not autoscaled:
+        at_zero.append(f"the {'/'.join(m for m in recipe.capacity if m != reservation)} TPU pools")
+    known = {system, cpu, *reserved_pools, *autoscaled}
+    unpriced = tuple(f"{pool} {_nodes(count[pool])}" for pool in sorted(p for p in count if p and p not in known))
+    items.append(StandingItem("Cloud NAT", prices.nat_hourly(sum(count.values()))))
+    return StandingCost(tuple(items), tuple(at_zero), unpriced)

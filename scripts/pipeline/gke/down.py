@@ -1,0 +1,153 @@
+"""`tpu-rl down` on GKE: stop what a finished recipe bills by destroying its stack with `npx cdktf destroy
+RECIPE`, keeping the bucket (the `artifacts` stack, which no recipe stack declares).
+
+Why a destroy and not a node-pool resize through the GKE API (docs/capacity.md, "When the queue is empty"):
+the TPU pools of flex-start, spot and on-demand are at 0 nodes once a run has ended, and a reservation's
+chips bill until the reservation is deleted, whether its pool has nodes or not
+(https://cloud.google.com/compute/docs/instances/reservations-overview, billing), so removing TPU nodes
+stops no TPU billing; what still bills is the cluster itself: its fee, system pool and NAT. Terraform
+destroys the stack and records it in the stack's state, so `npx cdktf deploy RECIPE` recreates it
+cleanly, and another recipe's stack, or another project's, is never in that state.
+
+Before anything is destroyed it checks, in this order, and refuses in one line: a checkout with
+cdktf.json to run cdktf in, `npx` on PATH, the stack's state naming the settings' own cluster (project,
+region, name), and no run of the recipe active or queued in that cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from rich.markup import escape
+
+from recipes import UserError, conventions
+from recipes.prices import usd
+from recipes.setting_specs import CONFIG_ENV, DEFAULT_CONFIG
+from scripts.outcome import Outcome
+from scripts.pipeline.gke.billing import active_runs, cluster_bill
+from scripts.pipeline.session import Session
+
+CHECKOUT = Path(__file__).resolve().parents[3]  # the repository root: cdktf.json, node_modules, the stacks
+CLUSTER_TYPE = "google_container_cluster"  # hashicorp/google's resource type, as the state names it
+
+
+class DestroyFailed(Outcome):
+    """`cdktf destroy` exited non-zero: its own output says why; the state keeps what was destroyed."""
+
+
+def destroy_command(recipe: str) -> list[str]:
+    """What `down` runs in the checkout: cdktf-cli 0.21's destroy of one stack, approved by `down`'s own
+    question (or --yes) instead of cdktf's."""
+    return ["npx", "cdktf", "destroy", recipe, "--auto-approve"]
+
+
+def _state_text(session: Session) -> tuple[str, str | None]:
+    """(where the stack's state is, its text or None when there is none)."""
+    stack, settings = session.recipe.name, session.settings
+    if settings.state_bucket:
+        from scripts.cloud import gcs
+
+        name = conventions.remote_state_object(stack)
+        where = f"gs://{settings.state_bucket}/{name}"
+        return where, gcs.read_text(session.clients.storage(), where)
+    path = CHECKOUT / conventions.local_state_file(stack)
+    return str(path), path.read_text() if path.is_file() else None
+
+
+def state_clusters(text: str | None) -> list[dict]:
+    """The attributes of every GKE cluster a Terraform state holds (state format version 4: resources,
+    each with mode, type and instances[].attributes; hashicorp/terraform v1.9.8
+    internal/states/statefile/version4.go, stateV4/resourceStateV4/instanceObjectStateV4)."""
+    if not text:
+        return []
+    try:
+        state = json.loads(text)
+    except ValueError:
+        return []
+    return [instance.get("attributes") or {}
+            for resource in state.get("resources") or []
+            if resource.get("mode") == "managed" and resource.get("type") == CLUSTER_TYPE
+            for instance in resource.get("instances") or []]
+
+
+def _check_own_cluster(session: Session) -> tuple[str, bool]:
+    """Where the stack's state is, and whether it holds the settings' own cluster (False: no cluster, so
+    nothing to destroy); UserError when it holds another."""
+    settings, stack = session.settings, session.recipe.name
+    where, text = _state_text(session)
+    clusters = state_clusters(text)
+    if not clusters:
+        return where, False
+    wanted = (settings.project, settings.region, settings.cluster_name)
+    for cluster in clusters:
+        found = (cluster.get("project"), cluster.get("location"), cluster.get("name"))
+        if found != wanted:
+            raise UserError(f"the state of stack {stack} ({where}) holds cluster '{found[2]}' of project "
+                            f"'{found[0]}' in {found[1]}, not the one PROJECT, REGION and CLUSTER_NAME name "
+                            f"('{wanted[2]}' of '{wanted[0]}' in {wanted[1]}): set the settings that stack was "
+                            "deployed with, or destroy it yourself")
+    return where, True
+
+
+def _config_env() -> dict[str, str]:
+    """The environment cdktf runs in: this one, and the config file these settings came from, by its
+    absolute path, as cdktf's synth runs in the checkout (recipes/settings.py reads ./tpu-rl.toml)."""
+    env = dict(os.environ)
+    config = Path(env.get(CONFIG_ENV) or DEFAULT_CONFIG)
+    if config.is_file():
+        env[CONFIG_ENV] = str(config.resolve())
+    return env
+
+
+def down_gke(session: Session, yes: bool) -> None:
+    recipe, settings, console = session.recipe.name, session.settings, session.console
+    if not (CHECKOUT / "cdktf.json").is_file():
+        raise UserError(f"`tpu-rl down` runs `npx cdktf destroy {recipe}` in the tpu-rl checkout, and there is "
+                        f"none at {CHECKOUT} (no cdktf.json): run it from the checkout you deployed with")
+    if shutil.which("npx") is None:
+        raise UserError("`tpu-rl down` needs npx (Node.js 22, README prerequisites) to run cdktf: install it "
+                        "and run `make synth` in the checkout")
+    state, deployed = _check_own_cluster(session)
+    if not deployed:
+        console.print(escape(f"nothing to stop: no cluster in the state of stack {recipe} ({state}): never "
+                             "deployed, already destroyed, or deployed with another TF_STATE_BUCKET or checkout; "
+                             f"gs://{settings.gcs_bucket} is untouched"))
+        return
+    active = active_runs(session)
+    if active:
+        first = next((run for run in active if run.run), active[0])
+        if first.run is None:  # a conversion alone: the runs that wait on it share it
+            raise UserError(f"a conversion of {recipe} is active or queued ({first.what}): wait for it to end, or "
+                            f"cancel the run that waits on it (`tpu-rl runs {recipe}` lists them; `tpu-rl cancel "
+                            f"{recipe} --run <run>`), then run `tpu-rl down {recipe}` again")
+        raise UserError(f"run {first.run} of {recipe} is active or queued ({first.what}): cancel it with "
+                        f"`tpu-rl cancel {recipe} --run {first.run}` (or wait for it to end), then run "
+                        f"`tpu-rl down {recipe}` again")
+    bill = cluster_bill(session)
+    kept = f"gs://{settings.gcs_bucket} and the token secret (the artifacts stack, cents)"
+    reserved = (f", and reservation {settings.reservation}: {sum(item.chips for item in bill.reserved)} chips, "
+                f"{usd(sum(item.usd_per_hour for item in bill.reserved))}/h until it is deleted or ends (tpu-rl never "
+                "deletes it)") if bill.reserved else ""
+    console.print(escape(f"`npx cdktf destroy {recipe}` deletes cluster {settings.cluster_name}, its pools and "
+                         f"network: that stops {usd(bill.stack_only)}/h ({bill.summary(reserved=False)})"))
+    console.print(escape(f"still billed after: {kept}{reserved}"))
+    if not yes:
+        if session.confirm is None:
+            raise UserError(f"down would destroy stack {recipe}: rerun with --yes to confirm (there is no "
+                            "terminal to ask in)")
+        if not session.confirm(f"Destroy stack {recipe} (gs://{settings.gcs_bucket} is kept)?"):
+            console.print("nothing was destroyed")
+            return
+    console.print(f"running `{' '.join(destroy_command(recipe))}` in {CHECKOUT}")
+    code = subprocess.run(destroy_command(recipe), cwd=CHECKOUT, env=_config_env(), check=False).returncode
+    if code != 0:
+        raise DestroyFailed(f"`npx cdktf destroy {recipe}` exited {code} (its output is above); the stack's "
+                            f"state ({state}) keeps what it destroyed: run `tpu-rl down {recipe}` again")
+    console.print(escape(f"stack {recipe} destroyed: its cluster bills nothing more; still billed: {kept}"
+                         f"{reserved}"))
+    console.print(f"to start again: `npx cdktf deploy {recipe}`, then the stack's get_credentials_command and "
+                  f"`tpu-rl run {recipe}`")

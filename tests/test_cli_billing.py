@@ -1,0 +1,300 @@
+"""When the work ends, the billing ends (issue 27, section 4, GKE), against the local peers:
+
+- `tpu-rl runs` on a GKE recipe whose cluster has no run active or queued says so, and what still bills per
+  hour from the nodes the fake Kubernetes API shows (a reservation's pool bills its chips; an autoscaled
+  flex-start pool at 0 nodes bills nothing);
+- `tpu-rl down` refuses while a run is active or queued, when the stack's state holds another cluster, and
+  with no terminal and no --yes; otherwise it runs `npx cdktf destroy RECIPE --auto-approve` in the checkout
+  (a stand-in npx records the call) and keeps the bucket.
+
+Expected figures are computed here from recipes/prices.toml's entries and the recipe's shape, not by
+recipes/standing_cost.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from cli_helpers import error_line
+from jobs import render_manifests
+from jobs.k8s import RECIPE_LABEL, RUN_LABEL
+from peers.fixtures import REPO, SETTINGS, peer_settings
+from peers.simulated_run import put_idle_cluster_nodes
+from peers.tf_state import cluster_state, put_state
+from recipes import get_recipe
+from recipes.prices import load_prices, usd
+from scripts.cli import app
+from scripts.outcome import ExitCode
+
+RECIPE = "qwen3-v6e32"
+STATE_BUCKET = f"{SETTINGS['GCS_BUCKET']}-tf-state"  # peers/tf_state.py put_state
+runner = CliRunner()
+
+
+def nodes(kube, pool: str, count: int, capacity: str | None = None) -> None:
+    for index in range(count):
+        kube.put_node(pool, index, {"tpu-rl/capacity": capacity} if capacity else None)
+
+
+def expected_hourly(chips_mode: str | None, chips: int, nodes_total: int, system_nodes: int = 1) -> float:
+    """The bill from prices.toml's own entries: fee, system pool, TPU chips, and NAT per node + one IP."""
+    prices = load_prices()
+    tpu = chips * prices.tpu[get_recipe(RECIPE).shape.generation][chips_mode].usd_per_hour if chips_mode else 0.0
+    return (prices.gke_cluster.usd_per_hour + system_nodes * prices.machines["e2-standard-4"].usd_per_hour + tpu
+            + nodes_total * prices.nat_per_vm.usd_per_hour + prices.nat_per_ip)
+
+
+def test_runs_with_an_empty_queue_says_the_reservation_pool_still_bills(cloud):
+    hosts = get_recipe(RECIPE).shape.hosts_per_slice
+    nodes(cloud["kube"], "system-np", 1)
+    nodes(cloud["kube"], "tpu-np-0", hosts, "reservation")
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    chips = get_recipe(RECIPE).shape.chips_per_slice
+    total = expected_hourly("reservation", chips, 1 + hosts)
+    lines = result.output.splitlines()
+    assert lines[-2].startswith(f"no run of {RECIPE} is active or queued; cluster rl-test still bills {usd(total)}/h"), \
+        result.output
+    assert f"tpu-np-0 {chips} reserved chips" in lines[-2] and "until the reservation is deleted" in lines[-2]
+    assert "cpu-np at 0 nodes" in lines[-2]
+    assert lines[-1] == f"`tpu-rl down {RECIPE}` destroys its stack, keeping gs://{SETTINGS['GCS_BUCKET']}"
+
+
+def test_runs_with_an_empty_queue_on_flex_start_bills_no_tpu(cloud, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "flex-start")
+    nodes(cloud["kube"], "system-np", 1)
+    result = runner.invoke(app, ["runs", RECIPE, "--json"])
+    assert result.exit_code == 0, result.output
+    cluster = json.loads(result.output)["cluster"]
+    assert cluster["active"] == []
+    bill = cluster["idle_bill"]
+    assert bill["usd_per_hour"] == round(expected_hourly(None, 0, 1), 2)
+    assert [item["item"] for item in bill["items"]] == ["cluster fee", "system-np 1 node", "Cloud NAT"]
+    assert bill["at_zero_nodes"] == ["cpu-np", "the flex-start TPU pools"]
+
+
+def test_runs_prices_a_flex_start_slice_not_yet_scaled_down(cloud, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "flex-start")
+    hosts = get_recipe(RECIPE).shape.hosts_per_slice
+    nodes(cloud["kube"], "system-np", 1)
+    nodes(cloud["kube"], "tpu-np-flex-start-0", hosts, "flex-start")
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    chips = get_recipe(RECIPE).shape.chips_per_slice
+    assert f"still bills {usd(expected_hourly('flex-start', chips, 1 + hosts))}/h" in result.output
+    assert f"tpu-np-flex-start-0 {chips} flex-start chips" in result.output
+
+
+def running_jobset(kube, step: str = "train") -> str:
+    manifest = render_manifests(get_recipe(RECIPE), peer_settings())[step]
+    kube.put_jobset(manifest, phase="running")
+    return manifest["metadata"]["labels"][RUN_LABEL]
+
+
+def test_runs_says_nothing_of_idle_billing_while_a_run_is_active(cloud):
+    nodes(cloud["kube"], "system-np", 1)
+    run = running_jobset(cloud["kube"])
+    result = runner.invoke(app, ["runs", RECIPE, "--json"])
+    assert result.exit_code == 0, result.output
+    cluster = json.loads(result.output)["cluster"]
+    assert cluster["idle_bill"] is None
+    assert cluster["active"] == [{"run": run, "what": f"JobSet {running_jobset_name(run)} running"}]
+    assert "still bills" not in runner.invoke(app, ["runs", RECIPE]).output
+
+
+def running_jobset_name(run: str) -> str:
+    return render_manifests(get_recipe(RECIPE), peer_settings())["train"]["metadata"]["name"]
+
+
+def test_a_running_driver_job_counts_as_active_and_a_finished_one_does_not(cloud):
+    nodes(cloud["kube"], "system-np", 1)
+    labels = {RECIPE_LABEL: RECIPE, RUN_LABEL: "lr-sweep-1"}
+    cloud["kube"].put_job("tpu-rl-driver-lr-sweep-0", {**labels, RUN_LABEL: "lr-sweep-0"}, finished="Complete")
+    assert "still bills" in runner.invoke(app, ["runs", RECIPE]).output
+    cloud["kube"].put_job("tpu-rl-driver-lr-sweep-1", labels)
+    cluster = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["cluster"]
+    assert cluster["active"] == [{"run": "lr-sweep-1", "what": "driver Job tpu-rl-driver-lr-sweep-1"}]
+
+
+# -- tpu-rl down -------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def deployed(cloud, monkeypatch, tmp_path):
+    """The stack's state in TF_STATE_BUCKET naming the settings' cluster, and a stand-in npx first on PATH
+    that records each call (its arguments, working directory and TPU_RL_CONFIG) and exits NPX_EXIT."""
+    env = dict(SETTINGS)
+    put_state(cloud["gcs"], env, RECIPE)
+    monkeypatch.setenv("TF_STATE_BUCKET", env["TF_STATE_BUCKET"])
+    bin_dir, log = tmp_path / "bin", tmp_path / "npx.log"
+    bin_dir.mkdir()
+    npx = bin_dir / "npx"
+    npx.write_text(f'#!/bin/sh\necho "$PWD|$*|$TPU_RL_CONFIG" >> {log}\nexit "${{NPX_EXIT:-0}}"\n')
+    npx.chmod(npx.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    put_idle_cluster_nodes(cloud["kube"], get_recipe(RECIPE))
+    cloud["npx_calls"] = lambda: log.read_text().splitlines() if log.exists() else []
+    return cloud
+
+
+def test_down_destroys_the_stack_keeping_the_bucket_and_says_what_still_bills(deployed):
+    objects = {blob.name for blob in deployed["gcs"].bucket(SETTINGS["GCS_BUCKET"]).list_blobs()}
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert deployed["npx_calls"]() == [f"{REPO}|cdktf destroy {RECIPE} --auto-approve|"]
+    assert f"deletes cluster {SETTINGS['CLUSTER_NAME']}, its pools and network" in result.output
+    chips = get_recipe(RECIPE).shape.chips_per_slice
+    reserved = chips * load_prices().tpu["v6e"]["reservation"].usd_per_hour
+    assert (f"still billed after: gs://{SETTINGS['GCS_BUCKET']} and the token secret (the artifacts stack, cents), "
+            f"and reservation {SETTINGS['RESERVATION']}: {chips} chips, {usd(reserved)}/h until it is deleted or "
+            "ends (tpu-rl never deletes it)") in result.output
+    assert f"that stops {usd(expected_hourly(None, 0, 1 + get_recipe(RECIPE).shape.hosts_per_slice))}/h" in result.output
+    assert f"to start again: `npx cdktf deploy {RECIPE}`" in result.output
+    assert {blob.name for blob in deployed["gcs"].bucket(SETTINGS["GCS_BUCKET"]).list_blobs()} == objects
+
+
+def test_down_refuses_while_a_run_is_active_and_names_how_to_cancel(deployed):
+    run = running_jobset(deployed["kube"])
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert error_line(result) == (
+        f"error: run {run} of {RECIPE} is active or queued (JobSet {running_jobset_name(run)} running): cancel it "
+        f"with `tpu-rl cancel {RECIPE} --run {run}` (or wait for it to end), then run `tpu-rl down {RECIPE}` again")
+    assert deployed["npx_calls"]() == []
+
+
+def test_down_refuses_while_a_shared_conversion_runs(deployed):
+    convert = render_manifests(get_recipe(RECIPE), peer_settings())["convert"]
+    deployed["kube"].put_jobset(convert, phase="running")
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert error_line(result).startswith(
+        f"error: a conversion of {RECIPE} is active or queued (JobSet {convert['metadata']['name']} running)")
+    assert deployed["npx_calls"]() == []
+
+
+def test_down_answered_no_destroys_nothing(deployed, monkeypatch):
+    import scripts.cli.cloud
+
+    real = scripts.cli.cloud.make_session
+    questions = []
+
+    def make_session(*args, **kwargs):
+        session = real(*args, **kwargs)
+        session.confirm = lambda question: questions.append(question) or False
+        return session
+
+    monkeypatch.setattr(scripts.cli.cloud, "make_session", make_session)
+    result = runner.invoke(app, ["down", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert questions == [f"Destroy stack {RECIPE} (gs://{SETTINGS['GCS_BUCKET']} is kept)?"]
+    assert "nothing was destroyed" in result.output and deployed["npx_calls"]() == []
+
+
+def test_down_refuses_a_state_that_holds_another_projects_cluster(deployed):
+    deployed["gcs"].bucket(STATE_BUCKET).blob(f"tpu-rl/{RECIPE}/default.tfstate").upload_from_string(
+        cluster_state("someone-else", SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"]))
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "holds cluster 'rl-test' of project 'someone-else'" in error_line(result)
+    assert deployed["npx_calls"]() == []
+
+
+def test_down_with_no_state_has_nothing_to_stop(deployed):
+    deployed["gcs"].bucket(STATE_BUCKET).blob(f"tpu-rl/{RECIPE}/default.tfstate").delete()
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert (f"nothing to stop: no cluster in the state of stack {RECIPE} "
+            f"(gs://{STATE_BUCKET}/tpu-rl/{RECIPE}/default.tfstate)") in result.output
+    assert deployed["npx_calls"]() == []
+
+
+def test_down_without_a_terminal_or_yes_asks_for_yes_and_destroys_nothing(deployed):
+    result = runner.invoke(app, ["down", RECIPE])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert error_line(result) == (f"error: down would destroy stack {RECIPE}: rerun with --yes to confirm "
+                                  "(there is no terminal to ask in)")
+    assert deployed["npx_calls"]() == []
+
+
+def test_down_reports_a_failed_destroy_in_one_line(deployed, monkeypatch):
+    monkeypatch.setenv("NPX_EXIT", "1")
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == ExitCode.API_ERROR, result.output
+    assert error_line(result).startswith(f"error: `npx cdktf destroy {RECIPE}` exited 1")
+
+
+def test_down_refuses_the_vm_recipe(settings_env):
+    result = runner.invoke(app, ["down", "llama31-v6e8", "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "`npx cdktf destroy llama31-v6e8`" in error_line(result)
+
+
+def test_the_destroy_command_is_one_cdktf_takes():
+    """Each option `down` passes is one the installed cdktf-cli's destroy lists."""
+    from scripts.pipeline.gke.down import destroy_command
+
+    cdktf = REPO / "node_modules" / ".bin" / "cdktf"
+    if not cdktf.exists():
+        pytest.skip("node_modules/.bin/cdktf is missing: run `make synth` (npm ci)")
+    help_text = subprocess.run([str(cdktf), "destroy", "--help"], capture_output=True, text=True, timeout=120,
+                               env={**os.environ, "CHECKPOINT_DISABLE": "1"}, cwd=REPO).stdout
+    command = destroy_command(RECIPE)
+    assert command[:3] == ["npx", "cdktf", "destroy"] and command[3] == RECIPE
+    for option in command[4:]:
+        assert f"  {option} " in help_text, help_text
+
+
+def test_down_without_npx_says_what_to_install_and_destroys_nothing(deployed, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert error_line(result).startswith("error: `tpu-rl down` needs npx (Node.js 22, README prerequisites)")
+    assert deployed["npx_calls"]() == []
+
+
+def test_down_reads_a_local_state_and_runs_cdktf_in_the_checkout_with_the_same_config_file(deployed, monkeypatch,
+                                                                                          tmp_path):
+    """Without TF_STATE_BUCKET the state is terraform.<stack>.tfstate at the checkout's root; cdktf runs there
+    and reads the config file these settings came from (./tpu-rl.toml here), by its absolute path."""
+    import scripts.pipeline.gke.down as down
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "cdktf.json").write_text("{}")
+    (checkout / f"terraform.{RECIPE}.tfstate").write_text(
+        cluster_state(SETTINGS["PROJECT"], SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"]))
+    monkeypatch.setattr(down, "CHECKOUT", checkout)
+    monkeypatch.delenv("TF_STATE_BUCKET")
+    (tmp_path / "tpu-rl.toml").write_text(f'gcs_bucket = "{SETTINGS["GCS_BUCKET"]}"\n')  # the cwd (settings_env)
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert deployed["npx_calls"]() == [f"{checkout}|cdktf destroy {RECIPE} --auto-approve|{tmp_path / 'tpu-rl.toml'}"]
+
+
+def test_runs_lists_the_runs_and_says_in_one_line_when_rbac_hides_the_nodes(cloud):
+    from peers.http import Fault
+
+    cloud["kube"].faults.append(Fault("GET", "/api/v1/nodes", 403))
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1].startswith("(what the cluster still bills is not shown: listing the "
+                                                     "cluster's nodes failed with HTTP 403"), result.output
+    assert result.output.splitlines()[-1].endswith("your account needs to list nodes (roles/container.viewer))")
+
+
+def test_a_cpu_node_still_up_is_priced_and_a_pool_the_stack_does_not_make_is_named_unpriced():
+    from recipes.standing_cost import standing_cost
+
+    recipe = get_recipe(RECIPE)
+    pool = {"cloud.google.com/gke-nodepool": "cpu-np"}
+    bill = standing_cost(recipe, [{"cloud.google.com/gke-nodepool": "system-np"}, pool,
+                                  {"cloud.google.com/gke-nodepool": "someone-elses-np"}])
+    cpu = load_prices().machines[recipe.cpu_machine_type].usd_per_hour
+    assert ("cpu-np 1 node", cpu) in [(item.item, item.usd_per_hour) for item in bill.items]
+    assert bill.at_zero == () and bill.unpriced == ("someone-elses-np 1 node",)
+    assert bill.summary().endswith("; not priced: someone-elses-np 1 node")
