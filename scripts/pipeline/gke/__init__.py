@@ -17,6 +17,8 @@ followed, its output verified in GCS, and its failures explained in one line eac
   dependencies staged in the bucket, and the version a driver reports.
 - diagnose.py: why a step failed, in one line.
 - cancel.py: `cancel`.
+- billing.py: what an idle cluster still bills, for `runs` when no run is active or queued.
+- down.py: `down`: the recipe's stack destroyed once no run is active, the bucket kept.
 - evaluate.py: `eval`: a saved checkpoint scored on the held-out set by a scratch run's JobSet.
 - status.py: `status` and `logs`.
 
