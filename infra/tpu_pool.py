@@ -44,7 +44,7 @@ from infra.capacity import RESERVATION_KEY, check_reservation
 from infra.gke_cluster import GkeCluster, node_config
 from infra.google import container_node_pool
 from recipes import conventions
-from recipes.capacity_modes import CapacityMode
+from recipes.capacity_modes import MODE_RULES, CapacityMode
 
 TPU_TAINT = (conventions.TPU_RESOURCE, "present", "NO_SCHEDULE")  # the taint GKE puts on its own TPU node pools
 
@@ -86,7 +86,7 @@ class TpuSlicePoolProps:
 
     @property
     def static(self) -> bool:
-        return self.capacity == conventions.STATIC_TPU_CAPACITY
+        return not MODE_RULES[self.capacity].scales_to_zero
 
 
 def reservation_affinity(props: TpuSlicePoolProps) -> container_node_pool.ContainerNodePoolNodeConfigReservationAffinity:

@@ -27,7 +27,7 @@ _RECIPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
 class Recipe(BaseModel):
     """A validated recipe with its shape, MaxText release and patches resolved."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, use_enum_values=True)  # capacity holds the modes' plain strings
 
     name: str
     description: str
