@@ -239,7 +239,7 @@ class CapacityWatch:
             if not waiting:  # every pod has (had) its node: the capacity came
                 return self._say(awaited, waited)
             waited = (now - min(self._since(pod, now) for pod in waiting)).total_seconds()
-        if mode == "flex-start" and state.phase == "running" and _unschedulable(tpu) and (
+        if place and place.rules.queued_provisioning and state.phase == "running" and _unschedulable(tpu) and (
                 self.trained or slice_gone(state, admission)):
             # The slice was had and is gone: a queued-provisioning pool gets nodes only through a new
             # request, which Kueue files only for a workload that is not admitted (see capacity.py).
