@@ -68,6 +68,7 @@ class Recipe(BaseModel):
 
     def with_capacity(self, capacity: tuple[CapacityMode, ...], source: str) -> "Recipe":
         """This recipe with another capacity list, checked against its platform and TPU generation."""
+        capacity = tuple(CapacityMode(mode).value for mode in capacity)  # the plain strings, as validation keeps
         check_capacity(self.name, self.platform, capacity, self.tpu_facts, self.flex_start_max_run_hours, source)
         return self.model_copy(update={"capacity": capacity})
 
