@@ -5,8 +5,8 @@ rules a recipe's ordered capacity list must meet; and how long `run` waits for e
 A CapacityMode is a str Enum whose values are the strings recipes.toml, the settings and run.json use. A
 member equals and hashes as its string, so MODE_RULES answers for either; recipes and settings hold the
 plain strings (`Recipe.capacity`, CAPACITY_MODES), so Terraform, the manifests and run.json get exactly
-those. Code elsewhere asks a mode's rule, never names a mode (tests/test_capacity_modes.py); a new mode is
-a row here and what docs/development.md lists.
+those. Code elsewhere asks a mode's rule or names a member, never writes a mode's string
+(tests/test_capacity_modes.py); a new mode is a row here and what docs/development.md lists.
 """
 
 from __future__ import annotations
