@@ -1,6 +1,6 @@
 """One GKE node pool per TPU slice and capacity mode: compactly placed hosts of one topology.
 
-How each capacity mode gets its hosts:
+How each capacity mode gets its hosts (its row of recipes/capacity_modes.py says which of these applies):
 - reservation: every host of the slice, from deploy to destroy (`node_count`), from the specific
   reservation. The reservation is billed for its term whether used or not, so idle hosts cost nothing
   extra; these are the pools the stacks always created.
