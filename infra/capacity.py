@@ -1,14 +1,15 @@
 """How TPU capacity is obtained (recipe field `capacity`, setting CAPACITY): a specific reservation, flex-start,
-spot or on demand. What each mode means for a GKE pool is in infra.tpu_pool, for the VM in infra.tpu_vm."""
+spot or on demand. Each mode's rules are a row of recipes/capacity_modes.py; infra.tpu_pool applies them to a
+GKE pool, infra.tpu_vm to the VM."""
 
 from __future__ import annotations
 
-from recipes.capacity_modes import CapacityMode
+from recipes.capacity_modes import MODE_RULES, CapacityMode
 
 # The label key Compute Engine and GKE match a SPECIFIC_RESERVATION affinity on.
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 
 
 def check_reservation(owner: str, capacity: CapacityMode, reservation: str | None) -> None:
-    if capacity == "reservation" and not reservation:
-        raise ValueError(f"{owner}.reservation is required for capacity 'reservation'")
+    if MODE_RULES[capacity].reservation and not reservation:
+        raise ValueError(f"{owner}.reservation is required for capacity '{capacity}'")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipes import conventions
-from recipes.capacity_modes import CapacityMode
+from recipes.capacity_modes import CapacityMode, uses_queued_provisioning
 from recipes.catalog import MachineSize
 from recipes.placement import Place, tpu_places
 
@@ -39,14 +39,14 @@ class QueueProps:
     cpu_nodes: int  # the CPU pool's maximum size
     cpu_machine: MachineSize
     # The capacity modes with TPU pools, in the order Kueue tries them: one ResourceFlavor each.
-    tpu_capacity: tuple[CapacityMode, ...] = ("reservation",)
+    tpu_capacity: tuple[CapacityMode, ...] = (CapacityMode.RESERVATION.value,)
     # The zones with TPU pools, in fallback order (ZONE): one flavor per mode and zone, matched also by the
     # zone label GKE puts on nodes (recipes/placement.py). Empty: one flavor per mode, matched by no zone.
     tpu_zones: tuple[str, ...] = ()
     flex_start_max_run_seconds: int | None = None  # the ProvisioningRequest's maxRunDurationSeconds
 
     def __post_init__(self) -> None:
-        if "flex-start" in self.tpu_capacity and not self.flex_start_max_run_seconds:
+        if uses_queued_provisioning(self.tpu_capacity) and not self.flex_start_max_run_seconds:
             raise ValueError("QueueProps.flex_start_max_run_seconds is required when tpu_capacity has flex-start")
 
     @property
@@ -91,7 +91,7 @@ def tpu_flavor_manifest(props: QueueProps, place: Place) -> dict[str, Any]:
     capacity = place.mode
     tolerations = [conventions.tpu_toleration()]
     zone = {conventions.ZONE_NODE_LABEL: place.zone} if place.zone else {}
-    if capacity == "flex-start":  # queued-provisioning nodes are tainted for the pods they were provisioned for
+    if place.rules.queued_provisioning:  # its nodes are tainted for the pods they were provisioned for
         tolerations.append({"key": QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
     return {
         "apiVersion": KUEUE_API,
@@ -186,12 +186,12 @@ def queue_manifests(props: QueueProps) -> list[dict[str, Any]]:
         ],
     }
     checks = []
-    if "flex-start" in props.tpu_capacity:
+    if uses_queued_provisioning(props.tpu_capacity):
         checks = flex_start_manifests(props)
         spec["admissionChecksStrategy"] = {"admissionChecks": [{
             "name": conventions.FLEX_START_ADMISSION_CHECK,
             # the other modes start at once
-            "onFlavors": [place.flavor for place in props.places if place.mode == "flex-start"],
+            "onFlavors": [place.flavor for place in props.places if place.rules.queued_provisioning],
         }]}
     return [
         {

@@ -1,6 +1,6 @@
 """One GKE node pool per TPU slice and capacity mode: compactly placed hosts of one topology.
 
-How each capacity mode gets its hosts:
+How each capacity mode gets its hosts (its row of recipes/capacity_modes.py says which of these applies):
 - reservation: every host of the slice, from deploy to destroy (`node_count`), from the specific
   reservation. The reservation is billed for its term whether used or not, so idle hosts cost nothing
   extra; these are the pools the stacks always created.
@@ -44,7 +44,7 @@ from infra.capacity import RESERVATION_KEY, check_reservation
 from infra.gke_cluster import GkeCluster, node_config
 from infra.google import container_node_pool
 from recipes import conventions
-from recipes.capacity_modes import CapacityMode
+from recipes.capacity_modes import MODE_RULES, CapacityMode
 
 TPU_TAINT = (conventions.TPU_RESOURCE, "present", "NO_SCHEDULE")  # the taint GKE puts on its own TPU node pools
 
@@ -86,11 +86,11 @@ class TpuSlicePoolProps:
 
     @property
     def static(self) -> bool:
-        return self.capacity == conventions.STATIC_TPU_CAPACITY
+        return not MODE_RULES[self.capacity].scales_to_zero
 
 
 def reservation_affinity(props: TpuSlicePoolProps) -> container_node_pool.ContainerNodePoolNodeConfigReservationAffinity:
-    if props.capacity == "reservation":
+    if MODE_RULES[props.capacity].reservation:
         return container_node_pool.ContainerNodePoolNodeConfigReservationAffinity(
             consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_KEY, values=[props.reservation]
         )
@@ -105,7 +105,7 @@ def flex_start_seconds(hours: int) -> int:
 
 def upgrade_settings(props: TpuSlicePoolProps) -> container_node_pool.ContainerNodePoolUpgradeSettings | None:
     """In-place upgrades for the pools that take them; none for flex-start (QUEUED_POOL_FIELDS_LEFT_OUT)."""
-    if props.capacity == "flex-start":
+    if MODE_RULES[props.capacity].queued_provisioning:
         return None
     return container_node_pool.ContainerNodePoolUpgradeSettings(
         strategy=UPGRADE_STRATEGY, max_surge=UPGRADE_MAX_SURGE, max_unavailable=UPGRADE_MAX_UNAVAILABLE
@@ -128,7 +128,7 @@ class TpuSlicePool(Construct):
     def __init__(self, scope: Construct, id: str, props: TpuSlicePoolProps) -> None:
         super().__init__(scope, id)
         self.props = props
-        flex_start = props.capacity == "flex-start"
+        flex_start = MODE_RULES[props.capacity].queued_provisioning
         self.pool = props.cluster.node_pool(
             self,
             "pool",
@@ -141,7 +141,7 @@ class TpuSlicePool(Construct):
                 labels={**props.node_labels, conventions.CAPACITY_NODE_LABEL: props.capacity},
                 taints=[TPU_TAINT],
                 reservation_affinity=reservation_affinity(props),
-                spot=props.capacity == "spot",
+                spot=MODE_RULES[props.capacity].spot,
                 flex_start=flex_start or None,
             ),
             # Cluster Toolkit refuses flex-start with auto-repair on ("enable_flex_start needs node auto_repair

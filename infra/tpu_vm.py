@@ -16,13 +16,9 @@ from infra.capacity import RESERVATION_KEY, check_reservation
 from infra.google import compute_instance
 from infra.identity import CLOUD_PLATFORM_SCOPE
 from infra.network import Network
-from recipes.capacity_modes import CapacityMode
+from recipes.capacity_modes import MODE_RULES, CapacityMode
 
 ACCELERATOR_IMAGE = "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
-
-# provisioning_model per capacity mode. RESERVATION_BOUND is passed through unvalidated by
-# hashicorp/google 6.50.0 (formal support arrived in 7.x); the API accepts it.
-PROVISIONING_MODEL = {"reservation": "RESERVATION_BOUND", "spot": "SPOT", "on-demand": "STANDARD"}
 
 
 @dataclass(frozen=True)
@@ -47,20 +43,20 @@ class TpuVmProps:
 
 
 def scheduling(props: TpuVmProps) -> compute_instance.ComputeInstanceScheduling:
-    spot = props.capacity == "spot"
+    rules = MODE_RULES[props.capacity]
     return compute_instance.ComputeInstanceScheduling(
         on_host_maintenance="TERMINATE",  # TPU hosts cannot live-migrate
-        provisioning_model=PROVISIONING_MODEL[props.capacity],
+        provisioning_model=rules.vm_provisioning_model,
         # A reservation-bound or spot VM is deleted, not stopped, when its capacity goes away: a
         # stopped TPU VM would keep its disk billing and could not restart anyway.
-        instance_termination_action="DELETE" if props.capacity != "on-demand" else None,
-        preemptible=spot or None,
-        automatic_restart=False if spot else None,
+        instance_termination_action="DELETE" if rules.vm_deleted_when_reclaimed else None,
+        preemptible=rules.spot or None,
+        automatic_restart=False if rules.spot else None,
     )
 
 
 def reservation_affinity(props: TpuVmProps) -> compute_instance.ComputeInstanceReservationAffinity:
-    if props.capacity == "reservation":
+    if MODE_RULES[props.capacity].reservation:
         return compute_instance.ComputeInstanceReservationAffinity(
             type="SPECIFIC_RESERVATION",
             specific_reservation=compute_instance.ComputeInstanceReservationAffinitySpecificReservation(

@@ -37,6 +37,7 @@ from jobs.maxtext import train_command
 from jobs.patches import render_patch, resolve_patches
 from jobs.paths import ArtifactPaths
 from recipes import Recipe
+from recipes.capacity_modes import MODE_RULES, uses_queued_provisioning
 from recipes.conventions import TPU_RESOURCE, tpu_node_selector, tpu_toleration
 from recipes.entry import quantity_bytes
 
@@ -274,21 +275,18 @@ def worker_job(paths: ArtifactPaths) -> dict[str, Any]:
     return indexed_job(pod, pods=hosts, backoff_limit=hosts * per_host, exclusive_on=NODE_POOL_LABEL)
 
 
-# The capacity modes whose hosts can go away while a step runs: Google reclaims a spot VM with 30 s notice,
-# and a flex-start slice ends at its ProvisioningRequest's maxRunDurationSeconds at the latest.
-PREEMPTIBLE_CAPACITY = ("spot", "flex-start")
-# How many times a train JobSet on such capacity is recreated after a failure before it is declared
-# failed. Each attempt resumes from the last checkpoint and loses at most rl.checkpoint_period steps, so a
-# few preemptions in one run are survived; a failure that repeats whatever the host (an OOM, a bad
-# override) costs at most this many extra starts of the slice instead of looping. Every restart counts
-# against the bound: none uses RestartJobSetAndIgnoreMaxRestarts.
+# How many times a train JobSet on preemptible capacity (recipes/capacity_modes.py) is recreated after a
+# failure before it is declared failed. Each attempt resumes from the last checkpoint and loses at most
+# rl.checkpoint_period steps, so a few preemptions in one run are survived; a failure that repeats whatever
+# the host (an OOM, a bad override) costs at most this many extra starts of the slice instead of looping.
+# Every restart counts against the bound: none uses RestartJobSetAndIgnoreMaxRestarts.
 PREEMPTIBLE_MAX_RESTARTS = 3
 
 
 def restarts_after_preemption(recipe: Recipe) -> bool:
     """Whether the train JobSet restarts after a failure: when a capacity it may run on is preemptible.
     A list of only reservation and on-demand keeps maxRestarts 0, as seed 000: a failure there is real."""
-    return any(mode in PREEMPTIBLE_CAPACITY for mode in recipe.capacity)
+    return any(MODE_RULES[mode].preemptible for mode in recipe.capacity)
 
 
 def train_failure_policy(recipe: Recipe) -> dict[str, Any] | None:
@@ -321,12 +319,11 @@ def train_failure_policy(recipe: Recipe) -> dict[str, Any] | None:
 # is ready. Not on flex-start: the autoscaler books the provisioned slice for only 10 minutes
 # (kubernetes/autoscaler cluster-autoscaler/FAQ.md), so AnyOrder lets the workers take it at once while
 # the head's node scales up (docs/provenance.md#start-order-inorder-and-anyorder-on-flex-start).
-QUEUED_PROVISIONING_CAPACITY = "flex-start"
 
 
 def startup_order(recipe: Recipe) -> str:
     """InOrder as xpk, or AnyOrder when Kueue may admit the JobSet onto a flex-start (queued) slice."""
-    return "AnyOrder" if QUEUED_PROVISIONING_CAPACITY in recipe.capacity else "InOrder"
+    return "AnyOrder" if uses_queued_provisioning(recipe.capacity) else "InOrder"
 
 
 def train_jobset(paths: ArtifactPaths) -> dict[str, Any]:

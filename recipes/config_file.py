@@ -6,6 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from recipes.capacity_modes import CapacityMode
 from recipes.errors import UserError
 from recipes.setting_specs import BY_FIELD, CONFIG_ENV, DEFAULT_CONFIG, EXAMPLE
 
@@ -63,8 +64,8 @@ def _joined(path: Path, key: str, items: list) -> str:
 
 def _expected_form(key: str) -> str:
     """How a config-file value is written, with the example's value (or the setting's own example)."""
-    example = {"authorized_cidr": "203.0.113.7/32", "capacity": "flex-start"}.get(key) or EXAMPLE.get(key) or \
-        BY_FIELD[key].default or "..."
+    example = {"authorized_cidr": "203.0.113.7/32", "capacity": CapacityMode.FLEX_START.value}.get(key) or \
+        EXAMPLE.get(key) or BY_FIELD[key].default or "..."
     if key in _LIST_FIELDS:
         return f'a string or a list of strings, e.g. {key} = "{example}" or {key} = ["{example}"]'
     return f'a string, e.g. {key} = "{example}"'

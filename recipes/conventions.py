@@ -1,5 +1,7 @@
 """Names that the stacks, the manifests and the CLI must agree on. One home for each."""
 
+from recipes.capacity_modes import MODE_RULES, CapacityMode
+
 # Kubernetes side of a GKE recipe.
 NAMESPACE = "default"
 
@@ -63,19 +65,13 @@ def cpu_pool_toleration() -> dict[str, str]:
     return {"key": key, "operator": "Equal", "value": value, "effect": effect}
 
 
-def tpu_pool_name(slice_index: int, capacity: str = "reservation", zone_suffix: str = "") -> str:
+def tpu_pool_name(slice_index: int, capacity: str = CapacityMode.RESERVATION, zone_suffix: str = "") -> str:
     """One TPU node pool per capacity mode, zone and slice. A reservation's pools keep the names they always
     had (tpu-np-0, tpu-np-1, ...); the other modes name themselves: tpu-np-spot-0, tpu-np-flex-start-0, ...
     Pools in a further zone of ZONE carry its letter (`zone_suffix`): tpu-np-flex-start-b-0."""
-    if capacity == "reservation":
+    if MODE_RULES[capacity].legacy_names:
         return f"tpu-np-{slice_index}"
     return f"tpu-np-{capacity}-{zone_suffix}-{slice_index}" if zone_suffix else f"tpu-np-{capacity}-{slice_index}"
-
-
-# The one capacity mode whose TPU pools keep every host from deploy to destroy: a reservation is billed
-# for its term whether used or not. The other modes' pools scale from zero, so their hosts exist (and
-# bill) only while a train step runs. The stacks build the pools and recipes/cost.py prices them by this.
-STATIC_TPU_CAPACITY = "reservation"
 
 
 # The node label the stacks put on each TPU pool and its Kueue ResourceFlavor matches: Kueue copies a
@@ -92,7 +88,7 @@ def tpu_flavor_name(capacity: str, zone_suffix: str = "") -> str:
     """The Kueue ResourceFlavor of one capacity mode's TPU pools in one zone. A reservation's keeps the name
     it always had (tpu), so a deployed queue keeps its flavor; the others: tpu-spot, tpu-flex-start,
     tpu-on-demand in the first zone of ZONE, and with the zone's letter in a further one: tpu-spot-b."""
-    if capacity == "reservation":
+    if MODE_RULES[capacity].legacy_names:
         return "tpu"
     return f"tpu-{capacity}-{zone_suffix}" if zone_suffix else f"tpu-{capacity}"
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recipes import conventions
+from recipes.capacity_modes import MODE_RULES
 from recipes.entry import STEPS
 from recipes.model import Recipe
 from recipes.prices import PriceTable, load_prices, usd
@@ -172,9 +173,9 @@ def _nat_line(prices: PriceTable, vms: int) -> CostLine:
 
 
 def tpu_only_in_train(recipe: Recipe) -> bool:
-    """Whether the recipe's TPU hosts exist only while its train step runs: on GKE, unless its first
-    capacity mode is the static one (a reservation). A TPU VM exists from deploy to destroy."""
-    return recipe.platform_rules.tpu_only_in_train and recipe.capacity[0] != conventions.STATIC_TPU_CAPACITY
+    """Whether the recipe's TPU hosts exist only while its train step runs: on GKE, when the pools of its
+    first capacity mode scale to zero (not a reservation's). A TPU VM exists from deploy to destroy."""
+    return recipe.platform_rules.tpu_only_in_train and MODE_RULES[recipe.capacity[0]].scales_to_zero
 
 
 def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None, zones: tuple[str, ...] = ()) -> CostBreakdown:
@@ -185,7 +186,7 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None, zones: tup
     shape = recipe.shape
     mode = recipe.capacity[0]  # the capacity expected to serve; the rest of the list is fallback
     chip = prices.tpu_chip_hour(shape.generation, mode)
-    reserved = mode == "reservation"
+    reserved = MODE_RULES[mode].reservation
     tpu_label = f"TPU {shape.generation} chips ({mode})"
     if not recipe.platform_rules.control_plane:  # no cluster: the TPU VM and its NAT
         lines = [

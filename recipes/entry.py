@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from recipes.capacity_modes import PLATFORM_RULES, CapacityMode, Platform, parse_capacity
 from recipes.errors import UserError
@@ -136,6 +136,7 @@ class Durations(Strict):
 class RecipeEntry(Strict):
     """One [recipes.<name>] table as written in recipes.toml."""
 
+    model_config = ConfigDict(use_enum_values=True)  # capacity holds the modes' plain strings
     description: str
     platform: Platform
     pathways: bool

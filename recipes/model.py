@@ -27,7 +27,7 @@ _RECIPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
 class Recipe(BaseModel):
     """A validated recipe with its shape, MaxText release and patches resolved."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, use_enum_values=True)  # capacity holds the modes' plain strings
 
     name: str
     description: str
@@ -70,6 +70,7 @@ class Recipe(BaseModel):
 
     def with_capacity(self, capacity: tuple[CapacityMode, ...], source: str) -> "Recipe":
         """This recipe with another capacity list, checked against its platform and TPU generation."""
+        capacity = tuple(CapacityMode(mode).value for mode in capacity)  # the plain strings, as validation keeps
         check_capacity(self.name, self.platform, capacity, self.tpu_facts, self.flex_start_max_run_hours, source)
         return self.model_copy(update={"capacity": capacity})
 

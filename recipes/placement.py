@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from recipes import conventions
-from recipes.capacity_modes import CapacityMode
+from recipes.capacity_modes import MODE_RULES, CapacityMode, ModeRules
 
 
 def zone_suffix(zone: str) -> str:
@@ -31,6 +31,10 @@ class Place:
     zoned: bool  # ZONE lists more than one zone, so messages name the zone
 
     @property
+    def rules(self) -> ModeRules:
+        return MODE_RULES[self.mode]
+
+    @property
     def suffix(self) -> str:
         return "" if self.first_zone else zone_suffix(self.zone)
 
@@ -44,7 +48,7 @@ class Place:
     def construct_id(self, slice_index: int) -> str:
         """The reservation's pools keep their construct ids, so a stack deployed before fallback lists
         existed keeps its pools; so do the first zone's."""
-        if self.mode == "reservation":
+        if self.rules.legacy_names:
             return f"tpu-slice-{slice_index}"
         return f"tpu-slice-{self.mode}-{self.suffix}-{slice_index}" if self.suffix else \
             f"tpu-slice-{self.mode}-{slice_index}"
@@ -65,4 +69,4 @@ def tpu_places(modes: Sequence[CapacityMode], zones: Sequence[str]) -> tuple[Pla
     zoned = len(zones) > 1
     return tuple(Place(mode, zone, index == 0, zoned)
                  for mode in modes
-                 for index, zone in enumerate(zones[:1] if mode == conventions.STATIC_TPU_CAPACITY else zones))
+                 for index, zone in enumerate(zones[:1] if MODE_RULES[mode].reservation else zones))

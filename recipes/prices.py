@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from recipes.capacity_modes import CapacityMode
 from recipes.errors import UserError
 
 
@@ -47,7 +48,7 @@ class PriceTable:
         if price is None:
             raise UserError(
                 f"recipes/prices.toml has no price for machine type '{machine_type}': add "
-                f"[machine.{machine_type}] on-demand = <USD per hour> with its source and date"
+                f"[machine.{machine_type}] {MACHINE_PRICE_KEY} = <USD per hour> with its source and date"
             )
         return price
 
@@ -66,6 +67,7 @@ def _price(entry: dict, key: str) -> Price:
 
 
 TPU_PRICE_KEY = "chip_hour"  # [tpu.<generation>.<capacity mode>] chip_hour = USD per chip-hour
+MACHINE_PRICE_KEY = CapacityMode.ON_DEMAND.value  # [machine.<type>] on-demand = USD per hour: CPU pools run on demand
 
 
 def parse_prices(table: dict) -> PriceTable:
@@ -75,7 +77,7 @@ def parse_prices(table: dict) -> PriceTable:
             generation: {mode: _price(entry, TPU_PRICE_KEY) for mode, entry in modes.items()}
             for generation, modes in table["tpu"].items()
         }
-        machines = {name: _price(entry, "on-demand") for name, entry in table["machine"].items()}
+        machines = {name: _price(entry, MACHINE_PRICE_KEY) for name, entry in table["machine"].items()}
         nat = table["nat"]
         return PriceTable(
             region=table["region"],

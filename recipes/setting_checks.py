@@ -7,8 +7,7 @@ import ipaddress
 import re
 from typing import Collection, Mapping
 
-from recipes.capacity_modes import parse_capacity
-from recipes.capacity_wait import parse_capacity_wait
+from recipes.capacity_modes import parse_capacity, parse_capacity_wait
 from recipes.cidrs import authorized_cidrs_problem
 from recipes.errors import UserError
 from recipes.setting_specs import BY_FIELD, REQUIRED, SPECS, UNSET, SettingSpec, missing_settings

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Iterable, Mapping
 
-from recipes.capacity_modes import CapacityMode
-from recipes.capacity_wait import DEFAULT_WAITS, WaitKey
+from recipes.capacity_modes import (DEFAULT_WAITS, CapacityMode, WaitKey, uses_queued_provisioning,
+                                    uses_reservation)
 from recipes.cidrs import authorized_cidrs_warning
 from recipes.config_file import read_config
 from recipes.errors import UserError
@@ -38,7 +38,7 @@ class Settings:
     tpu_name: str | None = None
     state_bucket: str | None = None
     capacity: tuple[CapacityMode, ...] | None = None  # None: each recipe's own capacity list
-    # (mode, seconds) for every mode: how long `run` waits for capacity before the next (recipes/capacity_wait.py)
+    # (mode, seconds) for every mode: how long `run` waits for capacity before the next (recipes/capacity_modes.py)
     capacity_wait: tuple[tuple[WaitKey, float], ...] = DEFAULT_WAITS
     source: str = "environment"
     zones: tuple[str, ...] = ()  # every zone of ZONE, in fallback order (recipes/placement.py); zone first
@@ -120,7 +120,7 @@ class Settings:
         `cdktf deploy` stops at plan, before anything is created, with the same line the CLI prints."""
         problem = self.capacity_problem(recipe)
         if problem:
-            return recipe.with_capacity(("on-demand",), source="CAPACITY"), problem
+            return recipe.with_capacity((CapacityMode.ON_DEMAND.value,), source="CAPACITY"), problem
         return self.recipe(recipe), None
 
     def zones_for(self, recipe: Recipe) -> tuple[str, ...]:
@@ -134,7 +134,7 @@ class Settings:
         def needed(field: str) -> bool:
             return needs is None or field in needs
 
-        if needed("reservation") and "reservation" in recipe.capacity and not self.reservation:
+        if needed("reservation") and uses_reservation(recipe.capacity) and not self.reservation:
             raise UserError(
                 f"RESERVATION is not set, but recipe '{recipe.name}' uses capacity 'reservation': "
                 f"export RESERVATION=<your {recipe.shape.machine_type} reservation name>"
@@ -142,7 +142,7 @@ class Settings:
         flex_start = recipe.tpu_facts.flex_start
         offerless = [zone for zone in self.zones_for(recipe) if flex_start and zone not in flex_start.zones] \
             if needed("zone") else []
-        if needed("zone") and "flex-start" in recipe.capacity and offerless:
+        if needed("zone") and uses_queued_provisioning(recipe.capacity) and offerless:
             raise UserError(
                 f"ZONE '{offerless[0]}' offers no flex-start {recipe.shape.generation} TPUs, which recipe "
                 f"'{recipe.name}' uses: pick one of {', '.join(flex_start.zones)} (and its REGION)"
@@ -162,7 +162,7 @@ def deploy_settings(recipes: Iterable[Recipe], env: Mapping[str, str] | None = N
     settings = load_settings(env, allow_example=True, needs=())
     missing = [BY_FIELD[field] for field in REQUIRED if object.__getattribute__(settings, field) is UNSET]
     runs = [settings.with_capacity(recipe) for recipe in recipes if not settings.capacity_problem(recipe)]
-    if not settings.reservation and any("reservation" in recipe.capacity for recipe in runs):
+    if not settings.reservation and any(uses_reservation(recipe.capacity) for recipe in runs):
         missing.append(BY_FIELD["reservation"])
     if not settings.authorized_cidr and any(recipe.platform_rules.control_plane for recipe in runs):
         missing.append(BY_FIELD["authorized_cidr"])

@@ -19,6 +19,7 @@ from infra.kueue_queues import QueueProps
 from infra.network import Network, NetworkProps, SecondaryRanges
 from infra.tpu_pool import TpuSlicePool, TpuSlicePoolProps, flex_start_seconds
 from recipes import conventions
+from recipes.capacity_modes import uses_queued_provisioning
 from recipes.model import Recipe
 from recipes.placement import tpu_places
 from recipes.settings import Settings
@@ -31,7 +32,7 @@ class GkeRecipeStack(TpuRlStack):
         shape = recipe.shape
         name = settings.cluster_name
         # Facts of the generation's flex-start offer, when the recipe (or CAPACITY) uses flex-start.
-        flex_start = recipe.tpu_facts.flex_start if "flex-start" in recipe.capacity else None
+        flex_start = recipe.tpu_facts.flex_start if uses_queued_provisioning(recipe.capacity) else None
         network = Network(
             self, "network", NetworkProps(name=name, region=settings.region, secondary_ranges=SecondaryRanges(),
                                           allow_internal=True)

@@ -1,5 +1,5 @@
 """A CPU step (convert, export) whose CPU pool gets no node (its machine type out of stock in the zone)
-does not wait for ever: past CAPACITY_WAIT's `cpu` (recipes/capacity_wait.py) `run` deletes its JobSet
+does not wait for ever: past CAPACITY_WAIT's `cpu` (recipes/capacity_modes.py) `run` deletes its JobSet
 and stops with one line naming what it waited for, for how long, and the next command. Driven through
 the fake Kubernetes API, whose CPU pods stay Unschedulable (tests/peers/jobset_plan.py, stockout "cpu")."""
 
@@ -13,7 +13,7 @@ from cli_helpers import slow_polls
 from jobs import jobset_name
 from peers.jobset_life import UNSCHEDULABLE
 from recipes import get_recipe
-from recipes.capacity_wait import DEFAULT_WAIT_SECONDS, parse_capacity_wait
+from recipes.capacity_modes import DEFAULT_WAIT_SECONDS, parse_capacity_wait
 from scripts.cli import app
 from scripts.outcome import ExitCode
 

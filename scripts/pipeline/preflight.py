@@ -11,6 +11,7 @@ from typing import Callable
 from google.api_core import exceptions as gexc
 
 from recipes import Recipe, Settings, UserError
+from recipes.capacity_modes import MODE_RULES, CapacityMode, uses_queued_provisioning, uses_reservation
 from scripts.cloud import gcs, hf_hub, hf_token, registry
 from scripts.cloud.clients import Clients
 from scripts.cloud.kube import get_credentials_command
@@ -31,9 +32,9 @@ def _resource_name(value: str) -> str:
 
 
 def check_reservation(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
-    name = "reservation"
+    name = CapacityMode.RESERVATION.value
     shape = recipe.shape
-    if "reservation" not in recipe.capacity:
+    if not uses_reservation(recipe.capacity):
         return Check(name, True, f"not needed (capacity '{','.join(recipe.capacity)}')")
     try:
         found = clients.within(f"the Compute Engine API for reservation '{settings.reservation}'", "compute",
@@ -62,10 +63,6 @@ def check_reservation(clients: Clients, recipe: Recipe, settings: Settings) -> C
                  f"{machine_type} free, {shape.total_hosts} needed")
 
 
-# The regional quota each capacity mode draws on ([tpu.<generation>.quota] in recipes.toml names the
-# metric and its sources): spot and flex-start the preemptible one, on-demand the standard one; a
-# reservation brings its own capacity.
-QUOTA_OF_MODE = {"spot": "preemptible", "flex-start": "preemptible", "on-demand": "on_demand"}
 QUOTAS_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas?project={project}"
 # The GKE version scheme, e.g. 1.33.0-gke.1712000 (https://cloud.google.com/kubernetes-engine/versioning);
 # /version reports it with a leading v.
@@ -84,7 +81,7 @@ def region_quotas(clients: Clients, settings: Settings) -> dict:
 def _quota(clients: Clients, recipe: Recipe, settings: Settings, kind: str) -> Check | None:
     """The slice's chips against the region's quota of `kind` (preemptible, on_demand), for the modes of
     the capacity list that draw on it; None when none does."""
-    modes = [mode for mode in recipe.capacity if QUOTA_OF_MODE.get(mode) == kind]
+    modes = [mode for mode in recipe.capacity if MODE_RULES[mode].quota == kind]
     if not modes:
         return None
     label, generation, region = kind.replace("_", "-"), recipe.shape.generation, settings.region
@@ -136,9 +133,9 @@ def _cluster_version(clients: Clients) -> str:
 def check_flex_start(clients: Clients, recipe: Recipe, settings: Settings) -> Check | None:
     """The zone offers flex-start for the generation, and the cluster (when the kubeconfig reaches it) is
     recent enough to create flex-start TPU node pools."""
-    if "flex-start" not in recipe.capacity:
+    if not uses_queued_provisioning(recipe.capacity):
         return None
-    name, generation, cluster = "flex-start", recipe.shape.generation, settings.cluster_name
+    name, generation, cluster = CapacityMode.FLEX_START.value, recipe.shape.generation, settings.cluster_name
     facts = recipe.tpu_facts.flex_start  # recipes refuse flex-start for a generation without it
     zones = settings.zones_for(recipe)  # a GKE stack has a flex-start pool in each zone of ZONE
     for zone in zones:
@@ -350,7 +347,8 @@ def run_checks(clients: Clients, recipe: Recipe, settings: Settings) -> list[Che
     """Every check, even after a failure, so the user sees all fixes at once."""
     results = []
     for check in CHECKS:
-        label = check.__name__.removeprefix("check_").replace("flex_start", "flex-start").replace("_", " ")
+        label = check.__name__.removeprefix("check_").replace("flex_start", CapacityMode.FLEX_START.value)
+        label = label.replace("_", " ")
         try:
             result = check(clients, recipe, settings)
             if result is not None:

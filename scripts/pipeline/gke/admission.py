@@ -1,6 +1,6 @@
 """What a step's JobSet really waits for, read from the Workload Kueue owns for it and, on flex-start, the
 ProvisioningRequest Kueue filed for its slice; and the end of that wait: a deactivated workload at once,
-or the capacity mode's CAPACITY_WAIT (recipes/capacity_wait.py) without a node for all TPU workers
+or the capacity mode's CAPACITY_WAIT (recipes/capacity_modes.py) without a node for all TPU workers
 (or CAPACITY_WAIT's cpu without one for the Pathways head).
 
 Kueue v0.17.1 (docs/capacity.md has the sources): a suspended JobSet is a Workload that is queued for
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from jobs.k8s import pin_capacity
 from recipes import conventions
-from recipes.capacity_wait import CPU, describe_waits
+from recipes.capacity_modes import CPU, describe_waits
 from recipes.conventions import CAPACITY_NODE_LABEL, ZONE_NODE_LABEL
 from recipes.placement import Place, tpu_places
 from scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
@@ -216,7 +216,7 @@ class CapacityWatch:
         admission = self.admission = read_admission(session, jobset)
         self._count_from_admission(admission, now, first)
         # A CPU step (convert, export) waits for Kueue and then for a node of the CPU pool, which scales
-        # from zero, bounded by CAPACITY_WAIT's `cpu` (recipes/capacity_wait.py); it has no next mode.
+        # from zero, bounded by CAPACITY_WAIT's `cpu` (recipes/capacity_modes.py); it has no next mode.
         place = self.place(admission, tpu) if has_tpu else None
         mode, label = (place.mode, place.label) if place else (CPU, None)
         uid = jobset_uid(jobset)
@@ -245,7 +245,7 @@ class CapacityWatch:
             if not waiting:  # every pod has (had) its node: the capacity came
                 return self._say(awaited, waited)
             waited = (now - min(self._since(pod, now) for pod in waiting)).total_seconds()
-        if mode == "flex-start" and state.phase == "running" and _unschedulable(tpu) and (
+        if place and place.rules.queued_provisioning and state.phase == "running" and _unschedulable(tpu) and (
                 self.trained or slice_gone(state, admission)):
             # The slice was had and is gone: a queued-provisioning pool gets nodes only through a new
             # request, which Kueue files only for a workload that is not admitted (see capacity.py).

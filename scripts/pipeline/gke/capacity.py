@@ -24,7 +24,7 @@ from typing import Callable
 
 from rich.markup import escape
 
-from recipes.capacity_wait import CPU, describe_waits
+from recipes.capacity_modes import CPU, describe_waits
 from scripts.cloud import gcs
 from scripts.outcome import ApiError, StepFailed
 from jobs.k8s import JOBSET_NAME_LABEL

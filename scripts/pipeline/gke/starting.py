@@ -1,8 +1,7 @@
 """The end of an attempt that has its capacity but cannot start: an image that cannot be pulled, or pods on
-their nodes that do not all become Ready (recipes/capacity_wait.py, READY_WAIT_SECONDS and
-IMAGE_PULL_FAILING_SECONDS, say why each bound). Neither counts against the JobSet's bounds: a failed
-pull never starts a container, so the Job's backoffLimit never sees it, and the stall bound (stall.py)
-counts only while every pod is Ready. `run` deletes the JobSet (capacity.py, by its UID) and stops with
+their nodes that do not all become Ready (READY_WAIT_SECONDS and IMAGE_PULL_FAILING_SECONDS below say why
+each bound). Neither counts against the JobSet's bounds: a failed pull never starts a container, so the
+Job's backoffLimit never sees it, and the stall bound (stall.py) counts only while every pod is Ready. `run` deletes the JobSet (capacity.py, by its UID) and stops with
 one line that names what did not start.
 
 The kubelet's waiting reasons (kubernetes/kubernetes pkg/kubelet/images/types.go @64c0164c): InvalidImageName
@@ -16,12 +15,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from recipes.capacity_wait import IMAGE_PULL_FAILING_SECONDS, READY_WAIT_SECONDS
 from scripts.cloud.kube_objects import (JobSetState, container_image, container_statuses, has_had_node,
                                         is_finishing, is_ready, restart_total)
 from scripts.outcome import StepFailed
 from scripts.pipeline.gke.steps import StepJob
 from scripts.pipeline.session import Session, hms
+
+# How long an attempt may have every pod on a node but not every pod Ready: the Job's restarts and a failing
+# image pull never end it, so without this a slice bills for hours; our choice, as long as
+# stall.QUIET_STALL_SECONDS (docs/provenance.md#start-bounds-ready_wait).
+READY_WAIT_SECONDS = 90 * 60
+# How long a container's image pull may keep failing (FAILING_PULL): the kubelet backs off 10 s doubling to
+# 300 s (kubernetes/kubernetes pkg/kubelet/kubelet.go MaxImageBackOff), so this is five failed pulls in a
+# row (docs/provenance.md#kubelet-image-pull-back-off).
+IMAGE_PULL_FAILING_SECONDS = 5 * 60
 
 UNPARSABLE_IMAGE = ("InvalidImageName",)
 # evalCRIPullErr (kubernetes/kubernetes pkg/kubelet/images/image_manager.go @cfce511e) also names a failed pull
