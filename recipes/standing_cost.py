@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from recipes import conventions
+from recipes.capacity_modes import MODE_RULES
 from recipes.model import Recipe
 from recipes.prices import PriceTable, load_prices, usd
 
@@ -74,6 +75,12 @@ class StandingCost:
                 "at_zero_nodes": list(self.at_zero), "not_priced": list(self.unpriced)}
 
 
+
+def _reserved(mode: str) -> bool:
+    """Whether a pool of this mode (a label read from the cluster, so maybe unknown) bills as reserved."""
+    rules = MODE_RULES.get(mode)
+    return bool(rules and rules.reservation)
+
 def _nodes(count: int) -> str:
     return f"{count} node{'' if count == 1 else 's'}"
 
@@ -96,15 +103,15 @@ def standing_cost(recipe: Recipe, node_labels: Iterable[Mapping[str, str]],
                                   count[cpu] * prices.machine(recipe.cpu_machine_type or "").usd_per_hour))
     else:
         at_zero.append(cpu)
-    reservation = conventions.STATIC_TPU_CAPACITY
+    reservation = next((mode for mode in recipe.capacity if _reserved(mode)), None)
     reserved_pools = ([conventions.tpu_pool_name(index) for index in range(shape.slices)]
-                      if reservation in recipe.capacity else [])
+                      if reservation else [])
     for pool in reserved_pools:  # the reservation's chips, whatever the pool's nodes
         chip = prices.tpu_chip_hour(shape.generation, reservation).usd_per_hour
         items.append(StandingItem(f"{pool} {shape.chips_per_slice} reserved chips", shape.chips_per_slice * chip,
                                   reserved=True, chips=shape.chips_per_slice))
     autoscaled = sorted(pool for pool, mode in mode_of.items()
-                        if mode and mode != reservation and pool not in reserved_pools)
+                        if mode and not _reserved(mode) and pool not in reserved_pools)
     for pool in autoscaled:  # a slice still up: the autoscaler removes it minutes after its last TPU pod
         chip = prices.tpu_chip_hour(shape.generation, mode_of[pool]).usd_per_hour
         chips = count[pool] * shape.chips_per_vm

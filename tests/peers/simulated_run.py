@@ -98,8 +98,8 @@ def put_idle_cluster_nodes(kube, recipe) -> None:
 
     for index in range(conventions.SYSTEM_POOL_NODES):
         kube.put_node(conventions.SYSTEM_POOL_NAME, index)
-    if conventions.STATIC_TPU_CAPACITY in recipe.capacity:
+    if "reservation" in recipe.capacity:  # the one mode whose pool does not scale to zero
         for slice_index in range(recipe.shape.slices):
             for index in range(recipe.shape.hosts_per_slice):
                 kube.put_node(conventions.tpu_pool_name(slice_index), index,
-                              {conventions.CAPACITY_NODE_LABEL: conventions.STATIC_TPU_CAPACITY})
+                              {conventions.CAPACITY_NODE_LABEL: "reservation"})
