@@ -125,6 +125,12 @@ class ArtifactPaths:
         time): when it goes stale on a running VM, the script ended without a word (scripts/pipeline/vm/run.py)."""
         return f"{self.run_root}progress/heartbeat"
 
+    @property
+    def vm_stop(self) -> str:
+        """Written by the VM startup script once every output of the run is verified, just before the VM powers
+        itself off (jobs/vm_outputs.py): its attempt and the time."""
+        return f"{self.run_root}progress/stopped"
+
     def step_log(self, step: Step) -> str:
         """A VM step's whole log, uploaded when the step ends (done or failed); the console keeps only its
         last 1 MB."""
