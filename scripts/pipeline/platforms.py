@@ -64,8 +64,9 @@ class Platform(Protocol):
         nothing of its own."""
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
-            show_manifests: bool) -> None:
-        """`tpu-rl run`: plan, submit, follow and verify each step (a dry run prints the plan only)."""
+            show_manifests: bool, detach: bool = False) -> None:
+        """`tpu-rl run`: plan, submit, follow and verify each step (a dry run prints the plan only); `detach`:
+        start (or find) the run's driver and return at once with the commands that follow the run."""
 
     def check_eval(self, recipe: Recipe) -> None:
         """Refuse `tpu-rl eval` before any cloud is asked when the platform cannot evaluate."""

@@ -121,8 +121,9 @@ fi
 FAKE_PYTHON = r"""#!/bin/bash
 printf '%s token=%s\n' "$2" "$([[ "${HF_TOKEN:-}" == "$FAKE_TOKEN" ]] && echo yes || echo no)" >> "$CALLS"
 echo "$2: stand-in output"
-if [[ "$2" == *train_rl && "${FAIL_MODULE:-none}" != *train_rl && -n "${ACTOR:-}" ]]; then
-  # tunix saves the step training reached on close: orbax's commit marker in its step directory last.
+if [[ "$2" == *train_rl && "${FAIL_MODULE:-none}" != *train_rl && "${KILL_MODULE:-none}" != *train_rl && -n "${ACTOR:-}" ]]; then
+  # tunix saves the step training reached on close (a killed one saves nothing): its params, then orbax's
+  # commit marker in its step directory last.
   for step in ${TRAINED_STEPS-50}; do
     mkdir -p "$ACTOR/$step/model_params"; echo params > "$ACTOR/$step/model_params/params"
     echo committed > "$ACTOR/$step/commit_success.txt"

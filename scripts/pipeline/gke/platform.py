@@ -62,8 +62,14 @@ class GkePlatform:
                        show_manifests)
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
-            show_manifests: bool) -> None:
+            show_manifests: bool, detach: bool = False) -> None:
         from scripts.pipeline.gke.submit import run_gke
+
+        if detach:  # the in-cluster driver (issue 27) is what a detached GKE run needs
+            from recipes import UserError
+
+            raise UserError(f"--detach needs the run's driver in the cluster, which recipe '{session.recipe.name}' "
+                            "does not have yet: run without --detach")
 
         run_gke(session, steps, replace=replace, follow_logs=follow_logs, dry_run=dry_run,
                 show_manifests=show_manifests)

@@ -45,13 +45,17 @@ class VmPlatform:
 
     def show_submissions(self, console: Console, recipe: Recipe, settings: Settings, steps: tuple[Step, ...],
                          show_manifests: bool) -> None:
-        return None  # the startup script was deployed with the stack: run submits nothing
+        # the startup script was deployed with the stack: run submits nothing; what the VM does after it
+        from scripts.pipeline.vm.after_run import after_run_line
+
+        console.print(after_run_line(_Plan(recipe, settings)))
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
-            show_manifests: bool) -> None:
+            show_manifests: bool, detach: bool = False) -> None:
         from scripts.pipeline.vm.run import run_vm
 
-        run_vm(session, steps, follow_logs=follow_logs, dry_run=dry_run)  # nothing to replace, no manifests
+        # nothing to replace, no manifests; --detach: the startup script is the run's driver
+        run_vm(session, steps, follow_logs=follow_logs, dry_run=dry_run, detach=detach)
 
     def check_eval(self, recipe: Recipe) -> None:
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script runs the recipe's "
@@ -74,6 +78,13 @@ class VmPlatform:
         from scripts.pipeline.vm.views import logs_vm
 
         return logs_vm(session, step, tail)  # read once: --follow streams on GKE only
+
+
+class _Plan:
+    """What after_run_line reads of a session, for a plan made without the cloud."""
+
+    def __init__(self, recipe: Recipe, settings: Settings) -> None:
+        self.recipe, self.settings = recipe, settings
 
 
 PLATFORM = VmPlatform()
