@@ -14,8 +14,10 @@ from datetime import datetime
 
 from jobs.paths import RUN_RECORD
 from recipes import STEPS, UserError
+from scripts.cloud import gcs
 from scripts.pipeline.record import run_records
 from scripts.pipeline.session import Session, hms
+from scripts.pipeline.vm.state import Failure
 from scripts.rundata.evaluation import accuracy_change, resumed_first
 from scripts.rundata.events import latest_scalars_in_bucket, run_directory
 from scripts.rundata.records import record_differences
@@ -107,12 +109,28 @@ def _scalars(storage, url: str) -> dict[str, tuple[int, float]]:
         return {}
 
 
+def _outcome(session: Session, name: str, record: dict) -> tuple[str, str | None]:
+    """The run's status and end: its record's, unless the record still says running (or there is none) while
+    the run's own progress records say it ended: the VM's startup script writes export's marker (its text: when)
+    once every step succeeded, and its failure record when a phase failed (jobs/vm.py), whether or not a `run`
+    followed it (`run --detach` returns at once)."""
+    status, ended = record.get("status", NO_RECORD), record.get("ended")
+    if status not in ("running", NO_RECORD):
+        return status, ended
+    storage, paths = session.clients.storage(), session.paths
+    done = gcs.read_text(storage, paths.run_marker(name, "export"))
+    if done is not None:
+        return "succeeded", done.strip() or None
+    failure = Failure.parse(gcs.read_text(storage, paths.run_failure(name)))
+    return ("failed", failure.at or None) if failure else (status, ended)
+
+
 def summarize_run(session: Session, name: str, record: dict | None) -> RunSummary:
     storage, trained = session.clients.storage(), session.paths.trained
     record = record or {}
     scalars = _scalars(storage, run_directory(session.recipe, session.settings, name))
-    started, ended = _time(record.get("created")), _time(record.get("ended"))
-    status = record.get("status", NO_RECORD)
+    status, ended_text = _outcome(session, name, record)
+    started, ended = _time(record.get("created")), _time(ended_text)
     end = session.now() if status == "running" else ended
     change = accuracy_change(record.get("evaluations") or [])
     resumed = resumed_first(record.get("evaluations") or [])
@@ -123,7 +141,7 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
         last_step=scalars[LOSS.name][0] if LOSS.name in scalars else None,
         train_steps=record.get("train_steps"),
         reward=scalars[REWARD_MEAN.name][1] if REWARD_MEAN.name in scalars else None,
-        started=record.get("created"), ended=record.get("ended"), duration_seconds=duration,
+        started=record.get("created"), ended=ended_text, duration_seconds=duration,
         record=f"{trained}{name}/{RUN_RECORD}",
         accuracy_before=change.before.accuracy if change.before else None,
         accuracy_after=change.after.accuracy if change.after else None,
