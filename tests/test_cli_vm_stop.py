@@ -33,12 +33,17 @@ def text_of(result) -> str:
     return " ".join(result.output.split())
 
 
+def after_self_stop(google, gcs, guest, *argv: str) -> str:
+    """The whole run on the VM, its power-off, then `tpu-rl ARGV`: its output on one line (exit 0)."""
+    assert boot_and_show(guest, gcs, google) == 0
+    powered_off(google, guest)
+    result = runner.invoke(app, list(argv))
+    assert result.exit_code == 0, result.output
+    return text_of(result)
+
+
 def test_status_after_a_self_stop_says_so_and_how_the_next_run_starts(settings_env, gcs, vm, guest):
-    assert boot_and_show(guest, gcs, vm) == 0
-    powered_off(vm, guest)
-    status = runner.invoke(app, ["status", RECIPE])
-    assert status.exit_code == 0, status.output
-    text = text_of(status)
+    text = after_self_stop(vm, gcs, guest, "status", RECIPE)
     assert "TPU VM rl-test-vm (TERMINATED; startup script: done)" in text
     assert (f"TPU VM rl-test-vm stopped itself at 20" in text and "after its startup script verified every output "
             f"of run {RUN} (VM_AFTER_RUN=stop): it bills only its boot disk now, until `npx cdktf destroy {RECIPE}`; "
@@ -48,11 +53,7 @@ def test_status_after_a_self_stop_says_so_and_how_the_next_run_starts(settings_e
 
 
 def test_run_after_a_self_stop_reports_done_and_what_still_bills(settings_env, gcs, vm, guest):
-    assert boot_and_show(guest, gcs, vm) == 0
-    powered_off(vm, guest)
-    result = runner.invoke(app, ["run", RECIPE])
-    assert result.exit_code == 0, result.output
-    text = text_of(result)
+    text = after_self_stop(vm, gcs, guest, "run", RECIPE)
     assert text.count("output verified, skipping") == 3
     assert "stopped itself at" in text and "it bills only its boot disk now" in text
     assert "the stack costs" not in text  # the stack's hourly cost no longer runs
