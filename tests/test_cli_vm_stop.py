@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typer.testing import CliRunner
 
 from cli_helpers import error_line
-from jobs.vm_outputs import STOP_COMMAND
+from jobs.vm_outputs import FAILURE_STAY_MINUTES, STOP_COMMAND
 from peers.fixtures import SETTINGS, deploy_vm, put_step_output
 from recipes import get_recipe
 from scripts.cli import app
@@ -154,3 +154,25 @@ def test_begin_finish_console_helpers_still_drive_a_run(settings_env, gcs, vm):
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == 0, result.output
     assert "stops itself once its startup script verified every output" in text_of(result)
+
+
+def test_a_failed_run_says_the_vm_stays_up_for_a_bounded_look(settings_env, gcs, vm, guest, clock):
+    assert boot_and_show(guest, gcs, vm, FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl") == 1
+    assert guest.power_offs == [f"shutdown -h +{FAILURE_STAY_MINUTES} tpu-rl: run {RUN} failed; powering off"]
+    status = runner.invoke(app, ["status", RECIPE])
+    assert (f"the VM stays up {FAILURE_STAY_MINUTES} min after the failure for a look (`sudo shutdown -c` on it "
+            "keeps it up), then powers itself off") in text_of(status)
+
+
+def test_run_after_the_vm_powered_itself_off_after_a_failure_says_to_deploy_again(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm, FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl") == 1
+    vm.instances[VM] = "TERMINATED"  # the scheduled power-off, an hour after the failure
+    vm.boots[VM] = {"creationTimestamp": "2026-11-29T00:00:00.000-08:00",
+                    "lastStopTimestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    message = error_line(result)
+    assert message.startswith("error: TPU VM rl-test-vm powered itself off at ")
+    assert f"{FAILURE_STAY_MINUTES} min after step train failed (exit 1, attempt " in message
+    assert message.endswith(f"`npx cdktf deploy {RECIPE}`: the new VM resumes at train")
+    assert "host maintenance" not in result.output

@@ -11,7 +11,7 @@ from jobs.vm_outputs import FAILURE_STAY_MINUTES, after_run_setting
 from recipes.setting_specs import BY_FIELD, VM_STAYS, VM_STOPS
 from scripts.cloud import gcs
 from scripts.pipeline.session import Session
-from scripts.pipeline.vm.state import Attempt, parse_time
+from scripts.pipeline.vm.state import Attempt, Failure, parse_time
 
 
 def stop_record(session: Session, instance=None) -> Attempt | None:
@@ -92,3 +92,30 @@ def detached(session: Session, pending: list[str]) -> None:
              after_run_line(session)]
     for line in lines:
         session.console.print(line, soft_wrap=True)
+
+
+def failure_stay(session: Session) -> str:
+    """What a failed run's VM does next (jobs/vm_outputs.py power_after), for the failure's message."""
+    if session.settings.vm_after_run != VM_STOPS:
+        return ""
+    return (f"; the VM stays up {FAILURE_STAY_MINUTES} min after the failure for a look (`sudo shutdown -c` on it "
+            "keeps it up), then powers itself off")
+
+
+def powered_off_after_failure(session: Session, instance, pending: list[str]) -> str | None:
+    """The line for a VM that powered itself off after its run failed (it keeps a failed VM up for a bounded
+    look first), or None: its failure record is there and the VM stopped after it."""
+    if session.settings.vm_after_run != VM_STOPS:
+        return None
+    failure = Failure.parse(gcs.read_text(session.clients.storage(), session.paths.vm_failure))
+    stopped, failed = (parse_time(value) for value in (getattr(instance, "last_stop_timestamp", ""),
+                                                       failure.at if failure else ""))
+    if failure is None or stopped is None or failed is None or stopped < failed:
+        return None
+    what = f"step {failure.phase}" if failure.phase in pending else f"its {failure.phase}"
+    return (f"TPU VM {session.settings.vm_name} powered itself off at {stopped:%Y-%m-%dT%H:%M:%SZ}, "
+            f"{FAILURE_STAY_MINUTES} min after {what} failed (exit {failure.code}, attempt {failure.attempt}): "
+            f"{failure.last_line[:200]!r}; a TPU VM cannot be started again: fix the cause, then `gcloud compute "
+            f"instances delete {session.settings.vm_name} --zone={session.settings.zone} "
+            f"--project={session.settings.project}` and `npx cdktf deploy {session.recipe.name}`: the new VM "
+            f"resumes at {pending[0]}")

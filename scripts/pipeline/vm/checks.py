@@ -132,11 +132,14 @@ class Maintenance:
 
     def _stopped_itself(self, pending: list[str]) -> bool:
         from scripts.cloud import gcs
-        from scripts.pipeline.vm.after_run import stop_record, stopped_before
+        from scripts.pipeline.vm.after_run import powered_off_after_failure, stop_record, stopped_before
 
         session = self.session
         record = stop_record(session, self.instance)
         if record is None:
+            after_failure = powered_off_after_failure(session, self.instance, pending)
+            if after_failure:
+                raise StepFailed(after_failure)
             return False
         storage = session.clients.storage()
         if any(not gcs.exists(storage, session.paths.progress_marker(step)) for step in pending):

@@ -16,7 +16,8 @@ from scripts.pipeline.accuracy import EvaluationWatch
 from scripts.pipeline.progress import AttemptProgress, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
-from scripts.pipeline.vm.after_run import after_run_line, detached, done_billing, stop_record, stopped_before
+from scripts.pipeline.vm.after_run import (after_run_line, detached, done_billing, failure_stay, stop_record,
+                                           stopped_before)
 from scripts.pipeline.vm.checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, read_instance, require_token_version)
 from scripts.pipeline.vm.phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
@@ -181,7 +182,7 @@ def failure_message(session: Session, state: VmState, pending: list[str]) -> str
         logs = (f"logs: {session.logs_hint(failure.phase)}" if failure.phase in STEPS
                 else f"the record: `gcloud storage cat {session.paths.vm_failure}`")
         return (f"{what} failed on TPU VM {vm} (exit {failure.code}, attempt {failure.attempt}): "
-                f"{failure.last_line[:200]!r}; {logs}; fix it, then {resume_hint(session)}")
+                f"{failure.last_line[:200]!r}; {logs}; fix it, then {resume_hint(session)}{failure_stay(session)}")
     verdict = state.ended_without_record
     if verdict and pending:
         return (f"the startup script of TPU VM {vm} ended ({verdict}, says the guest agent) before {pending[0]} "
