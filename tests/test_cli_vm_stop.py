@@ -45,7 +45,7 @@ def after_self_stop(google, gcs, guest, *argv: str) -> str:
 def test_status_after_a_self_stop_says_so_and_how_the_next_run_starts(settings_env, gcs, vm, guest):
     text = after_self_stop(vm, gcs, guest, "status", RECIPE)
     assert "TPU VM rl-test-vm (TERMINATED; startup script: done)" in text
-    assert (f"TPU VM rl-test-vm stopped itself at 20" in text and "after its startup script verified every output "
+    assert ("TPU VM rl-test-vm stopped itself at 20" in text and "after its startup script verified every output "
             f"of run {RUN} (VM_AFTER_RUN=stop): it bills only its boot disk now, until `npx cdktf destroy {RECIPE}`; "
             "a TPU VM cannot be started again: a new run: change rl.overrides in recipes.toml, then `npx cdktf "
             f"deploy {RECIPE}`") in text
