@@ -55,8 +55,7 @@ def after_run_line(session: Session) -> str:
                 f"{stays_up_cost(session)} until `npx cdktf destroy {name}`")
     return (f"after the run: TPU VM {vm} stops itself once its startup script verified every output "
             f"({after_run_setting(settings)}; {BY_FIELD['vm_after_run'].env}={VM_STAYS} keeps it up): no idle "
-            f"cost, only its boot disk bills until `npx cdktf destroy {name}`; after a failure it stays up "
-            f"{FAILURE_STAY_MINUTES} min for a look, then powers itself off")
+            f"cost, only its boot disk bills until `npx cdktf destroy {name}`")
 
 
 def done_billing(session: Session, instance) -> str:
