@@ -15,9 +15,11 @@ Decisions (docs/pipeline.md, "When the run ends", has the sources):
   that VM on purpose. A boot that ran a step, or that finds the run done without the record (a stop cut short),
   stops.
 - A failed phase keeps the VM up for a look, bounded: the script schedules the power-off FAILURE_STAY_MINUTES
-  later (`shutdown -h +N`), which `sudo shutdown -c` cancels and a reboot (to resume) drops, since systemd keeps
-  the schedule under /run (systemd/systemd src/login/logind-dbus.c, SHUTDOWN_SCHEDULE_FILE). A cancel
-  (`tpu-rl cancel`) leaves the VM as it is: the user is there.
+  later (`shutdown -h +N`: a time without ':' is minutes from now, systemd/systemd src/systemctl/
+  systemctl-compat-shutdown.c parse_shutdown_time_spec), which `sudo shutdown -c` cancels and a reboot (to
+  resume) drops: logind keeps the schedule in /run/systemd/shutdown/scheduled (SHUTDOWN_SCHEDULE_FILE,
+  src/login/logind-dbus.c), and /run does not outlive a boot. A cancel (`tpu-rl cancel`) leaves the VM as it
+  is: the user is there.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from recipes import Recipe, Settings
 from recipes.conventions import HF_CONFIG, HF_SINGLE_WEIGHTS, HF_TOKENIZER_FILES, HF_WEIGHTS_INDEX, ORBAX_COMMIT_MARKER
 from recipes.setting_specs import BY_FIELD, VM_STAYS, VM_STOPS
 
-# systemd's shutdown(8): "-h  Equivalent to --poweroff, unless --halt is specified"; the power-off reaches
-# Compute Engine as the guest's own stop (systemd/systemd man/shutdown.xml).
+# systemd's shutdown(8): "-h  Equivalent to --poweroff, unless --halt is specified" (systemd/systemd
+# man/shutdown.xml); the power-off reaches Compute Engine as the guest's own stop.
 STOP_COMMAND = "shutdown -h now"
 # How long a VM whose run failed stays up for a look before it powers itself off: about the v6e-8 hour that
 # a new VM's install costs again, so a failure at night bills at most that much idle time.
