@@ -176,3 +176,13 @@ def test_run_after_the_vm_powered_itself_off_after_a_failure_says_to_deploy_agai
     assert f"{FAILURE_STAY_MINUTES} min after step train failed (exit 1, attempt " in message
     assert message.endswith(f"`npx cdktf deploy {RECIPE}`: the new VM resumes at train")
     assert "host maintenance" not in result.output
+
+
+def test_run_of_a_vm_started_again_after_its_stop_says_it_stays_up_and_bills(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm) == 0  # the run, then its stop
+    guest.boot()  # the VM was created again for the same run: its script runs nothing and keeps it up
+    assert guest.power_offs == [STOP_COMMAND]
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert ("TPU VM rl-test-vm runs again after it stopped itself at" in text_of(result)
+            and "its startup script ran nothing and keeps it up: it bills $" in text_of(result))

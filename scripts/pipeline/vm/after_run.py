@@ -63,6 +63,10 @@ def done_billing(session: Session, instance) -> str:
     record = stop_record(session, instance) if instance is not None else None
     if record is not None and instance.status != "RUNNING":
         return stopped_line(session, record)
+    if record is not None:  # started again after its stop: its script runs nothing and keeps it up
+        return (f"TPU VM {session.settings.vm_name} runs again after it stopped itself at {record.at}; its startup "
+                f"script ran nothing and keeps it up: it bills {stays_up_cost(session)} until `npx cdktf destroy "
+                f"{session.recipe.name}`")
     if session.settings.vm_after_run == VM_STOPS:
         return (f"TPU VM {session.settings.vm_name} stops itself once its startup script verified every output "
                 f"(it checks them itself): then only its boot disk bills, until `npx cdktf destroy "
