@@ -7,6 +7,7 @@ so a new one is read without being listed here; the Kueue webhook probe (infra/)
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import jobs
 from jobs.export import VISION_PARTS
 from recipes import all_recipes, example_settings
+from recipes.setting_specs import VM_STAYS
 
 SETTINGS = example_settings()
 SHELLS = {"bash", "sh"}
@@ -50,6 +52,9 @@ def inline_scripts() -> dict[str, tuple[str, str]]:
         else:
             text = jobs.render_startup_script(recipe, SETTINGS)
             found[f"{name} startup script"] = ("bash", text)
+            # the opt-out renders the same script with another value (jobs/vm_outputs.py)
+            kept = dataclasses.replace(SETTINGS, vm_after_run=VM_STAYS)
+            found[f"{name} startup script ({VM_STAYS})"] = ("bash", jobs.render_startup_script(recipe, kept))
             for index, inner in enumerate(INNER_BASH.findall(text)):
                 found[f"{name} startup script, bash -c #{index + 1}"] = ("bash", inner)
     return found
