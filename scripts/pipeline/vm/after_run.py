@@ -85,16 +85,16 @@ def stopped_before(session: Session, record: Attempt, pending: list[str]) -> str
 def detached(session: Session, pending: list[str]) -> None:
     """`run --detach`: the startup script runs the steps on the VM whether or not anyone follows it."""
     name, vm = session.recipe.name, session.settings.vm_name
-    lines = [f"detached: the startup script of TPU VM {vm} runs {', '.join(pending)} of run "
-             f"{session.paths.run_name} on its own; nothing waits here. Follow it with:",
-             f"  `tpu-rl status {name}`  (each step; whether the VM stopped itself)",
-             f"  `tpu-rl logs {name} {pending[0]}`  (a step's log)",
-             f"  `tpu-rl runs {name}`  (this run among the others)",
-             f"  `tpu-rl run {name}`  (attach: follow and verify each output)",
-             f"  `tpu-rl cancel {name}`  (stop it; outputs are kept)",
-             after_run_line(session)]
-    for line in lines:
-        session.console.print(line, soft_wrap=True)
+    console = session.console
+    console.print(f"detached: the startup script of TPU VM {vm} runs {', '.join(pending)} of run "
+                  f"{session.paths.run_name} on its own; nothing waits here. Follow it with:")
+    for command in (f"  `tpu-rl status {name}`  (each step; whether the VM stopped itself)",
+                    f"  `tpu-rl logs {name} {pending[0]}`  (a step's log)",
+                    f"  `tpu-rl runs {name}`  (this run among the others)",
+                    f"  `tpu-rl run {name}`  (attach: follow and verify each output)",
+                    f"  `tpu-rl cancel {name}`  (stop it; outputs are kept)"):
+        console.print(command, soft_wrap=True)  # commands are copied: never wrapped
+    console.print(after_run_line(session))
 
 
 def failure_stay(session: Session) -> str:
