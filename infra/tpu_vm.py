@@ -104,6 +104,10 @@ class TpuVm(Construct):
                 "block-project-ssh-keys": "TRUE",
             },
             labels=props.labels or None,
+            # No desired_status: the VM powers itself off after its run (jobs/vm_outputs.py), and hashicorp/google
+            # 6.50.0 then only reads its TERMINATED into current_status (resource_compute_instance.go Read sets
+            # desired_status only when configured; Update starts only for desired_status RUNNING), so `deploy`
+            # after the stop plans no change and `destroy` deletes it like a running one (docs/pipeline.md).
             deletion_protection=False,
             depends_on=list(props.depends_on) or None,
         )

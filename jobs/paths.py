@@ -100,7 +100,15 @@ class ArtifactPaths:
         """The object the VM startup script writes once a step succeeded (and `run` on GKE for train, once
         its JobSet succeeded: training finished, whatever step it reached). Convert's sits with the
         conversion, so a run that shares it does not convert again; train's and export's with the run."""
-        return f"{self.converted if step == 'convert' else self.run_root}progress/{step}.done"
+        return self.converted + "progress/convert.done" if step == "convert" else self.run_marker(self.run_name, step)
+
+    def run_marker(self, run: str, step: Step) -> str:
+        """Train's or export's progress marker of any run of the recipe (`tpu-rl runs` reads every run's)."""
+        return f"{self.trained}{run}/progress/{step}.done"
+
+    def run_failure(self, run: str) -> str:
+        """vm_failure of any run of the recipe."""
+        return f"{self.trained}{run}/progress/failed"
 
     @property
     def cancel_marker(self) -> str:
@@ -117,13 +125,19 @@ class ArtifactPaths:
     @property
     def vm_failure(self) -> str:
         """Written by the VM startup script when a phase fails: its attempt, phase, exit code and log tail."""
-        return f"{self.run_root}progress/failed"
+        return self.run_failure(self.run_name)
 
     @property
     def vm_heartbeat(self) -> str:
         """Rewritten by the VM startup script every jobs.vm.HEARTBEAT_SECONDS while it runs (its attempt and the
         time): when it goes stale on a running VM, the script ended without a word (scripts/pipeline/vm/run.py)."""
         return f"{self.run_root}progress/heartbeat"
+
+    @property
+    def vm_stop(self) -> str:
+        """Written by the VM startup script once every output of the run is verified, just before the VM powers
+        itself off (jobs/vm_outputs.py): its attempt and the time."""
+        return f"{self.run_root}progress/stopped"
 
     def step_log(self, step: Step) -> str:
         """A VM step's whole log, uploaded when the step ends (done or failed); the console keeps only its

@@ -34,9 +34,9 @@ from jobs.maxtext import MaxTextCommand, maxtext_commands
 from jobs.patches import render_patch, resolve_patches
 from jobs.paths import ArtifactPaths
 from recipes import STEPS, Recipe, Settings, UserError
-from recipes.conventions import ORBAX_COMMIT_MARKER
 from jobs.vm_install import (APT_LOCK, APT_TRIES, INSTALL, INSTALL_DIR, RETRY_ENV, RETRY_SECONDS,  # noqa: F401
                              SYSTEM_PACKAGES, TOKEN, UPTIME_S, UV_VERSION, gcloud_wait, install_phase, token_phase)
+from jobs.vm_outputs import after_run_phase, stop_helpers
 
 LOG_FILE = "/var/log/tpu-rl.log"
 # The script's PATH: uv's (/root/.local/bin), the snaps' (gcloud), then root's standard PATH (why: the header).
@@ -113,7 +113,7 @@ def _exports(values: dict[str, str]) -> str:
     return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in values.items())
 
 
-def _header(recipe: Recipe, paths: ArtifactPaths) -> str:
+def _header(recipe: Recipe, settings: Settings, paths: ArtifactPaths) -> str:
     q = shlex.quote
     step_logs = "\n".join(f"      {step}) put_step_log {q(paths.step_log(step))} || true ;;" for step in STEPS)
     return f"""#!/bin/bash
@@ -256,12 +256,13 @@ watch_cancel() {{
     fi
   done
 }}
+{stop_helpers(settings, paths)}
 # A step stopped by the watcher fails; with the marker there, that is the cancel, not a crash: exit 0.
 # Any other failure, of any phase, leaves the failure record `tpu-rl run` reads (and the step's log).
 CANCEL_WATCHER="" HEARTBEAT_WATCHER="" GCLOUD_READY=""
 on_exit() {{
   local code=$?
-  if [[ -z "$GCLOUD_READY" ]]; then exit "$code"; fi  # no bucket without gcloud (wait_for_gcloud said so)
+  if [[ -z "$GCLOUD_READY" ]]; then power_after "$code"; exit "$code"; fi  # no bucket without gcloud (wait_for_gcloud said so)
   kill "$CANCEL_WATCHER" "$HEARTBEAT_WATCHER" 2>/dev/null || true
   wait "$CANCEL_WATCHER" "$HEARTBEAT_WATCHER" 2>/dev/null || true
   if [[ $code -ne 0 ]] && object_exists "$CANCEL_MARKER"; then
@@ -281,6 +282,7 @@ on_exit() {{
   fi
   # How this attempt ended, in its attempt record: `tpu-rl run` then waits for a new attempt, not on this one.
   record_attempt "${{ENDED:-exit-$code}}" || true
+  power_after "$code"
   exit "$code"
 }}
 # The trap first, so whatever fails below leaves its record; then gcloud, which every record needs.
@@ -310,6 +312,7 @@ if step_done {q(marker)}; then
 else
   stop_if_cancelled
   begin_phase {step}
+  RAN=1
   log "{step}: {STARTING}"
 {body}
   log "{step}: {DONE}"
@@ -328,11 +331,10 @@ def _export_body(recipe: Recipe, paths: ArtifactPaths, export: MaxTextCommand) -
     (scripts/cloud/gcs.py TrainedCheckpoint has the evidence), and `tpu-rl run` verifies the same step."""
     actor = paths.actor_checkpoints
     params = f"{actor}${{{EXPORT_STEP_VAR}}}/model_params/"
-    return f"""# the newest finished checkpoint: train_rl saves the step it reached, at most {recipe.last_step}
+    return f"""# the newest finished checkpoint (newest_checkpoint): train_rl saves the step it reached, at most {recipe.last_step}
 # (a listing that fails {GCS_TRIES} times is not "no checkpoint": the export stops and says so)
-COMMITTED="$(list_objects {shlex.quote(actor + '*/' + ORBAX_COMMIT_MARKER)})" || {{
+{EXPORT_STEP_VAR}="$(newest_checkpoint)" || {{
   log "export: cannot list the checkpoints under {actor} (gcloud failed {GCS_TRIES} times, above): reboot the VM to retry"; exit 1; }}
-{EXPORT_STEP_VAR}="$(printf '%s' "$COMMITTED" | sed -nE 's#.*/([0-9]+)/{ORBAX_COMMIT_MARKER}$#\\1#p' | sort -n | tail -n 1)"
 if [[ -z "${EXPORT_STEP_VAR}" ]]; then log "export: no checkpoint with orbax's commit marker under {actor}"; exit 1; fi
 # tunix saves step 0 on close when no batch came at all: the untrained model, not worth exporting
 if [[ "${EXPORT_STEP_VAR}" == 0 ]]; then log "export: only step 0 under {actor}: no batch reached training"; exit 1; fi
@@ -361,13 +363,13 @@ def render_startup_script(recipe: Recipe, settings: Settings) -> str:
         "export": _export_body(recipe, paths, commands["export"]),
     }
     parts = [
-        _header(recipe, paths),
+        _header(recipe, settings, paths),
         install_phase(recipe),
         "# --- TPU runtime environment of a single-host slice (seed 002)\n"
         + _exports({**tpu_env(recipe), **resolved.env})
         + '\nTPU_NAME="$(hostname)"\nexport TPU_NAME',
         token_phase(settings),
         *(_step(step, bodies[step], paths.progress_marker(step), paths.step_log(step)) for step in STEPS),
-        'begin_phase "done"\nlog "all steps done; the Hugging Face model is in ' + paths.hf_export + '"',
+        after_run_phase(recipe, settings, paths),
     ]
     return "\n\n".join(parts) + "\n"

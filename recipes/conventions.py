@@ -136,3 +136,17 @@ CHECK_FAILED_PREFIX = "tpu-rl check failed: "
 # into a step's directory on gs:// (orbax-checkpoint 0.12.x orbax/checkpoint/_src/path/atomicity_types.py
 # COMMIT_SUCCESS_FILE; docs/provenance.md#orbax-commit-marker).
 ORBAX_COMMIT_MARKER = "commit_success.txt"
+
+# MaxText to_huggingface, save_model_files in maxtext/checkpoint_conversion/utils/utils.py (0.2.3 and
+# 0.2.4 alike): tokenizer.save_pretrained, then config.json, then the weights: either one
+# model.safetensors (everything under 3 GB, shard_checkpoint) or model-0000i-of-0000N.safetensors shards
+# followed, last, by model.safetensors.index.json whose "weight_map" names the shard of each tensor.
+HF_CONFIG = "config.json"
+HF_SINGLE_WEIGHTS = "model.safetensors"
+HF_WEIGHTS_INDEX = "model.safetensors.index.json"
+# transformers >= 5.11 (MaxText 0.2.3 pins >=5.11.0, 0.2.4 >=5.12.1; read at 5.11.0, 5.12.1, 5.24.0):
+# AutoTokenizer always returns a tokenizers-backed class (models/auto/tokenization_auto.py, "V5: Always
+# use fast tokenizers"); save_pretrained writes tokenizer_config.json (tokenization_utils_base.py) and
+# TokenizersBackend._save_pretrained writes tokenizer.json (tokenization_utils_tokenizers.py).
+# special_tokens_map.json is no longer written, and chat_template.jinja only when the model has a template.
+HF_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")

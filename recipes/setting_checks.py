@@ -10,7 +10,8 @@ from typing import Collection, Mapping
 from recipes.capacity_modes import parse_capacity, parse_capacity_wait
 from recipes.cidrs import authorized_cidrs_problem
 from recipes.errors import UserError
-from recipes.setting_specs import BY_FIELD, REQUIRED, SPECS, UNSET, SettingSpec, missing_settings
+from recipes.setting_specs import (BY_FIELD, REQUIRED, SPECS, UNSET, VM_STAYS, VM_STOPS, SettingSpec,
+                                   missing_settings)
 
 _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
@@ -109,6 +110,10 @@ def check_values(values: Mapping[str, str], needs: Collection[str] = REQUIRED) -
     if tpu_name is not None and not _RESOURCE_NAME.match(tpu_name):
         raise _fail(BY_FIELD["tpu_name"], f"'{tpu_name}' is not an instance name: lowercase letters, digits "
                     "and '-', 1-63 characters, starting with a letter")
+    after = checked["vm_after_run"]
+    if after not in (VM_STOPS, VM_STAYS):
+        raise _fail(BY_FIELD["vm_after_run"], f"'{after}' is neither {VM_STOPS} (the TPU VM stops itself once every "
+                    f"output of its run is verified; the default) nor {VM_STAYS} (it stays up until you destroy it)")
     return checked
 
 

@@ -16,6 +16,9 @@ DEFAULT_CONFIG = Path("tpu-rl.toml")
 # precondition) and the CLI refuses to talk to a cloud with them.
 EXAMPLE_PROJECT = "tpu-rl-example"
 DEFAULT_HF_TOKEN_SECRET = "hf-token"
+# What the VM recipe's TPU VM does once its startup script verified every output (jobs/vm_stop.py): stop
+# itself, so only its boot disk bills, or stay up for the user.
+VM_STOPS, VM_STAYS = "stop", "keep"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec("hf_token_secret", "HF_TOKEN_SECRET", "the Secret Manager secret holding the Hugging Face token",
                 required=False, default=DEFAULT_HF_TOKEN_SECRET),
     SettingSpec("tpu_name", "TPU_NAME", "the TPU VM name for VM recipes", required=False),
+    SettingSpec("vm_after_run", "VM_AFTER_RUN", f"what the TPU VM of a VM recipe does after a verified run: "
+                f"{VM_STOPS} (itself) or {VM_STAYS} (running)", required=False, default=VM_STOPS),
     SettingSpec("state_bucket", "TF_STATE_BUCKET", "an existing bucket for Terraform state (default: local state)",
                 required=False),
     SettingSpec("capacity", "CAPACITY", "the TPU capacity mode, or an ordered fallback list, e.g. flex-start,spot "

@@ -22,7 +22,8 @@ from recipes.errors import UserError
 from recipes.model import Recipe
 from recipes.setting_checks import check_values
 from recipes.setting_specs import (BY_FIELD, CONFIG_ENV, DEFAULT_CONFIG, DEFAULT_HF_TOKEN_SECRET, EXAMPLE,
-                                   EXAMPLE_OVERLAYS, EXAMPLE_PROJECT, REQUIRED, SPECS, UNSET, missing_settings)
+                                   EXAMPLE_OVERLAYS, EXAMPLE_PROJECT, REQUIRED, SPECS, UNSET, VM_STOPS,
+                                   missing_settings)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Settings:
     authorized_cidr: tuple[str, ...] = ()
     hf_token_secret: str = DEFAULT_HF_TOKEN_SECRET
     tpu_name: str | None = None
+    vm_after_run: str = VM_STOPS  # VM_STOPS or VM_STAYS (recipes/setting_specs.py)
     state_bucket: str | None = None
     capacity: tuple[CapacityMode, ...] | None = None  # None: each recipe's own capacity list
     # (mode, seconds) for every mode: how long `run` waits for capacity before the next (recipes/capacity_modes.py)

@@ -118,7 +118,10 @@ def test_dry_run_on_the_vm_says_which_steps_the_startup_script_has_left(settings
         "expected: about 15 min, $3.78 for train, export (estimates from list prices)",
         "assumed: train up to 50 steps at 0.17 min each (the recipe's 10 min for its 50 steps, less its "
         "evaluation), "
-        "and evaluation 2 min"]
+        "and evaluation 2 min",
+        "after the run: TPU VM rl-test-vm stops itself once its startup script verified every output "
+        "(VM_AFTER_RUN=stop; VM_AFTER_RUN=keep keeps it up): no idle cost, only its boot disk bills until "
+        f"`npx cdktf destroy {VM_RECIPE}`"]
     assert not any("serialPort" in path for _, path, _ in google.requests)
     assert not record_exists(gcs, VM_RECIPE)
 

@@ -139,7 +139,7 @@ def test_a_reboot_after_a_failed_step_follows_the_new_attempt(settings_env, gcs,
     def second_boot_starts():
         # The new attempt's record and its train start, while the old failure record is still there.
         put(gcs, PATHS.vm_attempt, guest.object(PATHS.vm_attempt).read_text().replace("phase=done", "phase=train")
-            .replace(" ended=exit-0", ""))
+            .replace(" ended=stopped", ""))  # the finished second boot stopped the VM
         vm.serial[VM] = first_boot + guest.console(boots=[(until_train, 0)], running=True)
 
     def second_boot_ends():

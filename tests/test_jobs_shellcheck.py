@@ -7,6 +7,7 @@ so a new one is read without being listed here; the Kueue webhook probe (infra/)
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ from jobs.driver_runtime import DriverRuntime, driver_container
 from jobs.export import VISION_PARTS
 from recipes.driver_runtime import BASE_IMAGE
 from recipes import all_recipes, example_settings
+from recipes.setting_specs import VM_STAYS
 
 SETTINGS = example_settings()
 SHELLS = {"bash", "sh"}
@@ -52,6 +54,9 @@ def inline_scripts() -> dict[str, tuple[str, str]]:
         else:
             text = jobs.render_startup_script(recipe, SETTINGS)
             found[f"{name} startup script"] = ("bash", text)
+            # the opt-out renders the same script with another value (jobs/vm_outputs.py)
+            kept = dataclasses.replace(SETTINGS, vm_after_run=VM_STAYS)
+            found[f"{name} startup script ({VM_STAYS})"] = ("bash", jobs.render_startup_script(recipe, kept))
             for index, inner in enumerate(INNER_BASH.findall(text)):
                 found[f"{name} startup script, bash -c #{index + 1}"] = ("bash", inner)
     runtime = DriverRuntime(BASE_IMAGE, "0.1.0+0123456789ab", SETTINGS.gcs_bucket, "runtimes/r/requirements.txt")

@@ -12,7 +12,7 @@ import pytest
 import jobs
 import jobs.vm
 import jobs.vm_install
-from jobs.paths import split_gs_url
+from jobs.vm_outputs import FAILURE_STAY_MINUTES
 from peers.vm_guest import Guest, private_mounts
 from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
 from vm_helpers import SCRIPT_PATHS as PATHS, SCRIPT_RECIPE as RECIPE, SCRIPT_TOKEN as TOKEN, example_script as script
@@ -47,7 +47,7 @@ def test_a_first_boot_waits_for_snapd_to_mount_gcloud_before_its_first_record(sn
             f"at most {jobs.vm_install.GCLOUD_WAIT_SECONDS} s") in log
     assert jobs.vm.ATTEMPT_LINE.match(tagged(snap_guest.output)[0])
     attempt = Attempt.parse(snap_guest.object(PATHS.vm_attempt).read_text())
-    assert (attempt.phase, attempt.ended) == ("done", "exit-0")
+    assert (attempt.phase, attempt.ended) == ("done", "stopped")  # every output verified: the VM stopped itself
     assert snap_guest.object(PATHS.progress_marker("export")).is_file()
     assert "command not found" not in log
     # A later boot finds gcloud at once and does not ask snapd.
@@ -63,14 +63,19 @@ def test_a_gcloud_that_never_comes_ends_the_boot_at_its_bound_with_one_line_and_
     assert code == 1
     lines = tagged(snap_guest.output)
     assert jobs.vm.ATTEMPT_LINE.match(lines[0])
-    assert lines[-1].endswith(f"{PATHS.run_name} boot: gcloud is not on PATH after 2 s: no record of this attempt "
+    assert lines[-2].endswith(f"{PATHS.run_name} boot: gcloud is not on PATH after 2 s: no record of this attempt "
                               "can reach the bucket without it; reboot the VM to retry, or see docs/troubleshooting.md")
+    # a failed boot keeps the VM up for a look, bounded (jobs/vm_outputs.py power_after)
+    assert lines[-1].endswith(f"the VM stays up {FAILURE_STAY_MINUTES} min for a look, then powers itself off: "
+                              "`sudo shutdown -c` on it keeps it up, `sudo reboot` resumes the run")
+    assert snap_guest.power_offs == [f"shutdown -h +{FAILURE_STAY_MINUTES} tpu-rl: run {PATHS.run_name} failed; "
+                                     "powering off"]
     assert calls == ["snap wait system seed.loaded"]
     assert snap_guest.uploads() == [] and not snap_guest.object(PATHS.vm_attempt).exists()
     # `run` reads the console: the agent's verdict on a script that left no record, after that line.
     console = snap_guest.console()
     assert ConsoleView.read(console, PATHS.run_name).verdict == "exit status 1"
-    assert console.splitlines()[-3].endswith(lines[-1])
+    assert console.splitlines()[-3].endswith(lines[-1]) and console.splitlines()[-4].endswith(lines[-2])
 
 
 def test_the_failure_record_is_in_the_bucket_before_the_attempts_end_record(tmp_path):
@@ -91,12 +96,7 @@ def test_the_failure_record_is_in_the_bucket_before_the_attempts_end_record(tmp_
 
 
 def _trained(guest: Guest, step: int) -> None:
-    for name in ("convert", "train"):
-        guest.object(PATHS.progress_marker(name)).parent.mkdir(parents=True, exist_ok=True)
-        guest.object(PATHS.progress_marker(name)).write_text("done")
-    bucket, actor = split_gs_url(PATHS.actor_checkpoints)
-    (guest.gcs / bucket / actor / str(step)).mkdir(parents=True)
-    (guest.gcs / bucket / actor / str(step) / "commit_success.txt").write_text("committed")
+    guest.finished(PATHS, "convert", "train", checkpoint=step)
 
 
 def test_a_transient_listing_error_at_export_is_retried_not_taken_for_no_checkpoint(tmp_path):

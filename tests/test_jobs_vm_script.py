@@ -114,12 +114,9 @@ def test_fresh_vm_runs_convert_train_export_with_the_token_and_marks_each_step(r
     assert TOKEN not in log
 
 
-def test_rebooted_vm_skips_steps_whose_marker_exists(run_script):
+def test_rebooted_vm_skips_steps_whose_marker_exists(run_script, guest):
     run, marker = run_script
-    for step in ("convert", "train"):
-        marker(step).parent.mkdir(parents=True, exist_ok=True)
-        marker(step).write_text("done")
-    run.checkpoint(RECIPE.last_step)
+    guest.finished(PATHS, "convert", "train", checkpoint=RECIPE.last_step)
     code, calls, log = run()
     assert code == 0, log
     assert calls == ["maxtext.checkpoint_conversion.to_huggingface token=yes"]
@@ -499,12 +496,9 @@ def test_another_runs_lines_are_not_this_runs_progress():
     assert step_section(console, "train", PATHS.run_name) is None
 
 
-def test_a_transient_bucket_error_at_boot_is_retried_and_reruns_no_finished_step(run_script):
+def test_a_transient_bucket_error_at_boot_is_retried_and_reruns_no_finished_step(run_script, guest):
     run, marker = run_script
-    for step in ("convert", "train"):
-        marker(step).parent.mkdir(parents=True, exist_ok=True)
-        marker(step).write_text("done")
-    run.checkpoint(50)  # what the finished train left
+    guest.finished(PATHS, "convert", "train", checkpoint=50)
     code, calls, log = run(FAKE_LS_FAILURES="2", **{jobs.vm.RETRY_ENV: "0"})
     assert code == 0, log
     assert calls == ["maxtext.checkpoint_conversion.to_huggingface token=yes"]

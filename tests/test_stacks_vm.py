@@ -161,3 +161,13 @@ def test_capacity_setting_makes_the_vm_spot_without_its_reservation(vm_by_capaci
     assert instance["scheduling"]["provisioning_model"] == "SPOT"
     assert instance["scheduling"]["preemptible"] is True
     assert instance["reservation_affinity"] == {"type": "NO_RESERVATION"}
+
+
+def test_the_vm_leaves_desired_status_unset_so_a_deploy_after_its_self_stop_changes_nothing(instance):
+    """The VM powers itself off after its run (jobs/vm_outputs.py). hashicorp/google 6.50.0
+    (resource_compute_instance.go, v6.50.0) reads the instance's status into the computed current_status and
+    writes desired_status back only when the configuration sets it; its update starts the instance only when
+    desired_status is RUNNING. Unset, a deploy after the self-stop plans no change (no start, which a TPU VM
+    refuses anyway); with desired_status = "RUNNING" it would try to start it and fail."""
+    assert "desired_status" not in instance
+    assert instance.get("allow_stopping_for_update") is None  # nothing else stops or starts it either

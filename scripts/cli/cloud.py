@@ -169,7 +169,9 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         data_processor: Optional[str] = typer.Option(None, "--data-processor", metavar="FILE.py",
                                                      help=DATA_PROCESSOR_HELP),
         unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help=UNCHECKED_IMPORTS_HELP),
-        unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
+        unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP),
+        detach: bool = typer.Option(False, "--detach", help="Start the run (or find it) and return at once with "
+                                    "the commands that follow it.")) -> None:
     """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
     from recipes.schedule import schedule_warning
     from scripts.cli.run_input import run_recipe
@@ -197,7 +199,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         if costly:
             console.print(f"[yellow]{costly}[/]")
         platform.run(make_session(recipe, settings, "writes"), wanted, replace=replace, follow_logs=follow_logs,
-                     dry_run=False, show_manifests=False)
+                     dry_run=False, show_manifests=False, detach=detach)
 
 
 @app.command("eval")

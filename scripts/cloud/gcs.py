@@ -14,24 +14,13 @@ from google.api_core import exceptions as gexc
 
 from jobs.paths import ArtifactPaths, split_gs_url
 from recipes import Settings, UserError
-from recipes.conventions import ORBAX_COMMIT_MARKER
+from recipes.conventions import (HF_CONFIG, HF_SINGLE_WEIGHTS, HF_TOKENIZER_FILES, HF_WEIGHTS_INDEX,
+                                 ORBAX_COMMIT_MARKER)
 from scripts.outcome import ApiError, describe
 
 # orbax's commit marker, the last object of a checkpoint on gs:// (its source: recipes/conventions.py).
 
-# MaxText to_huggingface, save_model_files in maxtext/checkpoint_conversion/utils/utils.py (0.2.3 and
-# 0.2.4 alike): tokenizer.save_pretrained, then config.json, then the weights: either one
-# model.safetensors (everything under 3 GB, shard_checkpoint) or model-0000i-of-0000N.safetensors shards
-# followed, last, by model.safetensors.index.json whose "weight_map" names the shard of each tensor.
-HF_CONFIG = "config.json"
-HF_SINGLE_WEIGHTS = "model.safetensors"
-HF_WEIGHTS_INDEX = "model.safetensors.index.json"
-# transformers >= 5.11 (MaxText 0.2.3 pins >=5.11.0, 0.2.4 >=5.12.1; read at 5.11.0, 5.12.1, 5.24.0):
-# AutoTokenizer always returns a tokenizers-backed class (models/auto/tokenization_auto.py, "V5: Always
-# use fast tokenizers"); save_pretrained writes tokenizer_config.json (tokenization_utils_base.py) and
-# TokenizersBackend._save_pretrained writes tokenizer.json (tokenization_utils_tokenizers.py).
-# special_tokens_map.json is no longer written, and chat_template.jinja only when the model has a template.
-HF_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
+# The files of a Hugging Face export, and the order MaxText writes them in: recipes/conventions.py.
 
 
 @dataclass(frozen=True)

@@ -70,8 +70,12 @@ class Platform(Protocol):
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
             show_manifests: bool, detach: bool = False) -> None:
-        """`tpu-rl run`: plan, submit, follow and verify each step (a dry run prints the plan only); with
-        `detach`, start the run's driver and return at once (`tpu-rl sweep` starts each run so)."""
+        """`tpu-rl run`: plan, submit, follow and verify each step (a dry run prints the plan only); `detach`:
+        start (or find) the run's driver and return at once with the commands that follow the run."""
+
+    def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
+        """How a run whose record still says running ended with nobody following it ("succeeded" or
+        "failed", and when), from the platform's own records; None when they say nothing more."""
 
     def check_eval(self, recipe: Recipe) -> None:
         """Refuse `tpu-rl eval` before any cloud is asked when the platform cannot evaluate."""

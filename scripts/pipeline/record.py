@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from recipes import Step, UserError, get_recipe
 from recipes.runs import default_run_name, digest, run_identity
@@ -193,10 +193,11 @@ class RunRecord:
 
 
 @contextmanager
-def ending_run(session: Session, record: RunRecord, steps: tuple[Step, ...]) -> Iterator[None]:
+def ending_run(session: Session, record: RunRecord, steps: tuple[Step, ...],
+               billing: Callable[[], str] | None = None) -> Iterator[None]:
     """The end of a `run` on either platform, around what it does with its steps: a failure or an interrupt
     is recorded (RunRecord.finish) and raised; success is recorded, then the accuracy line (when the run
-    evaluated) and the summary of the steps are printed."""
+    evaluated) and the summary of the steps are printed (`billing`: Session.next_steps)."""
     try:
         yield
     except BaseException as error:
@@ -206,7 +207,7 @@ def ending_run(session: Session, record: RunRecord, steps: tuple[Step, ...]) -> 
     accuracy = summary_line(record.data.get("evaluations") or [], session.recipe.rl.overrides)
     if accuracy:
         session.console.print(accuracy)
-    session.report_done(steps)
+    session.report_done(steps, billing)
 
 
 class RunCancelled(StepFailed):

@@ -119,12 +119,23 @@ def _scalars(storage, url: str) -> dict[str, tuple[int, float]]:
         return {}
 
 
+def _outcome(session: Session, name: str, record: dict) -> tuple[str, str | None]:
+    """The run's status and end: its record's, unless the record still says running (or there is none) while
+    the platform's own records say the run ended with nobody following it (Platform.unfollowed_end)."""
+    status, ended = record.get("status", NO_RECORD), record.get("ended")
+    if status not in ("running", NO_RECORD):
+        return status, ended
+    from scripts.pipeline.platforms import platform_for
+
+    return platform_for(session.recipe).unfollowed_end(session, name) or (status, ended)
+
+
 def summarize_run(session: Session, name: str, record: dict | None) -> RunSummary:
     storage, trained = session.clients.storage(), session.paths.trained
     record = record or {}
     scalars = _scalars(storage, run_directory(session.recipe, session.settings, name))
-    started, ended = _time(record.get("created")), _time(record.get("ended"))
-    status = record.get("status", NO_RECORD)
+    status, ended_text = _outcome(session, name, record)
+    started, ended = _time(record.get("created")), _time(ended_text)
     end = session.now() if status == "running" else ended
     change = accuracy_change(record.get("evaluations") or [])
     resumed = resumed_first(record.get("evaluations") or [])
@@ -135,7 +146,7 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
         last_step=scalars[LOSS.name][0] if LOSS.name in scalars else None,
         train_steps=record.get("train_steps"),
         reward=scalars[REWARD_MEAN.name][1] if REWARD_MEAN.name in scalars else None,
-        started=record.get("created"), ended=record.get("ended"), duration_seconds=duration,
+        started=record.get("created"), ended=ended_text, duration_seconds=duration,
         record=f"{trained}{name}/{RUN_RECORD}",
         accuracy_before=change.before.accuracy if change.before else None,
         accuracy_after=change.after.accuracy if change.after else None,

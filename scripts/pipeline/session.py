@@ -70,15 +70,16 @@ class Session:
             return NO_OUTPUT
         return f"missing: {describe_missing(missing)}" if missing else "verified"
 
-    def report_done(self, steps: tuple[Step, ...]) -> None:
+    def report_done(self, steps: tuple[Step, ...], billing: Callable[[], str] | None = None) -> None:
         self.console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{self.settings.gcs_bucket} "
                            f"(run {self.paths.run_name})")
-        for line in self.next_steps(steps):
+        for line in self.next_steps(steps, billing):
             self.console.print(line)
 
-    def next_steps(self, steps: tuple[Step, ...]) -> list[str]:
+    def next_steps(self, steps: tuple[Step, ...], billing: Callable[[], str] | None = None) -> list[str]:
         """What to do after a run: fetch the export, look at the curves, and destroy the stack, whose
-        hourly estimate keeps counting until then."""
+        hourly estimate keeps counting until then; `billing`: the platform's own last line instead (a TPU VM
+        that stops itself after its run)."""
         from recipes.cost import ESTIMATE_NOTE, hourly_estimate
 
         recipe, paths, run = self.recipe, self.paths, self.paths.run_name
@@ -88,6 +89,8 @@ class Session:
                       f"    `gcloud storage cp -r {paths.hf_export} ./{run}`"]
         if set(steps) - {"convert"}:
             lines.append(f"  its curves: `tpu-rl metrics {recipe.name} --run {run} --png {run}.png`")
+        if billing is not None:
+            return lines + [f"  {billing()}"]
         lines.append(f"  when you are done, `npx cdktf destroy {recipe.name}`: the stack costs "
                      f"{hourly_estimate(recipe, zones=self.settings.zones_for(recipe)).summary()} until then "
                      f"({ESTIMATE_NOTE})")

@@ -228,7 +228,7 @@ def google(monkeypatch, hub):
 def settings_env(tmp_path, monkeypatch):
     """The test settings in the environment, fast polling and retries, and no config file around."""
     monkeypatch.chdir(tmp_path)
-    for key in ("TPU_RL_CONFIG", "HF_TOKEN", "TPU_NAME", "HF_TOKEN_SECRET", "TF_STATE_BUCKET"):
+    for key in ("TPU_RL_CONFIG", "HF_TOKEN", "TPU_NAME", "HF_TOKEN_SECRET", "TF_STATE_BUCKET", "VM_AFTER_RUN"):
         monkeypatch.delenv(key, raising=False)
     for key, value in SETTINGS.items():
         monkeypatch.setenv(key, value)

@@ -53,6 +53,10 @@ case "$1 $2" in
     mkdir -p "$(dirname "$(local_path "$4")")"; printf '%s\n' "$body" > "$(local_path "$4")"
     # Every upload in order (Guest.uploads): what a reader of the bucket could see between two of them.
     mkdir -p "$FAKE_GCS.uploads"; printf '%s\n%s\n' "$4" "$body" > "$FAKE_GCS.uploads/$(date +%s%N).$$" ;;
+  "storage cat")
+    path="$(local_path "$3")"
+    [[ -f "$path" ]] || { echo "ERROR: (gcloud.storage.cat) The following URLs matched no objects or files: $3" >&2; exit 1; }
+    cat "$path" ;;
   "secrets versions")
     if [[ -n "${FAKE_SECRET_HANG:-}" ]]; then sleep 30; fi  # a request that never returns
     if [[ -z "${FAKE_TOKEN:-}" ]]; then
@@ -117,12 +121,37 @@ fi
 FAKE_PYTHON = r"""#!/bin/bash
 printf '%s token=%s\n' "$2" "$([[ "${HF_TOKEN:-}" == "$FAKE_TOKEN" ]] && echo yes || echo no)" >> "$CALLS"
 echo "$2: stand-in output"
-if [[ "$2" == *train_rl && "${FAIL_MODULE:-none}" != *train_rl && -n "${ACTOR:-}" ]]; then
-  # tunix saves the step training reached on close: orbax's commit marker in its step directory last.
-  for step in ${TRAINED_STEPS-50}; do mkdir -p "$ACTOR/$step"; echo committed > "$ACTOR/$step/commit_success.txt"; done
+if [[ "$2" == *train_rl && "${FAIL_MODULE:-none}" != *train_rl && "${KILL_MODULE:-none}" != *train_rl && -n "${ACTOR:-}" ]]; then
+  # tunix saves the step training reached on close (a killed one saves nothing): its params, then orbax's
+  # commit marker in its step directory last.
+  for step in ${TRAINED_STEPS-50}; do
+    mkdir -p "$ACTOR/$step/model_params"; echo params > "$ACTOR/$step/model_params/params"
+    echo committed > "$ACTOR/$step/commit_success.txt"
+  done
 fi
 if [[ "$2" == *to_huggingface && -n "${EXPORTED:-}" ]]; then
   printf '%s\n' "$@" | grep '^load_parameters_path=' >> "$EXPORTED" || true
+fi
+# What each step leaves under its base_output_directory, as MaxText writes it (scripts/cloud/gcs.py
+# step_outputs): the conversion's step 0 items and commit marker; the export's config, tokenizer and weights
+# (one file, or FAKE_SHARDS shards and their index last). FAKE_NO_OUTPUT: a file name the step leaves out.
+put_file() { [[ "$(basename "$1")" == "${FAKE_NO_OUTPUT:-none}" ]] || { mkdir -p "$(dirname "$1")"; echo "$2" > "$1"; }; }
+base="$(printf '%s\n' "$@" | sed -n 's#^base_output_directory=gs://##p')"
+base="$FAKE_GCS/${base%/}"
+if [[ "$2" == *to_maxtext && "${FAIL_MODULE:-none}" != *to_maxtext ]]; then
+  put_file "$base/0/items/manifest.ocdbt" items; put_file "$base/0/commit_success.txt" committed
+fi
+HF_EXPORT="$base"
+if [[ "$2" == *to_huggingface && "${FAIL_MODULE:-none}" != *to_huggingface ]]; then
+  for name in config.json tokenizer_config.json tokenizer.json; do put_file "$HF_EXPORT/$name" '{}'; done
+  if [[ -z "${FAKE_SHARDS:-}" ]]; then put_file "$HF_EXPORT/model.safetensors" weights; else
+    map=""
+    for i in $(seq "$FAKE_SHARDS"); do
+      shard="$(printf 'model-%05d-of-%05d.safetensors' "$i" "$FAKE_SHARDS")"; put_file "$HF_EXPORT/$shard" weights
+      map="$map${map:+, }\"layer.$i.weight\": \"$shard\""
+    done
+    put_file "$HF_EXPORT/model.safetensors.index.json" "{\"weight_map\": {$map}}"
+  fi
 fi
 if [[ "$2" == "${CANCEL_MODULE:-none}" ]]; then
   # A long step, during which someone runs `tpu-rl cancel` (the marker appears); it runs until SIGTERM.
@@ -143,6 +172,13 @@ fi
 if [[ "$2" == "${FAIL_MODULE:-none}" ]]; then
   echo "$2: stand-in error, exiting 1"; exit 1
 fi
+"""
+
+
+# systemd's shutdown(8) on the VM: it records its call apart from the other tools' (Guest.power_offs); the
+# script's power-off must never reach this machine, so every guest has it, whatever `real` says.
+FAKE_SHUTDOWN = r"""#!/bin/bash
+echo "shutdown $*" >> "$FAKE_GCS.power"
 """
 
 
@@ -167,6 +203,8 @@ class Guest:
             if name not in real:
                 (self.bin / name).write_text(text)
                 (self.bin / name).chmod(0o755)
+        (self.bin / "shutdown").write_text(FAKE_SHUTDOWN)
+        (self.bin / "shutdown").chmod(0o755)
         # Shell commands run in a mount namespace of the script's own before it starts (unshare(1)): what the
         # script must not see or change of this machine.
         self.mounts: list[str] = []
@@ -206,6 +244,28 @@ class Guest:
         self.boots.append((result.stdout, result.returncode))
         log = (self.log_file.read_text() if self.log_file.exists() else "") + result.stdout
         return result.returncode, lines, log
+
+    def finished(self, paths, *steps: str, checkpoint: int = 50) -> None:
+        """The bucket after `steps` of the run finished in an earlier boot: what each left (as the stand-ins
+        write it: the conversion, training checkpoint `checkpoint`, the export), then its progress marker.
+        `paths`: the run's jobs.paths.ArtifactPaths."""
+        from recipes.conventions import HF_CONFIG, HF_SINGLE_WEIGHTS, HF_TOKENIZER_FILES, ORBAX_COMMIT_MARKER
+
+        step_dir = paths.converted_items.rstrip("/").rpartition("/")[0] + "/"
+        left = {"convert": [f"{paths.converted_items}manifest.ocdbt", step_dir + ORBAX_COMMIT_MARKER],
+                "train": [f"{paths.params_at(checkpoint)}params",
+                          f"{paths.actor_checkpoints}{checkpoint}/{ORBAX_COMMIT_MARKER}"],
+                "export": [paths.hf_export + name for name in (HF_CONFIG, *HF_TOKENIZER_FILES, HF_SINGLE_WEIGHTS)]}
+        for step in steps:
+            for url in [*left[step], paths.progress_marker(step)]:
+                self.object(url).parent.mkdir(parents=True, exist_ok=True)
+                self.object(url).write_text("done")
+
+    @property
+    def power_offs(self) -> list[str]:
+        """Every shutdown command the script ran on this guest, in order ("shutdown -h now", ...)."""
+        power = Path(f"{self.gcs}.power")
+        return power.read_text().splitlines() if power.exists() else []
 
     def hide(self, tool: str) -> None:
         """This machine's own `tool` on the script's PATH, out of the script's sight: a file that is not

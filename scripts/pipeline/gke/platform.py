@@ -79,6 +79,9 @@ class GkePlatform:
         run_gke(session, steps, replace=replace, follow_logs=follow_logs, dry_run=dry_run,
                 show_manifests=show_manifests)
 
+    def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
+        return None  # the run's driver writes run.json itself, followed or not
+
     def check_eval(self, recipe: Recipe) -> None:
         return None
 

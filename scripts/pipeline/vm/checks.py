@@ -117,10 +117,27 @@ def redeploy_hint(session: Session) -> str:
 
 
 class Maintenance:
-    """A TPU VM that stopped: wait for Compute Engine to start it again, Session.maintenance_grace at most."""
+    """A TPU VM that stopped: wait for Compute Engine to start it again, Session.maintenance_grace at most; a VM
+    that stopped itself after its run (its stop record, jobs/vm_outputs.py) does not come back."""
 
     def __init__(self, session: Session) -> None:
         self.session, self.since, self.instance = session, None, None
+
+    def _stopped_itself(self, pending: list[str]) -> bool:
+        from scripts.cloud import gcs
+        from scripts.pipeline.vm.after_run import powered_off_after_failure, stop_record, stopped_before
+
+        session = self.session
+        record = stop_record(session, self.instance)
+        if record is None:
+            after_failure = powered_off_after_failure(session, self.instance, pending)
+            if after_failure:
+                raise StepFailed(after_failure)
+            return False
+        storage = session.clients.storage()
+        if any(not gcs.exists(storage, session.paths.progress_marker(step)) for step in pending):
+            raise StepFailed(stopped_before(session, record, pending))
+        return True
 
     def check(self, pending: list[str]) -> None:
         session, vm = self.session, self.session.settings.vm_name
@@ -133,6 +150,8 @@ class Maintenance:
                              f"`npx cdktf deploy {session.recipe.name}` creates it again and its startup script "
                              "resumes at the first step not done") from None
         now: datetime = session.now()
+        if status in STOPPED and self._stopped_itself(pending):
+            return  # the script verified every output and powered the VM off: `run` verifies them in turn
         if status not in STOPPED | STARTING_UP:
             if self.since is not None:
                 session.console.print(f"TPU VM {vm} is {status} again: its startup script resumes at the first "

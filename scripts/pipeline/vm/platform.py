@@ -48,14 +48,30 @@ class VmPlatform:
 
     def show_submissions(self, console: Console, recipe: Recipe, settings: Settings, steps: tuple[Step, ...],
                          show_manifests: bool) -> None:
-        return None  # the startup script was deployed with the stack: run submits nothing
+        # the startup script was deployed with the stack: run submits nothing; what the VM does after it
+        from scripts.pipeline.vm.after_run import after_run_line
+
+        console.print(after_run_line(_Plan(recipe, settings)))
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
             show_manifests: bool, detach: bool = False) -> None:
-        # TODO(driver branch): `run --detach` on the VM (its startup script is already its driver).
         from scripts.pipeline.vm.run import run_vm
 
-        run_vm(session, steps, follow_logs=follow_logs, dry_run=dry_run)  # nothing to replace, no manifests
+        # nothing to replace, no manifests; --detach: the startup script is the run's driver
+        run_vm(session, steps, follow_logs=follow_logs, dry_run=dry_run, detach=detach)
+
+    def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
+        """The startup script writes export's marker (its text: when) once every step succeeded, and its
+        failure record when a phase failed (jobs/vm.py), whether or not a `run` followed it."""
+        from scripts.cloud import gcs
+        from scripts.pipeline.vm.state import Failure
+
+        storage, paths = session.clients.storage(), session.paths
+        done = gcs.read_text(storage, paths.run_marker(run, "export"))
+        if done is not None:
+            return "succeeded", done.strip() or None
+        failure = Failure.parse(gcs.read_text(storage, paths.run_failure(run)))
+        return ("failed", failure.at or None) if failure else None
 
     def check_eval(self, recipe: Recipe) -> None:
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script runs the recipe's "
@@ -86,6 +102,13 @@ class VmPlatform:
         name = session.recipe.name
         raise UserError(f"recipe '{name}' runs on a TPU VM: tpu-rl down stops a GKE recipe's cluster; the VM "
                         f"and its network go with `npx cdktf destroy {name}` (the bucket is kept)")
+
+
+class _Plan:
+    """What after_run_line reads of a session, for a plan made without the cloud."""
+
+    def __init__(self, recipe: Recipe, settings: Settings) -> None:
+        self.recipe, self.settings = recipe, settings
 
 
 PLATFORM = VmPlatform()

@@ -16,6 +16,8 @@ from scripts.pipeline.accuracy import EvaluationWatch
 from scripts.pipeline.progress import AttemptProgress, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
+from scripts.pipeline.vm.after_run import (after_run_line, detached, done_billing, failure_stay, stop_record,
+                                           stopped_before)
 from scripts.pipeline.vm.checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, read_instance, require_token_version)
 from scripts.pipeline.vm.phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
@@ -124,7 +126,10 @@ class SerialReader:
         return ""
 
 
-def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_run: bool = False) -> None:
+def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_run: bool = False,
+           detach: bool = False) -> None:
+    """`detach`: check and record as `run` does, then return with the commands that follow the run: the
+    startup script is the run's driver, on the VM (jobs/vm.py)."""
     console = session.console
     instance = get_instance(session)
     record = RunRecord.open(session)
@@ -141,17 +146,32 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
             console.print(f"  {step}: " + (f"startup script (output missing){costs[step]}" if step in pending
                                           else "skip (output verified)"))
         console.print(total)
+        console.print(after_run_line(session))
         return
     for step in steps:
         if step not in pending:
             console.print(f"[green]✓[/] {step}: output verified, skipping")
     record.start({step: "startup script" if step in pending else "skip" for step in steps})
+    billing = lambda: done_billing(session, _instance_now(session))  # noqa: E731 -- read at the end only
     if not pending:
         record.finish(None)
-        session.report_done(steps)
+        session.report_done(steps, billing)
         return
-    with ending_run(session, record, steps):
+    if detach:
+        stopped = stop_record(session, instance)
+        if instance.status in STOPPED and stopped is not None:
+            raise StepFailed(stopped_before(session, stopped, pending))
+        detached(session, pending)
+        return
+    with ending_run(session, record, steps, billing):
         _follow(session, steps, pending, record, follow_logs)
+
+
+def _instance_now(session: Session):
+    try:
+        return read_instance(session)
+    except gexc.NotFound:
+        return None
 
 
 def failure_message(session: Session, state: VmState, pending: list[str]) -> str | None:
@@ -162,7 +182,7 @@ def failure_message(session: Session, state: VmState, pending: list[str]) -> str
         logs = (f"logs: {session.logs_hint(failure.phase)}" if failure.phase in STEPS
                 else f"the record: `gcloud storage cat {session.paths.vm_failure}`")
         return (f"{what} failed on TPU VM {vm} (exit {failure.code}, attempt {failure.attempt}): "
-                f"{failure.last_line[:200]!r}; {logs}; fix it, then {resume_hint(session)}")
+                f"{failure.last_line[:200]!r}; {logs}; fix it, then {resume_hint(session)}{failure_stay(session)}")
     verdict = state.ended_without_record
     if verdict and pending:
         return (f"the startup script of TPU VM {vm} ended ({verdict}, says the guest agent) before {pending[0]} "

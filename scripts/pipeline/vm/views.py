@@ -14,6 +14,7 @@ from scripts.pipeline.progress import training_now
 from scripts.pipeline.session import Session, StatusReport, StepStatus
 from scripts.pipeline.vm.run import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
                                  read_state, script_phase, step_section, train_attempt)
+from scripts.pipeline.vm.after_run import stop_record, stopped_line
 from scripts.pipeline.vm.checks import check_deployed_run, get_instance, read_instance
 from scripts.rundata.progress import last_train_step
 
@@ -44,7 +45,10 @@ def status_vm(session: Session) -> StatusReport:
     states = state.states()
     if not note and any(value != "done" for value in states.values()):
         note = failure_message(session, state, [step for step in STEPS if states[step] != "done"]) or ""
-    if not readable:
+    stopped = stop_record(session, instance) if not readable else None
+    if stopped is not None:
+        note = stopped_line(session, stopped)
+    elif not readable:
         note = " ".join(part for part in (
             f"TPU VM {settings.vm_name} is {instance.status}: Compute Engine serves its serial console only while "
             "it runs, so the table shows the bucket's records", note) if part)

@@ -1,0 +1,124 @@
+"""What `run`, its dry run, `status` and `run --detach` say about the VM recipe's TPU VM after its run: it stops
+itself once its startup script verified every output (VM_AFTER_RUN=stop, jobs/vm_outputs.py), or stays up
+(VM_AFTER_RUN=keep); and, once it stopped, that it bills only its boot disk and how the next run starts. A
+TPU VM cannot be started again ("You can't restart TPU instances", Compute Engine docs, compute/docs/instances/
+stop-start-instance, Limitations), so the next run is a new VM: `cdktf deploy` replaces it when the recipe
+changed (its startup script names the run); the same run again needs the old VM deleted first."""
+
+from __future__ import annotations
+
+from jobs.vm_outputs import FAILURE_STAY_MINUTES, after_run_setting
+from recipes.setting_specs import BY_FIELD, VM_STAYS, VM_STOPS
+from scripts.cloud import gcs
+from scripts.pipeline.session import Session
+from scripts.pipeline.vm.state import Attempt, Failure, parse_time
+
+
+def stop_record(session: Session, instance=None) -> Attempt | None:
+    """The startup script's stop record of this run (paths.vm_stop: its attempt and time), when it exists and,
+    given the instance, was written since that instance was created (a record of an earlier VM of the same run
+    is not this VM's stop)."""
+    record = Attempt.parse(gcs.read_text(session.clients.storage(), session.paths.vm_stop))
+    if record is None or instance is None:
+        return record
+    at, created = parse_time(record.at), parse_time(getattr(instance, "creation_timestamp", ""))
+    return record if at is None or created is None or at >= created.replace(microsecond=0) else None
+
+
+def next_run_hint(session: Session) -> str:
+    name, settings = session.recipe.name, session.settings
+    return (f"a new run: change rl.overrides in recipes.toml, then `npx cdktf deploy {name}` (it replaces the VM, "
+            f"whose startup script names the run) and `tpu-rl run {name}`; this run again: `gcloud compute instances "
+            f"delete {settings.vm_name} --zone={settings.zone} --project={settings.project}`, then "
+            f"`npx cdktf deploy {name}`")
+
+
+def stopped_line(session: Session, record: Attempt) -> str:
+    """`status` and `run` on a VM that stopped itself."""
+    vm, name = session.settings.vm_name, session.recipe.name
+    return (f"TPU VM {vm} stopped itself at {record.at} after its startup script verified every output of run "
+            f"{session.paths.run_name} ({after_run_setting(session.settings)}): it bills only its boot disk now, "
+            f"until `npx cdktf destroy {name}`; a TPU VM cannot be started again: {next_run_hint(session)}")
+
+
+def stays_up_cost(session: Session) -> str:
+    from recipes.cost import hourly_estimate
+
+    return hourly_estimate(session.recipe, zones=session.settings.zones_for(session.recipe)).summary()
+
+
+def after_run_line(session: Session) -> str:
+    """What the VM does once the run is verified, as `run` and its dry run say it before it happens."""
+    vm, name, settings = session.settings.vm_name, session.recipe.name, session.settings
+    if settings.vm_after_run == VM_STAYS:
+        return (f"after the run: TPU VM {vm} stays up ({after_run_setting(settings)}) and bills "
+                f"{stays_up_cost(session)} until `npx cdktf destroy {name}`")
+    return (f"after the run: TPU VM {vm} stops itself once its startup script verified every output "
+            f"({after_run_setting(settings)}; {BY_FIELD['vm_after_run'].env}={VM_STAYS} keeps it up): no idle "
+            f"cost, only its boot disk bills until `npx cdktf destroy {name}`")
+
+
+def done_billing(session: Session, instance) -> str:
+    """The last `next:` line of a finished run on the VM: what still bills, instead of the stack's hourly cost."""
+    record = stop_record(session, instance) if instance is not None else None
+    if record is not None and instance.status != "RUNNING":
+        return stopped_line(session, record)
+    if record is not None:  # started again after its stop: its script runs nothing and keeps it up
+        return (f"TPU VM {session.settings.vm_name} runs again after it stopped itself at {record.at}; its startup "
+                f"script ran nothing and keeps it up: it bills {stays_up_cost(session)} until `npx cdktf destroy "
+                f"{session.recipe.name}`")
+    if session.settings.vm_after_run == VM_STOPS:
+        return (f"TPU VM {session.settings.vm_name} stops itself once its startup script verified every output "
+                f"(it checks them itself): then only its boot disk bills, until `npx cdktf destroy "
+                f"{session.recipe.name}`; {next_run_hint(session)}")
+    return after_run_line(session).removeprefix("after the run: ")
+
+
+def stopped_before(session: Session, record: Attempt, pending: list[str]) -> str:
+    """`run` of a step whose VM already stopped itself (its output went away since): the VM cannot run it."""
+    return (f"{pending[0]} of run {session.paths.run_name} is not done, but TPU VM {session.settings.vm_name} "
+            f"stopped itself at {record.at} after verifying every output, and a TPU VM cannot be started again: "
+            f"{next_run_hint(session)}")
+
+
+
+def detached(session: Session, pending: list[str]) -> None:
+    """`run --detach`: the startup script runs the steps on the VM whether or not anyone follows it."""
+    name, vm = session.recipe.name, session.settings.vm_name
+    console = session.console
+    console.print(f"detached: the startup script of TPU VM {vm} runs {', '.join(pending)} of run "
+                  f"{session.paths.run_name} on its own; nothing waits here. Follow it with:")
+    for command in (f"  `tpu-rl status {name}`  (each step; whether the VM stopped itself)",
+                    f"  `tpu-rl logs {name} {pending[0]}`  (a step's log)",
+                    f"  `tpu-rl runs {name}`  (this run among the others)",
+                    f"  `tpu-rl run {name}`  (attach: follow and verify each output)",
+                    f"  `tpu-rl cancel {name}`  (stop it; outputs are kept)"):
+        console.print(command, soft_wrap=True)  # commands are copied: never wrapped
+    console.print(after_run_line(session))
+
+
+def failure_stay(session: Session) -> str:
+    """What a failed run's VM does next (jobs/vm_outputs.py power_after), for the failure's message."""
+    if session.settings.vm_after_run != VM_STOPS:
+        return ""
+    return (f"; the VM stays up {FAILURE_STAY_MINUTES} min after the failure for a look (`sudo shutdown -c` on it "
+            "keeps it up), then powers itself off")
+
+
+def powered_off_after_failure(session: Session, instance, pending: list[str]) -> str | None:
+    """The line for a VM that powered itself off after its run failed (it keeps a failed VM up for a bounded
+    look first), or None: its failure record is there and the VM stopped after it."""
+    if session.settings.vm_after_run != VM_STOPS:
+        return None
+    failure = Failure.parse(gcs.read_text(session.clients.storage(), session.paths.vm_failure))
+    stopped, failed = (parse_time(value) for value in (getattr(instance, "last_stop_timestamp", ""),
+                                                       failure.at if failure else ""))
+    if failure is None or stopped is None or failed is None or stopped < failed:
+        return None
+    what = f"step {failure.phase}" if failure.phase in pending else f"its {failure.phase}"
+    return (f"TPU VM {session.settings.vm_name} powered itself off at {stopped:%Y-%m-%dT%H:%M:%SZ}, "
+            f"{FAILURE_STAY_MINUTES} min after {what} failed (exit {failure.code}, attempt {failure.attempt}): "
+            f"{failure.last_line[:200]!r}; a TPU VM cannot be started again: fix the cause, then `gcloud compute "
+            f"instances delete {session.settings.vm_name} --zone={session.settings.zone} "
+            f"--project={session.settings.project}` and `npx cdktf deploy {session.recipe.name}`: the new VM "
+            f"resumes at {pending[0]}")

@@ -1,0 +1,188 @@
+"""`tpu-rl run/status/runs` of the VM recipe when its TPU VM stops itself after its run (jobs/vm_outputs.py):
+the real startup script runs under bash (tests/peers/vm_guest.py), its power-off turns the instance
+TERMINATED in the fake Compute API (with lastStopTimestamp, as the API's Instance has it), and the CLI says
+what happened and how the next run starts; `run --detach` returns at once."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+from typer.testing import CliRunner
+
+from cli_helpers import error_line
+from jobs.vm_outputs import FAILURE_STAY_MINUTES, STOP_COMMAND
+from peers.fixtures import SETTINGS, deploy_vm, put_step_output
+from recipes import get_recipe
+from scripts.cli import app
+from scripts.outcome import ExitCode
+from vm_helpers import PATHS, RECIPE, RUN, VM, begin, boot_and_show, clock, console, finish, guest, put, vm  # noqa: F401 (clock, guest, vm: fixtures)
+
+runner = CliRunner()
+
+
+def powered_off(google, guest) -> None:
+    """The guest's power-off as Compute Engine shows it: the instance TERMINATED, its lastStopTimestamp set."""
+    assert STOP_COMMAND in guest.power_offs
+    google.instances[VM] = "TERMINATED"
+    google.boots[VM] = {"creationTimestamp": "2026-11-29T00:00:00.000-08:00",
+                        "lastStopTimestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+
+
+def text_of(result) -> str:
+    return " ".join(result.output.split())
+
+
+def after_self_stop(google, gcs, guest, *argv: str) -> str:
+    """The whole run on the VM, its power-off, then `tpu-rl ARGV`: its output on one line (exit 0)."""
+    assert boot_and_show(guest, gcs, google) == 0
+    powered_off(google, guest)
+    result = runner.invoke(app, list(argv))
+    assert result.exit_code == 0, result.output
+    return text_of(result)
+
+
+def test_status_after_a_self_stop_says_so_and_how_the_next_run_starts(settings_env, gcs, vm, guest):
+    text = after_self_stop(vm, gcs, guest, "status", RECIPE)
+    assert "TPU VM rl-test-vm (TERMINATED; startup script: done)" in text
+    assert ("TPU VM rl-test-vm stopped itself at 20" in text and "after its startup script verified every output "
+            f"of run {RUN} (VM_AFTER_RUN=stop): it bills only its boot disk now, until `npx cdktf destroy {RECIPE}`; "
+            "a TPU VM cannot be started again: a new run: change rl.overrides in recipes.toml, then `npx cdktf "
+            f"deploy {RECIPE}`") in text
+    assert "Compute Engine serves its serial console only while it runs" not in text
+
+
+def test_run_after_a_self_stop_reports_done_and_what_still_bills(settings_env, gcs, vm, guest):
+    text = after_self_stop(vm, gcs, guest, "run", RECIPE)
+    assert text.count("output verified, skipping") == 3
+    assert "stopped itself at" in text and "it bills only its boot disk now" in text
+    assert "the stack costs" not in text  # the stack's hourly cost no longer runs
+    assert not any("serialPort" in path for _, path, _ in vm.requests)
+
+
+def test_an_attached_run_follows_the_script_to_its_self_stop_without_waiting_for_maintenance(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm) == 0  # the whole run, on the VM
+    gcs.bucket(PATHS.bucket).blob(PATHS.progress_marker("export").split("/", 3)[3]).delete()
+    stop = gcs.bucket(PATHS.bucket).blob(PATHS.vm_stop.split("/", 3)[3])
+    stop_text = stop.download_as_text()
+    stop.delete()
+
+    def export_ends_and_the_vm_stops():  # between two polls of `run`
+        put(gcs, PATHS.progress_marker("export"), "2026-11-30T00:00:00Z")
+        put(gcs, PATHS.vm_stop, stop_text)
+        powered_off(vm, guest)
+
+    vm.on_serial_read += [export_ends_and_the_vm_stops]
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    text = text_of(result)
+    assert "export: output verified" in text
+    assert "host maintenance" not in text and "waiting up to" not in text
+
+
+def test_run_of_a_step_whose_vm_stopped_itself_says_to_deploy_again(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm) == 0
+    powered_off(vm, guest)
+    gcs.bucket(PATHS.bucket).blob(PATHS.progress_marker("export").split("/", 3)[3]).delete()
+    for blob in gcs.list_blobs(PATHS.bucket, prefix=PATHS.hf_export.split("/", 3)[3]):
+        blob.delete()  # someone removed the export after the run
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    message = error_line(result)
+    assert message.startswith(f"error: export of run {RUN} is not done, but TPU VM rl-test-vm stopped itself at ")
+    assert ("a TPU VM cannot be started again: a new run: change rl.overrides in recipes.toml" in message
+            and "gcloud compute instances delete rl-test-vm --zone=us-east5-b --project=tpu-rl-test" in message)
+
+
+def test_run_detach_returns_at_once_with_the_commands_that_follow_the_run(settings_env, gcs, vm):
+    result = runner.invoke(app, ["run", RECIPE, "--detach"])
+    assert result.exit_code == 0, result.output
+    assert not any("serialPort" in path for _, path, _ in vm.requests)  # nothing followed
+    lines = result.output.splitlines()
+    for command in (f"`tpu-rl status {RECIPE}`", f"`tpu-rl logs {RECIPE} convert`", f"`tpu-rl runs {RECIPE}`",
+                    f"`tpu-rl run {RECIPE}`"):
+        assert any(line.strip().startswith(command) for line in lines), command
+    record = json.loads(gcs.bucket(PATHS.bucket).blob(PATHS.run_record.split("/", 3)[3]).download_as_text())
+    assert record["status"] == "running"
+    assert "after the run: TPU VM rl-test-vm stops itself once its startup script verified every output" in \
+        text_of(result)
+
+
+def test_runs_shows_a_detached_run_that_finished_on_the_vm_as_succeeded(settings_env, gcs, vm, guest):
+    assert runner.invoke(app, ["run", RECIPE, "--detach"]).exit_code == 0
+    before = runner.invoke(app, ["runs", RECIPE, "--json"])
+    assert [run["status"] for run in json.loads(before.output)["runs"]] == ["running"]
+    assert boot_and_show(guest, gcs, vm) == 0  # the VM runs it, nobody attached
+    after = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["runs"]
+    assert [(run["run"], run["status"]) for run in after] == [(RUN, "succeeded")]
+    assert after[0]["ended"] and after[0]["duration_seconds"] is not None
+
+
+def test_runs_shows_a_run_whose_step_failed_on_the_vm_as_failed(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm, FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl") == 1
+    runs = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["runs"]
+    assert [(run["run"], run["status"]) for run in runs] == [(RUN, "failed")]
+
+
+def test_the_dry_run_says_the_vm_stops_itself_or_stays_up(settings_env, gcs, vm, monkeypatch):
+    dry = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert ("after the run: TPU VM rl-test-vm stops itself once its startup script verified every output "
+            "(VM_AFTER_RUN=stop; VM_AFTER_RUN=keep keeps it up): no idle cost") in text_of(dry)
+    monkeypatch.setenv("VM_AFTER_RUN", "keep")
+    deploy_vm(vm, {**SETTINGS, "VM_AFTER_RUN": "keep"})  # the stack deployed with it renders its script
+    kept = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert kept.exit_code == 0, kept.output
+    assert ("after the run: TPU VM rl-test-vm stays up (VM_AFTER_RUN=keep) and bills $" in text_of(kept)
+            and f"until `npx cdktf destroy {RECIPE}`" in text_of(kept))
+
+
+def test_a_wrong_vm_after_run_is_refused_in_one_line(settings_env, monkeypatch):
+    monkeypatch.setenv("VM_AFTER_RUN", "halt")
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert error_line(result) == ("error: VM_AFTER_RUN 'halt' is neither stop (the TPU VM stops itself once every "
+                                  "output of its run is verified; the default) nor keep (it stays up until you "
+                                  "destroy it)")
+
+
+def test_begin_finish_console_helpers_still_drive_a_run(settings_env, gcs, vm):
+    # The hand-written records of the other tests carry no stop record: run ends on its own verification.
+    vm.on_serial_read += [begin(vm, gcs, "convert"), finish(vm, gcs, "convert"), console(vm, "")]
+    put_step_output(gcs, get_recipe(RECIPE), "train")
+    put_step_output(gcs, get_recipe(RECIPE), "export")
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert "stops itself once its startup script verified every output" in text_of(result)
+
+
+def test_a_failed_run_says_the_vm_stays_up_for_a_bounded_look(settings_env, gcs, vm, guest, clock):
+    assert boot_and_show(guest, gcs, vm, FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl") == 1
+    assert guest.power_offs == [f"shutdown -h +{FAILURE_STAY_MINUTES} tpu-rl: run {RUN} failed; powering off"]
+    status = runner.invoke(app, ["status", RECIPE])
+    assert (f"the VM stays up {FAILURE_STAY_MINUTES} min after the failure for a look (`sudo shutdown -c` on it "
+            "keeps it up), then powers itself off") in text_of(status)
+
+
+def test_run_after_the_vm_powered_itself_off_after_a_failure_says_to_deploy_again(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm, FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl") == 1
+    vm.instances[VM] = "TERMINATED"  # the scheduled power-off, an hour after the failure
+    vm.boots[VM] = {"creationTimestamp": "2026-11-29T00:00:00.000-08:00",
+                    "lastStopTimestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    message = error_line(result)
+    assert message.startswith("error: TPU VM rl-test-vm powered itself off at ")
+    assert f"{FAILURE_STAY_MINUTES} min after step train failed (exit 1, attempt " in message
+    assert message.endswith(f"`npx cdktf deploy {RECIPE}`: the new VM resumes at train")
+    assert "host maintenance" not in result.output
+
+
+def test_run_of_a_vm_started_again_after_its_stop_says_it_stays_up_and_bills(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm) == 0  # the run, then its stop
+    guest.boot()  # the VM was created again for the same run: its script runs nothing and keeps it up
+    assert guest.power_offs == [STOP_COMMAND]
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert ("TPU VM rl-test-vm runs again after it stopped itself at" in text_of(result)
+            and "its startup script ran nothing and keeps it up: it bills $" in text_of(result))

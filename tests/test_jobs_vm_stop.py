@@ -1,0 +1,138 @@
+"""The end of the VM recipe's startup script (jobs/vm_outputs.py) under the real bash, against the local guest
+(tests/peers/vm_guest.py), whose shutdown stand-in records the power-off instead of making it: a finished run
+stops the VM only after every output is verified; a failure keeps it up for a bounded look; a cancel and
+VM_AFTER_RUN=keep keep it up; a VM started again after it stopped itself does not stop at once."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jobs
+from jobs.vm_outputs import FAILURE_STAY_MINUTES, STOP_COMMAND, output_objects
+from peers.vm_guest import Guest
+from recipes.setting_specs import VM_STAYS
+from scripts.cloud import gcs
+from scripts.pipeline.vm.state import Attempt, Failure
+from vm_helpers import EXAMPLE_SETTINGS, SCRIPT_PATHS as PATHS, SCRIPT_RECIPE as RECIPE, SCRIPT_TOKEN as TOKEN
+from vm_helpers import example_script
+
+TRAIN = "maxtext.trainers.post_train.rl.train_rl"
+FAILURE_POWER_OFF = f"shutdown -h +{FAILURE_STAY_MINUTES} tpu-rl: run {PATHS.run_name} failed; powering off"
+
+
+def guest_of(tmp_path, script: str | None = None) -> Guest:
+    return Guest(tmp_path, script or example_script(), TOKEN, installed=RECIPE.maxtext_version,
+                 actor_checkpoints=PATHS.actor_checkpoints)
+
+
+def attempt(guest: Guest) -> Attempt:
+    return Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
+
+
+def test_a_finished_run_stops_the_vm_only_after_every_output_is_verified(tmp_path):
+    guest = guest_of(tmp_path)
+    code, _, log = guest.boot()
+    assert code == 0, log
+    assert guest.power_offs == [STOP_COMMAND]
+    assert (attempt(guest).phase, attempt(guest).ended) == ("done", "stopped")
+    urls = [url for url, _ in guest.uploads()]
+    # the stop record comes after the export's marker, and every check of the outputs before it
+    assert urls.index(PATHS.vm_stop) > urls.index(PATHS.progress_marker("export"))
+    assert f"stopped: every output of run {PATHS.run_name} is verified in the bucket" in log
+    checked = log[log.index("all steps done"):]
+    assert "verifying: not in the bucket" not in checked
+
+
+def test_a_missing_output_fails_verifying_and_does_not_stop_the_vm(tmp_path):
+    guest = guest_of(tmp_path)
+    code, _, log = guest.boot(FAKE_NO_OUTPUT="tokenizer.json")
+    assert code == 1, log
+    assert STOP_COMMAND not in guest.power_offs and guest.power_offs == [FAILURE_POWER_OFF]
+    assert not guest.object(PATHS.vm_stop).exists()
+    failure = Failure.parse(guest.object(PATHS.vm_failure).read_text())
+    assert (failure.phase, failure.code) == ("verifying", "1")
+    assert failure.last_line.endswith(f"verifying: not in the bucket: {PATHS.hf_export}tokenizer.json: the VM does "
+                                      "not stop itself")
+
+
+def test_a_sharded_export_is_verified_shard_by_shard(tmp_path):
+    guest = guest_of(tmp_path / "whole")
+    code, _, log = guest.boot(FAKE_SHARDS="3")
+    assert code == 0 and guest.power_offs == [STOP_COMMAND], log
+    cut = guest_of(tmp_path / "cut")
+    shard = "model-00002-of-00003.safetensors"
+    code, _, log = cut.boot(FAKE_SHARDS="3", FAKE_NO_OUTPUT=shard)
+    assert code == 1 and STOP_COMMAND not in cut.power_offs
+    assert f"not in the bucket: {PATHS.hf_export}{shard}:" in log
+
+
+def test_a_failed_step_keeps_the_vm_up_for_a_bounded_look(tmp_path):
+    guest = guest_of(tmp_path)
+    code, _, log = guest.boot(FAIL_MODULE=TRAIN)
+    assert code == 1
+    assert guest.power_offs == [FAILURE_POWER_OFF]  # scheduled, not now
+    assert f"the VM stays up {FAILURE_STAY_MINUTES} min for a look, then powers itself off: `sudo shutdown -c` on " \
+           "it keeps it up, `sudo reboot` resumes the run" in log
+    code, _, log = guest.boot()  # the reboot resumes; this boot finishes and stops the VM
+    assert code == 0 and guest.power_offs == [FAILURE_POWER_OFF, STOP_COMMAND], log
+
+
+def test_a_cancelled_run_leaves_the_vm_as_it_is(tmp_path):
+    guest = guest_of(tmp_path)
+    cancel = guest.object(PATHS.cancel_marker)
+    code, _, log = guest.boot(CANCEL_MODULE=TRAIN, CANCEL_FILE=str(cancel), TPU_RL_CANCEL_POLL_SECONDS="1")
+    assert code == 0, log
+    assert attempt(guest).ended == "cancelled" and guest.power_offs == []
+
+
+def test_vm_after_run_keep_keeps_the_vm_up(tmp_path):
+    settings = dataclasses.replace(EXAMPLE_SETTINGS, vm_after_run=VM_STAYS)
+    guest = guest_of(tmp_path, jobs.render_startup_script(RECIPE, settings))
+    code, _, log = guest.boot()
+    assert code == 0, log
+    assert guest.power_offs == [] and not guest.object(PATHS.vm_stop).exists()
+    assert "the VM stays up (VM_AFTER_RUN=keep): it bills at the v6e-8 rate until `npx cdktf destroy " \
+           f"{RECIPE.name}`" in log
+    code, _, _ = guest.boot(FAIL_MODULE=TRAIN)  # nor after a failure
+    assert guest.power_offs == []
+
+
+def test_a_vm_started_again_after_it_stopped_itself_runs_nothing_and_stays_up(tmp_path):
+    guest = guest_of(tmp_path)
+    assert guest.boot()[0] == 0 and guest.power_offs == [STOP_COMMAND]
+    code, calls, log = guest.boot()
+    assert code == 0 and calls == [], log
+    assert guest.power_offs == [STOP_COMMAND]  # no second stop
+    assert (f"run {PATHS.run_name} was done and its VM stopped itself before this boot, which ran nothing: the VM "
+            "stays up (it was started on purpose)") in guest.output
+
+
+def test_a_done_run_whose_stop_was_cut_short_stops_at_the_next_boot(tmp_path):
+    guest = guest_of(tmp_path)
+    guest.finished(PATHS, "convert", "train", "export")  # every step done, and no stop record
+    code, calls, log = guest.boot()
+    assert code == 0 and calls == [], log
+    assert guest.power_offs == [STOP_COMMAND] and guest.object(PATHS.vm_stop).exists()
+
+
+def test_the_script_checks_what_run_verifies_of_each_step():
+    """Every object `tpu-rl run` requires of convert and export (scripts/cloud/gcs.py step_outputs) is one the
+    script checks before it stops the VM; train's newest checkpoint and the weights are found at run time."""
+    script = example_script()
+    objects = output_objects(PATHS)
+    for step in ("convert", "export"):
+        for requirement in gcs.step_outputs(PATHS, step):
+            url = f"{requirement.prefix}{requirement.name or '*'}"
+            if isinstance(requirement, gcs.SafetensorsWeights):
+                assert f"{requirement.prefix}{gcs.HF_WEIGHTS_INDEX}" in script
+                assert f"{requirement.prefix}{gcs.HF_SINGLE_WEIGHTS}" in script
+                continue
+            assert url in objects[step] and url in script, url
+    assert f"{PATHS.actor_checkpoints}\"$step/model_params/*\"" in script.replace("'", "")
+
+
+def test_the_power_off_runs_last_after_the_attempt_record():
+    """on_exit writes the attempt's end record first, then power_after: the record must reach the bucket."""
+    script = example_script()
+    end = script.index('record_attempt "${ENDED:-exit-$code}" || true')
+    assert script.index('power_after "$code"', end) > end
