@@ -8,6 +8,7 @@ and reports through its serial console, guest attributes and the bucket.
 - watch.py: the console buffer and the stall bound of a running step.
 - phase_watch.py: the bounds of the phases outside the steps (install, checks, token, uploads).
 - views.py: `status` and `logs`.
+- after_run.py: what the VM does once its run ends (stops itself, or stays up) and how the next run starts.
 
 Nothing is imported here: each command imports the module it runs, and only when it runs.
 """
