@@ -32,6 +32,7 @@ from peers.fixtures import SETTINGS, peer_settings, put_checkpoint, put_step_out
 from peers.google_apis import CPU_QUOTAS
 from recipes import get_recipe
 from recipes.runs import for_run
+from recipes.setting_specs import SPECS
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
@@ -328,3 +329,34 @@ CONSOLE = "https://console.cloud.google.com/iam-admin/quotas?project=tpu-rl-test
 def with_quota(google, **metrics) -> None:
     """The region's quotas as regions.get lists them: a few of every project's, plus `metrics`."""
     google.regions[SETTINGS["REGION"]] = {**CPU_QUOTAS, "PREEMPTIBLE_TPU_LITE_PODSLICE_V5": (0, 0), **metrics}
+
+
+# -- `tpu-rl plan-review` in a clone of two small trees, without a synth of the real stacks -----------------
+
+# A clone for plan-review: at main, a stacks/app.py that synthesizes one empty stack; in the working tree
+# (uncommitted), one whose stack holds every setting variable it finds in its environment. The review
+# prints the working tree's additions, so a setting that reached a side would be in its output.
+SETTING_ENVS = sorted({spec.env for spec in SPECS} | {"TPU_RL_CONFIG"})
+_SYNTH = """import json, os, pathlib
+out = pathlib.Path(os.environ.get("CDKTF_OUTDIR", "cdktf.out")) / "stacks" / "probe"
+out.mkdir(parents=True, exist_ok=True)
+seen = {{name: os.environ[name] for name in {names!r} if name in os.environ}}
+out.joinpath("cdk.tf.json").write_text(json.dumps({{"resource": {{"probe": {{"side": {body}}}}}}}))
+"""
+_CLONE_FILES = {
+    "stacks/__init__.py": "", "jobs/__init__.py": "render_manifests = render_startup_script = None\n",
+    "recipes/__init__.py": "def example_settings():\n    return None\n\ndef all_recipes():\n    return {}\n",
+    "recipes/model.py": "", "recipes/recipes.toml": "", "stacks/app.py": _SYNTH.format(names=SETTING_ENVS, body='{}'),
+}
+
+
+def make_review_clone(work: Path) -> None:
+    git = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+           "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z", "PATH": "/usr/bin:/bin", "HOME": str(work)}
+    for name, text in _CLONE_FILES.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
+    for args in (["init", "-q", "-b", "main"], ["add", *_CLONE_FILES], ["commit", "-q", "-m", "probe"]):
+        subprocess.run(["git", *args], cwd=work, env=git, check=True, capture_output=True)
+    (work / "stacks/app.py").write_text(_SYNTH.format(names=SETTING_ENVS, body='{"settings": seen}'))

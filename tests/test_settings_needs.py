@@ -11,13 +11,13 @@ any cloud call (those runs have every API at a closed port).
 from __future__ import annotations
 
 import re
-import subprocess
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import make_review_clone
 from forked_cli import WarmPool
 from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers
 from recipes.needs import NEEDS, RULES, needs
@@ -66,35 +66,6 @@ CASES = (
     Case("check-rewards", ("check-rewards", "rewards.py:short")),
     Case("plan-review", ("plan-review",), clone=True),
 )
-
-# A clone for plan-review: at main, a stacks/app.py that synthesizes one empty stack; in the working tree
-# (uncommitted), one whose stack holds every setting variable it finds in its environment. The review
-# prints the working tree's additions, so a setting that reached a side would be in its output.
-SETTING_ENVS = sorted({spec.env for spec in SPECS} | {"TPU_RL_CONFIG"})
-_SYNTH = """import json, os, pathlib
-out = pathlib.Path(os.environ.get("CDKTF_OUTDIR", "cdktf.out")) / "stacks" / "probe"
-out.mkdir(parents=True, exist_ok=True)
-seen = {{name: os.environ[name] for name in {names!r} if name in os.environ}}
-out.joinpath("cdk.tf.json").write_text(json.dumps({{"resource": {{"probe": {{"side": {body}}}}}}}))
-"""
-_CLONE_FILES = {
-    "stacks/__init__.py": "", "jobs/__init__.py": "render_manifests = render_startup_script = None\n",
-    "recipes/__init__.py": "def example_settings():\n    return None\n\ndef all_recipes():\n    return {}\n",
-    "recipes/model.py": "", "recipes/recipes.toml": "", "stacks/app.py": _SYNTH.format(names=SETTING_ENVS, body='{}'),
-}
-
-
-def make_review_clone(work: Path) -> None:
-    git = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
-           "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z", "PATH": "/usr/bin:/bin", "HOME": str(work)}
-    for name, text in _CLONE_FILES.items():
-        (work / name).parent.mkdir(parents=True, exist_ok=True)
-        (work / name).write_text(text)
-    for args in (["init", "-q", "-b", "main"], ["add", *_CLONE_FILES], ["commit", "-q", "-m", "probe"]):
-        subprocess.run(["git", *args], cwd=work, env=git, check=True, capture_output=True)
-    (work / "stacks/app.py").write_text(_SYNTH.format(names=SETTING_ENVS, body='{"settings": seen}'))
-
 
 def run_cli(case: Case, settings: dict[str, str], root: Path, warm: WarmPool, emulators: GcsEmulators,
             peers: bool = True) -> tuple[int, str]:
