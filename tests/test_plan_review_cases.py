@@ -105,13 +105,12 @@ def _spot(repo: Path) -> None:
     _edit(repo, "qwen3-v6e32", 'capacity = "reservation"', 'capacity = "spot"')
 
 
-def _flex_start_hours(repo: Path) -> None:
-    """Only flex-start pools (and the queue's ProvisioningRequest) use this; the recipe runs on its
-    reservation unless CAPACITY says flex-start."""
-    _edit(repo, "qwen3-v6e32", "flex_start_max_run_hours = 24", "flex_start_max_run_hours = 12")
-
-
-def _learning_rate(repo: Path) -> None:
+def _flex_start_hours_and_learning_rate(repo: Path) -> None:
+    """Two changes the default build's resources do not show, one in each GKE recipe, so that one tree (two
+    synths) serves both cases. gemma4-v6e64's flex-start hours: only flex-start pools (and the queue's
+    ProvisioningRequest) use them; the recipe runs on its reservation unless CAPACITY says flex-start.
+    qwen3-v6e32's learning rate: its training command only."""
+    _edit(repo, "gemma4-v6e64", "flex_start_max_run_hours = 24", "flex_start_max_run_hours = 12")
     _edit(repo, "qwen3-v6e32", '"learning_rate=2e-5"', '"learning_rate=1e-5"')
 
 
@@ -120,8 +119,7 @@ CASES = {
     "added slice": (None, _two_slices),
     "removed slice": (_two_slices, _one_slice),  # the same two trees as "added slice": built once
     "spot": (None, _spot),
-    "rl argument": (None, _learning_rate),
-    "flex-start hours": (None, _flex_start_hours),
+    "flex-start hours and rl argument": (None, _flex_start_hours_and_learning_rate),
     "no change": (None, None),
 }
 
@@ -206,18 +204,19 @@ def test_review_has_a_title_and_the_three_sections_in_order(reviews):
 
 def test_a_change_to_flex_start_pools_alone_is_reviewed_and_planned(reviews):
     """A stack deployed with CAPACITY=flex-start has these pools; the default build does not."""
-    review = reviews["flex-start hours"]
+    review = reviews["flex-start hours and rl argument"]  # gemma4-v6e64's hours
     assert _section(review.markdown, "### Stacks") == ["No resource changes."]
     other = _section(review.markdown, "### Other capacity modes")
     assert other[0] == ("Built again with CAPACITY=reservation,flex-start,spot,on-demand, so that the pools of "
                         "every capacity mode are compared; what differs there and not above:")
-    assert other[1] == "#### `qwen3-v6e32`"
+    assert other[1] == "#### `gemma4-v6e64`"
     # The slice's run time lives in the ProvisioningRequestConfig only (the flex-start pool sets no node
     # max_run_duration, as Cluster Toolkit's queued-provisioning blueprint): 24 h → 12 h.
     assert any("ProvisioningRequestConfig/flex-start-slice].spec.parameters.maxRunDurationSeconds 86400 → 43200"
                in line for line in other[2:]), other
     assert all("spot" not in line and "on-demand" not in line for line in other[2:]), other
-    assert review.changed_stacks == ("qwen3-v6e32",)
+    assert not any(line.startswith("#### ") for line in other[2:]), other  # qwen3-v6e32's change is no pool's
+    assert review.changed_stacks == ("gemma4-v6e64",)
 
 
 def _run_line(review, step: str) -> str:
@@ -323,7 +322,7 @@ def test_capacity_switch_to_spot_replaces_the_reservation_pool_and_drops_the_res
 
 
 def test_changed_rl_argument_shows_only_that_key_in_the_training_command(reviews):
-    review = reviews["rl argument"]
+    review = reviews["flex-start hours and rl argument"]  # qwen3-v6e32's learning rate
     assert _section(review.markdown, "### Stacks") == ["No resource changes."]
     new_run = _run_line(review, "train")
     assert _section(review.markdown, "### Manifests") == [
@@ -334,7 +333,7 @@ def test_changed_rl_argument_shows_only_that_key_in_the_training_command(reviews
         new_run,
     ]
     assert "| `qwen3-v6e32` |" in review.markdown and "+$" not in review.markdown and "−$" not in review.markdown
-    assert review.changed_stacks == ()
+    assert "qwen3-v6e32" not in review.changed_stacks  # gemma4-v6e64's flex-start pools changed, not this stack
 
 
 def test_every_stack_has_a_cost_row_labelled_as_an_estimate(reviews):
@@ -358,7 +357,7 @@ def test_the_checkout_is_left_untouched(repos):
 
 
 def test_uncommitted_changes_are_part_of_the_working_tree_side(fixtures):
-    repo = fixtures.repo("uncommitted", None, _learning_rate)  # same trees as "rl argument": no new synth
+    repo = fixtures.repo("uncommitted", None, _flex_start_hours_and_learning_rate)  # trees built already
     _git(repo, "reset", "-q", "--soft", "HEAD~1")  # the edit is now staged, not committed
     review = pr.review("HEAD", repo)
     assert "learning_rate 2e-5 → 1e-5" in review.markdown
