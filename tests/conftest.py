@@ -32,7 +32,7 @@ import pytest
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 # Under CI=true a skip is a failure that names what was missing (tests/ci_skips.py).
-pytest_plugins = ["ci_skips", "peers.fixtures"]  # the fake APIs and the GCS emulator, for every test module
+pytest_plugins = ["ci_skips", "peers.fixtures", "forked_cli"]  # the fake APIs, the GCS emulator, the warm CLI
 
 StackJson = dict[str, Any]
 

@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forked_cli import WarmPool
 from peers.fixtures import REPO, TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers
 
 TABLE = REPO / "security" / "bad_input.yaml"
@@ -260,17 +259,15 @@ def execute(row: Row, root: Path, runner, emulators: GcsEmulators) -> Outcome:
 
 
 @pytest.fixture(scope="module")
-def outcomes(request, tmp_path_factory, gcs_emulators) -> dict[str, Future]:
+def outcomes(request, tmp_path_factory, gcs_emulators, warm_cli) -> dict[str, Future]:
     """Every selected row, each forked from a warm interpreter, a few side by side (some wait on the peers)."""
     selected = [item.callspec.params["row"] for item in request.session.items
                 if hasattr(item, "callspec") and isinstance(item.callspec.params.get("row"), Row)
                 and item.originalname == "test_bad_input_is_rejected_clearly_and_changes_nothing"]
-    warm = WarmPool(2)
     pool = ThreadPoolExecutor(max_workers=2)
-    futures = {row.id: pool.submit(execute, row, tmp_path_factory.mktemp(row.id), warm, gcs_emulators) for row in selected}
+    futures = {row.id: pool.submit(execute, row, tmp_path_factory.mktemp(row.id), warm_cli, gcs_emulators) for row in selected}
     yield futures
     pool.shutdown(wait=True)
-    warm.close()
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])

@@ -73,13 +73,13 @@ def _tpu_rl(*args: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory) -> Session:
+def session(tmp_path_factory, warm_cli) -> Session:
     root = tmp_path_factory.mktemp("secret-hygiene")
     work, home = root / "work", root / "home"
     work.mkdir()
     home.mkdir()
     token = TOKEN
-    session = Session(token, root, WarmPool(2))
+    session = Session(token, root, warm_cli)
 
     env = clean_environment(home)
     env.update(SETTINGS)  # the peers' settings, so that put_step_output writes the right paths
@@ -145,7 +145,6 @@ def session(tmp_path_factory) -> Session:
         for run in offline_runs:
             run.result()
         pool.shutdown()
-        session.warm.close()
     return session
 
 

@@ -111,14 +111,7 @@ def without(case: Case, name: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def warm():
-    pool = WarmPool(2)
-    yield pool
-    pool.close()
-
-
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory, warm, gcs_emulators):
+def outcomes(tmp_path_factory, warm_cli, gcs_emulators):
     """Every run of every case, two at a time (some wait on the peers)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -126,10 +119,10 @@ def outcomes(tmp_path_factory, warm, gcs_emulators):
     pool = ThreadPoolExecutor(max_workers=2)
     futures = {}
     for case in CASES:
-        futures[case.id, "all"] = pool.submit(run_cli, case, FULL, root, warm, gcs_emulators)
-        futures[case.id, "needed"] = pool.submit(run_cli, case, needed_env(case), root, warm, gcs_emulators)
+        futures[case.id, "all"] = pool.submit(run_cli, case, FULL, root, warm_cli, gcs_emulators)
+        futures[case.id, "needed"] = pool.submit(run_cli, case, needed_env(case), root, warm_cli, gcs_emulators)
         for name in refused_fields(case):
-            futures[case.id, name] = pool.submit(run_cli, case, without(case, name), root, warm, gcs_emulators, False)
+            futures[case.id, name] = pool.submit(run_cli, case, without(case, name), root, warm_cli, gcs_emulators, False)
     yield futures
     pool.shutdown(wait=True)
 
@@ -160,17 +153,17 @@ def test_a_command_runs_with_only_what_it_needs_and_refuses_each_missing_one_ali
         assert lines[0].startswith(f"error: {variable} is not set") and f"export {variable}=<" in lines[0], output
 
 
-def test_the_tpu_vm_name_is_met_by_tpu_name_without_cluster_name(tmp_path, warm, gcs_emulators):
+def test_the_tpu_vm_name_is_met_by_tpu_name_without_cluster_name(tmp_path, warm_cli, gcs_emulators):
     case = Case("status", ("status", VM), "vm", {"vm": "RUNNING"})
-    full = run_cli(case, FULL, tmp_path, warm, gcs_emulators)
+    full = run_cli(case, FULL, tmp_path, warm_cli, gcs_emulators)
     env = {key: value for key, value in needed_env(case).items() if key != "CLUSTER_NAME"}
-    only = run_cli(case, {**env, "TPU_NAME": "acme-rl-vm"}, tmp_path, warm, gcs_emulators)  # the name <CLUSTER_NAME>-vm gives
+    only = run_cli(case, {**env, "TPU_NAME": "acme-rl-vm"}, tmp_path, warm_cli, gcs_emulators)  # the name <CLUSTER_NAME>-vm gives
     assert only == full, only[1]
 
 
-def test_a_set_value_is_checked_even_where_the_command_does_not_read_it(tmp_path, warm, gcs_emulators):
+def test_a_set_value_is_checked_even_where_the_command_does_not_read_it(tmp_path, warm_cli, gcs_emulators):
     case = Case("runs", ("runs", GKE))
-    code, output = run_cli(case, {**needed_env(case), "REGION": "useast5"}, tmp_path, warm, gcs_emulators, peers=False)
+    code, output = run_cli(case, {**needed_env(case), "REGION": "useast5"}, tmp_path, warm_cli, gcs_emulators, peers=False)
     assert (code, output.splitlines()) == (2, ["error: REGION 'useast5' is not a region name like us-east5"])
 
 
