@@ -153,9 +153,10 @@ def test_a_command_runs_with_only_what_it_needs_and_refuses_each_missing_one_ali
         assert lines[0].startswith(f"error: {variable} is not set") and f"export {variable}=<" in lines[0], output
 
 
-def test_the_tpu_vm_name_is_met_by_tpu_name_without_cluster_name(tmp_path, warm_cli, gcs_emulators):
+def test_the_tpu_vm_name_is_met_by_tpu_name_without_cluster_name(tmp_path, warm_cli, gcs_emulators, outcomes):
     case = Case("status", ("status", VM), "vm", {"vm": "RUNNING"})
-    full = run_cli(case, FULL, tmp_path, warm_cli, gcs_emulators)
+    assert case in CASES
+    full = outcomes[case.id, "all"].result()  # the case's run with every setting
     env = {key: value for key, value in needed_env(case).items() if key != "CLUSTER_NAME"}
     only = run_cli(case, {**env, "TPU_NAME": "acme-rl-vm"}, tmp_path, warm_cli, gcs_emulators)  # the name <CLUSTER_NAME>-vm gives
     assert only == full, only[1]
