@@ -27,10 +27,14 @@ from typer.testing import CliRunner
 from contracts.tunix_log import evaluation_line
 from jobs import jobset_name, render_manifests
 from jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import peer_settings, put_checkpoint, put_step_output
+from peers.event_files import put_event_files
+from peers.fixtures import SETTINGS, peer_settings, put_checkpoint, put_step_output
+from peers.google_apis import CPU_QUOTAS
 from recipes import get_recipe
 from recipes.runs import for_run
+from recipes.setting_specs import SPECS
 from scripts.cli import app
+from scripts.outcome import ExitCode
 
 runner = CliRunner()
 TPU_RL = Path(sys.executable).parent / "tpu-rl"
@@ -244,3 +248,115 @@ def ctrl_c_at_the_prompt(args: list[str]) -> tuple[str, str, int]:
         if proc.poll() is None:
             proc.kill()
         os.close(master)
+
+
+# -- what several CLI test modules share (so none imports another) ------------------------------------
+
+def session_hook(monkeypatch, **changes):
+    """Every Session the CLI makes gets these attributes (sleep, confirm)."""
+    from scripts.cli import cloud as cli_cloud
+
+    real = cli_cloud.make_session
+
+    def make_session(*args, **kwargs):
+        session = real(*args, **kwargs)
+        for name, value in changes.items():
+            setattr(session, name, value)
+        return session
+
+    monkeypatch.setattr(cli_cloud, "make_session", make_session)
+
+
+def interrupt(seconds):
+    raise KeyboardInterrupt
+
+
+def left_running(cloud, monkeypatch, *args: str) -> None:
+    """`tpu-rl run RECIPE *args`, interrupted while it waits: its JobSet keeps running, its record says so."""
+    with monkeypatch.context() as patch:
+        session_hook(patch, sleep=interrupt)
+        result = runner.invoke(app, ["run", RECIPE, *args])
+    assert result.exit_code == ExitCode.INTERRUPTED
+    assert f"stop it with `tpu-rl cancel {' '.join([RECIPE, *args])}`" in error_line(result)  # the same run
+
+
+def put_actor_checkpoint(client, recipe, step: int) -> str:
+    """A train_rl checkpoint of `step` as orbax leaves it (tunix's actor items, no OCDBT under Pathways);
+    returns its step directory."""
+    from jobs.paths import ArtifactPaths, split_gs_url
+    from peers.fixtures import peer_settings
+    from peers.step_outputs import orbax_checkpoint
+
+    step_dir = f"{ArtifactPaths(recipe, peer_settings()).actor_checkpoints}{step}/"
+    for url, data in orbax_checkpoint(f"{step_dir}model_params/", ("model_params", "optimizer_state"), ocdbt=False):
+        bucket, blob = split_gs_url(url)
+        client.bucket(bucket).blob(blob).upload_from_string(data)
+    return step_dir
+
+
+def tpu_selector(manifest: dict) -> dict:
+    worker = next(rj for rj in manifest["spec"]["replicatedJobs"] if rj["name"] == "worker")
+    return worker["template"]["spec"]["template"]["spec"]["nodeSelector"]
+
+
+# Three points per tag, as the trainer counts steps: rewards/* and completions/* from 0 (rl_cluster
+# global_steps), actor/* from 1 (the trainer's train_steps after the update).
+RUN_RL = {
+    "rewards/train/mean": [(0, 0.1), (1, 0.4), (2, 1.1)],
+    "actor/train/loss": [(1, 0.5), (2, 0.2), (3, 0.3)],
+    "actor/train/kl": [(1, 0.0), (2, 0.01), (3, 0.02)],
+    "completions/train/mean_length": [(0, 300.0), (1, 260.0), (2, 200.0)],
+    # one of MaxText's reward functions, logged by name (tunix reward_manager L214-216): not a summary tag
+    "rewards/train/check_numbers": [(0, 0.0), (1, 1.0), (2, 1.0)],
+}
+
+
+def upload_run(client, tmp_path: Path, run: str, scalars: dict) -> str:
+    """Write a run's event files and put them where train_rl writes them in the bucket; return that prefix."""
+    url = f"gs://{SETTINGS['GCS_BUCKET']}/{get_recipe(RECIPE).model.maxtext_name}/trained/{run}/tensorboard/"
+    put_event_files(client, url, scalars, tmp_path / run)
+    return url
+
+
+# The intermediate evaluation, and the pre-training one of a run resumed from checkpoint 20.
+MIDDLE = evaluation_line("intermediate", 33, 64, 36, 60, 1.25, step=20, second=40)
+RESUMED_PRE = evaluation_line("pre", 33, 64, 36, 60, 1.2, second=45)  # checkpoint 20's accuracy, 51.6%
+
+# Where preflight sends a user who needs more quota, for the peers' project.
+CONSOLE = "https://console.cloud.google.com/iam-admin/quotas?project=tpu-rl-test"
+
+
+def with_quota(google, **metrics) -> None:
+    """The region's quotas as regions.get lists them: a few of every project's, plus `metrics`."""
+    google.regions[SETTINGS["REGION"]] = {**CPU_QUOTAS, "PREEMPTIBLE_TPU_LITE_PODSLICE_V5": (0, 0), **metrics}
+
+
+# -- `tpu-rl plan-review` in a clone of two small trees, without a synth of the real stacks -----------------
+
+# A clone for plan-review: at main, a stacks/app.py that synthesizes one empty stack; in the working tree
+# (uncommitted), one whose stack holds every setting variable it finds in its environment. The review
+# prints the working tree's additions, so a setting that reached a side would be in its output.
+SETTING_ENVS = sorted({spec.env for spec in SPECS} | {"TPU_RL_CONFIG"})
+_SYNTH = """import json, os, pathlib
+out = pathlib.Path(os.environ.get("CDKTF_OUTDIR", "cdktf.out")) / "stacks" / "probe"
+out.mkdir(parents=True, exist_ok=True)
+seen = {{name: os.environ[name] for name in {names!r} if name in os.environ}}
+out.joinpath("cdk.tf.json").write_text(json.dumps({{"resource": {{"probe": {{"side": {body}}}}}}}))
+"""
+_CLONE_FILES = {
+    "stacks/__init__.py": "", "jobs/__init__.py": "render_manifests = render_startup_script = None\n",
+    "recipes/__init__.py": "def example_settings():\n    return None\n\ndef all_recipes():\n    return {}\n",
+    "recipes/model.py": "", "recipes/recipes.toml": "", "stacks/app.py": _SYNTH.format(names=SETTING_ENVS, body='{}'),
+}
+
+
+def make_review_clone(work: Path) -> None:
+    git = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+           "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z", "PATH": "/usr/bin:/bin", "HOME": str(work)}
+    for name, text in _CLONE_FILES.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
+    for args in (["init", "-q", "-b", "main"], ["add", *_CLONE_FILES], ["commit", "-q", "-m", "probe"]):
+        subprocess.run(["git", *args], cwd=work, env=git, check=True, capture_output=True)
+    (work / "stacks/app.py").write_text(_SYNTH.format(names=SETTING_ENVS, body='{"settings": seen}'))

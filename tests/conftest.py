@@ -32,7 +32,7 @@ import pytest
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 # Under CI=true a skip is a failure that names what was missing (tests/ci_skips.py).
-pytest_plugins = ["ci_skips", "peers.fixtures"]  # the fake APIs and the GCS emulator, for every test module
+pytest_plugins = ["ci_skips", "peers.fixtures", "forked_cli"]  # the fake APIs, the GCS emulator, the warm CLI
 
 StackJson = dict[str, Any]
 
@@ -171,9 +171,11 @@ def data_only_variants(tmp_path_factory) -> dict[str, StackJson]:
 # groups on Item._nodeid, which pytest 9 no longer reads, so its groups are ignored.)
 # The MaxText modules run MaxText's real code in subprocesses for minutes (the chains of
 # tests/test_maxtext_real.py are the longest path of the suite), so they start first, on different
-# workers; then the modules with a shared fixture of their own, the heavier ones; then the rest, whose
-# small modules even out the workers' ends.
-LONGEST_FIRST = ("test_maxtext_real.py", "test_maxtext_set_judge.py", "test_export_vision_shards.py")
+# workers; then the plan review's cases (five trees synthesized twice each: the heaviest module with a
+# fixture of its own, ~37 s of CPU against the next one's ~30 s); then the other modules with a shared
+# fixture of their own, the heavier ones; then the rest, whose small modules even out the workers' ends.
+LONGEST_FIRST = ("test_maxtext_real.py", "test_maxtext_set_judge.py", "test_export_vision_shards.py",
+                 "test_plan_review_cases.py")
 
 
 def _uses_own_module_fixture(item: pytest.Item) -> bool:

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from peers.fixtures import REPO, VENV_BIN, clean_environment
 
 # What the children would otherwise import each time: the CLI and the cloud clients its commands load
@@ -188,3 +190,13 @@ class WarmPool:
     def close(self) -> None:
         for interpreter in self._all:
             interpreter.close()
+
+
+@pytest.fixture(scope="session")
+def warm_cli():
+    """One warm interpreter for every module of a worker that forks command lines (bad input, settings
+    needs, secret hygiene): its start-up, ~2 s of CPU, is paid once, and the forks need no second one to
+    keep two cores busy under `make test`'s three workers."""
+    pool = WarmPool(1)
+    yield pool
+    pool.close()

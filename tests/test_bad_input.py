@@ -1,9 +1,9 @@
 """The bad-input table (security/bad_input.yaml), one test per row, and docs/bad-input.md generated from it.
 
 Each row runs a real entry point (`python -m stacks.app` for synth, the `tpu-rl` console script otherwise) in
-a process of its own, forked from a warm interpreter (tests/forked_cli.py), in an empty working directory; a
-few rows, one per stage, also run as plain subprocesses, for the exit code of a fresh process. Each must end
-with:
+a process of its own, forked from a warm interpreter (tests/forked_cli.py), in an empty working directory; three
+rows, one for each way a fork starts differently, also run as plain subprocesses, for the exit code of a fresh
+process. Each must end with:
 - a non-zero exit and no Python traceback;
 - the row's message, on one line, naming the setting and saying how to fix it;
 - nothing created or submitted: no file appears in the working directory (so no cdktf.out, no rendered
@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forked_cli import WarmPool
 from peers.fixtures import REPO, TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers
 
 TABLE = REPO / "security" / "bad_input.yaml"
@@ -260,17 +259,15 @@ def execute(row: Row, root: Path, runner, emulators: GcsEmulators) -> Outcome:
 
 
 @pytest.fixture(scope="module")
-def outcomes(request, tmp_path_factory, gcs_emulators) -> dict[str, Future]:
+def outcomes(request, tmp_path_factory, gcs_emulators, warm_cli) -> dict[str, Future]:
     """Every selected row, each forked from a warm interpreter, a few side by side (some wait on the peers)."""
     selected = [item.callspec.params["row"] for item in request.session.items
                 if hasattr(item, "callspec") and isinstance(item.callspec.params.get("row"), Row)
                 and item.originalname == "test_bad_input_is_rejected_clearly_and_changes_nothing"]
-    warm = WarmPool(2)
     pool = ThreadPoolExecutor(max_workers=2)
-    futures = {row.id: pool.submit(execute, row, tmp_path_factory.mktemp(row.id), warm, gcs_emulators) for row in selected}
+    futures = {row.id: pool.submit(execute, row, tmp_path_factory.mktemp(row.id), warm_cli, gcs_emulators) for row in selected}
     yield futures
     pool.shutdown(wait=True)
-    warm.close()
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
@@ -279,11 +276,12 @@ def test_bad_input_is_rejected_clearly_and_changes_nothing(row: Row, outcomes):
 
 
 # A few rows also run as a plain subprocess: the forks above stand for a fresh process, and these show that a
-# fresh process ends the same way. The first row of each stage and entry point, against the peers, and with
-# a patched recipe table:
-IN_A_FRESH_PROCESS = list({**{(row.stage, row.command[0]): row for row in reversed(ROWS)},
-                           "peers": next(row for row in ROWS if row.peers is not None),
-                           "recipes": next(row for row in ROWS if row.recipes is not None)}.values())
+# fresh process ends the same way. One row for each way a fork starts differently from a fresh process (the
+# stage does not change how a command starts): `python -m stacks.app` with a patched recipe table ahead on
+# PYTHONPATH, the console script offline, and the console script against the peers.
+IN_A_FRESH_PROCESS = [next(row for row in ROWS if row.command[0] == "synth" and row.recipes is not None),
+                      next(row for row in ROWS if row.command[0] == "tpu-rl" and row.peers is None and not row.recipes),
+                      next(row for row in ROWS if row.command[0] == "tpu-rl" and row.peers is not None)]
 
 
 @pytest.mark.parametrize("row", IN_A_FRESH_PROCESS, ids=[row.id for row in IN_A_FRESH_PROCESS])

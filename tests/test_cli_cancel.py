@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-import scripts.cli.cloud
-from cli_helpers import ctrl_c_at_the_prompt, error_line, names, record, run_of
+from cli_helpers import ctrl_c_at_the_prompt, error_line, interrupt, left_running, names, record, run_of, session_hook
 from peers.fixtures import SETTINGS, deploy_vm, peer_settings, put_step_output
 from jobs.paths import ArtifactPaths
 from jobs.vm import LOG_TAG, STARTING
@@ -19,32 +18,6 @@ from scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
-
-
-def session_hook(monkeypatch, **changes):
-    """Every Session the CLI makes gets these attributes (sleep, confirm)."""
-    real = scripts.cli.cloud.make_session
-
-    def make_session(*args, **kwargs):
-        session = real(*args, **kwargs)
-        for name, value in changes.items():
-            setattr(session, name, value)
-        return session
-
-    monkeypatch.setattr(scripts.cli.cloud, "make_session", make_session)
-
-
-def interrupt(seconds):
-    raise KeyboardInterrupt
-
-
-def left_running(cloud, monkeypatch, *args: str) -> None:
-    """`tpu-rl run RECIPE *args`, interrupted while it waits: its JobSet keeps running, its record says so."""
-    with monkeypatch.context() as patch:
-        session_hook(patch, sleep=interrupt)
-        result = runner.invoke(app, ["run", RECIPE, *args])
-    assert result.exit_code == ExitCode.INTERRUPTED
-    assert f"stop it with `tpu-rl cancel {' '.join([RECIPE, *args])}`" in error_line(result)  # the same run
 
 
 def test_cancel_deletes_only_the_runs_running_jobsets_and_records_it(cloud, monkeypatch):

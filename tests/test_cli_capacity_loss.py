@@ -9,7 +9,8 @@ from datetime import timedelta
 
 from typer.testing import CliRunner
 
-from cli_helpers import POLL_MINUTES, RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
+from cli_helpers import (POLL_MINUTES, RECIPE, TRAIN, error_line, put_actor_checkpoint, run_record, run_train, slow_polls,
+                         succeeds, tpu_selector)
 from peers.fixtures import peer_settings
 from peers.jobset_life import UNSCHEDULABLE
 from peers.jobset_plan import Plan
@@ -18,11 +19,6 @@ from scripts.cli import app
 from scripts.outcome import ExitCode
 
 runner = CliRunner()
-
-
-def tpu_selector(manifest: dict) -> dict:
-    worker = next(rj for rj in manifest["spec"]["replicatedJobs"] if rj["name"] == "worker")
-    return worker["template"]["spec"]["template"]["spec"]["nodeSelector"]
 
 
 def test_a_request_that_fails_its_retries_stops_with_the_checks_own_message_and_the_next_command(cloud, monkeypatch):
@@ -86,7 +82,6 @@ def test_a_flex_start_slice_that_ends_mid_run_is_submitted_again_and_resumes(clo
     """The slice ends at max_run_duration: JobSet recreates the workers, but a queued-provisioning pool
     gets nodes only through a new request, which Kueue files for no admitted workload; `run` deletes the
     JobSet and submits it again, for a new Workload and request."""
-    from test_cli_drills import put_actor_checkpoint
 
     kube = cloud["kube"]
     saved = put_actor_checkpoint(cloud["gcs"], get_recipe(RECIPE), 20)

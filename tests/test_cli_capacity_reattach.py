@@ -149,7 +149,7 @@ def test_a_revoked_slice_met_by_a_reattaching_run_is_submitted_again_from_the_fi
     provisioned one), so the step is submitted again as rendered: Kueue tries the reservation first."""
     from jobs.k8s import pin_capacity
     from peers.jobset_plan import Plan
-    from test_cli_capacity_loss import tpu_selector
+    from cli_helpers import tpu_selector
 
     monkeypatch.setenv("CAPACITY", "reservation,flex-start")
     kube = cloud["kube"]

@@ -56,7 +56,7 @@ def test_logs_needs_no_reservation_or_authorized_cidr(teammate):
 
 
 def test_metrics_needs_no_reservation_or_authorized_cidr(teammate, tmp_path):
-    from test_cli_metrics import RUN_RL, upload_run
+    from cli_helpers import RUN_RL, upload_run
 
     from recipes.runs import default_run_name
 
@@ -93,7 +93,7 @@ def test_run_with_a_missing_bucket_stops_before_it_reads_the_cluster(cloud):
 
 @pytest.mark.parametrize("name, magic", [("curves.svg", b"<svg"), ("curves.PDF", b"%PDF-"), ("curves.png", b"\x89PNG")])
 def test_metrics_picture_is_in_the_format_its_extension_names(settings_env, gcs, tmp_path, name, magic):
-    from test_cli_metrics import RUN_RL, upload_run
+    from cli_helpers import RUN_RL, upload_run
 
     upload_run(gcs, tmp_path, "rl", RUN_RL)
     picture = tmp_path / name
@@ -114,7 +114,7 @@ def test_metrics_picture_with_another_extension_is_one_line_before_anything_is_r
 
 
 def test_preflight_lines_fit_80_columns_under_the_check_name_with_urls_whole(settings_env, gcs, google, monkeypatch):
-    from test_cli_preflight import CONSOLE, with_quota
+    from cli_helpers import CONSOLE, with_quota
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.setenv("CAPACITY", "spot")
     with_quota(google, PREEMPTIBLE_TPU_V6E=(48, 32))
@@ -163,8 +163,8 @@ def test_vm_status_while_train_runs_shows_its_step_loss_and_reward(settings_env,
     from jobs.vm import DONE, STARTING
     from peers.event_files import put_event_files
     from peers.fixtures import SETTINGS, deploy_vm
-    from test_cli_vm import RECIPE as VM_RECIPE
-    from test_cli_vm import VM, finish, progress
+    from vm_helpers import RECIPE as VM_RECIPE
+    from vm_helpers import VM, finish, progress
 
     deploy_vm(google, SETTINGS)  # with the recipe's own startup script, which status checks first
     finish(google, gcs, "convert")()
@@ -183,7 +183,7 @@ def test_vm_status_while_train_runs_shows_its_step_loss_and_reward(settings_env,
 @pytest.mark.parametrize("columns", ["0", "-3", "abc", " "])
 def test_a_columns_value_that_is_no_width_counts_as_unset(settings_env, gcs, google, monkeypatch, columns):
     """COLUMNS=0 made rich's console 0 wide and textwrap raised `invalid width 0`."""
-    from test_cli_preflight import with_quota
+    from cli_helpers import with_quota
     monkeypatch.setenv("COLUMNS", columns)
     monkeypatch.setenv("CAPACITY", "spot")
     with_quota(google, PREEMPTIBLE_TPU_V6E=(48, 32))
@@ -201,8 +201,7 @@ def test_a_columns_value_that_is_no_width_counts_as_unset(settings_env, gcs, goo
 def test_a_mistyped_run_is_refused_by_every_command_naming_the_runs_that_exist(cloud, monkeypatch, command):
     # issue 28: `cancel --run no-such-run --yes` said "nothing to cancel" and exited 0, `status` printed an
     # empty table. exp1 has a record in the bucket; exp2 only a JobSet on the cluster (no record yet).
-    from test_cli_cancel import left_running
-    from test_cli_experiments import run_of
+    from cli_helpers import left_running, run_of
 
     exp1, _ = run_of(run="exp1")
     put_step_output(cloud["gcs"], exp1, "convert")

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 import scripts.cli.cloud
+from cli_helpers import put_actor_checkpoint
 from peers import simulated_run
 from peers.fixtures import jobset_of, put_step_output
 from peers.http import Fault
@@ -150,20 +151,6 @@ def test_a_failed_step_says_which_why_and_how_to_see_logs(cloud, outcome, headli
 
 
 # -- preemption on spot capacity ---------------------------------------------------------------------
-def put_actor_checkpoint(client, recipe, step: int) -> str:
-    """A train_rl checkpoint of `step` as orbax leaves it (tunix's actor items, no OCDBT under Pathways);
-    returns its step directory."""
-    from jobs.paths import ArtifactPaths, split_gs_url
-    from peers.fixtures import peer_settings
-    from peers.step_outputs import orbax_checkpoint
-
-    step_dir = f"{ArtifactPaths(recipe, peer_settings()).actor_checkpoints}{step}/"
-    for url, data in orbax_checkpoint(f"{step_dir}model_params/", ("model_params", "optimizer_state"), ocdbt=False):
-        bucket, blob = split_gs_url(url)
-        client.bucket(bucket).blob(blob).upload_from_string(data)
-    return step_dir
-
-
 def test_a_preempted_spot_worker_restarts_the_jobset_and_training_resumes_from_the_checkpoint(cloud, monkeypatch):
     from contracts.tunix_log import train_step_line
 

@@ -120,7 +120,7 @@ def test_a_step_with_more_completions_is_priced_longer_and_says_so(cloud):
 
 
 def test_a_real_run_several_times_the_recipes_cost_says_so_before_it_submits(cloud, monkeypatch):
-    from test_cli_cancel import interrupt, session_hook
+    from cli_helpers import interrupt, session_hook
 
     from peers.fixtures import jobset_of
 

@@ -199,7 +199,7 @@ def test_eval_limit_counts_from_the_slice_not_from_the_queue(cloud, monkeypatch)
     submit the eval failed at the first poll of the granted slice."""
     from jobs.evaluate import eval_run_name
     from scripts.pipeline.gke import evaluate
-    from test_cli_capacity_loss import slow_polls
+    from cli_helpers import slow_polls
 
     _, paths = trained_run(cloud)
     slow_polls(monkeypatch)  # 10 virtual minutes a poll

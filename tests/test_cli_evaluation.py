@@ -9,7 +9,7 @@ import json
 
 from typer.testing import CliRunner
 
-from cli_helpers import POST, PRE
+from cli_helpers import MIDDLE, POST, PRE, RESUMED_PRE
 from contracts.tunix_log import evaluation_line, train_step_line
 from jobs.k8s import MAIN_CONTAINER
 from jobs.paths import ArtifactPaths
@@ -24,7 +24,6 @@ RECIPE = "qwen3-v6e32"
 VM_RECIPE = "llama31-v6e8"
 runner = CliRunner()
 
-MIDDLE = evaluation_line("intermediate", 33, 64, 36, 60, 1.25, step=20, second=40)
 # 26/64 = 40.625%, 38/64 = 59.375%: the change is +18.75 points.
 SUMMARY = "accuracy 40.6% → 59.4% (+18.8) on 64 gsm8k test questions"
 
@@ -182,7 +181,7 @@ def test_a_cloud_logging_error_is_a_warning(cloud):
 
 
 def test_the_vm_reads_its_evaluations_from_the_console(settings_env, gcs, google):
-    from test_cli_vm import console, finish, progress
+    from vm_helpers import console, finish, progress
     from jobs.vm import STARTING
     from peers.fixtures import SETTINGS, deploy_vm
 
@@ -212,7 +211,6 @@ def test_the_experiments_page_states_each_recipes_evaluation_cost():
 
 
 # -- review of issue 17: a resumed attempt's Pre is not the accuracy before training -----------------------
-RESUMED_PRE = evaluation_line("pre", 33, 64, 36, 60, 1.2, second=45)  # checkpoint 20's accuracy, 51.6%
 
 
 def _resumed_train(cloud, head_log: str) -> None:

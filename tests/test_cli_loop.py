@@ -188,7 +188,7 @@ def test_the_end_of_a_run_says_where_the_model_is_and_what_to_do_next(cloud):
 
 def test_the_commands_at_the_end_of_a_run_stay_whole_at_80_columns(cloud, monkeypatch):
     # issue 28: at 80 columns the download command was wrapped at its spaces, so a paste ran half of it.
-    from test_cli_status_logs import fits_80_columns_with_whole_paths
+    from cli_helpers import fits_80_columns_with_whole_paths
 
     monkeypatch.setenv("COLUMNS", "80")
     result = whole_run(cloud)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from peers.event_files import put_event_files, write_events
+from cli_helpers import RUN_RL, upload_run
+from peers.event_files import write_events
 from peers.fixtures import SETTINGS
 from recipes import get_recipe
 from recipes.runs import default_run_name
@@ -29,29 +30,12 @@ from scripts.cli import app
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
 
-# Three points per tag, as the trainer counts steps: rewards/* and completions/* from 0 (rl_cluster
-# global_steps), actor/* from 1 (the trainer's train_steps after the update).
-RUN_RL = {
-    "rewards/train/mean": [(0, 0.1), (1, 0.4), (2, 1.1)],
-    "actor/train/loss": [(1, 0.5), (2, 0.2), (3, 0.3)],
-    "actor/train/kl": [(1, 0.0), (2, 0.01), (3, 0.02)],
-    "completions/train/mean_length": [(0, 300.0), (1, 260.0), (2, 200.0)],
-    # one of MaxText's reward functions, logged by name (tunix reward_manager L214-216): not a summary tag
-    "rewards/train/check_numbers": [(0, 0.0), (1, 1.0), (2, 1.0)],
-}
 # A second setting: fewer points, and no KL (as with grpo_beta=0).
 RUN_LOW_LR = {
     "rewards/train/mean": [(0, 0.2), (1, 0.3)],
     "actor/train/loss": [(1, 0.4), (2, 0.45)],
     "completions/train/mean_length": [(0, 310.0), (1, 290.0)],
 }
-
-
-def upload_run(client, tmp_path: Path, run: str, scalars: dict) -> str:
-    """Write a run's event files and put them where train_rl writes them in the bucket; return that prefix."""
-    url = f"gs://{SETTINGS['GCS_BUCKET']}/{get_recipe(RECIPE).model.maxtext_name}/trained/{run}/tensorboard/"
-    put_event_files(client, url, scalars, tmp_path / run)
-    return url
 
 
 def table_rows(output: str) -> dict[str, list[str]]:
@@ -116,7 +100,7 @@ def put_record(client, run: str, evaluations: list[str], sets: list[str]) -> Non
 
 def two_runs_with_records(gcs, tmp_path) -> None:
     from contracts.tunix_log import evaluation_line
-    from test_cli_evaluation import MIDDLE, POST, PRE
+    from cli_helpers import MIDDLE, POST, PRE
 
     upload_run(gcs, tmp_path, "rl", RUN_RL)
     upload_run(gcs, tmp_path, "low-lr", RUN_LOW_LR)

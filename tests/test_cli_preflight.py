@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
+from cli_helpers import CONSOLE, with_quota
 from peers.fixtures import SETTINGS, _free_port, make_bucket
-from peers.google_apis import CPU_QUOTAS
 from scripts.cli import app
 from scripts.outcome import ExitCode
 
@@ -130,18 +130,12 @@ def test_an_unreachable_google_api_is_one_line(settings_env, gcs, google, monkey
 
 
 # -- per capacity mode ------------------------------------------------------------------------------
-CONSOLE = "https://console.cloud.google.com/iam-admin/quotas?project=tpu-rl-test"
 REGION = SETTINGS["REGION"]
 
 
 def line_of(result, check: str) -> str:
     [line] = [line for line in result.output.splitlines() if line.split(":")[0].split(maxsplit=1)[-1] == check]
     return line
-
-
-def with_quota(google, **metrics) -> None:
-    """The region's quotas as regions.get lists them: a few of every project's, plus `metrics`."""
-    google.regions[REGION] = {**CPU_QUOTAS, "PREEMPTIBLE_TPU_LITE_PODSLICE_V5": (0, 0), **metrics}
 
 
 def test_spot_checks_the_preemptible_quota_instead_of_a_reservation(settings_env, gcs, google, monkeypatch):

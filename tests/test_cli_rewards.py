@@ -281,7 +281,7 @@ def test_cancel_says_how_to_go_on_with_the_runs_reward_file(cloud, rewards_file,
     argv = ["tpu-rl", "run", RECIPE, "--rewards", option]
     monkeypatch.setattr(sys, "argv", argv)  # what run.json records as the command
     with monkeypatch.context() as patch:
-        from test_cli_cancel import interrupt, session_hook
+        from cli_helpers import interrupt, session_hook
 
         session_hook(patch, sleep=interrupt)  # run is interrupted while waiting; its JobSet keeps running
         assert runner.invoke(app, argv[1:]).exit_code == 130
@@ -339,7 +339,7 @@ def test_a_custom_reward_is_checked_run_and_compared_with_the_default_by_accurac
     from peers.event_files import put_event_files
     from recipes.runs import for_run, run_name
     from recipes.user_files import read_user_file, with_user_files
-    from test_cli_experiments import plan_success
+    from cli_helpers import plan_success
 
     monkeypatch.setenv("COLUMNS", "80")
     option = f"{rewards_file}:short_answer,correct"

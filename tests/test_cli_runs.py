@@ -119,7 +119,7 @@ def test_runs_marks_an_accuracy_at_resume_of_unknown_step_instead_of_showing_it_
                                                                                           monkeypatch):
     """A run whose record has no evaluation known to be before training, only a resumed attempt's Pre of an
     unknown step (scripts/pipeline/accuracy.py): `runs` shows it marked, with the words, never as before."""
-    from test_cli_evaluation import RESUMED_PRE
+    from cli_helpers import RESUMED_PRE
 
     first, second, _ = three_runs(cloud, tmp_path)
     _, paths = run_of("learning_rate=1e-5")
@@ -144,7 +144,7 @@ def test_runs_marks_an_accuracy_at_resume_of_unknown_step_instead_of_showing_it_
 def test_runs_marks_no_accuracy_of_a_pre_at_a_known_resume_step(cloud, tmp_path):
     """A resumed attempt's Pre whose step is known (tunix logged the restored step) is not "step unknown":
     the note would be false, so `runs` shows no accuracy before for it."""
-    from test_cli_evaluation import RESUMED_PRE
+    from cli_helpers import RESUMED_PRE
 
     _, second, _ = three_runs(cloud, tmp_path)
     _, paths = run_of("learning_rate=1e-5")

@@ -7,12 +7,11 @@ from __future__ import annotations
 import ast
 import graphlib
 import importlib
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("recipes", "jobs", "infra", "stacks", "scripts")
+from import_graph import MODULES, PACKAGES, ROOT, import_graph, imports_of
+
 # What each package may import besides itself. stacks take the VM's startup script from jobs (pure
 # functions); nothing imports scripts, and scripts import neither infra nor stacks (cdktf stays there).
 MAY_IMPORT = {
@@ -27,38 +26,6 @@ MAY_IMPORT = {
 APART = {"scripts.rundata": {"scripts.pipeline", "scripts.metrics"},
          "scripts.metrics": {"scripts.pipeline"}, "scripts.pipeline": {"scripts.metrics"}}
 CDKTF_PACKAGES = ("cdktf", "constructs", "cdktf_cdktf_provider_google", "jsii")
-
-
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {_module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}
-
-
-def _imports(module: str, path: Path) -> set[str]:
-    """Every name `module` imports anywhere in its file, relative imports resolved (`from pkg import sub`
-    names pkg.sub when that is one of our modules)."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from the package, one level up per extra dot
-                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                base = f"{anchor}.{base}" if base else anchor
-            for alias in node.names:
-                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
-    return found
-
-
-def import_graph() -> dict[str, set[str]]:
-    """Each of our modules and the modules of ours it imports."""
-    return {module: {name for name in _imports(module, path) if name in MODULES and name != module}
-            for module, path in MODULES.items()}
 
 
 def _within(module: str, package: str) -> bool:
@@ -105,7 +72,7 @@ def test_run_data_sits_below_the_pipeline_and_metrics():
 def test_cdktf_is_imported_only_in_infra_and_stacks():
     leaks = sorted(f"{module} -> {name}" for module, path in MODULES.items()
                    if module.partition(".")[0] not in ("infra", "stacks")
-                   for name in _imports(module, path) if name.partition(".")[0] in CDKTF_PACKAGES)
+                   for name in imports_of(module, path) if name.partition(".")[0] in CDKTF_PACKAGES)
     assert not leaks, f"cdktf outside infra/ and stacks/: {leaks}"
 
 
@@ -119,3 +86,27 @@ def test_no_module_grows_past_about_400_lines(package):
     long = {str(path.relative_to(ROOT)): lines for path in sorted((ROOT / package).rglob("*.py"))
             if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"split these modules by what they do: {long}"
+
+
+def test_no_test_module_imports_another():
+    """What test modules share lives in a helper module (tests/cli_helpers.py, tests/vm_helpers.py,
+    tests/import_graph.py, tests/peers/), so a module runs, moves and is read on its own."""
+    tests = ROOT / "tests"
+    found = sorted(f"{path.relative_to(ROOT)} imports {name}" for path in sorted(tests.rglob("*.py"))
+                   for name in _imported_names(path)
+                   if name.removeprefix("tests.").partition(".")[0].startswith("test_"))
+    assert not found, f"move what they share into a helper module: {found}"
+
+
+def _imported_names(path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add(node.module or "")
+            found.update(f"{node.module}.{alias.name}" for alias in node.names if node.module == "tests")
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            found.add(str(node.args[0].value))
+    return found

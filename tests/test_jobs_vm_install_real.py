@@ -188,7 +188,7 @@ def test_the_stand_ins_audit_text_is_what_the_real_dpkg_prints(tmp_path, sandbox
     # tests/test_jobs_vm_script.py feeds the script this text from a stand-in dpkg; here the real one prints it.
     root, env = sandbox
     audit = _dpkg(root, "--audit").stdout
-    from test_jobs_vm_script import AUDIT_UNPACKED
+    from vm_helpers import AUDIT_UNPACKED
     assert audit.splitlines()[:3] == AUDIT_UNPACKED.splitlines()[:3]
     assert audit.splitlines()[3].split()[0] == AUDIT_UNPACKED.splitlines()[3].split()[0] == INTERRUPTED
     assert audit.endswith("\n\n") and AUDIT_UNPACKED.endswith("\n\n")

@@ -21,7 +21,7 @@ from peers.vm_guest import Guest
 from scripts.pipeline.vm.run import step_section
 from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
 from vm_helpers import EXAMPLE_SETTINGS as SETTINGS, SCRIPT_PATHS as PATHS, SCRIPT_RECIPE as RECIPE
-from vm_helpers import SCRIPT_TOKEN as TOKEN, example_script as script
+from vm_helpers import AUDIT_UNPACKED, SCRIPT_TOKEN as TOKEN, example_script as script
 
 
 def test_startup_script_is_valid_bash(tmp_path):
@@ -207,14 +207,6 @@ def test_a_venv_left_by_a_stopped_install_is_made_anew_not_kept(run_script):
     assert f"uv venv --clear --python 3.12 --seed {run.install_marker.parent}/venv" in calls
 
 
-# What `dpkg --audit` prints for a package an interrupted dpkg left unpacked (guillemj/dpkg 1.21.1 src/enquiry.c
-# audit_problems and describebriefly; the package is an example).
-AUDIT_UNPACKED = """The following packages have been unpacked but not yet configured.
-They must be configured using dpkg --configure or the configure
-menu option in dselect for them to work:
- cmake                cross-platform make
-
-"""
 DPKG_CONFIGURE = "dpkg --force-confdef --force-confold --configure -a"
 
 

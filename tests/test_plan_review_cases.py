@@ -101,27 +101,27 @@ def _one_slice(repo: Path) -> None:
     _edit(repo, "qwen3-v6e32", "slices = 2", "slices = 1")
 
 
-def _spot(repo: Path) -> None:
-    _edit(repo, "qwen3-v6e32", 'capacity = "reservation"', 'capacity = "spot"')
+def _topology_and_spot(repo: Path) -> None:
+    """One change in each GKE recipe, so that one tree (two synths) serves both cases: qwen3-v6e32's slice
+    shape, gemma4-v6e64's capacity."""
+    _topology(repo)
+    _edit(repo, "gemma4-v6e64", 'capacity = "reservation"', 'capacity = "spot"')
 
 
-def _flex_start_hours(repo: Path) -> None:
-    """Only flex-start pools (and the queue's ProvisioningRequest) use this; the recipe runs on its
-    reservation unless CAPACITY says flex-start."""
-    _edit(repo, "qwen3-v6e32", "flex_start_max_run_hours = 24", "flex_start_max_run_hours = 12")
-
-
-def _learning_rate(repo: Path) -> None:
+def _flex_start_hours_and_learning_rate(repo: Path) -> None:
+    """Two changes the default build's resources do not show, one in each GKE recipe, so that one tree (two
+    synths) serves both cases. gemma4-v6e64's flex-start hours: only flex-start pools (and the queue's
+    ProvisioningRequest) use them; the recipe runs on its reservation unless CAPACITY says flex-start.
+    qwen3-v6e32's learning rate: its training command only."""
+    _edit(repo, "gemma4-v6e64", "flex_start_max_run_hours = 24", "flex_start_max_run_hours = 12")
     _edit(repo, "qwen3-v6e32", '"learning_rate=2e-5"', '"learning_rate=1e-5"')
 
 
 CASES = {
-    "topology": (None, _topology),
+    "topology and spot": (None, _topology_and_spot),
     "added slice": (None, _two_slices),
     "removed slice": (_two_slices, _one_slice),  # the same two trees as "added slice": built once
-    "spot": (None, _spot),
-    "rl argument": (None, _learning_rate),
-    "flex-start hours": (None, _flex_start_hours),
+    "flex-start hours and rl argument": (None, _flex_start_hours_and_learning_rate),
     "no change": (None, None),
 }
 
@@ -149,13 +149,24 @@ def _address(stack: dict, kind: str, predicate) -> str:
     return f"{kind}.{name}"
 
 
-def _tpu_pool(side: Side, slice_index: int) -> str:
-    return _address(side.stacks["qwen3-v6e32"], "google_container_node_pool",
+def _tpu_pool(side: Side, slice_index: int, recipe: str = "qwen3-v6e32") -> str:
+    return _address(side.stacks[recipe], "google_container_node_pool",
                     lambda body: body["name"] == conventions.tpu_pool_name(slice_index))
 
 
-def _queues(side: Side) -> str:
-    return _address(side.stacks["qwen3-v6e32"], "helm_release", lambda body: "ClusterQueue" in json.dumps(body))
+def _queues(side: Side, recipe: str = "qwen3-v6e32") -> str:
+    return _address(side.stacks[recipe], "helm_release", lambda body: "ClusterQueue" in json.dumps(body))
+
+
+def _recipe_part(lines: list[str], recipe: str) -> list[str]:
+    """The lines under one recipe's #### headings (its stack, or its steps' manifests), headings included."""
+    part, mine = [], False
+    for line in lines:
+        if line.startswith("#### "):
+            mine = line.startswith(f"#### `{recipe}`")
+        if mine:
+            part.append(line)
+    return part
 
 
 QUOTA = "values.0.manifests[ClusterQueue/tpu-rl].spec.resourceGroups.0.flavors[tpu].resources"
@@ -176,13 +187,16 @@ QWEN_4X8 = ("$63.76/h (TPU reserved)", "$180.66 for 170 min (TPU reserved)")
 #   64 x $1.89 = $120.96, + $3.03 + $0.134 + $0.10, + NAT for 18 nodes ($0.0302) = $124.2542/h;
 #   x 170/60 = $352.05; the change is $124.2542 - $63.763 = $60.49/h
 QWEN_64_CHIPS = ("$124.25/h (TPU reserved)", "$352.05 for 170 min (TPU reserved)")
-# qwen3-v6e32 on spot, whose slice scales from zero and so exists only in train: while training
-#   32 x $1.35 = $43.20 + $3.283 = $46.483/h (change -$17.28/h); in convert and export $3.03 + $0.134 +
-#   $0.10 + NAT for the CPU and system nodes (2 x $0.0014 + $0.005 = $0.0078) = $3.2718/h. The run:
-#   $46.483 x 90/60 + 2 x $3.2718 x 40/60 = $69.7245 + $4.3624 = $74.09; 32 x 90/60 = 48.0 chip-hours
-#   billed, 32 x 80/60 = 42.7 avoided.
-QWEN_SPOT = ("$46.48/h in train, $3.27/h in convert/export",
-             "$74.09 for 170 min (TPU only in train: 48.0 chip-hours billed, 42.7 avoided)")
+# gemma4-v6e64, one 8x8 slice: 64 x $1.89 = $120.96, + CPU pool c4d-standard-96 $4.65 + $0.134 + $0.10,
+# + NAT for 16 + 1 + 1 = 18 nodes ($0.0302) = $125.8742/h; x 170/60 = $356.64
+GEMMA_8X8 = ("$125.87/h (TPU reserved)", "$356.64 for 170 min (TPU reserved)")
+# gemma4-v6e64 on spot, whose slice scales from zero and so exists only in train: while training
+#   64 x $1.35 = $86.40 + $4.65 + $0.134 + $0.10 + NAT for 18 nodes ($0.0302) = $91.3142/h (change
+#   -$34.56/h); in convert and export $4.65 + $0.134 + $0.10 + NAT for the CPU and system nodes
+#   (2 x $0.0014 + $0.005 = $0.0078) = $4.8918/h. The run: $91.3142 x 90/60 + 2 x $4.8918 x 40/60 =
+#   $136.9713 + $6.5224 = $143.49; 64 x 90/60 = 96.0 chip-hours billed, 64 x 80/60 = 85.3 avoided.
+GEMMA_SPOT = ("$91.31/h in train, $4.89/h in convert/export",
+              "$143.49 for 170 min (TPU only in train: 96.0 chip-hours billed, 85.3 avoided)")
 
 
 def _cost_row(stack: str, before: tuple[str, str], after: tuple[str, str], change: str) -> str:
@@ -198,7 +212,7 @@ def test_no_change_is_one_line(reviews):
 
 
 def test_review_has_a_title_and_the_three_sections_in_order(reviews):
-    lines = reviews["topology"].markdown.splitlines()
+    lines = reviews["topology and spot"].markdown.splitlines()
     assert lines[0].startswith("## Plan review: HEAD~1 (") and lines[0].endswith(") → working tree")
     headings = [line for line in lines if line.startswith("### ")]
     assert headings == ["### Stacks", "### Other capacity modes", "### Manifests", "### Cost (estimates)"]
@@ -206,18 +220,19 @@ def test_review_has_a_title_and_the_three_sections_in_order(reviews):
 
 def test_a_change_to_flex_start_pools_alone_is_reviewed_and_planned(reviews):
     """A stack deployed with CAPACITY=flex-start has these pools; the default build does not."""
-    review = reviews["flex-start hours"]
+    review = reviews["flex-start hours and rl argument"]  # gemma4-v6e64's hours
     assert _section(review.markdown, "### Stacks") == ["No resource changes."]
     other = _section(review.markdown, "### Other capacity modes")
     assert other[0] == ("Built again with CAPACITY=reservation,flex-start,spot,on-demand, so that the pools of "
                         "every capacity mode are compared; what differs there and not above:")
-    assert other[1] == "#### `qwen3-v6e32`"
+    assert other[1] == "#### `gemma4-v6e64`"
     # The slice's run time lives in the ProvisioningRequestConfig only (the flex-start pool sets no node
     # max_run_duration, as Cluster Toolkit's queued-provisioning blueprint): 24 h → 12 h.
     assert any("ProvisioningRequestConfig/flex-start-slice].spec.parameters.maxRunDurationSeconds 86400 → 43200"
                in line for line in other[2:]), other
     assert all("spot" not in line and "on-demand" not in line for line in other[2:]), other
-    assert review.changed_stacks == ("qwen3-v6e32",)
+    assert not any(line.startswith("#### ") for line in other[2:]), other  # qwen3-v6e32's change is no pool's
+    assert review.changed_stacks == ("gemma4-v6e64",)
 
 
 def _run_line(review, step: str) -> str:
@@ -229,8 +244,8 @@ def _run_line(review, step: str) -> str:
 
 
 def test_topology_change_shows_pool_quota_manifest_and_cost(reviews):
-    review = reviews["topology"]
-    assert _section(review.markdown, "### Stacks") == [
+    review = reviews["topology and spot"]  # qwen3-v6e32's topology
+    assert _recipe_part(_section(review.markdown, "### Stacks"), "qwen3-v6e32") == [
         "#### `qwen3-v6e32`",
         f"- changed `{_tpu_pool(review.after, 0)}`: node_count 8 → 16, placement_policy.tpu_topology 4x8 → 8x8",
         f"- changed `{_queues(review.after)}`: {QUOTA}[cpu].nominalQuota 1440 → 2880, "
@@ -240,7 +255,7 @@ def test_topology_change_shows_pool_quota_manifest_and_cost(reviews):
     # Another shape trains other weights: a new run (its name hashes the shape), shown once per step
     # instead of in every path and label that carries it.
     new_run = _run_line(review, "train")
-    assert _section(review.markdown, "### Manifests") == [
+    assert _recipe_part(_section(review.markdown, "### Manifests"), "qwen3-v6e32") == [
         "#### `qwen3-v6e32` train",
         new_run,
         f"- `{HEAD}.initContainers[pathways-rm].args`: --instance_type tpuv6e:4x8 → tpuv6e:8x8",
@@ -253,7 +268,7 @@ def test_topology_change_shows_pool_quota_manifest_and_cost(reviews):
     ]
     row = _cost_row("qwen3-v6e32", QWEN_4X8, QWEN_64_CHIPS, "+$60.49/h")
     assert row in _section(review.markdown, "### Cost (estimates)")
-    assert review.changed_stacks == ("qwen3-v6e32",)
+    assert review.changed_stacks == ("gemma4-v6e64", "qwen3-v6e32")  # gemma4-v6e64's capacity too
 
 
 def test_added_slice_adds_a_tpu_pool_and_a_pathways_slice(reviews):
@@ -289,21 +304,22 @@ def test_removed_slice_removes_the_second_tpu_pool(reviews):
 
 
 def test_capacity_switch_to_spot_replaces_the_reservation_pool_and_drops_the_reserved_mark(reviews):
-    review = reviews["spot"]
-    stacks = _section(review.markdown, "### Stacks")
-    spot_pool = _address(review.after.stacks["qwen3-v6e32"], "google_container_node_pool",
+    review = reviews["topology and spot"]  # gemma4-v6e64's capacity
+    recipe = "gemma4-v6e64"
+    stacks = _recipe_part(_section(review.markdown, "### Stacks"), recipe)
+    spot_pool = _address(review.after.stacks[recipe], "google_container_node_pool",
                          lambda body: body["name"] == "tpu-np-spot-0")
     # A spot pool scales from zero, a reservation pool holds every host: one replaces the other, and
     # the queue's TPU flavor follows (tpu -> tpu-spot).
-    assert stacks[0] == "#### `qwen3-v6e32`"
-    assert stacks[2:] == [f"- added `{spot_pool}`", f"- removed `{_tpu_pool(review.before, 0)}`"]
-    assert stacks[1].startswith(f"- changed `{_queues(review.after)}`: ")
-    assert "flavors[tpu-spot].resources[google.com/tpu].nominalQuota (none) → 32" in stacks[1]
-    assert "flavors[tpu].resources[google.com/tpu].nominalQuota 32 → (none)" in stacks[1]
+    assert stacks[0] == f"#### `{recipe}`"
+    assert stacks[2:] == [f"- added `{spot_pool}`", f"- removed `{_tpu_pool(review.before, 0, recipe)}`"]
+    assert stacks[1].startswith(f"- changed `{_queues(review.after, recipe)}`: ")
+    assert "flavors[tpu-spot].resources[google.com/tpu].nominalQuota (none) → 64" in stacks[1]
+    assert "flavors[tpu].resources[google.com/tpu].nominalQuota 64 → (none)" in stacks[1]
     # Capacity does not change what trains (same run), but spot restarts train after a preemption, at most
     # 3 times, and a refused head check (exit 78) fails the JobSet at once.
-    assert _section(review.markdown, "### Manifests") == [
-        "#### `qwen3-v6e32` train",
+    assert _recipe_part(_section(review.markdown, "### Manifests"), recipe) == [
+        f"#### `{recipe}` train",
         "- `spec.failurePolicy.maxRestarts`: 0 → 3",
         "- `spec.failurePolicy.restartStrategy`: Recreate → BlockingRecreate",
         "- `spec.failurePolicy.rules[headCheckFailed].action`: (none) → FailJobSet",
@@ -318,12 +334,12 @@ def test_capacity_switch_to_spot_replaces_the_reservation_pool_and_drops_the_res
         "- `spec.replicatedJobs[pathways-head].template.spec.podFailurePolicy.rules.0.onExitCodes.values`: "
         "(none) → [78]",
     ]
-    row = _cost_row("qwen3-v6e32", QWEN_4X8, QWEN_SPOT, "−$17.28/h")
+    row = _cost_row(recipe, GEMMA_8X8, GEMMA_SPOT, "−$34.56/h")
     assert row in _section(review.markdown, "### Cost (estimates)")
 
 
 def test_changed_rl_argument_shows_only_that_key_in_the_training_command(reviews):
-    review = reviews["rl argument"]
+    review = reviews["flex-start hours and rl argument"]  # qwen3-v6e32's learning rate
     assert _section(review.markdown, "### Stacks") == ["No resource changes."]
     new_run = _run_line(review, "train")
     assert _section(review.markdown, "### Manifests") == [
@@ -334,19 +350,16 @@ def test_changed_rl_argument_shows_only_that_key_in_the_training_command(reviews
         new_run,
     ]
     assert "| `qwen3-v6e32` |" in review.markdown and "+$" not in review.markdown and "−$" not in review.markdown
-    assert review.changed_stacks == ()
+    assert "qwen3-v6e32" not in review.changed_stacks  # gemma4-v6e64's flex-start pools changed, not this stack
 
 
 def test_every_stack_has_a_cost_row_labelled_as_an_estimate(reviews):
-    cost = _section(reviews["topology"].markdown, "### Cost (estimates)")
+    cost = _section(reviews["added slice"].markdown, "### Cost (estimates)")  # changes qwen3-v6e32 only
     assert cost[0].startswith("Estimates from list prices in recipes/prices.toml (") and "not a quote" in cost[0]
-    # gemma4-v6e64, one 8x8 slice: 64 x $1.89 = $120.96, + CPU pool c4d-standard-96 $4.65 + $0.134 + $0.10,
-    # + NAT for 16 + 1 + 1 = 18 nodes ($0.0302) = $125.8742/h; x 170/60 = $356.64
-    gemma = ("$125.87/h (TPU reserved)", "$356.64 for 170 min (TPU reserved)")
     # llama31-v6e8, one VM of 8 chips: 8 x $1.89 = $15.12, + NAT for 1 VM ($0.0014 + $0.005) = $15.1264/h;
     # x 20/60 = $5.04
     llama = ("$15.13/h (TPU reserved)", "$5.04 for 20 min (TPU reserved)")
-    assert _cost_row("gemma4-v6e64", gemma, gemma, "no change") in cost
+    assert _cost_row("gemma4-v6e64", GEMMA_8X8, GEMMA_8X8, "no change") in cost
     assert _cost_row("llama31-v6e8", llama, llama, "no change") in cost
     assert "| `artifacts` | negligible | negligible | no change | — | — |" in cost
 
@@ -358,7 +371,7 @@ def test_the_checkout_is_left_untouched(repos):
 
 
 def test_uncommitted_changes_are_part_of_the_working_tree_side(fixtures):
-    repo = fixtures.repo("uncommitted", None, _learning_rate)  # same trees as "rl argument": no new synth
+    repo = fixtures.repo("uncommitted", None, _flex_start_hours_and_learning_rate)  # trees built already
     _git(repo, "reset", "-q", "--soft", "HEAD~1")  # the edit is now staged, not committed
     review = pr.review("HEAD", repo)
     assert "learning_rate 2e-5 → 1e-5" in review.markdown
@@ -410,12 +423,12 @@ def test_cli_prints_the_review_and_writes_the_changed_stacks(repos, reviews, tmp
 
     from scripts.cli import app
 
-    monkeypatch.chdir(repos["topology"])
+    monkeypatch.chdir(repos["topology and spot"])
     changed = tmp_path / "changed-stacks.txt"
     result = CliRunner().invoke(app, ["plan-review", "--base", "HEAD~1", "--changed-stacks", str(changed)])
     assert result.exit_code == 0, result.output
-    assert result.output == reviews["topology"].markdown
-    assert changed.read_text() == "qwen3-v6e32\n"
+    assert result.output == reviews["topology and spot"].markdown
+    assert changed.read_text() == "gemma4-v6e64\nqwen3-v6e32\n"
 
 
 def test_cli_output_ends_with_a_newline_when_nothing_changed(monkeypatch):

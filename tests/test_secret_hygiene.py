@@ -23,10 +23,11 @@ from urllib.parse import quote
 
 import pytest
 
+from cli_helpers import make_review_clone
 from forked_cli import WarmPool
 from jobs import render_manifests
 from jobs.paths import ArtifactPaths
-from peers.fixtures import (REPO, SETTINGS, TOKEN, TRACEBACK, VENV_BIN, clean_environment, deploy_vm, jobset_of,
+from peers.fixtures import (SETTINGS, TOKEN, TRACEBACK, VENV_BIN, clean_environment, deploy_vm, jobset_of,
                             put_step_output, start_gcs_emulator, start_peers)
 from recipes import all_recipes, example_settings, get_recipe, load_settings
 from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
@@ -72,13 +73,13 @@ def _tpu_rl(*args: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory) -> Session:
+def session(tmp_path_factory, warm_cli) -> Session:
     root = tmp_path_factory.mktemp("secret-hygiene")
     work, home = root / "work", root / "home"
     work.mkdir()
     home.mkdir()
     token = TOKEN
-    session = Session(token, root, WarmPool(2))
+    session = Session(token, root, warm_cli)
 
     env = clean_environment(home)
     env.update(SETTINGS)  # the peers' settings, so that put_step_output writes the right paths
@@ -88,6 +89,7 @@ def session(tmp_path_factory) -> Session:
     config = home / "tpu-rl-with-token.toml"
     config.write_text(f'hf_token = "{token}"\n')
     with_config = {**env, "TPU_RL_CONFIG": str(config)}
+    review_clone = root / "review-clone"
     synth = [str(VENV_BIN / "python"), "-m", "stacks.app"]
     offline = [
         ("synth with a token in the config file", synth, with_config, work / "refused"),
@@ -99,9 +101,13 @@ def session(tmp_path_factory) -> Session:
         ("recipes --json", _tpu_rl("recipes", "--json"), env, work),
         *[(f"render {name}", _tpu_rl("render", name, "--out", str(work / "rendered" / name)), env, work)
           for name in all_recipes()],
-        ("plan-review", _tpu_rl("plan-review", "--base", "HEAD"), env, REPO),
+        # The review passes its environment on to each side's synth, which is the synth above (its output
+        # holds no token), so a clone whose sides synthesize a small stack stands for this checkout here.
+        ("plan-review", _tpu_rl("plan-review"), env, review_clone),
     ]
     (work / "refused").mkdir()
+    review_clone.mkdir()
+    make_review_clone(review_clone)
     # They are independent of each other and of the fake APIs below, so they run alongside.
     pool = ThreadPoolExecutor(max_workers=2)
     offline_runs = [pool.submit(_run, session, *command) for command in offline]
@@ -139,7 +145,6 @@ def session(tmp_path_factory) -> Session:
         for run in offline_runs:
             run.result()
         pool.shutdown()
-        session.warm.close()
     return session
 
 

@@ -11,13 +11,13 @@ any cloud call (those runs have every API at a closed port).
 from __future__ import annotations
 
 import re
-import subprocess
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import make_review_clone
 from forked_cli import WarmPool
 from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers
 from recipes.needs import NEEDS, RULES, needs
@@ -71,35 +71,6 @@ CASES = (
     Case("plan-review", ("plan-review",), clone=True),
 )
 
-# A clone for plan-review: at main, a stacks/app.py that synthesizes one empty stack; in the working tree
-# (uncommitted), one whose stack holds every setting variable it finds in its environment. The review
-# prints the working tree's additions, so a setting that reached a side would be in its output.
-SETTING_ENVS = sorted({spec.env for spec in SPECS} | {"TPU_RL_CONFIG"})
-_SYNTH = """import json, os, pathlib
-out = pathlib.Path(os.environ.get("CDKTF_OUTDIR", "cdktf.out")) / "stacks" / "probe"
-out.mkdir(parents=True, exist_ok=True)
-seen = {{name: os.environ[name] for name in {names!r} if name in os.environ}}
-out.joinpath("cdk.tf.json").write_text(json.dumps({{"resource": {{"probe": {{"side": {body}}}}}}}))
-"""
-_CLONE_FILES = {
-    "stacks/__init__.py": "", "jobs/__init__.py": "render_manifests = render_startup_script = None\n",
-    "recipes/__init__.py": "def example_settings():\n    return None\n\ndef all_recipes():\n    return {}\n",
-    "recipes/model.py": "", "recipes/recipes.toml": "", "stacks/app.py": _SYNTH.format(names=SETTING_ENVS, body='{}'),
-}
-
-
-def make_review_clone(work: Path) -> None:
-    git = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
-           "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z", "PATH": "/usr/bin:/bin", "HOME": str(work)}
-    for name, text in _CLONE_FILES.items():
-        (work / name).parent.mkdir(parents=True, exist_ok=True)
-        (work / name).write_text(text)
-    for args in (["init", "-q", "-b", "main"], ["add", *_CLONE_FILES], ["commit", "-q", "-m", "probe"]):
-        subprocess.run(["git", *args], cwd=work, env=git, check=True, capture_output=True)
-    (work / "stacks/app.py").write_text(_SYNTH.format(names=SETTING_ENVS, body='{"settings": seen}'))
-
-
 def run_cli(case: Case, settings: dict[str, str], root: Path, warm: WarmPool, emulators: GcsEmulators,
             peers: bool = True) -> tuple[int, str]:
     """`tpu-rl <argv>` with exactly `settings`: against fresh, healthy peers set up for FULL, or (`peers`
@@ -144,14 +115,7 @@ def without(case: Case, name: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def warm():
-    pool = WarmPool(2)
-    yield pool
-    pool.close()
-
-
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory, warm, gcs_emulators):
+def outcomes(tmp_path_factory, warm_cli, gcs_emulators):
     """Every run of every case, two at a time (some wait on the peers)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -159,10 +123,10 @@ def outcomes(tmp_path_factory, warm, gcs_emulators):
     pool = ThreadPoolExecutor(max_workers=2)
     futures = {}
     for case in CASES:
-        futures[case.id, "all"] = pool.submit(run_cli, case, FULL, root, warm, gcs_emulators)
-        futures[case.id, "needed"] = pool.submit(run_cli, case, needed_env(case), root, warm, gcs_emulators)
+        futures[case.id, "all"] = pool.submit(run_cli, case, FULL, root, warm_cli, gcs_emulators)
+        futures[case.id, "needed"] = pool.submit(run_cli, case, needed_env(case), root, warm_cli, gcs_emulators)
         for name in refused_fields(case):
-            futures[case.id, name] = pool.submit(run_cli, case, without(case, name), root, warm, gcs_emulators, False)
+            futures[case.id, name] = pool.submit(run_cli, case, without(case, name), root, warm_cli, gcs_emulators, False)
     yield futures
     pool.shutdown(wait=True)
 
@@ -193,17 +157,18 @@ def test_a_command_runs_with_only_what_it_needs_and_refuses_each_missing_one_ali
         assert lines[0].startswith(f"error: {variable} is not set") and f"export {variable}=<" in lines[0], output
 
 
-def test_the_tpu_vm_name_is_met_by_tpu_name_without_cluster_name(tmp_path, warm, gcs_emulators):
+def test_the_tpu_vm_name_is_met_by_tpu_name_without_cluster_name(tmp_path, warm_cli, gcs_emulators, outcomes):
     case = Case("status", ("status", VM), "vm", {"vm": "RUNNING"})
-    full = run_cli(case, FULL, tmp_path, warm, gcs_emulators)
+    assert case in CASES
+    full = outcomes[case.id, "all"].result()  # the case's run with every setting
     env = {key: value for key, value in needed_env(case).items() if key != "CLUSTER_NAME"}
-    only = run_cli(case, {**env, "TPU_NAME": "acme-rl-vm"}, tmp_path, warm, gcs_emulators)  # the name <CLUSTER_NAME>-vm gives
+    only = run_cli(case, {**env, "TPU_NAME": "acme-rl-vm"}, tmp_path, warm_cli, gcs_emulators)  # the name <CLUSTER_NAME>-vm gives
     assert only == full, only[1]
 
 
-def test_a_set_value_is_checked_even_where_the_command_does_not_read_it(tmp_path, warm, gcs_emulators):
+def test_a_set_value_is_checked_even_where_the_command_does_not_read_it(tmp_path, warm_cli, gcs_emulators):
     case = Case("runs", ("runs", GKE))
-    code, output = run_cli(case, {**needed_env(case), "REGION": "useast5"}, tmp_path, warm, gcs_emulators, peers=False)
+    code, output = run_cli(case, {**needed_env(case), "REGION": "useast5"}, tmp_path, warm_cli, gcs_emulators, peers=False)
     assert (code, output.splitlines()) == (2, ["error: REGION 'useast5' is not a region name like us-east5"])
 
 

@@ -49,7 +49,7 @@ def test_run_refuses_it_and_status_finds_the_run_by_it(cloud):
 
 
 def test_the_hints_of_a_run_with_an_unusual_value_repeat_the_flag(cloud, monkeypatch):
-    from test_cli_cancel import interrupt, session_hook
+    from cli_helpers import interrupt, session_hook
 
     from peers.fixtures import jobset_of
 

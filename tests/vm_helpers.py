@@ -163,3 +163,13 @@ SCRIPT_TOKEN = "hf_fake_token_for_the_test"
 
 def example_script() -> str:
     return render_startup_script(SCRIPT_RECIPE, EXAMPLE_SETTINGS)
+
+
+# What `dpkg --audit` prints for a package an interrupted dpkg left unpacked (guillemj/dpkg 1.21.1 src/enquiry.c
+# audit_problems and describebriefly; the package is an example).
+AUDIT_UNPACKED = """The following packages have been unpacked but not yet configured.
+They must be configured using dpkg --configure or the configure
+menu option in dselect for them to work:
+ cmake                cross-platform make
+
+"""
