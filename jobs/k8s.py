@@ -77,6 +77,18 @@ def main_pod_selector(recipe: Recipe, step: Step) -> str:
     return f"{JOBSET_NAME_LABEL}={jobset_name(recipe, step)},{REPLICATED_JOB_LABEL}={main_replicated_job(recipe, step)}"
 
 
+def recipe_selector(recipe: Recipe) -> str:
+    """The label selector of every object tpu-rl makes for the recipe's runs in the cluster: its JobSets
+    (step_labels) and a run's driver Job (run_labels), which `down` and `runs` look for."""
+    return f"{RECIPE_LABEL}={recipe.name}"
+
+
+def run_labels(recipe: Recipe) -> dict[str, str]:
+    """The labels of an object that belongs to one run (its driver Job): what recipe_selector finds, and
+    the run, as its train and export JobSets carry it."""
+    return {RECIPE_LABEL: recipe.name, RUN_LABEL: run_name(recipe)}
+
+
 def step_labels(recipe: Recipe, step: Step) -> dict[str, str]:
     label, owner = _owner(recipe, step)
     return {RECIPE_LABEL: recipe.name, STEP_LABEL: step, label: owner}

@@ -25,6 +25,9 @@ from recipes.prices import PriceTable, load_prices, usd
 
 
 RESERVED_NOTE = " (until the reservation is deleted, nodes or not)"
+# Every node's boot disk (system-np's pd-balanced, infra/gke_cluster.py) bills while the node exists;
+# recipes/prices.toml has no sourced disk price, so the figure leaves them out and says so.
+DISKS_NOTE = "node boot disks not included (prices.toml has no disk price)"
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ class StandingCost:
         return self.total - sum(item.usd_per_hour for item in self.reserved)
 
     def summary(self, reserved: bool = True) -> str:
-        """e.g. `cluster fee $0.10, system-np 1 node $0.13, Cloud NAT $0.01; cpu-np at 0 nodes`; without
+        """e.g. `cluster fee $0.10, system-np 1 node $0.13, Cloud NAT $0.01; cpu-np at 0 nodes; node boot
+        disks not included (...)`; without
         the reservation's pools when `reserved` is False."""
         text = ", ".join(f"{item.item} {usd(item.usd_per_hour)}" + (RESERVED_NOTE if item.reserved else "")
                          for item in self.items if reserved or not item.reserved)
@@ -66,7 +70,7 @@ class StandingCost:
             text += f"; {' and '.join(self.at_zero)} at 0 nodes"
         if self.unpriced:
             text += f"; not priced: {', '.join(self.unpriced)}"
-        return text
+        return f"{text}; {DISKS_NOTE}"
 
     def as_record(self) -> dict:
         return {"usd_per_hour": round(self.total, 2),

@@ -20,12 +20,14 @@ import subprocess
 import pytest
 from typer.testing import CliRunner
 
+from peers.http import Fault
+
 from cli_helpers import error_line
 from jobs import render_manifests
 from jobs.k8s import RECIPE_LABEL, RUN_LABEL
 from peers.fixtures import REPO, SETTINGS, peer_settings
 from peers.simulated_run import put_idle_cluster_nodes
-from peers.tf_state import cluster_state, put_state
+from peers.tf_state import cluster_state, leftover_state, put_state
 from recipes import get_recipe
 from recipes.prices import load_prices, usd
 from scripts.cli import app
@@ -121,6 +123,19 @@ def test_a_running_driver_job_counts_as_active_and_a_finished_one_does_not(cloud
     assert cluster["active"] == [{"run": "lr-sweep-1", "what": "driver Job tpu-rl-driver-lr-sweep-1"}]
 
 
+def test_a_driver_job_labelled_by_run_labels_counts_as_active(cloud):
+    """The driver Job takes its labels from jobs/k8s.py run_labels, the function billing's selector is
+    built with (recipe_selector), so `down` and `runs` find it."""
+    from jobs.k8s import recipe_selector, run_labels
+    from recipes.runs import for_run
+
+    recipe = for_run(get_recipe(RECIPE), (), "lr-sweep-2")
+    assert recipe_selector(recipe) == f"{RECIPE_LABEL}={RECIPE}"
+    cloud["kube"].put_job("tpu-rl-driver-lr-sweep-2", run_labels(recipe))
+    cluster = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["cluster"]
+    assert cluster["active"] == [{"run": "lr-sweep-2", "what": "driver Job tpu-rl-driver-lr-sweep-2"}]
+
+
 # -- tpu-rl down -------------------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -177,6 +192,94 @@ def test_down_refuses_while_a_shared_conversion_runs(deployed):
     assert deployed["npx_calls"]() == []
 
 
+def put_record(gcs_client, run: str, status: str = "running", recipe: str = RECIPE) -> None:
+    """A run.json as `run` writes it (scripts/pipeline/record.py RunRecord.start), only the fields `down`
+    reads: where `tpu-rl runs` finds it, its recipe and its status."""
+    from jobs.paths import ArtifactPaths, split_gs_url
+    from recipes.runs import for_run
+
+    bucket, name = split_gs_url(ArtifactPaths(for_run(get_recipe(RECIPE), (), run), peer_settings()).run_record)
+    gcs_client.bucket(bucket).blob(name).upload_from_string(
+        json.dumps({"format": 1, "run": run, "recipe": recipe, "status": status, "steps": {
+            "convert": {"status": "succeeded"}, "train": {"status": "waiting"}}}))
+
+
+def later_by(monkeypatch, minutes: int) -> None:
+    """`down`'s clock `minutes` ahead of the bucket's (the record then looks that old)."""
+    from datetime import datetime, timedelta, timezone
+
+    import scripts.cli.cloud
+
+    real = scripts.cli.cloud.make_session
+
+    def make_session(*args, **kwargs):
+        session = real(*args, **kwargs)
+        session.now = lambda: datetime.now(timezone.utc) + timedelta(minutes=minutes)
+        return session
+
+    monkeypatch.setattr(scripts.cli.cloud, "make_session", make_session)
+
+
+def test_down_refuses_while_a_run_between_two_steps_wrote_its_record_lately(deployed):
+    """convert succeeded, train not yet submitted: no JobSet on the cluster, but the `run` that wrote
+    run.json a moment ago submits train next."""
+    put_record(deployed["gcs"], "lr-1")
+    put_record(deployed["gcs"], "lr-0", status="succeeded")
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    line = error_line(result)
+    assert line.startswith(f"error: run lr-1 of {RECIPE} is running: its run.json was written 0 min ago"), line
+    assert f"`tpu-rl cancel {RECIPE} --run lr-1`" in line and line.endswith(f"`tpu-rl down {RECIPE}` again")
+    assert deployed["npx_calls"]() == []
+
+
+def test_down_says_a_stale_running_record_and_destroys(deployed, monkeypatch):
+    """A record left `running` by a `run` that stopped (a laptop that died) does not block `down` for ever:
+    past the bound it is named in one line and --yes destroys."""
+    from scripts.pipeline.gke.billing import ATTACHED_FRESH
+
+    put_record(deployed["gcs"], "lr-1")
+    put_record(deployed["gcs"], "other", recipe="another-recipe")
+    minutes = int(ATTACHED_FRESH.total_seconds() // 60) + 1
+    later_by(monkeypatch, minutes)
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert (f"run lr-1 says running, but its run.json is {minutes} min old and nothing of it is on the "
+            "cluster: the `run` that followed it stopped") in " ".join(result.output.split())
+    assert "run other" not in result.output
+    assert deployed["npx_calls"]() == [f"{REPO}|cdktf destroy {RECIPE} --auto-approve|"]
+
+
+def test_down_destroys_what_a_failed_destroy_left_after_the_cluster(deployed):
+    """Terraform deletes the cluster before its network: a destroy that failed later leaves the network,
+    NAT and service accounts in the state, which `down` destroys, without asking the cluster that is gone."""
+    deployed["gcs"].bucket(STATE_BUCKET).blob(f"tpu-rl/{RECIPE}/default.tfstate").upload_from_string(
+        leftover_state(SETTINGS["PROJECT"], SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"]))
+    deployed["kube"].calls.clear()
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert deployed["kube"].calls == []
+    text = " ".join(result.output.split())
+    assert (f"holds no cluster but 3 resources an earlier destroy left (google_compute_network, "
+            "google_compute_router_nat, google_service_account)") in text
+    assert deployed["npx_calls"]() == [f"{REPO}|cdktf destroy {RECIPE} --auto-approve|"]
+
+
+def test_down_refuses_a_leftover_state_whose_network_is_another_projects(deployed):
+    deployed["gcs"].bucket(STATE_BUCKET).blob(f"tpu-rl/{RECIPE}/default.tfstate").upload_from_string(
+        leftover_state(SETTINGS["PROJECT"], SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"],
+                       network_project="someone-else"))
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert error_line(result) == (
+        f"error: the state of stack {RECIPE} (gs://{STATE_BUCKET}/tpu-rl/{RECIPE}/default.tfstate) holds "
+        f"google_compute_network 'projects/someone-else/global/networks/{SETTINGS['CLUSTER_NAME']}-net' of project "
+        "'someone-else', "
+        f"not PROJECT '{SETTINGS['PROJECT']}': set the settings that stack was deployed with, or destroy it "
+        "yourself")
+    assert deployed["npx_calls"]() == []
+
+
 def test_down_answered_no_destroys_nothing(deployed, monkeypatch):
     import scripts.cli.cloud
 
@@ -208,7 +311,7 @@ def test_down_with_no_state_has_nothing_to_stop(deployed):
     deployed["gcs"].bucket(STATE_BUCKET).blob(f"tpu-rl/{RECIPE}/default.tfstate").delete()
     result = runner.invoke(app, ["down", RECIPE, "--yes"])
     assert result.exit_code == 0, result.output
-    assert (f"nothing to stop: no cluster in the state of stack {RECIPE} "
+    assert (f"nothing to stop: no resource in the state of stack {RECIPE} "
             f"(gs://{STATE_BUCKET}/tpu-rl/{RECIPE}/default.tfstate)") in result.output
     assert deployed["npx_calls"]() == []
 
@@ -277,8 +380,6 @@ def test_down_reads_a_local_state_and_runs_cdktf_in_the_checkout_with_the_same_c
 
 
 def test_runs_lists_the_runs_and_says_in_one_line_when_rbac_hides_the_nodes(cloud):
-    from peers.http import Fault
-
     cloud["kube"].faults.append(Fault("GET", "/api/v1/nodes", 403))
     result = runner.invoke(app, ["runs", RECIPE])
     assert result.exit_code == 0, result.output
@@ -297,4 +398,14 @@ def test_a_cpu_node_still_up_is_priced_and_a_pool_the_stack_does_not_make_is_nam
     cpu = load_prices().machines[recipe.cpu_machine_type].usd_per_hour
     assert ("cpu-np 1 node", cpu) in [(item.item, item.usd_per_hour) for item in bill.items]
     assert bill.at_zero == () and bill.unpriced == ("someone-elses-np 1 node",)
-    assert bill.summary().endswith("; not priced: someone-elses-np 1 node")
+    assert "; not priced: someone-elses-np 1 node; " in bill.summary()
+
+
+def test_the_idle_bill_says_the_boot_disks_are_not_included(cloud):
+    """recipes/prices.toml has no disk price, so the figure leaves out system-np's boot disks and says so."""
+    assert not any("disk" in key for key in load_prices().machines)
+    nodes(cloud["kube"], "system-np", 1)
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    line = " ".join(result.output.split())
+    assert "system-np 1 node" in line and "node boot disks not included (prices.toml has no disk price)" in line

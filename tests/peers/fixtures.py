@@ -307,10 +307,12 @@ class Peers:
 def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_emulator) -> Peers:
     """Healthy fake APIs for env's settings, changed where `state` says; env is pointed at them.
 
-    state keys: bucket (absent | a region), tf_state (own | other: the recipe stack's state in TF_STATE_BUCKET,
-    holding the settings' cluster or another project's), kube (absent | no-jobset-crd | other-context), stale ([step,
+    state keys: bucket (absent | a region), tf_state (own | other | leftover-other: the recipe stack's state in
+    TF_STATE_BUCKET, holding the settings' cluster, another project's, or a failed destroy's network of
+    another project), kube (absent | no-jobset-crd | other-context), stale ([step,
     phase] of a JobSet left from an earlier run, of `recipe` as `stale_set` (--set items) and `stale_run`
-    (--run) make it), record (the name of a run whose run.json holds only its --set items, record_set),
+    (--run) make it), record (the name of a run whose run.json holds only its --set items, record_set, and
+    its recipe and status record_status when given),
     and those of `start_google` and `start_hub`.
     """
     server, url = gcs_emulator
@@ -321,11 +323,10 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
     if bucket != "absent":
         make_bucket(gcs_client, env["GCS_BUCKET"], env["REGION"] if bucket == "present" else bucket)
 
-    if "tf_state" in state:  # own | another project's cluster (`tpu-rl down`)
+    if "tf_state" in state:  # `tpu-rl down`: peers/tf_state.py put_state
         from peers.tf_state import put_state
 
-        put_state(gcs_client, env, state.get("recipe", "qwen3-v6e32"),
-                  None if state["tf_state"] == "own" else "someone-else")
+        put_state(gcs_client, env, state.get("recipe", "qwen3-v6e32"), state["tf_state"])
     if "record" in state:
         from peers.run_records import put_run_record
 

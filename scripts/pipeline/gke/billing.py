@@ -5,8 +5,9 @@ the stack's hourly bill from the pools' live nodes (recipes/standing_cost.py).""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from jobs.k8s import RECIPE_LABEL, RUN_LABEL
+from jobs.k8s import RUN_LABEL, recipe_selector
 from recipes.cost import ESTIMATE_NOTE
 from recipes.prices import usd
 from recipes.standing_cost import StandingCost, standing_cost
@@ -30,8 +31,9 @@ def _finished(job: dict) -> bool:
 
 def active_runs(session: Session) -> list[ActiveRun]:
     """The recipe's runs that the cluster still works on or queues: a JobSet of it running or waiting for
-    Kueue, or a driver Job of it (a batch/v1 Job labelled with the recipe) that has not finished."""
-    cluster, selector = session.cluster, f"{RECIPE_LABEL}={session.recipe.name}"
+    Kueue, or a driver Job of it (a batch/v1 Job in conventions.NAMESPACE labelled with jobs/k8s.py
+    run_labels) that has not finished."""
+    cluster, selector = session.cluster, recipe_selector(session.recipe)
     found = []
     for obj in cluster.list_jobsets(selector):
         phase = jobset_state(obj).phase
@@ -43,6 +45,43 @@ def active_runs(session: Session) -> list[ActiveRun]:
             labels = job["metadata"].get("labels") or {}
             found.append(ActiveRun(labels.get(RUN_LABEL), f"driver Job {job['metadata']['name']}"))
     return found
+
+
+# How long a `running` run.json with nothing of its run on the cluster still means a `run` follows it.
+# Such a `run` writes run.json as each step ends, at each capacity change and as it submits the next step
+# (scripts/pipeline/record.py, gke/submit.py, gke/capacity.py); between the two it only verifies outputs
+# and finds export's checkpoint in the bucket, seconds to a few minutes. 15 minutes is several times that.
+ATTACHED_FRESH = timedelta(minutes=15)
+
+
+@dataclass(frozen=True)
+class AttachedRun:
+    run: str
+    age: timedelta  # since its run.json was last written (the object's `updated`, the bucket's clock)
+
+
+def attached_runs(session: Session) -> list[AttachedRun]:
+    """The recipe's runs whose run.json says `running` (what `tpu-rl runs` lists), with the age of each."""
+    from google.api_core import exceptions as gexc
+
+    from jobs.paths import RUN_RECORD, split_gs_url
+    from scripts.outcome import ApiError
+    from scripts.pipeline.record import run_records
+
+    storage, recipe = session.clients.storage(), session.recipe.name
+    bucket, prefix = split_gs_url(session.paths.trained)
+    found = []
+    for name, record in run_records(session).items():
+        if not record or record.get("status") != "running" or record.get("recipe") not in (None, recipe):
+            continue
+        try:
+            blob = storage.bucket(bucket).get_blob(f"{prefix}{name}/{RUN_RECORD}")
+        except gexc.GoogleAPIError as error:
+            raise ApiError(f"reading the run record of {name} failed: {error}") from None
+        updated: datetime | None = blob.updated if blob else None
+        if updated:
+            found.append(AttachedRun(name, max(session.now() - updated, timedelta(0))))
+    return sorted(found, key=lambda run: run.age)
 
 
 def cluster_bill(session: Session) -> StandingCost:

@@ -11,7 +11,8 @@ cleanly, and another recipe's stack, or another project's, is never in that stat
 
 Before anything is destroyed it checks, in this order, and refuses in one line: a checkout with
 cdktf.json to run cdktf in, `npx` on PATH, the stack's state naming the settings' own cluster (project,
-region, name), and no run of the recipe active or queued in that cluster.
+region, name) and project, no run of the recipe active or queued in that cluster, and no run of it whose
+run.json a `run` wrote in the last billing.ATTACHED_FRESH (a `run` between two steps has no JobSet).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from recipes import UserError, conventions
 from recipes.prices import usd
 from recipes.setting_specs import CONFIG_ENV, DEFAULT_CONFIG
 from scripts.outcome import Outcome
-from scripts.pipeline.gke.billing import active_runs, cluster_bill
+from scripts.pipeline.gke.billing import ATTACHED_FRESH, active_runs, attached_runs, cluster_bill
 from scripts.pipeline.session import Session
 
 CHECKOUT = Path(__file__).resolve().parents[3]  # the repository root: cdktf.json, node_modules, the stacks
@@ -58,9 +59,9 @@ def _state_text(session: Session) -> tuple[str, str | None]:
     return str(path), path.read_text() if path.is_file() else None
 
 
-def state_clusters(text: str | None) -> list[dict]:
-    """The attributes of every GKE cluster a Terraform state holds (state format version 4: resources,
-    each with mode, type and instances[].attributes; hashicorp/terraform v1.9.8
+def state_resources(text: str | None) -> list[tuple[str, dict]]:
+    """(type, attributes) of every managed resource instance a Terraform state holds (state format version
+    4: resources, each with mode, type and instances[].attributes; hashicorp/terraform v1.9.8
     internal/states/statefile/version4.go, stateV4/resourceStateV4/instanceObjectStateV4)."""
     if not text:
         return []
@@ -68,29 +69,34 @@ def state_clusters(text: str | None) -> list[dict]:
         state = json.loads(text)
     except ValueError:
         return []
-    return [instance.get("attributes") or {}
-            for resource in state.get("resources") or []
-            if resource.get("mode") == "managed" and resource.get("type") == CLUSTER_TYPE
+    return [(resource.get("type") or "", instance.get("attributes") or {})
+            for resource in state.get("resources") or [] if resource.get("mode") == "managed"
             for instance in resource.get("instances") or []]
 
 
-def _check_own_cluster(session: Session) -> tuple[str, bool]:
-    """Where the stack's state is, and whether it holds the settings' own cluster (False: no cluster, so
-    nothing to destroy); UserError when it holds another."""
+def _check_own_state(session: Session) -> tuple[str, list[tuple[str, dict]]]:
+    """Where the stack's state is and what it holds. Any managed resource means something is deployed:
+    Terraform deletes the cluster before its network, so a destroy that failed after it leaves a state
+    with the subnet, router, NAT or service accounts and no cluster. UserError when the cluster is not
+    the settings' own, or a resource carrying a project (hashicorp/google's `project` attribute) names
+    another project."""
     settings, stack = session.settings, session.recipe.name
     where, text = _state_text(session)
-    clusters = state_clusters(text)
-    if not clusters:
-        return where, False
+    resources = state_resources(text)
     wanted = (settings.project, settings.region, settings.cluster_name)
-    for cluster in clusters:
-        found = (cluster.get("project"), cluster.get("location"), cluster.get("name"))
-        if found != wanted:
-            raise UserError(f"the state of stack {stack} ({where}) holds cluster '{found[2]}' of project "
-                            f"'{found[0]}' in {found[1]}, not the one PROJECT, REGION and CLUSTER_NAME name "
-                            f"('{wanted[2]}' of '{wanted[0]}' in {wanted[1]}): set the settings that stack was "
-                            "deployed with, or destroy it yourself")
-    return where, True
+    for kind, attributes in resources:
+        if kind == CLUSTER_TYPE:
+            found = (attributes.get("project"), attributes.get("location"), attributes.get("name"))
+            if found != wanted:
+                raise UserError(f"the state of stack {stack} ({where}) holds cluster '{found[2]}' of project "
+                                f"'{found[0]}' in {found[1]}, not the one PROJECT, REGION and CLUSTER_NAME name "
+                                f"('{wanted[2]}' of '{wanted[0]}' in {wanted[1]}): set the settings that stack "
+                                "was deployed with, or destroy it yourself")
+        elif attributes.get("project") not in (None, "", settings.project):
+            raise UserError(f"the state of stack {stack} ({where}) holds {kind} '{attributes.get('id')}' of "
+                            f"project '{attributes['project']}', not PROJECT '{settings.project}': set the "
+                            "settings that stack was deployed with, or destroy it yourself")
+    return where, resources
 
 
 def _config_env() -> dict[str, str]:
@@ -103,6 +109,32 @@ def _config_env() -> dict[str, str]:
     return env
 
 
+def _check_nothing_runs(session: Session) -> None:
+    """Refuse while a run of the recipe is active or queued in the cluster, or a `run` following it has
+    written its run.json lately (an attached run between two steps has no JobSet on the cluster); say in
+    a line each `running` record older than that, whose `run` has stopped."""
+    recipe, console = session.recipe.name, session.console
+    again = f"then run `tpu-rl down {recipe}` again"
+    active = active_runs(session)
+    if active:
+        first = next((run for run in active if run.run), active[0])
+        if first.run is None:  # a conversion alone: the runs that wait on it share it
+            raise UserError(f"a conversion of {recipe} is active or queued ({first.what}): wait for it to end, or "
+                            f"cancel the run that waits on it (`tpu-rl runs {recipe}` lists them; `tpu-rl cancel "
+                            f"{recipe} --run <run>`), {again}")
+        raise UserError(f"run {first.run} of {recipe} is active or queued ({first.what}): cancel it with "
+                        f"`tpu-rl cancel {recipe} --run {first.run}` (or wait for it to end), {again}")
+    for run in attached_runs(session):
+        minutes = int(run.age.total_seconds() // 60)
+        if run.age <= ATTACHED_FRESH:
+            raise UserError(f"run {run.run} of {recipe} is running: its run.json was written {minutes} min ago, "
+                            "so a `tpu-rl run` follows it and submits its next step soon: wait for it to end, "
+                            f"stop that `run`, or cancel it with `tpu-rl cancel {recipe} --run {run.run}` once "
+                            f"its step is on the cluster, {again}")
+        console.print(escape(f"run {run.run} says running, but its run.json is {minutes} min old and nothing "
+                             "of it is on the cluster: the `run` that followed it stopped"))
+
+
 def down_gke(session: Session, yes: bool) -> None:
     recipe, settings, console = session.recipe.name, session.settings, session.console
     if not (CHECKOUT / "cdktf.json").is_file():
@@ -111,29 +143,26 @@ def down_gke(session: Session, yes: bool) -> None:
     if shutil.which("npx") is None:
         raise UserError("`tpu-rl down` needs npx (Node.js 22, README prerequisites) to run cdktf: install it "
                         "and run `make synth` in the checkout")
-    state, deployed = _check_own_cluster(session)
-    if not deployed:
-        console.print(escape(f"nothing to stop: no cluster in the state of stack {recipe} ({state}): never "
+    state, resources = _check_own_state(session)
+    if not resources:
+        console.print(escape(f"nothing to stop: no resource in the state of stack {recipe} ({state}): never "
                              "deployed, already destroyed, or deployed with another TF_STATE_BUCKET or checkout; "
                              f"gs://{settings.gcs_bucket} is untouched"))
         return
-    active = active_runs(session)
-    if active:
-        first = next((run for run in active if run.run), active[0])
-        if first.run is None:  # a conversion alone: the runs that wait on it share it
-            raise UserError(f"a conversion of {recipe} is active or queued ({first.what}): wait for it to end, or "
-                            f"cancel the run that waits on it (`tpu-rl runs {recipe}` lists them; `tpu-rl cancel "
-                            f"{recipe} --run <run>`), then run `tpu-rl down {recipe}` again")
-        raise UserError(f"run {first.run} of {recipe} is active or queued ({first.what}): cancel it with "
-                        f"`tpu-rl cancel {recipe} --run {first.run}` (or wait for it to end), then run "
-                        f"`tpu-rl down {recipe}` again")
-    bill = cluster_bill(session)
-    kept = f"gs://{settings.gcs_bucket} and the token secret (the artifacts stack, cents)"
-    reserved = (f", and reservation {settings.reservation}: {sum(item.chips for item in bill.reserved)} chips, "
-                f"{usd(sum(item.usd_per_hour for item in bill.reserved))}/h until it is deleted or ends (tpu-rl never "
-                "deletes it)") if bill.reserved else ""
-    console.print(escape(f"`npx cdktf destroy {recipe}` deletes cluster {settings.cluster_name}, its pools and "
-                         f"network: that stops {usd(bill.stack_only)}/h ({bill.summary(reserved=False)})"))
+    kept, reserved = f"gs://{settings.gcs_bucket} and the token secret (the artifacts stack, cents)", ""
+    if any(kind == CLUSTER_TYPE for kind, _ in resources):
+        _check_nothing_runs(session)
+        bill = cluster_bill(session)
+        reserved = (f", and reservation {settings.reservation}: {sum(item.chips for item in bill.reserved)} chips, "
+                    f"{usd(sum(item.usd_per_hour for item in bill.reserved))}/h until it is deleted or ends (tpu-rl "
+                    "never deletes it)") if bill.reserved else ""
+        console.print(escape(f"`npx cdktf destroy {recipe}` deletes cluster {settings.cluster_name}, its pools and "
+                             f"network: that stops {usd(bill.stack_only)}/h ({bill.summary(reserved=False)})"))
+    else:  # a destroy that stopped after the cluster: no cluster to ask, and what is left bills (the NAT)
+        kinds = ", ".join(sorted({kind for kind, _ in resources}))
+        console.print(escape(f"the state of stack {recipe} ({state}) holds no cluster but {len(resources)} "
+                             f"resources an earlier destroy left ({kinds}): `npx cdktf destroy {recipe}` "
+                             "deletes them (the Cloud NAT bills until then)"))
     console.print(escape(f"still billed after: {kept}{reserved}"))
     if not yes:
         if session.confirm is None:
@@ -146,7 +175,7 @@ def down_gke(session: Session, yes: bool) -> None:
     code = subprocess.run(destroy_command(recipe), cwd=CHECKOUT, env=_config_env(), check=False).returncode
     if code != 0:
         raise DestroyFailed(f"`npx cdktf destroy {recipe}` exited {code} (its output is above); the stack's "
-                            f"state ({state}) keeps what it destroyed: run `tpu-rl down {recipe}` again")
+                            f"state ({state}) keeps what it did not destroy: run `tpu-rl down {recipe}` again")
     console.print(escape(f"stack {recipe} destroyed: its cluster bills nothing more; still billed: {kept}"
                          f"{reserved}"))
     console.print(f"to start again: `npx cdktf deploy {recipe}`, then the stack's get_credentials_command and "

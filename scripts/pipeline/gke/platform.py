@@ -45,9 +45,9 @@ class GkePlatform:
         return None  # --set and --run name a run of their own
 
     def runs_found(self, session: Session) -> Optional[tuple[str, set[str]]]:
-        from jobs.k8s import RECIPE_LABEL, RUN_LABEL
+        from jobs.k8s import RUN_LABEL, recipe_selector
 
-        jobsets = session.cluster.list_jobsets(f"{RECIPE_LABEL}={session.recipe.name}")
+        jobsets = session.cluster.list_jobsets(recipe_selector(session.recipe))
         return "the cluster's JobSets", set(filter(None, ((obj["metadata"].get("labels") or {}).get(RUN_LABEL)
                                                           for obj in jobsets)))
 

@@ -77,11 +77,11 @@ def positions(workloads: list[dict]) -> dict[str, int]:
 def run_positions(session) -> dict[str, int]:
     """Each run of the recipe whose JobSet waits in the queue, by run name (its RUN_LABEL), with the
     JobSet's place; a run with several waiting (not the case: its steps go in turn) keeps the first."""
-    from jobs.k8s import RECIPE_LABEL, RUN_LABEL
+    from jobs.k8s import RUN_LABEL, recipe_selector
 
     cluster = session.cluster
     runs = {obj["metadata"]["name"]: (obj["metadata"].get("labels") or {}).get(RUN_LABEL)
-            for obj in cluster.list_jobsets(f"{RECIPE_LABEL}={session.recipe.name}")}
+            for obj in cluster.list_jobsets(recipe_selector(session.recipe))}
     found: dict[str, int] = {}
     for jobset, place in positions(cluster.list_workloads()).items():
         if runs.get(jobset):
