@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.k8s import container_security
-from recipes.driver_runtime import BUCKET_PREFIX, LockedWheel
+from recipes.driver_runtime import (BUCKET_PREFIX, NODE_ARCH, SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB,
+                                    LockedWheel)
 
 DRIVER_CONTAINER = "driver"
 FILES_DIR = "/opt/tpu-rl-driver/files"  # gs://BUCKET/<BUCKET_PREFIX>/, read-only
@@ -23,6 +24,11 @@ TMP_DIR = "/tmp"
 DRIVER_UID = 65534  # nobody: the container needs no user of its own
 FILES_VOLUME, SITE_VOLUME, TMP_VOLUME = "driver-files", "driver-site", "driver-tmp"
 DRIVER_VERSION_ENV = "TPU_RL_DRIVER_VERSION"  # what the driver reports: DriverRuntime.version
+# The requirements' sha256, from the pod spec the CLI wrote: the bucket's copy is checked against it,
+# since whoever may write the bucket could change a wheel and its hash line together.
+REQUIREMENTS_SHA256_ENV = "TPU_RL_DRIVER_REQUIREMENTS_SHA256"
+PIP_TMP = ".pip-tmp"  # under the site volume: pip --target's staging tree, beside where it lands
+ARCH_LABEL = "kubernetes.io/arch"
 # On the driver's pod template: the runtime it runs, read by a CLI that attaches (driver_drift).
 DRIVER_VERSION_ANNOTATION = "tpu-rl/driver-version"
 # 83 MB of wheels read through FUSE and unpacked: a minute or two; a hung mount ends here.
@@ -48,6 +54,7 @@ class DriverRuntime:
     version: str  # "<package version>+<12 hex of the package files' digest>", the wheel's own version
     bucket: str
     requirements: str  # under the FUSE root (gs://bucket/BUCKET_PREFIX/): the pinned wheels, with hashes
+    requirements_sha256: str  # of the requirements as staged: the pod installs nothing else
 
     @property
     def runtime_dir(self) -> str:
@@ -79,20 +86,31 @@ def requirements_text(wheels: tuple[LockedWheel, ...], package_wheel: str, packa
 def install_script() -> str:
     """bash: install the runtime once per pod (into a directory named for its version, moved into place
     when complete, so a restart after a failed install starts over), then exec `tpu-rl`'s arguments
-    ("$@") so SIGTERM reaches Python; -P keeps the working directory off its path. Paths and version
-    come from the environment."""
+    ("$@") so SIGTERM reaches Python; -P keeps the working directory off its path. Paths, version and
+    the requirements' sha256 come from the environment. pip --target builds the whole install in a
+    temporary directory and then moves it (pypa/pip tag 23.2.1 src/pip/_internal/commands/install.py,
+    `TempDirectory(kind="target")`, `_handle_target_dir`): TMPDIR in the site volume keeps that tree
+    off the small /tmp volume and makes the move a rename."""
     return f"""set -euo pipefail
 packages="$TPU_RL_DRIVER_SITE/${DRIVER_VERSION_ENV}"
+pip_tmp="$TPU_RL_DRIVER_SITE/{PIP_TMP}"
 if [ ! -d "$packages" ]; then
   echo "tpu-rl driver ${DRIVER_VERSION_ENV}: installing from $TPU_RL_DRIVER_FILES (at most {INSTALL_SECONDS} s)"
-  rm -rf "$packages.partial"
+  rm -rf "$packages.partial" "$pip_tmp"
   cd "$TPU_RL_DRIVER_FILES"
-  if ! timeout {INSTALL_SECONDS} python3 -m pip install --quiet --no-index --no-deps --require-hashes \\
-      --no-cache-dir --disable-pip-version-check --root-user-action=ignore \\
+  if ! echo "${REQUIREMENTS_SHA256_ENV}  $TPU_RL_DRIVER_REQUIREMENTS" | sha256sum -c --status 2>/dev/null; then
+    echo "tpu-rl driver: {BUCKET_PREFIX}/$TPU_RL_DRIVER_REQUIREMENTS in the bucket is not the file \\
+tpu-rl run staged (another sha256): not installed; delete it and run again" >&2
+    exit 1
+  fi
+  mkdir "$pip_tmp"
+  if ! TMPDIR="$pip_tmp" timeout {INSTALL_SECONDS} python3 -m pip install --quiet --no-index --no-deps \\
+      --require-hashes --no-cache-dir --disable-pip-version-check --root-user-action=ignore \\
       --target "$packages.partial" -r "$TPU_RL_DRIVER_REQUIREMENTS"; then
     echo "tpu-rl driver: installing $TPU_RL_DRIVER_REQUIREMENTS failed or took over {INSTALL_SECONDS} s" >&2
     exit 1
   fi
+  rm -rf "$pip_tmp"
   mv "$packages.partial" "$packages"
 fi
 cd "$TPU_RL_DRIVER_TMP"
@@ -104,7 +122,8 @@ exec python3 -P -m scripts.cli "$@"
 def driver_env(runtime: DriverRuntime) -> list[dict[str, str]]:
     values = {DRIVER_VERSION_ENV: runtime.version, "TPU_RL_DRIVER_FILES": FILES_DIR,
               "TPU_RL_DRIVER_SITE": SITE_DIR, "TPU_RL_DRIVER_TMP": TMP_DIR,
-              "TPU_RL_DRIVER_REQUIREMENTS": runtime.requirements, "HOME": TMP_DIR,
+              "TPU_RL_DRIVER_REQUIREMENTS": runtime.requirements,
+              REQUIREMENTS_SHA256_ENV: runtime.requirements_sha256, "HOME": TMP_DIR,
               "PYTHONUNBUFFERED": "1"}  # the driver's lines reach its log as they are printed
     return [{"name": name, "value": value} for name, value in values.items()]
 
@@ -135,8 +154,14 @@ def driver_volumes(runtime: DriverRuntime) -> list[dict[str, Any]]:
     files = {"driver": GCSFUSE_CSI_DRIVER, "readOnly": True,
              "volumeAttributes": {"bucketName": runtime.bucket, "mountOptions": options}}
     return [{"name": FILES_VOLUME, "csi": files},
-            {"name": SITE_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}},
-            {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}}]
+            {"name": SITE_VOLUME, "emptyDir": {"sizeLimit": f"{SITE_SIZE_LIMIT_MIB}Mi"}},
+            {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": f"{TMP_SIZE_LIMIT_MIB}Mi"}}]
+
+
+def driver_node_selector(runtime: DriverRuntime) -> dict[str, str]:
+    """Entries the driver's pod spec adds to its nodeSelector: nodes of the lock's architecture, since the
+    base image is multi-arch and the locked wheels are not (the Job adds its node pool beside it)."""
+    return {ARCH_LABEL: NODE_ARCH}
 
 
 def driver_pod_annotations(runtime: DriverRuntime) -> dict[str, str]:

@@ -21,6 +21,14 @@ BASE_IMAGE = ("docker.io/library/python:3.12-slim-bookworm"
 # bookworm's glibc 2.36 (manylinux_2_36 and older wheels run on it).
 PYTHON_VERSION = "3.12"
 PYTHON_PLATFORM = "x86_64-manylinux_2_36"
+# The lock's x86_64 as Kubernetes' kubernetes.io/arch label names it (Go's GOARCH): the base image is
+# multi-arch, the lock is not, so the driver's pod asks for these nodes (jobs/driver_runtime.py).
+NODE_ARCH = "amd64"
+# The driver pod's two emptyDirs (MiB). The site holds the installed runtime and pip's own temporary
+# tree (pip --target stages everything there and moves it, one rename on one filesystem); /tmp holds
+# only the driver's own scratch files. `tools/lock_driver.py --verify` measures both peaks against these.
+SITE_SIZE_LIMIT_MIB = 1024
+TMP_SIZE_LIMIT_MIB = 256
 
 # The package's dependencies (pyproject.toml) that the driver leaves out, and why it can: it runs only
 # `tpu-rl drive`, the GKE pipeline. scripts/ never import infra/ or stacks/, where cdktf stays

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import io
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import tomllib
+import zipfile
 from pathlib import Path
 
 import kubernetes_validate
@@ -22,14 +24,16 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from contracts.k8s_schema import KUBERNETES_VERSION
-from jobs.driver_runtime import (DRIVER_VERSION_ANNOTATION, DriverRuntime, driver_container, driver_drift,
-                                 driver_env, driver_pod_annotations, driver_volumes)
+from jobs.driver_runtime import (DRIVER_VERSION_ANNOTATION, SITE_VOLUME, TMP_VOLUME, DriverRuntime,
+                                 driver_container, driver_drift, driver_env, driver_node_selector,
+                                 driver_pod_annotations, driver_volumes)
 from peers.driver_files import seed_locked_wheels
 from peers.settings import SETTINGS, peer_settings
 from recipes import UserError, get_recipe
-from recipes.conventions import NAMESPACE, cpu_pool_toleration
+from jobs.k8s import cpu_pool_placement
+from recipes.conventions import NAMESPACE
 from recipes.driver_runtime import (BASE_IMAGE, BUCKET_PREFIX, LEFT_OUT, PYTHON_PLATFORM, PYTHON_VERSION,
-                                    LockedWheel, driver_lock)
+                                    SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB, LockedWheel, driver_lock)
 from scripts.pipeline.gke import driver_wheel
 from scripts.cloud.clients import Clients
 from scripts.pipeline.gke.driver_image import download_wheel, stage, stage_driver
@@ -101,6 +105,8 @@ def test_staging_twice_uploads_nothing_the_second_time(gcs, file_host, package_c
     assert _objects(gcs) == before
     assert first.image == BASE_IMAGE and first.bucket == BUCKET
     assert re.fullmatch(r"0\.1\.0\+[0-9a-f]{12}", first.version)
+    # the pod's spec carries the requirements' sha256, so the bucket's copy is checked against the CLI's
+    assert first.requirements_sha256 == hashlib.sha256(before[f"{BUCKET_PREFIX}/{first.requirements}"]).hexdigest()
     requirements = before[f"{BUCKET_PREFIX}/{first.requirements}"].decode().splitlines()
     wheel_name = f"tpu_rl-{first.version}-py3-none-any.whl"
     wheel = before[f"{BUCKET_PREFIX}/runtimes/{first.version}/{wheel_name}"]
@@ -160,16 +166,19 @@ def test_a_download_that_differs_from_the_lock_is_refused_in_one_line(gcs, file_
 
 def _driver_job(runtime: DriverRuntime) -> dict:
     """The driver's container and volumes in a batch/v1 Job as the driver's Job places them."""
+    placement = cpu_pool_placement()
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "tpu-rl-driver-r", "namespace": NAMESPACE},
             "spec": {"backoffLimit": 3, "template": {
                 "metadata": {"annotations": driver_pod_annotations(runtime)},
                 "spec": {"serviceAccountName": "tpu-rl-driver", "restartPolicy": "OnFailure",
-                         "tolerations": [cpu_pool_toleration()],
+                         "nodeSelector": {**placement["nodeSelector"], **driver_node_selector(runtime)},
+                         "tolerations": placement["tolerations"],
                          "containers": [driver_container(runtime, ["drive", "qwen3-v6e32", "--run", "r"])],
                          "volumes": driver_volumes(runtime)}}}}
 
 
-RUNTIME = DriverRuntime(BASE_IMAGE, "0.1.0+0123456789ab", BUCKET, "runtimes/0.1.0+0123456789ab/requirements.txt")
+RUNTIME = DriverRuntime(BASE_IMAGE, "0.1.0+0123456789ab", BUCKET, "runtimes/0.1.0+0123456789ab/requirements.txt",
+                        "0" * 64)
 
 
 def test_the_driver_container_passes_kubernetes_validate_strict_in_a_job():
@@ -240,25 +249,31 @@ def test_the_wheel_ships_what_pyproject_ships():
     assert not [name for name in files if "__pycache__" in name or name.startswith("tests/")]
 
 
+def _pod_dirs(gcs, tmp_path: Path, runtime: DriverRuntime, bin_dirs: tuple[Path, ...] = ()):
+    """The pod's three directories on this machine: the bucket's driver files as the FUSE volume shows
+    them, the site and the /tmp emptyDirs; with the container's argv and environment (TMPDIR is unset
+    in the pod, so Python's temporary files go to /tmp: here the tmp directory stands for it)."""
+    files, site, scratch = tmp_path / "fuse", tmp_path / "site", tmp_path / "tmp"
+    for name, data in _objects(gcs).items():
+        (files / name.removeprefix(f"{BUCKET_PREFIX}/")).parent.mkdir(parents=True, exist_ok=True)
+        (files / name.removeprefix(f"{BUCKET_PREFIX}/")).write_bytes(data)
+    site.mkdir(), scratch.mkdir()
+    # `python3` is this venv's: its dependencies stand in for the locked wheels, which need the network
+    bin_dir = Path(sys.executable).parent
+    assert (bin_dir / "python3").exists()
+    container = driver_container(runtime, ["--help"])
+    env = {item["name"]: item["value"] for item in driver_env(runtime)}
+    path = os.pathsep.join([*map(str, bin_dirs), str(bin_dir), os.environ["PATH"]])
+    env.update({"TPU_RL_DRIVER_FILES": str(files), "TPU_RL_DRIVER_SITE": str(site), "TPU_RL_DRIVER_TMP": str(scratch),
+                "HOME": str(scratch), "TMPDIR": str(scratch), "PATH": path, "PIP_NO_INDEX": "1", "COLUMNS": "80"})
+    return files, site, scratch, [*container["command"], *container["args"]], env
+
+
 def test_the_container_installs_the_staged_runtime_offline_and_runs_tpu_rl(gcs, package_copy, tmp_path):
     """The bucket's driver files, laid out as the FUSE volume shows them, installed with the container's
     own script, and `tpu-rl --help` run from what it installed: no network (pip --no-index)."""
     runtime, _ = stage(gcs, BUCKET, (), root=package_copy, release="0.1.0")
-    files = tmp_path / "fuse"
-    for name, data in _objects(gcs).items():
-        (files / name.removeprefix(f"{BUCKET_PREFIX}/")).parent.mkdir(parents=True, exist_ok=True)
-        (files / name.removeprefix(f"{BUCKET_PREFIX}/")).write_bytes(data)
-    # `python3` is this venv's: its dependencies stand in for the locked wheels, which need the network
-    bin_dir = Path(sys.executable).parent
-    assert (bin_dir / "python3").exists()
-    site, scratch = tmp_path / "site", tmp_path / "tmp"
-    site.mkdir(), scratch.mkdir()
-    container = driver_container(runtime, ["--help"])
-    env = {item["name"]: item["value"] for item in driver_env(runtime)}
-    env.update({"TPU_RL_DRIVER_FILES": str(files), "TPU_RL_DRIVER_SITE": str(site), "TPU_RL_DRIVER_TMP": str(scratch),
-                "HOME": str(scratch), "PATH": f"{bin_dir}:{os.environ['PATH']}", "PIP_NO_INDEX": "1",
-                "COLUMNS": "80"})
-    argv = [*container["command"], *container["args"]]
+    files, site, scratch, argv, env = _pod_dirs(gcs, tmp_path, runtime)
     wheel = files / runtime.requirements.rsplit("/", 1)[0] / f"tpu_rl-{runtime.version}-py3-none-any.whl"
     good = wheel.read_bytes()
     wheel.write_bytes(good[:-1] + b"x")  # an object changed in the bucket after staging
@@ -306,6 +321,13 @@ def test_the_docs_state_the_runtime_the_code_runs():
     assert f"driver's {requests['cpu']} and {requests['memory'].removesuffix('Gi')} GiB" in section
     assert f"{GCSFUSE_ANNOTATIONS['gke-gcsfuse/memory-request'].removesuffix('Mi')} MiB" in section
     assert f"about {len(driver_lock()) // 10 * 10} wheels, {sum(w.size for w in driver_lock()) / 1e6:.0f} MB" in section
+    from jobs.driver_runtime import REQUIREMENTS_SHA256_ENV
+
+    assert f"site `emptyDir` ({SITE_SIZE_LIMIT_MIB // 1024} GiB)" in section
+    assert f"`/tmp`'s `emptyDir` ({TMP_SIZE_LIMIT_MIB} MiB)" in section
+    assert f"(`{REQUIREMENTS_SHA256_ENV}`)" in section
+    ((label, arch),) = driver_node_selector(RUNTIME).items()
+    assert f"`{label}: {arch}`" in section
 
 
 def test_the_lock_tool_keeps_the_image_s_best_wheel_and_leaves_out_what_the_driver_does_not_import():
@@ -324,3 +346,107 @@ def test_the_lock_tool_keeps_the_image_s_best_wheel_and_leaves_out_what_the_driv
     newer_glibc = [{"url": "https://files.pythonhosted.org/x/example-1.0-cp312-cp312-manylinux_2_39_x86_64.whl"}]
     with pytest.raises(SystemExit, match="installs on x86_64-manylinux_2_36"):
         lock_driver.best_wheel(newer_glibc, ranks)
+
+
+def test_pip_stages_its_install_in_the_site_volume_not_in_tmp(gcs, package_copy, tmp_path):
+    """pip --target builds the whole install under its temporary directory before moving it (pypa/pip
+    tag 23.2.1 src/pip/_internal/commands/install.py, `TempDirectory(kind="target")`): with the real
+    lock that tree outgrows the /tmp emptyDir, so the script points pip's TMPDIR into the site volume.
+    A `python3` in front on PATH records the TMPDIR that `python3 -m pip` is started with."""
+    runtime, _ = stage(gcs, BUCKET, (), root=package_copy, release="0.1.0")
+    shim_dir, record = tmp_path / "shim", tmp_path / "pip-tmpdir"
+    shim_dir.mkdir()
+    (shim_dir / "python3").write_text(f'#!/bin/sh\nif [ "$1 $2" = "-m pip" ]; then echo "$TMPDIR" >> {record}; fi\n'
+                                      f'exec {Path(sys.executable).parent / "python3"} "$@"\n')
+    (shim_dir / "python3").chmod(0o755)
+    _, site, scratch, argv, env = _pod_dirs(gcs, tmp_path, runtime, (shim_dir,))
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (pip_tmp,) = record.read_text().splitlines()
+    assert Path(pip_tmp).parent == site and Path(pip_tmp) != scratch
+    assert sorted(path.name for path in site.iterdir()) == [runtime.version]  # pip's tree is removed
+
+
+def test_a_requirements_file_changed_in_the_bucket_is_refused_before_pip_runs(gcs, package_copy, tmp_path):
+    """Whoever may write the bucket may change a wheel and its hash line together: the requirements must
+    have the sha256 the CLI put in the pod's spec, or nothing is installed."""
+    runtime, _ = stage(gcs, BUCKET, (), root=package_copy, release="0.1.0")
+    files, site, _, argv, env = _pod_dirs(gcs, tmp_path, runtime)
+    requirements = files / runtime.requirements
+    wheel = files / runtime.requirements.rsplit("/", 1)[0] / f"tpu_rl-{runtime.version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "a") as changed:  # a module added to the package's wheel...
+        changed.writestr("scripts/planted.py", "print('not the package staged')\n")
+    old_hash = re.search(r"sha256:([0-9a-f]{64})$", requirements.read_text().splitlines()[-1]).group(1)
+    # ...and its hash line to match, so pip --require-hashes alone would install it
+    requirements.write_text(requirements.read_text().replace(old_hash, hashlib.sha256(wheel.read_bytes()).hexdigest()))
+    refused = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == [
+        f"tpu-rl driver: {BUCKET_PREFIX}/{runtime.requirements} in the bucket is not the file tpu-rl run staged "
+        "(another sha256): not installed; delete it and run again"]
+    assert list(site.iterdir()) == []
+
+
+def test_the_wheel_is_stored_so_one_package_gives_the_same_bytes_on_any_zlib(package_copy):
+    version = driver_wheel.runtime_version(package_copy, "0.1.0")
+    name, first = driver_wheel.build_wheel(package_copy, version)
+    assert driver_wheel.build_wheel(package_copy, version) == (name, first)
+    with zipfile.ZipFile(io.BytesIO(first)) as wheel:
+        methods = {info.compress_type for info in wheel.infolist()}
+        assert methods == {zipfile.ZIP_STORED}  # no deflate: its bytes depend on the zlib that wrote them
+        assert wheel.testzip() is None
+
+
+def test_the_lock_tool_ranks_every_manylinux_platform_pip_accepts_on_the_image(monkeypatch):
+    """packaging's own ranking on a glibc 2.36 x86_64 (the image's, recipes/driver_runtime.py): down to
+    manylinux_2_5, with manylinux2014, manylinux2010 and manylinux1 (pypa/packaging@0b3621f3
+    src/packaging/_manylinux.py `platform_tags`)."""
+    import packaging._manylinux as manylinux
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import lock_driver
+
+    arch, _, glibc = PYTHON_PLATFORM.partition("-")
+    assert arch == "x86_64" and os.uname().machine == "x86_64", "packaging ranks the platforms of its own machine"
+    monkeypatch.setattr(manylinux, "_get_glibc_version",
+                        lambda: manylinux._GLibCVersion(*map(int, glibc.removeprefix("manylinux_").split("_"))))
+    expected = list(manylinux.platform_tags([arch]))
+    assert f"manylinux1_{arch}" in expected and f"manylinux2010_{arch}" in expected
+    assert lock_driver.image_platforms() == expected
+    python = tuple(int(part) for part in PYTHON_VERSION.split("."))
+    assert lock_driver.image_tags() == [*cpython_tags(python, platforms=expected),
+                                        *compatible_tags(python, platforms=expected)]
+    old_wheel = [{"url": "https://files.pythonhosted.org/x/example-1.0-cp312-cp312-manylinux1_x86_64.whl"}]
+    ranks = {tag: index for index, tag in enumerate(lock_driver.image_tags())}
+    assert lock_driver.best_wheel(old_wheel, ranks) is old_wheel[0]
+
+
+def test_the_driver_pod_asks_for_nodes_of_the_lock_s_architecture():
+    """The base image is multi-arch, the lock is x86_64 alone: the pod selects kubernetes.io/arch by Go's
+    name of the lock's architecture (kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-arch)."""
+    go_arch = {"x86_64": "amd64", "aarch64": "arm64"}
+    assert driver_node_selector(RUNTIME) == {"kubernetes.io/arch": go_arch[PYTHON_PLATFORM.partition("-")[0]]}
+    pod = _driver_job(RUNTIME)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {**cpu_pool_placement()["nodeSelector"], "kubernetes.io/arch": "amd64"}
+
+
+def test_lock_verify_measures_each_volume_s_peak_against_its_size_limit(tmp_path):
+    """--verify runs the install as the pod would and samples both emptyDirs: a peak over a sizeLimit
+    (which gets the pod evicted) fails it in one line per volume, even when the file is gone at the end."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import lock_driver
+
+    site, scratch = tmp_path / "site", tmp_path / "tmp"
+    site.mkdir(), scratch.mkdir()
+    writes = (f"head -c {3 * 2**20} /dev/zero > {scratch}/big && sleep 0.5 && rm {scratch}/big && "
+              f"head -c {2**20} /dev/zero > {site}/kept")
+    code, peaks = lock_driver.peak_usage(["bash", "-c", writes], dict(os.environ),
+                                         {SITE_VOLUME: site, TMP_VOLUME: scratch}, timeout=30)
+    assert code == 0 and lock_driver.disk_usage(scratch) == 0
+    assert peaks[TMP_VOLUME] >= 3 * 2**20 and 2**20 <= peaks[SITE_VOLUME] < 2 * 2**20
+    assert lock_driver.over_limits(peaks, {SITE_VOLUME: 2, TMP_VOLUME: 2}) == [
+        "the driver's driver-tmp volume peaked at 3 MiB, over its sizeLimit of 2 MiB (recipes/driver_runtime.py): "
+        "the kubelet would evict the pod"]
+    assert lock_driver.over_limits(peaks, {SITE_VOLUME: SITE_SIZE_LIMIT_MIB, TMP_VOLUME: TMP_SIZE_LIMIT_MIB}) == []
+    volumes = {volume["name"]: volume["emptyDir"]["sizeLimit"] for volume in driver_volumes(RUNTIME) if "emptyDir" in volume}
+    assert volumes == {SITE_VOLUME: f"{SITE_SIZE_LIMIT_MIB}Mi", TMP_VOLUME: f"{TMP_SIZE_LIMIT_MIB}Mi"}

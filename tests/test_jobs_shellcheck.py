@@ -59,7 +59,8 @@ def inline_scripts() -> dict[str, tuple[str, str]]:
             found[f"{name} startup script ({VM_STAYS})"] = ("bash", jobs.render_startup_script(recipe, kept))
             for index, inner in enumerate(INNER_BASH.findall(text)):
                 found[f"{name} startup script, bash -c #{index + 1}"] = ("bash", inner)
-    runtime = DriverRuntime(BASE_IMAGE, "0.1.0+0123456789ab", SETTINGS.gcs_bucket, "runtimes/r/requirements.txt")
+    runtime = DriverRuntime(BASE_IMAGE, "0.1.0+0123456789ab", SETTINGS.gcs_bucket, "runtimes/r/requirements.txt",
+                             "0" * 64)
     found.update(_container_scripts(driver_container(runtime, ["drive", "qwen3-v6e32"]), "run driver"))
     return found
 

@@ -14,7 +14,10 @@ and commits the lock; `tpu-rl run` downloads exactly these files (scripts/pipeli
 volume shows the bucket, installs them with the container's own script (jobs/driver_runtime.py) into a
 fresh venv of that Python, offline, runs `tpu-rl --help`, and imports every module of the package's
 scripts/, jobs/ and recipes/ and every third-party module they import, even inside a function
-(matplotlib's one importer, scripts/metrics/plot.py, aside). A missing dependency fails it.
+(matplotlib's one importer, scripts/metrics/plot.py, aside). A missing dependency fails it, and so does
+an install whose peak use of the site or /tmp directory exceeds its emptyDir's sizeLimit (the kubelet
+evicts such a pod: kubernetes/kubernetes pkg/kubelet/eviction/eviction_manager.go
+`emptyDirLimitEviction`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -35,7 +39,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from recipes.driver_runtime import LEFT_OUT, LOCK_FILE, PYTHON_PLATFORM, PYTHON_VERSION  # noqa: E402
+from recipes.driver_runtime import (LEFT_OUT, LOCK_FILE, PYTHON_PLATFORM, PYTHON_VERSION,  # noqa: E402
+                                    SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -47,11 +52,28 @@ def driver_requirements(pyproject: dict) -> list[str]:
             if canonicalize_name(_NAME.match(spec).group(0)) not in left_out]
 
 
-def image_tags() -> list:
-    """The image's wheel tags, best first: CPython PYTHON_VERSION on manylinux up to PYTHON_PLATFORM's glibc."""
+# The legacy manylinux names of a glibc 2 minor, each ranked right after its manylinux_2_<minor> tag
+# (PEP 599, 571, 513; pypa/packaging@0b3621f3 src/packaging/_manylinux.py `_LEGACY_MANYLINUX_MAP`).
+LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+OLDEST_GLIBC_MINOR = 5  # on x86_64, the oldest glibc 2 a manylinux tag names (same file, `platform_tags`)
+
+
+def image_platforms() -> list[str]:
+    """The manylinux platforms pip accepts on the image, best first: every glibc 2 minor from
+    PYTHON_PLATFORM's down to the oldest, and the legacy aliases (as packaging's `platform_tags`)."""
     arch, _, manylinux = PYTHON_PLATFORM.partition("-")
     major, minor = (int(part) for part in manylinux.removeprefix("manylinux_").split("_"))
-    platforms = [f"manylinux_{major}_{m}_{arch}" for m in range(minor, 16, -1)] + [f"manylinux2014_{arch}"]
+    platforms = []
+    for glibc_minor in range(minor, OLDEST_GLIBC_MINOR - 1, -1):
+        platforms.append(f"manylinux_{major}_{glibc_minor}_{arch}")
+        if glibc_minor in LEGACY_MANYLINUX:
+            platforms.append(f"{LEGACY_MANYLINUX[glibc_minor]}_{arch}")
+    return platforms
+
+
+def image_tags() -> list:
+    """The image's wheel tags, best first: CPython PYTHON_VERSION on image_platforms()."""
+    platforms = image_platforms()
     python = tuple(int(part) for part in PYTHON_VERSION.split("."))
     return [*cpython_tags(python, platforms=platforms), *compatible_tags(python, platforms=platforms)]
 
@@ -135,8 +157,46 @@ sys.exit(1 if failed else 0)
 """
 
 
+def disk_usage(directory: Path) -> int:
+    """Bytes of disk the files under `directory` take, as du counts them (allocated blocks)."""
+    total = 0
+    for parent, dirs, files in os.walk(directory):
+        for name in (*dirs, *files):
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_blocks * 512
+            except FileNotFoundError:  # removed while counted
+                pass
+    return total
+
+
+def peak_usage(argv: list[str], env: dict[str, str], directories: dict[str, Path],
+               timeout: float, every: float = 0.05) -> tuple[int, dict[str, int]]:
+    """Run `argv` and sample each directory's disk usage until it exits (at most `timeout` s): its exit
+    code and each directory's peak, by name."""
+    peaks = dict.fromkeys(directories, 0)
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while True:
+        for name, directory in directories.items():
+            peaks[name] = max(peaks[name], disk_usage(directory))
+        if process.poll() is not None:
+            return process.returncode, peaks
+        if time.monotonic() > deadline:
+            process.kill()
+            raise SystemExit(f"{' '.join(argv[:2])} ran past {timeout:.0f} s")
+        time.sleep(every)
+
+
+def over_limits(peaks: dict[str, int], limits_mib: dict[str, int]) -> list[str]:
+    """One line for each directory whose peak exceeds its emptyDir's sizeLimit."""
+    return [f"the driver's {name} volume peaked at {peaks[name] / 2**20:.0f} MiB, over its sizeLimit of "
+            f"{limit} MiB (recipes/driver_runtime.py): the kubelet would evict the pod"
+            for name, limit in limits_mib.items() if peaks[name] > limit * 2**20]
+
+
 def verify(python: str) -> None:
-    from jobs.driver_runtime import DriverRuntime, driver_container, driver_env, requirements_text, runtime_dir
+    from jobs.driver_runtime import (INSTALL_SECONDS, SITE_VOLUME, TMP_VOLUME, DriverRuntime, driver_container,
+                                     driver_env, requirements_text, runtime_dir)
     from recipes.driver_runtime import BASE_IMAGE, driver_lock
     from scripts.pipeline.gke.driver_image import download_wheel
     from scripts.pipeline.gke.driver_wheel import build_wheel, package_root, runtime_version
@@ -153,21 +213,30 @@ def verify(python: str) -> None:
         (files / runtime_dir(version)).mkdir(parents=True)
         (files / runtime_dir(version) / name).write_bytes(data)
         requirements = f"{runtime_dir(version)}/requirements.txt"
-        (files / requirements).write_text(requirements_text(wheels, f"{runtime_dir(version)}/{name}",
-                                                            hashlib.sha256(data).hexdigest()))
+        text = requirements_text(wheels, f"{runtime_dir(version)}/{name}", hashlib.sha256(data).hexdigest())
+        (files / requirements).write_text(text)
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
-        runtime = DriverRuntime(BASE_IMAGE, version, "verify", requirements)
+        runtime = DriverRuntime(BASE_IMAGE, version, "verify", requirements,
+                                hashlib.sha256(text.encode()).hexdigest())
         env = {item["name"]: item["value"] for item in driver_env(runtime)}
+        # TMPDIR: the pod's /tmp is the tmp volume, where anything that ignores the script's TMPDIR lands
         env.update({"TPU_RL_DRIVER_FILES": str(files), "TPU_RL_DRIVER_SITE": str(site),
-                    "TPU_RL_DRIVER_TMP": str(scratch), "HOME": str(scratch), "PIP_NO_INDEX": "1",
-                    "PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin:/bin"})
+                    "TPU_RL_DRIVER_TMP": str(scratch), "HOME": str(scratch), "TMPDIR": str(scratch),
+                    "PIP_NO_INDEX": "1", "PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin:/bin"})
         container = driver_container(runtime, ["--help"])
-        subprocess.run([*container["command"], *container["args"]], env=env, check=True, stdout=subprocess.DEVNULL)
+        code, peaks = peak_usage([*container["command"], *container["args"]], env,
+                                 {SITE_VOLUME: site, TMP_VOLUME: scratch}, timeout=INSTALL_SECONDS + 60)
+        if code:
+            raise SystemExit(f"the driver's install script exited {code}: see its lines above")
+        refusals = over_limits(peaks, {SITE_VOLUME: SITE_SIZE_LIMIT_MIB, TMP_VOLUME: TMP_SIZE_LIMIT_MIB})
+        if refusals:
+            raise SystemExit("\n".join(refusals))
         checked = subprocess.run([str(venv / "bin" / "python3"), "-P", "-c", IMPORT_EVERYTHING, *third_party_imports()],
                                  env={**env, "PYTHONPATH": str(site / version)}, cwd=scratch)
         if checked.returncode:
             raise SystemExit("the lock misses what the driver imports: add it to pyproject.toml and run again")
-        print(f"{len(wheels)} wheels and tpu-rl {version} install offline on {python}; every import resolves")
+        print(f"{len(wheels)} wheels and tpu-rl {version} install offline on {python}; every import resolves; "
+              + ", ".join(f"{name} peaked at {peak / 2**20:.0f} MiB" for name, peak in peaks.items()))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ installs them offline (jobs/driver_runtime.py); nothing needs Docker here or a p
 
 Each object carries the sha256 it was uploaded with (object metadata); one already there with the
 expected sha256 is not uploaded again, so a second `run` of the same package uploads nothing. The pod's
-`pip --require-hashes` checks every file again, so an object changed in the bucket fails the install
-instead of running.
+`pip --require-hashes` checks every file again against the requirements, and the requirements against
+the sha256 the CLI puts in the pod's spec (DriverRuntime.requirements_sha256), so an object changed in
+the bucket fails the install instead of running.
 """
 
 from __future__ import annotations
@@ -91,9 +92,11 @@ def stage(storage, bucket: str, wheels: tuple[LockedWheel, ...], *,
         uploads.put(package_path, data)
     requirements = f"{runtime_dir(version)}/requirements.txt"
     text = requirements_text(wheels, package_path, package_sha256).encode()
-    if not uploads.present(requirements, hashlib.sha256(text).hexdigest()):
+    requirements_sha256 = hashlib.sha256(text).hexdigest()
+    if not uploads.present(requirements, requirements_sha256):
         uploads.put(requirements, text, "text/plain")
-    runtime = DriverRuntime(image=BASE_IMAGE, version=version, bucket=bucket, requirements=requirements)
+    runtime = DriverRuntime(image=BASE_IMAGE, version=version, bucket=bucket, requirements=requirements,
+                            requirements_sha256=requirements_sha256)
     return runtime, uploads.uploaded
 
 

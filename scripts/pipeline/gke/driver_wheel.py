@@ -5,7 +5,8 @@ The files are what pyproject.toml ships (its packages and package data; tests/te
 the two lists equal and the file set equal to `pip wheel`'s). The wheel's version is the package's with a
 local label, the first 12 hex of a digest of those files ("0.1.0+3f2a1b9c0d4e"): a checkout changed since
 its release gets another runtime, and the driver reports exactly what it runs. The zip is written with
-fixed times and order, so the same files give the same bytes.
+fixed times and order, and stored uncompressed (deflate's bytes depend on the machine's zlib; stored,
+the wheel is about a megabyte), so the same files give the same bytes everywhere.
 """
 
 from __future__ import annotations
@@ -98,10 +99,10 @@ def build_wheel(root: Path, version: str) -> tuple[str, bytes]:
     record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in entries) + f"{dist_info}/RECORD,,\n"
     entries.append((f"{dist_info}/RECORD", record.encode()))
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as wheel:
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as wheel:
         for name, data in entries:
             info = zipfile.ZipInfo(name, _ZIP_TIME)
             info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
+            info.compress_type = zipfile.ZIP_STORED
             wheel.writestr(info, data)
     return wheel_file_name(version), buffer.getvalue()
