@@ -143,3 +143,32 @@ def run_record(gcs, recipe) -> dict:
 
     bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).run_record)
     return json.loads(gcs.bucket(bucket).blob(name).download_as_bytes())
+
+
+def test_a_sweeps_runs_queue_for_the_first_modes_slice_rather_than_start_at_once_on_a_dearer_mode(cloud, monkeypatch):
+    """CAPACITY=spot,on-demand gives each mode's flavor one slice's quota: Kueue's flavor assigner would
+    admit an unpinned second train to on-demand at once while the first holds spot (flavorassigner.go
+    findFlavorForPodSetResource). A sweep's trains are pinned to the first mode, so they queue for it and
+    the sweep's price (at the first mode) holds."""
+    monkeypatch.setenv("CAPACITY", "spot,on-demand")
+    monkeypatch.setenv("CAPACITY_WAIT", "spot=20m,on-demand=20m")
+    kube = cloud["kube"]
+    kube.slice_quota, kube.flavor_order = 1, ("spot", "on-demand")
+    base, settings = cloud_recipe("run", RECIPE)
+    recipes = [for_run(base, (f"learning_rate={lr}",), name).model_copy(update={"sweep": "lr"})
+               for lr, name in (("1e-6", "lr-a"), ("3e-6", "lr-b"))]
+    for recipe in recipes:
+        script_successful_run(kube, cloud["gcs"], recipe, ticks=2, train_ticks=6)
+    trains = [jobset_name(recipe, "train") for recipe in recipes]
+    drivers = Drivers(kube, recipes, settings, lambda _kube: False)
+    for thread in drivers.threads:
+        thread.start()
+    for thread in drivers.threads:
+        thread.join(timeout=180)
+    assert not drivers.errors, (drivers.errors, {run: out.getvalue() for run, out in drivers.outputs.items()})
+    flavors = {name: {f for ps in kube.workloads[name]["status"]["admission"]["podSetAssignments"]
+                      for f in ps["flavors"].values()} - {"cpu"} for name in trains}
+    assert flavors == {name: {"tpu-spot"} for name in trains}, flavors
+    spans = sorted((_state(kube.workloads[name], "Admitted")["lastTransitionTime"],
+                    _state(kube.workloads[name], "Finished")["lastTransitionTime"]) for name in trains)
+    assert spans[1][0] >= spans[0][1], spans
