@@ -75,6 +75,29 @@ def test_a_retried_flex_start_request_goes_to_the_back_of_the_queue():
     assert positions([holder, first, second]) == {"c-train": 1, "b-train": 2}
 
 
+def test_an_evicted_workload_requeued_behind_our_own_train_waits_in_the_queue_not_for_capacity():
+    """Evicted stays True until the quota is reserved again (workload.go SetQuotaReservation): once its
+    backoff is over and it is pending for quota our own train holds, it is queued behind our own run,
+    placed by its eviction time (GetQueueOrderTimestamp); during the backoff it is not."""
+    holder, first, second = _workloads()
+    at = kueue.datetime(2026, 12, 1, 11, tzinfo=kueue.timezone.utc)
+    kueue.use_clock(lambda: at)
+    try:
+        kueue.reserve(first, "tpu-flex-start", checked=True)
+        kueue.retry(first, "the test's Failed message")
+        kueue.pending(first, "tpu-flex-start", 32)
+        assert behind_our_own(first, [holder, first, second], at) is None  # backing off until requeueAt
+        kueue.use_clock(lambda: at + timedelta(hours=1))
+        assert not kueue.backing_off(first)  # requeued: requeueAt cleared, Evicted still True
+        kueue.pending(first, "tpu-flex-start", 32)
+    finally:
+        kueue.use_clock(None)
+    place = behind_our_own(first, [holder, first, second], at + timedelta(hours=1))
+    assert place is not None and (place.position, place.waiting, place.ahead_of) == (2, 2, ("a-train",))
+    assert [wl["metadata"]["uid"] for wl in kueue.queue_order([first, second])] == [second["metadata"]["uid"],
+                                                                                    first["metadata"]["uid"]]
+
+
 def test_a_reattaching_run_counts_a_queued_trains_capacity_wait_from_its_admission(cloud, monkeypatch):
     """The train JobSet waited two hours behind our own run, then got the quota and waits for its flex-start
     slice. A `run` that reattaches now (a restarted driver) ends that wait 30 min after the quota came, not

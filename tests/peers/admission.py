@@ -66,6 +66,8 @@ class Admission:
             return False
         if any(c["type"] == "Admitted" and c["status"] == "True" for c in wl["status"]["conditions"]):
             return True
+        if kueue.backing_off(wl):
+            return False  # evicted after a failed request, out of the queue until status.requeueState.requeueAt
         self._assign_flavor(name)
         capacity = self.capacity_of(name)
         flavor = self.flavor_of(name)
@@ -80,8 +82,6 @@ class Admission:
             kueue.reserve(wl, flavor, checked=False)
             kueue.admit(wl)
             return True
-        if kueue.backing_off(wl):
-            return False  # evicted after a failed request, until status.requeueState.requeueAt
         kueue.reserve(wl, flavor, checked=True)
         requests = sorted(self.requests_of(name), key=lambda r: int(r["metadata"]["name"].rsplit("-", 1)[1]))
         failed = bool(requests) and any(c["type"] == "Failed" and c["status"] == "True"

@@ -53,7 +53,8 @@ def read_admission(session: Session, jobset: dict | None) -> Admission:
     found = workload_of(cluster.list_workloads(f"{WORKLOAD_JOB_UID_LABEL}={uid}"), jobset)
     workload = workload_state(found)
     request = latest_request(cluster.list_provisioning_requests(), workload.uid) if workload.uid else None
-    queue = behind_our_own(found, cluster.list_workloads()) if workload.phase == "queued" else None
+    queue = behind_our_own(found, cluster.list_workloads(), session.now()) \
+        if workload.phase in ("queued", "evicted") else None
     return Admission(workload, request, queue)
 
 

@@ -6,9 +6,11 @@ our own workloads hold its quota. Kueue's message and order: docs/provenance.md#
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from recipes.conventions import LOCAL_QUEUE
 from scripts.cloud.kube_objects import workload_state
+from scripts.pipeline.gke.steps import parse_time
 
 INSUFFICIENT_QUOTA = "insufficient unused quota"  # quota held by others, not quota lacking (fitsResourceQuota)
 
@@ -54,10 +56,24 @@ class QueuePlace:
     ahead_of: tuple[str, ...]  # the JobSets holding the quota it waits for
 
 
-def behind_our_own(workload: dict | None, workloads: list[dict]) -> QueuePlace | None:
+def _in_the_queue(workload: dict, now: datetime | None) -> bool:
+    """Queued, or evicted and back in the queue: an evicted workload keeps Evicted True until its quota is
+    reserved again (kueue v0.17.1 pkg/workload/workload.go SetQuotaReservation), so one requeued (no
+    requeueAt still ahead) and pending for quota waits like a queued one."""
+    state = workload_state(workload)
+    if state.phase == "queued":
+        return True
+    quota = _conditions(workload).get("QuotaReserved") or {}
+    requeue_at = parse_time(state.requeue_at) if state.requeue_at else None
+    return (state.phase == "evicted" and quota.get("status") == "False" and quota.get("reason") == "Pending"
+            and (requeue_at is None or now is None or requeue_at <= now))
+
+
+def behind_our_own(workload: dict | None, workloads: list[dict], now: datetime | None = None) -> QueuePlace | None:
     """Where a pending workload stands when it waits for quota another of our workloads holds; None when
-    it waits for anything else (capacity, an admission check, quota no workload of ours holds)."""
-    if workload is None or workload_state(workload).phase != "queued":
+    it waits for anything else (capacity, an admission check, quota no workload of ours holds, a retry's
+    backoff until a requeueAt after `now`)."""
+    if workload is None or not _in_the_queue(workload, now):
         return None
     message = (_conditions(workload).get("QuotaReserved") or {}).get("message", "")
     uid = (workload.get("metadata") or {}).get("uid")
