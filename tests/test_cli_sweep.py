@@ -4,6 +4,7 @@ any is started, then each started detached (Platform.run(detach=True)); refused 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -160,3 +161,16 @@ def test_without_the_in_cluster_driver_no_run_is_started(cloud):
     line = error_line(result)
     assert "needs the in-cluster driver" in line and line.endswith("no run was started")
     assert cloud["kube"].created == []
+
+
+def test_the_sweeps_lines_promise_one_slice_at_a_time_and_no_order_of_its_runs(cloud, monkeypatch):
+    """Kueue orders the trains by their Workloads' creation, which follows whichever driver submits train
+    first: neither the plan nor the start line nor the README promises the plan's order."""
+    _started(monkeypatch)
+    dry = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6", "--name", "lr", "--dry-run"])
+    started = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6", "--name", "lr"])
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for text in (dry.output, started.output, readme):
+        assert "in this order" not in text and "in turn" not in text
+    assert "trained one after another on one slice" in dry.output
+    assert "in the order their drivers submit train" in started.output

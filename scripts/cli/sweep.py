@@ -109,7 +109,7 @@ def show_plan(console, plan: SweepPlan) -> None:
 
     from recipes.prices import usd
 
-    title = f"sweep {plan.name}: {len(plan.runs)} runs, queued for the slice in this order"
+    title = f"sweep {plan.name}: {len(plan.runs)} runs, trained one after another on one slice"
     table = Table(title=title, title_justify="left")
     for column in ("#", "run", "--set", "minutes", "cost"):
         table.add_column(column, no_wrap=column == "run")
@@ -141,7 +141,8 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
           unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help=UNCHECKED_IMPORTS_HELP),
           unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
     """Start several runs of a recipe, a grid of --set values or a file's list, each detached; Kueue trains
-    them in turn on the slice. Checked and priced whole before any is started."""
+    them one after another on the first capacity mode's slice. Checked and priced whole before any is
+    started."""
     from recipes import get_recipe
     from recipes.sweeps import check_sweepable
     from scripts.cli.core import cloud_recipe
@@ -188,8 +189,8 @@ def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
             raise ending from None
         started.append(recipe.run)
         console.print(f"started run {recipe.run} ({len(started)} of {len(plan.runs)})")
-    console.print(f"sweep {plan.name}: {len(started)} runs started; Kueue trains them in turn. Follow them with "
-                  f"`tpu-rl runs {plan.runs[0].recipe.name}`")
+    console.print(f"sweep {plan.name}: {len(started)} runs started; Kueue trains them one after another, in "
+                  f"the order their drivers submit train. Follow them with `tpu-rl runs {plan.runs[0].recipe.name}`")
     console.print(escape(sweep_summary(session, plan)))
 
 
