@@ -174,3 +174,28 @@ def test_the_sweeps_lines_promise_one_slice_at_a_time_and_no_order_of_its_runs(c
         assert "in this order" not in text and "in turn" not in text
     assert "trained one after another on one slice" in dry.output
     assert "in the order their drivers submit train" in started.output
+
+
+def test_a_run_name_the_bucket_holds_for_other_settings_refuses_the_whole_sweep_before_any_starts(cloud, tmp_path,
+                                                                                                  monkeypatch):
+    """`run`'s guard on its name (RunRecord.open) runs inside each driver; the sweep applies it to every
+    run first, so run 1 is not started when run 2's name is taken."""
+    import json
+
+    from jobs.paths import ArtifactPaths, split_gs_url
+    from recipes.runs import run_identity
+
+    calls = _started(monkeypatch)
+    other = for_run(get_recipe(RECIPE), ("rl.grpo_beta=0.5",), "beta-low")
+    bucket, name = split_gs_url(ArtifactPaths(other, peer_settings()).run_record)
+    cloud["gcs"].bucket(bucket).blob(name).upload_from_string(json.dumps(
+        {"run": "beta-low", "identity": run_identity(other)}))
+    (tmp_path / "sweep.toml").write_text('name = "beta"\n[[runs]]\nset = ["rl.grpo_beta=0.2"]\n'
+                                         '[[runs]]\nname = "beta-low"\nset = ["rl.grpo_beta=0.02"]\n')
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["sweep", RECIPE, "--file", "sweep.toml"])
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert line.startswith("error: sweep beta: run 'beta-low' was started with other settings (") and \
+        "grpo_beta" in line and line.endswith("nothing was started"), line
+    assert calls == []

@@ -158,7 +158,24 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         console.print("dry run: nothing is started; start them with the same command without --dry-run")
         console.print(f"best run: `tpu-rl runs {recipe.name}` names it by held-out accuracy once they are evaluated")
         return
+    check_names_free(plan, settings)
     start_runs(plan, settings, console)
+
+
+def check_names_free(plan: SweepPlan, settings: Settings) -> None:
+    """The guard `run` applies to its name (record.py RunRecord.open), to every run of the sweep before any
+    is started: a run whose name a record in the bucket holds for other settings is refused."""
+    from jobs.paths import ArtifactPaths
+    from scripts.cli.cloud import make_session
+    from scripts.pipeline.record import run_records, settings_clash
+
+    records = run_records(make_session(plan.runs[0].recipe, settings, "reads"))
+    for run in plan.runs:
+        changes = settings_clash(run.recipe, records.get(run.recipe.run))
+        if changes:
+            raise UserError(f"sweep {plan.name}: run '{run.recipe.run}' was started with other settings ({changes}; "
+                            f"see {ArtifactPaths(run.recipe, settings).run_record}): give it another name in the "
+                            "sweep file, or leave its name out; nothing was started")
 
 
 def start_runs(plan: SweepPlan, settings: Settings, console) -> None:

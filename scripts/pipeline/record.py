@@ -90,9 +90,8 @@ class RunRecord:
         was written for other settings: the same name would resume another run's checkpoints."""
         paths = session.paths
         existing = gcs.read_json(session.clients.storage(), paths.run_record) or {}
-        identity = run_identity(session.recipe)
-        if existing and existing.get("identity") != identity:
-            changes = differing_fields(existing.get("identity") or {}, identity) or "its record has no identity"
+        changes = settings_clash(session.recipe, existing)
+        if changes:
             derived = default_run_name(session.recipe)
             raise UserError(
                 f"run '{paths.run_name}' was started with other settings ({changes}; see {paths.run_record}): "
@@ -246,6 +245,15 @@ def cancellation_of(session: Session, jobset: str) -> str | None:
         return None
     found = [entry["at"] for entry in data.get("cancellations") or [] if jobset in entry.get("jobsets", [])]
     return found[-1] if found else None
+
+
+def settings_clash(recipe, record: dict | None) -> str | None:
+    """How the settings a run's record was written for differ from `recipe`'s (the same name would resume
+    another run's checkpoints); None when the name may be used: no record, or the same settings."""
+    identity = run_identity(recipe)
+    if not record or record.get("identity") == identity:
+        return None
+    return differing_fields(record.get("identity") or {}, identity) or "its record has no identity"
 
 
 def run_records(session: Session) -> dict[str, dict | None]:
