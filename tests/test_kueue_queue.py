@@ -153,6 +153,19 @@ def test_metrics_draws_every_run_of_a_sweep_side_by_side(cloud, tmp_path):
     assert missing.exit_code == 2 and "--sweep nope: no run of qwen3-v6e32 in" in error_line(missing)
 
 
+def test_metrics_leaves_out_a_run_of_the_sweep_without_curves_yet_and_names_it(cloud, tmp_path):
+    """A queued run has a record and no event files yet: `metrics --sweep` draws the others."""
+    for number, (run, correct) in enumerate(RUNS_OF_THE_SWEEP.items()):
+        paths = _record(cloud, run, correct)
+        if run != "lr-c":
+            put_event_files(cloud["gcs"], paths.tensorboard, {"rewards/train/mean": [(1, 0.1), (50, 0.4)]},
+                            tmp_path / run)
+    result = runner.invoke(app, ["metrics", RECIPE, "--sweep", "lr"])
+    assert result.exit_code == 0, result.output
+    assert "--sweep lr: no curves yet for lr-c; left out" in result.output
+    assert "lr-a" in result.output and "lr-b" in result.output
+
+
 def test_the_convert_jobset_of_a_sweep_is_the_recipes_shared_one():
     assert CONVERT == render_manifests(get_recipe(RECIPE).model_copy(update={"run": "lr-a"}),
                                        peer_settings())["convert"]["metadata"]["name"]
