@@ -120,11 +120,13 @@ def test_a_reattaching_run_counts_a_queued_trains_capacity_wait_from_its_admissi
     assert waited and int(waited[1]) == 0 and 30 <= int(waited[2]) <= 50, result.output
 
 
-def _record(cloud, run: str, correct: int) -> ArtifactPaths:
+def _record(cloud, run: str, correct: int, phase: str = "post", overrides: tuple[str, ...] = ()) -> ArtifactPaths:
     recipe = get_recipe(RECIPE).model_copy(update={"run": run})
     paths = ArtifactPaths(recipe, peer_settings())
-    lines = [evaluation_line("pre", 26, 64, 30, 50, 0.8123), evaluation_line("post", correct, 64, 40, 63, 1.9)]
+    step = 20 if phase == "intermediate" else None
+    lines = [evaluation_line("pre", 26, 64, 30, 50, 0.8123), evaluation_line(phase, correct, 64, 40, 63, 1.9, step)]
     record = {"recipe": RECIPE, "run": run, "status": "succeeded", "sweep": "lr",
+              "overrides": {"train": list(overrides)},
               "created": f"2026-12-01T1{len(run)}:00:00+00:00", "evaluations": [e.as_record() for e in parse_evaluations("\n".join(lines), last_step=50)]}
     bucket, name = split_gs_url(paths.run_record)
     cloud["gcs"].bucket(bucket).blob(name).upload_from_string(json.dumps(record))
@@ -138,6 +140,21 @@ def test_runs_names_a_sweeps_best_run_by_held_out_accuracy(cloud):
     assert result.exit_code == 0, result.output
     # lr-b: 45 of 64 correct after training, 26 of 64 before
     assert "sweep lr: best run lr-b, held-out accuracy 40.6→70.3 (3 of 3 runs evaluated)" in result.output
+
+
+def test_a_sweeps_best_run_is_ranked_by_evaluations_after_training_on_one_held_out_set(cloud):
+    """lr-a is still training (an intermediate evaluation, 60 of 64), lr-c was evaluated after training on
+    another set (eval_split=train): neither is the best; lr-b (45 of 64 on gsm8k test) is, and lr-c is
+    named as not ranked."""
+    _record(cloud, "lr-a", 60, phase="intermediate")
+    _record(cloud, "lr-b", 45)
+    _record(cloud, "lr-c", 62, overrides=("eval_split=train",))
+    _record(cloud, "lr-d", 40)
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # the line as printed, whatever its wrapping
+    assert ("sweep lr: best run lr-b, held-out accuracy 40.6→70.3 (2 of 4 runs evaluated); not ranked, evaluated "
+            "on another held-out set than 64 gsm8k test: lr-c (64 gsm8k train)") in text, text
 
 
 def test_metrics_draws_every_run_of_a_sweep_side_by_side(cloud, tmp_path):
