@@ -106,6 +106,7 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
         waiting = kueue.queue_order([wl for name, wl in kube.workloads.items() if name in trains and not _holds(wl)])
         expected = {trains[wl["metadata"]["ownerReferences"][0]["name"]]: place for place, wl in enumerate(waiting, 1)}
     listing = runner.invoke(app, ["runs", RECIPE])
+    costs = {run["run"]: run["cost_usd"] for run in json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["runs"]}
     drivers.resume()
     for thread in drivers.threads:
         thread.join(timeout=180)
@@ -116,6 +117,11 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
     for run, place in expected.items():
         shown = re.search(rf"{run} +│ queued #{place} ", listing.output) or f"{run}  queued #{place}," in listing.output
         assert shown, listing.output
+    # a waiting run has billed nothing yet: its train's queue time (phases written as they change) is not
+    # billed, and the shared convert is the cost of the run that submitted it
+    assert all(costs[run] == 0.0 for run in expected), costs
+    converts = [run_record(cloud["gcs"], recipe)["steps"]["convert"].get("submitted") for recipe in recipes]
+    assert sorted(converts, key=str) == [False, False, True], converts
     # they trained in turn: each train admitted only once the one before it finished
     spans = sorted((_state(kube.workloads[name], "Admitted")["lastTransitionTime"],
                     _state(kube.workloads[name], "Finished")["lastTransitionTime"]) for name in trains)

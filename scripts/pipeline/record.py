@@ -143,6 +143,10 @@ class RunRecord:
         for step, kind in actions.items():
             entry = steps.setdefault(step, {"capacity": None})
             entry.update(action=kind, jobset=(jobsets or {}).get(step))
+            if kind in ("submit", "replace"):
+                entry["submitted"] = True  # this run submitted the JobSet: its time is this run's cost
+            elif kind == "attach":
+                entry.setdefault("submitted", False)  # one submitted before: by this run, or another's convert
             if kind == "skip":
                 entry["status"] = "verified"
             else:

@@ -162,26 +162,32 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
 
 def _step_seconds(entry: dict, now: datetime) -> float:
     """What a step billed for, in seconds: its phases but `queued` (no node is up while Kueue holds it)
-    once `run` recorded them, else from its start to its end, or to now while it runs."""
+    once `run` recorded them (at each new phase; the last one of a step still running counted to now),
+    else from its start to its end, or to now while it runs."""
     phases = entry.get("phases")
+    running = entry.get("status") == "running"
     if phases:
-        return float(sum(span.get("seconds") or 0 for span in phases if span.get("phase") != "queued"))
+        spans = [(span.get("phase"), float(span.get("seconds") or 0)) for span in phases]
+        if running and (started := _time(phases[-1].get("started"))):
+            spans[-1] = (spans[-1][0], max((now - started).total_seconds(), spans[-1][1]))
+        return sum(seconds for phase, seconds in spans if phase != "queued")
     started, ended = _time(entry.get("started")), _time(entry.get("ended"))
-    end = ended or (now if entry.get("status") == "running" else None)
+    end = ended or (now if running else None)
     return max((end - started).total_seconds(), 0.0) if started and end else 0.0
 
 
 def billed_usd(session: Session, record: dict) -> float | None:
-    """The run's cost so far, estimated at list prices (recipes/cost.py) from each step's billed time:
-    an upper bound for a step still running, whose time in Kueue's queue is counted until `run` notes
-    its phases. None without a record of steps."""
+    """The run's cost so far, estimated at list prices (recipes/cost.py) from each step's billed time. A
+    step whose JobSet another run submitted (the shared convert, which the record says this run did not
+    submit) is that run's cost, not this one's. None without a record of steps."""
     from recipes.cost import hourly_estimate
 
     steps = {step: entry for step, entry in (record.get("steps") or {}).items() if step in STEPS}
     if not steps:
         return None
     hourly, now = hourly_estimate(session.recipe), session.now()
-    return sum(hourly.during(step) * _step_seconds(entry, now) / 3600 for step, entry in steps.items())
+    return sum(hourly.during(step) * _step_seconds(entry, now) / 3600 for step, entry in steps.items()
+               if entry.get("submitted") is not False)
 
 
 def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:

@@ -93,6 +93,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str,
             else:
                 console.print(f"{action.step}: JobSet {job.name} was submitted meanwhile with this run's spec (by "
                               "an identical `run`); reattaching to it (not submitting a duplicate)")
+                fields["submitted"] = action.step != "convert"  # the shared convert: another run's (runs.py)
         else:
             console.print(f"{action.step}: {action.why}; reattaching to it (not submitting a duplicate)")
         record.step(action.step, "running", **fields)
