@@ -199,3 +199,41 @@ def test_a_run_name_the_bucket_holds_for_other_settings_refuses_the_whole_sweep_
     assert line.startswith("error: sweep beta: run 'beta-low' was started with other settings (") and \
         "grpo_beta" in line and line.endswith("nothing was started"), line
     assert calls == []
+
+
+def test_a_derived_name_spells_a_numbers_value_not_its_spelling_and_keeps_its_sign():
+    from recipes.sweeps import derived_name
+
+    identity = {"any": "identity"}
+    assert derived_name(("learning_rate=0.000002",), identity)[:-5] == derived_name(("learning_rate=2e-6",),
+                                                                                   identity)[:-5] == "lr2e-6"
+    assert derived_name(("rl.grpo_beta=0.040",), identity)[:-5] == "gb0p04"
+    assert derived_name(("learning_rate_schedule_steps=-1",), identity)[:-5] == "lrss-1"
+
+
+def test_a_sweep_prints_a_warning_its_runs_share_once(settings_env, monkeypatch):
+    """`run` prints the schedule warning of learning_rate_schedule_steps=-1; a sweep of three such runs
+    prints it once, not three times."""
+    from recipes.schedule import SCHEDULE_KEY
+
+    _started(monkeypatch)
+    result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--grid",
+                                 f"{SCHEDULE_KEY}=-1", "--dry-run", "--unusual-values"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count(f"warning: {SCHEDULE_KEY}=-1 lets MaxText pick the length") == 1, result.output
+
+
+def test_any_error_starting_a_run_names_the_runs_already_started(cloud, monkeypatch):
+    started: list[str] = []
+
+    def start(session, steps):
+        if started:
+            raise RuntimeError("the test's unexpected error")
+        started.append(session.recipe.run)
+
+    monkeypatch.setattr(detach, "start_detached", start)
+    result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6", "--name", "lr"])
+    assert result.exit_code != 0
+    text = " ".join(result.output.split())
+    assert f"1 run(s) were started ({started[0]}); stop them with `tpu-rl cancel {RECIPE} --run {started[0]} " \
+           "--yes`" in text, result.output

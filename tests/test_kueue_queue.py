@@ -53,6 +53,17 @@ def test_a_workload_waiting_for_quota_our_own_train_holds_is_behind_our_own_run(
     assert positions([second, holder, first]) == {"b-train": 1, "c-train": 2}
 
 
+def test_a_train_is_placed_only_among_the_workloads_waiting_for_tpu_quota_not_behind_a_cpu_export():
+    holder, first, second = _workloads()
+    export = kueue.workload_for(_jobset("z-export", "uid-z", tpu=False))
+    kueue.pending(export, "cpu", 8)
+    export["metadata"]["creationTimestamp"] = "2026-12-01T09:00:00Z"  # before both trains
+    everything = [holder, export, first, second]
+    assert positions(everything) == {"z-export": 1, "b-train": 1, "c-train": 2}
+    place = behind_our_own(second, everything)
+    assert (place.position, place.waiting, place.ahead_of) == (2, 2, ("a-train",))
+
+
 def test_waiting_for_quota_nobody_of_ours_holds_or_for_capacity_is_not_behind_our_own_run():
     holder, first, _ = _workloads()
     assert behind_our_own(first, [first]) is None  # nothing of ours holds it: a quota the stack lacks
