@@ -93,6 +93,16 @@ def pinned_job(job: StepJob, place: Place | tuple[str, str | None] | None) -> St
     return StepJob(job.step, job.name, pin_capacity(job.manifest, mode, zone), job.selector, job.expected_pods)
 
 
+def sweep_train(session: Session, job: StepJob) -> StepJob:
+    """A sweep's train pinned to the first place of CAPACITY and ZONE, so that its runs queue for that
+    slice: each TPU flavor has one slice's quota and nothing preempts within our ClusterQueue, so an
+    unpinned run would be admitted at once on the next, dearer, flavor while another holds the first
+    (kueue v0.17.1 flavorassigner.go assignFlavors, findFlavorForPodSetResource). A later place is used
+    only on failover (capacity.py), which pins the next one."""
+    places = places_of(session)
+    return pinned_job(job, places[0]) if session.recipe.sweep and len(places) > 1 else job
+
+
 def like_existing(job: StepJob, existing: dict | None) -> StepJob:
     """The step's JobSet pinned as the one on the cluster is, so that reattaching to a JobSet `run`
     pinned to a later mode or zone compares it with the same spec."""

@@ -72,21 +72,7 @@ def step_jobs(recipe: Recipe, settings: Settings, export_step: int | None = None
         expected = sum(int(rj.get("replicas", 1)) * int(rj["template"]["spec"].get("parallelism", 1))
                        for rj in manifest["spec"]["replicatedJobs"])
         jobs[step] = StepJob(step, jobset_name(recipe, step), manifest, main_pod_selector(recipe, step), expected)
-    if recipe.sweep:
-        jobs["train"] = sweep_train(recipe, settings, jobs["train"])
     return jobs
-
-def sweep_train(recipe: Recipe, settings: Settings, job: StepJob) -> StepJob:
-    """A sweep's train pinned to the first place of CAPACITY and ZONE, so that its runs queue for that
-    slice: each TPU flavor has one slice's quota and nothing preempts within our ClusterQueue, so an
-    unpinned run would be admitted at once on the next, dearer, flavor while another holds the first
-    (kueue v0.17.1 flavorassigner.go assignFlavors, findFlavorForPodSetResource). A later place is used
-    only on failover (capacity.py), which pins the next one."""
-    from recipes.placement import tpu_places
-    from scripts.pipeline.gke.admission import pinned_job
-
-    places = tpu_places(recipe.capacity, settings.zones)
-    return pinned_job(job, places[0]) if len(places) > 1 else job
 
 def main_pod(pods: list[dict], running_only: bool = False) -> dict | None:
     running = [pod for pod in pods if pod.get("status", {}).get("phase") == "Running"]
