@@ -220,3 +220,22 @@ def test_runs_prices_each_run_by_the_time_its_steps_billed_not_the_time_train_sa
     assert result.exit_code == 0, result.output
     [run] = json.loads(result.output)["runs"]
     assert usd(run["cost_usd"]) == usd(expected)
+
+
+def test_phases_written_as_they_change_never_overwrite_a_record_tpu_rl_cancel_marked(cloud):
+    """The phases go into run.json at each new phase (for `runs`' cost), but not over the record `tpu-rl
+    cancel` wrote meanwhile: it says why the JobSet went away."""
+    from scripts.cli.cloud import make_session
+    from scripts.cli.core import cloud_recipe
+    from scripts.pipeline.record import RunRecord
+
+    recipe, settings = cloud_recipe("run", RECIPE)
+    session = make_session(recipe.model_copy(update={"run": "lr-a"}), settings, "writes")
+    bucket, name = split_gs_url(session.paths.run_record)
+    blob = cloud["gcs"].bucket(bucket).blob(name)
+    spans = [{"phase": "queued", "started": "2026-12-01T10:00:00Z", "seconds": 0}]
+    for status, kept in (("cancelled", False), ("running", True)):
+        blob.upload_from_string(json.dumps({"run": "lr-a", "status": status}))
+        RunRecord(session, {"run": "lr-a", "status": "running"}).note_while_running("train", phases=spans)
+        stored = json.loads(blob.download_as_bytes())
+        assert (stored["status"], "steps" in stored) == ("running" if kept else "cancelled", kept), stored

@@ -171,6 +171,16 @@ class RunRecord:
         self.data.setdefault("steps", {}).setdefault(step, {"capacity": None}).update(**fields)
         self.write()
 
+    def note_while_running(self, step: Step, **fields: object) -> None:
+        """`note` during a step's wait (its phases as they change), left out once `tpu-rl cancel` has marked
+        the run in the bucket: that record says why the JobSet went away, and must not be overwritten."""
+        try:
+            stored = gcs.read_json(self.session.clients.storage(), self.session.paths.run_record) or {}
+        except ApiError:
+            return  # the next phase, or the step's end, writes them
+        if stored.get("status") != "cancelled":
+            self.note(step, **fields)
+
     def finish(self, error: BaseException | None) -> None:
         """The end of this invocation: succeeded, failed (a step failed or lost its output), interrupted
         (the JobSet keeps running) or stopped by an API error. A run cancelled by `tpu-rl cancel` keeps the
