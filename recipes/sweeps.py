@@ -97,9 +97,22 @@ def _abbreviation(key: str) -> str:
     return "".join(word[0] for word in words) if len(words) > 1 else (words[0][:4] if words else "k")
 
 
+def canonical(value: str) -> str:
+    """A number as its value, not its spelling (`0.000002` and `2e-6` are both `2e-6`; `1.50` is `1.5`),
+    with its sign; anything else as given."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    if not number == number or number in (float("inf"), float("-inf")):
+        return value
+    return re.sub(r"e([+-])0*(\d)", lambda m: "e" + ("-" if m[1] == "-" else "") + m[2], f"{number:g}")
+
+
 def _spelled(value: str) -> str:
-    text = "".join(_SPELLED.get(char, char) for char in value.lower())
-    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "", text)).strip("-")
+    """The value within a run name: its canonical form, `.` spelled `p`, its sign kept (`-1`)."""
+    text = "".join(_SPELLED.get(char, char) for char in canonical(value.strip()).lower())
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "", text)).rstrip("-")
 
 
 def derived_name(sets: tuple[str, ...], identity: dict, taken: frozenset[str] | set[str] = frozenset()) -> str:

@@ -4,6 +4,7 @@ any is started, then each started detached (Platform.run(detach=True)); refused 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -160,3 +161,79 @@ def test_without_the_in_cluster_driver_no_run_is_started(cloud):
     line = error_line(result)
     assert "needs the in-cluster driver" in line and line.endswith("no run was started")
     assert cloud["kube"].created == []
+
+
+def test_the_sweeps_lines_promise_one_slice_at_a_time_and_no_order_of_its_runs(cloud, monkeypatch):
+    """Kueue orders the trains by their Workloads' creation, which follows whichever driver submits train
+    first: neither the plan nor the start line nor the README promises the plan's order."""
+    _started(monkeypatch)
+    dry = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6", "--name", "lr", "--dry-run"])
+    started = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6", "--name", "lr"])
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for text in (dry.output, started.output, readme):
+        assert "in this order" not in text and "in turn" not in text
+    assert "trained one after another on one slice" in dry.output
+    assert "in the order their drivers submit train" in started.output
+
+
+def test_a_run_name_the_bucket_holds_for_other_settings_refuses_the_whole_sweep_before_any_starts(cloud, tmp_path,
+                                                                                                  monkeypatch):
+    """`run`'s guard on its name (RunRecord.open) runs inside each driver; the sweep applies it to every
+    run first, so run 1 is not started when run 2's name is taken."""
+    import json
+
+    from jobs.paths import ArtifactPaths, split_gs_url
+    from recipes.runs import run_identity
+
+    calls = _started(monkeypatch)
+    other = for_run(get_recipe(RECIPE), ("rl.grpo_beta=0.5",), "beta-low")
+    bucket, name = split_gs_url(ArtifactPaths(other, peer_settings()).run_record)
+    cloud["gcs"].bucket(bucket).blob(name).upload_from_string(json.dumps(
+        {"run": "beta-low", "identity": run_identity(other)}))
+    (tmp_path / "sweep.toml").write_text('name = "beta"\n[[runs]]\nset = ["rl.grpo_beta=0.2"]\n'
+                                         '[[runs]]\nname = "beta-low"\nset = ["rl.grpo_beta=0.02"]\n')
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["sweep", RECIPE, "--file", "sweep.toml"])
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert line.startswith("error: sweep beta: run 'beta-low' was started with other settings (") and \
+        "grpo_beta" in line and line.endswith("nothing was started"), line
+    assert calls == []
+
+
+def test_a_derived_name_spells_a_numbers_value_not_its_spelling_and_keeps_its_sign():
+    from recipes.sweeps import derived_name
+
+    identity = {"any": "identity"}
+    assert derived_name(("learning_rate=0.000002",), identity)[:-5] == derived_name(("learning_rate=2e-6",),
+                                                                                   identity)[:-5] == "lr2e-6"
+    assert derived_name(("rl.grpo_beta=0.040",), identity)[:-5] == "gb0p04"
+    assert derived_name(("learning_rate_schedule_steps=-1",), identity)[:-5] == "lrss-1"
+
+
+def test_a_sweep_prints_a_warning_its_runs_share_once(settings_env, monkeypatch):
+    """`run` prints the schedule warning of learning_rate_schedule_steps=-1; a sweep of three such runs
+    prints it once, not three times."""
+    from recipes.schedule import SCHEDULE_KEY
+
+    _started(monkeypatch)
+    result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--grid",
+                                 f"{SCHEDULE_KEY}=-1", "--dry-run", "--unusual-values"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count(f"warning: {SCHEDULE_KEY}=-1 lets MaxText pick the length") == 1, result.output
+
+
+def test_any_error_starting_a_run_names_the_runs_already_started(cloud, monkeypatch):
+    started: list[str] = []
+
+    def start(session, steps):
+        if started:
+            raise RuntimeError("the test's unexpected error")
+        started.append(session.recipe.run)
+
+    monkeypatch.setattr(detach, "start_detached", start)
+    result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6", "--name", "lr"])
+    assert result.exit_code != 0
+    text = " ".join(result.output.split())
+    assert f"1 run(s) were started ({started[0]}); stop them with `tpu-rl cancel {RECIPE} --run {started[0]} " \
+           "--yes`" in text, result.output

@@ -106,6 +106,7 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
         waiting = kueue.queue_order([wl for name, wl in kube.workloads.items() if name in trains and not _holds(wl)])
         expected = {trains[wl["metadata"]["ownerReferences"][0]["name"]]: place for place, wl in enumerate(waiting, 1)}
     listing = runner.invoke(app, ["runs", RECIPE])
+    costs = {run["run"]: run["cost_usd"] for run in json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["runs"]}
     drivers.resume()
     for thread in drivers.threads:
         thread.join(timeout=180)
@@ -116,6 +117,11 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
     for run, place in expected.items():
         shown = re.search(rf"{run} +│ queued #{place} ", listing.output) or f"{run}  queued #{place}," in listing.output
         assert shown, listing.output
+    # a waiting run has billed nothing yet: its train's queue time (phases written as they change) is not
+    # billed, and the shared convert is the cost of the run that submitted it
+    assert all(costs[run] == 0.0 for run in expected), costs
+    converts = [run_record(cloud["gcs"], recipe)["steps"]["convert"].get("submitted") for recipe in recipes]
+    assert sorted(converts, key=str) == [False, False, True], converts
     # they trained in turn: each train admitted only once the one before it finished
     spans = sorted((_state(kube.workloads[name], "Admitted")["lastTransitionTime"],
                     _state(kube.workloads[name], "Finished")["lastTransitionTime"]) for name in trains)
@@ -143,3 +149,32 @@ def run_record(gcs, recipe) -> dict:
 
     bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).run_record)
     return json.loads(gcs.bucket(bucket).blob(name).download_as_bytes())
+
+
+def test_a_sweeps_runs_queue_for_the_first_modes_slice_rather_than_start_at_once_on_a_dearer_mode(cloud, monkeypatch):
+    """CAPACITY=spot,on-demand gives each mode's flavor one slice's quota: Kueue's flavor assigner would
+    admit an unpinned second train to on-demand at once while the first holds spot (flavorassigner.go
+    findFlavorForPodSetResource). A sweep's trains are pinned to the first mode, so they queue for it and
+    the sweep's price (at the first mode) holds."""
+    monkeypatch.setenv("CAPACITY", "spot,on-demand")
+    monkeypatch.setenv("CAPACITY_WAIT", "spot=20m,on-demand=20m")
+    kube = cloud["kube"]
+    kube.slice_quota, kube.flavor_order = 1, ("spot", "on-demand")
+    base, settings = cloud_recipe("run", RECIPE)
+    recipes = [for_run(base, (f"learning_rate={lr}",), name).model_copy(update={"sweep": "lr"})
+               for lr, name in (("1e-6", "lr-a"), ("3e-6", "lr-b"))]
+    for recipe in recipes:
+        script_successful_run(kube, cloud["gcs"], recipe, ticks=2, train_ticks=6)
+    trains = [jobset_name(recipe, "train") for recipe in recipes]
+    drivers = Drivers(kube, recipes, settings, lambda _kube: False)
+    for thread in drivers.threads:
+        thread.start()
+    for thread in drivers.threads:
+        thread.join(timeout=180)
+    assert not drivers.errors, (drivers.errors, {run: out.getvalue() for run, out in drivers.outputs.items()})
+    flavors = {name: {f for ps in kube.workloads[name]["status"]["admission"]["podSetAssignments"]
+                      for f in ps["flavors"].values()} - {"cpu"} for name in trains}
+    assert flavors == {name: {"tpu-spot"} for name in trains}, flavors
+    spans = sorted((_state(kube.workloads[name], "Admitted")["lastTransitionTime"],
+                    _state(kube.workloads[name], "Finished")["lastTransitionTime"]) for name in trains)
+    assert spans[1][0] >= spans[0][1], spans

@@ -53,6 +53,17 @@ def test_a_workload_waiting_for_quota_our_own_train_holds_is_behind_our_own_run(
     assert positions([second, holder, first]) == {"b-train": 1, "c-train": 2}
 
 
+def test_a_train_is_placed_only_among_the_workloads_waiting_for_tpu_quota_not_behind_a_cpu_export():
+    holder, first, second = _workloads()
+    export = kueue.workload_for(_jobset("z-export", "uid-z", tpu=False))
+    kueue.pending(export, "cpu", 8)
+    export["metadata"]["creationTimestamp"] = "2026-12-01T09:00:00Z"  # before both trains
+    everything = [holder, export, first, second]
+    assert positions(everything) == {"z-export": 1, "b-train": 1, "c-train": 2}
+    place = behind_our_own(second, everything)
+    assert (place.position, place.waiting, place.ahead_of) == (2, 2, ("a-train",))
+
+
 def test_waiting_for_quota_nobody_of_ours_holds_or_for_capacity_is_not_behind_our_own_run():
     holder, first, _ = _workloads()
     assert behind_our_own(first, [first]) is None  # nothing of ours holds it: a quota the stack lacks
@@ -73,6 +84,29 @@ def test_a_retried_flex_start_request_goes_to_the_back_of_the_queue():
     finally:
         kueue.use_clock(None)
     assert positions([holder, first, second]) == {"c-train": 1, "b-train": 2}
+
+
+def test_an_evicted_workload_requeued_behind_our_own_train_waits_in_the_queue_not_for_capacity():
+    """Evicted stays True until the quota is reserved again (workload.go SetQuotaReservation): once its
+    backoff is over and it is pending for quota our own train holds, it is queued behind our own run,
+    placed by its eviction time (GetQueueOrderTimestamp); during the backoff it is not."""
+    holder, first, second = _workloads()
+    at = kueue.datetime(2026, 12, 1, 11, tzinfo=kueue.timezone.utc)
+    kueue.use_clock(lambda: at)
+    try:
+        kueue.reserve(first, "tpu-flex-start", checked=True)
+        kueue.retry(first, "the test's Failed message")
+        kueue.pending(first, "tpu-flex-start", 32)
+        assert behind_our_own(first, [holder, first, second], at) is None  # backing off until requeueAt
+        kueue.use_clock(lambda: at + timedelta(hours=1))
+        assert not kueue.backing_off(first)  # requeued: requeueAt cleared, Evicted still True
+        kueue.pending(first, "tpu-flex-start", 32)
+    finally:
+        kueue.use_clock(None)
+    place = behind_our_own(first, [holder, first, second], at + timedelta(hours=1))
+    assert place is not None and (place.position, place.waiting, place.ahead_of) == (2, 2, ("a-train",))
+    assert [wl["metadata"]["uid"] for wl in kueue.queue_order([first, second])] == [second["metadata"]["uid"],
+                                                                                    first["metadata"]["uid"]]
 
 
 def test_a_reattaching_run_counts_a_queued_trains_capacity_wait_from_its_admission(cloud, monkeypatch):
@@ -97,11 +131,13 @@ def test_a_reattaching_run_counts_a_queued_trains_capacity_wait_from_its_admissi
     assert waited and int(waited[1]) == 0 and 30 <= int(waited[2]) <= 50, result.output
 
 
-def _record(cloud, run: str, correct: int) -> ArtifactPaths:
+def _record(cloud, run: str, correct: int, phase: str = "post", overrides: tuple[str, ...] = ()) -> ArtifactPaths:
     recipe = get_recipe(RECIPE).model_copy(update={"run": run})
     paths = ArtifactPaths(recipe, peer_settings())
-    lines = [evaluation_line("pre", 26, 64, 30, 50, 0.8123), evaluation_line("post", correct, 64, 40, 63, 1.9)]
+    step = 20 if phase == "intermediate" else None
+    lines = [evaluation_line("pre", 26, 64, 30, 50, 0.8123), evaluation_line(phase, correct, 64, 40, 63, 1.9, step)]
     record = {"recipe": RECIPE, "run": run, "status": "succeeded", "sweep": "lr",
+              "overrides": {"train": list(overrides)},
               "created": f"2026-12-01T1{len(run)}:00:00+00:00", "evaluations": [e.as_record() for e in parse_evaluations("\n".join(lines), last_step=50)]}
     bucket, name = split_gs_url(paths.run_record)
     cloud["gcs"].bucket(bucket).blob(name).upload_from_string(json.dumps(record))
@@ -117,6 +153,21 @@ def test_runs_names_a_sweeps_best_run_by_held_out_accuracy(cloud):
     assert "sweep lr: best run lr-b, held-out accuracy 40.6→70.3 (3 of 3 runs evaluated)" in result.output
 
 
+def test_a_sweeps_best_run_is_ranked_by_evaluations_after_training_on_one_held_out_set(cloud):
+    """lr-a is still training (an intermediate evaluation, 60 of 64), lr-c was evaluated after training on
+    another set (eval_split=train): neither is the best; lr-b (45 of 64 on gsm8k test) is, and lr-c is
+    named as not ranked."""
+    _record(cloud, "lr-a", 60, phase="intermediate")
+    _record(cloud, "lr-b", 45)
+    _record(cloud, "lr-c", 62, overrides=("eval_split=train",))
+    _record(cloud, "lr-d", 40)
+    result = runner.invoke(app, ["runs", RECIPE])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # the line as printed, whatever its wrapping
+    assert ("sweep lr: best run lr-b, held-out accuracy 40.6→70.3 (2 of 4 runs evaluated); not ranked, evaluated "
+            "on another held-out set than 64 gsm8k test: lr-c (64 gsm8k train)") in text, text
+
+
 def test_metrics_draws_every_run_of_a_sweep_side_by_side(cloud, tmp_path):
     for number, (run, correct) in enumerate(RUNS_OF_THE_SWEEP.items()):
         paths = _record(cloud, run, correct)
@@ -128,6 +179,19 @@ def test_metrics_draws_every_run_of_a_sweep_side_by_side(cloud, tmp_path):
     assert (tmp_path / "lr.png").stat().st_size > 0
     missing = runner.invoke(app, ["metrics", RECIPE, "--sweep", "nope"])
     assert missing.exit_code == 2 and "--sweep nope: no run of qwen3-v6e32 in" in error_line(missing)
+
+
+def test_metrics_leaves_out_a_run_of_the_sweep_without_curves_yet_and_names_it(cloud, tmp_path):
+    """A queued run has a record and no event files yet: `metrics --sweep` draws the others."""
+    for number, (run, correct) in enumerate(RUNS_OF_THE_SWEEP.items()):
+        paths = _record(cloud, run, correct)
+        if run != "lr-c":
+            put_event_files(cloud["gcs"], paths.tensorboard, {"rewards/train/mean": [(1, 0.1), (50, 0.4)]},
+                            tmp_path / run)
+    result = runner.invoke(app, ["metrics", RECIPE, "--sweep", "lr"])
+    assert result.exit_code == 0, result.output
+    assert "--sweep lr: no curves yet for lr-c; left out" in result.output
+    assert "lr-a" in result.output and "lr-b" in result.output
 
 
 def test_the_convert_jobset_of_a_sweep_is_the_recipes_shared_one():
@@ -156,3 +220,22 @@ def test_runs_prices_each_run_by_the_time_its_steps_billed_not_the_time_train_sa
     assert result.exit_code == 0, result.output
     [run] = json.loads(result.output)["runs"]
     assert usd(run["cost_usd"]) == usd(expected)
+
+
+def test_phases_written_as_they_change_never_overwrite_a_record_tpu_rl_cancel_marked(cloud):
+    """The phases go into run.json at each new phase (for `runs`' cost), but not over the record `tpu-rl
+    cancel` wrote meanwhile: it says why the JobSet went away."""
+    from scripts.cli.cloud import make_session
+    from scripts.cli.core import cloud_recipe
+    from scripts.pipeline.record import RunRecord
+
+    recipe, settings = cloud_recipe("run", RECIPE)
+    session = make_session(recipe.model_copy(update={"run": "lr-a"}), settings, "writes")
+    bucket, name = split_gs_url(session.paths.run_record)
+    blob = cloud["gcs"].bucket(bucket).blob(name)
+    spans = [{"phase": "queued", "started": "2026-12-01T10:00:00Z", "seconds": 0}]
+    for status, kept in (("cancelled", False), ("running", True)):
+        blob.upload_from_string(json.dumps({"run": "lr-a", "status": status}))
+        RunRecord(session, {"run": "lr-a", "status": "running"}).note_while_running("train", phases=spans)
+        stored = json.loads(blob.download_as_bytes())
+        assert (stored["status"], "steps" in stored) == ("running" if kept else "cancelled", kept), stored

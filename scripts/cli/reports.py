@@ -38,7 +38,7 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if png is not None:  # a format it cannot write is refused before anything is read
         picture_format(png)
     loaded = collect(recipe, runs or [], sources or [], lambda: cloud_settings("metrics", recipe.platform),
-                     reach_seconds(), sweep)
+                     reach_seconds(), sweep, lambda line: say(line, err=as_json))
     if png is not None:
         from scripts.metrics import plot
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 import typer
+from rich.markup import escape
 
 from recipes import STEPS, UserError
 from recipes.sweeps import GRID_HELP
@@ -104,12 +105,11 @@ def check_cap(plan: SweepPlan, max_cost: Optional[float]) -> None:
 
 
 def show_plan(console, plan: SweepPlan) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from recipes.prices import usd
 
-    title = f"sweep {plan.name}: {len(plan.runs)} runs, queued for the slice in this order"
+    title = f"sweep {plan.name}: {len(plan.runs)} runs, trained one after another on one slice"
     table = Table(title=title, title_justify="left")
     for column in ("#", "run", "--set", "minutes", "cost"):
         table.add_column(column, no_wrap=column == "run")
@@ -141,7 +141,8 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
           unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help=UNCHECKED_IMPORTS_HELP),
           unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
     """Start several runs of a recipe, a grid of --set values or a file's list, each detached; Kueue trains
-    them in turn on the slice. Checked and priced whole before any is started."""
+    them one after another on the first capacity mode's slice. Checked and priced whole before any is
+    started."""
     from recipes import get_recipe
     from recipes.sweeps import check_sweepable
     from scripts.cli.core import cloud_recipe
@@ -153,18 +154,54 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     check_cap(plan, max_cost)
     console = make_console()
     show_plan(console, plan)
+    for warning in run_warnings(plan):
+        console.print(f"[yellow]{escape(warning)}[/]")
     if dry_run:
         console.print("dry run: nothing is started; start them with the same command without --dry-run")
         console.print(f"best run: `tpu-rl runs {recipe.name}` names it by held-out accuracy once they are evaluated")
         return
+    check_names_free(plan, settings)
     start_runs(plan, settings, console)
+
+
+def run_warnings(plan: SweepPlan) -> list[str]:
+    """The warnings `run` prints before it starts (an odd schedule, a run far dearer than the recipe's),
+    each once for the whole sweep rather than once per run."""
+    from recipes.cost import COSTLY_RATIO, costly_run_warning
+    from recipes.schedule import schedule_warning
+
+    lines: list[str] = []
+    for run in plan.runs:
+        line = schedule_warning(run.recipe)
+        if line and line not in lines:
+            lines.append(line)
+    costly = [run.recipe.run for run in plan.runs if costly_run_warning(run.recipe)]
+    if costly:
+        lines.append(f"warning: {len(costly)} of the sweep's runs ({', '.join(costly)}) are estimated at "
+                     f"{COSTLY_RATIO:g} times the recipe's own run or more: check the --set items that change "
+                     "their steps or their evaluation")
+    return lines
+
+
+def check_names_free(plan: SweepPlan, settings: Settings) -> None:
+    """The guard `run` applies to its name (record.py RunRecord.open), to every run of the sweep before any
+    is started: a run whose name a record in the bucket holds for other settings is refused."""
+    from jobs.paths import ArtifactPaths
+    from scripts.cli.cloud import make_session
+    from scripts.pipeline.record import run_records, settings_clash
+
+    records = run_records(make_session(plan.runs[0].recipe, settings, "reads"))
+    for run in plan.runs:
+        changes = settings_clash(run.recipe, records.get(run.recipe.run))
+        if changes:
+            raise UserError(f"sweep {plan.name}: run '{run.recipe.run}' was started with other settings ({changes}; "
+                            f"see {ArtifactPaths(run.recipe, settings).run_record}): give it another name in the "
+                            "sweep file, or leave its name out; nothing was started")
 
 
 def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
     """Each run started detached through the platform (Platform.run(detach=True)), in the plan's order. When
     run k cannot be started, the line names those that were, and how to stop them."""
-    from rich.markup import escape
-
     from scripts.cli.cloud import make_session
     from scripts.pipeline.platforms import platform_for
 
@@ -177,20 +214,29 @@ def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
                                      show_manifests=False, detach=True)
         except (Outcome, UserError, KeyboardInterrupt) as error:
             interrupted = isinstance(error, KeyboardInterrupt)
-            stop = "; ".join(f"`tpu-rl cancel {recipe.name} --run {name} --yes`" for name in started)
-            done = (f"{len(started)} run(s) were started ({', '.join(started)}); stop them with {stop}"
-                    if started else "no run was started")
+            done = _started_line(recipe.name, started)
             line = f"sweep {plan.name}: run {recipe.run} was not started ({'interrupted' if interrupted else error}); "
             if interrupted or isinstance(error, UserError):
                 raise (Interrupted if interrupted else UserError)(line + done) from None
             ending = SweepNotStarted(line + done)
             ending.code = error.code  # the exit code of what stopped it
             raise ending from None
+        except BaseException:  # anything else: the runs already started are named, then it goes on up
+            console.print(escape(f"sweep {plan.name}: run {recipe.run} was not started; "
+                                 + _started_line(recipe.name, started)))
+            raise
         started.append(recipe.run)
         console.print(f"started run {recipe.run} ({len(started)} of {len(plan.runs)})")
-    console.print(f"sweep {plan.name}: {len(started)} runs started; Kueue trains them in turn. Follow them with "
-                  f"`tpu-rl runs {plan.runs[0].recipe.name}`")
+    console.print(f"sweep {plan.name}: {len(started)} runs started; Kueue trains them one after another, in "
+                  f"the order their drivers submit train. Follow them with `tpu-rl runs {plan.runs[0].recipe.name}`")
     console.print(escape(sweep_summary(session, plan)))
+
+
+def _started_line(recipe_name: str, started: list[str]) -> str:
+    """The runs of a sweep that were started before one was not, and how to stop them."""
+    stop = "; ".join(f"`tpu-rl cancel {recipe_name} --run {name} --yes`" for name in started)
+    return (f"{len(started)} run(s) were started ({', '.join(started)}); stop them with {stop}" if started
+            else "no run was started")
 
 
 def sweep_summary(session, plan: SweepPlan) -> str:

@@ -97,14 +97,17 @@ def sweep_runs(recipe: Recipe, settings: Settings, storage, sweep: str) -> list[
 
 
 def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings: Callable[[], Settings],
-            reach_seconds: float | None = None, sweep: str | None = None) -> list[Run]:
+            reach_seconds: float | None = None, sweep: str | None = None,
+            say: Callable[[str], object] = print) -> list[Run]:
     """The runs asked for: each --run of the recipe from the bucket, and the runs of --sweep, then each
-    --from location; with none, the recipe's default run. Settings and the storage client are made only
-    when the bucket or a gs:// location is read; `reach_seconds` bounds the first contact with the bucket
-    (scripts.cloud.reach)."""
+    --from location; with none, the recipe's default run. A run of the sweep without curves yet (queued,
+    converting) is left out, and `say` names those in one line. Settings and the storage client are made
+    only when the bucket or a gs:// location is read; `reach_seconds` bounds the first contact with the
+    bucket (scripts.cloud.reach)."""
     runs = [check_run_name(run) for run in _unique(runs)]
     sources = [_checked_source(source) for source in _unique(sources)]  # before anything is read
     settings = storage = None
+    swept: list[str] = []  # the runs of --sweep not named by --run
     if runs or sweep or not sources or any(source.startswith("gs://") for source in sources):
         from jobs.paths import ArtifactPaths
         from scripts.cloud.clients import Clients
@@ -117,16 +120,25 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
         if runs or sweep:  # read from GCS_BUCKET: stop first, as preflight does, when it does not exist
             require_bucket(storage, settings, within=reach_seconds)
         if sweep:
-            runs = _unique([*runs, *sweep_runs(recipe, settings, storage, sweep)])
+            swept = [run for run in sweep_runs(recipe, settings, storage, sweep) if run not in runs]
+            runs = [*runs, *swept]
         for source in sources:  # and each --from bucket, before anything is read
             if source.startswith("gs://"):
                 require_source_bucket(storage, settings, source)
-    loaded = []
+    loaded, without_curves = [], []
     for run in runs:
         found = read_run(run, run_directory(recipe, settings, run), storage)
+        if found is None and run in swept:
+            without_curves.append(run)
+            continue
         if found is None:
             raise missing_run(run, recipe, settings, storage)
         loaded.append(with_record(found, recipe, settings, storage))
+    if without_curves:
+        if not loaded and not sources:
+            raise UserError(f"--sweep {sweep}: none of its {len(without_curves)} runs has curves yet (queued, or "
+                            f"not training yet): `tpu-rl runs {recipe.name}` shows where each is")
+        say(f"--sweep {sweep}: no curves yet for {', '.join(without_curves)}; left out")
     for source in sources:
         label = source_label(source)
         found = read_run(label if label not in {run.name for run in loaded} else source, source, storage)

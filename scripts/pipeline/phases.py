@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Callable
 
 from rich.markup import escape
 
@@ -66,6 +67,8 @@ class Phases:
     spans: list[list] = field(default_factory=list)  # [phase, started, seconds]
     capacity: str | None = None  # the mode the TPU workers last had their nodes on (admission.py)
     restarts: list[dict] = field(default_factory=list)  # each JobSet restart (gke/wait.py restart_of)
+    # Called with the phases at each new phase (capacity.py writes them into run.json, for `runs`' cost).
+    on_change: Callable[["Phases"], object] | None = field(default=None, repr=False, compare=False)
 
     def observe(self, phase: str | None, now: datetime) -> str | None:
         """Count up to `now`; the line to print when the phase changed, else None."""
@@ -77,6 +80,8 @@ class Phases:
         elif phase is None:
             return None
         self.spans.append([phase, now, 0.0])
+        if self.on_change is not None:
+            self.on_change(self)
         if len(self.spans) == 1:
             return None
         before = self.spans[-2]

@@ -90,9 +90,8 @@ class RunRecord:
         was written for other settings: the same name would resume another run's checkpoints."""
         paths = session.paths
         existing = gcs.read_json(session.clients.storage(), paths.run_record) or {}
-        identity = run_identity(session.recipe)
-        if existing and existing.get("identity") != identity:
-            changes = differing_fields(existing.get("identity") or {}, identity) or "its record has no identity"
+        changes = settings_clash(session.recipe, existing)
+        if changes:
             derived = default_run_name(session.recipe)
             raise UserError(
                 f"run '{paths.run_name}' was started with other settings ({changes}; see {paths.run_record}): "
@@ -144,6 +143,10 @@ class RunRecord:
         for step, kind in actions.items():
             entry = steps.setdefault(step, {"capacity": None})
             entry.update(action=kind, jobset=(jobsets or {}).get(step))
+            if kind in ("submit", "replace"):
+                entry["submitted"] = True  # this run submitted the JobSet: its time is this run's cost
+            elif kind == "attach":
+                entry.setdefault("submitted", False)  # one submitted before: by this run, or another's convert
             if kind == "skip":
                 entry["status"] = "verified"
             else:
@@ -167,6 +170,16 @@ class RunRecord:
         """More about a step (its phases, its idle TPU time), without changing its status or times."""
         self.data.setdefault("steps", {}).setdefault(step, {"capacity": None}).update(**fields)
         self.write()
+
+    def note_while_running(self, step: Step, **fields: object) -> None:
+        """`note` during a step's wait (its phases as they change), left out once `tpu-rl cancel` has marked
+        the run in the bucket: that record says why the JobSet went away, and must not be overwritten."""
+        try:
+            stored = gcs.read_json(self.session.clients.storage(), self.session.paths.run_record) or {}
+        except ApiError:
+            return  # the next phase, or the step's end, writes them
+        if stored.get("status") != "cancelled":
+            self.note(step, **fields)
 
     def finish(self, error: BaseException | None) -> None:
         """The end of this invocation: succeeded, failed (a step failed or lost its output), interrupted
@@ -246,6 +259,15 @@ def cancellation_of(session: Session, jobset: str) -> str | None:
         return None
     found = [entry["at"] for entry in data.get("cancellations") or [] if jobset in entry.get("jobsets", [])]
     return found[-1] if found else None
+
+
+def settings_clash(recipe, record: dict | None) -> str | None:
+    """How the settings a run's record was written for differ from `recipe`'s (the same name would resume
+    another run's checkpoints); None when the name may be used: no record, or the same settings."""
+    identity = run_identity(recipe)
+    if not record or record.get("identity") == identity:
+        return None
+    return differing_fields(record.get("identity") or {}, identity) or "its record has no identity"
 
 
 def run_records(session: Session) -> dict[str, dict | None]:

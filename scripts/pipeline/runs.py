@@ -17,7 +17,7 @@ from recipes import STEPS, UserError
 from recipes.prices import usd
 from scripts.pipeline.record import run_records
 from scripts.pipeline.session import Session, hms
-from scripts.rundata.evaluation import accuracy_change, resumed_first
+from scripts.rundata.evaluation import accuracy_change, after_training, eval_set_name, resumed_first
 from scripts.rundata.events import latest_scalars_in_bucket, run_directory
 from scripts.rundata.records import record_differences
 from scripts.rundata.tags import LOSS, REWARD_MEAN
@@ -49,6 +49,8 @@ class RunSummary:
     sweep: str | None = None  # the sweep that started it (its record's `sweep`)
     queued: int | None = None  # its place in the platform's queue (1: next), while it waits there
     cost_usd: float | None = None  # estimated from the time its steps billed so far (billed_usd)
+    accuracy_post: float | None = None  # the last evaluation after training only: what a sweep ranks by
+    held_out: str = ""  # the set it was evaluated on after training: `64 gsm8k test`
 
     @property
     def state_text(self) -> str:
@@ -138,6 +140,8 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
     started, ended = _time(record.get("created")), _time(ended_text)
     end = session.now() if status == "running" else ended
     change = accuracy_change(record.get("evaluations") or [])
+    post = after_training(record.get("evaluations") or [])
+    train_overrides = (record.get("overrides") or {}).get("train") or []
     resumed = resumed_first(record.get("evaluations") or [])
     duration = int((end - started).total_seconds()) if started and end else None
     return RunSummary(
@@ -152,31 +156,38 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
         accuracy_after=change.after.accuracy if change.after else None,
         accuracy_resumed=resumed.accuracy if resumed else None,
         differs=record_differences(session.recipe, record), sweep=record.get("sweep"),
-        cost_usd=billed_usd(session, record))
+        cost_usd=billed_usd(session, record), accuracy_post=post.accuracy if post else None,
+        held_out=f"{post.total} {eval_set_name(train_overrides)}" if post else "")
 
 
 def _step_seconds(entry: dict, now: datetime) -> float:
     """What a step billed for, in seconds: its phases but `queued` (no node is up while Kueue holds it)
-    once `run` recorded them, else from its start to its end, or to now while it runs."""
+    once `run` recorded them (at each new phase; the last one of a step still running counted to now),
+    else from its start to its end, or to now while it runs."""
     phases = entry.get("phases")
+    running = entry.get("status") == "running"
     if phases:
-        return float(sum(span.get("seconds") or 0 for span in phases if span.get("phase") != "queued"))
+        spans = [(span.get("phase"), float(span.get("seconds") or 0)) for span in phases]
+        if running and (started := _time(phases[-1].get("started"))):
+            spans[-1] = (spans[-1][0], max((now - started).total_seconds(), spans[-1][1]))
+        return sum(seconds for phase, seconds in spans if phase != "queued")
     started, ended = _time(entry.get("started")), _time(entry.get("ended"))
-    end = ended or (now if entry.get("status") == "running" else None)
+    end = ended or (now if running else None)
     return max((end - started).total_seconds(), 0.0) if started and end else 0.0
 
 
 def billed_usd(session: Session, record: dict) -> float | None:
-    """The run's cost so far, estimated at list prices (recipes/cost.py) from each step's billed time:
-    an upper bound for a step still running, whose time in Kueue's queue is counted until `run` notes
-    its phases. None without a record of steps."""
+    """The run's cost so far, estimated at list prices (recipes/cost.py) from each step's billed time. A
+    step whose JobSet another run submitted (the shared convert, which the record says this run did not
+    submit) is that run's cost, not this one's. None without a record of steps."""
     from recipes.cost import hourly_estimate
 
     steps = {step: entry for step, entry in (record.get("steps") or {}).items() if step in STEPS}
     if not steps:
         return None
     hourly, now = hourly_estimate(session.recipe), session.now()
-    return sum(hourly.during(step) * _step_seconds(entry, now) / 3600 for step, entry in steps.items())
+    return sum(hourly.during(step) * _step_seconds(entry, now) / 3600 for step, entry in steps.items()
+               if entry.get("submitted") is not False)
 
 
 def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:
@@ -199,15 +210,23 @@ def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:
 
 
 def best_of_sweep(runs: list[RunSummary], sweep: str) -> str:
-    """One line naming the sweep's best run by held-out accuracy after training."""
+    """One line naming the sweep's best run by held-out accuracy after training (an intermediate
+    evaluation is not ranked), among the runs evaluated on the held-out set most of them were; the runs
+    evaluated on another set are named, not ranked."""
+    from collections import Counter
+
     members = [run for run in runs if run.sweep == sweep]
-    scored = [run for run in members if run.accuracy_after is not None]
+    scored = [run for run in members if run.accuracy_post is not None]
     if not scored:
         return (f"sweep {sweep}: {len(members)} runs, none evaluated after training yet; `tpu-rl runs` names "
                 "the best once they are")
-    best = max(scored, key=lambda run: run.accuracy_after)
+    held_out = Counter(run.held_out for run in scored).most_common(1)[0][0]
+    ranked = [run for run in scored if run.held_out == held_out]
+    best = max(ranked, key=lambda run: run.accuracy_post)
+    others = [f"{run.run} ({run.held_out})" for run in scored if run.held_out != held_out]
+    apart = f"; not ranked, evaluated on another held-out set than {held_out}: {', '.join(others)}" if others else ""
     return (f"sweep {sweep}: best run {best.run}, held-out accuracy {best.accuracy_text} "
-            f"({len(scored)} of {len(members)} runs evaluated)")
+            f"({len(ranked)} of {len(members)} runs evaluated){apart}")
 
 
 def list_runs(session: Session) -> RunList:

@@ -162,6 +162,12 @@ def accuracy_change(entries: Iterable[dict]) -> AccuracyChange:
     return AccuracyChange(pres[0] if pres else None, posts[-1] if posts else None)
 
 
+def after_training(entries: Iterable[dict]) -> Evaluation | None:
+    """The last evaluation after training (Post), never an intermediate one: what runs are ranked by."""
+    posts = [e for e in map(Evaluation.from_record, entries) if e.phase == "post"]
+    return posts[-1] if posts else None
+
+
 def resumed_first(entries: Iterable[dict]) -> Evaluation | None:
     """The first Pre when none is known to be before training: a resumed attempt's of an unknown step
     (`tpu-rl runs` marks it with RESUMED_NOTE's "step unknown" rather than show it as the accuracy before

@@ -21,7 +21,20 @@ class Admission:
 
     def capacity_of(self, name: str) -> str | None:
         """The mode Kueue admits the TPU pods to: the one their template selects, else the plan's."""
-        return self._selected(name, "tpu-rl/capacity", self.plans.get(name, Plan()).capacity)
+        return self._selected(name, "tpu-rl/capacity", self._assigned.get(name) or self.plans.get(name, Plan()).capacity)
+
+    def _pinned(self, name: str) -> bool:
+        return self._selected(name, "tpu-rl/capacity", None) is not None
+
+    def _assign_flavor(self, name: str) -> None:
+        """With flavor_order, an unpinned TPU workload without quota gets the first flavor where it fits."""
+        if not self.flavor_order or self._pinned(name) or not kueue.tpu_chips(self.workloads[name]):
+            return
+        for mode in self.flavor_order:
+            self._assigned[name] = mode
+            if self._quota_free(name):
+                return
+        self._assigned[name] = self.flavor_order[0]
 
     def zone_of(self, name: str) -> str | None:
         """The zone Kueue admits the TPU pods to: the one their template selects, else the plan's."""
@@ -53,6 +66,9 @@ class Admission:
             return False
         if any(c["type"] == "Admitted" and c["status"] == "True" for c in wl["status"]["conditions"]):
             return True
+        if kueue.backing_off(wl):
+            return False  # evicted after a failed request, out of the queue until status.requeueState.requeueAt
+        self._assign_flavor(name)
         capacity = self.capacity_of(name)
         flavor = self.flavor_of(name)
         if not self._quota_free(name):
@@ -66,8 +82,6 @@ class Admission:
             kueue.reserve(wl, flavor, checked=False)
             kueue.admit(wl)
             return True
-        if kueue.backing_off(wl):
-            return False  # evicted after a failed request, until status.requeueState.requeueAt
         kueue.reserve(wl, flavor, checked=True)
         requests = sorted(self.requests_of(name), key=lambda r: int(r["metadata"]["name"].rsplit("-", 1)[1]))
         failed = bool(requests) and any(c["type"] == "Failed" and c["status"] == "True"
@@ -102,11 +116,14 @@ class Admission:
         return False
 
     def _quota_free(self, name: str) -> bool:
-        """With `slice_quota`, whether Kueue gives this TPU workload the quota now: fewer than slice_quota
-        TPU workloads hold it, and none waits before it in Kueue's order (kueue.queue_order)."""
+        """With `slice_quota`, whether Kueue gives this TPU workload its flavor's quota now: fewer than
+        slice_quota TPU workloads hold that flavor's, and none waits for it before this one in Kueue's order
+        (kueue.queue_order)."""
         if self.slice_quota is None or not kueue.tpu_chips(self.workloads[name]):
             return True
-        tpu = {other: wl for other, wl in self.workloads.items() if kueue.tpu_chips(wl)}
+        flavor = self.flavor_of(name)
+        tpu = {other: wl for other, wl in self.workloads.items()
+               if kueue.tpu_chips(wl) and other in self.jobsets and self.flavor_of(other) == flavor}
         held = [other for other, wl in tpu.items() if other != name and kueue.holds_quota(wl)]
         waiting = kueue.queue_order([wl for wl in tpu.values() if not kueue.holds_quota(wl)
                                      and not kueue.finished(wl) and wl["spec"]["active"]])

@@ -153,6 +153,10 @@ class KubeApi(JobSetLife, Admission, PeerServer):
     # How many TPU workloads the ClusterQueue's quota admits at once (one slice: 1); None: no quota is
     # short, each is admitted as its plan says. The others wait, in Kueue's order (Admission._quota_free).
     slice_quota: int | None = None
+    # With slice_quota, each TPU flavor's quota: the ClusterQueue's modes in order. Kueue's flavor assigner
+    # admits an unpinned workload to the first flavor with unused quota (flavorassigner.go
+    # findFlavorForPodSetResource; nothing preempts within our ClusterQueue). None: the plan's mode.
+    flavor_order: tuple[str, ...] | None = None
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 
@@ -162,6 +166,7 @@ class KubeApi(JobSetLife, Admission, PeerServer):
         self._ticks: dict[str, int] = {}
         self._terminating: set[str] = set()  # JobSets whose earlier attempt's pods are still going away
         self._filed: dict[str, int] = {}  # requests Kueue filed for the JobSet's Workload, by JobSet name
+        self._assigned: dict[str, str] = {}  # the mode the flavor assigner chose (flavor_order), by JobSet
 
     # -- what tests use ---------------------------------------------------------------------------
     def plan(self, name: str, **kwargs) -> Plan:
@@ -288,6 +293,7 @@ class KubeApi(JobSetLife, Admission, PeerServer):
             for request in self.requests_of(name):  # owned by the Workload, which the JobSet owns
                 del self.provreqs[request["metadata"]["name"]]
             del self.workloads[name]
+            self._assigned.pop(name, None)
             for pod in self._pods_of(name):
                 del self.pods[pod["metadata"]["name"]]
             return Reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})

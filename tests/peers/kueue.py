@@ -151,12 +151,20 @@ def holds_quota(workload: dict) -> bool:
     return _true(workload, "QuotaReserved") and not finished(workload)
 
 
+def queue_order_timestamp(workload: dict) -> str:
+    """pkg/workload/workload.go Ordering.GetQueueOrderTimestamp: a workload evicted by its admission check
+    (Evicted True, reason AdmissionCheck) queues from its eviction, any other from its creation."""
+    evicted = next((c for c in workload["status"].get("conditions") or [] if c["type"] == "Evicted"), {})
+    if evicted.get("status") == "True" and evicted.get("reason") == "AdmissionCheck":
+        return evicted["lastTransitionTime"]
+    return workload["metadata"]["creationTimestamp"]
+
+
 def queue_order(workloads: list[dict]) -> list[dict]:
     """Pending workloads in the order Kueue v0.17.1 admits them (pkg/cache/queue/cluster_queue.go
-    baseCompareFunc 753-782): priority, then the queue-order timestamp (creation; pkg/workload/workload.go
-    GetQueueOrderTimestamp), then the UID."""
+    baseCompareFunc): priority, then the queue-order timestamp (queue_order_timestamp), then the UID."""
     return sorted(workloads, key=lambda wl: (-int(wl["spec"].get("priority") or 0),
-                                             wl["metadata"]["creationTimestamp"], wl["metadata"]["uid"]))
+                                             queue_order_timestamp(wl), wl["metadata"]["uid"]))
 
 
 def finish(workload: dict, succeeded: bool, message: str) -> None:

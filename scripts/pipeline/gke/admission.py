@@ -53,7 +53,8 @@ def read_admission(session: Session, jobset: dict | None) -> Admission:
     found = workload_of(cluster.list_workloads(f"{WORKLOAD_JOB_UID_LABEL}={uid}"), jobset)
     workload = workload_state(found)
     request = latest_request(cluster.list_provisioning_requests(), workload.uid) if workload.uid else None
-    queue = behind_our_own(found, cluster.list_workloads()) if workload.phase == "queued" else None
+    queue = behind_our_own(found, cluster.list_workloads(), session.now()) \
+        if workload.phase in ("queued", "evicted") else None
     return Admission(workload, request, queue)
 
 
@@ -90,6 +91,16 @@ def pinned_job(job: StepJob, place: Place | tuple[str, str | None] | None) -> St
         return job
     mode, zone = (place.mode, place.zone if place.zoned else None) if isinstance(place, Place) else place
     return StepJob(job.step, job.name, pin_capacity(job.manifest, mode, zone), job.selector, job.expected_pods)
+
+
+def sweep_train(session: Session, job: StepJob) -> StepJob:
+    """A sweep's train pinned to the first place of CAPACITY and ZONE, so that its runs queue for that
+    slice: each TPU flavor has one slice's quota and nothing preempts within our ClusterQueue, so an
+    unpinned run would be admitted at once on the next, dearer, flavor while another holds the first
+    (kueue v0.17.1 flavorassigner.go assignFlavors, findFlavorForPodSetResource). A later place is used
+    only on failover (capacity.py), which pins the next one."""
+    places = places_of(session)
+    return pinned_job(job, places[0]) if session.recipe.sweep and len(places) > 1 else job
 
 
 def like_existing(job: StepJob, existing: dict | None) -> StepJob:

@@ -75,7 +75,7 @@ def wait_with_capacity(session: Session, job: StepJob, follow_logs: bool, record
     `go_on` is the command that goes on after a stop; `on_head_log` as in wait_for_jobset; `first` the
     step's JobSet as rendered, which a lost slice is submitted again as (`job` may be pinned like the
     JobSet a reattaching `run` found)."""
-    phases = Phases(job.step)
+    phases = Phases(job.step, on_change=lambda seen: record.note_while_running(job.step, phases=seen.as_record()))
     try:
         _wait_with_capacity(session, job, follow_logs, record, go_on, phases, on_head_log, first or job)
     except RunCancelled:

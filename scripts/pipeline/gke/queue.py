@@ -6,9 +6,11 @@ our own workloads hold its quota. Kueue's message and order: docs/provenance.md#
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
-from recipes.conventions import LOCAL_QUEUE
+from recipes.conventions import LOCAL_QUEUE, TPU_RESOURCE
 from scripts.cloud.kube_objects import workload_state
+from scripts.pipeline.gke.steps import parse_time
 
 INSUFFICIENT_QUOTA = "insufficient unused quota"  # quota held by others, not quota lacking (fitsResourceQuota)
 
@@ -20,6 +22,14 @@ def _conditions(workload: dict) -> dict[str, dict]:
 def ours(workloads: list[dict]) -> list[dict]:
     """The workloads of the stack's LocalQueue (spec.queueName), which feeds our ClusterQueue."""
     return [wl for wl in workloads if (wl.get("spec") or {}).get("queueName") == LOCAL_QUEUE]
+
+
+def asks_tpu(workload: dict) -> bool:
+    """Whether the workload waits for TPU quota (a train) rather than the CPU pool's (convert, export):
+    the two queue for different flavors, so each is ranked only among its kind."""
+    return any(TPU_RESOURCE in ((container.get("resources") or {}).get("limits") or {})
+               for pod_set in (workload.get("spec") or {}).get("podSets") or []
+               for container in ((pod_set.get("template") or {}).get("spec") or {}).get("containers") or [])
 
 
 def holders(workloads: list[dict]) -> list[dict]:
@@ -54,24 +64,42 @@ class QueuePlace:
     ahead_of: tuple[str, ...]  # the JobSets holding the quota it waits for
 
 
-def behind_our_own(workload: dict | None, workloads: list[dict]) -> QueuePlace | None:
+def _in_the_queue(workload: dict, now: datetime | None) -> bool:
+    """Queued, or evicted and back in the queue: an evicted workload keeps Evicted True until its quota is
+    reserved again (kueue v0.17.1 pkg/workload/workload.go SetQuotaReservation), so one requeued (no
+    requeueAt still ahead) and pending for quota waits like a queued one."""
+    state = workload_state(workload)
+    if state.phase == "queued":
+        return True
+    quota = _conditions(workload).get("QuotaReserved") or {}
+    requeue_at = parse_time(state.requeue_at) if state.requeue_at else None
+    return (state.phase == "evicted" and quota.get("status") == "False" and quota.get("reason") == "Pending"
+            and (requeue_at is None or now is None or requeue_at <= now))
+
+
+def behind_our_own(workload: dict | None, workloads: list[dict], now: datetime | None = None) -> QueuePlace | None:
     """Where a pending workload stands when it waits for quota another of our workloads holds; None when
-    it waits for anything else (capacity, an admission check, quota no workload of ours holds)."""
-    if workload is None or workload_state(workload).phase != "queued":
+    it waits for anything else (capacity, an admission check, quota no workload of ours holds, a retry's
+    backoff until a requeueAt after `now`)."""
+    if workload is None or not _in_the_queue(workload, now):
         return None
     message = (_conditions(workload).get("QuotaReserved") or {}).get("message", "")
     uid = (workload.get("metadata") or {}).get("uid")
-    holding = [wl for wl in holders(workloads) if (wl.get("metadata") or {}).get("uid") != uid]
+    kind = asks_tpu(workload)
+    holding = [wl for wl in holders(workloads) if (wl.get("metadata") or {}).get("uid") != uid and asks_tpu(wl) == kind]
     if INSUFFICIENT_QUOTA not in message or not holding:
         return None
-    order = [(wl.get("metadata") or {}).get("uid") for wl in pending_in_order(workloads)]
+    order = [(wl.get("metadata") or {}).get("uid") for wl in pending_in_order(workloads) if asks_tpu(wl) == kind]
     position = order.index(uid) + 1 if uid in order else len(order) + 1
     return QueuePlace(position, max(len(order), position), tuple(sorted(filter(None, map(owner_jobset, holding)))))
 
 
 def positions(workloads: list[dict]) -> dict[str, int]:
-    """Each waiting JobSet's place in the queue (1: admitted next), by JobSet name."""
-    return {owner_jobset(wl): number for number, wl in enumerate(pending_in_order(workloads), 1)}
+    """Each waiting JobSet's place in the queue (1: admitted next) among those waiting for the same kind of
+    quota (asks_tpu), by JobSet name."""
+    waiting = pending_in_order(workloads)
+    return {owner_jobset(wl): number for kind in (True, False)
+            for number, wl in enumerate((wl for wl in waiting if asks_tpu(wl) == kind), 1)}
 
 
 def run_positions(session) -> dict[str, int]:

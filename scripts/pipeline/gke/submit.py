@@ -14,6 +14,7 @@ from scripts.cloud.kube_objects import capacity_of, zone_of
 from scripts.outcome import ApiError, Interrupted, StepFailed
 from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run, spec_change
 from scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging
+from scripts.pipeline.gke.admission import sweep_train
 from scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
 from scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
 from scripts.pipeline.record import RunRecord, ending_run
@@ -28,6 +29,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
     except ApiError as error:
         raise ApiError(f"{error}; nothing was submitted") from None
     jobs = step_jobs(session.recipe, session.settings, export_step)
+    jobs["train"] = sweep_train(session, jobs["train"])  # a sweep's runs queue for the first mode's slice
     rendered = dict(jobs)  # as rendered, Kueue picks by quota order: what `run` submits (plan pins `jobs`)
     if dry_run and session.confirm is not None:
         session.confirm = lambda question: True  # the plan as if the question were answered yes; it says so
@@ -93,6 +95,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str,
             else:
                 console.print(f"{action.step}: JobSet {job.name} was submitted meanwhile with this run's spec (by "
                               "an identical `run`); reattaching to it (not submitting a duplicate)")
+                fields["submitted"] = action.step != "convert"  # the shared convert: another run's (runs.py)
         else:
             console.print(f"{action.step}: {action.why}; reattaching to it (not submitting a duplicate)")
         record.step(action.step, "running", **fields)
