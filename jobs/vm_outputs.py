@@ -45,6 +45,7 @@ FAILURE_STAY_MINUTES = 60
 # create_shutdown_run_nologin_or_warn): an SSH login to run `sudo shutdown -c` must come before that.
 NOLOGIN_MINUTES = 5
 KEEP_UP_WITHIN_MINUTES = FAILURE_STAY_MINUTES - NOLOGIN_MINUTES
+UNKNOWN_INSTANCE = "unknown"  # the stop record's instance when the metadata server did not answer
 # The metadata server's id of this instance (Compute Engine docs, compute/docs/metadata/predefined-metadata-keys,
 # instance/id; the header is required, compute/docs/metadata/querying-metadata): bounded, like every call.
 INSTANCE_ID_URL = "http://metadata.google.internal/computeMetadata/v1/instance/id"
@@ -151,7 +152,7 @@ elif [[ -z "$RAN" ]] && stopped_here; then
 else
   begin_phase {VERIFYING}
   verify_outputs
-  printf 'attempt=%s at=%s instance=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" "${{INSTANCE_ID:-unknown}}" | put "$STOP_RECORD"
+  printf 'attempt=%s at=%s instance=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" "${{INSTANCE_ID:-{UNKNOWN_INSTANCE}}}" | put "$STOP_RECORD"
   log "{STOPPED}: every output of run $RUN is verified in the bucket: the VM powers itself off ({STOP_COMMAND}) and bills only its boot disk from now; a new run: change the recipe, then \\`{deploy}\\` (it replaces the VM)"
   PHASE="{DONE_PHASE}" ENDED={STOPPED} POWER_OFF=1
 fi"""
