@@ -18,12 +18,12 @@ Decisions (docs/pipeline.md, "When the run ends", has the sources):
   like after a failure.
 - A failed phase keeps the VM up for a look, bounded: the script schedules the power-off FAILURE_STAY_MINUTES
   later (`shutdown -h +N`: a time without ':' is minutes from now, systemd/systemd src/systemctl/
-  systemctl-compat-shutdown.c parse_shutdown_time_spec), which `sudo shutdown -c` cancels and a reboot (to
-  resume) drops: logind keeps the schedule in /run/systemd/shutdown/scheduled (SHUTDOWN_SCHEDULE_FILE,
+  systemctl-compat-shutdown.c parse_shutdown_time_spec), which `sudo shutdown -c` cancels and a reboot (to resume)
+  drops: logind keeps the schedule in /run/systemd/shutdown/scheduled (SHUTDOWN_SCHEDULE_FILE,
   src/login/logind-dbus.c), and /run does not outlive a boot; a rerun by hand cancels it (`shutdown -c` at the
   script's start). logind refuses unprivileged logins NOLOGIN_MINUTES before the power-off (/run/nologin,
-  src/login/logind-dbus.c create_shutdown_run_nologin_or_warn), so the user has that much less. A cancel (`tpu-rl cancel`) leaves the VM as it
-  is: the user is there.
+  src/login/logind-dbus.c nologin_timeout_usec), so the user has that much less. A cancel (`tpu-rl cancel`) leaves
+  the VM as it is: the user is there.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ STOP_COMMAND = "shutdown -h now"
 # How long a VM whose run failed stays up for a look before it powers itself off: about the v6e-8 hour that
 # a new VM's install costs again, so a failure at night bills at most that much idle time.
 FAILURE_STAY_MINUTES = 60
-# logind writes /run/nologin 5 min before a scheduled shutdown (systemd/systemd src/login/logind-dbus.c,
-# create_shutdown_run_nologin_or_warn): an SSH login to run `sudo shutdown -c` must come before that.
+# logind writes /run/nologin 5 min before a scheduled shutdown (systemd/systemd src/login/logind-dbus.c
+# nologin_timeout_usec, "Issue /run/nologin five minutes before shutdown"): an SSH login must come before.
 NOLOGIN_MINUTES = 5
 KEEP_UP_WITHIN_MINUTES = FAILURE_STAY_MINUTES - NOLOGIN_MINUTES
 UNKNOWN_INSTANCE = "unknown"  # the stop record's instance when the metadata server did not answer

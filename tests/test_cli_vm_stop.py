@@ -53,7 +53,8 @@ def test_status_after_a_self_stop_says_so_and_how_the_next_run_starts(settings_e
     assert "TPU VM rl-test-vm (TERMINATED; startup script: done)" in text
     assert ("TPU VM rl-test-vm stopped itself at 20" in text and "after its startup script verified every output "
             f"of run {RUN} (VM_AFTER_RUN=stop): it bills only its boot disk now, until `npx cdktf destroy {RECIPE}`; "
-            f"reservation {RESERVATION} keeps billing ${8 * RESERVED_CHIP_HOUR:.2f}/h until it is deleted (tpu-rl never deletes it); "
+            f"reservation {RESERVATION} keeps billing ${8 * RESERVED_CHIP_HOUR:.2f}/h until it is deleted (tpu-rl "
+            "never deletes it); "
             "a TPU VM cannot be started again: a new run: change rl.overrides in recipes.toml, then `npx cdktf "
             f"deploy {RECIPE}`") in text
     assert "Compute Engine serves its serial console only while it runs" not in text

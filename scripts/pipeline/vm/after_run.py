@@ -69,7 +69,8 @@ def stopped_line(session: Session, record: Attempt) -> str:
     vm, name = session.settings.vm_name, session.recipe.name
     return (f"TPU VM {vm} stopped itself at {record.at} after its startup script verified every output of run "
             f"{session.paths.run_name} ({after_run_setting(session.settings)}): it bills only its boot disk now, "
-            f"until `npx cdktf destroy {name}`{reservation_billing(session)}; a TPU VM cannot be started again: {next_run_hint(session)}")
+            f"until `npx cdktf destroy {name}`{reservation_billing(session)}; a TPU VM cannot be started again: "
+            f"{next_run_hint(session)}")
 
 
 def stays_up_cost(session: Session) -> str:
