@@ -218,10 +218,12 @@ def test_a_new_vm_of_a_run_whose_vm_stopped_itself_verifies_and_stops_again(sett
     assert result.exit_code == 0, result.output
     assert (f"TPU VM rl-test-vm stops itself once its startup script verified every output (it is a new VM: run "
             f"{RUN}'s earlier VM stopped itself at 20") in text_of(result)
+    status = runner.invoke(app, ["status", RECIPE])
+    assert "(RUNNING" in text_of(status) and "(it is a new VM: run" in text_of(status), status.output
     assert boot_and_show(guest, gcs, vm, FAKE_INSTANCE_ID="2002") == 0  # the new VM boots
     assert guest.power_offs == [STOP_COMMAND, STOP_COMMAND]
     vm.instances[VM] = "TERMINATED"
-    status = runner.invoke(app, ["status", RECIPE])
+    status = runner.invoke(app, ["status", RECIPE])  # the new VM's own record
     assert "TPU VM rl-test-vm stopped itself at 20" in text_of(status), status.output
 
 
