@@ -21,7 +21,6 @@ from scripts.outcome import ExitCode
 from vm_helpers import PATHS, RECIPE, RUN, VM, begin, boot_and_show, clock, console, finish, guest, put, vm  # noqa: F401 (clock, guest, vm: fixtures)
 
 runner = CliRunner()
-RESERVATION = SETTINGS["RESERVATION"]
 # What the reservation of the VM's 8 v6e chips bills per chip-hour, as the price table states it.
 RESERVED_CHIP_HOUR = tomllib.loads((Path(__file__).parents[1] / "recipes" / "prices.toml").read_text())[
     "tpu"]["v6e"]["reservation"]["chip_hour"]
@@ -53,7 +52,7 @@ def test_status_after_a_self_stop_says_so_and_how_the_next_run_starts(settings_e
     assert "TPU VM rl-test-vm (TERMINATED; startup script: done)" in text
     assert ("TPU VM rl-test-vm stopped itself at 20" in text and "after its startup script verified every output "
             f"of run {RUN} (VM_AFTER_RUN=stop): it bills only its boot disk now, until `npx cdktf destroy {RECIPE}`; "
-            f"reservation {RESERVATION} keeps billing ${8 * RESERVED_CHIP_HOUR:.2f}/h until it is deleted (tpu-rl "
+            f"the reservation it is bound to keeps billing ${8 * RESERVED_CHIP_HOUR:.2f}/h until it is deleted (tpu-rl "
             "never deletes it); "
             "a TPU VM cannot be started again: a new run: change rl.overrides in recipes.toml, then `npx cdktf "
             f"deploy {RECIPE}`") in text
@@ -256,8 +255,8 @@ def test_a_reservation_bound_vm_says_the_reservation_keeps_billing(settings_env,
     assert dry.exit_code == 0, dry.output
     text = text_of(dry)
     assert "no idle cost" not in text
-    assert (f"only its boot disk bills until `npx cdktf destroy {RECIPE}`; reservation "
-            f"{RESERVATION} keeps billing ${8 * RESERVED_CHIP_HOUR:.2f}/h until it is deleted") in text
+    assert (f"only its boot disk bills until `npx cdktf destroy {RECIPE}`; the reservation it is bound to "
+            f"keeps billing ${8 * RESERVED_CHIP_HOUR:.2f}/h until it is deleted") in text
 
 
 def test_a_terminated_vm_without_any_record_gets_the_delete_and_deploy_hint(settings_env, gcs, vm, monkeypatch):

@@ -60,8 +60,8 @@ def reservation_billing(session: Session) -> str:
     if not MODE_RULES[recipe.capacity[0]].reservation:
         return ""
     reserved = hourly_estimate(recipe, zones=session.settings.zones_for(recipe)).reserved
-    return (f"; reservation {session.settings.reservation} keeps billing {usd(reserved)}/h until it is deleted "
-            "(tpu-rl never deletes it)")
+    return (f"; the reservation it is bound to keeps billing {usd(reserved)}/h until it is deleted (tpu-rl never "
+            "deletes it)")
 
 
 def stopped_line(session: Session, record: Attempt) -> str:
