@@ -144,7 +144,8 @@ class Maintenance:
         from scripts.pipeline.vm.state import Failure
 
         session = self.session
-        if status != "TERMINATED" or Failure.parse(gcs.read_text(session.clients.storage(), session.paths.vm_failure)):
+        failure = Failure.parse(gcs.read_text(session.clients.storage(), session.paths.vm_failure))
+        if status != "TERMINATED" or failure is not None:
             return ""
         return (f"; it left no stop or failure record: if its startup script powered it off because gcloud never "
                 f"came up at boot, it will not come back: {redeploy_hint(session)}")
