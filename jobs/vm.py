@@ -290,6 +290,7 @@ trap on_exit EXIT
 log "attempt $ATTEMPT: {BOOT}"
 wait_for_gcloud || exit 1
 GCLOUD_READY=1
+begin_after_run
 # Before anything else in the bucket this boot is the attempt, and the last attempt's failure record is
 # superseded: a `tpu-rl run` that reads the bucket before this boot's first console line must not stop with it.
 begin_phase "{BOOT}"

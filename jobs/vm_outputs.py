@@ -10,16 +10,20 @@ Decisions (docs/pipeline.md, "When the run ends", has the sources):
 - Before it stops, the script checks in the bucket what `tpu-rl run` verifies of each step
   (scripts/cloud/gcs.py step_outputs: tests/test_jobs_vm_stop.py holds the two to the same objects); anything
   missing fails the phase `verifying` like a failed step, and the VM stays up.
-- The stop record (paths.vm_stop) is written before the power-off. A later boot whose run was already done and
-  whose VM already stopped itself (the record exists) runs nothing and does not stop at once: someone started
-  that VM on purpose. A boot that ran a step, or that finds the run done without the record (a stop cut short),
-  stops.
+- The stop record (paths.vm_stop) is written before the power-off, with the instance's id (the metadata
+  server's instance/id, Compute Engine docs, compute/docs/metadata/predefined-metadata-keys). A TPU VM that
+  stopped never boots again, so a boot that finds the run done is a NEW VM (deleted and deployed again) or a
+  rerun by hand on the same one: a record of another instance (or one it cannot read) counts as absent, and
+  that boot verifies and stops. A boot of the same instance that ran nothing stays up for a look, bounded
+  like after a failure.
 - A failed phase keeps the VM up for a look, bounded: the script schedules the power-off FAILURE_STAY_MINUTES
   later (`shutdown -h +N`: a time without ':' is minutes from now, systemd/systemd src/systemctl/
-  systemctl-compat-shutdown.c parse_shutdown_time_spec), which `sudo shutdown -c` cancels and a reboot (to
-  resume) drops: logind keeps the schedule in /run/systemd/shutdown/scheduled (SHUTDOWN_SCHEDULE_FILE,
-  src/login/logind-dbus.c), and /run does not outlive a boot. A cancel (`tpu-rl cancel`) leaves the VM as it
-  is: the user is there.
+  systemctl-compat-shutdown.c parse_shutdown_time_spec), which `sudo shutdown -c` cancels and a reboot (to resume)
+  drops: logind keeps the schedule in /run/systemd/shutdown/scheduled (SHUTDOWN_SCHEDULE_FILE,
+  src/login/logind-dbus.c), and /run does not outlive a boot; a rerun by hand cancels it (`shutdown -c` at the
+  script's start). logind refuses unprivileged logins NOLOGIN_MINUTES before the power-off (/run/nologin,
+  src/login/logind-dbus.c nologin_timeout_usec), so the user has that much less. A cancel (`tpu-rl cancel`) leaves
+  the VM as it is: the user is there.
 """
 
 from __future__ import annotations
@@ -37,6 +41,14 @@ STOP_COMMAND = "shutdown -h now"
 # How long a VM whose run failed stays up for a look before it powers itself off: about the v6e-8 hour that
 # a new VM's install costs again, so a failure at night bills at most that much idle time.
 FAILURE_STAY_MINUTES = 60
+# logind writes /run/nologin 5 min before a scheduled shutdown (systemd/systemd src/login/logind-dbus.c
+# nologin_timeout_usec, "Issue /run/nologin five minutes before shutdown"): an SSH login must come before.
+NOLOGIN_MINUTES = 5
+KEEP_UP_WITHIN_MINUTES = FAILURE_STAY_MINUTES - NOLOGIN_MINUTES
+UNKNOWN_INSTANCE = "unknown"  # the stop record's instance when the metadata server did not answer
+# The metadata server's id of this instance (Compute Engine docs, compute/docs/metadata/predefined-metadata-keys,
+# instance/id; the header is required, compute/docs/metadata/querying-metadata): bounded, like every call.
+INSTANCE_ID_URL = "http://metadata.google.internal/computeMetadata/v1/instance/id"
 STOPPED = "stopped"  # the attempt record's `ended=` of a boot that stopped the VM (scripts/pipeline/vm/state.py)
 VERIFYING = "verifying"  # the phase that checks every output before the stop
 DONE_PHASE = "done"
@@ -63,7 +75,25 @@ def stop_helpers(settings: Settings, paths: ArtifactPaths) -> str:
     actor = paths.actor_checkpoints
     return f"""# --- after the run ({after_run_setting(settings)}): stop the VM once every output is verified (jobs/vm_outputs.py)
 readonly AFTER_RUN={q(settings.vm_after_run)} STOP_RECORD={q(paths.vm_stop)}
-POWER_OFF="" RAN=""
+POWER_OFF="" POWER_OFF_LATER="" RAN="" INSTANCE_ID=""
+# This instance's id, for the stop record; empty when the metadata server does not answer (the record then
+# matches no boot, and a boot that finds the run done verifies and stops).
+read_instance_id() {{
+  INSTANCE_ID="$(curl -fsS --max-time 10 -H 'Metadata-Flavor: Google' {INSTANCE_ID_URL} 2>/dev/null)" || INSTANCE_ID=""
+}}
+# Once gcloud is ready: this instance's id, and a rerun by hand (no reboot) drops the power-off an earlier
+# attempt scheduled (power_after; a reboot drops it anyway): this attempt decides anew.
+begin_after_run() {{
+  read_instance_id
+  if [[ "$AFTER_RUN" == {VM_STOPS} ]]; then shutdown -c 2>/dev/null || true; fi
+}}
+# Whether this instance wrote the stop record (a TPU VM cannot be started again: another is a new VM).
+stopped_here() {{
+  local record
+  [[ -n "$INSTANCE_ID" ]] && step_done "$STOP_RECORD" || return 1
+  record="$(gcloud storage cat "$STOP_RECORD" 2>/dev/null)" || return 1
+  [[ " $record " == *" instance=$INSTANCE_ID "* ]]
+}}
 # The newest training step with orbax's commit marker under {actor}: train_rl saves the step it reached.
 # Prints nothing when there is none; exit 2 when the listing failed all its tries (list_objects).
 newest_checkpoint() {{
@@ -76,9 +106,9 @@ power_after() {{
   [[ "$AFTER_RUN" == {VM_STOPS} ]] || return 0
   if [[ -n "$POWER_OFF" ]]; then
     {STOP_COMMAND} || log "{STOP_COMMAND} failed: the VM stays up and bills until it is stopped or destroyed"
-  elif [[ $1 -ne 0 && "$ENDED" != cancelled ]]; then
-    log "the VM stays up {FAILURE_STAY_MINUTES} min for a look, then powers itself off: \\`sudo shutdown -c\\` on it keeps it up, \\`sudo reboot\\` resumes the run"
-    shutdown -h +{FAILURE_STAY_MINUTES} "tpu-rl: run $RUN failed; powering off" || log "could not schedule the power-off: the VM stays up"
+  elif [[ -n "$POWER_OFF_LATER" || ( $1 -ne 0 && "$ENDED" != cancelled ) ]]; then
+    log "the VM stays up {FAILURE_STAY_MINUTES} min for a look, then powers itself off: \\`sudo shutdown -c\\` on it within {KEEP_UP_WITHIN_MINUTES} min keeps it up, \\`sudo reboot\\` resumes the run"
+    shutdown -h +{FAILURE_STAY_MINUTES} "tpu-rl: run $RUN ${{POWER_OFF_LATER:-failed}}; powering off" || log "could not schedule the power-off: the VM stays up"
   fi
 }}"""
 
@@ -116,12 +146,13 @@ verify_outputs() {{
 }}
 if [[ "$AFTER_RUN" != {VM_STOPS} ]]; then
   log "the VM stays up ({BY_FIELD['vm_after_run'].env}={VM_STAYS}): {stays}"
-elif [[ -z "$RAN" ]] && step_done "$STOP_RECORD"; then
-  log "run $RUN was done and its VM stopped itself before this boot, which ran nothing: the VM stays up (it was started on purpose); {stays}; a new run: change the recipe, then \\`{deploy}\\`"
+elif [[ -z "$RAN" ]] && stopped_here; then
+  log "run $RUN was done and this VM stopped itself before; this rerun ran nothing"
+  POWER_OFF_LATER="ran nothing"
 else
   begin_phase {VERIFYING}
   verify_outputs
-  printf 'attempt=%s at=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" | put "$STOP_RECORD"
+  printf 'attempt=%s at=%s instance=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" "${{INSTANCE_ID:-{UNKNOWN_INSTANCE}}}" | put "$STOP_RECORD"
   log "{STOPPED}: every output of run $RUN is verified in the bucket: the VM powers itself off ({STOP_COMMAND}) and bills only its boot disk from now; a new run: change the recipe, then \\`{deploy}\\` (it replaces the VM)"
   PHASE="{DONE_PHASE}" ENDED={STOPPED} POWER_OFF=1
 fi"""

@@ -120,8 +120,9 @@ def test_dry_run_on_the_vm_says_which_steps_the_startup_script_has_left(settings
         "evaluation), "
         "and evaluation 2 min",
         "after the run: TPU VM rl-test-vm stops itself once its startup script verified every output "
-        "(VM_AFTER_RUN=stop; VM_AFTER_RUN=keep keeps it up): no idle cost, only its boot disk bills until "
-        f"`npx cdktf destroy {VM_RECIPE}`"]
+        "(VM_AFTER_RUN=stop; VM_AFTER_RUN=keep keeps it up): its VM charges end, only its boot disk bills until "
+        f"`npx cdktf destroy {VM_RECIPE}`; the reservation it is bound to keeps billing $15.12/h until it is "
+        "deleted (tpu-rl never deletes it)"]  # the reservation bills on: 8 chips at recipes/prices.toml's $1.89
     assert not any("serialPort" in path for _, path, _ in google.requests)
     assert not record_exists(gcs, VM_RECIPE)
 

@@ -6,12 +6,14 @@ what happened and how the next run starts; `run --detach` returns at once."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+import tomllib
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from typer.testing import CliRunner
 
 from cli_helpers import error_line
-from jobs.vm_outputs import FAILURE_STAY_MINUTES, STOP_COMMAND
+from jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, STOP_COMMAND
 from peers.fixtures import SETTINGS, deploy_vm, put_step_output
 from recipes import get_recipe
 from scripts.cli import app
@@ -19,6 +21,9 @@ from scripts.outcome import ExitCode
 from vm_helpers import PATHS, RECIPE, RUN, VM, begin, boot_and_show, clock, console, finish, guest, put, vm  # noqa: F401 (clock, guest, vm: fixtures)
 
 runner = CliRunner()
+# What the reservation of the VM's 8 v6e chips bills per chip-hour, as the price table states it.
+RESERVED_CHIP_HOUR = tomllib.loads((Path(__file__).parents[1] / "recipes" / "prices.toml").read_text())[
+    "tpu"]["v6e"]["reservation"]["chip_hour"]
 
 
 def powered_off(google, guest) -> None:
@@ -47,6 +52,8 @@ def test_status_after_a_self_stop_says_so_and_how_the_next_run_starts(settings_e
     assert "TPU VM rl-test-vm (TERMINATED; startup script: done)" in text
     assert ("TPU VM rl-test-vm stopped itself at 20" in text and "after its startup script verified every output "
             f"of run {RUN} (VM_AFTER_RUN=stop): it bills only its boot disk now, until `npx cdktf destroy {RECIPE}`; "
+            f"the reservation it is bound to keeps billing ${8 * RESERVED_CHIP_HOUR:.2f}/h until it is deleted (tpu-rl "
+            "never deletes it); "
             "a TPU VM cannot be started again: a new run: change rl.overrides in recipes.toml, then `npx cdktf "
             f"deploy {RECIPE}`") in text
     assert "Compute Engine serves its serial console only while it runs" not in text
@@ -125,10 +132,12 @@ def test_runs_shows_a_run_whose_step_failed_on_the_vm_as_failed(settings_env, gc
 
 
 def test_the_dry_run_says_the_vm_stops_itself_or_stays_up(settings_env, gcs, vm, monkeypatch):
+    monkeypatch.setenv("CAPACITY", "spot")  # no reservation bills on after the stop
     dry = runner.invoke(app, ["run", RECIPE, "--dry-run"])
     assert dry.exit_code == 0, dry.output
     assert ("after the run: TPU VM rl-test-vm stops itself once its startup script verified every output "
             "(VM_AFTER_RUN=stop; VM_AFTER_RUN=keep keeps it up): no idle cost") in text_of(dry)
+    assert "reservation" not in text_of(dry)
     monkeypatch.setenv("VM_AFTER_RUN", "keep")
     deploy_vm(vm, {**SETTINGS, "VM_AFTER_RUN": "keep"})  # the stack deployed with it renders its script
     kept = runner.invoke(app, ["run", RECIPE, "--dry-run"])
@@ -161,7 +170,7 @@ def test_a_failed_run_says_the_vm_stays_up_for_a_bounded_look(settings_env, gcs,
     assert guest.power_offs == [f"shutdown -h +{FAILURE_STAY_MINUTES} tpu-rl: run {RUN} failed; powering off"]
     status = runner.invoke(app, ["status", RECIPE])
     assert (f"the VM stays up {FAILURE_STAY_MINUTES} min after the failure for a look (`sudo shutdown -c` on it "
-            "keeps it up), then powers itself off") in text_of(status)
+            f"within {KEEP_UP_WITHIN_MINUTES} min keeps it up), then powers itself off") in text_of(status)
 
 
 def test_run_after_the_vm_powered_itself_off_after_a_failure_says_to_deploy_again(settings_env, gcs, vm, guest):
@@ -178,11 +187,91 @@ def test_run_after_the_vm_powered_itself_off_after_a_failure_says_to_deploy_agai
     assert "host maintenance" not in result.output
 
 
-def test_run_of_a_vm_started_again_after_its_stop_says_it_stays_up_and_bills(settings_env, gcs, vm, guest):
-    assert boot_and_show(guest, gcs, vm) == 0  # the run, then its stop
-    guest.boot()  # the VM was created again for the same run: its script runs nothing and keeps it up
-    assert guest.power_offs == [STOP_COMMAND]
+def test_run_of_a_vm_whose_script_ran_again_after_its_stop_says_it_stays_up_bounded(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm) == 0  # the run, then its stop (which did not power it off)
+    guest.boot()  # the script run again by hand on the same instance: it runs nothing and stays up, bounded
+    assert guest.power_offs[-1].startswith(f"shutdown -h +{FAILURE_STAY_MINUTES} ")
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == 0, result.output
     assert ("TPU VM rl-test-vm runs again after it stopped itself at" in text_of(result)
-            and "its startup script ran nothing and keeps it up: it bills $" in text_of(result))
+            and f"its startup script ran nothing and keeps it up {FAILURE_STAY_MINUTES} min for a look, then powers "
+            f"it off (`sudo shutdown -c` on it within {KEEP_UP_WITHIN_MINUTES} min keeps it up, billing $"
+            in text_of(result))
+
+
+def new_vm(google, instance_id: str, status: str = "RUNNING") -> None:
+    """The VM deleted and deployed again (`this run again`): another instance id, created after the old one's
+    stop record (Compute Engine API, Instance.id and creationTimestamp)."""
+    google.instances[VM] = status
+    later = datetime.now(timezone.utc) + timedelta(seconds=2)
+    google.boots[VM] = {"id": instance_id, "creationTimestamp": later.isoformat(timespec="milliseconds")}
+
+
+def test_a_new_vm_of_a_run_whose_vm_stopped_itself_verifies_and_stops_again(settings_env, gcs, vm, guest):
+    """A stopped TPU VM cannot be restarted, so the VM that boots after a stop is a new one: its script must
+    verify and stop it (not keep it up idle at the v6e-8 rate), and `run` must say so."""
+    assert boot_and_show(guest, gcs, vm, FAKE_INSTANCE_ID="1001") == 0
+    powered_off(vm, guest)
+    new_vm(vm, "2002")
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 0, result.output
+    assert (f"TPU VM rl-test-vm stops itself once its startup script verified every output (it is a new VM: run "
+            f"{RUN}'s earlier VM stopped itself at 20") in text_of(result)
+    status = runner.invoke(app, ["status", RECIPE])
+    assert "(RUNNING" in text_of(status) and "(it is a new VM: run" in text_of(status), status.output
+    assert boot_and_show(guest, gcs, vm, FAKE_INSTANCE_ID="2002") == 0  # the new VM boots
+    assert guest.power_offs == [STOP_COMMAND, STOP_COMMAND]
+    vm.instances[VM] = "TERMINATED"
+    status = runner.invoke(app, ["status", RECIPE])  # the new VM's own record
+    assert "TPU VM rl-test-vm stopped itself at 20" in text_of(status), status.output
+
+
+def test_run_detach_of_a_step_whose_marker_is_left_says_to_delete_it(settings_env, gcs, vm, guest):
+    assert boot_and_show(guest, gcs, vm) == 0
+    powered_off(vm, guest)
+    for blob in gcs.list_blobs(PATHS.bucket, prefix=PATHS.hf_export.split("/", 3)[3]):
+        blob.delete()  # the output deleted, its marker left: the script would skip export
+    result = runner.invoke(app, ["run", RECIPE, "--detach"])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    message = error_line(result)
+    assert message.startswith(f"error: export of run {RUN} is not verified in the bucket, but its progress marker "
+                              "exists, so the startup script would skip it: delete the step's outputs AND its "
+                              f"progress marker ({PATHS.run_marker(RUN, '<step>')};")
+    assert "then `gcloud compute instances delete rl-test-vm --zone=us-east5-b" in message
+
+
+def test_the_hint_for_this_run_again_names_the_progress_markers(settings_env, gcs, vm, guest):
+    text = after_self_stop(vm, gcs, guest, "status", RECIPE)
+    assert (f"this run again: delete the step's outputs AND its progress marker ({PATHS.run_marker(RUN, '<step>')}; "
+            f"convert's: {PATHS.progress_marker('convert')}): the startup script skips a step by its marker, then "
+            "`gcloud compute instances delete rl-test-vm") in text
+
+
+def test_a_reservation_bound_vm_says_the_reservation_keeps_billing(settings_env, gcs, vm, monkeypatch):
+    """The reservation bills until it is deleted (compute/docs/instances/reservations-overview): the stop
+    of a VM bound to it has an idle cost. v6e's reserved $/chip-hour x 8 chips (recipes/prices.toml)."""
+    monkeypatch.setenv("CAPACITY", "reservation")
+    dry = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    text = text_of(dry)
+    assert "no idle cost" not in text
+    assert (f"only its boot disk bills until `npx cdktf destroy {RECIPE}`; the reservation it is bound to "
+            f"keeps billing ${8 * RESERVED_CHIP_HOUR:.2f}/h until it is deleted") in text
+
+
+def test_a_terminated_vm_without_any_record_gets_the_delete_and_deploy_hint(settings_env, gcs, vm, monkeypatch):
+    """Its script powered it off because gcloud never came up: no stop or failure record, and a TPU VM never
+    comes back by itself."""
+    vm.instances[VM] = "TERMINATED"
+    monkeypatch.setenv("TPU_RL_MAINTENANCE_GRACE_SECONDS", "0")
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED
+    assert ("it left no stop or failure record: if its startup script powered it off because gcloud never came up "
+            "at boot, it will not come back: `gcloud compute instances delete rl-test-vm") in text_of(result)
+
+
+def test_cancel_says_the_vm_stays_up_and_bills(settings_env, gcs, vm):
+    result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert (f"the VM stays up and bills $" in text_of(result)
+            and f"until `npx cdktf destroy {RECIPE}` (or the next deploy replaces it)" in text_of(result))

@@ -12,7 +12,7 @@ import pytest
 import jobs
 import jobs.vm
 import jobs.vm_install
-from jobs.vm_outputs import FAILURE_STAY_MINUTES
+from jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES
 from peers.vm_guest import Guest, private_mounts
 from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
 from vm_helpers import SCRIPT_PATHS as PATHS, SCRIPT_RECIPE as RECIPE, SCRIPT_TOKEN as TOKEN, example_script as script
@@ -67,7 +67,8 @@ def test_a_gcloud_that_never_comes_ends_the_boot_at_its_bound_with_one_line_and_
                               "can reach the bucket without it; reboot the VM to retry, or see docs/troubleshooting.md")
     # a failed boot keeps the VM up for a look, bounded (jobs/vm_outputs.py power_after)
     assert lines[-1].endswith(f"the VM stays up {FAILURE_STAY_MINUTES} min for a look, then powers itself off: "
-                              "`sudo shutdown -c` on it keeps it up, `sudo reboot` resumes the run")
+                              f"`sudo shutdown -c` on it within {KEEP_UP_WITHIN_MINUTES} min keeps it up, "
+                              "`sudo reboot` resumes the run")
     assert snap_guest.power_offs == [f"shutdown -h +{FAILURE_STAY_MINUTES} tpu-rl: run {PATHS.run_name} failed; "
                                      "powering off"]
     assert calls == ["snap wait system seed.loaded"]

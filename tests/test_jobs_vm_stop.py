@@ -1,14 +1,15 @@
 """The end of the VM recipe's startup script (jobs/vm_outputs.py) under the real bash, against the local guest
 (tests/peers/vm_guest.py), whose shutdown stand-in records the power-off instead of making it: a finished run
 stops the VM only after every output is verified; a failure keeps it up for a bounded look; a cancel and
-VM_AFTER_RUN=keep keep it up; a VM started again after it stopped itself does not stop at once."""
+VM_AFTER_RUN=keep keep it up; a new VM of a done run verifies and stops; a rerun by hand on the VM that stopped
+stays up, bounded."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import jobs
-from jobs.vm_outputs import FAILURE_STAY_MINUTES, STOP_COMMAND, output_objects
+from jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, STOP_COMMAND, output_objects
 from peers.vm_guest import Guest
 from recipes.setting_specs import VM_STAYS
 from scripts.cloud import gcs
@@ -72,7 +73,7 @@ def test_a_failed_step_keeps_the_vm_up_for_a_bounded_look(tmp_path):
     assert code == 1
     assert guest.power_offs == [FAILURE_POWER_OFF]  # scheduled, not now
     assert f"the VM stays up {FAILURE_STAY_MINUTES} min for a look, then powers itself off: `sudo shutdown -c` on " \
-           "it keeps it up, `sudo reboot` resumes the run" in log
+           f"it within {KEEP_UP_WITHIN_MINUTES} min keeps it up, `sudo reboot` resumes the run" in log
     code, _, log = guest.boot()  # the reboot resumes; this boot finishes and stops the VM
     assert code == 0 and guest.power_offs == [FAILURE_POWER_OFF, STOP_COMMAND], log
 
@@ -97,14 +98,46 @@ def test_vm_after_run_keep_keeps_the_vm_up(tmp_path):
     assert guest.power_offs == []
 
 
-def test_a_vm_started_again_after_it_stopped_itself_runs_nothing_and_stays_up(tmp_path):
+def test_a_new_vm_of_a_run_whose_old_vm_stopped_itself_verifies_and_stops(tmp_path):
+    """A stopped TPU VM cannot be started again: a boot after the stop record is a new instance (deleted and
+    deployed again), and the old VM's record must not keep it up idle."""
+    guest = guest_of(tmp_path)
+    assert guest.boot(FAKE_INSTANCE_ID="1001")[0] == 0 and guest.power_offs == [STOP_COMMAND]
+    assert "instance=1001" in guest.object(PATHS.vm_stop).read_text()
+    code, calls, log = guest.boot(FAKE_INSTANCE_ID="2002")  # the new VM: every step's marker is there
+    assert code == 0 and calls == [], log
+    assert guest.power_offs == [STOP_COMMAND, STOP_COMMAND]
+    assert "instance=2002" in guest.object(PATHS.vm_stop).read_text()
+
+
+def test_a_rerun_on_the_vm_that_stopped_itself_stays_up_bounded(tmp_path):
+    """The same instance again (its power-off failed, and someone ran the script by hand): it runs nothing and
+    stays up for a look, bounded as after a failure."""
     guest = guest_of(tmp_path)
     assert guest.boot()[0] == 0 and guest.power_offs == [STOP_COMMAND]
     code, calls, log = guest.boot()
     assert code == 0 and calls == [], log
-    assert guest.power_offs == [STOP_COMMAND]  # no second stop
-    assert (f"run {PATHS.run_name} was done and its VM stopped itself before this boot, which ran nothing: the VM "
-            "stays up (it was started on purpose)") in guest.output
+    assert guest.power_offs == [STOP_COMMAND, f"shutdown -h +{FAILURE_STAY_MINUTES} tpu-rl: run {PATHS.run_name} "
+                                              "ran nothing; powering off"]
+    assert f"run {PATHS.run_name} was done and this VM stopped itself before; this rerun ran nothing" in log
+
+
+def test_a_metadata_server_that_does_not_answer_verifies_and_stops(tmp_path):
+    guest = guest_of(tmp_path)
+    assert guest.boot()[0] == 0
+    code, _, log = guest.boot(FAKE_METADATA_DOWN="1")
+    assert code == 0 and guest.power_offs == [STOP_COMMAND, STOP_COMMAND], log
+
+
+def test_a_rerun_by_hand_drops_the_power_off_a_failure_scheduled(tmp_path):
+    """Without a reboot the failed attempt's `shutdown -h +60` is still pending: a rerun that the user then
+    cancels must not be powered off by it."""
+    guest = guest_of(tmp_path)
+    assert guest.boot(FAIL_MODULE=TRAIN)[0] == 1 and guest.pending_power_off == FAILURE_POWER_OFF
+    cancel = guest.object(PATHS.cancel_marker)
+    code, _, log = guest.boot(CANCEL_MODULE=TRAIN, CANCEL_FILE=str(cancel), TPU_RL_CANCEL_POLL_SECONDS="1")
+    assert code == 0 and attempt(guest).ended == "cancelled", log
+    assert guest.pending_power_off is None
 
 
 def test_a_done_run_whose_stop_was_cut_short_stops_at_the_next_boot(tmp_path):

@@ -182,6 +182,19 @@ echo "shutdown $*" >> "$FAKE_GCS.power"
 """
 
 
+# curl: the metadata server answers this instance's id (FAKE_INSTANCE_ID: another id is another VM, as
+# after `gcloud compute instances delete` and `cdktf deploy`), unrecorded; any other URL is recorded.
+# FAKE_METADATA_DOWN: the server does not answer (curl's exit 6, "Couldn't resolve host").
+FAKE_CURL = r"""#!/bin/bash
+if [[ "$*" == *computeMetadata/v1/instance/id* ]]; then
+  [[ -z "${FAKE_METADATA_DOWN:-}" ]] || exit 6
+  [[ "$*" == *"Metadata-Flavor: Google"* ]] || exit 22
+  printf '%s' "${FAKE_INSTANCE_ID:-7351236548216840001}"; exit 0
+fi
+echo "curl $*" >> "$CALLS"; echo "exit 0"
+"""
+
+
 class Guest:
     """One TPU VM's boot disk and bucket, booted as often as a test likes."""
 
@@ -197,7 +210,7 @@ class Guest:
             directory.mkdir(parents=True, exist_ok=True)
         tools = {"gcloud.snap" if gcloud_snap else "gcloud": FAKE_GCLOUD, "python3": FAKE_PYTHON, "uv": FAKE_UV,
                  "apt-get": RECORDER, "dpkg": RECORDER, "install_tpu_post_train_extra_deps": RECORDER,
-                 "curl": '#!/bin/bash\necho "curl $*" >> "$CALLS"; echo "exit 0"\n',
+                 "curl": FAKE_CURL,
                  **({"snap": FAKE_SNAP} if gcloud_snap else {})}
         for name, text in tools.items():
             if name not in real:
@@ -262,10 +275,24 @@ class Guest:
                 self.object(url).write_text("done")
 
     @property
-    def power_offs(self) -> list[str]:
-        """Every shutdown command the script ran on this guest, in order ("shutdown -h now", ...)."""
+    def shutdowns(self) -> list[str]:
+        """Every shutdown command the script ran on this guest, in order, cancels (`shutdown -c`) included."""
         power = Path(f"{self.gcs}.power")
         return power.read_text().splitlines() if power.exists() else []
+
+    @property
+    def power_offs(self) -> list[str]:
+        """Every power-off the script ran or scheduled on this guest, in order ("shutdown -h now", ...)."""
+        return [line for line in self.shutdowns if line != "shutdown -c"]
+
+    @property
+    def pending_power_off(self) -> str | None:
+        """The scheduled power-off still pending (`shutdown -h +N ...` not followed by `shutdown -c`), as on
+        one boot of systemd: logind keeps one schedule, which a cancel drops."""
+        pending = None
+        for line in self.shutdowns:
+            pending = None if line == "shutdown -c" else line if line.startswith("shutdown -h +") else pending
+        return pending
 
     def hide(self, tool: str) -> None:
         """This machine's own `tool` on the script's PATH, out of the script's sight: a file that is not

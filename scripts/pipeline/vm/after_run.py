@@ -7,7 +7,7 @@ changed (its startup script names the run); the same run again needs the old VM 
 
 from __future__ import annotations
 
-from jobs.vm_outputs import FAILURE_STAY_MINUTES, after_run_setting
+from jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, UNKNOWN_INSTANCE, after_run_setting
 from recipes.setting_specs import BY_FIELD, VM_STAYS, VM_STOPS
 from scripts.cloud import gcs
 from scripts.pipeline.session import Session
@@ -15,22 +15,53 @@ from scripts.pipeline.vm.state import Attempt, Failure, parse_time
 
 
 def stop_record(session: Session, instance=None) -> Attempt | None:
-    """The startup script's stop record of this run (paths.vm_stop: its attempt and time), when it exists and,
-    given the instance, was written since that instance was created (a record of an earlier VM of the same run
-    is not this VM's stop)."""
+    """The startup script's stop record of this run (paths.vm_stop: its attempt, time and instance), when it
+    exists and, given the instance, that instance wrote it: a stopped TPU VM never boots again, so a record of
+    another instance is an earlier VM's, whose stop says nothing of this one."""
     record = Attempt.parse(gcs.read_text(session.clients.storage(), session.paths.vm_stop))
     if record is None or instance is None:
         return record
+    return record if _written_by(record, instance) else None
+
+
+def _written_by(record: Attempt, instance) -> bool:
+    """The record names the instance's id; one without it (a script that could not read it, or an older
+    script's) counts when written since the instance was created."""
+    own = str(getattr(instance, "id", "") or "")
+    if own and record.instance not in ("", UNKNOWN_INSTANCE):
+        return record.instance == own
     at, created = parse_time(record.at), parse_time(getattr(instance, "creation_timestamp", ""))
-    return record if at is None or created is None or at >= created.replace(microsecond=0) else None
+    return at is None or created is None or at >= created.replace(microsecond=0)
+
+
+def step_again_hint(session: Session) -> str:
+    """What makes the startup script run a finished step again: it skips a step by its progress marker."""
+    paths = session.paths
+    return (f"delete the step's outputs AND its progress marker ({paths.run_marker(paths.run_name, '<step>')}; "
+            f"convert's: {paths.progress_marker('convert')}): the startup script skips a step by its marker")
 
 
 def next_run_hint(session: Session) -> str:
     name, settings = session.recipe.name, session.settings
     return (f"a new run: change rl.overrides in recipes.toml, then `npx cdktf deploy {name}` (it replaces the VM, "
-            f"whose startup script names the run) and `tpu-rl run {name}`; this run again: `gcloud compute instances "
-            f"delete {settings.vm_name} --zone={settings.zone} --project={settings.project}`, then "
-            f"`npx cdktf deploy {name}`")
+            f"whose startup script names the run) and `tpu-rl run {name}`; this run again: "
+            f"{step_again_hint(session)}, then `gcloud compute instances delete {settings.vm_name} "
+            f"--zone={settings.zone} --project={settings.project}` and `npx cdktf deploy {name}`")
+
+
+def reservation_billing(session: Session) -> str:
+    """What a reservation-bound VM's stop does not end: the reservation bills until it is deleted
+    (https://cloud.google.com/compute/docs/instances/reservations-overview, billing); "" without one."""
+    from recipes.capacity_modes import MODE_RULES
+    from recipes.cost import hourly_estimate
+    from recipes.prices import usd
+
+    recipe = session.recipe
+    if not MODE_RULES[recipe.capacity[0]].reservation:
+        return ""
+    reserved = hourly_estimate(recipe, zones=session.settings.zones_for(recipe)).reserved
+    return (f"; the reservation it is bound to keeps billing {usd(reserved)}/h until it is deleted (tpu-rl never "
+            "deletes it)")
 
 
 def stopped_line(session: Session, record: Attempt) -> str:
@@ -38,7 +69,8 @@ def stopped_line(session: Session, record: Attempt) -> str:
     vm, name = session.settings.vm_name, session.recipe.name
     return (f"TPU VM {vm} stopped itself at {record.at} after its startup script verified every output of run "
             f"{session.paths.run_name} ({after_run_setting(session.settings)}): it bills only its boot disk now, "
-            f"until `npx cdktf destroy {name}`; a TPU VM cannot be started again: {next_run_hint(session)}")
+            f"until `npx cdktf destroy {name}`{reservation_billing(session)}; a TPU VM cannot be started again: "
+            f"{next_run_hint(session)}")
 
 
 def stays_up_cost(session: Session) -> str:
@@ -53,25 +85,44 @@ def after_run_line(session: Session) -> str:
     if settings.vm_after_run == VM_STAYS:
         return (f"after the run: TPU VM {vm} stays up ({after_run_setting(settings)}) and bills "
                 f"{stays_up_cost(session)} until `npx cdktf destroy {name}`")
+    reserved = reservation_billing(session)
+    idle = "its VM charges end" if reserved else "no idle cost"
     return (f"after the run: TPU VM {vm} stops itself once its startup script verified every output "
-            f"({after_run_setting(settings)}; {BY_FIELD['vm_after_run'].env}={VM_STAYS} keeps it up): no idle "
-            f"cost, only its boot disk bills until `npx cdktf destroy {name}`")
+            f"({after_run_setting(settings)}; {BY_FIELD['vm_after_run'].env}={VM_STAYS} keeps it up): {idle}, "
+            f"only its boot disk bills until `npx cdktf destroy {name}`{reserved}")
 
 
 def done_billing(session: Session, instance) -> str:
     """The last `next:` line of a finished run on the VM: what still bills, instead of the stack's hourly cost."""
+    vm, name = session.settings.vm_name, session.recipe.name
     record = stop_record(session, instance) if instance is not None else None
     if record is not None and instance.status != "RUNNING":
         return stopped_line(session, record)
-    if record is not None:  # started again after its stop: its script runs nothing and keeps it up
-        return (f"TPU VM {session.settings.vm_name} runs again after it stopped itself at {record.at}; its startup "
-                f"script ran nothing and keeps it up: it bills {stays_up_cost(session)} until `npx cdktf destroy "
-                f"{session.recipe.name}`")
+    if record is not None:  # its power-off did not happen, and its script ran again by hand: it ran nothing
+        return (f"TPU VM {vm} runs again after it stopped itself at {record.at}; its startup script ran nothing "
+                f"and keeps it up {FAILURE_STAY_MINUTES} min for a look, then powers it off (`sudo shutdown -c` on "
+                f"it within {KEEP_UP_WITHIN_MINUTES} min keeps it up, billing {stays_up_cost(session)} until "
+                f"`npx cdktf destroy {name}`)")
     if session.settings.vm_after_run == VM_STOPS:
-        return (f"TPU VM {session.settings.vm_name} stops itself once its startup script verified every output "
+        earlier = stop_record(session) if instance is not None else None
+        again = (f" (it is a new VM: run {session.paths.run_name}'s earlier VM stopped itself at {earlier.at}; "
+                 "this one verifies the outputs again at boot)") if earlier is not None else ""
+        return (f"TPU VM {vm} stops itself once its startup script verified every output{again} "
                 f"(it checks them itself): then only its boot disk bills, until `npx cdktf destroy "
-                f"{session.recipe.name}`; {next_run_hint(session)}")
+                f"{name}`{reservation_billing(session)}; {next_run_hint(session)}")
     return after_run_line(session).removeprefix("after the run: ")
+
+
+def marked(session: Session, steps: list[str]) -> list[str]:
+    """The steps of `steps` whose progress marker exists: the startup script skips them (jobs/vm.py)."""
+    storage = session.clients.storage()
+    return [step for step in steps if gcs.exists(storage, session.paths.progress_marker(step))]
+
+
+def marked_but_missing(session: Session, steps: list[str], then: str) -> str:
+    """`run --detach` of steps whose output is gone but whose marker is not: the VM would run nothing."""
+    return (f"{', '.join(steps)} of run {session.paths.run_name} is not verified in the bucket, but its progress "
+            f"marker exists, so the startup script would skip it: {step_again_hint(session)}; then {then}")
 
 
 def stopped_before(session: Session, record: Attempt, pending: list[str]) -> str:
@@ -102,7 +153,7 @@ def failure_stay(session: Session) -> str:
     if session.settings.vm_after_run != VM_STOPS:
         return ""
     return (f"; the VM stays up {FAILURE_STAY_MINUTES} min after the failure for a look (`sudo shutdown -c` on it "
-            "keeps it up), then powers itself off")
+            f"within {KEEP_UP_WITHIN_MINUTES} min keeps it up), then powers itself off")
 
 
 def powered_off_after_failure(session: Session, instance, pending: list[str]) -> str | None:

@@ -124,8 +124,7 @@ class Maintenance:
         self.session, self.since, self.instance = session, None, None
 
     def _stopped_itself(self, pending: list[str]) -> bool:
-        from scripts.cloud import gcs
-        from scripts.pipeline.vm.after_run import powered_off_after_failure, stop_record, stopped_before
+        from scripts.pipeline.vm.after_run import marked, powered_off_after_failure, stop_record, stopped_before
 
         session = self.session
         record = stop_record(session, self.instance)
@@ -134,10 +133,22 @@ class Maintenance:
             if after_failure:
                 raise StepFailed(after_failure)
             return False
-        storage = session.clients.storage()
-        if any(not gcs.exists(storage, session.paths.progress_marker(step)) for step in pending):
+        if len(marked(session, pending)) < len(pending):
             raise StepFailed(stopped_before(session, record, pending))
         return True
+
+    def _unrecorded_power_off(self, status: str) -> str:
+        """A VM its script powered off before gcloud came up leaves no record (jobs/vm.py on_exit), and
+        never comes back: a TPU VM cannot be started again. The delete-and-deploy hint, for that case."""
+        from scripts.cloud import gcs
+        from scripts.pipeline.vm.state import Failure
+
+        session = self.session
+        failure = Failure.parse(gcs.read_text(session.clients.storage(), session.paths.vm_failure))
+        if status != "TERMINATED" or failure is not None:
+            return ""
+        return (f"; it left no stop or failure record: if its startup script powered it off because gcloud never "
+                f"came up at boot, it will not come back: {redeploy_hint(session)}")
 
     def check(self, pending: list[str]) -> None:
         session, vm = self.session, self.session.settings.vm_name
@@ -164,7 +175,8 @@ class Maintenance:
                                                                                      "last_start_timestamp"))
             self.since = stop if stop and (start is None or stop >= start) else now
             session.console.print(f"TPU VM {vm} is {status} (host maintenance stops TPU VMs, and Compute Engine "
-                                  f"restarts them): waiting up to {hms(session.maintenance_grace)} from its stop")
+                                  f"restarts them): waiting up to {hms(session.maintenance_grace)} from its stop"
+                                  + self._unrecorded_power_off(status))
         stopped = (now - self.since).total_seconds()
         if stopped >= session.maintenance_grace:
             raise StepFailed(f"TPU VM {vm} is still {status} {hms(stopped)} after it stopped, before {pending[0]} "

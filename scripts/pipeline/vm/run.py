@@ -16,10 +16,10 @@ from scripts.pipeline.accuracy import EvaluationWatch
 from scripts.pipeline.progress import AttemptProgress, progress_suffix
 from scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation
 from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
-from scripts.pipeline.vm.after_run import (after_run_line, detached, done_billing, failure_stay, stop_record,
-                                           stopped_before)
+from scripts.pipeline.vm.after_run import (after_run_line, detached, done_billing, failure_stay, marked,
+                                           marked_but_missing, stays_up_cost, stop_record, stopped_before)
 from scripts.pipeline.vm.checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
-                                        get_instance, read_instance, require_token_version)
+                                        get_instance, read_instance, redeploy_hint, require_token_version)
 from scripts.pipeline.vm.phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
 from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState, booted_at
 from scripts.pipeline.stall import STALL_SECONDS
@@ -159,6 +159,10 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
         return
     if detach:
         stopped = stop_record(session, instance)
+        skipped = marked(session, pending)
+        if skipped:  # the script skips a step by its marker, not its output
+            then = redeploy_hint(session) if instance.status in STOPPED else resume_hint(session)
+            raise StepFailed(marked_but_missing(session, skipped, then))
         if instance.status in STOPPED and stopped is not None:
             raise StepFailed(stopped_before(session, stopped, pending))
         detached(session, pending)
@@ -368,5 +372,6 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
     console.print(f"wrote {paths.cancel_marker}")
     console.print(f"cancelled {what}: the startup script of TPU VM {vm} stops step {pending[0]} within "
                   f"{CANCEL_POLL_SECONDS} s (SIGTERM to MaxText) and starts no further step; {kept}; "
-                  f"{go_on_hint(session)}")
+                  f"the VM stays up and bills {stays_up_cost(session)} until `npx cdktf destroy "
+                  f"{session.recipe.name}` (or the next deploy replaces it); {go_on_hint(session)}")
 

@@ -64,6 +64,7 @@ class Attempt:
     log: int | None = None  # the heartbeat's: the size of the script's log then
     command: str = ""  # the install's: the bounded command that runs (jobs/vm_install.py INSTALL_BOUNDS)
     bound: int | None = None  # and its bound, in seconds
+    instance: str = ""  # the stop record's: the id of the instance that stopped itself (jobs/vm_outputs.py)
 
     @classmethod
     def parse(cls, text: str | None) -> Attempt | None:
@@ -73,7 +74,7 @@ class Attempt:
         log, bound = values.get("log", ""), values.get("bound", "")
         return cls(values["attempt"], values.get("phase", ""), values.get("at", ""), values.get("ended", ""),
                    int(log) if log.isdigit() else None, values.get("command", ""),
-                   int(bound) if bound.isdigit() else None)
+                   int(bound) if bound.isdigit() else None, values.get("instance", ""))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from scripts.pipeline.progress import training_now
 from scripts.pipeline.session import Session, StatusReport, StepStatus
 from scripts.pipeline.vm.run import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
                                  read_state, script_phase, step_section, train_attempt)
-from scripts.pipeline.vm.after_run import stop_record, stopped_line
+from scripts.pipeline.vm.after_run import done_billing, stop_record, stopped_line
 from scripts.pipeline.vm.checks import check_deployed_run, get_instance, read_instance
 from scripts.rundata.progress import last_train_step
 
@@ -48,6 +48,8 @@ def status_vm(session: Session) -> StatusReport:
     stopped = stop_record(session, instance) if not readable else None
     if stopped is not None:
         note = stopped_line(session, stopped)
+    elif readable and all(value == "done" for value in states.values()):
+        note = done_billing(session, instance)  # what the running VM does now: stop, stay up a while, or bill
     elif not readable:
         note = " ".join(part for part in (
             f"TPU VM {settings.vm_name} is {instance.status}: Compute Engine serves its serial console only while "
