@@ -29,6 +29,12 @@ def get_credentials_command(cluster_name: str, region: str, project: str) -> str
 # characters; run names are bounded by it (recipes/runs.py).
 MAX_JOBSET_NAME = 28
 WORKLOAD_KSA = "tpu-rl-workload"  # bound to the workload Google SA through Workload Identity
+# The run's driver (jobs/driver.py): bound to the same Google SA (the bucket only), with its own Role.
+DRIVER_KSA = "tpu-rl-driver"
+# Its pod's requests: Python, the Kubernetes and Google clients and a poll every 15 s; it sits beside a
+# step's pod on a CPU-pool node (jobs/driver.py), and recipes/cost.py prices this share of the node.
+DRIVER_CPU_MILLI = 250
+DRIVER_MEMORY_MIB = 512
 LOCAL_QUEUE = "tpu-rl"
 CLUSTER_QUEUE = "tpu-rl"
 HF_TOKEN_K8S_SECRET = "tpu-rl-hf-token"  # filled from Secret Manager by `tpu-rl`, never by Terraform

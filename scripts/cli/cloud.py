@@ -163,6 +163,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, each step's expected time and "
                                      "cost; submit and write nothing."),
+        detach: bool = typer.Option(False, "--detach", help="Return once the run's driver runs in the cluster, "
+                                    "with the commands that follow it."),
         show_manifests: bool = typer.Option(False, "--show-manifests", help="With --dry-run, also print the "
                                             "JobSets it would submit."),
         rewards: Optional[str] = typer.Option(None, "--rewards", metavar="FILE.py:FN,...", help=REWARDS_HELP),
@@ -170,7 +172,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                                      help=DATA_PROCESSOR_HELP),
         unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help=UNCHECKED_IMPORTS_HELP),
         unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
-    """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
+    """Run the pipeline: its driver in the cluster submits each step, waits, verifies its output in GCS;
+    this follows it (Ctrl-C detaches); rerun to reattach or resume."""
     from recipes.schedule import schedule_warning
     from scripts.cli.run_input import run_recipe
 
@@ -197,7 +200,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         if costly:
             console.print(f"[yellow]{costly}[/]")
         platform.run(make_session(recipe, settings, "writes"), wanted, replace=replace, follow_logs=follow_logs,
-                     dry_run=False, show_manifests=False)
+                     dry_run=False, show_manifests=False, detach=detach)
 
 
 @app.command("eval")

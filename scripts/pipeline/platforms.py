@@ -64,8 +64,13 @@ class Platform(Protocol):
         nothing of its own."""
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
-            show_manifests: bool) -> None:
-        """`tpu-rl run`: plan, submit, follow and verify each step (a dry run prints the plan only)."""
+            show_manifests: bool, detach: bool = False) -> None:
+        """`tpu-rl run`: start the run's driver (GKE: a Job in the cluster; VM: its startup script), which
+        plans, submits, follows and verifies each step, and follow it until it ends; `detach`: return once
+        it runs (a dry run prints the plan only)."""
+
+    def drive(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool) -> None:
+        """`tpu-rl drive` (hidden), what the run's driver runs: the pipeline itself, with no terminal."""
 
     def check_eval(self, recipe: Recipe) -> None:
         """Refuse `tpu-rl eval` before any cloud is asked when the platform cannot evaluate."""

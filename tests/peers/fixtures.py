@@ -195,9 +195,14 @@ def gcs_emulators():
 
 @pytest.fixture
 def kube(tmp_path, monkeypatch):
+    """The fake Kubernetes API; the run's driver Job runs on a thread of the test (peers/kubelet.py)."""
+    from peers.kubelet import InProcessKubelet
+
     server = start_kube(tmp_path / "kubeconfig", CONTEXT)
+    server.kubelet = InProcessKubelet()
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
     yield server
+    server.kubelet.close()
     server.stop()
 
 

@@ -58,15 +58,31 @@ class GkePlatform:
         from scripts.pipeline.gke.plan import show_submitted
         from scripts.pipeline.gke.steps import step_jobs
 
+        from recipes.cost import driver_cost_line
+
         show_submitted(console, [job for step, job in step_jobs(recipe, settings).items() if step in steps],
                        show_manifests)
+        console.print(driver_cost_line(recipe))
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
-            show_manifests: bool) -> None:
+            show_manifests: bool, detach: bool = False) -> None:
+        """The run's driver in the cluster runs the pipeline (drive); this starts or finds it and follows it."""
+        if dry_run:
+            from recipes.cost import driver_cost_line
+            from scripts.pipeline.gke.submit import run_gke
+
+            run_gke(session, steps, replace=replace, follow_logs=follow_logs, dry_run=True,
+                    show_manifests=show_manifests)
+            session.console.print(driver_cost_line(session.recipe))
+            return
+        from scripts.pipeline.gke.attach import run_attached
+
+        run_attached(session, steps, replace=replace, follow_logs=follow_logs, detach=detach)
+
+    def drive(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool) -> None:
         from scripts.pipeline.gke.submit import run_gke
 
-        run_gke(session, steps, replace=replace, follow_logs=follow_logs, dry_run=dry_run,
-                show_manifests=show_manifests)
+        run_gke(session, steps, replace=replace, follow_logs=follow_logs, driven=True)
 
     def check_eval(self, recipe: Recipe) -> None:
         return None

@@ -48,10 +48,16 @@ class VmPlatform:
         return None  # the startup script was deployed with the stack: run submits nothing
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
-            show_manifests: bool) -> None:
+            show_manifests: bool, detach: bool = False) -> None:
+        if detach and not dry_run:  # until `run` on the VM returns once the startup script runs (issue 27)
+            raise UserError(f"run --detach is for GKE recipes for now; on the VM, run `tpu-rl run {session.recipe.name}` "
+                            "and press Ctrl-C: its startup script keeps running the steps")
         from scripts.pipeline.vm.run import run_vm
 
         run_vm(session, steps, follow_logs=follow_logs, dry_run=dry_run)  # nothing to replace, no manifests
+
+    def drive(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool) -> None:
+        raise UserError(f"recipe '{session.recipe.name}' runs on a TPU VM, whose startup script is its driver")
 
     def check_eval(self, recipe: Recipe) -> None:
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script runs the recipe's "
