@@ -60,20 +60,18 @@ class GkePlatform:
 
         from recipes.cost import driver_cost_line
 
+        console.print(driver_cost_line(recipe, steps))  # the driver, which `run` starts first
         show_submitted(console, [job for step, job in step_jobs(recipe, settings).items() if step in steps],
                        show_manifests)
-        console.print(driver_cost_line(recipe))
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
             show_manifests: bool, detach: bool = False) -> None:
         """The run's driver in the cluster runs the pipeline (drive); this starts or finds it and follows it."""
-        if dry_run:
-            from recipes.cost import driver_cost_line
+        if dry_run:  # the plan, and what the driver costs
             from scripts.pipeline.gke.submit import run_gke
 
             run_gke(session, steps, replace=replace, follow_logs=follow_logs, dry_run=True,
                     show_manifests=show_manifests)
-            session.console.print(driver_cost_line(session.recipe))
             return
         from scripts.pipeline.gke.attach import run_attached
 
