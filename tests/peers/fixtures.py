@@ -202,7 +202,8 @@ def kube(tmp_path, monkeypatch):
     server.kubelet = InProcessKubelet()
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
     yield server
-    server.kubelet.close()
+    if server.kubelet is not None:
+        server.kubelet.close()
     server.stop()
 
 

@@ -69,8 +69,7 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
                 if pod_phase in ("Succeeded", "Failed"):  # read after it ended: its whole log
                     ended.add(pod_name)
             if job is None:
-                raise StepFailed(f"the run's driver Job {name} is gone (cancelled?): see "
-                                 f"{session.command('status')}")
+                _gone(session, name)
             if phase != "running":
                 break
             time.sleep(pause)
@@ -87,6 +86,18 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
         raise Reported(code)  # the driver said why in its last line, shown above
     raise StepFailed(f"the run's driver failed ({reason or 'no reason given'}, exit {code}): its log is above; "
                      f"see {session.command('status')}")
+
+
+def _gone(session: Session, name: str) -> None:
+    """The driver's Job went away while followed: `tpu-rl cancel` (its record says so), or someone."""
+    from scripts.pipeline.record import RunCancelled, cancellation_of
+
+    cancelled = cancellation_of(session, name)
+    if cancelled:
+        raise RunCancelled(f"run {session.paths.run_name} was cancelled: `tpu-rl cancel` deleted its driver Job "
+                           f"{name} at {cancelled}; its outputs are kept, rerun {session.command('run')} to go on")
+    raise StepFailed(f"the run's driver Job {name} disappeared (deleted by someone?); its JobSets may run on: see "
+                     f"{session.command('status')}, and rerun {session.command('run')} to go on")
 
 
 def _show(console, line: str) -> None:
