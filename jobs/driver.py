@@ -13,22 +13,21 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from jobs.driver_runtime import DRIVER_CONTAINER, DriverRuntime, driver_container, driver_volumes
-from jobs.k8s import RECIPE_LABEL, RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, container_security, cpu_pool_placement
+from jobs.driver_runtime import (DRIVER_CONTAINER, DriverRuntime, driver_container, driver_pod_annotations,
+                                 driver_volumes)
+from jobs.k8s import RECIPE_LABEL, RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, cpu_pool_placement
 from recipes import Recipe, Settings, Step
 from recipes.capacity_wait import CPU, READY_WAIT_SECONDS
-from recipes.conventions import DRIVER_CPU_MILLI, DRIVER_KSA, DRIVER_MEMORY_MIB, NAMESPACE
+from recipes.conventions import DRIVER_KSA, NAMESPACE
 from recipes.runs import run_name
 from recipes.setting_specs import BY_FIELD
 
 DRIVER_PREFIX = "tpu-rl-driver-"
 COMPONENT_LABEL = "tpu-rl/component"  # "driver": what `status` and `cancel` select the run's driver by
-VERSION_ANNOTATION = "tpu-rl/version"  # the package version the driver runs (drift is said in one line)
 REQUEST_ANNOTATION = "tpu-rl/request-sha256"  # what it was asked to do: a second `run` compares it
 REQUEST_DIR = "/etc/tpu-rl/request"
 REQUEST_FILE = "request.json"
 REQUEST_VOLUME = "tpu-rl-request"
-DRIVER_MEMORY_LIMIT_MIB = 2 * DRIVER_MEMORY_MIB
 # Failures of the driver process itself that the Job retries (an eviction or a node upgrade does not
 # count, podFailurePolicy below); it resumes from run.json and the cluster's state.
 DRIVER_BACKOFF_LIMIT = 3
@@ -128,22 +127,17 @@ def driver_job(recipe: Recipe, settings: Settings, runtime: DriverRuntime, reque
     upgrade (DisruptionTarget) replaces the pod without counting as a failure (podFailurePolicy, Kubernetes
     1.31+ GA: kubernetes.io/docs/concepts/workloads/controllers/job/#pod-failure-policy)."""
     args = ["drive", "--request", f"{REQUEST_DIR}/{REQUEST_FILE}"]
-    env = {**settings_env(settings), "PYTHONUNBUFFERED": "1"}
-    container = {
-        **driver_container(runtime, args),
-        "env": [{"name": name, "value": value} for name, value in env.items()],
-        "resources": {"requests": {"cpu": f"{DRIVER_CPU_MILLI}m", "memory": f"{DRIVER_MEMORY_MIB}Mi"},
-                      "limits": {"memory": f"{DRIVER_MEMORY_LIMIT_MIB}Mi"}},
-        "securityContext": container_security(),
-    }
+    container = driver_container(runtime, args)  # the image, its install, resources and security context
+    container["env"] = [*container.get("env", []),
+                        *({"name": name, "value": value} for name, value in settings_env(settings).items())]
     container["volumeMounts"] = [*container.get("volumeMounts", []),
                                  {"name": REQUEST_VOLUME, "mountPath": REQUEST_DIR, "readOnly": True}]
     volumes = [*driver_volumes(runtime), {"name": REQUEST_VOLUME,
                                           "configMap": {"name": request_configmap_name(recipe)}}]
     labels = driver_labels(recipe)
-    annotations = {VERSION_ANNOTATION: runtime.version, REQUEST_ANNOTATION: digest}
     pod = {
-        "metadata": {"labels": labels, "annotations": annotations},
+        # the runtime's version (read by an attaching CLI) and what the pod needs to mount its files
+        "metadata": {"labels": labels, "annotations": driver_pod_annotations(runtime)},
         "spec": {
             "serviceAccountName": DRIVER_KSA,  # Workload Identity for the bucket; its Role for the cluster
             "restartPolicy": "Never",
@@ -156,7 +150,7 @@ def driver_job(recipe: Recipe, settings: Settings, runtime: DriverRuntime, reque
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": driver_name(recipe), "namespace": NAMESPACE, "labels": labels,
-                     "annotations": annotations},
+                     "annotations": {REQUEST_ANNOTATION: digest}},
         "spec": {
             "backoffLimit": DRIVER_BACKOFF_LIMIT,
             "activeDeadlineSeconds": deadline_seconds(recipe, settings),

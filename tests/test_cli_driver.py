@@ -16,7 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import record
-from jobs.driver import VERSION_ANNOTATION, driver_name
+from jobs.driver import driver_name
+from jobs.driver_runtime import DRIVER_VERSION_ANNOTATION
 from jobs.paths import ArtifactPaths
 from peers import simulated_run
 from peers.fixtures import REPO, VENV_BIN, jobset_of, peer_settings, put_step_output
@@ -177,8 +178,8 @@ def test_a_driver_of_another_version_is_said_in_one_line_by_run_and_status(cloud
     kube = cloud["kube"]
     kube.kubelet = None  # its pod stays Pending: the Job runs, nothing drives
     assert runner.invoke(app, ["run", RECIPE, "--detach"]).exit_code == 0
-    kube.jobs[DRIVER]["metadata"]["annotations"][VERSION_ANNOTATION] = "0.0.9"
-    drift = "! the run's driver runs tpu-rl 0.0.9, this CLI is "
+    kube.jobs[DRIVER]["spec"]["template"]["metadata"]["annotations"][DRIVER_VERSION_ANNOTATION] = "0.0.9"
+    drift = "! this run's driver runs tpu-rl 0.0.9, "
     again = runner.invoke(app, ["run", RECIPE, "--detach"])
     assert again.exit_code == 0, again.output
     assert sum(line.startswith(drift) for line in again.output.splitlines()) == 1, again.output

@@ -40,11 +40,10 @@ def mount(kube, pod: dict) -> dict[str, Path]:
 
 
 def local_args(pod: dict, mounts: dict[str, Path]) -> list[str]:
-    """The container's arguments after `tpu-rl`, its mount paths replaced by the mounted directories."""
-    command = pod["spec"]["containers"][0]["command"]
-    assert command[0] == "tpu-rl", command
+    """`tpu-rl`'s arguments (the container's args, after the command that installs or starts it), its
+    mount paths replaced by the mounted directories."""
     args = []
-    for arg in command[1:]:
+    for arg in pod["spec"]["containers"][0]["args"]:
         for path, directory in mounts.items():
             arg = arg.replace(path, str(directory))
         args.append(arg)

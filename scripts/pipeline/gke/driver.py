@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.driver import (REQUEST_ANNOTATION, VERSION_ANNOTATION, driver_job, driver_name, request_configmap,
-                         request_digest, run_request)
-from jobs.driver_runtime import DRIVER_CONTAINER
+from jobs.driver import REQUEST_ANNOTATION, driver_job, driver_name, request_configmap, request_digest, run_request
+from jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION, driver_drift
 from recipes import Step, UserError
 from scripts.cloud.kube_jobs import JobExists, Jobs
 from scripts.outcome import ExitCode
+from scripts.pipeline.gke.driver_wheel import runtime_version
 from scripts.pipeline.session import Session
-from scripts.version import package_version
 
 
 @dataclass(frozen=True)
@@ -39,11 +38,10 @@ class DriverState:
 
     def drift(self) -> str:
         """One line when the driver runs another version of the package than this CLI; "" otherwise."""
-        mine = package_version()
-        if self.phase == "none" or not self.version or self.version == mine:
+        if self.phase == "none":
             return ""
-        return (f"! the run's driver runs tpu-rl {self.version}, this CLI is {mine}: it goes on with its own "
-                "version's pipeline")
+        line = driver_drift(runtime_version(), self.version or None)
+        return f"! {line}" if line else ""
 
 
 def job_phase(job: dict | None) -> tuple[str, str]:
@@ -78,10 +76,10 @@ def driver_state(session: Session, jobs: Jobs | None = None) -> DriverState:
     phase, reason = job_phase(job)
     if job is None:
         return DriverState(name, phase)
-    annotations = job["metadata"].get("annotations") or {}
+    version = ((job["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(DRIVER_VERSION_ANNOTATION)
+    digest = (job["metadata"].get("annotations") or {}).get(REQUEST_ANNOTATION, "")
     pods = jobs.pods(name) if phase != "running" else []
-    return DriverState(name, phase, annotations.get(VERSION_ANNOTATION, ""), annotations.get(REQUEST_ANNOTATION, ""),
-                       exit_code_of(pods[-1]) if pods else None, reason)
+    return DriverState(name, phase, version or "", digest, exit_code_of(pods[-1]) if pods else None, reason)
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,7 @@ def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, fo
     from scripts.pipeline.gke.submit import prepare_run
 
     recipe, jobs = session.recipe, Jobs(session.cluster)
-    request = run_request(recipe, steps, replace=replace, follow_logs=follow_logs, version=package_version())
+    request = run_request(recipe, steps, replace=replace, follow_logs=follow_logs, version=runtime_version())
     digest = request_digest(request, {file.name: file.content for file in recipe.user_files})
     state = driver_state(session, jobs)
     if state.phase == "running" and state.digest == digest:

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from jobs.driver_runtime import DriverRuntime
+from scripts.pipeline.gke.driver_wheel import runtime_version
 from scripts.pipeline.session import Session
-from scripts.version import package_version
 
 STAND_IN_IMAGE = "python:3.12-slim"  # not a working driver image: the image helper's module replaces this
 
 
 def stage_driver(session: Session) -> DriverRuntime:
-    return DriverRuntime(image=STAND_IN_IMAGE, version=package_version())
+    return DriverRuntime(image=STAND_IN_IMAGE, version=runtime_version(), bucket=session.settings.gcs_bucket)

@@ -67,6 +67,11 @@ class GkePlatform:
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
             show_manifests: bool, detach: bool = False) -> None:
         """The run's driver in the cluster runs the pipeline (drive); this starts or finds it and follows it."""
+        if detach and not dry_run:
+            from scripts.pipeline.gke.detach import start_detached
+
+            start_detached(session, steps, replace=replace, follow_logs=follow_logs)
+            return
         if dry_run:  # the plan, and what the driver costs
             from scripts.pipeline.gke.submit import run_gke
 
@@ -75,7 +80,7 @@ class GkePlatform:
             return
         from scripts.pipeline.gke.attach import run_attached
 
-        run_attached(session, steps, replace=replace, follow_logs=follow_logs, detach=detach)
+        run_attached(session, steps, replace=replace, follow_logs=follow_logs, detach=False)
 
     def drive(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool) -> None:
         from scripts.pipeline.gke.submit import run_gke
