@@ -154,6 +154,7 @@ def test_status_json_has_each_steps_cells(cloud):
     data = json.loads(result.output)
     assert (data["recipe"], data["run"], data["bucket"], data["note"]) == (
         RECIPE, paths().run_name, "gs://rl-test-artifacts", None)
+    assert data["driver"] == f"driver: none (no Job tpu-rl-driver-{paths().run_name})"
     steps = {row["step"]: row for row in data["steps"]}
     assert list(steps) == ["convert", "train", "export"]
     assert (steps["convert"]["state"], steps["convert"]["pods"], steps["convert"]["output"]) == (

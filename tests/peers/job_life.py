@@ -88,6 +88,7 @@ class JobLife:
         if self.kubelet is not None:
             self.kubelet.stop(pod_name)
         self.pods.pop(pod_name, None)
+        self.pod_logs.pop(pod_name, None)  # a deleted pod's log is gone with it
 
     # -- what the kubelet calls (not under the lock) ----------------------------------------------------
     def pod_running(self, pod_name: str) -> None:

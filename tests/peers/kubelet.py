@@ -56,8 +56,11 @@ class ProcessKubelet:
         self.processes: dict[str, subprocess.Popen] = {}
         self.started: list[str] = []  # pod names, in order
         self.evicted: set[str] = set()
+        self.closed = False
 
     def start(self, kube, job: dict, pod: dict) -> None:
+        if self.closed:  # the test is over: a pod the Job controller makes now never starts
+            return
         name = pod["metadata"]["name"]
         mounts = mount(kube, pod)
         container_env = {item["name"]: item["value"] for item in pod["spec"]["containers"][0].get("env") or []}
@@ -99,7 +102,8 @@ class ProcessKubelet:
             process.wait(timeout=10)
 
     def close(self) -> None:
-        for process in self.processes.values():
+        self.closed = True
+        for process in list(self.processes.values()):
             if process.poll() is None:
                 process.kill()
                 process.wait(timeout=10)
@@ -112,7 +116,7 @@ class _PodLog:
         self.kube, self.pod = kube, pod
 
     def write(self, text: str) -> int:
-        self.kube.pod_log(self.pod, text)
+        self.kube.pod_log(self.pod, text)  # dropped once the pod is deleted
         return len(text)
 
     def flush(self) -> None:
@@ -140,7 +144,7 @@ class InProcessKubelet:
             try:
                 code = drive_to(log, Path(args[2]), in_cluster=False)
             except BaseException:  # a bug: its traceback in the log, as a crashed container's
-                log.write(traceback.format_exc())
+                kube.pod_log(name, traceback.format_exc())
                 code = 1
             for directory in mounts.values():
                 shutil.rmtree(directory.parent, ignore_errors=True)
@@ -151,9 +155,9 @@ class InProcessKubelet:
         thread.start()
 
     def stop(self, pod: str) -> None:
-        pass  # a thread cannot be killed; its pod is gone, and what it ends with is ignored
+        pass  # a thread cannot be killed: its pod and log are gone, and what it writes or ends with is dropped
 
     def close(self) -> None:
-        for thread in self.threads:
+        for thread in list(self.threads):
             thread.join(timeout=60)
 

@@ -48,7 +48,7 @@ def status_gke(session: Session) -> StatusReport:
     driver = driver_state(session)
     run = session.paths.run_name
     return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows,
-                        "; ".join([driver.line(), *filter(None, [driver.drift()]), *notes]))
+                        "; ".join(notes), "; ".join(filter(None, [driver.line(), driver.drift()])))
 
 def admission_note(session: Session, job: StepJob, jobset: dict | None, state: JobSetState) -> str:
     """What a suspended step waits for, from its Kueue Workload and request; for a deactivated one, why,
