@@ -3,11 +3,13 @@ delete them, the Job controller's part (one pod at a time, podFailurePolicy, bac
 and the kubelet's (a pod's container runs as the test's `kubelet` says: peers/kubelet.py). Mixed into
 peers.kube_api.KubeApi, whose stores and lock it works on.
 
-Shapes follow the real API (k8s.io/api batch/v1 types.go @ v0.33): JobStatus active/succeeded/failed,
-startTime, completionTime and its conditions; a pod's Job labels batch.kubernetes.io/job-name,
-job-name and controller-uid; on success the controller adds SuccessCriteriaMet then Complete, on a
-failure FailureTarget then Failed with reason BackoffLimitExceeded or PodFailurePolicy (pkg/controller/
-job/job_controller.go, 1.31+).
+Shapes follow the batch/v1 API reference (kubernetes.io/docs/reference/kubernetes-api/workload-resources/
+job-v1): JobStatus active/succeeded/failed, startTime, completionTime and conditions; a pod's Job labels
+batch.kubernetes.io/job-name, job-name and controller-uid; since 1.31 the controller adds the interim
+condition SuccessCriteriaMet before Complete and FailureTarget before Failed, with reason
+BackoffLimitExceeded or PodFailurePolicy (kubernetes.io/docs/concepts/workloads/controllers/job,
+"Termination of Job pods"). The conditions' messages here are ours, not the controller's words: what
+reads them (scripts/pipeline/gke/driver.py) uses the types, reasons and the pod's exit code only.
 """
 
 from __future__ import annotations
