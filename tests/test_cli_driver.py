@@ -185,3 +185,19 @@ def test_a_driver_of_another_version_is_said_in_one_line_by_run_and_status(cloud
     assert sum(line.startswith(drift) for line in again.output.splitlines()) == 1, again.output
     status = runner.invoke(app, ["status", RECIPE])
     assert drift in " ".join(status.output.split()), status.output
+
+
+def test_drive_without_its_request_says_so_in_one_line(settings_env, tmp_path):
+    result = runner.invoke(app, ["drive", "--request", str(tmp_path / "missing.json")])
+    assert result.exit_code == ExitCode.BAD_INPUT
+    [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert f"the driver's request {tmp_path / 'missing.json'} cannot be read" in line
+
+
+def test_run_detach_on_the_vm_recipe_is_refused_in_one_line_until_the_vm_returns_at_once(cloud):
+    """The VM's startup script is its driver; `run --detach` there waits for the VM part of issue 27."""
+    result = runner.invoke(app, ["run", "llama31-v6e8", "--detach"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert "run --detach is for GKE recipes for now" in line
+    assert cloud["kube"].job_calls == [] and cloud["google"].sent("POST", "") == []
