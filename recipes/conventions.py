@@ -31,10 +31,14 @@ def get_credentials_command(cluster_name: str, region: str, project: str) -> str
 # characters; run names are bounded by it (recipes/runs.py).
 MAX_JOBSET_NAME = 28
 WORKLOAD_KSA = "tpu-rl-workload"  # bound to the workload Google SA through Workload Identity
-# The run's driver (one Job per GKE run) acts as this KSA: the Role of recipes/driver_access.py in NAMESPACE,
-# and the workload Google SA (the bucket) through Workload Identity. The stack names its Role and
-# RoleBinding the same.
+# The run's driver (one Job per GKE run, jobs/driver.py) acts as this KSA: the Role of
+# recipes/driver_access.py in NAMESPACE, and the workload Google SA (the bucket only) through Workload
+# Identity. The stack names its Role and RoleBinding the same.
 DRIVER_KSA = "tpu-rl-driver"
+# Its pod's requests (jobs/driver_runtime.py): it polls the API and the bucket every 15 s, so a quarter of
+# a core; the package's install and its clients need 1 GiB. recipes/cost.py prices this share.
+DRIVER_CPU_MILLI = 250
+DRIVER_MEMORY_MIB = 1024
 LOCAL_QUEUE = "tpu-rl"
 CLUSTER_QUEUE = "tpu-rl"
 HF_TOKEN_K8S_SECRET = "tpu-rl-hf-token"  # filled from Secret Manager by `tpu-rl`, never by Terraform

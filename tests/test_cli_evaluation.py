@@ -124,7 +124,8 @@ def test_cloud_logging_fills_the_record_when_the_heads_pod_is_gone(cloud):
 
     def finished():
         put_step_output(cloud["gcs"], recipe, "train")
-        kube.pods.clear()  # the JobSet's TTL deleted its pods
+        for pod in kube._pods_of(jobset_of(RECIPE, "train")):  # the JobSet's TTL deleted its pods
+            del kube.pods[pod["metadata"]["name"]]
 
     kube.plan(jobset_of(RECIPE, "train"), ticks=2, logs="loading\n", on_success=finished)
     # Another run's head must not count, nor a line of this run's name logged before the run started.

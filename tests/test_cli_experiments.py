@@ -110,7 +110,8 @@ def test_a_jobset_of_the_run_with_another_spec_stops_the_run_naming_the_field(cl
 def test_a_running_jobset_with_the_same_spec_is_reattached_although_the_cluster_changed_its_spec(cloud):
     recipe, _ = run_of()
     put_step_output(cloud["gcs"], recipe, "convert")
-    plan_success(cloud, recipe, admitted_after=2)  # Kueue holds it: the stored spec gets suspend: true
+    # Kueue holds it (the stored spec gets suspend: true); it runs on past the looks of `run` and its driver
+    plan_success(cloud, recipe, admitted_after=2, ticks=6)
     cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
     result = tpu_rl("run", RECIPE)
     assert result.exit_code == 0, result.output

@@ -229,3 +229,4 @@ class StatusReport:
     where: str  # what runs the steps, e.g. "JobSets qwen3-v6e32-<step>" or "TPU VM rl-vm (RUNNING)"
     rows: list[StepStatus]
     note: str = ""  # a line under the table, e.g. that the VM does not exist
+    driver: str = ""  # GKE: the run's driver in one line (running, finished, failed, none), and any drift

@@ -198,9 +198,15 @@ def gcs_emulators():
 
 @pytest.fixture
 def kube(tmp_path, monkeypatch):
+    """The fake Kubernetes API; the run's driver Job runs on a thread of the test (peers/kubelet.py)."""
+    from peers.kubelet import InProcessKubelet
+
     server = start_kube(tmp_path / "kubeconfig", CONTEXT)
+    server.kubelet = InProcessKubelet()
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
     yield server
+    if server.kubelet is not None:
+        server.kubelet.close()
     server.stop()
 
 
@@ -299,6 +305,8 @@ class Peers:
         }
 
     def stop(self) -> None:
+        if self.kube is not None and self.kube.kubelet is not None:
+            self.kube.kubelet.close()
         for server in (self.kube, self.google, self.hub):
             if server is not None:
                 server.stop()
@@ -344,6 +352,9 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
         kube = start_kube(home / "kubeconfig", context)
         kube.crd_installed = cluster != "no-jobset-crd"
         env["KUBECONFIG"] = str(home / "kubeconfig")
+        from peers.kubelet import ProcessKubelet
+
+        kube.kubelet = ProcessKubelet(env)  # the run's driver as a process, with what the commands get
         if "stale" in state:
             from jobs import render_manifests
             from recipes import get_recipe, load_settings
