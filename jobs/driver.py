@@ -13,12 +13,12 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from jobs.driver_runtime import (DRIVER_CONTAINER, DriverRuntime, driver_container, driver_pod_annotations,
-                                 driver_volumes)
-from jobs.k8s import RECIPE_LABEL, RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, cpu_pool_placement
+from jobs.driver_runtime import (DRIVER_CONTAINER, DriverRuntime, driver_container, driver_node_selector,
+                                 driver_pod_annotations, driver_volumes)
+from jobs.k8s import RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, run_labels
 from recipes import Recipe, Settings, Step
 from recipes.capacity_modes import CPU, READY_WAIT_SECONDS
-from recipes.conventions import DRIVER_KSA, NAMESPACE
+from recipes.conventions import DRIVER_KSA, NAMESPACE, on_system_pool
 from recipes.runs import run_name
 from recipes.setting_specs import BY_FIELD
 
@@ -52,8 +52,8 @@ def request_configmap_name(recipe: Recipe) -> str:
 
 
 def driver_labels(recipe: Recipe) -> dict[str, str]:
-    return {RECIPE_LABEL: recipe.name, RUN_LABEL: run_name(recipe), COMPONENT_LABEL: "driver",
-            "app.kubernetes.io/managed-by": "tpu-rl"}
+    """run_labels (what `down` and `runs` select by, jobs/k8s.py recipe_selector) and its component."""
+    return {**run_labels(recipe), COMPONENT_LABEL: "driver", "app.kubernetes.io/managed-by": "tpu-rl"}
 
 
 def driver_selector(recipe: Recipe) -> str:
@@ -65,6 +65,7 @@ def run_request(recipe: Recipe, steps: tuple[Step, ...], *, replace: bool, follo
     """What the driver is asked to do: `tpu-rl run`'s request as data (recipes/user_files.py for the files,
     whose contents go in the ConfigMap beside it)."""
     return {"recipe": recipe.name, "steps": list(steps), "sets": list(recipe.sets), "run": recipe.run,
+            "sweep": recipe.sweep,
             "replace": replace, "follow_logs": follow_logs,
             "user_files": [{"kind": f.kind, "name": f.name, "functions": list(f.functions), "source": f.source,
                             "unchecked": f.unchecked} for f in recipe.user_files],
@@ -142,7 +143,9 @@ def driver_job(recipe: Recipe, settings: Settings, runtime: DriverRuntime, reque
             "serviceAccountName": DRIVER_KSA,  # Workload Identity for the bucket; its Role for the cluster
             "restartPolicy": "Never",
             "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-            **cpu_pool_placement(),
+            # the always-on system node, never the CPU pool: a 250m pod there would keep a 64-vCPU node up
+            # through hours of capacity waits (docs/pipeline.md#the-runs-driver-gke)
+            "nodeSelector": {**on_system_pool(), **driver_node_selector(runtime)},
             "containers": [container],
             "volumes": volumes,
         },

@@ -238,18 +238,18 @@ def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> R
     return RunEstimate(recipe.name, tuple(steps), hourly.has_reserved, timing)
 
 
-def driver_cost_line(recipe: Recipe, steps: tuple[str, ...] = STEPS, prices: PriceTable | None = None) -> str:
-    """The run's driver (jobs/driver.py) in one line: its share of a CPU-pool node (its vCPU request of the
-    machine's) for the expected time of `steps`, and the node's price while the driver keeps it up alone
-    (between steps, or in a capacity wait, when no step's pod is on the pool)."""
-    prices = prices or load_prices()
-    machine = recipe.cpu_machine
-    node = prices.machine(recipe.cpu_machine_type or "").usd_per_hour
-    vcpus = conventions.DRIVER_CPU_MILLI / 1000
-    estimate = pipeline_run_estimate(recipe, prices)
-    minutes = sum(estimate.step(step).minutes for step in steps)
-    share = node * vcpus / machine.vcpus * minutes / 60 if machine else 0.0
-    return f"driver: {vcpus:g} vCPU of a {recipe.cpu_machine_type} meanwhile, {usd(share)} ({usd(node)}/h alone)"
+def driver_share() -> float:
+    """The part of the system node (conventions.SYSTEM_POOL_*) that one run's driver requests: the larger
+    of its vCPU and memory shares."""
+    return max(conventions.DRIVER_CPU_MILLI / 1000 / conventions.SYSTEM_POOL_VCPUS,
+               conventions.DRIVER_MEMORY_MIB / 1024 / conventions.SYSTEM_POOL_MEMORY_GIB)
+
+
+def driver_cost_line() -> str:
+    """The run's driver (jobs/driver.py) in one line: it runs on the always-on system node, billed with or
+    without it, so it adds nothing until a sweep's drivers outgrow the node and the pool adds one."""
+    return (f"driver: {driver_share():.0%} of the always-on {conventions.SYSTEM_POOL_MACHINE_TYPE} system "
+            "node, $0 more till it fills")
 
 
 def costly_run_warning(recipe: Recipe, prices: PriceTable | None = None) -> str | None:

@@ -47,9 +47,8 @@ def test_dry_run_prints_the_plan_with_each_steps_time_and_cost_and_submits_nothi
         "expected: about 130 min, $138.15 for train, export (estimates from list prices)",
         "assumed: train up to 50 steps at 1.55 min each (the recipe's 90 min for its 50",
         "steps, less its evaluation), and evaluation 12 min",
-        # The driver: 0.25 of 64 vCPUs of the CPU pool's n4-standard-64 ($3.03/h, recipes/prices.toml) for
-        # those 130 min: $0.0256.
-        "driver: 0.25 vCPU of a n4-standard-64 meanwhile, $0.03 ($3.03/h alone)",
+        # The driver: 0.25 of the 4 vCPUs (1 of 16 GB) of the always-on e2-standard-4 system node.
+        "driver: 6% of the always-on e2-standard-4 system node, $0 more till it fills",
         "the JobSets it would submit (--show-manifests prints them):",
         f"  {jobset_of(RECIPE, 'train')}",
         f"  {jobset_of(RECIPE, 'export')}"]

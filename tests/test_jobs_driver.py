@@ -1,7 +1,7 @@
 """The run's driver Job and its request ConfigMap (jobs/driver.py) against Kubernetes' schemas
 (kubernetes-validate --strict, as the JobSets' pod templates in test_jobs_k8s_contract.py), and the rules
 the design sets: one pod at a time, disruptions not counted, an outcome never retried, a deadline, the
-CPU pool and the driver's own service account, and no secret anywhere."""
+always-on system pool and the driver's own service account, and no secret anywhere."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from contracts.k8s_schema import KUBERNETES_VERSION
 from jobs.driver import (REQUEST_DIR, REQUEST_FILE, driver_job, request_configmap, request_digest, run_request,
                          settings_env)
 from jobs.driver_runtime import DriverRuntime
-from jobs.k8s import cpu_pool_placement
+from jobs.k8s import recipe_selector
 from recipes import STEPS, all_recipes, example_settings
 from recipes.conventions import DRIVER_KSA
 
 SETTINGS = example_settings()
 GKE = [name for name, recipe in all_recipes().items() if recipe.platform == "gke"]
 RUNTIME = DriverRuntime(image="registry.example/driver@sha256:" + "0" * 64, version="9.9.9", bucket="b",
-                        requirements="runtimes/9.9.9/requirements.txt")
+                        requirements="runtimes/9.9.9/requirements.txt", requirements_sha256="0" * 64)
 
 
 def rendered(name: str):
@@ -45,13 +45,19 @@ def test_kubernetes_validate_strict_rejects_an_unknown_job_field():
 
 
 @pytest.mark.parametrize("name", GKE)
-def test_one_driver_pod_at_a_time_on_the_cpu_pool_as_the_driver_with_a_deadline(name):
+def test_one_driver_pod_at_a_time_on_the_system_pool_as_the_driver_with_a_deadline(name):
     recipe, _, job = rendered(name)
     spec, pod = job["spec"], job["spec"]["template"]["spec"]
     assert job["metadata"]["name"] == f"tpu-rl-driver-{recipe.name}-{job['metadata']['labels']['tpu-rl/run'][-7:]}"
     assert spec["podReplacementPolicy"] == "Failed"  # never two drivers of one run at once
     assert pod["restartPolicy"] == "Never" and pod["serviceAccountName"] == DRIVER_KSA
-    assert {key: pod[key] for key in ("nodeSelector", "tolerations")} == cpu_pool_placement()
+    # the always-on e2-standard-4 of the system pool, on the lock's architecture; never cpu-np, whose big
+    # node a 250m pod would keep up through a capacity wait (so no toleration of its taint)
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-nodepool": "system-np", "kubernetes.io/arch": "amd64"}
+    assert "tolerations" not in pod
+    # what `down` and `runs` select the recipe's objects by finds the driver's Job and its pod
+    key, value = recipe_selector(recipe).split("=")
+    assert job["metadata"]["labels"][key] == value == job["spec"]["template"]["metadata"]["labels"][key]
     rules = spec["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     # an outcome of scripts/outcome.py ExitCode ends the Job: a failed step is not run again by Kubernetes
@@ -70,7 +76,7 @@ def test_the_request_is_mounted_from_its_configmap_and_carries_the_run_and_its_f
     configmap = request_configmap(recipe, request)
     assert volume["configMap"]["name"] == configmap["metadata"]["name"] and mount["readOnly"]
     assert json.loads(configmap["data"][REQUEST_FILE]) == {
-        "recipe": "qwen3-v6e32", "steps": list(STEPS), "sets": [], "run": None, "replace": False,
+        "recipe": "qwen3-v6e32", "steps": list(STEPS), "sets": [], "run": None, "sweep": None, "replace": False,
         "follow_logs": False, "user_files": [], "version": "9.9.9"}
 
 

@@ -123,7 +123,7 @@ def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Actio
     if note:
         console.print(note)
     console.print(total)
-    console.print(driver_cost_line(session.recipe, tuple(a.step for a in actions if a.kind != "skip") or STEPS))
+    console.print(driver_cost_line())
     show_submitted(console, [jobs[action.step] for action in actions if action.kind in ("submit", "replace")],
                    show_manifests)
 

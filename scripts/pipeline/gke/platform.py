@@ -66,7 +66,7 @@ class GkePlatform:
 
         from recipes.cost import driver_cost_line
 
-        console.print(driver_cost_line(recipe, steps))  # the driver, which `run` starts first
+        console.print(driver_cost_line())  # the driver, which `run` starts first
         show_submitted(console, [job for step, job in step_jobs(recipe, settings).items() if step in steps],
                        show_manifests)
 
