@@ -36,8 +36,8 @@ DRIVER_VERSION_ANNOTATION = "tpu-rl/driver-version"
 INSTALL_SECONDS = 600
 # Its requests live in recipes/conventions.py (recipes/cost.py prices them too).
 DRIVER_RESOURCES = {"requests": {"cpu": f"{conventions.DRIVER_CPU_MILLI}m",
-                                 "memory": f"{conventions.DRIVER_MEMORY_MIB}Mi"},
-                    "limits": {"memory": f"{conventions.DRIVER_MEMORY_MIB}Mi"}}
+                                 "memory": f"{conventions.DRIVER_MEMORY_GIB}Gi"},
+                    "limits": {"memory": f"{conventions.DRIVER_MEMORY_GIB}Gi"}}
 # The Cloud Storage FUSE CSI driver injects its sidecar into a pod with this annotation; the others size
 # it (GoogleCloudPlatform/gcs-fuse-csi-driver@bbbfc2a3 pkg/webhook/config.go: each "-limit" of "0" means
 # none, and a request given alone is kept). It serves a few reads per start, not a training input.

@@ -38,7 +38,7 @@ DRIVER_KSA = "tpu-rl-driver"
 # Its pod's requests (jobs/driver_runtime.py): it polls the API and the bucket every 15 s, so a quarter of
 # a core; the package's install and its clients need 1 GiB. recipes/cost.py prices this share.
 DRIVER_CPU_MILLI = 250
-DRIVER_MEMORY_MIB = 1024
+DRIVER_MEMORY_GIB = 1
 LOCAL_QUEUE = "tpu-rl"
 CLUSTER_QUEUE = "tpu-rl"
 HF_TOKEN_K8S_SECRET = "tpu-rl-hf-token"  # filled from Secret Manager by `tpu-rl`, never by Terraform

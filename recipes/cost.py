@@ -242,7 +242,7 @@ def driver_share() -> float:
     """The part of the system node (conventions.SYSTEM_POOL_*) that one run's driver requests: the larger
     of its vCPU and memory shares."""
     return max(conventions.DRIVER_CPU_MILLI / 1000 / conventions.SYSTEM_POOL_VCPUS,
-               conventions.DRIVER_MEMORY_MIB / 1024 / conventions.SYSTEM_POOL_MEMORY_GIB)
+               conventions.DRIVER_MEMORY_GIB / conventions.SYSTEM_POOL_MEMORY_GIB)
 
 
 def driver_cost_line() -> str:

@@ -24,7 +24,7 @@ from cli_helpers import BOUND_SECONDS, CONVERT, RECIPE, TRAIN, stall_clock, succ
 from contracts.tunix_log import train_step_line
 from jobs import jobset_name
 from peers import simulated_run
-from peers.fixtures import CONTEXT, SETTINGS, make_bucket, put_step_output, start_kube, storage_client
+from peers.fixtures import CONTEXT, SETTINGS, make_artifacts_bucket, put_step_output, start_kube, storage_client
 from peers.jobset_plan import Plan
 from peers.kube_api import RequestInfo, request_info
 from recipes import STEPS, conventions, get_recipe
@@ -171,7 +171,7 @@ def fresh_cloud(gcs_server, google, tmp_path, monkeypatch):
     server.wipe()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
     client = storage_client(SETTINGS["PROJECT"], url)
-    make_bucket(client, SETTINGS["GCS_BUCKET"], SETTINGS["REGION"])
+    make_artifacts_bucket(client, SETTINGS["GCS_BUCKET"], SETTINGS["REGION"])
     kube = start_kube(tmp_path / "kubeconfig", CONTEXT)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
     try:

@@ -112,6 +112,16 @@ def make_bucket(client, name: str, region: str):
     return bucket
 
 
+def make_artifacts_bucket(client, name: str, region: str):
+    """The settings' bucket as a GKE stack and an earlier `run` left it: the driver's locked wheels staged
+    (peers/driver_files.py), so a test's `run` stages only this package's runtime and downloads nothing."""
+    from peers.driver_files import seed_locked_wheels
+
+    bucket = make_bucket(client, name, region)
+    seed_locked_wheels(client, name)
+    return bucket
+
+
 def deploy_vm(server: GoogleApis, settings: dict[str, str], status: str = "RUNNING",
               recipe_name: str = "llama31-v6e8", run: str | None = None) -> tuple[str, str]:
     """The settings' TPU VM as its stack creates it: in `status`, with the recipe's startup script in its
@@ -254,7 +264,10 @@ def settings_env(tmp_path, monkeypatch):
 
 @pytest.fixture
 def cloud(settings_env, gcs, kube, google):
-    """Everything `tpu-rl run` talks to, healthy."""
+    """Everything `tpu-rl run` talks to, healthy (the bucket with the driver's locked wheels staged)."""
+    from peers.driver_files import seed_locked_wheels
+
+    seed_locked_wheels(gcs, SETTINGS["GCS_BUCKET"])
     return {"gcs": gcs, "kube": kube, "google": google}
 
 
@@ -329,7 +342,7 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
     gcs_client = storage_client(env["PROJECT"], url)
     bucket = state.get("bucket", "present")
     if bucket != "absent":
-        make_bucket(gcs_client, env["GCS_BUCKET"], env["REGION"] if bucket == "present" else bucket)
+        make_artifacts_bucket(gcs_client, env["GCS_BUCKET"], env["REGION"] if bucket == "present" else bucket)
 
     if "tf_state" in state:  # `tpu-rl down`: peers/tf_state.py put_state
         from peers.tf_state import put_state
