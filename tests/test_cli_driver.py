@@ -194,10 +194,29 @@ def test_drive_without_its_request_says_so_in_one_line(settings_env, tmp_path):
     assert f"the driver's request {tmp_path / 'missing.json'} cannot be read" in line
 
 
-def test_run_detach_on_the_vm_recipe_is_refused_in_one_line_until_the_vm_returns_at_once(cloud):
-    """The VM's startup script is its driver; `run --detach` there waits for the VM part of issue 27."""
-    result = runner.invoke(app, ["run", "llama31-v6e8", "--detach"])
+def test_drive_of_a_vm_recipe_is_refused_in_one_line(cloud, tmp_path):
+    """The VM's startup script is its driver: `tpu-rl drive` has nothing to run there."""
+    request = tmp_path / "request.json"
+    request.write_text('{"recipe": "llama31-v6e8", "steps": ["train"], "sets": [], "run": null, '
+                       '"replace": false, "follow_logs": false, "user_files": [], "version": "0"}')
+    result = runner.invoke(app, ["drive", "--request", str(request)])
     assert result.exit_code == ExitCode.BAD_INPUT, result.output
     [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert "run --detach is for GKE recipes for now" in line
-    assert cloud["kube"].job_calls == [] and cloud["google"].sent("POST", "") == []
+    assert "runs on a TPU VM, whose startup script is its driver" in line
+
+
+def test_a_driver_refused_cloud_logging_says_so_in_one_line_and_its_run_succeeds(cloud, kubelet):
+    """The driver's Google account has no logging role: the evaluations it did not see stream past are
+    not filled in, run.json says why and which command measures the trained checkpoint."""
+    from peers.http import Fault
+
+    recipe = get_recipe(RECIPE)
+    for step in ("convert", "train"):
+        put_step_output(cloud["gcs"], recipe, step)
+    cloud["google"].faults.append(Fault("POST", "/v2/entries:list", 403))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
+    assert result.exit_code == 0, result.output + driver_log(cloud["kube"])
+    why = "the run's driver may not read Cloud Logging (reading Cloud Logging failed: HTTP 403"
+    [line] = [line for line in driver_log(cloud["kube"]).splitlines() if "evaluations not filled in" in line]
+    assert why in line and f"`tpu-rl eval {RECIPE} --run {PATHS.run_name}`" in line, line
+    assert why in record(cloud["gcs"], PATHS)["evaluations_unread"]

@@ -66,14 +66,14 @@ def _drive(console, path: Path, in_cluster: bool) -> None:
         raise UserError(f"the driver's request {path} cannot be read ({error}): start the run with `tpu-rl run`")
     recipe, settings = cloud_recipe("run", request["recipe"])
     # Checked by the `run` that created this driver: the same items make the same run.
-    recipe = for_run(recipe, request["sets"], request["run"])
+    recipe = for_run(recipe, request["sets"], request["run"]).model_copy(update={"sweep": request.get("sweep")})
     files = tuple(UserFile(kind=f["kind"], name=f["name"], content=(path.parent / f["name"]).read_text(),
                            functions=tuple(f["functions"]), source=f["source"], unchecked=f["unchecked"])
                   for f in request["user_files"])
     recipe = with_user_files(recipe, files)
     steps = tuple(step for step in STEPS if step in request["steps"])
     session = cloud.make_session(recipe, settings, "writes")
-    session.console, session.confirm = console, None  # no terminal: nothing is asked
+    session.console, session.confirm, session.driven = console, None, True  # no terminal: nothing is asked
     session.clients.in_cluster = in_cluster
     console.print(f"driver: tpu-rl {package_version()} drives run {session.paths.run_name} ({', '.join(steps)})")
     platform_for(recipe).drive(session, steps, replace=request["replace"], follow_logs=request["follow_logs"])
