@@ -74,8 +74,10 @@ def run_request(recipe: Recipe, steps: tuple[Step, ...], *, replace: bool, follo
 
 def request_digest(request: Mapping[str, Any], files: Mapping[str, str]) -> str:
     """The identity of a request: what the run does (not --replace or --follow-logs, which only say how
-    this `run` meets what it finds, nor the CLI's version)."""
-    same = {key: value for key, value in request.items() if key not in ("replace", "follow_logs", "version")}
+    this `run` meets what it finds, nor the CLI's version, nor the sweep that started it: a later `run
+    --run NAME` of a sweep's run attaches to its driver)."""
+    same = {key: value for key, value in request.items()
+            if key not in ("replace", "follow_logs", "version", "sweep")}
     return hashlib.sha256(json.dumps([same, dict(files)], sort_keys=True).encode()).hexdigest()
 
 

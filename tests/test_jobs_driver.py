@@ -95,6 +95,9 @@ def test_a_request_differs_by_what_the_run_does_not_by_how_run_meets_it():
     recipe = all_recipes()["qwen3-v6e32"]
     request = run_request(recipe, STEPS, replace=False, follow_logs=False, version="1")
     same = run_request(recipe, STEPS, replace=True, follow_logs=True, version="2")
+    of_a_sweep = run_request(recipe.model_copy(update={"sweep": "lr"}), STEPS, replace=False, follow_logs=False,
+                             version="1")
+    assert of_a_sweep["sweep"] == "lr" and request_digest(of_a_sweep, {}) == request_digest(request, {})
     other = run_request(recipe, ("convert",), replace=False, follow_logs=False, version="1")
     assert request_digest(request, {}) == request_digest(same, {})
     assert request_digest(request, {}) != request_digest(other, {})
