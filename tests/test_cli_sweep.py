@@ -178,3 +178,21 @@ def test_a_run_that_cannot_start_names_the_started_ones_and_how_to_stop_them(clo
                          f"{first} --yes`; `tpu-rl cancel {RECIPE} --run {second} --yes`")
 
 
+
+
+def test_a_run_whose_driver_runs_another_request_is_refused_before_the_sweep_starts_it(cloud, monkeypatch):
+    _no_driver_runs(cloud["kube"])
+    grid = ["--grid", "learning_rate=1e-6,3e-6", "--name", "lr"]
+    planned = runner.invoke(app, ["sweep", RECIPE, *grid, "--dry-run"])
+    [first] = set(re.findall(r"lr1e-6-[0-9a-f]+", planned.output))
+    convert_only = runner.invoke(app, ["run", RECIPE, "--set", "learning_rate=1e-6", "--run", first,
+                                       "--steps", "convert", "--detach"])
+    assert convert_only.exit_code == 0, convert_only.output
+    calls = _started(monkeypatch)
+    result = runner.invoke(app, ["sweep", RECIPE, *grid])
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert line.startswith(f"error: sweep lr: run {first} was not started (run {first} has a driver running "
+                           "another request"), line
+    assert line.endswith("no run was started") and [name for name, _ in calls] == [first]
+    assert [name for _, name in cloud["kube"].job_calls] == [f"tpu-rl-driver-{first}"]  # only run's own
