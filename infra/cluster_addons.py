@@ -27,8 +27,8 @@ from infra.kueue_webhook_probe import (
     KUEUE_RELEASE,
     controller_namespace,
     kueue_webhook_probe_manifest,
-    on_system_pool,
 )
+from recipes.conventions import on_system_pool
 
 MANIFESTS_CHART = Path(__file__).parent / "charts" / "manifests"
 JOBSET_CHART = "oci://registry.k8s.io/jobset/charts"

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.gke_cluster import SYSTEM_POOL
-from recipes.conventions import NODE_POOL_LABEL
+from recipes.conventions import on_system_pool
 
 # Kueue's webhook Service can lag its Ready pod (kueue PR #8220), and then creating a queue object fails;
 # Cluster Toolkit sleeps 60 s (time_sleep.wait_for_webhook), we hold the queue release back with a Helm
@@ -31,10 +30,6 @@ WEBHOOK_PROBE_IN_A_ROW = 3  # both the probe's node and the API server must have
 KUEUE_VERSION_ANNOTATION = "tpu-rl/kueue-chart-version"
 
 
-def on_system_pool() -> dict[str, str]:
-    """The nodeSelector of the controllers and of this probe: the system pool, which never scales from zero
-    and is not tainted, so they never land on (and hold up the scale-down of) a CPU or TPU node."""
-    return {NODE_POOL_LABEL: SYSTEM_POOL}
 
 
 def controller_namespace(release: str) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.k8s import container_security
+from recipes import conventions
 from recipes.driver_runtime import (BUCKET_PREFIX, NODE_ARCH, SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB,
                                     LockedWheel)
 
@@ -33,9 +34,10 @@ ARCH_LABEL = "kubernetes.io/arch"
 DRIVER_VERSION_ANNOTATION = "tpu-rl/driver-version"
 # 83 MB of wheels read through FUSE and unpacked: a minute or two; a hung mount ends here.
 INSTALL_SECONDS = 600
-# The driver holds no accelerator: it polls the API and the bucket, so a quarter of a core is plenty,
-# and its Python with the Kubernetes and Google clients stays well under 1 GiB.
-DRIVER_RESOURCES = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
+# Its requests live in recipes/conventions.py (recipes/cost.py prices them too).
+DRIVER_RESOURCES = {"requests": {"cpu": f"{conventions.DRIVER_CPU_MILLI}m",
+                                 "memory": f"{conventions.DRIVER_MEMORY_GIB}Gi"},
+                    "limits": {"memory": f"{conventions.DRIVER_MEMORY_GIB}Gi"}}
 # The Cloud Storage FUSE CSI driver injects its sidecar into a pod with this annotation; the others size
 # it (GoogleCloudPlatform/gcs-fuse-csi-driver@bbbfc2a3 pkg/webhook/config.go: each "-limit" of "0" means
 # none, and a request given alone is kept). It serves a few reads per start, not a training input.

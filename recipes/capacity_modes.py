@@ -168,6 +168,10 @@ def check_capacity(name: str, platform: str, capacity: tuple[CapacityMode, ...],
 # in Kueue, a flex-start request not yet provisioned, or admitted with no stock in the zone; what `run` does
 # past it is scripts/pipeline/gke/capacity.py's (docs/capacity.md#capacity-that-goes-away).
 CPU = "cpu"  # the key of a CPU step's wait: a node of the CPU pool (convert, export)
+# How long an attempt may have every pod on a node but not every pod Ready: the Job's restarts and a failing
+# image pull never end it, so without this a slice bills for hours; our choice, as long as
+# stall.QUIET_STALL_SECONDS (docs/provenance.md#start-bounds-ready_wait).
+READY_WAIT_SECONDS = 90 * 60
 WaitKey = CapacityMode | Literal["cpu"]
 WAIT_KEYS: tuple[str, ...] = (*CAPACITY_MODES, CPU)
 DEFAULT_WAIT_SECONDS: Mapping[str, float] = {

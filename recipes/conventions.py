@@ -31,10 +31,14 @@ def get_credentials_command(cluster_name: str, region: str, project: str) -> str
 # characters; run names are bounded by it (recipes/runs.py).
 MAX_JOBSET_NAME = 28
 WORKLOAD_KSA = "tpu-rl-workload"  # bound to the workload Google SA through Workload Identity
-# The run's driver (one Job per GKE run) acts as this KSA: the Role of recipes/driver_access.py in NAMESPACE,
-# and the workload Google SA (the bucket) through Workload Identity. The stack names its Role and
-# RoleBinding the same.
+# The run's driver (one Job per GKE run, jobs/driver.py) acts as this KSA: the Role of
+# recipes/driver_access.py in NAMESPACE, and the workload Google SA (the bucket only) through Workload
+# Identity. The stack names its Role and RoleBinding the same.
 DRIVER_KSA = "tpu-rl-driver"
+# Its pod's requests (jobs/driver_runtime.py): it polls the API and the bucket every 15 s, so a quarter of
+# a core; the package's install and its clients need 1 GiB. recipes/cost.py prices this share.
+DRIVER_CPU_MILLI = 250
+DRIVER_MEMORY_GIB = 1
 LOCAL_QUEUE = "tpu-rl"
 CLUSTER_QUEUE = "tpu-rl"
 HF_TOKEN_K8S_SECRET = "tpu-rl-hf-token"  # filled from Secret Manager by `tpu-rl`, never by Terraform
@@ -102,6 +106,10 @@ FLEX_START_ADMISSION_CHECK = "flex-start-slice"
 # estimate (recipes/cost.py) prices it.
 SYSTEM_POOL_NAME = "system-np"
 SYSTEM_POOL_MACHINE_TYPE = "e2-standard-4"
+# Its size, which the runs' drivers share (recipes/cost.py driver_share): 4 vCPU, 16 GB, as recipes/prices.toml's
+# source for the machine type says.
+SYSTEM_POOL_VCPUS = 4
+SYSTEM_POOL_MEMORY_GIB = 16
 SYSTEM_POOL_NODES = 1
 
 # Pinned cluster add-ons. JobSet matches the vendored CRD in tests/contracts/vendor/jobset/ (SOURCE.toml).
@@ -150,3 +158,10 @@ HF_WEIGHTS_INDEX = "model.safetensors.index.json"
 # TokenizersBackend._save_pretrained writes tokenizer.json (tokenization_utils_tokenizers.py).
 # special_tokens_map.json is no longer written, and chat_template.jinja only when the model has a template.
 HF_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
+
+
+def on_system_pool() -> dict[str, str]:
+    """The nodeSelector of what runs on the system pool (the Kueue and JobSet controllers, the webhook
+    probe, a run's driver): it never scales from zero and is not tainted, so none of them keeps a CPU or
+    TPU node up."""
+    return {NODE_POOL_LABEL: SYSTEM_POOL_NAME}

@@ -238,6 +238,20 @@ def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> R
     return RunEstimate(recipe.name, tuple(steps), hourly.has_reserved, timing)
 
 
+def driver_share() -> float:
+    """The part of the system node (conventions.SYSTEM_POOL_*) that one run's driver requests: the larger
+    of its vCPU and memory shares."""
+    return max(conventions.DRIVER_CPU_MILLI / 1000 / conventions.SYSTEM_POOL_VCPUS,
+               conventions.DRIVER_MEMORY_GIB / conventions.SYSTEM_POOL_MEMORY_GIB)
+
+
+def driver_cost_line() -> str:
+    """The run's driver (jobs/driver.py) in one line: it runs on the always-on system node, billed with or
+    without it, so it adds nothing until a sweep's drivers outgrow the node and the pool adds one."""
+    return (f"driver: {driver_share():.0%} of the always-on {conventions.SYSTEM_POOL_MACHINE_TYPE} system "
+            "node, $0 more till it fills")
+
+
 def costly_run_warning(recipe: Recipe, prices: PriceTable | None = None) -> str | None:
     """One line when the run's --set items make it cost COSTLY_RATIO times the recipe's own run or more."""
     run = pipeline_run_estimate(recipe, prices).total

@@ -54,6 +54,15 @@ class Interrupted(Outcome):
     code = ExitCode.INTERRUPTED
 
 
+class Reported(Outcome):
+    """An ending already said where it happened: the run's driver printed its line, which the attached
+    `run` showed. The CLI exits with its code and prints nothing more."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__("")
+        self.code = ExitCode(code)
+
+
 _KUBE_API_EXCEPTION = ("kubernetes.client.exceptions", "ApiException")
 
 # Exceptions the cloud libraries raise past our own handling, tried in this order: (module, class, exit

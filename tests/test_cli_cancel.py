@@ -116,6 +116,7 @@ def test_the_conversion_of_another_run_is_not_this_runs_to_cancel(cloud, monkeyp
 
 
 def test_a_run_attached_to_a_cancelled_jobset_says_it_was_cancelled(cloud, monkeypatch):
+    from jobs.driver import driver_name
     from scripts.cloud.clients import Clients
     from scripts.pipeline.gke.cancel import cancel_gke
     from scripts.pipeline.session import Session
@@ -133,8 +134,10 @@ def test_a_run_attached_to_a_cancelled_jobset_says_it_was_cancelled(cloud, monke
     session_hook(monkeypatch, sleep=cancel_on_the_second_poll)
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.JOB_FAILED
-    assert error_line(result).startswith(f"error: step train was cancelled: `tpu-rl cancel` deleted JobSet "
-                                         f"{names(recipe)['train']} at ")
+    # cancel deleted the run's driver first: the attached `run` says so (the driver's own line, for the
+    # JobSet it saw deleted, may or may not come before: a real driver is stopped before it looks again)
+    assert error_line(result).startswith(f"error: run {paths.run_name} was cancelled: `tpu-rl cancel` deleted "
+                                         f"its driver Job {driver_name(recipe)} at "), result.output
     assert record(cloud["gcs"], paths)["status"] == "cancelled"  # not overwritten by the run that ended
 
 

@@ -35,7 +35,8 @@ def test_a_reattaching_run_keeps_an_hour_old_reservation_train_through_a_contain
     kube = cloud["kube"]
     plan = kube.plan(TRAIN, capacity="reservation", ticks=12, **succeeds(cloud))
     _submitted_an_hour_ago(kube, "train", TRAIN)
-    plan.container_restart_at = kube._ticks[TRAIN] + 2  # at one of this run's polls: a worker not Ready
+    # at one of the driver's polls (the attaching `run` read the JobSet once first): a worker not Ready
+    plan.container_restart_at = kube._ticks[TRAIN] + 3
     result = run_train(cloud, monkeypatch, "reservation,spot", "30m")
     assert result.exit_code == 0, result.output
     assert "reattaching to it" in result.output and "Error (exit code 137)" in result.output, result.output
@@ -160,7 +161,7 @@ def test_a_revoked_slice_met_by_a_reattaching_run_is_submitted_again_from_the_fi
     for _ in range(6):  # provisioned, admitted, its pods ready: an earlier `run` trained on it
         kube._advance(TRAIN)
     assert kube.jobsets[TRAIN]["status"]["replicatedJobsStatus"][0]["ready"]
-    plan.reclaimed_after = kube._ticks[TRAIN]  # revoked at this run's first look
+    plan.reclaimed_after = kube._ticks[TRAIN] + 1  # revoked at the driver's first look (after its `run`'s)
     result = run_train(cloud, monkeypatch, "reservation,flex-start", "4h")
     assert result.exit_code == 0, result.output
     assert "reattaching to it" in result.output

@@ -107,7 +107,8 @@ def test_a_create_rejected_by_the_server_is_reported_without_retrying(cloud):
 def test_an_api_that_keeps_failing_gives_up_after_the_limit_with_a_reattach_hint(cloud):
     with_convert_done(cloud)
     cloud["kube"].plan(name("train"), outcome="hang")
-    cloud["kube"].faults.append(Fault("GET", f"/jobsets/{name('train')}", 503, times=10_000, after=1))
+    # The attaching `run`'s and its driver's planning look-ups pass.
+    cloud["kube"].faults.append(Fault("GET", f"/jobsets/{name('train')}", 503, times=10_000, after=2))
     result = tpu_rl("run", RECIPE, "--steps", "train")
     assert result.exit_code == ExitCode.API_ERROR
     line = error_line(result)
@@ -217,7 +218,8 @@ def test_rerun_after_interruption_reattaches_instead_of_submitting_a_duplicate(c
     with monkeypatch.context() as patch:
         _interrupt_while_waiting(patch)
         assert tpu_rl("run", RECIPE, "--steps", "train").exit_code == ExitCode.INTERRUPTED
-    succeed_writing_output(cloud, "train")  # the job goes on and finishes
+    # the job goes on and finishes, after the next run's driver saw it running
+    succeed_writing_output(cloud, "train", ticks=cloud["kube"]._ticks[name("train")] + 3)
     result = tpu_rl("run", RECIPE, "--steps", "train")
     assert result.exit_code == 0, result.output
     assert f"train: JobSet {name('train')} is running; reattaching to it (not submitting a duplicate)" in result.output
@@ -228,8 +230,9 @@ def test_rerun_after_a_dropped_connection_reattaches(cloud):
     with_convert_done(cloud)
     kube = cloud["kube"]
     kube.plan(name("train"), outcome="hang")
-    # The planning look-up passes; every GET while waiting loses its connection.
-    kube.faults.append(Fault("GET", f"/jobsets/{name('train')}", "drop", times=10_000, after=1))
+    # The planning look-ups (the attaching `run`'s, its driver's) pass; every GET while waiting loses its
+    # connection.
+    kube.faults.append(Fault("GET", f"/jobsets/{name('train')}", "drop", times=10_000, after=2))
     dropped = tpu_rl("run", RECIPE, "--steps", "train")
     assert dropped.exit_code == ExitCode.API_ERROR
     assert "lost contact with the cluster" in error_line(dropped)

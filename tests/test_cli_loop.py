@@ -47,6 +47,8 @@ def test_dry_run_prints_the_plan_with_each_steps_time_and_cost_and_submits_nothi
         "expected: about 130 min, $138.15 for train, export (estimates from list prices)",
         "assumed: train up to 50 steps at 1.55 min each (the recipe's 90 min for its 50",
         "steps, less its evaluation), and evaluation 12 min",
+        # The driver: 0.25 of the 4 vCPUs (1 of 16 GB) of the always-on e2-standard-4 system node.
+        "driver: 6% of the always-on e2-standard-4 system node, $0 more till it fills",
         "the JobSets it would submit (--show-manifests prints them):",
         f"  {jobset_of(RECIPE, 'train')}",
         f"  {jobset_of(RECIPE, 'export')}"]
@@ -155,6 +157,7 @@ def test_status_json_has_each_steps_cells(cloud):
     data = json.loads(result.output)
     assert (data["recipe"], data["run"], data["bucket"], data["note"]) == (
         RECIPE, paths().run_name, "gs://rl-test-artifacts", None)
+    assert data["driver"] == f"driver: none (no Job tpu-rl-driver-{paths().run_name})"
     steps = {row["step"]: row for row in data["steps"]}
     assert list(steps) == ["convert", "train", "export"]
     assert (steps["convert"]["state"], steps["convert"]["pods"], steps["convert"]["output"]) == (

@@ -224,10 +224,16 @@ def test_render_with_rewards_writes_the_configmap_and_jobsets_run_submits(cloud,
     # issue 28: render took no --rewards, so its manifests showed another run than the one submitted.
     import yaml
 
+    from jobs.driver import DRIVER_PREFIX
+
     option = f"{rewards_file}:short_answer,correct"
     put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
     ran = runner.invoke(app, ["run", RECIPE, "--steps", "train", "--rewards", option])
-    (submitted_name, configmap), = cloud["kube"].configmaps.items()
+    # the user files' ConfigMap, beside the request of the run's driver (which carries the file too)
+    (submitted_name, configmap), = ((name, body) for name, body in cloud["kube"].configmaps.items()
+                                    if not name.startswith(DRIVER_PREFIX))
+    [request] = [body for name, body in cloud["kube"].configmaps.items() if name.startswith(DRIVER_PREFIX)]
+    assert request["data"]["my_rewards.py"] == REWARDS
     (train_name, train), = ((name, job) for name, job in cloud["kube"].jobsets.items() if name.endswith("-train"))
     # submitted; the fake train writes no checkpoint, which is not this test's concern
     assert f"train: submitted JobSet {train_name}" in ran.output, ran.output

@@ -3,6 +3,7 @@ any is started, then each started detached (Platform.run(detach=True)); refused 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -19,7 +20,6 @@ from recipes.runs import check_run_name, for_run
 from recipes.sweeps import parse_grid
 from scripts.cli import app
 from scripts.outcome import ApiError
-from scripts.pipeline.gke import detach
 
 RECIPE = "qwen3-v6e32"
 GRID = ["--grid", "learning_rate=1e-6,3e-6,1e-5", "--grid", "rl.grpo_beta=0.04,0.08"]
@@ -27,16 +27,21 @@ runner = CliRunner()
 
 
 def _started(monkeypatch, fail_at: int | None = None) -> list[tuple[str, str | None]]:
-    """start_detached replaced by a record of the runs it was asked to start (the driver branch's part);
-    the `fail_at`-th call fails as a cluster that refuses would."""
-    calls: list[tuple[str, str | None]] = []
+    """The real start of each run's driver (scripts.pipeline.gke.driver.start_driver, reached through
+    Platform.run(detach=True)), recording the runs it was asked to start; the `fail_at`-th call fails as a
+    cluster that refuses would, before it creates anything."""
+    from scripts.pipeline.gke import attach
 
-    def start(session, steps):
+    calls: list[tuple[str, str | None]] = []
+    real = attach.start_driver
+
+    def start(session, steps, **kwargs):
         if fail_at is not None and len(calls) + 1 == fail_at:
             raise ApiError("the test's refusal")
         calls.append((session.recipe.run, session.recipe.sweep))
+        return real(session, steps, **kwargs)
 
-    monkeypatch.setattr(detach, "start_detached", start)
+    monkeypatch.setattr(attach, "start_driver", start)
     return calls
 
 
@@ -87,16 +92,21 @@ def test_every_run_of_a_sweep_shares_one_convert_jobset():
     assert len({manifest["metadata"]["name"] for manifest in trains}) == 3
 
 
+def _objects(gcs) -> list[str]:
+    return [blob.name for bucket in gcs.list_buckets() for blob in bucket.list_blobs()]
+
+
 def test_one_bad_set_among_many_refuses_the_whole_sweep_before_anything_starts(cloud, monkeypatch):
     calls = _started(monkeypatch)
+    before = _objects(cloud["gcs"])  # the driver's locked wheels, as an earlier run staged them
     result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,fast", "--grid",
                                  "rl.grpo_beta=0.04,0.08"])
     assert result.exit_code == 2, result.output
     line = error_line(result)
     assert line.startswith("error: sweep run 5 of 6 (--set learning_rate=fast --set rl.grpo_beta=0.04): ")
     assert "nothing was started" in line
-    written = [blob.name for bucket in cloud["gcs"].list_buckets() for blob in bucket.list_blobs()]
-    assert calls == [] and cloud["kube"].created == [] and written == []
+    assert calls == [] and cloud["kube"].created == [] and _objects(cloud["gcs"]) == before
+    assert cloud["kube"].job_calls == [] and cloud["kube"].configmaps == {}
 
 
 def test_two_runs_that_train_the_same_weights_are_refused(settings_env, tmp_path):
@@ -134,17 +144,30 @@ def test_the_vm_recipe_refuses_a_sweep_in_one_line_that_says_why(settings_env):
     assert "one TPU VM runs one startup script" in line and "GKE recipe" in line
 
 
+def _no_driver_runs(kube) -> None:
+    """The drivers' pods stay Pending: what a sweep does ends once each run's driver Job exists."""
+    kube.kubelet.close()
+    kube.kubelet = None
+
+
 def test_each_run_is_started_detached_in_order_with_the_sweeps_name(cloud, monkeypatch):
+    _no_driver_runs(cloud["kube"])
     calls = _started(monkeypatch)
     result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--name", "lr"])
     assert result.exit_code == 0, result.output
     assert [name[:-5] for name, _ in calls] == ["lr1e-6", "lr3e-6", "lr1e-5"]
     assert {sweep for _, sweep in calls} == {"lr"}
-    assert "sweep lr: 3 runs started" in result.output and cloud["kube"].created == []
+    assert "sweep lr: 3 runs started" in result.output and cloud["kube"].created == []  # the drivers submit
+    # each run's driver Job, whose request names the sweep its run.json records
+    assert [name for verb, name in cloud["kube"].job_calls] == [f"tpu-rl-driver-{name}" for name, _ in calls]
+    requests = [json.loads(configmap["data"]["request.json"]) for configmap in cloud["kube"].configmaps.values()
+                if "request.json" in configmap.get("data", {})]
+    assert sorted((request["run"], request["sweep"]) for request in requests) == sorted(calls)
     assert "sweep lr: 3 runs, none evaluated after training yet" in result.output
 
 
 def test_a_run_that_cannot_start_names_the_started_ones_and_how_to_stop_them(cloud, monkeypatch):
+    _no_driver_runs(cloud["kube"])
     calls = _started(monkeypatch, fail_at=3)
     result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--name", "lr"])
     assert result.exit_code == ApiError.code, result.output  # the exit code of what stopped it
@@ -155,12 +178,24 @@ def test_a_run_that_cannot_start_names_the_started_ones_and_how_to_stop_them(clo
                          f"{first} --yes`; `tpu-rl cancel {RECIPE} --run {second} --yes`")
 
 
-def test_without_the_in_cluster_driver_no_run_is_started(cloud):
-    result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6"])
-    assert result.exit_code != 0
+
+
+def test_a_run_whose_driver_runs_another_request_is_refused_before_the_sweep_starts_it(cloud, monkeypatch):
+    _no_driver_runs(cloud["kube"])
+    grid = ["--grid", "learning_rate=1e-6,3e-6", "--name", "lr"]
+    planned = runner.invoke(app, ["sweep", RECIPE, *grid, "--dry-run"])
+    [first] = set(re.findall(r"lr1e-6-[0-9a-f]+", planned.output))
+    convert_only = runner.invoke(app, ["run", RECIPE, "--set", "learning_rate=1e-6", "--run", first,
+                                       "--steps", "convert", "--detach"])
+    assert convert_only.exit_code == 0, convert_only.output
+    calls = _started(monkeypatch)
+    result = runner.invoke(app, ["sweep", RECIPE, *grid])
+    assert result.exit_code == 2, result.output
     line = error_line(result)
-    assert "needs the in-cluster driver" in line and line.endswith("no run was started")
-    assert cloud["kube"].created == []
+    assert line.startswith(f"error: sweep lr: run {first} was not started (run {first} has a driver running "
+                           "another request"), line
+    assert line.endswith("no run was started") and [name for name, _ in calls] == [first]
+    assert [name for _, name in cloud["kube"].job_calls] == [f"tpu-rl-driver-{first}"]  # only run's own
 
 
 def test_the_sweeps_lines_promise_one_slice_at_a_time_and_no_order_of_its_runs(cloud, monkeypatch):
@@ -226,7 +261,7 @@ def test_a_sweep_prints_a_warning_its_runs_share_once(settings_env, monkeypatch)
 def test_any_error_starting_a_run_names_the_runs_already_started(cloud, monkeypatch):
     started: list[str] = []
 
-    def start(session, steps):
+    def start(session, steps, **_):
         if started:
             raise RuntimeError("the test's unexpected error")
         started.append(session.recipe.run)

@@ -2,7 +2,7 @@
 workload at a time, in Kueue's order (peers/kueue.py queue_order), so the runs train in turn; `tpu-rl runs`
 shows the waiting ones' places, and a run waiting behind our own does not spend its CAPACITY_WAIT.
 
-Each run is driven by the same pipeline code a driver runs (Platform.run), one thread per run as the
+Each run is driven by the pipeline code its driver runs (Platform.drive), one thread per run as the
 three in-cluster drivers would be, on one virtual clock that the fake Kueue shares."""
 
 from __future__ import annotations
@@ -61,8 +61,7 @@ class Drivers:
 
     def drive(self, session) -> None:
         try:
-            platform_for(session.recipe).run(session, STEPS, replace=False, follow_logs=False, dry_run=False,
-                                             show_manifests=False)
+            platform_for(session.recipe).drive(session, STEPS, replace=False, follow_logs=False)
         except BaseException as error:  # noqa: BLE001 -- reported by the test
             self.errors[session.recipe.run] = error
 

@@ -9,8 +9,9 @@ one with a reward file. The fake Kubernetes API records each request it answers 
 server's RequestInfo does (peers/kube_api.py, request_info).
 
 What the attaching `tpu-rl run` does with the user's credentials is not the driver's: filling the token
-Secret (submit.fill_token_secret) and creating the user-files ConfigMap (submit.put_user_files). Today's
-run_gke calls both, so their requests are recorded as the attacher's (ATTACHER_PARTS).
+Secret from Secret Manager and creating the user-files ConfigMap (submit.prepare_run). Each scenario runs
+that first, recorded as the attacher's, then the driver's own path (Platform.drive, run_gke driven), and
+only the latter counts.
 """
 
 from __future__ import annotations
@@ -24,20 +25,13 @@ from cli_helpers import BOUND_SECONDS, CONVERT, RECIPE, TRAIN, stall_clock, succ
 from contracts.tunix_log import train_step_line
 from jobs import jobset_name
 from peers import simulated_run
-from peers.fixtures import CONTEXT, SETTINGS, make_bucket, put_step_output, start_kube, storage_client
+from peers.fixtures import CONTEXT, SETTINGS, make_artifacts_bucket, put_step_output, start_kube, storage_client
 from peers.jobset_plan import Plan
 from peers.kube_api import RequestInfo, request_info
 from recipes import STEPS, conventions, get_recipe
 from recipes.driver_access import DRIVER_RULES, AccessRule
 from scripts.outcome import Outcome, StepFailed
 
-# The parts of today's run_gke that the attaching `tpu-rl run` does, in scripts.pipeline.gke.submit: while
-# they run, the fake API records their requests as the attacher's. Once the driver no longer calls them,
-# they record nothing, and the split is the code's own.
-ATTACHER_PARTS = ("fill_token_secret", "put_user_files")
-# What the attacher's part may ask: the token Secret and the user-files ConfigMap, created or replaced.
-ATTACHER_CALLS = {("", "secrets", "create"), ("", "secrets", "update"),
-                  ("", "configmaps", "create"), ("", "configmaps", "update")}
 
 # Non-resource URLs every authenticated user may GET: Kubernetes' default ClusterRole system:discovery,
 # bound to the group system:authenticated (kubernetes/kubernetes plugin/pkg/auth/authorizer/rbac/
@@ -75,11 +69,13 @@ def mismatches(calls: dict[str, list[RequestInfo]], rules: tuple[AccessRule, ...
 
 def drive(cloud, monkeypatch, steps=STEPS, capacity: str | None = None, wait: str | None = None,
           rewards: str | None = None) -> Outcome | None:
-    """GKE's pipeline as the driver runs it: Platform.run on the Session make_session builds, for the
-    recipe as `run` makes it (CAPACITY and CAPACITY_WAIT as run_train sets them). What it ended with:
-    None when every step was verified, else the Outcome it raised."""
+    """GKE's pipeline as the driver runs it: the attacher's part (submit.prepare_run, as the attacher), then
+    Platform.drive on the Session make_session builds, for the recipe as `run` makes it (CAPACITY and
+    CAPACITY_WAIT as run_train sets them). What it ended with: None when every step was verified, else the
+    Outcome it raised. The driver's part reads no secret of Secret Manager."""
     from scripts.cli import cloud as cli_cloud
     from scripts.cli.run_input import run_recipe
+    from scripts.pipeline.gke.submit import prepare_run
     from scripts.pipeline.platforms import platform_for
 
     if capacity:
@@ -87,15 +83,25 @@ def drive(cloud, monkeypatch, steps=STEPS, capacity: str | None = None, wait: st
         monkeypatch.setenv("CAPACITY_WAIT", wait)
         put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
     recipe, settings = run_recipe("run", RECIPE, None, None, rewards)
+    kube = cloud["kube"]
+    kube.actor = "attacher"
+    prepare_run(cli_cloud.make_session(recipe, settings, "writes"), steps, False)
+    kube.actor = "driver"
+    secret_reads = _secret_manager_requests(cloud["google"])
     started = time.monotonic()
     try:
-        platform_for(recipe).run(cli_cloud.make_session(recipe, settings, "writes"), steps, replace=False,
-                                 follow_logs=False, dry_run=False, show_manifests=False)
+        platform_for(recipe).drive(cli_cloud.make_session(recipe, settings, "writes"), steps, replace=False,
+                                   follow_logs=False)
     except Outcome as outcome:
         return outcome
     finally:
         assert time.monotonic() - started < BOUND_SECONDS
+        assert _secret_manager_requests(cloud["google"]) == secret_reads  # the driver never reads the token
     return None
+
+
+def _secret_manager_requests(google) -> int:
+    return sum(1 for _, path, _ in google.requests if "/secrets/" in path)
 
 
 def succeeds_whole_run(cloud, monkeypatch):
@@ -171,33 +177,13 @@ def fresh_cloud(gcs_server, google, tmp_path, monkeypatch):
     server.wipe()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
     client = storage_client(SETTINGS["PROJECT"], url)
-    make_bucket(client, SETTINGS["GCS_BUCKET"], SETTINGS["REGION"])
+    make_artifacts_bucket(client, SETTINGS["GCS_BUCKET"], SETTINGS["REGION"])
     kube = start_kube(tmp_path / "kubeconfig", CONTEXT)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
     try:
         yield {"gcs": client, "kube": kube, "google": google}
     finally:
         kube.stop()
-
-
-def as_attacher(monkeypatch, kube) -> None:
-    """Today's run_gke does the attacher's part itself: its requests are recorded as the attacher's."""
-    from scripts.pipeline.gke import submit
-
-    for name in ATTACHER_PARTS:
-        part = getattr(submit, name, None)
-        if part is None:
-            continue
-
-        def attaching(*args, _part=part, **kwargs):
-            kube.actor = "attacher"
-            try:
-                return _part(*args, **kwargs)
-            finally:
-                kube.actor = "driver"
-
-        monkeypatch.setattr(submit, name, attaching)
-    kube.actor = "driver"
 
 
 @pytest.fixture
@@ -208,15 +194,13 @@ def driver_calls(settings_env, gcs_server, google, tmp_path, monkeypatch) -> dic
         scratch = tmp_path / f"scenario-{index}"
         scratch.mkdir()
         with monkeypatch.context() as patch, fresh_cloud(gcs_server, google, scratch, patch) as cloud:
-            as_attacher(patch, cloud["kube"])
             extra = {"tmp_path": scratch} if scenario is trains_with_a_reward_file else {}
             scenario(cloud, patch, **extra)
             calls[name] = cloud["kube"].calls_of("driver")
             attacher |= {(call.api_group, call.resource, call.verb) for call in cloud["kube"].calls_of("attacher")}
             assert cloud["kube"].calls_of("client") == [], name  # every request was someone's
-    # The split the driver's Job keeps: the attacher fills the Secret and the ConfigMap, nothing else (and,
-    # once run_gke no longer calls its part, nothing here).
-    assert attacher <= ATTACHER_CALLS, attacher
+    # The split the driver's Job keeps: the attacher fills the token Secret and the user-files ConfigMap.
+    assert {("", "secrets", "create"), ("", "configmaps", "create")} <= attacher, attacher
     return calls
 
 

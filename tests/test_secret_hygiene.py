@@ -196,7 +196,8 @@ def test_the_kubernetes_secret_is_the_only_object_that_carries_the_token(session
         rest = {**secret, "data": {k: v for k, v in secret["data"].items() if k != HF_TOKEN_ENV}}
         assert session.leaks(json.dumps(rest)) == []
     others = [body for body in bodies if body.get("kind") != "Secret"]
-    assert [body["kind"] for body in others] == ["JobSet"] * 3
+    # the run's driver: its request ConfigMap and its Job (before the JobSets it submits), none with the token
+    assert [body["kind"] for body in others] == ["ConfigMap", "Job"] + ["JobSet"] * 3
     assert [leak for body in others for leak in session.leaks(json.dumps(body))] == []
 
 

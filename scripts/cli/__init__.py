@@ -6,6 +6,7 @@
   views.py lays out their reports; run_input.py builds a run's recipe (--set, --run, the user files).
 - sweep.py: `sweep`, several runs checked whole, then each started detached.
 - reports.py: `metrics` and `plan-review`.
+- drive.py: `drive` (hidden), what the run's driver runs in the cluster.
 
 Start-up is what the offline commands cost (`make bench-cli`), so the kubernetes and Google clients,
 rich and the retry machinery are imported inside the commands that use them, never at module level.
@@ -19,6 +20,7 @@ from scripts.cli import offline  # noqa: F401
 from scripts.cli import cloud  # noqa: F401
 from scripts.cli import sweep  # noqa: F401
 from scripts.cli import reports  # noqa: F401
+from scripts.cli import drive  # noqa: F401  (hidden: what the run's driver runs in the cluster)
 from scripts.cli.core import app
 
 __all__ = ["app", "main"]

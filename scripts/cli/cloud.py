@@ -172,7 +172,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP),
         detach: bool = typer.Option(False, "--detach", help="Start the run (or find it) and return at once with "
                                     "the commands that follow it.")) -> None:
-    """Run the pipeline: submit each step, wait, verify its output in GCS; rerun to resume or reattach."""
+    """Run the pipeline: its driver (GKE: a Job in the cluster; VM: the startup script) submits each step,
+    waits, verifies its output in GCS; this follows it (Ctrl-C detaches); rerun to reattach or resume."""
     from recipes.schedule import schedule_warning
     from scripts.cli.run_input import run_recipe
 

@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 
 from recipes import STEPS, Step, UserError, get_recipe, load_settings
 from recipes.needs import needs
-from scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, foreign_ending
+from scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, Reported, foreign_ending
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -93,9 +93,9 @@ class _OneLineErrors(TyperGroup):
 
 def _print_version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from scripts.version import package_version
 
-        typer.echo(f"tpu-rl {version('tpu-rl')}")
+        typer.echo(f"tpu-rl {package_version()}")
         raise typer.Exit()
 
 
@@ -188,19 +188,28 @@ def handled(command):
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except UserError as error:
-            raise _fail(ExitCode.BAD_INPUT, str(error)) from None
-        except Outcome as error:
-            raise _fail(error.code, str(error)) from None
-        except KeyboardInterrupt:
-            raise _fail(ExitCode.INTERRUPTED, "interrupted") from None
-        except Exception as error:  # a cloud library's own exception: classified without importing any
-            ending = foreign_ending(error)
-            if ending is None:
-                raise
-            raise _fail(*ending) from None
+        except Reported as error:
+            raise typer.Exit(int(error.code)) from None
+        except (Exception, KeyboardInterrupt) as error:
+            code, message = ending_of(error)
+            raise _fail(code, message) from None
 
     return wrapper
+
+
+def ending_of(error: BaseException) -> tuple[int, str]:
+    """The exit code and one line of an expected ending (bad input, an outcome, Ctrl-C, a cloud library's
+    exception, classified without importing any); anything else is raised again, a bug to see whole."""
+    if isinstance(error, UserError):
+        return ExitCode.BAD_INPUT, str(error)
+    if isinstance(error, Outcome):
+        return error.code, str(error)
+    if isinstance(error, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED, "interrupted"
+    ending = foreign_ending(error)
+    if ending is None:
+        raise error
+    return ending
 
 
 def cloud_settings(command: str, platform: Platform = "gke") -> Settings:

@@ -102,6 +102,9 @@ class Clients:
         self.settings = settings
         self.endpoints = endpoints or Endpoints.from_env()
         self.reach_seconds = reach_seconds  # one Compute or Secret Manager call in all (TPU_RL_REACH_SECONDS)
+        # The run's driver in its pod: its service account's token, not a kubeconfig (`tpu-rl drive` only;
+        # any other command names its cluster through the user's kubeconfig, never the one it runs in).
+        self.in_cluster = False
         self._cache: dict[str, object] = {}
 
     def within(self, what: str, api: str, call: Callable[[float], T], fix: str | None = None) -> T:
@@ -189,6 +192,8 @@ class Clients:
 
     def kube(self):
         """A kubernetes ApiClient for this settings' cluster (see scripts.cloud.kube.api_client_for)."""
-        from scripts.cloud.kube import api_client_for
+        from scripts.cloud.kube import api_client_for, in_cluster_api_client
 
+        if self.in_cluster:
+            return self._get("kube", in_cluster_api_client)
         return self._get("kube", lambda: api_client_for(self.settings, self.endpoints.kubeconfig))

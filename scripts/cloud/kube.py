@@ -77,6 +77,14 @@ def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
     return k8s.ApiClient(configuration)
 
 
+def in_cluster_api_client() -> k8s.ApiClient:
+    """An ApiClient for the cluster the process runs in, as its pod's service account (the run's driver)."""
+    configuration = k8s.Configuration()
+    k8s_config.load_incluster_config(client_configuration=configuration)
+    configuration.retries = 0  # as api_client_for
+    return k8s.ApiClient(configuration)
+
+
 def _context_for(settings: Settings, contexts: list[dict], current: dict | None) -> str | None:
     """The context whose cluster is exactly this project, region and cluster name, or None.
 

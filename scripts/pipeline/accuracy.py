@@ -105,7 +105,13 @@ def fill_from_cloud_logging(session: Session, watch: EvaluationWatch) -> int:
     try:
         return watch.see(cloud_logging_text(session, watch.record.data.get("created")), source="cloud logging")
     except Exception as error:  # noqa: BLE001 -- no credentials, no permission, no API: warn
-        session.console.print(f"[yellow]![/] evaluations not filled in: {' '.join(str(error).split())[:200]}")
+        reason = " ".join(str(error).split())[:200]
+        if session.driven and "HTTP 403" in reason:  # its Google account has no logging role (docs/security.md)
+            reason = (f"the run's driver may not read Cloud Logging ({reason}); `tpu-rl eval "
+                      f"{session.recipe.name} --run {session.paths.run_name}` measures the trained checkpoint")
+            watch.record.data["evaluations_unread"] = reason
+            watch.record.write()
+        session.console.print(f"[yellow]![/] evaluations not filled in: {reason}")
         return 0
 
 

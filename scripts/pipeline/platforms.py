@@ -70,8 +70,12 @@ class Platform(Protocol):
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
             show_manifests: bool, detach: bool = False) -> None:
-        """`tpu-rl run`: plan, submit, follow and verify each step (a dry run prints the plan only); `detach`:
-        start (or find) the run's driver and return at once with the commands that follow the run."""
+        """`tpu-rl run`: start the run's driver (GKE: a Job in the cluster; VM: its startup script), which
+        plans, submits, follows and verifies each step, and follow it until it ends; `detach`: start (or
+        find) it and return at once with the commands that follow the run (a dry run prints the plan only)."""
+
+    def drive(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool) -> None:
+        """`tpu-rl drive` (hidden), what the run's driver runs: the pipeline itself, with no terminal."""
 
     def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
         """How a run whose record still says running ended with nobody following it ("succeeded" or

@@ -252,12 +252,14 @@ def record_cancellation(session: Session, steps: Iterable[Step], **how: object) 
 
 
 def cancellation_of(session: Session, jobset: str) -> str | None:
-    """When `tpu-rl cancel` deleted this JobSet of the run, by the run's record; None when it did not."""
+    """When `tpu-rl cancel` deleted this JobSet (or the run's driver Job of this name) of the run, by the
+    run's record; None when it did not."""
     try:
         data = gcs.read_json(session.clients.storage(), session.paths.run_record) or {}
     except ApiError:
         return None
-    found = [entry["at"] for entry in data.get("cancellations") or [] if jobset in entry.get("jobsets", [])]
+    found = [entry["at"] for entry in data.get("cancellations") or []
+             if jobset in entry.get("jobsets", []) or jobset == entry.get("driver")]
     return found[-1] if found else None
 
 

@@ -43,6 +43,7 @@ class Session:
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     confirm: Callable[[str], bool] | None = None  # interactive yes/no; None = not interactive
+    driven: bool = False  # the run's driver in the cluster runs this (tpu-rl drive): no logging role
 
     def __post_init__(self) -> None:
         self.paths = ArtifactPaths(self.recipe, self.settings)
@@ -229,3 +230,4 @@ class StatusReport:
     where: str  # what runs the steps, e.g. "JobSets qwen3-v6e32-<step>" or "TPU VM rl-vm (RUNNING)"
     rows: list[StepStatus]
     note: str = ""  # a line under the table, e.g. that the VM does not exist
+    driver: str = ""  # GKE: the run's driver in one line (running, finished, failed, none), and any drift

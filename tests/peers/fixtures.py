@@ -112,6 +112,16 @@ def make_bucket(client, name: str, region: str):
     return bucket
 
 
+def make_artifacts_bucket(client, name: str, region: str):
+    """The settings' bucket as a GKE stack and an earlier `run` left it: the driver's locked wheels staged
+    (peers/driver_files.py), so a test's `run` stages only this package's runtime and downloads nothing."""
+    from peers.driver_files import seed_locked_wheels
+
+    bucket = make_bucket(client, name, region)
+    seed_locked_wheels(client, name)
+    return bucket
+
+
 def deploy_vm(server: GoogleApis, settings: dict[str, str], status: str = "RUNNING",
               recipe_name: str = "llama31-v6e8", run: str | None = None) -> tuple[str, str]:
     """The settings' TPU VM as its stack creates it: in `status`, with the recipe's startup script in its
@@ -198,9 +208,15 @@ def gcs_emulators():
 
 @pytest.fixture
 def kube(tmp_path, monkeypatch):
+    """The fake Kubernetes API; the run's driver Job runs on a thread of the test (peers/kubelet.py)."""
+    from peers.kubelet import InProcessKubelet
+
     server = start_kube(tmp_path / "kubeconfig", CONTEXT)
+    server.kubelet = InProcessKubelet()
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
     yield server
+    if server.kubelet is not None:
+        server.kubelet.close()
     server.stop()
 
 
@@ -248,7 +264,10 @@ def settings_env(tmp_path, monkeypatch):
 
 @pytest.fixture
 def cloud(settings_env, gcs, kube, google):
-    """Everything `tpu-rl run` talks to, healthy."""
+    """Everything `tpu-rl run` talks to, healthy (the bucket with the driver's locked wheels staged)."""
+    from peers.driver_files import seed_locked_wheels
+
+    seed_locked_wheels(gcs, SETTINGS["GCS_BUCKET"])
     return {"gcs": gcs, "kube": kube, "google": google}
 
 
@@ -299,6 +318,8 @@ class Peers:
         }
 
     def stop(self) -> None:
+        if self.kube is not None and self.kube.kubelet is not None:
+            self.kube.kubelet.close()
         for server in (self.kube, self.google, self.hub):
             if server is not None:
                 server.stop()
@@ -321,7 +342,7 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
     gcs_client = storage_client(env["PROJECT"], url)
     bucket = state.get("bucket", "present")
     if bucket != "absent":
-        make_bucket(gcs_client, env["GCS_BUCKET"], env["REGION"] if bucket == "present" else bucket)
+        make_artifacts_bucket(gcs_client, env["GCS_BUCKET"], env["REGION"] if bucket == "present" else bucket)
 
     if "tf_state" in state:  # `tpu-rl down`: peers/tf_state.py put_state
         from peers.tf_state import put_state
@@ -344,6 +365,9 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
         kube = start_kube(home / "kubeconfig", context)
         kube.crd_installed = cluster != "no-jobset-crd"
         env["KUBECONFIG"] = str(home / "kubeconfig")
+        from peers.kubelet import ProcessKubelet
+
+        kube.kubelet = ProcessKubelet(env)  # the run's driver as a process, with what the commands get
         if "stale" in state:
             from jobs import render_manifests
             from recipes import get_recipe, load_settings

@@ -183,7 +183,7 @@ class JobSetLife:
 
     def _pods_of(self, name: str, rj: str | None = None) -> list[dict]:
         return [pod for pod in self.pods.values()
-                if pod["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == name
+                if pod["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name
                 and (rj is None or pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == rj)]
 
     def _main_rj(self, name: str) -> str:

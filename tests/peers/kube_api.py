@@ -21,6 +21,7 @@ from datetime import datetime, timedelta, timezone
 from peers import kueue
 from peers.admission import Admission
 from peers.http import PeerServer, Reply
+from peers.job_life import JOBS, JobLife
 from peers.jobset_life import JobSetLife
 from peers.jobset_plan import Plan
 
@@ -131,7 +132,7 @@ def uid_conflict(name: str, wanted: str, actual: str) -> Reply:
                   {"name": name, "group": "jobset.x-k8s.io", "kind": "jobsets"})
 
 @dataclass
-class KubeApi(JobSetLife, Admission, PeerServer):
+class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
     jobsets: dict = field(default_factory=dict)
     pods: dict = field(default_factory=dict)
     secrets: dict = field(default_factory=dict)
@@ -157,6 +158,10 @@ class KubeApi(JobSetLife, Admission, PeerServer):
     # admits an unpinned workload to the first flavor with unused quota (flavorassigner.go
     # findFlavorForPodSetResource; nothing preempts within our ClusterQueue). None: the plan's mode.
     flavor_order: tuple[str, ...] | None = None
+    jobs: dict = field(default_factory=dict)  # batch/v1 Jobs by name (peers/job_life.py)
+    pod_logs: dict = field(default_factory=dict)  # what the containers of Job pods wrote, by pod name
+    job_calls: list = field(default_factory=list)  # ("create" | "delete", Job name), in order
+    kubelet: object = None  # runs a Job pod's container (peers/kubelet.py); None: its pods stay Pending
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 
@@ -235,6 +240,8 @@ class KubeApi(JobSetLife, Admission, PeerServer):
                                               "kind": "JobSet", "verbs": ["create", "delete", "get", "list", "watch"]}]})
         if match := _JOBSETS.match(path):
             return self._jobsets(method, match["name"], body, query)
+        if match := JOBS.match(path):
+            return self._jobs(method, match["name"], body, query, Reply, status, _selected)
         if match := _PODS.match(path):
             return self._pods(method, match["name"], bool(match["log"]), query)
         if _WORKLOADS.match(path) and method == "GET":
@@ -308,6 +315,9 @@ class KubeApi(JobSetLife, Admission, PeerServer):
             return status(404, "NotFound", f'pods "{name}" not found')
         if not log:
             return Reply(200, pod)
+        if name in self.pod_logs:  # a Job's pod: what its container wrote so far
+            lines = self.pod_logs[name].splitlines(keepends=True)
+            return Reply(200, "".join(lines[-int(query["tailLines"]):] if query.get("tailLines") else lines))
         # Every line was written when the pod started, a microsecond apart; the stream then ends, as a
         # dropped follow would. sinceSeconds and timestamps behave as the kubelet's.
         jobset = pod["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"]

@@ -21,6 +21,9 @@ followed, its output verified in GCS, and its failures explained in one line eac
 - down.py: `down`: the recipe's stack destroyed once no run is active, the bucket kept.
 - evaluate.py: `eval`: a saved checkpoint scored on the held-out set by a scratch run's JobSet.
 - status.py: `status` and `logs`.
+- driver.py, attach.py, detach.py: the run's driver in the cluster (jobs/driver.py): `run` starts or
+  finds it and follows it (attach.py), or returns at once (detach.py: `run --detach`, a sweep's runs);
+  drive (Platform.drive) is what it runs, submit.py's pipeline.
 
 Nothing is imported here: each command imports the module it runs, and only when it runs.
 """

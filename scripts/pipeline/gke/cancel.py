@@ -52,22 +52,39 @@ def cancel_targets(session: Session, step: Step | None) -> tuple[dict[str, str],
     return targets, notes
 
 def cancel_gke(session: Session, step: Step | None, yes: bool) -> None:
-    """Delete the run's running JobSets (after a yes), record the cancellation, keep every output."""
+    """Delete the run's driver, then its running JobSets (after a yes), record the cancellation, keep
+    every output. The driver goes first, and cancel waits until its pod is gone, so no JobSet is
+    submitted by a dying driver; the JobSets are looked up again after it."""
+    from scripts.pipeline.gke.driver import driver_state, stop_driver
+
     console, run = session.console, session.paths.run_name
+    driver = driver_state(session)
     targets, notes = cancel_targets(session, step)
     for note in notes:
         console.print(escape(note))
     what = f"{step} of run {run}" if step else f"run {run}"
-    if not targets:
+    driving = driver.phase == "running"
+    if not targets and not driving:
         console.print(f"nothing to cancel: no JobSet of {what} is running or waiting for Kueue "
                       f"(see {session.command('status')})")
         return
     names = ", ".join(targets.values())
+    stopped = ([f"the run's driver Job {driver.name}"] if driving else []) + ([f"JobSet(s) {names}"] if names else [])
     kept = f"outputs in gs://{session.settings.gcs_bucket} are kept"
-    if not session.cancel_confirmed(yes, f"delete JobSet(s) {names} of {what}", kept):
+    if not session.cancel_confirmed(yes, f"delete {' and '.join(stopped)} of {what}", kept):
         return
     go_on = go_on_command(session)
-    record_cancellation(session, targets, jobsets=list(targets.values()))
+    record_cancellation(session, targets, jobsets=list(targets.values()),
+                        **({"driver": driver.name} if driving else {}))
+    if driving:
+        done = stop_driver(session)
+        if done:
+            console.print(done)
+        more, _ = cancel_targets(session, step)  # what the driver submitted between the look and its end
+        extra = {key: name for key, name in more.items() if name not in targets.values()}
+        if extra:
+            record_cancellation(session, extra, jobsets=list(extra.values()))
+        targets = {**targets, **extra}
     for name in targets.values():
         session.cluster.delete_jobset(name)
         console.print(f"deleted JobSet {name}")

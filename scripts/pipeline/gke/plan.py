@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from jobs.k8s import SPEC_DIGEST_ANNOTATION, spec_digest
 from recipes import STEPS, Step, UserError
+from recipes.cost import driver_cost_line
 from scripts.cloud.kube_objects import jobset_state
 from scripts.pipeline.gke.admission import CapacityWatch, jobset_uid, like_existing, read_admission
 from scripts.pipeline.gke.steps import StepJob
@@ -122,6 +123,7 @@ def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Actio
     if note:
         console.print(note)
     console.print(total)
+    console.print(driver_cost_line())
     show_submitted(console, [jobs[action.step] for action in actions if action.kind in ("submit", "replace")],
                    show_manifests)
 

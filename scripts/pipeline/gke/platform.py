@@ -64,20 +64,34 @@ class GkePlatform:
         from scripts.pipeline.gke.plan import show_submitted
         from scripts.pipeline.gke.steps import step_jobs
 
+        from recipes.cost import driver_cost_line
+
+        console.print(driver_cost_line())  # the driver, which `run` starts first
         show_submitted(console, [job for step, job in step_jobs(recipe, settings).items() if step in steps],
                        show_manifests)
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
             show_manifests: bool, detach: bool = False) -> None:
+        """The run's driver in the cluster runs the pipeline (drive); this starts or finds it and follows it."""
         if detach and not dry_run:
             from scripts.pipeline.gke.detach import start_detached
 
-            start_detached(session, steps)
+            start_detached(session, steps, replace=replace, follow_logs=follow_logs)
             return
+        if dry_run:  # the plan, and what the driver costs
+            from scripts.pipeline.gke.submit import run_gke
+
+            run_gke(session, steps, replace=replace, follow_logs=follow_logs, dry_run=True,
+                    show_manifests=show_manifests)
+            return
+        from scripts.pipeline.gke.attach import run_attached
+
+        run_attached(session, steps, replace=replace, follow_logs=follow_logs, detach=False)
+
+    def drive(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool) -> None:
         from scripts.pipeline.gke.submit import run_gke
 
-        run_gke(session, steps, replace=replace, follow_logs=follow_logs, dry_run=dry_run,
-                show_manifests=show_manifests)
+        run_gke(session, steps, replace=replace, follow_logs=follow_logs, driven=True)
 
     def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
         return None  # the run's driver writes run.json itself, followed or not

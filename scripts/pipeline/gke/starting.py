@@ -17,14 +17,11 @@ from datetime import datetime
 
 from scripts.cloud.kube_objects import (JobSetState, container_image, container_statuses, has_had_node,
                                         is_finishing, is_ready, restart_total)
+from recipes.capacity_modes import READY_WAIT_SECONDS
 from scripts.outcome import StepFailed
 from scripts.pipeline.gke.steps import StepJob
 from scripts.pipeline.session import Session, hms
 
-# How long an attempt may have every pod on a node but not every pod Ready: the Job's restarts and a failing
-# image pull never end it, so without this a slice bills for hours; our choice, as long as
-# stall.QUIET_STALL_SECONDS (docs/provenance.md#start-bounds-ready_wait).
-READY_WAIT_SECONDS = 90 * 60
 # How long a container's image pull may keep failing (FAILING_PULL): the kubelet backs off 10 s doubling to
 # 300 s (kubernetes/kubernetes pkg/kubelet/kubelet.go MaxImageBackOff), so this is five failed pulls in a
 # row (docs/provenance.md#kubelet-image-pull-back-off).

@@ -43,9 +43,12 @@ def status_gke(session: Session) -> StatusReport:
         rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
                                session.output_state(step, state.phase == "succeeded"), placement_of(pods) or "",
                                _training_now(session, job, state) if step == "train" else ""))
+    from scripts.pipeline.gke.driver import driver_state
+
+    driver = driver_state(session)
     run = session.paths.run_name
     return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows,
-                        "; ".join(notes))
+                        "; ".join(notes), "; ".join(filter(None, [driver.line(), driver.drift()])))
 
 def admission_note(session: Session, job: StepJob, jobset: dict | None, state: JobSetState) -> str:
     """What a suspended step waits for, from its Kueue Workload and request; for a deactivated one, why,

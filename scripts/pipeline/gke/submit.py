@@ -22,7 +22,9 @@ from scripts.pipeline.session import Session, export_checkpoint, verify_output
 
 
 def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,
-            dry_run: bool = False, show_manifests: bool = False) -> None:
+            dry_run: bool = False, show_manifests: bool = False, driven: bool = False) -> None:
+    """The pipeline: what the run's driver runs in the cluster (`driven`: the attaching `run` filled the
+    token Secret and the user-files ConfigMap, prepare_run), and what a dry run shows."""
     console = session.console
     try:
         export_step, _ = export_checkpoint(session)
@@ -44,13 +46,37 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
                 "reached)") if exported and export_step is None else ""
         show_dry_run(session, rendered, actions, replace, note, show_manifests)  # what `run` submits
         return
-    if any(action.kind in ("submit", "replace") for action in actions):
+    if not driven and any(action.kind in ("submit", "replace") for action in actions):
         fill_token_secret(session)
     console.print(f"run {session.paths.run_name}; plan: "
                   + ", ".join(f"{action.step} {action.kind}" for action in actions))
     record.start({action.step: action.kind for action in actions}, {step: job.name for step, job in jobs.items()})
     with ending_run(session, record, steps):
-        _run_actions(session, jobs, rendered, actions, steps, record, follow_logs)
+        _run_actions(session, jobs, rendered, actions, steps, record, follow_logs, driven)
+
+
+def prepare_run(session: Session, steps: tuple[Step, ...], replace: bool) -> bool:
+    """What the attaching `run` does before it creates the driver: the checks and the plan `run` made
+    (a question answered here, where there is a terminal), the token Secret and the user-files ConfigMap,
+    which the driver may not read or write. Returns `replace` as answered: yes to a question means it."""
+    answers: list[bool] = []
+    ask = session.confirm
+    if ask is not None:
+        session.confirm = lambda question: answers.append(ask(question)) or answers[-1]
+    try:
+        export_step, _ = export_checkpoint(session)
+        RunRecord.open(session)
+        actions = plan_gke(session, step_jobs(session.recipe, session.settings, export_step), steps, replace)
+    except ApiError as error:
+        raise ApiError(f"{error}; nothing was submitted") from None
+    finally:
+        session.confirm = ask
+    submitted = [action.step for action in actions if action.kind in ("submit", "replace")]
+    if submitted:
+        fill_token_secret(session)
+    if session.recipe.user_files and "train" in steps:
+        put_user_files(session)
+    return replace or any(answers)
 
 
 def fill_token_secret(session: Session) -> None:
@@ -63,7 +89,7 @@ def fill_token_secret(session: Session) -> None:
 
 
 def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str, StepJob], actions: list[Action],
-                 steps: tuple[Step, ...], record: RunRecord, follow_logs: bool) -> None:
+                 steps: tuple[Step, ...], record: RunRecord, follow_logs: bool, driven: bool = False) -> None:
     """`jobs` pinned as the JobSets on the cluster are (plan.py), which a reattaching `run` follows;
     `rendered` as this run submits them: from the first mode, Kueue's quota order (a reservation first)."""
     console = session.console
@@ -88,7 +114,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str,
             if not session.cluster.delete_jobset(job.name, action.uid or None):
                 raise StepFailed(replaced_meanwhile(session, job, f"step {action.step} was not submitted"))
         if action.kind in ("submit", "replace"):
-            if action.step == "train" and session.recipe.user_files:
+            if action.step == "train" and session.recipe.user_files and not driven:
                 put_user_files(session)
             if _submitted(session, job):
                 console.print(f"{action.step}: submitted JobSet {job.name}")

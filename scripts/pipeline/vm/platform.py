@@ -60,6 +60,9 @@ class VmPlatform:
         # nothing to replace, no manifests; --detach: the startup script is the run's driver
         run_vm(session, steps, follow_logs=follow_logs, dry_run=dry_run, detach=detach)
 
+    def drive(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool) -> None:
+        raise UserError(f"recipe '{session.recipe.name}' runs on a TPU VM, whose startup script is its driver")
+
     def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
         """The startup script writes export's marker (its text: when) once every step succeeded, and its
         failure record when a phase failed (jobs/vm.py), whether or not a `run` followed it."""

@@ -1,0 +1,79 @@
+"""`tpu-rl drive` (hidden): what the run's driver runs in its pod on GKE (jobs/driver.py). It reads the
+request `run` mounted, builds the Session as `run` did (in the cluster, with its pod's service account
+and Workload Identity for the bucket) and runs the same pipeline (Platform.drive, submit.run_gke), with a
+plain console: no terminal, no colours, no live display, one line per event, each flushed. Its exit code
+and its last line are the run's outcome; `run` shows both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import typer
+
+from scripts.cli.core import PIPED_WIDTH, app, ending_of, without_tokens
+
+IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # set by the kubelet in every pod
+
+
+@app.command("drive", hidden=True)
+def drive(request: Path = typer.Option(..., "--request", metavar="FILE",
+                                       help="The request `run` mounted (jobs/driver.py).")) -> None:
+    """Run the pipeline of a run's request, as its driver in the cluster (started by `tpu-rl run`)."""
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
+    raise typer.Exit(drive_to(sys.stdout, request))
+
+
+def plain_console(out: TextIO):
+    from rich.console import Console
+
+    return Console(file=out, force_terminal=False, force_interactive=False, no_color=True, highlight=False,
+                   soft_wrap=True, width=PIPED_WIDTH, emoji=False)
+
+
+def drive_to(out: TextIO, request: Path, in_cluster: bool | None = None) -> int:
+    """Drive the request's run, writing every line to `out`; the exit code. The last line of a run that
+    did not succeed is its `error: ` line, as the CLI prints it."""
+    console = plain_console(out)
+    try:
+        _drive(console, request, bool(os.environ.get(IN_CLUSTER_ENV)) if in_cluster is None else in_cluster)
+        return 0
+    except (Exception, KeyboardInterrupt) as error:
+        code, message = ending_of(error)
+        console.print(f"error: {without_tokens(message)}", markup=False)
+        return int(code)
+    finally:
+        out.flush()
+
+
+def _drive(console, path: Path, in_cluster: bool) -> None:
+    from recipes import STEPS, UserError
+    from recipes.runs import for_run
+    from recipes.user_files import UserFile, with_user_files
+    from scripts.cli import cloud
+    from scripts.cli.core import cloud_recipe
+    from scripts.pipeline.platforms import platform_for
+    from scripts.version import package_version
+
+    try:
+        request = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise UserError(f"the driver's request {path} cannot be read ({error}): start the run with `tpu-rl run`")
+    recipe, settings = cloud_recipe("run", request["recipe"])
+    # Checked by the `run` that created this driver: the same items make the same run.
+    recipe = for_run(recipe, request["sets"], request["run"]).model_copy(update={"sweep": request.get("sweep")})
+    files = tuple(UserFile(kind=f["kind"], name=f["name"], content=(path.parent / f["name"]).read_text(),
+                           functions=tuple(f["functions"]), source=f["source"], unchecked=f["unchecked"])
+                  for f in request["user_files"])
+    recipe = with_user_files(recipe, files)
+    steps = tuple(step for step in STEPS if step in request["steps"])
+    session = cloud.make_session(recipe, settings, "writes")
+    session.console, session.confirm, session.driven = console, None, True  # no terminal: nothing is asked
+    session.clients.in_cluster = in_cluster
+    console.print(f"driver: tpu-rl {package_version()} drives run {session.paths.run_name} ({', '.join(steps)})")
+    platform_for(recipe).drive(session, steps, replace=request["replace"], follow_logs=request["follow_logs"])

@@ -1,0 +1,76 @@
+"""batch/v1 Jobs in the recipe's namespace: the run's driver (jobs/driver.py). Created once, read, and
+deleted with its pod before anything else of the run is (`cancel`). Objects are plain dicts in the API's
+JSON shape, as in scripts/cloud/kube.py, whose Cluster this works through."""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from scripts.cloud.kube import Cluster
+from scripts.cloud.retry import call, wait_until
+from scripts.outcome import ApiError, describe
+
+# The label the Job controller puts on its pods (kubernetes pkg/apis/batch/types.go JobNameLabel, 1.27+).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+class JobExists(ApiError):
+    """A create answered 409: a Job of that name exists (another `run` created it meanwhile)."""
+
+
+class Jobs:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.batch = k8s.BatchV1Api(cluster.api)
+
+    @property
+    def _timeout(self) -> tuple[float, float]:
+        return self.cluster._timeout
+
+    def get(self, name: str) -> dict | None:
+        try:
+            response = call(self.cluster.policy, f"reading Job {name}", lambda: self.batch.read_namespaced_job(
+                name, self.cluster.namespace, _request_timeout=self._timeout, _preload_content=False))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise ApiError(f"reading Job {name} failed with {describe(error)}") from None
+        return json.loads(response.data)
+
+    def create(self, body: dict) -> dict:
+        name = body["metadata"]["name"]
+        try:
+            response = call(self.cluster.policy, f"creating Job {name}", lambda: self.batch.create_namespaced_job(
+                self.cluster.namespace, body, _request_timeout=self._timeout, _preload_content=False))
+        except ApiException as error:
+            if error.status == 409:
+                raise JobExists(f"Job {name} already exists") from None
+            raise ApiError(f"creating Job {name} failed with {describe(error)}") from None
+        return json.loads(response.data)
+
+    def pods(self, name: str) -> list[dict]:
+        """The Job's pods, oldest first."""
+        pods = self.cluster.list_pods(f"{JOB_NAME_LABEL}={name}")
+        return sorted(pods, key=lambda pod: pod["metadata"].get("creationTimestamp") or "")
+
+    def delete(self, name: str) -> bool:
+        """Delete the Job with foreground propagation and wait until it and its pods are gone (bounded by
+        the policy's retries); False when there was none."""
+        try:
+            call(self.cluster.policy, f"deleting Job {name}", lambda: self.batch.delete_namespaced_job(
+                name, self.cluster.namespace, propagation_policy="Foreground", _request_timeout=self._timeout,
+                _preload_content=False))
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise ApiError(f"deleting Job {name} failed with {describe(error)}") from None
+
+        def gone() -> bool:
+            return self.get(name) is None and not self.pods(name)
+
+        if not wait_until(self.cluster.policy, gone, attempts=self.cluster.policy.attempts * 4):
+            raise ApiError(f"Job {name} or its pod is still being deleted; wait a minute and run again")
+        return True

@@ -1,0 +1,142 @@
+"""The run's driver from outside it: `run` creates it or finds it (never a second one), `status` says its
+state, `cancel` deletes it first. The Job and its request are rendered by jobs/driver.py; following its
+log is attach.py.
+
+A driver's state, from its Job (batch/v1 JobStatus conditions): running (including a pod not started
+yet), finished (Complete), failed (Failed), or none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobs.driver import REQUEST_ANNOTATION, driver_job, driver_name, request_configmap, request_digest, run_request
+from jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION, driver_drift
+from recipes import Step, UserError
+from scripts.cloud.kube_jobs import JobExists, Jobs
+from scripts.outcome import ExitCode
+from scripts.pipeline.gke.driver_wheel import runtime_version
+from scripts.pipeline.session import Session
+
+
+@dataclass(frozen=True)
+class DriverState:
+    name: str
+    phase: str  # running | finished | failed | none
+    version: str = ""  # the package version it runs
+    digest: str = ""  # its request's (jobs/driver.py request_digest)
+    exit_code: int | None = None  # its last pod's, once it ended
+    reason: str = ""  # why its Job failed (BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy)
+
+    def line(self) -> str:
+        """The one line `status` shows."""
+        if self.phase == "none":
+            return f"driver: none (no Job {self.name})"
+        how = f", exit {self.exit_code}" if self.phase == "failed" and self.exit_code is not None else ""
+        why = f", {self.reason}" if self.phase == "failed" and self.reason else ""
+        return f"driver: {self.phase} (Job {self.name}, tpu-rl {self.version or '?'}{how}{why})"
+
+    def drift(self) -> str:
+        """One line when the driver runs another version of the package than this CLI; "" otherwise."""
+        if self.phase == "none":
+            return ""
+        line = driver_drift(runtime_version(), self.version or None)
+        return f"! {line}" if line else ""
+
+
+def job_phase(job: dict | None) -> tuple[str, str]:
+    """(phase, reason of a failure) of a Job."""
+    if job is None:
+        return "none", ""
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") in ("Complete", "SuccessCriteriaMet"):
+            return "finished", ""
+        if condition.get("type") in ("Failed", "FailureTarget"):
+            return "failed", condition.get("reason") or ""
+    return "running", ""
+
+
+def exit_code_of(pod: dict | None) -> int | None:
+    """The driver container's exit code in a pod, once it terminated."""
+    for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if container.get("name") == DRIVER_CONTAINER:
+            terminated = (container.get("state") or {}).get("terminated")
+            if terminated:
+                return terminated.get("exitCode")
+    return None
+
+
+def driver_state(session: Session, jobs: Jobs | None = None) -> DriverState:
+    jobs = jobs or Jobs(session.cluster)
+    name = driver_name(session.recipe)
+    job = jobs.get(name)
+    phase, reason = job_phase(job)
+    if job is None:
+        return DriverState(name, phase)
+    version = ((job["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(DRIVER_VERSION_ANNOTATION)
+    digest = (job["metadata"].get("annotations") or {}).get(REQUEST_ANNOTATION, "")
+    pods = jobs.pods(name) if phase != "running" else []
+    return DriverState(name, phase, version or "", digest, exit_code_of(pods[-1]) if pods else None, reason)
+
+
+@dataclass(frozen=True)
+class Started:
+    state: DriverState
+    created: bool  # False: this `run` found the run's driver and attaches to it
+
+
+def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool) -> Started:
+    """Find the run's running driver (the same request: attach to it) or create one: its checks and plan
+    first (submit.prepare_run, with the token Secret and user files), then its request and its Job. A
+    running driver of another request is refused unless --replace, which deletes it first."""
+    from scripts.pipeline.gke.driver_image import stage_driver
+    from scripts.pipeline.gke.submit import prepare_run
+
+    recipe, jobs = session.recipe, Jobs(session.cluster)
+    request = run_request(recipe, steps, replace=replace, follow_logs=follow_logs, version=runtime_version())
+    digest = request_digest(request, {file.name: file.content for file in recipe.user_files})
+    state = driver_state(session, jobs)
+    if state.phase == "running" and state.digest == digest:
+        return Started(state, created=False)
+    if state.phase == "running" and not replace:
+        raise UserError(f"run {session.paths.run_name} has a driver running another request (other --steps or "
+                        f"files): follow it with {session.command('status')}, or rerun with --replace to stop it "
+                        "and start this one")
+    replace = prepare_run(session, steps, replace)
+    request["replace"] = replace
+    runtime = stage_driver(session)
+    if state.phase != "none":  # a finished driver, or one --replace stops: one driver per run
+        jobs.delete(state.name)
+        session.console.print(f"deleted the run's earlier driver Job {state.name} ({state.phase})")
+    session.cluster.ensure_configmap(request_configmap(recipe, request))
+    try:
+        jobs.create(driver_job(recipe, session.settings, runtime, request, digest))
+    except JobExists:  # an identical `run` created it meanwhile: attach to it, as the plan would have
+        found = driver_state(session, jobs)
+        if found.digest != digest:
+            raise
+        return Started(found, created=False)
+    return Started(driver_state(session, jobs), created=True)
+
+
+def follow_commands(session: Session, steps: tuple[Step, ...]) -> list[str]:
+    """The commands that attach to the run again, show it, and stop it."""
+    from recipes import STEPS
+
+    again = session.command("run", *(("--steps", ",".join(steps)) if steps != STEPS else ()))
+    return [f"  follow it: {again}", f"  its state: {session.command('status')}",
+            f"  stop it:   {session.command('cancel')}"]
+
+
+def stop_driver(session: Session) -> str:
+    """Delete the run's driver Job and wait until its pod is gone (cancel: before the JobSets, so no
+    JobSet is submitted by a dying driver); what was done, in a few words."""
+    jobs = Jobs(session.cluster)
+    name = driver_name(session.recipe)
+    return f"deleted driver Job {name}" if jobs.delete(name) else ""
+
+
+EXIT_CODES = {int(code) for code in ExitCode}

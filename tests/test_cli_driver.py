@@ -1,0 +1,222 @@
+"""The run's driver in the cluster (issue 27, §1, §2 and §5): `run` starts it and only follows it.
+
+Against the local peers, the fake API's kubelet runs the driver's container as a real process
+(`python -m scripts.cli drive ...`, stdin /dev/null, its output a pipe: no terminal; peers/kubelet.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli_helpers import record
+from jobs.driver import driver_name
+from jobs.driver_runtime import DRIVER_VERSION_ANNOTATION
+from jobs.paths import ArtifactPaths
+from peers import simulated_run
+from peers.fixtures import REPO, VENV_BIN, jobset_of, peer_settings, put_step_output
+from peers.kubelet import ProcessKubelet
+from recipes import get_recipe
+from scripts.cli import app
+from scripts.outcome import ExitCode
+
+RECIPE = "qwen3-v6e32"
+DRIVER = driver_name(get_recipe(RECIPE))
+PATHS = ArtifactPaths(get_recipe(RECIPE), peer_settings())
+BOUND_SECONDS = 180  # a driver process starts in seconds; every run here ends well within this
+runner = CliRunner()
+
+
+@pytest.fixture
+def kubelet(cloud) -> ProcessKubelet:
+    """The fake API's kubelet runs each driver pod as a process with the test's endpoints; the driver
+    polls every 0.05 s (each GET moves a JobSet one step on)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TPU_RL_POLL_SECONDS": "0.05"}
+    cloud["kube"].kubelet = ProcessKubelet(env)
+    return cloud["kube"].kubelet
+
+
+def wait_for(what: str, condition, kube, seconds: float = BOUND_SECONDS) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        logs = "\n----\n".join(kube.pod_logs.values())
+        assert time.monotonic() < deadline, f"waited {seconds:g} s for {what}; the driver's log:\n{logs}"
+        time.sleep(0.1)
+
+
+def driver_ended(kube) -> str | None:
+    """Complete or Failed once the driver's Job ended, else None."""
+    conditions = ((kube.jobs.get(DRIVER) or {}).get("status") or {}).get("conditions") or []
+    return next((c["type"] for c in conditions if c["type"] in ("Complete", "Failed")), None)
+
+
+def driver_log(kube) -> str:
+    return "".join(kube.pod_logs.values())
+
+
+def whole_run(cloud, train_ticks: int = 2) -> None:
+    simulated_run.script_successful_run(cloud["kube"], cloud["gcs"], get_recipe(RECIPE), train_ticks=train_ticks)
+    cloud["kube"].plans[jobset_of(RECIPE, "train")].ticks = train_ticks
+
+
+def test_run_detach_returns_at_once_and_the_driver_with_no_terminal_takes_the_run_to_a_verified_export(
+        cloud, kubelet):
+    kube = cloud["kube"]
+    whole_run(cloud, train_ticks=40)
+    result = runner.invoke(app, ["run", RECIPE, "--detach"])
+    assert result.exit_code == 0, result.output
+    assert driver_ended(kube) is None  # it returned while the driver runs
+    lines = result.output.splitlines()
+    assert f"run {PATHS.run_name}: started its driver, Job {DRIVER}, in the cluster" in lines
+    assert f"detached: run {PATHS.run_name} goes on in the cluster" in lines
+    for command in (f"`tpu-rl run {RECIPE}`", f"`tpu-rl status {RECIPE}`", f"`tpu-rl cancel {RECIPE}`"):
+        assert any(line.strip().endswith(command) for line in lines), result.output
+    wait_for("the driver to end", lambda: driver_ended(kube), kube)
+    log = driver_log(kube)
+    assert driver_ended(kube) == "Complete", log
+    assert "export: output verified" in log and "done: convert, train, export verified" in log, log
+    assert "\x1b[" not in log  # a plain console: no colours, no cursor movement
+    assert kube.created == [jobset_of(RECIPE, step) for step in ("convert", "train", "export")]
+    assert record(cloud["gcs"], PATHS)["status"] == "succeeded"
+    status = runner.invoke(app, ["status", RECIPE])
+    assert f"driver: finished (Job {DRIVER}" in " ".join(status.output.split()), status.output
+
+
+def _attached_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    log = tmp_path / "run.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    process = subprocess.Popen([str(VENV_BIN / "tpu-rl"), "run", RECIPE], stdin=subprocess.DEVNULL,
+                               stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    return process, log
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_killing_the_attached_run_does_not_stop_the_run(cloud, kubelet, tmp_path, sig):
+    kube = cloud["kube"]
+    whole_run(cloud, train_ticks=60)
+    process, log = _attached_run(tmp_path)
+    try:
+        wait_for("the attached run to show train running",
+                 lambda: f"train: submitted JobSet {jobset_of(RECIPE, 'train')}" in log.read_text(), kube)
+        process.send_signal(sig)
+        code = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    if sig == signal.SIGINT:
+        assert code == ExitCode.INTERRUPTED, log.read_text()
+        said = log.read_text()
+        assert f"interrupted: detached; run {PATHS.run_name} goes on in the cluster" in said, said
+        assert f"follow it: `tpu-rl run {RECIPE}`" in said, said
+    assert driver_ended(kube) is None
+    wait_for("the driver to end", lambda: driver_ended(kube), kube)
+    assert driver_ended(kube) == "Complete", driver_log(kube)
+    assert record(cloud["gcs"], PATHS)["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("how", ["killed", "evicted"])
+def test_a_driver_killed_mid_train_resumes_in_its_next_pod_without_a_duplicate_submission(cloud, kubelet, how):
+    """The driver's process dies while train runs (SIGKILL: a crash, OOM; or an eviction, which the Job's
+    podFailurePolicy does not count): the Job starts another pod, whose driver reattaches to train."""
+    kube = cloud["kube"]
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    whole_run(cloud, train_ticks=80)
+    assert runner.invoke(app, ["run", RECIPE, "--detach"]).exit_code == 0
+    wait_for("train to run", lambda: f"train: submitted JobSet {jobset_of(RECIPE, 'train')}" in driver_log(kube),
+             kube)
+    [first] = kubelet.started
+    (kubelet.kill if how == "killed" else kubelet.evict)(first)
+    wait_for("the driver to end", lambda: driver_ended(kube), kube)
+    assert driver_ended(kube) == "Complete", driver_log(kube)
+    assert len(kubelet.started) == 2
+    second = kube.pod_logs[kubelet.started[1]]
+    assert f"train: JobSet {jobset_of(RECIPE, 'train')} is running; reattaching to it" in second, second
+    assert kube.created == [jobset_of(RECIPE, step) for step in ("train", "export")]  # each once
+    assert kube.jobs[DRIVER]["status"].get("failed", 0) == (1 if how == "killed" else 0)
+    assert record(cloud["gcs"], PATHS)["status"] == "succeeded"
+
+
+def test_a_second_run_attaches_to_the_running_driver_and_creates_no_second_job(cloud, kubelet):
+    kube = cloud["kube"]
+    kube.plan(jobset_of(RECIPE, "convert"), outcome="hang")
+    assert runner.invoke(app, ["run", RECIPE, "--detach"]).exit_code == 0
+    again = runner.invoke(app, ["run", RECIPE, "--detach"])
+    assert again.exit_code == 0, again.output
+    assert f"its driver, Job {DRIVER}, is running; attaching to it" in again.output
+    assert kube.job_calls == [("create", DRIVER)]
+    other = runner.invoke(app, ["run", RECIPE, "--steps", "convert", "--detach"])  # another request
+    assert other.exit_code == ExitCode.BAD_INPUT
+    assert "has a driver running another request" in other.output and "--replace" in other.output
+    assert kube.job_calls == [("create", DRIVER)]
+
+
+def test_cancel_deletes_the_driver_and_waits_for_its_pod_before_it_deletes_the_jobsets(cloud, kubelet):
+    kube = cloud["kube"]
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    kube.plan(jobset_of(RECIPE, "train"), outcome="hang")
+    assert runner.invoke(app, ["run", RECIPE, "--detach"]).exit_code == 0
+    wait_for("train to run", lambda: jobset_of(RECIPE, "train") in kube.jobsets, kube)
+    result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    deletes = [path for method, path, _ in kube.requests if method == "DELETE"]
+    assert [path.split("?")[0].rsplit("/", 1)[1] for path in deletes] == [DRIVER, jobset_of(RECIPE, "train")]
+    assert "propagationPolicy=Foreground" in deletes[0]
+    assert all(process.poll() is not None for process in kubelet.processes.values())  # stopped first
+    assert kube.jobsets == {} and kube.jobs == {}
+    assert f"deleted driver Job {DRIVER}" in result.output
+    status = runner.invoke(app, ["status", RECIPE])
+    assert f"driver: none (no Job {DRIVER})" in " ".join(status.output.split()), status.output
+
+
+def test_a_driver_of_another_version_is_said_in_one_line_by_run_and_status(cloud):
+    kube = cloud["kube"]
+    kube.kubelet = None  # its pod stays Pending: the Job runs, nothing drives
+    assert runner.invoke(app, ["run", RECIPE, "--detach"]).exit_code == 0
+    kube.jobs[DRIVER]["spec"]["template"]["metadata"]["annotations"][DRIVER_VERSION_ANNOTATION] = "0.0.9"
+    drift = "! this run's driver runs tpu-rl 0.0.9, "
+    again = runner.invoke(app, ["run", RECIPE, "--detach"])
+    assert again.exit_code == 0, again.output
+    assert sum(line.startswith(drift) for line in again.output.splitlines()) == 1, again.output
+    status = runner.invoke(app, ["status", RECIPE])
+    assert drift in " ".join(status.output.split()), status.output
+
+
+def test_drive_without_its_request_says_so_in_one_line(settings_env, tmp_path):
+    result = runner.invoke(app, ["drive", "--request", str(tmp_path / "missing.json")])
+    assert result.exit_code == ExitCode.BAD_INPUT
+    [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert f"the driver's request {tmp_path / 'missing.json'} cannot be read" in line
+
+
+def test_drive_of_a_vm_recipe_is_refused_in_one_line(cloud, tmp_path):
+    """The VM's startup script is its driver: `tpu-rl drive` has nothing to run there."""
+    request = tmp_path / "request.json"
+    request.write_text('{"recipe": "llama31-v6e8", "steps": ["train"], "sets": [], "run": null, '
+                       '"replace": false, "follow_logs": false, "user_files": [], "version": "0"}')
+    result = runner.invoke(app, ["drive", "--request", str(request)])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert "runs on a TPU VM, whose startup script is its driver" in line
+
+
+def test_a_driver_refused_cloud_logging_says_so_in_one_line_and_its_run_succeeds(cloud, kubelet):
+    """The driver's Google account has no logging role: the evaluations it did not see stream past are
+    not filled in, run.json says why and which command measures the trained checkpoint."""
+    from peers.http import Fault
+
+    recipe = get_recipe(RECIPE)
+    for step in ("convert", "train"):
+        put_step_output(cloud["gcs"], recipe, step)
+    cloud["google"].faults.append(Fault("POST", "/v2/entries:list", 403))
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "train"])
+    assert result.exit_code == 0, result.output + driver_log(cloud["kube"])
+    why = "the run's driver may not read Cloud Logging (reading Cloud Logging failed: HTTP 403"
+    [line] = [line for line in driver_log(cloud["kube"]).splitlines() if "evaluations not filled in" in line]
+    assert why in line and f"`tpu-rl eval {RECIPE} --run {PATHS.run_name}`" in line, line
+    assert why in record(cloud["gcs"], PATHS)["evaluations_unread"]

@@ -1,0 +1,104 @@
+"""The run's driver Job and its request ConfigMap (jobs/driver.py) against Kubernetes' schemas
+(kubernetes-validate --strict, as the JobSets' pod templates in test_jobs_k8s_contract.py), and the rules
+the design sets: one pod at a time, disruptions not counted, an outcome never retried, a deadline, the
+always-on system pool and the driver's own service account, and no secret anywhere."""
+
+from __future__ import annotations
+
+import json
+
+import kubernetes_validate
+import pytest
+
+from contracts.k8s_schema import KUBERNETES_VERSION
+from jobs.driver import (REQUEST_DIR, REQUEST_FILE, driver_job, request_configmap, request_digest, run_request,
+                         settings_env)
+from jobs.driver_runtime import DriverRuntime
+from jobs.k8s import recipe_selector
+from recipes import STEPS, all_recipes, example_settings
+from recipes.conventions import DRIVER_KSA
+
+SETTINGS = example_settings()
+GKE = [name for name, recipe in all_recipes().items() if recipe.platform == "gke"]
+RUNTIME = DriverRuntime(image="registry.example/driver@sha256:" + "0" * 64, version="9.9.9", bucket="b",
+                        requirements="runtimes/9.9.9/requirements.txt", requirements_sha256="0" * 64)
+
+
+def rendered(name: str):
+    recipe = all_recipes()[name]
+    request = run_request(recipe, STEPS, replace=False, follow_logs=False, version=RUNTIME.version)
+    return recipe, request, driver_job(recipe, SETTINGS, RUNTIME, request, request_digest(request, {}))
+
+
+@pytest.mark.parametrize("name", GKE)
+def test_the_driver_job_and_its_request_pass_kubernetes_validate_strict(name):
+    recipe, request, job = rendered(name)
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    kubernetes_validate.validate(request_configmap(recipe, request), KUBERNETES_VERSION, strict=True)
+
+
+def test_kubernetes_validate_strict_rejects_an_unknown_job_field():
+    _, _, job = rendered(GKE[0])
+    job["spec"]["podReplacementPolicyy"] = "Failed"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("name", GKE)
+def test_one_driver_pod_at_a_time_on_the_system_pool_as_the_driver_with_a_deadline(name):
+    recipe, _, job = rendered(name)
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    assert job["metadata"]["name"] == f"tpu-rl-driver-{recipe.name}-{job['metadata']['labels']['tpu-rl/run'][-7:]}"
+    assert spec["podReplacementPolicy"] == "Failed"  # never two drivers of one run at once
+    assert pod["restartPolicy"] == "Never" and pod["serviceAccountName"] == DRIVER_KSA
+    # the always-on e2-standard-4 of the system pool, on the lock's architecture; never cpu-np, whose big
+    # node a 250m pod would keep up through a capacity wait (so no toleration of its taint)
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-nodepool": "system-np", "kubernetes.io/arch": "amd64"}
+    assert "tolerations" not in pod
+    # what `down` and `runs` select the recipe's objects by finds the driver's Job and its pod
+    key, value = recipe_selector(recipe).split("=")
+    assert job["metadata"]["labels"][key] == value == job["spec"]["template"]["metadata"]["labels"][key]
+    rules = spec["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    # an outcome of scripts/outcome.py ExitCode ends the Job: a failed step is not run again by Kubernetes
+    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["values"] == [1, 2, 3, 4, 5, 130]
+    assert 0 < spec["backoffLimit"] <= 3
+    # bounded: at least the recipe's waits for capacity (reservation 30 min in the example's one zone)
+    assert 3600 < spec["activeDeadlineSeconds"] < 2 * 24 * 3600
+
+
+def test_the_request_is_mounted_from_its_configmap_and_carries_the_run_and_its_files():
+    recipe, request, job = rendered("qwen3-v6e32")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["drive", "--request", f"{REQUEST_DIR}/{REQUEST_FILE}"]
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == REQUEST_DIR]
+    [volume] = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    configmap = request_configmap(recipe, request)
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"] and mount["readOnly"]
+    assert json.loads(configmap["data"][REQUEST_FILE]) == {
+        "recipe": "qwen3-v6e32", "steps": list(STEPS), "sets": [], "run": None, "sweep": None, "replace": False,
+        "follow_logs": False, "user_files": [], "version": "9.9.9"}
+
+
+def test_the_settings_go_as_the_env_vars_a_user_sets_and_nothing_secret_does():
+    _, _, job = rendered("qwen3-v6e32")
+    env = {item["name"]: item["value"] for item in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["PROJECT"] == SETTINGS.project and env["GCS_BUCKET"] == SETTINGS.gcs_bucket
+    assert env["ZONE"] == ",".join(SETTINGS.zones) and env["CLUSTER_NAME"] == SETTINGS.cluster_name
+    assert set(settings_env(SETTINGS)) <= set(env)
+    assert len(env) == len(job["spec"]["template"]["spec"]["containers"][0]["env"])  # each name once
+    assert "HF_TOKEN" not in env and not any("secretKeyRef" in str(item) for item in env.values())
+    assert "AUTHORIZED_CIDR" not in env and "TF_STATE_BUCKET" not in env
+
+
+def test_a_request_differs_by_what_the_run_does_not_by_how_run_meets_it():
+    recipe = all_recipes()["qwen3-v6e32"]
+    request = run_request(recipe, STEPS, replace=False, follow_logs=False, version="1")
+    same = run_request(recipe, STEPS, replace=True, follow_logs=True, version="2")
+    of_a_sweep = run_request(recipe.model_copy(update={"sweep": "lr"}), STEPS, replace=False, follow_logs=False,
+                             version="1")
+    assert of_a_sweep["sweep"] == "lr" and request_digest(of_a_sweep, {}) == request_digest(request, {})
+    other = run_request(recipe, ("convert",), replace=False, follow_logs=False, version="1")
+    assert request_digest(request, {}) == request_digest(same, {})
+    assert request_digest(request, {}) != request_digest(other, {})
+    assert request_digest(request, {}) != request_digest(request, {"r.py": "x"})
