@@ -259,14 +259,18 @@ def test_a_sweep_prints_a_warning_its_runs_share_once(settings_env, monkeypatch)
 
 
 def test_any_error_starting_a_run_names_the_runs_already_started(cloud, monkeypatch):
-    started: list[str] = []
+    from scripts.pipeline.gke import attach
 
-    def start(session, steps, **_):
+    started: list[str] = []
+    real = attach.start_driver
+
+    def start(session, steps, **kwargs):
         if started:
             raise RuntimeError("the test's unexpected error")
         started.append(session.recipe.run)
+        return real(session, steps, **kwargs)
 
-    monkeypatch.setattr(detach, "start_detached", start)
+    monkeypatch.setattr(attach, "start_driver", start)
     result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6", "--name", "lr"])
     assert result.exit_code != 0
     text = " ".join(result.output.split())
