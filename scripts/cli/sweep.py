@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.markup import escape
 
 from recipes import STEPS, UserError
 from recipes.sweeps import GRID_HELP
@@ -105,6 +104,7 @@ def check_cap(plan: SweepPlan, max_cost: Optional[float]) -> None:
 
 
 def show_plan(console, plan: SweepPlan) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from recipes.prices import usd
@@ -143,6 +143,8 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     """Start several runs of a recipe, a grid of --set values or a file's list, each detached; Kueue trains
     them one after another on the first capacity mode's slice. Checked and priced whole before any is
     started."""
+    from rich.markup import escape
+
     from recipes import get_recipe
     from recipes.sweeps import check_sweepable
     from scripts.cli.core import cloud_recipe
@@ -202,6 +204,8 @@ def check_names_free(plan: SweepPlan, settings: Settings) -> None:
 def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
     """Each run started detached through the platform (Platform.run(detach=True)), in the plan's order. When
     run k cannot be started, the line names those that were, and how to stop them."""
+    from rich.markup import escape
+
     from scripts.cli.cloud import make_session
     from scripts.pipeline.platforms import platform_for
 
