@@ -82,7 +82,7 @@ def test_run_reads_neither_so_needs_neither_but_preflight_checks_the_reservation
 
 
 def test_run_with_a_missing_bucket_stops_before_it_reads_the_cluster(cloud):
-    cloud["gcs"].bucket("rl-test-artifacts").delete()
+    cloud["gcs"].bucket("rl-test-artifacts").delete(force=True)  # with the driver's staged wheels in it
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == 2, result.output
     assert result.output.splitlines() == [
