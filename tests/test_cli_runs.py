@@ -18,8 +18,15 @@ runner = CliRunner()
 
 
 def edit_record(gcs, paths, **fields) -> None:
+    """The run's record with `fields`, and each step billed 0 s: the peer's steps last about a second, which
+    a loaded machine stretches to a few, so the cost (billed_usd) is pinned like the times are."""
     data = record(gcs, paths)
     data.update(fields)
+    for entry in data["steps"].values():
+        for phase in entry.get("phases") or []:
+            phase["seconds"] = 0
+        if not entry.get("phases") and entry.get("ended"):
+            entry["ended"] = entry.get("started")
     bucket, name = split_gs_url(paths.run_record)
     gcs.bucket(bucket).blob(name).upload_from_string(json.dumps(data))
 
