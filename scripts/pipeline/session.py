@@ -43,6 +43,7 @@ class Session:
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     confirm: Callable[[str], bool] | None = None  # interactive yes/no; None = not interactive
+    argv: list[str] | None = None  # the command line run.json records; None: this process's (sys.argv)
 
     def __post_init__(self) -> None:
         self.paths = ArtifactPaths(self.recipe, self.settings)
