@@ -94,6 +94,37 @@ def test_run_detach_returns_at_once_and_the_driver_with_no_terminal_takes_the_ru
     assert f"driver: finished (Job {DRIVER}" in " ".join(status.output.split()), status.output
 
 
+def test_run_follows_the_drivers_log_past_a_rotation_reading_only_what_is_new(cloud, kubelet):
+    """The kubelet rotates a container's log at containerLogMaxSize, after which a read returns only the
+    newest file: `run` prints every line once, and each read after the first asks only for recent lines."""
+    kube = cloud["kube"]
+    whole_run(cloud, train_ticks=40)
+
+    def rotate_mid_train() -> None:
+        deadline = time.monotonic() + BOUND_SECONDS
+        while time.monotonic() < deadline:
+            logs = dict(kube.pod_logs)
+            for pod, text in logs.items():
+                if "convert: output verified" in text:
+                    kube.rotate_log(pod)
+                    return
+            time.sleep(0.02)
+
+    rotation = threading.Thread(target=rotate_mid_train, daemon=True)
+    rotation.start()
+    result = runner.invoke(app, ["run", RECIPE])
+    rotation.join(timeout=BOUND_SECONDS)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    # lines written before the rotation and not read yet are gone with the old file; none after it is
+    for said in ("driver: tpu-rl", "train: submitted", "export: output verified", "done: convert, train, export"):
+        assert sum(said in line for line in lines) == 1, result.output
+    [pod] = kubelet.started
+    reads = [query for _, method, path, query in kube.calls if method == "GET" and path.endswith(f"/pods/{pod}/log")]
+    assert len(reads) > 2 and all(query.get("timestamps") == "true" for query in reads)
+    assert all(query.get("sinceSeconds") for query in reads[1:])
+
+
 def _attached_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     log = tmp_path / "run.log"
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
@@ -327,3 +358,16 @@ def test_run_detach_on_the_vm_recipe_is_refused_in_one_line_until_the_vm_returns
     [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert "run --detach is for GKE recipes for now" in line
     assert cloud["kube"].job_calls == [] and cloud["google"].sent("POST", "") == []
+
+
+def test_a_log_cursor_prints_lines_of_one_timestamp_once_and_orders_trimmed_fractions():
+    """The kubelet's RFC3339Nano drops a fraction's trailing zeros; lines may share a timestamp."""
+    from scripts.pipeline.gke.attach import LogCursor
+
+    cursor = LogCursor()
+    first = "2026-01-01T00:00:00.1Z a\n2026-01-01T00:00:00.1Z b\n"
+    assert cursor.new_lines(first) == ["a", "b"]
+    # the next read overlaps: a and b again, a third line of the same instant, then .10000001 (later than .1)
+    again = first + "2026-01-01T00:00:00.1Z c\n2026-01-01T00:00:00.10000001Z d\n2026-01-01T00:00:00.09Z old\n"
+    assert cursor.new_lines(again) == ["c", "d"]
+    assert cursor.new_lines(again) == []

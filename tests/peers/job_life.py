@@ -78,6 +78,7 @@ class JobLife:
             with self._lock:
                 self.pods.pop(pod_name, None)
                 self.pod_logs.pop(pod_name, None)  # a deleted pod's log is gone with it
+                self.pod_log_stamps.pop(pod_name, None)
         with self._lock:
             self.jobs.pop(name, None)
 
@@ -124,6 +125,16 @@ class JobLife:
         with self._lock:
             if pod_name in self.pod_logs:
                 self.pod_logs[pod_name] += text
+                self.pod_log_stamps.setdefault(pod_name, []).extend([kueue.moment()] * text.count("\n"))
+
+    def rotate_log(self, pod_name: str) -> None:
+        """The kubelet rotated the container's log (containerLogMaxSize): a read returns only what was
+        written after it, as `kubectl logs` reads the current file only."""
+        with self._lock:
+            text = self.pod_logs[pod_name]
+            kept = len(text) - len(text.rsplit("\n", 1)[-1]) if "\n" in text else 0
+            self.pod_logs[pod_name] = text[kept:]
+            self.pod_log_stamps[pod_name] = []
 
     def pod_ended(self, pod_name: str, exit_code: int, disrupted: bool = False) -> None:
         """The container exited (or, `disrupted`, the pod was evicted); the Job controller's answer."""
