@@ -47,8 +47,8 @@ class DriverState:
 
 def job_phase(job: dict | None) -> tuple[str, str]:
     """(phase, reason of a failure) of a Job. Only the terminal conditions Complete and Failed end it:
-    SuccessCriteriaMet and FailureTarget come first while its pods still terminate (KEP-4368, "Job API
-    managed-by mechanism": the controller adds the final condition once no pod runs)."""
+    SuccessCriteriaMet and FailureTarget come first while its pods still terminate (Kubernetes 1.31+,
+    KEP-4368: kubernetes.io/docs/concepts/workloads/controllers/job, "Termination of Job pods")."""
     if job is None:
         return "none", ""
     status = job.get("status") or {}
