@@ -18,6 +18,7 @@ import json
 import re
 import threading
 import uuid
+from datetime import datetime, timezone
 
 from peers import kueue
 
@@ -125,7 +126,8 @@ class JobLife:
         with self._lock:
             if pod_name in self.pod_logs:
                 self.pod_logs[pod_name] += text
-                self.pod_log_stamps.setdefault(pod_name, []).extend([kueue.moment()] * text.count("\n"))
+                stamp = datetime.now(timezone.utc)  # the node's real time, as the kubelet's log
+                self.pod_log_stamps.setdefault(pod_name, []).extend([stamp] * text.count("\n"))
 
     def rotate_log(self, pod_name: str) -> None:
         """The kubelet rotated the container's log (containerLogMaxSize): a read returns only what was

@@ -310,14 +310,17 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
             return status(404, "NotFound", f'pods "{name}" not found')
         if not log:
             return Reply(200, pod)
-        if name in self.pod_logs:  # a Job's pod: what its container wrote so far, each line at its time
+        # A Job's pod (the driver): what its container wrote so far, each line at the real time it came (the
+        # driver runs in real time, whatever clock a test gives the JobSets); a JobSet's pod: its plan's lines.
+        now = datetime.now(timezone.utc) if name in self.pod_logs else kueue.moment()
+        if name in self.pod_logs:
             stamps = self.pod_log_stamps.get(name, [])
-            lines = [(stamps[i] if i < len(stamps) else kueue.moment(), line)
+            lines = [(stamps[i] if i < len(stamps) else now, line)
                      for i, line in enumerate(self.pod_logs[name].splitlines(keepends=True))]
         else:
             lines = self._jobset_pod_log(pod, query)
         if query.get("sinceSeconds"):
-            cutoff = kueue.moment() - timedelta(seconds=int(query["sinceSeconds"]))
+            cutoff = now - timedelta(seconds=int(query["sinceSeconds"]))
             lines = [(stamp, line) for stamp, line in lines if stamp >= cutoff]
         if query.get("tailLines"):
             lines = lines[-int(query["tailLines"]):]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
+from jobs.driver import RETRY_EXIT_CODE
 from jobs.driver_runtime import DRIVER_CONTAINER
 from recipes import Step
 from scripts.cloud.kube_jobs import Jobs
@@ -131,6 +132,8 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
     if phase == "finished":
         return
     code = exit_code_of(pods[-1]) if pods else None
+    if code == RETRY_EXIT_CODE:  # each retry ended on what the run did not decide, an API that kept failing
+        raise Reported(ExitCode.API_ERROR)  # or a crash: the driver's last line, shown above, says which
     if code in EXIT_CODES:
         raise Reported(code)  # the driver said why in its last line, shown above
     raise StepFailed(f"the run's driver failed ({reason or 'no reason given'}, exit {code}): its log is above; "
