@@ -33,9 +33,11 @@ REQUEST_VOLUME = "tpu-rl-request"
 # policy"): 8 failures span about 20 min, longer than a GKE control plane upgrade keeps the API away.
 DRIVER_BACKOFF_LIMIT = 8
 # The endings the run itself decided (scripts/outcome.py ExitCode: 1 a step failed, 2 bad input, 3 an
-# output missing, 130 interrupted by other than SIGTERM): the Job fails at once, never runs it again.
-OUTCOME_EXIT_CODES = (1, 2, 3, 130)
-# Every other ending of `drive` (an API unreachable after its retries, no credentials yet on a new node, a
+# output missing, 4 an API's answer that will not change (ApiError.transient False: a rejected request, a
+# conflicting JobSet, a log unread past its bound), 130 interrupted by other than SIGTERM): the Job fails
+# at once, never runs it again.
+OUTCOME_EXIT_CODES = (1, 2, 3, 4, 130)
+# Every other ending of `drive` (a transient API error: unreachable, 5xx or 429 after its retries, no credentials yet on a new node, a
 # crash, SIGTERM) exits with this code (EX_TEMPFAIL of sysexits.h), which matches no FailJob rule and so
 # counts toward backoffLimit (kubernetes.io/docs/tasks/job/pod-failure-policy: rules in order, an
 # unmatched failure counts); so do a SIGKILL (137) and an OOM kill.

@@ -5,9 +5,10 @@ plain console: no terminal, no colours, no live display, one line per event, eac
 and its last line are the run's outcome; `run` shows both.
 
 Its exit code tells the driver's Job what to do (jobs/driver.py podFailurePolicy): an ending the run
-decided (a step failed, bad input, an output missing, an interrupt that was no SIGTERM: `drive` run by
-hand) ends the Job; any other (the API unreachable after its retries, no credentials yet, a crash,
-SIGTERM) exits RETRY_EXIT_CODE, and the Job starts it again.
+decided (a step failed, bad input, an output missing, an API's answer that will not change, an interrupt
+that was no SIGTERM: `drive` run by hand) ends the Job; any other (a transient API error: unreachable,
+5xx or 429 after its retries; no credentials yet, a crash, SIGTERM) exits RETRY_EXIT_CODE, and the Job
+starts it again.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def _ending(console, error: BaseException) -> tuple[int, str]:
     from jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE
     from recipes.conventions import DRIVER_KSA
     from recipes.errors import NotDeployed
+    from scripts.outcome import ExitCode
 
     if isinstance(error, Terminated):
         return RETRY_EXIT_CODE, "the driver's pod was stopped (SIGTERM); what it submitted keeps running"
@@ -93,6 +95,8 @@ def _ending(console, error: BaseException) -> tuple[int, str]:
                    "server may not be ready on a new node, and its Job starts it again; if this repeats, check "
                    f"the Workload Identity binding of the service account {DRIVER_KSA} (deploy the GKE stack)")
     if int(code) not in OUTCOME_EXIT_CODES or isinstance(error, NotDeployed) or _sigterm.is_set():
+        return RETRY_EXIT_CODE, message
+    if int(code) == ExitCode.API_ERROR and getattr(error, "transient", True):  # a library's own error too
         return RETRY_EXIT_CODE, message
     return int(code), message
 

@@ -11,7 +11,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from scripts.cloud.kube import Cluster
-from scripts.cloud.retry import call
+from scripts.cloud.retry import call, failed
 from scripts.outcome import ApiError, describe
 
 # The label the Job controller puts on its pods (kubernetes pkg/apis/batch/types.go JobNameLabel, 1.27+).
@@ -43,7 +43,7 @@ class Jobs:
         except ApiException as error:
             if error.status == 404:
                 return None
-            raise ApiError(f"reading Job {name} failed with {describe(error)}") from None
+            raise failed(f"reading Job {name}", error) from None
         return json.loads(response.data)
 
     def create(self, body: dict) -> dict:
@@ -54,7 +54,7 @@ class Jobs:
         except ApiException as error:
             if error.status == 409:
                 raise JobExists(f"Job {name} already exists") from None
-            raise ApiError(f"creating Job {name} failed with {describe(error)}") from None
+            raise failed(f"creating Job {name}", error) from None
         return json.loads(response.data)
 
     def pods(self, name: str) -> list[dict]:
@@ -74,7 +74,7 @@ class Jobs:
         except ApiException as error:
             if error.status == 404:
                 return False
-            raise ApiError(f"deleting Job {name} failed with {describe(error)}") from None
+            raise failed(f"deleting Job {name}", error) from None
 
         self._wait_gone(name)
         return True

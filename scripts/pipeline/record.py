@@ -188,7 +188,7 @@ class RunRecord:
             gcs.write_json(self.session.clients.storage(), self.session.paths.run_record, self.data)
         except ApiError as error:
             if required:
-                raise ApiError(f"{error}; nothing was submitted") from None
+                raise ApiError(f"{error}; nothing was submitted", transient=error.transient) from None
             self.session.console.print(f"[yellow]![/] the run record was not updated: {error}")
 
 

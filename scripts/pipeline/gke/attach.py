@@ -99,6 +99,7 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
     detach, in one line that names the commands to come back with."""
     jobs, console = Jobs(session.cluster), session.console
     cursors: dict[str, LogCursor] = {}
+    held: dict[str, str] = {}  # a pod's error line, shown once the pod's replacement or the Job's end says how
     ended: set[str] = set()
     following = ""
     pause = min(max(session.poll_interval, MIN_FOLLOW_SECONDS), FOLLOW_SECONDS)
@@ -112,10 +113,15 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
                 if pod_name in ended:
                     continue
                 if following and pod_name != following and pod_name not in cursors:
-                    console.print(f"driver: pod {following} ended; following its replacement {pod_name}")
+                    why = f" ({held.pop(following).removeprefix('error: ')})" if following in held else ""
+                    console.print(f"driver: pod {following} ended{why}; following its replacement {pod_name}",
+                                  markup=False, highlight=False)
                 following = pod_name
                 for line in cursors.setdefault(pod_name, LogCursor()).read(session, pod_name):
-                    _show(console, line)
+                    if line.startswith("error: "):  # the run's ending only if the Job does not start another
+                        held[pod_name] = line
+                    else:
+                        _show(console, line)
                 if pod_phase in ("Succeeded", "Failed"):  # read after it ended: its whole log
                     ended.add(pod_name)
             if job is None:
@@ -129,11 +135,17 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
     except ApiError as error:
         _detached(session, steps, f"lost contact with the cluster ({error})")
         raise Reported(ExitCode.API_ERROR) from None
+    last_error = held.pop(following, None)
     if phase == "finished":
         return
     code = exit_code_of(pods[-1]) if pods else None
     if code == RETRY_EXIT_CODE:  # each retry ended on what the run did not decide, an API that kept failing
-        raise Reported(ExitCode.API_ERROR)  # or a crash: the driver's last line, shown above, says which
+        # or a crash: the last pod's line says which; no driver is left to watch what it submitted
+        why = last_error.removeprefix("error: ") if last_error else "its last pod said nothing"
+        raise ApiError(f"the run's driver gave up after {len(pods)} tries, the last: {why}; what it submitted "
+                       f"keeps running: rerun {session.command('run', '--steps', ','.join(steps))} to reattach")
+    if last_error:
+        _show(console, last_error)
     if code in EXIT_CODES:
         raise Reported(code)  # the driver said why in its last line, shown above
     raise StepFailed(f"the run's driver failed ({reason or 'no reason given'}, exit {code}): its log is above; "
