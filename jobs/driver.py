@@ -17,7 +17,6 @@ from jobs.driver_runtime import (DRIVER_CONTAINER, DriverRuntime, driver_contain
                                  driver_pod_annotations, driver_volumes)
 from jobs.k8s import RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, run_labels
 from recipes import Recipe, Settings, Step
-from recipes.capacity_modes import CPU, READY_WAIT_SECONDS
 from recipes.conventions import DRIVER_KSA, NAMESPACE, on_system_pool
 from recipes.runs import run_name
 from recipes.setting_specs import BY_FIELD
@@ -29,14 +28,22 @@ REQUEST_DIR = "/etc/tpu-rl/request"
 REQUEST_FILE = "request.json"
 REQUEST_VOLUME = "tpu-rl-request"
 # Failures of the driver process itself that the Job retries (an eviction or a node upgrade does not
-# count, podFailurePolicy below); it resumes from run.json and the cluster's state.
-DRIVER_BACKOFF_LIMIT = 3
-# The exit codes of a run that ended with its outcome (scripts/outcome.py ExitCode): the Job fails at
-# once, never runs the pipeline again. Any other (OOMKilled 137, a crash) is retried.
-OUTCOME_EXIT_CODES = (1, 2, 3, 4, 5, 130)
-# How much longer than the recipe's expected step times a driver may live: our choice, covering a train
-# step that runs three times slower than measured before the stall bounds (scripts/pipeline/stall.py) end it.
-STEP_TIME_FACTOR = 3
+# count, podFailurePolicy below); it resumes from run.json and the cluster's state. The Job's pod backoff
+# doubles from 10 s to 6 min (kubernetes.io/docs/concepts/workloads/controllers/job, "Pod backoff failure
+# policy"): 8 failures span about 20 min, longer than a GKE control plane upgrade keeps the API away.
+DRIVER_BACKOFF_LIMIT = 8
+# The endings the run itself decided (scripts/outcome.py ExitCode: 1 a step failed, 2 bad input, 3 an
+# output missing, 4 an API's answer that will not change (ApiError.transient False: a rejected request, a
+# conflicting JobSet, a log unread past its bound), 130 interrupted by other than SIGTERM): the Job fails
+# at once, never runs it again.
+OUTCOME_EXIT_CODES = (1, 2, 3, 4, 130)
+# Every other ending of `drive` (a transient API error: unreachable, 5xx or 429 after its retries, no credentials yet on a new node, a
+# crash, SIGTERM) exits with this code (EX_TEMPFAIL of sysexits.h), which matches no FailJob rule and so
+# counts toward backoffLimit (kubernetes.io/docs/tasks/job/pod-failure-policy: rules in order, an
+# unmatched failure counts); so do a SIGKILL (137) and an OOM kill.
+RETRY_EXIT_CODE = 75
+# The driver ends within seconds of SIGTERM (scripts/cli/drive.py); past this the kubelet kills it.
+DRIVER_GRACE_SECONDS = 15
 # The settings the driver reads (the non-secret ones `run` needs, and the capacity choices).
 DRIVER_SETTINGS = ("project", "region", "zone", "cluster_name", "gcs_bucket", "reservation", "hf_token_secret",
                    "capacity", "capacity_wait")
@@ -47,8 +54,10 @@ def driver_name(recipe: Recipe) -> str:
     return DRIVER_PREFIX + run_name(recipe)
 
 
-def request_configmap_name(recipe: Recipe) -> str:
-    return f"{driver_name(recipe)}-request"
+def request_configmap_name(recipe: Recipe, digest: str) -> str:
+    """Named by its request's digest: two `run`s of different requests never write one ConfigMap, so a
+    driver always mounts its own request."""
+    return f"{driver_name(recipe)}-request-{digest[:12]}"
 
 
 def driver_labels(recipe: Recipe) -> dict[str, str]:
@@ -72,23 +81,30 @@ def run_request(recipe: Recipe, steps: tuple[Step, ...], *, replace: bool, follo
             "version": version}
 
 
-def request_digest(request: Mapping[str, Any], files: Mapping[str, str]) -> str:
-    """The identity of a request: what the run does (not --replace or --follow-logs, which only say how
-    this `run` meets what it finds, nor the CLI's version, nor the sweep that started it: a later `run
-    --run NAME` of a sweep's run attaches to its driver)."""
-    same = {key: value for key, value in request.items()
-            if key not in ("replace", "follow_logs", "version", "sweep")}
-    return hashlib.sha256(json.dumps([same, dict(files)], sort_keys=True).encode()).hexdigest()
+# Request keys that only say how this `run` meets what it finds, or who asked: not what the run does (nor
+# the sweep that started it: a later `run --run NAME` of a sweep's run attaches to its driver).
+HOW_ASKED = ("replace", "follow_logs", "version", "command", "sweep")
 
 
-def request_configmap(recipe: Recipe, request: Mapping[str, Any]) -> dict[str, Any]:
-    """The request and the run's user files, as the driver's pod mounts them under REQUEST_DIR."""
+def request_digest(request: Mapping[str, Any], files: Mapping[str, str], env: Mapping[str, str]) -> str:
+    """The identity of a request: what the run does, with the settings the driver is given (`env`, as
+    settings_env: another CAPACITY or zone is another request)."""
+    same = {key: value for key, value in request.items() if key not in HOW_ASKED}
+    return hashlib.sha256(json.dumps([same, dict(files), dict(env)], sort_keys=True).encode()).hexdigest()
+
+
+def request_configmap(recipe: Recipe, request: Mapping[str, Any], digest: str,
+                      job: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The request and the run's user files, as the driver's pod mounts them under REQUEST_DIR; owned by
+    the driver's `job` once it exists, so that it goes with it (garbage collection of dependents)."""
     data = {REQUEST_FILE: json.dumps(request, indent=1, sort_keys=True)}
     data.update({f.name: f.content for f in recipe.user_files})
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": request_configmap_name(recipe), "namespace": NAMESPACE,
-                         "labels": driver_labels(recipe)},
-            "data": data}
+    metadata: dict[str, Any] = {"name": request_configmap_name(recipe, digest), "namespace": NAMESPACE,
+                                "labels": driver_labels(recipe)}
+    if job is not None:
+        metadata["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
+                                        "uid": job["metadata"]["uid"]}]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -110,20 +126,6 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return values
 
 
-def deadline_seconds(recipe: Recipe, settings: Settings) -> int:
-    """How long the driver may live (activeDeadlineSeconds): each step's expected time STEP_TIME_FACTOR
-    times, every capacity wait of every mode in every zone, the CPU pool's wait and the start bound of each
-    step. Past it Kubernetes ends the driver; what it submitted keeps its own bounds (JobSet TTL)."""
-    from recipes.run_time import train_time
-
-    waits = dict(settings.capacity_wait)
-    durations = recipe.durations_minutes
-    minutes = durations.convert + train_time(recipe).minutes + durations.export
-    capacity = sum(waits[mode] for mode in recipe.capacity) * len(settings.zones_for(recipe))
-    steps = 3
-    return int(minutes * 60 * STEP_TIME_FACTOR + capacity + steps * (waits[CPU] + READY_WAIT_SECONDS))
-
-
 def driver_job(recipe: Recipe, settings: Settings, runtime: DriverRuntime, request: Mapping[str, Any],
                digest: str) -> dict[str, Any]:
     """The driver's Job. Never two driver pods at once (podReplacementPolicy Failed); an eviction or a node
@@ -136,7 +138,7 @@ def driver_job(recipe: Recipe, settings: Settings, runtime: DriverRuntime, reque
     container["volumeMounts"] = [*container.get("volumeMounts", []),
                                  {"name": REQUEST_VOLUME, "mountPath": REQUEST_DIR, "readOnly": True}]
     volumes = [*driver_volumes(runtime), {"name": REQUEST_VOLUME,
-                                          "configMap": {"name": request_configmap_name(recipe)}}]
+                                          "configMap": {"name": request_configmap_name(recipe, digest)}}]
     labels = driver_labels(recipe)
     pod = {
         # the runtime's version (read by an attaching CLI) and what the pod needs to mount its files
@@ -144,6 +146,7 @@ def driver_job(recipe: Recipe, settings: Settings, runtime: DriverRuntime, reque
         "spec": {
             "serviceAccountName": DRIVER_KSA,  # Workload Identity for the bucket; its Role for the cluster
             "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": DRIVER_GRACE_SECONDS,
             "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
             # the always-on system node, never the CPU pool: a 250m pod there would keep a 64-vCPU node up
             # through hours of capacity waits (docs/pipeline.md#the-runs-driver-gke)
@@ -158,7 +161,8 @@ def driver_job(recipe: Recipe, settings: Settings, runtime: DriverRuntime, reque
                      "annotations": {REQUEST_ANNOTATION: digest}},
         "spec": {
             "backoffLimit": DRIVER_BACKOFF_LIMIT,
-            "activeDeadlineSeconds": deadline_seconds(recipe, settings),
+            # No activeDeadlineSeconds: it counts across retries and a sweep's Kueue queue, and ending the
+            # driver would leave its JobSets unwatched. The driver's own per-step bounds bound spending.
             "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
             "podReplacementPolicy": "Failed",
             "podFailurePolicy": {"rules": [

@@ -43,7 +43,17 @@ class OutputMissing(Outcome):
 
 
 class ApiError(Outcome):
+    """`transient`: asking again later may work (the API away, a 5xx or 429 past the retries); False when
+    the answer will not change (the server rejected the request, a conflict, a bound the run enforces),
+    which the run's driver ends with rather than being started again (scripts/cli/drive.py)."""
+
     code = ExitCode.API_ERROR
+    transient = True
+
+    def __init__(self, message: str, *, transient: bool | None = None) -> None:
+        super().__init__(message)
+        if transient is not None:
+            self.transient = transient
 
 
 class PreflightFailed(Outcome):

@@ -6,9 +6,12 @@ Against the local peers, the fake API's kubelet runs the driver's container as a
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import record
-from jobs.driver import driver_name
+from jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE, driver_name
 from jobs.driver_runtime import DRIVER_VERSION_ANNOTATION
 from jobs.paths import ArtifactPaths
 from peers import simulated_run
@@ -29,6 +32,7 @@ from scripts.outcome import ExitCode
 RECIPE = "qwen3-v6e32"
 DRIVER = driver_name(get_recipe(RECIPE))
 PATHS = ArtifactPaths(get_recipe(RECIPE), peer_settings())
+DEFAULT_GRACE_SECONDS = 30  # PodSpec terminationGracePeriodSeconds when unset (core/v1 types.go)
 BOUND_SECONDS = 180  # a driver process starts in seconds; every run here ends well within this
 runner = CliRunner()
 
@@ -84,8 +88,45 @@ def test_run_detach_returns_at_once_and_the_driver_with_no_terminal_takes_the_ru
     assert "\x1b[" not in log  # a plain console: no colours, no cursor movement
     assert kube.created == [jobset_of(RECIPE, step) for step in ("convert", "train", "export")]
     assert record(cloud["gcs"], PATHS)["status"] == "succeeded"
+    # run.json's command is the attaching `run`'s (here the test's process), not the driver's `tpu-rl drive`
+    assert record(cloud["gcs"], PATHS)["command"] == sys.argv
     status = runner.invoke(app, ["status", RECIPE])
     assert f"driver: finished (Job {DRIVER}" in " ".join(status.output.split()), status.output
+
+
+def test_run_follows_the_drivers_log_past_a_rotation_reading_only_what_is_new(cloud, kubelet):
+    """The kubelet rotates a container's log at containerLogMaxSize, after which a read returns only the
+    newest file: `run` prints every line once, and each read after the first asks only for recent lines."""
+    kube = cloud["kube"]
+    whole_run(cloud, train_ticks=40)
+
+    def rotate_mid_train() -> None:
+        deadline = time.monotonic() + BOUND_SECONDS
+        while time.monotonic() < deadline:
+            logs = dict(kube.pod_logs)
+            for pod, text in logs.items():
+                if "convert: output verified" in text:
+                    kube.rotate_log(pod)
+                    return
+            time.sleep(0.02)
+
+    rotation = threading.Thread(target=rotate_mid_train, daemon=True)
+    rotation.start()
+    result = runner.invoke(app, ["run", RECIPE])
+    rotation.join(timeout=BOUND_SECONDS)
+    assert result.exit_code == 0, result.output
+    [pod] = kubelet.started
+    after = kube.pod_logs[pod].splitlines()  # what the pod wrote after the rotation: its newest file
+    assert after and not any(line.startswith("driver: tpu-rl") for line in after)  # rotated mid-run
+    lines = result.output.splitlines()
+    # lines written before the rotation and not read yet are gone with the old file; each line after it
+    # is printed as often as the driver wrote it
+    for line in after:
+        assert (sum(shown.startswith(line[:40]) for shown in lines)
+                == sum(written.startswith(line[:40]) for written in after)), (line, result.output)
+    reads = [query for _, method, path, query in kube.calls if method == "GET" and path.endswith(f"/pods/{pod}/log")]
+    assert len(reads) > 2 and all(query.get("timestamps") == "true" for query in reads)
+    assert all(query.get("sinceSeconds") for query in reads[1:])
 
 
 def _attached_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
@@ -174,6 +215,126 @@ def test_cancel_deletes_the_driver_and_waits_for_its_pod_before_it_deletes_the_j
     assert f"driver: none (no Job {DRIVER})" in " ".join(status.output.split()), status.output
 
 
+def test_cancel_ends_the_driver_within_its_grace_period_and_the_record_stays_cancelled(cloud, kubelet):
+    """The driver is PID 1 of its container (the fake kubelet starts it with SIGTERM ignored): it ends on
+    its own SIGTERM handler, well before the pod's grace period, and cancel marks the run cancelled again
+    after the driver's last write (its interrupted ending)."""
+    kube = cloud["kube"]
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    kube.plan(jobset_of(RECIPE, "train"), outcome="hang")
+    assert runner.invoke(app, ["run", RECIPE, "--detach"]).exit_code == 0
+    wait_for("train to run", lambda: f"train: submitted JobSet {jobset_of(RECIPE, 'train')}" in driver_log(kube),
+             kube)
+    [pod] = kubelet.started
+    began = time.monotonic()
+    result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - began < DEFAULT_GRACE_SECONDS  # the grace a driver without a handler lives through
+    assert kubelet.processes[pod].returncode == RETRY_EXIT_CODE  # its handler, not the kubelet's SIGKILL
+    saved = record(cloud["gcs"], PATHS)
+    assert saved["status"] == "cancelled" and saved["steps"]["train"]["status"] == "cancelled", saved
+    assert [entry.get("driver") for entry in saved["cancellations"]] == [DRIVER]  # one entry, not two
+    assert kube.created == [jobset_of(RECIPE, "train")] and kube.jobsets == {}
+
+
+def test_cancel_of_one_step_while_the_driver_runs_is_refused_in_one_line(cloud):
+    kube = cloud["kube"]
+    kube.kubelet = None  # its pod stays Pending: the Job runs
+    assert runner.invoke(app, ["run", RECIPE, "--detach"]).exit_code == 0
+    result = runner.invoke(app, ["cancel", RECIPE, "train", "--yes"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert "leaves the run's other steps running unwatched: use `tpu-rl cancel" in " ".join(result.output.split())
+    assert kube.job_calls == [("create", DRIVER)]  # nothing stopped
+
+
+def test_the_request_configmap_is_the_requests_own_and_owned_by_its_job(cloud):
+    kube = cloud["kube"]
+    kube.kubelet = None
+    assert runner.invoke(app, ["run", RECIPE, "--detach"]).exit_code == 0
+    digest = kube.jobs[DRIVER]["metadata"]["annotations"]["tpu-rl/request-sha256"]
+    [name] = [name for name in kube.configmaps if name.startswith(f"{DRIVER}-request")]
+    assert name == f"{DRIVER}-request-{digest[:12]}"
+    [owner] = kube.configmaps[name]["metadata"]["ownerReferences"]
+    assert owner == {"apiVersion": "batch/v1", "kind": "Job", "name": DRIVER, "uid": kube.jobs[DRIVER]["metadata"]["uid"]}
+
+
+def test_run_waits_for_a_driver_job_being_deleted_and_starts_a_new_one(cloud):
+    kube = cloud["kube"]
+    kube.kubelet = None
+    going = kube.put_job(DRIVER, {"tpu-rl/run": PATHS.run_name, "tpu-rl/component": "driver"})
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    threading.Timer(1.0, lambda: kube.jobs.pop(DRIVER, None)).start()  # its pod terminated: the Job goes
+    result = runner.invoke(app, ["run", RECIPE, "--detach"])
+    assert result.exit_code == 0, result.output
+    assert f"run {PATHS.run_name}: started its driver, Job {DRIVER}, in the cluster" in result.output
+    assert kube.job_calls == [("create", DRIVER)]
+
+
+@pytest.mark.parametrize("error, retried", [
+    ("ApiError", True), ("NotDeployed", True), ("RuntimeError", True), ("Terminated", True), ("SIGTERM", True),
+    ("StepFailed", False), ("UserError", False), ("OutputMissing", False), ("Interrupted", False)])
+def test_drive_exits_so_that_its_job_retries_every_ending_the_run_did_not_decide(monkeypatch, tmp_path, error,
+                                                                                 retried):
+    """The Job's podFailurePolicy fails it at once on OUTCOME_EXIT_CODES; anything else counts toward
+    backoffLimit and starts the driver again (an API away, a new node's metadata server not ready)."""
+    from recipes import UserError
+    from recipes.errors import NotDeployed
+    from scripts.cli import drive
+    from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
+
+    kinds = {"ApiError": ApiError, "NotDeployed": NotDeployed, "RuntimeError": RuntimeError,
+             "StepFailed": StepFailed, "UserError": UserError, "OutputMissing": OutputMissing,
+             "Interrupted": Interrupted, "SIGTERM": Interrupted}  # the pipeline's ending after a SIGTERM
+    if error == "SIGTERM":
+        monkeypatch.setattr(drive, "_sigterm", threading.Event())
+        drive._sigterm.set()
+    message = ("no Google credentials (DefaultCredentialsError): run `gcloud auth application-default login` (or "
+               "set GOOGLE_APPLICATION_CREDENTIALS)")
+
+    def fail(console, path, in_cluster):
+        if error == "Terminated":
+            raise drive.Terminated()
+        raise kinds[error]("a bug" if error == "RuntimeError" else message)
+
+    monkeypatch.setattr(drive, "_drive", fail)
+    out = io.StringIO()
+    code = drive.drive_to(out, tmp_path / "request.json", in_cluster=True)
+    assert (code == RETRY_EXIT_CODE) if retried else (code in OUTCOME_EXIT_CODES)
+    assert (RETRY_EXIT_CODE not in OUTCOME_EXIT_CODES) and code != 0
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith("error: ") and "gcloud auth" not in last, last  # no user's login in a pod
+    if error == "NotDeployed":
+        assert "service account tpu-rl-driver" in last and "Workload Identity" in last, last
+
+
+def test_a_job_is_running_until_its_final_condition():
+    """FailureTarget and SuccessCriteriaMet are interim (the pods still terminate): only Failed and
+    Complete end it (peers/job_life.py follows the controller's order)."""
+    from scripts.pipeline.gke.driver import job_phase
+
+    interim = {"status": {"conditions": [{"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy"}]}}
+    assert job_phase(interim) == ("running", "")
+    interim["status"]["conditions"].append({"type": "Failed", "status": "True", "reason": "PodFailurePolicy"})
+    assert job_phase(interim) == ("failed", "PodFailurePolicy")
+    assert job_phase({"status": {"conditions": [{"type": "SuccessCriteriaMet", "status": "True"}]}}) == ("running", "")
+
+
+def test_the_jobs_pods_created_in_one_second_are_ordered_by_their_start():
+    from types import SimpleNamespace
+
+    from scripts.cloud.kube_jobs import Jobs
+
+    def pod(name: str, started: str | None) -> dict:
+        return {"metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "status": {"startTime": started} if started else {}}
+
+    listed = [pod("new", None), pod("second", "2026-01-01T00:00:01Z"), pod("first", "2026-01-01T00:00:00Z")]
+    jobs = Jobs.__new__(Jobs)
+    jobs.cluster = SimpleNamespace(list_pods=lambda selector: listed)
+    assert [p["metadata"]["name"] for p in jobs.pods("x")] == ["first", "second", "new"]
+
+
 def test_a_driver_of_another_version_is_said_in_one_line_by_run_and_status(cloud):
     kube = cloud["kube"]
     kube.kubelet = None  # its pod stays Pending: the Job runs, nothing drives
@@ -220,3 +381,16 @@ def test_a_driver_refused_cloud_logging_says_so_in_one_line_and_its_run_succeeds
     [line] = [line for line in driver_log(cloud["kube"]).splitlines() if "evaluations not filled in" in line]
     assert why in line and f"`tpu-rl eval {RECIPE} --run {PATHS.run_name}`" in line, line
     assert why in record(cloud["gcs"], PATHS)["evaluations_unread"]
+
+
+def test_a_log_cursor_prints_lines_of_one_timestamp_once_and_orders_trimmed_fractions():
+    """The kubelet's RFC3339Nano drops a fraction's trailing zeros; lines may share a timestamp."""
+    from scripts.pipeline.gke.attach import LogCursor
+
+    cursor = LogCursor()
+    first = "2026-01-01T00:00:00.1Z a\n2026-01-01T00:00:00.1Z b\n"
+    assert cursor.new_lines(first) == ["a", "b"]
+    # the next read overlaps: a and b again, a third line of the same instant, then .10000001 (later than .1)
+    again = first + "2026-01-01T00:00:00.1Z c\n2026-01-01T00:00:00.10000001Z d\n2026-01-01T00:00:00.09Z old\n"
+    assert cursor.new_lines(again) == ["c", "d"]
+    assert cursor.new_lines(again) == []

@@ -11,8 +11,8 @@ import kubernetes_validate
 import pytest
 
 from contracts.k8s_schema import KUBERNETES_VERSION
-from jobs.driver import (REQUEST_DIR, REQUEST_FILE, driver_job, request_configmap, request_digest, run_request,
-                         settings_env)
+from jobs.driver import (REQUEST_DIR, REQUEST_FILE, RETRY_EXIT_CODE, driver_job, request_configmap, request_digest,
+                         run_request, settings_env)
 from jobs.driver_runtime import DriverRuntime
 from jobs.k8s import recipe_selector
 from recipes import STEPS, all_recipes, example_settings
@@ -27,14 +27,19 @@ RUNTIME = DriverRuntime(image="registry.example/driver@sha256:" + "0" * 64, vers
 def rendered(name: str):
     recipe = all_recipes()[name]
     request = run_request(recipe, STEPS, replace=False, follow_logs=False, version=RUNTIME.version)
-    return recipe, request, driver_job(recipe, SETTINGS, RUNTIME, request, request_digest(request, {}))
+    return recipe, request, driver_job(recipe, SETTINGS, RUNTIME, request, DIGEST)
+
+
+DIGEST = "ab" * 32
 
 
 @pytest.mark.parametrize("name", GKE)
 def test_the_driver_job_and_its_request_pass_kubernetes_validate_strict(name):
     recipe, request, job = rendered(name)
     kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
-    kubernetes_validate.validate(request_configmap(recipe, request), KUBERNETES_VERSION, strict=True)
+    kubernetes_validate.validate(request_configmap(recipe, request, DIGEST), KUBERNETES_VERSION, strict=True)
+    owned = request_configmap(recipe, request, DIGEST, {"metadata": {"name": job["metadata"]["name"], "uid": "u-1"}})
+    kubernetes_validate.validate(owned, KUBERNETES_VERSION, strict=True)
 
 
 def test_kubernetes_validate_strict_rejects_an_unknown_job_field():
@@ -45,7 +50,7 @@ def test_kubernetes_validate_strict_rejects_an_unknown_job_field():
 
 
 @pytest.mark.parametrize("name", GKE)
-def test_one_driver_pod_at_a_time_on_the_system_pool_as_the_driver_with_a_deadline(name):
+def test_one_driver_pod_at_a_time_on_the_system_pool_as_the_driver_with_no_deadline(name):
     recipe, _, job = rendered(name)
     spec, pod = job["spec"], job["spec"]["template"]["spec"]
     assert job["metadata"]["name"] == f"tpu-rl-driver-{recipe.name}-{job['metadata']['labels']['tpu-rl/run'][-7:]}"
@@ -60,11 +65,17 @@ def test_one_driver_pod_at_a_time_on_the_system_pool_as_the_driver_with_a_deadli
     assert job["metadata"]["labels"][key] == value == job["spec"]["template"]["metadata"]["labels"][key]
     rules = spec["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    # an outcome of scripts/outcome.py ExitCode ends the Job: a failed step is not run again by Kubernetes
-    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["values"] == [1, 2, 3, 4, 5, 130]
-    assert 0 < spec["backoffLimit"] <= 3
-    # bounded: at least the recipe's waits for capacity (reservation 30 min in the example's one zone)
-    assert 3600 < spec["activeDeadlineSeconds"] < 2 * 24 * 3600
+    # the run's own endings (scripts/outcome.py ExitCode: a failed step, bad input, a missing output, an
+    # API's answer that will not change, an interrupt that was no SIGTERM) end the Job; what `drive` exits
+    # for anything else matches no rule
+    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"] == {
+        "containerName": "driver", "operator": "In", "values": [1, 2, 3, 4, 130]}
+    assert RETRY_EXIT_CODE not in rules[1]["onExitCodes"]["values"]
+    # the pod backoff (10 s doubling to 6 min) of 8 retries spans about 20 min of an API away
+    assert spec["backoffLimit"] == 8
+    # no deadline: it would count a sweep's queue and end the driver with its JobSets running
+    assert "activeDeadlineSeconds" not in spec
+    assert pod["terminationGracePeriodSeconds"] <= 15  # the driver ends on SIGTERM
 
 
 def test_the_request_is_mounted_from_its_configmap_and_carries_the_run_and_its_files():
@@ -73,8 +84,9 @@ def test_the_request_is_mounted_from_its_configmap_and_carries_the_run_and_its_f
     assert container["args"] == ["drive", "--request", f"{REQUEST_DIR}/{REQUEST_FILE}"]
     [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == REQUEST_DIR]
     [volume] = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
-    configmap = request_configmap(recipe, request)
+    configmap = request_configmap(recipe, request, DIGEST)
     assert volume["configMap"]["name"] == configmap["metadata"]["name"] and mount["readOnly"]
+    assert configmap["metadata"]["name"].endswith(f"-request-{DIGEST[:12]}")  # its own: never another run's
     assert json.loads(configmap["data"][REQUEST_FILE]) == {
         "recipe": "qwen3-v6e32", "steps": list(STEPS), "sets": [], "run": None, "sweep": None, "replace": False,
         "follow_logs": False, "user_files": [], "version": "9.9.9"}
@@ -97,8 +109,11 @@ def test_a_request_differs_by_what_the_run_does_not_by_how_run_meets_it():
     same = run_request(recipe, STEPS, replace=True, follow_logs=True, version="2")
     of_a_sweep = run_request(recipe.model_copy(update={"sweep": "lr"}), STEPS, replace=False, follow_logs=False,
                              version="1")
-    assert of_a_sweep["sweep"] == "lr" and request_digest(of_a_sweep, {}) == request_digest(request, {})
     other = run_request(recipe, ("convert",), replace=False, follow_logs=False, version="1")
-    assert request_digest(request, {}) == request_digest(same, {})
-    assert request_digest(request, {}) != request_digest(other, {})
-    assert request_digest(request, {}) != request_digest(request, {"r.py": "x"})
+    env = settings_env(SETTINGS)
+    assert of_a_sweep["sweep"] == "lr" and request_digest(of_a_sweep, {}, env) == request_digest(request, {}, env)
+    assert request_digest(request, {}, env) == request_digest({**same, "command": ["tpu-rl", "run"]}, {}, env)
+    assert request_digest(request, {}, env) != request_digest(other, {}, env)
+    assert request_digest(request, {}, env) != request_digest(request, {"r.py": "x"}, env)
+    # another CAPACITY is another request: a second `run` with it does not attach silently
+    assert request_digest(request, {}, env) != request_digest(request, {}, {**env, "CAPACITY": "spot"})

@@ -3,13 +3,22 @@ request `run` mounted, builds the Session as `run` did (in the cluster, with its
 and Workload Identity for the bucket) and runs the same pipeline (Platform.drive, submit.run_gke), with a
 plain console: no terminal, no colours, no live display, one line per event, each flushed. Its exit code
 and its last line are the run's outcome; `run` shows both.
+
+Its exit code tells the driver's Job what to do (jobs/driver.py podFailurePolicy): an ending the run
+decided (a step failed, bad input, an output missing, an API's answer that will not change, an interrupt
+that was no SIGTERM: `drive` run by hand) ends the Job; any other (a transient API error: unreachable,
+5xx or 429 after its retries; no credentials yet, a crash, SIGTERM) exits RETRY_EXIT_CODE, and the Job
+starts it again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
+import traceback
 from pathlib import Path
 from typing import TextIO
 
@@ -20,12 +29,28 @@ from scripts.cli.core import PIPED_WIDTH, app, ending_of, without_tokens
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # set by the kubelet in every pod
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: the pod is being deleted (`cancel`) or evicted. A KeyboardInterrupt, so the pipeline ends
+    as on Ctrl-C (nothing more submitted, the record says interrupted) within the pod's grace period."""
+
+
+_sigterm = threading.Event()  # set once SIGTERM came: the interrupted ending is the pod's, retried
+
+
+def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the unwinding's own writes are not cut short
+    _sigterm.set()
+    raise Terminated()
+
+
 @app.command("drive", hidden=True)
 def drive(request: Path = typer.Option(..., "--request", metavar="FILE",
                                        help="The request `run` mounted (jobs/driver.py).")) -> None:
     """Run the pipeline of a run's request, as its driver in the cluster (started by `tpu-rl run`)."""
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
+    # PID 1 of its container: without a handler SIGTERM is ignored and the pod lives its whole grace period
+    signal.signal(signal.SIGTERM, _on_sigterm)
     raise typer.Exit(drive_to(sys.stdout, request))
 
 
@@ -44,11 +69,36 @@ def drive_to(out: TextIO, request: Path, in_cluster: bool | None = None) -> int:
         _drive(console, request, bool(os.environ.get(IN_CLUSTER_ENV)) if in_cluster is None else in_cluster)
         return 0
     except (Exception, KeyboardInterrupt) as error:
-        code, message = ending_of(error)
+        code, message = _ending(console, error)
         console.print(f"error: {without_tokens(message)}", markup=False)
-        return int(code)
+        return code
     finally:
         out.flush()
+
+
+def _ending(console, error: BaseException) -> tuple[int, str]:
+    """The exit code for the driver's Job (an outcome of the run, or RETRY_EXIT_CODE) and the last line."""
+    from jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE
+    from recipes.conventions import DRIVER_KSA
+    from recipes.errors import NotDeployed
+    from scripts.outcome import ExitCode
+
+    if isinstance(error, Terminated):
+        return RETRY_EXIT_CODE, "the driver's pod was stopped (SIGTERM); what it submitted keeps running"
+    try:
+        code, message = ending_of(error)
+    except Exception:  # a bug: its traceback in the log, and the Job tries again
+        console.print(traceback.format_exc(), markup=False)
+        return RETRY_EXIT_CODE, f"the driver crashed ({type(error).__name__}: {error}); its Job starts it again"
+    if "gcloud auth" in message:  # the user's fix; in the pod it is Workload Identity (not ready yet on a new node)
+        message = (f"the driver's pod has no Google credentials yet ({message.split(':')[0]}): GKE's metadata "
+                   "server may not be ready on a new node, and its Job starts it again; if this repeats, check "
+                   f"the Workload Identity binding of the service account {DRIVER_KSA} (deploy the GKE stack)")
+    if int(code) not in OUTCOME_EXIT_CODES or isinstance(error, NotDeployed) or _sigterm.is_set():
+        return RETRY_EXIT_CODE, message
+    if int(code) == ExitCode.API_ERROR and getattr(error, "transient", True):  # a library's own error too
+        return RETRY_EXIT_CODE, message
+    return int(code), message
 
 
 def _drive(console, path: Path, in_cluster: bool) -> None:
@@ -75,5 +125,6 @@ def _drive(console, path: Path, in_cluster: bool) -> None:
     session = cloud.make_session(recipe, settings, "writes")
     session.console, session.confirm, session.driven = console, None, True  # no terminal: nothing is asked
     session.clients.in_cluster = in_cluster
+    session.argv = request.get("command")  # run.json records the attaching `run`'s command line
     console.print(f"driver: tpu-rl {package_version()} drives run {session.paths.run_name} ({', '.join(steps)})")
     platform_for(recipe).drive(session, steps, replace=request["replace"], follow_logs=request["follow_logs"])

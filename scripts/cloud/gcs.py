@@ -241,7 +241,7 @@ def read_json(storage, url: str) -> dict | None:
         text = read_text(storage, url)
         return None if text is None else json.loads(text)
     except ValueError:  # not UTF-8, or not JSON
-        raise ApiError(f"{url} is not JSON: delete it or fix it by hand") from None
+        raise ApiError(f"{url} is not JSON: delete it or fix it by hand", transient=False) from None
 
 
 def write_json(storage, url: str, data: dict) -> None:

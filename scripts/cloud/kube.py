@@ -23,7 +23,8 @@ from recipes import conventions
 from recipes.conventions import JOBSET_VERSION, NAMESPACE
 from recipes.errors import NotDeployed
 from scripts.cloud.reach import Unreachable, reaching
-from scripts.cloud.retry import RetriesExhausted, RetryPolicy, call, is_transient, wait_until
+from scripts.cloud.retry import (RetriesExhausted, RetryPolicy, call, failed, is_transient, rejected_for_good,
+                                 wait_until)
 from scripts.outcome import ApiError, describe
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
@@ -112,7 +113,7 @@ class JobSetExists(ApiError):
 
     def __init__(self, name: str, existing: dict | None) -> None:
         super().__init__(f"JobSet {name} already exists (created by someone else meanwhile): run `tpu-rl status` "
-                         "and decide")
+                         "and decide", transient=False)  # asking again meets the same JobSet
         self.existing = existing
 
 
@@ -197,7 +198,7 @@ class Cluster:
         except ApiException as error:
             if error.status == 404:
                 return None
-            raise ApiError(f"reading ConfigMap {name} failed with {describe(error)}") from None
+            raise failed(f"reading ConfigMap {name}", error) from None
 
     def delete_configmap(self, name: str) -> None:
         """Delete a ConfigMap; one that is already gone is fine."""
@@ -206,7 +207,7 @@ class Cluster:
                 name, self.namespace, _request_timeout=self._timeout, _preload_content=False))
         except ApiException as error:
             if error.status != 404:
-                raise ApiError(f"deleting ConfigMap {name} failed with {describe(error)}") from None
+                raise failed(f"deleting ConfigMap {name}", error) from None
 
     def _create_or_replace(self, kind: str, name: str, body: dict, create, replace) -> None:
         """Create the object, or replace it when it exists (the same content again is idempotent, so either
@@ -216,7 +217,7 @@ class Cluster:
                 self.namespace, body, _request_timeout=self._timeout, _preload_content=False))
         except ApiException as error:
             if error.status != 409:
-                raise ApiError(f"creating {kind} {name} failed with {describe(error)}") from None
+                raise failed(f"creating {kind} {name}", error) from None
             call(self.policy, f"updating {kind} {name}", lambda: replace(
                 name, self.namespace, body, _request_timeout=self._timeout, _preload_content=False))
 
@@ -228,7 +229,7 @@ class Cluster:
         except ApiException as error:
             if error.status == 404:
                 return None
-            raise ApiError(f"reading JobSet {name} failed with {describe(error)}") from None
+            raise failed(f"reading JobSet {name}", error) from None
 
     def list_jobsets(self, selector: str) -> list[dict]:
         """The JobSets whose labels match a kubectl-style selector (e.g. tpu-rl/run=<run>)."""
@@ -236,7 +237,7 @@ class Cluster:
             found = self._read(f"listing JobSets {selector}", lambda: self.custom.list_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, label_selector=selector, _request_timeout=self._timeout))
         except ApiException as error:
-            raise ApiError(f"listing JobSets {selector} failed with {describe(error)}") from None
+            raise failed(f"listing JobSets {selector}", error) from None
         return found.get("items", [])
 
     def create_jobset(self, body: dict) -> dict:
@@ -266,7 +267,7 @@ class Cluster:
                     raise JobSetExists(name, existing) from None
                 if not is_transient(error):
                     raise ApiError(f"creating JobSet {name} was rejected with {describe(error)}: "
-                                   f"{_api_message(error)}") from None
+                                   f"{_api_message(error)}", transient=not rejected_for_good(error)) from None
                 raise
 
         try:
@@ -276,7 +277,7 @@ class Cluster:
             existing = self.get_jobset(name)  # it may exist after all; say so rather than guess
             if ours(existing):
                 return existing
-            raise ApiError(f"{error}; nothing was submitted") from None
+            raise ApiError(f"{error}; nothing was submitted", transient=error.transient) from None
 
     def delete_jobset(self, name: str, uid: str | None = None) -> bool:
         """Delete (with its pods) and wait until it is gone, so a new one with the same name can start.
@@ -292,7 +293,7 @@ class Cluster:
             if error.status == 409 and uid:
                 return False  # another JobSet of the name now: not ours to delete
             if error.status != 404:
-                raise ApiError(f"deleting JobSet {name} failed with {describe(error)}") from None
+                raise failed(f"deleting JobSet {name}", error) from None
         if not wait_until(self.policy, lambda: self.get_jobset(name) is None, attempts=self.policy.attempts * 4):
             raise ApiError(f"JobSet {name} is still being deleted; wait a minute and run again")
         return True
@@ -310,7 +311,7 @@ class Cluster:
         except ApiException as error:
             if error.status in (403, 404):  # not installed, or not readable: the wait goes on without it
                 return []
-            raise ApiError(f"{what} failed with {describe(error)}") from None
+            raise failed(f"{what}", error) from None
         return found.get("items", [])
 
     def list_workloads(self, selector: str | None = None) -> list[dict]:
@@ -339,7 +340,7 @@ class Cluster:
             return _loads(self._read(f"listing {what}", fn)).get("items", [])
         except ApiException as error:
             needed = f": your account needs to list {resource} (roles/container.viewer)" if error.status == 403 else ""
-            raise ApiError(f"listing {what} failed with {describe(error)}{needed}") from None
+            raise failed(f"listing {what}", error, needed) from None
 
     # -- pods and logs ---------------------------------------------------------------------------
     def list_pods(self, selector: str) -> list[dict]:

@@ -5,16 +5,22 @@ JSON shape, as in scripts/cloud/kube.py, whose Cluster this works through."""
 from __future__ import annotations
 
 import json
+import time
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from scripts.cloud.kube import Cluster
-from scripts.cloud.retry import call, wait_until
+from scripts.cloud.retry import call, failed
 from scripts.outcome import ApiError, describe
 
 # The label the Job controller puts on its pods (kubernetes pkg/apis/batch/types.go JobNameLabel, 1.27+).
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# How long a deleted Job's pod may take to go: the API's default grace period (PodSpec
+# terminationGracePeriodSeconds, 30 s; the driver's own is shorter), then a minute for the kubelet and
+# the garbage collector. Polled every GONE_POLL_SECONDS.
+GONE_SECONDS = 90.0
+GONE_POLL_SECONDS = 0.5
 
 
 class JobExists(ApiError):
@@ -37,7 +43,7 @@ class Jobs:
         except ApiException as error:
             if error.status == 404:
                 return None
-            raise ApiError(f"reading Job {name} failed with {describe(error)}") from None
+            raise failed(f"reading Job {name}", error) from None
         return json.loads(response.data)
 
     def create(self, body: dict) -> dict:
@@ -48,17 +54,19 @@ class Jobs:
         except ApiException as error:
             if error.status == 409:
                 raise JobExists(f"Job {name} already exists") from None
-            raise ApiError(f"creating Job {name} failed with {describe(error)}") from None
+            raise failed(f"creating Job {name}", error) from None
         return json.loads(response.data)
 
     def pods(self, name: str) -> list[dict]:
-        """The Job's pods, oldest first."""
+        """The Job's pods, oldest first: creationTimestamp has whole seconds, so a pod replaced within the
+        second ties with its successor; its start (status.startTime, None before) breaks the tie."""
         pods = self.cluster.list_pods(f"{JOB_NAME_LABEL}={name}")
-        return sorted(pods, key=lambda pod: pod["metadata"].get("creationTimestamp") or "")
+        return sorted(pods, key=lambda pod: (pod["metadata"].get("creationTimestamp") or "",
+                                             (pod.get("status") or {}).get("startTime") or "~"))
 
     def delete(self, name: str) -> bool:
-        """Delete the Job with foreground propagation and wait until it and its pods are gone (bounded by
-        the policy's retries); False when there was none."""
+        """Delete the Job with foreground propagation and wait until it and its pods are gone (its pod's
+        grace period, GONE_SECONDS in all); False when there was none."""
         try:
             call(self.cluster.policy, f"deleting Job {name}", lambda: self.batch.delete_namespaced_job(
                 name, self.cluster.namespace, propagation_policy="Foreground", _request_timeout=self._timeout,
@@ -66,11 +74,23 @@ class Jobs:
         except ApiException as error:
             if error.status == 404:
                 return False
-            raise ApiError(f"deleting Job {name} failed with {describe(error)}") from None
+            raise failed(f"deleting Job {name}", error) from None
 
-        def gone() -> bool:
-            return self.get(name) is None and not self.pods(name)
-
-        if not wait_until(self.cluster.policy, gone, attempts=self.cluster.policy.attempts * 4):
-            raise ApiError(f"Job {name} or its pod is still being deleted; wait a minute and run again")
+        self._wait_gone(name)
         return True
+
+    def wait_deleted(self, name: str) -> None:
+        """Wait until a Job being deleted (deletionTimestamp set: its pods terminate) is gone; at once when
+        there is none or it is not being deleted."""
+        job = self.get(name)
+        if job is not None and job["metadata"].get("deletionTimestamp"):
+            self._wait_gone(name)
+
+    def _wait_gone(self, name: str) -> None:
+        """Until the Job and its pods are gone, at most GONE_SECONDS."""
+        deadline = time.monotonic() + GONE_SECONDS
+        while self.get(name) is not None or self.pods(name):
+            if time.monotonic() > deadline:
+                raise ApiError(f"Job {name} or its pod is still being deleted after {GONE_SECONDS:g} s; wait a "
+                               "minute and run again")
+            time.sleep(GONE_POLL_SECONDS)

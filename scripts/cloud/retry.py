@@ -49,6 +49,18 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, _TRANSPORT_ERRORS)
 
 
+def rejected_for_good(error: BaseException) -> bool:
+    """The server refused the request itself (a 4xx but 401, 408 Request Timeout, 409 Conflict and 429
+    Too Many Requests): the same request is refused again. 401 is a token not (yet) valid: the driver's
+    Workload Identity on a new node."""
+    return isinstance(error, ApiException) and 400 <= error.status < 500 and error.status not in (401, 408, 409, 429)
+
+
+def failed(what: str, error: ApiException, detail: str = "") -> ApiError:
+    """The ApiError of a request the API answered with an error: transient unless it was rejected for good."""
+    return ApiError(f"{what} failed with {describe(error)}{detail}", transient=not rejected_for_good(error))
+
+
 def was_rejected(error: BaseException) -> bool:
     """True when the server certainly did nothing (throttled), so even a create may be repeated."""
     return isinstance(error, ApiException) and error.status == 429

@@ -135,7 +135,7 @@ class RunRecord:
             data.setdefault("earlier", []).append(earlier)
         data.update(self._describe())
         data.setdefault("created", now)
-        data.update(command=redacted(sys.argv), started=now, ended=None, status="running", error=None)
+        data.update(command=redacted(self.session.argv or sys.argv), started=now, ended=None, status="running", error=None)
         for file in self.session.recipe.user_files:
             gcs.write_text(self.session.clients.storage(), user_file_copy(self.session, file.name), file.content,
                            content_type="text/x-python")
@@ -201,7 +201,7 @@ class RunRecord:
             gcs.write_json(self.session.clients.storage(), self.session.paths.run_record, self.data)
         except ApiError as error:
             if required:
-                raise ApiError(f"{error}; nothing was submitted") from None
+                raise ApiError(f"{error}; nothing was submitted", transient=error.transient) from None
             self.session.console.print(f"[yellow]![/] the run record was not updated: {error}")
 
 
@@ -231,11 +231,13 @@ def _now(session: Session) -> str:
     return _time(session.now())
 
 
-def record_cancellation(session: Session, steps: Iterable[Step], **how: object) -> None:
+def record_cancellation(session: Session, steps: Iterable[Step], again: bool = False, **how: object) -> None:
     """Mark the run and `steps` cancelled in its record before anything is stopped, so that a `tpu-rl run`
     attached to them reads why they went away; `how` goes into the entry under "cancellations" (the
     deleted JobSets, or the VM's cancel marker). A run without a record gets none: a record without the
-    run's identity would refuse the name later. A failed write is a warning: cancel goes on."""
+    run's identity would refuse the name later. A failed write is a warning: cancel goes on. `again`
+    (after the driver is gone, whose last write may have undone the first): the entry of the same `how`
+    is not added twice."""
     storage, url = session.clients.storage(), session.paths.run_record
     try:
         data = gcs.read_json(storage, url)
@@ -245,7 +247,9 @@ def record_cancellation(session: Session, steps: Iterable[Step], **how: object) 
         for step in steps:
             data.setdefault("steps", {}).setdefault(step, {}).update(status="cancelled", ended=now)
         data.update(status="cancelled", ended=now, error=None)
-        data.setdefault("cancellations", []).append({"at": now, **how, "command": redacted(sys.argv)})
+        cancellations = data.setdefault("cancellations", [])
+        if not again or not any(all(entry.get(key) == value for key, value in how.items()) for entry in cancellations):
+            cancellations.append({"at": now, **how, "command": redacted(sys.argv)})
         gcs.write_json(storage, url, data)
     except ApiError as error:
         session.console.print(f"[yellow]![/] the run record was not updated: {error}")

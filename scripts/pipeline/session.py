@@ -44,6 +44,7 @@ class Session:
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
     confirm: Callable[[str], bool] | None = None  # interactive yes/no; None = not interactive
     driven: bool = False  # the run's driver in the cluster runs this (tpu-rl drive): no logging role
+    argv: list[str] | None = None  # the command line run.json records; None: this process's (sys.argv)
 
     def __post_init__(self) -> None:
         self.paths = ArtifactPaths(self.recipe, self.settings)

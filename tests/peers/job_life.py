@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import uuid
+from datetime import datetime, timezone
 
 from peers import kueue
 
@@ -52,13 +54,34 @@ class JobLife:
             return status(404, "NotFound", f'jobs.batch "{name}" not found')
         if method == "GET":
             return reply(200, self.jobs[name])
-        if method == "DELETE":  # foreground: its pods go first (their containers are stopped), then it
+        if method == "DELETE":  # foreground: the Job stays, marked, while its pods terminate, then goes
             self.job_calls.append(("delete", name))
-            for pod in self.pods_of_job(name):
-                self._stop_pod(pod["metadata"]["name"])
-            job = self.jobs.pop(name)
-            return reply(200, {**job, "metadata": {**job["metadata"], "deletionTimestamp": _now()}})
+            job = self.jobs[name]
+            if not job["metadata"].get("deletionTimestamp"):
+                job["metadata"]["deletionTimestamp"] = _now()
+                pods = self.pods_of_job(name)
+                for pod in pods:
+                    pod["metadata"]["deletionTimestamp"] = _now()
+                threading.Thread(target=self._terminate_job, args=(name, [pod["metadata"]["name"] for pod in pods]),
+                                 daemon=True).start()
+            return reply(200, job)
         return status(405, "MethodNotAllowed", method)
+
+    def _terminate_job(self, name: str, pods: list[str]) -> None:
+        """The kubelet stops each pod's container within the pod's grace period (SIGTERM, then SIGKILL);
+        the pods, then the Job, leave the store (the garbage collector's foreground deletion)."""
+        for pod_name in pods:
+            pod = self.pods.get(pod_name) or {}
+            # the API's default (PodSpec terminationGracePeriodSeconds: 30)
+            grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            if self.kubelet is not None:
+                self.kubelet.stop(pod_name, grace)
+            with self._lock:
+                self.pods.pop(pod_name, None)
+                self.pod_logs.pop(pod_name, None)  # a deleted pod's log is gone with it
+                self.pod_log_stamps.pop(pod_name, None)
+        with self._lock:
+            self.jobs.pop(name, None)
 
     def pods_of_job(self, name: str) -> list[dict]:
         return [pod for pod in self.pods.values()
@@ -86,12 +109,6 @@ class JobLife:
         if self.kubelet is not None:
             self.kubelet.start(self, job, self.pods[pod_name])
 
-    def _stop_pod(self, pod_name: str) -> None:
-        if self.kubelet is not None:
-            self.kubelet.stop(pod_name)
-        self.pods.pop(pod_name, None)
-        self.pod_logs.pop(pod_name, None)  # a deleted pod's log is gone with it
-
     # -- what the kubelet calls (not under the lock) ----------------------------------------------------
     def pod_running(self, pod_name: str) -> None:
         with self._lock:
@@ -109,6 +126,17 @@ class JobLife:
         with self._lock:
             if pod_name in self.pod_logs:
                 self.pod_logs[pod_name] += text
+                stamp = datetime.now(timezone.utc)  # the node's real time, as the kubelet's log
+                self.pod_log_stamps.setdefault(pod_name, []).extend([stamp] * text.count("\n"))
+
+    def rotate_log(self, pod_name: str) -> None:
+        """The kubelet rotated the container's log (containerLogMaxSize): a read returns only what was
+        written after it, as `kubectl logs` reads the current file only."""
+        with self._lock:
+            text = self.pod_logs[pod_name]
+            kept = len(text) - len(text.rsplit("\n", 1)[-1]) if "\n" in text else 0
+            self.pod_logs[pod_name] = text[kept:]
+            self.pod_log_stamps[pod_name] = []
 
     def pod_ended(self, pod_name: str, exit_code: int, disrupted: bool = False) -> None:
         """The container exited (or, `disrupted`, the pod was evicted); the Job controller's answer."""
@@ -127,7 +155,7 @@ class JobLife:
                              "containerStatuses": [{"name": container, "ready": False, "restartCount": 0,
                                                     "state": {"terminated": terminated}}]}
             job = self.jobs.get(name)
-            if job is not None:
+            if job is not None and not job["metadata"].get("deletionTimestamp"):  # a deleted Job starts none
                 self._after_pod(job, pod, exit_code, disrupted)
 
     def _after_pod(self, job: dict, pod: dict, exit_code: int, disrupted: bool) -> None:

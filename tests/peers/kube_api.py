@@ -160,6 +160,7 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
     flavor_order: tuple[str, ...] | None = None
     jobs: dict = field(default_factory=dict)  # batch/v1 Jobs by name (peers/job_life.py)
     pod_logs: dict = field(default_factory=dict)  # what the containers of Job pods wrote, by pod name
+    pod_log_stamps: dict = field(default_factory=dict)  # when each of their lines was written, by pod name
     job_calls: list = field(default_factory=list)  # ("create" | "delete", Job name), in order
     kubelet: object = None  # runs a Job pod's container (peers/kubelet.py); None: its pods stay Pending
 
@@ -315,9 +316,25 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
             return status(404, "NotFound", f'pods "{name}" not found')
         if not log:
             return Reply(200, pod)
-        if name in self.pod_logs:  # a Job's pod: what its container wrote so far
-            lines = self.pod_logs[name].splitlines(keepends=True)
-            return Reply(200, "".join(lines[-int(query["tailLines"]):] if query.get("tailLines") else lines))
+        # A Job's pod (the driver): what its container wrote so far, each line at the real time it came (the
+        # driver runs in real time, whatever clock a test gives the JobSets); a JobSet's pod: its plan's lines.
+        now = datetime.now(timezone.utc) if name in self.pod_logs else kueue.moment()
+        if name in self.pod_logs:
+            stamps = self.pod_log_stamps.get(name, [])
+            lines = [(stamps[i] if i < len(stamps) else now, line)
+                     for i, line in enumerate(self.pod_logs[name].splitlines(keepends=True))]
+        else:
+            lines = self._jobset_pod_log(pod, query)
+        if query.get("sinceSeconds"):
+            cutoff = now - timedelta(seconds=int(query["sinceSeconds"]))
+            lines = [(stamp, line) for stamp, line in lines if stamp >= cutoff]
+        if query.get("tailLines"):
+            lines = lines[-int(query["tailLines"]):]
+        if query.get("timestamps") == "true":
+            return Reply(200, "".join(f"{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z {line}" for stamp, line in lines))
+        return Reply(200, "".join(line for _, line in lines))
+
+    def _jobset_pod_log(self, pod: dict, query: dict) -> list:
         # Every line was written when the pod started, a microsecond apart; the stream then ends, as a
         # dropped follow would. sinceSeconds and timestamps behave as the kubelet's.
         jobset = pod["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"]
@@ -331,14 +348,7 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
             lines = [(started + timedelta(seconds=at), f"{line}\n") for at, line in text]
         else:
             lines = [(started + timedelta(microseconds=i), line) for i, line in enumerate(text.splitlines(keepends=True))]
-        if query.get("sinceSeconds"):
-            cutoff = kueue.moment() - timedelta(seconds=int(query["sinceSeconds"]))
-            lines = [(stamp, line) for stamp, line in lines if stamp >= cutoff]
-        if query.get("tailLines"):
-            lines = lines[-int(query["tailLines"]):]
-        if query.get("timestamps") == "true":
-            return Reply(200, "".join(f"{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z {line}" for stamp, line in lines))
-        return Reply(200, "".join(line for _, line in lines))
+        return lines
 
     def _configmaps(self, method: str, name: str | None, body: bytes) -> Reply:
         return self._objects(self.configmaps, "configmaps", method, name, body)

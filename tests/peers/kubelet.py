@@ -3,7 +3,9 @@ volumes as files and runs its container's command, `tpu-rl drive ...`, as the ru
 
 - ProcessKubelet: as a real local process, `python -m scripts.cli drive ...`, with the container's env on
   top of the test's endpoints, no terminal (stdin /dev/null, output a pipe), its output the pod's log, its
-  exit status the container's (a signal: 128 + its number, as the kubelet reports SIGKILL as 137).
+  exit status the container's (a signal: 128 + its number, as the kubelet reports SIGKILL as 137). It
+  starts with SIGTERM ignored, as PID 1 of a container without a handler: the kernel sends PID 1 of a
+  PID namespace only the signals it handles (pid_namespaces(7)).
 - InProcessKubelet: the same command's function (scripts.cli.drive.drive_to) on a thread of the test's
   process, for the in-process CLI tests that replace the Session's clock (tests/cli_helpers.py).
 """
@@ -50,6 +52,10 @@ def local_args(pod: dict, mounts: dict[str, Path]) -> list[str]:
     return args
 
 
+def _as_pid_one() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 class ProcessKubelet:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env  # the test's endpoints, KUBECONFIG, PATH...: what the cluster would provide
@@ -66,7 +72,8 @@ class ProcessKubelet:
         container_env = {item["name"]: item["value"] for item in pod["spec"]["containers"][0].get("env") or []}
         process = subprocess.Popen([sys.executable, "-m", "scripts.cli", *local_args(pod, mounts)],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   cwd=REPO, env={**self.env, **container_env}, start_new_session=True)
+                                   cwd=REPO, env={**self.env, **container_env}, start_new_session=True,
+                                   preexec_fn=_as_pid_one)
         self.processes[name] = process
         self.started.append(name)
         threading.Thread(target=self._watch, args=(kube, name, process, mounts), daemon=True).start()
@@ -89,14 +96,14 @@ class ProcessKubelet:
         self.evicted.add(pod)
         self.processes[pod].send_signal(signal.SIGTERM)
 
-    def stop(self, pod: str) -> None:
-        """The pod is deleted: SIGTERM, then SIGKILL after a grace period, as the kubelet does."""
+    def stop(self, pod: str, grace: float) -> None:
+        """The pod is deleted: SIGTERM, then SIGKILL after its grace period, as the kubelet does."""
         process = self.processes.get(pod)
         if process is None or process.poll() is not None:
             return
         process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
@@ -154,7 +161,7 @@ class InProcessKubelet:
         self.threads.append(thread)
         thread.start()
 
-    def stop(self, pod: str) -> None:
+    def stop(self, pod: str, grace: float) -> None:
         pass  # a thread cannot be killed: its pod and log are gone, and what it writes or ends with is dropped
 
     def close(self) -> None:

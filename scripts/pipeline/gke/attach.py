@@ -3,7 +3,10 @@ only watches: Ctrl-C, a closed laptop or a lost network detach it, and the run g
 
 Following is reading the driver pod's log again every FOLLOW_SECONDS and printing the lines not yet
 printed, pod after pod (a pod the Job replaced after an eviction goes on in the next), until its Job
-ends; `run` then exits with the driver's exit code, whose line the driver printed.
+ends; `run` then exits with the driver's exit code, whose line the driver printed. Each read asks for
+the lines since the previous read (with a margin) with the kubelet's timestamps and prints those after
+the last one printed: a poll moves only the new lines, and a log the kubelet rotated (containerLogMaxSize)
+loses none of them.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
+from jobs.driver import RETRY_EXIT_CODE
 from jobs.driver_runtime import DRIVER_CONTAINER
 from recipes import Step
 from scripts.cloud.kube_jobs import Jobs
@@ -20,6 +24,54 @@ from scripts.pipeline.session import Session
 
 FOLLOW_SECONDS = 2.0  # between two reads of the driver's log (at most; TPU_RL_POLL_SECONDS if shorter)
 MIN_FOLLOW_SECONDS = 0.05
+# How far before the previous read each read starts (sinceSeconds is relative to the API server's clock,
+# so a read that took long, or a pause longer than planned, still overlaps the last one).
+SINCE_MARGIN_SECONDS = 10
+
+
+def _instant(stamp: str) -> str:
+    """An RFC 3339 timestamp of the kubelet's (RFC3339Nano, UTC, its fraction's trailing zeros dropped)
+    as a string that sorts as the instants do."""
+    head, _, fraction = stamp.rstrip("Z").partition(".")
+    return f"{head}.{fraction.ljust(9, '0')}"
+
+
+class LogCursor:
+    """Where `run` is in one pod's log: the timestamp of the last line printed, how many lines of that
+    timestamp were printed (equal timestamps happen), and when it last read."""
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+        self.same = 0
+        self.read_at: float | None = None
+
+    def new_lines(self, text: str) -> list[str]:
+        """The lines of a timestamped read that were not printed yet, and move past them."""
+        old, printed_at_old, seen = self.last, self.same, 0
+        lines = []
+        for raw in text.splitlines():
+            stamp, _, line = raw.partition(" ")
+            if not stamp:
+                continue
+            key = _instant(stamp)
+            if old is not None and key < old:
+                continue
+            if old is not None and key == old:
+                seen += 1
+                if seen <= printed_at_old:
+                    continue
+            if key == self.last:
+                self.same += 1
+            else:
+                self.last, self.same = key, 1
+            lines.append(line)
+        return lines
+
+    def read(self, session: Session, pod: str) -> list[str]:
+        since = None if self.read_at is None else int(time.monotonic() - self.read_at) + SINCE_MARGIN_SECONDS
+        self.read_at = time.monotonic()  # before the read: what is written during it is in the next
+        return self.new_lines(session.cluster.read_log(pod, DRIVER_CONTAINER, since_seconds=since,
+                                                        timestamps=True))
 
 
 def run_attached(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,
@@ -46,7 +98,8 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
     """Print the driver's log as it grows until its Job ends; exit as it did. Ctrl-C and a lost cluster
     detach, in one line that names the commands to come back with."""
     jobs, console = Jobs(session.cluster), session.console
-    printed: dict[str, int] = {}
+    cursors: dict[str, LogCursor] = {}
+    held: dict[str, str] = {}  # a pod's error line, shown once the pod's replacement or the Job's end says how
     ended: set[str] = set()
     following = ""
     pause = min(max(session.poll_interval, MIN_FOLLOW_SECONDS), FOLLOW_SECONDS)
@@ -59,13 +112,16 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
                 pod_name, pod_phase = pod["metadata"]["name"], (pod.get("status") or {}).get("phase", "")
                 if pod_name in ended:
                     continue
-                if following and pod_name != following and pod_name not in printed:
-                    console.print(f"driver: pod {following} ended; following its replacement {pod_name}")
+                if following and pod_name != following and pod_name not in cursors:
+                    why = f" ({held.pop(following).removeprefix('error: ')})" if following in held else ""
+                    console.print(f"driver: pod {following} ended{why}; following its replacement {pod_name}",
+                                  markup=False, highlight=False)
                 following = pod_name
-                lines = session.cluster.read_log(pod_name, DRIVER_CONTAINER).splitlines()
-                for line in lines[printed.get(pod_name, 0):]:
-                    _show(console, line)
-                printed[pod_name] = len(lines)
+                for line in cursors.setdefault(pod_name, LogCursor()).read(session, pod_name):
+                    if line.startswith("error: "):  # the run's ending only if the Job does not start another
+                        held[pod_name] = line
+                    else:
+                        _show(console, line)
                 if pod_phase in ("Succeeded", "Failed"):  # read after it ended: its whole log
                     ended.add(pod_name)
             if job is None:
@@ -79,9 +135,17 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
     except ApiError as error:
         _detached(session, steps, f"lost contact with the cluster ({error})")
         raise Reported(ExitCode.API_ERROR) from None
+    last_error = held.pop(following, None)
     if phase == "finished":
         return
     code = exit_code_of(pods[-1]) if pods else None
+    if code == RETRY_EXIT_CODE:  # each retry ended on what the run did not decide, an API that kept failing
+        # or a crash: the last pod's line says which; no driver is left to watch what it submitted
+        why = last_error.removeprefix("error: ") if last_error else "its last pod said nothing"
+        raise ApiError(f"the run's driver gave up after {len(pods)} tries, the last: {why}; what it submitted "
+                       f"keeps running: rerun {session.command('run', '--steps', ','.join(steps))} to reattach")
+    if last_error:
+        _show(console, last_error)
     if code in EXIT_CODES:
         raise Reported(code)  # the driver said why in its last line, shown above
     raise StepFailed(f"the run's driver failed ({reason or 'no reason given'}, exit {code}): its log is above; "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from jobs.k8s import RUN_LABEL, STEP_LABEL, jobset_name
-from recipes import Step
+from recipes import Step, UserError
 from scripts.cloud.kube_objects import jobset_state
 from scripts.pipeline.record import record_cancellation, run_records
 from scripts.pipeline.session import Session
@@ -53,12 +53,16 @@ def cancel_targets(session: Session, step: Step | None) -> tuple[dict[str, str],
 
 def cancel_gke(session: Session, step: Step | None, yes: bool) -> None:
     """Delete the run's driver, then its running JobSets (after a yes), record the cancellation, keep
-    every output. The driver goes first, and cancel waits until its pod is gone, so no JobSet is
+    every output. While a driver runs only the whole run is cancelled (`cancel STEP` is refused). The driver goes first, and cancel waits until its pod is gone, so no JobSet is
     submitted by a dying driver; the JobSets are looked up again after it."""
     from scripts.pipeline.gke.driver import driver_state, stop_driver
 
     console, run = session.console, session.paths.run_name
     driver = driver_state(session)
+    if step and driver.phase == "running":
+        # the driver drives every step: stopping it for one would leave the others' JobSets unwatched
+        raise UserError(f"run {run} has its driver running: stopping it for {step} alone leaves the run's other "
+                        f"steps running unwatched: use {session.command('cancel')}")
     targets, notes = cancel_targets(session, step)
     for note in notes:
         console.print(escape(note))
@@ -80,6 +84,8 @@ def cancel_gke(session: Session, step: Step | None, yes: bool) -> None:
         done = stop_driver(session)
         if done:
             console.print(done)
+        # the driver's last write (its interrupted ending) may have come after the first mark
+        record_cancellation(session, targets, again=True, jobsets=list(targets.values()), driver=driver.name)
         more, _ = cancel_targets(session, step)  # what the driver submitted between the look and its end
         extra = {key: name for key, name in more.items() if name not in targets.values()}
         if extra:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.driver import REQUEST_ANNOTATION, driver_job, driver_name, request_configmap, request_digest, run_request
+from jobs.driver import (REQUEST_ANNOTATION, driver_job, driver_name, request_configmap, request_digest, run_request,
+                         settings_env)
 from jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION, driver_drift
 from recipes import Step, UserError
 from scripts.cloud.kube_jobs import JobExists, Jobs
@@ -45,16 +46,18 @@ class DriverState:
 
 
 def job_phase(job: dict | None) -> tuple[str, str]:
-    """(phase, reason of a failure) of a Job."""
+    """(phase, reason of a failure) of a Job. Only the terminal conditions Complete and Failed end it:
+    SuccessCriteriaMet and FailureTarget come first while its pods still terminate (Kubernetes 1.31+,
+    KEP-4368: kubernetes.io/docs/concepts/workloads/controllers/job, "Termination of Job pods")."""
     if job is None:
         return "none", ""
     status = job.get("status") or {}
     for condition in status.get("conditions") or []:
         if condition.get("status") != "True":
             continue
-        if condition.get("type") in ("Complete", "SuccessCriteriaMet"):
+        if condition.get("type") == "Complete":
             return "finished", ""
-        if condition.get("type") in ("Failed", "FailureTarget"):
+        if condition.get("type") == "Failed":
             return "failed", condition.get("reason") or ""
     return "running", ""
 
@@ -95,9 +98,16 @@ def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, fo
     from scripts.pipeline.gke.driver_image import stage_driver
     from scripts.pipeline.gke.submit import prepare_run
 
+    import sys
+
+    from scripts.pipeline.record import redacted
+
     recipe, jobs = session.recipe, Jobs(session.cluster)
     request = run_request(recipe, steps, replace=replace, follow_logs=follow_logs, version=runtime_version())
-    digest = request_digest(request, {file.name: file.content for file in recipe.user_files})
+    request["command"] = redacted(sys.argv)  # what run.json records as the run's command, not `tpu-rl drive`
+    digest = request_digest(request, {file.name: file.content for file in recipe.user_files},
+                            settings_env(session.settings))
+    jobs.wait_deleted(driver_name(recipe))  # a Job being deleted (a `cancel`) is no driver to attach to
     state = driver_state(session, jobs)
     if state.phase == "running" and state.digest == digest:
         return Started(state, created=False)
@@ -111,14 +121,16 @@ def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, fo
     if state.phase != "none":  # a finished driver, or one --replace stops: one driver per run
         jobs.delete(state.name)
         session.console.print(f"deleted the run's earlier driver Job {state.name} ({state.phase})")
-    session.cluster.ensure_configmap(request_configmap(recipe, request))
+    session.cluster.ensure_configmap(request_configmap(recipe, request, digest))
     try:
-        jobs.create(driver_job(recipe, session.settings, runtime, request, digest))
+        job = jobs.create(driver_job(recipe, session.settings, runtime, request, digest))
     except JobExists:  # an identical `run` created it meanwhile: attach to it, as the plan would have
         found = driver_state(session, jobs)
         if found.digest != digest:
             raise
         return Started(found, created=False)
+    # owned by its Job from now on: deleted with it (a finished driver's TTL, `cancel`, the next `run`)
+    session.cluster.ensure_configmap(request_configmap(recipe, request, digest, job))
     return Started(driver_state(session, jobs), created=True)
 
 

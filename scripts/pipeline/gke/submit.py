@@ -29,7 +29,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
     try:
         export_step, _ = export_checkpoint(session)
     except ApiError as error:
-        raise ApiError(f"{error}; nothing was submitted") from None
+        raise ApiError(f"{error}; nothing was submitted", transient=error.transient) from None
     jobs = step_jobs(session.recipe, session.settings, export_step)
     jobs["train"] = sweep_train(session, jobs["train"])  # a sweep's runs queue for the first mode's slice
     rendered = dict(jobs)  # as rendered, Kueue picks by quota order: what `run` submits (plan pins `jobs`)
@@ -39,7 +39,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
         record = RunRecord.open(session)
         actions = plan_gke(session, jobs, steps, replace)
     except ApiError as error:
-        raise ApiError(f"{error}; nothing was submitted") from None
+        raise ApiError(f"{error}; nothing was submitted", transient=error.transient) from None
     if dry_run:
         exported = next((action for action in actions if action.step == "export" and action.kind != "skip"), None)
         note = (f"(export at step {session.recipe.last_step} is an upper bound: run exports the step training "
@@ -68,7 +68,7 @@ def prepare_run(session: Session, steps: tuple[Step, ...], replace: bool) -> boo
         RunRecord.open(session)
         actions = plan_gke(session, step_jobs(session.recipe, session.settings, export_step), steps, replace)
     except ApiError as error:
-        raise ApiError(f"{error}; nothing was submitted") from None
+        raise ApiError(f"{error}; nothing was submitted", transient=error.transient) from None
     finally:
         session.confirm = ask
     submitted = [action.step for action in actions if action.kind in ("submit", "replace")]
@@ -141,7 +141,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str,
                 f"{session.logs_hint(job.step)}; stop it with {session.command('cancel')}") from None
         except ApiError as error:
             raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
-                           f"{job.name} keeps running: rerun {reattach} to reattach") from None
+                           f"{job.name} keeps running: rerun {reattach} to reattach", transient=error.transient) from None
         if action.step == "train":
             mark_train_finished(session)  # train_rl exited 0: it finished, whatever step it reached
         if watch:

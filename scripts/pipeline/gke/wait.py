@@ -269,7 +269,7 @@ def _unread(session: Session, job: StepJob, error: ApiError, since: float | None
         return now
     if train and now - since >= LOG_UNREAD_SECONDS:
         raise ApiError(f"no read of the head's log worked for {hms(now - since)}, the limit; the last "
-                       f"failure: {error}")  # submit.py's wait names the step and the JobSet left running
+                       f"failure: {error}", transient=False)  # submit.py's wait names the step and the JobSet left running
     return since
 
 
