@@ -68,7 +68,7 @@ install: terraform-check $(STAMP) $(NODE_STAMP) $(CHECKOV_STAMP) $(MAXTEXT_STAMP
 # synth needs only the package and the CDKTF CLI, not the test venvs. The settings are checked first, so
 # a refusal is one line (cdktf-cli would wrap it in its spinner and `[ERROR] default -` prefixes).
 synth: $(STAMP) $(NODE_STAMP)
-	@$(PY) -m stacks.app --check
+	@$(PY) -m tpu_rl.stacks.app --check
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx cdktf synth
 
 # Three workers on the 2-core machines CI runs on: many tests wait on subprocesses and local servers, and a

@@ -29,8 +29,8 @@ from peers.fixtures import REPO, VENV_BIN, clean_environment
 WARM_MODULES = ("scripts.cli", "scripts.cli.cloud", "scripts.cli.core", "scripts.cli.offline", "scripts.cli.reports",
                 "scripts.cli.views", "kubernetes", "google.cloud.storage", "google.cloud.compute_v1",
                 "google.cloud.tpu_v2", "google.cloud.secretmanager", "gcp_storage_emulator", "yaml")
-# The project's packages, imported afresh in a child whose PYTHONPATH puts a patched copy ahead of them.
-OWN_PACKAGES = ("recipes", "infra", "stacks", "jobs", "scripts")
+# The project's namespace (all its packages), imported afresh in a child whose PYTHONPATH puts a patched copy ahead of them.
+OWN_PACKAGES = ("tpu_rl",)
 
 _SERVER = r'''
 import atexit, importlib, io, json, os, runpy, signal, sys, tempfile, threading, time, traceback

@@ -7,12 +7,19 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("recipes", "jobs", "infra", "stacks", "scripts")
+NAMESPACE = "tpu_rl"
+PACKAGES = ("recipes", "jobs", "infra", "stacks", "scripts")  # the folders, each installed as tpu_rl.<name>
 
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return ".".join((NAMESPACE, *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+def package_of(module: str) -> str:
+    """recipes for tpu_rl.recipes.entry; a name outside the namespace (cdktf.x) is its own first part."""
+    first, _, rest = module.partition(".")
+    return rest.partition(".")[0] if first == NAMESPACE else first
 
 
 MODULES = {_module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}

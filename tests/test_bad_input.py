@@ -173,11 +173,13 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 
 
 def patch_recipes(sandbox: Sandbox, old: str, new: str) -> None:
-    import recipes
+    from tpu_rl import recipes
 
     source = Path(recipes.__file__).parent
-    copy = sandbox.packages / "recipes"
+    copy = sandbox.packages / "tpu_rl" / "recipes"
     shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    # the namespace the PYTHONPATH finds first: the patched recipes, then this checkout's other packages
+    (copy.parent / "__init__.py").write_text(f"__path__.append({str(REPO)!r})\n")
     table = copy / "recipes.toml"
     text = table.read_text()
     assert text.count(old) == 1, f"the recipe edit must match exactly once: {old!r}"

@@ -19,23 +19,31 @@ from scripts.plan_review.report import StackCost, costs_for
 DEFAULT_BASE_BRANCHES = ("main", "origin/main")
 CAPACITY_ENV = next(spec.env for spec in SPECS if spec.field == "capacity")
 
-# Renders every recipe's manifests with the side's own code (run with cwd = that side's tree).
+# Renders every recipe's manifests with the side's own code (run with cwd = that side's tree; argv[1] is
+# the prefix of its module names, see _namespace).
 _COLLECT_MANIFESTS = r"""
-import json, sys
-import recipes
-from jobs import render_manifests, render_startup_script
+import importlib, importlib.util, json, sys
+ns = sys.argv[1]
+recipes = importlib.import_module(f"{ns}recipes")
+jobs = importlib.import_module(f"{ns}jobs")
 settings = recipes.example_settings()
 # A side's own platforms by name: a lookup, so this runs on sides from before and after the platform seam
-renderers = {"gke": lambda recipe: render_manifests(recipe, settings),
-             "vm": lambda recipe: {"startup script": render_startup_script(recipe, settings)}}
+renderers = {"gke": lambda recipe: jobs.render_manifests(recipe, settings),
+             "vm": lambda recipe: {"startup script": jobs.render_startup_script(recipe, settings)}}
 rendered = {name: renderers[recipe.platform](recipe) for name, recipe in recipes.all_recipes().items()}
-import importlib, importlib.util
 # recipes/capacity_modes.py since the split of recipes/model.py; a side from before it has them in
-# recipes.model, and a side from before capacity modes has none
-home = "recipes.capacity_modes" if importlib.util.find_spec("recipes.capacity_modes") else "recipes.model"
-modes = getattr(importlib.import_module(home), "CAPACITY_MODES", None)
+# recipes/model.py, and a side from before capacity modes has none
+split = importlib.util.find_spec(f"{ns}recipes.capacity_modes")
+modes = getattr(importlib.import_module(f"{ns}recipes.capacity_modes" if split else f"{ns}recipes.model"),
+                "CAPACITY_MODES", None)
 print(json.dumps({"manifests": rendered, "capacity_modes": list(modes or [])}, default=str))
 """
+
+
+def _namespace(tree: Path) -> str:
+    """The prefix of a side's module names: the packages install as tpu_rl.<package> (tpu_rl/__init__.py),
+    but a base from before that (e.g. the base of the change that made the namespace) has them at the top."""
+    return "tpu_rl." if (tree / "tpu_rl" / "__init__.py").is_file() else ""
 
 
 @dataclass
@@ -85,11 +93,12 @@ def _synth(tree: Path, outdir: Path, label: str, capacity: str | None = None) ->
     env = _side_env(tree, outdir)
     if capacity:
         env[CAPACITY_ENV] = capacity
-    synth = subprocess.run([sys.executable, "-m", "stacks.app"], cwd=tree, env=env, capture_output=True, text=True)
+    app = f"{_namespace(tree)}stacks.app"
+    synth = subprocess.run([sys.executable, "-m", app], cwd=tree, env=env, capture_output=True, text=True)
     stacks = _read_synth(outdir) or _read_synth(tree / "cdktf.out")
     if synth.returncode or not stacks:
         reason = _last_line(synth.stderr or synth.stdout) if synth.returncode else "it wrote no cdk.tf.json"
-        how = f"{CAPACITY_ENV}={capacity} python -m stacks.app" if capacity else "python -m stacks.app"
+        how = f"{CAPACITY_ENV}={capacity} python -m {app}" if capacity else f"python -m {app}"
         raise UserError(f"synth failed at {label}: {reason} (run `{how}` there to see why)")
     return stacks
 
@@ -97,7 +106,7 @@ def _synth(tree: Path, outdir: Path, label: str, capacity: str | None = None) ->
 def build_side(tree: Path, label: str, workdir: Path) -> Side:
     """Synthesize the stacks and render the manifests of one tree, with that tree's own code."""
     stacks = _synth(tree, workdir / "cdktf.out", label)
-    collect = subprocess.run([sys.executable, "-c", _COLLECT_MANIFESTS], cwd=tree,
+    collect = subprocess.run([sys.executable, "-c", _COLLECT_MANIFESTS, _namespace(tree)], cwd=tree,
                              env=_side_env(tree, workdir / "cdktf.out"), capture_output=True, text=True)
     if collect.returncode:
         raise UserError(f"rendering the manifests failed at {label}: {_last_line(collect.stderr)}")

@@ -1,0 +1,51 @@
+"""Plan review builds each side with that side's own module names: tpu_rl.<package> since the one installed
+namespace, the bare top-level packages on a base from before it (the base of the change that made it).
+Stub trees stand in for the real ones (a real side costs two synths): each says which names ran it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tpu_rl.scripts.plan_review.worktrees import build_side
+
+REPO = Path(__file__).resolve().parents[1]
+STUBS = {
+    # the synth writes one stack named after the module path it was run as
+    "stacks/__init__.py": "",
+    "stacks/app.py": "import json, os, pathlib\n"
+                     "out = pathlib.Path(os.environ['CDKTF_OUTDIR'], 'stacks', __spec__.name)\n"
+                     "out.mkdir(parents=True)\n"
+                     "(out / 'cdk.tf.json').write_text(json.dumps({'resource': {}}))\n",
+    "recipes/__init__.py": "from types import SimpleNamespace\n"
+                           "def example_settings(): return None\n"
+                           "def all_recipes(): return {'r': SimpleNamespace(platform='vm')}\n",
+    "recipes/model.py": "CAPACITY_MODES = ()\n",
+    "jobs/__init__.py": "def render_manifests(recipe, settings): return {}\n"
+                        "def render_startup_script(recipe, settings): return __name__\n",
+}
+
+
+def _tree(root: Path, namespaced: bool) -> Path:
+    for name, text in STUBS.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    if namespaced:  # the namespace and the checkout's files it looks for
+        (root / "tpu_rl").mkdir()
+        shutil.copy2(REPO / "tpu_rl" / "__init__.py", root / "tpu_rl" / "__init__.py")
+        for name in ("pyproject.toml", "cdktf.json"):
+            (root / name).write_text("")
+    return root
+
+
+@pytest.mark.parametrize(("namespaced", "prefix"), [(True, "tpu_rl."), (False, "")],
+                         ids=["after the namespace", "a base from before it"])
+def test_each_side_runs_with_its_own_module_names(tmp_path, namespaced, prefix):
+    tree = _tree(tmp_path / "tree", namespaced)
+    work = tmp_path / "work"
+    work.mkdir()
+    side = build_side(tree, "the side", work)
+    assert list(side.stacks) == [f"{prefix}stacks.app"]
+    assert side.manifests == {"r": {"startup script": f"{prefix}jobs"}}
