@@ -4,8 +4,8 @@ KSA with its Role.
 Installed with the helm provider, so nothing needs the cluster at plan time: the provider connects
 only when it applies (deferred configuration), after the cluster exists. JobSet and Kueue come from
 their official OCI charts at pinned versions; the queues and the service account come from a
-logic-free local chart fed with manifests rendered here (infra.kueue_queues,
-infra.kueue_webhook_probe, infra.driver_identity).
+logic-free local chart fed with manifests rendered here (tpu_rl.infra.kueue_queues,
+tpu_rl.infra.kueue_webhook_probe, tpu_rl.infra.driver_identity).
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from cdktf_cdktf_provider_helm import provider as helm_provider
 from cdktf_cdktf_provider_helm import release as helm_release
 from constructs import Construct
 
-from infra.driver_identity import driver_role_manifests
-from infra.gke_cluster import GkeCluster
-from infra.kueue_queues import QueueProps, queue_manifests
-from infra.kueue_webhook_probe import (
+from tpu_rl.infra.driver_identity import driver_role_manifests
+from tpu_rl.infra.gke_cluster import GkeCluster
+from tpu_rl.infra.kueue_queues import QueueProps, queue_manifests
+from tpu_rl.infra.kueue_webhook_probe import (
     KUEUE_RELEASE,
     controller_namespace,
     kueue_webhook_probe_manifest,
 )
-from recipes.conventions import on_system_pool
+from tpu_rl.recipes.conventions import on_system_pool
 
 MANIFESTS_CHART = Path(__file__).parent / "charts" / "manifests"
 JOBSET_CHART = "oci://registry.k8s.io/jobset/charts"

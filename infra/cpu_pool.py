@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from constructs import Construct
 
-from infra.gke_cluster import GkeCluster, Taint, node_config
-from infra.google import container_node_pool
+from tpu_rl.infra.gke_cluster import GkeCluster, Taint, node_config
+from tpu_rl.infra.google import container_node_pool
 
 
 # A taint's effect as Kubernetes writes it (what pods tolerate) and as the GKE API takes it on a node pool
@@ -31,7 +31,7 @@ class CpuPoolProps:
     max_nodes: int = 2  # the head or a conversion, plus one spare
     disk_size_gb: int = 200  # conversions stage checkpoints on local disk
     node_labels: dict[str, str] = field(default_factory=dict)  # Kubernetes labels of the nodes
-    # (key, value, Kubernetes effect), e.g. recipes.conventions.cpu_pool_taint(): only the pods that tolerate
+    # (key, value, Kubernetes effect), e.g. tpu_rl.recipes.conventions.cpu_pool_taint(): only the pods that tolerate
     # it land on the pool, so nothing else keeps a scaled-up node from scaling down.
     taint: Taint | None = None
 

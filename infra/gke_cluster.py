@@ -14,12 +14,12 @@ from typing import Sequence
 from cdktf import Fn
 from constructs import Construct
 
-from infra.google import container_cluster, container_node_pool, data_google_container_engine_versions
-from infra.identity import CLOUD_PLATFORM_SCOPE, workload_identity_pool
-from infra.network import Network
-from infra.terraform_literals import terraform_expression
-from recipes import conventions
-from recipes.cidrs import authorized_cidrs_problem
+from tpu_rl.infra.google import container_cluster, container_node_pool, data_google_container_engine_versions
+from tpu_rl.infra.identity import CLOUD_PLATFORM_SCOPE, workload_identity_pool
+from tpu_rl.infra.network import Network
+from tpu_rl.infra.terraform_literals import terraform_expression
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.cidrs import authorized_cidrs_problem
 
 SYSTEM_POOL = conventions.SYSTEM_POOL_NAME
 
@@ -123,7 +123,7 @@ class GkeClusterProps:
     node_service_account: str  # email
     authorized_cidrs: Sequence[str]  # no default on purpose: the user names who may reach the API
     # The system pool runs kube-system and the add-on controllers. No defaults: the stack passes what
-    # the cost estimate prices (recipes.conventions), so the two cannot drift apart.
+    # the cost estimate prices (tpu_rl.recipes.conventions), so the two cannot drift apart.
     system_machine_type: str
     system_min_nodes: int
     system_max_nodes: int = 3
@@ -234,7 +234,7 @@ class GkeCluster(Construct):
     ) -> container_node_pool.ContainerNodePool:
         """A pool of this cluster in one zone (`zone`, by default the cluster's first, props.zone),
         auto-upgraded (release channels require it) and, unless the pool's provisioning model forbids it
-        (flex-start, infra.tpu_pool), auto-repaired. The cluster is regional, so a pool may be in any zone
+        (flex-start, tpu_rl.infra.tpu_pool), auto-repaired. The cluster is regional, so a pool may be in any zone
         of its region (hashicorp/google 6.50.0, resource_container_node_pool.go `node_locations`: "Nodes
         must be in the region of their regional cluster")."""
         return container_node_pool.ContainerNodePool(

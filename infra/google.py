@@ -1,7 +1,7 @@
 """The one door to the prebuilt google provider bindings.
 
 Constructs import provider classes only through this module, e.g.
-``from infra.google import container_node_pool`` then ``container_node_pool.ContainerNodePool``.
+``from tpu_rl.infra.google import container_node_pool`` then ``container_node_pool.ContainerNodePool``.
 
 Why the door is not a plain import: ``import cdktf_cdktf_provider_google`` runs a package
 ``__init__`` that imports all 1,469 resource submodules (seconds of Python), and loading the jsii
@@ -46,7 +46,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from recipes.errors import UserError
+from tpu_rl.recipes.errors import UserError
 
 PROVIDER_PACKAGE = "cdktf_cdktf_provider_google"
 PROVIDER_DISTRIBUTION = "cdktf-cdktf-provider-google"

@@ -19,7 +19,7 @@ from typing import Sequence
 from cdktf import ITerraformDependable
 from constructs import Construct
 
-from infra.google import (
+from tpu_rl.infra.google import (
     project_iam_member,
     secret_manager_secret_iam_member,
     service_account,

@@ -1,21 +1,21 @@
 """The Kueue objects a GKE stack's queues are made of: one ResourceFlavor per capacity mode and zone, the
 CPU flavor, the flex-start AdmissionCheck and its ProvisioningRequestConfig, the ClusterQueue with the
-stack's own capacity as quota, and the LocalQueue (installed by infra.cluster_addons)."""
+stack's own capacity as quota, and the LocalQueue (installed by tpu_rl.infra.cluster_addons)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from recipes import conventions
-from recipes.capacity_modes import CapacityMode, uses_queued_provisioning
-from recipes.catalog import MachineSize
-from recipes.placement import Place, tpu_places
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.capacity_modes import CapacityMode, uses_queued_provisioning
+from tpu_rl.recipes.catalog import MachineSize
+from tpu_rl.recipes.placement import Place, tpu_places
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 TPU_RESOURCE = conventions.TPU_RESOURCE
 CPU_FLAVOR = "cpu"
-# Flex-start slices through a ProvisioningRequest (infra.tpu_pool says why): Kueue's admission check
+# Flex-start slices through a ProvisioningRequest (tpu_rl.infra.tpu_pool says why): Kueue's admission check
 # controller for it, and GKE's provisioning class for flex-start with queued provisioning, whose nodes
 # carry the taint below (https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest).
 PROVISIONING_REQUEST_CONTROLLER = "kueue.x-k8s.io/provisioning-request"  # kueue v0.17.1 apis/kueue/v1beta2/provisioningrequestconfig_types.go

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recipes.conventions import on_system_pool
+from tpu_rl.recipes.conventions import on_system_pool
 
 # Kueue's webhook Service can lag its Ready pod (kueue PR #8220), and then creating a queue object fails;
 # Cluster Toolkit sleeps 60 s (time_sleep.wait_for_webhook), we hold the queue release back with a Helm
@@ -20,7 +20,7 @@ KUEUE_WEBHOOK_PROBE = "kueue-webhook-ready"
 WEBHOOK_PROBE_IMAGE = ("docker.io/library/busybox:1.37.0"
                        "@sha256:9db7b59979c38555a39def84a31fb98b5296952f9e3afd4f6f11f05b07adfab0")
 # 2-4 s apart: the release fails after about 4 to 8 minutes, inside the queue release's timeout (600 s,
-# infra.cluster_addons), which also covers Kueue's own start now that its release does not wait.
+# tpu_rl.infra.cluster_addons), which also covers Kueue's own start now that its release does not wait.
 WEBHOOK_PROBE_TRIES = 120
 WEBHOOK_PROBE_IN_A_ROW = 3  # both the probe's node and the API server must have seen the endpoint
 # The Kueue chart version the probe waits for, on the hook pod. Kueue's release does not wait, so after a

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from constructs import Construct
 
-from infra.google import compute_firewall, compute_network, compute_router, compute_router_nat, compute_subnetwork
+from tpu_rl.infra.google import compute_firewall, compute_network, compute_router, compute_router_nat, compute_subnetwork
 
 # Google's IAP TCP forwarding range: the only source `gcloud compute ssh --tunnel-through-iap` uses.
 IAP_TCP_FORWARDING_RANGE = "35.235.240.0/20"

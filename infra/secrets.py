@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from constructs import Construct
 
-from infra.google import secret_manager_secret
+from tpu_rl.infra.google import secret_manager_secret
 
 
 @dataclass(frozen=True)

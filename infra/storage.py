@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from constructs import Construct
 
-from infra.google import storage_bucket
+from tpu_rl.infra.google import storage_bucket
 
 SEVEN_DAYS = 7 * 24 * 3600
 

@@ -11,7 +11,7 @@ How each capacity mode gets its hosts (its row of recipes/capacity_modes.py says
 - flex-start (Dynamic Workload Scheduler): like spot and on-demand, plus `flex_start` and queued
   provisioning. With queued provisioning GKE creates the nodes only for a ProvisioningRequest, which
   Kueue files for a train step and which GKE fulfils with the whole slice at once; Kueue starts the step
-  only then (infra.kueue_queues, the flex-start AdmissionCheck). How long the nodes live is the
+  only then (tpu_rl.infra.kueue_queues, the flex-start AdmissionCheck). How long the nodes live is the
   request's maxRunDurationSeconds, not a node-pool max_run_duration (see QUEUED_POOL_FIELDS_LEFT_OUT).
 
 Why queued provisioning rather than plain flex-start for these multi-host slices: without it, Kueue
@@ -40,11 +40,11 @@ from dataclasses import dataclass, field
 
 from constructs import Construct
 
-from infra.capacity import RESERVATION_KEY, check_reservation
-from infra.gke_cluster import GkeCluster, node_config
-from infra.google import container_node_pool
-from recipes import conventions
-from recipes.capacity_modes import MODE_RULES, CapacityMode
+from tpu_rl.infra.capacity import RESERVATION_KEY, check_reservation
+from tpu_rl.infra.gke_cluster import GkeCluster, node_config
+from tpu_rl.infra.google import container_node_pool
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.capacity_modes import MODE_RULES, CapacityMode
 
 TPU_TAINT = (conventions.TPU_RESOURCE, "present", "NO_SCHEDULE")  # the taint GKE puts on its own TPU node pools
 

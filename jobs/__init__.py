@@ -26,14 +26,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.convert import convert_jobset
-from jobs.export import export_jobset
-from jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector, main_replicated_job, manifest_yaml
-from jobs.maxtext import MaxTextCommand, maxtext_commands
-from jobs.paths import ArtifactPaths
-from jobs.train import train_jobset, user_files_configmap
-from jobs.vm import render_startup_script
-from recipes import Recipe, Settings, Step, UserError
+from tpu_rl.jobs.convert import convert_jobset
+from tpu_rl.jobs.export import export_jobset
+from tpu_rl.jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector, main_replicated_job, manifest_yaml
+from tpu_rl.jobs.maxtext import MaxTextCommand, maxtext_commands
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.jobs.train import train_jobset, user_files_configmap
+from tpu_rl.jobs.vm import render_startup_script
+from tpu_rl.recipes import Recipe, Settings, Step, UserError
 
 
 def render_manifests(recipe: Recipe, settings: Settings, export_step: int | None = None) -> dict[Step, dict[str, Any]]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from recipes import Recipe
-from recipes.conventions import CHECK_FAILED_PREFIX
+from tpu_rl.recipes import Recipe
+from tpu_rl.recipes.conventions import CHECK_FAILED_PREFIX
 
 # The exit code of a check in a step's script that refuses to go on (EX_CONFIG of sysexits.h: the
 # configuration is wrong). Distinct from train_rl's own failures, so that a restartable train JobSet fails
-# at once on it instead of repeating the same refusal (see jobs.train.train_failure_policy).
+# at once on it instead of repeating the same refusal (see tpu_rl.jobs.train.train_failure_policy).
 CHECK_FAILED_EXIT_CODE = 78
 
 

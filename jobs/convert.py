@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.checks import jax_pairing_check
-from jobs.k8s import bash_script, cpu_step_jobset
-from jobs.maxtext import convert_command
-from jobs.paths import ArtifactPaths
+from tpu_rl.jobs.checks import jax_pairing_check
+from tpu_rl.jobs.k8s import bash_script, cpu_step_jobset
+from tpu_rl.jobs.maxtext import convert_command
+from tpu_rl.jobs.paths import ArtifactPaths
 
 
 def convert_jobset(paths: ArtifactPaths) -> dict[str, Any]:

@@ -13,13 +13,13 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from jobs.driver_runtime import (DRIVER_CONTAINER, DriverRuntime, driver_container, driver_node_selector,
+from tpu_rl.jobs.driver_runtime import (DRIVER_CONTAINER, DriverRuntime, driver_container, driver_node_selector,
                                  driver_pod_annotations, driver_volumes)
-from jobs.k8s import RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, run_labels
-from recipes import Recipe, Settings, Step
-from recipes.conventions import DRIVER_KSA, NAMESPACE, on_system_pool
-from recipes.runs import run_name
-from recipes.setting_specs import BY_FIELD
+from tpu_rl.jobs.k8s import RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, run_labels
+from tpu_rl.recipes import Recipe, Settings, Step
+from tpu_rl.recipes.conventions import DRIVER_KSA, NAMESPACE, on_system_pool
+from tpu_rl.recipes.runs import run_name
+from tpu_rl.recipes.setting_specs import BY_FIELD
 
 DRIVER_PREFIX = "tpu-rl-driver-"
 COMPONENT_LABEL = "tpu-rl/component"  # "driver": what `status` and `cancel` select the run's driver by

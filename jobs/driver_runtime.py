@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.k8s import container_security
-from recipes import conventions
-from recipes.driver_runtime import (BUCKET_PREFIX, NODE_ARCH, SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB,
+from tpu_rl.jobs.k8s import container_security
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.driver_runtime import (BUCKET_PREFIX, NODE_ARCH, SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB,
                                     LockedWheel)
 
 DRIVER_CONTAINER = "driver"
@@ -117,7 +117,7 @@ tpu-rl run staged (another sha256): not installed; delete it and run again" >&2
 fi
 cd "$TPU_RL_DRIVER_TMP"
 export PYTHONPATH="$packages"
-exec python3 -P -m scripts.cli "$@"
+exec python3 -P -m tpu_rl.scripts.cli "$@"
 """
 
 

@@ -31,13 +31,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jobs.paths import ArtifactPaths
-from jobs.train import train_jobset
-from recipes import Recipe, Settings, UserError
-from recipes.entry import same_setting
-from recipes.evaluation import evaluates
-from recipes.maxtext_values import config_values, model_base, model_keys, parse_override, release_schema, spelling
-from recipes.runs import MAX_RUN_NAME, check_run_name, check_set_key, checked_item, digest
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.jobs.train import train_jobset
+from tpu_rl.recipes import Recipe, Settings, UserError
+from tpu_rl.recipes.entry import same_setting
+from tpu_rl.recipes.evaluation import evaluates
+from tpu_rl.recipes.maxtext_values import config_values, model_base, model_keys, parse_override, release_schema, spelling
+from tpu_rl.recipes.runs import MAX_RUN_NAME, check_run_name, check_set_key, checked_item, digest
 
 # The settings that say how the held-out set is evaluated, not what model is trained: eval's --set may
 # change these whatever the run set (rl.yml of 0.2.4, maxtext/configs/post_train/rl.yml, num_test_batches ...
@@ -50,7 +50,7 @@ EVALUATION_SETTINGS = ("num_test_batches", "eval_batch_size", "test_batch_start_
 
 
 def model_items(recipe: Recipe, given: tuple[str, ...]) -> tuple[str, ...]:
-    """The items of `given` whose key makes the model (recipes.maxtext_values.model_keys): eval_sets
+    """The items of `given` whose key makes the model (tpu_rl.recipes.maxtext_values.model_keys): eval_sets
     weighs them against the run's own values, once the run's record is read."""
     keys = model_keys(recipe.maxtext_version)
     return tuple(item for item in given if item.partition("=")[0] in keys)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from jobs.k8s import bash_script, cpu_step_jobset
-from jobs.maxtext import export_command
-from jobs.paths import ArtifactPaths
+from tpu_rl.jobs.k8s import bash_script, cpu_step_jobset
+from tpu_rl.jobs.maxtext import export_command
+from tpu_rl.jobs.paths import ArtifactPaths
 
 # Models whose Hugging Face export is multimodal while training is text-only, and the tensor prefixes
 # training never sees: transformers 5.12.1 loads them uninitialised (MaxText 0.2.4 checkpoint_conversion/

@@ -10,9 +10,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from recipes import Recipe, Step, UserError
-from recipes.runs import conversion_key, digest, run_name
-from recipes.conventions import (
+from tpu_rl.recipes import Recipe, Step, UserError
+from tpu_rl.recipes.runs import conversion_key, digest, run_name
+from tpu_rl.recipes.conventions import (
     CAPACITY_NODE_LABEL,
     ZONE_NODE_LABEL,
     HF_TOKEN_ENV,

@@ -14,9 +14,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from jobs.paths import ArtifactPaths
-from recipes import Recipe, Step, UserError
-from recipes.schedule import SCHEDULE_KEY, derived_schedule, explicit_schedule
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import Recipe, Step, UserError
+from tpu_rl.recipes.schedule import SCHEDULE_KEY, derived_schedule, explicit_schedule
 
 TO_MAXTEXT = "maxtext.checkpoint_conversion.to_maxtext"
 TRAIN_RL = "maxtext.trainers.post_train.rl.train_rl"

@@ -5,7 +5,7 @@ or after `setting_from`, the patch is replaced by its `setting_env` environment 
 finds neither its old text nor its new text, or no file to patch, fails the step loudly, instead of
 silently training with the unpatched code as the seeds' one-liners would. The image is the same on every
 attempt, so such a failure is a check that no retry can pass: it ends with the `tpu-rl check failed:` line
-and CHECK_FAILED_EXIT_CODE (jobs.checks), on which the restartable train JobSet fails at once instead of
+and CHECK_FAILED_EXIT_CODE (tpu_rl.jobs.checks), on which the restartable train JobSet fails at once instead of
 holding the slice for its restarts.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jobs.checks import python_check_failed
-from jobs.maxtext import at_least
-from recipes import Recipe, SourcePatch, UserError
+from tpu_rl.jobs.checks import python_check_failed
+from tpu_rl.jobs.maxtext import at_least
+from tpu_rl.recipes import Recipe, SourcePatch, UserError
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipes import Recipe, Settings, Step
-from recipes.runs import conversion_directory, run_name
+from tpu_rl.recipes import Recipe, Settings, Step
+from tpu_rl.recipes.runs import conversion_directory, run_name
 
 RUN_RECORD = "run.json"
 
@@ -129,7 +129,7 @@ class ArtifactPaths:
 
     @property
     def vm_heartbeat(self) -> str:
-        """Rewritten by the VM startup script every jobs.vm.HEARTBEAT_SECONDS while it runs (its attempt and the
+        """Rewritten by the VM startup script every tpu_rl.jobs.vm.HEARTBEAT_SECONDS while it runs (its attempt and the
         time): when it goes stale on a running VM, the script ended without a word (scripts/pipeline/vm/run.py)."""
         return f"{self.run_root}progress/heartbeat"
 

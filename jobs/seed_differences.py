@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipes import STEPS, Step
+from tpu_rl.recipes import STEPS, Step
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.k8s import (
+from tpu_rl.jobs.k8s import (
     COORDINATOR_LABEL,
     JOBSET_NAME_LABEL,
     MAIN_CONTAINER,
@@ -32,14 +32,14 @@ from jobs.k8s import (
     pod_template,
     replicated_job,
 )
-from jobs.checks import CHECK_FAILED_EXIT_CODE, jax_pairing_check
-from jobs.maxtext import train_command
-from jobs.patches import render_patch, resolve_patches
-from jobs.paths import ArtifactPaths
-from recipes import Recipe
-from recipes.capacity_modes import MODE_RULES, uses_queued_provisioning
-from recipes.conventions import TPU_RESOURCE, tpu_node_selector, tpu_toleration
-from recipes.entry import quantity_bytes
+from tpu_rl.jobs.checks import CHECK_FAILED_EXIT_CODE, jax_pairing_check
+from tpu_rl.jobs.maxtext import train_command
+from tpu_rl.jobs.patches import render_patch, resolve_patches
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import Recipe
+from tpu_rl.recipes.capacity_modes import MODE_RULES, uses_queued_provisioning
+from tpu_rl.recipes.conventions import TPU_RESOURCE, tpu_node_selector, tpu_toleration
+from tpu_rl.recipes.entry import quantity_bytes
 
 PROXY_PORT = 29000
 RESOURCE_MANAGER_PORT = 29001
@@ -60,7 +60,7 @@ def _shared_tmp_mount() -> dict[str, str]:
 
 # The env and volumes below follow the Pathways JobSet xpk generates (AI-Hypercomputer/xpk v1.13.1,
 # src/xpk/templates/pathways_workload_create.yaml.j2), with Cluster Toolkit's memory-backed /dev/shm;
-# the differences: jobs.seed_differences.XPK_DIFFERENCES (docs/provenance.md#the-pathways-jobset-follows-xpk).
+# the differences: tpu_rl.jobs.seed_differences.XPK_DIFFERENCES (docs/provenance.md#the-pathways-jobset-follows-xpk).
 
 
 def jobset_identity_env() -> list[dict[str, Any]]:
@@ -181,13 +181,13 @@ def workload_resources(recipe: Recipe) -> dict[str, Any]:
 
 def _user_files_mounts(recipe: Recipe) -> list[dict[str, Any]]:
     """The run's --rewards/--data-processor files, read-only where the overrides point (recipes/user_files.py)."""
-    from recipes.user_files import USER_FILES_DIR, USER_FILES_VOLUME
+    from tpu_rl.recipes.user_files import USER_FILES_DIR, USER_FILES_VOLUME
 
     return [{"name": USER_FILES_VOLUME, "mountPath": USER_FILES_DIR, "readOnly": True}] if recipe.user_files else []
 
 
 def _user_files_volumes(paths: ArtifactPaths) -> list[dict[str, Any]]:
-    from recipes.user_files import USER_FILES_VOLUME, configmap_name
+    from tpu_rl.recipes.user_files import USER_FILES_VOLUME, configmap_name
 
     if not paths.recipe.user_files:
         return []
@@ -197,7 +197,7 @@ def _user_files_volumes(paths: ArtifactPaths) -> list[dict[str, Any]]:
 def user_files_configmap(paths: ArtifactPaths) -> dict[str, Any] | None:
     """The ConfigMap of the run's --rewards/--data-processor files that the train head mounts, as `run`
     creates it and `render` writes it; None for a run without files."""
-    from recipes.user_files import configmap_name
+    from tpu_rl.recipes.user_files import configmap_name
 
     files = paths.recipe.user_files
     if not files:

@@ -18,8 +18,8 @@ import shlex
 from dataclasses import dataclass
 from datetime import timedelta
 
-from recipes import Recipe, Settings
-from recipes.conventions import HF_TOKEN_ENV
+from tpu_rl.recipes import Recipe, Settings
+from tpu_rl.recipes.conventions import HF_TOKEN_ENV
 
 INSTALL_DIR = "/opt/tpu-rl"
 # uv's installer is pinned; its version only matters for the install, not for what gets installed.

@@ -6,19 +6,19 @@ import tomllib
 from functools import cache
 from importlib import resources
 
-from recipes.catalog import SourcePatch
-from recipes.entry import STEPS, Step
-from recipes.errors import UserError
-from recipes.model import Recipe, build_recipes
-from recipes.setting_specs import EXAMPLE_PROJECT
-from recipes.settings import Settings, example_settings, load_settings
-from recipes.shape import Shape
+from tpu_rl.recipes.catalog import SourcePatch
+from tpu_rl.recipes.entry import STEPS, Step
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.model import Recipe, build_recipes
+from tpu_rl.recipes.setting_specs import EXAMPLE_PROJECT
+from tpu_rl.recipes.settings import Settings, example_settings, load_settings
+from tpu_rl.recipes.shape import Shape
 
 
 @cache
 def all_recipes() -> dict[str, Recipe]:
     """Every recipe in recipes.toml, validated."""
-    text = resources.files("recipes").joinpath("recipes.toml").read_text()
+    text = resources.files("tpu_rl.recipes").joinpath("recipes.toml").read_text()
     return build_recipes(tomllib.loads(text))
 
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Iterable, Literal, Mapping
 
-from recipes.errors import UserError
+from tpu_rl.recipes.errors import UserError
 
 if TYPE_CHECKING:
-    from recipes.catalog import TpuGeneration
+    from tpu_rl.recipes.catalog import TpuGeneration
 
 
 class CapacityMode(StrEnum):

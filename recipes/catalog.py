@@ -7,7 +7,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from recipes.strict import Strict
+from tpu_rl.recipes.strict import Strict
 
 
 class FlexStartFacts(Strict):

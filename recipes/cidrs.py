@@ -1,6 +1,6 @@
 """AUTHORIZED_CIDR's rules: which blocks may reach a GKE control plane's public endpoint (refused: too
 wide, or address space no client connects from), and the warning when every block is private. One rule
-for the setting (recipes/setting_checks.py) and for infra.gke_cluster.GkeClusterProps."""
+for the setting (recipes/setting_checks.py) and for tpu_rl.infra.gke_cluster.GkeClusterProps."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def is_private_block(network: ipaddress.IPv4Network) -> bool:
 
 def authorized_cidrs_problem(items: Sequence[str]) -> str | None:
     """What is wrong with a list of control-plane CIDRs, or None. One rule for AUTHORIZED_CIDR and for
-    infra.gke_cluster.GkeClusterProps, so no construct accepts what the setting refuses."""
+    tpu_rl.infra.gke_cluster.GkeClusterProps, so no construct accepts what the setting refuses."""
     if not items:
         return "lists no CIDR block: name your own egress address, e.g. 203.0.113.7/32"
     public = 0

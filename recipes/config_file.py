@@ -6,9 +6,9 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from recipes.capacity_modes import CapacityMode
-from recipes.errors import UserError
-from recipes.setting_specs import BY_FIELD, CONFIG_ENV, DEFAULT_CONFIG, EXAMPLE
+from tpu_rl.recipes.capacity_modes import CapacityMode
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.setting_specs import BY_FIELD, CONFIG_ENV, DEFAULT_CONFIG, EXAMPLE
 
 # Keys that would put a secret into a file we read; the token belongs in Secret Manager.
 _SECRET_KEYS = {"hf_token", "hf_access_token", "token"}

@@ -1,6 +1,6 @@
 """Names that the stacks, the manifests and the CLI must agree on. One home for each."""
 
-from recipes.capacity_modes import MODE_RULES, CapacityMode
+from tpu_rl.recipes.capacity_modes import MODE_RULES, CapacityMode
 
 # Kubernetes side of a GKE recipe.
 NAMESPACE = "default"

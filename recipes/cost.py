@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipes import conventions
-from recipes.capacity_modes import MODE_RULES
-from recipes.entry import STEPS
-from recipes.model import Recipe
-from recipes.prices import PriceTable, load_prices, usd
-from recipes.run_time import TrainTime, as_defined, train_time
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.capacity_modes import MODE_RULES
+from tpu_rl.recipes.entry import STEPS
+from tpu_rl.recipes.model import Recipe
+from tpu_rl.recipes.prices import PriceTable, load_prices, usd
+from tpu_rl.recipes.run_time import TrainTime, as_defined, train_time
 
 # Each step puts exactly one pod on the CPU pool (convert/export job, or the Pathways head during
 # train), and the pool autoscales from 0, so one node is up during a run.

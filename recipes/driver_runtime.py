@@ -63,5 +63,5 @@ class LockedWheel:
 def driver_lock(text: str | None = None) -> tuple[LockedWheel, ...]:
     """The committed lock (or `text`, a lock of the same form), in file-name order."""
     if text is None:
-        text = package_files.files("recipes").joinpath(LOCK_FILE).read_text()
+        text = package_files.files("tpu_rl.recipes").joinpath(LOCK_FILE).read_text()
     return tuple(sorted((LockedWheel(**entry) for entry in tomllib.loads(text)["wheels"]), key=lambda w: w.file))

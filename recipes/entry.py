@@ -8,10 +8,10 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from recipes.capacity_modes import PLATFORM_RULES, CapacityMode, Platform, parse_capacity
-from recipes.errors import UserError
-from recipes.reward_names import check_reward_names
-from recipes.strict import Strict
+from tpu_rl.recipes.capacity_modes import PLATFORM_RULES, CapacityMode, Platform, parse_capacity
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.reward_names import check_reward_names
+from tpu_rl.recipes.strict import Strict
 
 Step = Literal["convert", "train", "export"]
 STEPS: tuple[Step, ...] = ("convert", "train", "export")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipes.model import Recipe
+from tpu_rl.recipes.model import Recipe
 
 EVAL_KEYS = ("num_test_batches", "eval_batch_size", "batch_size", "eval_interval", "num_eval_passes",
              "rl.num_generations")

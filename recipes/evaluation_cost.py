@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipes.cost import TPU_STEP, pipeline_run_estimate
-from recipes.evaluation import EvalPlan, eval_plan
-from recipes.model import Recipe
-from recipes.prices import PriceTable, usd
+from tpu_rl.recipes.cost import TPU_STEP, pipeline_run_estimate
+from tpu_rl.recipes.evaluation import EvalPlan, eval_plan
+from tpu_rl.recipes.model import Recipe
+from tpu_rl.recipes.prices import PriceTable, usd
 
 
 @dataclass(frozen=True)

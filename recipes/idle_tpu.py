@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipes.model import Recipe
-from recipes.prices import PriceTable, load_prices, usd
+from tpu_rl.recipes.model import Recipe
+from tpu_rl.recipes.prices import PriceTable, load_prices, usd
 
 
 # The phases of a train step (scripts/pipeline/phases.py) in which its TPU hosts exist, and so bill, while

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
-from recipes.errors import UserError
+from tpu_rl.recipes.errors import UserError
 
 KEY_LIST_DIR = "maxtext_keys"  # in the recipes package: one <version>.toml per MaxText release
 
@@ -85,7 +85,7 @@ _BOUND_WORDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
 @cache
 def release_schema(version: str) -> dict:
     """The shipped recipes/maxtext_keys/<version>.toml of a MaxText release."""
-    source = resources.files("recipes").joinpath(KEY_LIST_DIR, f"{version}.toml")
+    source = resources.files("tpu_rl.recipes").joinpath(KEY_LIST_DIR, f"{version}.toml")
     if not source.is_file():
         raise UserError(f"--set needs the key list of MaxText {version} (recipes/{KEY_LIST_DIR}/{version}.toml): "
                         f"generate it with `tools/generate_maxtext_keys.py {version}`")
@@ -97,7 +97,7 @@ def release_values(version: str) -> dict[str, Any]:
     """The value each key of a MaxText release has before the model's yml and the command line (its
     config yml, else its field's default), as tools/generate_maxtext_keys.py read them from the wheel
     into recipes/maxtext_keys/<version>.values.json; a dotted key is a nested model's field."""
-    source = resources.files("recipes").joinpath(KEY_LIST_DIR, f"{version}.values.json")
+    source = resources.files("tpu_rl.recipes").joinpath(KEY_LIST_DIR, f"{version}.values.json")
     if not source.is_file():
         raise UserError(f"the values of MaxText {version} (recipes/{KEY_LIST_DIR}/{version}.values.json) are "
                         f"missing: generate them with `tools/generate_maxtext_keys.py {version}`")

@@ -13,13 +13,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from recipes.capacity_modes import PLATFORM_RULES, CapacityMode, Platform, PlatformRules, check_capacity
-from recipes.catalog import (MachineSize, MaxTextRelease, PathwaysImages, PathwaysRepositories, SourcePatch,
+from tpu_rl.recipes.capacity_modes import PLATFORM_RULES, CapacityMode, Platform, PlatformRules, check_capacity
+from tpu_rl.recipes.catalog import (MachineSize, MaxTextRelease, PathwaysImages, PathwaysRepositories, SourcePatch,
                              TpuGeneration)
-from recipes.entry import TRAIN_STEP_FACTORS, Durations, ModelSpec, RecipeEntry, RlSpec, same_setting
-from recipes.errors import UserError
-from recipes.shape import Shape, derive_shape
-from recipes.strict import Strict
+from tpu_rl.recipes.entry import TRAIN_STEP_FACTORS, Durations, ModelSpec, RecipeEntry, RlSpec, same_setting
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.shape import Shape, derive_shape
+from tpu_rl.recipes.strict import Strict
 
 _RECIPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from recipes.capacity_modes import Platform
+from tpu_rl.recipes.capacity_modes import Platform
 
 # Where things are: each a group of the fields that find one thing.
 BUCKET = ("project", "gcs_bucket")
@@ -79,7 +79,7 @@ def needs(command: str, platform: Platform = "gke") -> tuple[str, ...]:
 
 def needs_table() -> str:
     """NEEDS as the Markdown table of docs/settings.md."""
-    from recipes.setting_specs import SPECS
+    from tpu_rl.recipes.setting_specs import SPECS
 
     env = {spec.field: spec.env for spec in SPECS}
     env["vm_name"] = "`TPU_NAME` or `CLUSTER_NAME`"

@@ -3,7 +3,7 @@
 The order is the fallback's: the modes in the recipe's order (a reservation first when there is one) and,
 within a mode, the zones in ZONE's order. So `CAPACITY=flex-start,spot ZONE=us-east5-b,us-east5-a` tries
 flex-start in us-east5-b, then in us-east5-a, then spot in each. Kueue's TPU flavors follow this order
-(infra.kueue_queues), and `run` moves on along it when a place has no stock (scripts/pipeline/gke/
+(tpu_rl.infra.kueue_queues), and `run` moves on along it when a place has no stock (scripts/pipeline/gke/
 capacity.py). A reservation lives in one zone, the first of ZONE (preflight looks it up there), so it has
 a place in that zone only. Names in the first zone are those a single-zone stack always had, so adding a
 zone to ZONE adds pools and flavors and changes none.
@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from recipes import conventions
-from recipes.capacity_modes import MODE_RULES, CapacityMode, ModeRules
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.capacity_modes import MODE_RULES, CapacityMode, ModeRules
 
 
 def zone_suffix(zone: str) -> str:

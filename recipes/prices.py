@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from recipes.capacity_modes import CapacityMode
-from recipes.errors import UserError
+from tpu_rl.recipes.capacity_modes import CapacityMode
+from tpu_rl.recipes.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -95,5 +95,5 @@ def parse_prices(table: dict) -> PriceTable:
 
 @cache
 def load_prices() -> PriceTable:
-    text = resources.files("recipes").joinpath("prices.toml").read_text()
+    text = resources.files("tpu_rl.recipes").joinpath("prices.toml").read_text()
     return parse_prices(tomllib.loads(text))

@@ -3,7 +3,7 @@ once. Below the recipe entry, which checks its own overrides with it, and the us
 
 from __future__ import annotations
 
-from recipes.errors import UserError
+from tpu_rl.recipes.errors import UserError
 
 # tunix (c4ec573d, the commit MaxText 0.2.4 pins) tunix/rl/reward_manager.py SequenceRewardManager.
 # _compute_rewards calls every function of the list, one score column each, and adds the columns

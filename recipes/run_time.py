@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipes.evaluation import eval_plan
-from recipes.model import Recipe
+from tpu_rl.recipes.evaluation import eval_plan
+from tpu_rl.recipes.model import Recipe
 
 
 def as_defined(recipe: Recipe) -> Recipe:

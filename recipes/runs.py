@@ -20,10 +20,10 @@ from typing import Callable, Iterable
 
 from pydantic import ValidationError
 
-from recipes.conventions import MAX_JOBSET_NAME
-from recipes.entry import OVERRIDE, STEPS, RlSpec, same_setting
-from recipes.errors import UserError
-from recipes.maxtext_values import (
+from tpu_rl.recipes.conventions import MAX_JOBSET_NAME
+from tpu_rl.recipes.entry import OVERRIDE, STEPS, RlSpec, same_setting
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.maxtext_values import (
     KEY_LIST_DIR,
     LENGTH_DEFAULTS,
     MICRO_BATCH_KEYS,
@@ -33,9 +33,9 @@ from recipes.maxtext_values import (
     maxtext_keys,
     parse_override,
 )
-from recipes.model import Recipe, first_error
-from recipes.schedule import SCHEDULE_KEY, schedule_steps
-from recipes.usual_values import check_usual
+from tpu_rl.recipes.model import Recipe, first_error
+from tpu_rl.recipes.schedule import SCHEDULE_KEY, schedule_steps
+from tpu_rl.recipes.usual_values import check_usual
 
 # --- names ---------------------------------------------------------------------------------------------
 # A run name becomes a JobSet name (<run>-<step>, at most MAX_JOBSET_NAME), a label value and a directory

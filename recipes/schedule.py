@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from recipes.errors import UserError
+from tpu_rl.recipes.errors import UserError
 
 if TYPE_CHECKING:
-    from recipes.model import Recipe
+    from tpu_rl.recipes.model import Recipe
 
 SCHEDULE_KEY = "learning_rate_schedule_steps"
 

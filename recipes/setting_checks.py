@@ -7,10 +7,10 @@ import ipaddress
 import re
 from typing import Collection, Mapping
 
-from recipes.capacity_modes import parse_capacity, parse_capacity_wait
-from recipes.cidrs import authorized_cidrs_problem
-from recipes.errors import UserError
-from recipes.setting_specs import (BY_FIELD, REQUIRED, SPECS, UNSET, VM_STAYS, VM_STOPS, SettingSpec,
+from tpu_rl.recipes.capacity_modes import parse_capacity, parse_capacity_wait
+from tpu_rl.recipes.cidrs import authorized_cidrs_problem
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.setting_specs import (BY_FIELD, REQUIRED, SPECS, UNSET, VM_STAYS, VM_STOPS, SettingSpec,
                                    missing_settings)
 
 _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")

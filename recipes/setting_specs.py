@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from recipes.errors import UserError
+from tpu_rl.recipes.errors import UserError
 
 CONFIG_ENV = "TPU_RL_CONFIG"
 DEFAULT_CONFIG = Path("tpu-rl.toml")

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Iterable, Mapping
 
-from recipes.capacity_modes import (DEFAULT_WAITS, CapacityMode, WaitKey, uses_queued_provisioning,
+from tpu_rl.recipes.capacity_modes import (DEFAULT_WAITS, CapacityMode, WaitKey, uses_queued_provisioning,
                                     uses_reservation)
-from recipes.cidrs import authorized_cidrs_warning
-from recipes.config_file import read_config
-from recipes.errors import UserError
-from recipes.model import Recipe
-from recipes.setting_checks import check_values
-from recipes.setting_specs import (BY_FIELD, CONFIG_ENV, DEFAULT_CONFIG, DEFAULT_HF_TOKEN_SECRET, EXAMPLE,
+from tpu_rl.recipes.cidrs import authorized_cidrs_warning
+from tpu_rl.recipes.config_file import read_config
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.model import Recipe
+from tpu_rl.recipes.setting_checks import check_values
+from tpu_rl.recipes.setting_specs import (BY_FIELD, CONFIG_ENV, DEFAULT_CONFIG, DEFAULT_HF_TOKEN_SECRET, EXAMPLE,
                                    EXAMPLE_OVERLAYS, EXAMPLE_PROJECT, REQUIRED, SPECS, UNSET, VM_STOPS,
                                    missing_settings)
 
@@ -80,7 +80,7 @@ class Settings:
     def recipe(self, recipe: Recipe) -> Recipe:
         """`recipe` as these settings run it: CAPACITY, when set, replaces its capacity list, and every rule
         that depends on the recipe is checked. The one place the override happens: the stacks
-        (stacks.app.build_app) and the CLI both take their recipes from here.
+        (tpu_rl.stacks.app.build_app) and the CLI both take their recipes from here.
 
         A TPU VM has one provisioning model and no flex-start, so a VM recipe takes the first mode of the
         list that a VM can use (reservation, spot, on-demand): CAPACITY=flex-start,spot gives the GKE

@@ -7,8 +7,8 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
-from recipes.catalog import TpuGeneration
-from recipes.entry import TpuSpec
+from tpu_rl.recipes.catalog import TpuGeneration
+from tpu_rl.recipes.entry import TpuSpec
 
 
 class Shape(BaseModel):

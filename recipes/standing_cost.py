@@ -18,10 +18,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from recipes import conventions
-from recipes.capacity_modes import MODE_RULES
-from recipes.model import Recipe
-from recipes.prices import PriceTable, load_prices, usd
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.capacity_modes import MODE_RULES
+from tpu_rl.recipes.model import Recipe
+from tpu_rl.recipes.prices import PriceTable, load_prices, usd
 
 
 RESERVED_NOTE = " (until the reservation is deleted, nodes or not)"

@@ -16,8 +16,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipes.errors import UserError
-from recipes.runs import MAX_RUN_NAME, check_run_name, digest, run_identity
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.runs import MAX_RUN_NAME, check_run_name, digest, run_identity
 
 NAME_HASH_CHARS = 4  # of the run's identity, after its values
 SWEEP_NAME_HASH_CHARS = 7

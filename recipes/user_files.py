@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from recipes.errors import UserError
-from recipes.model import Recipe
-from recipes.reward_names import check_reward_names
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.model import Recipe
+from tpu_rl.recipes.reward_names import check_reward_names
 
 USER_FILES_DIR = "/etc/tpu-rl/user"
 USER_FILES_VOLUME = "tpu-rl-user-files"

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from recipes.errors import UserError
-from recipes.maxtext_values import parse_override, release_schema, release_values
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.maxtext_values import parse_override, release_schema, release_values
 
 FAR_FACTOR = 1e5
 FAR_ABSOLUTE = 1e7

@@ -86,7 +86,7 @@ _FOREIGN: tuple[tuple[str, str, ExitCode, str], ...] = (
     # the REST clients (Compute, and any redirected API) could not connect
     ("requests", "RequestException", ExitCode.API_ERROR,
      "cannot reach a Google API ({what}): check the network and run the command again"),
-    # a followed log stream broke midway (requests are retried in scripts.cloud.retry)
+    # a followed log stream broke midway (requests are retried in tpu_rl.scripts.cloud.retry)
     ("urllib3.exceptions", "HTTPError", ExitCode.API_ERROR,
      "lost the connection to the cluster ({what}): run the command again"),
 )

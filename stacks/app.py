@@ -1,6 +1,6 @@
 """The cdktf app: one stack for the shared artifacts plus one per recipe in recipes.toml.
 
-`python -m stacks.app` is the app command in cdktf.json. A recipe's platform picks its composition;
+`python -m tpu_rl.stacks.app` is the app command in cdktf.json. A recipe's platform picks its composition;
 adding a recipe is a data change only.
 """
 
@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from recipes import Recipe, Settings, UserError, all_recipes, load_settings
-from recipes.settings import EXAMPLE_NOTICE, deploy_settings
+from tpu_rl.recipes import Recipe, Settings, UserError, all_recipes, load_settings
+from tpu_rl.recipes.settings import EXAMPLE_NOTICE, deploy_settings
 
 if TYPE_CHECKING:
     from cdktf import App
@@ -30,9 +30,9 @@ def build_app(outdir: str | Path | None = None, *, recipes: Mapping[str, Recipe]
     # TPU_RL_PROVIDER_IMPORT) inside main()'s handler instead of a traceback at import time.
     from cdktf import App
 
-    from stacks.artifacts import ArtifactsStack
-    from stacks.gke import GkeRecipeStack
-    from stacks.vm import VmRecipeStack
+    from tpu_rl.stacks.artifacts import ArtifactsStack
+    from tpu_rl.stacks.gke import GkeRecipeStack
+    from tpu_rl.stacks.vm import VmRecipeStack
 
     compositions = {"gke": GkeRecipeStack, "vm": VmRecipeStack}
     app = App(outdir=str(outdir)) if outdir is not None else App()

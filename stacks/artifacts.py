@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from constructs import Construct
 
-from infra.secrets import TokenSecret, TokenSecretProps
-from infra.storage import ArtifactBucket, ArtifactBucketProps
-from recipes.conventions import ARTIFACTS_STACK
-from recipes.settings import Settings
-from stacks.base import TpuRlStack
+from tpu_rl.infra.secrets import TokenSecret, TokenSecretProps
+from tpu_rl.infra.storage import ArtifactBucket, ArtifactBucketProps
+from tpu_rl.recipes.conventions import ARTIFACTS_STACK
+from tpu_rl.recipes.settings import Settings
+from tpu_rl.stacks.base import TpuRlStack
 
 
 class ArtifactsStack(TpuRlStack):

@@ -17,13 +17,13 @@ from cdktf import (
 )
 from constructs import Construct, IConstruct
 
-from infra.google import provider as google_provider
-from infra.terraform_literals import EscapeLiterals
-from recipes.conventions import STATE_PREFIX, local_state_file
-from recipes.setting_specs import EXAMPLE_PROJECT, SPECS
-from recipes.settings import Settings
+from tpu_rl.infra.google import provider as google_provider
+from tpu_rl.infra.terraform_literals import EscapeLiterals
+from tpu_rl.recipes.conventions import STATE_PREFIX, local_state_file
+from tpu_rl.recipes.setting_specs import EXAMPLE_PROJECT, SPECS
+from tpu_rl.recipes.settings import Settings
 
-# Local state lives next to the repository (recipes.conventions.local_state_file), seen from
+# Local state lives next to the repository (tpu_rl.recipes.conventions.local_state_file), seen from
 # cdktf.out/stacks/<stack>/, where Terraform runs.
 LOCAL_STATE_DIR = "../../.."
 

@@ -5,25 +5,25 @@ from __future__ import annotations
 
 from constructs import Construct
 
-from infra.cluster_addons import ClusterAddons, ClusterAddonsProps
-from infra.cpu_pool import CpuPool, CpuPoolProps
-from infra.gke_cluster import GkeCluster, GkeClusterProps
-from infra.identity import (
+from tpu_rl.infra.cluster_addons import ClusterAddons, ClusterAddonsProps
+from tpu_rl.infra.cpu_pool import CpuPool, CpuPoolProps
+from tpu_rl.infra.gke_cluster import GkeCluster, GkeClusterProps
+from tpu_rl.infra.identity import (
     KubernetesServiceAccountRef,
     NodeServiceAccount,
     NodeServiceAccountProps,
     WorkloadServiceAccount,
     WorkloadServiceAccountProps,
 )
-from infra.kueue_queues import QueueProps
-from infra.network import Network, NetworkProps, SecondaryRanges
-from infra.tpu_pool import TpuSlicePool, TpuSlicePoolProps, flex_start_seconds
-from recipes import conventions
-from recipes.capacity_modes import uses_queued_provisioning
-from recipes.model import Recipe
-from recipes.placement import tpu_places
-from recipes.settings import Settings
-from stacks.base import TpuRlStack
+from tpu_rl.infra.kueue_queues import QueueProps
+from tpu_rl.infra.network import Network, NetworkProps, SecondaryRanges
+from tpu_rl.infra.tpu_pool import TpuSlicePool, TpuSlicePoolProps, flex_start_seconds
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.capacity_modes import uses_queued_provisioning
+from tpu_rl.recipes.model import Recipe
+from tpu_rl.recipes.placement import tpu_places
+from tpu_rl.recipes.settings import Settings
+from tpu_rl.stacks.base import TpuRlStack
 
 
 class GkeRecipeStack(TpuRlStack):

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from constructs import Construct
 
-from infra.identity import LOG_WRITER, WorkloadServiceAccount, WorkloadServiceAccountProps
-from infra.network import Network, NetworkProps
-from infra.tpu_vm import TpuVm, TpuVmProps
-from jobs import render_startup_script
-from jobs.vm import ssh_command
-from recipes.model import Recipe
-from recipes.settings import Settings
-from stacks.base import TpuRlStack
+from tpu_rl.infra.identity import LOG_WRITER, WorkloadServiceAccount, WorkloadServiceAccountProps
+from tpu_rl.infra.network import Network, NetworkProps
+from tpu_rl.infra.tpu_vm import TpuVm, TpuVmProps
+from tpu_rl.jobs import render_startup_script
+from tpu_rl.jobs.vm import ssh_command
+from tpu_rl.recipes.model import Recipe
+from tpu_rl.recipes.settings import Settings
+from tpu_rl.stacks.base import TpuRlStack
 
 
 class VmRecipeStack(TpuRlStack):

@@ -25,16 +25,16 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from contracts.tunix_log import evaluation_line
-from jobs import jobset_name, render_manifests
-from jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl.jobs import jobset_name, render_manifests
+from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.event_files import put_event_files
 from peers.fixtures import SETTINGS, peer_settings, put_checkpoint, put_step_output
 from peers.google_apis import CPU_QUOTAS
-from recipes import get_recipe
-from recipes.runs import for_run
-from recipes.setting_specs import SPECS
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.runs import for_run
+from tpu_rl.recipes.setting_specs import SPECS
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 TPU_RL = Path(sys.executable).parent / "tpu-rl"
@@ -76,7 +76,7 @@ def run_train(cloud, monkeypatch, capacity: str, wait: str):
 
 
 def run_record(cloud) -> dict:
-    from recipes import load_settings
+    from tpu_rl.recipes import load_settings
 
     recipe = load_settings().recipe(get_recipe(RECIPE))
     bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).run_record)
@@ -98,7 +98,7 @@ def slow_polls(monkeypatch) -> list:
     from datetime import datetime, timedelta, timezone
 
     from peers import kueue
-    from scripts.cli import cloud as cli_cloud
+    from tpu_rl.scripts.cli import cloud as cli_cloud
 
     build = cli_cloud.make_session
     clock = [datetime.now(timezone.utc)]
@@ -160,8 +160,8 @@ POLL_BUDGET = 40  # polls (of 10 min) before the test's Ctrl-C: far beyond every
 def stall_clock(monkeypatch) -> list:
     """The drills' virtual clock for `run` (slow_polls), which the stall's monotonic clock reads too, and a
     budget of polls."""
-    from scripts.cli import cloud as cli_cloud
-    from scripts.pipeline import stall
+    from tpu_rl.scripts.cli import cloud as cli_cloud
+    from tpu_rl.scripts.pipeline import stall
 
     clock = slow_polls(monkeypatch)
     monkeypatch.setattr(stall, "clock", lambda: clock[0].timestamp())
@@ -254,7 +254,7 @@ def ctrl_c_at_the_prompt(args: list[str]) -> tuple[str, str, int]:
 
 def session_hook(monkeypatch, **changes):
     """Every Session the CLI makes gets these attributes (sleep, confirm)."""
-    from scripts.cli import cloud as cli_cloud
+    from tpu_rl.scripts.cli import cloud as cli_cloud
 
     real = cli_cloud.make_session
 
@@ -283,7 +283,7 @@ def left_running(cloud, monkeypatch, *args: str) -> None:
 def put_actor_checkpoint(client, recipe, step: int) -> str:
     """A train_rl checkpoint of `step` as orbax leaves it (tunix's actor items, no OCDBT under Pathways);
     returns its step directory."""
-    from jobs.paths import ArtifactPaths, split_gs_url
+    from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
     from peers.fixtures import peer_settings
     from peers.step_outputs import orbax_checkpoint
 

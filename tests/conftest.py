@@ -50,8 +50,8 @@ USER_ENV = {
 
 def synthesize(outdir: Path, *, recipes: Mapping[str, Any] | None = None, settings: Any = None) -> dict[str, StackJson]:
     """Synthesize the app into ``outdir``; return the parsed cdk.tf.json of each stack by name."""
-    from recipes import example_settings
-    from stacks.app import synth
+    from tpu_rl.recipes import example_settings
+    from tpu_rl.stacks.app import synth
 
     synth(outdir, recipes=recipes, settings=settings or example_settings())
     return read_stacks(outdir)
@@ -137,12 +137,12 @@ def stacks_json(synthesized: Path) -> dict[str, StackJson]:
 
 def recipe_table() -> dict:
     """A fresh parse of recipes.toml, free to modify."""
-    return tomllib.loads(package_files.files("recipes").joinpath("recipes.toml").read_text())
+    return tomllib.loads(package_files.files("tpu_rl.recipes").joinpath("recipes.toml").read_text())
 
 
 def data_only_recipes() -> dict[str, Any]:
     """The recipes of ``data_only_variants``, by name."""
-    from recipes import build_recipes
+    from tpu_rl.recipes import build_recipes
 
     table = recipe_table()
     gke, vm = table["recipes"]["qwen3-v6e32"], table["recipes"]["llama31-v6e8"]

@@ -1,4 +1,4 @@
-"""The real entry points (`tpu-rl`, `python -m stacks.app`) run for many command lines without paying
+"""The real entry points (`tpu-rl`, `python -m tpu_rl.stacks.app`) run for many command lines without paying
 Python's start-up and imports for each one.
 
 A warm interpreter imports the CLI and the cloud libraries once, then forks one child per command line.
@@ -26,8 +26,8 @@ from peers.fixtures import REPO, VENV_BIN, clean_environment
 
 # What the children would otherwise import each time: the CLI and the cloud clients its commands load
 # after their checks. Not stacks/cdktf: jsii starts a node process, which must not be shared by a fork.
-WARM_MODULES = ("scripts.cli", "scripts.cli.cloud", "scripts.cli.core", "scripts.cli.offline", "scripts.cli.reports",
-                "scripts.cli.views", "kubernetes", "google.cloud.storage", "google.cloud.compute_v1",
+WARM_MODULES = ("tpu_rl.scripts.cli", "tpu_rl.scripts.cli.cloud", "tpu_rl.scripts.cli.core", "tpu_rl.scripts.cli.offline", "tpu_rl.scripts.cli.reports",
+                "tpu_rl.scripts.cli.views", "kubernetes", "google.cloud.storage", "google.cloud.compute_v1",
                 "google.cloud.tpu_v2", "google.cloud.secretmanager", "gcp_storage_emulator", "yaml")
 # The project's namespace (all its packages), imported afresh in a child whose PYTHONPATH puts a patched copy ahead of them.
 OWN_PACKAGES = ("tpu_rl",)

@@ -19,7 +19,7 @@ import threading
 
 # Provider -> the module its bindings are imported from (google through infra/google.py's door: only the
 # submodules asked for are imported, and a process that synthesized the stacks has them already).
-BINDINGS = {"google": "infra.google", "helm": "cdktf_cdktf_provider_helm"}
+BINDINGS = {"google": "tpu_rl.infra.google", "helm": "cdktf_cdktf_provider_helm"}
 # Terraform's built-in resource (hashicorp/terraform internal/builtin/providers/terraform/resource_data.go,
 # dataStoreResourceSchema: id, input, output, triggers_replace), whose class cdktf ships itself.
 BUILT_IN = {"terraform_data": "DataResource"}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.gke_cluster import GkeClusterProps
-from recipes import UserError, load_settings
+from tpu_rl.infra.gke_cluster import GkeClusterProps
+from tpu_rl.recipes import UserError, load_settings
 
 BASE = {"PROJECT": "acme-rl-research", "REGION": "us-east5", "ZONE": "us-east5-b", "CLUSTER_NAME": "acme-rl",
         "GCS_BUCKET": "acme-rl-artifacts", "RESERVATION": "acme-v6e"}
@@ -60,7 +60,7 @@ def test_only_private_blocks_are_accepted_with_a_warning_that_deploy_needs_a_mac
 
 
 def test_the_cli_prints_the_settings_warning_on_stderr_and_goes_on(monkeypatch, capsys):
-    from scripts.cli.core import cloud_settings
+    from tpu_rl.scripts.cli.core import cloud_settings
 
     for key, value in {**BASE, "AUTHORIZED_CIDR": "172.16.0.0/12"}.items():
         monkeypatch.setenv(key, value)

@@ -1,6 +1,6 @@
 """The bad-input table (security/bad_input.yaml), one test per row, and docs/bad-input.md generated from it.
 
-Each row runs a real entry point (`python -m stacks.app` for synth, the `tpu-rl` console script otherwise) in
+Each row runs a real entry point (`python -m tpu_rl.stacks.app` for synth, the `tpu-rl` console script otherwise) in
 a process of its own, forked from a warm interpreter (tests/forked_cli.py), in an empty working directory; three
 rows, one for each way a fork starts differently, also run as plain subprocesses, for the exit code of a fresh
 process. Each must end with:
@@ -74,7 +74,7 @@ def _cell(text: str) -> str:
 
 
 def _shown_command(row: Row) -> str:
-    argv = ["python -m stacks.app" if row.command[0] == "synth" else "tpu-rl", *row.command[1:]]
+    argv = ["python -m tpu_rl.stacks.app" if row.command[0] == "synth" else "tpu-rl", *row.command[1:]]
     return " ".join(argv)
 
 
@@ -84,11 +84,11 @@ def render_doc(rows: list[Row]) -> str:
         "",
         "Generated from `security/bad_input.yaml` by `.venv/bin/python tests/test_bad_input.py --write-doc`;",
         "do not edit by hand. Every row is a test in `tests/test_bad_input.py`: it runs the real entry point",
-        "(`python -m stacks.app` for synth, the `tpu-rl` console script otherwise) and checks a non-zero exit,",
+        "(`python -m tpu_rl.stacks.app` for synth, the `tpu-rl` console script otherwise) and checks a non-zero exit,",
         "this message on one line (naming the setting and the fix), no Python traceback, and that nothing",
         "was created or submitted (no file written; nothing new in the local fake Kubernetes, Secret Manager and GCS).",
         "",
-        "Stages: **synth** (`make synth` / `python -m stacks.app`), **render** (`tpu-rl render`),",
+        "Stages: **synth** (`make synth` / `python -m tpu_rl.stacks.app`), **render** (`tpu-rl render`),",
         "**preflight** (`tpu-rl preflight`, `tpu-rl secret set`), **run** (`tpu-rl run`, `cancel`, `status`, `logs`),",
         "**plan** (`tpu-rl plan-review`). Settings and the recipe table are checked by every command where",
         "they enter; each row names the command its test runs. Settings rows start from a valid environment",
@@ -219,7 +219,7 @@ def prepare(row: Row, sandbox: Sandbox) -> tuple[list[str], dict[str, str], str 
     if row.git_branch is not None:
         make_clone(sandbox.work, row.git_branch, env)
     if row.command[0] == "synth":
-        argv = [str(VENV_BIN / "python"), "-m", "stacks.app", *row.command[1:]]
+        argv = [str(VENV_BIN / "python"), "-m", "tpu_rl.stacks.app", *row.command[1:]]
     else:
         assert row.command[0] == "tpu-rl", row.command
         argv = [str(VENV_BIN / "tpu-rl"), *row.command[1:]]
@@ -279,7 +279,7 @@ def test_bad_input_is_rejected_clearly_and_changes_nothing(row: Row, outcomes):
 
 # A few rows also run as a plain subprocess: the forks above stand for a fresh process, and these show that a
 # fresh process ends the same way. One row for each way a fork starts differently from a fresh process (the
-# stage does not change how a command starts): `python -m stacks.app` with a patched recipe table ahead on
+# stage does not change how a command starts): `python -m tpu_rl.stacks.app` with a patched recipe table ahead on
 # PYTHONPATH, the console script offline, and the console script against the peers.
 IN_A_FRESH_PROCESS = [next(row for row in ROWS if row.command[0] == "synth" and row.recipes is not None),
                       next(row for row in ROWS if row.command[0] == "tpu-rl" and row.peers is None and not row.recipes),

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from recipes import all_recipes, example_settings
-from recipes.capacity_modes import (CAPACITY_MODES, DEFAULT_WAIT_SECONDS, MODE_RULES, PLATFORM_RULES, CapacityMode,
+from tpu_rl.recipes import all_recipes, example_settings
+from tpu_rl.recipes.capacity_modes import (CAPACITY_MODES, DEFAULT_WAIT_SECONDS, MODE_RULES, PLATFORM_RULES, CapacityMode,
                                     parse_capacity)
-from recipes.catalog import QuotaMetrics
+from tpu_rl.recipes.catalog import QuotaMetrics
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT_PACKAGES = ("recipes", "infra", "stacks", "jobs", "scripts")
@@ -143,7 +143,7 @@ def test_what_the_platforms_take_and_wait():
 def test_a_mode_has_a_price_a_readable_quota_and_its_row_in_the_docs(mode):
     # What else a mode needs (docs/development.md): a chip-hour price per TPU generation in prices.toml, a
     # quota preflight can read (a field of [tpu.<generation>.quota]) and a row of capacity.md's table.
-    prices = tomllib.loads(resources.files("recipes").joinpath("prices.toml").read_text())
+    prices = tomllib.loads(resources.files("tpu_rl.recipes").joinpath("prices.toml").read_text())
     for generation, by_mode in prices["tpu"].items():
         assert mode.value in by_mode, f"prices.toml has no [tpu.{generation}.{mode}]"
     quota = MODE_RULES[mode].quota

@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from peers.fixtures import CONTEXT, put_step_output, _free_port
 from peers.kube_api import write_kubeconfig
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -52,7 +52,7 @@ def test_one_missing_setting_is_named(cloud, monkeypatch):
 @pytest.mark.parametrize("command", [["run", RECIPE], ["preflight", RECIPE], ["status", RECIPE],
                                      ["logs", RECIPE, "train"], ["secret", "set"]])
 def test_example_settings_never_reach_a_cloud(cloud, monkeypatch, command):
-    from recipes.setting_specs import EXAMPLE
+    from tpu_rl.recipes.setting_specs import EXAMPLE
 
     for field, value in EXAMPLE.items():
         monkeypatch.setenv(field.upper(), value)

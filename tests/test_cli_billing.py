@@ -23,15 +23,15 @@ from typer.testing import CliRunner
 from peers.http import Fault
 
 from cli_helpers import error_line
-from jobs import render_manifests
-from jobs.k8s import RECIPE_LABEL, RUN_LABEL
+from tpu_rl.jobs import render_manifests
+from tpu_rl.jobs.k8s import RECIPE_LABEL, RUN_LABEL
 from peers.fixtures import REPO, SETTINGS, peer_settings
 from peers.simulated_run import put_idle_cluster_nodes
 from peers.tf_state import cluster_state, leftover_state, put_state
-from recipes import get_recipe
-from recipes.prices import load_prices, usd
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.prices import load_prices, usd
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 STATE_BUCKET = f"{SETTINGS['GCS_BUCKET']}-tf-state"  # peers/tf_state.py put_state
@@ -126,8 +126,8 @@ def test_a_running_driver_job_counts_as_active_and_a_finished_one_does_not(cloud
 def test_a_driver_job_labelled_by_run_labels_counts_as_active(cloud):
     """The driver Job takes its labels from jobs/k8s.py run_labels, the function billing's selector is
     built with (recipe_selector), so `down` and `runs` find it."""
-    from jobs.k8s import recipe_selector, run_labels
-    from recipes.runs import for_run
+    from tpu_rl.jobs.k8s import recipe_selector, run_labels
+    from tpu_rl.recipes.runs import for_run
 
     recipe = for_run(get_recipe(RECIPE), (), "lr-sweep-2")
     assert recipe_selector(recipe) == f"{RECIPE_LABEL}={RECIPE}"
@@ -195,8 +195,8 @@ def test_down_refuses_while_a_shared_conversion_runs(deployed):
 def put_record(gcs_client, run: str, status: str = "running", recipe: str = RECIPE) -> None:
     """A run.json as `run` writes it (scripts/pipeline/record.py RunRecord.start), only the fields `down`
     reads: where `tpu-rl runs` finds it, its recipe and its status."""
-    from jobs.paths import ArtifactPaths, split_gs_url
-    from recipes.runs import for_run
+    from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
+    from tpu_rl.recipes.runs import for_run
 
     bucket, name = split_gs_url(ArtifactPaths(for_run(get_recipe(RECIPE), (), run), peer_settings()).run_record)
     gcs_client.bucket(bucket).blob(name).upload_from_string(
@@ -208,16 +208,16 @@ def later_by(monkeypatch, minutes: int) -> None:
     """`down`'s clock `minutes` ahead of the bucket's (the record then looks that old)."""
     from datetime import datetime, timedelta, timezone
 
-    import scripts.cli.cloud
+    import tpu_rl.scripts.cli.cloud as scripts_cli_cloud
 
-    real = scripts.cli.cloud.make_session
+    real = scripts_cli_cloud.make_session
 
     def make_session(*args, **kwargs):
         session = real(*args, **kwargs)
         session.now = lambda: datetime.now(timezone.utc) + timedelta(minutes=minutes)
         return session
 
-    monkeypatch.setattr(scripts.cli.cloud, "make_session", make_session)
+    monkeypatch.setattr(scripts_cli_cloud, "make_session", make_session)
 
 
 def test_down_refuses_while_a_run_between_two_steps_wrote_its_record_lately(deployed):
@@ -236,7 +236,7 @@ def test_down_refuses_while_a_run_between_two_steps_wrote_its_record_lately(depl
 def test_down_says_a_stale_running_record_and_destroys(deployed, monkeypatch):
     """A record left `running` by a `run` that stopped (a laptop that died) does not block `down` for ever:
     past the bound it is named in one line and --yes destroys."""
-    from scripts.pipeline.gke.billing import ATTACHED_FRESH
+    from tpu_rl.scripts.pipeline.gke.billing import ATTACHED_FRESH
 
     put_record(deployed["gcs"], "lr-1")
     put_record(deployed["gcs"], "other", recipe="another-recipe")
@@ -281,9 +281,9 @@ def test_down_refuses_a_leftover_state_whose_network_is_another_projects(deploye
 
 
 def test_down_answered_no_destroys_nothing(deployed, monkeypatch):
-    import scripts.cli.cloud
+    import tpu_rl.scripts.cli.cloud as scripts_cli_cloud
 
-    real = scripts.cli.cloud.make_session
+    real = scripts_cli_cloud.make_session
     questions = []
 
     def make_session(*args, **kwargs):
@@ -291,7 +291,7 @@ def test_down_answered_no_destroys_nothing(deployed, monkeypatch):
         session.confirm = lambda question: questions.append(question) or False
         return session
 
-    monkeypatch.setattr(scripts.cli.cloud, "make_session", make_session)
+    monkeypatch.setattr(scripts_cli_cloud, "make_session", make_session)
     result = runner.invoke(app, ["down", RECIPE])
     assert result.exit_code == 0, result.output
     assert questions == [f"Destroy stack {RECIPE} (gs://{SETTINGS['GCS_BUCKET']} is kept)?"]
@@ -339,7 +339,7 @@ def test_down_refuses_the_vm_recipe(settings_env):
 
 def test_the_destroy_command_is_one_cdktf_takes():
     """Each option `down` passes is one the installed cdktf-cli's destroy lists."""
-    from scripts.pipeline.gke.down import destroy_command
+    from tpu_rl.scripts.pipeline.gke.down import destroy_command
 
     cdktf = REPO / "node_modules" / ".bin" / "cdktf"
     if not cdktf.exists():
@@ -364,7 +364,7 @@ def test_down_reads_a_local_state_and_runs_cdktf_in_the_checkout_with_the_same_c
                                                                                           tmp_path):
     """Without TF_STATE_BUCKET the state is terraform.<stack>.tfstate at the checkout's root; cdktf runs there
     and reads the config file these settings came from (./tpu-rl.toml here), by its absolute path."""
-    import scripts.pipeline.gke.down as down
+    import tpu_rl.scripts.pipeline.gke.down as down
 
     checkout = tmp_path / "checkout"
     checkout.mkdir()
@@ -389,7 +389,7 @@ def test_runs_lists_the_runs_and_says_in_one_line_when_rbac_hides_the_nodes(clou
 
 
 def test_a_cpu_node_still_up_is_priced_and_a_pool_the_stack_does_not_make_is_named_unpriced():
-    from recipes.standing_cost import standing_cost
+    from tpu_rl.recipes.standing_cost import standing_cost
 
     recipe = get_recipe(RECIPE)
     pool = {"cloud.google.com/gke-nodepool": "cpu-np"}

@@ -9,12 +9,12 @@ from typer.testing import CliRunner
 
 from cli_helpers import ctrl_c_at_the_prompt, error_line, interrupt, left_running, names, record, run_of, session_hook
 from peers.fixtures import SETTINGS, deploy_vm, peer_settings, put_step_output
-from jobs.paths import ArtifactPaths
-from jobs.vm import LOG_TAG, STARTING
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.cloud import gcs as bucket
-from scripts.outcome import ExitCode
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.jobs.vm import LOG_TAG, STARTING
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.cloud import gcs as bucket
+from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -116,10 +116,10 @@ def test_the_conversion_of_another_run_is_not_this_runs_to_cancel(cloud, monkeyp
 
 
 def test_a_run_attached_to_a_cancelled_jobset_says_it_was_cancelled(cloud, monkeypatch):
-    from jobs.driver import driver_name
-    from scripts.cloud.clients import Clients
-    from scripts.pipeline.gke.cancel import cancel_gke
-    from scripts.pipeline.session import Session
+    from tpu_rl.jobs.driver import driver_name
+    from tpu_rl.scripts.cloud.clients import Clients
+    from tpu_rl.scripts.pipeline.gke.cancel import cancel_gke
+    from tpu_rl.scripts.pipeline.session import Session
 
     recipe, paths = run_of()
     put_step_output(cloud["gcs"], recipe, "convert")
@@ -209,9 +209,9 @@ def test_cancel_on_the_vm_recipe_without_a_terminal_or_yes_writes_nothing(settin
 
 
 def test_a_vm_run_attached_when_it_is_cancelled_says_so(settings_env, gcs, google, monkeypatch):
-    from scripts.cloud.clients import Clients
-    from scripts.pipeline.session import Session
-    from scripts.pipeline.vm.run import cancel_vm
+    from tpu_rl.scripts.cloud.clients import Clients
+    from tpu_rl.scripts.pipeline.session import Session
+    from tpu_rl.scripts.pipeline.vm.run import cancel_vm
 
     deploy_vm(google, SETTINGS)
     google.serial[VM] = f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z {VM_PATHS.run_name} convert: {STARTING}\n"

@@ -7,7 +7,7 @@ import json
 
 from typer.testing import CliRunner
 
-from scripts.cli import app
+from tpu_rl.scripts.cli import app
 
 runner = CliRunner()
 
@@ -44,7 +44,7 @@ def test_preflight_with_spot_needs_no_reservation(settings_env, gcs, google, mon
 
 
 def test_capacity_alone_lays_over_the_example_so_synth_shows_it_without_a_project():
-    from recipes import load_settings
+    from tpu_rl.recipes import load_settings
 
     settings = load_settings({"CAPACITY": "flex-start,spot"}, allow_example=True)
     assert settings.is_example and settings.capacity == ("flex-start", "spot")

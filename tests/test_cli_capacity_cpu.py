@@ -10,12 +10,12 @@ import time
 from typer.testing import CliRunner
 
 from cli_helpers import slow_polls
-from jobs import jobset_name
+from tpu_rl.jobs import jobset_name
 from peers.jobset_life import UNSCHEDULABLE
-from recipes import get_recipe
-from recipes.capacity_modes import DEFAULT_WAIT_SECONDS, parse_capacity_wait
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.capacity_modes import DEFAULT_WAIT_SECONDS, parse_capacity_wait
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "gemma4-v6e64"  # its CPU pool is c4d-standard-96 (recipes/recipes.toml)
 CONVERT = jobset_name(get_recipe(RECIPE), "convert")

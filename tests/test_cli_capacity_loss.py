@@ -14,9 +14,9 @@ from cli_helpers import (POLL_MINUTES, RECIPE, TRAIN, error_line, put_actor_chec
 from peers.fixtures import peer_settings
 from peers.jobset_life import UNSCHEDULABLE
 from peers.jobset_plan import Plan
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 
@@ -112,8 +112,8 @@ def test_a_revoked_flex_start_slice_deactivates_the_workload_and_run_submits_it_
 
 
 def test_status_and_a_new_run_read_a_deactivated_workload_and_submit_it_again(cloud, monkeypatch):
-    from jobs import render_manifests
-    from recipes import load_settings
+    from tpu_rl.jobs import render_manifests
+    from tpu_rl.recipes import load_settings
 
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setenv("CAPACITY", "flex-start")
@@ -185,7 +185,7 @@ def test_the_last_zone_of_the_last_mode_without_stock_stops_with_one_line_naming
 
 
 def test_status_shows_the_zone_the_train_step_runs_in(cloud, monkeypatch):
-    from jobs import render_manifests
+    from tpu_rl.jobs import render_manifests
 
 
 # -- a healthy train step is never taken for a shortfall (review of issue 16, must-fix 1) -------------
@@ -257,9 +257,9 @@ def test_a_flex_start_slice_lost_after_training_is_submitted_again_without_waiti
 
 # -- a workload someone else deactivated (must-fix 5) -------------------------------------------------
 def test_a_workload_an_admin_deactivated_is_not_replaced_without_replace(cloud, monkeypatch):
-    from jobs import render_manifests
+    from tpu_rl.jobs import render_manifests
     from peers import kueue
-    from recipes import load_settings
+    from tpu_rl.recipes import load_settings
 
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setenv("CAPACITY", "spot")
@@ -290,8 +290,8 @@ def test_a_run_that_reattaches_to_a_flex_start_jobset_whose_slice_is_gone_submit
     """This `run` never saw the slice: an earlier one trained on it, and the JobSet restarted after the
     slice ended. The Workload is still admitted, its request Provisioned, the new workers unschedulable:
     no node will come (admission.slice_gone), so `run` does not wait flex-start's 4 h first."""
-    from jobs import render_manifests
-    from recipes import load_settings
+    from tpu_rl.jobs import render_manifests
+    from tpu_rl.recipes import load_settings
 
     monkeypatch.setenv("CAPACITY", "flex-start")
     slow_polls(monkeypatch)

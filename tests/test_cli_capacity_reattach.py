@@ -12,12 +12,12 @@ from datetime import timedelta
 from typer.testing import CliRunner
 
 from cli_helpers import RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
-from jobs import jobset_name, render_manifests
+from tpu_rl.jobs import jobset_name, render_manifests
 from peers import kueue
 from peers.fixtures import peer_settings, put_step_output
-from recipes import get_recipe, load_settings
-from scripts.outcome import ExitCode
-from scripts.cli import app
+from tpu_rl.recipes import get_recipe, load_settings
+from tpu_rl.scripts.outcome import ExitCode
+from tpu_rl.scripts.cli import app
 
 runner = CliRunner()
 CPU_UNSCHEDULABLE = "0/3 nodes are available: the CPU pool cannot scale up (n4 out of stock)"
@@ -128,7 +128,7 @@ def test_a_train_head_without_a_cpu_node_while_its_workers_bill_stops_after_the_
 
 
 def test_a_spot_reclaim_is_recorded_in_run_json_with_the_pods_own_words_and_the_step_resumed_from(cloud, monkeypatch):
-    from jobs.paths import ArtifactPaths
+    from tpu_rl.jobs.paths import ArtifactPaths
     from peers.fixtures import put_checkpoint
 
     kube = cloud["kube"]
@@ -148,7 +148,7 @@ def test_a_revoked_slice_met_by_a_reattaching_run_is_submitted_again_from_the_fi
     """An earlier `run` moved the step on to flex-start (its JobSet pins it there); this one reattaches,
     and GKE revokes the slice before this run saw it ready. The slice was had (GKE revokes only a
     provisioned one), so the step is submitted again as rendered: Kueue tries the reservation first."""
-    from jobs.k8s import pin_capacity
+    from tpu_rl.jobs.k8s import pin_capacity
     from peers.jobset_plan import Plan
     from cli_helpers import tpu_selector
 

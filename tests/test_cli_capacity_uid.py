@@ -13,7 +13,7 @@ from kubernetes import config as k8s_config
 
 from cli_helpers import RECIPE, TRAIN, error_line, run_train, succeeds
 from peers.kube_api import GROUP_PATH
-from scripts.outcome import ExitCode
+from tpu_rl.scripts.outcome import ExitCode
 
 def test_a_jobset_replaced_by_one_of_the_same_name_is_not_deleted_by_a_run_whose_step_fell_short(cloud, monkeypatch):
     kube = cloud["kube"]
@@ -29,9 +29,9 @@ def test_a_jobset_replaced_by_one_of_the_same_name_is_not_deleted_by_a_run_whose
 
 def test_the_fake_api_answers_a_delete_with_another_uid_with_the_api_servers_409_conflict_status(cloud):
     kube = cloud["kube"]
-    from jobs import render_manifests
+    from tpu_rl.jobs import render_manifests
     from peers.fixtures import peer_settings
-    from recipes import get_recipe
+    from tpu_rl.recipes import get_recipe
 
     kube.put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["train"])
     uid = kube.jobsets[TRAIN]["metadata"]["uid"]
@@ -57,11 +57,11 @@ def test_the_fake_api_answers_a_delete_with_another_uid_with_the_api_servers_409
 def test_run_replace_deletes_only_the_jobset_it_planned_to_replace(cloud, monkeypatch):
     """`run --replace` deletes the JobSet its plan read by UID, as a shortfall does: one that a concurrent
     `run --replace` put in its place meanwhile is left alone, and nothing is submitted."""
-    from jobs import render_manifests
+    from tpu_rl.jobs import render_manifests
     from peers.fixtures import peer_settings, put_step_output
-    from recipes import get_recipe, load_settings
+    from tpu_rl.recipes import get_recipe, load_settings
     from typer.testing import CliRunner
-    from scripts.cli import app
+    from tpu_rl.scripts.cli import app
 
     kube = cloud["kube"]
     monkeypatch.setenv("CAPACITY", "spot")

@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import fits_80_columns_with_whole_paths
-from jobs import render_manifests
+from tpu_rl.jobs import render_manifests
 from peers.fixtures import jobset_of, peer_settings, put_step_output
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -58,7 +58,7 @@ def test_logs_needs_no_reservation_or_authorized_cidr(teammate):
 def test_metrics_needs_no_reservation_or_authorized_cidr(teammate, tmp_path):
     from cli_helpers import RUN_RL, upload_run
 
-    from recipes.runs import default_run_name
+    from tpu_rl.recipes.runs import default_run_name
 
     upload_run(teammate["gcs"], tmp_path, default_run_name(get_recipe(RECIPE)), RUN_RL)
     result = runner.invoke(app, ["metrics", RECIPE])
@@ -135,8 +135,8 @@ def test_preflight_lines_fit_80_columns_under_the_check_name_with_urls_whole(set
 def test_the_training_line_has_the_elapsed_time_and_the_time_left_from_the_pace_in_80_columns():
     from datetime import datetime, timedelta, timezone
 
-    from scripts.pipeline.progress import StepPace, training_line
-    from scripts.rundata.progress import TrainProgress
+    from tpu_rl.scripts.pipeline.progress import StepPace, training_line
+    from tpu_rl.scripts.rundata.progress import TrainProgress
 
     pace, start = StepPace(), datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
     assert pace.seconds_left(0, TrainProgress(10, 0.5), 50, start) is None  # one step seen: no pace yet
@@ -159,8 +159,8 @@ def test_the_training_line_has_the_elapsed_time_and_the_time_left_from_the_pace_
 
 def test_vm_status_while_train_runs_shows_its_step_loss_and_reward(settings_env, gcs, google, tmp_path):
     from contracts.tunix_log import train_step_line
-    from jobs.paths import ArtifactPaths
-    from jobs.vm import DONE, STARTING
+    from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.jobs.vm import DONE, STARTING
     from peers.event_files import put_event_files
     from peers.fixtures import SETTINGS, deploy_vm
     from vm_helpers import RECIPE as VM_RECIPE
@@ -243,9 +243,9 @@ BOX = set("┃│━─┏┓┗┛┡┩└┘┌┐╇┼")
 def test_piped_output_is_plain_lines_not_a_box_table(cloud, monkeypatch):
     # issue 28: `tpu-rl recipes | less` was a box table as wide as its longest row. Piped (no terminal, no
     # COLUMNS): one fact a line; a terminal as wide as the table still gets the table.
-    from jobs.paths import ArtifactPaths
-    from recipes.runs import for_run
-    from scripts.cloud import gcs as bucket
+    from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.recipes.runs import for_run
+    from tpu_rl.scripts.cloud import gcs as bucket
 
     paths = ArtifactPaths(for_run(get_recipe(RECIPE), (), "exp1"), peer_settings())
     bucket.write_json(cloud["gcs"], paths.run_record, {"recipe": RECIPE, "status": "succeeded", "steps": {}})

@@ -8,15 +8,15 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-import scripts.cli.cloud
+import tpu_rl.scripts.cli.cloud as scripts_cli_cloud
 from cli_helpers import put_actor_checkpoint
 from peers import simulated_run
 from peers.fixtures import jobset_of, put_step_output
 from peers.http import Fault
-from jobs.driver import DRIVER_BACKOFF_LIMIT
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.jobs.driver import DRIVER_BACKOFF_LIMIT
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -158,7 +158,7 @@ def test_a_failed_step_says_which_why_and_how_to_see_logs(cloud, outcome, headli
 def test_a_preempted_spot_worker_restarts_the_jobset_and_training_resumes_from_the_checkpoint(cloud, monkeypatch):
     from contracts.tunix_log import train_step_line
 
-    from jobs import jobset_name
+    from tpu_rl.jobs import jobset_name
 
     monkeypatch.setenv("CAPACITY", "spot")
     recipe = get_recipe(RECIPE)
@@ -190,7 +190,7 @@ def test_a_preempted_spot_worker_restarts_the_jobset_and_training_resumes_from_t
 
 # -- interruption ---------------------------------------------------------------------------------
 def _interrupt_while_waiting(monkeypatch):
-    real = scripts.cli.cloud.make_session
+    real = scripts_cli_cloud.make_session
 
     def make_session(*args, **kwargs):
         session = real(*args, **kwargs)
@@ -201,7 +201,7 @@ def _interrupt_while_waiting(monkeypatch):
         session.sleep = sleep
         return session
 
-    monkeypatch.setattr(scripts.cli.cloud, "make_session", make_session)
+    monkeypatch.setattr(scripts_cli_cloud, "make_session", make_session)
 
 
 def test_ctrl_c_leaves_the_jobset_running_and_says_how_to_reattach(cloud, monkeypatch):
@@ -262,7 +262,7 @@ def test_success_without_output_stops_before_the_next_step_and_says_where(cloud)
 
 # -- stale runs -----------------------------------------------------------------------------------
 def _manifest(step: str) -> dict:
-    from jobs import render_manifests
+    from tpu_rl.jobs import render_manifests
     from peers.fixtures import peer_settings
 
     return render_manifests(get_recipe(RECIPE), peer_settings())[step]
@@ -301,8 +301,8 @@ def test_replace_deletes_the_failed_jobset_and_submits_again(cloud):
 def test_backoff_doubles_up_to_the_cap_and_honours_retry_after():
     from kubernetes.client.exceptions import ApiException
 
-    from scripts.cloud.retry import RetryPolicy, call
-    from scripts.outcome import ApiError
+    from tpu_rl.scripts.cloud.retry import RetryPolicy, call
+    from tpu_rl.scripts.outcome import ApiError
 
     slept: list[float] = []
     policy = RetryPolicy(attempts=5, base_delay=1.0, max_delay=5.0, sleep=slept.append)

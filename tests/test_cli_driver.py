@@ -1,7 +1,7 @@
 """The run's driver in the cluster (issue 27, §1, §2 and §5): `run` starts it and only follows it.
 
 Against the local peers, the fake API's kubelet runs the driver's container as a real process
-(`python -m scripts.cli drive ...`, stdin /dev/null, its output a pipe: no terminal; peers/kubelet.py).
+(`python -m tpu_rl.scripts.cli drive ...`, stdin /dev/null, its output a pipe: no terminal; peers/kubelet.py).
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import record
-from jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE, driver_name
-from jobs.driver_runtime import DRIVER_VERSION_ANNOTATION
-from jobs.paths import ArtifactPaths
+from tpu_rl.jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE, driver_name
+from tpu_rl.jobs.driver_runtime import DRIVER_VERSION_ANNOTATION
+from tpu_rl.jobs.paths import ArtifactPaths
 from peers import simulated_run
 from peers.fixtures import REPO, VENV_BIN, jobset_of, peer_settings, put_step_output
 from peers.kubelet import ProcessKubelet
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 DRIVER = driver_name(get_recipe(RECIPE))
@@ -278,10 +278,10 @@ def test_drive_exits_so_that_its_job_retries_every_ending_the_run_did_not_decide
                                                                                  retried):
     """The Job's podFailurePolicy fails it at once on OUTCOME_EXIT_CODES; anything else counts toward
     backoffLimit and starts the driver again (an API away, a new node's metadata server not ready)."""
-    from recipes import UserError
-    from recipes.errors import NotDeployed
-    from scripts.cli import drive
-    from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
+    from tpu_rl.recipes import UserError
+    from tpu_rl.recipes.errors import NotDeployed
+    from tpu_rl.scripts.cli import drive
+    from tpu_rl.scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
 
     kinds = {"ApiError": ApiError, "NotDeployed": NotDeployed, "RuntimeError": RuntimeError,
              "StepFailed": StepFailed, "UserError": UserError, "OutputMissing": OutputMissing,
@@ -311,7 +311,7 @@ def test_drive_exits_so_that_its_job_retries_every_ending_the_run_did_not_decide
 def test_a_job_is_running_until_its_final_condition():
     """FailureTarget and SuccessCriteriaMet are interim (the pods still terminate): only Failed and
     Complete end it (peers/job_life.py follows the controller's order)."""
-    from scripts.pipeline.gke.driver import job_phase
+    from tpu_rl.scripts.pipeline.gke.driver import job_phase
 
     interim = {"status": {"conditions": [{"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy"}]}}
     assert job_phase(interim) == ("running", "")
@@ -323,7 +323,7 @@ def test_a_job_is_running_until_its_final_condition():
 def test_the_jobs_pods_created_in_one_second_are_ordered_by_their_start():
     from types import SimpleNamespace
 
-    from scripts.cloud.kube_jobs import Jobs
+    from tpu_rl.scripts.cloud.kube_jobs import Jobs
 
     def pod(name: str, started: str | None) -> dict:
         return {"metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
@@ -385,7 +385,7 @@ def test_a_driver_refused_cloud_logging_says_so_in_one_line_and_its_run_succeeds
 
 def test_a_log_cursor_prints_lines_of_one_timestamp_once_and_orders_trimmed_fractions():
     """The kubelet's RFC3339Nano drops a fraction's trailing zeros; lines may share a timestamp."""
-    from scripts.pipeline.gke.attach import LogCursor
+    from tpu_rl.scripts.pipeline.gke.attach import LogCursor
 
     cursor = LogCursor()
     first = "2026-01-01T00:00:00.1Z a\n2026-01-01T00:00:00.1Z b\n"

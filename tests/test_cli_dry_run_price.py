@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from peers.fixtures import SETTINGS, put_step_output
-from recipes import get_recipe
-from scripts.cli import app
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
 
 RECIPE, VM_RECIPE = "qwen3-v6e32", "llama31-v6e8"
 runner = CliRunner()

@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from cli_helpers import plan_success, record, train_script, trained_run
 from contracts.tunix_log import evaluation_line
-from jobs.paths import ArtifactPaths
+from tpu_rl.jobs.paths import ArtifactPaths
 from peers.fixtures import peer_settings, put_checkpoint
-from scripts.cli import app
-from recipes import get_recipe
-from scripts.cloud import gcs as gcs_io
+from tpu_rl.scripts.cli import app
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cloud import gcs as gcs_io
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -28,7 +28,7 @@ runner = CliRunner()
 def test_eval_scores_a_saved_checkpoint_and_records_it(cloud):
     recipe, paths = trained_run(cloud, "learning_rate=1e-5")
     run = paths.run_name
-    from jobs.evaluate import eval_run_name
+    from tpu_rl.jobs.evaluate import eval_run_name
 
     scratch = eval_run_name(run, 20)
     assert scratch.startswith("qwen3-v6e3") and "-e20-" in scratch and scratch != eval_run_name(run[:-1] + "x", 20)
@@ -65,8 +65,8 @@ def test_eval_of_a_step_without_a_checkpoint_lists_the_steps(cloud):
 def test_eval_reads_the_whole_head_log_when_the_pre_line_scrolled_out_of_the_tail(cloud):
     # qwen3 runs with debug=True: hundreds of lines can follow the Pre line before the next poll, more
     # than the PROGRESS_LOG_LINES tail each poll reads; the JobSet then trains its step and ends.
-    from jobs.evaluate import eval_run_name
-    from scripts.pipeline.gke.steps import PROGRESS_LOG_LINES
+    from tpu_rl.jobs.evaluate import eval_run_name
+    from tpu_rl.scripts.pipeline.gke.steps import PROGRESS_LOG_LINES
 
     _, paths = trained_run(cloud)
     scratch = eval_run_name(paths.run_name, 20)
@@ -80,8 +80,8 @@ def test_eval_reads_the_whole_head_log_when_the_pre_line_scrolled_out_of_the_tai
 
 
 def test_eval_that_logs_no_evaluation_ends_within_its_time_limit(cloud, monkeypatch):
-    from jobs.evaluate import eval_run_name
-    from scripts.pipeline.gke import evaluate
+    from tpu_rl.jobs.evaluate import eval_run_name
+    from tpu_rl.scripts.pipeline.gke import evaluate
 
     monkeypatch.setattr(evaluate, "EVAL_WAIT_MINUTES", 0)
     _, paths = trained_run(cloud)
@@ -97,7 +97,7 @@ REWARDS = "def short(prompts, completions, tmvp_config, **kwargs):\n    return [
 
 
 def _put(gcs, url: str, text: str = "x") -> None:
-    from jobs.paths import split_gs_url
+    from tpu_rl.jobs.paths import split_gs_url
 
     bucket, name = split_gs_url(url)
     gcs.bucket(bucket).blob(name).upload_from_string(text)
@@ -107,9 +107,9 @@ def _scratch_setup(cloud, tmp_path):
     """A run trained with --rewards, a checkpoint 20, and objects the eval must leave alone: the source
     run's own files, another run's directory whose name starts with the scratch run's, another run's
     ConfigMap and JobSet."""
-    from jobs.evaluate import eval_run_name
-    from recipes.runs import for_run
-    from recipes.user_files import read_user_file, with_user_files
+    from tpu_rl.jobs.evaluate import eval_run_name
+    from tpu_rl.recipes.runs import for_run
+    from tpu_rl.recipes.user_files import read_user_file, with_user_files
 
     path = tmp_path / "mine.py"
     path.write_text(REWARDS)
@@ -137,7 +137,7 @@ def _left_alone(cloud, paths, neighbour, before) -> None:
 
 
 def test_eval_deletes_what_it_created_after_recording_the_result(cloud, tmp_path, monkeypatch):
-    from scripts.pipeline.gke import evaluate
+    from tpu_rl.scripts.pipeline.gke import evaluate
 
     paths, scratch, scratch_paths, neighbour, before = _scratch_setup(cloud, tmp_path)
     # Leftovers of an earlier evaluation that trained a step before its JobSet was gone: tunix would
@@ -167,7 +167,7 @@ def test_eval_deletes_what_it_created_after_recording_the_result(cloud, tmp_path
 
 
 def test_eval_deletes_what_it_created_when_it_fails(cloud, tmp_path, monkeypatch):
-    from scripts.pipeline.gke import evaluate
+    from tpu_rl.scripts.pipeline.gke import evaluate
 
     monkeypatch.setattr(evaluate, "EVAL_WAIT_MINUTES", 0)
     paths, scratch, scratch_paths, neighbour, before = _scratch_setup(cloud, tmp_path)
@@ -197,8 +197,8 @@ def test_eval_limit_counts_from_the_slice_not_from_the_queue(cloud, monkeypatch)
     """Kueue holds the JobSet for 20 min and the slice takes 10 more (within reservation's 30 min
     CAPACITY_WAIT); the Pre line comes 20 min after the slice is up. With a 25 min limit counted from
     submit the eval failed at the first poll of the granted slice."""
-    from jobs.evaluate import eval_run_name
-    from scripts.pipeline.gke import evaluate
+    from tpu_rl.jobs.evaluate import eval_run_name
+    from tpu_rl.scripts.pipeline.gke import evaluate
     from cli_helpers import slow_polls
 
     _, paths = trained_run(cloud)
@@ -219,10 +219,10 @@ def test_eval_limit_counts_from_the_slice_not_from_the_queue(cloud, monkeypatch)
 def test_eval_reads_only_new_lines_of_a_long_log_and_survives_a_failed_read(cloud, monkeypatch):
     """While the tail holds no Pre line, each read of the head's log asks for the lines since the read
     before (sinceSeconds), not the whole log; a read that fails is retried at the next poll."""
-    from jobs.evaluate import eval_run_name
-    from scripts.cloud.kube import Cluster
-    from scripts.outcome import ApiError
-    from scripts.pipeline.gke.steps import PROGRESS_LOG_LINES
+    from tpu_rl.jobs.evaluate import eval_run_name
+    from tpu_rl.scripts.cloud.kube import Cluster
+    from tpu_rl.scripts.outcome import ApiError
+    from tpu_rl.scripts.pipeline.gke.steps import PROGRESS_LOG_LINES
 
     _, paths = trained_run(cloud)
     scratch = eval_run_name(paths.run_name, 20)
@@ -253,7 +253,7 @@ def test_eval_of_a_run_with_train_fraction_below_one_trains_at_most_one_step(clo
     """train_rl keeps int(num_batches x batch_size x train_fraction) rows (0.2.4 train_rl.py L375):
     num_batches=1 at train_fraction=0.5 is 0 training steps, which the recipe check refuses; 2 is one."""
     _, paths = trained_run(cloud, "train_fraction=0.5")
-    from jobs.evaluate import eval_run_name
+    from tpu_rl.jobs.evaluate import eval_run_name
 
     scratch = eval_run_name(paths.run_name, 20)
     cloud["kube"].plan(f"{scratch}-train", ticks=5, logs=evaluation_line("pre", 30, 64, 33, 58, 1.1) + "\n",
@@ -276,7 +276,7 @@ def _submitted_script(cloud, scratch: str) -> list[str]:
 
 def test_eval_set_items_join_the_runs_own(cloud):
     """The run's --set items, then eval's: an evaluation key may change, the run's items stay."""
-    from jobs.evaluate import eval_run_name
+    from tpu_rl.jobs.evaluate import eval_run_name
 
     _, paths = trained_run(cloud, "learning_rate=1e-5", "max_target_length=1024")
     scratch = eval_run_name(paths.run_name, 20)
@@ -307,7 +307,7 @@ def test_eval_refuses_a_reward_copy_that_is_missing_or_changed(cloud, tmp_path):
     result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
     assert result.exit_code == 2, result.output
     assert f"--rewards copy {copy} differs from the file it trained with" in " ".join(result.output.split())
-    from jobs.paths import split_gs_url
+    from tpu_rl.jobs.paths import split_gs_url
 
     bucket, name = split_gs_url(copy)
     cloud["gcs"].bucket(bucket).blob(name).delete()
@@ -366,7 +366,7 @@ def test_eval_refuses_a_model_key_the_run_did_not_set_naming_the_value_it_traine
 
 
 def test_eval_takes_a_model_key_at_the_runs_own_value_and_evaluation_keys(cloud):
-    from jobs.evaluate import eval_run_name
+    from tpu_rl.jobs.evaluate import eval_run_name
 
     _, paths = trained_run(cloud)
     scratch = eval_run_name(paths.run_name, 20)
@@ -379,8 +379,8 @@ def test_eval_takes_a_model_key_at_the_runs_own_value_and_evaluation_keys(cloud)
 
 
 def test_the_model_keys_come_from_the_wheels_model_configs_and_leave_evaluation_keys_alone():
-    from jobs.evaluate import EVALUATION_SETTINGS
-    from recipes.maxtext_values import model_keys
+    from tpu_rl.jobs.evaluate import EVALUATION_SETTINGS
+    from tpu_rl.recipes.maxtext_values import model_keys
 
     for version in ("0.2.3", "0.2.4"):
         keys = model_keys(version)
@@ -393,7 +393,7 @@ def test_the_model_keys_hold_the_shape_keys_no_model_yml_sets_and_not_the_harmle
     """Keys that change the weights' shapes or layout (tests/contracts/maxtext_types.py SHAPE_KEYS, each
     with its types.py line and the layer reading it) are refused; keys a model yml sets that only the
     training loss, logging or a kernel read (HARMLESS_KEYS) are not."""
-    from recipes.maxtext_values import model_keys
+    from tpu_rl.recipes.maxtext_values import model_keys
 
     for version in ("0.2.3", "0.2.4"):
         keys = model_keys(version)
@@ -406,8 +406,8 @@ def test_the_model_keys_hold_the_shape_keys_no_model_yml_sets_and_not_the_harmle
 def test_the_evaluation_keys_are_keys_both_releases_accept():
     """eval_temperature/top_k/top_p are no keys of rl.yml: they sit in generation_configs.<strategy>
     (0.2.3 L147-158, 0.2.4 L142-153), so the evaluation keys name generation_configs instead."""
-    from jobs.evaluate import EVALUATION_SETTINGS
-    from recipes.maxtext_values import maxtext_keys
+    from tpu_rl.jobs.evaluate import EVALUATION_SETTINGS
+    from tpu_rl.recipes.maxtext_values import maxtext_keys
 
     for version in ("0.2.3", "0.2.4"):
         assert set(EVALUATION_SETTINGS) <= maxtext_keys(version), version
@@ -415,8 +415,8 @@ def test_the_evaluation_keys_are_keys_both_releases_accept():
 
 
 def test_eval_sets_refuses_an_unknown_or_dotted_key_in_one_line():
-    from jobs.evaluate import eval_sets
-    from recipes import UserError, all_recipes
+    from tpu_rl.jobs.evaluate import eval_sets
+    from tpu_rl.recipes import UserError, all_recipes
 
     recipe = all_recipes()[RECIPE]
     for item in ("generation_configs.greedy.eval_temperature=0.5", "nosuchkey=1"):

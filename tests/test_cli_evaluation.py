@@ -11,14 +11,14 @@ from typer.testing import CliRunner
 
 from cli_helpers import MIDDLE, POST, PRE, RESUMED_PRE
 from contracts.tunix_log import evaluation_line, train_step_line
-from jobs.k8s import MAIN_CONTAINER
-from jobs.paths import ArtifactPaths
+from tpu_rl.jobs.k8s import MAIN_CONTAINER
+from tpu_rl.jobs.paths import ArtifactPaths
 from peers.fixtures import SETTINGS, jobset_of, peer_settings, put_step_output
 from peers.google_apis import container_log_entry
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.cloud import gcs as gcs_io
-from scripts.rundata.evaluation import accuracy_points, parse_evaluations, summary_line
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.cloud import gcs as gcs_io
+from tpu_rl.scripts.rundata.evaluation import accuracy_points, parse_evaluations, summary_line
 
 RECIPE = "qwen3-v6e32"
 VM_RECIPE = "llama31-v6e8"
@@ -152,7 +152,7 @@ def test_cloud_logging_fills_the_record_when_the_heads_pod_is_gone(cloud):
 
 
 def test_a_train_done_without_run_attached_gets_its_evaluations_from_cloud_logging(cloud, monkeypatch):
-    from scripts.cloud import cloud_logging
+    from tpu_rl.scripts.cloud import cloud_logging
 
     monkeypatch.setattr(cloud_logging, "PAGE_SIZE", 1)  # every entry on its own page: the token is followed
     recipe = get_recipe(RECIPE)
@@ -185,7 +185,7 @@ def test_a_cloud_logging_error_is_a_warning(cloud):
 
 def test_the_vm_reads_its_evaluations_from_the_console(settings_env, gcs, google):
     from vm_helpers import console, finish, progress
-    from jobs.vm import STARTING
+    from tpu_rl.jobs.vm import STARTING
     from peers.fixtures import SETTINGS, deploy_vm
 
     deploy_vm(google, SETTINGS)  # with the recipe's own startup script, which run checks first
@@ -206,8 +206,8 @@ def test_the_vm_reads_its_evaluations_from_the_console(settings_env, gcs, google
 def test_the_experiments_page_states_each_recipes_evaluation_cost():
     from pathlib import Path
 
-    from recipes import all_recipes
-    from recipes.evaluation_cost import evaluation_table
+    from tpu_rl.recipes import all_recipes
+    from tpu_rl.recipes.evaluation_cost import evaluation_table
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "experiments.md").read_text()
     assert evaluation_table(list(all_recipes().values())) in page
@@ -246,7 +246,7 @@ def test_a_resumed_attempts_pre_is_not_before_training_and_the_real_one_comes_fr
 def test_a_resumed_pre_whose_restore_line_left_the_tail_is_not_before_training(cloud, monkeypatch):
     """The tail `run` polls may have lost the restore line (qwen3 logs debug lines): a new Pre read from a
     tail while the bucket holds a finished checkpoint is a resumed attempt's."""
-    from scripts.pipeline.gke import submit
+    from tpu_rl.scripts.pipeline.gke import submit
 
     monkeypatch.setattr(submit, "_head_log", lambda session, job: None)  # the pod is gone at the end
     _resumed_train(cloud, f"{RESUMED_PRE}\n{train_step_line(50, 0.2)}\n{POST}\n")
@@ -259,7 +259,7 @@ def test_a_resumed_pre_whose_restore_line_left_the_tail_is_not_before_training(c
 def test_a_resumed_pre_read_from_a_tail_says_at_resume_step_unknown_in_run_json(cloud, monkeypatch):
     """run.json says in words what is known of each evaluation's step: the tail's Pre (its restore line
     gone, a finished checkpoint in the bucket) is "at resume, step unknown", not "before training"."""
-    from scripts.pipeline.gke import submit
+    from tpu_rl.scripts.pipeline.gke import submit
 
     monkeypatch.setattr(submit, "_head_log", lambda session, job: None)
     _resumed_train(cloud, f"{RESUMED_PRE}\n{train_step_line(50, 0.2)}\n{POST}\n")
@@ -275,7 +275,7 @@ def test_a_tail_pre_is_not_before_training_when_the_bucket_cannot_say_whether_th
     checkpoints cannot be listed, a tail's Pre is recorded at step None."""
     from types import SimpleNamespace
 
-    from scripts.pipeline.accuracy import EvaluationWatch
+    from tpu_rl.scripts.pipeline.accuracy import EvaluationWatch
 
     def unreadable():
         raise OSError("no route to storage.googleapis.com")

@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 
 from cli_helpers import error_line, names, plan_success, record, run_of, train_script
 from contracts.tunix_log import train_step_line
-from jobs import render_manifests
+from tpu_rl.jobs import render_manifests
 from peers.fixtures import peer_settings, put_step_output
-from recipes.driver_runtime import BUCKET_PREFIX
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes.driver_runtime import BUCKET_PREFIX
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

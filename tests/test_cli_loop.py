@@ -9,13 +9,13 @@ import json
 import yaml
 from typer.testing import CliRunner
 
-from jobs import render_manifests, render_startup_script
-from jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl.jobs import render_manifests, render_startup_script
+from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output
-from recipes import get_recipe, load_settings
-from recipes.cost import hourly_estimate
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes import get_recipe, load_settings
+from tpu_rl.recipes.cost import hourly_estimate
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 VM_RECIPE = "llama31-v6e8"
@@ -75,7 +75,7 @@ def test_dry_run_prints_the_jobsets_only_with_show_manifests(cloud):
 def test_dry_run_shows_the_manifest_a_replace_submits_not_the_pinned_one_on_the_cluster(cloud):
     """An earlier `run` moved train on to spot (its JobSet pins it there) and it failed: `run --replace`
     submits it again as rendered, from the first mode, and --show-manifests prints that."""
-    from jobs.k8s import pin_capacity
+    from tpu_rl.jobs.k8s import pin_capacity
 
     recipe = get_recipe(RECIPE)
     put_step_output(cloud["gcs"], recipe, "convert")

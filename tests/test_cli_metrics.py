@@ -23,9 +23,9 @@ from typer.testing import CliRunner
 from cli_helpers import RUN_RL, upload_run
 from peers.event_files import write_events
 from peers.fixtures import SETTINGS
-from recipes import get_recipe
-from recipes.runs import default_run_name
-from scripts.cli import app
+from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.runs import default_run_name
+from tpu_rl.scripts.cli import app
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -90,7 +90,7 @@ def test_json_gives_steps_values_and_summary_per_run_and_tag(settings_env, gcs, 
 
 def put_record(client, run: str, evaluations: list[str], sets: list[str]) -> None:
     """A run.json as `tpu-rl run` writes it, with the evaluations parsed from MaxText's lines."""
-    from scripts.rundata.evaluation import parse_evaluations
+    from tpu_rl.scripts.rundata.evaluation import parse_evaluations
 
     record = {"run": run, "recipe": RECIPE, "overrides": {"set": sets},
               "evaluations": [e.as_record() for e in parse_evaluations("\n".join(evaluations), last_step=50)]}
@@ -111,7 +111,7 @@ def two_runs_with_records(gcs, tmp_path) -> None:
 def test_png_overlays_the_runs_on_accuracy_and_four_tag_panels(settings_env, gcs, tmp_path):
     from matplotlib.image import imread
 
-    from scripts.metrics import collect, plot
+    from tpu_rl.scripts.metrics import collect, plot
 
     two_runs_with_records(gcs, tmp_path)
     png = tmp_path / "out" / "curves.png"
@@ -121,7 +121,7 @@ def test_png_overlays_the_runs_on_accuracy_and_four_tag_panels(settings_env, gcs
     height, width, _ = imread(png).shape
     assert (width, height) == (1000, 1000)
 
-    from recipes import load_settings
+    from tpu_rl.recipes import load_settings
 
     fig = plot.figure(collect(get_recipe(RECIPE), ["rl", "low-lr"], [], load_settings), "title")
     panels = {ax.get_ylabel(): ax for ax in fig.axes if ax.axison}
@@ -164,7 +164,7 @@ def test_several_runs_are_one_side_by_side_summary_in_80_columns(settings_env, g
 
 
 def test_a_resumed_run_keeps_the_latest_attempts_value_per_step(tmp_path):
-    from scripts.rundata.events import local_event_files, read_scalars
+    from tpu_rl.scripts.rundata.events import local_event_files, read_scalars
 
     # The first attempt wrote steps 21-25, the resumed one (from checkpoint 20) writes 21-26 again.
     first = write_events(tmp_path / "one", {"actor/train/loss": [(step, 1.0) for step in range(19, 26)]})[0]
@@ -230,7 +230,7 @@ def test_from_a_gs_url_reads_logs_copied_elsewhere(settings_env, gcs, tmp_path):
 
 
 def test_latest_scalar_reads_the_newest_file_of_a_restarted_run(tmp_path):
-    from scripts.metrics import latest_scalar
+    from tpu_rl.scripts.metrics import latest_scalar
 
     # A run resumed from its last checkpoint starts a second file, its rewards steps again from 0
     # (tunix saves the last checkpoint without global_step). The file names carry the start time.
@@ -246,7 +246,7 @@ def test_latest_scalar_reads_the_newest_file_of_a_restarted_run(tmp_path):
 
 
 def test_sparkline_resamples_to_its_width_and_marks_gaps():
-    from scripts.metrics.table import sparkline
+    from tpu_rl.scripts.metrics.table import sparkline
 
     # Eight rising points into four bars: means 0.5, 2.5, 4.5, 6.5, i.e. 0, 7/3, 14/3 and 7 of 7 steps.
     assert sparkline((0, 1, 2, 3, 4, 5, 6, 7), 4) == "▁▃▆█"
@@ -277,7 +277,7 @@ def synthetic_runs(root: Path) -> list[Path]:
 def synthetic_evaluations(pace: float) -> tuple[dict, ...]:
     """Made-up held-out evaluations of 64 questions at steps 0, 20, ..., 120, in MaxText's line format."""
     from contracts.tunix_log import evaluation_line, train_step_line
-    from scripts.rundata.evaluation import parse_evaluations
+    from tpu_rl.scripts.rundata.evaluation import parse_evaluations
 
     lines = [evaluation_line("pre", 24, 64, 28, 40, 0.3)]
     for step in range(20, 121, 20):
@@ -293,7 +293,7 @@ def draw_readme_picture(out: Path) -> None:
 
     from PIL import Image
 
-    from scripts.metrics import collect, plot
+    from tpu_rl.scripts.metrics import collect, plot
 
     with tempfile.TemporaryDirectory() as tmp:
         sources = [str(path) for path in synthetic_runs(Path(tmp))]

@@ -12,8 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from peers.fixtures import jobset_of, put_step_output
-from recipes import all_recipes, get_recipe
-from scripts.cli import app
+from tpu_rl.recipes import all_recipes, get_recipe
+from tpu_rl.scripts.cli import app
 
 runner = CliRunner()
 TPU_RL = Path(sys.executable).parent / "tpu-rl"

@@ -9,8 +9,8 @@ import pytest
 from cli_helpers import RECIPE, TRAIN, run_record, run_train, succeeds
 from contracts.tunix_log import train_step_line
 
-from recipes import get_recipe
-from recipes.idle_tpu import TPU_IDLE_PHASES, idle_tpu
+from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.idle_tpu import TPU_IDLE_PHASES, idle_tpu
 
 def test_run_prints_each_phase_of_train_and_run_json_keeps_them_with_the_idle_tpu_time(cloud, monkeypatch):
     step = f"{train_step_line(1, 0.5)}\n"

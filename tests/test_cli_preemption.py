@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from jobs import render_manifests
-from jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl.jobs import render_manifests
+from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.fixtures import SETTINGS, peer_settings, put_step_output
 from peers.step_outputs import orbax_checkpoint
-from recipes import get_recipe, load_settings
-from scripts.cli import app
-from scripts.cloud import gcs as bucket_reader
-from scripts.cloud.clients import Clients
-from scripts.cloud.kube_objects import JobSetState, capacity_of, current_attempt
-from scripts.pipeline.gke.steps import StepJob
-from scripts.pipeline.gke.wait import restart_of
-from scripts.pipeline.session import Session
+from tpu_rl.recipes import get_recipe, load_settings
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.cloud import gcs as bucket_reader
+from tpu_rl.scripts.cloud.clients import Clients
+from tpu_rl.scripts.cloud.kube_objects import JobSetState, capacity_of, current_attempt
+from tpu_rl.scripts.pipeline.gke.steps import StepJob
+from tpu_rl.scripts.pipeline.gke.wait import restart_of
+from tpu_rl.scripts.pipeline.session import Session
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

@@ -6,8 +6,8 @@ from typer.testing import CliRunner
 
 from cli_helpers import CONSOLE, with_quota
 from peers.fixtures import SETTINGS, _free_port, make_bucket
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 ZONE = SETTINGS["ZONE"]
@@ -106,12 +106,12 @@ def test_an_api_error_is_a_failed_check_not_a_crash(settings_env, gcs, google):
 def test_expired_google_credentials_are_one_line_naming_the_login(settings_env, monkeypatch):
     from google.auth.exceptions import RefreshError
 
-    import scripts.pipeline.preflight
+    import tpu_rl.scripts.pipeline.preflight as scripts_pipeline_preflight
 
     def expired(*args):  # what google-auth raises when the stored login expired or was revoked
         raise RefreshError("Reauthentication is needed. Please run `gcloud auth application-default login`.")
 
-    monkeypatch.setattr(scripts.pipeline.preflight, "run_checks", expired)
+    monkeypatch.setattr(scripts_pipeline_preflight, "run_checks", expired)
     result = preflight()
     assert result.exit_code == ExitCode.API_ERROR, result.output
     [line] = result.output.splitlines()
@@ -341,7 +341,7 @@ def test_a_registry_endpoint_that_is_not_an_http_url_is_refused(settings_env, gc
 def test_a_redirected_registry_that_asks_for_credentials_gets_none_and_the_image_line_warns(
         settings_env, gcs, google, monkeypatch):
     from peers.http import Fault
-    from scripts.cloud.clients import Clients
+    from tpu_rl.scripts.cloud.clients import Clients
 
     def no_token(self):
         raise AssertionError("a Google token was requested for a redirected registry")

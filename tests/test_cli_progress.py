@@ -9,13 +9,13 @@ from datetime import datetime, timedelta, timezone
 from typer.testing import CliRunner
 
 from contracts.tunix_log import rollout_lines, train_step_line
-from jobs.paths import ArtifactPaths
-from jobs.vm import STARTING
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.jobs.vm import STARTING
 from peers.event_files import put_event_files
 from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.rundata.progress import RewardReader
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.rundata.progress import RewardReader
 
 RECIPE = "qwen3-v6e32"
 VM_RECIPE = "llama31-v6e8"

@@ -21,7 +21,7 @@ REFUSED = [["preflight", "qwen3-v6e32"], ["run", "qwen3-v6e32", "--dry-run"], ["
 PROBE = """
 import json, sys
 from typer.testing import CliRunner
-from scripts.cli import app
+from tpu_rl.scripts.cli import app
 out = []
 for argv in json.loads(sys.argv[1]):
     result = CliRunner().invoke(app, argv)

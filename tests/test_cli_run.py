@@ -11,11 +11,11 @@ from typer.testing import CliRunner
 from contracts.tunix_log import eval_step_line, train_step_line
 from peers import simulated_run
 from peers.fixtures import TOKEN, jobset_of, put_step_output
-from recipes import get_recipe
-from recipes.conventions import CHECK_FAILED_PREFIX
-from scripts.cli import app
-from scripts.outcome import ExitCode
-from scripts.rundata.progress import TrainProgress, last_train_step
+from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.conventions import CHECK_FAILED_PREFIX
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
+from tpu_rl.scripts.rundata.progress import TrainProgress, last_train_step
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -147,19 +147,19 @@ def test_run_waits_for_kueue_admission_and_says_what_to_check(cloud):
 
 
 def test_an_operator_can_confirm_replacing_a_failed_jobset_interactively(cloud, monkeypatch):
-    import scripts.cli.cloud
-    from jobs import render_manifests
+    import tpu_rl.scripts.cli.cloud as scripts_cli_cloud
+    from tpu_rl.jobs import render_manifests
     from peers.fixtures import peer_settings
 
     questions = []
-    real = scripts.cli.cloud.make_session
+    real = scripts_cli_cloud.make_session
 
     def make_session(*args, **kwargs):
         session = real(*args, **kwargs)
         session.confirm = lambda question: questions.append(question) or True
         return session
 
-    monkeypatch.setattr(scripts.cli.cloud, "make_session", make_session)
+    monkeypatch.setattr(scripts_cli_cloud, "make_session", make_session)
     cloud["kube"].put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["convert"], "failed")
     succeed_writing_output(cloud, "convert")
     result = tpu_rl("run", RECIPE, "--steps", "convert")

@@ -11,9 +11,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from jobs.driver import driver_name
+from tpu_rl.jobs.driver import driver_name
 from peers.fixtures import REPO, VENV_BIN, jobset_of, put_step_output
-from recipes import get_recipe
+from tpu_rl.recipes import get_recipe
 
 RECIPE = "qwen3-v6e32"
 BOUND_SECONDS = 120
@@ -72,11 +72,11 @@ def test_a_jobset_submitted_meanwhile_with_another_spec_is_still_a_conflict(clou
 
     from typer.testing import CliRunner
 
-    from jobs import render_manifests
-    from jobs.k8s import SPEC_DIGEST_ANNOTATION
+    from tpu_rl.jobs import render_manifests
+    from tpu_rl.jobs.k8s import SPEC_DIGEST_ANNOTATION
     from peers.fixtures import peer_settings
-    from scripts.cli import app
-    from scripts.outcome import ExitCode
+    from tpu_rl.scripts.cli import app
+    from tpu_rl.scripts.outcome import ExitCode
 
     recipe, kube = get_recipe(RECIPE), cloud["kube"]
     put_step_output(cloud["gcs"], recipe, "convert")

@@ -8,10 +8,10 @@ import json
 from typer.testing import CliRunner
 
 from cli_helpers import POST, PRE, names, plan_success, record, run_of
-from jobs.paths import split_gs_url
+from tpu_rl.jobs.paths import split_gs_url
 from peers.event_files import put_event_files
-from scripts.cli import app
-from scripts.rundata.evaluation import parse_evaluations
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.rundata.evaluation import parse_evaluations
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

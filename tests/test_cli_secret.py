@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from peers.fixtures import REPO, VENV_BIN, _free_port
 from peers.hf_hub import ACCOUNT, MODELS
-from scripts.cli import app
-from scripts.cli.core import SECRET_AS_ARGUMENT
-from scripts.outcome import ExitCode
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.cli.core import SECRET_AS_ARGUMENT
+from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 NEW_TOKEN = "hf_NEWsentinel987654321"
@@ -70,9 +70,9 @@ def test_secret_set_takes_no_token_argument(settings_env, google):
 
 def test_a_token_argument_is_never_echoed_under_any_program_name(settings_env, tmp_path):
     # Before, the argument was masked only when the program path read "tpu-rl secret set": through
-    # `python -m scripts.cli` a token without the hf_ prefix came back in the usage error.
+    # `python -m tpu_rl.scripts.cli` a token without the hf_ prefix came back in the usage error.
     plain = "abcdef0123456789sentinel"
-    result = subprocess.run([str(VENV_BIN / "python"), "-m", "scripts.cli", "secret", "set", plain],
+    result = subprocess.run([str(VENV_BIN / "python"), "-m", "tpu_rl.scripts.cli", "secret", "set", plain],
                             capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
     assert result.returncode == ExitCode.BAD_INPUT, result.stderr
@@ -156,7 +156,7 @@ def test_a_renamed_repo_is_followed_on_the_same_host(settings_env, google, hub):
 
 
 def test_a_long_hub_reason_is_cut_between_words():
-    from scripts.cloud.hf_hub import _Answer, _hub_reason
+    from tpu_rl.scripts.cloud.hf_hub import _Answer, _hub_reason
 
     words = "Access to model meta-llama/Llama-3.1-8B-Instruct is restricted and you are not in the authorized list"
     reason = _hub_reason(_Answer(403, b"", {"X-Error-Message": f"{words} {words}"}))

@@ -15,12 +15,12 @@ import json
 
 from typer.testing import CliRunner
 
-from jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.fixtures import jobset_of, peer_settings, put_step_output
 from peers.step_outputs import orbax_checkpoint
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.cloud.gcs import missing_outputs
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.cloud.gcs import missing_outputs
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -99,7 +99,7 @@ def test_no_finished_checkpoint_at_all_is_missing(gcs):
 
 
 def test_status_counts_a_short_training_whose_jobset_succeeded_as_verified(cloud):
-    from jobs import render_manifests
+    from tpu_rl.jobs import render_manifests
 
     gcs, kube = cloud["gcs"], cloud["kube"]
     put_step_output(gcs, get_recipe(RECIPE), "convert")

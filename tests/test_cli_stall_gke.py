@@ -13,10 +13,10 @@ from contracts.tunix_log import absl_info, evaluation_line, restored_line, train
 from peers.fixtures import put_step_output
 from typer.testing import CliRunner
 
-from jobs.evaluate import eval_run_name
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.jobs.evaluate import eval_run_name
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 
@@ -204,9 +204,9 @@ def failing_reads(monkeypatch, fails) -> list:
     """Cluster.read_log fails (ApiError, as after retry.py's tries) at the reads for which `fails(n)` holds,
     n counting from 1; returns the pods read, one a call. The attached `run`'s reads of its driver's log
     are not counted: the reads are the pipeline's, which the driver makes."""
-    from jobs.driver import DRIVER_PREFIX
-    from scripts.cloud.kube import Cluster
-    from scripts.outcome import ApiError
+    from tpu_rl.jobs.driver import DRIVER_PREFIX
+    from tpu_rl.scripts.cloud.kube import Cluster
+    from tpu_rl.scripts.outcome import ApiError
 
     read, calls = Cluster.read_log, []
 

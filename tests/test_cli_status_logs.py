@@ -9,12 +9,12 @@ from typer.testing import CliRunner
 
 from cli_helpers import fits_80_columns_with_whole_paths
 from contracts.tunix_log import train_step_line
-from jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.event_files import put_event_files
 from peers.fixtures import jobset_of, peer_settings, put_step_output
-from jobs import render_manifests
-from recipes import get_recipe
-from scripts.cli import app
+from tpu_rl.jobs import render_manifests
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

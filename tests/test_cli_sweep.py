@@ -10,16 +10,16 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from cli_helpers import error_line, fits_80_columns_with_whole_paths
-from jobs import render_manifests
-from jobs.k8s import spec_digest
+from tpu_rl.jobs import render_manifests
+from tpu_rl.jobs.k8s import spec_digest
 from peers.fixtures import peer_settings
-from recipes import get_recipe
-from recipes.cost import pipeline_run_estimate
-from recipes.prices import usd
-from recipes.runs import check_run_name, for_run
-from recipes.sweeps import parse_grid
-from scripts.cli import app
-from scripts.outcome import ApiError
+from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.cost import pipeline_run_estimate
+from tpu_rl.recipes.prices import usd
+from tpu_rl.recipes.runs import check_run_name, for_run
+from tpu_rl.recipes.sweeps import parse_grid
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ApiError
 
 RECIPE = "qwen3-v6e32"
 GRID = ["--grid", "learning_rate=1e-6,3e-6,1e-5", "--grid", "rl.grpo_beta=0.04,0.08"]
@@ -27,10 +27,10 @@ runner = CliRunner()
 
 
 def _started(monkeypatch, fail_at: int | None = None) -> list[tuple[str, str | None]]:
-    """The real start of each run's driver (scripts.pipeline.gke.driver.start_driver, reached through
+    """The real start of each run's driver (tpu_rl.scripts.pipeline.gke.driver.start_driver, reached through
     Platform.run(detach=True)), recording the runs it was asked to start; the `fail_at`-th call fails as a
     cluster that refuses would, before it creates anything."""
-    from scripts.pipeline.gke import attach
+    from tpu_rl.scripts.pipeline.gke import attach
 
     calls: list[tuple[str, str | None]] = []
     real = attach.start_driver
@@ -54,7 +54,7 @@ def test_a_grid_gives_the_product_of_its_axes_first_axis_slowest():
 
 
 def test_a_derived_name_is_cut_to_a_valid_run_name_and_lengthens_its_hash_when_taken():
-    from recipes.sweeps import derived_name
+    from tpu_rl.recipes.sweeps import derived_name
 
     sets = ("rl.num_generations=16", "learning_rate=3.5e-6", "decode_sampling_temperature=0.95")
     identity = {"the test's": "identity"}
@@ -217,8 +217,8 @@ def test_a_run_name_the_bucket_holds_for_other_settings_refuses_the_whole_sweep_
     run first, so run 1 is not started when run 2's name is taken."""
     import json
 
-    from jobs.paths import ArtifactPaths, split_gs_url
-    from recipes.runs import run_identity
+    from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
+    from tpu_rl.recipes.runs import run_identity
 
     calls = _started(monkeypatch)
     other = for_run(get_recipe(RECIPE), ("rl.grpo_beta=0.5",), "beta-low")
@@ -237,7 +237,7 @@ def test_a_run_name_the_bucket_holds_for_other_settings_refuses_the_whole_sweep_
 
 
 def test_a_derived_name_spells_a_numbers_value_not_its_spelling_and_keeps_its_sign():
-    from recipes.sweeps import derived_name
+    from tpu_rl.recipes.sweeps import derived_name
 
     identity = {"any": "identity"}
     assert derived_name(("learning_rate=0.000002",), identity)[:-5] == derived_name(("learning_rate=2e-6",),
@@ -249,7 +249,7 @@ def test_a_derived_name_spells_a_numbers_value_not_its_spelling_and_keeps_its_si
 def test_a_sweep_prints_a_warning_its_runs_share_once(settings_env, monkeypatch):
     """`run` prints the schedule warning of learning_rate_schedule_steps=-1; a sweep of three such runs
     prints it once, not three times."""
-    from recipes.schedule import SCHEDULE_KEY
+    from tpu_rl.recipes.schedule import SCHEDULE_KEY
 
     _started(monkeypatch)
     result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--grid",
@@ -259,7 +259,7 @@ def test_a_sweep_prints_a_warning_its_runs_share_once(settings_env, monkeypatch)
 
 
 def test_any_error_starting_a_run_names_the_runs_already_started(cloud, monkeypatch):
-    from scripts.pipeline.gke import attach
+    from tpu_rl.scripts.pipeline.gke import attach
 
     started: list[str] = []
     real = attach.start_driver

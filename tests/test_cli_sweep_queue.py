@@ -17,14 +17,14 @@ from datetime import datetime, timedelta, timezone
 from rich.console import Console
 from typer.testing import CliRunner
 
-from jobs import jobset_name
+from tpu_rl.jobs import jobset_name
 from peers import kueue
 from peers.simulated_run import script_successful_run
-from recipes import STEPS
-from recipes.runs import for_run
-from scripts.cli import app
-from scripts.cli.core import cloud_recipe
-from scripts.pipeline.platforms import platform_for
+from tpu_rl.recipes import STEPS
+from tpu_rl.recipes.runs import for_run
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.cli.core import cloud_recipe
+from tpu_rl.scripts.pipeline.platforms import platform_for
 
 RECIPE = "qwen3-v6e32"
 POLL = timedelta(minutes=2)  # each poll of each run: three runs queue for far longer than CAPACITY_WAIT
@@ -49,7 +49,7 @@ class Drivers:
         self.gate.set()
         self.pause_when, self.outputs = pause_when, {}
         kueue.use_clock(lambda: self.clock[0])
-        from scripts.cli.cloud import make_session
+        from tpu_rl.scripts.cli.cloud import make_session
 
         self.threads = []
         for recipe in recipes:
@@ -145,7 +145,7 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
 
 
 def run_record(gcs, recipe) -> dict:
-    from jobs.paths import ArtifactPaths, split_gs_url
+    from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
     from peers.fixtures import peer_settings
 
     bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).run_record)

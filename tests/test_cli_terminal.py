@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 from cli_helpers import ctrl_c_at_the_prompt
 from peers.fixtures import peer_settings
-from recipes import all_recipes, get_recipe
-from recipes.setting_specs import CONFIG_ENV, SPECS
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes import all_recipes, get_recipe
+from tpu_rl.recipes.setting_specs import CONFIG_ENV, SPECS
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 REPO = Path(__file__).resolve().parents[1]
 TPU_RL = Path(sys.executable).parent / "tpu-rl"
@@ -36,7 +36,7 @@ def imported_modules(args: list[str], cwd: Path) -> set[str]:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     names = {match[1] for match in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", done.stderr, re.M)}
-    assert "scripts.cli" in names, "importtime output not understood"
+    assert "tpu_rl.scripts.cli" in names, "importtime output not understood"
     return names
 
 
@@ -115,7 +115,7 @@ def test_recipes_in_a_wide_terminal_is_one_table_with_a_model_column(monkeypatch
 
 
 def test_ctrl_c_at_the_replace_prompt_is_an_interruption_not_a_failed_step(cloud):
-    from jobs import render_manifests
+    from tpu_rl.jobs import render_manifests
 
     recipe = get_recipe("qwen3-v6e32")
     cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "failed")

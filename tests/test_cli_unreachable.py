@@ -18,7 +18,7 @@ import pytest
 
 from peers.fixtures import CONTEXT, REPO, TOKEN, VENV_BIN, _free_port
 from peers.kube_api import write_kubeconfig
-from scripts.outcome import ExitCode
+from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 REACH = 6  # seconds (TPU_RL_REACH_SECONDS)

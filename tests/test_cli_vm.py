@@ -10,14 +10,14 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import error_line, fits_80_columns_with_whole_paths
-from jobs import render_startup_script
-from jobs.paths import ArtifactPaths
-from jobs.vm import DONE, STARTING
+from tpu_rl.jobs import render_startup_script
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.jobs.vm import DONE, STARTING
 from peers.fixtures import put_step_output, peer_settings
 from peers.google_apis import SERIAL_BUFFER
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 from vm_helpers import ATTEMPT, PATHS, RECIPE, RUN, VM, ago, begin, boot_and_show, clock, console, every_step, finish, guest, line, progress, put, run_fails, run_finds_it_ended, vm  # noqa: F401 (clock, guest, vm: fixtures)
 
 runner = CliRunner()

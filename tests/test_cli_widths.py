@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import fits_80_columns_with_whole_paths
-from jobs import render_manifests
+from tpu_rl.jobs import render_manifests
 from peers.fixtures import TOKEN, SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output
-from recipes import get_recipe
-from scripts.cli import app
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
 
 GKE, VM = "qwen3-v6e32", "llama31-v6e8"
 RECIPE, VM_RECIPE = GKE, VM

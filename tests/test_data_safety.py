@@ -11,8 +11,8 @@ import re
 import pytest
 from conftest import only, resources
 
-from recipes import all_recipes
-from recipes.conventions import ARTIFACTS_STACK
+from tpu_rl.recipes import all_recipes
+from tpu_rl.recipes.conventions import ARTIFACTS_STACK
 
 RECIPE_STACKS = sorted(all_recipes())
 OWNED_BY_ARTIFACTS = ("google_storage_bucket", "google_secret_manager_secret")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import typer
 
-from recipes import all_recipes
-from scripts.cli import app
+from tpu_rl.recipes import all_recipes
+from tpu_rl.scripts.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -368,8 +368,8 @@ def test_every_tpu_rl_environment_knob_the_code_reads_is_in_the_settings_table()
 
 def test_the_pages_state_the_maintenance_grace_the_code_uses():
     """docs/settings.md said 1200 while `run` waited 3600 (issue 25, section 4): both pages that name the knob
-    state the one default, scripts.pipeline.session.MAINTENANCE_GRACE_SECONDS."""
-    from scripts.pipeline.session import MAINTENANCE_GRACE_SECONDS
+    state the one default, tpu_rl.scripts.pipeline.session.MAINTENANCE_GRACE_SECONDS."""
+    from tpu_rl.scripts.pipeline.session import MAINTENANCE_GRACE_SECONDS
 
     default = f"default {MAINTENANCE_GRACE_SECONDS:g}"
     settings_row = next(line for line in (REPO / "docs" / "settings.md").read_text().splitlines()

@@ -23,14 +23,14 @@ import pytest
 
 from cli_helpers import BOUND_SECONDS, CONVERT, RECIPE, TRAIN, stall_clock, succeeds
 from contracts.tunix_log import train_step_line
-from jobs import jobset_name
+from tpu_rl.jobs import jobset_name
 from peers import simulated_run
 from peers.fixtures import CONTEXT, SETTINGS, make_artifacts_bucket, put_step_output, start_kube, storage_client
 from peers.jobset_plan import Plan
 from peers.kube_api import RequestInfo, request_info
-from recipes import STEPS, conventions, get_recipe
-from recipes.driver_access import DRIVER_RULES, AccessRule
-from scripts.outcome import Outcome, StepFailed
+from tpu_rl.recipes import STEPS, conventions, get_recipe
+from tpu_rl.recipes.driver_access import DRIVER_RULES, AccessRule
+from tpu_rl.scripts.outcome import Outcome, StepFailed
 
 
 # Non-resource URLs every authenticated user may GET: Kubernetes' default ClusterRole system:discovery,
@@ -73,10 +73,10 @@ def drive(cloud, monkeypatch, steps=STEPS, capacity: str | None = None, wait: st
     Platform.drive on the Session make_session builds, for the recipe as `run` makes it (CAPACITY and
     CAPACITY_WAIT as run_train sets them). What it ended with: None when every step was verified, else the
     Outcome it raised. The driver's part reads no secret of Secret Manager."""
-    from scripts.cli import cloud as cli_cloud
-    from scripts.cli.run_input import run_recipe
-    from scripts.pipeline.gke.submit import prepare_run
-    from scripts.pipeline.platforms import platform_for
+    from tpu_rl.scripts.cli import cloud as cli_cloud
+    from tpu_rl.scripts.cli.run_input import run_recipe
+    from tpu_rl.scripts.pipeline.gke.submit import prepare_run
+    from tpu_rl.scripts.pipeline.platforms import platform_for
 
     if capacity:
         monkeypatch.setenv("CAPACITY", capacity)
@@ -151,8 +151,8 @@ REWARDS = "def short_answer(prompts, completions, tmvp_config, **kwargs):\n" \
 
 def trains_with_a_reward_file(cloud, monkeypatch, tmp_path):
     """test_cli_rewards: `run --rewards` mounts the file from the user-files ConfigMap."""
-    from recipes.runs import for_run, run_name
-    from recipes.user_files import read_user_file, with_user_files
+    from tpu_rl.recipes.runs import for_run, run_name
+    from tpu_rl.recipes.user_files import read_user_file, with_user_files
 
     rewards = tmp_path / "my_rewards.py"
     rewards.write_text(REWARDS)

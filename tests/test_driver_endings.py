@@ -8,12 +8,12 @@ import io
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE
-from scripts.outcome import ExitCode
+from tpu_rl.jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE
+from tpu_rl.scripts.outcome import ExitCode
 
 
 def _drive_ending(monkeypatch, tmp_path, error: BaseException) -> tuple[int, str]:
-    from scripts.cli import drive
+    from tpu_rl.scripts.cli import drive
 
     def fail(console, path, in_cluster):
         raise error
@@ -27,7 +27,7 @@ def _drive_ending(monkeypatch, tmp_path, error: BaseException) -> tuple[int, str
 # HTTP statuses (RFC 9110 section 15.5; 429: RFC 6585 section 4) of a request the server refused as such
 @pytest.mark.parametrize("status", [400, 403, 404, 422])
 def test_a_request_the_server_rejected_ends_the_drivers_job(monkeypatch, tmp_path, status):
-    from scripts.cloud.retry import failed
+    from tpu_rl.scripts.cloud.retry import failed
 
     code, last = _drive_ending(monkeypatch, tmp_path, failed("creating JobSet x", ApiException(status=status)))
     assert code == ExitCode.API_ERROR and code in OUTCOME_EXIT_CODES
@@ -38,7 +38,7 @@ def test_a_request_the_server_rejected_ends_the_drivers_job(monkeypatch, tmp_pat
 # create, throttling, and the server's own failures: the same request may work later
 @pytest.mark.parametrize("status", [0, 401, 408, 409, 429, 500, 503])
 def test_an_api_error_that_may_pass_is_retried_by_the_drivers_job(monkeypatch, tmp_path, status):
-    from scripts.cloud.retry import failed
+    from tpu_rl.scripts.cloud.retry import failed
 
     code, last = _drive_ending(monkeypatch, tmp_path, failed("reading JobSet x", ApiException(status=status)))
     assert code == RETRY_EXIT_CODE and code not in OUTCOME_EXIT_CODES
@@ -46,8 +46,8 @@ def test_an_api_error_that_may_pass_is_retried_by_the_drivers_job(monkeypatch, t
 
 
 def test_a_conflicting_jobset_and_a_stall_bound_are_final_and_stay_so_when_reworded(monkeypatch, tmp_path):
-    from scripts.cloud.kube import JobSetExists
-    from scripts.outcome import ApiError
+    from tpu_rl.scripts.cloud.kube import JobSetExists
+    from tpu_rl.scripts.outcome import ApiError
 
     conflict = JobSetExists("x", {"metadata": {"name": "x"}})
     reworded = ApiError(f"lost contact with the cluster while waiting for train ({conflict})",
@@ -58,7 +58,7 @@ def test_a_conflicting_jobset_and_a_stall_bound_are_final_and_stay_so_when_rewor
 
 
 def test_an_unclassified_api_error_is_retried(monkeypatch, tmp_path):
-    from scripts.outcome import ApiError
+    from tpu_rl.scripts.outcome import ApiError
 
     code, _ = _drive_ending(monkeypatch, tmp_path, ApiError("writing gs://b/run.json failed: ServiceUnavailable"))
     assert code == RETRY_EXIT_CODE

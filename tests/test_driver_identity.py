@@ -9,9 +9,9 @@ import pytest
 from conftest import queue_manifests
 
 from contracts.k8s_schema import KUBERNETES_VERSION
-from infra.driver_identity import driver_role_manifests, role_rules
-from recipes import conventions
-from recipes.driver_access import DRIVER_RULES
+from tpu_rl.infra.driver_identity import driver_role_manifests, role_rules
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.driver_access import DRIVER_RULES
 
 GKE = ["qwen3-v6e32", "gemma4-v6e64"]
 NAME = conventions.DRIVER_KSA

@@ -24,20 +24,20 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from contracts.k8s_schema import KUBERNETES_VERSION
-from jobs.driver_runtime import (DRIVER_VERSION_ANNOTATION, SITE_VOLUME, TMP_VOLUME, DriverRuntime,
+from tpu_rl.jobs.driver_runtime import (DRIVER_VERSION_ANNOTATION, SITE_VOLUME, TMP_VOLUME, DriverRuntime,
                                  driver_container, driver_drift, driver_env, driver_node_selector,
                                  driver_pod_annotations, driver_volumes)
 from peers.driver_files import seed_locked_wheels
 from peers.settings import SETTINGS, peer_settings
-from recipes import UserError, get_recipe
-from jobs.k8s import cpu_pool_placement
-from recipes.conventions import NAMESPACE
-from recipes.driver_runtime import (BASE_IMAGE, BUCKET_PREFIX, LEFT_OUT, PYTHON_PLATFORM, PYTHON_VERSION,
+from tpu_rl.recipes import UserError, get_recipe
+from tpu_rl.jobs.k8s import cpu_pool_placement
+from tpu_rl.recipes.conventions import NAMESPACE
+from tpu_rl.recipes.driver_runtime import (BASE_IMAGE, BUCKET_PREFIX, LEFT_OUT, PYTHON_PLATFORM, PYTHON_VERSION,
                                     SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB, LockedWheel, driver_lock)
-from scripts.pipeline.gke import driver_wheel
-from scripts.cloud.clients import Clients
-from scripts.pipeline.gke.driver_image import download_wheel, stage, stage_driver
-from scripts.pipeline.session import Session
+from tpu_rl.scripts.pipeline.gke import driver_wheel
+from tpu_rl.scripts.cloud.clients import Clients
+from tpu_rl.scripts.pipeline.gke.driver_image import download_wheel, stage, stage_driver
+from tpu_rl.scripts.pipeline.session import Session
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -80,11 +80,12 @@ def _locked(base: str, files: dict, name: str, content: bytes) -> LockedWheel:
 
 @pytest.fixture
 def package_copy(tmp_path):
-    """A copy of this checkout's package files, free to change."""
-    copy = tmp_path / "package"
+    """A copy of this checkout's package files laid out as installed (site-packages/tpu_rl), free to change."""
+    copy = tmp_path / "package" / driver_wheel.NAMESPACE
     for name in driver_wheel.package_files(ROOT):
-        (copy / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ROOT / name, copy / name)
+        target = copy / name.removeprefix(f"{driver_wheel.NAMESPACE}/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(driver_wheel._source(ROOT, name), target)
     return copy
 
 
@@ -225,7 +226,7 @@ def test_the_lock_holds_every_dependency_the_driver_keeps_and_none_it_leaves_out
 
 
 def test_no_module_the_driver_runs_imports_what_it_leaves_out():
-    from import_graph import MODULES, imports_of  # the repository's one reading of every import
+    from import_graph import MODULES, imports_of, package_of  # the repository's one reading of every import
 
     importers = {}
     for module, path in MODULES.items():
@@ -233,20 +234,21 @@ def test_no_module_the_driver_runs_imports_what_it_leaves_out():
             top = name.split(".")[0]
             if top in ("cdktf", "constructs", "jsii", "cdktf_cdktf_provider_google", "cdktf_cdktf_provider_helm",
                        "matplotlib"):
-                importers.setdefault(top, set()).add(module.split(".")[0] if top != "matplotlib" else module)
-    assert importers.get("matplotlib") == {"scripts.metrics.plot"}
+                importers.setdefault(top, set()).add(package_of(module) if top != "matplotlib" else module)
+    assert importers.get("matplotlib") == {"tpu_rl.scripts.metrics.plot"}
     assert {package for top, found in importers.items() if top != "matplotlib" for package in found} <= {"infra", "stacks"}
 
 
 def test_the_wheel_ships_what_pyproject_ships():
     setuptools = PYPROJECT["tool"]["setuptools"]
-    assert [f"{package}*" for package in driver_wheel.PACKAGES] == setuptools["packages"]["find"]["include"]
+    assert setuptools["package-dir"] == {driver_wheel.NAMESPACE: driver_wheel.NAMESPACE,
+                                         **{f"{driver_wheel.NAMESPACE}.{p}": p for p in driver_wheel.PACKAGES}}
     assert driver_wheel.PACKAGE_DATA == setuptools["package-data"]
     assert driver_wheel.CONSOLE_SCRIPTS == PYPROJECT["project"]["scripts"]
     assert driver_wheel.REQUIRES_PYTHON == PYPROJECT["project"]["requires-python"]
     files = driver_wheel.package_files(ROOT)
-    assert "recipes/driver_lock.toml" in files and "scripts/cli/__main__.py" in files
-    assert not [name for name in files if "__pycache__" in name or name.startswith("tests/")]
+    assert {"tpu_rl/__init__.py", "tpu_rl/recipes/driver_lock.toml", "tpu_rl/scripts/cli/__main__.py"} <= set(files)
+    assert not [name for name in files if "__pycache__" in name or not name.startswith("tpu_rl/")]
 
 
 def _pod_dirs(gcs, tmp_path: Path, runtime: DriverRuntime, bin_dirs: tuple[Path, ...] = ()):
@@ -288,12 +290,12 @@ def test_the_container_installs_the_staged_runtime_offline_and_runs_tpu_rl(gcs, 
     # the second start of the pod's container finds the install done
     assert ["installing from" in result.stdout for result in starts] == [True, False]
     installed = site / runtime.version
-    where = subprocess.run([sys.executable, "-P", "-c", "import scripts, importlib.metadata as m; "
-                            "from scripts.pipeline.gke.driver_wheel import runtime_version; "
+    where = subprocess.run([sys.executable, "-P", "-c", "import tpu_rl.scripts as scripts, importlib.metadata as m; "
+                            "from tpu_rl.scripts.pipeline.gke.driver_wheel import runtime_version; "
                             "print(scripts.__file__, m.version('tpu-rl'), runtime_version())"],
                            env={**env, "PYTHONPATH": str(installed)}, cwd=scratch, capture_output=True, text=True)
     # what it installed is this copy, and it computes the same version from its own files as the CLI did
-    assert where.stdout.split() == [str(installed / "scripts" / "__init__.py"), runtime.version, runtime.version], \
+    assert where.stdout.split() == [str(installed / "tpu_rl" / "scripts" / "__init__.py"), runtime.version, runtime.version], \
         where.stderr
 
 
@@ -311,7 +313,7 @@ def test_a_driver_of_another_version_is_said_in_one_line():
 
 
 def test_the_docs_state_the_runtime_the_code_runs():
-    from jobs.driver_runtime import DRIVER_RESOURCES, GCSFUSE_ANNOTATIONS, INSTALL_SECONDS
+    from tpu_rl.jobs.driver_runtime import DRIVER_RESOURCES, GCSFUSE_ANNOTATIONS, INSTALL_SECONDS
 
     page = (ROOT / "docs" / "pipeline.md").read_text()
     section = " ".join(page.split("## The driver's image", 1)[1].split("\n## ", 1)[0].split())
@@ -321,7 +323,7 @@ def test_the_docs_state_the_runtime_the_code_runs():
     assert f"driver's {requests['cpu']} and {requests['memory'].removesuffix('Gi')} GiB" in section
     assert f"{GCSFUSE_ANNOTATIONS['gke-gcsfuse/memory-request'].removesuffix('Mi')} MiB" in section
     assert f"about {len(driver_lock()) // 10 * 10} wheels, {sum(w.size for w in driver_lock()) / 1e6:.0f} MB" in section
-    from jobs.driver_runtime import REQUIREMENTS_SHA256_ENV
+    from tpu_rl.jobs.driver_runtime import REQUIREMENTS_SHA256_ENV
 
     assert f"site `emptyDir` ({SITE_SIZE_LIMIT_MIB // 1024} GiB)" in section
     assert f"`/tmp`'s `emptyDir` ({TMP_SIZE_LIMIT_MIB} MiB)" in section

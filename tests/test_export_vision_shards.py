@@ -14,11 +14,11 @@ import json
 import struct
 from pathlib import Path
 
-from jobs.export import VISION_PARTS, VISION_SHARD, carry_vision_script
-from jobs.paths import ArtifactPaths
+from tpu_rl.jobs.export import VISION_PARTS, VISION_SHARD, carry_vision_script
+from tpu_rl.jobs.paths import ArtifactPaths
 from maxtext_cpu.chain import Chain, in_venv, last_json, need_venv, tiny_model
 from peers.fixtures import peer_settings
-from recipes import get_recipe
+from tpu_rl.recipes import get_recipe
 
 RECIPE = "gemma4-v6e64"
 SHARD_BYTES = 256 * 1024  # the tiny text tensors (~1 MB) in four of MaxText's shards

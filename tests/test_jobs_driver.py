@@ -11,12 +11,12 @@ import kubernetes_validate
 import pytest
 
 from contracts.k8s_schema import KUBERNETES_VERSION
-from jobs.driver import (REQUEST_DIR, REQUEST_FILE, RETRY_EXIT_CODE, driver_job, request_configmap, request_digest,
+from tpu_rl.jobs.driver import (REQUEST_DIR, REQUEST_FILE, RETRY_EXIT_CODE, driver_job, request_configmap, request_digest,
                          run_request, settings_env)
-from jobs.driver_runtime import DriverRuntime
-from jobs.k8s import recipe_selector
-from recipes import STEPS, all_recipes, example_settings
-from recipes.conventions import DRIVER_KSA
+from tpu_rl.jobs.driver_runtime import DriverRuntime
+from tpu_rl.jobs.k8s import recipe_selector
+from tpu_rl.recipes import STEPS, all_recipes, example_settings
+from tpu_rl.recipes.conventions import DRIVER_KSA
 
 SETTINGS = example_settings()
 GKE = [name for name, recipe in all_recipes().items() if recipe.platform == "gke"]

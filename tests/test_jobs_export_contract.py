@@ -10,10 +10,10 @@ import zipfile
 
 import pytest
 
-import jobs
+from tpu_rl import jobs
 from contracts.maxtext_schema import fetch_wheel
-from jobs.paths import ArtifactPaths
-from recipes import all_recipes, example_settings
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import all_recipes, example_settings
 
 SETTINGS = example_settings()
 

@@ -10,7 +10,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-import jobs
+from tpu_rl import jobs
 from contracts.k8s_schema import (
     CLAIM_NAMESPACE,
     KUBERNETES_VERSION,
@@ -23,7 +23,7 @@ from contracts.k8s_schema import (
     load_jobset_schema,
     strict,
 )
-from recipes import all_recipes, example_settings
+from tpu_rl.recipes import all_recipes, example_settings
 
 SETTINGS = example_settings()
 RENDERED = {
@@ -98,8 +98,8 @@ def test_kubernetes_validate_strict_rejects_an_unknown_pod_field():
 
 
 def _with_rewards(tmp_path):
-    from recipes.runs import for_run
-    from recipes.user_files import read_user_file, with_user_files
+    from tpu_rl.recipes.runs import for_run
+    from tpu_rl.recipes.user_files import read_user_file, with_user_files
 
     path = tmp_path / "my_rewards.py"
     path.write_text("def short(prompts, completions, tmvp_config, **kwargs):\n    return [0.0] * len(completions)\n")

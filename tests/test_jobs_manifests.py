@@ -8,11 +8,11 @@ import shlex
 import pytest
 import yaml
 
-import jobs
-from jobs.k8s import manifest_yaml
-from jobs.paths import ArtifactPaths
-from recipes import UserError, all_recipes, example_settings, get_recipe
-from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET, LOCAL_QUEUE, WORKLOAD_KSA, cpu_pool_name
+from tpu_rl import jobs
+from tpu_rl.jobs.k8s import manifest_yaml
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import UserError, all_recipes, example_settings, get_recipe
+from tpu_rl.recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET, LOCAL_QUEUE, WORKLOAD_KSA, cpu_pool_name
 
 SETTINGS = example_settings()
 GKE_RECIPES = [name for name, recipe in all_recipes().items() if recipe.platform == "gke"]
@@ -269,7 +269,7 @@ def test_train_loads_exactly_what_convert_writes_and_export_reads_the_last_step(
 
 
 def carry_vision_step(recipe):
-    from jobs.export import VISION_PARTS, carry_vision_script
+    from tpu_rl.jobs.export import VISION_PARTS, carry_vision_script
 
     vision = VISION_PARTS.get(recipe.model.maxtext_name)
     if not vision or recipe.model.use_multimodal:
@@ -300,7 +300,7 @@ def test_qwen3_train_script_applies_the_optimizer_patch_before_training():
     text = script(manifests("qwen3-v6e32")["train"], "pathways-head")
     patch = text.index("source patch 'rl-optimizer-adafactor'")
     assert patch < text.index("exec python3 -m maxtext.trainers.post_train.rl.train_rl")
-    # rl.reshard_chunk_size reaches tunix's sampler as a setting (see jobs.seed_differences): no source edit
+    # rl.reshard_chunk_size reaches tunix's sampler as a setting (see tpu_rl.jobs.seed_differences): no source edit
     assert "reshard_chunk_size" not in text.split("exec python3", 1)[0]
     assert "rl.reshard_chunk_size=4" in text
 

@@ -10,11 +10,11 @@ import shlex
 
 import pytest
 
-import jobs
+from tpu_rl import jobs
 from contracts.maxtext_schema import MaxTextSchema, fetch_wheel
-from jobs.maxtext import TRAIN_RL, MaxTextCommand
-from jobs.paths import ArtifactPaths
-from recipes import all_recipes, example_settings, get_recipe
+from tpu_rl.jobs.maxtext import TRAIN_RL, MaxTextCommand
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import all_recipes, example_settings, get_recipe
 
 SETTINGS = example_settings()
 
@@ -123,7 +123,7 @@ def test_the_evaluation_defaults_are_the_wheels_rl_yml(maxtext, version):
     import tomllib
     from importlib import resources
 
-    table = tomllib.loads(resources.files("recipes").joinpath("recipes.toml").read_text())
+    table = tomllib.loads(resources.files("tpu_rl.recipes").joinpath("recipes.toml").read_text())
     defaults = table["maxtext"][version]["eval_defaults"]
     config = maxtext[version].config_yml(TRAIN_RL)
     wheel = {key: (config[key.partition(".")[0]][key.partition(".")[2]] if "." in key else config[key])
@@ -132,7 +132,7 @@ def test_the_evaluation_defaults_are_the_wheels_rl_yml(maxtext, version):
 
 
 def test_the_reward_and_data_settings_exist_where_the_options_allow_them(maxtext):
-    from recipes.user_files import FIRST_RELEASE, SETTING
+    from tpu_rl.recipes.user_files import FIRST_RELEASE, SETTING
 
     keys = {version: set(maxtext[version].accepted(maxtext[version].config_class(TRAIN_RL))) for version in maxtext}
     for kind, first in FIRST_RELEASE.items():

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-import jobs
-from jobs.patches import render_patch
-from recipes import SourcePatch, example_settings, get_recipe
+from tpu_rl import jobs
+from tpu_rl.jobs.patches import render_patch
+from tpu_rl.recipes import SourcePatch, example_settings, get_recipe
 
 
 def patch_named(name: str, **update) -> SourcePatch:
@@ -77,7 +77,7 @@ def fail_at_once_exit_codes(recipe_name: str) -> list[int]:
 
 def check_failure(stderr: str) -> str:
     """The reason on the step's last line, which must be the one `tpu-rl run` reports (the text after
-    recipes.conventions.CHECK_FAILED_PREFIX)."""
+    tpu_rl.recipes.conventions.CHECK_FAILED_PREFIX)."""
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("tpu-rl check failed: "), stderr
     return last.removeprefix("tpu-rl check failed: ")

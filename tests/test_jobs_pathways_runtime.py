@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import jobs
+from tpu_rl import jobs
 from contracts.maxtext_schema import fetch_wheel
-from jobs.seed_differences import XPK_DIFFERENCES, xpk_difference
-from recipes import UserError, build_recipes, example_settings, get_recipe
+from tpu_rl.jobs.seed_differences import XPK_DIFFERENCES, xpk_difference
+from tpu_rl.recipes import UserError, build_recipes, example_settings, get_recipe
 
 SETTINGS = example_settings()
 XPK_TEMPLATE = Path(__file__).parent / "contracts" / "vendor" / "xpk" / "pathways_workload_create.yaml.j2"
@@ -42,7 +42,7 @@ def xpk_env() -> dict[str, dict[str, str]]:
 
 
 def load_table() -> dict:
-    return tomllib.loads(resources.files("recipes").joinpath("recipes.toml").read_text())
+    return tomllib.loads(resources.files("tpu_rl.recipes").joinpath("recipes.toml").read_text())
 
 
 def our_containers(recipe_name: str) -> dict[str, dict]:

@@ -11,10 +11,10 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-import jobs
+from tpu_rl import jobs
 from contracts.k8s_schema import KUBERNETES_VERSION, jobs_as_batch_v1, list_uniqueness, load_jobset_schema, strict
-from jobs.seed_differences import XPK_DIFFERENCES
-from recipes import all_recipes, example_settings
+from tpu_rl.jobs.seed_differences import XPK_DIFFERENCES
+from tpu_rl.recipes import all_recipes, example_settings
 
 SETTINGS = example_settings()
 # JobSet v0.12.0 pkg/webhooks/jobset_webhook.go: a rule's name must match ruleNameFmt and be 1-128 characters;

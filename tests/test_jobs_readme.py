@@ -3,10 +3,10 @@ each page holds its table verbatim."""
 
 from pathlib import Path
 
-from jobs.patches import patches_table
-from jobs.seed_differences import differences_table, not_carried_over_table, xpk_differences_table
-from recipes import all_recipes
-from recipes.cost import run_table
+from tpu_rl.jobs.patches import patches_table
+from tpu_rl.jobs.seed_differences import differences_table, not_carried_over_table, xpk_differences_table
+from tpu_rl.recipes import all_recipes
+from tpu_rl.recipes.cost import run_table
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import jobs
+from tpu_rl import jobs
 from contracts.seeds import as_mapping, seed_command, seed_env_flags, seed_replacements, seed_text, seed_variables
-from jobs.paths import ArtifactPaths
-from jobs.seed_differences import DIFFERENCES, SEED_STEPS_NOT_CARRIED_OVER, explain
-from recipes import STEPS, all_recipes, example_settings, get_recipe
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.jobs.seed_differences import DIFFERENCES, SEED_STEPS_NOT_CARRIED_OVER, explain
+from tpu_rl.recipes import STEPS, all_recipes, example_settings, get_recipe
 
 SETTINGS = example_settings()
 

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
-import jobs
-import jobs.vm_install
-from jobs.paths import ArtifactPaths
+from tpu_rl import jobs
+import tpu_rl.jobs.vm_install as jobs_vm_install
+from tpu_rl.jobs.paths import ArtifactPaths
 from peers.vm_guest import Guest, private_mounts
-from recipes import example_settings, get_recipe
-from scripts.pipeline.vm.state import Failure
+from tpu_rl.recipes import example_settings, get_recipe
+from tpu_rl.scripts.pipeline.vm.state import Failure
 
 SETTINGS = example_settings()
 RECIPE = get_recipe("llama31-v6e8")
@@ -104,7 +104,7 @@ def sandbox(tmp_path):
     for name in ("status", "available"):
         (root / "var" / "lib" / "dpkg" / name).touch()
     repo.mkdir()
-    debs = [_deb(repo, name) for name in jobs.vm_install.SYSTEM_PACKAGES]
+    debs = [_deb(repo, name) for name in jobs_vm_install.SYSTEM_PACKAGES]
     _repository(repo, debs)
     (root / "etc" / "apt" / "sources.list").write_text(f"deb [trusted=yes] file:{repo} ./\n")
     apt_conf = tmp_path / "apt.conf"
@@ -143,8 +143,8 @@ def test_an_interrupted_dpkg_is_repaired_and_the_install_runs_under_the_real_dpk
     assert "install: dpkg-configure (at most 900 s)" in guest.output
     assert f"Setting up {INTERRUPTED} (1.0) ..." in guest.output  # dpkg's own line, configuring it
     assert "expected programs not found in PATH" not in guest.output
-    assert _status(root) == {name: "install ok installed" for name in jobs.vm_install.SYSTEM_PACKAGES}
-    for name in jobs.vm_install.SYSTEM_PACKAGES:
+    assert _status(root) == {name: "install ok installed" for name in jobs_vm_install.SYSTEM_PACKAGES}
+    for name in jobs_vm_install.SYSTEM_PACKAGES:
         assert (root / "usr" / "share" / "doc" / name / "README").is_file()
     assert [call.split()[0] for call in calls[:3]] == ["curl", "uv", "uv"]  # the stand-ins came after apt
     assert guest.install_marker.is_file()
@@ -168,7 +168,7 @@ def test_locks_held_by_another_process_are_waited_for_on_the_real_apt_and_dpkgs_
             fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             timers.append(threading.Timer(seconds, fcntl.lockf, (handle, fcntl.LOCK_UN)))
             timers[-1].start()
-        code, _, log = guest.boot(**env, **{jobs.vm_install.LOCK_RETRY_ENV: "1"})
+        code, _, log = guest.boot(**env, **{jobs_vm_install.LOCK_RETRY_ENV: "1"})
     finally:
         for timer in timers:
             timer.cancel()
@@ -178,10 +178,10 @@ def test_locks_held_by_another_process_are_waited_for_on_the_real_apt_and_dpkgs_
     output = guest.output
     assert f"E: Could not get lock {locks[0]}. It is held by process {os.getpid()}" in output
     assert f"dpkg: error: dpkg frontend lock was locked by another process with pid {os.getpid()}" in output
-    assert jobs.vm_install.APT_LOCKED in output and jobs.vm_install.DPKG_LOCKED in output
+    assert jobs_vm_install.APT_LOCKED in output and jobs_vm_install.DPKG_LOCKED in output
     assert "apt-get: another process holds the lock (exit 100); trying again in 1 s" in output
     assert "dpkg: another process holds the lock (exit 2); trying again in 1 s" in output
-    assert _status(root) == {name: "install ok installed" for name in jobs.vm_install.SYSTEM_PACKAGES}
+    assert _status(root) == {name: "install ok installed" for name in jobs_vm_install.SYSTEM_PACKAGES}
 
 
 def test_the_stand_ins_audit_text_is_what_the_real_dpkg_prints(tmp_path, sandbox):

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-import jobs
-from jobs.paths import ArtifactPaths
+from tpu_rl import jobs
+from tpu_rl.jobs.paths import ArtifactPaths
 from peers.vm_guest import Guest
-from recipes import example_settings, get_recipe
-from scripts.pipeline.vm import watch as vm_watch
-from scripts.pipeline.vm.run import step_section
-from scripts.pipeline.vm.state import ConsoleView
+from tpu_rl.recipes import example_settings, get_recipe
+from tpu_rl.scripts.pipeline.vm import watch as vm_watch
+from tpu_rl.scripts.pipeline.vm.run import step_section
+from tpu_rl.scripts.pipeline.vm.state import ConsoleView
 
 SETTINGS = example_settings()
 RECIPE = get_recipe("llama31-v6e8")

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-import jobs
-import jobs.vm
-import jobs.vm_install
-from jobs.paths import split_gs_url
-from recipes import UserError, get_recipe
+from tpu_rl import jobs
+import tpu_rl.jobs.vm as jobs_vm
+import tpu_rl.jobs.vm_install as jobs_vm_install
+from tpu_rl.jobs.paths import split_gs_url
+from tpu_rl.recipes import UserError, get_recipe
 from peers.vm_guest import Guest
-from scripts.pipeline.vm.run import step_section
-from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
+from tpu_rl.scripts.pipeline.vm.run import step_section
+from tpu_rl.scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
 from vm_helpers import EXAMPLE_SETTINGS as SETTINGS, SCRIPT_PATHS as PATHS, SCRIPT_RECIPE as RECIPE
 from vm_helpers import AUDIT_UNPACKED, SCRIPT_TOKEN as TOKEN, example_script as script
 
@@ -184,7 +184,7 @@ def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it
         "apt-get update -q",
         "dpkg --audit",  # nothing to report: no configure
         "apt-get -o DPkg::Lock::Timeout=600 install -y -q build-essential cmake ninja-build",
-        f"curl -LsSf https://astral.sh/uv/{jobs.vm.UV_VERSION}/install.sh",
+        f"curl -LsSf https://astral.sh/uv/{jobs_vm.UV_VERSION}/install.sh",
         "uv python install 3.12",
         f"uv venv --clear --python 3.12 --seed {run.install_marker.parent}/venv",
         "uv pip install maxtext[tpu-post-train]==0.2.3 --resolution=lowest (UV_TORCH_BACKEND=cpu)",
@@ -236,7 +236,7 @@ def test_a_dpkg_configure_that_finds_the_lock_held_is_retried_and_the_install_go
     run, _ = run_script
     run.install_marker.unlink()
     code, calls, log = run(DPKG_AUDIT=AUDIT_UNPACKED, LOCKED_CALL=DPKG_CONFIGURE, LOCKED_TIMES="1",
-                           **{jobs.vm_install.LOCK_RETRY_ENV: "0"})
+                           **{jobs_vm_install.LOCK_RETRY_ENV: "0"})
     assert code == 0, log
     assert calls.count(DPKG_CONFIGURE) == 2
     assert "dpkg: error: dpkg frontend lock was locked by another process with pid 4242" in run.output
@@ -250,7 +250,7 @@ def test_an_apt_get_update_that_finds_the_lists_lock_held_waits_for_it_within_on
     # apt-daily's update holds the lists lock: apt-get update fails at once; it is tried again, in the same try.
     run, _ = run_script
     run.install_marker.unlink()
-    code, calls, log = run(LOCKED_CALL="apt-get update", LOCKED_TIMES="2", **{jobs.vm_install.LOCK_RETRY_ENV: "0"})
+    code, calls, log = run(LOCKED_CALL="apt-get update", LOCKED_TIMES="2", **{jobs_vm_install.LOCK_RETRY_ENV: "0"})
     assert code == 0, log
     assert calls.count("apt-get update -q") == 3
     assert run.output.count("apt-get: another process holds the lock (exit 100)") == 2
@@ -263,7 +263,7 @@ def test_a_lock_held_past_the_lock_wait_fails_the_phase_with_the_tools_own_line(
     guest.install_marker.unlink()
     began = time.monotonic()
     code, calls, _ = guest.boot(DPKG_AUDIT=AUDIT_UNPACKED, LOCKED_CALL=DPKG_CONFIGURE, LOCKED_TIMES="1000",
-                                **{jobs.vm_install.LOCK_RETRY_ENV: "1", jobs.vm_install.LOCK_WAIT_ENV: "2"})
+                                **{jobs_vm_install.LOCK_RETRY_ENV: "1", jobs_vm_install.LOCK_WAIT_ENV: "2"})
     assert time.monotonic() - began < 15
     assert code == 2  # dpkg's own exit
     assert 2 <= calls.count(DPKG_CONFIGURE) <= 4  # about one try a second for 2 s
@@ -275,7 +275,7 @@ def test_a_lock_held_past_the_lock_wait_fails_the_phase_with_the_tools_own_line(
 
 def test_an_attempt_record_that_cannot_be_uploaded_does_not_fail_the_install(guest):
     guest.install_marker.unlink()
-    code, _, log = guest.boot(FAKE_CP_FAIL_BODY="command=uv-venv", **{jobs.vm.RETRY_ENV: "0"})
+    code, _, log = guest.boot(FAKE_CP_FAIL_BODY="command=uv-venv", **{jobs_vm.RETRY_ENV: "0"})
     assert code == 0, log
     assert guest.install_marker.is_file()
     assert "failed (try 5 of 5)" in guest.output
@@ -328,7 +328,7 @@ def test_a_missing_secret_version_fails_the_token_phase_with_the_fix_and_a_recor
 
 def test_an_install_failure_leaves_a_record_before_any_step(guest):
     guest.install_marker.unlink()
-    code, calls, log = guest.boot(FAIL_TOOL="apt-get", **{jobs.vm.RETRY_ENV: "0"})
+    code, calls, log = guest.boot(FAIL_TOOL="apt-get", **{jobs_vm.RETRY_ENV: "0"})
     assert code == 100
     assert calls == ["apt-get update -q"] * 3  # tried 3 times, then the failure
     assert "install: apt-get update failed (exit 100, try 2 of 3), retrying" in log
@@ -343,7 +343,7 @@ def test_a_hung_install_command_ends_the_phase_at_its_bound_with_a_record_naming
     guest.install_marker.unlink()
     began = time.monotonic()
     code, calls, log = guest.boot(HANG_TOOL="install_tpu_post_train_extra_deps",
-                                  **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1"})
+                                  **{jobs_vm_install.INSTALL_TIMEOUT_ENV: "1"})
     assert time.monotonic() - began < 15  # the stand-in would hang 30 s
     assert code == 124  # coreutils timeout(1): the command timed out
     record = failure(guest)
@@ -358,7 +358,7 @@ def test_a_command_that_ignores_term_is_killed_after_the_grace(guest):
     guest.install_marker.unlink()
     began = time.monotonic()
     code, _, _ = guest.boot(HANG_TOOL="install_tpu_post_train_extra_deps", IGNORE_TERM="1",
-                            **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1", jobs.vm_install.KILL_AFTER_ENV: "1"})
+                            **{jobs_vm_install.INSTALL_TIMEOUT_ENV: "1", jobs_vm_install.KILL_AFTER_ENV: "1"})
     assert time.monotonic() - began < 15  # the stand-in would hang 30 s
     assert code == 137  # coreutils timeout(1): KILL after TERM was ignored
     assert failure(guest).last_line.endswith("install: install_tpu_post_train_extra_deps did not finish within its "
@@ -368,7 +368,7 @@ def test_a_command_that_ignores_term_is_killed_after_the_grace(guest):
 
 def test_timed_out_measures_the_bound_by_the_time_since_boot(tmp_path):
     # A start 5 s of /proc/uptime ago with a bound of 5 s has used its bound up; one just now has not.
-    check = (jobs.vm_install.UPTIME_S + "\n" + jobs.vm_install.bounded_helpers() + "\nnow=$(cut -d. -f1 /proc/uptime)\n"
+    check = (jobs_vm_install.UPTIME_S + "\n" + jobs_vm_install.bounded_helpers() + "\nnow=$(cut -d. -f1 /proc/uptime)\n"
              "timed_out 124 $((now - 5)) 5 && echo used-up\ntimed_out 124 $now 5 || echo not-yet\n"
              "timed_out 1 $((now - 5)) 5 || echo not-a-timeout\n")
     out = subprocess.run(["bash", "-c", check], capture_output=True, text=True, check=True).stdout.split()
@@ -377,7 +377,7 @@ def test_timed_out_measures_the_bound_by_the_time_since_boot(tmp_path):
 
 def test_each_install_command_names_itself_and_its_bound_in_the_attempt_record(guest):
     guest.install_marker.unlink()
-    code, _, _ = guest.boot(HANG_TOOL="apt-get", **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1", jobs.vm.RETRY_ENV: "0"})
+    code, _, _ = guest.boot(HANG_TOOL="apt-get", **{jobs_vm_install.INSTALL_TIMEOUT_ENV: "1", jobs_vm.RETRY_ENV: "0"})
     assert code == 124
     attempt = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
     assert (attempt.phase, attempt.command, attempt.bound, attempt.ended) == ("install", "apt-get-update", 1, "exit-124")
@@ -388,31 +388,31 @@ def test_each_install_command_names_itself_and_its_bound_in_the_attempt_record(g
 
 def test_the_bounds_are_the_named_ones_and_the_total_covers_every_try():
     text = script()
-    for name, bound in jobs.vm_install.INSTALL_BOUNDS.items():
+    for name, bound in jobs_vm_install.INSTALL_BOUNDS.items():
         assert f'bounded {name} "${{TPU_RL_INSTALL_TIMEOUT_SECONDS:-{bound.seconds}}}"' in text
     # apt-get update 3 times (900 s each), the other seven once, each + its 30 s KILL grace, + 10 s and 20 s waits
-    assert jobs.vm_install.INSTALL_TOTAL_SECONDS == 3 * 930 + (900 + 1200 + 300 + 600 + 300 + 2400 + 3600 + 7 * 30) + 30
+    assert jobs_vm_install.INSTALL_TOTAL_SECONDS == 3 * 930 + (900 + 1200 + 300 + 600 + 300 + 2400 + 3600 + 7 * 30) + 30
 
 
 def test_the_pipeline_doc_states_the_install_bounds_the_script_uses():
-    from scripts.pipeline.session import hms
+    from tpu_rl.scripts.pipeline.session import hms
     doc = " ".join((Path(__file__).parents[1] / "docs" / "pipeline.md").read_text().split())
-    assert " ".join(jobs.vm_install.bounds_table().split()) in doc  # the table, generated from INSTALL_BOUNDS
-    for name, bound in jobs.vm_install.INSTALL_BOUNDS.items():
+    assert " ".join(jobs_vm_install.bounds_table().split()) in doc  # the table, generated from INSTALL_BOUNDS
+    for name, bound in jobs_vm_install.INSTALL_BOUNDS.items():
         assert f"| `{name}`" in doc and f"| {hms(bound.seconds)} |" in doc, name
-    assert f"The token read (`gcloud secrets versions access`) has {hms(jobs.vm_install.TOKEN_BOUND.seconds)}." in doc
-    assert f"The whole install is at most {hms(jobs.vm_install.INSTALL_TOTAL_SECONDS)}." in doc
-    from scripts.pipeline.vm.phase_watch import INSTALL_GRACE_SECONDS, INSTALL_WAIT_SECONDS
-    assert (f"lasted {hms(INSTALL_WAIT_SECONDS)} by its own clock (the {hms(jobs.vm_install.INSTALL_TOTAL_SECONDS)} "
+    assert f"The token read (`gcloud secrets versions access`) has {hms(jobs_vm_install.TOKEN_BOUND.seconds)}." in doc
+    assert f"The whole install is at most {hms(jobs_vm_install.INSTALL_TOTAL_SECONDS)}." in doc
+    from tpu_rl.scripts.pipeline.vm.phase_watch import INSTALL_GRACE_SECONDS, INSTALL_WAIT_SECONDS
+    assert (f"lasted {hms(INSTALL_WAIT_SECONDS)} by its own clock (the {hms(jobs_vm_install.INSTALL_TOTAL_SECONDS)} "
             f"and {hms(INSTALL_GRACE_SECONDS)} for those uploads;") in doc
-    from scripts.pipeline.vm.phase_watch import CHECKING_WAIT_SECONDS, TOKEN_WAIT_SECONDS, UPLOADS_WAIT_SECONDS
+    from tpu_rl.scripts.pipeline.vm.phase_watch import CHECKING_WAIT_SECONDS, TOKEN_WAIT_SECONDS, UPLOADS_WAIT_SECONDS
     assert (f"`token` {hms(TOKEN_WAIT_SECONDS)} (its read and the uploads), `checking-<step>` "
             f"{hms(CHECKING_WAIT_SECONDS)} (two bucket checks and their retries, and the uploads), `boot` and `done` "
             f"{hms(UPLOADS_WAIT_SECONDS)}.") in doc
 
 
 def test_a_hung_secret_read_ends_the_token_phase_at_its_bound(guest):
-    code, calls, _ = guest.boot(FAKE_SECRET_HANG="1", **{jobs.vm_install.INSTALL_TIMEOUT_ENV: "1"})
+    code, calls, _ = guest.boot(FAKE_SECRET_HANG="1", **{jobs_vm_install.INSTALL_TIMEOUT_ENV: "1"})
     assert code == 124 and calls == []
     record = failure(guest)
     assert (record.phase, record.code) == ("token", "124")
@@ -459,8 +459,8 @@ def test_a_boot_supersedes_the_old_failure_before_anything_else(guest):
 
 def test_only_the_guest_agents_own_failure_line_counts():
     run = PATHS.run_name
-    lines = [f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z {run} attempt A-1: boot",
-             f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z {run} train: starting",
+    lines = [f"startup-script: {jobs_vm.LOG_TAG} 2026-11-30T00:00:00Z {run} attempt A-1: boot",
+             f"startup-script: {jobs_vm.LOG_TAG} 2026-11-30T00:00:00Z {run} train: starting",
              "startup-script: subprocess of rollout worker: exit status 1",
              'startup-script: Script "startup-script" failed with error: exit status 1 (printed by a test)',
              'Metadata key("startup-script"), command("/bin/bash"): Finished running startup scripts']
@@ -472,8 +472,8 @@ def test_only_the_guest_agents_own_failure_line_counts():
 
 def test_a_script_that_ended_without_a_record_is_an_end():
     run = PATHS.run_name
-    console = (f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z {run} attempt A-1: boot\n"
-               f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z {run} train: starting\n"
+    console = (f"startup-script: {jobs_vm.LOG_TAG} 2026-11-30T00:00:00Z {run} attempt A-1: boot\n"
+               f"startup-script: {jobs_vm.LOG_TAG} 2026-11-30T00:00:00Z {run} train: starting\n"
                'Script "startup-script" failed with error: signal: killed\nFinished running startup scripts.\n')
     state = VmState.of({"convert"}, Attempt("A-1", "train", ""), None, ConsoleView.read(console, run))
     assert state.ended_without_record == "signal: killed"
@@ -481,8 +481,8 @@ def test_a_script_that_ended_without_a_record_is_an_end():
 
 
 def test_another_runs_lines_are_not_this_runs_progress():
-    console = (f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z llama31-v6e8-0ld0ld0 attempt B-2: boot\n"
-               f"startup-script: {jobs.vm.LOG_TAG} 2026-11-30T00:00:00Z llama31-v6e8-0ld0ld0 train: starting\n")
+    console = (f"startup-script: {jobs_vm.LOG_TAG} 2026-11-30T00:00:00Z llama31-v6e8-0ld0ld0 attempt B-2: boot\n"
+               f"startup-script: {jobs_vm.LOG_TAG} 2026-11-30T00:00:00Z llama31-v6e8-0ld0ld0 train: starting\n")
     view = ConsoleView.read(console, PATHS.run_name)
     assert view.attempt is None and view.started == []
     assert step_section(console, "train", PATHS.run_name) is None
@@ -491,7 +491,7 @@ def test_another_runs_lines_are_not_this_runs_progress():
 def test_a_transient_bucket_error_at_boot_is_retried_and_reruns_no_finished_step(run_script, guest):
     run, marker = run_script
     guest.finished(PATHS, "convert", "train", checkpoint=50)
-    code, calls, log = run(FAKE_LS_FAILURES="2", **{jobs.vm.RETRY_ENV: "0"})
+    code, calls, log = run(FAKE_LS_FAILURES="2", **{jobs_vm.RETRY_ENV: "0"})
     assert code == 0, log
     assert calls == ["maxtext.checkpoint_conversion.to_huggingface token=yes"]
     assert "failed (try 1 of 5): ERROR: (gcloud.storage.ls) HTTPError 503" in log
@@ -499,7 +499,7 @@ def test_a_transient_bucket_error_at_boot_is_retried_and_reruns_no_finished_step
 
 def test_a_step_whose_log_upload_fails_is_still_done_with_a_warning(run_script, guest):
     run, marker = run_script
-    code, _, log = run(FAKE_CP_FAIL=PATHS.step_log("train"), **{jobs.vm.RETRY_ENV: "0"})
+    code, _, log = run(FAKE_CP_FAIL=PATHS.step_log("train"), **{jobs_vm.RETRY_ENV: "0"})
     assert code == 0, log
     assert marker("train").exists() and marker("export").exists()
     assert f"train: warning: its log did not reach {PATHS.step_log('train')} (the step is done)" in log
@@ -509,7 +509,7 @@ def test_a_step_whose_log_upload_fails_is_still_done_with_a_warning(run_script, 
 
 def test_a_failed_check_before_a_step_is_blamed_on_that_check_not_the_step_before(run_script, guest):
     run, marker = run_script
-    code, _, log = run(FAKE_LS_FAIL=PATHS.progress_marker("train"), **{jobs.vm.RETRY_ENV: "0"})
+    code, _, log = run(FAKE_LS_FAIL=PATHS.progress_marker("train"), **{jobs_vm.RETRY_ENV: "0"})
     assert code == 1 and marker("convert").exists() and not marker("train").exists()
     record = failure(guest)
     assert (record.phase, record.code) == ("checking-train", "1")
@@ -523,7 +523,7 @@ def test_a_failed_check_before_a_step_is_blamed_on_that_check_not_the_step_befor
 
 def test_a_transient_upload_error_is_retried(run_script):
     run, marker = run_script
-    code, _, log = run(FAKE_CP_FAILURES="2", **{jobs.vm.RETRY_ENV: "0"})
+    code, _, log = run(FAKE_CP_FAILURES="2", **{jobs_vm.RETRY_ENV: "0"})
     assert code == 0, log
     assert "failed (try 2 of 5): ERROR: (gcloud.storage.cp) HTTPError 503" in log
     assert all(marker(step).exists() for step in ("convert", "train", "export"))
@@ -533,7 +533,7 @@ def test_a_bucket_that_keeps_failing_stops_the_script_instead_of_rerunning(run_s
     run, marker = run_script
     marker("convert").parent.mkdir(parents=True, exist_ok=True)
     marker("convert").write_text("done")
-    code, calls, log = run(FAKE_LS_FAILURES="99", **{jobs.vm.RETRY_ENV: "0"})
+    code, calls, log = run(FAKE_LS_FAILURES="99", **{jobs_vm.RETRY_ENV: "0"})
     assert code == 1 and calls == []
     assert "stopping rather than rerun a finished step" in log
 
@@ -542,15 +542,15 @@ def test_every_line_the_script_logs_names_its_run(run_script):
     run, _ = run_script
     code, _, _ = run()
     assert code == 0
-    tagged = [line for line in run.output.splitlines() if line.startswith(jobs.vm.LOG_TAG)]
+    tagged = [line for line in run.output.splitlines() if line.startswith(jobs_vm.LOG_TAG)]
     assert tagged and all(line.split()[2] == PATHS.run_name for line in tagged)
-    assert jobs.vm.ATTEMPT_LINE.match(tagged[0])
+    assert jobs_vm.ATTEMPT_LINE.match(tagged[0])
 
 
 # --- cancel: the marker `tpu-rl cancel` writes ------------------------------------------------------------
 
 def cancelled_line(log: str) -> str:
-    return next(line for line in log.splitlines() if f" {jobs.vm.CANCELLED}: marker " in line)
+    return next(line for line in log.splitlines() if f" {jobs_vm.CANCELLED}: marker " in line)
 
 
 def test_a_cancel_marker_at_boot_runs_no_step_and_says_how_to_go_on(run_script):
@@ -564,7 +564,7 @@ def test_a_cancel_marker_at_boot_runs_no_step_and_says_how_to_go_on(run_script):
     assert calls == []
     assert "convert: already done" in log  # the check comes before a step would start
     line = cancelled_line(log)
-    assert line.startswith(f"{jobs.vm.LOG_TAG} ")
+    assert line.startswith(f"{jobs_vm.LOG_TAG} ")
     assert line.endswith(f" cancelled: marker {PATHS.cancel_marker} exists; delete it and reboot the VM to go on")
     assert "train: starting" not in log and "all steps done" not in log
 
@@ -574,7 +574,7 @@ def test_a_cancel_while_train_runs_stops_it_without_its_marker(run_script):
     train = "maxtext.trainers.post_train.rl.train_rl"
     started = time.monotonic()
     code, calls, log = run(CANCEL_MODULE=train, CANCEL_FILE=str(marker("cancel")),
-                           **{jobs.vm.CANCEL_POLL_ENV: "1"})
+                           **{jobs_vm.CANCEL_POLL_ENV: "1"})
     assert time.monotonic() - started < 30, "the watcher did not stop the step"  # the stand-in sleeps 50 s
     assert code == 0, log  # a cancel, not a crash: the guest agent reports exit status 0
     assert calls == ["maxtext.checkpoint_conversion.to_maxtext token=yes", f"{train} token=yes",
@@ -605,7 +605,7 @@ def test_a_normal_run_leaves_no_watcher_behind(run_script, tmp_path):
     run, _ = run_script
     poll = "41.5"  # an odd interval, so the watcher's sleep is told apart from any other
     started = time.monotonic()
-    code, _, log = run(**{jobs.vm.CANCEL_POLL_ENV: poll})
+    code, _, log = run(**{jobs_vm.CANCEL_POLL_ENV: poll})
     assert code == 0, log
     # The run returns long before a round of the watcher ends: nothing kept the script's output open.
     assert time.monotonic() - started < 30

@@ -13,15 +13,15 @@ from typer.testing import CliRunner
 
 from cli_helpers import CONVERT, RECIPE, TRAIN, error_line, slow_polls
 from contracts.tunix_log import evaluation_line
-from jobs import render_manifests
-from jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl.jobs import render_manifests
+from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers import kueue
 from peers.event_files import put_event_files
 from peers.fixtures import peer_settings, put_step_output
-from recipes import get_recipe
-from scripts.cli import app
-from scripts.pipeline.gke.queue import behind_our_own, positions
-from scripts.rundata.evaluation import parse_evaluations
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.pipeline.gke.queue import behind_our_own, positions
+from tpu_rl.scripts.rundata.evaluation import parse_evaluations
 
 runner = CliRunner()
 RUNS_OF_THE_SWEEP = {"lr-a": 33, "lr-b": 45, "lr-c": 38}  # correct answers of 64 after training
@@ -200,8 +200,8 @@ def test_the_convert_jobset_of_a_sweep_is_the_recipes_shared_one():
 
 
 def test_runs_prices_each_run_by_the_time_its_steps_billed_not_the_time_train_sat_in_the_queue(cloud):
-    from recipes.cost import hourly_estimate
-    from recipes.prices import usd
+    from tpu_rl.recipes.cost import hourly_estimate
+    from tpu_rl.recipes.prices import usd
 
     paths = _record(cloud, "lr-a", 40)
     bucket, name = split_gs_url(paths.run_record)
@@ -225,9 +225,9 @@ def test_runs_prices_each_run_by_the_time_its_steps_billed_not_the_time_train_sa
 def test_phases_written_as_they_change_never_overwrite_a_record_tpu_rl_cancel_marked(cloud):
     """The phases go into run.json at each new phase (for `runs`' cost), but not over the record `tpu-rl
     cancel` wrote meanwhile: it says why the JobSet went away."""
-    from scripts.cli.cloud import make_session
-    from scripts.cli.core import cloud_recipe
-    from scripts.pipeline.record import RunRecord
+    from tpu_rl.scripts.cli.cloud import make_session
+    from tpu_rl.scripts.cli.core import cloud_recipe
+    from tpu_rl.scripts.pipeline.record import RunRecord
 
     recipe, settings = cloud_recipe("run", RECIPE)
     session = make_session(recipe.model_copy(update={"run": "lr-a"}), settings, "writes")

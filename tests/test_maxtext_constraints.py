@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from contracts.maxtext_schema import fetch_wheel
-from recipes import all_recipes
+from tpu_rl.recipes import all_recipes
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))

@@ -27,15 +27,15 @@ from pathlib import Path
 
 import pytest
 
-import jobs
-from jobs.vm import EXPORT_STEP_VAR
-from jobs.maxtext import MaxTextCommand, maxtext_commands
-from jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl import jobs
+from tpu_rl.jobs.vm import EXPORT_STEP_VAR
+from tpu_rl.jobs.maxtext import MaxTextCommand, maxtext_commands
+from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from maxtext_cpu.chain import REPO, Chain, StepRun, in_venv, last_json, need_venv, tiny_model
 from maxtext_cpu.run import REFUSED_BEGIN, REFUSED_END
 from peers.fixtures import peer_settings
-from recipes import Recipe, all_recipes, get_recipe
-from scripts.cloud.gcs import ORBAX_COMMIT_MARKER, missing_outputs
+from tpu_rl.recipes import Recipe, all_recipes, get_recipe
+from tpu_rl.scripts.cloud.gcs import ORBAX_COMMIT_MARKER, missing_outputs
 
 RECIPES = list(all_recipes())
 # The steps of two recipes run at once: each is one CPU-bound process, and pytest itself runs serially.
@@ -153,7 +153,7 @@ def test_the_commands_run_here_are_the_ones_render_writes(name):
 
 
 def test_the_gemma_export_script_carries_the_vision_tower_it_renders():
-    from jobs.export import VISION_PARTS, carry_vision_script
+    from tpu_rl.jobs.export import VISION_PARTS, carry_vision_script
 
     recipe, settings = _recipe("gemma4-v6e64"), peer_settings()
     paths = ArtifactPaths(recipe, settings)
@@ -166,7 +166,7 @@ def test_the_gemma_export_script_carries_the_vision_tower_it_renders():
 
 
 def test_the_seed_differences_page_lists_the_steps_we_add():
-    from jobs.seed_differences import added_steps_table
+    from tpu_rl.jobs.seed_differences import added_steps_table
 
     assert added_steps_table() in (REPO / "docs" / "seed-differences.md").read_text()
 

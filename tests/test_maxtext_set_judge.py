@@ -5,7 +5,7 @@ setup_configs_and_devices calls it (tests/maxtext_cpu/run.py judge). Every recip
 arguments, and each recipe's arguments with one `--set` of the table below, go to the parser of the
 recipe's pinned release in one process per release. Then:
 
-- what the package accepts (recipes.runs.with_sets), MaxText accepts: what MaxText refuses, the package
+- what the package accepts (tpu_rl.recipes.runs.with_sets), MaxText accepts: what MaxText refuses, the package
   refuses first;
 - the cases: key names (which the package checks today), bad values of known keys (which the package
   lets through until its value checks exist, issue "Judge runs" part 3, and must refuse once
@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from jobs.maxtext import maxtext_commands
-from jobs.paths import ArtifactPaths
+from tpu_rl.jobs.maxtext import maxtext_commands
+from tpu_rl.jobs.paths import ArtifactPaths
 from maxtext_cpu.chain import need_venv
 from peers.fixtures import peer_settings
-import recipes
-from recipes import UserError, all_recipes, get_recipe
-from recipes.runs import with_sets
+from tpu_rl import recipes
+from tpu_rl.recipes import UserError, all_recipes, get_recipe
+from tpu_rl.recipes.runs import with_sets
 
 RECIPES = list(all_recipes())
 

@@ -12,11 +12,11 @@ import yaml
 from contracts.maxtext_schema import REPO, MaxTextSchema, fetch_wheel
 from contracts.maxtext_set_cases import SAME_VALUE_CASES, SET_CASES, SetCase
 from contracts.maxtext_types import MaxTextTypes
-from jobs.maxtext import TRAIN_RL, train_command
-from jobs.paths import ArtifactPaths
-from recipes import UserError, all_recipes, example_settings, get_recipe
-from recipes.maxtext_values import KEY_LIST_DIR, RUNTIME_BOUNDS, check_value, parse_override, release_schema
-from recipes.runs import default_run_name, for_run
+from tpu_rl.jobs.maxtext import TRAIN_RL, train_command
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import UserError, all_recipes, example_settings, get_recipe
+from tpu_rl.recipes.maxtext_values import KEY_LIST_DIR, RUNTIME_BOUNDS, check_value, parse_override, release_schema
+from tpu_rl.recipes.runs import default_run_name, for_run
 
 VERSIONS = sorted({recipe.maxtext_version for recipe in all_recipes().values()} | {"0.2.3", "0.2.4"})
 QWEN = get_recipe("qwen3-v6e32")  # MaxText 0.2.4
@@ -53,7 +53,7 @@ def test_each_shipped_type_file_equals_the_types_its_wheel_declares(version):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_each_shipped_values_file_equals_its_wheels_config(version):
-    """check-rewards' tmvp_config starts from these (recipes.maxtext_values.release_values)."""
+    """check-rewards' tmvp_config starts from these (tpu_rl.recipes.maxtext_values.release_values)."""
     import json
 
     types = _types(version)

@@ -2,7 +2,7 @@
 
 Each fixture is a fresh repository holding a copy of this project; the second commit changes the recipe
 table. The review synthesizes both sides with their own code, so it is slow (a synth of all stacks per
-side): every distinct tree is built once per session (scripts.plan_review.worktrees caches sides by tree hash)
+side): every distinct tree is built once per session (tpu_rl.scripts.plan_review.worktrees caches sides by tree hash)
 and the cases share trees where they can (the removed slice is the added slice, reversed).
 """
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from recipes import conventions
-from recipes.errors import UserError
-from scripts import plan_review as pr
-from scripts.plan_review.worktrees import Side
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.scripts import plan_review as pr
+from tpu_rl.scripts.plan_review.worktrees import Side
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = "recipes/recipes.toml"
@@ -175,7 +175,7 @@ WORKER = "spec.replicatedJobs[worker].template.spec"
 
 
 # Cost cells worked out by hand from recipes/prices.toml (us-east5) and the recipe table, never by
-# recipes.cost: v6e chip-hour $1.89 reserved, $1.35 spot; n4-standard-64 $3.03, c4d-standard-96 $4.65,
+# tpu_rl.recipes.cost: v6e chip-hour $1.89 reserved, $1.35 spot; n4-standard-64 $3.03, c4d-standard-96 $4.65,
 # system pool e2-standard-4 $0.134, GKE fee $0.10; Cloud NAT $0.0014 per node + $0.005 for its IP.
 # A GKE run is 40 + 90 + 40 = 170 minutes, the VM's 5 + 10 + 5 = 20 minutes.
 #
@@ -421,7 +421,7 @@ def test_synth_failing_at_one_side_is_one_line_and_leaves_no_worktree(fixtures):
 def test_cli_prints_the_review_and_writes_the_changed_stacks(repos, reviews, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from scripts.cli import app
+    from tpu_rl.scripts.cli import app
 
     monkeypatch.chdir(repos["topology and spot"])
     changed = tmp_path / "changed-stacks.txt"
@@ -435,13 +435,13 @@ def test_cli_output_ends_with_a_newline_when_nothing_changed(monkeypatch):
     # issue 28: "No changes: ..." was printed without one, so the shell prompt followed it on the same line.
     from typer.testing import CliRunner
 
-    import scripts.plan_review
-    from scripts.cli import app
-    from scripts.plan_review.worktrees import Side
+    import tpu_rl.scripts.plan_review as scripts_plan_review
+    from tpu_rl.scripts.cli import app
+    from tpu_rl.scripts.plan_review.worktrees import Side
 
     side = Side(stacks={"artifacts": {}}, manifests={}, costs="no estimate")
-    monkeypatch.setattr(scripts.plan_review, "review",
-                        lambda base: scripts.plan_review.compare_sides(side, side, "HEAD~1 (0123456789)"))
+    monkeypatch.setattr(scripts_plan_review, "review",
+                        lambda base: scripts_plan_review.compare_sides(side, side, "HEAD~1 (0123456789)"))
     result = CliRunner().invoke(app, ["plan-review", "--base", "HEAD~1"])
     assert result.exit_code == 0, result.output
     assert result.output == ("No changes: the stacks, manifests and cost estimates at HEAD~1 (0123456789) and in "
@@ -451,7 +451,7 @@ def test_cli_output_ends_with_a_newline_when_nothing_changed(monkeypatch):
 def test_cli_bad_ref_exits_2_with_one_line(repos, monkeypatch):
     from typer.testing import CliRunner
 
-    from scripts.cli import app
+    from tpu_rl.scripts.cli import app
 
     monkeypatch.chdir(repos["no change"])
     result = CliRunner().invoke(app, ["plan-review", "--base", "no-such-branch"])

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from recipes import get_recipe
-from recipes.cost import hourly_estimate, pipeline_run_estimate
-from scripts.plan_review import compare
-from scripts.plan_review.diff import describe, diff_manifests, diff_stacks, flatten
-from scripts.plan_review.report import StackCost, costs_for, render_stacks
-from scripts.plan_review.worktrees import Side
+from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.cost import hourly_estimate, pipeline_run_estimate
+from tpu_rl.scripts.plan_review import compare
+from tpu_rl.scripts.plan_review.diff import describe, diff_manifests, diff_stacks, flatten
+from tpu_rl.scripts.plan_review.report import StackCost, costs_for, render_stacks
+from tpu_rl.scripts.plan_review.worktrees import Side
 
 
 def _pool(topology: str, nodes: int) -> dict:

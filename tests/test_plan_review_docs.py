@@ -14,9 +14,9 @@ import pytest
 import yaml
 from conftest import resources
 
-from infra.cluster_addons import release_namespaces
-from recipes import conventions
-from scripts.plan_review.plan_identity import (
+from tpu_rl.infra.cluster_addons import release_namespaces
+from tpu_rl.recipes import conventions
+from tpu_rl.scripts.plan_review.plan_identity import (
     ARTIFACTS_BUCKET,
     PLAN_ROLES,
     PROJECT,

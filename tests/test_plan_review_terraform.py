@@ -20,10 +20,10 @@ import pytest
 
 from terraform_cli import terraform, terraform_env
 
-from scripts.plan_review import terraform_plan as tp
+from tpu_rl.scripts.plan_review import terraform_plan as tp
 
 STATE_BUCKET = "tpu-rl-state"
-PREFIX = "tpu-rl"  # stacks.base.STATE_PREFIX: each stack's state under tpu-rl/<stack>
+PREFIX = "tpu-rl"  # tpu_rl.stacks.base.STATE_PREFIX: each stack's state under tpu-rl/<stack>
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def state_bucket(gcs_server):
 
 def _stack(root: Path, name: str, url: str, resources: dict, outputs: dict) -> Path:
     """A synthesized stack as cdktf lays it out (cdktf.out/stacks/<name>/cdk.tf.json), its backend the
-    emulator (storage_custom_endpoint and a dummy token are the only additions to what stacks.base
+    emulator (storage_custom_endpoint and a dummy token are the only additions to what tpu_rl.stacks.base
     writes: bucket and prefix)."""
     directory = root / "stacks" / name
     directory.mkdir(parents=True)

@@ -344,7 +344,7 @@ def test_every_setting_that_shapes_a_stack_reaches_the_plan_as_a_repository_vari
     """A stack deployed with CAPACITY=flex-start,spot, another HF_TOKEN_SECRET or TPU_NAME must be planned
     with them, or its plan shows pools and grants to destroy. Settings only `tpu-rl` reads
     (shapes_stacks=False, e.g. CAPACITY_WAIT) are not passed."""
-    from recipes.setting_specs import SPECS
+    from tpu_rl.recipes.setting_specs import SPECS
 
     env = yaml.safe_load(PLAN.read_text())["jobs"]["terraform-plan"]["env"]
     shaping = [spec for spec in SPECS if spec.shapes_stacks]
@@ -360,7 +360,7 @@ def test_credentials_are_requested_only_after_the_code_is_installed_and_synthesi
                                                                 step.get("run", ""))]
     assert installs and max(installs) < auth, (installs, auth)
     after = [step.get("run", step.get("uses", "")) for step in steps[auth + 1:]]
-    assert len(after) == 2 and "-m scripts.plan_review.terraform_plan" in after[0], after
+    assert len(after) == 2 and "-m tpu_rl.scripts.plan_review.terraform_plan" in after[0], after
     assert after[1].startswith("actions/upload-artifact@")
     uploaded = steps[-1]["with"]["path"].split()
     assert uploaded == ["terraform-plan.md", "plan-logs/"]  # never the credentials file auth writes
@@ -369,7 +369,7 @@ def test_credentials_are_requested_only_after_the_code_is_installed_and_synthesi
 def test_the_plan_job_terraform_runs_only_through_the_tested_step():
     """Terraform runs in scripts/plan_review/terraform_plan.py (init, plan -lock=false, show), which
     tests/test_plan_review_terraform.py runs against Terraform's real GCS backend."""
-    from scripts.plan_review import terraform_plan
+    from tpu_rl.scripts.plan_review import terraform_plan
 
     steps = yaml.safe_load(PLAN.read_text())["jobs"]["terraform-plan"]["steps"]
     assert not [step["run"] for step in steps if TERRAFORM_CALL.search(step.get("run", ""))]

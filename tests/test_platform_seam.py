@@ -13,8 +13,8 @@ import typing
 
 from peers.fixtures import REPO, clean_environment
 
-from recipes.capacity_modes import PLATFORM_RULES, Platform as PlatformName
-from scripts.pipeline.platforms import IMPLEMENTATIONS, Platform, platform_for
+from tpu_rl.recipes.capacity_modes import PLATFORM_RULES, Platform as PlatformName
+from tpu_rl.scripts.pipeline.platforms import IMPLEMENTATIONS, Platform, platform_for
 
 PRODUCT_PACKAGES = ("scripts", "jobs", "recipes", "infra", "stacks")
 IMPLEMENTATION_PACKAGES = ("scripts/pipeline/gke/", "scripts/pipeline/vm/")
@@ -64,9 +64,9 @@ def test_every_platform_has_rules_and_an_implementation_of_the_whole_protocol():
 
 
 def test_help_imports_no_platform_implementation(tmp_path):
-    probe = ("import sys\nfrom typer.testing import CliRunner\nfrom scripts.cli import app\n"
+    probe = ("import sys\nfrom typer.testing import CliRunner\nfrom tpu_rl.scripts.cli import app\n"
              "result = CliRunner().invoke(app, ['--help'])\nassert result.exit_code == 0, result.output\n"
-             "print(sorted(m for m in sys.modules if m.startswith(('scripts.pipeline.gke', 'scripts.pipeline.vm'))))")
+             "print(sorted(m for m in sys.modules if m.startswith(('tpu_rl.scripts.pipeline.gke', 'tpu_rl.scripts.pipeline.vm'))))")
     env = {**clean_environment(tmp_path), "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=120)

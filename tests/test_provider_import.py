@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from infra import google
-from recipes import UserError, all_recipes
-from recipes.conventions import ARTIFACTS_STACK
+from tpu_rl.infra import google
+from tpu_rl.recipes import UserError, all_recipes
+from tpu_rl.recipes.conventions import ARTIFACTS_STACK
 
 REPO = Path(__file__).resolve().parents[1]
 APP_COMMAND = json.loads((REPO / "cdktf.json").read_text())["app"]
@@ -56,7 +56,7 @@ FALLBACK_PROBE = """
     import importlib, importlib.metadata, sys
     real_version = importlib.metadata.version
     importlib.metadata.version = lambda name: "16.13.0" if name == "cdktf-cdktf-provider-google" else real_version(name)
-    from infra import google
+    from tpu_rl.infra import google
     requested, real_import = [], importlib.import_module
 
     def recorded(name, *args):
@@ -149,8 +149,8 @@ def test_forcing_lazy_with_another_provider_version_stops_with_one_line_naming_t
         import importlib.metadata, sys
         real_version = importlib.metadata.version
         importlib.metadata.version = lambda name: "17.0.0" if name == "cdktf-cdktf-provider-google" else real_version(name)
-        from infra import google
-        from recipes import UserError
+        from tpu_rl.infra import google
+        from tpu_rl.recipes import UserError
         try:
             google.import_status()
         except UserError as error:
@@ -182,7 +182,7 @@ def test_lazy_package_loads_submodules_on_attribute_access_and_for_jsii_type_loo
     result = _run_python(
         """
         import sys
-        from infra import google
+        from tpu_rl.infra import google
         assert google.import_status()["mode"] == "lazy"
         package = sys.modules["cdktf_cdktf_provider_google"]
         assert package.__tpu_rl_lazy__ and "cdktf_cdktf_provider_google.compute_disk" not in sys.modules

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from peers.hf_hub import MODELS
-from recipes import all_recipes
+from tpu_rl.recipes import all_recipes
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

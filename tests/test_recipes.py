@@ -7,7 +7,7 @@ import copy
 import pytest
 from conftest import recipe_table
 
-from recipes import UserError, all_recipes, build_recipes, get_recipe
+from tpu_rl.recipes import UserError, all_recipes, build_recipes, get_recipe
 
 
 @pytest.fixture(scope="module")

@@ -30,12 +30,12 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from jobs.maxtext import train_command
-from jobs.paths import ArtifactPaths
-from recipes import all_recipes, example_settings
-from recipes.runs import for_run
-from recipes.schedule import schedule_warning, steps_at_zero_rate
-from scripts.cli import app
+from tpu_rl.jobs.maxtext import train_command
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import all_recipes, example_settings
+from tpu_rl.recipes.runs import for_run
+from tpu_rl.recipes.schedule import schedule_warning, steps_at_zero_rate
+from tpu_rl.scripts.cli import app
 
 CONFIG_STEPS = 150_001  # base.yml `steps`, 0.2.3 L772 and 0.2.4 L836
 WARMUP_FRACTION = 0.1  # base.yml warmup_steps_fraction

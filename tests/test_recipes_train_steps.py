@@ -9,15 +9,15 @@ from importlib import resources
 
 import pytest
 
-import jobs
-from jobs.paths import ArtifactPaths
-from recipes import UserError, build_recipes, example_settings
+from tpu_rl import jobs
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import UserError, build_recipes, example_settings
 
 SETTINGS = example_settings()
 
 
 def recipe_with(name: str, *overrides: str, num_batches: int | None = None):
-    table = tomllib.loads(resources.files("recipes").joinpath("recipes.toml").read_text())
+    table = tomllib.loads(resources.files("tpu_rl.recipes").joinpath("recipes.toml").read_text())
     rl = table["recipes"][name]["rl"]
     rl["overrides"] = [*rl.get("overrides", []), *overrides]
     if num_batches is not None:

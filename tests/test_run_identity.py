@@ -8,15 +8,15 @@ import subprocess
 
 import pytest
 
-import jobs
+from tpu_rl import jobs
 from contracts.maxtext_schema import REPO, MaxTextSchema, fetch_wheel
-from jobs.k8s import CONVERSION_LABEL, RUN_LABEL, SPEC_DIGEST_ANNOTATION
-from jobs.maxtext import TRAIN_RL, train_command
-from jobs.paths import ArtifactPaths
-from recipes import STEPS, UserError, all_recipes, example_settings, get_recipe
-from recipes.conventions import MAX_JOBSET_NAME
-from recipes.schedule import SCHEDULE_KEY
-from recipes.runs import (
+from tpu_rl.jobs.k8s import CONVERSION_LABEL, RUN_LABEL, SPEC_DIGEST_ANNOTATION
+from tpu_rl.jobs.maxtext import TRAIN_RL, train_command
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import STEPS, UserError, all_recipes, example_settings, get_recipe
+from tpu_rl.recipes.conventions import MAX_JOBSET_NAME
+from tpu_rl.recipes.schedule import SCHEDULE_KEY
+from tpu_rl.recipes.runs import (
     KEY_LIST_DIR,
     MAX_RUN_NAME,
     PIPELINE_KEYS,
@@ -27,7 +27,7 @@ from recipes.runs import (
     maxtext_keys,
     run_name,
 )
-from scripts.pipeline.record import git_commit, redacted
+from tpu_rl.scripts.pipeline.record import git_commit, redacted
 
 SETTINGS = example_settings()
 QWEN = get_recipe("qwen3-v6e32")  # MaxText 0.2.4

@@ -15,9 +15,9 @@ from contracts.orbax_log import ORBAX_VERSION, SAVE_FORMATS, SOURCE, save_line
 from contracts.tunix_log import train_step_line
 from maxtext_cpu.chain import need_venv
 
-from recipes import get_recipe
-from recipes.idle_tpu import idle_tpu
-from scripts.pipeline.saving import SaveWatch, saving_in
+from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.idle_tpu import idle_tpu
+from tpu_rl.scripts.pipeline.saving import SaveWatch, saving_in
 
 REPO = Path(__file__).resolve().parents[1]
 

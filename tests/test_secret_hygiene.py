@@ -1,6 +1,6 @@
 """The Hugging Face token never leaks: a sentinel token is put everywhere a user might put it, then synth,
 render and every CLI command that runs offline or against the local fake APIs are run for real
-(`python -m stacks.app` and the `tpu-rl` console script, each a process forked from a warm interpreter,
+(`python -m tpu_rl.stacks.app` and the `tpu-rl` console script, each a process forked from a warm interpreter,
 tests/forked_cli.py). The sentinel must appear in
 none of: cdktf.out, the rendered files, stdout/stderr, and anything the CLI sends to the fake Kubernetes
 API - except the one place it belongs, the data of the Kubernetes Secret that `tpu-rl run` fills from
@@ -25,12 +25,12 @@ import pytest
 
 from cli_helpers import make_review_clone
 from forked_cli import WarmPool
-from jobs import render_manifests
-from jobs.paths import ArtifactPaths
+from tpu_rl.jobs import render_manifests
+from tpu_rl.jobs.paths import ArtifactPaths
 from peers.fixtures import (SETTINGS, TOKEN, TRACEBACK, VENV_BIN, clean_environment, deploy_vm, jobset_of,
                             put_step_output, start_gcs_emulator, start_peers)
-from recipes import all_recipes, example_settings, get_recipe, load_settings
-from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
+from tpu_rl.recipes import all_recipes, example_settings, get_recipe, load_settings
+from tpu_rl.recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 
 GKE_RECIPE = "qwen3-v6e32"
 VM_RECIPE = "llama31-v6e8"
@@ -90,7 +90,7 @@ def session(tmp_path_factory, warm_cli) -> Session:
     config.write_text(f'hf_token = "{token}"\n')
     with_config = {**env, "TPU_RL_CONFIG": str(config)}
     review_clone = root / "review-clone"
-    synth = [str(VENV_BIN / "python"), "-m", "stacks.app"]
+    synth = [str(VENV_BIN / "python"), "-m", "tpu_rl.stacks.app"]
     offline = [
         ("synth with a token in the config file", synth, with_config, work / "refused"),
         ("render with a token in the config file", _tpu_rl("render", GKE_RECIPE, "--out", str(work / "x")),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from conftest import resources
 
-from infra.cluster_addons import QUEUES_RELEASE_NAMESPACE
-from recipes import all_recipes, conventions
+from tpu_rl.infra.cluster_addons import QUEUES_RELEASE_NAMESPACE
+from tpu_rl.recipes import all_recipes, conventions
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
 ACCOUNTS = {"GKE node SA": "-gke-np-sa", "GKE workload SA": "-gke-wl-sa", "TPU VM SA": "-tpu-vm-sa"}

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs import render_manifests
-from recipes import all_recipes, example_settings
+from tpu_rl.jobs import render_manifests
+from tpu_rl.recipes import all_recipes, example_settings
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
@@ -147,9 +147,9 @@ def jobs_of(jobset: dict) -> list[dict]:
 def driver_rbac() -> list[dict]:
     """The run driver's service account, Role and RoleBinding, as the GKE stacks install them (the
     Google SA's email, a Terraform reference there, is an example here)."""
-    from infra.cluster_addons import workload_service_account_manifest
-    from infra.driver_identity import driver_role_manifests
-    from recipes.conventions import DRIVER_KSA, NAMESPACE
+    from tpu_rl.infra.cluster_addons import workload_service_account_manifest
+    from tpu_rl.infra.driver_identity import driver_role_manifests
+    from tpu_rl.recipes.conventions import DRIVER_KSA, NAMESPACE
 
     email = f"wl@{example_settings().project}.iam.gserviceaccount.com"
     return [workload_service_account_manifest(NAMESPACE, DRIVER_KSA, email), *driver_role_manifests(NAMESPACE, DRIVER_KSA)]
@@ -246,7 +246,7 @@ def test_checkov_runs_its_rbac_checks_on_the_drivers_role_and_binding(manifests_
     """checkov's checks of Roles (wildcards, bind, escalate) and of what a bound service account may do
     (read all Secrets, impersonate, pods/exec) looked at the driver's Role; none failed
     (test_rendered_manifests_pass_checkov_except_listed_suppressions)."""
-    from recipes.conventions import DRIVER_KSA, NAMESPACE
+    from tpu_rl.recipes.conventions import DRIVER_KSA, NAMESPACE
 
     evaluated = {(f.check_id, f.resource) for f in manifests_scan.passed + manifests_scan.failed}
     for kind, checks in (("Role", {"CKV_K8S_49", "CKV_K8S_157", "CKV_K8S_158"}),

@@ -20,8 +20,8 @@ import pytest
 from cli_helpers import make_review_clone
 from forked_cli import WarmPool
 from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers
-from recipes.needs import NEEDS, RULES, needs
-from recipes.setting_specs import SPECS
+from tpu_rl.recipes.needs import NEEDS, RULES, needs
+from tpu_rl.recipes.setting_specs import SPECS
 
 GKE, VM = "qwen3-v6e32", "llama31-v6e8"
 FULL = {"PROJECT": "acme-rl-research", "REGION": "us-east5", "ZONE": "us-east5-b", "CLUSTER_NAME": "acme-rl",
@@ -132,8 +132,8 @@ def outcomes(tmp_path_factory, warm_cli, gcs_emulators):
 
 
 def test_every_command_of_the_cli_has_its_row():
-    from scripts.cli import app
-    from scripts.cli.core import secret_app
+    from tpu_rl.scripts.cli import app
+    from tpu_rl.scripts.cli.core import secret_app
 
     # Not the hidden `drive`: the run's driver reads the settings `run` needs (scripts/cli/drive.py), which
     # `run` puts in its Job (jobs/driver.py settings_env).
@@ -176,10 +176,10 @@ def test_a_set_value_is_checked_even_where_the_command_does_not_read_it(tmp_path
 
 def test_the_needs_table_is_the_one_in_docs_settings():
     from peers.fixtures import REPO
-    from recipes.needs import needs_table
+    from tpu_rl.recipes.needs import needs_table
 
     assert needs_table() in (REPO / "docs" / "settings.md").read_text(), \
-        "docs/settings.md lacks the table of recipes/needs.py: paste recipes.needs.needs_table()"
+        "docs/settings.md lacks the table of recipes/needs.py: paste tpu_rl.recipes.needs.needs_table()"
 
 
 def test_status_of_a_jobset_waiting_for_kueue_reads_only_what_status_needs(cloud, monkeypatch):
@@ -187,9 +187,9 @@ def test_status_of_a_jobset_waiting_for_kueue_reads_only_what_status_needs(cloud
     missing-setting line, never an empty value (so ZONE is in status's needs)."""
     from typer.testing import CliRunner
 
-    from jobs import render_manifests
+    from tpu_rl.jobs import render_manifests
     from peers.fixtures import SETTINGS, jobset_of, peer_settings
-    from scripts.cli import app
+    from tpu_rl.scripts.cli import app
 
     cloud["kube"].plan(jobset_of(GKE, "train"), outcome="hang", admitted_after=10_000, capacity="reservation")
     cloud["kube"].put_jobset(render_manifests(load_settings_for(GKE), peer_settings())["train"], "running")
@@ -209,13 +209,13 @@ def test_status_of_a_jobset_waiting_for_kueue_reads_only_what_status_needs(cloud
 
 def load_settings_for(name: str):
     from peers.fixtures import peer_settings
-    from recipes import get_recipe
+    from tpu_rl.recipes import get_recipe
 
     return peer_settings().recipe(get_recipe(name))
 
 
 def test_a_field_nobody_set_is_refused_where_it_is_read_not_read_as_empty():
-    from recipes import UserError, load_settings
+    from tpu_rl.recipes import UserError, load_settings
 
     settings = load_settings({"PROJECT": "acme-rl-research", "GCS_BUCKET": "acme-rl-artifacts"},
                              needs=needs("metrics"))

@@ -1,4 +1,4 @@
-"""The app command (`python -m stacks.app`, what cdktf.json runs): bad input is one line, no traceback."""
+"""The app command (`python -m tpu_rl.stacks.app`, what cdktf.json runs): bad input is one line, no traceback."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ SETTING_ENVS = [*GOOD, "HF_TOKEN_SECRET", "TPU_NAME", "TF_STATE_BUCKET", "TPU_RL
 def run_app(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in SETTING_ENVS}
     return subprocess.run(
-        [sys.executable, "-m", "stacks.app"],
+        [sys.executable, "-m", "tpu_rl.stacks.app"],
         cwd=REPO,
         env={**clean, "CDKTF_OUTDIR": str(tmp_path / "out"), "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
              **env},
@@ -32,7 +32,7 @@ def run_app(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
 def test_cdktf_json_runs_the_app_module_with_the_project_venv():
     config = json.loads((REPO / "cdktf.json").read_text())
     assert config["language"] == "python"
-    assert config["app"] == ".venv/bin/python -m stacks.app"
+    assert config["app"] == ".venv/bin/python -m tpu_rl.stacks.app"
     assert config["output"] == "cdktf.out"
     assert config["terraformProviders"] == []  # prebuilt bindings only, nothing to generate
 
@@ -68,7 +68,7 @@ def test_bad_provider_import_mode_stops_synth_with_one_line_naming_it(tmp_path):
 def test_bad_setting_fails_before_cdktf_or_the_provider_bindings_load(tmp_path):
     probe = (
         "import sys\n"
-        "from stacks.app import main\n"
+        "from tpu_rl.stacks.app import main\n"
         "code = main()\n"
         "print(code, [m for m in ('jsii', 'cdktf', 'cdktf_cdktf_provider_google') if m in sys.modules])\n"
     )
@@ -85,14 +85,14 @@ def test_bad_setting_fails_before_cdktf_or_the_provider_bindings_load(tmp_path):
 # -- one round: every missing setting at once, the example said once (issue 28) ----------------------
 def run_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in SETTING_ENVS and k != "CAPACITY"}
-    return subprocess.run([sys.executable, "-m", "stacks.app", "--check"], cwd=tmp_path,
+    return subprocess.run([sys.executable, "-m", "tpu_rl.stacks.app", "--check"], cwd=tmp_path,
                           env={**clean, "PYTHONPATH": str(REPO), **env}, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("args", [["--check"], []], ids=["check", "synth"])
 def test_every_missing_setting_is_named_in_one_line_the_rules_included(tmp_path, args):
     clean = {k: v for k, v in os.environ.items() if k not in SETTING_ENVS and k != "CAPACITY"}
-    result = subprocess.run([sys.executable, "-m", "stacks.app", *args], cwd=tmp_path,
+    result = subprocess.run([sys.executable, "-m", "tpu_rl.stacks.app", *args], cwd=tmp_path,
                             env={**clean, "PYTHONPATH": str(REPO), "PROJECT": GOOD["PROJECT"],
                                  "CDKTF_OUTDIR": str(tmp_path / "out")},
                             capture_output=True, text=True, timeout=300)
@@ -128,5 +128,5 @@ def test_the_check_with_every_setting_says_nothing(tmp_path):
 def test_make_synth_checks_the_settings_before_cdktf_runs():
     commands = subprocess.run(["make", "-n", "synth"], cwd=REPO, capture_output=True, text=True,
                               timeout=60).stdout.splitlines()
-    check = commands.index(".venv/bin/python -m stacks.app --check")
+    check = commands.index(".venv/bin/python -m tpu_rl.stacks.app --check")
     assert any("npx cdktf synth" in command for command in commands[check + 1:]), commands

@@ -11,9 +11,9 @@ import pytest
 from conftest import only, outputs, resources, synthesize
 from terraform_cli import check_stack
 
-from recipes import example_settings
-from recipes.setting_checks import MAX_CLUSTER_NAME
-from recipes.setting_specs import EXAMPLE_PROJECT
+from tpu_rl.recipes import example_settings
+from tpu_rl.recipes.setting_checks import MAX_CLUSTER_NAME
+from tpu_rl.recipes.setting_specs import EXAMPLE_PROJECT
 
 ALL_STACKS = ["artifacts", "qwen3-v6e32", "gemma4-v6e64", "llama31-v6e8"]
 
@@ -159,8 +159,8 @@ def test_the_example_guard_reaches_resources_added_after_the_stack_is_composed(t
     """The guard is an aspect applied at synth, so a composition cannot forget to call it last."""
     from cdktf import App
 
-    from infra.google import storage_bucket
-    from stacks.artifacts import ArtifactsStack
+    from tpu_rl.infra.google import storage_bucket
+    from tpu_rl.stacks.artifacts import ArtifactsStack
 
     app = App(outdir=str(tmp_path))
     stack = ArtifactsStack(app, example_settings())

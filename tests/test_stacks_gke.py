@@ -10,8 +10,8 @@ import yaml
 from conftest import only, outputs, queue_manifests, resources, tpu_pools
 from terraform_cli import terraform_outputs
 
-from infra.identity import NODE_ROLES
-from recipes import all_recipes, conventions, example_settings
+from tpu_rl.infra.identity import NODE_ROLES
+from tpu_rl.recipes import all_recipes, conventions, example_settings
 
 GKE = ["qwen3-v6e32", "gemma4-v6e64"]
 

@@ -16,10 +16,10 @@ import pytest
 import yaml
 from conftest import resources
 
-import jobs
-from jobs.evaluate import eval_jobset
-from recipes import all_recipes, example_settings
-from recipes.runs import run_name
+from tpu_rl import jobs
+from tpu_rl.jobs.evaluate import eval_jobset
+from tpu_rl.recipes import all_recipes, example_settings
+from tpu_rl.recipes.runs import run_name
 
 GKE = ["qwen3-v6e32", "gemma4-v6e64"]
 SETTINGS = example_settings()

@@ -17,10 +17,10 @@ import pytest
 from conftest import USER_ENV, data_only_recipes, synthesize
 from terraform_cli import check_stack, check_stacks, planned
 
-from jobs import render_startup_script
-from recipes import all_recipes
-from recipes.settings import load_settings
-from stacks.base import example_guard_message
+from tpu_rl.jobs import render_startup_script
+from tpu_rl.recipes import all_recipes
+from tpu_rl.recipes.settings import load_settings
+from tpu_rl.stacks.base import example_guard_message
 
 # Two zones that both offer v6e flex-start (tests/test_stacks_zones.py), and a state bucket (a gcs backend).
 USER_SETTINGS_ENV = {**USER_ENV, "ZONE": "us-east5-b,us-east5-a", "TF_STATE_BUCKET": "my-rl-tf-state"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import only, outputs, resources
 
-from infra.network import IAP_TCP_FORWARDING_RANGE
-from recipes import example_settings
+from tpu_rl.infra.network import IAP_TCP_FORWARDING_RANGE
+from tpu_rl.recipes import example_settings
 
 STACK = "llama31-v6e8"
 
@@ -147,7 +147,7 @@ def vm_by_capacity_setting(tmp_path_factory):
 
     from conftest import synthesize
 
-    from recipes import all_recipes
+    from tpu_rl.recipes import all_recipes
 
     recipes = {STACK: all_recipes()[STACK]}
     return {capacity: synthesize(tmp_path_factory.mktemp(",".join(capacity)), recipes=recipes,

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from conftest import only, queue_manifests, resources, tpu_pools
 
-from recipes import example_settings
+from tpu_rl.recipes import example_settings
 
 ZONES = ("us-east5-b", "us-east5-a")
 ZONE_LABEL = "topology.kubernetes.io/zone"

@@ -12,10 +12,10 @@ import re
 
 import pytest
 
-from jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.fixtures import EXPORT_SHARDS, peer_settings, put_step_output
-from recipes import get_recipe
-from scripts.cloud.gcs import missing_outputs
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cloud.gcs import missing_outputs
 
 RECIPE = "qwen3-v6e32"
 ROOT = "gs://rl-test-artifacts/qwen3-30b-a3b/"

@@ -10,7 +10,7 @@ import pytest
 from conftest import USER_ENV
 from terraform_cli import check_stack, planned
 
-from infra.terraform_literals import escape_template, terraform_expression
+from tpu_rl.infra.terraform_literals import escape_template, terraform_expression
 
 LITERAL = 'echo "${HOME:-/root}" %{if x}done%{endif} $${kept} ${'  # shell, a directive, an escape, a bare ${
 
@@ -19,8 +19,8 @@ LITERAL = 'echo "${HOME:-/root}" %{if x}done%{endif} $${kept} ${'  # shell, a di
 def plan(tmp_path_factory):
     from cdktf import App, DataResource, Fn, TerraformLocal, TerraformOutput, TerraformProvider
 
-    from recipes.settings import load_settings
-    from stacks.base import TpuRlStack
+    from tpu_rl.recipes.settings import load_settings
+    from tpu_rl.stacks.base import TpuRlStack
 
     outdir = tmp_path_factory.mktemp("literals")
     app = App(outdir=str(outdir))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from scripts.cli import app
+from tpu_rl.scripts.cli import app
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -69,7 +69,7 @@ def _seed_items() -> list[tuple[str, str]]:
     from ci_skips import in_ci
     from contracts.seeds import SEEDS
 
-    from recipes.maxtext_values import release_schema
+    from tpu_rl.recipes.maxtext_values import release_schema
 
     seeds = sorted(SEEDS.glob("*.txt"))
     if not seeds:
@@ -86,8 +86,8 @@ def _seed_items() -> list[tuple[str, str]]:
 
 
 def _refused(given: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-    from recipes.maxtext_values import parse_override
-    from recipes.usual_values import unusual
+    from tpu_rl.recipes.maxtext_values import parse_override
+    from tpu_rl.recipes.usual_values import unusual
 
     return [(where, item, why) for where, version, item in given
             if (why := unusual(version, item.partition("=")[0], parse_override(*item.split("=", 1))))]
@@ -96,7 +96,7 @@ def _refused(given: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
 def test_every_recipe_override_is_usual():
     """A recipe's own overrides are runs people make: none may be refused (rollout_tensor_parallelism=-1,
     recipe llama31-v6e8, means auto in MaxText 0.2.4)."""
-    from recipes import all_recipes
+    from tpu_rl.recipes import all_recipes
 
     given = [(recipe.name, recipe.maxtext_version, item) for recipe in all_recipes().values()
              for item in recipe.rl.overrides]
@@ -120,7 +120,7 @@ def test_each_key_taken_at_minus_one_is_auto_in_the_wheels_own_types():
 
     from contracts.maxtext_schema import fetch_wheel
 
-    from recipes.usual_values import AUTO_MINUS_ONE
+    from tpu_rl.recipes.usual_values import AUTO_MINUS_ONE
 
     wheel, why = fetch_wheel("0.2.4")
     if wheel is None:

@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 from contracts.k8s_schema import JOBSET_CRD, jobset_source
-from recipes.conventions import JOBSET_VERSION
+from tpu_rl.recipes.conventions import JOBSET_VERSION
 
 
 def test_vendored_jobset_crd_is_the_release_the_clusters_install():

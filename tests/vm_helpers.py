@@ -11,14 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import error_line
-from jobs import render_startup_script
-from jobs.paths import ArtifactPaths, split_gs_url
-from jobs.vm import DONE, LOG_TAG, STARTING
+from tpu_rl.jobs import render_startup_script
+from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl.jobs.vm import DONE, LOG_TAG, STARTING
 from peers.fixtures import SETTINGS, TOKEN, deploy_vm, peer_settings, put_step_output
 from peers.vm_guest import Guest
-from recipes import example_settings, get_recipe
-from scripts.cli import app
-from scripts.outcome import ExitCode
+from tpu_rl.recipes import example_settings, get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 RECIPE = "llama31-v6e8"
@@ -91,7 +91,7 @@ class Clock:
 
 @pytest.fixture
 def clock(monkeypatch):
-    from scripts.pipeline.vm import watch as vm_watch
+    from tpu_rl.scripts.pipeline.vm import watch as vm_watch
     fake = Clock()
     monkeypatch.setattr(vm_watch, "clock", fake)
     return fake

@@ -29,9 +29,9 @@ sys.path.insert(0, str(REPO))
 
 from contracts.maxtext_schema import MaxTextSchema, fetch_wheel  # noqa: E402
 from contracts.maxtext_types import SOURCES, MaxTextTypes  # noqa: E402
-from jobs.maxtext import TRAIN_RL  # noqa: E402
-from recipes import all_recipes  # noqa: E402
-from recipes.maxtext_values import KEY_LIST_DIR, model_base  # noqa: E402
+from tpu_rl.jobs.maxtext import TRAIN_RL  # noqa: E402
+from tpu_rl.recipes import all_recipes  # noqa: E402
+from tpu_rl.recipes.maxtext_values import KEY_LIST_DIR, model_base  # noqa: E402
 
 
 def _toml(value: object) -> str:

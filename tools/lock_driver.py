@@ -1,7 +1,7 @@
 """Write recipes/driver_lock.toml: every package the run's driver installs, each as the one wheel of its
 pinned release that installs on the driver's image (recipes/driver_runtime.py), with its URL and sha256.
 
-It resolves pyproject.toml's dependencies, less recipes.driver_runtime.LEFT_OUT, with uv for the image's
+It resolves pyproject.toml's dependencies, less tpu_rl.recipes.driver_runtime.LEFT_OUT, with uv for the image's
 Python and platform (`uv pip compile --only-binary :all: -o pylock.toml`, which lists each release's wheels
 for that platform), then keeps the wheel whose tags rank first for CPython PYTHON_VERSION on
 PYTHON_PLATFORM (packaging.tags, as pip ranks them). A maintainer runs it when the dependencies change,
@@ -39,7 +39,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from recipes.driver_runtime import (LEFT_OUT, LOCK_FILE, PYTHON_PLATFORM, PYTHON_VERSION,  # noqa: E402
+from tpu_rl.recipes.driver_runtime import (LEFT_OUT, LOCK_FILE, PYTHON_PLATFORM, PYTHON_VERSION,  # noqa: E402
                                     SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -109,7 +109,7 @@ def main() -> None:
     print(f"recipes/{LOCK_FILE}: {len(packages)} wheels")
 
 
-NOT_FOR_THE_DRIVER = "scripts/metrics/plot.py"  # matplotlib's one importer (recipes.driver_runtime.LEFT_OUT)
+NOT_FOR_THE_DRIVER = "scripts/metrics/plot.py"  # matplotlib's one importer (tpu_rl.recipes.driver_runtime.LEFT_OUT)
 
 
 def third_party_imports() -> list[str]:
@@ -124,17 +124,17 @@ def third_party_imports() -> list[str]:
                     found.update(alias.name for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
                     found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    ours = {"scripts", "jobs", "recipes"}
+    ours = {"tpu_rl"}
     return sorted(name for name in found if name.split(".")[0] not in (*sys.stdlib_module_names, *ours))
 
 
 IMPORT_EVERYTHING = """
 import importlib, pkgutil, sys
-import scripts, jobs, recipes
+from tpu_rl import scripts, jobs, recipes
 failed = []
 for package in (scripts, jobs, recipes):
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-        if info.name != "scripts.metrics.plot":
+        if info.name != "tpu_rl.scripts.metrics.plot":
             try:
                 importlib.import_module(info.name)
             except Exception as error:
@@ -195,11 +195,11 @@ def over_limits(peaks: dict[str, int], limits_mib: dict[str, int]) -> list[str]:
 
 
 def verify(python: str) -> None:
-    from jobs.driver_runtime import (INSTALL_SECONDS, SITE_VOLUME, TMP_VOLUME, DriverRuntime, driver_container,
+    from tpu_rl.jobs.driver_runtime import (INSTALL_SECONDS, SITE_VOLUME, TMP_VOLUME, DriverRuntime, driver_container,
                                      driver_env, requirements_text, runtime_dir)
-    from recipes.driver_runtime import BASE_IMAGE, driver_lock
-    from scripts.pipeline.gke.driver_image import download_wheel
-    from scripts.pipeline.gke.driver_wheel import build_wheel, package_root, runtime_version
+    from tpu_rl.recipes.driver_runtime import BASE_IMAGE, driver_lock
+    from tpu_rl.scripts.pipeline.gke.driver_image import download_wheel
+    from tpu_rl.scripts.pipeline.gke.driver_wheel import build_wheel, package_root, runtime_version
 
     with tempfile.TemporaryDirectory() as tmp:
         files, site, scratch, venv = (Path(tmp) / name for name in ("files", "site", "tmp", "venv"))

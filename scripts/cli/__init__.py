@@ -16,12 +16,12 @@ from __future__ import annotations
 
 # Importing a module registers its commands, and `tpu-rl --help` lists them in the order they were
 # registered: keep these imports in this order.
-from scripts.cli import offline  # noqa: F401
-from scripts.cli import cloud  # noqa: F401
-from scripts.cli import sweep  # noqa: F401
-from scripts.cli import reports  # noqa: F401
-from scripts.cli import drive  # noqa: F401  (hidden: what the run's driver runs in the cluster)
-from scripts.cli.core import app
+from tpu_rl.scripts.cli import offline  # noqa: F401
+from tpu_rl.scripts.cli import cloud  # noqa: F401
+from tpu_rl.scripts.cli import sweep  # noqa: F401
+from tpu_rl.scripts.cli import reports  # noqa: F401
+from tpu_rl.scripts.cli import drive  # noqa: F401  (hidden: what the run's driver runs in the cluster)
+from tpu_rl.scripts.cli.core import app
 
 __all__ = ["app", "main"]
 

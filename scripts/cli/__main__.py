@@ -1,6 +1,6 @@
-"""`python -m scripts.cli`, the same as the `tpu-rl` console script."""
+"""`python -m tpu_rl.scripts.cli`, the same as the `tpu-rl` console script."""
 
-from scripts.cli import main
+from tpu_rl.scripts.cli import main
 
 if __name__ == "__main__":
     main()

@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 
-from recipes import STEPS, UserError
-from scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS_HELP, RUN_HELP, SELECT_SET_HELP,
+from tpu_rl.recipes import STEPS, UserError
+from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS_HELP, RUN_HELP, SELECT_SET_HELP,
                               SET_HELP, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app, cloud_recipe, cloud_settings,
                               handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
-from scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
-from scripts.cloud.reach import REACH_ENV  # the first contact with an endpoint (default 20)
-from scripts.outcome import Interrupted, PreflightFailed
-from scripts.pipeline.platforms import platform_for
+from tpu_rl.scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
+from tpu_rl.scripts.cloud.reach import REACH_ENV  # the first contact with an endpoint (default 20)
+from tpu_rl.scripts.outcome import Interrupted, PreflightFailed
+from tpu_rl.scripts.pipeline.platforms import platform_for
 
 if TYPE_CHECKING:
-    from recipes import Recipe, Settings
+    from tpu_rl.recipes import Recipe, Settings
 
 POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
 RETRY_DELAY_ENV = "TPU_RL_RETRY_BASE_SECONDS"  # first backoff delay of API retries (default 1)
@@ -47,7 +47,7 @@ def _float_env(name: str, default: float, *, zero_allowed: bool) -> float:
 
 
 def reach_seconds() -> float:
-    """How long the first contact with an endpoint may take in all (scripts.cloud.reach)."""
+    """How long the first contact with an endpoint may take in all (tpu_rl.scripts.cloud.reach)."""
     return _float_env(REACH_ENV, 20.0, zero_allowed=False)
 
 
@@ -71,11 +71,11 @@ def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"
     """The one place a pipeline Session is built (tests replace sleeps through the env knobs above).
 
     A command that reads the bucket stops first, as `preflight` does, when GCS_BUCKET does not exist; one
-    that writes checkpoints there (`run`) also when it is in another region (scripts.cloud.gcs)."""
-    from scripts.cloud import gcs
-    from scripts.cloud.clients import Clients
-    from scripts.cloud.retry import RetryPolicy
-    from scripts.pipeline.session import MAINTENANCE_GRACE_SECONDS, Session
+    that writes checkpoints there (`run`) also when it is in another region (tpu_rl.scripts.cloud.gcs)."""
+    from tpu_rl.scripts.cloud import gcs
+    from tpu_rl.scripts.cloud.clients import Clients
+    from tpu_rl.scripts.cloud.retry import RetryPolicy
+    from tpu_rl.scripts.pipeline.session import MAINTENANCE_GRACE_SECONDS, Session
 
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False),
@@ -96,8 +96,8 @@ def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"
 def preflight(recipe_name: str = typer.Argument(..., metavar="RECIPE")) -> None:
     """Check capacity, bucket and token before spending money; every failed check says how to fix it."""
     recipe, settings = cloud_recipe("preflight", recipe_name)  # refused before the clouds' libraries load
-    from scripts.cloud.clients import Clients
-    from scripts.pipeline.preflight import run_checks
+    from tpu_rl.scripts.cloud.clients import Clients
+    from tpu_rl.scripts.pipeline.preflight import run_checks
 
     results = run_checks(Clients(settings, reach_seconds=reach_seconds()), recipe, settings)
     console = make_console()
@@ -115,9 +115,9 @@ def secret_set() -> None:
     """Add the Hugging Face token from stdin as a new Secret Manager version (never pass it as an argument)."""
     import getpass
 
-    from recipes import all_recipes
-    from scripts.cloud import hf_hub, hf_token
-    from scripts.cloud.clients import Clients
+    from tpu_rl.recipes import all_recipes
+    from tpu_rl.scripts.cloud import hf_hub, hf_token
+    from tpu_rl.scripts.cloud.clients import Clients
 
     settings = cloud_settings("secret set")
     raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
@@ -137,16 +137,16 @@ def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_n
     --data-processor make it; a reward file is checked (scripts/rewards/check.py) before anything reaches
     the cloud. The settings are what `command` needs (core.cloud_recipe); a command that needs the bucket
     stops first when it does not exist (make_session). A --run names a run that exists, except in `run`
-    (scripts.pipeline.runs.require_run)."""
-    from recipes.needs import needs
-    from scripts.cli.run_input import run_recipe
+    (tpu_rl.scripts.pipeline.runs.require_run)."""
+    from tpu_rl.recipes.needs import needs
+    from tpu_rl.scripts.cli.run_input import run_recipe
 
     recipe, settings = run_recipe(command, recipe_name, sets, run_name, rewards, data_processor, unchecked_imports,
                                   unusual_values)
     uses_bucket = "gcs_bucket" in needs(command, recipe.platform)
     session = make_session(recipe, settings, bucket if uses_bucket else "none")
     if run_name is not None and command != "run":  # only `run` starts a run; the others read one
-        from scripts.pipeline.runs import require_run
+        from tpu_rl.scripts.pipeline.runs import require_run
 
         require_run(session, uses_bucket)
     return session
@@ -174,8 +174,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                     "the commands that follow it.")) -> None:
     """Run the pipeline: its driver (GKE: a Job in the cluster; VM: the startup script) submits each step,
     waits, verifies its output in GCS; this follows it (Ctrl-C detaches); rerun to reattach or resume."""
-    from recipes.schedule import schedule_warning
-    from scripts.cli.run_input import run_recipe
+    from tpu_rl.recipes.schedule import schedule_warning
+    from tpu_rl.scripts.cli.run_input import run_recipe
 
     wanted = parse_steps(steps)
     if show_manifests and not dry_run:
@@ -189,12 +189,12 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if warning:
         console.print(f"[yellow]{warning}[/]")
     if dry_run:  # with no credentials, bucket, cluster or VM too: priced from the recipe (pipeline/dry_run.py)
-        from scripts.pipeline.dry_run import dry_run as show_plan
+        from tpu_rl.scripts.pipeline.dry_run import dry_run as show_plan
 
         show_plan(recipe, settings, lambda: make_session(recipe, settings, "writes"), console, wanted,
                   replace=replace, show_manifests=show_manifests)
     else:
-        from recipes.cost import costly_run_warning
+        from tpu_rl.recipes.cost import costly_run_warning
 
         costly = costly_run_warning(recipe)  # a dry run prints it with its total; a run before it submits
         if costly:
@@ -211,12 +211,12 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                  sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
                                                           help=EVAL_SET_HELP)) -> None:
     """Evaluate a saved checkpoint of a run on the held-out set, on the run's slice shape, into its run.json."""
-    from recipes import get_recipe
+    from tpu_rl.recipes import get_recipe
 
     recipe = get_recipe(recipe_name)
     platform_for(recipe).check_eval(recipe)  # refused before any cloud is asked
-    from jobs.evaluate import model_items
-    from recipes.runs import for_run
+    from tpu_rl.jobs.evaluate import model_items
+    from tpu_rl.recipes.runs import for_run
 
     session = run_session("eval", recipe_name, None, run_name)  # the run's --set items first (its record), then these
     models = model_items(session.recipe, tuple(sets or ()))  # weighed against the run's values (eval_sets)
@@ -238,9 +238,9 @@ def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN
     type of values."""
     from pathlib import Path
 
-    from recipes import get_recipe
-    from recipes.user_files import read_user_files
-    from scripts.rewards.check import (check_inputs, check_processor, check_rewards, parse_data_processor,
+    from tpu_rl.recipes import get_recipe
+    from tpu_rl.recipes.user_files import read_user_files
+    from tpu_rl.scripts.rewards.check import (check_inputs, check_processor, check_rewards, parse_data_processor,
                                        parse_rewards, sample_completions)
 
     option = parse_rewards(rewards, "check-rewards")
@@ -302,7 +302,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from rich.table import Table
 
     recipe, settings = cloud_recipe("runs", recipe_name)  # refused before the clouds' libraries load
-    from scripts.pipeline.runs import RESUMED_NOTE, best_of_sweep, list_runs, with_queue
+    from tpu_rl.scripts.pipeline.runs import RESUMED_NOTE, best_of_sweep, list_runs, with_queue
 
     session = make_session(recipe, settings)
     listing, queue_note = with_queue(session, list_runs(session))
@@ -344,7 +344,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 def _idle(session):
     """What the recipe's stack still bills with no run (scripts/pipeline/gke/billing.py), or why that is
     unknown: `runs` lists the bucket's runs whether or not the cluster answers."""
-    from scripts.outcome import ApiError
+    from tpu_rl.scripts.outcome import ApiError
 
     try:
         return platform_for(session.recipe).idle(session), None

@@ -1,7 +1,7 @@
 """The `tpu-rl` Typer app, and how every command ends.
 
 Every command ends through `handled`: bad input prints one line and exits 2 without a traceback, other
-outcomes get their own exit code (scripts.outcome.ExitCode, documented in docs/pipeline.md). Usage errors
+outcomes get their own exit code (tpu_rl.scripts.outcome.ExitCode, documented in docs/pipeline.md). Usage errors
 (a missing argument, an unknown option) are one line too, exit 2 (`_OneLineErrors`).
 """
 
@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 import typer
 from typer.core import TyperGroup
 
-from recipes import STEPS, Step, UserError, get_recipe, load_settings
-from recipes.needs import needs
-from scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, Reported, foreign_ending
+from tpu_rl.recipes import STEPS, Step, UserError, get_recipe, load_settings
+from tpu_rl.recipes.needs import needs
+from tpu_rl.scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, Reported, foreign_ending
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from recipes import Recipe, Settings
-    from recipes.capacity_modes import Platform
+    from tpu_rl.recipes import Recipe, Settings
+    from tpu_rl.recipes.capacity_modes import Platform
 
 PIPED_WIDTH = 200  # output that is neither a terminal nor sized by COLUMNS (a file, CI logs)
 
@@ -53,7 +53,7 @@ def without_tokens(text: str) -> str:
 
 
 def _command_names(ctx) -> tuple[str, ...]:
-    """The subcommands' names, without the program's: that is `tpu-rl`, `python -m scripts.cli`'s
+    """The subcommands' names, without the program's: that is `tpu-rl`, `python -m tpu_rl.scripts.cli`'s
     `__main__.py`, or whatever a wrapper calls it."""
     names = []
     while ctx is not None and ctx.parent is not None:
@@ -93,7 +93,7 @@ class _OneLineErrors(TyperGroup):
 
 def _print_version(value: bool) -> None:
     if value:
-        from scripts.version import package_version
+        from tpu_rl.scripts.version import package_version
 
         typer.echo(f"tpu-rl {package_version()}")
         raise typer.Exit()
@@ -129,10 +129,10 @@ def _sized() -> bool:
 
 
 def make_console() -> Console:
-    """The console a command prints through: messages fitted to a sized terminal (scripts.cli.width)."""
+    """The console a command prints through: messages fitted to a sized terminal (tpu_rl.scripts.cli.width)."""
     from rich.console import Console
 
-    from scripts.cli.width import FittedConsole
+    from tpu_rl.scripts.cli.width import FittedConsole
 
     environ = {key: value for key, value in os.environ.items() if key != "COLUMNS"}  # rich would take COLUMNS=0
     width = _columns() or (None if sys.stdout.isatty() else PIPED_WIDTH)
@@ -165,11 +165,11 @@ def say(message: str, err: bool = False) -> None:
 
 def fitted(text: str, width: int, indent: int = 0) -> str:
     """`text` wrapped at spaces to `width` columns when a terminal (or COLUMNS) sets the width, the lines
-    after the first indented by `indent` (scripts.cli.width.fit_text); other output keeps one line per
+    after the first indented by `indent` (tpu_rl.scripts.cli.width.fit_text); other output keeps one line per
     message, for grep. A word is never broken, so a path or URL longer than the line stays whole."""
     from rich.text import Text
 
-    from scripts.cli.width import fit_text
+    from tpu_rl.scripts.cli.width import fit_text
 
     if not _sized():
         return text

@@ -24,7 +24,7 @@ from typing import TextIO
 
 import typer
 
-from scripts.cli.core import PIPED_WIDTH, app, ending_of, without_tokens
+from tpu_rl.scripts.cli.core import PIPED_WIDTH, app, ending_of, without_tokens
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # set by the kubelet in every pod
 
@@ -78,10 +78,10 @@ def drive_to(out: TextIO, request: Path, in_cluster: bool | None = None) -> int:
 
 def _ending(console, error: BaseException) -> tuple[int, str]:
     """The exit code for the driver's Job (an outcome of the run, or RETRY_EXIT_CODE) and the last line."""
-    from jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE
-    from recipes.conventions import DRIVER_KSA
-    from recipes.errors import NotDeployed
-    from scripts.outcome import ExitCode
+    from tpu_rl.jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE
+    from tpu_rl.recipes.conventions import DRIVER_KSA
+    from tpu_rl.recipes.errors import NotDeployed
+    from tpu_rl.scripts.outcome import ExitCode
 
     if isinstance(error, Terminated):
         return RETRY_EXIT_CODE, "the driver's pod was stopped (SIGTERM); what it submitted keeps running"
@@ -102,13 +102,13 @@ def _ending(console, error: BaseException) -> tuple[int, str]:
 
 
 def _drive(console, path: Path, in_cluster: bool) -> None:
-    from recipes import STEPS, UserError
-    from recipes.runs import for_run
-    from recipes.user_files import UserFile, with_user_files
-    from scripts.cli import cloud
-    from scripts.cli.core import cloud_recipe
-    from scripts.pipeline.platforms import platform_for
-    from scripts.version import package_version
+    from tpu_rl.recipes import STEPS, UserError
+    from tpu_rl.recipes.runs import for_run
+    from tpu_rl.recipes.user_files import UserFile, with_user_files
+    from tpu_rl.scripts.cli import cloud
+    from tpu_rl.scripts.cli.core import cloud_recipe
+    from tpu_rl.scripts.pipeline.platforms import platform_for
+    from tpu_rl.scripts.version import package_version
 
     try:
         request = json.loads(path.read_text())

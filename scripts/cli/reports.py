@@ -9,9 +9,9 @@ from typing import Optional
 
 import typer
 
-from recipes import get_recipe
-from scripts.cli.core import app, cloud_settings, handled, say, write_file
-from scripts.metrics import PICTURE_FORMATS
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli.core import app, cloud_settings, handled, say, write_file
+from tpu_rl.scripts.metrics import PICTURE_FORMATS
 
 PICTURES = ", ".join(f".{name}" for name in PICTURE_FORMATS)
 
@@ -31,8 +31,8 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """A run's held-out accuracy and TensorBoard scalars (first, last, best, sparkline); several runs side by
     side; --png for curves (PNG, SVG or PDF by the file's extension)."""
-    from scripts.cli.cloud import reach_seconds
-    from scripts.metrics import collect, compare, picture_format, table
+    from tpu_rl.scripts.cli.cloud import reach_seconds
+    from tpu_rl.scripts.metrics import collect, compare, picture_format, table
 
     recipe = get_recipe(recipe_name)
     if png is not None:  # a format it cannot write is refused before anything is read
@@ -40,7 +40,7 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     loaded = collect(recipe, runs or [], sources or [], lambda: cloud_settings("metrics", recipe.platform),
                      reach_seconds(), sweep, lambda line: say(line, err=as_json))
     if png is not None:
-        from scripts.metrics import plot
+        from tpu_rl.scripts.metrics import plot
 
         plot.write_picture(plot.figure(loaded, f"{recipe.name}: TensorBoard scalars"), png)
     if as_json:
@@ -59,7 +59,7 @@ def plan_review(
             None, "--changed-stacks", help="Also write the names of the changed stacks to this file, one a line."),
 ) -> None:
     """Show what this change does to the stacks, manifests and cost estimates (Markdown)."""
-    from scripts.plan_review import review
+    from tpu_rl.scripts.plan_review import review
 
     result = review(base)
     if changed_stacks is not None:

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from scripts.cli.core import cloud_recipe
+from tpu_rl.scripts.cli.core import cloud_recipe
 
 
 def run_recipe(command: str, recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
@@ -24,7 +24,7 @@ def run_of(recipe, settings, sets: Optional[list[str]], run_name: Optional[str],
            data_processor: Optional[str] = None, unchecked_imports: bool = False, usual_only: bool = False):
     """The recipe as --set, --run, --rewards and --data-processor make it under `settings`: what `run`
     submits, and what `render` writes with the same options."""
-    from recipes.runs import for_run
+    from tpu_rl.recipes.runs import for_run
 
     recipe = for_run(recipe, sets or (), run_name, usual_only=usual_only)
     if rewards or data_processor:
@@ -39,10 +39,10 @@ def checked_user_files(recipe, settings, rewards: Optional[str], data_processor:
     submitted unchecked, said here and in run.json."""
     import dataclasses
 
-    from jobs.maxtext import train_command
-    from jobs.paths import ArtifactPaths
-    from recipes.user_files import read_user_files, with_user_files
-    from scripts.rewards.check import (UncheckedImport, check_inputs, check_processor, check_rewards,
+    from tpu_rl.jobs.maxtext import train_command
+    from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.recipes.user_files import read_user_files, with_user_files
+    from tpu_rl.scripts.rewards.check import (UncheckedImport, check_inputs, check_processor, check_rewards,
                                        parse_data_processor, parse_rewards)
 
     items = train_command(recipe, ArtifactPaths(recipe, settings)).overrides

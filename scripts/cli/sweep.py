@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from recipes import STEPS, UserError
-from recipes.sweeps import GRID_HELP
-from scripts.cli.core import (DATA_PROCESSOR_HELP, REWARDS_HELP, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app, handled,
+from tpu_rl.recipes import STEPS, UserError
+from tpu_rl.recipes.sweeps import GRID_HELP
+from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, REWARDS_HELP, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app, handled,
                               make_console, table_or_lines)
-from scripts.outcome import Interrupted, Outcome
+from tpu_rl.scripts.outcome import Interrupted, Outcome
 
 if TYPE_CHECKING:
-    from recipes import Recipe, Settings
+    from tpu_rl.recipes import Recipe, Settings
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class SweepNotStarted(Outcome):
 
 
 def _runs_of(grid: Optional[list[str]], file: Optional[str]):
-    from recipes.sweeps import parse_grid, read_sweep_file
+    from tpu_rl.recipes.sweeps import parse_grid, read_sweep_file
 
     if bool(grid) == bool(file):
         raise UserError("tpu-rl sweep takes its runs from --grid KEY=V1,V2 (repeatable) or from --file "
@@ -55,11 +55,11 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
     """Every run of the sweep as `run` would train it, each --set checked as `run` checks it
     (run_input.run_of), the runs distinct and sharing one conversion, and priced; UserError naming the
     run for the first that fails. Nothing reaches a cloud."""
-    from recipes.cost import pipeline_run_estimate
-    from recipes.runs import conversion_key, run_identity, with_run
-    from recipes.sweeps import check_distinct, check_sweepable, derived_name, sweep_name
-    from scripts.cli.run_input import run_of
-    from scripts.pipeline.platforms import platform_for
+    from tpu_rl.recipes.cost import pipeline_run_estimate
+    from tpu_rl.recipes.runs import conversion_key, run_identity, with_run
+    from tpu_rl.recipes.sweeps import check_distinct, check_sweepable, derived_name, sweep_name
+    from tpu_rl.scripts.cli.run_input import run_of
+    from tpu_rl.scripts.pipeline.platforms import platform_for
 
     check_sweepable(recipe)
     file_name, wanted = _runs_of(grid, file)
@@ -95,7 +95,7 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
 
 
 def check_cap(plan: SweepPlan, max_cost: Optional[float]) -> None:
-    from recipes.prices import usd
+    from tpu_rl.recipes.prices import usd
 
     if max_cost is not None and plan.total > max_cost:
         raise UserError(f"sweep {plan.name} is estimated at {usd(plan.total)} for {len(plan.runs)} runs, over "
@@ -107,7 +107,7 @@ def show_plan(console, plan: SweepPlan) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from recipes.prices import usd
+    from tpu_rl.recipes.prices import usd
 
     title = f"sweep {plan.name}: {len(plan.runs)} runs, trained one after another on one slice"
     table = Table(title=title, title_justify="left")
@@ -145,9 +145,9 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     started."""
     from rich.markup import escape
 
-    from recipes import get_recipe
-    from recipes.sweeps import check_sweepable
-    from scripts.cli.core import cloud_recipe
+    from tpu_rl.recipes import get_recipe
+    from tpu_rl.recipes.sweeps import check_sweepable
+    from tpu_rl.scripts.cli.core import cloud_recipe
 
     check_sweepable(get_recipe(recipe_name))  # before the settings are read: no setting changes this
     recipe, settings = cloud_recipe("sweep", recipe_name)
@@ -169,8 +169,8 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 def run_warnings(plan: SweepPlan) -> list[str]:
     """The warnings `run` prints before it starts (an odd schedule, a run far dearer than the recipe's),
     each once for the whole sweep rather than once per run."""
-    from recipes.cost import COSTLY_RATIO, costly_run_warning
-    from recipes.schedule import schedule_warning
+    from tpu_rl.recipes.cost import COSTLY_RATIO, costly_run_warning
+    from tpu_rl.recipes.schedule import schedule_warning
 
     lines: list[str] = []
     for run in plan.runs:
@@ -188,9 +188,9 @@ def run_warnings(plan: SweepPlan) -> list[str]:
 def check_names_free(plan: SweepPlan, settings: Settings) -> None:
     """The guard `run` applies to its name (record.py RunRecord.open), to every run of the sweep before any
     is started: a run whose name a record in the bucket holds for other settings is refused."""
-    from jobs.paths import ArtifactPaths
-    from scripts.cli.cloud import make_session
-    from scripts.pipeline.record import run_records, settings_clash
+    from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.scripts.cli.cloud import make_session
+    from tpu_rl.scripts.pipeline.record import run_records, settings_clash
 
     records = run_records(make_session(plan.runs[0].recipe, settings, "reads"))
     for run in plan.runs:
@@ -206,8 +206,8 @@ def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
     run k cannot be started, the line names those that were, and how to stop them."""
     from rich.markup import escape
 
-    from scripts.cli.cloud import make_session
-    from scripts.pipeline.platforms import platform_for
+    from tpu_rl.scripts.cli.cloud import make_session
+    from tpu_rl.scripts.pipeline.platforms import platform_for
 
     started: list[str] = []
     for run in plan.runs:
@@ -246,8 +246,8 @@ def _started_line(recipe_name: str, started: list[str]) -> str:
 def sweep_summary(session, plan: SweepPlan) -> str:
     """The best run of the sweep by held-out accuracy, from the runs' records in the bucket (a sweep started
     again after some of its runs trained); the same line `runs` prints."""
-    from scripts.pipeline.runs import best_of_sweep, summarize_run
-    from scripts.pipeline.record import run_records
+    from tpu_rl.scripts.pipeline.runs import best_of_sweep, summarize_run
+    from tpu_rl.scripts.pipeline.record import run_records
 
     records = run_records(session)
     runs = [summarize_run(session, run.recipe.run, {**(records.get(run.recipe.run) or {}), "sweep": plan.name})

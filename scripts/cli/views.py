@@ -3,8 +3,8 @@ or, in a narrow terminal, its blocks. Pure: the commands in cloud.py fetch, thes
 
 from __future__ import annotations
 
-from recipes import STEPS
-from scripts.cli.core import fitted
+from tpu_rl.recipes import STEPS
+from tpu_rl.scripts.cli.core import fitted
 
 def preflight_line(check, width: int):
     """`pass  name: detail` (or FAIL), wrapped to the terminal under the name; paths and commands are never
@@ -23,7 +23,7 @@ def status_view(recipe_name: str, bucket: str, report, width: int = 80):
     from rich.console import Group
     from rich.text import Text
 
-    from scripts.pipeline.session import NO_OUTPUT
+    from tpu_rl.scripts.pipeline.session import NO_OUTPUT
 
     indent = max(len(row.step) for row in report.rows) + 2 if report.rows else 0
     lines = [Text(fitted(f"{recipe_name}: {report.where}, outputs in gs://{bucket}", width))]
@@ -69,7 +69,7 @@ def runs_stacked(runs) -> list[str]:
     """One block of short lines per run: for a terminal too narrow for the table."""
     from rich.markup import escape
 
-    from scripts.pipeline.runs import RESUMED_NOTE
+    from tpu_rl.scripts.pipeline.runs import RESUMED_NOTE
 
     lines = []
     for run in runs:

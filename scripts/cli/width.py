@@ -2,7 +2,7 @@
 width a terminal (or COLUMNS) sets, an indented line's continuation indented two more, and a word is never
 broken, so a path or URL longer than the line stays whole (and copyable); nor is a command in backquotes,
 which moves to a line of its own when it does not fit (a paste runs it as printed). Output that is not sized (a
-file, CI logs) keeps one line per message, for grep (scripts.cli.core.make_console decides)."""
+file, CI logs) keeps one line per message, for grep (tpu_rl.scripts.cli.core.make_console decides)."""
 
 from __future__ import annotations
 

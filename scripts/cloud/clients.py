@@ -20,8 +20,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Callable, Mapping, TypeVar
 
-from recipes import Settings, UserError
-from recipes.errors import NotDeployed
+from tpu_rl.recipes import Settings, UserError
+from tpu_rl.recipes.errors import NotDeployed
 
 T = TypeVar("T")
 
@@ -33,7 +33,7 @@ REGISTRY_ENDPOINT_ENV = "TPU_RL_REGISTRY_ENDPOINT"
 WHEELS_ENDPOINT_ENV = "TPU_RL_WHEELS_ENDPOINT"
 STORAGE_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 HUB_ENDPOINT_ENV = "HF_ENDPOINT"
-# The default endpoints of the clients whose first contact is bounded (scripts.cloud.reach.call_within),
+# The default endpoints of the clients whose first contact is bounded (tpu_rl.scripts.cloud.reach.call_within),
 # named in what they say: compute_v1's, tpu_v2's and secretmanager_v1's DEFAULT_ENDPOINT.
 GOOGLE_APIS = {"compute": "https://compute.googleapis.com", "tpu": "https://tpu.googleapis.com",
                "secretmanager": "https://secretmanager.googleapis.com"}
@@ -108,8 +108,8 @@ class Clients:
         self._cache: dict[str, object] = {}
 
     def within(self, what: str, api: str, call: Callable[[float], T], fix: str | None = None) -> T:
-        """`call(timeout)` against `api` (a key of GOOGLE_APIS), bounded and said (scripts.cloud.reach)."""
-        from scripts.cloud.reach import NETWORK_FIX, call_within
+        """`call(timeout)` against `api` (a key of GOOGLE_APIS), bounded and said (tpu_rl.scripts.cloud.reach)."""
+        from tpu_rl.scripts.cloud.reach import NETWORK_FIX, call_within
 
         endpoint = getattr(self.endpoints, api) or GOOGLE_APIS[api]
         return call_within(what, endpoint, self.reach_seconds, call, fix or NETWORK_FIX)
@@ -173,7 +173,7 @@ class Clients:
 
     def logging(self):
         """Cloud Logging's entries.list (scripts/cloud/cloud_logging.py)."""
-        from scripts.cloud.cloud_logging import reader
+        from tpu_rl.scripts.cloud.cloud_logging import reader
 
         return self._get("logging", lambda: reader(self.settings.project, self.endpoints.logging))
 
@@ -191,8 +191,8 @@ class Clients:
         return credentials.token
 
     def kube(self):
-        """A kubernetes ApiClient for this settings' cluster (see scripts.cloud.kube.api_client_for)."""
-        from scripts.cloud.kube import api_client_for, in_cluster_api_client
+        """A kubernetes ApiClient for this settings' cluster (see tpu_rl.scripts.cloud.kube.api_client_for)."""
+        from tpu_rl.scripts.cloud.kube import api_client_for, in_cluster_api_client
 
         if self.in_cluster:
             return self._get("kube", in_cluster_api_client)

@@ -1,6 +1,6 @@
 """What each step must leave in GCS before the next may start, checked against the bucket.
 
-The paths come from jobs.paths.ArtifactPaths, the same object the manifests are rendered from. A step
+The paths come from tpu_rl.jobs.paths.ArtifactPaths, the same object the manifests are rendered from. A step
 whose container was interrupted leaves some objects behind, so a check asks for what the writer puts
 down last, not for any object.
 """
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from google.api_core import exceptions as gexc
 
-from jobs.paths import ArtifactPaths, split_gs_url
-from recipes import Settings, UserError
-from recipes.conventions import (HF_CONFIG, HF_SINGLE_WEIGHTS, HF_TOKENIZER_FILES, HF_WEIGHTS_INDEX,
+from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl.recipes import Settings, UserError
+from tpu_rl.recipes.conventions import (HF_CONFIG, HF_SINGLE_WEIGHTS, HF_TOKENIZER_FILES, HF_WEIGHTS_INDEX,
                                  ORBAX_COMMIT_MARKER)
-from scripts.outcome import ApiError, describe
+from tpu_rl.scripts.outcome import ApiError, describe
 
 # orbax's commit marker, the last object of a checkpoint on gs:// (its source: recipes/conventions.py).
 
@@ -130,7 +130,7 @@ def step_outputs(paths: ArtifactPaths, step: str, finished: bool = False) -> tup
 def bucket_location(storage, settings: Settings, within: float | None = None) -> str:
     """GCS_BUCKET's location, lowercase ("" when unknown). A bucket that does not exist is bad input: the
     one line `preflight` prints for it, which every command that reads the bucket stops with first.
-    `within`: the first contact's bound in seconds (scripts.cloud.reach), else the library's retries."""
+    `within`: the first contact's bound in seconds (tpu_rl.scripts.cloud.reach), else the library's retries."""
     if within is None:
         bucket = storage.lookup_bucket(settings.gcs_bucket)
     else:
@@ -145,7 +145,7 @@ def _lookup_within(storage, name: str, within: float):
     """storage.lookup_bucket, retried (google-cloud-storage's DEFAULT_RETRY) for `within` seconds in all."""
     from google.cloud.storage.retry import DEFAULT_RETRY
 
-    from scripts.cloud.reach import Unreachable, reaching
+    from tpu_rl.scripts.cloud.reach import Unreachable, reaching
 
     endpoint = storage.api_endpoint
     try:

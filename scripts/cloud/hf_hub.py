@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
-from recipes import UserError
-from scripts.outcome import clip
+from tpu_rl.recipes import UserError
+from tpu_rl.scripts.outcome import clip
 
 HUB = "https://huggingface.co"
 TOKENS_PAGE = f"{HUB}/settings/tokens"

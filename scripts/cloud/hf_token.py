@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 from google.api_core import exceptions as gexc
 
-from recipes import Settings, UserError
-from scripts.outcome import ApiError
+from tpu_rl.recipes import Settings, UserError
+from tpu_rl.scripts.outcome import ApiError
 
 if TYPE_CHECKING:
-    from scripts.cloud.clients import Clients
+    from tpu_rl.scripts.cloud.clients import Clients
 
 
 def secret_path(settings: Settings) -> str:
@@ -42,7 +42,7 @@ def clean_token(raw: str) -> str:
 
 
 def _secret_manager(settings: Settings) -> str:
-    """What a bounded Secret Manager call is said to reach (scripts.cloud.reach)."""
+    """What a bounded Secret Manager call is said to reach (tpu_rl.scripts.cloud.reach)."""
     return f"Secret Manager for secret '{settings.hf_token_secret}'"
 
 

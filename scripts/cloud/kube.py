@@ -18,14 +18,14 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from recipes import Settings, UserError
-from recipes import conventions
-from recipes.conventions import JOBSET_VERSION, NAMESPACE
-from recipes.errors import NotDeployed
-from scripts.cloud.reach import Unreachable, reaching
-from scripts.cloud.retry import (RetriesExhausted, RetryPolicy, call, failed, is_transient, rejected_for_good,
+from tpu_rl.recipes import Settings, UserError
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.conventions import JOBSET_VERSION, NAMESPACE
+from tpu_rl.recipes.errors import NotDeployed
+from tpu_rl.scripts.cloud.reach import Unreachable, reaching
+from tpu_rl.scripts.cloud.retry import (RetriesExhausted, RetryPolicy, call, failed, is_transient, rejected_for_good,
                                  wait_until)
-from scripts.outcome import ApiError, describe
+from tpu_rl.scripts.outcome import ApiError, describe
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 # Kueue v0.17.1 stores v1beta2 (config/components/crd/bases/kueue.x-k8s.io_workloads.yaml: storage: true);
@@ -74,7 +74,7 @@ def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
     except k8s_config.ConfigException as error:
         raise UserError(f"kubeconfig context '{context}' cannot be used ({str(error)[:160]}): run "
                         f"`{get_credentials_command(settings)}` (it needs gke-gcloud-auth-plugin)") from None
-    configuration.retries = 0  # scripts.cloud.retry decides what is repeated, not urllib3
+    configuration.retries = 0  # tpu_rl.scripts.cloud.retry decides what is repeated, not urllib3
     return k8s.ApiClient(configuration)
 
 

@@ -10,9 +10,9 @@ import time
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from scripts.cloud.kube import Cluster
-from scripts.cloud.retry import call, failed
-from scripts.outcome import ApiError, describe
+from tpu_rl.scripts.cloud.kube import Cluster
+from tpu_rl.scripts.cloud.retry import call, failed
+from tpu_rl.scripts.outcome import ApiError, describe
 
 # The label the Job controller puts on its pods (kubernetes pkg/apis/batch/types.go JobNameLabel, 1.27+).
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from recipes.conventions import CAPACITY_NODE_LABEL, TPU_ACCELERATOR_LABEL, ZONE_NODE_LABEL
+from tpu_rl.recipes.conventions import CAPACITY_NODE_LABEL, TPU_ACCELERATOR_LABEL, ZONE_NODE_LABEL
 
 # JobSet v0.12.0 labels every Job and pod with the restart attempt it belongs to, status.restarts at the
 # time it was created (pkg/constants RestartsKey; pkg/controllers/jobset_controller.go labelAndAnnotateObject).
@@ -120,7 +120,7 @@ def capacity_of(pods: list[dict]) -> str | None:
 
 
 def zone_of(pods: list[dict]) -> str | None:
-    """The zone the TPU pods were admitted to: the zone label of their flavor (infra.kueue_queues), which
+    """The zone the TPU pods were admitted to: the zone label of their flavor (tpu_rl.infra.kueue_queues), which
     Kueue copies into their nodeSelector as it does CAPACITY_NODE_LABEL; None when no pod carries it."""
     zones = sorted({selector[ZONE_NODE_LABEL] for pod in pods
                     if CAPACITY_NODE_LABEL in (selector := (pod.get("spec") or {}).get("nodeSelector") or {})

@@ -15,7 +15,7 @@ import tenacity
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from scripts.outcome import ApiError, describe
+from tpu_rl.scripts.outcome import ApiError, describe
 
 T = TypeVar("T")
 
@@ -29,7 +29,7 @@ class RetryPolicy:
     base_delay: float = 1.0
     max_delay: float = 30.0
     request_timeout: float = 30.0  # seconds per request (connect and read)
-    reach_seconds: float = 20.0  # the first contact with an endpoint, in all (scripts.cloud.reach)
+    reach_seconds: float = 20.0  # the first contact with an endpoint, in all (tpu_rl.scripts.cloud.reach)
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
 
     def delay(self, attempt: int, retry_after: str | None = None) -> float:

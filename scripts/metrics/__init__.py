@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from recipes import Recipe, Settings, UserError
-from recipes.setting_checks import bucket_name_problem
-from scripts.rundata.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
+from tpu_rl.recipes import Recipe, Settings, UserError
+from tpu_rl.recipes.setting_checks import bucket_name_problem
+from tpu_rl.scripts.rundata.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
                                     run_directory)
-from scripts.rundata.records import record_differences
+from tpu_rl.scripts.rundata.records import record_differences
 
 __all__ = ["PICTURE_FORMATS", "Run", "collect", "latest_scalar", "picture_format", "run_directory", "source_label"]
 
@@ -50,9 +50,9 @@ def with_record(run: Run, recipe: Recipe, settings: Settings, storage) -> Run:
     when it has no record or the record cannot be read: the scalars are shown all the same)."""
     from dataclasses import replace
 
-    from jobs.paths import ArtifactPaths
-    from scripts.cloud import gcs
-    from scripts.outcome import ApiError
+    from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.scripts.cloud import gcs
+    from tpu_rl.scripts.outcome import ApiError
 
     try:
         record = gcs.read_json(storage, ArtifactPaths(recipe.model_copy(update={"run": run.name}), settings).run_record)
@@ -84,8 +84,8 @@ def _checked_source(source: str) -> str:
 
 def sweep_runs(recipe: Recipe, settings: Settings, storage, sweep: str) -> list[str]:
     """The runs of the recipe whose run.json names `sweep` (recipes/sweeps.py), oldest first."""
-    from jobs.paths import ArtifactPaths
-    from scripts.rundata.records import records_under
+    from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.scripts.rundata.records import records_under
 
     trained = ArtifactPaths(recipe, settings).trained
     found = sorted((record.get("created") or "", name) for name, record in records_under(storage, trained).items()
@@ -103,19 +103,19 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
     --from location; with none, the recipe's default run. A run of the sweep without curves yet (queued,
     converting) is left out, and `say` names those in one line. Settings and the storage client are made
     only when the bucket or a gs:// location is read; `reach_seconds` bounds the first contact with the
-    bucket (scripts.cloud.reach)."""
+    bucket (tpu_rl.scripts.cloud.reach)."""
     runs = [check_run_name(run) for run in _unique(runs)]
     sources = [_checked_source(source) for source in _unique(sources)]  # before anything is read
     settings = storage = None
     swept: list[str] = []  # the runs of --sweep not named by --run
     if runs or sweep or not sources or any(source.startswith("gs://") for source in sources):
-        from jobs.paths import ArtifactPaths
-        from scripts.cloud.clients import Clients
+        from tpu_rl.jobs.paths import ArtifactPaths
+        from tpu_rl.scripts.cloud.clients import Clients
 
         settings = cloud_settings()
         storage = Clients(settings).storage()
         runs = runs or ([] if sources or sweep else [ArtifactPaths(recipe, settings).run_name])
-        from scripts.cloud.gcs import require_bucket, require_source_bucket
+        from tpu_rl.scripts.cloud.gcs import require_bucket, require_source_bucket
 
         if runs or sweep:  # read from GCS_BUCKET: stop first, as preflight does, when it does not exist
             require_bucket(storage, settings, within=reach_seconds)

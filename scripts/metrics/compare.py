@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 import textwrap
 
-from scripts.metrics.table import WIDTH, number, summarize, text
-from scripts.rundata.evaluation import accuracy_change
-from scripts.rundata.events import Run
-from scripts.rundata.tags import COMPLETION_LENGTH, KL, LOSS, REWARD_MEAN
+from tpu_rl.scripts.metrics.table import WIDTH, number, summarize, text
+from tpu_rl.scripts.rundata.evaluation import accuracy_change
+from tpu_rl.scripts.rundata.events import Run
+from tpu_rl.scripts.rundata.tags import COMPLETION_LENGTH, KL, LOSS, REWARD_MEAN
 
 LABEL_WIDTH = 18
 MIN_COLUMN = 9  # "-1.23e-05" and "40.6→59.4" fit

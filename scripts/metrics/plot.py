@@ -9,11 +9,11 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from recipes import UserError
-from scripts.metrics import picture_format
-from scripts.rundata.evaluation import accuracy_points
-from scripts.rundata.events import Run
-from scripts.rundata.tags import PLOTTED_TAGS
+from tpu_rl.recipes import UserError
+from tpu_rl.scripts.metrics import picture_format
+from tpu_rl.scripts.rundata.evaluation import accuracy_points
+from tpu_rl.scripts.rundata.events import Run
+from tpu_rl.scripts.rundata.tags import PLOTTED_TAGS
 
 SIZE_INCHES = (10, 10)
 DPI = 100  # 1000 x 1000 pixels

@@ -7,9 +7,9 @@ import math
 import textwrap
 from dataclasses import asdict, dataclass
 
-from scripts.rundata.evaluation import accuracy_change
-from scripts.rundata.events import Run, Series
-from scripts.rundata.tags import BY_NAME, SUMMARY_TAGS
+from tpu_rl.scripts.rundata.evaluation import accuracy_change
+from tpu_rl.scripts.rundata.events import Run, Series
+from tpu_rl.scripts.rundata.tags import BY_NAME, SUMMARY_TAGS
 
 WIDTH = 80
 SPARK_WIDTH = 20  # the sparkline's width when the numbers leave room; never less than MIN_SPARK_WIDTH

@@ -5,12 +5,12 @@ gsm8k test questions"). The lines and their source are in scripts/rundata/evalua
 
 from __future__ import annotations
 
-from jobs.k8s import MAIN_CONTAINER, jobset_name, main_replicated_job
-from recipes.conventions import NAMESPACE
-from recipes.evaluation import evaluates
-from scripts.rundata.evaluation import RESTORED_TEXT, Evaluation, describe, merged, parse_evaluations
-from scripts.pipeline.record import RunRecord
-from scripts.pipeline.session import Session
+from tpu_rl.jobs.k8s import MAIN_CONTAINER, jobset_name, main_replicated_job
+from tpu_rl.recipes.conventions import NAMESPACE
+from tpu_rl.recipes.evaluation import evaluates
+from tpu_rl.scripts.rundata.evaluation import RESTORED_TEXT, Evaluation, describe, merged, parse_evaluations
+from tpu_rl.scripts.pipeline.record import RunRecord
+from tpu_rl.scripts.pipeline.session import Session
 
 # What the Cloud Logging query asks for: the lines that start each evaluation's text, and tunix's restore
 # line, which tells a resumed attempt's Pre from the one before training (evaluation.py).
@@ -55,7 +55,7 @@ class EvaluationWatch:
 
     def _resumed(self) -> bool | None:
         """Whether the bucket holds a finished checkpoint the attempt may have restored; None: unknown."""
-        from scripts.cloud import gcs
+        from tpu_rl.scripts.cloud import gcs
 
         try:
             return bool(gcs.finished_checkpoint_steps(self.session.clients.storage(), self.session.paths))
@@ -84,7 +84,7 @@ def cloud_logging_text(session: Session, since: str | None) -> str:
     from `since` (the run's first start, ISO 8601) on."""
     from datetime import datetime, timedelta
 
-    from scripts.cloud.cloud_logging import container_filter
+    from tpu_rl.scripts.cloud.cloud_logging import container_filter
 
     recipe, settings = session.recipe, session.settings
     prefix = f"{jobset_name(recipe, 'train')}-{main_replicated_job(recipe, 'train')}-"

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from recipes import STEPS, Step
-from recipes.errors import NotDeployed
-from scripts.outcome import ApiError, foreign_ending
-from scripts.pipeline.platforms import platform_for
+from tpu_rl.recipes import STEPS, Step
+from tpu_rl.recipes.errors import NotDeployed
+from tpu_rl.scripts.outcome import ApiError, foreign_ending
+from tpu_rl.scripts.pipeline.platforms import platform_for
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from recipes import Recipe, Settings
-    from scripts.pipeline.session import Session
+    from tpu_rl.recipes import Recipe, Settings
+    from tpu_rl.scripts.pipeline.session import Session
 
 
 def dry_run(recipe: Recipe, settings: Settings, make_session: Callable[[], Session], console: Console,
@@ -41,8 +41,8 @@ def offline_plan(recipe: Recipe, settings: Settings, console: Console, steps: tu
     """Every step of `steps` as if none had run yet, with its time and cost, and what it would submit."""
     from rich.markup import escape
 
-    from jobs.paths import ArtifactPaths
-    from scripts.pipeline.session import dry_run_costs
+    from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.scripts.pipeline.session import dry_run_costs
 
     console.print(f"dry run of run {ArtifactPaths(recipe, settings).run_name}: nothing is submitted or written")
     console.print(escape(f"not compared with what is deployed ({reason}): each step is priced as if it runs"))

@@ -9,6 +9,6 @@ from typing import Iterable
 def manifest_stream(manifests: Iterable[dict]) -> str:
     """JobSets (and the run's ConfigMap) as one multi-document YAML stream, each document after a `---`
     line: what `kubectl apply -f -` reads."""
-    from jobs import manifest_yaml
+    from tpu_rl.jobs import manifest_yaml
 
     return "".join(f"---\n{manifest_yaml(manifest)}" for manifest in manifests)

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Iterable, Optional, Protocol
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from recipes import Recipe, Settings, Step
-    from scripts.pipeline.gke.billing import Idle
-    from scripts.pipeline.session import Session, StatusReport
+    from tpu_rl.recipes import Recipe, Settings, Step
+    from tpu_rl.scripts.pipeline.gke.billing import Idle
+    from tpu_rl.scripts.pipeline.session import Session, StatusReport
 
 # recipes.toml's `platform` -> the module that holds its PLATFORM
 IMPLEMENTATIONS: dict[str, str] = {
-    "gke": "scripts.pipeline.gke.platform",
-    "vm": "scripts.pipeline.vm.platform",
+    "gke": "tpu_rl.scripts.pipeline.gke.platform",
+    "vm": "tpu_rl.scripts.pipeline.vm.platform",
 }
 
 

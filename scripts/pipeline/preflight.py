@@ -10,13 +10,13 @@ from typing import Callable
 
 from google.api_core import exceptions as gexc
 
-from recipes import Recipe, Settings, UserError
-from recipes.capacity_modes import MODE_RULES, CapacityMode, uses_queued_provisioning, uses_reservation
-from scripts.cloud import gcs, hf_hub, hf_token, registry
-from scripts.cloud.clients import Clients
-from scripts.cloud.kube import get_credentials_command
-from scripts.outcome import describe
-from scripts.pipeline.platforms import platform_for
+from tpu_rl.recipes import Recipe, Settings, UserError
+from tpu_rl.recipes.capacity_modes import MODE_RULES, CapacityMode, uses_queued_provisioning, uses_reservation
+from tpu_rl.scripts.cloud import gcs, hf_hub, hf_token, registry
+from tpu_rl.scripts.cloud.clients import Clients
+from tpu_rl.scripts.cloud.kube import get_credentials_command
+from tpu_rl.scripts.outcome import describe
+from tpu_rl.scripts.pipeline.platforms import platform_for
 
 
 @dataclass(frozen=True)
@@ -260,7 +260,7 @@ def check_cpu_quota(clients: Clients, recipe: Recipe, settings: Settings) -> Che
 
 
 def check_bucket(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
-    """The same rule every command that reads the bucket stops on (scripts.cloud.gcs.require_bucket)."""
+    """The same rule every command that reads the bucket stops on (tpu_rl.scripts.cloud.gcs.require_bucket)."""
     try:
         location = gcs.bucket_location(clients.storage(), settings)
     except UserError as error:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Callable
 
-from scripts.pipeline.session import hms
-from scripts.rundata.progress import RewardReader, TrainProgress, last_train_step
+from tpu_rl.scripts.pipeline.session import hms
+from tpu_rl.scripts.rundata.progress import RewardReader, TrainProgress, last_train_step
 
 
 def progress_suffix(progress: TrainProgress | None, total: int, reward: float | None) -> str:

@@ -24,12 +24,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from recipes import Step, UserError, get_recipe
-from recipes.runs import default_run_name, digest, run_identity
-from scripts.cloud import gcs
-from scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
-from scripts.pipeline.session import Session, differing_fields
-from scripts.rundata.evaluation import summary_line
+from tpu_rl.recipes import Step, UserError, get_recipe
+from tpu_rl.recipes.runs import default_run_name, digest, run_identity
+from tpu_rl.scripts.cloud import gcs
+from tpu_rl.scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
+from tpu_rl.scripts.pipeline.session import Session, differing_fields
+from tpu_rl.scripts.rundata.evaluation import summary_line
 
 RECORD_FORMAT = 1
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) holding scripts/
@@ -279,6 +279,6 @@ def settings_clash(recipe, record: dict | None) -> str | None:
 def run_records(session: Session) -> dict[str, dict | None]:
     """Every run directory under the recipe's trained/ prefix, with its record (None without one; a record
     that is not JSON is marked unreadable). No bucket: no run."""
-    from scripts.rundata.records import records_under
+    from tpu_rl.scripts.rundata.records import records_under
 
     return records_under(session.clients.storage(), session.paths.trained)

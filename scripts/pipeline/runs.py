@@ -12,15 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobs.paths import RUN_RECORD
-from recipes import STEPS, UserError
-from recipes.prices import usd
-from scripts.pipeline.record import run_records
-from scripts.pipeline.session import Session, hms
-from scripts.rundata.evaluation import accuracy_change, after_training, eval_set_name, resumed_first
-from scripts.rundata.events import latest_scalars_in_bucket, run_directory
-from scripts.rundata.records import record_differences
-from scripts.rundata.tags import LOSS, REWARD_MEAN
+from tpu_rl.jobs.paths import RUN_RECORD
+from tpu_rl.recipes import STEPS, UserError
+from tpu_rl.recipes.prices import usd
+from tpu_rl.scripts.pipeline.record import run_records
+from tpu_rl.scripts.pipeline.session import Session, hms
+from tpu_rl.scripts.rundata.evaluation import accuracy_change, after_training, eval_set_name, resumed_first
+from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory
+from tpu_rl.scripts.rundata.records import record_differences
+from tpu_rl.scripts.rundata.tags import LOSS, REWARD_MEAN
 
 RESUMED_MARK = "*"  # `tpu-rl runs`: an accuracy at a resume, step unknown (RESUMED_NOTE)
 RESUMED_NOTE = "* at resume, step unknown: no evaluation before training was logged"
@@ -127,7 +127,7 @@ def _outcome(session: Session, name: str, record: dict) -> tuple[str, str | None
     status, ended = record.get("status", NO_RECORD), record.get("ended")
     if status not in ("running", NO_RECORD):
         return status, ended
-    from scripts.pipeline.platforms import platform_for
+    from tpu_rl.scripts.pipeline.platforms import platform_for
 
     return platform_for(session.recipe).unfollowed_end(session, name) or (status, ended)
 
@@ -180,7 +180,7 @@ def billed_usd(session: Session, record: dict) -> float | None:
     """The run's cost so far, estimated at list prices (recipes/cost.py) from each step's billed time. A
     step whose JobSet another run submitted (the shared convert, which the record says this run did not
     submit) is that run's cost, not this one's. None without a record of steps."""
-    from recipes.cost import hourly_estimate
+    from tpu_rl.recipes.cost import hourly_estimate
 
     steps = {step: entry for step, entry in (record.get("steps") or {}).items() if step in STEPS}
     if not steps:
@@ -195,8 +195,8 @@ def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:
     could not be read (no cluster configured or reachable): `runs` needs only the bucket."""
     import dataclasses
 
-    from scripts.outcome import foreign_ending
-    from scripts.pipeline.platforms import platform_for
+    from tpu_rl.scripts.outcome import foreign_ending
+    from tpu_rl.scripts.pipeline.platforms import platform_for
 
     if not any(run.status == "running" for run in listing.runs):
         return listing, ""
@@ -255,7 +255,7 @@ def require_run(session: Session, uses_bucket: bool) -> None:
     by a JobSet of the recipe labelled with it (a run whose record was never written)."""
     from google.api_core import exceptions as gexc
 
-    from scripts.rundata.events import runs_under
+    from tpu_rl.scripts.rundata.events import runs_under
 
     run, recipe = session.paths.run_name, session.recipe
     known: set[str] = set()
@@ -267,7 +267,7 @@ def require_run(session: Session, uses_bucket: bool) -> None:
         except gexc.NotFound:
             pass
     if run not in known:
-        from scripts.pipeline.platforms import platform_for
+        from tpu_rl.scripts.pipeline.platforms import platform_for
 
         found = platform_for(recipe).runs_found(session)
         if found is not None:

@@ -15,14 +15,14 @@ from typing import Callable, Iterable
 
 from rich.console import Console
 
-from jobs.paths import ArtifactPaths
-from recipes import Recipe, Settings, Step, UserError
-from recipes.usual_values import has_unusual
-from scripts.cloud import gcs
-from scripts.cloud.clients import Clients
-from scripts.cloud.kube import Cluster
-from scripts.cloud.retry import RetryPolicy
-from scripts.outcome import OutputMissing
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import Recipe, Settings, Step, UserError
+from tpu_rl.recipes.usual_values import has_unusual
+from tpu_rl.scripts.cloud import gcs
+from tpu_rl.scripts.cloud.clients import Clients
+from tpu_rl.scripts.cloud.kube import Cluster
+from tpu_rl.scripts.cloud.retry import RetryPolicy
+from tpu_rl.scripts.outcome import OutputMissing
 
 
 # How long `run` waits for a TPU VM that maintenance stopped to come back (scripts/pipeline/vm/checks.py),
@@ -82,7 +82,7 @@ class Session:
         """What to do after a run: fetch the export, look at the curves, and destroy the stack, whose
         hourly estimate keeps counting until then; `billing`: the platform's own last line instead (a TPU VM
         that stops itself after its run)."""
-        from recipes.cost import ESTIMATE_NOTE, hourly_estimate
+        from tpu_rl.recipes.cost import ESTIMATE_NOTE, hourly_estimate
 
         recipe, paths, run = self.recipe, self.paths, self.paths.run_name
         lines = ["next:"]
@@ -133,7 +133,7 @@ def dry_run_costs(recipe: Recipe, running: Iterable[Step], attached: Iterable[St
     """What a dry run shows of the steps it would run: each one's expected time and cost (`; about 180
     min, $269.04`, "up to" for a step already running), and the lines of their total, of what the train
     step's time assumes, and of a run that costs several times the recipe's own; from recipes/cost.py."""
-    from recipes.cost import ESTIMATE_NOTE, costly_run_warning, pipeline_run_estimate
+    from tpu_rl.recipes.cost import ESTIMATE_NOTE, costly_run_warning, pipeline_run_estimate
 
     estimate, running, attached = pipeline_run_estimate(recipe), list(running), set(attached)
     each = {step: f"; {'up to ' if step in attached else ''}{estimate.step(step).summary()}" for step in running}
@@ -156,7 +156,7 @@ MAX_FIELDS_SHOWN = 3
 def differing_fields(old: object, new: object, limit: int = MAX_FIELDS_SHOWN) -> str:
     """What differs between two JSON values, as `path: old → new` (dotted paths; scripts and argument lists
     by their key=value arguments), at most `limit` of them and how many more; "" when nothing does."""
-    from scripts.plan_review.diff import changed_fields
+    from tpu_rl.scripts.plan_review.diff import changed_fields
 
     changes = changed_fields(old, new)
     shown = "; ".join(f"{path}: {' '.join(text.split())}" for path, text, _ in changes[:limit])  # one line

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from scripts.pipeline.session import Session, hms
+from tpu_rl.scripts.pipeline.session import Session, hms
 
 clock = time.monotonic  # the GKE wait reads it here, tests replace it (the VM's watch reads vm/watch.py clock)
 

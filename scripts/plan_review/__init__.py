@@ -2,7 +2,7 @@
 
 Two sides are built from the same example settings: REF (default: the merge base with main) and the
 working tree. Each side lives in a temporary `git worktree` (always removed; the checkout is never
-touched) and is built by its own code: `python -m stacks.app` synthesizes its stacks and a small
+touched) and is built by its own code: `python -m tpu_rl.stacks.app` synthesizes its stacks and a small
 collector renders every recipe's manifests with that side's `jobs`; the stacks are synthesized again
 with CAPACITY set to every capacity mode, so that the pools of modes a recipe does not use by default
 (but a deployment's CAPACITY may) are compared too. The differences are printed as Markdown: resources
@@ -19,15 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.plan_review.diff import beyond, diff_manifests, diff_stacks
-from scripts.plan_review.report import (
+from tpu_rl.scripts.plan_review.diff import beyond, diff_manifests, diff_stacks
+from tpu_rl.scripts.plan_review.report import (
     cost_signature,
     render_costs,
     render_manifests,
     render_other_capacity,
     render_stacks,
 )
-from scripts.plan_review.worktrees import Side, build_sides
+from tpu_rl.scripts.plan_review.worktrees import Side, build_sides
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from jobs.k8s import CONVERSION_LABEL, RUN_LABEL, SPEC_DIGEST_ANNOTATION
+from tpu_rl.jobs.k8s import CONVERSION_LABEL, RUN_LABEL, SPEC_DIGEST_ANNOTATION
 
 MISSING = "(none)"
 MAX_VALUE_CHARS = 80

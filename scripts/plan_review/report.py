@@ -7,12 +7,12 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipes import conventions
-from recipes.cost import CostBreakdown, RunEstimate, hourly_estimate, pipeline_run_estimate
-from recipes.errors import UserError
-from recipes.model import build_recipes
-from recipes.prices import load_prices, usd
-from scripts.plan_review.diff import StackDiff, StepDiff
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.cost import CostBreakdown, RunEstimate, hourly_estimate, pipeline_run_estimate
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.model import build_recipes
+from tpu_rl.recipes.prices import load_prices, usd
+from tpu_rl.scripts.plan_review.diff import StackDiff, StepDiff
 
 # --------------------------------------------------------------------------------------------------
 # Stacks

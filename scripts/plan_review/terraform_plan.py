@@ -1,7 +1,7 @@
 """`terraform plan` of the stacks a pull request changes, read-only, for the plan-review workflow.
 
 Run by `.github/workflows/plan.yml` after the stacks are synthesized with the repository's settings:
-`python -m scripts.plan_review.terraform_plan --out terraform-plan.md --logs plan-logs STACK...`.
+`python -m tpu_rl.scripts.plan_review.terraform_plan --out terraform-plan.md --logs plan-logs STACK...`.
 It never writes to the state bucket, never takes the state lock, and never fails the job: each stack
 gets one line, and its full `init`/`plan` output goes to `<logs>/<stack>.log`.
 
@@ -179,7 +179,7 @@ def render(plans: Sequence[StackPlan], logs_hint: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.plan_review.terraform_plan",
+    parser = argparse.ArgumentParser(prog="python -m tpu_rl.scripts.plan_review.terraform_plan",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("stacks", nargs="*", help="the stacks to plan (the review's changed stacks)")
     parser.add_argument("--outdir", type=Path, default=Path("cdktf.out"), help="the synth output (default: cdktf.out)")

@@ -12,9 +12,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recipes.errors import UserError
-from recipes.setting_specs import CONFIG_ENV, SPECS
-from scripts.plan_review.report import StackCost, costs_for
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.setting_specs import CONFIG_ENV, SPECS
+from tpu_rl.scripts.plan_review.report import StackCost, costs_for
 
 DEFAULT_BASE_BRANCHES = ("main", "origin/main")
 CAPACITY_ENV = next(spec.env for spec in SPECS if spec.field == "capacity")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from recipes import UserError
+from tpu_rl.recipes import UserError
 
 TIMEOUT_SECONDS = 60  # every wait has an end: importing and calling the functions on the sample rows
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from jobs.paths import ArtifactPaths, split_gs_url
-from recipes import Recipe, Settings, UserError
+from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl.recipes import Recipe, Settings, UserError
 
 EVENT_FILE_GLOB = "events.out.tfevents.*"
 

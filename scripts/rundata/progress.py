@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable
 
-from scripts.rundata.events import latest_scalars_in_bucket
-from scripts.rundata.tags import REWARD_MEAN
+from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket
+from tpu_rl.scripts.rundata.tags import REWARD_MEAN
 
 # The line MaxText's RL trainer writes for each train step, at absl INFO: tunix's PeftTrainer._log_metrics
 # (google/tunix tunix/sft/peft_trainer.py at c4ec573d and 683256db), the only progress in a pod. The loss is

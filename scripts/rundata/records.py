@@ -3,7 +3,7 @@ and `tpu-rl metrics` alike."""
 
 from __future__ import annotations
 
-from recipes import Recipe
+from tpu_rl.recipes import Recipe
 
 
 def record_differences(recipe: Recipe, record: dict) -> tuple[str, ...]:
@@ -23,10 +23,10 @@ def records_under(storage, trained: str) -> dict[str, dict | None]:
     not JSON is marked unreadable). No bucket: no run."""
     from google.api_core import exceptions as gexc
 
-    from jobs.paths import RUN_RECORD
-    from scripts.cloud import gcs
-    from scripts.outcome import ApiError
-    from scripts.rundata.events import runs_under
+    from tpu_rl.jobs.paths import RUN_RECORD
+    from tpu_rl.scripts.cloud import gcs
+    from tpu_rl.scripts.outcome import ApiError
+    from tpu_rl.scripts.rundata.events import runs_under
 
     try:
         names = runs_under(storage, trained)

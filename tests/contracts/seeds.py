@@ -13,7 +13,7 @@ import re
 import shlex
 from pathlib import Path
 
-from recipes import Recipe, Settings
+from tpu_rl.recipes import Recipe, Settings
 
 # ../shared/seeds beside the checkout; TPU_RL_SEEDS names it for a checkout elsewhere (a git worktree)
 SEEDS = Path(os.environ.get("TPU_RL_SEEDS") or Path(__file__).resolve().parents[3] / "shared" / "seeds")

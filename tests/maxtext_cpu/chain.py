@@ -1,6 +1,6 @@
 """A recipe's own convert, train and export commands, run in MaxText's real code on a CPU.
 
-The commands are the ones `tpu-rl render` writes (jobs.maxtext.maxtext_commands, which the manifests and
+The commands are the ones `tpu-rl render` writes (tpu_rl.jobs.maxtext.maxtext_commands, which the manifests and
 the VM script are rendered from; tests/test_maxtext_real.py checks that the rendered files contain them).
 Only what a CPU test must change is changed (cpu_argv): gs://BUCKET/ becomes a local directory with the
 same object layout, a Hugging Face hub id becomes the tiny local model, the tiny sizes are appended (with
@@ -24,9 +24,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.maxtext import MaxTextCommand, maxtext_commands
-from jobs.paths import ArtifactPaths
-from recipes import Recipe
+from tpu_rl.jobs.maxtext import MaxTextCommand, maxtext_commands
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import Recipe
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -146,7 +146,7 @@ class Chain:
 
     def after_export(self) -> str | None:
         """The export script's step after to_huggingface (jobs/export.py), with the CPU changes."""
-        from jobs.export import VISION_PARTS, carry_vision_script
+        from tpu_rl.jobs.export import VISION_PARTS, carry_vision_script
 
         vision = VISION_PARTS.get(self.recipe.model.maxtext_name)
         if self.recipe.platform != "gke" or not vision or self.recipe.model.use_multimodal:

@@ -143,7 +143,7 @@ def train_rl_function(module: str, name: str):
 
 def patched_utils_rl(site: str):
     """utils_rl as the train container runs it: each of the recipe's rendered source patches of MaxText's
-    files (PROBE_PATCHES, jobs.patches.render_patch) runs, as the container's bash step, on a copy of the
+    files (PROBE_PATCHES, tpu_rl.jobs.patches.render_patch) runs, as the container's bash step, on a copy of the
     wheel's file under the scratch root it names; then the module is that copy. Returns the module and the
     names of the patches applied."""
     import importlib.util

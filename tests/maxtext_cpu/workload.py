@@ -10,7 +10,7 @@ as environment variables:
   JAX_PLATFORMS and ENABLE_PATHWAYS_PERSISTENCE (read by tunix's CheckpointManager when it is built:
   google/tunix 683256db = PyPI 0.1.7 tunix/sft/checkpoint_manager.py L53 and L63; c4ec573d L115-116; and
   by orbax: orbax-checkpoint 0.12.2 _src/multihost/multihost.py is_cloud_pathways_persistence_enabled);
-- PROBE_PATCHES: the recipe's rendered source patches of MaxText's own files (jobs.patches.render_patch),
+- PROBE_PATCHES: the recipe's rendered source patches of MaxText's own files (tpu_rl.jobs.patches.render_patch),
   with the image's source root /deps/src/ moved to a scratch copy, which the probe fills from the wheel.
 """
 
@@ -20,10 +20,10 @@ import json
 import sys
 from pathlib import Path
 
-from jobs.patches import render_patch, resolve_patches
-from jobs.train import workload_env
-from jobs.vm import tpu_env
-from recipes import Recipe
+from tpu_rl.jobs.patches import render_patch, resolve_patches
+from tpu_rl.jobs.train import workload_env
+from tpu_rl.jobs.vm import tpu_env
+from tpu_rl.recipes import Recipe
 
 REPO = Path(__file__).resolve().parents[2]
 # The names tunix and orbax read when the checkpointer is built (see the module docstring).

@@ -41,7 +41,7 @@ class Admission:
         return self._selected(name, "topology.kubernetes.io/zone", self.plans.get(name, Plan()).zone)
 
     def flavor_of(self, name: str) -> str:
-        """The admitted ResourceFlavor's name (recipes.conventions.tpu_flavor_name)."""
+        """The admitted ResourceFlavor's name (tpu_rl.recipes.conventions.tpu_flavor_name)."""
         capacity, zone = self.capacity_of(name), self.zone_of(name)
         if capacity in (None, "reservation"):
             return "tpu"

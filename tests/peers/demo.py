@@ -51,7 +51,7 @@ class Simulation:
     def __init__(self, home: Path, recipe_name: str = RECIPE, ticks: int = 3, train_ticks: int = 12) -> None:
         from peers.fixtures import SETTINGS, TOKEN, clean_environment, start_gcs_emulator, start_peers
         from peers.simulated_run import put_idle_cluster_nodes, script_successful_run
-        from recipes import get_recipe
+        from tpu_rl.recipes import get_recipe
 
         # The emulator logs each 404 as an error; `run` reading a run.json that does not exist yet is no error.
         logging.getLogger("gcp_storage_emulator").setLevel(logging.CRITICAL)
@@ -66,8 +66,8 @@ class Simulation:
 
     @property
     def run_name(self) -> str:
-        from jobs.paths import ArtifactPaths
-        from recipes import load_settings
+        from tpu_rl.jobs.paths import ArtifactPaths
+        from tpu_rl.recipes import load_settings
 
         return ArtifactPaths(self.recipe, load_settings(env=self.env)).run_name
 

@@ -6,9 +6,9 @@ install (and its `pip --require-hashes` would refuse)."""
 
 from __future__ import annotations
 
-from jobs.driver_runtime import object_name, wheels_dir
-from recipes.driver_runtime import driver_lock
-from scripts.pipeline.gke.driver_image import SHA256_METADATA
+from tpu_rl.jobs.driver_runtime import object_name, wheels_dir
+from tpu_rl.recipes.driver_runtime import driver_lock
+from tpu_rl.scripts.pipeline.gke.driver_image import SHA256_METADATA
 
 
 def seed_locked_wheels(client, bucket: str) -> int:

@@ -21,7 +21,7 @@ def write_events(directory: Path, scalars: dict[str, list[tuple[int, float]]]) -
 
 def put_event_files(client, url: str, scalars: dict[str, list[tuple[int, float]]], tmp: Path) -> None:
     """Write event files with `scalars` and upload them under the gs:// prefix `url` (a run's tensorboard/)."""
-    from jobs.paths import split_gs_url
+    from tpu_rl.jobs.paths import split_gs_url
 
     bucket, prefix = split_gs_url(url)
     for path in write_events(tmp, scalars):

@@ -127,8 +127,8 @@ def deploy_vm(server: GoogleApis, settings: dict[str, str], status: str = "RUNNI
     """The settings' TPU VM as its stack creates it: in `status`, with the recipe's startup script in its
     metadata (infra/tpu_vm.py); with `run`, the script of that run (a stack deployed before the recipe
     changed). Returns its (zone, name)."""
-    from jobs import render_startup_script
-    from recipes import get_recipe, load_settings
+    from tpu_rl.jobs import render_startup_script
+    from tpu_rl.recipes import get_recipe, load_settings
 
     loaded = load_settings(env=settings)
     vm = (settings["ZONE"], loaded.vm_name)
@@ -145,7 +145,7 @@ def start_google(settings: dict[str, str], token: str, state: dict | None = None
     where `state` says: reservation (absent | [machine type, count, in use]), accelerators (absent),
     cpu_machine (absent: the zone lacks the CPU pools' machines), secret (absent | empty), vm (the status of
     the settings' TPU VM, e.g. RUNNING; absent without it), vm_script (other: another run's startup script)."""
-    from recipes.setting_specs import DEFAULT_HF_TOKEN_SECRET
+    from tpu_rl.recipes.setting_specs import DEFAULT_HF_TOKEN_SECRET
 
     state = state or {}
     server = GoogleApis().start()
@@ -159,7 +159,7 @@ def start_google(settings: dict[str, str], token: str, state: dict | None = None
         server.accelerator_types.update({(zone, "v6e-8"), (zone, "v6e-32"), (zone, "v6e-64")})
     if "vm" in state:  # vm_script: other = the script of another run than the recipe's
         deploy_vm(server, settings, state["vm"], run="older" if state.get("vm_script") == "other" else None)
-    from recipes import all_recipes
+    from tpu_rl.recipes import all_recipes
 
     for recipe in all_recipes().values():  # healthy: every image a recipe pulls is in the registry
         pathways = [recipe.pathways_images.server, recipe.pathways_images.proxy] if recipe.pathways else []
@@ -369,9 +369,9 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
 
         kube.kubelet = ProcessKubelet(env)  # the run's driver as a process, with what the commands get
         if "stale" in state:
-            from jobs import render_manifests
-            from recipes import get_recipe, load_settings
-            from recipes.runs import for_run
+            from tpu_rl.jobs import render_manifests
+            from tpu_rl.recipes import get_recipe, load_settings
+            from tpu_rl.recipes.runs import for_run
 
             step, phase = state["stale"]
             recipe = for_run(get_recipe(state.get("recipe", "qwen3-v6e32")), state.get("stale_set", ()),
@@ -385,7 +385,7 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
 
 def jobset_of(recipe_name: str, step: str) -> str:
     """The name of the JobSet `tpu-rl run RECIPE` submits for a step (the recipe's own run, no --set)."""
-    from jobs.k8s import jobset_name
-    from recipes import get_recipe
+    from tpu_rl.jobs.k8s import jobset_name
+    from tpu_rl.recipes import get_recipe
 
     return jobset_name(get_recipe(recipe_name), step)

@@ -1,12 +1,12 @@
 """The kubelet of the fake Kubernetes API's Job pods (peers/job_life.py): it mounts the pod's ConfigMap
 volumes as files and runs its container's command, `tpu-rl drive ...`, as the run's driver.
 
-- ProcessKubelet: as a real local process, `python -m scripts.cli drive ...`, with the container's env on
+- ProcessKubelet: as a real local process, `python -m tpu_rl.scripts.cli drive ...`, with the container's env on
   top of the test's endpoints, no terminal (stdin /dev/null, output a pipe), its output the pod's log, its
   exit status the container's (a signal: 128 + its number, as the kubelet reports SIGKILL as 137). It
   starts with SIGTERM ignored, as PID 1 of a container without a handler: the kernel sends PID 1 of a
   PID namespace only the signals it handles (pid_namespaces(7)).
-- InProcessKubelet: the same command's function (scripts.cli.drive.drive_to) on a thread of the test's
+- InProcessKubelet: the same command's function (tpu_rl.scripts.cli.drive.drive_to) on a thread of the test's
   process, for the in-process CLI tests that replace the Session's clock (tests/cli_helpers.py).
 """
 
@@ -70,7 +70,7 @@ class ProcessKubelet:
         name = pod["metadata"]["name"]
         mounts = mount(kube, pod)
         container_env = {item["name"]: item["value"] for item in pod["spec"]["containers"][0].get("env") or []}
-        process = subprocess.Popen([sys.executable, "-m", "scripts.cli", *local_args(pod, mounts)],
+        process = subprocess.Popen([sys.executable, "-m", "tpu_rl.scripts.cli", *local_args(pod, mounts)],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    cwd=REPO, env={**self.env, **container_env}, start_new_session=True,
                                    preexec_fn=_as_pid_one)
@@ -138,7 +138,7 @@ class InProcessKubelet:
         self.threads: list[threading.Thread] = []
 
     def start(self, kube, job: dict, pod: dict) -> None:
-        from scripts.cli.drive import drive_to
+        from tpu_rl.scripts.cli.drive import drive_to
 
         name = pod["metadata"]["name"]
         mounts = mount(kube, pod)

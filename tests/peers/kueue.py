@@ -37,7 +37,7 @@ import hashlib
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-CHECK = "flex-start-slice"  # recipes.conventions.FLEX_START_ADMISSION_CHECK
+CHECK = "flex-start-slice"  # tpu_rl.recipes.conventions.FLEX_START_ADMISSION_CHECK
 # Kueue's default retryStrategy (apis/kueue/v1beta2/provisioningrequestconfig_types.go 77, 137-153).
 BACKOFF_LIMIT_COUNT, BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS = 3, 60, 1800
 QUEUE = "tpu-rl"

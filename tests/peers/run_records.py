@@ -8,9 +8,9 @@ import json
 def put_run_record(gcs_client, env: dict[str, str], state: dict) -> None:
     """A run.json of run `record` of `recipe` (qwen3-v6e32 unless told), holding only the --set items
     `record_set` (and its recipe and `record_status`, when the state gives one)."""
-    from jobs.paths import ArtifactPaths, split_gs_url
-    from recipes import get_recipe, load_settings
-    from recipes.runs import for_run
+    from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
+    from tpu_rl.recipes import get_recipe, load_settings
+    from tpu_rl.recipes.runs import for_run
 
     recipe = for_run(get_recipe(state.get("recipe", "qwen3-v6e32")), (), state["record"])
     bucket_name, name = split_gs_url(ArtifactPaths(recipe, load_settings(env=env)).run_record)

@@ -14,6 +14,6 @@ SETTINGS = {
 
 
 def peer_settings():
-    from recipes import load_settings
+    from tpu_rl.recipes import load_settings
 
     return load_settings(env=SETTINGS)

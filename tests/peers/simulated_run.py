@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from contracts.tunix_log import evaluation_line, train_step_line
-from jobs.k8s import jobset_name
+from tpu_rl.jobs.k8s import jobset_name
 from peers.fixtures import peer_settings, put_step_output
 
 STEPS = ("convert", "train", "export")
@@ -55,7 +55,7 @@ def train_log_reads(total: int, reads: int) -> list[str]:
 
 def put_curves(client, recipe) -> None:
     """The run's TensorBoard event files in its tensorboard/ prefix, with synthetic_curves."""
-    from jobs.paths import ArtifactPaths
+    from tpu_rl.jobs.paths import ArtifactPaths
     from peers.event_files import put_event_files
 
     url = ArtifactPaths(recipe, peer_settings()).tensorboard
@@ -94,7 +94,7 @@ def put_idle_cluster_nodes(kube, recipe) -> None:
     """The nodes a deployed GKE stack keeps with no run: the system pool at its minimum and, for a
     reservation, every host of each slice's pool (infra/gke_cluster.py, infra/tpu_pool.py); the CPU pool and
     the other TPU pools are at 0."""
-    from recipes import conventions
+    from tpu_rl.recipes import conventions
 
     for index in range(conventions.SYSTEM_POOL_NODES):
         kube.put_node(conventions.SYSTEM_POOL_NAME, index)

@@ -46,7 +46,7 @@ def _hf_export(export_dir: str) -> list[tuple[str, bytes]]:
 
 def put_step_output(client, recipe, step: str) -> None:
     """Write what a finished step leaves in the bucket (what the container would write)."""
-    from jobs.paths import ArtifactPaths, split_gs_url
+    from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 
     paths = ArtifactPaths(recipe, peer_settings())
     objects = {
@@ -64,7 +64,7 @@ def put_step_output(client, recipe, step: str) -> None:
 
 def put_checkpoint(client, paths, step: int) -> None:
     """A finished train_rl checkpoint of `step` under the run's checkpoints/actor/ (as put_step_output's)."""
-    from jobs.paths import split_gs_url
+    from tpu_rl.jobs.paths import split_gs_url
 
     for url, data in orbax_checkpoint(f"{paths.actor_checkpoints}{step}/model_params/",
                                        ("model_params", "optimizer_state"), ocdbt=False):

@@ -261,8 +261,8 @@ class Guest:
     def finished(self, paths, *steps: str, checkpoint: int = 50) -> None:
         """The bucket after `steps` of the run finished in an earlier boot: what each left (as the stand-ins
         write it: the conversion, training checkpoint `checkpoint`, the export), then its progress marker.
-        `paths`: the run's jobs.paths.ArtifactPaths."""
-        from recipes.conventions import HF_CONFIG, HF_SINGLE_WEIGHTS, HF_TOKENIZER_FILES, ORBAX_COMMIT_MARKER
+        `paths`: the run's tpu_rl.jobs.paths.ArtifactPaths."""
+        from tpu_rl.recipes.conventions import HF_CONFIG, HF_SINGLE_WEIGHTS, HF_TOKENIZER_FILES, ORBAX_COMMIT_MARKER
 
         step_dir = paths.converted_items.rstrip("/").rpartition("/")[0] + "/"
         left = {"convert": [f"{paths.converted_items}manifest.ocdbt", step_dir + ORBAX_COMMIT_MARKER],

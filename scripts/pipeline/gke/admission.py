@@ -14,21 +14,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from jobs.k8s import pin_capacity
-from recipes import conventions
-from recipes.capacity_modes import CPU, describe_waits
-from recipes.conventions import CAPACITY_NODE_LABEL, ZONE_NODE_LABEL
-from recipes.placement import Place, tpu_places
-from scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
+from tpu_rl.jobs.k8s import pin_capacity
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.capacity_modes import CPU, describe_waits
+from tpu_rl.recipes.conventions import CAPACITY_NODE_LABEL, ZONE_NODE_LABEL
+from tpu_rl.recipes.placement import Place, tpu_places
+from tpu_rl.scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
                                         capacity_of, has_had_node, latest_request, pod_counts, tpu_pods, workload_of,
                                         workload_state, zone_of)
-from scripts.outcome import StepFailed
-from scripts.pipeline.gke.queue import QueuePlace, behind_our_own
-from scripts.pipeline.gke.steps import StepJob, parse_time
-from scripts.pipeline.session import Session, hms
+from tpu_rl.scripts.outcome import StepFailed
+from tpu_rl.scripts.pipeline.gke.queue import QueuePlace, behind_our_own
+from tpu_rl.scripts.pipeline.gke.steps import StepJob, parse_time
+from tpu_rl.scripts.pipeline.session import Session, hms
 
 if TYPE_CHECKING:
-    from scripts.pipeline.phases import Phases
+    from tpu_rl.scripts.pipeline.phases import Phases
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def place_of_flavor(flavor: str, places: tuple[Place, ...]) -> Place | None:
 
 
 def pinned_place(manifest: dict) -> tuple[str, str | None] | None:
-    """The capacity mode and zone a JobSet's TPU pods select (jobs.k8s.pin_capacity), None when Kueue
+    """The capacity mode and zone a JobSet's TPU pods select (tpu_rl.jobs.k8s.pin_capacity), None when Kueue
     chooses."""
     for rj in manifest.get("spec", {}).get("replicatedJobs") or []:
         selector = rj["template"]["spec"]["template"]["spec"].get("nodeSelector") or {}

@@ -14,13 +14,13 @@ from __future__ import annotations
 import sys
 import time
 
-from jobs.driver import RETRY_EXIT_CODE
-from jobs.driver_runtime import DRIVER_CONTAINER
-from recipes import Step
-from scripts.cloud.kube_jobs import Jobs
-from scripts.outcome import ApiError, ExitCode, Reported, StepFailed
-from scripts.pipeline.gke.driver import EXIT_CODES, exit_code_of, follow_commands, job_phase, start_driver
-from scripts.pipeline.session import Session
+from tpu_rl.jobs.driver import RETRY_EXIT_CODE
+from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER
+from tpu_rl.recipes import Step
+from tpu_rl.scripts.cloud.kube_jobs import Jobs
+from tpu_rl.scripts.outcome import ApiError, ExitCode, Reported, StepFailed
+from tpu_rl.scripts.pipeline.gke.driver import EXIT_CODES, exit_code_of, follow_commands, job_phase, start_driver
+from tpu_rl.scripts.pipeline.session import Session
 
 FOLLOW_SECONDS = 2.0  # between two reads of the driver's log (at most; TPU_RL_POLL_SECONDS if shorter)
 MIN_FOLLOW_SECONDS = 0.05
@@ -154,7 +154,7 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
 
 def _gone(session: Session, name: str) -> None:
     """The driver's Job went away while followed: `tpu-rl cancel` (its record says so), or someone."""
-    from scripts.pipeline.record import RunCancelled, cancellation_of
+    from tpu_rl.scripts.pipeline.record import RunCancelled, cancellation_of
 
     cancelled = cancellation_of(session, name)
     if cancelled:

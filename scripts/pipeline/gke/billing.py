@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from jobs.k8s import RUN_LABEL, recipe_selector
-from recipes.cost import ESTIMATE_NOTE
-from recipes.prices import usd
-from recipes.standing_cost import StandingCost, standing_cost
-from scripts.cloud.kube_objects import jobset_state
-from scripts.pipeline.gke.cancel import ACTIVE
-from scripts.pipeline.session import Session
+from tpu_rl.jobs.k8s import RUN_LABEL, recipe_selector
+from tpu_rl.recipes.cost import ESTIMATE_NOTE
+from tpu_rl.recipes.prices import usd
+from tpu_rl.recipes.standing_cost import StandingCost, standing_cost
+from tpu_rl.scripts.cloud.kube_objects import jobset_state
+from tpu_rl.scripts.pipeline.gke.cancel import ACTIVE
+from tpu_rl.scripts.pipeline.session import Session
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,9 @@ def attached_runs(session: Session) -> list[AttachedRun]:
     """The recipe's runs whose run.json says `running` (what `tpu-rl runs` lists), with the age of each."""
     from google.api_core import exceptions as gexc
 
-    from jobs.paths import RUN_RECORD, split_gs_url
-    from scripts.outcome import ApiError
-    from scripts.pipeline.record import run_records
+    from tpu_rl.jobs.paths import RUN_RECORD, split_gs_url
+    from tpu_rl.scripts.outcome import ApiError
+    from tpu_rl.scripts.pipeline.record import run_records
 
     storage, recipe = session.clients.storage(), session.recipe.name
     bucket, prefix = split_gs_url(session.paths.trained)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from jobs.k8s import RUN_LABEL, STEP_LABEL, jobset_name
-from recipes import Step, UserError
-from scripts.cloud.kube_objects import jobset_state
-from scripts.pipeline.record import record_cancellation, run_records
-from scripts.pipeline.session import Session
+from tpu_rl.jobs.k8s import RUN_LABEL, STEP_LABEL, jobset_name
+from tpu_rl.recipes import Step, UserError
+from tpu_rl.scripts.cloud.kube_objects import jobset_state
+from tpu_rl.scripts.pipeline.record import record_cancellation, run_records
+from tpu_rl.scripts.pipeline.session import Session
 
 ACTIVE = ("running", "suspended")  # what cancel stops: running, or waiting for Kueue
 
@@ -55,7 +55,7 @@ def cancel_gke(session: Session, step: Step | None, yes: bool) -> None:
     """Delete the run's driver, then its running JobSets (after a yes), record the cancellation, keep
     every output. While a driver runs only the whole run is cancelled (`cancel STEP` is refused). The driver goes first, and cancel waits until its pod is gone, so no JobSet is
     submitted by a dying driver; the JobSets are looked up again after it."""
-    from scripts.pipeline.gke.driver import driver_state, stop_driver
+    from tpu_rl.scripts.pipeline.gke.driver import driver_state, stop_driver
 
     console, run = session.console, session.paths.run_name
     driver = driver_state(session)
@@ -102,8 +102,8 @@ def go_on_command(session: Session) -> str:
     --set, --rewards and --data-processor it had; cancel itself takes no files), else this run's."""
     import shlex
 
-    from scripts.cloud import gcs
-    from scripts.outcome import ApiError
+    from tpu_rl.scripts.cloud import gcs
+    from tpu_rl.scripts.outcome import ApiError
 
     try:
         command = (gcs.read_json(session.clients.storage(), session.paths.run_record) or {}).get("command") or []

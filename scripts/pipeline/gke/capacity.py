@@ -24,23 +24,23 @@ from typing import Callable
 
 from rich.markup import escape
 
-from recipes.capacity_modes import CPU, describe_waits
-from scripts.cloud import gcs
-from scripts.outcome import ApiError, StepFailed
-from jobs.k8s import JOBSET_NAME_LABEL
-from recipes.idle_tpu import idle_tpu
-from recipes.placement import Place
-from scripts.cloud.kube_objects import capacity_of
-from scripts.pipeline.phases import Phases
-from scripts.pipeline.gke.admission import CapacityShortfall, CapacityWatch, find_place, pinned_job, places_of
-from scripts.pipeline.gke.starting import StartFailed
-from scripts.pipeline.gke.steps import StepJob
-from scripts.pipeline.gke.wait import wait_for_jobset
-from scripts.pipeline.record import RunCancelled, RunRecord
-from scripts.pipeline.session import Session, hms
+from tpu_rl.recipes.capacity_modes import CPU, describe_waits
+from tpu_rl.scripts.cloud import gcs
+from tpu_rl.scripts.outcome import ApiError, StepFailed
+from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL
+from tpu_rl.recipes.idle_tpu import idle_tpu
+from tpu_rl.recipes.placement import Place
+from tpu_rl.scripts.cloud.kube_objects import capacity_of
+from tpu_rl.scripts.pipeline.phases import Phases
+from tpu_rl.scripts.pipeline.gke.admission import CapacityShortfall, CapacityWatch, find_place, pinned_job, places_of
+from tpu_rl.scripts.pipeline.gke.starting import StartFailed
+from tpu_rl.scripts.pipeline.gke.steps import StepJob
+from tpu_rl.scripts.pipeline.gke.wait import wait_for_jobset
+from tpu_rl.scripts.pipeline.record import RunCancelled, RunRecord
+from tpu_rl.scripts.pipeline.session import Session, hms
 
 # How many lost slices one `run` submits again before it stops: as many as the JobSet's own restarts on
-# preemptible capacity (jobs.train.PREEMPTIBLE_MAX_RESTARTS), each resuming from the last checkpoint.
+# preemptible capacity (tpu_rl.jobs.train.PREEMPTIBLE_MAX_RESTARTS), each resuming from the last checkpoint.
 MAX_LOST_SLICES = 3
 
 

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from recipes import Step
-from scripts.pipeline.session import Session
+from tpu_rl.recipes import Step
+from tpu_rl.scripts.pipeline.session import Session
 
 
 def start_detached(session: Session, steps: tuple[Step, ...], *, replace: bool = False,
                    follow_logs: bool = False) -> None:
     """Hand run `session.paths.run_name` (its `steps`) to its in-cluster driver, created or found (never a
     second one), and return once it exists, with the commands that follow it."""
-    from scripts.pipeline.gke.attach import run_attached
+    from tpu_rl.scripts.pipeline.gke.attach import run_attached
 
     run_attached(session, steps, replace=replace, follow_logs=follow_logs, detach=True)

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from recipes import UserError, conventions
-from recipes.prices import usd
-from recipes.setting_specs import CONFIG_ENV, DEFAULT_CONFIG
-from scripts.outcome import Outcome
-from scripts.pipeline.gke.billing import ATTACHED_FRESH, active_runs, attached_runs, cluster_bill
-from scripts.pipeline.session import Session
+from tpu_rl.recipes import UserError, conventions
+from tpu_rl.recipes.prices import usd
+from tpu_rl.recipes.setting_specs import CONFIG_ENV, DEFAULT_CONFIG
+from tpu_rl.scripts.outcome import Outcome
+from tpu_rl.scripts.pipeline.gke.billing import ATTACHED_FRESH, active_runs, attached_runs, cluster_bill
+from tpu_rl.scripts.pipeline.session import Session
 
 CHECKOUT = Path(__file__).resolve().parents[3]  # the repository root: cdktf.json, node_modules, the stacks
 CLUSTER_TYPE = "google_container_cluster"  # hashicorp/google's resource type, as the state names it
@@ -50,7 +50,7 @@ def _state_text(session: Session) -> tuple[str, str | None]:
     """(where the stack's state is, its text or None when there is none)."""
     stack, settings = session.recipe.name, session.settings
     if settings.state_bucket:
-        from scripts.cloud import gcs
+        from tpu_rl.scripts.cloud import gcs
 
         name = conventions.remote_state_object(stack)
         where = f"gs://{settings.state_bucket}/{name}"

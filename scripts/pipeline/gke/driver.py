@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.driver import (REQUEST_ANNOTATION, driver_job, driver_name, request_configmap, request_digest, run_request,
+from tpu_rl.jobs.driver import (REQUEST_ANNOTATION, driver_job, driver_name, request_configmap, request_digest, run_request,
                          settings_env)
-from jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION, driver_drift
-from recipes import Step, UserError
-from scripts.cloud.kube_jobs import JobExists, Jobs
-from scripts.outcome import ExitCode
-from scripts.pipeline.gke.driver_wheel import runtime_version
-from scripts.pipeline.session import Session
+from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION, driver_drift
+from tpu_rl.recipes import Step, UserError
+from tpu_rl.scripts.cloud.kube_jobs import JobExists, Jobs
+from tpu_rl.scripts.outcome import ExitCode
+from tpu_rl.scripts.pipeline.gke.driver_wheel import runtime_version
+from tpu_rl.scripts.pipeline.session import Session
 
 
 @dataclass(frozen=True)
@@ -95,12 +95,12 @@ def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, fo
     """Find the run's running driver (the same request: attach to it) or create one: its checks and plan
     first (submit.prepare_run, with the token Secret and user files), then its request and its Job. A
     running driver of another request is refused unless --replace, which deletes it first."""
-    from scripts.pipeline.gke.driver_image import stage_driver
-    from scripts.pipeline.gke.submit import prepare_run
+    from tpu_rl.scripts.pipeline.gke.driver_image import stage_driver
+    from tpu_rl.scripts.pipeline.gke.submit import prepare_run
 
     import sys
 
-    from scripts.pipeline.record import redacted
+    from tpu_rl.scripts.pipeline.record import redacted
 
     recipe, jobs = session.recipe, Jobs(session.cluster)
     request = run_request(recipe, steps, replace=replace, follow_logs=follow_logs, version=runtime_version())
@@ -136,7 +136,7 @@ def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, fo
 
 def follow_commands(session: Session, steps: tuple[Step, ...]) -> list[str]:
     """The commands that attach to the run again, show it, and stop it."""
-    from recipes import STEPS
+    from tpu_rl.recipes import STEPS
 
     again = session.command("run", *(("--steps", ",".join(steps)) if steps != STEPS else ()))
     return [f"  follow it: {again}", f"  its state: {session.command('status')}",

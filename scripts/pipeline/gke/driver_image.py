@@ -19,11 +19,11 @@ import urllib.request
 from functools import partial
 from typing import Callable
 
-from jobs.driver_runtime import (DriverRuntime, object_name, requirements_text, runtime_dir,
+from tpu_rl.jobs.driver_runtime import (DriverRuntime, object_name, requirements_text, runtime_dir,
                                  wheels_dir)
-from recipes import UserError
-from recipes.driver_runtime import BASE_IMAGE, LockedWheel, driver_lock
-from scripts.pipeline.gke.driver_wheel import build_wheel, package_root, runtime_version
+from tpu_rl.recipes import UserError
+from tpu_rl.recipes.driver_runtime import BASE_IMAGE, LockedWheel, driver_lock
+from tpu_rl.scripts.pipeline.gke.driver_wheel import build_wheel, package_root, runtime_version
 
 SHA256_METADATA = "sha256"
 DOWNLOAD_SECONDS = 60  # per socket operation of one wheel's download (urllib's timeout)

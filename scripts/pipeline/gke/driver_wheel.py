@@ -19,20 +19,33 @@ import zipfile
 from pathlib import Path
 
 DISTRIBUTION = "tpu-rl"
-PACKAGES = ("recipes", "infra", "stacks", "jobs", "scripts")  # pyproject [tool.setuptools] packages
+NAMESPACE = "tpu_rl"  # every package installs as tpu_rl.<folder> (pyproject [tool.setuptools] package-dir)
+PACKAGES = ("recipes", "infra", "stacks", "jobs", "scripts")  # the folders pyproject maps under NAMESPACE
 PACKAGE_DATA = {  # pyproject [tool.setuptools.package-data]
-    "recipes": ["*.toml", "maxtext_keys/*.toml", "maxtext_keys/*.json"],
-    "infra": ["charts/manifests/*.yaml", "charts/manifests/templates/*.yaml", "google_lazy_require.js"],
+    "tpu_rl.recipes": ["*.toml", "maxtext_keys/*.toml", "maxtext_keys/*.json"],
+    "tpu_rl.infra": ["charts/manifests/*.yaml", "charts/manifests/templates/*.yaml", "google_lazy_require.js"],
 }
-CONSOLE_SCRIPTS = {"tpu-rl": "scripts.cli:main"}  # pyproject [project.scripts]
+CONSOLE_SCRIPTS = {"tpu-rl": "tpu_rl.scripts.cli:main"}  # pyproject [project.scripts]
 REQUIRES_PYTHON = ">=3.11"  # pyproject [project] requires-python
 DIGEST_HEX = 12
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can say: no build time in the bytes
 
 
 def package_root() -> Path:
-    """The directory that holds this package's top-level packages (a checkout, or site-packages)."""
+    """The directory that holds the package folders: a checkout's root, or an installed tpu_rl/."""
     return Path(__file__).resolve().parents[3]
+
+
+def _namespace_init(root: Path) -> Path:
+    """tpu_rl/__init__.py: beside the folders in a checkout, the root itself when installed."""
+    inside = root / NAMESPACE / "__init__.py"
+    return inside if inside.is_file() else root / "__init__.py"
+
+
+def _source(root: Path, name: str) -> Path:
+    """The file behind a wheel path (tpu_rl/scripts/cli/cloud.py -> <root>/scripts/cli/cloud.py)."""
+    inner = name.removeprefix(f"{NAMESPACE}/")
+    return _namespace_init(root) if inner == "__init__.py" else root / inner
 
 
 def _package_dirs(directory: Path):
@@ -46,14 +59,15 @@ def _package_dirs(directory: Path):
 
 
 def package_files(root: Path) -> list[str]:
-    """The files the wheel ships, as paths relative to `root`, sorted: every module of every package and
-    the package data."""
-    found: set[str] = set()
+    """The files the wheel ships, as paths in the wheel (under tpu_rl/), sorted: the namespace's
+    __init__.py, every module of every package and the package data."""
+    found: set[str] = {f"{NAMESPACE}/__init__.py"}
     for package in PACKAGES:
         for directory in _package_dirs(root / package):
-            found.update(str(path.relative_to(root)) for path in directory.glob("*.py") if path.is_file())
-        for pattern in PACKAGE_DATA.get(package, ()):
-            found.update(str(path.relative_to(root)) for path in (root / package).glob(pattern) if path.is_file())
+            found.update(f"{NAMESPACE}/{path.relative_to(root)}" for path in directory.glob("*.py") if path.is_file())
+        for pattern in PACKAGE_DATA.get(f"{NAMESPACE}.{package}", ()):
+            found.update(f"{NAMESPACE}/{path.relative_to(root)}" for path in (root / package).glob(pattern)
+                         if path.is_file())
     return sorted(found)
 
 
@@ -61,7 +75,7 @@ def files_digest(root: Path, files: list[str]) -> str:
     """sha256 over each file's path and content digest, in order."""
     digest = hashlib.sha256()
     for name in files:
-        digest.update(f"{name}\0{hashlib.sha256((root / name).read_bytes()).hexdigest()}\n".encode())
+        digest.update(f"{name}\0{hashlib.sha256(_source(root, name).read_bytes()).hexdigest()}\n".encode())
     return digest.hexdigest()
 
 
@@ -88,7 +102,7 @@ def build_wheel(root: Path, version: str) -> tuple[str, bytes]:
     """(file name, bytes) of a pure-Python wheel of the package files under `root` at `version`. It
     declares no dependencies: the driver installs the lock's wheels beside it (recipes/driver_lock.toml)."""
     dist_info = f"{DISTRIBUTION.replace('-', '_')}-{version}.dist-info"
-    entries = [(name, (root / name).read_bytes()) for name in package_files(root)]
+    entries = [(name, _source(root, name).read_bytes()) for name in package_files(root)]
     entries += [
         (f"{dist_info}/METADATA", (f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {version}\n"
                                    f"Requires-Python: {REQUIRES_PYTHON}\n").encode()),

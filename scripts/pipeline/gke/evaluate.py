@@ -2,7 +2,7 @@
 the same slice shape, and add the result to that run's record (phase "checkpoint").
 
 How (jobs/evaluate.py has the MaxText sources): submit the train JobSet of a scratch run
-(jobs.evaluate.eval_run_name) whose load_parameters_path is the checkpoint's params, read the "Pre RL
+(tpu_rl.jobs.evaluate.eval_run_name) whose load_parameters_path is the checkpoint's params, read the "Pre RL
 Training" line its head logs, and delete the JobSet at once, before it trains on. Whatever the command
 created is deleted again, after the result is recorded and on every failure: the scratch run's JobSet,
 its ConfigMap of --rewards/--data-processor files, and its directory in the bucket (tensorboard, a
@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from jobs.evaluate import eval_recipe, eval_sets
-from recipes import UserError
-from scripts.cloud import gcs
-from scripts.outcome import ApiError, Interrupted, StepFailed
-from scripts.rundata.evaluation import Evaluation, describe, parse_evaluations
-from scripts.pipeline.gke.steps import MAIN_CONTAINER, PROGRESS_LOG_LINES, main_pod, step_jobs
-from scripts.pipeline.gke.admission import CapacityWatch
-from scripts.pipeline.gke.submit import fill_token_secret, put_user_files
-from scripts.pipeline.gke.wait import wait_for_jobset
-from scripts.pipeline.session import Session
+from tpu_rl.jobs.evaluate import eval_recipe, eval_sets
+from tpu_rl.recipes import UserError
+from tpu_rl.scripts.cloud import gcs
+from tpu_rl.scripts.outcome import ApiError, Interrupted, StepFailed
+from tpu_rl.scripts.rundata.evaluation import Evaluation, describe, parse_evaluations
+from tpu_rl.scripts.pipeline.gke.steps import MAIN_CONTAINER, PROGRESS_LOG_LINES, main_pod, step_jobs
+from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch
+from tpu_rl.scripts.pipeline.gke.submit import fill_token_secret, put_user_files
+from tpu_rl.scripts.pipeline.gke.wait import wait_for_jobset
+from tpu_rl.scripts.pipeline.session import Session
 
 
 # Every wait has an end: loading the checkpoint, compiling and one evaluation of the held-out set take
@@ -55,12 +55,12 @@ def _checkpoint_step(session: Session, step: int | None) -> int:
 
 
 def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> Session:
-    """The session with the run's --set items then eval's `sets` (jobs.evaluate.eval_sets), and its
+    """The session with the run's --set items then eval's `sets` (tpu_rl.jobs.evaluate.eval_sets), and its
     --rewards/--data-processor files from the copies beside run.json, each checked against the sha256 the
     record keeps: the evaluation runs the run's recipe. `session.recipe` has no --set items yet."""
-    from recipes.runs import with_sets
-    from recipes.reward_names import repeated_name
-    from recipes.user_files import UserFile, with_user_files
+    from tpu_rl.recipes.runs import with_sets
+    from tpu_rl.recipes.reward_names import repeated_name
+    from tpu_rl.recipes.user_files import UserFile, with_user_files
 
     run = session.paths.run_name
     recipe = with_sets(session.recipe, eval_sets(session.recipe, run, tuple(
@@ -86,7 +86,7 @@ def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> S
 def _scratch_objects(scratch: Session, job) -> list[tuple[str, object]]:
     """What of the scratch run exists, as (what, delete) pairs: only objects named after it that carry its
     tpu-rl/run label, and its run directory."""
-    from recipes.user_files import configmap_name
+    from tpu_rl.recipes.user_files import configmap_name
 
     cluster, run, found = scratch.cluster, scratch.paths.run_name, []
 

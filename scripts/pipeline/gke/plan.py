@@ -7,14 +7,14 @@ from typing import Literal
 
 from rich.markup import escape
 
-from jobs.k8s import SPEC_DIGEST_ANNOTATION, spec_digest
-from recipes import STEPS, Step, UserError
-from recipes.cost import driver_cost_line
-from scripts.cloud.kube_objects import jobset_state
-from scripts.pipeline.gke.admission import CapacityWatch, jobset_uid, like_existing, read_admission
-from scripts.pipeline.gke.steps import StepJob
-from scripts.pipeline.manifests import manifest_stream
-from scripts.pipeline.session import Session, describe_missing, differing_fields
+from tpu_rl.jobs.k8s import SPEC_DIGEST_ANNOTATION, spec_digest
+from tpu_rl.recipes import STEPS, Step, UserError
+from tpu_rl.recipes.cost import driver_cost_line
+from tpu_rl.scripts.cloud.kube_objects import jobset_state
+from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, jobset_uid, like_existing, read_admission
+from tpu_rl.scripts.pipeline.gke.steps import StepJob
+from tpu_rl.scripts.pipeline.manifests import manifest_stream
+from tpu_rl.scripts.pipeline.session import Session, describe_missing, differing_fields
 
 ActionKind = Literal["skip", "attach", "submit", "replace"]  # what `run` does with a step
 
@@ -111,7 +111,7 @@ def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Actio
                  note: str = "", show_manifests: bool = False) -> None:
     """The plan, each step with its reason, expected time and cost, a note on it, and (with
     --show-manifests) the JobSets run would submit, as one YAML stream."""
-    from scripts.pipeline.session import dry_run_costs
+    from tpu_rl.scripts.pipeline.session import dry_run_costs
 
     console = session.console
     console.print(f"dry run of run {session.paths.run_name}: nothing is submitted or written")

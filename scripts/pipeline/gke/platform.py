@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from scripts.pipeline.platforms import Rendered
+from tpu_rl.scripts.pipeline.platforms import Rendered
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from recipes import Recipe, Settings, Step
-    from scripts.pipeline.gke.billing import Idle
-    from scripts.pipeline.session import Session, StatusReport
+    from tpu_rl.recipes import Recipe, Settings, Step
+    from tpu_rl.scripts.pipeline.gke.billing import Idle
+    from tpu_rl.scripts.pipeline.session import Session, StatusReport
 
 
 class GkePlatform:
@@ -29,8 +29,8 @@ class GkePlatform:
         return images
 
     def render(self, recipe: Recipe, settings: Settings) -> Rendered:
-        import jobs
-        from scripts.pipeline.manifests import manifest_stream
+        from tpu_rl import jobs
+        from tpu_rl.scripts.pipeline.manifests import manifest_stream
 
         manifests = {f"{step}.yaml": manifest for step, manifest in jobs.render_manifests(recipe, settings).items()}
         what = ", ".join(name.removesuffix(".yaml") for name in manifests)
@@ -45,14 +45,14 @@ class GkePlatform:
         return None  # --set and --run name a run of their own
 
     def runs_found(self, session: Session) -> Optional[tuple[str, set[str]]]:
-        from jobs.k8s import RUN_LABEL, recipe_selector
+        from tpu_rl.jobs.k8s import RUN_LABEL, recipe_selector
 
         jobsets = session.cluster.list_jobsets(recipe_selector(session.recipe))
         return "the cluster's JobSets", set(filter(None, ((obj["metadata"].get("labels") or {}).get(RUN_LABEL)
                                                           for obj in jobsets)))
 
     def queue(self, session: Session) -> dict[str, int]:
-        from scripts.pipeline.gke.queue import run_positions
+        from tpu_rl.scripts.pipeline.gke.queue import run_positions
 
         return run_positions(session)
 
@@ -61,10 +61,10 @@ class GkePlatform:
 
     def show_submissions(self, console: Console, recipe: Recipe, settings: Settings, steps: tuple[Step, ...],
                          show_manifests: bool) -> None:
-        from scripts.pipeline.gke.plan import show_submitted
-        from scripts.pipeline.gke.steps import step_jobs
+        from tpu_rl.scripts.pipeline.gke.plan import show_submitted
+        from tpu_rl.scripts.pipeline.gke.steps import step_jobs
 
-        from recipes.cost import driver_cost_line
+        from tpu_rl.recipes.cost import driver_cost_line
 
         console.print(driver_cost_line())  # the driver, which `run` starts first
         show_submitted(console, [job for step, job in step_jobs(recipe, settings).items() if step in steps],
@@ -74,22 +74,22 @@ class GkePlatform:
             show_manifests: bool, detach: bool = False) -> None:
         """The run's driver in the cluster runs the pipeline (drive); this starts or finds it and follows it."""
         if detach and not dry_run:
-            from scripts.pipeline.gke.detach import start_detached
+            from tpu_rl.scripts.pipeline.gke.detach import start_detached
 
             start_detached(session, steps, replace=replace, follow_logs=follow_logs)
             return
         if dry_run:  # the plan, and what the driver costs
-            from scripts.pipeline.gke.submit import run_gke
+            from tpu_rl.scripts.pipeline.gke.submit import run_gke
 
             run_gke(session, steps, replace=replace, follow_logs=follow_logs, dry_run=True,
                     show_manifests=show_manifests)
             return
-        from scripts.pipeline.gke.attach import run_attached
+        from tpu_rl.scripts.pipeline.gke.attach import run_attached
 
         run_attached(session, steps, replace=replace, follow_logs=follow_logs, detach=False)
 
     def drive(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool) -> None:
-        from scripts.pipeline.gke.submit import run_gke
+        from tpu_rl.scripts.pipeline.gke.submit import run_gke
 
         run_gke(session, steps, replace=replace, follow_logs=follow_logs, driven=True)
 
@@ -100,32 +100,32 @@ class GkePlatform:
         return None
 
     def evaluate(self, session: Session, step: Optional[int], sets: tuple[str, ...]) -> object:
-        from scripts.pipeline.gke.evaluate import eval_gke
+        from tpu_rl.scripts.pipeline.gke.evaluate import eval_gke
 
         return eval_gke(session, step, sets)
 
     def cancel(self, session: Session, step: Optional[Step], yes: bool) -> None:
-        from scripts.pipeline.gke.cancel import cancel_gke
+        from tpu_rl.scripts.pipeline.gke.cancel import cancel_gke
 
         cancel_gke(session, step, yes)
 
     def status(self, session: Session) -> StatusReport:
-        from scripts.pipeline.gke.status import status_gke
+        from tpu_rl.scripts.pipeline.gke.status import status_gke
 
         return status_gke(session)
 
     def logs(self, session: Session, step: Step, follow: bool, tail: Optional[int]) -> Iterable[str]:
-        from scripts.pipeline.gke.status import logs_gke
+        from tpu_rl.scripts.pipeline.gke.status import logs_gke
 
         return logs_gke(session, step, follow, tail)
 
     def idle(self, session: Session) -> Optional[Idle]:
-        from scripts.pipeline.gke.billing import idle
+        from tpu_rl.scripts.pipeline.gke.billing import idle
 
         return idle(session)
 
     def down(self, session: Session, yes: bool) -> None:
-        from scripts.pipeline.gke.down import down_gke
+        from tpu_rl.scripts.pipeline.gke.down import down_gke
 
         down_gke(session, yes)
 

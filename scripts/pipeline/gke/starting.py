@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from scripts.cloud.kube_objects import (JobSetState, container_image, container_statuses, has_had_node,
+from tpu_rl.scripts.cloud.kube_objects import (JobSetState, container_image, container_statuses, has_had_node,
                                         is_finishing, is_ready, restart_total)
-from recipes.capacity_modes import READY_WAIT_SECONDS
-from scripts.outcome import StepFailed
-from scripts.pipeline.gke.steps import StepJob
-from scripts.pipeline.session import Session, hms
+from tpu_rl.recipes.capacity_modes import READY_WAIT_SECONDS
+from tpu_rl.scripts.outcome import StepFailed
+from tpu_rl.scripts.pipeline.gke.steps import StepJob
+from tpu_rl.scripts.pipeline.session import Session, hms
 
 # How long a container's image pull may keep failing (FAILING_PULL): the kubelet backs off 10 s doubling to
 # 300 s (kubernetes/kubernetes pkg/kubelet/kubelet.go MaxImageBackOff), so this is five failed pulls in a

@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Iterable
 
-from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
-from recipes import Step, UserError
-from scripts.cloud.kube_objects import JobSetState, PodCounts, current_attempt, jobset_state, placement_of, pod_counts
-from scripts.pipeline.gke.admission import CapacityWatch, read_admission
-from scripts.pipeline.gke.steps import PROGRESS_LOG_LINES, StepJob, duration, main_pod, step_jobs
-from scripts.pipeline.progress import training_now
-from scripts.pipeline.session import Session, StatusReport, StepStatus
-from scripts.rundata.progress import last_train_step
+from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
+from tpu_rl.recipes import Step, UserError
+from tpu_rl.scripts.cloud.kube_objects import JobSetState, PodCounts, current_attempt, jobset_state, placement_of, pod_counts
+from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, read_admission
+from tpu_rl.scripts.pipeline.gke.steps import PROGRESS_LOG_LINES, StepJob, duration, main_pod, step_jobs
+from tpu_rl.scripts.pipeline.progress import training_now
+from tpu_rl.scripts.pipeline.session import Session, StatusReport, StepStatus
+from tpu_rl.scripts.rundata.progress import last_train_step
 
 
 def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_pods: int,
@@ -43,7 +43,7 @@ def status_gke(session: Session) -> StatusReport:
         rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
                                session.output_state(step, state.phase == "succeeded"), placement_of(pods) or "",
                                _training_now(session, job, state) if step == "train" else ""))
-    from scripts.pipeline.gke.driver import driver_state
+    from tpu_rl.scripts.pipeline.gke.driver import driver_state
 
     driver = driver_state(session)
     run = session.paths.run_name

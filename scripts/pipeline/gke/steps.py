@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable
 
-from jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector
-from recipes import STEPS, Recipe, Settings, Step
-from scripts.pipeline.session import hms
+from tpu_rl.jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector
+from tpu_rl.recipes import STEPS, Recipe, Settings, Step
+from tpu_rl.scripts.pipeline.session import hms
 
 # How many of a step's last log lines are shown when nothing was streamed, and searched for a check's reason.
 LOG_TAIL_LINES = 50
@@ -63,7 +63,7 @@ class StepJob:
 
 def step_jobs(recipe: Recipe, settings: Settings, export_step: int | None = None) -> dict[str, StepJob]:
     """Each step's JobSet; export converts checkpoint `export_step` (None: the computed last step)."""
-    from jobs import render_manifests
+    from tpu_rl.jobs import render_manifests
 
     manifests = render_manifests(recipe, settings, export_step)
     jobs = {}

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
-from recipes import Step
-from recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
-from scripts.cloud import gcs, hf_token
-from scripts.cloud.kube import JobSetExists
-from scripts.cloud.kube_objects import capacity_of, zone_of
-from scripts.outcome import ApiError, Interrupted, StepFailed
-from scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run, spec_change
-from scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging
-from scripts.pipeline.gke.admission import sweep_train
-from scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
-from scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
-from scripts.pipeline.record import RunRecord, ending_run
-from scripts.pipeline.session import Session, export_checkpoint, verify_output
+from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
+from tpu_rl.recipes import Step
+from tpu_rl.recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
+from tpu_rl.scripts.cloud import gcs, hf_token
+from tpu_rl.scripts.cloud.kube import JobSetExists
+from tpu_rl.scripts.cloud.kube_objects import capacity_of, zone_of
+from tpu_rl.scripts.outcome import ApiError, Interrupted, StepFailed
+from tpu_rl.scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run, spec_change
+from tpu_rl.scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging
+from tpu_rl.scripts.pipeline.gke.admission import sweep_train
+from tpu_rl.scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
+from tpu_rl.scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
+from tpu_rl.scripts.pipeline.record import RunRecord, ending_run
+from tpu_rl.scripts.pipeline.session import Session, export_checkpoint, verify_output
 
 
 def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,
@@ -173,7 +173,7 @@ def mark_train_finished(session: Session) -> None:
 
 def put_user_files(session: Session) -> None:
     """The run's --rewards/--data-processor files as the ConfigMap its train head mounts (recipes/user_files.py)."""
-    from jobs import user_files_configmap
+    from tpu_rl.jobs import user_files_configmap
 
     configmap = user_files_configmap(session.paths)
     session.cluster.ensure_configmap(configmap)
@@ -184,7 +184,7 @@ def put_user_files(session: Session) -> None:
 def _fill_skipped_train(session: Session, record: RunRecord) -> None:
     """A train step done without `run` attached to its end (or its record written before evaluations were
     kept) gets its evaluations from Cloud Logging, once."""
-    from recipes.evaluation import evaluates
+    from tpu_rl.recipes.evaluation import evaluates
 
     watch = EvaluationWatch(session, record)
     if evaluates(session.recipe) and not watch.has_before_and_after():

@@ -9,22 +9,22 @@ from typing import Callable
 
 from rich.markup import escape
 
-from jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
-from scripts.cloud import gcs
-from scripts.cloud.kube_objects import JobSetState, current_attempt, disruption_of, jobset_state, pod_counts, pod_problems
-from scripts.outcome import ApiError, StepFailed
-from scripts.pipeline.gke.admission import CapacityWatch, jobset_uid
-from scripts.pipeline import stall
-from scripts.pipeline.gke.diagnose import failure_message
-from scripts.pipeline.gke.starting import StartWatch
-from scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, StepJob, elapsed_since, main_pod,
+from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
+from tpu_rl.scripts.cloud import gcs
+from tpu_rl.scripts.cloud.kube_objects import JobSetState, current_attempt, disruption_of, jobset_state, pod_counts, pod_problems
+from tpu_rl.scripts.outcome import ApiError, StepFailed
+from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, jobset_uid
+from tpu_rl.scripts.pipeline import stall
+from tpu_rl.scripts.pipeline.gke.diagnose import failure_message
+from tpu_rl.scripts.pipeline.gke.starting import StartWatch
+from tpu_rl.scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, StepJob, elapsed_since, main_pod,
                                         unstamped)
-from scripts.pipeline.phases import Phases, phase_of
-from scripts.pipeline.progress import AttemptProgress, StepPace, training_line
-from scripts.pipeline.record import RunCancelled, cancellation_of
-from scripts.pipeline.saving import SaveWatch
-from scripts.pipeline.session import Session, hms
-from scripts.rundata.progress import RewardReader, TrainProgress
+from tpu_rl.scripts.pipeline.phases import Phases, phase_of
+from tpu_rl.scripts.pipeline.progress import AttemptProgress, StepPace, training_line
+from tpu_rl.scripts.pipeline.record import RunCancelled, cancellation_of
+from tpu_rl.scripts.pipeline.saving import SaveWatch
+from tpu_rl.scripts.pipeline.session import Session, hms
+from tpu_rl.scripts.rundata.progress import RewardReader, TrainProgress
 
 # How long train's head log (its progress, saves and evaluations; eval's JobSet too) may go unread before
 # `run` ends with exit 4. One read already retries for about half a minute (scripts/cloud/retry.py: 6

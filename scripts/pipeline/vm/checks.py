@@ -8,14 +8,14 @@ from datetime import datetime
 
 from google.api_core import exceptions as gexc
 
-from jobs import render_startup_script
-from jobs.vm import RUN_ASSIGNMENT, ssh_command
-from recipes import UserError
-from recipes.errors import NotDeployed
-from scripts.cloud import hf_token
-from scripts.outcome import StepFailed
-from scripts.pipeline.session import Session, hms
-from scripts.pipeline.vm.state import METADATA_KEY, parse_time
+from tpu_rl.jobs import render_startup_script
+from tpu_rl.jobs.vm import RUN_ASSIGNMENT, ssh_command
+from tpu_rl.recipes import UserError
+from tpu_rl.recipes.errors import NotDeployed
+from tpu_rl.scripts.cloud import hf_token
+from tpu_rl.scripts.outcome import StepFailed
+from tpu_rl.scripts.pipeline.session import Session, hms
+from tpu_rl.scripts.pipeline.vm.state import METADATA_KEY, parse_time
 
 # Instance statuses in which the startup script does not run: a TPU VM stops only for host maintenance,
 # Compute Engine starts it again and a user cannot (Compute Engine docs, compute/docs/instances/
@@ -27,7 +27,7 @@ STARTING_UP = {"PROVISIONING", "STAGING"}
 
 def read_instance(session: Session):
     """The TPU VM's Compute Engine instance (gexc.NotFound when it does not exist): the first contact of
-    every VM command, bounded as the bucket's and the cluster's are (scripts.cloud.reach): the client has
+    every VM command, bounded as the bucket's and the cluster's are (tpu_rl.scripts.cloud.reach): the client has
     no timeout of its own, so an endpoint that never answers kept `status` silent for good."""
     settings = session.settings
     return session.clients.within(
@@ -124,7 +124,7 @@ class Maintenance:
         self.session, self.since, self.instance = session, None, None
 
     def _stopped_itself(self, pending: list[str]) -> bool:
-        from scripts.pipeline.vm.after_run import marked, powered_off_after_failure, stop_record, stopped_before
+        from tpu_rl.scripts.pipeline.vm.after_run import marked, powered_off_after_failure, stop_record, stopped_before
 
         session = self.session
         record = stop_record(session, self.instance)
@@ -140,8 +140,8 @@ class Maintenance:
     def _unrecorded_power_off(self, status: str) -> str:
         """A VM its script powered off before gcloud came up leaves no record (jobs/vm.py on_exit), and
         never comes back: a TPU VM cannot be started again. The delete-and-deploy hint, for that case."""
-        from scripts.cloud import gcs
-        from scripts.pipeline.vm.state import Failure
+        from tpu_rl.scripts.cloud import gcs
+        from tpu_rl.scripts.pipeline.vm.state import Failure
 
         session = self.session
         failure = Failure.parse(gcs.read_text(session.clients.storage(), session.paths.vm_failure))

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.vm import BOOT, CHECKING, GCS_TRIES, LOG_FILE, RETRY_SECONDS, ssh_command
-from jobs.vm_install import INSTALL, INSTALL_TOTAL_SECONDS, KILL_AFTER_SECONDS, TOKEN, TOKEN_BOUND
-from recipes import STEPS
-from scripts.pipeline.vm import watch as vm_watch
-from scripts.pipeline.session import Session, hms
-from scripts.pipeline.vm.state import VmState
+from tpu_rl.jobs.vm import BOOT, CHECKING, GCS_TRIES, LOG_FILE, RETRY_SECONDS, ssh_command
+from tpu_rl.jobs.vm_install import INSTALL, INSTALL_TOTAL_SECONDS, KILL_AFTER_SECONDS, TOKEN, TOKEN_BOUND
+from tpu_rl.recipes import STEPS
+from tpu_rl.scripts.pipeline.vm import watch as vm_watch
+from tpu_rl.scripts.pipeline.session import Session, hms
+from tpu_rl.scripts.pipeline.vm.state import VmState
 
 # One upload or bucket check that fails every try: the waits between its GCS_TRIES tries (150 s).
 GCS_RETRY_WAIT_SECONDS = RETRY_SECONDS * sum(range(1, GCS_TRIES + 1))

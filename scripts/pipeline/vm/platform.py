@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from recipes import UserError
-from scripts.pipeline.platforms import Rendered
+from tpu_rl.recipes import UserError
+from tpu_rl.scripts.pipeline.platforms import Rendered
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from recipes import Recipe, Settings, Step
-    from scripts.pipeline.session import Session, StatusReport
+    from tpu_rl.recipes import Recipe, Settings, Step
+    from tpu_rl.scripts.pipeline.session import Session, StatusReport
 
 
 class VmPlatform:
@@ -26,7 +26,7 @@ class VmPlatform:
         return []  # the VM installs MaxText with pip
 
     def render(self, recipe: Recipe, settings: Settings) -> Rendered:
-        import jobs
+        from tpu_rl import jobs
 
         script = jobs.render_startup_script(recipe, settings)
         return Rendered({"startup.sh": script}, script, "the startup script")
@@ -49,13 +49,13 @@ class VmPlatform:
     def show_submissions(self, console: Console, recipe: Recipe, settings: Settings, steps: tuple[Step, ...],
                          show_manifests: bool) -> None:
         # the startup script was deployed with the stack: run submits nothing; what the VM does after it
-        from scripts.pipeline.vm.after_run import after_run_line
+        from tpu_rl.scripts.pipeline.vm.after_run import after_run_line
 
         console.print(after_run_line(_Plan(recipe, settings)))
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
             show_manifests: bool, detach: bool = False) -> None:
-        from scripts.pipeline.vm.run import run_vm
+        from tpu_rl.scripts.pipeline.vm.run import run_vm
 
         # nothing to replace, no manifests; --detach: the startup script is the run's driver
         run_vm(session, steps, follow_logs=follow_logs, dry_run=dry_run, detach=detach)
@@ -66,8 +66,8 @@ class VmPlatform:
     def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
         """The startup script writes export's marker (its text: when) once every step succeeded, and its
         failure record when a phase failed (jobs/vm.py), whether or not a `run` followed it."""
-        from scripts.cloud import gcs
-        from scripts.pipeline.vm.state import Failure
+        from tpu_rl.scripts.cloud import gcs
+        from tpu_rl.scripts.pipeline.vm.state import Failure
 
         storage, paths = session.clients.storage(), session.paths
         done = gcs.read_text(storage, paths.run_marker(run, "export"))
@@ -84,17 +84,17 @@ class VmPlatform:
         self.check_eval(session.recipe)
 
     def cancel(self, session: Session, step: Optional[Step], yes: bool) -> None:
-        from scripts.pipeline.vm.run import cancel_vm
+        from tpu_rl.scripts.pipeline.vm.run import cancel_vm
 
         cancel_vm(session, step, yes)
 
     def status(self, session: Session) -> StatusReport:
-        from scripts.pipeline.vm.views import status_vm
+        from tpu_rl.scripts.pipeline.vm.views import status_vm
 
         return status_vm(session)
 
     def logs(self, session: Session, step: Step, follow: bool, tail: Optional[int]) -> Iterable[str]:
-        from scripts.pipeline.vm.views import logs_vm
+        from tpu_rl.scripts.pipeline.vm.views import logs_vm
 
         return logs_vm(session, step, tail)  # read once: --follow streams on GKE only
 

@@ -7,24 +7,24 @@ from __future__ import annotations
 from google.api_core import exceptions as gexc
 from rich.markup import escape
 
-from jobs.vm import (CANCEL_POLL_SECONDS, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SECONDS, PROGRESS_LINE, STARTING,
+from tpu_rl.jobs.vm import (CANCEL_POLL_SECONDS, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SECONDS, PROGRESS_LINE, STARTING,
                      ssh_command)
-from recipes import STEPS, Step, UserError
-from scripts.cloud import gcs
-from scripts.outcome import Interrupted, StepFailed
-from scripts.pipeline.accuracy import EvaluationWatch
-from scripts.pipeline.progress import AttemptProgress, progress_suffix
-from scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation
-from scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
-from scripts.pipeline.vm.after_run import (after_run_line, detached, done_billing, failure_stay, marked,
+from tpu_rl.recipes import STEPS, Step, UserError
+from tpu_rl.scripts.cloud import gcs
+from tpu_rl.scripts.outcome import Interrupted, StepFailed
+from tpu_rl.scripts.pipeline.accuracy import EvaluationWatch
+from tpu_rl.scripts.pipeline.progress import AttemptProgress, progress_suffix
+from tpu_rl.scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation
+from tpu_rl.scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
+from tpu_rl.scripts.pipeline.vm.after_run import (after_run_line, detached, done_billing, failure_stay, marked,
                                            marked_but_missing, stays_up_cost, stop_record, stopped_before)
-from scripts.pipeline.vm.checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
+from tpu_rl.scripts.pipeline.vm.checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, read_instance, redeploy_hint, require_token_version)
-from scripts.pipeline.vm.phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
-from scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState, booted_at
-from scripts.pipeline.stall import STALL_SECONDS
-from scripts.pipeline.vm.watch import ConsoleBuffer, Watch
-from scripts.rundata.progress import RewardReader
+from tpu_rl.scripts.pipeline.vm.phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
+from tpu_rl.scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState, booted_at
+from tpu_rl.scripts.pipeline.stall import STALL_SECONDS
+from tpu_rl.scripts.pipeline.vm.watch import ConsoleBuffer, Watch
+from tpu_rl.scripts.rundata.progress import RewardReader
 
 
 def _started_step(line: str, run: str) -> str | None:

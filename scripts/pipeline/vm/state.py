@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from jobs.vm import ATTEMPT_LINE, CANCELLED, PROGRESS_LINE, STARTING
-from recipes import STEPS
+from tpu_rl.jobs.vm import ATTEMPT_LINE, CANCELLED, PROGRESS_LINE, STARTING
+from tpu_rl.recipes import STEPS
 
 METADATA_KEY = "startup-script"
 AGENT_FAILED = f'Script "{METADATA_KEY}" failed with error: '

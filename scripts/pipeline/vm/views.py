@@ -7,16 +7,16 @@ import textwrap
 
 from google.api_core import exceptions as gexc
 
-from jobs.vm import CANCELLED, STARTING
-from recipes import STEPS, Step, UserError
-from scripts.cloud import gcs
-from scripts.pipeline.progress import training_now
-from scripts.pipeline.session import Session, StatusReport, StepStatus
-from scripts.pipeline.vm.run import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
+from tpu_rl.jobs.vm import CANCELLED, STARTING
+from tpu_rl.recipes import STEPS, Step, UserError
+from tpu_rl.scripts.cloud import gcs
+from tpu_rl.scripts.pipeline.progress import training_now
+from tpu_rl.scripts.pipeline.session import Session, StatusReport, StepStatus
+from tpu_rl.scripts.pipeline.vm.run import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
                                  read_state, script_phase, step_section, train_attempt)
-from scripts.pipeline.vm.after_run import done_billing, stop_record, stopped_line
-from scripts.pipeline.vm.checks import check_deployed_run, get_instance, read_instance
-from scripts.rundata.progress import last_train_step
+from tpu_rl.scripts.pipeline.vm.after_run import done_billing, stop_record, stopped_line
+from tpu_rl.scripts.pipeline.vm.checks import check_deployed_run, get_instance, read_instance
+from tpu_rl.scripts.rundata.progress import last_train_step
 
 
 def status_vm(session: Session) -> StatusReport:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 
-from jobs.vm import ATTEMPT_LINE, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SECONDS, PROGRESS_LINE, STARTING, ssh_command
-from scripts.pipeline.session import Session, hms
-from scripts.pipeline.stall import OutputWatch, look_and_stop, stall_line
-from scripts.pipeline.vm.state import VmState
+from tpu_rl.jobs.vm import ATTEMPT_LINE, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SECONDS, PROGRESS_LINE, STARTING, ssh_command
+from tpu_rl.scripts.pipeline.session import Session, hms
+from tpu_rl.scripts.pipeline.stall import OutputWatch, look_and_stop, stall_line
+from tpu_rl.scripts.pipeline.vm.state import VmState
 
 clock = time.monotonic  # tests replace it (scripts/pipeline/vm/watch.py is the one reader)
 
