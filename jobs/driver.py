@@ -13,8 +13,8 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from tpu_rl.jobs.driver_runtime import (DRIVER_CONTAINER, DriverRuntime, driver_container, driver_node_selector,
-                                 driver_pod_annotations, driver_volumes)
+from tpu_rl.jobs.driver_runtime import (DRIVER_CONTAINER, INSTALL_RETRY, DriverRuntime, driver_container,
+                                        driver_node_selector, driver_pod_annotations, driver_volumes)
 from tpu_rl.jobs.k8s import RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, run_labels
 from tpu_rl.recipes import Recipe, Settings, Step
 from tpu_rl.recipes.conventions import DRIVER_KSA, NAMESPACE, on_system_pool
@@ -41,7 +41,7 @@ OUTCOME_EXIT_CODES = (1, 2, 3, 4, 130)
 # crash, SIGTERM) exits with this code (EX_TEMPFAIL of sysexits.h), which matches no FailJob rule and so
 # counts toward backoffLimit (kubernetes.io/docs/tasks/job/pod-failure-policy: rules in order, an
 # unmatched failure counts); so do a SIGKILL (137) and an OOM kill.
-RETRY_EXIT_CODE = 75
+RETRY_EXIT_CODE = INSTALL_RETRY  # the install script retries the same way (jobs/driver_runtime.py)
 # The driver ends within seconds of SIGTERM (scripts/cli/drive.py); past this the kubelet kills it.
 DRIVER_GRACE_SECONDS = 15
 # The settings the driver reads (the non-secret ones `run` needs, and the capacity choices).

@@ -85,6 +85,12 @@ def requirements_text(wheels: tuple[LockedWheel, ...], package_wheel: str, packa
     return "\n".join([*lines, f"./{package_wheel} --hash=sha256:{package_sha256}", ""])
 
 
+# How the install ends for the driver's Job (jobs/driver.py podFailurePolicy): a failed or slow install, or
+# a bucket mount not ready yet, is retried as the driver's own transient failures are (EX_TEMPFAIL); a
+# staged file changed in the bucket is bad input the user must clear (2), never retried.
+INSTALL_RETRY = 75
+STAGED_FILE_CHANGED = 2
+
 def install_script() -> str:
     """bash: install the runtime once per pod (into a directory named for its version, moved into place
     when complete, so a restart after a failed install starts over), then exec `tpu-rl`'s arguments
@@ -94,6 +100,7 @@ def install_script() -> str:
     `TempDirectory(kind="target")`, `_handle_target_dir`): TMPDIR in the site volume keeps that tree
     off the small /tmp volume and makes the move a rename."""
     return f"""set -euo pipefail
+trap 'exit {INSTALL_RETRY}' ERR
 packages="$TPU_RL_DRIVER_SITE/${DRIVER_VERSION_ENV}"
 pip_tmp="$TPU_RL_DRIVER_SITE/{PIP_TMP}"
 if [ ! -d "$packages" ]; then
@@ -103,14 +110,14 @@ if [ ! -d "$packages" ]; then
   if ! echo "${REQUIREMENTS_SHA256_ENV}  $TPU_RL_DRIVER_REQUIREMENTS" | sha256sum -c --status 2>/dev/null; then
     echo "tpu-rl driver: {BUCKET_PREFIX}/$TPU_RL_DRIVER_REQUIREMENTS in the bucket is not the file \\
 tpu-rl run staged (another sha256): not installed; delete it and run again" >&2
-    exit 1
+    exit {STAGED_FILE_CHANGED}
   fi
   mkdir "$pip_tmp"
   if ! TMPDIR="$pip_tmp" timeout {INSTALL_SECONDS} python3 -m pip install --quiet --no-index --no-deps \\
       --require-hashes --no-cache-dir --disable-pip-version-check --root-user-action=ignore \\
       --target "$packages.partial" -r "$TPU_RL_DRIVER_REQUIREMENTS"; then
     echo "tpu-rl driver: installing $TPU_RL_DRIVER_REQUIREMENTS failed or took over {INSTALL_SECONDS} s" >&2
-    exit 1
+    exit {INSTALL_RETRY}
   fi
   rm -rf "$pip_tmp"
   mv "$packages.partial" "$packages"

@@ -26,6 +26,7 @@ from peers import simulated_run
 from peers.fixtures import REPO, VENV_BIN, jobset_of, peer_settings, put_step_output
 from peers.kubelet import ProcessKubelet
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.conventions import NAMESPACE
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ExitCode
 
@@ -257,6 +258,23 @@ def test_the_request_configmap_is_the_requests_own_and_owned_by_its_job(cloud):
     assert name == f"{DRIVER}-request-{digest[:12]}"
     [owner] = kube.configmaps[name]["metadata"]["ownerReferences"]
     assert owner == {"apiVersion": "batch/v1", "kind": "Job", "name": DRIVER, "uid": kube.jobs[DRIVER]["metadata"]["uid"]}
+
+
+def test_a_rerun_of_a_finished_drivers_request_deletes_its_configmap_before_making_it_again(cloud):
+    """The same request's ConfigMap has the same name and is owned by the finished Job: left to the garbage
+    collector, it could be deleted after this run made it again, and the new pod would never mount it."""
+    kube = cloud["kube"]
+    kube.kubelet = None
+    assert runner.invoke(app, ["run", RECIPE, "--detach"]).exit_code == 0
+    [name] = [name for name in kube.configmaps if name.startswith(f"{DRIVER}-request")]
+    kube.jobs[DRIVER]["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    kube.calls.clear()
+    result = runner.invoke(app, ["run", RECIPE, "--detach"])
+    assert result.exit_code == 0, result.output
+    path = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+    made = [(method, call_path) for _, method, call_path, _ in kube.calls
+            if call_path in (path, f"{path}/{name}") and method in ("DELETE", "POST")]
+    assert made[:2] == [("DELETE", f"{path}/{name}"), ("POST", path)], made
 
 
 def test_run_waits_for_a_driver_job_being_deleted_and_starts_a_new_one(cloud):

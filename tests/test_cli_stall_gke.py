@@ -272,7 +272,8 @@ def test_a_train_whose_log_reads_fail_for_a_while_goes_on(cloud, monkeypatch):
 
 def test_a_train_whose_log_cannot_be_read_for_10_min_ends_run_with_exit_4_and_says_why(cloud, monkeypatch):
     """Train's read feeds its progress: reads failing for LOG_UNREAD_SECONDS (two polls 10 min apart) end
-    run with one line naming what it waited for; the JobSet is left running."""
+    run with one line naming what it waited for; the run's driver, whose ending leaves nobody watching,
+    deletes the train JobSet so that it does not bill unwatched (its checkpoints are kept)."""
     kube = cloud["kube"]
     stall_clock(monkeypatch)
     kube.plan(TRAIN, capacity="spot", outcome="hang", logs=steps_log(1))
@@ -283,10 +284,10 @@ def test_a_train_whose_log_cannot_be_read_for_10_min_ends_run_with_exit_4_and_sa
     assert line.startswith("error: lost contact with the cluster while waiting for train (no read of the head's log "
                            "worked for 0:10:00, the limit; the last failure: lost contact with the cluster reading "
                            "logs of pod "), line
-    assert line.endswith(f"); JobSet {TRAIN} keeps running: rerun `tpu-rl run {RECIPE} --steps train` to "
-                         "reattach"), line
+    assert line.endswith(f"); JobSet {TRAIN} was deleted so that it does not bill unwatched (its checkpoints are "
+                         f"kept): rerun `tpu-rl run {RECIPE} --steps train` to resume"), line
     assert len(warnings_of(result.output, "train")) == 1, result.output
-    assert TRAIN in kube.jobsets and kube.deleted == []
+    assert TRAIN not in kube.jobsets and TRAIN in kube.deleted
 
 
 def test_an_eval_whose_head_log_read_fails_once_goes_on_to_its_evaluation(cloud, monkeypatch):

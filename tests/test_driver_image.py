@@ -280,7 +280,8 @@ def test_the_container_installs_the_staged_runtime_offline_and_runs_tpu_rl(gcs, 
     good = wheel.read_bytes()
     wheel.write_bytes(good[:-1] + b"x")  # an object changed in the bucket after staging
     refused = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 1 and "tpu-rl driver: installing runtimes/" in refused.stderr
+    # a failed install is retried by the Job as the driver's transient failures are (EX_TEMPFAIL, 75)
+    assert refused.returncode == 75 and "tpu-rl driver: installing runtimes/" in refused.stderr
     assert "HASHES" in refused.stderr and not (site / runtime.version).exists()
     wheel.write_bytes(good)
     starts = [subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120) for _ in range(2)]
@@ -382,7 +383,7 @@ def test_a_requirements_file_changed_in_the_bucket_is_refused_before_pip_runs(gc
     # ...and its hash line to match, so pip --require-hashes alone would install it
     requirements.write_text(requirements.read_text().replace(old_hash, hashlib.sha256(wheel.read_bytes()).hexdigest()))
     refused = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 1
+    assert refused.returncode == 2  # bad input the user must clear: the Job does not retry it
     assert refused.stderr.splitlines() == [
         f"tpu-rl driver: {BUCKET_PREFIX}/{runtime.requirements} in the bucket is not the file tpu-rl run staged "
         "(another sha256): not installed; delete it and run again"]

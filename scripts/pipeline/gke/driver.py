@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpu_rl.jobs.driver import (REQUEST_ANNOTATION, driver_job, driver_name, request_configmap, request_digest, run_request,
-                         settings_env)
+from tpu_rl.jobs.driver import (REQUEST_ANNOTATION, driver_job, driver_name, request_configmap,
+                                request_configmap_name, request_digest, run_request, settings_env)
 from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION, driver_drift
 from tpu_rl.recipes import Step, UserError
 from tpu_rl.scripts.cloud.kube_jobs import JobExists, Jobs
@@ -120,6 +120,9 @@ def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, fo
     runtime = stage_driver(session)
     if state.phase != "none":  # a finished driver, or one --replace stops: one driver per run
         jobs.delete(state.name)
+        # the same request's ConfigMap, owned by that Job: the garbage collector would delete it after the
+        # Job, maybe after this run recreated it (the pod then never mounts it); deleted here, it is new
+        session.cluster.delete_configmap(request_configmap_name(recipe, digest))
         session.console.print(f"deleted the run's earlier driver Job {state.name} ({state.phase})")
     session.cluster.ensure_configmap(request_configmap(recipe, request, digest))
     try:

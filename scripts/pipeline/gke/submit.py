@@ -17,6 +17,7 @@ from tpu_rl.scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, 
 from tpu_rl.scripts.pipeline.gke.admission import sweep_train
 from tpu_rl.scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
 from tpu_rl.scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
+from tpu_rl.scripts.pipeline.gke.wait import LogUnread
 from tpu_rl.scripts.pipeline.record import RunRecord, ending_run
 from tpu_rl.scripts.pipeline.session import Session, export_checkpoint, verify_output
 
@@ -139,6 +140,14 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str,
             raise Interrupted(
                 f"interrupted: JobSet {job.name} keeps running on the cluster. Reattach with {reattach}; logs: "
                 f"{session.logs_hint(job.step)}; stop it with {session.command('cancel')}") from None
+        except LogUnread as error:
+            if session.driven:  # nobody watches a driver's JobSet once it ends: stop what it bills
+                session.cluster.delete_jobset(job.name)
+                raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
+                               f"{job.name} was deleted so that it does not bill unwatched (its checkpoints are "
+                               f"kept): rerun {reattach} to resume", transient=False) from None
+            raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
+                           f"{job.name} keeps running: rerun {reattach} to reattach", transient=False) from None
         except ApiError as error:
             raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
                            f"{job.name} keeps running: rerun {reattach} to reattach", transient=error.transient) from None

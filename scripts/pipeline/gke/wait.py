@@ -258,6 +258,10 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
             follower.finish()
 
 
+
+class LogUnread(ApiError):
+    """Train's log went unread past LOG_UNREAD_SECONDS: the run cannot see its progress or a stall."""
+
 def _unread(session: Session, job: StepJob, error: ApiError, since: float | None, train: bool) -> float:
     """A failed read of the head's log at this poll: the `!` line at the first of a run of them, ApiError
     when train's log has gone unread for LOG_UNREAD_SECONDS; since when the reads fail."""
@@ -268,8 +272,8 @@ def _unread(session: Session, job: StepJob, error: ApiError, since: float | None
                               f"read works{limit}")
         return now
     if train and now - since >= LOG_UNREAD_SECONDS:
-        raise ApiError(f"no read of the head's log worked for {hms(now - since)}, the limit; the last "
-                       f"failure: {error}", transient=False)  # submit.py's wait names the step and the JobSet left running
+        raise LogUnread(f"no read of the head's log worked for {hms(now - since)}, the limit; the last "
+                        f"failure: {error}", transient=False)  # submit.py's wait names the step and the JobSet
     return since
 
 
