@@ -124,7 +124,7 @@ def test_each_key_taken_at_minus_one_is_auto_in_the_wheels_own_types():
 
     wheel, why = fetch_wheel("0.2.4")
     if wheel is None:
-        pytest.skip(f"the maxtext==0.2.4 wheel is needed to read configs/types.py: {why}")
+        pytest.fail(f"the maxtext==0.2.4 wheel is needed to read configs/types.py: {why} (`make install` fetches it)")
     with zipfile.ZipFile(wheel) as archive:
         types = archive.read("maxtext/configs/types.py").decode()
     assert "must be -1 or > 0" in types
