@@ -51,13 +51,19 @@ def expected_hourly(chips_mode: str | None, chips: int, nodes_total: int, system
             + nodes_total * prices.nat_per_vm.usd_per_hour + prices.nat_per_ip)
 
 
-def test_runs_with_an_empty_queue_says_the_reservation_pool_still_bills(cloud):
-    hosts = get_recipe(RECIPE).shape.hosts_per_slice
+def runs_with_a_slice_up(cloud, pool: str, mode: str):
+    """`tpu-rl runs` on a cluster whose system node and one slice's hosts (of `pool`, labelled `mode`) are
+    up; the result, the slice's chips and hosts."""
+    shape = get_recipe(RECIPE).shape
     nodes(cloud["kube"], "system-np", 1)
-    nodes(cloud["kube"], "tpu-np-0", hosts, "reservation")
+    nodes(cloud["kube"], pool, shape.hosts_per_slice, mode)
     result = runner.invoke(app, ["runs", RECIPE])
     assert result.exit_code == 0, result.output
-    chips = get_recipe(RECIPE).shape.chips_per_slice
+    return result, shape.chips_per_slice, shape.hosts_per_slice
+
+
+def test_runs_with_an_empty_queue_says_the_reservation_pool_still_bills(cloud):
+    result, chips, hosts = runs_with_a_slice_up(cloud, "tpu-np-0", "reservation")
     total = expected_hourly("reservation", chips, 1 + hosts)
     lines = result.output.splitlines()
     assert lines[-2].startswith(f"no run of {RECIPE} is active or queued; cluster rl-test still bills {usd(total)}/h"), \
@@ -82,12 +88,7 @@ def test_runs_with_an_empty_queue_on_flex_start_bills_no_tpu(cloud, monkeypatch)
 
 def test_runs_prices_a_flex_start_slice_not_yet_scaled_down(cloud, monkeypatch):
     monkeypatch.setenv("CAPACITY", "flex-start")
-    hosts = get_recipe(RECIPE).shape.hosts_per_slice
-    nodes(cloud["kube"], "system-np", 1)
-    nodes(cloud["kube"], "tpu-np-flex-start-0", hosts, "flex-start")
-    result = runner.invoke(app, ["runs", RECIPE])
-    assert result.exit_code == 0, result.output
-    chips = get_recipe(RECIPE).shape.chips_per_slice
+    result, chips, hosts = runs_with_a_slice_up(cloud, "tpu-np-flex-start-0", "flex-start")
     assert f"still bills {usd(expected_hourly('flex-start', chips, 1 + hosts))}/h" in result.output
     assert f"tpu-np-flex-start-0 {chips} flex-start chips" in result.output
 
@@ -343,7 +344,7 @@ def test_the_destroy_command_is_one_cdktf_takes():
 
     cdktf = REPO / "node_modules" / ".bin" / "cdktf"
     if not cdktf.exists():
-        pytest.skip("node_modules/.bin/cdktf is missing: run `make synth` (npm ci)")
+        pytest.fail("node_modules/.bin/cdktf is missing: run `make install` (npm ci installs cdktf-cli)")
     help_text = subprocess.run([str(cdktf), "destroy", "--help"], capture_output=True, text=True, timeout=120,
                                env={**os.environ, "CHECKPOINT_DISABLE": "1"}, cwd=REPO).stdout
     command = destroy_command(RECIPE)
