@@ -33,7 +33,16 @@ REPO = HERE.parents[1]
 DUMMY_TOKEN = "hf_dummy_token_for_offline_tests"
 STEP_TIMEOUT = 600  # seconds; a step of a tiny model that takes longer is hung
 # Outside the clone, as the venvs are (tools/maxtext_venv.sh), so that a clean clone reuses them.
-TINY_CACHE = Path(os.environ.get("TPU_RL_CACHE", Path.home() / ".cache" / "tpu-rl")) / "tiny-models"
+CACHE = Path(os.environ.get("TPU_RL_CACHE", Path.home() / ".cache" / "tpu-rl"))
+TINY_CACHE = CACHE / "tiny-models"
+
+
+def xla_cache_env(version: str) -> dict[str, str]:
+    """JAX's own persistent compilation cache, as MaxText's jax_cache_dir uses it, kept beside the venvs:
+    its key is the program, the compile options, jaxlib and the devices, so a hit is the same executable.
+    Every program is kept (most of a tiny model's compile in well under JAX's 1 s default)."""
+    return {"JAX_COMPILATION_CACHE_DIR": str(CACHE / "xla" / version),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
 
 def venv_python(version: str) -> Path:
@@ -136,6 +145,7 @@ class Chain:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "XLA_", "JAX_", "PYTHON"))}
         env.update(HF_HUB_OFFLINE="1", HF_TOKEN=DUMMY_TOKEN, HF_HOME=str(self.root / "hf"), JAX_PLATFORMS="cpu",
                    TOKENIZERS_PARALLELISM="false", TF_CPP_MIN_LOG_LEVEL="2")
+        env.update(xla_cache_env(self.recipe.maxtext_version))
         if step == "train":
             env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={self.recipe.shape.total_chips}"
             env["PROBE_LAST_STEP"] = str(self.recipe.last_step)
