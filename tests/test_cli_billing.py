@@ -130,9 +130,9 @@ def test_a_driver_job_labelled_by_run_labels_counts_as_active(cloud):
     from tpu_rl.jobs.k8s import recipe_selector, run_labels
     from tpu_rl.recipes.run_spec import RunSpec
 
-    recipe = RunSpec.requested(get_recipe(RECIPE), (), "lr-sweep-2")
-    assert recipe_selector(recipe) == f"{RECIPE_LABEL}={RECIPE}"
-    cloud["kube"].put_job("tpu-rl-driver-lr-sweep-2", run_labels(spec_of(recipe)))
+    spec = RunSpec.requested(get_recipe(RECIPE), (), "lr-sweep-2")
+    assert recipe_selector(spec.recipe) == f"{RECIPE_LABEL}={RECIPE}"
+    cloud["kube"].put_job("tpu-rl-driver-lr-sweep-2", run_labels(spec))
     cluster = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["cluster"]
     assert cluster["active"] == [{"run": "lr-sweep-2", "what": "driver Job tpu-rl-driver-lr-sweep-2"}]
 

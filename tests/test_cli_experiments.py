@@ -161,7 +161,7 @@ def test_run_json_records_the_configuration_versions_command_and_each_step(cloud
     assert "learning_rate=2e-5" in data["overrides"]["recipe"] and "learning_rate=1e-5" in data["overrides"]["train"]
     assert data["train_steps"] == 50 and data["settings"]["gcs_bucket"] == peer_settings().gcs_bucket
     versions = data["versions"]
-    assert (versions["maxtext"], versions["pathways_tag"]) == ("0.2.4", recipe.pathways_images.tag)
+    assert (versions["maxtext"], versions["pathways_tag"]) == ("0.2.4", recipe.recipe.pathways_images.tag)
     assert versions["image"].endswith("tpu_post_training:0.2.4")
     assert re.fullmatch(r"[0-9a-f]{40}", versions["git_commit"])
     assert data["command"] == argv

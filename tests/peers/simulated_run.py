@@ -86,7 +86,7 @@ def script_successful_run(kube, gcs_client, recipe, ticks: int = 2, train_ticks:
         if step == "train" and with_train_log:
             plan["ticks"] = train_ticks or ticks
             # the whole log is read before the JobSet completes (run reads it while pods run)
-            plan["log_reads"] = train_log_reads(recipe.train_steps, max(1, plan["ticks"] - 3))
+            plan["log_reads"] = train_log_reads(spec_of(recipe).recipe.train_steps, max(1, plan["ticks"] - 3))
             plan["then"] = lambda: put_curves(gcs_client, recipe)
         succeed_writing_output(kube, gcs_client, recipe, step, **plan)
 
