@@ -182,8 +182,8 @@ def with_sets(recipe: Recipe, sets: Iterable[str], usual_only: bool = False) -> 
     """The recipe with --set KEY=VALUE items joined to its train overrides, later wins (a key the recipe
     sets keeps its place with the new value). num_batches and checkpoint_period change the [rl] fields they
     come from. A RunSpec keeps the copy (recipes/run_spec.py), which everything downstream (the run name,
-    the train command, train_steps, export's last step) reads. `usual_only`: a value MaxText takes but no run means is refused (recipes/usual_values.py),
-    as `run` and `render` do without --unusual-values."""
+    the train command, train_steps, export's last step) reads. `usual_only`: a value MaxText takes but no
+    run means is refused (recipes/usual_values.py), as `run` and `render` do without --unusual-values."""
     sets = tuple(sets)
     if not sets:
         return recipe

@@ -38,7 +38,7 @@ def of(recipe) -> RunSpec:
     return RunSpec.of_catalog(recipe)
 
 
-def for_run(recipe, sets=(), run=None) -> RunSpec:
+def requested(recipe, sets=(), run=None) -> RunSpec:
     return RunSpec.requested(recipe, sets, run)
 
 
@@ -92,11 +92,11 @@ def test_every_key_the_train_command_derives_is_refused_or_maps_to_the_rl_table(
 
 
 def test_a_set_schedule_length_replaces_the_derived_one_and_follows_no_step_count():
-    recipe = for_run(QWEN, ["num_batches=1000", "learning_rate_schedule_steps=300"])
+    recipe = requested(QWEN, ["num_batches=1000", "learning_rate_schedule_steps=300"])
     items = [item for item in train_command(recipe.recipe, paths(recipe)).overrides
              if item.startswith(SCHEDULE_KEY + "=")]
     assert items == ["learning_rate_schedule_steps=300"]
-    derived = [item for item in train_command(for_run(QWEN, ["num_batches=1000"]).recipe, paths(of(QWEN))).overrides
+    derived = [item for item in train_command(requested(QWEN, ["num_batches=1000"]).recipe, paths(of(QWEN))).overrides
                if item.startswith(SCHEDULE_KEY + "=")]
     assert derived == ["learning_rate_schedule_steps=2000"]  # the recipe's ratio 2 x 1000 steps
 
@@ -105,7 +105,7 @@ def test_a_set_schedule_length_replaces_the_derived_one_and_follows_no_step_coun
 
 def test_an_unknown_key_is_refused_naming_it_and_the_closest_valid_keys():
     with pytest.raises(UserError) as error:
-        for_run(QWEN, ["learning_rat=1e-5"])
+        requested(QWEN, ["learning_rat=1e-5"])
     message = str(error.value)
     assert message.startswith("--set learning_rat: not a key MaxText 0.2.4's train_rl accepts; closest: learning_rate")
     assert "\n" not in message
@@ -113,35 +113,35 @@ def test_an_unknown_key_is_refused_naming_it_and_the_closest_valid_keys():
 
 def test_an_unknown_rl_sub_key_is_refused_although_maxtext_would_drop_it():
     with pytest.raises(UserError, match=r"--set rl\.num_generaitons: .*closest: rl\.num_generations"):
-        for_run(QWEN, ["rl.num_generaitons=8"])
+        requested(QWEN, ["rl.num_generaitons=8"])
 
 
 def test_keys_are_checked_against_the_recipes_own_release():
-    for_run(QWEN, ["data_template_path=maxtext/examples/chat_templates/gsm8k_rl.json"])
+    requested(QWEN, ["data_template_path=maxtext/examples/chat_templates/gsm8k_rl.json"])
     with pytest.raises(UserError, match="MaxText 0.2.3"):
-        for_run(LLAMA, ["data_template_path=maxtext/examples/chat_templates/gsm8k_rl.json"])
+        requested(LLAMA, ["data_template_path=maxtext/examples/chat_templates/gsm8k_rl.json"])
 
 
 @pytest.mark.parametrize("key", sorted(PIPELINE_KEYS))
 def test_keys_that_tpu_rl_sets_are_refused_with_the_reason(key):
     with pytest.raises(UserError) as error:
-        for_run(QWEN, [f"{key}=x"])
+        requested(QWEN, [f"{key}=x"])
     assert str(error.value) == f"--set {key} is refused: {PIPELINE_KEYS[key]}"
 
 
 def test_checkpointing_cannot_be_switched_off():
     with pytest.raises(UserError, match="enable_checkpointing=false leaves no checkpoint"):
-        for_run(QWEN, ["enable_checkpointing=false"])
+        requested(QWEN, ["enable_checkpointing=false"])
 
 
 def test_a_set_without_a_value_is_refused():
     with pytest.raises(UserError, match="--set 'learning_rate' is not KEY=VALUE"):
-        for_run(QWEN, ["learning_rate"])
+        requested(QWEN, ["learning_rate"])
 
 
 def test_a_set_key_the_recipe_sets_gets_the_new_value_once_and_later_wins():
     assert "learning_rate=2e-5" in QWEN.rl.overrides
-    recipe = for_run(QWEN, ["learning_rate=3e-5", "learning_rate=1e-5"])
+    recipe = requested(QWEN, ["learning_rate=3e-5", "learning_rate=1e-5"])
     overrides = train_command(recipe.recipe, paths(recipe)).overrides
     assert [item for item in overrides if item.startswith("learning_rate=")] == ["learning_rate=1e-5"]
     assert recipe.sets == ("learning_rate=3e-5", "learning_rate=1e-5")
@@ -149,21 +149,21 @@ def test_a_set_key_the_recipe_sets_gets_the_new_value_once_and_later_wins():
 
 def test_the_step_count_export_and_progress_follow_set():
     assert QWEN.train_steps == 50
-    fewer = for_run(QWEN, ["num_batches=20"])
+    fewer = requested(QWEN, ["num_batches=20"])
     assert fewer.recipe.train_steps == 20 and train_value(fewer, "num_batches") == "20"
     assert paths(fewer).final_params.endswith("/checkpoints/actor/20/model_params/")
     export = jobs.maxtext_commands(fewer.recipe, paths(fewer))["export"]
     assert export.value("load_parameters_path") == paths(fewer).final_params
-    assert for_run(QWEN, ["train_fraction=0.5"]).recipe.train_steps == 25
+    assert requested(QWEN, ["train_fraction=0.5"]).recipe.train_steps == 25
     # 0.2.4 reads num_iterations as rl.num_iterations too: one setting, whichever spelling --set uses
-    spec = for_run(QWEN, ["rl.num_iterations=2"])
+    spec = requested(QWEN, ["rl.num_iterations=2"])
     assert spec.with_sets(["num_iterations=3"]).recipe.train_steps == 150
 
 
 def test_a_step_factor_that_is_not_a_number_is_refused():
     with pytest.raises(UserError, match=r"--set train_fraction=half: train_fraction takes a finite float > 0\.0 and <= 1\.0 "
                                         r"in MaxText 0\.2\.4, not the string 'half'"):
-        for_run(QWEN, ["train_fraction=half"])
+        requested(QWEN, ["train_fraction=half"])
 
 
 # --- run names -----------------------------------------------------------------------------------------
@@ -175,18 +175,18 @@ def test_the_default_run_name_is_the_recipe_and_a_short_hash():
 
 
 def test_a_changed_setting_gives_a_new_run_and_the_same_settings_the_same_run():
-    changed = for_run(QWEN, ["learning_rate=1e-5"])
+    changed = requested(QWEN, ["learning_rate=1e-5"])
     assert run_name(changed) != run_name(of(QWEN))
-    assert run_name(for_run(QWEN, ["learning_rate=1e-5"])) == run_name(changed)
-    assert run_name(for_run(QWEN, ["learning_rate=2e-5"])) == run_name(of(QWEN))  # the recipe's own value
-    assert run_name(for_run(QWEN, ["num_batches=51"])) != run_name(of(QWEN))
+    assert run_name(requested(QWEN, ["learning_rate=1e-5"])) == run_name(changed)
+    assert run_name(requested(QWEN, ["learning_rate=2e-5"])) == run_name(of(QWEN))  # the recipe's own value
+    assert run_name(requested(QWEN, ["num_batches=51"])) != run_name(of(QWEN))
     reordered = QWEN.rl.model_copy(update={"overrides": tuple(reversed(QWEN.rl.overrides))})
     assert run_name(of(QWEN.model_copy(update={"rl": reordered}))) == run_name(of(QWEN))
 
 
 def test_capacity_and_checkpoint_period_do_not_change_the_run():
     assert run_name(of(QWEN.model_copy(update={"capacity": ("spot",)}))) == run_name(of(QWEN))
-    period = for_run(QWEN, ["checkpoint_period=5"])
+    period = requested(QWEN, ["checkpoint_period=5"])
     assert run_name(period) == run_name(of(QWEN)) and train_value(period, "checkpoint_period") == "5"
 
 
@@ -199,7 +199,7 @@ def test_the_image_patches_and_shape_change_the_run():
 
 
 def test_run_chooses_the_name_and_keeps_the_settings():
-    recipe = for_run(QWEN, ["learning_rate=1e-5"], "lr-1e5")
+    recipe = requested(QWEN, ["learning_rate=1e-5"], "lr-1e5")
     assert run_name(recipe) == train_value(recipe, "run_name") == "lr-1e5"
     assert "learning_rate=1e-5" in recipe.recipe.rl.overrides
 
@@ -221,14 +221,14 @@ def test_a_good_run_name_is_kept(name):
 def test_every_jobset_name_fits_even_for_the_longest_recipe_and_run_names(recipe_name):
     recipe = get_recipe(recipe_name)
     longest = recipe.model_copy(update={"name": "r" * 20})
-    for candidate in (of(recipe), of(longest), for_run(longest, [], "r" * MAX_RUN_NAME)):
+    for candidate in (of(recipe), of(longest), requested(longest, [], "r" * MAX_RUN_NAME)):
         assert all(len(jobs.jobset_name(candidate, step)) <= MAX_JOBSET_NAME for step in STEPS)
 
 
 # --- what runs share, and what is theirs -----------------------------------------------------------------
 
 def test_runs_share_the_conversion_and_keep_their_own_outputs():
-    other = for_run(QWEN, ["learning_rate=1e-5"])
+    other = requested(QWEN, ["learning_rate=1e-5"])
     one, two = paths(of(QWEN)), paths(other)
     assert re.fullmatch(r"gs://tpu-rl-example-artifacts/qwen3-30b-a3b/max-text-format/0\.2\.4-scan-[0-9a-f]{7}/",
                         one.converted)
@@ -272,14 +272,14 @@ def test_the_spec_digest_changes_with_the_spec_only():
         return {step: m["metadata"]["annotations"][SPEC_DIGEST_ANNOTATION]
                 for step, m in jobs.render_manifests(spec, SETTINGS).items()}
 
-    same, changed = digests(of(QWEN)), digests(for_run(QWEN, ["learning_rate=1e-5"], run_name(of(QWEN))))
+    same, changed = digests(of(QWEN)), digests(requested(QWEN, ["learning_rate=1e-5"], run_name(of(QWEN))))
     assert same == digests(of(QWEN)) and all(re.fullmatch(r"[0-9a-f]{64}", value) for value in same.values())
     assert changed["convert"] == same["convert"] and changed["train"] != same["train"]
 
 
 def test_the_vm_script_of_another_run_skips_the_shared_conversion():
     # (the VM runs the recipe's own run; a render with --set shows what another would do)
-    other = for_run(LLAMA, ["learning_rate=1e-6"])
+    other = requested(LLAMA, ["learning_rate=1e-6"])
     script = jobs.render_startup_script(other, SETTINGS)
     assert f"step_done {paths(of(LLAMA)).progress_marker('convert')}; then" in script
     assert f"step_done {paths(other).progress_marker('train')}; then" in script

@@ -234,7 +234,7 @@ def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
         started.append(spec.run)
         console.print(f"started run {spec.run} ({len(started)} of {len(plan.runs)})")
     console.print(f"sweep {plan.name}: {len(started)} runs started; Kueue trains them one after another, in "
-                  f"the order their drivers submit train. Follow them with `tpu-rl runs {plan.runs[0].spec.recipe.name}`")
+                  f"the order their drivers submit train. Follow them with `tpu-rl runs {spec.recipe.name}`")
     console.print(escape(sweep_summary(session, plan)))
 
 

@@ -87,7 +87,8 @@ def costs_for(recipes_toml: Path) -> dict[str, StackCost] | str:
     try:
         table = tomllib.loads(recipes_toml.read_text())
         recipes = build_recipes(table, source=str(recipes_toml.name))
-        return {name: StackCost(hourly_estimate(r), pipeline_run_estimate(RunSpec.of_catalog(r))) for name, r in recipes.items()}
+        return {name: StackCost(hourly_estimate(recipe), pipeline_run_estimate(RunSpec.of_catalog(recipe)))
+                for name, recipe in recipes.items()}
     except (OSError, tomllib.TOMLDecodeError, UserError) as error:
         return f"no estimate ({' '.join(str(error).split())})"
 
