@@ -185,7 +185,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     spec, settings = run_recipe("run", recipe_name, sets, run_name, rewards, data_processor, unchecked_imports,
                                 unusual_values)
     platform = platform_for(spec.recipe)
-    platform.check_run_request(spec.recipe, sets or (), run_name)
+    platform.check_run_request(spec)
     console, warning = make_console(), schedule_warning(spec.recipe)
     if warning:
         console.print(f"[yellow]{warning}[/]")

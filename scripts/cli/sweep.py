@@ -74,7 +74,7 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
             if run.name is None:  # named from what it trains, the files included
                 taken = {earlier.run for earlier in specs}
                 spec = spec.with_run(derived_name(run.sets, run_identity(spec), taken))
-            platform.check_run_request(spec.recipe, run.sets, spec.run)
+            platform.check_run_request(spec)
         except UserError as error:
             given = " ".join(f"--set {item}" for item in run.sets) or "no --set"
             raise UserError(f"sweep run {number} of {len(wanted)} ({given}): {error}; nothing was started") from None

@@ -50,7 +50,7 @@ class Platform(Protocol):
     def render(self, spec: RunSpec, settings: Settings) -> Rendered:
         """What runs the run: JobSets, or a startup script. Pure (jobs/), no cloud."""
 
-    def check_run_request(self, recipe: Recipe, sets: Iterable[str], run_name: Optional[str]) -> None:
+    def check_run_request(self, spec: RunSpec) -> None:
         """Refuse `run` options the platform cannot honour (UserError), before anything is submitted."""
 
     def runs_found(self, session: Session) -> Optional[tuple[str, set[str]]]:

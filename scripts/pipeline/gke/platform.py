@@ -42,7 +42,7 @@ class GkePlatform:
         return Rendered({name: jobs.manifest_yaml(manifest) for name, manifest in manifests.items()},
                         manifest_stream(manifests.values()), what)
 
-    def check_run_request(self, recipe: Recipe, sets: Iterable[str], run_name: Optional[str]) -> None:
+    def check_run_request(self, spec: RunSpec) -> None:
         return None  # --set and --run name a run of their own
 
     def runs_found(self, session: Session) -> Optional[tuple[str, set[str]]]:

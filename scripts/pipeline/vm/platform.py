@@ -32,9 +32,9 @@ class VmPlatform:
         script = jobs.render_startup_script(spec, settings)
         return Rendered({"startup.sh": script}, script, "the startup script")
 
-    def check_run_request(self, recipe: Recipe, sets: Iterable[str], run_name: Optional[str]) -> None:
-        if sets or run_name is not None:
-            raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its "
+    def check_run_request(self, spec: RunSpec) -> None:
+        if spec.sets or spec.run is not None:
+            raise UserError(f"recipe '{spec.recipe.name}' runs on a TPU VM, whose startup script (deployed with its "
                             "stack) trains the recipe as recipes.toml defines it: --set and --run apply to GKE "
                             "recipes; change rl.overrides in recipes.toml and deploy the stack again")
 
