@@ -1,14 +1,15 @@
-"""Pure functions from a recipe and settings to what runs: JobSets (GKE) or a startup script (VM). No I/O.
+"""Pure functions from a run (recipes/run_spec.py RunSpec) and settings to what runs: JobSets (GKE) or a
+startup script (VM). No I/O.
 
 Public API (the CLI and the docs use these names):
 
-- ``render_manifests(recipe, settings, export_step=None) -> {"convert": JobSet, "train": JobSet, "export":
+- ``render_manifests(spec, settings, export_step=None) -> {"convert": JobSet, "train": JobSet, "export":
   JobSet}`` for GKE recipes, in step order (dicts ready for yaml.safe_dump or the Kubernetes client);
   export converts checkpoint ``export_step`` (default: the computed last step, an upper bound).
-- ``render_startup_script(recipe, settings) -> str``: the bash startup script of a VM recipe.
-- ``jobset_name(recipe, step)``: ``<run>-<step>`` for train and export, ``<recipe>-<hash>-convert`` for the
+- ``render_startup_script(spec, settings) -> str``: the bash startup script of a VM recipe.
+- ``jobset_name(spec, step)``: ``<run>-<step>`` for train and export, ``<recipe>-<hash>-convert`` for the
   conversion runs share (recipes/runs.py), at most 28 characters.
-- ``main_pod_selector(recipe, step)``: label selector of the pod that runs the step's MaxText command,
+- ``main_pod_selector(spec, step)``: label selector of the pod that runs the step's MaxText command,
   e.g. ``jobset.sigs.k8s.io/jobset-name=<run>-train,jobset.sigs.k8s.io/replicatedjob-name=pathways-head``.
 - ``main_replicated_job(recipe, step)``: ``pathways-head`` for Pathways training, ``main`` otherwise.
 - ``MAIN_CONTAINER``: ``workload-container``, the container to stream logs from in every step.
@@ -33,12 +34,14 @@ from tpu_rl.jobs.maxtext import MaxTextCommand, maxtext_commands
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.jobs.train import train_jobset, user_files_configmap
 from tpu_rl.jobs.vm import render_startup_script
-from tpu_rl.recipes import Recipe, Settings, Step, UserError
+from tpu_rl.recipes import Settings, Step, UserError
+from tpu_rl.recipes.run_spec import RunSpec
 
 
-def render_manifests(recipe: Recipe, settings: Settings, export_step: int | None = None) -> dict[Step, dict[str, Any]]:
+def render_manifests(spec: RunSpec, settings: Settings, export_step: int | None = None) -> dict[Step, dict[str, Any]]:
     """The three JobSets; export converts checkpoint `export_step` (None: the computed last step, an upper
     bound; `run` passes the newest finished step it read from the bucket)."""
+    recipe = spec.recipe
     if not recipe.platform_rules.jobsets:
         raise UserError(
             f"recipe '{recipe.name}' runs on a TPU VM; render its startup script with render_startup_script "
@@ -46,7 +49,7 @@ def render_manifests(recipe: Recipe, settings: Settings, export_step: int | None
         )
     if not recipe.pathways:
         raise UserError(f"recipe '{recipe.name}': GKE recipes train with Pathways; set pathways = true")
-    paths = ArtifactPaths(recipe, settings, export_step)
+    paths = ArtifactPaths(spec, settings, export_step)
     return {"convert": convert_jobset(paths), "train": train_jobset(paths), "export": export_jobset(paths)}
 
 

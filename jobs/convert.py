@@ -17,4 +17,4 @@ def convert_jobset(paths: ArtifactPaths) -> dict[str, Any]:
     # finds a mismatch before train requests a slice.
     checks = [jax_pairing_check(recipe)] if recipe.pathways else []
     script = bash_script(*checks, f"# writes {paths.converted_items}\nexec {command.shell()}")
-    return cpu_step_jobset(recipe, "convert", script)
+    return cpu_step_jobset(paths.spec, "convert", script)

@@ -16,9 +16,9 @@ from typing import Any, Mapping
 from tpu_rl.jobs.driver_runtime import (DRIVER_CONTAINER, INSTALL_RETRY, DriverRuntime, driver_container,
                                         driver_node_selector, driver_pod_annotations, driver_volumes)
 from tpu_rl.jobs.k8s import RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, run_labels
-from tpu_rl.recipes import Recipe, Settings, Step
+from tpu_rl.recipes import Settings, Step
 from tpu_rl.recipes.conventions import DRIVER_KSA, NAMESPACE, on_system_pool
-from tpu_rl.recipes.runs import run_name
+from tpu_rl.recipes.run_spec import RunSpec, run_name
 from tpu_rl.recipes.setting_specs import BY_FIELD
 
 DRIVER_PREFIX = "tpu-rl-driver-"
@@ -49,35 +49,35 @@ DRIVER_SETTINGS = ("project", "region", "zone", "cluster_name", "gcs_bucket", "r
                    "capacity", "capacity_wait")
 
 
-def driver_name(recipe: Recipe) -> str:
+def driver_name(spec: RunSpec) -> str:
     """tpu-rl-driver-<run>: one driver per run (run names fit it, recipes/runs.py)."""
-    return DRIVER_PREFIX + run_name(recipe)
+    return DRIVER_PREFIX + run_name(spec)
 
 
-def request_configmap_name(recipe: Recipe, digest: str) -> str:
+def request_configmap_name(spec: RunSpec, digest: str) -> str:
     """Named by its request's digest: two `run`s of different requests never write one ConfigMap, so a
     driver always mounts its own request."""
-    return f"{driver_name(recipe)}-request-{digest[:12]}"
+    return f"{driver_name(spec)}-request-{digest[:12]}"
 
 
-def driver_labels(recipe: Recipe) -> dict[str, str]:
+def driver_labels(spec: RunSpec) -> dict[str, str]:
     """run_labels (what `down` and `runs` select by, jobs/k8s.py recipe_selector) and its component."""
-    return {**run_labels(recipe), COMPONENT_LABEL: "driver", "app.kubernetes.io/managed-by": "tpu-rl"}
+    return {**run_labels(spec), COMPONENT_LABEL: "driver", "app.kubernetes.io/managed-by": "tpu-rl"}
 
 
-def driver_selector(recipe: Recipe) -> str:
-    return f"{RUN_LABEL}={run_name(recipe)},{COMPONENT_LABEL}=driver"
+def driver_selector(spec: RunSpec) -> str:
+    return f"{RUN_LABEL}={run_name(spec)},{COMPONENT_LABEL}=driver"
 
 
-def run_request(recipe: Recipe, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,
+def run_request(spec: RunSpec, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,
                 version: str) -> dict[str, Any]:
     """What the driver is asked to do: `tpu-rl run`'s request as data (recipes/user_files.py for the files,
     whose contents go in the ConfigMap beside it)."""
-    return {"recipe": recipe.name, "steps": list(steps), "sets": list(recipe.sets), "run": recipe.run,
-            "sweep": recipe.sweep,
+    return {"recipe": spec.recipe.name, "steps": list(steps), "sets": list(spec.sets), "run": spec.run,
+            "sweep": spec.sweep,
             "replace": replace, "follow_logs": follow_logs,
             "user_files": [{"kind": f.kind, "name": f.name, "functions": list(f.functions), "source": f.source,
-                            "unchecked": f.unchecked} for f in recipe.user_files],
+                            "unchecked": f.unchecked} for f in spec.user_files],
             "version": version}
 
 
@@ -93,14 +93,14 @@ def request_digest(request: Mapping[str, Any], files: Mapping[str, str], env: Ma
     return hashlib.sha256(json.dumps([same, dict(files), dict(env)], sort_keys=True).encode()).hexdigest()
 
 
-def request_configmap(recipe: Recipe, request: Mapping[str, Any], digest: str,
+def request_configmap(spec: RunSpec, request: Mapping[str, Any], digest: str,
                       job: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The request and the run's user files, as the driver's pod mounts them under REQUEST_DIR; owned by
     the driver's `job` once it exists, so that it goes with it (garbage collection of dependents)."""
     data = {REQUEST_FILE: json.dumps(request, indent=1, sort_keys=True)}
-    data.update({f.name: f.content for f in recipe.user_files})
-    metadata: dict[str, Any] = {"name": request_configmap_name(recipe, digest), "namespace": NAMESPACE,
-                                "labels": driver_labels(recipe)}
+    data.update({f.name: f.content for f in spec.user_files})
+    metadata: dict[str, Any] = {"name": request_configmap_name(spec, digest), "namespace": NAMESPACE,
+                                "labels": driver_labels(spec)}
     if job is not None:
         metadata["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
                                         "uid": job["metadata"]["uid"]}]
@@ -126,7 +126,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return values
 
 
-def driver_job(recipe: Recipe, settings: Settings, runtime: DriverRuntime, request: Mapping[str, Any],
+def driver_job(spec: RunSpec, settings: Settings, runtime: DriverRuntime, request: Mapping[str, Any],
                digest: str) -> dict[str, Any]:
     """The driver's Job. Never two driver pods at once (podReplacementPolicy Failed); an eviction or a node
     upgrade (DisruptionTarget) replaces the pod without counting as a failure (podFailurePolicy, Kubernetes
@@ -138,8 +138,8 @@ def driver_job(recipe: Recipe, settings: Settings, runtime: DriverRuntime, reque
     container["volumeMounts"] = [*container.get("volumeMounts", []),
                                  {"name": REQUEST_VOLUME, "mountPath": REQUEST_DIR, "readOnly": True}]
     volumes = [*driver_volumes(runtime), {"name": REQUEST_VOLUME,
-                                          "configMap": {"name": request_configmap_name(recipe, digest)}}]
-    labels = driver_labels(recipe)
+                                          "configMap": {"name": request_configmap_name(spec, digest)}}]
+    labels = driver_labels(spec)
     pod = {
         # the runtime's version (read by an attaching CLI) and what the pod needs to mount its files
         "metadata": {"labels": labels, "annotations": driver_pod_annotations(runtime)},
@@ -157,7 +157,7 @@ def driver_job(recipe: Recipe, settings: Settings, runtime: DriverRuntime, reque
     }
     return {
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": driver_name(recipe), "namespace": NAMESPACE, "labels": labels,
+        "metadata": {"name": driver_name(spec), "namespace": NAMESPACE, "labels": labels,
                      "annotations": {REQUEST_ANNOTATION: digest}},
         "spec": {
             "backoffLimit": DRIVER_BACKOFF_LIMIT,

@@ -9,7 +9,7 @@ nnx.Param))`, then `evaluate`), and the actor is loaded from `load_parameters_pa
 checkpoint "or NNX-RL with extra 'base' nesting", in 0.2.4 and 0.2.3: the
 model_params item tunix's checkpoint manager writes for the TunixMaxTextAdapter actor). So a checkpoint
 is evaluated by the train JobSet of a scratch run (eval_run_name) whose load_parameters_path is
-`<run>/checkpoints/actor/<step>/model_params/` (Recipe.load_parameters), with nothing copied. The scratch
+`<run>/checkpoints/actor/<step>/model_params/` (RunSpec.load_parameters), with nothing copied. The scratch
 run's own checkpoint directory must be empty, or tunix would restore its latest step over those
 weights; the CLI clears the scratch run's prefix before and after (scripts/pipeline/gke/evaluate.py).
 With no RL checkpoint to resume, tunix starts at step 0 and would train on after the Pre line, so:
@@ -28,6 +28,7 @@ the comment on the unconditional update_params in _rl_train_impl says it is for)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -37,6 +38,7 @@ from tpu_rl.recipes import Recipe, Settings, UserError
 from tpu_rl.recipes.entry import same_setting
 from tpu_rl.recipes.evaluation import evaluates
 from tpu_rl.recipes.maxtext_values import config_values, model_base, model_keys, parse_override, release_schema, spelling
+from tpu_rl.recipes.run_spec import RunSpec, run_name
 from tpu_rl.recipes.runs import MAX_RUN_NAME, check_run_name, check_set_key, checked_item, digest
 
 # The settings that say how the held-out set is evaluated, not what model is trained: eval's --set may
@@ -116,17 +118,19 @@ def one_step_batches(recipe: Recipe) -> int:
     return batches
 
 
-def eval_recipe(recipe: Recipe, settings: Settings, run: str, step: int) -> Recipe:
-    """The run's recipe as the scratch run that evaluates its checkpoint `step` (loaded from its params)."""
+def eval_spec(spec: RunSpec, settings: Settings, step: int) -> RunSpec:
+    """The run as the scratch run that evaluates its checkpoint `step` (loaded from its params)."""
+    recipe, run = spec.recipe, run_name(spec)
     if not evaluates(recipe):
         raise UserError(f"run {run} evaluates nothing (num_test_batches=0): pass --set num_test_batches=N to "
                         "evaluate N batches of test questions")
     overrides = tuple(item for item in recipe.rl.overrides if item.partition("=")[0] != "eval_interval")
     rl = recipe.rl.model_copy(update={"num_batches": one_step_batches(recipe),
                                       "overrides": (*overrides, "eval_interval=0")})
-    source = ArtifactPaths(recipe.model_copy(update={"run": run}), settings).params_at(step)
-    return recipe.model_copy(update={"rl": rl, "run": eval_run_name(run, step), "load_parameters": source})
+    source = ArtifactPaths(spec, settings).params_at(step)
+    return dataclasses.replace(spec, recipe=recipe.model_copy(update={"rl": rl}), run=eval_run_name(run, step),
+                               load_parameters=source)
 
 
-def eval_jobset(recipe: Recipe, settings: Settings, run: str, step: int) -> dict[str, Any]:
-    return train_jobset(ArtifactPaths(eval_recipe(recipe, settings, run, step), settings))
+def eval_jobset(spec: RunSpec, settings: Settings, step: int) -> dict[str, Any]:
+    return train_jobset(ArtifactPaths(eval_spec(spec, settings, step), settings))

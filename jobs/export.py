@@ -78,4 +78,4 @@ def export_jobset(paths: ArtifactPaths) -> dict[str, Any]:
         steps = [steps[0] + command.shell(), carry_vision_script(recipe.model.hf_repo, paths.hf_export, vision)]
     else:
         steps = [steps[0] + f"exec {command.shell()}"]
-    return cpu_step_jobset(recipe, "export", bash_script(*steps))
+    return cpu_step_jobset(paths.spec, "export", bash_script(*steps))

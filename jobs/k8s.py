@@ -11,7 +11,8 @@ from typing import Any, Mapping
 import yaml
 
 from tpu_rl.recipes import Recipe, Step, UserError
-from tpu_rl.recipes.runs import conversion_key, digest, run_name
+from tpu_rl.recipes.run_spec import RunSpec, run_name
+from tpu_rl.recipes.runs import conversion_key, digest
 from tpu_rl.recipes.conventions import (
     CAPACITY_NODE_LABEL,
     ZONE_NODE_LABEL,
@@ -50,15 +51,15 @@ CPU_REPLICATED_JOB = "main"
 PATHWAYS_HEAD = "pathways-head"
 
 
-def _owner(recipe: Recipe, step: Step) -> tuple[str, str]:
+def _owner(spec: RunSpec, step: Step) -> tuple[str, str]:
     """(label, value) of what a step's JobSet belongs to: the shared conversion for convert, else the run."""
-    return (CONVERSION_LABEL, conversion_key(recipe)) if step == "convert" else (RUN_LABEL, run_name(recipe))
+    return (CONVERSION_LABEL, conversion_key(spec.recipe)) if step == "convert" else (RUN_LABEL, run_name(spec))
 
 
-def jobset_name(recipe: Recipe, step: Step) -> str:
+def jobset_name(spec: RunSpec, step: Step) -> str:
     """<run>-<step> for train and export, <recipe>-<conversion hash>-convert for the shared convert; the
     run-name rule (recipes/runs.py) keeps both within MAX_JOBSET_NAME."""
-    name = f"{_owner(recipe, step)[1]}-{step}"
+    name = f"{_owner(spec, step)[1]}-{step}"
     if len(name) > MAX_JOBSET_NAME:
         raise UserError(
             f"JobSet name '{name}' has {len(name)} characters; the limit is {MAX_JOBSET_NAME} "
@@ -72,9 +73,10 @@ def main_replicated_job(recipe: Recipe, step: Step) -> str:
     return PATHWAYS_HEAD if step == "train" and recipe.pathways else CPU_REPLICATED_JOB
 
 
-def main_pod_selector(recipe: Recipe, step: Step) -> str:
+def main_pod_selector(spec: RunSpec, step: Step) -> str:
     """kubectl-style label selector of the pod that runs a step's MaxText command."""
-    return f"{JOBSET_NAME_LABEL}={jobset_name(recipe, step)},{REPLICATED_JOB_LABEL}={main_replicated_job(recipe, step)}"
+    return (f"{JOBSET_NAME_LABEL}={jobset_name(spec, step)},"
+            f"{REPLICATED_JOB_LABEL}={main_replicated_job(spec.recipe, step)}")
 
 
 def recipe_selector(recipe: Recipe) -> str:
@@ -83,15 +85,15 @@ def recipe_selector(recipe: Recipe) -> str:
     return f"{RECIPE_LABEL}={recipe.name}"
 
 
-def run_labels(recipe: Recipe) -> dict[str, str]:
+def run_labels(spec: RunSpec) -> dict[str, str]:
     """The labels of an object that belongs to one run (its driver Job): what recipe_selector finds, and
     the run, as its train and export JobSets carry it."""
-    return {RECIPE_LABEL: recipe.name, RUN_LABEL: run_name(recipe)}
+    return {RECIPE_LABEL: spec.recipe.name, RUN_LABEL: run_name(spec)}
 
 
-def step_labels(recipe: Recipe, step: Step) -> dict[str, str]:
-    label, owner = _owner(recipe, step)
-    return {RECIPE_LABEL: recipe.name, STEP_LABEL: step, label: owner}
+def step_labels(spec: RunSpec, step: Step) -> dict[str, str]:
+    label, owner = _owner(spec, step)
+    return {RECIPE_LABEL: spec.recipe.name, STEP_LABEL: step, label: owner}
 
 
 def spec_digest(manifest: dict[str, Any]) -> str:
@@ -205,14 +207,14 @@ def pod_seccomp(step: Step) -> dict[str, Any]:
 
 
 def pod_template(
-    recipe: Recipe,
+    run: RunSpec,
     step: Step,
     spec: dict[str, Any],
     *,
     restart_policy: str = "Never",
 ) -> dict[str, Any]:
     return {
-        "metadata": {"labels": step_labels(recipe, step)},
+        "metadata": {"labels": step_labels(run, step)},
         "spec": {
             "serviceAccountName": WORKLOAD_KSA,
             # Workload Identity works through the GKE metadata server; no pod talks to the Kubernetes API.
@@ -249,7 +251,7 @@ def replicated_job(name: str, job: dict[str, Any], replicas: int = 1) -> dict[st
 
 
 def jobset(
-    recipe: Recipe,
+    spec: RunSpec,
     step: Step,
     replicated_jobs: list[dict[str, Any]],
     *,
@@ -258,11 +260,11 @@ def jobset(
 ) -> dict[str, Any]:
     # Every step goes through the stack's LocalQueue, so Kueue admits it against the quota the stack
     # sized (TPU chips for train; CPU-pool cpu and memory for convert, export and the Pathways head).
-    labels = {**step_labels(recipe, step), QUEUE_LABEL: LOCAL_QUEUE}
+    labels = {**step_labels(spec, step), QUEUE_LABEL: LOCAL_QUEUE}
     return with_spec_digest({
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
-        "metadata": {"name": jobset_name(recipe, step), "namespace": NAMESPACE, "labels": labels},
+        "metadata": {"name": jobset_name(spec, step), "namespace": NAMESPACE, "labels": labels},
         "spec": {
             "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
             "failurePolicy": failure_policy or {"maxRestarts": MAX_RESTARTS, "restartStrategy": "Recreate"},
@@ -272,16 +274,17 @@ def jobset(
     })
 
 
-def cpu_step_jobset(recipe: Recipe, step: Step, script: str) -> dict[str, Any]:
+def cpu_step_jobset(spec: RunSpec, step: Step, script: str) -> dict[str, Any]:
     """One pod on the CPU pool running a MaxText script with the HF token: convert and export.
 
     Queued like train, so that Kueue admits it against the CPU pool's quota: a step outside Kueue would
     take CPU nodes that the ClusterQueue counts as free and could hold back an admitted train.
     """
+    recipe = spec.recipe
     container = main_container(recipe.maxtext.image, script, [hf_token_env()], cpu_pool_requests(recipe))
-    pod = pod_template(recipe, step, {**cpu_pool_placement(), "containers": [container]})
+    pod = pod_template(spec, step, {**cpu_pool_placement(), "containers": [container]})
     job = indexed_job(pod, pods=1, backoff_limit=0)
-    return jobset(recipe, step, [replicated_job(CPU_REPLICATED_JOB, job)])
+    return jobset(spec, step, [replicated_job(CPU_REPLICATED_JOB, job)])
 
 
 def _literal_blocks(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:

@@ -1,4 +1,4 @@
-"""Where each step reads and writes, derived once from recipe + settings.
+"""Where each step reads and writes, derived once from a run (recipes/run_spec.py RunSpec) + settings.
 
 Training loads exactly what convert wrote and export reads the step training finished last (read from
 the bucket by `run`, see export_step); the CLI checks the same paths. Nothing else builds a gs:// path by hand.
@@ -13,19 +13,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpu_rl.recipes import Recipe, Settings, Step
-from tpu_rl.recipes.runs import conversion_directory, run_name
+from tpu_rl.recipes.run_spec import RunSpec, run_name
+from tpu_rl.recipes.runs import conversion_directory
 
 RUN_RECORD = "run.json"
 
 
 @dataclass(frozen=True)
 class ArtifactPaths:
-    recipe: Recipe
+    spec: RunSpec
     settings: Settings
     # The checkpoint step export converts: the newest finished one, which `run` reads from the bucket once
     # training ended (scripts/cloud/gcs.py TrainedCheckpoint says why it can be below the computed step).
     # None: the computed last step, an upper bound (what `tpu-rl render` shows).
     export_step: int | None = None
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.spec.recipe
 
     @property
     def bucket(self) -> str:
@@ -48,7 +53,7 @@ class ArtifactPaths:
     @property
     def train_loads(self) -> str:
         """train_rl's load_parameters_path: the conversion, or the checkpoint params `tpu-rl eval` names."""
-        return self.recipe.load_parameters or self.converted_items
+        return self.spec.load_parameters or self.converted_items
 
     @property
     def trained(self) -> str:
@@ -57,7 +62,7 @@ class ArtifactPaths:
 
     @property
     def run_name(self) -> str:
-        return run_name(self.recipe)
+        return run_name(self.spec)
 
     @property
     def run_root(self) -> str:

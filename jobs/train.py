@@ -40,6 +40,7 @@ from tpu_rl.recipes import Recipe
 from tpu_rl.recipes.capacity_modes import MODE_RULES, uses_queued_provisioning
 from tpu_rl.recipes.conventions import TPU_RESOURCE, tpu_node_selector, tpu_toleration
 from tpu_rl.recipes.entry import quantity_bytes
+from tpu_rl.recipes.user_files import USER_FILES_DIR, USER_FILES_VOLUME, configmap_name
 
 PROXY_PORT = 29000
 RESOURCE_MANAGER_PORT = 29001
@@ -179,17 +180,13 @@ def workload_resources(recipe: Recipe) -> dict[str, Any]:
     return {**resources, "limits": {"memory": limit}}
 
 
-def _user_files_mounts(recipe: Recipe) -> list[dict[str, Any]]:
+def _user_files_mounts(paths: ArtifactPaths) -> list[dict[str, Any]]:
     """The run's --rewards/--data-processor files, read-only where the overrides point (recipes/user_files.py)."""
-    from tpu_rl.recipes.user_files import USER_FILES_DIR, USER_FILES_VOLUME
-
-    return [{"name": USER_FILES_VOLUME, "mountPath": USER_FILES_DIR, "readOnly": True}] if recipe.user_files else []
+    return [{"name": USER_FILES_VOLUME, "mountPath": USER_FILES_DIR, "readOnly": True}] if paths.spec.user_files else []
 
 
 def _user_files_volumes(paths: ArtifactPaths) -> list[dict[str, Any]]:
-    from tpu_rl.recipes.user_files import USER_FILES_VOLUME, configmap_name
-
-    if not paths.recipe.user_files:
+    if not paths.spec.user_files:
         return []
     return [{"name": USER_FILES_VOLUME, "configMap": {"name": configmap_name(paths.run_name)}}]
 
@@ -197,9 +194,7 @@ def _user_files_volumes(paths: ArtifactPaths) -> list[dict[str, Any]]:
 def user_files_configmap(paths: ArtifactPaths) -> dict[str, Any] | None:
     """The ConfigMap of the run's --rewards/--data-processor files that the train head mounts, as `run`
     creates it and `render` writes it; None for a run without files."""
-    from tpu_rl.recipes.user_files import configmap_name
-
-    files = paths.recipe.user_files
+    files = paths.spec.user_files
     if not files:
         return None
     return {"apiVersion": "v1", "kind": "ConfigMap",
@@ -214,8 +209,8 @@ def pathways_head_job(paths: ArtifactPaths) -> dict[str, Any]:
     recipe = paths.recipe
     workload = main_container(recipe.maxtext.image, train_script(paths), workload_env(recipe),
                               workload_resources(recipe))
-    workload["volumeMounts"] = [_shared_tmp_mount(), _dev_shm_mount(), *_user_files_mounts(recipe)]
-    pod = pod_template(recipe, "train", {
+    workload["volumeMounts"] = [_shared_tmp_mount(), _dev_shm_mount(), *_user_files_mounts(paths)]
+    pod = pod_template(paths.spec, "train", {
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
         **cpu_pool_placement(),
@@ -261,7 +256,7 @@ def pathways_worker(paths: ArtifactPaths) -> dict[str, Any]:
 
 def worker_job(paths: ArtifactPaths) -> dict[str, Any]:
     shape = paths.recipe.shape
-    pod = pod_template(paths.recipe, "train", {
+    pod = pod_template(paths.spec, "train", {
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": tpu_node_selector(shape.gke_accelerator, shape.topology),
@@ -329,7 +324,7 @@ def startup_order(recipe: Recipe) -> str:
 def train_jobset(paths: ArtifactPaths) -> dict[str, Any]:
     recipe = paths.recipe
     return jobset(
-        recipe,
+        paths.spec,
         "train",
         [
             replicated_job(PATHWAYS_HEAD, pathways_head_job(paths)),

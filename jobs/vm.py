@@ -34,6 +34,7 @@ from tpu_rl.jobs.maxtext import MaxTextCommand, maxtext_commands
 from tpu_rl.jobs.patches import render_patch, resolve_patches
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import STEPS, Recipe, Settings, UserError
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.jobs.vm_install import (APT_LOCK, APT_TRIES, INSTALL, INSTALL_DIR, RETRY_ENV, RETRY_SECONDS,  # noqa: F401
                              SYSTEM_PACKAGES, TOKEN, UPTIME_S, UV_VERSION, gcloud_wait, install_phase, token_phase)
 from tpu_rl.jobs.vm_outputs import after_run_phase, stop_helpers
@@ -343,12 +344,13 @@ log "export: checkpoint step ${{{EXPORT_STEP_VAR}}} (computed: at most {recipe.l
 {export.shell(expand={"load_parameters_path": params})}"""
 
 
-def render_startup_script(recipe: Recipe, settings: Settings) -> str:
+def render_startup_script(spec: RunSpec, settings: Settings) -> str:
+    recipe = spec.recipe
     if recipe.platform_rules.jobsets:
         raise UserError(
             f"recipe '{recipe.name}' runs on GKE; render its JobSets with render_manifests (`tpu-rl render` does)"
         )
-    paths = ArtifactPaths(recipe, settings)
+    paths = ArtifactPaths(spec, settings)
     commands = maxtext_commands(recipe, paths)
     resolved = resolve_patches(recipe)
     for patch in resolved.apply:

@@ -27,6 +27,7 @@ from tpu_rl.recipes.capacity_modes import MODE_RULES
 from tpu_rl.recipes.entry import STEPS
 from tpu_rl.recipes.model import Recipe
 from tpu_rl.recipes.prices import PriceTable, load_prices, usd
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.recipes.run_time import TrainTime, as_defined, train_time
 
 # Each step puts exactly one pod on the CPU pool (convert/export job, or the Pathways head during
@@ -217,16 +218,17 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None, zones: tup
     return CostBreakdown(recipe.name, mode, prices.region, tuple(lines), tuple(zones))
 
 
-def pipeline_run_estimate(recipe: Recipe, prices: PriceTable | None = None) -> RunEstimate:
+def pipeline_run_estimate(spec: RunSpec, prices: PriceTable | None = None) -> RunEstimate:
     """One run of convert, train and export at the recipe's durations, train's scaled to the steps and the
-    evaluation of the run its --set items make (recipes/run_time.py).
+    evaluation of the run its --set items make (recipes/run_time.py); RunSpec.of_catalog for the recipe's own.
 
     A reservation's pools and the TPU VM are part of the stack, so they bill through every step, the
     CPU-only ones included (and a reservation for its whole term). A slice that scales from zero bills
     only in train; the chip-hours convert and export would have cost are reported as avoided.
     """
+    recipe = spec.recipe
     hourly = hourly_estimate(recipe, prices)
-    chips, timing = recipe.shape.total_chips, train_time(recipe)
+    chips, timing = recipe.shape.total_chips, train_time(spec)
     steps = []
     for step in STEPS:
         minutes = timing.minutes if step == TPU_STEP else getattr(recipe.durations_minutes, step)
@@ -252,10 +254,10 @@ def driver_cost_line() -> str:
             "node, $0 more till it fills")
 
 
-def costly_run_warning(recipe: Recipe, prices: PriceTable | None = None) -> str | None:
+def costly_run_warning(spec: RunSpec, prices: PriceTable | None = None) -> str | None:
     """One line when the run's --set items make it cost COSTLY_RATIO times the recipe's own run or more."""
-    run = pipeline_run_estimate(recipe, prices).total
-    own = pipeline_run_estimate(as_defined(recipe), prices).total
+    run = pipeline_run_estimate(spec, prices).total
+    own = pipeline_run_estimate(as_defined(spec), prices).total
     if run < COSTLY_RATIO * own:
         return None
     return (f"warning: this run is estimated at {usd(run)}, {run / own:,.0f} times the recipe's own run "
@@ -270,7 +272,7 @@ def run_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:
             "estimated cost |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for recipe in recipes:
-        estimate = pipeline_run_estimate(recipe, prices)
+        estimate = pipeline_run_estimate(RunSpec.of_catalog(recipe), prices)
         mode = recipe.capacity[0]
         for step in estimate.steps:
             rows.append(f"| {recipe.name} | {mode} | {step.step} | {step.minutes} | {step.tpu_chip_hours:.1f} | "

@@ -9,6 +9,7 @@ from tpu_rl.recipes.cost import TPU_STEP, pipeline_run_estimate
 from tpu_rl.recipes.evaluation import EvalPlan, eval_plan
 from tpu_rl.recipes.model import Recipe
 from tpu_rl.recipes.prices import PriceTable, usd
+from tpu_rl.recipes.run_spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class EvaluationCost:
 
 
 def evaluation_estimate(recipe: Recipe, prices: PriceTable | None = None) -> EvaluationCost:
-    estimate = pipeline_run_estimate(recipe, prices)
+    estimate = pipeline_run_estimate(RunSpec.of_catalog(recipe), prices)
     train, timing = estimate.step(TPU_STEP), estimate.train
     share = timing.evaluation / timing.minutes  # of the train step's minutes, and so of its dollars
     return EvaluationCost(recipe.name, eval_plan(recipe), timing.evaluation, train.usd * share)

@@ -9,8 +9,6 @@ recipes/shape.py (chips and hosts), recipes/capacity_modes.py (capacity modes an
 from __future__ import annotations
 
 import re
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tpu_rl.recipes.capacity_modes import PLATFORM_RULES, CapacityMode, Platform, PlatformRules, check_capacity
@@ -25,7 +23,8 @@ _RECIPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
 
 
 class Recipe(BaseModel):
-    """A validated recipe with its shape, MaxText release and patches resolved."""
+    """A validated recipe with its shape, MaxText release and patches resolved: the catalog entry. What one
+    run of it asks for (--set, --run, the user files) is a RunSpec (recipes/run_spec.py)."""
 
     model_config = ConfigDict(frozen=True, use_enum_values=True)  # capacity holds the modes' plain strings
 
@@ -43,25 +42,11 @@ class Recipe(BaseModel):
     durations_minutes: Durations
     model: ModelSpec
     shape: Shape
-    rl: RlSpec
+    rl: RlSpec  # in a RunSpec's recipe, with its --set and files merged: the builders read only this
     patches: tuple[SourcePatch, ...]
 
     tpu_facts: TpuGeneration
     flex_start_max_run_hours: int | None = None
-    # The run this recipe trains (recipes/runs.py): the name `--run` chose, or None for the name derived
-    # from what changes the trained weights; and the `--set` items already merged into rl.overrides.
-    run: str | None = None
-    sets: tuple[str, ...] = ()
-    # The sweep the run belongs to (recipes/sweeps.py), recorded in its run.json; not part of what it trains.
-    sweep: str | None = Field(default=None, exclude=True)
-    # --rewards and --data-processor files (recipes/user_files.py UserFile), mounted in the train head.
-    user_files: tuple[Any, ...] = ()
-    # What the train step loads instead of the conversion (jobs/evaluate.py: `tpu-rl eval` loads the
-    # evaluated run's checkpoint params); None: the conversion (paths.converted_items).
-    load_parameters: str | None = None
-    # The [rl] table as recipes.toml has it, once --set changed `rl`: the run durations_minutes were
-    # measured on (recipes/run_time.py scales them from it). Not part of the recipe as run.
-    default_rl: RlSpec | None = Field(default=None, exclude=True)
 
     @property
     def platform_rules(self) -> PlatformRules:

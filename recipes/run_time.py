@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpu_rl.recipes.evaluation import eval_plan
-from tpu_rl.recipes.model import Recipe
+from tpu_rl.recipes.run_spec import RunSpec
 
 
-def as_defined(recipe: Recipe) -> Recipe:
-    """The recipe as recipes.toml defines it, before --set: the run its durations were measured on."""
-    return recipe.model_copy(update={"rl": recipe.default_rl, "default_rl": None}) if recipe.default_rl else recipe
+def as_defined(spec: RunSpec) -> RunSpec:
+    """The run of the recipe as recipes.toml defines it, before --set: the run its durations were measured on."""
+    return RunSpec.of_catalog(spec.recipe.model_copy(update={"rl": spec.catalog_rl}))
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ class TrainTime:
                 + (f", and evaluation {self.evaluation:.0f} min" if self.evaluation else ""))
 
 
-def train_time(recipe: Recipe) -> TrainTime:
-    base = as_defined(recipe)
+def train_time(spec: RunSpec) -> TrainTime:
+    recipe, base = spec.recipe, as_defined(spec).recipe
     measured, plan, run_plan = base.durations_minutes.train, eval_plan(base), eval_plan(recipe)
     training_minutes = measured * (1 - plan.share)
     per_completion = training_minutes / plan.train_completions if plan.train_completions else 0.0

@@ -1,8 +1,9 @@
 """Runs: the name of each training run, the conversion runs share, and the MaxText keys `--set` may change
 (their values are checked and spelled one way by recipes/maxtext_values.py).
 
-A run is one training of a recipe with one set of settings. Its name is chosen with `--run NAME` or
-derived from a hash of everything that changes the trained weights (run_identity), so a changed setting
+A run is one training of a recipe with one set of settings (a RunSpec, recipes/run_spec.py). Its name is
+chosen with `--run NAME` or derived from a hash of everything that changes the trained weights
+(recipes/run_spec.py run_identity), so a changed setting
 gives a new run and the same settings resume the same one. The run name is train_rl's run_name, so the
 run's checkpoints and TensorBoard logs land under trained/<run>/ (MaxText joins base_output_directory and
 run_name: research §4), its export under hf-trained/<run>/, and it names the run's JobSets and their
@@ -34,7 +35,7 @@ from tpu_rl.recipes.maxtext_values import (
     parse_override,
 )
 from tpu_rl.recipes.model import Recipe, first_error
-from tpu_rl.recipes.schedule import SCHEDULE_KEY, schedule_steps
+from tpu_rl.recipes.schedule import schedule_steps
 from tpu_rl.recipes.usual_values import check_usual
 
 # --- names ---------------------------------------------------------------------------------------------
@@ -63,41 +64,9 @@ def digest(data: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _named(recipe: Recipe, data: object) -> str:
+def named(recipe: Recipe, data: object) -> str:
+    """<recipe, cut to fit>-<7 hex of the data's digest>: a run's or a conversion's name."""
     return f"{recipe.name[:_PREFIX_CHARS].rstrip('-')}-{digest(data)[:HASH_CHARS]}"
-
-
-def run_identity(recipe: Recipe) -> dict:
-    """Everything that changes the trained weights: the model, the MaxText release and what runs it, the
-    source patches, the TPU shape, num_batches, every train override (the recipe's and --set, merged) and
-    the content of the --rewards and --data-processor files (so a changed reward is a new run).
-    Not in it: capacity, durations, checkpoint_period and the settings, which change where and how often,
-    not what is trained."""
-    shape = recipe.shape
-    files = {"user_files": [file.identity() for file in recipe.user_files]} if recipe.user_files else {}
-    return {
-        **files,
-        "model": recipe.model.model_dump(mode="json"),
-        "maxtext_version": recipe.maxtext_version,
-        "image": recipe.maxtext.image,
-        "pip": recipe.maxtext.pip,
-        "patches": [patch.model_dump(mode="json") for patch in recipe.patches],
-        "tpu": {"generation": shape.generation, "topology": shape.topology, "machine_type": shape.machine_type,
-                "slices": shape.slices},
-        "num_batches": recipe.rl.num_batches,
-        # Keys are unique, so the order changes nothing. The schedule length tpu-rl derives counts as an
-        # override too (a recipe that set it the same way keeps its run names).
-        "overrides": sorted({*recipe.rl.overrides, f"{SCHEDULE_KEY}={schedule_steps(recipe)}"}),
-    }
-
-
-def default_run_name(recipe: Recipe) -> str:
-    """<recipe>-<7 hex of the run identity's sha256>, e.g. qwen3-v6e32-3f2a1b9."""
-    return _named(recipe, run_identity(recipe))
-
-
-def run_name(recipe: Recipe) -> str:
-    return recipe.run or default_run_name(recipe)
 
 
 def conversion_identity(recipe: Recipe) -> dict:
@@ -119,7 +88,7 @@ def conversion_directory(recipe: Recipe) -> str:
 
 def conversion_key(recipe: Recipe) -> str:
     """What names the shared convert JobSet instead of a run: <recipe>-<7 hex of the conversion identity>."""
-    return _named(recipe, conversion_identity(recipe))
+    return named(recipe, conversion_identity(recipe))
 
 
 # --- --set ---------------------------------------------------------------------------------------------
@@ -212,9 +181,9 @@ def _same_value(recipe: Recipe, key: str, text: str, value: object) -> bool:
 def with_sets(recipe: Recipe, sets: Iterable[str], usual_only: bool = False) -> Recipe:
     """The recipe with --set KEY=VALUE items joined to its train overrides, later wins (a key the recipe
     sets keeps its place with the new value). num_batches and checkpoint_period change the [rl] fields they
-    come from. Everything downstream (the run name, the train command, train_steps, export's last step)
-    reads the copy. `usual_only`: a value MaxText takes but no run means is refused (recipes/usual_values.py),
-    as `run` and `render` do without --unusual-values."""
+    come from. A RunSpec keeps the copy (recipes/run_spec.py), which everything downstream (the run name,
+    the train command, train_steps, export's last step) reads. `usual_only`: a value MaxText takes but no
+    run means is refused (recipes/usual_values.py), as `run` and `render` do without --unusual-values."""
     sets = tuple(sets)
     if not sets:
         return recipe
@@ -242,8 +211,7 @@ def with_sets(recipe: Recipe, sets: Iterable[str], usual_only: bool = False) -> 
         rl = RlSpec.model_validate({**recipe.rl.model_dump(), **fields, "overrides": tuple(overrides)})
     except ValidationError as error:
         raise UserError(f"--set: {first_error(error)}") from None
-    changed = recipe.model_copy(update={"rl": rl, "sets": (*recipe.sets, *sets),
-                                        "default_rl": recipe.default_rl or recipe.rl})
+    changed = recipe.model_copy(update={"rl": rl})
     try:
         changed.train_steps  # noqa: B018 -- a step factor that is not a number, or no step at all
         schedule_steps(changed)  # a schedule length that is not a whole number
@@ -262,12 +230,3 @@ def _check_together(recipe: Recipe, overrides: list[str], sets: tuple[str, ...],
     values = {old.partition("=")[0]: check_value(recipe.maxtext_version, *old.split("=", 1)).value
               for old in overrides if old.partition("=")[0] in keys}
     check(recipe.maxtext_version, values, touched[-1])
-
-
-def with_run(recipe: Recipe, run: str | None) -> Recipe:
-    return recipe.model_copy(update={"run": check_run_name(run)}) if run is not None else recipe
-
-
-def for_run(recipe: Recipe, sets: Iterable[str] = (), run: str | None = None, usual_only: bool = False) -> Recipe:
-    """The recipe as `--set` and `--run` make it: the one place the CLI applies them."""
-    return with_run(with_sets(recipe, sets, usual_only), run)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpu_rl.recipes.errors import UserError
-from tpu_rl.recipes.runs import MAX_RUN_NAME, check_run_name, digest, run_identity
+from tpu_rl.recipes.run_spec import RunSpec, run_identity
+from tpu_rl.recipes.runs import MAX_RUN_NAME, check_run_name, digest
 
 NAME_HASH_CHARS = 4  # of the run's identity, after its values
 SWEEP_NAME_HASH_CHARS = 7
@@ -140,21 +141,21 @@ def sweep_name(recipe_name: str, names: list[str]) -> str:
     return f"{recipe_name}-sweep-{digest(sorted(names))[:SWEEP_NAME_HASH_CHARS]}"
 
 
-def check_distinct(recipes: list, source: str) -> None:
+def check_distinct(specs: list[RunSpec], source: str) -> None:
     """Refuse two runs that would train the same weights, or share a name; `source` names where the runs
     came from (--grid, --file PATH)."""
     seen: dict[str, int] = {}
     names: dict[str, int] = {}
-    for number, recipe in enumerate(recipes, 1):
-        key = digest(run_identity(recipe))
+    for number, spec in enumerate(specs, 1):
+        key = digest(run_identity(spec))
         if key in seen:
             raise UserError(f"{source}: runs {seen[key]} and {number} of the sweep train the same weights (their "
-                            f"--set items {', '.join(recipe.sets) or 'none'} give the same settings): drop one of them")
+                            f"--set items {', '.join(spec.sets) or 'none'} give the same settings): drop one of them")
         seen[key] = number
-        if recipe.run in names:
-            raise UserError(f"{source}: runs {names[recipe.run]} and {number} of the sweep are both named "
-                            f"'{recipe.run}': give each run its own name")
-        names[recipe.run] = number
+        if spec.run in names:
+            raise UserError(f"{source}: runs {names[spec.run]} and {number} of the sweep are both named "
+                            f"'{spec.run}': give each run its own name")
+        names[spec.run] = number
 
 
 def check_sweepable(recipe) -> None:

@@ -22,7 +22,6 @@ from typing import Literal
 
 from tpu_rl.recipes.errors import UserError
 from tpu_rl.recipes.model import Recipe
-from tpu_rl.recipes.reward_names import check_reward_names
 
 USER_FILES_DIR = "/etc/tpu-rl/user"
 USER_FILES_VOLUME = "tpu-rl-user-files"
@@ -81,7 +80,7 @@ def read_user_files(recipe: Recipe | None, data_processor: Path | None = None,
         files.append(read_user_file(recipe, "data-processor", data_processor))
     if rewards is not None:
         files.append(read_user_file(recipe, "rewards", *rewards))
-    _check_together(files)
+    check_together(files)
     return tuple(files)
 
 
@@ -114,7 +113,7 @@ def read_user_file(recipe: Recipe | None, kind: Kind, path: Path, functions: tup
     return UserFile(kind, path.name, content, functions, str(path))
 
 
-def _check_together(files: tuple[UserFile, ...] | list[UserFile]) -> None:
+def check_together(files: tuple[UserFile, ...] | list[UserFile]) -> None:
     """The files share one ConfigMap: distinct keys, and 1 MiB in all."""
     if len({file.name for file in files}) < len(files):
         raise UserError("--rewards and --data-processor name files with the same name: rename one")
@@ -122,21 +121,3 @@ def _check_together(files: tuple[UserFile, ...] | list[UserFile]) -> None:
     if size > CONFIGMAP_MAX_BYTES:
         raise UserError(f"--rewards and --data-processor: {size} bytes together, over the 1 MiB their ConfigMap "
                         "holds: make them smaller")
-
-
-def with_user_files(recipe: Recipe, files: tuple[UserFile, ...], recorded: bool = False) -> Recipe:
-    """The recipe with the files and the overrides that point train_rl at their mounted paths; `recorded`:
-    the files of a run's record, whose reward names are kept as the run trained with them."""
-    if not files:
-        return recipe
-    _check_together(files)
-    overrides = list(recipe.rl.overrides)
-    for file in files:
-        if file.kind == "rewards":
-            if not recorded:  # a run.json written before the rule: evaluated as trained (repeat kept)
-                check_reward_names(file.functions, f"--rewards {file.option}")
-            overrides += [f"reward_functions_path={file.mounted_path}", f"reward_functions={','.join(file.functions)}"]
-        else:
-            overrides.append(f"dataset_processor_path={file.mounted_path}")
-    rl = recipe.rl.model_copy(update={"overrides": tuple(overrides)})
-    return recipe.model_copy(update={"rl": rl, "user_files": tuple(files)})

@@ -10,6 +10,7 @@ from tpu_rl.infra.tpu_vm import TpuVm, TpuVmProps
 from tpu_rl.jobs import render_startup_script
 from tpu_rl.jobs.vm import ssh_command
 from tpu_rl.recipes.model import Recipe
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.recipes.settings import Settings
 from tpu_rl.stacks.base import TpuRlStack
 
@@ -43,7 +44,7 @@ class VmRecipeStack(TpuRlStack):
                 disk_type=recipe.tpu_host.disk_type,
                 network=network,
                 service_account=identity.email,
-                startup_script=render_startup_script(recipe, settings),
+                startup_script=render_startup_script(RunSpec.of_catalog(recipe), settings),
                 capacity=recipe.capacity[0],  # a VM takes exactly one mode (checked where the recipe loads)
                 reservation=settings.reservation,
                 depends_on=identity.grants,

@@ -28,10 +28,10 @@ from contracts.tunix_log import evaluation_line
 from tpu_rl.jobs import jobset_name, render_manifests
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.event_files import put_event_files
-from peers.fixtures import SETTINGS, peer_settings, put_checkpoint, put_step_output
+from peers.fixtures import SETTINGS, peer_settings, put_checkpoint, put_step_output, spec_of
 from peers.google_apis import CPU_QUOTAS
 from tpu_rl.recipes import get_recipe
-from tpu_rl.recipes.runs import for_run
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.recipes.setting_specs import SPECS
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ExitCode
@@ -59,8 +59,8 @@ def fits_80_columns_with_whole_paths(output: str) -> bool:
 # -- a GKE recipe's runs ---------------------------------------------------------------------------------------
 
 RECIPE = "qwen3-v6e32"
-TRAIN = jobset_name(get_recipe(RECIPE), "train")
-CONVERT = jobset_name(get_recipe(RECIPE), "convert")
+TRAIN = jobset_name(spec_of(get_recipe(RECIPE)), "train")
+CONVERT = jobset_name(spec_of(get_recipe(RECIPE)), "convert")
 BOUND_SECONDS = 60  # every drill ends well within this, whatever the machine
 
 
@@ -79,7 +79,7 @@ def run_record(cloud) -> dict:
     from tpu_rl.recipes import load_settings
 
     recipe = load_settings().recipe(get_recipe(RECIPE))
-    bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).run_record)
+    bucket, name = split_gs_url(ArtifactPaths(spec_of(recipe), peer_settings()).run_record)
     return json.loads(cloud["gcs"].bucket(bucket).blob(name).download_as_bytes())
 
 
@@ -106,8 +106,8 @@ def slow_polls(monkeypatch) -> list:
     def advance(_seconds: float) -> None:
         clock[0] += timedelta(minutes=POLL_MINUTES)
 
-    def make_session(recipe, settings, *args):
-        session = build(recipe, settings, *args)
+    def make_session(spec, settings, *args):
+        session = build(spec, settings, *args)
         session.now, session.sleep = (lambda: clock[0]), advance
         return session
 
@@ -117,13 +117,14 @@ def slow_polls(monkeypatch) -> list:
 
 
 def run_of(*sets: str, run: str | None = None):
-    """The recipe as `tpu-rl run RECIPE --set ... --run ...` trains it, and its paths."""
-    recipe = for_run(get_recipe(RECIPE), sets, run)
-    return recipe, ArtifactPaths(recipe, peer_settings())
+    """The run `tpu-rl run RECIPE --set ... --run ...` trains, and its paths."""
+    spec = RunSpec.requested(get_recipe(RECIPE), sets, run)
+    return spec, ArtifactPaths(spec, peer_settings())
 
 
 def names(recipe) -> dict[str, str]:
-    return {step: manifest["metadata"]["name"] for step, manifest in render_manifests(recipe, peer_settings()).items()}
+    manifests = render_manifests(spec_of(recipe), peer_settings())
+    return {step: manifest["metadata"]["name"] for step, manifest in manifests.items()}
 
 
 def plan_success(cloud, recipe, **plan) -> None:
@@ -284,10 +285,10 @@ def put_actor_checkpoint(client, recipe, step: int) -> str:
     """A train_rl checkpoint of `step` as orbax leaves it (tunix's actor items, no OCDBT under Pathways);
     returns its step directory."""
     from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
-    from peers.fixtures import peer_settings
+    from peers.fixtures import peer_settings, spec_of
     from peers.step_outputs import orbax_checkpoint
 
-    step_dir = f"{ArtifactPaths(recipe, peer_settings()).actor_checkpoints}{step}/"
+    step_dir = f"{ArtifactPaths(spec_of(recipe), peer_settings()).actor_checkpoints}{step}/"
     for url, data in orbax_checkpoint(f"{step_dir}model_params/", ("model_params", "optimizer_state"), ocdbt=False):
         bucket, blob = split_gs_url(url)
         client.bucket(bucket).blob(blob).upload_from_string(data)

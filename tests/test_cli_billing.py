@@ -25,7 +25,7 @@ from peers.http import Fault
 from cli_helpers import error_line
 from tpu_rl.jobs import render_manifests
 from tpu_rl.jobs.k8s import RECIPE_LABEL, RUN_LABEL
-from peers.fixtures import REPO, SETTINGS, peer_settings
+from peers.fixtures import REPO, SETTINGS, peer_settings, spec_of
 from peers.simulated_run import put_idle_cluster_nodes
 from peers.tf_state import cluster_state, leftover_state, put_state
 from tpu_rl.recipes import get_recipe
@@ -94,7 +94,7 @@ def test_runs_prices_a_flex_start_slice_not_yet_scaled_down(cloud, monkeypatch):
 
 
 def running_jobset(kube, step: str = "train") -> str:
-    manifest = render_manifests(get_recipe(RECIPE), peer_settings())[step]
+    manifest = render_manifests(spec_of(get_recipe(RECIPE)), peer_settings())[step]
     kube.put_jobset(manifest, phase="running")
     return manifest["metadata"]["labels"][RUN_LABEL]
 
@@ -111,7 +111,7 @@ def test_runs_says_nothing_of_idle_billing_while_a_run_is_active(cloud):
 
 
 def running_jobset_name(run: str) -> str:
-    return render_manifests(get_recipe(RECIPE), peer_settings())["train"]["metadata"]["name"]
+    return render_manifests(spec_of(get_recipe(RECIPE)), peer_settings())["train"]["metadata"]["name"]
 
 
 def test_a_running_driver_job_counts_as_active_and_a_finished_one_does_not(cloud):
@@ -128,11 +128,11 @@ def test_a_driver_job_labelled_by_run_labels_counts_as_active(cloud):
     """The driver Job takes its labels from jobs/k8s.py run_labels, the function billing's selector is
     built with (recipe_selector), so `down` and `runs` find it."""
     from tpu_rl.jobs.k8s import recipe_selector, run_labels
-    from tpu_rl.recipes.runs import for_run
+    from tpu_rl.recipes.run_spec import RunSpec
 
-    recipe = for_run(get_recipe(RECIPE), (), "lr-sweep-2")
-    assert recipe_selector(recipe) == f"{RECIPE_LABEL}={RECIPE}"
-    cloud["kube"].put_job("tpu-rl-driver-lr-sweep-2", run_labels(recipe))
+    spec = RunSpec.requested(get_recipe(RECIPE), (), "lr-sweep-2")
+    assert recipe_selector(spec.recipe) == f"{RECIPE_LABEL}={RECIPE}"
+    cloud["kube"].put_job("tpu-rl-driver-lr-sweep-2", run_labels(spec))
     cluster = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["cluster"]
     assert cluster["active"] == [{"run": "lr-sweep-2", "what": "driver Job tpu-rl-driver-lr-sweep-2"}]
 
@@ -184,7 +184,7 @@ def test_down_refuses_while_a_run_is_active_and_names_how_to_cancel(deployed):
 
 
 def test_down_refuses_while_a_shared_conversion_runs(deployed):
-    convert = render_manifests(get_recipe(RECIPE), peer_settings())["convert"]
+    convert = render_manifests(spec_of(get_recipe(RECIPE)), peer_settings())["convert"]
     deployed["kube"].put_jobset(convert, phase="running")
     result = runner.invoke(app, ["down", RECIPE, "--yes"])
     assert result.exit_code == ExitCode.BAD_INPUT, result.output
@@ -197,9 +197,9 @@ def put_record(gcs_client, run: str, status: str = "running", recipe: str = RECI
     """A run.json as `run` writes it (scripts/pipeline/record.py RunRecord.start), only the fields `down`
     reads: where `tpu-rl runs` finds it, its recipe and its status."""
     from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
-    from tpu_rl.recipes.runs import for_run
+    from tpu_rl.recipes.run_spec import RunSpec
 
-    bucket, name = split_gs_url(ArtifactPaths(for_run(get_recipe(RECIPE), (), run), peer_settings()).run_record)
+    bucket, name = split_gs_url(ArtifactPaths(RunSpec.requested(get_recipe(RECIPE), (), run), peer_settings()).run_record)
     gcs_client.bucket(bucket).blob(name).upload_from_string(
         json.dumps({"format": 1, "run": run, "recipe": recipe, "status": status, "steps": {
             "convert": {"status": "succeeded"}, "train": {"status": "waiting"}}}))

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import ctrl_c_at_the_prompt, error_line, interrupt, left_running, names, record, run_of, session_hook
-from peers.fixtures import SETTINGS, deploy_vm, peer_settings, put_step_output
+from peers.fixtures import SETTINGS, deploy_vm, peer_settings, put_step_output, spec_of
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.jobs.vm import LOG_TAG, STARTING
 from tpu_rl.recipes import get_recipe
@@ -129,7 +129,7 @@ def test_a_run_attached_to_a_cancelled_jobset_says_it_was_cancelled(cloud, monke
     def cancel_on_the_second_poll(seconds):
         polls.append(seconds)
         if len(polls) == 2:  # someone runs `tpu-rl cancel RECIPE --yes` meanwhile
-            cancel_gke(Session(recipe, peer_settings(), Clients(peer_settings())), None, True)
+            cancel_gke(Session(spec_of(recipe), peer_settings(), Clients(peer_settings())), None, True)
 
     session_hook(monkeypatch, sleep=cancel_on_the_second_poll)
     result = runner.invoke(app, ["run", RECIPE])
@@ -137,14 +137,14 @@ def test_a_run_attached_to_a_cancelled_jobset_says_it_was_cancelled(cloud, monke
     # cancel deleted the run's driver first: the attached `run` says so (the driver's own line, for the
     # JobSet it saw deleted, may or may not come before: a real driver is stopped before it looks again)
     assert error_line(result).startswith(f"error: run {paths.run_name} was cancelled: `tpu-rl cancel` deleted "
-                                         f"its driver Job {driver_name(recipe)} at "), result.output
+                                         f"its driver Job {driver_name(spec_of(recipe))} at "), result.output
     assert record(cloud["gcs"], paths)["status"] == "cancelled"  # not overwritten by the run that ended
 
 
 # --- the VM recipe: cancel writes the run's cancel marker, which the startup script reads (jobs/vm.py) ------
 VM_RECIPE = "llama31-v6e8"
 VM = (SETTINGS["ZONE"], "rl-test-vm")
-VM_PATHS = ArtifactPaths(get_recipe(VM_RECIPE), peer_settings())
+VM_PATHS = ArtifactPaths(spec_of(get_recipe(VM_RECIPE)), peer_settings())
 REBOOT = (f"`gcloud compute ssh rl-test-vm --zone={SETTINGS['ZONE']} --project={SETTINGS['PROJECT']} "
           "--tunnel-through-iap -- sudo reboot`")
 
@@ -217,7 +217,7 @@ def test_a_vm_run_attached_when_it_is_cancelled_says_so(settings_env, gcs, googl
     google.serial[VM] = f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z {VM_PATHS.run_name} convert: {STARTING}\n"
 
     def cancel_meanwhile(seconds):
-        cancel_vm(Session(get_recipe(VM_RECIPE), peer_settings(), Clients(peer_settings())), None, True)
+        cancel_vm(Session(spec_of(get_recipe(VM_RECIPE)), peer_settings(), Clients(peer_settings())), None, True)
 
     session_hook(monkeypatch, sleep=cancel_meanwhile)
     result = runner.invoke(app, ["run", VM_RECIPE])

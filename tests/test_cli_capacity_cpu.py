@@ -10,6 +10,7 @@ import time
 from typer.testing import CliRunner
 
 from cli_helpers import slow_polls
+from peers.settings import spec_of
 from tpu_rl.jobs import jobset_name
 from peers.jobset_life import UNSCHEDULABLE
 from tpu_rl.recipes import get_recipe
@@ -18,7 +19,7 @@ from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "gemma4-v6e64"  # its CPU pool is c4d-standard-96 (recipes/recipes.toml)
-CONVERT = jobset_name(get_recipe(RECIPE), "convert")
+CONVERT = jobset_name(spec_of(get_recipe(RECIPE)), "convert")
 runner = CliRunner()
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from cli_helpers import (POLL_MINUTES, RECIPE, TRAIN, error_line, put_actor_checkpoint, run_record, run_train, slow_polls,
                          succeeds, tpu_selector)
-from peers.fixtures import peer_settings
+from peers.fixtures import peer_settings, spec_of
 from peers.jobset_life import UNSCHEDULABLE
 from peers.jobset_plan import Plan
 from tpu_rl.recipes import get_recipe
@@ -120,7 +120,7 @@ def test_status_and_a_new_run_read_a_deactivated_workload_and_submit_it_again(cl
     kube = cloud["kube"]
     recipe = load_settings().recipe(get_recipe(RECIPE))
     kube.plan(TRAIN, capacity="flex-start", provisioning=["Failed"], resubmitted=Plan(capacity="flex-start", **succeeds(cloud)))
-    kube.put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    kube.put_jobset(render_manifests(spec_of(recipe), peer_settings())["train"], "running")
     clock = slow_polls(monkeypatch)
     for _ in range(12):  # Kueue files the request and its retries, then deactivates the workload
         clock[0] += timedelta(minutes=POLL_MINUTES)  # past each retry's backoff
@@ -267,7 +267,7 @@ def test_a_workload_an_admin_deactivated_is_not_replaced_without_replace(cloud, 
     kube = cloud["kube"]
     kube.plan(TRAIN, capacity="spot", zone="us-east5-b", outcome="hang")
     recipe = load_settings().recipe(get_recipe(RECIPE))
-    kube.put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    kube.put_jobset(render_manifests(spec_of(recipe), peer_settings())["train"], "running")
     status = runner.invoke(app, ["status", RECIPE])
     assert status.exit_code == 0, status.output
     assert "on spot in us-east5-b" in status.output, status.output
@@ -276,7 +276,7 @@ def test_a_workload_an_admin_deactivated_is_not_replaced_without_replace(cloud, 
     kube = cloud["kube"]
     recipe = load_settings().recipe(get_recipe(RECIPE))
     kube.plan(TRAIN, capacity="spot", **succeeds(cloud))
-    kube.put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    kube.put_jobset(render_manifests(spec_of(recipe), peer_settings())["train"], "running")
     kueue.stop(kube.workloads[TRAIN])  # kueuectl stop workload: spec.active false, Evicted Deactivated
     status = runner.invoke(app, ["status", RECIPE])
     assert "was deactivated by someone, not by Kueue (Deactivated)" in " ".join(status.output.split())
@@ -298,7 +298,7 @@ def test_a_run_that_reattaches_to_a_flex_start_jobset_whose_slice_is_gone_submit
     kube = cloud["kube"]
     kube.plan(TRAIN, capacity="flex-start", reclaimed_after=3, nodes_return=False,
               resubmitted=Plan(capacity="flex-start", **succeeds(cloud)))
-    kube.put_jobset(render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())["train"])
+    kube.put_jobset(render_manifests(spec_of(load_settings().recipe(get_recipe(RECIPE))), peer_settings())["train"])
     for _ in range(8):  # admitted on a provisioned slice, trained, the slice lost, the JobSet restarted
         kube._advance(TRAIN)
     assert kube.jobsets[TRAIN]["status"]["restarts"] == 1

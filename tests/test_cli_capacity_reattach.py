@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from cli_helpers import RECIPE, TRAIN, error_line, run_record, run_train, slow_polls, succeeds
 from tpu_rl.jobs import jobset_name, render_manifests
 from peers import kueue
-from peers.fixtures import peer_settings, put_step_output
+from peers.fixtures import peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe, load_settings
 from tpu_rl.scripts.outcome import ExitCode
 from tpu_rl.scripts.cli import app
@@ -25,7 +25,7 @@ CPU_UNSCHEDULABLE = "0/3 nodes are available: the CPU pool cannot scale up (n4 o
 
 def _submitted_an_hour_ago(kube, step: str, name: str) -> None:
     """The step's JobSet as an earlier `run` submitted it an hour ago, running since."""
-    manifest = render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())[step]
+    manifest = render_manifests(spec_of(load_settings().recipe(get_recipe(RECIPE))), peer_settings())[step]
     kube.put_jobset(manifest)
     kube.jobsets[name]["metadata"]["creationTimestamp"] = kueue.stamp(kueue.moment() - timedelta(hours=1))
 
@@ -55,7 +55,7 @@ def test_a_reattaching_run_keeps_an_hour_old_train_in_its_finishing_window(cloud
 
 
 def test_a_reattaching_run_keeps_an_hour_old_convert_step_in_its_finishing_window(cloud, monkeypatch):
-    convert = jobset_name(get_recipe(RECIPE), "convert")
+    convert = jobset_name(spec_of(get_recipe(RECIPE)), "convert")
     kube = cloud["kube"]
     kube.plan(convert, ticks=2, finishing=3,
               on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))
@@ -132,7 +132,7 @@ def test_a_spot_reclaim_is_recorded_in_run_json_with_the_pods_own_words_and_the_
     from peers.fixtures import put_checkpoint
 
     kube = cloud["kube"]
-    put_checkpoint(cloud["gcs"], ArtifactPaths(load_settings().recipe(get_recipe(RECIPE)), peer_settings()), 20)
+    put_checkpoint(cloud["gcs"], ArtifactPaths(spec_of(load_settings().recipe(get_recipe(RECIPE))), peer_settings()), 20)
     kube.plan(TRAIN, capacity="spot", ticks=3, reclaimed_after=3, **succeeds(cloud))
     result = run_train(cloud, monkeypatch, "spot", "30m")
     assert result.exit_code == 0, result.output
@@ -156,7 +156,7 @@ def test_a_revoked_slice_met_by_a_reattaching_run_is_submitted_again_from_the_fi
     kube = cloud["kube"]
     plan = kube.plan(TRAIN, capacity="flex-start", reclaimed_after=10_000, nodes_return=False, revoked=True,
                      outcome="hang", resubmitted=Plan(capacity="reservation", **succeeds(cloud)))
-    manifest = render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())["train"]
+    manifest = render_manifests(spec_of(load_settings().recipe(get_recipe(RECIPE))), peer_settings())["train"]
     kube.put_jobset(pin_capacity(manifest, "flex-start", None))
     for _ in range(6):  # provisioned, admitted, its pods ready: an earlier `run` trained on it
         kube._advance(TRAIN)
@@ -181,7 +181,7 @@ def _cold_start(cloud, monkeypatch, reattach: bool):
     kube.plan(TRAIN, capacity="reservation", pulling_ticks=6, ticks=3, **succeeds(cloud))
     if reattach:
         _submitted_an_hour_ago(kube, "train", TRAIN)
-    manifest = render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())["train"]
+    manifest = render_manifests(spec_of(load_settings().recipe(get_recipe(RECIPE))), peer_settings())["train"]
     assert manifest["spec"]["startupPolicy"]["startupPolicyOrder"] == "InOrder"
     return kube, run_train(cloud, monkeypatch, "reservation,spot", "30m")
 

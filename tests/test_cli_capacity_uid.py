@@ -13,6 +13,7 @@ from kubernetes import config as k8s_config
 
 from cli_helpers import RECIPE, TRAIN, error_line, run_train, succeeds
 from peers.kube_api import GROUP_PATH
+from peers.settings import spec_of
 from tpu_rl.scripts.outcome import ExitCode
 
 def test_a_jobset_replaced_by_one_of_the_same_name_is_not_deleted_by_a_run_whose_step_fell_short(cloud, monkeypatch):
@@ -33,7 +34,7 @@ def test_the_fake_api_answers_a_delete_with_another_uid_with_the_api_servers_409
     from peers.fixtures import peer_settings
     from tpu_rl.recipes import get_recipe
 
-    kube.put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["train"])
+    kube.put_jobset(render_manifests(spec_of(get_recipe(RECIPE)), peer_settings())["train"])
     uid = kube.jobsets[TRAIN]["metadata"]["uid"]
     api = k8s.CustomObjectsApi(k8s_config.new_client_from_config(os.environ["KUBECONFIG"]))
     group, version = GROUP_PATH.split("/")[2:]
@@ -66,7 +67,7 @@ def test_run_replace_deletes_only_the_jobset_it_planned_to_replace(cloud, monkey
     kube = cloud["kube"]
     monkeypatch.setenv("CAPACITY", "spot")
     put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
-    kube.put_jobset(render_manifests(load_settings().recipe(get_recipe(RECIPE)), peer_settings())["train"], "failed")
+    kube.put_jobset(render_manifests(spec_of(load_settings().recipe(get_recipe(RECIPE))), peer_settings())["train"], "failed")
     kube.replaced_before_delete = True
     result = CliRunner().invoke(app, ["run", RECIPE, "--steps", "train", "--replace"])
     assert result.exit_code == ExitCode.JOB_FAILED, result.output

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cli_helpers import fits_80_columns_with_whole_paths
 from tpu_rl.jobs import render_manifests
-from peers.fixtures import jobset_of, peer_settings, put_step_output
+from peers.fixtures import jobset_of, peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ExitCode
@@ -49,7 +49,7 @@ def test_runs_needs_no_reservation_or_authorized_cidr(teammate):
 
 def test_logs_needs_no_reservation_or_authorized_cidr(teammate):
     teammate["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="converting layer 1\n")
-    teammate["kube"].put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["convert"], "running")
+    teammate["kube"].put_jobset(render_manifests(spec_of(get_recipe(RECIPE)), peer_settings())["convert"], "running")
     result = runner.invoke(app, ["logs", RECIPE, "convert"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == ["converting layer 1"]
@@ -58,9 +58,9 @@ def test_logs_needs_no_reservation_or_authorized_cidr(teammate):
 def test_metrics_needs_no_reservation_or_authorized_cidr(teammate, tmp_path):
     from cli_helpers import RUN_RL, upload_run
 
-    from tpu_rl.recipes.runs import default_run_name
+    from tpu_rl.recipes.run_spec import default_run_name
 
-    upload_run(teammate["gcs"], tmp_path, default_run_name(get_recipe(RECIPE)), RUN_RL)
+    upload_run(teammate["gcs"], tmp_path, default_run_name(spec_of(get_recipe(RECIPE))), RUN_RL)
     result = runner.invoke(app, ["metrics", RECIPE])
     assert result.exit_code == 0, result.output
     assert "rewards/train/mean" in result.output
@@ -168,7 +168,7 @@ def test_vm_status_while_train_runs_shows_its_step_loss_and_reward(settings_env,
 
     deploy_vm(google, SETTINGS)  # with the recipe's own startup script, which status checks first
     finish(google, gcs, "convert")()
-    put_event_files(gcs, ArtifactPaths(get_recipe(VM_RECIPE), peer_settings()).tensorboard,
+    put_event_files(gcs, ArtifactPaths(spec_of(get_recipe(VM_RECIPE)), peer_settings()).tensorboard,
                     {"rewards/train/mean": [(2, 0.37)]}, tmp_path)
     google.serial[VM] = (progress("convert", STARTING) + progress("convert", DONE) + progress("train", STARTING)
                          + f"startup-script: {train_step_line(3, 0.5)}\n")
@@ -208,7 +208,7 @@ def test_a_mistyped_run_is_refused_by_every_command_naming_the_runs_that_exist(c
     cloud["kube"].plan("exp1-train", outcome="hang")
     left_running(cloud, monkeypatch, "--run", "exp1")
     exp2, _ = run_of(run="exp2")
-    cloud["kube"].put_jobset(render_manifests(exp2, peer_settings())["train"], "running")
+    cloud["kube"].put_jobset(render_manifests(spec_of(exp2), peer_settings())["train"], "running")
     before = set(cloud["kube"].jobsets)
     result = runner.invoke(app, [command[0], RECIPE, *command[1:], "--run", "no-such-run"])
     assert result.exit_code == ExitCode.BAD_INPUT, result.output
@@ -244,10 +244,10 @@ def test_piped_output_is_plain_lines_not_a_box_table(cloud, monkeypatch):
     # issue 28: `tpu-rl recipes | less` was a box table as wide as its longest row. Piped (no terminal, no
     # COLUMNS): one fact a line; a terminal as wide as the table still gets the table.
     from tpu_rl.jobs.paths import ArtifactPaths
-    from tpu_rl.recipes.runs import for_run
+    from tpu_rl.recipes.run_spec import RunSpec
     from tpu_rl.scripts.cloud import gcs as bucket
 
-    paths = ArtifactPaths(for_run(get_recipe(RECIPE), (), "exp1"), peer_settings())
+    paths = ArtifactPaths(RunSpec.requested(get_recipe(RECIPE), (), "exp1"), peer_settings())
     bucket.write_json(cloud["gcs"], paths.run_record, {"recipe": RECIPE, "status": "succeeded", "steps": {}})
     monkeypatch.delenv("COLUMNS", raising=False)
     for command, first in ((["recipes"], "tpu-rl recipes (cost: "), (["runs", RECIPE], f"{RECIPE}: runs in gs://")):

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import tpu_rl.scripts.cli.cloud as scripts_cli_cloud
 from cli_helpers import put_actor_checkpoint
 from peers import simulated_run
-from peers.fixtures import jobset_of, put_step_output
+from peers.fixtures import jobset_of, put_step_output, spec_of
 from peers.http import Fault
 from tpu_rl.jobs.driver import DRIVER_BACKOFF_LIMIT
 from tpu_rl.recipes import get_recipe
@@ -162,7 +162,7 @@ def test_a_preempted_spot_worker_restarts_the_jobset_and_training_resumes_from_t
 
     monkeypatch.setenv("CAPACITY", "spot")
     recipe = get_recipe(RECIPE)
-    train = jobset_name(recipe, "train")
+    train = jobset_name(spec_of(recipe), "train")
     with_convert_done(cloud)
     put_actor_checkpoint(cloud["gcs"], recipe, 10)
     saved = put_actor_checkpoint(cloud["gcs"], recipe, 20)
@@ -265,7 +265,7 @@ def _manifest(step: str) -> dict:
     from tpu_rl.jobs import render_manifests
     from peers.fixtures import peer_settings
 
-    return render_manifests(get_recipe(RECIPE), peer_settings())[step]
+    return render_manifests(spec_of(get_recipe(RECIPE)), peer_settings())[step]
 
 
 def test_a_succeeded_jobset_with_verified_output_is_reused(cloud):

@@ -23,7 +23,7 @@ from tpu_rl.jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE, driver_name
 from tpu_rl.jobs.driver_runtime import DRIVER_VERSION_ANNOTATION
 from tpu_rl.jobs.paths import ArtifactPaths
 from peers import simulated_run
-from peers.fixtures import REPO, VENV_BIN, jobset_of, peer_settings, put_step_output
+from peers.fixtures import REPO, VENV_BIN, jobset_of, peer_settings, put_step_output, spec_of
 from peers.kubelet import ProcessKubelet
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.conventions import NAMESPACE
@@ -31,8 +31,8 @@ from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
-DRIVER = driver_name(get_recipe(RECIPE))
-PATHS = ArtifactPaths(get_recipe(RECIPE), peer_settings())
+DRIVER = driver_name(spec_of(get_recipe(RECIPE)))
+PATHS = ArtifactPaths(spec_of(get_recipe(RECIPE)), peer_settings())
 DEFAULT_GRACE_SECONDS = 30  # PodSpec terminationGracePeriodSeconds when unset (core/v1 types.go)
 BOUND_SECONDS = 180  # a driver process starts in seconds; every run here ends well within this
 runner = CliRunner()

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from cli_helpers import plan_success, record, train_script, trained_run
 from contracts.tunix_log import evaluation_line
 from tpu_rl.jobs.paths import ArtifactPaths
-from peers.fixtures import peer_settings, put_checkpoint
+from peers.fixtures import peer_settings, put_checkpoint, spec_of
 from tpu_rl.scripts.cli import app
 from tpu_rl.recipes import get_recipe
 from tpu_rl.scripts.cloud import gcs as gcs_io
@@ -36,7 +36,7 @@ def test_eval_scores_a_saved_checkpoint_and_records_it(cloud):
     cloud["kube"].plan(f"{scratch}-train", ticks=5, logs=f"restoring\n{pre}\n", outcome="hang")
     result = runner.invoke(app, ["eval", RECIPE, "--run", run, "--step", "20"])  # the record gives the --set
     assert result.exit_code == 0, result.output
-    scratch_paths = ArtifactPaths(recipe.model_copy(update={"run": scratch}), peer_settings())
+    scratch_paths = ArtifactPaths(spec_of(recipe).with_run(scratch), peer_settings())
     assert not gcs_io.object_names(cloud["gcs"], scratch_paths.run_root)  # nothing copied, nothing left
     assert cloud["kube"].deleted[-1] == f"{scratch}-train"  # stopped before it trains on
     # The JobSet as it was submitted (it is gone now): the POST the fake API received.
@@ -108,19 +108,19 @@ def _scratch_setup(cloud, tmp_path):
     run's own files, another run's directory whose name starts with the scratch run's, another run's
     ConfigMap and JobSet."""
     from tpu_rl.jobs.evaluate import eval_run_name
-    from tpu_rl.recipes.runs import for_run
-    from tpu_rl.recipes.user_files import read_user_file, with_user_files
+    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.user_files import read_user_file
 
     path = tmp_path / "mine.py"
     path.write_text(REWARDS)
-    base = for_run(get_recipe(RECIPE))
-    recipe = with_user_files(base, (read_user_file(base, "rewards", path, ("short",)),))
-    paths = ArtifactPaths(recipe, peer_settings())
+    base = RunSpec.requested(get_recipe(RECIPE))
+    recipe = base.with_user_files((read_user_file(base.recipe, "rewards", path, ("short",)),))
+    paths = ArtifactPaths(spec_of(recipe), peer_settings())
     plan_success(cloud, recipe)
     assert runner.invoke(app, ["run", RECIPE, "--rewards", f"{path}:short"]).exit_code == 0
     put_checkpoint(cloud["gcs"], paths, 20)
     scratch = eval_run_name(paths.run_name, 20)
-    scratch_paths = ArtifactPaths(recipe.model_copy(update={"run": scratch}), peer_settings())
+    scratch_paths = ArtifactPaths(spec_of(recipe).with_run(scratch), peer_settings())
     neighbour = scratch_paths.run_root.rstrip("/") + "x/run.json"
     _put(cloud["gcs"], neighbour)
     cloud["kube"].configmaps["other-user-files"] = {"metadata": {"name": "other-user-files",

@@ -13,7 +13,7 @@ from cli_helpers import MIDDLE, POST, PRE, RESUMED_PRE
 from contracts.tunix_log import evaluation_line, train_step_line
 from tpu_rl.jobs.k8s import MAIN_CONTAINER
 from tpu_rl.jobs.paths import ArtifactPaths
-from peers.fixtures import SETTINGS, jobset_of, peer_settings, put_step_output
+from peers.fixtures import SETTINGS, jobset_of, peer_settings, put_step_output, spec_of
 from peers.google_apis import container_log_entry
 from tpu_rl.recipes import get_recipe
 from tpu_rl.scripts.cli import app
@@ -29,7 +29,7 @@ SUMMARY = "accuracy 40.6% → 59.4% (+18.8) on 64 gsm8k test questions"
 
 
 def record_of(client, recipe_name: str = RECIPE) -> dict:
-    return gcs_io.read_json(client, ArtifactPaths(get_recipe(recipe_name), peer_settings()).run_record)
+    return gcs_io.read_json(client, ArtifactPaths(spec_of(get_recipe(recipe_name)), peer_settings()).run_record)
 
 
 def test_both_releases_lines_parse_with_their_steps():
@@ -225,7 +225,7 @@ def _resumed_train(cloud, head_log: str) -> None:
 
     recipe = get_recipe(RECIPE)
     put_step_output(cloud["gcs"], recipe, "convert")
-    put_checkpoint(cloud["gcs"], ArtifactPaths(recipe, peer_settings()), 20)
+    put_checkpoint(cloud["gcs"], ArtifactPaths(spec_of(recipe), peer_settings()), 20)
     cloud["kube"].plan(jobset_of(RECIPE, "train"), ticks=3, logs=head_log,
                        on_success=lambda: put_step_output(cloud["gcs"], recipe, "train"))
     cloud["google"].log_entries += _log_entries(RECIPE, [PRE, MIDDLE, restored_line(20), RESUMED_PRE, POST])

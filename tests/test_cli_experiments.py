@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cli_helpers import error_line, names, plan_success, record, run_of, train_script
 from contracts.tunix_log import train_step_line
 from tpu_rl.jobs import render_manifests
-from peers.fixtures import peer_settings, put_step_output
+from peers.fixtures import peer_settings, put_step_output, spec_of
 from tpu_rl.recipes.driver_runtime import BUCKET_PREFIX
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ExitCode
@@ -90,7 +90,7 @@ def test_a_jobset_of_the_run_with_another_spec_stops_the_run_naming_the_field(cl
     old, _ = run_of(run="exp1")  # the recipe's learning_rate=2e-5
     new, new_paths = run_of("learning_rate=1e-5", run="exp1")
     put_step_output(cloud["gcs"], new, "convert")
-    cloud["kube"].put_jobset(render_manifests(old, peer_settings())["train"], "failed")
+    cloud["kube"].put_jobset(render_manifests(spec_of(old), peer_settings())["train"], "failed")
     cloud["kube"].requests.clear()
     result = tpu_rl("run", RECIPE, "--set", "learning_rate=1e-5", "--run", "exp1")
     assert result.exit_code == ExitCode.BAD_INPUT
@@ -115,7 +115,7 @@ def test_a_running_jobset_with_the_same_spec_is_reattached_although_the_cluster_
     put_step_output(cloud["gcs"], recipe, "convert")
     # Kueue holds it (the stored spec gets suspend: true); it runs on past the looks of `run` and its driver
     plan_success(cloud, recipe, admitted_after=2, ticks=6)
-    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    cloud["kube"].put_jobset(render_manifests(spec_of(recipe), peer_settings())["train"], "running")
     result = tpu_rl("run", RECIPE)
     assert result.exit_code == 0, result.output
     assert "train: JobSet" in result.output and "reattaching to it" in result.output
@@ -161,7 +161,7 @@ def test_run_json_records_the_configuration_versions_command_and_each_step(cloud
     assert "learning_rate=2e-5" in data["overrides"]["recipe"] and "learning_rate=1e-5" in data["overrides"]["train"]
     assert data["train_steps"] == 50 and data["settings"]["gcs_bucket"] == peer_settings().gcs_bucket
     versions = data["versions"]
-    assert (versions["maxtext"], versions["pathways_tag"]) == ("0.2.4", recipe.pathways_images.tag)
+    assert (versions["maxtext"], versions["pathways_tag"]) == ("0.2.4", recipe.recipe.pathways_images.tag)
     assert versions["image"].endswith("tpu_post_training:0.2.4")
     assert re.fullmatch(r"[0-9a-f]{40}", versions["git_commit"])
     assert data["command"] == argv
@@ -189,7 +189,7 @@ def test_a_failed_step_is_recorded_and_the_next_invocation_keeps_the_earlier_one
 def test_status_and_logs_find_the_run_that_set_and_run_name(cloud):
     recipe, _ = run_of("learning_rate=1e-5", run="exp1")
     cloud["kube"].plan("exp1-train", outcome="hang", logs="the exp1 head\n")
-    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    cloud["kube"].put_jobset(render_manifests(spec_of(recipe), peer_settings())["train"], "running")
     status = tpu_rl("status", RECIPE, "--set", "learning_rate=1e-5", "--run", "exp1")
     assert status.exit_code == 0, status.output
     assert status.output.startswith(f"{RECIPE}: run exp1, JobSets exp1-<step>")

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tpu_rl.jobs import render_manifests, render_startup_script
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output
+from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe, load_settings
 from tpu_rl.recipes.cost import hourly_estimate
 from tpu_rl.scripts.cli import app
@@ -23,7 +23,7 @@ runner = CliRunner()
 
 
 def paths(recipe_name: str = RECIPE) -> ArtifactPaths:
-    return ArtifactPaths(get_recipe(recipe_name), peer_settings())
+    return ArtifactPaths(spec_of(get_recipe(recipe_name)), peer_settings())
 
 
 def record_exists(gcs, recipe_name: str = RECIPE) -> bool:
@@ -67,7 +67,7 @@ def test_dry_run_prints_the_jobsets_only_with_show_manifests(cloud):
     head, _, stream = result.output.partition("---\n")
     assert head.splitlines()[-3:] == ["the JobSets it would submit:", f"  {jobset_of(RECIPE, 'train')}",
                                       f"  {jobset_of(RECIPE, 'export')}"]
-    manifests = render_manifests(recipe, peer_settings())
+    manifests = render_manifests(spec_of(recipe), peer_settings())
     assert list(yaml.safe_load_all("---\n" + stream)) == [manifests["train"], manifests["export"]]
     assert cloud["kube"].created == [] and cloud["kube"].secrets == {}
 
@@ -79,7 +79,7 @@ def test_dry_run_shows_the_manifest_a_replace_submits_not_the_pinned_one_on_the_
 
     recipe = get_recipe(RECIPE)
     put_step_output(cloud["gcs"], recipe, "convert")
-    manifests = render_manifests(recipe, peer_settings())
+    manifests = render_manifests(spec_of(recipe), peer_settings())
     cloud["kube"].put_jobset(pin_capacity(manifests["train"], "spot", None), "failed")
     result = runner.invoke(app, ["run", RECIPE, "--dry-run", "--show-manifests", "--replace"])
     assert result.exit_code == 0, result.output
@@ -98,7 +98,7 @@ def test_show_manifests_without_dry_run_is_refused_before_anything_is_read(cloud
 
 
 def test_dry_run_refuses_what_run_would_refuse(cloud):
-    cloud["kube"].put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["convert"], "failed")
+    cloud["kube"].put_jobset(render_manifests(spec_of(get_recipe(RECIPE)), peer_settings())["convert"], "failed")
     result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
     assert result.exit_code == ExitCode.BAD_INPUT
     assert "rerun with --replace to delete it and submit convert again" in result.output
@@ -134,8 +134,8 @@ def test_render_to_stdout_is_one_yaml_stream_kubectl_can_apply(settings_env):
     assert result.exit_code == 0, result.output
     documents = result.stdout.split("---\n")
     assert documents[0] == ""  # every document starts with its own separator line
-    recipe = get_recipe(RECIPE).model_copy(update={"run": "exp1"})
-    manifests = render_manifests(load_settings().recipe(recipe), load_settings())
+    spec = spec_of(load_settings().recipe(get_recipe(RECIPE))).with_run("exp1")
+    manifests = render_manifests(spec, load_settings())
     assert [yaml.safe_load(document) for document in documents[1:]] == list(manifests.values())
     assert "rendered convert, train, export for qwen3-v6e32, run exp1" in result.stderr
 
@@ -144,12 +144,12 @@ def test_render_to_stdout_gives_the_vm_startup_script(settings_env):
     result = runner.invoke(app, ["render", VM_RECIPE, "--out", "-"])
     assert result.exit_code == 0, result.output
     settings = load_settings()
-    assert result.stdout == render_startup_script(settings.recipe(get_recipe(VM_RECIPE)), settings)
+    assert result.stdout == render_startup_script(spec_of(settings.recipe(get_recipe(VM_RECIPE))), settings)
 
 
 def test_status_json_has_each_steps_cells(cloud):
     recipe = get_recipe(RECIPE)
-    manifests = render_manifests(recipe, peer_settings())
+    manifests = render_manifests(spec_of(recipe), peer_settings())
     cloud["kube"].put_jobset(manifests["convert"], "succeeded")
     put_step_output(cloud["gcs"], recipe, "convert")
     result = runner.invoke(app, ["status", RECIPE, "--json"])

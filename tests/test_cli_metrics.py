@@ -24,7 +24,7 @@ from cli_helpers import RUN_RL, upload_run
 from peers.event_files import write_events
 from peers.fixtures import SETTINGS
 from tpu_rl.recipes import get_recipe
-from tpu_rl.recipes.runs import default_run_name
+from tpu_rl.recipes.run_spec import RunSpec, default_run_name
 from tpu_rl.scripts.cli import app
 
 RECIPE = "qwen3-v6e32"
@@ -47,7 +47,7 @@ def table_rows(output: str) -> dict[str, list[str]]:
 def test_table_gives_each_tag_first_last_best_steps_and_trend_in_80_columns(settings_env, gcs, tmp_path,
                                                                             monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    default_run = default_run_name(get_recipe(RECIPE))  # what `tpu-rl run` trains without --run or --set
+    default_run = default_run_name(RunSpec.of_catalog(get_recipe(RECIPE)))  # what `tpu-rl run` trains without --run or --set
     prefix = upload_run(gcs, tmp_path, default_run, RUN_RL)
     result = runner.invoke(app, ["metrics", RECIPE])
     assert result.exit_code == 0, result.output

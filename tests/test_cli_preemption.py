@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from tpu_rl.jobs import render_manifests
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import SETTINGS, peer_settings, put_step_output
+from peers.fixtures import SETTINGS, peer_settings, put_step_output, spec_of
 from peers.step_outputs import orbax_checkpoint
 from tpu_rl.recipes import get_recipe, load_settings
 from tpu_rl.scripts.cli import app
@@ -23,7 +23,7 @@ runner = CliRunner()
 
 
 def actor_dir() -> str:
-    return ArtifactPaths(get_recipe(RECIPE), peer_settings()).actor_checkpoints
+    return ArtifactPaths(spec_of(get_recipe(RECIPE)), peer_settings()).actor_checkpoints
 
 
 def put_checkpoint(client, step: str, committed: bool = True) -> None:
@@ -36,7 +36,7 @@ def put_checkpoint(client, step: str, committed: bool = True) -> None:
 
 
 def test_the_latest_checkpoint_is_the_highest_committed_step_by_number(gcs, settings_env):
-    paths = ArtifactPaths(get_recipe(RECIPE), peer_settings())
+    paths = ArtifactPaths(spec_of(get_recipe(RECIPE)), peer_settings())
     assert bucket_reader.latest_checkpoint_step(gcs, paths) is None  # nothing saved yet
     for step in ("7", "10", "20"):
         put_checkpoint(gcs, step)
@@ -48,12 +48,12 @@ def test_the_latest_checkpoint_is_the_highest_committed_step_by_number(gcs, sett
 
 def test_no_bucket_means_no_checkpoint(gcs, settings_env):
     settings = load_settings(env={**SETTINGS, "GCS_BUCKET": "no-such-bucket"})
-    assert bucket_reader.latest_checkpoint_step(gcs, ArtifactPaths(get_recipe(RECIPE), settings)) is None
+    assert bucket_reader.latest_checkpoint_step(gcs, ArtifactPaths(spec_of(get_recipe(RECIPE)), settings)) is None
 
 
 def _session() -> Session:
     settings = peer_settings()
-    return Session(get_recipe(RECIPE), settings, Clients(settings))
+    return Session(spec_of(get_recipe(RECIPE)), settings, Clients(settings))
 
 
 def _train_job() -> StepJob:
@@ -103,7 +103,7 @@ def test_status_says_which_capacity_the_train_step_ran_on(cloud, monkeypatch):
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.setenv("CAPACITY", "flex-start,spot")
     recipe = load_settings().recipe(get_recipe(RECIPE))
-    manifests = render_manifests(recipe, peer_settings())
+    manifests = render_manifests(spec_of(recipe), peer_settings())
     cloud["kube"].put_jobset(manifests["convert"], "succeeded")
     train = manifests["train"]["metadata"]["name"]
     cloud["kube"].plan(train, capacity="spot")  # Kueue admitted the TPU pods to the spot flavor

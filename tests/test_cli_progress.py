@@ -12,7 +12,7 @@ from contracts.tunix_log import rollout_lines, train_step_line
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.jobs.vm import STARTING
 from peers.event_files import put_event_files
-from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output
+from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.rundata.progress import RewardReader
@@ -26,7 +26,7 @@ ROLLOUT = rollout_lines("completions", [f"<reasoning>{i} + {i} = {2 * i}, so the
 
 
 def tensorboard(recipe_name: str) -> str:
-    return ArtifactPaths(get_recipe(recipe_name), peer_settings()).tensorboard
+    return ArtifactPaths(spec_of(get_recipe(recipe_name)), peer_settings()).tensorboard
 
 
 def running_lines(output: str, prefix: str) -> list[str]:

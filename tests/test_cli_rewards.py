@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tpu_rl.jobs.paths import ArtifactPaths
-from peers.fixtures import jobset_of, peer_settings, put_step_output
+from peers.fixtures import jobset_of, peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import UserError, get_recipe
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.cloud import gcs as gcs_io
@@ -173,14 +173,14 @@ def test_check_rewards_refuses_what_run_refuses_with_the_same_line(cloud, tmp_pa
 
 
 def test_run_with_rewards_mounts_the_file_and_records_it(cloud, rewards_file):
-    from tpu_rl.recipes.runs import for_run, run_name
-    from tpu_rl.recipes.user_files import read_user_file, with_user_files
+    from tpu_rl.recipes.run_spec import RunSpec, run_name
+    from tpu_rl.recipes.user_files import read_user_file
 
     recipe = get_recipe(RECIPE)
-    custom = with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", rewards_file, ("short_answer", "correct")),))
+    custom = RunSpec.requested(recipe).with_user_files((read_user_file(recipe, "rewards", rewards_file, ("short_answer", "correct")),))
     name = run_name(custom)
-    assert name != run_name(recipe)  # the file joins the identity
-    changed = with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", rewards_file, ("correct",)),))
+    assert name != run_name(RunSpec.of_catalog(recipe))  # the file joins the identity
+    changed = RunSpec.requested(recipe).with_user_files((read_user_file(recipe, "rewards", rewards_file, ("correct",)),))
     assert run_name(changed) != name
     put_step_output(cloud["gcs"], recipe, "convert")
     train = f"{name}-train"
@@ -197,7 +197,7 @@ def test_run_with_rewards_mounts_the_file_and_records_it(cloud, rewards_file):
     script = " ".join(main["command"])
     assert "reward_functions_path=/etc/tpu-rl/user/my_rewards.py" in script
     assert "reward_functions=short_answer,correct" in script
-    paths = ArtifactPaths(custom, peer_settings())
+    paths = ArtifactPaths(spec_of(custom), peer_settings())
     record = gcs_io.read_json(cloud["gcs"], paths.run_record)
     copy = record["files"]["rewards"]["copy"]
     assert copy == paths.run_record.rpartition("/")[0] + "/user-files/my_rewards.py"
@@ -256,12 +256,12 @@ def test_render_with_rewards_writes_the_configmap_and_jobsets_run_submits(cloud,
 
 
 def test_the_hints_of_a_run_with_rewards_reach_the_same_run(cloud, rewards_file):
-    from tpu_rl.recipes.runs import for_run, run_name
-    from tpu_rl.recipes.user_files import read_user_file, with_user_files
+    from tpu_rl.recipes.run_spec import RunSpec, run_name
+    from tpu_rl.recipes.user_files import read_user_file
 
     recipe = get_recipe(RECIPE)
     option = f"{rewards_file}:short_answer"
-    custom = with_user_files(for_run(recipe, ("learning_rate=1e-5",)), (read_user_file(recipe, "rewards", rewards_file,
+    custom = RunSpec.requested(recipe, ("learning_rate=1e-5",)).with_user_files((read_user_file(recipe, "rewards", rewards_file,
                                                                                         ("short_answer",)),))
     name = run_name(custom)
     put_step_output(cloud["gcs"], recipe, "convert")
@@ -276,12 +276,12 @@ def test_the_hints_of_a_run_with_rewards_reach_the_same_run(cloud, rewards_file)
 def test_cancel_says_how_to_go_on_with_the_runs_reward_file(cloud, rewards_file, monkeypatch):
     import sys
 
-    from tpu_rl.recipes.runs import for_run, run_name
-    from tpu_rl.recipes.user_files import read_user_file, with_user_files
+    from tpu_rl.recipes.run_spec import RunSpec, run_name
+    from tpu_rl.recipes.user_files import read_user_file
 
     recipe = get_recipe(RECIPE)
     option = f"{rewards_file}:short_answer"
-    name = run_name(with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", rewards_file, ("short_answer",)),)))
+    name = run_name(RunSpec.requested(recipe).with_user_files((read_user_file(recipe, "rewards", rewards_file, ("short_answer",)),)))
     put_step_output(cloud["gcs"], recipe, "convert")
     cloud["kube"].plan(f"{name}-train", outcome="hang")
     argv = ["tpu-rl", "run", RECIPE, "--rewards", option]
@@ -343,20 +343,20 @@ def test_a_custom_reward_is_checked_run_and_compared_with_the_default_by_accurac
                                                                                    monkeypatch):
     from contracts.tunix_log import evaluation_line, train_step_line
     from peers.event_files import put_event_files
-    from tpu_rl.recipes.runs import for_run, run_name
-    from tpu_rl.recipes.user_files import read_user_file, with_user_files
+    from tpu_rl.recipes.run_spec import RunSpec, run_name
+    from tpu_rl.recipes.user_files import read_user_file
     from cli_helpers import plan_success
 
     monkeypatch.setenv("COLUMNS", "80")
     option = f"{rewards_file}:short_answer,correct"
     assert runner.invoke(app, ["check-rewards", option]).exit_code == 0
-    recipe = for_run(get_recipe(RECIPE))
-    custom = with_user_files(recipe, (read_user_file(recipe, "rewards", rewards_file, ("short_answer", "correct")),))
+    recipe = RunSpec.requested(get_recipe(RECIPE))
+    custom = recipe.with_user_files((read_user_file(recipe.recipe, "rewards", rewards_file, ("short_answer", "correct")),))
     pre = evaluation_line("pre", 26, 64, 30, 50, 0.8)
     for each, post in ((recipe, evaluation_line("post", 34, 64, 36, 60, 1.5)),
                        (custom, evaluation_line("post", 40, 64, 41, 63, 2.5))):
         plan_success(cloud, each, logs=f"{pre}\n{train_step_line(50, 0.2)}\n{post}\n")
-        put_event_files(cloud["gcs"], ArtifactPaths(each, peer_settings()).tensorboard,
+        put_event_files(cloud["gcs"], ArtifactPaths(spec_of(each), peer_settings()).tensorboard,
                         {"rewards/train/mean": [(0, 0.1), (49, 0.4)]}, tmp_path / run_name(each))
     assert runner.invoke(app, ["run", RECIPE]).exit_code == 0
     result = runner.invoke(app, ["run", RECIPE, "--rewards", option])
@@ -542,8 +542,8 @@ def short(prompts, completions, tmvp_config, **kwargs):
 
 
 def test_a_file_importing_what_this_python_lacks_is_said_unchecked_and_run_takes_it_with_the_flag(cloud, tmp_path):
-    from tpu_rl.recipes.runs import for_run, run_name
-    from tpu_rl.recipes.user_files import read_user_file, with_user_files
+    from tpu_rl.recipes.run_spec import RunSpec, run_name
+    from tpu_rl.recipes.user_files import read_user_file
 
     path = tmp_path / "uses_maxtext.py"
     path.write_text(IMPORTS_MAXTEXT)
@@ -555,7 +555,7 @@ def test_a_file_importing_what_this_python_lacks_is_said_unchecked_and_run_takes
     result = runner.invoke(app, ["run", RECIPE, "--steps", "train", "--rewards", f"{path}:short"])
     assert result.exit_code == 2 and not cloud["kube"].created
     recipe = get_recipe(RECIPE)
-    custom = with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", path, ("short",)),))
+    custom = RunSpec.requested(recipe).with_user_files((read_user_file(recipe, "rewards", path, ("short",)),))
     put_step_output(cloud["gcs"], recipe, "convert")
     cloud["kube"].plan(f"{run_name(custom)}-train", ticks=2,
                        on_success=lambda: put_step_output(cloud["gcs"], custom, "train"))
@@ -563,7 +563,7 @@ def test_a_file_importing_what_this_python_lacks_is_said_unchecked_and_run_takes
                                  "--unchecked-imports"])
     assert result.exit_code == 0, result.output
     assert f"! {path}:short: not checked, it imports maxtext (--unchecked-imports)" in " ".join(result.output.split())
-    record = gcs_io.read_json(cloud["gcs"], ArtifactPaths(custom, peer_settings()).run_record)
+    record = gcs_io.read_json(cloud["gcs"], ArtifactPaths(spec_of(custom), peer_settings()).run_record)
     assert record["files"]["rewards"]["unchecked"] == "imports maxtext"
 
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from contracts.tunix_log import eval_step_line, train_step_line
 from peers import simulated_run
-from peers.fixtures import TOKEN, jobset_of, put_step_output
+from peers.fixtures import TOKEN, jobset_of, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.conventions import CHECK_FAILED_PREFIX
 from tpu_rl.scripts.cli import app
@@ -160,7 +160,7 @@ def test_an_operator_can_confirm_replacing_a_failed_jobset_interactively(cloud, 
         return session
 
     monkeypatch.setattr(scripts_cli_cloud, "make_session", make_session)
-    cloud["kube"].put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["convert"], "failed")
+    cloud["kube"].put_jobset(render_manifests(spec_of(get_recipe(RECIPE)), peer_settings())["convert"], "failed")
     succeed_writing_output(cloud, "convert")
     result = tpu_rl("run", RECIPE, "--steps", "convert")
     assert result.exit_code == 0, result.output

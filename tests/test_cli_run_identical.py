@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from tpu_rl.jobs.driver import driver_name
-from peers.fixtures import REPO, VENV_BIN, jobset_of, put_step_output
+from peers.fixtures import REPO, VENV_BIN, jobset_of, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe
 
 RECIPE = "qwen3-v6e32"
@@ -59,11 +59,11 @@ def test_a_second_identical_run_attaches_to_the_first_runs_driver_and_both_finis
                 process.kill()
     outputs = [first_log.read_text(), second_log.read_text()]
     assert codes == [0, 0], "\n----\n".join(outputs)
-    assert kube.job_calls == [("create", driver_name(recipe))]
+    assert kube.job_calls == [("create", driver_name(spec_of(recipe)))]
     assert sorted(kube.created) == sorted(jobset_of(RECIPE, step) for step in ("convert", "train", "export"))
     for output in outputs:  # both follow the one driver to its end
         assert "done: convert, train, export verified" in output, output
-    assert f"its driver, Job {driver_name(recipe)}, is running; attaching to it" in outputs[1]
+    assert f"its driver, Job {driver_name(spec_of(recipe))}, is running; attaching to it" in outputs[1]
     assert "already exists" not in " ".join(outputs)
 
 
@@ -80,7 +80,7 @@ def test_a_jobset_submitted_meanwhile_with_another_spec_is_still_a_conflict(clou
 
     recipe, kube = get_recipe(RECIPE), cloud["kube"]
     put_step_output(cloud["gcs"], recipe, "convert")
-    other = copy.deepcopy(render_manifests(recipe, peer_settings())["export"])  # someone's own edit of it
+    other = copy.deepcopy(render_manifests(spec_of(recipe), peer_settings())["export"])  # someone's own edit of it
     other["spec"]["ttlSecondsAfterFinished"] = 60
     other["metadata"].setdefault("annotations", {})[SPEC_DIGEST_ANNOTATION] = "0" * 64
 

@@ -16,7 +16,7 @@ import json
 from typer.testing import CliRunner
 
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import jobset_of, peer_settings, put_step_output
+from peers.fixtures import jobset_of, peer_settings, put_step_output, spec_of
 from peers.step_outputs import orbax_checkpoint
 from tpu_rl.recipes import get_recipe
 from tpu_rl.scripts.cli import app
@@ -24,7 +24,7 @@ from tpu_rl.scripts.cloud.gcs import missing_outputs
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
-PATHS = ArtifactPaths(get_recipe(RECIPE), peer_settings())
+PATHS = ArtifactPaths(spec_of(get_recipe(RECIPE)), peer_settings())
 
 
 def put_checkpoints(gcs, *steps: int) -> None:
@@ -104,7 +104,7 @@ def test_status_counts_a_short_training_whose_jobset_succeeded_as_verified(cloud
     gcs, kube = cloud["gcs"], cloud["kube"]
     put_step_output(gcs, get_recipe(RECIPE), "convert")
     put_checkpoints(gcs, 10, 20, 30, 40, 49)
-    kube.put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["train"], "succeeded")
+    kube.put_jobset(render_manifests(spec_of(get_recipe(RECIPE)), peer_settings())["train"], "succeeded")
     result = runner.invoke(app, ["status", RECIPE])
     assert result.exit_code == 0, result.output
     train = result.output[result.output.index("\ntrain"):result.output.index("\nexport")]

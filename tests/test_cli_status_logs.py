@@ -11,7 +11,7 @@ from cli_helpers import fits_80_columns_with_whole_paths
 from contracts.tunix_log import train_step_line
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.event_files import put_event_files
-from peers.fixtures import jobset_of, peer_settings, put_step_output
+from peers.fixtures import jobset_of, peer_settings, put_step_output, spec_of
 from tpu_rl.jobs import render_manifests
 from tpu_rl.recipes import get_recipe
 from tpu_rl.scripts.cli import app
@@ -36,7 +36,7 @@ def _status_blocks(output: str) -> dict[str, list[str]]:
 def test_status_shows_each_step_state_pods_time_and_output_in_80_columns(cloud, monkeypatch, tmp_path):
     monkeypatch.setenv("COLUMNS", "80")
     recipe = get_recipe(RECIPE)
-    manifests = render_manifests(recipe, peer_settings())
+    manifests = render_manifests(spec_of(recipe), peer_settings())
     convert = cloud["kube"].put_jobset(manifests["convert"], "succeeded")
     # Times as the API reports them: creation, and the Completed condition's lastTransitionTime.
     convert["metadata"]["creationTimestamp"] = "2026-11-30T10:00:00Z"
@@ -45,7 +45,7 @@ def test_status_shows_each_step_state_pods_time_and_output_in_80_columns(cloud, 
     # train runs: the head has logged step 12, and the event files hold a mean reward.
     cloud["kube"].plan(jobset_of(RECIPE, "train"), outcome="hang", logs=f"loading\n{train_step_line(12, 0.412)}\n")
     train = cloud["kube"].put_jobset(manifests["train"], "running")
-    paths = ArtifactPaths(recipe, peer_settings())
+    paths = ArtifactPaths(spec_of(recipe), peer_settings())
     put_event_files(cloud["gcs"], paths.tensorboard, {"rewards/train/mean": [(11, 0.37)]}, tmp_path)
     # export's config.json is there, the rest is not (a half-written export).
     bucket, name = split_gs_url(f"{paths.hf_export}config.json")
@@ -75,7 +75,7 @@ def test_logs_prints_the_main_container_of_the_step(cloud):
     recipe = get_recipe(RECIPE)
     step_line = train_step_line(3, 0.25)
     cloud["kube"].plan(jobset_of(RECIPE, "train"), outcome="hang", logs=f"line one\n{step_line}\nline three\n")
-    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["train"], "running")
+    cloud["kube"].put_jobset(render_manifests(spec_of(recipe), peer_settings())["train"], "running")
     result = runner.invoke(app, ["logs", RECIPE, "train", "--tail", "2"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [step_line, "line three"]
@@ -86,7 +86,7 @@ def test_logs_prints_the_main_container_of_the_step(cloud):
 def test_logs_follow_streams_until_the_container_ends(cloud):
     recipe = get_recipe(RECIPE)
     cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="a\nb\n")
-    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "running")
+    cloud["kube"].put_jobset(render_manifests(spec_of(recipe), peer_settings())["convert"], "running")
     result = runner.invoke(app, ["logs", RECIPE, "convert", "-f"])
     assert result.exit_code == 0 and result.output.splitlines() == ["a", "b"]
     assert any("follow=true" in path for _, path, _ in cloud["kube"].requests)
@@ -95,7 +95,7 @@ def test_logs_follow_streams_until_the_container_ends(cloud):
 def test_logs_follow_starts_from_the_last_tail_lines(cloud):
     recipe = get_recipe(RECIPE)
     cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="a\nb\nc\nd\ne\n")
-    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "running")
+    cloud["kube"].put_jobset(render_manifests(spec_of(recipe), peer_settings())["convert"], "running")
     result = runner.invoke(app, ["logs", RECIPE, "convert", "-f", "--tail", "3"])
     assert result.exit_code == 0 and result.output.splitlines() == ["c", "d", "e"], result.output
     [path] = [path for _, path, _ in cloud["kube"].requests if "follow=true" in path]
@@ -107,7 +107,7 @@ def test_logs_follow_broken_midway_is_one_line(cloud):
 
     recipe = get_recipe(RECIPE)
     cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="a\nb\n")
-    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "running")
+    cloud["kube"].put_jobset(render_manifests(spec_of(recipe), peer_settings())["convert"], "running")
     cloud["kube"].faults.append(Fault("GET", "/log", "cut"))
     result = runner.invoke(app, ["logs", RECIPE, "convert", "-f"])
     assert result.exit_code == 4, result.output

@@ -12,11 +12,12 @@ from typer.testing import CliRunner
 from cli_helpers import error_line, fits_80_columns_with_whole_paths
 from tpu_rl.jobs import render_manifests
 from tpu_rl.jobs.k8s import spec_digest
-from peers.fixtures import peer_settings
+from peers.fixtures import peer_settings, spec_of
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.cost import pipeline_run_estimate
 from tpu_rl.recipes.prices import usd
-from tpu_rl.recipes.runs import check_run_name, for_run
+from tpu_rl.recipes.run_spec import RunSpec
+from tpu_rl.recipes.runs import check_run_name
 from tpu_rl.recipes.sweeps import parse_grid
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ApiError
@@ -38,7 +39,7 @@ def _started(monkeypatch, fail_at: int | None = None) -> list[tuple[str, str | N
     def start(session, steps, **kwargs):
         if fail_at is not None and len(calls) + 1 == fail_at:
             raise ApiError("the test's refusal")
-        calls.append((session.recipe.run, session.recipe.sweep))
+        calls.append((session.spec.run, session.spec.sweep))
         return real(session, steps, **kwargs)
 
     monkeypatch.setattr(attach, "start_driver", start)
@@ -75,7 +76,7 @@ def test_dry_run_names_each_run_from_its_values_and_prices_the_sweep_with_one_co
                                              "lr1e-5-gb0p04", "lr1e-5-gb0p08"], result.output
     assert len(set(names)) == 6 and all(check_run_name(name) for name in names)
     # convert once, train and export for each run, from the recipes' price table (recipes/cost.py)
-    estimates = [pipeline_run_estimate(for_run(get_recipe(RECIPE), (lr, beta)))
+    estimates = [pipeline_run_estimate(RunSpec.requested(get_recipe(RECIPE), (lr, beta)))
                  for lr in ("learning_rate=1e-6", "learning_rate=3e-6", "learning_rate=1e-5")
                  for beta in ("rl.grpo_beta=0.04", "rl.grpo_beta=0.08")]
     total = estimates[0].step("convert").usd + sum(e.total - e.step("convert").usd for e in estimates)
@@ -84,9 +85,9 @@ def test_dry_run_names_each_run_from_its_values_and_prices_the_sweep_with_one_co
 
 
 def test_every_run_of_a_sweep_shares_one_convert_jobset():
-    recipes = [for_run(get_recipe(RECIPE), (f"learning_rate={lr}",)) for lr in ("1e-6", "3e-6", "1e-5")]
-    converts = [render_manifests(recipe, peer_settings())["convert"] for recipe in recipes]
-    trains = [render_manifests(recipe, peer_settings())["train"] for recipe in recipes]
+    recipes = [RunSpec.requested(get_recipe(RECIPE), (f"learning_rate={lr}",)) for lr in ("1e-6", "3e-6", "1e-5")]
+    converts = [render_manifests(spec_of(recipe), peer_settings())["convert"] for recipe in recipes]
+    trains = [render_manifests(spec_of(recipe), peer_settings())["train"] for recipe in recipes]
     assert len({manifest["metadata"]["name"] for manifest in converts}) == 1
     assert len({spec_digest(manifest) for manifest in converts}) == 1  # a later run attaches to it (plan.py)
     assert len({manifest["metadata"]["name"] for manifest in trains}) == 3
@@ -218,11 +219,11 @@ def test_a_run_name_the_bucket_holds_for_other_settings_refuses_the_whole_sweep_
     import json
 
     from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
-    from tpu_rl.recipes.runs import run_identity
+    from tpu_rl.recipes.run_spec import run_identity
 
     calls = _started(monkeypatch)
-    other = for_run(get_recipe(RECIPE), ("rl.grpo_beta=0.5",), "beta-low")
-    bucket, name = split_gs_url(ArtifactPaths(other, peer_settings()).run_record)
+    other = RunSpec.requested(get_recipe(RECIPE), ("rl.grpo_beta=0.5",), "beta-low")
+    bucket, name = split_gs_url(ArtifactPaths(spec_of(other), peer_settings()).run_record)
     cloud["gcs"].bucket(bucket).blob(name).upload_from_string(json.dumps(
         {"run": "beta-low", "identity": run_identity(other)}))
     (tmp_path / "sweep.toml").write_text('name = "beta"\n[[runs]]\nset = ["rl.grpo_beta=0.2"]\n'
@@ -267,7 +268,7 @@ def test_any_error_starting_a_run_names_the_runs_already_started(cloud, monkeypa
     def start(session, steps, **kwargs):
         if started:
             raise RuntimeError("the test's unexpected error")
-        started.append(session.recipe.run)
+        started.append(session.spec.run)
         return real(session, steps, **kwargs)
 
     monkeypatch.setattr(attach, "start_driver", start)

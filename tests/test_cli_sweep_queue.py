@@ -17,11 +17,12 @@ from datetime import datetime, timedelta, timezone
 from rich.console import Console
 from typer.testing import CliRunner
 
+from peers.settings import spec_of
 from tpu_rl.jobs import jobset_name
 from peers import kueue
 from peers.simulated_run import script_successful_run
 from tpu_rl.recipes import STEPS
-from tpu_rl.recipes.runs import for_run
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.cli.core import cloud_recipe
 from tpu_rl.scripts.pipeline.platforms import platform_for
@@ -63,7 +64,7 @@ class Drivers:
         try:
             platform_for(session.recipe).drive(session, STEPS, replace=False, follow_logs=False)
         except BaseException as error:  # noqa: BLE001 -- reported by the test
-            self.errors[session.recipe.run] = error
+            self.errors[session.spec.run] = error
 
     def advance(self, _seconds: float) -> None:
         with self.tick:
@@ -86,11 +87,11 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
     kube = cloud["kube"]
     kube.slice_quota = 1
     base, settings = cloud_recipe("run", RECIPE)
-    recipes = [for_run(base, (f"learning_rate={lr}",), name).model_copy(update={"sweep": "lr"})
+    recipes = [RunSpec.requested(base, (f"learning_rate={lr}",), name).with_sweep("lr")
                for lr, name in (("1e-6", "lr-a"), ("3e-6", "lr-b"), ("1e-5", "lr-c"))]
     for recipe in recipes:
         script_successful_run(kube, cloud["gcs"], recipe, ticks=2, train_ticks=6, with_train_log=True)
-    trains = {jobset_name(recipe, "train"): recipe.run for recipe in recipes}
+    trains = {jobset_name(spec_of(recipe), "train"): recipe.run for recipe in recipes}
 
     def two_wait_behind_one(kube) -> bool:
         train = [wl for name, wl in kube.workloads.items() if name in trains]
@@ -128,8 +129,8 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
                     _state(kube.workloads[name], "Finished")["lastTransitionTime"]) for name in trains)
     assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), spans
     # one shared convert, submitted once; every run exported
-    assert kube.created.count(jobset_name(recipes[0], "convert")) == 1
-    assert all(kube.created.count(jobset_name(recipe, step)) == 1 for recipe in recipes for step in ("train", "export"))
+    assert kube.created.count(jobset_name(spec_of(recipes[0]), "convert")) == 1
+    assert all(kube.created.count(jobset_name(spec_of(recipe), step)) == 1 for recipe in recipes for step in ("train", "export"))
     # the waiting ones were told so, and their capacity wait (20 min) stood still for far longer
     last = next(run for run, place in expected.items() if place == 2)
     said = drivers.outputs[last].getvalue()
@@ -148,7 +149,7 @@ def run_record(gcs, recipe) -> dict:
     from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
     from peers.fixtures import peer_settings
 
-    bucket, name = split_gs_url(ArtifactPaths(recipe, peer_settings()).run_record)
+    bucket, name = split_gs_url(ArtifactPaths(spec_of(recipe), peer_settings()).run_record)
     return json.loads(gcs.bucket(bucket).blob(name).download_as_bytes())
 
 
@@ -162,11 +163,11 @@ def test_a_sweeps_runs_queue_for_the_first_modes_slice_rather_than_start_at_once
     kube = cloud["kube"]
     kube.slice_quota, kube.flavor_order = 1, ("spot", "on-demand")
     base, settings = cloud_recipe("run", RECIPE)
-    recipes = [for_run(base, (f"learning_rate={lr}",), name).model_copy(update={"sweep": "lr"})
+    recipes = [RunSpec.requested(base, (f"learning_rate={lr}",), name).with_sweep("lr")
                for lr, name in (("1e-6", "lr-a"), ("3e-6", "lr-b"))]
     for recipe in recipes:
         script_successful_run(kube, cloud["gcs"], recipe, ticks=2, train_ticks=6)
-    trains = [jobset_name(recipe, "train") for recipe in recipes]
+    trains = [jobset_name(spec_of(recipe), "train") for recipe in recipes]
     drivers = Drivers(kube, recipes, settings, lambda _kube: False)
     for thread in drivers.threads:
         thread.start()

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import ctrl_c_at_the_prompt
-from peers.fixtures import peer_settings
+from peers.fixtures import peer_settings, spec_of
 from tpu_rl.recipes import all_recipes, get_recipe
 from tpu_rl.recipes.setting_specs import CONFIG_ENV, SPECS
 from tpu_rl.scripts.cli import app
@@ -118,7 +118,7 @@ def test_ctrl_c_at_the_replace_prompt_is_an_interruption_not_a_failed_step(cloud
     from tpu_rl.jobs import render_manifests
 
     recipe = get_recipe("qwen3-v6e32")
-    cloud["kube"].put_jobset(render_manifests(recipe, peer_settings())["convert"], "failed")
+    cloud["kube"].put_jobset(render_manifests(spec_of(recipe), peer_settings())["convert"], "failed")
     asked, rest, code = ctrl_c_at_the_prompt(["run", recipe.name, "--steps", "convert"])
     assert "Delete it and submit again? [y/N]" in asked, asked
     assert code == ExitCode.INTERRUPTED, asked + rest

@@ -13,7 +13,7 @@ from cli_helpers import error_line, fits_80_columns_with_whole_paths
 from tpu_rl.jobs import render_startup_script
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.jobs.vm import DONE, STARTING
-from peers.fixtures import put_step_output, peer_settings
+from peers.fixtures import put_step_output, peer_settings, spec_of
 from peers.google_apis import SERIAL_BUFFER
 from tpu_rl.recipes import get_recipe
 from tpu_rl.scripts.cli import app
@@ -191,12 +191,12 @@ def test_a_new_boot_before_its_first_line_is_not_ended_by_the_old_failure(settin
 # --- 3. a changed recipe: the VM's script is compared with the rendered one ---------------------------------
 
 def test_vm_run_refuses_a_vm_that_runs_another_runs_script(settings_env, gcs, vm):
-    other = get_recipe(RECIPE).model_copy(update={"run": "older"})
-    vm.metadata[VM]["startup-script"] = render_startup_script(other, peer_settings())
+    other = spec_of(get_recipe(RECIPE)).with_run("older")
+    vm.metadata[VM]["startup-script"] = render_startup_script(spec_of(other), peer_settings())
     result = runner.invoke(app, ["run", RECIPE])
     assert result.exit_code == ExitCode.BAD_INPUT
     assert error_line(result) == (
-        f"error: TPU VM rl-test-vm has the startup script of run {ArtifactPaths(other, peer_settings()).run_name}, "
+        f"error: TPU VM rl-test-vm has the startup script of run {ArtifactPaths(spec_of(other), peer_settings()).run_name}, "
         f"not the one recipe '{RECIPE}' renders now for run {RUN}: `npx cdktf deploy {RECIPE}` replaces the VM "
         "with it (the plan shows the replacement; it kills a running step, so deploy between steps; the bucket "
         "keeps the finished steps and the new VM resumes after them)")

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cli_helpers import fits_80_columns_with_whole_paths
 from tpu_rl.jobs import render_manifests
-from peers.fixtures import TOKEN, SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output
+from peers.fixtures import TOKEN, SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe
 from tpu_rl.scripts.cli import app
 
@@ -64,7 +64,7 @@ def test_a_dry_run_of_three_steps_fits(cloud):
 
 def test_a_dry_run_that_attaches_to_a_running_step_fits(cloud):
     cloud["kube"].plan(jobset_of(RECIPE, "train"), outcome="hang", logs="loading\n")
-    cloud["kube"].put_jobset(render_manifests(get_recipe(RECIPE), peer_settings())["train"], "running")
+    cloud["kube"].put_jobset(render_manifests(spec_of(get_recipe(RECIPE)), peer_settings())["train"], "running")
     result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
     assert result.exit_code == 0, result.output
     assert fits_80_columns_with_whole_paths(result.output), result.output

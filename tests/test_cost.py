@@ -12,6 +12,7 @@ from tpu_rl.recipes import all_recipes, build_recipes, conventions, example_sett
 from tpu_rl.recipes.cost import hourly_estimate, pipeline_run_estimate, run_table
 from tpu_rl.recipes.errors import UserError
 from tpu_rl.recipes.prices import load_prices, parse_prices
+from tpu_rl.recipes.run_spec import RunSpec
 
 PRICES_TEXT = resources.files("tpu_rl.recipes").joinpath("prices.toml").read_text()
 RECIPES_TEXT = resources.files("tpu_rl.recipes").joinpath("recipes.toml").read_text()
@@ -119,7 +120,7 @@ def test_a_run_without_a_reservation_bills_tpu_chip_hours_only_in_train():
     convert and export $3.2718 x 40/60 = $2.1812 each, no chip-hour billed, 32 x 40/60 = 21.33 avoided;
     train $89.683 x 90/60 = $134.5245, 32 x 90/60 = 48.0 chip-hours billed;
     the run $134.5245 + 2 x $2.1812 = $138.8869, 48.0 chip-hours billed and 42.67 avoided."""
-    run = pipeline_run_estimate(_with("qwen3-v6e32", capacity="flex-start"))
+    run = pipeline_run_estimate(RunSpec.of_catalog(_with("qwen3-v6e32", capacity="flex-start")))
     assert [(s.step, s.usd, s.tpu_chip_hours, s.tpu_chip_hours_avoided) for s in run.steps] == [
         ("convert", pytest.approx(2.1812, abs=1e-4), 0.0, pytest.approx(21.3333, abs=1e-4)),
         ("train", pytest.approx(134.5245, abs=1e-4), pytest.approx(48.0), 0.0),
@@ -139,7 +140,7 @@ def test_the_first_mode_of_a_fallback_list_is_the_one_priced():
 def test_a_spot_vm_exists_through_every_step_so_it_bills_the_whole_run():
     """llama31-v6e8 on spot: one VM of 8 chips x $1.35 = $10.80, + NAT for 1 VM ($0.0064) = $10.8064/h,
     through all 5 + 10 + 5 = 20 minutes: $3.6021, 8 x 20/60 = 2.67 chip-hours, none avoided."""
-    run = pipeline_run_estimate(_with("llama31-v6e8", capacity="spot"))
+    run = pipeline_run_estimate(RunSpec.of_catalog(_with("llama31-v6e8", capacity="spot")))
     assert run.total == pytest.approx(3.6021, abs=1e-4)
     assert (run.tpu_chip_hours, run.tpu_chip_hours_avoided) == (pytest.approx(8 * 20 / 60), 0.0)
     assert run.summary() == "$3.60 for 20 min"
@@ -186,7 +187,7 @@ def test_pipeline_run_is_the_hourly_estimate_for_the_recipe_durations():
     """qwen3-v6e32 runs 40 + 90 + 40 minutes at $63.763/h (worked out above):
     convert and export $63.763 x 40/60 = $42.5087 each, train $63.763 x 90/60 = $95.6445,
     the run $63.763 x 170/60 = $180.6618."""
-    run = pipeline_run_estimate(get_recipe("qwen3-v6e32"))
+    run = pipeline_run_estimate(RunSpec.of_catalog(get_recipe("qwen3-v6e32")))
     assert [(s.step, s.minutes) for s in run.steps] == [("convert", 40), ("train", 90), ("export", 40)]
     assert [s.usd for s in run.steps] == pytest.approx([42.5087, 95.6445, 42.5087], abs=1e-4)
     assert run.minutes == 170

@@ -25,7 +25,7 @@ from cli_helpers import BOUND_SECONDS, CONVERT, RECIPE, TRAIN, stall_clock, succ
 from contracts.tunix_log import train_step_line
 from tpu_rl.jobs import jobset_name
 from peers import simulated_run
-from peers.fixtures import CONTEXT, SETTINGS, make_artifacts_bucket, put_step_output, start_kube, storage_client
+from peers.fixtures import CONTEXT, SETTINGS, make_artifacts_bucket, put_step_output, start_kube, storage_client, spec_of
 from peers.jobset_plan import Plan
 from peers.kube_api import RequestInfo, request_info
 from tpu_rl.recipes import STEPS, conventions, get_recipe
@@ -82,16 +82,16 @@ def drive(cloud, monkeypatch, steps=STEPS, capacity: str | None = None, wait: st
         monkeypatch.setenv("CAPACITY", capacity)
         monkeypatch.setenv("CAPACITY_WAIT", wait)
         put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
-    recipe, settings = run_recipe("run", RECIPE, None, None, rewards)
+    spec, settings = run_recipe("run", RECIPE, None, None, rewards)
     kube = cloud["kube"]
     kube.actor = "attacher"
-    prepare_run(cli_cloud.make_session(recipe, settings, "writes"), steps, False)
+    prepare_run(cli_cloud.make_session(spec, settings, "writes"), steps, False)
     kube.actor = "driver"
     secret_reads = _secret_manager_requests(cloud["google"])
     started = time.monotonic()
     try:
-        platform_for(recipe).drive(cli_cloud.make_session(recipe, settings, "writes"), steps, replace=False,
-                                   follow_logs=False)
+        platform_for(spec.recipe).drive(cli_cloud.make_session(spec, settings, "writes"), steps, replace=False,
+                                        follow_logs=False)
     except Outcome as outcome:
         return outcome
     finally:
@@ -108,7 +108,7 @@ def succeeds_whole_run(cloud, monkeypatch):
     """test_cli_run: convert, train (its head logging steps and evaluations) and export succeed."""
     simulated_run.script_successful_run(cloud["kube"], cloud["gcs"], get_recipe(RECIPE), with_train_log=True)
     assert drive(cloud, monkeypatch) is None
-    assert cloud["kube"].created == [CONVERT, TRAIN, jobset_name(get_recipe(RECIPE), "export")]
+    assert cloud["kube"].created == [CONVERT, TRAIN, jobset_name(spec_of(get_recipe(RECIPE)), "export")]
 
 
 def fails_over_to_another_mode(cloud, monkeypatch):
@@ -151,13 +151,13 @@ REWARDS = "def short_answer(prompts, completions, tmvp_config, **kwargs):\n" \
 
 def trains_with_a_reward_file(cloud, monkeypatch, tmp_path):
     """test_cli_rewards: `run --rewards` mounts the file from the user-files ConfigMap."""
-    from tpu_rl.recipes.runs import for_run, run_name
-    from tpu_rl.recipes.user_files import read_user_file, with_user_files
+    from tpu_rl.recipes.run_spec import RunSpec, run_name
+    from tpu_rl.recipes.user_files import read_user_file
 
     rewards = tmp_path / "my_rewards.py"
     rewards.write_text(REWARDS)
     recipe = get_recipe(RECIPE)
-    custom = with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", rewards, ("short_answer",)),))
+    custom = RunSpec.requested(recipe).with_user_files((read_user_file(recipe, "rewards", rewards, ("short_answer",)),))
     put_step_output(cloud["gcs"], recipe, "convert")
     cloud["kube"].plan(f"{run_name(custom)}-train", ticks=2,
                        on_success=lambda: put_step_output(cloud["gcs"], custom, "train"))

@@ -28,7 +28,7 @@ from tpu_rl.jobs.driver_runtime import (DRIVER_VERSION_ANNOTATION, SITE_VOLUME, 
                                  driver_container, driver_drift, driver_env, driver_node_selector,
                                  driver_pod_annotations, driver_volumes)
 from peers.driver_files import seed_locked_wheels
-from peers.settings import SETTINGS, peer_settings
+from peers.settings import SETTINGS, peer_settings, spec_of
 from tpu_rl.recipes import UserError, get_recipe
 from tpu_rl.jobs.k8s import cpu_pool_placement
 from tpu_rl.recipes.conventions import NAMESPACE
@@ -118,7 +118,7 @@ def test_staging_twice_uploads_nothing_the_second_time(gcs, file_host, package_c
 
 
 def _session() -> Session:
-    return Session(get_recipe("qwen3-v6e32"), peer_settings(), Clients(peer_settings()))
+    return Session(spec_of(get_recipe("qwen3-v6e32")), peer_settings(), Clients(peer_settings()))
 
 
 def test_stage_driver_stages_this_package_beside_the_locked_wheels_a_bucket_holds(gcs, settings_env):

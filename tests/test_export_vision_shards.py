@@ -17,7 +17,7 @@ from pathlib import Path
 from tpu_rl.jobs.export import VISION_PARTS, VISION_SHARD, carry_vision_script
 from tpu_rl.jobs.paths import ArtifactPaths
 from maxtext_cpu.chain import Chain, in_venv, last_json, need_venv, tiny_model
-from peers.fixtures import peer_settings
+from peers.fixtures import peer_settings, spec_of
 from tpu_rl.recipes import get_recipe
 
 RECIPE = "gemma4-v6e64"
@@ -51,7 +51,7 @@ def test_the_vision_tower_is_carried_into_a_sharded_export_which_then_reloads_wh
     before = json.loads((export / "model.safetensors.index.json").read_text())
     assert not [key for key in before["weight_map"] if key.startswith(prefixes)]
 
-    chain = Chain(recipe, ArtifactPaths(recipe, peer_settings()), tmp_path, tiny)
+    chain = Chain(recipe, ArtifactPaths(spec_of(recipe), peer_settings()), tmp_path, tiny)
     run = chain.run_script("carry-vision", carry_vision_script(str(tiny), f"{export}/", prefixes))
     assert run.returncode == 0, run.log[-3000:]
 

@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 
 from contracts.k8s_schema import KUBERNETES_VERSION
+from peers.settings import spec_of
 from tpu_rl.jobs.driver import (REQUEST_DIR, REQUEST_FILE, RETRY_EXIT_CODE, driver_job, request_configmap, request_digest,
                          run_request, settings_env)
 from tpu_rl.jobs.driver_runtime import DriverRuntime
@@ -25,9 +26,9 @@ RUNTIME = DriverRuntime(image="registry.example/driver@sha256:" + "0" * 64, vers
 
 
 def rendered(name: str):
-    recipe = all_recipes()[name]
-    request = run_request(recipe, STEPS, replace=False, follow_logs=False, version=RUNTIME.version)
-    return recipe, request, driver_job(recipe, SETTINGS, RUNTIME, request, DIGEST)
+    spec = spec_of(all_recipes()[name])
+    request = run_request(spec, STEPS, replace=False, follow_logs=False, version=RUNTIME.version)
+    return spec, request, driver_job(spec, SETTINGS, RUNTIME, request, DIGEST)
 
 
 DIGEST = "ab" * 32
@@ -35,10 +36,10 @@ DIGEST = "ab" * 32
 
 @pytest.mark.parametrize("name", GKE)
 def test_the_driver_job_and_its_request_pass_kubernetes_validate_strict(name):
-    recipe, request, job = rendered(name)
+    spec, request, job = rendered(name)
     kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
-    kubernetes_validate.validate(request_configmap(recipe, request, DIGEST), KUBERNETES_VERSION, strict=True)
-    owned = request_configmap(recipe, request, DIGEST, {"metadata": {"name": job["metadata"]["name"], "uid": "u-1"}})
+    kubernetes_validate.validate(request_configmap(spec, request, DIGEST), KUBERNETES_VERSION, strict=True)
+    owned = request_configmap(spec, request, DIGEST, {"metadata": {"name": job["metadata"]["name"], "uid": "u-1"}})
     kubernetes_validate.validate(owned, KUBERNETES_VERSION, strict=True)
 
 
@@ -51,7 +52,8 @@ def test_kubernetes_validate_strict_rejects_an_unknown_job_field():
 
 @pytest.mark.parametrize("name", GKE)
 def test_one_driver_pod_at_a_time_on_the_system_pool_as_the_driver_with_no_deadline(name):
-    recipe, _, job = rendered(name)
+    spec, _, job = rendered(name)
+    recipe = spec.recipe
     spec, pod = job["spec"], job["spec"]["template"]["spec"]
     assert job["metadata"]["name"] == f"tpu-rl-driver-{recipe.name}-{job['metadata']['labels']['tpu-rl/run'][-7:]}"
     assert spec["podReplacementPolicy"] == "Failed"  # never two drivers of one run at once
@@ -79,12 +81,12 @@ def test_one_driver_pod_at_a_time_on_the_system_pool_as_the_driver_with_no_deadl
 
 
 def test_the_request_is_mounted_from_its_configmap_and_carries_the_run_and_its_files():
-    recipe, request, job = rendered("qwen3-v6e32")
+    spec, request, job = rendered("qwen3-v6e32")
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == ["drive", "--request", f"{REQUEST_DIR}/{REQUEST_FILE}"]
     [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == REQUEST_DIR]
     [volume] = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
-    configmap = request_configmap(recipe, request, DIGEST)
+    configmap = request_configmap(spec, request, DIGEST)
     assert volume["configMap"]["name"] == configmap["metadata"]["name"] and mount["readOnly"]
     assert configmap["metadata"]["name"].endswith(f"-request-{DIGEST[:12]}")  # its own: never another run's
     assert json.loads(configmap["data"][REQUEST_FILE]) == {
@@ -104,12 +106,11 @@ def test_the_settings_go_as_the_env_vars_a_user_sets_and_nothing_secret_does():
 
 
 def test_a_request_differs_by_what_the_run_does_not_by_how_run_meets_it():
-    recipe = all_recipes()["qwen3-v6e32"]
-    request = run_request(recipe, STEPS, replace=False, follow_logs=False, version="1")
-    same = run_request(recipe, STEPS, replace=True, follow_logs=True, version="2")
-    of_a_sweep = run_request(recipe.model_copy(update={"sweep": "lr"}), STEPS, replace=False, follow_logs=False,
-                             version="1")
-    other = run_request(recipe, ("convert",), replace=False, follow_logs=False, version="1")
+    spec = spec_of(all_recipes()["qwen3-v6e32"])
+    request = run_request(spec, STEPS, replace=False, follow_logs=False, version="1")
+    same = run_request(spec, STEPS, replace=True, follow_logs=True, version="2")
+    of_a_sweep = run_request(spec.with_sweep("lr"), STEPS, replace=False, follow_logs=False, version="1")
+    other = run_request(spec, ("convert",), replace=False, follow_logs=False, version="1")
     env = settings_env(SETTINGS)
     assert of_a_sweep["sweep"] == "lr" and request_digest(of_a_sweep, {}, env) == request_digest(request, {}, env)
     assert request_digest(request, {}, env) == request_digest({**same, "command": ["tpu-rl", "run"]}, {}, env)

@@ -10,6 +10,7 @@ import zipfile
 
 import pytest
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from contracts.maxtext_schema import fetch_wheel
 from tpu_rl.jobs.paths import ArtifactPaths
@@ -34,7 +35,7 @@ def hf_ids(version: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("recipe", list(all_recipes().values()), ids=lambda recipe: recipe.name)
 def test_the_export_takes_tokenizer_and_config_from_the_trained_models_repo(recipe):
-    export = jobs.maxtext_commands(recipe, ArtifactPaths(recipe, SETTINGS))["export"]
+    export = jobs.maxtext_commands(recipe, ArtifactPaths(spec_of(recipe), SETTINGS))["export"]
     flags = dict(flag.removeprefix("--").partition("=")[::2] for flag in export.flags)
     source = flags.get("hf_model_path") or hf_ids(recipe.maxtext_version).get(export.value("model_name"))
     assert source == recipe.model.hf_repo

@@ -10,6 +10,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from contracts.k8s_schema import (
     CLAIM_NAMESPACE,
@@ -29,7 +30,7 @@ SETTINGS = example_settings()
 RENDERED = {
     (name, step): manifest
     for name, recipe in all_recipes().items() if recipe.platform == "gke"
-    for step, manifest in jobs.render_manifests(recipe, SETTINGS).items()
+    for step, manifest in jobs.render_manifests(spec_of(recipe), SETTINGS).items()
 }
 CASES = list(RENDERED)
 IDS = [f"{name}-{step}" for name, step in CASES]
@@ -65,21 +66,21 @@ def test_every_cel_rule_of_the_crd_is_understood(jobset_schema):
 
 
 def test_strict_schema_rejects_an_unknown_field(jobset_schema):
-    bad = jobs.render_manifests(all_recipes()["qwen3-v6e32"], SETTINGS)["train"]
+    bad = jobs.render_manifests(spec_of(all_recipes()["qwen3-v6e32"]), SETTINGS)["train"]
     bad["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "x"
     messages = [e.message for e in jsonschema.Draft7Validator(jobset_schema).iter_errors(bad)]
     assert any("imagePullPolicyy" in message for message in messages)
 
 
 def test_duplicate_container_names_are_caught(jobset_schema):
-    bad = jobs.render_manifests(all_recipes()["qwen3-v6e32"], SETTINGS)["convert"]
+    bad = jobs.render_manifests(spec_of(all_recipes()["qwen3-v6e32"]), SETTINGS)["convert"]
     spec = bad["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     spec["containers"].append(dict(spec["containers"][0]))
     assert list_uniqueness(jobset_schema, bad) != []
 
 
 def test_startup_policy_with_depends_on_is_caught():
-    bad = jobs.render_manifests(all_recipes()["qwen3-v6e32"], SETTINGS)["train"]
+    bad = jobs.render_manifests(spec_of(all_recipes()["qwen3-v6e32"]), SETTINGS)["train"]
     bad["spec"]["replicatedJobs"][1]["dependsOn"] = [{"name": "pathways-head", "status": "Ready"}]
     assert cel_equivalents(bad) == [STARTUP_VS_DEPENDS]
 
@@ -98,20 +99,20 @@ def test_kubernetes_validate_strict_rejects_an_unknown_pod_field():
 
 
 def _with_rewards(tmp_path):
-    from tpu_rl.recipes.runs import for_run
-    from tpu_rl.recipes.user_files import read_user_file, with_user_files
+    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.user_files import read_user_file
 
     path = tmp_path / "my_rewards.py"
     path.write_text("def short(prompts, completions, tmvp_config, **kwargs):\n    return [0.0] * len(completions)\n")
     recipe = all_recipes()["qwen3-v6e32"]
-    return with_user_files(for_run(recipe), (read_user_file(recipe, "rewards", path, ("short",)),))
+    return RunSpec.of_catalog(recipe).with_user_files((read_user_file(recipe, "rewards", path, ("short",)),))
 
 
 def test_the_user_files_configmap_passes_kubernetes_validate_strict_and_is_what_train_mounts(tmp_path):
     recipe = _with_rewards(tmp_path)
-    configmap = jobs.user_files_configmap(jobs.ArtifactPaths(recipe, SETTINGS))
+    configmap = jobs.user_files_configmap(jobs.ArtifactPaths(spec_of(recipe), SETTINGS))
     kubernetes_validate.validate(configmap, KUBERNETES_VERSION, strict=True)
-    train = jobs.render_manifests(recipe, SETTINGS)["train"]
+    train = jobs.render_manifests(spec_of(recipe), SETTINGS)["train"]
     volumes = [volume for job in train["spec"]["replicatedJobs"]
                for volume in job["template"]["spec"]["template"]["spec"].get("volumes", []) if "configMap" in volume]
     assert [volume["configMap"]["name"] for volume in volumes] == [configmap["metadata"]["name"]]
@@ -122,4 +123,4 @@ def test_the_user_files_configmap_passes_kubernetes_validate_strict_and_is_what_
 
 
 def test_a_run_without_user_files_has_no_configmap():
-    assert jobs.user_files_configmap(jobs.ArtifactPaths(all_recipes()["qwen3-v6e32"], SETTINGS)) is None
+    assert jobs.user_files_configmap(jobs.ArtifactPaths(spec_of(all_recipes()["qwen3-v6e32"]), SETTINGS)) is None

@@ -8,6 +8,8 @@ import shlex
 import pytest
 import yaml
 
+from peers.settings import spec_of
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl import jobs
 from tpu_rl.jobs.k8s import manifest_yaml
 from tpu_rl.jobs.paths import ArtifactPaths
@@ -19,7 +21,7 @@ GKE_RECIPES = [name for name, recipe in all_recipes().items() if recipe.platform
 
 
 def manifests(name: str) -> dict:
-    return jobs.render_manifests(get_recipe(name), SETTINGS)
+    return jobs.render_manifests(spec_of(get_recipe(name)), SETTINGS)
 
 
 def replicated(jobset: dict, name: str) -> dict:
@@ -55,26 +57,26 @@ def test_gke_recipe_renders_convert_train_export_jobsets_in_step_order():
 
 def test_vm_recipe_is_refused_by_render_manifests_with_one_line():
     with pytest.raises(UserError, match="render_startup_script"):
-        jobs.render_manifests(get_recipe("llama31-v6e8"), SETTINGS)
+        jobs.render_manifests(spec_of(get_recipe("llama31-v6e8")), SETTINGS)
 
 
 def test_gke_recipe_is_refused_by_render_startup_script():
     with pytest.raises(UserError, match="render_manifests"):
-        jobs.render_startup_script(get_recipe("qwen3-v6e32"), SETTINGS)
+        jobs.render_startup_script(spec_of(get_recipe("qwen3-v6e32")), SETTINGS)
 
 
 @pytest.mark.parametrize("name", list(all_recipes()))
 def test_jobset_names_fit_28_characters_even_for_the_longest_step_name(name):
     for step in ("convert", "train", "export"):
-        assert len(jobs.jobset_name(get_recipe(name), step)) <= 28
+        assert len(jobs.jobset_name(spec_of(get_recipe(name)), step)) <= 28
 
 
 def test_the_longest_recipe_name_is_shortened_in_jobset_names_and_a_too_long_run_name_is_refused():
     recipe = get_recipe("qwen3-v6e32").model_copy(update={"name": "a-very-long-recipe-x"})  # 20, the most allowed
-    names = [jobs.jobset_name(recipe, step) for step in ("convert", "train", "export")]
+    names = [jobs.jobset_name(spec_of(recipe), step) for step in ("convert", "train", "export")]
     assert all(len(name) <= 28 and name.startswith("a-very-long-") for name in names), names
     with pytest.raises(UserError, match="28"):  # a name that did not go through --run's check
-        jobs.jobset_name(recipe.model_copy(update={"run": "a-twenty-two-characters"}), "export")
+        jobs.jobset_name(RunSpec.in_bucket(recipe, "a-twenty-two-characters"), "export")
 
 
 @pytest.mark.parametrize("name", GKE_RECIPES)
@@ -143,7 +145,7 @@ def test_gemma4_train_worker_has_16_hosts_on_8x8():
 def test_two_slices_become_two_worker_replicas_and_instance_count_2():
     base = get_recipe("qwen3-v6e32")
     recipe = base.model_copy(update={"shape": base.shape.model_copy(update={"slices": 2})})
-    train = jobs.render_manifests(recipe, SETTINGS)["train"]
+    train = jobs.render_manifests(spec_of(recipe), SETTINGS)["train"]
     assert replicated(train, "worker")["replicas"] == 2
     rm = container(pod_spec(train, "pathways-head"), "pathways-rm")
     assert "--instance_count=2" in rm["args"]
@@ -167,7 +169,7 @@ def test_pathways_head_runs_on_cpu_pool_with_proxy_and_resource_manager_sidecars
     assert [c["name"] for c in spec["initContainers"]] == ["pathways-proxy", "pathways-rm"]
     assert all(c["restartPolicy"] == "Always" for c in spec["initContainers"])  # native sidecars
     proxy, rm = spec["initContainers"]
-    scratch = f"--gcs_scratch_location={ArtifactPaths(get_recipe('qwen3-v6e32'), SETTINGS).pathways_scratch}"
+    scratch = f"--gcs_scratch_location={ArtifactPaths(spec_of(get_recipe('qwen3-v6e32')), SETTINGS).pathways_scratch}"
     assert proxy["args"] == ["--server_port=29000", "--resource_manager_address=$(PATHWAYS_HEAD):29001", scratch]
     assert "--server_port=29001" in rm["args"] and scratch in rm["args"]
     assert "--instance_type=tpuv6e:4x8" in rm["args"] and "--instance_count=1" in rm["args"]
@@ -255,7 +257,7 @@ def test_train_loads_exactly_what_convert_writes_and_export_reads_the_last_step(
     train loads its 0/items/ and writes its run under trained/, export reads
     trained/<run>/checkpoints/actor/50/model_params/ (50 = num_batches, the last step) into hf-trained/<run>/."""
     recipe = get_recipe("qwen3-v6e32")
-    commands = jobs.maxtext_commands(recipe, ArtifactPaths(recipe, SETTINGS))
+    commands = jobs.maxtext_commands(recipe, ArtifactPaths(spec_of(recipe), SETTINGS))
     model = f"gs://{SETTINGS.gcs_bucket}/qwen3-30b-a3b/"
     converted = commands["convert"].value("base_output_directory")
     assert re.fullmatch(rf"{re.escape(model)}max-text-format/0\.2\.4-scan-[0-9a-f]{{7}}/", converted)
@@ -274,13 +276,13 @@ def carry_vision_step(recipe):
     vision = VISION_PARTS.get(recipe.model.maxtext_name)
     if not vision or recipe.model.use_multimodal:
         return None
-    return carry_vision_script(recipe.model.hf_repo, ArtifactPaths(recipe, SETTINGS).hf_export, vision)
+    return carry_vision_script(recipe.model.hf_repo, ArtifactPaths(spec_of(recipe), SETTINGS).hf_export, vision)
 
 
 @pytest.mark.parametrize("name", GKE_RECIPES)
 def test_rendered_scripts_end_with_exactly_the_checked_maxtext_command(name):
     recipe = get_recipe(name)
-    commands = jobs.maxtext_commands(recipe, ArtifactPaths(recipe, SETTINGS))
+    commands = jobs.maxtext_commands(recipe, ArtifactPaths(spec_of(recipe), SETTINGS))
     rendered = manifests(name)
     for step, replicated_job in (("convert", "main"), ("train", "pathways-head"), ("export", "main")):
         text = script(rendered[step], replicated_job)
@@ -313,7 +315,7 @@ def test_gemma4_on_0_2_4_patches_the_fused_moe_source():
 
 def test_gemma4_on_0_2_5_uses_the_onehot_setting_instead_of_the_patch():
     recipe = get_recipe("gemma4-v6e64").model_copy(update={"maxtext_version": "0.2.5"})
-    train = jobs.render_manifests(recipe, SETTINGS)["train"]
+    train = jobs.render_manifests(spec_of(recipe), SETTINGS)["train"]
     assert "source patch" not in script(train, "pathways-head")
     values = env(container(pod_spec(train, "pathways-head"), "workload-container"))
     assert values["ONEHOT_MOE_PERMUTE_THRESHOLD"] == "100000"
@@ -322,20 +324,20 @@ def test_gemma4_on_0_2_5_uses_the_onehot_setting_instead_of_the_patch():
 def test_a_patch_unknown_for_the_pinned_version_is_refused():
     recipe = get_recipe("qwen3-v6e32").model_copy(update={"maxtext_version": "0.2.5"})
     with pytest.raises(UserError, match="rl-optimizer-adafactor"):
-        jobs.render_manifests(recipe, SETTINGS)
+        jobs.render_manifests(spec_of(recipe), SETTINGS)
 
 
 def test_an_override_that_repeats_a_derived_key_is_refused():
     recipe = get_recipe("gemma4-v6e64")
     rl = recipe.rl.model_copy(update={"overrides": (*recipe.rl.overrides, "num_batches=3")})
     with pytest.raises(UserError, match="num_batches"):
-        jobs.render_manifests(recipe.model_copy(update={"rl": rl}), SETTINGS)
+        jobs.render_manifests(spec_of(recipe.model_copy(update={"rl": rl})), SETTINGS)
 
 
 def test_main_pod_selector_finds_the_head_for_train_and_the_single_pod_otherwise():
     recipe = get_recipe("qwen3-v6e32")
-    run = ArtifactPaths(recipe, SETTINGS).run_name
-    assert jobs.main_pod_selector(recipe, "train") == (
+    run = ArtifactPaths(spec_of(recipe), SETTINGS).run_name
+    assert jobs.main_pod_selector(spec_of(recipe), "train") == (
         f"jobset.sigs.k8s.io/jobset-name={run}-train,jobset.sigs.k8s.io/replicatedjob-name=pathways-head")
     assert jobs.main_replicated_job(recipe, "convert") == "main"
     convert = manifests("qwen3-v6e32")["convert"]
@@ -346,7 +348,7 @@ def test_manifest_yaml_round_trips_and_shows_the_command_as_a_literal_block():
     train = manifests("qwen3-v6e32")["train"]
     text = manifest_yaml(train)
     assert yaml.safe_load(text) == train
-    assert f"\n                    run_name={ArtifactPaths(get_recipe('qwen3-v6e32'), SETTINGS).run_name} \\\n" in text
+    assert f"\n                    run_name={ArtifactPaths(spec_of(get_recipe('qwen3-v6e32')), SETTINGS).run_name} \\\n" in text
     assert "&id" not in text
 
 
@@ -355,7 +357,7 @@ def test_bash_parses_each_rendered_command_into_exactly_the_checked_arguments(na
     import subprocess
 
     recipe = get_recipe(name)
-    for command in jobs.maxtext_commands(recipe, ArtifactPaths(recipe, SETTINGS)).values():
+    for command in jobs.maxtext_commands(recipe, ArtifactPaths(spec_of(recipe), SETTINGS)).values():
         printer = 'python3() { printf "%s\\0" "$@"; }\n'
         result = subprocess.run(["bash", "-c", printer + command.shell()], capture_output=True, text=True, check=True)
         assert result.stdout.split("\0")[:-1] == command.argv[1:]
@@ -365,7 +367,7 @@ def test_an_rl_env_entry_that_clashes_with_a_derived_variable_is_refused():
     recipe = get_recipe("qwen3-v6e32")
     rl = recipe.rl.model_copy(update={"env": {**recipe.rl.env, "JAX_PLATFORMS": "cpu"}})
     with pytest.raises(UserError, match="JAX_PLATFORMS is set twice"):
-        jobs.render_manifests(recipe.model_copy(update={"rl": rl}), SETTINGS)
+        jobs.render_manifests(spec_of(recipe.model_copy(update={"rl": rl})), SETTINGS)
 
 
 @pytest.mark.parametrize("name", GKE_RECIPES)

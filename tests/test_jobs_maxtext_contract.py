@@ -10,6 +10,7 @@ import shlex
 
 import pytest
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from contracts.maxtext_schema import MaxTextSchema, fetch_wheel
 from tpu_rl.jobs.maxtext import TRAIN_RL, MaxTextCommand
@@ -34,7 +35,7 @@ def maxtext():
 
 def commands(name: str) -> dict[str, MaxTextCommand]:
     recipe = get_recipe(name)
-    return jobs.maxtext_commands(recipe, ArtifactPaths(recipe, SETTINGS))
+    return jobs.maxtext_commands(recipe, ArtifactPaths(spec_of(recipe), SETTINGS))
 
 
 @pytest.mark.parametrize("name", list(all_recipes()))
@@ -56,7 +57,7 @@ def _words_in_script(text: str, module: str) -> list[str]:
 
 def test_the_vm_script_runs_exactly_the_checked_commands():
     recipe = get_recipe("llama31-v6e8")
-    text = jobs.render_startup_script(recipe, SETTINGS)
+    text = jobs.render_startup_script(spec_of(recipe), SETTINGS)
     for command in commands("llama31-v6e8").values():
         # The export's checkpoint step is the one word bash fills in at run time (the newest finished step,
         # jobs/vm.py _export_body); with the computed step it is the checked command.

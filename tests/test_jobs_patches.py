@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.jobs.patches import render_patch
 from tpu_rl.recipes import SourcePatch, example_settings, get_recipe
@@ -64,7 +65,7 @@ def fail_at_once_exit_codes(recipe_name: str) -> list[int]:
     PodFailurePolicy, which the JobSet's first failure rule turns into FailJobSet (no restart): read off
     the rendered manifest on spot capacity, where the JobSet restarts on any other failure."""
     recipe = get_recipe(recipe_name).with_capacity(("spot",), "CAPACITY")
-    train = jobs.render_manifests(recipe, example_settings())["train"]
+    train = jobs.render_manifests(spec_of(recipe), example_settings())["train"]
     assert train["spec"]["failurePolicy"]["rules"][0] == {
         "name": "headCheckFailed", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"],
         "targetReplicatedJobs": ["pathways-head"]}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from contracts.maxtext_schema import fetch_wheel
 from tpu_rl.jobs.seed_differences import XPK_DIFFERENCES, xpk_difference
@@ -46,7 +47,7 @@ def load_table() -> dict:
 
 
 def our_containers(recipe_name: str) -> dict[str, dict]:
-    train = jobs.render_manifests(get_recipe(recipe_name), SETTINGS)["train"]
+    train = jobs.render_manifests(spec_of(get_recipe(recipe_name)), SETTINGS)["train"]
     found = {}
     for replicated in train["spec"]["replicatedJobs"]:
         spec = replicated["template"]["spec"]["template"]["spec"]
@@ -116,7 +117,7 @@ def test_qwen3_train_rl_has_the_seeds_190_gib_as_an_enforced_limit():
 def test_a_limit_below_the_computed_request_lowers_the_request_to_the_limit():
     recipe = get_recipe("qwen3-v6e32")
     small = recipe.model_copy(update={"rl": recipe.rl.model_copy(update={"memory_max": "100Gi"})})
-    head = jobs.render_manifests(small, SETTINGS)["train"]["spec"]["replicatedJobs"][0]
+    head = jobs.render_manifests(spec_of(small), SETTINGS)["train"]["spec"]["replicatedJobs"][0]
     container = head["template"]["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"] == {"memory": "100Gi"}
     assert container["resources"]["requests"]["memory"] == "100Gi"
@@ -138,12 +139,12 @@ def test_memory_max_that_is_not_a_binary_quantity_is_refused_where_the_table_is_
 # --- the JAX of the image and the Pathways images -----------------------------------------------------
 
 def head_script(recipe) -> str:
-    head = jobs.render_manifests(recipe, SETTINGS)["train"]["spec"]["replicatedJobs"][0]
+    head = jobs.render_manifests(spec_of(recipe), SETTINGS)["train"]["spec"]["replicatedJobs"][0]
     return head["template"]["spec"]["template"]["spec"]["containers"][0]["command"][-1]
 
 
 def convert_script(recipe) -> str:
-    main = jobs.render_manifests(recipe, SETTINGS)["convert"]["spec"]["replicatedJobs"][0]
+    main = jobs.render_manifests(spec_of(recipe), SETTINGS)["convert"]["spec"]["replicatedJobs"][0]
     return main["template"]["spec"]["template"]["spec"]["containers"][0]["command"][-1]
 
 
@@ -259,7 +260,7 @@ def test_convert_checks_the_jax_pairing_first_so_a_mismatch_costs_no_tpu(recipe_
 
 
 def test_the_vm_recipe_has_no_pathways_check():
-    assert "tpu-rl check failed" not in jobs.render_startup_script(get_recipe("llama31-v6e8"), SETTINGS)
+    assert "tpu-rl check failed" not in jobs.render_startup_script(spec_of(get_recipe("llama31-v6e8")), SETTINGS)
 
 
 def test_a_python_that_crashes_still_ends_in_the_one_check_line(tmp_path):

@@ -11,6 +11,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from contracts.k8s_schema import KUBERNETES_VERSION, jobs_as_batch_v1, list_uniqueness, load_jobset_schema, strict
 from tpu_rl.jobs.seed_differences import XPK_DIFFERENCES
@@ -26,7 +27,7 @@ JOB_FAILURE_REASONS = {"BackoffLimitExceeded", "DeadlineExceeded", "PodFailurePo
 
 def train(recipe_name: str, capacity: tuple[str, ...]) -> dict:
     recipe = all_recipes()[recipe_name].with_capacity(capacity, "CAPACITY")
-    return jobs.render_manifests(recipe, SETTINGS)["train"]
+    return jobs.render_manifests(spec_of(recipe), SETTINGS)["train"]
 
 
 def head_job(manifest: dict) -> dict:
@@ -52,7 +53,7 @@ def test_only_train_on_preemptible_capacity_restarts_and_at_most_three_times(rec
     for capacity in PREEMPTIBLE:
         assert train(recipe_name, capacity)["spec"]["failurePolicy"] == POLICY, capacity
         recipe = all_recipes()[recipe_name].with_capacity(capacity, "CAPACITY")
-        manifests = jobs.render_manifests(recipe, SETTINGS)
+        manifests = jobs.render_manifests(spec_of(recipe), SETTINGS)
         assert manifests["convert"]["spec"]["failurePolicy"] == manifests["export"]["spec"]["failurePolicy"] == SEED_000
     for capacity in NOT_PREEMPTIBLE:  # a failure there is a real one
         manifest = train(recipe_name, capacity)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from contracts.seeds import as_mapping, seed_command, seed_env_flags, seed_replacements, seed_text, seed_variables
 from tpu_rl.jobs.paths import ArtifactPaths
@@ -29,7 +30,7 @@ def differences(name: str, step: str) -> dict[str, tuple[str | None, str | None]
     """key -> (seed value, our value) wherever they differ; None means absent."""
     recipe = get_recipe(name)
     text = seed_or_skip(name)
-    ours_command = jobs.maxtext_commands(recipe, ArtifactPaths(recipe, SETTINGS))[step]
+    ours_command = jobs.maxtext_commands(recipe, ArtifactPaths(spec_of(recipe), SETTINGS))[step]
     seed = as_mapping(seed_command(text, ours_command.module, seed_variables(text, SETTINGS)))
     ours = as_mapping([*ours_command.overrides, *ours_command.flags])
     return {
@@ -63,7 +64,7 @@ def test_the_token_is_the_only_argument_dropped_from_the_gke_seeds():
 @pytest.mark.parametrize("name", ["qwen3-v6e32", "gemma4-v6e64"])
 def test_train_env_includes_the_seed_env_flags(name):
     text = seed_or_skip(name)
-    train = jobs.render_manifests(get_recipe(name), SETTINGS)["train"]
+    train = jobs.render_manifests(spec_of(get_recipe(name)), SETTINGS)["train"]
     by_container = {}
     for replicated in train["spec"]["replicatedJobs"]:
         spec = replicated["template"]["spec"]["template"]["spec"]
@@ -96,9 +97,9 @@ def test_each_seed_step_not_carried_over_is_in_its_seed_and_not_in_our_script(en
         assert entry.marker in seed_or_skip(name), f"stale entry: the seed of {name} has no {entry.marker}"
         recipe = get_recipe(name)
         if recipe.platform != "gke":  # the VM's startup script
-            assert entry.marker.split(" -y")[0] not in jobs.render_startup_script(recipe, SETTINGS)
+            assert entry.marker.split(" -y")[0] not in jobs.render_startup_script(spec_of(recipe), SETTINGS)
             continue
-        train = jobs.render_manifests(recipe, SETTINGS)["train"]
+        train = jobs.render_manifests(spec_of(recipe), SETTINGS)["train"]
         head = train["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         script = head["containers"][0]["command"][-1]
         assert entry.marker not in script.split("exec python3", 1)[0]

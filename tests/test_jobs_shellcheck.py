@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.jobs.driver_runtime import DriverRuntime, driver_container
 from tpu_rl.jobs.export import VISION_PARTS
@@ -49,14 +50,14 @@ def inline_scripts() -> dict[str, tuple[str, str]]:
     found: dict[str, tuple[str, str]] = {}
     for name, recipe in all_recipes().items():
         if recipe.platform == "gke":
-            for step, manifest in jobs.render_manifests(recipe, SETTINGS).items():
+            for step, manifest in jobs.render_manifests(spec_of(recipe), SETTINGS).items():
                 found.update(_container_scripts(manifest, f"{name} {step}"))
         else:
-            text = jobs.render_startup_script(recipe, SETTINGS)
+            text = jobs.render_startup_script(spec_of(recipe), SETTINGS)
             found[f"{name} startup script"] = ("bash", text)
             # the opt-out renders the same script with another value (jobs/vm_outputs.py)
             kept = dataclasses.replace(SETTINGS, vm_after_run=VM_STAYS)
-            found[f"{name} startup script ({VM_STAYS})"] = ("bash", jobs.render_startup_script(recipe, kept))
+            found[f"{name} startup script ({VM_STAYS})"] = ("bash", jobs.render_startup_script(spec_of(recipe), kept))
             for index, inner in enumerate(INNER_BASH.findall(text)):
                 found[f"{name} startup script, bash -c #{index + 1}"] = ("bash", inner)
     runtime = DriverRuntime(BASE_IMAGE, "0.1.0+0123456789ab", SETTINGS.gcs_bucket, "runtimes/r/requirements.txt",

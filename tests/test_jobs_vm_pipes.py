@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.jobs.paths import ArtifactPaths
 from peers.vm_guest import Guest
@@ -21,13 +22,13 @@ from tpu_rl.scripts.pipeline.vm.state import ConsoleView
 
 SETTINGS = example_settings()
 RECIPE = get_recipe("llama31-v6e8")
-PATHS = ArtifactPaths(RECIPE, SETTINGS)
+PATHS = ArtifactPaths(spec_of(RECIPE), SETTINGS)
 TOKEN = "hf_fake_token_for_the_test"
 
 
 @pytest.fixture
 def guest(tmp_path):
-    return Guest(tmp_path, jobs.render_startup_script(RECIPE, SETTINGS), TOKEN, installed=RECIPE.maxtext_version,
+    return Guest(tmp_path, jobs.render_startup_script(spec_of(RECIPE), SETTINGS), TOKEN, installed=RECIPE.maxtext_version,
                  actor_checkpoints=PATHS.actor_checkpoints)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 import tpu_rl.jobs.vm as jobs_vm
 import tpu_rl.jobs.vm_install as jobs_vm_install
@@ -68,7 +69,7 @@ def test_token_is_read_from_secret_manager_with_tracing_off():
 def test_a_multi_host_shape_is_refused_for_a_vm_recipe():
     shape = RECIPE.shape.model_copy(update={"machine_type": "ct6e-standard-4t", "chips_per_vm": 4})
     with pytest.raises(UserError, match="one TPU VM"):
-        jobs.render_startup_script(RECIPE.model_copy(update={"shape": shape}), SETTINGS)
+        jobs.render_startup_script(spec_of(RECIPE.model_copy(update={"shape": shape})), SETTINGS)
 
 
 # --- running the script against stand-ins --------------------------------------------------------------
@@ -160,7 +161,7 @@ def test_export_refuses_a_training_that_saved_only_step_0(run_script):
 
 def test_a_module_patch_on_a_vm_recipe_runs_as_a_named_step_before_training(tmp_path):
     patch = get_recipe("gemma4-v6e64").patches[0].model_copy(update={"maxtext_versions": ("0.2.3",)})
-    text = jobs.render_startup_script(RECIPE.model_copy(update={"patches": (patch,)}), SETTINGS)
+    text = jobs.render_startup_script(spec_of(RECIPE.model_copy(update={"patches": (patch,)})), SETTINGS)
     assert text.index(f"source patch '{patch.name}'") < text.index("python3 -m maxtext.trainers.post_train.rl.train_rl")
     path = tmp_path / "startup.sh"
     path.write_text(text)
@@ -171,7 +172,7 @@ def test_a_container_path_patch_is_refused_for_a_vm_recipe():
     patch = next(p for p in get_recipe("qwen3-v6e32").patches if p.path).model_copy(
         update={"maxtext_versions": ("0.2.3",)})
     with pytest.raises(UserError, match="container path"):
-        jobs.render_startup_script(RECIPE.model_copy(update={"patches": (patch,)}), SETTINGS)
+        jobs.render_startup_script(spec_of(RECIPE.model_copy(update={"patches": (patch,)})), SETTINGS)
 
 
 def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it(run_script):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, STOP_COMMAND, output_objects
 from peers.vm_guest import Guest
@@ -88,7 +89,7 @@ def test_a_cancelled_run_leaves_the_vm_as_it_is(tmp_path):
 
 def test_vm_after_run_keep_keeps_the_vm_up(tmp_path):
     settings = dataclasses.replace(EXAMPLE_SETTINGS, vm_after_run=VM_STAYS)
-    guest = guest_of(tmp_path, jobs.render_startup_script(RECIPE, settings))
+    guest = guest_of(tmp_path, jobs.render_startup_script(spec_of(RECIPE), settings))
     code, _, log = guest.boot()
     assert code == 0, log
     assert guest.power_offs == [] and not guest.object(PATHS.vm_stop).exists()

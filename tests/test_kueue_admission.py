@@ -20,6 +20,7 @@ import pytest
 import yaml
 from conftest import data_only_recipes, resources
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.recipes import all_recipes, example_settings, get_recipe
 from tpu_rl.recipes.entry import quantity_bytes
@@ -137,7 +138,7 @@ def admission_problems(jobset: dict, objects: dict[str, dict]) -> list[str]:
 
 
 def rendered(name: str, step: str) -> dict:
-    return jobs.render_manifests(get_recipe(name), SETTINGS)[step]
+    return jobs.render_manifests(spec_of(get_recipe(name)), SETTINGS)[step]
 
 
 @pytest.mark.parametrize(("name", "step"), CASES, ids=IDS)
@@ -202,7 +203,7 @@ VARIANTS = data_only_recipes()
 
 
 def rendered_variant(name: str, step: str) -> dict:
-    return jobs.render_manifests(VARIANTS[name], SETTINGS)[step]
+    return jobs.render_manifests(spec_of(VARIANTS[name]), SETTINGS)[step]
 
 
 @pytest.mark.parametrize(("name", "first", "then"), [

@@ -17,7 +17,7 @@ from tpu_rl.jobs import render_manifests
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers import kueue
 from peers.event_files import put_event_files
-from peers.fixtures import peer_settings, put_step_output
+from peers.fixtures import peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.pipeline.gke.queue import behind_our_own, positions
@@ -120,7 +120,7 @@ def test_a_reattaching_run_counts_a_queued_trains_capacity_wait_from_its_admissi
     put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
     recipe = get_recipe(RECIPE).with_capacity(("flex-start",), "CAPACITY")
     kube.plan(TRAIN, capacity="flex-start", stockout=("flex-start",), admitted_after=1)
-    kube.put_jobset(render_manifests(recipe, peer_settings())["train"])  # created, queued
+    kube.put_jobset(render_manifests(spec_of(recipe), peer_settings())["train"])  # created, queued
     clock[0] += timedelta(hours=2)
     with kube._lock:
         kube._advance(TRAIN)  # Kueue reserves its quota now and files its ProvisioningRequest
@@ -132,8 +132,8 @@ def test_a_reattaching_run_counts_a_queued_trains_capacity_wait_from_its_admissi
 
 
 def _record(cloud, run: str, correct: int, phase: str = "post", overrides: tuple[str, ...] = ()) -> ArtifactPaths:
-    recipe = get_recipe(RECIPE).model_copy(update={"run": run})
-    paths = ArtifactPaths(recipe, peer_settings())
+    recipe = spec_of(get_recipe(RECIPE)).with_run(run)
+    paths = ArtifactPaths(spec_of(recipe), peer_settings())
     step = 20 if phase == "intermediate" else None
     lines = [evaluation_line("pre", 26, 64, 30, 50, 0.8123), evaluation_line(phase, correct, 64, 40, 63, 1.9, step)]
     record = {"recipe": RECIPE, "run": run, "status": "succeeded", "sweep": "lr",
@@ -195,7 +195,7 @@ def test_metrics_leaves_out_a_run_of_the_sweep_without_curves_yet_and_names_it(c
 
 
 def test_the_convert_jobset_of_a_sweep_is_the_recipes_shared_one():
-    assert CONVERT == render_manifests(get_recipe(RECIPE).model_copy(update={"run": "lr-a"}),
+    assert CONVERT == render_manifests(spec_of(get_recipe(RECIPE)).with_run("lr-a"),
                                        peer_settings())["convert"]["metadata"]["name"]
 
 
@@ -230,7 +230,7 @@ def test_phases_written_as_they_change_never_overwrite_a_record_tpu_rl_cancel_ma
     from tpu_rl.scripts.pipeline.record import RunRecord
 
     recipe, settings = cloud_recipe("run", RECIPE)
-    session = make_session(recipe.model_copy(update={"run": "lr-a"}), settings, "writes")
+    session = make_session(spec_of(recipe).with_run("lr-a"), settings, "writes")
     bucket, name = split_gs_url(session.paths.run_record)
     blob = cloud["gcs"].bucket(bucket).blob(name)
     spans = [{"phase": "queued", "started": "2026-12-01T10:00:00Z", "seconds": 0}]

@@ -18,7 +18,7 @@ import yaml
 from contracts.k8s_schema import strict
 from tpu_rl.jobs import render_manifests
 from peers import kueue
-from peers.fixtures import peer_settings
+from peers.fixtures import peer_settings, spec_of
 from peers.kube_api import KubeApi
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.conventions import KUEUE_VERSION
@@ -63,7 +63,7 @@ def drive(plan: dict, ticks: int) -> tuple[KubeApi, str, list[tuple[dict, list[d
     KubeApi.__init__(kube)
     clock = [datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)]
     kueue.use_clock(lambda: clock[0])
-    manifest = render_manifests(get_recipe("qwen3-v6e32"), peer_settings())["train"]
+    manifest = render_manifests(spec_of(get_recipe("qwen3-v6e32")), peer_settings())["train"]
     name = manifest["metadata"]["name"]
     kube.plan(name, **plan)
     kube._store(manifest)
@@ -165,7 +165,7 @@ def test_the_fakes_evicted_workload_is_released_as_kueues_job_reconciler_does(ho
     job is stopped, Requeued False with the Evicted condition's reason and message, and QuotaReserved
     False, reason Pending, with the Evicted message (workload.UnsetQuotaReservationWithCondition)."""
     workload = kueue.workload_for({"metadata": {"name": "x", "uid": "u-1", "namespace": "default"},
-                                   "spec": render_manifests(get_recipe("qwen3-v6e32"), peer_settings())["train"]["spec"]})
+                                   "spec": render_manifests(spec_of(get_recipe("qwen3-v6e32")), peer_settings())["train"]["spec"]})
     kueue.deactivate(workload, kueue.CHECK) if how == "deactivated by Kueue" else kueue.stop(workload)
     conditions = {c["type"]: c for c in workload["status"]["conditions"]}
     assert (conditions["Evicted"]["status"], conditions["Evicted"]["reason"]) == ("True", reason)

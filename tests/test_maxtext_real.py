@@ -33,7 +33,7 @@ from tpu_rl.jobs.maxtext import MaxTextCommand, maxtext_commands
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from maxtext_cpu.chain import REPO, Chain, StepRun, in_venv, last_json, need_venv, tiny_model
 from maxtext_cpu.run import REFUSED_BEGIN, REFUSED_END
-from peers.fixtures import peer_settings
+from peers.fixtures import peer_settings, spec_of
 from tpu_rl.recipes import Recipe, all_recipes, get_recipe
 from tpu_rl.scripts.cloud.gcs import ORBAX_COMMIT_MARKER, missing_outputs
 
@@ -64,7 +64,7 @@ def _run_chain(recipe: Recipe, root: Path, misspell: bool = False) -> Outcome:
     """The recipe's steps; with `misspell`, its convert process first runs the conversion with the flag
     --lazy_load_tensors misspelt (tests/maxtext_cpu/run.py refused_attempt), in the same process, so
     the release's imports are paid once."""
-    chain = Chain(recipe, ArtifactPaths(recipe, peer_settings()), root, tiny_model(recipe))
+    chain = Chain(recipe, ArtifactPaths(spec_of(recipe), peer_settings()), root, tiny_model(recipe))
     outcome = Outcome(chain)
     for step in ("convert", "train", "export"):
         refused = _misspelt(chain) if misspell and step == "convert" else None
@@ -136,13 +136,13 @@ def _strings(node) -> list[str]:
 @pytest.mark.parametrize("name", RECIPES)
 def test_the_commands_run_here_are_the_ones_render_writes(name):
     recipe, settings = _recipe(name), peer_settings()
-    commands = maxtext_commands(recipe, ArtifactPaths(recipe, settings))
+    commands = maxtext_commands(recipe, ArtifactPaths(spec_of(recipe), settings))
     if recipe.platform == "gke":
-        rendered = {step: "\n".join(_strings(manifest)) for step, manifest in jobs.render_manifests(recipe, settings).items()}
+        rendered = {step: "\n".join(_strings(manifest)) for step, manifest in jobs.render_manifests(spec_of(recipe), settings).items()}
     else:
-        script = jobs.render_startup_script(recipe, settings)
+        script = jobs.render_startup_script(spec_of(recipe), settings)
         rendered = {step: script for step in commands}
-    paths = ArtifactPaths(recipe, settings)
+    paths = ArtifactPaths(spec_of(recipe), settings)
     for step, command in commands.items():
         # The VM's export finds its step at run time (jobs/vm.py _export_body): the same command, with that
         # step in its load_parameters_path.
@@ -156,8 +156,8 @@ def test_the_gemma_export_script_carries_the_vision_tower_it_renders():
     from tpu_rl.jobs.export import VISION_PARTS, carry_vision_script
 
     recipe, settings = _recipe("gemma4-v6e64"), peer_settings()
-    paths = ArtifactPaths(recipe, settings)
-    script = next(text for text in _strings(jobs.render_manifests(recipe, settings)["export"])
+    paths = ArtifactPaths(spec_of(recipe), settings)
+    script = next(text for text in _strings(jobs.render_manifests(spec_of(recipe), settings)["export"])
                   if "python3 -m maxtext.checkpoint_conversion.to_huggingface" in text)
     assert carry_vision_script(recipe.model.hf_repo, paths.hf_export, VISION_PARTS[recipe.model.maxtext_name]) in script
     # to_huggingface must finish before the copy starts: no exec, and bash's -e stops at its failure
@@ -185,7 +185,7 @@ def test_convert_train_probe_and_export_run_in_maxtexts_real_code(outcomes, name
 def test_the_train_probe_loaded_the_conversion_on_the_recipes_devices_and_mesh(outcomes, name):
     recipe = _recipe(name)
     probe = outcomes[name].step("train").report["probe"]
-    train = maxtext_commands(recipe, ArtifactPaths(recipe, peer_settings()))["train"]
+    train = maxtext_commands(recipe, ArtifactPaths(spec_of(recipe), peer_settings()))["train"]
     # train_rl splits the devices between trainer and sampler only with Pathways on several hosts
     # (model_creation_utils.setup_configs_and_devices).
     fraction = float(_value(train, "trainer_devices_fraction", "1")) if recipe.pathways else 1.0
@@ -289,7 +289,7 @@ def test_the_export_reloads_in_transformers_with_identical_logits(outcomes, name
 def test_the_vm_recipes_export_takes_its_tokenizer_from_the_hub_id():
     """0.2.3's to_huggingface has no --hf_model_path: it bundles the tokenizer of HF_IDS[model_name]."""
     recipe = _recipe("llama31-v6e8")
-    export = maxtext_commands(recipe, ArtifactPaths(recipe, peer_settings()))["export"]
+    export = maxtext_commands(recipe, ArtifactPaths(spec_of(recipe), peer_settings()))["export"]
     assert not any(flag.startswith("--hf_model_path") for flag in export.flags)
 
 

@@ -25,7 +25,7 @@ import pytest
 from tpu_rl.jobs.maxtext import maxtext_commands
 from tpu_rl.jobs.paths import ArtifactPaths
 from maxtext_cpu.chain import need_venv
-from peers.fixtures import peer_settings
+from peers.fixtures import peer_settings, spec_of
 from tpu_rl import recipes
 from tpu_rl.recipes import UserError, all_recipes, get_recipe
 from tpu_rl.recipes.runs import with_sets
@@ -84,7 +84,7 @@ def _train_argv(name: str, sets: tuple[str, ...] = ()) -> list[str]:
     validate_no_keys_overridden_twice, MaxText 0.2.4 configs/pyconfig.py L481-486, 0.2.3 L460-465, and so
     accept what the real command refuses); only skip_jax_distributed_system=True, as in the chain."""
     recipe = with_sets(_recipe(name), sets) if sets else _recipe(name)
-    paths = ArtifactPaths(recipe, peer_settings())
+    paths = ArtifactPaths(spec_of(recipe), peer_settings())
     argv = list(maxtext_commands(recipe, paths)["train"].argv[3:])
     if not any(arg.startswith("skip_jax_distributed_system=") for arg in argv):
         argv.append("skip_jax_distributed_system=True")  # one process: no TPU hosts to join

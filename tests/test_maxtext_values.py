@@ -12,11 +12,12 @@ import yaml
 from contracts.maxtext_schema import REPO, MaxTextSchema, fetch_wheel
 from contracts.maxtext_set_cases import SAME_VALUE_CASES, SET_CASES, SetCase
 from contracts.maxtext_types import MaxTextTypes
+from peers.settings import spec_of
 from tpu_rl.jobs.maxtext import TRAIN_RL, train_command
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import UserError, all_recipes, example_settings, get_recipe
 from tpu_rl.recipes.maxtext_values import KEY_LIST_DIR, RUNTIME_BOUNDS, check_value, parse_override, release_schema
-from tpu_rl.recipes.runs import default_run_name, for_run
+from tpu_rl.recipes.run_spec import RunSpec, default_run_name
 
 VERSIONS = sorted({recipe.maxtext_version for recipe in all_recipes().values()} | {"0.2.3", "0.2.4"})
 QWEN = get_recipe("qwen3-v6e32")  # MaxText 0.2.4
@@ -30,8 +31,9 @@ def _types(version: str) -> MaxTextTypes:
     return MaxTextTypes(MaxTextSchema(version, wheel))
 
 
-def _command(recipe) -> list[str]:
-    return train_command(recipe, ArtifactPaths(recipe, example_settings())).argv
+def _command(run) -> list[str]:
+    spec = spec_of(run)
+    return train_command(spec.recipe, ArtifactPaths(spec, example_settings())).argv
 
 
 # --- the shipped files equal their wheels ---------------------------------------------------------------
@@ -111,10 +113,10 @@ def test_each_case_is_accepted_or_refused_in_one_line(case: SetCase):
     version = get_recipe(case.recipe).maxtext_version
     if case.accepted:
         check_value(version, case.key, case.value)
-        for_run(get_recipe(case.recipe), [f"{case.key}={case.value}"])
+        RunSpec.requested(get_recipe(case.recipe), [f"{case.key}={case.value}"])
         return
     with pytest.raises(UserError) as error:
-        for_run(get_recipe(case.recipe), [f"{case.key}={case.value}"])
+        RunSpec.requested(get_recipe(case.recipe), [f"{case.key}={case.value}"])
     message = str(error.value)
     assert message.startswith(f"--set {case.key}") and "\n" not in message and f"MaxText {version}" in message
 
@@ -132,30 +134,30 @@ def test_the_issues_four_values_name_the_field_its_type_and_its_bounds():
     }
     for item, message in expected.items():
         with pytest.raises(UserError) as error:
-            for_run(QWEN, [item])
+            RunSpec.requested(QWEN, [item])
         assert str(error.value) == message
 
 
 def test_a_key_train_rl_overwrites_is_refused_with_where_it_is_set():
     with pytest.raises(UserError) as error:
-        for_run(QWEN, ["steps=100"])
+        RunSpec.requested(QWEN, ["steps=100"])
     assert str(error.value) == (
         "--set steps is refused: MaxText 0.2.4 sets it itself (RLConfig.set_derived_values_and_validate, "
         "configs/types.py L4690: steps = getattr(self, 'train_steps', getattr(self, 'num_batches', 10))), so a "
         "value would change nothing")
     with pytest.raises(UserError, match=r"copies the top-level batch_size, which rl\.yml sets, over it .*"
                                          r"use --set batch_size=\.\.\.$"):
-        for_run(QWEN, ["dataset.batch_size=4"])
+        RunSpec.requested(QWEN, ["dataset.batch_size=4"])
     with pytest.raises(UserError, match=r"0\.2\.3's train_rl reads rl\.num_iterations.*use --set "
                                          r"rl\.num_iterations=\.\.\.$"):
-        for_run(LLAMA, ["num_iterations=2"])
+        RunSpec.requested(LLAMA, ["num_iterations=2"])
 
 
 def test_a_mapping_value_is_checked_field_by_field():
     with pytest.raises(UserError, match=r"^--set rl=\{num_generationz: 4\}: 'num_generationz' is not a key of rl"):
-        for_run(QWEN, ["rl={num_generationz: 4}"])
+        RunSpec.requested(QWEN, ["rl={num_generationz: 4}"])
     with pytest.raises(UserError, match=r"^--set rl=\{num_generations: 1\}: rl\.num_generations takes an int >= 2"):
-        for_run(QWEN, ["rl={num_generations: 1}"])
+        RunSpec.requested(QWEN, ["rl={num_generations: 1}"])
 
 
 @pytest.mark.parametrize("name", list(all_recipes()))
@@ -169,15 +171,15 @@ def test_every_recipe_override_passes_the_check_of_its_release_and_model(name):
 def test_a_key_the_models_yml_sets_keeps_its_value_unless_override_model_config():
     # configs/models/qwen3-30b-a3b.yml (0.2.4 wheel): enable_dropout: false, base_emb_dim: 2048
     with pytest.raises(UserError) as error:
-        for_run(QWEN, ["enable_dropout=True"])
+        RunSpec.requested(QWEN, ["enable_dropout=True"])
     assert str(error.value) == (
         "--set enable_dropout=True: configs/models/qwen3-30b-a3b.yml sets enable_dropout=false and MaxText 0.2.4 "
         "refuses another value for it (pyconfig validate_no_keys_overridden_twice) unless you also --set "
         "override_model_config=true")
-    for_run(QWEN, ["enable_dropout=false", "base_emb_dim=2048"])  # the same values are allowed
-    for_run(QWEN, ["enable_dropout=True", "override_model_config=true"])
+    RunSpec.requested(QWEN, ["enable_dropout=false", "base_emb_dim=2048"])  # the same values are allowed
+    RunSpec.requested(QWEN, ["enable_dropout=True", "override_model_config=true"])
     with pytest.raises(UserError, match="configs/models/llama3.1-8b.yml sets enable_dropout=false"):
-        for_run(LLAMA, ["enable_dropout=true"])  # llama3.1-8b-Instruct loads llama3.1-8b.yml
+        RunSpec.requested(LLAMA, ["enable_dropout=true"])  # llama3.1-8b-Instruct loads llama3.1-8b.yml
 
 
 # --- one value, one name --------------------------------------------------------------------------------
@@ -185,20 +187,21 @@ def test_a_key_the_models_yml_sets_keeps_its_value_unless_override_model_config(
 @pytest.mark.parametrize("recipe_name,key,spellings", SAME_VALUE_CASES, ids=lambda v: str(v))
 def test_equal_values_spelled_differently_give_one_run_and_one_command(recipe_name, key, spellings):
     recipe = get_recipe(recipe_name)
-    runs = [for_run(recipe, [f"{key}={spelling}"]) for spelling in spellings]
+    runs = [RunSpec.requested(recipe, [f"{key}={spelling}"]) for spelling in spellings]
     assert len({default_run_name(run) for run in runs}) == 1
     assert len({tuple(_command(run)) for run in runs}) == 1
 
 
 def test_a_value_equal_to_the_recipes_own_is_the_recipes_run_and_another_value_is_not():
     assert "learning_rate=2e-5" in QWEN.rl.overrides
-    same = for_run(QWEN, ["learning_rate=0.00002"])
-    assert default_run_name(same) == default_run_name(QWEN) and _command(same) == _command(QWEN)
-    assert default_run_name(for_run(QWEN, ["learning_rate=0.00003"])) != default_run_name(QWEN)
+    same = RunSpec.requested(QWEN, ["learning_rate=0.00002"])
+    own = RunSpec.of_catalog(QWEN)
+    assert default_run_name(same) == default_run_name(own) and _command(same) == _command(QWEN)
+    assert default_run_name(RunSpec.requested(QWEN, ["learning_rate=0.00003"])) != default_run_name(own)
 
 
 def test_the_one_spelling_is_what_the_train_command_passes():
-    recipe = for_run(QWEN, ["learning_rate=0.00003", "enable_tunix_perf_metrics=True", "rl.num_generations=8.0"])
+    recipe = RunSpec.requested(QWEN, ["learning_rate=0.00003", "enable_tunix_perf_metrics=True", "rl.num_generations=8.0"])
     command = _command(recipe)
     assert {"learning_rate=3e-5", "enable_tunix_perf_metrics=true", "rl.num_generations=8"} <= set(command)
     assert recipe.sets == ("learning_rate=0.00003", "enable_tunix_perf_metrics=True", "rl.num_generations=8.0")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.cost import hourly_estimate, pipeline_run_estimate
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.scripts.plan_review import compare
 from tpu_rl.scripts.plan_review.diff import describe, diff_manifests, diff_stacks, flatten
 from tpu_rl.scripts.plan_review.report import StackCost, costs_for, render_stacks
@@ -117,7 +118,7 @@ def _side(stacks: dict, manifests: dict, costs: dict) -> Side:
 
 
 def _costs(*names: str) -> dict:
-    return {name: StackCost(hourly_estimate(get_recipe(name)), pipeline_run_estimate(get_recipe(name)))
+    return {name: StackCost(hourly_estimate(get_recipe(name)), pipeline_run_estimate(RunSpec.of_catalog(get_recipe(name))))
             for name in names}
 
 

@@ -33,7 +33,7 @@ from typer.testing import CliRunner
 from tpu_rl.jobs.maxtext import train_command
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import all_recipes, example_settings
-from tpu_rl.recipes.runs import for_run
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.recipes.schedule import schedule_warning, steps_at_zero_rate
 from tpu_rl.scripts.cli import app
 
@@ -59,10 +59,10 @@ def rate_fraction(count: int, length: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(count - warmup, decay) / decay))
 
 
-def rendered_schedule(recipe) -> int:
+def rendered_schedule(spec: RunSpec) -> int:
     """learning_rate_schedule_steps as the train command passes it; -1 (MaxText's default) when absent,
     which types.py turns into `steps`."""
-    command = train_command(recipe, ArtifactPaths(recipe, example_settings()))
+    command = train_command(spec.recipe, ArtifactPaths(spec, example_settings()))
     values = [int(item.partition("=")[2]) for item in command.overrides
               if item.startswith("learning_rate_schedule_steps=")]
     value = values[0] if values else -1
@@ -75,9 +75,9 @@ RUNS = [(name, sets) for name in all_recipes() for sets in ((), ("num_batches=10
 @pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize(("name", "sets"), RUNS, ids=[f"{n}{'-' + s[0] if s else ''}" for n, s in RUNS])
 def test_the_schedule_reaches_its_peak_inside_the_run_and_no_step_trains_at_zero(name, sets, release):
-    recipe = for_run(all_recipes()[name], sets)
-    steps = recipe.train_steps
-    length = schedule_length(release, rendered_schedule(recipe), steps)
+    spec = RunSpec.requested(all_recipes()[name], sets)
+    steps = spec.recipe.train_steps
+    length = schedule_length(release, rendered_schedule(spec), steps)
     rates = [rate_fraction(count, length) for count in range(steps)]
     assert rates[-1] > 0, f"{name} {sets}: the last step trains at a learning rate of 0 (schedule of {length})"
     assert max(rates) == pytest.approx(1.0), f"{name} {sets}: the warmup of {length} never ends inside {steps} steps"
@@ -96,7 +96,7 @@ LAST_STEP_FRACTION = {"qwen3-v6e32": 0.60396, "gemma4-v6e64": 0.00122, "llama31-
 @pytest.mark.parametrize("name", list(all_recipes()))
 def test_the_default_runs_last_step_rate_is_the_hand_worked_one(name, release):
     recipe = all_recipes()[name]
-    length = schedule_length(release, rendered_schedule(recipe), recipe.train_steps)
+    length = schedule_length(release, rendered_schedule(RunSpec.of_catalog(recipe)), recipe.train_steps)
     assert rate_fraction(recipe.train_steps - 1, length) == pytest.approx(LAST_STEP_FRACTION[name], abs=5e-5)
 
 
@@ -109,16 +109,16 @@ def test_the_formula_gives_seed_002s_rate_of_about_1e_8():
 
 def test_an_explicit_schedule_shorter_than_the_run_gets_one_warning_line():
     qwen3 = all_recipes()["qwen3-v6e32"]
-    short = for_run(qwen3, ["num_batches=1000", "learning_rate_schedule_steps=100"])
+    short = RunSpec.requested(qwen3, ["num_batches=1000", "learning_rate_schedule_steps=100"]).recipe
     # optax's cosine is 0 from count 100 on (min(t, D) = D): counts 100 .. 999 train at 0.
     assert steps_at_zero_rate(short) == 900
     assert rate_fraction(99, 100) > 0 and rate_fraction(100, 100) == 0.0 == rate_fraction(999, 100)
     warning = schedule_warning(short)
     assert warning and "\n" not in warning and "900 steps would train at a learning rate of 0" in warning
-    assert schedule_warning(for_run(qwen3, ["num_batches=1000"])) is None  # derived: follows the run
-    assert schedule_warning(for_run(qwen3, ["learning_rate_schedule_steps=300"])) is None  # longer: fine
+    assert schedule_warning(RunSpec.requested(qwen3, ["num_batches=1000"]).recipe) is None  # derived: follows the run
+    assert schedule_warning(RunSpec.requested(qwen3, ["learning_rate_schedule_steps=300"]).recipe) is None  # longer: fine
     # -1 is MaxText's default: 0.2.3 makes it `steps`, 150_001 (the 1e-8 above); 0.2.4 the run's steps.
-    assert "ends inside the warmup" in schedule_warning(for_run(qwen3, ["learning_rate_schedule_steps=-1"]))
+    assert "ends inside the warmup" in schedule_warning(RunSpec.requested(qwen3, ["learning_rate_schedule_steps=-1"]).recipe)
     result = CliRunner().invoke(app, ["render", "qwen3-v6e32", "--out", "-", "--set", "num_batches=1000",
                                       "--set", "learning_rate_schedule_steps=100"])
     assert result.exit_code == 0

@@ -12,6 +12,7 @@ import pytest
 from tpu_rl import jobs
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import UserError, build_recipes, example_settings
+from tpu_rl.recipes.run_spec import RunSpec
 
 SETTINGS = example_settings()
 
@@ -41,7 +42,7 @@ EXAMPLES = [
 def test_the_last_step_follows_every_factor_of_train_rls_step_count(num_batches, overrides, steps):
     recipe = recipe_with("llama31-v6e8", *overrides, num_batches=num_batches)
     assert recipe.last_step == steps
-    paths = ArtifactPaths(recipe, SETTINGS)
+    paths = ArtifactPaths(RunSpec.of_catalog(recipe), SETTINGS)
     export = jobs.maxtext_commands(recipe, paths)["export"]
     assert export.value("load_parameters_path").endswith(f"/checkpoints/actor/{steps}/model_params/")
 

@@ -1,4 +1,4 @@
-"""Runs (recipes/runs.py): the run name and what it hashes, the conversion runs share, --set and the shipped
+"""Runs (recipes/runs.py, recipes/run_spec.py): the run name and what it hashes, the conversion runs share, --set and the shipped
 MaxText key lists, and what the names, labels and paths of a run are. Pure: no cloud."""
 
 from __future__ import annotations
@@ -16,16 +16,14 @@ from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import STEPS, UserError, all_recipes, example_settings, get_recipe
 from tpu_rl.recipes.conventions import MAX_JOBSET_NAME
 from tpu_rl.recipes.schedule import SCHEDULE_KEY
+from tpu_rl.recipes.run_spec import RunSpec, default_run_name, run_name
 from tpu_rl.recipes.runs import (
     KEY_LIST_DIR,
     MAX_RUN_NAME,
     PIPELINE_KEYS,
     RL_FIELDS,
     check_run_name,
-    default_run_name,
-    for_run,
     maxtext_keys,
-    run_name,
 )
 from tpu_rl.scripts.pipeline.record import git_commit, redacted
 
@@ -35,12 +33,21 @@ LLAMA = get_recipe("llama31-v6e8")  # MaxText 0.2.3
 VERSIONS = sorted({recipe.maxtext_version for recipe in all_recipes().values()} | {"0.2.3", "0.2.4"})
 
 
-def paths(recipe) -> ArtifactPaths:
-    return ArtifactPaths(recipe, SETTINGS)
+def of(recipe) -> RunSpec:
+    """The recipe's own run, as recipes.toml defines it."""
+    return RunSpec.of_catalog(recipe)
 
 
-def train_value(recipe, key: str) -> str:
-    return train_command(recipe, paths(recipe)).value(key)
+def requested(recipe, sets=(), run=None) -> RunSpec:
+    return RunSpec.requested(recipe, sets, run)
+
+
+def paths(spec: RunSpec) -> ArtifactPaths:
+    return ArtifactPaths(spec, SETTINGS)
+
+
+def train_value(spec: RunSpec, key: str) -> str:
+    return train_command(spec.recipe, paths(spec)).value(key)
 
 
 # --- the shipped key lists ------------------------------------------------------------------------------
@@ -78,17 +85,18 @@ def test_every_recipe_override_is_in_its_releases_key_list(name):
 
 def test_every_key_the_train_command_derives_is_refused_or_maps_to_the_rl_table():
     # learning_rate_schedule_steps is derived only while no override sets it (recipes/schedule.py).
-    derived = [item.partition("=")[0] for item in train_command(QWEN, paths(QWEN)).overrides
+    derived = [item.partition("=")[0] for item in train_command(QWEN, paths(of(QWEN))).overrides
                if item not in QWEN.rl.overrides]
     assert derived and [key for key in derived
                         if key not in PIPELINE_KEYS and key not in RL_FIELDS and key != SCHEDULE_KEY] == []
 
 
 def test_a_set_schedule_length_replaces_the_derived_one_and_follows_no_step_count():
-    recipe = for_run(QWEN, ["num_batches=1000", "learning_rate_schedule_steps=300"])
-    items = [item for item in train_command(recipe, paths(recipe)).overrides if item.startswith(SCHEDULE_KEY + "=")]
+    recipe = requested(QWEN, ["num_batches=1000", "learning_rate_schedule_steps=300"])
+    items = [item for item in train_command(recipe.recipe, paths(recipe)).overrides
+             if item.startswith(SCHEDULE_KEY + "=")]
     assert items == ["learning_rate_schedule_steps=300"]
-    derived = [item for item in train_command(for_run(QWEN, ["num_batches=1000"]), paths(QWEN)).overrides
+    derived = [item for item in train_command(requested(QWEN, ["num_batches=1000"]).recipe, paths(of(QWEN))).overrides
                if item.startswith(SCHEDULE_KEY + "=")]
     assert derived == ["learning_rate_schedule_steps=2000"]  # the recipe's ratio 2 x 1000 steps
 
@@ -97,7 +105,7 @@ def test_a_set_schedule_length_replaces_the_derived_one_and_follows_no_step_coun
 
 def test_an_unknown_key_is_refused_naming_it_and_the_closest_valid_keys():
     with pytest.raises(UserError) as error:
-        for_run(QWEN, ["learning_rat=1e-5"])
+        requested(QWEN, ["learning_rat=1e-5"])
     message = str(error.value)
     assert message.startswith("--set learning_rat: not a key MaxText 0.2.4's train_rl accepts; closest: learning_rate")
     assert "\n" not in message
@@ -105,95 +113,95 @@ def test_an_unknown_key_is_refused_naming_it_and_the_closest_valid_keys():
 
 def test_an_unknown_rl_sub_key_is_refused_although_maxtext_would_drop_it():
     with pytest.raises(UserError, match=r"--set rl\.num_generaitons: .*closest: rl\.num_generations"):
-        for_run(QWEN, ["rl.num_generaitons=8"])
+        requested(QWEN, ["rl.num_generaitons=8"])
 
 
 def test_keys_are_checked_against_the_recipes_own_release():
-    for_run(QWEN, ["data_template_path=maxtext/examples/chat_templates/gsm8k_rl.json"])
+    requested(QWEN, ["data_template_path=maxtext/examples/chat_templates/gsm8k_rl.json"])
     with pytest.raises(UserError, match="MaxText 0.2.3"):
-        for_run(LLAMA, ["data_template_path=maxtext/examples/chat_templates/gsm8k_rl.json"])
+        requested(LLAMA, ["data_template_path=maxtext/examples/chat_templates/gsm8k_rl.json"])
 
 
 @pytest.mark.parametrize("key", sorted(PIPELINE_KEYS))
 def test_keys_that_tpu_rl_sets_are_refused_with_the_reason(key):
     with pytest.raises(UserError) as error:
-        for_run(QWEN, [f"{key}=x"])
+        requested(QWEN, [f"{key}=x"])
     assert str(error.value) == f"--set {key} is refused: {PIPELINE_KEYS[key]}"
 
 
 def test_checkpointing_cannot_be_switched_off():
     with pytest.raises(UserError, match="enable_checkpointing=false leaves no checkpoint"):
-        for_run(QWEN, ["enable_checkpointing=false"])
+        requested(QWEN, ["enable_checkpointing=false"])
 
 
 def test_a_set_without_a_value_is_refused():
     with pytest.raises(UserError, match="--set 'learning_rate' is not KEY=VALUE"):
-        for_run(QWEN, ["learning_rate"])
+        requested(QWEN, ["learning_rate"])
 
 
 def test_a_set_key_the_recipe_sets_gets_the_new_value_once_and_later_wins():
     assert "learning_rate=2e-5" in QWEN.rl.overrides
-    recipe = for_run(QWEN, ["learning_rate=3e-5", "learning_rate=1e-5"])
-    overrides = train_command(recipe, paths(recipe)).overrides
+    recipe = requested(QWEN, ["learning_rate=3e-5", "learning_rate=1e-5"])
+    overrides = train_command(recipe.recipe, paths(recipe)).overrides
     assert [item for item in overrides if item.startswith("learning_rate=")] == ["learning_rate=1e-5"]
     assert recipe.sets == ("learning_rate=3e-5", "learning_rate=1e-5")
 
 
 def test_the_step_count_export_and_progress_follow_set():
     assert QWEN.train_steps == 50
-    fewer = for_run(QWEN, ["num_batches=20"])
-    assert fewer.train_steps == 20 and train_value(fewer, "num_batches") == "20"
+    fewer = requested(QWEN, ["num_batches=20"])
+    assert fewer.recipe.train_steps == 20 and train_value(fewer, "num_batches") == "20"
     assert paths(fewer).final_params.endswith("/checkpoints/actor/20/model_params/")
-    export = jobs.maxtext_commands(fewer, paths(fewer))["export"]
+    export = jobs.maxtext_commands(fewer.recipe, paths(fewer))["export"]
     assert export.value("load_parameters_path") == paths(fewer).final_params
-    assert for_run(QWEN, ["train_fraction=0.5"]).train_steps == 25
+    assert requested(QWEN, ["train_fraction=0.5"]).recipe.train_steps == 25
     # 0.2.4 reads num_iterations as rl.num_iterations too: one setting, whichever spelling --set uses
-    recipe = for_run(QWEN, ["rl.num_iterations=2"])
-    assert for_run(recipe, ["num_iterations=3"]).train_steps == 150
+    spec = requested(QWEN, ["rl.num_iterations=2"])
+    assert spec.with_sets(["num_iterations=3"]).recipe.train_steps == 150
 
 
 def test_a_step_factor_that_is_not_a_number_is_refused():
     with pytest.raises(UserError, match=r"--set train_fraction=half: train_fraction takes a finite float > 0\.0 and <= 1\.0 "
                                         r"in MaxText 0\.2\.4, not the string 'half'"):
-        for_run(QWEN, ["train_fraction=half"])
+        requested(QWEN, ["train_fraction=half"])
 
 
 # --- run names -----------------------------------------------------------------------------------------
 
 def test_the_default_run_name_is_the_recipe_and_a_short_hash():
-    name = run_name(QWEN)
-    assert re.fullmatch(r"qwen3-v6e32-[0-9a-f]{7}", name) and name == default_run_name(QWEN)
-    assert train_value(QWEN, "run_name") == name
+    name = run_name(of(QWEN))
+    assert re.fullmatch(r"qwen3-v6e32-[0-9a-f]{7}", name) and name == default_run_name(of(QWEN))
+    assert train_value(of(QWEN), "run_name") == name
 
 
 def test_a_changed_setting_gives_a_new_run_and_the_same_settings_the_same_run():
-    changed = for_run(QWEN, ["learning_rate=1e-5"])
-    assert run_name(changed) != run_name(QWEN)
-    assert run_name(for_run(QWEN, ["learning_rate=1e-5"])) == run_name(changed)
-    assert run_name(for_run(QWEN, ["learning_rate=2e-5"])) == run_name(QWEN)  # the recipe's own value
-    assert run_name(for_run(QWEN, ["num_batches=51"])) != run_name(QWEN)
+    changed = requested(QWEN, ["learning_rate=1e-5"])
+    assert run_name(changed) != run_name(of(QWEN))
+    assert run_name(requested(QWEN, ["learning_rate=1e-5"])) == run_name(changed)
+    assert run_name(requested(QWEN, ["learning_rate=2e-5"])) == run_name(of(QWEN))  # the recipe's own value
+    assert run_name(requested(QWEN, ["num_batches=51"])) != run_name(of(QWEN))
     reordered = QWEN.rl.model_copy(update={"overrides": tuple(reversed(QWEN.rl.overrides))})
-    assert run_name(QWEN.model_copy(update={"rl": reordered})) == run_name(QWEN)
+    assert run_name(of(QWEN.model_copy(update={"rl": reordered}))) == run_name(of(QWEN))
 
 
 def test_capacity_and_checkpoint_period_do_not_change_the_run():
-    assert run_name(QWEN.model_copy(update={"capacity": ("spot",)})) == run_name(QWEN)
-    period = for_run(QWEN, ["checkpoint_period=5"])
-    assert run_name(period) == run_name(QWEN) and train_value(period, "checkpoint_period") == "5"
+    assert run_name(of(QWEN.model_copy(update={"capacity": ("spot",)}))) == run_name(of(QWEN))
+    period = requested(QWEN, ["checkpoint_period=5"])
+    assert run_name(period) == run_name(of(QWEN)) and train_value(period, "checkpoint_period") == "5"
 
 
 def test_the_image_patches_and_shape_change_the_run():
     release = QWEN.maxtext.model_copy(update={"image": QWEN.maxtext.image + "-rebuilt"})
-    assert run_name(QWEN.model_copy(update={"maxtext": release})) != run_name(QWEN)
-    assert run_name(QWEN.model_copy(update={"patches": ()})) != run_name(QWEN)
+    assert run_name(of(QWEN.model_copy(update={"maxtext": release}))) != run_name(of(QWEN))
+    assert run_name(of(QWEN.model_copy(update={"patches": ()}))) != run_name(of(QWEN))
     shape = QWEN.shape.model_copy(update={"slices": 2})
-    assert run_name(QWEN.model_copy(update={"shape": shape})) != run_name(QWEN)
+    assert run_name(of(QWEN.model_copy(update={"shape": shape}))) != run_name(of(QWEN))
 
 
 def test_run_chooses_the_name_and_keeps_the_settings():
-    recipe = for_run(QWEN, ["learning_rate=1e-5"], "lr-1e5")
+    recipe = requested(QWEN, ["learning_rate=1e-5"], "lr-1e5")
     assert run_name(recipe) == train_value(recipe, "run_name") == "lr-1e5"
-    assert "learning_rate=1e-5" in recipe.rl.overrides
+    assert "learning_rate=1e-5" in recipe.recipe.rl.overrides
 
 
 @pytest.mark.parametrize("name", ["", "a", "A1", "1st-run", "run_2", "run-", "-run", "a/b", "${oc.env:X}", "true",
@@ -213,15 +221,15 @@ def test_a_good_run_name_is_kept(name):
 def test_every_jobset_name_fits_even_for_the_longest_recipe_and_run_names(recipe_name):
     recipe = get_recipe(recipe_name)
     longest = recipe.model_copy(update={"name": "r" * 20})
-    for candidate in (recipe, longest, for_run(longest, [], "r" * MAX_RUN_NAME)):
+    for candidate in (of(recipe), of(longest), requested(longest, [], "r" * MAX_RUN_NAME)):
         assert all(len(jobs.jobset_name(candidate, step)) <= MAX_JOBSET_NAME for step in STEPS)
 
 
 # --- what runs share, and what is theirs -----------------------------------------------------------------
 
 def test_runs_share_the_conversion_and_keep_their_own_outputs():
-    other = for_run(QWEN, ["learning_rate=1e-5"])
-    one, two = paths(QWEN), paths(other)
+    other = requested(QWEN, ["learning_rate=1e-5"])
+    one, two = paths(of(QWEN)), paths(other)
     assert re.fullmatch(r"gs://tpu-rl-example-artifacts/qwen3-30b-a3b/max-text-format/0\.2\.4-scan-[0-9a-f]{7}/",
                         one.converted)
     assert one.converted == two.converted and one.progress_marker("convert") == two.progress_marker("convert")
@@ -230,22 +238,22 @@ def test_runs_share_the_conversion_and_keep_their_own_outputs():
         assert getattr(one, where) != getattr(two, where), where
     assert two.tensorboard == f"gs://tpu-rl-example-artifacts/qwen3-30b-a3b/trained/{run_name(other)}/tensorboard/"
     assert two.hf_export == f"gs://tpu-rl-example-artifacts/qwen3-30b-a3b/hf-trained/{run_name(other)}/"
-    first, second = jobs.render_manifests(QWEN, SETTINGS), jobs.render_manifests(other, SETTINGS)
+    first, second = jobs.render_manifests(of(QWEN), SETTINGS), jobs.render_manifests(other, SETTINGS)
     assert first["convert"] == second["convert"]  # one shared convert JobSet, same name, same spec
     for step in ("train", "export"):
         assert first[step]["metadata"]["name"] != second[step]["metadata"]["name"]
 
 
 def test_what_conversion_depends_on_changes_its_directory():
-    unscanned = paths(get_recipe("gemma4-v6e64")).converted
+    unscanned = paths(of(get_recipe("gemma4-v6e64"))).converted
     assert re.search(r"/gemma4-26b/max-text-format/0\.2\.4-unscanned-[0-9a-f]{7}/$", unscanned)
     model = QWEN.model.model_copy(update={"hf_repo": "Qwen/Qwen3-30B-A3B-Thinking-2507"})
-    assert paths(QWEN.model_copy(update={"model": model})).converted != paths(QWEN).converted
+    assert paths(of(QWEN.model_copy(update={"model": model}))).converted != paths(of(QWEN)).converted
 
 
 def test_train_and_export_carry_the_run_label_and_convert_the_conversion_label():
-    rendered = jobs.render_manifests(QWEN, SETTINGS)
-    run = run_name(QWEN)
+    rendered = jobs.render_manifests(of(QWEN), SETTINGS)
+    run = run_name(of(QWEN))
     for step, manifest in rendered.items():
         labels = manifest["metadata"]["labels"]
         pod_labels = [job["template"]["spec"]["template"]["metadata"]["labels"]
@@ -260,22 +268,22 @@ def test_train_and_export_carry_the_run_label_and_convert_the_conversion_label()
 
 
 def test_the_spec_digest_changes_with_the_spec_only():
-    def digests(recipe):
+    def digests(spec):
         return {step: m["metadata"]["annotations"][SPEC_DIGEST_ANNOTATION]
-                for step, m in jobs.render_manifests(recipe, SETTINGS).items()}
+                for step, m in jobs.render_manifests(spec, SETTINGS).items()}
 
-    same, changed = digests(QWEN), digests(for_run(QWEN, ["learning_rate=1e-5"], run_name(QWEN)))
-    assert same == digests(QWEN) and all(re.fullmatch(r"[0-9a-f]{64}", value) for value in same.values())
+    same, changed = digests(of(QWEN)), digests(requested(QWEN, ["learning_rate=1e-5"], run_name(of(QWEN))))
+    assert same == digests(of(QWEN)) and all(re.fullmatch(r"[0-9a-f]{64}", value) for value in same.values())
     assert changed["convert"] == same["convert"] and changed["train"] != same["train"]
 
 
 def test_the_vm_script_of_another_run_skips_the_shared_conversion():
     # (the VM runs the recipe's own run; a render with --set shows what another would do)
-    other = for_run(LLAMA, ["learning_rate=1e-6"])
+    other = requested(LLAMA, ["learning_rate=1e-6"])
     script = jobs.render_startup_script(other, SETTINGS)
-    assert f"step_done {paths(LLAMA).progress_marker('convert')}; then" in script
+    assert f"step_done {paths(of(LLAMA)).progress_marker('convert')}; then" in script
     assert f"step_done {paths(other).progress_marker('train')}; then" in script
-    assert paths(other).progress_marker("train") != paths(LLAMA).progress_marker("train")
+    assert paths(other).progress_marker("train") != paths(of(LLAMA)).progress_marker("train")
     assert f"run {run_name(other)}" in script.splitlines()[1]
 
 

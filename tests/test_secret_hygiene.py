@@ -25,6 +25,7 @@ import pytest
 
 from cli_helpers import make_review_clone
 from forked_cli import WarmPool
+from peers.settings import spec_of
 from tpu_rl.jobs import render_manifests
 from tpu_rl.jobs.paths import ArtifactPaths
 from peers.fixtures import (SETTINGS, TOKEN, TRACEBACK, VENV_BIN, clean_environment, deploy_vm, jobset_of,
@@ -128,7 +129,7 @@ def session(tmp_path_factory, warm_cli) -> Session:
         # The VM recipe's view: its instance and serial console (where the startup script logs).
         vm = (env["ZONE"], load_settings(env=env).vm_name)
         deploy_vm(peers.google, env)
-        vm_run = ArtifactPaths(get_recipe(VM_RECIPE), load_settings(env=env)).run_name
+        vm_run = ArtifactPaths(spec_of(get_recipe(VM_RECIPE)), load_settings(env=env)).run_name
         peers.google.serial[vm] = f"boot\ntpu-rl: 2026-11-30T00:00:00Z {vm_run} convert: starting\nconverting\n"
         _run(session, f"status {VM_RECIPE}", _tpu_rl("status", VM_RECIPE), env, work)
         _run(session, f"logs {VM_RECIPE}", _tpu_rl("logs", VM_RECIPE, "convert"), env, work)
@@ -229,7 +230,7 @@ def _containers(manifest: dict) -> list[dict]:
 @pytest.mark.parametrize("recipe", [r for r in all_recipes().values() if r.platform == "gke"], ids=lambda r: r.name)
 def test_manifests_reference_the_token_only_through_a_secret_key_ref(recipe):
     token_reference = {"secretKeyRef": {"name": HF_TOKEN_K8S_SECRET, "key": HF_TOKEN_ENV}}
-    for step, manifest in render_manifests(recipe, example_settings()).items():
+    for step, manifest in render_manifests(spec_of(recipe), example_settings()).items():
         for container in _containers(manifest):
             for variable in container.get("env", []):
                 if "TOKEN" in variable["name"].upper():
@@ -239,6 +240,6 @@ def test_manifests_reference_the_token_only_through_a_secret_key_ref(recipe):
         for volume in (rjob["template"]["spec"]["template"]["spec"].get("volumes", [])
                        for rjob in manifest["spec"]["replicatedJobs"]):
             assert all("secret" not in v for v in volume), "the token reaches containers as env, from the Secret"
-    main_steps = [c for m in render_manifests(recipe, example_settings()).values() for c in _containers(m)
+    main_steps = [c for m in render_manifests(spec_of(recipe), example_settings()).values() for c in _containers(m)
                   if any(v.get("valueFrom") == token_reference for v in c.get("env", []))]
     assert main_steps, "no container receives the token at all"

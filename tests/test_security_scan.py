@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from peers.settings import spec_of
 from tpu_rl.jobs import render_manifests
 from tpu_rl.recipes import all_recipes, example_settings
 
@@ -163,7 +164,7 @@ def manifests_dir(tmp_path_factory) -> Path:
     for recipe in all_recipes().values():
         if recipe.platform != "gke":
             continue
-        for step, jobset in render_manifests(recipe, settings).items():
+        for step, jobset in render_manifests(spec_of(recipe), settings).items():
             documents = [jobset, *jobs_of(jobset)]
             (out / f"{recipe.name}-{step}.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))
     return out
@@ -331,7 +332,7 @@ def test_network_policy_entries_are_gaps_because_convert_and_export_pods_are_not
     ordinary = sorted(
         f"{recipe.name} {step}"
         for recipe in all_recipes().values() if recipe.platform == "gke"
-        for step, jobset in render_manifests(recipe, settings).items()
+        for step, jobset in render_manifests(spec_of(recipe), settings).items()
         for rjob in jobset["spec"]["replicatedJobs"]
         if not rjob["template"]["spec"]["template"]["spec"].get("hostNetwork")
     )

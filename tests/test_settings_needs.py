@@ -19,7 +19,7 @@ import pytest
 
 from cli_helpers import make_review_clone
 from forked_cli import WarmPool
-from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers
+from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers, spec_of
 from tpu_rl.recipes.needs import NEEDS, RULES, needs
 from tpu_rl.recipes.setting_specs import SPECS
 
@@ -192,7 +192,7 @@ def test_status_of_a_jobset_waiting_for_kueue_reads_only_what_status_needs(cloud
     from tpu_rl.scripts.cli import app
 
     cloud["kube"].plan(jobset_of(GKE, "train"), outcome="hang", admitted_after=10_000, capacity="reservation")
-    cloud["kube"].put_jobset(render_manifests(load_settings_for(GKE), peer_settings())["train"], "running")
+    cloud["kube"].put_jobset(render_manifests(spec_of(load_settings_for(GKE)), peer_settings())["train"], "running")
     full = CliRunner().invoke(app, ["status", GKE])
     assert full.exit_code == 0 and "train: " in full.output, full.output
     for key in set(SETTINGS) - {ENV_OF[name] for name in needs("status")}:

@@ -16,10 +16,11 @@ import pytest
 import yaml
 from conftest import resources
 
+from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.jobs.evaluate import eval_jobset
 from tpu_rl.recipes import all_recipes, example_settings
-from tpu_rl.recipes.runs import run_name
+from tpu_rl.recipes.run_spec import run_name
 
 GKE = ["qwen3-v6e32", "gemma4-v6e64"]
 SETTINGS = example_settings()
@@ -59,7 +60,7 @@ def schedulable(pod: dict, pool: dict) -> bool:
 def pod_specs(name: str) -> dict[str, dict]:
     """Every pod template the pipeline submits for a recipe: its three steps and an eval, by step/job."""
     recipe = all_recipes()[name]
-    sets = {**jobs.render_manifests(recipe, SETTINGS), "eval": eval_jobset(recipe, SETTINGS, run_name(recipe), 10)}
+    sets = {**jobs.render_manifests(spec_of(recipe), SETTINGS), "eval": eval_jobset(spec_of(recipe), SETTINGS, 10)}
     return {f"{step}/{rjob['name']}": rjob["template"]["spec"]["template"]["spec"]
             for step, jobset in sets.items() for rjob in jobset["spec"]["replicatedJobs"]}
 

@@ -17,6 +17,7 @@ import pytest
 from conftest import USER_ENV, data_only_recipes, synthesize
 from terraform_cli import check_stack, check_stacks, planned
 
+from peers.settings import spec_of
 from tpu_rl.jobs import render_startup_script
 from tpu_rl.recipes import all_recipes
 from tpu_rl.recipes.settings import load_settings
@@ -75,7 +76,7 @@ def test_terraform_reads_the_vm_startup_script_as_rendered(user_runs, user_setti
     (instance,) = [change for change in plan["resource_changes"]
                    if change["address"].startswith("terraform_data.google_compute_instance__")]
     script = instance["change"]["after"]["input"]["metadata_startup_script"]
-    assert script == render_startup_script(user_recipes[stack], user_settings)
+    assert script == render_startup_script(spec_of(user_recipes[stack]), user_settings)
     assert "${TPU_RL_GCS_RETRY_SECONDS:-10}" in script  # one of the shell expansions Terraform once refused
 
 

@@ -13,14 +13,14 @@ import re
 import pytest
 
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
-from peers.fixtures import EXPORT_SHARDS, peer_settings, put_step_output
+from peers.fixtures import EXPORT_SHARDS, peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe
 from tpu_rl.scripts.cloud.gcs import missing_outputs
 
 RECIPE = "qwen3-v6e32"
 ROOT = "gs://rl-test-artifacts/qwen3-30b-a3b/"
-RUN = ArtifactPaths(get_recipe(RECIPE), peer_settings()).run_name
-CONVERTED = ArtifactPaths(get_recipe(RECIPE), peer_settings()).converted
+RUN = ArtifactPaths(spec_of(get_recipe(RECIPE)), peer_settings()).run_name
+CONVERTED = ArtifactPaths(spec_of(get_recipe(RECIPE)), peer_settings()).converted
 assert re.fullmatch(rf"{re.escape(ROOT)}max-text-format/0\.2\.4-scan-[0-9a-f]{{7}}/", CONVERTED)
 CONVERTED_STEP = CONVERTED + "0/"  # to_maxtext saves step 0 under its output directory
 EXPORT = ROOT + f"hf-trained/{RUN}/"
@@ -28,7 +28,7 @@ EXPORT = ROOT + f"hf-trained/{RUN}/"
 
 @pytest.fixture
 def paths() -> ArtifactPaths:
-    return ArtifactPaths(get_recipe(RECIPE), peer_settings())
+    return ArtifactPaths(spec_of(get_recipe(RECIPE)), peer_settings())
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from cli_helpers import error_line
 from tpu_rl.jobs import render_startup_script
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from tpu_rl.jobs.vm import DONE, LOG_TAG, STARTING
-from peers.fixtures import SETTINGS, TOKEN, deploy_vm, peer_settings, put_step_output
+from peers.fixtures import SETTINGS, TOKEN, deploy_vm, peer_settings, put_step_output, spec_of
 from peers.vm_guest import Guest
 from tpu_rl.recipes import example_settings, get_recipe
 from tpu_rl.scripts.cli import app
@@ -23,7 +23,7 @@ from tpu_rl.scripts.outcome import ExitCode
 runner = CliRunner()
 RECIPE = "llama31-v6e8"
 VM = (SETTINGS["ZONE"], "rl-test-vm")
-PATHS = ArtifactPaths(get_recipe(RECIPE), peer_settings())
+PATHS = ArtifactPaths(spec_of(get_recipe(RECIPE)), peer_settings())
 RUN = PATHS.run_name
 ATTEMPT = "20261130T000000Z-1"
 
@@ -108,9 +108,10 @@ def vm(google, clock):
 def guest(tmp_path):
     """The real startup script for the test settings, run locally (tests/peers/vm_guest.py)."""
     settings = peer_settings()
-    return Guest(tmp_path / "vm", render_startup_script(get_recipe(RECIPE), settings), TOKEN,
-                 installed=get_recipe(RECIPE).maxtext_version,
-                 actor_checkpoints=ArtifactPaths(get_recipe(RECIPE), settings).actor_checkpoints)
+    spec = spec_of(get_recipe(RECIPE))
+    return Guest(tmp_path / "vm", render_startup_script(spec, settings), TOKEN,
+                 installed=spec.recipe.maxtext_version,
+                 actor_checkpoints=ArtifactPaths(spec, settings).actor_checkpoints)
 
 
 def boot_and_show(guest, gcs, google, **env) -> int:
@@ -157,12 +158,12 @@ def the_vm_goes_away(google):
 # -- the startup script for the example settings, as the script tests read and run it -------------------------
 EXAMPLE_SETTINGS = example_settings()
 SCRIPT_RECIPE = get_recipe(RECIPE)
-SCRIPT_PATHS = ArtifactPaths(SCRIPT_RECIPE, EXAMPLE_SETTINGS)
+SCRIPT_PATHS = ArtifactPaths(spec_of(SCRIPT_RECIPE), EXAMPLE_SETTINGS)
 SCRIPT_TOKEN = "hf_fake_token_for_the_test"
 
 
 def example_script() -> str:
-    return render_startup_script(SCRIPT_RECIPE, EXAMPLE_SETTINGS)
+    return render_startup_script(spec_of(SCRIPT_RECIPE), EXAMPLE_SETTINGS)
 
 
 # What `dpkg --audit` prints for a package an interrupted dpkg left unpacked (guillemj/dpkg 1.21.1 src/enquiry.c

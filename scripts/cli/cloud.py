@@ -21,7 +21,8 @@ from tpu_rl.scripts.outcome import Interrupted, PreflightFailed
 from tpu_rl.scripts.pipeline.platforms import platform_for
 
 if TYPE_CHECKING:
-    from tpu_rl.recipes import Recipe, Settings
+    from tpu_rl.recipes import Settings
+    from tpu_rl.recipes.run_spec import RunSpec
 
 POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
 RETRY_DELAY_ENV = "TPU_RL_RETRY_BASE_SECONDS"  # first backoff delay of API retries (default 1)
@@ -67,7 +68,7 @@ def _ask(question: str) -> bool:
 BucketUse = Literal["reads", "writes", "none"]
 
 
-def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"):
+def make_session(spec: RunSpec, settings: Settings, bucket: BucketUse = "reads"):
     """The one place a pipeline Session is built (tests replace sleeps through the env knobs above).
 
     A command that reads the bucket stops first, as `preflight` does, when GCS_BUCKET does not exist; one
@@ -81,7 +82,7 @@ def make_session(recipe: Recipe, settings: Settings, bucket: BucketUse = "reads"
                          request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False),
                          reach_seconds=reach_seconds())
     clients = Clients(settings, reach_seconds=policy.reach_seconds)
-    session = Session(recipe, settings, clients, console=make_console(), policy=policy,
+    session = Session(spec, settings, clients, console=make_console(), policy=policy,
                       poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
                       maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, MAINTENANCE_GRACE_SECONDS, zero_allowed=True),
                       confirm=_ask if _stdin_is_a_terminal() else None)
@@ -133,18 +134,18 @@ def secret_set() -> None:
 def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
                 bucket: BucketUse = "reads", rewards: Optional[str] = None, data_processor: Optional[str] = None,
                 unchecked_imports: bool = False, unusual_values: bool = False):
-    """The Session of one run of `command`: the recipe as the settings, --set, --run, --rewards and
-    --data-processor make it; a reward file is checked (scripts/rewards/check.py) before anything reaches
+    """The Session of one run of `command`: the RunSpec the settings, --set, --run, --rewards and
+    --data-processor make; a reward file is checked (scripts/rewards/check.py) before anything reaches
     the cloud. The settings are what `command` needs (core.cloud_recipe); a command that needs the bucket
     stops first when it does not exist (make_session). A --run names a run that exists, except in `run`
     (tpu_rl.scripts.pipeline.runs.require_run)."""
     from tpu_rl.recipes.needs import needs
     from tpu_rl.scripts.cli.run_input import run_recipe
 
-    recipe, settings = run_recipe(command, recipe_name, sets, run_name, rewards, data_processor, unchecked_imports,
-                                  unusual_values)
-    uses_bucket = "gcs_bucket" in needs(command, recipe.platform)
-    session = make_session(recipe, settings, bucket if uses_bucket else "none")
+    spec, settings = run_recipe(command, recipe_name, sets, run_name, rewards, data_processor, unchecked_imports,
+                                unusual_values)
+    uses_bucket = "gcs_bucket" in needs(command, spec.recipe.platform)
+    session = make_session(spec, settings, bucket if uses_bucket else "none")
     if run_name is not None and command != "run":  # only `run` starts a run; the others read one
         from tpu_rl.scripts.pipeline.runs import require_run
 
@@ -181,25 +182,25 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     if show_manifests and not dry_run:
         raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
                         f"with `tpu-rl render {recipe_name} --out -`")
-    recipe, settings = run_recipe("run", recipe_name, sets, run_name, rewards, data_processor, unchecked_imports,
-                                  unusual_values)
-    platform = platform_for(recipe)
-    platform.check_run_request(recipe, sets or (), run_name)
-    console, warning = make_console(), schedule_warning(recipe)
+    spec, settings = run_recipe("run", recipe_name, sets, run_name, rewards, data_processor, unchecked_imports,
+                                unusual_values)
+    platform = platform_for(spec.recipe)
+    platform.check_run_request(spec)
+    console, warning = make_console(), schedule_warning(spec.recipe)
     if warning:
         console.print(f"[yellow]{warning}[/]")
     if dry_run:  # with no credentials, bucket, cluster or VM too: priced from the recipe (pipeline/dry_run.py)
         from tpu_rl.scripts.pipeline.dry_run import dry_run as show_plan
 
-        show_plan(recipe, settings, lambda: make_session(recipe, settings, "writes"), console, wanted,
+        show_plan(spec, settings, lambda: make_session(spec, settings, "writes"), console, wanted,
                   replace=replace, show_manifests=show_manifests)
     else:
         from tpu_rl.recipes.cost import costly_run_warning
 
-        costly = costly_run_warning(recipe)  # a dry run prints it with its total; a run before it submits
+        costly = costly_run_warning(spec)  # a dry run prints it with its total; a run before it submits
         if costly:
             console.print(f"[yellow]{costly}[/]")
-        platform.run(make_session(recipe, settings, "writes"), wanted, replace=replace, follow_logs=follow_logs,
+        platform.run(make_session(spec, settings, "writes"), wanted, replace=replace, follow_logs=follow_logs,
                      dry_run=False, show_manifests=False, detach=detach)
 
 
@@ -216,11 +217,10 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     recipe = get_recipe(recipe_name)
     platform_for(recipe).check_eval(recipe)  # refused before any cloud is asked
     from tpu_rl.jobs.evaluate import model_items
-    from tpu_rl.recipes.runs import for_run
 
     session = run_session("eval", recipe_name, None, run_name)  # the run's --set items first (its record), then these
     models = model_items(session.recipe, tuple(sets or ()))  # weighed against the run's values (eval_sets)
-    for_run(session.recipe, tuple(item for item in sets or () if item not in models))  # before any cloud is asked
+    session.spec.with_sets(tuple(item for item in sets or () if item not in models))  # before any cloud is asked
     platform_for(session.recipe).evaluate(session, step, tuple(sets or ()))
 
 
@@ -302,9 +302,10 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from rich.table import Table
 
     recipe, settings = cloud_recipe("runs", recipe_name)  # refused before the clouds' libraries load
+    from tpu_rl.recipes.run_spec import RunSpec
     from tpu_rl.scripts.pipeline.runs import RESUMED_NOTE, best_of_sweep, list_runs, with_queue
 
-    session = make_session(recipe, settings)
+    session = make_session(RunSpec.of_catalog(recipe), settings)
     listing, queue_note = with_queue(session, list_runs(session))
     name = session.recipe.name
     if as_json:
@@ -359,7 +360,9 @@ def down(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     """Stop what a finished GKE recipe bills: destroy its stack (`npx cdktf destroy RECIPE`) once no run of it
     is active or queued, keeping the bucket; asks first unless --yes."""
     recipe, settings = cloud_recipe("down", recipe_name)
-    platform_for(recipe).down(make_session(recipe, settings, "none"), yes)
+    from tpu_rl.recipes.run_spec import RunSpec
+
+    platform_for(recipe).down(make_session(RunSpec.of_catalog(recipe), settings, "none"), yes)
 
 
 @app.command()

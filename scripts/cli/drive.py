@@ -103,8 +103,8 @@ def _ending(console, error: BaseException) -> tuple[int, str]:
 
 def _drive(console, path: Path, in_cluster: bool) -> None:
     from tpu_rl.recipes import STEPS, UserError
-    from tpu_rl.recipes.runs import for_run
-    from tpu_rl.recipes.user_files import UserFile, with_user_files
+    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.user_files import UserFile
     from tpu_rl.scripts.cli import cloud
     from tpu_rl.scripts.cli.core import cloud_recipe
     from tpu_rl.scripts.pipeline.platforms import platform_for
@@ -116,15 +116,15 @@ def _drive(console, path: Path, in_cluster: bool) -> None:
         raise UserError(f"the driver's request {path} cannot be read ({error}): start the run with `tpu-rl run`")
     recipe, settings = cloud_recipe("run", request["recipe"])
     # Checked by the `run` that created this driver: the same items make the same run.
-    recipe = for_run(recipe, request["sets"], request["run"]).model_copy(update={"sweep": request.get("sweep")})
+    spec = RunSpec.requested(recipe, request["sets"], request["run"]).with_sweep(request.get("sweep"))
     files = tuple(UserFile(kind=f["kind"], name=f["name"], content=(path.parent / f["name"]).read_text(),
                            functions=tuple(f["functions"]), source=f["source"], unchecked=f["unchecked"])
                   for f in request["user_files"])
-    recipe = with_user_files(recipe, files)
+    spec = spec.with_user_files(files)
     steps = tuple(step for step in STEPS if step in request["steps"])
-    session = cloud.make_session(recipe, settings, "writes")
+    session = cloud.make_session(spec, settings, "writes")
     session.console, session.confirm, session.driven = console, None, True  # no terminal: nothing is asked
     session.clients.in_cluster = in_cluster
     session.argv = request.get("command")  # run.json records the attaching `run`'s command line
     console.print(f"driver: tpu-rl {package_version()} drives run {session.paths.run_name} ({', '.join(steps)})")
-    platform_for(recipe).drive(session, steps, replace=request["replace"], follow_logs=request["follow_logs"])
+    platform_for(spec.recipe).drive(session, steps, replace=request["replace"], follow_logs=request["follow_logs"])

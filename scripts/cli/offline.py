@@ -128,7 +128,7 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help=UNCHECKED_IMPORTS_HELP)) -> None:
     """Write what `run` submits with the same options and current settings: convert.yaml, train.yaml and
     export.yaml (GKE), with user-files.yaml, the ConfigMap of --rewards/--data-processor; or startup.sh (VM)."""
-    from tpu_rl.recipes.runs import run_name as name_of
+    from tpu_rl.recipes.run_spec import run_name as name_of
     from tpu_rl.scripts.cli.run_input import run_of
     from tpu_rl.recipes.schedule import schedule_warning
     from tpu_rl.scripts.pipeline.platforms import platform_for
@@ -143,14 +143,14 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     settings = load_settings(allow_example=True, needs=needed)
     recipe = settings.with_capacity(recipe)
     settings.for_recipe(recipe, needed)
-    recipe = run_of(recipe, settings, sets, run_name, rewards, data_processor, unchecked_imports,
-                    usual_only=not unusual_values)
-    rendered = platform_for(recipe).render(recipe, settings)
-    warning = schedule_warning(recipe)
+    spec = run_of(recipe, settings, sets, run_name, rewards, data_processor, unchecked_imports,
+                  usual_only=not unusual_values)
+    rendered = platform_for(recipe).render(spec, settings)
+    warning = schedule_warning(spec.recipe)
     if warning:
         typer.echo(warning, err=True)
     note = " (example settings: export your own before `run`)" if settings.is_example else ""
-    what = f"for {recipe.name}, run {name_of(recipe)}, with settings from {settings.source}{note}"
+    what = f"for {recipe.name}, run {name_of(spec)}, with settings from {settings.source}{note}"
     if str(out) == STDOUT:
         typer.echo(rendered.stream, nl=False)
         say(f"rendered {rendered.what} {what}", err=True)

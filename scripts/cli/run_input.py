@@ -1,5 +1,5 @@
-"""What one run is, before any cloud is asked: the recipe as the settings, --set, --run, --rewards and
---data-processor make it, each file checked (scripts/rewards/check.py) with train_rl's config."""
+"""What one run is, before any cloud is asked: the RunSpec (recipes/run_spec.py) the settings, --set, --run,
+--rewards and --data-processor make, each file checked (scripts/rewards/check.py) with train_rl's config."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from typing import Optional
 
 import typer
 
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.scripts.cli.core import cloud_recipe
 
 
 def run_recipe(command: str, recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
                rewards: Optional[str] = None, data_processor: Optional[str] = None,
                unchecked_imports: bool = False, unusual_values: bool = False):
-    """The recipe of one run of `command` and the settings `command` needs (core.cloud_recipe)."""
+    """The RunSpec of one run of `command` and the settings `command` needs (core.cloud_recipe)."""
     recipe, settings = cloud_recipe(command, recipe_name)
     # Only `run` starts a run: the others find one by its --set items, as they were given to it.
     usual_only = command == "run" and not unusual_values
@@ -22,30 +23,29 @@ def run_recipe(command: str, recipe_name: str, sets: Optional[list[str]], run_na
 
 def run_of(recipe, settings, sets: Optional[list[str]], run_name: Optional[str], rewards: Optional[str] = None,
            data_processor: Optional[str] = None, unchecked_imports: bool = False, usual_only: bool = False):
-    """The recipe as --set, --run, --rewards and --data-processor make it under `settings`: what `run`
+    """The run --set, --run, --rewards and --data-processor make of the recipe under `settings`: what `run`
     submits, and what `render` writes with the same options."""
-    from tpu_rl.recipes.runs import for_run
-
-    recipe = for_run(recipe, sets or (), run_name, usual_only=usual_only)
+    spec = RunSpec.requested(recipe, sets or (), run_name, usual_only=usual_only)
     if rewards or data_processor:
-        recipe = checked_user_files(recipe, settings, rewards, data_processor, unchecked_imports)
-    return recipe
+        spec = checked_user_files(spec, settings, rewards, data_processor, unchecked_imports)
+    return spec
 
 
-def checked_user_files(recipe, settings, rewards: Optional[str], data_processor: Optional[str],
+def checked_user_files(spec: RunSpec, settings, rewards: Optional[str], data_processor: Optional[str],
                        unchecked_imports: bool = False):
-    """The recipe with the files, each checked (scripts/rewards/check.py) with train_rl's config as the
+    """The run with the files, each checked (scripts/rewards/check.py) with train_rl's config as the
     train command fills it; with `unchecked_imports`, a file importing a module this Python lacks is
     submitted unchecked, said here and in run.json."""
     import dataclasses
 
     from tpu_rl.jobs.maxtext import train_command
     from tpu_rl.jobs.paths import ArtifactPaths
-    from tpu_rl.recipes.user_files import read_user_files, with_user_files
+    from tpu_rl.recipes.user_files import read_user_files
     from tpu_rl.scripts.rewards.check import (UncheckedImport, check_inputs, check_processor, check_rewards,
                                        parse_data_processor, parse_rewards)
 
-    items = train_command(recipe, ArtifactPaths(recipe, settings)).overrides
+    recipe = spec.recipe
+    items = train_command(recipe, ArtifactPaths(spec, settings)).overrides
     inputs, rows = check_inputs(recipe, items=items), None
     processor = parse_data_processor(data_processor) if data_processor else None
     option = parse_rewards(rewards) if rewards else None
@@ -65,4 +65,4 @@ def checked_user_files(recipe, settings, rewards: Optional[str], data_processor:
         files[0], rows = checked(files[0], lambda: check_processor(processor, inputs))
     if option:
         files[-1], _ = checked(files[-1], lambda: check_rewards(option, inputs, rows))
-    return with_user_files(recipe, tuple(files))
+    return spec.with_user_files(tuple(files))

@@ -16,11 +16,12 @@ from tpu_rl.scripts.outcome import Interrupted, Outcome
 
 if TYPE_CHECKING:
     from tpu_rl.recipes import Recipe, Settings
+    from tpu_rl.recipes.run_spec import RunSpec
 
 
 @dataclass(frozen=True)
 class PricedRun:
-    recipe: Recipe
+    spec: RunSpec
     minutes: int
     usd: float  # its train and export: the conversion is the sweep's, priced once (SweepPlan)
 
@@ -56,7 +57,8 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
     (run_input.run_of), the runs distinct and sharing one conversion, and priced; UserError naming the
     run for the first that fails. Nothing reaches a cloud."""
     from tpu_rl.recipes.cost import pipeline_run_estimate
-    from tpu_rl.recipes.runs import conversion_key, run_identity, with_run
+    from tpu_rl.recipes.run_spec import run_identity
+    from tpu_rl.recipes.runs import conversion_key
     from tpu_rl.recipes.sweeps import check_distinct, check_sweepable, derived_name, sweep_name
     from tpu_rl.scripts.cli.run_input import run_of
     from tpu_rl.scripts.pipeline.platforms import platform_for
@@ -64,32 +66,32 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
     check_sweepable(recipe)
     file_name, wanted = _runs_of(grid, file)
     platform = platform_for(recipe)
-    recipes = []
+    specs = []
     for number, run in enumerate(wanted, 1):
         try:
-            run_recipe = run_of(recipe, settings, list(run.sets), run.name, rewards, data_processor,
-                                unchecked_imports, usual_only=not unusual_values)
+            spec = run_of(recipe, settings, list(run.sets), run.name, rewards, data_processor,
+                          unchecked_imports, usual_only=not unusual_values)
             if run.name is None:  # named from what it trains, the files included
-                taken = {earlier.run for earlier in recipes}
-                run_recipe = with_run(run_recipe, derived_name(run.sets, run_identity(run_recipe), taken))
-            platform.check_run_request(run_recipe, run.sets, run_recipe.run)
+                taken = {earlier.run for earlier in specs}
+                spec = spec.with_run(derived_name(run.sets, run_identity(spec), taken))
+            platform.check_run_request(spec)
         except UserError as error:
             given = " ".join(f"--set {item}" for item in run.sets) or "no --set"
             raise UserError(f"sweep run {number} of {len(wanted)} ({given}): {error}; nothing was started") from None
-        recipes.append(run_recipe)
-    check_distinct(recipes, f"--file {file}" if file else "--grid")
-    keys = {conversion_key(run_recipe) for run_recipe in recipes}
+        specs.append(spec)
+    check_distinct(specs, f"--file {file}" if file else "--grid")
+    keys = {conversion_key(spec.recipe) for spec in specs}
     if len(keys) > 1:  # no --set may change the model (recipes/runs.py PIPELINE_KEYS): a guard, not a path
         raise UserError(f"the sweep's runs need {len(keys)} conversions ({', '.join(sorted(keys))}): a sweep "
                         "shares one; sweep only keys that leave the model as it is")
-    swept = name or file_name or sweep_name(recipe.name, [run_recipe.run for run_recipe in recipes])
+    swept = name or file_name or sweep_name(recipe.name, [spec.run for spec in specs])
     priced = []
     convert_usd = 0.0
-    for run_recipe in recipes:
-        estimate = pipeline_run_estimate(run_recipe)
+    for spec in specs:
+        estimate = pipeline_run_estimate(spec)
         convert_usd = estimate.step("convert").usd
         own = [estimate.step(step) for step in STEPS if step != "convert"]
-        priced.append(PricedRun(run_recipe.model_copy(update={"sweep": swept}), sum(step.minutes for step in own),
+        priced.append(PricedRun(spec.with_sweep(swept), sum(step.minutes for step in own),
                                 sum(step.usd for step in own)))
     return SweepPlan(swept, priced, convert_usd)
 
@@ -115,9 +117,9 @@ def show_plan(console, plan: SweepPlan) -> None:
         table.add_column(column, no_wrap=column == "run")
     lines = []
     for number, run in enumerate(plan.runs, 1):
-        sets = ", ".join(run.recipe.sets) or "-"
-        table.add_row(str(number), escape(run.recipe.run), escape(sets), str(run.minutes), usd(run.usd))
-        lines.append(f"{number}. {escape(run.recipe.run)}: {escape(sets)}; {run.minutes} min, {usd(run.usd)}")
+        sets = ", ".join(run.spec.sets) or "-"
+        table.add_row(str(number), escape(run.spec.run), escape(sets), str(run.minutes), usd(run.usd))
+        lines.append(f"{number}. {escape(run.spec.run)}: {escape(sets)}; {run.minutes} min, {usd(run.usd)}")
     table_or_lines(console, table, title, lines)
     console.print(f"shared convert: {usd(plan.convert_usd)}, once for every run")
     console.print(f"expected: {usd(plan.total)} in all (train and export of each run, one convert)")
@@ -174,10 +176,10 @@ def run_warnings(plan: SweepPlan) -> list[str]:
 
     lines: list[str] = []
     for run in plan.runs:
-        line = schedule_warning(run.recipe)
+        line = schedule_warning(run.spec.recipe)
         if line and line not in lines:
             lines.append(line)
-    costly = [run.recipe.run for run in plan.runs if costly_run_warning(run.recipe)]
+    costly = [run.spec.run for run in plan.runs if costly_run_warning(run.spec)]
     if costly:
         lines.append(f"warning: {len(costly)} of the sweep's runs ({', '.join(costly)}) are estimated at "
                      f"{COSTLY_RATIO:g} times the recipe's own run or more: check the --set items that change "
@@ -192,12 +194,12 @@ def check_names_free(plan: SweepPlan, settings: Settings) -> None:
     from tpu_rl.scripts.cli.cloud import make_session
     from tpu_rl.scripts.pipeline.record import run_records, settings_clash
 
-    records = run_records(make_session(plan.runs[0].recipe, settings, "reads"))
+    records = run_records(make_session(plan.runs[0].spec, settings, "reads"))
     for run in plan.runs:
-        changes = settings_clash(run.recipe, records.get(run.recipe.run))
+        changes = settings_clash(run.spec, records.get(run.spec.run))
         if changes:
-            raise UserError(f"sweep {plan.name}: run '{run.recipe.run}' was started with other settings ({changes}; "
-                            f"see {ArtifactPaths(run.recipe, settings).run_record}): give it another name in the "
+            raise UserError(f"sweep {plan.name}: run '{run.spec.run}' was started with other settings ({changes}; "
+                            f"see {ArtifactPaths(run.spec, settings).run_record}): give it another name in the "
                             "sweep file, or leave its name out; nothing was started")
 
 
@@ -211,28 +213,28 @@ def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
 
     started: list[str] = []
     for run in plan.runs:
-        recipe = run.recipe
+        spec, recipe = run.spec, run.spec.recipe
         try:
-            session = make_session(recipe, settings, "writes")
+            session = make_session(spec, settings, "writes")
             platform_for(recipe).run(session, STEPS, replace=False, follow_logs=False, dry_run=False,
                                      show_manifests=False, detach=True)
         except (Outcome, UserError, KeyboardInterrupt) as error:
             interrupted = isinstance(error, KeyboardInterrupt)
             done = _started_line(recipe.name, started)
-            line = f"sweep {plan.name}: run {recipe.run} was not started ({'interrupted' if interrupted else error}); "
+            line = f"sweep {plan.name}: run {spec.run} was not started ({'interrupted' if interrupted else error}); "
             if interrupted or isinstance(error, UserError):
                 raise (Interrupted if interrupted else UserError)(line + done) from None
             ending = SweepNotStarted(line + done)
             ending.code = error.code  # the exit code of what stopped it
             raise ending from None
         except BaseException:  # anything else: the runs already started are named, then it goes on up
-            console.print(escape(f"sweep {plan.name}: run {recipe.run} was not started; "
+            console.print(escape(f"sweep {plan.name}: run {spec.run} was not started; "
                                  + _started_line(recipe.name, started)))
             raise
-        started.append(recipe.run)
-        console.print(f"started run {recipe.run} ({len(started)} of {len(plan.runs)})")
+        started.append(spec.run)
+        console.print(f"started run {spec.run} ({len(started)} of {len(plan.runs)})")
     console.print(f"sweep {plan.name}: {len(started)} runs started; Kueue trains them one after another, in "
-                  f"the order their drivers submit train. Follow them with `tpu-rl runs {plan.runs[0].recipe.name}`")
+                  f"the order their drivers submit train. Follow them with `tpu-rl runs {spec.recipe.name}`")
     console.print(escape(sweep_summary(session, plan)))
 
 
@@ -250,6 +252,6 @@ def sweep_summary(session, plan: SweepPlan) -> str:
     from tpu_rl.scripts.pipeline.record import run_records
 
     records = run_records(session)
-    runs = [summarize_run(session, run.recipe.run, {**(records.get(run.recipe.run) or {}), "sweep": plan.name})
+    runs = [summarize_run(session, run.spec.run, {**(records.get(run.spec.run) or {}), "sweep": plan.name})
             for run in plan.runs]
     return best_of_sweep(runs, plan.name)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from tpu_rl.recipes import Recipe, Settings, UserError
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.recipes.setting_checks import bucket_name_problem
 from tpu_rl.scripts.rundata.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
                                     run_directory)
@@ -55,7 +56,7 @@ def with_record(run: Run, recipe: Recipe, settings: Settings, storage) -> Run:
     from tpu_rl.scripts.outcome import ApiError
 
     try:
-        record = gcs.read_json(storage, ArtifactPaths(recipe.model_copy(update={"run": run.name}), settings).run_record)
+        record = gcs.read_json(storage, ArtifactPaths(RunSpec.in_bucket(recipe, run.name), settings).run_record)
     except ApiError:
         record = None
     if not record:
@@ -87,7 +88,7 @@ def sweep_runs(recipe: Recipe, settings: Settings, storage, sweep: str) -> list[
     from tpu_rl.jobs.paths import ArtifactPaths
     from tpu_rl.scripts.rundata.records import records_under
 
-    trained = ArtifactPaths(recipe, settings).trained
+    trained = ArtifactPaths(RunSpec.of_catalog(recipe), settings).trained
     found = sorted((record.get("created") or "", name) for name, record in records_under(storage, trained).items()
                    if record and record.get("sweep") == sweep and record.get("recipe") in (None, recipe.name))
     if not found:
@@ -114,7 +115,7 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
 
         settings = cloud_settings()
         storage = Clients(settings).storage()
-        runs = runs or ([] if sources or sweep else [ArtifactPaths(recipe, settings).run_name])
+        runs = runs or ([] if sources or sweep else [ArtifactPaths(RunSpec.of_catalog(recipe), settings).run_name])
         from tpu_rl.scripts.cloud.gcs import require_bucket, require_source_bucket
 
         if runs or sweep:  # read from GCS_BUCKET: stop first, as preflight does, when it does not exist

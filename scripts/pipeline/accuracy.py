@@ -87,7 +87,7 @@ def cloud_logging_text(session: Session, since: str | None) -> str:
     from tpu_rl.scripts.cloud.cloud_logging import container_filter
 
     recipe, settings = session.recipe, session.settings
-    prefix = f"{jobset_name(recipe, 'train')}-{main_replicated_job(recipe, 'train')}-"
+    prefix = f"{jobset_name(session.spec, 'train')}-{main_replicated_job(recipe, 'train')}-"
     try:
         start = datetime.fromisoformat(since) if since else None
     except ValueError:

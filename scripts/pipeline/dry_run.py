@@ -15,15 +15,16 @@ from tpu_rl.scripts.pipeline.platforms import platform_for
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tpu_rl.recipes import Recipe, Settings
+    from tpu_rl.recipes import Settings
+    from tpu_rl.recipes.run_spec import RunSpec
     from tpu_rl.scripts.pipeline.session import Session
 
 
-def dry_run(recipe: Recipe, settings: Settings, make_session: Callable[[], Session], console: Console,
+def dry_run(spec: RunSpec, settings: Settings, make_session: Callable[[], Session], console: Console,
             steps: tuple[Step, ...], *, replace: bool, show_manifests: bool) -> None:
     try:
         session = make_session()
-        platform_for(recipe).run(session, steps, replace=replace, follow_logs=False, dry_run=True,
+        platform_for(spec.recipe).run(session, steps, replace=replace, follow_logs=False, dry_run=True,
                                  show_manifests=show_manifests)
         return
     except (NotDeployed, ApiError) as error:
@@ -33,10 +34,10 @@ def dry_run(recipe: Recipe, settings: Settings, make_session: Callable[[], Sessi
         if ending is None:
             raise
         reason = ending[1]
-    offline_plan(recipe, settings, console, steps, reason, show_manifests)
+    offline_plan(spec, settings, console, steps, reason, show_manifests)
 
 
-def offline_plan(recipe: Recipe, settings: Settings, console: Console, steps: tuple[Step, ...], reason: str,
+def offline_plan(spec: RunSpec, settings: Settings, console: Console, steps: tuple[Step, ...], reason: str,
                  show_manifests: bool = False) -> None:
     """Every step of `steps` as if none had run yet, with its time and cost, and what it would submit."""
     from rich.markup import escape
@@ -44,13 +45,13 @@ def offline_plan(recipe: Recipe, settings: Settings, console: Console, steps: tu
     from tpu_rl.jobs.paths import ArtifactPaths
     from tpu_rl.scripts.pipeline.session import dry_run_costs
 
-    console.print(f"dry run of run {ArtifactPaths(recipe, settings).run_name}: nothing is submitted or written")
+    console.print(f"dry run of run {ArtifactPaths(spec, settings).run_name}: nothing is submitted or written")
     console.print(escape(f"not compared with what is deployed ({reason}): each step is priced as if it runs"))
-    costs, total = dry_run_costs(recipe, steps)
-    platform = platform_for(recipe)
+    costs, total = dry_run_costs(spec, steps)
+    platform = platform_for(spec.recipe)
     where = platform.step_target(settings)
     for step in STEPS:
         if step in steps:
             console.print(f"  {step}: {where}{costs[step]}")
     console.print(total)
-    platform.show_submissions(console, recipe, settings, steps, show_manifests)
+    platform.show_submissions(console, spec, settings, steps, show_manifests)

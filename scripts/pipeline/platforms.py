@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
+    from tpu_rl.recipes.run_spec import RunSpec
     from tpu_rl.scripts.pipeline.gke.billing import Idle
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
 
@@ -46,10 +47,10 @@ class Platform(Protocol):
     def images(self, recipe: Recipe) -> list[str]:
         """The container images the recipe pulls (preflight checks each exists); [] when it pulls none."""
 
-    def render(self, recipe: Recipe, settings: Settings) -> Rendered:
-        """What runs the recipe: JobSets, or a startup script. Pure (jobs/), no cloud."""
+    def render(self, spec: RunSpec, settings: Settings) -> Rendered:
+        """What runs the run: JobSets, or a startup script. Pure (jobs/), no cloud."""
 
-    def check_run_request(self, recipe: Recipe, sets: Iterable[str], run_name: Optional[str]) -> None:
+    def check_run_request(self, spec: RunSpec) -> None:
         """Refuse `run` options the platform cannot honour (UserError), before anything is submitted."""
 
     def runs_found(self, session: Session) -> Optional[tuple[str, set[str]]]:
@@ -63,7 +64,7 @@ class Platform(Protocol):
     def step_target(self, settings: Settings) -> str:
         """What runs a step, for a plan made without the cloud ("JobSet", the VM's startup script)."""
 
-    def show_submissions(self, console: Console, recipe: Recipe, settings: Settings, steps: tuple[Step, ...],
+    def show_submissions(self, console: Console, spec: RunSpec, settings: Settings, steps: tuple[Step, ...],
                          show_manifests: bool) -> None:
         """Print what `run` would submit for `steps` (a plan made without the cloud); nothing when it submits
         nothing of its own."""

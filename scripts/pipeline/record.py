@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from tpu_rl.recipes import Step, UserError, get_recipe
-from tpu_rl.recipes.runs import default_run_name, digest, run_identity
+from tpu_rl.recipes.run_spec import RunSpec, default_run_name, run_identity
+from tpu_rl.recipes.runs import digest
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
 from tpu_rl.scripts.pipeline.session import Session, differing_fields
@@ -90,9 +91,9 @@ class RunRecord:
         was written for other settings: the same name would resume another run's checkpoints."""
         paths = session.paths
         existing = gcs.read_json(session.clients.storage(), paths.run_record) or {}
-        changes = settings_clash(session.recipe, existing)
+        changes = settings_clash(session.spec, existing)
         if changes:
-            derived = default_run_name(session.recipe)
+            derived = default_run_name(session.spec)
             raise UserError(
                 f"run '{paths.run_name}' was started with other settings ({changes}; see {paths.run_record}): "
                 f"choose another name with --run NAME, or leave out --run to train as run '{derived}'")
@@ -100,19 +101,19 @@ class RunRecord:
 
     def _describe(self) -> dict:
         session = self.session
-        recipe, settings = session.recipe, session.settings
-        identity = run_identity(recipe)
+        spec, recipe, settings = session.spec, session.recipe, session.settings
+        identity = run_identity(spec)
         return {
             "format": RECORD_FORMAT,
             "run": session.paths.run_name,
-            "named_by": "--run" if recipe.run else "settings hash",
+            "named_by": "--run" if spec.run else "settings hash",
             "recipe": recipe.name,
             "identity": identity,
             "identity_sha256": digest(identity),
-            "overrides": {"recipe": list(get_recipe(recipe.name).rl.overrides), "set": list(recipe.sets),
+            "overrides": {"recipe": list(get_recipe(recipe.name).rl.overrides), "set": list(spec.sets),
                           "train": list(recipe.rl.overrides)},
             "train_steps": recipe.train_steps,
-            "recipe_as_run": recipe.model_dump(mode="json"),
+            "recipe_as_run": spec.as_recorded(),
             "settings": dataclasses.asdict(settings),
             "versions": {"maxtext": recipe.maxtext_version, "image": recipe.maxtext.image, "pip": recipe.maxtext.pip,
                          "pathways_tag": recipe.pathways_images.tag if recipe.pathways else None,
@@ -120,8 +121,8 @@ class RunRecord:
             "files": {file.kind: {"name": file.name, "functions": ",".join(file.functions), "sha256": file.sha256,
                                   "copy": user_file_copy(session, file.name),
                                   **({"unchecked": file.unchecked} if file.unchecked else {})}
-                      for file in recipe.user_files},
-            **({"sweep": recipe.sweep} if recipe.sweep else {}),  # kept when the run is resumed alone
+                      for file in spec.user_files},
+            **({"sweep": spec.sweep} if spec.sweep else {}),  # kept when the run is resumed alone
             "outputs": {"checkpoints": session.paths.actor_checkpoints, "tensorboard": session.paths.tensorboard,
                         "export": session.paths.hf_export, "conversion": session.paths.converted},
         }
@@ -136,7 +137,7 @@ class RunRecord:
         data.update(self._describe())
         data.setdefault("created", now)
         data.update(command=redacted(self.session.argv or sys.argv), started=now, ended=None, status="running", error=None)
-        for file in self.session.recipe.user_files:
+        for file in self.session.spec.user_files:
             gcs.write_text(self.session.clients.storage(), user_file_copy(self.session, file.name), file.content,
                            content_type="text/x-python")
         steps = data.setdefault("steps", {})
@@ -267,10 +268,10 @@ def cancellation_of(session: Session, jobset: str) -> str | None:
     return found[-1] if found else None
 
 
-def settings_clash(recipe, record: dict | None) -> str | None:
-    """How the settings a run's record was written for differ from `recipe`'s (the same name would resume
+def settings_clash(spec: RunSpec, record: dict | None) -> str | None:
+    """How the settings a run's record was written for differ from `spec`'s (the same name would resume
     another run's checkpoints); None when the name may be used: no record, or the same settings."""
-    identity = run_identity(recipe)
+    identity = run_identity(spec)
     if not record or record.get("identity") == identity:
         return None
     return differing_fields(record.get("identity") or {}, identity) or "its record has no identity"

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Settings, Step, UserError
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.recipes.usual_values import has_unusual
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.clients import Clients
@@ -33,7 +34,7 @@ MAINTENANCE_GRACE_SECONDS = 3600.0
 
 @dataclass
 class Session:
-    recipe: Recipe
+    spec: RunSpec  # the run this command asks for (recipes/run_spec.py)
     settings: Settings
     clients: Clients
     console: Console = field(default_factory=Console)
@@ -47,8 +48,13 @@ class Session:
     argv: list[str] | None = None  # the command line run.json records; None: this process's (sys.argv)
 
     def __post_init__(self) -> None:
-        self.paths = ArtifactPaths(self.recipe, self.settings)
+        self.paths = ArtifactPaths(self.spec, self.settings)
         self._cluster: Cluster | None = None
+
+    @property
+    def recipe(self) -> Recipe:
+        """The catalog recipe as this run trains it."""
+        return self.spec.recipe
 
     @property
     def cluster(self) -> Cluster:
@@ -102,10 +108,10 @@ class Session:
         """A `tpu-rl` command line for this run, in backquotes: with the run's --set items and --run name,
         so that it reaches the same run. A run with --rewards/--data-processor files: `run` names the files
         again (they are checked and mounted anew); the other commands take no files and name the run."""
-        sets = [f"--set {shlex.quote(item)}" for item in self.recipe.sets]
-        files = self.recipe.user_files
-        run = [f"--run {self.recipe.run}"] if self.recipe.run else []
-        if verb == "run" and has_unusual(self.recipe.maxtext_version, self.recipe.sets):
+        sets = [f"--set {shlex.quote(item)}" for item in self.spec.sets]
+        files = self.spec.user_files
+        run = [f"--run {self.spec.run}"] if self.spec.run else []
+        if verb == "run" and has_unusual(self.recipe.maxtext_version, self.spec.sets):
             sets.append("--unusual-values")
         if files and verb == "run":
             sets += [f"--{file.kind} {shlex.quote(file.option)}" for file in files]
@@ -129,19 +135,19 @@ class Session:
         return False
 
 
-def dry_run_costs(recipe: Recipe, running: Iterable[Step], attached: Iterable[Step] = ()) -> tuple[dict[Step, str], str]:
+def dry_run_costs(spec: RunSpec, running: Iterable[Step], attached: Iterable[Step] = ()) -> tuple[dict[Step, str], str]:
     """What a dry run shows of the steps it would run: each one's expected time and cost (`; about 180
     min, $269.04`, "up to" for a step already running), and the lines of their total, of what the train
     step's time assumes, and of a run that costs several times the recipe's own; from recipes/cost.py."""
     from tpu_rl.recipes.cost import ESTIMATE_NOTE, costly_run_warning, pipeline_run_estimate
 
-    estimate, running, attached = pipeline_run_estimate(recipe), list(running), set(attached)
+    estimate, running, attached = pipeline_run_estimate(spec), list(running), set(attached)
     each = {step: f"; {'up to ' if step in attached else ''}{estimate.step(step).summary()}" for step in running}
     if not running:
         return each, "expected: nothing to run"
     lines = [f"expected: {estimate.steps_summary(running)} ({ESTIMATE_NOTE})"]
     lines += [f"assumed: {estimate.train.assumption}"] if "train" in running else []
-    return each, "\n".join(lines + [line for line in [costly_run_warning(recipe)] if line])
+    return each, "\n".join(lines + [line for line in [costly_run_warning(spec)] if line])
 
 
 def hms(seconds: float) -> str:

@@ -12,6 +12,7 @@ from tpu_rl.recipes.cost import CostBreakdown, RunEstimate, hourly_estimate, pip
 from tpu_rl.recipes.errors import UserError
 from tpu_rl.recipes.model import build_recipes
 from tpu_rl.recipes.prices import load_prices, usd
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.scripts.plan_review.diff import StackDiff, StepDiff
 
 # --------------------------------------------------------------------------------------------------
@@ -86,7 +87,8 @@ def costs_for(recipes_toml: Path) -> dict[str, StackCost] | str:
     try:
         table = tomllib.loads(recipes_toml.read_text())
         recipes = build_recipes(table, source=str(recipes_toml.name))
-        return {name: StackCost(hourly_estimate(r), pipeline_run_estimate(r)) for name, r in recipes.items()}
+        return {name: StackCost(hourly_estimate(recipe), pipeline_run_estimate(RunSpec.of_catalog(recipe)))
+                for name, recipe in recipes.items()}
     except (OSError, tomllib.TOMLDecodeError, UserError) as error:
         return f"no estimate ({' '.join(str(error).split())})"
 

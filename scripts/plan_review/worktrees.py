@@ -27,9 +27,12 @@ ns = sys.argv[1]
 recipes = importlib.import_module(f"{ns}recipes")
 jobs = importlib.import_module(f"{ns}jobs")
 settings = recipes.example_settings()
-# A side's own platforms by name: a lookup, so this runs on sides from before and after the platform seam
-renderers = {"gke": lambda recipe: jobs.render_manifests(recipe, settings),
-             "vm": lambda recipe: {"startup script": jobs.render_startup_script(recipe, settings)}}
+# A side's own platforms by name: a lookup, so this runs on sides from before and after the platform seam;
+# a side with recipes/run_spec.py renders the run of each recipe as recipes.toml defines it
+run_spec = importlib.util.find_spec(f"{ns}recipes.run_spec")
+as_run = importlib.import_module(f"{ns}recipes.run_spec").RunSpec.of_catalog if run_spec else (lambda recipe: recipe)
+renderers = {"gke": lambda recipe: jobs.render_manifests(as_run(recipe), settings),
+             "vm": lambda recipe: {"startup script": jobs.render_startup_script(as_run(recipe), settings)}}
 rendered = {name: renderers[recipe.platform](recipe) for name, recipe in recipes.all_recipes().items()}
 # recipes/capacity_modes.py since the split of recipes/model.py; a side from before it has them in
 # recipes/model.py, and a side from before capacity modes has none

@@ -18,6 +18,7 @@ from typing import Iterable
 
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from tpu_rl.recipes import Recipe, Settings, UserError
+from tpu_rl.recipes.run_spec import RunSpec
 
 EVENT_FILE_GLOB = "events.out.tfevents.*"
 
@@ -25,7 +26,7 @@ EVENT_FILE_GLOB = "events.out.tfevents.*"
 def run_directory(recipe: Recipe, settings: Settings, run: str) -> str:
     """Where train_rl writes a run's event files (ArtifactPaths.tensorboard of that run). The name is taken
     as given, not checked against today's run-name rule: it reads runs already in the bucket."""
-    return ArtifactPaths(recipe.model_copy(update={"run": run}), settings).tensorboard
+    return ArtifactPaths(RunSpec.in_bucket(recipe, run), settings).tensorboard
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def check_run_name(run: str) -> str:
 def missing_run(run: str, recipe: Recipe, settings: Settings, storage) -> UserError:
     """The one line for a run with no event files: where we looked, and which runs there are."""
     url = run_directory(recipe, settings, run)
-    trained = ArtifactPaths(recipe, settings).trained
+    trained = ArtifactPaths(RunSpec.of_catalog(recipe), settings).trained
     found = runs_under(storage, trained)
     there = f"runs under {trained}: {', '.join(found)}" if found else f"no run under {trained} yet"
     return UserError(f"run '{run}' of {recipe.name}: no {EVENT_FILE_GLOB} files under {url} ({there}): pass one of "

@@ -66,10 +66,11 @@ class Simulation:
 
     @property
     def run_name(self) -> str:
+        from peers.settings import spec_of
         from tpu_rl.jobs.paths import ArtifactPaths
         from tpu_rl.recipes import load_settings
 
-        return ArtifactPaths(self.recipe, load_settings(env=self.env)).run_name
+        return ArtifactPaths(spec_of(self.recipe), load_settings(env=self.env)).run_name
 
     def __enter__(self) -> "Simulation":
         return self

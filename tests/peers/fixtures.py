@@ -25,7 +25,7 @@ from peers.google_apis import CPU_MACHINES, CPU_QUOTAS, GoogleApis
 from peers.hf_hub import HubApi, start_hub
 from peers.kube_api import KubeApi, write_kubeconfig
 # Re-exported: the tests import the peers' settings and what each step writes from here
-from peers.settings import SETTINGS, peer_settings  # noqa: F401
+from peers.settings import SETTINGS, peer_settings, spec_of  # noqa: F401
 from peers.step_outputs import EXPORT_SHARDS, put_checkpoint, put_step_output  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,13 +129,13 @@ def deploy_vm(server: GoogleApis, settings: dict[str, str], status: str = "RUNNI
     changed). Returns its (zone, name)."""
     from tpu_rl.jobs import render_startup_script
     from tpu_rl.recipes import get_recipe, load_settings
+    from tpu_rl.recipes.run_spec import RunSpec
 
     loaded = load_settings(env=settings)
     vm = (settings["ZONE"], loaded.vm_name)
     server.instances[vm] = status
-    recipe = loaded.recipe(get_recipe(recipe_name))
-    recipe = recipe.model_copy(update={"run": run}) if run else recipe
-    server.metadata[vm] = {"startup-script": render_startup_script(recipe, loaded),
+    spec = RunSpec.of_catalog(loaded.recipe(get_recipe(recipe_name))).with_run(run)
+    server.metadata[vm] = {"startup-script": render_startup_script(spec, loaded),
                            "enable-oslogin": "TRUE"}
     return vm
 
@@ -371,10 +371,10 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
         if "stale" in state:
             from tpu_rl.jobs import render_manifests
             from tpu_rl.recipes import get_recipe, load_settings
-            from tpu_rl.recipes.runs import for_run
+            from tpu_rl.recipes.run_spec import RunSpec
 
             step, phase = state["stale"]
-            recipe = for_run(get_recipe(state.get("recipe", "qwen3-v6e32")), state.get("stale_set", ()),
+            recipe = RunSpec.requested(get_recipe(state.get("recipe", "qwen3-v6e32")), state.get("stale_set", ()),
                              state.get("stale_run"))
             kube.put_jobset(render_manifests(recipe, load_settings(env=env))[step], phase=phase)
             kube.requests.clear()
@@ -388,4 +388,4 @@ def jobset_of(recipe_name: str, step: str) -> str:
     from tpu_rl.jobs.k8s import jobset_name
     from tpu_rl.recipes import get_recipe
 
-    return jobset_name(get_recipe(recipe_name), step)
+    return jobset_name(spec_of(get_recipe(recipe_name)), step)

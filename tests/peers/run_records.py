@@ -10,10 +10,10 @@ def put_run_record(gcs_client, env: dict[str, str], state: dict) -> None:
     `record_set` (and its recipe and `record_status`, when the state gives one)."""
     from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
     from tpu_rl.recipes import get_recipe, load_settings
-    from tpu_rl.recipes.runs import for_run
+    from tpu_rl.recipes.run_spec import RunSpec
 
-    recipe = for_run(get_recipe(state.get("recipe", "qwen3-v6e32")), (), state["record"])
-    bucket_name, name = split_gs_url(ArtifactPaths(recipe, load_settings(env=env)).run_record)
-    status = {"recipe": recipe.name, "status": state["record_status"]} if "record_status" in state else {}
+    spec = RunSpec.requested(get_recipe(state.get("recipe", "qwen3-v6e32")), (), state["record"])
+    bucket_name, name = split_gs_url(ArtifactPaths(spec, load_settings(env=env)).run_record)
+    status = {"recipe": spec.recipe.name, "status": state["record_status"]} if "record_status" in state else {}
     gcs_client.bucket(bucket_name).blob(name).upload_from_string(
         json.dumps({"overrides": {"set": list(state.get("record_set", ()))}, **status}))

@@ -17,3 +17,10 @@ def peer_settings():
     from tpu_rl.recipes import load_settings
 
     return load_settings(env=SETTINGS)
+
+
+def spec_of(recipe):
+    """The run a test names: a RunSpec as it is, or a catalog Recipe's own run (RunSpec.of_catalog)."""
+    from tpu_rl.recipes.run_spec import RunSpec
+
+    return recipe if isinstance(recipe, RunSpec) else RunSpec.of_catalog(recipe)

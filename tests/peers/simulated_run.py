@@ -14,7 +14,7 @@ from pathlib import Path
 
 from contracts.tunix_log import evaluation_line, train_step_line
 from tpu_rl.jobs.k8s import jobset_name
-from peers.fixtures import peer_settings, put_step_output
+from peers.fixtures import peer_settings, put_step_output, spec_of
 
 STEPS = ("convert", "train", "export")
 # Synthetic held-out accuracy: corr of `EVAL_QUESTIONS` before, halfway and after training.
@@ -58,9 +58,10 @@ def put_curves(client, recipe) -> None:
     from tpu_rl.jobs.paths import ArtifactPaths
     from peers.event_files import put_event_files
 
-    url = ArtifactPaths(recipe, peer_settings()).tensorboard
+    spec = spec_of(recipe)
+    url = ArtifactPaths(spec, peer_settings()).tensorboard
     with tempfile.TemporaryDirectory() as tmp:
-        put_event_files(client, url, synthetic_curves(recipe.train_steps), Path(tmp))
+        put_event_files(client, url, synthetic_curves(spec.recipe.train_steps), Path(tmp))
 
 
 def succeed_writing_output(kube, gcs_client, recipe, step: str, then=None, **plan) -> None:
@@ -71,7 +72,7 @@ def succeed_writing_output(kube, gcs_client, recipe, step: str, then=None, **pla
         if then is not None:
             then()
 
-    kube.plan(jobset_name(recipe, step), on_success=finish, **plan)
+    kube.plan(jobset_name(spec_of(recipe), step), on_success=finish, **plan)
 
 
 def script_successful_run(kube, gcs_client, recipe, ticks: int = 2, train_ticks: int | None = None,
@@ -85,7 +86,7 @@ def script_successful_run(kube, gcs_client, recipe, ticks: int = 2, train_ticks:
         if step == "train" and with_train_log:
             plan["ticks"] = train_ticks or ticks
             # the whole log is read before the JobSet completes (run reads it while pods run)
-            plan["log_reads"] = train_log_reads(recipe.train_steps, max(1, plan["ticks"] - 3))
+            plan["log_reads"] = train_log_reads(spec_of(recipe).recipe.train_steps, max(1, plan["ticks"] - 3))
             plan["then"] = lambda: put_curves(gcs_client, recipe)
         succeed_writing_output(kube, gcs_client, recipe, step, **plan)
 

@@ -3,7 +3,7 @@ tests to put in the GCS emulator (the layouts' sources: ../shared/notes/runtime-
 
 from __future__ import annotations
 
-from peers.settings import peer_settings
+from peers.settings import peer_settings, spec_of
 
 def orbax_checkpoint(item_dir: str, items: tuple[str, ...], ocdbt: bool) -> list[tuple[str, bytes]]:
     """A checkpoint as orbax-checkpoint 0.12.x's CheckpointManager leaves it on GCS, in write order.
@@ -48,7 +48,7 @@ def put_step_output(client, recipe, step: str) -> None:
     """Write what a finished step leaves in the bucket (what the container would write)."""
     from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 
-    paths = ArtifactPaths(recipe, peer_settings())
+    paths = ArtifactPaths(spec_of(recipe), peer_settings())
     objects = {
         # to_maxtext: MaxText create_orbax_checkpoint_manager (common/checkpointing.py), item "items".
         "convert": lambda: orbax_checkpoint(paths.converted_items, ("items",), ocdbt=True),

@@ -100,7 +100,7 @@ def sweep_train(session: Session, job: StepJob) -> StepJob:
     (kueue v0.17.1 flavorassigner.go assignFlavors, findFlavorForPodSetResource). A later place is used
     only on failover (capacity.py), which pins the next one."""
     places = places_of(session)
-    return pinned_job(job, places[0]) if session.recipe.sweep and len(places) > 1 else job
+    return pinned_job(job, places[0]) if session.spec.sweep and len(places) > 1 else job
 
 
 def like_existing(job: StepJob, existing: dict | None) -> StepJob:

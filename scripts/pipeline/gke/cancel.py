@@ -30,7 +30,7 @@ def cancel_targets(session: Session, step: Step | None) -> tuple[dict[str, str],
     targets: dict[str, str] = {}
     notes: list[str] = []
     if step in (None, "convert"):
-        name = jobset_name(session.recipe, "convert")
+        name = jobset_name(session.spec, "convert")
         if jobset_state(cluster.get_jobset(name)).phase in ACTIVE:
             records = run_records(session)
             others = sorted(other for other, record in records.items()

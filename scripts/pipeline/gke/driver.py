@@ -74,7 +74,7 @@ def exit_code_of(pod: dict | None) -> int | None:
 
 def driver_state(session: Session, jobs: Jobs | None = None) -> DriverState:
     jobs = jobs or Jobs(session.cluster)
-    name = driver_name(session.recipe)
+    name = driver_name(session.spec)
     job = jobs.get(name)
     phase, reason = job_phase(job)
     if job is None:
@@ -102,12 +102,12 @@ def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, fo
 
     from tpu_rl.scripts.pipeline.record import redacted
 
-    recipe, jobs = session.recipe, Jobs(session.cluster)
-    request = run_request(recipe, steps, replace=replace, follow_logs=follow_logs, version=runtime_version())
+    spec, jobs = session.spec, Jobs(session.cluster)
+    request = run_request(spec, steps, replace=replace, follow_logs=follow_logs, version=runtime_version())
     request["command"] = redacted(sys.argv)  # what run.json records as the run's command, not `tpu-rl drive`
-    digest = request_digest(request, {file.name: file.content for file in recipe.user_files},
+    digest = request_digest(request, {file.name: file.content for file in spec.user_files},
                             settings_env(session.settings))
-    jobs.wait_deleted(driver_name(recipe))  # a Job being deleted (a `cancel`) is no driver to attach to
+    jobs.wait_deleted(driver_name(spec))  # a Job being deleted (a `cancel`) is no driver to attach to
     state = driver_state(session, jobs)
     if state.phase == "running" and state.digest == digest:
         return Started(state, created=False)
@@ -122,18 +122,18 @@ def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, fo
         jobs.delete(state.name)
         # the same request's ConfigMap, owned by that Job: the garbage collector would delete it after the
         # Job, maybe after this run recreated it (the pod then never mounts it); deleted here, it is new
-        session.cluster.delete_configmap(request_configmap_name(recipe, digest))
+        session.cluster.delete_configmap(request_configmap_name(spec, digest))
         session.console.print(f"deleted the run's earlier driver Job {state.name} ({state.phase})")
-    session.cluster.ensure_configmap(request_configmap(recipe, request, digest))
+    session.cluster.ensure_configmap(request_configmap(spec, request, digest))
     try:
-        job = jobs.create(driver_job(recipe, session.settings, runtime, request, digest))
+        job = jobs.create(driver_job(spec, session.settings, runtime, request, digest))
     except JobExists:  # an identical `run` created it meanwhile: attach to it, as the plan would have
         found = driver_state(session, jobs)
         if found.digest != digest:
             raise
         return Started(found, created=False)
     # owned by its Job from now on: deleted with it (a finished driver's TTL, `cancel`, the next `run`)
-    session.cluster.ensure_configmap(request_configmap(recipe, request, digest, job))
+    session.cluster.ensure_configmap(request_configmap(spec, request, digest, job))
     return Started(driver_state(session, jobs), created=True)
 
 
@@ -150,7 +150,7 @@ def stop_driver(session: Session) -> str:
     """Delete the run's driver Job and wait until its pod is gone (cancel: before the JobSets, so no
     JobSet is submitted by a dying driver); what was done, in a few words."""
     jobs = Jobs(session.cluster)
-    name = driver_name(session.recipe)
+    name = driver_name(session.spec)
     return f"deleted driver Job {name}" if jobs.delete(name) else ""
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tpu_rl.jobs.evaluate import eval_recipe, eval_sets
+from tpu_rl.jobs.evaluate import eval_sets, eval_spec
 from tpu_rl.recipes import UserError
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.outcome import ApiError, Interrupted, StepFailed
@@ -57,16 +57,15 @@ def _checkpoint_step(session: Session, step: int | None) -> int:
 def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> Session:
     """The session with the run's --set items then eval's `sets` (tpu_rl.jobs.evaluate.eval_sets), and its
     --rewards/--data-processor files from the copies beside run.json, each checked against the sha256 the
-    record keeps: the evaluation runs the run's recipe. `session.recipe` has no --set items yet."""
-    from tpu_rl.recipes.runs import with_sets
+    record keeps: the evaluation runs the run's recipe. `session.spec` has no --set items yet."""
     from tpu_rl.recipes.reward_names import repeated_name
-    from tpu_rl.recipes.user_files import UserFile, with_user_files
+    from tpu_rl.recipes.user_files import UserFile
 
     run = session.paths.run_name
-    recipe = with_sets(session.recipe, eval_sets(session.recipe, run, tuple(
+    spec = session.spec.with_sets(eval_sets(session.recipe, run, tuple(
         (record.get("overrides") or {}).get("set") or ()), tuple(sets)))
     files = record.get("files") or {}
-    if files and not recipe.user_files:
+    if files and not spec.user_files:
         storage, kept = session.clients.storage(), []
         for kind, entry in files.items():
             content = gcs.read_text(storage, entry["copy"])
@@ -79,8 +78,8 @@ def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> S
         for file in kept:  # run refuses a repeat now; a run recorded before trained with it
             if (twice := repeated_name(file.functions)) is not None:
                 session.console.print(f"[yellow]![/] eval: run {run} weighs reward {twice} twice; kept, as trained")
-        recipe = with_user_files(recipe, tuple(kept), recorded=True)
-    return dataclasses.replace(session, recipe=recipe) if recipe is not session.recipe else session
+        spec = spec.with_user_files(tuple(kept), recorded=True)
+    return dataclasses.replace(session, spec=spec) if spec is not session.spec else session
 
 
 def _scratch_objects(scratch: Session, job) -> list[tuple[str, object]]:
@@ -129,20 +128,20 @@ def eval_gke(session: Session, step: int | None, sets: tuple[str, ...] = ()) -> 
         raise UserError(f"run {run} has no {paths.run_record}: pass a name `tpu-rl runs {session.recipe.name}` lists")
     session = as_recorded(session, record, sets)
     step = _checkpoint_step(session, step)
-    scratch = dataclasses.replace(session, recipe=eval_recipe(session.recipe, session.settings, run, step))
+    scratch = dataclasses.replace(session, spec=eval_spec(session.spec, session.settings, step))
     if gcs.exists(storage, scratch.paths.run_record):
         raise UserError(f"{scratch.paths.run_record} exists: {scratch.paths.run_name}, the name eval gives its "
                         "scratch run, is a real run's, whose files eval would delete; rename that run")
-    job = step_jobs(scratch.recipe, session.settings)["train"]
+    job = step_jobs(scratch.spec, session.settings)["train"]
     fill_token_secret(scratch)
     evaluation, failing = None, True
     try:
         _clean_up(scratch, job, failing=False)  # an earlier evaluation's leftovers: tunix would resume them
-        if scratch.recipe.user_files:
+        if scratch.spec.user_files:
             put_user_files(scratch)
         session.cluster.create_jobset(job.manifest)
         session.console.print(f"eval: submitted JobSet {job.name} to evaluate checkpoint {step} of run {run} "
-                              f"(load_parameters_path={scratch.recipe.load_parameters})")
+                              f"(load_parameters_path={scratch.spec.load_parameters})")
         session.console.print("eval: waiting for admission and the slice (CAPACITY_WAIT), then up to "
                               f"{EVAL_WAIT_MINUTES} min")
         evaluation = _wait_for_evaluation(scratch, job, step)

@@ -115,7 +115,7 @@ def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Actio
 
     console = session.console
     console.print(f"dry run of run {session.paths.run_name}: nothing is submitted or written")
-    costs, total = dry_run_costs(session.recipe, [action.step for action in actions if action.kind != "skip"],
+    costs, total = dry_run_costs(session.spec, [action.step for action in actions if action.kind != "skip"],
                                  [action.step for action in actions if action.kind == "attach"])
     for action in actions:
         asks = " (run asks first; --replace does not)" if action.kind == "replace" and not replace else ""

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
+    from tpu_rl.recipes.run_spec import RunSpec
     from tpu_rl.scripts.pipeline.gke.billing import Idle
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
 
@@ -28,20 +29,20 @@ class GkePlatform:
             images += [recipe.pathways_images.server, recipe.pathways_images.proxy]
         return images
 
-    def render(self, recipe: Recipe, settings: Settings) -> Rendered:
+    def render(self, spec: RunSpec, settings: Settings) -> Rendered:
         from tpu_rl import jobs
         from tpu_rl.scripts.pipeline.manifests import manifest_stream
 
-        manifests = {f"{step}.yaml": manifest for step, manifest in jobs.render_manifests(recipe, settings).items()}
+        manifests = {f"{step}.yaml": manifest for step, manifest in jobs.render_manifests(spec, settings).items()}
         what = ", ".join(name.removesuffix(".yaml") for name in manifests)
-        configmap = jobs.user_files_configmap(jobs.ArtifactPaths(recipe, settings))
+        configmap = jobs.user_files_configmap(jobs.ArtifactPaths(spec, settings))
         if configmap:  # first, as `run` creates it before the train JobSet that mounts it
             manifests = {"user-files.yaml": configmap, **manifests}
             what += f" and ConfigMap {configmap['metadata']['name']}"
         return Rendered({name: jobs.manifest_yaml(manifest) for name, manifest in manifests.items()},
                         manifest_stream(manifests.values()), what)
 
-    def check_run_request(self, recipe: Recipe, sets: Iterable[str], run_name: Optional[str]) -> None:
+    def check_run_request(self, spec: RunSpec) -> None:
         return None  # --set and --run name a run of their own
 
     def runs_found(self, session: Session) -> Optional[tuple[str, set[str]]]:
@@ -59,7 +60,7 @@ class GkePlatform:
     def step_target(self, settings: Settings) -> str:
         return "JobSet"
 
-    def show_submissions(self, console: Console, recipe: Recipe, settings: Settings, steps: tuple[Step, ...],
+    def show_submissions(self, console: Console, spec: RunSpec, settings: Settings, steps: tuple[Step, ...],
                          show_manifests: bool) -> None:
         from tpu_rl.scripts.pipeline.gke.plan import show_submitted
         from tpu_rl.scripts.pipeline.gke.steps import step_jobs
@@ -67,7 +68,7 @@ class GkePlatform:
         from tpu_rl.recipes.cost import driver_cost_line
 
         console.print(driver_cost_line())  # the driver, which `run` starts first
-        show_submitted(console, [job for step, job in step_jobs(recipe, settings).items() if step in steps],
+        show_submitted(console, [job for step, job in step_jobs(spec, settings).items() if step in steps],
                        show_manifests)
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,

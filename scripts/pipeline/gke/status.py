@@ -30,7 +30,7 @@ def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_po
 
 def status_gke(session: Session) -> StatusReport:
     rows, notes = [], []
-    jobs = step_jobs(session.recipe, session.settings)
+    jobs = step_jobs(session.spec, session.settings)
     for step, job in jobs.items():
         jobset = session.cluster.get_jobset(job.name)
         state = jobset_state(jobset)
@@ -74,9 +74,9 @@ def _training_now(session: Session, job: StepJob, state: JobSetState) -> str:
 
 def logs_gke(session: Session, step: Step, follow: bool, tail: int | None) -> Iterable[str]:
     # The names alone, not the manifests (which name the bucket): logs read only the cluster (recipes/needs.py).
-    pod = main_pod(session.cluster.list_pods(main_pod_selector(session.recipe, step)))
+    pod = main_pod(session.cluster.list_pods(main_pod_selector(session.spec, step)))
     if pod is None:
-        raise UserError(f"no pod for step {step} (JobSet {jobset_name(session.recipe, step)} is absent, or its pods "
+        raise UserError(f"no pod for step {step} (JobSet {jobset_name(session.spec, step)} is absent, or its pods "
                         f"were removed after the 24 h TTL): see {session.command('status')}")
     name = pod["metadata"]["name"]
     if follow:

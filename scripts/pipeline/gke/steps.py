@@ -9,7 +9,8 @@ from datetime import datetime
 from typing import Callable
 
 from tpu_rl.jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector
-from tpu_rl.recipes import STEPS, Recipe, Settings, Step
+from tpu_rl.recipes import STEPS, Settings, Step
+from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.scripts.pipeline.session import hms
 
 # How many of a step's last log lines are shown when nothing was streamed, and searched for a check's reason.
@@ -61,17 +62,17 @@ class StepJob:
     def kubectl_logs(self) -> str:
         return f"kubectl logs -l {self.selector} -c {MAIN_CONTAINER}"
 
-def step_jobs(recipe: Recipe, settings: Settings, export_step: int | None = None) -> dict[str, StepJob]:
+def step_jobs(spec: RunSpec, settings: Settings, export_step: int | None = None) -> dict[str, StepJob]:
     """Each step's JobSet; export converts checkpoint `export_step` (None: the computed last step)."""
     from tpu_rl.jobs import render_manifests
 
-    manifests = render_manifests(recipe, settings, export_step)
+    manifests = render_manifests(spec, settings, export_step)
     jobs = {}
     for step in STEPS:
         manifest = manifests[step]
         expected = sum(int(rj.get("replicas", 1)) * int(rj["template"]["spec"].get("parallelism", 1))
                        for rj in manifest["spec"]["replicatedJobs"])
-        jobs[step] = StepJob(step, jobset_name(recipe, step), manifest, main_pod_selector(recipe, step), expected)
+        jobs[step] = StepJob(step, jobset_name(spec, step), manifest, main_pod_selector(spec, step), expected)
     return jobs
 
 def main_pod(pods: list[dict], running_only: bool = False) -> dict | None:

@@ -31,7 +31,7 @@ def run_gke(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_
         export_step, _ = export_checkpoint(session)
     except ApiError as error:
         raise ApiError(f"{error}; nothing was submitted", transient=error.transient) from None
-    jobs = step_jobs(session.recipe, session.settings, export_step)
+    jobs = step_jobs(session.spec, session.settings, export_step)
     jobs["train"] = sweep_train(session, jobs["train"])  # a sweep's runs queue for the first mode's slice
     rendered = dict(jobs)  # as rendered, Kueue picks by quota order: what `run` submits (plan pins `jobs`)
     if dry_run and session.confirm is not None:
@@ -67,7 +67,7 @@ def prepare_run(session: Session, steps: tuple[Step, ...], replace: bool) -> boo
     try:
         export_step, _ = export_checkpoint(session)
         RunRecord.open(session)
-        actions = plan_gke(session, step_jobs(session.recipe, session.settings, export_step), steps, replace)
+        actions = plan_gke(session, step_jobs(session.spec, session.settings, export_step), steps, replace)
     except ApiError as error:
         raise ApiError(f"{error}; nothing was submitted", transient=error.transient) from None
     finally:
@@ -75,7 +75,7 @@ def prepare_run(session: Session, steps: tuple[Step, ...], replace: bool) -> boo
     submitted = [action.step for action in actions if action.kind in ("submit", "replace")]
     if submitted:
         fill_token_secret(session)
-    if session.recipe.user_files and "train" in steps:
+    if session.spec.user_files and "train" in steps:
         put_user_files(session)
     return replace or any(answers)
 
@@ -107,7 +107,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str,
             # Training has finished by now: export converts the step it reached, read from the bucket.
             step, why = export_checkpoint(session)
             if action.kind != "attach":
-                job = rendered["export"] = step_jobs(session.recipe, session.settings, step)["export"]
+                job = rendered["export"] = step_jobs(session.spec, session.settings, step)["export"]
             fields["checkpoint"] = {"step": step, "why": why}
         if action.kind == "replace":
             console.print(f"{action.step}: deleting {escape(action.why)} (--replace)")
@@ -115,7 +115,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str,
             if not session.cluster.delete_jobset(job.name, action.uid or None):
                 raise StepFailed(replaced_meanwhile(session, job, f"step {action.step} was not submitted"))
         if action.kind in ("submit", "replace"):
-            if action.step == "train" and session.recipe.user_files and not driven:
+            if action.step == "train" and session.spec.user_files and not driven:
                 put_user_files(session)
             if _submitted(session, job):
                 console.print(f"{action.step}: submitted JobSet {job.name}")

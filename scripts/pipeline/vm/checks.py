@@ -57,7 +57,7 @@ def check_deployed_script(session: Session, instance) -> None:
     updated in place with setMetadata), and startup scripts run only at boot: without this, a changed recipe
     would leave the old script running and `run` would follow the wrong run."""
     deployed = _deployed_script(instance)
-    if deployed == render_startup_script(session.recipe, session.settings):
+    if deployed == render_startup_script(session.spec, session.settings):
         return
     vm, name, run = session.settings.vm_name, session.recipe.name, session.paths.run_name
     match = RUN_ASSIGNMENT.search(deployed or "")
@@ -78,7 +78,7 @@ def check_deployed_run(session: Session, instance) -> str:
     """For `cancel` and `status`: refuse (as check_deployed_script) only when the VM's script is another
     run's (its RUN and CANCEL_MARKER lines differ): the same run's script polls this run's cancel marker and
     writes this run's records. Returns a note when it is the same run's but differs from the rendered one."""
-    deployed, rendered = _deployed_script(instance), render_startup_script(session.recipe, session.settings)
+    deployed, rendered = _deployed_script(instance), render_startup_script(session.spec, session.settings)
     if deployed == rendered:
         return ""
     if deployed and RUN_IDENTITY.findall(deployed) == RUN_IDENTITY.findall(rendered):

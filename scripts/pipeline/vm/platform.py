@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
+    from tpu_rl.recipes.run_spec import RunSpec
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
 
 
@@ -25,15 +26,15 @@ class VmPlatform:
     def images(self, recipe: Recipe) -> list[str]:
         return []  # the VM installs MaxText with pip
 
-    def render(self, recipe: Recipe, settings: Settings) -> Rendered:
+    def render(self, spec: RunSpec, settings: Settings) -> Rendered:
         from tpu_rl import jobs
 
-        script = jobs.render_startup_script(recipe, settings)
+        script = jobs.render_startup_script(spec, settings)
         return Rendered({"startup.sh": script}, script, "the startup script")
 
-    def check_run_request(self, recipe: Recipe, sets: Iterable[str], run_name: Optional[str]) -> None:
-        if sets or run_name is not None:
-            raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script (deployed with its "
+    def check_run_request(self, spec: RunSpec) -> None:
+        if spec.sets or spec.run is not None:
+            raise UserError(f"recipe '{spec.recipe.name}' runs on a TPU VM, whose startup script (deployed with its "
                             "stack) trains the recipe as recipes.toml defines it: --set and --run apply to GKE "
                             "recipes; change rl.overrides in recipes.toml and deploy the stack again")
 
@@ -46,12 +47,12 @@ class VmPlatform:
     def step_target(self, settings: Settings) -> str:
         return f"startup script of TPU VM {settings.vm_name}"
 
-    def show_submissions(self, console: Console, recipe: Recipe, settings: Settings, steps: tuple[Step, ...],
+    def show_submissions(self, console: Console, spec: RunSpec, settings: Settings, steps: tuple[Step, ...],
                          show_manifests: bool) -> None:
         # the startup script was deployed with the stack: run submits nothing; what the VM does after it
         from tpu_rl.scripts.pipeline.vm.after_run import after_run_line
 
-        console.print(after_run_line(_Plan(recipe, settings)))
+        console.print(after_run_line(_Plan(spec.recipe, settings)))
 
     def run(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool, dry_run: bool,
             show_manifests: bool, detach: bool = False) -> None:

@@ -141,7 +141,7 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
     if dry_run:
         console.print(f"dry run of run {session.paths.run_name}: nothing is started or written")
         console.print(f"the startup script of TPU VM {session.settings.vm_name} (deployed with the stack) runs:")
-        costs, total = dry_run_costs(session.recipe, pending)
+        costs, total = dry_run_costs(session.spec, pending)
         for step in steps:
             console.print(f"  {step}: " + (f"startup script (output missing){costs[step]}" if step in pending
                                           else "skip (output verified)"))
