@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tpu_rl.recipes.setting_specs import CONFIG_ENV, SPECS
+from tpu_rl.recipes.settings.specs import CONFIG_ENV, SPECS
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_HELP_SECONDS = 0.3

@@ -1,10 +1,10 @@
 """How TPU capacity is obtained (recipe field `capacity`, setting CAPACITY): a specific reservation, flex-start,
-spot or on demand. Each mode's rules are a row of recipes/capacity_modes.py; tpu_rl.infra.tpu_pool applies them to a
+spot or on demand. Each mode's rules are a row of recipes/capacity/modes.py; tpu_rl.infra.tpu_pool applies them to a
 GKE pool, tpu_rl.infra.tpu_vm to the VM."""
 
 from __future__ import annotations
 
-from tpu_rl.recipes.capacity_modes import MODE_RULES, CapacityMode
+from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode
 
 # The label key Compute Engine and GKE match a SPECIFIC_RESERVATION affinity on.
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"

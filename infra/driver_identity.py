@@ -1,12 +1,12 @@
 """The run's driver's identity in the cluster: its Kubernetes service account, mapped to the workload
 Google SA by Workload Identity (the bucket, nothing else), and a namespaced Role with the rules of
-recipes/driver_access.py, bound to it. Installed by tpu_rl.infra.cluster_addons with the queue objects."""
+recipes/driver/access.py, bound to it. Installed by tpu_rl.infra.cluster_addons with the queue objects."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tpu_rl.recipes.driver_access import DRIVER_RULES, AccessRule
+from tpu_rl.recipes.driver.access import DRIVER_RULES, AccessRule
 
 RBAC_API = "rbac.authorization.k8s.io/v1"
 

@@ -19,7 +19,7 @@ from tpu_rl.infra.identity import CLOUD_PLATFORM_SCOPE, workload_identity_pool
 from tpu_rl.infra.network import Network
 from tpu_rl.infra.terraform_literals import terraform_expression
 from tpu_rl.recipes import conventions
-from tpu_rl.recipes.cidrs import authorized_cidrs_problem
+from tpu_rl.recipes.settings.checks import authorized_cidrs_problem
 
 SYSTEM_POOL = conventions.SYSTEM_POOL_NAME
 

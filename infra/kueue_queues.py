@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_rl.recipes import conventions
-from tpu_rl.recipes.capacity_modes import CapacityMode, uses_queued_provisioning
-from tpu_rl.recipes.catalog import MachineSize
-from tpu_rl.recipes.placement import Place, tpu_places
+from tpu_rl.recipes.capacity.modes import CapacityMode, uses_queued_provisioning
+from tpu_rl.recipes.capacity.placement import Place, tpu_places
+from tpu_rl.recipes.catalog.facts import MachineSize
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 TPU_RESOURCE = conventions.TPU_RESOURCE
@@ -41,7 +41,7 @@ class QueueProps:
     # The capacity modes with TPU pools, in the order Kueue tries them: one ResourceFlavor each.
     tpu_capacity: tuple[CapacityMode, ...] = (CapacityMode.RESERVATION.value,)
     # The zones with TPU pools, in fallback order (ZONE): one flavor per mode and zone, matched also by the
-    # zone label GKE puts on nodes (recipes/placement.py). Empty: one flavor per mode, matched by no zone.
+    # zone label GKE puts on nodes (recipes/capacity/placement.py). Empty: one flavor per mode, matched by no zone.
     tpu_zones: tuple[str, ...] = ()
     flex_start_max_run_seconds: int | None = None  # the ProvisioningRequest's maxRunDurationSeconds
 
@@ -160,7 +160,7 @@ def queue_manifests(props: QueueProps) -> list[dict[str, Any]]:
     workload (the "Pathways CPU quota missing" pain point).
 
     One TPU flavor per capacity mode and zone, in the recipe's order and then ZONE's
-    (recipes/placement.py), each with the quota of all slices: "Kueue
+    (recipes/capacity/placement.py), each with the quota of all slices: "Kueue
     assigns the first flavor in the ClusterQueue's .spec.resourceGroups[*].flavors list that has enough
     unused nominalQuota" (kueue v0.17.1 site/content/en/docs/concepts/cluster_queue.md). So the fallback
     is driven by quota: a workload moves to the next mode when the first one's quota is taken, not when

@@ -1,6 +1,6 @@
 """One GKE node pool per TPU slice and capacity mode: compactly placed hosts of one topology.
 
-How each capacity mode gets its hosts (its row of recipes/capacity_modes.py says which of these applies):
+How each capacity mode gets its hosts (its row of recipes/capacity/modes.py says which of these applies):
 - reservation: every host of the slice, from deploy to destroy (`node_count`), from the specific
   reservation. The reservation is billed for its term whether used or not, so idle hosts cost nothing
   extra; these are the pools the stacks always created.
@@ -44,7 +44,7 @@ from tpu_rl.infra.capacity import RESERVATION_KEY, check_reservation
 from tpu_rl.infra.gke_cluster import GkeCluster, node_config
 from tpu_rl.infra.google import container_node_pool
 from tpu_rl.recipes import conventions
-from tpu_rl.recipes.capacity_modes import MODE_RULES, CapacityMode
+from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode
 
 TPU_TAINT = (conventions.TPU_RESOURCE, "present", "NO_SCHEDULE")  # the taint GKE puts on its own TPU node pools
 

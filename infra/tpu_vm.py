@@ -16,7 +16,7 @@ from tpu_rl.infra.capacity import RESERVATION_KEY, check_reservation
 from tpu_rl.infra.google import compute_instance
 from tpu_rl.infra.identity import CLOUD_PLATFORM_SCOPE
 from tpu_rl.infra.network import Network
-from tpu_rl.recipes.capacity_modes import MODE_RULES, CapacityMode
+from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode
 
 ACCELERATOR_IMAGE = "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
 

@@ -1,4 +1,4 @@
-"""Pure functions from a run (recipes/run_spec.py RunSpec) and settings to what runs: JobSets (GKE) or a
+"""Pure functions from a run (recipes/runs/spec.py RunSpec) and settings to what runs: JobSets (GKE) or a
 startup script (VM). No I/O.
 
 Public API (the CLI and the docs use these names):
@@ -8,7 +8,7 @@ Public API (the CLI and the docs use these names):
   export converts checkpoint ``export_step`` (default: the computed last step, an upper bound).
 - ``render_startup_script(spec, settings) -> str``: the bash startup script of a VM recipe.
 - ``jobset_name(spec, step)``: ``<run>-<step>`` for train and export, ``<recipe>-<hash>-convert`` for the
-  conversion runs share (recipes/runs.py), at most 28 characters.
+  conversion runs share (recipes/runs/identity.py), at most 28 characters.
 - ``main_pod_selector(spec, step)``: label selector of the pod that runs the step's MaxText command,
   e.g. ``jobset.sigs.k8s.io/jobset-name=<run>-train,jobset.sigs.k8s.io/replicatedjob-name=pathways-head``.
 - ``main_replicated_job(recipe, step)``: ``pathways-head`` for Pathways training, ``main`` otherwise.
@@ -35,7 +35,7 @@ from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.jobs.train import train_jobset, user_files_configmap
 from tpu_rl.jobs.vm import render_startup_script
 from tpu_rl.recipes import Settings, Step, UserError
-from tpu_rl.recipes.run_spec import RunSpec
+from tpu_rl.recipes.runs.spec import RunSpec
 
 
 def render_manifests(spec: RunSpec, settings: Settings, export_step: int | None = None) -> dict[Step, dict[str, Any]]:

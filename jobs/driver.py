@@ -3,7 +3,7 @@ code `tpu-rl run` ran in the user's terminal, and the ConfigMap that holds what 
 
 Pure: the attaching `run` builds both and creates them (scripts/pipeline/gke/attach.py). The request is
 mounted as files, so the driver needs no permission to read ConfigMaps; the settings it needs are plain
-env vars under their usual names (recipes/setting_specs.py). No secret goes in either: the driver never
+env vars under their usual names (recipes/settings/specs.py). No secret goes in either: the driver never
 reads the Hugging Face token, which `run` copies into the cluster before it creates the driver.
 """
 
@@ -18,8 +18,8 @@ from tpu_rl.jobs.driver_runtime import (DRIVER_CONTAINER, INSTALL_RETRY, DriverR
 from tpu_rl.jobs.k8s import RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, run_labels
 from tpu_rl.recipes import Settings, Step
 from tpu_rl.recipes.conventions import DRIVER_KSA, NAMESPACE, on_system_pool
-from tpu_rl.recipes.run_spec import RunSpec, run_name
-from tpu_rl.recipes.setting_specs import BY_FIELD
+from tpu_rl.recipes.runs.spec import RunSpec, run_name
+from tpu_rl.recipes.settings.specs import BY_FIELD
 
 DRIVER_PREFIX = "tpu-rl-driver-"
 COMPONENT_LABEL = "tpu-rl/component"  # "driver": what `status` and `cancel` select the run's driver by
@@ -50,7 +50,7 @@ DRIVER_SETTINGS = ("project", "region", "zone", "cluster_name", "gcs_bucket", "r
 
 
 def driver_name(spec: RunSpec) -> str:
-    """tpu-rl-driver-<run>: one driver per run (run names fit it, recipes/runs.py)."""
+    """tpu-rl-driver-<run>: one driver per run (run names fit it, recipes/runs/identity.py)."""
     return DRIVER_PREFIX + run_name(spec)
 
 
@@ -71,7 +71,7 @@ def driver_selector(spec: RunSpec) -> str:
 
 def run_request(spec: RunSpec, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,
                 version: str) -> dict[str, Any]:
-    """What the driver is asked to do: `tpu-rl run`'s request as data (recipes/user_files.py for the files,
+    """What the driver is asked to do: `tpu-rl run`'s request as data (recipes/runs/user_files.py for the files,
     whose contents go in the ConfigMap beside it)."""
     return {"recipe": spec.recipe.name, "steps": list(steps), "sets": list(spec.sets), "run": spec.run,
             "sweep": spec.sweep,
@@ -108,7 +108,7 @@ def request_configmap(spec: RunSpec, request: Mapping[str, Any], digest: str,
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """The settings the driver reads, as the env vars a user sets (recipes/setting_specs.py)."""
+    """The settings the driver reads, as the env vars a user sets (recipes/settings/specs.py)."""
     values: dict[str, str] = {}
     for field in DRIVER_SETTINGS:
         try:

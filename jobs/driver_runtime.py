@@ -1,4 +1,4 @@
-"""The run's driver container: the pinned Python image (recipes/driver_runtime.py) installs this package's
+"""The run's driver container: the pinned Python image (recipes/driver/runtime.py) installs this package's
 wheel and its locked dependencies from the bucket, offline, then runs `tpu-rl` with the driver's args.
 
 The files come from a read-only Cloud Storage FUSE volume of the bucket's BUCKET_PREFIX (the CSI driver
@@ -15,8 +15,8 @@ from typing import Any
 
 from tpu_rl.jobs.k8s import container_security
 from tpu_rl.recipes import conventions
-from tpu_rl.recipes.driver_runtime import (BUCKET_PREFIX, NODE_ARCH, SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB,
-                                    LockedWheel)
+from tpu_rl.recipes.driver.runtime import (BUCKET_PREFIX, NODE_ARCH, SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB,
+                                           LockedWheel)
 
 DRIVER_CONTAINER = "driver"
 FILES_DIR = "/opt/tpu-rl-driver/files"  # gs://BUCKET/<BUCKET_PREFIX>/, read-only
@@ -34,7 +34,7 @@ ARCH_LABEL = "kubernetes.io/arch"
 DRIVER_VERSION_ANNOTATION = "tpu-rl/driver-version"
 # 83 MB of wheels read through FUSE and unpacked: a minute or two; a hung mount ends here.
 INSTALL_SECONDS = 600
-# Its requests live in recipes/conventions.py (recipes/cost.py prices them too).
+# Its requests live in recipes/conventions.py (recipes/costs/run.py prices them too).
 DRIVER_RESOURCES = {"requests": {"cpu": f"{conventions.DRIVER_CPU_MILLI}m",
                                  "memory": f"{conventions.DRIVER_MEMORY_GIB}Gi"},
                     "limits": {"memory": f"{conventions.DRIVER_MEMORY_GIB}Gi"}}

@@ -35,11 +35,12 @@ from typing import Any
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.jobs.train import train_jobset
 from tpu_rl.recipes import Recipe, Settings, UserError
-from tpu_rl.recipes.entry import same_setting
-from tpu_rl.recipes.evaluation import evaluates
-from tpu_rl.recipes.maxtext_values import config_values, model_base, model_keys, parse_override, release_schema, spelling
-from tpu_rl.recipes.run_spec import RunSpec, run_name
-from tpu_rl.recipes.runs import MAX_RUN_NAME, check_run_name, check_set_key, checked_item, digest
+from tpu_rl.recipes.catalog.entry import same_setting
+from tpu_rl.recipes.costs.evaluation import evaluates
+from tpu_rl.recipes.runs.identity import MAX_RUN_NAME, check_run_name, check_set_key, checked_item, digest
+from tpu_rl.recipes.runs.maxtext_values import (config_values, model_base, model_keys, parse_override, release_schema,
+                                                spelling)
+from tpu_rl.recipes.runs.spec import RunSpec, run_name
 
 # The settings that say how the held-out set is evaluated, not what model is trained: eval's --set may
 # change these whatever the run set (rl.yml of 0.2.4, maxtext/configs/post_train/rl.yml, num_test_batches ...
@@ -52,7 +53,7 @@ EVALUATION_SETTINGS = ("num_test_batches", "eval_batch_size", "test_batch_start_
 
 
 def model_items(recipe: Recipe, given: tuple[str, ...]) -> tuple[str, ...]:
-    """The items of `given` whose key makes the model (tpu_rl.recipes.maxtext_values.model_keys): eval_sets
+    """The items of `given` whose key makes the model (tpu_rl.recipes.runs.maxtext_values.model_keys): eval_sets
     weighs them against the run's own values, once the run's record is read."""
     keys = model_keys(recipe.maxtext_version)
     return tuple(item for item in given if item.partition("=")[0] in keys)
@@ -65,7 +66,7 @@ def _check_model_item(recipe: Recipe, run: str, run_sets: tuple[str, ...], item:
     key, _, text = item.partition("=")
     version, model = recipe.maxtext_version, recipe.model.maxtext_name
     trained = config_values(version, model, (*recipe.rl.overrides, *run_sets))
-    # A key the release's values leave out has a null default (recipes/maxtext_keys/<v>.values.json).
+    # A key the release's values leave out has a null default (recipes/runs/maxtext_keys/<v>.values.json).
     value = trained.get(key)
     if any(old.partition("=")[0] == key for old in run_sets):
         where = "its --set"
@@ -105,7 +106,7 @@ def eval_sets(recipe: Recipe, run: str, run_sets: tuple[str, ...], given: tuple[
 
 def eval_run_name(run: str, step: int) -> str:
     """<as much of the run's name as fits>-e<step>-<5 hex of the run name's sha256>: run names are short
-    (recipes/runs.py MAX_RUN_NAME), so the hash keeps two runs' evaluations apart when the name is cut."""
+    (recipes/runs/identity.py MAX_RUN_NAME), so the hash keeps two runs' evaluations apart when the name is cut."""
     suffix = f"-e{step}-{digest(run)[:5]}"
     return check_run_name(f"{run[:MAX_RUN_NAME - len(suffix)].rstrip('-')}{suffix}", "the evaluation's run name")
 

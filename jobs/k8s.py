@@ -11,8 +11,6 @@ from typing import Any, Mapping
 import yaml
 
 from tpu_rl.recipes import Recipe, Step, UserError
-from tpu_rl.recipes.run_spec import RunSpec, run_name
-from tpu_rl.recipes.runs import conversion_key, digest
 from tpu_rl.recipes.conventions import (
     CAPACITY_NODE_LABEL,
     ZONE_NODE_LABEL,
@@ -29,6 +27,8 @@ from tpu_rl.recipes.conventions import (
     cpu_pool_name,
     cpu_pool_toleration,
 )
+from tpu_rl.recipes.runs.identity import conversion_key, digest
+from tpu_rl.recipes.runs.spec import RunSpec, run_name
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 MAIN_CONTAINER = "workload-container"
@@ -58,7 +58,7 @@ def _owner(spec: RunSpec, step: Step) -> tuple[str, str]:
 
 def jobset_name(spec: RunSpec, step: Step) -> str:
     """<run>-<step> for train and export, <recipe>-<conversion hash>-convert for the shared convert; the
-    run-name rule (recipes/runs.py) keeps both within MAX_JOBSET_NAME."""
+    run-name rule (recipes/runs/identity.py) keeps both within MAX_JOBSET_NAME."""
     name = f"{_owner(spec, step)[1]}-{step}"
     if len(name) > MAX_JOBSET_NAME:
         raise UserError(
@@ -108,7 +108,7 @@ def with_spec_digest(manifest: dict[str, Any]) -> dict[str, Any]:
 def pin_capacity(manifest: dict[str, Any], mode: str, zone: str | None = None) -> dict[str, Any]:
     """A copy of a JobSet whose TPU pods select one capacity mode (and, given, one zone), with its digest
     renewed: `run`'s next mode or zone after a stockout (scripts/pipeline/gke/capacity.py). The zone is
-    the label GKE sets on nodes, which the TPU flavors of a stack with zones match (recipes/placement.py).
+    the label GKE sets on nodes, which the TPU flavors of a stack with zones match (recipes/capacity/placement.py).
     Kueue's flavor assigner skips a flavor whose
     nodeLabels the pod's nodeSelector does not match (kueue v0.17.1 pkg/scheduler/flavorassigner
     flavorassigner.go, "flavor %s doesn't match node affinity"), and merging the admitted flavor's

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Step, UserError
-from tpu_rl.recipes.schedule import SCHEDULE_KEY, derived_schedule, explicit_schedule
+from tpu_rl.recipes.runs.schedule import SCHEDULE_KEY, derived_schedule, explicit_schedule
 
 TO_MAXTEXT = "maxtext.checkpoint_conversion.to_maxtext"
 TRAIN_RL = "maxtext.trainers.post_train.rl.train_rl"
@@ -133,7 +133,7 @@ def train_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         f"checkpoint_period={recipe.rl.checkpoint_period}",
     ]
     if explicit_schedule(recipe) is None:
-        # The schedule follows the run's steps under both releases (recipes/schedule.py).
+        # The schedule follows the run's steps under both releases (recipes/runs/schedule.py).
         derived.append(f"{SCHEDULE_KEY}={derived_schedule(recipe)}")
     return MaxTextCommand(TRAIN_RL, _unique(recipe, "train", [*derived, *recipe.rl.overrides]))
 

@@ -1,10 +1,10 @@
-"""Where each step reads and writes, derived once from a run (recipes/run_spec.py RunSpec) + settings.
+"""Where each step reads and writes, derived once from a run (recipes/runs/spec.py RunSpec) + settings.
 
 Training loads exactly what convert wrote and export reads the step training finished last (read from
 the bucket by `run`, see export_step); the CLI checks the same paths. Nothing else builds a gs:// path by hand.
 
 Per model (`gs://BUCKET/<model>/`): one conversion per conversion identity under max-text-format/, shared
-by every run that needs it; per run (recipes/runs.py), train_rl's run directory trained/<run>/ (checkpoints,
+by every run that needs it; per run (recipes/runs/identity.py), train_rl's run directory trained/<run>/ (checkpoints,
 tensorboard, and our run.json) and the export hf-trained/<run>/.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpu_rl.recipes import Recipe, Settings, Step
-from tpu_rl.recipes.run_spec import RunSpec, run_name
-from tpu_rl.recipes.runs import conversion_directory
+from tpu_rl.recipes.runs.identity import conversion_directory
+from tpu_rl.recipes.runs.spec import RunSpec, run_name
 
 RUN_RECORD = "run.json"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tpu_rl.jobs.checks import CHECK_FAILED_EXIT_CODE, jax_pairing_check
 from tpu_rl.jobs.k8s import (
     COORDINATOR_LABEL,
     JOBSET_NAME_LABEL,
@@ -32,15 +33,14 @@ from tpu_rl.jobs.k8s import (
     pod_template,
     replicated_job,
 )
-from tpu_rl.jobs.checks import CHECK_FAILED_EXIT_CODE, jax_pairing_check
 from tpu_rl.jobs.maxtext import train_command
 from tpu_rl.jobs.patches import render_patch, resolve_patches
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe
-from tpu_rl.recipes.capacity_modes import MODE_RULES, uses_queued_provisioning
+from tpu_rl.recipes.capacity.modes import MODE_RULES, uses_queued_provisioning
+from tpu_rl.recipes.catalog.entry import quantity_bytes
 from tpu_rl.recipes.conventions import TPU_RESOURCE, tpu_node_selector, tpu_toleration
-from tpu_rl.recipes.entry import quantity_bytes
-from tpu_rl.recipes.user_files import USER_FILES_DIR, USER_FILES_VOLUME, configmap_name
+from tpu_rl.recipes.runs.user_files import USER_FILES_DIR, USER_FILES_VOLUME, configmap_name
 
 PROXY_PORT = 29000
 RESOURCE_MANAGER_PORT = 29001
@@ -61,7 +61,7 @@ def _shared_tmp_mount() -> dict[str, str]:
 
 # The env and volumes below follow the Pathways JobSet xpk generates (AI-Hypercomputer/xpk v1.13.1,
 # src/xpk/templates/pathways_workload_create.yaml.j2), with Cluster Toolkit's memory-backed /dev/shm;
-# the differences: tpu_rl.jobs.seed_differences.XPK_DIFFERENCES (docs/provenance.md#the-pathways-jobset-follows-xpk).
+# the differences: tests/seed_differences.py XPK_DIFFERENCES (docs/provenance.md#the-pathways-jobset-follows-xpk).
 
 
 def jobset_identity_env() -> list[dict[str, Any]]:
@@ -181,7 +181,7 @@ def workload_resources(recipe: Recipe) -> dict[str, Any]:
 
 
 def _user_files_mounts(paths: ArtifactPaths) -> list[dict[str, Any]]:
-    """The run's --rewards/--data-processor files, read-only where the overrides point (recipes/user_files.py)."""
+    """The run's --rewards/--data-processor files, read-only where the overrides point (recipes/runs/user_files.py)."""
     return [{"name": USER_FILES_VOLUME, "mountPath": USER_FILES_DIR, "readOnly": True}] if paths.spec.user_files else []
 
 
@@ -270,7 +270,7 @@ def worker_job(paths: ArtifactPaths) -> dict[str, Any]:
     return indexed_job(pod, pods=hosts, backoff_limit=hosts * per_host, exclusive_on=NODE_POOL_LABEL)
 
 
-# How many times a train JobSet on preemptible capacity (recipes/capacity_modes.py) is recreated after a
+# How many times a train JobSet on preemptible capacity (recipes/capacity/modes.py) is recreated after a
 # failure before it is declared failed. Each attempt resumes from the last checkpoint and loses at most
 # rl.checkpoint_period steps, so a few preemptions in one run are survived; a failure that repeats whatever
 # the host (an OOM, a bad override) costs at most this many extra starts of the slice instead of looping.

@@ -33,11 +33,11 @@ import shlex
 from tpu_rl.jobs.maxtext import MaxTextCommand, maxtext_commands
 from tpu_rl.jobs.patches import render_patch, resolve_patches
 from tpu_rl.jobs.paths import ArtifactPaths
-from tpu_rl.recipes import STEPS, Recipe, Settings, UserError
-from tpu_rl.recipes.run_spec import RunSpec
 from tpu_rl.jobs.vm_install import (APT_LOCK, APT_TRIES, INSTALL, INSTALL_DIR, RETRY_ENV, RETRY_SECONDS,  # noqa: F401
                              SYSTEM_PACKAGES, TOKEN, UPTIME_S, UV_VERSION, gcloud_wait, install_phase, token_phase)
 from tpu_rl.jobs.vm_outputs import after_run_phase, stop_helpers
+from tpu_rl.recipes import STEPS, Recipe, Settings, UserError
+from tpu_rl.recipes.runs.spec import RunSpec
 
 LOG_FILE = "/var/log/tpu-rl.log"
 # The script's PATH: uv's (/root/.local/bin), the snaps' (gcloud), then root's standard PATH (why: the header).

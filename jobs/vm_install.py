@@ -191,7 +191,7 @@ def install_phase(recipe: Recipe) -> str:
     b = _bound
     # Two blocks around the activation, so the MaxText install runs inside the venv as in seed 002;
     # the marker is written last, so an interrupted install is redone at the next boot. Seed 002's
-    # `apt upgrade -y --fix-missing` is left out (jobs/seed_differences.py).
+    # `apt upgrade -y --fix-missing` is left out (tests/seed_differences.py).
     return f"""# --- install (once per boot disk): uv, Python {release.python}, {release.pip} (seed 002)
 begin_phase {INSTALL}
 {bounded_helpers()}

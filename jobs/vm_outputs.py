@@ -33,7 +33,7 @@ import shlex
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Settings
 from tpu_rl.recipes.conventions import HF_CONFIG, HF_SINGLE_WEIGHTS, HF_TOKENIZER_FILES, HF_WEIGHTS_INDEX, ORBAX_COMMIT_MARKER
-from tpu_rl.recipes.setting_specs import BY_FIELD, VM_STAYS, VM_STOPS
+from tpu_rl.recipes.settings.specs import BY_FIELD, VM_STAYS, VM_STOPS
 
 # systemd's shutdown(8): "-h  Equivalent to --poweroff, unless --halt is specified" (systemd/systemd
 # man/shutdown.xml); the power-off reaches Compute Engine as the guest's own stop.

@@ -1,4 +1,16 @@
-"""The recipe table and per-user settings: the single source of truth for everything downstream."""
+"""The recipe table and per-user settings: the single source of truth for everything downstream.
+
+One home for each concept (docs/development.md, "Layout"):
+- recipes.toml: the recipes, read once by all_recipes() below;
+- catalog/: their types: a Recipe, one table as written, a slice's shape and the facts the table names;
+- capacity/: capacity modes and their rules, and where a GKE recipe's slices come from;
+- settings/: the per-user Settings: which exist, their checks, the config file, what each command needs;
+- runs/: what one run asks for (a RunSpec): its name and identity, --set values, user files, sweeps;
+- costs/: list prices, and what a run, its evaluation and a standing stack cost;
+- driver/: what the run's in-cluster driver may do and runs on;
+- conventions.py: the names the stacks, the manifests and the CLI agree on;
+- errors.py: UserError, the one error type that reaches a person.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +18,13 @@ import tomllib
 from functools import cache
 from importlib import resources
 
-from tpu_rl.recipes.catalog import SourcePatch
-from tpu_rl.recipes.entry import STEPS, Step
+from tpu_rl.recipes.catalog.entry import STEPS, Step
+from tpu_rl.recipes.catalog.facts import SourcePatch
+from tpu_rl.recipes.catalog.recipe import Recipe, build_recipes
+from tpu_rl.recipes.catalog.shape import Shape
 from tpu_rl.recipes.errors import UserError
-from tpu_rl.recipes.model import Recipe, build_recipes
-from tpu_rl.recipes.setting_specs import EXAMPLE_PROJECT
-from tpu_rl.recipes.settings import Settings, example_settings, load_settings
-from tpu_rl.recipes.shape import Shape
+from tpu_rl.recipes.settings.load import Settings, example_settings, load_settings
+from tpu_rl.recipes.settings.specs import EXAMPLE_PROJECT
 
 
 @cache

@@ -1,6 +1,6 @@
 """Names that the stacks, the manifests and the CLI must agree on. One home for each."""
 
-from tpu_rl.recipes.capacity_modes import MODE_RULES, CapacityMode
+from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode
 
 # Kubernetes side of a GKE recipe.
 NAMESPACE = "default"
@@ -28,15 +28,15 @@ def get_credentials_command(cluster_name: str, region: str, project: str) -> str
     """What points kubectl at a recipe's cluster: the stack prints it, the CLI names it in its errors."""
     return f"gcloud container clusters get-credentials {cluster_name} --region {region} --project {project}"
 # JobSet names stay within this, so that pod names (<jobset>-<job>-<index>-<index>-<suffix>) fit 63
-# characters; run names are bounded by it (recipes/runs.py).
+# characters; run names are bounded by it (recipes/runs/identity.py).
 MAX_JOBSET_NAME = 28
 WORKLOAD_KSA = "tpu-rl-workload"  # bound to the workload Google SA through Workload Identity
 # The run's driver (one Job per GKE run, jobs/driver.py) acts as this KSA: the Role of
-# recipes/driver_access.py in NAMESPACE, and the workload Google SA (the bucket only) through Workload
+# recipes/driver/access.py in NAMESPACE, and the workload Google SA (the bucket only) through Workload
 # Identity. The stack names its Role and RoleBinding the same.
 DRIVER_KSA = "tpu-rl-driver"
 # Its pod's requests (jobs/driver_runtime.py): it polls the API and the bucket every 15 s, so a quarter of
-# a core; the package's install and its clients need 1 GiB. recipes/cost.py prices this share.
+# a core; the package's install and its clients need 1 GiB. recipes/costs/run.py prices this share.
 DRIVER_CPU_MILLI = 250
 DRIVER_MEMORY_GIB = 1
 LOCAL_QUEUE = "tpu-rl"
@@ -103,10 +103,10 @@ FLEX_START_ADMISSION_CHECK = "flex-start-slice"
 
 
 # The GKE system pool (kube-system, the Kueue and JobSet controllers): the stacks create it, the cost
-# estimate (recipes/cost.py) prices it.
+# estimate (recipes/costs/run.py) prices it.
 SYSTEM_POOL_NAME = "system-np"
 SYSTEM_POOL_MACHINE_TYPE = "e2-standard-4"
-# Its size, which the runs' drivers share (recipes/cost.py driver_share): 4 vCPU, 16 GB, as recipes/prices.toml's
+# Its size, which the runs' drivers share (recipes/costs/run.py driver_share): 4 vCPU, 16 GB, as recipes/costs/prices.toml's
 # source for the machine type says.
 SYSTEM_POOL_VCPUS = 4
 SYSTEM_POOL_MEMORY_GIB = 16

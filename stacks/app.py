@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from tpu_rl.recipes import Recipe, Settings, UserError, all_recipes, load_settings
-from tpu_rl.recipes.settings import EXAMPLE_NOTICE, deploy_settings
+from tpu_rl.recipes.settings.load import EXAMPLE_NOTICE, deploy_settings
 
 if TYPE_CHECKING:
     from cdktf import App

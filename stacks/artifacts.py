@@ -7,7 +7,7 @@ from constructs import Construct
 from tpu_rl.infra.secrets import TokenSecret, TokenSecretProps
 from tpu_rl.infra.storage import ArtifactBucket, ArtifactBucketProps
 from tpu_rl.recipes.conventions import ARTIFACTS_STACK
-from tpu_rl.recipes.settings import Settings
+from tpu_rl.recipes.settings.load import Settings
 from tpu_rl.stacks.base import TpuRlStack
 
 

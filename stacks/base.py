@@ -20,8 +20,8 @@ from constructs import Construct, IConstruct
 from tpu_rl.infra.google import provider as google_provider
 from tpu_rl.infra.terraform_literals import EscapeLiterals
 from tpu_rl.recipes.conventions import STATE_PREFIX, local_state_file
-from tpu_rl.recipes.setting_specs import EXAMPLE_PROJECT, SPECS
-from tpu_rl.recipes.settings import Settings
+from tpu_rl.recipes.settings.load import Settings
+from tpu_rl.recipes.settings.specs import EXAMPLE_PROJECT, SPECS
 
 # Local state lives next to the repository (tpu_rl.recipes.conventions.local_state_file), seen from
 # cdktf.out/stacks/<stack>/, where Terraform runs.

@@ -19,10 +19,10 @@ from tpu_rl.infra.kueue_queues import QueueProps
 from tpu_rl.infra.network import Network, NetworkProps, SecondaryRanges
 from tpu_rl.infra.tpu_pool import TpuSlicePool, TpuSlicePoolProps, flex_start_seconds
 from tpu_rl.recipes import conventions
-from tpu_rl.recipes.capacity_modes import uses_queued_provisioning
-from tpu_rl.recipes.model import Recipe
-from tpu_rl.recipes.placement import tpu_places
-from tpu_rl.recipes.settings import Settings
+from tpu_rl.recipes.capacity.modes import uses_queued_provisioning
+from tpu_rl.recipes.capacity.placement import tpu_places
+from tpu_rl.recipes.catalog.recipe import Recipe
+from tpu_rl.recipes.settings.load import Settings
 from tpu_rl.stacks.base import TpuRlStack
 
 
@@ -74,7 +74,7 @@ class GkeRecipeStack(TpuRlStack):
             ),
         )
         # One pool per capacity mode, zone and slice; Kueue picks the mode and zone (a ResourceFlavor each,
-        # in this order). The first zone's pools keep their construct ids and names (recipes/placement.py).
+        # in this order). The first zone's pools keep their construct ids and names (recipes/capacity/placement.py).
         for place in tpu_places(recipe.capacity, settings.zones):
             capacity = place.mode
             for index in range(shape.slices):

@@ -9,9 +9,9 @@ from tpu_rl.infra.network import Network, NetworkProps
 from tpu_rl.infra.tpu_vm import TpuVm, TpuVmProps
 from tpu_rl.jobs import render_startup_script
 from tpu_rl.jobs.vm import ssh_command
-from tpu_rl.recipes.model import Recipe
-from tpu_rl.recipes.run_spec import RunSpec
-from tpu_rl.recipes.settings import Settings
+from tpu_rl.recipes.catalog.recipe import Recipe
+from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.recipes.settings.load import Settings
 from tpu_rl.stacks.base import TpuRlStack
 
 

@@ -17,7 +17,7 @@ def _module_name(path: Path) -> str:
 
 
 def package_of(module: str) -> str:
-    """recipes for tpu_rl.recipes.entry; a name outside the namespace (cdktf.x) is its own first part."""
+    """recipes for tpu_rl.recipes.catalog.entry; a name outside the namespace (cdktf.x) is its own first part."""
     first, _, rest = module.partition(".")
     return rest.partition(".")[0] if first == NAMESPACE else first
 

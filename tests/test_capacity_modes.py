@@ -1,4 +1,4 @@
-"""Each capacity mode has one home (issue 26): recipes/capacity_modes.py names the modes (CapacityMode) and
+"""Each capacity mode has one home (issue 26): recipes/capacity/modes.py names the modes (CapacityMode) and
 holds every rule the code decides on a mode by (MODE_RULES). Code elsewhere asks a rule, or names a member,
 and never writes a mode's string: a new mode is then a row there, not a hunt through string comparisons."""
 
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from tpu_rl.recipes import all_recipes, example_settings
-from tpu_rl.recipes.capacity_modes import (CAPACITY_MODES, DEFAULT_WAIT_SECONDS, MODE_RULES, PLATFORM_RULES, CapacityMode,
-                                    parse_capacity)
-from tpu_rl.recipes.catalog import QuotaMetrics
+from tpu_rl.recipes.capacity.modes import (CAPACITY_MODES, DEFAULT_WAIT_SECONDS, MODE_RULES, PLATFORM_RULES,
+                                           CapacityMode, parse_capacity)
+from tpu_rl.recipes.catalog.facts import QuotaMetrics
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT_PACKAGES = ("recipes", "infra", "stacks", "jobs", "scripts")
-HOME = "recipes/capacity_modes.py"
+HOME = "recipes/capacity/modes.py"
 MODES = {mode.value for mode in CapacityMode}
 # "reservation" is also the name of the RESERVATION setting's field (BY_FIELD["reservation"], needs tables),
 # so it counts only where it can only be a mode: compared, a default, assigned, or beside another mode.
@@ -110,7 +110,7 @@ def test_the_scan_sees_each_way_of_naming_a_mode():
 
 def test_no_capacity_mode_string_outside_its_home():
     found = _literals_outside_the_home()
-    assert not found, ("a capacity mode's string outside recipes/capacity_modes.py: ask its rule in MODE_RULES "
+    assert not found, ("a capacity mode's string outside recipes/capacity/modes.py: ask its rule in MODE_RULES "
                        "(or name a CapacityMode member) instead:\n" + "\n".join(found))
 
 
@@ -143,7 +143,7 @@ def test_what_the_platforms_take_and_wait():
 def test_a_mode_has_a_price_a_readable_quota_and_its_row_in_the_docs(mode):
     # What else a mode needs (docs/development.md): a chip-hour price per TPU generation in prices.toml, a
     # quota preflight can read (a field of [tpu.<generation>.quota]) and a row of capacity.md's table.
-    prices = tomllib.loads(resources.files("tpu_rl.recipes").joinpath("prices.toml").read_text())
+    prices = tomllib.loads(resources.files("tpu_rl.recipes.costs").joinpath("prices.toml").read_text())
     for generation, by_mode in prices["tpu"].items():
         assert mode.value in by_mode, f"prices.toml has no [tpu.{generation}.{mode}]"
     quota = MODE_RULES[mode].quota

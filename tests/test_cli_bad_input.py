@@ -52,7 +52,7 @@ def test_one_missing_setting_is_named(cloud, monkeypatch):
 @pytest.mark.parametrize("command", [["run", RECIPE], ["preflight", RECIPE], ["status", RECIPE],
                                      ["logs", RECIPE, "train"], ["secret", "set"]])
 def test_example_settings_never_reach_a_cloud(cloud, monkeypatch, command):
-    from tpu_rl.recipes.setting_specs import EXAMPLE
+    from tpu_rl.recipes.settings.specs import EXAMPLE
 
     for field, value in EXAMPLE.items():
         monkeypatch.setenv(field.upper(), value)

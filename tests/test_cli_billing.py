@@ -7,8 +7,8 @@
   with no terminal and no --yes; otherwise it runs `npx cdktf destroy RECIPE --auto-approve` in the checkout
   (a stand-in npx records the call) and keeps the bucket.
 
-Expected figures are computed here from recipes/prices.toml's entries and the recipe's shape, not by
-recipes/standing_cost.py."""
+Expected figures are computed here from recipes/costs/prices.toml's entries and the recipe's shape, not by
+recipes/costs/standing.py."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from peers.fixtures import REPO, SETTINGS, peer_settings, spec_of
 from peers.simulated_run import put_idle_cluster_nodes
 from peers.tf_state import cluster_state, leftover_state, put_state
 from tpu_rl.recipes import get_recipe
-from tpu_rl.recipes.prices import load_prices, usd
+from tpu_rl.recipes.costs.prices import load_prices, usd
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ExitCode
 
@@ -128,7 +128,7 @@ def test_a_driver_job_labelled_by_run_labels_counts_as_active(cloud):
     """The driver Job takes its labels from jobs/k8s.py run_labels, the function billing's selector is
     built with (recipe_selector), so `down` and `runs` find it."""
     from tpu_rl.jobs.k8s import recipe_selector, run_labels
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
 
     spec = RunSpec.requested(get_recipe(RECIPE), (), "lr-sweep-2")
     assert recipe_selector(spec.recipe) == f"{RECIPE_LABEL}={RECIPE}"
@@ -197,7 +197,7 @@ def put_record(gcs_client, run: str, status: str = "running", recipe: str = RECI
     """A run.json as `run` writes it (scripts/pipeline/record.py RunRecord.start), only the fields `down`
     reads: where `tpu-rl runs` finds it, its recipe and its status."""
     from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
 
     bucket, name = split_gs_url(ArtifactPaths(RunSpec.requested(get_recipe(RECIPE), (), run), peer_settings()).run_record)
     gcs_client.bucket(bucket).blob(name).upload_from_string(
@@ -390,7 +390,7 @@ def test_runs_lists_the_runs_and_says_in_one_line_when_rbac_hides_the_nodes(clou
 
 
 def test_a_cpu_node_still_up_is_priced_and_a_pool_the_stack_does_not_make_is_named_unpriced():
-    from tpu_rl.recipes.standing_cost import standing_cost
+    from tpu_rl.recipes.costs.standing import standing_cost
 
     recipe = get_recipe(RECIPE)
     pool = {"cloud.google.com/gke-nodepool": "cpu-np"}
@@ -403,7 +403,7 @@ def test_a_cpu_node_still_up_is_priced_and_a_pool_the_stack_does_not_make_is_nam
 
 
 def test_the_idle_bill_says_the_boot_disks_are_not_included(cloud):
-    """recipes/prices.toml has no disk price, so the figure leaves out system-np's boot disks and says so."""
+    """recipes/costs/prices.toml has no disk price, so the figure leaves out system-np's boot disks and says so."""
     assert not any("disk" in key for key in load_prices().machines)
     nodes(cloud["kube"], "system-np", 1)
     result = runner.invoke(app, ["runs", RECIPE])

@@ -1,5 +1,5 @@
 """A CPU step (convert, export) whose CPU pool gets no node (its machine type out of stock in the zone)
-does not wait for ever: past CAPACITY_WAIT's `cpu` (recipes/capacity_modes.py) `run` deletes its JobSet
+does not wait for ever: past CAPACITY_WAIT's `cpu` (recipes/capacity/modes.py) `run` deletes its JobSet
 and stops with one line naming what it waited for, for how long, and the next command. Driven through
 the fake Kubernetes API, whose CPU pods stay Unschedulable (tests/peers/jobset_plan.py, stockout "cpu")."""
 
@@ -14,7 +14,7 @@ from peers.settings import spec_of
 from tpu_rl.jobs import jobset_name
 from peers.jobset_life import UNSCHEDULABLE
 from tpu_rl.recipes import get_recipe
-from tpu_rl.recipes.capacity_modes import DEFAULT_WAIT_SECONDS, parse_capacity_wait
+from tpu_rl.recipes.capacity.modes import DEFAULT_WAIT_SECONDS, parse_capacity_wait
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ExitCode
 

@@ -2,7 +2,7 @@
 
 - read-only commands (`status`, `runs`, `logs`, `metrics`, and `cancel`, which only deletes what runs)
   and `run` start without RESERVATION and AUTHORIZED_CIDR, which only deploy (and preflight) read
-  (tests/test_settings_needs.py runs every command with only what recipes/needs.py says it needs);
+  (tests/test_settings_needs.py runs every command with only what recipes/settings/specs.py says it needs);
 - a missing bucket stops `run` before it touches the cluster (the bad-input table has a row per command).
 """
 
@@ -58,7 +58,7 @@ def test_logs_needs_no_reservation_or_authorized_cidr(teammate):
 def test_metrics_needs_no_reservation_or_authorized_cidr(teammate, tmp_path):
     from cli_helpers import RUN_RL, upload_run
 
-    from tpu_rl.recipes.run_spec import default_run_name
+    from tpu_rl.recipes.runs.spec import default_run_name
 
     upload_run(teammate["gcs"], tmp_path, default_run_name(spec_of(get_recipe(RECIPE))), RUN_RL)
     result = runner.invoke(app, ["metrics", RECIPE])
@@ -244,7 +244,7 @@ def test_piped_output_is_plain_lines_not_a_box_table(cloud, monkeypatch):
     # issue 28: `tpu-rl recipes | less` was a box table as wide as its longest row. Piped (no terminal, no
     # COLUMNS): one fact a line; a terminal as wide as the table still gets the table.
     from tpu_rl.jobs.paths import ArtifactPaths
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.cloud import gcs as bucket
 
     paths = ArtifactPaths(RunSpec.requested(get_recipe(RECIPE), (), "exp1"), peer_settings())

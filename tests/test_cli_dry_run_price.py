@@ -1,5 +1,5 @@
 """`tpu-rl run --dry-run` prices the run the user's --set items make, and does so with no credentials, no
-cluster and no VM (recipes/run_time.py, scripts/pipeline/dry_run.py).
+cluster and no VM (recipes/costs/train_time.py, scripts/pipeline/dry_run.py).
 
 Worked by hand for qwen3-v6e32 from recipes.toml and the README's run table (its train step: 90 min,
 $95.64, so $63.76 an hour on its reservation): 50 steps of batch_size 8 x rl.num_generations 4 = 1,600

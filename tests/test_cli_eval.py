@@ -17,8 +17,8 @@ from cli_helpers import plan_success, record, train_script, trained_run
 from contracts.tunix_log import evaluation_line
 from tpu_rl.jobs.paths import ArtifactPaths
 from peers.fixtures import peer_settings, put_checkpoint, spec_of
-from tpu_rl.scripts.cli import app
 from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.cloud import gcs as gcs_io
 
 RECIPE = "qwen3-v6e32"
@@ -108,8 +108,8 @@ def _scratch_setup(cloud, tmp_path):
     run's own files, another run's directory whose name starts with the scratch run's, another run's
     ConfigMap and JobSet."""
     from tpu_rl.jobs.evaluate import eval_run_name
-    from tpu_rl.recipes.run_spec import RunSpec
-    from tpu_rl.recipes.user_files import read_user_file
+    from tpu_rl.recipes.runs.spec import RunSpec
+    from tpu_rl.recipes.runs.user_files import read_user_file
 
     path = tmp_path / "mine.py"
     path.write_text(REWARDS)
@@ -335,7 +335,7 @@ def test_eval_evaluates_a_record_naming_a_reward_function_twice_as_it_trained_wi
 
 
 def test_eval_refuses_a_model_key_the_run_did_not_set_naming_the_value_it_trained_with(cloud):
-    """A key MaxText's model configs set (configs/models/*.yml of the wheel, recipes/maxtext_keys/) or the
+    """A key MaxText's model configs set (configs/models/*.yml of the wheel, recipes/runs/maxtext_keys/) or the
     weights' dtype: the run left it at its model's or the release's value, and eval's --set would load the
     checkpoint as another model, which fails only once a slice was granted. Refused before anything is
     created, naming the run's value and where it came from."""
@@ -380,7 +380,7 @@ def test_eval_takes_a_model_key_at_the_runs_own_value_and_evaluation_keys(cloud)
 
 def test_the_model_keys_come_from_the_wheels_model_configs_and_leave_evaluation_keys_alone():
     from tpu_rl.jobs.evaluate import EVALUATION_SETTINGS
-    from tpu_rl.recipes.maxtext_values import model_keys
+    from tpu_rl.recipes.runs.maxtext_values import model_keys
 
     for version in ("0.2.3", "0.2.4"):
         keys = model_keys(version)
@@ -393,7 +393,7 @@ def test_the_model_keys_hold_the_shape_keys_no_model_yml_sets_and_not_the_harmle
     """Keys that change the weights' shapes or layout (tests/contracts/maxtext_types.py SHAPE_KEYS, each
     with its types.py line and the layer reading it) are refused; keys a model yml sets that only the
     training loss, logging or a kernel read (HARMLESS_KEYS) are not."""
-    from tpu_rl.recipes.maxtext_values import model_keys
+    from tpu_rl.recipes.runs.maxtext_values import model_keys
 
     for version in ("0.2.3", "0.2.4"):
         keys = model_keys(version)
@@ -407,7 +407,7 @@ def test_the_evaluation_keys_are_keys_both_releases_accept():
     """eval_temperature/top_k/top_p are no keys of rl.yml: they sit in generation_configs.<strategy>
     (0.2.3 L147-158, 0.2.4 L142-153), so the evaluation keys name generation_configs instead."""
     from tpu_rl.jobs.evaluate import EVALUATION_SETTINGS
-    from tpu_rl.recipes.maxtext_values import maxtext_keys
+    from tpu_rl.recipes.runs.maxtext_values import maxtext_keys
 
     for version in ("0.2.3", "0.2.4"):
         assert set(EVALUATION_SETTINGS) <= maxtext_keys(version), version

@@ -207,7 +207,7 @@ def test_the_experiments_page_states_each_recipes_evaluation_cost():
     from pathlib import Path
 
     from tpu_rl.recipes import all_recipes
-    from tpu_rl.recipes.evaluation_cost import evaluation_table
+    from tpu_rl.recipes.costs.run import evaluation_table
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "experiments.md").read_text()
     assert evaluation_table(list(all_recipes().values())) in page

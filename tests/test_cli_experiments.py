@@ -14,7 +14,7 @@ from cli_helpers import error_line, names, plan_success, record, run_of, train_s
 from contracts.tunix_log import train_step_line
 from tpu_rl.jobs import render_manifests
 from peers.fixtures import peer_settings, put_step_output, spec_of
-from tpu_rl.recipes.driver_runtime import BUCKET_PREFIX
+from tpu_rl.recipes.driver.runtime import BUCKET_PREFIX
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ExitCode
 

@@ -13,7 +13,7 @@ from tpu_rl.jobs import render_manifests, render_startup_script
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe, load_settings
-from tpu_rl.recipes.cost import hourly_estimate
+from tpu_rl.recipes.costs.run import hourly_estimate
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ExitCode
 
@@ -124,7 +124,7 @@ def test_dry_run_on_the_vm_says_which_steps_the_startup_script_has_left(settings
         "after the run: TPU VM rl-test-vm stops itself once its startup script verified every output "
         "(VM_AFTER_RUN=stop; VM_AFTER_RUN=keep keeps it up): its VM charges end, only its boot disk bills until "
         f"`npx cdktf destroy {VM_RECIPE}`; the reservation it is bound to keeps billing $15.12/h until it is "
-        "deleted (tpu-rl never deletes it)"]  # the reservation bills on: 8 chips at recipes/prices.toml's $1.89
+        "deleted (tpu-rl never deletes it)"]  # the reservation bills on: 8 chips at recipes/costs/prices.toml's $1.89
     assert not any("serialPort" in path for _, path, _ in google.requests)
     assert not record_exists(gcs, VM_RECIPE)
 

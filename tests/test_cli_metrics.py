@@ -24,7 +24,7 @@ from cli_helpers import RUN_RL, upload_run
 from peers.event_files import write_events
 from peers.fixtures import SETTINGS
 from tpu_rl.recipes import get_recipe
-from tpu_rl.recipes.run_spec import RunSpec, default_run_name
+from tpu_rl.recipes.runs.spec import RunSpec, default_run_name
 from tpu_rl.scripts.cli import app
 
 RECIPE = "qwen3-v6e32"

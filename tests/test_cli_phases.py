@@ -10,7 +10,7 @@ from cli_helpers import RECIPE, TRAIN, run_record, run_train, succeeds
 from contracts.tunix_log import train_step_line
 
 from tpu_rl.recipes import get_recipe
-from tpu_rl.recipes.idle_tpu import TPU_IDLE_PHASES, idle_tpu
+from tpu_rl.recipes.costs.standing import TPU_IDLE_PHASES, idle_tpu
 
 def test_run_prints_each_phase_of_train_and_run_json_keeps_them_with_the_idle_tpu_time(cloud, monkeypatch):
     step = f"{train_step_line(1, 0.5)}\n"
@@ -33,7 +33,7 @@ def test_run_prints_each_phase_of_train_and_run_json_keeps_them_with_the_idle_tp
 
 def test_idle_tpu_time_is_the_slice_chips_over_the_phases_where_hosts_exist_but_nothing_trains():
     """qwen3-v6e32 on spot: 32 chips; 7 min pulling images and 3 min loading = 10 min, so 32 x 10/60 =
-    5.33 chip-hours at spot's $1.35 (recipes/prices.toml) = $7.20. Queued and provisioning bill no TPU on
+    5.33 chip-hours at spot's $1.35 (recipes/costs/prices.toml) = $7.20. Queued and provisioning bill no TPU on
     a pool that scales from zero, and training is not idle."""
     assert TPU_IDLE_PHASES == ("waiting for head", "pulling images", "loading", "saving")
     idle = idle_tpu(get_recipe(RECIPE), {"queued": 3600, "provisioning": 600, "pulling images": 420,

@@ -130,7 +130,7 @@ def test_check_rewards_refuses_in_one_line(rewards_file, functions, line):
 
 
 def test_rewards_need_a_gke_recipe_on_maxtext_0_2_4(rewards_file):
-    from tpu_rl.recipes.user_files import read_user_file
+    from tpu_rl.recipes.runs.user_files import read_user_file
 
     old = get_recipe(RECIPE).model_copy(update={"maxtext_version": "0.2.3"})
     with pytest.raises(UserError, match=r"--rewards needs MaxText 0.2.4 or later \(reward_functions_path\)"):
@@ -173,8 +173,8 @@ def test_check_rewards_refuses_what_run_refuses_with_the_same_line(cloud, tmp_pa
 
 
 def test_run_with_rewards_mounts_the_file_and_records_it(cloud, rewards_file):
-    from tpu_rl.recipes.run_spec import RunSpec, run_name
-    from tpu_rl.recipes.user_files import read_user_file
+    from tpu_rl.recipes.runs.spec import RunSpec, run_name
+    from tpu_rl.recipes.runs.user_files import read_user_file
 
     recipe = get_recipe(RECIPE)
     custom = RunSpec.requested(recipe).with_user_files((read_user_file(recipe, "rewards", rewards_file, ("short_answer", "correct")),))
@@ -256,8 +256,8 @@ def test_render_with_rewards_writes_the_configmap_and_jobsets_run_submits(cloud,
 
 
 def test_the_hints_of_a_run_with_rewards_reach_the_same_run(cloud, rewards_file):
-    from tpu_rl.recipes.run_spec import RunSpec, run_name
-    from tpu_rl.recipes.user_files import read_user_file
+    from tpu_rl.recipes.runs.spec import RunSpec, run_name
+    from tpu_rl.recipes.runs.user_files import read_user_file
 
     recipe = get_recipe(RECIPE)
     option = f"{rewards_file}:short_answer"
@@ -276,8 +276,8 @@ def test_the_hints_of_a_run_with_rewards_reach_the_same_run(cloud, rewards_file)
 def test_cancel_says_how_to_go_on_with_the_runs_reward_file(cloud, rewards_file, monkeypatch):
     import sys
 
-    from tpu_rl.recipes.run_spec import RunSpec, run_name
-    from tpu_rl.recipes.user_files import read_user_file
+    from tpu_rl.recipes.runs.spec import RunSpec, run_name
+    from tpu_rl.recipes.runs.user_files import read_user_file
 
     recipe = get_recipe(RECIPE)
     option = f"{rewards_file}:short_answer"
@@ -333,7 +333,7 @@ def test_a_data_processor_is_called_on_a_gsm8k_row_and_mounted(cloud, tmp_path, 
 @pytest.mark.parametrize("key, option", [("reward_functions_path", "--rewards"), ("reward.reward_functions", "--rewards"),
                                          ("dataset_processor_path", "--data-processor")])
 def test_the_file_settings_are_refused_in_set_with_the_option_that_mounts_them(key, option):
-    from tpu_rl.recipes.runs import with_sets
+    from tpu_rl.recipes.runs.identity import with_sets
 
     with pytest.raises(UserError, match=rf"--set {key} is refused: pass the (file|functions) with {option} "):
         with_sets(get_recipe(RECIPE), [f"{key}=/tmp/mine.py"])
@@ -343,8 +343,8 @@ def test_a_custom_reward_is_checked_run_and_compared_with_the_default_by_accurac
                                                                                    monkeypatch):
     from contracts.tunix_log import evaluation_line, train_step_line
     from peers.event_files import put_event_files
-    from tpu_rl.recipes.run_spec import RunSpec, run_name
-    from tpu_rl.recipes.user_files import read_user_file
+    from tpu_rl.recipes.runs.spec import RunSpec, run_name
+    from tpu_rl.recipes.runs.user_files import read_user_file
     from cli_helpers import plan_success
 
     monkeypatch.setenv("COLUMNS", "80")
@@ -542,8 +542,8 @@ def short(prompts, completions, tmvp_config, **kwargs):
 
 
 def test_a_file_importing_what_this_python_lacks_is_said_unchecked_and_run_takes_it_with_the_flag(cloud, tmp_path):
-    from tpu_rl.recipes.run_spec import RunSpec, run_name
-    from tpu_rl.recipes.user_files import read_user_file
+    from tpu_rl.recipes.runs.spec import RunSpec, run_name
+    from tpu_rl.recipes.runs.user_files import read_user_file
 
     path = tmp_path / "uses_maxtext.py"
     path.write_text(IMPORTS_MAXTEXT)

@@ -105,7 +105,7 @@ def test_a_worker_that_crash_loops_on_its_node_ends_train_after_the_ready_wait_t
                            f"1:40:00, longer than READY_WAIT's 1:30:00; pod {TRAIN}-worker-0-0-"), line
     assert re.search(r": container pathways-worker CrashLoopBackOff, \d+ restarts; JobSet ", line), line
     assert f"JobSet {TRAIN} deleted, so no TPU bills; its logs: `tpu-rl logs {RECIPE} train`; {RERUN}" in line, line
-    from tpu_rl.recipes.capacity_modes import READY_WAIT_SECONDS
+    from tpu_rl.recipes.capacity.modes import READY_WAIT_SECONDS
 
     assert READY_WAIT_SECONDS == 90 * 60  # the 1:30:00 above, and docs/pipeline.md's
     assert kube.deleted == [TRAIN]

@@ -14,11 +14,11 @@ from tpu_rl.jobs import render_manifests
 from tpu_rl.jobs.k8s import spec_digest
 from peers.fixtures import peer_settings, spec_of
 from tpu_rl.recipes import get_recipe
-from tpu_rl.recipes.cost import pipeline_run_estimate
-from tpu_rl.recipes.prices import usd
-from tpu_rl.recipes.run_spec import RunSpec
-from tpu_rl.recipes.runs import check_run_name
-from tpu_rl.recipes.sweeps import parse_grid
+from tpu_rl.recipes.costs.prices import usd
+from tpu_rl.recipes.costs.run import pipeline_run_estimate
+from tpu_rl.recipes.runs.identity import check_run_name
+from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.recipes.runs.sweeps import parse_grid
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ApiError
 
@@ -55,7 +55,7 @@ def test_a_grid_gives_the_product_of_its_axes_first_axis_slowest():
 
 
 def test_a_derived_name_is_cut_to_a_valid_run_name_and_lengthens_its_hash_when_taken():
-    from tpu_rl.recipes.sweeps import derived_name
+    from tpu_rl.recipes.runs.sweeps import derived_name
 
     sets = ("rl.num_generations=16", "learning_rate=3.5e-6", "decode_sampling_temperature=0.95")
     identity = {"the test's": "identity"}
@@ -75,7 +75,7 @@ def test_dry_run_names_each_run_from_its_values_and_prices_the_sweep_with_one_co
     assert [name[:-5] for name in names] == ["lr1e-6-gb0p04", "lr1e-6-gb0p08", "lr3e-6-gb0p04", "lr3e-6-gb0p08",
                                              "lr1e-5-gb0p04", "lr1e-5-gb0p08"], result.output
     assert len(set(names)) == 6 and all(check_run_name(name) for name in names)
-    # convert once, train and export for each run, from the recipes' price table (recipes/cost.py)
+    # convert once, train and export for each run, from the recipes' price table (recipes/costs/run.py)
     estimates = [pipeline_run_estimate(RunSpec.requested(get_recipe(RECIPE), (lr, beta)))
                  for lr in ("learning_rate=1e-6", "learning_rate=3e-6", "learning_rate=1e-5")
                  for beta in ("rl.grpo_beta=0.04", "rl.grpo_beta=0.08")]
@@ -219,7 +219,7 @@ def test_a_run_name_the_bucket_holds_for_other_settings_refuses_the_whole_sweep_
     import json
 
     from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
-    from tpu_rl.recipes.run_spec import run_identity
+    from tpu_rl.recipes.runs.spec import run_identity
 
     calls = _started(monkeypatch)
     other = RunSpec.requested(get_recipe(RECIPE), ("rl.grpo_beta=0.5",), "beta-low")
@@ -238,7 +238,7 @@ def test_a_run_name_the_bucket_holds_for_other_settings_refuses_the_whole_sweep_
 
 
 def test_a_derived_name_spells_a_numbers_value_not_its_spelling_and_keeps_its_sign():
-    from tpu_rl.recipes.sweeps import derived_name
+    from tpu_rl.recipes.runs.sweeps import derived_name
 
     identity = {"any": "identity"}
     assert derived_name(("learning_rate=0.000002",), identity)[:-5] == derived_name(("learning_rate=2e-6",),
@@ -250,7 +250,7 @@ def test_a_derived_name_spells_a_numbers_value_not_its_spelling_and_keeps_its_si
 def test_a_sweep_prints_a_warning_its_runs_share_once(settings_env, monkeypatch):
     """`run` prints the schedule warning of learning_rate_schedule_steps=-1; a sweep of three such runs
     prints it once, not three times."""
-    from tpu_rl.recipes.schedule import SCHEDULE_KEY
+    from tpu_rl.recipes.runs.schedule import SCHEDULE_KEY
 
     _started(monkeypatch)
     result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--grid",

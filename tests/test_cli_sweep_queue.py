@@ -22,7 +22,7 @@ from tpu_rl.jobs import jobset_name
 from peers import kueue
 from peers.simulated_run import script_successful_run
 from tpu_rl.recipes import STEPS
-from tpu_rl.recipes.run_spec import RunSpec
+from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.cli.core import cloud_recipe
 from tpu_rl.scripts.pipeline.platforms import platform_for

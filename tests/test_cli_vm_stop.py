@@ -22,7 +22,7 @@ from vm_helpers import PATHS, RECIPE, RUN, VM, begin, boot_and_show, clock, cons
 
 runner = CliRunner()
 # What the reservation of the VM's 8 v6e chips bills per chip-hour, as the price table states it.
-RESERVED_CHIP_HOUR = tomllib.loads((Path(__file__).parents[1] / "recipes" / "prices.toml").read_text())[
+RESERVED_CHIP_HOUR = tomllib.loads((Path(__file__).parents[1] / "recipes" / "costs" / "prices.toml").read_text())[
     "tpu"]["v6e"]["reservation"]["chip_hour"]
 
 
@@ -249,7 +249,7 @@ def test_the_hint_for_this_run_again_names_the_progress_markers(settings_env, gc
 
 def test_a_reservation_bound_vm_says_the_reservation_keeps_billing(settings_env, gcs, vm, monkeypatch):
     """The reservation bills until it is deleted (compute/docs/instances/reservations-overview): the stop
-    of a VM bound to it has an idle cost. v6e's reserved $/chip-hour x 8 chips (recipes/prices.toml)."""
+    of a VM bound to it has an idle cost. v6e's reserved $/chip-hour x 8 chips (recipes/costs/prices.toml)."""
     monkeypatch.setenv("CAPACITY", "reservation")
     dry = runner.invoke(app, ["run", RECIPE, "--dry-run"])
     assert dry.exit_code == 0, dry.output

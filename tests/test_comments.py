@@ -79,6 +79,8 @@ def test_no_upstream_line_number_in_a_comment_or_docstring():
 
 # Packages whose docstring maps their modules, one `- name.py:` (or `name/:`) item each.
 MAPPED_PACKAGES = ("scripts/pipeline", "scripts/pipeline/gke", "scripts/pipeline/vm")
+# recipes/ and each of its concept packages: a reader finds a change's file from the tree and these maps
+MAPPED_PACKAGES += tuple(str(init.parent.relative_to(ROOT)) for init in sorted((ROOT / "recipes").rglob("__init__.py")))
 
 
 def unmapped(package: Path) -> list[str]:

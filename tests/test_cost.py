@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from tpu_rl.recipes import all_recipes, build_recipes, conventions, example_settings, get_recipe
-from tpu_rl.recipes.cost import hourly_estimate, pipeline_run_estimate, run_table
+from tpu_rl.recipes.costs.prices import load_prices, parse_prices
+from tpu_rl.recipes.costs.run import hourly_estimate, pipeline_run_estimate, run_table
 from tpu_rl.recipes.errors import UserError
-from tpu_rl.recipes.prices import load_prices, parse_prices
-from tpu_rl.recipes.run_spec import RunSpec
+from tpu_rl.recipes.runs.spec import RunSpec
 
-PRICES_TEXT = resources.files("tpu_rl.recipes").joinpath("prices.toml").read_text()
+PRICES_TEXT = resources.files("tpu_rl.recipes.costs").joinpath("prices.toml").read_text()
 RECIPES_TEXT = resources.files("tpu_rl.recipes").joinpath("recipes.toml").read_text()
 
 
@@ -55,8 +55,8 @@ def test_every_machine_type_the_recipes_and_stacks_use_has_a_price():
     assert used <= set(prices.machines)
 
 
-# The expected figures below are worked out by hand from recipes/prices.toml (us-east5 list prices) and the
-# recipe table, never by tpu_rl.recipes.cost: v6e chip-hour $1.89 reserved, $1.35 spot, $2.70 on demand, $2.70
+# The expected figures below are worked out by hand from recipes/costs/prices.toml (us-east5 list prices) and the
+# recipe table, never by tpu_rl.recipes.costs.run: v6e chip-hour $1.89 reserved, $1.35 spot, $2.70 on demand, $2.70
 # flex-start (an estimate);
 # n4-standard-64 $3.03, c4d-standard-96 $4.65, e2-standard-4 (system pool) $0.134, GKE fee $0.10;
 # Cloud NAT $0.0014 per VM, $0.044 flat beyond 32 VMs, plus $0.005 for its one IP.
@@ -231,8 +231,8 @@ def test_capacity_page_shows_a_run_without_a_reservation_as_capacity_flex_start_
 
 
 def test_each_recipes_evaluation_is_a_small_stated_share_of_train():
-    from tpu_rl.recipes.evaluation import eval_plan
-    from tpu_rl.recipes.evaluation_cost import evaluation_estimate
+    from tpu_rl.recipes.costs.evaluation import eval_plan
+    from tpu_rl.recipes.costs.run import evaluation_estimate
 
     # qwen3-v6e32: 2 batches x eval_batch_size 32; before, at 20 and 40, after (eval_interval 20, 50 steps);
     # train generates 50 steps x batch_size 8 x 4 generations.
@@ -252,8 +252,8 @@ def test_each_recipes_evaluation_is_a_small_stated_share_of_train():
 
 
 def test_a_recipe_without_evaluation_says_so():
-    from tpu_rl.recipes.evaluation_cost import evaluation_estimate
-    from tpu_rl.recipes.runs import with_sets
+    from tpu_rl.recipes.costs.run import evaluation_estimate
+    from tpu_rl.recipes.runs.identity import with_sets
 
     recipe = with_sets(get_recipe("qwen3-v6e32"), ["num_test_batches=0"])
     assert evaluation_estimate(recipe).summary() == "no held-out evaluation (num_test_batches=0)"

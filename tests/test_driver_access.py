@@ -1,4 +1,4 @@
-"""The run's driver's Role is the least that works (issue 27): its rules (recipes/driver_access.py) and the
+"""The run's driver's Role is the least that works (issue 27): its rules (recipes/driver/access.py) and the
 calls the driver's code makes match both ways. Nothing is missing: every call is one a rule allows. Nothing
 is unused: every verb of every rule is used by some call.
 
@@ -29,7 +29,7 @@ from peers.fixtures import CONTEXT, SETTINGS, make_artifacts_bucket, put_step_ou
 from peers.jobset_plan import Plan
 from peers.kube_api import RequestInfo, request_info
 from tpu_rl.recipes import STEPS, conventions, get_recipe
-from tpu_rl.recipes.driver_access import DRIVER_RULES, AccessRule
+from tpu_rl.recipes.driver.access import DRIVER_RULES, AccessRule
 from tpu_rl.scripts.outcome import Outcome, StepFailed
 
 
@@ -151,8 +151,8 @@ REWARDS = "def short_answer(prompts, completions, tmvp_config, **kwargs):\n" \
 
 def trains_with_a_reward_file(cloud, monkeypatch, tmp_path):
     """test_cli_rewards: `run --rewards` mounts the file from the user-files ConfigMap."""
-    from tpu_rl.recipes.run_spec import RunSpec, run_name
-    from tpu_rl.recipes.user_files import read_user_file
+    from tpu_rl.recipes.runs.spec import RunSpec, run_name
+    from tpu_rl.recipes.runs.user_files import read_user_file
 
     rewards = tmp_path / "my_rewards.py"
     rewards.write_text(REWARDS)

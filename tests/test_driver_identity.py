@@ -1,5 +1,5 @@
 """The run's driver's identity as the GKE stacks install it: its Kubernetes service account on the workload
-Google SA, and the namespaced Role of recipes/driver_access.py bound to it, checked against Kubernetes'
+Google SA, and the namespaced Role of recipes/driver/access.py bound to it, checked against Kubernetes'
 own schemas (kubernetes-validate, strict) and read from the synthesized stacks."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from conftest import queue_manifests
 from contracts.k8s_schema import KUBERNETES_VERSION
 from tpu_rl.infra.driver_identity import driver_role_manifests, role_rules
 from tpu_rl.recipes import conventions
-from tpu_rl.recipes.driver_access import DRIVER_RULES
+from tpu_rl.recipes.driver.access import DRIVER_RULES
 
 GKE = ["qwen3-v6e32", "gemma4-v6e64"]
 NAME = conventions.DRIVER_KSA

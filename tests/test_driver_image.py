@@ -29,13 +29,13 @@ from tpu_rl.jobs.driver_runtime import (DRIVER_VERSION_ANNOTATION, SITE_VOLUME, 
                                  driver_pod_annotations, driver_volumes)
 from peers.driver_files import seed_locked_wheels
 from peers.settings import SETTINGS, peer_settings, spec_of
-from tpu_rl.recipes import UserError, get_recipe
 from tpu_rl.jobs.k8s import cpu_pool_placement
+from tpu_rl.recipes import UserError, get_recipe
 from tpu_rl.recipes.conventions import NAMESPACE
-from tpu_rl.recipes.driver_runtime import (BASE_IMAGE, BUCKET_PREFIX, LEFT_OUT, PYTHON_PLATFORM, PYTHON_VERSION,
-                                    SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB, LockedWheel, driver_lock)
-from tpu_rl.scripts.pipeline.gke import driver_wheel
+from tpu_rl.recipes.driver.runtime import (BASE_IMAGE, BUCKET_PREFIX, LEFT_OUT, PYTHON_PLATFORM, PYTHON_VERSION,
+                                           SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB, LockedWheel, driver_lock)
 from tpu_rl.scripts.cloud.clients import Clients
+from tpu_rl.scripts.pipeline.gke import driver_wheel
 from tpu_rl.scripts.pipeline.gke.driver_image import download_wheel, stage, stage_driver
 from tpu_rl.scripts.pipeline.session import Session
 
@@ -157,7 +157,7 @@ def test_a_download_that_differs_from_the_lock_is_refused_in_one_line(gcs, file_
     base, files, _ = file_host
     wheel = _locked(base, files, "alpha", b"alpha wheel")
     files[f"/packages/{wheel.file}"] = b"something else"
-    with pytest.raises(UserError, match="does not have the sha256 recipes/driver_lock.toml pins"):
+    with pytest.raises(UserError, match="does not have the sha256 recipes/driver/driver_lock.toml pins"):
         stage(gcs, BUCKET, (wheel,), root=package_copy, release="0.1.0")
     assert _objects(gcs) == {}  # nothing uploaded halfway
     gone = LockedWheel("gone", "1.0", "gone-1.0-py3-none-any.whl", f"{base}/packages/gone.whl", "0" * 64, 1)
@@ -247,7 +247,7 @@ def test_the_wheel_ships_what_pyproject_ships():
     assert driver_wheel.CONSOLE_SCRIPTS == PYPROJECT["project"]["scripts"]
     assert driver_wheel.REQUIRES_PYTHON == PYPROJECT["project"]["requires-python"]
     files = driver_wheel.package_files(ROOT)
-    assert {"tpu_rl/__init__.py", "tpu_rl/recipes/driver_lock.toml", "tpu_rl/scripts/cli/__main__.py"} <= set(files)
+    assert {"tpu_rl/__init__.py", "tpu_rl/recipes/driver/driver_lock.toml", "tpu_rl/scripts/cli/__main__.py"} <= set(files)
     assert not [name for name in files if "__pycache__" in name or not name.startswith("tpu_rl/")]
 
 
@@ -401,7 +401,7 @@ def test_the_wheel_is_stored_so_one_package_gives_the_same_bytes_on_any_zlib(pac
 
 
 def test_the_lock_tool_ranks_every_manylinux_platform_pip_accepts_on_the_image(monkeypatch):
-    """packaging's own ranking on a glibc 2.36 x86_64 (the image's, recipes/driver_runtime.py): down to
+    """packaging's own ranking on a glibc 2.36 x86_64 (the image's, recipes/driver/runtime.py): down to
     manylinux_2_5, with manylinux2014, manylinux2010 and manylinux1 (pypa/packaging@0b3621f3
     src/packaging/_manylinux.py `platform_tags`)."""
     import packaging._manylinux as manylinux
@@ -448,7 +448,7 @@ def test_lock_verify_measures_each_volume_s_peak_against_its_size_limit(tmp_path
     assert code == 0 and lock_driver.disk_usage(scratch) == 0
     assert peaks[TMP_VOLUME] >= 3 * 2**20 and 2**20 <= peaks[SITE_VOLUME] < 2 * 2**20
     assert lock_driver.over_limits(peaks, {SITE_VOLUME: 2, TMP_VOLUME: 2}) == [
-        "the driver's driver-tmp volume peaked at 3 MiB, over its sizeLimit of 2 MiB (recipes/driver_runtime.py): "
+        "the driver's driver-tmp volume peaked at 3 MiB, over its sizeLimit of 2 MiB (recipes/driver/runtime.py): "
         "the kubelet would evict the pod"]
     assert lock_driver.over_limits(peaks, {SITE_VOLUME: SITE_SIZE_LIMIT_MIB, TMP_VOLUME: TMP_SIZE_LIMIT_MIB}) == []
     volumes = {volume["name"]: volume["emptyDir"]["sizeLimit"] for volume in driver_volumes(RUNTIME) if "emptyDir" in volume}

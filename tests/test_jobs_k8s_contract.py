@@ -99,8 +99,8 @@ def test_kubernetes_validate_strict_rejects_an_unknown_pod_field():
 
 
 def _with_rewards(tmp_path):
-    from tpu_rl.recipes.run_spec import RunSpec
-    from tpu_rl.recipes.user_files import read_user_file
+    from tpu_rl.recipes.runs.spec import RunSpec
+    from tpu_rl.recipes.runs.user_files import read_user_file
 
     path = tmp_path / "my_rewards.py"
     path.write_text("def short(prompts, completions, tmvp_config, **kwargs):\n    return [0.0] * len(completions)\n")

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from peers.settings import spec_of
-from tpu_rl.recipes.run_spec import RunSpec
+from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl import jobs
 from tpu_rl.jobs.k8s import manifest_yaml
 from tpu_rl.jobs.paths import ArtifactPaths
@@ -302,7 +302,7 @@ def test_qwen3_train_script_applies_the_optimizer_patch_before_training():
     text = script(manifests("qwen3-v6e32")["train"], "pathways-head")
     patch = text.index("source patch 'rl-optimizer-adafactor'")
     assert patch < text.index("exec python3 -m maxtext.trainers.post_train.rl.train_rl")
-    # rl.reshard_chunk_size reaches tunix's sampler as a setting (see tpu_rl.jobs.seed_differences): no source edit
+    # rl.reshard_chunk_size reaches tunix's sampler as a setting (see tests/seed_differences.py): no source edit
     assert "reshard_chunk_size" not in text.split("exec python3", 1)[0]
     assert "rl.reshard_chunk_size=4" in text
 

@@ -133,7 +133,7 @@ def test_the_evaluation_defaults_are_the_wheels_rl_yml(maxtext, version):
 
 
 def test_the_reward_and_data_settings_exist_where_the_options_allow_them(maxtext):
-    from tpu_rl.recipes.user_files import FIRST_RELEASE, SETTING
+    from tpu_rl.recipes.runs.user_files import FIRST_RELEASE, SETTING
 
     keys = {version: set(maxtext[version].accepted(maxtext[version].config_class(TRAIN_RL))) for version in maxtext}
     for kind, first in FIRST_RELEASE.items():

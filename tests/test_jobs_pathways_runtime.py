@@ -17,7 +17,7 @@ import pytest
 from peers.settings import spec_of
 from tpu_rl import jobs
 from contracts.maxtext_schema import fetch_wheel
-from tpu_rl.jobs.seed_differences import XPK_DIFFERENCES, xpk_difference
+from seed_differences import XPK_DIFFERENCES, xpk_difference
 from tpu_rl.recipes import UserError, build_recipes, example_settings, get_recipe
 
 SETTINGS = example_settings()

@@ -14,7 +14,7 @@ import pytest
 from peers.settings import spec_of
 from tpu_rl import jobs
 from contracts.k8s_schema import KUBERNETES_VERSION, jobs_as_batch_v1, list_uniqueness, load_jobset_schema, strict
-from tpu_rl.jobs.seed_differences import XPK_DIFFERENCES
+from seed_differences import XPK_DIFFERENCES
 from tpu_rl.recipes import all_recipes, example_settings
 
 SETTINGS = example_settings()

@@ -1,12 +1,12 @@
-"""The job tables in the README and docs/ are generated from the recipe table and jobs/seed_differences.py;
+"""The job tables in the README and docs/ are generated from the recipe table and tests/seed_differences.py;
 each page holds its table verbatim."""
 
 from pathlib import Path
 
 from tpu_rl.jobs.patches import patches_table
-from tpu_rl.jobs.seed_differences import differences_table, not_carried_over_table, xpk_differences_table
+from seed_differences import differences_table, not_carried_over_table, xpk_differences_table
 from tpu_rl.recipes import all_recipes
-from tpu_rl.recipes.cost import run_table
+from tpu_rl.recipes.costs.run import run_table
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

@@ -1,5 +1,5 @@
 """Our commands do what the seeds' commands do: the same arguments, env and patches, except for the
-deliberate differences listed (with reasons) in jobs/seed_differences.py."""
+deliberate differences listed (with reasons) in tests/seed_differences.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from peers.settings import spec_of
 from tpu_rl import jobs
 from contracts.seeds import as_mapping, seed_command, seed_env_flags, seed_replacements, seed_text, seed_variables
 from tpu_rl.jobs.paths import ArtifactPaths
-from tpu_rl.jobs.seed_differences import DIFFERENCES, SEED_STEPS_NOT_CARRIED_OVER, explain
+from seed_differences import DIFFERENCES, SEED_STEPS_NOT_CARRIED_OVER, explain
 from tpu_rl.recipes import STEPS, all_recipes, example_settings, get_recipe
 
 SETTINGS = example_settings()
@@ -44,14 +44,14 @@ def differences(name: str, step: str) -> dict[str, tuple[str | None, str | None]
 @pytest.mark.parametrize("step", STEPS)
 def test_arguments_equal_the_seed_except_documented_differences(name, step):
     unexplained = {key: values for key, values in differences(name, step).items() if not explain(name, step, key)}
-    assert unexplained == {}, "add a jobs/seed_differences.py entry with the reason, or fix the command"
+    assert unexplained == {}, "add a tests/seed_differences.py entry with the reason, or fix the command"
 
 
 def test_every_documented_difference_is_still_a_difference():
     actual = {(name, step, key) for name in all_recipes() for step in STEPS for key in differences(name, step)}
     for entry in DIFFERENCES:
         covered = [case for case in actual if entry.covers(*case)]
-        assert covered, f"stale entry in jobs/seed_differences.py: {entry.key} for {entry.recipes or 'all'}"
+        assert covered, f"stale entry in tests/seed_differences.py: {entry.key} for {entry.recipes or 'all'}"
 
 
 def test_the_token_is_the_only_argument_dropped_from_the_gke_seeds():

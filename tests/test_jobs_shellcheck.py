@@ -17,9 +17,9 @@ from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.jobs.driver_runtime import DriverRuntime, driver_container
 from tpu_rl.jobs.export import VISION_PARTS
-from tpu_rl.recipes.driver_runtime import BASE_IMAGE
 from tpu_rl.recipes import all_recipes, example_settings
-from tpu_rl.recipes.setting_specs import VM_STAYS
+from tpu_rl.recipes.driver.runtime import BASE_IMAGE
+from tpu_rl.recipes.settings.specs import VM_STAYS
 
 SETTINGS = example_settings()
 SHELLS = {"bash", "sh"}

@@ -12,7 +12,7 @@ from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, STOP_COMMAND, output_objects
 from peers.vm_guest import Guest
-from tpu_rl.recipes.setting_specs import VM_STAYS
+from tpu_rl.recipes.settings.specs import VM_STAYS
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.vm.state import Attempt, Failure
 from vm_helpers import EXAMPLE_SETTINGS, SCRIPT_PATHS as PATHS, SCRIPT_RECIPE as RECIPE, SCRIPT_TOKEN as TOKEN

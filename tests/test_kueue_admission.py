@@ -23,7 +23,7 @@ from conftest import data_only_recipes, resources
 from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.recipes import all_recipes, example_settings, get_recipe
-from tpu_rl.recipes.entry import quantity_bytes
+from tpu_rl.recipes.catalog.entry import quantity_bytes
 
 SETTINGS = example_settings()
 GKE_RECIPES = [name for name, recipe in all_recipes().items() if recipe.platform == "gke"]

@@ -200,8 +200,8 @@ def test_the_convert_jobset_of_a_sweep_is_the_recipes_shared_one():
 
 
 def test_runs_prices_each_run_by_the_time_its_steps_billed_not_the_time_train_sat_in_the_queue(cloud):
-    from tpu_rl.recipes.cost import hourly_estimate
-    from tpu_rl.recipes.prices import usd
+    from tpu_rl.recipes.costs.run import hourly_estimate
+    from tpu_rl.recipes.costs.prices import usd
 
     paths = _record(cloud, "lr-a", 40)
     bucket, name = split_gs_url(paths.run_record)

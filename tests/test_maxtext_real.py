@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 from tpu_rl import jobs
-from tpu_rl.jobs.vm import EXPORT_STEP_VAR
 from tpu_rl.jobs.maxtext import MaxTextCommand, maxtext_commands
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
+from tpu_rl.jobs.vm import EXPORT_STEP_VAR
 from maxtext_cpu.chain import REPO, Chain, StepRun, in_venv, last_json, need_venv, tiny_model
 from maxtext_cpu.run import REFUSED_BEGIN, REFUSED_END
 from peers.fixtures import peer_settings, spec_of
@@ -166,7 +166,7 @@ def test_the_gemma_export_script_carries_the_vision_tower_it_renders():
 
 
 def test_the_seed_differences_page_lists_the_steps_we_add():
-    from tpu_rl.jobs.seed_differences import added_steps_table
+    from seed_differences import added_steps_table
 
     assert added_steps_table() in (REPO / "docs" / "seed-differences.md").read_text()
 

@@ -5,11 +5,11 @@ setup_configs_and_devices calls it (tests/maxtext_cpu/run.py judge). Every recip
 arguments, and each recipe's arguments with one `--set` of the table below, go to the parser of the
 recipe's pinned release in one process per release. Then:
 
-- what the package accepts (tpu_rl.recipes.runs.with_sets), MaxText accepts: what MaxText refuses, the package
+- what the package accepts (tpu_rl.recipes.runs.identity.with_sets), MaxText accepts: what MaxText refuses, the package
   refuses first;
 - the cases: key names (which the package checks today), bad values of known keys (which the package
   lets through until its value checks exist, issue "Judge runs" part 3, and must refuse once
-  recipes/maxtext_values.py is there), and, where it exists, the typed checks' own table
+  recipes/runs/maxtext_values.py is there), and, where it exists, the typed checks' own table
   (tests/contracts/maxtext_set_cases.py, its `parser_accepts` column judged by the real parser).
 """
 
@@ -28,7 +28,7 @@ from maxtext_cpu.chain import need_venv
 from peers.fixtures import peer_settings, spec_of
 from tpu_rl import recipes
 from tpu_rl.recipes import UserError, all_recipes, get_recipe
-from tpu_rl.recipes.runs import with_sets
+from tpu_rl.recipes.runs.identity import with_sets
 
 RECIPES = list(all_recipes())
 
@@ -46,14 +46,14 @@ class Case:
         return f"{self.recipe}|{self.item}"
 
 
-# Key names: what the package checks today (recipes/maxtext_keys/<version>.txt); both judges agree.
+# Key names: what the package checks today (recipes/runs/maxtext_keys/<version>.txt); both judges agree.
 KEYS = [("learning_rate=1e-5", True), ("batch_size=16", True), ("rl.num_generations=8", True),
         ("decode_sampling_temperature=0.7", True), ("max_target_length=1024", True),
         ("learnig_rate=1e-5", False), ("batchsize=4", False), ("no_such_key=1", False)]
 # Values of known keys that the release's types refuse. Until the package checks values (issue "Judge
-# runs", part 3: recipes/maxtext_values.py) it lets them through; once it does, it must refuse them first.
+# runs", part 3: recipes/runs/maxtext_values.py) it lets them through; once it does, it must refuse them first.
 BAD_VALUES = ["learning_rate=fast", "batch_size=eight", "decode_sampling_temperature=warm", "max_target_length=1.5"]
-TYPED_CHECKS = (Path(recipes.__file__).parent / "maxtext_values.py").exists()
+TYPED_CHECKS = (Path(recipes.__file__).parent / "runs" / "maxtext_values.py").exists()
 
 CASES: list[Case] = [
     *(Case(name, item, ok, ok, key_named=not ok) for name in RECIPES for item, ok in KEYS),

@@ -1,5 +1,5 @@
-"""--set values (recipes/maxtext_values.py): each read as MaxText's pyconfig reads it (omegaconf's YAML),
-checked against the type, bounds and choices shipped per release in recipes/maxtext_keys/<version>.toml
+"""--set values (recipes/runs/maxtext_values.py): each read as MaxText's pyconfig reads it (omegaconf's YAML),
+checked against the type, bounds and choices shipped per release in recipes/runs/maxtext_keys/<version>.toml
 (equal to what its wheel declares), refused in one line, and spelled one way so equal values give one run."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from peers.settings import spec_of
 from tpu_rl.jobs.maxtext import TRAIN_RL, train_command
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import UserError, all_recipes, example_settings, get_recipe
-from tpu_rl.recipes.maxtext_values import KEY_LIST_DIR, RUNTIME_BOUNDS, check_value, parse_override, release_schema
-from tpu_rl.recipes.run_spec import RunSpec, default_run_name
+from tpu_rl.recipes.runs.maxtext_values import KEY_LIST_DIR, RUNTIME_BOUNDS, check_value, parse_override, release_schema
+from tpu_rl.recipes.runs.spec import RunSpec, default_run_name
 
 VERSIONS = sorted({recipe.maxtext_version for recipe in all_recipes().values()} | {"0.2.3", "0.2.4"})
 QWEN = get_recipe("qwen3-v6e32")  # MaxText 0.2.4
@@ -41,7 +41,7 @@ def _command(run) -> list[str]:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_each_shipped_type_file_equals_the_types_its_wheel_declares(version):
     types = _types(version)
-    shipped = tomllib.loads((REPO / "recipes" / KEY_LIST_DIR / f"{version}.toml").read_text())
+    shipped = tomllib.loads((REPO / "recipes" / "runs" / KEY_LIST_DIR / f"{version}.toml").read_text())
     regenerate = f"regenerate: .venv/bin/python tools/generate_maxtext_keys.py {version}"
     assert shipped["source"]["wheel"] == types.schema.wheel.name
     assert shipped["keys"] == types.key_specs(TRAIN_RL), regenerate
@@ -55,11 +55,11 @@ def test_each_shipped_type_file_equals_the_types_its_wheel_declares(version):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_each_shipped_values_file_equals_its_wheels_config(version):
-    """check-rewards' tmvp_config starts from these (tpu_rl.recipes.maxtext_values.release_values)."""
+    """check-rewards' tmvp_config starts from these (tpu_rl.recipes.runs.maxtext_values.release_values)."""
     import json
 
     types = _types(version)
-    shipped = json.loads((REPO / "recipes" / KEY_LIST_DIR / f"{version}.values.json").read_text())
+    shipped = json.loads((REPO / "recipes" / "runs" / KEY_LIST_DIR / f"{version}.values.json").read_text())
     assert shipped["source"]["wheel"] == types.schema.wheel.name
     assert shipped["values"] == types.config_values(TRAIN_RL), (
         f"regenerate: .venv/bin/python tools/generate_maxtext_keys.py {version}")

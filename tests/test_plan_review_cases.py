@@ -174,8 +174,8 @@ HEAD = "spec.replicatedJobs[pathways-head].template.spec.template.spec"
 WORKER = "spec.replicatedJobs[worker].template.spec"
 
 
-# Cost cells worked out by hand from recipes/prices.toml (us-east5) and the recipe table, never by
-# tpu_rl.recipes.cost: v6e chip-hour $1.89 reserved, $1.35 spot; n4-standard-64 $3.03, c4d-standard-96 $4.65,
+# Cost cells worked out by hand from recipes/costs/prices.toml (us-east5) and the recipe table, never by
+# tpu_rl.recipes.costs.run: v6e chip-hour $1.89 reserved, $1.35 spot; n4-standard-64 $3.03, c4d-standard-96 $4.65,
 # system pool e2-standard-4 $0.134, GKE fee $0.10; Cloud NAT $0.0014 per node + $0.005 for its IP.
 # A GKE run is 40 + 90 + 40 = 170 minutes, the VM's 5 + 10 + 5 = 20 minutes.
 #
@@ -355,7 +355,7 @@ def test_changed_rl_argument_shows_only_that_key_in_the_training_command(reviews
 
 def test_every_stack_has_a_cost_row_labelled_as_an_estimate(reviews):
     cost = _section(reviews["added slice"].markdown, "### Cost (estimates)")  # changes qwen3-v6e32 only
-    assert cost[0].startswith("Estimates from list prices in recipes/prices.toml (") and "not a quote" in cost[0]
+    assert cost[0].startswith("Estimates from list prices in recipes/costs/prices.toml (") and "not a quote" in cost[0]
     # llama31-v6e8, one VM of 8 chips: 8 x $1.89 = $15.12, + NAT for 1 VM ($0.0014 + $0.005) = $15.1264/h;
     # x 20/60 = $5.04
     llama = ("$15.13/h (TPU reserved)", "$5.04 for 20 min (TPU reserved)")

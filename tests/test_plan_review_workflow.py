@@ -344,7 +344,7 @@ def test_every_setting_that_shapes_a_stack_reaches_the_plan_as_a_repository_vari
     """A stack deployed with CAPACITY=flex-start,spot, another HF_TOKEN_SECRET or TPU_NAME must be planned
     with them, or its plan shows pools and grants to destroy. Settings only `tpu-rl` reads
     (shapes_stacks=False, e.g. CAPACITY_WAIT) are not passed."""
-    from tpu_rl.recipes.setting_specs import SPECS
+    from tpu_rl.recipes.settings.specs import SPECS
 
     env = yaml.safe_load(PLAN.read_text())["jobs"]["terraform-plan"]["env"]
     shaping = [spec for spec in SPECS if spec.shapes_stacks]

@@ -1,7 +1,7 @@
 """The platform is a seam, not a branch (issue 26): the CLI and the pipeline ask
 scripts/pipeline/platforms.py for the recipe's implementation, and only the implementations (a package each)
 and that one lookup know which platform they are on. What differs as data is a PlatformRules row
-(recipes/capacity_modes.py)."""
+(recipes/capacity/modes.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import typing
 
 from peers.fixtures import REPO, clean_environment
 
-from tpu_rl.recipes.capacity_modes import PLATFORM_RULES, Platform as PlatformName
+from tpu_rl.recipes.capacity.modes import PLATFORM_RULES, Platform as PlatformName
 from tpu_rl.scripts.pipeline.platforms import IMPLEMENTATIONS, Platform, platform_for
 
 PRODUCT_PACKAGES = ("scripts", "jobs", "recipes", "infra", "stacks")
@@ -37,7 +37,7 @@ def _branches() -> dict[str, list[str]]:
 
 
 def test_the_pattern_sees_each_kind_of_branch():
-    # Guards the guard: the forms the seam replaced (scripts/cli/cloud.py, recipes/entry.py before it).
+    # Guards the guard: the forms the seam replaced (scripts/cli/cloud.py, recipes/catalog/entry.py before it).
     for line in ('if recipe.is_gke:', 'if self.platform == "vm" and x:', 'recipe.platform != "vm"',
                  'if "gke" == recipe.platform:'):
         assert BRANCH.search(line), line

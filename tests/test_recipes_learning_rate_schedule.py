@@ -33,8 +33,8 @@ from typer.testing import CliRunner
 from tpu_rl.jobs.maxtext import train_command
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import all_recipes, example_settings
-from tpu_rl.recipes.run_spec import RunSpec
-from tpu_rl.recipes.schedule import schedule_warning, steps_at_zero_rate
+from tpu_rl.recipes.runs.schedule import schedule_warning, steps_at_zero_rate
+from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.cli import app
 
 CONFIG_STEPS = 150_001  # base.yml `steps`, 0.2.3 L772 and 0.2.4 L836

@@ -1,4 +1,4 @@
-"""The run a command asks for (recipes/run_spec.py RunSpec), apart from the catalog Recipe. Pure: no cloud."""
+"""The run a command asks for (recipes/runs/spec.py RunSpec), apart from the catalog Recipe. Pure: no cloud."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from tpu_rl.recipes import Recipe, UserError, get_recipe
-from tpu_rl.recipes.run_spec import RunSpec, default_run_name, run_identity, run_name
-from tpu_rl.recipes.run_time import as_defined
-from tpu_rl.recipes.user_files import USER_FILES_DIR, UserFile
+from tpu_rl.recipes.costs.train_time import as_defined
+from tpu_rl.recipes.runs.spec import RunSpec, default_run_name, run_identity, run_name
+from tpu_rl.recipes.runs.user_files import USER_FILES_DIR, UserFile
 
 QWEN = get_recipe("qwen3-v6e32")  # MaxText 0.2.4: takes --rewards
 REWARDS = UserFile("rewards", "rewards.py", "def fn1(prompts, completions, **kw):\n    return [0.0]\n", ("fn1",))
@@ -49,7 +49,7 @@ def test_two_equal_requests_give_equal_specs_and_one_run_name():
     one = RunSpec.requested(QWEN, ["learning_rate=1e-5"])
     assert one == RunSpec.requested(QWEN, ["learning_rate=1e-5"])
     assert run_name(one) == run_name(RunSpec.requested(QWEN, ["learning_rate=1e-5"]))
-    # another spelling of the same value is the same run (recipes/runs.py checked_item)
+    # another spelling of the same value is the same run (recipes/runs/identity.py checked_item)
     assert run_name(RunSpec.requested(QWEN, ["learning_rate=0.00001"])) == run_name(one)
     assert run_name(one) != run_name(RunSpec.of_catalog(QWEN))
 

@@ -12,7 +12,7 @@ import pytest
 from tpu_rl import jobs
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import UserError, build_recipes, example_settings
-from tpu_rl.recipes.run_spec import RunSpec
+from tpu_rl.recipes.runs.spec import RunSpec
 
 SETTINGS = example_settings()
 

@@ -1,4 +1,4 @@
-"""Runs (recipes/runs.py, recipes/run_spec.py): the run name and what it hashes, the conversion runs share, --set and the shipped
+"""Runs (recipes/runs/identity.py, recipes/runs/spec.py): the run name and what it hashes, the conversion runs share, --set and the shipped
 MaxText key lists, and what the names, labels and paths of a run are. Pure: no cloud."""
 
 from __future__ import annotations
@@ -15,16 +15,10 @@ from tpu_rl.jobs.maxtext import TRAIN_RL, train_command
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import STEPS, UserError, all_recipes, example_settings, get_recipe
 from tpu_rl.recipes.conventions import MAX_JOBSET_NAME
-from tpu_rl.recipes.schedule import SCHEDULE_KEY
-from tpu_rl.recipes.run_spec import RunSpec, default_run_name, run_name
-from tpu_rl.recipes.runs import (
-    KEY_LIST_DIR,
-    MAX_RUN_NAME,
-    PIPELINE_KEYS,
-    RL_FIELDS,
-    check_run_name,
-    maxtext_keys,
-)
+from tpu_rl.recipes.runs.identity import (KEY_LIST_DIR, MAX_RUN_NAME, PIPELINE_KEYS, RL_FIELDS, check_run_name,
+                                          maxtext_keys)
+from tpu_rl.recipes.runs.schedule import SCHEDULE_KEY
+from tpu_rl.recipes.runs.spec import RunSpec, default_run_name, run_name
 from tpu_rl.scripts.pipeline.record import git_commit, redacted
 
 SETTINGS = example_settings()
@@ -57,7 +51,7 @@ def test_each_shipped_key_list_equals_the_keys_of_its_wheel(version):
     wheel, reason = fetch_wheel(version)
     if wheel is None:
         pytest.skip(f"MaxText {version} wheel unavailable: {reason}")
-    shipped = (REPO / "recipes" / KEY_LIST_DIR / f"{version}.toml").read_text()
+    shipped = (REPO / "recipes" / "runs" / KEY_LIST_DIR / f"{version}.toml").read_text()
     assert f"# {wheel.name} by tools/generate_maxtext_keys.py" in shipped, "the header names the wheel it came from"
     assert sorted(maxtext_keys(version)) == MaxTextSchema(version, wheel).override_keys(TRAIN_RL), (
         f"regenerate: .venv/bin/python tools/generate_maxtext_keys.py {version}")
@@ -84,7 +78,7 @@ def test_every_recipe_override_is_in_its_releases_key_list(name):
 
 
 def test_every_key_the_train_command_derives_is_refused_or_maps_to_the_rl_table():
-    # learning_rate_schedule_steps is derived only while no override sets it (recipes/schedule.py).
+    # learning_rate_schedule_steps is derived only while no override sets it (recipes/runs/schedule.py).
     derived = [item.partition("=")[0] for item in train_command(QWEN, paths(of(QWEN))).overrides
                if item not in QWEN.rl.overrides]
     assert derived and [key for key in derived

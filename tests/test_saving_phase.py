@@ -16,7 +16,7 @@ from contracts.tunix_log import train_step_line
 from maxtext_cpu.chain import need_venv
 
 from tpu_rl.recipes import get_recipe
-from tpu_rl.recipes.idle_tpu import idle_tpu
+from tpu_rl.recipes.costs.standing import idle_tpu
 from tpu_rl.scripts.pipeline.saving import SaveWatch, saving_in
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ def test_run_shows_saving_keeps_its_time_and_counts_it_as_idle_tpu(cloud, monkey
 
 def test_idle_tpu_time_counts_checkpoint_saves():
     """qwen3-v6e32 on spot: 32 chips; 2 min saving and 4 min loading = 6 min, so 32 x 6/60 = 3.2
-    chip-hours at spot's $1.35 (recipes/prices.toml) = $4.32."""
+    chip-hours at spot's $1.35 (recipes/costs/prices.toml) = $4.32."""
     idle = idle_tpu(get_recipe(RECIPE), {"loading": 240, "training": 5400, "saving": 120}, "spot")
     assert idle.seconds == 360
     assert idle.usd == pytest.approx(4.32)

@@ -8,7 +8,7 @@ import pytest
 from conftest import USER_ENV
 
 from tpu_rl.recipes import UserError, example_settings, get_recipe, load_settings
-from tpu_rl.recipes.setting_specs import EXAMPLE_PROJECT, SPECS
+from tpu_rl.recipes.settings.specs import EXAMPLE_PROJECT, SPECS
 
 GOOD = USER_ENV
 

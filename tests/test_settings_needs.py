@@ -1,9 +1,9 @@
-"""Each command needs exactly the settings it reads (recipes/needs.py), refused in one place, one way.
+"""Each command needs exactly the settings it reads (recipes/settings/specs.py), refused in one place, one way.
 
 For every command the real `tpu-rl` runs in a process of its own (forked from a warm interpreter,
-tests/forked_cli.py) against fresh local peers (tests/peers), three ways: with every setting, with only those recipes/needs.py names for it, and with each of those missing.
+tests/forked_cli.py) against fresh local peers (tests/peers), three ways: with every setting, with only those recipes/settings/specs.py names for it, and with each of those missing.
 Only the needed ones give the same output and exit code as all of them (so the command reads nothing
-else: an unset field it reads would be refused, recipes/settings.py `Settings.__getattribute__`); each
+else: an unset field it reads would be refused, recipes/settings/load.py `Settings.__getattribute__`); each
 missing one is the same line in every command, `error: <VAR> is not set: export <VAR>=…`, exit 2, before
 any cloud call (those runs have every API at a closed port).
 """
@@ -20,8 +20,8 @@ import pytest
 from cli_helpers import make_review_clone
 from forked_cli import WarmPool
 from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers, spec_of
-from tpu_rl.recipes.needs import NEEDS, RULES, needs
-from tpu_rl.recipes.setting_specs import SPECS
+from tpu_rl.recipes.settings.specs import NEEDS, RULES, needs
+from tpu_rl.recipes.settings.specs import SPECS
 
 GKE, VM = "qwen3-v6e32", "llama31-v6e8"
 FULL = {"PROJECT": "acme-rl-research", "REGION": "us-east5", "ZONE": "us-east5-b", "CLUSTER_NAME": "acme-rl",
@@ -32,7 +32,7 @@ REWARDS = "def short(prompts, completions, tmvp_config, **kwargs):\n    return [
 
 @dataclass(frozen=True)
 class Case:
-    command: str  # the key of recipes/needs.py NEEDS
+    command: str  # the key of recipes/settings/specs.py NEEDS
     argv: tuple[str, ...]
     platform: str = "gke"
     peers: dict = field(default_factory=dict)
@@ -176,10 +176,10 @@ def test_a_set_value_is_checked_even_where_the_command_does_not_read_it(tmp_path
 
 def test_the_needs_table_is_the_one_in_docs_settings():
     from peers.fixtures import REPO
-    from tpu_rl.recipes.needs import needs_table
+    from tpu_rl.recipes.settings.specs import needs_table
 
     assert needs_table() in (REPO / "docs" / "settings.md").read_text(), \
-        "docs/settings.md lacks the table of recipes/needs.py: paste tpu_rl.recipes.needs.needs_table()"
+        "docs/settings.md lacks the table of recipes/settings/specs.py: paste tpu_rl.recipes.settings.specs.needs_table()"
 
 
 def test_status_of_a_jobset_waiting_for_kueue_reads_only_what_status_needs(cloud, monkeypatch):

@@ -12,8 +12,8 @@ from conftest import only, outputs, resources, synthesize
 from terraform_cli import check_stack
 
 from tpu_rl.recipes import example_settings
-from tpu_rl.recipes.setting_checks import MAX_CLUSTER_NAME
-from tpu_rl.recipes.setting_specs import EXAMPLE_PROJECT
+from tpu_rl.recipes.settings.checks import MAX_CLUSTER_NAME
+from tpu_rl.recipes.settings.specs import EXAMPLE_PROJECT
 
 ALL_STACKS = ["artifacts", "qwen3-v6e32", "gemma4-v6e64", "llama31-v6e8"]
 

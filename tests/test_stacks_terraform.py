@@ -20,7 +20,7 @@ from terraform_cli import check_stack, check_stacks, planned
 from peers.settings import spec_of
 from tpu_rl.jobs import render_startup_script
 from tpu_rl.recipes import all_recipes
-from tpu_rl.recipes.settings import load_settings
+from tpu_rl.recipes.settings.load import load_settings
 from tpu_rl.stacks.base import example_guard_message
 
 # Two zones that both offer v6e flex-start (tests/test_stacks_zones.py), and a state bucket (a gcs backend).

@@ -19,7 +19,7 @@ LITERAL = 'echo "${HOME:-/root}" %{if x}done%{endif} $${kept} ${'  # shell, a di
 def plan(tmp_path_factory):
     from cdktf import App, DataResource, Fn, TerraformLocal, TerraformOutput, TerraformProvider
 
-    from tpu_rl.recipes.settings import load_settings
+    from tpu_rl.recipes.settings.load import load_settings
     from tpu_rl.stacks.base import TpuRlStack
 
     outdir = tmp_path_factory.mktemp("literals")

@@ -69,7 +69,7 @@ def _seed_items() -> list[tuple[str, str]]:
     from ci_skips import in_ci
     from contracts.seeds import SEEDS
 
-    from tpu_rl.recipes.maxtext_values import release_schema
+    from tpu_rl.recipes.runs.maxtext_values import release_schema
 
     seeds = sorted(SEEDS.glob("*.txt"))
     if not seeds:
@@ -86,8 +86,8 @@ def _seed_items() -> list[tuple[str, str]]:
 
 
 def _refused(given: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-    from tpu_rl.recipes.maxtext_values import parse_override
-    from tpu_rl.recipes.usual_values import unusual
+    from tpu_rl.recipes.runs.maxtext_values import parse_override
+    from tpu_rl.recipes.runs.usual_values import unusual
 
     return [(where, item, why) for where, version, item in given
             if (why := unusual(version, item.partition("=")[0], parse_override(*item.split("=", 1))))]
@@ -120,7 +120,7 @@ def test_each_key_taken_at_minus_one_is_auto_in_the_wheels_own_types():
 
     from contracts.maxtext_schema import fetch_wheel
 
-    from tpu_rl.recipes.usual_values import AUTO_MINUS_ONE
+    from tpu_rl.recipes.runs.usual_values import AUTO_MINUS_ONE
 
     wheel, why = fetch_wheel("0.2.4")
     if wheel is None:

@@ -1,4 +1,4 @@
-"""Write recipes/maxtext_keys/<version>.toml: every override key MaxText <version>'s train_rl accepts, with
+"""Write recipes/runs/maxtext_keys/<version>.toml: every override key MaxText <version>'s train_rl accepts, with
 the type, bounds and choices its config class validates the value against, and the keys a value changes
 nothing for.
 
@@ -31,7 +31,7 @@ from contracts.maxtext_schema import MaxTextSchema, fetch_wheel  # noqa: E402
 from contracts.maxtext_types import SOURCES, MaxTextTypes  # noqa: E402
 from tpu_rl.jobs.maxtext import TRAIN_RL  # noqa: E402
 from tpu_rl.recipes import all_recipes  # noqa: E402
-from tpu_rl.recipes.maxtext_values import KEY_LIST_DIR, model_base  # noqa: E402
+from tpu_rl.recipes.runs.maxtext_values import KEY_LIST_DIR, model_base  # noqa: E402
 
 
 def _toml(value: object) -> str:
@@ -108,7 +108,7 @@ def file_text(version: str) -> str:
 
 
 def values_text(version: str) -> str:
-    """recipes/maxtext_keys/<version>.values.json: the value of each key before the model's yml and the
+    """recipes/runs/maxtext_keys/<version>.values.json: the value of each key before the model's yml and the
     command line (MaxTextTypes.config_values), which `tpu-rl check-rewards` gives its tmvp_config."""
     wheel, reason = fetch_wheel(version)
     if wheel is None:
@@ -123,7 +123,7 @@ def values_text(version: str) -> str:
 def main(versions: list[str]) -> None:
     if not versions:
         raise SystemExit("usage: tools/generate_maxtext_keys.py VERSION... (e.g. 0.2.3 0.2.4)")
-    directory = REPO / "recipes" / KEY_LIST_DIR
+    directory = REPO / "recipes" / "runs" / KEY_LIST_DIR
     directory.mkdir(parents=True, exist_ok=True)
     for version in versions:
         path = directory / f"{version}.toml"

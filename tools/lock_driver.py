@@ -1,7 +1,7 @@
-"""Write recipes/driver_lock.toml: every package the run's driver installs, each as the one wheel of its
-pinned release that installs on the driver's image (recipes/driver_runtime.py), with its URL and sha256.
+"""Write recipes/driver/driver_lock.toml: every package the run's driver installs, each as the one wheel of its
+pinned release that installs on the driver's image (recipes/driver/runtime.py), with its URL and sha256.
 
-It resolves pyproject.toml's dependencies, less tpu_rl.recipes.driver_runtime.LEFT_OUT, with uv for the image's
+It resolves pyproject.toml's dependencies, less tpu_rl.recipes.driver.runtime.LEFT_OUT, with uv for the image's
 Python and platform (`uv pip compile --only-binary :all: -o pylock.toml`, which lists each release's wheels
 for that platform), then keeps the wheel whose tags rank first for CPython PYTHON_VERSION on
 PYTHON_PLATFORM (packaging.tags, as pip ranks them). A maintainer runs it when the dependencies change,
@@ -39,7 +39,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tpu_rl.recipes.driver_runtime import (LEFT_OUT, LOCK_FILE, PYTHON_PLATFORM, PYTHON_VERSION,  # noqa: E402
+from tpu_rl.recipes.driver.runtime import (LEFT_OUT, LOCK_FILE, PYTHON_PLATFORM, PYTHON_VERSION,  # noqa: E402
                                     SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -105,11 +105,11 @@ def main() -> None:
         lines += ["[[wheels]]", f'name = "{package["name"]}"', f'version = "{package["version"]}"',
                   f'file = "{wheel["url"].rsplit("/", 1)[1]}"', f'url = "{wheel["url"]}"',
                   f'sha256 = "{wheel["hashes"]["sha256"]}"', f"size = {wheel['size']}", ""]
-    (REPO / "recipes" / LOCK_FILE).write_text("\n".join(lines))
-    print(f"recipes/{LOCK_FILE}: {len(packages)} wheels")
+    (REPO / "recipes" / "driver" / LOCK_FILE).write_text("\n".join(lines))
+    print(f"recipes/driver/{LOCK_FILE}: {len(packages)} wheels")
 
 
-NOT_FOR_THE_DRIVER = "scripts/metrics/plot.py"  # matplotlib's one importer (tpu_rl.recipes.driver_runtime.LEFT_OUT)
+NOT_FOR_THE_DRIVER = "scripts/metrics/plot.py"  # matplotlib's one importer (tpu_rl.recipes.driver.runtime.LEFT_OUT)
 
 
 def third_party_imports() -> list[str]:
@@ -190,14 +190,14 @@ def peak_usage(argv: list[str], env: dict[str, str], directories: dict[str, Path
 def over_limits(peaks: dict[str, int], limits_mib: dict[str, int]) -> list[str]:
     """One line for each directory whose peak exceeds its emptyDir's sizeLimit."""
     return [f"the driver's {name} volume peaked at {peaks[name] / 2**20:.0f} MiB, over its sizeLimit of "
-            f"{limit} MiB (recipes/driver_runtime.py): the kubelet would evict the pod"
+            f"{limit} MiB (recipes/driver/runtime.py): the kubelet would evict the pod"
             for name, limit in limits_mib.items() if peaks[name] > limit * 2**20]
 
 
 def verify(python: str) -> None:
     from tpu_rl.jobs.driver_runtime import (INSTALL_SECONDS, SITE_VOLUME, TMP_VOLUME, DriverRuntime, driver_container,
                                      driver_env, requirements_text, runtime_dir)
-    from tpu_rl.recipes.driver_runtime import BASE_IMAGE, driver_lock
+    from tpu_rl.recipes.driver.runtime import BASE_IMAGE, driver_lock
     from tpu_rl.scripts.pipeline.gke.driver_image import download_wheel
     from tpu_rl.scripts.pipeline.gke.driver_wheel import build_wheel, package_root, runtime_version
 

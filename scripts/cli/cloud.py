@@ -22,7 +22,7 @@ from tpu_rl.scripts.pipeline.platforms import platform_for
 
 if TYPE_CHECKING:
     from tpu_rl.recipes import Settings
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
 
 POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
 RETRY_DELAY_ENV = "TPU_RL_RETRY_BASE_SECONDS"  # first backoff delay of API retries (default 1)
@@ -139,7 +139,7 @@ def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_n
     the cloud. The settings are what `command` needs (core.cloud_recipe); a command that needs the bucket
     stops first when it does not exist (make_session). A --run names a run that exists, except in `run`
     (tpu_rl.scripts.pipeline.runs.require_run)."""
-    from tpu_rl.recipes.needs import needs
+    from tpu_rl.recipes.settings.specs import needs
     from tpu_rl.scripts.cli.run_input import run_recipe
 
     spec, settings = run_recipe(command, recipe_name, sets, run_name, rewards, data_processor, unchecked_imports,
@@ -175,7 +175,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                     "the commands that follow it.")) -> None:
     """Run the pipeline: its driver (GKE: a Job in the cluster; VM: the startup script) submits each step,
     waits, verifies its output in GCS; this follows it (Ctrl-C detaches); rerun to reattach or resume."""
-    from tpu_rl.recipes.schedule import schedule_warning
+    from tpu_rl.recipes.runs.schedule import schedule_warning
     from tpu_rl.scripts.cli.run_input import run_recipe
 
     wanted = parse_steps(steps)
@@ -195,7 +195,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         show_plan(spec, settings, lambda: make_session(spec, settings, "writes"), console, wanted,
                   replace=replace, show_manifests=show_manifests)
     else:
-        from tpu_rl.recipes.cost import costly_run_warning
+        from tpu_rl.recipes.costs.run import costly_run_warning
 
         costly = costly_run_warning(spec)  # a dry run prints it with its total; a run before it submits
         if costly:
@@ -239,7 +239,7 @@ def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN
     from pathlib import Path
 
     from tpu_rl.recipes import get_recipe
-    from tpu_rl.recipes.user_files import read_user_files
+    from tpu_rl.recipes.runs.user_files import read_user_files
     from tpu_rl.scripts.rewards.check import (check_inputs, check_processor, check_rewards, parse_data_processor,
                                        parse_rewards, sample_completions)
 
@@ -302,7 +302,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from rich.table import Table
 
     recipe, settings = cloud_recipe("runs", recipe_name)  # refused before the clouds' libraries load
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.runs import RESUMED_NOTE, best_of_sweep, list_runs, with_queue
 
     session = make_session(RunSpec.of_catalog(recipe), settings)
@@ -360,7 +360,7 @@ def down(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     """Stop what a finished GKE recipe bills: destroy its stack (`npx cdktf destroy RECIPE`) once no run of it
     is active or queued, keeping the bucket; asks first unless --yes."""
     recipe, settings = cloud_recipe("down", recipe_name)
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
 
     platform_for(recipe).down(make_session(RunSpec.of_catalog(recipe), settings, "none"), yes)
 

@@ -18,14 +18,14 @@ import typer
 from typer.core import TyperGroup
 
 from tpu_rl.recipes import STEPS, Step, UserError, get_recipe, load_settings
-from tpu_rl.recipes.needs import needs
+from tpu_rl.recipes.settings.specs import needs
 from tpu_rl.scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, Reported, foreign_ending
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings
-    from tpu_rl.recipes.capacity_modes import Platform
+    from tpu_rl.recipes.capacity.modes import Platform
 
 PIPED_WIDTH = 200  # output that is neither a terminal nor sized by COLUMNS (a file, CI logs)
 
@@ -213,7 +213,7 @@ def ending_of(error: BaseException) -> tuple[int, str]:
 
 
 def cloud_settings(command: str, platform: Platform = "gke") -> Settings:
-    """Settings for a command that talks to a cloud, with what it needs (recipes/needs.py); never the
+    """Settings for a command that talks to a cloud, with what it needs (recipes/settings/specs.py); never the
     example."""
     settings = load_settings(needs=needs(command, platform))
     if settings.is_example:
@@ -240,7 +240,7 @@ def parse_step(step: str) -> Step:
     return step
 
 
-# The options that choose a run (recipes/runs.py), on every command that renders or reaches one.
+# The options that choose a run (recipes/runs/identity.py), on every command that renders or reaches one.
 SET_HELP = ("Override a MaxText key of the train step, e.g. learning_rate=1e-5; repeatable, later wins. "
             "Changes the run name.")
 # Commands that read a run (status, logs, cancel) take its --set items only to find its name.
@@ -251,7 +251,7 @@ EVAL_SET_HELP = ("An evaluation key for this evaluation only, e.g. num_test_batc
 UNUSUAL_HELP = ("Submit --set values MaxText takes but no run means (a boolean for a number, a negative size, "
                 "a magnitude far from MaxText's own value) as they are.")
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
-# The files a run brings (recipes/user_files.py), on `run` and on `render`, which writes what `run` submits.
+# The files a run brings (recipes/runs/user_files.py), on `run` and on `render`, which writes what `run` submits.
 REWARDS_HELP = "Your reward functions instead of MaxText's (0.2.4+). Changes the run name."
 DATA_PROCESSOR_HELP = "Your process_data for the dataset. Changes the run name."
 UNCHECKED_IMPORTS_HELP = ("Take a --rewards/--data-processor file that imports what this Python lacks (maxtext, "
@@ -260,7 +260,7 @@ UNCHECKED_IMPORTS_HELP = ("Take a --rewards/--data-processor file that imports w
 
 def cloud_recipe(command: str, recipe_name: str) -> tuple[Recipe, Settings]:
     """The recipe as the user's settings run it (CAPACITY applied, the per-recipe rules of what `command`
-    reads checked), and those settings, with what `command` needs (recipes/needs.py); never the example.
+    reads checked), and those settings, with what `command` needs (recipes/settings/specs.py); never the example.
     A teammate who only looks at runs needs the project and the bucket, and the cluster or the VM for
     the commands that reach them; RESERVATION and AUTHORIZED_CIDR only what reads them."""
     recipe = get_recipe(recipe_name)

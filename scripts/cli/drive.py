@@ -103,8 +103,8 @@ def _ending(console, error: BaseException) -> tuple[int, str]:
 
 def _drive(console, path: Path, in_cluster: bool) -> None:
     from tpu_rl.recipes import STEPS, UserError
-    from tpu_rl.recipes.run_spec import RunSpec
-    from tpu_rl.recipes.user_files import UserFile
+    from tpu_rl.recipes.runs.spec import RunSpec
+    from tpu_rl.recipes.runs.user_files import UserFile
     from tpu_rl.scripts.cli import cloud
     from tpu_rl.scripts.cli.core import cloud_recipe
     from tpu_rl.scripts.pipeline.platforms import platform_for

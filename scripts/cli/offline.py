@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from tpu_rl.recipes import UserError, all_recipes, get_recipe, load_settings
-from tpu_rl.recipes.needs import needs
+from tpu_rl.recipes.settings.specs import needs
 from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, REWARDS_HELP, RUN_HELP, SET_HELP, UNCHECKED_IMPORTS_HELP,
                               UNUSUAL_HELP, app, handled, make_console, say, table_or_lines, write_file)
 
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 
 def recipe_facts(recipe: Recipe) -> dict:
-    from tpu_rl.recipes.cost import hourly_estimate
-    from tpu_rl.recipes.evaluation_cost import evaluation_estimate
+    from tpu_rl.recipes.costs.run import hourly_estimate
+    from tpu_rl.recipes.costs.run import evaluation_estimate
     from tpu_rl.scripts.pipeline.platforms import platform_for
 
     shape = recipe.shape
@@ -86,7 +86,7 @@ def _recipes_stacked(facts: list[dict]) -> list[str]:
 @handled
 def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the recipes: model, chips, hosts, machine type, image, MaxText version and an hourly estimate."""
-    from tpu_rl.recipes.cost import ESTIMATE_NOTE
+    from tpu_rl.recipes.costs.run import ESTIMATE_NOTE
 
     settings = load_settings(allow_example=True, needs=needs("recipes"))  # CAPACITY changes what a recipe costs
     facts = [_listed_facts(settings, recipe) for recipe in all_recipes().values()]
@@ -128,9 +128,9 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help=UNCHECKED_IMPORTS_HELP)) -> None:
     """Write what `run` submits with the same options and current settings: convert.yaml, train.yaml and
     export.yaml (GKE), with user-files.yaml, the ConfigMap of --rewards/--data-processor; or startup.sh (VM)."""
-    from tpu_rl.recipes.run_spec import run_name as name_of
+    from tpu_rl.recipes.runs.spec import run_name as name_of
     from tpu_rl.scripts.cli.run_input import run_of
-    from tpu_rl.recipes.schedule import schedule_warning
+    from tpu_rl.recipes.runs.schedule import schedule_warning
     from tpu_rl.scripts.pipeline.platforms import platform_for
 
     if not out_text.strip():  # Path("") is the working directory: an empty --out names nothing

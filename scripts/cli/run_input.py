@@ -1,4 +1,4 @@
-"""What one run is, before any cloud is asked: the RunSpec (recipes/run_spec.py) the settings, --set, --run,
+"""What one run is, before any cloud is asked: the RunSpec (recipes/runs/spec.py) the settings, --set, --run,
 --rewards and --data-processor make, each file checked (scripts/rewards/check.py) with train_rl's config."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from tpu_rl.recipes.run_spec import RunSpec
+from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.cli.core import cloud_recipe
 
 
@@ -40,7 +40,7 @@ def checked_user_files(spec: RunSpec, settings, rewards: Optional[str], data_pro
 
     from tpu_rl.jobs.maxtext import train_command
     from tpu_rl.jobs.paths import ArtifactPaths
-    from tpu_rl.recipes.user_files import read_user_files
+    from tpu_rl.recipes.runs.user_files import read_user_files
     from tpu_rl.scripts.rewards.check import (UncheckedImport, check_inputs, check_processor, check_rewards,
                                        parse_data_processor, parse_rewards)
 

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from tpu_rl.recipes import STEPS, UserError
-from tpu_rl.recipes.sweeps import GRID_HELP
+from tpu_rl.recipes.runs.sweeps import GRID_HELP
 from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, REWARDS_HELP, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app, handled,
                               make_console, table_or_lines)
 from tpu_rl.scripts.outcome import Interrupted, Outcome
 
 if TYPE_CHECKING:
     from tpu_rl.recipes import Recipe, Settings
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class SweepNotStarted(Outcome):
 
 
 def _runs_of(grid: Optional[list[str]], file: Optional[str]):
-    from tpu_rl.recipes.sweeps import parse_grid, read_sweep_file
+    from tpu_rl.recipes.runs.sweeps import parse_grid, read_sweep_file
 
     if bool(grid) == bool(file):
         raise UserError("tpu-rl sweep takes its runs from --grid KEY=V1,V2 (repeatable) or from --file "
@@ -56,10 +56,10 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
     """Every run of the sweep as `run` would train it, each --set checked as `run` checks it
     (run_input.run_of), the runs distinct and sharing one conversion, and priced; UserError naming the
     run for the first that fails. Nothing reaches a cloud."""
-    from tpu_rl.recipes.cost import pipeline_run_estimate
-    from tpu_rl.recipes.run_spec import run_identity
-    from tpu_rl.recipes.runs import conversion_key
-    from tpu_rl.recipes.sweeps import check_distinct, check_sweepable, derived_name, sweep_name
+    from tpu_rl.recipes.costs.run import pipeline_run_estimate
+    from tpu_rl.recipes.runs.spec import run_identity
+    from tpu_rl.recipes.runs.identity import conversion_key
+    from tpu_rl.recipes.runs.sweeps import check_distinct, check_sweepable, derived_name, sweep_name
     from tpu_rl.scripts.cli.run_input import run_of
     from tpu_rl.scripts.pipeline.platforms import platform_for
 
@@ -81,7 +81,7 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
         specs.append(spec)
     check_distinct(specs, f"--file {file}" if file else "--grid")
     keys = {conversion_key(spec.recipe) for spec in specs}
-    if len(keys) > 1:  # no --set may change the model (recipes/runs.py PIPELINE_KEYS): a guard, not a path
+    if len(keys) > 1:  # no --set may change the model (recipes/runs/identity.py PIPELINE_KEYS): a guard, not a path
         raise UserError(f"the sweep's runs need {len(keys)} conversions ({', '.join(sorted(keys))}): a sweep "
                         "shares one; sweep only keys that leave the model as it is")
     swept = name or file_name or sweep_name(recipe.name, [spec.run for spec in specs])
@@ -97,7 +97,7 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
 
 
 def check_cap(plan: SweepPlan, max_cost: Optional[float]) -> None:
-    from tpu_rl.recipes.prices import usd
+    from tpu_rl.recipes.costs.prices import usd
 
     if max_cost is not None and plan.total > max_cost:
         raise UserError(f"sweep {plan.name} is estimated at {usd(plan.total)} for {len(plan.runs)} runs, over "
@@ -109,7 +109,7 @@ def show_plan(console, plan: SweepPlan) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from tpu_rl.recipes.prices import usd
+    from tpu_rl.recipes.costs.prices import usd
 
     title = f"sweep {plan.name}: {len(plan.runs)} runs, trained one after another on one slice"
     table = Table(title=title, title_justify="left")
@@ -148,7 +148,7 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from rich.markup import escape
 
     from tpu_rl.recipes import get_recipe
-    from tpu_rl.recipes.sweeps import check_sweepable
+    from tpu_rl.recipes.runs.sweeps import check_sweepable
     from tpu_rl.scripts.cli.core import cloud_recipe
 
     check_sweepable(get_recipe(recipe_name))  # before the settings are read: no setting changes this
@@ -171,8 +171,8 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 def run_warnings(plan: SweepPlan) -> list[str]:
     """The warnings `run` prints before it starts (an odd schedule, a run far dearer than the recipe's),
     each once for the whole sweep rather than once per run."""
-    from tpu_rl.recipes.cost import COSTLY_RATIO, costly_run_warning
-    from tpu_rl.recipes.schedule import schedule_warning
+    from tpu_rl.recipes.costs.run import COSTLY_RATIO, costly_run_warning
+    from tpu_rl.recipes.runs.schedule import schedule_warning
 
     lines: list[str] = []
     for run in plan.runs:

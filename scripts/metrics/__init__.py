@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 from tpu_rl.recipes import Recipe, Settings, UserError
-from tpu_rl.recipes.run_spec import RunSpec
-from tpu_rl.recipes.setting_checks import bucket_name_problem
+from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.recipes.settings.checks import bucket_name_problem
 from tpu_rl.scripts.rundata.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
                                     run_directory)
 from tpu_rl.scripts.rundata.records import record_differences
@@ -84,7 +84,7 @@ def _checked_source(source: str) -> str:
 
 
 def sweep_runs(recipe: Recipe, settings: Settings, storage, sweep: str) -> list[str]:
-    """The runs of the recipe whose run.json names `sweep` (recipes/sweeps.py), oldest first."""
+    """The runs of the recipe whose run.json names `sweep` (recipes/runs/sweeps.py), oldest first."""
     from tpu_rl.jobs.paths import ArtifactPaths
     from tpu_rl.scripts.rundata.records import records_under
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from tpu_rl.jobs.k8s import MAIN_CONTAINER, jobset_name, main_replicated_job
 from tpu_rl.recipes.conventions import NAMESPACE
-from tpu_rl.recipes.evaluation import evaluates
-from tpu_rl.scripts.rundata.evaluation import RESTORED_TEXT, Evaluation, describe, merged, parse_evaluations
+from tpu_rl.recipes.costs.evaluation import evaluates
 from tpu_rl.scripts.pipeline.record import RunRecord
 from tpu_rl.scripts.pipeline.session import Session
+from tpu_rl.scripts.rundata.evaluation import RESTORED_TEXT, Evaluation, describe, merged, parse_evaluations
 
 # What the Cloud Logging query asks for: the lines that start each evaluation's text, and tunix's restore
 # line, which tells a resumed attempt's Pre from the one before training (evaluation.py).

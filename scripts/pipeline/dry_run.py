@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Settings
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.session import Session
 
 

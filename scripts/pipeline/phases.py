@@ -16,7 +16,7 @@ slice, the money) went. Read from what the cluster shows at each poll:
 - saving (train only): orbax has logged the start of a checkpoint save and not yet that the trainer goes
   on (scripts/pipeline/saving.py): the TPUs do no training meanwhile.
 
-Which phases bill TPU time while nothing trains: TPU_IDLE_PHASES (recipes/idle_tpu.py prices them).
+Which phases bill TPU time while nothing trains: TPU_IDLE_PHASES (recipes/costs/standing.py prices them).
 """
 
 from __future__ import annotations

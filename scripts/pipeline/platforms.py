@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.gke.billing import Idle
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
 
@@ -106,5 +106,5 @@ class Platform(Protocol):
 
 
 def platform_for(recipe: Recipe) -> Platform:
-    """The implementation of the recipe's platform (recipes/entry.py accepts only the names above)."""
+    """The implementation of the recipe's platform (recipes/catalog/entry.py accepts only the names above)."""
     return importlib.import_module(IMPLEMENTATIONS[recipe.platform]).PLATFORM

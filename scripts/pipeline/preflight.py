@@ -11,7 +11,7 @@ from typing import Callable
 from google.api_core import exceptions as gexc
 
 from tpu_rl.recipes import Recipe, Settings, UserError
-from tpu_rl.recipes.capacity_modes import MODE_RULES, CapacityMode, uses_queued_provisioning, uses_reservation
+from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode, uses_queued_provisioning, uses_reservation
 from tpu_rl.scripts.cloud import gcs, hf_hub, hf_token, registry
 from tpu_rl.scripts.cloud.clients import Clients
 from tpu_rl.scripts.cloud.kube import get_credentials_command

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from tpu_rl.recipes import Step, UserError, get_recipe
-from tpu_rl.recipes.run_spec import RunSpec, default_run_name, run_identity
-from tpu_rl.recipes.runs import digest
+from tpu_rl.recipes.runs.identity import digest
+from tpu_rl.recipes.runs.spec import RunSpec, default_run_name, run_identity
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
 from tpu_rl.scripts.pipeline.session import Session, differing_fields

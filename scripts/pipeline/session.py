@@ -17,8 +17,8 @@ from rich.console import Console
 
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Settings, Step, UserError
-from tpu_rl.recipes.run_spec import RunSpec
-from tpu_rl.recipes.usual_values import has_unusual
+from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.recipes.runs.usual_values import has_unusual
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.clients import Clients
 from tpu_rl.scripts.cloud.kube import Cluster
@@ -34,7 +34,7 @@ MAINTENANCE_GRACE_SECONDS = 3600.0
 
 @dataclass
 class Session:
-    spec: RunSpec  # the run this command asks for (recipes/run_spec.py)
+    spec: RunSpec  # the run this command asks for (recipes/runs/spec.py)
     settings: Settings
     clients: Clients
     console: Console = field(default_factory=Console)
@@ -88,7 +88,7 @@ class Session:
         """What to do after a run: fetch the export, look at the curves, and destroy the stack, whose
         hourly estimate keeps counting until then; `billing`: the platform's own last line instead (a TPU VM
         that stops itself after its run)."""
-        from tpu_rl.recipes.cost import ESTIMATE_NOTE, hourly_estimate
+        from tpu_rl.recipes.costs.run import ESTIMATE_NOTE, hourly_estimate
 
         recipe, paths, run = self.recipe, self.paths, self.paths.run_name
         lines = ["next:"]
@@ -138,8 +138,8 @@ class Session:
 def dry_run_costs(spec: RunSpec, running: Iterable[Step], attached: Iterable[Step] = ()) -> tuple[dict[Step, str], str]:
     """What a dry run shows of the steps it would run: each one's expected time and cost (`; about 180
     min, $269.04`, "up to" for a step already running), and the lines of their total, of what the train
-    step's time assumes, and of a run that costs several times the recipe's own; from recipes/cost.py."""
-    from tpu_rl.recipes.cost import ESTIMATE_NOTE, costly_run_warning, pipeline_run_estimate
+    step's time assumes, and of a run that costs several times the recipe's own; from recipes/costs/run.py."""
+    from tpu_rl.recipes.costs.run import ESTIMATE_NOTE, costly_run_warning, pipeline_run_estimate
 
     estimate, running, attached = pipeline_run_estimate(spec), list(running), set(attached)
     each = {step: f"; {'up to ' if step in attached else ''}{estimate.step(step).summary()}" for step in running}

@@ -256,7 +256,7 @@ IDENTITY_PLACEHOLDER = "<run>"
 
 def without_identity(manifest: object) -> tuple[object, str | None]:
     """The manifest with its run (or conversion) name replaced by a placeholder and its spec digest
-    dropped, and that name. Any change of what trains gives a new run name (recipes/runs.py), which then
+    dropped, and that name. Any change of what trains gives a new run name (recipes/runs/identity.py), which then
     appears in the JobSet name, labels and every output path: the review shows it once, not in each."""
     if not isinstance(manifest, dict):  # a VM recipe's startup script
         return manifest, None

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpu_rl.recipes import conventions
-from tpu_rl.recipes.cost import CostBreakdown, RunEstimate, hourly_estimate, pipeline_run_estimate
+from tpu_rl.recipes.catalog.recipe import build_recipes
+from tpu_rl.recipes.costs.prices import load_prices, usd
+from tpu_rl.recipes.costs.run import CostBreakdown, RunEstimate, hourly_estimate, pipeline_run_estimate
 from tpu_rl.recipes.errors import UserError
-from tpu_rl.recipes.model import build_recipes
-from tpu_rl.recipes.prices import load_prices, usd
-from tpu_rl.recipes.run_spec import RunSpec
+from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.plan_review.diff import StackDiff, StepDiff
 
 # --------------------------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ def render_costs(stacks: list[str], before: dict[str, StackCost] | str, after: d
     out = [
         "### Cost (estimates)",
         "",
-        f"Estimates from list prices in recipes/prices.toml ({prices.region}, checked {', '.join(checked)}); "
+        f"Estimates from list prices in recipes/costs/prices.toml ({prices.region}, checked {', '.join(checked)}); "
         "not a quote. Hourly figures are while a pipeline runs; reserved TPU capacity is billed for the "
         "reservation's term whether it is used or not, and a TPU slice that scales from zero (spot, "
         "on-demand, flex-start) only during the train step.",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tpu_rl.recipes.errors import UserError
-from tpu_rl.recipes.setting_specs import CONFIG_ENV, SPECS
+from tpu_rl.recipes.settings.specs import CONFIG_ENV, SPECS
 from tpu_rl.scripts.plan_review.report import StackCost, costs_for
 
 DEFAULT_BASE_BRANCHES = ("main", "origin/main")
@@ -28,17 +28,22 @@ recipes = importlib.import_module(f"{ns}recipes")
 jobs = importlib.import_module(f"{ns}jobs")
 settings = recipes.example_settings()
 # A side's own platforms by name: a lookup, so this runs on sides from before and after the platform seam;
-# a side with recipes/run_spec.py renders the run of each recipe as recipes.toml defines it
+# a side with recipes/runs/spec.py renders the run of each recipe as recipes.toml defines it
 run_spec = importlib.util.find_spec(f"{ns}recipes.run_spec")
 as_run = importlib.import_module(f"{ns}recipes.run_spec").RunSpec.of_catalog if run_spec else (lambda recipe: recipe)
 renderers = {"gke": lambda recipe: jobs.render_manifests(as_run(recipe), settings),
              "vm": lambda recipe: {"startup script": jobs.render_startup_script(as_run(recipe), settings)}}
 rendered = {name: renderers[recipe.platform](recipe) for name, recipe in recipes.all_recipes().items()}
-# recipes/capacity_modes.py since the split of recipes/model.py; a side from before it has them in
-# recipes/model.py, and a side from before capacity modes has none
-split = importlib.util.find_spec(f"{ns}recipes.capacity_modes")
-modes = getattr(importlib.import_module(f"{ns}recipes.capacity_modes" if split else f"{ns}recipes.model"),
-                "CAPACITY_MODES", None)
+# The capacity modes' module: recipes.capacity.modes since recipes/ has a package per concept, before that
+# recipes.capacity_modes, before its split recipes.model; a side from before capacity modes has none
+def found(name):
+    try:
+        return importlib.util.find_spec(ns + name) is not None
+    except ImportError:  # its parent is a module there, not a package
+        return False
+home = next((name for name in ("recipes.capacity.modes", "recipes.capacity_modes", "recipes.model") if found(name)),
+            None)
+modes = getattr(importlib.import_module(ns + home), "CAPACITY_MODES", None) if home else None
 print(json.dumps({"manifests": rendered, "capacity_modes": list(modes or [])}, default=str))
 """
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tpu_rl.recipes import UserError
-from tpu_rl.recipes.reward_names import check_reward_names
+from tpu_rl.recipes.runs.reward_names import check_reward_names
 from tpu_rl.scripts.rewards import prompts as sample
 from tpu_rl.scripts.rewards.prompts import ChatTemplate
 from tpu_rl.scripts.rewards.subprocess_run import _PRELUDE, UNCHECKED_HINT, UncheckedImport, run_check as _run
@@ -37,7 +37,7 @@ from tpu_rl.scripts.rewards.subprocess_run import _PRELUDE, UNCHECKED_HINT, Unch
 __all__ = ["UNCHECKED_HINT", "UncheckedImport"]
 
 
-# tmvp_config: train_rl's config as the recipe's release fills it (tpu_rl.recipes.maxtext_values.config_values);
+# tmvp_config: train_rl's config as the recipe's release fills it (tpu_rl.recipes.runs.maxtext_values.config_values);
 # GRPOConfig's fields, which tunix's reward_manager passes by parameter name: (the MaxText key that sets it,
 # or None for tunix's default; the value) (tunix c4ec573d tunix/rl/grpo/grpo_learner.py GRPOConfig;
 # docs/provenance.md#what-reward-functions-are-given).
@@ -91,8 +91,8 @@ class CheckInputs:
 
 
 def _config(recipe, items: tuple[str, ...]) -> dict:
-    from tpu_rl.recipes.maxtext_values import config_values
-    from tpu_rl.recipes.user_files import FIRST_RELEASE
+    from tpu_rl.recipes.runs.maxtext_values import config_values
+    from tpu_rl.recipes.runs.user_files import FIRST_RELEASE
 
     if recipe is None:
         return config_values(FIRST_RELEASE["rewards"], None, ())
@@ -114,7 +114,7 @@ def check_inputs(recipe=None, tokenizer: Path | None = None, items: tuple[str, .
                         "in tokenizer_config.json)")
     where = str(Path(chat.source).parent) if chat is not None else str(tokenizer) if tokenizer else None
     if recipe is None:
-        from tpu_rl.recipes.user_files import FIRST_RELEASE
+        from tpu_rl.recipes.runs.user_files import FIRST_RELEASE
 
         return CheckInputs(chat=chat, release=FIRST_RELEASE["rewards"], tokenizer_dir=where)
     config = _config(recipe, tuple(items))

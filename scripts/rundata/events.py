@@ -18,7 +18,7 @@ from typing import Iterable
 
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from tpu_rl.recipes import Recipe, Settings, UserError
-from tpu_rl.recipes.run_spec import RunSpec
+from tpu_rl.recipes.runs.spec import RunSpec
 
 EVENT_FILE_GLOB = "events.out.tfevents.*"
 

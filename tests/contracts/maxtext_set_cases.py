@@ -1,5 +1,5 @@
 """`--set` values and what becomes of them, per recipe: the table tests/test_maxtext_values.py checks
-tpu-rl's check against (recipes/maxtext_values.py check_value), and that a harness running each
+tpu-rl's check against (recipes/runs/maxtext_values.py check_value), and that a harness running each
 release's real config class (pyconfig.initialize_pydantic on the rendered train arguments plus the item)
 can feed to MaxText as well.
 
@@ -10,8 +10,8 @@ can feed to MaxText as well.
 
 A harness should run the real parser on the rendered train arguments with the recipe's own overrides,
 as tpu-rl renders them. Every value comes from the issue (learning_rate=abc, rl.num_generations=1, batch_size=0,
-train_fraction=2, steps) or from the schema and sources cited in recipes/maxtext_values.py and
-recipes/maxtext_keys/<version>.toml.
+train_fraction=2, steps) or from the schema and sources cited in recipes/runs/maxtext_values.py and
+recipes/runs/maxtext_keys/<version>.toml.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ SET_CASES: list[SetCase] = [
     SetCase(QWEN, "adam_b1", ".nan", False, True, NONFINITE),
     SetCase(QWEN, "learning_rate", "-inf", False, False, SCHEMA),
     SetCase(QWEN, "learning_rate", "nan", False, False, SCHEMA),
-    # the sequence must be longer than the prompt (recipes/maxtext_values.py LENGTH_DEFAULTS has the source)
+    # the sequence must be longer than the prompt (recipes/runs/maxtext_values.py LENGTH_DEFAULTS has the source)
     SetCase(QWEN, "max_target_length", "8", False, True, VLLM),  # the recipe's max_prefill_predict_length=256
     SetCase(QWEN, "max_target_length", "256", False, True, VLLM),
     SetCase(QWEN, "max_prefill_predict_length", "512", False, True, VLLM),

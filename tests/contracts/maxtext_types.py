@@ -18,7 +18,7 @@ And one more thing refuses a value: pyconfig's validate_no_keys_overridden_twice
 key is also set, to another value, by the model's configs/models/<model>.yml (model_name without
 "-Instruct"), unless override_model_config is true; model_values reads those files.
 
-tools/generate_maxtext_keys.py writes these into recipes/maxtext_keys/<version>.toml, and
+tools/generate_maxtext_keys.py writes these into recipes/runs/maxtext_keys/<version>.toml, and
 tests/test_maxtext_values.py checks that each shipped file equals what this module reads from the wheel.
 """
 

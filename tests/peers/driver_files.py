@@ -1,5 +1,5 @@
 """The bucket as an earlier `tpu-rl run` left it for the run's driver: every wheel of the committed lock
-(recipes/driver_lock.toml) already staged, so a test's `run` stages only this package's own runtime and
+(recipes/driver/driver_lock.toml) already staged, so a test's `run` stages only this package's own runtime and
 downloads nothing. Each object carries the lock's sha256 as staging records it
 (scripts/pipeline/gke/driver_image.py); its bytes are a stand-in, which only the driver's pod would
 install (and its `pip --require-hashes` would refuse)."""
@@ -7,7 +7,7 @@ install (and its `pip --require-hashes` would refuse)."""
 from __future__ import annotations
 
 from tpu_rl.jobs.driver_runtime import object_name, wheels_dir
-from tpu_rl.recipes.driver_runtime import driver_lock
+from tpu_rl.recipes.driver.runtime import driver_lock
 from tpu_rl.scripts.pipeline.gke.driver_image import SHA256_METADATA
 
 

@@ -129,7 +129,7 @@ def deploy_vm(server: GoogleApis, settings: dict[str, str], status: str = "RUNNI
     changed). Returns its (zone, name)."""
     from tpu_rl.jobs import render_startup_script
     from tpu_rl.recipes import get_recipe, load_settings
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
 
     loaded = load_settings(env=settings)
     vm = (settings["ZONE"], loaded.vm_name)
@@ -145,7 +145,7 @@ def start_google(settings: dict[str, str], token: str, state: dict | None = None
     where `state` says: reservation (absent | [machine type, count, in use]), accelerators (absent),
     cpu_machine (absent: the zone lacks the CPU pools' machines), secret (absent | empty), vm (the status of
     the settings' TPU VM, e.g. RUNNING; absent without it), vm_script (other: another run's startup script)."""
-    from tpu_rl.recipes.setting_specs import DEFAULT_HF_TOKEN_SECRET
+    from tpu_rl.recipes.settings.specs import DEFAULT_HF_TOKEN_SECRET
 
     state = state or {}
     server = GoogleApis().start()
@@ -371,7 +371,7 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
         if "stale" in state:
             from tpu_rl.jobs import render_manifests
             from tpu_rl.recipes import get_recipe, load_settings
-            from tpu_rl.recipes.run_spec import RunSpec
+            from tpu_rl.recipes.runs.spec import RunSpec
 
             step, phase = state["stale"]
             recipe = RunSpec.requested(get_recipe(state.get("recipe", "qwen3-v6e32")), state.get("stale_set", ()),

@@ -43,7 +43,7 @@ class Plan:
     provisioning: list = field(default_factory=list)
     stockout: tuple = ()
     # The zone Kueue admits an unpinned JobSet to: the first of ZONE, whose flavors have no zone letter in
-    # their names (recipes/placement.py). With it, the TPU flavors carry the zone label GKE sets on nodes,
+    # their names (recipes/capacity/placement.py). With it, the TPU flavors carry the zone label GKE sets on nodes,
     # which Kueue copies into the pods' nodeSelector; a pod template that selects a zone
     # (topology.kubernetes.io/zone) is admitted to that zone's flavor. A `stockout` entry "<mode>@<zone>"
     # is a mode out of stock in one zone only; for flex-start, GKE then keeps the request queued.

@@ -10,7 +10,7 @@ def put_run_record(gcs_client, env: dict[str, str], state: dict) -> None:
     `record_set` (and its recipe and `record_status`, when the state gives one)."""
     from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
     from tpu_rl.recipes import get_recipe, load_settings
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
 
     spec = RunSpec.requested(get_recipe(state.get("recipe", "qwen3-v6e32")), (), state["record"])
     bucket_name, name = split_gs_url(ArtifactPaths(spec, load_settings(env=env)).run_record)

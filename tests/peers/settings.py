@@ -21,6 +21,6 @@ def peer_settings():
 
 def spec_of(recipe):
     """The run a test names: a RunSpec as it is, or a catalog Recipe's own run (RunSpec.of_catalog)."""
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
 
     return recipe if isinstance(recipe, RunSpec) else RunSpec.of_catalog(recipe)

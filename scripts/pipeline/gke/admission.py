@@ -1,6 +1,6 @@
 """What a step's JobSet really waits for, read from the Workload Kueue owns for it and, on flex-start, the
 ProvisioningRequest Kueue filed for its slice; and the end of that wait: a deactivated workload at once,
-or the capacity mode's CAPACITY_WAIT (recipes/capacity_modes.py) without a node for all TPU workers
+or the capacity mode's CAPACITY_WAIT (recipes/capacity/modes.py) without a node for all TPU workers
 (or CAPACITY_WAIT's cpu without one for the Pathways head).
 
 Kueue v0.17.1 (docs/capacity.md has the sources): a suspended JobSet is a Workload that is queued for
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from tpu_rl.jobs.k8s import pin_capacity
 from tpu_rl.recipes import conventions
-from tpu_rl.recipes.capacity_modes import CPU, describe_waits
+from tpu_rl.recipes.capacity.modes import CPU, describe_waits
+from tpu_rl.recipes.capacity.placement import Place, tpu_places
 from tpu_rl.recipes.conventions import CAPACITY_NODE_LABEL, ZONE_NODE_LABEL
-from tpu_rl.recipes.placement import Place, tpu_places
 from tpu_rl.scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
                                         capacity_of, has_had_node, latest_request, pod_counts, tpu_pods, workload_of,
                                         workload_state, zone_of)
@@ -60,7 +60,7 @@ def read_admission(session: Session, jobset: dict | None) -> Admission:
 
 def places_of(session: Session) -> tuple[Place, ...]:
     """Where the step's TPU slice may come from, in fallback order: each mode of the recipe in each zone of
-    ZONE (recipes/placement.py), as the stack built its pools and Kueue flavors."""
+    ZONE (recipes/capacity/placement.py), as the stack built its pools and Kueue flavors."""
     return tpu_places(session.recipe.capacity, session.settings.zones)
 
 
@@ -227,7 +227,7 @@ class CapacityWatch:
         admission = self.admission = read_admission(session, jobset)
         self._count_from_admission(admission, now, first)
         # A CPU step (convert, export) waits for Kueue and then for a node of the CPU pool, which scales
-        # from zero, bounded by CAPACITY_WAIT's `cpu` (recipes/capacity_modes.py); it has no next mode.
+        # from zero, bounded by CAPACITY_WAIT's `cpu` (recipes/capacity/modes.py); it has no next mode.
         place = self.place(admission, tpu) if has_tpu else None
         mode, label = (place.mode, place.label) if place else (CPU, None)
         uid = jobset_uid(jobset)

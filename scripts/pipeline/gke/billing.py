@@ -1,6 +1,6 @@
 """What a GKE recipe's cluster still bills once nothing of it runs: the runs of the recipe that are active
 or queued (a JobSet running or waiting for Kueue, a driver Job not finished), and, when there are none,
-the stack's hourly bill from the pools' live nodes (recipes/standing_cost.py)."""
+the stack's hourly bill from the pools' live nodes (recipes/costs/standing.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tpu_rl.jobs.k8s import RUN_LABEL, recipe_selector
-from tpu_rl.recipes.cost import ESTIMATE_NOTE
-from tpu_rl.recipes.prices import usd
-from tpu_rl.recipes.standing_cost import StandingCost, standing_cost
+from tpu_rl.recipes.costs.prices import usd
+from tpu_rl.recipes.costs.run import ESTIMATE_NOTE
+from tpu_rl.recipes.costs.standing import StandingCost, standing_cost
 from tpu_rl.scripts.cloud.kube_objects import jobset_state
 from tpu_rl.scripts.pipeline.gke.cancel import ACTIVE
 from tpu_rl.scripts.pipeline.session import Session

@@ -5,7 +5,7 @@ step submitted again, or one line. docs/capacity.md says why `run` decides this 
   flex-start request failed its retries): the JobSet is deleted, which deletes its Workload and the
   Workload's ProvisioningRequests (owner references), so nothing bills and nothing stays queued, and
   the step is submitted again with its TPU pods pinned to the next place: the same mode in the next zone
-  of ZONE, then the next mode of CAPACITY (recipes/placement.py).
+  of ZONE, then the next mode of CAPACITY (recipes/capacity/placement.py).
 - A slice lost after the step ran (a flex-start slice at its max_run_duration, whose queued-provisioning
   pool gets nodes only through a new request, which Kueue v0.17.1 never files for an admitted workload):
   the JobSet is deleted and submitted again from the first mode, and training resumes from its last
@@ -24,18 +24,18 @@ from typing import Callable
 
 from rich.markup import escape
 
-from tpu_rl.recipes.capacity_modes import CPU, describe_waits
-from tpu_rl.scripts.cloud import gcs
-from tpu_rl.scripts.outcome import ApiError, StepFailed
 from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL
-from tpu_rl.recipes.idle_tpu import idle_tpu
-from tpu_rl.recipes.placement import Place
+from tpu_rl.recipes.capacity.modes import CPU, describe_waits
+from tpu_rl.recipes.capacity.placement import Place
+from tpu_rl.recipes.costs.standing import idle_tpu
+from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.kube_objects import capacity_of
-from tpu_rl.scripts.pipeline.phases import Phases
+from tpu_rl.scripts.outcome import ApiError, StepFailed
 from tpu_rl.scripts.pipeline.gke.admission import CapacityShortfall, CapacityWatch, find_place, pinned_job, places_of
 from tpu_rl.scripts.pipeline.gke.starting import StartFailed
 from tpu_rl.scripts.pipeline.gke.steps import StepJob
 from tpu_rl.scripts.pipeline.gke.wait import wait_for_jobset
+from tpu_rl.scripts.pipeline.phases import Phases
 from tpu_rl.scripts.pipeline.record import RunCancelled, RunRecord
 from tpu_rl.scripts.pipeline.session import Session, hms
 

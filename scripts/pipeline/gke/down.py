@@ -26,8 +26,8 @@ from pathlib import Path
 from rich.markup import escape
 
 from tpu_rl.recipes import UserError, conventions
-from tpu_rl.recipes.prices import usd
-from tpu_rl.recipes.setting_specs import CONFIG_ENV, DEFAULT_CONFIG
+from tpu_rl.recipes.costs.prices import usd
+from tpu_rl.recipes.settings.specs import CONFIG_ENV, DEFAULT_CONFIG
 from tpu_rl.scripts.outcome import Outcome
 from tpu_rl.scripts.pipeline.gke.billing import ATTACHED_FRESH, active_runs, attached_runs, cluster_bill
 from tpu_rl.scripts.pipeline.session import Session
@@ -101,7 +101,7 @@ def _check_own_state(session: Session) -> tuple[str, list[tuple[str, dict]]]:
 
 def _config_env() -> dict[str, str]:
     """The environment cdktf runs in: this one, and the config file these settings came from, by its
-    absolute path, as cdktf's synth runs in the checkout (recipes/settings.py reads ./tpu-rl.toml)."""
+    absolute path, as cdktf's synth runs in the checkout (recipes/settings/load.py reads ./tpu-rl.toml)."""
     env = dict(os.environ)
     config = Path(env.get(CONFIG_ENV) or DEFAULT_CONFIG)
     if config.is_file():

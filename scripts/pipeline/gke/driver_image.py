@@ -1,5 +1,5 @@
 """Stage the run driver's runtime in the bucket from the user's machine: the locked wheels
-(recipes/driver_lock.toml, downloaded once from their URLs and checked against their sha256), this
+(recipes/driver/driver_lock.toml, downloaded once from their URLs and checked against their sha256), this
 package's own wheel (driver_wheel.py) and the requirements that pin them all by hash. The driver's pod
 installs them offline (jobs/driver_runtime.py); nothing needs Docker here or a package index there.
 
@@ -22,7 +22,7 @@ from typing import Callable
 from tpu_rl.jobs.driver_runtime import (DriverRuntime, object_name, requirements_text, runtime_dir,
                                  wheels_dir)
 from tpu_rl.recipes import UserError
-from tpu_rl.recipes.driver_runtime import BASE_IMAGE, LockedWheel, driver_lock
+from tpu_rl.recipes.driver.runtime import BASE_IMAGE, LockedWheel, driver_lock
 from tpu_rl.scripts.pipeline.gke.driver_wheel import build_wheel, package_root, runtime_version
 
 SHA256_METADATA = "sha256"
@@ -46,7 +46,7 @@ def download_wheel(wheel: LockedWheel, endpoint: str | None = None) -> bytes:
         raise UserError(f"could not download {wheel.file} for the run's driver ({url}): {error}; "
                         "this machine needs to reach PyPI's file host once per driver lock") from error
     if hashlib.sha256(data).hexdigest() != wheel.sha256:
-        raise UserError(f"{url} does not have the sha256 recipes/driver_lock.toml pins for {wheel.file}: "
+        raise UserError(f"{url} does not have the sha256 recipes/driver/driver_lock.toml pins for {wheel.file}: "
                         "not uploaded; run again, and if it persists the lock needs tools/lock_driver.py")
     return data
 

@@ -22,7 +22,8 @@ DISTRIBUTION = "tpu-rl"
 NAMESPACE = "tpu_rl"  # every package installs as tpu_rl.<folder> (pyproject [tool.setuptools] package-dir)
 PACKAGES = ("recipes", "infra", "stacks", "jobs", "scripts")  # the folders pyproject maps under NAMESPACE
 PACKAGE_DATA = {  # pyproject [tool.setuptools.package-data]
-    "tpu_rl.recipes": ["*.toml", "maxtext_keys/*.toml", "maxtext_keys/*.json"],
+    "tpu_rl.recipes": ["*.toml", "costs/*.toml", "driver/*.toml", "runs/maxtext_keys/*.toml",
+                       "runs/maxtext_keys/*.json"],
     "tpu_rl.infra": ["charts/manifests/*.yaml", "charts/manifests/templates/*.yaml", "google_lazy_require.js"],
 }
 CONSOLE_SCRIPTS = {"tpu-rl": "tpu_rl.scripts.cli:main"}  # pyproject [project.scripts]
@@ -100,7 +101,7 @@ def wheel_file_name(version: str) -> str:
 
 def build_wheel(root: Path, version: str) -> tuple[str, bytes]:
     """(file name, bytes) of a pure-Python wheel of the package files under `root` at `version`. It
-    declares no dependencies: the driver installs the lock's wheels beside it (recipes/driver_lock.toml)."""
+    declares no dependencies: the driver installs the lock's wheels beside it (recipes/driver/driver_lock.toml)."""
     dist_info = f"{DISTRIBUTION.replace('-', '_')}-{version}.dist-info"
     entries = [(name, _source(root, name).read_bytes()) for name in package_files(root)]
     entries += [

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.gke.billing import Idle
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
 
@@ -65,7 +65,7 @@ class GkePlatform:
         from tpu_rl.scripts.pipeline.gke.plan import show_submitted
         from tpu_rl.scripts.pipeline.gke.steps import step_jobs
 
-        from tpu_rl.recipes.cost import driver_cost_line
+        from tpu_rl.recipes.costs.run import driver_cost_line
 
         console.print(driver_cost_line())  # the driver, which `run` starts first
         show_submitted(console, [job for step, job in step_jobs(spec, settings).items() if step in steps],

@@ -73,7 +73,7 @@ def _training_now(session: Session, job: StepJob, state: JobSetState) -> str:
 
 
 def logs_gke(session: Session, step: Step, follow: bool, tail: int | None) -> Iterable[str]:
-    # The names alone, not the manifests (which name the bucket): logs read only the cluster (recipes/needs.py).
+    # The names alone, not the manifests (which name the bucket): logs read only the cluster (recipes/settings/specs.py).
     pod = main_pod(session.cluster.list_pods(main_pod_selector(session.spec, step)))
     if pod is None:
         raise UserError(f"no pod for step {step} (JobSet {jobset_name(session.spec, step)} is absent, or its pods "

@@ -10,7 +10,7 @@ from typing import Callable
 
 from tpu_rl.jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector
 from tpu_rl.recipes import STEPS, Settings, Step
-from tpu_rl.recipes.run_spec import RunSpec
+from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.pipeline.session import hms
 
 # How many of a step's last log lines are shown when nothing was streamed, and searched for a check's reason.

@@ -12,10 +12,10 @@ from tpu_rl.scripts.cloud import gcs, hf_token
 from tpu_rl.scripts.cloud.kube import JobSetExists
 from tpu_rl.scripts.cloud.kube_objects import capacity_of, zone_of
 from tpu_rl.scripts.outcome import ApiError, Interrupted, StepFailed
-from tpu_rl.scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run, spec_change
 from tpu_rl.scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging
 from tpu_rl.scripts.pipeline.gke.admission import sweep_train
 from tpu_rl.scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
+from tpu_rl.scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run, spec_change
 from tpu_rl.scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
 from tpu_rl.scripts.pipeline.gke.wait import LogUnread
 from tpu_rl.scripts.pipeline.record import RunRecord, ending_run
@@ -181,7 +181,7 @@ def mark_train_finished(session: Session) -> None:
 
 
 def put_user_files(session: Session) -> None:
-    """The run's --rewards/--data-processor files as the ConfigMap its train head mounts (recipes/user_files.py)."""
+    """The run's --rewards/--data-processor files as the ConfigMap its train head mounts (recipes/runs/user_files.py)."""
     from tpu_rl.jobs import user_files_configmap
 
     configmap = user_files_configmap(session.paths)
@@ -193,7 +193,7 @@ def put_user_files(session: Session) -> None:
 def _fill_skipped_train(session: Session, record: RunRecord) -> None:
     """A train step done without `run` attached to its end (or its record written before evaluations were
     kept) gets its evaluations from Cloud Logging, once."""
-    from tpu_rl.recipes.evaluation import evaluates
+    from tpu_rl.recipes.costs.evaluation import evaluates
 
     watch = EvaluationWatch(session, record)
     if evaluates(session.recipe) and not watch.has_before_and_after():

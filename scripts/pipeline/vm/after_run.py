@@ -8,7 +8,7 @@ changed (its startup script names the run); the same run again needs the old VM 
 from __future__ import annotations
 
 from tpu_rl.jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, UNKNOWN_INSTANCE, after_run_setting
-from tpu_rl.recipes.setting_specs import BY_FIELD, VM_STAYS, VM_STOPS
+from tpu_rl.recipes.settings.specs import BY_FIELD, VM_STAYS, VM_STOPS
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.session import Session
 from tpu_rl.scripts.pipeline.vm.state import Attempt, Failure, parse_time
@@ -52,9 +52,9 @@ def next_run_hint(session: Session) -> str:
 def reservation_billing(session: Session) -> str:
     """What a reservation-bound VM's stop does not end: the reservation bills until it is deleted
     (https://cloud.google.com/compute/docs/instances/reservations-overview, billing); "" without one."""
-    from tpu_rl.recipes.capacity_modes import MODE_RULES
-    from tpu_rl.recipes.cost import hourly_estimate
-    from tpu_rl.recipes.prices import usd
+    from tpu_rl.recipes.capacity.modes import MODE_RULES
+    from tpu_rl.recipes.costs.run import hourly_estimate
+    from tpu_rl.recipes.costs.prices import usd
 
     recipe = session.recipe
     if not MODE_RULES[recipe.capacity[0]].reservation:
@@ -74,7 +74,7 @@ def stopped_line(session: Session, record: Attempt) -> str:
 
 
 def stays_up_cost(session: Session) -> str:
-    from tpu_rl.recipes.cost import hourly_estimate
+    from tpu_rl.recipes.costs.run import hourly_estimate
 
     return hourly_estimate(session.recipe, zones=session.settings.zones_for(session.recipe)).summary()
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
-    from tpu_rl.recipes.run_spec import RunSpec
+    from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
 
 

@@ -1,0 +1,168 @@
+"""One [recipes.<name>] table as written in recipes.toml: its sections (model, tpu, rl, durations) and the
+rules each checks alone; the steps of a pipeline; the override keys that size training."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from tpu_rl.recipes.capacity.modes import PLATFORM_RULES, CapacityMode, Platform, parse_capacity
+from tpu_rl.recipes.catalog.strict import Strict
+from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.runs.reward_names import check_reward_names
+
+Step = Literal["convert", "train", "export"]
+STEPS: tuple[Step, ...] = ("convert", "train", "export")
+
+# The override keys train_rl multiplies with num_batches into its number of steps. MaxText 0.2.4's
+# pyconfig also accepts a nested model's field by its bare name, so `num_iterations=2` sets
+# rl.num_iterations as well (configs/pyconfig.py with RLConfig in configs/types.py).
+TRAIN_STEP_FACTORS = ("rl.num_iterations", "train_fraction", "num_epoch")
+_FACTOR_ALIASES = {"rl.num_iterations": ("rl.num_iterations", "num_iterations")}
+_BINARY_QUANTITY = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|Ti)$")
+_BINARY_FACTORS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=.*$", re.DOTALL)
+
+
+def _allowing(rule: str) -> str:
+    """The platforms whose PlatformRules allow `rule`, for a message: 'gke'."""
+    return " or ".join(f"'{name}'" for name, rules in PLATFORM_RULES.items() if getattr(rules, rule))
+
+
+def same_setting(key: str) -> tuple[str, ...]:
+    """Every spelling of the setting an override key sets: `num_iterations` and `rl.num_iterations` are one
+    in MaxText 0.2.4 (see TRAIN_STEP_FACTORS)."""
+    return next((names for names in _FACTOR_ALIASES.values() if key in names), (key,))
+
+
+def quantity_bytes(quantity: str) -> int:
+    """Bytes of a Kubernetes memory quantity with a binary suffix, e.g. 190Gi."""
+    match = _BINARY_QUANTITY.match(quantity)
+    if match is None:
+        raise ValueError(f"'{quantity}' is not a memory size like 190Gi")
+    return int(match.group(1)) * _BINARY_FACTORS[match.group(2)]
+
+
+class ModelSpec(Strict):
+    maxtext_name: str
+    hf_repo: str
+    tokenizer: str
+    scan_layers: bool
+    use_multimodal: bool = False
+
+
+class TpuSpec(Strict):
+    generation: str
+    topology: str
+    machine_type: str
+    slices: int = Field(ge=1)
+    # How long a flex-start slice may live (the ProvisioningRequest's maxRunDurationSeconds), at most the
+    # generation's limit; it bounds a train step that hangs. Only read when the capacity includes flex-start.
+    flex_start_max_run_hours: int | None = Field(default=None, ge=1)
+
+
+class RlSpec(Strict):
+    num_batches: int = Field(ge=1)
+    # train_rl saves a checkpoint every this many steps (and the last one on close); a preempted spot or
+    # flex-start run resumes from the latest, so it loses at most this many steps.
+    checkpoint_period: int = Field(ge=1)
+    # The learning-rate schedule's length as a multiple of the run's train steps: tpu-rl passes
+    # learning_rate_schedule_steps = ratio x train_steps unless an override sets it (recipes/runs/schedule.py
+    # has why). 1: warmup, then cosine decay to 0 at the run's last step (MaxText 0.2.4's own default).
+    learning_rate_schedule_ratio: float = Field(default=1.0, gt=0)
+    overrides: tuple[str, ...] = ()
+    patches: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    pathways_env: dict[str, str] = Field(default_factory=dict)
+    # Memory limit of the Pathways head's train_rl container, a Kubernetes quantity with a binary
+    # suffix (seed 000 capped it at 190G through the cgroup, which reads G as GiB).
+    memory_max: str | None = None
+
+    @field_validator("overrides")
+    @classmethod
+    def _key_value(cls, overrides: tuple[str, ...]) -> tuple[str, ...]:
+        for item in overrides:
+            if not OVERRIDE.match(item):
+                raise ValueError(f"'{item[:40]}' is not key=value")
+        return overrides
+
+    @field_validator("overrides")
+    @classmethod
+    def _rewards_once(cls, overrides: tuple[str, ...]) -> tuple[str, ...]:
+        for item in overrides:
+            key, _, value = item.partition("=")
+            if key in ("reward_functions", "reward.reward_functions"):  # split as train_rl.build_reward_fns does
+                try:
+                    check_reward_names([n.strip() for n in value.split(",") if n.strip()], item)
+                except UserError as error:
+                    raise ValueError(str(error)) from None
+        return overrides
+
+    @field_validator("memory_max")
+    @classmethod
+    def _binary_quantity(cls, memory_max: str | None) -> str | None:
+        if memory_max is not None and not _BINARY_QUANTITY.match(memory_max):
+            raise ValueError(f"'{memory_max}' is not a memory size like 190Gi (a whole number with Ki, Mi, Gi "
+                             "or Ti)")
+        return memory_max
+
+    def override(self, key: str) -> str | None:
+        """The value an override gives `key`, or None."""
+        for item in self.overrides:
+            name, _, value = item.partition("=")
+            if name == key:
+                return value
+        return None
+
+    @field_validator("overrides")
+    @classmethod
+    def _checkpoints_stay_on(cls, overrides: tuple[str, ...]) -> tuple[str, ...]:
+        for item in overrides:
+            key, _, value = item.partition("=")
+            if key == "enable_checkpointing" and value.strip().lower() in ("false", "0", "no"):
+                raise ValueError("enable_checkpointing=false leaves no checkpoint for export to convert (and "
+                                 "nothing to resume from); remove it")
+        return overrides
+
+
+class Durations(Strict):
+    convert: int = Field(ge=1)
+    train: int = Field(ge=1)
+    export: int = Field(ge=1)
+
+
+class RecipeEntry(Strict):
+    """One [recipes.<name>] table as written in recipes.toml."""
+
+    model_config = ConfigDict(use_enum_values=True)  # capacity holds the modes' plain strings
+    description: str
+    platform: Platform
+    pathways: bool
+    # The default capacity, or an ordered fallback list (Kueue tries them in order); the CAPACITY setting
+    # overrides it per user.
+    capacity: tuple[CapacityMode, ...]
+    maxtext_version: str
+    cpu_machine_type: str | None = None
+    durations_minutes: Durations
+    model: ModelSpec
+    tpu: TpuSpec
+    rl: RlSpec
+
+    @field_validator("capacity", mode="before")
+    @classmethod
+    def _capacity_list(cls, value: object) -> tuple[CapacityMode, ...]:
+        return parse_capacity(value)
+
+    @model_validator(mode="after")
+    def _platform_rules(self) -> "RecipeEntry":
+        rules = PLATFORM_RULES[self.platform]
+        if rules.cpu_pool and not self.cpu_machine_type:
+            raise ValueError(f"cpu_machine_type is required for platform '{self.platform}' (conversion and the "
+                             "Pathways head run there)")
+        if not rules.pathways and self.pathways:
+            raise ValueError(f"pathways needs platform {_allowing('pathways')}; a single TPU VM runs JAX directly")
+        if not rules.multislice and self.tpu.slices != 1:
+            raise ValueError(f"tpu.slices must be 1 for platform '{self.platform}'")
+        return self

@@ -1,0 +1,170 @@
+"""What a GKE recipe's stack still bills per hour while no run of it is active or queued: its pools at the
+sizes the cluster's nodes show, priced from recipes/costs/prices.toml and the recipe's shape (pure).
+
+What bills while the stack exists (docs/capacity.md, "When the queue is empty"):
+- the cluster management fee, the system pool and the Cloud NAT gateway (its price per node);
+- the CPU pool only while it has nodes: it autoscales from 0 (infra/cpu_pool.py);
+- a reservation's TPU pools: every host from deploy to destroy (infra/tpu_pool.py). The reservation itself
+  is charged "until the reservation is deleted. A VM consuming a reservation doesn't incur separate
+  charges" (https://cloud.google.com/compute/docs/instances/reservations-overview, billing), so its chips
+  bill whether the pool has its nodes or not, and destroying the stack does not end that;
+- the flex-start, spot and on-demand TPU pools only while they have nodes: they scale between 0 and the
+  slice's hosts, back to 0 once no TPU pod is left (infra/tpu_pool.py, with GKE's source).
+
+And the TPU time a train step bills while nothing trains: the phases in which that happens,
+their chip-hours and list price (what `run` records as run.json `tpu_idle`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from tpu_rl.recipes import conventions
+from tpu_rl.recipes.capacity.modes import MODE_RULES
+from tpu_rl.recipes.catalog.recipe import Recipe
+from tpu_rl.recipes.costs.prices import PriceTable, load_prices, usd
+
+
+RESERVED_NOTE = " (until the reservation is deleted, nodes or not)"
+# Every node's boot disk (system-np's pd-balanced, infra/gke_cluster.py) bills while the node exists;
+# recipes/costs/prices.toml has no sourced disk price, so the figure leaves them out and says so.
+DISKS_NOTE = "node boot disks not included (prices.toml has no disk price)"
+
+
+@dataclass(frozen=True)
+class StandingItem:
+    item: str  # e.g. "system-np 1 node", "tpu-np-0 32 reserved chips"
+    usd_per_hour: float
+    reserved: bool = False  # a reservation's chips: billed until the reservation ends, nodes or not
+    chips: int = 0  # a TPU pool's
+
+
+@dataclass(frozen=True)
+class StandingCost:
+    """The stack's hourly bill with no run: what bills, and the pools at 0 nodes, which bill nothing."""
+
+    items: tuple[StandingItem, ...]
+    at_zero: tuple[str, ...]
+    unpriced: tuple[str, ...] = ()  # pools the stack does not make (someone added them): not priced
+
+    @property
+    def total(self) -> float:
+        return sum(item.usd_per_hour for item in self.items)
+
+    @property
+    def reserved(self) -> tuple[StandingItem, ...]:
+        """A reservation's pools: destroying the stack frees their hosts, not the reservation's bill."""
+        return tuple(item for item in self.items if item.reserved)
+
+    @property
+    def stack_only(self) -> float:
+        """What ends with the stack: everything but the reservation."""
+        return self.total - sum(item.usd_per_hour for item in self.reserved)
+
+    def summary(self, reserved: bool = True) -> str:
+        """e.g. `cluster fee $0.10, system-np 1 node $0.13, Cloud NAT $0.01; cpu-np at 0 nodes; node boot
+        disks not included (...)`; without
+        the reservation's pools when `reserved` is False."""
+        text = ", ".join(f"{item.item} {usd(item.usd_per_hour)}" + (RESERVED_NOTE if item.reserved else "")
+                         for item in self.items if reserved or not item.reserved)
+        if self.at_zero:
+            text += f"; {' and '.join(self.at_zero)} at 0 nodes"
+        if self.unpriced:
+            text += f"; not priced: {', '.join(self.unpriced)}"
+        return f"{text}; {DISKS_NOTE}"
+
+    def as_record(self) -> dict:
+        return {"usd_per_hour": round(self.total, 2),
+                "items": [{"item": item.item, "usd_per_hour": round(item.usd_per_hour, 2), "reserved": item.reserved}
+                          for item in self.items],
+                "at_zero_nodes": list(self.at_zero), "not_priced": list(self.unpriced)}
+
+
+
+def _reserved(mode: str) -> bool:
+    """Whether a pool of this mode (a label read from the cluster, so maybe unknown) bills as reserved."""
+    rules = MODE_RULES.get(mode)
+    return bool(rules and rules.reservation)
+
+def _nodes(count: int) -> str:
+    return f"{count} node{'' if count == 1 else 's'}"
+
+
+def standing_cost(recipe: Recipe, node_labels: Iterable[Mapping[str, str]],
+                  prices: PriceTable | None = None) -> StandingCost:
+    """The bill of a GKE recipe's stack with no run, from the labels of the cluster's nodes (each node's
+    pool, cloud.google.com/gke-nodepool, and a TPU pool's capacity mode, tpu-rl/capacity)."""
+    prices = prices or load_prices()
+    shape, labels = recipe.shape, list(node_labels)
+    count = Counter(node.get(conventions.NODE_POOL_LABEL) for node in labels)
+    mode_of = {node.get(conventions.NODE_POOL_LABEL): node.get(conventions.CAPACITY_NODE_LABEL) for node in labels}
+    system, cpu = conventions.SYSTEM_POOL_NAME, conventions.cpu_pool_name()
+    items = [StandingItem("cluster fee", prices.gke_cluster.usd_per_hour),
+             StandingItem(f"{system} {_nodes(count[system])}",
+                          count[system] * prices.machine(conventions.SYSTEM_POOL_MACHINE_TYPE).usd_per_hour)]
+    at_zero = []
+    if count[cpu]:
+        items.append(StandingItem(f"{cpu} {_nodes(count[cpu])}",
+                                  count[cpu] * prices.machine(recipe.cpu_machine_type or "").usd_per_hour))
+    else:
+        at_zero.append(cpu)
+    reservation = next((mode for mode in recipe.capacity if _reserved(mode)), None)
+    reserved_pools = ([conventions.tpu_pool_name(index) for index in range(shape.slices)]
+                      if reservation else [])
+    for pool in reserved_pools:  # the reservation's chips, whatever the pool's nodes
+        chip = prices.tpu_chip_hour(shape.generation, reservation).usd_per_hour
+        items.append(StandingItem(f"{pool} {shape.chips_per_slice} reserved chips", shape.chips_per_slice * chip,
+                                  reserved=True, chips=shape.chips_per_slice))
+    autoscaled = sorted(pool for pool, mode in mode_of.items()
+                        if mode and not _reserved(mode) and pool not in reserved_pools)
+    for pool in autoscaled:  # a slice still up: the autoscaler removes it minutes after its last TPU pod
+        chip = prices.tpu_chip_hour(shape.generation, mode_of[pool]).usd_per_hour
+        chips = count[pool] * shape.chips_per_vm
+        items.append(StandingItem(f"{pool} {chips} {mode_of[pool]} chips", chips * chip, chips=chips))
+    if any(mode != reservation for mode in recipe.capacity) and not autoscaled:
+        at_zero.append(f"the {'/'.join(m for m in recipe.capacity if m != reservation)} TPU pools")
+    known = {system, cpu, *reserved_pools, *autoscaled}
+    unpriced = tuple(f"{pool} {_nodes(count[pool])}" for pool in sorted(p for p in count if p and p not in known))
+    items.append(StandingItem("Cloud NAT", prices.nat_hourly(sum(count.values()))))
+    return StandingCost(tuple(items), tuple(at_zero), unpriced)
+
+
+# The phases of a train step (scripts/pipeline/phases.py) in which its TPU hosts exist, and so bill, while
+# nothing trains: the workers have their nodes while the Pathways head waits for one, while the images
+# are pulled and the model loads, and the trainer waits for a checkpoint save. Queued and provisioning
+# (the workers without nodes) bill no TPU on a pool that scales from zero; a reservation bills anyway.
+TPU_IDLE_PHASES = ("waiting for head", "pulling images", "loading", "saving")
+
+
+@dataclass(frozen=True)
+class IdleTpu:
+    """TPU time a train step billed while nothing trained, measured by `run` (run.json `tpu_idle`)."""
+
+    seconds: float
+    chip_hours: float
+    usd: float
+    mode: str
+
+    def as_record(self) -> dict:
+        return {"seconds": round(self.seconds), "chip_hours": round(self.chip_hours, 2),
+                "usd_estimate": round(self.usd, 2), "capacity": self.mode}
+
+    def line(self, step: str, by_phase: dict[str, float]) -> str:
+        parts = ", ".join(f"{phase} {int(by_phase[phase]) // 60}m{int(by_phase[phase]) % 60:02d}s"
+                          for phase in TPU_IDLE_PHASES if by_phase.get(phase))
+        return (f"{step}: the TPU slice billed {self.chip_hours:.1f} chip-hours ({usd(self.usd)}, {self.mode}) while "
+                f"nothing trained: {parts or 'none'}")
+
+
+def idle_tpu(recipe: Recipe, by_phase: dict[str, float], mode: str | None = None,
+             prices: PriceTable | None = None) -> IdleTpu:
+    """The chip-hours, and their list price, of the TPU_IDLE_PHASES of a step on `mode` (the mode it ran
+    on; by default the recipe's first)."""
+    prices = prices or load_prices()
+    mode = mode or recipe.capacity[0]
+    seconds = sum(by_phase.get(phase, 0.0) for phase in TPU_IDLE_PHASES)
+    chip_hours = recipe.shape.total_chips * seconds / 3600
+    return IdleTpu(seconds, chip_hours, chip_hours * prices.tpu_chip_hour(recipe.shape.generation, mode).usd_per_hour,
+                   mode)

@@ -1,0 +1,6 @@
+"""Per-user settings: where things go in the user's cloud (docs/settings.md).
+
+- load.py: the Settings a command gets, read from the environment and the optional config file;
+- specs.py: which settings exist (variable, config key, default, the example) and which each command needs;
+- checks.py: the check of every value, AUTHORIZED_CIDR's rules among them.
+"""
