@@ -30,11 +30,13 @@ import tpu_rl.jobs.vm_install as jobs_vm_install
 from tpu_rl.jobs.paths import ArtifactPaths
 from peers.vm_guest import Guest, private_mounts
 from tpu_rl.recipes import example_settings, get_recipe
+from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.pipeline.vm.state import Failure
 
 SETTINGS = example_settings()
 RECIPE = get_recipe("llama31-v6e8")
-PATHS = ArtifactPaths(RECIPE, SETTINGS)
+SPEC = RunSpec.of_catalog(RECIPE)
+PATHS = ArtifactPaths(SPEC, SETTINGS)
 HOST_STATUS = Path("/var/lib/dpkg/status")
 # Only to build the sandbox here (dpkg --unpack also checks its PATH): root's standard PATH.
 ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -124,7 +126,7 @@ def sandbox(tmp_path):
 def first_boot(tmp_path: Path) -> Guest:
     """A first boot (the install runs) with this machine's apt-get and dpkg, in a mount namespace where this
     machine's dpkg and apt state is read-only and /var/log is tmp_path/var-log."""
-    guest = Guest(tmp_path, jobs.render_startup_script(RECIPE, SETTINGS), "hf_fake_token_for_the_test",
+    guest = Guest(tmp_path, jobs.render_startup_script(SPEC, SETTINGS), "hf_fake_token_for_the_test",
                   installed=RECIPE.maxtext_version, actor_checkpoints=PATHS.actor_checkpoints, real=("apt-get", "dpkg"))
     guest.install_marker.unlink()
     guest.mounts += [f"mount --bind {tmp_path / 'var-log'} /var/log"] + [

@@ -27,22 +27,28 @@ ns = sys.argv[1]
 recipes = importlib.import_module(f"{ns}recipes")
 jobs = importlib.import_module(f"{ns}jobs")
 settings = recipes.example_settings()
+import os
+# Whether the side itself has the module: an editable install of the checkout answers for names the side
+# lacks (setuptools' editable finder maps tpu_rl.<package> to the checkout), so it must lie in the side.
+def found(name):
+    try:
+        spec = importlib.util.find_spec(ns + name)
+    except ImportError:  # its parent is a module there, not a package
+        return False
+    return bool(spec and spec.origin) and os.path.realpath(spec.origin).startswith(os.path.realpath(os.getcwd()) + os.sep)
+def first_found(*names):
+    return next((name for name in names if found(name)), None)
 # A side's own platforms by name: a lookup, so this runs on sides from before and after the platform seam;
-# a side with recipes/runs/spec.py renders the run of each recipe as recipes.toml defines it
-run_spec = importlib.util.find_spec(f"{ns}recipes.run_spec")
-as_run = importlib.import_module(f"{ns}recipes.run_spec").RunSpec.of_catalog if run_spec else (lambda recipe: recipe)
+# a side with a RunSpec (recipes.runs.spec; recipes.run_spec before recipes/ had a package per concept)
+# renders the run of each recipe as recipes.toml defines it
+spec_home = first_found("recipes.runs.spec", "recipes.run_spec")
+as_run = importlib.import_module(ns + spec_home).RunSpec.of_catalog if spec_home else (lambda recipe: recipe)
 renderers = {"gke": lambda recipe: jobs.render_manifests(as_run(recipe), settings),
              "vm": lambda recipe: {"startup script": jobs.render_startup_script(as_run(recipe), settings)}}
 rendered = {name: renderers[recipe.platform](recipe) for name, recipe in recipes.all_recipes().items()}
 # The capacity modes' module: recipes.capacity.modes since recipes/ has a package per concept, before that
 # recipes.capacity_modes, before its split recipes.model; a side from before capacity modes has none
-def found(name):
-    try:
-        return importlib.util.find_spec(ns + name) is not None
-    except ImportError:  # its parent is a module there, not a package
-        return False
-home = next((name for name in ("recipes.capacity.modes", "recipes.capacity_modes", "recipes.model") if found(name)),
-            None)
+home = first_found("recipes.capacity.modes", "recipes.capacity_modes", "recipes.model")
 modes = getattr(importlib.import_module(ns + home), "CAPACITY_MODES", None) if home else None
 print(json.dumps({"manifests": rendered, "capacity_modes": list(modes or [])}, default=str))
 """
