@@ -36,7 +36,7 @@ from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.jobs.train import train_jobset
 from tpu_rl.recipes import Recipe, Settings, UserError
 from tpu_rl.recipes.catalog.entry import same_setting
-from tpu_rl.recipes.costs.evaluation import evaluates
+from tpu_rl.recipes.runs.evaluation import evaluates
 from tpu_rl.recipes.runs.identity import MAX_RUN_NAME, check_run_name, check_set_key, checked_item, digest
 from tpu_rl.recipes.runs.maxtext_values import (config_values, model_base, model_keys, parse_override, release_schema,
                                                 spelling)

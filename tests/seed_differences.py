@@ -136,7 +136,7 @@ DIFFERENCES: tuple[Difference, ...] = (
         "Seed 000 evaluates nothing (num_test_batches=0), so a run could be judged only by its training "
         "reward, which rises when the model learns the format without the maths. The recipe measures held-out "
         "gsm8k accuracy on 2 batches of 32 test questions before training, every 20 steps and after it, at "
-        "most 14% of the train step's completions (recipes/costs/evaluation.py).",
+        "most 14% of the train step's completions (recipes/runs/evaluation.py).",
         steps=("train",),
         recipes=("qwen3-v6e32",),
     ),
@@ -159,7 +159,7 @@ DIFFERENCES: tuple[Difference, ...] = (
         "eval_interval",
         "Seed 001 keeps rl.yml's 5 batches of batch_size=8 every 10 steps, 7 evaluations of 40 questions: "
         "about a quarter of the train step's completions. The recipe evaluates 64 questions before and after "
-        "training only (eval_interval=0), at most 14% (recipes/costs/evaluation.py).",
+        "training only (eval_interval=0), at most 14% (recipes/runs/evaluation.py).",
         steps=("train",),
         recipes=("gemma4-v6e64",),
     ),
@@ -173,7 +173,7 @@ DIFFERENCES: tuple[Difference, ...] = (
         "eval_interval",
         "Seed 002 evaluates its 10 questions before, after and (rl.yml's eval_interval=10) at 5 steps in "
         "between, 41% of the train step's completions; the recipe evaluates before and after only, at most "
-        "17% (recipes/costs/evaluation.py).",
+        "17% (recipes/runs/evaluation.py).",
         steps=("train",),
         recipes=VM,
     ),

@@ -64,7 +64,7 @@ class MaxTextRelease(Strict):
     # The config defaults of the keys train_rl multiplies into its number of steps (configs/post_train/rl.yml
     # of the release), for the recipes that do not override them.
     train_step_defaults: dict[str, float]
-    # The rl.yml defaults of the keys that size the held-out evaluation (recipes/costs/evaluation.py).
+    # The rl.yml defaults of the keys that size the held-out evaluation (recipes/runs/evaluation.py).
     eval_defaults: dict[str, float]
 
     @field_validator("jax")

@@ -1,9 +1,8 @@
 """What things cost, from list prices: estimates for one default region, and every output says so.
 
 - prices.py: the list prices of prices.toml, read once and checked, and how a dollar amount prints;
-- run.py: what a recipe's stack costs per hour and one pipeline run costs, its evaluation's part included;
+- run.py: what a recipe's stack costs per hour and one pipeline run costs, its evaluation's part included
+  (runs/evaluation.py sizes the evaluation);
 - train_time.py: how long a run's train step is expected to take;
-- evaluation.py: the held-out evaluation: whether a run evaluates, on how many questions, how often, and
-  its share of the train step;
 - standing.py: what a GKE stack bills while no run is active, and the TPU time a step bills idle.
 """

@@ -16,7 +16,7 @@ What is counted, per hour while a pipeline runs:
 Storage and the Hugging Face download through NAT (per GiB) are not counted; see prices.toml.
 The prices: recipes/costs/prices.py; TPU time billed while nothing trains: recipes/costs/standing.py;
 the held-out evaluation's part of the train step, in minutes and dollars: EvaluationCost below (its
-size: recipes/costs/evaluation.py).
+size: recipes/runs/evaluation.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tpu_rl.recipes import conventions
 from tpu_rl.recipes.capacity.modes import MODE_RULES
 from tpu_rl.recipes.catalog.entry import STEPS
 from tpu_rl.recipes.catalog.recipe import Recipe
-from tpu_rl.recipes.costs.evaluation import EvalPlan, eval_plan
+from tpu_rl.recipes.runs.evaluation import EvalPlan, eval_plan
 from tpu_rl.recipes.costs.prices import PriceTable, load_prices, usd
 from tpu_rl.recipes.costs.train_time import TrainTime, as_defined, train_time
 from tpu_rl.recipes.runs.spec import RunSpec
@@ -289,7 +289,7 @@ def run_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:
 @dataclass(frozen=True)
 class EvaluationCost:
     """The held-out evaluation's part of the train step: at most its share of the step's completions
-    (recipes/costs/evaluation.py says why that is an upper bound), in minutes and dollars of the train step."""
+    (recipes/runs/evaluation.py says why that is an upper bound), in minutes and dollars of the train step."""
 
     recipe: str
     plan: EvalPlan

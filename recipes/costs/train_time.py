@@ -4,7 +4,7 @@ and the evaluation this run's settings ask for (`--set num_batches=...`, `num_te
 The assumptions, which every output that shows the figure names (`TrainTime.assumption`):
 - recipes.toml's durations_minutes.train is the train step of the recipe as it stands there, its held-out
   evaluation included; the evaluation's share of it is at most its share of the completions generated
-  (recipes/costs/evaluation.py says why that is an upper bound), and the rest is training;
+  (recipes/runs/evaluation.py says why that is an upper bound), and the rest is training;
 - a training step takes what the recipe's training took divided by its step count, times the step's
   completions (batch_size x rl.num_generations) over the recipe's: a step generates and trains on them,
   so its time follows their number (the line says the factor when --set changes it);
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpu_rl.recipes.costs.evaluation import eval_plan
+from tpu_rl.recipes.runs.evaluation import eval_plan
 from tpu_rl.recipes.runs.spec import RunSpec
 
 

@@ -8,5 +8,7 @@
 - schedule.py: the learning-rate schedule's length, from the run's steps;
 - user_files.py: reward functions and a dataset processor brought into the trainer;
 - reward_names.py: the reward functions a run names, each once;
+- evaluation.py: the held-out evaluation: whether a run evaluates, on how many questions, how often, and
+  its share of the train step;
 - sweeps.py: several runs of one recipe from one command.
 """

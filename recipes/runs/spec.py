@@ -52,7 +52,7 @@ class RunSpec:
     @classmethod
     def requested(cls, recipe: Recipe, sets: Iterable[str] = (), run: str | None = None,
                   usual_only: bool = False) -> RunSpec:
-        """The run as `--set` and `--run` make it: the one place the CLI applies them."""
+        """The run as the user's `--set` and `--run` make it: the one place the CLI applies them."""
         return cls.of_catalog(recipe).with_sets(sets, usual_only).with_run(run)
 
     def with_sets(self, sets: Iterable[str], usual_only: bool = False) -> RunSpec:

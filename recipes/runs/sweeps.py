@@ -24,8 +24,6 @@ NAME_HASH_CHARS = 4  # of the run's identity, after its values
 SWEEP_NAME_HASH_CHARS = 7
 # Run names are 2-MAX_RUN_NAME of [a-z0-9-] (recipes/runs/identity.py): anything else in a value becomes one of these.
 _SPELLED = {".": "p", "_": "-", "+": ""}
-GRID_HELP = ("KEY=V1,V2,...: one more axis of the sweep (a MaxText key of the train step, as --set takes it); "
-             "the runs are the product of the axes; repeatable.")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from tpu_rl.recipes import STEPS, UserError
-from tpu_rl.recipes.runs.sweeps import GRID_HELP
 from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, REWARDS_HELP, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app, handled,
                               make_console, table_or_lines)
 from tpu_rl.scripts.outcome import Interrupted, Outcome
@@ -128,7 +127,10 @@ def show_plan(console, plan: SweepPlan) -> None:
 @app.command()
 @handled
 def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
-          grid: Optional[list[str]] = typer.Option(None, "--grid", metavar="KEY=V1,V2,...", help=GRID_HELP),
+          grid: Optional[list[str]] = typer.Option(
+              None, "--grid", metavar="KEY=V1,V2,...",
+              help="KEY=V1,V2,...: one more axis of the sweep (a MaxText key of the train step, as --set takes it); "
+                   "the runs are the product of the axes; repeatable."),
           file: Optional[str] = typer.Option(None, "--file", metavar="SWEEP.toml",
                                              help="The runs as [[runs]] tables, each with set = [...] and an "
                                                   "optional name (docs/experiments.md)."),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tpu_rl.jobs.k8s import MAIN_CONTAINER, jobset_name, main_replicated_job
 from tpu_rl.recipes.conventions import NAMESPACE
-from tpu_rl.recipes.costs.evaluation import evaluates
+from tpu_rl.recipes.runs.evaluation import evaluates
 from tpu_rl.scripts.pipeline.record import RunRecord
 from tpu_rl.scripts.pipeline.session import Session
 from tpu_rl.scripts.rundata.evaluation import RESTORED_TEXT, Evaluation, describe, merged, parse_evaluations

@@ -193,7 +193,7 @@ def put_user_files(session: Session) -> None:
 def _fill_skipped_train(session: Session, record: RunRecord) -> None:
     """A train step done without `run` attached to its end (or its record written before evaluations were
     kept) gets its evaluations from Cloud Logging, once."""
-    from tpu_rl.recipes.costs.evaluation import evaluates
+    from tpu_rl.recipes.runs.evaluation import evaluates
 
     watch = EvaluationWatch(session, record)
     if evaluates(session.recipe) and not watch.has_before_and_after():

@@ -1,4 +1,4 @@
-"""What a recipe's held-out evaluation costs: how many questions, how many evaluations, and their share of
+"""A run's held-out evaluation: whether it evaluates, on how many questions, how often, and its share of
 the train step, from the recipe's overrides and its MaxText release's rl.yml defaults.
 
 How MaxText evaluates (0.2.3 and 0.2.4, maxtext/trainers/post_train/rl/ in the wheels):
