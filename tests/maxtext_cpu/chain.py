@@ -5,7 +5,8 @@ the VM script are rendered from; tests/test_maxtext_real.py checks that the rend
 Only what a CPU test must change is changed (cpu_argv): gs://BUCKET/ becomes a local directory with the
 same object layout, a Hugging Face hub id becomes the tiny local model, the tiny sizes are appended (with
 override_model_config=True), and a step that would join a TPU slice's hosts (train; the VM recipe's
-export) skips jax.distributed, as one CPU process has none to join. The environment adds HF_HUB_OFFLINE=1, a dummy HF_TOKEN, and for train the recipe's
+export) skips jax.distributed, as one CPU process has none to join, and JAX's compilation cache is
+kept beside the venvs (xla_cache_dir). The environment adds HF_HUB_OFFLINE=1, a dummy HF_TOKEN, and for train the recipe's
 device count of fake CPU devices.
 
 Each step runs in a fresh process of the release's venv (.venv-maxtext-<version>, `make install`) and is
@@ -37,12 +38,17 @@ CACHE = Path(os.environ.get("TPU_RL_CACHE", Path.home() / ".cache" / "tpu-rl"))
 TINY_CACHE = CACHE / "tiny-models"
 
 
+def xla_cache_dir(version: str) -> Path:
+    """JAX's own persistent compilation cache, kept beside the venvs: its key is the program, the compile
+    options, jaxlib and the devices, so a hit is the same executable (docs/development.md). MaxText's
+    config points JAX at its jax_cache_dir (base.yml: ~/jax_cache), which wins over the environment, so the
+    steps pass it as an argument (cpu_argv) and the environment covers code that reads no config."""
+    return CACHE / "xla" / version
+
+
 def xla_cache_env(version: str) -> dict[str, str]:
-    """JAX's own persistent compilation cache, as MaxText's jax_cache_dir uses it, kept beside the venvs:
-    its key is the program, the compile options, jaxlib and the devices, so a hit is the same executable.
-    Every program is kept (most of a tiny model's compile in well under JAX's 1 s default)."""
-    return {"JAX_COMPILATION_CACHE_DIR": str(CACHE / "xla" / version),
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    # Every program is kept: most of a tiny model's compile in well under JAX's 1 s default.
+    return {"JAX_COMPILATION_CACHE_DIR": str(xla_cache_dir(version)), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 
 
 def venv_python(version: str) -> Path:
@@ -139,6 +145,8 @@ class Chain:
         out += tiny_overrides(self.recipe.model.maxtext_name)
         if not any(arg.startswith("skip_jax_distributed_system=") for arg in out):
             out.append("skip_jax_distributed_system=True")  # one CPU process: no TPU hosts to join
+        if not any(arg.startswith("jax_cache_dir=") for arg in out):
+            out.append(f"jax_cache_dir={xla_cache_dir(self.recipe.maxtext_version)}")
         return out
 
     def env(self, step: str) -> dict[str, str]:

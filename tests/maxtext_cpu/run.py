@@ -11,7 +11,8 @@ saves it; see probe()). Before the step, only what a CPU test must change is cha
 - orbax uses commit-file atomicity, the mode it picks for gs:// paths (atomicity_defaults), so that
   commit_success.txt markers are written where they are in a bucket, and a restore requires them.
 
-It prints one JSON line `{"step": ..., "seconds": ..., "peak_rss_mb": ...}` at the end.
+Each step first imports what its module imports and sets those objects aside (settle_heap: MaxText's
+per-tensor gc.collect() then scans only its own objects). It prints one JSON line `{"step": ..., "seconds": ..., "peak_rss_mb": ...}` at the end.
 
 With REFUSED_ARGV_ENV set (a JSON list of arguments), a convert first runs the module with those
 arguments (a flag misspelt), between two marker lines, and reports how it ended and what it wrote
