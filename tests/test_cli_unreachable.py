@@ -27,6 +27,9 @@ REACH = 6  # seconds (TPU_RL_REACH_SECONDS)
 # the whole bound, so the line comes that long before the end; measured against the end, not against the
 # process's start, whose import time is the machine's load, not the command's.
 SAID_BEFORE_END = REACH - ANNOUNCE_AFTER_SECONDS - 1
+# And for every endpoint, from the process's start: before a whole wait could have passed, with room for a
+# loaded machine's start-up (a command silent until its end fails this).
+SAID_WITHIN = REACH + 2
 ENDED_WITHIN = 15  # the bound, plus start-up and the last request
 
 
@@ -78,6 +81,7 @@ def check_said_and_ended(code: int, took: float, lines, trying: str, error: str,
     # blackholed endpoint always takes the whole bound, so it always shows the first kind.
     (first_at, first), (last_at, last) = lines[0], lines[-1]
     assert first == f"{trying} (up to {REACH} s, TPU_RL_REACH_SECONDS)…" or len(lines) == 1, said
+    assert first_at < SAID_WITHIN, (first_at, said)
     if blackholed:
         assert len(lines) > 1 and last_at - first_at > SAID_BEFORE_END, (first_at, last_at, said)
     assert last.startswith(error) and last.endswith(f"{fix}, or set TPU_RL_REACH_SECONDS to wait longer"), said

@@ -19,7 +19,12 @@ from tpu_rl.scripts.pipeline.platforms import IMPLEMENTATIONS, Platform, platfor
 PRODUCT_PACKAGES = ("scripts", "jobs", "recipes", "infra", "stacks")
 IMPLEMENTATION_PACKAGES = ("scripts/pipeline/gke/", "scripts/pipeline/vm/")
 ROUTE = "scripts/pipeline/platforms.py"  # the one place that maps a platform's name to its implementation
-BRANCH = re.compile(r"\bis_gke\b|\bplatform\s*[!=]=|[!=]=\s*[\w.]*platform\b")
+# A condition on the platform, in each form Python writes one: a flag, a comparison (with a name or with a
+# platform's literal), membership, a match, an isinstance of an implementation. A lookup by the platform's
+# name in a table of data (PLATFORM_RULES, NEEDS, stacks/app.py's compositions) is the seam, not a branch.
+BRANCH = re.compile(r"\bis_(?:gke|vm)\b|\bplatform\)?\s*[!=]=|[!=]=\s*[\w.]*platform\b"
+                    r"|[!=]=\s*[\"'](?:gke|vm)[\"']|[\"'](?:gke|vm)[\"']\s*[!=]="
+                    r"|\bplatform\)?\s+(?:not\s+)?in\b|\bmatch\s+[\w.()]*platform\b|isinstance\([^)]*\b(?:Gke|Vm)\w*Platform")
 
 
 def _branches() -> dict[str, list[str]]:
@@ -39,9 +44,13 @@ def _branches() -> dict[str, list[str]]:
 def test_the_pattern_sees_each_kind_of_branch():
     # Guards the guard: the forms the seam replaced (scripts/cli/cloud.py, recipes/catalog/entry.py before it).
     for line in ('if recipe.is_gke:', 'if self.platform == "vm" and x:', 'recipe.platform != "vm"',
-                 'if "gke" == recipe.platform:'):
+                 'if "gke" == recipe.platform:', 'if recipe.platform in ("gke",):', 'if platform not in SLICED:',
+                 'match recipe.platform:', 'if isinstance(impl, VmPlatform):', 'if platform_for(r).name == "vm":',
+                 'if str(recipe.platform) == kind:', 'if (recipe.platform) == "gke":', "x if kind != 'vm' else y"):
         assert BRANCH.search(line), line
-    assert not BRANCH.search('IMPLEMENTATIONS[recipe.platform]')
+    for line in ('IMPLEMENTATIONS[recipe.platform]', 'rules = PLATFORM_RULES[self.platform]',
+                 '"run": {"gke": CLUSTER, "vm": VM},'):
+        assert not BRANCH.search(line), line
 
 
 def test_no_platform_branch_outside_the_implementations():
