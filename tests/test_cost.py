@@ -231,7 +231,7 @@ def test_capacity_page_shows_a_run_without_a_reservation_as_capacity_flex_start_
 
 
 def test_each_recipes_evaluation_is_a_small_stated_share_of_train():
-    from tpu_rl.recipes.costs.evaluation import eval_plan
+    from tpu_rl.recipes.runs.evaluation import eval_plan
     from tpu_rl.recipes.costs.run import evaluation_estimate
 
     # qwen3-v6e32: 2 batches x eval_batch_size 32; before, at 20 and 40, after (eval_interval 20, 50 steps);
