@@ -35,7 +35,7 @@ from tpu_rl.jobs.patches import render_patch, resolve_patches
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.jobs.vm_install import (APT_LOCK, APT_TRIES, INSTALL, INSTALL_DIR, RETRY_ENV, RETRY_SECONDS,  # noqa: F401
                              SYSTEM_PACKAGES, TOKEN, UPTIME_S, UV_VERSION, gcloud_wait, install_phase, token_phase)
-from tpu_rl.jobs.vm_outputs import after_run_phase, stop_helpers
+from tpu_rl.jobs.vm_outputs import CANCELLED, after_run_phase, stop_helpers
 from tpu_rl.recipes import STEPS, Recipe, Settings, UserError
 from tpu_rl.recipes.runs.spec import RunSpec
 
@@ -49,7 +49,7 @@ SCRIPT_PATH = "/root/.local/bin:/snap/bin:/usr/local/sbin:/usr/local/bin:/usr/sb
 # prefix ("startup-script: ", GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go
 # runCmd), so the pattern is searched, not anchored at the line start.
 LOG_TAG = "tpu-rl:"
-STARTING, DONE, CANCELLED, FAILED, BOOT = "starting", "done", "cancelled", "failed", "boot"
+STARTING, DONE, FAILED, BOOT = "starting", "done", "failed", "boot"
 # The phase of the checks before a step (its marker, the cancel marker): "checking-<step>" (no space: the
 # records are space-separated key=value fields).
 CHECKING = "checking"
