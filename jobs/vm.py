@@ -14,7 +14,8 @@ Decisions:
 - `tpu-rl cancel` writes paths.cancel_marker instead of stopping the VM (a stopped TPU VM cannot be started
   again). The script checks it before each step, and a background watcher polls it while a step runs and
   sends SIGTERM to MaxText when it appears; the step then ends without its marker, so everything it wrote
-  is kept and a later boot without the cancel marker resumes there (train from its last checkpoint).
+  is kept and a later boot without the cancel marker resumes there (train from its last checkpoint). With
+  VM_AFTER_RUN=stop the script then powers the VM off, bounded as after a failure (jobs/vm_outputs.py).
 - Step state lives in the bucket, not on the console (getSerialPortOutput returns only the last 1 MB):
   each boot is an attempt (logged first, ATTEMPT_LINE) with a record of the phase it is in
   (paths.vm_attempt); any phase that fails (install, token, a step) writes paths.vm_failure with the
