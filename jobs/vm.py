@@ -14,7 +14,8 @@ Decisions:
 - `tpu-rl cancel` writes paths.cancel_marker instead of stopping the VM (a stopped TPU VM cannot be started
   again). The script checks it before each step, and a background watcher polls it while a step runs and
   sends SIGTERM to MaxText when it appears; the step then ends without its marker, so everything it wrote
-  is kept and a later boot without the cancel marker resumes there (train from its last checkpoint).
+  is kept and a later boot without the cancel marker resumes there (train from its last checkpoint). With
+  VM_AFTER_RUN=stop the script then powers the VM off, bounded as after a failure (jobs/vm_outputs.py).
 - Step state lives in the bucket, not on the console (getSerialPortOutput returns only the last 1 MB):
   each boot is an attempt (logged first, ATTEMPT_LINE) with a record of the phase it is in
   (paths.vm_attempt); any phase that fails (install, token, a step) writes paths.vm_failure with the
@@ -35,7 +36,7 @@ from tpu_rl.jobs.patches import render_patch, resolve_patches
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.jobs.vm_install import (APT_LOCK, APT_TRIES, INSTALL, INSTALL_DIR, RETRY_ENV, RETRY_SECONDS,  # noqa: F401
                              SYSTEM_PACKAGES, TOKEN, UPTIME_S, UV_VERSION, gcloud_wait, install_phase, token_phase)
-from tpu_rl.jobs.vm_outputs import after_run_phase, stop_helpers
+from tpu_rl.jobs.vm_outputs import CANCELLED, after_run_phase, stop_helpers
 from tpu_rl.recipes import STEPS, Recipe, Settings, UserError
 from tpu_rl.recipes.runs.spec import RunSpec
 
@@ -49,7 +50,7 @@ SCRIPT_PATH = "/root/.local/bin:/snap/bin:/usr/local/sbin:/usr/local/bin:/usr/sb
 # prefix ("startup-script: ", GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go
 # runCmd), so the pattern is searched, not anchored at the line start.
 LOG_TAG = "tpu-rl:"
-STARTING, DONE, CANCELLED, FAILED, BOOT = "starting", "done", "cancelled", "failed", "boot"
+STARTING, DONE, FAILED, BOOT = "starting", "done", "failed", "boot"
 # The phase of the checks before a step (its marker, the cancel marker): "checking-<step>" (no space: the
 # records are space-separated key=value fields).
 CHECKING = "checking"

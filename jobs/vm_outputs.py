@@ -16,14 +16,15 @@ Decisions (docs/pipeline.md, "When the run ends", has the sources):
   rerun by hand on the same one: a record of another instance (or one it cannot read) counts as absent, and
   that boot verifies and stops. A boot of the same instance that ran nothing stays up for a look, bounded
   like after a failure.
-- A failed phase keeps the VM up for a look, bounded: the script schedules the power-off FAILURE_STAY_MINUTES
-  later (`shutdown -h +N`: a time without ':' is minutes from now, systemd/systemd src/systemctl/
-  systemctl-compat-shutdown.c parse_shutdown_time_spec), which `sudo shutdown -c` cancels and a reboot (to resume)
-  drops: logind keeps the schedule in /run/systemd/shutdown/scheduled (SHUTDOWN_SCHEDULE_FILE,
-  src/login/logind-dbus.c), and /run does not outlive a boot; a rerun by hand cancels it (`shutdown -c` at the
-  script's start). logind refuses unprivileged logins NOLOGIN_MINUTES before the power-off (/run/nologin,
-  src/login/logind-dbus.c nologin_timeout_usec), so the user has that much less. A cancel (`tpu-rl cancel`) leaves
-  the VM as it is: the user is there.
+- A failed phase, or a cancel (`tpu-rl cancel`: whoever cancelled may have walked away), keeps the VM up for a
+  look, bounded: the script schedules the power-off FAILURE_STAY_MINUTES later (`shutdown -h +N`: a time
+  without ':' is minutes from now, systemd/systemd src/systemctl/systemctl-compat-shutdown.c
+  parse_shutdown_time_spec), which `sudo shutdown -c` cancels and a reboot (to resume) drops: logind keeps the
+  schedule in /run/systemd/shutdown/scheduled (SHUTDOWN_SCHEDULE_FILE, src/login/logind-dbus.c), and /run does
+  not outlive a boot; a rerun by hand cancels it (`shutdown -c` at the script's start). logind refuses
+  unprivileged logins NOLOGIN_MINUTES before the power-off (/run/nologin, src/login/logind-dbus.c
+  nologin_timeout_usec), so the user has that much less. After a cancel a reboot runs no step until the cancel
+  marker is deleted, and each such boot is bounded again.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ UNKNOWN_INSTANCE = "unknown"  # the stop record's instance when the metadata ser
 # instance/id; the header is required, compute/docs/metadata/querying-metadata): bounded, like every call.
 INSTANCE_ID_URL = "http://metadata.google.internal/computeMetadata/v1/instance/id"
 STOPPED = "stopped"  # the attempt record's `ended=` of a boot that stopped the VM (scripts/pipeline/vm/state.py)
+CANCELLED = "cancelled"  # its `ended=` (and a step's state) after `tpu-rl cancel`
 VERIFYING = "verifying"  # the phase that checks every output before the stop
 DONE_PHASE = "done"
 
@@ -101,14 +103,17 @@ newest_checkpoint() {{
   committed="$(list_objects {q(actor + '*/' + ORBAX_COMMIT_MARKER)})" || return 2
   printf '%s' "$committed" | sed -nE 's#.*/([0-9]+)/{ORBAX_COMMIT_MARKER}$#\\1#p' | sort -n | tail -n 1
 }}
-# The last thing on_exit does: the stop this boot earned, or, after a failure, a power-off {FAILURE_STAY_MINUTES} min later.
+# The last thing on_exit does: the stop this boot earned, or, after a failure or a cancel, a power-off
+# {FAILURE_STAY_MINUTES} min later (whoever cancelled may have walked away). After a cancel a reboot alone runs no step.
 power_after() {{
   [[ "$AFTER_RUN" == {VM_STOPS} ]] || return 0
+  local why="${{POWER_OFF_LATER:-failed}}" resume="\\`sudo reboot\\` resumes the run"
+  if [[ "$ENDED" == {CANCELLED} ]]; then why={CANCELLED} resume="\\`gcloud storage rm $CANCEL_MARKER\\` and \\`sudo reboot\\` resume the run"; fi
   if [[ -n "$POWER_OFF" ]]; then
     {STOP_COMMAND} || log "{STOP_COMMAND} failed: the VM stays up and bills until it is stopped or destroyed"
-  elif [[ -n "$POWER_OFF_LATER" || ( $1 -ne 0 && "$ENDED" != cancelled ) ]]; then
-    log "the VM stays up {FAILURE_STAY_MINUTES} min for a look, then powers itself off: \\`sudo shutdown -c\\` on it within {KEEP_UP_WITHIN_MINUTES} min keeps it up, \\`sudo reboot\\` resumes the run"
-    shutdown -h +{FAILURE_STAY_MINUTES} "tpu-rl: run $RUN ${{POWER_OFF_LATER:-failed}}; powering off" || log "could not schedule the power-off: the VM stays up"
+  elif [[ -n "$POWER_OFF_LATER" || $1 -ne 0 || "$ENDED" == {CANCELLED} ]]; then
+    log "the VM stays up {FAILURE_STAY_MINUTES} min for a look, then powers itself off: \\`sudo shutdown -c\\` on it within {KEEP_UP_WITHIN_MINUTES} min keeps it up, $resume"
+    shutdown -h +{FAILURE_STAY_MINUTES} "tpu-rl: run $RUN $why; powering off" || log "could not schedule the power-off: the VM stays up"
   fi
 }}"""
 

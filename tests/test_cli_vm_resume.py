@@ -82,9 +82,9 @@ def test_run_with_no_new_attempt_ends_after_its_stated_wait_with_the_old_failure
     message = error_line(result)
     assert re.match(r"error: no new attempt began in 0:15:00 after attempt \S+ ended: step train failed on TPU VM "
                     r"rl-test-vm \(exit 1, ", message), message
-    assert message.endswith(f"then `tpu-rl run {RECIPE}` follows the new attempt; the VM stays up 60 min after the "
-                            "failure for a look (`sudo shutdown -c` on it within 55 min keeps it up), then powers "
-                            "itself off")
+    assert (f"then `tpu-rl run {RECIPE}` follows the new attempt; the VM stays up 60 min after the failure for a "
+            "look (`sudo shutdown -c` on it within 55 min keeps it up), then powers itself off and bills only its "
+            f"boot disk, until `npx cdktf destroy {RECIPE}`") in message
 
 
 def test_cancel_and_status_refuse_a_vm_running_another_runs_script(settings_env, gcs, google, clock):

@@ -270,8 +270,47 @@ def test_a_terminated_vm_without_any_record_gets_the_delete_and_deploy_hint(sett
             "at boot, it will not come back: `gcloud compute instances delete rl-test-vm") in text_of(result)
 
 
-def test_cancel_says_the_vm_stays_up_and_bills(settings_env, gcs, vm):
+CANCEL_STAY = (f"the VM stays up {FAILURE_STAY_MINUTES} min after the cancel for a look (`sudo shutdown -c` on it "
+               f"within {KEEP_UP_WITHIN_MINUTES} min keeps it up), then powers itself off and bills only its boot "
+               f"disk, until `npx cdktf destroy {RECIPE}`")
+OFF_GO_ON = (f"to go on (a TPU VM cannot be started again): `gcloud storage rm {PATHS.cancel_marker}`, then `gcloud "
+             "compute instances delete rl-test-vm --zone=us-east5-b")
+
+
+def test_cancel_says_the_vm_powers_itself_off_after_a_bounded_look(settings_env, gcs, vm):
+    """The script powers a cancelled VM off as a failed one (jobs/vm_outputs.py power_after): the cancel says
+    when, how to keep it up, what bills then, and how the run goes on once it is off."""
     result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
     assert result.exit_code == 0, result.output
-    assert (f"the VM stays up and bills $" in text_of(result)
+    text = text_of(result)
+    assert CANCEL_STAY in text and "stays up and bills $" not in text
+    assert (f"to go on, `gcloud storage rm {PATHS.cancel_marker}` and reboot the VM (`gcloud compute ssh rl-test-vm "
+            "--zone=us-east5-b --project=tpu-rl-test --tunnel-through-iap -- sudo reboot`) or, once it is off (a TPU "
+            "VM cannot be started again), `gcloud compute instances delete rl-test-vm --zone=us-east5-b") in text
+    assert f"`npx cdktf deploy {RECIPE}`: the new VM's startup script resumes at the first step not done" in text
+
+
+def test_cancel_with_vm_after_run_keep_says_the_vm_stays_up_and_bills(settings_env, gcs, vm, monkeypatch):
+    monkeypatch.setenv("VM_AFTER_RUN", "keep")
+    result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert (f"the VM stays up (VM_AFTER_RUN=keep) and bills $" in text_of(result)
             and f"until `npx cdktf destroy {RECIPE}` (or the next deploy replaces it)" in text_of(result))
+    assert "after the cancel" not in text_of(result) and "once it is off" not in text_of(result)
+
+
+def test_status_of_a_cancelled_run_says_the_bound_then_that_the_vm_is_off(settings_env, gcs, vm, guest):
+    cancel = guest.object(PATHS.cancel_marker)
+    assert boot_and_show(guest, gcs, vm, CANCEL_MODULE="maxtext.trainers.post_train.rl.train_rl",
+                         CANCEL_FILE=str(cancel), TPU_RL_CANCEL_POLL_SECONDS="1") == 0
+    assert guest.power_offs == [f"shutdown -h +{FAILURE_STAY_MINUTES} tpu-rl: run {RUN} cancelled; powering off"]
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    assert f"run {RUN} was cancelled at " in text_of(status) and CANCEL_STAY in text_of(status)
+    vm.instances[VM] = "TERMINATED"  # the scheduled power-off, an hour after the cancel
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    assert f"the VM is off: only its boot disk bills, until `npx cdktf destroy {RECIPE}`" in text_of(status)
+    assert OFF_GO_ON in text_of(status) and "after the cancel" not in text_of(status)
+    rerun = runner.invoke(app, ["run", RECIPE])
+    assert rerun.exit_code == ExitCode.BAD_INPUT and OFF_GO_ON in error_line(rerun), rerun.output

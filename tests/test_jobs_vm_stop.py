@@ -1,7 +1,7 @@
 """The end of the VM recipe's startup script (jobs/vm_outputs.py) under the real bash, against the local guest
 (tests/peers/vm_guest.py), whose shutdown stand-in records the power-off instead of making it: a finished run
-stops the VM only after every output is verified; a failure keeps it up for a bounded look; a cancel and
-VM_AFTER_RUN=keep keep it up; a new VM of a done run verifies and stops; a rerun by hand on the VM that stopped
+stops the VM only after every output is verified; a failure or a cancel keeps it up for a bounded look;
+VM_AFTER_RUN=keep keeps it up; a new VM of a done run verifies and stops; a rerun by hand on the VM that stopped
 stays up, bounded."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from vm_helpers import example_script
 
 TRAIN = "maxtext.trainers.post_train.rl.train_rl"
 FAILURE_POWER_OFF = f"shutdown -h +{FAILURE_STAY_MINUTES} tpu-rl: run {PATHS.run_name} failed; powering off"
+CANCEL_POWER_OFF = f"shutdown -h +{FAILURE_STAY_MINUTES} tpu-rl: run {PATHS.run_name} cancelled; powering off"
 
 
 def guest_of(tmp_path, script: str | None = None) -> Guest:
@@ -79,12 +80,44 @@ def test_a_failed_step_keeps_the_vm_up_for_a_bounded_look(tmp_path):
     assert code == 0 and guest.power_offs == [FAILURE_POWER_OFF, STOP_COMMAND], log
 
 
-def test_a_cancelled_run_leaves_the_vm_as_it_is(tmp_path):
-    guest = guest_of(tmp_path)
+def cancelled_boot(guest: Guest) -> tuple[int, str]:
+    """A boot whose train `tpu-rl cancel` stops: the watcher sees the marker and ends MaxText."""
     cancel = guest.object(PATHS.cancel_marker)
     code, _, log = guest.boot(CANCEL_MODULE=TRAIN, CANCEL_FILE=str(cancel), TPU_RL_CANCEL_POLL_SECONDS="1")
+    return code, log
+
+
+def test_a_cancelled_run_keeps_the_vm_up_for_a_bounded_look_like_a_failure(tmp_path):
+    """Nobody may be there after a cancel (`run --detach`, a cancel from a laptop that then sleeps): the VM
+    powers itself off as after a failure, and the log says how to go on without `sudo reboot` alone, which
+    the cancel marker would stop again."""
+    guest = guest_of(tmp_path)
+    code, log = cancelled_boot(guest)
     assert code == 0, log
-    assert attempt(guest).ended == "cancelled" and guest.power_offs == []
+    assert attempt(guest).ended == "cancelled"
+    assert guest.power_offs == [CANCEL_POWER_OFF]  # scheduled, not now
+    assert f"the VM stays up {FAILURE_STAY_MINUTES} min for a look, then powers itself off: `sudo shutdown -c` on " \
+           f"it within {KEEP_UP_WITHIN_MINUTES} min keeps it up, `gcloud storage rm {PATHS.cancel_marker}` and " \
+           "`sudo reboot` resume the run" in log
+
+
+def test_a_boot_that_finds_the_cancel_marker_keeps_the_vm_up_bounded(tmp_path):
+    """A reboot with the marker left runs no step: it is bounded again, from its own end."""
+    guest = guest_of(tmp_path)
+    cancel = guest.object(PATHS.cancel_marker)
+    cancel.parent.mkdir(parents=True, exist_ok=True)
+    cancel.write_text("2026-12-01T00:00:00+00:00\n")
+    code, calls, log = guest.boot()
+    assert code == 0 and calls == [], log
+    assert attempt(guest).ended == "cancelled" and guest.pending_power_off == CANCEL_POWER_OFF
+
+
+def test_vm_after_run_keep_leaves_a_cancelled_vm_up(tmp_path):
+    settings = dataclasses.replace(EXAMPLE_SETTINGS, vm_after_run=VM_STAYS)
+    guest = guest_of(tmp_path, jobs.render_startup_script(spec_of(RECIPE), settings))
+    code, log = cancelled_boot(guest)
+    assert code == 0 and attempt(guest).ended == "cancelled", log
+    assert guest.shutdowns == []
 
 
 def test_vm_after_run_keep_keeps_the_vm_up(tmp_path):
@@ -135,10 +168,10 @@ def test_a_rerun_by_hand_drops_the_power_off_a_failure_scheduled(tmp_path):
     cancels must not be powered off by it."""
     guest = guest_of(tmp_path)
     assert guest.boot(FAIL_MODULE=TRAIN)[0] == 1 and guest.pending_power_off == FAILURE_POWER_OFF
-    cancel = guest.object(PATHS.cancel_marker)
-    code, _, log = guest.boot(CANCEL_MODULE=TRAIN, CANCEL_FILE=str(cancel), TPU_RL_CANCEL_POLL_SECONDS="1")
+    code, log = cancelled_boot(guest)
     assert code == 0 and attempt(guest).ended == "cancelled", log
-    assert guest.pending_power_off is None
+    # each boot drops the schedule it finds; the cancel's own hour counts from its end
+    assert guest.shutdowns == ["shutdown -c", FAILURE_POWER_OFF, "shutdown -c", CANCEL_POWER_OFF]
 
 
 def test_a_done_run_whose_stop_was_cut_short_stops_at_the_next_boot(tmp_path):

@@ -9,6 +9,7 @@ and reports through its serial console, guest attributes and the bucket.
 - phase_watch.py: the bounds of the phases outside the steps (install, checks, token, uploads).
 - views.py: `status` and `logs`.
 - after_run.py: what the VM does once its run ends (stops itself, or stays up) and how the next run starts.
+- cancelled.py: what `cancel`, `status` and `run` say of a cancelled run: the VM's bounded stay, how to go on.
 
 Nothing is imported here: each command imports the module it runs, and only when it runs.
 """

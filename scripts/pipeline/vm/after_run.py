@@ -1,9 +1,10 @@
 """What `run`, its dry run, `status` and `run --detach` say about the VM recipe's TPU VM after its run: it stops
 itself once its startup script verified every output (VM_AFTER_RUN=stop, jobs/vm_outputs.py), or stays up
-(VM_AFTER_RUN=keep); and, once it stopped, that it bills only its boot disk and how the next run starts. A
-TPU VM cannot be started again ("You can't restart TPU instances", Compute Engine docs, compute/docs/instances/
-stop-start-instance, Limitations), so the next run is a new VM: `cdktf deploy` replaces it when the recipe
-changed (its startup script names the run); the same run again needs the old VM deleted first."""
+(VM_AFTER_RUN=keep), and after a failure or a cancel stays up for a bounded look; and, once it stopped, that it
+bills only its boot disk and how the next run starts. A TPU VM cannot be started again ("You can't restart TPU
+instances", Compute Engine docs, compute/docs/instances/stop-start-instance, Limitations), so the next run is a
+new VM: `cdktf deploy` replaces it when the recipe changed (its startup script names the run); the same run
+again needs the old VM deleted first."""
 
 from __future__ import annotations
 
@@ -148,12 +149,20 @@ def detached(session: Session, pending: list[str]) -> None:
     console.print(after_run_line(session))
 
 
-def failure_stay(session: Session) -> str:
-    """What a failed run's VM does next (jobs/vm_outputs.py power_after), for the failure's message."""
+def bounded_stay(session: Session, after: str) -> str:
+    """What the VM does after a failure or a cancel (jobs/vm_outputs.py power_after), one wording for both;
+    "" with VM_AFTER_RUN=keep, which leaves it up."""
     if session.settings.vm_after_run != VM_STOPS:
         return ""
-    return (f"; the VM stays up {FAILURE_STAY_MINUTES} min after the failure for a look (`sudo shutdown -c` on it "
-            f"within {KEEP_UP_WITHIN_MINUTES} min keeps it up), then powers itself off")
+    return (f"the VM stays up {FAILURE_STAY_MINUTES} min after {after} for a look (`sudo shutdown -c` on it within "
+            f"{KEEP_UP_WITHIN_MINUTES} min keeps it up), then powers itself off and bills only its boot disk, "
+            f"until `npx cdktf destroy {session.recipe.name}`{reservation_billing(session)}")
+
+
+def failure_stay(session: Session) -> str:
+    """What a failed run's VM does next, for the failure's message."""
+    stay = bounded_stay(session, "the failure")
+    return f"; {stay}" if stay else ""
 
 
 def powered_off_after_failure(session: Session, instance, pending: list[str]) -> str | None:

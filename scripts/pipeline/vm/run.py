@@ -17,7 +17,8 @@ from tpu_rl.scripts.pipeline.progress import AttemptProgress, progress_suffix
 from tpu_rl.scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation
 from tpu_rl.scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
 from tpu_rl.scripts.pipeline.vm.after_run import (after_run_line, detached, done_billing, failure_stay, marked,
-                                           marked_but_missing, stays_up_cost, stop_record, stopped_before)
+                                           marked_but_missing, stop_record, stopped_before)
+from tpu_rl.scripts.pipeline.vm.cancelled import cancel_stay, cancelled_at, cancelled_note, go_on_hint, is_off
 from tpu_rl.scripts.pipeline.vm.checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, read_instance, redeploy_hint, require_token_version)
 from tpu_rl.scripts.pipeline.vm.phase_watch import INSTALL_WAIT_SECONDS, PhaseWatch
@@ -40,24 +41,12 @@ def done_markers(session: Session) -> list[str]:
             if gcs.exists(storage, paths.progress_marker(step))]
 
 
-def cancelled_at(session: Session) -> str | None:
-    """When `tpu-rl cancel` wrote the run's cancel marker (its text), or None when there is none."""
-    text = gcs.read_text(session.clients.storage(), session.paths.cancel_marker)
-    return None if text is None else text.strip() or "an unknown time"
-
-
-def go_on_hint(session: Session) -> str:
-    return (f"to go on, `gcloud storage rm {session.paths.cancel_marker}` and reboot the VM "
-            f"(`{ssh_command(session.settings)} -- sudo reboot`): its startup script then resumes at the first "
-            "step not done (train from its last checkpoint)")
-
-
-def _refuse_cancelled(session: Session) -> None:
+def _refuse_cancelled(session: Session, instance) -> None:
     at = cancelled_at(session)
     if at:
         raise UserError(f"run {session.paths.run_name} was cancelled (`tpu-rl cancel` wrote "
                         f"{session.paths.cancel_marker} at {at}), and its startup script runs no step while that "
-                        f"marker exists: {go_on_hint(session)}")
+                        f"marker exists: {go_on_hint(session, off=is_off(instance))}")
 
 
 def _starts(lines: list[str], step: Step, run: str) -> list[int]:
@@ -136,7 +125,7 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
     pending = [step for step in steps if session.missing(step)]
     if pending:
         check_deployed_script(session, instance)
-        _refuse_cancelled(session)
+        _refuse_cancelled(session, instance)
         require_token_version(session)
     if dry_run:
         console.print(f"dry run of run {session.paths.run_name}: nothing is started or written")
@@ -248,7 +237,8 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
             at = cancelled_at(session)
             if at:
                 raise RunCancelled(f"step {pending[0]} was cancelled: `tpu-rl cancel` wrote "
-                                   f"{paths.cancel_marker} at {at}; its outputs are kept; {go_on_hint(session)}")
+                                   f"{paths.cancel_marker} at {at}; its outputs are kept; {cancel_stay(session)}; "
+                                   f"{go_on_hint(session)}")
             state = read_state(session, console_text, maintenance.instance, watch.replaced)
             if first:
                 first = False
@@ -331,9 +321,10 @@ def _console_text(serial: SerialReader, maintenance: Maintenance) -> str:
 def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
     """Stop the run's startup script (after a yes): write the run's cancel marker, which the script checks
     before each step and polls while one runs, stopping MaxText when it appears (jobs/vm.py). The VM is not
-    stopped: a TPU VM cannot be started again once stopped (Compute Engine, "Stop or restart a compute
+    stopped now: a TPU VM cannot be started again once stopped (Compute Engine, "Stop or restart a compute
     instance", docs/instances/stop-start-instance, Limitations), while a reboot without the marker resumes
-    the steps from their progress markers and train from its last checkpoint."""
+    the steps from their progress markers and train from its last checkpoint. With VM_AFTER_RUN=stop the
+    script powers it off later, as after a failure (scripts/pipeline/vm/cancelled.py says so)."""
     console, paths, settings = session.console, session.paths, session.settings
     run, vm = paths.run_name, settings.vm_name
     try:
@@ -352,7 +343,7 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
         console.print(differs)
     at = cancelled_at(session)
     if at:
-        console.print(f"nothing to cancel: run {run} was cancelled at {at}; {go_on_hint(session)}")
+        console.print(f"nothing to cancel: {cancelled_note(session, at, instance)}")
         return
     done = {name.removesuffix(".done") for name in done_markers(session)}
     pending = [name for name in STEPS if name not in done]
@@ -371,7 +362,7 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
     gcs.write_text(session.clients.storage(), paths.cancel_marker, session.now().isoformat(timespec="seconds") + "\n")
     console.print(f"wrote {paths.cancel_marker}")
     console.print(f"cancelled {what}: the startup script of TPU VM {vm} stops step {pending[0]} within "
-                  f"{CANCEL_POLL_SECONDS} s (SIGTERM to MaxText) and starts no further step; {kept}; "
-                  f"the VM stays up and bills {stays_up_cost(session)} until `npx cdktf destroy "
-                  f"{session.recipe.name}` (or the next deploy replaces it); {go_on_hint(session)}")
+                  f"{CANCEL_POLL_SECONDS} s (SIGTERM to MaxText) and starts no further step; {kept}")
+    console.print(cancel_stay(session))
+    console.print(go_on_hint(session))
 

@@ -12,8 +12,9 @@ from tpu_rl.recipes import STEPS, Step, UserError
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.progress import training_now
 from tpu_rl.scripts.pipeline.session import Session, StatusReport, StepStatus
-from tpu_rl.scripts.pipeline.vm.run import (SerialReader, cancelled_at, console_readable, failure_message, go_on_hint,
-                                 read_state, script_phase, step_section, train_attempt)
+from tpu_rl.scripts.pipeline.vm.run import (SerialReader, console_readable, failure_message, read_state, script_phase,
+                                 step_section, train_attempt)
+from tpu_rl.scripts.pipeline.vm.cancelled import cancelled_at, cancelled_note
 from tpu_rl.scripts.pipeline.vm.after_run import done_billing, stop_record, stopped_line
 from tpu_rl.scripts.pipeline.vm.checks import check_deployed_run, get_instance, read_instance
 from tpu_rl.scripts.rundata.progress import last_train_step
@@ -25,8 +26,6 @@ def status_vm(session: Session) -> StatusReport:
     after a run, or not deployed yet), or with one that is not running, the bucket still holds them, so they
     are shown with a note instead of an error."""
     settings = session.settings
-    cancelled = cancelled_at(session)
-    note = f"run {session.paths.run_name} was cancelled at {cancelled}; {go_on_hint(session)}" if cancelled else ""
     try:
         instance = read_instance(session)
     except gexc.NotFound:
@@ -37,6 +36,8 @@ def status_vm(session: Session) -> StatusReport:
                             f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
                             f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
                             "TPU_NAME)")
+    cancelled = cancelled_at(session)
+    note = cancelled_note(session, cancelled, instance) if cancelled else ""
     # The VM's script writes its own run's records: with another script, this run's would be misread.
     differs = check_deployed_run(session, instance)
     readable = console_readable(instance)
@@ -51,13 +52,13 @@ def status_vm(session: Session) -> StatusReport:
     elif readable and all(value == "done" for value in states.values()):
         note = done_billing(session, instance)  # what the running VM does now: stop, stay up a while, or bill
     elif not readable:
-        note = " ".join(part for part in (
+        note = "; ".join(part for part in (
             f"TPU VM {settings.vm_name} is {instance.status}: Compute Engine serves its serial console only while "
             "it runs, so the table shows the bucket's records", note) if part)
     training = training_now(last_train_step(train_attempt(text, session.paths.run_name)[1]), session.recipe.train_steps,
                             session.clients.storage, session.paths.tensorboard, session.now) \
         if states.get("train") == "running" and readable else ""
-    note = " ".join(part for part in (note, differs) if part)
+    note = "; ".join(part for part in (note, differs) if part)
     phase = script_phase(state.attempt)
     script = f"; startup script: {phase}" if phase else ""
     return StatusReport(f"TPU VM {settings.vm_name} ({instance.status}{script})",
