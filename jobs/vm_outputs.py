@@ -54,10 +54,19 @@ STOPPED = "stopped"  # the attempt record's `ended=` of a boot that stopped the 
 CANCELLED = "cancelled"  # its `ended=` (and a step's state) after `tpu-rl cancel`
 VERIFYING = "verifying"  # the phase that checks every output before the stop
 DONE_PHASE = "done"
+# The script's own word on what it does after a cancel (minutes to its power-off, or NEVER): `tpu-rl cancel`
+# and `status` read it from the VM's script, which may differ from the one the local settings render.
+OFF_AFTER_CANCEL = "POWER_OFF_AFTER_CANCEL_MINUTES"
+NEVER = "never"
 
 
 def after_run_setting(settings: Settings) -> str:
     return f"{BY_FIELD['vm_after_run'].env}={settings.vm_after_run}"
+
+
+def off_after_cancel(settings: Settings) -> str:
+    """What power_after does after a cancel: a power-off FAILURE_STAY_MINUTES later, or NEVER (keep)."""
+    return str(FAILURE_STAY_MINUTES) if settings.vm_after_run == VM_STOPS else NEVER
 
 
 def output_objects(paths: ArtifactPaths) -> dict[str, tuple[str, ...]]:
@@ -77,6 +86,7 @@ def stop_helpers(settings: Settings, paths: ArtifactPaths) -> str:
     actor = paths.actor_checkpoints
     return f"""# --- after the run ({after_run_setting(settings)}): stop the VM once every output is verified (jobs/vm_outputs.py)
 readonly AFTER_RUN={q(settings.vm_after_run)} STOP_RECORD={q(paths.vm_stop)}
+readonly {OFF_AFTER_CANCEL}={off_after_cancel(settings)}
 POWER_OFF="" POWER_OFF_LATER="" RAN="" INSTANCE_ID=""
 # This instance's id, for the stop record; empty when the metadata server does not answer (the record then
 # matches no boot, and a boot that finds the run done verifies and stops).
@@ -107,13 +117,13 @@ newest_checkpoint() {{
 # {FAILURE_STAY_MINUTES} min later (whoever cancelled may have walked away). After a cancel a reboot alone runs no step.
 power_after() {{
   [[ "$AFTER_RUN" == {VM_STOPS} ]] || return 0
-  local why="${{POWER_OFF_LATER:-failed}}" resume="\\`sudo reboot\\` resumes the run"
-  if [[ "$ENDED" == {CANCELLED} ]]; then why={CANCELLED} resume="\\`gcloud storage rm $CANCEL_MARKER\\` and \\`sudo reboot\\` resume the run"; fi
+  local why="${{POWER_OFF_LATER:-failed}}" minutes={FAILURE_STAY_MINUTES} resume="\\`sudo reboot\\` resumes the run"
+  if [[ "$ENDED" == {CANCELLED} ]]; then why={CANCELLED} minutes="${OFF_AFTER_CANCEL}" resume="\\`gcloud storage rm $CANCEL_MARKER\\` and \\`sudo reboot\\` resume the run"; fi
   if [[ -n "$POWER_OFF" ]]; then
     {STOP_COMMAND} || log "{STOP_COMMAND} failed: the VM stays up and bills until it is stopped or destroyed"
   elif [[ -n "$POWER_OFF_LATER" || $1 -ne 0 || "$ENDED" == {CANCELLED} ]]; then
     log "the VM stays up {FAILURE_STAY_MINUTES} min for a look, then powers itself off: \\`sudo shutdown -c\\` on it within {KEEP_UP_WITHIN_MINUTES} min keeps it up, $resume"
-    shutdown -h +{FAILURE_STAY_MINUTES} "tpu-rl: run $RUN $why; powering off" || log "could not schedule the power-off: the VM stays up"
+    shutdown -h "+$minutes" "tpu-rl: run $RUN $why; powering off" || log "could not schedule the power-off: the VM stays up"
   fi
 }}"""
 

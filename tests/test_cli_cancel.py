@@ -174,7 +174,7 @@ def test_cancel_on_the_vm_recipe_writes_the_marker_and_records_it(settings_env, 
     assert (f"cancelled run {VM_PATHS.run_name}: the startup script of TPU VM rl-test-vm stops step convert within "
             f"30 s (SIGTERM to MaxText) and starts no further step; outputs in gs://{SETTINGS['GCS_BUCKET']} are "
             "kept") in text
-    assert f"to go on, `gcloud storage rm {VM_PATHS.cancel_marker}` and reboot the VM ({REBOOT})" in text
+    assert f"to go on while it is up, `gcloud storage rm {VM_PATHS.cancel_marker}` and reboot the VM ({REBOOT})" in text
     data = record(gcs, VM_PATHS)
     assert data["status"] == "cancelled"
     assert {step: entry["status"] for step, entry in data["steps"].items()} == {

@@ -270,11 +270,14 @@ def test_a_terminated_vm_without_any_record_gets_the_delete_and_deploy_hint(sett
             "at boot, it will not come back: `gcloud compute instances delete rl-test-vm") in text_of(result)
 
 
-CANCEL_STAY = (f"the VM stays up {FAILURE_STAY_MINUTES} min after the cancel for a look (`sudo shutdown -c` on it "
-               f"within {KEEP_UP_WITHIN_MINUTES} min keeps it up), then powers itself off and bills only its boot "
-               f"disk, until `npx cdktf destroy {RECIPE}`")
-OFF_GO_ON = (f"to go on (a TPU VM cannot be started again): `gcloud storage rm {PATHS.cancel_marker}`, then `gcloud "
-             "compute instances delete rl-test-vm --zone=us-east5-b")
+CANCEL_STAY = (f"the VM stays up {FAILURE_STAY_MINUTES} min after its script stops (a cancel during the install: "
+               f"after the install, which is bounded) for a look (`sudo shutdown -c` on it within "
+               f"{KEEP_UP_WITHIN_MINUTES} min keeps it up), then powers itself off and bills only its boot disk, "
+               f"until `npx cdktf destroy {RECIPE}`")
+REDEPLOY = ("`gcloud compute instances delete rl-test-vm --zone=us-east5-b --project=tpu-rl-test`, then `npx cdktf "
+            f"deploy {RECIPE}`: the new VM's startup script resumes at the first step not done")
+OFF_GO_ON = (f"to go on (a TPU VM cannot be started again): `gcloud storage rm {PATHS.cancel_marker}`, then "
+             f"{REDEPLOY}")
 
 
 def test_cancel_says_the_vm_powers_itself_off_after_a_bounded_look(settings_env, gcs, vm):
@@ -284,17 +287,19 @@ def test_cancel_says_the_vm_powers_itself_off_after_a_bounded_look(settings_env,
     assert result.exit_code == 0, result.output
     text = text_of(result)
     assert CANCEL_STAY in text and "stays up and bills $" not in text
-    assert (f"to go on, `gcloud storage rm {PATHS.cancel_marker}` and reboot the VM (`gcloud compute ssh rl-test-vm "
-            "--zone=us-east5-b --project=tpu-rl-test --tunnel-through-iap -- sudo reboot`) or, once it is off (a TPU "
-            "VM cannot be started again), `gcloud compute instances delete rl-test-vm --zone=us-east5-b") in text
-    assert f"`npx cdktf deploy {RECIPE}`: the new VM's startup script resumes at the first step not done" in text
+    # Two ways, each whole: while it is up, the marker removed and a reboot; once off, removed, deleted, deployed.
+    assert (f"to go on while it is up, `gcloud storage rm {PATHS.cancel_marker}` and reboot the VM (`gcloud compute "
+            "ssh rl-test-vm --zone=us-east5-b --project=tpu-rl-test --tunnel-through-iap -- sudo reboot`); once it "
+            f"is off (a TPU VM cannot be started again): `gcloud storage rm {PATHS.cancel_marker}`, then "
+            f"{REDEPLOY}") in text
 
 
 def test_cancel_with_vm_after_run_keep_says_the_vm_stays_up_and_bills(settings_env, gcs, vm, monkeypatch):
     monkeypatch.setenv("VM_AFTER_RUN", "keep")
+    deploy_vm(vm, {**SETTINGS, "VM_AFTER_RUN": "keep"})
     result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
     assert result.exit_code == 0, result.output
-    assert (f"the VM stays up (VM_AFTER_RUN=keep) and bills $" in text_of(result)
+    assert (f"the VM stays up (VM_AFTER_RUN=keep in its startup script) and bills $" in text_of(result)
             and f"until `npx cdktf destroy {RECIPE}` (or the next deploy replaces it)" in text_of(result))
     assert "after the cancel" not in text_of(result) and "once it is off" not in text_of(result)
 
@@ -314,3 +319,54 @@ def test_status_of_a_cancelled_run_says_the_bound_then_that_the_vm_is_off(settin
     assert OFF_GO_ON in text_of(status) and "after the cancel" not in text_of(status)
     rerun = runner.invoke(app, ["run", RECIPE])
     assert rerun.exit_code == ExitCode.BAD_INPUT and OFF_GO_ON in error_line(rerun), rerun.output
+
+
+def test_cancel_says_what_the_vms_own_script_does_not_the_local_setting(settings_env, gcs, vm, monkeypatch):
+    """The run name does not hold VM_AFTER_RUN: a VM deployed with keep never powers itself off, whatever the
+    settings of whoever cancels say, and one deployed with stop does."""
+    deploy_vm(vm, {**SETTINGS, "VM_AFTER_RUN": "keep"})
+    kept = text_of(runner.invoke(app, ["cancel", RECIPE, "--yes"]))
+    assert "the VM stays up (VM_AFTER_RUN=keep in its startup script) and bills $" in kept, kept
+    assert "powers itself off" not in kept and "once it is off" not in kept
+    gcs.bucket(PATHS.bucket).blob(PATHS.cancel_marker.split("/", 3)[3]).delete()
+    deploy_vm(vm, SETTINGS)
+    monkeypatch.setenv("VM_AFTER_RUN", "keep")
+    stops = text_of(runner.invoke(app, ["cancel", RECIPE, "--yes"]))
+    assert CANCEL_STAY in stops and "bills $" not in stops, stops
+
+
+def test_cancel_of_a_script_that_does_not_say_promises_no_power_off(settings_env, gcs, vm):
+    """An older tpu-rl's script (no word on its cancel, VM_AFTER_RUN=stop): it may never power off."""
+    script = vm.metadata[VM]["startup-script"]
+    vm.metadata[VM]["startup-script"] = "\n".join(
+        line for line in script.splitlines() if "POWER_OFF_AFTER_CANCEL_MINUTES=" not in line)
+    result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert ("the VM's startup script (from another tpu-rl) decides whether it powers itself off after the cancel: "
+            f"`tpu-rl status {RECIPE}` shows whether it is up, `npx cdktf destroy {RECIPE}` stops it"
+            in text_of(result)), result.output
+    assert "then powers itself off" not in text_of(result)
+
+
+def test_status_and_run_after_a_cancels_power_off_and_the_marker_removed_say_delete_and_deploy(
+        settings_env, gcs, vm, guest, monkeypatch):
+    """A TPU VM cannot be restarted: once its cancel's power-off came and the marker is gone, neither a reboot
+    nor a wait for host maintenance brings it back."""
+    cancel = guest.object(PATHS.cancel_marker)
+    assert boot_and_show(guest, gcs, vm, CANCEL_MODULE="maxtext.trainers.post_train.rl.train_rl",
+                         CANCEL_FILE=str(cancel), TPU_RL_CANCEL_POLL_SECONDS="1") == 0
+    vm.instances[VM] = "TERMINATED"  # the scheduled power-off, an hour after the cancel
+    vm.boots[VM] = {"creationTimestamp": "2026-11-29T00:00:00.000-08:00",
+                    "lastStopTimestamp": (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat(
+                        timespec="milliseconds")}
+    gcs.bucket(PATHS.bucket).blob(PATHS.cancel_marker.split("/", 3)[3]).delete()
+    status = runner.invoke(app, ["status", RECIPE])
+    assert status.exit_code == 0, status.output
+    assert "TPU VM rl-test-vm powered itself off at " in text_of(status), status.output
+    assert f"was cancelled; a TPU VM cannot be started again: {REDEPLOY}" in text_of(status)
+    assert "sudo reboot" not in status.output
+    monkeypatch.setenv("TPU_RL_MAINTENANCE_GRACE_SECONDS", "0")
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    assert f"was cancelled; a TPU VM cannot be started again: {REDEPLOY}" in text_of(result), result.output
+    assert "host maintenance" not in result.output and "gcloud never came up" not in result.output

@@ -7,6 +7,7 @@ stays up, bounded."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 from peers.settings import spec_of
 from tpu_rl import jobs
@@ -14,6 +15,7 @@ from tpu_rl.jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES,
 from peers.vm_guest import Guest
 from tpu_rl.recipes.settings.specs import VM_STAYS
 from tpu_rl.scripts.cloud import gcs
+from tpu_rl.scripts.pipeline.vm.cancelled import off_minutes
 from tpu_rl.scripts.pipeline.vm.state import Attempt, Failure
 from vm_helpers import EXAMPLE_SETTINGS, SCRIPT_PATHS as PATHS, SCRIPT_RECIPE as RECIPE, SCRIPT_TOKEN as TOKEN
 from vm_helpers import example_script
@@ -118,6 +120,25 @@ def test_vm_after_run_keep_leaves_a_cancelled_vm_up(tmp_path):
     code, log = cancelled_boot(guest)
     assert code == 0 and attempt(guest).ended == "cancelled", log
     assert guest.shutdowns == []
+
+
+def script_on(script: str):
+    """An instance whose metadata holds `script`, as the Compute API's Instance has it."""
+    item = SimpleNamespace(key="startup-script", value=script)
+    return SimpleNamespace(metadata=SimpleNamespace(items=[item]), status="RUNNING")
+
+
+def test_what_the_script_says_of_a_cancel_is_what_it_does(tmp_path):
+    """`tpu-rl cancel` and `status` read the VM's own script to say what it does after the cancel
+    (scripts/pipeline/vm/cancelled.py): its word must be what it does under bash."""
+    for after_run, scheduled in (("stop", [CANCEL_POWER_OFF]), (VM_STAYS, [])):
+        settings = dataclasses.replace(EXAMPLE_SETTINGS, vm_after_run=after_run)
+        script = jobs.render_startup_script(spec_of(RECIPE), settings)
+        guest = guest_of(tmp_path / after_run, script)
+        code, log = cancelled_boot(guest)
+        assert code == 0 and guest.power_offs == scheduled, log
+        said = off_minutes(script_on(script))
+        assert said == (FAILURE_STAY_MINUTES if scheduled else None), (after_run, said)
 
 
 def test_vm_after_run_keep_keeps_the_vm_up(tmp_path):

@@ -8,7 +8,8 @@ again needs the old VM deleted first."""
 
 from __future__ import annotations
 
-from tpu_rl.jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, UNKNOWN_INSTANCE, after_run_setting
+from tpu_rl.jobs.vm_outputs import (FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, NOLOGIN_MINUTES, UNKNOWN_INSTANCE,
+                                    after_run_setting)
 from tpu_rl.recipes.settings.specs import BY_FIELD, VM_STAYS, VM_STOPS
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.session import Session
@@ -149,13 +150,16 @@ def detached(session: Session, pending: list[str]) -> None:
     console.print(after_run_line(session))
 
 
-def bounded_stay(session: Session, after: str) -> str:
-    """What the VM does after a failure or a cancel (jobs/vm_outputs.py power_after), one wording for both;
-    "" with VM_AFTER_RUN=keep, which leaves it up."""
-    if session.settings.vm_after_run != VM_STOPS:
-        return ""
-    return (f"the VM stays up {FAILURE_STAY_MINUTES} min after {after} for a look (`sudo shutdown -c` on it within "
-            f"{KEEP_UP_WITHIN_MINUTES} min keeps it up), then powers itself off and bills only its boot disk, "
+def bounded_stay(session: Session, after: str, minutes: int | None = None) -> str:
+    """What the VM does after a failure or a cancel (jobs/vm_outputs.py power_after), one wording for both:
+    `minutes` is the deployed script's own (a cancel's); None takes the local setting's, "" with
+    VM_AFTER_RUN=keep, which leaves it up."""
+    if minutes is None:
+        if session.settings.vm_after_run != VM_STOPS:
+            return ""
+        minutes = FAILURE_STAY_MINUTES
+    return (f"the VM stays up {minutes} min after {after} for a look (`sudo shutdown -c` on it within "
+            f"{minutes - NOLOGIN_MINUTES} min keeps it up), then powers itself off and bills only its boot disk, "
             f"until `npx cdktf destroy {session.recipe.name}`{reservation_billing(session)}")
 
 

@@ -1,5 +1,6 @@
 """What `tpu-rl run` checks of the VM recipe's TPU VM before and while it follows the startup script: the
-instance, its startup script, the token version it will read, and a stop by host maintenance."""
+instance, its startup script, the token version it will read, and a stop by host maintenance or by the
+script itself (after a failure or a cancel: a TPU VM cannot be started again)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from google.api_core import exceptions as gexc
 
 from tpu_rl.jobs import render_startup_script
 from tpu_rl.jobs.vm import RUN_ASSIGNMENT, ssh_command
+from tpu_rl.jobs.vm_outputs import CANCELLED
 from tpu_rl.recipes import UserError
 from tpu_rl.recipes.errors import NotDeployed
-from tpu_rl.scripts.cloud import hf_token
+from tpu_rl.scripts.cloud import gcs, hf_token
 from tpu_rl.scripts.outcome import StepFailed
 from tpu_rl.scripts.pipeline.session import Session, hms
-from tpu_rl.scripts.pipeline.vm.state import METADATA_KEY, parse_time
+from tpu_rl.scripts.pipeline.vm.state import METADATA_KEY, Attempt, parse_time
 
 # Instance statuses in which the startup script does not run: a TPU VM stops only for host maintenance,
 # Compute Engine starts it again and a user cannot (Compute Engine docs, compute/docs/instances/
@@ -45,7 +47,7 @@ def get_instance(session: Session):
                         f"`npx cdktf deploy {session.recipe.name}` (or set TPU_NAME)") from None
 
 
-def _deployed_script(instance) -> str | None:
+def deployed_script(instance) -> str | None:
     items = instance.metadata.items if instance.metadata else []
     return next((item.value for item in items if item.key == METADATA_KEY), None)
 
@@ -56,7 +58,7 @@ def check_deployed_script(session: Session, instance) -> None:
     6.50.0 resource_compute_instance.go: ForceNewIf on metadata_startup_script, while the `metadata` map is
     updated in place with setMetadata), and startup scripts run only at boot: without this, a changed recipe
     would leave the old script running and `run` would follow the wrong run."""
-    deployed = _deployed_script(instance)
+    deployed = deployed_script(instance)
     if deployed == render_startup_script(session.spec, session.settings):
         return
     vm, name, run = session.settings.vm_name, session.recipe.name, session.paths.run_name
@@ -78,7 +80,7 @@ def check_deployed_run(session: Session, instance) -> str:
     """For `cancel` and `status`: refuse (as check_deployed_script) only when the VM's script is another
     run's (its RUN and CANCEL_MARKER lines differ): the same run's script polls this run's cancel marker and
     writes this run's records. Returns a note when it is the same run's but differs from the rendered one."""
-    deployed, rendered = _deployed_script(instance), render_startup_script(session.spec, session.settings)
+    deployed, rendered = deployed_script(instance), render_startup_script(session.spec, session.settings)
     if deployed == rendered:
         return ""
     if deployed and RUN_IDENTITY.findall(deployed) == RUN_IDENTITY.findall(rendered):
@@ -116,6 +118,22 @@ def redeploy_hint(session: Session) -> str:
             "script resumes at the first step not done (train from its last checkpoint)")
 
 
+def powered_off_after_cancel(session: Session, instance) -> str | None:
+    """The line for a VM that powered itself off after a cancel whose marker is gone since (with it, `run`
+    refuses and `status` says so first), or None: its attempt ended cancelled and the VM stopped after."""
+    if instance is None or instance.status not in STOPPED:
+        return None
+    attempt = Attempt.parse(gcs.read_text(session.clients.storage(), session.paths.vm_attempt))
+    if attempt is None or attempt.ended != CANCELLED:
+        return None
+    stopped, ended = parse_time(getattr(instance, "last_stop_timestamp", "")), parse_time(attempt.at)
+    if stopped is None or ended is None or stopped < ended:
+        return None
+    return (f"TPU VM {session.settings.vm_name} powered itself off at {stopped:%Y-%m-%dT%H:%M:%SZ}, after its "
+            f"attempt {attempt.attempt} of run {session.paths.run_name} was cancelled; a TPU VM cannot be started "
+            f"again: {redeploy_hint(session)}")
+
+
 class Maintenance:
     """A TPU VM that stopped: wait for Compute Engine to start it again, Session.maintenance_grace at most; a VM
     that stopped itself after its run (its stop record, jobs/vm_outputs.py) does not come back."""
@@ -129,9 +147,10 @@ class Maintenance:
         session = self.session
         record = stop_record(session, self.instance)
         if record is None:
-            after_failure = powered_off_after_failure(session, self.instance, pending)
-            if after_failure:
-                raise StepFailed(after_failure)
+            powered_off = (powered_off_after_failure(session, self.instance, pending)
+                           or powered_off_after_cancel(session, self.instance))
+            if powered_off:
+                raise StepFailed(powered_off)
             return False
         if len(marked(session, pending)) < len(pending):
             raise StepFailed(stopped_before(session, record, pending))
@@ -140,7 +159,6 @@ class Maintenance:
     def _unrecorded_power_off(self, status: str) -> str:
         """A VM its script powered off before gcloud came up leaves no record (jobs/vm.py on_exit), and
         never comes back: a TPU VM cannot be started again. The delete-and-deploy hint, for that case."""
-        from tpu_rl.scripts.cloud import gcs
         from tpu_rl.scripts.pipeline.vm.state import Failure
 
         session = self.session

@@ -46,7 +46,7 @@ def _refuse_cancelled(session: Session, instance) -> None:
     if at:
         raise UserError(f"run {session.paths.run_name} was cancelled (`tpu-rl cancel` wrote "
                         f"{session.paths.cancel_marker} at {at}), and its startup script runs no step while that "
-                        f"marker exists: {go_on_hint(session, off=is_off(instance))}")
+                        f"marker exists: {go_on_hint(session, instance, off=is_off(instance))}")
 
 
 def _starts(lines: list[str], step: Step, run: str) -> list[int]:
@@ -237,8 +237,9 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
             at = cancelled_at(session)
             if at:
                 raise RunCancelled(f"step {pending[0]} was cancelled: `tpu-rl cancel` wrote "
-                                   f"{paths.cancel_marker} at {at}; its outputs are kept; {cancel_stay(session)}; "
-                                   f"{go_on_hint(session)}")
+                                   f"{paths.cancel_marker} at {at}; its outputs are kept; "
+                                   f"{cancel_stay(session, maintenance.instance)}; "
+                                   f"{go_on_hint(session, maintenance.instance)}")
             state = read_state(session, console_text, maintenance.instance, watch.replaced)
             if first:
                 first = False
@@ -323,8 +324,8 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
     before each step and polls while one runs, stopping MaxText when it appears (jobs/vm.py). The VM is not
     stopped now: a TPU VM cannot be started again once stopped (Compute Engine, "Stop or restart a compute
     instance", docs/instances/stop-start-instance, Limitations), while a reboot without the marker resumes
-    the steps from their progress markers and train from its last checkpoint. With VM_AFTER_RUN=stop the
-    script powers it off later, as after a failure (scripts/pipeline/vm/cancelled.py says so)."""
+    the steps from their progress markers and train from its last checkpoint. What the VM does after, its
+    own script decides, and scripts/pipeline/vm/cancelled.py says it from that script."""
     console, paths, settings = session.console, session.paths, session.settings
     run, vm = paths.run_name, settings.vm_name
     try:
@@ -363,6 +364,6 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
     console.print(f"wrote {paths.cancel_marker}")
     console.print(f"cancelled {what}: the startup script of TPU VM {vm} stops step {pending[0]} within "
                   f"{CANCEL_POLL_SECONDS} s (SIGTERM to MaxText) and starts no further step; {kept}")
-    console.print(cancel_stay(session))
-    console.print(go_on_hint(session))
+    console.print(cancel_stay(session, instance))
+    console.print(go_on_hint(session, instance))
 

@@ -16,7 +16,7 @@ from tpu_rl.scripts.pipeline.vm.run import (SerialReader, console_readable, fail
                                  step_section, train_attempt)
 from tpu_rl.scripts.pipeline.vm.cancelled import cancelled_at, cancelled_note
 from tpu_rl.scripts.pipeline.vm.after_run import done_billing, stop_record, stopped_line
-from tpu_rl.scripts.pipeline.vm.checks import check_deployed_run, get_instance, read_instance
+from tpu_rl.scripts.pipeline.vm.checks import check_deployed_run, get_instance, powered_off_after_cancel, read_instance
 from tpu_rl.scripts.rundata.progress import last_train_step
 
 
@@ -45,7 +45,8 @@ def status_vm(session: Session) -> StatusReport:
     state = read_state(session, text, instance)
     states = state.states()
     if not note and any(value != "done" for value in states.values()):
-        note = failure_message(session, state, [step for step in STEPS if states[step] != "done"]) or ""
+        note = (powered_off_after_cancel(session, instance)
+                or failure_message(session, state, [step for step in STEPS if states[step] != "done"]) or "")
     stopped = stop_record(session, instance) if not readable else None
     if stopped is not None:
         note = stopped_line(session, stopped)
