@@ -12,7 +12,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from cli_helpers import error_line
+from cli_helpers import error_line, fits_80_columns_with_whole_paths
 from tpu_rl.jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, STOP_COMMAND
 from peers.fixtures import SETTINGS, deploy_vm, put_step_output
 from tpu_rl.recipes import get_recipe
@@ -270,8 +270,8 @@ def test_a_terminated_vm_without_any_record_gets_the_delete_and_deploy_hint(sett
             "at boot, it will not come back: `gcloud compute instances delete rl-test-vm") in text_of(result)
 
 
-CANCEL_STAY = (f"the VM stays up {FAILURE_STAY_MINUTES} min after its script stops (a cancel during the install: "
-               f"after the install, which is bounded) for a look (`sudo shutdown -c` on it within "
+CANCEL_STAY = (f"the VM stays up {FAILURE_STAY_MINUTES} min after its script stops (not before its bounded install "
+               f"ends) for a look (`sudo shutdown -c` on it within "
                f"{KEEP_UP_WITHIN_MINUTES} min keeps it up), then powers itself off and bills only its boot disk, "
                f"until `npx cdktf destroy {RECIPE}`")
 REDEPLOY = ("`gcloud compute instances delete rl-test-vm --zone=us-east5-b --project=tpu-rl-test`, then `npx cdktf "
@@ -325,7 +325,10 @@ def test_cancel_says_what_the_vms_own_script_does_not_the_local_setting(settings
     """The run name does not hold VM_AFTER_RUN: a VM deployed with keep never powers itself off, whatever the
     settings of whoever cancels say, and one deployed with stop does."""
     deploy_vm(vm, {**SETTINGS, "VM_AFTER_RUN": "keep"})
-    kept = text_of(runner.invoke(app, ["cancel", RECIPE, "--yes"]))
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
+    assert fits_80_columns_with_whole_paths(result.output), result.output
+    kept = text_of(result)
     assert "the VM stays up (VM_AFTER_RUN=keep in its startup script) and bills $" in kept, kept
     assert "powers itself off" not in kept and "once it is off" not in kept
     gcs.bucket(PATHS.bucket).blob(PATHS.cancel_marker.split("/", 3)[3]).delete()
@@ -335,13 +338,14 @@ def test_cancel_says_what_the_vms_own_script_does_not_the_local_setting(settings
     assert CANCEL_STAY in stops and "bills $" not in stops, stops
 
 
-def test_cancel_of_a_script_that_does_not_say_promises_no_power_off(settings_env, gcs, vm):
+def test_cancel_of_a_script_that_does_not_say_promises_no_power_off(settings_env, gcs, vm, monkeypatch):
     """An older tpu-rl's script (no word on its cancel, VM_AFTER_RUN=stop): it may never power off."""
     script = vm.metadata[VM]["startup-script"]
     vm.metadata[VM]["startup-script"] = "\n".join(
         line for line in script.splitlines() if "POWER_OFF_AFTER_CANCEL_MINUTES=" not in line)
+    monkeypatch.setenv("COLUMNS", "80")
     result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 0 and fits_80_columns_with_whole_paths(result.output), result.output
     assert ("the VM's startup script (from another tpu-rl) decides whether it powers itself off after the cancel: "
             f"`tpu-rl status {RECIPE}` shows whether it is up, `npx cdktf destroy {RECIPE}` stops it"
             in text_of(result)), result.output
@@ -360,8 +364,9 @@ def test_status_and_run_after_a_cancels_power_off_and_the_marker_removed_say_del
                     "lastStopTimestamp": (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat(
                         timespec="milliseconds")}
     gcs.bucket(PATHS.bucket).blob(PATHS.cancel_marker.split("/", 3)[3]).delete()
+    monkeypatch.setenv("COLUMNS", "80")
     status = runner.invoke(app, ["status", RECIPE])
-    assert status.exit_code == 0, status.output
+    assert status.exit_code == 0 and fits_80_columns_with_whole_paths(status.output), status.output
     assert "TPU VM rl-test-vm powered itself off at " in text_of(status), status.output
     assert f"was cancelled; a TPU VM cannot be started again: {REDEPLOY}" in text_of(status)
     assert "sudo reboot" not in status.output

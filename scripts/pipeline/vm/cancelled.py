@@ -52,7 +52,8 @@ def go_on_hint(session: Session, instance, off: bool = False) -> str:
         return f"to go on {new_vm}"
     reboot = f"{rm} and reboot the VM (`{ssh_command(session.settings)} -- sudo reboot`)"
     if off_minutes(instance) is None:
-        return f"to go on, {reboot}: its startup script then resumes at the first step not done (train from its last checkpoint)"
+        return (f"to go on, {reboot}: its startup script then resumes at the first step not done (train from its "
+                "last checkpoint)")
     return f"to go on while it is up, {reboot}; once it is off {new_vm}"
 
 
@@ -66,8 +67,7 @@ def cancel_stay(session: Session, instance) -> str:
     if minutes == UNKNOWN:
         return ("the VM's startup script (from another tpu-rl) decides whether it powers itself off after the "
                 f"cancel: `tpu-rl status {name}` shows whether it is up, `npx cdktf destroy {name}` stops it")
-    return bounded_stay(session, "its script stops (a cancel during the install: after the install, which is "
-                        "bounded)", minutes)
+    return bounded_stay(session, "its script stops (not before its bounded install ends)", minutes)
 
 
 def cancelled_note(session: Session, at: str, instance) -> str:
