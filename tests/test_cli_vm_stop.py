@@ -331,6 +331,8 @@ def test_cancel_says_what_the_vms_own_script_does_not_the_local_setting(settings
     kept = text_of(result)
     assert "the VM stays up (VM_AFTER_RUN=keep in its startup script) and bills $" in kept, kept
     assert "powers itself off" not in kept and "once it is off" not in kept
+    status = text_of(runner.invoke(app, ["status", RECIPE]))
+    assert "(VM_AFTER_RUN=keep in its startup script) and bills $" in status and "powers itself off" not in status
     gcs.bucket(PATHS.bucket).blob(PATHS.cancel_marker.split("/", 3)[3]).delete()
     deploy_vm(vm, SETTINGS)
     monkeypatch.setenv("VM_AFTER_RUN", "keep")
