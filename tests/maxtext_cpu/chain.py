@@ -41,14 +41,9 @@ TINY_CACHE = CACHE / "tiny-models"
 def xla_cache_dir(version: str) -> Path:
     """JAX's own persistent compilation cache, kept beside the venvs: its key is the program, the compile
     options, jaxlib and the devices, so a hit is the same executable (docs/development.md). MaxText's
-    config points JAX at its jax_cache_dir (base.yml: ~/jax_cache), which wins over the environment, so the
-    steps pass it as an argument (cpu_argv) and the environment covers code that reads no config."""
+    config points JAX at its jax_cache_dir (base.yml: ~/jax_cache), which wins over JAX's environment
+    variable, so every step passes it as an argument (cpu_argv)."""
     return CACHE / "xla" / version
-
-
-def xla_cache_env(version: str) -> dict[str, str]:
-    # Every program is kept: most of a tiny model's compile in well under JAX's 1 s default.
-    return {"JAX_COMPILATION_CACHE_DIR": str(xla_cache_dir(version)), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 
 
 def venv_python(version: str) -> Path:
@@ -153,7 +148,8 @@ class Chain:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "XLA_", "JAX_", "PYTHON"))}
         env.update(HF_HUB_OFFLINE="1", HF_TOKEN=DUMMY_TOKEN, HF_HOME=str(self.root / "hf"), JAX_PLATFORMS="cpu",
                    TOKENIZERS_PARALLELISM="false", TF_CPP_MIN_LOG_LEVEL="2")
-        env.update(xla_cache_env(self.recipe.maxtext_version))
+        # Every program is kept: most of a tiny model's compile in well under JAX's 1 s default.
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
         if step == "train":
             env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={self.recipe.shape.total_chips}"
             env["PROBE_LAST_STEP"] = str(self.recipe.last_step)
