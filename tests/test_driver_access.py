@@ -177,7 +177,7 @@ def fresh_cloud(gcs_server, google, tmp_path, monkeypatch):
     server.wipe()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
     client = storage_client(SETTINGS["PROJECT"], url)
-    make_artifacts_bucket(client, SETTINGS["GCS_BUCKET"], SETTINGS["REGION"])
+    make_artifacts_bucket(gcs_server, client, SETTINGS["GCS_BUCKET"], SETTINGS["REGION"])
     kube = start_kube(tmp_path / "kubeconfig", CONTEXT)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+from google.cloud.storage import Bucket
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
@@ -121,19 +122,58 @@ def _session() -> Session:
     return Session(spec_of(get_recipe("qwen3-v6e32")), peer_settings(), Clients(peer_settings()))
 
 
-def test_stage_driver_stages_this_package_beside_the_locked_wheels_a_bucket_holds(gcs, settings_env):
+def test_stage_driver_stages_this_package_beside_the_locked_wheels_a_bucket_holds(gcs_server, gcs, settings_env):
     """The tests' bucket holds the lock's wheels (peers.driver_files); PyPI's file host is a closed port."""
     assert os.environ["TPU_RL_WHEELS_ENDPOINT"] == "http://127.0.0.1:9"
     with pytest.raises(UserError, match=r"could not download \S+\.whl for the run's driver \(http://127\.0\.0\.1:9/"):
         stage_driver(_session())
     assert _objects(gcs) == {}
-    seeded = seed_locked_wheels(gcs, BUCKET)
+    seeded = seed_locked_wheels(gcs_server, BUCKET)
     runtime = stage_driver(_session())
     assert runtime.version == driver_wheel.runtime_version()
     assert len(_objects(gcs)) == seeded + 2  # this package's wheel and its requirements
     before = _objects(gcs)
     assert stage_driver(_session()) == runtime and _objects(gcs) == before
     assert len(before[f"{BUCKET_PREFIX}/{runtime.requirements}"].decode().splitlines()) == seeded + 1
+
+
+def test_the_locked_wheels_are_checked_in_one_listing_and_one_with_another_sha256_is_uploaded_again(
+        gcs, file_host, package_copy, monkeypatch):
+    """~80 locked wheels: one objects.list for them all, not a GET each, on every `run`."""
+    base, files, served = file_host
+    lock = tuple(_locked(base, files, name, f"{name} wheel".encode()) for name in ("alpha", "beta", "gamma"))
+    stage(gcs, BUCKET, lock, root=package_copy, release="0.1.0")
+    blob = gcs.bucket(BUCKET).blob(f"{BUCKET_PREFIX}/wheels/{lock[1].file}")
+    blob.metadata = {"sha256": "0" * 64}  # replaced since: not the lock's
+    blob.upload_from_string(b"another beta")
+    gets = []
+    real_get_blob = Bucket.get_blob
+    monkeypatch.setattr(Bucket, "get_blob", lambda self, name, *a, **k: gets.append(name) or real_get_blob(
+        self, name, *a, **k))
+    _, uploaded = stage(gcs, BUCKET, lock, root=package_copy, release="0.1.0")
+    assert uploaded == [f"wheels/{lock[1].file}"]
+    assert _objects(gcs)[f"{BUCKET_PREFIX}/wheels/{lock[1].file}"] == b"beta wheel"
+    assert not any("/wheels/" in name for name in gets), gets  # the package's wheel and requirements only
+
+
+def test_a_wheel_the_peers_put_in_the_emulator_reads_back_as_one_uploaded_through_the_client(gcs_server, gcs):
+    """peers/driver_files.py writes the seeded wheels into the emulator's store with its own upload code;
+    what the storage client reads back is what an upload through it gives."""
+    from peers.driver_files import put_object
+
+    uploaded = gcs.bucket(BUCKET).blob("seed/uploaded.whl")
+    uploaded.metadata = {"sha256": "ab" * 32}
+    uploaded.upload_from_string(b"stand-in bytes", content_type="application/octet-stream")  # as staging puts it
+    put_object(gcs_server, BUCKET, "seed/put.whl", b"stand-in bytes", {"sha256": "ab" * 32})
+    varying = {"name", "id", "selfLink", "mediaLink", "generation", "timeCreated", "updated",
+               "timeStorageClassUpdated"}
+    listed = {blob.name: blob for blob in gcs.list_blobs(BUCKET, prefix="seed/")}
+    got = {name: gcs.bucket(BUCKET).get_blob(name) for name in ("seed/uploaded.whl", "seed/put.whl")}
+    for blobs in (listed, got):
+        one, other = ({k: v for k, v in blobs[name]._properties.items() if k not in varying}
+                      for name in ("seed/uploaded.whl", "seed/put.whl"))
+        assert one == other and one["metadata"] == {"sha256": "ab" * 32}
+    assert got["seed/put.whl"].download_as_bytes() == b"stand-in bytes"
 
 
 def test_another_package_version_gives_another_runtime(gcs, package_copy):

@@ -112,13 +112,14 @@ def make_bucket(client, name: str, region: str):
     return bucket
 
 
-def make_artifacts_bucket(client, name: str, region: str):
-    """The settings' bucket as a GKE stack and an earlier `run` left it: the driver's locked wheels staged
-    (peers/driver_files.py), so a test's `run` stages only this package's runtime and downloads nothing."""
+def make_artifacts_bucket(emulator, client, name: str, region: str):
+    """The settings' bucket as a GKE stack and an earlier `run` left it, in the emulator (server, url): the
+    driver's locked wheels staged (peers/driver_files.py), so a test's `run` stages only this package's
+    runtime and downloads nothing."""
     from peers.driver_files import seed_locked_wheels
 
     bucket = make_bucket(client, name, region)
-    seed_locked_wheels(client, name)
+    seed_locked_wheels(emulator, name)
     return bucket
 
 
@@ -263,11 +264,11 @@ def settings_env(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def cloud(settings_env, gcs, kube, google):
+def cloud(settings_env, gcs_server, gcs, kube, google):
     """Everything `tpu-rl run` talks to, healthy (the bucket with the driver's locked wheels staged)."""
     from peers.driver_files import seed_locked_wheels
 
-    seed_locked_wheels(gcs, SETTINGS["GCS_BUCKET"])
+    seed_locked_wheels(gcs_server, SETTINGS["GCS_BUCKET"])
     return {"gcs": gcs, "kube": kube, "google": google}
 
 
@@ -342,7 +343,8 @@ def start_peers(state: dict, env: dict[str, str], home: Path, token: str, gcs_em
     gcs_client = storage_client(env["PROJECT"], url)
     bucket = state.get("bucket", "present")
     if bucket != "absent":
-        make_artifacts_bucket(gcs_client, env["GCS_BUCKET"], env["REGION"] if bucket == "present" else bucket)
+        region = env["REGION"] if bucket == "present" else bucket
+        make_artifacts_bucket(gcs_emulator, gcs_client, env["GCS_BUCKET"], region)
 
     if "tf_state" in state:  # `tpu-rl down`: peers/tf_state.py put_state
         from peers.tf_state import put_state
