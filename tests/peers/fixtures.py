@@ -62,8 +62,12 @@ def _free_port() -> int:
 
 def start_gcs_emulator():
     """(server, url) of an in-memory GCS emulator on a free local port."""
-    from gcp_storage_emulator.server import create_server
+    from gcp_storage_emulator.server import RequestHandler, create_server
 
+    # The emulator serves one connection at a time with no timeout: a client stopped halfway through a
+    # request (a driver pod's SIGTERM) held every other client up until its own process ended, after its
+    # retries (one test took 127 s). A real front end drops a stalled connection; this one does after 10 s.
+    RequestHandler.timeout = 10
     port = _free_port()
     server = create_server("127.0.0.1", port, in_memory=True)
     # Every write re-serializes all objects' metadata to a .meta file the store reads only when it is
