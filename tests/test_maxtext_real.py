@@ -81,7 +81,7 @@ def _run_chain(recipe: Recipe, root: Path, misspell: bool = False) -> Outcome:
             outcome.error = f"carrying the vision tensors exited {run.returncode}:\n{run.log[-4000:]}"
             return outcome
     result = in_venv(recipe.maxtext_version, "reload.py", str(chain.tiny),
-                     str(chain.local(chain.paths.hf_export)), env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                     str(chain.local(chain.paths.hf_export)))
     outcome.reload = last_json(result.stdout + result.stderr) if result.returncode == 0 else {
         "error": result.stderr[-3000:]}
     return outcome
@@ -375,3 +375,34 @@ def test_maxtexts_own_forward_pass_of_the_conversion_matches_transformers(outcom
         return
     assert forward["correlation"] > 0.99, forward
     assert forward["argmax_agree"] >= 0.75, forward
+
+
+# --- the warm interpreter the steps are forked from (tests/maxtext_cpu/warm.py) ---------------------------
+STEP_PROBE = '''
+import os, sys
+print(os.environ.get("PROBE_ONLY_THIS_STEP"), sys.stdin.read(), sys.argv[1:], "torch" in sys.modules)
+print("to stderr", file=sys.stderr)
+sys.exit(3)
+'''
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_step_forked_from_the_warm_interpreter_has_its_own_environment_input_and_exit(outcomes, version,
+                                                                                       tmp_path):
+    """The steps above ran forked from it (after `outcomes`). A step gets its request's environment, stdin,
+    arguments and output files, and its own exit code; a step whose import-time environment differs is
+    refused, so that it runs as a fresh process instead."""
+    from maxtext_cpu.chain import step_env, warm_venv
+
+    script = tmp_path / "step.py"
+    script.write_text(STEP_PROBE)
+    out, err = tmp_path / "out", tmp_path / "err"
+    env = {**step_env(version), "PROBE_ONLY_THIS_STEP": "mine"}
+    answer = warm_venv(version).run(script, ["a", "b"], env, tmp_path, out, err, input="from stdin")
+    assert answer["code"] == 3 and answer["cpu_seconds"] < 5, answer
+    assert out.read_text() == "mine from stdin ['a', 'b'] True\n"  # torch: imported by the warm interpreter
+    assert err.read_text() == "to stderr\n"
+    other = {**env, "HF_HOME": str(tmp_path / "another-hf-home")}
+    assert warm_venv(version).run(script, [], other, tmp_path, out, err) is None
+    fresh = in_venv(version, str(script), env=other)  # refused by the warm one: a fresh interpreter
+    assert fresh.returncode == 3 and fresh.stdout == "mine  [] False\n", fresh

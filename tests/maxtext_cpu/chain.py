@@ -9,8 +9,11 @@ export) skips jax.distributed, as one CPU process has none to join, and JAX's co
 kept beside the venvs (xla_cache_dir). The environment adds HF_HUB_OFFLINE=1, a dummy HF_TOKEN, and for train the recipe's
 device count of fake CPU devices.
 
-Each step runs in a fresh process of the release's venv (.venv-maxtext-<version>, `make install`) and is
-measured with os.wait4: wall time and the process's peak resident memory.
+Each step runs in a process of its own of the release's venv (.venv-maxtext-<version>, `make install`),
+forked from a warm interpreter of that venv that has imported what the steps import (warm.py: the
+imports cost ~6 s of CPU a step), and is measured with os.wait4: wall and CPU time and the process's
+peak resident memory. The steps of a release share one HF_HOME (hf_home), as the warm interpreter's
+imports read it.
 """
 
 from __future__ import annotations
@@ -19,8 +22,13 @@ import hashlib
 import json
 import os
 import shutil
+import atexit
+import select
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +52,105 @@ def xla_cache_dir(version: str) -> Path:
     config points JAX at its jax_cache_dir (base.yml: ~/jax_cache), which wins over JAX's environment
     variable, so every step passes it as an argument (cpu_argv)."""
     return CACHE / "xla" / version
+
+
+def hf_home(version: str) -> Path:
+    """The HF_HOME of a release's steps in this test process: one, as the warm interpreter's imports
+    (huggingface_hub.constants) read it; the export's offline hub cache lies under it (run.py seed_hub_cache)."""
+    return _scratch() / f"hf-{version}"
+
+
+def step_env(version: str) -> dict[str, str]:
+    """The environment of a release's steps: the caller's, without its Hugging Face, JAX, XLA and Python
+    settings, offline, with a dummy token and the CPU backend."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "XLA_", "JAX_", "PYTHON"))}
+    env.update(HF_HUB_OFFLINE="1", HF_TOKEN=DUMMY_TOKEN, HF_HOME=str(hf_home(version)), JAX_PLATFORMS="cpu",
+               TOKENIZERS_PARALLELISM="false", TF_CPP_MIN_LOG_LEVEL="2")
+    # Every program is kept: most of a tiny model's compile in well under JAX's 1 s default.
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    return env
+
+
+_SCRATCH: list[Path] = []
+_SCRATCH_LOCK = threading.Lock()
+_WARM: dict[str, "WarmVenv | AssertionError"] = {}
+_WARM_LOCKS: dict[str, threading.Lock] = {}  # one per release, so two releases start side by side
+
+
+def _scratch() -> Path:
+    with _SCRATCH_LOCK:
+        if not _SCRATCH:
+            _SCRATCH.append(Path(tempfile.mkdtemp(prefix="maxtext-cpu-")))
+            atexit.register(shutil.rmtree, _SCRATCH[0], True)
+        return _SCRATCH[0]
+
+
+class WarmVenv:
+    """A release's warm interpreter (warm.py), started with its steps' environment."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+        self.socket = _scratch() / f"warm-{version}.sock"
+        self.errors = (_scratch() / f"warm-{version}.log").open("w")
+        self.process = subprocess.Popen([str(venv_python(version)), str(HERE / "warm.py"), str(self.socket)],
+                                        env=step_env(version), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.errors, cwd=_scratch(), bufsize=0)  # select sees every line
+        deadline = time.monotonic() + STEP_TIMEOUT
+        line = b""
+        while line != b"ready\n":  # the imports print lines of their own first
+            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            line = self.process.stdout.readline() if ready else b""
+            if not line:
+                self.process.kill()
+                raise AssertionError(f"the warm MaxText {version} interpreter did not start:\n{self._log()}")
+
+    def _log(self) -> str:
+        return Path(self.errors.name).read_text(errors="replace")[-3000:]
+
+    def run(self, script: Path, argv: list[str], env: dict[str, str], cwd: Path, stdout: Path, stderr: Path,
+            input: str = "", timeout: float = STEP_TIMEOUT) -> dict | None:
+        """Run `script` in a process forked from the warm interpreter: {"code", "cpu_seconds", "maxrss_kb"},
+        or None when `env` differs from the steps' at import time (warm.py IMPORT_TIME)."""
+        request = {"script": str(script), "argv": argv, "env": env, "cwd": str(cwd), "stdout": str(stdout),
+                   "stderr": str(stderr), "input": input, "timeout": timeout}
+        reply, why = "", "no reply"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            try:
+                connection.connect(str(self.socket))
+                connection.sendall((json.dumps(request) + "\n").encode())
+                connection.settimeout(timeout + 60)
+                reply = connection.makefile("r").readline()
+            except OSError as error:
+                why = str(error)
+        if not reply:
+            raise AssertionError(f"the warm MaxText {self.version} interpreter did not answer ({why}):\n{self._log()}")
+        answer = json.loads(reply)
+        return None if "refused" in answer else answer
+
+    def close(self) -> None:
+        self.process.stdin.close()  # warm.py ends when its stdin does
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.errors.close()
+
+
+def warm_venv(version: str) -> WarmVenv:
+    """The release's warm interpreter of this test process, started on first use."""
+    with _SCRATCH_LOCK:
+        lock = _WARM_LOCKS.setdefault(version, threading.Lock())
+    with lock:
+        if version not in _WARM:
+            try:
+                _WARM[version] = WarmVenv(version)
+            except AssertionError as error:
+                _WARM[version] = error  # said once; the other steps of the release fail with it at once
+                raise
+            atexit.register(_WARM[version].close)
+        if isinstance(_WARM[version], AssertionError):
+            raise _WARM[version]
+        return _WARM[version]
 
 
 def venv_python(version: str) -> Path:
@@ -73,8 +180,7 @@ def tiny_model(recipe: Recipe) -> Path:
         return target
     scratch = target.with_name(f"{target.name}.partial-{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
-    result = in_venv(recipe.maxtext_version, "tiny.py", str(scratch), recipe.model.maxtext_name,
-                     env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    result = in_venv(recipe.maxtext_version, "tiny.py", str(scratch), recipe.model.maxtext_name)
     assert result.returncode == 0, f"building the tiny {recipe.model.maxtext_name} failed:\n{result.stderr[-3000:]}"
     if not (target / "model.safetensors.index.json").exists():
         shutil.rmtree(target, ignore_errors=True)  # a build cut off before its index
@@ -113,7 +219,7 @@ class StepRun:
 class Chain:
     recipe: Recipe
     paths: ArtifactPaths
-    root: Path  # per recipe: bucket/, hf/ (HF_HOME), tiny/ (the model), logs/
+    root: Path  # per recipe: gcs/ (the bucket), logs/, patched-src/
     tiny: Path
 
     @property
@@ -145,11 +251,7 @@ class Chain:
         return out
 
     def env(self, step: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "XLA_", "JAX_", "PYTHON"))}
-        env.update(HF_HUB_OFFLINE="1", HF_TOKEN=DUMMY_TOKEN, HF_HOME=str(self.root / "hf"), JAX_PLATFORMS="cpu",
-                   TOKENIZERS_PARALLELISM="false", TF_CPP_MIN_LOG_LEVEL="2")
-        # Every program is kept: most of a tiny model's compile in well under JAX's 1 s default.
-        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+        env = step_env(self.recipe.maxtext_version)
         if step == "train":
             env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={self.recipe.shape.total_chips}"
             env["PROBE_LAST_STEP"] = str(self.recipe.last_step)
@@ -190,14 +292,12 @@ class Chain:
         return self._run(name, ["bash", "-euo", "pipefail", "-c", script], env)
 
     def _run(self, step: str, full: list[str], env: dict[str, str]) -> StepRun:
-        argv = full
         logs = self.root / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"{step}-{int(time.time() * 1000)}.log"
         start = time.monotonic()
-        with log_path.open("w") as log:
-            process = subprocess.Popen(full, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root)
-            returncode, usage = _wait(process, STEP_TIMEOUT)
+        returncode, cpu_seconds, maxrss_kb = _in_process(self.recipe.maxtext_version, full, env, self.root, log_path,
+                                                         log_path)
         seconds = time.monotonic() - start
         text = log_path.read_text(errors="replace")
         report: dict = {}
@@ -207,10 +307,27 @@ class Chain:
                     report.update(json.loads(line))
                 except ValueError:
                     pass
-        result = StepRun(step, argv, returncode, seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime,
-                         text, report)
+        result = StepRun(step, full, returncode, seconds, maxrss_kb / 1024, cpu_seconds, text, report)
         print(f"[maxtext {self.recipe.maxtext_version} {self.recipe.name}] {result.line()}", file=sys.stderr)
         return result
+
+
+def _in_process(version: str, full: list[str], env: dict[str, str], cwd: Path, stdout: Path, stderr: Path,
+                input: str = "", timeout: float = STEP_TIMEOUT) -> tuple[int, float, int]:
+    """Run `full` in a process of its own: (exit code, its CPU seconds, its peak RSS in KiB). A python
+    script of the venv is forked from the release's warm interpreter when `env` matches the one its
+    imports read; anything else is a fresh process. Killed after `timeout` seconds (exit -9)."""
+    if full[0] == str(venv_python(version)):
+        answer = warm_venv(version).run(Path(full[1]), full[2:], env, cwd, stdout, stderr, input, timeout)
+        if answer is not None:
+            return answer["code"], answer["cpu_seconds"], answer["maxrss_kb"]
+    with stdout.open("a") as out, stderr.open("a") as err:
+        process = subprocess.Popen(full, stdout=out, stderr=subprocess.STDOUT if stderr == stdout else err,
+                                   stdin=subprocess.PIPE, env=env, cwd=cwd)
+        process.stdin.write(input.encode())
+        process.stdin.close()
+        returncode, usage = _wait(process, timeout)
+    return returncode, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
 
 
 def _wait(process: subprocess.Popen, timeout: float):
@@ -229,11 +346,20 @@ def _wait(process: subprocess.Popen, timeout: float):
     return -9, usage
 
 
-def in_venv(version: str, script: str, *args: str, env: dict[str, str] | None = None,
+def in_venv(version: str, script: str, *args: str, env: dict[str, str] | None = None, input: str = "",
             timeout: float = STEP_TIMEOUT) -> subprocess.CompletedProcess:
-    """Run one of this directory's scripts with a MaxText venv's python."""
-    return subprocess.run([str(venv_python(version)), str(HERE / script), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    """Run one of this directory's scripts with a MaxText venv's python, in the steps' environment
+    (step_env) unless `env` is given: its exit code, stdout and stderr."""
+    full = [str(venv_python(version)), str(HERE / script), *args]
+    with tempfile.TemporaryDirectory(dir=_scratch()) as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        out.touch()
+        err.touch()
+        code, _, _ = _in_process(version, full, env or step_env(version), Path(tmp), out, err, input, timeout)
+        if code == -9:
+            raise subprocess.TimeoutExpired(full, timeout, out.read_text(errors="replace"),
+                                            err.read_text(errors="replace"))
+        return subprocess.CompletedProcess(full, code, out.read_text(errors="replace"), err.read_text(errors="replace"))
 
 
 def last_json(output: str) -> dict:

@@ -1,0 +1,168 @@
+"""A warm interpreter of a MaxText test venv: imports what the steps import once, then runs each step in a
+process of its own, forked from it (inside the MaxText venv).
+
+    python tests/maxtext_cpu/warm.py SOCKET
+
+Each step process of the chains paid ~6 s of CPU for the same imports (torch, jax, transformers, MaxText's
+conversion modules). Here they are imported once; a step is forked from this process, so it still has
+its own process (its module state, exit code, resource usage), as tests/forked_cli.py does for the CLI.
+
+What a fork shares with the imports, and why a step still runs as a fresh process would:
+- the environment the imports read is the steps' own: the client starts this with a step's environment,
+  and a request whose import-time names (IMPORT_TIME) differ is refused, not run;
+- no JAX backend exists yet (checked): XLA_FLAGS, which gives train its devices, is read when the step
+  creates one;
+- the step modules themselves are not imported (to_huggingface defines absl flags at import), nor
+  utils_rl, which the train probe replaces with the recipe's patched copy before anything imports it.
+
+A connection carries one request line {"script", "argv", "env", "cwd", "stdout", "stderr", "input",
+"timeout"}; a supervisor forked for it forks the step, waits for it (killing it at the timeout) and
+answers {"code", "cpu_seconds", "maxrss_kb"}, the step's own os.wait4 usage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Modules whose top-level imports are imported here (run.py import_its_imports), not the modules.
+STEP_MODULES = ("maxtext.checkpoint_conversion.to_maxtext", "maxtext.checkpoint_conversion.to_huggingface")
+LIBRARIES = ("torch", "jax", "transformers", "flax.nnx", "safetensors")
+# Never imported here: the train probe swaps in a patched copy before anything imports it.
+NOT_WARMED = "maxtext.trainers.post_train.rl.utils_rl"
+# Environment names read at import by what is imported here; XLA_FLAGS is read when a backend starts.
+IMPORT_TIME = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "JAX_", "XLA_PYTHON", "TF_", "TORCH", "TOKENIZERS_", "OMP_",
+               "MKL_", "PYTHON", "HOME", "XDG_")
+
+
+def import_time_env(env: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in env.items() if name.startswith(IMPORT_TIME)}
+
+
+def warm_up() -> None:
+    import importlib
+
+    sys.path.insert(0, HERE)
+    import run  # noqa: PLC0415  tests/maxtext_cpu/run.py (imports nothing at its top)
+
+    for module in STEP_MODULES:
+        run.import_its_imports(module)
+    for module in LIBRARIES:
+        importlib.import_module(module)
+    from jax._src import xla_bridge
+
+    assert not xla_bridge.backends_are_initialized(), "an import started a JAX backend: XLA_FLAGS would be ignored"
+    assert NOT_WARMED not in sys.modules, f"an import loaded {NOT_WARMED}, which the probe patches first"
+    run.settle_heap()
+
+
+def step(request: dict) -> None:
+    """In the forked step process: the request's directory, environment, streams and script; never returns."""
+    code = 70
+    try:
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        if request.get("input"):
+            path = os.path.join(request["cwd"], f".warm-input-{os.getpid()}")
+            with open(path, "w") as file:
+                file.write(request["input"])
+            stdin = os.open(path, os.O_RDONLY)
+            os.unlink(path)
+        os.dup2(stdin, 0)
+        import io
+
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        os.dup2(os.open(request["stdout"], flags), 1)
+        os.dup2(os.open(request["stderr"], flags), 2)
+        import runpy
+
+        sys.argv = [request["script"], *request["argv"]]
+        sys.path[0] = os.path.dirname(request["script"])
+        try:
+            runpy.run_path(request["script"], run_name="__main__")
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+            if not isinstance(done.code, (int, type(None))):
+                print(done.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001  reported as the step's exit, as an interpreter would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code & 0xFF)
+
+
+def supervise(connection: socket.socket, started_env: dict[str, str]) -> None:
+    """In the supervisor forked for one connection: run its request's step and answer how it ended."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    request = json.loads(connection.makefile("r").readline())
+    if import_time_env(request["env"]) != import_time_env(started_env):
+        differ = sorted(set(import_time_env(request["env"]).items()) ^ set(import_time_env(started_env).items()))
+        connection.sendall((json.dumps({"refused": f"import-time environment differs: {differ}"}) + "\n").encode())
+        return
+    pid = os.fork()
+    if pid == 0:
+        connection.close()
+        step(request)
+    deadline = time.monotonic() + request["timeout"]
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            _, status, usage = os.wait4(pid, 0)
+            code = -9
+            break
+        time.sleep(0.05)
+    answer = {"code": code, "cpu_seconds": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss}
+    connection.sendall((json.dumps(answer) + "\n").encode())
+
+
+def main(path: str) -> None:
+    import select
+
+    started_env = dict(os.environ)
+    warm_up()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.exists(path):
+        os.unlink(path)  # a socket left by an interpreter that was killed
+    listener.bind(path)
+    listener.listen(16)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the supervisors are reaped as they end
+    print("ready", flush=True)
+    while True:
+        # The client holds this process's stdin: its end (the test process gone) ends this one too. Read
+        # on the raw descriptor, with no thread, so a fork inherits no lock another thread holds.
+        ready, _, _ = select.select([listener, 0], [], [])
+        if 0 in ready and not os.read(0, 1024):
+            return
+        if listener not in ready:
+            continue
+        connection, _ = listener.accept()
+        if os.fork() == 0:
+            listener.close()
+            try:
+                supervise(connection, started_env)
+            finally:
+                os._exit(0)
+        connection.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
