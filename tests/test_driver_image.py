@@ -159,7 +159,7 @@ def test_the_locked_wheels_are_checked_in_one_listing_and_one_with_another_sha25
 def test_a_wheel_the_peers_put_in_the_emulator_reads_back_as_one_uploaded_through_the_client(gcs_server, gcs):
     """peers/driver_files.py writes the seeded wheels into the emulator's store with its own upload code;
     what the storage client reads back is what an upload through it gives."""
-    from peers.driver_files import put_object
+    from peers.gcs_emulator import put_object
 
     uploaded = gcs.bucket(BUCKET).blob("seed/uploaded.whl")
     uploaded.metadata = {"sha256": "ab" * 32}

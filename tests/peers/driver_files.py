@@ -15,17 +15,7 @@ from __future__ import annotations
 from tpu_rl.jobs.driver_runtime import object_name, wheels_dir
 from tpu_rl.recipes.driver.runtime import driver_lock
 from tpu_rl.scripts.pipeline.gke.driver_image import SHA256_METADATA
-
-
-def put_object(emulator, bucket: str, name: str, content: bytes, metadata: dict[str, str]) -> None:
-    """An object in the in-process emulator (server, url) as its multipart upload of `content` with custom
-    `metadata` stores it (gcp_storage_emulator handlers/objects.py _multipart_upload)."""
-    from gcp_storage_emulator.handlers import objects
-
-    server, url = emulator
-    resource = objects._make_object_resource(url, bucket, name, "application/octet-stream", str(len(content)),
-                                             {"name": name, "metadata": metadata})
-    server._storage.create_file(bucket, name, content, objects._checksums(content, resource))
+from peers.gcs_emulator import put_object
 
 
 def seed_locked_wheels(emulator, bucket: str) -> int:

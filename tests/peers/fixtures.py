@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from peers.kube_api import KubeApi, write_kubeconfig
 # Re-exported: the tests import the peers' settings and what each step writes from here
 from peers.settings import SETTINGS, peer_settings, spec_of  # noqa: F401
 from peers.step_outputs import EXPORT_SHARDS, put_checkpoint, put_step_output  # noqa: F401
+from peers.gcs_emulator import free_port as _free_port, start_gcs_emulator  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -52,31 +52,6 @@ def kube_context(settings: dict[str, str]) -> str:
 
 
 CONTEXT = kube_context(SETTINGS)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_gcs_emulator():
-    """(server, url) of an in-memory GCS emulator on a free local port."""
-    from gcp_storage_emulator.server import RequestHandler, create_server
-
-    # The emulator serves one connection at a time with no timeout: a client stopped halfway through a
-    # request (a driver pod's SIGTERM) held every other client up until its own process ended, after its
-    # retries (one test took 127 s). A real front end drops a stalled connection; this one does after 10 s.
-    RequestHandler.timeout = 10
-    port = _free_port()
-    server = create_server("127.0.0.1", port, in_memory=True)
-    # Every write re-serializes all objects' metadata to a .meta file the store reads only when it is
-    # created (gcp_storage_emulator storage.py _read_config_from_file); in memory nothing reads it again.
-    # It was a quarter of the CPU of the CLI tests, whose buckets hold ~80 staged wheels.
-    assert callable(server._storage._write_config_to_file), "gcp-storage-emulator changed its store"
-    server._storage._write_config_to_file = lambda: None
-    server.start()
-    return server, f"http://127.0.0.1:{port}"
 
 
 class GcsEmulators:
