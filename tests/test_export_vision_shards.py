@@ -14,6 +14,8 @@ import json
 import struct
 from pathlib import Path
 
+import pytest
+
 from tpu_rl.jobs.export import VISION_PARTS, VISION_SHARD, carry_vision_script
 from tpu_rl.jobs.paths import ArtifactPaths
 from maxtext_cpu.chain import Chain, in_venv, last_json, need_venv, tiny_model
@@ -32,6 +34,9 @@ def _tensor_bytes(shard: Path) -> int:
     return sum(end - start for key, entry in header.items() if key != "__metadata__"
                for start, end in [entry["data_offsets"]])
 
+
+
+pytestmark = pytest.mark.usefixtures("maxtext_warm_interpreters")  # tests/conftest.py
 
 def test_the_vision_tower_is_carried_into_a_sharded_export_which_then_reloads_whole(tmp_path):
     recipe = peer_settings().recipe(get_recipe(RECIPE))

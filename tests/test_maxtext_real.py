@@ -103,6 +103,9 @@ MISSPELT = {next(name for name in RECIPES if _recipe(name).maxtext_version == ve
             for version in VERSIONS}
 
 
+
+pytestmark = pytest.mark.usefixtures("maxtext_warm_interpreters")  # tests/conftest.py
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict[str, Outcome]:
     """Every recipe's chain (per release, one with a misspelt conversion flag first), on WORKERS processes."""
@@ -379,8 +382,10 @@ def test_maxtexts_own_forward_pass_of_the_conversion_matches_transformers(outcom
 
 # --- the warm interpreter the steps are forked from (tests/maxtext_cpu/warm.py) ---------------------------
 STEP_PROBE = '''
-import os, sys
-print(os.environ.get("PROBE_ONLY_THIS_STEP"), sys.stdin.read(), sys.argv[1:], "torch" in sys.modules)
+import atexit, os, sys
+print(os.environ.get("PROBE_ONLY_THIS_STEP"), sys.stdin.read(), sys.argv[1:], "torch" in sys.modules,
+      os.environ.get("HF_DATASETS_DISABLE_DILL"))
+atexit.register(print, "atexit ran")
 print("to stderr", file=sys.stderr)
 sys.exit(3)
 '''
@@ -390,8 +395,9 @@ sys.exit(3)
 def test_a_step_forked_from_the_warm_interpreter_has_its_own_environment_input_and_exit(outcomes, version,
                                                                                        tmp_path):
     """The steps above ran forked from it (after `outcomes`). A step gets its request's environment, stdin,
-    arguments and output files, and its own exit code; a step whose import-time environment differs is
-    refused, so that it runs as a fresh process instead."""
+    arguments and output files, what the warm imports set in the environment, its own exit code and
+    its atexit handlers; a step whose environment differs in a name read at import is refused, so that it
+    runs as a fresh process instead."""
     from maxtext_cpu.chain import step_env, warm_venv
 
     script = tmp_path / "step.py"
@@ -400,9 +406,10 @@ def test_a_step_forked_from_the_warm_interpreter_has_its_own_environment_input_a
     env = {**step_env(version), "PROBE_ONLY_THIS_STEP": "mine"}
     answer = warm_venv(version).run(script, ["a", "b"], env, tmp_path, out, err, input="from stdin")
     assert answer["code"] == 3 and answer["cpu_seconds"] < 5, answer
-    assert out.read_text() == "mine from stdin ['a', 'b'] True\n"  # torch: imported by the warm interpreter
+    # torch: imported by the warm interpreter; the variable: set by MaxText's pyconfig on import
+    assert out.read_text() == "mine from stdin ['a', 'b'] True 1\natexit ran\n"
     assert err.read_text() == "to stderr\n"
     other = {**env, "HF_HOME": str(tmp_path / "another-hf-home")}
     assert warm_venv(version).run(script, [], other, tmp_path, out, err) is None
     fresh = in_venv(version, str(script), env=other)  # refused by the warm one: a fresh interpreter
-    assert fresh.returncode == 3 and fresh.stdout == "mine  [] False\n", fresh
+    assert fresh.returncode == 3 and fresh.stdout == "mine  [] False None\natexit ran\n", fresh

@@ -60,10 +60,15 @@ def hf_home(version: str) -> Path:
     return _scratch() / f"hf-{version}"
 
 
+# What a step keeps of the test process's environment: where things are and the locale, not the
+# pytest, cloud or library settings the test process holds (which change from test to test).
+KEPT_ENV = ("PATH", "HOME", "USER", "TMPDIR", "TZ", "LANG", "LC_")
+
+
 def step_env(version: str) -> dict[str, str]:
-    """The environment of a release's steps: the caller's, without its Hugging Face, JAX, XLA and Python
-    settings, offline, with a dummy token and the CPU backend."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "XLA_", "JAX_", "PYTHON"))}
+    """The environment of a release's steps: the test process's paths and locale, offline, with a dummy
+    token and the CPU backend."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(KEPT_ENV)}
     env.update(HF_HUB_OFFLINE="1", HF_TOKEN=DUMMY_TOKEN, HF_HOME=str(hf_home(version)), JAX_PLATFORMS="cpu",
                TOKENIZERS_PARALLELISM="false", TF_CPP_MIN_LOG_LEVEL="2")
     # Every program is kept: most of a tiny model's compile in well under JAX's 1 s default.
@@ -110,7 +115,7 @@ class WarmVenv:
     def run(self, script: Path, argv: list[str], env: dict[str, str], cwd: Path, stdout: Path, stderr: Path,
             input: str = "", timeout: float = STEP_TIMEOUT) -> dict | None:
         """Run `script` in a process forked from the warm interpreter: {"code", "cpu_seconds", "maxrss_kb"},
-        or None when `env` differs from the steps' at import time (warm.py IMPORT_TIME)."""
+        or None when `env` differs from the steps' in a name read at import (warm.py RUN_TIME)."""
         request = {"script": str(script), "argv": argv, "env": env, "cwd": str(cwd), "stdout": str(stdout),
                    "stderr": str(stderr), "input": input, "timeout": timeout}
         reply, why = "", "no reply"
@@ -134,6 +139,15 @@ class WarmVenv:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self.errors.close()
+
+
+def close_warm_venvs() -> None:
+    """End this process's warm interpreters (~0.9 GB each): a module that used them is done."""
+    with _SCRATCH_LOCK:
+        warm = [_WARM.pop(version) for version in list(_WARM)]
+    for interpreter in warm:
+        if isinstance(interpreter, WarmVenv):
+            interpreter.close()
 
 
 def warm_venv(version: str) -> WarmVenv:

@@ -9,7 +9,8 @@ its own process (its module state, exit code, resource usage), as tests/forked_c
 
 What a fork shares with the imports, and why a step still runs as a fresh process would:
 - the environment the imports read is the steps' own: the client starts this with a step's environment,
-  and a request whose import-time names (IMPORT_TIME) differ is refused, not run;
+  a request whose environment differs in any name but those read at run time (RUN_TIME) is refused, not
+  run, and what the imports set in the environment is set in each step's;
 - no JAX backend exists yet (checked): XLA_FLAGS, which gives train its devices, is read when the step
   creates one;
 - the step modules themselves are not imported (to_huggingface defines absl flags at import), nor
@@ -17,7 +18,8 @@ What a fork shares with the imports, and why a step still runs as a fresh proces
 
 A connection carries one request line {"script", "argv", "env", "cwd", "stdout", "stderr", "input",
 "timeout"}; a supervisor forked for it forks the step, waits for it (killing it at the timeout) and
-answers {"code", "cpu_seconds", "maxrss_kb"}, the step's own os.wait4 usage.
+answers {"code", "cpu_seconds", "maxrss_kb"}, the step's own os.wait4 usage. A step ends as a fresh
+interpreter does (threads joined, atexit handlers run).
 """
 
 from __future__ import annotations
@@ -35,13 +37,13 @@ STEP_MODULES = ("maxtext.checkpoint_conversion.to_maxtext", "maxtext.checkpoint_
 LIBRARIES = ("torch", "jax", "transformers", "flax.nnx", "safetensors")
 # Never imported here: the train probe swaps in a patched copy before anything imports it.
 NOT_WARMED = "maxtext.trainers.post_train.rl.utils_rl"
-# Environment names read at import by what is imported here; XLA_FLAGS is read when a backend starts.
-IMPORT_TIME = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "JAX_", "XLA_PYTHON", "TF_", "TORCH", "TOKENIZERS_", "OMP_",
-               "MKL_", "PYTHON", "HOME", "XDG_")
+# What a step's environment may have that this process's did not: names read once the step runs (the
+# probe's inputs; XLA_FLAGS when the step starts a JAX backend). Any other difference is refused.
+RUN_TIME = ("PROBE_", "XLA_FLAGS")
 
 
 def import_time_env(env: dict[str, str]) -> dict[str, str]:
-    return {name: value for name, value in env.items() if name.startswith(IMPORT_TIME)}
+    return {name: value for name, value in env.items() if not name.startswith(RUN_TIME)}
 
 
 def warm_up() -> None:
@@ -61,13 +63,15 @@ def warm_up() -> None:
     run.settle_heap()
 
 
-def step(request: dict) -> None:
-    """In the forked step process: the request's directory, environment, streams and script; never returns."""
+def step(request: dict, set_by_imports: dict[str, str]) -> None:
+    """In the forked step process: the request's directory, environment (with what the imports set in
+    it, as they would have in a fresh process), streams and script; never returns."""
     code = 70
     try:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        os.environ.update(set_by_imports)  # e.g. pyconfig's HF_DATASETS_DISABLE_DILL
         stdin = os.open(os.devnull, os.O_RDONLY)
         if request.get("input"):
             path = os.path.join(request["cwd"], f".warm-input-{os.getpid()}")
@@ -99,14 +103,19 @@ def step(request: dict) -> None:
         traceback.print_exc()
         code = 1
     finally:
-        try:
+        try:  # what a fresh interpreter runs at its end: threads joined, then atexit (jax's clean_up)
+            import atexit
+            import threading
+
+            threading._shutdown()
+            atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
             os._exit(code & 0xFF)
 
 
-def supervise(connection: socket.socket, started_env: dict[str, str]) -> None:
+def supervise(connection: socket.socket, started_env: dict[str, str], set_by_imports: dict[str, str]) -> None:
     """In the supervisor forked for one connection: run its request's step and answer how it ended."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     request = json.loads(connection.makefile("r").readline())
@@ -117,7 +126,7 @@ def supervise(connection: socket.socket, started_env: dict[str, str]) -> None:
     pid = os.fork()
     if pid == 0:
         connection.close()
-        step(request)
+        step(request, set_by_imports)
     deadline = time.monotonic() + request["timeout"]
     while True:
         done, status, usage = os.wait4(pid, os.WNOHANG)
@@ -139,6 +148,7 @@ def main(path: str) -> None:
 
     started_env = dict(os.environ)
     warm_up()
+    set_by_imports = {name: value for name, value in os.environ.items() if started_env.get(name) != value}
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(path):
         os.unlink(path)  # a socket left by an interpreter that was killed
@@ -158,7 +168,7 @@ def main(path: str) -> None:
         if os.fork() == 0:
             listener.close()
             try:
-                supervise(connection, started_env)
+                supervise(connection, started_env, set_by_imports)
             finally:
                 os._exit(0)
         connection.close()
