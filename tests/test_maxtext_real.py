@@ -396,8 +396,8 @@ def test_a_step_forked_from_the_warm_interpreter_has_its_own_environment_input_a
                                                                                        tmp_path):
     """The steps above ran forked from it (after `outcomes`). A step gets its request's environment, stdin,
     arguments and output files, what the warm imports set in the environment, its own exit code and
-    its atexit handlers; a step whose environment differs in a name read at import is refused, so that it
-    runs as a fresh process instead."""
+    its atexit handlers; a step whose environment differs beyond the names read at run time is refused,
+    so that it runs as a fresh process instead."""
     from maxtext_cpu.chain import step_env, warm_venv
 
     script = tmp_path / "step.py"

@@ -115,7 +115,7 @@ class WarmVenv:
     def run(self, script: Path, argv: list[str], env: dict[str, str], cwd: Path, stdout: Path, stderr: Path,
             input: str = "", timeout: float = STEP_TIMEOUT) -> dict | None:
         """Run `script` in a process forked from the warm interpreter: {"code", "cpu_seconds", "maxrss_kb"},
-        or None when `env` differs from the steps' in a name read at import (warm.py RUN_TIME)."""
+        or None when `env` differs from the steps' beyond the names read at run time (warm.py RUN_TIME)."""
         request = {"script": str(script), "argv": argv, "env": env, "cwd": str(cwd), "stdout": str(stdout),
                    "stderr": str(stderr), "input": input, "timeout": timeout}
         reply, why = "", "no reply"
@@ -138,14 +138,17 @@ class WarmVenv:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()
         self.errors.close()
 
 
 def close_warm_venvs() -> None:
     """End this process's warm interpreters (~0.9 GB each): a module that used them is done."""
     with _SCRATCH_LOCK:
-        warm = [_WARM.pop(version) for version in list(_WARM)]
-    for interpreter in warm:
+        locks = dict(_WARM_LOCKS)
+    for version, lock in locks.items():
+        with lock:
+            interpreter = _WARM.pop(version, None)
         if isinstance(interpreter, WarmVenv):
             interpreter.close()
 

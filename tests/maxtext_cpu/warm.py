@@ -42,7 +42,7 @@ NOT_WARMED = "maxtext.trainers.post_train.rl.utils_rl"
 RUN_TIME = ("PROBE_", "XLA_FLAGS")
 
 
-def import_time_env(env: dict[str, str]) -> dict[str, str]:
+def compared_env(env: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if not name.startswith(RUN_TIME)}
 
 
@@ -64,8 +64,8 @@ def warm_up() -> None:
 
 
 def step(request: dict, set_by_imports: dict[str, str]) -> None:
-    """In the forked step process: the request's directory, environment (with what the imports set in
-    it, as they would have in a fresh process), streams and script; never returns."""
+    """In the forked step process: the request's directory, environment (with what the warm imports set
+    in it, as a step importing MaxText's pyconfig has it), streams and script; never returns."""
     code = 70
     try:
         os.chdir(request["cwd"])
@@ -109,8 +109,8 @@ def step(request: dict, set_by_imports: dict[str, str]) -> None:
 
             threading._shutdown()
             atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+                stream.flush()
         finally:
             os._exit(code & 0xFF)
 
@@ -119,9 +119,10 @@ def supervise(connection: socket.socket, started_env: dict[str, str], set_by_imp
     """In the supervisor forked for one connection: run its request's step and answer how it ended."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     request = json.loads(connection.makefile("r").readline())
-    if import_time_env(request["env"]) != import_time_env(started_env):
-        differ = sorted(set(import_time_env(request["env"]).items()) ^ set(import_time_env(started_env).items()))
-        connection.sendall((json.dumps({"refused": f"import-time environment differs: {differ}"}) + "\n").encode())
+    if compared_env(request["env"]) != compared_env(started_env):
+        differ = sorted(set(compared_env(request["env"]).items()) ^ set(compared_env(started_env).items()))
+        refused = {"refused": f"the environment differs beyond {RUN_TIME}: {differ}"}
+        connection.sendall((json.dumps(refused) + "\n").encode())
         return
     pid = os.fork()
     if pid == 0:
@@ -149,6 +150,8 @@ def main(path: str) -> None:
     started_env = dict(os.environ)
     warm_up()
     set_by_imports = {name: value for name, value in os.environ.items() if started_env.get(name) != value}
+    # the steps' own inputs are the request's alone
+    assert not any(name.startswith(RUN_TIME) for name in set_by_imports), f"an import set {set_by_imports}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(path):
         os.unlink(path)  # a socket left by an interpreter that was killed
