@@ -33,8 +33,11 @@ WARM_MODULES = ("tpu_rl.scripts.cli", "tpu_rl.scripts.cli.cloud", "tpu_rl.script
 OWN_PACKAGES = ("tpu_rl",)
 
 _SERVER = r'''
-import atexit, importlib, io, json, os, runpy, signal, sys, tempfile, threading, time, traceback
+import importlib, importlib.util, json, os, sys, tempfile
 
+spec = importlib.util.spec_from_file_location("forked_step", sys.argv[3])
+forked = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(forked)
 for name in json.loads(sys.argv[1]):
     try:
         importlib.import_module(name)
@@ -45,51 +48,12 @@ assert "jsii" not in sys.modules, "a warm module imported jsii, whose node proce
 scratch = tempfile.mkdtemp(prefix="forked-cli-")
 
 
-def child(request, out, err):
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    stdin = tempfile.TemporaryFile(dir=scratch)
-    stdin.write(request["input"].encode())
-    stdin.seek(0)
-    os.dup2(stdin.fileno(), 0)
-    os.dup2(os.open(out, os.O_WRONLY), 1)
-    os.dup2(os.open(err, os.O_WRONLY), 2)
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+def before(request):
     extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     if extra:  # a patched copy of a package goes ahead of the warm one, as a fresh interpreter would see it
         for name in [n for n in sys.modules if n.split(".")[0] in OWN]:
             del sys.modules[name]
         sys.path[:0] = extra
-    argv = request["argv"]
-    code = 0
-    try:
-        if argv[0] == "-m":
-            sys.path.insert(0, os.getcwd())
-            sys.argv = list(argv)
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        else:
-            sys.path.insert(0, os.path.dirname(argv[0]))
-            sys.argv = list(argv)
-            runpy.run_path(argv[0], run_name="__main__")
-    except SystemExit as done:
-        if done.code is None:
-            code = 0
-        elif isinstance(done.code, int):
-            code = done.code
-        else:
-            print(done.code, file=sys.stderr)
-            code = 1
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    try:
-        threading._shutdown()
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code & 0xFF)
 
 
 requests = sys.stdin.buffer
@@ -105,23 +69,10 @@ for line in requests:
     pid = os.fork()
     if pid == 0:
         try:
-            child(request, out, err)
+            forked.run_forked({**request, "stdout": out, "stderr": err}, before=lambda: before(request))
         finally:
             os._exit(70)
-    deadline = time.monotonic() + request["timeout"]
-    delay = 0.001
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            status = None
-            break
-        time.sleep(delay)
-        delay = min(delay * 2, 0.02)
-    code = None if status is None else os.waitstatus_to_exitcode(status)
+    code, _ = forked.wait_child(pid, request["timeout"])
     with open(out, encoding="utf-8", errors="replace") as o, open(err, encoding="utf-8", errors="replace") as e:
         replies.write(json.dumps({"code": code, "stdout": o.read(), "stderr": e.read()}) + "\n")
     replies.flush()
@@ -135,7 +86,8 @@ class WarmInterpreter:
         env = {**clean_environment(home), "PYTHONPATH": str(REPO)}
         self.errors = tempfile.TemporaryFile(mode="w+")  # its own stderr: why it died, if it does
         self.process = subprocess.Popen(
-            [sys.executable, "-P", "-c", _SERVER, json.dumps(WARM_MODULES), json.dumps(OWN_PACKAGES)],
+            [sys.executable, "-P", "-c", _SERVER, json.dumps(WARM_MODULES), json.dumps(OWN_PACKAGES),
+             str(Path(__file__).with_name("forked_step.py"))],
             cwd=home, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True)
 
     def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], input: str | None,

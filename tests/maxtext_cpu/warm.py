@@ -18,20 +18,25 @@ What a fork shares with the imports, and why a step still runs as a fresh proces
 
 A connection carries one request line {"script", "argv", "env", "cwd", "stdout", "stderr", "input",
 "timeout"}; a supervisor forked for it forks the step, waits for it (killing it at the timeout) and
-answers {"code", "cpu_seconds", "maxrss_kb"}, the step's own os.wait4 usage. A step ends as a fresh
-interpreter does (threads joined, atexit handlers run).
+answers {"code", "cpu_seconds", "maxrss_kb"}, the step's own os.wait4 usage. A step starts and ends as a
+fresh interpreter does (tests/forked_step.py run_forked: threads joined, atexit handlers run).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
 import socket
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The forked child's side, shared with the CLI's warm interpreter (tests/forked_step.py), loaded from its
+# file so that the steps' sys.path is not changed.
+_spec = importlib.util.spec_from_file_location("forked_step", os.path.join(os.path.dirname(HERE), "forked_step.py"))
+FORKED = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(FORKED)
 # Modules whose top-level imports are imported here (run.py import_its_imports), not the modules.
 STEP_MODULES = ("maxtext.checkpoint_conversion.to_maxtext", "maxtext.checkpoint_conversion.to_huggingface")
 LIBRARIES = ("torch", "jax", "transformers", "flax.nnx", "safetensors")
@@ -63,58 +68,6 @@ def warm_up() -> None:
     run.settle_heap()
 
 
-def step(request: dict, set_by_imports: dict[str, str]) -> None:
-    """In the forked step process: the request's directory, environment (with what the warm imports set
-    in it, as a step importing MaxText's pyconfig has it), streams and script; never returns."""
-    code = 70
-    try:
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        os.environ.update(set_by_imports)  # e.g. pyconfig's HF_DATASETS_DISABLE_DILL
-        stdin = os.open(os.devnull, os.O_RDONLY)
-        if request.get("input"):
-            path = os.path.join(request["cwd"], f".warm-input-{os.getpid()}")
-            with open(path, "w") as file:
-                file.write(request["input"])
-            stdin = os.open(path, os.O_RDONLY)
-            os.unlink(path)
-        os.dup2(stdin, 0)
-        import io
-
-        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        os.dup2(os.open(request["stdout"], flags), 1)
-        os.dup2(os.open(request["stderr"], flags), 2)
-        import runpy
-
-        sys.argv = [request["script"], *request["argv"]]
-        sys.path[0] = os.path.dirname(request["script"])
-        try:
-            runpy.run_path(request["script"], run_name="__main__")
-            code = 0
-        except SystemExit as done:
-            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-            if not isinstance(done.code, (int, type(None))):
-                print(done.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001  reported as the step's exit, as an interpreter would
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    finally:
-        try:  # what a fresh interpreter runs at its end: threads joined, then atexit (jax's clean_up)
-            import atexit
-            import threading
-
-            threading._shutdown()
-            atexit._run_exitfuncs()
-            for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-                stream.flush()
-        finally:
-            os._exit(code & 0xFF)
-
-
 def supervise(connection: socket.socket, started_env: dict[str, str], set_by_imports: dict[str, str]) -> None:
     """In the supervisor forked for one connection: run its request's step and answer how it ended."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -127,19 +80,10 @@ def supervise(connection: socket.socket, started_env: dict[str, str], set_by_imp
     pid = os.fork()
     if pid == 0:
         connection.close()
-        step(request, set_by_imports)
-    deadline = time.monotonic() + request["timeout"]
-    while True:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            code = os.waitstatus_to_exitcode(status)
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            _, status, usage = os.wait4(pid, 0)
-            code = -9
-            break
-        time.sleep(0.05)
+        request = {**request, "argv": [request["script"], *request["argv"]]}
+        FORKED.run_forked(request, env_extra=set_by_imports)  # e.g. pyconfig's HF_DATASETS_DISABLE_DILL
+    code, usage = FORKED.wait_child(pid, request["timeout"])
+    code = -9 if code is None else code
     answer = {"code": code, "cpu_seconds": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss}
     connection.sendall((json.dumps(answer) + "\n").encode())
 
