@@ -74,7 +74,7 @@ def run_request(spec: RunSpec, steps: tuple[Step, ...], *, replace: bool, follow
     """What the driver is asked to do: `tpu-rl run`'s request as data (recipes/runs/user_files.py for the files,
     whose contents go in the ConfigMap beside it)."""
     return {"recipe": spec.recipe.name, "steps": list(steps), "sets": list(spec.sets), "run": spec.run,
-            "sweep": spec.sweep,
+            "sweep": spec.sweep, "fit": spec.fit,
             "replace": replace, "follow_logs": follow_logs,
             "user_files": [{"kind": f.kind, "name": f.name, "functions": list(f.functions), "source": f.source,
                             "unchecked": f.unchecked} for f in spec.user_files],
@@ -82,8 +82,9 @@ def run_request(spec: RunSpec, steps: tuple[Step, ...], *, replace: bool, follow
 
 
 # Request keys that only say how this `run` meets what it finds, or who asked: not what the run does (nor
-# the sweep that started it: a later `run --run NAME` of a sweep's run attaches to its driver).
-HOW_ASKED = ("replace", "follow_logs", "version", "command", "sweep")
+# the sweep that started it: a later `run --run NAME` of a sweep's run attaches to its driver; nor the
+# compiler's verdict, which the same run always gets).
+HOW_ASKED = ("replace", "follow_logs", "version", "command", "sweep", "fit")
 
 
 def request_digest(request: Mapping[str, Any], files: Mapping[str, str], env: Mapping[str, str]) -> str:

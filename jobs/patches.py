@@ -17,6 +17,10 @@ from tpu_rl.jobs.checks import python_check_failed
 from tpu_rl.jobs.maxtext import at_least
 from tpu_rl.recipes import Recipe, SourcePatch, UserError
 
+# The image's MaxText source root, where the recipes' patches of MaxText's own files point
+# (recipes.toml [patches.*].path; MaxText's Dockerfile copies src/ there, as the seeds' patch paths show).
+IMAGE_SOURCE_ROOT = "/deps/src/"
+
 
 @dataclass(frozen=True)
 class ResolvedPatches:

@@ -8,6 +8,7 @@ One home for each concept (docs/development.md, "Layout"):
 - runs/: what one run asks for (a RunSpec): its name and identity, --set values, user files, sweeps;
 - costs/: list prices, and what a run, its evaluation and a standing stack cost;
 - driver/: what the run's in-cluster driver may do and runs on;
+- fit/: the margin and the shipped figures the fit check judges a plan by (scripts/fit);
 - conventions.py: the names the stacks, the manifests and the CLI agree on;
 - errors.py: UserError, the one error type that reaches a person.
 """

@@ -30,6 +30,8 @@ from typing import Any, Mapping
 import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+# The fit check compiles in the MaxText environments `make install` links (scripts/fit/compiler.py).
+os.environ.setdefault("TPU_RL_MAXTEXT_ENV", str(Path(__file__).resolve().parents[1] / ".venv-maxtext-{version}"))
 
 # Under CI=true a skip is a failure that names what was missing (tests/ci_skips.py).
 pytest_plugins = ["ci_skips", "peers.fixtures", "forked_cli"]  # the fake APIs, the GCS emulator, the warm CLI

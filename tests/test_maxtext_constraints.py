@@ -1,7 +1,7 @@
 """The CPU test venvs' constraints are the wheels' tpu-post-train extras at their lowest versions.
 
-tools/generate_maxtext_constraints.py writes tests/maxtext_cpu/constraints-<version>.txt from each
-pinned wheel; the Makefile builds .venv-maxtext-<version> under it. A hand edit, or a wheel that changed
+tools/generate_maxtext_constraints.py writes recipes/environments/constraints-<version>.txt from each
+pinned wheel; MaxText's environment (scripts/fit/environment.py) is built under it. A hand edit, or a wheel that changed
 its extra, fails here.
 """
 

@@ -1,4 +1,4 @@
-"""Write tests/maxtext_cpu/constraints-<version>.txt: every package of MaxText <version>'s `tpu-post-train`
+"""Write recipes/environments/constraints-<version>.txt: every package of MaxText <version>'s `tpu-post-train`
 extra pinned to the lowest version the extra allows.
 
 That is what the post-training image gets: dependencies/scripts/setup.sh installs the extra's
@@ -24,7 +24,7 @@ tunix; github_commits tells it which commit the image has.
 
 PyTorch: the extra pins `torch==2.11.0+cpu` (a local version served only by the PyTorch index, which
 this project cannot reach); PyPI's torch of the same release is written instead. PyPI's torch brings its
-CUDA libraries, which the test venv installs with it (tests/maxtext_cpu/packages.txt: libtorch_cuda.so
+CUDA libraries, which the test venv installs with it (scripts/fit/environment.py: libtorch_cuda.so
 links them, so `import torch` fails without them).
 """
 
@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from contracts.maxtext_schema import fetch_wheel  # noqa: E402
 
 EXTRA = "tpu-post-train"
-OUT_DIR = REPO / "tests" / "maxtext_cpu"
+OUT_DIR = REPO / "recipes" / "environments"
 GITHUB_DEPS = "dependencies/extra_deps/post_train_github_deps.txt"
 # (package, commit) -> the PyPI release used instead. google-tunix 0.1.6 requires transformers<=4.57.1,
 # which neither release's transformers (>=5.11) satisfies; 0.1.7 (2026-06-11) is the next release. Its

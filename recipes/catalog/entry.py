@@ -79,6 +79,9 @@ class RlSpec(Strict):
     # Memory limit of the Pathways head's train_rl container, a Kubernetes quantity with a binary
     # suffix (seed 000 capped it at 190G through the cgroup, which reads G as GiB).
     memory_max: str | None = None
+    # key -> the seed's value, for each override changed so that the plan fits its chips with the margin
+    # (docs/fit.md); the recipe's own value is in `overrides`, and `tpu-rl recipes` shows both.
+    fitted_from: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("overrides")
     @classmethod
@@ -99,6 +102,15 @@ class RlSpec(Strict):
                 except UserError as error:
                     raise ValueError(str(error)) from None
         return overrides
+
+    @model_validator(mode="after")
+    def _fitted_keys_are_overridden(self) -> "RlSpec":
+        keys = {item.partition("=")[0] for item in self.overrides}
+        for key in self.fitted_from:
+            if key not in keys:
+                raise ValueError(f"fitted_from names {key}, which rl.overrides does not set: set the value "
+                                 "that fits there, or drop it from fitted_from")
+        return self
 
     @field_validator("memory_max")
     @classmethod

@@ -37,6 +37,9 @@ class RunSpec:
     # What the train step loads instead of the conversion (jobs/evaluate.py: `tpu-rl eval` loads the
     # evaluated run's checkpoint params); None: the conversion (jobs/paths.py converted_items).
     load_parameters: str | None = None
+    # What the TPU compiler said of the run before it was submitted (scripts/fit: Fit.record), for its
+    # run.json; it changes nothing the run does.
+    fit: dict | None = None
 
     @classmethod
     def of_catalog(cls, recipe: Recipe) -> RunSpec:
@@ -68,6 +71,9 @@ class RunSpec:
 
     def with_sweep(self, sweep: str | None) -> RunSpec:
         return dataclasses.replace(self, sweep=sweep)
+
+    def with_fit(self, fit: dict | None) -> RunSpec:
+        return dataclasses.replace(self, fit=fit)
 
     def with_user_files(self, files: tuple[UserFile, ...], recorded: bool = False) -> RunSpec:
         """The run with the files and the overrides that point train_rl at their mounted paths; `recorded`:

@@ -158,6 +158,8 @@ NEEDS: Mapping[str, Mapping[Platform, tuple[str, ...]]] = {
     # A VM recipe is refused before any setting is read.
     "down": {"gke": _fields(DEPLOY, ("reservation", "authorized_cidr")), "vm": ()},
     "check-rewards": _both(),
+    # Nothing: the plan is compiled on this machine; paths and names never change what a chip holds.
+    "fit": _both(),
     # None: both sides are built with the example settings, every setting variable and TPU_RL_CONFIG
     # dropped from their environment and tpu-rl.toml from the working tree (scripts/plan_review/worktrees.py).
     "plan-review": _both(),

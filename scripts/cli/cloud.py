@@ -187,6 +187,12 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     platform = platform_for(spec.recipe)
     platform.check_run_request(spec)
     console, warning = make_console(), schedule_warning(spec.recipe)
+    if "train" in wanted:  # before anything is submitted, or any capacity asked for
+        from tpu_rl.scripts.fit.check import require_fit
+
+        fit = require_fit(spec, settings, say=lambda line: say(f"fit: {line}", err=True))
+        console.print(fit.summary())
+        spec = spec.with_fit(fit.record())
     if warning:
         console.print(f"[yellow]{warning}[/]")
     if dry_run:  # with no credentials, bucket, cluster or VM too: priced from the recipe (pipeline/dry_run.py)

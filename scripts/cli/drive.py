@@ -116,7 +116,8 @@ def _drive(console, path: Path, in_cluster: bool) -> None:
         raise UserError(f"the driver's request {path} cannot be read ({error}): start the run with `tpu-rl run`")
     recipe, settings = cloud_recipe("run", request["recipe"])
     # Checked by the `run` that created this driver: the same items make the same run.
-    spec = RunSpec.requested(recipe, request["sets"], request["run"]).with_sweep(request.get("sweep"))
+    spec = (RunSpec.requested(recipe, request["sets"], request["run"]).with_sweep(request.get("sweep"))
+            .with_fit(request.get("fit")))
     files = tuple(UserFile(kind=f["kind"], name=f["name"], content=(path.parent / f["name"]).read_text(),
                            functions=tuple(f["functions"]), source=f["source"], unchecked=f["unchecked"])
                   for f in request["user_files"])

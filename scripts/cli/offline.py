@@ -42,10 +42,28 @@ def recipe_facts(recipe: Recipe) -> dict:
         "hourly_estimate": estimate.summary(),
         "evaluation_estimate": evaluation_estimate(recipe).summary(),
         "description": recipe.description,
+        **_fit_facts(recipe),
     }
 
 
-RECIPE_COLUMNS = ("recipe", "model", "platform", "chips", "hosts", "machine type", "image / pip", "MaxText", "$/h")
+def _fit_facts(recipe: Recipe) -> dict:
+    """What one chip holds at the peak of the recipe's own plan (its shipped compile, scripts/fit), and the
+    settings changed from the seed's so that it fits."""
+    from tpu_rl.recipes import example_settings
+    from tpu_rl.recipes.runs.spec import RunSpec
+    from tpu_rl.scripts.fit.account import gib
+    from tpu_rl.scripts.fit.check import shipped_fit
+
+    fit = shipped_fit(RunSpec.of_catalog(recipe), example_settings())
+    chip = "-" if fit is None else f"{gib(fit.peak).removesuffix(' GiB')}/{gib(fit.limit)}"
+    changed = {key: {"recipe": next(item.partition("=")[2] for item in recipe.rl.overrides
+                                    if item.partition("=")[0] == key), "seed": seed}
+               for key, seed in recipe.rl.fitted_from.items()}
+    return {"hbm_per_chip": chip, "fits": None if fit is None else fit.fits, "changed_to_fit": changed}
+
+
+RECIPE_COLUMNS = ("recipe", "model", "platform", "chips", "hosts", "machine type", "image / pip", "MaxText",
+                  "HBM a chip", "$/h")
 
 
 def _image_or_pip(item: dict) -> str:
@@ -62,7 +80,7 @@ def _recipes_table(facts: list[dict], title: str):
     for item in facts:
         table.add_row(*(escape(str(cell)) for cell in (
             item["name"], item["model"], item["platform"], item["chips"], item["hosts"], item["machine_type"],
-            _image_or_pip(item), item["maxtext_version"], item["hourly_estimate"])))
+            _image_or_pip(item), item["maxtext_version"], item["hbm_per_chip"], item["hourly_estimate"])))
     return table
 
 
@@ -78,7 +96,8 @@ def _recipes_stacked(facts: list[dict]) -> list[str]:
                   f"  model  {escape(item['model'])}",
                   f"  TPU    {slices}{item['accelerator_type']} {item['topology']}: {item['chips']} chips, "
                   f"{item['hosts']} host{'s' if item['hosts'] != 1 else ''} of {item['machine_type']}",
-                  f"  runs   {runs}: {escape(_image_or_pip(item))} (MaxText {item['maxtext_version']})"]
+                  f"  runs   {runs}: {escape(_image_or_pip(item))} (MaxText {item['maxtext_version']})",
+                  f"  HBM    {item['hbm_per_chip']} a chip at the peak (`tpu-rl fit {escape(item['name'])}`)"]
     return lines
 
 
@@ -99,6 +118,9 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
     for item in facts:
         if item["unavailable"]:
             console.print(f"{item['name']}: {item['unavailable']}")
+        for key, values in item["changed_to_fit"].items():
+            console.print(f"{item['name']}: {key}={values['recipe']} (the seed's: {values['seed']}) so that it "
+                          "fits its chips (docs/fit.md)")
 
 
 def _listed_facts(settings, recipe: Recipe) -> dict:
@@ -161,3 +183,34 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     for name, text in files.items():
         write_file(out / name, text, "--out")
     say(f"wrote {', '.join(str(out / name) for name in files)} {what}")
+
+
+@app.command("fit")
+@handled
+def fit_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
+                sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+                unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP),
+                as_json: bool = typer.Option(False, "--json", help="Machine-readable output: the account and "
+                                             "the compiler's figures.")) -> None:
+    """Compile the run's trainer programs for the recipe's TPU topology on this machine (XLA's TPU
+    compiler; no TPU, cloud or settings needed) and show what one chip holds at its peak. Exit 2 if the
+    plan cannot fit with the margin; `run` and `sweep` refuse it the same way."""
+    from tpu_rl.scripts.cli.run_input import run_of
+    from tpu_rl.scripts.fit.check import fit_of
+
+    recipe = get_recipe(recipe_name)
+    settings = load_settings(allow_example=True, needs=needs("fit", recipe.platform))
+    spec = run_of(settings.with_capacity(recipe), settings, sets, None, usual_only=not unusual_values)
+    fit = fit_of(spec, settings, say=lambda line: say(f"fit: {line}", err=True))
+    if as_json:
+        typer.echo(json.dumps({"recipe": recipe.name, "fits": fit.fits, "peak_bytes": fit.peak,
+                               "limit_bytes": fit.limit, "margin_bytes": fit.margin, "compiled": fit.result}, indent=2))
+    else:
+        console = make_console()
+        width = max(len(name) for name, _ in fit.rows())
+        for name, text in fit.rows():
+            console.print(f"{name.ljust(width)}  {text}")
+        if fit.fits:
+            console.print(fit.summary())
+    if not fit.fits:
+        raise UserError(fit.refusal(recipe.name))

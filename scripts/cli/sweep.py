@@ -159,6 +159,8 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                       unusual_values)
     check_cap(plan, max_cost)
     console = make_console()
+    plan, fit_line = judged(plan, settings)
+    console.print(fit_line)
     show_plan(console, plan)
     for warning in run_warnings(plan):
         console.print(f"[yellow]{escape(warning)}[/]")
@@ -168,6 +170,25 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         return
     check_names_free(plan, settings)
     start_runs(plan, settings, console)
+
+
+def judged(plan: SweepPlan, settings: Settings) -> tuple[SweepPlan, str]:
+    """Every run judged by the TPU compiler before any is started (a memory shape compiled once): the
+    plan with each run's verdict for its record, and the line of the run with the least room left."""
+    import dataclasses
+
+    from tpu_rl.scripts.cli.core import say
+    from tpu_rl.scripts.fit.check import require_fits
+
+    try:
+        fits = require_fits([run.spec for run in plan.runs], settings, say=lambda line: say(f"fit: {line}", err=True))
+    except UserError as error:
+        raise UserError(f"sweep {plan.name}: {error}; nothing was started") from None
+    runs = [dataclasses.replace(run, spec=run.spec.with_fit(fits[run.spec.run].record())) for run in plan.runs]
+    tightest = min(fits.values(), key=lambda fit: fit.headroom)
+    shapes = len({id(fit) for fit in fits.values()})
+    line = f"{tightest.summary()} (the tightest of {shapes} memory shape{'s' if shapes != 1 else ''})"
+    return dataclasses.replace(plan, runs=runs), line
 
 
 def run_warnings(plan: SweepPlan) -> list[str]:

@@ -337,10 +337,21 @@ def check_images(clients: Clients, recipe: Recipe, settings: Settings) -> list[C
     return checks
 
 
+def check_fit(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
+    """The recipe's own plan judged by XLA's TPU compiler for its chips (scripts/fit; its shipped
+    figures, or a compile here); a run's own --set items are judged by `run` and `tpu-rl fit`."""
+    from tpu_rl.recipes.runs.spec import RunSpec
+    from tpu_rl.scripts.fit.check import fit_of
+
+    fit = fit_of(RunSpec.of_catalog(recipe), settings)
+    return Check("fit", fit.fits, fit.summary() if fit.fits else fit.refusal(recipe.name))
+
+
 # Each check returns None when it does not apply to the recipe's capacity list (no line is printed).
 CHECKS: tuple[Callable[[Clients, Recipe, Settings], Check | list[Check] | None], ...] = (
     check_reservation, check_flex_start, check_preemptible_quota, check_on_demand_quota, check_machine_type,
-    check_accelerator_type, check_cpu_machine_type, check_cpu_quota, check_bucket, check_token, check_images)
+    check_accelerator_type, check_cpu_machine_type, check_cpu_quota, check_bucket, check_token, check_images,
+    check_fit)
 
 
 def run_checks(clients: Clients, recipe: Recipe, settings: Settings) -> list[Check]:

@@ -123,6 +123,7 @@ class RunRecord:
                                   **({"unchecked": file.unchecked} if file.unchecked else {})}
                       for file in spec.user_files},
             **({"sweep": spec.sweep} if spec.sweep else {}),  # kept when the run is resumed alone
+            **({"fit": spec.fit} if spec.fit else {}),  # kept when a later invocation brings none
             "outputs": {"checkpoints": session.paths.actor_checkpoints, "tensorboard": session.paths.tensorboard,
                         "export": session.paths.hf_export, "conversion": session.paths.converted},
         }

@@ -36,13 +36,14 @@ from pathlib import Path
 from tpu_rl.jobs.maxtext import MaxTextCommand, maxtext_commands
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe
+from tpu_rl.scripts.fit.environment import cache_root, constraints
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 DUMMY_TOKEN = "hf_dummy_token_for_offline_tests"
 STEP_TIMEOUT = 600  # seconds; a step of a tiny model that takes longer is hung
-# Outside the clone, as the venvs are (tools/maxtext_venv.sh), so that a clean clone reuses them.
-CACHE = Path(os.environ.get("TPU_RL_CACHE", Path.home() / ".cache" / "tpu-rl"))
+# Outside the clone, as the venvs are (scripts/fit/environment.py), so that a clean clone reuses them.
+CACHE = cache_root()
 TINY_CACHE = CACHE / "tiny-models"
 
 
@@ -190,7 +191,7 @@ def tiny_model(recipe: Recipe) -> Path:
     """The tiny checkpoint of a recipe's model, built by its release's venv once per version of tiny.py and
     of the release's constraints (transformers writes the files). Two test processes may build it at once:
     each in its own scratch directory, and the first rename wins."""
-    inputs = (HERE / "tiny.py").read_bytes() + (HERE / f"constraints-{recipe.maxtext_version}.txt").read_bytes()
+    inputs = (HERE / "tiny.py").read_bytes() + constraints(recipe.maxtext_version).encode()
     digest = hashlib.sha256(inputs).hexdigest()[:12]
     target = TINY_CACHE / recipe.maxtext_version / f"{recipe.model.maxtext_name}-{digest}"
     if (target / "model.safetensors.index.json").exists():

@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from tpu_rl.jobs.patches import render_patch, resolve_patches
+from tpu_rl.jobs.patches import IMAGE_SOURCE_ROOT, render_patch, resolve_patches
 from tpu_rl.jobs.train import workload_env
 from tpu_rl.jobs.vm import tpu_env
 from tpu_rl.recipes import Recipe
@@ -28,9 +28,6 @@ from tpu_rl.recipes import Recipe
 REPO = Path(__file__).resolve().parents[2]
 # The names tunix and orbax read when the checkpointer is built (see the module docstring).
 LAYOUT_ENV = ("JAX_PLATFORMS", "ENABLE_PATHWAYS_PERSISTENCE")
-# The image's MaxText source root, where the recipe's patches point (recipes.toml [patches.*].path;
-# MaxText's Dockerfile copies src/ there, as the seeds' patch paths show).
-IMAGE_SOURCE_ROOT = "/deps/src/"
 
 
 def tunix_commit(version: str) -> str:

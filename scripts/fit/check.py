@@ -1,0 +1,45 @@
+"""A run's fit: its memory shape compiled for its topology (or known), the account made, a plan that
+cannot fit refused in one line before anything is created or submitted."""
+
+from __future__ import annotations
+
+from tpu_rl.jobs.fit import compile_request
+from tpu_rl.recipes import Settings, UserError
+from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.scripts.fit.account import Fit
+from tpu_rl.scripts.fit.compiler import compiled, digest, known
+
+
+def fit_of(spec: RunSpec, settings: Settings, say=lambda line: None) -> Fit:
+    return Fit(compiled(compile_request(spec, settings), say))
+
+
+def require_fit(spec: RunSpec, settings: Settings, say=lambda line: None) -> Fit:
+    """The run's fit; UserError (nothing submitted) when the compiler or the account says it cannot fit."""
+    fit = fit_of(spec, settings, say)
+    if not fit.fits:
+        raise UserError(fit.refusal(spec.recipe.name))
+    return fit
+
+
+def require_fits(specs: list[RunSpec], settings: Settings, say=lambda line: None) -> dict[str, Fit]:
+    """Each run's fit, each memory shape compiled once (runs that differ only in what changes no buffer
+    share one: recipes/fit NEUTRAL); UserError naming the first run that cannot fit."""
+    by_shape: dict[str, Fit] = {}
+    fits: dict[str, Fit] = {}
+    for spec in specs:
+        request = compile_request(spec, settings)
+        key = digest(request)
+        if key not in by_shape:
+            by_shape[key] = Fit(compiled(request, say))
+        fits[spec.run] = by_shape[key]
+        if not by_shape[key].fits:
+            sets = ", ".join(spec.sets) or "no --set"
+            raise UserError(f"run {spec.run} ({sets}): {by_shape[key].refusal(spec.recipe.name)}")
+    return fits
+
+
+def shipped_fit(spec: RunSpec, settings: Settings) -> Fit | None:
+    """The run's fit when it is known without compiling (shipped or cached); None otherwise."""
+    found = known(compile_request(spec, settings))
+    return Fit(found) if found is not None else None

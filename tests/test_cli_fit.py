@@ -1,0 +1,95 @@
+"""A plan that cannot fit its chips is refused before anything is submitted, by `fit`, `run --dry-run`,
+`run` and `sweep` alike; one that fits says so, and a sweep compiles each memory shape once.
+
+The plan that cannot fit is qwen3-v6e32 with a micro-batch 8 times the recipe's (batch_size and
+train_micro_batch_size 64 instead of 8): 256 sequences a train step. XLA's TPU compiler refuses its train
+step for the 16 trainer chips of v6e-32 (compiled once in MaxText 0.2.4's environment, then cached).
+"""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from peers.fixtures import put_step_output
+from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.fit import compiler
+from tpu_rl.scripts.outcome import ExitCode
+
+RECIPE = "qwen3-v6e32"
+TOO_BIG = ["--set", "batch_size=64", "--set", "train_micro_batch_size=64"]
+runner = CliRunner()
+
+
+def refused(args: list[str]) -> str:
+    """The command's one error line, after nothing but the compiler's progress lines."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    lines = [line for line in result.output.splitlines() if line.strip() and not line.startswith("fit: ")]
+    assert "Traceback" not in result.output
+    assert lines[-1].startswith("error: "), result.output
+    return lines[-1]
+
+
+def nothing_submitted(cloud) -> None:
+    assert cloud["kube"].created == []
+    assert [method for method, *_ in cloud["kube"].requests if method in ("POST", "PUT", "PATCH", "DELETE")] == []
+
+
+def test_the_recipes_own_plan_fits_with_the_margin_and_shows_its_account():
+    result = runner.invoke(app, ["fit", RECIPE])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "compiled for             v6e-32, 16 trainer chips (fsdp 2, tensor 2, expert 4)"
+    assert any(line.startswith("vLLM                     ") and "of each of its 16 own chips" in line for line in lines)
+    assert lines[-1].startswith("fits with the 10% margin: at most ") and "v6e-32 chip's 31.2 GiB" in lines[-1]
+
+
+def test_a_micro_batch_eight_times_the_recipes_is_refused_by_fit_with_the_figure_and_the_fix():
+    line = refused(["fit", RECIPE, *TOO_BIG])
+    assert line.startswith("error: qwen3-v6e32 does not fit: the train step needs ")
+    assert "of a v6e chip's 31.2 GiB" in line and "on the 16 trainer chips (fsdp 2, tensor 2, expert 4)" in line
+    assert line.endswith("lower train_micro_batch_size, rl.num_generations or max_target_length")
+
+
+def test_the_dry_run_refuses_it_with_the_same_line(cloud):
+    assert refused(["run", RECIPE, "--dry-run", *TOO_BIG]) == refused(["fit", RECIPE, *TOO_BIG])
+    nothing_submitted(cloud)
+
+
+def test_a_run_of_it_submits_nothing_to_the_cluster_and_asks_for_no_capacity(cloud):
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    line = refused(["run", RECIPE, "--detach", *TOO_BIG])
+    assert "does not fit" in line
+    nothing_submitted(cloud)
+    assert cloud["kube"].secrets == {}
+
+
+def test_a_run_that_fits_says_so_before_its_plan(cloud):
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith("fits with the 10% margin: at most ")
+
+
+def test_a_sweep_with_one_point_that_cannot_fit_starts_none(cloud, tmp_path):
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('[[runs]]\nset = ["learning_rate=1e-5"]\n\n'
+                     '[[runs]]\nset = ["batch_size=64", "train_micro_batch_size=64"]\n')
+    line = refused(["sweep", RECIPE, "--file", str(sweep), "--name", "too-big"])
+    assert line.startswith("error: sweep too-big: run ") and "qwen3-v6e32 does not fit: the train step needs" in line
+    assert line.endswith("; nothing was started")
+    nothing_submitted(cloud)
+
+
+def test_a_sweep_compiles_each_memory_shape_once(cloud, monkeypatch):
+    asked: list[str] = []
+    real = compiler.compiled
+    monkeypatch.setattr(compiler, "compiled", lambda request, say=None: asked.append(compiler.digest(request))
+                        or real(request))
+    monkeypatch.setattr("tpu_rl.scripts.fit.check.compiled", compiler.compiled)
+    # four runs, two memory shapes: learning_rate changes no buffer, rl.num_generations does
+    result = runner.invoke(app, ["sweep", RECIPE, "--dry-run", "--grid", "learning_rate=1e-5,2e-5",
+                                 "--grid", "rl.num_generations=4,2", "--name", "shapes"])
+    assert result.exit_code == 0, result.output
+    assert len(asked) == 2 == len(set(asked)), asked
+    assert "(the tightest of 2 memory shapes)" in result.output
