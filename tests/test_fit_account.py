@@ -77,3 +77,16 @@ def test_each_recipes_peak_is_its_train_step_and_the_line_says_it_fits_with_the_
     line = fit.summary()
     assert line.startswith("fits with the 10% margin: at most ") and line.endswith("at its peak (the train step)")
     assert fit.record()["fits"] is True and fit.record()["compiler"]["libtpu"]
+
+
+def test_docs_fit_shows_the_shipped_figures_table():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from generate_fit_figures import DOC, doc_with_table, recipe_requests
+
+    from tpu_rl.scripts.fit.account import recipes_table
+    from tpu_rl.scripts.fit.compiler import digest
+
+    table = recipes_table({name: Fit(figures()[digest(request)]) for name, request in recipe_requests().items()})
+    assert DOC.read_text() == doc_with_table(DOC.read_text(), table), "run tools/generate_fit_figures.py"

@@ -68,6 +68,8 @@ CASES = (
     Case("down", ("down", GKE, "--yes")),
     Case("down", ("down", VM, "--yes"), "vm"),
     Case("check-rewards", ("check-rewards", "rewards.py:short")),
+    Case("fit", ("fit", GKE)),
+    Case("fit", ("fit", VM), "vm"),
     Case("plan-review", ("plan-review",), clone=True),
 )
 

@@ -26,9 +26,20 @@ sys.path.insert(0, str(REPO))
 from tpu_rl.jobs.fit import compile_request  # noqa: E402
 from tpu_rl.recipes import all_recipes, example_settings  # noqa: E402
 from tpu_rl.recipes.runs.spec import RunSpec  # noqa: E402
+from tpu_rl.scripts.fit.account import Fit, recipes_table  # noqa: E402
 from tpu_rl.scripts.fit.compiler import compile_now, digest  # noqa: E402
 
 FIGURES = REPO / "recipes" / "fit" / "figures.json"
+DOC = REPO / "docs" / "fit.md"
+TABLE_START, TABLE_END = "<!-- fit table:", "<!-- end of fit table -->"
+
+
+def doc_with_table(doc: str, table: str) -> str:
+    """docs/fit.md with its recipe table (between the two markers) replaced by `table`."""
+    head, start, rest = doc.partition(TABLE_START)
+    marker, newline, rest = rest.partition("\n")
+    _, end, tail = rest.partition(TABLE_END)
+    return f"{head}{start}{marker}{newline}{table}\n{end}{tail}"
 
 
 def recipe_requests() -> dict[str, dict]:
@@ -48,7 +59,9 @@ def main(argv: list[str]) -> None:
     if "--cache" in argv:
         return
     FIGURES.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {FIGURES.relative_to(REPO)}", file=sys.stderr)
+    table = recipes_table({name: Fit(figures[digest(request)]) for name, request in recipe_requests().items()})
+    DOC.write_text(doc_with_table(DOC.read_text(), table))
+    print(f"wrote {FIGURES.relative_to(REPO)} and the table of {DOC.relative_to(REPO)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -168,8 +168,11 @@ class Fit:
                 ("resident", f"{gib(self.resident)} (actor {gib(self.held['actor'])}, reference "
                              f"{gib(self.held['reference'])}, optimizer {gib(self.held['optimizer'])})")]
         share = gib(self.result["vllm_share_bytes"])
-        rows.append(("vLLM", f"{share} of each shared chip, {gib(self.vllm_beside)} beside the models" if shared
-                     else f"{share} of each of its {self.result['sampler_chips']} own chips"))
+        if self.result.get("sampler", "vllm") != "vllm":
+            rows.append(("vLLM", "none: the actor samples (the real-chip smoke's stand-in)"))
+        else:
+            rows.append(("vLLM", f"{share} of each shared chip, {gib(self.vllm_beside)} beside the models" if shared
+                         else f"{share} of each of its {self.result['sampler_chips']} own chips"))
         for part in self.parts:
             rows.append((PROGRAM_NAMES[part.name], self.verdict(part)))
         rows.append(("limit", f"{gib(self.limit)} a chip, the compiler's; margin {gib(self.margin)}"))

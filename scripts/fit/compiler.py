@@ -101,6 +101,9 @@ def ready_environment(version: str, say) -> environment.Environment:
 
 def _run(env: environment.Environment, request: dict, say) -> dict:
     """The compile as a process of its own, its progress lines passed on, at most COMPILE_SECONDS."""
+    if not (env.libtpu / "libtpu").is_dir():
+        raise UserError(f"libtpu, XLA's TPU compiler, is missing from {env.path}/{environment.LIBTPU_DIR}: "
+                        "`make install` (or deleting that environment, which `tpu-rl fit` then builds) installs it")
     what = f"{request['accelerator']}'s compiler (MaxText {request['maxtext_version']})"
     path = os.pathsep.join(filter(None, [str(HERE), str(env.libtpu), os.environ.get("PYTHONPATH", "")]))
     process = subprocess.Popen([str(env.python), str(HERE / "maxtext_compile.py")], stdin=subprocess.PIPE,
