@@ -20,10 +20,12 @@ from datetime import datetime, timedelta, timezone
 
 from peers import kueue
 from peers.admission import Admission
+from peers.deletion import JOBSET_UID_LABEL, Deletion
 from peers.http import PeerServer, Reply
 from peers.job_life import JOBS, JobLife
 from peers.jobset_life import JobSetLife
 from peers.jobset_plan import Plan
+from peers.kube_status import status
 
 GROUP_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
 _JOBSETS = re.compile(rf"^{GROUP_PATH}/namespaces/(?P<ns>[^/]+)/jobsets(?:/(?P<name>[^/]+))?$")
@@ -112,27 +114,8 @@ def _selected(labels: dict, query: dict) -> bool:
     return all(labels.get(key) == value for key, value in wanted.items())
 
 
-def status(code: int, reason: str, message: str, details: dict | None = None) -> Reply:
-    return Reply(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": message, "reason": reason, **({"details": details} if details else {}),
-                        "code": code})
-
-
-def uid_conflict(name: str, wanted: str, actual: str) -> Reply:
-    """The API server's answer to a DELETE whose preconditions.uid names another object: the etcd3
-    store's checkPreconditions fails with StorageError "invalid object" (code 4) and the registry turns
-    it into a 409 Conflict Status (kubernetes/kubernetes staging/src/k8s.io/apiserver:
-    pkg/storage/etcd3/store.go checkPreconditions, pkg/storage/errors.go StorageError.Error,
-    pkg/storage/errors/storage.go InterpretDeleteError; k8s.io/apimachinery pkg/api/errors NewConflict,
-    "Operation cannot be fulfilled on %s %q: %v")."""
-    key = f"/registry/jobset.x-k8s.io/jobsets/default/{name}"
-    return status(409, "Conflict", f'Operation cannot be fulfilled on jobsets.jobset.x-k8s.io "{name}": StorageError: '
-                                   f"invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: "
-                                   f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {actual}",
-                  {"name": name, "group": "jobset.x-k8s.io", "kind": "jobsets"})
-
 @dataclass
-class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
+class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
     jobsets: dict = field(default_factory=dict)
     pods: dict = field(default_factory=dict)
     secrets: dict = field(default_factory=dict)
@@ -163,6 +146,7 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
     pod_log_stamps: dict = field(default_factory=dict)  # when each of their lines was written, by pod name
     job_calls: list = field(default_factory=list)  # ("create" | "delete", Job name), in order
     kubelet: object = None  # runs a Job pod's container (peers/kubelet.py); None: its pods stay Pending
+    pod_stop_passes: int = 2  # requests a pod the garbage collector deleted takes to go (peers/deletion.py)
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 
@@ -173,6 +157,8 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
         self._terminating: set[str] = set()  # JobSets whose earlier attempt's pods are still going away
         self._filed: dict[str, int] = {}  # requests Kueue filed for the JobSet's Workload, by JobSet name
         self._assigned: dict[str, str] = {}  # the mode the flavor assigner chose (flavor_order), by JobSet
+        self._stopping: dict[str, int] = {}  # pods the garbage collector deleted: passes until they are gone
+        self._orphaned: set[str] = set()  # UIDs of JobSets deleted with propagation Orphan
 
     # -- what tests use ---------------------------------------------------------------------------
     def plan(self, name: str, **kwargs) -> Plan:
@@ -228,6 +214,7 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
 
     def route(self, method: str, path: str, query: dict, body: bytes) -> Reply:
         self.calls.append((self.actor, method, path, dict(query)))
+        self._collect()
         if path in ("/version", "/version/"):  # the Python client asks for /version/
             major, minor = self.version.lstrip("v").split(".")[:2]
             return Reply(200, {"major": major, "minor": minor, "gitVersion": self.version,
@@ -285,26 +272,16 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
         if name not in self.jobsets:
             return status(404, "NotFound", f'jobsets.jobset.x-k8s.io "{name}" not found')
         if method == "GET":
-            self._advance(name)
+            if not self.jobsets[name]["metadata"].get("deletionTimestamp"):  # its controllers stop then
+                self._advance(name)
             return Reply(200, self.jobsets[name])
         if method == "DELETE":
-            # DeleteOptions preconditions.uid: the API server answers 409 Conflict for another object
-            # (k8s.io/apiserver pkg/registry/generic/registry/store.go, Preconditions.Check).
             if self.replaced_before_delete:  # another client replaced it between our GET and our DELETE
                 self.replaced_before_delete = False
-                self.jobsets[name]["metadata"]["uid"] = str(uuid.uuid4())
-            wanted = ((json.loads(body) if body else {}).get("preconditions") or {}).get("uid")
-            if wanted and wanted != self.jobsets[name]["metadata"]["uid"]:
-                return uid_conflict(name, wanted, self.jobsets[name]["metadata"]["uid"])
-            self.deleted.append(name)
-            del self.jobsets[name]
-            for request in self.requests_of(name):  # owned by the Workload, which the JobSet owns
-                del self.provreqs[request["metadata"]["name"]]
-            del self.workloads[name]
-            self._assigned.pop(name, None)
-            for pod in self._pods_of(name):
-                del self.pods[pod["metadata"]["name"]]
-            return Reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+                new = self.jobsets[name]["metadata"]["uid"] = str(uuid.uuid4())
+                for pod in self._pods_of(name, uid=False):
+                    pod["metadata"]["labels"][JOBSET_UID_LABEL] = new
+            return self._delete_jobset(name, body, query)
         return status(405, "MethodNotAllowed", method)
 
     def _pods(self, method: str, name: str | None, log: bool, query: dict) -> Reply:
