@@ -61,6 +61,20 @@ class Jobs:
         return sorted(pods, key=lambda pod: (pod["metadata"].get("creationTimestamp") or "",
                                              (pod.get("status") or {}).get("startTime") or "~"))
 
+    def events(self, pod: str) -> list[dict]:
+        """The core/v1 Events about a pod (involvedObject.name is a field the API selects Events by); none
+        when RBAC does not let the user list them (why a pod waits is then its status alone)."""
+        try:
+            response = call(self.cluster.policy, f"listing events of pod {pod}", lambda: (
+                self.cluster.core.list_namespaced_event(
+                    self.cluster.namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}",
+                    _request_timeout=self._timeout, _preload_content=False)))
+        except ApiException as error:
+            if error.status == 403:
+                return []
+            raise failed(f"listing events of pod {pod}", error) from None
+        return json.loads(response.data).get("items", [])
+
     def delete(self, name: str) -> bool:
         """Delete the Job in the foreground and wait until it and its pod are gone (deletion.Gone: its pod's
         grace period, then the garbage collector); False when there was none. The options go in the body:

@@ -23,6 +23,8 @@ from datetime import datetime, timezone
 from peers import kueue
 from peers.deletion import delete_options, mark_deleting, precondition_failed, propagation, refused
 from peers.kube_status import success
+from peers.pod_start import never_starts
+from peers.settings import SETTINGS
 
 JOBS = re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs(?:/(?P<name>[^/]+))?$")
 
@@ -115,7 +117,8 @@ class JobLife:
                   "job-name": name, "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid}
         self.pods[pod_name] = {
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": "default", "creationTimestamp": _now(), "labels": labels,
+            "metadata": {"name": pod_name, "namespace": "default", "uid": str(uuid.uuid4()),
+                         "creationTimestamp": _now(), "labels": labels,
                          "annotations": dict(template["metadata"].get("annotations") or {}),
                          "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
                                               "controller": True, "blockOwnerDeletion": True}]},
@@ -124,7 +127,11 @@ class JobLife:
         }
         self.pod_logs[pod_name] = ""
         job["status"]["active"] = 1
-        if self.kubelet is not None:
+        if self.driver_stuck:
+            self.events += never_starts(self.pods[pod_name], self.driver_stuck, SETTINGS["GCS_BUCKET"],
+                                        f"{SETTINGS['CLUSTER_NAME']}-gke-wl-sa@{SETTINGS['PROJECT']}.iam."
+                                        "gserviceaccount.com")  # stacks/gke.py's workload account
+        elif self.kubelet is not None:
             self.kubelet.start(self, job, self.pods[pod_name])
 
     # -- what the kubelet calls (not under the lock) ----------------------------------------------------

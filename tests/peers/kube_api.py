@@ -35,6 +35,7 @@ _REQUESTS = re.compile(r"^/apis/autoscaling.x-k8s.io/v1/namespaces/(?P<ns>[^/]+)
 _SECRETS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets(?:/(?P<name>[^/]+))?$")
 _CONFIGMAPS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps(?:/(?P<name>[^/]+))?$")
 _NODES = "/api/v1/nodes"
+_EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs$")
 
 # -- what a request asks, as the API server's authorizer sees it ------------------------------------
@@ -147,6 +148,10 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
     job_calls: list = field(default_factory=list)  # ("create" | "delete", Job name), in order
     kubelet: object = None  # runs a Job pod's container (peers/kubelet.py); None: its pods stay Pending
     pod_stop_passes: int = 2  # requests a pod the garbage collector deleted takes to go (peers/deletion.py)
+    # A Job's pods never start, stuck as peers/pod_start.py never_starts says ("forbidden", "no bucket",
+    # "no identity", "unschedulable", "image"); the Events about them in `events` (core/v1).
+    driver_stuck: str | None = None
+    events: list = field(default_factory=list)
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 
@@ -230,6 +235,11 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
             return self._jobsets(method, match["name"], body, query)
         if match := JOBS.match(path):
             return self._jobs(method, match["name"], body, query, Reply, status, _selected)
+        if _EVENTS.match(path) and method == "GET":  # by involvedObject.<field>=<value> terms
+            terms = dict(term.split("=", 1) for term in query.get("fieldSelector", "").split(",") if term)
+            return Reply(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": [
+                event for event in self.events if all(event["involvedObject"].get(key.split(".", 1)[1]) == value
+                                                      for key, value in terms.items())]})
         if match := _PODS.match(path):
             return self._pods(method, match["name"], bool(match["log"]), query)
         if _WORKLOADS.match(path) and method == "GET":
