@@ -64,9 +64,6 @@ def _run(*args: str):
     ("no bucket", "FailedMount", mount_error("no bucket", BUCKET, ACCOUNT),
      f"bucket gs://{BUCKET} does not exist: deploy the artifacts stack (`npx cdktf deploy artifacts`) or fix "
      "GCS_BUCKET"),
-    ("unschedulable", "Unschedulable", NO_ROOM,
-     "the system pool system-np has no room for it and its autoscaler added none: see `kubectl get pods -A -o wide` "
-     "for what fills it, or end other runs' drivers"),
 ])
 def test_a_driver_pod_that_never_starts_ends_run_at_the_bound_naming_the_reason_and_the_fix(
         cloud, monkeypatch, how, reason, said, fix):
@@ -83,6 +80,23 @@ def test_a_driver_pod_that_never_starts_ends_run_at_the_bound_naming_the_reason_
         f"error: the run's driver did not start within 0:20:00 (pod {pod}: {reason}: {said}); {fix}; its Job "
         f"{DRIVER} was deleted before it ran anything: then rerun `tpu-rl run {RECIPE}`")
     assert kube.jobs == {} and kube.created == []  # nothing ran, nothing was submitted
+
+
+def test_a_driver_pod_no_node_has_room_for_ends_run_at_the_bound_and_stays_to_start_once_one_has(
+        cloud, monkeypatch):
+    kube = cloud["kube"]
+    kube.driver_stuck = "unschedulable"
+    _ticking_clock(monkeypatch)
+    result = _run()
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    (pod,) = [event["involvedObject"]["name"] for event in kube.events]
+    assert error_line(result) == (
+        f"error: the run's driver found no room to start within 0:20:00 (pod {pod}: Unschedulable: {NO_ROOM}); "
+        "the system pool system-np has no room for it and its autoscaler added none: see `kubectl get pods -A "
+        f"-o wide` for what fills it, or end other runs' drivers; its Job {DRIVER} stays and starts once room "
+        f"frees (as a sweep's earlier runs end): follow it with `tpu-rl status {RECIPE}`, or stop it with "
+        f"`tpu-rl cancel {RECIPE}`")
+    assert list(kube.jobs) == [DRIVER] and kube.created == []
 
 
 def test_a_driver_image_that_does_not_exist_ends_run_at_once(cloud, monkeypatch):

@@ -29,6 +29,7 @@ DRIVER_START_SECONDS = NODE_PROVISION_SECONDS + IMAGE_PULL_FAILING_SECONDS
 # The gRPC codes the GCS FUSE CSI driver gives a mount it may not make (docs/troubleshooting.md of
 # GoogleCloudPlatform/gcs-fuse-csi-driver, "MountVolume.SetUp failures").
 NO_ACCESS_CODES = ("code = PermissionDenied", "code = Unauthenticated")
+SCHEDULING = ("Unschedulable", "FailedScheduling")  # no node has room: it starts once one has
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class NotStarted:
         if self.reason == "FailedMount" and "code = NotFound" in self.said:
             return (f"bucket gs://{bucket} does not exist: deploy the artifacts stack (`npx cdktf deploy "
                     "artifacts`) or fix GCS_BUCKET")
-        if self.reason in ("Unschedulable", "FailedScheduling"):
+        if self.reason in SCHEDULING:
             return (f"the system pool {SYSTEM_POOL_NAME} has no room for it and its autoscaler added none: see "
                     f"`kubectl get pods -A -o wide` for what fills it, or end other runs' drivers")
         if self.reason in UNPARSABLE_IMAGE + FAILING_PULL:
@@ -121,7 +122,8 @@ def waiting_line(state: NotStarted, now: datetime) -> str:
 
 class StartBound:
     """Follows the driver's newest pod until it starts: says why it waits whenever that changes, and past
-    DRIVER_START_SECONDS deletes the Job (nothing ran, so nothing was submitted) and ends the run."""
+    DRIVER_START_SECONDS ends the run: a pod that no node has room for is left to start once one has,
+    another that never ran has its Job deleted (nothing ran, so nothing was submitted)."""
 
     def __init__(self, session: Session, jobs) -> None:
         self.session, self.jobs, self.said = session, jobs, ""
@@ -145,6 +147,10 @@ class StartBound:
             return
         name, within = job["metadata"]["name"], "" if hopeless else f" within {hms(DRIVER_START_SECONDS)}"
         why = f"({state.where}: {state.why()}); {state.fix(self.session)}"
+        if state.reason in SCHEDULING:  # a queue for room, as a sweep's later drivers wait: kept
+            raise StepFailed(f"the run's driver found no room to start{within} {why}; its Job {name} stays and "
+                             f"starts once room frees (as a sweep's earlier runs end): follow it with "
+                             f"{self.session.command('status')}, or stop it with {self.session.command('cancel')}")
         if ran_before:  # its JobSets run on: stopping them is the user's call
             raise StepFailed(f"the run's driver was replaced by a pod that did not start{within} {why}; what it "
                              f"submitted runs on unwatched: see {self.session.command('status')}, or stop it "
