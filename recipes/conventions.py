@@ -111,6 +111,7 @@ SYSTEM_POOL_MACHINE_TYPE = "e2-standard-4"
 SYSTEM_POOL_VCPUS = 4
 SYSTEM_POOL_MEMORY_GIB = 16
 SYSTEM_POOL_NODES = 1
+SYSTEM_POOL_MAX_NODES = 3  # its autoscaler's maximum, for what a sweep's drivers may add (infra/gke_cluster.py)
 
 # Pinned cluster add-ons. JobSet matches the vendored CRD in tests/contracts/vendor/jobset/ (SOURCE.toml).
 JOBSET_VERSION = "v0.12.0"

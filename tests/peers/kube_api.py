@@ -182,7 +182,7 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
             self._advance(obj["metadata"]["name"], tick_only=True)
         return obj
 
-    def put_node(self, pool: str, index: int, labels: dict | None = None) -> dict:
+    def put_node(self, pool: str, index: int, labels: dict | None = None, allocatable: dict | None = None) -> dict:
         """A node of a GKE node pool: GKE labels it with its pool (cloud.google.com/gke-nodepool), and the
         stack's TPU pools add their capacity mode (tpu-rl/capacity) through node_config.labels."""
         name = f"gke-rl-test-{pool}-{index:04d}"
@@ -190,7 +190,8 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
                             "metadata": {"name": name, "uid": str(uuid.uuid4()),
                                          "labels": {"cloud.google.com/gke-nodepool": pool,
                                                     "kubernetes.io/hostname": name, **(labels or {})}},
-                            "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+                            "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                                                   **({"allocatable": allocatable} if allocatable else {})}}
         return self.nodes[name]
 
     def put_job(self, name: str, labels: dict, finished: str | None = None) -> dict:
@@ -240,6 +241,9 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
             return Reply(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": [
                 event for event in self.events if all(event["involvedObject"].get(key.split(".", 1)[1]) == value
                                                       for key, value in terms.items())]})
+        if path == "/api/v1/pods" and method == "GET":  # every namespace's, by spec.nodeName and status.phase
+            return Reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
+                pod for pod in self.pods.values() if _fields_match(pod, query.get("fieldSelector", ""))]})
         if match := _PODS.match(path):
             return self._pods(method, match["name"], bool(match["log"]), query)
         if _WORKLOADS.match(path) and method == "GET":
@@ -361,6 +365,19 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
             del store[name]
             return Reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
         return Reply(200, store[name])
+
+
+def _fields_match(pod: dict, selector: str) -> bool:
+    """A pod field selector's terms, path=value or path!=value (the fields kubectl describe node uses)."""
+    for term in filter(None, selector.split(",")):
+        negated = "!=" in term
+        path, value = term.split("!=" if negated else "=", 1)
+        found: object = pod
+        for part in path.split("."):
+            found = (found or {}).get(part) if isinstance(found, dict) else None
+        if (found == value) == negated:
+            return False
+    return True
 
 
 def write_kubeconfig(path, server_url: str, context: str, cluster: str | None = None) -> None:

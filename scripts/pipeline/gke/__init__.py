@@ -24,6 +24,8 @@ followed, its output verified in GCS, and its failures explained in one line eac
 - driver.py, attach.py, detach.py: the run's driver in the cluster (jobs/driver.py): `run` starts or
   finds it and follows it (attach.py), or returns at once (detach.py: `run --detach`, a sweep's runs);
   drive (Platform.drive) is what it runs, submit.py's pipeline.
+- system_room.py: a sweep's drivers on the system pool: how many fit, read from the cluster, and the
+  price of the nodes its autoscaler adds for the others.
 - driver_start.py: a driver pod that has not started: why, in the API's words, and the bound on it.
 
 Nothing is imported here: each command imports the module it runs, and only when it runs.
