@@ -83,5 +83,7 @@ def logs_gke(session: Session, step: Step, follow: bool, tail: int | None) -> It
                         f"were removed after the 24 h TTL): see {session.command('status')}")
     name = pod["metadata"]["name"]
     if follow:
-        return session.cluster.stream_log(name, MAIN_CONTAINER, tail_lines=tail)
+        from tpu_rl.scripts.pipeline.gke.log_stream import follow as follow_log
+
+        return follow_log(session, name, MAIN_CONTAINER, tail)
     return session.cluster.read_log(name, MAIN_CONTAINER, tail).splitlines()
