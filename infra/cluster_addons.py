@@ -28,6 +28,7 @@ from tpu_rl.infra.kueue_webhook_probe import (
     controller_namespace,
     kueue_webhook_probe_manifest,
 )
+from tpu_rl.recipes import conventions
 from tpu_rl.recipes.conventions import on_system_pool
 
 MANIFESTS_CHART = Path(__file__).parent / "charts" / "manifests"
@@ -39,7 +40,7 @@ GKE_AUTH_PLUGIN = "gke-gcloud-auth-plugin"
 # The queue objects' release has a namespace of its own: Helm reads a release by listing the Secrets of
 # its namespace (helm/helm@02ad2b11 pkg/storage/driver/secrets.go), so no release may sit beside the token
 # Secret in conventions.NAMESPACE (docs/provenance.md#helm-release-namespace).
-QUEUES_RELEASE = "tpu-rl-queues"
+QUEUES_RELEASE = conventions.QUEUES_RELEASE
 QUEUES_RELEASE_NAMESPACE = QUEUES_RELEASE
 
 

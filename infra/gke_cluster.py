@@ -126,7 +126,7 @@ class GkeClusterProps:
     # the cost estimate prices (tpu_rl.recipes.conventions), so the two cannot drift apart.
     system_machine_type: str
     system_min_nodes: int
-    system_max_nodes: int = 3
+    system_max_nodes: int = conventions.SYSTEM_POOL_MAX_NODES
     system_disk_type: str = "pd-balanced"  # fits the E2 system machines, which take no Hyperdisk
     release_channel: str = "REGULAR"
     labels: dict[str, str] = field(default_factory=dict)  # GCP resource labels of the cluster

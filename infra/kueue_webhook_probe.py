@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpu_rl.recipes.conventions import on_system_pool
+from tpu_rl.recipes.conventions import KUEUE_RELEASE, on_system_pool
 
 # Kueue's webhook Service can lag its Ready pod (kueue PR #8220), and then creating a queue object fails;
 # Cluster Toolkit sleeps 60 s (time_sleep.wait_for_webhook), we hold the queue release back with a Helm
 # hook pod in Kueue's own namespace until the Service answers (docs/provenance.md#kueue-webhook-readiness).
-KUEUE_RELEASE = "kueue"
 # Service "<fullname>-webhook-service", port 443; fullname is the release name when it contains the chart
 # name (kueue v0.17.1 charts/kueue/templates/webhook/service.yaml, _helpers.tpl, values.yaml).
 KUEUE_WEBHOOK_PORT = 443

@@ -111,10 +111,16 @@ SYSTEM_POOL_MACHINE_TYPE = "e2-standard-4"
 SYSTEM_POOL_VCPUS = 4
 SYSTEM_POOL_MEMORY_GIB = 16
 SYSTEM_POOL_NODES = 1
+SYSTEM_POOL_MAX_NODES = 3  # its autoscaler's maximum, for what a sweep's drivers may add (infra/gke_cluster.py)
 
 # Pinned cluster add-ons. JobSet matches the vendored CRD in tests/contracts/vendor/jobset/ (SOURCE.toml).
 JOBSET_VERSION = "v0.12.0"
 KUEUE_VERSION = "v0.17.1"
+# The Helm releases a stack uninstalls without waiting (infra/cluster_addons.py, docs/stacks.md "Deploy
+# and destroy"); `down` reads whether a stack's state still records a wait for them.
+KUEUE_RELEASE = "kueue"
+QUEUES_RELEASE = "tpu-rl-queues"
+UNWAITED_RELEASES = (KUEUE_RELEASE, QUEUES_RELEASE)
 
 ARTIFACTS_STACK = "artifacts"
 

@@ -410,3 +410,34 @@ def test_the_idle_bill_says_the_boot_disks_are_not_included(cloud):
     assert result.exit_code == 0, result.output
     line = " ".join(result.output.split())
     assert "system-np 1 node" in line and "node boot disks not included (prices.toml has no disk price)" in line
+
+
+def test_down_says_a_state_that_still_waits_on_uninstalling_the_kueue_releases(deployed, monkeypatch):
+    """A stack deployed before its Kueue and queue releases stopped waiting: helm provider 3.1.1 uninstalls
+    with the state's wait and timeout, so `down` says so before the question, and in its failure line."""
+    from peers.tf_state import cluster_state
+
+    state = cluster_state(SETTINGS["PROJECT"], SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"],
+                          {"jobset": (True, 300), "kueue": (True, 300), "tpu-rl-queues": (True, 600)})
+    deployed["gcs"].bucket(STATE_BUCKET).blob(f"tpu-rl/{RECIPE}/default.tfstate").upload_from_string(state)
+    monkeypatch.setenv("NPX_EXIT", "1")
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == ExitCode.API_ERROR, result.output
+    assert (f"! the state of stack {RECIPE} still records a wait on uninstalling Helm release(s) kueue (up to 5 "
+            "min), tpu-rl-queues (up to 10 min), as deployed before tpu-rl stopped waiting on them: the helm "
+            "provider uninstalls with the state's wait, so the destroy may wait that long on Kueue's finalizers "
+            f"and stop before the cluster. First run `npx cdktf deploy {RECIPE}` (it records no wait), then "
+            f"`tpu-rl down {RECIPE}`") in " ".join(result.output.split())
+    assert f"run `npx cdktf deploy {RECIPE}` (its Helm releases then uninstall without waiting), then `tpu-rl " \
+           f"down {RECIPE}` again" in error_line(result)
+
+
+def test_down_says_nothing_of_waits_when_the_state_records_none(deployed):
+    from peers.tf_state import cluster_state
+
+    state = cluster_state(SETTINGS["PROJECT"], SETTINGS["REGION"], SETTINGS["CLUSTER_NAME"],
+                          {"jobset": (True, 300), "kueue": (False, 300), "tpu-rl-queues": (False, 600)})
+    deployed["gcs"].bucket(STATE_BUCKET).blob(f"tpu-rl/{RECIPE}/default.tfstate").upload_from_string(state)
+    result = runner.invoke(app, ["down", RECIPE, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "records a wait" not in result.output

@@ -1,6 +1,6 @@
 """`run` deletes a JobSet that fell short only if it is still that JobSet: the DELETE carries
 DeleteOptions preconditions.uid, and the API server refuses another object of the name with a 409
-Conflict Status (the fake's is the real shape: tests/peers/kube_api.py uid_conflict)."""
+Conflict Status (the fake's is the real shape: tests/peers/deletion.py precondition_failed)."""
 
 from __future__ import annotations
 
@@ -44,11 +44,12 @@ def test_the_fake_api_answers_a_delete_with_another_uid_with_the_api_servers_409
     assert refused.value.status == 409
     body = json.loads(refused.value.body)
     assert (body["kind"], body["status"], body["reason"], body["code"]) == ("Status", "Failure", "Conflict", 409)
-    assert body["details"] == {"name": TRAIN, "group": "jobset.x-k8s.io", "kind": "jobsets"}
+    # rest.BeforeDelete checks the precondition first, with NewConflict of the object's kind
+    assert body["details"] == {"name": TRAIN, "group": "jobset.x-k8s.io", "kind": "JobSet"}
     assert body["message"] == (
-        f'Operation cannot be fulfilled on jobsets.jobset.x-k8s.io "{TRAIN}": StorageError: invalid object, Code: 4, '
-        f"Key: /registry/jobset.x-k8s.io/jobsets/default/{TRAIN}, ResourceVersion: 0, AdditionalErrorMsg: "
-        f"Precondition failed: UID in precondition: an-old-uid, UID in object meta: {uid}")
+        f'Operation cannot be fulfilled on JobSet.jobset.x-k8s.io "{TRAIN}": the UID in the precondition '
+        f"(an-old-uid) does not match the UID in record ({uid}). The object might have been deleted and then "
+        "recreated")
     assert TRAIN in kube.jobsets and kube.deleted == []
     api.delete_namespaced_custom_object(group, version, "default", "jobsets", TRAIN,
                                         body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid)))

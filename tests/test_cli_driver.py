@@ -6,6 +6,8 @@ Against the local peers, the fake API's kubelet runs the driver's container as a
 
 from __future__ import annotations
 
+import json
+
 import io
 import os
 import signal
@@ -206,9 +208,9 @@ def test_cancel_deletes_the_driver_and_waits_for_its_pod_before_it_deletes_the_j
     wait_for("train to run", lambda: jobset_of(RECIPE, "train") in kube.jobsets, kube)
     result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
     assert result.exit_code == 0, result.output
-    deletes = [path for method, path, _ in kube.requests if method == "DELETE"]
-    assert [path.split("?")[0].rsplit("/", 1)[1] for path in deletes] == [DRIVER, jobset_of(RECIPE, "train")]
-    assert "propagationPolicy=Foreground" in deletes[0]
+    deletes = [(path, body) for method, path, body in kube.requests if method == "DELETE"]
+    assert [path.split("?")[0].rsplit("/", 1)[1] for path, _ in deletes] == [DRIVER, jobset_of(RECIPE, "train")]
+    assert json.loads(deletes[0][1]) == {"propagationPolicy": "Foreground"}  # in the body: the API reads it there
     assert all(process.poll() is not None for process in kubelet.processes.values())  # stopped first
     assert kube.jobsets == {} and kube.jobs == {}
     assert f"deleted driver Job {DRIVER}" in result.output

@@ -83,36 +83,51 @@ def test_logs_prints_the_main_container_of_the_step(cloud):
     assert "container=workload-container" in path and "pathways-head" in path
 
 
+def _convert(cloud, phase: str, **plan) -> None:
+    cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", **plan)
+    cloud["kube"].put_jobset(render_manifests(spec_of(get_recipe(RECIPE)), peer_settings())["convert"], phase)
+
+
 def test_logs_follow_streams_until_the_container_ends(cloud):
-    recipe = get_recipe(RECIPE)
-    cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="a\nb\n")
-    cloud["kube"].put_jobset(render_manifests(spec_of(recipe), peer_settings())["convert"], "running")
+    _convert(cloud, "succeeded", logs="a\nb\n")
     result = runner.invoke(app, ["logs", RECIPE, "convert", "-f"])
-    assert result.exit_code == 0 and result.output.splitlines() == ["a", "b"]
+    assert result.exit_code == 0 and result.output.splitlines() == ["a", "b"], result.output
     assert any("follow=true" in path for _, path, _ in cloud["kube"].requests)
 
 
 def test_logs_follow_starts_from_the_last_tail_lines(cloud):
-    recipe = get_recipe(RECIPE)
-    cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="a\nb\nc\nd\ne\n")
-    cloud["kube"].put_jobset(render_manifests(spec_of(recipe), peer_settings())["convert"], "running")
+    _convert(cloud, "succeeded", logs="a\nb\nc\nd\ne\n")
     result = runner.invoke(app, ["logs", RECIPE, "convert", "-f", "--tail", "3"])
     assert result.exit_code == 0 and result.output.splitlines() == ["c", "d", "e"], result.output
     [path] = [path for _, path, _ in cloud["kube"].requests if "follow=true" in path]
     assert "tailLines=3" in path
 
 
-def test_logs_follow_broken_midway_is_one_line(cloud):
+def test_logs_follow_broken_midway_is_reopened_and_loses_no_line(cloud):
     from peers.http import Fault
 
-    recipe = get_recipe(RECIPE)
-    cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang", logs="a\nb\n")
-    cloud["kube"].put_jobset(render_manifests(spec_of(recipe), peer_settings())["convert"], "running")
+    _convert(cloud, "succeeded", logs="a\nb\n")
     cloud["kube"].faults.append(Fault("GET", "/log", "cut"))
     result = runner.invoke(app, ["logs", RECIPE, "convert", "-f"])
+    assert result.exit_code == 0 and result.output.splitlines() == ["a", "b"], result.output
+
+
+def test_logs_follow_reopens_a_dropped_stream_and_ends_in_one_line_when_it_keeps_dropping(cloud):
+    """The container runs, but each stream ends (as a dropped one does): each reopening shows only the new
+    lines, and once DROPS_WITHOUT_A_LINE reopenings in a row bring none, `logs -f` ends in one line, exit 4."""
+    from tpu_rl.scripts.pipeline.gke.log_stream import DROPS_WITHOUT_A_LINE
+
+    _convert(cloud, "running", log_reads=["a\n", "a\nb\n", "a\nb\nc\n"])
+    result = runner.invoke(app, ["logs", RECIPE, "convert", "-f"])
     assert result.exit_code == 4, result.output
-    [error] = result.output.splitlines()  # urllib3 drops the partial chunk with the broken read
-    assert error.startswith("error: lost the connection to the cluster") and "run the command again" in error
+    *lines, error = result.output.splitlines()
+    assert lines == ["a", "b", "c"]
+    pod = next(name for name in cloud["kube"].pods if "convert" in name)
+    assert error == (f"error: the log stream of pod {pod} dropped {DROPS_WITHOUT_A_LINE} times in a row with no "
+                     "new line while its container runs: the cluster does not serve its log now; run the command "
+                     "again")
+    follows = [path for _, path, _ in cloud["kube"].requests if "follow=true" in path]
+    assert len(follows) == 3 + DROPS_WITHOUT_A_LINE  # three with a new line, then the drops
 
 
 def test_run_with_follow_logs_streams_the_step_logs(cloud):

@@ -30,6 +30,12 @@ class SweepPlan:
     name: str
     runs: list[PricedRun]
     convert_usd: float
+    convert_minutes: int = 0
+
+    @property
+    def minutes(self) -> list[int]:
+        """How long each run's turn lasts, in order; the shared convert, before the first train, in the first's."""
+        return [run.minutes + (self.convert_minutes if number == 0 else 0) for number, run in enumerate(self.runs)]
 
     @property
     def total(self) -> float:
@@ -85,14 +91,14 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
                         "shares one; sweep only keys that leave the model as it is")
     swept = name or file_name or sweep_name(recipe.name, [spec.run for spec in specs])
     priced = []
-    convert_usd = 0.0
+    convert_usd, convert_minutes = 0.0, 0
     for spec in specs:
         estimate = pipeline_run_estimate(spec)
-        convert_usd = estimate.step("convert").usd
+        convert_usd, convert_minutes = estimate.step("convert").usd, estimate.step("convert").minutes
         own = [estimate.step(step) for step in STEPS if step != "convert"]
         priced.append(PricedRun(spec.with_sweep(swept), sum(step.minutes for step in own),
                                 sum(step.usd for step in own)))
-    return SweepPlan(swept, priced, convert_usd)
+    return SweepPlan(swept, priced, convert_usd, convert_minutes)
 
 
 def check_cap(plan: SweepPlan, max_cost: Optional[float]) -> None:
@@ -165,10 +171,13 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     for warning in run_warnings(plan):
         console.print(f"[yellow]{escape(warning)}[/]")
     if dry_run:
+        console.print("system nodes: the room for the sweep's drivers is read from the cluster when it starts, "
+                      "and the nodes they add priced then (a dry run reads no cluster)")
         console.print("dry run: nothing is started; start them with the same command without --dry-run")
         console.print(f"best run: `tpu-rl runs {recipe.name}` names it by held-out accuracy once they are evaluated")
         return
     check_names_free(plan, settings)
+    price_system_nodes(plan, settings, console, max_cost)
     start_runs(plan, settings, console)
 
 
@@ -224,6 +233,27 @@ def check_names_free(plan: SweepPlan, settings: Settings) -> None:
             raise UserError(f"sweep {plan.name}: run '{run.spec.run}' was started with other settings ({changes}; "
                             f"see {ArtifactPaths(run.spec, settings).run_record}): give it another name in the "
                             "sweep file, or leave its name out; nothing was started")
+
+
+def price_system_nodes(plan: SweepPlan, settings: Settings, console, max_cost: Optional[float]) -> None:
+    """What the sweep's drivers add on the platform (Platform.sweep_overhead: GKE's system nodes, read
+    from the cluster), said, and held to --max-cost with the rest before any run is started."""
+    from rich.markup import escape
+
+    from tpu_rl.recipes.costs.prices import usd
+    from tpu_rl.scripts.cli.cloud import make_session
+    from tpu_rl.scripts.pipeline.platforms import platform_for
+
+    spec = plan.runs[0].spec
+    extra, line = platform_for(spec.recipe).sweep_overhead(make_session(spec, settings, "reads"), plan.minutes)
+    if line:
+        console.print(escape(line))
+    if extra and max_cost is not None and plan.total + extra > max_cost:
+        raise UserError(f"sweep {plan.name} is estimated at {usd(plan.total + extra)} for {len(plan.runs)} runs "
+                        f"with the system nodes its drivers add, over --max-cost {usd(max_cost)}: drop values "
+                        "from the grid or raise --max-cost; nothing was started")
+    if extra:
+        console.print(f"expected with them: {usd(plan.total + extra)} in all")
 
 
 def start_runs(plan: SweepPlan, settings: Settings, console) -> None:

@@ -4,6 +4,7 @@
 - kube.py: the cluster: kubeconfig, JobSets, pods, logs, the token Secret.
 - gcs.py: the outputs each step must leave in the bucket, and whether they are there.
 - hf_token.py: the Hugging Face token in Secret Manager.
+- deletion.py: deleting with every DeleteOption in the body, and the bounded wait until the pods are gone.
 - retry.py: which Kubernetes calls are repeated, with backoff and a limit.
 - reach.py: the first contact with an endpoint (bucket, cluster, Compute, TPU, Secret Manager): said when
   slow, given up after a bound.

@@ -12,7 +12,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -22,9 +22,10 @@ from tpu_rl.recipes import Settings, UserError
 from tpu_rl.recipes import conventions
 from tpu_rl.recipes.conventions import JOBSET_VERSION, NAMESPACE
 from tpu_rl.recipes.errors import NotDeployed
+from tpu_rl.scripts.cloud import deletion
 from tpu_rl.scripts.cloud.reach import Unreachable, reaching
-from tpu_rl.scripts.cloud.retry import (RetriesExhausted, RetryPolicy, call, failed, is_transient, rejected_for_good,
-                                 wait_until)
+from tpu_rl.scripts.cloud.retry import (RetriesExhausted, RetryPolicy, call, failed, is_transient,
+                                        rejected_for_good)
 from tpu_rl.scripts.outcome import ApiError, describe
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
@@ -123,6 +124,7 @@ class Cluster:
     settings: Settings
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     namespace: str = NAMESPACE
+    say: Callable[[str], None] | None = None  # what a long wait waits for, shown to the user
 
     def __post_init__(self) -> None:
         self.core = k8s.CoreV1Api(self.api)
@@ -280,22 +282,23 @@ class Cluster:
             raise ApiError(f"{error}; nothing was submitted", transient=error.transient) from None
 
     def delete_jobset(self, name: str, uid: str | None = None) -> bool:
-        """Delete (with its pods) and wait until it is gone, so a new one with the same name can start.
-        With `uid`, only that JobSet: DeleteOptions preconditions.uid makes the API server refuse (409
-        Conflict) to delete another object of the name, e.g. one a concurrent `run --replace` submitted
-        (k8s.io/apimachinery meta/v1 Preconditions); then it is left alone and False is returned."""
-        body = {"body": k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))} if uid else {}
+        """Delete in the foreground and wait until it and its pods are gone, so a new one of the name starts
+        on a free slice. With `uid` only that JobSet: the API server answers 409 Conflict for another of the
+        name (one a concurrent `run --replace` submitted), which is left alone; then False is returned."""
         try:
-            call(self.policy, f"deleting JobSet {name}", lambda: self.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, name, propagation_policy="Foreground",
-                _request_timeout=self._timeout, **body))
+            deleting = call(self.policy, f"deleting JobSet {name}", lambda: self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, name, body=deletion.foreground(uid),
+                _request_timeout=self._timeout))
         except ApiException as error:
             if error.status == 409 and uid:
                 return False  # another JobSet of the name now: not ours to delete
             if error.status != 404:
                 raise failed(f"deleting JobSet {name}", error) from None
-        if not wait_until(self.policy, lambda: self.get_jobset(name) is None, attempts=self.policy.attempts * 4):
-            raise ApiError(f"JobSet {name} is still being deleted; wait a minute and run again")
+            deleting = {}
+        gone = deletion.Gone(f"JobSet {name}", deletion.pod_grace_seconds(deletion.jobset_pod_specs(deleting)),
+                             self.say)
+        gone.wait(lambda: self.get_jobset(name) is None, lambda attempt: self.policy.sleep(self.policy.delay(
+            min(attempt, 3))))
         return True
 
     # -- what Kueue and the cluster autoscaler say about a JobSet ----------------------------------

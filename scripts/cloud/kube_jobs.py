@@ -10,17 +10,14 @@ import time
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from tpu_rl.scripts.cloud import deletion
 from tpu_rl.scripts.cloud.kube import Cluster
 from tpu_rl.scripts.cloud.retry import call, failed
 from tpu_rl.scripts.outcome import ApiError, describe
 
 # The label the Job controller puts on its pods (kubernetes pkg/apis/batch/types.go JobNameLabel, 1.27+).
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-# How long a deleted Job's pod may take to go: the API's default grace period (PodSpec
-# terminationGracePeriodSeconds, 30 s; the driver's own is shorter), then a minute for the kubelet and
-# the garbage collector. Polled every GONE_POLL_SECONDS.
-GONE_SECONDS = 90.0
-GONE_POLL_SECONDS = 0.5
+GONE_POLL_SECONDS = 0.5  # how often the wait for a deleted Job's pod looks (deletion.Gone bounds it)
 
 
 class JobExists(ApiError):
@@ -64,19 +61,33 @@ class Jobs:
         return sorted(pods, key=lambda pod: (pod["metadata"].get("creationTimestamp") or "",
                                              (pod.get("status") or {}).get("startTime") or "~"))
 
-    def delete(self, name: str) -> bool:
-        """Delete the Job with foreground propagation and wait until it and its pods are gone (its pod's
-        grace period, GONE_SECONDS in all); False when there was none."""
+    def events(self, pod: str) -> list[dict]:
+        """The core/v1 Events about a pod (involvedObject.name is a field the API selects Events by); none
+        when RBAC does not let the user list them (why a pod waits is then its status alone)."""
         try:
-            call(self.cluster.policy, f"deleting Job {name}", lambda: self.batch.delete_namespaced_job(
-                name, self.cluster.namespace, propagation_policy="Foreground", _request_timeout=self._timeout,
+            response = call(self.cluster.policy, f"listing events of pod {pod}", lambda: (
+                self.cluster.core.list_namespaced_event(
+                    self.cluster.namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}",
+                    _request_timeout=self._timeout, _preload_content=False)))
+        except ApiException as error:
+            if error.status == 403:
+                return []
+            raise failed(f"listing events of pod {pod}", error) from None
+        return json.loads(response.data).get("items", [])
+
+    def delete(self, name: str) -> bool:
+        """Delete the Job in the foreground and wait until it and its pod are gone (deletion.Gone: its pod's
+        grace period, then the garbage collector); False when there was none. The options go in the body:
+        without them batch/v1 orphans the pod (jobStrategy.DefaultGarbageCollectionPolicy)."""
+        try:
+            response = call(self.cluster.policy, f"deleting Job {name}", lambda: self.batch.delete_namespaced_job(
+                name, self.cluster.namespace, body=deletion.foreground(), _request_timeout=self._timeout,
                 _preload_content=False))
         except ApiException as error:
             if error.status == 404:
                 return False
             raise failed(f"deleting Job {name}", error) from None
-
-        self._wait_gone(name)
+        self._wait_gone(name, json.loads(response.data))
         return True
 
     def wait_deleted(self, name: str) -> None:
@@ -84,13 +95,9 @@ class Jobs:
         there is none or it is not being deleted."""
         job = self.get(name)
         if job is not None and job["metadata"].get("deletionTimestamp"):
-            self._wait_gone(name)
+            self._wait_gone(name, job)
 
-    def _wait_gone(self, name: str) -> None:
-        """Until the Job and its pods are gone, at most GONE_SECONDS."""
-        deadline = time.monotonic() + GONE_SECONDS
-        while self.get(name) is not None or self.pods(name):
-            if time.monotonic() > deadline:
-                raise ApiError(f"Job {name} or its pod is still being deleted after {GONE_SECONDS:g} s; wait a "
-                               "minute and run again")
-            time.sleep(GONE_POLL_SECONDS)
+    def _wait_gone(self, name: str, job: dict) -> None:
+        """Until the Job and its pods are gone, within the bound its pod's grace period gives."""
+        gone = deletion.Gone(f"Job {name}", deletion.pod_grace_seconds(deletion.job_pod_specs(job)), self.cluster.say)
+        gone.wait(lambda: self.get(name) is None and not self.pods(name), lambda _: time.sleep(GONE_POLL_SECONDS))

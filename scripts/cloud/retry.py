@@ -66,12 +66,12 @@ def was_rejected(error: BaseException) -> bool:
     return isinstance(error, ApiException) and error.status == 429
 
 
-def _backoff(policy: RetryPolicy, cap_step: int | None = None) -> Callable[[tenacity.RetryCallState], float]:
+def _backoff(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], float]:
     def wait(state: tenacity.RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome and state.outcome.failed else None
         headers = getattr(error, "headers", None) or {}
         step = state.attempt_number - 1
-        return policy.delay(step if cap_step is None else min(step, cap_step), headers.get("Retry-After"))
+        return policy.delay(step, headers.get("Retry-After"))
     return wait
 
 
@@ -94,11 +94,3 @@ def call(policy: RetryPolicy, what: str, fn: Callable[[], T], *, idempotent: boo
             times = f"{policy.attempts} times" if within is None else f"for {within:g} s"
             raise RetriesExhausted(f"{what} failed {times}, last with {describe(error)}") from None
         raise
-
-
-def wait_until(policy: RetryPolicy, done: Callable[[], bool], attempts: int, cap_step: int = 3) -> bool:
-    """Poll `done` with the policy's backoff (capped at step `cap_step`) until it holds; False at the limit."""
-    retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(attempts), wait=_backoff(policy, cap_step),
-                                 retry=tenacity.retry_if_result(lambda ok: not ok), sleep=policy.sleep,
-                                 retry_error_callback=lambda state: False)
-    return retrying(done)

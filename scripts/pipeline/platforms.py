@@ -61,6 +61,11 @@ class Platform(Protocol):
         """The recipe's runs that wait in the platform's queue for their slice, by name, each with its
         place (1: next); {} when the platform queues no runs."""
 
+    def sweep_overhead(self, session: Session, minutes: list[int]) -> tuple[float, str]:
+        """What a sweep whose runs last `minutes` each, one after another, costs beyond its runs' own price
+        (GKE: the system nodes its drivers make the autoscaler add, read from the cluster), and the line
+        that says it; (0.0, "") where a sweep adds nothing."""
+
     def step_target(self, settings: Settings) -> str:
         """What runs a step, for a plan made without the cloud ("JobSet", the VM's startup script)."""
 

@@ -59,7 +59,8 @@ class Session:
     @property
     def cluster(self) -> Cluster:
         if self._cluster is None:
-            cluster = Cluster(self.clients.kube(), self.settings, self.policy)
+            cluster = Cluster(self.clients.kube(), self.settings, self.policy,
+                              say=lambda line: self.console.print(line, markup=False, highlight=False))
             cluster.check_ready()
             self._cluster = cluster
         return self._cluster

@@ -21,6 +21,10 @@ import uuid
 from datetime import datetime, timezone
 
 from peers import kueue
+from peers.deletion import delete_options, mark_deleting, precondition_failed, propagation, refused
+from peers.kube_status import success
+from peers.pod_start import never_starts
+from peers.settings import SETTINGS
 
 JOBS = re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs(?:/(?P<name>[^/]+))?$")
 
@@ -54,22 +58,37 @@ class JobLife:
             return status(404, "NotFound", f'jobs.batch "{name}" not found')
         if method == "GET":
             return reply(200, self.jobs[name])
-        if method == "DELETE":  # foreground: the Job stays, marked, while its pods terminate, then goes
-            self.job_calls.append(("delete", name))
+        if method == "DELETE":  # as peers/deletion.py reads the API server; batch/v1 orphans by default
             job = self.jobs[name]
-            if not job["metadata"].get("deletionTimestamp"):
-                job["metadata"]["deletionTimestamp"] = _now()
-                pods = self.pods_of_job(name)
+            meta, options = job["metadata"], delete_options(body, query)
+            if (answer := refused(options)) is not None:
+                return answer
+            wanted = (options.get("preconditions") or {}).get("uid")
+            if wanted and wanted != meta["uid"]:
+                return precondition_failed("Job", "batch", name, wanted, meta["uid"])
+            self.job_calls.append(("delete", name))
+            policy = propagation(options, meta.get("finalizers") or [], "Orphan")
+            if meta.get("deletionTimestamp"):  # already being deleted: its pods are on their way
+                return reply(200, job)
+            pods = self.pods_of_job(name)
+            if policy == "Orphan":  # the collector takes the Job out of its pod's owners; the pod runs on
+                for pod in pods:
+                    pod["metadata"]["ownerReferences"] = [ref for ref in pod["metadata"].get("ownerReferences") or []
+                                                          if ref["uid"] != meta["uid"]]
+            else:
                 for pod in pods:
                     pod["metadata"]["deletionTimestamp"] = _now()
-                threading.Thread(target=self._terminate_job, args=(name, [pod["metadata"]["name"] for pod in pods]),
-                                 daemon=True).start()
-            return reply(200, job)
+                threading.Thread(target=self._terminate_job, args=(name, meta["uid"], [
+                    pod["metadata"]["name"] for pod in pods]), daemon=True).start()
+            if policy == "Foreground" and mark_deleting(meta, policy):
+                return reply(200, job)
+            del self.jobs[name]
+            return success(name, "batch", "jobs", meta["uid"])
         return status(405, "MethodNotAllowed", method)
 
-    def _terminate_job(self, name: str, pods: list[str]) -> None:
+    def _terminate_job(self, name: str, uid: str, pods: list[str]) -> None:
         """The kubelet stops each pod's container within the pod's grace period (SIGTERM, then SIGKILL);
-        the pods, then the Job, leave the store (the garbage collector's foreground deletion)."""
+        the pods, then the Job of that UID if it waits for them (foreground), leave the store."""
         for pod_name in pods:
             pod = self.pods.get(pod_name) or {}
             # the API's default (PodSpec terminationGracePeriodSeconds: 30)
@@ -81,7 +100,8 @@ class JobLife:
                 self.pod_logs.pop(pod_name, None)  # a deleted pod's log is gone with it
                 self.pod_log_stamps.pop(pod_name, None)
         with self._lock:
-            self.jobs.pop(name, None)
+            if (self.jobs.get(name) or {}).get("metadata", {}).get("uid") == uid:
+                del self.jobs[name]
 
     def pods_of_job(self, name: str) -> list[dict]:
         return [pod for pod in self.pods.values()
@@ -97,7 +117,8 @@ class JobLife:
                   "job-name": name, "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid}
         self.pods[pod_name] = {
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": "default", "creationTimestamp": _now(), "labels": labels,
+            "metadata": {"name": pod_name, "namespace": "default", "uid": str(uuid.uuid4()),
+                         "creationTimestamp": _now(), "labels": labels,
                          "annotations": dict(template["metadata"].get("annotations") or {}),
                          "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
                                               "controller": True, "blockOwnerDeletion": True}]},
@@ -106,7 +127,11 @@ class JobLife:
         }
         self.pod_logs[pod_name] = ""
         job["status"]["active"] = 1
-        if self.kubelet is not None:
+        if self.driver_stuck:
+            self.events += never_starts(self.pods[pod_name], self.driver_stuck, SETTINGS["GCS_BUCKET"],
+                                        f"{SETTINGS['CLUSTER_NAME']}-gke-wl-sa@{SETTINGS['PROJECT']}.iam."
+                                        "gserviceaccount.com")  # stacks/gke.py's workload account
+        elif self.kubelet is not None:
             self.kubelet.start(self, job, self.pods[pod_name])
 
     # -- what the kubelet calls (not under the lock) ----------------------------------------------------
@@ -155,7 +180,8 @@ class JobLife:
                              "containerStatuses": [{"name": container, "ready": False, "restartCount": 0,
                                                     "state": {"terminated": terminated}}]}
             job = self.jobs.get(name)
-            if job is not None and not job["metadata"].get("deletionTimestamp"):  # a deleted Job starts none
+            ours = job is not None and job["metadata"]["uid"] == pod["metadata"]["labels"].get("controller-uid")
+            if ours and not job["metadata"].get("deletionTimestamp"):  # a deleted Job starts none
                 self._after_pod(job, pod, exit_code, disrupted)
 
     def _after_pod(self, job: dict, pod: dict, exit_code: int, disrupted: bool) -> None:

@@ -170,6 +170,7 @@ class JobSetLife:
                         "apiVersion": "v1", "kind": "Pod",
                         "metadata": {"name": pod, "namespace": "default", "creationTimestamp": _now(),
                                      "labels": {"jobset.sigs.k8s.io/jobset-name": name,
+                                                "jobset.sigs.k8s.io/jobset-uid": obj["metadata"]["uid"],
                                                 "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
                                                 "jobset.sigs.k8s.io/restart-attempt": str(obj["status"]["restarts"])}},
                         "spec": {"containers": [{"name": c["name"], "image": c.get("image", "")}
@@ -181,9 +182,12 @@ class JobSetLife:
                         "status": {"phase": "Pending"},
                     }
 
-    def _pods_of(self, name: str, rj: str | None = None) -> list[dict]:
+    def _pods_of(self, name: str, rj: str | None = None, uid: bool = True) -> list[dict]:
+        """The JobSet's pods (with `uid`, only those of the JobSet of the name that exists now)."""
+        current = (self.jobsets.get(name) or {}).get("metadata", {}).get("uid") if uid else None
         return [pod for pod in self.pods.values()
                 if pod["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name
+                and (current is None or pod["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-uid") == current)
                 and (rj is None or pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == rj)]
 
     def _main_rj(self, name: str) -> str:

@@ -20,10 +20,12 @@ from datetime import datetime, timedelta, timezone
 
 from peers import kueue
 from peers.admission import Admission
+from peers.deletion import JOBSET_UID_LABEL, Deletion
 from peers.http import PeerServer, Reply
 from peers.job_life import JOBS, JobLife
 from peers.jobset_life import JobSetLife
 from peers.jobset_plan import Plan
+from peers.kube_status import status
 
 GROUP_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
 _JOBSETS = re.compile(rf"^{GROUP_PATH}/namespaces/(?P<ns>[^/]+)/jobsets(?:/(?P<name>[^/]+))?$")
@@ -33,6 +35,7 @@ _REQUESTS = re.compile(r"^/apis/autoscaling.x-k8s.io/v1/namespaces/(?P<ns>[^/]+)
 _SECRETS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets(?:/(?P<name>[^/]+))?$")
 _CONFIGMAPS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps(?:/(?P<name>[^/]+))?$")
 _NODES = "/api/v1/nodes"
+_EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs$")
 
 # -- what a request asks, as the API server's authorizer sees it ------------------------------------
@@ -112,27 +115,8 @@ def _selected(labels: dict, query: dict) -> bool:
     return all(labels.get(key) == value for key, value in wanted.items())
 
 
-def status(code: int, reason: str, message: str, details: dict | None = None) -> Reply:
-    return Reply(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": message, "reason": reason, **({"details": details} if details else {}),
-                        "code": code})
-
-
-def uid_conflict(name: str, wanted: str, actual: str) -> Reply:
-    """The API server's answer to a DELETE whose preconditions.uid names another object: the etcd3
-    store's checkPreconditions fails with StorageError "invalid object" (code 4) and the registry turns
-    it into a 409 Conflict Status (kubernetes/kubernetes staging/src/k8s.io/apiserver:
-    pkg/storage/etcd3/store.go checkPreconditions, pkg/storage/errors.go StorageError.Error,
-    pkg/storage/errors/storage.go InterpretDeleteError; k8s.io/apimachinery pkg/api/errors NewConflict,
-    "Operation cannot be fulfilled on %s %q: %v")."""
-    key = f"/registry/jobset.x-k8s.io/jobsets/default/{name}"
-    return status(409, "Conflict", f'Operation cannot be fulfilled on jobsets.jobset.x-k8s.io "{name}": StorageError: '
-                                   f"invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: "
-                                   f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {actual}",
-                  {"name": name, "group": "jobset.x-k8s.io", "kind": "jobsets"})
-
 @dataclass
-class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
+class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
     jobsets: dict = field(default_factory=dict)
     pods: dict = field(default_factory=dict)
     secrets: dict = field(default_factory=dict)
@@ -163,6 +147,11 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
     pod_log_stamps: dict = field(default_factory=dict)  # when each of their lines was written, by pod name
     job_calls: list = field(default_factory=list)  # ("create" | "delete", Job name), in order
     kubelet: object = None  # runs a Job pod's container (peers/kubelet.py); None: its pods stay Pending
+    pod_stop_passes: int = 2  # requests a pod the garbage collector deleted takes to go (peers/deletion.py)
+    # A Job's pods never start, stuck as peers/pod_start.py never_starts says ("forbidden", "no bucket",
+    # "no identity", "unschedulable", "image"); the Events about them in `events` (core/v1).
+    driver_stuck: str | None = None
+    events: list = field(default_factory=list)
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 
@@ -173,6 +162,8 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
         self._terminating: set[str] = set()  # JobSets whose earlier attempt's pods are still going away
         self._filed: dict[str, int] = {}  # requests Kueue filed for the JobSet's Workload, by JobSet name
         self._assigned: dict[str, str] = {}  # the mode the flavor assigner chose (flavor_order), by JobSet
+        self._stopping: dict[str, int] = {}  # pods the garbage collector deleted: passes until they are gone
+        self._orphaned: set[str] = set()  # UIDs of JobSets deleted with propagation Orphan
 
     # -- what tests use ---------------------------------------------------------------------------
     def plan(self, name: str, **kwargs) -> Plan:
@@ -191,7 +182,7 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
             self._advance(obj["metadata"]["name"], tick_only=True)
         return obj
 
-    def put_node(self, pool: str, index: int, labels: dict | None = None) -> dict:
+    def put_node(self, pool: str, index: int, labels: dict | None = None, allocatable: dict | None = None) -> dict:
         """A node of a GKE node pool: GKE labels it with its pool (cloud.google.com/gke-nodepool), and the
         stack's TPU pools add their capacity mode (tpu-rl/capacity) through node_config.labels."""
         name = f"gke-rl-test-{pool}-{index:04d}"
@@ -199,7 +190,8 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
                             "metadata": {"name": name, "uid": str(uuid.uuid4()),
                                          "labels": {"cloud.google.com/gke-nodepool": pool,
                                                     "kubernetes.io/hostname": name, **(labels or {})}},
-                            "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+                            "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                                                   **({"allocatable": allocatable} if allocatable else {})}}
         return self.nodes[name]
 
     def put_job(self, name: str, labels: dict, finished: str | None = None) -> dict:
@@ -228,6 +220,7 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
 
     def route(self, method: str, path: str, query: dict, body: bytes) -> Reply:
         self.calls.append((self.actor, method, path, dict(query)))
+        self._collect()
         if path in ("/version", "/version/"):  # the Python client asks for /version/
             major, minor = self.version.lstrip("v").split(".")[:2]
             return Reply(200, {"major": major, "minor": minor, "gitVersion": self.version,
@@ -243,6 +236,14 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
             return self._jobsets(method, match["name"], body, query)
         if match := JOBS.match(path):
             return self._jobs(method, match["name"], body, query, Reply, status, _selected)
+        if _EVENTS.match(path) and method == "GET":  # by involvedObject.<field>=<value> terms
+            terms = dict(term.split("=", 1) for term in query.get("fieldSelector", "").split(",") if term)
+            return Reply(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": [
+                event for event in self.events if all(event["involvedObject"].get(key.split(".", 1)[1]) == value
+                                                      for key, value in terms.items())]})
+        if path == "/api/v1/pods" and method == "GET":  # every namespace's, by spec.nodeName and status.phase
+            return Reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
+                pod for pod in self.pods.values() if _fields_match(pod, query.get("fieldSelector", ""))]})
         if match := _PODS.match(path):
             return self._pods(method, match["name"], bool(match["log"]), query)
         if _WORKLOADS.match(path) and method == "GET":
@@ -285,26 +286,16 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
         if name not in self.jobsets:
             return status(404, "NotFound", f'jobsets.jobset.x-k8s.io "{name}" not found')
         if method == "GET":
-            self._advance(name)
+            if not self.jobsets[name]["metadata"].get("deletionTimestamp"):  # its controllers stop then
+                self._advance(name)
             return Reply(200, self.jobsets[name])
         if method == "DELETE":
-            # DeleteOptions preconditions.uid: the API server answers 409 Conflict for another object
-            # (k8s.io/apiserver pkg/registry/generic/registry/store.go, Preconditions.Check).
             if self.replaced_before_delete:  # another client replaced it between our GET and our DELETE
                 self.replaced_before_delete = False
-                self.jobsets[name]["metadata"]["uid"] = str(uuid.uuid4())
-            wanted = ((json.loads(body) if body else {}).get("preconditions") or {}).get("uid")
-            if wanted and wanted != self.jobsets[name]["metadata"]["uid"]:
-                return uid_conflict(name, wanted, self.jobsets[name]["metadata"]["uid"])
-            self.deleted.append(name)
-            del self.jobsets[name]
-            for request in self.requests_of(name):  # owned by the Workload, which the JobSet owns
-                del self.provreqs[request["metadata"]["name"]]
-            del self.workloads[name]
-            self._assigned.pop(name, None)
-            for pod in self._pods_of(name):
-                del self.pods[pod["metadata"]["name"]]
-            return Reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+                new = self.jobsets[name]["metadata"]["uid"] = str(uuid.uuid4())
+                for pod in self._pods_of(name, uid=False):
+                    pod["metadata"]["labels"][JOBSET_UID_LABEL] = new
+            return self._delete_jobset(name, body, query)
         return status(405, "MethodNotAllowed", method)
 
     def _pods(self, method: str, name: str | None, log: bool, query: dict) -> Reply:
@@ -374,6 +365,19 @@ class KubeApi(JobLife, JobSetLife, Admission, PeerServer):
             del store[name]
             return Reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
         return Reply(200, store[name])
+
+
+def _fields_match(pod: dict, selector: str) -> bool:
+    """A pod field selector's terms, path=value or path!=value (the fields kubectl describe node uses)."""
+    for term in filter(None, selector.split(",")):
+        negated = "!=" in term
+        path, value = term.split("!=" if negated else "=", 1)
+        found: object = pod
+        for part in path.split("."):
+            found = (found or {}).get(part) if isinstance(found, dict) else None
+        if (found == value) == negated:
+            return False
+    return True
 
 
 def write_kubeconfig(path, server_url: str, context: str, cluster: str | None = None) -> None:

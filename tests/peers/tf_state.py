@@ -27,10 +27,20 @@ def _resource(kind: str, name: str, attributes: dict, schema_version: int = 0) -
             "instances": [{"schema_version": schema_version, "attributes": attributes}]}
 
 
-def cluster_state(project: str, location: str, name: str) -> str:
+HELM = 'provider["registry.terraform.io/hashicorp/helm"]'
+
+
+def cluster_state(project: str, location: str, name: str, releases: dict[str, tuple[bool, int]] | None = None) -> str:
+    """The cluster, and `releases` by name as (wait, timeout): helm_release instances as helm provider 3.1.1
+    stores them (id the release name; wait and timeout among its attributes, helm/resource_helm_release.go)."""
+    helm = [{"mode": "managed", "type": "helm_release", "name": f"{release.replace('-', '_')}_5F6A7B",
+             "provider": HELM, "instances": [{"schema_version": 1, "attributes": {
+                 "id": release, "name": release, "namespace": f"{release}-system", "wait": wait,
+                 "timeout": timeout, "status": "deployed"}}]}
+            for release, (wait, timeout) in (releases or {}).items()]
     return _state([_resource("google_container_cluster", "gke_cluster_1A2B3C", {
         "id": f"projects/{project}/locations/{location}/clusters/{name}",
-        "name": name, "project": project, "location": location}, schema_version=2)])
+        "name": name, "project": project, "location": location}, schema_version=2), *helm])
 
 
 def leftover_state(project: str, region: str, cluster: str, network_project: str | None = None) -> str:

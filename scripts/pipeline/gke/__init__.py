@@ -20,10 +20,13 @@ followed, its output verified in GCS, and its failures explained in one line eac
 - billing.py: what an idle cluster still bills, for `runs` when no run is active or queued.
 - down.py: `down`: the recipe's stack destroyed once no run is active, the bucket kept.
 - evaluate.py: `eval`: a saved checkpoint scored on the held-out set by a scratch run's JobSet.
-- status.py: `status` and `logs`.
+- status.py: `status` and `logs`; log_stream.py: a followed log reopened after a drop, bounded.
 - driver.py, attach.py, detach.py: the run's driver in the cluster (jobs/driver.py): `run` starts or
   finds it and follows it (attach.py), or returns at once (detach.py: `run --detach`, a sweep's runs);
   drive (Platform.drive) is what it runs, submit.py's pipeline.
+- system_room.py: a sweep's drivers on the system pool: how many fit, read from the cluster, and the
+  price of the nodes its autoscaler adds for the others.
+- driver_start.py: a driver pod that has not started: why, in the API's words, and the bound on it.
 
 Nothing is imported here: each command imports the module it runs, and only when it runs.
 """

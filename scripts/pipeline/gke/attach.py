@@ -20,6 +20,7 @@ from tpu_rl.recipes import Step
 from tpu_rl.scripts.cloud.kube_jobs import Jobs
 from tpu_rl.scripts.outcome import ApiError, ExitCode, Reported, StepFailed
 from tpu_rl.scripts.pipeline.gke.driver import EXIT_CODES, exit_code_of, follow_commands, job_phase, start_driver
+from tpu_rl.scripts.pipeline.gke.driver_start import StartBound
 from tpu_rl.scripts.pipeline.session import Session
 
 FOLLOW_SECONDS = 2.0  # between two reads of the driver's log (at most; TPU_RL_POLL_SECONDS if shorter)
@@ -98,6 +99,7 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
     """Print the driver's log as it grows until its Job ends; exit as it did. Ctrl-C and a lost cluster
     detach, in one line that names the commands to come back with."""
     jobs, console = Jobs(session.cluster), session.console
+    start = StartBound(session, jobs)  # a pod that never starts is named, and bounded
     cursors: dict[str, LogCursor] = {}
     held: dict[str, str] = {}  # a pod's error line, shown once the pod's replacement or the Job's end says how
     ended: set[str] = set()
@@ -128,6 +130,9 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
                 _gone(session, name)
             if phase != "running":
                 break
+            newest = pods[-1]["metadata"]["name"] if pods else ""
+            start.observe(job, pods, printed=newest in cursors and cursors[newest].last is not None,
+                          ran_before=any(c.last is not None for pod, c in cursors.items() if pod != newest))
             time.sleep(pause)
     except KeyboardInterrupt:
         _detached(session, steps, "interrupted")

@@ -99,6 +99,23 @@ def _check_own_state(session: Session) -> tuple[str, list[tuple[str, dict]]]:
     return where, resources
 
 
+def waited_releases(resources: list[tuple[str, dict]]) -> list[tuple[str, int]]:
+    """(name, timeout) of each release the stack now uninstalls without waiting whose state still records a
+    wait: a stack deployed before they stopped waiting. The helm provider uninstalls with the state's wait
+    and timeout, not the config's (docs/stacks.md, "Deploy and destroy")."""
+    return [(attributes["name"], int(attributes.get("timeout") or 300)) for kind, attributes in resources
+            if kind == "helm_release" and attributes.get("name") in conventions.UNWAITED_RELEASES
+            and attributes.get("wait")]
+
+
+def _waits_line(recipe: str, waited: list[tuple[str, int]]) -> str:
+    names = ", ".join(f"{name} (up to {seconds // 60} min)" for name, seconds in waited)
+    return (f"! the state of stack {recipe} still records a wait on uninstalling Helm release(s) {names}, "
+            "as deployed before tpu-rl stopped waiting on them: the helm provider uninstalls with the state's "
+            "wait, so the destroy may wait that long on Kueue's finalizers and stop before the cluster. First "
+            f"run `npx cdktf deploy {recipe}` (it records no wait), then `tpu-rl down {recipe}`")
+
+
 def _config_env() -> dict[str, str]:
     """The environment cdktf runs in: this one, and the config file these settings came from, by its
     absolute path, as cdktf's synth runs in the checkout (recipes/settings/load.py reads ./tpu-rl.toml)."""
@@ -164,6 +181,9 @@ def down_gke(session: Session, yes: bool) -> None:
                              f"resources an earlier destroy left ({kinds}): `npx cdktf destroy {recipe}` "
                              "deletes them (the Cloud NAT bills until then)"))
     console.print(escape(f"still billed after: {kept}{reserved}"))
+    waited = waited_releases(resources)
+    if waited:
+        console.print(f"[yellow]{escape(_waits_line(recipe, waited))}[/]")
     if not yes:
         if session.confirm is None:
             raise UserError(f"down would destroy stack {recipe}: rerun with --yes to confirm (there is no "
@@ -174,8 +194,11 @@ def down_gke(session: Session, yes: bool) -> None:
     console.print(f"running `{' '.join(destroy_command(recipe))}` in {CHECKOUT}")
     code = subprocess.run(destroy_command(recipe), cwd=CHECKOUT, env=_config_env(), check=False).returncode
     if code != 0:
+        first = f"`npx cdktf deploy {recipe}` (its Helm releases then uninstall without waiting), then " \
+            if waited else ""
         raise DestroyFailed(f"`npx cdktf destroy {recipe}` exited {code} (its output is above); the stack's "
-                            f"state ({state}) keeps what it did not destroy: run `tpu-rl down {recipe}` again")
+                            f"state ({state}) keeps what it did not destroy: run {first}`tpu-rl down {recipe}` "
+                            "again")
     console.print(escape(f"stack {recipe} destroyed: its cluster bills nothing more; still billed: {kept}"
                          f"{reserved}"))
     console.print(f"to start again: `npx cdktf deploy {recipe}`, then the stack's get_credentials_command and "

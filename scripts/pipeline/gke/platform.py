@@ -57,6 +57,11 @@ class GkePlatform:
 
         return run_positions(session)
 
+    def sweep_overhead(self, session: Session, minutes: list[int]) -> tuple[float, str]:
+        from tpu_rl.scripts.pipeline.gke.system_room import read_room, sweep_nodes
+
+        return sweep_nodes(read_room(session), minutes)
+
     def step_target(self, settings: Settings) -> str:
         return "JobSet"
 

@@ -43,12 +43,15 @@ def status_gke(session: Session) -> StatusReport:
         rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
                                session.output_state(step, state.phase == "succeeded"), placement_of(pods) or "",
                                _training_now(session, job, state) if step == "train" else ""))
+    from tpu_rl.scripts.cloud.kube_jobs import Jobs
     from tpu_rl.scripts.pipeline.gke.driver import driver_state
+    from tpu_rl.scripts.pipeline.gke.driver_start import waiting_now
 
     driver = driver_state(session)
+    waiting = waiting_now(session, Jobs(session.cluster), driver.name) if driver.phase == "running" else ""
     run = session.paths.run_name
     return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows,
-                        "; ".join(notes), "; ".join(filter(None, [driver.line(), driver.drift()])))
+                        "; ".join(notes), "; ".join(filter(None, [driver.line(), waiting, driver.drift()])))
 
 def admission_note(session: Session, job: StepJob, jobset: dict | None, state: JobSetState) -> str:
     """What a suspended step waits for, from its Kueue Workload and request; for a deactivated one, why,
@@ -80,5 +83,7 @@ def logs_gke(session: Session, step: Step, follow: bool, tail: int | None) -> It
                         f"were removed after the 24 h TTL): see {session.command('status')}")
     name = pod["metadata"]["name"]
     if follow:
-        return session.cluster.stream_log(name, MAIN_CONTAINER, tail_lines=tail)
+        from tpu_rl.scripts.pipeline.gke.log_stream import follow as follow_log
+
+        return follow_log(session, name, MAIN_CONTAINER, tail)
     return session.cluster.read_log(name, MAIN_CONTAINER, tail).splitlines()

@@ -4,7 +4,6 @@ followed while it runs, and the end of the wait when its output stops (JobSetSta
 from __future__ import annotations
 
 import threading
-from datetime import datetime
 from typing import Callable
 
 from rich.markup import escape
@@ -16,6 +15,7 @@ from tpu_rl.scripts.outcome import ApiError, StepFailed
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, jobset_uid
 from tpu_rl.scripts.pipeline import stall
 from tpu_rl.scripts.pipeline.gke.diagnose import failure_message
+from tpu_rl.scripts.pipeline.gke.log_stream import SeenUpTo
 from tpu_rl.scripts.pipeline.gke.starting import StartWatch
 from tpu_rl.scripts.pipeline.gke.steps import (LOG_TAIL_LINES, PROGRESS_LOG_LINES, StepJob, elapsed_since, main_pod,
                                         unstamped)
@@ -50,19 +50,16 @@ class LogFollower(threading.Thread):
     def run(self) -> None:
         # Lines carry the kubelet's timestamps; after a drop the stream is reopened a little before the
         # last line seen and everything up to that line is skipped, so nothing repeats or goes missing.
-        last_stamp: datetime | None = None
+        seen = SeenUpTo()
         while not self.stop.is_set():
             try:
                 pod = main_pod(self.session.cluster.list_pods(self.job.selector), running_only=True)
                 if pod is not None:
-                    since = int((self.session.now() - last_stamp).total_seconds()) + 2 if last_stamp else None
-                    for raw in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER, since,
-                                                               timestamps=True):
-                        stamp, line = unstamped(raw)
-                        if stamp is not None and last_stamp is not None and stamp <= last_stamp:
-                            continue
-                        last_stamp = stamp or last_stamp
-                        self._print(line)
+                    for raw in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER,
+                                                               seen.since(self.session.now()), timestamps=True):
+                        line = seen.fresh(raw)
+                        if line is not None:
+                            self._print(line)
             except Exception:  # a dropped stream is not fatal; the main loop reports cluster trouble
                 pass
             self.stop.wait(max(self.session.poll_interval, 0.05))

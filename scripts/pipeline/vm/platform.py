@@ -44,6 +44,9 @@ class VmPlatform:
     def queue(self, session: Session) -> dict[str, int]:
         return {}  # one VM runs one run: nothing queues
 
+    def sweep_overhead(self, session: Session, minutes: list[int]) -> tuple[float, str]:
+        return 0.0, ""  # a VM recipe is not swept (recipes/runs/sweeps.py check_sweepable)
+
     def step_target(self, settings: Settings) -> str:
         return f"startup script of TPU VM {settings.vm_name}"
 
