@@ -1,9 +1,10 @@
 """A plan that cannot fit its chips is refused before anything is submitted, by `fit`, `run --dry-run`,
 `run` and `sweep` alike; one that fits says so, and a sweep compiles each memory shape once.
 
-The plan that cannot fit is qwen3-v6e32 with a micro-batch 8 times the recipe's (batch_size and
-train_micro_batch_size 64 instead of 8): 256 sequences a train step. XLA's TPU compiler refuses its train
-step for the 16 trainer chips of v6e-32 (compiled once in MaxText 0.2.4's environment, then cached).
+The plan that cannot fit is qwen3-v6e32 with a micro-batch 32 times the recipe's (batch_size and
+train_micro_batch_size 256 instead of 8): 1,024 sequences a train step. XLA's TPU compiler refuses its
+train step for the 16 trainer chips of v6e-32 (compiled once in MaxText 0.2.4's environment, then
+cached). 8 times the recipe's still fits: 256 sequences peak at 29.1 GiB of the chip's 31.2.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tpu_rl.scripts.fit import compiler
 from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
-TOO_BIG = ["--set", "batch_size=64", "--set", "train_micro_batch_size=64"]
+TOO_BIG = ["--set", "batch_size=256", "--set", "train_micro_batch_size=256"]
 runner = CliRunner()
 
 
@@ -40,15 +41,15 @@ def test_the_recipes_own_plan_fits_with_the_margin_and_shows_its_account():
     result = runner.invoke(app, ["fit", RECIPE])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == "compiled for             v6e-32, 16 trainer chips (fsdp 2, tensor 2, expert 4)"
+    assert lines[0] == "compiled for             v6e-32, 16 trainer chips (expert 4, fsdp 2, tensor 2)"
     assert any(line.startswith("vLLM                     ") and "of each of its 16 own chips" in line for line in lines)
     assert lines[-1].startswith("fits with the 10% margin: at most ") and "v6e-32 chip's 31.2 GiB" in lines[-1]
 
 
-def test_a_micro_batch_eight_times_the_recipes_is_refused_by_fit_with_the_figure_and_the_fix():
+def test_a_micro_batch_32_times_the_recipes_is_refused_by_fit_with_the_figure_and_the_fix():
     line = refused(["fit", RECIPE, *TOO_BIG])
     assert line.startswith("error: qwen3-v6e32 does not fit: the train step needs ")
-    assert "of a v6e chip's 31.2 GiB" in line and "on the 16 trainer chips (fsdp 2, tensor 2, expert 4)" in line
+    assert "of a v6e chip's 31.2 GiB" in line and "on the 16 trainer chips (expert 4, fsdp 2, tensor 2)" in line
     assert line.endswith("lower train_micro_batch_size, rl.num_generations or max_target_length")
 
 
@@ -74,7 +75,7 @@ def test_a_run_that_fits_says_so_before_its_plan(cloud):
 def test_a_sweep_with_one_point_that_cannot_fit_starts_none(cloud, tmp_path):
     sweep = tmp_path / "sweep.toml"
     sweep.write_text('[[runs]]\nset = ["learning_rate=1e-5"]\n\n'
-                     '[[runs]]\nset = ["batch_size=64", "train_micro_batch_size=64"]\n')
+                     '[[runs]]\nset = ["batch_size=256", "train_micro_batch_size=256"]\n')
     line = refused(["sweep", RECIPE, "--file", str(sweep), "--name", "too-big"])
     assert line.startswith("error: sweep too-big: run ") and "qwen3-v6e32 does not fit: the train step needs" in line
     assert line.endswith("; nothing was started")
@@ -93,3 +94,18 @@ def test_a_sweep_compiles_each_memory_shape_once(cloud, monkeypatch):
     assert result.exit_code == 0, result.output
     assert len(asked) == 2 == len(set(asked)), asked
     assert "(the tightest of 2 memory shapes)" in result.output
+
+
+def test_parallelism_the_trainer_chips_cannot_hold_is_refused_before_any_memory_is_counted(cloud):
+    line = refused(["run", RECIPE, "--dry-run", "--set", "ici_tensor_parallelism=3"])
+    assert line == ("error: qwen3-v6e32 cannot be laid out on its 16 trainer chips of v6e-32: its "
+                    "ici_*_parallelism (expert 4 × fsdp -1 × tensor 3; -1 takes what is left) must multiply to "
+                    "16; change them (MaxText: Unspecified value unable to be determined with the given ICI "
+                    "parallelism values)")
+    nothing_submitted(cloud)
+
+
+def test_skipping_the_check_is_said_and_recorded(cloud):
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run", "--skip-fit-check", *TOO_BIG])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith("warning: not judged by the TPU compiler (--skip-fit-check)")

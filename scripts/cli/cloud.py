@@ -13,7 +13,8 @@ import typer
 
 from tpu_rl.recipes import STEPS, UserError
 from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS_HELP, RUN_HELP, SELECT_SET_HELP,
-                              SET_HELP, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app, cloud_recipe, cloud_settings,
+                              SET_HELP, SKIP_FIT_HELP, SKIPPED_FIT, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app,
+                              cloud_recipe, cloud_settings,
                               handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
 from tpu_rl.scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from tpu_rl.scripts.cloud.reach import REACH_ENV  # the first contact with an endpoint (default 20)
@@ -172,7 +173,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help=UNCHECKED_IMPORTS_HELP),
         unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP),
         detach: bool = typer.Option(False, "--detach", help="Start the run (or find it) and return at once with "
-                                    "the commands that follow it.")) -> None:
+                                    "the commands that follow it."),
+        skip_fit_check: bool = typer.Option(False, "--skip-fit-check", help=SKIP_FIT_HELP)) -> None:
     """Run the pipeline: its driver (GKE: a Job in the cluster; VM: the startup script) submits each step,
     waits, verifies its output in GCS; this follows it (Ctrl-C detaches); rerun to reattach or resume."""
     from tpu_rl.recipes.runs.schedule import schedule_warning
@@ -187,7 +189,10 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     platform = platform_for(spec.recipe)
     platform.check_run_request(spec)
     console, warning = make_console(), schedule_warning(spec.recipe)
-    if "train" in wanted:  # before anything is submitted, or any capacity asked for
+    if "train" in wanted and skip_fit_check:
+        console.print(f"[yellow]{SKIPPED_FIT}[/]")
+        spec = spec.with_fit({"skipped": True})
+    elif "train" in wanted:  # before anything is submitted, or any capacity asked for
         from tpu_rl.scripts.fit.check import require_fit
 
         fit = require_fit(spec, settings, say=lambda line: say(f"fit: {line}", err=True))

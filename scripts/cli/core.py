@@ -251,6 +251,10 @@ EVAL_SET_HELP = ("An evaluation key for this evaluation only, e.g. num_test_batc
 UNUSUAL_HELP = ("Submit --set values MaxText takes but no run means (a boolean for a number, a negative size, "
                 "a magnitude far from MaxText's own value) as they are.")
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
+SKIP_FIT_HELP = ("Submit without XLA's TPU compiler judging whether the plan fits the chips (docs/fit.md): "
+                 "one that does not fails on the slice, after the capacity wait.")
+SKIPPED_FIT = ("warning: not judged by the TPU compiler (--skip-fit-check): a plan that does not fit its chips "
+               "fails on the slice, after the capacity wait")
 # The files a run brings (recipes/runs/user_files.py), on `run` and on `render`, which writes what `run` submits.
 REWARDS_HELP = "Your reward functions instead of MaxText's (0.2.4+). Changes the run name."
 DATA_PROCESSOR_HELP = "Your process_data for the dataset. Changes the run name."

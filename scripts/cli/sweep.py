@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from tpu_rl.recipes import STEPS, UserError
-from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, REWARDS_HELP, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app, handled,
-                              make_console, table_or_lines)
+from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, REWARDS_HELP, SKIP_FIT_HELP, UNCHECKED_IMPORTS_HELP,
+                              UNUSUAL_HELP, app, handled, make_console, table_or_lines)
 from tpu_rl.scripts.outcome import Interrupted, Outcome
 
 if TYPE_CHECKING:
@@ -149,7 +149,8 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
           data_processor: Optional[str] = typer.Option(None, "--data-processor", metavar="FILE.py",
                                                        help=DATA_PROCESSOR_HELP),
           unchecked_imports: bool = typer.Option(False, "--unchecked-imports", help=UNCHECKED_IMPORTS_HELP),
-          unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP)) -> None:
+          unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP),
+          skip_fit_check: bool = typer.Option(False, "--skip-fit-check", help=SKIP_FIT_HELP)) -> None:
     """Start several runs of a recipe, a grid of --set values or a file's list, each detached; Kueue trains
     them one after another on the first capacity mode's slice. Checked and priced whole before any is
     started."""
@@ -165,7 +166,7 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                       unusual_values)
     check_cap(plan, max_cost)
     console = make_console()
-    plan, fit_line = judged(plan, settings)
+    plan, fit_line = judged(plan, settings, skip_fit_check)
     console.print(fit_line)
     show_plan(console, plan)
     for warning in run_warnings(plan):
@@ -181,13 +182,17 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     start_runs(plan, settings, console)
 
 
-def judged(plan: SweepPlan, settings: Settings) -> tuple[SweepPlan, str]:
+def judged(plan: SweepPlan, settings: Settings, skip: bool) -> tuple[SweepPlan, str]:
     """Every run judged by the TPU compiler before any is started (a memory shape compiled once): the
     plan with each run's verdict for its record, and the line of the run with the least room left."""
     import dataclasses
 
-    from tpu_rl.scripts.cli.core import say
+    from tpu_rl.scripts.cli.core import SKIPPED_FIT, say
     from tpu_rl.scripts.fit.check import require_fits
+
+    if skip:
+        runs = [dataclasses.replace(run, spec=run.spec.with_fit({"skipped": True})) for run in plan.runs]
+        return dataclasses.replace(plan, runs=runs), f"[yellow]{SKIPPED_FIT}[/]"
 
     try:
         fits = require_fits([run.spec for run in plan.runs], settings, say=lambda line: say(f"fit: {line}", err=True))

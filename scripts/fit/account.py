@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpu_rl.recipes import UserError
+
 GIB = 1 << 30
 
 # What to change when each part does not fit: the settings that size it.
@@ -23,6 +25,17 @@ BATCH = ("train_micro_batch_size", "rl.num_generations", "max_target_length")
 VLLM = ("hbm_utilization_vllm", "rollout_tensor_parallelism")
 PROGRAM_NAMES = {"train_step": "the train step", "reference_logps": "the reference log-probs",
                  "vllm": "vLLM's start"}
+
+
+def laid_out(result: dict, recipe: str) -> None:
+    """UserError when the run's parallelism cannot be laid out on its trainer chips (before any memory)."""
+    if "mesh_refused" not in result:
+        return
+    axes = " × ".join(f"{key.removeprefix('ici_').removesuffix('_parallelism')} {value}"
+                      for key, value in result["axes"].items()) or "none"
+    raise UserError(f"{recipe} cannot be laid out on its {result['trainer_chips']} trainer chips of "
+                    f"{result['accelerator']}: its ici_*_parallelism ({axes}; -1 takes what is left) must "
+                    f"multiply to {result['trainer_chips']}; change them (MaxText: {result['mesh_refused']})")
 
 
 def gib(count: float) -> str:

@@ -6,12 +6,15 @@ from __future__ import annotations
 from tpu_rl.jobs.fit import compile_request
 from tpu_rl.recipes import Settings, UserError
 from tpu_rl.recipes.runs.spec import RunSpec
-from tpu_rl.scripts.fit.account import Fit
+from tpu_rl.scripts.fit.account import Fit, laid_out
 from tpu_rl.scripts.fit.compiler import compiled, digest, known
 
 
 def fit_of(spec: RunSpec, settings: Settings, say=lambda line: None) -> Fit:
-    return Fit(compiled(compile_request(spec, settings), say))
+    """The run's fit; UserError when its parallelism cannot be laid out on its chips at all."""
+    result = compiled(compile_request(spec, settings), say)
+    laid_out(result, spec.recipe.name)
+    return Fit(result)
 
 
 def require_fit(spec: RunSpec, settings: Settings, say=lambda line: None) -> Fit:
@@ -29,12 +32,16 @@ def require_fits(specs: list[RunSpec], settings: Settings, say=lambda line: None
     fits: dict[str, Fit] = {}
     for spec in specs:
         request = compile_request(spec, settings)
-        key = digest(request)
+        key, sets = digest(request), ", ".join(spec.sets) or "no --set"
         if key not in by_shape:
-            by_shape[key] = Fit(compiled(request, say))
+            result = compiled(request, say)
+            try:
+                laid_out(result, spec.recipe.name)
+            except UserError as error:
+                raise UserError(f"run {spec.run} ({sets}): {error}") from None
+            by_shape[key] = Fit(result)
         fits[spec.run] = by_shape[key]
         if not by_shape[key].fits:
-            sets = ", ".join(spec.sets) or "no --set"
             raise UserError(f"run {spec.run} ({sets}): {by_shape[key].refusal(spec.recipe.name)}")
     return fits
 

@@ -75,7 +75,15 @@ def main() -> None:
     margin = round(request["margin"] * limit)
     argv0 = importlib.util.find_spec("maxtext.trainers.post_train.rl.train_rl").origin
     config, sampler_config, trainer_devices, sampler_devices = configs_and_devices([argv0, *request["argv"]], devices)
-    mesh = maxtext_utils.get_mesh_from_config(config, trainer_devices)
+    try:
+        mesh = maxtext_utils.get_mesh_from_config(config, trainer_devices)
+    except AssertionError as error:  # the axes' product and the chips disagree (max_utils.fill_unspecified_mesh_axes)
+        keys = config.model_dump() if hasattr(config, "model_dump") else config.get_keys()
+        axes = {key: value for key, value in sorted(keys.items())
+                if key.startswith("ici_") and key.endswith("_parallelism") and isinstance(value, int) and value != 1}
+        print(json.dumps({"mesh_refused": " ".join(str(error).split()), "trainer_chips": len(trainer_devices),
+                          "accelerator": request["accelerator"], "axes": axes}))
+        return
     shared = bool(set(trainer_devices) & set(sampler_devices))
 
     def rules():
