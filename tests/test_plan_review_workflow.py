@@ -137,25 +137,29 @@ def test_the_tests_that_need_root_run_as_root_with_ci_and_path_kept():
 
 
 def test_the_test_job_caches_the_maxtext_venvs_where_the_tests_look_keyed_on_what_builds_them():
-    """tests/test_maxtext_real.py needs a venv per MaxText release and the tiny models; a cache that misses
-    them, or that a change of their inputs does not renew, costs the run its installs or tests stale ones."""
+    """tests/test_maxtext_real.py needs MaxText's environment per release and the tiny models, and
+    tests/test_fit_recipes.py the compiles; a cache that misses them, or that a change of their inputs does
+    not renew, costs the run its installs and compiles, or tests stale ones."""
     import fnmatch
 
     from maxtext_cpu import chain
 
+    from tpu_rl.scripts.fit import compiler, environment
+
     repo = PLAN.parents[2]
-    script = (repo / "tools" / "maxtext_venv.sh").read_text()
-    assert "cache=${TPU_RL_CACHE:-$HOME/.cache/tpu-rl}" in script
     if "TPU_RL_CACHE" not in os.environ:  # the default, as on GitHub's runners
-        assert chain.TINY_CACHE.parent == Path.home() / ".cache" / "tpu-rl"
+        assert chain.TINY_CACHE.parent == environment.cache_root() == Path.home() / ".cache" / "tpu-rl"
+        assert compiler.cache_dir().parent == environment.cache_root()
     review = jobs(PLAN)["review"]
     caches = [step["with"] for step in review["steps"] if step.get("uses", "").startswith("actions/cache@")]
     entry = next((c for c in caches if "~/.cache/tpu-rl" in c["path"].split()), None)
     assert entry, f"no cache of ~/.cache/tpu-rl in {caches}"
     patterns = re.findall(r"'([^']+)'", re.search(r"hashFiles\(([^)]*)\)", entry["key"]).group(1))
-    # what decides a venv (the files the script hashes into its directory's name) and a tiny model
-    inputs = ["tools/maxtext_venv.sh", "tests/maxtext_cpu/packages.txt", "tests/maxtext_cpu/tiny.py",
-              *(str(path.relative_to(repo)) for path in (repo / "tests" / "maxtext_cpu").glob("constraints-*.txt"))]
+    # what decides an environment (what the module hashes into its directory's name), a tiny model and a
+    # compile (the compile's code, the recipes it compiles)
+    inputs = ["scripts/fit/environment.py", "recipes/environments/packages.txt", "tests/maxtext_cpu/tiny.py",
+              "scripts/fit/maxtext_compile.py", "scripts/fit/maxtext_pieces.py", "recipes/recipes.toml",
+              *(str(path.relative_to(repo)) for path in (repo / "recipes" / "environments").glob("constraints-*.txt"))]
     uncovered = [name for name in inputs
                  if not any(fnmatch.fnmatch(name, pattern.replace("**", "*")) for pattern in patterns)]
     assert uncovered == [], f"the cache key {entry['key']} does not hash {uncovered}"

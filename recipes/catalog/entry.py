@@ -51,6 +51,9 @@ class ModelSpec(Strict):
     tokenizer: str
     scan_layers: bool
     use_multimodal: bool = False
+    # Whether the tokenizer names a pad token: train_rl hands its id to the trainer's model, which then
+    # masks pads by segment ids (TunixMaxTextAdapter); the fit check compiles the same.
+    pad_token: bool = True
 
 
 class TpuSpec(Strict):

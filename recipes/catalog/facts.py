@@ -41,6 +41,8 @@ class TpuGeneration(Strict):
     machine_types: dict[str, int]  # machine type -> chips per VM
     flex_start: FlexStartFacts | None = None  # None: not offered through flex-start
     quota: QuotaMetrics | None = None  # None: preflight knows no quota metric for it
+    # A chip's HBM as tpu-inference counts it under Pathways, where vLLM's share is a part of it.
+    vllm_hbm_gib: int = Field(ge=1)
 
 
 class MachineSize(Strict):

@@ -1,5 +1,5 @@
 """The fit account: what one chip holds at a run's peak, from the compiled programs (maxtext_compile.py's
-result) and vLLM's share, against the chip's limit with the margin.
+result) and vLLM's share, against the chip's limit less the margin (recipes/fit MARGIN).
 
 A trainer chip holds the actor, the reference model and the optimizer state for the whole run, and one
 program at a time beside them: the train step or the reference log-probs; the peak is the resident
@@ -7,9 +7,11 @@ state plus the largest program, not their sum. Where vLLM shares the chips (the 
 weights and KV cache fill hbm_utilization_vllm of each chip beside the two models, and the optimizer
 and the programs get the rest. On its own chips (Pathways) vLLM takes that share of the sampler chips.
 
-The compiler judged each program beside a ballast of everything else plus the margin, so a program it
-compiled fits with the margin; one it refused does not. vLLM's own programs cannot be compiled here:
-its start is checked by the account of its weights and one max-length sequence of KV cache.
+Each program was compiled as the chip compiles it; its part is what the compiler counts (arguments,
+outputs not donated, temporaries: the figures of its refusals) plus what sits beside it. Before the
+first step, tunix 683256db places the optimizer state by a constraint that copies it, so for a moment
+the chip holds it twice (measured on a v5e chip: bench/chip_smoke/results/). vLLM's own programs cannot
+be compiled here: its start is an account of its weights and one max-length sequence of KV cache.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpu_rl.recipes import UserError
+from tpu_rl.recipes.fit import MARGIN
 
 GIB = 1 << 30
 
-# What to change when each part does not fit: the settings that size it.
+# What to change when a part does not fit: the settings that size it.
 BATCH = ("train_micro_batch_size", "rl.num_generations", "max_target_length")
-VLLM = ("hbm_utilization_vllm", "rollout_tensor_parallelism")
-PROGRAM_NAMES = {"train_step": "the train step", "reference_logps": "the reference log-probs",
-                 "vllm": "vLLM's start"}
+PART_NAMES = {"train_step": "the train step", "reference_logps": "the reference log-probs",
+              "placement": "the optimizer's first placement", "vllm": "vLLM's start"}
 
 
 def laid_out(result: dict, recipe: str) -> None:
@@ -44,11 +46,15 @@ def gib(count: float) -> str:
 
 @dataclass(frozen=True)
 class Part:
-    """One program (or vLLM's start) on one chip: what the chip holds while it runs."""
+    """One program, or a moment, on one chip: what the chip holds then, against what it may hold."""
 
     name: str
-    fits: bool
-    total: int | None  # bytes on the chip at the program's peak; None: more than the compiler said
+    total: int | None  # bytes at the peak; None: more than the chip, by the compiler's refusal
+    allowed: int  # the most it may hold
+
+    @property
+    def fits(self) -> bool:
+        return self.total is not None and self.total <= self.allowed
 
     @property
     def shown(self) -> str:
@@ -65,7 +71,7 @@ class Fit:
 
     @property
     def margin(self) -> int:
-        return self.result["margin_bytes"]
+        return round(MARGIN * self.limit)
 
     @property
     def held(self) -> dict:
@@ -77,44 +83,56 @@ class Fit:
         return sum(self.held.values())
 
     @property
+    def with_vllm(self) -> bool:
+        return self.result.get("sampler", "vllm") == "vllm"  # "actor": the smoke samples with the actor
+
+    @property
     def vllm_beside(self) -> int:
         """What vLLM holds on a trainer chip: its share less the two models, where it shares the chips."""
-        if not self.result["shared_chips"] or not self.result["vllm_share_bytes"]:
+        if not self.result["shared_chips"] or not self.with_vllm:
             return 0
         return self.result["vllm_share_bytes"] - self.held["actor"] - self.held["reference"]
 
     def program(self, name: str) -> Part:
         compiled = self.result["programs"][name]
-        if "refused" in compiled:
+        if "refused" in compiled:  # the program alone; the compiler's need, when it names one
             need = compiled.get("need_bytes")
-            # the compiler's need counts the ballast; the chip's peak counts what it stands for
-            total = None if need is None else need - compiled["ballast_bytes"] + compiled["beside_bytes"]
-            return Part(name, False, total)
+            return Part(name, None if need is None else need + compiled["beside_bytes"], self.limit - self.margin)
         own = (compiled["argument_bytes"] + compiled["output_bytes"] - compiled["alias_bytes"]
-               + compiled["temp_bytes"] + compiled["code_bytes"])
-        return Part(name, True, own + compiled["beside_bytes"])
+               + compiled["temp_bytes"])
+        return Part(name, own + compiled["beside_bytes"], self.limit - self.margin)
+
+    @property
+    def placement(self) -> Part | None:
+        """tunix 683256db's first step constrains the optimizer state to its layout, a copy of it beside
+        the old (PeftTrainer._shard_optimizer); c4ec573d moves only what its layout changes."""
+        if self.result["trainer_rules"]["layout"] != "constrained":
+            return None
+        total = self.resident + self.held["optimizer"] + self.vllm_beside
+        return Part("placement", total, self.limit - self.margin)
 
     @property
     def vllm_start(self) -> Part:
         """vLLM starts when its weights, what else the chip holds then and one max-length sequence of KV
-        cache fit its share (tpu_inference determine_available_memory; vLLM's own KV-cache check)."""
+        cache fit its share (tpu_inference determine_available_memory; vLLM's own KV-cache check), and
+        its share fits the chip."""
         before = self.held["actor"] + self.held["reference"] if self.result["shared_chips"] else 0
         need = (before + self.result["vllm_weights_bytes"]
                 + self.result["kv_bytes_per_token"] * self.result["max_model_len"])
-        return Part("vllm", need <= self.result["vllm_share_bytes"], need)
-
-    @property
-    def parts(self) -> list[Part]:
-        with_vllm = self.result.get("sampler", "vllm") == "vllm"  # "actor": the smoke samples with the actor
-        return [*self.programs, *([self.vllm_start] if with_vllm else [])]
+        return Part("vllm", need, min(self.result["vllm_share_bytes"], self.limit))
 
     @property
     def programs(self) -> list[Part]:
-        return [self.program(name) for name in PROGRAM_NAMES if name in self.result["programs"]]
+        names = [name for name in PART_NAMES if name in self.result["programs"]]
+        return [self.program(name) for name in names] + ([self.placement] if self.placement else [])
+
+    @property
+    def parts(self) -> list[Part]:
+        return [*self.programs, *([self.vllm_start] if self.with_vllm else [])]
 
     @property
     def largest(self) -> Part:
-        """The trainer program with the highest peak (an unknown peak is the highest)."""
+        """The trainer chip's highest moment (an unknown peak is the highest)."""
         return max(self.programs, key=lambda part: float("inf") if part.total is None else part.total)
 
     @property
@@ -135,14 +153,22 @@ class Fit:
         return f"{chips} trainer chip{'s' if chips != 1 else ''} ({axes})"
 
     def fixes(self, part: Part) -> str:
-        """The settings to change for `part`; beside a shared vLLM, a smaller share first."""
-        names = VLLM if part.name == "vllm" else (VLLM[:1] if self.result["shared_chips"] else ()) + BATCH
-        return f"{', '.join(names[:-1])} or {names[-1]}"
+        """What to change for `part`."""
+        if part.name == "vllm":
+            share = self.result["vllm_share_bytes"]
+            if share > self.limit:
+                return "lower hbm_utilization_vllm: its share is more than the chip"
+            return ("raise hbm_utilization_vllm" + (", which takes room from the trainer," if self.result["shared_chips"]
+                                                    else "") + " or the rollout's tensor or expert parallelism")
+        first = ("hbm_utilization_vllm, " if self.vllm_beside else "")
+        if part.name == "placement":
+            return f"lower {first}the optimizer's state (a smaller optimizer, or more trainer chips)"
+        return f"lower {first}{', '.join(BATCH[:-1])} or {BATCH[-1]}"
 
     def verdict(self, part: Part) -> str:
         """What a part holds, said against what it may hold."""
         if part.name == "vllm":
-            return f"needs {part.shown} of its {gib(self.result['vllm_share_bytes'])} share" + ("" if part.fits else ", too much")
+            return f"needs {part.shown} of its {gib(part.allowed)} share" + ("" if part.fits else ", too much")
         if part.fits:
             return f"{part.shown} at its peak"
         if part.total is not None and part.total <= self.limit:
@@ -153,20 +179,20 @@ class Fit:
         """One line: which part does not fit, its figure, the chip's limit and the setting to change."""
         part = next(part for part in self.parts if not part.fits)
         chip = self.result["accelerator"].split("-")[0]
-        percent = round(100 * self.margin / self.limit)
         if part.name == "vllm":
             over = (f"needs {part.shown} of its {self.result['hbm_utilization_vllm']:g} share of a {chip} chip "
                     f"({gib(self.result['vllm_share_bytes'])})")
         else:
-            over = (f"needs {part.shown} of a {chip} chip's {gib(self.limit)}, leaving less than the {percent}% "
-                    f"margin ({gib(self.margin)}), on the {self.mesh()} of {self.result['accelerator']}")
-        return f"{recipe} does not fit: {PROGRAM_NAMES[part.name]} {over}; lower {self.fixes(part)}"
+            over = (f"needs {part.shown} of a {chip} chip's {gib(self.limit)}, leaving less than the "
+                    f"{round(100 * MARGIN)}% margin ({gib(self.margin)}), on the {self.mesh()} of "
+                    f"{self.result['accelerator']}")
+        return f"{recipe} does not fit: {PART_NAMES[part.name]} {over}; {self.fixes(part)}"
 
     def summary(self) -> str:
-        """One line for a plan that fits: the compiler's verdict, and the peak its memory analysis counts."""
-        percent = round(100 * self.margin / self.limit)
-        return (f"fits with the {percent}% margin: at most {gib(self.peak)} of a {self.result['accelerator']} "
-                f"chip's {gib(self.limit)} at its peak ({PROGRAM_NAMES[self.largest.name]})")
+        """One line for a plan that fits: its peak and what is left."""
+        return (f"fits: {gib(self.peak)} of a {self.result['accelerator']} chip's {gib(self.limit)} at its peak "
+                f"({PART_NAMES[self.largest.name]}), {100 * self.headroom / self.limit:.0f}% free "
+                f"(the margin: {round(100 * MARGIN)}%)")
 
     def record(self) -> dict:
         """What run.json keeps of it: the verdict, the peak, the chip's limit and who compiled it."""
@@ -176,30 +202,30 @@ class Fit:
 
     def rows(self) -> list[tuple[str, str]]:
         """The account, a row a part: what a person reads in `tpu-rl fit` and docs/fit.md."""
-        shared = self.result["shared_chips"]
         rows = [("compiled for", f"{self.result['accelerator']}, {self.mesh()}"),
                 ("resident", f"{gib(self.resident)} (actor {gib(self.held['actor'])}, reference "
                              f"{gib(self.held['reference'])}, optimizer {gib(self.held['optimizer'])})")]
         share = gib(self.result["vllm_share_bytes"])
-        if self.result.get("sampler", "vllm") != "vllm":
+        if not self.with_vllm:
             rows.append(("vLLM", "none: the actor samples (the real-chip smoke's stand-in)"))
+        elif self.result["shared_chips"]:
+            rows.append(("vLLM", f"{share} of each shared chip, {gib(self.vllm_beside)} beside the models"))
         else:
-            rows.append(("vLLM", f"{share} of each shared chip, {gib(self.vllm_beside)} beside the models" if shared
-                         else f"{share} of each of its {self.result['sampler_chips']} own chips"))
-        for part in self.parts:
-            rows.append((PROGRAM_NAMES[part.name], self.verdict(part)))
+            rows.append(("vLLM", f"{share} of each of its {self.result['sampler_chips']} own chips"))
+        rows += [(PART_NAMES[part.name], self.verdict(part)) for part in self.parts]
         rows.append(("limit", f"{gib(self.limit)} a chip, the compiler's; margin {gib(self.margin)}"))
         return rows
 
 
 def recipes_table(fits: dict[str, Fit]) -> str:
     """docs/fit.md's table, a row a recipe (tests/test_fit_account.py keeps the page equal to it)."""
-    lines = ["| recipe | trainer chips | resident a chip | largest program | vLLM's share | peak a chip | limit | free | compiler |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| recipe | trainer chips | resident a chip | largest | vLLM's share | peak a chip | limit | free | "
+             "compiler |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, fit in fits.items():
         result, held = fit.result, fit.held
-        resident = f"{gib(fit.resident)} (actor {gib(held['actor'])}, reference {gib(held['reference'])}, optimizer {gib(held['optimizer'])})"
-        largest = f"{PROGRAM_NAMES[fit.largest.name]}: {gib(fit.peak - fit.resident - fit.vllm_beside)}"
+        resident = (f"{gib(fit.resident)} (actor {gib(held['actor'])}, reference {gib(held['reference'])}, "
+                    f"optimizer {gib(held['optimizer'])})")
+        largest = f"{PART_NAMES[fit.largest.name]}: +{gib(fit.peak - fit.resident - fit.vllm_beside)}"
         share = f"{result['hbm_utilization_vllm']:g}: {gib(result['vllm_share_bytes'])}" + (
             " of the same chips" if result["shared_chips"] else f" of {result['sampler_chips']} own chips")
         free = f"{gib(fit.headroom)} ({100 * fit.headroom / fit.limit:.0f}%)"

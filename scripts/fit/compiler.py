@@ -33,12 +33,24 @@ PROGRESS_SECONDS = 30
 
 
 def digest(request: dict) -> str:
-    """What a result depends on: the request, the release's environment and the compile's code (its
-    syntax tree without docstrings, so that a comment or a docstring changes no result)."""
-    version = request["maxtext_version"]
-    parts = [json.dumps(request, sort_keys=True), environment.constraints(version)]
+    """What a result depends on: the request, the versions of the environment that compiles it (its
+    compiler, trainer and model code) and the compile's own code (its syntax tree without docstrings, so
+    that a comment or a docstring changes no result)."""
+    parts = [json.dumps(request, sort_keys=True), json.dumps(versions_for(request["maxtext_version"]))]
     parts += [code_of(HERE / name) for name in SOURCES]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def versions_for(version: str) -> dict[str, str]:
+    """The versions of the environment a compile of the release runs in: one named by TPU_RL_MAXTEXT_ENV
+    as installed, else the release's own as pinned."""
+    given = given_environment(version)
+    return given.versions() if given else environment.pinned_versions(version)
+
+
+def given_environment(version: str) -> environment.Environment | None:
+    given = os.environ.get("TPU_RL_MAXTEXT_ENV", "").replace("{version}", version)
+    return environment.Environment(version, Path(given).resolve()) if given else None
 
 
 def code_of(path: Path) -> str:
@@ -87,11 +99,10 @@ def compile_now(request: dict, say=lambda line: None) -> dict:
 def ready_environment(version: str, say) -> environment.Environment:
     """MaxText's environment of the release: TPU_RL_MAXTEXT_ENV (a venv, the tests' own), one built
     before, or one built now (minutes, a few GB, once)."""
-    given = os.environ.get("TPU_RL_MAXTEXT_ENV", "").replace("{version}", version)
-    if given:
-        env = environment.Environment(version, Path(given).resolve())
+    env = given_environment(version)
+    if env is not None:
         if not env.python.exists():
-            raise UserError(f"TPU_RL_MAXTEXT_ENV names {given}, which has no bin/python: unset it or build it "
+            raise UserError(f"TPU_RL_MAXTEXT_ENV names {env.path}, which has no bin/python: unset it or build it "
                             f"with `make install`")
         return env
     found = environment.existing(version)

@@ -68,6 +68,15 @@ def pinned(version: str, package: str) -> str:
     raise UserError(f"MaxText {version}'s constraints pin no {package}")
 
 
+# What decides a compile's result in an environment: the compiler, the trainer and the model code.
+COMPILER_PACKAGES = ("maxtext", "jax", "jaxlib", "libtpu", "google-tunix")
+
+
+def pinned_versions(version: str) -> dict[str, str]:
+    """The versions the release's environment is built with (its constraints; maxtext itself)."""
+    return {name: version if name == "maxtext" else pinned(version, name) for name in COMPILER_PACKAGES}
+
+
 @dataclass(frozen=True)
 class Environment:
     version: str
@@ -84,6 +93,15 @@ class Environment:
     @property
     def ready(self) -> bool:
         return (self.path / STAMP).is_file()
+
+    def versions(self) -> dict[str, str]:
+        """The versions installed in it, from their dist-info folders (libtpu's in its own folder)."""
+        found = {}
+        for folder in [*self.path.glob("lib/python*/site-packages"), self.libtpu]:
+            for info in folder.glob("*.dist-info"):
+                name, _, rest = info.name.removesuffix(".dist-info").partition("-")
+                found[name.replace("_", "-").lower()] = rest
+        return {name: found.get(name, "missing") for name in COMPILER_PACKAGES}
 
 
 def key(version: str, python_version: str, torch: bool) -> str:

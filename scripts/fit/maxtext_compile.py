@@ -17,10 +17,9 @@ What it compiles is train_rl's own, built from MaxText's and tunix's code, not r
   (nnx.jit, the optimizer donated), on one micro-batch;
 - reference_logps: tunix's common.compute_per_token_logps as the InferenceWorker calls it.
 
-Each program is compiled with one extra argument, the ballast: what else the chip holds while it runs
-(the other model, the optimizer state, vLLM's share where vLLM shares the chips) plus the margin. The
-compiler refuses a program that does not fit beside it, and near the limit it fits a program by
-rematerializing, so a compile that passes with the ballast fits with the margin.
+Each program is compiled as the chip compiles it, with its own arguments only, and says what else the
+chip holds while it runs (the other model, the optimizer state, vLLM's share where vLLM shares the
+chips): scripts/fit/account.py adds them and keeps the margin free.
 """
 
 from __future__ import annotations
@@ -34,11 +33,11 @@ import traceback
 if __package__:  # imported as tpu_rl.scripts.fit.maxtext_compile (the import checks of the tests)
     from .maxtext_pieces import (chip_limit, compile_program, configs_and_devices, image_tunix, laid_out,
                                  patched_utils_rl, per_chip, say, shaped, topology, train_rl_function,
-                                 vllm_weights_per_chip)
+                                 vllm_rules, vllm_weights_per_chip)
 else:  # run as a script in MaxText's environment, beside maxtext_pieces.py
     from maxtext_pieces import (chip_limit, compile_program, configs_and_devices, image_tunix, laid_out,
                                 patched_utils_rl, per_chip, say, shaped, topology, train_rl_function,
-                                vllm_weights_per_chip)
+                                vllm_rules, vllm_weights_per_chip)
 
 # Before JAX loads libtpu: no lock shared with another compile (the suite runs several), no metadata
 # server (no TPU VM here), no TPU backend, and the host names libtpu otherwise warns about.
@@ -72,7 +71,6 @@ def main() -> None:
     utils_rl = patched_utils_rl(request["patches"], request["source_root"])
     devices = topology(request["accelerator"], request["slices"])
     limit = chip_limit(devices[0])
-    margin = round(request["margin"] * limit)
     argv0 = importlib.util.find_spec("maxtext.trainers.post_train.rl.train_rl").origin
     config, sampler_config, trainer_devices, sampler_devices = configs_and_devices([argv0, *request["argv"]], devices)
     try:
@@ -129,7 +127,7 @@ def main() -> None:
         "gen_model_input_fn": staticmethod(lambda x: {"train_example": x, "algo_config": algo}),
         "_lora_enabled": False, "_has_aux": True})()
 
-    def train_step(model, optimizer, inputs, _ballast):
+    def train_step(model, optimizer, inputs):
         return peft_trainer.PeftTrainer._train_step(trainer, model, optimizer, inputs)
 
     rows = (micro or config.batch_size) * rl.num_generations
@@ -149,42 +147,43 @@ def main() -> None:
 
     # vLLM on chips it shares with the trainer: once started, its weights and KV cache fill
     # hbm_utilization_vllm of the chip less what was in use then, both models (tpu_inference
-    # tpu_worker.determine_available_memory); RLCluster starts it before the trainer's optimizer.
-    # "actor": no vLLM; the actor samples itself (the real-chip smoke's sampler), so nothing is beside it.
-    vllm_share = round(config.hbm_utilization_vllm * limit) if request.get("sampler", "vllm") == "vllm" else 0
+    # tpu_worker.determine_available_memory); RLCluster starts it before the trainer's optimizer. Its chip
+    # is the HBM the runtime reports (bytes_limit), or under Pathways tpu_inference's table
+    # (utils.get_device_hbm_limit): request["vllm_hbm_bytes"]. "actor": the actor samples, no vLLM.
+    with_vllm = request.get("sampler", "vllm") == "vllm"
+    vllm_share = round(config.hbm_utilization_vllm * (request.get("vllm_hbm_bytes") or limit)) if with_vllm else 0
     other_model = vllm_share - params if shared and vllm_share else params  # beside one model: the other, or vLLM's share
     programs = {}
     with mesh, rules():
         programs["train_step"] = compile_program(
-            "train_step", nnx.jit(train_step, donate_argnames=("optimizer",), keep_unused=True),
-            (model, state, example), mesh, other_model + accumulator, margin)
+            "train_step", nnx.jit(train_step, donate_argnames=("optimizer",)), (model, state, example),
+            other_model + accumulator)
         if algo.beta != 0.0 or rl.num_iterations > 1:
             model_graph, weights = nnx.split(model)
 
-            def logps(weights, prompts, completions, _ballast):
+            def logps(weights, prompts, completions):
                 return common.compute_per_token_logps(
                     model_graph, weights, prompt_tokens=prompts, completion_tokens=completions, pad_id=pad,
                     eos_id=eos, stop_gradient=True, return_logits=False, temperature=algo.temperature)
 
             # compute_logps_micro_batch_size: the train micro-batch unless set (rl_learner)
             programs["reference_logps"] = compile_program(
-                "reference_logps", jax.jit(logps, keep_unused=True),
+                "reference_logps", jax.jit(logps),
                 (weights, batch((rows, prompt), jnp.int32), batch((rows, completion), jnp.int32)),
-                mesh, other_model + optimizer_bytes, margin)
+                other_model + optimizer_bytes)
 
     rollout = train_rl_function("get_rollout_kwargs_for_parallelism")(sampler_config, len(sampler_devices))
-    tensor, expert = rollout["tensor_parallel_size"], rollout["expert_parallel_size"]
-    kv_heads = -(-config.num_kv_heads // tensor)  # a chip holds at least one head's K and V
+    kv_heads = -(-config.num_kv_heads // rollout["tensor_parallel_size"])  # at least one head's K and V a chip
     print(json.dumps({
         "versions": {name: metadata.version(name) for name in ("maxtext", "jax", "jaxlib", "libtpu", "google-tunix")},
         "image_tunix": tunix_commit, "trainer_rules": trainer_rules,
-        "accelerator": request["accelerator"], "limit_bytes": limit, "margin_bytes": margin,
+        "accelerator": request["accelerator"], "limit_bytes": limit,
         "trainer_chips": len(trainer_devices), "sampler_chips": len(sampler_devices), "shared_chips": shared,
         "trainer_mesh": {name: size for name, size in mesh.shape.items() if size > 1}, "rollout": rollout,
         "sampler": request.get("sampler", "vllm"), "hbm_utilization_vllm": config.hbm_utilization_vllm,
         "vllm_share_bytes": vllm_share,
         "held_bytes": {"actor": params, "reference": params, "optimizer": optimizer_bytes},
-        "vllm_weights_bytes": vllm_weights_per_chip(nnx.state(model, nnx.Param), tensor, expert),
+        "vllm_weights_bytes": vllm_weights_per_chip(nnx.state(model, nnx.Param), rollout, vllm_rules(config)),
         "kv_bytes_per_token": 2 * config.num_decoder_layers * kv_heads * config.head_dim * 2,
         "max_model_len": config.max_target_length + config.kv_cache_buffer,
         "rows": rows, "prompt": prompt, "completion": completion, "gradient_accumulation_steps": accumulation,

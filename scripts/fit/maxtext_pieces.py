@@ -1,6 +1,7 @@
 """What the fit's compile (maxtext_compile.py) needs around MaxText, JAX and tunix: the topology's
-devices, the ballast, the compiler's refusals read, train_rl's configs and patched utils_rl. Like
-maxtext_compile.py it runs inside MaxText's environment and imports nothing of tpu-rl."""
+devices, the chip's limit, the compiler's refusals read, train_rl's configs and patched utils_rl, the
+optimizer's layout and vLLM's weights. Like maxtext_compile.py it runs inside MaxText's environment and
+imports nothing of tpu-rl."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ def say(message: str) -> None:
 
 
 def refusal(error: Exception) -> dict | None:
+    """The compiler's refusal for want of HBM, with the figures it names; None for any other error."""
     text = str(error)
-    if "RESOURCE_EXHAUSTED" not in text:
+    if "RESOURCE_EXHAUSTED" not in text or "hbm" not in text.lower():
         return None
     for pattern in _REFUSALS:
         found = pattern.search(text)
@@ -171,25 +173,24 @@ def train_rl_function(name: str):
     return namespace[name]
 
 
-def compile_program(name: str, jitted, args, mesh, beside: int, margin: int) -> dict:
-    """One program, compiled beside `beside` bytes a chip (what else the chip holds) plus `margin`: its
-    memory analysis, or the compiler's refusal."""
+def compile_program(name: str, jitted, args, beside: int) -> dict:
+    """One program compiled as the chip compiles it, with its own arguments only: its memory analysis, or
+    the compiler's refusal of the program alone. `beside`: what else the chip holds meanwhile, bytes."""
     start = time.monotonic()
-    weight = -(-(beside + margin) // MIB) * MIB
     say(f"compiling {name} ...")
     try:
-        compiled = jitted.lower(*args, ballast(mesh, beside + margin)).compile()
+        compiled = jitted.lower(*args).compile()
     except Exception as error:  # noqa: BLE001  the compiler's refusal is a verdict, anything else is not
         found = refusal(error)
         if found is None:
             raise
         say(f"{name}: refused by the compiler ({time.monotonic() - start:.0f} s)")
-        return {**found, "beside_bytes": beside, "ballast_bytes": weight, "seconds": round(time.monotonic() - start, 1)}
+        return {**found, "beside_bytes": beside, "seconds": round(time.monotonic() - start, 1)}
     stats = compiled.memory_analysis()
     say(f"{name}: compiled in {time.monotonic() - start:.0f} s")
-    return {"argument_bytes": stats.argument_size_in_bytes - weight, "output_bytes": stats.output_size_in_bytes,
+    return {"argument_bytes": stats.argument_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
             "alias_bytes": stats.alias_size_in_bytes, "temp_bytes": stats.temp_size_in_bytes,
-            "code_bytes": stats.generated_code_size_in_bytes, "beside_bytes": beside, "ballast_bytes": weight,
+            "code_bytes": stats.generated_code_size_in_bytes, "beside_bytes": beside,
             "seconds": round(time.monotonic() - start, 1)}
 
 
@@ -237,17 +238,44 @@ def laid_out(state, specs, mesh, layout: str):
     return jax.tree.map(place, state, specs)
 
 
-def vllm_weights_per_chip(state, tensor: int, expert: int) -> int:
-    """The account of vLLM's weights on one sampler chip: every weight split over the rollout's tensor
-    parallelism, an expert weight (MaxText's logical axis 'exp') also over its expert parallelism."""
+def vllm_weights_per_chip(state, rollout: dict, rules) -> int:
+    """vLLM's weights on one sampler chip. With MaxText's model in vLLM (`rules`: configs/inference/vllm.yml's
+    logical_axis_rules, as train_rl reads them), each weight is split over the mesh axes its logical names
+    map to, on tpu-inference's mesh (layers/common/sharding.py build_mesh: data, expert and model are the
+    rollout's data, expert and tensor parallelism). Without (`rules` None: tpu-inference's own model, llama),
+    every weight is split over the tensor parallelism and an expert weight (MaxText's 'exp') over both."""
     import jax
     import numpy as np
+    from flax import linen as nn
     from flax import nnx
 
+    sizes = {"data": rollout["data_parallel_size"], "model": rollout["tensor_parallel_size"],
+             "expert": rollout["expert_parallel_size"]}
     total = 0
     for variable in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable)):
-        names = variable.get_metadata().get("out_sharding") or variable.get_metadata().get("sharding") or ()
+        metadata = variable.get_metadata()
+        names = tuple(metadata.get("out_sharding") or metadata.get("sharding") or ())
         value = variable.get_value() if hasattr(variable, "get_value") else variable.value
-        split = tensor * (expert if "exp" in (names or ()) else 1)
-        total += int(np.prod(value.shape)) * value.dtype.itemsize // split
+        if rules is None:
+            split = sizes["model"] * (sizes["expert"] if "exp" in names else 1)
+        else:
+            spec = nn.logical_to_mesh_axes(names, rules) if names else ()
+            axes = [axis for entry in spec if entry for axis in ((entry,) if isinstance(entry, str) else entry)]
+            split = int(np.prod([sizes.get(axis, 1) for axis in axes]))
+        total += -(-int(np.prod(value.shape)) * value.dtype.itemsize // split)
     return total
+
+
+def vllm_rules(config):
+    """configs/inference/vllm.yml's logical axis rules, read as train_rl reads them (create_rl_components);
+    None where vLLM runs tpu-inference's own model (vllm_hf_overrides names no MaxText architecture)."""
+    import importlib.util
+
+    from maxtext.configs import pyconfig, types
+
+    if "MaxText" not in str((config.vllm_hf_overrides or {}).get("architectures", [])):
+        return None
+    configs = os.path.dirname(importlib.util.find_spec("maxtext.configs").origin)
+    argv = ["", os.path.join(configs, "inference", "vllm.yml"), "log_config=False"]
+    kwargs = {"config_class": types.RLConfig} if hasattr(types, "RLConfig") else {}
+    return pyconfig.initialize(argv, **kwargs).logical_axis_rules
