@@ -52,8 +52,14 @@ SETS: dict[str, tuple[str, str]] = {
                                  "sequence for each token (no KV cache)"),
     "log_period": ("1", "every step's metrics flushed to TensorBoard (rl.yml: 20)"),
 }
-# Only where the machine forces it: the data set from a local file (no network to the hub).
-DATA_SETS = ("hf_train_files", "hf_eval_files")
+# A run at the fit account's boundary (fit.py): two steps, no held-out evaluation, and the actor
+# sampler given one prompt a call (0.65 s on the chip), so that its forward pass (full logits, no KV
+# cache) stays far below the train step's; batch_size alone varies (train_micro_batch_size stays -1).
+BOUNDARY_SETS = ("num_batches=2", "num_test_batches=0", "rollout_micro_batch_size=1")
+
+
+def boundary_sets(batch: int) -> tuple[str, ...]:
+    return (*BOUNDARY_SETS, f"batch_size={batch}")
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ class Plan:
     kind: str  # "chip" or "cpu": which model
     root: Path  # the work directory: the bucket's stand-in, the model, the data
     model: Path
-    extra: tuple[str, ...] = ()  # more --set items (the fit boundary's batch sizes)
+    extra: tuple[str, ...] = ()  # more --set items (boundary_sets)
     run: str = RUN
 
     @property

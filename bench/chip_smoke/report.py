@@ -130,7 +130,8 @@ def markdown(report: dict) -> str:
            f"Model: {report['model']}.", "", "## Steps", "", "| step | exit | seconds |", "| --- | --- | --- |"]
     out += [f"| {name} | {step['exit']} | {step['seconds']:.1f} |" for name, step in report["steps"].items()]
     for name, train in report["trains"].items():
-        out += ["", f"## {name}", "", f"Arguments: `{' '.join(train['sets'])}`" if train.get("sets") else ""]
+        out += ["", f"## {name}", ""]
+        out += [f"Arguments: `{' '.join(train['sets'])}`", ""] if train.get("sets") else []
         out += _train_section(train)
     if report.get("reload"):
         reload = report["reload"]

@@ -7,7 +7,7 @@ process of its own, timed, its exit kept: the model generated on the machine (te
 Llama 3.1's architecture at plan.py's sizes), a gsm8k-shaped data file, to_maxtext (tests/maxtext_cpu/
 run.py), train_rl's own main with the actor sampler (train.py), to_huggingface, and transformers'
 reload of the export (tests/maxtext_cpu/reload.py). Then, for each --boundary, a short train run with
-those --set items (the fit account's sizes, bench/chip_smoke/fit.py). --model cpu runs the same on a
+that batch size (plan.py boundary_sets: the fit account's sizes, bench/chip_smoke/fit.py). --model cpu runs the same on a
 CPU with tiny.py's tiny model (JAX_PLATFORMS=cpu), which is how it is checked without a chip.
 """
 
@@ -27,14 +27,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import report as reporting  # noqa: E402
-from plan import REPO, SETS, SHARD, STD, Plan  # noqa: E402
+from plan import REPO, SETS, SHARD, STD, Plan, boundary_sets  # noqa: E402
 
 CPU_STEPS = REPO / "tests" / "maxtext_cpu"
 DUMMY_TOKEN = "hf_dummy_token_for_offline_tests"
 # gsm8k's two columns, as MaxText's process_data reads them (utils_rl.py: question, answer "... #### N").
 TRAIN_ROWS, TEST_ROWS = 64, 16
-# A boundary run: a few steps, no held-out evaluation; what it measures is whether the sizes fit.
-BOUNDARY_SETS = ("num_batches=2", "num_test_batches=0")
 
 
 def environment(work: Path, cpu: bool) -> dict[str, str]:
@@ -120,9 +118,9 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path, help="where report.md and report.json go")
     parser.add_argument("--work", type=Path, default=Path("/tmp/chip-smoke"), help="the bucket's stand-in")
     parser.add_argument("--model", choices=("chip", "cpu"), default="chip")
-    parser.add_argument("--boundary", nargs="*", default=[], help="comma-separated --set items of a boundary run")
+    parser.add_argument("--boundary", nargs="*", type=int, default=[], help="batch sizes of boundary runs (fit.py)")
     parser.add_argument("--step-timeout", type=float, default=900)
-    parser.add_argument("--skip-smoke", action="store_true", help="only the boundary runs (model converted before)")
+    parser.add_argument("--boundary-only", action="store_true", help="the model and conversion, then the boundary runs")
     parser.add_argument("--reuse", action="store_true", help="keep a conversion already in --work")
     parser.add_argument("--deadline", type=float, help="seconds from now by which every step must have ended")
     args = parser.parse_args()
@@ -138,23 +136,22 @@ def main() -> None:
     versions = reporting.installed_versions()
     started = time.monotonic()
     ok = True
-    if not args.skip_smoke:
-        if not (plan.model / "model.safetensors.index.json").is_file():
-            ok = run_step("model", [sys.executable, str(CPU_STEPS / "tiny.py"), str(plan.model), name,
-                                    json.dumps(plan.sizes) if plan.sizes else "null", SHARD[args.model],
-                                    str(STD[args.model])], env, logs, steps, args.step_timeout)
-        write_data(work / "data")
-        commands = plan.commands()
-        converted = plan.local(plan.chain().paths.converted_items)
-        if args.reuse and converted.is_dir():
-            steps["convert"] = {"exit": 0, "seconds": 0.0, "reused": str(converted)}
-        elif ok:
-            ok = run_step("convert", [sys.executable, str(CPU_STEPS / "run.py"), "convert", str(plan.model), name,
-                                      commands["convert"].module, *plan.argv("convert")], env, logs, steps,
-                          args.step_timeout)
-        if ok:
-            trains["train"] = train_run(plan, "train", env, logs, steps, args.step_timeout)
-            ok = steps["train"]["exit"] == 0
+    if not (plan.model / "model.safetensors.index.json").is_file():
+        ok = run_step("model", [sys.executable, str(CPU_STEPS / "tiny.py"), str(plan.model), name,
+                                json.dumps(plan.sizes) if plan.sizes else "null", SHARD[args.model],
+                                str(STD[args.model])], env, logs, steps, args.step_timeout)
+    write_data(work / "data")
+    commands = plan.commands()
+    converted = plan.local(plan.chain().paths.converted_items)
+    if args.reuse and converted.is_dir():
+        steps["convert"] = {"exit": 0, "seconds": 0.0, "reused": str(converted)}
+    elif ok:
+        ok = run_step("convert", [sys.executable, str(CPU_STEPS / "run.py"), "convert", str(plan.model), name,
+                                  commands["convert"].module, *plan.argv("convert")], env, logs, steps,
+                      args.step_timeout)
+    if ok and not args.boundary_only:
+        trains["train"] = train_run(plan, "train", env, logs, steps, args.step_timeout)
+        ok = steps["train"]["exit"] == 0
         if ok:
             ok = run_step("export", [sys.executable, str(CPU_STEPS / "run.py"), "export", str(plan.model), name,
                                      commands["export"].module, *plan.argv("export")], env, logs, steps,
@@ -163,10 +160,9 @@ def main() -> None:
             export = plan.local(plan.chain().paths.hf_export)
             run_step("reload", [sys.executable, str(CPU_STEPS / "reload.py"), str(plan.model), str(export)], env,
                      logs, steps, args.step_timeout)
-    for index, items in enumerate(args.boundary):
-        sets = (*BOUNDARY_SETS, *items.split(","))
-        boundary = Plan(args.model, work, work / "model", sets, run=f"boundary-{index}")
-        trains[f"boundary {items}"] = train_run(boundary, f"boundary-{index}", env, logs, steps, args.step_timeout)
+    for index, batch in enumerate(args.boundary if "convert" in steps and steps["convert"]["exit"] == 0 else []):
+        boundary = Plan(args.model, work, work / "model", boundary_sets(batch), run=f"boundary-{index}")
+        trains[f"boundary batch_size={batch}"] = train_run(boundary, f"boundary-{index}", env, logs, steps, args.step_timeout)
     reloaded = _last_json(Path(steps["reload"]["log"])) if "reload" in steps else None
     model = json.loads((plan.model / "config.json").read_text()) if (plan.model / "config.json").is_file() else {}
     report = {
