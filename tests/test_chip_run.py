@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import struct
 import sys
 from pathlib import Path
 
@@ -66,6 +67,19 @@ def test_the_chips_event_file_has_every_summary_tag_and_rollouts_a_step_before_t
     for tag in (REWARD_MEAN.name, COMPLETION_LENGTH.name):
         assert scalars[tag].steps == tuple(range(STEPS))
         assert tuple(paired_step(tag, step) for step in scalars[tag].steps) == scalars[LOSS.name].steps
+
+
+def test_the_smokes_own_reader_gives_the_event_file_as_tensorboards_does():
+    """bench/chip_smoke/report.py reads event files without tensorboard (the chip's machine lacks it)."""
+    import report
+
+    ours = report.event_scalars(CHIP)
+    theirs = read_scalars([EVENTS])
+    assert set(ours) == set(theirs)
+    for tag, series in theirs.items():
+        assert [step for step, _ in ours[tag]] == list(series.steps), tag
+        # both as the float32 the file stores (the package gives its shortest decimal)
+        assert [struct.pack("<f", value) for _, value in ours[tag]] == [struct.pack("<f", v) for v in series.values], tag
 
 
 def upload_chip_run(gcs, run: str) -> str:

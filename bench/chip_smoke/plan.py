@@ -52,10 +52,10 @@ SETS: dict[str, tuple[str, str]] = {
                                  "sequence for each token (no KV cache)"),
     "log_period": ("1", "every step's metrics flushed to TensorBoard (rl.yml: 20)"),
 }
-# A run at the fit account's boundary (fit.py): two steps, no held-out evaluation, and the actor
+# A run at the fit account's boundary (fit.py): one step, no held-out evaluation, and the actor
 # sampler given one prompt a call (0.65 s on the chip), so that its forward pass (full logits, no KV
 # cache) stays far below the train step's; batch_size alone varies (train_micro_batch_size stays -1).
-BOUNDARY_SETS = ("num_batches=2", "num_test_batches=0", "rollout_micro_batch_size=1")
+BOUNDARY_SETS = ("num_batches=1", "num_test_batches=0", "rollout_micro_batch_size=1")
 
 
 def boundary_sets(batch: int) -> tuple[str, ...]:
