@@ -1,6 +1,6 @@
 """The real-chip smoke: llama31-v6e8's own convert, train and export on one TPU chip, then its report.
 
-    python bench/chip_smoke/smoke.py --out DIR [--model chip|cpu] [--work DIR] [--boundary SETS ...]
+    python bench/chip_smoke/smoke.py --out DIR [--model chip|cpu] [--work DIR] [--boundary-only] [--boundary BATCH ...]
 
 Run with MaxText's environment's python (docs/development.md, "The real-chip smoke"). In order, each a
 process of its own, timed, its exit kept: the model generated on the machine (tests/maxtext_cpu/tiny.py,

@@ -35,9 +35,10 @@ sys.path.insert(0, str(HERE))
 import run as maxtext_step  # noqa: E402  tests/maxtext_cpu/run.py
 
 # The lines the report times, by what tunix and train_rl log (tunix/sft/peft_trainer.py _log_metrics,
-# train_rl.py _rl_train_impl, tunix/sft/checkpoint_manager.py).
+# train_rl.py _rl_train_impl).
 TIMED = ("Train step ", "Pre RL Training", "Post RL Training", "Starting RL training",
-         "RL Training Completed", "Saved checkpoint")
+         "RL Training Completed")
+SAVING = "Saving checkpoint at step"  # orbax's CheckpointManager.save, after a "[process=N] " prefix
 RESULT: dict = {"executables": [], "lines": [], "replaced_rollout": None}
 
 
@@ -53,7 +54,7 @@ class LineClock(logging.Handler):
             message = record.getMessage()
         except Exception:  # noqa: BLE001  a record whose arguments do not format is not one of ours
             return
-        if message.startswith(TIMED) or "Saved checkpoint" in message:
+        if message.startswith(TIMED) or SAVING in message:
             RESULT["lines"].append({"seconds": seconds(), "line": message[:300]})
 
 
