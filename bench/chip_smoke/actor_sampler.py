@@ -6,11 +6,12 @@ engine cannot take MaxText's adapter: it needs `rollout_actor.config` and a mode
 cache (tunix 0.1.7 rl_cluster.py RLCluster._init_cluster; TunixMaxTextAdapter.__call__ returns
 (logits, None)). RLCluster accepts any BaseRollout subclass as its engine, so this one is passed there.
 
-How it samples: prompts left-padded to max_prompt_length, then max_tokens_to_generate tokens, each
-from a forward pass of the whole sequence (no KV cache), all inside one jitted loop; temperature and
-top-k as the rollout config says; the pad id and ids the tokenizer cannot decode are never drawn (the
-generated model's vocabulary is Llama's, its tokenizer a small one); a row ends at its end-of-sequence
-id. Its memory: the actor's weights (shared, not copied) and one forward pass of the batch.
+How it samples: prompts left-padded to max_prompt_length (or the longest prompt), then
+max_tokens_to_generate tokens, each from a forward pass of the whole sequence (no KV cache), all inside
+one jitted loop; temperature and top-k as the rollout config says; the pad id and ids the tokenizer
+cannot decode are never drawn (the generated model's vocabulary is Llama's, its tokenizer a small one);
+a row ends at its end-of-sequence id. Its memory: the actor's weights (shared, not copied) and one
+forward pass of the batch.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tunix.rl import common
 from tunix.rl.rollout import base_rollout
 
 NEG = -1e30
+WINDOW = 64  # prompt windows grow in these steps, so that few programs are compiled
 
 
 class ActorSampler(base_rollout.BaseRollout):
@@ -97,13 +99,17 @@ class ActorSampler(base_rollout.BaseRollout):
 
     def generate(self, prompts, rollout_config, **_) -> base_rollout.RolloutOutput:
         started = time.monotonic()
-        prompt, new = int(rollout_config.max_prompt_length), int(rollout_config.max_tokens_to_generate)
+        encoded = [self._tokenizer.encode(text, add_special_tokens=False) for text in prompts]
+        # MaxText's evaluation leaves max_prompt_length at tunix's default, 64 (evaluate_rl.py), and vLLM
+        # takes a prompt whole: the window grows to the longest prompt, in steps of WINDOW, never cuts one
+        longest = -(-max(map(len, encoded)) // WINDOW) * WINDOW
+        prompt = max(int(rollout_config.max_prompt_length), longest)
+        new = int(rollout_config.max_tokens_to_generate)
         pad, eos = self.pad_id(), self.eos_id()
         rows = len(prompts)
         left = np.full((rows, prompt), pad, np.int32)
         lengths = np.zeros(rows, np.int32)
-        for row, text in enumerate(prompts):
-            ids = self._tokenizer.encode(text, add_special_tokens=False)[-prompt:]
+        for row, ids in enumerate(encoded):
             left[row, prompt - len(ids):] = ids
             lengths[row] = len(ids)
         tokens = np.concatenate([left, np.full((rows, new), pad, np.int32)], axis=1)
