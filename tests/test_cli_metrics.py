@@ -77,12 +77,12 @@ def test_json_gives_steps_values_and_summary_per_run_and_tag(settings_env, gcs, 
     rl, low = runs
     assert sorted(rl["tags"]) == sorted(RUN_RL)
     assert rl["tags"]["rewards/train/mean"] == {
-        "steps": [0, 1, 2], "values": [0.1, 0.4, 1.1],
+        "steps": [0, 1, 2], "train_steps": [1, 2, 3], "values": [0.1, 0.4, 1.1],  # a reward feeds the next step
         "summary": {"count": 3, "first": 0.1, "last": 1.1, "best": 1.1, "best_is": "max"}}
     assert rl["tags"]["rewards/train/check_numbers"]["summary"] == {
         "count": 3, "first": 0.0, "last": 1.0, "best": None, "best_is": None}
     assert low["tags"]["actor/train/loss"] == {
-        "steps": [1, 2], "values": [0.4, 0.45],
+        "steps": [1, 2], "train_steps": [1, 2], "values": [0.4, 0.45],
         "summary": {"count": 2, "first": 0.4, "last": 0.45, "best": 0.4, "best_is": "min"}}
     assert "actor/train/kl" not in low["tags"]
     assert [name.startswith("events.out.tfevents.") for name in low["event_files"]] == [True]
@@ -136,7 +136,8 @@ def test_png_overlays_the_runs_on_accuracy_and_four_tag_panels(settings_env, gcs
              for tag, ax in panels.items()}
     # 26/64, 33/64 and 38/64 (30/64 for low-lr); the Post at the run's last step.
     assert lines["accuracy (%)"] == [([0, 20, 50], [40.625, 51.5625, 59.375]), ([0, 50], [40.625, 46.875])]
-    assert lines["rewards/train/mean"] == [([0, 1, 2], [0.1, 0.4, 1.1]), ([0, 1], [0.2, 0.3])]
+    # rewards logged at 0, 1, 2 are the batches steps 1, 2, 3 trained on (tags.paired_step)
+    assert lines["rewards/train/mean"] == [([1, 2, 3], [0.1, 0.4, 1.1]), ([1, 2], [0.2, 0.3])]
     assert lines["actor/train/kl"] == [([1, 2, 3], [0.0, 0.01, 0.02])]
 
 

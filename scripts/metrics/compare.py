@@ -11,7 +11,7 @@ import textwrap
 from tpu_rl.scripts.metrics.table import WIDTH, number, summarize, text
 from tpu_rl.scripts.rundata.evaluation import accuracy_change
 from tpu_rl.scripts.rundata.events import Run
-from tpu_rl.scripts.rundata.tags import COMPLETION_LENGTH, KL, LOSS, REWARD_MEAN
+from tpu_rl.scripts.rundata.tags import COMPLETION_LENGTH, KL, LOSS, REWARD_MEAN, paired_step
 
 LABEL_WIDTH = 18
 MIN_COLUMN = 9  # "-1.23e-05" and "40.6→59.4" fit
@@ -45,7 +45,8 @@ def _rows(runs: list[Run]) -> list[tuple[str, list[str]]]:
         if tag.best:
             rows.append((f"{tag.label} {tag.best}", [number(s.best) if s and s.best is not None and
                                                      math.isfinite(s.best) else "-" for s in summaries]))
-    steps = [max((max(series.steps) for series in run.scalars.values() if series.steps), default=None) for run in runs]
+    steps = [max((paired_step(tag, max(series.steps)) for tag, series in run.scalars.items() if series.steps),
+                 default=None) for run in runs]
     rows.append(("last step", ["-" if step is None else str(step) for step in steps]))
     return rows
 

@@ -13,7 +13,7 @@ from tpu_rl.recipes import UserError
 from tpu_rl.scripts.metrics import picture_format
 from tpu_rl.scripts.rundata.evaluation import accuracy_points
 from tpu_rl.scripts.rundata.events import Run
-from tpu_rl.scripts.rundata.tags import PLOTTED_TAGS
+from tpu_rl.scripts.rundata.tags import PLOTTED_TAGS, paired_step
 
 SIZE_INCHES = (10, 10)
 DPI = 100  # 1000 x 1000 pixels
@@ -46,7 +46,7 @@ def _accuracy_panel(ax, runs: list[Run]) -> None:
 def figure(runs: list[Run], title: str) -> Figure:
     """The figure, drawn on the Agg canvas (no display, no pyplot state): the accuracy panel (from the run
     records), then one axes per PLOTTED_TAGS entry, one line per run that has the tag, the legend naming
-    the runs."""
+    the runs. Every point sits at the train step it belongs to (tags.paired_step)."""
     fig = Figure(figsize=SIZE_INCHES, dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     fig.suptitle(title)
@@ -61,7 +61,8 @@ def figure(runs: list[Run], title: str) -> Figure:
         for index, run in enumerate(runs):
             series = run.scalars.get(tag.name)
             if series and series.values:
-                ax.plot(series.steps, series.values, color=f"C{index}", label=legend_label(run), linewidth=1.5,
+                steps = [paired_step(tag.name, step) for step in series.steps]  # a reward at the step it fed
+                ax.plot(steps, series.values, color=f"C{index}", label=legend_label(run), linewidth=1.5,
                         marker="o" if len(series.values) <= MARKERS_UP_TO else None, markersize=3)
         if ax.get_lines():
             ax.legend(fontsize="small")

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 from tpu_rl.scripts.rundata.evaluation import accuracy_change
 from tpu_rl.scripts.rundata.events import Run, Series
-from tpu_rl.scripts.rundata.tags import BY_NAME, SUMMARY_TAGS
+from tpu_rl.scripts.rundata.tags import BY_NAME, SUMMARY_TAGS, paired_step
 
 WIDTH = 80
 SPARK_WIDTH = 20  # the sparkline's width when the numbers leave room; never less than MIN_SPARK_WIDTH
@@ -149,6 +149,7 @@ def as_json(runs: list[Run]) -> dict:
                                                           "partial_accuracy", "format_accuracy", "mean_reward")}
                         for entry in run.evaluations],
         "tags": {tag: {"steps": list(series.steps),
+                       "train_steps": [paired_step(tag, step) for step in series.steps],
                        "values": [_finite_or_none(v) for v in series.values],
                        "summary": {key: _finite_or_none(value) if isinstance(value, float) else value
                                    for key, value in asdict(summarize(tag, series)).items()}}

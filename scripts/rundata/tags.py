@@ -48,6 +48,19 @@ SUMMARY_TAGS: tuple[Tag, ...] = (
     COMPLETION_LENGTH,
 )
 
+# RLCluster logs a batch's rewards and completion lengths at its global step before the update
+# (rl_cluster.py buffer_metrics; rl_learner.py train increments it after), the actor its loss at the step
+# after it (peft_trainer.py _write_train_metrics). One train step a global step (MaxText's mini-batch is
+# the batch, rl.num_iterations 1): reward step k is the batch train step k+1 trained on; the chip wrote
+# rewards at 0..7 and the loss at 1..8 (tests/chip_run). docs/provenance.md has the rest.
+ROLLOUT_PREFIXES = ("rewards/", "completions/")
+
+
+def paired_step(tag: str, step: int) -> int:
+    """The train step a point of `tag` belongs to: a rollout's the step that trained on it."""
+    return step + 1 if tag.startswith(ROLLOUT_PREFIXES) else step
+
+
 # The picture's 2x2 panels, in reading order.
 PLOTTED_TAGS: tuple[Tag, ...] = (REWARD_MEAN, LOSS, KL, COMPLETION_LENGTH)
 

@@ -210,11 +210,11 @@ def tiny_model(recipe: Recipe) -> Path:
     return target
 
 
-def tiny_overrides(maxtext_name: str) -> list[str]:
+def tiny_overrides(maxtext_name: str, sizes: dict[str, int] | None = None) -> list[str]:
     sys.path.insert(0, str(HERE))
     from tiny import maxtext_overrides  # noqa: PLC0415  (also runs in the MaxText venv, so no package import)
 
-    return maxtext_overrides(maxtext_name)
+    return maxtext_overrides(maxtext_name, sizes)
 
 
 @dataclass
@@ -239,6 +239,7 @@ class Chain:
     paths: ArtifactPaths
     root: Path  # per recipe: gcs/ (the bucket), logs/, patched-src/
     tiny: Path
+    sizes: dict[str, int] | None = None  # the model's sizes when not tiny.py's (bench/chip_smoke)
 
     @property
     def bucket_dir(self) -> Path:
@@ -261,7 +262,7 @@ class Chain:
             if eq and value in hub_ids:
                 arg = f"{name}={self.tiny}"
             out.append(arg)
-        out += tiny_overrides(self.recipe.model.maxtext_name)
+        out += tiny_overrides(self.recipe.model.maxtext_name, self.sizes)
         if not any(arg.startswith("skip_jax_distributed_system=") for arg in out):
             out.append("skip_jax_distributed_system=True")  # one CPU process: no TPU hosts to join
         if not any(arg.startswith("jax_cache_dir=") for arg in out):

@@ -2,7 +2,10 @@
 
 Runs inside a MaxText test venv (tests/test_maxtext_real.py calls it with that venv's python):
 
-    python tests/maxtext_cpu/tiny.py OUT_DIR MAXTEXT_MODEL_NAME
+    python tests/maxtext_cpu/tiny.py OUT_DIR MAXTEXT_MODEL_NAME [SIZES_JSON [SHARD [STD]]]
+
+SIZES_JSON replaces TINY's sizes (with "vocab_size" in place of VOCAB), e.g. the real-chip smoke's
+larger model (bench/chip_smoke/plan.py); SHARD is then the largest shard, STD the weights' spread.
 
 Each config starts from the release's own HF_MODEL_CONFIGS entry (the config to_maxtext and
 to_huggingface use for the real model), so that everything but the sizes is the real model's (RoPE,
@@ -23,6 +26,7 @@ from pathlib import Path
 VOCAB = 512  # a multiple of 128, as MaxText pads vocabularies; the tokenizer uses the first 256 + specials
 SEED = 0
 SHARD = "150KB"  # small enough that every tiny model has at least two shards
+STD = 0.5  # wide enough that a swapped or transposed tensor shows in the logits
 
 # The sizes, once: the Hugging Face field and the MaxText key of each (text model).
 # Gemma 4's global attention needs global_num_kv_heads >= the tensor axis (2) of the recipe's mesh.
@@ -72,10 +76,16 @@ def base_name(maxtext_name: str) -> str:
     return maxtext_name.replace("-Instruct", "")
 
 
-def maxtext_overrides(maxtext_name: str) -> list[str]:
+def sizes_of(maxtext_name: str, sizes: dict[str, int] | None = None) -> dict[str, int]:
+    """The model's sizes with its vocabulary: TINY's, or `sizes` given in TINY's fields plus vocab_size."""
+    return dict(sizes) if sizes else dict(TINY[base_name(maxtext_name)], vocab_size=VOCAB)
+
+
+def maxtext_overrides(maxtext_name: str, sizes: dict[str, int] | None = None) -> list[str]:
     """The sizes as MaxText command-line overrides (they need override_model_config=True)."""
-    sizes = TINY[base_name(maxtext_name)]
-    return [*(f"{MAXTEXT_KEY[field]}={value}" for field, value in sizes.items()), f"vocab_size={VOCAB}",
+    full = sizes_of(maxtext_name, sizes)
+    vocab = full.pop("vocab_size")
+    return [*(f"{MAXTEXT_KEY[field]}={value}" for field, value in full.items()), f"vocab_size={vocab}",
             "override_model_config=True"]
 
 
@@ -97,18 +107,19 @@ def _tokenizer(maxtext_name: str):
     return fast, {name.replace("_token", "_token_id"): (vocab[v] if v else None) for name, v in roles.items()}
 
 
-def tiny_config(maxtext_name: str, token_ids: dict):
-    """The release's HF_MODEL_CONFIGS entry with the tiny sizes."""
+def tiny_config(maxtext_name: str, token_ids: dict, sizes: dict[str, int] | None = None):
+    """The release's HF_MODEL_CONFIGS entry with the tiny sizes (or `sizes`, see sizes_of)."""
     import transformers
     from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
 
     real = HF_MODEL_CONFIGS[base_name(maxtext_name)].to_dict()
-    sizes = dict(TINY[base_name(maxtext_name)], vocab_size=VOCAB)
+    sizes = sizes_of(maxtext_name, sizes)
+    vocab = sizes["vocab_size"]
     if "text_config" in real:  # Gemma 4: a multimodal config around the text model
         text = real["text_config"]
         text.update(sizes)
         text["layer_types"] = text["layer_types"][:sizes["num_hidden_layers"]]
-        text["vocab_size_per_layer_input"] = VOCAB
+        text["vocab_size_per_layer_input"] = vocab
         text.update({k: v for k, v in token_ids.items() if v is not None})
         real["vision_config"].update(TINY_VISION)
         # The multimodal token ids must lie inside the tiny vocabulary (tokens 5..11 of SPECIALS).
@@ -128,12 +139,13 @@ def tiny_config(maxtext_name: str, token_ids: dict):
     return transformers.AutoConfig.for_model(real.pop("model_type"), **real)
 
 
-def build(out: Path, maxtext_name: str) -> None:
+def build(out: Path, maxtext_name: str, sizes: dict[str, int] | None = None, shard: str = SHARD,
+          std: float = STD) -> None:
     import torch
     import transformers
 
     tokenizer, token_ids = _tokenizer(maxtext_name)
-    config = tiny_config(maxtext_name, token_ids)
+    config = tiny_config(maxtext_name, token_ids, sizes)
     torch.manual_seed(SEED)
     if config.architectures:  # Qwen3-MoE and Gemma 4 name theirs; MaxText's Llama configs do not
         model = getattr(transformers, config.architectures[0])(config)
@@ -142,17 +154,19 @@ def build(out: Path, maxtext_name: str) -> None:
     model = model.to(torch.bfloat16).eval()
     with torch.no_grad():  # some inits leave zeros or ones; random values make every mapping visible
         for param in model.parameters():
-            param.copy_(torch.randn_like(param, dtype=torch.float32).mul_(0.5).to(param.dtype))
+            param.copy_(torch.randn_like(param, dtype=torch.float32).mul_(std).to(param.dtype))
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, max_shard_size=SHARD)
+    model.save_pretrained(out, max_shard_size=shard)
     tokenizer.save_pretrained(out)
     index = json.loads((out / "model.safetensors.index.json").read_text())
     shards = sorted(set(index["weight_map"].values()))
     if len(shards) < 2:
         raise SystemExit(f"{maxtext_name}: one shard only; lower SHARD so the index is exercised")
     print(json.dumps({"model": maxtext_name, "architecture": type(model).__name__, "shards": len(shards),
-                      "tensors": len(index["weight_map"])}))
+                      "tensors": len(index["weight_map"]),
+                      "parameters": sum(param.numel() for param in model.parameters())}))
 
 
 if __name__ == "__main__":
-    build(Path(sys.argv[1]), sys.argv[2])
+    build(Path(sys.argv[1]), sys.argv[2], *([json.loads(sys.argv[3])] if len(sys.argv) > 3 else []), *sys.argv[4:5],
+          *map(float, sys.argv[5:6]))

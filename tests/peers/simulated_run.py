@@ -29,11 +29,12 @@ def synthetic_curves(total: int) -> dict[str, list[tuple[int, float]]]:
         return 1 - math.exp(-3 * step / max(total, 1))
 
     steps = range(1, total + 1)
+    # the rollout's tags at the step before the one they fed, as tunix writes them (tags.paired_step)
     return {
-        "rewards/train/mean": [(s, 0.6 + 1.2 * rise(s) + 0.05 * math.sin(s)) for s in steps],
+        "rewards/train/mean": [(s - 1, 0.6 + 1.2 * rise(s) + 0.05 * math.sin(s)) for s in steps],
         "actor/train/loss": [(s, 0.02 + 0.05 * (1 - rise(s)) + 0.004 * math.cos(s)) for s in steps],
         "actor/train/kl": [(s, 0.002 + 0.01 * rise(s)) for s in steps],
-        "completions/train/mean_length": [(s, 310 - 90 * rise(s) + 6 * math.sin(s / 2)) for s in steps],
+        "completions/train/mean_length": [(s - 1, 310 - 90 * rise(s) + 6 * math.sin(s / 2)) for s in steps],
     }
 
 
