@@ -8,8 +8,8 @@ step: setting it, even to N, makes tunix 0.1.7 wrap the optimizer in optax.Multi
 accumulator more), the smoke's train arguments as the chip runs them
 (plan.py, the chip's model) go to the fit check's compiler (scripts/fit/compiler.py, which runs
 maxtext_compile.py in ENV: MaxText 0.2.3 with the chip's JAX, jaxlib and libtpu) for accelerator
-v5e-1, with the sampler "actor" (nothing beside the trainer: the actor samples) and the given margin
-(0: the chip's own limit, for comparing with the chip). Prints the account's rows per size and the
+v5e-1, with the sampler "actor" (nothing beside the trainer: the actor samples); the account keeps the
+given margin free (0: the chip's own limit, for comparing with the chip). Prints the account's rows per size and the
 boundary: the largest size that fits and the next that cannot. Nothing is converted: only the batch
 changes.
 """
@@ -34,10 +34,10 @@ from tpu_rl.scripts.fit.compiler import compiled  # noqa: E402
 ACCELERATOR = "v5e-1"  # the lent chip: tpu:v5e:1x1 (MaxText's accelerator table names it v5e-1)
 
 
-def request(batch: int, margin: float, work: Path) -> dict:
+def request(batch: int, work: Path) -> dict:
     plan = Plan("chip", work, work / "model", boundary_sets(batch))
     out = compile_request(plan.spec(), example_settings())
-    return {**out, "accelerator": ACCELERATOR, "slices": 1, "sampler": "actor", "margin": margin,
+    return {**out, "accelerator": ACCELERATOR, "slices": 1, "sampler": "actor",
             "argv": list(memory_items(tuple(plan.argv("train"))))}
 
 
@@ -53,8 +53,8 @@ def main() -> None:
     results, verdicts = {}, {}
 
     def judge(batch: int) -> bool:
-        result = compiled(request(batch, args.margin, args.work), say=lambda line: print(f"  {line}", file=sys.stderr))
-        fit = Fit(result)
+        result = compiled(request(batch, args.work), say=lambda line: print(f"  {line}", file=sys.stderr))
+        fit = Fit(result, args.margin)
         results[batch], verdicts[batch] = result, fit.fits
         print(f"batch {batch} ({result['rows']} rows of {result['prompt'] + result['completion']} tokens): "
               f"{'fits' if fit.fits else 'does not fit'}", flush=True)

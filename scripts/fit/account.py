@@ -64,6 +64,7 @@ class Part:
 @dataclass(frozen=True)
 class Fit:
     result: dict
+    margin_share: float = MARGIN  # of the chip's limit kept free; 0 to compare with a chip's own verdict
 
     @property
     def limit(self) -> int:
@@ -71,7 +72,7 @@ class Fit:
 
     @property
     def margin(self) -> int:
-        return round(MARGIN * self.limit)
+        return round(self.margin_share * self.limit)
 
     @property
     def held(self) -> dict:
@@ -184,7 +185,7 @@ class Fit:
                     f"({gib(self.result['vllm_share_bytes'])})")
         else:
             over = (f"needs {part.shown} of a {chip} chip's {gib(self.limit)}, leaving less than the "
-                    f"{round(100 * MARGIN)}% margin ({gib(self.margin)}), on the {self.mesh()} of "
+                    f"{round(100 * self.margin_share)}% margin ({gib(self.margin)}), on the {self.mesh()} of "
                     f"{self.result['accelerator']}")
         return f"{recipe} does not fit: {PART_NAMES[part.name]} {over}; {self.fixes(part)}"
 
@@ -192,7 +193,7 @@ class Fit:
         """One line for a plan that fits: its peak and what is left."""
         return (f"fits: {gib(self.peak)} of a {self.result['accelerator']} chip's {gib(self.limit)} at its peak "
                 f"({PART_NAMES[self.largest.name]}), {100 * self.headroom / self.limit:.0f}% free "
-                f"(the margin: {round(100 * MARGIN)}%)")
+                f"(the margin: {round(100 * self.margin_share)}%)")
 
     def record(self) -> dict:
         """What run.json keeps of it: the verdict, the peak, the chip's limit and who compiled it."""
