@@ -57,6 +57,18 @@ def _run(*args: str):
     return done[0]
 
 
+def _stuck_run(cloud, monkeypatch, how: str):
+    """`run` whose driver pod is stuck as `how` says (peers/pod_start.py), on the ticking clock: the fake
+    API, the result (ended as a failed job) and the pod the Events are about."""
+    kube = cloud["kube"]
+    kube.driver_stuck = how
+    _ticking_clock(monkeypatch)
+    result = _run()
+    assert result.exit_code == ExitCode.JOB_FAILED, result.output
+    (pod,) = {event["involvedObject"]["name"] for event in kube.events}
+    return kube, result, pod
+
+
 @pytest.mark.parametrize("how, reason, said, fix", [
     ("forbidden", "FailedMount", mount_error("forbidden", BUCKET, ACCOUNT),
      f"the driver's service account cannot read gs://{BUCKET} through Workload Identity yet (it takes a few minutes "
@@ -84,12 +96,7 @@ def test_a_driver_pod_that_never_starts_ends_run_at_the_bound_naming_the_reason_
 
 def test_a_driver_pod_no_node_has_room_for_ends_run_at_the_bound_and_stays_to_start_once_one_has(
         cloud, monkeypatch):
-    kube = cloud["kube"]
-    kube.driver_stuck = "unschedulable"
-    _ticking_clock(monkeypatch)
-    result = _run()
-    assert result.exit_code == ExitCode.JOB_FAILED, result.output
-    (pod,) = [event["involvedObject"]["name"] for event in kube.events]
+    kube, result, pod = _stuck_run(cloud, monkeypatch, "unschedulable")
     assert error_line(result) == (
         f"error: the run's driver found no room to start within 0:20:00 (pod {pod}: Unschedulable: {NO_ROOM}); "
         "the system pool system-np has no room for it and its autoscaler added none: see `kubectl get pods -A "
@@ -124,3 +131,33 @@ def test_status_shows_why_a_detached_runs_driver_has_not_started(cloud):
     assert " ".join(f"(run waits up to 0:20:00): FailedMount: {mount_error('forbidden', BUCKET, ACCOUNT)}".split()) \
         in text
     assert ArtifactPaths(spec_of(get_recipe(RECIPE)), peer_settings()).run_name in text
+
+
+def test_a_driver_image_the_nodes_cannot_reach_is_named_and_bounded_while_the_fuse_sidecar_runs(cloud, monkeypatch):
+    """The webhook's GCS FUSE sidecar runs first (an init container with restartPolicy Always), so the pod
+    has a running container while the driver's own waits on its image: that is not a started driver."""
+    kube, result, name = _stuck_run(cloud, monkeypatch, "unreachable image")
+    (event,) = kube.events
+    image = event["message"].split('"')[1]  # the kubelet's Failed: Failed to pull image "…"
+    why = f'ImagePullBackOff: Back-off pulling image "{image}"'  # the kubelet's waiting reason and message
+    waiting = [line for line in result.output.splitlines() if line.startswith("driver: pod")]
+    assert waiting and waiting[0].endswith(f"(run waits up to 0:20:00): {why}"), result.output
+    assert error_line(result) == (
+        f"error: the run's driver did not start within 0:20:00 (pod {name}: {why}); the cluster's nodes cannot "
+        f"pull the driver's image: check that they reach its registry; its Job {DRIVER} was deleted before it "
+        f"ran anything: then rerun `tpu-rl run {RECIPE}`")
+    assert kube.jobs == {} and kube.created == []
+
+
+def test_a_scheduled_driver_pod_is_not_said_to_want_room_by_the_schedulers_earlier_event(cloud, monkeypatch):
+    """A pod placed on a node the autoscaler added keeps the scheduler's FailedScheduling Event (the API
+    server keeps Events an hour): while its image is pulled it waits with the kubelet's PodInitializing."""
+    kube, result, name = _stuck_run(cloud, monkeypatch, "pulling")
+    assert [event["reason"] for event in kube.events] == ["FailedScheduling"]
+    assert not [line for line in result.output.splitlines() if "FailedScheduling" in line or "Insufficient" in line]
+    assert error_line(result) == (
+        f"error: the run's driver did not start within 0:20:00 (pod {name}: PodInitializing); see `kubectl "
+        f"describe pod {name}`; its Job {DRIVER} was deleted before it ran anything: then rerun `tpu-rl run "
+        f"{RECIPE}`")
+    assert kube.jobs == {}
+

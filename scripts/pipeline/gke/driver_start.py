@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER
 from tpu_rl.recipes.conventions import SYSTEM_POOL_NAME
 from tpu_rl.scripts.cloud.kube_objects import container_statuses
 from tpu_rl.scripts.outcome import StepFailed
@@ -30,6 +31,9 @@ DRIVER_START_SECONDS = NODE_PROVISION_SECONDS + IMAGE_PULL_FAILING_SECONDS
 # GoogleCloudPlatform/gcs-fuse-csi-driver, "MountVolume.SetUp failures").
 NO_ACCESS_CODES = ("code = PermissionDenied", "code = Unauthenticated")
 SCHEDULING = ("Unschedulable", "FailedScheduling")  # no node has room: it starts once one has
+# The scheduler's Event about a pod it could not place; it outlives the pod's binding (the API server keeps
+# Events for --event-ttl, 1 h), so once the pod is on a node it no longer says why the pod waits.
+SCHEDULER_EVENT = "FailedScheduling"
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,19 @@ class NotStarted:
 
 
 def _started(pod: dict) -> bool:
-    """Whether a container of the pod has run (a running or terminated state)."""
-    return any(set(container.get("state") or {}) & {"running", "terminated"} for container in container_statuses(pod))
+    """Whether the driver's own container has run (a running or terminated state). Not any container: the
+    GCS FUSE webhook's sidecar (an init container with restartPolicy Always, or the first container on
+    older nodes) runs while the driver's container still waits on its image
+    (docs/provenance.md#a-driver-pod-that-does-not-start)."""
+    return any(set(container.get("state") or {}) & {"running", "terminated"}
+               for container in (pod.get("status") or {}).get("containerStatuses") or []
+               if container.get("name") == DRIVER_CONTAINER)
+
+
+def _scheduled(pod: dict) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName")) or any(
+        c.get("type") == "PodScheduled" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _event_time(event: dict) -> str:
@@ -104,7 +119,9 @@ def not_started(job: dict, pod: dict | None, events: list[dict]) -> NotStarted |
     for state in waiting:
         if state.get("reason") in UNPARSABLE_IMAGE + FAILING_PULL:
             return NotStarted(job_name, name, state["reason"], state.get("message") or "", since)
-    warnings = sorted((e for e in events if e.get("type") == "Warning"), key=_event_time)
+    stale = (SCHEDULER_EVENT,) if _scheduled(pod) else ()
+    warnings = sorted((e for e in events if e.get("type") == "Warning" and e.get("reason") not in stale),
+                      key=_event_time)
     if warnings:
         latest = warnings[-1]
         return NotStarted(job_name, name, latest.get("reason") or "", latest.get("message") or "", since)
