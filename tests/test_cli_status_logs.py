@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from urllib.parse import parse_qs, urlsplit
 
 from typer.testing import CliRunner
 
@@ -128,6 +129,23 @@ def test_logs_follow_reopens_a_dropped_stream_and_ends_in_one_line_when_it_keeps
                      "again")
     follows = [path for _, path, _ in cloud["kube"].requests if "follow=true" in path]
     assert len(follows) == 3 + DROPS_WITHOUT_A_LINE  # three with a new line, then the drops
+
+
+def test_logs_follow_reopens_from_the_time_elapsed_here_whatever_the_nodes_clock_says(cloud):
+    """sinceSeconds counts back from the kubelet's clock; here the node's runs 30 s ahead of this machine's.
+    This machine's clock less the last line's time would ask for -28 s, which the API server refuses
+    (ValidatePodLogOptions: sinceSeconds must be greater than 0): each reopening still shows the new lines."""
+    from peers import kueue
+
+    kueue.use_clock(lambda: datetime.now(timezone.utc) + timedelta(seconds=30))
+    try:
+        _convert(cloud, "running", log_reads=[[(0, "a")], [(0, "a"), (1, "b")], [(0, "a"), (1, "b"), (2, "c")]])
+        result = runner.invoke(app, ["logs", RECIPE, "convert", "-f"])
+    finally:
+        kueue.use_clock(None)
+    assert result.output.splitlines()[:3] == ["a", "b", "c"], result.output
+    reopened = [parse_qs(urlsplit(path).query) for _, path, _ in cloud["kube"].requests if "follow=true" in path][1:]
+    assert reopened and all(int(query["sinceSeconds"][0]) >= 1 for query in reopened)
 
 
 def test_run_with_follow_logs_streams_the_step_logs(cloud):

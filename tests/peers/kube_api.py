@@ -307,6 +307,9 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
             return status(404, "NotFound", f'pods "{name}" not found')
         if not log:
             return Reply(200, pod)
+        if query.get("sinceSeconds") and int(query["sinceSeconds"]) < 1:  # ValidatePodLogOptions (pod/rest/log.go)
+            why = f"sinceSeconds: Invalid value: {query['sinceSeconds']}: must be greater than 0"
+            return status(422, "Invalid", f'PodLogOptions "{name}" is invalid: {why}')
         # A Job's pod (the driver): what its container wrote so far, each line at the real time it came (the
         # driver runs in real time, whatever clock a test gives the JobSets); a JobSet's pod: its plan's lines.
         now = datetime.now(timezone.utc) if name in self.pod_logs else kueue.moment()

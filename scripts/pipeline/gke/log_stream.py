@@ -11,6 +11,8 @@ restart closed.
 from __future__ import annotations
 
 import json
+import math
+import time
 from datetime import datetime
 from typing import Iterator
 
@@ -25,25 +27,36 @@ from tpu_rl.scripts.pipeline.session import Session
 # Reopenings in a row that bring no new line before `logs -f` gives up, each after the retry policy's
 # backoff (1, 2, 4, 8, 8 s by default): about half a minute of a log the cluster does not serve.
 DROPS_WITHOUT_A_LINE = 5
-REOPEN_MARGIN_SECONDS = 2  # sinceSeconds is the API server's clock: reopen a little before the last line
+# sinceSeconds counts back from the kubelet's clock, which this machine's need not agree with: a reopened
+# stream starts this much before the time elapsed here since the last line came, which covers the lines
+# still on their way when the stream dropped (those seen are skipped by their timestamps).
+REOPEN_MARGIN_SECONDS = 10
 
 
 class SeenUpTo:
-    """The kubelet's time of the last line shown: what a reopened stream may skip."""
+    """The kubelet's time of the last line shown, and when it came here: what a reopened stream may skip,
+    and how far back it starts."""
 
     def __init__(self) -> None:
         self.last: datetime | None = None
+        self.came: float | None = None
 
-    def since(self, now: datetime) -> int | None:
-        """The sinceSeconds of a reopened stream: from a little before the last line seen."""
-        return int((now - self.last).total_seconds()) + REOPEN_MARGIN_SECONDS if self.last else None
+    def since(self) -> int | None:
+        """The sinceSeconds of a reopened stream: the seconds elapsed here since the last line came, and the
+        margin. Not this machine's clock less the line's timestamp: a clock behind the node's by more than
+        the margin gave a value below 1, which the API server refuses (ValidatePodLogOptions), and lost lines
+        when behind by less."""
+        if self.came is None:
+            return None
+        return math.ceil(time.monotonic() - self.came) + REOPEN_MARGIN_SECONDS
 
     def fresh(self, raw: str) -> str | None:
         """A timestamped line not shown yet (without its time), or None."""
         stamp, line = unstamped(raw)
         if stamp is not None and self.last is not None and stamp <= self.last:
             return None
-        self.last = stamp or self.last
+        if stamp is not None:
+            self.last, self.came = stamp, time.monotonic()
         return line
 
 
@@ -69,7 +82,7 @@ def follow(session: Session, pod: str, container: str, tail: int | None) -> Iter
     cluster, seen, drops = session.cluster, SeenUpTo(), 0
     while True:
         shown = False
-        since = seen.since(session.now())
+        since = seen.since()
         try:
             for raw in cluster.stream_log(pod, container, since, timestamps=True,
                                           tail_lines=tail if seen.last is None else None):
@@ -81,7 +94,7 @@ def follow(session: Session, pod: str, container: str, tail: int | None) -> Iter
             if not is_transient(error):
                 raise
         if _ended(session, pod, container):
-            for raw in cluster.read_log(pod, container, since_seconds=seen.since(session.now()),
+            for raw in cluster.read_log(pod, container, since_seconds=seen.since(),
                                         timestamps=True).splitlines():
                 line = seen.fresh(raw)  # what a dropped stream left unread before the end
                 if line is not None:

@@ -56,7 +56,7 @@ class LogFollower(threading.Thread):
                 pod = main_pod(self.session.cluster.list_pods(self.job.selector), running_only=True)
                 if pod is not None:
                     for raw in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER,
-                                                               seen.since(self.session.now()), timestamps=True):
+                                                               seen.since(), timestamps=True):
                         line = seen.fresh(raw)
                         if line is not None:
                             self._print(line)
