@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from tpu_rl.recipes import UserError
+from tpu_rl.recipes import UserError, all_recipes
 from tpu_rl.recipes.fit import figures
 from tpu_rl.scripts.fit import environment
 
@@ -111,7 +111,14 @@ def ready_environment(version: str, say) -> environment.Environment:
     if (platform.system(), platform.machine()) != ("Linux", "x86_64"):
         raise UserError("the fit check compiles with libtpu, which PyPI has for Linux x86-64 only: run `tpu-rl fit` "
                         "on such a machine, or pass --skip-fit-check to submit the plan unjudged")
-    return environment.build(version, "3.12", environment.find_uv(), torch=False, say=say)
+    uv = environment.find_uv()
+    python = environment.find_python(uv, release_python(version), say)
+    return environment.build(version, python, uv, torch=False, say=say)
+
+
+def release_python(version: str) -> str:
+    """The Python the release's images run (recipes.toml, [maxtext."<version>"] python)."""
+    return next(recipe.maxtext.python for recipe in all_recipes().values() if recipe.maxtext_version == version)
 
 
 def _run(env: environment.Environment, request: dict, say) -> dict:

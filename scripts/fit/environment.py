@@ -155,6 +155,38 @@ def _uv(uv: str, *args: str) -> None:
                         f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
 
 
+def find_python(uv: str, version: str, say=print) -> str:
+    """An interpreter of `version` (the release's images' Python) that runs: on PATH (a pyenv shim of a
+    version not selected is on PATH and fails), else uv's, installed by uv if it has none (once)."""
+    found = _runs_as(shutil.which(f"python{version}"), version) or _uv_python(uv, version)
+    if found:
+        return found
+    say(f"installing Python {version} with uv (once; MaxText's environment needs it)")
+    subprocess.run([uv, "python", "install", "--quiet", version], capture_output=True, text=True)
+    found = _uv_python(uv, version)
+    if found:
+        return found
+    raise UserError(f"MaxText's environment needs Python {version}, which is not on PATH and uv could not "
+                    f"install: install python{version}, or set TPU_RL_MAXTEXT_ENV to an environment of your own")
+
+
+def _uv_python(uv: str, version: str) -> str | None:
+    done = subprocess.run([uv, "python", "find", version], capture_output=True, text=True)
+    return _runs_as(done.stdout.strip(), version) if done.returncode == 0 else None
+
+
+def _runs_as(python: str | None, version: str) -> str | None:
+    """`python` if it runs and is `version`, else None."""
+    if not python:
+        return None
+    try:
+        done = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=60)
+    except OSError:
+        return None
+    return python if done.returncode == 0 and done.stdout.strip() == version else None
+
+
 def find_uv() -> str:
     found = shutil.which("uv") or (str(Path(sys.executable).with_name("uv")) if Path(sys.executable).with_name("uv").exists() else None)
     if not found:
