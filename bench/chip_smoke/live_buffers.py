@@ -1,0 +1,91 @@
+"""Does XLA's TPU compiler see the buffers already live on the chip when it compiles a program?
+
+    python3 bench/chip_smoke/live_buffers.py OUT.json        # on a TPU machine (the lent v5e chip)
+
+The fit check (scripts/fit) compiles each of train_rl's programs alone and adds what sits beside it on
+the chip (the reference model, vLLM's share). That is right only if the chip's own compile ignores
+those live buffers: if it saw them, it would fit a program near the limit into what is left, as it does
+with a program's own arguments (its temporaries shrink), and the true peak would be lower.
+
+Each case runs in a fresh process: a buffer of LIVE GiB is put on the chip and kept, then a train step
+(an MLP stack with Adam; its own temporaries are several GiB when nothing presses it) is compiled and
+run. The compiler's memory analysis with and without the live buffer answers the question: the same
+temporaries mean it does not see them; smaller ones mean it does. Whether each runs shows what the
+runtime does when the sum passes the chip.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+LAYERS, WIDTH, HIDDEN, BATCH, LENGTH = 24, 2048, 8192, 8, 1024
+# GiB kept live before the compile: none, some, and past what the program alone leaves free
+LIVE_GIB = (0.0, 2.0, 3.5)
+
+
+def case(live_gib: float) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    device = jax.devices()[0]
+    live = jax.device_put(jnp.ones((int(live_gib * 2**30) // 4,), jnp.float32)) if live_gib else None
+    if live is not None:
+        live.block_until_ready()
+    keys = jax.random.split(jax.random.PRNGKey(0), 2 * LAYERS)
+    params = [(jax.random.normal(keys[2 * i], (WIDTH, HIDDEN), jnp.float32) * 0.01,
+               jax.random.normal(keys[2 * i + 1], (HIDDEN, WIDTH), jnp.float32) * 0.01) for i in range(LAYERS)]
+    moments = jax.tree.map(jnp.zeros_like, (params, params))
+    batch = jnp.ones((BATCH, LENGTH, WIDTH), jnp.bfloat16)
+
+    def loss(params, x):
+        for up, down in params:
+            x = jax.nn.relu(x @ up.astype(jnp.bfloat16)) @ down.astype(jnp.bfloat16)
+        return jnp.mean(x.astype(jnp.float32) ** 2)
+
+    def step(params, moments, x):
+        grads = jax.grad(loss)(params, x)
+        mu = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, moments[0], grads)
+        nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, moments[1], grads)
+        params = jax.tree.map(lambda p, m, v: p - 1e-4 * m / (jnp.sqrt(v) + 1e-8), params, mu, nu)
+        return params, (mu, nu)
+
+    before = device.memory_stats() or {}
+    started = time.monotonic()
+    compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, moments, batch).compile()
+    analysis = compiled.memory_analysis()
+    out = {"live_gib": live_gib, "compile_seconds": round(time.monotonic() - started, 1),
+           "bytes_in_use_before_compile": before.get("bytes_in_use"), "bytes_limit": before.get("bytes_limit"),
+           "argument_bytes": analysis.argument_size_in_bytes, "output_bytes": analysis.output_size_in_bytes,
+           "alias_bytes": analysis.alias_size_in_bytes, "temp_bytes": analysis.temp_size_in_bytes}
+    try:
+        params, moments = compiled(params, moments, batch)
+        jax.block_until_ready(params)
+        out["ran"] = True
+    except Exception as error:  # the runtime's own refusal is the finding
+        out["ran"], out["error"] = False, str(error).splitlines()[0][:400]
+    out["peak_bytes_in_use"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
+    return out
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--case"]:
+        print(json.dumps(case(float(argv[1]))), flush=True)
+        return
+    results = []
+    for live in LIVE_GIB:
+        done = subprocess.run([sys.executable, __file__, "--case", str(live)], capture_output=True, text=True,
+                              timeout=240)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        results.append(json.loads(lines[-1]) if lines else {"live_gib": live, "exit": done.returncode,
+                                                              "stderr_tail": done.stderr[-1500:]})
+        print(json.dumps(results[-1]), flush=True)
+    with open(argv[0], "w") as out:
+        json.dump({"layers": LAYERS, "width": WIDTH, "hidden": HIDDEN, "batch": [BATCH, LENGTH],
+                   "cases": results}, out, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
