@@ -120,7 +120,10 @@ class Fit:
         before = self.held["actor"] + self.held["reference"] if self.result["shared_chips"] else 0
         need = (before + self.result["vllm_weights_bytes"]
                 + self.result["kv_bytes_per_token"] * self.result["max_model_len"])
-        return Part("vllm", need, min(self.result["vllm_share_bytes"], self.limit))
+        share = self.result["vllm_share_bytes"]
+        if share > self.limit:  # it fills its share, which the chip does not have
+            return Part("vllm", max(need, share), self.limit)
+        return Part("vllm", need, share)
 
     @property
     def programs(self) -> list[Part]:
@@ -149,7 +152,7 @@ class Fit:
         return None if self.peak is None else self.limit - self.peak
 
     def mesh(self) -> str:
-        axes = ", ".join(f"{name} {size}" for name, size in self.result["trainer_mesh"].items()) or "one chip"
+        axes = ", ".join(f"{name} {size}" for name, size in sorted(self.result["trainer_mesh"].items())) or "one chip"
         chips = self.result["trainer_chips"]
         return f"{chips} trainer chip{'s' if chips != 1 else ''} ({axes})"
 
@@ -183,10 +186,15 @@ class Fit:
         if part.name == "vllm":
             over = (f"needs {part.shown} of its {self.result['hbm_utilization_vllm']:g} share of a {chip} chip "
                     f"({gib(self.result['vllm_share_bytes'])})")
-        else:
-            over = (f"needs {part.shown} of a {chip} chip's {gib(self.limit)}, leaving less than the "
-                    f"{round(100 * self.margin_share)}% margin ({gib(self.margin)}), on the {self.mesh()} of "
-                    f"{self.result['accelerator']}")
+        else:  # the trainer's moments
+            if part.total is None:  # refused with no figure: only that it passes the chip
+                need = f"needs more than a {chip} chip's {gib(self.limit)}"
+            elif part.total > self.limit:
+                need = f"needs {part.shown}, more than a {chip} chip's {gib(self.limit)}"
+            else:
+                need = (f"needs {part.shown} of a {chip} chip's {gib(self.limit)}, leaving less than the "
+                        f"{round(100 * self.margin_share)}% margin ({gib(self.margin)})")
+            over = f"{need}, on the {self.mesh()} of {self.result['accelerator']}"
         return f"{recipe} does not fit: {PART_NAMES[part.name]} {over}; {self.fixes(part)}"
 
     def summary(self) -> str:
