@@ -179,9 +179,10 @@ DIFFERENCES: tuple[Difference, ...] = (
     ),
     Difference(
         "hbm_utilization_vllm",
-        "Seed 002 keeps rl.yml's 0.72: vLLM shares the 8 chips with the trainer and fills 72% of each, which "
-        "XLA's TPU compiler says leaves the train step under 5% of the chip; at 0.65 it fits with the 10% "
-        "margin, and vLLM keeps about 15 GiB of KV cache a chip (docs/fit.md, \"Changed to fit\").",
+        "Seed 002 keeps rl.yml's 0.72: vLLM shares the 8 chips with the trainer and fills 72% of each, and the "
+        "fit check's account puts the train step beside it at 31.7 GiB, more than the chip's 31.2; at 0.6 it "
+        "peaks at 27.9 GiB, 11% free, and vLLM keeps 13.1 GiB of KV cache a chip (docs/fit.md, \"Changed to "
+        "fit\").",
         steps=("train",),
         recipes=VM,
     ),
