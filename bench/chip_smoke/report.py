@@ -168,7 +168,9 @@ def _train_section(train: dict) -> list[str]:
     if train.get("largest"):
         out += ["", "The largest executables (arguments + temporaries): " + "; ".join(
             f"`{e['name']}` {mb(e.get('argument_bytes'))} + {mb(e.get('temp_bytes'))}" for e in train["largest"])]
-    out += ["", f"Allocator's peak {mb(allocator.get('peak_bytes_in_use'))} of {mb(allocator.get('bytes_limit'))}; "
+    limit = allocator.get("bytes_limit")
+    exact = "" if limit is None else f" (bytes_limit {limit:,})"
+    out += ["", f"Allocator's peak {mb(allocator.get('peak_bytes_in_use'))} of {mb(limit)}{exact}; "
             f"in use at the end {mb(allocator.get('bytes_in_use'))}.", ""]
     if train.get("quoted"):
         out += ["Lines:", "", "```", *train["quoted"], "```", ""]

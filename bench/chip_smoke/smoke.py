@@ -90,6 +90,8 @@ def train_run(plan: Plan, name: str, env: dict, logs: Path, steps: dict, timeout
     run_step(name, [sys.executable, str(HERE / "train.py"), str(plan.model), plan.chain().recipe.model.maxtext_name,
                     command.module, *plan.argv("train")], run_env, logs, steps, timeout)
     result = json.loads(result_path.read_text()) if result_path.is_file() else {"error": "no result written"}
+    # the chip's own limit (bytes_limit) beside its peak, in the output too: the fit account's limit is the compiler's
+    print(f"{name}: allocator {json.dumps(result.get('allocator'))}", flush=True)
     trained = plan.local(plan.chain().paths.trained) / plan.run
     log_path = Path(steps[name]["log"])
     log = log_path.read_text(errors="replace") if log_path.is_file() else ""
