@@ -68,13 +68,15 @@ def run_step(name: str, argv: list[str], env: dict, logs: Path, steps: dict, tim
     return code == 0
 
 
-def write_data(directory: Path) -> None:
-    """A gsm8k-shaped train and test file: a question and an answer ending in `#### N`."""
+def write_data(directory: Path, train_rows: int = TRAIN_ROWS) -> None:
+    """A gsm8k-shaped train and test file: a question and an answer ending in `#### N`. A boundary run's
+    batch needs as many train rows: train_rl keeps at most what the file has, and tunix then refuses a
+    batch larger than its data (`full_batch_size=64 must be a multiple of ..._micro_batch_size=66`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     directory.mkdir(parents=True, exist_ok=True)
-    for name, rows, offset in (("train", TRAIN_ROWS, 0), ("test", TEST_ROWS, 1000)):
+    for name, rows, offset in (("train", train_rows, 0), ("test", TEST_ROWS, 1000)):
         pairs = [(3 + i + offset, 7 + 2 * i) for i in range(rows)]
         table = pa.table({"question": [f"Tom has {a} apples and buys {b} more. How many apples does he have?"
                                        for a, b in pairs],
@@ -142,7 +144,7 @@ def main() -> None:
         ok = run_step("model", [sys.executable, str(CPU_STEPS / "tiny.py"), str(plan.model), name,
                                 json.dumps(plan.sizes) if plan.sizes else "null", SHARD[args.model],
                                 str(STD[args.model])], env, logs, steps, args.step_timeout)
-    write_data(work / "data")
+    write_data(work / "data", max([TRAIN_ROWS, *args.boundary]))
     commands = plan.commands()
     converted = plan.local(plan.chain().paths.converted_items)
     if args.reuse and converted.is_dir():
