@@ -97,6 +97,8 @@ class RunRecord:
             raise UserError(
                 f"run '{paths.run_name}' was started with other settings ({changes}; see {paths.run_record}): "
                 f"choose another name with --run NAME, or leave out --run to train as run '{derived}'")
+        if not existing and session.spend is not None:  # a new run: asked once, here, before anything is made
+            session.spend.require(session.spend_ask)
         return cls(session, existing)
 
     def _describe(self) -> dict:

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Settings, Step, UserError
+from tpu_rl.recipes.costs.consent import Spend
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.runs.usual_values import has_unusual
 from tpu_rl.scripts.cloud import gcs
@@ -46,6 +47,10 @@ class Session:
     confirm: Callable[[str], bool] | None = None  # interactive yes/no; None = not interactive
     driven: bool = False  # the run's driver in the cluster runs this (tpu-rl drive): no logging role
     argv: list[str] | None = None  # the command line run.json records; None: this process's (sys.argv)
+    # What a new run is estimated at, asked about once where it is first submitted (recipes/costs/consent.py);
+    # None where nothing is asked: a dry run, the driver, a sweep's run (the sweep asked for all of them).
+    spend: Spend | None = None
+    spend_ask: Callable[[str], bool] | None = None  # the terminal's question when `spend` is set
 
     def __post_init__(self) -> None:
         self.paths = ArtifactPaths(self.spec, self.settings)
