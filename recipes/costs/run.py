@@ -30,6 +30,7 @@ from tpu_rl.recipes.catalog.recipe import Recipe
 from tpu_rl.recipes.runs.evaluation import EvalPlan, eval_plan
 from tpu_rl.recipes.costs.consent import COSTLY_RATIO, Spend
 from tpu_rl.recipes.costs.prices import PriceTable, load_prices, usd
+from tpu_rl.recipes.costs.standing import ESTIMATE_NOTE  # one wording for every figure, re-exported here
 from tpu_rl.recipes.costs.train_time import TrainTime, as_defined, train_time
 from tpu_rl.recipes.runs.spec import RunSpec
 
@@ -38,7 +39,6 @@ from tpu_rl.recipes.runs.spec import RunSpec
 # train), and the pool autoscales from 0, so one node is up during a run.
 CPU_NODES_DURING_RUN = 1
 
-ESTIMATE_NOTE = "estimates from list prices"
 
 # The step that runs on TPU hosts; convert and export run on the CPU pool.
 TPU_STEP = "train"
