@@ -162,3 +162,24 @@ def test_runs_marks_no_accuracy_of_a_pre_at_a_known_resume_step(cloud, tmp_path)
     row = next(run for run in json.loads(result.output)["runs"] if run["run"] == second)
     assert (row["accuracy_before"], row["accuracy_resumed"], row["accuracy_after"]) == (None, None, 59.375)
     assert "step unknown" not in runner.invoke(app, ["runs", RECIPE]).output
+
+
+def test_runs_mid_training_calls_its_last_evaluation_by_its_step_not_after_training(cloud, tmp_path, monkeypatch):
+    """issue 37: mid-run, `runs` printed `accuracy 40.6→51.6 (held-out, before → after training)` where 51.6
+    was an evaluation during training. With no Post yet, the second figure is named by its step."""
+    from cli_helpers import MIDDLE
+
+    _, second, _ = three_runs(cloud, tmp_path)
+    _, paths = run_of("learning_rate=1e-5")
+    edit_record(cloud["gcs"], paths, evaluations=[e.as_record() for e in parse_evaluations(f"{PRE}\n{MIDDLE}",
+                                                                                            last_step=50)])
+    monkeypatch.setenv("COLUMNS", "200")
+    wide = runner.invoke(app, ["runs", RECIPE])
+    assert wide.exit_code == 0, wide.output
+    assert "40.6→51.6 (step 20)" in wide.output
+    monkeypatch.setenv("COLUMNS", "80")
+    narrow = runner.invoke(app, ["runs", RECIPE]).output.splitlines()
+    assert ("  accuracy 40.6→51.6 (held-out, before → step 20; none after training yet)"
+            in narrow), narrow
+    assert "  accuracy 40.6→59.4 (held-out, before → after training)" in narrow  # the run that finished
+    assert max(map(len, narrow)) <= 80
