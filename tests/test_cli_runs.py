@@ -110,7 +110,8 @@ def test_runs_json(cloud, tmp_path):
         "ended": "2026-11-30T13:30:00+00:00", "duration_seconds": 1800,
         "record": f"gs://rl-test-artifacts/qwen3-30b-a3b/trained/{second}/run.json",
         "accuracy_before": None, "accuracy_after": None, "differs": ["learning_rate=1e-5"], "accuracy_resumed": None,
-        "sweep": None, "queued": None, "cost_usd": 0.0, "accuracy_post": None, "held_out": ""}
+        "sweep": None, "queued": None, "cost_usd": 0.0, "accuracy_post": None, "held_out": "",
+        "accuracy_after_step": None}
     assert (data["runs"][0]["accuracy_before"], data["runs"][0]["accuracy_after"]) == (40.625, 59.375)
 
 
