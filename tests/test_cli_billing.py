@@ -65,12 +65,16 @@ def runs_with_a_slice_up(cloud, pool: str, mode: str):
 def test_runs_with_an_empty_queue_says_the_reservation_pool_still_bills(cloud):
     result, chips, hosts = runs_with_a_slice_up(cloud, "tpu-np-0", "reservation")
     total = expected_hourly("reservation", chips, 1 + hosts)
-    lines = result.output.splitlines()
-    assert lines[-2].startswith(f"no run of {RECIPE} is active or queued; cluster rl-test still bills {usd(total)}/h"), \
-        result.output
-    assert f"tpu-np-0 {chips} reserved chips" in lines[-2] and "until the reservation is deleted" in lines[-2]
-    assert "cpu-np at 0 nodes" in lines[-2]
-    assert lines[-1] == f"`tpu-rl down {RECIPE}` destroys its stack, keeping gs://{SETTINGS['GCS_BUCKET']}"
+    reserved = chips * load_prices().tpu["v6e"]["reservation"].usd_per_hour
+    text = " ".join(result.output.split())
+    assert (f"no run of {RECIPE} is active or queued on cluster rl-test; `tpu-rl down {RECIPE}` destroys its stack, "
+            f"keeping gs://{SETTINGS['GCS_BUCKET']} with no run, stack {RECIPE} bills {usd(total)}/h (estimates "
+            f"from list prices); `tpu-rl down {RECIPE}` stops {usd(total - reserved)}/h of it: ") in text, text
+    assert "cpu-np at 0 nodes" in text
+    # issue 37: the reservation is not the stack's to end, and the account says so rather than "delete it"
+    assert text.endswith(f"the reservation's {chips} chips bill {usd(reserved)}/h with or without the stack, until "
+                         "the reservation ends: it may be shared or tied to a commitment, so only its owner can end "
+                         "it (tpu-rl never deletes it)"), text
 
 
 def test_runs_with_an_empty_queue_on_flex_start_bills_no_tpu(cloud, monkeypatch):
@@ -89,7 +93,7 @@ def test_runs_with_an_empty_queue_on_flex_start_bills_no_tpu(cloud, monkeypatch)
 def test_runs_prices_a_flex_start_slice_not_yet_scaled_down(cloud, monkeypatch):
     monkeypatch.setenv("CAPACITY", "flex-start")
     result, chips, hosts = runs_with_a_slice_up(cloud, "tpu-np-flex-start-0", "flex-start")
-    assert f"still bills {usd(expected_hourly('flex-start', chips, 1 + hosts))}/h" in result.output
+    assert f"bills {usd(expected_hourly('flex-start', chips, 1 + hosts))}/h" in " ".join(result.output.split())
     assert f"tpu-np-flex-start-0 {chips} flex-start chips" in result.output
 
 
@@ -107,7 +111,7 @@ def test_runs_says_nothing_of_idle_billing_while_a_run_is_active(cloud):
     cluster = json.loads(result.output)["cluster"]
     assert cluster["idle_bill"] is None
     assert cluster["active"] == [{"run": run, "what": f"JobSet {running_jobset_name(run)} running"}]
-    assert "still bills" not in runner.invoke(app, ["runs", RECIPE]).output
+    assert "with no run, stack" not in runner.invoke(app, ["runs", RECIPE]).output
 
 
 def running_jobset_name(run: str) -> str:
@@ -118,7 +122,7 @@ def test_a_running_driver_job_counts_as_active_and_a_finished_one_does_not(cloud
     nodes(cloud["kube"], "system-np", 1)
     labels = {RECIPE_LABEL: RECIPE, RUN_LABEL: "lr-sweep-1"}
     cloud["kube"].put_job("tpu-rl-driver-lr-sweep-0", {**labels, RUN_LABEL: "lr-sweep-0"}, finished="Complete")
-    assert "still bills" in runner.invoke(app, ["runs", RECIPE]).output
+    assert "with no run, stack" in runner.invoke(app, ["runs", RECIPE]).output
     cloud["kube"].put_job("tpu-rl-driver-lr-sweep-1", labels)
     cluster = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["cluster"]
     assert cluster["active"] == [{"run": "lr-sweep-1", "what": "driver Job tpu-rl-driver-lr-sweep-1"}]
@@ -165,10 +169,13 @@ def test_down_destroys_the_stack_keeping_the_bucket_and_says_what_still_bills(de
     assert f"deletes cluster {SETTINGS['CLUSTER_NAME']}, its pools and network" in result.output
     chips = get_recipe(RECIPE).shape.chips_per_slice
     reserved = chips * load_prices().tpu["v6e"]["reservation"].usd_per_hour
+    text = " ".join(result.output.split())
     assert (f"still billed after: gs://{SETTINGS['GCS_BUCKET']} and the token secret (the artifacts stack, cents), "
-            f"and reservation {SETTINGS['RESERVATION']}: {chips} chips, {usd(reserved)}/h until it is deleted or "
-            "ends (tpu-rl never deletes it)") in result.output
-    assert f"that stops {usd(expected_hourly(None, 0, 1 + get_recipe(RECIPE).shape.hosts_per_slice))}/h" in result.output
+            f"and reservation {SETTINGS['RESERVATION']}") in text
+    stops = expected_hourly(None, 0, 1 + get_recipe(RECIPE).shape.hosts_per_slice)
+    assert f"`tpu-rl down {RECIPE}` stops {usd(stops)}/h of it" in text  # the words `runs` uses
+    assert (f"the reservation's {chips} chips bill {usd(reserved)}/h with or without the stack, until the "
+            "reservation ends") in text
     assert f"to start again: `npx cdktf deploy {RECIPE}`" in result.output
     assert {blob.name for blob in deployed["gcs"].bucket(SETTINGS["GCS_BUCKET"]).list_blobs()} == objects
 

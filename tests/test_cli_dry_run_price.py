@@ -8,7 +8,10 @@ training completions; the held-out evaluation: num_test_batches 2 x eval_batch_s
 a step and 0.048491 min a completion.
 - num_batches=100: 155.17 min of training + (2 + 100 // 20) x 64 x 0.048491 = 21.72 min: 176.9 min, $187.98;
 - num_batches=1: 1.55 + 2 x 64 x 0.048491 = 6.21: 7.76 min, $8.24;
-- num_test_batches=0: 77.59 min, $82.45.
+- num_test_batches=0: 77.59 min, $82.45;
+- num_batches=100000000: the data allows 7473 // 8 = 934 steps (recipes/runs/datasets.py): 934 x 1.5517 =
+  1449.31 min of training + (2 + 934 // 20) x 64 x 0.048491 = 148.97 min: 1598.28 min, $1,698.51; with the
+  README's convert and export ($180.66 - $95.64 = $85.02), $1,783.53 the whole run, not $181 M.
 """
 
 from __future__ import annotations
@@ -119,6 +122,21 @@ def test_a_step_with_more_completions_is_priced_longer_and_says_so(cloud):
     assert "less its evaluation, times 2 for 64 completions a step against its 32)" in text
 
 
+def test_a_num_batches_past_the_data_is_priced_at_the_steps_the_data_makes_and_warned(cloud):
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run", "--set", "num_batches=100000000"])
+    assert result.exit_code == 0, result.output
+    train = line_of(result.output, "  train:")
+    assert priced(train, 1598, 1698.51), train
+    text = " ".join(result.output.split())
+    assert ("train up to 934 steps (of the 100,000,000 asked for: openai/gsm8k's train split has 7,473 rows, and "
+            "train_rl stops when they run out)") in text
+    assert ("warning: this run asks for 100,000,000 training steps, but train_rl keeps at most num_batches x "
+            "batch_size x train_fraction rows and openai/gsm8k's train split has 7,473: it trains at most 934 "
+            "steps") in text
+    warning = line_of(result.output, "warning: this run is estimated at $")
+    assert warning.startswith("warning: this run is estimated at $1,783.53,"), warning
+
+
 def test_a_real_run_several_times_the_recipes_cost_says_so_before_it_submits(cloud, monkeypatch):
     from cli_helpers import interrupt, session_hook
 
@@ -126,7 +144,7 @@ def test_a_real_run_several_times_the_recipes_cost_says_so_before_it_submits(clo
 
     cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang")
     session_hook(monkeypatch, sleep=interrupt)
-    result = runner.invoke(app, ["run", RECIPE, "--set", "num_batches=100000"])
+    result = runner.invoke(app, ["run", RECIPE, "--set", "num_batches=100000", "--yes"])
     assert result.exit_code == 130, result.output
     lines = result.output.splitlines()
     warning = line_of(result.output, "warning: this run is estimated at $")

@@ -280,7 +280,10 @@ def test_a_tail_pre_is_not_before_training_when_the_bucket_cannot_say_whether_th
     def unreadable():
         raise OSError("no route to storage.googleapis.com")
 
-    session = SimpleNamespace(recipe=SimpleNamespace(train_steps=50), console=SimpleNamespace(print=lambda *a: None),
+    from tpu_rl.recipes import get_recipe
+
+    # its 50 steps are the last one an evaluation after training can be at (trained_steps)
+    session = SimpleNamespace(recipe=get_recipe("qwen3-v6e32"), console=SimpleNamespace(print=lambda *a: None),
                               clients=SimpleNamespace(storage=unreadable), paths=None)
     record = SimpleNamespace(data={}, write=lambda: None)
     assert EvaluationWatch(session, record).see(f"{RESUMED_PRE}\n", tail=True) == 1

@@ -13,7 +13,6 @@ from tpu_rl.jobs import render_manifests, render_startup_script
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe, load_settings
-from tpu_rl.recipes.costs.run import hourly_estimate
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.outcome import ExitCode
 
@@ -176,7 +175,6 @@ def whole_run(cloud):
 
 
 def test_the_end_of_a_run_says_where_the_model_is_and_what_to_do_next(cloud):
-    recipe = get_recipe(RECIPE)
     result = whole_run(cloud)
     run, export = paths().run_name, paths().hf_export
     assert export == f"gs://rl-test-artifacts/qwen3-30b-a3b/hf-trained/{run}/"
@@ -186,8 +184,12 @@ def test_the_end_of_a_run_says_where_the_model_is_and_what_to_do_next(cloud):
         f"  the Hugging Face model is in {export}; download it with",
         f"    `gcloud storage cp -r {export} ./{run}`",
         f"  its curves: `tpu-rl metrics {RECIPE} --run {run} --png {run}.png`",
-        f"  when you are done, `npx cdktf destroy {RECIPE}`: the stack costs {hourly_estimate(recipe).summary()} "
-        "until then (estimates from list prices)"]
+        # what still bills once done, as README's "Stop paying" table and `runs` say it (issue 37)
+        f"  with no run, stack {RECIPE} bills $60.73/h (estimates from list prices); `tpu-rl down {RECIPE}` stops "
+        "$0.25/h of it: cluster fee $0.10, system-np 1 node $0.13, Cloud NAT $0.02; cpu-np at 0 nodes; node boot "
+        "disks not included (prices.toml has no disk price)",
+        "  the reservation's 32 chips bill $60.48/h with or without the stack, until the reservation ends: it may "
+        "be shared or tied to a commitment, so only its owner can end it (tpu-rl never deletes it)"]
 
 
 def test_the_commands_at_the_end_of_a_run_stay_whole_at_80_columns(cloud, monkeypatch):

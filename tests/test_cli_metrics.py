@@ -308,3 +308,13 @@ def draw_readme_picture(out: Path) -> None:
 
 if __name__ == "__main__":
     draw_readme_picture(Path(sys.argv[1]))
+
+
+def test_the_side_by_side_rows_each_have_a_label_of_their_own():
+    """issue 37: `metrics --sweep` drew two rows labelled `completion length` ("completion length first" and
+    "... last" cut to the label column). Every row of every compared tag keeps a label of its own."""
+    from tpu_rl.scripts.metrics.compare import COMPARED_TAGS, LABEL_WIDTH
+
+    labels = [f"{tag.row_label} {kind}" for tag in COMPARED_TAGS for kind in ("first", "last", tag.best) if kind]
+    shown = [label[:LABEL_WIDTH - 1] for label in labels]
+    assert shown == labels and len(set(shown)) == len(shown), shown

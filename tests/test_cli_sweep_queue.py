@@ -117,6 +117,10 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
     for run, place in expected.items():
         shown = re.search(rf"{run} +│ queued #{place} ", listing.output) or f"{run}  queued #{place}," in listing.output
         assert shown, listing.output
+        # issue 37: and its train is queued too, not `train running` beside `queued #1`
+        row = re.search(rf"{run} +│ queued #{place} +│[^│]*│ (\S+) ", listing.output)
+        block = listing.output.partition(f"{run}  queued #{place},")[2].partition("\n  steps ")[2].partition("\n")[0]
+        assert (row.group(1) if row else block.split(", ")[1].removeprefix("train ")) == "queued", listing.output
     # a waiting run has billed nothing yet: its train's queue time (phases written as they change) is not
     # billed, and the shared convert is the cost of the run that submitted it (which may itself be waiting
     # then: its convert billed whatever polls of the shared clock it spanned, none or more by the threads' turns)

@@ -7,6 +7,7 @@ from tpu_rl.jobs.patches import patches_table
 from seed_differences import differences_table, not_carried_over_table, xpk_differences_table
 from tpu_rl.recipes import all_recipes
 from tpu_rl.recipes.costs.run import run_table
+from tpu_rl.recipes.costs.standing import standing_table
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -29,3 +30,10 @@ def test_seed_differences_page_lists_the_steps_not_carried_over_and_the_differen
 
 def test_readme_run_table_matches_the_recipe_durations_and_prices():
     assert run_table(list(all_recipes().values())) in README
+
+
+def test_readme_says_what_each_stack_bills_with_no_run_as_the_commands_do():
+    """The figures `run`, `runs`, `down` and `recipes` give (recipes/costs/standing.py account), and no
+    promise that destroying the stack stops every TPU charge (issue 37)."""
+    assert standing_table(list(all_recipes().values())) in README
+    assert "Stops every TPU" not in README

@@ -68,6 +68,11 @@ class MaxTextRelease(Strict):
     train_step_defaults: dict[str, float]
     # The rl.yml defaults of the keys that size the held-out evaluation (recipes/runs/evaluation.py).
     eval_defaults: dict[str, float]
+    # rl.yml's training data: dataset_name, subset, train_split, hf_train_files (recipes/runs/datasets.py);
+    # the key that names the subset in this release, and whether train_rl drops a last partial batch.
+    data_defaults: dict[str, str]
+    subset_key: str
+    last_batch_dropped: bool
 
     @field_validator("jax")
     @classmethod

@@ -59,20 +59,30 @@ class Recipe(BaseModel):
         check_capacity(self.name, self.platform, capacity, self.tpu_facts, self.flex_start_max_run_hours, source)
         return self.model_copy(update={"capacity": capacity})
 
+    def eval_setting(self, key: str) -> float:
+        """A key that sizes the held-out evaluation or a batch (its release's eval_defaults) as this run's
+        overrides set it, or else rl.yml's default."""
+        given = self.rl.override(key)
+        return float(given) if given is not None else float(self.maxtext.eval_defaults[key])
+
+    def step_factor(self, key: str) -> float:
+        """One of TRAIN_STEP_FACTORS as this run sets it (under either spelling), or its release's default."""
+        spellings = [name for name in same_setting(key) if self.rl.override(name) is not None]
+        if len(spellings) > 1:
+            raise UserError(f"recipe '{self.name}': rl.overrides sets {key} twice ({' and '.join(spellings)}); "
+                            "keep one")
+        given = self.rl.override(spellings[0]) if spellings else None
+        try:
+            return float(given) if given is not None else self.maxtext.train_step_defaults[key]
+        except ValueError:
+            raise UserError(f"recipe '{self.name}': rl.overrides sets {key}={given}, which is not a number") from None
+
     @property
     def steps_per_batch(self) -> float:
         """rl.num_iterations x train_fraction x num_epoch: train_steps is int(num_batches x this)."""
         product = 1.0
         for key in TRAIN_STEP_FACTORS:
-            spellings = [name for name in same_setting(key) if self.rl.override(name) is not None]
-            if len(spellings) > 1:
-                raise UserError(f"recipe '{self.name}': rl.overrides sets {key} twice ({' and '.join(spellings)}); "
-                                "keep one")
-            given = self.rl.override(spellings[0]) if spellings else None
-            try:
-                product *= float(given) if given is not None else self.maxtext.train_step_defaults[key]
-            except ValueError:
-                raise UserError(f"recipe '{self.name}': rl.overrides sets {key}={given}, which is not a number") from None
+            product *= self.step_factor(key)
         return product
 
     @property

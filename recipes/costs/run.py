@@ -28,7 +28,9 @@ from tpu_rl.recipes.capacity.modes import MODE_RULES
 from tpu_rl.recipes.catalog.entry import STEPS
 from tpu_rl.recipes.catalog.recipe import Recipe
 from tpu_rl.recipes.runs.evaluation import EvalPlan, eval_plan
+from tpu_rl.recipes.costs.consent import COSTLY_RATIO, Spend
 from tpu_rl.recipes.costs.prices import PriceTable, load_prices, usd
+from tpu_rl.recipes.costs.standing import ESTIMATE_NOTE  # one wording for every figure, re-exported here
 from tpu_rl.recipes.costs.train_time import TrainTime, as_defined, train_time
 from tpu_rl.recipes.runs.spec import RunSpec
 
@@ -37,13 +39,9 @@ from tpu_rl.recipes.runs.spec import RunSpec
 # train), and the pool autoscales from 0, so one node is up during a run.
 CPU_NODES_DURING_RUN = 1
 
-ESTIMATE_NOTE = "estimates from list prices"
 
 # The step that runs on TPU hosts; convert and export run on the CPU pool.
 TPU_STEP = "train"
-# A run estimated at this many times the recipe's own run (its --set items changing the steps or the
-# evaluation) gets a line of its own before anything is paid for.
-COSTLY_RATIO = 3
 
 
 @dataclass(frozen=True)
@@ -257,10 +255,20 @@ def driver_cost_line() -> str:
             "node, $0 more till it fills")
 
 
+def own_run_total(spec: RunSpec, prices: PriceTable | None = None) -> float:
+    """The recipe's own run, as recipes.toml defines it: what COSTLY_RATIO multiplies."""
+    return pipeline_run_estimate(as_defined(spec), prices).total
+
+
+def run_spend(spec: RunSpec, yes: bool, max_cost: float | None) -> Spend:
+    """What `run` would spend on this run, against the recipe's own (recipes/costs/consent.py)."""
+    return Spend("this run", pipeline_run_estimate(spec).total, own_run_total(spec), yes=yes, max_cost=max_cost)
+
+
 def costly_run_warning(spec: RunSpec, prices: PriceTable | None = None) -> str | None:
     """One line when the run's --set items make it cost COSTLY_RATIO times the recipe's own run or more."""
     run = pipeline_run_estimate(spec, prices).total
-    own = pipeline_run_estimate(as_defined(spec), prices).total
+    own = own_run_total(spec, prices)
     if run < COSTLY_RATIO * own:
         return None
     return (f"warning: this run is estimated at {usd(run)}, {run / own:,.0f} times the recipe's own run "

@@ -26,6 +26,8 @@ from tpu_rl.recipes.capacity.modes import MODE_RULES
 from tpu_rl.recipes.catalog.recipe import Recipe
 from tpu_rl.recipes.costs.prices import PriceTable, load_prices, usd
 
+ESTIMATE_NOTE = "estimates from list prices"  # every figure of recipes/costs says so
+
 
 RESERVED_NOTE = " (until the reservation is deleted, nodes or not)"
 # Every node's boot disk (system-np's pd-balanced, infra/gke_cluster.py) bills while the node exists;
@@ -129,6 +131,51 @@ def standing_cost(recipe: Recipe, node_labels: Iterable[Mapping[str, str]],
     unpriced = tuple(f"{pool} {_nodes(count[pool])}" for pool in sorted(p for p in count if p and p not in known))
     items.append(StandingItem("Cloud NAT", prices.nat_hourly(sum(count.values()))))
     return StandingCost(tuple(items), tuple(at_zero), unpriced)
+
+
+def idle_nodes(recipe: Recipe) -> list[dict[str, str]]:
+    """The nodes of the recipe's stack with no run, as their labels: the system pool's, and every host of a
+    reservation's TPU pools, which keep their nodes from deploy to destroy (infra/tpu_pool.py); the CPU pool
+    and the TPU pools of the other modes scale to 0."""
+    nodes = [{conventions.NODE_POOL_LABEL: conventions.SYSTEM_POOL_NAME}] * conventions.SYSTEM_POOL_NODES
+    reservation = next((mode for mode in recipe.capacity if _reserved(mode)), None)
+    if reservation:
+        for index in range(recipe.shape.slices):
+            nodes += [{conventions.NODE_POOL_LABEL: conventions.tpu_pool_name(index),
+                       conventions.CAPACITY_NODE_LABEL: reservation}] * recipe.shape.hosts_per_slice
+    return nodes
+
+
+def down_command(recipe: str) -> str:
+    """The one command every output names to stop what a GKE stack bills (scripts/pipeline/gke/down.py)."""
+    return f"`tpu-rl down {recipe}`"
+
+
+def account(bill: StandingCost, recipe: str) -> list[str]:
+    """What still bills, said the same way by `run`, `runs`, `down`, `recipes` and the README: what bills
+    now, what `tpu-rl down` stops, and what only the reservation's owner can stop."""
+    lines = [f"with no run, stack {recipe} bills {usd(bill.total)}/h ({ESTIMATE_NOTE}); {down_command(recipe)} "
+             f"stops {usd(bill.stack_only)}/h of it: {bill.summary(reserved=False)}"]
+    if bill.reserved:
+        chips = sum(item.chips for item in bill.reserved)
+        lines.append(f"the reservation's {chips} chips bill {usd(bill.total - bill.stack_only)}/h with or without "
+                     "the stack, until the reservation ends: it may be shared or tied to a commitment, so only "
+                     "its owner can end it (tpu-rl never deletes it)")
+    return lines
+
+
+def standing_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:
+    """The README's table of what each GKE recipe's stack bills with no run, split as `account` says it
+    (tests/test_jobs_readme.py keeps the README's copy in sync)."""
+    rows = ["| recipe | bills with no run | `tpu-rl down` stops | the reservation, until it ends |",
+            "| --- | --- | --- | --- |"]
+    for recipe in recipes:
+        if not recipe.platform_rules.control_plane:
+            continue
+        bill = standing_cost(recipe, idle_nodes(recipe), prices)
+        rows.append(f"| {recipe.name} | {usd(bill.total)}/h | {usd(bill.stack_only)}/h | "
+                    f"{usd(bill.total - bill.stack_only)}/h |")
+    return "\n".join(rows)
 
 
 # The phases of a train step (scripts/pipeline/phases.py) in which its TPU hosts exist, and so bill, while

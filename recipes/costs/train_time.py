@@ -9,7 +9,10 @@ The assumptions, which every output that shows the figure names (`TrainTime.assu
   completions (batch_size x rl.num_generations) over the recipe's: a step generates and trains on them,
   so its time follows their number (the line says the factor when --set changes it);
 - an evaluation completion takes what a training completion took at the recipe's settings (an upper
-  bound: a training step also runs the backward pass).
+  bound: a training step also runs the backward pass);
+- the steps are those the training data allows of those the settings ask for: train_rl keeps at most
+  num_batches x batch_size x train_fraction rows of its split (recipes/runs/datasets.py), so a num_batches
+  past the data is priced at the steps the data makes, and the line says so.
 Conversion and export do not depend on these settings and keep their minutes.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpu_rl.recipes.runs.datasets import DataLimit, data_limit, trained_steps
 from tpu_rl.recipes.runs.evaluation import eval_plan
 from tpu_rl.recipes.runs.spec import RunSpec
 
@@ -38,6 +42,7 @@ class TrainTime:
     measured_steps: int  # the steps of the recipe as defined there
     completions_per_step: int = 0  # batch_size x rl.num_generations of this run
     measured_completions_per_step: int = 0  # and of the recipe as defined
+    data: DataLimit | None = None  # the steps the training data allows; it caps `steps` when it `caps`
 
     @property
     def minutes(self) -> float:
@@ -54,6 +59,9 @@ class TrainTime:
                       f"{self.measured_completions_per_step}")
         # "up to": train_rl drops long prompts before it takes num_batches x batch_size items, and a dataset
         # smaller than that ends training early (recipes/catalog/recipe.py Recipe.train_steps)
+        if self.data is not None and self.data.caps:
+            steps += (f" (of the {self.data.asked:,} asked for: {self.data.dataset} has {self.data.rows:,} rows, "
+                      "and train_rl stops when they run out)")
         return (f"train up to {steps} at {self.minutes_per_step:.2f} min each (the recipe's {self.measured_minutes} "
                 f"min for its {self.measured_steps} steps, less its evaluation{scaled})"
                 + (f", and evaluation {self.evaluation:.0f} min" if self.evaluation else ""))
@@ -64,10 +72,11 @@ def train_time(spec: RunSpec) -> TrainTime:
     measured, plan, run_plan = base.durations_minutes.train, eval_plan(base), eval_plan(recipe)
     training_minutes = measured * (1 - plan.share)
     per_completion = training_minutes / plan.train_completions if plan.train_completions else 0.0
-    measured_per_step = plan.train_completions // base.train_steps if base.train_steps else 0
-    run_per_step = run_plan.train_completions // recipe.train_steps if recipe.train_steps else 0
-    per_step = training_minutes / base.train_steps
+    steps, measured_steps = trained_steps(recipe), trained_steps(base)
+    measured_per_step = plan.train_completions // measured_steps if measured_steps else 0
+    run_per_step = run_plan.train_completions // steps if steps else 0
+    per_step = training_minutes / measured_steps
     if measured_per_step and run_per_step:  # a step's time follows the completions it generates
         per_step *= run_per_step / measured_per_step
-    return TrainTime(per_step * recipe.train_steps, per_completion * run_plan.completions, recipe.train_steps,
-                     per_step, measured, base.train_steps, run_per_step, measured_per_step)
+    return TrainTime(per_step * steps, per_completion * run_plan.completions, steps, per_step, measured,
+                     measured_steps, run_per_step, measured_per_step, data_limit(recipe))

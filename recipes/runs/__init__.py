@@ -10,5 +10,6 @@
 - reward_names.py: the reward functions a run names, each once;
 - evaluation.py: the held-out evaluation: whether a run evaluates, on how many questions, how often, and
   its share of the train step;
-- sweeps.py: several runs of one recipe from one command.
+- datasets.py: the steps a run's training data allows (the rows of datasets.toml, with their source);
+- sweeps.py: several runs of one recipe from one command, and their bound.
 """

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpu_rl.recipes.catalog.recipe import Recipe
+from tpu_rl.recipes.runs.datasets import trained_steps
 
 EVAL_KEYS = ("num_test_batches", "eval_batch_size", "batch_size", "eval_interval", "num_eval_passes",
              "rl.num_generations")
@@ -44,23 +45,18 @@ class EvalPlan:
                 f"{self.share:.0%} of the train step")
 
 
-def _value(recipe: Recipe, key: str) -> float:
-    given = recipe.rl.override(key)
-    return float(given) if given is not None else float(recipe.maxtext.eval_defaults[key])
-
-
 def eval_plan(recipe: Recipe) -> EvalPlan:
-    batches = int(_value(recipe, "num_test_batches"))
-    batch = int(_value(recipe, "batch_size"))
-    eval_batch = int(_value(recipe, "eval_batch_size"))
-    interval = int(_value(recipe, "eval_interval"))
-    steps = recipe.train_steps
-    train = steps * batch * int(_value(recipe, "rl.num_generations"))
+    batches = int(recipe.eval_setting("num_test_batches"))
+    batch = int(recipe.eval_setting("batch_size"))
+    eval_batch = int(recipe.eval_setting("eval_batch_size"))
+    interval = int(recipe.eval_setting("eval_interval"))
+    steps = trained_steps(recipe)  # what the data allows of what it asks for (recipes/runs/datasets.py)
+    train = steps * batch * int(recipe.eval_setting("rl.num_generations"))
     if batches <= 0:
         return EvalPlan(0, 0, 0, train)
     questions = batches * (batch if eval_batch <= 0 else eval_batch)
     evaluations = 2 + (steps // interval if interval > 0 else 0)
-    return EvalPlan(questions, evaluations, evaluations * questions * int(_value(recipe, "num_eval_passes")), train)
+    return EvalPlan(questions, evaluations, evaluations * questions * int(recipe.eval_setting("num_eval_passes")), train)
 
 
 def evaluates(recipe: Recipe) -> bool:

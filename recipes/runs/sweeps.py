@@ -32,6 +32,21 @@ class SweepRun:
     name: str | None = None  # as the file names it; None: derived (run_names)
 
 
+# The most runs a sweep takes unless --max-runs says more: Kueue trains them one after another on one
+# slice, so 100 runs of qwen3-v6e32's 170 minutes hold it about 12 days; a grid of three axes of four or
+# five values stays under it, a mistyped one (10,000 runs) does not.
+SWEEP_MAX_RUNS = 100
+
+
+def check_size(runs: int, max_runs: int, source: str) -> None:
+    """Refuse a sweep of more than `max_runs` runs (and a --max-runs below 1), before any run is checked."""
+    if max_runs < 1:
+        raise UserError(f"--max-runs {max_runs}: give the most runs the sweep may have, 1 or more")
+    if runs > max_runs:
+        raise UserError(f"{source} makes {runs:,} runs, over the sweep's bound of {max_runs}: drop values, or "
+                        f"pass --max-runs {runs} to start that many; nothing was started")
+
+
 def parse_grid(items: list[str]) -> list[SweepRun]:
     """`--grid learning_rate=1e-6,3e-6 --grid rl.grpo_beta=0.04,0.08` -> the runs of their product, the
     first axis varying slowest."""

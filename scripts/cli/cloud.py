@@ -3,6 +3,7 @@ only runs the file locally), `cancel`, `status`, `runs`, `down` and `logs`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -12,13 +13,14 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from tpu_rl.recipes import STEPS, UserError
+from tpu_rl.scripts.cli import core
 from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS_HELP, RUN_HELP, SELECT_SET_HELP,
-                              SET_HELP, SKIP_FIT_HELP, SKIPPED_FIT, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app,
+                              MAX_COST_HELP, REPLACE_HELP, SET_HELP, SKIP_FIT_HELP, YES_HELP, SKIPPED_FIT, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app,
                               cloud_recipe, cloud_settings,
                               handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
 from tpu_rl.scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from tpu_rl.scripts.cloud.reach import REACH_ENV  # the first contact with an endpoint (default 20)
-from tpu_rl.scripts.outcome import Interrupted, PreflightFailed
+from tpu_rl.scripts.outcome import PreflightFailed
 from tpu_rl.scripts.pipeline.platforms import platform_for
 
 if TYPE_CHECKING:
@@ -53,19 +55,6 @@ def reach_seconds() -> float:
     return _float_env(REACH_ENV, 20.0, zero_allowed=False)
 
 
-def _stdin_is_a_terminal() -> bool:
-    return sys.stdin.isatty()
-
-
-def _ask(question: str) -> bool:
-    """A yes/no question in the terminal. Ctrl-C (or Ctrl-D) there is an interruption, exit 130, not a
-    failed step: typer.confirm turns both into Abort. Questions come before anything is submitted."""
-    try:
-        return typer.confirm(question, default=False)
-    except typer.Abort:
-        raise Interrupted("interrupted at the prompt; nothing was submitted or deleted") from None
-
-
 BucketUse = Literal["reads", "writes", "none"]
 
 
@@ -86,7 +75,7 @@ def make_session(spec: RunSpec, settings: Settings, bucket: BucketUse = "reads")
     session = Session(spec, settings, clients, console=make_console(), policy=policy,
                       poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
                       maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, MAINTENANCE_GRACE_SECONDS, zero_allowed=True),
-                      confirm=_ask if _stdin_is_a_terminal() else None)
+                      confirm=core.asker())
     if bucket != "none":
         gcs.require_bucket(session.clients.storage(), settings, writes=bucket == "writes",
                            within=policy.reach_seconds)
@@ -159,8 +148,7 @@ def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_n
 def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         steps: str = typer.Option(",".join(STEPS), "--steps", help="Comma-separated subset of the steps."),
         follow_logs: bool = typer.Option(False, "--follow-logs", help="Stream the main pod's logs while waiting."),
-        replace: bool = typer.Option(False, "--replace", help="Delete a JobSet of this run that failed, "
-                                     "finished without its output, or has another spec, and submit again."),
+        replace: bool = typer.Option(False, "--replace", help=REPLACE_HELP),
         sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
         run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, each step's expected time and "
@@ -174,13 +162,18 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         unusual_values: bool = typer.Option(False, "--unusual-values", help=UNUSUAL_HELP),
         detach: bool = typer.Option(False, "--detach", help="Start the run (or find it) and return at once with "
                                     "the commands that follow it."),
-        skip_fit_check: bool = typer.Option(False, "--skip-fit-check", help=SKIP_FIT_HELP)) -> None:
+        skip_fit_check: bool = typer.Option(False, "--skip-fit-check", help=SKIP_FIT_HELP),
+        yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
+        max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="USD", help=MAX_COST_HELP)) -> None:
     """Run the pipeline: its driver (GKE: a Job in the cluster; VM: the startup script) submits each step,
     waits, verifies its output in GCS; this follows it (Ctrl-C detaches); rerun to reattach or resume."""
+    from tpu_rl.recipes.costs.consent import checked_max_cost
+    from tpu_rl.recipes.costs.run import costly_run_warning, run_spend
+    from tpu_rl.recipes.runs.datasets import data_warning
     from tpu_rl.recipes.runs.schedule import schedule_warning
     from tpu_rl.scripts.cli.run_input import run_recipe
 
-    wanted = parse_steps(steps)
+    wanted, max_cost = parse_steps(steps), checked_max_cost(max_cost)
     if show_manifests and not dry_run:
         raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
                         f"with `tpu-rl render {recipe_name} --out -`")
@@ -188,7 +181,10 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                 unusual_values)
     platform = platform_for(spec.recipe)
     platform.check_run_request(spec)
-    console, warning = make_console(), schedule_warning(spec.recipe)
+    spend = run_spend(spec, yes, max_cost)
+    spend.check_cap()  # before the fit check compiles anything
+    console = make_console()
+    warnings = [line for line in (data_warning(spec.recipe), schedule_warning(spec.recipe)) if line]
     if "train" in wanted and skip_fit_check:
         console.print(f"[yellow]{SKIPPED_FIT}[/]")
         spec = spec.with_fit({"skipped": True})
@@ -198,7 +194,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         fit = require_fit(spec, settings, say=lambda line: say(f"fit: {line}", err=True))
         console.print(fit.summary())
         spec = spec.with_fit(fit.record())
-    if warning:
+    for warning in warnings:
         console.print(f"[yellow]{warning}[/]")
     if dry_run:  # with no credentials, bucket, cluster or VM too: priced from the recipe (pipeline/dry_run.py)
         from tpu_rl.scripts.pipeline.dry_run import dry_run as show_plan
@@ -206,13 +202,16 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         show_plan(spec, settings, lambda: make_session(spec, settings, "writes"), console, wanted,
                   replace=replace, show_manifests=show_manifests)
     else:
-        from tpu_rl.recipes.costs.run import costly_run_warning
-
         costly = costly_run_warning(spec)  # a dry run prints it with its total; a run before it submits
         if costly:
             console.print(f"[yellow]{costly}[/]")
-        platform.run(make_session(spec, settings, "writes"), wanted, replace=replace, follow_logs=follow_logs,
-                     dry_run=False, show_manifests=False, detach=detach)
+        session = make_session(spec, settings, "writes")
+        # asked once, where a new run is first known new (RunRecord.open), before anything is made
+        session.spend = dataclasses.replace(spend, what=f"run {session.paths.run_name}")
+        session.spend_ask = session.confirm
+        platform.run(session, wanted, replace=replace, follow_logs=follow_logs, dry_run=False,
+                     show_manifests=False, detach=detach)
+
 
 
 @app.command("eval")

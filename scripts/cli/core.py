@@ -18,8 +18,9 @@ import typer
 from typer.core import TyperGroup
 
 from tpu_rl.recipes import STEPS, Step, UserError, get_recipe, load_settings
+from tpu_rl.recipes.costs.consent import COSTLY_RATIO
 from tpu_rl.recipes.settings.specs import needs
-from tpu_rl.scripts.outcome import EXIT_CODES_HELP, ExitCode, Outcome, Reported, foreign_ending
+from tpu_rl.scripts.outcome import EXIT_CODES_HELP, ExitCode, Interrupted, Outcome, Reported, foreign_ending
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -253,6 +254,13 @@ UNUSUAL_HELP = ("Submit --set values MaxText takes but no run means (a boolean f
 RUN_HELP = "The run's name (default: <recipe>-<hash of the settings that change the weights>)."
 SKIP_FIT_HELP = ("Submit without XLA's TPU compiler judging whether the plan fits the chips (docs/fit.md): "
                  "one that does not fails on the slice, after the capacity wait.")
+# Consent before a large spend (recipes/costs/consent.py): the same words on `run` and `sweep`.
+YES_HELP = (f"Start without asking when the estimate is {COSTLY_RATIO} times the recipe's own run or more "
+            "(asked once, when the work is submitted; without a terminal, refused unless --yes or --max-cost).")
+REPLACE_HELP = ("Delete this run's JobSet that failed, finished without its output or has another spec, or its "
+                "driver running another request, and submit again; the bucket's outputs and checkpoints are "
+                "kept, so it resumes, and a run already started is not asked about again.")
+MAX_COST_HELP = "Refuse an estimate above this many US dollars; one within it is started without asking."
 SKIPPED_FIT = ("warning: not judged by the TPU compiler (--skip-fit-check): a plan that does not fit its chips "
                "fails on the slice, after the capacity wait")
 # The files a run brings (recipes/runs/user_files.py), on `run` and on `render`, which writes what `run` submits.
@@ -282,3 +290,21 @@ def write_file(path: Path, text: str, option: str) -> None:
     except OSError as error:
         raise UserError(f"{option}: cannot write {path} ({error.strerror or type(error).__name__}): "
                         "pass a writable path") from None
+
+
+def _stdin_is_a_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question in the terminal. Ctrl-C (or Ctrl-D) there is an interruption, exit 130, not a
+    failed step: typer.confirm turns both into Abort. Questions come before anything is submitted."""
+    try:
+        return typer.confirm(question, default=False)
+    except typer.Abort:
+        raise Interrupted("interrupted at the prompt; nothing was submitted or deleted") from None
+
+
+def asker():
+    """The terminal's yes/no question, or None where there is no terminal to ask in."""
+    return _ask if _stdin_is_a_terminal() else None

@@ -40,10 +40,22 @@ def recipe_facts(recipe: Recipe) -> dict:
         "capacity": recipe.capacity,
         "hourly_usd_estimate": round(estimate.total, 2),
         "hourly_estimate": estimate.summary(),
+        **_standing_facts(recipe),
         "evaluation_estimate": evaluation_estimate(recipe).summary(),
         "description": recipe.description,
         **_fit_facts(recipe),
     }
+
+
+def _standing_facts(recipe: Recipe) -> dict:
+    """What the recipe's stack bills with no run, in the account `run`, `runs` and `down` give
+    (recipes/costs/standing.py); a TPU VM recipe has no standing cluster: None."""
+    from tpu_rl.recipes.costs.standing import account, idle_nodes, standing_cost
+
+    if not recipe.platform_rules.control_plane:
+        return {"idle_usd_per_hour": None, "idle": []}
+    bill = standing_cost(recipe, idle_nodes(recipe))
+    return {"idle_usd_per_hour": round(bill.total, 2), "idle": account(bill, recipe.name)}
 
 
 def _fit_facts(recipe: Recipe) -> dict:
@@ -105,6 +117,8 @@ def _recipes_stacked(facts: list[dict]) -> list[str]:
 @handled
 def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the recipes: model, chips, hosts, machine type, image, MaxText version and an hourly estimate."""
+    from rich.markup import escape
+
     from tpu_rl.recipes.costs.run import ESTIMATE_NOTE
 
     settings = load_settings(allow_example=True, needs=needs("recipes"))  # CAPACITY changes what a recipe costs
@@ -116,6 +130,8 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-
     title = f"tpu-rl recipes (cost: {ESTIMATE_NOTE})"
     table_or_lines(console, _recipes_table(facts, title), title, _recipes_stacked(facts))
     for item in facts:
+        for line in item["idle"]:  # what still bills between runs, and who can stop it
+            console.print(escape(line))
         if item["unavailable"]:
             console.print(f"{item['name']}: {item['unavailable']}")
         for key, values in item["changed_to_fit"].items():

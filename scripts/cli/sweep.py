@@ -3,14 +3,18 @@ each started detached (its driver runs in the cluster) and queued by Kueue for t
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from tpu_rl.recipes import STEPS, UserError
-from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, REWARDS_HELP, SKIP_FIT_HELP, UNCHECKED_IMPORTS_HELP,
-                              UNUSUAL_HELP, app, handled, make_console, table_or_lines)
+from tpu_rl.recipes.costs.consent import COSTLY_RATIO, checked_max_cost
+from tpu_rl.recipes.runs.sweeps import SWEEP_MAX_RUNS
+from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, MAX_COST_HELP, REWARDS_HELP, SKIP_FIT_HELP,
+                              UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, YES_HELP, app, handled, make_console,
+                              table_or_lines)
 from tpu_rl.scripts.outcome import Interrupted, Outcome
 
 if TYPE_CHECKING:
@@ -57,19 +61,20 @@ def _runs_of(grid: Optional[list[str]], file: Optional[str]):
 
 def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], file: Optional[str],
                name: Optional[str], rewards: Optional[str], data_processor: Optional[str],
-               unchecked_imports: bool, unusual_values: bool) -> SweepPlan:
+               unchecked_imports: bool, unusual_values: bool, max_runs: int = SWEEP_MAX_RUNS) -> SweepPlan:
     """Every run of the sweep as `run` would train it, each --set checked as `run` checks it
     (run_input.run_of), the runs distinct and sharing one conversion, and priced; UserError naming the
     run for the first that fails. Nothing reaches a cloud."""
     from tpu_rl.recipes.costs.run import pipeline_run_estimate
     from tpu_rl.recipes.runs.spec import run_identity
     from tpu_rl.recipes.runs.identity import conversion_key
-    from tpu_rl.recipes.runs.sweeps import check_distinct, check_sweepable, derived_name, sweep_name
+    from tpu_rl.recipes.runs.sweeps import check_distinct, check_size, check_sweepable, derived_name, sweep_name
     from tpu_rl.scripts.cli.run_input import run_of
     from tpu_rl.scripts.pipeline.platforms import platform_for
 
     check_sweepable(recipe)
     file_name, wanted = _runs_of(grid, file)
+    check_size(len(wanted), max_runs, "--grid" if grid else f"--file {file}")  # before any run is checked
     platform = platform_for(recipe)
     specs = []
     for number, run in enumerate(wanted, 1):
@@ -142,8 +147,11 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                                                   "optional name (docs/experiments.md)."),
           name: Optional[str] = typer.Option(None, "--name", help="The sweep's name, in each run's run.json "
                                              "(default: <recipe>-sweep-<hash of its runs>)."),
-          max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="USD", min=0,
-                                                   help="Refuse a sweep estimated above this many dollars."),
+          max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="USD", help=MAX_COST_HELP),
+          yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
+          max_runs: int = typer.Option(SWEEP_MAX_RUNS, "--max-runs", metavar="N",
+                                       help="Refuse a sweep of more runs than this (the bound that keeps a "
+                                            "mistyped grid from queueing weeks of runs)."),
           dry_run: bool = typer.Option(False, "--dry-run", help="Print the runs and their price; start nothing."),
           rewards: Optional[str] = typer.Option(None, "--rewards", metavar="FILE.py:FN,...", help=REWARDS_HELP),
           data_processor: Optional[str] = typer.Option(None, "--data-processor", metavar="FILE.py",
@@ -161,25 +169,51 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from tpu_rl.scripts.cli.core import cloud_recipe
 
     check_sweepable(get_recipe(recipe_name))  # before the settings are read: no setting changes this
+    max_cost = checked_max_cost(max_cost)
     recipe, settings = cloud_recipe("sweep", recipe_name)
     plan = plan_sweep(recipe, settings, grid, file, name, rewards, data_processor, unchecked_imports,
-                      unusual_values)
+                      unusual_values, max_runs)
     check_cap(plan, max_cost)
     console = make_console()
+    console.print(plan_headline(plan))  # size and total first, whatever the table's length
     plan, fit_line = judged(plan, settings, skip_fit_check)
     console.print(fit_line)
     show_plan(console, plan)
     for warning in run_warnings(plan):
         console.print(f"[yellow]{escape(warning)}[/]")
+    spend = sweep_spend(plan, yes, max_cost)
     if dry_run:
+        if spend.large and not spend.consented:
+            console.print(f"{spend.what} is {COSTLY_RATIO} times the recipe's own run or more: started "
+                          "without a dry run, it asks first (or takes --yes, or a --max-cost it fits)")
         console.print("system nodes: the room for the sweep's drivers is read from the cluster when it starts, "
                       "and the nodes they add priced then (a dry run reads no cluster)")
         console.print("dry run: nothing is started; start them with the same command without --dry-run")
         console.print(f"best run: `tpu-rl runs {recipe.name}` names it by held-out accuracy once they are evaluated")
         return
     check_names_free(plan, settings)
-    price_system_nodes(plan, settings, console, max_cost)
+    extra = price_system_nodes(plan, settings, console, max_cost)
+    from tpu_rl.scripts.cli import core
+
+    # asked once for the whole sweep; its runs, started next and later by their drivers, ask nothing
+    dataclasses.replace(spend, estimate=plan.total + extra).require(core.asker())
     start_runs(plan, settings, console)
+
+
+def sweep_spend(plan: SweepPlan, yes: bool, max_cost: Optional[float]):
+    """The sweep's estimate against its recipe's own run (recipes/costs/consent.py)."""
+    from tpu_rl.recipes.costs.consent import Spend
+    from tpu_rl.recipes.costs.run import own_run_total
+
+    own = own_run_total(plan.runs[0].spec)
+    return Spend(f"sweep {plan.name} ({len(plan.runs)} runs)", plan.total, own, yes=yes, max_cost=max_cost)
+
+
+def plan_headline(plan: SweepPlan) -> str:
+    from tpu_rl.recipes.costs.prices import usd
+
+    return (f"sweep {plan.name}: {len(plan.runs)} run{'s' if len(plan.runs) != 1 else ''}, estimated at "
+            f"{usd(plan.total)} in all")
 
 
 def judged(plan: SweepPlan, settings: Settings, skip: bool) -> tuple[SweepPlan, str]:
@@ -209,13 +243,14 @@ def run_warnings(plan: SweepPlan) -> list[str]:
     """The warnings `run` prints before it starts (an odd schedule, a run far dearer than the recipe's),
     each once for the whole sweep rather than once per run."""
     from tpu_rl.recipes.costs.run import COSTLY_RATIO, costly_run_warning
+    from tpu_rl.recipes.runs.datasets import data_warning
     from tpu_rl.recipes.runs.schedule import schedule_warning
 
     lines: list[str] = []
     for run in plan.runs:
-        line = schedule_warning(run.spec.recipe)
-        if line and line not in lines:
-            lines.append(line)
+        for line in (data_warning(run.spec.recipe), schedule_warning(run.spec.recipe)):
+            if line and line not in lines:
+                lines.append(line)
     costly = [run.spec.run for run in plan.runs if costly_run_warning(run.spec)]
     if costly:
         lines.append(f"warning: {len(costly)} of the sweep's runs ({', '.join(costly)}) are estimated at "
@@ -240,7 +275,7 @@ def check_names_free(plan: SweepPlan, settings: Settings) -> None:
                             "sweep file, or leave its name out; nothing was started")
 
 
-def price_system_nodes(plan: SweepPlan, settings: Settings, console, max_cost: Optional[float]) -> None:
+def price_system_nodes(plan: SweepPlan, settings: Settings, console, max_cost: Optional[float]) -> float:
     """What the sweep's drivers add on the platform (Platform.sweep_overhead: GKE's system nodes, read
     from the cluster), said, and held to --max-cost with the rest before any run is started."""
     from rich.markup import escape
@@ -259,6 +294,7 @@ def price_system_nodes(plan: SweepPlan, settings: Settings, console, max_cost: O
                         "from the grid or raise --max-cost; nothing was started")
     if extra:
         console.print(f"expected with them: {usd(plan.total + extra)} in all")
+    return extra
 
 
 def start_runs(plan: SweepPlan, settings: Settings, console) -> None:

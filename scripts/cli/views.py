@@ -62,7 +62,7 @@ def status_json(session, report) -> dict:
 RUN_COLUMNS = ("run", "status", *STEPS, "step", "accuracy", "reward", "cost", "started", "took", "differs")
 
 def run_cells(run) -> tuple[str, ...]:
-    return (run.run, run.state_text, *(run.steps.get(step, "-") for step in STEPS), run.step_text,
+    return (run.run, run.state_text, *(run.step_state(step) for step in STEPS), run.step_text,
             run.accuracy_text, run.reward_text, run.cost_text, run.started_text, run.duration_text, run.differs_text)
 
 def runs_stacked(runs) -> list[str]:
@@ -73,10 +73,10 @@ def runs_stacked(runs) -> list[str]:
 
     lines = []
     for run in runs:
-        steps = ", ".join(f"{step} {run.steps.get(step, '-')}" for step in STEPS)
+        steps = ", ".join(f"{step} {run.step_state(step)}" for step in STEPS)
         lines += [f"[bold]{escape(run.run)}[/]  {escape(run.state_text)}, step {run.step_text}, reward "
                   f"{run.reward_text}, cost {escape(run.cost_text)}",
-                  *([f"  accuracy {escape(run.accuracy_text)} (held-out, before → after training)"]
+                  *([f"  accuracy {escape(run.accuracy_figures)} ({run.accuracy_label})"]
                     if run.accuracy_text != "-" else []),
                   *([f"  {escape(RESUMED_NOTE)}"] if run.accuracy_resumed is not None else []),
                   f"  steps    {escape(steps)}",

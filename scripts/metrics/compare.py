@@ -40,10 +40,10 @@ def _rows(runs: list[Run]) -> list[tuple[str, list[str]]]:
                      run.scalars[tag.name].values else None for run in runs]
         if not any(summaries):
             continue
-        rows.append((f"{tag.label} first", [number(s.first) if s else "-" for s in summaries]))
-        rows.append((f"{tag.label} last", [number(s.last) if s else "-" for s in summaries]))
+        rows.append((f"{tag.row_label} first", [number(s.first) if s else "-" for s in summaries]))
+        rows.append((f"{tag.row_label} last", [number(s.last) if s else "-" for s in summaries]))
         if tag.best:
-            rows.append((f"{tag.label} {tag.best}", [number(s.best) if s and s.best is not None and
+            rows.append((f"{tag.row_label} {tag.best}", [number(s.best) if s and s.best is not None and
                                                      math.isfinite(s.best) else "-" for s in summaries]))
     steps = [max((paired_step(tag, max(series.steps)) for tag, series in run.scalars.items() if series.steps),
                  default=None) for run in runs]

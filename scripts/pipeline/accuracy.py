@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tpu_rl.jobs.k8s import MAIN_CONTAINER, jobset_name, main_replicated_job
 from tpu_rl.recipes.conventions import NAMESPACE
+from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.recipes.runs.evaluation import evaluates
 from tpu_rl.scripts.pipeline.record import RunRecord
 from tpu_rl.scripts.pipeline.session import Session
@@ -35,7 +36,7 @@ class EvaluationWatch:
         when the bucket cannot be read: it is then recorded at step None, "at resume, step unknown"."""
         if "corr=" not in text:  # cheap: most polls hold none
             return 0
-        found = parse_evaluations(text, last_step=self.session.recipe.train_steps)
+        found = parse_evaluations(text, last_step=trained_steps(self.session.recipe))
         before = self.entries
         after = merged(before, found)
         new = after[len(before):]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from tpu_rl.recipes import Step, UserError, get_recipe
+from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.recipes.runs.identity import digest
 from tpu_rl.recipes.runs.spec import RunSpec, default_run_name, run_identity
 from tpu_rl.scripts.cloud import gcs
@@ -97,6 +98,8 @@ class RunRecord:
             raise UserError(
                 f"run '{paths.run_name}' was started with other settings ({changes}; see {paths.run_record}): "
                 f"choose another name with --run NAME, or leave out --run to train as run '{derived}'")
+        if not existing and session.spend is not None:  # a new run: asked once, here, before anything is made
+            session.spend.require(session.spend_ask)
         return cls(session, existing)
 
     def _describe(self) -> dict:
@@ -112,7 +115,7 @@ class RunRecord:
             "identity_sha256": digest(identity),
             "overrides": {"recipe": list(get_recipe(recipe.name).rl.overrides), "set": list(spec.sets),
                           "train": list(recipe.rl.overrides)},
-            "train_steps": recipe.train_steps,
+            "train_steps": trained_steps(recipe),  # what its data allows (recipes/runs/datasets.py)
             "recipe_as_run": spec.as_recorded(),
             "settings": dataclasses.asdict(settings),
             "versions": {"maxtext": recipe.maxtext_version, "image": recipe.maxtext.image, "pip": recipe.maxtext.pip,

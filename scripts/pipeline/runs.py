@@ -51,22 +51,46 @@ class RunSummary:
     cost_usd: float | None = None  # estimated from the time its steps billed so far (billed_usd)
     accuracy_post: float | None = None  # the last evaluation after training only: what a sweep ranks by
     held_out: str = ""  # the set it was evaluated on after training: `64 gsm8k test`
+    # The step of accuracy_after when it is not after training but an evaluation during it (a run still
+    # training, or one that stopped before its Post): said, so no screen calls it the final one.
+    accuracy_after_step: int | None = None
 
     @property
     def state_text(self) -> str:
         return f"queued #{self.queued}" if self.queued is not None else self.status
+
+    def step_state(self, step: str) -> str:
+        """The step's cell: its record's status, except that a step the record says is running while the
+        run waits in the platform's queue is queued (issue 37: `queued #1` beside `train running`)."""
+        state = self.steps.get(step, "-")
+        return "queued" if self.queued is not None and state == "running" else state
 
     @property
     def cost_text(self) -> str:
         return "-" if self.cost_usd is None else usd(self.cost_usd)
 
     @property
-    def accuracy_text(self) -> str:
+    def accuracy_figures(self) -> str:
+        """`40.6→59.4`: before and after (accuracy_label says after what)."""
         if self.accuracy_before is None and self.accuracy_after is None and self.accuracy_resumed is None:
             return "-"
         before = (f"{self.accuracy_before:.1f}" if self.accuracy_before is not None else
                   f"{self.accuracy_resumed:.1f}{RESUMED_MARK}" if self.accuracy_resumed is not None else "-")
         return f"{before}→{'-' if self.accuracy_after is None else f'{self.accuracy_after:.1f}'}"
+
+    @property
+    def accuracy_text(self) -> str:
+        """The table's cell: the figures, and the step of the second while it is not after training."""
+        during = f" (step {self.accuracy_after_step})" if self.accuracy_after_step is not None else ""
+        return self.accuracy_figures + (during if self.accuracy_figures != "-" else "")
+
+    @property
+    def accuracy_label(self) -> str:
+        """What the two figures of accuracy_text are: before and after training, or before and at a step of
+        it (no evaluation after training yet)."""
+        if self.accuracy_after_step is not None:
+            return f"held-out, before → step {self.accuracy_after_step}; none after training yet"
+        return "held-out, before → after training"
 
     @property
     def differs_text(self) -> str:
@@ -154,6 +178,7 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
         record=f"{trained}{name}/{RUN_RECORD}",
         accuracy_before=change.before.accuracy if change.before else None,
         accuracy_after=change.after.accuracy if change.after else None,
+        accuracy_after_step=change.after.step if change.after and change.after.phase != "post" else None,
         accuracy_resumed=resumed.accuracy if resumed else None,
         differs=record_differences(session.recipe, record), sweep=record.get("sweep"),
         cost_usd=billed_usd(session, record), accuracy_post=post.accuracy if post else None,

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Settings, Step, UserError
+from tpu_rl.recipes.costs.consent import Spend
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.runs.usual_values import has_unusual
 from tpu_rl.scripts.cloud import gcs
@@ -46,6 +47,10 @@ class Session:
     confirm: Callable[[str], bool] | None = None  # interactive yes/no; None = not interactive
     driven: bool = False  # the run's driver in the cluster runs this (tpu-rl drive): no logging role
     argv: list[str] | None = None  # the command line run.json records; None: this process's (sys.argv)
+    # What a new run is estimated at, asked about once where it is first submitted (recipes/costs/consent.py);
+    # None where nothing is asked: a dry run, the driver, a sweep's run (the sweep asked for all of them).
+    spend: Spend | None = None
+    spend_ask: Callable[[str], bool] | None = None  # the terminal's question when `spend` is set
 
     def __post_init__(self) -> None:
         self.paths = ArtifactPaths(self.spec, self.settings)
@@ -89,8 +94,6 @@ class Session:
         """What to do after a run: fetch the export, look at the curves, and destroy the stack, whose
         hourly estimate keeps counting until then; `billing`: the platform's own last line instead (a TPU VM
         that stops itself after its run)."""
-        from tpu_rl.recipes.costs.run import ESTIMATE_NOTE, hourly_estimate
-
         recipe, paths, run = self.recipe, self.paths, self.paths.run_name
         lines = ["next:"]
         if "export" in steps:
@@ -100,10 +103,15 @@ class Session:
             lines.append(f"  its curves: `tpu-rl metrics {recipe.name} --run {run} --png {run}.png`")
         if billing is not None:
             return lines + [f"  {billing()}"]
-        lines.append(f"  when you are done, `npx cdktf destroy {recipe.name}`: the stack costs "
-                     f"{hourly_estimate(recipe, zones=self.settings.zones_for(recipe)).summary()} until then "
-                     f"({ESTIMATE_NOTE})")
-        return lines
+        from tpu_rl.recipes.costs.run import ESTIMATE_NOTE, hourly_estimate
+        from tpu_rl.recipes.costs.standing import account, idle_nodes, standing_cost
+
+        if not recipe.platform_rules.control_plane:  # a TPU VM: no cluster stands between runs
+            return lines + [f"  when you are done, `npx cdktf destroy {recipe.name}`: the stack costs "
+                            f"{hourly_estimate(recipe, zones=self.settings.zones_for(recipe)).summary()} until "
+                            f"then ({ESTIMATE_NOTE})"]
+        # what still bills once it is done, in the words `runs`, `down` and the README use
+        return lines + [f"  {line}" for line in account(standing_cost(recipe, idle_nodes(recipe)), recipe.name)]
 
     def command(self, verb: str, *args: str) -> str:
         """A `tpu-rl` command line for this run, in backquotes: with the run's --set items and --run name,

@@ -20,13 +20,18 @@ class Tag:
     name: str
     best: str | None  # "max", "min", or None where neither direction is better
     label: str  # the picture's panel title
+    short: str = ""  # the row label of `metrics`' side-by-side table where `label` and "first" do not fit
+
+    @property
+    def row_label(self) -> str:
+        return self.short or self.label
 
 
 # Every tag below is written at both commits; paths and lines are those of c4ec573d (683256db in brackets).
 REWARD_MEAN = Tag("rewards/train/mean", "max", "reward")
 LOSS = Tag("actor/train/loss", "min", "loss")
 KL = Tag("actor/train/kl", "min", "KL")
-COMPLETION_LENGTH = Tag("completions/train/mean_length", None, "completion length")
+COMPLETION_LENGTH = Tag("completions/train/mean_length", None, "completion length", "mean tokens")
 
 SUMMARY_TAGS: tuple[Tag, ...] = (
     # Per completion "sum" is the total reward over the reward functions, "mean" the total divided by their

@@ -8,9 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tpu_rl.jobs.k8s import RUN_LABEL, recipe_selector
-from tpu_rl.recipes.costs.prices import usd
-from tpu_rl.recipes.costs.run import ESTIMATE_NOTE
-from tpu_rl.recipes.costs.standing import StandingCost, standing_cost
+from tpu_rl.recipes.costs.standing import StandingCost, account, down_command, standing_cost
 from tpu_rl.scripts.cloud.kube_objects import jobset_state
 from tpu_rl.scripts.pipeline.gke.cancel import ACTIVE
 from tpu_rl.scripts.pipeline.session import Session
@@ -100,9 +98,8 @@ class Idle:
     def lines(self, recipe: str, cluster: str, bucket: str) -> list[str]:
         if self.bill is None:
             return []
-        return [f"no run of {recipe} is active or queued; cluster {cluster} still bills {usd(self.bill.total)}/h "
-                f"({ESTIMATE_NOTE}): {self.bill.summary()}",
-                f"`tpu-rl down {recipe}` destroys its stack, keeping gs://{bucket}"]
+        return [f"no run of {recipe} is active or queued on cluster {cluster}; {down_command(recipe)} destroys "
+                f"its stack, keeping gs://{bucket}", *account(self.bill, recipe)]
 
     def as_record(self) -> dict:
         return {"active": [{"run": run.run, "what": run.what} for run in self.active],

@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from tpu_rl.recipes import UserError, conventions
-from tpu_rl.recipes.costs.prices import usd
+from tpu_rl.recipes.costs.standing import account
 from tpu_rl.recipes.settings.specs import CONFIG_ENV, DEFAULT_CONFIG
 from tpu_rl.scripts.outcome import Outcome
 from tpu_rl.scripts.pipeline.gke.billing import ATTACHED_FRESH, active_runs, attached_runs, cluster_bill
@@ -170,11 +170,11 @@ def down_gke(session: Session, yes: bool) -> None:
     if any(kind == CLUSTER_TYPE for kind, _ in resources):
         _check_nothing_runs(session)
         bill = cluster_bill(session)
-        reserved = (f", and reservation {settings.reservation}: {sum(item.chips for item in bill.reserved)} chips, "
-                    f"{usd(sum(item.usd_per_hour for item in bill.reserved))}/h until it is deleted or ends (tpu-rl "
-                    "never deletes it)") if bill.reserved else ""
+        reserved = f", and reservation {settings.reservation}" if bill.reserved else ""
         console.print(escape(f"`npx cdktf destroy {recipe}` deletes cluster {settings.cluster_name}, its pools and "
-                             f"network: that stops {usd(bill.stack_only)}/h ({bill.summary(reserved=False)})"))
+                             "network"))
+        for line in account(bill, recipe):  # the words `runs`, `run` and the README use
+            console.print(escape(line))
     else:  # a destroy that stopped after the cluster: no cluster to ask, and what is left bills (the NAT)
         kinds = ", ".join(sorted({kind for kind, _ in resources}))
         console.print(escape(f"the state of stack {recipe} ({state}) holds no cluster but {len(resources)} "

@@ -7,6 +7,7 @@ from typing import Iterable
 
 from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
 from tpu_rl.recipes import Step, UserError
+from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud.kube_objects import JobSetState, PodCounts, current_attempt, jobset_state, placement_of, pod_counts
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, read_admission
 from tpu_rl.scripts.pipeline.gke.steps import PROGRESS_LOG_LINES, StepJob, duration, main_pod, step_jobs
@@ -71,7 +72,7 @@ def _training_now(session: Session, job: StepJob, state: JobSetState) -> str:
         return ""
     head = main_pod(current_attempt(session.cluster.list_pods(job.selector), state.restarts))
     log = session.cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""
-    return training_now(last_train_step(log), session.recipe.train_steps, session.clients.storage,
+    return training_now(last_train_step(log), trained_steps(session.recipe), session.clients.storage,
                         session.paths.tensorboard, session.now)
 
 

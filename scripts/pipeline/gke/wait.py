@@ -9,6 +9,7 @@ from typing import Callable
 from rich.markup import escape
 
 from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
+from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.kube_objects import JobSetState, current_attempt, disruption_of, jobset_state, pod_counts, pod_problems
 from tpu_rl.scripts.outcome import ApiError, StepFailed
@@ -277,7 +278,7 @@ def _unread(session: Session, job: StepJob, error: ApiError, since: float | None
 def _training(session: Session, state: JobSetState, found, reward: float | None, pace: StepPace):
     """The training line as a function of the elapsed text (None while nothing is known): the line the
     live status shows and `run` prints when the step, loss or reward changes, fitting 80 columns."""
-    total, now = session.recipe.train_steps, session.now()
+    total, now = trained_steps(session.recipe), session.now()
     left = pace.seconds_left(state.restarts, found, total, now)
     if training_line("train", found, total, reward, "", left) is None:
         return None

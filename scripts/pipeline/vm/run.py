@@ -10,6 +10,7 @@ from rich.markup import escape
 from tpu_rl.jobs.vm import (CANCEL_POLL_SECONDS, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SECONDS, PROGRESS_LINE, STARTING,
                      ssh_command)
 from tpu_rl.recipes import STEPS, Step, UserError
+from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.outcome import Interrupted, StepFailed
 from tpu_rl.scripts.pipeline.accuracy import EvaluationWatch
@@ -270,7 +271,7 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], recor
                 if step == "train" and state_of == "running":
                     now = progress.update(*train_attempt(console_text, paths.run_name))
                     train_step = now.step if now else None
-                    shown += progress_suffix(now, session.recipe.train_steps, reward.latest())
+                    shown += progress_suffix(now, trained_steps(session.recipe), reward.latest())
                 if reported.get(step) != shown:
                     console.print(f"{step}: {shown}")
                     if state_of == "running" and not reported.get(step, "").startswith("running"):

@@ -9,6 +9,7 @@ from google.api_core import exceptions as gexc
 
 from tpu_rl.jobs.vm import CANCELLED, STARTING
 from tpu_rl.recipes import STEPS, Step, UserError
+from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.progress import training_now
 from tpu_rl.scripts.pipeline.session import Session, StatusReport, StepStatus
@@ -56,7 +57,7 @@ def status_vm(session: Session) -> StatusReport:
         note = "; ".join(part for part in (
             f"TPU VM {settings.vm_name} is {instance.status}: Compute Engine serves its serial console only while "
             "it runs, so the table shows the bucket's records", note) if part)
-    training = training_now(last_train_step(train_attempt(text, session.paths.run_name)[1]), session.recipe.train_steps,
+    training = training_now(last_train_step(train_attempt(text, session.paths.run_name)[1]), trained_steps(session.recipe),
                             session.clients.storage, session.paths.tensorboard, session.now) \
         if states.get("train") == "running" and readable else ""
     note = "; ".join(part for part in (note, differs) if part)

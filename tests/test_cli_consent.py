@@ -1,0 +1,153 @@
+"""Consent before a large spend, once (issue 37, item 1; recipes/costs/consent.py): `run` and `sweep` ask
+when the work is submitted and is estimated at COSTLY_RATIO times the recipe's own run or more; without a
+terminal they refuse unless --yes or a --max-cost the estimate fits; reattaching and a sweep's runs ask
+nothing again; a sweep's size is bounded, and its dry run leads with its size and total."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from cli_helpers import error_line, interrupt, session_hook
+from peers.fixtures import jobset_of
+from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.costs.consent import COSTLY_RATIO
+from tpu_rl.recipes.costs.prices import usd
+from tpu_rl.recipes.costs.run import pipeline_run_estimate
+from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.recipes.runs.sweeps import SWEEP_MAX_RUNS
+from tpu_rl.scripts.cli import app
+
+RECIPE = "qwen3-v6e32"
+LARGE = "num_batches=500"  # ten times the recipe's 50 steps: well past COSTLY_RATIO times its own run
+runner = CliRunner()
+
+
+def _estimate(*sets: str) -> float:
+    return pipeline_run_estimate(RunSpec.requested(get_recipe(RECIPE), sets)).total
+
+
+def test_the_large_run_is_over_the_threshold_and_the_recipes_own_is_not():
+    """The premise of the tests below, from the price table: not a figure of the code under test's own."""
+    own = _estimate()
+    assert _estimate(LARGE) >= COSTLY_RATIO * own > own
+
+
+def test_a_large_run_without_a_terminal_is_refused_in_one_line_and_submits_nothing(cloud):
+    result = runner.invoke(app, ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach"])
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert re.match(rf"error: run \S+ is estimated at {re.escape(usd(_estimate(LARGE)))}, [\d.]+ times the "
+                    rf"recipe's own run \({re.escape(usd(_estimate()))}\), and there is no terminal to ask in: "
+                    r"rerun with --yes, or with --max-cost \d+; nothing was started$", line), line
+    assert cloud["kube"].job_calls == [] and cloud["kube"].created == [] and cloud["kube"].configmaps == {}
+
+
+@pytest.mark.parametrize("consent", [["--yes"], ["--max-cost", "100000"]])
+def test_yes_or_a_max_cost_it_fits_starts_it_without_a_question(cloud, monkeypatch, consent):
+    questions: list[str] = []
+    session_hook(monkeypatch, confirm=lambda question: questions.append(question) or False)
+    result = runner.invoke(app, ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach", *consent])
+    assert result.exit_code == 0, result.output
+    assert questions == [] and [verb for verb, _ in cloud["kube"].job_calls] == ["create"]
+
+
+def test_a_max_cost_below_the_estimate_is_refused_even_with_yes(cloud):
+    result = runner.invoke(app, ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--yes", "--max-cost", "500"])
+    assert result.exit_code == 2, result.output
+    assert error_line(result) == (f"error: this run is estimated at {usd(_estimate(LARGE))}, over --max-cost "
+                                  "$500.00: change its --set items or raise --max-cost; nothing was started")
+    assert cloud["kube"].job_calls == []
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_max_cost_that_is_no_amount_is_refused_in_our_words(settings_env, value):
+    for command in (["run", RECIPE, "--dry-run"], ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6"]):
+        result = runner.invoke(app, [*command, "--max-cost", value])
+        assert result.exit_code == 2, result.output
+        assert error_line(result).startswith(f"error: --max-cost {float(value)}: give a number of US dollars"), \
+            result.output
+
+
+def test_the_terminal_is_asked_once_and_a_reattaching_run_asks_nothing(cloud, monkeypatch):
+    cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang")
+    questions: list[str] = []
+    session_hook(monkeypatch, confirm=lambda question: questions.append(question) or True, sleep=interrupt)
+    command = ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach"]
+    first = runner.invoke(app, command)
+    assert first.exit_code == 0, first.output
+    [question] = questions
+    assert question.startswith("Start run ") and f"estimated at {usd(_estimate(LARGE))}" in question
+    again = runner.invoke(app, command)  # its driver runs: attached to, not submitted again
+    assert again.exit_code == 0, again.output
+    assert len(questions) == 1 and [verb for verb, _ in cloud["kube"].job_calls] == ["create"]
+
+
+def test_a_no_at_the_prompt_submits_nothing(cloud, monkeypatch):
+    session_hook(monkeypatch, confirm=lambda question: False)
+    result = runner.invoke(app, ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach"])
+    assert result.exit_code == 2, result.output
+    assert error_line(result).startswith("error: answered no: run ")
+    assert cloud["kube"].job_calls == [] and cloud["kube"].configmaps == {}
+
+
+def test_a_run_with_a_record_of_its_settings_resumes_without_a_question(cloud, monkeypatch):
+    """A run whose record the bucket holds (its driver ended) is resumed, not submitted anew."""
+    from peers.fixtures import peer_settings
+    from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.recipes.runs.spec import run_identity
+    from tpu_rl.scripts.cloud import gcs as bucket
+
+    spec = RunSpec.requested(get_recipe(RECIPE), (LARGE,))
+    bucket.write_json(cloud["gcs"], ArtifactPaths(spec, peer_settings()).run_record,
+             {"identity": run_identity(spec), "status": "interrupted"})
+    session_hook(monkeypatch, confirm=lambda question: pytest.fail(f"asked again: {question}"))
+    result = runner.invoke(app, ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach"])
+    assert result.exit_code == 0, result.output
+
+
+GRID = ["--grid", "num_batches=500,1000", "--grid", "rl.num_generations=8,16", "--skip-fit-check"]
+
+
+def test_a_sweeps_dry_run_leads_with_its_size_and_total(settings_env, monkeypatch):
+    result = runner.invoke(app, ["sweep", RECIPE, *GRID, "--dry-run", "--name", "big"])
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0]
+    total = re.search(r"expected: (\$[\d,.]+) in all", result.output).group(1)
+    assert first == f"sweep big: 4 runs, estimated at {total} in all", result.output
+    assert "started without a dry run, it asks first" in " ".join(result.output.split())
+
+
+def test_a_large_sweep_without_a_terminal_is_refused_and_with_yes_asks_nothing_more(cloud, monkeypatch):
+    from tpu_rl.scripts.cli import core as cli_core
+
+    cloud["kube"].kubelet.close()  # the drivers' pods stay Pending: the sweep ends once each Job exists
+    cloud["kube"].kubelet = None
+    refused = runner.invoke(app, ["sweep", RECIPE, *GRID, "--name", "big"])
+    assert refused.exit_code == 2, refused.output
+    assert re.match(r"error: sweep big \(4 runs\) is estimated at \$[\d,.]+, [\d.]+ times the recipe's own run "
+                    r".*no terminal to ask in: rerun with --yes", error_line(refused)), refused.output
+    assert cloud["kube"].job_calls == []
+    questions: list[str] = []
+    monkeypatch.setattr(cli_core, "asker", lambda: lambda question: questions.append(question) or True)
+    started = runner.invoke(app, ["sweep", RECIPE, *GRID, "--name", "big"])
+    assert started.exit_code == 0, started.output
+    assert len(questions) == 1 and questions[0].startswith("Start sweep big (4 runs), estimated at ")
+    assert [verb for verb, _ in cloud["kube"].job_calls] == ["create"] * 4  # each run's driver, unasked
+
+
+def test_a_sweep_over_its_size_bound_is_refused_before_any_run_is_checked_and_max_runs_passes_it(settings_env):
+    values = ",".join(f"{index}e-7" for index in range(1, SWEEP_MAX_RUNS + 2))
+    result = runner.invoke(app, ["sweep", RECIPE, "--grid", f"learning_rate={values}", "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert error_line(result) == (f"error: --grid makes {SWEEP_MAX_RUNS + 1} runs, over the sweep's bound of "
+                                  f"{SWEEP_MAX_RUNS}: drop values, or pass --max-runs {SWEEP_MAX_RUNS + 1} to start "
+                                  "that many; nothing was started")
+    small = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--max-runs", "2",
+                                "--dry-run"])
+    assert small.exit_code == 2 and "pass --max-runs 3" in error_line(small)
+    passed = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--max-runs", "3",
+                                 "--dry-run", "--skip-fit-check"])
+    assert passed.exit_code == 0, passed.output
