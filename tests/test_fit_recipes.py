@@ -38,7 +38,7 @@ def measured(result: dict) -> dict:
 def test_each_recipe_fits_its_topology_with_the_margin_by_the_compiler(name):
     request = REQUESTS[name]
     need_venv(request["maxtext_version"])
-    fit = Fit(compile_now(request))
+    fit = Fit(compile_now(request), all_recipes()[name].fit_margin)
     assert fit.fits, fit.refusal(name)
     assert fit.result["accelerator"] == all_recipes()[name].shape.accelerator_type
 

@@ -59,7 +59,9 @@ def main(argv: list[str]) -> None:
     if "--cache" in argv:
         return
     FIGURES.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
-    table = recipes_table({name: Fit(figures[digest(request)]) for name, request in recipe_requests().items()})
+    recipes = all_recipes()
+    table = recipes_table({name: Fit(figures[digest(request)], recipes[name].fit_margin)
+                           for name, request in recipe_requests().items()})
     DOC.write_text(doc_with_table(DOC.read_text(), table))
     print(f"wrote {FIGURES.relative_to(REPO)} and the table of {DOC.relative_to(REPO)}", file=sys.stderr)
 

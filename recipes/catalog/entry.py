@@ -164,11 +164,22 @@ class RecipeEntry(Strict):
     model: ModelSpec
     tpu: TpuSpec
     rl: RlSpec
+    # The share of a chip's HBM its plan must leave free, when not recipes/fit MARGIN; only with the why,
+    # in fit_margin_why, and docs/fit.md's "Short of the margin".
+    fit_margin: float | None = Field(default=None, ge=0, lt=0.5)
+    fit_margin_why: str | None = None
 
     @field_validator("capacity", mode="before")
     @classmethod
     def _capacity_list(cls, value: object) -> tuple[CapacityMode, ...]:
         return parse_capacity(value)
+
+    @model_validator(mode="after")
+    def _margin_with_its_why(self) -> "RecipeEntry":
+        if (self.fit_margin is None) != (self.fit_margin_why is None):
+            raise ValueError("fit_margin and fit_margin_why go together: a recipe keeps less of a chip free "
+                             "than the default margin only with the reason written down")
+        return self
 
     @model_validator(mode="after")
     def _platform_rules(self) -> "RecipeEntry":

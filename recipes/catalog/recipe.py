@@ -18,6 +18,7 @@ from tpu_rl.recipes.catalog.facts import (MachineSize, MaxTextRelease, PathwaysI
 from tpu_rl.recipes.catalog.shape import Shape, derive_shape
 from tpu_rl.recipes.catalog.strict import Strict
 from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.fit import MARGIN
 
 _RECIPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
 
@@ -47,6 +48,8 @@ class Recipe(BaseModel):
 
     tpu_facts: TpuGeneration
     flex_start_max_run_hours: int | None = None
+    fit_margin: float = MARGIN  # of a chip's HBM its plan leaves free (recipes/fit)
+    fit_margin_why: str | None = None
 
     @property
     def platform_rules(self) -> PlatformRules:
@@ -181,6 +184,8 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
             patches=tuple(patches),
             tpu_facts=parsed.tpu[entry.tpu.generation],
             flex_start_max_run_hours=entry.tpu.flex_start_max_run_hours,
+            **({} if entry.fit_margin is None else {"fit_margin": entry.fit_margin,
+                                                    "fit_margin_why": entry.fit_margin_why}),
         )
         check_capacity(name, entry.platform, entry.capacity, parsed.tpu[entry.tpu.generation],
                        entry.tpu.flex_start_max_run_hours, f"{source}: capacity")

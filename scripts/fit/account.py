@@ -228,8 +228,8 @@ class Fit:
 
 def recipes_table(fits: dict[str, Fit]) -> str:
     """docs/fit.md's table, a row a recipe (tests/test_fit_account.py keeps the page equal to it)."""
-    lines = ["| recipe | trainer chips | resident a chip | largest | vLLM's share | peak a chip | limit | free | "
-             "compiler |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| recipe | trainer chips | resident a chip | largest | vLLM's share | peak a chip | limit | margin | "
+             "free | compiler |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, fit in fits.items():
         result, held = fit.result, fit.held
         resident = (f"{gib(fit.resident)} (actor {gib(held['actor'])}, reference {gib(held['reference'])}, "
@@ -240,6 +240,7 @@ def recipes_table(fits: dict[str, Fit]) -> str:
         free = f"{gib(fit.headroom)} ({100 * fit.headroom / fit.limit:.0f}%)"
         versions = result["versions"]
         compiler = f"JAX {versions['jax']}, libtpu {versions['libtpu']}"
+        margin = f"{round(100 * fit.margin_share)}%" + ("" if fit.margin_share >= MARGIN else " (short)")
         lines.append(f"| `{name}` | {fit.mesh()} | {resident} | {largest} | {share} | {gib(fit.peak)} | "
-                     f"{gib(fit.limit)} | {free} | {compiler} |")
+                     f"{gib(fit.limit)} | {margin} | {free} | {compiler} |")
     return "\n".join(lines)

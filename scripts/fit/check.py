@@ -14,7 +14,7 @@ def fit_of(spec: RunSpec, settings: Settings, say=lambda line: None) -> Fit:
     """The run's fit; UserError when its parallelism cannot be laid out on its chips at all."""
     result = compiled(compile_request(spec, settings), say)
     laid_out(result, spec.recipe.name)
-    return Fit(result)
+    return Fit(result, spec.recipe.fit_margin)
 
 
 def require_fit(spec: RunSpec, settings: Settings, say=lambda line: None) -> Fit:
@@ -39,7 +39,7 @@ def require_fits(specs: list[RunSpec], settings: Settings, say=lambda line: None
                 laid_out(result, spec.recipe.name)
             except UserError as error:
                 raise UserError(f"run {spec.run} ({sets}): {error}") from None
-            by_shape[key] = Fit(result)
+            by_shape[key] = Fit(result, spec.recipe.fit_margin)
         fits[spec.run] = by_shape[key]
         if not by_shape[key].fits:
             raise UserError(f"run {spec.run} ({sets}): {by_shape[key].refusal(spec.recipe.name)}")
@@ -49,4 +49,4 @@ def require_fits(specs: list[RunSpec], settings: Settings, say=lambda line: None
 def shipped_fit(spec: RunSpec, settings: Settings) -> Fit | None:
     """The run's fit when it is known without compiling (shipped or cached); None otherwise."""
     found = known(compile_request(spec, settings))
-    return Fit(found) if found is not None else None
+    return Fit(found, spec.recipe.fit_margin) if found is not None else None
