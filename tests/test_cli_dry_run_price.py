@@ -113,7 +113,7 @@ def test_a_step_with_more_completions_is_priced_longer_and_says_so(cloud):
     """rl.num_generations=8 doubles a step's completions (8 x 8 = 64 against 8 x 4 = 32): training 2 x
     77.59 = 155.17 min, evaluation unchanged at 256 x 0.048491 = 12.41 min: 167.59 min, $178.09."""
     put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
-    result = runner.invoke(app, ["run", RECIPE, "--dry-run", "--set", "rl.num_generations=8"])
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run", "--skip-fit-check", "--set", "rl.num_generations=8"])
     assert result.exit_code == 0, result.output
     train = line_of(result.output, "  train:")
     assert priced(train, 168, 178.09), train

@@ -85,10 +85,12 @@ def test_a_run_of_it_submits_nothing_to_the_cluster_and_asks_for_no_capacity(clo
     assert cloud["kube"].secrets == {}
 
 
-def test_a_run_that_fits_says_so_before_its_plan(cloud):
+def test_a_dry_run_that_fits_says_so_after_its_plan(cloud):
     result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0].startswith("fits: ")
+    lines = result.output.splitlines()
+    assert lines[0].startswith("dry run of run qwen3-v6e32-")
+    assert lines[-1].startswith("fits: ") and lines[-1].endswith("free (the margin: 10%)")
 
 
 def test_a_sweep_with_one_point_that_cannot_fit_starts_none(cloud, tmp_path):

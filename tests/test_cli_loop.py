@@ -50,7 +50,10 @@ def test_dry_run_prints_the_plan_with_each_steps_time_and_cost_and_submits_nothi
         "driver: 6% of the always-on e2-standard-4 system node, $0 more till it fills",
         "the JobSets it would submit (--show-manifests prints them):",
         f"  {jobset_of(RECIPE, 'train')}",
-        f"  {jobset_of(RECIPE, 'export')}"]
+        f"  {jobset_of(RECIPE, 'export')}",
+        # the fit check's verdict (docs/fit.md's table: 18.4 of 31.2 GiB)
+        "fits: 18.4 GiB of a v6e-32 chip's 31.2 GiB at its peak (the train step), 41%",
+        "free (the margin: 10%)"]
     assert max(len(line) for line in result.output.splitlines()) <= 80
     kube = cloud["kube"]
     assert kube.created == [] and kube.secrets == {} and {method for method, _, _ in kube.requests} == {"GET"}
@@ -123,7 +126,8 @@ def test_dry_run_on_the_vm_says_which_steps_the_startup_script_has_left(settings
         "after the run: TPU VM rl-test-vm stops itself once its startup script verified every output "
         "(VM_AFTER_RUN=stop; VM_AFTER_RUN=keep keeps it up): its VM charges end, only its boot disk bills until "
         f"`npx cdktf destroy {VM_RECIPE}`; the reservation it is bound to keeps billing $15.12/h until it is "
-        "deleted (tpu-rl never deletes it)"]  # the reservation bills on: 8 chips at recipes/costs/prices.toml's $1.89
+        "deleted (tpu-rl never deletes it)",  # the reservation bills on: 8 chips at recipes/costs/prices.toml's $1.89
+        "fits: 27.9 GiB of a v6e-8 chip's 31.2 GiB at its peak (the train step), 11% free (the margin: 10%)"]
     assert not any("serialPort" in path for _, path, _ in google.requests)
     assert not record_exists(gcs, VM_RECIPE)
 

@@ -54,7 +54,7 @@ def test_preflight_reports_every_failure_with_its_fix(settings_env, gcs, google)
            "us-east5-b" in lines[3]
     assert "bucket gs://rl-test-artifacts does not exist: deploy the artifacts stack" in lines[4]
     assert "no enabled version" in lines[5] and "tpu-rl secret set" in lines[5]
-    assert "error: 6 of 10 preflight checks failed" in result.output  # the CPU quota and 3 image lines pass
+    assert "error: 6 of 11 preflight checks failed" in result.output  # the CPU quota, 3 image lines and the fit pass
     assert "Traceback" not in result.output
 
 

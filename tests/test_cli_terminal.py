@@ -94,12 +94,14 @@ def test_recipes_fit_80_columns_with_every_name_model_and_price_in_full(monkeypa
         [name_line] = [line for line in lines if line.split()[:1] == [item["name"]]]
         assert item["hourly_estimate"] in name_line  # e.g. "$63.76/h (TPU reserved)", whole
         assert any(line.split()[-1:] == [item["model"]] for line in lines), item["model"]
-    # README step 1 says what a newcomer sees at 80 columns: four lines a recipe
+    # README step 1 says what a newcomer sees at 80 columns: five lines a recipe, its name and four indented
     starts = [index for index, line in enumerate(lines) if line.split()[:1] in ([n] for n in all_recipes())]
-    assert [b - a for a, b in zip(starts, [*starts[1:], len(lines)])] == [4] * len(starts), result.output
+    blocks = [1 + next(i for i, line in enumerate([*lines[start + 1:], ""]) if not line.startswith("  "))
+              for start in starts]
+    assert blocks == [5] * len(starts), result.output
     readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
-    assert "`tpu-rl recipes` prints each recipe's model, TPU, image and hourly price (four lines a recipe at 80 " \
-           "columns" in readme
+    assert "`tpu-rl recipes` prints each recipe's model, TPU, image, HBM a chip and hourly price (five lines a " \
+           "recipe at 80 columns" in readme
 
 
 def test_recipes_in_a_wide_terminal_is_one_table_with_a_model_column(monkeypatch):

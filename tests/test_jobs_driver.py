@@ -91,7 +91,7 @@ def test_the_request_is_mounted_from_its_configmap_and_carries_the_run_and_its_f
     assert configmap["metadata"]["name"].endswith(f"-request-{DIGEST[:12]}")  # its own: never another run's
     assert json.loads(configmap["data"][REQUEST_FILE]) == {
         "recipe": "qwen3-v6e32", "steps": list(STEPS), "sets": [], "run": None, "sweep": None, "replace": False,
-        "follow_logs": False, "user_files": [], "version": "9.9.9"}
+        "follow_logs": False, "user_files": [], "fit": None, "version": "9.9.9"}
 
 
 def test_the_settings_go_as_the_env_vars_a_user_sets_and_nothing_secret_does():

@@ -1,6 +1,7 @@
 """Will a run fit its TPU chips: the facts the fit check (scripts/fit) decides by.
 
-- MARGIN: the share of a chip's HBM a plan must leave free (docs/fit.md says why 10%);
+- MARGIN: the share of a chip's HBM a plan must leave free (docs/fit.md says why 10%), unless its recipe
+  keeps less with the reason written (recipes.toml fit_margin, fit_margin_why);
 - NEUTRAL: the train arguments that cannot change what a chip holds, so a run differing from another
   only in them compiles the same programs (a sweep compiles each memory shape once);
 - figures(): each recipe's compiled figures as shipped (recipes/fit/figures.json, written by
@@ -39,6 +40,12 @@ NEUTRAL: dict[str, str] = {
     "decode_sampling_top_k": "vLLM's sampling",
     "decode_sampling_nucleus_p": "vLLM's sampling",
     "rl.grpo_epsilon": "a number in the loss",
+    # MaxText's train_rl makes the reference model whatever the KL weight (0 only skips its programs)
+    "rl.grpo_beta": "a number in the loss",
+    "eval_sampling_strategy": "vLLM's sampling",
+    "reward_functions_path": "rewards are computed on the host",
+    "reward_functions": "rewards are computed on the host",
+    "dataset_processor_path": "rows are made on the host, cut to the same lengths",
     "debug": "what is logged",
 }
 

@@ -183,7 +183,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     platform.check_run_request(spec)
     spend = run_spend(spec, yes, max_cost)
     spend.check_cap()  # before the fit check compiles anything
-    console = make_console()
+    console, fit_line = make_console(), None
     warnings = [line for line in (data_warning(spec.recipe), schedule_warning(spec.recipe)) if line]
     if "train" in wanted and skip_fit_check:
         console.print(f"[yellow]{SKIPPED_FIT}[/]")
@@ -192,8 +192,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         from tpu_rl.scripts.fit.check import require_fit
 
         fit = require_fit(spec, settings, say=lambda line: say(f"fit: {line}", err=True))
-        console.print(fit.summary())
-        spec = spec.with_fit(fit.record())
+        spec = spec.with_fit(fit.record())  # run.json keeps it; a dry run shows it after its plan
+        fit_line = fit.summary() + (f"; {spec.recipe.fit_margin_why}" if spec.recipe.fit_margin_why else "")
     for warning in warnings:
         console.print(f"[yellow]{warning}[/]")
     if dry_run:  # with no credentials, bucket, cluster or VM too: priced from the recipe (pipeline/dry_run.py)
@@ -201,6 +201,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
         show_plan(spec, settings, lambda: make_session(spec, settings, "writes"), console, wanted,
                   replace=replace, show_manifests=show_manifests)
+        if fit_line:  # after manifests, a YAML comment: the printed stream stays one YAML document list
+            console.print(f"# {fit_line}" if show_manifests else fit_line)
     else:
         costly = costly_run_warning(spec)  # a dry run prints it with its total; a run before it submits
         if costly:

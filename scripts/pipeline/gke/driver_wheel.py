@@ -23,7 +23,7 @@ NAMESPACE = "tpu_rl"  # every package installs as tpu_rl.<folder> (pyproject [to
 PACKAGES = ("recipes", "infra", "stacks", "jobs", "scripts")  # the folders pyproject maps under NAMESPACE
 PACKAGE_DATA = {  # pyproject [tool.setuptools.package-data]
     "tpu_rl.recipes": ["*.toml", "costs/*.toml", "driver/*.toml", "environments/*.txt", "fit/*.json",
-                       "runs/maxtext_keys/*.toml", "runs/maxtext_keys/*.json"],
+                       "runs/*.toml", "runs/maxtext_keys/*.toml", "runs/maxtext_keys/*.json"],
     "tpu_rl.infra": ["charts/manifests/*.yaml", "charts/manifests/templates/*.yaml", "google_lazy_require.js"],
 }
 CONSOLE_SCRIPTS = {"tpu-rl": "tpu_rl.scripts.cli:main"}  # pyproject [project.scripts]
