@@ -69,7 +69,7 @@ def pinned(version: str, package: str) -> str:
 
 
 # What decides a compile's result in an environment: the compiler, the trainer and the model code.
-COMPILER_PACKAGES = ("maxtext", "jax", "jaxlib", "libtpu", "google-tunix")
+COMPILER_PACKAGES = ("maxtext", "jax", "jaxlib", "libtpu", "google-tunix", "flax", "optax")
 
 
 def pinned_versions(version: str) -> dict[str, str]:
