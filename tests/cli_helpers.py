@@ -150,7 +150,9 @@ def train_script(kube, name: str) -> str:
 def trained_run(cloud, *sets: str):
     recipe, paths = run_of(*sets)
     plan_success(cloud, recipe)
-    assert runner.invoke(app, ["run", RECIPE, *(item for s in sets for item in ("--set", s))]).exit_code == 0
+    # the fit check is tests/test_cli_fit.py's: a --set of memory would compile here, minutes in the suite
+    assert runner.invoke(app, ["run", RECIPE, "--skip-fit-check",
+                               *(item for s in sets for item in ("--set", s))]).exit_code == 0
     put_checkpoint(cloud["gcs"], paths, 20)
     return recipe, paths
 
