@@ -433,8 +433,10 @@ def test_down_says_a_state_that_still_waits_on_uninstalling_the_kueue_releases(d
     assert (f"! the state of stack {RECIPE} still records a wait on uninstalling Helm release(s) kueue (up to 5 "
             "min), tpu-rl-queues (up to 10 min), as deployed before tpu-rl stopped waiting on them: the helm "
             "provider uninstalls with the state's wait, so the destroy may wait that long on Kueue's finalizers "
-            f"and stop before the cluster. First run `npx cdktf deploy {RECIPE}` (it records no wait), then "
-            f"`tpu-rl down {RECIPE}`") in " ".join(result.output.split())
+            "and stop before the cluster. First run the deploy (it records no wait), then down:") in " ".join(
+                result.output.split())
+    lines = result.output.splitlines()  # each command whole on a line of its own
+    assert f"  npx cdktf deploy {RECIPE}" in lines and f"  tpu-rl down {RECIPE}" in lines
     assert f"run `npx cdktf deploy {RECIPE}` (its Helm releases then uninstall without waiting), then `tpu-rl " \
            f"down {RECIPE}` again" in error_line(result)
 

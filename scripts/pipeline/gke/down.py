@@ -108,12 +108,13 @@ def waited_releases(resources: list[tuple[str, dict]]) -> list[tuple[str, int]]:
             and attributes.get("wait")]
 
 
-def _waits_line(recipe: str, waited: list[tuple[str, int]]) -> str:
+def _waits_lines(recipe: str, waited: list[tuple[str, int]]) -> list[str]:
+    """The warning, then its two commands each whole on a line of its own (a command to copy is never wrapped)."""
     names = ", ".join(f"{name} (up to {seconds // 60} min)" for name, seconds in waited)
-    return (f"! the state of stack {recipe} still records a wait on uninstalling Helm release(s) {names}, "
+    return [f"! the state of stack {recipe} still records a wait on uninstalling Helm release(s) {names}, "
             "as deployed before tpu-rl stopped waiting on them: the helm provider uninstalls with the state's "
             "wait, so the destroy may wait that long on Kueue's finalizers and stop before the cluster. First "
-            f"run `npx cdktf deploy {recipe}` (it records no wait), then `tpu-rl down {recipe}`")
+            "run the deploy (it records no wait), then down:", f"  npx cdktf deploy {recipe}", f"  tpu-rl down {recipe}"]
 
 
 def _config_env() -> dict[str, str]:
@@ -183,7 +184,10 @@ def down_gke(session: Session, yes: bool) -> None:
     console.print(escape(f"still billed after: {kept}{reserved}"))
     waited = waited_releases(resources)
     if waited:
-        console.print(f"[yellow]{escape(_waits_line(recipe, waited))}[/]")
+        warning, *commands = _waits_lines(recipe, waited)
+        console.print(f"[yellow]{escape(warning)}[/]")
+        for command in commands:
+            console.print(command, soft_wrap=True)
     if not yes:
         if session.confirm is None:
             raise UserError(f"down would destroy stack {recipe}: rerun with --yes to confirm (there is no "
