@@ -131,8 +131,9 @@ def test_docs_fit_shows_the_shipped_figures_table():
     from generate_fit_figures import DOC, doc_with_table, recipe_requests
 
     from tpu_rl.scripts.fit.account import recipes_table
+    from tpu_rl.scripts.fit.check import recipe_fit
     from tpu_rl.scripts.fit.compiler import digest
 
-    table = recipes_table({name: Fit(figures()[digest(request)], all_recipes()[name].fit_margin)
+    table = recipes_table({name: recipe_fit(figures()[digest(request)], all_recipes()[name])
                            for name, request in recipe_requests().items()})
     assert DOC.read_text() == doc_with_table(DOC.read_text(), table), "run tools/generate_fit_figures.py"

@@ -17,7 +17,7 @@ import pytest
 from maxtext_cpu.chain import need_venv
 from tpu_rl.recipes import all_recipes
 from tpu_rl.recipes.fit import figures
-from tpu_rl.scripts.fit.account import Fit
+from tpu_rl.scripts.fit.check import recipe_fit
 from tpu_rl.scripts.fit.compiler import compile_now, digest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -38,7 +38,7 @@ def measured(result: dict) -> dict:
 def test_each_recipe_fits_its_topology_with_the_margin_by_the_compiler(name):
     request = REQUESTS[name]
     need_venv(request["maxtext_version"])
-    fit = Fit(compile_now(request), all_recipes()[name].fit_margin)
+    fit = recipe_fit(compile_now(request), all_recipes()[name])
     assert fit.fits, fit.refusal(name)
     assert fit.result["accelerator"] == all_recipes()[name].shape.accelerator_type
 

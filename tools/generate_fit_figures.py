@@ -26,7 +26,8 @@ sys.path.insert(0, str(REPO))
 from tpu_rl.jobs.fit import compile_request  # noqa: E402
 from tpu_rl.recipes import all_recipes, example_settings  # noqa: E402
 from tpu_rl.recipes.runs.spec import RunSpec  # noqa: E402
-from tpu_rl.scripts.fit.account import Fit, recipes_table  # noqa: E402
+from tpu_rl.scripts.fit.account import recipes_table  # noqa: E402
+from tpu_rl.scripts.fit.check import recipe_fit  # noqa: E402
 from tpu_rl.scripts.fit.compiler import compile_now, digest  # noqa: E402
 
 FIGURES = REPO / "recipes" / "fit" / "figures.json"
@@ -60,7 +61,7 @@ def main(argv: list[str]) -> None:
         return
     FIGURES.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
     recipes = all_recipes()
-    table = recipes_table({name: Fit(figures[digest(request)], recipes[name].fit_margin)
+    table = recipes_table({name: recipe_fit(figures[digest(request)], recipes[name])
                            for name, request in recipe_requests().items()})
     DOC.write_text(doc_with_table(DOC.read_text(), table))
     print(f"wrote {FIGURES.relative_to(REPO)} and the table of {DOC.relative_to(REPO)}", file=sys.stderr)

@@ -193,7 +193,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
         fit = require_fit(spec, settings, say=lambda line: say(f"fit: {line}", err=True))
         spec = spec.with_fit(fit.record())  # run.json keeps it; a dry run shows it after its plan
-        fit_line = fit.summary() + (f"; {spec.recipe.fit_margin_why}" if spec.recipe.fit_margin_why else "")
+        fit_line = fit.summary()
     for warning in warnings:
         console.print(f"[yellow]{warning}[/]")
     if dry_run:  # with no credentials, bucket, cluster or VM too: priced from the recipe (pipeline/dry_run.py)

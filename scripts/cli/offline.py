@@ -227,6 +227,6 @@ def fit_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         for name, text in fit.rows():
             console.print(f"{name.ljust(width)}  {text}")
         if fit.fits:
-            console.print(fit.summary() + (f"; {recipe.fit_margin_why}" if recipe.fit_margin_why else ""))
+            console.print(fit.summary())
     if not fit.fits:
         raise UserError(fit.refusal(recipe.name))

@@ -65,6 +65,7 @@ class Part:
 class Fit:
     result: dict
     margin_share: float = MARGIN  # of the chip's limit kept free; 0 to compare with a chip's own verdict
+    margin_why: str | None = None  # a recipe's reason for keeping less than MARGIN, said with its verdict
 
     @property
     def limit(self) -> int:
@@ -201,7 +202,7 @@ class Fit:
         """One line for a plan that fits: its peak and what is left."""
         return (f"fits: {gib(self.peak)} of a {self.result['accelerator']} chip's {gib(self.limit)} at its peak "
                 f"({PART_NAMES[self.largest.name]}), {100 * self.headroom / self.limit:.0f}% free "
-                f"(the margin: {round(100 * self.margin_share)}%)")
+                f"(the margin: {round(100 * self.margin_share)}%)" + (f"; {self.margin_why}" if self.margin_why else ""))
 
     def record(self) -> dict:
         """What run.json keeps of it: the verdict, the peak, the chip's limit and who compiled it."""

@@ -4,17 +4,22 @@ cannot fit refused in one line before anything is created or submitted."""
 from __future__ import annotations
 
 from tpu_rl.jobs.fit import compile_request
-from tpu_rl.recipes import Settings, UserError
+from tpu_rl.recipes import Recipe, Settings, UserError
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.fit.account import Fit, laid_out
 from tpu_rl.scripts.fit.compiler import compiled, digest, known
+
+
+def recipe_fit(result: dict, recipe: Recipe) -> Fit:
+    """The account of a compile result with the recipe's margin (and its reason, where it keeps less)."""
+    return Fit(result, recipe.fit_margin, recipe.fit_margin_why)
 
 
 def fit_of(spec: RunSpec, settings: Settings, say=lambda line: None) -> Fit:
     """The run's fit; UserError when its parallelism cannot be laid out on its chips at all."""
     result = compiled(compile_request(spec, settings), say)
     laid_out(result, spec.recipe.name)
-    return Fit(result, spec.recipe.fit_margin)
+    return recipe_fit(result, spec.recipe)
 
 
 def require_fit(spec: RunSpec, settings: Settings, say=lambda line: None) -> Fit:
@@ -39,7 +44,7 @@ def require_fits(specs: list[RunSpec], settings: Settings, say=lambda line: None
                 laid_out(result, spec.recipe.name)
             except UserError as error:
                 raise UserError(f"run {spec.run} ({sets}): {error}") from None
-            by_shape[key] = Fit(result, spec.recipe.fit_margin)
+            by_shape[key] = recipe_fit(result, spec.recipe)
         fits[spec.run] = by_shape[key]
         if not by_shape[key].fits:
             raise UserError(f"run {spec.run} ({sets}): {by_shape[key].refusal(spec.recipe.name)}")
@@ -49,4 +54,4 @@ def require_fits(specs: list[RunSpec], settings: Settings, say=lambda line: None
 def shipped_fit(spec: RunSpec, settings: Settings) -> Fit | None:
     """The run's fit when it is known without compiling (shipped or cached); None otherwise."""
     found = known(compile_request(spec, settings))
-    return Fit(found, spec.recipe.fit_margin) if found is not None else None
+    return recipe_fit(found, spec.recipe) if found is not None else None
