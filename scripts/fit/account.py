@@ -163,8 +163,8 @@ class Fit:
             share = self.result["vllm_share_bytes"]
             if share > self.limit:
                 return "lower hbm_utilization_vllm: its share is more than the chip"
-            return ("raise hbm_utilization_vllm" + (", which takes room from the trainer," if self.result["shared_chips"]
-                                                    else "") + " or the rollout's tensor or expert parallelism")
+            shared = ", which takes room from the trainer," if self.result["shared_chips"] else ""
+            return f"raise hbm_utilization_vllm{shared} or the rollout's tensor or expert parallelism"
         first = ("hbm_utilization_vllm, " if self.vllm_beside else "")
         if part.name == "placement":
             return f"lower {first}the optimizer's state (a smaller optimizer, or more trainer chips)"
@@ -200,9 +200,10 @@ class Fit:
 
     def summary(self) -> str:
         """One line for a plan that fits: its peak and what is left."""
+        why = f"; {self.margin_why}" if self.margin_why else ""
         return (f"fits: {gib(self.peak)} of a {self.result['accelerator']} chip's {gib(self.limit)} at its peak "
                 f"({PART_NAMES[self.largest.name]}), {100 * self.headroom / self.limit:.0f}% free "
-                f"(the margin: {round(100 * self.margin_share)}%)" + (f"; {self.margin_why}" if self.margin_why else ""))
+                f"(the margin: {round(100 * self.margin_share)}%){why}")
 
     def record(self) -> dict:
         """What run.json keeps of it: the verdict, the peak, the chip's limit and who compiled it."""
