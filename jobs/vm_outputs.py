@@ -29,9 +29,8 @@ Decisions (docs/pipeline.md, "When the run ends", has the sources):
 
 from __future__ import annotations
 
-import shlex
-
 from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.jobs.vm_preamble import Value
 from tpu_rl.recipes import Recipe, Settings
 from tpu_rl.recipes.conventions import HF_CONFIG, HF_SINGLE_WEIGHTS, HF_TOKENIZER_FILES, HF_WEIGHTS_INDEX, ORBAX_COMMIT_MARKER
 from tpu_rl.recipes.settings.specs import BY_FIELD, VM_STAYS, VM_STOPS
@@ -79,95 +78,20 @@ def output_objects(paths: ArtifactPaths) -> dict[str, tuple[str, ...]]:
             + (f"{paths.hf_export}{HF_WEIGHTS_INDEX} and each shard it names, or {HF_SINGLE_WEIGHTS}",)}
 
 
-def stop_helpers(settings: Settings, paths: ArtifactPaths) -> str:
-    """Shell functions for the header: newest_checkpoint, and power_after, which on_exit runs last (it needs
-    jobs/vm.py's log, list_objects, RUN and ENDED)."""
-    q = shlex.quote
-    actor = paths.actor_checkpoints
-    return f"""# --- after the run ({after_run_setting(settings)}): stop the VM once every output is verified (jobs/vm_outputs.py)
-readonly AFTER_RUN={q(settings.vm_after_run)} STOP_RECORD={q(paths.vm_stop)}
-readonly {OFF_AFTER_CANCEL}={off_after_cancel(settings)}
-POWER_OFF="" POWER_OFF_LATER="" RAN="" INSTANCE_ID=""
-# This instance's id, for the stop record; empty when the metadata server does not answer (the record then
-# matches no boot, and a boot that finds the run done verifies and stops).
-read_instance_id() {{
-  INSTANCE_ID="$(curl -fsS --max-time 10 -H 'Metadata-Flavor: Google' {INSTANCE_ID_URL} 2>/dev/null)" || INSTANCE_ID=""
-}}
-# Once gcloud is ready: this instance's id, and a rerun by hand (no reboot) drops the power-off an earlier
-# attempt scheduled (power_after; a reboot drops it anyway): this attempt decides anew.
-begin_after_run() {{
-  read_instance_id
-  if [[ "$AFTER_RUN" == {VM_STOPS} ]]; then shutdown -c 2>/dev/null || true; fi
-}}
-# Whether this instance wrote the stop record (a TPU VM cannot be started again: another is a new VM).
-stopped_here() {{
-  local record
-  [[ -n "$INSTANCE_ID" ]] && step_done "$STOP_RECORD" || return 1
-  record="$(gcloud storage cat "$STOP_RECORD" 2>/dev/null)" || return 1
-  [[ " $record " == *" instance=$INSTANCE_ID "* ]]
-}}
-# The newest training step with orbax's commit marker under {actor}: train_rl saves the step it reached.
-# Prints nothing when there is none; exit 2 when the listing failed all its tries (list_objects).
-newest_checkpoint() {{
-  local committed
-  committed="$(list_objects {q(actor + '*/' + ORBAX_COMMIT_MARKER)})" || return 2
-  printf '%s' "$committed" | sed -nE 's#.*/([0-9]+)/{ORBAX_COMMIT_MARKER}$#\\1#p' | sort -n | tail -n 1
-}}
-# The last thing on_exit does: the stop this boot earned, or, after a failure or a cancel, a power-off
-# {FAILURE_STAY_MINUTES} min later (whoever cancelled may have walked away). After a cancel a reboot alone runs no step.
-power_after() {{
-  [[ "$AFTER_RUN" == {VM_STOPS} ]] || return 0
-  local why="${{POWER_OFF_LATER:-failed}}" minutes={FAILURE_STAY_MINUTES} resume="\\`sudo reboot\\` resumes the run"
-  if [[ "$ENDED" == {CANCELLED} ]]; then why={CANCELLED} minutes="${OFF_AFTER_CANCEL}" resume="\\`gcloud storage rm $CANCEL_MARKER\\` and \\`sudo reboot\\` resume the run"; fi
-  if [[ -n "$POWER_OFF" ]]; then
-    {STOP_COMMAND} || log "{STOP_COMMAND} failed: the VM stays up and bills until it is stopped or destroyed"
-  elif [[ -n "$POWER_OFF_LATER" || $1 -ne 0 || "$ENDED" == {CANCELLED} ]]; then
-    log "the VM stays up {FAILURE_STAY_MINUTES} min for a look, then powers itself off: \\`sudo shutdown -c\\` on it within {KEEP_UP_WITHIN_MINUTES} min keeps it up, $resume"
-    shutdown -h "+$minutes" "tpu-rl: run $RUN $why; powering off" || log "could not schedule the power-off: the VM stays up"
-  fi
-}}"""
-
-
-def after_run_phase(recipe: Recipe, settings: Settings, paths: ArtifactPaths) -> str:
-    """The script's last part, after the steps: verify every output, then stop (or say why the VM stays up)."""
-    q = shlex.quote
+def after_run_values(recipe: Recipe, settings: Settings, paths: ArtifactPaths) -> dict[str, Value]:
+    """The values power.sh and after_run.sh read."""
     hf = paths.hf_export
-    deploy, destroy = f"npx cdktf deploy {recipe.name}", f"npx cdktf destroy {recipe.name}"
-    stays = f"it bills at the {recipe.shape.accelerator_type} rate until \\`{destroy}\\`"
-    named = " ".join(q(hf + name) for name in (HF_CONFIG, *HF_TOKENIZER_FILES))
-    convert = " ".join(q(url) for url in output_objects(paths)["convert"])
-    return f"""# --- the run is done: verify every output in the bucket, then stop the VM ({after_run_setting(settings)})
-begin_phase "{DONE_PHASE}"
-log "all steps done; the Hugging Face model is in {hf}"
-# need URL...: each URL that does not exist (a trailing * matches any object under it) goes to MISSING.
-MISSING=()
-need() {{ local url; for url in "$@"; do step_done "$url" || MISSING+=("$url"); done; }}
-verify_outputs() {{
-  local step index
-  need {convert}
-  step="$(newest_checkpoint)" || {{ log "{VERIFYING}: cannot list the checkpoints (gcloud failed, above)"; exit 1; }}
-  if [[ -z "$step" ]]; then MISSING+=({q(paths.actor_checkpoints)}"<step>/{ORBAX_COMMIT_MARKER}"); else need {q(paths.actor_checkpoints)}"$step/model_params/*"; fi
-  need {named}
-  if step_done {q(hf + HF_WEIGHTS_INDEX)}; then
-    index="$(gcloud storage cat {q(hf + HF_WEIGHTS_INDEX)})" || {{ log "{VERIFYING}: cannot read {hf}{HF_WEIGHTS_INDEX}"; exit 1; }}
-    for shard in $(printf '%s' "$index" | grep -oE '"[^"]+\\.safetensors"' | tr -d '"' | sort -u); do need {q(hf)}"$shard"; done
-  else
-    need {q(hf + HF_SINGLE_WEIGHTS)}
-  fi
-  if [[ ${{#MISSING[@]}} -gt 0 ]]; then
-    log "{VERIFYING}: not in the bucket: ${{MISSING[*]}}: the VM does not stop itself"
-    exit 1
-  fi
-}}
-if [[ "$AFTER_RUN" != {VM_STOPS} ]]; then
-  log "the VM stays up ({BY_FIELD['vm_after_run'].env}={VM_STAYS}): {stays}"
-elif [[ -z "$RAN" ]] && stopped_here; then
-  log "run $RUN was done and this VM stopped itself before; this rerun ran nothing"
-  POWER_OFF_LATER="ran nothing"
-else
-  begin_phase {VERIFYING}
-  verify_outputs
-  printf 'attempt=%s at=%s instance=%s\\n' "$ATTEMPT" "$(date -u +%FT%TZ)" "${{INSTANCE_ID:-{UNKNOWN_INSTANCE}}}" | put "$STOP_RECORD"
-  log "{STOPPED}: every output of run $RUN is verified in the bucket: the VM powers itself off ({STOP_COMMAND}) and bills only its boot disk from now; a new run: change the recipe, then \\`{deploy}\\` (it replaces the VM)"
-  PHASE="{DONE_PHASE}" ENDED={STOPPED} POWER_OFF=1
-fi"""
+    return {
+        "AFTER_RUN": settings.vm_after_run, "STOP_RECORD": paths.vm_stop,
+        OFF_AFTER_CANCEL: off_after_cancel(settings),
+        "AFTER_RUN_ENV": BY_FIELD["vm_after_run"].env, "VM_STOPS": VM_STOPS, "VM_STAYS": VM_STAYS,
+        "INSTANCE_ID_URL": INSTANCE_ID_URL, "UNKNOWN_INSTANCE": UNKNOWN_INSTANCE,
+        "STOP_COMMAND": tuple(STOP_COMMAND.split()),
+        "FAILURE_STAY_MINUTES": FAILURE_STAY_MINUTES, "KEEP_UP_WITHIN_MINUTES": KEEP_UP_WITHIN_MINUTES,
+        "DONE_PHASE": DONE_PHASE, "VERIFYING": VERIFYING, "STOPPED": STOPPED,
+        "ORBAX_COMMIT_MARKER": ORBAX_COMMIT_MARKER, "CONVERT_OUTPUTS": output_objects(paths)["convert"],
+        "HF_EXPORT": hf, "HF_NAMED_FILES": tuple(hf + name for name in (HF_CONFIG, *HF_TOKENIZER_FILES)),
+        "HF_WEIGHTS_INDEX": HF_WEIGHTS_INDEX, "HF_SINGLE_WEIGHTS": HF_SINGLE_WEIGHTS,
+        "ACCELERATOR_TYPE": recipe.shape.accelerator_type,
+        "DEPLOY_COMMAND": f"npx cdktf deploy {recipe.name}", "DESTROY_COMMAND": f"npx cdktf destroy {recipe.name}",
+    }

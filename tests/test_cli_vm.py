@@ -97,7 +97,7 @@ def test_vm_run_ends_on_an_install_command_that_hung_past_its_bound(settings_env
 
 
 def install_record(command: str, seconds: int) -> str:
-    """The attempt record while the install runs a bounded command (jobs/vm_install.py bounded)."""
+    """The attempt record while the install runs a bounded command (jobs/vm_script/bounded.sh bounded)."""
     return f"attempt={ATTEMPT} phase=install at=2026-11-30T00:00:00Z command={command} bound={seconds}\n"
 
 

@@ -181,7 +181,7 @@ def test_the_wheel_has_only_the_namespace_at_its_top(wheel):
     # every module and data file of the folders, under tpu_rl/
     for package, patterns in (("recipes", ("*.py", "*.toml", "maxtext_keys/*.toml")),
                               ("infra", ("*.py", "charts/manifests/*.yaml", "google_lazy_require.js")),
-                              ("stacks", ("*.py",)), ("jobs", ("*.py",)), ("scripts", ("*.py",))):
+                              ("stacks", ("*.py",)), ("jobs", ("*.py", "vm_script/*.sh")), ("scripts", ("*.py",))):
         expected = {f"{NAMESPACE}/{p.relative_to(ROOT).as_posix()}" for pattern in patterns
                     for p in (ROOT / package).rglob(pattern) if "__pycache__" not in p.parts}
         assert expected and expected <= set(names), sorted(expected - set(names))[:5]

@@ -60,7 +60,7 @@ def test_the_vm_script_runs_exactly_the_checked_commands():
     text = jobs.render_startup_script(spec_of(recipe), SETTINGS)
     for command in commands("llama31-v6e8").values():
         # The export's checkpoint step is the one word bash fills in at run time (the newest finished step,
-        # jobs/vm.py _export_body); with the computed step it is the checked command.
+        # jobs/vm_script/steps.sh find_export_step); with the computed step it is the checked command.
         words = [word.replace("${EXPORT_STEP}", str(recipe.last_step)) for word in _words_in_script(text, command.module)]
         assert words == command.argv
 

@@ -90,14 +90,14 @@ def test_the_collection_holds_each_kind_of_generated_script():
     assert any(recipe.model.maxtext_name in VISION_PARTS for recipe in all_recipes().values())
     assert any("# carries the vision tower" in text for text in texts)  # the export's second step
     assert any(text.startswith("lock_retry ") for text in texts)  # the startup script's inner bash -c
-    assert any("astral.sh/uv" in text and "curl" in text for text in texts)
+    assert any(text.startswith("set -o pipefail; curl ") and text.endswith("| sh") for text in texts)  # uv's installer
     assert "run driver container driver" in scripts  # jobs/driver_runtime.py's install, then `tpu-rl`
 
 
 def test_every_source_that_starts_a_shell_with_a_script_is_one_whose_output_is_collected():
-    # jobs/k8s.py builds the containers' `bash -c`; jobs/vm_install.py the startup script's inner ones;
-    # jobs/driver_runtime.py the run driver's.
-    sources = {str(path.relative_to(ROOT)) for path in sorted((ROOT / "jobs").rglob("*.py"))
-               if INLINE_SHELL.search(path.read_text())}
-    assert sources == {"jobs/k8s.py", "jobs/vm_install.py", "jobs/driver_runtime.py"}, (
+    # jobs/k8s.py builds the containers' `bash -c`; jobs/vm_script/install.sh has the startup script's inner
+    # ones; jobs/driver_runtime.py the run driver's.
+    sources = {str(path.relative_to(ROOT)) for pattern in ("*.py", "*.sh")
+               for path in sorted((ROOT / "jobs").rglob(pattern)) if INLINE_SHELL.search(path.read_text())}
+    assert sources == {"jobs/k8s.py", "jobs/vm_script/install.sh", "jobs/driver_runtime.py"}, (
         "a new place starts a shell with a script: make sure inline_scripts() collects what it renders")

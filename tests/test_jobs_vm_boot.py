@@ -127,9 +127,10 @@ def test_a_listing_that_keeps_failing_at_export_fails_it_saying_so(tmp_path):
 def test_the_docs_state_the_gcloud_wait_the_script_does():
     docs = Path(__file__).parents[1] / "docs"
     line = f"boot: gcloud is not on PATH after {jobs_vm_install.GCLOUD_WAIT_SECONDS} s: no record of this attempt"
-    # the script's line, with the bound a test sets replaced by the default (as in the test above)
+    # the script's line, with the bound in the variable its preamble sets (the default, or what a test sets)
     wait = jobs_vm_install.GCLOUD_WAIT_SECONDS
-    assert line.replace(f" {wait} ", f" ${{{jobs_vm_install.GCLOUD_WAIT_ENV}:-{wait}}} ") in script()
+    assert line.replace("boot:", "$BOOT:").replace(f" {wait} ", " $GCLOUD_WAIT_SECONDS ") in script()
+    assert f'readonly GCLOUD_WAIT_SECONDS="${{{jobs_vm_install.GCLOUD_WAIT_ENV}:-{wait}}}"\n' in script()
     for page in ("pipeline.md", "troubleshooting.md"):
         assert " ".join(line.split()[:9]) in " ".join((docs / page).read_text().split()), page
     assert (f"at most {jobs_vm_install.GCLOUD_WAIT_SECONDS // 60} min (`GCLOUD_WAIT_SECONDS`"

@@ -6,6 +6,7 @@ python3 (records its arguments), so the step/marker logic is exercised, not just
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -17,7 +18,9 @@ from tpu_rl import jobs
 import tpu_rl.jobs.vm as jobs_vm
 import tpu_rl.jobs.vm_install as jobs_vm_install
 from tpu_rl.jobs.paths import split_gs_url
+from tpu_rl.jobs.vm_preamble import part
 from tpu_rl.recipes import UserError, get_recipe
+from tpu_rl.recipes.conventions import HF_TOKEN_ENV
 from peers.vm_guest import Guest
 from tpu_rl.scripts.pipeline.vm.run import step_section
 from tpu_rl.scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
@@ -38,27 +41,36 @@ def test_startup_script_is_shellcheck_clean(tmp_path, shellcheck):
     assert result.returncode == 0, result.stdout
 
 
+def _preamble(text: str) -> str:
+    """The rendered script's readonly values (its lines before the first part)."""
+    return "\n".join(line for line in text.splitlines() if line.startswith(("readonly ", "declare -r")))
+
+
 def test_startup_script_sets_seed_002_tpu_environment_from_the_shape():
-    text = script()
-    for line in ("export TPU_ACCELERATOR_TYPE=v6e-8", "export TPU_TOPOLOGY=2x4", "export TPU_CHIPS_PER_HOST_BOUNDS=2,4,1",
-                 "export TPU_HOST_BOUNDS=1,1,1", "export TPU_WORKER_ID=0", "export TPU_WORKER_HOSTNAMES=localhost",
-                 "export TPU_SKIP_MDS_QUERY=1", 'TPU_NAME="$(hostname)"'):
-        assert line in text
-    assert "chips_per_vm=8" in text
+    exported = subprocess.run(["bash", "-c", _preamble(script()) + "\n" + part("tpu_env") + "\nenv"],
+                              capture_output=True, text=True, check=True).stdout.splitlines()
+    for line in ("TPU_ACCELERATOR_TYPE=v6e-8", "TPU_TOPOLOGY=2x4", "TPU_CHIPS_PER_HOST_BOUNDS=2,4,1",
+                 "TPU_HOST_BOUNDS=1,1,1", "TPU_WORKER_ID=0", "TPU_WORKER_HOSTNAMES=localhost",
+                 "TPU_SKIP_MDS_QUERY=1", f"TPU_NAME={socket.gethostname()}"):
+        assert line in exported
+    assert "chips_per_vm=8" in script()
 
 
 def test_startup_script_installs_the_pinned_maxtext_like_seed_002():
     text = script()
-    assert "UV_TORCH_BACKEND=cpu bounded uv-pip-install-maxtext" in text
-    assert "'maxtext[tpu-post-train]==0.2.3' --resolution=lowest" in text
+    assert 'UV_TORCH_BACKEND=cpu bounded uv-pip-install-maxtext "${INSTALL_BOUNDS[uv-pip-install-maxtext]}" uv pip ' \
+        'install "$MAXTEXT_PIP" --resolution=lowest' in text
+    assert "readonly MAXTEXT_PIP='maxtext[tpu-post-train]==0.2.3'\n" in text
     assert "install_tpu_post_train_extra_deps" in text
-    assert "uv python install 3.12" in text
+    assert "readonly PYTHON_VERSION=3.12\n" in text
 
 
 def test_token_is_read_from_secret_manager_with_tracing_off():
     text = script()
-    assert ('HF_TOKEN="$(timeout -k "${TPU_RL_KILL_AFTER_SECONDS:-30}" "$TOKEN_BOUND" gcloud secrets versions access '
-            'latest --secret=hf-token --project=tpu-rl-example)"') in text
+    assert HF_TOKEN_ENV == "HF_TOKEN"  # the name token.sh assigns, MaxText's fallback for hf_access_token
+    assert ('HF_TOKEN="$(timeout -k "$KILL_AFTER_SECONDS" "$TOKEN_BOUND" gcloud secrets versions access latest '
+            '--secret="$HF_TOKEN_SECRET" --project="$PROJECT")"') in text
+    assert "readonly HF_TOKEN_SECRET=hf-token\nreadonly PROJECT=tpu-rl-example\n" in text
     lines = text.splitlines()
     fetch = next(i for i, line in enumerate(lines) if line.startswith('HF_TOKEN="$('))
     assert "set +x" in lines[fetch - 3: fetch]
@@ -369,7 +381,7 @@ def test_a_command_that_ignores_term_is_killed_after_the_grace(guest):
 
 def test_timed_out_measures_the_bound_by_the_time_since_boot(tmp_path):
     # A start 5 s of /proc/uptime ago with a bound of 5 s has used its bound up; one just now has not.
-    check = (jobs_vm_install.UPTIME_S + "\n" + jobs_vm_install.bounded_helpers() + "\nnow=$(cut -d. -f1 /proc/uptime)\n"
+    check = (part("bounded") + "\nnow=$(cut -d. -f1 /proc/uptime)\n"
              "timed_out 124 $((now - 5)) 5 && echo used-up\ntimed_out 124 $now 5 || echo not-yet\n"
              "timed_out 1 $((now - 5)) 5 || echo not-a-timeout\n")
     out = subprocess.run(["bash", "-c", check], capture_output=True, text=True, check=True).stdout.split()
@@ -390,7 +402,8 @@ def test_each_install_command_names_itself_and_its_bound_in_the_attempt_record(g
 def test_the_bounds_are_the_named_ones_and_the_total_covers_every_try():
     text = script()
     for name, bound in jobs_vm_install.INSTALL_BOUNDS.items():
-        assert f'bounded {name} "${{TPU_RL_INSTALL_TIMEOUT_SECONDS:-{bound.seconds}}}"' in text
+        assert f'bounded {name} "${{INSTALL_BOUNDS[{name}]}}"' in text
+        assert f'[{name}]="${{TPU_RL_INSTALL_TIMEOUT_SECONDS:-{bound.seconds}}}"' in text
     # apt-get update 3 times (900 s each), the other seven once, each + its 30 s KILL grace, + 10 s and 20 s waits
     assert jobs_vm_install.INSTALL_TOTAL_SECONDS == 3 * 930 + (900 + 1200 + 300 + 600 + 300 + 2400 + 3600 + 7 * 30) + 30
 

@@ -212,11 +212,15 @@ def test_the_script_checks_what_run_verifies_of_each_step():
         for requirement in gcs.step_outputs(PATHS, step):
             url = f"{requirement.prefix}{requirement.name or '*'}"
             if isinstance(requirement, gcs.SafetensorsWeights):
-                assert f"{requirement.prefix}{gcs.HF_WEIGHTS_INDEX}" in script
-                assert f"{requirement.prefix}{gcs.HF_SINGLE_WEIGHTS}" in script
+                assert f"readonly HF_EXPORT={requirement.prefix}\n" in script
+                assert f"readonly HF_WEIGHTS_INDEX={gcs.HF_WEIGHTS_INDEX}\n" in script
+                assert f"readonly HF_SINGLE_WEIGHTS={gcs.HF_SINGLE_WEIGHTS}\n" in script
+                assert 'step_done "$HF_EXPORT$HF_WEIGHTS_INDEX"' in script
+                assert 'need "$HF_EXPORT$HF_SINGLE_WEIGHTS"' in script
                 continue
             assert url in objects[step] and url in script, url
-    assert f"{PATHS.actor_checkpoints}\"$step/model_params/*\"" in script.replace("'", "")
+    assert f"readonly ACTOR_CHECKPOINTS={PATHS.actor_checkpoints}\n" in script
+    assert 'need "$ACTOR_CHECKPOINTS$step/model_params/*"' in script
 
 
 def test_the_power_off_runs_last_after_the_attempt_record():

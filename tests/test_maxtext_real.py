@@ -147,8 +147,8 @@ def test_the_commands_run_here_are_the_ones_render_writes(name):
         rendered = {step: script for step in commands}
     paths = ArtifactPaths(spec_of(recipe), settings)
     for step, command in commands.items():
-        # The VM's export finds its step at run time (jobs/vm.py _export_body): the same command, with that
-        # step in its load_parameters_path.
+        # The VM's export finds its step at run time (jobs/vm_script/steps.sh find_export_step): the same
+        # command, with that step in its load_parameters_path.
         expand = ({"load_parameters_path": f"{paths.actor_checkpoints}${{{EXPORT_STEP_VAR}}}/model_params/"}
                   if recipe.platform != "gke" and step == "export" else None)
         assert command.shell(expand=expand) in rendered[step], \

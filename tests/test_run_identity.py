@@ -275,8 +275,8 @@ def test_the_vm_script_of_another_run_skips_the_shared_conversion():
     # (the VM runs the recipe's own run; a render with --set shows what another would do)
     other = requested(LLAMA, ["learning_rate=1e-6"])
     script = jobs.render_startup_script(other, SETTINGS)
-    assert f"step_done {paths(of(LLAMA)).progress_marker('convert')}; then" in script
-    assert f"step_done {paths(other).progress_marker('train')}; then" in script
+    assert f"[convert]='{paths(of(LLAMA)).progress_marker('convert')}'" in script
+    assert f"[train]='{paths(other).progress_marker('train')}'" in script
     assert paths(other).progress_marker("train") != paths(of(LLAMA)).progress_marker("train")
     assert f"run {run_name(other)}" in script.splitlines()[1]
 

@@ -90,12 +90,12 @@ def test_llama_vm_startup_script_runs_the_llama_pipeline_of_seed_002(instance):
     secret and the model goes to the settings' bucket."""
     settings = example_settings()
     text = instance["metadata_startup_script"]
-    assert text.startswith("#!/bin/bash\n") and "\nexport TPU_ACCELERATOR_TYPE=v6e-8\n" in text
+    assert text.startswith("#!/bin/bash\n") and "[TPU_ACCELERATOR_TYPE]='v6e-8' " in text  # the preamble's TPU_ENV
     modules = ["maxtext.checkpoint_conversion.to_maxtext", "maxtext.trainers.post_train.rl.train_rl",
                "maxtext.checkpoint_conversion.to_huggingface"]
     starts = [text.index(f"\npython3 -m {module} ") for module in modules]
     assert starts == sorted(starts)
-    assert f"--secret={settings.hf_token_secret} --project={settings.project}" in text
+    assert f"\nreadonly HF_TOKEN_SECRET={settings.hf_token_secret}\nreadonly PROJECT={settings.project}\n" in text
     assert f"base_output_directory=gs://{settings.gcs_bucket}/llama3.1-8b-Instruct/hf-trained/" in text
     assert instance["metadata"] == {"enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE"}
 

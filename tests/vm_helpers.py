@@ -34,7 +34,7 @@ SCRIPT_FAILED_LINE = 'Script "startup-script" failed with error: exit status 1\n
 
 
 def line(text: str) -> str:
-    """A line the startup script logs (jobs/vm.py log()) as the guest agent copies it to the console."""
+    """A line the startup script logs (jobs/vm_script/records.sh log) as the guest agent copies it to the console."""
     return f"startup-script: {LOG_TAG} 2026-11-30T00:00:00Z {RUN} {text}\n"
 
 

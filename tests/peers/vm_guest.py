@@ -230,7 +230,7 @@ class Guest:
         self.script = tmp_path / "startup.sh"
         self.script.write_text(text.replace('export PATH="', f'export PATH="{self.bin}:', 1))
         self.script.chmod(0o755)
-        self.path = re.search(r'^export PATH="([^"]*)"$', script, re.MULTILINE)[1]  # the script's own PATH
+        self.path = re.search(r"^readonly SCRIPT_PATH=(\S+)$", script, re.MULTILINE)[1]  # the script's own PATH
         if gcloud_snap:
             self.hide("gcloud")
         self.calls = tmp_path / "calls"

@@ -190,7 +190,7 @@ def failure_message(session: Session, state: VmState, pending: list[str]) -> str
 
 def script_phase(attempt: Attempt | None) -> str:
     """The startup script's phase outside the steps, as `run` and `status` show it; while the install runs a
-    bounded command (jobs/vm_install.py bounded), which one and its bound: past it the phase fails."""
+    bounded command (jobs/vm_script/bounded.sh bounded), which one and its bound: past it the phase fails."""
     if attempt is None or not attempt.phase or attempt.phase in STEPS:
         return ""
     if not attempt.command or attempt.ended:
