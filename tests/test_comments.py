@@ -3,7 +3,8 @@ docs/provenance.md, one section per fact, which the comment names (docs/developm
 that: no run of more than 5 comment lines, and no upstream line number (`L123`, `line 123`,
 `file.py:123`, `file.go 123`) in a comment or docstring, because upstream line numbers move with every
 commit; a citation names the function, class or symbol instead. An absl log prefix (`train_rl.py:785] `)
-is a log line's format, not a citation, and is left alone."""
+is a log line's format, not a citation, and is left alone. The bash files of the packages (the VM startup
+script's parts) are held to the same two checks."""
 
 from __future__ import annotations
 
@@ -27,6 +28,29 @@ LINE_CITATION = re.compile(
 
 def sources() -> list[Path]:
     return [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))]
+
+
+def shell_sources() -> list[Path]:
+    return [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.sh"))]
+
+
+def shell_comments(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every bash line that holds only a comment."""
+    return [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.lstrip().startswith("#")]
+
+
+def shell_comment_runs(text: str) -> list[tuple[int, int]]:
+    """(first line, length) of every run of more than MAX_COMMENT_RUN bash lines that hold only a comment."""
+    numbers = [number for number, _ in shell_comments(text)]
+    runs, start, length = [], 0, 0
+    for number in [*numbers, -1]:
+        if length and number == start + length:
+            length += 1
+            continue
+        if length > MAX_COMMENT_RUN:
+            runs.append((start, length))
+        start, length = number, 1
+    return runs
 
 
 def long_comment_runs(text: str) -> list[tuple[int, int]]:
@@ -66,6 +90,8 @@ def line_citations(text: str) -> list[tuple[int, str]]:
 def test_no_comment_runs_longer_than_five_lines():
     walls = [f"{path.relative_to(ROOT)}:{start}: {length} comment lines"
              for path in sources() for start, length in long_comment_runs(path.read_text())]
+    walls += [f"{path.relative_to(ROOT)}:{start}: {length} comment lines"
+              for path in shell_sources() for start, length in shell_comment_runs(path.read_text())]
     assert walls == [], ("say why in a line or two with one source; move the rest to a section of "
                          f"docs/provenance.md and name it: {walls}")
 
@@ -73,6 +99,8 @@ def test_no_comment_runs_longer_than_five_lines():
 def test_no_upstream_line_number_in_a_comment_or_docstring():
     cited = [f"{path.relative_to(ROOT)}:{number}: {citation!r}"
              for path in sources() for number, citation in line_citations(path.read_text())]
+    cited += [f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r}" for path in shell_sources()
+              for number, line in shell_comments(path.read_text()) for match in LINE_CITATION.finditer(line)]
     assert cited == [], f"name the function, class or symbol instead of the line: {cited}"
 
 
@@ -105,6 +133,8 @@ def test_a_run_of_six_comment_lines_is_found_and_five_or_a_shell_script_in_a_str
     assert long_comment_runs(five) == []
     assert long_comment_runs(six) == [(2, 6)]
     assert long_comment_runs(in_string) == []
+    shell = "x=1\n" + "# why\n" * 5 + "y=2\n" + "  # why\n" * 6 + "z=3\n"
+    assert shell_comment_runs(shell) == [(8, 6)]
 
 
 def test_line_numbers_are_found_in_comments_and_docstrings_and_not_elsewhere():

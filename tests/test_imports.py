@@ -189,11 +189,11 @@ def test_the_wheel_has_only_the_namespace_at_its_top(wheel):
     assert f"tpu-rl = {NAMESPACE}.scripts.cli:main" in entry_points
 
 
-def test_the_installed_console_script_runs_from_the_wheel_alone(wheel, tmp_path):
-    """Installed into a fresh venv (its dependencies from this venv's site-packages) and run outside any
-    checkout: `tpu-rl --help` works, the code is the wheel's, and someone else's top-level `scripts` (with
-    files beside it that look like a checkout's) is not picked up."""
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
+    """The wheel installed into a fresh venv (its dependencies from this venv's site-packages): (the venv, its
+    site-packages, an environment that runs it outside any checkout)."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
@@ -201,15 +201,23 @@ def test_the_installed_console_script_runs_from_the_wheel_alone(wheel, tmp_path)
     assert installed.returncode == 0, installed.stderr[-2000:]
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "TPU_RL"))}
+    # the dependencies: this interpreter's site-packages, whose .pth files (an editable install) are not read
+    env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if Path(path).name == "site-packages")
+    return venv, site, env
+
+
+def test_the_installed_console_script_runs_from_the_wheel_alone(installed, tmp_path):
+    """Run outside any checkout: `tpu-rl --help` works, the code is the wheel's, and someone else's top-level
+    `scripts` (with files beside it that look like a checkout's) is not picked up."""
+    venv, site, env = installed
+    python = venv / "bin" / "python"
     top = {path.name for path in site.iterdir()}
     assert NAMESPACE in top and not {"scripts", "jobs", "recipes", "infra", "stacks"} & top, sorted(top)
     (site / "scripts").mkdir()  # someone else's package, and files that look like a checkout's
     (site / "scripts" / "__init__.py").write_text("raise ImportError('the wrong scripts')\n")
     for name in ("pyproject.toml", "cdktf.json"):
         (site / name).write_text("")
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "TPU_RL"))}
-    # the dependencies: this interpreter's site-packages, whose .pth files (an editable install) are not read
-    env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if Path(path).name == "site-packages")
     work = tmp_path / "work"
     work.mkdir()
     helped = subprocess.run([str(venv / "bin" / "tpu-rl"), "--help"], cwd=work, env=env,
@@ -219,3 +227,26 @@ def test_the_installed_console_script_runs_from_the_wheel_alone(wheel, tmp_path)
                            cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert where.returncode == 0, where.stderr[-2000:]
     assert Path(where.stdout.strip()).is_relative_to(site / NAMESPACE / "scripts"), where.stdout
+
+
+# The VM recipe's startup script as the wheel renders it, from its own jobs/vm_script/*.sh.
+RENDER = ("import sys; from tpu_rl.jobs import render_startup_script; from tpu_rl.recipes import example_settings, "
+          "get_recipe; from tpu_rl.recipes.runs.spec import RunSpec; "
+          "sys.stdout.write(render_startup_script(RunSpec.of_catalog(get_recipe(sys.argv[1])), example_settings()))")
+
+
+def test_the_installed_wheel_renders_the_vm_startup_script_from_its_own_parts(installed, tmp_path):
+    from tpu_rl.jobs import render_startup_script
+    from tpu_rl.recipes import all_recipes, example_settings
+    from tpu_rl.recipes.runs.spec import RunSpec
+
+    venv, site, env = installed
+    parts = sorted(path.name for path in (site / NAMESPACE / "jobs" / "vm_script").glob("*.sh"))
+    assert parts == sorted(path.name for path in (ROOT / "jobs" / "vm_script").glob("*.sh"))
+    vm = [name for name, recipe in all_recipes().items() if not recipe.platform_rules.jobsets]
+    assert vm, "no VM recipe to render"
+    for name in vm:
+        rendered = subprocess.run([str(venv / "bin" / "python"), "-c", RENDER, name], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=120)
+        assert rendered.returncode == 0, rendered.stderr[-2000:]
+        assert rendered.stdout == render_startup_script(RunSpec.of_catalog(all_recipes()[name]), example_settings())

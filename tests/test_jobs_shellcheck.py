@@ -3,7 +3,8 @@ JobSets (the checks, the patches' steps, the commands, the export's vision carry
 script, and the scripts the startup script hands to `bash -c` inside it (which shellcheck does not read as
 part of the script: they are single-quoted strings there). The scripts are collected from what is rendered,
 so a new one is read without being listed here; the Kueue webhook probe (infra/) has its own check
-(tests/test_kueue_webhook_probe.py)."""
+(tests/test_kueue_webhook_probe.py). The startup script's parts (jobs/vm_script/*.sh) are read both ways:
+each file whole, as a reader opens it, and as parts of every rendered script."""
 
 from __future__ import annotations
 
@@ -74,6 +75,24 @@ def test_shellcheck_reads_every_generated_shell_script_clean(shellcheck):
                                 capture_output=True, text=True)
         if result.returncode != 0:
             findings.append(f"{where}:\n{result.stdout}{result.stderr}")
+    assert not findings, "\n".join(findings)
+
+
+# What only the whole script can judge, left to the rendered one: a variable another part reads (SC2034) and
+# a function's arguments given in another part (SC2119, SC2120).
+ACROSS_PARTS = ("SC2034", "SC2119", "SC2120")
+
+
+def test_shellcheck_reads_each_part_of_the_startup_script_whole_and_clean(shellcheck):
+    parts = sorted((ROOT / "jobs" / "vm_script").glob("*.sh"))
+    assert {path.stem for path in parts} >= {"records", "boot", "install", "token", "steps", "after_run"}
+    findings = []
+    for path in parts:
+        # no --shell: each file says it is bash (its `# shellcheck shell=bash` line), as a reader's shellcheck sees
+        result = subprocess.run([shellcheck, "--severity=style", f"--exclude={','.join(ACROSS_PARTS)}", str(path)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            findings.append(f"{path.relative_to(ROOT)}:\n{result.stdout}{result.stderr}")
     assert not findings, "\n".join(findings)
 
 
