@@ -1,5 +1,6 @@
 """The startup script's phases before the steps (jobs/vm.py): the install of MaxText (once per boot disk) and
-the Hugging Face token, read from Secret Manager into the script's environment only.
+the Hugging Face token, read from Secret Manager into the script's environment only. Their bash is
+jobs/vm_script/bounded.sh, install.sh and token.sh; this module holds the values and the bounds they read.
 
 Every command of the install that waits on the network (and the token read) runs under coreutils `timeout`
 with a bound of its own (INSTALL_BOUNDS): a hung download, mirror or resolver would otherwise keep the v6e-8

@@ -1,5 +1,6 @@
 """The end of the VM recipe's startup script (jobs/vm.py): every output of the run verified in the bucket, then
-the TPU VM stops its own billing (VM_AFTER_RUN=stop, the default) or stays up (VM_AFTER_RUN=keep).
+the TPU VM stops its own billing (VM_AFTER_RUN=stop, the default) or stays up (VM_AFTER_RUN=keep). Its bash is
+jobs/vm_script/power.sh and after_run.sh; this module holds the values they read.
 
 Decisions (docs/pipeline.md, "When the run ends", has the sources):
 - The stop is the guest's own power-off (STOP_COMMAND), which Compute Engine allows from inside the guest and
