@@ -213,11 +213,11 @@ def ending_of(error: BaseException) -> tuple[int, str]:
     return ending
 
 
-def cloud_settings(command: str, platform: Platform = "gke") -> Settings:
+def cloud_settings(command: str, platform: Platform = "gke", allow_example: bool = False) -> Settings:
     """Settings for a command that talks to a cloud, with what it needs (recipes/settings/specs.py); never the
-    example."""
-    settings = load_settings(needs=needs(command, platform))
-    if settings.is_example:
+    example, but where `allow_example` (a dry run, which then reaches no cloud) and nothing is set."""
+    settings = load_settings(needs=needs(command, platform), allow_example=allow_example)
+    if settings.is_example and not allow_example:
         raise UserError(f"settings are the embedded example (PROJECT={settings.project}), which can never reach a "
                         "cloud: export your own PROJECT, REGION, ZONE, CLUSTER_NAME and GCS_BUCKET")
     for warning in settings.warnings:
@@ -270,13 +270,13 @@ UNCHECKED_IMPORTS_HELP = ("Take a --rewards/--data-processor file that imports w
                           "tunix, ...) unchecked; run.json records it.")
 
 
-def cloud_recipe(command: str, recipe_name: str) -> tuple[Recipe, Settings]:
+def cloud_recipe(command: str, recipe_name: str, allow_example: bool = False) -> tuple[Recipe, Settings]:
     """The recipe as the user's settings run it (CAPACITY applied, the per-recipe rules of what `command`
     reads checked), and those settings, with what `command` needs (recipes/settings/specs.py); never the example.
     A teammate who only looks at runs needs the project and the bucket, and the cluster or the VM for
     the commands that reach them; RESERVATION and AUTHORIZED_CIDR only what reads them."""
     recipe = get_recipe(recipe_name)
-    settings = cloud_settings(command, recipe.platform)
+    settings = cloud_settings(command, recipe.platform, allow_example)
     recipe = settings.with_capacity(recipe)
     settings.for_recipe(recipe, needs(command, recipe.platform))
     return recipe, settings
