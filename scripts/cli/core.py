@@ -111,10 +111,34 @@ secret_app = typer.Typer(help="The Hugging Face token in Secret Manager.", no_ar
 app.add_typer(secret_app, name="secret")
 
 
+# `make sandbox` (tests/peers/sandbox.py) sets it to its directory: every command then says first that it runs
+# against the local sandbox, and refuses to run when an API or the cluster points anywhere else.
+SANDBOX_ENV = "TPU_RL_SANDBOX"
+SIMULATION_LINE = "simulation: local sandbox, nothing billed (`make sandbox-stop` ends it)"
+
+
+def simulation_notice() -> None:
+    """The simulation's line on stderr (stdout stays the command's, for --json and pipes), or the refusal
+    of a sandbox environment that would reach beyond it."""
+    root = os.environ.get(SANDBOX_ENV)
+    if not root:
+        return
+    from tpu_rl.scripts.cloud.clients import outside_sandbox
+
+    outside = outside_sandbox(os.environ, root)
+    if outside:
+        typer.echo(f"error: {SANDBOX_ENV} is set, but {', '.join(outside)} not the sandbox's: source the "
+                   f"sandbox's environment again (`make sandbox`), or unset {SANDBOX_ENV}", err=True)
+        raise typer.Exit(int(ExitCode.BAD_INPUT))
+    typer.echo(SIMULATION_LINE, err=True)
+
+
 @app.callback()
-def _app(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+def _app(ctx: typer.Context,
+         version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                       help="Print the version and exit.")) -> None:
-    pass
+    if ctx.invoked_subcommand != "drive":  # the driver's lines are shown by the `run` that follows it
+        simulation_notice()
 
 
 def _columns() -> int | None:
