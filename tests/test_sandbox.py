@@ -56,6 +56,7 @@ def test_an_unscripted_run_and_sweep_succeed_in_the_sandbox_each_screen_labelled
     run = tpu_rl(sandbox, "run", RECIPE, "--set", "learning_rate=2e-6")
     assert run.returncode == 0, run.stdout + run.stderr
     assert labelled(run), run.stderr
+    assert (run.stdout + run.stderr).count(SIMULATION_LINE) == 1  # not again in the driver's lines it shows
     for step in ("convert", "train", "export"):
         assert f"✓ {step}: output verified" in run.stdout.splitlines()
     assert "accuracy 40.6% → 59.4% (+18.8) on 64 gsm8k test questions" in run.stdout

@@ -110,8 +110,9 @@ def start(directory: Path) -> int:
             time.sleep(0.2)
         pid = process.pid
     sys.stdout.write(env_file.read_text())
-    print(f"# sandbox: running (pid {pid}); or: source {env_file}; `make sandbox-stop` ends it",
-          file=sys.stderr)
+    # on stderr, so `eval "$(make -s sandbox)"` runs only the exports; the command to copy on a line of its own
+    print(f"# sandbox: running (pid {pid}); `make sandbox-stop` ends it; another shell can", file=sys.stderr)
+    print(f"source {env_file}", file=sys.stderr)
     return 0
 
 
@@ -128,7 +129,7 @@ def stop(directory: Path) -> int:
                   file=sys.stderr)
             return 1
         time.sleep(0.2)
-    print("sandbox: stopped; a new shell (or unsetting TPU_RL_SANDBOX) leaves its environment", file=sys.stderr)
+    print("sandbox: stopped; open a new shell to leave its environment", file=sys.stderr)
     return 0
 
 
