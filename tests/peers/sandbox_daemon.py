@@ -48,12 +48,16 @@ def environment_lines(env: dict[str, str], bin_dir: Path) -> str:
 
 def serving(pid: int) -> bool:
     """Whether process `pid` is a sandbox's `serve` (a pid file can outlive its process, and pids are reused):
-    its command line, as ps prints it on Linux and macOS alike."""
+    its command line, as ps prints it on Linux and macOS alike, or /proc has it where there is no ps."""
     try:
-        shown = subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True, timeout=10)
+        shown = subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True,
+                               timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "peers.sandbox_daemon serve" in shown.stdout
+        try:
+            shown = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return False
+    return "peers.sandbox_daemon serve" in shown
 
 
 def _running(directory: Path) -> int | None:
