@@ -25,7 +25,7 @@ MAXTEXT_PYTHON ?= $(shell for p in python3.12 /usr/bin/python3.12 /usr/local/bin
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CHECKPOINT_DISABLE := 1
 
-.PHONY: install synth test demo bench bench-cli clean terraform-check
+.PHONY: install synth test demo sandbox sandbox-stop bench bench-cli clean terraform-check
 
 # uv, which every venv below is installed with (so they need only it, not each other).
 UV := $(VENV)/bin/uv
@@ -89,6 +89,15 @@ test:
 # not ship, hence from the checkout), then the real run, status, runs and metrics --png. About 30 s.
 demo: $(STAMP)
 	PYTHONPATH="$(CURDIR):$(CURDIR)/tests" $(PY) -m peers.demo --png demo-curves.png
+
+# The same peers kept running in a process of their own (tests/peers/sandbox_daemon.py), in which any run, sweep,
+# eval, cancel and down a user types has a simulated outcome: `eval "$$(make -s sandbox)"` (or source the file it
+# names) points this shell's tpu-rl at it; `make sandbox-stop` ends it (docs/development.md#the-sandbox).
+sandbox: $(STAMP)
+	@PYTHONPATH="$(CURDIR):$(CURDIR)/tests" $(PY) -m peers.sandbox_daemon start
+
+sandbox-stop:
+	@PYTHONPATH="$(CURDIR):$(CURDIR)/tests" $(PY) -m peers.sandbox_daemon stop
 
 # Synth speed: the app command (lazy and full provider import) beside a bare provider import.
 bench: install

@@ -150,3 +150,31 @@ def test_a_real_run_several_times_the_recipes_cost_says_so_before_it_submits(clo
     warning = line_of(result.output, "warning: this run is estimated at $")
     assert "times the recipe's own run ($180.66)" in warning  # README: the whole run, 170 min
     assert lines.index(warning) < next(i for i, line in enumerate(lines) if line.startswith("run "))
+
+
+def test_a_dry_run_with_no_settings_at_all_prices_with_the_example_settings_and_says_so(settings_env, monkeypatch):
+    """README, step 6: a dry run needs no cluster or credentials, so not the settings either; as `make synth`,
+    it takes the embedded example then, says so, and never asks a cloud."""
+    from tpu_rl.recipes.settings.specs import SPECS
+
+    for spec in SPECS:
+        monkeypatch.delenv(spec.env, raising=False)
+    result = runner.invoke(app, ["run", RECIPE, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == ("no settings are set, so the dry run prices with the embedded example "
+                        "(PROJECT=tpu-rl-example): export your own (README, step 1) to run")
+    assert lines[2] == "not compared with what is deployed (the example settings reach no cloud): each step is " \
+                       "priced as if it runs"
+    assert "  train: JobSet; about 90 min, $95.64" in lines  # the README's run table
+    assert line_of(result.output, "expected: about 170 min, $180.66")
+
+
+def test_without_dry_run_no_settings_is_still_refused_naming_them(settings_env, monkeypatch):
+    from tpu_rl.recipes.settings.specs import SPECS
+
+    for spec in SPECS:
+        monkeypatch.delenv(spec.env, raising=False)
+    result = runner.invoke(app, ["run", RECIPE])
+    assert result.exit_code == 2
+    assert "PROJECT, REGION, ZONE, CLUSTER_NAME and GCS_BUCKET are not set" in result.output

@@ -178,7 +178,7 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         raise UserError(f"--show-manifests prints what a dry run would submit: add --dry-run, or see the manifests "
                         f"with `tpu-rl render {recipe_name} --out -`")
     spec, settings = run_recipe("run", recipe_name, sets, run_name, rewards, data_processor, unchecked_imports,
-                                unusual_values)
+                                unusual_values, allow_example=dry_run)
     platform = platform_for(spec.recipe)
     platform.check_run_request(spec)
     spend = run_spend(spec, yes, max_cost)
@@ -197,10 +197,15 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     for warning in warnings:
         console.print(f"[yellow]{warning}[/]")
     if dry_run:  # with no credentials, bucket, cluster or VM too: priced from the recipe (pipeline/dry_run.py)
-        from tpu_rl.scripts.pipeline.dry_run import dry_run as show_plan
+        from tpu_rl.scripts.pipeline.dry_run import EXAMPLE_NOTICE, EXAMPLE_REASON, dry_run as show_plan, offline_plan
 
-        show_plan(spec, settings, lambda: make_session(spec, settings, "writes"), console, wanted,
-                  replace=replace, show_manifests=show_manifests)
+        if settings.is_example:  # nothing set: priced as `make synth` synthesizes, never compared with a cloud
+            why = "no settings are set" if settings.source == "example" else "the settings are the example's"
+            console.print(f"[yellow]{EXAMPLE_NOTICE.format(why=why, project=settings.project)}[/]")
+            offline_plan(spec, settings, console, wanted, EXAMPLE_REASON, show_manifests)
+        else:
+            show_plan(spec, settings, lambda: make_session(spec, settings, "writes"), console, wanted,
+                      replace=replace, show_manifests=show_manifests)
         if fit_line:  # after manifests, a YAML comment: the printed stream stays one YAML document list
             console.print(f"# {fit_line}" if show_manifests else fit_line)
     else:

@@ -111,10 +111,34 @@ secret_app = typer.Typer(help="The Hugging Face token in Secret Manager.", no_ar
 app.add_typer(secret_app, name="secret")
 
 
+# `make sandbox` (tests/peers/sandbox.py) sets it to its directory: every command then says first that it runs
+# against the local sandbox, and refuses to run when an API or the cluster points anywhere else.
+SANDBOX_ENV = "TPU_RL_SANDBOX"
+SIMULATION_LINE = "simulation: local sandbox, nothing billed (`make sandbox-stop` ends it)"
+
+
+def simulation_notice() -> None:
+    """The simulation's line on stderr (stdout stays the command's, for --json and pipes), or the refusal
+    of a sandbox environment that would reach beyond it."""
+    root = os.environ.get(SANDBOX_ENV)
+    if not root:
+        return
+    from tpu_rl.scripts.cloud.clients import outside_sandbox
+
+    outside = outside_sandbox(os.environ, root)
+    if outside:
+        typer.echo(f"error: {SANDBOX_ENV} is set, but {', '.join(outside)} not the sandbox's: source the "
+                   f"sandbox's environment again (`make sandbox`), or unset {SANDBOX_ENV}", err=True)
+        raise typer.Exit(int(ExitCode.BAD_INPUT))
+    typer.echo(SIMULATION_LINE, err=True)
+
+
 @app.callback()
-def _app(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+def _app(ctx: typer.Context,
+         version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                       help="Print the version and exit.")) -> None:
-    pass
+    if ctx.invoked_subcommand != "drive":  # the driver's lines are shown by the `run` that follows it
+        simulation_notice()
 
 
 def _columns() -> int | None:
@@ -213,11 +237,11 @@ def ending_of(error: BaseException) -> tuple[int, str]:
     return ending
 
 
-def cloud_settings(command: str, platform: Platform = "gke") -> Settings:
+def cloud_settings(command: str, platform: Platform = "gke", allow_example: bool = False) -> Settings:
     """Settings for a command that talks to a cloud, with what it needs (recipes/settings/specs.py); never the
-    example."""
-    settings = load_settings(needs=needs(command, platform))
-    if settings.is_example:
+    example, but where `allow_example` (a dry run, which then reaches no cloud) and nothing is set."""
+    settings = load_settings(needs=needs(command, platform), allow_example=allow_example)
+    if settings.is_example and not allow_example:
         raise UserError(f"settings are the embedded example (PROJECT={settings.project}), which can never reach a "
                         "cloud: export your own PROJECT, REGION, ZONE, CLUSTER_NAME and GCS_BUCKET")
     for warning in settings.warnings:
@@ -270,13 +294,13 @@ UNCHECKED_IMPORTS_HELP = ("Take a --rewards/--data-processor file that imports w
                           "tunix, ...) unchecked; run.json records it.")
 
 
-def cloud_recipe(command: str, recipe_name: str) -> tuple[Recipe, Settings]:
+def cloud_recipe(command: str, recipe_name: str, allow_example: bool = False) -> tuple[Recipe, Settings]:
     """The recipe as the user's settings run it (CAPACITY applied, the per-recipe rules of what `command`
     reads checked), and those settings, with what `command` needs (recipes/settings/specs.py); never the example.
     A teammate who only looks at runs needs the project and the bucket, and the cluster or the VM for
     the commands that reach them; RESERVATION and AUTHORIZED_CIDR only what reads them."""
     recipe = get_recipe(recipe_name)
-    settings = cloud_settings(command, recipe.platform)
+    settings = cloud_settings(command, recipe.platform, allow_example)
     recipe = settings.with_capacity(recipe)
     settings.for_recipe(recipe, needs(command, recipe.platform))
     return recipe, settings

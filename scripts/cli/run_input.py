@@ -13,9 +13,10 @@ from tpu_rl.scripts.cli.core import cloud_recipe
 
 def run_recipe(command: str, recipe_name: str, sets: Optional[list[str]], run_name: Optional[str],
                rewards: Optional[str] = None, data_processor: Optional[str] = None,
-               unchecked_imports: bool = False, unusual_values: bool = False):
-    """The RunSpec of one run of `command` and the settings `command` needs (core.cloud_recipe)."""
-    recipe, settings = cloud_recipe(command, recipe_name)
+               unchecked_imports: bool = False, unusual_values: bool = False, allow_example: bool = False):
+    """The RunSpec of one run of `command` and the settings `command` needs (core.cloud_recipe); with
+    `allow_example` and nothing set, the embedded example's (a dry run's)."""
+    recipe, settings = cloud_recipe(command, recipe_name, allow_example)
     # Only `run` starts a run: the others find one by its --set items, as they were given to it.
     usual_only = command == "run" and not unusual_values
     return run_of(recipe, settings, sets, run_name, rewards, data_processor, unchecked_imports, usual_only), settings

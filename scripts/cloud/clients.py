@@ -39,6 +39,24 @@ GOOGLE_APIS = {"compute": "https://compute.googleapis.com", "tpu": "https://tpu.
                "secretmanager": "https://secretmanager.googleapis.com"}
 
 
+_LOCAL_HOSTS = ("127.0.0.1", "localhost")
+
+
+def outside_sandbox(env: Mapping[str, str], root: str) -> list[str]:
+    """What of `env` would reach beyond a local sandbox (tests/peers/sandbox.py): each endpoint above unset or
+    not on this machine, and a KUBECONFIG outside the sandbox's directory `root`, e.g. `HF_ENDPOINT is unset`."""
+    outside = []
+    for name in (COMPUTE_ENDPOINT_ENV, TPU_ENDPOINT_ENV, SECRETMANAGER_ENDPOINT_ENV, LOGGING_ENDPOINT_ENV,
+                 REGISTRY_ENDPOINT_ENV, WHEELS_ENDPOINT_ENV, STORAGE_EMULATOR_ENV, HUB_ENDPOINT_ENV):
+        value = env.get(name, "")
+        if urllib.parse.urlsplit(value).hostname not in _LOCAL_HOSTS:
+            outside.append(f"{name} is {'unset' if not value else value}")
+    kubeconfig = os.path.abspath(env.get("KUBECONFIG", ""))
+    if not env.get("KUBECONFIG") or os.path.commonpath([kubeconfig, os.path.abspath(root)]) != os.path.abspath(root):
+        outside.append(f"KUBECONFIG is {env.get('KUBECONFIG') or 'unset'}")
+    return outside
+
+
 @dataclass(frozen=True)
 class Endpoints:
     """Where each API lives; None means the real Google endpoint."""

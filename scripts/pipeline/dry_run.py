@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     from tpu_rl.scripts.pipeline.session import Session
 
 
+# A dry run with no settings at all (recipes/settings/load.py EXAMPLE_NOTICE says the same of synth): its plan
+# and price are the recipe's under the embedded example settings, never compared with a cloud.
+EXAMPLE_NOTICE = ("{why}, so the dry run prices with the embedded example (PROJECT={project}): export your own "
+                  "(README, step 1) to run")
+EXAMPLE_REASON = "the example settings reach no cloud"
+
+
 def dry_run(spec: RunSpec, settings: Settings, make_session: Callable[[], Session], console: Console,
             steps: tuple[Step, ...], *, replace: bool, show_manifests: bool) -> None:
     try:

@@ -152,6 +152,9 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
     # "no identity", "unschedulable", "image"); the Events about them in `events` (core/v1).
     driver_stuck: str | None = None
     events: list = field(default_factory=list)
+    # The plan of every JobSet created from now on, from its manifest (the sandbox's, peers/sandbox.py: any
+    # run a user types has a simulated outcome); None: the plans a test scripts, else Plan()'s defaults.
+    unscripted: object = None
 
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 
@@ -281,6 +284,8 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
                 return status(409, "AlreadyExists", f'jobsets.jobset.x-k8s.io "{name}" already exists')
             if name in self.deleted and self.plans.get(name) and self.plans[name].resubmitted:
                 self.plans[name] = self.plans[name].resubmitted
+            if self.unscripted is not None:
+                self.plans[name] = self.unscripted(obj)
             self.created.append(name)
             return Reply(201, self._store(obj))
         if name not in self.jobsets:
