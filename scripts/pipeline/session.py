@@ -247,3 +247,4 @@ class StatusReport:
     rows: list[StepStatus]
     note: str = ""  # a line under the table, e.g. that the VM does not exist
     driver: str = ""  # GKE: the run's driver in one line (running, finished, failed, none), and any drift
+    ending: str = ""  # the run's ending when it was cancelled or failed (scripts/pipeline/run_state.py ending_line)
