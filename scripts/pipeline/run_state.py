@@ -1,7 +1,7 @@
-"""What a run is now, decided here once for every screen: `status`, `runs` and `down` read a run's step, each
-step's state and its ending from these functions, so that no two of them tell one run two ways (issue 37:
-`status` showed `step 46/50` where `runs` showed `step -`, and `no JobSet` or `succeeded` where `runs`
-said `cancelled` or `failed`).
+"""What a run is now, decided here once for every screen: `status` and `runs` read a run's step, each step's
+state, its queue place and its ending from these functions, and `down` its queue place (gke/billing.py), so
+that no two of them tell one run two ways (issue 37: `status` showed `step 46/50` where `runs` showed
+`step -`, and `no JobSet` or `succeeded` where `runs` said `cancelled` or `failed`).
 
 - The train step: the trainer's last step line in the live log while train runs (the platform reads it:
   Platform.live_train_step), else the last `actor/train/loss` point of the run's event files. The log
