@@ -90,3 +90,27 @@ def test_a_failed_run_is_failed_in_status_as_in_runs(cloud, monkeypatch):
     assert train[0].startswith("failed, pods done, took ") and train[0].endswith(", no output yet"), status.output
     text = " ".join(status.output.split())
     assert f"run exp1 failed at {_minute(data['ended'])}: {' '.join(data['error'].split())}" in text, status.output
+
+
+def test_runs_without_the_cluster_takes_the_step_from_the_event_files_and_asks_the_cluster_once(cloud, monkeypatch,
+                                                                                                tmp_path):
+    """`runs` needs only the bucket: when the cluster refuses the live read, a training run's step is the last
+    loss point of its event files, and the cluster is asked once for the listing, not once a run (each ask
+    of an unreachable one waits out its retries)."""
+    from peers.event_files import put_event_files
+    from peers.http import Fault
+
+    for run in ("exp1", "exp2"):
+        recipe, paths = run_of(run=run)
+        put_step_output(cloud["gcs"], recipe, "convert")
+        cloud["kube"].plan(f"{run}-train", outcome="hang", logs=f"{train_step_line(46, 0.31)}\n")
+        left_running(cloud, monkeypatch, "--run", run)
+        put_event_files(cloud["gcs"], paths.tensorboard, {"actor/train/loss": [(40, 0.35)]}, tmp_path / run)
+    cloud["kube"].faults.append(Fault("GET", "-train", 403, times=10))
+    asked = len(cloud["kube"].requests)
+    result = runner.invoke(app, ["runs", RECIPE, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["run"]: row for row in json.loads(result.output)["runs"]}
+    assert (rows["exp1"]["last_step"], rows["exp2"]["last_step"]) == (40, 40), rows
+    reads = [path for _, path, _ in cloud["kube"].requests[asked:] if path.endswith("-train")]
+    assert len(reads) == 1, reads

@@ -85,15 +85,25 @@ def train_progress(session: Session, run: str, live: TrainProgress | None,
     return TrainProgress(point[0], point[1]) if point else None
 
 
-def live_train_step(session: Session, run: str) -> TrainProgress | None:
-    """What the platform reads of the run's train step in its live log; None when it cannot be read (no
-    cluster configured or reachable, the VM stopped): the event files are the fallback."""
-    from tpu_rl.scripts.pipeline.platforms import platform_for
+class LiveSteps:
+    """What the platform reads of each listed run's train step in its live log (Platform.live_train_step),
+    None when it cannot be read (no cluster configured or reachable, the VM stopped): the event files are
+    the fallback. After one read failed the others of the listing are not tried: each would wait out the
+    same retries, and `runs` needs only the bucket; `error` says why (runs.with_queue does not try again)."""
 
-    try:
-        return platform_for(session.recipe).live_train_step(session, run)
-    except Exception:  # noqa: BLE001 -- UserError, ApiError or a client's own: `runs` needs only the bucket
-        return None
+    def __init__(self, session: Session) -> None:
+        self.session, self.error = session, None
+
+    def read(self, run: str) -> TrainProgress | None:
+        from tpu_rl.scripts.pipeline.platforms import platform_for
+
+        if self.error is not None:
+            return None
+        try:
+            return platform_for(self.session.recipe).live_train_step(self.session, run)
+        except Exception as error:  # noqa: BLE001 -- UserError, ApiError or a client's own: see the class
+            self.error = error
+            return None
 
 
 def utc(text: str | None) -> str:

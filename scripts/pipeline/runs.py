@@ -9,14 +9,14 @@ the last `actor/train/loss` point. Only the event files are downloaded, never th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from tpu_rl.jobs.paths import RUN_RECORD
 from tpu_rl.recipes import STEPS, UserError
 from tpu_rl.recipes.costs.prices import usd
 from tpu_rl.scripts.pipeline.record import run_records
-from tpu_rl.scripts.pipeline.run_state import NO_RECORD, live_train_step, queued, run_outcome, train_progress, utc
+from tpu_rl.scripts.pipeline.run_state import NO_RECORD, LiveSteps, queued, run_outcome, train_progress, utc
 from tpu_rl.scripts.pipeline.session import Session, hms
 from tpu_rl.scripts.rundata.evaluation import accuracy_change, after_training, eval_set_name, resumed_first
 from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory
@@ -121,6 +121,8 @@ class RunList:
     trained: str  # the prefix the runs are under
     runs: list[RunSummary]
     other_recipes: int  # runs under the same model prefix whose record names another recipe
+    # Why the platform could not be read for the runs' live train steps (run_state.LiveSteps), if it could not.
+    unread: Exception | None = field(default=None, compare=False)
 
 
 def _time(text: str | None) -> datetime | None:
@@ -139,7 +141,8 @@ def _scalars(storage, url: str) -> dict[str, tuple[int, float]]:
         return {}
 
 
-def summarize_run(session: Session, name: str, record: dict | None) -> RunSummary:
+def summarize_run(session: Session, name: str, record: dict | None, live: LiveSteps | None = None) -> RunSummary:
+    """One run of the listing; `live`: the listing's reader of live train steps (one per listing)."""
     storage, trained = session.clients.storage(), session.paths.trained
     record = record or {}
     scalars = _scalars(storage, run_directory(session.recipe, session.settings, name))
@@ -153,8 +156,8 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
     duration = int((end - started).total_seconds()) if started and end else None
     steps = {step: entry.get("status", "-") for step, entry in (record.get("steps") or {}).items() if step in STEPS}
     # The cluster (or the VM) is asked only while the record says train runs: the bucket answers for the rest.
-    live = live_train_step(session, name) if steps.get("train") == "running" else None
-    progress = train_progress(session, name, live, scalars)
+    now = (live or LiveSteps(session)).read(name) if steps.get("train") == "running" else None
+    progress = train_progress(session, name, now, scalars)
     return RunSummary(
         run=name, status=status, steps=steps, last_step=progress.step if progress else None,
         train_steps=record.get("train_steps"),
@@ -210,9 +213,13 @@ def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:
 
     if not any(run.status == "running" for run in listing.runs):
         return listing, ""
-    try:
-        places = platform_for(session.recipe).queue(session)
-    except Exception as error:  # noqa: BLE001 -- UserError, ApiError or a client's own: said, not fatal
+    error = listing.unread  # the live steps' read failed already: not waited for again
+    if error is None:
+        try:
+            places = platform_for(session.recipe).queue(session)
+        except Exception as caught:  # noqa: BLE001 -- UserError, ApiError or a client's own: said, not fatal
+            error = caught
+    if error is not None:
         ending = foreign_ending(error)
         return listing, f"(queue positions not read: {ending[1] if ending else error})"
     runs = [dataclasses.replace(run, queued=places.get(run.run)) for run in listing.runs]
@@ -242,19 +249,19 @@ def best_of_sweep(runs: list[RunSummary], sweep: str) -> str:
 def list_runs(session: Session) -> RunList:
     """The runs under the recipe's `trained/` prefix, oldest first (runs without a record last). A record
     of another recipe with the same model is left out and counted."""
-    runs, others = [], 0
+    runs, others, live = [], 0, LiveSteps(session)
     for name, record in run_records(session).items():
         if record and record.get("recipe") not in (None, session.recipe.name):
             others += 1
             continue
-        runs.append(summarize_run(session, name, record))
+        runs.append(summarize_run(session, name, record, live))
 
     def order(run: RunSummary) -> tuple:
         moment = _time(run.started)
         return (moment is None, moment.timestamp() if moment else 0.0, run.run)
 
     runs.sort(key=order)
-    return RunList(session.paths.trained, runs, others)
+    return RunList(session.paths.trained, runs, others, live.error)
 
 
 
