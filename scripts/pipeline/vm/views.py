@@ -49,6 +49,7 @@ def status_vm(session: Session) -> StatusReport:
     if not note and any(value != "done" for value in states.values()):
         note = (powered_off_after_cancel(session, instance)
                 or failure_message(session, state, [step for step in STEPS if states[step] != "done"]) or "")
+    ending_said = bool(note)  # the VM's own records told a cancel or a failure: the record's ending is not repeated
     stopped = stop_record(session, instance) if not readable else None
     if stopped is not None:
         note = stopped_line(session, stopped)
@@ -69,7 +70,7 @@ def status_vm(session: Session) -> StatusReport:
     return StatusReport(f"TPU VM {settings.vm_name} ({instance.status}{script})",
                         [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step),
                                     progress=training if step == "train" else "") for step in STEPS], note,
-                        ending=ending_line(session, read_record(session)))
+                        ending="" if ending_said else ending_line(session, read_record(session)))
 
 
 def live_train_step(session: Session, run: str) -> TrainProgress | None:
