@@ -9,7 +9,8 @@ that no two of them tell one run two ways (issue 37: `status` showed `step 46/50
   so while train runs they lag behind it, or do not exist yet.
 - The ending: the record's (run.json) status, or, while it still says running, what the platform's own
   records say of a run nobody followed (Platform.unfollowed_end).
-- The queue place: the platform's (Platform.queue), of the run and of the step that waits.
+- The queue place: the platform's (Platform.queue), of the run and of the step that waits, in one wording
+  (session.queued).
 - A step's state: the platform's view of it while it runs or queues; once it does not, the record's
   ending of the step (cancelled, failed) when it has one: `cancel` deletes the JobSet, and a JobSet that
   succeeded without its output is a train that failed.
@@ -21,7 +22,7 @@ from datetime import datetime
 
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.outcome import ApiError
-from tpu_rl.scripts.pipeline.session import Session
+from tpu_rl.scripts.pipeline.session import Session, queued
 from tpu_rl.scripts.rundata.progress import TrainProgress
 from tpu_rl.scripts.rundata.tags import LOSS
 
@@ -47,11 +48,6 @@ def run_outcome(session: Session, run: str, record: dict) -> tuple[str, str | No
     from tpu_rl.scripts.pipeline.platforms import platform_for
 
     return platform_for(session.recipe).unfollowed_end(session, run) or (status, ended)
-
-
-def queued(place: int) -> str:
-    """A run's, or its waiting step's, place in the platform's queue (Platform.queue; 1: next)."""
-    return f"queued #{place}"
 
 
 def step_state(recorded: str | None, live: str, active: bool, place: int | None = None) -> str:

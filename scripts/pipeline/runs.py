@@ -16,8 +16,8 @@ from tpu_rl.jobs.paths import RUN_RECORD
 from tpu_rl.recipes import STEPS, UserError
 from tpu_rl.recipes.costs.prices import usd
 from tpu_rl.scripts.pipeline.record import run_records
-from tpu_rl.scripts.pipeline.run_state import NO_RECORD, LiveSteps, queued, run_outcome, train_progress, utc
-from tpu_rl.scripts.pipeline.session import Session, hms
+from tpu_rl.scripts.pipeline.run_state import NO_RECORD, LiveSteps, run_outcome, train_progress, utc
+from tpu_rl.scripts.pipeline.session import Session, hms, queued
 from tpu_rl.scripts.rundata.evaluation import accuracy_change, after_training, eval_set_name, resumed_first
 from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory
 from tpu_rl.scripts.rundata.records import record_differences

@@ -11,7 +11,7 @@ from tpu_rl.jobs.k8s import RUN_LABEL, recipe_selector
 from tpu_rl.recipes.costs.standing import StandingCost, account, down_command, standing_cost
 from tpu_rl.scripts.cloud.kube_objects import jobset_state
 from tpu_rl.scripts.pipeline.gke.cancel import ACTIVE
-from tpu_rl.scripts.pipeline.session import Session
+from tpu_rl.scripts.pipeline.session import Session, queued
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,6 @@ def active_runs(session: Session) -> list[ActiveRun]:
     Kueue, or a driver Job of it (a batch/v1 Job in conventions.NAMESPACE labelled with jobs/k8s.py
     run_labels) that has not finished."""
     from tpu_rl.scripts.pipeline.gke.queue import positions
-    from tpu_rl.scripts.pipeline.run_state import queued
 
     cluster, selector = session.cluster, recipe_selector(session.recipe)
     jobsets = cluster.list_jobsets(selector)
