@@ -155,8 +155,10 @@ def summarize_run(session: Session, name: str, record: dict | None, live: LiveSt
     resumed = resumed_first(record.get("evaluations") or [])
     duration = int((end - started).total_seconds()) if started and end else None
     steps = {step: entry.get("status", "-") for step, entry in (record.get("steps") or {}).items() if step in STEPS}
-    # The cluster (or the VM) is asked only while the record says train runs: the bucket answers for the rest.
-    now = (live or LiveSteps(session)).read(name) if steps.get("train") == "running" else None
+    # The cluster (or the VM) is asked only while the record says train runs, or there is no record (a VM's
+    # script, a JobSet submitted before its run.json was written): the bucket answers for the rest.
+    asks = steps.get("train") == "running" or status == NO_RECORD
+    now = (live or LiveSteps(session)).read(name) if asks else None
     progress = train_progress(session, name, now, scalars)
     return RunSummary(
         run=name, status=status, steps=steps, last_step=progress.step if progress else None,
