@@ -85,8 +85,9 @@ class Platform(Protocol):
         """`tpu-rl drive` (hidden), what the run's driver runs: the pipeline itself, with no terminal."""
 
     def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
-        """How a run whose record still says running ended with nobody following it ("succeeded" or
-        "failed", and when), from the platform's own records; None when they say nothing more."""
+        """How a run whose record still says running (or that its `run` was interrupted) ended with nobody
+        following it ("succeeded" or "failed", and when), from the platform's own records; None when they say
+        nothing more."""
 
     def live_train_step(self, session: Session, run: str) -> Optional[TrainProgress]:
         """The trainer's last step in the run's live log while its train step runs (scripts/pipeline/run_state.py

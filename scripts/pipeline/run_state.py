@@ -7,8 +7,8 @@ that no two of them tell one run two ways (issue 37: `status` showed `step 46/50
   Platform.live_train_step), else the last `actor/train/loss` point of the run's event files. The log
   comes first because tensorboardX flushes the event files only every 120 s (scripts/rundata/progress.py),
   so while train runs they lag behind it, or do not exist yet.
-- The ending: the record's (run.json) status, or, while it still says running, what the platform's own
-  records say of a run nobody followed (Platform.unfollowed_end).
+- The ending: the record's (run.json) status, or, while it still says running (or that the `run` following
+  it was interrupted), what the platform's own records say of a run nobody followed (Platform.unfollowed_end).
 - The queue place: the platform's (Platform.queue), of the run and of the step that waits, in one wording
   (session.queued).
 - A step's state: the platform's view of it while it runs or queues; once it does not, the record's
@@ -40,10 +40,11 @@ def read_record(session: Session) -> dict:
 
 
 def run_outcome(session: Session, run: str, record: dict) -> tuple[str, str | None]:
-    """The run's status and when it ended: its record's, unless the record still says running (or there
-    is none) while the platform's own records say the run ended with nobody following it."""
+    """The run's status and when it ended: its record's, unless the record still says running, or that the
+    `run` following it was interrupted (the platform goes on), or there is none, while the platform's own
+    records say the run ended with nobody following it."""
     status, ended = record.get("status", NO_RECORD), record.get("ended")
-    if status not in ("running", NO_RECORD):
+    if status not in ("running", "interrupted", NO_RECORD):
         return status, ended
     from tpu_rl.scripts.pipeline.platforms import platform_for
 
