@@ -363,3 +363,16 @@ def make_review_clone(work: Path) -> None:
     for args in (["init", "-q", "-b", "main"], ["add", *_CLONE_FILES], ["commit", "-q", "-m", "probe"]):
         subprocess.run(["git", *args], cwd=work, env=git, check=True, capture_output=True)
     (work / "stacks/app.py").write_text(_SYNTH.format(names=SETTING_ENVS, body='{"settings": seen}'))
+
+
+def status_blocks(output: str) -> dict[str, list[str]]:
+    """Each step's block of the status view: its first line after the step name, then the indented
+    lines under it, each stripped."""
+    blocks: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        words = line.split()
+        if words[:1] in (["convert"], ["train"], ["export"]):
+            blocks[words[0]] = [line.strip().removeprefix(words[0]).strip()]
+        elif blocks and line.startswith(" ") and words:
+            blocks[list(blocks)[-1]].append(line.strip())
+    return blocks

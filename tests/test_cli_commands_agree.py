@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from typer.testing import CliRunner
@@ -178,6 +179,10 @@ def test_vm_status_while_train_runs_shows_its_step_loss_and_reward(settings_env,
     train = next(index for index, line in enumerate(lines) if line.startswith("train "))
     assert lines[train:train + 2] == ["train    running, no output yet", "         step 3/50, loss 0.5, reward 0.37"]
     assert lines[train + 2] == "export   waiting, no output yet"
+    # issue 37: `runs` shows the step `status` shows, from the same console (the event files hold no loss yet)
+    listed = runner.invoke(app, ["runs", VM_RECIPE, "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert [run["last_step"] for run in json.loads(listed.output)["runs"]] == [3], listed.output
 
 
 @pytest.mark.parametrize("columns", ["0", "-3", "abc", " "])

@@ -164,6 +164,26 @@ def test_several_runs_are_one_side_by_side_summary_in_80_columns(settings_env, g
                           f"  gs://{SETTINGS['GCS_BUCKET']}/qwen3-30b-a3b/trained/low-lr/tensorboard/"]
 
 
+def test_mid_training_metrics_names_the_step_of_its_last_evaluation_not_after_training(settings_env, gcs, tmp_path):
+    """issue 37: `runs` names an evaluation during training by its step (none after training yet); metrics'
+    `accuracy after %` row showed it bare, and its one-run line as the second figure of before → after."""
+    from cli_helpers import MIDDLE, PRE
+
+    two_runs_with_records(gcs, tmp_path)
+    put_record(gcs, "rl", [PRE, MIDDLE], [])  # still training: evaluated at step 20 only
+    result = runner.invoke(app, ["metrics", RECIPE, "--run", "rl", "--run", "low-lr"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    rows = {line[:18].strip(): line[18:].split() for line in lines[1:] if line[:18].strip()}
+    assert rows["accuracy after %"] == ["51.6@20", "46.9"]
+    assert "@N: the evaluation at train step N, none after training yet" in lines
+    alone = runner.invoke(app, ["metrics", RECIPE, "--run", "rl"]).output.splitlines()
+    at = next(index for index, line in enumerate(alone) if line.startswith("held-out accuracy "))
+    assert alone[at:at + 2] == ["held-out accuracy 40.6% → 51.6% (+10.9), 2 evaluations",
+                                "  (the second at train step 20; none after training yet)"], alone
+
+
 def test_a_resumed_run_keeps_the_latest_attempts_value_per_step(tmp_path):
     from tpu_rl.scripts.rundata.events import local_event_files, read_scalars
 

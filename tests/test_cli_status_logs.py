@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from typer.testing import CliRunner
 
-from cli_helpers import fits_80_columns_with_whole_paths
+from cli_helpers import fits_80_columns_with_whole_paths, status_blocks
 from contracts.tunix_log import train_step_line
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.event_files import put_event_files
@@ -19,19 +19,6 @@ from tpu_rl.scripts.cli import app
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
-
-
-def _status_blocks(output: str) -> dict[str, list[str]]:
-    """Each step's block of the status view: its first line after the step name, then the indented
-    lines under it, each stripped."""
-    blocks: dict[str, list[str]] = {}
-    for line in output.splitlines():
-        words = line.split()
-        if words[:1] in (["convert"], ["train"], ["export"]):
-            blocks[words[0]] = [line.strip().removeprefix(words[0]).strip()]
-        elif blocks and line.startswith(" ") and words:
-            blocks[list(blocks)[-1]].append(line.strip())
-    return blocks
 
 
 def test_status_shows_each_step_state_pods_time_and_output_in_80_columns(cloud, monkeypatch, tmp_path):
@@ -59,7 +46,7 @@ def test_status_shows_each_step_state_pods_time_and_output_in_80_columns(cloud, 
     run = jobset_of(RECIPE, "train").removesuffix("-train")
     assert result.output.startswith(f"{RECIPE}: run {run}, JobSets {run}-<step>")
     assert f"({jobset_of(RECIPE, 'convert')} for convert), outputs in gs://rl-test-artifacts" in result.output
-    blocks = _status_blocks(result.output)
+    blocks = status_blocks(result.output)
     assert blocks["convert"] == ["succeeded, pods done, took 0:41:12", "output verified"], result.output
     # A step with none of its output yet is one line; a running train shows its step, loss and reward.
     assert blocks["train"][0].startswith("running, pods 9/9 ready, 2:03:"), result.output
@@ -162,6 +149,6 @@ def test_status_of_a_step_whose_jobset_is_gone_agrees_with_its_verified_output(c
     put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
     result = runner.invoke(app, ["status", RECIPE])
     assert result.exit_code == 0, result.output
-    blocks = _status_blocks(result.output)
+    blocks = status_blocks(result.output)
     assert blocks["convert"] == ["done, no JobSet left", "output verified"], result.output
     assert blocks["train"] == ["no JobSet, no output yet"], result.output

@@ -106,7 +106,10 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
         waiting = kueue.queue_order([wl for name, wl in kube.workloads.items() if name in trains and not _holds(wl)])
         expected = {trains[wl["metadata"]["ownerReferences"][0]["name"]]: place for place, wl in enumerate(waiting, 1)}
     listing = runner.invoke(app, ["runs", RECIPE])
-    costs = {run["run"]: run["cost_usd"] for run in json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["runs"]}
+    as_json = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)
+    costs = {run["run"]: run["cost_usd"] for run in as_json["runs"]}
+    active = {entry["run"]: entry["what"] for entry in as_json["cluster"]["active"]}  # the words `down` refuses in
+    statuses = {run: runner.invoke(app, ["status", RECIPE, "--run", run]) for run in expected}  # the same moment
     drivers.resume()
     for thread in drivers.threads:
         thread.join(timeout=180)
@@ -121,6 +124,11 @@ def test_three_runs_on_one_slices_quota_train_in_turn_and_runs_shows_them_queued
         row = re.search(rf"{run} +│ queued #{place} +│[^│]*│ (\S+) ", listing.output)
         block = listing.output.partition(f"{run}  queued #{place},")[2].partition("\n  steps ")[2].partition("\n")[0]
         assert (row.group(1) if row else block.split(", ")[1].removeprefix("train ")) == "queued", listing.output
+        # issue 37: and `status` of the run gives its train the place `runs` gives the run
+        status = statuses[run]
+        assert status.exit_code == 0 and re.search(rf"^train +queued #{place},", status.output, re.M), status.output
+        # and `down`, refusing while they wait, names each train by that place too, not `suspended`
+        assert active[run] == f"JobSet {run}-train queued #{place}", active
     # a waiting run has billed nothing yet: its train's queue time (phases written as they change) is not
     # billed, and the shared convert is the cost of the run that submitted it (which may itself be waiting
     # then: its convert billed whatever polls of the shared clock it spanned, none or more by the threads' turns)

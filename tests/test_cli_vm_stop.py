@@ -125,6 +125,22 @@ def test_runs_shows_a_detached_run_that_finished_on_the_vm_as_succeeded(settings
     assert after[0]["ended"] and after[0]["duration_seconds"] is not None
 
 
+def test_runs_shows_an_interrupted_run_that_finished_on_the_vm_as_succeeded_as_status_does(settings_env, gcs, vm,
+                                                                                            guest, monkeypatch):
+    """issue 37: a `run` stopped with Ctrl-C records `interrupted` while the VM's script goes on; once the
+    script verified every output, `status` shows every step done and `runs` must not say `interrupted`."""
+    from cli_helpers import interrupt, session_hook
+
+    with monkeypatch.context() as patch:
+        session_hook(patch, sleep=interrupt)
+        assert runner.invoke(app, ["run", RECIPE]).exit_code == ExitCode.INTERRUPTED
+    before = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["runs"]
+    assert [run["status"] for run in before] == ["interrupted"]  # nothing of the VM's says it ended yet
+    assert boot_and_show(guest, gcs, vm) == 0  # the VM runs it, nobody attached
+    after = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["runs"]
+    assert [(run["run"], run["status"]) for run in after] == [(RUN, "succeeded")]
+
+
 def test_runs_shows_a_run_whose_step_failed_on_the_vm_as_failed(settings_env, gcs, vm, guest):
     assert boot_and_show(guest, gcs, vm, FAIL_MODULE="maxtext.trainers.post_train.rl.train_rl") == 1
     runs = json.loads(runner.invoke(app, ["runs", RECIPE, "--json"]).output)["runs"]

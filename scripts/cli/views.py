@@ -38,7 +38,7 @@ def status_view(recipe_name: str, bucket: str, report, width: int = 80):
         text = Text(row.step.ljust(indent) + block[0] + "".join(f"\n{' ' * indent}{line}" for line in block[1:]))
         text.stylize("bold", 0, len(row.step))
         lines.append(text)
-    for line in (report.driver, report.note):
+    for line in (report.ending, report.driver, report.note):
         if line:
             lines.append(Text(fitted(line, width)))
     return Group(*lines)
@@ -57,7 +57,7 @@ def status_json(session, report) -> dict:
 
     return {"recipe": session.recipe.name, "run": session.paths.run_name, "where": report.where,
             "bucket": f"gs://{session.settings.gcs_bucket}", "steps": [dataclasses.asdict(row) for row in report.rows],
-            "driver": report.driver or None, "note": report.note or None}
+            "ending": report.ending or None, "driver": report.driver or None, "note": report.note or None}
 
 RUN_COLUMNS = ("run", "status", *STEPS, "step", "accuracy", "reward", "cost", "started", "took", "differs")
 

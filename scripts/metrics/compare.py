@@ -23,10 +23,16 @@ def fits(runs: list[Run]) -> bool:
     return 1 < len(runs) <= MAX_COLUMNS
 
 
+# issue 37: an evaluation during training is not the one after it; its cell carries its step (`51.6@20`).
+DURING_NOTE = "@N: the evaluation at train step N, none after training yet"
+
+
 def _accuracy(run: Run) -> tuple[str, str, str]:
     change = accuracy_change(run.evaluations)
     before = "-" if change.before is None else f"{change.before.accuracy:.1f}"
     after = "-" if change.after is None else f"{change.after.accuracy:.1f}"
+    if change.after is not None and change.after.phase != "post":
+        after += f"@{change.after.step}"
     delta = "-" if change.delta is None else f"{change.delta:+.1f}"
     return before, after, delta
 
@@ -56,8 +62,11 @@ def side_by_side(runs: list[Run]) -> str:
     width = min(12, (WIDTH - LABEL_WIDTH) // len(runs))
     header = " " * LABEL_WIDTH + "".join(f"run {i + 1}".rjust(width) for i in range(len(runs)))
     lines = [header]
-    for label, cells in _rows(runs):
+    rows = _rows(runs)
+    for label, cells in rows:
         lines.append(label[:LABEL_WIDTH - 1].ljust(LABEL_WIDTH) + "".join(cell[:width - 1].rjust(width) for cell in cells))
+    if any("@" in cell for cell in rows[1][1]):  # the row of the accuracy after training
+        lines.append(DURING_NOTE)
     lines.append("")
     for index, run in enumerate(runs):
         changed = f" ({', '.join(run.differs)})" if run.differs else ""

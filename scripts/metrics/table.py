@@ -116,13 +116,17 @@ def run_lines(run: Run) -> list[str]:
 
 
 def accuracy_line(run: Run) -> str | None:
-    """`held-out accuracy 40.6% → 59.4% (+18.8), 4 evaluations` for a run whose record has evaluations."""
+    """`held-out accuracy 40.6% → 59.4% (+18.8), 4 evaluations` for a run whose record has evaluations, and a
+    second line naming the step of the second figure when it is not after training."""
     change = accuracy_change(run.evaluations)
     if change.before is None and change.after is None:
         return None
     shown = " → ".join("-" if e is None else f"{e.accuracy:.1f}%" for e in (change.before, change.after))
     delta = f" ({change.delta:+.1f})" if change.delta is not None else ""
-    return f"held-out accuracy {shown}{delta}, {len(run.evaluations)} evaluations"
+    # issue 37: an evaluation during training is named by its step, never taken for the one after it
+    during = (f"\n  (the second at train step {change.after.step}; none after training yet)"
+              if change.after is not None and change.after.phase != "post" else "")
+    return f"held-out accuracy {shown}{delta}, {len(run.evaluations)} evaluations{during}"
 
 
 def text(runs: list[Run]) -> str:

@@ -14,6 +14,8 @@
   Logging once the pods are gone.
 - record.py: the run record, run.json, and the records of a recipe's runs.
 - runs.py: `tpu-rl runs`: each run's record and last reward and step.
+- run_state.py: what a run is now (its train step, each step's state, its queue place and ending),
+  decided once for the screens that show a run (`status`, `runs`, and `down`'s queue places).
 - manifests.py: rendered JobSets as one YAML stream (render --out -, run --dry-run).
 - dry_run.py: `run --dry-run`: the plan and its price, compared with what is deployed when that can be read.
 - preflight.py: `tpu-rl preflight`: capacity, bucket and token, checked before anything costs money.

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.gke.billing import Idle
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
+    from tpu_rl.scripts.rundata.progress import TrainProgress
 
 # recipes.toml's `platform` -> the module that holds its PLATFORM
 IMPLEMENTATIONS: dict[str, str] = {
@@ -84,8 +85,13 @@ class Platform(Protocol):
         """`tpu-rl drive` (hidden), what the run's driver runs: the pipeline itself, with no terminal."""
 
     def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
-        """How a run whose record still says running ended with nobody following it ("succeeded" or
-        "failed", and when), from the platform's own records; None when they say nothing more."""
+        """How a run whose record still says running (or that its `run` was interrupted) ended with nobody
+        following it ("succeeded" or "failed", and when), from the platform's own records; None when they say
+        nothing more."""
+
+    def live_train_step(self, session: Session, run: str) -> Optional[TrainProgress]:
+        """The trainer's last step in the run's live log while its train step runs (scripts/pipeline/run_state.py
+        says when screens use it); None while it does not run or has logged no step yet."""
 
     def check_eval(self, recipe: Recipe) -> None:
         """Refuse `tpu-rl eval` before any cloud is asked when the platform cannot evaluate."""

@@ -2,21 +2,22 @@
 TensorBoard event files, both under `<model>/trained/<run>/`.
 
 The record says how each step went and when the run started and ended; the event files give the last mean
-reward (`rewards/train/mean`) and the last train step: the step of the last `actor/train/loss` point,
-which the actor trainer writes after each update, counting from 1 (scripts/rundata/tags.py has the source).
-Only the event files are downloaded, never the checkpoints beside them.
+reward (`rewards/train/mean`). A run's ending, its steps' states and its train step are decided where
+`status` decides them (scripts/pipeline/run_state.py): the step is the live log's while train runs, else
+the last `actor/train/loss` point. Only the event files are downloaded, never the checkpoints beside them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from tpu_rl.jobs.paths import RUN_RECORD
 from tpu_rl.recipes import STEPS, UserError
 from tpu_rl.recipes.costs.prices import usd
 from tpu_rl.scripts.pipeline.record import run_records
-from tpu_rl.scripts.pipeline.session import Session, hms
+from tpu_rl.scripts.pipeline.run_state import NO_RECORD, LiveSteps, run_outcome, train_progress, utc
+from tpu_rl.scripts.pipeline.session import Session, hms, queued
 from tpu_rl.scripts.rundata.evaluation import accuracy_change, after_training, eval_set_name, resumed_first
 from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory
 from tpu_rl.scripts.rundata.records import record_differences
@@ -25,15 +26,13 @@ from tpu_rl.scripts.rundata.tags import LOSS, REWARD_MEAN
 RESUMED_MARK = "*"  # `tpu-rl runs`: an accuracy at a resume, step unknown (RESUMED_NOTE)
 RESUMED_NOTE = "* at resume, step unknown: no evaluation before training was logged"
 
-NO_RECORD = "no run.json"
-
 
 @dataclass(frozen=True)
 class RunSummary:
     run: str
     status: str  # the record's: running, succeeded, failed, interrupted, cancelled; or NO_RECORD
     steps: dict[str, str]  # each step's status in the record (verified, succeeded, failed, ...)
-    last_step: int | None  # the last train step in the event files
+    last_step: int | None  # the last train step: the live log's while train runs, else the event files'
     train_steps: int | None  # how many the run trains, from the record
     reward: float | None  # the last rewards/train/mean
     started: str | None  # when the run was first started (the record's `created`), ISO 8601
@@ -57,7 +56,7 @@ class RunSummary:
 
     @property
     def state_text(self) -> str:
-        return f"queued #{self.queued}" if self.queued is not None else self.status
+        return queued(self.queued) if self.queued is not None else self.status
 
     def step_state(self, step: str) -> str:
         """The step's cell: its record's status, except that a step the record says is running while the
@@ -108,7 +107,7 @@ class RunSummary:
 
     @property
     def started_text(self) -> str:
-        return _utc(self.started) if self.started else "-"
+        return utc(self.started) if self.started else "-"
 
     @property
     def duration_text(self) -> str:
@@ -122,6 +121,8 @@ class RunList:
     trained: str  # the prefix the runs are under
     runs: list[RunSummary]
     other_recipes: int  # runs under the same model prefix whose record names another recipe
+    # Why the platform could not be read for the runs' live train steps (run_state.LiveSteps), if it could not.
+    unread: Exception | None = field(default=None, compare=False)
 
 
 def _time(text: str | None) -> datetime | None:
@@ -129,11 +130,6 @@ def _time(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text) if text else None
     except ValueError:
         return None
-
-
-def _utc(text: str) -> str:
-    moment = _time(text)
-    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else text
 
 
 def _scalars(storage, url: str) -> dict[str, tuple[int, float]]:
@@ -145,22 +141,12 @@ def _scalars(storage, url: str) -> dict[str, tuple[int, float]]:
         return {}
 
 
-def _outcome(session: Session, name: str, record: dict) -> tuple[str, str | None]:
-    """The run's status and end: its record's, unless the record still says running (or there is none) while
-    the platform's own records say the run ended with nobody following it (Platform.unfollowed_end)."""
-    status, ended = record.get("status", NO_RECORD), record.get("ended")
-    if status not in ("running", NO_RECORD):
-        return status, ended
-    from tpu_rl.scripts.pipeline.platforms import platform_for
-
-    return platform_for(session.recipe).unfollowed_end(session, name) or (status, ended)
-
-
-def summarize_run(session: Session, name: str, record: dict | None) -> RunSummary:
+def summarize_run(session: Session, name: str, record: dict | None, live: LiveSteps | None = None) -> RunSummary:
+    """One run of the listing; `live`: the listing's reader of live train steps (one per listing)."""
     storage, trained = session.clients.storage(), session.paths.trained
     record = record or {}
     scalars = _scalars(storage, run_directory(session.recipe, session.settings, name))
-    status, ended_text = _outcome(session, name, record)
+    status, ended_text = run_outcome(session, name, record)
     started, ended = _time(record.get("created")), _time(ended_text)
     end = session.now() if status == "running" else ended
     change = accuracy_change(record.get("evaluations") or [])
@@ -168,10 +154,14 @@ def summarize_run(session: Session, name: str, record: dict | None) -> RunSummar
     train_overrides = (record.get("overrides") or {}).get("train") or []
     resumed = resumed_first(record.get("evaluations") or [])
     duration = int((end - started).total_seconds()) if started and end else None
+    steps = {step: entry.get("status", "-") for step, entry in (record.get("steps") or {}).items() if step in STEPS}
+    # The cluster (or the VM) is asked only while the record says train runs, or there is no record (a VM's
+    # script, a JobSet submitted before its run.json was written): the bucket answers for the rest.
+    asks = steps.get("train") == "running" or status == NO_RECORD
+    now = (live or LiveSteps(session)).read(name) if asks else None
+    progress = train_progress(session, name, now, scalars)
     return RunSummary(
-        run=name, status=status,
-        steps={step: entry.get("status", "-") for step, entry in (record.get("steps") or {}).items() if step in STEPS},
-        last_step=scalars[LOSS.name][0] if LOSS.name in scalars else None,
+        run=name, status=status, steps=steps, last_step=progress.step if progress else None,
         train_steps=record.get("train_steps"),
         reward=scalars[REWARD_MEAN.name][1] if REWARD_MEAN.name in scalars else None,
         started=record.get("created"), ended=ended_text, duration_seconds=duration,
@@ -225,9 +215,13 @@ def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:
 
     if not any(run.status == "running" for run in listing.runs):
         return listing, ""
-    try:
-        places = platform_for(session.recipe).queue(session)
-    except Exception as error:  # noqa: BLE001 -- UserError, ApiError or a client's own: said, not fatal
+    error = listing.unread  # the live steps' read failed already: not waited for again
+    if error is None:
+        try:
+            places = platform_for(session.recipe).queue(session)
+        except Exception as caught:  # noqa: BLE001 -- UserError, ApiError or a client's own: said, not fatal
+            error = caught
+    if error is not None:
         ending = foreign_ending(error)
         return listing, f"(queue positions not read: {ending[1] if ending else error})"
     runs = [dataclasses.replace(run, queued=places.get(run.run)) for run in listing.runs]
@@ -257,19 +251,19 @@ def best_of_sweep(runs: list[RunSummary], sweep: str) -> str:
 def list_runs(session: Session) -> RunList:
     """The runs under the recipe's `trained/` prefix, oldest first (runs without a record last). A record
     of another recipe with the same model is left out and counted."""
-    runs, others = [], 0
+    runs, others, live = [], 0, LiveSteps(session)
     for name, record in run_records(session).items():
         if record and record.get("recipe") not in (None, session.recipe.name):
             others += 1
             continue
-        runs.append(summarize_run(session, name, record))
+        runs.append(summarize_run(session, name, record, live))
 
     def order(run: RunSummary) -> tuple:
         moment = _time(run.started)
         return (moment is None, moment.timestamp() if moment else 0.0, run.run)
 
     runs.sort(key=order)
-    return RunList(session.paths.trained, runs, others)
+    return RunList(session.paths.trained, runs, others, live.error)
 
 
 

@@ -230,6 +230,12 @@ def export_checkpoint(session: Session) -> tuple[int | None, str]:
 NO_OUTPUT = "none yet"  # the status of a step's output when none of it exists
 
 
+def queued(place: int) -> str:
+    """A run's, or its waiting step's, place in the platform's queue (Platform.queue; 1: next), in the words
+    of every screen (scripts/pipeline/run_state.py decides when; `down` names a waiting JobSet by it)."""
+    return f"queued #{place}"
+
+
 @dataclass(frozen=True)
 class StepStatus:
     step: Step
@@ -247,3 +253,4 @@ class StatusReport:
     rows: list[StepStatus]
     note: str = ""  # a line under the table, e.g. that the VM does not exist
     driver: str = ""  # GKE: the run's driver in one line (running, finished, failed, none), and any drift
+    ending: str = ""  # the run's ending when it was cancelled or failed (scripts/pipeline/run_state.py ending_line)

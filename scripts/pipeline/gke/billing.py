@@ -11,7 +11,7 @@ from tpu_rl.jobs.k8s import RUN_LABEL, recipe_selector
 from tpu_rl.recipes.costs.standing import StandingCost, account, down_command, standing_cost
 from tpu_rl.scripts.cloud.kube_objects import jobset_state
 from tpu_rl.scripts.pipeline.gke.cancel import ACTIVE
-from tpu_rl.scripts.pipeline.session import Session
+from tpu_rl.scripts.pipeline.session import Session, queued
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,20 @@ def active_runs(session: Session) -> list[ActiveRun]:
     """The recipe's runs that the cluster still works on or queues: a JobSet of it running or waiting for
     Kueue, or a driver Job of it (a batch/v1 Job in conventions.NAMESPACE labelled with jobs/k8s.py
     run_labels) that has not finished."""
+    from tpu_rl.scripts.pipeline.gke.queue import positions
+
     cluster, selector = session.cluster, recipe_selector(session.recipe)
+    jobsets = cluster.list_jobsets(selector)
+    # A waiting JobSet's place, as `runs` and `status` show it (scripts/pipeline/run_state.py), not `suspended`.
+    places = (positions(cluster.list_workloads())
+              if any(jobset_state(obj).phase == "suspended" for obj in jobsets) else {})
     found = []
-    for obj in cluster.list_jobsets(selector):
-        phase = jobset_state(obj).phase
+    for obj in jobsets:
+        phase, name = jobset_state(obj).phase, obj["metadata"]["name"]
         if phase in ACTIVE:
             labels = obj["metadata"].get("labels") or {}
-            found.append(ActiveRun(labels.get(RUN_LABEL), f"JobSet {obj['metadata']['name']} {phase}"))
+            shown = queued(places[name]) if phase == "suspended" and name in places else phase
+            found.append(ActiveRun(labels.get(RUN_LABEL), f"JobSet {name} {shown}"))
     for job in cluster.list_jobs(selector):
         if not _finished(job):
             labels = job["metadata"].get("labels") or {}

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.gke.billing import Idle
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
+    from tpu_rl.scripts.rundata.progress import TrainProgress
 
 
 class GkePlatform:
@@ -101,6 +102,11 @@ class GkePlatform:
 
     def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
         return None  # the run's driver writes run.json itself, followed or not
+
+    def live_train_step(self, session: Session, run: str) -> Optional[TrainProgress]:
+        from tpu_rl.scripts.pipeline.gke.status import live_train_step
+
+        return live_train_step(session, run)
 
     def check_eval(self, recipe: Recipe) -> None:
         return None

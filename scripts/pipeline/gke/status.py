@@ -10,10 +10,11 @@ from tpu_rl.recipes import Step, UserError
 from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud.kube_objects import JobSetState, PodCounts, current_attempt, jobset_state, placement_of, pod_counts
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, read_admission
+from tpu_rl.scripts.pipeline.gke.queue import run_positions
 from tpu_rl.scripts.pipeline.gke.steps import PROGRESS_LOG_LINES, StepJob, duration, main_pod, step_jobs
 from tpu_rl.scripts.pipeline.progress import training_now
 from tpu_rl.scripts.pipeline.session import Session, StatusReport, StepStatus
-from tpu_rl.scripts.rundata.progress import last_train_step
+from tpu_rl.scripts.rundata.progress import TrainProgress, last_train_step
 
 
 def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_pods: int,
@@ -30,10 +31,22 @@ def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_po
     return state.phase + reason, pods, f"{since} elapsed" if since else ""
 
 def status_gke(session: Session) -> StatusReport:
+    """Each step's JobSet, with the state, step and ending scripts/pipeline/run_state.py decides for every
+    screen from it and the run's record."""
+    from tpu_rl.scripts.pipeline.run_state import ending_line, read_record, step_state, train_progress
+
     rows, notes = [], []
     jobs = step_jobs(session.spec, session.settings)
+    record = read_record(session)
+    recorded = {step: entry.get("status") for step, entry in (record.get("steps") or {}).items()}
+    jobsets = {step: session.cluster.get_jobset(job.name) for step, job in jobs.items()}
+    # The place of the run's waiting step (train or export; convert is shared, and carries no run), from the
+    # queue `runs` reads the run's place from (Platform.queue).
+    waits = [step for step, jobset in jobsets.items()
+             if step != "convert" and jobset_state(jobset).phase == "suspended"]
+    place = run_positions(session).get(session.paths.run_name) if waits else None
     for step, job in jobs.items():
-        jobset = session.cluster.get_jobset(job.name)
+        jobset = jobsets[step]
         state = jobset_state(jobset)
         if state.phase == "suspended":
             notes.append(admission_note(session, job, jobset, state))
@@ -41,9 +54,16 @@ def status_gke(session: Session) -> StatusReport:
         pods = (current_attempt(session.cluster.list_pods(f"{JOBSET_NAME_LABEL}={job.name}"), state.restarts)
                 if state.phase != "absent" else [])
         counts = pod_counts(pods) if state.phase in ("running", "suspended") else None
-        rows.append(StepStatus(step, *jobset_step_status(state, counts, job.expected_pods, session.now()),
-                               session.output_state(step, state.phase == "succeeded"), placement_of(pods) or "",
-                               _training_now(session, job, state) if step == "train" else ""))
+        cells = jobset_step_status(state, counts, job.expected_pods, session.now())
+        shown = step_state(recorded.get(step), cells[0], state.phase in ("running", "suspended"),
+                           place if step in waits else None)
+        progress = ""
+        if step == "train":
+            found = train_progress(session, session.paths.run_name, _live_step(session, job, state))
+            progress = training_now(found, trained_steps(session.recipe), session.clients.storage,
+                                    session.paths.tensorboard, session.now)
+        rows.append(StepStatus(step, shown, *cells[1:], session.output_state(step, state.phase == "succeeded"),
+                               placement_of(pods) or "", progress))
     from tpu_rl.scripts.cloud.kube_jobs import Jobs
     from tpu_rl.scripts.pipeline.gke.driver import driver_state
     from tpu_rl.scripts.pipeline.gke.driver_start import waiting_now
@@ -52,7 +72,8 @@ def status_gke(session: Session) -> StatusReport:
     waiting = waiting_now(session, Jobs(session.cluster), driver.name) if driver.phase == "running" else ""
     run = session.paths.run_name
     return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows,
-                        "; ".join(notes), "; ".join(filter(None, [driver.line(), waiting, driver.drift()])))
+                        "; ".join(notes), "; ".join(filter(None, [driver.line(), waiting, driver.drift()])),
+                        ending_line(session, record))
 
 def admission_note(session: Session, job: StepJob, jobset: dict | None, state: JobSetState) -> str:
     """What a suspended step waits for, from its Kueue Workload and request; for a deactivated one, why,
@@ -66,14 +87,22 @@ def admission_note(session: Session, job: StepJob, jobset: dict | None, state: J
                 "and submits it again")
     return f"{job.step}: {watch.describe(state, admission, watch.mode(admission, []), [])}"
 
-def _training_now(session: Session, job: StepJob, state: JobSetState) -> str:
-    """While train runs, its step and loss from the head's log and its reward, read as `run` reads them."""
+def _live_step(session: Session, job: StepJob, state: JobSetState) -> TrainProgress | None:
+    """While train's JobSet runs, its step and loss from the head's log, read as `run` reads them."""
     if state.phase != "running":
-        return ""
+        return None
     head = main_pod(current_attempt(session.cluster.list_pods(job.selector), state.restarts))
     log = session.cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER, PROGRESS_LOG_LINES) if head else ""
-    return training_now(last_train_step(log), trained_steps(session.recipe), session.clients.storage,
-                        session.paths.tensorboard, session.now)
+    return last_train_step(log)
+
+
+def live_train_step(session: Session, run: str) -> TrainProgress | None:
+    """Platform.live_train_step: the step in the head's log of run `run`'s train JobSet while it runs."""
+    from tpu_rl.recipes.runs.spec import RunSpec
+
+    spec = RunSpec.in_bucket(session.recipe, run)
+    job = StepJob("train", jobset_name(spec, "train"), {}, main_pod_selector(spec, "train"), 0)
+    return _live_step(session, job, jobset_state(session.cluster.get_jobset(job.name)))
 
 
 def logs_gke(session: Session, step: Step, follow: bool, tail: int | None) -> Iterable[str]:

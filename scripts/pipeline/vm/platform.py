@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from tpu_rl.recipes import Recipe, Settings, Step
     from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
+    from tpu_rl.scripts.rundata.progress import TrainProgress
 
 
 class VmPlatform:
@@ -79,6 +80,11 @@ class VmPlatform:
             return "succeeded", done.strip() or None
         failure = Failure.parse(gcs.read_text(storage, paths.run_failure(run)))
         return ("failed", failure.at or None) if failure else None
+
+    def live_train_step(self, session: Session, run: str) -> Optional[TrainProgress]:
+        from tpu_rl.scripts.pipeline.vm.views import live_train_step
+
+        return live_train_step(session, run)
 
     def check_eval(self, recipe: Recipe) -> None:
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script runs the recipe's "

@@ -18,7 +18,8 @@ from tpu_rl.scripts.pipeline.vm.run import (SerialReader, console_readable, fail
 from tpu_rl.scripts.pipeline.vm.cancelled import cancelled_at, cancelled_note
 from tpu_rl.scripts.pipeline.vm.after_run import done_billing, stop_record, stopped_line
 from tpu_rl.scripts.pipeline.vm.checks import check_deployed_run, get_instance, powered_off_after_cancel, read_instance
-from tpu_rl.scripts.rundata.progress import last_train_step
+from tpu_rl.scripts.pipeline.run_state import ending_line, read_record, train_progress
+from tpu_rl.scripts.rundata.progress import TrainProgress, last_train_step
 
 
 def status_vm(session: Session) -> StatusReport:
@@ -36,7 +37,7 @@ def status_vm(session: Session) -> StatusReport:
         return StatusReport(f"TPU VM {settings.vm_name} (not found)", rows,
                             f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
                             f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
-                            "TPU_NAME)")
+                            "TPU_NAME)", ending=ending_line(session, read_record(session)))
     cancelled = cancelled_at(session)
     note = cancelled_note(session, cancelled, instance) if cancelled else ""
     # The VM's script writes its own run's records: with another script, this run's would be misread.
@@ -48,6 +49,7 @@ def status_vm(session: Session) -> StatusReport:
     if not note and any(value != "done" for value in states.values()):
         note = (powered_off_after_cancel(session, instance)
                 or failure_message(session, state, [step for step in STEPS if states[step] != "done"]) or "")
+    ending_said = bool(note)  # the VM's own records told a cancel or a failure: the record's ending is not repeated
     stopped = stop_record(session, instance) if not readable else None
     if stopped is not None:
         note = stopped_line(session, stopped)
@@ -57,15 +59,33 @@ def status_vm(session: Session) -> StatusReport:
         note = "; ".join(part for part in (
             f"TPU VM {settings.vm_name} is {instance.status}: Compute Engine serves its serial console only while "
             "it runs, so the table shows the bucket's records", note) if part)
-    training = training_now(last_train_step(train_attempt(text, session.paths.run_name)[1]), trained_steps(session.recipe),
-                            session.clients.storage, session.paths.tensorboard, session.now) \
-        if states.get("train") == "running" and readable else ""
+    live = (last_train_step(train_attempt(text, session.paths.run_name)[1])
+            if states.get("train") == "running" and readable else None)
+    found = train_progress(session, session.paths.run_name, live)  # as `runs` reads it (run_state.py)
+    training = training_now(found, trained_steps(session.recipe), session.clients.storage, session.paths.tensorboard,
+                            session.now)
     note = "; ".join(part for part in (note, differs) if part)
     phase = script_phase(state.attempt)
     script = f"; startup script: {phase}" if phase else ""
     return StatusReport(f"TPU VM {settings.vm_name} ({instance.status}{script})",
                         [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step),
-                                    progress=training if step == "train" else "") for step in STEPS], note)
+                                    progress=training if step == "train" else "") for step in STEPS], note,
+                        ending="" if ending_said else ending_line(session, read_record(session)))
+
+
+def live_train_step(session: Session, run: str) -> TrainProgress | None:
+    """Platform.live_train_step: the step in the serial console's current train attempt of run `run`, while
+    the VM runs it; None when the VM is gone or stopped (Compute Engine serves no console then)."""
+    try:
+        instance = read_instance(session)
+    except gexc.NotFound:
+        return None
+    if not console_readable(instance):
+        return None
+    text = SerialReader(session).new_text()
+    if read_state(session, text, instance).states().get("train") != "running":
+        return None
+    return last_train_step(train_attempt(text, run)[1])
 
 
 def logs_vm(session: Session, step: Step, tail: int | None) -> list[str]:

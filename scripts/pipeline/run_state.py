@@ -1,0 +1,124 @@
+"""What a run is now, decided here once for every screen: `status` and `runs` read a run's step, each step's
+state, its queue place and its ending from these functions, and `down` its queue place (gke/billing.py), so
+that no two of them tell one run two ways (issue 37: `status` showed `step 46/50` where `runs` showed
+`step -`, and `no JobSet` or `succeeded` where `runs` said `cancelled` or `failed`).
+
+- The train step: the trainer's last step line in the live log while train runs (the platform reads it:
+  Platform.live_train_step), else the last `actor/train/loss` point of the run's event files. The log
+  comes first because tensorboardX flushes the event files only every 120 s (scripts/rundata/progress.py),
+  so while train runs they lag behind it, or do not exist yet.
+- The ending: the record's (run.json) status, or, while it still says running (or that the `run` following
+  it was interrupted), what the platform's own records say of a run nobody followed (Platform.unfollowed_end).
+- The queue place: the platform's (Platform.queue), of the run and of the step that waits, in one wording
+  (session.queued).
+- A step's state: the platform's view of it while it runs or queues; once it does not, the record's
+  ending of the step (cancelled, failed) when it has one: `cancel` deletes the JobSet, and a JobSet that
+  succeeded without its output is a train that failed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tpu_rl.scripts.cloud import gcs
+from tpu_rl.scripts.outcome import ApiError
+from tpu_rl.scripts.pipeline.session import Session, queued
+from tpu_rl.scripts.rundata.progress import TrainProgress
+from tpu_rl.scripts.rundata.tags import LOSS
+
+NO_RECORD = "no run.json"  # a run directory without a record (event files only)
+ENDINGS = ("cancelled", "failed")  # a run's or a step's ending that the platform's view no longer shows
+
+
+def read_record(session: Session) -> dict:
+    """The session's run record, {} when there is none or it cannot be read: a screen shows the platform's
+    view then, and never fails for the record."""
+    try:
+        return gcs.read_json(session.clients.storage(), session.paths.run_record) or {}
+    except ApiError:
+        return {}
+
+
+def run_outcome(session: Session, run: str, record: dict) -> tuple[str, str | None]:
+    """The run's status and when it ended: its record's, unless the record still says running, or that the
+    `run` following it was interrupted (the platform goes on), or there is none, while the platform's own
+    records say the run ended with nobody following it."""
+    status, ended = record.get("status", NO_RECORD), record.get("ended")
+    if status not in ("running", "interrupted", NO_RECORD):
+        return status, ended
+    from tpu_rl.scripts.pipeline.platforms import platform_for
+
+    return platform_for(session.recipe).unfollowed_end(session, run) or (status, ended)
+
+
+def step_state(recorded: str | None, live: str, active: bool, place: int | None = None) -> str:
+    """The state a screen shows of one step: its queue place while it waits there (`place`, as `runs` shows
+    the run's); `live`, the platform's word for it, while `active` (it runs or queues there) or when it
+    already says the record's ending (`failed (BackoffLimitExceeded)`); else the ending the record keeps
+    (`recorded`: the step's status in run.json)."""
+    if place is not None:
+        return queued(place)
+    if active or recorded not in ENDINGS or live.startswith(recorded):
+        return live
+    return recorded
+
+
+def train_progress(session: Session, run: str, live: TrainProgress | None,
+                   scalars: dict[str, tuple[int, float]] | None = None) -> TrainProgress | None:
+    """The run's train step and loss: `live`, what the platform read of its live log (None when train does
+    not run, or logged no step yet), else the last loss point of its event files; `scalars`: those points,
+    when the caller read them already (`runs` reads the reward beside)."""
+    if live is not None:
+        return live
+    if scalars is None:
+        from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory
+
+        try:
+            scalars = latest_scalars_in_bucket(session.clients.storage(),
+                                               run_directory(session.recipe, session.settings, run), (LOSS.name,))
+        except Exception:  # noqa: BLE001 -- no files yet, one half uploaded: no step, as `runs` shows it
+            return None
+    point = scalars.get(LOSS.name)
+    return TrainProgress(point[0], point[1]) if point else None
+
+
+class LiveSteps:
+    """What the platform reads of each listed run's train step in its live log (Platform.live_train_step),
+    None when it cannot be read (no cluster configured or reachable, the VM stopped): the event files are
+    the fallback. After one read failed the others of the listing are not tried: each would wait out the
+    same retries, and `runs` needs only the bucket; `error` says why (runs.with_queue does not try again)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session, self.error = session, None
+
+    def read(self, run: str) -> TrainProgress | None:
+        from tpu_rl.scripts.pipeline.platforms import platform_for
+
+        if self.error is not None:
+            return None
+        try:
+            return platform_for(self.session.recipe).live_train_step(self.session, run)
+        except Exception as error:  # noqa: BLE001 -- UserError, ApiError or a client's own: see the class
+            self.error = error
+            return None
+
+
+def utc(text: str | None) -> str:
+    """An ISO 8601 time as `2026-12-06 07:40 UTC`, as `runs` shows its times; the text as it is otherwise."""
+    try:
+        moment = datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return text or ""
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else ""
+
+
+def ending_line(session: Session, record: dict) -> str:
+    """`run exp1 cancelled at 2026-12-06 07:40 UTC` (and, for a failure, its error), as `runs` says it in its
+    status column; "" while the run has no such ending."""
+    run = session.paths.run_name
+    status, ended = run_outcome(session, run, record)
+    if status not in ENDINGS:
+        return ""
+    at = f" at {utc(ended)}" if ended else ""
+    error = record.get("error") if status == "failed" and record.get("status") == "failed" else None
+    return f"run {run} {status}{at}" + (f": {' '.join(str(error).split())}" if error else "")

@@ -1,0 +1,116 @@
+"""Commands agree about one run (issue 37, item 4: one truth about a run), against the local peers: a run
+that `tpu-rl run` started and left running, cancelled or failed is told the same way by `status`, `runs`
+and `down`. What a run's step and ending are is decided in one place (scripts/pipeline/run_state.py);
+these tests hold every screen to it. Their kin: tests/test_cli_commands_agree.py (settings and cloud state)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from typer.testing import CliRunner
+
+from cli_helpers import left_running, record, run_of, status_blocks
+from contracts.tunix_log import train_step_line
+from peers.fixtures import put_step_output
+from tpu_rl.scripts.cli import app
+
+RECIPE = "qwen3-v6e32"
+runner = CliRunner()
+
+
+def _runs_row(run: str) -> dict:
+    result = runner.invoke(app, ["runs", RECIPE, "--json"])
+    assert result.exit_code == 0, result.output
+    return next(row for row in json.loads(result.output)["runs"] if row["run"] == run)
+
+
+def _runs_line(run: str) -> str:
+    result = runner.invoke(app, ["runs", RECIPE], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    return next(line for line in result.output.splitlines() if line.startswith(f"{run}  "))
+
+
+def _minute(iso: str) -> str:
+    """A record's time as the screens show it, to the minute (`runs`' started column)."""
+    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _started(cloud, monkeypatch, **plan) -> None:
+    """Run exp1 left running on train (convert's output is there), its train JobSet planned as `plan`."""
+    recipe, _ = run_of(run="exp1")
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan("exp1-train", **plan)
+    left_running(cloud, monkeypatch, "--run", "exp1")
+
+
+def test_status_and_runs_show_the_same_train_step_while_it_trains(cloud, monkeypatch):
+    """issue 37: `status` showed `step 46/50` (the head's log) while `runs` showed `step -` (the event files,
+    which tensorboardX had not flushed yet) on the same run at the same moment."""
+    _started(cloud, monkeypatch, outcome="hang", logs=f"loading\n{train_step_line(46, 0.31)}\n")
+    status = runner.invoke(app, ["status", RECIPE, "--run", "exp1"])
+    assert status.exit_code == 0, status.output
+    assert status_blocks(status.output)["train"][1] == "step 46/50, loss 0.31", status.output
+    row = _runs_row("exp1")
+    assert (row["steps"]["train"], row["last_step"], row["train_steps"]) == ("running", 46, 50)
+    assert ", step 46/50, " in _runs_line("exp1"), _runs_line("exp1")
+
+
+def test_after_cancel_status_says_cancelled_as_runs_does(cloud, monkeypatch):
+    """issue 37: after `cancel`, `status` said `train no JobSet, no output yet` while `runs` said `cancelled`."""
+    _started(cloud, monkeypatch, outcome="hang", logs=f"{train_step_line(12, 0.4)}\n")
+    cancelled = runner.invoke(app, ["cancel", RECIPE, "--run", "exp1", "--yes"])
+    assert cancelled.exit_code == 0, cancelled.output
+    _, paths = run_of(run="exp1")
+    ended = record(cloud["gcs"], paths)["ended"]
+    row = _runs_row("exp1")
+    assert (row["status"], row["steps"]["train"], row["ended"]) == ("cancelled", "cancelled", ended)
+    status = runner.invoke(app, ["status", RECIPE, "--run", "exp1"], env={"COLUMNS": "80"})
+    assert status.exit_code == 0, status.output
+    assert status_blocks(status.output)["train"] == ["cancelled, no output yet"], status.output
+    lines = status.output.splitlines()
+    assert f"run exp1 cancelled at {_minute(ended)}" in lines, status.output
+
+
+def test_a_failed_run_is_failed_in_status_as_in_runs(cloud, monkeypatch):
+    """issue 37: train's JobSet succeeded without its output, so `run` recorded train failed; `status` said
+    `train succeeded … no output yet` and `runs` said `train failed`."""
+    recipe, paths = run_of(run="exp1")
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan("exp1-train")  # succeeds, and writes no checkpoint
+    result = runner.invoke(app, ["run", RECIPE, "--run", "exp1"])
+    assert result.exit_code != 0, result.output
+    data = record(cloud["gcs"], paths)
+    assert (data["status"], data["steps"]["train"]["status"]) == ("failed", "failed")
+    row = _runs_row("exp1")
+    assert (row["status"], row["steps"]["train"]) == ("failed", "failed")
+    status = runner.invoke(app, ["status", RECIPE, "--run", "exp1"], env={"COLUMNS": "80"})
+    assert status.exit_code == 0, status.output
+    train = status_blocks(status.output)["train"]
+    assert train[0].startswith("failed, pods done, took ") and train[0].endswith(", no output yet"), status.output
+    text = " ".join(status.output.split())
+    assert f"run exp1 failed at {_minute(data['ended'])}: {' '.join(data['error'].split())}" in text, status.output
+
+
+def test_runs_without_the_cluster_takes_the_step_from_the_event_files_and_asks_the_cluster_once(cloud, monkeypatch,
+                                                                                                tmp_path):
+    """`runs` needs only the bucket: when the cluster refuses the live read, a training run's step is the last
+    loss point of its event files, and the cluster is asked once for the listing, not once a run (each ask
+    of an unreachable one waits out its retries)."""
+    from peers.event_files import put_event_files
+    from peers.http import Fault
+
+    for run in ("exp1", "exp2"):
+        recipe, paths = run_of(run=run)
+        put_step_output(cloud["gcs"], recipe, "convert")
+        cloud["kube"].plan(f"{run}-train", outcome="hang", logs=f"{train_step_line(46, 0.31)}\n")
+        left_running(cloud, monkeypatch, "--run", run)
+        put_event_files(cloud["gcs"], paths.tensorboard, {"actor/train/loss": [(40, 0.35)]}, tmp_path / run)
+    cloud["kube"].faults.append(Fault("GET", "-train", 403, times=10))
+    asked = len(cloud["kube"].requests)
+    result = runner.invoke(app, ["runs", RECIPE, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["run"]: row for row in json.loads(result.output)["runs"]}
+    assert (rows["exp1"]["last_step"], rows["exp2"]["last_step"]) == (40, 40), rows
+    reads = [path for _, path, _ in cloud["kube"].requests[asked:] if path.endswith("-train")]
+    assert len(reads) == 1, reads
