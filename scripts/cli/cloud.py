@@ -111,7 +111,7 @@ def secret_set() -> None:
     from tpu_rl.scripts.cloud.clients import Clients
 
     settings = cloud_settings("secret set")
-    raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
+    raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read(hf_token.TOKEN_READ_CHARS)
     token = hf_token.clean_token(raw)
     clients = Clients(settings, reach_seconds=reach_seconds())
     clients.secrets()  # no Google credentials: said before the Hub is asked
