@@ -16,7 +16,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import re
 from typing import Callable, Iterable
 
 from pydantic import ValidationError
@@ -25,6 +24,7 @@ from tpu_rl.recipes.catalog.entry import OVERRIDE, STEPS, RlSpec, same_setting
 from tpu_rl.recipes.catalog.recipe import Recipe, first_error
 from tpu_rl.recipes.conventions import MAX_JOBSET_NAME
 from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.names import check_name
 from tpu_rl.recipes.runs.maxtext_values import (KEY_LIST_DIR, LENGTH_DEFAULTS, MICRO_BATCH_KEYS, check_lengths,
                                                 check_micro_batches, check_value, maxtext_keys, parse_override)
 from tpu_rl.recipes.runs.schedule import schedule_steps
@@ -32,23 +32,15 @@ from tpu_rl.recipes.runs.usual_values import check_usual
 
 # --- names ---------------------------------------------------------------------------------------------
 # A run name becomes a JobSet name (<run>-<step>, at most MAX_JOBSET_NAME), a label value and a directory
-# of the bucket, and reaches MaxText as run_name=<run> on a command line that omegaconf parses as YAML:
-# lowercase letters, digits and '-', starting with a letter (so never a number) and not ending with '-'.
+# of the bucket, and reaches MaxText as run_name=<run>: the rule of every name (recipes/names.py), this long.
 MAX_RUN_NAME = MAX_JOBSET_NAME - len("-") - max(len(step) for step in STEPS)
-_RUN_NAME = re.compile(rf"^[a-z][a-z0-9-]{{0,{MAX_RUN_NAME - 2}}}[a-z0-9]$")
-# Words YAML or MaxText's pyconfig read as something other than a string (bools, null, `none` -> None:
-# research §2, value-type pitfalls); run_name must reach pydantic as a str.
-_NOT_A_STRING = {"yes", "no", "on", "off", "true", "false", "null", "none", "nan", "inf"}
 HASH_CHARS = 7  # of a run's or a conversion's sha256 in their names, as git shortens commits
 _PREFIX_CHARS = MAX_RUN_NAME - len("-") - HASH_CHARS  # of the recipe name in a derived name
 
 
 def check_run_name(name: str, option: str = "--run") -> str:
-    if not _RUN_NAME.match(name) or name in _NOT_A_STRING:
-        raise UserError(f"{option} '{name}' is not a run name: use 2-{MAX_RUN_NAME} lowercase letters, digits or "
-                        "'-', starting with a letter and ending with a letter or digit, and not a YAML word like "
-                        "true or none (it names the run's JobSets, its label and its prefix in the bucket)")
-    return name
+    return check_name(name, option, "run", MAX_RUN_NAME, "it names the run's JobSets, its label and its prefix in "
+                      "the bucket")
 
 
 def digest(data: object) -> str:

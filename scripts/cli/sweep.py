@@ -68,11 +68,14 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
     from tpu_rl.recipes.costs.run import pipeline_run_estimate
     from tpu_rl.recipes.runs.spec import run_identity
     from tpu_rl.recipes.runs.identity import conversion_key
-    from tpu_rl.recipes.runs.sweeps import check_distinct, check_size, check_sweepable, derived_name, sweep_name
+    from tpu_rl.recipes.runs.sweeps import (check_distinct, check_size, check_sweep_name, check_sweepable, derived_name,
+                                            sweep_name)
     from tpu_rl.scripts.cli.run_input import run_of
     from tpu_rl.scripts.pipeline.platforms import platform_for
 
     check_sweepable(recipe)
+    if name is not None:
+        check_sweep_name(name)
     file_name, wanted = _runs_of(grid, file)
     check_size(len(wanted), max_runs, "--grid" if grid else f"--file {file}")  # before any run is checked
     platform = platform_for(recipe)

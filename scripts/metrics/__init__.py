@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Callable
 
 from tpu_rl.recipes import Recipe, Settings, UserError
+from tpu_rl.recipes.runs.identity import check_run_name
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.settings.checks import bucket_name_problem
-from tpu_rl.scripts.rundata.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
+from tpu_rl.scripts.rundata.events import (EVENT_FILE_GLOB, Run, latest_scalar, missing_run, read_run,
                                     run_directory)
 from tpu_rl.scripts.rundata.records import record_differences
 
