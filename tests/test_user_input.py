@@ -94,3 +94,24 @@ def test_every_name_tpu_rl_makes_keeps_the_one_rule():
         longest = sweep_name(recipe.name, ["a-run"])
         assert check_sweep_name(longest) == longest
     assert check_sweep_name("a" * MAX_SWEEP_NAME) == "a" * MAX_SWEEP_NAME
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda tpu: tpu.__setitem__("slices", 0), "tpu.slices: slices takes 1 or more, not 0"),
+    (lambda tpu: tpu.__setitem__("slices", "two"), "tpu.slices: slices takes a whole number, not 'two'"),
+    (lambda tpu: tpu.__setitem__("colour", "red"), "tpu.colour: colour is no field here: remove it, or correct"),
+    (lambda tpu: tpu.pop("topology"), "tpu.topology: topology is missing: add it"),
+])
+def test_the_recipe_table_is_refused_in_our_words_not_pydantics(edit, said):
+    # issue 37: `Input should be greater than or equal to 1` was pydantic's line, not ours.
+    import copy
+    import tomllib
+    from importlib import resources
+
+    from tpu_rl.recipes.catalog.recipe import build_recipes
+
+    table = copy.deepcopy(tomllib.loads(resources.files("tpu_rl.recipes").joinpath("recipes.toml").read_text()))
+    edit(table["recipes"]["qwen3-v6e32"]["tpu"])
+    with pytest.raises(UserError) as error:
+        build_recipes(table)
+    assert f"recipes.toml: recipes.qwen3-v6e32.{said}" in str(error.value) and "Input should" not in str(error.value)

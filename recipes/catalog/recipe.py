@@ -15,6 +15,7 @@ from tpu_rl.recipes.catalog.entry import TRAIN_STEP_FACTORS, Durations, ModelSpe
 from tpu_rl.recipes.catalog.facts import (MachineSize, MaxTextRelease, PathwaysImages, PathwaysRepositories,
                                           SourcePatch, TpuGeneration)
 from tpu_rl.recipes.catalog.shape import Shape, derive_shape
+from tpu_rl.recipes.catalog.said import first_error
 from tpu_rl.recipes.catalog.strict import Strict
 from tpu_rl.recipes.errors import UserError
 from tpu_rl.recipes.fit import MARGIN
@@ -117,13 +118,6 @@ class RecipeFile(Strict):
     recipes: dict[str, RecipeEntry]
     patches: dict[str, SourcePatch] = Field(default_factory=dict)
     machines: dict[str, MachineSize] = Field(default_factory=dict)
-
-
-def first_error(error: ValidationError) -> str:
-    first = error.errors()[0]
-    location = ".".join(str(part) for part in first["loc"])
-    message = first["msg"].removeprefix("Value error, ")
-    return f"{location}: {message}" if location else message
 
 
 def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe]:
