@@ -79,13 +79,12 @@ class _OneLineErrors(TyperGroup):
             message = error.format_message().rstrip(".")
             command = error.ctx.command_path if error.ctx is not None else "tpu-rl"
             if _command_names(error.ctx) == ("secret", "set") and "unexpected extra argument" in message:
-                typer.echo(f"error: {SECRET_AS_ARGUMENT}", err=True)  # never the argument: it may be the token
+                typer.echo(error_text(SECRET_AS_ARGUMENT), err=True)  # never the argument: it may be the token
             else:
-                typer.echo(f"error: {without_tokens(message[:1].lower() + message[1:])}; see `{command} --help`",
-                           err=True)
+                typer.echo(error_text(f"{message[:1].lower() + message[1:]}; see `{command} --help`"), err=True)
             code = ExitCode.BAD_INPUT
         except abort:
-            typer.echo("error: interrupted", err=True)
+            typer.echo(error_text("interrupted"), err=True)
             code = ExitCode.INTERRUPTED
         if not standalone_mode:
             return int(code)
@@ -201,8 +200,34 @@ def fitted(text: str, width: int, indent: int = 0) -> str:
     return fit_text(Text(text), width, indent).plain
 
 
+def _stderr_is_a_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+def _terminal_width(stream) -> int:
+    """COLUMNS, else the width of the terminal `stream` is (a pty nobody sized says 0), else 80."""
+    try:
+        return _columns() or os.get_terminal_size(stream.fileno()).columns or 80
+    except (AttributeError, OSError, ValueError):  # not a terminal, or no file (a test's stream)
+        return 80
+
+
+def error_text(message: str) -> str:
+    """`error: <message>`, tokens masked: one line where stderr is no terminal (a file, a program, CI logs
+    read it, and grep finds it whole); in a terminal, wrapped at spaces to its width, a command in backquotes
+    kept whole on a line of its own (tpu_rl.scripts.cli.width)."""
+    line = f"error: {without_tokens(message)}"
+    if not _stderr_is_a_terminal():
+        return line
+    from rich.text import Text
+
+    from tpu_rl.scripts.cli.width import fit_text
+
+    return fit_text(Text(line), _terminal_width(sys.stderr), indent=2).plain
+
+
 def _fail(code: int, message: str) -> typer.Exit:
-    typer.echo(f"error: {without_tokens(message)}", err=True)
+    typer.echo(error_text(message), err=True)
     return typer.Exit(int(code))
 
 
@@ -323,8 +348,13 @@ def _stdin_is_a_terminal() -> bool:
 def _ask(question: str) -> bool:
     """A yes/no question in the terminal. Ctrl-C (or Ctrl-D) there is an interruption, exit 130, not a
     failed step: typer.confirm turns both into Abort. Questions come before anything is submitted."""
+    from rich.text import Text
+
+    from tpu_rl.scripts.cli.width import fit_text
+
+    fitted_question = fit_text(Text(question), _terminal_width(sys.stdout) - len(" [y/N]: ")).plain
     try:
-        return typer.confirm(question, default=False)
+        return typer.confirm(fitted_question, default=False)
     except typer.Abort:
         raise Interrupted("interrupted at the prompt; nothing was submitted or deleted") from None
 
