@@ -48,7 +48,7 @@ def test_dry_run_prints_the_plan_with_each_steps_time_and_cost_and_submits_nothi
         "assumed: train up to 50 steps at 1.55 min each (the recipe's 90 min for its 50",
         "steps, less its evaluation), and evaluation 12 min",
         # The driver: 0.25 of the 4 vCPUs (1 of 16 GB) of the always-on e2-standard-4 system node.
-        "driver: 6% of the always-on e2-standard-4 system node, $0 more till it fills",
+        "driver: 6% of the e2-standard-4 system node, which bills anyway: no extra cost",
         "the JobSets it would submit (--show-manifests prints them):",
         f"  {jobset_of(RECIPE, 'train')}",
         f"  {jobset_of(RECIPE, 'export')}",
