@@ -36,10 +36,10 @@ def first_error(error: ValidationError) -> str:
     rule's words; no location for an error of the whole table."""
     first = error.errors()[0]
     location = ".".join(str(part) for part in first["loc"])
-    kind, context = first["type"], first.get("ctx") or {}
+    kind, rule = first["type"], what_it_takes(error)
     name = str(first["loc"][-1]) if first["loc"] else "it"
-    if kind in _TAKES:
-        message = f"{name} takes {_TAKES[kind].format(**context)}, not {shown(first.get('input'))}"
+    if rule is not None:
+        message = f"{name} takes {rule}, not {shown(first.get('input'))}"
     elif kind == "missing":
         message = f"{name} is missing: add it"
     elif kind == "extra_forbidden":
@@ -47,6 +47,14 @@ def first_error(error: ValidationError) -> str:
     else:  # a rule of our own (a validator's ValueError), in its own words
         message = first["msg"].removeprefix("Value error, ")
     return f"{location}: {message}" if location else message
+
+
+def what_it_takes(error: ValidationError) -> str | None:
+    """What the first error's value should have been (`a whole number`, `1 or more`), where pydantic's error
+    type says it; None for another error."""
+    first = error.errors()[0]
+    rule = _TAKES.get(first["type"])
+    return rule.format(**(first.get("ctx") or {})) if rule else None
 
 
 def takes(model: type, field: str) -> str:

@@ -63,6 +63,22 @@ def _command_names(ctx) -> tuple[str, ...]:
     return tuple(reversed(names))
 
 
+def _in_our_words(error) -> str | None:
+    """An option's value typer's pydantic refused (`--max-cost abc`: "Input should be a valid number, unable to
+    parse string as a number"), said as the option, what it takes and the value given; None for another."""
+    from pydantic import ValidationError
+
+    from tpu_rl.recipes.catalog.said import shown, what_it_takes
+
+    cause, param = error.__cause__, getattr(error, "param", None)
+    rule = what_it_takes(cause) if isinstance(cause, ValidationError) else None
+    if rule is None or param is None:
+        return None
+    option = max(param.opts, key=len) if param.opts else param.human_readable_name
+    given = shown(cause.errors()[0].get("input"), quoted=False)
+    return f"{option} {given}: {option} takes {rule}, not {given}"
+
+
 class _OneLineErrors(TyperGroup):
     """Click's usage errors as one line, `error: <what>; see <command> --help`, exit 2, like every other
     refusal; Ctrl-C at a prompt (click's Abort) exits 130 like any interruption."""
@@ -76,7 +92,7 @@ class _OneLineErrors(TyperGroup):
             error.show()
             code = error.exit_code
         except usage_error as error:
-            message = error.format_message().rstrip(".")
+            message = _in_our_words(error) or error.format_message().rstrip(".")
             command = error.ctx.command_path if error.ctx is not None else "tpu-rl"
             if _command_names(error.ctx) == ("secret", "set") and "unexpected extra argument" in message:
                 typer.echo(error_text(SECRET_AS_ARGUMENT), err=True)  # never the argument: it may be the token
