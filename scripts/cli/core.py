@@ -142,8 +142,8 @@ def simulation_notice() -> None:
 
     outside = outside_sandbox(os.environ, root)
     if outside:
-        typer.echo(f"error: {SANDBOX_ENV} is set, but {', '.join(outside)} not the sandbox's: source the "
-                   f"sandbox's environment again (`make sandbox`), or unset {SANDBOX_ENV}", err=True)
+        typer.echo(error_text(f"{SANDBOX_ENV} is set, but {', '.join(outside)} not the sandbox's: source the "
+                              f"sandbox's environment again (`make sandbox`), or unset {SANDBOX_ENV}"), err=True)
         raise typer.Exit(int(ExitCode.BAD_INPUT))
     typer.echo(SIMULATION_LINE, err=True)
 
