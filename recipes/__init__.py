@@ -10,6 +10,8 @@ One home for each concept (docs/development.md, "Layout"):
 - driver/: what the run's in-cluster driver may do and runs on;
 - fit/: the margin and the shipped figures the fit check judges a plan by (scripts/fit);
 - conventions.py: the names the stacks, the manifests and the CLI agree on;
+- names.py: the one rule of a name tpu-rl takes or makes (a recipe's, a run's, a sweep's);
+- user_text.py: reading a file the user names, refused in one line unless it is a small UTF-8 text file;
 - errors.py: UserError, the one error type that reaches a person.
 """
 

@@ -66,7 +66,8 @@ BASE_ENV, ROWS = load_table()
 
 
 def _cell(text: str) -> str:
-    shown = text.replace("{tmp}", "DIR").replace("{out}", "DIR/out").replace("{sentinel}", "hf_...")
+    shown = text.replace("{tmp}", "DIR").replace("{out}", "DIR/out").replace("{sentinel}", "hf_...").replace(
+        "\0", "\\0")  # a NUL byte of a binary file's row, shown, not written into the doc
     # Outside code spans, <placeholders> would be read as HTML tags; inside, entities show literally.
     parts = shown.replace("|", "\\|").replace("\n", " ").split("`")
     return "`".join(part if index % 2 else part.replace("<", "&lt;").replace(">", "&gt;")

@@ -7,7 +7,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from peers.fixtures import CONTEXT, put_step_output, _free_port
+from peers.fixtures import CONTEXT, TOKEN, put_step_output, _free_port
 from peers.kube_api import write_kubeconfig
 from tpu_rl.recipes import get_recipe
 from tpu_rl.scripts.cli import app
@@ -180,7 +180,7 @@ def test_no_google_credentials_says_how_to_log_in(settings_env, monkeypatch, tmp
     for name in ("TPU_RL_SECRETMANAGER_ENDPOINT", "STORAGE_EMULATOR_HOST"):  # the real endpoints, unreached
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "absent.json"))
-    line = rejected(["secret", "set"], input="hf_x")
+    line = rejected(["secret", "set"], input=TOKEN)  # a token of the right shape: the credentials are what is missing
     assert "no Google credentials" in line and "gcloud auth application-default login" in line
 
 

@@ -242,7 +242,8 @@ def test_ctrl_c_at_the_cancel_prompt_exits_130_and_deletes_nothing(cloud, monkey
     left_running(cloud, monkeypatch)
     asked, rest, code = ctrl_c_at_the_prompt(["cancel", RECIPE])
     assert (f"Delete JobSet(s) {names(recipe)['train']} of run {paths.run_name} (outputs in gs://"
-            f"{SETTINGS['GCS_BUCKET']} are kept)? [y/N]") in asked, asked
+            f"{SETTINGS['GCS_BUCKET']} are kept)? [y/N]") in " ".join(asked.split()), asked  # wrapped to 80 columns
+    assert all(len(line) <= 80 for line in asked.splitlines()), asked  # a real terminal's width (issue 37)
     assert code == ExitCode.INTERRUPTED, asked + rest
     assert "error: interrupted at the prompt; nothing was submitted or deleted" in rest
     assert cloud["kube"].deleted == []

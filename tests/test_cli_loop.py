@@ -5,6 +5,7 @@ of a run says to do next."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import yaml
 from typer.testing import CliRunner
@@ -47,7 +48,7 @@ def test_dry_run_prints_the_plan_with_each_steps_time_and_cost_and_submits_nothi
         "assumed: train up to 50 steps at 1.55 min each (the recipe's 90 min for its 50",
         "steps, less its evaluation), and evaluation 12 min",
         # The driver: 0.25 of the 4 vCPUs (1 of 16 GB) of the always-on e2-standard-4 system node.
-        "driver: 6% of the always-on e2-standard-4 system node, $0 more till it fills",
+        "driver: 6% of the e2-standard-4 system node, which bills anyway: no extra cost",
         "the JobSets it would submit (--show-manifests prints them):",
         f"  {jobset_of(RECIPE, 'train')}",
         f"  {jobset_of(RECIPE, 'export')}",
@@ -185,8 +186,10 @@ def test_the_end_of_a_run_says_where_the_model_is_and_what_to_do_next(cloud):
     lines = result.output.splitlines()
     assert lines[lines.index("next:"):] == [
         "next:",
-        f"  the Hugging Face model is in {export}; download it with",
-        f"    `gcloud storage cp -r {export} ./{run}`",
+        "  download the Hugging Face model with",  # over three lines a paste runs as one (issue 37: 117 columns)
+        "    `gcloud storage cp -r \\",
+        f"      {export} \\",
+        f"      ./{run}`",
         f"  its curves: `tpu-rl metrics {RECIPE} --run {run} --png {run}.png`",
         # what still bills once done, as README's "Stop paying" table and `runs` say it (issue 37)
         f"  with no run, stack {RECIPE} bills $60.73/h (estimates from list prices); `tpu-rl down {RECIPE}` stops "
@@ -204,6 +207,11 @@ def test_the_commands_at_the_end_of_a_run_stay_whole_at_80_columns(cloud, monkey
     result = whole_run(cloud)
     run, export = paths().run_name, paths().hf_export
     lines = result.output.splitlines()
-    assert f"    `gcloud storage cp -r {export} ./{run}`" in lines, result.output  # whole, on its own line
+    at = lines.index("    `gcloud storage cp -r \\")  # whole: its three lines a paste runs as one, each within 80
+    assert lines[at + 1:at + 3] == [f"      {export} \\", f"      ./{run}`"], result.output
+    assert all(len(line) <= 80 for line in lines[at:at + 3]), result.output
+    pasted = "\n".join(lines[at:at + 3]).strip().strip("`").replace("gcloud", "printf '%s\\n'", 1)
+    said = subprocess.run(["bash", "-c", pasted], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert said[:5] == ["storage", "cp", "-r", export, f"./{run}"], said  # a paste runs it as one command
     assert f"    `tpu-rl metrics {RECIPE} --run {run} --png {run}.png`" in lines, result.output
     assert fits_80_columns_with_whole_paths(result.output), result.output

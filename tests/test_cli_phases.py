@@ -27,8 +27,8 @@ def test_run_prints_each_phase_of_train_and_run_json_keeps_them_with_the_idle_tp
     assert [p["phase"] for p in train["phases"]] == ["queued", "pulling images", "loading", "training"]
     assert all(p["seconds"] >= 0 and p["started"].endswith("Z") for p in train["phases"])
     assert train["tpu_idle"]["capacity"] == "spot" and train["tpu_idle"]["chip_hours"] >= 0
-    [idle] = [line for line in result.output.splitlines() if line.startswith("train: the TPU slice billed ")]
-    assert "chip-hours ($" in idle and ", spot) while nothing trained: " in idle
+    [idle] = [line for line in result.output.splitlines() if line.startswith("train: the TPU slice ")]
+    assert " at spot prices while it was not training (" in idle and " chip-hours): pulling images " in idle, idle
 
 
 def test_idle_tpu_time_is_the_slice_chips_over_the_phases_where_hosts_exist_but_nothing_trains():
@@ -41,3 +41,9 @@ def test_idle_tpu_time_is_the_slice_chips_over_the_phases_where_hosts_exist_but_
     assert idle.seconds == 600
     assert idle.chip_hours == pytest.approx(32 * 10 / 60)
     assert idle.usd == pytest.approx(7.20)
+    # in plain words (issue 37: `billed 0.0 chip-hours ($0.00, spot) while nothing trained: none`)
+    assert idle.line("train", {"pulling images": 420, "loading": 180}) == (
+        "train: the TPU slice billed about $7.20 at spot prices while it was not training (5.3 chip-hours): pulling "
+        "images 7m00s, loading 3m00s")
+    assert idle_tpu(get_recipe(RECIPE), {"training": 60}, "spot").line("train", {"training": 60}) == (
+        "train: the TPU slice trained all the time it billed, with no wait on the head, images or saving")

@@ -145,7 +145,7 @@ SHORT = "def short(prompts, completions, tmvp_config, **kwargs):\n    return [0.
 @pytest.mark.parametrize("name, size, recipe, line", [
     ("my rewards.py", 0, RECIPE, "--rewards {path}: the name 'my rewards.py' is not a ConfigMap key, which the "
                                  "trainer reads it from: rename it to letters, digits, '-', '_' and '.' only"),
-    ("big.py", 1_100_000, RECIPE, "--rewards {path}: 1100006 bytes, over the 1 MiB a ConfigMap holds (the "
+    ("big.py", 1_100_000, RECIPE, "--rewards {path} has 1100000 bytes, over the 1 MiB a ConfigMap holds (the "
                                   "trainer reads it from one): keep the file under 1 MiB, e.g. load large data "
                                   "from the bucket"),
     ("vm.py", 0, "llama31-v6e8", "--rewards applies to GKE recipes: recipe 'llama31-v6e8' runs on a TPU VM whose "

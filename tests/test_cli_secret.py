@@ -63,6 +63,25 @@ def test_secret_set_rejects_two_tokens(settings_env, google):
     assert "hf_a" not in result.output
 
 
+@pytest.mark.parametrize("given, why", [
+    ("ghp_" + "a" * 36, "does not start with hf_"),  # another service's token
+    ("hf_" + "a" * 10, "is too short"),
+    ("hf_" + "a" * 20 + "-" + "b" * 13, "has a character other than a letter or digit after hf_"),
+    ("hf_" + "a" * 300, "has 303 characters, over the 256"),
+    ("hf_" + "a" * 13_000_000, "has over 1024 characters, over the 256"),  # a file piped by mistake, read no further
+])
+def test_a_token_of_the_wrong_shape_or_length_is_refused_before_anything_is_sent_or_stored(settings_env, google, hub,
+                                                                                              given, why):
+    # issue 37: a 13-million-character "token" was stored unchecked; nothing asked of the Hub or Secret Manager.
+    versions = list(google.secrets["hf-token"])
+    result = runner.invoke(app, ["secret", "set"], input=given + "\n")
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    [line] = result.output.splitlines()
+    assert why in line and "huggingface.co/settings/tokens" in line, line
+    assert given[:12] not in line  # never any of it
+    assert google.secrets["hf-token"] == versions and not google.requests and not hub.requests
+
+
 def test_secret_set_takes_no_token_argument(settings_env, google):
     result = runner.invoke(app, ["secret", "set", NEW_TOKEN])
     assert result.exit_code == 2 and len(google.secrets["hf-token"]) == 1

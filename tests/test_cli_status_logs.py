@@ -152,3 +152,17 @@ def test_status_of_a_step_whose_jobset_is_gone_agrees_with_its_verified_output(c
     blocks = status_blocks(result.output)
     assert blocks["convert"] == ["done, no JobSet left", "output verified"], result.output
     assert blocks["train"] == ["no JobSet, no output yet"], result.output
+
+
+def test_a_jobset_kueue_has_not_admitted_reads_queued_in_plain_words():
+    # issue 37: `status` said `suspended (SuspendedJobs)`, JobSet's words for a JobSet Kueue holds in its queue.
+    from tpu_rl.scripts.cloud.kube_objects import jobset_state
+    from tpu_rl.scripts.pipeline.gke.status import jobset_step_status
+
+    # as JobSet v0.12.0 writes it (tests/peers/jobset_life.py)
+    held = {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"suspend": True},
+            "status": {"conditions": [{"type": "Suspended", "status": "True", "reason": "SuspendedJobs",
+                                       "message": "jobset is suspended"}]}}
+    now = datetime(2026, 1, 1, 0, 5, tzinfo=timezone.utc)
+    state, pods, time = jobset_step_status(jobset_state(held), None, 9, now)
+    assert state == "queued in Kueue" and "Suspended" not in state and time == "0:05:00 elapsed"

@@ -129,6 +129,15 @@ def test_a_file_lists_named_runs_and_names_the_sweep(settings_env, tmp_path, mon
     assert calls == []
 
 
+def test_a_sweep_of_one_run_says_one_run(settings_env, tmp_path, monkeypatch):
+    # issue 37: `1 runs`
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sweep.toml").write_text('name = "one"\n[[runs]]\nset = ["rl.grpo_beta=0.02"]\n')
+    result = runner.invoke(app, ["sweep", RECIPE, "--file", "sweep.toml", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "sweep one: 1 run, " in result.output and "1 runs" not in result.output, result.output
+
+
 def test_over_max_cost_is_refused_in_one_line_naming_the_total_and_the_cap(settings_env, monkeypatch):
     calls = _started(monkeypatch)
     result = runner.invoke(app, ["sweep", RECIPE, *GRID, "--max-cost", "100"])

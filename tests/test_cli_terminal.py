@@ -122,7 +122,7 @@ def test_ctrl_c_at_the_replace_prompt_is_an_interruption_not_a_failed_step(cloud
     recipe = get_recipe("qwen3-v6e32")
     cloud["kube"].put_jobset(render_manifests(spec_of(recipe), peer_settings())["convert"], "failed")
     asked, rest, code = ctrl_c_at_the_prompt(["run", recipe.name, "--steps", "convert"])
-    assert "Delete it and submit again? [y/N]" in asked, asked
+    assert "Delete it and submit again? [y/N]" in " ".join(asked.split()), asked  # wrapped to the terminal's width
     assert code == ExitCode.INTERRUPTED, asked + rest
     assert "error: interrupted at the prompt; nothing was submitted or deleted" in rest
     assert "Traceback" not in rest and "Aborted" not in rest

@@ -1,7 +1,8 @@
 """Every command's output in an 80x24 terminal (COLUMNS=80), against the local peers (issue 18): no line
 over 80 columns but one that is a single path, URL or image reference longer than that, never broken
-(test_cli_status_logs.fits_80_columns_with_whole_paths). An `error: ` line is the exception by rule:
-bad input and failures are one line, whole, so that it can be searched for (docs/pipeline.md)."""
+(test_cli_status_logs.fits_80_columns_with_whole_paths). An `error: ` line is one line, whole, where stderr is
+no terminal (a file, a program, CI logs, as here), so that it can be searched for (docs/pipeline.md); in a
+terminal it wraps at word boundaries to the width, a command in backquotes kept whole (issue 37)."""
 
 from __future__ import annotations
 
@@ -107,3 +108,36 @@ def test_secret_set_fits_with_the_version_name_whole(settings_env, google):
     assert result.exit_code == 0, result.output
     assert fits_80_columns_with_whole_paths(result.output), result.output
     assert "projects/tpu-rl-test/secrets/hf-token/versions/2" in result.output.split()
+
+
+def test_an_error_in_a_terminal_wraps_at_words_and_keeps_its_commands_whole(settings_env, monkeypatch):
+    # issue 37: every `error:` line was one line of 100-540 characters, broken mid-word by an 80-column terminal.
+    from tpu_rl.scripts.cli import core
+
+    args = ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6", "--name", "My Sweep!"]
+    piped = runner.invoke(app, args)
+    [line] = piped.output.splitlines()  # no terminal: one line, as a program or grep reads it
+    assert piped.exit_code == 2 and len(line) > 80 and line.startswith("error: --name 'My Sweep!' is not")
+    monkeypatch.setattr(core, "_stderr_is_a_terminal", lambda: True)
+    shown = runner.invoke(app, args)
+    lines = shown.output.splitlines()
+    assert shown.exit_code == 2 and len(lines) > 1 and lines[0].startswith("error: --name")
+    assert all(len(each) <= 80 for each in lines), shown.output
+    assert " ".join(each.strip() for each in lines) == line  # broken only at spaces: no word cut
+    assert "  `tpu-rl runs`" in lines, shown.output  # a command that does not fit takes a line of its own, whole
+
+
+def test_the_cancel_prompt_fits_80_columns(cloud, monkeypatch):
+    # issue 37: the question `cancel` asks was 89 columns, broken by the terminal.
+    from cli_helpers import left_running
+    from tpu_rl.scripts.cli import core
+
+    put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
+    cloud["kube"].plan(jobset_of(RECIPE, "train"), outcome="hang")
+    left_running(cloud, monkeypatch)
+    monkeypatch.setattr(core, "_stdin_is_a_terminal", lambda: True)
+    result = runner.invoke(app, ["cancel", RECIPE, "train"], input="n\n")
+    assert result.exit_code == 0 and "nothing was cancelled" in result.output, result.output
+    asked = result.output[:result.output.index("[y/N]")]
+    assert "Delete JobSet(s)" in asked and "\n" in asked.strip(), result.output
+    assert all(len(each) <= 80 for each in result.output.splitlines()), result.output

@@ -113,7 +113,7 @@ def test_bad_recipe_fails_at_load_with_one_line_naming_the_field(table, recipe, 
 def test_recipe_name_must_be_a_stack_name(table):
     changed = copy.deepcopy(table)
     changed["recipes"]["Qwen_Big"] = changed["recipes"].pop("qwen3-v6e32")
-    assert "recipe 'Qwen_Big': the name must be 2-20 lowercase letters" in error_of(changed)
+    assert "recipe 'Qwen_Big' is not a recipe name: use 2-20 lowercase letters" in error_of(changed)
 
 
 def test_images_must_be_pinned(table):

@@ -8,7 +8,6 @@ recipes/catalog/shape.py (chips and hosts), recipes/capacity/modes.py (capacity 
 
 from __future__ import annotations
 
-import re
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tpu_rl.recipes.capacity.modes import PLATFORM_RULES, CapacityMode, Platform, PlatformRules, check_capacity
@@ -16,11 +15,13 @@ from tpu_rl.recipes.catalog.entry import TRAIN_STEP_FACTORS, Durations, ModelSpe
 from tpu_rl.recipes.catalog.facts import (MachineSize, MaxTextRelease, PathwaysImages, PathwaysRepositories,
                                           SourcePatch, TpuGeneration)
 from tpu_rl.recipes.catalog.shape import Shape, derive_shape
+from tpu_rl.recipes.catalog.said import first_error
 from tpu_rl.recipes.catalog.strict import Strict
 from tpu_rl.recipes.errors import UserError
 from tpu_rl.recipes.fit import MARGIN
+from tpu_rl.recipes.names import check_name
 
-_RECIPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
+MAX_RECIPE_NAME = 20  # a stack's name, which prefixes the names of its resources
 
 
 class Recipe(BaseModel):
@@ -119,13 +120,6 @@ class RecipeFile(Strict):
     machines: dict[str, MachineSize] = Field(default_factory=dict)
 
 
-def first_error(error: ValidationError) -> str:
-    first = error.errors()[0]
-    location = ".".join(str(part) for part in first["loc"])
-    message = first["msg"].removeprefix("Value error, ")
-    return f"{location}: {message}" if location else message
-
-
 def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe]:
     """Validate a parsed recipe table and return the recipes by name.
 
@@ -139,8 +133,7 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
     recipes: dict[str, Recipe] = {}
     for name, entry in parsed.recipes.items():
         where = f"{source}: recipe '{name}'"
-        if not _RECIPE_NAME.match(name):
-            raise UserError(f"{where}: the name must be 2-20 lowercase letters, digits or '-' (it is a stack name)")
+        check_name(name, f"{source}: recipe", "recipe", MAX_RECIPE_NAME, "it is the name of its stack")
         release = parsed.maxtext.get(entry.maxtext_version)
         if release is None:
             raise UserError(

@@ -251,8 +251,8 @@ def driver_share() -> float:
 def driver_cost_line() -> str:
     """The run's driver (jobs/driver.py) in one line: it runs on the always-on system node, billed with or
     without it, so it adds nothing until a sweep's drivers outgrow the node and the pool adds one."""
-    return (f"driver: {driver_share():.0%} of the always-on {conventions.SYSTEM_POOL_MACHINE_TYPE} system "
-            "node, $0 more till it fills")
+    return (f"driver: {driver_share():.0%} of the {conventions.SYSTEM_POOL_MACHINE_TYPE} system node, which bills "
+            "anyway: no extra cost")
 
 
 def own_run_total(spec: RunSpec, prices: PriceTable | None = None) -> float:

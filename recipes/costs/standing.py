@@ -199,10 +199,14 @@ class IdleTpu:
                 "usd_estimate": round(self.usd, 2), "capacity": self.mode}
 
     def line(self, step: str, by_phase: dict[str, float]) -> str:
+        """What the slice billed while it did not train, in plain words: the money, the time and what it
+        waited on (issue 37: `billed 0.0 chip-hours ... while nothing trained: none`)."""
         parts = ", ".join(f"{phase} {int(by_phase[phase]) // 60}m{int(by_phase[phase]) % 60:02d}s"
                           for phase in TPU_IDLE_PHASES if by_phase.get(phase))
-        return (f"{step}: the TPU slice billed {self.chip_hours:.1f} chip-hours ({usd(self.usd)}, {self.mode}) while "
-                f"nothing trained: {parts or 'none'}")
+        if not parts:
+            return f"{step}: the TPU slice trained all the time it billed, with no wait on the head, images or saving"
+        return (f"{step}: the TPU slice billed about {usd(self.usd)} at {self.mode} prices while it was not training "
+                f"({self.chip_hours:.1f} chip-hours): {parts}")
 
 
 def idle_tpu(recipe: Recipe, by_phase: dict[str, float], mode: str | None = None,

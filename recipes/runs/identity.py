@@ -16,39 +16,33 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import re
 from typing import Callable, Iterable
 
 from pydantic import ValidationError
 
 from tpu_rl.recipes.catalog.entry import OVERRIDE, STEPS, RlSpec, same_setting
-from tpu_rl.recipes.catalog.recipe import Recipe, first_error
+from tpu_rl.recipes.catalog.recipe import Recipe
+from tpu_rl.recipes.catalog.said import first_error, shown, takes
 from tpu_rl.recipes.conventions import MAX_JOBSET_NAME
 from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.names import check_name
 from tpu_rl.recipes.runs.maxtext_values import (KEY_LIST_DIR, LENGTH_DEFAULTS, MICRO_BATCH_KEYS, check_lengths,
-                                                check_micro_batches, check_value, maxtext_keys, parse_override)
+                                                check_micro_batches, check_value, maxtext_keys, parse_override,
+                                                spelling)
 from tpu_rl.recipes.runs.schedule import schedule_steps
 from tpu_rl.recipes.runs.usual_values import check_usual
 
 # --- names ---------------------------------------------------------------------------------------------
 # A run name becomes a JobSet name (<run>-<step>, at most MAX_JOBSET_NAME), a label value and a directory
-# of the bucket, and reaches MaxText as run_name=<run> on a command line that omegaconf parses as YAML:
-# lowercase letters, digits and '-', starting with a letter (so never a number) and not ending with '-'.
+# of the bucket, and reaches MaxText as run_name=<run>: the rule of every name (recipes/names.py), this long.
 MAX_RUN_NAME = MAX_JOBSET_NAME - len("-") - max(len(step) for step in STEPS)
-_RUN_NAME = re.compile(rf"^[a-z][a-z0-9-]{{0,{MAX_RUN_NAME - 2}}}[a-z0-9]$")
-# Words YAML or MaxText's pyconfig read as something other than a string (bools, null, `none` -> None:
-# research §2, value-type pitfalls); run_name must reach pydantic as a str.
-_NOT_A_STRING = {"yes", "no", "on", "off", "true", "false", "null", "none", "nan", "inf"}
 HASH_CHARS = 7  # of a run's or a conversion's sha256 in their names, as git shortens commits
 _PREFIX_CHARS = MAX_RUN_NAME - len("-") - HASH_CHARS  # of the recipe name in a derived name
 
 
 def check_run_name(name: str, option: str = "--run") -> str:
-    if not _RUN_NAME.match(name) or name in _NOT_A_STRING:
-        raise UserError(f"{option} '{name}' is not a run name: use 2-{MAX_RUN_NAME} lowercase letters, digits or "
-                        "'-', starting with a letter and ending with a letter or digit, and not a YAML word like "
-                        "true or none (it names the run's JobSets, its label and its prefix in the bucket)")
-    return name
+    return check_name(name, option, "run", MAX_RUN_NAME, "it names the run's JobSets, its label and its prefix in "
+                      "the bucket")
 
 
 def digest(data: object) -> str:
@@ -141,6 +135,20 @@ def check_set_key(recipe: Recipe, key: str) -> None:
                         f"(recipes/runs/{KEY_LIST_DIR}/{recipe.maxtext_version}.toml lists them)")
 
 
+def check_one_key(recipe: Recipe, item: str) -> None:
+    """A --set item sets one key: a whole group (`rl={"num_generations": 8}`) would pass MaxText, but the price,
+    the checks of keys read together and the run's identity read each key on its own, and would miss it."""
+    key, _, text = item.partition("=")
+    inner = sorted(name.removeprefix(f"{key}.") for name in maxtext_keys(recipe.maxtext_version)
+                   if name.startswith(f"{key}."))
+    if not inner:
+        return
+    value = parse_override(key, text)
+    name, example = next(iter(value.items())) if isinstance(value, dict) and value else (inner[0], "VALUE")
+    raise UserError(f"--set {item[:60]}: {key} is a group of keys, and a whole group is not checked or priced key by "
+                    f"key: set each key on its own, e.g. --set {key}.{name}={spelling(example)}")
+
+
 def checked_item(recipe: Recipe, item: str, sets: Iterable[str] = ()) -> str:
     """A --set item as MaxText will read it, spelled one way (recipes/runs/maxtext_values.py): 2.0e-5 and 0.00002
     become 2e-5, True becomes true; a value equal to the recipe's own for that setting keeps the recipe's
@@ -190,6 +198,7 @@ def with_sets(recipe: Recipe, sets: Iterable[str], usual_only: bool = False) -> 
             fields[key] = item.partition("=")[2]
             continue
         check_set_key(recipe, key)
+        check_one_key(recipe, item)
         given, item = item, checked_item(recipe, item, sets)
         if usual_only:
             check_usual(recipe.maxtext_version, given, parse_override(key, given.partition("=")[2]))
@@ -202,6 +211,13 @@ def with_sets(recipe: Recipe, sets: Iterable[str], usual_only: bool = False) -> 
     try:
         rl = RlSpec.model_validate({**recipe.rl.model_dump(), **fields, "overrides": tuple(overrides)})
     except ValidationError as error:
+        location = error.errors()[0]["loc"]
+        field = str(location[0]) if location else ""
+        if field in fields:  # the [rl] field this --set item changes: its rule and the recipe's own value
+            own = getattr(recipe.rl, field)
+            raise UserError(f"--set {field}={fields[field]}: {field} takes {takes(RlSpec, field)}, not "
+                            f"{shown(fields[field], quoted=False)}: give one, e.g. --set {field}={own} (the recipe's "
+                            "own)") from None
         raise UserError(f"--set: {first_error(error)}") from None
     changed = recipe.model_copy(update={"rl": rl})
     try:

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.names import check_name
 from tpu_rl.recipes.runs.identity import MAX_RUN_NAME, check_run_name, digest
 from tpu_rl.recipes.runs.spec import RunSpec, run_identity
+from tpu_rl.recipes.user_text import read_text_file
 
 NAME_HASH_CHARS = 4  # of the run's identity, after its values
 SWEEP_NAME_HASH_CHARS = 7
@@ -36,6 +38,15 @@ class SweepRun:
 # slice, so 100 runs of qwen3-v6e32's 170 minutes hold it about 12 days; a grid of three axes of four or
 # five values stays under it, a mistyped one (10,000 runs) does not.
 SWEEP_MAX_RUNS = 100
+# A sweep's name is in each of its runs' run.json, which `runs` and `metrics --sweep` group them by: the rule of
+# every name (recipes/names.py), as long as a Kubernetes label value (63), so that it could label its runs too;
+# the default (sweep_name) is at most 34.
+MAX_SWEEP_NAME = 63
+
+
+def check_sweep_name(name: str, option: str = "--name") -> str:
+    return check_name(name, option, "sweep", MAX_SWEEP_NAME, "each run's run.json records it, and `tpu-rl runs` "
+                      "and `metrics --sweep` find the sweep's runs by it")
 
 
 def check_size(runs: int, max_runs: int, source: str) -> None:
@@ -71,11 +82,9 @@ def read_sweep_file(path: str) -> tuple[str | None, list[SweepRun]]:
     """A sweep file: an optional top-level `name`, and `[[runs]]` tables, each with `set = ["KEY=VALUE",
     ...]` and an optional `name`. Returns the sweep's name (None when the file has none) and its runs."""
     option = f"--file {path}"
+    text = read_text_file(Path(path), "--file", "pass a sweep file: TOML with [[runs]] tables (docs/experiments.md)")
     try:
-        data = tomllib.loads(Path(path).read_text())
-    except OSError as error:
-        raise UserError(f"{option}: cannot read it ({error.strerror or type(error).__name__}): pass a readable "
-                        "TOML file") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"{option} is not TOML ({error}): see docs/experiments.md for a sweep file") from None
     unknown = sorted(set(data) - {"name", "runs"})
@@ -87,6 +96,8 @@ def read_sweep_file(path: str) -> tuple[str | None, list[SweepRun]]:
     name = data.get("name")
     if name is not None and not isinstance(name, str):
         raise UserError(f"{option}: name must be a string, e.g. name = \"lr-sweep\"")
+    if name is not None:
+        check_sweep_name(name, f"{option}: name")
     found = []
     for number, run in enumerate(runs, 1):
         where = f"{option}, run {number}"

@@ -22,6 +22,7 @@ from typing import Literal
 
 from tpu_rl.recipes.catalog.recipe import Recipe
 from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.user_text import read_text_file
 
 USER_FILES_DIR = "/etc/tpu-rl/user"
 USER_FILES_VOLUME = "tpu-rl-user-files"
@@ -33,6 +34,8 @@ SETTING = {"rewards": "reward_functions_path", "data-processor": "dataset_proces
 # as kubernetes/apimachinery pkg/util/validation/validation.go IsConfigMapKey (docs/provenance.md#configmap-limits).
 CONFIGMAP_MAX_BYTES = 1024 * 1024
 CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}\Z")
+_CONFIGMAP_BOUND = "the 1 MiB a ConfigMap holds (the trainer reads it from one)"
+_SMALLER = "keep the file under 1 MiB, e.g. load large data from the bucket"
 
 
 @dataclass(frozen=True)
@@ -99,17 +102,14 @@ def read_user_file(recipe: Recipe | None, kind: Kind, path: Path, functions: tup
     option = f"--{kind}"
     if recipe is not None:
         _check_recipe_takes(recipe, kind)
-    try:
-        content = path.read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"{option}: cannot read {path} ({type(error).__name__}): pass a UTF-8 Python file") from None
     if not CONFIGMAP_KEY.match(path.name) or path.name in (".", "..") or path.name.startswith(".."):
         raise UserError(f"{option} {path}: the name '{path.name}' is not a ConfigMap key, which the trainer "
                         "reads it from: rename it to letters, digits, '-', '_' and '.' only")
+    content = read_text_file(path, option, "pass a UTF-8 Python file", CONFIGMAP_MAX_BYTES, _CONFIGMAP_BOUND,
+                             _SMALLER)
     size = len(path.name.encode()) + len(content.encode())
     if size > CONFIGMAP_MAX_BYTES:
-        raise UserError(f"{option} {path}: {size} bytes, over the 1 MiB a ConfigMap holds (the trainer reads "
-                        "it from one): keep the file under 1 MiB, e.g. load large data from the bucket")
+        raise UserError(f"{option} {path} has {size} bytes with its name, over {_CONFIGMAP_BOUND}: {_SMALLER}")
     return UserFile(kind, path.name, content, functions, str(path))
 
 

@@ -24,6 +24,7 @@ from tpu_rl.recipes.settings.checks import authorized_cidrs_warning, check_value
 from tpu_rl.recipes.settings.specs import (BY_FIELD, CONFIG_ENV, DEFAULT_CONFIG, DEFAULT_HF_TOKEN_SECRET, EXAMPLE,
                                            EXAMPLE_OVERLAYS, EXAMPLE_PROJECT, REQUIRED, SPECS, UNSET, VM_STOPS,
                                            missing_settings)
+from tpu_rl.recipes.user_text import read_text_file
 
 
 # Keys that would put a secret into a file we read; the token belongs in Secret Manager.
@@ -37,19 +38,18 @@ def read_config(path: Path, named: bool = True) -> dict[str, str]:
     """The file's settings. `named`: the path came from TPU_RL_CONFIG (so unsetting it is a way out),
     else it is ./tpu-rl.toml, read when it exists."""
     way_out = f" or unset {CONFIG_ENV}" if named else ""
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{CONFIG_ENV} points to {path}, which does not exist: create it or unset {CONFIG_ENV}") from None
-    except IsADirectoryError:
+    if not path.exists():
+        raise UserError(f"{CONFIG_ENV} points to {path}, which does not exist: create it or unset {CONFIG_ENV}")
+    if path.is_dir():
         if not named:
             raise UserError(f"{path} is a directory, not the TOML file of settings tpu-rl reads from the working "
-                            f"directory: rename it, or point {CONFIG_ENV} at your settings file") from None
+                            f"directory: rename it, or point {CONFIG_ENV} at your settings file")
         raise UserError(f"{CONFIG_ENV} points to {path}, which is a directory: name the TOML file, e.g. "
-                        f"{CONFIG_ENV}={path / DEFAULT_CONFIG}, or unset {CONFIG_ENV}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"{path} cannot be read as a text file ({error.__class__.__name__}: {error}): fix the "
-                        f"file{way_out}") from None
+                        f"{CONFIG_ENV}={path / DEFAULT_CONFIG}, or unset {CONFIG_ENV}")
+    # a binary file, a device (TPU_RL_CONFIG=/dev/zero) or a huge one: one line (recipes/user_text.py)
+    text = read_text_file(path, CONFIG_ENV if named else "the settings file", f"fix the file{way_out}")
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"{path} is not valid TOML ({error}): fix the file{way_out}") from None
     values: dict[str, str] = {}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import sys
 from typing import TYPE_CHECKING, Literal, Optional
@@ -20,6 +19,7 @@ from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS
                               handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
 from tpu_rl.scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from tpu_rl.scripts.cloud.reach import REACH_ENV  # the first contact with an endpoint (default 20)
+from tpu_rl.scripts.knobs import seconds_env
 from tpu_rl.scripts.outcome import PreflightFailed
 from tpu_rl.scripts.pipeline.platforms import platform_for
 
@@ -33,26 +33,9 @@ REQUEST_TIMEOUT_ENV = "TPU_RL_REQUEST_TIMEOUT_SECONDS"  # per Kubernetes API req
 MAINTENANCE_GRACE_ENV = "TPU_RL_MAINTENANCE_GRACE_SECONDS"  # a stopped TPU VM's time to return
 
 
-def _float_env(name: str, default: float, *, zero_allowed: bool) -> float:
-    """A number of seconds from the environment, checked where it is read: finite, not negative, and above 0
-    unless 0 means something (no pause between polls or retries)."""
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if math.isfinite(value) and (value > 0 or (zero_allowed and value == 0)):
-        return value
-    bound = "0 or more" if zero_allowed else "more than 0"
-    raise UserError(f"{name}='{raw}' is not a number of seconds {bound}: set e.g. {name}={default:g} or unset "
-                    f"it (default {default:g})")
-
-
 def reach_seconds() -> float:
     """How long the first contact with an endpoint may take in all (tpu_rl.scripts.cloud.reach)."""
-    return _float_env(REACH_ENV, 20.0, zero_allowed=False)
+    return seconds_env(REACH_ENV, 20.0, zero_allowed=False)
 
 
 BucketUse = Literal["reads", "writes", "none"]
@@ -68,13 +51,13 @@ def make_session(spec: RunSpec, settings: Settings, bucket: BucketUse = "reads")
     from tpu_rl.scripts.cloud.retry import RetryPolicy
     from tpu_rl.scripts.pipeline.session import MAINTENANCE_GRACE_SECONDS, Session
 
-    policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
-                         request_timeout=_float_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False),
+    policy = RetryPolicy(base_delay=seconds_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
+                         request_timeout=seconds_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False),
                          reach_seconds=reach_seconds())
     clients = Clients(settings, reach_seconds=policy.reach_seconds)
     session = Session(spec, settings, clients, console=make_console(), policy=policy,
-                      poll_interval=_float_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
-                      maintenance_grace=_float_env(MAINTENANCE_GRACE_ENV, MAINTENANCE_GRACE_SECONDS, zero_allowed=True),
+                      poll_interval=seconds_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
+                      maintenance_grace=seconds_env(MAINTENANCE_GRACE_ENV, MAINTENANCE_GRACE_SECONDS, zero_allowed=True),
                       confirm=core.asker())
     if bucket != "none":
         gcs.require_bucket(session.clients.storage(), settings, writes=bucket == "writes",
@@ -111,7 +94,7 @@ def secret_set() -> None:
     from tpu_rl.scripts.cloud.clients import Clients
 
     settings = cloud_settings("secret set")
-    raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read()
+    raw = getpass.getpass("Hugging Face token: ") if sys.stdin.isatty() else sys.stdin.read(hf_token.TOKEN_READ_CHARS)
     token = hf_token.clean_token(raw)
     clients = Clients(settings, reach_seconds=reach_seconds())
     clients.secrets()  # no Google credentials: said before the Hub is asked

@@ -63,6 +63,22 @@ def _command_names(ctx) -> tuple[str, ...]:
     return tuple(reversed(names))
 
 
+def _in_our_words(error) -> str | None:
+    """An option's value typer's pydantic refused (`--max-cost abc`: "Input should be a valid number, unable to
+    parse string as a number"), said as the option, what it takes and the value given; None for another."""
+    from pydantic import ValidationError
+
+    from tpu_rl.recipes.catalog.said import shown, what_it_takes
+
+    cause, param = error.__cause__, getattr(error, "param", None)
+    rule = what_it_takes(cause) if isinstance(cause, ValidationError) else None
+    if rule is None or param is None:
+        return None
+    option = max(param.opts, key=len) if param.opts else param.human_readable_name
+    given = shown(cause.errors()[0].get("input"), quoted=False)
+    return f"{option} {given}: {option} takes {rule}, not {given}"
+
+
 class _OneLineErrors(TyperGroup):
     """Click's usage errors as one line, `error: <what>; see <command> --help`, exit 2, like every other
     refusal; Ctrl-C at a prompt (click's Abort) exits 130 like any interruption."""
@@ -76,16 +92,15 @@ class _OneLineErrors(TyperGroup):
             error.show()
             code = error.exit_code
         except usage_error as error:
-            message = error.format_message().rstrip(".")
+            message = _in_our_words(error) or error.format_message().rstrip(".")
             command = error.ctx.command_path if error.ctx is not None else "tpu-rl"
             if _command_names(error.ctx) == ("secret", "set") and "unexpected extra argument" in message:
-                typer.echo(f"error: {SECRET_AS_ARGUMENT}", err=True)  # never the argument: it may be the token
+                typer.echo(error_text(SECRET_AS_ARGUMENT), err=True)  # never the argument: it may be the token
             else:
-                typer.echo(f"error: {without_tokens(message[:1].lower() + message[1:])}; see `{command} --help`",
-                           err=True)
+                typer.echo(error_text(f"{message[:1].lower() + message[1:]}; see `{command} --help`"), err=True)
             code = ExitCode.BAD_INPUT
         except abort:
-            typer.echo("error: interrupted", err=True)
+            typer.echo(error_text("interrupted"), err=True)
             code = ExitCode.INTERRUPTED
         if not standalone_mode:
             return int(code)
@@ -127,8 +142,8 @@ def simulation_notice() -> None:
 
     outside = outside_sandbox(os.environ, root)
     if outside:
-        typer.echo(f"error: {SANDBOX_ENV} is set, but {', '.join(outside)} not the sandbox's: source the "
-                   f"sandbox's environment again (`make sandbox`), or unset {SANDBOX_ENV}", err=True)
+        typer.echo(error_text(f"{SANDBOX_ENV} is set, but {', '.join(outside)} not the sandbox's: source the "
+                              f"sandbox's environment again (`make sandbox`), or unset {SANDBOX_ENV}"), err=True)
         raise typer.Exit(int(ExitCode.BAD_INPUT))
     typer.echo(SIMULATION_LINE, err=True)
 
@@ -201,8 +216,34 @@ def fitted(text: str, width: int, indent: int = 0) -> str:
     return fit_text(Text(text), width, indent).plain
 
 
+def _stderr_is_a_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+def _terminal_width(stream) -> int:
+    """COLUMNS, else the width of the terminal `stream` is (a pty nobody sized says 0), else 80."""
+    try:
+        return _columns() or os.get_terminal_size(stream.fileno()).columns or 80
+    except (AttributeError, OSError, ValueError):  # not a terminal, or no file (a test's stream)
+        return 80
+
+
+def error_text(message: str) -> str:
+    """`error: <message>`, tokens masked: one line where stderr is no terminal (a file, a program, CI logs
+    read it, and grep finds it whole); in a terminal, wrapped at spaces to its width, a command in backquotes
+    kept whole on a line of its own (tpu_rl.scripts.cli.width)."""
+    line = f"error: {without_tokens(message)}"
+    if not _stderr_is_a_terminal():
+        return line
+    from rich.text import Text
+
+    from tpu_rl.scripts.cli.width import fit_text
+
+    return fit_text(Text(line), _terminal_width(sys.stderr), indent=2).plain
+
+
 def _fail(code: int, message: str) -> typer.Exit:
-    typer.echo(f"error: {without_tokens(message)}", err=True)
+    typer.echo(error_text(message), err=True)
     return typer.Exit(int(code))
 
 
@@ -323,8 +364,13 @@ def _stdin_is_a_terminal() -> bool:
 def _ask(question: str) -> bool:
     """A yes/no question in the terminal. Ctrl-C (or Ctrl-D) there is an interruption, exit 130, not a
     failed step: typer.confirm turns both into Abort. Questions come before anything is submitted."""
+    from rich.text import Text
+
+    from tpu_rl.scripts.cli.width import fit_text
+
+    fitted_question = fit_text(Text(question), _terminal_width(sys.stdout) - len(" [y/N]: ")).plain
     try:
-        return typer.confirm(question, default=False)
+        return typer.confirm(fitted_question, default=False)
     except typer.Abort:
         raise Interrupted("interrupted at the prompt; nothing was submitted or deleted") from None
 

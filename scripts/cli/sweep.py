@@ -16,6 +16,7 @@ from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, MAX_COST_HELP, REWARDS
                               UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, YES_HELP, app, handled, make_console,
                               table_or_lines)
 from tpu_rl.scripts.outcome import Interrupted, Outcome
+from tpu_rl.scripts.words import counted
 
 if TYPE_CHECKING:
     from tpu_rl.recipes import Recipe, Settings
@@ -68,11 +69,14 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
     from tpu_rl.recipes.costs.run import pipeline_run_estimate
     from tpu_rl.recipes.runs.spec import run_identity
     from tpu_rl.recipes.runs.identity import conversion_key
-    from tpu_rl.recipes.runs.sweeps import check_distinct, check_size, check_sweepable, derived_name, sweep_name
+    from tpu_rl.recipes.runs.sweeps import (check_distinct, check_size, check_sweep_name, check_sweepable, derived_name,
+                                            sweep_name)
     from tpu_rl.scripts.cli.run_input import run_of
     from tpu_rl.scripts.pipeline.platforms import platform_for
 
     check_sweepable(recipe)
+    if name is not None:
+        check_sweep_name(name)
     file_name, wanted = _runs_of(grid, file)
     check_size(len(wanted), max_runs, "--grid" if grid else f"--file {file}")  # before any run is checked
     platform = platform_for(recipe)
@@ -110,8 +114,8 @@ def check_cap(plan: SweepPlan, max_cost: Optional[float]) -> None:
     from tpu_rl.recipes.costs.prices import usd
 
     if max_cost is not None and plan.total > max_cost:
-        raise UserError(f"sweep {plan.name} is estimated at {usd(plan.total)} for {len(plan.runs)} runs, over "
-                        f"--max-cost {usd(max_cost)}: drop values from the grid or raise --max-cost; nothing was "
+        raise UserError(f"sweep {plan.name} is estimated at {usd(plan.total)} for {counted(len(plan.runs), 'run')}, "
+                        f"over --max-cost {usd(max_cost)}: drop values from the grid or raise --max-cost; nothing was "
                         "started")
 
 
@@ -121,7 +125,7 @@ def show_plan(console, plan: SweepPlan) -> None:
 
     from tpu_rl.recipes.costs.prices import usd
 
-    title = f"sweep {plan.name}: {len(plan.runs)} runs, trained one after another on one slice"
+    title = f"sweep {plan.name}: {counted(len(plan.runs), 'run')}, trained one after another on one slice"
     table = Table(title=title, title_justify="left")
     for column in ("#", "run", "--set", "minutes", "cost"):
         table.add_column(column, no_wrap=column == "run")
@@ -206,13 +210,13 @@ def sweep_spend(plan: SweepPlan, yes: bool, max_cost: Optional[float]):
     from tpu_rl.recipes.costs.run import own_run_total
 
     own = own_run_total(plan.runs[0].spec)
-    return Spend(f"sweep {plan.name} ({len(plan.runs)} runs)", plan.total, own, yes=yes, max_cost=max_cost)
+    return Spend(f"sweep {plan.name} ({counted(len(plan.runs), 'run')})", plan.total, own, yes=yes, max_cost=max_cost)
 
 
 def plan_headline(plan: SweepPlan) -> str:
     from tpu_rl.recipes.costs.prices import usd
 
-    return (f"sweep {plan.name}: {len(plan.runs)} run{'s' if len(plan.runs) != 1 else ''}, estimated at "
+    return (f"sweep {plan.name}: {counted(len(plan.runs), 'run')}, estimated at "
             f"{usd(plan.total)} in all")
 
 
@@ -289,9 +293,9 @@ def price_system_nodes(plan: SweepPlan, settings: Settings, console, max_cost: O
     if line:
         console.print(escape(line))
     if extra and max_cost is not None and plan.total + extra > max_cost:
-        raise UserError(f"sweep {plan.name} is estimated at {usd(plan.total + extra)} for {len(plan.runs)} runs "
-                        f"with the system nodes its drivers add, over --max-cost {usd(max_cost)}: drop values "
-                        "from the grid or raise --max-cost; nothing was started")
+        raise UserError(f"sweep {plan.name} is estimated at {usd(plan.total + extra)} for "
+                        f"{counted(len(plan.runs), 'run')} with the system nodes its drivers add, over --max-cost "
+                        f"{usd(max_cost)}: drop values from the grid or raise --max-cost; nothing was started")
     if extra:
         console.print(f"expected with them: {usd(plan.total + extra)} in all")
     return extra
@@ -327,7 +331,7 @@ def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
             raise
         started.append(spec.run)
         console.print(f"started run {spec.run} ({len(started)} of {len(plan.runs)})")
-    console.print(f"sweep {plan.name}: {len(started)} runs started; Kueue trains them one after another, in "
+    console.print(f"sweep {plan.name}: {counted(len(started), 'run')} started; Kueue trains them one after another, in "
                   f"the order their drivers submit train. Follow them with `tpu-rl runs {spec.recipe.name}`")
     console.print(escape(sweep_summary(session, plan)))
 

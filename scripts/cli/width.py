@@ -12,8 +12,9 @@ from rich.console import Console
 from rich.text import Text
 
 # A word, or a command in backquotes with what touches it ("(`tpu-rl runs x`;"): a command is never
-# broken, so a paste runs it as printed; one that must wrap starts a line of its own and ends it.
-_WORD = re.compile(r"[^\s`]*`[^`]*`\S*|\S+")
+# broken, so a paste runs it as printed; one that must wrap starts a line of its own and ends it. A shell's
+# line continuation (" \" ending a line of a command printed over several) stays with the word before it.
+_WORD = re.compile(r"[^\s`]*`[^`]*`\S*|\S+(?: \\$)?")
 
 
 def fit_text(text: Text, width: int, indent: int | None = None) -> Text:

@@ -6,6 +6,7 @@ token but never format it into a message.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from google.api_core import exceptions as gexc
@@ -32,12 +33,36 @@ def no_version_fix(settings: Settings) -> str:
     return f"add one with `tpu-rl secret set < token-file` (secret '{settings.hf_token_secret}')"
 
 
+# A Hugging Face user access token is hf_ and 34 letters today (gitleaks/gitleaks@7c56229a
+# cmd/generate/config/rules/huggingface.go, rule huggingface-access-token: `hf_[a-zA-Z]{34}`; the Hub's own
+# page, huggingface.co/docs/hub/security-tokens, gives no format). Digits and a length from 20 to
+# MAX_TOKEN_CHARS are let through, so a token of a later format still passes; what is refused is no token
+# at all: another service's key, a file piped by mistake (a 13-million-character one was once stored).
+TOKEN_SHAPE = re.compile(r"hf_[A-Za-z0-9]{20,}\Z")
+MAX_TOKEN_CHARS = 256
+TOKEN_READ_CHARS = 4 * MAX_TOKEN_CHARS  # what `secret set` reads of stdin: a longer input is refused unread
+_WHERE = ("copy a token from https://huggingface.co/settings/tokens and pipe it in, e.g. "
+          "`tpu-rl secret set < ~/.hf-token`")
+
+
 def clean_token(raw: str) -> str:
+    """The token on stdin, checked for shape and length before anything is sent or stored; a refusal names
+    only its length and whether it starts with hf_, never any of it."""
     token = raw.strip()
     if not token:
         raise UserError("no token on stdin: pipe it in, e.g. `tpu-rl secret set < ~/.hf-token`")
+    if len(token) > MAX_TOKEN_CHARS:
+        count = f"over {TOKEN_READ_CHARS}" if len(raw) >= TOKEN_READ_CHARS else str(len(token))
+        raise UserError(f"the token on stdin has {count} characters, over the {MAX_TOKEN_CHARS} a Hugging Face "
+                        f"token fits in (hf_ and 34 letters today): {_WHERE}")
     if any(ch.isspace() for ch in token):
         raise UserError("the token on stdin contains whitespace inside it: give exactly one token")
+    if not TOKEN_SHAPE.match(token):
+        rest = token[3:]
+        why = ("does not start with hf_" if not token.startswith("hf_") else "is too short"
+               if rest.isascii() and rest.isalnum() else "has a character other than a letter or digit after hf_")
+        raise UserError(f"the token on stdin ({len(token)} characters) {why}, so it is no Hugging Face access token "
+                        f"(hf_ and 34 letters today): {_WHERE}")
     return token
 
 

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Callable
 
 from tpu_rl.recipes import Recipe, Settings, UserError
+from tpu_rl.recipes.runs.identity import check_run_name
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.settings.checks import bucket_name_problem
-from tpu_rl.scripts.rundata.events import (EVENT_FILE_GLOB, Run, check_run_name, latest_scalar, missing_run, read_run,
+from tpu_rl.scripts.rundata.events import (EVENT_FILE_GLOB, Run, latest_scalar, missing_run, read_run,
                                     run_directory)
 from tpu_rl.scripts.rundata.records import record_differences
+from tpu_rl.scripts.words import counted
 
 __all__ = ["PICTURE_FORMATS", "Run", "collect", "latest_scalar", "picture_format", "run_directory", "source_label"]
 
@@ -137,8 +139,8 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
         loaded.append(with_record(found, recipe, settings, storage))
     if without_curves:
         if not loaded and not sources:
-            raise UserError(f"--sweep {sweep}: none of its {len(without_curves)} runs has curves yet (queued, or "
-                            f"not training yet): `tpu-rl runs {recipe.name}` shows where each is")
+            raise UserError(f"--sweep {sweep}: no curves yet in its {counted(len(without_curves), 'run')} (queued, "
+                            f"or not training yet): `tpu-rl runs {recipe.name}` shows where each is")
         say(f"--sweep {sweep}: no curves yet for {', '.join(without_curves)}; left out")
     for source in sources:
         label = source_label(source)

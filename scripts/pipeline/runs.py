@@ -22,6 +22,7 @@ from tpu_rl.scripts.rundata.evaluation import accuracy_change, after_training, e
 from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory
 from tpu_rl.scripts.rundata.records import record_differences
 from tpu_rl.scripts.rundata.tags import LOSS, REWARD_MEAN
+from tpu_rl.scripts.words import counted
 
 RESUMED_MARK = "*"  # `tpu-rl runs`: an accuracy at a resume, step unknown (RESUMED_NOTE)
 RESUMED_NOTE = "* at resume, step unknown: no evaluation before training was logged"
@@ -237,15 +238,15 @@ def best_of_sweep(runs: list[RunSummary], sweep: str) -> str:
     members = [run for run in runs if run.sweep == sweep]
     scored = [run for run in members if run.accuracy_post is not None]
     if not scored:
-        return (f"sweep {sweep}: {len(members)} runs, none evaluated after training yet; `tpu-rl runs` names "
-                "the best once they are")
+        return (f"sweep {sweep}: {counted(len(members), 'run')}, none evaluated after training yet; `tpu-rl runs` "
+                "names the best once they are")
     held_out = Counter(run.held_out for run in scored).most_common(1)[0][0]
     ranked = [run for run in scored if run.held_out == held_out]
     best = max(ranked, key=lambda run: run.accuracy_post)
     others = [f"{run.run} ({run.held_out})" for run in scored if run.held_out != held_out]
     apart = f"; not ranked, evaluated on another held-out set than {held_out}: {', '.join(others)}" if others else ""
     return (f"sweep {sweep}: best run {best.run}, held-out accuracy {best.accuracy_text} "
-            f"({len(ranked)} of {len(members)} runs evaluated){apart}")
+            f"({len(ranked)} of {counted(len(members), 'run')} evaluated){apart}")
 
 
 def list_runs(session: Session) -> RunList:

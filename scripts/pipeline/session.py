@@ -97,8 +97,9 @@ class Session:
         recipe, paths, run = self.recipe, self.paths, self.paths.run_name
         lines = ["next:"]
         if "export" in steps:
-            lines += [f"  the Hugging Face model is in {paths.hf_export}; download it with",
-                      f"    `gcloud storage cp -r {paths.hf_export} ./{run}`"]
+            # the URL alone takes most of 80 columns: the command goes on three lines, which a paste runs as one
+            lines += ["  download the Hugging Face model with", "    `gcloud storage cp -r \\",
+                      f"      {paths.hf_export} \\", f"      ./{run}`"]
         if set(steps) - {"convert"}:
             lines.append(f"  its curves: `tpu-rl metrics {recipe.name} --run {run} --png {run}.png`")
         if billing is not None:

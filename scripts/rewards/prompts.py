@@ -28,6 +28,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpu_rl.recipes import UserError
+from tpu_rl.recipes.user_text import read_text_file
+
 # rl.yml (0.2.3 and 0.2.4) and examples/chat_templates/gsm8k_rl.json of the wheels.
 TOKENS = {"reasoning_start_token": "<reasoning>", "reasoning_end_token": "</reasoning>",
           "solution_start_token": "<answer>", "solution_end_token": "</answer>"}
@@ -87,16 +90,30 @@ def _token(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def read_tokenizer_dir(directory: Path) -> ChatTemplate | None:
-    """The chat template and special tokens of a tokenizer directory, or None when it has no template."""
+# A tokenizer's configuration files with their chat template: a few KiB to a few MiB (a large added-token
+# table); the bound only keeps a wrong file from being read whole (recipes/user_text.py).
+TOKENIZER_FILE_MAX_BYTES = 64 * 1024 * 1024
+
+
+def read_tokenizer_dir(directory: Path, option: str = "--tokenizer") -> ChatTemplate | None:
+    """The chat template and special tokens of a tokenizer directory, or None when it has no template;
+    UserError naming `option` for a file there that is no text or no JSON."""
     config_file, jinja_file = directory / "tokenizer_config.json", directory / "chat_template.jinja"
-    try:
-        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
-        legacy_file = directory / "special_tokens_map.json"
-        legacy = json.loads(legacy_file.read_text()) if legacy_file.is_file() else {}
-    except ValueError as error:
-        raise ValueError(f"{config_file} is not JSON: {error}") from None
-    text = jinja_file.read_text() if jinja_file.is_file() else config.get("chat_template")
+    legacy_file = directory / "special_tokens_map.json"
+    fix = "pass a tokenizer directory as save_pretrained writes it"
+
+    def read(file: Path) -> str | None:
+        return read_text_file(file, option, fix, TOKENIZER_FILE_MAX_BYTES) if file.exists() else None
+
+    def json_of(file: Path) -> dict:
+        text = read(file)
+        try:
+            return json.loads(text) if text is not None else {}
+        except ValueError as error:
+            raise UserError(f"{option} {file} is not JSON ({error}): {fix}") from None
+
+    config, legacy = json_of(config_file), json_of(legacy_file)
+    text = read(jinja_file) if jinja_file.exists() else config.get("chat_template")
     if isinstance(text, list):  # several named templates: transformers uses "default"
         text = next((entry.get("template") for entry in text if entry.get("name") == "default"), None)
     if not isinstance(text, str) or not text:
@@ -134,7 +151,7 @@ def find_chat_template(repo: str | None, directory: Path | None = None) -> ChatT
     if directory is not None:
         return read_tokenizer_dir(directory)
     cached = cached_tokenizer(repo) if repo else None
-    return read_tokenizer_dir(cached) if cached else None
+    return read_tokenizer_dir(cached, f"the cached tokenizer of {repo}") if cached else None
 
 
 def render_chat(template_text: str, tokens: dict, messages: list, add_generation_prompt: bool = True) -> str:

@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 
 from tpu_rl.recipes import UserError
+from tpu_rl.scripts.knobs import seconds_env
 
 TIMEOUT_SECONDS = 60  # every wait has an end: importing and calling the functions on the sample rows
+CHECK_ENV = "TPU_RL_CHECK_SECONDS"  # a file whose imports take longer on a slow machine may be given more
+NOTICE_SECONDS = 2  # a check still running after this says what it waits for, and for how long at most
 
 # What both checks run first in the subprocess: argv[1] is the file, loaded as load_custom_callable does
 # (spec_from_file_location, a fresh module); `fail` prints the one JSON object of a refusal.
@@ -52,18 +55,30 @@ except BaseException as error:
     raised(error, "it")
 """
 def run_check(where: str, runner: str, path: Path, args: list[str]) -> dict:
-    """Run a check's script on the file in a clean interpreter (at most TIMEOUT_SECONDS); its one JSON line
-    of answer, or the UserError line of its refusal or of how it ended."""
+    """Run a check's script on the file in a clean interpreter (at most CHECK_ENV's seconds, TIMEOUT_SECONDS
+    unless set); its one JSON line of answer, or the UserError line of its refusal or of how it ended."""
+    bound = seconds_env(CHECK_ENV, TIMEOUT_SECONDS, zero_allowed=False)
+    process = subprocess.Popen([sys.executable, "-I", "-B", "-c", runner, str(path.resolve()), *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=path.parent)
     try:
-        result = subprocess.run([sys.executable, "-I", "-B", "-c", runner, str(path.resolve()), *args],
-                                capture_output=True, text=True, timeout=TIMEOUT_SECONDS, cwd=path.parent)
+        try:
+            stdout, stderr = process.communicate(timeout=min(NOTICE_SECONDS, bound))
+        except subprocess.TimeoutExpired:  # stderr: check-rewards' stdout is the scores
+            print(f"{where}: waiting for a clean Python to import {path.name} and call it on sample rows, at "
+                  f"most {bound:g} s", file=sys.stderr, flush=True)
+            stdout, stderr = process.communicate(timeout=max(0.0, bound - NOTICE_SECONDS))
     except subprocess.TimeoutExpired:
-        raise UserError(f"{where}: importing and calling it took over {TIMEOUT_SECONDS} s") from None
+        raise UserError(f"{where}: importing and calling it took over {bound:g} s ({CHECK_ENV}): make it return "
+                        "within seconds (a loop that never ends, or a wait on the network?)") from None
+    finally:  # the timeout, Ctrl-C: the check's interpreter never outlives the command
+        if process.poll() is None:
+            process.kill()
+            process.wait()
     try:
-        answer = json.loads(result.stdout.strip().splitlines()[-1])
+        answer = json.loads(stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"{where}: the check's subprocess ended with code {result.returncode}: {last[:200]}") from None
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"{where}: the check's subprocess ended with code {process.returncode}: {last[:200]}") from None
     if "error" in answer:
         text = f"{where}: {' '.join(answer['error'].split())[:300]}"
         if answer.get("missing_module"):

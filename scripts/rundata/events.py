@@ -159,14 +159,6 @@ def latest_scalars_in_bucket(storage, url: str, tags: Iterable[str]) -> dict[str
         return latest_scalars(files, tags) if files else {}
 
 
-def check_run_name(run: str) -> str:
-    """A run name as --run takes it: one directory under trained/ (MaxText joins it into the path as is)."""
-    if not run or "/" in run or run in (".", ".."):
-        raise UserError(f"--run '{run}' is not a run name: pass the name of one directory under the recipe's "
-                        "trained/ directory, without '/'")
-    return run
-
-
 def missing_run(run: str, recipe: Recipe, settings: Settings, storage) -> UserError:
     """The one line for a run with no event files: where we looked, and which runs there are."""
     url = run_directory(recipe, settings, run)

@@ -17,10 +17,15 @@ from tpu_rl.scripts.pipeline.session import Session, StatusReport, StepStatus
 from tpu_rl.scripts.rundata.progress import TrainProgress, last_train_step
 
 
+# A suspended JobSet waits in Kueue's queue: said so, without JobSet's own reason for it (SuspendedJobs),
+# which says nothing more (issue 37: `suspended (SuspendedJobs)`); the status note says what it waits for.
+QUEUED = "queued in Kueue"
+
+
 def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_pods: int,
                        now: datetime) -> tuple[str, str, str]:
     """The state, pods and time cells of one JobSet: a finished one shows "done" and how long it took."""
-    reason = f" ({state.reason})" if state.reason and state.phase != "succeeded" else ""
+    reason = f" ({state.reason})" if state.reason and state.phase not in ("succeeded", "suspended") else ""
     if state.phase in ("succeeded", "failed"):
         took = duration(state.created, state.finished)
         return state.phase + reason, "done", f"took {took}" if took else ""
@@ -28,7 +33,8 @@ def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_po
         return "absent", "", ""
     since = duration(state.created, now)
     pods = f"{counts.ready}/{expected_pods} ready" if counts is not None else ""
-    return state.phase + reason, pods, f"{since} elapsed" if since else ""
+    shown = QUEUED if state.phase == "suspended" else state.phase + reason
+    return shown, pods, f"{since} elapsed" if since else ""
 
 def status_gke(session: Session) -> StatusReport:
     """Each step's JobSet, with the state, step and ending scripts/pipeline/run_state.py decides for every
