@@ -10,7 +10,8 @@ One home for each concept (docs/development.md, "Layout"):
 - driver/: what the run's in-cluster driver may do and runs on;
 - fit/: the margin and the shipped figures the fit check judges a plan by (scripts/fit);
 - conventions.py: the names the stacks, the manifests and the CLI agree on;
-- errors.py: UserError, the one error type that reaches a person.
+- errors.py: UserError, the one error type that reaches a person;
+- outcome.py: how a command and a run end: exit codes, outcomes, transient or final, the retry policy.
 """
 
 from __future__ import annotations

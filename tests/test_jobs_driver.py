@@ -67,7 +67,7 @@ def test_one_driver_pod_at_a_time_on_the_system_pool_as_the_driver_with_no_deadl
     assert job["metadata"]["labels"][key] == value == job["spec"]["template"]["metadata"]["labels"][key]
     rules = spec["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    # the run's own endings (scripts/outcome.py ExitCode: a failed step, bad input, a missing output, an
+    # the run's own endings (recipes/outcome.py RUN_DECIDED: a failed step, bad input, a missing output, an
     # API's answer that will not change, an interrupt that was no SIGTERM) end the Job; what `drive` exits
     # for anything else matches no rule
     assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"] == {

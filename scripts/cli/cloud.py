@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from tpu_rl.recipes import STEPS, UserError
+from tpu_rl.recipes.outcome import PreflightFailed
 from tpu_rl.scripts.cli import core
 from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS_HELP, RUN_HELP, SELECT_SET_HELP,
                               MAX_COST_HELP, REPLACE_HELP, SET_HELP, SKIP_FIT_HELP, YES_HELP, SKIPPED_FIT, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app,
@@ -20,7 +21,6 @@ from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS
                               handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
 from tpu_rl.scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from tpu_rl.scripts.cloud.reach import REACH_ENV  # the first contact with an endpoint (default 20)
-from tpu_rl.scripts.outcome import PreflightFailed
 from tpu_rl.scripts.pipeline.platforms import platform_for
 
 if TYPE_CHECKING:
@@ -63,9 +63,9 @@ def make_session(spec: RunSpec, settings: Settings, bucket: BucketUse = "reads")
 
     A command that reads the bucket stops first, as `preflight` does, when GCS_BUCKET does not exist; one
     that writes checkpoints there (`run`) also when it is in another region (tpu_rl.scripts.cloud.gcs)."""
+    from tpu_rl.recipes.outcome import RetryPolicy
     from tpu_rl.scripts.cloud import gcs
     from tpu_rl.scripts.cloud.clients import Clients
-    from tpu_rl.scripts.cloud.retry import RetryPolicy
     from tpu_rl.scripts.pipeline.session import MAINTENANCE_GRACE_SECONDS, Session
 
     policy = RetryPolicy(base_delay=_float_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
@@ -362,7 +362,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 def _idle(session):
     """What the recipe's stack still bills with no run (scripts/pipeline/gke/billing.py), or why that is
     unknown: `runs` lists the bucket's runs whether or not the cluster answers."""
-    from tpu_rl.scripts.outcome import ApiError
+    from tpu_rl.recipes.outcome import ApiError
 
     try:
         return platform_for(session.recipe).idle(session), None

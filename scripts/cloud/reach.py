@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator, TypeVar
 
-from tpu_rl.scripts.outcome import ApiError
+from tpu_rl.recipes.outcome import ApiError
 
 REACH_ENV = "TPU_RL_REACH_SECONDS"  # how long the first contact with an endpoint may take (20)
 ANNOUNCE_AFTER_SECONDS = 2.0
@@ -60,7 +60,7 @@ def call_within(what: str, endpoint: str, seconds: float, call: Callable[[float]
     import requests
     from google.api_core import exceptions as gexc
 
-    from tpu_rl.scripts.outcome import describe
+    from tpu_rl.scripts.cloud.foreign import describe
 
     try:
         with reaching(what, endpoint, seconds):

@@ -220,7 +220,7 @@ def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:
     could not be read (no cluster configured or reachable): `runs` needs only the bucket."""
     import dataclasses
 
-    from tpu_rl.scripts.outcome import foreign_ending
+    from tpu_rl.scripts.cloud.foreign import foreign_outcome
     from tpu_rl.scripts.pipeline.platforms import platform_for
 
     if not any(run.status == "running" for run in listing.runs):
@@ -228,8 +228,8 @@ def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:
     try:
         places = platform_for(session.recipe).queue(session)
     except Exception as error:  # noqa: BLE001 -- UserError, ApiError or a client's own: said, not fatal
-        ending = foreign_ending(error)
-        return listing, f"(queue positions not read: {ending[1] if ending else error})"
+        ending = foreign_outcome(error)
+        return listing, f"(queue positions not read: {error if ending is None else ending})"
     runs = [dataclasses.replace(run, queued=places.get(run.run)) for run in listing.runs]
     return dataclasses.replace(listing, runs=runs), ""
 

@@ -18,13 +18,12 @@ from rich.console import Console
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Settings, Step, UserError
 from tpu_rl.recipes.costs.consent import Spend
+from tpu_rl.recipes.outcome import OutputMissing, RetryPolicy
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.runs.usual_values import has_unusual
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.clients import Clients
 from tpu_rl.scripts.cloud.kube import Cluster
-from tpu_rl.scripts.cloud.retry import RetryPolicy
-from tpu_rl.scripts.outcome import OutputMissing
 
 
 # How long `run` waits for a TPU VM that maintenance stopped to come back (scripts/pipeline/vm/checks.py),
