@@ -20,7 +20,7 @@ from tpu_rl.recipes import Settings, Step
 from tpu_rl.recipes.conventions import DRIVER_KSA, NAMESPACE, on_system_pool
 from tpu_rl.recipes.outcome import DRIVER_RETRY, RUN_DECIDED
 from tpu_rl.recipes.runs.spec import RunSpec, run_name
-from tpu_rl.recipes.settings.specs import BY_FIELD
+from tpu_rl.recipes.settings.specs import BY_FIELD, MissingSettings
 
 DRIVER_PREFIX = "tpu-rl-driver-"
 COMPONENT_LABEL = "tpu-rl/component"  # "driver": what `status` and `cancel` select the run's driver by
@@ -110,7 +110,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     for field in DRIVER_SETTINGS:
         try:
             value = getattr(settings, field)
-        except Exception:  # a setting the user's command did not need and nobody set
+        except MissingSettings:  # a setting the user's command did not need and nobody set
             continue
         if field == "zone":
             value = ",".join(settings.zones)
