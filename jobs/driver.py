@@ -13,13 +13,14 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from tpu_rl.jobs.driver_runtime import (DRIVER_CONTAINER, INSTALL_RETRY, DriverRuntime, driver_container,
-                                        driver_node_selector, driver_pod_annotations, driver_volumes)
+from tpu_rl.jobs.driver_runtime import (DRIVER_CONTAINER, DriverRuntime, driver_container, driver_node_selector,
+                                        driver_pod_annotations, driver_volumes)
 from tpu_rl.jobs.k8s import RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, run_labels
 from tpu_rl.recipes import Settings, Step
 from tpu_rl.recipes.conventions import DRIVER_KSA, NAMESPACE, on_system_pool
+from tpu_rl.recipes.outcome import DRIVER_RETRY, RUN_DECIDED
 from tpu_rl.recipes.runs.spec import RunSpec, run_name
-from tpu_rl.recipes.settings.specs import BY_FIELD
+from tpu_rl.recipes.settings.specs import BY_FIELD, MissingSettings
 
 DRIVER_PREFIX = "tpu-rl-driver-"
 COMPONENT_LABEL = "tpu-rl/component"  # "driver": what `status` and `cancel` select the run's driver by
@@ -32,16 +33,11 @@ REQUEST_VOLUME = "tpu-rl-request"
 # doubles from 10 s to 6 min (kubernetes.io/docs/concepts/workloads/controllers/job, "Pod backoff failure
 # policy"): 8 failures span about 20 min, longer than a GKE control plane upgrade keeps the API away.
 DRIVER_BACKOFF_LIMIT = 8
-# The endings the run itself decided (scripts/outcome.py ExitCode: 1 a step failed, 2 bad input, 3 an
-# output missing, 4 an API's answer that will not change (ApiError.transient False: a rejected request, a
-# conflicting JobSet, a log unread past its bound), 130 interrupted by other than SIGTERM): the Job fails
-# at once, never runs it again.
-OUTCOME_EXIT_CODES = (1, 2, 3, 4, 130)
-# Every other ending of `drive` (a transient API error: unreachable, 5xx or 429 after its retries, no credentials yet on a new node, a
-# crash, SIGTERM) exits with this code (EX_TEMPFAIL of sysexits.h), which matches no FailJob rule and so
-# counts toward backoffLimit (kubernetes.io/docs/tasks/job/pod-failure-policy: rules in order, an
-# unmatched failure counts); so do a SIGKILL (137) and an OOM kill.
-RETRY_EXIT_CODE = INSTALL_RETRY  # the install script retries the same way (jobs/driver_runtime.py)
+# The endings the run itself decided fail the Job at once, never run again; every other ending of `drive`
+# exits RETRY_EXIT_CODE, which counts toward backoffLimit, as do a SIGKILL (137) and an OOM kill. Both come
+# from recipes/outcome.py, the one home of the codes; the install script retries the same way.
+OUTCOME_EXIT_CODES = tuple(int(code) for code in RUN_DECIDED)
+RETRY_EXIT_CODE = DRIVER_RETRY
 # The driver ends within seconds of SIGTERM (scripts/cli/drive.py); past this the kubelet kills it.
 DRIVER_GRACE_SECONDS = 15
 # The settings the driver reads (the non-secret ones `run` needs, and the capacity choices).
@@ -114,7 +110,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     for field in DRIVER_SETTINGS:
         try:
             value = getattr(settings, field)
-        except Exception:  # a setting the user's command did not need and nobody set
+        except MissingSettings:  # a setting the user's command did not need and nobody set
             continue
         if field == "zone":
             value = ",".join(settings.zones)

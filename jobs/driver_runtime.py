@@ -17,6 +17,7 @@ from tpu_rl.jobs.k8s import container_security
 from tpu_rl.recipes import conventions
 from tpu_rl.recipes.driver.runtime import (BUCKET_PREFIX, NODE_ARCH, SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB,
                                            LockedWheel)
+from tpu_rl.recipes.outcome import DRIVER_RETRY, ExitCode
 
 DRIVER_CONTAINER = "driver"
 FILES_DIR = "/opt/tpu-rl-driver/files"  # gs://BUCKET/<BUCKET_PREFIX>/, read-only
@@ -88,8 +89,9 @@ def requirements_text(wheels: tuple[LockedWheel, ...], package_wheel: str, packa
 # How the install ends for the driver's Job (jobs/driver.py podFailurePolicy): a failed or slow install, or
 # a bucket mount not ready yet, is retried as the driver's own transient failures are (EX_TEMPFAIL); a
 # staged file changed in the bucket is bad input the user must clear (2), never retried.
-INSTALL_RETRY = 75
-STAGED_FILE_CHANGED = 2
+INSTALL_RETRY = DRIVER_RETRY
+STAGED_FILE_CHANGED = int(ExitCode.BAD_INPUT)
+
 
 def install_script() -> str:
     """bash: install the runtime once per pod (into a directory named for its version, moved into place

@@ -12,7 +12,8 @@ One home for each concept (docs/development.md, "Layout"):
 - conventions.py: the names the stacks, the manifests and the CLI agree on;
 - names.py: the one rule of a name tpu-rl takes or makes (a recipe's, a run's, a sweep's);
 - user_text.py: reading a file the user names, refused in one line unless it is a small UTF-8 text file;
-- errors.py: UserError, the one error type that reaches a person.
+- errors.py: UserError, the one error type that reaches a person;
+- outcome.py: how a command and a run end: exit codes, outcomes, transient or final, the retry policy.
 """
 
 from __future__ import annotations

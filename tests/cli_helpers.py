@@ -31,10 +31,10 @@ from peers.event_files import put_event_files
 from peers.fixtures import SETTINGS, peer_settings, put_checkpoint, put_step_output, spec_of
 from peers.google_apis import CPU_QUOTAS
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.settings.specs import SPECS
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 TPU_RL = Path(sys.executable).parent / "tpu-rl"

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from peers.fixtures import CONTEXT, TOKEN, put_step_output, _free_port
 from peers.kube_api import write_kubeconfig
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

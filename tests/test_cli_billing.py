@@ -30,8 +30,8 @@ from peers.simulated_run import put_idle_cluster_nodes
 from peers.tf_state import cluster_state, leftover_state, put_state
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.costs.prices import load_prices, usd
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 STATE_BUCKET = f"{SETTINGS['GCS_BUCKET']}-tf-state"  # peers/tf_state.py put_state

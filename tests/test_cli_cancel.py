@@ -12,9 +12,9 @@ from peers.fixtures import SETTINGS, deploy_vm, peer_settings, put_step_output, 
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.jobs.vm import LOG_TAG, STARTING
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.cloud import gcs as bucket
-from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

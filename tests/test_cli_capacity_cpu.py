@@ -15,8 +15,8 @@ from tpu_rl.jobs import jobset_name
 from peers.jobset_life import UNSCHEDULABLE
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.capacity.modes import DEFAULT_WAIT_SECONDS, parse_capacity_wait
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "gemma4-v6e64"  # its CPU pool is c4d-standard-96 (recipes/recipes.toml)
 CONVERT = jobset_name(spec_of(get_recipe(RECIPE)), "convert")

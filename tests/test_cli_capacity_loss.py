@@ -15,8 +15,8 @@ from peers.fixtures import peer_settings, spec_of
 from peers.jobset_life import UNSCHEDULABLE
 from peers.jobset_plan import Plan
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 

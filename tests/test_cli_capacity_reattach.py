@@ -16,7 +16,7 @@ from tpu_rl.jobs import jobset_name, render_manifests
 from peers import kueue
 from peers.fixtures import peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe, load_settings
-from tpu_rl.scripts.outcome import ExitCode
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
 
 runner = CliRunner()

@@ -14,7 +14,7 @@ from kubernetes import config as k8s_config
 from cli_helpers import RECIPE, TRAIN, error_line, run_train, succeeds
 from peers.kube_api import GROUP_PATH
 from peers.settings import spec_of
-from tpu_rl.scripts.outcome import ExitCode
+from tpu_rl.recipes.outcome import ExitCode
 
 def test_a_jobset_replaced_by_one_of_the_same_name_is_not_deleted_by_a_run_whose_step_fell_short(cloud, monkeypatch):
     kube = cloud["kube"]

@@ -18,8 +18,8 @@ from cli_helpers import fits_80_columns_with_whole_paths
 from tpu_rl.jobs import render_manifests
 from peers.fixtures import jobset_of, peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

@@ -15,8 +15,8 @@ from peers.fixtures import jobset_of, put_step_output, spec_of
 from peers.http import Fault
 from tpu_rl.jobs.driver import DRIVER_BACKOFF_LIMIT
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
@@ -301,8 +301,9 @@ def test_replace_deletes_the_failed_jobset_and_submits_again(cloud):
 def test_backoff_doubles_up_to_the_cap_and_honours_retry_after():
     from kubernetes.client.exceptions import ApiException
 
-    from tpu_rl.scripts.cloud.retry import RetryPolicy, call
-    from tpu_rl.scripts.outcome import ApiError
+    from tpu_rl.recipes.outcome import RetryPolicy
+    from tpu_rl.scripts.cloud.retry import call
+    from tpu_rl.recipes.outcome import ApiError
 
     slept: list[float] = []
     policy = RetryPolicy(attempts=5, base_delay=1.0, max_delay=5.0, sleep=slept.append)

@@ -29,8 +29,8 @@ from peers.fixtures import REPO, VENV_BIN, jobset_of, peer_settings, put_step_ou
 from peers.kubelet import ProcessKubelet
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.conventions import NAMESPACE
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 DRIVER = driver_name(spec_of(get_recipe(RECIPE)))
@@ -299,23 +299,23 @@ def test_drive_exits_so_that_its_job_retries_every_ending_the_run_did_not_decide
     """The Job's podFailurePolicy fails it at once on OUTCOME_EXIT_CODES; anything else counts toward
     backoffLimit and starts the driver again (an API away, a new node's metadata server not ready)."""
     from tpu_rl.recipes import UserError
-    from tpu_rl.recipes.errors import NotDeployed
+    from tpu_rl.recipes.outcome import ApiError, CredentialsMissing, Interrupted, OutputMissing, StepFailed
     from tpu_rl.scripts.cli import drive
-    from tpu_rl.scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
 
-    kinds = {"ApiError": ApiError, "NotDeployed": NotDeployed, "RuntimeError": RuntimeError,
-             "StepFailed": StepFailed, "UserError": UserError, "OutputMissing": OutputMissing,
+    kinds = {"ApiError": ApiError, "RuntimeError": RuntimeError, "StepFailed": StepFailed, "UserError": UserError,
+             "OutputMissing": OutputMissing,
              "Interrupted": Interrupted, "SIGTERM": Interrupted}  # the pipeline's ending after a SIGTERM
     if error == "SIGTERM":
         monkeypatch.setattr(drive, "_sigterm", threading.Event())
         drive._sigterm.set()
-    message = ("no Google credentials (DefaultCredentialsError): run `gcloud auth application-default login` (or "
-               "set GOOGLE_APPLICATION_CREDENTIALS)")
+    cause = "no Google credentials (DefaultCredentialsError)"  # as scripts/cloud/clients.py raises it
 
     def fail(console, path, in_cluster):
         if error == "Terminated":
             raise drive.Terminated()
-        raise kinds[error]("a bug" if error == "RuntimeError" else message)
+        if error == "NotDeployed":  # a NotDeployed: no credentials yet on a new node
+            raise CredentialsMissing(f"{cause}: run `gcloud auth application-default login`", cause=cause)
+        raise kinds[error]("a bug" if error == "RuntimeError" else "the step ended")
 
     monkeypatch.setattr(drive, "_drive", fail)
     out = io.StringIO()

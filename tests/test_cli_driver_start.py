@@ -18,8 +18,8 @@ from peers.pod_start import NO_ROOM, mount_error
 from tpu_rl.jobs.driver import driver_name
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 DRIVER = driver_name(spec_of(get_recipe(RECIPE)))
 BUCKET = peer_settings().gcs_bucket

@@ -15,8 +15,8 @@ from contracts.tunix_log import train_step_line
 from tpu_rl.jobs import render_manifests
 from peers.fixtures import peer_settings, put_step_output, spec_of
 from tpu_rl.recipes.driver.runtime import BUCKET_PREFIX
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

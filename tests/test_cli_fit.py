@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 from peers.fixtures import put_step_output
 from tpu_rl.jobs.fit import compile_request
 from tpu_rl.recipes import example_settings, get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.fit import compiler
-from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 TOO_BIG = ["--set", "batch_size=256", "--set", "train_micro_batch_size=256"]

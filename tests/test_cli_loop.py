@@ -14,8 +14,8 @@ from tpu_rl.jobs import render_manifests, render_startup_script
 from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from peers.fixtures import SETTINGS, deploy_vm, jobset_of, peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe, load_settings
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 VM_RECIPE = "llama31-v6e8"

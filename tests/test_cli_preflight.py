@@ -6,8 +6,8 @@ from typer.testing import CliRunner
 
 from cli_helpers import CONSOLE, with_quota
 from peers.fixtures import SETTINGS, _free_port, make_bucket
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 ZONE = SETTINGS["ZONE"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from peers.fixtures import SETTINGS, TOKEN, _free_port
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"

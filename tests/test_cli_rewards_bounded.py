@@ -9,7 +9,7 @@ import time
 from typer.testing import CliRunner
 
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.rewards import subprocess_run
 
 runner = CliRunner()

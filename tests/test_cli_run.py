@@ -13,8 +13,8 @@ from peers import simulated_run
 from peers.fixtures import TOKEN, jobset_of, put_step_output, spec_of
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.conventions import CHECK_FAILED_PREFIX
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 from tpu_rl.scripts.rundata.progress import TrainProgress, last_train_step
 
 RECIPE = "qwen3-v6e32"

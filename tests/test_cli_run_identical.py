@@ -75,8 +75,8 @@ def test_a_jobset_submitted_meanwhile_with_another_spec_is_still_a_conflict(clou
     from tpu_rl.jobs import render_manifests
     from tpu_rl.jobs.k8s import SPEC_DIGEST_ANNOTATION
     from peers.fixtures import peer_settings
+    from tpu_rl.recipes.outcome import ExitCode
     from tpu_rl.scripts.cli import app
-    from tpu_rl.scripts.outcome import ExitCode
 
     recipe, kube = get_recipe(RECIPE), cloud["kube"]
     put_step_output(cloud["gcs"], recipe, "convert")

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from peers.fixtures import REPO, VENV_BIN, _free_port
 from peers.hf_hub import ACCOUNT, MODELS
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.cli.core import SECRET_AS_ARGUMENT
-from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 NEW_TOKEN = "hf_NEWsentinel987654321"

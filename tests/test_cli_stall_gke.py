@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from tpu_rl.jobs.evaluate import eval_run_name
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 
@@ -205,8 +205,8 @@ def failing_reads(monkeypatch, fails) -> list:
     n counting from 1; returns the pods read, one a call. The attached `run`'s reads of its driver's log
     are not counted: the reads are the pipeline's, which the driver makes."""
     from tpu_rl.jobs.driver import DRIVER_PREFIX
+    from tpu_rl.recipes.outcome import ApiError
     from tpu_rl.scripts.cloud.kube import Cluster
-    from tpu_rl.scripts.outcome import ApiError
 
     read, calls = Cluster.read_log, []
 

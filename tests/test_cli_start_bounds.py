@@ -18,8 +18,8 @@ from cli_helpers import CONVERT, RECIPE, TRAIN, error_line, run_record, run_trai
 from tpu_rl.jobs.k8s import MAIN_CONTAINER
 from peers.fixtures import put_step_output
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 RERUN = f"then rerun `tpu-rl run {RECIPE} --steps train`"

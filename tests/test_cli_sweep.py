@@ -16,11 +16,11 @@ from peers.fixtures import peer_settings, spec_of
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.costs.prices import usd
 from tpu_rl.recipes.costs.run import pipeline_run_estimate
+from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.recipes.runs.identity import check_run_name
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.runs.sweeps import parse_grid
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ApiError
 
 RECIPE = "qwen3-v6e32"
 GRID = ["--grid", "learning_rate=1e-6,3e-6,1e-5", "--grid", "rl.grpo_beta=0.04,0.08"]

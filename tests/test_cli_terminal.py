@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from cli_helpers import ctrl_c_at_the_prompt
 from peers.fixtures import peer_settings, spec_of
 from tpu_rl.recipes import all_recipes, get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.recipes.settings.specs import CONFIG_ENV, SPECS
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 REPO = Path(__file__).resolve().parents[1]
 TPU_RL = Path(sys.executable).parent / "tpu-rl"

@@ -18,8 +18,8 @@ import pytest
 
 from peers.fixtures import CONTEXT, REPO, TOKEN, VENV_BIN, _free_port
 from peers.kube_api import write_kubeconfig
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cloud.reach import ANNOUNCE_AFTER_SECONDS
-from tpu_rl.scripts.outcome import ExitCode
 
 RECIPE = "qwen3-v6e32"
 REACH = 6  # seconds (TPU_RL_REACH_SECONDS)

@@ -16,8 +16,8 @@ from tpu_rl.jobs.vm import DONE, STARTING
 from peers.fixtures import put_step_output, peer_settings, spec_of
 from peers.google_apis import SERIAL_BUFFER
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 from vm_helpers import ATTEMPT, PATHS, RECIPE, RUN, VM, ago, begin, boot_and_show, clock, console, every_step, finish, guest, line, progress, put, run_fails, run_finds_it_ended, vm  # noqa: F401 (clock, guest, vm: fixtures)
 
 runner = CliRunner()

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import error_line
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 from vm_helpers import ATTEMPT, PATHS, RECIPE, RUN, VM, begin, boot_and_show, clock, finish, guest, put, run_fails, run_finds_it_ended, the_vm_goes_away, vm  # noqa: F401 (clock, guest, vm: fixtures)
 
 runner = CliRunner()

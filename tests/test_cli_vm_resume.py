@@ -18,8 +18,8 @@ from cli_helpers import error_line
 from tpu_rl.jobs.vm import CANCELLED
 from peers.fixtures import SETTINGS, deploy_vm
 from peers.http import Fault
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 from vm_helpers import PATHS, RECIPE, VM, ago, begin, boot_and_show, clock, finish, guest, put, the_vm_goes_away, vm  # noqa: F401 (clock, guest, vm: fixtures)
 
 runner = CliRunner()

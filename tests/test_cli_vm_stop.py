@@ -16,8 +16,8 @@ from cli_helpers import error_line, fits_80_columns_with_whole_paths
 from tpu_rl.jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, STOP_COMMAND
 from peers.fixtures import SETTINGS, deploy_vm, put_step_output
 from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 from vm_helpers import PATHS, RECIPE, RUN, VM, begin, boot_and_show, clock, console, finish, guest, put, vm  # noqa: F401 (clock, guest, vm: fixtures)
 
 runner = CliRunner()

@@ -368,10 +368,10 @@ def test_every_tpu_rl_environment_knob_the_code_reads_is_in_the_settings_table()
 
 def test_the_pages_state_the_maintenance_grace_the_code_uses():
     """docs/settings.md said 1200 while `run` waited 3600 (issue 25, section 4): both pages that name the knob
-    state the one default, tpu_rl.scripts.pipeline.session.MAINTENANCE_GRACE_SECONDS."""
-    from tpu_rl.scripts.pipeline.session import MAINTENANCE_GRACE_SECONDS
+    state the one default, the tuning setting's (recipes/settings/tuning.py)."""
+    from tpu_rl.recipes.settings.tuning import MAINTENANCE_GRACE
 
-    default = f"default {MAINTENANCE_GRACE_SECONDS:g}"
+    default = f"default {MAINTENANCE_GRACE.default:g}"
     settings_row = next(line for line in (REPO / "docs" / "settings.md").read_text().splitlines()
                         if line.startswith("| `TPU_RL_MAINTENANCE_GRACE_SECONDS` |"))
     pipeline = " ".join((REPO / "docs" / "pipeline.md").read_text().split())

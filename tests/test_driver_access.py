@@ -30,7 +30,7 @@ from peers.jobset_plan import Plan
 from peers.kube_api import RequestInfo, request_info
 from tpu_rl.recipes import STEPS, conventions, get_recipe
 from tpu_rl.recipes.driver.access import DRIVER_RULES, AccessRule
-from tpu_rl.scripts.outcome import Outcome, StepFailed
+from tpu_rl.recipes.outcome import Outcome, StepFailed
 
 
 # Non-resource URLs every authenticated user may GET: Kubernetes' default ClusterRole system:discovery,

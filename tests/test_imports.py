@@ -44,7 +44,7 @@ def test_the_graph_sees_both_kinds_of_import():
     # a module-level one (the CLI's outcome) and one inside a function (the CLI's plan-review command)
     graph = import_graph()
     cli = {name for name in MODULES if _within(name, "tpu_rl.scripts.cli")}
-    assert {"tpu_rl.scripts.outcome", "tpu_rl.scripts.plan_review"} <= set().union(*(graph[name] for name in cli))
+    assert {"tpu_rl.recipes.outcome", "tpu_rl.scripts.plan_review"} <= set().union(*(graph[name] for name in cli))
 
 
 def test_the_graph_covers_everypackage_of():

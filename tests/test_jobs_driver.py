@@ -67,7 +67,7 @@ def test_one_driver_pod_at_a_time_on_the_system_pool_as_the_driver_with_no_deadl
     assert job["metadata"]["labels"][key] == value == job["spec"]["template"]["metadata"]["labels"][key]
     rules = spec["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    # the run's own endings (scripts/outcome.py ExitCode: a failed step, bad input, a missing output, an
+    # the run's own endings (recipes/outcome.py RUN_DECIDED: a failed step, bad input, a missing output, an
     # API's answer that will not change, an interrupt that was no SIGTERM) end the Job; what `drive` exits
     # for anything else matches no rule
     assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"] == {
@@ -118,3 +118,18 @@ def test_a_request_differs_by_what_the_run_does_not_by_how_run_meets_it():
     assert request_digest(request, {}, env) != request_digest(request, {"r.py": "x"}, env)
     # another CAPACITY is another request: a second `run` with it does not attach silently
     assert request_digest(request, {}, env) != request_digest(request, {}, {**env, "CAPACITY": "spot"})
+
+
+def test_a_setting_nobody_set_is_left_out_and_any_other_error_is_not_swallowed(monkeypatch):
+    """settings_env skips exactly a setting the command did not need and nobody set (MissingSettings); a
+    field that is no setting is a bug, raised, not a missing env var in the driver's pod."""
+    from tpu_rl import jobs
+    from tpu_rl.recipes import load_settings
+
+    settings = load_settings({"PROJECT": "my-project-1", "GCS_BUCKET": "my-bucket-1"}, needs=("project", "gcs_bucket"))
+    env = settings_env(settings)
+    assert env["PROJECT"] == "my-project-1" and env["GCS_BUCKET"] == "my-bucket-1"
+    assert not {"REGION", "ZONE", "CLUSTER_NAME"} & set(env)
+    monkeypatch.setattr(jobs.driver, "DRIVER_SETTINGS", (*jobs.driver.DRIVER_SETTINGS, "no_such_setting"))
+    with pytest.raises(AttributeError):
+        settings_env(SETTINGS)

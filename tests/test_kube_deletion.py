@@ -33,8 +33,8 @@ def _train_manifest(grace: int | None = None) -> dict:
 
 
 def _cluster(said: list[str] | None = None):
+    from tpu_rl.recipes.outcome import RetryPolicy
     from tpu_rl.scripts.cloud.kube import Cluster, api_client_for
-    from tpu_rl.scripts.cloud.retry import RetryPolicy
 
     settings = peer_settings()
     told = {"say": said.append} if said is not None else {}
@@ -86,7 +86,7 @@ def test_every_delete_we_make_puts_its_options_in_the_body(cloud):
 def test_the_wait_after_a_foreground_delete_is_bounded_by_the_pods_grace_period_and_says_so(cloud, monkeypatch):
     """Pods that never stop: the wait ends after their grace period and the collector's minute, naming both."""
     from tpu_rl.scripts.cloud import deletion
-    from tpu_rl.scripts.outcome import ApiError
+    from tpu_rl.recipes.outcome import ApiError
 
     kube = cloud["kube"]
     kube.pod_stop_passes = 10**9

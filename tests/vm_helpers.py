@@ -17,8 +17,8 @@ from tpu_rl.jobs.vm import DONE, LOG_TAG, STARTING
 from peers.fixtures import SETTINGS, TOKEN, deploy_vm, peer_settings, put_step_output, spec_of
 from peers.vm_guest import Guest
 from tpu_rl.recipes import example_settings, get_recipe
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from tpu_rl.scripts.outcome import ExitCode
 
 runner = CliRunner()
 RECIPE = "llama31-v6e8"

@@ -103,12 +103,17 @@ EXAMPLE: Mapping[str, str] = {
 EXAMPLE_OVERLAYS = {"capacity"}
 
 
-def missing_settings(specs: Sequence[SettingSpec]) -> UserError:
+class MissingSettings(UserError):
+    """Settings a command needs (or reads) that nobody set: bad input, and a type of its own so that a reader
+    for whom an unset setting is no error (jobs/driver.py settings_env) tells it from any other."""
+
+
+def missing_settings(specs: Sequence[SettingSpec]) -> MissingSettings:
     """The one line for settings a command needs and nobody set: every one at once, so one run shows the
     whole fix. The same line in every command (NEEDS says which needs what)."""
     names, verb = _listed([spec.env for spec in specs]), "is" if len(specs) == 1 else "are"
     exports = " ".join(f"{spec.env}=<{spec.help}>" for spec in specs)
-    return UserError(f"{names} {verb} not set: export {exports} or set "
+    return MissingSettings(f"{names} {verb} not set: export {exports} or set "
                      f"{_listed([spec.field for spec in specs])} in {DEFAULT_CONFIG}")
 
 def _listed(names: list[str]) -> str:

@@ -5,59 +5,49 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 
 from tpu_rl.recipes import STEPS, UserError
+from tpu_rl.recipes.outcome import PreflightFailed
+from tpu_rl.recipes.settings.tuning import MAINTENANCE_GRACE, POLL, REACH, retry_policy
 from tpu_rl.scripts.cli import core
 from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS_HELP, RUN_HELP, SELECT_SET_HELP,
                               MAX_COST_HELP, REPLACE_HELP, SET_HELP, SKIP_FIT_HELP, YES_HELP, SKIPPED_FIT, UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, app,
                               cloud_recipe, cloud_settings,
                               handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
 from tpu_rl.scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
-from tpu_rl.scripts.cloud.reach import REACH_ENV  # the first contact with an endpoint (default 20)
-from tpu_rl.scripts.knobs import seconds_env
-from tpu_rl.scripts.outcome import PreflightFailed
 from tpu_rl.scripts.pipeline.platforms import platform_for
 
 if TYPE_CHECKING:
     from tpu_rl.recipes import Settings
     from tpu_rl.recipes.runs.spec import RunSpec
 
-POLL_ENV = "TPU_RL_POLL_SECONDS"  # how often `run` polls while waiting (default 15)
-RETRY_DELAY_ENV = "TPU_RL_RETRY_BASE_SECONDS"  # first backoff delay of API retries (default 1)
-REQUEST_TIMEOUT_ENV = "TPU_RL_REQUEST_TIMEOUT_SECONDS"  # per Kubernetes API request (default 30)
-MAINTENANCE_GRACE_ENV = "TPU_RL_MAINTENANCE_GRACE_SECONDS"  # a stopped TPU VM's time to return
-
 
 def reach_seconds() -> float:
     """How long the first contact with an endpoint may take in all (tpu_rl.scripts.cloud.reach)."""
-    return seconds_env(REACH_ENV, 20.0, zero_allowed=False)
+    return REACH.seconds()
 
 
 BucketUse = Literal["reads", "writes", "none"]
 
 
 def make_session(spec: RunSpec, settings: Settings, bucket: BucketUse = "reads"):
-    """The one place a pipeline Session is built (tests replace sleeps through the env knobs above).
+    """The one place a pipeline Session is built, with the tuning settings (recipes/settings/tuning.py: tests
+    shorten the sleeps through them).
 
     A command that reads the bucket stops first, as `preflight` does, when GCS_BUCKET does not exist; one
     that writes checkpoints there (`run`) also when it is in another region (tpu_rl.scripts.cloud.gcs)."""
     from tpu_rl.scripts.cloud import gcs
     from tpu_rl.scripts.cloud.clients import Clients
-    from tpu_rl.scripts.cloud.retry import RetryPolicy
-    from tpu_rl.scripts.pipeline.session import MAINTENANCE_GRACE_SECONDS, Session
+    from tpu_rl.scripts.pipeline.session import Session
 
-    policy = RetryPolicy(base_delay=seconds_env(RETRY_DELAY_ENV, 1.0, zero_allowed=True),
-                         request_timeout=seconds_env(REQUEST_TIMEOUT_ENV, 30.0, zero_allowed=False),
-                         reach_seconds=reach_seconds())
+    policy = retry_policy()
     clients = Clients(settings, reach_seconds=policy.reach_seconds)
     session = Session(spec, settings, clients, console=make_console(), policy=policy,
-                      poll_interval=seconds_env(POLL_ENV, 15.0, zero_allowed=True), sleep=policy.sleep,
-                      maintenance_grace=seconds_env(MAINTENANCE_GRACE_ENV, MAINTENANCE_GRACE_SECONDS, zero_allowed=True),
+                      poll_interval=POLL.seconds(), sleep=policy.sleep, maintenance_grace=MAINTENANCE_GRACE.seconds(),
                       confirm=core.asker())
     if bucket != "none":
         gcs.require_bucket(session.clients.storage(), settings, writes=bucket == "writes",
@@ -345,7 +335,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 def _idle(session):
     """What the recipe's stack still bills with no run (scripts/pipeline/gke/billing.py), or why that is
     unknown: `runs` lists the bucket's runs whether or not the cluster answers."""
-    from tpu_rl.scripts.outcome import ApiError
+    from tpu_rl.recipes.outcome import ApiError
 
     try:
         return platform_for(session.recipe).idle(session), None

@@ -1,7 +1,7 @@
 """The `tpu-rl` Typer app, and how every command ends.
 
 Every command ends through `handled`: bad input prints one line and exits 2 without a traceback, other
-outcomes get their own exit code (tpu_rl.scripts.outcome.ExitCode, documented in docs/pipeline.md). Usage errors
+outcomes get their own exit code (tpu_rl.recipes.outcome.ExitCode, documented in docs/pipeline.md). Usage errors
 (a missing argument, an unknown option) are one line too, exit 2 (`_OneLineErrors`).
 """
 
@@ -19,8 +19,9 @@ from typer.core import TyperGroup
 
 from tpu_rl.recipes import STEPS, Step, UserError, get_recipe, load_settings
 from tpu_rl.recipes.costs.consent import COSTLY_RATIO
+from tpu_rl.recipes.outcome import EXIT_CODES_HELP, ExitCode, Interrupted, Outcome, Reported, exit_code
 from tpu_rl.recipes.settings.specs import needs
-from tpu_rl.scripts.outcome import EXIT_CODES_HELP, ExitCode, Interrupted, Outcome, Reported, foreign_ending
+from tpu_rl.scripts.cloud.foreign import foreign_outcome
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -263,19 +264,23 @@ def handled(command):
     return wrapper
 
 
-def ending_of(error: BaseException) -> tuple[int, str]:
-    """The exit code and one line of an expected ending (bad input, an outcome, Ctrl-C, a cloud library's
-    exception, classified without importing any); anything else is raised again, a bug to see whole."""
-    if isinstance(error, UserError):
-        return ExitCode.BAD_INPUT, str(error)
-    if isinstance(error, Outcome):
-        return error.code, str(error)
+def outcome_of(error: BaseException) -> UserError | Outcome:
+    """The expected ending an exception is (bad input, an outcome, Ctrl-C, a cloud library's exception,
+    classified by type without importing any); anything else is raised again, a bug to see whole."""
+    if isinstance(error, (UserError, Outcome)):
+        return error
     if isinstance(error, KeyboardInterrupt):
-        return ExitCode.INTERRUPTED, "interrupted"
-    ending = foreign_ending(error)
-    if ending is None:
+        return Interrupted("interrupted")
+    outcome = foreign_outcome(error)
+    if outcome is None:
         raise error
-    return ending
+    return outcome
+
+
+def ending_of(error: BaseException) -> tuple[int, str]:
+    """The exit code and one line of an expected ending (outcome_of)."""
+    outcome = outcome_of(error)
+    return exit_code(outcome), str(outcome)
 
 
 def cloud_settings(command: str, platform: Platform = "gke", allow_example: bool = False) -> Settings:

@@ -4,11 +4,11 @@ and Workload Identity for the bucket) and runs the same pipeline (Platform.drive
 plain console: no terminal, no colours, no live display, one line per event, each flushed. Its exit code
 and its last line are the run's outcome; `run` shows both.
 
-Its exit code tells the driver's Job what to do (jobs/driver.py podFailurePolicy): an ending the run
-decided (a step failed, bad input, an output missing, an API's answer that will not change, an interrupt
-that was no SIGTERM: `drive` run by hand) ends the Job; any other (a transient API error: unreachable,
-5xx or 429 after its retries; no credentials yet, a crash, SIGTERM) exits RETRY_EXIT_CODE, and the Job
-starts it again.
+Its exit code tells the driver's Job what to do (jobs/driver.py podFailurePolicy, from recipes/outcome.py):
+an ending the run decided (a step failed, bad input, an output missing, an API's answer that will not
+change, an interrupt that was no SIGTERM: `drive` run by hand) ends the Job; any other (a transient API
+error: unreachable, 5xx or 429 after its retries; no credentials yet, a crash, SIGTERM) exits DRIVER_RETRY,
+and the Job starts it again. Which is which is the table _RETRIED, by type.
 """
 
 from __future__ import annotations
@@ -20,11 +20,14 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import TextIO
+from typing import Any, Callable, TextIO
 
 import typer
 
-from tpu_rl.scripts.cli.core import PIPED_WIDTH, app, ending_of, without_tokens
+from tpu_rl.recipes.conventions import DRIVER_KSA
+from tpu_rl.recipes.errors import NotDeployed
+from tpu_rl.recipes.outcome import DRIVER_RETRY, RUN_DECIDED, ApiError, CredentialsFailure, Outcome, exit_code
+from tpu_rl.scripts.cli.core import PIPED_WIDTH, app, outcome_of, without_tokens
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # set by the kubelet in every pod
 
@@ -76,29 +79,50 @@ def drive_to(out: TextIO, request: Path, in_cluster: bool | None = None) -> int:
         out.flush()
 
 
-def _ending(console, error: BaseException) -> tuple[int, str]:
-    """The exit code for the driver's Job (an outcome of the run, or RETRY_EXIT_CODE) and the last line."""
-    from tpu_rl.jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE
-    from tpu_rl.recipes.conventions import DRIVER_KSA
-    from tpu_rl.recipes.errors import NotDeployed
-    from tpu_rl.scripts.outcome import ExitCode
+# The endings the driver's Job starts the driver again for (it exits DRIVER_RETRY): a row matches an exception,
+# or the ending it is (core.outcome_of), of its type when its rule holds. Every other ending exits with its
+# own code, which RUN_DECIDED makes one the Job fails on; after a SIGTERM every ending is the pod's, retried.
+_RETRIED: tuple[tuple[type[BaseException], Callable[[Any], bool]], ...] = (
+    (Terminated, lambda error: True),  # the pod is deleted (`cancel`) or evicted
+    (NotDeployed, lambda error: True),  # not there yet: credentials on a new node, the bucket's mount
+    (ApiError, lambda error: error.transient),  # the API may answer otherwise later
+    (Outcome, lambda error: error.code not in RUN_DECIDED),  # no run's ending (preflight's)
+)
+# The last line of the endings that say something else in a pod than in a terminal: the first type that
+# matches; any other ending's line is its own.
+_LINES: tuple[tuple[type[BaseException], Callable[[Any], str]], ...] = (
+    (Terminated, lambda error: "the driver's pod was stopped (SIGTERM); what it submitted keeps running"),
+    # the person's fix (`gcloud auth …`) is no pod's: its credentials are Workload Identity's
+    (CredentialsFailure, lambda error: (
+        f"the driver's pod has no Google credentials yet ({error.cause}): GKE's metadata server may not be ready "
+        "on a new node, and its Job starts it again; if this repeats, check the Workload Identity binding of the "
+        f"service account {DRIVER_KSA} (deploy the GKE stack)")),
+)
 
-    if isinstance(error, Terminated):
-        return RETRY_EXIT_CODE, "the driver's pod was stopped (SIGTERM); what it submitted keeps running"
+
+def _line(error: BaseException, outcome: BaseException) -> str:
+    """The ending's last line: the first row of _LINES whose type the exception or its ending is, else its own."""
+    for kind, line in _LINES:
+        for candidate in (error, outcome):
+            if isinstance(candidate, kind):
+                return line(candidate)
+    return str(outcome)
+
+
+def _retried(error: BaseException, outcome: BaseException) -> bool:
+    """Whether the driver's Job starts the driver again after this ending (_RETRIED)."""
+    return _sigterm.is_set() or any(isinstance(candidate, kind) and when(candidate)
+                                    for kind, when in _RETRIED for candidate in (error, outcome))
+
+
+def _ending(console, error: BaseException) -> tuple[int, str]:
+    """The exit code for the driver's Job (an outcome of the run, or DRIVER_RETRY) and the last line."""
     try:
-        code, message = ending_of(error)
+        outcome = outcome_of(error)
     except Exception:  # a bug: its traceback in the log, and the Job tries again
         console.print(traceback.format_exc(), markup=False)
-        return RETRY_EXIT_CODE, f"the driver crashed ({type(error).__name__}: {error}); its Job starts it again"
-    if "gcloud auth" in message:  # the user's fix; in the pod it is Workload Identity (not ready yet on a new node)
-        message = (f"the driver's pod has no Google credentials yet ({message.split(':')[0]}): GKE's metadata "
-                   "server may not be ready on a new node, and its Job starts it again; if this repeats, check "
-                   f"the Workload Identity binding of the service account {DRIVER_KSA} (deploy the GKE stack)")
-    if int(code) not in OUTCOME_EXIT_CODES or isinstance(error, NotDeployed) or _sigterm.is_set():
-        return RETRY_EXIT_CODE, message
-    if int(code) == ExitCode.API_ERROR and getattr(error, "transient", True):  # a library's own error too
-        return RETRY_EXIT_CODE, message
-    return int(code), message
+        return DRIVER_RETRY, f"the driver crashed ({type(error).__name__}: {error}); its Job starts it again"
+    return (DRIVER_RETRY if _retried(error, outcome) else int(exit_code(outcome))), _line(error, outcome)
 
 
 def _drive(console, path: Path, in_cluster: bool) -> None:

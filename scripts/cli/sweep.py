@@ -11,11 +11,11 @@ import typer
 
 from tpu_rl.recipes import STEPS, UserError
 from tpu_rl.recipes.costs.consent import COSTLY_RATIO, checked_max_cost
+from tpu_rl.recipes.outcome import Interrupted, Outcome
 from tpu_rl.recipes.runs.sweeps import SWEEP_MAX_RUNS
 from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, MAX_COST_HELP, REWARDS_HELP, SKIP_FIT_HELP,
                               UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, YES_HELP, app, handled, make_console,
                               table_or_lines)
-from tpu_rl.scripts.outcome import Interrupted, Outcome
 from tpu_rl.scripts.words import counted
 
 if TYPE_CHECKING:

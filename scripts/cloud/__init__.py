@@ -5,7 +5,8 @@
 - gcs.py: the outputs each step must leave in the bucket, and whether they are there.
 - hf_token.py: the Hugging Face token in Secret Manager.
 - deletion.py: deleting with every DeleteOption in the body, and the bounded wait until the pods are gone.
-- retry.py: which Kubernetes calls are repeated, with backoff and a limit.
+- retry.py: applies recipes/outcome.py's retry policy to Kubernetes calls: what is repeated, how often.
+- foreign.py: the libraries' own exceptions, past our handling, as the outcomes they are (by type).
 - reach.py: the first contact with an endpoint (bucket, cluster, Compute, TPU, Secret Manager): said when
   slow, given up after a bound.
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, TypeVar
 
 from tpu_rl.recipes import Settings, UserError
-from tpu_rl.recipes.errors import NotDeployed
+from tpu_rl.recipes.outcome import CredentialsMissing
 
 T = TypeVar("T")
 
@@ -139,8 +139,9 @@ class Clients:
             try:
                 self._cache[name] = build()
             except DefaultCredentialsError as error:
-                raise NotDeployed(f"no Google credentials ({type(error).__name__}): run "
-                                "`gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS)") from None
+                cause = f"no Google credentials ({type(error).__name__})"
+                raise CredentialsMissing(f"{cause}: run `gcloud auth application-default login` (or set "
+                                         "GOOGLE_APPLICATION_CREDENTIALS)", cause=cause) from None
         return self._cache[name]
 
     def reservations(self):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterator
 
-from tpu_rl.scripts.outcome import ApiError
+from tpu_rl.recipes.outcome import ApiError
 
 LOGGING_ENDPOINT = "https://logging.googleapis.com"
 READ_SCOPE = "https://www.googleapis.com/auth/logging.read"

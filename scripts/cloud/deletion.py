@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable
 
-from tpu_rl.scripts.outcome import ApiError
+from tpu_rl.recipes.outcome import ApiError
 
 FOREGROUND = "Foreground"
 # A pod without terminationGracePeriodSeconds gets the API's default (k8s.io/api core/v1

@@ -16,7 +16,8 @@ from tpu_rl.jobs.paths import ArtifactPaths, split_gs_url
 from tpu_rl.recipes import Settings, UserError
 from tpu_rl.recipes.conventions import (HF_CONFIG, HF_SINGLE_WEIGHTS, HF_TOKENIZER_FILES, HF_WEIGHTS_INDEX,
                                  ORBAX_COMMIT_MARKER)
-from tpu_rl.scripts.outcome import ApiError, describe
+from tpu_rl.recipes.outcome import ApiError
+from tpu_rl.scripts.cloud.foreign import describe
 
 # orbax's commit marker, the last object of a checkpoint on gs:// (its source: recipes/conventions.py).
 

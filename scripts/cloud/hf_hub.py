@@ -30,7 +30,7 @@ from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 from tpu_rl.recipes import UserError
-from tpu_rl.scripts.outcome import clip
+from tpu_rl.scripts.cloud.foreign import clip
 
 HUB = "https://huggingface.co"
 TOKENS_PAGE = f"{HUB}/settings/tokens"

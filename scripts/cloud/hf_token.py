@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from google.api_core import exceptions as gexc
 
 from tpu_rl.recipes import Settings, UserError
-from tpu_rl.scripts.outcome import ApiError
+from tpu_rl.recipes.outcome import ApiError
 
 if TYPE_CHECKING:
     from tpu_rl.scripts.cloud.clients import Clients

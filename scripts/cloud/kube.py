@@ -22,11 +22,11 @@ from tpu_rl.recipes import Settings, UserError
 from tpu_rl.recipes import conventions
 from tpu_rl.recipes.conventions import JOBSET_VERSION, NAMESPACE
 from tpu_rl.recipes.errors import NotDeployed
+from tpu_rl.recipes.outcome import ApiError, ClusterCredentialsRefused, RetryPolicy
 from tpu_rl.scripts.cloud import deletion
+from tpu_rl.scripts.cloud.foreign import describe
 from tpu_rl.scripts.cloud.reach import Unreachable, reaching
-from tpu_rl.scripts.cloud.retry import (RetriesExhausted, RetryPolicy, call, failed, is_transient,
-                                        rejected_for_good)
-from tpu_rl.scripts.outcome import ApiError, describe
+from tpu_rl.scripts.cloud.retry import RetriesExhausted, call, failed, is_transient, rejected_for_good
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 # Kueue v0.17.1 stores v1beta2 (config/components/crd/bases/kueue.x-k8s.io_workloads.yaml: storage: true);
@@ -155,11 +155,10 @@ class Cluster:
                     f"deploy the recipe stack, or `kubectl apply --server-side -f {JOBSET_INSTALL}`"
                 ) from None
             if error.status == 401:
-                raise UserError(
-                    f"cluster '{self.settings.cluster_name}' did not accept your credentials (HTTP 401): check that "
-                    f"gke-gcloud-auth-plugin is installed and `gcloud auth login` is current, then run "
-                    f"`{get_credentials_command(self.settings)}`"
-                ) from None
+                cause = f"cluster '{self.settings.cluster_name}' did not accept your credentials (HTTP 401)"
+                raise ClusterCredentialsRefused(
+                    f"{cause}: check that gke-gcloud-auth-plugin is installed and `gcloud auth login` is current, "
+                    f"then run `{get_credentials_command(self.settings)}`", cause=cause) from None
             if error.status == 403:
                 raise UserError(
                     f"cluster '{self.settings.cluster_name}' refused access (HTTP 403): your account needs "

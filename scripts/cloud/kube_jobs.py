@@ -10,10 +10,11 @@ import time
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.scripts.cloud import deletion
+from tpu_rl.scripts.cloud.foreign import describe
 from tpu_rl.scripts.cloud.kube import Cluster
 from tpu_rl.scripts.cloud.retry import call, failed
-from tpu_rl.scripts.outcome import ApiError, describe
 
 # The label the Job controller puts on its pods (kubernetes pkg/apis/batch/types.go JobNameLabel, 1.27+).
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"

@@ -4,7 +4,8 @@ for a TPU VM): said on stderr when it is slow, and given up after a bound, exit 
 Without a bound, an endpoint that refuses or never answers kept a command silent for as long as its
 library's retries last (google-cloud-storage's DEFAULT_RETRY: 120 s; six Kubernetes attempts with
 backoff and a 30 s request timeout each). A person cannot tell that from a slow answer, so the line
-comes after ANNOUNCE_AFTER_SECONDS and the wait ends after REACH_ENV's seconds (RetryPolicy.reach_seconds).
+comes after ANNOUNCE_AFTER_SECONDS and the wait ends after REACH_ENV's seconds (RetryPolicy.reach_seconds,
+recipes/settings/tuning.py).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator, TypeVar
 
-from tpu_rl.scripts.outcome import ApiError
+from tpu_rl.recipes.outcome import ApiError
+from tpu_rl.recipes.settings.tuning import REACH
 
-REACH_ENV = "TPU_RL_REACH_SECONDS"  # how long the first contact with an endpoint may take (20)
+REACH_ENV = REACH.env  # how long the first contact with an endpoint may take (a tuning setting)
 ANNOUNCE_AFTER_SECONDS = 2.0
 # A test knob: tests that compare a command's whole output set it high, so a loaded machine's slow answer
 # does not add the line to what they compare.
@@ -60,7 +62,7 @@ def call_within(what: str, endpoint: str, seconds: float, call: Callable[[float]
     import requests
     from google.api_core import exceptions as gexc
 
-    from tpu_rl.scripts.outcome import describe
+    from tpu_rl.scripts.cloud.foreign import describe
 
     try:
         with reaching(what, endpoint, seconds):

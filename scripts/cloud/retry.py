@@ -7,36 +7,18 @@ a create or delete that timed out or got a 5xx, because it may have happened; ca
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
 import tenacity
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from tpu_rl.scripts.outcome import ApiError, describe
+from tpu_rl.recipes.outcome import THROTTLED, ApiError, RetryPolicy, refused_for_good, transient_status
+from tpu_rl.scripts.cloud.foreign import describe
 
 T = TypeVar("T")
 
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, OSError)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 6
-    base_delay: float = 1.0
-    max_delay: float = 30.0
-    request_timeout: float = 30.0  # seconds per request (connect and read)
-    reach_seconds: float = 20.0  # the first contact with an endpoint, in all (tpu_rl.scripts.cloud.reach)
-    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
-
-    def delay(self, attempt: int, retry_after: str | None = None) -> float:
-        """Seconds before the next try after `attempt` (0-based); a throttling server's Retry-After wins."""
-        if retry_after and retry_after.isdigit():
-            return min(float(retry_after), self.max_delay)
-        return min(self.base_delay * 2**attempt, self.max_delay)
 
 
 class RetriesExhausted(ApiError):
@@ -44,16 +26,15 @@ class RetriesExhausted(ApiError):
 
 
 def is_transient(error: BaseException) -> bool:
+    """The Kubernetes client's error, by its status (recipes/outcome.py), or a transport's own."""
     if isinstance(error, ApiException):
-        return error.status in RETRYABLE_STATUS or error.status == 0
+        return transient_status(error.status)
     return isinstance(error, _TRANSPORT_ERRORS)
 
 
 def rejected_for_good(error: BaseException) -> bool:
-    """The server refused the request itself (a 4xx but 401, 408 Request Timeout, 409 Conflict and 429
-    Too Many Requests): the same request is refused again. 401 is a token not (yet) valid: the driver's
-    Workload Identity on a new node."""
-    return isinstance(error, ApiException) and 400 <= error.status < 500 and error.status not in (401, 408, 409, 429)
+    """The server refused the request itself (recipes/outcome.py refused_for_good): refused again."""
+    return isinstance(error, ApiException) and refused_for_good(error.status)
 
 
 def failed(what: str, error: ApiException, detail: str = "") -> ApiError:
@@ -63,7 +44,7 @@ def failed(what: str, error: ApiException, detail: str = "") -> ApiError:
 
 def was_rejected(error: BaseException) -> bool:
     """True when the server certainly did nothing (throttled), so even a create may be repeated."""
-    return isinstance(error, ApiException) and error.status == 429
+    return isinstance(error, ApiException) and error.status == THROTTLED
 
 
 def _backoff(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], float]:

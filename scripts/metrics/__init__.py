@@ -54,8 +54,8 @@ def with_record(run: Run, recipe: Recipe, settings: Settings, storage) -> Run:
     from dataclasses import replace
 
     from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.recipes.outcome import ApiError
     from tpu_rl.scripts.cloud import gcs
-    from tpu_rl.scripts.outcome import ApiError
 
     try:
         record = gcs.read_json(storage, ArtifactPaths(RunSpec.in_bucket(recipe, run.name), settings).run_record)

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Callable
 
 from tpu_rl.recipes import STEPS, Step
 from tpu_rl.recipes.errors import NotDeployed
-from tpu_rl.scripts.outcome import ApiError, foreign_ending
+from tpu_rl.recipes.outcome import ApiError
+from tpu_rl.scripts.cloud.foreign import foreign_outcome
 from tpu_rl.scripts.pipeline.platforms import platform_for
 
 if TYPE_CHECKING:
@@ -37,10 +38,10 @@ def dry_run(spec: RunSpec, settings: Settings, make_session: Callable[[], Sessio
     except (NotDeployed, ApiError) as error:
         reason = str(error)
     except Exception as error:  # a cloud library's own: unreachable, refused, timed out
-        ending = foreign_ending(error)
+        ending = foreign_outcome(error)
         if ending is None:
             raise
-        reason = ending[1]
+        reason = str(ending)
     offline_plan(spec, settings, console, steps, reason, show_manifests)
 
 

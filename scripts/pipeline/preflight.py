@@ -14,8 +14,8 @@ from tpu_rl.recipes import Recipe, Settings, UserError
 from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode, uses_queued_provisioning, uses_reservation
 from tpu_rl.scripts.cloud import gcs, hf_hub, hf_token, registry
 from tpu_rl.scripts.cloud.clients import Clients
+from tpu_rl.scripts.cloud.foreign import describe
 from tpu_rl.scripts.cloud.kube import get_credentials_command
-from tpu_rl.scripts.outcome import describe
 from tpu_rl.scripts.pipeline.platforms import platform_for
 
 

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from tpu_rl.recipes import Step, UserError, get_recipe
+from tpu_rl.recipes.outcome import ApiError, Interrupted, OutputMissing, StepFailed
 from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.recipes.runs.identity import digest
 from tpu_rl.recipes.runs.spec import RunSpec, default_run_name, run_identity
 from tpu_rl.scripts.cloud import gcs
-from tpu_rl.scripts.outcome import ApiError, Interrupted, OutputMissing, StepFailed
 from tpu_rl.scripts.pipeline.session import Session, differing_fields
 from tpu_rl.scripts.rundata.evaluation import summary_line
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from tpu_rl.scripts.cloud import gcs
-from tpu_rl.scripts.outcome import ApiError
+from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.scripts.pipeline.session import Session, queued
 from tpu_rl.scripts.rundata.progress import TrainProgress
 from tpu_rl.scripts.rundata.tags import LOSS

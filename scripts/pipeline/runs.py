@@ -211,7 +211,7 @@ def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:
     could not be read (no cluster configured or reachable): `runs` needs only the bucket."""
     import dataclasses
 
-    from tpu_rl.scripts.outcome import foreign_ending
+    from tpu_rl.scripts.cloud.foreign import foreign_outcome
     from tpu_rl.scripts.pipeline.platforms import platform_for
 
     if not any(run.status == "running" for run in listing.runs):
@@ -223,8 +223,8 @@ def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:
         except Exception as caught:  # noqa: BLE001 -- UserError, ApiError or a client's own: said, not fatal
             error = caught
     if error is not None:
-        ending = foreign_ending(error)
-        return listing, f"(queue positions not read: {ending[1] if ending else error})"
+        ending = foreign_outcome(error)
+        return listing, f"(queue positions not read: {error if ending is None else ending})"
     runs = [dataclasses.replace(run, queued=places.get(run.run)) for run in listing.runs]
     return dataclasses.replace(listing, runs=runs), ""
 

@@ -18,19 +18,18 @@ from rich.console import Console
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Settings, Step, UserError
 from tpu_rl.recipes.costs.consent import Spend
+from tpu_rl.recipes.outcome import OutputMissing, RetryPolicy
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.runs.usual_values import has_unusual
+from tpu_rl.recipes.settings.tuning import MAINTENANCE_GRACE
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.clients import Clients
 from tpu_rl.scripts.cloud.kube import Cluster
-from tpu_rl.scripts.cloud.retry import RetryPolicy
-from tpu_rl.scripts.outcome import OutputMissing
 
 
 # How long `run` waits for a TPU VM that maintenance stopped to come back (scripts/pipeline/vm/checks.py),
-# unless TPU_RL_MAINTENANCE_GRACE_SECONDS says otherwise; docs/settings.md and docs/pipeline.md state it
-# (tests/test_docs_links.py holds them to this value).
-MAINTENANCE_GRACE_SECONDS = 3600.0
+# unless TPU_RL_MAINTENANCE_GRACE_SECONDS says otherwise (recipes/settings/tuning.py).
+MAINTENANCE_GRACE_SECONDS = MAINTENANCE_GRACE.default
 
 
 @dataclass

@@ -10,10 +10,7 @@ import sys
 from pathlib import Path
 
 from tpu_rl.recipes import UserError
-from tpu_rl.scripts.knobs import seconds_env
-
-TIMEOUT_SECONDS = 60  # every wait has an end: importing and calling the functions on the sample rows
-CHECK_ENV = "TPU_RL_CHECK_SECONDS"  # a file whose imports take longer on a slow machine may be given more
+from tpu_rl.recipes.settings.tuning import CHECK  # every wait has an end; a slow machine may be given more
 NOTICE_SECONDS = 2  # a check still running after this says what it waits for, and for how long at most
 
 # What both checks run first in the subprocess: argv[1] is the file, loaded as load_custom_callable does
@@ -55,9 +52,9 @@ except BaseException as error:
     raised(error, "it")
 """
 def run_check(where: str, runner: str, path: Path, args: list[str]) -> dict:
-    """Run a check's script on the file in a clean interpreter (at most CHECK_ENV's seconds, TIMEOUT_SECONDS
-    unless set); its one JSON line of answer, or the UserError line of its refusal or of how it ended."""
-    bound = seconds_env(CHECK_ENV, TIMEOUT_SECONDS, zero_allowed=False)
+    """Run a check's script on the file in a clean interpreter (at most CHECK's seconds); its one JSON line
+    of answer, or the UserError line of its refusal or of how it ended."""
+    bound = CHECK.seconds()
     process = subprocess.Popen([sys.executable, "-I", "-B", "-c", runner, str(path.resolve()), *args],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=path.parent)
     try:
@@ -68,7 +65,7 @@ def run_check(where: str, runner: str, path: Path, args: list[str]) -> dict:
                   f"most {bound:g} s", file=sys.stderr, flush=True)
             stdout, stderr = process.communicate(timeout=max(0.0, bound - NOTICE_SECONDS))
     except subprocess.TimeoutExpired:
-        raise UserError(f"{where}: importing and calling it took over {bound:g} s ({CHECK_ENV}): make it return "
+        raise UserError(f"{where}: importing and calling it took over {bound:g} s ({CHECK.env}): make it return "
                         "within seconds (a loop that never ends, or a wait on the network?)") from None
     finally:  # the timeout, Ctrl-C: the check's interpreter never outlives the command
         if process.poll() is None:

@@ -24,8 +24,8 @@ def records_under(storage, trained: str) -> dict[str, dict | None]:
     from google.api_core import exceptions as gexc
 
     from tpu_rl.jobs.paths import RUN_RECORD
+    from tpu_rl.recipes.outcome import ApiError
     from tpu_rl.scripts.cloud import gcs
-    from tpu_rl.scripts.outcome import ApiError
     from tpu_rl.scripts.rundata.events import runs_under
 
     try:

@@ -19,10 +19,10 @@ from tpu_rl.recipes import conventions
 from tpu_rl.recipes.capacity.modes import CPU, describe_waits
 from tpu_rl.recipes.capacity.placement import Place, tpu_places
 from tpu_rl.recipes.conventions import CAPACITY_NODE_LABEL, ZONE_NODE_LABEL
+from tpu_rl.recipes.outcome import StepFailed
 from tpu_rl.scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
                                         capacity_of, has_had_node, latest_request, pod_counts, tpu_pods, workload_of,
                                         workload_state, zone_of)
-from tpu_rl.scripts.outcome import StepFailed
 from tpu_rl.scripts.pipeline.gke.queue import QueuePlace, behind_our_own
 from tpu_rl.scripts.pipeline.gke.steps import StepJob, parse_time
 from tpu_rl.scripts.pipeline.session import Session, hms

@@ -70,7 +70,7 @@ def attached_runs(session: Session) -> list[AttachedRun]:
     from google.api_core import exceptions as gexc
 
     from tpu_rl.jobs.paths import RUN_RECORD, split_gs_url
-    from tpu_rl.scripts.outcome import ApiError
+    from tpu_rl.recipes.outcome import ApiError
     from tpu_rl.scripts.pipeline.record import run_records
 
     storage, recipe = session.clients.storage(), session.recipe.name

@@ -102,8 +102,8 @@ def go_on_command(session: Session) -> str:
     --set, --rewards and --data-processor it had; cancel itself takes no files), else this run's."""
     import shlex
 
+    from tpu_rl.recipes.outcome import ApiError
     from tpu_rl.scripts.cloud import gcs
-    from tpu_rl.scripts.outcome import ApiError
 
     try:
         command = (gcs.read_json(session.clients.storage(), session.paths.run_record) or {}).get("command") or []

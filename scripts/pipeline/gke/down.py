@@ -27,8 +27,8 @@ from rich.markup import escape
 
 from tpu_rl.recipes import UserError, conventions
 from tpu_rl.recipes.costs.standing import account
+from tpu_rl.recipes.outcome import Outcome
 from tpu_rl.recipes.settings.specs import CONFIG_ENV, DEFAULT_CONFIG
-from tpu_rl.scripts.outcome import Outcome
 from tpu_rl.scripts.pipeline.gke.billing import ATTACHED_FRESH, active_runs, attached_runs, cluster_bill
 from tpu_rl.scripts.pipeline.session import Session
 

@@ -14,8 +14,8 @@ from tpu_rl.jobs.driver import (REQUEST_ANNOTATION, driver_job, driver_name, req
                                 request_configmap_name, request_digest, run_request, settings_env)
 from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION, driver_drift
 from tpu_rl.recipes import Step, UserError
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cloud.kube_jobs import JobExists, Jobs
-from tpu_rl.scripts.outcome import ExitCode
 from tpu_rl.scripts.pipeline.gke.driver_wheel import runtime_version
 from tpu_rl.scripts.pipeline.session import Session
 

@@ -17,8 +17,8 @@ import dataclasses
 
 from tpu_rl.jobs.evaluate import eval_sets, eval_spec
 from tpu_rl.recipes import UserError
+from tpu_rl.recipes.outcome import ApiError, Interrupted, StepFailed
 from tpu_rl.scripts.cloud import gcs
-from tpu_rl.scripts.outcome import ApiError, Interrupted, StepFailed
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch
 from tpu_rl.scripts.pipeline.gke.steps import MAIN_CONTAINER, PROGRESS_LOG_LINES, main_pod, step_jobs
 from tpu_rl.scripts.pipeline.gke.submit import fill_token_secret, put_user_files

@@ -9,10 +9,10 @@ from typing import Callable
 from rich.markup import escape
 
 from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
+from tpu_rl.recipes.outcome import ApiError, StepFailed
 from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.kube_objects import JobSetState, current_attempt, disruption_of, jobset_state, pod_counts, pod_problems
-from tpu_rl.scripts.outcome import ApiError, StepFailed
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, jobset_uid
 from tpu_rl.scripts.pipeline import stall
 from tpu_rl.scripts.pipeline.gke.diagnose import failure_message

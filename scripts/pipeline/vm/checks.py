@@ -14,8 +14,8 @@ from tpu_rl.jobs.vm import RUN_ASSIGNMENT, ssh_command
 from tpu_rl.jobs.vm_outputs import CANCELLED
 from tpu_rl.recipes import UserError
 from tpu_rl.recipes.errors import NotDeployed
+from tpu_rl.recipes.outcome import StepFailed
 from tpu_rl.scripts.cloud import gcs, hf_token
-from tpu_rl.scripts.outcome import StepFailed
 from tpu_rl.scripts.pipeline.session import Session, hms
 from tpu_rl.scripts.pipeline.vm.state import METADATA_KEY, Attempt, parse_time
 

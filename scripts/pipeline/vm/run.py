@@ -10,9 +10,9 @@ from rich.markup import escape
 from tpu_rl.jobs.vm import (CANCEL_POLL_SECONDS, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SECONDS, PROGRESS_LINE, STARTING,
                      ssh_command)
 from tpu_rl.recipes import STEPS, Step, UserError
+from tpu_rl.recipes.outcome import Interrupted, StepFailed
 from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud import gcs
-from tpu_rl.scripts.outcome import Interrupted, StepFailed
 from tpu_rl.scripts.pipeline.accuracy import EvaluationWatch
 from tpu_rl.scripts.pipeline.progress import AttemptProgress, progress_suffix
 from tpu_rl.scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation

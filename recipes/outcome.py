@@ -1,0 +1,164 @@
+"""How a `tpu-rl` command and a run end, and what is worth asking again: the one home of exit codes, outcomes,
+transient-or-final, the retry policy and the run's driver's contract with its Job.
+
+It sits in the bottom layer so that every layer reads it: the driver's Job (jobs/driver.py) derives its
+podFailurePolicy from RUN_DECIDED and DRIVER_RETRY, and the CLI (scripts/) raises these outcomes and ends
+with their codes. The codes are documented in docs/pipeline.md ("Exit codes") and printed by `tpu-rl --help`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Callable
+
+from tpu_rl.recipes.errors import NotDeployed, UserError
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    JOB_FAILED = 1  # a step failed on the cluster or the VM (JobSet failed, pod OOMKilled, evicted, ...)
+    BAD_INPUT = 2  # rejected before anything was created or submitted (UserError, bad arguments)
+    OUTPUT_MISSING = 3  # a step reported success but its output is not in GCS; the next step did not start
+    API_ERROR = 4  # a cloud or cluster API kept failing after retries; what was submitted keeps running
+    PREFLIGHT_FAILED = 5  # `tpu-rl preflight` found at least one failed check
+    INTERRUPTED = 130  # Ctrl-C while waiting; submitted jobs keep running
+
+
+# Each code in `tpu-rl --help`'s few words.
+MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "success",
+    ExitCode.JOB_FAILED: "a step failed",
+    ExitCode.BAD_INPUT: "bad input (nothing submitted)",
+    ExitCode.OUTPUT_MISSING: "a step's output is missing in GCS",
+    ExitCode.API_ERROR: "cloud/cluster API error after retries",
+    ExitCode.PREFLIGHT_FAILED: "preflight check failed",
+    ExitCode.INTERRUPTED: "interrupted (jobs keep running)",
+}
+EXIT_CODES_HELP = "Exit codes: " + ", ".join(f"{int(code)} {MEANINGS[code]}" for code in ExitCode) + "."
+
+# The endings a run decides (a step failed, bad input, an output missing, an API's answer that will not change,
+# an interrupt that was no SIGTERM): its driver's Job fails at once on them and never runs it again. Success
+# ends no Job in failure, and only `preflight` finds a failed check, which no run does.
+RUN_DECIDED: tuple[ExitCode, ...] = tuple(code for code in ExitCode
+                                          if code not in (ExitCode.OK, ExitCode.PREFLIGHT_FAILED))
+# Every other ending of the run's driver (a transient API error, no credentials yet on a new node, a crash,
+# SIGTERM), and of its install, exits with this code (EX_TEMPFAIL of sysexits.h): it matches no FailJob rule
+# and so counts toward the Job's backoffLimit (kubernetes.io/docs/tasks/job/pod-failure-policy: rules in
+# order, an unmatched failure counts), and the Job starts the driver again.
+DRIVER_RETRY = 75
+
+
+class Outcome(Exception):
+    """A non-success ending with a one-line explanation; the CLI prints it and exits with `code`."""
+
+    code: ExitCode = ExitCode.API_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
+
+
+class StepFailed(Outcome):
+    code = ExitCode.JOB_FAILED
+
+
+class OutputMissing(Outcome):
+    code = ExitCode.OUTPUT_MISSING
+
+
+class ApiError(Outcome):
+    """`transient`: asking again later may work (the API away, a 5xx or 429 past the retries); False when
+    the answer will not change (the server rejected the request, a conflict, a bound the run enforces),
+    which the run's driver ends with rather than being started again (scripts/cli/drive.py)."""
+
+    code = ExitCode.API_ERROR
+    transient = True
+
+    def __init__(self, message: str, *, transient: bool | None = None) -> None:
+        super().__init__(message)
+        if transient is not None:
+            self.transient = transient
+
+
+class PreflightFailed(Outcome):
+    code = ExitCode.PREFLIGHT_FAILED
+
+
+class Interrupted(Outcome):
+    code = ExitCode.INTERRUPTED
+
+
+class Reported(Outcome):
+    """An ending already said where it happened: the run's driver printed its line, which the attached
+    `run` showed. The CLI exits with its code and prints nothing more."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__("")
+        self.code = ExitCode(code)
+
+
+def exit_code(ending: UserError | Outcome) -> ExitCode:
+    """The exit code of an expected ending: bad input, or the outcome's own."""
+    return ExitCode.BAD_INPUT if isinstance(ending, UserError) else ending.code
+
+
+# --- credentials --------------------------------------------------------------------------------------
+class CredentialsFailure(Exception):
+    """Google or the cluster found no credentials of the caller, or refused them. `cause` says which, without
+    the person's fix (`gcloud auth …`): the run's driver has no person to log in, its credentials are its
+    pod's Workload Identity (scripts/cli/drive.py). Each kind below is also the ending it always was."""
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class CredentialsMissing(CredentialsFailure, NotDeployed):
+    """No Google credentials at all (google.auth's DefaultCredentialsError): exit 2, like anything not there yet."""
+
+
+class CredentialsRefused(CredentialsFailure, ApiError):
+    """Google refused the stored credentials (e.g. RefreshError: the login expired or was revoked): exit 4."""
+
+
+class ClusterCredentialsRefused(CredentialsFailure, UserError):
+    """The cluster's API server answered 401 to the kubeconfig's credentials: exit 2."""
+
+
+# --- what is worth asking again --------------------------------------------------------------------------
+# HTTP statuses (RFC 9110 section 15; 429: RFC 6585 section 4) of an answer that may change: throttled, or
+# the server's own failure. Status 0: the Kubernetes client's for no answer at all.
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+THROTTLED = 429  # the server certainly did nothing, so even a create may be repeated
+# 4xx that are no refusal of the request itself: 401 a token not (yet) valid (the driver's Workload Identity on
+# a new node), 408 Request Timeout, 409 Conflict, 429 Too Many Requests.
+NOT_REFUSALS = frozenset({401, 408, 409, THROTTLED})
+
+
+def transient_status(status: int) -> bool:
+    """An API's answer (or none, 0) that the same request may not get again."""
+    return status in RETRYABLE_STATUS or status == 0
+
+
+def refused_for_good(status: int) -> bool:
+    """The server refused the request itself: the same request is refused again."""
+    return 400 <= status < 500 and status not in NOT_REFUSALS
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long a repeatable request is tried (scripts/cloud/retry.py applies it)."""
+
+    attempts: int = 6
+    base_delay: float = 1.0  # seconds before the second try; doubled each time (TPU_RL_RETRY_BASE_SECONDS)
+    max_delay: float = 30.0
+    request_timeout: float = 30.0  # seconds per request, connect and read (TPU_RL_REQUEST_TIMEOUT_SECONDS)
+    reach_seconds: float = 20.0  # the first contact with an endpoint, in all (TPU_RL_REACH_SECONDS)
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+
+    def delay(self, attempt: int, retry_after: str | None = None) -> float:
+        """Seconds before the next try after `attempt` (0-based); a throttling server's Retry-After wins."""
+        if retry_after and retry_after.isdigit():
+            return min(float(retry_after), self.max_delay)
+        return min(self.base_delay * 2**attempt, self.max_delay)
