@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from tpu_rl.scripts.cli import app
 from tpu_rl.recipes.outcome import ExitCode
+from tpu_rl.recipes.settings.tuning import CHECK
 from tpu_rl.scripts.rewards import subprocess_run
 
 runner = CliRunner()
@@ -52,7 +53,7 @@ def test_a_check_done_before_the_notice_says_nothing_of_waiting(tmp_path, monkey
 
 
 def test_the_bound_is_60_seconds_unless_set_and_a_bad_one_is_refused(tmp_path, monkeypatch):
-    assert subprocess_run.TIMEOUT_SECONDS == 60
+    assert CHECK.seconds({}) == 60
     (tmp_path / "rewards.py").write_text(QUICK)
     monkeypatch.setenv("TPU_RL_CHECK_SECONDS", "0")
     result = runner.invoke(app, ["check-rewards", f"{tmp_path / 'rewards.py'}:short"])

@@ -29,7 +29,7 @@ def test_unset_or_empty_is_the_default_and_the_retry_policy_takes_them():
     policy = retry_policy({"TPU_RL_RETRY_BASE_SECONDS": "0", "TPU_RL_REQUEST_TIMEOUT_SECONDS": "",
                            "TPU_RL_REACH_SECONDS": "2.5"})
     assert (policy.base_delay, policy.request_timeout, policy.reach_seconds) == (0.0, 30.0, 2.5)
-    assert [spec.seconds({}) for spec in TUNING] == [15.0, 1.0, 30.0, 20.0, 3600.0]
+    assert [spec.seconds({}) for spec in TUNING] == [15.0, 1.0, 30.0, 20.0, 3600.0, 60.0]
 
 
 # the lines docs/bad-input.md shows (rows 48-52)
