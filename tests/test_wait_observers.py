@@ -242,8 +242,8 @@ def test_the_head_log_hook_gets_train_s_log_only_while_it_runs():
 def test_a_phase_change_is_said_with_how_long_the_phase_before_it_lasted(settings_env):
     job, clock = jobs()["convert"], [START]
     now = session(clock)
-    watch = CapacityWatch(now, job, phases=Phases("convert"))
-    observer = PhaseChanges(now, watch, Progress(now))
+    phases = Phases("convert")
+    observer = PhaseChanges(now, CapacityWatch(now, job, phases=phases), phases, Progress(now))
     assert observer.observe(Observation(job, jobset(job, suspend=True), [])) is None  # the first phase: queued
     clock[0] = START + timedelta(minutes=12)
     pulling = pods(job, ready=False)
@@ -254,7 +254,7 @@ def test_a_phase_change_is_said_with_how_long_the_phase_before_it_lasted(setting
                                                                             "for 0:12:00)",))
     clock[0] = START + timedelta(minutes=15)
     assert observer.observe(Observation(job, jobset(job), pulling)) is None
-    assert [(phase, seconds) for phase, _, seconds in watch.phases.spans] == [("queued", 720.0),
+    assert [(phase, seconds) for phase, _, seconds in phases.spans] == [("queued", 720.0),
                                                                               ("pulling images", 180.0)]
 
 

@@ -18,7 +18,7 @@ from tpu_rl.scripts.pipeline.gke.observation import Done, Fail, Observation, Say
 from tpu_rl.scripts.pipeline.gke.output import Progress
 from tpu_rl.scripts.pipeline.gke.starting import StartWatch
 from tpu_rl.scripts.pipeline.gke.steps import StepJob, elapsed_since
-from tpu_rl.scripts.pipeline.phases import phase_of
+from tpu_rl.scripts.pipeline.phases import Phases, phase_of
 from tpu_rl.scripts.pipeline.record import RunCancelled, cancellation_of
 from tpu_rl.scripts.pipeline.session import Session
 
@@ -108,7 +108,8 @@ def restart_of(session: Session, job: StepJob, state: JobSetState, disruptions: 
         return f"{line}; training resumes from the latest checkpoint in {paths.actor_checkpoints} ({error})", record
     record["resumes_from_step"] = step
     if step is None:
-        return f"{line}; no finished checkpoint in {paths.actor_checkpoints} yet, so training starts again at step 0", record
+        return (f"{line}; no finished checkpoint in {paths.actor_checkpoints} yet, so training starts again at "
+                "step 0"), record
     return f"{line}; training resumes from checkpoint step {step} ({paths.actor_checkpoints}{step})", record
 
 
@@ -144,16 +145,15 @@ class HeadLogHook:
 
 
 class PhaseChanges:
-    """The step's phase (phases.py) at each poll: a line when it changes."""
+    """The step's phase (phases.py) at each poll, counted in `phases`: a line when it changes."""
 
-    def __init__(self, session: Session, watch: CapacityWatch, progress: Progress) -> None:
-        self.session, self.watch, self.progress = session, watch, progress
+    def __init__(self, session: Session, watch: CapacityWatch, phases: Phases, progress: Progress) -> None:
+        self.session, self.watch, self.phases, self.progress = session, watch, phases, progress
 
     def observe(self, seen: Observation) -> Say | None:
-        assert self.watch.phases is not None  # wait_for_jobset gives the watch its phases
         phase = phase_of(seen.state, self.watch.waits_for_request(), seen.current, seen.job.step == "train",
                          self.progress.stepped is not None, self.progress.saving)
-        changed = self.watch.phases.observe(phase, self.session.now())
+        changed = self.phases.observe(phase, self.session.now())
         return Say((changed,)) if changed else None
 
 

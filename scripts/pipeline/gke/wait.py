@@ -64,16 +64,15 @@ class LogFollower(threading.Thread):
                     self._print(line)
 
 
-def observers_of(session: Session, job: StepJob, watch: CapacityWatch,
+def observers_of(session: Session, job: StepJob, watch: CapacityWatch, phases: Phases,
                  on_head_log: Callable[[str], object] | None, stalls: bool) -> list[Observer]:
     """The wait's observers, in the order they are asked: the JobSet gone, what its pods say and a restart
     first; then the waits before it runs; the head's log (a failed read skips the rest) and what it says;
     the phase and the lines shown; its end; the stall bound last, once it has neither ended nor failed."""
-    assert watch.phases is not None
     problems, progress = Problems(), Progress(session)
-    return [Gone(session), problems, Restarts(session, problems, watch.phases.restarts),
+    return [Gone(session), problems, Restarts(session, problems, phases.restarts),
             Starting(session, job, watch), LogReads(), progress,
-            *([HeadLogHook(on_head_log)] if on_head_log else []), PhaseChanges(session, watch, progress),
+            *([HeadLogHook(on_head_log)] if on_head_log else []), PhaseChanges(session, watch, phases, progress),
             Summary(session, progress), Ended(session, problems),
             *([JobSetStall(session, job, progress)] if stalls else [])]
 
@@ -95,8 +94,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     and the first end (Done, Fail) ends the wait."""
     console = session.console
     watch = watch or CapacityWatch(session, job)
-    watch.phases = watch.phases or Phases(job.step)
-    observers = observers_of(session, job, watch, on_head_log, stalls)
+    phases = watch.phases = watch.phases or Phases(job.step)
+    observers = observers_of(session, job, watch, phases, on_head_log, stalls)
     follower = LogFollower(session, job) if follow_logs else None
     if follower:
         follower.start()
