@@ -22,7 +22,7 @@ from tpu_rl.scripts.cloud.kube_objects import JobSetState
 from tpu_rl.scripts.outcome import ApiError, StepFailed
 from tpu_rl.scripts.pipeline import stall
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch
-from tpu_rl.scripts.pipeline.gke.observation import Done, Fail, HeadLog, Observation, Say, Skip
+from tpu_rl.scripts.pipeline.gke.observation import Done, Fail, HeadLog, Observation, Say, Skip, poll
 from tpu_rl.scripts.pipeline.gke.observers import (Ended, Gone, HeadLogHook, PhaseChanges, Problems, Restarts,
                                                    Starting, Summary)
 from tpu_rl.scripts.pipeline.gke.output import JobSetStall, LogReads, LogUnread, Progress
@@ -337,3 +337,18 @@ def test_the_stall_bound_says_when_its_count_starts_pauses_on_a_pod_not_ready_an
     assert str(stalled.error) == (f"step convert of JobSet {job.name} looks stalled: its log has not changed for "
                                   f"1:30:00 (the bound: 1:30:00); it is left running: look with `tpu-rl logs {RECIPE} "
                                   f"convert`, and stop it with `tpu-rl cancel {RECIPE}`")
+
+
+def test_the_poll_reads_the_head_s_log_only_when_needed_and_once_when_an_observer_first_asks(kube, settings_env):
+    """The read waits for the first observer that asks (LogReads, after the waits before the step runs), so
+    that the reads keep their order; convert's log serves only its stall bound."""
+    job, now = jobs()["convert"], session([START])
+    assert poll(now, job, stalls=True).jobset is None  # not submitted yet
+    plan = kube.plan(job.name, outcome="hang", log_reads=["one\n", "two\n", "three\n"])
+    kube.put_jobset(job.manifest)  # running, every pod Ready
+    seen = poll(now, job, stalls=False)
+    assert seen.ready and seen.head is None  # no stall bound: nothing to read
+    seen = poll(now, job, stalls=True)
+    assert len(plan.log_reads) == 3  # not read yet
+    assert seen.head.text == "one\n" and seen.head.last_line.endswith(" one") and seen.head.error is None
+    assert seen.head.text == "one\n" and len(plan.log_reads) == 2  # read once
