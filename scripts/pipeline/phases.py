@@ -66,7 +66,7 @@ class Phases:
     step: str
     spans: list[list] = field(default_factory=list)  # [phase, started, seconds]
     capacity: str | None = None  # the mode the TPU workers last had their nodes on (admission.py)
-    restarts: list[dict] = field(default_factory=list)  # each JobSet restart (gke/wait.py restart_of)
+    restarts: list[dict] = field(default_factory=list)  # each JobSet restart (gke/observers.py restart_of)
     # Called with the phases at each new phase (capacity.py writes them into run.json, for `runs`' cost).
     on_change: Callable[["Phases"], object] | None = field(default=None, repr=False, compare=False)
 

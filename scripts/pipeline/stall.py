@@ -1,4 +1,4 @@
-"""The stall bound of `tpu-rl run`, one rule for a TPU VM (vm/watch.py) and GKE (gke/wait.py): a running step
+"""The stall bound of `tpu-rl run`, one rule for a TPU VM (vm/watch.py) and GKE (gke/output.py): a running step
 whose output has not changed for STALL_SECONDS looks stalled; for train the bound grows to STALL_STEP_TIMES
 times the longest time a training step took, once two steps were seen. Judged by this machine's monotonic
 clock, never by comparing it with the VM's or the kubelet's. Each runner says what its output is (the

@@ -135,6 +135,26 @@ def start_failure(pods: list[dict], failure: tuple[str, str], tick: int, pull: s
             **({"initContainerStatuses": [statuses[c["name"]] for c in inits]} if inits else {})}
 
 
+# The kubelet's graceful node shutdown (kubernetes pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go,
+# nodeShutdownMessage)
+NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+
+
+def node_shut_down(pod: dict) -> dict:
+    """The pod once its node shut down (a spot VM reclaimed): the kubelet's graceful node shutdown fails it
+    with reason Terminated and its message, and adds DisruptionTarget with reason TerminationByKubelet
+    (nodeshutdown_manager_linux.go nodeShutdownReason; k8s.io/api core/v1 PodReasonTerminationByKubelet)."""
+    message = NODE_SHUTDOWN_MESSAGE
+    # The pod ran on that node: it stays scheduled there (PodScheduled True, as the API keeps it).
+    pod["status"] = {"phase": "Failed", "reason": "Terminated", "message": message, "conditions": [
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": message},
+        {"type": "Ready", "status": "False", "reason": "PodFailed"}],
+        "containerStatuses": [{"name": pod["spec"]["containers"][0]["name"],
+                               "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}
+    return pod
+
+
 class JobSetLife:
     """The state machine of KubeApi's JobSets (needs its jobsets, pods, plans, workloads and tick stores)."""
 
@@ -298,21 +318,10 @@ class JobSetLife:
         obj["status"]["conditions"] = [{**suspended, "lastTransitionTime": now}, {**startup, "lastTransitionTime": now}]
 
     def _reclaim_node(self, name: str) -> None:
-        """A TPU worker's node shuts down, as when Compute Engine reclaims a spot VM: the kubelet's graceful
-        node shutdown fails the pod with reason Terminated and its message, and adds DisruptionTarget with
-        reason TerminationByKubelet (kubernetes pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go,
-        nodeShutdownReason and nodeShutdownMessage; k8s.io/api core/v1 PodReasonTerminationByKubelet)."""
+        """A TPU worker's node shuts down, as when Compute Engine reclaims a spot VM (node_shut_down)."""
         main = self._main_rj(name)
-        victim = [pod for pod in self._pods_of(name)
-                  if pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != main][-1]
-        message = "Pod was terminated in response to imminent node shutdown."
-        # The pod ran on that node: it stays scheduled there (PodScheduled True, as the API keeps it).
-        victim["status"] = {"phase": "Failed", "reason": "Terminated", "message": message, "conditions": [
-            {"type": "PodScheduled", "status": "True"},
-            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": message},
-            {"type": "Ready", "status": "False", "reason": "PodFailed"}],
-            "containerStatuses": [{"name": victim["spec"]["containers"][0]["name"],
-                                   "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}
+        node_shut_down([pod for pod in self._pods_of(name)
+                        if pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] != main][-1])
 
     def _finish(self, name: str, outcome: str) -> None:
         obj = self.jobsets[name]

@@ -6,7 +6,9 @@ followed, its output verified in GCS, and its failures explained in one line eac
 - plan.py: what `run` does with each step (skip, attach, submit, replace), decided before anything is
   submitted, and the dry run that shows it.
 - submit.py: `run`: the token Secret, the submissions in order, the run record.
-- wait.py: waiting for one JobSet: problems, restarts, progress, the followed log.
+- wait.py: waiting for one JobSet: a poll at each tick (observation.py) that its observers answer:
+  observers.py (problems, restarts, the waits before it runs, phases, the lines shown, its end) and
+  output.py (the head's log read, train's progress, the stall bound); the followed log.
 - admission.py: what a waiting JobSet really waits for: its Kueue Workload and, on flex-start, the
   ProvisioningRequest for its slice, bounded by the mode's CAPACITY_WAIT.
 - queue.py: Kueue's queue of our runs: who holds the quota, who waits behind whom, in Kueue's order.
