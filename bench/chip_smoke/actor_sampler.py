@@ -70,10 +70,14 @@ class ActorSampler(base_rollout.BaseRollout):
         pad, eos, drawable = self.pad_id(), self.eos_id(), len(self._tokenizer)
 
         def generate(model, tokens, positions, keys, temperature):
+            graphdef, state = nnx.split(model)
+
             def step(t, carry):
-                # the model travels in the loop's carry: MaxText's decoder advances its RNG counters
-                model, tokens, logps, done = carry
-                logits, _ = model(tokens, positions, None, None)
+                # the model's state travels in the carry, and what a call changes in it is dropped:
+                # MaxText's decoder advances RNG counters (mutable only at the loop's own trace level) and
+                # Gemma 4's wrapped Linen modules add state on a call (a carry cannot change shape)
+                state, tokens, logps, done = carry
+                logits, _ = nnx.merge(graphdef, state)(tokens, positions, None, None)
                 row = jax.lax.dynamic_index_in_dim(logits, prompt + t - 1, axis=1, keepdims=False)
                 row = row.astype(jnp.float32)
                 ids = jnp.arange(row.shape[-1])
@@ -88,11 +92,11 @@ class ActorSampler(base_rollout.BaseRollout):
                 token = jnp.where(done, pad, token)
                 tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], prompt + t, axis=1)
                 logps = jax.lax.dynamic_update_slice_in_dim(logps, logp[:, None], t, axis=1)
-                return model, tokens, logps, done | (token == eos)
+                return state, tokens, logps, done | (token == eos)
 
             logps = jnp.zeros((tokens.shape[0], new), jnp.float32)
             done = jnp.zeros((tokens.shape[0],), bool)
-            _, tokens, logps, _ = nnx.fori_loop(0, new, step, (model, tokens, logps, done))
+            _, tokens, logps, _ = jax.lax.fori_loop(0, new, step, (state, tokens, logps, done))
             return tokens, logps
 
         return generate

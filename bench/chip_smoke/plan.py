@@ -25,17 +25,33 @@ from tpu_rl.recipes import example_settings, get_recipe  # noqa: E402
 from tpu_rl.recipes.runs.spec import RunSpec  # noqa: E402
 
 RECIPE = "llama31-v6e8"
+# The recipes whose model families the smoke runs besides (--recipe): qwen3's and gemma4's pin MaxText
+# 0.2.4, which the chip's Python 3.11 and JAX 0.10.2 cannot run, so they run under 0.2.3 there.
+RECIPES = (RECIPE, "qwen3-v6e32", "gemma4-v6e64")
 RUN = "chip-smoke"
 
-# The chip's model: Llama 3.1's architecture and vocabulary at a width and depth one v5e chip trains
-# with room (about 0.4 B parameters; bf16 weights, MaxText's rl.yml weight_dtype). "CPU" is
-# tests/maxtext_cpu/tiny.py's own tiny model, for the local run with JAX_PLATFORMS=cpu.
-SIZES = {
-    "chip": {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 64,
-             "num_hidden_layers": 8, "intermediate_size": 3584, "vocab_size": 128256},
-    "cpu": None,
+# The chip's models: each recipe's architecture and vocabulary (the real model's HF_MODEL_CONFIGS entry,
+# tiny.py) at a width and depth one v5e chip trains with room (0.4-0.6 B parameters; bf16 weights,
+# MaxText's rl.yml weight_dtype). None is tests/maxtext_cpu/tiny.py's own tiny model, for the local run
+# with JAX_PLATFORMS=cpu (--model cpu).
+CHIP_SIZES = {
+    "llama3.1-8b": {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 64,
+                    "num_hidden_layers": 8, "intermediate_size": 3584, "vocab_size": 128256},
+    # 16 experts, 4 routed a token, in place of 128 and 8: the experts' share of the weights stays the model's
+    "qwen3-30b-a3b": {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64,
+                      "num_hidden_layers": 8, "num_experts": 16, "num_experts_per_tok": 4,
+                      "moe_intermediate_size": 384, "vocab_size": 151936},
+    # six layers: the 5:1 pattern of sliding-window and global attention once (the real model's layer_types)
+    "gemma4-26b": {"hidden_size": 768, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128,
+                   "global_head_dim": 256, "num_global_key_value_heads": 2, "num_hidden_layers": 6,
+                   "intermediate_size": 1024, "num_experts": 16, "top_k_experts": 4,
+                   "moe_intermediate_size": 384, "vocab_size": 262144},
 }
 SHARD = {"chip": "400MB", "cpu": "150KB"}
+# --model cpu only: a mixture of experts through jax.lax.ragged_dot, since MaxText 0.2.3's megablox
+# kernel refuses the CPU backend ("Only interpret mode is supported on CPU backend").
+CPU_TRAIN = ("megablox=False",)
+
 # The generated weights' spread: the usual initializer's for the chip's model, so that 8 GRPO steps
 # stay finite; tiny.py's wide one (every mapping visible) for the tiny model.
 STD = {"chip": 0.02, "cpu": 0.5}
@@ -69,14 +85,18 @@ class Plan:
     model: Path
     extra: tuple[str, ...] = ()  # more --set items (boundary_sets)
     run: str = RUN
+    recipe: str = RECIPE
+    # The config keys of the release that runs, with their defaults (release_keys); an argument it has
+    # no such key for is dropped (a recipe that pins 0.2.4 run under the chip's 0.2.3). None: all stay.
+    known: dict | None = None
 
     @property
     def sizes(self) -> dict | None:
-        return SIZES[self.kind]
+        return CHIP_SIZES[get_recipe(self.recipe).model.maxtext_name] if self.kind == "chip" else None
 
     def spec(self) -> RunSpec:
         settings = example_settings()
-        recipe = settings.recipe(get_recipe(RECIPE))
+        recipe = settings.recipe(get_recipe(self.recipe))
         data = self.root / "data"
         sets = [f"{key}={value}" for key, (value, _) in SETS.items()]
         sets += [f"hf_train_files={data / 'train.parquet'}", f"hf_eval_files={data / 'test.parquet'}"]
@@ -91,9 +111,60 @@ class Plan:
         return maxtext_commands(chain.recipe, chain.paths)
 
     def argv(self, step: str) -> list[str]:
-        """The step's rendered arguments with the chip's changes (Chain.cpu_argv)."""
+        """The step's rendered arguments with the chip's changes (Chain.cpu_argv) on one chip (one_chip)."""
         chain = self.chain()
-        return chain.cpu_argv(step, self.commands()[step])
+        out = [one_chip(arg) for arg in chain.cpu_argv(step, self.commands()[step]) if arg not in self.unknown(step)]
+        return out + list(CPU_TRAIN) if self.kind == "cpu" and step == "train" else out
+
+    def unknown(self, step: str) -> list[str]:
+        """The rendered step's config arguments the running release has no such key for: an unknown key,
+        or a scalar for a key that is a mapping there (0.2.4's debug=True; 0.2.3's debug is {rl: ...})."""
+        if self.known is None:
+            return []
+        out = []
+        for arg in self.commands()[step].argv[3:]:
+            name, eq, value = arg.partition("=")
+            if not eq or arg.startswith("-"):
+                continue
+            key = name.split(".")[0]
+            if key not in self.known or ("." not in name and isinstance(self.known[key], dict)
+                                         and not value.startswith("{")):
+                out.append(arg)
+        return out
+
+    def patches(self, scratch: Path) -> list[dict[str, str]]:
+        """The recipe's patches of MaxText's own files as the train probe applies them (workload.py)."""
+        from maxtext_cpu.workload import source_patches  # noqa: PLC0415
+
+        return source_patches(self.chain().recipe, scratch)
 
     def local(self, url: str) -> Path:
         return self.chain().local(url)
+
+
+def one_chip(arg: str) -> str:
+    """An argument of a slice's mesh as one chip has it: every parallelism axis 1, the trainer and the
+    sampler each on the whole chip (train_rl shares it, as llama31-v6e8 shares its VM's chips), one chip
+    a host. Each changed argument is listed in the report (smoke.py changed_items)."""
+    name, eq, value = arg.partition("=")
+    if not eq:
+        return arg
+    if name.endswith("_parallelism") and value not in ("1", "-1"):
+        return f"{name}=1"
+    if name.endswith("_devices_fraction") and float(value) != 1:
+        return f"{name}=1.0"
+    if name == "chips_per_vm" and value != "1":
+        return f"{name}=1"
+    return arg
+
+
+def release_keys() -> dict:
+    """The config keys of the installed MaxText's train_rl with their defaults: base.yml's and
+    post_train/rl.yml's, the two files pyconfig reads for it and refuses any other key with (MAXTEXT
+    CONFIG ERROR)."""
+    import maxtext  # noqa: PLC0415  only in MaxText's environment
+    import yaml  # noqa: PLC0415
+
+    configs = Path(maxtext.__file__).parent / "configs"
+    return {key: value for name in ("base.yml", "post_train/rl.yml")
+            for key, value in yaml.safe_load((configs / name).read_text()).items()}

@@ -127,7 +127,13 @@ def markdown(report: dict) -> str:
            f"{report['versions'].get('maxtext')}, tunix {report['versions'].get('google-tunix')}.", "",
            "**The rollout is substituted**: `ActorSampler` (bench/chip_smoke/actor_sampler.py) samples with "
            "the actor itself, no KV cache; vLLM and tpu_inference are not installed.", "",
-           f"Model: {report['model']}.", "", "## Steps", "", "| step | exit | seconds |", "| --- | --- | --- |"]
+           f"Model: {report['model']}.", ""]
+    pinned = report.get("recipe_maxtext")
+    if pinned and pinned != report["versions"].get("maxtext"):
+        out += [f"**The release differs**: the recipe pins MaxText {pinned}, which needs Python 3.12 and a newer "
+                f"JAX than the chip's; its commands ran under {report['versions'].get('maxtext')}, with the "
+                "arguments that release has no key for dropped (below).", ""]
+    out += ["## Steps", "", "| step | exit | seconds |", "| --- | --- | --- |"]
     out += [f"| {name} | {step['exit']} | {step['seconds']:.1f} |" for name, step in report["steps"].items()]
     for name, train in report["trains"].items():
         out += ["", f"## {name}", ""]
@@ -152,6 +158,8 @@ def _train_section(train: dict) -> list[str]:
     out = [f"Exit {train.get('exit')}; {timed.get('train_step_lines', 0)} step lines; first at "
            f"{timed.get('first_step_seconds')} s from process start; {timed.get('seconds_per_step')} s a step "
            "after it.", ""]
+    if train.get("patches"):
+        out += ["The recipe's patches of MaxText's files: " + "; ".join(train["patches"]) + ".", ""]
     if train.get("error"):
         out += [f"Error: `{train['error'][:600]}`", ""]
     out += ["HBM: *arguments* and *temporaries* are XLA's compiled memory statistics of the program "

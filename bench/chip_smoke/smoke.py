@@ -1,14 +1,17 @@
-"""The real-chip smoke: llama31-v6e8's own convert, train and export on one TPU chip, then its report.
+"""The real-chip smoke: a recipe's own convert, train and export on one TPU chip, then its report.
 
-    python bench/chip_smoke/smoke.py --out DIR [--model chip|cpu] [--work DIR] [--boundary-only] [--boundary BATCH ...]
+    python bench/chip_smoke/smoke.py --out DIR [--recipe NAME] [--model chip|cpu] [--work DIR]
+        [--boundary-only] [--boundary BATCH ...]
 
 Run with MaxText's environment's python (docs/development.md, "The real-chip smoke"). In order, each a
 process of its own, timed, its exit kept: the model generated on the machine (tests/maxtext_cpu/tiny.py,
-Llama 3.1's architecture at plan.py's sizes), a gsm8k-shaped data file, to_maxtext (tests/maxtext_cpu/
+the recipe's architecture at plan.py's sizes; llama31-v6e8's unless --recipe), a gsm8k-shaped data file, to_maxtext (tests/maxtext_cpu/
 run.py), train_rl's own main with the actor sampler (train.py), to_huggingface, and transformers'
 reload of the export (tests/maxtext_cpu/reload.py). Then, for each --boundary, a short train run with
 that batch size (plan.py boundary_sets: the fit account's sizes, bench/chip_smoke/fit.py). --model cpu runs the same on a
-CPU with tiny.py's tiny model (JAX_PLATFORMS=cpu), which is how it is checked without a chip.
+CPU with tiny.py's tiny model (JAX_PLATFORMS=cpu), which is how it is checked without a chip. A recipe of
+a slice runs on one chip (plan.py one_chip), with its patches of MaxText's files applied as the CPU
+train probe applies them.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import report as reporting  # noqa: E402
-from plan import REPO, SETS, SHARD, STD, Plan, boundary_sets  # noqa: E402
+from plan import RECIPE, RECIPES, REPO, SETS, SHARD, STD, Plan, boundary_sets, release_keys  # noqa: E402
 
 CPU_STEPS = REPO / "tests" / "maxtext_cpu"
 DUMMY_TOKEN = "hf_dummy_token_for_offline_tests"
@@ -45,6 +48,7 @@ def environment(work: Path, cpu: bool) -> dict[str, str]:
     return env
 
 
+TERM_GRACE = 20  # seconds a step cut at its timeout has to write its result before it is killed
 DEADLINE = [float("inf")]  # time.monotonic() by which every step must have ended (--deadline)
 
 
@@ -59,9 +63,17 @@ def run_step(name: str, argv: list[str], env: dict, logs: Path, steps: dict, tim
     log = logs / f"{name}.log"
     started = time.monotonic()
     with log.open("w") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
-            code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+            code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            # SIGTERM first: train.py then writes what it measured so far (TERM_GRACE seconds at most)
+            process.terminate()
+            try:
+                process.wait(timeout=TERM_GRACE)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
             code = "timeout"
     steps[name] = {"exit": code, "seconds": round(time.monotonic() - started, 1), "log": str(log)}
     print(f"{name}: exit {code}, {steps[name]['seconds']} s", flush=True)
@@ -88,7 +100,8 @@ def train_run(plan: Plan, name: str, env: dict, logs: Path, steps: dict, timeout
     """train_rl's main on the plan's arguments, and what it left: its result, lines, tags, checkpoints."""
     command = plan.commands()["train"]
     result_path = logs / f"{name}.json"
-    run_env = dict(env, SMOKE_RESULT=str(result_path))
+    run_env = dict(env, SMOKE_RESULT=str(result_path),
+                   PROBE_PATCHES=json.dumps(plan.patches(plan.root / "patched-src")))
     run_step(name, [sys.executable, str(HERE / "train.py"), str(plan.model), plan.chain().recipe.model.maxtext_name,
                     command.module, *plan.argv("train")], run_env, logs, steps, timeout)
     result = json.loads(result_path.read_text()) if result_path.is_file() else {"error": "no result written"}
@@ -106,7 +119,7 @@ def train_run(plan: Plan, name: str, env: dict, logs: Path, steps: dict, timeout
             "checkpoints": reporting.checkpoint_layout(trained / "checkpoints" / "actor")}
 
 
-def changed_items(plan: Plan) -> list[str]:
+def changed_items(plan: Plan, versions: dict) -> list[str]:
     """What the smoke changed: its --set items, then each argument the chip's changes added or replaced."""
     rendered = plan.commands()
     items = [f"--set {key}={value}: {why}" for key, (value, why) in SETS.items()]
@@ -114,6 +127,7 @@ def changed_items(plan: Plan) -> list[str]:
     for step in ("convert", "train", "export"):
         before = set(rendered[step].argv[3:])
         items += [f"{step}: {arg}" for arg in plan.argv(step) if arg not in before]
+        items += [f"{step}: {arg} dropped: MaxText {versions.get('maxtext')} has no such key or takes a mapping" for arg in plan.unknown(step)]
     return items
 
 
@@ -121,6 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="where report.md and report.json go")
     parser.add_argument("--work", type=Path, default=Path("/tmp/chip-smoke"), help="the bucket's stand-in")
+    parser.add_argument("--recipe", choices=RECIPES, default=RECIPE, help="whose commands and model family")
     parser.add_argument("--model", choices=("chip", "cpu"), default="chip")
     parser.add_argument("--boundary", nargs="*", type=int, default=[], help="batch sizes of boundary runs (fit.py)")
     parser.add_argument("--step-timeout", type=float, default=900)
@@ -132,7 +147,8 @@ def main() -> None:
     if args.deadline:
         DEADLINE[0] = time.monotonic() + args.deadline
     work, logs = args.work, args.work / "logs"
-    plan = Plan(args.model, work, work / "model")
+    known = release_keys()
+    plan = Plan(args.model, work, work / "model", recipe=args.recipe, known=known)
     env = environment(work, cpu)
     steps: dict = {}
     trains: dict = {}
@@ -165,12 +181,15 @@ def main() -> None:
             run_step("reload", [sys.executable, str(CPU_STEPS / "reload.py"), str(plan.model), str(export)], env,
                      logs, steps, args.step_timeout)
     for index, batch in enumerate(args.boundary if "convert" in steps and steps["convert"]["exit"] == 0 else []):
-        boundary = Plan(args.model, work, work / "model", boundary_sets(batch), run=f"boundary-{index}")
+        boundary = Plan(args.model, work, work / "model", boundary_sets(batch), run=f"boundary-{index}",
+                        recipe=args.recipe, known=known)
         trains[f"boundary batch_size={batch}"] = train_run(boundary, f"boundary-{index}", env, logs, steps, args.step_timeout)
     reloaded = _last_json(Path(steps["reload"]["log"])) if "reload" in steps else None
     model = json.loads((plan.model / "config.json").read_text()) if (plan.model / "config.json").is_file() else {}
+    model = model.get("text_config", model)  # Gemma 4's sizes are its text model's
     report = {
-        "recipe": plan.chain().recipe.name, "date": datetime.date.today().isoformat(),
+        "recipe": plan.chain().recipe.name, "recipe_maxtext": plan.chain().recipe.maxtext_version,
+        "date": datetime.date.today().isoformat(),
         "chip": next((t["devices"][0] for t in trains.values() if t.get("devices")), "none"),
         "python": platform.python_version(), "machine": platform.machine(),
         "versions": {key: versions.get(key) for key in ("jax", "jaxlib", "libtpu", "maxtext", "google-tunix", "flax",
@@ -178,7 +197,7 @@ def main() -> None:
         "model": (f"{name} architecture, hidden {model.get('hidden_size')}, {model.get('num_hidden_layers')} layers, "
                   f"vocabulary {model.get('vocab_size')}, {_parameters(steps)} parameters"),
         "steps": {key: {k: v for k, v in step.items() if k != "log"} for key, step in steps.items()},
-        "trains": trains, "reload": reloaded, "changed": changed_items(plan),
+        "trains": trains, "reload": reloaded, "changed": changed_items(plan, versions),
         "deviations": reporting.deviations((REPO / "recipes" / "environments" / "constraints-0.2.3.txt").read_text(),
                                            versions),
         "seconds": round(time.monotonic() - started, 1)}

@@ -7,7 +7,9 @@ Changed before main runs, and nothing else:
 - maxtext.integration.vllm.maxtext_vllm_rollout, which train_rl imports at its top and which imports
   vLLM, is an empty module (vLLM is not installed), and RLCluster is given ActorSampler as its rollout
   engine in place of the one train_rl names;
-- orbax writes commit_success.txt markers as it does on gs:// (tests/maxtext_cpu/run.py).
+- orbax writes commit_success.txt markers as it does on gs:// (tests/maxtext_cpu/run.py);
+- the recipe's patches of MaxText's own files ($PROBE_PATCHES, plan.py patches) are applied to a copy of
+  the installed file, which is imported in its place, as the CPU train probe does (run.py patched_utils_rl).
 Recorded: each executable's compiled memory (argument, output, alias, temporary and code bytes, as XLA
 reports them for the program: jax's compiler.compile_or_get_cached wrapped), or the compiler's refusal;
 the seconds from the process's start to the lines the report quotes; the allocator's peak at the end.
@@ -24,6 +26,7 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import runpy  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import types  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -120,7 +123,13 @@ def allocator() -> dict:
     return {key: stats.get(key) for key in ("peak_bytes_in_use", "bytes_in_use", "bytes_limit", "largest_alloc_size")}
 
 
+def stopped(signum, frame) -> None:
+    """smoke.py's SIGTERM at a step's timeout: end through main's finally, which writes the result."""
+    raise SystemExit(f"stopped by signal {signum} at the step's timeout")
+
+
 def main(model_dir: str, maxtext_name: str, module: str, args: list[str]) -> None:
+    signal.signal(signal.SIGTERM, stopped)
     logging.getLogger().addHandler(LineClock())
     maxtext_step.use_commit_file_atomicity()
     maxtext_step.use_tiny_config(model_dir, maxtext_name)
@@ -130,6 +139,10 @@ def main(model_dir: str, maxtext_name: str, module: str, args: list[str]) -> Non
 
     RESULT["devices"] = [f"{device.platform}:{device.device_kind}" for device in jax.devices()]
     RESULT["imported_at"] = seconds()
+    if json.loads(os.environ.get("PROBE_PATCHES", "[]")):
+        import maxtext
+
+        _, RESULT["patches"] = maxtext_step.patched_utils_rl(str(Path(maxtext.__file__).parents[1]))
     maxtext_step.import_its_imports(module)
     maxtext_step.settle_heap()
     sys.argv = [module, *args]
@@ -138,6 +151,8 @@ def main(model_dir: str, maxtext_name: str, module: str, args: list[str]) -> Non
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        if isinstance(done.code, str):
+            RESULT["error"] = done.code
     except BaseException as error:  # noqa: BLE001  the report keeps the error; the exit code says it failed
         RESULT["error"] = f"{type(error).__name__}: {' '.join(str(error).split())[:1500]}"
         code = 1

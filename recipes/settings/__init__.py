@@ -2,5 +2,6 @@
 
 - load.py: the Settings a command gets, read from the environment and the optional config file;
 - specs.py: which settings exist (variable, config key, default, the example) and which each command needs;
-- checks.py: the check of every value, AUTHORIZED_CIDR's rules among them.
+- checks.py: the check of every value, AUTHORIZED_CIDR's rules among them;
+- tuning.py: how long tpu-rl polls, backs off and waits (environment only, each with its default).
 """
