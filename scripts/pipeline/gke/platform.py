@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     from tpu_rl.recipes import Recipe, Settings, Step
     from tpu_rl.recipes.runs.spec import RunSpec
-    from tpu_rl.scripts.pipeline.gke.billing import Idle
+    from tpu_rl.scripts.pipeline.idle import Idle
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
     from tpu_rl.scripts.rundata.progress import TrainProgress
 
