@@ -1,12 +1,23 @@
-"""What a recipe's stack still bills when no run of it is active or queued (`tpu-rl runs`), in the terms
-every platform answers `Platform.idle` in: neutral, so the protocol (platforms.py) names no platform's
-module. GKE fills it from its cluster (gke/billing.py); a platform with nothing to add answers None."""
+"""The types every platform answers the protocol (platforms.py) in, neutral so that the protocol names no
+platform's module and an implementation imports these, never the module that routes to it: what `render`
+writes (Rendered), and what a recipe's stack still bills when no run of it is active or queued (`tpu-rl
+runs`, `Platform.idle`; GKE fills it from its cluster, gke/billing.py; a platform with nothing to add
+answers None)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tpu_rl.recipes.costs.standing import StandingCost, account, down_command
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What `tpu-rl render` writes: the files by name in the order `run` submits them, everything as one
+    text for `--out -`, and what the files are, for the line that says what was rendered."""
+    files: dict[str, str]
+    stream: str
+    what: str
 
 
 @dataclass(frozen=True)
