@@ -197,7 +197,7 @@ def test_status_of_a_jobset_waiting_for_kueue_reads_only_what_status_needs(cloud
     cloud["kube"].put_jobset(render_manifests(spec_of(load_settings_for(GKE)), peer_settings())["train"], "running")
     full = CliRunner().invoke(app, ["status", GKE])
     assert full.exit_code == 0 and "train: " in full.output, full.output
-    for key in set(SETTINGS) - {ENV_OF[name] for name in needs("status")}:
+    for key in set(SETTINGS) - {ENV_OF[name] for name in needs("status", "gke")}:
         monkeypatch.delenv(key)
     only = CliRunner().invoke(app, ["status", GKE])
     def timeless(text: str) -> str:  # the JobSet's elapsed time moves on between the two
