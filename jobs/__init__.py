@@ -68,7 +68,8 @@ RENDERERS: Mapping[StepRunner, Callable[[RunSpec, Settings], dict[str, Any]]] = 
 
 def render_steps(spec: RunSpec, settings: Settings) -> dict[str, Any]:
     """What runs the run's steps, by name: the JobSets by step, or {"startup script": text}."""
-    render = registered(RENDERERS, spec.recipe.platform_facts.steps_run_as, "RENDERERS of jobs/__init__.py")
+    render = registered(RENDERERS, spec.recipe.platform_facts.steps_run_as, "RENDERERS of jobs/__init__.py",
+                        "a way of running steps")
     return render(spec, settings)
 
 

@@ -154,7 +154,7 @@ def test_a_third_platform_is_found_in_every_registry(third):
     assert zoned.for_recipe(recipe.with_capacity(("spot",), "test")) is zoned  # no AUTHORIZED_CIDR asked
 
 
-def test_every_registry_names_itself_when_a_platform_is_missing(third):
+def test_every_registry_names_itself_when_a_platform_is_missing(third, monkeypatch):
     from tpu_rl.recipes.platforms import facts_of
     from tpu_rl.stacks.compositions import COMPOSITIONS, composition_for
 
@@ -166,6 +166,15 @@ def test_every_registry_names_itself_when_a_platform_is_missing(third):
         with pytest.raises(KeyError, match=f"platform '{THIRD}' is not registered in {where}"):
             lookup()
         registry[THIRD] = entry
+    # jobs/ keys its renderers by what runs the steps: a way of running them with no renderer names RENDERERS.
+    from tpu_rl import jobs
+    from tpu_rl.recipes import example_settings
+    from tpu_rl.recipes.runs.spec import RunSpec
+
+    runner = PLATFORMS[THIRD].steps_run_as
+    monkeypatch.delitem(jobs.RENDERERS, runner)
+    with pytest.raises(KeyError, match=f"steps '{runner}' is not registered in RENDERERS of jobs/"):
+        jobs.render_steps(RunSpec.of_catalog(_third_recipe()), example_settings())
 
 
 def test_a_recipe_on_an_unregistered_platform_is_refused_naming_the_registered_ones():

@@ -42,10 +42,10 @@ class PlatformFacts:
 Entry = TypeVar("Entry")
 
 
-def registered(registry: Mapping[str, Entry], platform: str, where: str) -> Entry:
-    """`registry[platform]`, or a KeyError that names the registry a new platform must be added to."""
+def registered(registry: Mapping[str, Entry], key: str, where: str, what: str = "platform") -> Entry:
+    """`registry[key]`, or a KeyError that names the registry a new platform (or `what`) must be added to."""
     try:
-        return registry[platform]
+        return registry[key]
     except KeyError:
-        raise KeyError(f"platform '{platform}' is not registered in {where} (registered: "
+        raise KeyError(f"{what} '{key}' is not registered in {where} (registered: "
                        f"{', '.join(registry)}); docs/development.md lists every registry") from None
