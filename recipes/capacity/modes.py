@@ -117,7 +117,7 @@ def check_capacity(name: str, platform: PlatformFacts, capacity: tuple[CapacityM
     refused = [mode for mode in capacity if mode not in allowed]
     if refused:
         raise UserError(f"{where}: a {platform.label} takes one of {', '.join(allowed)}, not {', '.join(refused)} "
-                        "(flex-start and fallback lists need TPU node pools)")
+                        "(flex-start and fallback lists need a GKE recipe)")
     if not platform.tpu_node_pools and len(capacity) > 1:  # no pool per mode to fall back through
         raise UserError(f"{where}: a {platform.label} has one provisioning model, so name one mode")
     if facts.flex_start and max_run_hours and max_run_hours > facts.flex_start.max_run_hours:
