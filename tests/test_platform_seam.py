@@ -180,7 +180,7 @@ def test_every_registry_names_itself_when_a_platform_is_missing(third, monkeypat
 def test_a_recipe_on_an_unregistered_platform_is_refused_naming_the_registered_ones():
     from tpu_rl.recipes import UserError
 
-    with pytest.raises(UserError, match="Input should be 'gke' or 'vm'"):
+    with pytest.raises(UserError, match=f"platform takes one of 'gke' or 'vm', not '{THIRD}'"):
         _third_recipe()
 
 

@@ -186,7 +186,8 @@ class RecipeEntry(Strict):
     @classmethod
     def _registered(cls, value: str) -> str:
         if value not in PLATFORMS:
-            raise ValueError(f"Input should be {' or '.join(repr(name) for name in PLATFORMS)}")
+            raise ValueError(f"platform takes one of {' or '.join(repr(name) for name in PLATFORMS)}, not "
+                             f"{value!r}")
         return value
 
     @model_validator(mode="after")
