@@ -177,7 +177,8 @@ class Settings:
         if any(mode in usable for mode in self.capacity):
             return None
         listed = ",".join(self.capacity)
-        return (f"CAPACITY '{listed}' has no mode the TPU VM of recipe '{recipe.name}' can use "
+        label = recipe.platform_facts.label
+        return (f"CAPACITY '{listed}' has no mode the {label} of recipe '{recipe.name}' can use "
                 f"({', '.join(usable)}): add one after the others, e.g. CAPACITY={listed},spot gives the VM spot")
 
     def deployable(self, recipe: Recipe) -> tuple[Recipe, str | None]:
@@ -217,8 +218,8 @@ class Settings:
             )
         if needed("authorized_cidr") and recipe.platform_facts.control_plane and not self.authorized_cidr:
             raise UserError(
-                f"AUTHORIZED_CIDR is not set, but recipe '{recipe.name}' creates a GKE control plane: "
-                "export AUTHORIZED_CIDR=<your address>/32 (there is no 0.0.0.0/0 default)"
+                f"AUTHORIZED_CIDR is not set, but recipe '{recipe.name}' creates a {recipe.platform_facts.label} "
+                "control plane: export AUTHORIZED_CIDR=<your address>/32 (there is no 0.0.0.0/0 default)"
             )
         return self
 
