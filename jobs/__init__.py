@@ -7,6 +7,9 @@ Public API (the CLI and the docs use these names):
   JobSet}`` for GKE recipes, in step order (dicts ready for yaml.safe_dump or the Kubernetes client);
   export converts checkpoint ``export_step`` (default: the computed last step, an upper bound).
 - ``render_startup_script(spec, settings) -> str``: the bash startup script of a VM recipe.
+- ``render_steps(spec, settings) -> {name: JobSet or text}``: what runs the run's steps, by the renderer
+  RENDERERS keys by the recipe's platform fact ``steps_run_as`` (recipes/platforms/): the JobSets by step,
+  or ``{"startup script": text}``. A platform whose steps run some other way adds its renderer there.
 - ``jobset_name(spec, step)``: ``<run>-<step>`` for train and export, ``<recipe>-<hash>-convert`` for the
   conversion runs share (recipes/runs/identity.py), at most 28 characters.
 - ``main_pod_selector(spec, step)``: label selector of the pod that runs the step's MaxText command,
@@ -19,13 +22,13 @@ Public API (the CLI and the docs use these names):
 - ``maxtext_commands(recipe, paths)``: the three MaxText commands as data (module, overrides, flags).
 - ``ArtifactPaths``: every gs:// path a step reads or writes (jobs/paths.py).
 
-Wrong platform (a VM recipe to render_manifests or a GKE recipe to render_startup_script) raises
-recipes.UserError.
+A recipe whose steps run another way (a VM recipe to render_manifests or a GKE recipe to
+render_startup_script) raises recipes.UserError.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from tpu_rl.jobs.convert import convert_jobset
 from tpu_rl.jobs.export import export_jobset
@@ -35,6 +38,7 @@ from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.jobs.train import train_jobset, user_files_configmap
 from tpu_rl.jobs.vm import render_startup_script
 from tpu_rl.recipes import Settings, Step, UserError
+from tpu_rl.recipes.platforms import StepRunner, registered
 from tpu_rl.recipes.runs.spec import RunSpec
 
 
@@ -42,15 +46,31 @@ def render_manifests(spec: RunSpec, settings: Settings, export_step: int | None 
     """The three JobSets; export converts checkpoint `export_step` (None: the computed last step, an upper
     bound; `run` passes the newest finished step it read from the bucket)."""
     recipe = spec.recipe
-    if not recipe.platform_rules.jobsets:
-        raise UserError(
-            f"recipe '{recipe.name}' runs on a TPU VM; render its startup script with render_startup_script "
-            "(`tpu-rl render` does)"
-        )
+    if recipe.platform_facts.steps_run_as != StepRunner.JOBSETS:
+        raise UserError(f"recipe '{recipe.name}' runs its steps as a {recipe.platform_facts.steps_run_as}, not "
+                        "JobSets; render them with render_steps (`tpu-rl render` does)")
     if not recipe.pathways:
         raise UserError(f"recipe '{recipe.name}': GKE recipes train with Pathways; set pathways = true")
     paths = ArtifactPaths(spec, settings, export_step)
     return {"convert": convert_jobset(paths), "train": train_jobset(paths), "export": export_jobset(paths)}
+
+
+def _startup_script(spec: RunSpec, settings: Settings) -> dict[str, Any]:
+    return {"startup script": render_startup_script(spec, settings)}
+
+
+# What runs a run's steps (the platform fact steps_run_as) -> its renderer: one row per way, not per platform.
+RENDERERS: Mapping[StepRunner, Callable[[RunSpec, Settings], dict[str, Any]]] = {
+    StepRunner.JOBSETS: render_manifests,
+    StepRunner.STARTUP_SCRIPT: _startup_script,
+}
+
+
+def render_steps(spec: RunSpec, settings: Settings) -> dict[str, Any]:
+    """What runs the run's steps, by name: the JobSets by step, or {"startup script": text}."""
+    render = registered(RENDERERS, spec.recipe.platform_facts.steps_run_as, "RENDERERS of jobs/__init__.py",
+                        "a way of running steps")
+    return render(spec, settings)
 
 
 __all__ = [
@@ -62,7 +82,9 @@ __all__ = [
     "main_replicated_job",
     "manifest_yaml",
     "maxtext_commands",
+    "RENDERERS",
     "render_manifests",
     "render_startup_script",
+    "render_steps",
     "user_files_configmap",
 ]

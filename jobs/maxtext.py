@@ -114,7 +114,7 @@ def convert_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         *_checkpoint_storage(recipe),
         "hardware=cpu",
     ]
-    lazy = recipe.platform_rules.lazy_load_tensors
+    lazy = recipe.platform_facts.cpu_pool  # bound the shared CPU pool's RAM; the TPU host loads eagerly
     flags = (f"--hf_model_path={recipe.model.hf_repo}", f"--lazy_load_tensors={_bool(lazy)}")
     return MaxTextCommand(TO_MAXTEXT, _unique(recipe, "convert", overrides), flags)
 
@@ -150,7 +150,7 @@ def export_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         "weight_dtype=bfloat16",
     ]
     flags: list[str] = []
-    if recipe.platform_rules.export_on_cpu:
+    if recipe.platform_facts.cpu_pool:  # on the CPU pool, without a JAX cluster: MaxText's architecture wins
         overrides += ["skip_jax_distributed_system=true", "hardware=cpu"]
         flags.append("--override_model_architecture")
     if at_least(recipe.maxtext_version, EXPORT_HF_MODEL_PATH_FROM):

@@ -43,6 +43,7 @@ from tpu_rl.jobs.vm_outputs import CANCELLED, after_run_values
 from tpu_rl.jobs.vm_preamble import Knob, Value, part, preamble
 from tpu_rl.recipes import STEPS, Recipe, Settings, UserError
 from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.recipes.platforms import StepRunner
 
 LOG_FILE = "/var/log/tpu-rl.log"
 # The script's PATH: uv's (/root/.local/bin), the snaps' (gcloud), then root's standard PATH (why: records.sh).
@@ -158,10 +159,9 @@ def _step(step: str, body: str) -> str:
 
 def render_startup_script(spec: RunSpec, settings: Settings) -> str:
     recipe = spec.recipe
-    if recipe.platform_rules.jobsets:
-        raise UserError(
-            f"recipe '{recipe.name}' runs on GKE; render its JobSets with render_manifests (`tpu-rl render` does)"
-        )
+    if recipe.platform_facts.steps_run_as != StepRunner.STARTUP_SCRIPT:
+        raise UserError(f"recipe '{recipe.name}' runs its steps as {recipe.platform_facts.steps_run_as}, not a "
+                        "startup script; render them with render_steps (`tpu-rl render` does)")
     paths = ArtifactPaths(spec, settings)
     commands = maxtext_commands(recipe, paths)
     resolved = resolve_patches(recipe)

@@ -4,6 +4,7 @@ One home for each concept (docs/development.md, "Layout"):
 - recipes.toml: the recipes, read once by all_recipes() below;
 - catalog/: their types: a Recipe, one table as written, a slice's shape and the facts the table names;
 - capacity/: capacity modes and their rules, and where a GKE recipe's slices come from;
+- platforms/: the platforms a recipe runs on, as facts (PLATFORMS, the registry every layer's routes by);
 - settings/: the per-user Settings: which exist, their checks, the config file, what each command needs;
 - runs/: what one run asks for (a RunSpec): its name and identity, --set values, user files, sweeps;
 - costs/: list prices, and what a run, its evaluation and a standing stack cost;

@@ -1,7 +1,7 @@
 """The cdktf app: one stack for the shared artifacts plus one per recipe in recipes.toml.
 
-`python -m tpu_rl.stacks.app` is the app command in cdktf.json. A recipe's platform picks its composition;
-adding a recipe is a data change only.
+`python -m tpu_rl.stacks.app` is the app command in cdktf.json. A recipe's platform picks its composition
+(stacks/compositions.py); adding a recipe is a data change only.
 """
 
 from __future__ import annotations
@@ -31,14 +31,12 @@ def build_app(outdir: str | Path | None = None, *, recipes: Mapping[str, Recipe]
     from cdktf import App
 
     from tpu_rl.stacks.artifacts import ArtifactsStack
-    from tpu_rl.stacks.gke import GkeRecipeStack
-    from tpu_rl.stacks.vm import VmRecipeStack
+    from tpu_rl.stacks.compositions import composition_for
 
-    compositions = {"gke": GkeRecipeStack, "vm": VmRecipeStack}
     app = App(outdir=str(outdir)) if outdir is not None else App()
     ArtifactsStack(app, settings)
     for recipe, blocked in deployable.values():
-        compositions[recipe.platform](app, recipe, settings, blocked=blocked)
+        composition_for(recipe.platform)(app, recipe, settings, blocked=blocked)
     return app
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from tpu_rl.recipes import all_recipes, example_settings
-from tpu_rl.recipes.capacity.modes import (CAPACITY_MODES, DEFAULT_WAIT_SECONDS, MODE_RULES, PLATFORM_RULES,
-                                           CapacityMode, parse_capacity)
+from tpu_rl.recipes.capacity.modes import CAPACITY_MODES, DEFAULT_WAIT_SECONDS, MODE_RULES, CapacityMode, parse_capacity
 from tpu_rl.recipes.catalog.facts import QuotaMetrics
+from tpu_rl.recipes.platforms import PLATFORMS
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT_PACKAGES = ("recipes", "infra", "stacks", "jobs", "scripts")
@@ -127,14 +127,14 @@ def test_the_modes_stay_the_strings_recipes_and_runs_store():
     for recipe in all_recipes().values():
         for given in (recipe, settings.deployable(recipe)[0], recipe.with_capacity((CapacityMode.SPOT,), "test")):
             assert all(type(mode) is str for mode in given.capacity), (recipe.name, given.capacity)
-    assert all(type(mode) is str for mode in PLATFORM_RULES["vm"].capacity)
+    assert all(type(mode) is str for mode in PLATFORMS["vm"].capacity)
     assert all(type(key) is str for key in DEFAULT_WAIT_SECONDS)
 
 
 def test_what_the_platforms_take_and_wait():
     # The values the code held as literals before the table: the VM's modes and the default waits.
-    assert PLATFORM_RULES["vm"].capacity == ("reservation", "spot", "on-demand")
-    assert PLATFORM_RULES["gke"].capacity == ("reservation", "flex-start", "spot", "on-demand")
+    assert PLATFORMS["vm"].capacity == ("reservation", "spot", "on-demand")
+    assert PLATFORMS["gke"].capacity == ("reservation", "flex-start", "spot", "on-demand")
     assert dict(DEFAULT_WAIT_SECONDS) == {"reservation": 1800, "flex-start": 14400, "spot": 1800,
                                           "on-demand": 1800, "cpu": 1800}
 

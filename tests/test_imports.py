@@ -239,11 +239,13 @@ def test_the_installed_wheel_renders_the_vm_startup_script_from_its_own_parts(in
     from tpu_rl.jobs import render_startup_script
     from tpu_rl.recipes import all_recipes, example_settings
     from tpu_rl.recipes.runs.spec import RunSpec
+    from tpu_rl.recipes.platforms import StepRunner
 
     venv, site, env = installed
     parts = sorted(path.name for path in (site / NAMESPACE / "jobs" / "vm_script").glob("*.sh"))
     assert parts == sorted(path.name for path in (ROOT / "jobs" / "vm_script").glob("*.sh"))
-    vm = [name for name, recipe in all_recipes().items() if not recipe.platform_rules.jobsets]
+    vm = [name for name, recipe in all_recipes().items()
+          if recipe.platform_facts.steps_run_as == StepRunner.STARTUP_SCRIPT]
     assert vm, "no VM recipe to render"
     for name in vm:
         rendered = subprocess.run([str(venv / "bin" / "python"), "-c", RENDER, name], cwd=tmp_path, env=env,

@@ -49,3 +49,14 @@ def test_each_side_runs_with_its_own_module_names(tmp_path, namespaced, prefix):
     side = build_side(tree, "the side", work)
     assert list(side.stacks) == [f"{prefix}stacks.app"]
     assert side.manifests == {"r": {"startup script": f"{prefix}jobs"}}
+
+
+def test_a_side_with_jobs_registry_of_renderers_renders_through_it(tmp_path):
+    # Since issue 38 a side renders through jobs.render_steps (its RENDERERS); the sides above have none and
+    # render by their platforms' names, the fallback older base revisions need.
+    tree = _tree(tmp_path / "tree", True)
+    with (tree / "jobs" / "__init__.py").open("a") as jobs:
+        jobs.write("def render_steps(recipe, settings): return {'through': 'render_steps'}\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    assert build_side(tree, "the side", work).manifests == {"r": {"through": "render_steps"}}

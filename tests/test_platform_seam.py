@@ -1,7 +1,8 @@
-"""The platform is a seam, not a branch (issue 26): the CLI and the pipeline ask
+"""The platform is a seam, not a branch (issues 26 and 38): the CLI and the pipeline ask
 scripts/pipeline/platforms.py for the recipe's implementation, and only the implementations (a package each)
-and that one lookup know which platform they are on. What differs as data is a PlatformRules row
-(recipes/capacity/modes.py)."""
+and the registries know which platform they are on. What a platform is, is facts (recipes/platforms/) that
+code reads by what they are; each layer's behaviour routes through its one registry, and a third platform
+made only for these tests is found in every one of them."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import inspect
 import re
 import subprocess
 import sys
-import typing
 
+import pytest
 from peers.fixtures import REPO, clean_environment
 
-from tpu_rl.recipes.capacity.modes import PLATFORM_RULES, Platform as PlatformName
+from tpu_rl.recipes.platforms import PLATFORMS
 from tpu_rl.scripts.pipeline.platforms import IMPLEMENTATIONS, Platform, platform_for
 
 PRODUCT_PACKAGES = ("scripts", "jobs", "recipes", "infra", "stacks")
@@ -21,7 +22,7 @@ IMPLEMENTATION_PACKAGES = ("scripts/pipeline/gke/", "scripts/pipeline/vm/")
 ROUTE = "scripts/pipeline/platforms.py"  # the one place that maps a platform's name to its implementation
 # A condition on the platform, in each form Python writes one: a flag, a comparison (with a name or with a
 # platform's literal), membership, a match, an isinstance of an implementation. A lookup by the platform's
-# name in a table of data (PLATFORM_RULES, NEEDS, stacks/app.py's compositions) is the seam, not a branch.
+# name in a layer's registry (recipes/platforms PLATFORMS, stacks/compositions.py, IMPLEMENTATIONS) is the seam.
 BRANCH = re.compile(r"\bis_(?:gke|vm)\b|\bplatform\)?\s*[!=]=|[!=]=\s*[\w.]*platform\b"
                     r"|[!=]=\s*[\"'](?:gke|vm)[\"']|[\"'](?:gke|vm)[\"']\s*[!=]="
                     r"|\bplatform\)?\s+(?:not\s+)?in\b|\bmatch\s+[\w.()]*platform\b|isinstance\([^)]*\b(?:Gke|Vm)\w*Platform")
@@ -48,7 +49,7 @@ def test_the_pattern_sees_each_kind_of_branch():
                  'match recipe.platform:', 'if isinstance(impl, VmPlatform):', 'if platform_for(r).name == "vm":',
                  'if str(recipe.platform) == kind:', 'if (recipe.platform) == "gke":', "x if kind != 'vm' else y"):
         assert BRANCH.search(line), line
-    for line in ('IMPLEMENTATIONS[recipe.platform]', 'rules = PLATFORM_RULES[self.platform]',
+    for line in ('IMPLEMENTATIONS[recipe.platform]', 'rules = PLATFORMS[self.platform]',
                  '"run": {"gke": CLUSTER, "vm": VM},'):
         assert not BRANCH.search(line), line
 
@@ -58,15 +59,15 @@ def test_no_platform_branch_outside_the_implementations():
 
 
 def test_every_platform_has_rules_and_an_implementation_of_the_whole_protocol():
-    names = set(typing.get_args(PlatformName))
-    assert set(IMPLEMENTATIONS) == names and set(PLATFORM_RULES) == names
+    names = set(PLATFORMS)
+    assert set(IMPLEMENTATIONS) == names
     wanted = {name for name, member in vars(Platform).items() if inspect.isfunction(member) and name[0] != "_"}
     assert {"run", "cancel", "status", "logs", "evaluate", "render"} <= wanted
     for name in names:
         implementation = platform_for(type("Recipe", (), {"platform": name})())
         assert implementation.name == name
         missing = {method for method in wanted if not callable(getattr(implementation, method, None))}
-        assert not missing, f"{IMPLEMENTATIONS[name]} lacks {sorted(missing)}"
+        assert not missing, f"{name}'s PLATFORM lacks {sorted(missing)}"
         for method in wanted:  # the CLI calls them by keyword: the same parameters as the protocol
             assert (list(inspect.signature(getattr(implementation, method)).parameters)
                     == list(inspect.signature(getattr(Platform, method)).parameters)[1:]), (name, method)
@@ -81,3 +82,137 @@ def test_help_imports_no_platform_implementation(tmp_path):
                             timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[]"
+
+
+# --- A third platform, made only for these tests: its facts mix the two real platforms' (TPU node pools
+# with no CPU pool, no control plane, a startup script per run), so a read that still meant "is it GKE"
+# would take the wrong side. Registered in every registry, it must be found wherever a platform is asked.
+THIRD = "third"
+REGISTRY_FILES = ("recipes/platforms/__init__.py", "scripts/pipeline/platforms.py", "stacks/compositions.py",
+                  "jobs/__init__.py")
+REGISTERED = re.compile(r"registered\([^\n]*?\"([A-Z_]+ of [\w/.]+)\"")
+
+
+def _third_facts():
+    from dataclasses import replace
+
+    from tpu_rl.recipes.capacity.modes import CAPACITY_MODES
+    from tpu_rl.recipes.platforms import StepRunner
+
+    vm = PLATFORMS["vm"]
+    return replace(vm, label="third", capacity=CAPACITY_MODES, tpu_node_pools=True,
+                   steps_run_as=StepRunner.STARTUP_SCRIPT, needs={**vm.needs, "runs": ("project",)}, refused=())
+
+
+class _ThirdPlatform:
+    name = THIRD
+
+
+def _third_recipe():
+    import tomllib
+
+    from tpu_rl.recipes import build_recipes
+
+    parsed = tomllib.loads((REPO / "recipes" / "recipes.toml").read_text())
+    vm_recipe = next(name for name, entry in parsed["recipes"].items() if entry["platform"] == "vm")
+    parsed["recipes"] = {"third-recipe": {**parsed["recipes"][vm_recipe], "platform": THIRD, "capacity": "spot"}}
+    return build_recipes(parsed)["third-recipe"]
+
+
+@pytest.fixture
+def third(monkeypatch):
+    """The third platform in every registry: the facts, the commands' implementation and the stack."""
+    from tpu_rl.stacks.compositions import COMPOSITIONS
+    from tpu_rl.stacks.vm import VmRecipeStack
+
+    implementation = _ThirdPlatform()
+    monkeypatch.setitem(PLATFORMS, THIRD, _third_facts())
+    monkeypatch.setitem(IMPLEMENTATIONS, THIRD, lambda: implementation)
+    monkeypatch.setitem(COMPOSITIONS, THIRD, VmRecipeStack)
+    return implementation
+
+
+def test_a_third_platform_is_found_in_every_registry(third):
+    from tpu_rl import jobs
+    from tpu_rl.recipes import example_settings
+    from tpu_rl.recipes.runs.spec import RunSpec
+    from tpu_rl.recipes.settings.specs import COMMANDS, needs, needs_table
+    from tpu_rl.stacks.compositions import composition_for
+    from tpu_rl.stacks.vm import VmRecipeStack
+
+    recipe = _third_recipe()  # recipes.toml takes its name
+    assert recipe.platform_facts is PLATFORMS[THIRD]
+    assert platform_for(recipe) is third
+    assert composition_for(THIRD) is VmRecipeStack
+    assert [needs(command, THIRD) for command in COMMANDS] == [PLATFORMS[THIRD].needs[c] for c in COMMANDS]
+    assert needs_table().splitlines()[0] == "| command | GKE recipe | TPU VM recipe | third recipe |"
+    settings = example_settings()
+    assert list(jobs.render_steps(RunSpec.of_catalog(recipe), settings)) == ["startup script"]
+    # Its facts, not its likeness to either platform, decide: node pools in every zone of ZONE, no cluster.
+    zoned = type(settings)(**{**vars(settings), "zones": ("us-east5-b", "us-east5-a")})
+    assert zoned.zones_for(recipe) == ("us-east5-b", "us-east5-a")
+    assert zoned.for_recipe(recipe.with_capacity(("spot",), "test")) is zoned  # no AUTHORIZED_CIDR asked
+
+
+def test_every_registry_names_itself_when_a_platform_is_missing(third, monkeypatch):
+    from tpu_rl.recipes.platforms import facts_of
+    from tpu_rl.stacks.compositions import COMPOSITIONS, composition_for
+
+    recipe = type("Recipe", (), {"platform": THIRD})()
+    for registry, lookup, where in ((PLATFORMS, lambda: facts_of(THIRD), "PLATFORMS of recipes/platforms"),
+                                    (IMPLEMENTATIONS, lambda: platform_for(recipe), "IMPLEMENTATIONS of scripts/"),
+                                    (COMPOSITIONS, lambda: composition_for(THIRD), "COMPOSITIONS of stacks/")):
+        entry = registry.pop(THIRD)
+        with pytest.raises(KeyError, match=f"platform '{THIRD}' is not registered in {where}"):
+            lookup()
+        registry[THIRD] = entry
+    # jobs/ keys its renderers by what runs the steps: a way of running them with no renderer names RENDERERS.
+    from tpu_rl import jobs
+    from tpu_rl.recipes import example_settings
+    from tpu_rl.recipes.runs.spec import RunSpec
+
+    runner = PLATFORMS[THIRD].steps_run_as
+    monkeypatch.delitem(jobs.RENDERERS, runner)
+    with pytest.raises(KeyError, match=f"steps '{runner}' is not registered in RENDERERS of jobs/"):
+        jobs.render_steps(RunSpec.of_catalog(_third_recipe()), example_settings())
+
+
+def test_a_recipe_on_an_unregistered_platform_is_refused_naming_the_registered_ones():
+    from tpu_rl.recipes import UserError
+
+    with pytest.raises(UserError, match=f"platform takes one of 'gke' or 'vm', not '{THIRD}'"):
+        _third_recipe()
+
+
+def test_every_registry_has_every_platform_and_the_checklist_names_each():
+    from tpu_rl.recipes.settings.specs import COMMANDS
+    from tpu_rl.stacks.compositions import COMPOSITIONS
+
+    assert set(IMPLEMENTATIONS) == set(COMPOSITIONS) == set(PLATFORMS)
+    for name, facts in PLATFORMS.items():
+        assert set(facts.needs) == set(COMMANDS), name
+    # Each lookup through `registered` names its registry; docs/development.md's checklist names them all.
+    wheres = {where for path in REGISTRY_FILES for where in REGISTERED.findall((REPO / path).read_text())}
+    assert len(wheres) == len(REGISTRY_FILES), wheres
+    checklist = (REPO / "docs" / "development.md").read_text().split("A new platform is", 1)[1].split("\n\n")[0]
+    for where in wheres:
+        registry, _, home = where.partition(" of ")
+        assert registry in checklist and home in checklist, f"the checklist leaves out {where}"
+    assert "prices.toml" in checklist
+
+
+def test_no_per_platform_table_or_old_rules_outside_the_registries():
+    # A table keyed by a platform's name belongs in its layer's registry; plan review keeps its table for
+    # base revisions older than jobs' registry (scripts/plan_review/worktrees.py).
+    allowed = {*REGISTRY_FILES, "scripts/plan_review/worktrees.py"}
+    keyed = re.compile(r"[\"'](?:gke|vm)[\"']\s*:|\bplatform_rules\b|\bPLATFORM_RULES\b|\bNEEDS\b")
+    found = {}
+    for package in PRODUCT_PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            relative = path.relative_to(REPO).as_posix()
+            if relative in allowed or relative.startswith(IMPLEMENTATION_PACKAGES):
+                continue
+            lines = [line.strip() for line in path.read_text().splitlines() if keyed.search(line)]
+            if lines:
+                found[relative] = lines
+    assert found == {}

@@ -20,7 +20,7 @@ import pytest
 from cli_helpers import make_review_clone
 from forked_cli import WarmPool
 from peers.fixtures import TOKEN, TRACEBACK, VENV_BIN, GcsEmulators, clean_environment, start_peers, spec_of
-from tpu_rl.recipes.settings.specs import NEEDS, RULES, needs
+from tpu_rl.recipes.settings.specs import COMMANDS, RULES, needs
 from tpu_rl.recipes.settings.specs import SPECS
 
 GKE, VM = "qwen3-v6e32", "llama31-v6e8"
@@ -32,7 +32,7 @@ REWARDS = "def short(prompts, completions, tmvp_config, **kwargs):\n    return [
 
 @dataclass(frozen=True)
 class Case:
-    command: str  # the key of recipes/settings/specs.py NEEDS
+    command: str  # a command of recipes/settings/specs.py COMMANDS
     argv: tuple[str, ...]
     platform: str = "gke"
     peers: dict = field(default_factory=dict)
@@ -141,7 +141,7 @@ def test_every_command_of_the_cli_has_its_row():
     # `run` puts in its Job (jobs/driver.py settings_env).
     names = {command.name or command.callback.__name__ for command in app.registered_commands if not command.hidden}
     names |= {f"secret {command.name}" for command in secret_app.registered_commands}
-    assert names == set(NEEDS) - {"synth"}
+    assert names == set(COMMANDS) - {"synth"}
     # Every command that names a recipe has a case here, for each platform it runs on.
     assert {case.command for case in CASES} == names
 
@@ -197,7 +197,7 @@ def test_status_of_a_jobset_waiting_for_kueue_reads_only_what_status_needs(cloud
     cloud["kube"].put_jobset(render_manifests(spec_of(load_settings_for(GKE)), peer_settings())["train"], "running")
     full = CliRunner().invoke(app, ["status", GKE])
     assert full.exit_code == 0 and "train: " in full.output, full.output
-    for key in set(SETTINGS) - {ENV_OF[name] for name in needs("status")}:
+    for key in set(SETTINGS) - {ENV_OF[name] for name in needs("status", "gke")}:
         monkeypatch.delenv(key)
     only = CliRunner().invoke(app, ["status", GKE])
     def timeless(text: str) -> str:  # the JobSet's elapsed time moves on between the two

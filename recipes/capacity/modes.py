@@ -1,6 +1,7 @@
 """Capacity modes, the ways of getting TPUs (recipes.toml `capacity`, the CAPACITY setting): every fact the
-code decides on a mode by, in one table (MODE_RULES); the platforms that take each (PLATFORM_RULES); the
-rules a recipe's ordered capacity list must meet; and how long `run` waits for each mode (CAPACITY_WAIT).
+code decides on a mode by, in one table (MODE_RULES); the rules a recipe's ordered capacity list must meet
+on its platform (whose facts, recipes/platforms/, say which modes it takes); and how long `run` waits for
+each mode (CAPACITY_WAIT).
 
 A CapacityMode is a str Enum whose values are the strings recipes.toml, the settings and run.json use. A
 member equals and hashes as its string, so MODE_RULES answers for either; recipes and settings hold the
@@ -20,6 +21,7 @@ from tpu_rl.recipes.errors import UserError
 
 if TYPE_CHECKING:
     from tpu_rl.recipes.catalog.facts import TpuGeneration
+    from tpu_rl.recipes.platforms.facts import PlatformFacts
 
 
 class CapacityMode(StrEnum):
@@ -80,41 +82,6 @@ MODE_RULES: Mapping[CapacityMode, ModeRules] = {
 }
 # Every mode's value, in the order messages list them.
 CAPACITY_MODES: tuple[str, ...] = tuple(mode.value for mode in CapacityMode)
-Platform = Literal["gke", "vm"]
-
-
-@dataclass(frozen=True)
-class PlatformRules:
-    """What differs between the platforms as data (the code that differs is scripts/pipeline/gke/ and vm/)."""
-    capacity: tuple[str, ...]  # the modes it takes (CapacityMode values)
-    capacity_fallback: bool  # an ordered list of modes to fall back through, or exactly one
-    cpu_pool: bool  # a CPU node pool runs convert, export and the Pathways head (cpu_machine_type)
-    pathways: bool  # may train with Pathways
-    multislice: bool  # may have tpu.slices > 1
-    control_plane: bool  # a GKE control plane, reached from AUTHORIZED_CIDR only
-    all_zones: bool  # TPUs in every zone of ZONE (node pools in each), else in the first (one VM)
-    tpu_only_in_train: bool  # TPU nodes exist only while train runs (unless reserved), else deploy to destroy
-    jobsets: bool  # steps run as JobSets (jobs/ render_manifests), else a startup script (render_startup_script)
-    user_files: bool  # --rewards and --data-processor files can be mounted into the train step
-    lazy_load_tensors: bool  # convert bounds host RAM on the shared CPU pool; the 1.4 TB VM loads eagerly (seed 002)
-    export_on_cpu: bool  # the seeds' GKE export runs on CPU without a JAX cluster, MaxText's architecture winning
-    queued_runs: bool  # runs queue for the slice (Kueue), so `tpu-rl sweep` may start several; a VM runs one script
-
-
-# A TPU VM is one VM with one provisioning model: no flex-start node pool and no queue to fall back in.
-_VM_MODES = tuple(mode for mode in CAPACITY_MODES if MODE_RULES[mode].vm_provisioning_model)
-PLATFORM_RULES: dict[str, PlatformRules] = {
-    "gke": PlatformRules(capacity=CAPACITY_MODES, capacity_fallback=True, cpu_pool=True, pathways=True,
-                         multislice=True, control_plane=True, all_zones=True, tpu_only_in_train=True,
-                         jobsets=True, user_files=True, lazy_load_tensors=True, export_on_cpu=True,
-                         queued_runs=True),
-    "vm": PlatformRules(capacity=_VM_MODES, capacity_fallback=False, cpu_pool=False,
-                        pathways=False, multislice=False, control_plane=False, all_zones=False,
-                        tpu_only_in_train=False, jobsets=False, user_files=False, lazy_load_tensors=False,
-                        export_on_cpu=False, queued_runs=False),
-}
-PLATFORM_CAPACITY: dict[str, tuple[str, ...]] = {name: rules.capacity for name, rules in PLATFORM_RULES.items()}
-
 
 def uses_reservation(modes: Iterable[str]) -> bool:
     """Whether a mode of `modes` draws on the reservation RESERVATION names."""
@@ -141,17 +108,18 @@ def parse_capacity(value: object) -> tuple[CapacityMode, ...]:
     return tuple(modes)  # type: ignore[return-value]
 
 
-def check_capacity(name: str, platform: str, capacity: tuple[CapacityMode, ...], facts: TpuGeneration,
+def check_capacity(name: str, platform: PlatformFacts, capacity: tuple[CapacityMode, ...], facts: TpuGeneration,
                    max_run_hours: int | None, source: str) -> None:
-    """The rules a capacity list must meet for a recipe; UserError naming `source` (the field or setting)."""
+    """The rules a capacity list must meet for a recipe on `platform`; UserError naming `source` (the field
+    or setting)."""
     where = f"{source} '{','.join(capacity)}' for recipe '{name}'"
-    allowed = PLATFORM_CAPACITY[platform]
+    allowed = platform.capacity
     refused = [mode for mode in capacity if mode not in allowed]
     if refused:
-        raise UserError(f"{where}: a TPU VM takes one of {', '.join(allowed)}, not {', '.join(refused)} "
+        raise UserError(f"{where}: a {platform.label} takes one of {', '.join(allowed)}, not {', '.join(refused)} "
                         "(flex-start and fallback lists need a GKE recipe)")
-    if not PLATFORM_RULES[platform].capacity_fallback and len(capacity) > 1:
-        raise UserError(f"{where}: a TPU VM has one provisioning model, so name one mode")
+    if not platform.tpu_node_pools and len(capacity) > 1:  # no pool per mode to fall back through
+        raise UserError(f"{where}: a {platform.label} has one provisioning model, so name one mode")
     if facts.flex_start and max_run_hours and max_run_hours > facts.flex_start.max_run_hours:
         raise UserError(f"recipe '{name}': tpu.flex_start_max_run_hours is {max_run_hours}; flex-start nodes run "
                         f"at most {facts.flex_start.max_run_hours} hours")

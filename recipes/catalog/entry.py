@@ -8,9 +8,10 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from tpu_rl.recipes.capacity.modes import PLATFORM_RULES, CapacityMode, Platform, parse_capacity
+from tpu_rl.recipes.capacity.modes import CapacityMode, parse_capacity
 from tpu_rl.recipes.catalog.strict import Strict
 from tpu_rl.recipes.errors import UserError
+from tpu_rl.recipes.platforms import PLATFORMS, platforms_where
 from tpu_rl.recipes.runs.reward_names import check_reward_names
 
 Step = Literal["convert", "train", "export"]
@@ -26,9 +27,9 @@ _BINARY_FACTORS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=.*$", re.DOTALL)
 
 
-def _allowing(rule: str) -> str:
-    """The platforms whose PlatformRules allow `rule`, for a message: 'gke'."""
-    return " or ".join(f"'{name}'" for name, rules in PLATFORM_RULES.items() if getattr(rules, rule))
+def _allowing(fact: str) -> str:
+    """The platforms whose fact `fact` holds, for a message: 'gke'."""
+    return " or ".join(f"'{name}'" for name in platforms_where(fact))
 
 
 def same_setting(key: str) -> tuple[str, ...]:
@@ -153,7 +154,7 @@ class RecipeEntry(Strict):
 
     model_config = ConfigDict(use_enum_values=True)  # capacity holds the modes' plain strings
     description: str
-    platform: Platform
+    platform: str  # a name PLATFORMS registers (recipes/platforms/)
     pathways: bool
     # The default capacity, or an ordered fallback list (Kueue tries them in order); the CAPACITY setting
     # overrides it per user.
@@ -181,9 +182,17 @@ class RecipeEntry(Strict):
                              "than the default margin only with the reason written down")
         return self
 
+    @field_validator("platform")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if value not in PLATFORMS:
+            raise ValueError(f"platform takes one of {' or '.join(repr(name) for name in PLATFORMS)}, not "
+                             f"{value!r}")
+        return value
+
     @model_validator(mode="after")
-    def _platform_rules(self) -> "RecipeEntry":
-        rules = PLATFORM_RULES[self.platform]
+    def _platform_facts(self) -> "RecipeEntry":
+        rules = PLATFORMS[self.platform]
         if rules.cpu_pool and not self.cpu_machine_type:
             raise ValueError(f"cpu_machine_type is required for platform '{self.platform}' (conversion and the "
                              "Pathways head run there)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tpu_rl.recipes.capacity.modes import PLATFORM_RULES, CapacityMode, Platform, PlatformRules, check_capacity
+from tpu_rl.recipes.capacity.modes import CapacityMode, check_capacity
 from tpu_rl.recipes.catalog.entry import TRAIN_STEP_FACTORS, Durations, ModelSpec, RecipeEntry, RlSpec, same_setting
 from tpu_rl.recipes.catalog.facts import (MachineSize, MaxTextRelease, PathwaysImages, PathwaysRepositories,
                                           SourcePatch, TpuGeneration)
@@ -20,6 +20,7 @@ from tpu_rl.recipes.catalog.strict import Strict
 from tpu_rl.recipes.errors import UserError
 from tpu_rl.recipes.fit import MARGIN
 from tpu_rl.recipes.names import check_name
+from tpu_rl.recipes.platforms import PlatformFacts, facts_of
 
 MAX_RECIPE_NAME = 20  # a stack's name, which prefixes the names of its resources
 
@@ -32,7 +33,7 @@ class Recipe(BaseModel):
 
     name: str
     description: str
-    platform: Platform
+    platform: str  # a name recipes/platforms PLATFORMS registers
     pathways: bool
     capacity: tuple[CapacityMode, ...]  # in the order Kueue tries them
     maxtext_version: str
@@ -53,14 +54,14 @@ class Recipe(BaseModel):
     fit_margin_why: str | None = None
 
     @property
-    def platform_rules(self) -> PlatformRules:
-        """What differs on the recipe's platform, as data (recipes/capacity/modes.py)."""
-        return PLATFORM_RULES[self.platform]
+    def platform_facts(self) -> PlatformFacts:
+        """What the recipe's platform is, as facts (recipes/platforms/)."""
+        return facts_of(self.platform)
 
     def with_capacity(self, capacity: tuple[CapacityMode, ...], source: str) -> "Recipe":
         """This recipe with another capacity list, checked against its platform and TPU generation."""
         capacity = tuple(CapacityMode(mode).value for mode in capacity)  # the plain strings, as validation keeps
-        check_capacity(self.name, self.platform, capacity, self.tpu_facts, self.flex_start_max_run_hours, source)
+        check_capacity(self.name, self.platform_facts, capacity, self.tpu_facts, self.flex_start_max_run_hours, source)
         return self.model_copy(update={"capacity": capacity})
 
     def eval_setting(self, key: str) -> float:
@@ -180,7 +181,7 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
             **({} if entry.fit_margin is None else {"fit_margin": entry.fit_margin,
                                                     "fit_margin_why": entry.fit_margin_why}),
         )
-        check_capacity(name, entry.platform, entry.capacity, parsed.tpu[entry.tpu.generation],
+        check_capacity(name, facts_of(entry.platform), entry.capacity, parsed.tpu[entry.tpu.generation],
                        entry.tpu.flex_start_max_run_hours, f"{source}: capacity")
         recipes[name].train_steps  # noqa: B018 -- refuses overrides that leave no training step, at load
     return recipes

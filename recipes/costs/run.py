@@ -177,7 +177,7 @@ def _nat_line(prices: PriceTable, vms: int) -> CostLine:
 def tpu_only_in_train(recipe: Recipe) -> bool:
     """Whether the recipe's TPU hosts exist only while its train step runs: on GKE, when the pools of its
     first capacity mode scale to zero (not a reservation's). A TPU VM exists from deploy to destroy."""
-    return recipe.platform_rules.tpu_only_in_train and MODE_RULES[recipe.capacity[0]].scales_to_zero
+    return recipe.platform_facts.tpu_node_pools and MODE_RULES[recipe.capacity[0]].scales_to_zero
 
 
 def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None, zones: tuple[str, ...] = ()) -> CostBreakdown:
@@ -190,7 +190,7 @@ def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None, zones: tup
     chip = prices.tpu_chip_hour(shape.generation, mode)
     reserved = MODE_RULES[mode].reservation
     tpu_label = f"TPU {shape.generation} chips ({mode})"
-    if not recipe.platform_rules.control_plane:  # no cluster: the TPU VM and its NAT
+    if not recipe.platform_facts.control_plane:  # no cluster: the TPU VM and its NAT
         lines = [
             CostLine(f"{tpu_label}, VM {shape.machine_type}", shape.total_chips, "chip", chip.usd_per_hour,
                      reserved=reserved),

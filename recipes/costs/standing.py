@@ -170,7 +170,7 @@ def standing_table(recipes: list[Recipe], prices: PriceTable | None = None) -> s
     rows = ["| recipe | bills with no run | `tpu-rl down` stops | the reservation, until it ends |",
             "| --- | --- | --- | --- |"]
     for recipe in recipes:
-        if not recipe.platform_rules.control_plane:
+        if not recipe.platform_facts.control_plane:
             continue
         bill = standing_cost(recipe, idle_nodes(recipe), prices)
         rows.append(f"| {recipe.name} | {usd(bill.total)}/h | {usd(bill.stack_only)}/h | "

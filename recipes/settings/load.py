@@ -117,7 +117,7 @@ class Settings:
 
     def __getattribute__(self, name: str):
         """A field the command's needs left out (recipes/settings/specs.py) and nobody set is refused with the line
-        of a missing setting, never read as a value: a command that reads more than its row of NEEDS says
+        of a missing setting, never read as a value: a command that reads more than its platform's `needs` says
         fails its test (tests/test_settings_needs.py) instead of naming a wrong cluster or bucket."""
         value = object.__getattribute__(self, name)
         if value is UNSET:
@@ -162,9 +162,10 @@ class Settings:
         problem = self.capacity_problem(recipe)
         if problem:
             raise UserError(problem)
-        usable = recipe.platform_rules.capacity
-        return recipe.with_capacity(self.capacity if recipe.platform_rules.capacity_fallback
-                                    else tuple(mode for mode in self.capacity if mode in usable)[:1], source="CAPACITY")
+        platform = recipe.platform_facts  # node pools fall back through the list; one provisioning model takes one
+        return recipe.with_capacity(self.capacity if platform.tpu_node_pools
+                                    else tuple(mode for mode in self.capacity if mode in platform.capacity)[:1],
+                                    source="CAPACITY")
 
     def capacity_problem(self, recipe: Recipe) -> str | None:
         """Why CAPACITY leaves `recipe` nothing to run on (a TPU VM has no flex-start), or None. One rule for
@@ -172,11 +173,12 @@ class Settings:
         whose plan fails with it (`deployable`), so a GKE-only user need not name a VM mode."""
         if self.capacity is None:
             return None
-        usable = recipe.platform_rules.capacity
+        usable = recipe.platform_facts.capacity
         if any(mode in usable for mode in self.capacity):
             return None
         listed = ",".join(self.capacity)
-        return (f"CAPACITY '{listed}' has no mode the TPU VM of recipe '{recipe.name}' can use "
+        label = recipe.platform_facts.label
+        return (f"CAPACITY '{listed}' has no mode the {label} of recipe '{recipe.name}' can use "
                 f"({', '.join(usable)}): add one after the others, e.g. CAPACITY={listed},spot gives the VM spot")
 
     def deployable(self, recipe: Recipe) -> tuple[Recipe, str | None]:
@@ -193,7 +195,7 @@ class Settings:
     def zones_for(self, recipe: Recipe) -> tuple[str, ...]:
         """The zones the recipe's TPUs may be in: every zone of ZONE for a GKE stack, which has TPU pools in
         each (recipes/capacity/placement.py); the first for a TPU VM, which lives in one zone."""
-        return self.zones if recipe.platform_rules.all_zones else self.zones[:1]
+        return self.zones if recipe.platform_facts.tpu_node_pools else self.zones[:1]
 
     def for_recipe(self, recipe: Recipe, needs: Collection[str] | None = None) -> "Settings":
         """Check the rules that depend on the recipe, those of the settings in `needs` (default: every
@@ -214,10 +216,10 @@ class Settings:
                 f"ZONE '{offerless[0]}' offers no flex-start {recipe.shape.generation} TPUs, which recipe "
                 f"'{recipe.name}' uses: pick one of {', '.join(flex_start.zones)} (and its REGION)"
             )
-        if needed("authorized_cidr") and recipe.platform_rules.control_plane and not self.authorized_cidr:
+        if needed("authorized_cidr") and recipe.platform_facts.control_plane and not self.authorized_cidr:
             raise UserError(
-                f"AUTHORIZED_CIDR is not set, but recipe '{recipe.name}' creates a GKE control plane: "
-                "export AUTHORIZED_CIDR=<your address>/32 (there is no 0.0.0.0/0 default)"
+                f"AUTHORIZED_CIDR is not set, but recipe '{recipe.name}' creates a {recipe.platform_facts.label} "
+                "control plane: export AUTHORIZED_CIDR=<your address>/32 (there is no 0.0.0.0/0 default)"
             )
         return self
 
@@ -231,7 +233,7 @@ def deploy_settings(recipes: Iterable[Recipe], env: Mapping[str, str] | None = N
     runs = [settings.with_capacity(recipe) for recipe in recipes if not settings.capacity_problem(recipe)]
     if not settings.reservation and any(uses_reservation(recipe.capacity) for recipe in runs):
         missing.append(BY_FIELD["reservation"])
-    if not settings.authorized_cidr and any(recipe.platform_rules.control_plane for recipe in runs):
+    if not settings.authorized_cidr and any(recipe.platform_facts.control_plane for recipe in runs):
         missing.append(BY_FIELD["authorized_cidr"])
     if len(missing) > 1 or (missing and missing[0].required):
         raise missing_settings(missing)

@@ -1,6 +1,6 @@
 """Which settings exist: each one's environment variable, config-file key, help and default; the embedded
 example; the one line for settings a command needs and nobody set; and which settings each command needs
-(NEEDS): the one place that says so.
+(each platform's `needs`, recipes/platforms/, in the order of COMMANDS).
 
 A command needs exactly what it reads, so a teammate who only looks at runs sets the project and the
 bucket, and (for the commands that reach a cluster or a TPU VM) where that is. `load_settings(needs=...)`
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from tpu_rl.recipes.capacity.modes import Platform
+from tpu_rl.recipes.platforms import PLATFORMS, facts_of
 from tpu_rl.recipes.errors import UserError
 
 
@@ -80,7 +80,7 @@ REQUIRED = tuple(spec.field for spec in SPECS if spec.required)
 
 
 class _Unset:
-    """A required field a command does not need, and nobody set (NEEDS)."""
+    """A required field a command does not need, and nobody set (`needs`)."""
 
     def __repr__(self) -> str:
         return "<unset>"
@@ -110,7 +110,7 @@ class MissingSettings(UserError):
 
 def missing_settings(specs: Sequence[SettingSpec]) -> MissingSettings:
     """The one line for settings a command needs and nobody set: every one at once, so one run shows the
-    whole fix. The same line in every command (NEEDS says which needs what)."""
+    whole fix. The same line in every command (`needs` says which needs what)."""
     names, verb = _listed([spec.env for spec in specs]), "is" if len(specs) == 1 else "are"
     exports = " ".join(f"{spec.env}=<{spec.help}>" for spec in specs)
     return MissingSettings(f"{names} {verb} not set: export {exports} or set "
@@ -121,68 +121,28 @@ def _listed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-# Where things are: each a group of the fields that find one thing.
-BUCKET = ("project", "gcs_bucket")
-CLUSTER = ("project", "region", "cluster_name")  # the kube context gke_<project>_<region>_<cluster>
-VM = ("project", "zone", "vm_name")
-
-
-def _fields(*groups: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(field for group in groups for field in group))
-
-
-def _both(*groups: tuple[str, ...]) -> dict[Platform, tuple[str, ...]]:
-    fields = _fields(*groups)
-    return {"gke": fields, "vm": fields}
-
-
-# What a deploy needs of every stack (`make synth`, `npx cdktf deploy`): all five, and the rules.
-DEPLOY = ("project", "region", "zone", "cluster_name", "gcs_bucket")
-
-NEEDS: Mapping[str, Mapping[Platform, tuple[str, ...]]] = {
-    "synth": {"gke": _fields(DEPLOY, ("reservation", "authorized_cidr")), "vm": _fields(DEPLOY, ("reservation",))},
-    "recipes": _both(),
-    "render": {"gke": ("gcs_bucket",), "vm": _fields(VM, BUCKET)},  # what the manifests or the script name
-    # Capacity, quota, bucket and token; the cluster's version for flex-start (GKE).
-    "preflight": {"gke": _fields(CLUSTER, ("zone",), BUCKET, ("reservation",)),
-                  "vm": _fields(("project", "region", "zone"), BUCKET, ("reservation",))},
-    "secret set": _both(("project",)),
-    # The bucket's region (run writes checkpoints there), the zones it waits for capacity in.
-    "run": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": _fields(VM, ("region",), BUCKET)},
-    # ZONE: where a JobSet waiting for Kueue may get its slice (scripts/pipeline/gke/admission.py places_of).
-    # As `run` (each run of the sweep is one); the VM recipe refuses a sweep before any setting is read.
-    "sweep": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": ()},
-    "eval": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": _fields(CLUSTER, ("zone",), BUCKET)},  # GKE only
-    "cancel": {"gke": _fields(CLUSTER, BUCKET), "vm": _fields(VM, BUCKET)},
-    "status": {"gke": _fields(CLUSTER, ("zone",), BUCKET), "vm": _fields(VM, BUCKET)},
-    # On GKE, the cluster too: what it still bills when no run of the recipe is there (scripts/pipeline/gke/billing.py).
-    "runs": {"gke": _fields(CLUSTER, BUCKET), "vm": BUCKET},
-    "logs": {"gke": CLUSTER, "vm": _fields(VM, BUCKET)},  # a VM step's log is in the bucket once it ended
-    "metrics": _both(BUCKET),
-    # `npx cdktf destroy RECIPE` synthesizes every stack: what synth needs, checked before anything is destroyed.
-    # A VM recipe is refused before any setting is read.
-    "down": {"gke": _fields(DEPLOY, ("reservation", "authorized_cidr")), "vm": ()},
-    "check-rewards": _both(),
-    # Nothing: the plan is compiled on this machine; paths and names never change what a chip holds.
-    "fit": _both(),
-    # None: both sides are built with the example settings, every setting variable and TPU_RL_CONFIG
-    # dropped from their environment and tpu-rl.toml from the working tree (scripts/plan_review/worktrees.py).
-    "plan-review": _both(),
-}
-
-GKE_ONLY = ("eval", "sweep")  # refused on the VM recipe before any setting is read
+# Every command, in the order docs/settings.md lists them; each platform says what each reads (its `needs`,
+# recipes/platforms/), on the groups of recipes/settings/where.py.
+COMMANDS = ("synth", "recipes", "render", "preflight", "secret set", "run", "sweep", "eval", "cancel", "status",
+            "runs", "logs", "metrics", "down", "check-rewards", "fit", "plan-review")
 
 # The rules' own lines (Settings.for_recipe) name these; `load_settings` leaves them to it.
 RULES = ("reservation", "authorized_cidr")
 
 
-def needs(command: str, platform: Platform = "gke") -> tuple[str, ...]:
-    """The settings `command` needs for a recipe on `platform` (KeyError: a command missing from NEEDS)."""
-    return NEEDS[command][platform]
+def needs(command: str, platform: str | None = None) -> tuple[str, ...]:
+    """The settings `command` needs for a recipe on `platform`; None: a command that reads the same on every
+    platform (KeyError: a command or platform missing from the registry, ValueError: they differ)."""
+    if platform is not None:
+        return facts_of(platform).needs[command]
+    found = {facts.needs[command] for facts in PLATFORMS.values()}
+    if len(found) != 1:
+        raise ValueError(f"`{command}` reads different settings on each platform: name the recipe's platform")
+    return found.pop()
 
 
 def needs_table() -> str:
-    """NEEDS as the Markdown table of docs/settings.md."""
+    """Every platform's `needs` as the Markdown table of docs/settings.md."""
     env = {spec.field: spec.env for spec in SPECS}
     env["vm_name"] = "`TPU_NAME` or `CLUSTER_NAME`"
     notes = {"reservation": " (capacity `reservation`)", "authorized_cidr": ""}
@@ -195,9 +155,14 @@ def needs_table() -> str:
         names = [(env[field] if field == "vm_name" else f"`{env[field]}`") + notes.get(field, "") for field in fields]
         return ", ".join(names) or "none"
 
-    lines = ["| command | GKE recipe | TPU VM recipe |", "| --- | --- | --- |"]
-    for command, by_platform in NEEDS.items():
+    def refused(command: str) -> str:
+        return f"({' or '.join(facts.label for facts in PLATFORMS.values() if command not in facts.refused)} only)"
+
+    platforms = PLATFORMS.values()
+    lines = ["| command | " + " | ".join(f"{facts.label} recipe" for facts in platforms) + " |",
+             "| --- |" + " --- |" * len(platforms)]
+    for command in COMMANDS:
         shown = "`make synth`, `npx cdktf deploy`" if command == "synth" else f"`tpu-rl {command}`"
-        gke, vm = cell(by_platform["gke"]), cell(by_platform["vm"])
-        lines.append(f"| {shown} | {gke} | {'(GKE only)' if command in GKE_ONLY else vm} |")
+        cells = [refused(command) if command in facts.refused else cell(facts.needs[command]) for facts in platforms]
+        lines.append(f"| {shown} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings
-    from tpu_rl.recipes.capacity.modes import Platform
 
 PIPED_WIDTH = 200  # output that is neither a terminal nor sized by COLUMNS (a file, CI logs)
 
@@ -283,9 +282,10 @@ def ending_of(error: BaseException) -> tuple[int, str]:
     return exit_code(outcome), str(outcome)
 
 
-def cloud_settings(command: str, platform: Platform = "gke", allow_example: bool = False) -> Settings:
-    """Settings for a command that talks to a cloud, with what it needs (recipes/settings/specs.py); never the
-    example, but where `allow_example` (a dry run, which then reaches no cloud) and nothing is set."""
+def cloud_settings(command: str, platform: str | None = None, allow_example: bool = False) -> Settings:
+    """Settings for a command that talks to a cloud, with what it needs on `platform` (None: a command that
+    needs the same on every platform; recipes/settings/specs.py needs); never the example, but where
+    `allow_example` (a dry run, which then reaches no cloud) and nothing is set."""
     settings = load_settings(needs=needs(command, platform), allow_example=allow_example)
     if settings.is_example and not allow_example:
         raise UserError(f"settings are the embedded example (PROJECT={settings.project}), which can never reach a "

@@ -52,7 +52,7 @@ def _standing_facts(recipe: Recipe) -> dict:
     (recipes/costs/standing.py); a TPU VM recipe has no standing cluster: None."""
     from tpu_rl.recipes.costs.standing import account, idle_nodes, standing_cost
 
-    if not recipe.platform_rules.control_plane:
+    if not recipe.platform_facts.control_plane:
         return {"idle_usd_per_hour": None, "idle": []}
     bill = standing_cost(recipe, idle_nodes(recipe))
     return {"idle_usd_per_hour": round(bill.total, 2), "idle": account(bill, recipe.name)}

@@ -3,7 +3,8 @@
 - session.py: what both runners share: the Session of one command (settings, clients, console, clocks),
   the steps a user may name, checking a step's output and the rows of `tpu-rl status`.
 - platforms.py: the Platform protocol every command calls, and `platform_for(recipe)`, the one lookup of
-  the implementation of the recipe's platform (a package each, imported only when a command runs).
+  the implementation of the recipe's platform (a package each, imported only when a command runs);
+  answers.py: the neutral types the platforms answer in (Rendered, Idle).
 - gke/: `run`, `eval`, `cancel`, `status` and `logs` on GKE: one JobSet per step, planned, submitted,
   waited for, followed and diagnosed (a module each).
 - vm/: the same (but `eval`) on a single TPU VM, read back from its serial console (a module each).

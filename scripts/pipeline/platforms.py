@@ -3,40 +3,41 @@ implementation per platform (a package each: scripts/pipeline/gke/, scripts/pipe
 that maps a recipe's `platform` to its implementation. The CLI and the pipeline ask `platform_for(recipe)`
 and call it; nothing outside the implementations branches on the platform (tests/test_platform_seam.py).
 
-The route is a lookup of the implementation's module, imported only when a command reaches it, as
+The route is a lookup of a function that imports the implementation only when a command reaches it, as
 SkyPilot's `_route_to_cloud_impl` does (skypilot-org/skypilot, sky/provision/__init__.py): `tpu-rl --help`
-imports no platform. A new platform is a package with a `PLATFORM` object and one line in IMPLEMENTATIONS.
+imports no platform, and the import is written out, so a tool that reads the code sees it. A new platform
+is a package with a `PLATFORM` object and one line in IMPLEMENTATIONS (docs/development.md lists the rest).
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Optional, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Protocol
+
+from tpu_rl.recipes.platforms import registered
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
     from tpu_rl.recipes.runs.spec import RunSpec
-    from tpu_rl.scripts.pipeline.gke.billing import Idle
+    from tpu_rl.scripts.pipeline.answers import Idle, Rendered
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
     from tpu_rl.scripts.rundata.progress import TrainProgress
 
-# recipes.toml's `platform` -> the module that holds its PLATFORM
-IMPLEMENTATIONS: dict[str, str] = {
-    "gke": "tpu_rl.scripts.pipeline.gke.platform",
-    "vm": "tpu_rl.scripts.pipeline.vm.platform",
-}
 
 
-@dataclass(frozen=True)
-class Rendered:
-    """What `tpu-rl render` writes: the files by name in the order `run` submits them, everything as one
-    text for `--out -`, and what the files are, for the line that says what was rendered."""
-    files: dict[str, str]
-    stream: str
-    what: str
+def _gke() -> Platform:
+    from tpu_rl.scripts.pipeline.gke.platform import PLATFORM
+    return PLATFORM
+
+
+def _vm() -> Platform:
+    from tpu_rl.scripts.pipeline.vm.platform import PLATFORM
+    return PLATFORM
+
+
+# recipes.toml's `platform` -> what imports its PLATFORM (its facts are recipes/platforms/ PLATFORMS')
+IMPLEMENTATIONS: dict[str, Callable[[], Platform]] = {"gke": _gke, "vm": _vm}
 
 
 class Platform(Protocol):
@@ -117,5 +118,5 @@ class Platform(Protocol):
 
 
 def platform_for(recipe: Recipe) -> Platform:
-    """The implementation of the recipe's platform (recipes/catalog/entry.py accepts only the names above)."""
-    return importlib.import_module(IMPLEMENTATIONS[recipe.platform]).PLATFORM
+    """The implementation of the recipe's platform (KeyError naming IMPLEMENTATIONS for one not registered)."""
+    return registered(IMPLEMENTATIONS, recipe.platform, "IMPLEMENTATIONS of scripts/pipeline/platforms.py")()

@@ -19,6 +19,7 @@ that no two of them tell one run two ways (issue 37: `status` showed `step 46/50
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Callable
 
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.recipes.outcome import ApiError
@@ -39,16 +40,19 @@ def read_record(session: Session) -> dict:
         return {}
 
 
-def run_outcome(session: Session, run: str, record: dict) -> tuple[str, str | None]:
+# How a run whose record says nothing final ended with nobody following it (Platform.unfollowed_end): the
+# caller passes its platform's, so this module, which the implementations use, never routes to them.
+UnfollowedEnd = Callable[[Session, str], "tuple[str, str | None] | None"]
+
+
+def run_outcome(session: Session, run: str, record: dict, unfollowed_end: UnfollowedEnd) -> tuple[str, str | None]:
     """The run's status and when it ended: its record's, unless the record still says running, or that the
     `run` following it was interrupted (the platform goes on), or there is none, while the platform's own
-    records say the run ended with nobody following it."""
+    records (`unfollowed_end`) say the run ended with nobody following it."""
     status, ended = record.get("status", NO_RECORD), record.get("ended")
     if status not in ("running", "interrupted", NO_RECORD):
         return status, ended
-    from tpu_rl.scripts.pipeline.platforms import platform_for
-
-    return platform_for(session.recipe).unfollowed_end(session, run) or (status, ended)
+    return unfollowed_end(session, run) or (status, ended)
 
 
 def step_state(recorded: str | None, live: str, active: bool, place: int | None = None) -> str:
@@ -88,16 +92,14 @@ class LiveSteps:
     the fallback. After one read failed the others of the listing are not tried: each would wait out the
     same retries, and `runs` needs only the bucket; `error` says why (runs.with_queue does not try again)."""
 
-    def __init__(self, session: Session) -> None:
-        self.session, self.error = session, None
+    def __init__(self, session: Session, live_train_step: Callable[[Session, str], TrainProgress | None]) -> None:
+        self.session, self.error, self.live_train_step = session, None, live_train_step
 
     def read(self, run: str) -> TrainProgress | None:
-        from tpu_rl.scripts.pipeline.platforms import platform_for
-
         if self.error is not None:
             return None
         try:
-            return platform_for(self.session.recipe).live_train_step(self.session, run)
+            return self.live_train_step(self.session, run)
         except Exception as error:  # noqa: BLE001 -- UserError, ApiError or a client's own: see the class
             self.error = error
             return None
@@ -112,11 +114,11 @@ def utc(text: str | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else ""
 
 
-def ending_line(session: Session, record: dict) -> str:
+def ending_line(session: Session, record: dict, unfollowed_end: UnfollowedEnd) -> str:
     """`run exp1 cancelled at 2026-12-06 07:40 UTC` (and, for a failure, its error), as `runs` says it in its
     status column; "" while the run has no such ending."""
     run = session.paths.run_name
-    status, ended = run_outcome(session, run, record)
+    status, ended = run_outcome(session, run, record, unfollowed_end)
     if status not in ENDINGS:
         return ""
     at = f" at {utc(ended)}" if ended else ""

@@ -147,7 +147,10 @@ def summarize_run(session: Session, name: str, record: dict | None, live: LiveSt
     storage, trained = session.clients.storage(), session.paths.trained
     record = record or {}
     scalars = _scalars(storage, run_directory(session.recipe, session.settings, name))
-    status, ended_text = run_outcome(session, name, record)
+    from tpu_rl.scripts.pipeline.platforms import platform_for
+
+    platform = platform_for(session.recipe)
+    status, ended_text = run_outcome(session, name, record, platform.unfollowed_end)
     started, ended = _time(record.get("created")), _time(ended_text)
     end = session.now() if status == "running" else ended
     change = accuracy_change(record.get("evaluations") or [])
@@ -159,7 +162,7 @@ def summarize_run(session: Session, name: str, record: dict | None, live: LiveSt
     # The cluster (or the VM) is asked only while the record says train runs, or there is no record (a VM's
     # script, a JobSet submitted before its run.json was written): the bucket answers for the rest.
     asks = steps.get("train") == "running" or status == NO_RECORD
-    now = (live or LiveSteps(session)).read(name) if asks else None
+    now = (live or LiveSteps(session, platform.live_train_step)).read(name) if asks else None
     progress = train_progress(session, name, now, scalars)
     return RunSummary(
         run=name, status=status, steps=steps, last_step=progress.step if progress else None,
@@ -252,7 +255,9 @@ def best_of_sweep(runs: list[RunSummary], sweep: str) -> str:
 def list_runs(session: Session) -> RunList:
     """The runs under the recipe's `trained/` prefix, oldest first (runs without a record last). A record
     of another recipe with the same model is left out and counted."""
-    runs, others, live = [], 0, LiveSteps(session)
+    from tpu_rl.scripts.pipeline.platforms import platform_for
+
+    runs, others, live = [], 0, LiveSteps(session, platform_for(session.recipe).live_train_step)
     for name, record in run_records(session).items():
         if record and record.get("recipe") not in (None, session.recipe.name):
             others += 1

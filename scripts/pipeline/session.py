@@ -106,7 +106,7 @@ class Session:
         from tpu_rl.recipes.costs.run import ESTIMATE_NOTE, hourly_estimate
         from tpu_rl.recipes.costs.standing import account, idle_nodes, standing_cost
 
-        if not recipe.platform_rules.control_plane:  # a TPU VM: no cluster stands between runs
+        if not recipe.platform_facts.control_plane:  # a TPU VM: no cluster stands between runs
             return lines + [f"  when you are done, `npx cdktf destroy {recipe.name}`: the stack costs "
                             f"{hourly_estimate(recipe, zones=self.settings.zones_for(recipe)).summary()} until "
                             f"then ({ESTIMATE_NOTE})"]

@@ -38,14 +38,18 @@ def found(name):
     return bool(spec and spec.origin) and os.path.realpath(spec.origin).startswith(os.path.realpath(os.getcwd()) + os.sep)
 def first_found(*names):
     return next((name for name in names if found(name)), None)
-# A side's own platforms by name: a lookup, so this runs on sides from before and after the platform seam;
-# a side with a RunSpec (recipes.runs.spec; recipes.run_spec before recipes/ had a package per concept)
+# A side with a RunSpec (recipes.runs.spec; recipes.run_spec before recipes/ had a package per concept)
 # renders the run of each recipe as recipes.toml defines it
 spec_home = first_found("recipes.runs.spec", "recipes.run_spec")
 as_run = importlib.import_module(ns + spec_home).RunSpec.of_catalog if spec_home else (lambda recipe: recipe)
+# A side with jobs' registry of renderers (jobs.render_steps) renders through it; an older base revision
+# has none, and renders by its two platforms' names as it did then.
+render_steps = getattr(jobs, "render_steps", None)
 renderers = {"gke": lambda recipe: jobs.render_manifests(as_run(recipe), settings),
              "vm": lambda recipe: {"startup script": jobs.render_startup_script(as_run(recipe), settings)}}
-rendered = {name: renderers[recipe.platform](recipe) for name, recipe in recipes.all_recipes().items()}
+render = (lambda recipe: render_steps(as_run(recipe), settings)) if render_steps else (
+    lambda recipe: renderers[recipe.platform](recipe))
+rendered = {name: render(recipe) for name, recipe in recipes.all_recipes().items()}
 # The capacity modes' module: recipes.capacity.modes since recipes/ has a package per concept, before that
 # recipes.capacity_modes, before its split recipes.model; a side from before capacity modes has none
 home = first_found("recipes.capacity.modes", "recipes.capacity_modes", "recipes.model")

@@ -8,16 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tpu_rl.jobs.k8s import RUN_LABEL, recipe_selector
-from tpu_rl.recipes.costs.standing import StandingCost, account, down_command, standing_cost
+from tpu_rl.recipes.costs.standing import StandingCost, standing_cost
 from tpu_rl.scripts.cloud.kube_objects import jobset_state
 from tpu_rl.scripts.pipeline.gke.cancel import ACTIVE
+from tpu_rl.scripts.pipeline.answers import ActiveRun, Idle
 from tpu_rl.scripts.pipeline.session import Session, queued
-
-
-@dataclass(frozen=True)
-class ActiveRun:
-    run: str | None  # None: a conversion, which runs of the same conversion share (no run label)
-    what: str  # e.g. "JobSet qwen3-v6e32-abc-train running", "driver Job tpu-rl-driver-abc"
 
 
 def _finished(job: dict) -> bool:
@@ -93,24 +88,6 @@ def cluster_bill(session: Session) -> StandingCost:
     """What the stack bills per hour now, from the labels of the cluster's nodes."""
     nodes = session.cluster.list_nodes()
     return standing_cost(session.recipe, [(node.get("metadata") or {}).get("labels") or {} for node in nodes])
-
-
-@dataclass(frozen=True)
-class Idle:
-    """`tpu-rl runs` on a recipe whose cluster has no run: what it still bills (None while a run is there)."""
-
-    active: tuple[ActiveRun, ...]
-    bill: StandingCost | None
-
-    def lines(self, recipe: str, cluster: str, bucket: str) -> list[str]:
-        if self.bill is None:
-            return []
-        return [f"no run of {recipe} is active or queued on cluster {cluster}; {down_command(recipe)} destroys "
-                f"its stack, keeping gs://{bucket}", *account(self.bill, recipe)]
-
-    def as_record(self) -> dict:
-        return {"active": [{"run": run.run, "what": run.what} for run in self.active],
-                "idle_bill": self.bill.as_record() if self.bill else None}
 
 
 def idle(session: Session) -> Idle:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from tpu_rl.scripts.pipeline.platforms import Rendered
+from tpu_rl.scripts.pipeline.answers import Rendered
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
     from tpu_rl.recipes.runs.spec import RunSpec
-    from tpu_rl.scripts.pipeline.gke.billing import Idle
+    from tpu_rl.scripts.pipeline.answers import Idle
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
     from tpu_rl.scripts.rundata.progress import TrainProgress
 
@@ -101,7 +101,9 @@ class GkePlatform:
         run_gke(session, steps, replace=replace, follow_logs=follow_logs, driven=True)
 
     def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
-        return None  # the run's driver writes run.json itself, followed or not
+        from tpu_rl.scripts.pipeline.gke.status import unfollowed_end
+
+        return unfollowed_end(session, run)
 
     def live_train_step(self, session: Session, run: str) -> Optional[TrainProgress]:
         from tpu_rl.scripts.pipeline.gke.status import live_train_step

@@ -22,6 +22,11 @@ from tpu_rl.scripts.rundata.progress import TrainProgress, last_train_step
 QUEUED = "queued in Kueue"
 
 
+def unfollowed_end(session: Session, run: str) -> None:
+    """Nothing beyond the record: the run's driver writes run.json itself, followed or not."""
+    return None
+
+
 def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_pods: int,
                        now: datetime) -> tuple[str, str, str]:
     """The state, pods and time cells of one JobSet: a finished one shows "done" and how long it took."""
@@ -79,7 +84,7 @@ def status_gke(session: Session) -> StatusReport:
     run = session.paths.run_name
     return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows,
                         "; ".join(notes), "; ".join(filter(None, [driver.line(), waiting, driver.drift()])),
-                        ending_line(session, record))
+                        ending_line(session, record, unfollowed_end))
 
 def admission_note(session: Session, job: StepJob, jobset: dict | None, state: JobSetState) -> str:
     """What a suspended step waits for, from its Kueue Workload and request; for a deactivated one, why,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from tpu_rl.recipes import UserError
-from tpu_rl.scripts.pipeline.platforms import Rendered
+from tpu_rl.scripts.pipeline.answers import Rendered
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -69,17 +69,9 @@ class VmPlatform:
         raise UserError(f"recipe '{session.recipe.name}' runs on a TPU VM, whose startup script is its driver")
 
     def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
-        """The startup script writes export's marker (its text: when) once every step succeeded, and its
-        failure record when a phase failed (jobs/vm.py), whether or not a `run` followed it."""
-        from tpu_rl.scripts.cloud import gcs
-        from tpu_rl.scripts.pipeline.vm.state import Failure
+        from tpu_rl.scripts.pipeline.vm.views import unfollowed_end
 
-        storage, paths = session.clients.storage(), session.paths
-        done = gcs.read_text(storage, paths.run_marker(run, "export"))
-        if done is not None:
-            return "succeeded", done.strip() or None
-        failure = Failure.parse(gcs.read_text(storage, paths.run_failure(run)))
-        return ("failed", failure.at or None) if failure else None
+        return unfollowed_end(session, run)
 
     def live_train_step(self, session: Session, run: str) -> Optional[TrainProgress]:
         from tpu_rl.scripts.pipeline.vm.views import live_train_step

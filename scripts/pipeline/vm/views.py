@@ -22,6 +22,19 @@ from tpu_rl.scripts.pipeline.run_state import ending_line, read_record, train_pr
 from tpu_rl.scripts.rundata.progress import TrainProgress, last_train_step
 
 
+def unfollowed_end(session: Session, run: str) -> tuple[str, str | None] | None:
+    """The startup script writes export's marker (its text: when) once every step succeeded, and its
+    failure record when a phase failed (jobs/vm.py), whether or not a `run` followed it."""
+    from tpu_rl.scripts.pipeline.vm.state import Failure
+
+    storage, paths = session.clients.storage(), session.paths
+    done = gcs.read_text(storage, paths.run_marker(run, "export"))
+    if done is not None:
+        return "succeeded", done.strip() or None
+    failure = Failure.parse(gcs.read_text(storage, paths.run_failure(run)))
+    return ("failed", failure.at or None) if failure else None
+
+
 def status_vm(session: Session) -> StatusReport:
     """Each step's progress and output, from the bucket's records (the console adds only the guest agent's
     verdict), and the script's phase when it is between steps (as `run` shows it). Without the VM (deleted
@@ -37,7 +50,7 @@ def status_vm(session: Session) -> StatusReport:
         return StatusReport(f"TPU VM {settings.vm_name} (not found)", rows,
                             f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
                             f"what the bucket holds; `npx cdktf deploy {session.recipe.name}` creates it (or set "
-                            "TPU_NAME)", ending=ending_line(session, read_record(session)))
+                            "TPU_NAME)", ending=ending_line(session, read_record(session), unfollowed_end))
     cancelled = cancelled_at(session)
     note = cancelled_note(session, cancelled, instance) if cancelled else ""
     # The VM's script writes its own run's records: with another script, this run's would be misread.
@@ -70,7 +83,7 @@ def status_vm(session: Session) -> StatusReport:
     return StatusReport(f"TPU VM {settings.vm_name} ({instance.status}{script})",
                         [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step),
                                     progress=training if step == "train" else "") for step in STEPS], note,
-                        ending="" if ending_said else ending_line(session, read_record(session)))
+                        ending="" if ending_said else ending_line(session, read_record(session), unfollowed_end))
 
 
 def live_train_step(session: Session, run: str) -> TrainProgress | None:

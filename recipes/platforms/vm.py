@@ -1,0 +1,35 @@
+"""A single TPU VM: one provisioning model in one zone, its startup script runs every step on the TPU host."""
+
+from __future__ import annotations
+
+from tpu_rl.recipes.capacity.modes import CAPACITY_MODES, MODE_RULES
+from tpu_rl.recipes.platforms.facts import PlatformFacts, StepRunner
+from tpu_rl.recipes.settings.where import BUCKET, CLUSTER, DEPLOY, VM as WHERE_VM, fields
+
+VM = PlatformFacts(
+    label="TPU VM",
+    # One VM with one provisioning model: no flex-start node pool and no queue to fall back in.
+    capacity=tuple(mode for mode in CAPACITY_MODES if MODE_RULES[mode].vm_provisioning_model),
+    tpu_node_pools=False, cpu_pool=False, control_plane=False, pathways=False, multislice=False,
+    steps_run_as=StepRunner.STARTUP_SCRIPT, user_files=False, run_queue=False,
+    needs={
+        "synth": fields(DEPLOY, ("reservation",)),
+        "recipes": (),
+        "render": fields(WHERE_VM, BUCKET),  # what the script names
+        "preflight": fields(("project", "region", "zone"), BUCKET, ("reservation",)),
+        "secret set": ("project",),
+        "run": fields(WHERE_VM, ("region",), BUCKET),
+        "sweep": (),  # refused before any setting is read (recipes/runs/sweeps.py check_sweepable)
+        "eval": fields(CLUSTER, ("zone",), BUCKET),  # refused before any setting is read (vm/platform.py)
+        "cancel": fields(WHERE_VM, BUCKET),
+        "status": fields(WHERE_VM, BUCKET),
+        "runs": BUCKET,
+        "logs": fields(WHERE_VM, BUCKET),  # a step's log is in the bucket once it ended
+        "metrics": BUCKET,
+        "down": (),  # refused before any setting is read
+        "check-rewards": (),
+        "fit": (),
+        "plan-review": (),
+    },
+    refused=("eval", "sweep"),
+)
