@@ -25,6 +25,7 @@ from tpu_rl.recipes.settings.tuning import MAINTENANCE_GRACE
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.clients import Clients
 from tpu_rl.scripts.cloud.kube import Cluster
+from tpu_rl.scripts.field_diff import changed_fields
 
 
 # How long `run` waits for a TPU VM that maintenance stopped to come back (scripts/pipeline/vm/checks.py),
@@ -171,8 +172,6 @@ MAX_FIELDS_SHOWN = 3
 def differing_fields(old: object, new: object, limit: int = MAX_FIELDS_SHOWN) -> str:
     """What differs between two JSON values, as `path: old → new` (dotted paths; scripts and argument lists
     by their key=value arguments), at most `limit` of them and how many more; "" when nothing does."""
-    from tpu_rl.scripts.plan_review.diff import changed_fields
-
     changes = changed_fields(old, new)
     shown = "; ".join(f"{path}: {' '.join(text.split())}" for path, text, _ in changes[:limit])  # one line
     return shown + (f"; and {len(changes) - limit} more" if len(changes) > limit else "")
