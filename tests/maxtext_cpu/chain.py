@@ -281,9 +281,9 @@ class Chain:
 
     def after_export(self) -> str | None:
         """The export script's step after to_huggingface (jobs/export.py), with the CPU changes."""
-        from tpu_rl.jobs.export import VISION_PARTS, carry_vision_script
+        from tpu_rl.jobs.export import carry_vision_script
 
-        vision = VISION_PARTS.get(self.recipe.model.maxtext_name)
+        vision = self.recipe.model.vision_parts
         if self.recipe.platform != "gke" or not vision or self.recipe.model.use_multimodal:
             return None
         return carry_vision_script(str(self.tiny), f"{self.local(self.paths.hf_export)}/", vision)
