@@ -1,15 +1,19 @@
 """A new recipe is a [recipes.<name>] table and nothing else: two recipes made only here, on a model none of
 the catalog's recipes uses (qwen3-8b, a dense Qwen3 that MaxText 0.2.4 knows), one on GKE and one on a TPU
-VM, load, synthesize their stacks and render their JobSets and startup script with no change to code."""
+VM, load, synthesize their stacks and render their JobSets and startup script with no change to code; and
+the MaxText CPU chain's tiny model of it comes from its own config, with no entry for it either."""
 
 from __future__ import annotations
 
 import copy
+import json
 import re
+import subprocess
 
 import pytest
 
 from conftest import recipe_table, resources, synthesize
+from maxtext_cpu.chain import HERE, need_venv, step_env
 from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.recipes import build_recipes, example_settings
@@ -76,3 +80,15 @@ def test_the_vm_recipe_renders_its_startup_script_on_its_model(new_recipes):
     script = jobs.render_startup_script(spec_of(new_recipes["qwen3-8b-vm"]), example_settings())
     assert "\nreadonly MAXTEXT_PIP='maxtext[tpu-post-train]==0.2.4'\n" in script  # its release's pip
     assert script.count("model_name=qwen3-8b ") == 3  # convert, train and export
+
+
+def test_the_maxtext_cpu_chain_shrinks_the_new_model_from_its_own_config():
+    # tests/maxtext_cpu/tiny.py reads MaxText's HF_MODEL_CONFIGS["qwen3-8b"]: a dense model, so no experts
+    code = ("import json, tiny; tiny._tokenizer('qwen3-8b'); "
+            "print(json.dumps(tiny.tiny_sizes(tiny._real_config('qwen3-8b'))))")
+    done = subprocess.run([str(need_venv("0.2.4")), "-c", code], cwd=HERE, env=step_env("0.2.4"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 512}
