@@ -15,7 +15,7 @@ from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode, uses_queued_
 from tpu_rl.scripts.cloud import gcs, hf_hub, hf_token, registry
 from tpu_rl.scripts.cloud.clients import Clients
 from tpu_rl.scripts.cloud.foreign import describe
-from tpu_rl.scripts.cloud.kube import get_credentials_command
+from tpu_rl.scripts.cloud.kubeconfig import get_credentials_command
 from tpu_rl.scripts.pipeline.platforms import platform_for
 
 

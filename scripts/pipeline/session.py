@@ -24,7 +24,7 @@ from tpu_rl.recipes.runs.usual_values import has_unusual
 from tpu_rl.recipes.settings.tuning import MAINTENANCE_GRACE
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.clients import Clients
-from tpu_rl.scripts.cloud.kube import Cluster
+from tpu_rl.scripts.cloud.cluster import Cluster
 from tpu_rl.scripts.field_diff import changed_fields
 
 

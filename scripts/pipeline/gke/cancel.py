@@ -6,7 +6,7 @@ from rich.markup import escape
 
 from tpu_rl.jobs.k8s import RUN_LABEL, STEP_LABEL, jobset_name
 from tpu_rl.recipes import Step, UserError
-from tpu_rl.scripts.cloud.kube_objects import jobset_state
+from tpu_rl.scripts.cloud.jobsets import jobset_state
 from tpu_rl.scripts.pipeline.record import record_cancellation, run_records
 from tpu_rl.scripts.pipeline.session import Session
 

@@ -15,7 +15,7 @@ from tpu_rl.jobs.driver import (REQUEST_ANNOTATION, driver_job, driver_name, req
 from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION, driver_drift
 from tpu_rl.recipes import Step, UserError
 from tpu_rl.recipes.outcome import ExitCode
-from tpu_rl.scripts.cloud.kube_jobs import JobExists, Jobs
+from tpu_rl.scripts.cloud.driver_job import JobExists, Jobs
 from tpu_rl.scripts.pipeline.gke.driver_wheel import runtime_version
 from tpu_rl.scripts.pipeline.session import Session
 

@@ -10,7 +10,7 @@ from rich.markup import escape
 from tpu_rl.jobs.k8s import SPEC_DIGEST_ANNOTATION, spec_digest
 from tpu_rl.recipes import STEPS, Step, UserError
 from tpu_rl.recipes.costs.run import driver_cost_line
-from tpu_rl.scripts.cloud.kube_objects import jobset_state
+from tpu_rl.scripts.cloud.jobsets import jobset_state
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, jobset_uid, like_existing, read_admission
 from tpu_rl.scripts.pipeline.gke.steps import StepJob
 from tpu_rl.scripts.pipeline.manifests import manifest_stream

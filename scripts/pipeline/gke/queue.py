@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tpu_rl.recipes.conventions import LOCAL_QUEUE, TPU_RESOURCE
-from tpu_rl.scripts.cloud.kube_objects import workload_state
+from tpu_rl.scripts.cloud.kueue import workload_state
 from tpu_rl.scripts.pipeline.gke.steps import parse_time
 
 INSUFFICIENT_QUOTA = "insufficient unused quota"  # quota held by others, not quota lacking (fitsResourceQuota)

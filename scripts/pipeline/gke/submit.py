@@ -10,8 +10,8 @@ from tpu_rl.recipes import Step
 from tpu_rl.recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from tpu_rl.recipes.outcome import ApiError, Interrupted, StepFailed
 from tpu_rl.scripts.cloud import gcs, hf_token
-from tpu_rl.scripts.cloud.kube import JobSetExists
-from tpu_rl.scripts.cloud.kube_objects import capacity_of, zone_of
+from tpu_rl.scripts.cloud.cluster import JobSetExists
+from tpu_rl.scripts.cloud.jobsets import capacity_of, zone_of
 from tpu_rl.scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging
 from tpu_rl.scripts.pipeline.gke.admission import sweep_train
 from tpu_rl.scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
