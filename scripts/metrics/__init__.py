@@ -15,6 +15,7 @@ from typing import Callable
 
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Settings, UserError
+from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.recipes.runs.identity import check_run_name
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.settings.checks import bucket_name_problem
@@ -54,7 +55,6 @@ def with_record(run: Run, recipe: Recipe, settings: Settings, storage) -> Run:
     when it has no record or the record cannot be read: the scalars are shown all the same)."""
     from dataclasses import replace
 
-    from tpu_rl.recipes.outcome import ApiError
     from tpu_rl.scripts.cloud import gcs
 
     try:

@@ -15,6 +15,7 @@ from datetime import datetime
 from tpu_rl.jobs.paths import RUN_RECORD
 from tpu_rl.recipes import STEPS, UserError
 from tpu_rl.recipes.costs.prices import usd
+from tpu_rl.recipes.costs.run import hourly_estimate
 from tpu_rl.scripts.cloud.foreign import foreign_outcome
 from tpu_rl.scripts.pipeline.record import run_records
 from tpu_rl.scripts.pipeline.run_state import NO_RECORD, LiveSteps, run_outcome, train_progress, utc
@@ -197,8 +198,6 @@ def billed_usd(session: Session, record: dict) -> float | None:
     """The run's cost so far, estimated at list prices (recipes/costs/run.py) from each step's billed time. A
     step whose JobSet another run submitted (the shared convert, which the record says this run did not
     submit) is that run's cost, not this one's. None without a record of steps."""
-    from tpu_rl.recipes.costs.run import hourly_estimate
-
     steps = {step: entry for step, entry in (record.get("steps") or {}).items() if step in STEPS}
     if not steps:
         return None
