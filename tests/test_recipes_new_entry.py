@@ -1,7 +1,8 @@
 """A new recipe is a [recipes.<name>] table and nothing else: two recipes made only here, on a model none of
 the catalog's recipes uses (qwen3-8b, a dense Qwen3 that MaxText 0.2.4 knows), one on GKE and one on a TPU
-VM, load, synthesize their stacks and render their JobSets and startup script with no change to code; and
-the MaxText CPU chain's tiny model of it comes from its own config, with no entry for it either."""
+VM, load, synthesize their stacks, render their JobSets and startup script and are listed and priced by
+`tpu-rl recipes` with no change to code; and the MaxText CPU chain's tiny model of it comes from its own
+config, with no entry for it either."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.recipes import build_recipes, example_settings
 from tpu_rl.recipes.runs.maxtext_values import release_schema
+from tpu_rl.scripts.cli.offline import recipe_facts
 
 MODEL = {"maxtext_name": "qwen3-8b", "hf_repo": "Qwen/Qwen3-8B", "tokenizer": "Qwen/Qwen3-8B", "scan_layers": True}
 RL = {"num_batches": 20, "checkpoint_period": 10, "overrides": ["batch_size=4", "rl.num_generations=2"]}
@@ -92,3 +94,10 @@ def test_the_maxtext_cpu_chain_shrinks_the_new_model_from_its_own_config():
     assert json.loads(done.stdout.splitlines()[-1]) == {
         "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
         "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 512}
+
+
+def test_tpu_rl_recipes_lists_and_prices_the_new_recipes(new_recipes):
+    for name, recipe in new_recipes.items():
+        facts = recipe_facts(recipe)
+        assert (facts["name"], facts["model"], facts["topology"]) == (name, "Qwen/Qwen3-8B", "2x4")
+        assert facts["hourly_usd_estimate"] > 0  # priced from prices.toml by its machines, not by its name
