@@ -9,12 +9,6 @@ from tpu_rl.jobs.k8s import bash_script, cpu_step_jobset
 from tpu_rl.jobs.maxtext import export_command
 from tpu_rl.jobs.paths import ArtifactPaths
 
-# Models whose Hugging Face export is multimodal while training is text-only, and the tensor prefixes
-# training never sees: transformers 5.12.1 loads them uninitialised (MaxText 0.2.4 checkpoint_conversion/
-# utils/hf_model_configs.py HF_MODEL_CONFIGS; docs/provenance.md#vision-parts-of-a-multimodal-export).
-VISION_PARTS: dict[str, tuple[str, ...]] = {
-    "gemma4-26b": ("model.vision_tower.", "model.embed_vision."),
-}
 VISION_SHARD = "model-vision.safetensors"
 
 # Runs in the MaxText image after to_huggingface: copies the tensors under the given prefixes, unchanged
@@ -73,7 +67,7 @@ def export_jobset(paths: ArtifactPaths) -> dict[str, Any]:
     recipe = paths.recipe
     command = export_command(recipe, paths)
     steps = [f"# reads {paths.final_params}, writes {paths.hf_export}\n"]
-    vision = VISION_PARTS.get(recipe.model.maxtext_name)
+    vision = recipe.model.vision_parts
     if vision and not recipe.model.use_multimodal:
         steps = [steps[0] + command.shell(), carry_vision_script(recipe.model.hf_repo, paths.hf_export, vision)]
     else:

@@ -22,10 +22,6 @@ TO_MAXTEXT = "maxtext.checkpoint_conversion.to_maxtext"
 TRAIN_RL = "maxtext.trainers.post_train.rl.train_rl"
 TO_HUGGINGFACE = "maxtext.checkpoint_conversion.to_huggingface"
 
-# to_huggingface learned --hf_model_path (the repo whose tokenizer it bundles) in 0.2.4. Without it,
-# qwen3-30b-a3b would ship the Thinking-2507 tokenizer although we trained the Instruct-2507 model.
-EXPORT_HF_MODEL_PATH_FROM = "0.2.4"
-
 
 def version_tuple(version: str) -> tuple[int, ...]:
     """'0.2.4' -> (0, 2, 4); enough for MaxText's plain release numbers."""
@@ -153,7 +149,7 @@ def export_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
     if recipe.platform_facts.cpu_pool:  # on the CPU pool, without a JAX cluster: MaxText's architecture wins
         overrides += ["skip_jax_distributed_system=true", "hardware=cpu"]
         flags.append("--override_model_architecture")
-    if at_least(recipe.maxtext_version, EXPORT_HF_MODEL_PATH_FROM):
+    if recipe.maxtext.export_takes_hf_model_path:
         flags.append(f"--hf_model_path={recipe.model.hf_repo}")
     return MaxTextCommand(TO_HUGGINGFACE, _unique(recipe, "export", overrides), tuple(flags))
 

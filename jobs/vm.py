@@ -37,8 +37,8 @@ import re
 from tpu_rl.jobs.maxtext import maxtext_commands
 from tpu_rl.jobs.patches import render_patch, resolve_patches
 from tpu_rl.jobs.paths import ArtifactPaths
-from tpu_rl.jobs.vm_install import (GCLOUD_WAIT_ENV, GCLOUD_WAIT_SECONDS, RETRY_ENV, RETRY_SECONDS,  # noqa: F401
-                                    UV_VERSION, install_values, token_values)
+from tpu_rl.jobs.vm_install import (GCLOUD_WAIT_ENV, GCLOUD_WAIT_SECONDS, RETRY_ENV, RETRY_SECONDS, install_values,
+                                    token_values)
 from tpu_rl.jobs.vm_outputs import CANCELLED, after_run_values
 from tpu_rl.jobs.vm_preamble import Knob, Value, part, preamble
 from tpu_rl.recipes import STEPS, Recipe, Settings, UserError

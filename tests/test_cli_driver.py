@@ -343,7 +343,7 @@ def test_a_job_is_running_until_its_final_condition():
 def test_the_jobs_pods_created_in_one_second_are_ordered_by_their_start():
     from types import SimpleNamespace
 
-    from tpu_rl.scripts.cloud.kube_jobs import Jobs
+    from tpu_rl.scripts.cloud.driver_job import Jobs
 
     def pod(name: str, started: str | None) -> dict:
         return {"metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},

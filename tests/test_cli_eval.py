@@ -221,7 +221,7 @@ def test_eval_reads_only_new_lines_of_a_long_log_and_survives_a_failed_read(clou
     before (sinceSeconds), not the whole log; a read that fails is retried at the next poll."""
     from tpu_rl.jobs.evaluate import eval_run_name
     from tpu_rl.recipes.outcome import ApiError
-    from tpu_rl.scripts.cloud.kube import Cluster
+    from tpu_rl.scripts.cloud.cluster import Cluster
     from tpu_rl.scripts.pipeline.gke.steps import PROGRESS_LOG_LINES
 
     _, paths = trained_run(cloud)

@@ -447,7 +447,7 @@ def test_check_rewards_applies_the_chat_template_of_the_recipes_cached_tokenizer
     # What AutoTokenizer.from_pretrained("Qwen/Qwen3-30B-A3B-Instruct-2507") reads offline: the snapshot
     # refs/main names in the Hugging Face cache.
     repo = no_hub_cache / "models--Qwen--Qwen3-30B-A3B-Instruct-2507"
-    snapshot = _tiny_tokenizer_files(repo / "snapshots" / "0123abc", "qwen3-30b-a3b")
+    snapshot = _tiny_tokenizer_files(repo / "snapshots" / "0123abc", "qwen3")  # Qwen3-30B-A3B's family
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abc")
     result = runner.invoke(app, ["check-rewards", f"{shapes_file}:im_start", "--recipe", "qwen3-v6e32"])

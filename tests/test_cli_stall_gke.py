@@ -206,7 +206,7 @@ def failing_reads(monkeypatch, fails) -> list:
     are not counted: the reads are the pipeline's, which the driver makes."""
     from tpu_rl.jobs.driver import DRIVER_PREFIX
     from tpu_rl.recipes.outcome import ApiError
-    from tpu_rl.scripts.cloud.kube import Cluster
+    from tpu_rl.scripts.cloud.cluster import Cluster
 
     read, calls = Cluster.read_log, []
 

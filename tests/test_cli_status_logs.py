@@ -156,7 +156,7 @@ def test_status_of_a_step_whose_jobset_is_gone_agrees_with_its_verified_output(c
 
 def test_a_jobset_kueue_has_not_admitted_reads_queued_in_plain_words():
     # issue 37: `status` said `suspended (SuspendedJobs)`, JobSet's words for a JobSet Kueue holds in its queue.
-    from tpu_rl.scripts.cloud.kube_objects import jobset_state
+    from tpu_rl.scripts.cloud.jobsets import jobset_state
     from tpu_rl.scripts.pipeline.gke.status import jobset_step_status
 
     # as JobSet v0.12.0 writes it (tests/peers/jobset_life.py)

@@ -49,7 +49,7 @@ def test_an_api_error_that_may_pass_is_retried_by_the_drivers_job(monkeypatch, t
 
 
 def test_a_conflicting_jobset_and_a_stall_bound_are_final_and_stay_so_when_reworded(monkeypatch, tmp_path):
-    from tpu_rl.scripts.cloud.kube import JobSetExists
+    from tpu_rl.scripts.cloud.cluster import JobSetExists
 
     conflict = JobSetExists("x", {"metadata": {"name": "x"}})
     reworded = ApiError(f"lost contact with the cluster while waiting for train ({conflict})",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tpu_rl.jobs.export import VISION_PARTS, VISION_SHARD, carry_vision_script
+from tpu_rl.jobs.export import VISION_SHARD, carry_vision_script
 from tpu_rl.jobs.paths import ArtifactPaths
 from maxtext_cpu.chain import Chain, in_venv, last_json, need_venv, tiny_model
 from peers.fixtures import peer_settings, spec_of
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.usefixtures("maxtext_warm_interpreters")  # tests/conft
 def test_the_vision_tower_is_carried_into_a_sharded_export_which_then_reloads_whole(tmp_path):
     recipe = peer_settings().recipe(get_recipe(RECIPE))
     need_venv(recipe.maxtext_version)
-    prefixes = VISION_PARTS[recipe.model.maxtext_name]
+    prefixes = recipe.model.vision_parts
     tiny = tiny_model(recipe)
     source_map = json.loads((tiny / "model.safetensors.index.json").read_text())["weight_map"]
     vision_shards = {shard for key, shard in source_map.items() if key.startswith(prefixes)}

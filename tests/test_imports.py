@@ -77,6 +77,15 @@ def test_run_data_sits_below_the_pipeline_and_metrics():
     assert not crossing, f"move what both read into scripts/rundata/: {crossing}"
 
 
+def test_the_pipeline_does_not_reach_into_plan_review():
+    # the pipeline runs a user's run, plan review compares two revisions of the house; what both use (the
+    # field-by-field diff) sits below both, in scripts/field_diff.py
+    sideways = sorted(f"{module} -> {name}" for module, names in import_graph().items()
+                      if _within(module, "tpu_rl.scripts.pipeline")
+                      for name in names if _within(name, "tpu_rl.scripts.plan_review"))
+    assert not sideways, f"move what both use below both: {sideways}"
+
+
 def test_cdktf_is_imported_only_in_infra_and_stacks():
     leaks = sorted(f"{module} -> {name}" for module, path in MODULES.items()
                    if package_of(module) not in ("infra", "stacks")

@@ -271,9 +271,9 @@ def test_train_loads_exactly_what_convert_writes_and_export_reads_the_last_step(
 
 
 def carry_vision_step(recipe):
-    from tpu_rl.jobs.export import VISION_PARTS, carry_vision_script
+    from tpu_rl.jobs.export import carry_vision_script
 
-    vision = VISION_PARTS.get(recipe.model.maxtext_name)
+    vision = recipe.model.vision_parts
     if not vision or recipe.model.use_multimodal:
         return None
     return carry_vision_script(recipe.model.hf_repo, ArtifactPaths(spec_of(recipe), SETTINGS).hf_export, vision)

@@ -17,7 +17,6 @@ from typing import Any
 from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.jobs.driver_runtime import DriverRuntime, driver_container
-from tpu_rl.jobs.export import VISION_PARTS
 from tpu_rl.recipes import all_recipes, example_settings
 from tpu_rl.recipes.driver.runtime import BASE_IMAGE
 from tpu_rl.recipes.settings.specs import VM_STAYS
@@ -106,7 +105,7 @@ def test_the_collection_holds_each_kind_of_generated_script():
     for recipe in all_recipes().values():  # each recipe's patches, as steps of its train script
         for patch in recipe.patches:
             assert any(f"# source patch '{patch.name}'" in text for text in texts), patch.name
-    assert any(recipe.model.maxtext_name in VISION_PARTS for recipe in all_recipes().values())
+    assert any(recipe.model.vision_parts for recipe in all_recipes().values())
     assert any("# carries the vision tower" in text for text in texts)  # the export's second step
     assert any(text.startswith("lock_retry ") for text in texts)  # the startup script's inner bash -c
     assert any(text.startswith("set -o pipefail; curl ") and text.endswith("| sh") for text in texts)  # uv's installer

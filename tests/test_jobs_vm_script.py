@@ -197,7 +197,7 @@ def test_first_boot_installs_maxtext_like_seed_002_once_then_later_boots_skip_it
         "apt-get update -q",
         "dpkg --audit",  # nothing to report: no configure
         "apt-get -o DPkg::Lock::Timeout=600 install -y -q build-essential cmake ninja-build",
-        f"curl -LsSf https://astral.sh/uv/{jobs_vm.UV_VERSION}/install.sh",
+        f"curl -LsSf https://astral.sh/uv/{jobs_vm_install.UV_VERSION}/install.sh",
         "uv python install 3.12",
         f"uv venv --clear --python 3.12 --seed {run.install_marker.parent}/venv",
         "uv pip install maxtext[tpu-post-train]==0.2.3 --resolution=lowest (UV_TORCH_BACKEND=cpu)",

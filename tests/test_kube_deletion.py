@@ -34,7 +34,8 @@ def _train_manifest(grace: int | None = None) -> dict:
 
 def _cluster(said: list[str] | None = None):
     from tpu_rl.recipes.outcome import RetryPolicy
-    from tpu_rl.scripts.cloud.kube import Cluster, api_client_for
+    from tpu_rl.scripts.cloud.cluster import Cluster
+    from tpu_rl.scripts.cloud.kubeconfig import api_client_for
 
     settings = peer_settings()
     told = {"say": said.append} if said is not None else {}
@@ -63,7 +64,7 @@ def test_a_uid_guarded_jobset_delete_returns_only_once_its_slice_pods_are_gone(c
 
 
 def test_every_delete_we_make_puts_its_options_in_the_body(cloud):
-    from tpu_rl.scripts.cloud.kube_jobs import Jobs
+    from tpu_rl.scripts.cloud.driver_job import Jobs
 
     kube = cloud["kube"]
     kube.kubelet = None  # the Job's pod stays Pending: nothing runs it

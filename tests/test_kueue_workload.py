@@ -1,7 +1,7 @@
 """The fake Kubernetes API's Workloads and ProvisioningRequests are the real objects' shape: each state a
 drill goes through validates strictly against the vendored CRDs (Kueue v0.17.1's Workload v1beta2, and
 the ProvisioningRequest v1 at the autoscaler commit Kueue v0.17.1 builds against); and what `run` reads
-from them (tpu_rl.scripts.cloud.kube_objects) is what Kueue means by them."""
+from them (tpu_rl.scripts.cloud.kueue) is what Kueue means by them."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from peers.fixtures import peer_settings, spec_of
 from peers.kube_api import KubeApi
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.conventions import KUEUE_VERSION
-from tpu_rl.scripts.cloud.kube_objects import latest_request, request_state, workload_of, workload_state
+from tpu_rl.scripts.cloud.kueue import latest_request, request_state, workload_of, workload_state
 
 VENDOR = Path(__file__).resolve().parent / "contracts" / "vendor"
 CRDS = {"kueue": ("kueue.x-k8s.io_workloads.yaml", "v1beta2"),

@@ -5,8 +5,9 @@ from __future__ import annotations
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.costs.run import hourly_estimate, pipeline_run_estimate
 from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.scripts.field_diff import describe, flatten
 from tpu_rl.scripts.plan_review import compare
-from tpu_rl.scripts.plan_review.diff import describe, diff_manifests, diff_stacks, flatten
+from tpu_rl.scripts.plan_review.diff import diff_manifests, diff_stacks
 from tpu_rl.scripts.plan_review.report import StackCost, costs_for, render_stacks
 from tpu_rl.scripts.plan_review.worktrees import Side
 

@@ -18,7 +18,7 @@ from tpu_rl.recipes import get_recipe, load_settings
 from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud.clients import Clients
 from tpu_rl.scripts.cloud.gcs import write_json
-from tpu_rl.scripts.cloud.kube_objects import JobSetState
+from tpu_rl.scripts.cloud.jobsets import JobSetState
 from tpu_rl.recipes.outcome import ApiError, StepFailed
 from tpu_rl.scripts.pipeline import stall
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch

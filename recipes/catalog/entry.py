@@ -55,6 +55,9 @@ class ModelSpec(Strict):
     # Whether the tokenizer names a pad token: train_rl hands its id to the trainer's model, which then
     # masks pads by segment ids (TunixMaxTextAdapter); the fit check compiles the same.
     pad_token: bool = True
+    # The tensor prefixes of a Hugging Face checkpoint that is multimodal while training is text-only:
+    # export carries them over unchanged from hf_repo (jobs/export.py); empty for a text-only model.
+    vision_parts: tuple[str, ...] = ()
 
 
 class TpuSpec(Strict):

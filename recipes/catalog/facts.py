@@ -73,6 +73,9 @@ class MaxTextRelease(Strict):
     data_defaults: dict[str, str]
     subset_key: str
     last_batch_dropped: bool
+    # Whether to_huggingface takes --hf_model_path, the repo whose tokenizer the export bundles; without it
+    # the export bundles the tokenizer of MaxText's default repo for the model name.
+    export_takes_hf_model_path: bool
 
     @field_validator("jax")
     @classmethod

@@ -108,12 +108,13 @@ def run_identity(spec: RunSpec) -> dict:
     source patches, the TPU shape, num_batches, every train override (the recipe's and --set, merged) and
     the content of the --rewards and --data-processor files (so a changed reward is a new run).
     Not in it: capacity, durations, checkpoint_period and the settings, which change where and how often,
-    not what is trained."""
+    not what is trained, nor the model's vision_parts, which export carries over untrained."""
     recipe, shape = spec.recipe, spec.recipe.shape
     files = {"user_files": [file.identity() for file in spec.user_files]} if spec.user_files else {}
     return {
         **files,
-        "model": recipe.model.model_dump(mode="json"),
+        # vision_parts only say what export carries over unchanged from hf_repo: training never sees them
+        "model": recipe.model.model_dump(mode="json", exclude={"vision_parts"}),
         "maxtext_version": recipe.maxtext_version,
         "image": recipe.maxtext.image,
         "pip": recipe.maxtext.pip,

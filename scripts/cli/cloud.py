@@ -10,8 +10,13 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 
-from tpu_rl.recipes import STEPS, UserError
-from tpu_rl.recipes.outcome import PreflightFailed
+from tpu_rl.recipes import STEPS, UserError, all_recipes, get_recipe
+from tpu_rl.recipes.costs.consent import checked_max_cost
+from tpu_rl.recipes.outcome import ApiError, PreflightFailed
+from tpu_rl.recipes.runs.schedule import schedule_warning
+from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.recipes.runs.user_files import read_user_files
+from tpu_rl.recipes.settings.specs import needs
 from tpu_rl.recipes.settings.tuning import MAINTENANCE_GRACE, POLL, REACH, retry_policy
 from tpu_rl.scripts.cli import core
 from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS_HELP, RUN_HELP, SELECT_SET_HELP,
@@ -79,7 +84,6 @@ def secret_set() -> None:
     """Add the Hugging Face token from stdin as a new Secret Manager version (never pass it as an argument)."""
     import getpass
 
-    from tpu_rl.recipes import all_recipes
     from tpu_rl.scripts.cloud import hf_hub, hf_token
     from tpu_rl.scripts.cloud.clients import Clients
 
@@ -102,7 +106,6 @@ def run_session(command: str, recipe_name: str, sets: Optional[list[str]], run_n
     the cloud. The settings are what `command` needs (core.cloud_recipe); a command that needs the bucket
     stops first when it does not exist (make_session). A --run names a run that exists, except in `run`
     (tpu_rl.scripts.pipeline.runs.require_run)."""
-    from tpu_rl.recipes.settings.specs import needs
     from tpu_rl.scripts.cli.run_input import run_recipe
 
     spec, settings = run_recipe(command, recipe_name, sets, run_name, rewards, data_processor, unchecked_imports,
@@ -140,10 +143,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="USD", help=MAX_COST_HELP)) -> None:
     """Run the pipeline: its driver (GKE: a Job in the cluster; VM: the startup script) submits each step,
     waits, verifies its output in GCS; this follows it (Ctrl-C detaches); rerun to reattach or resume."""
-    from tpu_rl.recipes.costs.consent import checked_max_cost
     from tpu_rl.recipes.costs.run import costly_run_warning, run_spend
     from tpu_rl.recipes.runs.datasets import data_warning
-    from tpu_rl.recipes.runs.schedule import schedule_warning
     from tpu_rl.scripts.cli.run_input import run_recipe
 
     wanted, max_cost = parse_steps(steps), checked_max_cost(max_cost)
@@ -202,8 +203,6 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                  sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
                                                           help=EVAL_SET_HELP)) -> None:
     """Evaluate a saved checkpoint of a run on the held-out set, on the run's slice shape, into its run.json."""
-    from tpu_rl.recipes import get_recipe
-
     recipe = get_recipe(recipe_name)
     platform_for(recipe).check_eval(recipe)  # refused before any cloud is asked
     from tpu_rl.jobs.evaluate import model_items
@@ -228,8 +227,6 @@ def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN
     type of values."""
     from pathlib import Path
 
-    from tpu_rl.recipes import get_recipe
-    from tpu_rl.recipes.runs.user_files import read_user_files
     from tpu_rl.scripts.rewards.check import (check_inputs, check_processor, check_rewards, parse_data_processor,
                                        parse_rewards, sample_completions)
 
@@ -292,7 +289,6 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from rich.table import Table
 
     recipe, settings = cloud_recipe("runs", recipe_name)  # refused before the clouds' libraries load
-    from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.runs import RESUMED_NOTE, best_of_sweep, list_runs, with_queue
 
     session = make_session(RunSpec.of_catalog(recipe), settings)
@@ -335,8 +331,6 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 def _idle(session):
     """What the recipe's stack still bills with no run (scripts/pipeline/gke/billing.py), or why that is
     unknown: `runs` lists the bucket's runs whether or not the cluster answers."""
-    from tpu_rl.recipes.outcome import ApiError
-
     try:
         return platform_for(session.recipe).idle(session), None
     except (UserError, ApiError) as error:
@@ -350,7 +344,6 @@ def down(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     """Stop what a finished GKE recipe bills: destroy its stack (`npx cdktf destroy RECIPE`) once no run of it
     is active or queued, keeping the bucket; asks first unless --yes."""
     recipe, settings = cloud_recipe("down", recipe_name)
-    from tpu_rl.recipes.runs.spec import RunSpec
 
     platform_for(recipe).down(make_session(RunSpec.of_catalog(recipe), settings, "none"), yes)
 

@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from tpu_rl.recipes import STEPS, Step, UserError, get_recipe, load_settings
+from tpu_rl.recipes.catalog.said import shown, what_it_takes
 from tpu_rl.recipes.costs.consent import COSTLY_RATIO
 from tpu_rl.recipes.outcome import EXIT_CODES_HELP, ExitCode, Interrupted, Outcome, Reported, exit_code
 from tpu_rl.recipes.settings.specs import needs
@@ -67,8 +68,6 @@ def _in_our_words(error) -> str | None:
     """An option's value typer's pydantic refused (`--max-cost abc`: "Input should be a valid number, unable to
     parse string as a number"), said as the option, what it takes and the value given; None for another."""
     from pydantic import ValidationError
-
-    from tpu_rl.recipes.catalog.said import shown, what_it_takes
 
     cause, param = error.__cause__, getattr(error, "param", None)
     rule = what_it_takes(cause) if isinstance(cause, ValidationError) else None

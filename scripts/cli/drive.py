@@ -24,10 +24,14 @@ from typing import Any, Callable, TextIO
 
 import typer
 
+from tpu_rl.recipes import STEPS, UserError
 from tpu_rl.recipes.conventions import DRIVER_KSA
 from tpu_rl.recipes.errors import NotDeployed
 from tpu_rl.recipes.outcome import DRIVER_RETRY, RUN_DECIDED, ApiError, CredentialsFailure, Outcome, exit_code
-from tpu_rl.scripts.cli.core import PIPED_WIDTH, app, outcome_of, without_tokens
+from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.recipes.runs.user_files import UserFile
+from tpu_rl.scripts.cli.core import PIPED_WIDTH, app, cloud_recipe, outcome_of, without_tokens
+from tpu_rl.scripts.pipeline.platforms import platform_for
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # set by the kubelet in every pod
 
@@ -126,12 +130,7 @@ def _ending(console, error: BaseException) -> tuple[int, str]:
 
 
 def _drive(console, path: Path, in_cluster: bool) -> None:
-    from tpu_rl.recipes import STEPS, UserError
-    from tpu_rl.recipes.runs.spec import RunSpec
-    from tpu_rl.recipes.runs.user_files import UserFile
     from tpu_rl.scripts.cli import cloud
-    from tpu_rl.scripts.cli.core import cloud_recipe
-    from tpu_rl.scripts.pipeline.platforms import platform_for
     from tpu_rl.scripts.version import package_version
 
     try:

@@ -8,10 +8,13 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from tpu_rl.recipes import UserError, all_recipes, get_recipe, load_settings
+from tpu_rl.recipes import UserError, all_recipes, example_settings, get_recipe, load_settings
+from tpu_rl.recipes.runs.schedule import schedule_warning
+from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.settings.specs import needs
 from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, REWARDS_HELP, RUN_HELP, SET_HELP, UNCHECKED_IMPORTS_HELP,
                               UNUSUAL_HELP, app, handled, make_console, say, table_or_lines, write_file)
+from tpu_rl.scripts.pipeline.platforms import platform_for
 
 if TYPE_CHECKING:
     from tpu_rl.recipes import Recipe
@@ -20,7 +23,6 @@ if TYPE_CHECKING:
 def recipe_facts(recipe: Recipe) -> dict:
     from tpu_rl.recipes.costs.run import hourly_estimate
     from tpu_rl.recipes.costs.run import evaluation_estimate
-    from tpu_rl.scripts.pipeline.platforms import platform_for
 
     shape = recipe.shape
     estimate = hourly_estimate(recipe)
@@ -61,8 +63,6 @@ def _standing_facts(recipe: Recipe) -> dict:
 def _fit_facts(recipe: Recipe) -> dict:
     """What one chip holds at the peak of the recipe's own plan (its shipped compile, scripts/fit), and the
     settings changed from the seed's so that it fits."""
-    from tpu_rl.recipes import example_settings
-    from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.fit.account import gib
     from tpu_rl.scripts.fit.check import shipped_fit
 
@@ -168,8 +168,6 @@ def render(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     export.yaml (GKE), with user-files.yaml, the ConfigMap of --rewards/--data-processor; or startup.sh (VM)."""
     from tpu_rl.recipes.runs.spec import run_name as name_of
     from tpu_rl.scripts.cli.run_input import run_of
-    from tpu_rl.recipes.runs.schedule import schedule_warning
-    from tpu_rl.scripts.pipeline.platforms import platform_for
 
     if not out_text.strip():  # Path("") is the working directory: an empty --out names nothing
         raise UserError(f"--out '{out_text}' names no directory: pass a directory for the rendered files, "

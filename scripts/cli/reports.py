@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from tpu_rl.recipes import get_recipe
+from tpu_rl.scripts.cli.cloud import reach_seconds
 from tpu_rl.scripts.cli.core import app, cloud_settings, handled, say, write_file
 from tpu_rl.scripts.metrics import PICTURE_FORMATS
 
@@ -31,7 +32,6 @@ def metrics(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """A run's held-out accuracy and TensorBoard scalars (first, last, best, sparkline); several runs side by
     side; --png for curves (PNG, SVG or PDF by the file's extension)."""
-    from tpu_rl.scripts.cli.cloud import reach_seconds
     from tpu_rl.scripts.metrics import collect, compare, picture_format, table
 
     recipe = get_recipe(recipe_name)

@@ -7,7 +7,10 @@ from typing import Optional
 
 import typer
 
+from tpu_rl.jobs.maxtext import train_command
+from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.recipes.runs.user_files import read_user_files
 from tpu_rl.scripts.cli.core import cloud_recipe
 
 
@@ -39,9 +42,6 @@ def checked_user_files(spec: RunSpec, settings, rewards: Optional[str], data_pro
     submitted unchecked, said here and in run.json."""
     import dataclasses
 
-    from tpu_rl.jobs.maxtext import train_command
-    from tpu_rl.jobs.paths import ArtifactPaths
-    from tpu_rl.recipes.runs.user_files import read_user_files
     from tpu_rl.scripts.rewards.check import (UncheckedImport, check_inputs, check_processor, check_rewards,
                                        parse_data_processor, parse_rewards)
 

@@ -9,13 +9,20 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from tpu_rl.recipes import STEPS, UserError
-from tpu_rl.recipes.costs.consent import COSTLY_RATIO, checked_max_cost
+from tpu_rl.jobs.paths import ArtifactPaths
+from tpu_rl.recipes import STEPS, UserError, get_recipe
+from tpu_rl.recipes.costs.consent import COSTLY_RATIO, Spend, checked_max_cost
+from tpu_rl.recipes.costs.prices import usd
 from tpu_rl.recipes.outcome import Interrupted, Outcome
-from tpu_rl.recipes.runs.sweeps import SWEEP_MAX_RUNS
-from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, MAX_COST_HELP, REWARDS_HELP, SKIP_FIT_HELP,
-                              UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, YES_HELP, app, handled, make_console,
-                              table_or_lines)
+from tpu_rl.recipes.runs.identity import conversion_key
+from tpu_rl.recipes.runs.schedule import schedule_warning
+from tpu_rl.recipes.runs.spec import run_identity
+from tpu_rl.recipes.runs.sweeps import (SWEEP_MAX_RUNS, check_distinct, check_size, check_sweep_name, check_sweepable,
+                                        derived_name, parse_grid, read_sweep_file, sweep_name)
+from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, MAX_COST_HELP, REWARDS_HELP, SKIPPED_FIT, SKIP_FIT_HELP,
+                                     UNCHECKED_IMPORTS_HELP, UNUSUAL_HELP, YES_HELP, app, cloud_recipe, handled,
+                                     make_console, say, table_or_lines)
+from tpu_rl.scripts.pipeline.platforms import platform_for
 from tpu_rl.scripts.words import counted
 
 if TYPE_CHECKING:
@@ -52,8 +59,6 @@ class SweepNotStarted(Outcome):
 
 
 def _runs_of(grid: Optional[list[str]], file: Optional[str]):
-    from tpu_rl.recipes.runs.sweeps import parse_grid, read_sweep_file
-
     if bool(grid) == bool(file):
         raise UserError("tpu-rl sweep takes its runs from --grid KEY=V1,V2 (repeatable) or from --file "
                         "sweep.toml: give one of them")
@@ -67,12 +72,7 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
     (run_input.run_of), the runs distinct and sharing one conversion, and priced; UserError naming the
     run for the first that fails. Nothing reaches a cloud."""
     from tpu_rl.recipes.costs.run import pipeline_run_estimate
-    from tpu_rl.recipes.runs.spec import run_identity
-    from tpu_rl.recipes.runs.identity import conversion_key
-    from tpu_rl.recipes.runs.sweeps import (check_distinct, check_size, check_sweep_name, check_sweepable, derived_name,
-                                            sweep_name)
     from tpu_rl.scripts.cli.run_input import run_of
-    from tpu_rl.scripts.pipeline.platforms import platform_for
 
     check_sweepable(recipe)
     if name is not None:
@@ -111,8 +111,6 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
 
 
 def check_cap(plan: SweepPlan, max_cost: Optional[float]) -> None:
-    from tpu_rl.recipes.costs.prices import usd
-
     if max_cost is not None and plan.total > max_cost:
         raise UserError(f"sweep {plan.name} is estimated at {usd(plan.total)} for {counted(len(plan.runs), 'run')}, "
                         f"over --max-cost {usd(max_cost)}: drop values from the grid or raise --max-cost; nothing was "
@@ -122,8 +120,6 @@ def check_cap(plan: SweepPlan, max_cost: Optional[float]) -> None:
 def show_plan(console, plan: SweepPlan) -> None:
     from rich.markup import escape
     from rich.table import Table
-
-    from tpu_rl.recipes.costs.prices import usd
 
     title = f"sweep {plan.name}: {counted(len(plan.runs), 'run')}, trained one after another on one slice"
     table = Table(title=title, title_justify="left")
@@ -168,10 +164,6 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     started."""
     from rich.markup import escape
 
-    from tpu_rl.recipes import get_recipe
-    from tpu_rl.recipes.runs.sweeps import check_sweepable
-    from tpu_rl.scripts.cli.core import cloud_recipe
-
     check_sweepable(get_recipe(recipe_name))  # before the settings are read: no setting changes this
     max_cost = checked_max_cost(max_cost)
     recipe, settings = cloud_recipe("sweep", recipe_name)
@@ -206,7 +198,6 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
 
 def sweep_spend(plan: SweepPlan, yes: bool, max_cost: Optional[float]):
     """The sweep's estimate against its recipe's own run (recipes/costs/consent.py)."""
-    from tpu_rl.recipes.costs.consent import Spend
     from tpu_rl.recipes.costs.run import own_run_total
 
     own = own_run_total(plan.runs[0].spec)
@@ -214,8 +205,6 @@ def sweep_spend(plan: SweepPlan, yes: bool, max_cost: Optional[float]):
 
 
 def plan_headline(plan: SweepPlan) -> str:
-    from tpu_rl.recipes.costs.prices import usd
-
     return (f"sweep {plan.name}: {counted(len(plan.runs), 'run')}, estimated at "
             f"{usd(plan.total)} in all")
 
@@ -225,7 +214,6 @@ def judged(plan: SweepPlan, settings: Settings, skip: bool) -> tuple[SweepPlan, 
     plan with each run's verdict for its record, and the line of the run with the least room left."""
     import dataclasses
 
-    from tpu_rl.scripts.cli.core import SKIPPED_FIT, say
     from tpu_rl.scripts.fit.check import require_fits
 
     if skip:
@@ -248,7 +236,6 @@ def run_warnings(plan: SweepPlan) -> list[str]:
     each once for the whole sweep rather than once per run."""
     from tpu_rl.recipes.costs.run import COSTLY_RATIO, costly_run_warning
     from tpu_rl.recipes.runs.datasets import data_warning
-    from tpu_rl.recipes.runs.schedule import schedule_warning
 
     lines: list[str] = []
     for run in plan.runs:
@@ -266,7 +253,6 @@ def run_warnings(plan: SweepPlan) -> list[str]:
 def check_names_free(plan: SweepPlan, settings: Settings) -> None:
     """The guard `run` applies to its name (record.py RunRecord.open), to every run of the sweep before any
     is started: a run whose name a record in the bucket holds for other settings is refused."""
-    from tpu_rl.jobs.paths import ArtifactPaths
     from tpu_rl.scripts.cli.cloud import make_session
     from tpu_rl.scripts.pipeline.record import run_records, settings_clash
 
@@ -284,9 +270,7 @@ def price_system_nodes(plan: SweepPlan, settings: Settings, console, max_cost: O
     from the cluster), said, and held to --max-cost with the rest before any run is started."""
     from rich.markup import escape
 
-    from tpu_rl.recipes.costs.prices import usd
     from tpu_rl.scripts.cli.cloud import make_session
-    from tpu_rl.scripts.pipeline.platforms import platform_for
 
     spec = plan.runs[0].spec
     extra, line = platform_for(spec.recipe).sweep_overhead(make_session(spec, settings, "reads"), plan.minutes)
@@ -307,7 +291,6 @@ def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
     from rich.markup import escape
 
     from tpu_rl.scripts.cli.cloud import make_session
-    from tpu_rl.scripts.pipeline.platforms import platform_for
 
     started: list[str] = []
     for run in plan.runs:

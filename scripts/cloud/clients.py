@@ -210,8 +210,8 @@ class Clients:
         return credentials.token
 
     def kube(self):
-        """A kubernetes ApiClient for this settings' cluster (see tpu_rl.scripts.cloud.kube.api_client_for)."""
-        from tpu_rl.scripts.cloud.kube import api_client_for, in_cluster_api_client
+        """A kubernetes ApiClient for this settings' cluster (see tpu_rl.scripts.cloud.kubeconfig.api_client_for)."""
+        from tpu_rl.scripts.cloud.kubeconfig import api_client_for, in_cluster_api_client
 
         if self.in_cluster:
             return self._get("kube", in_cluster_api_client)

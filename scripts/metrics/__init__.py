@@ -13,13 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Settings, UserError
+from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.recipes.runs.identity import check_run_name
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.settings.checks import bucket_name_problem
 from tpu_rl.scripts.rundata.events import (EVENT_FILE_GLOB, Run, latest_scalar, missing_run, read_run,
                                     run_directory)
-from tpu_rl.scripts.rundata.records import record_differences
+from tpu_rl.scripts.rundata.records import record_differences, records_under
 from tpu_rl.scripts.words import counted
 
 __all__ = ["PICTURE_FORMATS", "Run", "collect", "latest_scalar", "picture_format", "run_directory", "source_label"]
@@ -53,8 +55,6 @@ def with_record(run: Run, recipe: Recipe, settings: Settings, storage) -> Run:
     when it has no record or the record cannot be read: the scalars are shown all the same)."""
     from dataclasses import replace
 
-    from tpu_rl.jobs.paths import ArtifactPaths
-    from tpu_rl.recipes.outcome import ApiError
     from tpu_rl.scripts.cloud import gcs
 
     try:
@@ -87,9 +87,6 @@ def _checked_source(source: str) -> str:
 
 def sweep_runs(recipe: Recipe, settings: Settings, storage, sweep: str) -> list[str]:
     """The runs of the recipe whose run.json names `sweep` (recipes/runs/sweeps.py), oldest first."""
-    from tpu_rl.jobs.paths import ArtifactPaths
-    from tpu_rl.scripts.rundata.records import records_under
-
     trained = ArtifactPaths(RunSpec.of_catalog(recipe), settings).trained
     found = sorted((record.get("created") or "", name) for name, record in records_under(storage, trained).items()
                    if record and record.get("sweep") == sweep and record.get("recipe") in (None, recipe.name))
@@ -112,7 +109,6 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
     settings = storage = None
     swept: list[str] = []  # the runs of --sweep not named by --run
     if runs or sweep or not sources or any(source.startswith("gs://") for source in sources):
-        from tpu_rl.jobs.paths import ArtifactPaths
         from tpu_rl.scripts.cloud.clients import Clients
 
         settings = cloud_settings()

@@ -9,6 +9,7 @@ from tpu_rl.jobs.k8s import MAIN_CONTAINER, jobset_name, main_replicated_job
 from tpu_rl.recipes.conventions import NAMESPACE
 from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.recipes.runs.evaluation import evaluates
+from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.record import RunRecord
 from tpu_rl.scripts.pipeline.session import Session
 from tpu_rl.scripts.rundata.evaluation import RESTORED_TEXT, Evaluation, describe, merged, parse_evaluations
@@ -56,8 +57,6 @@ class EvaluationWatch:
 
     def _resumed(self) -> bool | None:
         """Whether the bucket holds a finished checkpoint the attempt may have restored; None: unknown."""
-        from tpu_rl.scripts.cloud import gcs
-
         try:
             return bool(gcs.finished_checkpoint_steps(self.session.clients.storage(), self.session.paths))
         except Exception:  # noqa: BLE001 -- unknown: the attempt is not known to start at step 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import STEPS, Step
 from tpu_rl.recipes.errors import NotDeployed
 from tpu_rl.recipes.outcome import ApiError
@@ -50,7 +51,6 @@ def offline_plan(spec: RunSpec, settings: Settings, console: Console, steps: tup
     """Every step of `steps` as if none had run yet, with its time and cost, and what it would submit."""
     from rich.markup import escape
 
-    from tpu_rl.jobs.paths import ArtifactPaths
     from tpu_rl.scripts.pipeline.session import dry_run_costs
 
     console.print(f"dry run of run {ArtifactPaths(spec, settings).run_name}: nothing is submitted or written")

@@ -27,7 +27,7 @@ from typing import Callable
 
 from rich.markup import escape
 
-from tpu_rl.scripts.cloud.kube_objects import JobSetState, has_had_node, tpu_pods
+from tpu_rl.scripts.cloud.jobsets import JobSetState, has_had_node, tpu_pods
 from tpu_rl.scripts.pipeline.session import hms
 
 NOT_CREATED = ("ContainerCreating", "PodInitializing")  # kubelet_pods.go, "Container state reason list"

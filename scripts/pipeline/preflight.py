@@ -12,10 +12,11 @@ from google.api_core import exceptions as gexc
 
 from tpu_rl.recipes import Recipe, Settings, UserError
 from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode, uses_queued_provisioning, uses_reservation
+from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.cloud import gcs, hf_hub, hf_token, registry
 from tpu_rl.scripts.cloud.clients import Clients
 from tpu_rl.scripts.cloud.foreign import describe
-from tpu_rl.scripts.cloud.kube import get_credentials_command
+from tpu_rl.scripts.cloud.kubeconfig import get_credentials_command
 from tpu_rl.scripts.pipeline.platforms import platform_for
 
 
@@ -340,7 +341,6 @@ def check_images(clients: Clients, recipe: Recipe, settings: Settings) -> list[C
 def check_fit(clients: Clients, recipe: Recipe, settings: Settings) -> Check:
     """The recipe's own plan judged by XLA's TPU compiler for its chips (scripts/fit; its shipped
     figures, or a compile here); a run's own --set items are judged by `run` and `tpu-rl fit`."""
-    from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.fit.check import fit_of
 
     fit = fit_of(RunSpec.of_catalog(recipe), settings)

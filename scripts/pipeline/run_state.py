@@ -24,6 +24,7 @@ from typing import Callable
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.scripts.pipeline.session import Session, queued
+from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory
 from tpu_rl.scripts.rundata.progress import TrainProgress
 from tpu_rl.scripts.rundata.tags import LOSS
 
@@ -75,8 +76,6 @@ def train_progress(session: Session, run: str, live: TrainProgress | None,
     if live is not None:
         return live
     if scalars is None:
-        from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory
-
         try:
             scalars = latest_scalars_in_bucket(session.clients.storage(),
                                                run_directory(session.recipe, session.settings, run), (LOSS.name,))

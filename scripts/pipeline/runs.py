@@ -15,11 +15,13 @@ from datetime import datetime
 from tpu_rl.jobs.paths import RUN_RECORD
 from tpu_rl.recipes import STEPS, UserError
 from tpu_rl.recipes.costs.prices import usd
+from tpu_rl.recipes.costs.run import hourly_estimate
+from tpu_rl.scripts.cloud.foreign import foreign_outcome
 from tpu_rl.scripts.pipeline.record import run_records
 from tpu_rl.scripts.pipeline.run_state import NO_RECORD, LiveSteps, run_outcome, train_progress, utc
 from tpu_rl.scripts.pipeline.session import Session, hms, queued
 from tpu_rl.scripts.rundata.evaluation import accuracy_change, after_training, eval_set_name, resumed_first
-from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory
+from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory, runs_under
 from tpu_rl.scripts.rundata.records import record_differences
 from tpu_rl.scripts.rundata.tags import LOSS, REWARD_MEAN
 from tpu_rl.scripts.words import counted
@@ -199,8 +201,6 @@ def billed_usd(session: Session, record: dict) -> float | None:
     """The run's cost so far, estimated at list prices (recipes/costs/run.py) from each step's billed time. A
     step whose JobSet another run submitted (the shared convert, which the record says this run did not
     submit) is that run's cost, not this one's. None without a record of steps."""
-    from tpu_rl.recipes.costs.run import hourly_estimate
-
     steps = {step: entry for step, entry in (record.get("steps") or {}).items() if step in STEPS}
     if not steps:
         return None
@@ -214,7 +214,6 @@ def with_queue(session: Session, listing: RunList) -> tuple[RunList, str]:
     could not be read (no cluster configured or reachable): `runs` needs only the bucket."""
     import dataclasses
 
-    from tpu_rl.scripts.cloud.foreign import foreign_outcome
     from tpu_rl.scripts.pipeline.platforms import platform_for
 
     if not any(run.status == "running" for run in listing.runs):
@@ -279,8 +278,6 @@ def require_run(session: Session, uses_bucket: bool) -> None:
     its directory under trained/ (what `tpu-rl runs` lists) when the command reads the bucket, and on GKE
     by a JobSet of the recipe labelled with it (a run whose record was never written)."""
     from google.api_core import exceptions as gexc
-
-    from tpu_rl.scripts.rundata.events import runs_under
 
     run, recipe = session.paths.run_name, session.recipe
     known: set[str] = set()

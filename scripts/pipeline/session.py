@@ -18,13 +18,16 @@ from rich.console import Console
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Settings, Step, UserError
 from tpu_rl.recipes.costs.consent import Spend
+from tpu_rl.recipes.costs.run import ESTIMATE_NOTE, costly_run_warning, hourly_estimate, pipeline_run_estimate
+from tpu_rl.recipes.costs.standing import account, idle_nodes, standing_cost
 from tpu_rl.recipes.outcome import OutputMissing, RetryPolicy
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.runs.usual_values import has_unusual
 from tpu_rl.recipes.settings.tuning import MAINTENANCE_GRACE
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.clients import Clients
-from tpu_rl.scripts.cloud.kube import Cluster
+from tpu_rl.scripts.cloud.cluster import Cluster
+from tpu_rl.scripts.field_diff import changed_fields
 
 
 # How long `run` waits for a TPU VM that maintenance stopped to come back (scripts/pipeline/vm/checks.py),
@@ -103,8 +106,6 @@ class Session:
             lines.append(f"  its curves: `tpu-rl metrics {recipe.name} --run {run} --png {run}.png`")
         if billing is not None:
             return lines + [f"  {billing()}"]
-        from tpu_rl.recipes.costs.run import ESTIMATE_NOTE, hourly_estimate
-        from tpu_rl.recipes.costs.standing import account, idle_nodes, standing_cost
 
         if not recipe.platform_facts.control_plane:  # a TPU VM: no cluster stands between runs
             return lines + [f"  when you are done, `npx cdktf destroy {recipe.name}`: the stack costs "
@@ -148,8 +149,6 @@ def dry_run_costs(spec: RunSpec, running: Iterable[Step], attached: Iterable[Ste
     """What a dry run shows of the steps it would run: each one's expected time and cost (`; about 180
     min, $269.04`, "up to" for a step already running), and the lines of their total, of what the train
     step's time assumes, and of a run that costs several times the recipe's own; from recipes/costs/run.py."""
-    from tpu_rl.recipes.costs.run import ESTIMATE_NOTE, costly_run_warning, pipeline_run_estimate
-
     estimate, running, attached = pipeline_run_estimate(spec), list(running), set(attached)
     each = {step: f"; {'up to ' if step in attached else ''}{estimate.step(step).summary()}" for step in running}
     if not running:
@@ -171,8 +170,6 @@ MAX_FIELDS_SHOWN = 3
 def differing_fields(old: object, new: object, limit: int = MAX_FIELDS_SHOWN) -> str:
     """What differs between two JSON values, as `path: old → new` (dotted paths; scripts and argument lists
     by their key=value arguments), at most `limit` of them and how many more; "" when nothing does."""
-    from tpu_rl.scripts.plan_review.diff import changed_fields
-
     changes = changed_fields(old, new)
     shown = "; ".join(f"{path}: {' '.join(text.split())}" for path, text, _ in changes[:limit])  # one line
     return shown + (f"; and {len(changes) - limit} more" if len(changes) > limit else "")

@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tpu_rl.recipes import UserError
+from tpu_rl.recipes.runs.maxtext_values import config_values
 from tpu_rl.recipes.runs.reward_names import check_reward_names
+from tpu_rl.recipes.runs.user_files import FIRST_RELEASE
 from tpu_rl.scripts.rewards import prompts as sample
 from tpu_rl.scripts.rewards.prompts import ChatTemplate
 from tpu_rl.scripts.rewards.subprocess_run import _PRELUDE, UNCHECKED_HINT, UncheckedImport, run_check as _run
@@ -91,9 +93,6 @@ class CheckInputs:
 
 
 def _config(recipe, items: tuple[str, ...]) -> dict:
-    from tpu_rl.recipes.runs.maxtext_values import config_values
-    from tpu_rl.recipes.runs.user_files import FIRST_RELEASE
-
     if recipe is None:
         return config_values(FIRST_RELEASE["rewards"], None, ())
     return config_values(recipe.maxtext_version, recipe.model.maxtext_name,
@@ -114,8 +113,6 @@ def check_inputs(recipe=None, tokenizer: Path | None = None, items: tuple[str, .
                         "in tokenizer_config.json)")
     where = str(Path(chat.source).parent) if chat is not None else str(tokenizer) if tokenizer else None
     if recipe is None:
-        from tpu_rl.recipes.runs.user_files import FIRST_RELEASE
-
         return CheckInputs(chat=chat, release=FIRST_RELEASE["rewards"], tokenizer_dir=where)
     config = _config(recipe, tuple(items))
     algo = {name: _typed(str(config[key]), value) if key and config.get(key) is not None else value

@@ -3,7 +3,9 @@ and `tpu-rl metrics` alike."""
 
 from __future__ import annotations
 
+from tpu_rl.jobs.paths import RUN_RECORD
 from tpu_rl.recipes import Recipe
+from tpu_rl.recipes.outcome import ApiError
 
 
 def record_differences(recipe: Recipe, record: dict) -> tuple[str, ...]:
@@ -23,8 +25,6 @@ def records_under(storage, trained: str) -> dict[str, dict | None]:
     not JSON is marked unreadable). No bucket: no run."""
     from google.api_core import exceptions as gexc
 
-    from tpu_rl.jobs.paths import RUN_RECORD
-    from tpu_rl.recipes.outcome import ApiError
     from tpu_rl.scripts.cloud import gcs
     from tpu_rl.scripts.rundata.events import runs_under
 

@@ -210,11 +210,12 @@ def tiny_model(recipe: Recipe) -> Path:
     return target
 
 
-def tiny_overrides(maxtext_name: str, sizes: dict[str, int] | None = None) -> list[str]:
+def tiny_overrides(tiny: Path, sizes: dict[str, int] | None = None) -> list[str]:
+    """MaxText's overrides for the sizes of the model in `tiny`: `sizes`, or those it was built with."""
     sys.path.insert(0, str(HERE))
-    from tiny import maxtext_overrides  # noqa: PLC0415  (also runs in the MaxText venv, so no package import)
+    from tiny import maxtext_overrides, recorded_sizes  # noqa: PLC0415  (also runs in the MaxText venv)
 
-    return maxtext_overrides(maxtext_name, sizes)
+    return maxtext_overrides(sizes or recorded_sizes(tiny))
 
 
 @dataclass
@@ -262,7 +263,7 @@ class Chain:
             if eq and value in hub_ids:
                 arg = f"{name}={self.tiny}"
             out.append(arg)
-        out += tiny_overrides(self.recipe.model.maxtext_name, self.sizes)
+        out += tiny_overrides(self.tiny, self.sizes)
         if not any(arg.startswith("skip_jax_distributed_system=") for arg in out):
             out.append("skip_jax_distributed_system=True")  # one CPU process: no TPU hosts to join
         if not any(arg.startswith("jax_cache_dir=") for arg in out):
@@ -276,14 +277,14 @@ class Chain:
             env["PROBE_LAST_STEP"] = str(self.recipe.last_step)
             from maxtext_cpu.workload import probe_env  # noqa: PLC0415  the workload's tunix, env, patches
 
-            env.update(probe_env(self.recipe, self.root / "patched-src"))
+            env.update(probe_env(self.recipe, self.tiny, self.root / "patched-src"))
         return env
 
     def after_export(self) -> str | None:
         """The export script's step after to_huggingface (jobs/export.py), with the CPU changes."""
-        from tpu_rl.jobs.export import VISION_PARTS, carry_vision_script
+        from tpu_rl.jobs.export import carry_vision_script
 
-        vision = VISION_PARTS.get(self.recipe.model.maxtext_name)
+        vision = self.recipe.model.vision_parts
         if self.recipe.platform != "gke" or not vision or self.recipe.model.use_multimodal:
             return None
         return carry_vision_script(str(self.tiny), f"{self.local(self.paths.hf_export)}/", vision)

@@ -65,7 +65,7 @@ def source_patches(recipe: Recipe, scratch: Path) -> list[dict[str, str]]:
     return out
 
 
-def compares_forward(recipe: Recipe) -> bool:
+def compares_forward(tiny: Path) -> bool:
     """Whether the probe compares MaxText's forward pass with transformers' (run.py
     forward_against_transformers): for dense models only. With the tiny MoE models the routed experts'
     output on a CPU has the expert MLP's width instead of the model's (qwen3-30b-a3b: (16, 12, 32) added
@@ -74,13 +74,13 @@ def compares_forward(recipe: Recipe) -> bool:
     interpreted off TPU (maxtext/layers/moe.py L1517-1563). Not diagnosed further: the real runs use the
     TPU kernel, and the probe's load and save do not run the forward pass."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from tiny import TINY, base_name  # noqa: PLC0415
+    from tiny import has_experts, recorded_sizes  # noqa: PLC0415
 
-    return "num_experts" not in TINY[base_name(recipe.model.maxtext_name)]
+    return not has_experts(recorded_sizes(tiny))
 
 
-def probe_env(recipe: Recipe, scratch: Path) -> dict[str, str]:
-    return {"PROBE_FORWARD": "1" if compares_forward(recipe) else "0",
+def probe_env(recipe: Recipe, tiny: Path, scratch: Path) -> dict[str, str]:
+    return {"PROBE_FORWARD": "1" if compares_forward(tiny) else "0",
             "PROBE_TUNIX_COMMIT": tunix_commit(recipe.maxtext_version),
             "PROBE_WORKLOAD_ENV": json.dumps(layout_env(recipe)),
             "PROBE_PATCHES": json.dumps(source_patches(recipe, scratch))}

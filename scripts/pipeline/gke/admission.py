@@ -20,9 +20,9 @@ from tpu_rl.recipes.capacity.modes import CPU, describe_waits
 from tpu_rl.recipes.capacity.placement import Place, tpu_places
 from tpu_rl.recipes.conventions import CAPACITY_NODE_LABEL, ZONE_NODE_LABEL
 from tpu_rl.recipes.outcome import StepFailed
-from tpu_rl.scripts.cloud.kube_objects import (WORKLOAD_JOB_UID_LABEL, JobSetState, RequestState, WorkloadState,
-                                        capacity_of, has_had_node, latest_request, pod_counts, tpu_pods, workload_of,
-                                        workload_state, zone_of)
+from tpu_rl.scripts.cloud.jobsets import JobSetState, capacity_of, has_had_node, pod_counts, tpu_pods, zone_of
+from tpu_rl.scripts.cloud.kueue import (WORKLOAD_JOB_UID_LABEL, RequestState, WorkloadState, latest_request,
+                                        workload_of, workload_state)
 from tpu_rl.scripts.pipeline.gke.queue import QueuePlace, behind_our_own
 from tpu_rl.scripts.pipeline.gke.steps import StepJob, parse_time
 from tpu_rl.scripts.pipeline.session import Session, hms
@@ -290,7 +290,7 @@ class CapacityWatch:
         flex-start) or do not exist yet (InOrder: JobSet v0.12.0, f22e565a, resumes the workers' Job only
         once the head's is ready, pkg/controllers/jobset_controller.go resumeJobsIfNecessary, and keeps the JobSet's
         Suspended condition True meanwhile; spec.suspend is false, so the JobSet reads as running,
-        kube_objects.jobset_state). Bounded by CAPACITY_WAIT's `cpu`,
+        jobsets.jobset_state). Bounded by CAPACITY_WAIT's `cpu`,
         counted from the head pod's creation, or from when the workers were first seen up (they bill
         meanwhile: the phase `waiting for head`, scripts/pipeline/phases.py)."""
         if self.head_since is None:

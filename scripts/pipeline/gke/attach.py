@@ -18,7 +18,7 @@ from tpu_rl.jobs.driver import RETRY_EXIT_CODE
 from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER
 from tpu_rl.recipes import Step
 from tpu_rl.recipes.outcome import ApiError, ExitCode, Reported, StepFailed
-from tpu_rl.scripts.cloud.kube_jobs import Jobs
+from tpu_rl.scripts.cloud.driver_job import Jobs
 from tpu_rl.scripts.pipeline.gke.driver import EXIT_CODES, exit_code_of, follow_commands, job_phase, start_driver
 from tpu_rl.scripts.pipeline.gke.driver_start import StartBound
 from tpu_rl.scripts.pipeline.session import Session

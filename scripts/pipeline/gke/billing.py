@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from tpu_rl.jobs.k8s import RUN_LABEL, recipe_selector
 from tpu_rl.recipes.costs.standing import StandingCost, standing_cost
-from tpu_rl.scripts.cloud.kube_objects import jobset_state
+from tpu_rl.scripts.cloud.jobsets import jobset_state
 from tpu_rl.scripts.pipeline.gke.cancel import ACTIVE
 from tpu_rl.scripts.pipeline.answers import ActiveRun, Idle
 from tpu_rl.scripts.pipeline.session import Session, queued

@@ -6,7 +6,9 @@ from rich.markup import escape
 
 from tpu_rl.jobs.k8s import RUN_LABEL, STEP_LABEL, jobset_name
 from tpu_rl.recipes import Step, UserError
-from tpu_rl.scripts.cloud.kube_objects import jobset_state
+from tpu_rl.recipes.outcome import ApiError
+from tpu_rl.scripts.cloud import gcs
+from tpu_rl.scripts.cloud.jobsets import jobset_state
 from tpu_rl.scripts.pipeline.record import record_cancellation, run_records
 from tpu_rl.scripts.pipeline.session import Session
 
@@ -101,9 +103,6 @@ def go_on_command(session: Session) -> str:
     """The `tpu-rl run` that resumes the run: the command line its record says started it (with every
     --set, --rewards and --data-processor it had; cancel itself takes no files), else this run's."""
     import shlex
-
-    from tpu_rl.recipes.outcome import ApiError
-    from tpu_rl.scripts.cloud import gcs
 
     try:
         command = (gcs.read_json(session.clients.storage(), session.paths.run_record) or {}).get("command") or []

@@ -30,7 +30,7 @@ from tpu_rl.recipes.capacity.placement import Place
 from tpu_rl.recipes.costs.standing import idle_tpu
 from tpu_rl.recipes.outcome import ApiError, StepFailed
 from tpu_rl.scripts.cloud import gcs
-from tpu_rl.scripts.cloud.kube_objects import capacity_of
+from tpu_rl.scripts.cloud.jobsets import capacity_of
 from tpu_rl.scripts.pipeline.gke.admission import CapacityShortfall, CapacityWatch, find_place, pinned_job, places_of
 from tpu_rl.scripts.pipeline.gke.starting import StartFailed
 from tpu_rl.scripts.pipeline.gke.steps import StepJob

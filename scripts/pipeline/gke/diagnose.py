@@ -7,7 +7,7 @@ from tpu_rl.jobs.k8s import MAIN_CONTAINER, main_replicated_job
 from tpu_rl.recipes import Recipe
 from tpu_rl.recipes.conventions import CHECK_FAILED_PREFIX
 from tpu_rl.recipes.outcome import ApiError
-from tpu_rl.scripts.cloud.kube_objects import JobSetState, current_attempt
+from tpu_rl.scripts.cloud.jobsets import JobSetState, current_attempt
 from tpu_rl.scripts.pipeline.gke.steps import LOG_TAIL_LINES, StepJob, main_pod
 from tpu_rl.scripts.pipeline.session import Session
 

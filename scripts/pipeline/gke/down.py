@@ -29,6 +29,7 @@ from tpu_rl.recipes import UserError, conventions
 from tpu_rl.recipes.costs.standing import account
 from tpu_rl.recipes.outcome import Outcome
 from tpu_rl.recipes.settings.specs import CONFIG_ENV, DEFAULT_CONFIG
+from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.gke.billing import ATTACHED_FRESH, active_runs, attached_runs, cluster_bill
 from tpu_rl.scripts.pipeline.session import Session
 
@@ -50,8 +51,6 @@ def _state_text(session: Session) -> tuple[str, str | None]:
     """(where the stack's state is, its text or None when there is none)."""
     stack, settings = session.recipe.name, session.settings
     if settings.state_bucket:
-        from tpu_rl.scripts.cloud import gcs
-
         name = conventions.remote_state_object(stack)
         where = f"gs://{settings.state_bucket}/{name}"
         return where, gcs.read_text(session.clients.storage(), where)

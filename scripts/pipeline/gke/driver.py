@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from tpu_rl.jobs.driver import (REQUEST_ANNOTATION, driver_job, driver_name, request_configmap,
                                 request_configmap_name, request_digest, run_request, settings_env)
 from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION, driver_drift
-from tpu_rl.recipes import Step, UserError
+from tpu_rl.recipes import STEPS, Step, UserError
 from tpu_rl.recipes.outcome import ExitCode
-from tpu_rl.scripts.cloud.kube_jobs import JobExists, Jobs
+from tpu_rl.scripts.cloud.driver_job import JobExists, Jobs
 from tpu_rl.scripts.pipeline.gke.driver_wheel import runtime_version
 from tpu_rl.scripts.pipeline.session import Session
 
@@ -139,8 +139,6 @@ def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, fo
 
 def follow_commands(session: Session, steps: tuple[Step, ...]) -> list[str]:
     """The commands that attach to the run again, show it, and stop it."""
-    from tpu_rl.recipes import STEPS
-
     again = session.command("run", *(("--steps", ",".join(steps)) if steps != STEPS else ()))
     return [f"  follow it: {again}", f"  its state: {session.command('status')}",
             f"  stop it:   {session.command('cancel')}"]

@@ -17,7 +17,7 @@ from datetime import datetime
 from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER
 from tpu_rl.recipes.conventions import SYSTEM_POOL_NAME
 from tpu_rl.recipes.outcome import StepFailed
-from tpu_rl.scripts.cloud.kube_objects import container_statuses
+from tpu_rl.scripts.cloud.jobsets import container_statuses
 from tpu_rl.scripts.pipeline.gke.starting import (FAILING_PULL, IMAGE_PULL_FAILING_SECONDS, MISSING_IMAGE,
                                                   UNPARSABLE_IMAGE)
 from tpu_rl.scripts.pipeline.gke.steps import parse_time

@@ -18,6 +18,8 @@ import dataclasses
 from tpu_rl.jobs.evaluate import eval_sets, eval_spec
 from tpu_rl.recipes import UserError
 from tpu_rl.recipes.outcome import ApiError, Interrupted, StepFailed
+from tpu_rl.recipes.runs.reward_names import repeated_name
+from tpu_rl.recipes.runs.user_files import UserFile, configmap_name
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch
 from tpu_rl.scripts.pipeline.gke.steps import MAIN_CONTAINER, PROGRESS_LOG_LINES, main_pod, step_jobs
@@ -58,9 +60,6 @@ def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> S
     """The session with the run's --set items then eval's `sets` (tpu_rl.jobs.evaluate.eval_sets), and its
     --rewards/--data-processor files from the copies beside run.json, each checked against the sha256 the
     record keeps: the evaluation runs the run's recipe. `session.spec` has no --set items yet."""
-    from tpu_rl.recipes.runs.reward_names import repeated_name
-    from tpu_rl.recipes.runs.user_files import UserFile
-
     run = session.paths.run_name
     spec = session.spec.with_sets(eval_sets(session.recipe, run, tuple(
         (record.get("overrides") or {}).get("set") or ()), tuple(sets)))
@@ -85,8 +84,6 @@ def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> S
 def _scratch_objects(scratch: Session, job) -> list[tuple[str, object]]:
     """What of the scratch run exists, as (what, delete) pairs: only objects named after it that carry its
     tpu-rl/run label, and its run directory."""
-    from tpu_rl.recipes.runs.user_files import configmap_name
-
     cluster, run, found = scratch.cluster, scratch.paths.run_name, []
 
     def labelled(obj: dict | None) -> bool:

@@ -19,7 +19,7 @@ from typing import Iterator
 from kubernetes.client.exceptions import ApiException
 
 from tpu_rl.recipes.outcome import ApiError
-from tpu_rl.scripts.cloud.kube_objects import container_statuses
+from tpu_rl.scripts.cloud.jobsets import container_statuses
 from tpu_rl.scripts.cloud.retry import call, failed, is_transient
 from tpu_rl.scripts.pipeline.gke.steps import unstamped
 from tpu_rl.scripts.pipeline.session import Session

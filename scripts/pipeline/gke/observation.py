@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Callable, Protocol
 
 from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
-from tpu_rl.scripts.cloud.kube_objects import JobSetState, PodCounts, current_attempt, jobset_state, pod_counts
+from tpu_rl.scripts.cloud.jobsets import JobSetState, PodCounts, current_attempt, jobset_state, pod_counts
 from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.scripts.pipeline.gke.steps import PROGRESS_LOG_LINES, StepJob, main_pod, unstamped
 from tpu_rl.scripts.pipeline.session import Session

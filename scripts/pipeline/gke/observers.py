@@ -10,7 +10,7 @@ from typing import Callable
 from rich.markup import escape
 
 from tpu_rl.scripts.cloud import gcs
-from tpu_rl.scripts.cloud.kube_objects import JobSetState, disruption_of, pod_problems
+from tpu_rl.scripts.cloud.jobsets import JobSetState, disruption_of, pod_problems
 from tpu_rl.recipes.outcome import ApiError, StepFailed
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, jobset_uid
 from tpu_rl.scripts.pipeline.gke.diagnose import failure_message
@@ -42,7 +42,7 @@ class Gone:
 
 
 class Problems:
-    """Each pod problem (kube_objects.pod_problems), printed once: all of them kept for the failure's words,
+    """Each pod problem (jobsets.pod_problems), printed once: all of them kept for the failure's words,
     and `fresh`, those first seen at this poll."""
 
     def __init__(self) -> None:

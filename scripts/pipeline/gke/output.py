@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from tpu_rl.recipes.runs.datasets import trained_steps
-from tpu_rl.scripts.cloud.kube_objects import JobSetState
+from tpu_rl.scripts.cloud.jobsets import JobSetState
 from tpu_rl.recipes.outcome import ApiError, StepFailed
 from tpu_rl.scripts.pipeline import stall
 from tpu_rl.scripts.pipeline.gke.observation import Fail, Observation, Say, Skip

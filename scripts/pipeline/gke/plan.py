@@ -10,11 +10,11 @@ from rich.markup import escape
 from tpu_rl.jobs.k8s import SPEC_DIGEST_ANNOTATION, spec_digest
 from tpu_rl.recipes import STEPS, Step, UserError
 from tpu_rl.recipes.costs.run import driver_cost_line
-from tpu_rl.scripts.cloud.kube_objects import jobset_state
+from tpu_rl.scripts.cloud.jobsets import jobset_state
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, jobset_uid, like_existing, read_admission
 from tpu_rl.scripts.pipeline.gke.steps import StepJob
 from tpu_rl.scripts.pipeline.manifests import manifest_stream
-from tpu_rl.scripts.pipeline.session import Session, describe_missing, differing_fields
+from tpu_rl.scripts.pipeline.session import Session, describe_missing, differing_fields, dry_run_costs
 
 ActionKind = Literal["skip", "attach", "submit", "replace"]  # what `run` does with a step
 
@@ -111,8 +111,6 @@ def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Actio
                  note: str = "", show_manifests: bool = False) -> None:
     """The plan, each step with its reason, expected time and cost, a note on it, and (with
     --show-manifests) the JobSets run would submit, as one YAML stream."""
-    from tpu_rl.scripts.pipeline.session import dry_run_costs
-
     console = session.console
     console.print(f"dry run of run {session.paths.run_name}: nothing is submitted or written")
     costs, total = dry_run_costs(session.spec, [action.step for action in actions if action.kind != "skip"],

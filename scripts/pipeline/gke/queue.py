@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from tpu_rl.jobs.k8s import RUN_LABEL, recipe_selector
 from tpu_rl.recipes.conventions import LOCAL_QUEUE, TPU_RESOURCE
-from tpu_rl.scripts.cloud.kube_objects import workload_state
+from tpu_rl.scripts.cloud.kueue import workload_state
 from tpu_rl.scripts.pipeline.gke.steps import parse_time
 
 INSUFFICIENT_QUOTA = "insufficient unused quota"  # quota held by others, not quota lacking (fitsResourceQuota)
@@ -105,8 +106,6 @@ def positions(workloads: list[dict]) -> dict[str, int]:
 def run_positions(session) -> dict[str, int]:
     """Each run of the recipe whose JobSet waits in the queue, by run name (its RUN_LABEL), with the
     JobSet's place; a run with several waiting (not the case: its steps go in turn) keeps the first."""
-    from tpu_rl.jobs.k8s import RUN_LABEL, recipe_selector
-
     cluster = session.cluster
     runs = {obj["metadata"]["name"]: (obj["metadata"].get("labels") or {}).get(RUN_LABEL)
             for obj in cluster.list_jobsets(recipe_selector(session.recipe))}

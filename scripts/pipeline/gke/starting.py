@@ -17,8 +17,8 @@ from datetime import datetime
 
 from tpu_rl.recipes.capacity.modes import READY_WAIT_SECONDS
 from tpu_rl.recipes.outcome import StepFailed
-from tpu_rl.scripts.cloud.kube_objects import (JobSetState, container_image, container_statuses, has_had_node,
-                                        is_finishing, is_ready, restart_total)
+from tpu_rl.scripts.cloud.jobsets import (JobSetState, container_image, container_statuses, has_had_node, is_finishing,
+                                          is_ready, restart_total)
 from tpu_rl.scripts.pipeline.gke.steps import StepJob
 from tpu_rl.scripts.pipeline.session import Session, hms
 

@@ -8,7 +8,8 @@ from typing import Iterable
 from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
 from tpu_rl.recipes import Step, UserError
 from tpu_rl.recipes.runs.datasets import trained_steps
-from tpu_rl.scripts.cloud.kube_objects import JobSetState, PodCounts, current_attempt, jobset_state, placement_of, pod_counts
+from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.scripts.cloud.jobsets import JobSetState, PodCounts, current_attempt, jobset_state, placement_of, pod_counts
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, read_admission
 from tpu_rl.scripts.pipeline.gke.queue import run_positions
 from tpu_rl.scripts.pipeline.gke.steps import PROGRESS_LOG_LINES, StepJob, duration, main_pod, step_jobs
@@ -75,7 +76,7 @@ def status_gke(session: Session) -> StatusReport:
                                     session.paths.tensorboard, session.now)
         rows.append(StepStatus(step, shown, *cells[1:], session.output_state(step, state.phase == "succeeded"),
                                placement_of(pods) or "", progress))
-    from tpu_rl.scripts.cloud.kube_jobs import Jobs
+    from tpu_rl.scripts.cloud.driver_job import Jobs
     from tpu_rl.scripts.pipeline.gke.driver import driver_state
     from tpu_rl.scripts.pipeline.gke.driver_start import waiting_now
 
@@ -109,8 +110,6 @@ def _live_step(session: Session, job: StepJob, state: JobSetState) -> TrainProgr
 
 def live_train_step(session: Session, run: str) -> TrainProgress | None:
     """Platform.live_train_step: the step in the head's log of run `run`'s train JobSet while it runs."""
-    from tpu_rl.recipes.runs.spec import RunSpec
-
     spec = RunSpec.in_bucket(session.recipe, run)
     job = StepJob("train", jobset_name(spec, "train"), {}, main_pod_selector(spec, "train"), 0)
     return _live_step(session, job, jobset_state(session.cluster.get_jobset(job.name)))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable
 
+from tpu_rl.jobs import render_manifests
 from tpu_rl.jobs.k8s import MAIN_CONTAINER, jobset_name, main_pod_selector
 from tpu_rl.recipes import STEPS, Settings, Step
 from tpu_rl.recipes.runs.spec import RunSpec
@@ -64,8 +65,6 @@ class StepJob:
 
 def step_jobs(spec: RunSpec, settings: Settings, export_step: int | None = None) -> dict[str, StepJob]:
     """Each step's JobSet; export converts checkpoint `export_step` (None: the computed last step)."""
-    from tpu_rl.jobs import render_manifests
-
     manifests = render_manifests(spec, settings, export_step)
     jobs = {}
     for step in STEPS:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from rich.markup import escape
 
+from tpu_rl.jobs import user_files_configmap
 from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER
 from tpu_rl.recipes import Step
 from tpu_rl.recipes.conventions import HF_TOKEN_ENV, HF_TOKEN_K8S_SECRET
 from tpu_rl.recipes.outcome import ApiError, Interrupted, StepFailed
+from tpu_rl.recipes.runs.evaluation import evaluates
 from tpu_rl.scripts.cloud import gcs, hf_token
-from tpu_rl.scripts.cloud.kube import JobSetExists
-from tpu_rl.scripts.cloud.kube_objects import capacity_of, zone_of
+from tpu_rl.scripts.cloud.cluster import JobSetExists
+from tpu_rl.scripts.cloud.jobsets import capacity_of, zone_of
 from tpu_rl.scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging
 from tpu_rl.scripts.pipeline.gke.admission import sweep_train
 from tpu_rl.scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
@@ -182,8 +184,6 @@ def mark_train_finished(session: Session) -> None:
 
 def put_user_files(session: Session) -> None:
     """The run's --rewards/--data-processor files as the ConfigMap its train head mounts (recipes/runs/user_files.py)."""
-    from tpu_rl.jobs import user_files_configmap
-
     configmap = user_files_configmap(session.paths)
     session.cluster.ensure_configmap(configmap)
     held = ", ".join(configmap["data"])
@@ -193,8 +193,6 @@ def put_user_files(session: Session) -> None:
 def _fill_skipped_train(session: Session, record: RunRecord) -> None:
     """A train step done without `run` attached to its end (or its record written before evaluations were
     kept) gets its evaluations from Cloud Logging, once."""
-    from tpu_rl.recipes.runs.evaluation import evaluates
-
     watch = EvaluationWatch(session, record)
     if evaluates(session.recipe) and not watch.has_before_and_after():
         fill_from_cloud_logging(session, watch)

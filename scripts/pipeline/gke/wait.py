@@ -10,7 +10,7 @@ from typing import Callable
 from rich.markup import escape
 
 from tpu_rl.jobs.k8s import MAIN_CONTAINER
-from tpu_rl.scripts.cloud.kube_objects import JobSetState
+from tpu_rl.scripts.cloud.jobsets import JobSetState
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch
 from tpu_rl.scripts.pipeline.gke.log_stream import SeenUpTo
 from tpu_rl.scripts.pipeline.gke.observation import Done, Fail, Observer, Say, Skip, poll

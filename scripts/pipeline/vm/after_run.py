@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from tpu_rl.jobs.vm_outputs import (FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, NOLOGIN_MINUTES, UNKNOWN_INSTANCE,
                                     after_run_setting)
+from tpu_rl.recipes.capacity.modes import MODE_RULES
+from tpu_rl.recipes.costs.prices import usd
+from tpu_rl.recipes.costs.run import hourly_estimate
 from tpu_rl.recipes.settings.specs import BY_FIELD, VM_STAYS, VM_STOPS
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.session import Session
@@ -54,10 +57,6 @@ def next_run_hint(session: Session) -> str:
 def reservation_billing(session: Session) -> str:
     """What a reservation-bound VM's stop does not end: the reservation bills until it is deleted
     (https://cloud.google.com/compute/docs/instances/reservations-overview, billing); "" without one."""
-    from tpu_rl.recipes.capacity.modes import MODE_RULES
-    from tpu_rl.recipes.costs.run import hourly_estimate
-    from tpu_rl.recipes.costs.prices import usd
-
     recipe = session.recipe
     if not MODE_RULES[recipe.capacity[0]].reservation:
         return ""
@@ -76,8 +75,6 @@ def stopped_line(session: Session, record: Attempt) -> str:
 
 
 def stays_up_cost(session: Session) -> str:
-    from tpu_rl.recipes.costs.run import hourly_estimate
-
     return hourly_estimate(session.recipe, zones=session.settings.zones_for(session.recipe)).summary()
 
 

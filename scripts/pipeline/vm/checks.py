@@ -17,7 +17,7 @@ from tpu_rl.recipes.errors import NotDeployed
 from tpu_rl.recipes.outcome import StepFailed
 from tpu_rl.scripts.cloud import gcs, hf_token
 from tpu_rl.scripts.pipeline.session import Session, hms
-from tpu_rl.scripts.pipeline.vm.state import METADATA_KEY, Attempt, parse_time
+from tpu_rl.scripts.pipeline.vm.state import Attempt, Failure, METADATA_KEY, parse_time
 
 # Instance statuses in which the startup script does not run: a TPU VM stops only for host maintenance,
 # Compute Engine starts it again and a user cannot (Compute Engine docs, compute/docs/instances/
@@ -159,8 +159,6 @@ class Maintenance:
     def _unrecorded_power_off(self, status: str) -> str:
         """A VM its script powered off before gcloud came up leaves no record (jobs/vm.py on_exit), and
         never comes back: a TPU VM cannot be started again. The delete-and-deploy hint, for that case."""
-        from tpu_rl.scripts.pipeline.vm.state import Failure
-
         session = self.session
         failure = Failure.parse(gcs.read_text(session.clients.storage(), session.paths.vm_failure))
         if status != "TERMINATED" or failure is not None:

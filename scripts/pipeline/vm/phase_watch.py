@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpu_rl.jobs.vm import BOOT, CHECKING, GCS_TRIES, LOG_FILE, RETRY_SECONDS, ssh_command
-from tpu_rl.jobs.vm_install import INSTALL, INSTALL_TOTAL_SECONDS, KILL_AFTER_SECONDS, TOKEN, TOKEN_BOUND
+from tpu_rl.jobs.vm import BOOT, CHECKING, GCS_TRIES, LOG_FILE, ssh_command
+from tpu_rl.jobs.vm_install import INSTALL, INSTALL_TOTAL_SECONDS, KILL_AFTER_SECONDS, RETRY_SECONDS, TOKEN, TOKEN_BOUND
 from tpu_rl.recipes import STEPS
 from tpu_rl.scripts.pipeline.vm import watch as vm_watch
 from tpu_rl.scripts.pipeline.session import Session, hms

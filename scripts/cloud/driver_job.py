@@ -1,6 +1,6 @@
-"""batch/v1 Jobs in the recipe's namespace: the run's driver (jobs/driver.py). Created once, read, and
+"""The run's driver (jobs/driver.py), a batch/v1 Job in the recipe's namespace: created once, read, and
 deleted with its pod before anything else of the run is (`cancel`). Objects are plain dicts in the API's
-JSON shape, as in scripts/cloud/kube.py, whose Cluster this works through."""
+JSON shape, as in scripts/cloud/cluster.py, whose Cluster this works through."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.scripts.cloud import deletion
 from tpu_rl.scripts.cloud.foreign import describe
-from tpu_rl.scripts.cloud.kube import Cluster
+from tpu_rl.scripts.cloud.cluster import Cluster
 from tpu_rl.scripts.cloud.retry import call, failed
 
 # The label the Job controller puts on its pods (kubernetes pkg/apis/batch/types.go JobNameLabel, 1.27+).
