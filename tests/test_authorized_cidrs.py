@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tpu_rl.infra.gke_cluster import GkeClusterProps
-from tpu_rl.recipes import UserError, load_settings
+from tpu_rl.recipes import UserError, get_recipe, load_settings
 
 BASE = {"PROJECT": "acme-rl-research", "REGION": "us-east5", "ZONE": "us-east5-b", "CLUSTER_NAME": "acme-rl",
         "GCS_BUCKET": "acme-rl-artifacts", "RESERVATION": "acme-v6e"}
@@ -64,5 +64,5 @@ def test_the_cli_prints_the_settings_warning_on_stderr_and_goes_on(monkeypatch, 
 
     for key, value in {**BASE, "AUTHORIZED_CIDR": "172.16.0.0/12"}.items():
         monkeypatch.setenv(key, value)
-    assert cloud_settings("preflight").authorized_cidr == ("172.16.0.0/12",)
+    assert cloud_settings("preflight", get_recipe("qwen3-v6e32").platform).authorized_cidr == ("172.16.0.0/12",)
     assert capsys.readouterr().err.startswith("warning: AUTHORIZED_CIDR '172.16.0.0/12' lists only private")

@@ -56,12 +56,12 @@ def test_gke_recipe_renders_convert_train_export_jobsets_in_step_order():
 
 
 def test_vm_recipe_is_refused_by_render_manifests_with_one_line():
-    with pytest.raises(UserError, match="render_startup_script"):
+    with pytest.raises(UserError, match="runs its steps as a startup script, not JobSets; render them with render_steps"):
         jobs.render_manifests(spec_of(get_recipe("llama31-v6e8")), SETTINGS)
 
 
 def test_gke_recipe_is_refused_by_render_startup_script():
-    with pytest.raises(UserError, match="render_manifests"):
+    with pytest.raises(UserError, match="runs its steps as jobsets, not a startup script; render them with render_steps"):
         jobs.render_startup_script(spec_of(get_recipe("qwen3-v6e32")), SETTINGS)
 
 

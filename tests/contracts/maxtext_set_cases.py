@@ -38,6 +38,7 @@ class SetCase:
 SCHEMA = "the config class refuses it"
 TUNIX = "the config class accepts it and tunix refuses it once the slice is up"
 IGNORED = "the config class accepts it and train_rl never sees the value"
+GROUP = "tpu-rl refuses a whole group of keys as one item: each key is checked and priced on its own"
 NONFINITE = "the config class accepts a non-finite float (pydantic's allow_inf_nan defaults to true)"
 VLLM = ("the config class accepts it and vLLM refuses max_tokens = max_target_length - "
         "max_prefill_predict_length < 1 once the slice is up")
@@ -73,7 +74,7 @@ SET_CASES: list[SetCase] = [
     SetCase(QWEN, "enable_dropout", "True", False, False, "the model's yml sets another value"),
     SetCase(QWEN, "enable_dropout", "False", True, True),
     SetCase(QWEN, "rl.num_iterations", "1.5", False, False, SCHEMA),  # int: pydantic refuses a fraction
-    SetCase(QWEN, "rl", "{num_generations: 1}", False, True, TUNIX),  # a mapping: each field checked
+    SetCase(QWEN, "rl", "{num_generations: 1}", False, True, GROUP),  # the config class takes the mapping
     # tunix RLTrainingConfig.__post_init__ (c4ec573d tunix/rl/rl_cluster.py L118-147): positive micro batches,
     # train_micro_batch_size dividing mini_batch_size = batch_size (train_rl.py 0.2.4 L507)
     SetCase(QWEN, "train_micro_batch_size", "0", False, True, TUNIX),

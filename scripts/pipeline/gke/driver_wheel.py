@@ -25,6 +25,7 @@ PACKAGE_DATA = {  # pyproject [tool.setuptools.package-data]
     "tpu_rl.recipes": ["*.toml", "costs/*.toml", "driver/*.toml", "environments/*.txt", "fit/*.json",
                        "runs/*.toml", "runs/maxtext_keys/*.toml", "runs/maxtext_keys/*.json"],
     "tpu_rl.infra": ["charts/manifests/*.yaml", "charts/manifests/templates/*.yaml", "google_lazy_require.js"],
+    "tpu_rl.jobs": ["vm_script/*.sh"],
 }
 CONSOLE_SCRIPTS = {"tpu-rl": "tpu_rl.scripts.cli:main"}  # pyproject [project.scripts]
 REQUIRES_PYTHON = ">=3.11"  # pyproject [project] requires-python
