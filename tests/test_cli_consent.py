@@ -5,6 +5,7 @@ nothing again; a sweep's size is bounded, and its dry run leads with its size an
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 
 from cli_helpers import error_line, interrupt, session_hook
 from peers.fixtures import jobset_of
+from tpu_rl.jobs.driver import REQUEST_FILE
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.costs.consent import COSTLY_RATIO
 from tpu_rl.recipes.costs.prices import usd
@@ -136,6 +138,10 @@ def test_a_large_sweep_without_a_terminal_is_refused_and_with_yes_asks_nothing_m
     assert started.exit_code == 0, started.output
     assert len(questions) == 1 and questions[0].startswith("Start sweep big (4 runs), estimated at ")
     assert [verb for verb, _ in cloud["kube"].job_calls] == ["create"] * 4  # each run's driver, unasked
+    requests = [json.loads(configmap["data"][REQUEST_FILE]) for configmap in cloud["kube"].configmaps.values()]
+    assert len(requests) == 4  # each driver's run.json keeps the sweep's yes (drive.py, RunRecord.start)
+    assert {(request["consent"]["what"], request["consent"]["how"]) for request in requests} == {
+        ("sweep big (4 runs)", "prompt")}
 
 
 def test_a_sweep_over_its_size_bound_is_refused_before_any_run_is_checked_and_max_runs_passes_it(settings_env):
@@ -151,3 +157,37 @@ def test_a_sweep_over_its_size_bound_is_refused_before_any_run_is_checked_and_ma
     passed = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--max-runs", "3",
                                  "--dry-run", "--skip-fit-check"])
     assert passed.exit_code == 0, passed.output
+
+
+def _record(cloud, *sets: str) -> dict:
+    from peers.fixtures import peer_settings
+    from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.scripts.cloud import gcs as bucket
+
+    cloud["kube"].kubelet.close()  # the driver's thread has written its run.json
+    return bucket.read_json(cloud["gcs"], ArtifactPaths(RunSpec.requested(get_recipe(RECIPE), sets),
+                                                         peer_settings()).run_record)
+
+
+@pytest.mark.parametrize("consent, how", [([], "prompt"), (["--yes"], "--yes"), (["--max-cost", "100000"], "--max-cost")])
+def test_run_json_keeps_the_consent_a_new_run_was_given_and_a_resumed_run_keeps_it(cloud, monkeypatch, consent, how):
+    session_hook(monkeypatch, confirm=lambda question: True)
+    command = ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach"]
+    first = runner.invoke(app, [*command, *consent])
+    assert first.exit_code == 0, first.output
+    given = _record(cloud, LARGE)["consent"]
+    assert given["how"] == how and given["estimate_usd"] == round(_estimate(LARGE), 2)
+    assert given["threshold_usd"] == round(COSTLY_RATIO * _estimate(), 2) and given["what"].startswith("run ")
+    questions: list[str] = []  # the fake's convert leaves no output: resuming asks to submit it again
+    session_hook(monkeypatch, confirm=lambda question: questions.append(question) or True)
+    again = runner.invoke(app, command)  # resumed from its record: no consent asked, the first one kept
+    assert again.exit_code == 0, again.output
+    assert not [question for question in questions if question.startswith("Start ")], questions
+    assert _record(cloud, LARGE)["consent"] == given
+
+
+def test_a_run_under_the_threshold_records_that_nothing_needed_a_yes(cloud, monkeypatch):
+    session_hook(monkeypatch, confirm=lambda question: pytest.fail(f"asked: {question}"))
+    result = runner.invoke(app, ["run", RECIPE, "--skip-fit-check", "--detach"])
+    assert result.exit_code == 0, result.output
+    assert _record(cloud)["consent"]["how"] == "not asked: under the threshold"

@@ -99,7 +99,7 @@ class RunRecord:
                 f"run '{paths.run_name}' was started with other settings ({changes}; see {paths.run_record}): "
                 f"choose another name with --run NAME, or leave out --run to train as run '{derived}'")
         if not existing and session.spend is not None:  # a new run: asked once, here, before anything is made
-            session.spend.require(session.spend_ask)
+            session.consent = {**session.spend.require(session.spend_ask), "at": _time(session.now())}
         return cls(session, existing)
 
     def _describe(self) -> dict:
@@ -140,6 +140,8 @@ class RunRecord:
             data.setdefault("earlier", []).append(earlier)
         data.update(self._describe())
         data.setdefault("created", now)
+        if self.session.consent:
+            data.setdefault("consent", self.session.consent)  # given once, when the run was new: never replaced
         data.update(command=redacted(self.session.argv or sys.argv), started=now, ended=None, status="running", error=None)
         for file in self.session.spec.user_files:
             gcs.write_text(self.session.clients.storage(), user_file_copy(self.session, file.name), file.content,

@@ -53,6 +53,9 @@ class Session:
     # None where nothing is asked: a dry run, the driver, a sweep's run (the sweep asked for all of them).
     spend: Spend | None = None
     spend_ask: Callable[[str], bool] | None = None  # the terminal's question when `spend` is set
+    # What was decided about that spend (Spend.record, with when): run.json keeps the first one it is given;
+    # the GKE driver gets it in its request from the `run` that asked, a sweep's run from its sweep.
+    consent: dict | None = None
 
     def __post_init__(self) -> None:
         self.paths = ArtifactPaths(self.spec, self.settings)

@@ -117,6 +117,7 @@ def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, fo
                         "and start this one")
     replace = prepare_run(session, steps, replace)
     request["replace"] = replace
+    request["consent"] = session.consent  # asked here, where the run was new: the driver's run.json keeps it
     runtime = stage_driver(session)
     if state.phase != "none":  # a finished driver, or one --replace stops: one driver per run
         jobs.delete(state.name)
