@@ -169,7 +169,8 @@ def _record(cloud, *sets: str) -> dict:
                                                          peer_settings()).run_record)
 
 
-@pytest.mark.parametrize("consent, how", [([], "prompt"), (["--yes"], "--yes"), (["--max-cost", "100000"], "--max-cost")])
+@pytest.mark.parametrize("consent, how", [([], "prompt"), (["--yes"], "--yes"),
+                                          (["--max-cost", "100000"], "--max-cost")])
 def test_run_json_keeps_the_consent_a_new_run_was_given_and_a_resumed_run_keeps_it(cloud, monkeypatch, consent, how):
     session_hook(monkeypatch, confirm=lambda question: True)
     command = ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach"]
