@@ -192,3 +192,62 @@ def test_a_run_under_the_threshold_records_that_nothing_needed_a_yes(cloud, monk
     result = runner.invoke(app, ["run", RECIPE, "--skip-fit-check", "--detach"])
     assert result.exit_code == 0, result.output
     assert _record(cloud)["consent"]["how"] == "not asked: under the threshold"
+
+
+# --- `tpu-rl eval`: it spends TPU time too, and follows the same rule (scripts/pipeline/gke/evaluate.py) -----
+
+
+def _eval_most(recipe_name: str) -> float:
+    """The most an evaluation bills, from the price table and the eval's own bound: the train step's hourly
+    rate for EVAL_WAIT_MINUTES, in each attempt the JobSet may make."""
+    from tpu_rl.jobs.train import PREEMPTIBLE_MAX_RESTARTS, restarts_after_preemption
+    from tpu_rl.recipes.costs.run import hourly_estimate
+    from tpu_rl.scripts.pipeline.gke.evaluate import EVAL_WAIT_MINUTES
+
+    recipe = get_recipe(recipe_name)
+    attempts = 1 + PREEMPTIBLE_MAX_RESTARTS * restarts_after_preemption(recipe)
+    return hourly_estimate(recipe).total * EVAL_WAIT_MINUTES / 60 * attempts
+
+
+@pytest.mark.parametrize("recipe_name", ["qwen3-v6e32", "gemma4-v6e64"])
+def test_an_evaluation_cannot_reach_the_threshold_so_it_is_never_asked_about(recipe_name):
+    own = pipeline_run_estimate(RunSpec.of_catalog(get_recipe(recipe_name))).total
+    assert _eval_most(recipe_name) < COSTLY_RATIO * own
+
+
+def _scored_eval(cloud) -> tuple[str, list[str]]:
+    from cli_helpers import trained_run
+    from contracts.tunix_log import evaluation_line
+    from tpu_rl.jobs.evaluate import eval_run_name
+
+    _, paths = trained_run(cloud)
+    scratch = eval_run_name(paths.run_name, 20)
+    cloud["kube"].plan(f"{scratch}-train", ticks=3, logs=f"{evaluation_line('pre', 30, 64, 33, 58, 1.1)}\n",
+                       outcome="hang")
+    return scratch, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"]
+
+
+def test_an_eval_over_the_threshold_without_a_terminal_is_refused_and_with_yes_runs(cloud, monkeypatch):
+    """The rule as run's, were the threshold below the eval's bound (a lower COSTLY_RATIO stands for it)."""
+    from tpu_rl.recipes.costs import consent
+
+    scratch, command = _scored_eval(cloud)
+    monkeypatch.setattr(consent, "COSTLY_RATIO", 0.01)  # after the run it evaluates was trained
+    refused = runner.invoke(app, command)
+    assert refused.exit_code == 2, refused.output
+    assert re.match(rf"error: the evaluation of run \S+ is estimated at {re.escape(usd(_eval_most(RECIPE)))}, .* "
+                    r"no terminal to ask in: rerun with --yes, or with --max-cost \d+; nothing was started$",
+                    error_line(refused)), refused.output
+    assert not [name for name in cloud["kube"].created if scratch in name]
+    started = runner.invoke(app, [*command, "--yes"])
+    assert started.exit_code == 0, started.output
+    assert f"{scratch}-train" in cloud["kube"].created
+
+
+def test_an_eval_over_its_max_cost_is_refused_before_anything_is_made(cloud):
+    scratch, command = _scored_eval(cloud)
+    result = runner.invoke(app, [*command, "--max-cost", "1"])
+    assert result.exit_code == 2, result.output
+    assert error_line(result).startswith(f"error: the evaluation of run {command[3]} is estimated at "
+                                         f"{usd(_eval_most(RECIPE))}, over --max-cost $1.00")
+    assert not [name for name in cloud["kube"].created if scratch in name]

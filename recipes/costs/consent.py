@@ -1,4 +1,5 @@
-"""When `run` and `sweep` ask before they spend, and what stands for a yes where nobody can be asked (pure).
+"""When `run`, `sweep` and `eval` ask before they spend, and what stands for a yes where nobody can be asked
+(pure).
 
 The threshold is COSTLY_RATIO times the recipe's own run: its convert, train and export as recipes.toml
 defines them, the figure the README's run table shows (recipes/costs/run.py). A multiple of that, not a

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
+    from tpu_rl.recipes.costs.consent import Spend
     from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.answers import Idle, Rendered
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
@@ -96,6 +97,10 @@ class Platform(Protocol):
 
     def check_eval(self, recipe: Recipe) -> None:
         """Refuse `tpu-rl eval` before any cloud is asked when the platform cannot evaluate."""
+
+    def eval_spend(self, recipe: Recipe, run: str, yes: bool, max_cost: Optional[float]) -> Spend:
+        """The most `tpu-rl eval` of run `run` can bill, weighed by the rule `run` and `sweep` follow
+        (recipes/costs/consent.py), before any cloud is asked."""
 
     def evaluate(self, session: Session, step: Optional[int], sets: tuple[str, ...]) -> object:
         """`tpu-rl eval`: score a saved checkpoint of the session's run on the held-out set."""

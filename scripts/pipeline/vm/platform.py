@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
+    from tpu_rl.recipes.costs.consent import Spend
     from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
     from tpu_rl.scripts.rundata.progress import TrainProgress
@@ -81,6 +82,9 @@ class VmPlatform:
     def check_eval(self, recipe: Recipe) -> None:
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script runs the recipe's "
                         "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
+
+    def eval_spend(self, recipe: Recipe, run: str, yes: bool, max_cost: Optional[float]) -> Spend:
+        self.check_eval(recipe)  # refused, as evaluate is: nothing to weigh
 
     def evaluate(self, session: Session, step: Optional[int], sets: tuple[str, ...]) -> object:
         self.check_eval(session.recipe)
