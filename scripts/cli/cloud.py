@@ -330,7 +330,7 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         console.print(f"({listing.other_recipes} run(s) of other recipes with the same model are not shown)")
     idle, unknown = _idle(session)
     if idle is not None:
-        for line in idle.lines(name, session.settings.cluster_name, session.settings.gcs_bucket):
+        for line in idle.lines(session.recipe, session.settings.cluster_name, session.settings.gcs_bucket):
             console.print(escape(line))
     elif unknown:
         console.print(escape(f"(what the cluster still bills is not shown: {unknown})"))

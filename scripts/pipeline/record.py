@@ -214,7 +214,7 @@ class RunRecord:
 
 @contextmanager
 def ending_run(session: Session, record: RunRecord, steps: tuple[Step, ...],
-               billing: Callable[[], str] | None = None) -> Iterator[None]:
+               billing: Callable[[], list[str]] | None = None) -> Iterator[None]:
     """The end of a `run` on either platform, around what it does with its steps: a failure or an interrupt
     is recorded (RunRecord.finish) and raised; success is recorded, then the accuracy line (when the run
     evaluated) and the summary of the steps are printed (`billing`: Session.next_steps)."""

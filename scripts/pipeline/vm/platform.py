@@ -108,9 +108,17 @@ class VmPlatform:
         return None  # what a TPU VM bills is its own: `status` says whether it is up
 
     def down(self, session: Session, yes: bool) -> None:
-        name = session.recipe.name
-        raise UserError(f"recipe '{name}' runs on a TPU VM: tpu-rl down stops a GKE recipe's cluster; the VM "
-                        f"and its network go with `npx cdktf destroy {name}` (the bucket is kept)")
+        from rich.markup import escape
+
+        from tpu_rl.recipes.costs.standing import stop_command
+        from tpu_rl.scripts.pipeline.vm.after_run import standing_account
+
+        recipe = session.recipe
+        # what still bills and what the destroy stops, in the words `run`, `recipes` and the README use
+        for line in standing_account(session):
+            session.console.print(escape(line))
+        raise UserError(f"recipe '{recipe.name}' runs on a TPU VM: tpu-rl down stops a GKE recipe's cluster; the "
+                        f"VM and its network go with {stop_command(recipe)} (the bucket is kept)")
 
 
 class _Plan:
