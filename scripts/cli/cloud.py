@@ -324,6 +324,9 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             console.print(RESUMED_NOTE)
         for sweep in dict.fromkeys(run.sweep for run in listing.runs if run.sweep):
             console.print(escape(best_of_sweep(listing.runs, sweep)))
+        for run in listing.runs:  # a driver that ended under a running step: the line `status` gives
+            if run.left_running:
+                console.print(escape(run.left_running))
         if queue_note:
             console.print(escape(queue_note))
     if listing.other_recipes:

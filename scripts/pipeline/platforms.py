@@ -91,6 +91,10 @@ class Platform(Protocol):
         following it ("succeeded" or "failed", and when), from the platform's own records; None when they say
         nothing more."""
 
+    def steps_left_running(self, session: Session, run: str) -> list[str]:
+        """The run's steps that still run or queue on the platform while what takes the run from step to step
+        (GKE: its driver) has ended; [] when it runs, or the platform has no such thing."""
+
     def live_train_step(self, session: Session, run: str) -> Optional[TrainProgress]:
         """The trainer's last step in the run's live log while its train step runs (scripts/pipeline/run_state.py
         says when screens use it); None while it does not run or has logged no step yet."""

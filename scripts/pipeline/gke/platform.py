@@ -106,6 +106,11 @@ class GkePlatform:
 
         return unfollowed_end(session, run)
 
+    def steps_left_running(self, session: Session, run: str) -> list[str]:
+        from tpu_rl.scripts.pipeline.gke.driver import steps_left_running
+
+        return steps_left_running(session, run)
+
     def live_train_step(self, session: Session, run: str) -> Optional[TrainProgress]:
         from tpu_rl.scripts.pipeline.gke.status import live_train_step
 
