@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 import pytest
 from typer.testing import CliRunner
@@ -76,13 +77,25 @@ def test_a_max_cost_that_is_no_amount_is_refused_in_our_words(settings_env, valu
 def test_the_terminal_is_asked_once_and_a_reattaching_run_asks_nothing(cloud, monkeypatch):
     cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang")
     questions: list[str] = []
-    session_hook(monkeypatch, confirm=lambda question: questions.append(question) or True, sleep=interrupt)
+    attached = threading.Event()
+
+    def sleep(seconds: float) -> None:
+        """The CLI's waits end at once; the driver's (its thread) once the second `run` attached to it, or it
+        could end first, and that `run` start another driver instead of attaching."""
+        if threading.current_thread() is not threading.main_thread():
+            attached.wait(60)
+        interrupt(seconds)
+
+    session_hook(monkeypatch, confirm=lambda question: questions.append(question) or True, sleep=sleep)
     command = ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach"]
-    first = runner.invoke(app, command)
-    assert first.exit_code == 0, first.output
-    [question] = questions
-    assert question.startswith("Start run ") and f"estimated at {usd(_estimate(LARGE))}" in question
-    again = runner.invoke(app, command)  # its driver runs: attached to, not submitted again
+    try:
+        first = runner.invoke(app, command)
+        assert first.exit_code == 0, first.output
+        [question] = questions
+        assert question.startswith("Start run ") and f"estimated at {usd(_estimate(LARGE))}" in question
+        again = runner.invoke(app, command)  # its driver runs: attached to, not submitted again
+    finally:
+        attached.set()
     assert again.exit_code == 0, again.output
     assert len(questions) == 1 and [verb for verb, _ in cloud["kube"].job_calls] == ["create"]
 
