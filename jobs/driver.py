@@ -79,8 +79,8 @@ def run_request(spec: RunSpec, steps: tuple[Step, ...], *, replace: bool, follow
 
 # Request keys that only say how this `run` meets what it finds, or who asked: not what the run does (nor
 # the sweep that started it: a later `run --run NAME` of a sweep's run attaches to its driver; nor the
-# compiler's verdict, which the same run always gets).
-HOW_ASKED = ("replace", "follow_logs", "version", "command", "sweep", "fit")
+# compiler's verdict, which the same run always gets; nor the consent the `run` that made it was given).
+HOW_ASKED = ("replace", "follow_logs", "version", "command", "sweep", "fit", "consent")
 
 
 def request_digest(request: Mapping[str, Any], files: Mapping[str, str], env: Mapping[str, str]) -> str:

@@ -345,6 +345,27 @@ def test_down_refuses_the_vm_recipe(settings_env):
     assert "`npx cdktf destroy llama31-v6e8`" in error_line(result)
 
 
+def test_the_vm_recipes_destroy_lines_are_the_one_standing_account(settings_env, monkeypatch):
+    """`down` and `recipes` on llama31-v6e8 give the account GKE's give: its reservation's chips bill with or
+    without the stack, and `npx cdktf destroy` stops only what the stack holds (the NAT's IP; the VM stops
+    itself after its run, VM_AFTER_RUN=stop), not the $/h of a running VM."""
+    monkeypatch.setenv("CAPACITY", "reservation")
+    vm, prices = get_recipe("llama31-v6e8"), load_prices()
+    chips = vm.shape.total_chips * prices.tpu[vm.shape.generation]["reservation"].usd_per_hour
+    expected = [f"with no run, stack llama31-v6e8 bills {usd(chips + prices.nat_per_ip)}/h (estimates from list "
+                f"prices); `npx cdktf destroy llama31-v6e8` stops {usd(prices.nat_per_ip)}/h of it: Cloud NAT "
+                f"{usd(prices.nat_per_ip)}; node boot disks not included (prices.toml has no disk price)",
+                f"the reservation's {vm.shape.total_chips} chips bill {usd(chips)}/h with or without the stack, "
+                "until the reservation ends: it may be shared or tied to a commitment, so only its owner can end "
+                "it (tpu-rl never deletes it)"]
+    down = runner.invoke(app, ["down", "llama31-v6e8", "--yes"])
+    assert " ".join(expected[0].split()) in " ".join(down.output.split()), down.output
+    assert " ".join(expected[1].split()) in " ".join(down.output.split()), down.output
+    listed = runner.invoke(app, ["recipes", "--json"])
+    [facts] = [entry for entry in json.loads(listed.output) if entry["name"] == "llama31-v6e8"]
+    assert facts["idle"] == expected
+
+
 def test_the_destroy_command_is_one_cdktf_takes():
     """Each option `down` passes is one the installed cdktf-cli's destroy lists."""
     from tpu_rl.scripts.pipeline.gke.down import destroy_command

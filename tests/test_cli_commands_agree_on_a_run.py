@@ -114,3 +114,26 @@ def test_runs_without_the_cluster_takes_the_step_from_the_event_files_and_asks_t
     assert (rows["exp1"]["last_step"], rows["exp2"]["last_step"]) == (40, 40), rows
     reads = [path for _, path, _ in cloud["kube"].requests[asked:] if path.endswith("-train")]
     assert len(reads) == 1, reads
+
+
+def test_a_run_whose_driver_was_interrupted_while_train_runs_is_running_in_runs_as_in_status(cloud, monkeypatch):
+    """issue 37: a GKE driver killed by SIGINT records `interrupted` and exits while its train JobSet goes on;
+    `runs` said `interrupted` while `status` showed train running beside `driver: failed`. Both now say the
+    run runs, in the same line: its driver ended, and the command that follows it again."""
+    _started(cloud, monkeypatch, outcome="hang")  # the driver, too, is interrupted at its first wait
+    cloud["kube"].kubelet.close()  # the driver's pod has ended
+    _, paths = run_of(run="exp1")
+    assert record(cloud["gcs"], paths)["status"] == "interrupted"
+    line = ("run exp1: train still runs on the cluster, but its driver ended, so nothing takes it on to the next "
+            f"step; follow it again with `tpu-rl run {RECIPE} --run exp1`")
+    row = _runs_row("exp1")
+    assert (row["status"], row["steps"]["train"], row["ended"], row["left_running"]) == ("running", "running",
+                                                                                         None, line)
+    runs = runner.invoke(app, ["runs", RECIPE])
+    assert runs.exit_code == 0, runs.output
+    assert _runs_line("exp1").startswith("exp1  running, "), runs.output
+    assert line in " ".join(runs.output.split()), runs.output
+    status = runner.invoke(app, ["status", RECIPE, "--run", "exp1"], env={"COLUMNS": "80"})
+    assert status.exit_code == 0, status.output
+    assert status_blocks(status.output)["train"][0].startswith("running"), status.output
+    assert line in " ".join(status.output.split()), status.output

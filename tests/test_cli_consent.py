@@ -5,13 +5,16 @@ nothing again; a sweep's size is bounded, and its dry run leads with its size an
 
 from __future__ import annotations
 
+import json
 import re
+import threading
 
 import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import error_line, interrupt, session_hook
 from peers.fixtures import jobset_of
+from tpu_rl.jobs.driver import REQUEST_FILE
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.costs.consent import COSTLY_RATIO
 from tpu_rl.recipes.costs.prices import usd
@@ -74,13 +77,25 @@ def test_a_max_cost_that_is_no_amount_is_refused_in_our_words(settings_env, valu
 def test_the_terminal_is_asked_once_and_a_reattaching_run_asks_nothing(cloud, monkeypatch):
     cloud["kube"].plan(jobset_of(RECIPE, "convert"), outcome="hang")
     questions: list[str] = []
-    session_hook(monkeypatch, confirm=lambda question: questions.append(question) or True, sleep=interrupt)
+    attached = threading.Event()
+
+    def sleep(seconds: float) -> None:
+        """The CLI's waits end at once; the driver's (its thread) once the second `run` attached to it, or it
+        could end first, and that `run` start another driver instead of attaching."""
+        if threading.current_thread() is not threading.main_thread():
+            attached.wait(60)
+        interrupt(seconds)
+
+    session_hook(monkeypatch, confirm=lambda question: questions.append(question) or True, sleep=sleep)
     command = ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach"]
-    first = runner.invoke(app, command)
-    assert first.exit_code == 0, first.output
-    [question] = questions
-    assert question.startswith("Start run ") and f"estimated at {usd(_estimate(LARGE))}" in question
-    again = runner.invoke(app, command)  # its driver runs: attached to, not submitted again
+    try:
+        first = runner.invoke(app, command)
+        assert first.exit_code == 0, first.output
+        [question] = questions
+        assert question.startswith("Start run ") and f"estimated at {usd(_estimate(LARGE))}" in question
+        again = runner.invoke(app, command)  # its driver runs: attached to, not submitted again
+    finally:
+        attached.set()
     assert again.exit_code == 0, again.output
     assert len(questions) == 1 and [verb for verb, _ in cloud["kube"].job_calls] == ["create"]
 
@@ -136,6 +151,10 @@ def test_a_large_sweep_without_a_terminal_is_refused_and_with_yes_asks_nothing_m
     assert started.exit_code == 0, started.output
     assert len(questions) == 1 and questions[0].startswith("Start sweep big (4 runs), estimated at ")
     assert [verb for verb, _ in cloud["kube"].job_calls] == ["create"] * 4  # each run's driver, unasked
+    requests = [json.loads(configmap["data"][REQUEST_FILE]) for configmap in cloud["kube"].configmaps.values()]
+    assert len(requests) == 4  # each driver's run.json keeps the sweep's yes (drive.py, RunRecord.start)
+    assert {(request["consent"]["what"], request["consent"]["how"]) for request in requests} == {
+        ("sweep big (4 runs)", "prompt")}
 
 
 def test_a_sweep_over_its_size_bound_is_refused_before_any_run_is_checked_and_max_runs_passes_it(settings_env):
@@ -151,3 +170,97 @@ def test_a_sweep_over_its_size_bound_is_refused_before_any_run_is_checked_and_ma
     passed = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6,1e-5", "--max-runs", "3",
                                  "--dry-run", "--skip-fit-check"])
     assert passed.exit_code == 0, passed.output
+
+
+def _record(cloud, *sets: str) -> dict:
+    from peers.fixtures import peer_settings
+    from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.scripts.cloud import gcs as bucket
+
+    cloud["kube"].kubelet.close()  # the driver's thread has written its run.json
+    return bucket.read_json(cloud["gcs"], ArtifactPaths(RunSpec.requested(get_recipe(RECIPE), sets),
+                                                         peer_settings()).run_record)
+
+
+@pytest.mark.parametrize("consent, how", [([], "prompt"), (["--yes"], "--yes"),
+                                          (["--max-cost", "100000"], "--max-cost")])
+def test_run_json_keeps_the_consent_a_new_run_was_given_and_a_resumed_run_keeps_it(cloud, monkeypatch, consent, how):
+    session_hook(monkeypatch, confirm=lambda question: True)
+    command = ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach"]
+    first = runner.invoke(app, [*command, *consent])
+    assert first.exit_code == 0, first.output
+    given = _record(cloud, LARGE)["consent"]
+    assert given["how"] == how and given["estimate_usd"] == round(_estimate(LARGE), 2)
+    assert given["threshold_usd"] == round(COSTLY_RATIO * _estimate(), 2) and given["what"].startswith("run ")
+    questions: list[str] = []  # the fake's convert leaves no output: resuming asks to submit it again
+    session_hook(monkeypatch, confirm=lambda question: questions.append(question) or True)
+    again = runner.invoke(app, command)  # resumed from its record: no consent asked, the first one kept
+    assert again.exit_code == 0, again.output
+    assert not [question for question in questions if question.startswith("Start ")], questions
+    assert _record(cloud, LARGE)["consent"] == given
+
+
+def test_a_run_under_the_threshold_records_that_nothing_needed_a_yes(cloud, monkeypatch):
+    session_hook(monkeypatch, confirm=lambda question: pytest.fail(f"asked: {question}"))
+    result = runner.invoke(app, ["run", RECIPE, "--skip-fit-check", "--detach"])
+    assert result.exit_code == 0, result.output
+    assert _record(cloud)["consent"]["how"] == "not asked: under the threshold"
+
+
+# --- `tpu-rl eval`: it spends TPU time too, and follows the same rule (scripts/pipeline/gke/evaluate.py) -----
+
+
+def _eval_most(recipe_name: str) -> float:
+    """The most an evaluation bills, from the price table and the eval's own bound: the train step's hourly
+    rate for EVAL_WAIT_MINUTES, in each attempt the JobSet may make."""
+    from tpu_rl.jobs.train import PREEMPTIBLE_MAX_RESTARTS, restarts_after_preemption
+    from tpu_rl.recipes.costs.run import hourly_estimate
+    from tpu_rl.scripts.pipeline.gke.evaluate import EVAL_WAIT_MINUTES
+
+    recipe = get_recipe(recipe_name)
+    attempts = 1 + PREEMPTIBLE_MAX_RESTARTS * restarts_after_preemption(recipe)
+    return hourly_estimate(recipe).total * EVAL_WAIT_MINUTES / 60 * attempts
+
+
+@pytest.mark.parametrize("recipe_name", ["qwen3-v6e32", "gemma4-v6e64"])
+def test_an_evaluation_cannot_reach_the_threshold_so_it_is_never_asked_about(recipe_name):
+    own = pipeline_run_estimate(RunSpec.of_catalog(get_recipe(recipe_name))).total
+    assert _eval_most(recipe_name) < COSTLY_RATIO * own
+
+
+def _scored_eval(cloud) -> tuple[str, list[str]]:
+    from cli_helpers import trained_run
+    from contracts.tunix_log import evaluation_line
+    from tpu_rl.jobs.evaluate import eval_run_name
+
+    _, paths = trained_run(cloud)
+    scratch = eval_run_name(paths.run_name, 20)
+    cloud["kube"].plan(f"{scratch}-train", ticks=3, logs=f"{evaluation_line('pre', 30, 64, 33, 58, 1.1)}\n",
+                       outcome="hang")
+    return scratch, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"]
+
+
+def test_an_eval_over_the_threshold_without_a_terminal_is_refused_and_with_yes_runs(cloud, monkeypatch):
+    """The rule as run's, were the threshold below the eval's bound (a lower COSTLY_RATIO stands for it)."""
+    from tpu_rl.recipes.costs import consent
+
+    scratch, command = _scored_eval(cloud)
+    monkeypatch.setattr(consent, "COSTLY_RATIO", 0.01)  # after the run it evaluates was trained
+    refused = runner.invoke(app, command)
+    assert refused.exit_code == 2, refused.output
+    assert re.match(rf"error: the evaluation of run \S+ is estimated at {re.escape(usd(_eval_most(RECIPE)))}, .* "
+                    r"no terminal to ask in: rerun with --yes, or with --max-cost \d+; nothing was started$",
+                    error_line(refused)), refused.output
+    assert not [name for name in cloud["kube"].created if scratch in name]
+    started = runner.invoke(app, [*command, "--yes"])
+    assert started.exit_code == 0, started.output
+    assert f"{scratch}-train" in cloud["kube"].created
+
+
+def test_an_eval_over_its_max_cost_is_refused_before_anything_is_made(cloud):
+    scratch, command = _scored_eval(cloud)
+    result = runner.invoke(app, [*command, "--max-cost", "1"])
+    assert result.exit_code == 2, result.output
+    assert error_line(result).startswith(f"error: the evaluation of run {command[3]} is estimated at "
+                                         f"{usd(_eval_most(RECIPE))}, over --max-cost $1.00")
+    assert not [name for name in cloud["kube"].created if scratch in name]

@@ -126,8 +126,9 @@ def test_dry_run_on_the_vm_says_which_steps_the_startup_script_has_left(settings
         "and evaluation 2 min",
         "after the run: TPU VM rl-test-vm stops itself once its startup script verified every output "
         "(VM_AFTER_RUN=stop; VM_AFTER_RUN=keep keeps it up): its VM charges end, only its boot disk bills until "
-        f"`npx cdktf destroy {VM_RECIPE}`; the reservation it is bound to keeps billing $15.12/h until it is "
-        "deleted (tpu-rl never deletes it)",  # the reservation bills on: 8 chips at recipes/costs/prices.toml's $1.89
+        f"`npx cdktf destroy {VM_RECIPE}`; the reservation's 8 chips bill $15.12/h with or without the stack, "
+        "until the reservation ends: it may be shared or tied to a commitment, so only its owner can end it "
+        "(tpu-rl never deletes it)",  # the reservation bills on: 8 chips at recipes/costs/prices.toml's $1.89
         "fits: 27.9 GiB of a v6e-8 chip's 31.2 GiB at its peak (the train step), 11% free (the margin: 10%)"]
     assert not any("serialPort" in path for _, path, _ in google.requests)
     assert not record_exists(gcs, VM_RECIPE)

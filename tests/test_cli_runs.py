@@ -111,7 +111,7 @@ def test_runs_json(cloud, tmp_path):
         "record": f"gs://rl-test-artifacts/qwen3-30b-a3b/trained/{second}/run.json",
         "accuracy_before": None, "accuracy_after": None, "differs": ["learning_rate=1e-5"], "accuracy_resumed": None,
         "sweep": None, "queued": None, "cost_usd": 0.0, "accuracy_post": None, "held_out": "",
-        "accuracy_after_step": None}
+        "accuracy_after_step": None, "left_running": ""}
     assert (data["runs"][0]["accuracy_before"], data["runs"][0]["accuracy_after"]) == (40.625, 59.375)
 
 

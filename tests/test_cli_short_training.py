@@ -123,3 +123,45 @@ def test_a_training_that_saved_only_step_0_trained_nothing_and_is_missing(gcs):
     put_checkpoints(gcs, 0)
     missing = [req.describe() for req in missing_outputs(gcs, PATHS, "train", finished=True)]
     assert len(missing) == 1 and "only step 0, the untrained model" in missing[0]
+
+
+# num_batches past gsm8k's 7,473 train rows: train_rl keeps int(num_batches x batch_size x train_fraction) of
+# them (MaxText 0.2.4 train_rl.py L375-378) and batches them by 8 with drop_remainder, so the iterator ends
+# after 7473 // 8 = 934 batches, one step each, far below max_steps = train_steps = 100,000 (L506); tunix
+# saves the step it reached on close. 934 is the last step this run can reach, and what export converts.
+PAST_THE_DATA = ("num_batches=100000",)
+DATA_STEPS = 934
+
+
+def test_a_run_past_its_data_exports_the_step_its_data_makes_as_its_computed_last_step(cloud):
+    from tpu_rl.jobs.k8s import jobset_name
+    from tpu_rl.recipes.runs.spec import RunSpec
+
+    gcs, kube = cloud["gcs"], cloud["kube"]
+    spec = RunSpec.requested(get_recipe(RECIPE), PAST_THE_DATA)
+    paths = ArtifactPaths(spec, peer_settings())
+    assert spec.recipe.train_steps == 100000 and spec.recipe.last_step == DATA_STEPS
+    dry = runner.invoke(app, ["run", RECIPE, "--set", *PAST_THE_DATA, "--dry-run", "--skip-fit-check"])
+    assert f"export at step {DATA_STEPS} is an upper bound" in " ".join(dry.output.split()), dry.output
+
+    def trained() -> None:
+        for url, data in orbax_checkpoint(paths.params_at(DATA_STEPS), ("model_params", "optimizer_state"),
+                                          ocdbt=False):
+            bucket, name = split_gs_url(url)
+            gcs.bucket(bucket).blob(name).upload_from_string(data)
+
+    kube.plan(jobset_name(spec, "convert"), on_success=lambda: put_step_output(gcs, spec, "convert"))
+    kube.plan(jobset_name(spec, "train"), on_success=trained)
+    kube.plan(jobset_name(spec, "export"), on_success=lambda: put_step_output(gcs, spec, "export"))
+    result = runner.invoke(app, ["run", RECIPE, "--set", *PAST_THE_DATA, "--skip-fit-check", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "stopped at step" not in result.output  # it reached the last step its data makes
+    export = kube.jobsets[jobset_name(spec, "export")]
+    script = export["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+    assert f"load_parameters_path={paths.params_at(DATA_STEPS)}" in script.split()
+    bucket, name = split_gs_url(paths.run_record)
+    checkpoint = json.loads(gcs.bucket(bucket).blob(name).download_as_text())["steps"]["export"]["checkpoint"]
+    assert checkpoint["step"] == DATA_STEPS and checkpoint["why"].endswith("the computed last step")
+    # Its checkpoint is the trained model even where no JobSet says training finished (no progress marker).
+    gcs.bucket(bucket).blob(split_gs_url(paths.progress_marker("train"))[1]).delete()
+    assert missing_outputs(gcs, paths, "train") == []

@@ -52,7 +52,8 @@ def test_status_after_a_self_stop_says_so_and_how_the_next_run_starts(settings_e
     assert "TPU VM rl-test-vm (TERMINATED; startup script: done)" in text
     assert ("TPU VM rl-test-vm stopped itself at 20" in text and "after its startup script verified every output "
             f"of run {RUN} (VM_AFTER_RUN=stop): it bills only its boot disk now, until `npx cdktf destroy {RECIPE}`; "
-            f"the reservation it is bound to keeps billing ${8 * RESERVED_CHIP_HOUR:.2f}/h until it is deleted (tpu-rl "
+            f"the reservation's 8 chips bill ${8 * RESERVED_CHIP_HOUR:.2f}/h with or without the stack, until the "
+            "reservation ends: it may be shared or tied to a commitment, so only its owner can end it (tpu-rl "
             "never deletes it); "
             "a TPU VM cannot be started again: a new run: change rl.overrides in recipes.toml, then `npx cdktf "
             f"deploy {RECIPE}`") in text
@@ -64,6 +65,10 @@ def test_run_after_a_self_stop_reports_done_and_what_still_bills(settings_env, g
     assert text.count("output verified, skipping") == 3
     assert "stopped itself at" in text and "it bills only its boot disk now" in text
     assert "the stack costs" not in text  # the stack's hourly cost no longer runs
+    # what still bills: the standing account `down`, `recipes` and the README give (the reservation, and the
+    # NAT's IP, $0.005/h in prices.toml [nat], which is all the destroy stops)
+    assert (f"with no run, stack {RECIPE} bills ${8 * RESERVED_CHIP_HOUR + 0.005:.2f}/h (estimates from list "
+            f"prices); `npx cdktf destroy {RECIPE}` stops $0.01/h of it") in text
     assert not any("serialPort" in path for _, path, _ in vm.requests)
 
 
@@ -271,8 +276,8 @@ def test_a_reservation_bound_vm_says_the_reservation_keeps_billing(settings_env,
     assert dry.exit_code == 0, dry.output
     text = text_of(dry)
     assert "no idle cost" not in text
-    assert (f"only its boot disk bills until `npx cdktf destroy {RECIPE}`; the reservation it is bound to "
-            f"keeps billing ${8 * RESERVED_CHIP_HOUR:.2f}/h until it is deleted") in text
+    assert (f"only its boot disk bills until `npx cdktf destroy {RECIPE}`; the reservation's 8 chips bill "
+            f"${8 * RESERVED_CHIP_HOUR:.2f}/h with or without the stack, until the reservation ends") in text
 
 
 def test_a_terminated_vm_without_any_record_gets_the_delete_and_deploy_hint(settings_env, gcs, vm, monkeypatch):

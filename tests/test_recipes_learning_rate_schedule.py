@@ -69,7 +69,8 @@ def rendered_schedule(spec: RunSpec) -> int:
     return CONFIG_STEPS if value == -1 else value
 
 
-RUNS = [(name, sets) for name in all_recipes() for sets in ((), ("num_batches=1000",))]
+# 900 batches of 8 rows fit gsm8k's 7,473 (a run past them: PAST_THE_DATA below)
+RUNS = [(name, sets) for name in all_recipes() for sets in ((), ("num_batches=900",))]
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -109,17 +110,35 @@ def test_the_formula_gives_seed_002s_rate_of_about_1e_8():
 
 def test_an_explicit_schedule_shorter_than_the_run_gets_one_warning_line():
     qwen3 = all_recipes()["qwen3-v6e32"]
-    short = RunSpec.requested(qwen3, ["num_batches=1000", "learning_rate_schedule_steps=100"]).recipe
-    # optax's cosine is 0 from count 100 on (min(t, D) = D): counts 100 .. 999 train at 0.
-    assert steps_at_zero_rate(short) == 900
-    assert rate_fraction(99, 100) > 0 and rate_fraction(100, 100) == 0.0 == rate_fraction(999, 100)
+    short = RunSpec.requested(qwen3, ["num_batches=900", "learning_rate_schedule_steps=100"]).recipe
+    # optax's cosine is 0 from count 100 on (min(t, D) = D): counts 100 .. 899 train at 0.
+    assert steps_at_zero_rate(short) == 800
+    assert rate_fraction(99, 100) > 0 and rate_fraction(100, 100) == 0.0 == rate_fraction(899, 100)
     warning = schedule_warning(short)
-    assert warning and "\n" not in warning and "900 steps would train at a learning rate of 0" in warning
-    assert schedule_warning(RunSpec.requested(qwen3, ["num_batches=1000"]).recipe) is None  # derived: follows the run
+    assert warning and "\n" not in warning and "800 steps would train at a learning rate of 0" in warning
+    assert schedule_warning(RunSpec.requested(qwen3, ["num_batches=900"]).recipe) is None  # derived: follows the run
     assert schedule_warning(RunSpec.requested(qwen3, ["learning_rate_schedule_steps=300"]).recipe) is None  # longer: fine
     # -1 is MaxText's default: 0.2.3 makes it `steps`, 150_001 (the 1e-8 above); 0.2.4 the run's steps.
     assert "ends inside the warmup" in schedule_warning(RunSpec.requested(qwen3, ["learning_rate_schedule_steps=-1"]).recipe)
-    result = CliRunner().invoke(app, ["render", "qwen3-v6e32", "--out", "-", "--set", "num_batches=1000",
+    result = CliRunner().invoke(app, ["render", "qwen3-v6e32", "--out", "-", "--set", "num_batches=900",
                                       "--set", "learning_rate_schedule_steps=100"])
     assert result.exit_code == 0
     assert [line for line in result.output.splitlines() if "learning rate of 0" in line] == [warning]
+
+
+# A num_batches past gsm8k's 7,473 train rows: train_rl cuts the split to num_batches x batch_size x
+# train_fraction rows (0.2.4 train_rl.py L375-378) and tunix stops when they run out, so the run trains the
+# rows' steps, worked by hand: 7473 // 8 = 934 at batch_size 8 (0.2.4 drops the last partial batch);
+# llama31-v6e8 (0.2.3, batch_size 1): 7473. Its schedule must fit those steps, not the 100,000 asked for.
+PAST_THE_DATA = {"qwen3-v6e32": 934, "gemma4-v6e64": 934, "llama31-v6e8": 7473}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("name", list(PAST_THE_DATA))
+def test_a_run_past_its_data_gets_a_schedule_that_fits_the_steps_it_trains(name, release):
+    spec = RunSpec.requested(all_recipes()[name], ("num_batches=100000",))
+    steps = PAST_THE_DATA[name]
+    length = schedule_length(release, rendered_schedule(spec), spec.recipe.train_steps)
+    rates = [rate_fraction(count, length) for count in range(steps)]
+    assert max(rates) == pytest.approx(1.0), f"{name}: the warmup of {length} never ends inside {steps} steps"
+    assert rates[-1] > 0 and sum(rates) / steps >= 0.25, f"{name}: schedule of {length} for {steps} steps"

@@ -90,9 +90,9 @@ def test_a_set_schedule_length_replaces_the_derived_one_and_follows_no_step_coun
     items = [item for item in train_command(recipe.recipe, paths(recipe)).overrides
              if item.startswith(SCHEDULE_KEY + "=")]
     assert items == ["learning_rate_schedule_steps=300"]
-    derived = [item for item in train_command(requested(QWEN, ["num_batches=1000"]).recipe, paths(of(QWEN))).overrides
+    derived = [item for item in train_command(requested(QWEN, ["num_batches=900"]).recipe, paths(of(QWEN))).overrides
                if item.startswith(SCHEDULE_KEY + "=")]
-    assert derived == ["learning_rate_schedule_steps=2000"]  # the recipe's ratio 2 x 1000 steps
+    assert derived == ["learning_rate_schedule_steps=1800"]  # the recipe's ratio 2 x 900 steps (7,200 of 7,473 rows)
 
 
 # --- --set ---------------------------------------------------------------------------------------------

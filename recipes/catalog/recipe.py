@@ -21,6 +21,7 @@ from tpu_rl.recipes.errors import UserError
 from tpu_rl.recipes.fit import MARGIN
 from tpu_rl.recipes.names import check_name
 from tpu_rl.recipes.platforms import PlatformFacts, facts_of
+from tpu_rl.recipes.runs.datasets import trained_steps
 
 MAX_RECIPE_NAME = 20  # a stack's name, which prefixes the names of its resources
 
@@ -96,7 +97,8 @@ class Recipe(BaseModel):
 
         As MaxText computes it (0.2.4: configs/types.py, RLConfig's train_steps; 0.2.3:
         trainers/post_train/rl/train_rl.py, get_max_train_steps), with each factor from rl.overrides or
-        else the release's config default. An upper bound: train_rl drops long prompts before it takes
+        else the release's config default: what the settings ask for. The data may allow fewer (last_step).
+        An upper bound: train_rl drops long prompts before it takes
         its num_batches x batch_size items, so it can stop below (scripts/cloud/gcs.py TrainedCheckpoint);
         tunix saves the step it reached on close, whatever checkpoint_period is."""
         product = float(self.rl.num_batches) * self.steps_per_batch
@@ -108,8 +110,11 @@ class Recipe(BaseModel):
 
     @property
     def last_step(self) -> int:
-        """The last step train_rl can reach (an upper bound); export converts the step it did reach."""
-        return self.train_steps
+        """The last step train_rl can reach (an upper bound): train_steps, which it passes as max_steps, capped
+        by the steps its training data makes (recipes/runs/datasets.py trained_steps: train_rl cuts the split
+        to num_batches x batch_size x train_fraction rows, and tunix stops and saves when they run out, below
+        max_steps). Export converts the step training did reach."""
+        return trained_steps(self)
 
 
 class RecipeFile(Strict):

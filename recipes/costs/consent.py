@@ -1,4 +1,5 @@
-"""When `run` and `sweep` ask before they spend, and what stands for a yes where nobody can be asked (pure).
+"""When `run`, `sweep` and `eval` ask before they spend, and what stands for a yes where nobody can be asked
+(pure).
 
 The threshold is COSTLY_RATIO times the recipe's own run: its convert, train and export as recipes.toml
 defines them, the figure the README's run table shows (recipes/costs/run.py). A multiple of that, not a
@@ -11,6 +12,8 @@ estimate that fits it needs no question, and one over it is refused whatever els
 It is asked once, when the work is submitted: a new run (no record in the bucket yet) or a whole sweep.
 Reattaching, resuming a run whose record holds the same settings, the driver starting again and a sweep's
 queued run starting ask nothing (scripts/pipeline/record.py RunRecord.open is where a run is known new).
+What was decided is kept in the run's run.json under "consent" (Spend.record), written once with the run's
+first record and never replaced, so that a reattached, resumed or retried run shows the yes it was given.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from tpu_rl.recipes.errors import UserError
 
 # A run or sweep estimated at this many times the recipe's own run or more is asked about (see above).
 COSTLY_RATIO = 3
+# How a run under the threshold went on: nothing needed a yes (Spend.record's "how").
+NOT_ASKED = "not asked: under the threshold"
 
 
 def checked_max_cost(value: Optional[float]) -> Optional[float]:
@@ -66,15 +71,26 @@ class Spend:
         return (f"Start {self.what}, estimated at {usd(self.estimate)} ({self.estimate / self.own:,.1f} times "
                 f"the recipe's own run, {usd(self.own)})?")
 
-    def require(self, ask: Optional[Callable[[str], bool]]) -> None:
-        """Go on, or raise UserError: under the threshold or consented, go on; else ask where there is a
-        terminal (`ask`), and refuse where there is none or the answer is no."""
+    def record(self, how: str) -> dict:
+        """What run.json keeps of this decision: the estimate, the threshold and how it was let through."""
+        return {"what": self.what, "estimate_usd": round(self.estimate, 2), "own_run_usd": round(self.own, 2),
+                "threshold_usd": round(self.threshold, 2), "how": how,
+                **({"max_cost_usd": self.max_cost} if self.max_cost is not None else {})}
+
+    def require(self, ask: Optional[Callable[[str], bool]]) -> dict:
+        """Go on with Spend.record of how, or raise UserError: under the threshold or consented, go on; else
+        ask where there is a terminal (`ask`), and refuse where there is none or the answer is no."""
         self.check_cap()
-        if not self.large or self.consented:
-            return
+        if not self.large:
+            return self.record(NOT_ASKED)
+        if self.yes:
+            return self.record("--yes")
+        if self.consented:
+            return self.record("--max-cost")
         if ask is None:
             raise UserError(f"{self.what} is estimated at {usd(self.estimate)}, {self.estimate / self.own:,.1f} "
                             f"times the recipe's own run ({usd(self.own)}), and there is no terminal to ask in: "
                             f"rerun with --yes, or with --max-cost {math.ceil(self.estimate)}; nothing was started")
         if not ask(self.question()):
             raise UserError(f"answered no: {self.what} was not started, and nothing else was")
+        return self.record("prompt")

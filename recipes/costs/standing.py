@@ -1,5 +1,8 @@
-"""What a GKE recipe's stack still bills per hour while no run of it is active or queued: its pools at the
-sizes the cluster's nodes show, priced from recipes/costs/prices.toml and the recipe's shape (pure).
+"""What a recipe's stack still bills per hour while no run of it is active or queued, priced from
+recipes/costs/prices.toml and the recipe's shape (pure): a GKE stack's pools at the sizes the cluster's
+nodes show (standing_cost), a TPU VM stack's VM as its run leaves it (vm_standing_cost); and the one account
+of it every command and the README give (account): what bills, what the stack's destroy stops, and what only
+a reservation's owner can stop.
 
 What bills while the stack exists (docs/capacity.md, "When the queue is empty"):
 - the cluster management fee, the system pool and the Cloud NAT gateway (its price per node);
@@ -146,34 +149,71 @@ def idle_nodes(recipe: Recipe) -> list[dict[str, str]]:
     return nodes
 
 
+def vm_standing_cost(recipe: Recipe, vm_up: bool, prices: PriceTable | None = None) -> StandingCost:
+    """The bill of a TPU VM recipe's stack with no run: a reservation's chips when the VM is bound to one
+    (charged until the reservation is deleted, VM up or not: see the module's docstring), else the VM's chips
+    while it is up (VM_AFTER_RUN=keep; it stops itself after its run by default, and a stopped TPU VM bills
+    only its boot disk); and the Cloud NAT gateway: its IP, and the VM while it is up."""
+    prices = prices or load_prices()
+    shape, mode = recipe.shape, recipe.capacity[0]  # a VM takes one mode (scripts/pipeline/vm)
+    chip = prices.tpu_chip_hour(shape.generation, mode).usd_per_hour
+    items = []
+    if _reserved(mode) or vm_up:
+        kind = "reserved" if _reserved(mode) else mode
+        items.append(StandingItem(f"TPU VM {shape.total_chips} {kind} chips", shape.total_chips * chip,
+                                  reserved=_reserved(mode), chips=shape.total_chips))
+    items.append(StandingItem("Cloud NAT", prices.nat_hourly(shape.total_hosts if vm_up else 0)))
+    return StandingCost(tuple(items), ())
+
+
+def idle_bill(recipe: Recipe, vm_up: bool = False, prices: PriceTable | None = None) -> StandingCost:
+    """A recipe's stack with no run, as deployed: a GKE stack with its system pool and a reservation's hosts
+    (idle_nodes), a TPU VM stopped after its run, or up when `vm_up` (VM_AFTER_RUN=keep)."""
+    if recipe.platform_facts.control_plane:
+        return standing_cost(recipe, idle_nodes(recipe), prices)
+    return vm_standing_cost(recipe, vm_up, prices)
+
+
 def down_command(recipe: str) -> str:
     """The one command every output names to stop what a GKE stack bills (scripts/pipeline/gke/down.py)."""
     return f"`tpu-rl down {recipe}`"
 
 
-def account(bill: StandingCost, recipe: str) -> list[str]:
+def stop_command(recipe: Recipe) -> str:
+    """The one command every output names to stop what the recipe's stack bills: `tpu-rl down` on GKE, and
+    `npx cdktf destroy` for a TPU VM's stack, which `down` does not take (it has no cluster to check first)."""
+    if recipe.platform_facts.control_plane:
+        return down_command(recipe.name)
+    return f"`npx cdktf destroy {recipe.name}`"
+
+
+def reservation_line(bill: StandingCost) -> str | None:
+    """What destroying the stack does not end: the reservation's chips, in one wording; None without one."""
+    if not bill.reserved:
+        return None
+    chips = sum(item.chips for item in bill.reserved)
+    return (f"the reservation's {chips} chips bill {usd(bill.total - bill.stack_only)}/h with or without the "
+            "stack, until the reservation ends: it may be shared or tied to a commitment, so only its owner can "
+            "end it (tpu-rl never deletes it)")
+
+
+def account(bill: StandingCost, recipe: Recipe) -> list[str]:
     """What still bills, said the same way by `run`, `runs`, `down`, `recipes` and the README: what bills
-    now, what `tpu-rl down` stops, and what only the reservation's owner can stop."""
-    lines = [f"with no run, stack {recipe} bills {usd(bill.total)}/h ({ESTIMATE_NOTE}); {down_command(recipe)} "
+    now, what destroying the stack (stop_command) stops, and what only the reservation's owner can stop."""
+    lines = [f"with no run, stack {recipe.name} bills {usd(bill.total)}/h ({ESTIMATE_NOTE}); {stop_command(recipe)} "
              f"stops {usd(bill.stack_only)}/h of it: {bill.summary(reserved=False)}"]
-    if bill.reserved:
-        chips = sum(item.chips for item in bill.reserved)
-        lines.append(f"the reservation's {chips} chips bill {usd(bill.total - bill.stack_only)}/h with or without "
-                     "the stack, until the reservation ends: it may be shared or tied to a commitment, so only "
-                     "its owner can end it (tpu-rl never deletes it)")
-    return lines
+    reserved = reservation_line(bill)
+    return lines + ([reserved] if reserved else [])
 
 
 def standing_table(recipes: list[Recipe], prices: PriceTable | None = None) -> str:
-    """The README's table of what each GKE recipe's stack bills with no run, split as `account` says it
-    (tests/test_jobs_readme.py keeps the README's copy in sync)."""
-    rows = ["| recipe | bills with no run | `tpu-rl down` stops | the reservation, until it ends |",
+    """The README's table of what each recipe's stack bills with no run (idle_bill: a TPU VM stopped after
+    its run), split as `account` says it (tests/test_jobs_readme.py keeps the README's copy in sync)."""
+    rows = ["| recipe | bills with no run | destroying the stack stops | the reservation, until it ends |",
             "| --- | --- | --- | --- |"]
     for recipe in recipes:
-        if not recipe.platform_facts.control_plane:
-            continue
-        bill = standing_cost(recipe, idle_nodes(recipe), prices)
-        rows.append(f"| {recipe.name} | {usd(bill.total)}/h | {usd(bill.stack_only)}/h | "
+        bill = idle_bill(recipe, prices=prices)
+        rows.append(f"| {recipe.name} | {usd(bill.total)}/h | {stop_command(recipe)}: {usd(bill.stack_only)}/h | "
                     f"{usd(bill.total - bill.stack_only)}/h |")
     return "\n".join(rows)
 

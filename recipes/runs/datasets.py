@@ -16,8 +16,25 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Protocol
 
-from tpu_rl.recipes.catalog.recipe import Recipe
+from tpu_rl.recipes.catalog.entry import RlSpec
+from tpu_rl.recipes.catalog.facts import MaxTextRelease
+
+
+class DataRecipe(Protocol):
+    """What this module reads of a recipe (recipes/catalog/recipe.py Recipe), named here rather than imported:
+    Recipe.last_step reads trained_steps, and the imports go one way (tests/test_imports.py)."""
+
+    maxtext: MaxTextRelease
+    rl: RlSpec
+
+    @property
+    def train_steps(self) -> int: ...
+
+    def eval_setting(self, key: str) -> float: ...
+
+    def step_factor(self, key: str) -> float: ...
 
 
 @cache
@@ -25,7 +42,7 @@ def _split_rows() -> dict:
     return tomllib.loads(resources.files("tpu_rl.recipes").joinpath("runs/datasets.toml").read_text())
 
 
-def _setting(recipe: Recipe, key: str, defaults: dict) -> str:
+def _setting(recipe: DataRecipe, key: str, defaults: dict) -> str:
     given = recipe.rl.override(key)
     return str(given) if given is not None else str(defaults[key])
 
@@ -53,7 +70,7 @@ class DataLimit:
                 f"{self.steps:,} steps, and the estimate counts those; lower num_batches to match")
 
 
-def data_limit(recipe: Recipe) -> DataLimit | None:
+def data_limit(recipe: DataRecipe) -> DataLimit | None:
     """The steps this run's training data allows, or None where its rows are not known (another dataset
     than recipes/runs/datasets.toml lists, or hf_train_files)."""
     release = recipe.maxtext
@@ -72,13 +89,13 @@ def data_limit(recipe: Recipe) -> DataLimit | None:
     return DataLimit(f"{name}'s {split} split", rows, entry["source"], steps, recipe.train_steps)
 
 
-def trained_steps(recipe: Recipe) -> int:
+def trained_steps(recipe: DataRecipe) -> int:
     """The steps the run can train: what it asks for (Recipe.train_steps), capped by its data."""
     limit = data_limit(recipe)
     return min(limit.steps, limit.asked) if limit else recipe.train_steps
 
 
-def data_warning(recipe: Recipe) -> str | None:
+def data_warning(recipe: DataRecipe) -> str | None:
     """DataLimit.warning of the run, or None (its data is not known, or makes the steps it asks for)."""
     limit = data_limit(recipe)
     return limit.warning() if limit else None

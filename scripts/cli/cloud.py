@@ -201,15 +201,23 @@ def eval_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                  run_name: str = typer.Option(..., "--run", metavar="NAME", help="The run whose checkpoint to evaluate."),
                  step: Optional[int] = typer.Option(None, "--step", min=1, help="The checkpoint (default: the latest)."),
                  sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
-                                                          help=EVAL_SET_HELP)) -> None:
+                                                          help=EVAL_SET_HELP),
+                 yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
+                 max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="USD", help=MAX_COST_HELP)
+                 ) -> None:
     """Evaluate a saved checkpoint of a run on the held-out set, on the run's slice shape, into its run.json."""
     recipe = get_recipe(recipe_name)
     platform_for(recipe).check_eval(recipe)  # refused before any cloud is asked
     from tpu_rl.jobs.evaluate import model_items
 
+    # it spends TPU time as `run` does: weighed by the same rule, at the most the platform's evaluation can bill
+    spend = platform_for(recipe).eval_spend(recipe, run_name, yes, checked_max_cost(max_cost))
+    spend.check_cap()
+
     session = run_session("eval", recipe_name, None, run_name)  # the run's --set items first (its record), then these
     models = model_items(session.recipe, tuple(sets or ()))  # weighed against the run's values (eval_sets)
     session.spec.with_sets(tuple(item for item in sets or () if item not in models))  # before any cloud is asked
+    session.spend, session.spend_ask = spend, session.confirm  # asked before the evaluation's JobSet is made
     platform_for(session.recipe).evaluate(session, step, tuple(sets or ()))
 
 
@@ -316,13 +324,16 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             console.print(RESUMED_NOTE)
         for sweep in dict.fromkeys(run.sweep for run in listing.runs if run.sweep):
             console.print(escape(best_of_sweep(listing.runs, sweep)))
+        for run in listing.runs:  # a driver that ended under a running step: the line `status` gives
+            if run.left_running:
+                console.print(escape(run.left_running))
         if queue_note:
             console.print(escape(queue_note))
     if listing.other_recipes:
         console.print(f"({listing.other_recipes} run(s) of other recipes with the same model are not shown)")
     idle, unknown = _idle(session)
     if idle is not None:
-        for line in idle.lines(name, session.settings.cluster_name, session.settings.gcs_bucket):
+        for line in idle.lines(session.recipe, session.settings.cluster_name, session.settings.gcs_bucket):
             console.print(escape(line))
     elif unknown:
         console.print(escape(f"(what the cluster still bills is not shown: {unknown})"))

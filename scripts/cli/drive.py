@@ -150,5 +150,6 @@ def _drive(console, path: Path, in_cluster: bool) -> None:
     session.console, session.confirm, session.driven = console, None, True  # no terminal: nothing is asked
     session.clients.in_cluster = in_cluster
     session.argv = request.get("command")  # run.json records the attaching `run`'s command line
+    session.consent = request.get("consent")  # what the attaching `run` was given (recipes/costs/consent.py)
     console.print(f"driver: tpu-rl {package_version()} drives run {session.paths.run_name} ({', '.join(steps)})")
     platform_for(spec.recipe).drive(session, steps, replace=request["replace"], follow_logs=request["follow_logs"])

@@ -51,13 +51,11 @@ def recipe_facts(recipe: Recipe) -> dict:
 
 def _standing_facts(recipe: Recipe) -> dict:
     """What the recipe's stack bills with no run, in the account `run`, `runs` and `down` give
-    (recipes/costs/standing.py); a TPU VM recipe has no standing cluster: None."""
-    from tpu_rl.recipes.costs.standing import account, idle_nodes, standing_cost
+    (recipes/costs/standing.py; a TPU VM as its run leaves it by default, stopped)."""
+    from tpu_rl.recipes.costs.standing import account, idle_bill
 
-    if not recipe.platform_facts.control_plane:
-        return {"idle_usd_per_hour": None, "idle": []}
-    bill = standing_cost(recipe, idle_nodes(recipe))
-    return {"idle_usd_per_hour": round(bill.total, 2), "idle": account(bill, recipe.name)}
+    bill = idle_bill(recipe)
+    return {"idle_usd_per_hour": round(bill.total, 2), "idle": account(bill, recipe)}
 
 
 def _fit_facts(recipe: Recipe) -> dict:

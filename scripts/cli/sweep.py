@@ -192,8 +192,8 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     from tpu_rl.scripts.cli import core
 
     # asked once for the whole sweep; its runs, started next and later by their drivers, ask nothing
-    dataclasses.replace(spend, estimate=plan.total + extra).require(core.asker())
-    start_runs(plan, settings, console)
+    consent = dataclasses.replace(spend, estimate=plan.total + extra).require(core.asker())
+    start_runs(plan, settings, console, consent)
 
 
 def sweep_spend(plan: SweepPlan, yes: bool, max_cost: Optional[float]):
@@ -285,9 +285,10 @@ def price_system_nodes(plan: SweepPlan, settings: Settings, console, max_cost: O
     return extra
 
 
-def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
+def start_runs(plan: SweepPlan, settings: Settings, console, consent: dict | None = None) -> None:
     """Each run started detached through the platform (Platform.run(detach=True)), in the plan's order. When
-    run k cannot be started, the line names those that were, and how to stop them."""
+    run k cannot be started, the line names those that were, and how to stop them. `consent`: the sweep's
+    (Spend.record), kept in each run's run.json as the yes that run was given."""
     from rich.markup import escape
 
     from tpu_rl.scripts.cli.cloud import make_session
@@ -297,6 +298,7 @@ def start_runs(plan: SweepPlan, settings: Settings, console) -> None:
         spec, recipe = run.spec, run.spec.recipe
         try:
             session = make_session(spec, settings, "writes")
+            session.consent = {**consent, "at": session.now().isoformat(timespec="seconds")} if consent else None
             platform_for(recipe).run(session, STEPS, replace=False, follow_logs=False, dry_run=False,
                                      show_manifests=False, detach=True)
         except (Outcome, UserError, KeyboardInterrupt) as error:

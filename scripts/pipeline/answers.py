@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpu_rl.recipes.catalog.recipe import Recipe
 from tpu_rl.recipes.costs.standing import StandingCost, account, down_command
 
 
@@ -33,11 +34,11 @@ class Idle:
     active: tuple[ActiveRun, ...]
     bill: StandingCost | None
 
-    def lines(self, recipe: str, cluster: str, bucket: str) -> list[str]:
+    def lines(self, recipe: Recipe, cluster: str, bucket: str) -> list[str]:
         if self.bill is None:
             return []
-        return [f"no run of {recipe} is active or queued on cluster {cluster}; {down_command(recipe)} destroys "
-                f"its stack, keeping gs://{bucket}", *account(self.bill, recipe)]
+        return [f"no run of {recipe.name} is active or queued on cluster {cluster}; {down_command(recipe.name)} "
+                f"destroys its stack, keeping gs://{bucket}", *account(self.bill, recipe)]
 
     def as_record(self) -> dict:
         return {"active": [{"run": run.run, "what": run.what} for run in self.active],

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
+    from tpu_rl.recipes.costs.consent import Spend
     from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.answers import Idle, Rendered
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
@@ -90,12 +91,20 @@ class Platform(Protocol):
         following it ("succeeded" or "failed", and when), from the platform's own records; None when they say
         nothing more."""
 
+    def steps_left_running(self, session: Session, run: str) -> list[str]:
+        """The run's steps that still run or queue on the platform while what takes the run from step to step
+        (GKE: its driver) has ended; [] when it runs, or the platform has no such thing."""
+
     def live_train_step(self, session: Session, run: str) -> Optional[TrainProgress]:
         """The trainer's last step in the run's live log while its train step runs (scripts/pipeline/run_state.py
         says when screens use it); None while it does not run or has logged no step yet."""
 
     def check_eval(self, recipe: Recipe) -> None:
         """Refuse `tpu-rl eval` before any cloud is asked when the platform cannot evaluate."""
+
+    def eval_spend(self, recipe: Recipe, run: str, yes: bool, max_cost: Optional[float]) -> Spend:
+        """The most `tpu-rl eval` of run `run` can bill, weighed by the rule `run` and `sweep` follow
+        (recipes/costs/consent.py), before any cloud is asked."""
 
     def evaluate(self, session: Session, step: Optional[int], sets: tuple[str, ...]) -> object:
         """`tpu-rl eval`: score a saved checkpoint of the session's run on the held-out set."""

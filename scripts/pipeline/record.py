@@ -99,7 +99,7 @@ class RunRecord:
                 f"run '{paths.run_name}' was started with other settings ({changes}; see {paths.run_record}): "
                 f"choose another name with --run NAME, or leave out --run to train as run '{derived}'")
         if not existing and session.spend is not None:  # a new run: asked once, here, before anything is made
-            session.spend.require(session.spend_ask)
+            session.consent = {**session.spend.require(session.spend_ask), "at": _time(session.now())}
         return cls(session, existing)
 
     def _describe(self) -> dict:
@@ -140,6 +140,8 @@ class RunRecord:
             data.setdefault("earlier", []).append(earlier)
         data.update(self._describe())
         data.setdefault("created", now)
+        if self.session.consent:
+            data.setdefault("consent", self.session.consent)  # given once, when the run was new: never replaced
         data.update(command=redacted(self.session.argv or sys.argv), started=now, ended=None, status="running", error=None)
         for file in self.session.spec.user_files:
             gcs.write_text(self.session.clients.storage(), user_file_copy(self.session, file.name), file.content,
@@ -212,7 +214,7 @@ class RunRecord:
 
 @contextmanager
 def ending_run(session: Session, record: RunRecord, steps: tuple[Step, ...],
-               billing: Callable[[], str] | None = None) -> Iterator[None]:
+               billing: Callable[[], list[str]] | None = None) -> Iterator[None]:
     """The end of a `run` on either platform, around what it does with its steps: a failure or an interrupt
     is recorded (RunRecord.finish) and raised; success is recorded, then the accuracy line (when the run
     evaluated) and the summary of the steps are printed (`billing`: Session.next_steps)."""

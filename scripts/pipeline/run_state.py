@@ -9,6 +9,9 @@ that no two of them tell one run two ways (issue 37: `status` showed `step 46/50
   so while train runs they lag behind it, or do not exist yet.
 - The ending: the record's (run.json) status, or, while it still says running (or that the `run` following
   it was interrupted), what the platform's own records say of a run nobody followed (Platform.unfollowed_end).
+- A run whose `run` or driver ended while a step still runs on the platform (GKE: a driver killed by SIGINT
+  records `interrupted`, and its train JobSet goes on): running, with one line that says its driver ended
+  and how to follow it again (left_running_line), on `runs` as on `status`, which shows the step running.
 - The queue place: the platform's (Platform.queue), of the run and of the step that waits, in one wording
   (session.queued).
 - A step's state: the platform's view of it while it runs or queues; once it does not, the record's
@@ -18,8 +21,9 @@ that no two of them tell one run two ways (issue 37: `status` showed `step 46/50
 
 from __future__ import annotations
 
+import shlex
 from datetime import datetime
-from typing import Callable
+from typing import Callable, TypeVar
 
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.recipes.outcome import ApiError
@@ -56,6 +60,25 @@ def run_outcome(session: Session, run: str, record: dict, unfollowed_end: Unfoll
     return unfollowed_end(session, run) or (status, ended)
 
 
+def still_running(status: str, left: list[str]) -> str:
+    """The run's status once its steps left running on the platform are known (Platform.steps_left_running):
+    a run whose record says its `run` or driver was interrupted is running while one of its steps is."""
+    return "running" if status == "interrupted" and left else status
+
+
+def left_running_line(session: Session, run: str, record: dict, left: list[str]) -> str:
+    """One line, the same on `runs` and `status`, for a run whose steps `left` still run on the platform while
+    its driver ended: nothing takes it on to its next step until a `run` of it (with its record's --set items
+    and name) starts its driver again; "" when none is left."""
+    if not left:
+        return ""
+    items = [f"--set {shlex.quote(item)}" for item in (record.get("overrides") or {}).get("set") or ()]
+    named = ["--run", run] if record.get("named_by") == "--run" else []
+    again = " ".join(["tpu-rl", "run", session.recipe.name, *items, *named])
+    return (f"run {run}: {' and '.join(left)} still {'runs' if len(left) == 1 else 'run'} on the cluster, but its "
+            f"driver ended, so nothing takes it on to the next step; follow it again with `{again}`")
+
+
 def step_state(recorded: str | None, live: str, active: bool, place: int | None = None) -> str:
     """The state a screen shows of one step: its queue place while it waits there (`place`, as `runs` shows
     the run's); `live`, the platform's word for it, while `active` (it runs or queues there) or when it
@@ -85,23 +108,37 @@ def train_progress(session: Session, run: str, live: TrainProgress | None,
     return TrainProgress(point[0], point[1]) if point else None
 
 
+Answer = TypeVar("Answer")
+
+
 class LiveSteps:
     """What the platform reads of each listed run's train step in its live log (Platform.live_train_step),
     None when it cannot be read (no cluster configured or reachable, the VM stopped): the event files are
-    the fallback. After one read failed the others of the listing are not tried: each would wait out the
-    same retries, and `runs` needs only the bucket; `error` says why (runs.with_queue does not try again)."""
+    the fallback; and of the steps it still runs after the run's driver ended (Platform.steps_left_running).
+    The caller passes its platform's two, so this module never routes to them. After one read failed the
+    others of the listing are not tried: each would wait out the same retries, and `runs` needs only the
+    bucket; `error` says why (runs.with_queue does not try again)."""
 
-    def __init__(self, session: Session, live_train_step: Callable[[Session, str], TrainProgress | None]) -> None:
-        self.session, self.error, self.live_train_step = session, None, live_train_step
+    def __init__(self, session: Session, live_train_step: Callable[[Session, str], TrainProgress | None],
+                 steps_left_running: Callable[[Session, str], list[str]]) -> None:
+        self.session, self.error = session, None
+        self.live_train_step, self.steps_left_running = live_train_step, steps_left_running
 
     def read(self, run: str) -> TrainProgress | None:
+        return self._ask(lambda: self.live_train_step(self.session, run), None)
+
+    def left_running(self, run: str) -> list[str]:
+        """The platform's steps_left_running of the run, [] when the platform cannot be read (as `read`)."""
+        return self._ask(lambda: self.steps_left_running(self.session, run), [])
+
+    def _ask(self, question: Callable[[], Answer], otherwise: Answer) -> Answer:
         if self.error is not None:
-            return None
+            return otherwise
         try:
-            return self.live_train_step(self.session, run)
+            return question()
         except Exception as error:  # noqa: BLE001 -- UserError, ApiError or a client's own: see the class
             self.error = error
-            return None
+            return otherwise
 
 
 def utc(text: str | None) -> str:

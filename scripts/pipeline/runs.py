@@ -18,7 +18,8 @@ from tpu_rl.recipes.costs.prices import usd
 from tpu_rl.recipes.costs.run import hourly_estimate
 from tpu_rl.scripts.cloud.foreign import foreign_outcome
 from tpu_rl.scripts.pipeline.record import run_records
-from tpu_rl.scripts.pipeline.run_state import NO_RECORD, LiveSteps, run_outcome, train_progress, utc
+from tpu_rl.scripts.pipeline.run_state import (NO_RECORD, LiveSteps, left_running_line, run_outcome, still_running,
+                                               train_progress, utc)
 from tpu_rl.scripts.pipeline.session import Session, hms, queued
 from tpu_rl.scripts.rundata.evaluation import accuracy_change, after_training, eval_set_name, resumed_first
 from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory, runs_under
@@ -56,6 +57,8 @@ class RunSummary:
     # The step of accuracy_after when it is not after training but an evaluation during it (a run still
     # training, or one that stopped before its Post): said, so no screen calls it the final one.
     accuracy_after_step: int | None = None
+    # A run whose steps still run on the platform while its driver ended (run_state.left_running_line), "" else.
+    left_running: str = ""
 
     @property
     def state_text(self) -> str:
@@ -153,6 +156,9 @@ def summarize_run(session: Session, name: str, record: dict | None, live: LiveSt
 
     platform = platform_for(session.recipe)
     status, ended_text = run_outcome(session, name, record, platform.unfollowed_end)
+    live = live or live_steps(session)
+    left = live.left_running(name) if status == "interrupted" else []  # a killed driver's run goes on
+    status, ended_text = still_running(status, left), None if left else ended_text
     started, ended = _time(record.get("created")), _time(ended_text)
     end = session.now() if status == "running" else ended
     change = accuracy_change(record.get("evaluations") or [])
@@ -164,7 +170,7 @@ def summarize_run(session: Session, name: str, record: dict | None, live: LiveSt
     # The cluster (or the VM) is asked only while the record says train runs, or there is no record (a VM's
     # script, a JobSet submitted before its run.json was written): the bucket answers for the rest.
     asks = steps.get("train") == "running" or status == NO_RECORD
-    now = (live or LiveSteps(session, platform.live_train_step)).read(name) if asks else None
+    now = live.read(name) if asks else None
     progress = train_progress(session, name, now, scalars)
     return RunSummary(
         run=name, status=status, steps=steps, last_step=progress.step if progress else None,
@@ -178,7 +184,8 @@ def summarize_run(session: Session, name: str, record: dict | None, live: LiveSt
         accuracy_resumed=resumed.accuracy if resumed else None,
         differs=record_differences(session.recipe, record), sweep=record.get("sweep"),
         cost_usd=billed_usd(session, record), accuracy_post=post.accuracy if post else None,
-        held_out=f"{post.total} {eval_set_name(train_overrides)}" if post else "")
+        held_out=f"{post.total} {eval_set_name(train_overrides)}" if post else "",
+        left_running=left_running_line(session, name, record, left))
 
 
 def _step_seconds(entry: dict, now: datetime) -> float:
@@ -251,12 +258,18 @@ def best_of_sweep(runs: list[RunSummary], sweep: str) -> str:
             f"({len(ranked)} of {counted(len(members), 'run')} evaluated){apart}")
 
 
+def live_steps(session: Session) -> LiveSteps:
+    """What the recipe's platform reads of its runs' live steps, for one listing (run_state.LiveSteps)."""
+    from tpu_rl.scripts.pipeline.platforms import platform_for
+
+    platform = platform_for(session.recipe)
+    return LiveSteps(session, platform.live_train_step, platform.steps_left_running)
+
+
 def list_runs(session: Session) -> RunList:
     """The runs under the recipe's `trained/` prefix, oldest first (runs without a record last). A record
     of another recipe with the same model is left out and counted."""
-    from tpu_rl.scripts.pipeline.platforms import platform_for
-
-    runs, others, live = [], 0, LiveSteps(session, platform_for(session.recipe).live_train_step)
+    runs, others, live = [], 0, live_steps(session)
     for name, record in run_records(session).items():
         if record and record.get("recipe") not in (None, session.recipe.name):
             others += 1

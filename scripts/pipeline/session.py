@@ -18,8 +18,8 @@ from rich.console import Console
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Settings, Step, UserError
 from tpu_rl.recipes.costs.consent import Spend
-from tpu_rl.recipes.costs.run import ESTIMATE_NOTE, costly_run_warning, hourly_estimate, pipeline_run_estimate
-from tpu_rl.recipes.costs.standing import account, idle_nodes, standing_cost
+from tpu_rl.recipes.costs.run import ESTIMATE_NOTE, costly_run_warning, pipeline_run_estimate
+from tpu_rl.recipes.costs.standing import account, idle_bill
 from tpu_rl.recipes.outcome import OutputMissing, RetryPolicy
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.runs.usual_values import has_unusual
@@ -53,6 +53,9 @@ class Session:
     # None where nothing is asked: a dry run, the driver, a sweep's run (the sweep asked for all of them).
     spend: Spend | None = None
     spend_ask: Callable[[str], bool] | None = None  # the terminal's question when `spend` is set
+    # What was decided about that spend (Spend.record, with when): run.json keeps the first one it is given;
+    # the GKE driver gets it in its request from the `run` that asked, a sweep's run from its sweep.
+    consent: dict | None = None
 
     def __post_init__(self) -> None:
         self.paths = ArtifactPaths(self.spec, self.settings)
@@ -86,16 +89,16 @@ class Session:
             return NO_OUTPUT
         return f"missing: {describe_missing(missing)}" if missing else "verified"
 
-    def report_done(self, steps: tuple[Step, ...], billing: Callable[[], str] | None = None) -> None:
+    def report_done(self, steps: tuple[Step, ...], billing: Callable[[], list[str]] | None = None) -> None:
         self.console.print(f"[green]done[/]: {', '.join(steps)} verified in gs://{self.settings.gcs_bucket} "
                            f"(run {self.paths.run_name})")
         for line in self.next_steps(steps, billing):
             self.console.print(line)
 
-    def next_steps(self, steps: tuple[Step, ...], billing: Callable[[], str] | None = None) -> list[str]:
-        """What to do after a run: fetch the export, look at the curves, and destroy the stack, whose
-        hourly estimate keeps counting until then; `billing`: the platform's own last line instead (a TPU VM
-        that stops itself after its run)."""
+    def next_steps(self, steps: tuple[Step, ...], billing: Callable[[], list[str]] | None = None) -> list[str]:
+        """What to do after a run: fetch the export, look at the curves, and what the stack still bills until
+        it is destroyed (recipes/costs/standing.py account); `billing`: the platform's own last lines instead
+        (a TPU VM that stops itself after its run, or stays up)."""
         recipe, paths, run = self.recipe, self.paths, self.paths.run_name
         lines = ["next:"]
         if "export" in steps:
@@ -104,15 +107,10 @@ class Session:
                       f"      {paths.hf_export} \\", f"      ./{run}`"]
         if set(steps) - {"convert"}:
             lines.append(f"  its curves: `tpu-rl metrics {recipe.name} --run {run} --png {run}.png`")
-        if billing is not None:
-            return lines + [f"  {billing()}"]
-
-        if not recipe.platform_facts.control_plane:  # a TPU VM: no cluster stands between runs
-            return lines + [f"  when you are done, `npx cdktf destroy {recipe.name}`: the stack costs "
-                            f"{hourly_estimate(recipe, zones=self.settings.zones_for(recipe)).summary()} until "
-                            f"then ({ESTIMATE_NOTE})"]
-        # what still bills once it is done, in the words `runs`, `down` and the README use
-        return lines + [f"  {line}" for line in account(standing_cost(recipe, idle_nodes(recipe)), recipe.name)]
+        if billing is not None:  # the platform's own lines: what its stack bills now this run is done
+            return lines + [f"  {line}" for line in billing()]
+        # what still bills once it is done, in the words `runs`, `down`, `recipes` and the README use
+        return lines + [f"  {line}" for line in account(idle_bill(recipe), recipe)]
 
     def command(self, verb: str, *args: str) -> str:
         """A `tpu-rl` command line for this run, in backquotes: with the run's --set items and --run name,

@@ -173,7 +173,7 @@ def down_gke(session: Session, yes: bool) -> None:
         reserved = f", and reservation {settings.reservation}" if bill.reserved else ""
         console.print(escape(f"`npx cdktf destroy {recipe}` deletes cluster {settings.cluster_name}, its pools and "
                              "network"))
-        for line in account(bill, recipe):  # the words `runs`, `run` and the README use
+        for line in account(bill, session.recipe):  # the words `runs`, `run` and the README use
             console.print(escape(line))
     else:  # a destroy that stopped after the cluster: no cluster to ask, and what is left bills (the NAT)
         kinds = ", ".join(sorted({kind for kind, _ in resources}))

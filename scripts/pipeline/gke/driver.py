@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from tpu_rl.jobs.driver import (REQUEST_ANNOTATION, driver_job, driver_name, request_configmap,
                                 request_configmap_name, request_digest, run_request, settings_env)
 from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION, driver_drift
+from tpu_rl.jobs.k8s import jobset_name
 from tpu_rl.recipes import STEPS, Step, UserError
 from tpu_rl.recipes.outcome import ExitCode
+from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.cloud.driver_job import JobExists, Jobs
+from tpu_rl.scripts.cloud.jobsets import jobset_state
 from tpu_rl.scripts.pipeline.gke.driver_wheel import runtime_version
 from tpu_rl.scripts.pipeline.session import Session
 
@@ -85,6 +88,18 @@ def driver_state(session: Session, jobs: Jobs | None = None) -> DriverState:
     return DriverState(name, phase, version or "", digest, exit_code_of(pods[-1]) if pods else None, reason)
 
 
+def steps_left_running(session: Session, run: str) -> list[str]:
+    """The steps of run `run` (train, export) whose JobSet still runs or queues on the cluster while its driver
+    does not run: its pod was killed (SIGINT, SIGKILL) or its Job deleted, so nothing takes the run on to its
+    next step. [] while the driver runs, or no step of the run does. Convert's JobSet is shared by the runs of
+    one conversion, so it is no one run's."""
+    spec = RunSpec.in_bucket(session.recipe, run)
+    if job_phase(Jobs(session.cluster).get(driver_name(spec)))[0] == "running":
+        return []
+    return [step for step in ("train", "export")
+            if jobset_state(session.cluster.get_jobset(jobset_name(spec, step))).phase in ("running", "suspended")]
+
+
 @dataclass(frozen=True)
 class Started:
     state: DriverState
@@ -117,6 +132,7 @@ def start_driver(session: Session, steps: tuple[Step, ...], *, replace: bool, fo
                         "and start this one")
     replace = prepare_run(session, steps, replace)
     request["replace"] = replace
+    request["consent"] = session.consent  # asked here, where the run was new: the driver's run.json keeps it
     runtime = stage_driver(session)
     if state.phase != "none":  # a finished driver, or one --replace stops: one driver per run
         jobs.delete(state.name)

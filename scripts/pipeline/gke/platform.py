@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
+    from tpu_rl.recipes.costs.consent import Spend
     from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.answers import Idle
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
@@ -105,6 +106,11 @@ class GkePlatform:
 
         return unfollowed_end(session, run)
 
+    def steps_left_running(self, session: Session, run: str) -> list[str]:
+        from tpu_rl.scripts.pipeline.gke.driver import steps_left_running
+
+        return steps_left_running(session, run)
+
     def live_train_step(self, session: Session, run: str) -> Optional[TrainProgress]:
         from tpu_rl.scripts.pipeline.gke.status import live_train_step
 
@@ -112,6 +118,11 @@ class GkePlatform:
 
     def check_eval(self, recipe: Recipe) -> None:
         return None
+
+    def eval_spend(self, recipe: Recipe, run: str, yes: bool, max_cost: Optional[float]) -> Spend:
+        from tpu_rl.scripts.pipeline.gke.evaluate import eval_spend
+
+        return eval_spend(recipe, run, yes, max_cost)
 
     def evaluate(self, session: Session, step: Optional[int], sets: tuple[str, ...]) -> object:
         from tpu_rl.scripts.pipeline.gke.evaluate import eval_gke

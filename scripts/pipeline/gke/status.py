@@ -45,7 +45,8 @@ def jobset_step_status(state: JobSetState, counts: PodCounts | None, expected_po
 def status_gke(session: Session) -> StatusReport:
     """Each step's JobSet, with the state, step and ending scripts/pipeline/run_state.py decides for every
     screen from it and the run's record."""
-    from tpu_rl.scripts.pipeline.run_state import ending_line, read_record, step_state, train_progress
+    from tpu_rl.scripts.pipeline.run_state import (ending_line, left_running_line, read_record, step_state,
+                                                   train_progress)
 
     rows, notes = [], []
     jobs = step_jobs(session.spec, session.settings)
@@ -77,15 +78,17 @@ def status_gke(session: Session) -> StatusReport:
         rows.append(StepStatus(step, shown, *cells[1:], session.output_state(step, state.phase == "succeeded"),
                                placement_of(pods) or "", progress))
     from tpu_rl.scripts.cloud.driver_job import Jobs
-    from tpu_rl.scripts.pipeline.gke.driver import driver_state
+    from tpu_rl.scripts.pipeline.gke.driver import driver_state, steps_left_running
     from tpu_rl.scripts.pipeline.gke.driver_start import waiting_now
 
     driver = driver_state(session)
     waiting = waiting_now(session, Jobs(session.cluster), driver.name) if driver.phase == "running" else ""
     run = session.paths.run_name
+    # a driver killed while a step runs: the line `runs` gives, in place of an ending (run_state.py)
+    left = steps_left_running(session, run) if record.get("status") == "interrupted" else []
     return StatusReport(f"run {run}, JobSets {run}-<step> ({jobs['convert'].name} for convert)", rows,
                         "; ".join(notes), "; ".join(filter(None, [driver.line(), waiting, driver.drift()])),
-                        ending_line(session, record, unfollowed_end))
+                        left_running_line(session, run, record, left) or ending_line(session, record, unfollowed_end))
 
 def admission_note(session: Session, job: StepJob, jobset: dict | None, state: JobSetState) -> str:
     """What a suspended step waits for, from its Kueue Workload and request; for a deactivated one, why,

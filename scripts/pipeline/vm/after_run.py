@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from tpu_rl.jobs.vm_outputs import (FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, NOLOGIN_MINUTES, UNKNOWN_INSTANCE,
                                     after_run_setting)
-from tpu_rl.recipes.capacity.modes import MODE_RULES
-from tpu_rl.recipes.costs.prices import usd
 from tpu_rl.recipes.costs.run import hourly_estimate
+from tpu_rl.recipes.costs.standing import account, idle_bill, reservation_line, stop_command, vm_standing_cost
 from tpu_rl.recipes.settings.specs import BY_FIELD, VM_STAYS, VM_STOPS
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.session import Session
@@ -55,14 +54,22 @@ def next_run_hint(session: Session) -> str:
 
 
 def reservation_billing(session: Session) -> str:
-    """What a reservation-bound VM's stop does not end: the reservation bills until it is deleted
-    (https://cloud.google.com/compute/docs/instances/reservations-overview, billing); "" without one."""
+    """What neither a reservation-bound VM's stop nor the stack's destroy ends, in the standing account's
+    words (recipes/costs/standing.py reservation_line); "" without a reservation."""
+    line = reservation_line(vm_standing_cost(session.recipe, vm_up=False))
+    return f"; {line}" if line else ""
+
+
+def destroy(session: Session) -> str:
+    """The command that ends what the VM's stack bills, as every output names it (standing.py stop_command)."""
+    return stop_command(session.recipe)
+
+
+def standing_account(session: Session) -> list[str]:
+    """What the VM's stack bills with no run, in the words `runs`, `recipes` and the README use (standing.py
+    account): the VM is up after its run only with VM_AFTER_RUN=keep."""
     recipe = session.recipe
-    if not MODE_RULES[recipe.capacity[0]].reservation:
-        return ""
-    reserved = hourly_estimate(recipe, zones=session.settings.zones_for(recipe)).reserved
-    return (f"; the reservation it is bound to keeps billing {usd(reserved)}/h until it is deleted (tpu-rl never "
-            "deletes it)")
+    return account(idle_bill(recipe, vm_up=session.settings.vm_after_run == VM_STAYS), recipe)
 
 
 def stopped_line(session: Session, record: Attempt) -> str:
@@ -70,7 +77,7 @@ def stopped_line(session: Session, record: Attempt) -> str:
     vm, name = session.settings.vm_name, session.recipe.name
     return (f"TPU VM {vm} stopped itself at {record.at} after its startup script verified every output of run "
             f"{session.paths.run_name} ({after_run_setting(session.settings)}): it bills only its boot disk now, "
-            f"until `npx cdktf destroy {name}`{reservation_billing(session)}; a TPU VM cannot be started again: "
+            f"until {destroy(session)}{reservation_billing(session)}; a TPU VM cannot be started again: "
             f"{next_run_hint(session)}")
 
 
@@ -83,12 +90,12 @@ def after_run_line(session: Session) -> str:
     vm, name, settings = session.settings.vm_name, session.recipe.name, session.settings
     if settings.vm_after_run == VM_STAYS:
         return (f"after the run: TPU VM {vm} stays up ({after_run_setting(settings)}) and bills "
-                f"{stays_up_cost(session)} until `npx cdktf destroy {name}`")
+                f"{stays_up_cost(session)} until {destroy(session)}")
     reserved = reservation_billing(session)
     idle = "its VM charges end" if reserved else "no idle cost"
     return (f"after the run: TPU VM {vm} stops itself once its startup script verified every output "
             f"({after_run_setting(settings)}; {BY_FIELD['vm_after_run'].env}={VM_STAYS} keeps it up): {idle}, "
-            f"only its boot disk bills until `npx cdktf destroy {name}`{reserved}")
+            f"only its boot disk bills until {destroy(session)}{reserved}")
 
 
 def done_billing(session: Session, instance) -> str:
@@ -101,14 +108,14 @@ def done_billing(session: Session, instance) -> str:
         return (f"TPU VM {vm} runs again after it stopped itself at {record.at}; its startup script ran nothing "
                 f"and keeps it up {FAILURE_STAY_MINUTES} min for a look, then powers it off (`sudo shutdown -c` on "
                 f"it within {KEEP_UP_WITHIN_MINUTES} min keeps it up, billing {stays_up_cost(session)} until "
-                f"`npx cdktf destroy {name}`)")
+                f"{destroy(session)})")
     if session.settings.vm_after_run == VM_STOPS:
         earlier = stop_record(session) if instance is not None else None
         again = (f" (it is a new VM: run {session.paths.run_name}'s earlier VM stopped itself at {earlier.at}; "
                  "this one verifies the outputs again at boot)") if earlier is not None else ""
         return (f"TPU VM {vm} stops itself once its startup script verified every output{again} "
-                f"(it checks them itself): then only its boot disk bills, until `npx cdktf destroy "
-                f"{name}`{reservation_billing(session)}; {next_run_hint(session)}")
+                f"(it checks them itself): then only its boot disk bills, until {destroy(session)}"
+                f"{reservation_billing(session)}; {next_run_hint(session)}")
     return after_run_line(session).removeprefix("after the run: ")
 
 
@@ -157,7 +164,7 @@ def bounded_stay(session: Session, after: str, minutes: int | None = None) -> st
         minutes = FAILURE_STAY_MINUTES
     return (f"the VM stays up {minutes} min after {after} for a look (`sudo shutdown -c` on it within "
             f"{minutes - NOLOGIN_MINUTES} min keeps it up), then powers itself off and bills only its boot disk, "
-            f"until `npx cdktf destroy {session.recipe.name}`{reservation_billing(session)}")
+            f"until {destroy(session)}{reservation_billing(session)}")
 
 
 def failure_stay(session: Session) -> str:

@@ -14,7 +14,7 @@ from tpu_rl.jobs.vm_outputs import NEVER, OFF_AFTER_CANCEL
 from tpu_rl.recipes.settings.specs import BY_FIELD, VM_STAYS
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.session import Session
-from tpu_rl.scripts.pipeline.vm.after_run import bounded_stay, reservation_billing, stays_up_cost
+from tpu_rl.scripts.pipeline.vm.after_run import bounded_stay, destroy, reservation_billing, stays_up_cost
 from tpu_rl.scripts.pipeline.vm.checks import STOPPED, deployed_script, redeploy_hint
 
 # A script's word on its cancel (since it has one), and its AFTER_RUN: a keep script never powers off.
@@ -63,10 +63,10 @@ def cancel_stay(session: Session, instance) -> str:
     minutes, name = off_minutes(instance), session.recipe.name
     if minutes is None:
         return (f"the VM stays up ({BY_FIELD['vm_after_run'].env}={VM_STAYS} in its startup script) and bills "
-                f"{stays_up_cost(session)} until `npx cdktf destroy {name}` (or the next deploy replaces it)")
+                f"{stays_up_cost(session)} until {destroy(session)} (or the next deploy replaces it)")
     if minutes == UNKNOWN:
         return ("the VM's startup script (from another tpu-rl) decides whether it powers itself off after the "
-                f"cancel: `tpu-rl status {name}` shows whether it is up, `npx cdktf destroy {name}` stops it")
+                f"cancel: `tpu-rl status {name}` shows whether it is up, {destroy(session)} stops it")
     return bounded_stay(session, "its script stops (not before its bounded install ends)", minutes)
 
 
@@ -74,7 +74,7 @@ def cancelled_note(session: Session, at: str, instance) -> str:
     """`status` (and a second `cancel`) of a cancelled run: what its VM does or did, and how the run goes on."""
     run, name = session.paths.run_name, session.recipe.name
     if is_off(instance):
-        return (f"run {run} was cancelled at {at}; the VM is off: only its boot disk bills, until `npx cdktf "
-                f"destroy {name}`{reservation_billing(session)}; {go_on_hint(session, instance, off=True)}")
+        return (f"run {run} was cancelled at {at}; the VM is off: only its boot disk bills, until "
+                f"{destroy(session)}{reservation_billing(session)}; {go_on_hint(session, instance, off=True)}")
     return f"run {run} was cancelled at {at}; {cancel_stay(session, instance)}; {go_on_hint(session, instance)}"
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpu_rl.recipes import Recipe, Settings, Step
+    from tpu_rl.recipes.costs.consent import Spend
     from tpu_rl.recipes.runs.spec import RunSpec
     from tpu_rl.scripts.pipeline.session import Session, StatusReport
     from tpu_rl.scripts.rundata.progress import TrainProgress
@@ -68,6 +69,9 @@ class VmPlatform:
     def drive(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool) -> None:
         raise UserError(f"recipe '{session.recipe.name}' runs on a TPU VM, whose startup script is its driver")
 
+    def steps_left_running(self, session: Session, run: str) -> list[str]:
+        return []  # the VM's startup script runs every step itself: no driver to end before them
+
     def unfollowed_end(self, session: Session, run: str) -> Optional[tuple[str, Optional[str]]]:
         from tpu_rl.scripts.pipeline.vm.views import unfollowed_end
 
@@ -81,6 +85,9 @@ class VmPlatform:
     def check_eval(self, recipe: Recipe) -> None:
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script runs the recipe's "
                         "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
+
+    def eval_spend(self, recipe: Recipe, run: str, yes: bool, max_cost: Optional[float]) -> Spend:
+        self.check_eval(recipe)  # refused, as evaluate is: nothing to weigh
 
     def evaluate(self, session: Session, step: Optional[int], sets: tuple[str, ...]) -> object:
         self.check_eval(session.recipe)
@@ -104,9 +111,17 @@ class VmPlatform:
         return None  # what a TPU VM bills is its own: `status` says whether it is up
 
     def down(self, session: Session, yes: bool) -> None:
-        name = session.recipe.name
-        raise UserError(f"recipe '{name}' runs on a TPU VM: tpu-rl down stops a GKE recipe's cluster; the VM "
-                        f"and its network go with `npx cdktf destroy {name}` (the bucket is kept)")
+        from rich.markup import escape
+
+        from tpu_rl.recipes.costs.standing import stop_command
+        from tpu_rl.scripts.pipeline.vm.after_run import standing_account
+
+        recipe = session.recipe
+        # what still bills and what the destroy stops, in the words `run`, `recipes` and the README use
+        for line in standing_account(session):
+            session.console.print(escape(line))
+        raise UserError(f"recipe '{recipe.name}' runs on a TPU VM: tpu-rl down stops a GKE recipe's cluster; the "
+                        f"VM and its network go with {stop_command(recipe)} (the bucket is kept)")
 
 
 class _Plan:

@@ -18,7 +18,7 @@ from tpu_rl.scripts.pipeline.progress import AttemptProgress, progress_suffix
 from tpu_rl.scripts.pipeline.record import RunCancelled, RunRecord, ending_run, record_cancellation
 from tpu_rl.scripts.pipeline.session import Session, dry_run_costs, export_checkpoint, hms, verify_output
 from tpu_rl.scripts.pipeline.vm.after_run import (after_run_line, detached, done_billing, failure_stay, marked,
-                                           marked_but_missing, stop_record, stopped_before)
+                                           marked_but_missing, standing_account, stop_record, stopped_before)
 from tpu_rl.scripts.pipeline.vm.cancelled import cancel_stay, cancelled_at, cancelled_note, go_on_hint, is_off
 from tpu_rl.scripts.pipeline.vm.checks import (STOPPED, Maintenance, check_deployed_run, check_deployed_script,
                                         get_instance, read_instance, redeploy_hint, require_token_version)
@@ -142,7 +142,9 @@ def run_vm(session: Session, steps: tuple[Step, ...], *, follow_logs: bool, dry_
         if step not in pending:
             console.print(f"[green]✓[/] {step}: output verified, skipping")
     record.start({step: "startup script" if step in pending else "skip" for step in steps})
-    billing = lambda: done_billing(session, _instance_now(session))  # noqa: E731 -- read at the end only
+    # the last `next:` lines, read at the end only: what the VM does now, then what its stack bills (the reservation's
+    # part is in the first line already)
+    billing = lambda: [done_billing(session, _instance_now(session)), standing_account(session)[0]]  # noqa: E731
     if not pending:
         record.finish(None)
         session.report_done(steps, billing)
