@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from cli_helpers import error_line, fits_80_columns_with_whole_paths
 from tpu_rl.jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, STOP_COMMAND
-from peers.fixtures import SETTINGS, deploy_vm, put_step_output
+from peers.fixtures import SETTINGS, deploy_vm, power_off_vm, put_step_output
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
@@ -29,9 +29,7 @@ RESERVED_CHIP_HOUR = tomllib.loads((Path(__file__).parents[1] / "recipes" / "cos
 def powered_off(google, guest) -> None:
     """The guest's power-off as Compute Engine shows it: the instance TERMINATED, its lastStopTimestamp set."""
     assert STOP_COMMAND in guest.power_offs
-    google.instances[VM] = "TERMINATED"
-    google.boots[VM] = {"creationTimestamp": "2026-11-29T00:00:00.000-08:00",
-                        "lastStopTimestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+    power_off_vm(google, VM)
 
 
 def text_of(result) -> str:

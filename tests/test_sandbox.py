@@ -19,6 +19,7 @@ from peers.sandbox_daemon import serving
 from tpu_rl.scripts.cli.core import SANDBOX_ENV, SIMULATION_LINE
 
 RECIPE = "qwen3-v6e32"
+VM_RECIPE = "llama31-v6e8"  # a VM recipe: its TPU VM's startup script runs the steps (peers/sandbox_vm.py)
 COMMAND_SECONDS = 180  # the longest any one command may take here (a whole run: seconds at no poll interval)
 SETTLE_SECONDS = 180  # a sweep's runs, which go on in their drivers after `sweep` returns
 
@@ -99,6 +100,51 @@ def test_cancel_stops_a_run_the_user_started_in_the_sandbox(tmp_path):
                          cancelled.stdout, re.M), cancelled.stdout
         [run] = settled_runs(sandbox, 1)
         assert run["status"] == "cancelled", run
+
+
+@pytest.fixture
+def paced_sandbox(tmp_path):
+    """A sandbox whose commands poll each second: a VM run takes its steps' time (peers/sandbox_vm.py), which
+    polls at no interval would spin through."""
+    with start_sandbox(tmp_path / "sandbox", poll_seconds="1") as started:
+        yield started
+
+
+def test_an_unscripted_run_of_the_vm_recipe_succeeds_in_the_sandbox_each_screen_labelled_a_simulation(
+        paced_sandbox):
+    run = tpu_rl(paced_sandbox, "run", VM_RECIPE)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert labelled(run), run.stderr
+    assert (run.stdout + run.stderr).count(SIMULATION_LINE) == 1
+    for step in ("convert", "train", "export"):
+        assert f"✓ {step}: output verified" in run.stdout.splitlines()
+    assert re.search(r"^done: convert, train, export verified in gs://rl-test-artifacts \(run llama31-v6e8-[0-9a-f]+\)$",
+                     run.stdout, re.M), run.stdout
+    # the startup script's own power-off once it verified every output
+    status = tpu_rl(paced_sandbox, "status", VM_RECIPE)
+    assert status.returncode == 0 and labelled(status), status.stdout + status.stderr
+    assert status.stdout.startswith("llama31-v6e8: TPU VM rl-test-vm (TERMINATED; startup script: done)"), status.stdout
+    runs = tpu_rl(paced_sandbox, "runs", VM_RECIPE, "--json")
+    assert runs.returncode == 0 and labelled(runs), runs.stderr
+    assert [run["status"] for run in json.loads(runs.stdout)["runs"]] == ["succeeded"]
+
+
+def test_a_detached_vm_run_can_be_cancelled_and_its_stack_destroyed_in_the_sandbox(paced_sandbox):
+    started = tpu_rl(paced_sandbox, "run", VM_RECIPE, "--detach")
+    assert started.returncode == 0 and labelled(started), started.stdout + started.stderr
+    cancelled = tpu_rl(paced_sandbox, "cancel", VM_RECIPE, "--yes")
+    assert cancelled.returncode == 0 and labelled(cancelled), cancelled.stdout + cancelled.stderr
+    assert re.search(r"^cancelled run llama31-v6e8-[0-9a-f]+: the startup script of TPU VM rl-test-vm stops step "
+                     r"\w+ within 30 s", cancelled.stdout, re.M), cancelled.stdout
+    down = tpu_rl(paced_sandbox, "down", VM_RECIPE, "--yes")  # the VM's stack goes with cdktf destroy
+    assert down.returncode == 2 and labelled(down) and f"`npx cdktf destroy {VM_RECIPE}`" in down.stderr
+    destroyed = subprocess.run(["npx", "cdktf", "destroy", VM_RECIPE], env=paced_sandbox.env, capture_output=True,
+                               text=True, timeout=COMMAND_SECONDS)
+    assert destroyed.returncode == 0 and destroyed.stdout.startswith(f"simulation: `cdktf destroy {VM_RECIPE}`")
+    status = tpu_rl(paced_sandbox, "status", VM_RECIPE)
+    assert status.returncode == 0 and labelled(status), status.stdout + status.stderr
+    assert status.stdout.startswith("llama31-v6e8: TPU VM rl-test-vm (not found)"), status.stdout
+    assert re.search(r"^run llama31-v6e8-[0-9a-f]+ cancelled at ", status.stdout, re.M), status.stdout
 
 
 def test_a_sandbox_environment_that_reaches_beyond_it_is_refused_in_one_line(sandbox):

@@ -16,6 +16,7 @@ import queue
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,13 @@ def deploy_vm(server: GoogleApis, settings: dict[str, str], status: str = "RUNNI
     server.metadata[vm] = {"startup-script": render_startup_script(spec, loaded),
                            "enable-oslogin": "TRUE"}
     return vm
+
+
+def power_off_vm(server: GoogleApis, vm: tuple[str, str]) -> None:
+    """The guest's own power-off as Compute Engine shows it: the instance TERMINATED, its lastStopTimestamp set."""
+    server.instances[vm] = "TERMINATED"
+    server.boots[vm] = {"creationTimestamp": "2026-11-29T00:00:00.000-08:00",
+                        "lastStopTimestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
 
 
 def start_google(settings: dict[str, str], token: str, state: dict | None = None) -> GoogleApis:

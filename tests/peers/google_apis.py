@@ -11,6 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Callable, Optional
 
 from peers.http import PeerServer, Reply
 
@@ -89,6 +90,9 @@ class GoogleApis(PeerServer):
     on_instance_get: list = field(default_factory=list)
     # The registry: "repository:tag" (the image without its host) of every manifest it holds.
     images: set = field(default_factory=set)
+    # Called with (zone, name) on each read of an instance or its console, before it is answered: the
+    # sandbox's VM follows its stack's state and boots when first read (peers/sandbox_vm.py).
+    on_read: Optional[Callable[[tuple], None]] = None
 
     def __post_init__(self) -> None:
         PeerServer.__init__(self)
@@ -179,6 +183,8 @@ class GoogleApis(PeerServer):
             if (zone, name) not in self.machine_types:
                 return missing
             return Reply(200, machine_type_resource(match["p"], zone, name))
+        if self.on_read is not None:
+            self.on_read((zone, name))
         if (zone, name) not in self.instances:
             return missing
         if match["serial"]:

@@ -7,7 +7,9 @@ when it is created (KubeApi.unscripted), from its labels and the run.json its `r
 each step succeeds after a few polls and leaves its output in the bucket as its container would
 (peers/step_outputs.py); train logs MaxText's step and evaluation lines and leaves curves
 (peers/simulated_run.py). The stack's Terraform state names the sandbox's cluster (peers/tf_state.py), and
-the sandbox's `npx` simulates `cdktf destroy` and `cdktf deploy` of it (peers/sandbox_daemon.py). Every
+the sandbox's `npx` simulates `cdktf destroy` and `cdktf deploy` of it (peers/sandbox_daemon.py). The VM
+recipe's stack is deployed too: its TPU VM, whose real startup script runs against stand-ins when a command
+first reads the VM, and which goes and comes back with its stack's state (peers/sandbox_vm.py). Every
 figure is synthetic. The CLI labels each command a simulation while TPU_RL_SANDBOX is set (scripts/cli/core.py).
 
 start_sandbox is what `make sandbox` (peers/sandbox_daemon.py) and the tests (tests/test_sandbox.py) start.
@@ -54,6 +56,17 @@ def write_npx(bin_dir: Path) -> None:
         text = text.replace(placeholder, shlex.quote(value))
     npx.write_text(text)
     npx.chmod(0o755)
+
+
+def stack_state_text(env: dict[str, str], stack: str) -> str:
+    """The Terraform state `cdktf deploy STACK` leaves for the sandbox's settings: a GKE stack's cluster, or
+    a VM stack's TPU VM (peers/tf_state.py)."""
+    from tpu_rl.recipes import get_recipe, load_settings
+    from peers.tf_state import cluster_state, vm_state
+
+    if get_recipe(stack).platform == "vm":
+        return vm_state(env["PROJECT"], env["ZONE"], load_settings(env=env).vm_name)
+    return cluster_state(env["PROJECT"], env["REGION"], env["CLUSTER_NAME"])
 
 
 def recorded_specs(gcs_client, settings, recipe) -> list:
@@ -125,7 +138,8 @@ class Sandbox:
 
     def __init__(self, home: Path, poll_seconds: str = "1") -> None:
         from peers.simulated_run import put_idle_cluster_nodes
-        from tpu_rl.recipes import conventions, get_recipe
+        from peers.sandbox_vm import SandboxVm
+        from tpu_rl.recipes import all_recipes, conventions, get_recipe
 
         # The emulator logs each 404 as an error; `run` reading a run.json that does not exist yet is no error.
         logging.getLogger("gcp_storage_emulator").setLevel(logging.CRITICAL)
@@ -147,6 +161,16 @@ class Sandbox:
         for node in kube.nodes.values():  # what `sweep` reads of the system pool's room for its drivers
             if node["metadata"]["labels"]["cloud.google.com/gke-nodepool"] == conventions.SYSTEM_POOL_NAME:
                 node["status"]["allocatable"] = dict(SYSTEM_NODE_ALLOCATABLE)
+        # each VM recipe's stack deployed: its state, and its TPU VM, whose startup script runs when the VM is
+        # first read (peers/sandbox_vm.py)
+        self.vms = []
+        for recipe in all_recipes().values():
+            if recipe.platform == "vm":
+                state = self.peers.gcs_client.bucket(self.env["TF_STATE_BUCKET"])
+                state.blob(conventions.remote_state_object(recipe.name)).upload_from_string(
+                    stack_state_text(self.env, recipe.name))
+                self.vms.append(SandboxVm(self.peers.google, self.peers.gcs_client, self.env, recipe.name,
+                                          home / recipe.name))
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -155,6 +179,8 @@ class Sandbox:
         self.stop()
 
     def stop(self) -> None:
+        for vm in self.vms:
+            vm.stop()
         self.peers.stop()
         self.gcs_emulator[0].stop()
 

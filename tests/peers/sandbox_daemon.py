@@ -142,7 +142,7 @@ def stack_state(action: str, stack: str) -> int:
     TF_STATE_BUCKET of the sandbox's GCS emulator; nothing real is made or destroyed."""
     from tpu_rl.recipes import conventions
     from peers.fixtures import storage_client
-    from peers.tf_state import cluster_state
+    from peers.sandbox import stack_state_text
 
     env = os.environ
     client = storage_client(env["PROJECT"], env["STORAGE_EMULATOR_HOST"])
@@ -151,7 +151,7 @@ def stack_state(action: str, stack: str) -> int:
         if blob.exists():
             blob.delete()
     else:
-        blob.upload_from_string(cluster_state(env["PROJECT"], env["REGION"], env["CLUSTER_NAME"]))
+        blob.upload_from_string(stack_state_text(env, stack))
     print(f"simulation: `cdktf {action} {stack}` in the local sandbox: its Terraform state "
           f"{'removed' if action == 'destroy' else 'written'}, nothing real {action}ed")
     return 0
@@ -164,7 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=DIR, help="where the sandbox keeps its files")
     args = parser.parse_args(argv)
     if args.action in ("destroy", "deploy"):
-        return stack_state(args.action, args.stack)
+        from tpu_rl.recipes import UserError
+
+        try:
+            return stack_state(args.action, args.stack)
+        except UserError as error:  # a stack no recipe names
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     return {"start": start, "serve": serve, "stop": stop}[args.action](args.dir.resolve())
 
 

@@ -43,6 +43,15 @@ def cluster_state(project: str, location: str, name: str, releases: dict[str, tu
         "name": name, "project": project, "location": location}, schema_version=2), *helm])
 
 
+def vm_state(project: str, zone: str, name: str) -> str:
+    """The VM stack's TPU VM, a google_compute_instance as hashicorp/google 6.50.0 stores it (schema version 6,
+    google/services/compute/resource_compute_instance.go SchemaVersion; id projects/{{project}}/zones/
+    {{zone}}/instances/{{name}}, website/docs/r/compute_instance "Attributes Reference")."""
+    return _state([_resource("google_compute_instance", "tpu_vm_instance_2B3C4D", {
+        "id": f"projects/{project}/zones/{zone}/instances/{name}", "name": name, "project": project,
+        "zone": zone, "current_status": "RUNNING"}, schema_version=6)])
+
+
 def leftover_state(project: str, region: str, cluster: str, network_project: str | None = None) -> str:
     """The state of a destroy that stopped after the cluster: its network (in `network_project`, when told),
     router NAT and node service account, named as stacks/gke.py and infra/network.py name them after the

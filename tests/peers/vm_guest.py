@@ -121,6 +121,7 @@ fi
 FAKE_PYTHON = r"""#!/bin/bash
 printf '%s token=%s\n' "$2" "$([[ "${HF_TOKEN:-}" == "$FAKE_TOKEN" ]] && echo yes || echo no)" >> "$CALLS"
 echo "$2: stand-in output"
+sleep "${FAKE_STEP_SECONDS:-0}"  # how long a step takes (the sandbox's VM: peers/sandbox_vm.py)
 if [[ "$2" == *train_rl && "${FAIL_MODULE:-none}" != *train_rl && "${KILL_MODULE:-none}" != *train_rl && -n "${ACTOR:-}" ]]; then
   # tunix saves the step training reached on close (a killed one saves nothing): its params, then orbax's
   # commit marker in its step directory last.
@@ -240,15 +241,20 @@ class Guest:
         if actor_checkpoints:
             self.env["ACTOR"] = str(self.object(actor_checkpoints))
 
-    def boot(self, **env: str) -> tuple[int, list[str], str]:
-        """Run the script once as the guest agent does (one pipe for stdout and stderr): (exit code, the
-        stand-ins' calls, the log file and output)."""
+    def command(self, **env: str) -> tuple[list[str], dict[str, str]]:
+        """The command that runs the script once, and its environment: the stand-ins', and `env`."""
         full = {"PATH": os.environ["PATH"], "FAKE_GCS": str(self.gcs), "FAKE_TOKEN": self.token,
                 "CALLS": str(self.calls), **self.env, **env}
         command = ["bash", "-c", str(self.script)]
         if self.mounts:
             command = ["unshare", "--mount", "--propagation", "private", "bash", "-c",
                        " && ".join(self.mounts) + ' && exec "$0"', str(self.script)]
+        return command, full
+
+    def boot(self, **env: str) -> tuple[int, list[str], str]:
+        """Run the script once as the guest agent does (one pipe for stdout and stderr): (exit code, the
+        stand-ins' calls, the log file and output)."""
+        command, full = self.command(**env)
         result = subprocess.run(command, env=full, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, timeout=60)
         lines = self.calls.read_text().splitlines() if self.calls.exists() else []
