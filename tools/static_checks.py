@@ -1,0 +1,87 @@
+"""The linter and the type checker over the product code, as `make test` runs them first (`make lint` alone):
+ruff and mypy with the rules of pyproject.toml, then the count of the lines that silence one rule.
+
+The packages are folders at the top of the checkout that install as tpu_rl.<package> (pyproject.toml's
+package-dir); a tool that reads code without running it cannot follow that mapping, so layout() writes it
+out as links, .cache/static/tpu_rl/<package> -> <package>, the folder [tool.mypy] mypy_path names."""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import re
+import subprocess
+import sys
+import time
+import tokenize
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMESPACE = "tpu_rl"
+LAYOUT = ROOT / ".cache" / "static"
+# A silencing comment names its rules (ruff's PGH004 and mypy's ignore-without-code refuse a bare one).
+SILENCER = re.compile(r"#\s*(noqa|type:\s*ignore)\b(?:\[([\w\-, ]+)\]|:\s*([A-Z]+\d+(?:\s*,\s*[A-Z]+\d+)*))?")
+
+
+def package_dirs() -> dict[str, str]:
+    """pyproject.toml's package-dir: tpu_rl.recipes -> recipes, ..."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return project["tool"]["setuptools"]["package-dir"]
+
+
+def product_folders() -> list[str]:
+    return sorted(set(package_dirs().values()))
+
+
+def layout() -> Path:
+    """.cache/static/tpu_rl: the namespace's own files and a link to each mapped folder, as installed."""
+    top = LAYOUT / NAMESPACE
+    top.mkdir(parents=True, exist_ok=True)
+    wanted = {path.name: path for path in (ROOT / NAMESPACE).glob("*.py")}
+    wanted |= {name.removeprefix(NAMESPACE + "."): ROOT / folder for name, folder in package_dirs().items()
+               if name != NAMESPACE}
+    for entry in top.iterdir():
+        if entry.name not in wanted or entry.resolve() != wanted[entry.name].resolve():
+            entry.unlink()
+    for name, target in wanted.items():
+        if not (top / name).is_symlink():
+            (top / name).symlink_to(os.path.relpath(target, top))
+    return LAYOUT
+
+
+def silencers(paths: list[Path]) -> collections.Counter[str]:
+    """How many lines silence each rule: `noqa: BLE001`, `type: ignore[arg-type]`; a bare one counts as `all`."""
+    found: collections.Counter[str] = collections.Counter()
+    for path in paths:
+        for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if token.type == tokenize.COMMENT:
+                for kind, bracketed, coloned in SILENCER.findall(token.string):
+                    tool = "noqa" if kind == "noqa" else "type: ignore"
+                    rules = [rule.strip() for rule in (bracketed or coloned).split(",") if rule.strip()] or ["all"]
+                    found.update(f"{tool} {rule}" for rule in rules)
+    return found
+
+
+def _run(name: str, argv: list[str]) -> int:
+    started = time.monotonic()
+    code = subprocess.run(argv, cwd=ROOT).returncode
+    print(f"{name}: {'passed' if code == 0 else 'FAILED'} in {time.monotonic() - started:.1f} s")
+    return code
+
+
+def main() -> int:
+    bin_dir = Path(sys.executable).parent
+    layout()
+    folders = product_folders()
+    failed = _run("ruff", [str(bin_dir / "ruff"), "check", "--quiet", *folders])
+    failed |= _run("mypy", [str(bin_dir / "mypy"), "-p", NAMESPACE])
+    counts = silencers([path for folder in folders for path in sorted((ROOT / folder).rglob("*.py"))])
+    print(f"silenced lines in {', '.join(folders)}: {sum(counts.values())}"
+          + "".join(f"\n  {count:3d} {rule}" for rule, count in sorted(counts.items())))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
