@@ -30,7 +30,7 @@ from tpu_rl.recipes.catalog.recipe import Recipe
 from tpu_rl.recipes.runs.evaluation import EvalPlan, eval_plan
 from tpu_rl.recipes.costs.consent import COSTLY_RATIO, Spend
 from tpu_rl.recipes.costs.prices import PriceTable, load_prices, usd
-from tpu_rl.recipes.costs.standing import ESTIMATE_NOTE  # one wording for every figure, re-exported here
+from tpu_rl.recipes.costs.standing import ESTIMATE_NOTE as ESTIMATE_NOTE  # one wording for every figure, re-exported
 from tpu_rl.recipes.costs.train_time import TrainTime, as_defined, train_time
 from tpu_rl.recipes.runs.spec import RunSpec
 

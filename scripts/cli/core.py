@@ -255,7 +255,7 @@ def handled(command):
             return command(*args, **kwargs)
         except Reported as error:
             raise typer.Exit(int(error.code)) from None
-        except (Exception, KeyboardInterrupt) as error:
+        except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 -- every failure ends as one line and its code
             code, message = ending_of(error)
             raise _fail(code, message) from None
 

@@ -75,7 +75,7 @@ def drive_to(out: TextIO, request: Path, in_cluster: bool | None = None) -> int:
     try:
         _drive(console, request, bool(os.environ.get(IN_CLUSTER_ENV)) if in_cluster is None else in_cluster)
         return 0
-    except (Exception, KeyboardInterrupt) as error:
+    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 -- every failure ends the Job with its code
         code, message = _ending(console, error)
         console.print(f"error: {without_tokens(message)}", markup=False)
         return code
@@ -123,7 +123,7 @@ def _ending(console, error: BaseException) -> tuple[int, str]:
     """The exit code for the driver's Job (an outcome of the run, or DRIVER_RETRY) and the last line."""
     try:
         outcome = outcome_of(error)
-    except Exception:  # a bug: its traceback in the log, and the Job tries again
+    except Exception:  # noqa: BLE001 -- a bug: its traceback in the log, and the Job tries again
         console.print(traceback.format_exc(), markup=False)
         return DRIVER_RETRY, f"the driver crashed ({type(error).__name__}: {error}); its Job starts it again"
     return (DRIVER_RETRY if _retried(error, outcome) else int(exit_code(outcome))), _line(error, outcome)

@@ -321,5 +321,5 @@ class Cluster:
 def _api_message(error: ApiException) -> str:
     try:
         return json.loads(error.body).get("message", "")[:300]
-    except Exception:
+    except (TypeError, ValueError, AttributeError):  # no body, not JSON, not an object
         return ""

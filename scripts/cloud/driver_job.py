@@ -12,7 +12,6 @@ from kubernetes.client.exceptions import ApiException
 
 from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.scripts.cloud import deletion
-from tpu_rl.scripts.cloud.foreign import describe
 from tpu_rl.scripts.cloud.cluster import Cluster
 from tpu_rl.scripts.cloud.retry import call, failed
 

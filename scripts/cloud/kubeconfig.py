@@ -36,7 +36,7 @@ def api_client_for(settings: Settings, kubeconfig: str | None) -> k8s.ApiClient:
         raise NotDeployed(f"no kubeconfig at {path}: run `{get_credentials_command(settings)}`")
     try:
         contexts, current = k8s_config.list_kube_config_contexts(config_file=str(path))
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 -- YAML, config and file errors alike: the file is unreadable
         raise UserError(f"kubeconfig {path} is unreadable ({describe(error)}): "
                         f"run `{get_credentials_command(settings)}`") from None
     context = _context_for(settings, contexts or [], current)

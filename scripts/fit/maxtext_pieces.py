@@ -5,7 +5,6 @@ imports nothing of tpu-rl."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys

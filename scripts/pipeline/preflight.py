@@ -151,7 +151,7 @@ def check_flex_start(clients: Clients, recipe: Recipe, settings: Settings) -> Ch
     except UserError:
         return Check(name, True, f"{offered}; warning: cluster '{cluster}' is not in your kubeconfig (not deployed "
                      f"yet?), so its GKE version was not read: {enforced}")
-    except Exception as error:  # unreachable, refused, timed out: the version stays unknown
+    except Exception as error:  # noqa: BLE001 -- unreachable, refused, timed out: the version stays unknown
         return Check(name, True, f"{offered}; warning: could not read cluster '{cluster}''s GKE version "
                      f"({describe(error)}): {enforced}; `{get_credentials_command(settings)}` refreshes the context")
     found, needed = _gke_version(version), _gke_version(minimum)

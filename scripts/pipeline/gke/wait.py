@@ -49,7 +49,7 @@ class LogFollower(threading.Thread):
                         line = seen.fresh(raw)
                         if line is not None:
                             self._print(line)
-            except Exception:  # a dropped stream is not fatal; the main loop reports cluster trouble
+            except Exception:  # noqa: BLE001 -- a dropped stream is not fatal; the main loop reports cluster trouble
                 pass
             self.stop.wait(max(self.session.poll_interval, 0.05))
 
