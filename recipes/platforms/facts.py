@@ -40,9 +40,10 @@ class PlatformFacts:
 
 
 Entry = TypeVar("Entry")
+Key = TypeVar("Key", bound=str)  # a platform's name, or a StrEnum member of a fact
 
 
-def registered(registry: Mapping[str, Entry], key: str, where: str, what: str = "platform") -> Entry:
+def registered(registry: Mapping[Key, Entry], key: Key, where: str, what: str = "platform") -> Entry:
     """`registry[key]`, or a KeyError that names the registry a new platform (or `what`) must be added to."""
     try:
         return registry[key]
