@@ -117,7 +117,7 @@ def _split_arguments(tokens: list[str]) -> tuple[dict[str, list[str]], list[str]
 
 
 def _argument_changes(old: dict[str, list[str]], new: dict[str, list[str]]) -> list[str]:
-    changes = []
+    changes: list[str] = []
     for key in sorted(old.keys() | new.keys()):
         before, after = old.get(key), new.get(key)
         if before == after:

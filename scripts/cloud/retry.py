@@ -63,7 +63,7 @@ def call(policy: RetryPolicy, what: str, fn: Callable[[], T], *, idempotent: boo
     def repeatable(error: BaseException) -> bool:
         return is_transient(error) and (idempotent or was_rejected(error))
 
-    stop = tenacity.stop_after_attempt(policy.attempts)
+    stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(policy.attempts)
     if within is not None:
         stop = stop | tenacity.stop_before_delay(within)
     retrying = tenacity.Retrying(stop=stop, wait=_backoff(policy),

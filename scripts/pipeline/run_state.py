@@ -121,7 +121,8 @@ class LiveSteps:
 
     def __init__(self, session: Session, live_train_step: Callable[[Session, str], TrainProgress | None],
                  steps_left_running: Callable[[Session, str], list[str]]) -> None:
-        self.session, self.error = session, None
+        self.session = session
+        self.error: Exception | None = None
         self.live_train_step, self.steps_left_running = live_train_step, steps_left_running
 
     def read(self, run: str) -> TrainProgress | None:

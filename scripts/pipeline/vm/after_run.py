@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tpu_rl.jobs.vm_outputs import (FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, NOLOGIN_MINUTES, UNKNOWN_INSTANCE,
                                     after_run_setting)
+from tpu_rl.recipes import Step
 from tpu_rl.recipes.costs.run import hourly_estimate
 from tpu_rl.recipes.costs.standing import account, idle_bill, reservation_line, stop_command, vm_standing_cost
 from tpu_rl.recipes.settings.specs import BY_FIELD, VM_STAYS, VM_STOPS
@@ -119,19 +120,19 @@ def done_billing(session: Session, instance) -> str:
     return after_run_line(session).removeprefix("after the run: ")
 
 
-def marked(session: Session, steps: list[str]) -> list[str]:
+def marked(session: Session, steps: list[Step]) -> list[Step]:
     """The steps of `steps` whose progress marker exists: the startup script skips them (jobs/vm.py)."""
     storage = session.clients.storage()
     return [step for step in steps if gcs.exists(storage, session.paths.progress_marker(step))]
 
 
-def marked_but_missing(session: Session, steps: list[str], then: str) -> str:
+def marked_but_missing(session: Session, steps: list[Step], then: str) -> str:
     """`run --detach` of steps whose output is gone but whose marker is not: the VM would run nothing."""
     return (f"{', '.join(steps)} of run {session.paths.run_name} is not verified in the bucket, but its progress "
             f"marker exists, so the startup script would skip it: {step_again_hint(session)}; then {then}")
 
 
-def stopped_before(session: Session, record: Attempt, pending: list[str]) -> str:
+def stopped_before(session: Session, record: Attempt, pending: list[Step]) -> str:
     """`run` of a step whose VM already stopped itself (its output went away since): the VM cannot run it."""
     return (f"{pending[0]} of run {session.paths.run_name} is not done, but TPU VM {session.settings.vm_name} "
             f"stopped itself at {record.at} after verifying every output, and a TPU VM cannot be started again: "
@@ -139,7 +140,7 @@ def stopped_before(session: Session, record: Attempt, pending: list[str]) -> str
 
 
 
-def detached(session: Session, pending: list[str]) -> None:
+def detached(session: Session, pending: list[Step]) -> None:
     """`run --detach`: the startup script runs the steps on the VM whether or not anyone follows it."""
     name, vm = session.recipe.name, session.settings.vm_name
     console = session.console
@@ -173,7 +174,7 @@ def failure_stay(session: Session) -> str:
     return f"; {stay}" if stay else ""
 
 
-def powered_off_after_failure(session: Session, instance, pending: list[str]) -> str | None:
+def powered_off_after_failure(session: Session, instance, pending: list[Step]) -> str | None:
     """The line for a VM that powered itself off after its run failed (it keeps a failed VM up for a bounded
     look first), or None: its failure record is there and the VM stopped after it."""
     if session.settings.vm_after_run != VM_STOPS:

@@ -12,7 +12,7 @@ from google.api_core import exceptions as gexc
 from tpu_rl.jobs import render_startup_script
 from tpu_rl.jobs.vm import RUN_ASSIGNMENT, ssh_command
 from tpu_rl.jobs.vm_outputs import CANCELLED
-from tpu_rl.recipes import UserError
+from tpu_rl.recipes import Step, UserError
 from tpu_rl.recipes.errors import NotDeployed
 from tpu_rl.recipes.outcome import StepFailed
 from tpu_rl.scripts.cloud import gcs, hf_token
@@ -139,9 +139,10 @@ class Maintenance:
     that stopped itself after its run (its stop record, jobs/vm_outputs.py) does not come back."""
 
     def __init__(self, session: Session) -> None:
-        self.session, self.since, self.instance = session, None, None
+        self.session, self.instance = session, None
+        self.since: datetime | None = None  # when the stop was seen
 
-    def _stopped_itself(self, pending: list[str]) -> bool:
+    def _stopped_itself(self, pending: list[Step]) -> bool:
         from tpu_rl.scripts.pipeline.vm.after_run import marked, powered_off_after_failure, stop_record, stopped_before
 
         session = self.session
@@ -166,7 +167,7 @@ class Maintenance:
         return (f"; it left no stop or failure record: if its startup script powered it off because gcloud never "
                 f"came up at boot, it will not come back: {redeploy_hint(session)}")
 
-    def check(self, pending: list[str]) -> None:
+    def check(self, pending: list[Step]) -> None:
         session, vm = self.session, self.session.settings.vm_name
         try:
             self.instance = get_instance(session)

@@ -170,7 +170,7 @@ def _instance_now(session: Session):
         return None
 
 
-def failure_message(session: Session, state: VmState, pending: list[str]) -> str | None:
+def failure_message(session: Session, state: VmState, pending: list[Step]) -> str | None:
     """One line for a startup script that failed or ended in this attempt; None while it runs."""
     vm, failure = session.settings.vm_name, state.failure
     if failure:
@@ -213,7 +213,7 @@ def _last_line(text: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def _follow(session: Session, steps: tuple[Step, ...], pending: list[str], record: RunRecord,
+def _follow(session: Session, steps: tuple[Step, ...], pending: list[Step], record: RunRecord,
             follow_logs: bool) -> None:
     """Follow the startup script until every pending step is done and verified."""
     console, paths = session.console, session.paths

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from tpu_rl.jobs.vm import ATTEMPT_LINE, HEARTBEAT_SECONDS, HEARTBEAT_STALE_SECONDS, PROGRESS_LINE, STARTING, ssh_command
+from tpu_rl.recipes import Step
 from tpu_rl.scripts.pipeline.session import Session, hms
 from tpu_rl.scripts.pipeline.stall import OutputWatch, look_and_stop, stall_line
 from tpu_rl.scripts.pipeline.vm.state import VmState
@@ -28,7 +29,8 @@ class ConsoleBuffer:
     (anchors), then a bounded tail, instead of all of it, re-split every poll."""
 
     def __init__(self, run: str) -> None:
-        self.run, self.anchors, self.tail = run, [], ""
+        self.run, self.tail = run, ""
+        self.anchors: list[str] = []
 
     def add(self, text: str) -> str:
         self.tail += text
@@ -90,7 +92,7 @@ class Watch:
         return (f"no new attempt began in {hms(RESUME_WAIT_SECONDS)} after attempt {self.ended} ended: "
                 f"{self.ended_message}")
 
-    def silence(self, state: VmState, pending: list[str]) -> str | None:
+    def silence(self, state: VmState, pending: list[Step]) -> str | None:
         """No change of the heartbeat (or none at all) for HEARTBEAT_STALE_SECONDS by this machine's clock."""
         key = (state.current, state.heartbeat) if state.running and not state.failure else None
         if key != self.beat[0] or key is None:
