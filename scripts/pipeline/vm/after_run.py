@@ -75,7 +75,7 @@ def standing_account(session: Session) -> list[str]:
 
 def stopped_line(session: Session, record: Attempt) -> str:
     """`status` and `run` on a VM that stopped itself."""
-    vm, name = session.settings.vm_name, session.recipe.name
+    vm = session.settings.vm_name
     return (f"TPU VM {vm} stopped itself at {record.at} after its startup script verified every output of run "
             f"{session.paths.run_name} ({after_run_setting(session.settings)}): it bills only its boot disk now, "
             f"until {destroy(session)}{reservation_billing(session)}; a TPU VM cannot be started again: "
@@ -88,7 +88,7 @@ def stays_up_cost(session: Session) -> str:
 
 def after_run_line(session: Session) -> str:
     """What the VM does once the run is verified, as `run` and its dry run say it before it happens."""
-    vm, name, settings = session.settings.vm_name, session.recipe.name, session.settings
+    vm, settings = session.settings.vm_name, session.settings
     if settings.vm_after_run == VM_STAYS:
         return (f"after the run: TPU VM {vm} stays up ({after_run_setting(settings)}) and bills "
                 f"{stays_up_cost(session)} until {destroy(session)}")
@@ -101,7 +101,7 @@ def after_run_line(session: Session) -> str:
 
 def done_billing(session: Session, instance) -> str:
     """The last `next:` line of a finished run on the VM: what still bills, instead of the stack's hourly cost."""
-    vm, name = session.settings.vm_name, session.recipe.name
+    vm = session.settings.vm_name
     record = stop_record(session, instance) if instance is not None else None
     if record is not None and instance.status != "RUNNING":
         return stopped_line(session, record)

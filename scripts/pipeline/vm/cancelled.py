@@ -72,7 +72,7 @@ def cancel_stay(session: Session, instance) -> str:
 
 def cancelled_note(session: Session, at: str, instance) -> str:
     """`status` (and a second `cancel`) of a cancelled run: what its VM does or did, and how the run goes on."""
-    run, name = session.paths.run_name, session.recipe.name
+    run = session.paths.run_name
     if is_off(instance):
         return (f"run {run} was cancelled at {at}; the VM is off: only its boot disk bills, until "
                 f"{destroy(session)}{reservation_billing(session)}; {go_on_hint(session, instance, off=True)}")
