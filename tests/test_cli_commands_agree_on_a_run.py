@@ -1,6 +1,7 @@
 """Commands agree about one run (issue 37, item 4: one truth about a run), against the local peers: a run
 that `tpu-rl run` started and left running, cancelled or failed is told the same way by `status`, `runs`
-and `down`. What a run's step and ending are is decided in one place (scripts/pipeline/run_state.py);
+and `down`, on GKE and on the VM recipe (whose startup script, not `run`, writes each step's records). What a
+run's step and ending are is decided in one place (scripts/pipeline/run_state.py);
 these tests hold every screen to it. Their kin: tests/test_cli_commands_agree.py (settings and cloud state)."""
 
 from __future__ import annotations
@@ -13,20 +14,23 @@ from typer.testing import CliRunner
 from cli_helpers import left_running, record, run_of, status_blocks
 from contracts.tunix_log import train_step_line
 from peers.fixtures import put_step_output
+from tpu_rl.jobs.vm import CANCELLED
 from tpu_rl.scripts.cli import app
+from vm_helpers import RECIPE as VM_RECIPE, RUN as VM_RUN, begin, boot_and_show, finish
+from vm_helpers import clock, guest, vm  # noqa: F401 (fixtures)
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()
 
 
-def _runs_row(run: str) -> dict:
-    result = runner.invoke(app, ["runs", RECIPE, "--json"])
+def _runs_row(run: str, recipe: str = RECIPE) -> dict:
+    result = runner.invoke(app, ["runs", recipe, "--json"])
     assert result.exit_code == 0, result.output
     return next(row for row in json.loads(result.output)["runs"] if row["run"] == run)
 
 
-def _runs_line(run: str) -> str:
-    result = runner.invoke(app, ["runs", RECIPE], env={"COLUMNS": "80"})
+def _runs_line(run: str, recipe: str = RECIPE) -> str:
+    result = runner.invoke(app, ["runs", recipe], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     return next(line for line in result.output.splitlines() if line.startswith(f"{run}  "))
 
@@ -137,3 +141,48 @@ def test_a_run_whose_driver_was_interrupted_while_train_runs_is_running_in_runs_
     assert status.exit_code == 0, status.output
     assert status_blocks(status.output)["train"][0].startswith("running"), status.output
     assert line in " ".join(status.output.split()), status.output
+
+
+# --- the VM recipe: its startup script runs the steps and writes their records, followed or not -------------
+
+def _vm_status_states() -> dict[str, str]:
+    """Each step's state as `status` of the VM recipe shows it (the first word of its block)."""
+    status = runner.invoke(app, ["status", VM_RECIPE], env={"COLUMNS": "80"})
+    assert status.exit_code == 0, status.output
+    return {step: block[0].split(",")[0] for step, block in status_blocks(status.output).items()}
+
+
+def _vm_runs_states() -> dict[str, str]:
+    """Each step's state as `runs` shows it, in its JSON and in its table (the same)."""
+    row = _runs_row(VM_RUN, VM_RECIPE)
+    result = runner.invoke(app, ["runs", VM_RECIPE], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    block = lines[next(at for at, line in enumerate(lines) if line.startswith(f"{VM_RUN}  ")):]
+    steps = next(line for line in block if line.startswith("  steps  "))
+    assert steps.split(None, 1)[1] == ", ".join(f"{step} {state}" for step, state in row["steps"].items()), steps
+    return row["steps"]
+
+
+def test_a_detached_vm_run_that_succeeded_shows_each_step_done_in_runs_as_in_status(settings_env, gcs, vm, guest):
+    """Found by the sandbox: after a detached run succeeded on the VM, `runs` said `succeeded` but every step
+    `waiting` (run.json, which `run --detach` wrote before the VM started), while `status` showed each done
+    (the startup script's progress markers)."""
+    started = runner.invoke(app, ["run", VM_RECIPE, "--detach"])
+    assert started.exit_code == 0, started.output
+    assert boot_and_show(guest, gcs, vm) == 0  # the VM runs it, nobody attached
+    assert _runs_row(VM_RUN, VM_RECIPE)["status"] == "succeeded"
+    assert _vm_runs_states() == _vm_status_states() == {"convert": "done", "train": "done", "export": "done"}
+
+
+def test_after_cancel_of_a_vm_run_runs_shows_its_steps_as_status_does(settings_env, gcs, vm):
+    """Found by the sandbox: after `cancel` of a detached run past convert, `status` said `convert done` (its
+    marker) while `runs` said `convert waiting` (run.json, whose cancel marks only the steps not done)."""
+    started = runner.invoke(app, ["run", VM_RECIPE, "--detach"])
+    assert started.exit_code == 0, started.output
+    for act in (begin(vm, gcs, "convert"), finish(vm, gcs, "convert"), begin(vm, gcs, "train")):
+        act()
+    cancelled = runner.invoke(app, ["cancel", VM_RECIPE, "--yes"])
+    assert cancelled.exit_code == 0, cancelled.output
+    assert _runs_row(VM_RUN, VM_RECIPE)["status"] == "cancelled"
+    assert _vm_runs_states() == _vm_status_states() == {"convert": "done", "train": CANCELLED, "export": CANCELLED}

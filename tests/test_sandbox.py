@@ -127,6 +127,11 @@ def test_an_unscripted_run_of_the_vm_recipe_succeeds_in_the_sandbox_each_screen_
     runs = tpu_rl(paced_sandbox, "runs", VM_RECIPE, "--json")
     assert runs.returncode == 0 and labelled(runs), runs.stderr
     assert [run["status"] for run in json.loads(runs.stdout)["runs"]] == ["succeeded"]
+    # each step as `status` shows it: the startup script's progress markers, not what run.json last said
+    steps = ("convert", "train", "export")
+    assert [run["steps"] for run in json.loads(runs.stdout)["runs"]] == [dict.fromkeys(steps, "done")]
+    shown = [line.split()[:2] for line in status.stdout.splitlines() if line.split()[:1] in [[step] for step in steps]]
+    assert shown == [[step, "done"] for step in steps], status.stdout
 
 
 def test_a_detached_vm_run_can_be_cancelled_and_its_stack_destroyed_in_the_sandbox(paced_sandbox):

@@ -91,6 +91,11 @@ class Platform(Protocol):
         following it ("succeeded" or "failed", and when), from the platform's own records; None when they say
         nothing more."""
 
+    def recorded_steps(self, session: Session, run: str) -> dict[str, str]:
+        """Each step's state by the platform's own records, where something other than `run` runs the steps and
+        records them (the VM's startup script: its progress markers, failure record and cancel marker), in the
+        words `status` shows; {} where the run record is those records (GKE: `run` and its driver write it)."""
+
     def steps_left_running(self, session: Session, run: str) -> list[str]:
         """The run's steps that still run or queue on the platform while what takes the run from step to step
         (GKE: its driver) has ended; [] when it runs, or the platform has no such thing."""

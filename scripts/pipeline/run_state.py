@@ -14,7 +14,10 @@ that no two of them tell one run two ways (issue 37: `status` showed `step 46/50
   and how to follow it again (left_running_line), on `runs` as on `status`, which shows the step running.
 - The queue place: the platform's (Platform.queue), of the run and of the step that waits, in one wording
   (session.queued).
-- A step's state: the platform's view of it while it runs or queues; once it does not, the record's
+- A step's state on `runs`: the platform's own records of its steps where it keeps them (Platform.recorded_steps:
+  the VM's startup script runs them and writes their markers, followed or not, and `status` reads those),
+  else the record's (recorded_states).
+- A step's state on `status`: the platform's view of it while it runs or queues; once it does not, the record's
   ending of the step (cancelled, failed) when it has one: `cancel` deletes the JobSet, and a JobSet that
   succeeded without its output is a train that failed.
 """
@@ -25,6 +28,7 @@ import shlex
 from datetime import datetime
 from typing import Callable, TypeVar
 
+from tpu_rl.recipes import STEPS
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.scripts.pipeline.session import Session, queued
@@ -77,6 +81,14 @@ def left_running_line(session: Session, run: str, record: dict, left: list[str])
     again = " ".join(["tpu-rl", "run", session.recipe.name, *items, *named])
     return (f"run {run}: {' and '.join(left)} still {'runs' if len(left) == 1 else 'run'} on the cluster, but its "
             f"driver ended, so nothing takes it on to the next step; follow it again with `{again}`")
+
+
+def recorded_states(record: dict, own: dict[str, str]) -> dict[str, str]:
+    """Each step's state, in the order of STEPS: `own`, the platform's records of its steps
+    (Platform.recorded_steps), for each step they name, else the record's (run.json). `own` wins: the record
+    says what the `run` that wrote it saw, so after `run --detach` or a cancel it lags the platform's."""
+    steps = {step: entry.get("status", "-") for step, entry in (record.get("steps") or {}).items() if step in STEPS}
+    return {step: own.get(step) or steps[step] for step in STEPS if step in own or step in steps}
 
 
 def step_state(recorded: str | None, live: str, active: bool, place: int | None = None) -> str:

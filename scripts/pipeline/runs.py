@@ -1,7 +1,8 @@
 """`tpu-rl runs`: the runs of a recipe found in the bucket, each from its record (run.json) and its
 TensorBoard event files, both under `<model>/trained/<run>/`.
 
-The record says how each step went and when the run started and ended; the event files give the last mean
+The record says when the run started and ended, and how each step went where `run` ran them (on the VM, its
+startup script's own records say it, as `status` reads them); the event files give the last mean
 reward (`rewards/train/mean`). A run's ending, its steps' states and its train step are decided where
 `status` decides them (scripts/pipeline/run_state.py): the step is the live log's while train runs, else
 the last `actor/train/loss` point. Only the event files are downloaded, never the checkpoints beside them.
@@ -18,8 +19,8 @@ from tpu_rl.recipes.costs.prices import usd
 from tpu_rl.recipes.costs.run import hourly_estimate
 from tpu_rl.scripts.cloud.foreign import foreign_outcome
 from tpu_rl.scripts.pipeline.record import run_records
-from tpu_rl.scripts.pipeline.run_state import (NO_RECORD, LiveSteps, left_running_line, run_outcome, still_running,
-                                               train_progress, utc)
+from tpu_rl.scripts.pipeline.run_state import (NO_RECORD, LiveSteps, left_running_line, recorded_states, run_outcome,
+                                               still_running, train_progress, utc)
 from tpu_rl.scripts.pipeline.session import Session, hms, queued
 from tpu_rl.scripts.rundata.evaluation import accuracy_change, after_training, eval_set_name, resumed_first
 from tpu_rl.scripts.rundata.events import latest_scalars_in_bucket, run_directory, runs_under
@@ -35,7 +36,7 @@ RESUMED_NOTE = "* at resume, step unknown: no evaluation before training was log
 class RunSummary:
     run: str
     status: str  # the record's: running, succeeded, failed, interrupted, cancelled; or NO_RECORD
-    steps: dict[str, str]  # each step's status in the record (verified, succeeded, failed, ...)
+    steps: dict[str, str]  # each step's state: the platform's records' (VM: done, ...), else the record's
     last_step: int | None  # the last train step: the live log's while train runs, else the event files'
     train_steps: int | None  # how many the run trains, from the record
     reward: float | None  # the last rewards/train/mean
@@ -166,8 +167,8 @@ def summarize_run(session: Session, name: str, record: dict | None, live: LiveSt
     train_overrides = (record.get("overrides") or {}).get("train") or []
     resumed = resumed_first(record.get("evaluations") or [])
     duration = int((end - started).total_seconds()) if started and end else None
-    steps = {step: entry.get("status", "-") for step, entry in (record.get("steps") or {}).items() if step in STEPS}
-    # The cluster (or the VM) is asked only while the record says train runs, or there is no record (a VM's
+    steps = recorded_states(record, platform.recorded_steps(session, name))  # as `status` reads them (run_state.py)
+    # The cluster (or the VM) is asked only while train runs by the steps' records, or there is no record (a VM's
     # script, a JobSet submitted before its run.json was written): the bucket answers for the rest.
     asks = steps.get("train") == "running" or status == NO_RECORD
     now = live.read(name) if asks else None

@@ -106,6 +106,9 @@ class GkePlatform:
 
         return unfollowed_end(session, run)
 
+    def recorded_steps(self, session: Session, run: str) -> dict[str, str]:
+        return {}  # `run` and the run's driver write each step's state into run.json: the record says it
+
     def steps_left_running(self, session: Session, run: str) -> list[str]:
         from tpu_rl.scripts.pipeline.gke.driver import steps_left_running
 

@@ -69,6 +69,11 @@ class VmPlatform:
     def drive(self, session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool) -> None:
         raise UserError(f"recipe '{session.recipe.name}' runs on a TPU VM, whose startup script is its driver")
 
+    def recorded_steps(self, session: Session, run: str) -> dict[str, str]:
+        from tpu_rl.scripts.pipeline.vm.views import recorded_steps
+
+        return recorded_steps(session, run)
+
     def steps_left_running(self, session: Session, run: str) -> list[str]:
         return []  # the VM's startup script runs every step itself: no driver to end before them
 

@@ -44,7 +44,7 @@ def status_vm(session: Session) -> StatusReport:
     try:
         instance = read_instance(session)
     except gexc.NotFound:
-        states = read_state(session, "").states()
+        states = recorded_steps(session, session.paths.run_name)  # as `runs` reads them
         rows = [StepStatus(step, states[step] if states[step] in ("done", CANCELLED, "failed") else "not done",
                            "", "", session.output_state(step)) for step in STEPS]
         return StatusReport(f"TPU VM {settings.vm_name} (not found)", rows,
@@ -84,6 +84,17 @@ def status_vm(session: Session) -> StatusReport:
                         [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step),
                                     progress=training if step == "train" else "") for step in STEPS], note,
                         ending="" if ending_said else ending_line(session, read_record(session), unfollowed_end))
+
+
+def recorded_steps(session: Session, run: str) -> dict[str, str]:
+    """Platform.recorded_steps: each step of run `run` as its startup script's records in the bucket say it, read
+    as `status` reads them (VmState.states) less the console's live view: the script runs the steps whether or
+    not a `run` follows it, and run.json says only what a `run` saw (`waiting`, after `run --detach`)."""
+    import dataclasses
+
+    from tpu_rl.recipes.runs.spec import RunSpec
+
+    return read_state(dataclasses.replace(session, spec=RunSpec.in_bucket(session.recipe, run)), "").states()
 
 
 def live_train_step(session: Session, run: str) -> TrainProgress | None:
