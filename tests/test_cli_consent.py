@@ -215,7 +215,7 @@ def _eval_most(recipe_name: str) -> float:
     rate for EVAL_WAIT_MINUTES, in each attempt the JobSet may make."""
     from tpu_rl.jobs.train import PREEMPTIBLE_MAX_RESTARTS, restarts_after_preemption
     from tpu_rl.recipes.costs.run import hourly_estimate
-    from tpu_rl.scripts.pipeline.gke.evaluate import EVAL_WAIT_MINUTES
+    from tpu_rl.scripts.pipeline.gke.eval_cost import EVAL_WAIT_MINUTES
 
     recipe = get_recipe(recipe_name)
     attempts = 1 + PREEMPTIBLE_MAX_RESTARTS * restarts_after_preemption(recipe)

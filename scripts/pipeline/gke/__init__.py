@@ -22,6 +22,7 @@ followed, its output verified in GCS, and its failures explained in one line eac
 - billing.py: what an idle cluster still bills, for `runs` when no run is active or queued.
 - down.py: `down`: the recipe's stack destroyed once no run is active, the bucket kept.
 - evaluate.py: `eval`: a saved checkpoint scored on the held-out set by a scratch run's JobSet.
+- eval_cost.py: the most an evaluation can bill, weighed before any cloud library loads.
 - status.py: `status` and `logs`; log_stream.py: a followed log reopened after a drop, bounded.
 - driver.py, attach.py, detach.py: the run's driver in the cluster (jobs/driver.py): `run` starts or
   finds it and follows it (attach.py), or returns at once (detach.py: `run --detach`, a sweep's runs);

@@ -123,7 +123,7 @@ class GkePlatform:
         return None
 
     def eval_spend(self, recipe: Recipe, run: str, yes: bool, max_cost: Optional[float]) -> Spend:
-        from tpu_rl.scripts.pipeline.gke.evaluate import eval_spend
+        from tpu_rl.scripts.pipeline.gke.eval_cost import eval_spend
 
         return eval_spend(recipe, run, yes, max_cost)
 
