@@ -60,6 +60,20 @@ def test_status_and_runs_show_the_same_train_step_while_it_trains(cloud, monkeyp
     assert ", step 46/50, " in _runs_line("exp1"), _runs_line("exp1")
 
 
+def test_status_without_the_run_s_set_items_counts_its_steps_as_runs_does(cloud, monkeypatch):
+    """issue 37 review: after `run --set num_batches=60 --run mine`, `status --run mine` showed `step 46/50` (the
+    steps of its own command line, which has no --set) while `runs` showed `step 46/60` (the run's record)."""
+    recipe, _ = run_of("num_batches=60", run="mine")
+    put_step_output(cloud["gcs"], recipe, "convert")
+    cloud["kube"].plan("mine-train", outcome="hang", logs=f"loading\n{train_step_line(46, 0.31)}\n")
+    left_running(cloud, monkeypatch, "--set", "num_batches=60", "--run", "mine")
+    row = _runs_row("mine")
+    assert (row["last_step"], row["train_steps"]) == (46, 60), row
+    status = runner.invoke(app, ["status", RECIPE, "--run", "mine"])
+    assert status.exit_code == 0, status.output
+    assert status_blocks(status.output)["train"][1] == "step 46/60, loss 0.31", status.output
+
+
 def test_after_cancel_status_says_cancelled_as_runs_does(cloud, monkeypatch):
     """issue 37: after `cancel`, `status` said `train no JobSet, no output yet` while `runs` said `cancelled`."""
     _started(cloud, monkeypatch, outcome="hang", logs=f"{train_step_line(12, 0.4)}\n")

@@ -6,6 +6,7 @@ nothing again; a sweep's size is bounded, and its dry run leads with its size an
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 
@@ -46,6 +47,46 @@ def test_a_large_run_without_a_terminal_is_refused_in_one_line_and_submits_nothi
                     rf"recipe's own run \({re.escape(usd(_estimate()))}\), and there is no terminal to ask in: "
                     r"rerun with --yes, or with --max-cost \d+; nothing was started$", line), line
     assert cloud["kube"].job_calls == [] and cloud["kube"].created == [] and cloud["kube"].configmaps == {}
+
+
+def _fit_check_fails(monkeypatch) -> None:
+    """The fit check (a TPU compile of minutes for a new memory shape) fails the test if it is reached."""
+    from tpu_rl.scripts.fit import check
+
+    for name in ("require_fit", "require_fits"):
+        monkeypatch.setattr(check, name, lambda *args, **kwargs: pytest.fail("the fit check ran before consent"))
+
+
+def test_a_large_run_without_a_terminal_is_refused_before_the_fit_check(cloud, monkeypatch):
+    """issue 37 review: a script without a terminal waited out the fit check's compile, then was refused."""
+    _fit_check_fails(monkeypatch)
+    result = runner.invoke(app, ["run", RECIPE, "--set", LARGE, "--detach"])
+    assert result.exit_code == 2, result.output
+    assert error_line(result).endswith("and there is no terminal to ask in: rerun with --yes, or with --max-cost "
+                                       f"{math.ceil(_estimate(LARGE))}; nothing was started"), result.output
+    assert cloud["kube"].job_calls == [] and cloud["kube"].created == [] and cloud["kube"].configmaps == {}
+
+
+def test_a_large_sweep_without_a_terminal_is_refused_before_the_fit_check(cloud, monkeypatch):
+    _fit_check_fails(monkeypatch)
+    result = runner.invoke(app, ["sweep", RECIPE, *GRID[:-1], "--name", "big"])
+    assert result.exit_code == 2, result.output
+    assert re.match(r"error: sweep big \(4 runs\) is estimated at \$[\d,.]+, [\d.]+ times the recipe's own run "
+                    r".*no terminal to ask in: rerun with --yes", error_line(result)), result.output
+    assert cloud["kube"].job_calls == []
+
+
+def test_a_large_run_with_a_terminal_is_asked_once_after_the_fit_check(cloud, monkeypatch):
+    """With a terminal the question stays where it was: once, when the run is first known new."""
+    from tpu_rl.scripts.fit import check
+
+    order: list[str] = []
+    real = check.require_fit
+    monkeypatch.setattr(check, "require_fit", lambda *args, **kwargs: order.append("fit") or real(*args, **kwargs))
+    session_hook(monkeypatch, confirm=lambda question: order.append("asked") or False)
+    result = runner.invoke(app, ["run", RECIPE, "--set", LARGE, "--detach"])
+    assert result.exit_code == 2 and error_line(result).startswith("error: answered no: run "), result.output
+    assert order == ["fit", "asked"]
 
 
 @pytest.mark.parametrize("consent", [["--yes"], ["--max-cost", "100000"]])
@@ -119,6 +160,20 @@ def test_a_run_with_a_record_of_its_settings_resumes_without_a_question(cloud, m
     bucket.write_json(cloud["gcs"], ArtifactPaths(spec, peer_settings()).run_record,
              {"identity": run_identity(spec), "status": "interrupted"})
     session_hook(monkeypatch, confirm=lambda question: pytest.fail(f"asked again: {question}"))
+    result = runner.invoke(app, ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_run_the_bucket_records_resumes_without_a_terminal_and_without_yes(cloud):
+    """The early refusal is of a new run only: a recorded one (its driver ended) asks nothing, as before."""
+    from peers.fixtures import peer_settings
+    from tpu_rl.jobs.paths import ArtifactPaths
+    from tpu_rl.recipes.runs.spec import run_identity
+    from tpu_rl.scripts.cloud import gcs as bucket
+
+    spec = RunSpec.requested(get_recipe(RECIPE), (LARGE,))
+    bucket.write_json(cloud["gcs"], ArtifactPaths(spec, peer_settings()).run_record,
+                      {"identity": run_identity(spec), "status": "interrupted"})
     result = runner.invoke(app, ["run", RECIPE, "--set", LARGE, "--skip-fit-check", "--detach"])
     assert result.exit_code == 0, result.output
 

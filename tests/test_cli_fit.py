@@ -79,7 +79,8 @@ def test_the_dry_run_refuses_it_with_the_same_line(cloud):
 
 def test_a_run_of_it_submits_nothing_to_the_cluster_and_asks_for_no_capacity(cloud):
     put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert")
-    line = refused(["run", RECIPE, "--detach", *TOO_BIG])
+    # --yes: its spend is consented, so the fit check is what refuses it (without, consent refuses first)
+    line = refused(["run", RECIPE, "--detach", "--yes", *TOO_BIG])
     assert "does not fit" in line
     nothing_submitted(cloud)
     assert cloud["kube"].secrets == {}
@@ -97,7 +98,7 @@ def test_a_sweep_with_one_point_that_cannot_fit_starts_none(cloud, tmp_path):
     sweep = tmp_path / "sweep.toml"
     sweep.write_text('[[runs]]\nset = ["learning_rate=1e-5"]\n\n'
                      '[[runs]]\nset = ["batch_size=256", "train_micro_batch_size=256"]\n')
-    line = refused(["sweep", RECIPE, "--file", str(sweep), "--name", "too-big"])
+    line = refused(["sweep", RECIPE, "--file", str(sweep), "--name", "too-big", "--yes"])  # past consent
     assert line.startswith("error: sweep too-big: run ") and "qwen3-v6e32 does not fit: the train step needs" in line
     assert line.endswith("; nothing was started")
     nothing_submitted(cloud)

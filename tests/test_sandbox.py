@@ -161,6 +161,22 @@ def test_a_sandbox_environment_that_reaches_beyond_it_is_refused_in_one_line(san
                              f"{SANDBOX_ENV}\n")
 
 
+def test_down_in_the_sandbox_refuses_an_npx_first_on_path_that_is_not_the_sandbox_s(sandbox, tmp_path):
+    """A real node first on PATH after sourcing the sandbox's environment: its `npx cdktf destroy` would run the
+    real cdktf against the real state bucket (Terraform's GCS backend ignores STORAGE_EMULATOR_HOST). `down`
+    is refused in one line, and that npx never runs."""
+    other_bin, ran = tmp_path / "node" / "bin", tmp_path / "npx-ran"
+    other_bin.mkdir(parents=True)
+    (other_bin / "npx").write_text(f"#!/bin/sh\ntouch {ran}\n")
+    (other_bin / "npx").chmod(0o755)
+    env = {**sandbox.env, "PATH": f"{other_bin}{os.pathsep}{sandbox.env['PATH']}"}
+    result = subprocess.run(["tpu-rl", "down", RECIPE, "--yes"], env=env, cwd=sandbox.home, capture_output=True,
+                            text=True, timeout=COMMAND_SECONDS, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2 and result.stdout == "" and not ran.exists(), result.stdout + result.stderr
+    assert result.stderr == (f"error: {SANDBOX_ENV} is set, but npx is {other_bin / 'npx'} not the sandbox's: "
+                             f"source the sandbox's environment again (`make sandbox`), or unset {SANDBOX_ENV}\n")
+
+
 def test_make_sandbox_keeps_the_peers_running_for_a_shell_and_sandbox_stop_ends_them(tmp_path):
     """What `make sandbox` runs, and a shell that evals its output, then `make sandbox-stop`."""
     directory = tmp_path / "kept"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 import typer
 
 from tpu_rl.recipes import STEPS, UserError, all_recipes, get_recipe
-from tpu_rl.recipes.costs.consent import checked_max_cost
+from tpu_rl.recipes.costs.consent import Spend, checked_max_cost
 from tpu_rl.recipes.outcome import ApiError, PreflightFailed
 from tpu_rl.recipes.runs.schedule import schedule_warning
 from tpu_rl.recipes.runs.spec import RunSpec
@@ -157,6 +157,8 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     platform.check_run_request(spec)
     spend = run_spend(spec, yes, max_cost)
     spend.check_cap()  # before the fit check compiles anything
+    if not dry_run:
+        refuse_unaskable_now(spec, settings, spend)
     console, fit_line = make_console(), None
     warnings = [line for line in (data_warning(spec.recipe), schedule_warning(spec.recipe)) if line]
     if "train" in wanted and skip_fit_check:
@@ -188,11 +190,28 @@ def run(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
             console.print(f"[yellow]{costly}[/]")
         session = make_session(spec, settings, "writes")
         # asked once, where a new run is first known new (RunRecord.open), before anything is made
-        session.spend = dataclasses.replace(spend, what=f"run {session.paths.run_name}")
-        session.spend_ask = session.confirm
+        session.spend, session.spend_ask = run_spend_of(session, spend), session.confirm
         platform.run(session, wanted, replace=replace, follow_logs=follow_logs, dry_run=False,
                      show_manifests=False, detach=detach)
 
+
+
+def run_spend_of(session, spend: Spend) -> Spend:
+    """`spend`, said of the session's run by its name."""
+    return dataclasses.replace(spend, what=f"run {session.paths.run_name}")
+
+
+def refuse_unaskable_now(spec: RunSpec, settings: Settings, spend: Spend) -> None:
+    """Refuse now, before the fit check compiles for minutes, a new run that consent (RunRecord.open) would
+    refuse for want of a terminal: large, not consented on the command line, and none to ask in. A run the
+    bucket already records asks nothing; with a terminal the question stays where it is, once."""
+    from tpu_rl.scripts.cloud import gcs
+
+    if not spend.large or spend.consented:
+        return
+    session = make_session(spec, settings, "writes")
+    if session.confirm is None and not gcs.read_json(session.clients.storage(), session.paths.run_record):
+        run_spend_of(session, spend).require(None)
 
 
 @app.command("eval")

@@ -170,6 +170,11 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     plan = plan_sweep(recipe, settings, grid, file, name, rewards, data_processor, unchecked_imports,
                       unusual_values, max_runs)
     check_cap(plan, max_cost)
+    spend = sweep_spend(plan, yes, max_cost)
+    from tpu_rl.scripts.cli import core
+
+    if not dry_run and spend.large and not spend.consented and core.asker() is None:
+        spend.require(None)  # refused now, before the fit check compiles for minutes, not after it
     console = make_console()
     console.print(plan_headline(plan))  # size and total first, whatever the table's length
     plan, fit_line = judged(plan, settings, skip_fit_check)
@@ -177,7 +182,6 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
     show_plan(console, plan)
     for warning in run_warnings(plan):
         console.print(f"[yellow]{escape(warning)}[/]")
-    spend = sweep_spend(plan, yes, max_cost)
     if dry_run:
         if spend.large and not spend.consented:
             console.print(f"{spend.what} is {COSTLY_RATIO} times the recipe's own run or more: started "
@@ -189,8 +193,6 @@ def sweep(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         return
     check_names_free(plan, settings)
     extra = price_system_nodes(plan, settings, console, max_cost)
-    from tpu_rl.scripts.cli import core
-
     # asked once for the whole sweep; its runs, started next and later by their drivers, ask nothing
     consent = dataclasses.replace(spend, estimate=plan.total + extra).require(core.asker())
     start_runs(plan, settings, console, consent)

@@ -16,6 +16,7 @@ client talks REST with anonymous credentials, so no Google credential is ever ne
 from __future__ import annotations
 
 import os
+import shutil
 import urllib.parse
 from dataclasses import dataclass
 from typing import Callable, Mapping, TypeVar
@@ -40,11 +41,16 @@ GOOGLE_APIS = {"compute": "https://compute.googleapis.com", "tpu": "https://tpu.
 
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost")
+# Where the sandbox keeps its stand-ins (tests/peers/sandbox.py), under its directory: its `npx`, whose `cdktf
+# destroy|deploy` is simulated. Any other npx first on PATH runs the real cdktf against the real state bucket
+# (Terraform's GCS backend ignores STORAGE_EMULATOR_HOST), so `down` would destroy a real stack.
+SANDBOX_BIN = "bin"
 
 
 def outside_sandbox(env: Mapping[str, str], root: str) -> list[str]:
     """What of `env` would reach beyond a local sandbox (tests/peers/sandbox.py): each endpoint above unset or
-    not on this machine, and a KUBECONFIG outside the sandbox's directory `root`, e.g. `HF_ENDPOINT is unset`."""
+    not on this machine, a KUBECONFIG outside the sandbox's directory `root`, and an `npx` first on PATH other
+    than the sandbox's own (SANDBOX_BIN), e.g. `HF_ENDPOINT is unset`."""
     outside = []
     for name in (COMPUTE_ENDPOINT_ENV, TPU_ENDPOINT_ENV, SECRETMANAGER_ENDPOINT_ENV, LOGGING_ENDPOINT_ENV,
                  REGISTRY_ENDPOINT_ENV, WHEELS_ENDPOINT_ENV, STORAGE_EMULATOR_ENV, HUB_ENDPOINT_ENV):
@@ -54,6 +60,9 @@ def outside_sandbox(env: Mapping[str, str], root: str) -> list[str]:
     kubeconfig = os.path.abspath(env.get("KUBECONFIG", ""))
     if not env.get("KUBECONFIG") or os.path.commonpath([kubeconfig, os.path.abspath(root)]) != os.path.abspath(root):
         outside.append(f"KUBECONFIG is {env.get('KUBECONFIG') or 'unset'}")
+    npx = shutil.which("npx", path=env.get("PATH", ""))
+    if npx is None or os.path.realpath(npx) != os.path.realpath(os.path.join(root, SANDBOX_BIN, "npx")):
+        outside.append(f"npx is {npx or 'not on PATH'}")
     return outside
 
 

@@ -12,6 +12,8 @@ that no two of them tell one run two ways (issue 37: `status` showed `step 46/50
 - A run whose `run` or driver ended while a step still runs on the platform (GKE: a driver killed by SIGINT
   records `interrupted`, and its train JobSet goes on): running, with one line that says its driver ended
   and how to follow it again (left_running_line), on `runs` as on `status`, which shows the step running.
+- The step total (`step n/N`): the record's train_steps (what the run's --set items asked), not the
+  recipe's of the command line that asks (step_total).
 - The queue place: the platform's (Platform.queue), of the run and of the step that waits, in one wording
   (session.queued).
 - A step's state on `runs`: the platform's own records of its steps where it keeps them (Platform.recorded_steps:
@@ -29,6 +31,7 @@ from datetime import datetime
 from typing import Callable, TypeVar
 
 from tpu_rl.recipes import STEPS
+from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.scripts.pipeline.session import Session, queued
@@ -101,6 +104,16 @@ def step_state(recorded: str | None, live: str, active: bool, place: int | None 
     if active or recorded not in ENDINGS or live.startswith(recorded):
         return live
     return recorded
+
+
+def step_total(session: Session, record: dict) -> int:
+    """The steps the run trains, N of `step n/N` and of the time left: its record's (run.json's train_steps, what
+    its `run` asked with its --set items, as `runs` shows it), so that a screen opened without those items
+    counts as `runs` does; the session's recipe's only while the run has no record."""
+    steps = record.get("train_steps")
+    if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+        return steps
+    return trained_steps(session.recipe)
 
 
 def train_progress(session: Session, run: str, live: TrainProgress | None,

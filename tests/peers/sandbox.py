@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from tpu_rl.scripts.cli.core import SANDBOX_ENV
+from tpu_rl.scripts.cloud.clients import SANDBOX_BIN
 from peers.fixtures import REPO, SETTINGS, TOKEN, clean_environment, start_gcs_emulator, start_peers
 from peers.jobset_plan import Plan
 
@@ -143,7 +144,7 @@ class Sandbox:
 
         # The emulator logs each 404 as an error; `run` reading a run.json that does not exist yet is no error.
         logging.getLogger("gcp_storage_emulator").setLevel(logging.CRITICAL)
-        self.home, self.bin_dir = home, home / "bin"
+        self.home, self.bin_dir = home, home / SANDBOX_BIN
         write_npx(self.bin_dir)
         self.gcs_emulator = start_gcs_emulator()
         env = clean_environment(home)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud.jobsets import JobSetState
 from tpu_rl.recipes.outcome import ApiError, StepFailed
 from tpu_rl.scripts.pipeline import stall
 from tpu_rl.scripts.pipeline.gke.observation import Fail, Observation, Say, Skip
 from tpu_rl.scripts.pipeline.gke.steps import StepJob
 from tpu_rl.scripts.pipeline.progress import AttemptProgress, StepPace, training_line
+from tpu_rl.scripts.pipeline.run_state import read_record, step_total
 from tpu_rl.scripts.pipeline.saving import SaveWatch
 from tpu_rl.scripts.pipeline.session import Session, hms
 from tpu_rl.scripts.rundata.progress import RewardReader, TrainProgress
@@ -68,6 +68,7 @@ class Progress:
         self.stepped: TrainProgress | None = None
         self.saving = False
         self.training = None  # the training line as a function of the elapsed text (_training)
+        self.total: int | None = None  # the run's step total (run_state.step_total), read once train runs
 
     def observe(self, seen: Observation) -> None:
         self.stepped = self.training = None
@@ -76,13 +77,15 @@ class Progress:
         state, log = seen.state, seen.head.text
         self.stepped = self.steps.update(state.restarts, log)
         self.saving = self.saves.update(state.restarts, log)
-        self.training = _training(self.session, state, self.stepped, self.reward.latest(), self.pace)
+        if self.total is None:
+            self.total = step_total(self.session, read_record(self.session))
+        self.training = _training(self.session, state, self.stepped, self.reward.latest(), self.pace, self.total)
 
 
-def _training(session: Session, state: JobSetState, found, reward: float | None, pace: StepPace):
+def _training(session: Session, state: JobSetState, found, reward: float | None, pace: StepPace, total: int):
     """The training line as a function of the elapsed text (None while nothing is known): the line the
     live status shows and `run` prints when the step, loss or reward changes, fitting 80 columns."""
-    total, now = trained_steps(session.recipe), session.now()
+    now = session.now()
     left = pace.seconds_left(state.restarts, found, total, now)
     if training_line("train", found, total, reward, "", left) is None:
         return None

@@ -7,7 +7,6 @@ from typing import Iterable
 
 from tpu_rl.jobs.k8s import JOBSET_NAME_LABEL, MAIN_CONTAINER, jobset_name, main_pod_selector
 from tpu_rl.recipes import Step, UserError
-from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.cloud.jobsets import JobSetState, PodCounts, current_attempt, jobset_state, placement_of, pod_counts
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch, read_admission
@@ -46,7 +45,7 @@ def status_gke(session: Session) -> StatusReport:
     """Each step's JobSet, with the state, step and ending scripts/pipeline/run_state.py decides for every
     screen from it and the run's record."""
     from tpu_rl.scripts.pipeline.run_state import (ending_line, left_running_line, read_record, step_state,
-                                                   train_progress)
+                                                   step_total, train_progress)
 
     rows, notes = [], []
     jobs = step_jobs(session.spec, session.settings)
@@ -73,7 +72,7 @@ def status_gke(session: Session) -> StatusReport:
         progress = ""
         if step == "train":
             found = train_progress(session, session.paths.run_name, _live_step(session, job, state))
-            progress = training_now(found, trained_steps(session.recipe), session.clients.storage,
+            progress = training_now(found, step_total(session, record), session.clients.storage,
                                     session.paths.tensorboard, session.now)
         rows.append(StepStatus(step, shown, *cells[1:], session.output_state(step, state.phase == "succeeded"),
                                placement_of(pods) or "", progress))

@@ -9,7 +9,6 @@ from google.api_core import exceptions as gexc
 
 from tpu_rl.jobs.vm import CANCELLED, STARTING
 from tpu_rl.recipes import STEPS, Step, UserError
-from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.progress import training_now
 from tpu_rl.scripts.pipeline.session import Session, StatusReport, StepStatus
@@ -18,7 +17,7 @@ from tpu_rl.scripts.pipeline.vm.run import (SerialReader, console_readable, fail
 from tpu_rl.scripts.pipeline.vm.cancelled import cancelled_at, cancelled_note
 from tpu_rl.scripts.pipeline.vm.after_run import done_billing, stop_record, stopped_line
 from tpu_rl.scripts.pipeline.vm.checks import check_deployed_run, get_instance, powered_off_after_cancel, read_instance
-from tpu_rl.scripts.pipeline.run_state import ending_line, read_record, train_progress
+from tpu_rl.scripts.pipeline.run_state import ending_line, read_record, step_total, train_progress
 from tpu_rl.scripts.rundata.progress import TrainProgress, last_train_step
 
 
@@ -75,7 +74,8 @@ def status_vm(session: Session) -> StatusReport:
     live = (last_train_step(train_attempt(text, session.paths.run_name)[1])
             if states.get("train") == "running" and readable else None)
     found = train_progress(session, session.paths.run_name, live)  # as `runs` reads it (run_state.py)
-    training = training_now(found, trained_steps(session.recipe), session.clients.storage, session.paths.tensorboard,
+    record = read_record(session)
+    training = training_now(found, step_total(session, record), session.clients.storage, session.paths.tensorboard,
                             session.now)
     note = "; ".join(part for part in (note, differs) if part)
     phase = script_phase(state.attempt)
@@ -83,7 +83,7 @@ def status_vm(session: Session) -> StatusReport:
     return StatusReport(f"TPU VM {settings.vm_name} ({instance.status}{script})",
                         [StepStatus(step, states.get(step, "waiting"), "", "", session.output_state(step),
                                     progress=training if step == "train" else "") for step in STEPS], note,
-                        ending="" if ending_said else ending_line(session, read_record(session), unfollowed_end))
+                        ending="" if ending_said else ending_line(session, record, unfollowed_end))
 
 
 def recorded_steps(session: Session, run: str) -> dict[str, str]:
