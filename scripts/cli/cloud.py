@@ -336,10 +336,10 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
                       f"{'is' if listing.other_recipes == 1 else 'are'} not shown)")
     idle, unknown = _idle(session)
     if idle is not None:
-        for line in idle.lines(session.recipe, session.settings.cluster_name, session.settings.gcs_bucket):
+        for line in idle.lines(session.recipe, session.settings.gcs_bucket):
             console.print(escape(line))
     elif unknown:
-        console.print(escape(f"(what the cluster still bills is not shown: {unknown})"))
+        console.print(escape(f"(what the stack still bills is not shown: {unknown})"))
 
 
 def _idle(session):
