@@ -412,7 +412,7 @@ def test_runs_lists_the_runs_and_says_in_one_line_when_rbac_hides_the_nodes(clou
     cloud["kube"].faults.append(Fault("GET", "/api/v1/nodes", 403))
     result = runner.invoke(app, ["runs", RECIPE])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[-1].startswith("(what the cluster still bills is not shown: listing the "
+    assert result.output.splitlines()[-1].startswith("(what the stack still bills is not shown: listing the "
                                                      "cluster's nodes failed with HTTP 403"), result.output
     assert result.output.splitlines()[-1].endswith("your account needs to list nodes (roles/container.viewer))")
 

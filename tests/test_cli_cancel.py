@@ -88,8 +88,8 @@ def test_the_conversion_is_cancelled_only_when_no_other_run_waits_on_it(cloud, m
 
     kept = runner.invoke(app, ["cancel", RECIPE, "convert", "--yes"])
     assert kept.exit_code == 0, kept.output
-    assert kept.output.splitlines()[0] == (f"kept JobSet {convert}: the conversion is shared, and run(s) "
-                                           f"{second_paths.run_name} wait on it too")
+    assert kept.output.splitlines()[0] == (f"kept JobSet {convert}: the conversion is shared, and 1 run "
+                                           f"({second_paths.run_name}) waits on it too")
     assert cloud["kube"].deleted == []
 
     second_record = record(cloud["gcs"], second_paths)

@@ -200,3 +200,27 @@ def test_after_cancel_of_a_vm_run_runs_shows_its_steps_as_status_does(settings_e
     assert cancelled.exit_code == 0, cancelled.output
     assert _runs_row(VM_RUN, VM_RECIPE)["status"] == "cancelled"
     assert _vm_runs_states() == _vm_status_states() == {"convert": "done", "train": CANCELLED, "export": CANCELLED}
+
+
+def test_runs_of_the_vm_recipe_gives_the_standing_account_once_its_run_ended(settings_env, gcs, vm, guest):
+    """issue 37's review: `runs` printed what GKE's stack bills with no run, but nothing for the VM recipe's
+    (VmPlatform.idle answered None); it gives the same account `down` and `recipes` give, once the run ended,
+    and none while the VM runs it."""
+    import vm_helpers
+    from tpu_rl.recipes import get_recipe
+    from tpu_rl.recipes.costs.standing import account, idle_bill
+
+    started = runner.invoke(app, ["run", VM_RECIPE, "--detach"])
+    assert started.exit_code == 0, started.output
+    listed = runner.invoke(app, ["runs", VM_RECIPE], env={"COLUMNS": "250"})
+    assert listed.exit_code == 0 and "with no run, stack" not in listed.output, listed.output
+    assert boot_and_show(guest, gcs, vm) == 0
+    recipe = get_recipe(VM_RECIPE)
+    for status, vm_up in (("RUNNING", True), ("TERMINATED", False)):  # kept up after its run; stopped
+        vm.instances[vm_helpers.VM] = status
+        listed = runner.invoke(app, ["runs", VM_RECIPE], env={"COLUMNS": "250"})
+        assert listed.exit_code == 0, listed.output
+        said = " ".join(listed.output.split())
+        assert f"no run of {VM_RECIPE} is active or queued on TPU VM" in said, listed.output
+        for line in account(idle_bill(recipe, vm_up=vm_up), recipe):
+            assert " ".join(line.split()) in said, listed.output

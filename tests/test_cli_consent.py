@@ -89,6 +89,24 @@ def test_a_large_run_with_a_terminal_is_asked_once_after_the_fit_check(cloud, mo
     assert order == ["fit", "asked"]
 
 
+def test_the_warning_and_the_refusal_on_one_screen_give_one_ratio():
+    """The dry run's warning and the refusal without a terminal say the same ratio, in one rounding: one
+    decimal, rounded down (9.96 times is not yet 10), worked by hand from the two estimates."""
+    import math
+
+    from tpu_rl.recipes.costs.consent import Spend
+    from tpu_rl.recipes.costs.run import costly_run_warning
+
+    ratio = f"{math.floor(_estimate(LARGE) / _estimate() * 10) / 10:.1f} times"
+    spec = RunSpec.requested(get_recipe(RECIPE), (LARGE,))
+    assert f", {ratio} the recipe's own run" in costly_run_warning(spec)
+    with pytest.raises(Exception) as refused:
+        Spend("this run", _estimate(LARGE), _estimate(), yes=False, max_cost=None).require(None)
+    assert f", {ratio} the recipe's own run" in str(refused.value)
+    assert Spend("this run", 9.96, 1.0, yes=False, max_cost=None).question().startswith(
+        "Start this run, estimated at $9.96 (9.9 times")
+
+
 @pytest.mark.parametrize("consent", [["--yes"], ["--max-cost", "100000"]])
 def test_yes_or_a_max_cost_it_fits_starts_it_without_a_question(cloud, monkeypatch, consent):
     questions: list[str] = []

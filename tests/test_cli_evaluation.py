@@ -292,3 +292,25 @@ def test_a_tail_pre_is_not_before_training_when_the_bucket_cannot_say_whether_th
     whole = SimpleNamespace(data={}, write=lambda: None)  # a whole log: the line's own reading stands
     assert EvaluationWatch(SimpleNamespace(**{**vars(session), "clients": None}), whole).see(f"{PRE}\n") == 1
     assert whole.data["evaluations"][0]["when"] == "before training"
+
+
+def test_an_evaluation_after_training_without_a_step_in_its_text_is_at_the_step_reached(monkeypatch):
+    """qwen3-v6e32 could train 50 steps (trained_steps), but a run can stop below (long prompts dropped): the
+    Post line logs no step, so it is put at the last train step logged in an earlier text, else at the
+    bucket's newest finished checkpoint (tunix saves the step it reached on close), never above them."""
+    from types import SimpleNamespace
+
+    from tpu_rl.scripts.pipeline import accuracy
+
+    session = SimpleNamespace(recipe=get_recipe(RECIPE), console=SimpleNamespace(print=lambda *a: None),
+                              clients=SimpleNamespace(storage=lambda: None), paths=None)
+    record = SimpleNamespace(data={}, write=lambda: None)
+    watch = accuracy.EvaluationWatch(session, record)
+    watch.see(f"{train_step_line(36, 0.2)}\n{train_step_line(37, 0.2)}\n")  # a poll with no evaluation
+    assert watch.see(f"{POST}\n") == 1
+    assert (record.data["evaluations"][0]["step"], record.data["evaluations"][0]["when"]) == (37, "after training")
+
+    monkeypatch.setattr(accuracy.gcs, "latest_checkpoint_step", lambda storage, paths: 41)
+    fresh = SimpleNamespace(data={}, write=lambda: None)  # a text with the Post only: Cloud Logging's
+    assert accuracy.EvaluationWatch(session, fresh).see(f"{POST}\n") == 1
+    assert fresh.data["evaluations"][0]["step"] == 41

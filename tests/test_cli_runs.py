@@ -79,7 +79,7 @@ def test_runs_fit_80_columns_with_each_runs_steps_step_reward_start_and_duration
         f"{old}  no run.json, step -, reward 0.2, cost -",
         "  steps    convert -, train -, export -",
         "  started  -, took -",
-        "(1 run(s) of other recipes with the same model are not shown)"], result.output
+        "(1 run of other recipes with the same model is not shown)"], result.output
 
 
 def test_runs_in_a_wide_terminal_is_one_table(cloud, tmp_path, monkeypatch):

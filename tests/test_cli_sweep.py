@@ -84,6 +84,15 @@ def test_dry_run_names_each_run_from_its_values_and_prices_the_sweep_with_one_co
     assert "nothing is started" in result.output and calls == []
 
 
+def test_one_costly_run_of_a_sweep_is_said_in_the_singular(settings_env, monkeypatch):
+    """num_batches=500 trains ten times the recipe's 50 steps: well past COSTLY_RATIO times its own run."""
+    monkeypatch.setenv("COLUMNS", "200")
+    result = runner.invoke(app, ["sweep", RECIPE, "--grid", "num_batches=50,500", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert re.search(r"warning: 1 of the sweep's runs \(\S+\) is estimated at 3 times the recipe's own run", said), said
+
+
 def test_every_run_of_a_sweep_shares_one_convert_jobset():
     recipes = [RunSpec.requested(get_recipe(RECIPE), (f"learning_rate={lr}",)) for lr in ("1e-6", "3e-6", "1e-5")]
     converts = [render_manifests(spec_of(recipe), peer_settings())["convert"] for recipe in recipes]
@@ -184,7 +193,7 @@ def test_a_run_that_cannot_start_names_the_started_ones_and_how_to_stop_them(clo
     first, second = (name for name, _ in calls)
     line = error_line(result)
     assert line.startswith("error: sweep lr: run lr1e-5-") and "(the test's refusal)" in line
-    assert line.endswith(f"2 run(s) were started ({first}, {second}); stop them with `tpu-rl cancel {RECIPE} --run "
+    assert line.endswith(f"2 runs were started ({first}, {second}); stop them with `tpu-rl cancel {RECIPE} --run "
                          f"{first} --yes`; `tpu-rl cancel {RECIPE} --run {second} --yes`")
 
 
@@ -285,5 +294,5 @@ def test_any_error_starting_a_run_names_the_runs_already_started(cloud, monkeypa
     result = runner.invoke(app, ["sweep", RECIPE, "--grid", "learning_rate=1e-6,3e-6", "--name", "lr"])
     assert result.exit_code != 0
     text = " ".join(result.output.split())
-    assert f"1 run(s) were started ({started[0]}); stop them with `tpu-rl cancel {RECIPE} --run {started[0]} " \
+    assert f"1 run was started ({started[0]}); stop it with `tpu-rl cancel {RECIPE} --run {started[0]} " \
            "--yes`" in text, result.output

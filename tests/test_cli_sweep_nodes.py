@@ -59,8 +59,8 @@ def test_a_sweep_past_the_system_nodes_room_prices_the_added_node_and_holds_it_t
     result = runner.invoke(app, ["sweep", RECIPE, *GRID, "--max-cost", f"{cap:.2f}"])
     assert result.exit_code == 2, result.output
     said = " ".join(result.output.split())
-    assert (f"system nodes: the sweep's 12 drivers add up to 1 system-np node(s) (9 more fit on system-np's 1 "
-            f"node(s) now, 12 on each new one): {usd(extra)} more, {hours:.1f} node-hours as the runs end") in said
+    assert (f"system nodes: the sweep's 12 drivers add up to 1 system-np node (9 more fit on system-np's 1 "
+            f"node now, 12 on each new one): {usd(extra)} more, {hours:.1f} node-hours as the runs end") in said
     assert re.fullmatch(rf"error: sweep \S+ is estimated at {re.escape(usd(total + extra))} for 12 runs with the "
                         rf"system nodes its drivers add, over --max-cost {re.escape(usd(cap))}: drop values from "
                         r"the grid or raise --max-cost; nothing was started", error_line(result))

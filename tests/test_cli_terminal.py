@@ -93,6 +93,10 @@ def test_recipes_fit_80_columns_with_every_name_model_and_price_in_full(monkeypa
     for item in facts:
         [name_line] = [line for line in lines if line.split()[:1] == [item["name"]]]
         assert item["hourly_estimate"] in name_line  # e.g. "$63.76/h (TPU reserved)", whole
+        # the leading figure says what it is, apart from the account's with no run (issue 37's review)
+        assert f"during a run: {item['hourly_estimate']}" in name_line
+        said = " ".join(result.output.split())
+        assert f"with no run, stack {item['name']} bills ${item['idle_usd_per_hour']:,.2f}/h" in said
         assert any(line.split()[-1:] == [item["model"]] for line in lines), item["model"]
     # README step 1 says what a newcomer sees at 80 columns: five lines a recipe, its name and four indented
     starts = [index for index, line in enumerate(lines) if line.split()[:1] in ([n] for n in all_recipes())]

@@ -37,3 +37,9 @@ def test_readme_says_what_each_stack_bills_with_no_run_as_the_commands_do():
     promise that destroying the stack stops every TPU charge (issue 37)."""
     assert standing_table(list(all_recipes().values())) in README
     assert "Stops every TPU" not in README
+    # nor that the stack bills the $/h of a run until destroyed, or that destroying it ends a reservation's bill:
+    # deploying says the same account as the table (issue 37's review)
+    said = " ".join(README.split())
+    assert "until you destroy it" not in said and "billed) from deploy to destroy" not in said
+    assert ("the stack bills, with no run, what [Stop paying](#stop-paying) lists" in said
+            and "stops the stack's part; a reservation bills until its owner ends it" in said)

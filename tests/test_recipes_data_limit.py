@@ -1,7 +1,7 @@
 """The steps a run's data allows (recipes/runs/datasets.py): train_rl keeps at most num_batches x batch_size x
 train_fraction rows of its split (MaxText 0.2.4 train_rl.py L375-378 `dataset_size`, 0.2.3 L339-342), so the
 estimate caps the steps there and says so. The rows: openai/gsm8k's train split, 7,473 (its README's
-dataset_info, config main; recipes/runs/datasets.toml cites it). Each figure below is worked by hand."""
+dataset_info, configs main and socratic alike; recipes/runs/datasets.toml cites it). Each figure below is worked by hand."""
 
 from __future__ import annotations
 
@@ -46,3 +46,10 @@ def test_another_dataset_or_data_files_are_not_capped():
 def test_the_row_count_names_its_source():
     limit = data_limit(_recipe("qwen3-v6e32", "num_batches=100000"))
     assert limit.rows == 7473 and "huggingface.co/datasets/openai/gsm8k" in limit.source
+
+
+def test_the_socratic_subset_is_capped_as_main_is():
+    # the same card's dataset_info gives config socratic 7,473 train rows: 7473 // 8 = 934 batches of qwen3's 8
+    recipe = _recipe("qwen3-v6e32", "num_batches=100000000", "hf_subset=socratic")
+    assert trained_steps(recipe) == 934
+    assert "config_name socratic" in data_limit(recipe).source

@@ -98,9 +98,9 @@ class Recipe(BaseModel):
         As MaxText computes it (0.2.4: configs/types.py, RLConfig's train_steps; 0.2.3:
         trainers/post_train/rl/train_rl.py, get_max_train_steps), with each factor from rl.overrides or
         else the release's config default: what the settings ask for. The data may allow fewer (last_step).
-        An upper bound: train_rl drops long prompts before it takes
-        its num_batches x batch_size items, so it can stop below (scripts/cloud/gcs.py TrainedCheckpoint);
-        tunix saves the step it reached on close, whatever checkpoint_period is."""
+        An upper bound: train_rl takes num_batches x batch_size rows counting the long prompts it drops
+        (grain's filter yields None for them), so it trains on fewer and can stop below (scripts/cloud/gcs.py
+        TrainedCheckpoint); tunix saves the step it reached on close, whatever checkpoint_period is."""
         product = float(self.rl.num_batches) * self.steps_per_batch
         steps = int(product)
         if steps < 1:

@@ -27,6 +27,14 @@ from tpu_rl.recipes.errors import UserError
 
 # A run or sweep estimated at this many times the recipe's own run or more is asked about (see above).
 COSTLY_RATIO = 3
+
+
+def times_own(estimate: float, own: float) -> str:
+    """`12.3 times`: an estimate against the recipe's own run in the one rounding every line uses: one decimal,
+    rounded down, so a ratio below COSTLY_RATIO never reads as COSTLY_RATIO."""
+    return f"{math.floor(round(estimate / own * 10, 6)) / 10:,.1f} times"  # round: 3.0 is not 2.9999...
+
+
 # How a run under the threshold went on: nothing needed a yes (Spend.record's "how").
 NOT_ASKED = "not asked: under the threshold"
 
@@ -68,7 +76,7 @@ class Spend:
         return self.yes or (self.max_cost is not None and self.estimate <= self.max_cost)
 
     def question(self) -> str:
-        return (f"Start {self.what}, estimated at {usd(self.estimate)} ({self.estimate / self.own:,.1f} times "
+        return (f"Start {self.what}, estimated at {usd(self.estimate)} ({times_own(self.estimate, self.own)} "
                 f"the recipe's own run, {usd(self.own)})?")
 
     def record(self, how: str) -> dict:
@@ -88,8 +96,8 @@ class Spend:
         if self.consented:
             return self.record("--max-cost")
         if ask is None:
-            raise UserError(f"{self.what} is estimated at {usd(self.estimate)}, {self.estimate / self.own:,.1f} "
-                            f"times the recipe's own run ({usd(self.own)}), and there is no terminal to ask in: "
+            raise UserError(f"{self.what} is estimated at {usd(self.estimate)}, {times_own(self.estimate, self.own)} "
+                            f"the recipe's own run ({usd(self.own)}), and there is no terminal to ask in: "
                             f"rerun with --yes, or with --max-cost {math.ceil(self.estimate)}; nothing was started")
         if not ask(self.question()):
             raise UserError(f"answered no: {self.what} was not started, and nothing else was")

@@ -28,7 +28,7 @@ from tpu_rl.recipes.capacity.modes import MODE_RULES
 from tpu_rl.recipes.catalog.entry import STEPS
 from tpu_rl.recipes.catalog.recipe import Recipe
 from tpu_rl.recipes.runs.evaluation import EvalPlan, eval_plan
-from tpu_rl.recipes.costs.consent import COSTLY_RATIO, Spend
+from tpu_rl.recipes.costs.consent import COSTLY_RATIO, Spend, times_own
 from tpu_rl.recipes.costs.prices import PriceTable, load_prices, usd
 from tpu_rl.recipes.costs.standing import ESTIMATE_NOTE as ESTIMATE_NOTE  # one wording for every figure, re-exported
 from tpu_rl.recipes.costs.train_time import TrainTime, as_defined, train_time
@@ -271,7 +271,7 @@ def costly_run_warning(spec: RunSpec, prices: PriceTable | None = None) -> str |
     own = own_run_total(spec, prices)
     if run < COSTLY_RATIO * own:
         return None
-    return (f"warning: this run is estimated at {usd(run)}, {run / own:,.0f} times the recipe's own run "
+    return (f"warning: this run is estimated at {usd(run)}, {times_own(run, own)} the recipe's own run "
             f"({usd(own)}): check the --set items that change its steps or its evaluation")
 
 

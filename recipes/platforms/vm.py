@@ -23,7 +23,7 @@ VM = PlatformFacts(
         "eval": fields(CLUSTER, ("zone",), BUCKET),  # refused before any setting is read (vm/platform.py)
         "cancel": fields(WHERE_VM, BUCKET),
         "status": fields(WHERE_VM, BUCKET),
-        "runs": BUCKET,
+        "runs": fields(WHERE_VM, BUCKET),  # the instance: what the stack bills with no run (views.py vm_idle)
         "logs": fields(WHERE_VM, BUCKET),  # a step's log is in the bucket once it ended
         "metrics": BUCKET,
         "down": (),  # refused before any setting is read

@@ -1,10 +1,12 @@
 """How many steps a run's training data allows: train_rl trains on at most what its dataset holds.
 
 What train_rl does with its data (MaxText 0.2.3 and 0.2.4, trainers/post_train/rl/train_rl.py
-prepare_datasets): it loads the split (rl.yml's dataset_name, subset and train_split), drops prompts longer
-than max_prefill_predict_length, keeps the first int(num_batches x batch_size x train_fraction) rows
-(`dataset_size`), repeats them num_epoch times and batches them by batch_size (0.2.4 drops a last partial
-batch; 0.2.3 keeps it); each batch trains rl.num_iterations steps. A num_batches past the split's rows
+prepare_datasets): it loads the split (rl.yml's dataset_name, subset and train_split), filters out prompts
+longer than max_prefill_predict_length, keeps the first int(num_batches x batch_size x train_fraction) rows
+(`dataset_size`), counting the filtered ones (grain's FilterMapDataset keeps its parent's length and yields
+None for a dropped row: grain 0.2.18 _src/python/dataset/transformations/filter.py, so the run trains on
+fewer rows rather than taking more), repeats them num_epoch times and batches them by batch_size (0.2.4
+drops a last partial batch; 0.2.3 keeps it); each batch trains rl.num_iterations steps. A num_batches past the split's rows
 therefore trains no more steps than the rows make, however many it asks for. The rows of each split are
 in recipes/runs/datasets.toml with their source; a dataset not there, or data files, is not capped.
 """

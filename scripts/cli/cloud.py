@@ -25,6 +25,7 @@ from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, EVAL_SET_HELP, REWARDS
                               handled, make_console, parse_step, parse_steps, say, secret_app, table_or_lines)
 from tpu_rl.scripts.cli.views import RUN_COLUMNS, preflight_line, run_cells, runs_stacked, status_json, status_view
 from tpu_rl.scripts.pipeline.platforms import platform_for
+from tpu_rl.scripts.words import counted
 
 if TYPE_CHECKING:
     from tpu_rl.recipes import Settings
@@ -266,7 +267,8 @@ def check_rewards_command(rewards: str = typer.Argument(..., metavar="FILE.py:FN
     scores = check_rewards(option, inputs, rows)
     for name, values in scores.items():
         typer.echo(f"{name}: {', '.join(f'{value:g}' for value in values)}")
-    say(f"ok: {len(scores)} function(s) of {option.path} return one float per completion")
+    say(f"ok: {counted(len(scores), 'function')} of {option.path} return{'s' if len(scores) == 1 else ''} one float "
+        "per completion")
     say(f"({len(sample_completions(inputs))} prompts x {inputs.generations} generations, in training "
         "and one at a time as in evaluation)")
     say(inputs.describe())
@@ -349,13 +351,14 @@ def runs_command(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
         if queue_note:
             console.print(escape(queue_note))
     if listing.other_recipes:
-        console.print(f"({listing.other_recipes} run(s) of other recipes with the same model are not shown)")
+        console.print(f"({counted(listing.other_recipes, 'run')} of other recipes with the same model "
+                      f"{'is' if listing.other_recipes == 1 else 'are'} not shown)")
     idle, unknown = _idle(session)
     if idle is not None:
-        for line in idle.lines(session.recipe, session.settings.cluster_name, session.settings.gcs_bucket):
+        for line in idle.lines(session.recipe, session.settings.gcs_bucket):
             console.print(escape(line))
     elif unknown:
-        console.print(escape(f"(what the cluster still bills is not shown: {unknown})"))
+        console.print(escape(f"(what the stack still bills is not shown: {unknown})"))
 
 
 def _idle(session):

@@ -72,8 +72,11 @@ def _fit_facts(recipe: Recipe) -> dict:
     return {"hbm_per_chip": chip, "fits": None if fit is None else fit.fits, "changed_to_fit": changed}
 
 
+# What the leading $/h of `recipes` is: the stack while a run is active, above the account of what it bills with
+# none (recipes/costs/standing.py account), so that the screen's two sets of figures each say what they are.
+DURING_RUN = "$/h during a run"
 RECIPE_COLUMNS = ("recipe", "model", "platform", "chips", "hosts", "machine type", "image / pip", "MaxText",
-                  "HBM a chip", "$/h")
+                  "HBM a chip", DURING_RUN)
 
 
 def _image_or_pip(item: dict) -> str:
@@ -102,7 +105,7 @@ def _recipes_stacked(facts: list[dict]) -> list[str]:
     for item in facts:
         slices = f"{item['slices']} × " if item["slices"] > 1 else ""
         runs = "gke with Pathways" if item["pathways"] else item["platform"]
-        lines += [f"[bold]{escape(item['name'])}[/]  {escape(item['hourly_estimate'])}",
+        lines += [f"[bold]{escape(item['name'])}[/]  during a run: {escape(item['hourly_estimate'])}",
                   f"  model  {escape(item['model'])}",
                   f"  TPU    {slices}{item['accelerator_type']} {item['topology']}: {item['chips']} chips, "
                   f"{item['hosts']} host{'s' if item['hosts'] != 1 else ''} of {item['machine_type']}",
@@ -114,7 +117,8 @@ def _recipes_stacked(facts: list[dict]) -> list[str]:
 @app.command("recipes")
 @handled
 def recipes_command(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """List the recipes: model, chips, hosts, machine type, image, MaxText version and an hourly estimate."""
+    """List the recipes: model, chips, hosts, machine type, image, MaxText version, what the stack bills an hour
+    during a run, and what it bills with no run and who can stop that."""
     from rich.markup import escape
 
     from tpu_rl.recipes.costs.run import ESTIMATE_NOTE

@@ -246,7 +246,8 @@ def run_warnings(plan: SweepPlan) -> list[str]:
                 lines.append(line)
     costly = [run.spec.run for run in plan.runs if costly_run_warning(run.spec)]
     if costly:
-        lines.append(f"warning: {len(costly)} of the sweep's runs ({', '.join(costly)}) are estimated at "
+        lines.append(f"warning: {len(costly)} of the sweep's runs ({', '.join(costly)}) "
+                     f"{'is' if len(costly) == 1 else 'are'} estimated at "
                      f"{COSTLY_RATIO:g} times the recipe's own run or more: check the --set items that change "
                      "their steps or their evaluation")
     return lines
@@ -326,7 +327,8 @@ def start_runs(plan: SweepPlan, settings: Settings, console, consent: dict | Non
 def _started_line(recipe_name: str, started: list[str]) -> str:
     """The runs of a sweep that were started before one was not, and how to stop them."""
     stop = "; ".join(f"`tpu-rl cancel {recipe_name} --run {name} --yes`" for name in started)
-    return (f"{len(started)} run(s) were started ({', '.join(started)}); stop them with {stop}" if started
+    return (f"{counted(len(started), 'run')} {'was' if len(started) == 1 else 'were'} started ({', '.join(started)}); "
+            f"stop {'it' if len(started) == 1 else 'them'} with {stop}" if started
             else "no run was started")
 
 

@@ -77,8 +77,8 @@ def _orbax_checkpoint(item_dir: str) -> tuple[Requirement, ...]:
 class TrainedCheckpoint(Requirement):
     """What training leaves: its newest finished checkpoint, and proof that training finished there.
 
-    The computed step count is an upper bound, not the step train_rl reaches: train_rl drops long prompts
-    before it slices its batches, and tunix's trainer saves the step it reached when the data runs out
+    The computed step count is an upper bound, not the step train_rl reaches: train_rl's slice of its rows
+    counts the long prompts it drops (grain's filter yields None for them), and tunix's trainer saves the step it reached when the data runs out
     (google/tunix @c4ec573d tunix/sft/peft_trainer.py `close`; docs/provenance.md#the-last-step-train_rl-reaches).
 
     So the output is the newest actor step with orbax's commit marker (latest_checkpoint_step), with its

@@ -12,7 +12,8 @@ from tpu_rl.recipes.runs.evaluation import evaluates
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.record import RunRecord
 from tpu_rl.scripts.pipeline.session import Session
-from tpu_rl.scripts.rundata.evaluation import RESTORED_TEXT, Evaluation, describe, merged, parse_evaluations
+from tpu_rl.scripts.rundata.evaluation import (RESTORED_TEXT, TRAIN_STEP, Evaluation, describe, merged,
+                                              parse_evaluations)
 
 # What the Cloud Logging query asks for: the lines that start each evaluation's text, and tunix's restore
 # line, which tells a resumed attempt's Pre from the one before training (evaluation.py).
@@ -25,6 +26,7 @@ class EvaluationWatch:
 
     def __init__(self, session: Session, record: RunRecord) -> None:
         self.session, self.record = session, record
+        self.step_seen: int | None = None  # the last train step logged in any text seen so far
 
     @property
     def entries(self) -> list[dict]:
@@ -35,9 +37,11 @@ class EvaluationWatch:
         only, which may have lost tunix's restore line: a new Pre it puts at step 0 is a resumed attempt's
         when the bucket already holds a finished checkpoint (a Pre is logged before its attempt trains), or
         when the bucket cannot be read: it is then recorded at step None, "at resume, step unknown"."""
+        steps = [int(step) for step in TRAIN_STEP.findall(text)] if "Train step" in text else []
+        self.step_seen = max([*steps, self.step_seen or 0]) if steps else self.step_seen
         if "corr=" not in text:  # cheap: most polls hold none
             return 0
-        found = parse_evaluations(text, last_step=trained_steps(self.session.recipe))
+        found = parse_evaluations(text, last_step=self._reached() if "Post RL Training" in text else None)
         before = self.entries
         after = merged(before, found)
         new = after[len(before):]
@@ -54,6 +58,18 @@ class EvaluationWatch:
         self.record.data["evaluations"] = after
         self.record.write()
         return len(new)
+
+    def _reached(self) -> int:
+        """The step training reached, for an evaluation after training whose text logs no train step: the
+        last one logged in an earlier text, else the bucket's newest finished checkpoint (tunix saves the
+        step it reached on close), else the most it could reach (trained_steps; it may have stopped below)."""
+        if self.step_seen is not None:
+            return self.step_seen
+        try:
+            saved = gcs.latest_checkpoint_step(self.session.clients.storage(), self.session.paths)
+        except Exception:  # noqa: BLE001 -- unknown: the step it could reach at most
+            saved = None
+        return saved if saved is not None else trained_steps(self.session.recipe)
 
     def _resumed(self) -> bool | None:
         """Whether the bucket holds a finished checkpoint the attempt may have restored; None: unknown."""

@@ -1,15 +1,15 @@
 """The types every platform answers the protocol (platforms.py) in, neutral so that the protocol names no
 platform's module and an implementation imports these, never the module that routes to it: what `render`
 writes (Rendered), and what a recipe's stack still bills when no run of it is active or queued (`tpu-rl
-runs`, `Platform.idle`; GKE fills it from its cluster, gke/billing.py; a platform with nothing to add
-answers None)."""
+runs`, `Platform.idle`; GKE fills it from its cluster, gke/billing.py, a TPU VM from its instance,
+vm/views.py vm_idle)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tpu_rl.recipes.catalog.recipe import Recipe
-from tpu_rl.recipes.costs.standing import StandingCost, account, down_command
+from tpu_rl.recipes.costs.standing import StandingCost, account, stop_command
 
 
 @dataclass(frozen=True)
@@ -29,15 +29,16 @@ class ActiveRun:
 
 @dataclass(frozen=True)
 class Idle:
-    """`tpu-rl runs` on a recipe whose cluster has no run: what it still bills (None while a run is there)."""
+    """`tpu-rl runs` on a recipe whose stack has no run: what it still bills (None while a run is there)."""
 
     active: tuple[ActiveRun, ...]
     bill: StandingCost | None
+    where: str = ""  # e.g. "on cluster rl-qwen", "on TPU VM rl-llama"
 
-    def lines(self, recipe: Recipe, cluster: str, bucket: str) -> list[str]:
+    def lines(self, recipe: Recipe, bucket: str) -> list[str]:
         if self.bill is None:
             return []
-        return [f"no run of {recipe.name} is active or queued on cluster {cluster}; {down_command(recipe.name)} "
+        return [f"no run of {recipe.name} is active or queued {self.where}; {stop_command(recipe)} "
                 f"destroys its stack, keeping gs://{bucket}", *account(self.bill, recipe)]
 
     def as_record(self) -> dict:

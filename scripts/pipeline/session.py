@@ -194,9 +194,12 @@ def verify_output(session: Session, step: Step, steps: tuple[Step, ...]) -> None
 
 
 # Why train_rl stops below num_batches x num_iterations x train_fraction x num_epoch (the evidence is in
-# scripts/cloud/gcs.py, TrainedCheckpoint).
-SHORT_TRAINING_CAUSE = ("likely prompts longer than max_prefill_predict_length, which train_rl drops before "
-                        "it takes num_batches x batch_size of them, and an incomplete last batch")
+# scripts/cloud/gcs.py, TrainedCheckpoint). train_rl filters long prompts and then slices the first
+# num_batches x batch_size rows (MaxText 0.2.4 trainers/post_train/rl/train_rl.py ~364-376), but grain's
+# filter keeps its parent's length and yields None for a dropped row (grain 0.2.18
+# _src/python/dataset/transformations/filter.py, FilterMapDataset), so the slice counts dropped rows.
+SHORT_TRAINING_CAUSE = ("likely prompts longer than max_prefill_predict_length: train_rl drops them from "
+                        "its num_batches x batch_size rows and trains on the rest, and an incomplete last batch")
 
 
 def short_training_line(reached: int, computed: int) -> str:

@@ -51,7 +51,7 @@ EVALUATION_LINE = re.compile(
     rf"partial_accuracy=(?P<partial>{_NUMBER})%, format_accuracy=(?P<format>{_NUMBER})%, "
     rf"mean_reward=(?P<reward>{_NUMBER}|nan|-?inf)")
 # tunix's step line (scripts/rundata/progress.py has its source): the step a Post evaluation follows.
-_TRAIN_STEP = re.compile(r"\bTrain step (\d+) training loss: ")
+TRAIN_STEP = re.compile(r"\bTrain step (\d+) training loss: ")
 RESTORED_TEXT = "Restored params from step: "  # tunix's restore line (see above)
 _RESTORED = re.compile(re.escape(RESTORED_TEXT) + r"(\d+) in ")
 _PHASES: dict[str, Phase] = {"Pre RL Training": "pre", "Post RL Training": "post"}
@@ -101,7 +101,7 @@ def parse_evaluations(text: str, last_step: int | None = None) -> list[Evaluatio
     later one evaluates a resumed checkpoint: step unknown). A Post is at the last train step logged before
     it, or `last_step` when the text holds none."""
     found, step_seen, pres, previous = [], None, 0, 0
-    steps = [(match.start(), int(match[1])) for match in _TRAIN_STEP.finditer(text)]
+    steps = [(match.start(), int(match[1])) for match in TRAIN_STEP.finditer(text)]
     restores = [(match.start(), int(match[1])) for match in _RESTORED.finditer(text)]
     for match in EVALUATION_LINE.finditer(text):
         before = [step for at, step in steps if at < match.start()]

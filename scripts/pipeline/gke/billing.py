@@ -92,4 +92,4 @@ def cluster_bill(session: Session) -> StandingCost:
 
 def idle(session: Session) -> Idle:
     active = tuple(active_runs(session))
-    return Idle(active, None if active else cluster_bill(session))
+    return Idle(active, None if active else cluster_bill(session), f"on cluster {session.settings.cluster_name}")

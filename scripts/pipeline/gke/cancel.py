@@ -11,6 +11,7 @@ from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.jobsets import jobset_state
 from tpu_rl.scripts.pipeline.record import record_cancellation, run_records
 from tpu_rl.scripts.pipeline.session import Session
+from tpu_rl.scripts.words import counted
 
 ACTIVE = ("running", "suspended")  # what cancel stops: running, or waiting for Kueue
 
@@ -41,8 +42,8 @@ def cancel_targets(session: Session, step: Step | None) -> tuple[dict[str, str],
                 notes.append(f"kept JobSet {name}: the conversion is running, but not for run {run} (its run.json "
                              "does not show it waiting on it); other runs may share it")
             elif others:
-                notes.append(f"kept JobSet {name}: the conversion is shared, and run(s) {', '.join(others)} wait "
-                             "on it too")
+                notes.append(f"kept JobSet {name}: the conversion is shared, and {counted(len(others), 'run')} "
+                             f"({', '.join(others)}) {'waits' if len(others) == 1 else 'wait'} on it too")
             else:
                 targets["convert"] = name
     if step != "convert":

@@ -23,6 +23,7 @@ from tpu_rl.recipes import conventions
 from tpu_rl.recipes.costs.prices import load_prices, usd
 from tpu_rl.scripts.cloud.retry import call, failed
 from tpu_rl.scripts.pipeline.session import Session
+from tpu_rl.scripts.words import counted
 
 POOL_LABEL = "cloud.google.com/gke-nodepool"  # GKE labels each node with its pool
 RESOURCES = ("cpu", "memory")
@@ -113,10 +114,11 @@ def sweep_nodes(room: SystemRoom, minutes: list[int]) -> tuple[float, str]:
     hourly = load_prices().machine(conventions.SYSTEM_POOL_MACHINE_TYPE).usd_per_hour
     node_hours = sum(room.added_nodes(drivers - j) * run / 60 for j, run in enumerate(minutes))
     cost = node_hours * hourly
-    fit = f"{room.free} more fit on {pool}'s {room.nodes} node(s) now"
+    fit = f"{room.free} more fit on {pool}'s {counted(room.nodes, 'node')} now"
     if not room.added_nodes(drivers):
         return 0.0, f"system nodes: the sweep's {drivers} drivers add none ({fit})"
-    line = (f"system nodes: the sweep's {drivers} drivers add up to {room.added_nodes(drivers)} {pool} node(s) "
+    added = counted(room.added_nodes(drivers), f"{pool} node")
+    line = (f"system nodes: the sweep's {drivers} drivers add up to {added} "
             f"({fit}, {room.per_new_node} on each new one): {usd(cost)} more, {node_hours:.1f} node-hours as "
             "the runs end")
     waiting = room.waiting(drivers)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from tpu_rl.recipes import UserError
-from tpu_rl.scripts.pipeline.answers import Rendered
+from tpu_rl.scripts.pipeline.answers import Idle, Rendered
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -112,8 +112,10 @@ class VmPlatform:
 
         return logs_vm(session, step, tail)  # read once: --follow streams on GKE only
 
-    def idle(self, session: Session) -> None:
-        return None  # what a TPU VM bills is its own: `status` says whether it is up
+    def idle(self, session: Session) -> Idle:
+        from tpu_rl.scripts.pipeline.vm.views import vm_idle
+
+        return vm_idle(session)
 
     def down(self, session: Session, yes: bool) -> None:
         from rich.markup import escape

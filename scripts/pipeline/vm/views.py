@@ -9,8 +9,10 @@ from google.api_core import exceptions as gexc
 
 from tpu_rl.jobs.vm import CANCELLED, STARTING
 from tpu_rl.recipes import STEPS, Step, UserError
+from tpu_rl.recipes.costs.standing import idle_bill
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.progress import training_now
+from tpu_rl.scripts.pipeline.answers import ActiveRun, Idle
 from tpu_rl.scripts.pipeline.session import Session, StatusReport, StepStatus
 from tpu_rl.scripts.pipeline.vm.run import (SerialReader, console_readable, failure_message, read_state, script_phase,
                                  step_section, train_attempt)
@@ -95,6 +97,19 @@ def recorded_steps(session: Session, run: str) -> dict[str, str]:
     from tpu_rl.recipes.runs.spec import RunSpec
 
     return read_state(dataclasses.replace(session, spec=RunSpec.in_bucket(session.recipe, run)), "").states()
+
+
+def vm_idle(session: Session) -> Idle:
+    """`tpu-rl runs`: the account GKE's gives (answers.py Idle), from the instance: while it runs a run that has
+    not ended in the bucket's records (every step done, or one failed or cancelled), that run is active and no
+    account is given; else the stack bills with the VM up (VM_AFTER_RUN=keep, or a look after a failure) or
+    stopped. A VM not found raises NotDeployed, which `runs` shows as why the account is not shown."""
+    instance, run, vm = get_instance(session), session.paths.run_name, session.settings.vm_name
+    up = instance.status == "RUNNING"
+    states = set(recorded_steps(session, run).values()) if up else set()
+    if up and not (states == {"done"} or states & {"failed", CANCELLED}):
+        return Idle((ActiveRun(run, f"TPU VM {vm} running"),), None, f"on TPU VM {vm}")
+    return Idle((), idle_bill(session.recipe, vm_up=up), f"on TPU VM {vm}")
 
 
 def live_train_step(session: Session, run: str) -> TrainProgress | None:
