@@ -31,7 +31,7 @@ CHIP = HERE / "chip_run"
 LOG = (CHIP / "train.log").read_text()
 EVENTS = next(CHIP.glob("events.out.tfevents.*"))
 sys.path.insert(0, str(HERE.parent / "bench" / "chip_smoke"))
-from plan import SETS  # noqa: E402  the smoke's run: its num_batches is the chip's step count
+from plan import RECIPES, SETS, Plan  # noqa: E402  the smoke's run: its num_batches is the chip's step count
 
 STEPS = int(SETS["num_batches"][0])
 RELEASE = "0.2.3"  # llama31-v6e8's MaxText, which the chip ran
@@ -138,3 +138,14 @@ def test_run_shows_the_chips_last_step_and_loss_with_the_latest_reward(cloud):
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("train: step ")]
     assert lines and lines[-1].startswith(f"train: step {STEPS}/50, loss -1e-06, reward 0, "), result.output
+
+
+def test_the_smoke_plans_each_recipe_on_one_chip_with_its_familys_chip_model(tmp_path):
+    """bench/chip_smoke/plan.py: every recipe the smoke takes has its chip model (llama's -Instruct name is
+    its base architecture's) and its train arguments hold no axis above 1 and no fraction of the chip."""
+    for recipe in RECIPES:
+        argv = Plan("chip", tmp_path, tmp_path / "model", recipe=recipe).argv("train")
+        values = dict(arg.partition("=")[::2] for arg in argv if "=" in arg and not arg.startswith("-"))
+        assert "base_emb_dim" in values, recipe
+        assert all(value in ("1", "-1") for key, value in values.items() if key.endswith("_parallelism")), recipe
+        assert all(float(value) == 1 for key, value in values.items() if key.endswith("_devices_fraction")), recipe

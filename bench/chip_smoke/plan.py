@@ -19,6 +19,7 @@ for entry in (REPO, REPO / "tests"):
         sys.path.insert(0, str(entry))
 
 from maxtext_cpu.chain import Chain  # noqa: E402
+from maxtext_cpu.tiny import base_name  # noqa: E402
 from tpu_rl.jobs.maxtext import MaxTextCommand, maxtext_commands  # noqa: E402
 from tpu_rl.jobs.paths import ArtifactPaths  # noqa: E402
 from tpu_rl.recipes import example_settings, get_recipe  # noqa: E402
@@ -92,7 +93,7 @@ class Plan:
 
     @property
     def sizes(self) -> dict | None:
-        return CHIP_SIZES[get_recipe(self.recipe).model.maxtext_name] if self.kind == "chip" else None
+        return CHIP_SIZES[base_name(get_recipe(self.recipe).model.maxtext_name)] if self.kind == "chip" else None
 
     def spec(self) -> RunSpec:
         settings = example_settings()
@@ -112,8 +113,8 @@ class Plan:
 
     def argv(self, step: str) -> list[str]:
         """The step's rendered arguments with the chip's changes (Chain.cpu_argv) on one chip (one_chip)."""
-        chain = self.chain()
-        out = [one_chip(arg) for arg in chain.cpu_argv(step, self.commands()[step]) if arg not in self.unknown(step)]
+        chain, dropped = self.chain(), set(self.unknown(step))
+        out = [one_chip(arg) for arg in chain.cpu_argv(step, chain.commands()[step]) if arg not in dropped]
         return out + list(CPU_TRAIN) if self.kind == "cpu" and step == "train" else out
 
     def unknown(self, step: str) -> list[str]:
