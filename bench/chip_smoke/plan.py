@@ -85,6 +85,8 @@ class Plan:
     root: Path  # the work directory: the bucket's stand-in, the model, the data
     model: Path
     extra: tuple[str, ...] = ()  # more --set items (boundary_sets)
+    sets: tuple[str, ...] = ()  # smoke.py --set: replaces SETS' value of the same key
+    without_patches: bool = False  # smoke.py --without-patches: the recipe's MaxText patches left out
     run: str = RUN
     recipe: str = RECIPE
     # The config keys of the release that runs, with their defaults (release_keys); an argument it has
@@ -99,9 +101,14 @@ class Plan:
         settings = example_settings()
         recipe = settings.recipe(get_recipe(self.recipe))
         data = self.root / "data"
-        sets = [f"{key}={value}" for key, (value, _) in SETS.items()]
+        sets = [f"{key}={value}" for key, value in self.smoke_sets().items()]
         sets += [f"hf_train_files={data / 'train.parquet'}", f"hf_eval_files={data / 'test.parquet'}"]
         return RunSpec.requested(recipe, [*sets, *self.extra], run=self.run)
+
+    def smoke_sets(self) -> dict[str, str]:
+        """SETS' values with smoke.py's --set items in place of the same keys (new keys after them)."""
+        given = dict(item.split("=", 1) for item in self.sets)
+        return {**{key: value for key, (value, _) in SETS.items()}, **given}
 
     def chain(self) -> Chain:
         spec = self.spec()
@@ -134,10 +141,11 @@ class Plan:
         return out
 
     def patches(self, scratch: Path) -> list[dict[str, str]]:
-        """The recipe's patches of MaxText's own files as the train probe applies them (workload.py)."""
+        """The recipe's patches of MaxText's own files as the train probe applies them (workload.py);
+        none with --without-patches."""
         from maxtext_cpu.workload import source_patches  # noqa: PLC0415
 
-        return source_patches(self.chain().recipe, scratch)
+        return [] if self.without_patches else source_patches(self.chain().recipe, scratch)
 
     def local(self, url: str) -> Path:
         return self.chain().local(url)

@@ -122,7 +122,14 @@ def train_run(plan: Plan, name: str, env: dict, logs: Path, steps: dict, timeout
 def changed_items(plan: Plan, versions: dict) -> list[str]:
     """What the smoke changed: its --set items, then each argument the chip's changes added or replaced."""
     rendered = plan.commands()
-    items = [f"--set {key}={value}: {why}" for key, (value, why) in SETS.items()]
+    given = dict(item.split("=", 1) for item in plan.sets)
+    items = [f"--set {key}={given.get(key, value)}: {why}" + (f" (plan.py's {value}, replaced by smoke.py --set)"
+                                                             if key in given else "")
+             for key, (value, why) in SETS.items()]
+    items += [f"--set {key}={value}: smoke.py --set" for key, value in given.items() if key not in SETS]
+    if plan.without_patches:
+        items.append("the recipe's patches of MaxText's files left out (smoke.py --without-patches): "
+                     + ", ".join(patch.name for patch in plan.chain().recipe.patches))
     items.append("--set hf_train_files=…, hf_eval_files=…: a local gsm8k-shaped file (no network)")
     for step in ("convert", "train", "export"):
         before = set(rendered[step].argv[3:])
@@ -141,6 +148,10 @@ def main() -> None:
     parser.add_argument("--step-timeout", type=float, default=900)
     parser.add_argument("--boundary-only", action="store_true", help="the model and conversion, then the boundary runs")
     parser.add_argument("--reuse", action="store_true", help="keep a conversion already in --work")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="replace a value of plan.py SETS (e.g. num_batches=2); listed in the report")
+    parser.add_argument("--without-patches", action="store_true",
+                        help="leave out the recipe's patches of MaxText's files; listed in the report")
     parser.add_argument("--deadline", type=float, help="seconds from now by which every step must have ended")
     args = parser.parse_args()
     cpu = args.model == "cpu"
@@ -148,7 +159,11 @@ def main() -> None:
         DEADLINE[0] = time.monotonic() + args.deadline
     work, logs = args.work, args.work / "logs"
     known = release_keys()
-    plan = Plan(args.model, work, work / "model", recipe=args.recipe, known=known)
+    bad = [item for item in args.sets if "=" not in item]
+    if bad:
+        parser.error(f"--set {bad[0]}: expected KEY=VALUE, e.g. --set num_batches=2")
+    mode = {"sets": tuple(args.sets), "without_patches": args.without_patches}
+    plan = Plan(args.model, work, work / "model", recipe=args.recipe, known=known, **mode)
     env = environment(work, cpu)
     steps: dict = {}
     trains: dict = {}
@@ -182,7 +197,7 @@ def main() -> None:
                      logs, steps, args.step_timeout)
     for index, batch in enumerate(args.boundary if "convert" in steps and steps["convert"]["exit"] == 0 else []):
         boundary = Plan(args.model, work, work / "model", boundary_sets(batch), run=f"boundary-{index}",
-                        recipe=args.recipe, known=known)
+                        recipe=args.recipe, known=known, **mode)
         trains[f"boundary batch_size={batch}"] = train_run(boundary, f"boundary-{index}", env, logs, steps, args.step_timeout)
     reloaded = _last_json(Path(steps["reload"]["log"])) if "reload" in steps else None
     model = json.loads((plan.model / "config.json").read_text()) if (plan.model / "config.json").is_file() else {}
