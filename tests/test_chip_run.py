@@ -149,3 +149,31 @@ def test_the_smoke_plans_each_recipe_on_one_chip_with_its_familys_chip_model(tmp
         assert "base_emb_dim" in values, recipe
         assert all(value in ("1", "-1") for key, value in values.items() if key.endswith("_parallelism")), recipe
         assert all(float(value) == 1 for key, value in values.items() if key.endswith("_devices_fraction")), recipe
+
+
+def test_the_chip_models_have_the_expert_counts_the_smoke_gives_them():
+    """tiny.py tiny_config with plan.py's chip sizes, in MaxText 0.2.3's environment (the chip's release):
+    each MoE family's Hugging Face config has CHIP_SIZES' experts under its own field names. Qwen3-MoE's
+    config names them num_local_experts, and transformers 5 read that over the num_experts given, which
+    built the chip's qwen3 model with 128 experts (1.54 B parameters) and its conversion refused it."""
+    import subprocess
+
+    from maxtext_cpu.chain import need_venv
+    from plan import CHIP_SIZES
+
+    names = ("qwen3-30b-a3b", "gemma4-26b")
+    probe = ("import json, sys; sys.path[:0] = sys.argv[1:3]; from maxtext_cpu.tiny import tiny_config;"
+             "from plan import CHIP_SIZES\nfor name in sys.argv[3:]:\n"
+             " config, _ = tiny_config(name, {'eos_token_id': 2}, CHIP_SIZES[name]);"
+             " text = getattr(config, 'text_config', config).to_dict();"
+             " print(json.dumps({k: v for k, v in text.items() if 'expert' in k}))")
+    done = subprocess.run([str(need_venv(RELEASE)), "-c", probe, str(HERE), str(HERE.parent / "bench" / "chip_smoke"),
+                           *names], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name, line in zip(names, done.stdout.strip().splitlines()[-len(names):], strict=True):
+        experts = json.loads(line)
+        counts = {value for field, value in experts.items() if field in ("num_experts", "num_local_experts")}
+        per_token = {value for field, value in experts.items() if field in ("num_experts_per_tok", "top_k_experts")}
+        sizes = CHIP_SIZES[name]
+        assert counts == {sizes["num_experts"]}, (name, experts)
+        assert per_token == {sizes.get("num_experts_per_tok", sizes.get("top_k_experts"))}, (name, experts)

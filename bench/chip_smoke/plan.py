@@ -10,7 +10,9 @@ needs only pydantic and pyyaml, both MaxText's own dependencies.
 from __future__ import annotations
 
 import sys
+import tomllib
 from dataclasses import dataclass
+from importlib import metadata, resources
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,6 +25,7 @@ from maxtext_cpu.tiny import base_name  # noqa: E402
 from tpu_rl.jobs.maxtext import MaxTextCommand, maxtext_commands  # noqa: E402
 from tpu_rl.jobs.paths import ArtifactPaths  # noqa: E402
 from tpu_rl.recipes import example_settings, get_recipe  # noqa: E402
+from tpu_rl.recipes.catalog.facts import MaxTextRelease  # noqa: E402
 from tpu_rl.recipes.runs.spec import RunSpec  # noqa: E402
 
 RECIPE = "llama31-v6e8"
@@ -120,16 +123,21 @@ class Plan:
 
     def argv(self, step: str) -> list[str]:
         """The step's rendered arguments with the chip's changes (Chain.cpu_argv) on one chip (one_chip)."""
-        chain, dropped = self.chain(), set(self.unknown(step))
-        out = [one_chip(arg) for arg in chain.cpu_argv(step, chain.commands()[step]) if arg not in dropped]
+        # by name: cpu_argv may have rewritten a dropped argument's value (a hub id to the generated model)
+        chain, dropped = self.chain(), {arg.partition("=")[0] for arg in self.unknown(step)}
+        out = [one_chip(arg) for arg in chain.cpu_argv(step, chain.commands()[step])
+               if arg.partition("=")[0] not in dropped]
         return out + list(CPU_TRAIN) if self.kind == "cpu" and step == "train" else out
 
     def unknown(self, step: str) -> list[str]:
-        """The rendered step's config arguments the running release has no such key for: an unknown key,
-        or a scalar for a key that is a mapping there (0.2.4's debug=True; 0.2.3's debug is {rl: ...})."""
+        """The rendered step's arguments the running release has no such key for: an unknown config key, a
+        scalar for a key that is a mapping there (0.2.4's debug=True; 0.2.3's debug is {rl: ...}), or the
+        export's --hf_model_path where the release's to_huggingface has no such flag (its catalog fact)."""
         if self.known is None:
             return []
         out = []
+        if step == "export" and not running_release().export_takes_hf_model_path:
+            out += [arg for arg in self.commands()[step].argv if arg.startswith("--hf_model_path=")]
         for arg in self.commands()[step].argv[3:]:
             name, eq, value = arg.partition("=")
             if not eq or arg.startswith("-"):
@@ -165,6 +173,13 @@ def one_chip(arg: str) -> str:
     if name == "chips_per_vm" and value != "1":
         return f"{name}=1"
     return arg
+
+
+def running_release() -> MaxTextRelease:
+    """The catalog's facts of the installed MaxText release (recipes.toml [maxtext."<version>"])."""
+    version = metadata.version("maxtext")
+    table = tomllib.loads(resources.files("tpu_rl.recipes").joinpath("recipes.toml").read_text())
+    return MaxTextRelease(**table["maxtext"][version])
 
 
 def release_keys() -> dict:

@@ -146,6 +146,11 @@ def tiny_config(maxtext_name: str, token_ids: dict, sizes: dict[str, int] | None
     text = real.get("text_config", real)  # Gemma 4: a multimodal config around the text model
     sizes = dict(sizes) if sizes else tiny_sizes(text)
     text.update(sizes)
+    # A size given under one name of a group (bench/chip_smoke's num_experts) also replaces the config's own
+    # name for it: transformers 5 reads Qwen3-MoE's num_local_experts over its num_experts alias.
+    for group in (EXPERTS, PER_TOKEN):
+        given = next((sizes[field] for field in group if field in sizes), None)
+        text.update({field: given for field in group if given is not None and field in text})
     if "layer_types" in text:
         text["layer_types"] = text["layer_types"][:sizes["num_hidden_layers"]]
     if "max_window_layers" in text:
