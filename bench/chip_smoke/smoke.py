@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -100,6 +101,11 @@ def train_run(plan: Plan, name: str, env: dict, logs: Path, steps: dict, timeout
     """train_rl's main on the plan's arguments, and what it left: its result, lines, tags, checkpoints."""
     command = plan.commands()["train"]
     result_path = logs / f"{name}.json"
+    # A fresh run each time: train_rl resumes from a checkpoint of the same run and, at its last step already,
+    # trains nothing (a second smoke in the same --work did, and exported the first one's steps).
+    trained = plan.local(plan.chain().paths.trained) / plan.run
+    shutil.rmtree(trained, ignore_errors=True)
+    result_path.unlink(missing_ok=True)
     run_env = dict(env, SMOKE_RESULT=str(result_path),
                    PROBE_PATCHES=json.dumps(plan.patches(plan.root / "patched-src")))
     run_step(name, [sys.executable, str(HERE / "train.py"), str(plan.model), plan.chain().recipe.model.maxtext_name,
@@ -107,7 +113,6 @@ def train_run(plan: Plan, name: str, env: dict, logs: Path, steps: dict, timeout
     result = json.loads(result_path.read_text()) if result_path.is_file() else {"error": "no result written"}
     # the chip's own limit (bytes_limit) beside its peak, in the output too: the fit account's limit is the compiler's
     print(f"{name}: allocator {json.dumps(result.get('allocator'))}", flush=True)
-    trained = plan.local(plan.chain().paths.trained) / plan.run
     log_path = Path(steps[name]["log"])
     log = log_path.read_text(errors="replace") if log_path.is_file() else ""
     return {**result, "sets": list(plan.extra), "argv": plan.argv("train"),
@@ -123,9 +128,8 @@ def changed_items(plan: Plan, versions: dict) -> list[str]:
     """What the smoke changed: its --set items, then each argument the chip's changes added or replaced."""
     rendered = plan.commands()
     given = dict(item.split("=", 1) for item in plan.sets)
-    items = [f"--set {key}={given.get(key, value)}: {why}" + (f" (plan.py's {value}, replaced by smoke.py --set)"
-                                                             if key in given else "")
-             for key, (value, why) in SETS.items()]
+    items = [f"--set {key}={given[key]}: smoke.py --set, in place of plan.py's {value} ({why})" if key in given
+             else f"--set {key}={value}: {why}" for key, (value, why) in SETS.items()]
     items += [f"--set {key}={value}: smoke.py --set" for key, value in given.items() if key not in SETS]
     if plan.without_patches:
         items.append("the recipe's patches of MaxText's files left out (smoke.py --without-patches): "
