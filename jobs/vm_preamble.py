@@ -1,6 +1,7 @@
 """The VM startup script's two kinds of text: its bash parts, read whole from jobs/vm_script/*.sh (shipped in
 the wheel as package data), and the run's values, rendered once at the top as readonly variables that the
 parts read by name. Terraform's escaping of `${` and `%{` is the stacks' business (infra/terraform_literals.py).
+Every readonly name is also listed in recipes/vm_script.py, so that no recipe's environment variable takes it.
 """
 
 from __future__ import annotations

@@ -43,8 +43,8 @@ EXIT_CODES_HELP = "Exit codes: " + ", ".join(f"{int(code)} {MEANINGS[code]}" for
 # ends no Job in failure, and only `preflight` finds a failed check, which no run does.
 RUN_DECIDED: tuple[ExitCode, ...] = tuple(code for code in ExitCode
                                           if code not in (ExitCode.OK, ExitCode.PREFLIGHT_FAILED))
-# Every other ending of the run's driver (a transient API error, no credentials yet on a new node, a crash,
-# SIGTERM), and of its install, exits with this code (EX_TEMPFAIL of sysexits.h): it matches no FailJob rule
+# Every other ending of the run's driver (a transient API error, its pod's credentials missing or refused, a
+# crash, SIGTERM), and of its install, exits with this code (EX_TEMPFAIL of sysexits.h): it matches no FailJob rule
 # and so counts toward the Job's backoffLimit (kubernetes.io/docs/tasks/job/pod-failure-policy: rules in
 # order, an unmatched failure counts), and the Job starts the driver again.
 DRIVER_RETRY = 75
@@ -123,7 +123,10 @@ class CredentialsRefused(CredentialsFailure, ApiError):
 
 
 class ClusterCredentialsRefused(CredentialsFailure, UserError):
-    """The cluster's API server answered 401 to the kubeconfig's credentials: exit 2."""
+    """The cluster's API server answered 401: on the user's machine to the kubeconfig's login (expired, or no
+    auth plugin), exit 2 with the person's fix; in the run's driver to its pod's service-account token, which
+    is bound to the pod and its ServiceAccount (kubernetes.io/docs/reference/access-authn-authz/
+    service-accounts-admin) and no login fixes: the driver exits DRIVER_RETRY, a new pod gets a new token."""
 
 
 # --- what is worth asking again --------------------------------------------------------------------------
@@ -131,8 +134,9 @@ class ClusterCredentialsRefused(CredentialsFailure, UserError):
 # the server's own failure. Status 0: the Kubernetes client's for no answer at all.
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 THROTTLED = 429  # the server certainly did nothing, so even a create may be repeated
-# 4xx that are no refusal of the request itself: 401 a token not (yet) valid (the driver's Workload Identity on
-# a new node), 408 Request Timeout, 409 Conflict, 429 Too Many Requests.
+# 4xx that are no refusal of the request itself: 401 Unauthorized refuses the caller's credentials, which fresh
+# ones may pass (a person's new login; the driver's Job starts it again in a new pod, with a new token:
+# ClusterCredentialsRefused), 408 Request Timeout, 409 Conflict, 429 Too Many Requests.
 NOT_REFUSALS = frozenset({401, 408, 409, THROTTLED})
 
 

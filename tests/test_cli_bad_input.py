@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from peers.fixtures import CONTEXT, TOKEN, put_step_output, _free_port
-from peers.kube_api import write_kubeconfig
+from peers.cluster_access import write_kubeconfig
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app

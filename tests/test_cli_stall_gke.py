@@ -7,14 +7,16 @@ Ctrl-C's exit instead of hanging the test."""
 
 from __future__ import annotations
 
+import pytest
 from cli_helpers import (CONVERT, RECIPE, TRAIN, error_line, run_record, run_train, stall_clock, succeeds,
                          trained_run)
 from contracts.tunix_log import absl_info, evaluation_line, restored_line, train_step_line
-from peers.fixtures import put_step_output
+from peers.fixtures import put_step_output, spec_of
 from typer.testing import CliRunner
 
+from tpu_rl.jobs import jobset_name
 from tpu_rl.jobs.evaluate import eval_run_name
-from tpu_rl.recipes import get_recipe
+from tpu_rl.recipes import STEPS, get_recipe
 from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
 
@@ -227,13 +229,14 @@ def warnings_of(output: str, step: str) -> list[str]:
 
 
 def test_a_failed_log_read_of_convert_skips_the_poll_and_the_step_goes_on(cloud, monkeypatch):
-    """Convert's log is read only for the stall bound: two reads in a row fail, one `!` line says so, and
-    convert succeeds (the old code ended run with exit 4)."""
+    """Convert's log is read only for the stall bound: a read fails, one `!` line says so, and convert succeeds
+    (an older code ended run with exit 4; two failed reads in a row, a poll of 10 min apart, reach
+    LOG_UNREAD_SECONDS)."""
     kube = cloud["kube"]
     stall_clock(monkeypatch)
     kube.plan(CONVERT, ticks=6, logs=f"{CONVERT_LINES[0]}\n",
               on_success=lambda: put_step_output(cloud["gcs"], get_recipe(RECIPE), "convert"))
-    failing_reads(monkeypatch, lambda n: n in (2, 3))
+    failing_reads(monkeypatch, lambda n: n == 2)
     result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
     assert result.exit_code == 0, result.output
     assert "convert: output verified" in result.output
@@ -288,6 +291,27 @@ def test_a_train_whose_log_cannot_be_read_for_10_min_ends_run_with_exit_4_and_sa
                          f"kept): rerun `tpu-rl run {RECIPE} --steps train` to resume"), line
     assert len(warnings_of(result.output, "train")) == 1, result.output
     assert TRAIN not in kube.jobsets and TRAIN in kube.deleted
+
+
+@pytest.mark.parametrize("step", ["convert", "export"])
+def test_a_convert_or_export_whose_log_cannot_be_read_for_10_min_ends_run_with_exit_4(cloud, monkeypatch, step):
+    """Their log serves only the stall bound, which a failed read skips: with the pods Ready and every read
+    failing, the wait ends at LOG_UNREAD_SECONDS as train's does (the old code waited until the test's poll
+    budget, Ctrl-C), and the driver deletes the JobSet so that it does not bill unwatched."""
+    kube, recipe = cloud["kube"], get_recipe(RECIPE)
+    name = jobset_name(spec_of(recipe), step)
+    stall_clock(monkeypatch)
+    for before in STEPS[:STEPS.index(step)]:
+        put_step_output(cloud["gcs"], recipe, before)
+    kube.plan(name, outcome="hang", logs=f"{CONVERT_LINES[0]}\n")
+    failing_reads(monkeypatch, lambda n: True)
+    result = runner.invoke(app, ["run", RECIPE, "--steps", step])
+    assert result.exit_code == ExitCode.API_ERROR, result.output
+    assert error_line(result).startswith(
+        f"error: lost contact with the cluster while waiting for {step} (no read of the head's log worked for "
+        f"0:10:00, the limit; the last failure: lost contact with the cluster reading logs of pod "), result.output
+    assert len(warnings_of(result.output, step)) == 1, result.output
+    assert name not in kube.jobsets and name in kube.deleted
 
 
 def test_an_eval_whose_head_log_read_fails_once_goes_on_to_its_evaluation(cloud, monkeypatch):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from peers.fixtures import CONTEXT, REPO, TOKEN, VENV_BIN, _free_port
-from peers.kube_api import write_kubeconfig
+from peers.cluster_access import write_kubeconfig
 from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cloud.reach import ANNOUNCE_AFTER_SECONDS
 

@@ -4,10 +4,13 @@ the same) and which it exits RETRY_EXIT_CODE for (the Job starts it again: the A
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from peers.cluster_access import KUBECONFIG_TOKEN, start_as_pod
+from peers.fixtures import peer_settings, spec_of
 from tpu_rl.jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE
 from tpu_rl.recipes import UserError
 from tpu_rl.recipes.errors import NotDeployed
@@ -69,6 +72,7 @@ def test_an_unclassified_api_error_is_retried(monkeypatch, tmp_path):
 
 # --- drive's endings are a table (scripts/cli/drive.py _RETRIED, _LINES), by type, never by text ------------
 POD_LINE = "error: the driver's pod has no Google credentials yet (no login): GKE's metadata server"
+CLUSTER_POD_LINE = "error: the cluster's API server did not accept the driver pod's service-account token (HTTP 401)"
 ENDINGS = [  # (the ending, its exit code, how its last line starts)
     (StepFailed("train failed"), 1, "error: train failed"),
     (UserError("bad value"), 2, "error: bad value"),
@@ -84,7 +88,7 @@ ENDINGS = [  # (the ending, its exit code, how its last line starts)
     (StepFailed("run `gcloud auth login`"), 1, "error: run `gcloud auth login`"),
     (CredentialsMissing("no login: fix it", cause="no login"), 75, POD_LINE),
     (CredentialsRefused("no login: fix it", cause="no login"), 75, POD_LINE),
-    (ClusterCredentialsRefused("no login: fix it", cause="no login"), 2, POD_LINE),
+    (ClusterCredentialsRefused("no login: fix it", cause="no login"), 75, CLUSTER_POD_LINE),
     (RuntimeError("a bug"), 75, "error: the driver crashed (RuntimeError: a bug); its Job starts it again"),
 ]
 
@@ -110,3 +114,56 @@ def _safe(fn, error):
         return fn(error)
     except Exception:  # a bug's own: no ending
         return None
+
+
+# --- a 401 from the cluster's API server: the kubeconfig's login on a laptop, the pod's own token in the driver ----
+def _request(directory):
+    """The request `run` mounts for its driver (jobs/driver.py run_request), as a file."""
+    from tpu_rl.jobs.driver import REQUEST_FILE, run_request
+    from tpu_rl.recipes import STEPS, get_recipe
+
+    request = run_request(spec_of(get_recipe("qwen3-v6e32")), STEPS, replace=False, follow_logs=False, version="0")
+    directory.mkdir()
+    (directory / REQUEST_FILE).write_text(json.dumps(request))
+    return directory / REQUEST_FILE
+
+
+def test_a_driver_whose_pods_token_the_api_server_refuses_is_started_again_in_a_new_pod(
+        settings_env, gcs, google, tmp_path, monkeypatch):
+    """In a pod a 401 refuses the pod's service-account token, bound to the pod and its ServiceAccount: no login
+    of a person fixes it, the new pod the Job starts gets a new token. Through the driver's own in-cluster client
+    (peers/cluster_access.py), with no kubeconfig at all."""
+    from tpu_rl.recipes.conventions import DRIVER_KSA
+    from tpu_rl.scripts.cli import drive
+    from tpu_rl.scripts.cloud.cluster import Cluster
+    from tpu_rl.scripts.cloud.kubeconfig import in_cluster_api_client
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    kube = start_as_pod(tmp_path / "pod", monkeypatch, token="token-of-a-recreated-service-account")
+    try:
+        Cluster(in_cluster_api_client(), peer_settings()).check_ready()  # the pod reaches its API with its token
+        kube.refused_tokens.add("token-of-a-recreated-service-account")
+        out = io.StringIO()
+        code = drive.drive_to(out, _request(tmp_path / "request"), in_cluster=True)
+    finally:
+        kube.stop()
+    last = out.getvalue().splitlines()[-1]
+    assert code == RETRY_EXIT_CODE and code not in OUTCOME_EXIT_CODES, (code, out.getvalue())
+    assert last.startswith(CLUSTER_POD_LINE) and f"service account {DRIVER_KSA}" in last, last
+    assert "gcloud" not in last and "kubeconfig" not in last, last  # no person's login in a pod
+
+
+def test_a_kubeconfig_the_api_server_refuses_is_bad_input_naming_the_fix(cloud):
+    """On a laptop a 401 refuses the kubeconfig's login: one line with the fix, exit 2, nothing submitted."""
+    from typer.testing import CliRunner
+
+    from tpu_rl.scripts.cli import app
+
+    kube = cloud["kube"]
+    kube.refused_tokens.add(KUBECONFIG_TOKEN)
+    result = CliRunner().invoke(app, ["run", "qwen3-v6e32", "--detach"])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("error: cluster 'rl-test' did not accept your credentials (HTTP 401): "), line
+    assert "gcloud container clusters get-credentials" in line, line
+    assert not kube.jobs and not kube.jobsets, "something was submitted"

@@ -9,12 +9,14 @@ from __future__ import annotations
 import copy
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from contracts.orbax_log import save_line
 from contracts.tunix_log import train_step_line
 from peers.fixtures import SETTINGS, peer_settings, spec_of
 from peers.jobset_life import NODE_SHUTDOWN_MESSAGE as SHUTDOWN, node_shut_down, waiting_state
 
-from tpu_rl.recipes import get_recipe, load_settings
+from tpu_rl.recipes import STEPS, get_recipe, load_settings
 from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.scripts.cloud.clients import Clients
 from tpu_rl.scripts.cloud.gcs import write_json
@@ -181,8 +183,11 @@ def test_starting_ends_the_wait_on_an_image_that_cannot_be_pulled_without_saying
                                         f"cannot pull image {image} (InvalidImageName: "), str(failed.error)
 
 
-def test_a_failed_log_read_skips_the_poll_says_so_once_and_ends_train_at_the_limit(monkeypatch):
-    job = jobs()["train"]
+@pytest.mark.parametrize("step", STEPS)
+def test_a_failed_log_read_skips_the_poll_says_so_once_and_ends_every_step_at_the_limit(monkeypatch, step):
+    """Every step's wait reads its head's log (train's progress, every step's stall bound), and a failed read
+    skips the poll: its Ready pods would be waited for without end."""
+    job = jobs()[step]
     seconds = [1000.0]
     monkeypatch.setattr(stall, "clock", lambda: seconds[0])
     lost = ApiError("lost contact with the cluster reading logs of pod head")
@@ -193,7 +198,7 @@ def test_a_failed_log_read_skips_the_poll_says_so_once_and_ends_train_at_the_lim
 
     assert poll(None) is None  # nothing read this poll
     assert poll(read("log\n", "2026-12-06T08:00:00Z log")) is None
-    assert poll(read(error=lost)) == Skip((f"[yellow]![/] train: {lost}; the poll is skipped until a read works; "
+    assert poll(read(error=lost)) == Skip((f"[yellow]![/] {step}: {lost}; the poll is skipped until a read works; "
                                            "run ends after 0:10:00 of them",))
     seconds[0] += 300
     assert poll(read(error=lost)) == Skip()
@@ -205,11 +210,6 @@ def test_a_failed_log_read_skips_the_poll_says_so_once_and_ends_train_at_the_lim
     ended = poll(read(error=lost))
     assert isinstance(ended, Fail) and isinstance(ended.error, LogUnread) and not ended.error.transient
     assert str(ended.error) == (f"no read of the head's log worked for 0:10:00, the limit; the last failure: {lost}")
-    convert, other = jobs()["convert"], LogReads()
-    for _ in range(3):
-        assert isinstance(other.observe(Observation(convert, jobset(convert), pods(convert), read(error=lost))), Skip)
-        seconds[0] += 3600  # convert's reads serve only the stall bound: no limit
-    assert other.observe(Observation(convert, jobset(convert), pods(convert), read(error=lost))) == Skip()
 
 
 def test_progress_reads_the_attempt_s_furthest_step_and_a_save_from_the_head_s_log(gcs, settings_env):

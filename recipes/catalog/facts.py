@@ -8,6 +8,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tpu_rl.recipes.catalog.strict import Strict
+from tpu_rl.recipes.vm_script import SCRIPT_READONLY
 
 
 class FlexStartFacts(Strict):
@@ -141,6 +142,17 @@ class SourcePatch(Strict):
     maxtext_versions: tuple[str, ...]
     setting_from: str | None = None
     setting_env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("setting_env")
+    @classmethod
+    def _exportable(cls, env: dict[str, str]) -> dict[str, str]:
+        """A TPU VM's startup script exports these into its own shell, where its readonly names end the boot."""
+        for name in env:
+            if name in SCRIPT_READONLY:
+                raise ValueError(f"{name} is a readonly variable of the TPU VM's startup script, which exports "
+                                 f"setting_env into its own shell: its boot would stop at '{name}: readonly variable'; "
+                                 "use another name, or rename the script's (recipes/vm_script.py)")
+        return env
 
     @model_validator(mode="after")
     def _one_target(self) -> "SourcePatch":

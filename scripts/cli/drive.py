@@ -7,8 +7,8 @@ and its last line are the run's outcome; `run` shows both.
 Its exit code tells the driver's Job what to do (jobs/driver.py podFailurePolicy, from recipes/outcome.py):
 an ending the run decided (a step failed, bad input, an output missing, an API's answer that will not
 change, an interrupt that was no SIGTERM: `drive` run by hand) ends the Job; any other (a transient API
-error: unreachable, 5xx or 429 after its retries; no credentials yet, a crash, SIGTERM) exits DRIVER_RETRY,
-and the Job starts it again. Which is which is the table _RETRIED, by type.
+error: unreachable, 5xx or 429 after its retries; the pod's credentials missing or refused, a crash, SIGTERM)
+exits DRIVER_RETRY, and the Job starts it again. Which is which is the table _RETRIED, by type.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import Any, Callable, TextIO
 import typer
 
 from tpu_rl.recipes import STEPS, UserError
-from tpu_rl.recipes.conventions import DRIVER_KSA
+from tpu_rl.recipes.conventions import DRIVER_KSA, NAMESPACE
 from tpu_rl.recipes.errors import NotDeployed
-from tpu_rl.recipes.outcome import DRIVER_RETRY, RUN_DECIDED, ApiError, CredentialsFailure, Outcome, exit_code
+from tpu_rl.recipes.outcome import (DRIVER_RETRY, RUN_DECIDED, ApiError, ClusterCredentialsRefused, CredentialsFailure,
+                                    Outcome, exit_code)
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.runs.user_files import UserFile
 from tpu_rl.scripts.cli.core import PIPED_WIDTH, app, cloud_recipe, outcome_of, without_tokens
@@ -89,6 +90,9 @@ def drive_to(out: TextIO, request: Path, in_cluster: bool | None = None) -> int:
 _RETRIED: tuple[tuple[type[BaseException], Callable[[Any], bool]], ...] = (
     (Terminated, lambda error: True),  # the pod is deleted (`cancel`) or evicted
     (NotDeployed, lambda error: True),  # not there yet: credentials on a new node, the bucket's mount
+    # the pod's own credentials, Google's or its service-account token the API server refused (401): no person
+    # can log in for it, and a new pod gets them anew (its token is bound to the pod; recipes/outcome.py)
+    (CredentialsFailure, lambda error: True),
     (ApiError, lambda error: error.transient),  # the API may answer otherwise later
     (Outcome, lambda error: error.code not in RUN_DECIDED),  # no run's ending (preflight's)
 )
@@ -96,7 +100,12 @@ _RETRIED: tuple[tuple[type[BaseException], Callable[[Any], bool]], ...] = (
 # matches; any other ending's line is its own.
 _LINES: tuple[tuple[type[BaseException], Callable[[Any], str]], ...] = (
     (Terminated, lambda error: "the driver's pod was stopped (SIGTERM); what it submitted keeps running"),
-    # the person's fix (`gcloud auth …`) is no pod's: its credentials are Workload Identity's
+    # the person's fix (`gcloud …`) is no pod's: the cluster knows it by its service account's token, Google
+    # through Workload Identity
+    (ClusterCredentialsRefused, lambda error: (
+        "the cluster's API server did not accept the driver pod's service-account token (HTTP 401): its Job "
+        "starts it again in a new pod, with a new token; if this repeats, check that the service account "
+        f"{DRIVER_KSA} exists in namespace {NAMESPACE} (deploy the GKE stack)")),
     (CredentialsFailure, lambda error: (
         f"the driver's pod has no Google credentials yet ({error.cause}): GKE's metadata server may not be ready "
         "on a new node, and its Job starts it again; if this repeats, check the Workload Identity binding of the "

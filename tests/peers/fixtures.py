@@ -23,7 +23,8 @@ import pytest
 
 from peers.google_apis import CPU_MACHINES, CPU_QUOTAS, GoogleApis
 from peers.hf_hub import HubApi, start_hub
-from peers.kube_api import KubeApi, write_kubeconfig
+from peers.cluster_access import write_kubeconfig
+from peers.kube_api import KubeApi
 # Re-exported: the tests import the peers' settings and what each step writes from here
 from peers.settings import SETTINGS, peer_settings, spec_of  # noqa: F401
 from peers.step_outputs import EXPORT_SHARDS, put_checkpoint, put_step_output  # noqa: F401

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -107,7 +108,18 @@ class PeerServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self.scheme}://{host}:{port}"
+
+    scheme = "http"
+
+    def serve_tls(self, certfile: str, keyfile: str) -> "PeerServer":
+        """Answer over TLS with this certificate, for a client that speaks only https (the Kubernetes client
+        in a pod, peers/cluster_access.py); before start()."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certfile, keyfile)
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.scheme = "https"
+        return self
 
     def start(self) -> "PeerServer":
         self.thread.start()

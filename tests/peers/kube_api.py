@@ -156,6 +156,10 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
     # run a user types has a simulated outcome); None: the plans a test scripts, else Plan()'s defaults.
     unscripted: object = None
 
+    # Bearer tokens the API server no longer accepts: one bound to a ServiceAccount or pod since deleted
+    # (kubernetes.io/docs/reference/access-authn-authz/service-accounts-admin, "Bound service account
+    # tokens"), or a kubeconfig's whose login expired.
+    refused_tokens: set = field(default_factory=set)
     version: str = "v1.33.5-gke.1080000"  # the control plane's gitVersion, as GKE reports it on /version
 
     def __post_init__(self) -> None:
@@ -210,8 +214,11 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
 
     # -- HTTP -------------------------------------------------------------------------------------
     def authorized(self, headers) -> bool:
-        """Like GKE: no bearer token, no answer (401)."""
-        return (headers.get("Authorization") or "").startswith("Bearer ")
+        """Like GKE: no bearer token, or one of refused_tokens, no answer (401). The scheme in any case, as the
+        API server reads it (kubernetes/kubernetes 2af2c553 staging/src/k8s.io/apiserver/pkg/authentication/
+        request/bearertoken/bearertoken.go): the Python client in a pod sends "bearer"."""
+        scheme, _, token = (headers.get("Authorization") or "").strip().partition(" ")
+        return scheme.lower() == "bearer" and bool(token) and token not in self.refused_tokens
 
     def error_body(self, status_code: int) -> object:
         return status(status_code, {401: "Unauthorized", 409: "AlreadyExists", 429: "TooManyRequests"}.get(status_code, "InternalError"),
@@ -387,14 +394,3 @@ def _fields_match(pod: dict, selector: str) -> bool:
             return False
     return True
 
-
-def write_kubeconfig(path, server_url: str, context: str, cluster: str | None = None) -> None:
-    """A kubeconfig as gcloud writes it: context and cluster entry share the gke_<project>_<loc>_<name>
-    name, unless `cluster` names the entry (a renamed context)."""
-    cluster = cluster or context
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": context,
-        "clusters": [{"name": cluster, "cluster": {"server": server_url}}],
-        "users": [{"name": "tester", "user": {"token": "not-a-real-token"}}],
-        "contexts": [{"name": context, "context": {"cluster": cluster, "user": "tester"}}],
-    }))

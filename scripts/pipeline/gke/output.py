@@ -16,24 +16,25 @@ from tpu_rl.scripts.pipeline.saving import SaveWatch
 from tpu_rl.scripts.pipeline.session import Session, hms
 from tpu_rl.scripts.rundata.progress import RewardReader, TrainProgress
 
-# How long train's head log (its progress, saves and evaluations; eval's JobSet too) may go unread before
-# `run` ends with exit 4. One read already retries for about half a minute (scripts/cloud/retry.py: 6
-# tries, 1-16 s apart), so a poll whose read fails is an apiserver or kubelet hiccup of a minute or more,
-# and a JobSet of a multi-hour train keeps running through it; 10 min of failed reads is an outage that
-# `run` cannot see through, and it ends saying what it waited for.
+# How long a step's head log (train's progress, saves and evaluations, eval's JobSet too; every step's stall
+# bound) may go unread before `run` ends with exit 4. One read already retries for about half a minute
+# (scripts/cloud/retry.py: 6 tries, 1-16 s apart), so a poll whose read fails is an apiserver or kubelet
+# hiccup of a minute or more, and a JobSet of a multi-hour step keeps running through it; 10 min of failed
+# reads is an outage that `run` cannot see through, and it ends saying what it waited for. Every step: a
+# failed read skips the poll, stall bound included, so convert's or export's Ready pods would be waited for
+# without end.
 LOG_UNREAD_SECONDS = 600
 
 
 class LogUnread(ApiError):
-    """Train's log went unread past LOG_UNREAD_SECONDS: the run cannot see its progress or a stall."""
+    """A step's log went unread past LOG_UNREAD_SECONDS: the run cannot see its progress or a stall."""
 
 
 class LogReads:
     """A failed read of the head's log skips the poll (its output unknown: no progress, no stall count, no
     pause: the output's key carries the kubelet's time, so the next good read compares right); one `!` line
-    a run of failed reads says so and the wait goes on, for train (its progress and the evaluations need
-    the log) at most LOG_UNREAD_SECONDS, then LogUnread (exit 4; submit.py's wait names the step and the
-    JobSet)."""
+    a run of failed reads says so and the wait goes on, at most LOG_UNREAD_SECONDS, then LogUnread (exit 4;
+    submit.py's wait names the step and the JobSet)."""
 
     def __init__(self) -> None:
         self.since: float | None = None  # since when (stall.clock) the head's log reads fail
@@ -45,13 +46,12 @@ class LogReads:
         if head.error is None:
             self.since = None
             return None
-        now, train = stall.clock(), seen.train_running
+        now = stall.clock()
         if self.since is None:
             self.since = now
-            limit = f"; run ends after {hms(LOG_UNREAD_SECONDS)} of them" if train else ""
             return Skip((f"[yellow]![/] {seen.job.step}: {escape(str(head.error))}; the poll is skipped until a "
-                         f"read works{limit}",))
-        if train and now - self.since >= LOG_UNREAD_SECONDS:
+                         f"read works; run ends after {hms(LOG_UNREAD_SECONDS)} of them",))
+        if now - self.since >= LOG_UNREAD_SECONDS:
             return Fail(LogUnread(f"no read of the head's log worked for {hms(now - self.since)}, the limit; the "
                                   f"last failure: {head.error}", transient=False))
         return Skip()
