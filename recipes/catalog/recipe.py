@@ -59,6 +59,14 @@ class Recipe(BaseModel):
         """What the recipe's platform is, as facts (recipes/platforms/)."""
         return facts_of(self.platform)
 
+    @property
+    def cpu_pool_machine(self) -> tuple[str, MachineSize]:
+        """The CPU pool's machine type and size. Only a platform with a CPU pool asks, and RecipeEntry refuses
+        a recipe of one without cpu_machine_type."""
+        if self.cpu_machine_type is None or self.cpu_machine is None:
+            raise ValueError(f"recipe '{self.name}' names no cpu_machine_type: its platform has no CPU pool")
+        return self.cpu_machine_type, self.cpu_machine
+
     def with_capacity(self, capacity: tuple[CapacityMode, ...], source: str) -> "Recipe":
         """This recipe with another capacity list, checked against its platform and TPU generation."""
         check_capacity(self.name, self.platform_facts, capacity, self.tpu_facts, self.flex_start_max_run_hours, source)
