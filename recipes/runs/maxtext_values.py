@@ -199,11 +199,10 @@ def _member(word: str, spec: dict, runtime: RuntimeBound | None) -> Any:
 
 @cache
 def _adapter(version: str, key: str, runtime: bool = True) -> TypeAdapter:
-    """The field's type as pydantic validates it; with the trainer's bound (RUNTIME_BOUNDS) unless told."""
+    """The field's type, read at run time (no static type names it), with the trainer's bound unless told."""
     spec = release_schema(version)["keys"][key]
     bound = RUNTIME_BOUNDS.get(key) if runtime else None
     members = tuple(_member(word, spec, bound) for word in spec["type"].split(" | "))
-    # A union of types read from the schema at run time: no static type names it, and UP007's `|` takes no tuple.
     return TypeAdapter(members[0] if len(members) == 1 else Union[members])  # type: ignore[arg-type]  # noqa: UP007
 
 
