@@ -84,7 +84,7 @@ def _time(moment: datetime) -> str:
 class RunRecord:
     session: Session
     data: dict = field(default_factory=dict)
-    current: str | None = None  # the step this invocation is running
+    current: Step | None = None  # the step this invocation is running
 
     @classmethod
     def open(cls, session: Session) -> RunRecord:
