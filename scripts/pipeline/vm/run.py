@@ -304,7 +304,8 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[Step], reco
 def _attempts_of(session: Session, console_text: str) -> frozenset[str]:
     """Every attempt the bucket's records and the console name now: none of them is a new attempt."""
     storage, paths = session.clients.storage(), session.paths
-    records = [Attempt.parse(gcs.read_text(storage, url)) for url in (paths.vm_attempt, paths.vm_heartbeat)]
+    records: list[Attempt | Failure | None] = [Attempt.parse(gcs.read_text(storage, url))
+                                               for url in (paths.vm_attempt, paths.vm_heartbeat)]
     records.append(Failure.parse(gcs.read_text(storage, paths.vm_failure)))
     view = ConsoleView.read(console_text, paths.run_name)
     return frozenset([record.attempt for record in records if record] + ([view.attempt] if view.attempt else []))
