@@ -363,7 +363,7 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
     if not session.cancel_confirmed(yes, f"stop the startup script of TPU VM {vm} at step {pending[0]} of {what}",
                                     kept):
         return
-    record_cancellation(session, pending, marker=paths.cancel_marker)
+    record_cancellation(session, pending, {"marker": paths.cancel_marker})
     gcs.write_text(session.clients.storage(), paths.cancel_marker, session.now().isoformat(timespec="seconds") + "\n")
     console.print(f"wrote {paths.cancel_marker}")
     console.print(f"cancelled {what}: the startup script of TPU VM {vm} stops step {pending[0]} within "
