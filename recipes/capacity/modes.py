@@ -105,7 +105,7 @@ def parse_capacity(value: object) -> tuple[CapacityMode, ...]:
                          f"or an ordered comma-separated list of {', '.join(CAPACITY_MODES)}")
     if len(set(modes)) != len(modes):
         raise ValueError(f"'{','.join(modes)}' names a mode twice")
-    return tuple(modes)  # type: ignore[arg-type]
+    return tuple(modes)  # type: ignore[arg-type]  # the members' plain strings, as recipes hold them (see above)
 
 
 def check_capacity(name: str, platform: PlatformFacts, capacity: tuple[CapacityMode, ...], facts: TpuGeneration,
