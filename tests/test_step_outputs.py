@@ -7,7 +7,6 @@ container would leave it, and expects exactly that piece to be reported.
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
