@@ -73,9 +73,9 @@ synth: $(STAMP) $(NODE_STAMP)
 	@$(PY) -m tpu_rl.stacks.app --check
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx cdktf synth
 
-# The linter and the type checker over the product code, with pyproject.toml's rules, then the count of the
-# lines that silence a rule (tools/static_checks.py): ruff takes under a second, mypy about 45 s cold on
-# this machine and a few seconds with its cache (.cache/mypy).
+# The linter (over the product code, tests/ and tools/) and the type checker (over the product code), with
+# pyproject.toml's rules, then the count of the lines that silence a rule (tools/static_checks.py): ruff takes
+# under a second, mypy about 50 s cold on this machine and a few seconds with its cache (.cache/mypy).
 lint: $(STAMP)
 	$(PY) tools/static_checks.py
 

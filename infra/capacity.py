@@ -10,6 +10,11 @@ from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 
 
-def check_reservation(owner: str, capacity: CapacityMode, reservation: str | None) -> None:
-    if MODE_RULES[capacity].reservation and not reservation:
+def check_reservation(owner: str, capacity: CapacityMode, reservation: str | None) -> str | None:
+    """The reservation `capacity` binds to: `reservation` for a mode that draws on one (ValueError naming
+    `owner` when it is missing), else None."""
+    if not MODE_RULES[capacity].reservation:
+        return None
+    if not reservation:
         raise ValueError(f"{owner}.reservation is required for capacity '{capacity}'")
+    return reservation

@@ -66,9 +66,12 @@ def node_config(
     disk_size_gb: int = 100,
     labels: dict[str, str] | None = None,
     taints: Sequence[Taint] = (),
-    **extra: object,
+    reservation_affinity: container_node_pool.ContainerNodePoolNodeConfigReservationAffinity | None = None,
+    spot: bool | None = None,
+    flex_start: bool | None = None,
 ) -> container_node_pool.ContainerNodePoolNodeConfig:
-    """The node settings every pool shares: its own SA, the GKE metadata server, shielded boot."""
+    """The node settings every pool shares: its own SA, the GKE metadata server, shielded boot. A TPU pool
+    adds its capacity mode's (None leaves a field out of the synthesized JSON, as jsii drops it)."""
     return container_node_pool.ContainerNodePoolNodeConfig(
         machine_type=machine_type,
         service_account=service_account,
@@ -89,7 +92,9 @@ def node_config(
             for key, value, effect in taints
         ]
         or None,
-        **extra,
+        reservation_affinity=reservation_affinity,
+        spot=spot,
+        flex_start=flex_start,
     )
 
 
@@ -230,7 +235,11 @@ class GkeCluster(Construct):
 
     def node_pool(
         self, scope: Construct, id: str, *, name: str, node_config: container_node_pool.ContainerNodePoolNodeConfig,
-        auto_repair: bool = True, zone: str | None = None, **sizing: object,
+        auto_repair: bool = True, zone: str | None = None, node_count: int | None = None,
+        initial_node_count: int | None = None, autoscaling: container_node_pool.ContainerNodePoolAutoscaling | None = None,
+        queued_provisioning: container_node_pool.ContainerNodePoolQueuedProvisioning | None = None,
+        placement_policy: container_node_pool.ContainerNodePoolPlacementPolicy | None = None,
+        upgrade_settings: container_node_pool.ContainerNodePoolUpgradeSettings | None = None,
     ) -> container_node_pool.ContainerNodePool:
         """A pool of this cluster in one zone (`zone`, by default the cluster's first, props.zone),
         auto-upgraded (release channels require it) and, unless the pool's provisioning model forbids it
@@ -247,7 +256,12 @@ class GkeCluster(Construct):
             node_locations=[zone or self.props.zone],
             management=container_node_pool.ContainerNodePoolManagement(auto_repair=auto_repair, auto_upgrade=True),
             node_config=node_config,
-            **sizing,
+            node_count=node_count,
+            initial_node_count=initial_node_count,
+            autoscaling=autoscaling,
+            queued_provisioning=queued_provisioning,
+            placement_policy=placement_policy,
+            upgrade_settings=upgrade_settings,
         )
 
     def _channel_default_at_least(self, minimum: str | None) -> str | None:

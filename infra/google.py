@@ -45,8 +45,31 @@ import tarfile
 import tempfile
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING, Iterable
 
 from tpu_rl.recipes.errors import UserError
+
+# The submodules the constructs use, typed (`x as x` re-exports them); at run time __getattr__ below hands them out.
+if TYPE_CHECKING:
+    from cdktf_cdktf_provider_google import (
+        compute_firewall as compute_firewall,
+        compute_instance as compute_instance,
+        compute_network as compute_network,
+        compute_router as compute_router,
+        compute_router_nat as compute_router_nat,
+        compute_subnetwork as compute_subnetwork,
+        container_cluster as container_cluster,
+        container_node_pool as container_node_pool,
+        data_google_container_engine_versions as data_google_container_engine_versions,
+        project_iam_member as project_iam_member,
+        provider as provider,
+        secret_manager_secret as secret_manager_secret,
+        secret_manager_secret_iam_member as secret_manager_secret_iam_member,
+        service_account as service_account,
+        service_account_iam_member as service_account_iam_member,
+        storage_bucket as storage_bucket,
+        storage_bucket_iam_member as storage_bucket_iam_member,
+    )
 
 PROVIDER_PACKAGE = "cdktf_cdktf_provider_google"
 PROVIDER_DISTRIBUTION = "cdktf-cdktf-provider-google"
@@ -108,7 +131,7 @@ def lazy_import_blocker() -> str | None:
     return None
 
 
-def submodule_fqn_map(package_path: list[str]) -> dict[str, str]:
+def submodule_fqn_map(package_path: Iterable[str]) -> dict[str, str]:
     """jsii submodule FQN -> Python module, e.g. '@cdktf/provider-google.computeInstance' ->
     'cdktf_cdktf_provider_google.compute_instance' (jsii-pacmak snake-cases submodule names; the
     test checks every entry against the assembly's own metadata)."""
@@ -168,10 +191,11 @@ def _load_lazy_require_hook() -> bool:
 def _install_lazy_package() -> bool:
     """Register the provider package without running its __init__; return whether node is lazy too."""
     spec = importlib.util.find_spec(PROVIDER_PACKAGE)
+    # lazy_import_blocker found the pinned distribution installed, and it is a package.
+    assert spec is not None and spec.submodule_search_locations is not None
     package = importlib.util.module_from_spec(spec)  # sets __path__, __file__, __spec__; runs nothing
     # What the real __init__ does that submodules rely on: the same (extended) search path.
     package.__path__ = pkgutil.extend_path(list(spec.submodule_search_locations), PROVIDER_PACKAGE)
-    package.__tpu_rl_lazy__ = True
 
     def submodule_on_access(name: str) -> ModuleType:
         # `cdktf_cdktf_provider_google.<name>` still works, importing the submodule on first use (PEP 562).
@@ -182,7 +206,8 @@ def _install_lazy_package() -> bool:
         except ModuleNotFoundError as missing:
             raise AttributeError(f"module {PROVIDER_PACKAGE!r} has no attribute {name!r}") from missing
 
-    package.__getattr__ = submodule_on_access
+    # The package's globals as a source file would define them: our marker, and PEP 562's module __getattr__.
+    vars(package).update(__tpu_rl_lazy__=True, __getattr__=submodule_on_access)
     node_lazy = _load_lazy_require_hook()  # must precede the provider assembly's load
     sys.modules[PROVIDER_PACKAGE] = package
 

@@ -73,12 +73,13 @@ class NodeServiceAccount(Construct):
             project_iam_member.ProjectIamMember(
                 self, role.removeprefix("roles/"), project=props.project, role=role, member=self.account.member
             )
-        for index, role in enumerate(props.bucket_roles if props.bucket is not None else ()):
-            # The first grant keeps the construct id it always had, so a deployed grant is not replaced.
-            grant_id = "bucket" if index == 0 else f"bucket-{role.removeprefix('roles/storage.')}"
-            storage_bucket_iam_member.StorageBucketIamMember(
-                self, grant_id, bucket=props.bucket, role=role, member=self.account.member
-            )
+        if props.bucket is not None:
+            for index, role in enumerate(props.bucket_roles):
+                # The first grant keeps the construct id it always had, so a deployed grant is not replaced.
+                grant_id = "bucket" if index == 0 else f"bucket-{role.removeprefix('roles/storage.')}"
+                storage_bucket_iam_member.StorageBucketIamMember(
+                    self, grant_id, bucket=props.bucket, role=role, member=self.account.member
+                )
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ class QueueProps:
     cpu_nodes: int  # the CPU pool's maximum size
     cpu_machine: MachineSize
     # The capacity modes with TPU pools, in the order Kueue tries them: one ResourceFlavor each.
-    tpu_capacity: tuple[CapacityMode, ...] = (CapacityMode.RESERVATION.value,)
+    tpu_capacity: tuple[CapacityMode, ...] = (CapacityMode.RESERVATION,)
     # The zones with TPU pools, in fallback order (ZONE): one flavor per mode and zone, matched also by the
     # zone label GKE puts on nodes (recipes/capacity/placement.py). Empty: one flavor per mode, matched by no zone.
     tpu_zones: tuple[str, ...] = ()

@@ -21,6 +21,7 @@ from cdktf import (
     IStringProducer,
     Lazy,
     TerraformDataSource,
+    TerraformElement,
     TerraformLocal,
     TerraformOutput,
     TerraformProvider,
@@ -81,7 +82,7 @@ def terraform_expression(expression: str) -> str:
     return Lazy.string_value(_Expression(f"${{{expression}}}"))
 
 
-def _bodies(node: IConstruct) -> list[dict]:
+def _bodies(node: TerraformElement) -> list[dict]:
     """The attribute maps of an element as cdktf will write them (before tokens are resolved)."""
     tree = node.to_terraform()
     if isinstance(node, (TerraformResource, TerraformDataSource)):

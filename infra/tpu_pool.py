@@ -37,6 +37,7 @@ blueprints (GoogleCloudPlatform/cluster-toolkit@1047080375, docs/provenance.md#a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from constructs import Construct
 
@@ -90,9 +91,10 @@ class TpuSlicePoolProps:
 
 
 def reservation_affinity(props: TpuSlicePoolProps) -> container_node_pool.ContainerNodePoolNodeConfigReservationAffinity:
-    if MODE_RULES[props.capacity].reservation:
+    bound = check_reservation("TpuSlicePoolProps", props.capacity, props.reservation)
+    if bound is not None:
         return container_node_pool.ContainerNodePoolNodeConfigReservationAffinity(
-            consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_KEY, values=[props.reservation]
+            consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_KEY, values=[bound]
         )
     # Spot, flex-start and on-demand capacity must not silently eat into a reservation someone else holds.
     return container_node_pool.ContainerNodePoolNodeConfigReservationAffinity(consume_reservation_type="NO_RESERVATION")
@@ -112,7 +114,13 @@ def upgrade_settings(props: TpuSlicePoolProps) -> container_node_pool.ContainerN
     )
 
 
-def sizing(props: TpuSlicePoolProps) -> dict[str, object]:
+class PoolSizing(TypedDict, total=False):
+    node_count: int
+    initial_node_count: int
+    autoscaling: container_node_pool.ContainerNodePoolAutoscaling
+
+
+def sizing(props: TpuSlicePoolProps) -> PoolSizing:
     """A reservation's pool holds every host; the others scale between 0 and the slice's hosts."""
     if props.static:
         return {"node_count": props.hosts}

@@ -56,11 +56,12 @@ def scheduling(props: TpuVmProps) -> compute_instance.ComputeInstanceScheduling:
 
 
 def reservation_affinity(props: TpuVmProps) -> compute_instance.ComputeInstanceReservationAffinity:
-    if MODE_RULES[props.capacity].reservation:
+    bound = check_reservation("TpuVmProps", props.capacity, props.reservation)
+    if bound is not None:
         return compute_instance.ComputeInstanceReservationAffinity(
             type="SPECIFIC_RESERVATION",
             specific_reservation=compute_instance.ComputeInstanceReservationAffinitySpecificReservation(
-                key=RESERVATION_KEY, values=[props.reservation]
+                key=RESERVATION_KEY, values=[bound]
             ),
         )
     return compute_instance.ComputeInstanceReservationAffinity(type="NO_RESERVATION")

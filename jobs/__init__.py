@@ -55,18 +55,20 @@ def render_manifests(spec: RunSpec, settings: Settings, export_step: int | None 
     return {"convert": convert_jobset(paths), "train": train_jobset(paths), "export": export_jobset(paths)}
 
 
-def _startup_script(spec: RunSpec, settings: Settings) -> dict[str, Any]:
+def _startup_script(spec: RunSpec, settings: Settings) -> dict[str, str]:
     return {"startup script": render_startup_script(spec, settings)}
 
 
+# What a renderer writes: the JobSets by step, or {"startup script": text}.
+Rendered = Mapping[Step, dict[str, Any]] | Mapping[str, str]
 # What runs a run's steps (the platform fact steps_run_as) -> its renderer: one row per way, not per platform.
-RENDERERS: Mapping[StepRunner, Callable[[RunSpec, Settings], dict[str, Any]]] = {
+RENDERERS: Mapping[StepRunner, Callable[[RunSpec, Settings], Rendered]] = {
     StepRunner.JOBSETS: render_manifests,
     StepRunner.STARTUP_SCRIPT: _startup_script,
 }
 
 
-def render_steps(spec: RunSpec, settings: Settings) -> dict[str, Any]:
+def render_steps(spec: RunSpec, settings: Settings) -> Rendered:
     """What runs the run's steps, by name: the JobSets by step, or {"startup script": text}."""
     render = registered(RENDERERS, spec.recipe.platform_facts.steps_run_as, "RENDERERS of jobs/__init__.py",
                         "a way of running steps")

@@ -23,7 +23,7 @@ def compile_request(spec: RunSpec, settings: Settings) -> dict:
     recipe = spec.recipe
     items = train_command(recipe, ArtifactPaths(spec, settings)).overrides
     patches = [{"file": patch.path.removeprefix(IMAGE_SOURCE_ROOT), "script": render_patch(patch)}
-               for patch in resolve_patches(recipe).apply if (patch.path or "").startswith(IMAGE_SOURCE_ROOT)]
+               for patch in resolve_patches(recipe).apply if patch.path is not None and patch.path.startswith(IMAGE_SOURCE_ROOT)]
     return {"maxtext_version": recipe.maxtext_version, "accelerator": recipe.shape.accelerator_type,
             "slices": recipe.shape.slices, "argv": list(memory_items(items)), "patches": patches,
             "source_root": IMAGE_SOURCE_ROOT, "pad_id": PAD_ID if recipe.model.pad_token else None,

@@ -181,7 +181,7 @@ CPU_POOL_POD_SHARE = 0.75
 
 def cpu_pool_requests(recipe: Recipe, share_of_pod: float = 1.0) -> dict[str, Any]:
     """Requests for a container that takes `share_of_pod` of a CPU-pool pod."""
-    machine = recipe.cpu_machine
+    _, machine = recipe.cpu_pool_machine
     share = CPU_POOL_POD_SHARE * share_of_pod
     return {"requests": {"cpu": str(max(1, int(machine.vcpus * share))),
                          "memory": f"{max(1, int(machine.memory_gib * share))}Gi"}}

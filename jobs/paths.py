@@ -11,6 +11,7 @@ tensorboard, and our run.json) and the export hf-trained/<run>/.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tpu_rl.recipes import Recipe, Settings, Step
 from tpu_rl.recipes.runs.identity import conversion_directory
@@ -107,7 +108,7 @@ class ArtifactPaths:
         conversion, so a run that shares it does not convert again; train's and export's with the run."""
         return self.converted + "progress/convert.done" if step == "convert" else self.run_marker(self.run_name, step)
 
-    def run_marker(self, run: str, step: Step) -> str:
+    def run_marker(self, run: str, step: Step | Literal["<step>"]) -> str:  # "<step>": a hint's pattern
         """Train's or export's progress marker of any run of the recipe (`tpu-rl runs` reads every run's)."""
         return f"{self.trained}{run}/progress/{step}.done"
 

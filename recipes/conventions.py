@@ -69,7 +69,7 @@ def cpu_pool_toleration() -> dict[str, str]:
     return {"key": key, "operator": "Equal", "value": value, "effect": effect}
 
 
-def tpu_pool_name(slice_index: int, capacity: str = CapacityMode.RESERVATION, zone_suffix: str = "") -> str:
+def tpu_pool_name(slice_index: int, capacity: CapacityMode = CapacityMode.RESERVATION, zone_suffix: str = "") -> str:
     """One TPU node pool per capacity mode, zone and slice. A reservation's pools keep the names they always
     had (tpu-np-0, tpu-np-1, ...); the other modes name themselves: tpu-np-spot-0, tpu-np-flex-start-0, ...
     Pools in a further zone of ZONE carry its letter (`zone_suffix`): tpu-np-flex-start-b-0."""
@@ -88,7 +88,7 @@ CAPACITY_NODE_LABEL = "tpu-rl/capacity"
 ZONE_NODE_LABEL = "topology.kubernetes.io/zone"
 
 
-def tpu_flavor_name(capacity: str, zone_suffix: str = "") -> str:
+def tpu_flavor_name(capacity: CapacityMode, zone_suffix: str = "") -> str:
     """The Kueue ResourceFlavor of one capacity mode's TPU pools in one zone. A reservation's keeps the name
     it always had (tpu), so a deployed queue keeps its flavor; the others: tpu-spot, tpu-flex-start,
     tpu-on-demand in the first zone of ZONE, and with the zone's letter in a further one: tpu-spot-b."""

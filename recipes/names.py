@@ -7,6 +7,7 @@ than a string. Only the longest a name may be differs, with what it names."""
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 from tpu_rl.recipes.errors import UserError
 
@@ -16,7 +17,7 @@ NOT_A_STRING = frozenset({"yes", "no", "on", "off", "true", "false", "null", "no
 _NAME = re.compile(r"[a-z](?:[a-z0-9-]*[a-z0-9])?\Z")
 
 
-def is_name(name: object, longest: int) -> bool:
+def is_name(name: object, longest: int) -> TypeGuard[str]:
     return (isinstance(name, str) and 2 <= len(name) <= longest and bool(_NAME.match(name))
             and name not in NOT_A_STRING)
 

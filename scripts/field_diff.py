@@ -122,12 +122,12 @@ def _argument_changes(old: dict[str, list[str]], new: dict[str, list[str]]) -> l
         before, after = old.get(key), new.get(key)
         if before == after:
             continue
-        if before is None:
-            changes.extend(f"+ {key}={_show(v)}" for v in after)
-        elif after is None:
-            changes.extend(f"- {key}={_show(v)}" for v in before)
-        else:
+        if before is not None and after is not None:
             changes.append(f"{key} {_show(', '.join(before))} → {_show(', '.join(after))}")
+        elif after is not None:
+            changes.extend(f"+ {key}={_show(v)}" for v in after)
+        elif before is not None:
+            changes.extend(f"- {key}={_show(v)}" for v in before)
     return changes
 
 

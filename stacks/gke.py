@@ -61,14 +61,15 @@ class GkeRecipeStack(TpuRlStack):
                 min_master_version=flex_start.min_gke_version if flex_start else None,
             ),
         )
+        cpu_machine_type, cpu_machine = recipe.cpu_pool_machine
         cpu_pool = CpuPool(
             self,
             "cpu-pool",
             CpuPoolProps(
                 name=conventions.cpu_pool_name(),
                 cluster=cluster,
-                machine_type=recipe.cpu_machine_type,
-                disk_type=recipe.cpu_machine.disk_type,
+                machine_type=cpu_machine_type,
+                disk_type=cpu_machine.disk_type,
                 node_service_account=nodes.email,
                 taint=conventions.cpu_pool_taint(),
             ),
@@ -126,11 +127,11 @@ class GkeRecipeStack(TpuRlStack):
                     tpu_host=recipe.tpu_host,
                     cpu_pool=cpu_pool.props.name,
                     cpu_nodes=cpu_pool.props.max_nodes,
-                    cpu_machine=recipe.cpu_machine,
+                    cpu_machine=cpu_machine,
                     tpu_capacity=recipe.capacity,
                     tpu_zones=settings.zones,
                     flex_start_max_run_seconds=flex_start_seconds(recipe.flex_start_max_run_hours)
-                    if flex_start else None,
+                    if flex_start and recipe.flex_start_max_run_hours is not None else None,
                 ),
                 workload_ksa=conventions.WORKLOAD_KSA,
                 workload_google_service_account=workload.email,

@@ -34,7 +34,9 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("TPU_RL_MAXTEXT_ENV", str(Path(__file__).resolve().parents[1] / ".venv-maxtext-{version}"))
 
 # Under CI=true a skip is a failure that names what was missing (tests/ci_skips.py).
-pytest_plugins = ["ci_skips", "peers.fixtures", "forked_cli"]  # the fake APIs, the GCS emulator, the warm CLI
+# The fake APIs, the GCS emulator, the warm CLI, and the VM recipe's fixtures (clock, vm, guest): a test names
+# a fixture as a parameter, never imports it (which pyflakes reads as a redefinition, F811).
+pytest_plugins = ["ci_skips", "peers.fixtures", "forked_cli", "vm_helpers"]
 
 StackJson = dict[str, Any]
 

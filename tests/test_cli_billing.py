@@ -268,7 +268,7 @@ def test_down_destroys_what_a_failed_destroy_left_after_the_cluster(deployed):
     assert result.exit_code == 0, result.output
     assert deployed["kube"].calls == []
     text = " ".join(result.output.split())
-    assert (f"holds no cluster but 3 resources an earlier destroy left (google_compute_network, "
+    assert ("holds no cluster but 3 resources an earlier destroy left (google_compute_network, "
             "google_compute_router_nat, google_service_account)") in text
     assert deployed["npx_calls"]() == [f"{REPO}|cdktf destroy {RECIPE} --auto-approve|"]
 

@@ -205,7 +205,6 @@ def test_a_reattaching_run_keeps_an_in_order_train_still_pulling_its_images_afte
 def test_an_in_order_train_head_without_a_cpu_node_keeps_the_jobset_suspended_condition(cloud, monkeypatch):
     """JobSet v0.12.0 under InOrder never resumes past the head's Job, so the Suspended condition stays
     True while spec.suspend is false: the step still ends on the cpu wait, not the TPU mode's."""
-    kube = cloud["kube"]
     result, line = _head_stops(cloud, monkeypatch, "spot", "spot,on-demand", "spot=2h,cpu=30m", workers=False)
     assert "waiting for a node of the CPU pool (n4-standard-64) for the Pathways head" in line, line
     assert "longer than CAPACITY_WAIT's cpu=30m" in line and "waiting for Kueue" not in result.output, line

@@ -17,7 +17,6 @@ from peers.fixtures import put_step_output
 from tpu_rl.jobs.vm import CANCELLED
 from tpu_rl.scripts.cli import app
 from vm_helpers import RECIPE as VM_RECIPE, RUN as VM_RUN, begin, boot_and_show, finish
-from vm_helpers import clock, guest, vm  # noqa: F401 (fixtures)
 
 RECIPE = "qwen3-v6e32"
 runner = CliRunner()

@@ -34,6 +34,22 @@ def test_recipes_json_lists_derived_facts_for_every_recipe():
         assert item["hourly_usd_estimate"] > 0
 
 
+def test_recipes_json_shows_no_chip_figure_for_a_plan_with_no_known_peak(monkeypatch):
+    # The shipped plan of every recipe with its train step refused without a need: `recipes` says "-"
+    # rather than failing on the missing peak.
+    from tpu_rl.scripts.fit import check
+    from tpu_rl.scripts.fit.account import Fit
+
+    unnamed = json.loads((Path(__file__).parent / "fit_results" / "qwen3-v6e32-micro-256.json").read_text())
+    del unnamed["programs"]["train_step"]["need_bytes"]
+    monkeypatch.setattr(check, "shipped_fit", lambda spec, settings: Fit(unnamed))
+    result = runner.invoke(app, ["recipes", "--json"])
+    assert result.exit_code == 0, result.output
+    facts = {item["name"]: item for item in json.loads(result.output)}
+    assert {item["hbm_per_chip"] for item in facts.values()} == {"-"}
+    assert {item["fits"] for item in facts.values()} == {False}
+
+
 def test_recipes_under_a_capacity_the_vm_cannot_use_lists_every_recipe_and_says_why_the_vm_cannot(monkeypatch):
     # One rule for every command: CAPACITY=flex-start refuses only the VM recipe's own commands (render,
     # run, ...), as its stack's plan does; the listing and the GKE recipes go on.

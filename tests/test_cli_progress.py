@@ -94,7 +94,7 @@ def test_the_reward_is_read_at_most_once_a_minute_and_a_failed_read_keeps_the_la
 
 
 def test_the_vm_shows_step_loss_and_reward_from_the_console(settings_env, gcs, google, tmp_path):
-    from vm_helpers import VM, console, finish, progress
+    from vm_helpers import console, finish, progress
 
     recipe = get_recipe(VM_RECIPE)
     deploy_vm(google, SETTINGS)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tpu_rl.jobs.paths import ArtifactPaths
-from peers.fixtures import jobset_of, peer_settings, put_step_output, spec_of
+from peers.fixtures import peer_settings, put_step_output, spec_of
 from tpu_rl.recipes import UserError, get_recipe
 from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.cloud import gcs as gcs_io

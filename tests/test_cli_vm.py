@@ -18,7 +18,7 @@ from peers.google_apis import SERIAL_BUFFER
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from vm_helpers import ATTEMPT, PATHS, RECIPE, RUN, VM, ago, begin, boot_and_show, clock, console, every_step, finish, guest, line, progress, put, run_fails, run_finds_it_ended, vm  # noqa: F401 (clock, guest, vm: fixtures)
+from vm_helpers import ATTEMPT, PATHS, RECIPE, RUN, VM, ago, begin, boot_and_show, console, every_step, finish, line, progress, put, run_fails, run_finds_it_ended
 
 runner = CliRunner()
 

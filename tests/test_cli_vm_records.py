@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cli_helpers import error_line
 from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from vm_helpers import ATTEMPT, PATHS, RECIPE, RUN, VM, begin, boot_and_show, clock, finish, guest, put, run_fails, run_finds_it_ended, the_vm_goes_away, vm  # noqa: F401 (clock, guest, vm: fixtures)
+from vm_helpers import ATTEMPT, PATHS, RECIPE, RUN, VM, begin, boot_and_show, finish, put, run_fails, run_finds_it_ended, the_vm_goes_away
 
 runner = CliRunner()
 TRAIN = "maxtext.trainers.post_train.rl.train_rl"

@@ -20,7 +20,7 @@ from peers.fixtures import SETTINGS, deploy_vm
 from peers.http import Fault
 from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from vm_helpers import PATHS, RECIPE, VM, ago, begin, boot_and_show, clock, finish, guest, put, the_vm_goes_away, vm  # noqa: F401 (clock, guest, vm: fixtures)
+from vm_helpers import PATHS, RECIPE, VM, ago, begin, boot_and_show, finish, put, the_vm_goes_away
 
 runner = CliRunner()
 TRAIN = "maxtext.trainers.post_train.rl.train_rl"

@@ -18,7 +18,7 @@ from peers.fixtures import SETTINGS, deploy_vm, power_off_vm, put_step_output
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app
-from vm_helpers import PATHS, RECIPE, RUN, VM, begin, boot_and_show, clock, console, finish, guest, put, vm  # noqa: F401 (clock, guest, vm: fixtures)
+from vm_helpers import PATHS, RECIPE, RUN, VM, begin, boot_and_show, console, finish, put
 
 runner = CliRunner()
 # What the reservation of the VM's 8 v6e chips bills per chip-hour, as the price table states it.
@@ -318,7 +318,7 @@ def test_cancel_with_vm_after_run_keep_says_the_vm_stays_up_and_bills(settings_e
     deploy_vm(vm, {**SETTINGS, "VM_AFTER_RUN": "keep"})
     result = runner.invoke(app, ["cancel", RECIPE, "--yes"])
     assert result.exit_code == 0, result.output
-    assert (f"the VM stays up (VM_AFTER_RUN=keep in its startup script) and bills $" in text_of(result)
+    assert ("the VM stays up (VM_AFTER_RUN=keep in its startup script) and bills $" in text_of(result)
             and f"until `npx cdktf destroy {RECIPE}` (or the next deploy replaces it)" in text_of(result))
     assert "after the cancel" not in text_of(result) and "once it is off" not in text_of(result)
 

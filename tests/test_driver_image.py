@@ -49,7 +49,7 @@ class _Files(http.server.BaseHTTPRequestHandler):
     files: dict[str, bytes] = {}
     served: list[str] = []
 
-    def do_GET(self):  # noqa: N802 (http.server's name)
+    def do_GET(self):  # http.server's name
         body = self.files.get(self.path)
         self.served.append(self.path)
         self.send_response(200 if body is not None else 404)

@@ -5,8 +5,9 @@ placement under tunix 683256db holds its state twice, and vLLM's start fits its 
 
 The inputs are the compiler's own results, unedited: tests/fit_results/ (llama31-v6e8 at seed 002's
 vLLM share 0.72; qwen3-v6e32 with a micro-batch 32 times the recipe's); one test edits a copy to
-stand between the chip's limit and the margin, and says so and the shipped figures of every
-recipe (recipes/fit/figures.json, which tests/test_fit_recipes.py keeps the compiler's). Expected
+stand between the chip's limit and the margin, another leaves a refusal's need out, and each says so;
+and the shipped figures of every recipe (recipes/fit/figures.json, which tests/test_fit_recipes.py keeps
+the compiler's). Expected
 figures are worked out here from those results by the rule docs/fit.md states.
 """
 
@@ -72,6 +73,16 @@ def test_a_program_the_compiler_refused_on_its_own_cannot_fit():
     assert not part.fits and part.total == step["need_bytes"] + step["beside_bytes"]
     assert Fit(TOO_BIG).refusal("qwen3-v6e32").endswith("lower train_micro_batch_size, rl.num_generations or "
                                                          "max_target_length")
+
+
+def test_a_refusal_that_names_no_need_leaves_no_peak_to_speak_of():
+    # TOO_BIG with the compiler's need left out, as a refusal whose message names none reads
+    unnamed = copy.deepcopy(TOO_BIG)
+    del unnamed["programs"]["train_step"]["need_bytes"]
+    fit = Fit(unnamed)
+    assert fit.peak is None and fit.headroom is None and not fit.fits
+    with pytest.raises(ValueError, match="no known peak: the compiler refused train_step without naming its need"):
+        fit.summary()
 
 
 def test_the_optimizers_first_placement_under_tunix_683256db_holds_it_twice():

@@ -21,7 +21,7 @@ from tpu_rl.scripts.fit.check import recipe_fit
 from tpu_rl.scripts.fit.compiler import compile_now, digest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from generate_fit_figures import recipe_requests  # noqa: E402
+from generate_fit_figures import recipe_requests
 
 REQUESTS = recipe_requests()
 REGENERATE = "run .venv/bin/python tools/generate_fit_figures.py"

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tpu_rl import jobs
 import tpu_rl.jobs.vm as jobs_vm
 import tpu_rl.jobs.vm_install as jobs_vm_install
 from tpu_rl.jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES
@@ -107,7 +106,7 @@ def test_a_transient_listing_error_at_export_is_retried_not_taken_for_no_checkpo
                                   **{jobs_vm.RETRY_ENV: "0"})
     assert code == 0, log
     assert calls == ["maxtext.checkpoint_conversion.to_huggingface token=yes"]
-    assert f"/*/commit_success.txt failed (try 2 of 5): ERROR: (gcloud.storage.ls) HTTPError 503" in log
+    assert "/*/commit_success.txt failed (try 2 of 5): ERROR: (gcloud.storage.ls) HTTPError 503" in log
     assert f"export: checkpoint step {RECIPE.last_step} (computed: at most {RECIPE.last_step})" in log
 
 

@@ -18,7 +18,6 @@ Each step prints its time and peak memory (stderr, shown with -s or on failure).
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor

@@ -222,6 +222,6 @@ def test_a_field_nobody_set_is_refused_where_it_is_read_not_read_as_empty():
     settings = load_settings({"PROJECT": "acme-rl-research", "GCS_BUCKET": "acme-rl-artifacts"},
                              needs=needs("metrics"))
     assert settings.gcs_bucket == "acme-rl-artifacts"
-    for field in ("zone", "zones", "region", "cluster_name", "vm_name"):
+    for name in ("zone", "zones", "region", "cluster_name", "vm_name"):
         with pytest.raises(UserError, match="is not set: export"):
-            getattr(settings, field)
+            getattr(settings, name)

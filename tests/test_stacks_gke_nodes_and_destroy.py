@@ -20,7 +20,6 @@ from peers.settings import spec_of
 from tpu_rl import jobs
 from tpu_rl.jobs.evaluate import eval_jobset
 from tpu_rl.recipes import all_recipes, example_settings
-from tpu_rl.recipes.runs.spec import run_name
 
 GKE = ["qwen3-v6e32", "gemma4-v6e64"]
 SETTINGS = example_settings()

@@ -7,7 +7,6 @@ container would leave it, and expects exactly that piece to be reported.
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -38,27 +37,27 @@ def trained_step(paths) -> str:
     return paths.final_params.removesuffix("model_params/")
 
 
-def missing(gcs, paths, step: str) -> list[str]:  # noqa: F811
+def missing(gcs, paths, step: str) -> list[str]:
     return [req.describe() for req in missing_outputs(gcs, paths, step)]
 
 
-def delete(gcs, url: str) -> None:  # noqa: F811
+def delete(gcs, url: str) -> None:
     bucket, name = split_gs_url(url)
     gcs.bucket(bucket).blob(name).delete()
 
 
-def upload(gcs, url: str, data: bytes) -> None:  # noqa: F811
+def upload(gcs, url: str, data: bytes) -> None:
     bucket, name = split_gs_url(url)
     gcs.bucket(bucket).blob(name).upload_from_string(data)
 
 
 @pytest.mark.parametrize("step", ["convert", "train", "export"])
-def test_a_complete_output_is_verified(gcs, paths, step):  # noqa: F811
+def test_a_complete_output_is_verified(gcs, paths, step):
     put_step_output(gcs, get_recipe(RECIPE), step)
     assert missing(gcs, paths, step) == []
 
 
-def test_a_conversion_without_the_orbax_completion_marker_is_missing(gcs, paths):  # noqa: F811
+def test_a_conversion_without_the_orbax_completion_marker_is_missing(gcs, paths):
     put_step_output(gcs, get_recipe(RECIPE), "convert")
     delete(gcs, CONVERTED_STEP + "commit_success.txt")
     assert missing(gcs, paths, "convert") == [f"{CONVERTED_STEP}commit_success.txt (orbax completion marker)"]
@@ -67,17 +66,17 @@ def test_a_conversion_without_the_orbax_completion_marker_is_missing(gcs, paths)
 NO_FINISHED_STEP = "<step>/commit_success.txt (no checkpoint step with orbax's commit marker yet)"
 
 
-def test_a_training_checkpoint_without_the_orbax_completion_marker_is_no_finished_step(gcs, paths, trained_step):  # noqa: F811
+def test_a_training_checkpoint_without_the_orbax_completion_marker_is_no_finished_step(gcs, paths, trained_step):
     put_step_output(gcs, get_recipe(RECIPE), "train")
     delete(gcs, trained_step + "commit_success.txt")
     assert missing(gcs, paths, "train") == [paths.actor_checkpoints + NO_FINISHED_STEP]
 
 
-def test_an_absent_checkpoint_is_no_finished_step(gcs, paths):  # noqa: F811
+def test_an_absent_checkpoint_is_no_finished_step(gcs, paths):
     assert missing(gcs, paths, "train") == [paths.actor_checkpoints + NO_FINISHED_STEP]
 
 
-def test_a_finished_step_without_its_model_params_is_missing(gcs, paths, trained_step):  # noqa: F811
+def test_a_finished_step_without_its_model_params_is_missing(gcs, paths, trained_step):
     put_step_output(gcs, get_recipe(RECIPE), "train")
     bucket, prefix = split_gs_url(trained_step + "model_params/")
     for blob in list(gcs.list_blobs(bucket, prefix=prefix)):
@@ -86,34 +85,34 @@ def test_a_finished_step_without_its_model_params_is_missing(gcs, paths, trained
 
 
 @pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json", "tokenizer.json"])
-def test_an_export_without_its_config_or_a_tokenizer_file_is_missing(gcs, paths, name):  # noqa: F811
+def test_an_export_without_its_config_or_a_tokenizer_file_is_missing(gcs, paths, name):
     put_step_output(gcs, get_recipe(RECIPE), "export")
     delete(gcs, EXPORT + name)
     assert missing(gcs, paths, "export") == [EXPORT + name]
 
 
-def test_an_export_without_a_shard_named_in_the_index_is_missing(gcs, paths):  # noqa: F811
+def test_an_export_without_a_shard_named_in_the_index_is_missing(gcs, paths):
     put_step_output(gcs, get_recipe(RECIPE), "export")
     delete(gcs, EXPORT + EXPORT_SHARDS[1])
     assert missing(gcs, paths, "export") == [
         f"{EXPORT}{EXPORT_SHARDS[1]} (named in model.safetensors.index.json)"]
 
 
-def test_an_export_whose_index_was_never_written_is_missing(gcs, paths):  # noqa: F811
+def test_an_export_whose_index_was_never_written_is_missing(gcs, paths):
     # to_huggingface uploads the index after every shard: shards without it are an interrupted export.
     put_step_output(gcs, get_recipe(RECIPE), "export")
     delete(gcs, EXPORT + "model.safetensors.index.json")
     assert missing(gcs, paths, "export") == [f"{EXPORT}model.safetensors.index.json (or model.safetensors)"]
 
 
-def test_an_export_with_an_unreadable_index_is_missing(gcs, paths):  # noqa: F811
+def test_an_export_with_an_unreadable_index_is_missing(gcs, paths):
     put_step_output(gcs, get_recipe(RECIPE), "export")
     upload(gcs, EXPORT + "model.safetensors.index.json", b'{"metadata": {}}')
     assert missing(gcs, paths, "export") == [
         f"{EXPORT}model.safetensors.index.json (with a readable weight_map)"]
 
 
-def test_a_small_export_in_one_file_is_verified(gcs, paths):  # noqa: F811
+def test_a_small_export_in_one_file_is_verified(gcs, paths):
     # Under 3 GB, to_huggingface writes one model.safetensors and no index (shard_checkpoint).
     put_step_output(gcs, get_recipe(RECIPE), "export")
     delete(gcs, EXPORT + "model.safetensors.index.json")
@@ -123,13 +122,13 @@ def test_a_small_export_in_one_file_is_verified(gcs, paths):  # noqa: F811
     assert missing(gcs, paths, "export") == []
 
 
-def test_an_empty_export_lists_every_piece(gcs, paths):  # noqa: F811
+def test_an_empty_export_lists_every_piece(gcs, paths):
     assert missing(gcs, paths, "export") == [
         EXPORT + "config.json", EXPORT + "tokenizer_config.json", EXPORT + "tokenizer.json",
         f"{EXPORT}model.safetensors.index.json (or model.safetensors)"]
 
 
-def test_no_bucket_means_every_piece_is_missing(gcs, paths):  # noqa: F811
+def test_no_bucket_means_every_piece_is_missing(gcs, paths):
     bucket = gcs.bucket("rl-test-artifacts")
     bucket.delete(force=True)
     assert missing(gcs, paths, "convert") == [f"objects under {CONVERTED_STEP}items/",

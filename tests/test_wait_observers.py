@@ -112,7 +112,7 @@ def test_gone_says_whether_tpu_rl_cancel_deleted_the_jobset(gcs, settings_env):
                                f"someone?); rerun `tpu-rl run {RECIPE}` to resubmit")
     write_json(gcs, now.paths.run_record, {"status": "running"})  # the run's record, which `tpu-rl cancel` marks
     clock[0] = START + timedelta(minutes=30)
-    record_cancellation(now, ["convert"], jobsets=[job.name])
+    record_cancellation(now, ["convert"], {"jobsets": [job.name]})
     cancelled = observer.observe(Observation(job, None))
     assert isinstance(cancelled, Fail) and isinstance(cancelled.error, RunCancelled)
     assert str(cancelled.error) == (f"step convert was cancelled: `tpu-rl cancel` deleted JobSet {job.name} at "

@@ -1,5 +1,6 @@
-"""The linter and the type checker over the product code, as `make test` runs them first (`make lint` alone):
-ruff and mypy with the rules of pyproject.toml, then the count of the lines that silence one rule.
+"""The linter and the type checker, as `make test` runs them first (`make lint` alone): ruff with the rules of
+pyproject.toml over the product code, the tests and tools/ (not bench/), mypy over the product code, then the
+count of the lines that silence one rule.
 
 The packages are folders at the top of the checkout that install as tpu_rl.<package> (pyproject.toml's
 package-dir); a tool that reads code without running it cannot follow that mapping, so layout() writes it
@@ -24,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "tpu_rl"
 LAYOUT = ROOT / ".cache" / "static"
+# What ruff reads besides the product code: the same rules, no type checking.
+LINTED_TOO = ("tests", "tools")
 # A silencing comment names its rules (ruff's PGH004 and mypy's ignore-without-code refuse a bare one).
 DEBT_START = "  # What mypy still finds, left off"
 DEBT_COMMENT_LINES = 3  # the comment above the rows
@@ -121,11 +124,12 @@ def main() -> int:
     if sys.argv[1:] == ["--write-debt"]:
         return write_debt()
     folders = product_folders()
-    failed = _run("ruff", [str(bin_dir / "ruff"), "check", "--quiet", *folders])
+    failed = _run("ruff", [str(bin_dir / "ruff"), "check", "--quiet", *folders, *LINTED_TOO])
     failed |= _run("mypy", [str(bin_dir / "mypy"), "-p", NAMESPACE])
-    counts = silencers([path for folder in folders for path in sorted((ROOT / folder).rglob("*.py"))])
-    print(f"silenced lines in {', '.join(folders)}: {sum(counts.values())}"
-          + "".join(f"\n  {count:3d} {rule}" for rule, count in sorted(counts.items())))
+    for read in (folders, list(LINTED_TOO)):
+        counts = silencers([path for folder in read for path in sorted((ROOT / folder).rglob("*.py"))])
+        print(f"silenced lines in {', '.join(read)}: {sum(counts.values())}"
+              + "".join(f"\n  {count:3d} {rule}" for rule, count in sorted(counts.items())))
     left_off = debt()
     print(f"mypy codes left off: {sum(map(len, left_off.values()))} in {len(left_off)} modules (pyproject.toml)")
     return 1 if failed else 0

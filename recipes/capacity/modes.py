@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from tpu_rl.recipes.errors import UserError
 
@@ -83,12 +83,12 @@ MODE_RULES: Mapping[CapacityMode, ModeRules] = {
 # Every mode's value, in the order messages list them.
 CAPACITY_MODES: tuple[str, ...] = tuple(mode.value for mode in CapacityMode)
 
-def uses_reservation(modes: Iterable[str]) -> bool:
+def uses_reservation(modes: Iterable[CapacityMode]) -> bool:
     """Whether a mode of `modes` draws on the reservation RESERVATION names."""
     return any(MODE_RULES[mode].reservation for mode in modes)
 
 
-def uses_queued_provisioning(modes: Iterable[str]) -> bool:
+def uses_queued_provisioning(modes: Iterable[CapacityMode]) -> bool:
     """Whether a mode of `modes` gets its slice through a ProvisioningRequest (flex-start)."""
     return any(MODE_RULES[mode].queued_provisioning for mode in modes)
 
@@ -105,7 +105,7 @@ def parse_capacity(value: object) -> tuple[CapacityMode, ...]:
                          f"or an ordered comma-separated list of {', '.join(CAPACITY_MODES)}")
     if len(set(modes)) != len(modes):
         raise ValueError(f"'{','.join(modes)}' names a mode twice")
-    return tuple(modes)  # type: ignore[arg-type]
+    return tuple(modes)  # type: ignore[arg-type]  # the members' plain strings, as recipes hold them (see above)
 
 
 def check_capacity(name: str, platform: PlatformFacts, capacity: tuple[CapacityMode, ...], facts: TpuGeneration,
@@ -140,7 +140,7 @@ CPU = "cpu"  # the key of a CPU step's wait: a node of the CPU pool (convert, ex
 # image pull never end it, so without this a slice bills for hours; our choice, as long as
 # stall.QUIET_STALL_SECONDS (docs/provenance.md#start-bounds-ready_wait).
 READY_WAIT_SECONDS = 90 * 60
-WaitKey = CapacityMode | Literal["cpu"]
+WaitKey = str  # a wait's key: a mode's plain string (as CAPACITY_MODES holds it) or CPU
 WAIT_KEYS: tuple[str, ...] = (*CAPACITY_MODES, CPU)
 DEFAULT_WAIT_SECONDS: Mapping[str, float] = {
     **{mode.value: rules.wait_seconds for mode, rules in MODE_RULES.items()},

@@ -59,11 +59,19 @@ class Recipe(BaseModel):
         """What the recipe's platform is, as facts (recipes/platforms/)."""
         return facts_of(self.platform)
 
+    @property
+    def cpu_pool_machine(self) -> tuple[str, MachineSize]:
+        """The CPU pool's machine type and size. Only a platform with a CPU pool asks, and RecipeEntry refuses
+        a recipe of one without cpu_machine_type."""
+        if self.cpu_machine_type is None or self.cpu_machine is None:
+            raise ValueError(f"recipe '{self.name}' names no cpu_machine_type: its platform has no CPU pool")
+        return self.cpu_machine_type, self.cpu_machine
+
     def with_capacity(self, capacity: tuple[CapacityMode, ...], source: str) -> "Recipe":
         """This recipe with another capacity list, checked against its platform and TPU generation."""
-        capacity = tuple(CapacityMode(mode).value for mode in capacity)  # the plain strings, as validation keeps
         check_capacity(self.name, self.platform_facts, capacity, self.tpu_facts, self.flex_start_max_run_hours, source)
-        return self.model_copy(update={"capacity": capacity})
+        # The plain strings, as validation keeps them (use_enum_values).
+        return self.model_copy(update={"capacity": tuple(CapacityMode(mode).value for mode in capacity)})
 
     def eval_setting(self, key: str) -> float:
         """A key that sizes the held-out evaluation or a batch (its release's eval_defaults) as this run's
@@ -150,13 +158,11 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
             shape = derive_shape(entry.tpu, parsed.tpu)
         except ValueError as error:
             raise UserError(f"{where}: {error}") from None
-        sizes = {}
         named = (("tpu.machine_type", entry.tpu.machine_type), ("cpu_machine_type", entry.cpu_machine_type))
         for field, machine_type in named:
             if machine_type is not None and machine_type not in parsed.machines:
                 raise UserError(f"{where}: {field} '{machine_type}' has no [machines.\"{machine_type}\"] entry "
                                 "(its vcpus and memory_gib size the Kueue quota)")
-            sizes[field] = parsed.machines.get(machine_type) if machine_type else None
         patches = []
         for patch_name in entry.rl.patches:
             patch = parsed.patches.get(patch_name)
@@ -174,8 +180,8 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
             pathways_images=PathwaysImages(**parsed.pathways.model_dump(), tag=release.pathways_tag,
                                            jax=release.jax),
             cpu_machine_type=entry.cpu_machine_type,
-            cpu_machine=sizes["cpu_machine_type"],
-            tpu_host=sizes["tpu.machine_type"],
+            cpu_machine=parsed.machines[entry.cpu_machine_type] if entry.cpu_machine_type else None,
+            tpu_host=parsed.machines[entry.tpu.machine_type],
             durations_minutes=entry.durations_minutes,
             model=entry.model,
             shape=shape,
@@ -183,8 +189,8 @@ def build_recipes(table: dict, source: str = "recipes.toml") -> dict[str, Recipe
             patches=tuple(patches),
             tpu_facts=parsed.tpu[entry.tpu.generation],
             flex_start_max_run_hours=entry.tpu.flex_start_max_run_hours,
-            **({} if entry.fit_margin is None else {"fit_margin": entry.fit_margin,
-                                                    "fit_margin_why": entry.fit_margin_why}),
+            fit_margin=MARGIN if entry.fit_margin is None else entry.fit_margin,
+            fit_margin_why=entry.fit_margin_why,
         )
         check_capacity(name, facts_of(entry.platform), entry.capacity, parsed.tpu[entry.tpu.generation],
                        entry.tpu.flex_start_max_run_hours, f"{source}: capacity")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 # pydantic-core's error types (pydantic_core ErrorType) -> what the field takes; `{...}` from the error's ctx.
 _TAKES = {
@@ -57,11 +57,11 @@ def what_it_takes(error: ValidationError) -> str | None:
     return rule.format(**(first.get("ctx") or {})) if rule else None
 
 
-def takes(model: type, field: str) -> str:
+def takes(model: type[BaseModel], field: str) -> str:
     """What a model's field takes, its type and bounds: `a whole number, 1 or more`."""
     info = model.model_fields[field]
-    kind = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}.get(info.annotation,
-                                                                                                   "a value")
+    kinds: dict[object, str] = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
+    kind = kinds.get(info.annotation, "a value")
     bounds = [_TAKES[name].format(**{key: getattr(rule, key)}) for rule in info.metadata
               for name, key in (("greater_than_equal", "ge"), ("greater_than", "gt"), ("less_than_equal", "le"),
                                 ("less_than", "lt")) if getattr(rule, key, None) is not None]

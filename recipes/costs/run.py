@@ -22,6 +22,7 @@ size: recipes/runs/evaluation.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from tpu_rl.recipes import conventions
 from tpu_rl.recipes.capacity.modes import MODE_RULES
@@ -156,7 +157,7 @@ class RunEstimate:
     def step(self, name: str) -> StepCost:
         return next(step for step in self.steps if step.step == name)
 
-    def steps_summary(self, names: list[str]) -> str:
+    def steps_summary(self, names: Sequence[str]) -> str:
         """The time and cost of some of the steps, e.g. `about 210 min, $301.50 for train, export`."""
         chosen = [self.step(name) for name in names]
         return (f"about {sum(step.minutes for step in chosen)} min, {usd(sum(step.usd for step in chosen))} "

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from tpu_rl.recipes import conventions
-from tpu_rl.recipes.capacity.modes import MODE_RULES
+from tpu_rl.recipes.capacity.modes import CAPACITY_MODES, MODE_RULES, CapacityMode
 from tpu_rl.recipes.catalog.recipe import Recipe
 from tpu_rl.recipes.costs.prices import PriceTable, load_prices, usd
 
@@ -90,8 +90,7 @@ class StandingCost:
 
 def _reserved(mode: str) -> bool:
     """Whether a pool of this mode (a label read from the cluster, so maybe unknown) bills as reserved."""
-    rules = MODE_RULES.get(mode)
-    return bool(rules and rules.reservation)
+    return mode in CAPACITY_MODES and MODE_RULES[CapacityMode(mode)].reservation
 
 def _nodes(count: int) -> str:
     return f"{count} node{'' if count == 1 else 's'}"
@@ -116,18 +115,20 @@ def standing_cost(recipe: Recipe, node_labels: Iterable[Mapping[str, str]],
     else:
         at_zero.append(cpu)
     reservation = next((mode for mode in recipe.capacity if _reserved(mode)), None)
-    reserved_pools = ([conventions.tpu_pool_name(index) for index in range(shape.slices)]
-                      if reservation else [])
-    for pool in reserved_pools:  # the reservation's chips, whatever the pool's nodes
+    reserved_pools: list[str] = []
+    if reservation:
+        reserved_pools = [conventions.tpu_pool_name(index) for index in range(shape.slices)]
         chip = prices.tpu_chip_hour(shape.generation, reservation).usd_per_hour
-        items.append(StandingItem(f"{pool} {shape.chips_per_slice} reserved chips", shape.chips_per_slice * chip,
-                                  reserved=True, chips=shape.chips_per_slice))
-    autoscaled = sorted(pool for pool, mode in mode_of.items()
-                        if mode and not _reserved(mode) and pool not in reserved_pools)
-    for pool in autoscaled:  # a slice still up: the autoscaler removes it minutes after its last TPU pod
-        chip = prices.tpu_chip_hour(shape.generation, mode_of[pool]).usd_per_hour
+        for pool in reserved_pools:  # the reservation's chips, whatever the pool's nodes
+            items.append(StandingItem(f"{pool} {shape.chips_per_slice} reserved chips", shape.chips_per_slice * chip,
+                                      reserved=True, chips=shape.chips_per_slice))
+    autoscaled = {pool: mode for pool, mode in mode_of.items()
+                  if pool and mode and not _reserved(mode) and pool not in reserved_pools}
+    # A slice still up: the autoscaler removes it minutes after its last TPU pod.
+    for pool, mode in sorted(autoscaled.items()):
+        chip = prices.tpu_chip_hour(shape.generation, mode).usd_per_hour
         chips = count[pool] * shape.chips_per_vm
-        items.append(StandingItem(f"{pool} {chips} {mode_of[pool]} chips", chips * chip, chips=chips))
+        items.append(StandingItem(f"{pool} {chips} {mode} chips", chips * chip, chips=chips))
     if any(mode != reservation for mode in recipe.capacity) and not autoscaled:
         at_zero.append(f"the {'/'.join(m for m in recipe.capacity if m != reservation)} TPU pools")
     known = {system, cpu, *reserved_pools, *autoscaled}

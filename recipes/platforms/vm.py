@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from tpu_rl.recipes.capacity.modes import CAPACITY_MODES, MODE_RULES
+from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode
 from tpu_rl.recipes.platforms.facts import PlatformFacts, StepRunner
 from tpu_rl.recipes.settings.where import BUCKET, CLUSTER, DEPLOY, VM as WHERE_VM, fields
 
 VM = PlatformFacts(
     label="TPU VM",
     # One VM with one provisioning model: no flex-start node pool and no queue to fall back in.
-    capacity=tuple(mode for mode in CAPACITY_MODES if MODE_RULES[mode].vm_provisioning_model),
+    capacity=tuple(mode.value for mode in CapacityMode if MODE_RULES[mode].vm_provisioning_model),
     tpu_node_pools=False, cpu_pool=False, control_plane=False, pathways=False, multislice=False,
     steps_run_as=StepRunner.STARTUP_SCRIPT, user_files=False, run_queue=False,
     needs={

@@ -149,11 +149,12 @@ def parse_override(key: str, text: str) -> Any:
     from omegaconf import OmegaConf  # noqa: PLC0415 -- only --set needs it
 
     try:
-        parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"{key}={text}"]), resolve=False)
+        parsed: object = OmegaConf.to_container(OmegaConf.from_dotlist([f"{key}={text}"]), resolve=False)
     except (yaml.YAMLError, ValueError) as error:
         detail = str(error).splitlines()[0]
         raise UserError(f"--set {key}={text}: MaxText reads the value as YAML, and it is not ({detail})") from None
     for part in key.split("."):
+        assert isinstance(parsed, dict)  # from_dotlist nests a table for each dotted part
         parsed = parsed[part]
     if _has_interpolation(parsed):
         raise UserError(f"--set {key}={text}: an omegaconf interpolation ${{...}} is resolved only inside "
@@ -198,11 +199,11 @@ def _member(word: str, spec: dict, runtime: RuntimeBound | None) -> Any:
 
 @cache
 def _adapter(version: str, key: str, runtime: bool = True) -> TypeAdapter:
-    """The field's type as pydantic validates it; with the trainer's bound (RUNTIME_BOUNDS) unless told."""
+    """The field's type, read at run time (no static type names it), with the trainer's bound unless told."""
     spec = release_schema(version)["keys"][key]
     bound = RUNTIME_BOUNDS.get(key) if runtime else None
     members = tuple(_member(word, spec, bound) for word in spec["type"].split(" | "))
-    return TypeAdapter(members[0] if len(members) == 1 else Union[members])  # noqa: UP007 -- a runtime tuple
+    return TypeAdapter(members[0] if len(members) == 1 else Union[members])  # type: ignore[arg-type]  # noqa: UP007
 
 
 def describe(version: str, key: str) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from tpu_rl.recipes.errors import UserError
 from tpu_rl.recipes.names import check_name
 from tpu_rl.recipes.runs.identity import MAX_RUN_NAME, check_run_name, digest
-from tpu_rl.recipes.runs.spec import RunSpec, run_identity
+from tpu_rl.recipes.runs.spec import RunSpec, run_identity, run_name
 from tpu_rl.recipes.user_text import read_text_file
 
 NAME_HASH_CHARS = 4  # of the run's identity, after its values
@@ -176,10 +176,11 @@ def check_distinct(specs: list[RunSpec], source: str) -> None:
             raise UserError(f"{source}: runs {seen[key]} and {number} of the sweep train the same weights (their "
                             f"--set items {', '.join(spec.sets) or 'none'} give the same settings): drop one of them")
         seen[key] = number
-        if spec.run in names:
-            raise UserError(f"{source}: runs {names[spec.run]} and {number} of the sweep are both named "
-                            f"'{spec.run}': give each run its own name")
-        names[spec.run] = number
+        name = run_name(spec)
+        if name in names:
+            raise UserError(f"{source}: runs {names[name]} and {number} of the sweep are both named "
+                            f"'{name}': give each run its own name")
+        names[name] = number
 
 
 def check_sweepable(recipe) -> None:

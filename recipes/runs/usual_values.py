@@ -41,12 +41,13 @@ def unusual(version: str, key: str, value: Any) -> str | None:
     if value == -1 and key.rpartition(".")[2] in AUTO_MINUS_ONE:
         return None
     default = release_values(version).get(key)
-    usual = isinstance(default, (int, float)) and not isinstance(default, bool) and default != 0
+    # The own value a far one is measured against: a number, not a flag, and not 0.
+    usual = default if isinstance(default, (int, float)) and not isinstance(default, bool) and default != 0 else None
     if value < 0 and (default is None or (isinstance(default, (int, float)) and default >= 0)):
         return f"{key} is negative, and MaxText {version}'s own value is {default if default is not None else 'null'}"
-    if usual and abs(value) > FAR_FACTOR * abs(default):
+    if usual is not None and abs(value) > FAR_FACTOR * abs(usual):
         return f"{key} is more than {FAR_FACTOR:g} times MaxText {version}'s own value ({default})"
-    if not usual and abs(value) > FAR_ABSOLUTE:
+    if usual is None and abs(value) > FAR_ABSOLUTE:
         return f"{key} is above {FAR_ABSOLUTE:g}"
     return None
 

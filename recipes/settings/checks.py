@@ -30,9 +30,9 @@ MAX_PUBLIC_ADDRESSES = 2 ** (32 - MIN_PUBLIC_CIDR_PREFIX)
 # them from the IANA special-purpose registry (RFC 6890).
 _UNREACHABLE = (("is_loopback", "loopback"), ("is_link_local", "link-local"), ("is_multicast", "multicast"),
                 ("is_reserved", "reserved"))
-_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+_THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
 # Address space that never leaves a private network (RFC 1918).
-_PRIVATE = tuple(ipaddress.ip_network(block) for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+_PRIVATE = tuple(ipaddress.IPv4Network(block) for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 
 
 def _unreachable(network: ipaddress.IPv4Network) -> str | None:
@@ -56,7 +56,7 @@ def authorized_cidrs_problem(items: Sequence[str]) -> str | None:
             network = ipaddress.ip_network(item, strict=True)
         except ValueError:
             return f"'{item}' is not a CIDR block like 203.0.113.7/32 (host bits must be zero)"
-        if network.version != 4:
+        if not isinstance(network, ipaddress.IPv4Network):
             return f"'{item}' is IPv6; GKE master authorized networks take IPv4 CIDR blocks"
         unreachable = _unreachable(network)
         if unreachable:
@@ -78,7 +78,7 @@ def authorized_cidrs_problem(items: Sequence[str]) -> str | None:
 def authorized_cidrs_warning(items: Sequence[str]) -> str | None:
     """A warning, not a refusal: when every block is private address space, only a machine inside the VPC
     (or connected to it) reaches the public endpoint's allowlist, so `cdktf deploy` must run from there."""
-    if items and all(is_private_block(ipaddress.ip_network(item)) for item in items):
+    if items and all(is_private_block(ipaddress.IPv4Network(item)) for item in items):
         return (f"warning: AUTHORIZED_CIDR '{','.join(items)}' lists only private address space: kubectl, helm "
                 "and `tpu-rl run` then reach the control plane only from a machine inside the VPC (or connected "
                 "to it); add your public egress address, e.g. 203.0.113.7/32, to work from elsewhere")
@@ -115,29 +115,29 @@ def check_values(values: Mapping[str, str], needs: Collection[str] = REQUIRED) -
     missing = _missing(values, needs)
     if missing:
         raise missing_settings(missing)
-    checked: dict[str, object] = {}
+    # The values as strings (stripped, or a default); `checked` what they become, UNSET where left out.
+    given: dict[str, str] = {}
     for spec in SPECS:
         raw = values.get(spec.field)
-        if raw is None or raw == "":
-            if spec.required:
-                checked[spec.field] = UNSET
-            elif spec.default is not None:
-                checked[spec.field] = spec.default
-            continue
-        checked[spec.field] = raw.strip()
+        if raw:
+            given[spec.field] = raw.strip()
+        elif not spec.required and spec.default is not None:
+            given[spec.field] = spec.default
+    checked: dict[str, object] = {spec.field: UNSET for spec in SPECS if spec.required and spec.field not in given}
+    checked.update(given)
 
-    project = checked["project"]
-    if project is not UNSET and not _PROJECT.match(project):
+    project = given.get("project")
+    if project is not None and not _PROJECT.match(project):
         raise _fail(BY_FIELD["project"], f"'{project}' is not a valid project id: 6-30 characters, lowercase "
                     "letters, digits and hyphens, starting with a letter and not ending with a hyphen")
-    region = checked["region"]
-    if region is not UNSET and not _REGION.match(region):
+    region = given.get("region")
+    if region is not None and not _REGION.match(region):
         raise _fail(BY_FIELD["region"], f"'{region}' is not a region name like us-east5")
-    if checked["zone"] is not UNSET:
-        checked["zones"] = _check_zones(checked["zone"], None if region is UNSET else region)
-        checked["zone"] = checked["zones"][0]
-    cluster = checked["cluster_name"]
-    if cluster is UNSET:
+    if "zone" in given:
+        zones = _check_zones(given["zone"], region)
+        checked["zones"], checked["zone"] = zones, zones[0]
+    cluster = given.get("cluster_name")
+    if cluster is None:
         pass
     elif len(cluster) > MAX_CLUSTER_NAME:
         raise _fail(BY_FIELD["cluster_name"], f"'{cluster}' has {len(cluster)} characters; the limit is "
@@ -145,44 +145,41 @@ def check_values(values: Mapping[str, str], needs: Collection[str] = REQUIRED) -
     elif not _DNS_1035.match(cluster):
         raise _fail(BY_FIELD["cluster_name"], f"'{cluster}' is not a DNS-1035 label: lowercase letters, digits "
                     "and '-', starting with a letter and ending with a letter or digit")
-    if checked["gcs_bucket"] is not UNSET:
-        _check_bucket(checked["gcs_bucket"], BY_FIELD["gcs_bucket"])
-    if checked.get("state_bucket") is not None:
-        _check_bucket(checked["state_bucket"], BY_FIELD["state_bucket"])
-        if checked["state_bucket"] == checked["gcs_bucket"]:
+    if "gcs_bucket" in given:
+        _check_bucket(given["gcs_bucket"], BY_FIELD["gcs_bucket"])
+    if "state_bucket" in given:
+        _check_bucket(given["state_bucket"], BY_FIELD["state_bucket"])
+        if given["state_bucket"] == given.get("gcs_bucket"):
             # The artifacts stack creates GCS_BUCKET: its own state cannot live in a bucket that does not
             # exist before its first deploy, and destroying the stack would delete the state with it.
-            raise _fail(BY_FIELD["state_bucket"], f"'{checked['state_bucket']}' is GCS_BUCKET, the artifacts bucket a "
+            raise _fail(BY_FIELD["state_bucket"], f"'{given['state_bucket']}' is GCS_BUCKET, the artifacts bucket a "
                         "stack manages: create a separate bucket for Terraform state (docs/stacks.md, 'State "
                         "backend') or unset TF_STATE_BUCKET for local state")
-    reservation = checked.get("reservation")
+    reservation = given.get("reservation")
     if reservation is not None and not _RESOURCE_NAME.match(reservation):
         raise _fail(BY_FIELD["reservation"], f"'{reservation}' is not a reservation name: lowercase letters, "
                     "digits and '-', 1-63 characters, starting with a letter")
-    cidrs = checked.get("authorized_cidr")
-    if cidrs is not None:
-        checked["authorized_cidr"] = _check_cidrs(cidrs)
-    secret = checked["hf_token_secret"]
+    if "authorized_cidr" in given:
+        checked["authorized_cidr"] = _check_cidrs(given["authorized_cidr"])
+    secret = given["hf_token_secret"]
     if not _SECRET_NAME.match(secret):
         raise _fail(BY_FIELD["hf_token_secret"], f"'{secret}' is not a Secret Manager secret id: 1-255 letters, "
                     "digits, '-' or '_'")
-    capacity = checked.get("capacity")
-    if capacity is not None:
+    if "capacity" in given:
         try:
-            checked["capacity"] = parse_capacity(capacity)
+            checked["capacity"] = parse_capacity(given["capacity"])
         except ValueError as error:
             raise _fail(BY_FIELD["capacity"], str(error)) from None
-    capacity_wait = checked.get("capacity_wait")
-    if capacity_wait is not None:
+    if "capacity_wait" in given:
         try:
-            checked["capacity_wait"] = parse_capacity_wait(capacity_wait)
+            checked["capacity_wait"] = parse_capacity_wait(given["capacity_wait"])
         except ValueError as error:
             raise _fail(BY_FIELD["capacity_wait"], str(error)) from None
-    tpu_name = checked.get("tpu_name")
+    tpu_name = given.get("tpu_name")
     if tpu_name is not None and not _RESOURCE_NAME.match(tpu_name):
         raise _fail(BY_FIELD["tpu_name"], f"'{tpu_name}' is not an instance name: lowercase letters, digits "
                     "and '-', 1-63 characters, starting with a letter")
-    after = checked["vm_after_run"]
+    after = given["vm_after_run"]
     if after not in (VM_STOPS, VM_STAYS):
         raise _fail(BY_FIELD["vm_after_run"], f"'{after}' is neither {VM_STOPS} (the TPU VM stops itself once every "
                     f"output of its run is verified; the default) nor {VM_STAYS} (it stays up until you destroy it)")

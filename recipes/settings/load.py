@@ -189,7 +189,7 @@ class Settings:
         `cdktf deploy` stops at plan, before anything is created, with the same line the CLI prints."""
         problem = self.capacity_problem(recipe)
         if problem:
-            return recipe.with_capacity((CapacityMode.ON_DEMAND.value,), source="CAPACITY"), problem
+            return recipe.with_capacity((CapacityMode.ON_DEMAND,), source="CAPACITY"), problem
         return self.recipe(recipe), None
 
     def zones_for(self, recipe: Recipe) -> tuple[str, ...]:
@@ -211,7 +211,7 @@ class Settings:
         flex_start = recipe.tpu_facts.flex_start
         offerless = [zone for zone in self.zones_for(recipe) if flex_start and zone not in flex_start.zones] \
             if needed("zone") else []
-        if needed("zone") and uses_queued_provisioning(recipe.capacity) and offerless:
+        if flex_start and offerless and uses_queued_provisioning(recipe.capacity):
             raise UserError(
                 f"ZONE '{offerless[0]}' offers no flex-start {recipe.shape.generation} TPUs, which recipe "
                 f"'{recipe.name}' uses: pick one of {', '.join(flex_start.zones)} (and its REGION)"

@@ -283,10 +283,9 @@ def cancel(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
            run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """Stop a run: delete its running JobSets, or stop the VM's startup script (outputs are kept); asks
     first unless --yes."""
-    if step is not None:
-        parse_step(step)
+    chosen = parse_step(step) if step is not None else None
     session = run_session("cancel", recipe_name, sets, run_name)
-    platform_for(session.recipe).cancel(session, step, yes)
+    platform_for(session.recipe).cancel(session, chosen, yes)
 
 
 @app.command()
@@ -391,7 +390,7 @@ def logs(recipe_name: str = typer.Argument(..., metavar="RECIPE"),
          run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME", help=RUN_HELP)) -> None:
     """The main container's log of a step (the Pathways head for train); on the VM, the step's log in the
     bucket once it ended, its serial console while it runs."""
-    parse_step(step)
+    chosen = parse_step(step)
     session = run_session("logs", recipe_name, sets, run_name)  # on GKE the cluster only; a VM's ended step: the bucket
-    for line in platform_for(session.recipe).logs(session, step, follow, tail or None):
+    for line in platform_for(session.recipe).logs(session, chosen, follow, tail or None):
         typer.echo(line)

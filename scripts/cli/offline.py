@@ -65,7 +65,7 @@ def _fit_facts(recipe: Recipe) -> dict:
     from tpu_rl.scripts.fit.check import shipped_fit
 
     fit = shipped_fit(RunSpec.of_catalog(recipe), example_settings())
-    chip = "-" if fit is None else f"{gib(fit.peak).removesuffix(' GiB')}/{gib(fit.limit)}"
+    chip = "-" if fit is None or fit.peak is None else f"{gib(fit.peak).removesuffix(' GiB')}/{gib(fit.limit)}"
     changed = {key: {"recipe": next(item.partition("=")[2] for item in recipe.rl.overrides
                                     if item.partition("=")[0] == key), "seed": seed}
                for key, seed in recipe.rl.fitted_from.items()}

@@ -16,7 +16,7 @@ from tpu_rl.recipes.costs.prices import usd
 from tpu_rl.recipes.outcome import Interrupted, Outcome
 from tpu_rl.recipes.runs.identity import conversion_key
 from tpu_rl.recipes.runs.schedule import schedule_warning
-from tpu_rl.recipes.runs.spec import run_identity
+from tpu_rl.recipes.runs.spec import run_identity, run_name
 from tpu_rl.recipes.runs.sweeps import (SWEEP_MAX_RUNS, check_distinct, check_size, check_sweep_name, check_sweepable,
                                         derived_name, parse_grid, read_sweep_file, sweep_name)
 from tpu_rl.scripts.cli.core import (DATA_PROCESSOR_HELP, MAX_COST_HELP, REWARDS_HELP, SKIPPED_FIT, SKIP_FIT_HELP,
@@ -35,6 +35,10 @@ class PricedRun:
     spec: RunSpec
     minutes: int
     usd: float  # its train and export: the conversion is the sweep's, priced once (SweepPlan)
+
+    @property
+    def name(self) -> str:
+        return run_name(self.spec)  # the name plan_sweep gave it, or the file's
 
 
 @dataclass(frozen=True)
@@ -80,13 +84,13 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
     file_name, wanted = _runs_of(grid, file)
     check_size(len(wanted), max_runs, "--grid" if grid else f"--file {file}")  # before any run is checked
     platform = platform_for(recipe)
-    specs = []
+    specs: list[RunSpec] = []
     for number, run in enumerate(wanted, 1):
         try:
             spec = run_of(recipe, settings, list(run.sets), run.name, rewards, data_processor,
                           unchecked_imports, usual_only=not unusual_values)
             if run.name is None:  # named from what it trains, the files included
-                taken = {earlier.run for earlier in specs}
+                taken = {run_name(earlier) for earlier in specs}
                 spec = spec.with_run(derived_name(run.sets, run_identity(spec), taken))
             platform.check_run_request(spec)
         except UserError as error:
@@ -98,7 +102,7 @@ def plan_sweep(recipe: Recipe, settings: Settings, grid: Optional[list[str]], fi
     if len(keys) > 1:  # no --set may change the model (recipes/runs/identity.py PIPELINE_KEYS): a guard, not a path
         raise UserError(f"the sweep's runs need {len(keys)} conversions ({', '.join(sorted(keys))}): a sweep "
                         "shares one; sweep only keys that leave the model as it is")
-    swept = name or file_name or sweep_name(recipe.name, [spec.run for spec in specs])
+    swept = name or file_name or sweep_name(recipe.name, [run_name(spec) for spec in specs])
     priced = []
     convert_usd, convert_minutes = 0.0, 0
     for spec in specs:
@@ -128,8 +132,8 @@ def show_plan(console, plan: SweepPlan) -> None:
     lines = []
     for number, run in enumerate(plan.runs, 1):
         sets = ", ".join(run.spec.sets) or "-"
-        table.add_row(str(number), escape(run.spec.run), escape(sets), str(run.minutes), usd(run.usd))
-        lines.append(f"{number}. {escape(run.spec.run)}: {escape(sets)}; {run.minutes} min, {usd(run.usd)}")
+        table.add_row(str(number), escape(run.name), escape(sets), str(run.minutes), usd(run.usd))
+        lines.append(f"{number}. {escape(run.name)}: {escape(sets)}; {run.minutes} min, {usd(run.usd)}")
     table_or_lines(console, table, title, lines)
     console.print(f"shared convert: {usd(plan.convert_usd)}, once for every run")
     console.print(f"expected: {usd(plan.total)} in all (train and export of each run, one convert)")
@@ -226,8 +230,8 @@ def judged(plan: SweepPlan, settings: Settings, skip: bool) -> tuple[SweepPlan, 
         fits = require_fits([run.spec for run in plan.runs], settings, say=lambda line: say(f"fit: {line}", err=True))
     except UserError as error:
         raise UserError(f"sweep {plan.name}: {error}; nothing was started") from None
-    runs = [dataclasses.replace(run, spec=run.spec.with_fit(fits[run.spec.run].record())) for run in plan.runs]
-    tightest = min(fits.values(), key=lambda fit: fit.headroom)
+    runs = [dataclasses.replace(run, spec=run.spec.with_fit(fits[run.name].record())) for run in plan.runs]
+    tightest = min(fits.values(), key=lambda fit: fit.limit - fit.known_peak)
     shapes = len({id(fit) for fit in fits.values()})
     line = f"{tightest.summary()} (the tightest of {shapes} memory shape{'s' if shapes != 1 else ''})"
     return dataclasses.replace(plan, runs=runs), line
@@ -244,7 +248,7 @@ def run_warnings(plan: SweepPlan) -> list[str]:
         for line in (data_warning(run.spec.recipe), schedule_warning(run.spec.recipe)):
             if line and line not in lines:
                 lines.append(line)
-    costly = [run.spec.run for run in plan.runs if costly_run_warning(run.spec)]
+    costly = [run.name for run in plan.runs if costly_run_warning(run.spec)]
     if costly:
         lines.append(f"warning: {len(costly)} of the sweep's runs ({', '.join(costly)}) "
                      f"{'is' if len(costly) == 1 else 'are'} estimated at "
@@ -261,9 +265,9 @@ def check_names_free(plan: SweepPlan, settings: Settings) -> None:
 
     records = run_records(make_session(plan.runs[0].spec, settings, "reads"))
     for run in plan.runs:
-        changes = settings_clash(run.spec, records.get(run.spec.run))
+        changes = settings_clash(run.spec, records.get(run.name))
         if changes:
-            raise UserError(f"sweep {plan.name}: run '{run.spec.run}' was started with other settings ({changes}; "
+            raise UserError(f"sweep {plan.name}: run '{run.name}' was started with other settings ({changes}; "
                             f"see {ArtifactPaths(run.spec, settings).run_record}): give it another name in the "
                             "sweep file, or leave its name out; nothing was started")
 
@@ -307,18 +311,20 @@ def start_runs(plan: SweepPlan, settings: Settings, console, consent: dict | Non
         except (Outcome, UserError, KeyboardInterrupt) as error:
             interrupted = isinstance(error, KeyboardInterrupt)
             done = _started_line(recipe.name, started)
-            line = f"sweep {plan.name}: run {spec.run} was not started ({'interrupted' if interrupted else error}); "
-            if interrupted or isinstance(error, UserError):
-                raise (Interrupted if interrupted else UserError)(line + done) from None
+            line = f"sweep {plan.name}: run {run.name} was not started ({'interrupted' if interrupted else error}); "
+            if isinstance(error, KeyboardInterrupt):
+                raise Interrupted(line + done) from None
+            if isinstance(error, UserError):
+                raise UserError(line + done) from None
             ending = SweepNotStarted(line + done)
             ending.code = error.code  # the exit code of what stopped it
             raise ending from None
         except BaseException:  # anything else: the runs already started are named, then it goes on up
-            console.print(escape(f"sweep {plan.name}: run {spec.run} was not started; "
+            console.print(escape(f"sweep {plan.name}: run {run.name} was not started; "
                                  + _started_line(recipe.name, started)))
             raise
-        started.append(spec.run)
-        console.print(f"started run {spec.run} ({len(started)} of {len(plan.runs)})")
+        started.append(run.name)
+        console.print(f"started run {run.name} ({len(started)} of {len(plan.runs)})")
     console.print(f"sweep {plan.name}: {counted(len(started), 'run')} started; Kueue trains them one after another, in "
                   f"the order their drivers submit train. Follow them with `tpu-rl runs {spec.recipe.name}`")
     console.print(escape(sweep_summary(session, plan)))
@@ -339,6 +345,6 @@ def sweep_summary(session, plan: SweepPlan) -> str:
     from tpu_rl.scripts.pipeline.record import run_records
 
     records = run_records(session)
-    runs = [summarize_run(session, run.spec.run, {**(records.get(run.spec.run) or {}), "sweep": plan.name})
+    runs = [summarize_run(session, run.name, {**(records.get(run.name) or {}), "sweep": plan.name})
             for run in plan.runs]
     return best_of_sweep(runs, plan.name)

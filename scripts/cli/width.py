@@ -54,7 +54,7 @@ class FittedConsole(Console):
     """A console whose print() fits each message given as a string (markup and all) to its width; a caller
     that passes soft_wrap itself (a streamed log line, a laid-out report) is printed as it asks."""
 
-    def print(self, *objects, **options) -> None:  # noqa: A003 -- rich's name
+    def print(self, *objects, **options) -> None:  # rich's name
         if "soft_wrap" in options or not objects or not all(isinstance(item, str) for item in objects):
             return super().print(*objects, **options)
         sep, markup = options.pop("sep", " "), options.pop("markup", None)

@@ -16,9 +16,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from tpu_rl.recipes.outcome import ApiError
+
+if TYPE_CHECKING:
+    import requests
 
 LOGGING_ENDPOINT = "https://logging.googleapis.com"
 READ_SCOPE = "https://www.googleapis.com/auth/logging.read"
@@ -58,7 +61,7 @@ def container_filter(project: str, cluster: str, namespace: str, pod_prefix: str
 
 @dataclass
 class LoggingReader:
-    session: object  # requests.Session or google.auth.transport.requests.AuthorizedSession
+    session: requests.Session  # or google.auth.transport.requests.AuthorizedSession, a subclass
     endpoint: str
     project: str
 

@@ -11,7 +11,9 @@ import itertools
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, TypeGuard, cast
+
+import urllib3
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -36,8 +38,17 @@ FOLLOW_IDLE_SECONDS = 3600.0  # a followed log with no line for this long is reo
 JOBSET_INSTALL = f"https://github.com/kubernetes-sigs/jobset/releases/download/{JOBSET_VERSION}/manifests.yaml"
 
 
-def _loads(response) -> dict:
-    return json.loads(response.data)
+def raw_json(response: object) -> Any:
+    """The JSON of an answer asked for with _preload_content=False: the client then returns urllib3's raw
+    response, whatever model its annotations name."""
+    return json.loads(cast(urllib3.BaseHTTPResponse, response).data)
+
+
+def custom_object(found: object) -> dict:
+    """What the custom objects API answers, which its annotations call an object: the JSON object it read."""
+    if not isinstance(found, dict):
+        raise ApiError(f"the Kubernetes API answered {type(found).__name__} where it sends a JSON object")
+    return found
 
 
 class JobSetExists(ApiError):
@@ -126,8 +137,8 @@ class Cluster:
 
     def get_configmap(self, name: str) -> dict | None:
         try:
-            return json.loads(self._read(f"reading ConfigMap {name}", lambda: self.core.read_namespaced_config_map(
-                name, self.namespace, _request_timeout=self._timeout, _preload_content=False)).data)
+            return raw_json(self._read(f"reading ConfigMap {name}", lambda: self.core.read_namespaced_config_map(
+                name, self.namespace, _request_timeout=self._timeout, _preload_content=False)))
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -181,7 +192,7 @@ class Cluster:
         submission = uuid.uuid4().hex
         body["metadata"].setdefault("annotations", {})[SUBMISSION_ANNOTATION] = submission
 
-        def ours(existing: dict | None) -> bool:
+        def ours(existing: dict | None) -> TypeGuard[dict]:
             annotations = (existing or {}).get("metadata", {}).get("annotations", {})
             return annotations.get(SUBMISSION_ANNOTATION) == submission
 
@@ -190,8 +201,8 @@ class Cluster:
         def submit() -> dict:
             retrying = next(tries) > 0
             try:
-                return self.custom.create_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, body, _request_timeout=self._timeout)
+                return custom_object(self.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, body, _request_timeout=self._timeout))
             except ApiException as error:
                 if error.status == 409:
                     existing = self.get_jobset(name)
@@ -217,9 +228,10 @@ class Cluster:
         on a free slice. With `uid` only that JobSet: the API server answers 409 Conflict for another of the
         name (one a concurrent `run --replace` submitted), which is left alone; then False is returned."""
         try:
-            deleting = call(self.policy, f"deleting JobSet {name}", lambda: self.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, name, body=deletion.foreground(uid),
-                _request_timeout=self._timeout))
+            deleting = custom_object(call(self.policy, f"deleting JobSet {name}", lambda: (
+                self.custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, name, _request_timeout=self._timeout,
+                    body=deletion.foreground(uid)))))  # type: ignore[arg-type]  # a dict body is sent as it is
         except ApiException as error:
             if error.status == 409 and uid:
                 return False  # another JobSet of the name now: not ours to delete
@@ -271,7 +283,7 @@ class Cluster:
     def _list(self, what: str, resource: str, fn) -> list[dict]:
         """The items of a list call; an error, a refusal by RBAC included, as one ApiError line."""
         try:
-            return _loads(self._read(f"listing {what}", fn)).get("items", [])
+            return raw_json(self._read(f"listing {what}", fn)).get("items", [])
         except ApiException as error:
             needed = f": your account needs to list {resource} (roles/container.viewer)" if error.status == 403 else ""
             raise failed(f"listing {what}", error, needed) from None
@@ -280,7 +292,7 @@ class Cluster:
     def list_pods(self, selector: str) -> list[dict]:
         response = self._read(f"listing pods {selector}", lambda: self.core.list_namespaced_pod(
             self.namespace, label_selector=selector, _request_timeout=self._timeout, _preload_content=False))
-        return _loads(response).get("items", [])
+        return raw_json(response).get("items", [])
 
     def read_log(self, pod: str, container: str, tail_lines: int | None = None,
                  since_seconds: int | None = None, timestamps: bool = False) -> str:
@@ -319,7 +331,9 @@ class Cluster:
 
 
 def _api_message(error: ApiException) -> str:
+    if error.body is None:
+        return ""
     try:
         return json.loads(error.body).get("message", "")[:300]
-    except (TypeError, ValueError, AttributeError):  # no body, not JSON, not an object
+    except (TypeError, ValueError, AttributeError):  # not JSON, not an object, a message that is no text
         return ""

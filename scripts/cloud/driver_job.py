@@ -4,7 +4,6 @@ JSON shape, as in scripts/cloud/cluster.py, whose Cluster this works through."""
 
 from __future__ import annotations
 
-import json
 import time
 
 from kubernetes import client as k8s
@@ -12,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.scripts.cloud import deletion
-from tpu_rl.scripts.cloud.cluster import Cluster
+from tpu_rl.scripts.cloud.cluster import Cluster, raw_json
 from tpu_rl.scripts.cloud.retry import call, failed
 
 # The label the Job controller puts on its pods (kubernetes pkg/apis/batch/types.go JobNameLabel, 1.27+).
@@ -41,18 +40,19 @@ class Jobs:
             if error.status == 404:
                 return None
             raise failed(f"reading Job {name}", error) from None
-        return json.loads(response.data)
+        return raw_json(response)
 
     def create(self, body: dict) -> dict:
         name = body["metadata"]["name"]
         try:
             response = call(self.cluster.policy, f"creating Job {name}", lambda: self.batch.create_namespaced_job(
-                self.cluster.namespace, body, _request_timeout=self._timeout, _preload_content=False))
+                self.cluster.namespace, _request_timeout=self._timeout, _preload_content=False,
+                body=body))  # type: ignore[arg-type]  # a dict body is sent as it is
         except ApiException as error:
             if error.status == 409:
                 raise JobExists(f"Job {name} already exists") from None
             raise failed(f"creating Job {name}", error) from None
-        return json.loads(response.data)
+        return raw_json(response)
 
     def pods(self, name: str) -> list[dict]:
         """The Job's pods, oldest first: creationTimestamp has whole seconds, so a pod replaced within the
@@ -73,7 +73,7 @@ class Jobs:
             if error.status == 403:
                 return []
             raise failed(f"listing events of pod {pod}", error) from None
-        return json.loads(response.data).get("items", [])
+        return raw_json(response).get("items", [])
 
     def delete(self, name: str) -> bool:
         """Delete the Job in the foreground and wait until it and its pod are gone (deletion.Gone: its pod's
@@ -81,13 +81,13 @@ class Jobs:
         without them batch/v1 orphans the pod (jobStrategy.DefaultGarbageCollectionPolicy)."""
         try:
             response = call(self.cluster.policy, f"deleting Job {name}", lambda: self.batch.delete_namespaced_job(
-                name, self.cluster.namespace, body=deletion.foreground(), _request_timeout=self._timeout,
-                _preload_content=False))
+                name, self.cluster.namespace, _request_timeout=self._timeout, _preload_content=False,
+                body=deletion.foreground()))  # type: ignore[arg-type]  # a dict body is sent as it is
         except ApiException as error:
             if error.status == 404:
                 return False
             raise failed(f"deleting Job {name}", error) from None
-        self._wait_gone(name, json.loads(response.data))
+        self._wait_gone(name, raw_json(response))
         return True
 
     def wait_deleted(self, name: str) -> None:

@@ -33,7 +33,8 @@ def clip(text: str, limit: int) -> str:
 def describe(error: BaseException) -> str:
     """A library's exception in a few words: a Kubernetes API error as its HTTP status, others by type."""
     if _is_a(error, *_KUBE_API_EXCEPTION):
-        return f"HTTP {error.status} {error.reason or ''}".strip()
+        # Known by name, so that kubernetes is imported only where it is used: its attributes read as such.
+        return f"HTTP {getattr(error, 'status', '')} {getattr(error, 'reason', None) or ''}".strip()
     text = str(error).splitlines()[0] if str(error) else ""
     return f"{type(error).__name__}: {clip(text, 160)}" if text else type(error).__name__
 

@@ -26,6 +26,7 @@ import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from email.message import Message
 from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
@@ -79,7 +80,7 @@ _OPENER = urllib.request.build_opener(_SameHostRedirect)
 class _Answer:
     status: int
     body: bytes
-    headers: Mapping[str, str]
+    headers: Message | Mapping[str, str]  # urllib's (an email Message), or a plain table
 
 
 def _request(method: str, url: str, token: str) -> _Answer:

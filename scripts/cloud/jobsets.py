@@ -36,7 +36,8 @@ def jobset_state(obj: dict | None) -> JobSetState:
     restarts = int(status.get("restarts") or 0)
     bound = int(((obj.get("spec") or {}).get("failurePolicy") or {}).get("maxRestarts") or 0)
     terminal = status.get("terminalState")
-    for phase, kind in (("failed", "Failed"), ("succeeded", "Completed")):
+    ended: tuple[tuple[JobSetPhase, str], ...] = (("failed", "Failed"), ("succeeded", "Completed"))
+    for phase, kind in ended:
         if kind in conditions or terminal == kind:
             condition = conditions.get(kind, {})
             return JobSetState(phase, condition.get("reason", kind), condition.get("message", ""), created, restarts,

@@ -152,6 +152,14 @@ class Fit:
     def headroom(self) -> int | None:
         return None if self.peak is None else self.limit - self.peak
 
+    @property
+    def known_peak(self) -> int:
+        """The peak of a plan that says it: the summary and docs/fit.md's table speak only of those."""
+        if self.peak is None:
+            raise ValueError(f"the plan on {self.result['accelerator']} has no known peak: the compiler refused "
+                             f"{self.largest.name} without naming its need")
+        return self.peak
+
     def mesh(self) -> str:
         axes = ", ".join(f"{name} {size}" for name, size in sorted(self.result["trainer_mesh"].items())) or "one chip"
         chips = self.result["trainer_chips"]
@@ -201,8 +209,8 @@ class Fit:
     def summary(self) -> str:
         """One line for a plan that fits: its peak and what is left."""
         why = f"; {self.margin_why}" if self.margin_why else ""
-        return (f"fits: {gib(self.peak)} of a {self.result['accelerator']} chip's {gib(self.limit)} at its peak "
-                f"({PART_NAMES[self.largest.name]}), {100 * self.headroom / self.limit:.0f}% free "
+        return (f"fits: {gib(self.known_peak)} of a {self.result['accelerator']} chip's {gib(self.limit)} at its peak "
+                f"({PART_NAMES[self.largest.name]}), {100 * (self.limit - self.known_peak) / self.limit:.0f}% free "
                 f"(the margin: {round(100 * self.margin_share)}%){why}")
 
     def record(self) -> dict:
@@ -236,13 +244,14 @@ def recipes_table(fits: dict[str, Fit]) -> str:
         result, held = fit.result, fit.held
         resident = (f"{gib(fit.resident)} (actor {gib(held['actor'])}, reference {gib(held['reference'])}, "
                     f"optimizer {gib(held['optimizer'])})")
-        largest = f"{PART_NAMES[fit.largest.name]}: +{gib(fit.peak - fit.resident - fit.vllm_beside)}"
+        peak = fit.known_peak
+        largest = f"{PART_NAMES[fit.largest.name]}: +{gib(peak - fit.resident - fit.vllm_beside)}"
         share = f"{result['hbm_utilization_vllm']:g}: {gib(result['vllm_share_bytes'])}" + (
             " of the same chips" if result["shared_chips"] else f" of {result['sampler_chips']} own chips")
-        free = f"{gib(fit.headroom)} ({100 * fit.headroom / fit.limit:.0f}%)"
+        free = f"{gib(fit.limit - peak)} ({100 * (fit.limit - peak) / fit.limit:.0f}%)"
         versions = result["versions"]
         compiler = f"JAX {versions['jax']}, libtpu {versions['libtpu']}"
         margin = f"{round(100 * fit.margin_share)}%" + ("" if fit.margin_share >= MARGIN else " (short)")
-        lines.append(f"| `{name}` | {fit.mesh()} | {resident} | {largest} | {share} | {gib(fit.peak)} | "
+        lines.append(f"| `{name}` | {fit.mesh()} | {resident} | {largest} | {share} | {gib(peak)} | "
                      f"{gib(fit.limit)} | {margin} | {free} | {compiler} |")
     return "\n".join(lines)

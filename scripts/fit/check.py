@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tpu_rl.jobs.fit import compile_request
 from tpu_rl.recipes import Recipe, Settings, UserError
-from tpu_rl.recipes.runs.spec import RunSpec
+from tpu_rl.recipes.runs.spec import RunSpec, run_name
 from tpu_rl.scripts.fit.account import Fit, laid_out
 from tpu_rl.scripts.fit.compiler import compiled, digest, known
 
@@ -43,11 +43,11 @@ def require_fits(specs: list[RunSpec], settings: Settings, say=lambda line: None
             try:
                 laid_out(result, spec.recipe.name)
             except UserError as error:
-                raise UserError(f"run {spec.run} ({sets}): {error}") from None
+                raise UserError(f"run {run_name(spec)} ({sets}): {error}") from None
             by_shape[key] = recipe_fit(result, spec.recipe)
-        fits[spec.run] = by_shape[key]
+        fits[run_name(spec)] = by_shape[key]
         if not by_shape[key].fits:
-            raise UserError(f"run {spec.run} ({sets}): {by_shape[key].refusal(spec.recipe.name)}")
+            raise UserError(f"run {run_name(spec)} ({sets}): {by_shape[key].refusal(spec.recipe.name)}")
     return fits
 
 

@@ -56,10 +56,12 @@ def given_environment(version: str) -> environment.Environment | None:
 def code_of(path: Path) -> str:
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
-                getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
+        body = getattr(node, "body", None)  # a module's, a class's or a function's statements (not a lambda's)
+        if not isinstance(body, list) or not body:
+            continue
+        first = body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            setattr(node, "body", body[1:] or [ast.Pass()])
     return ast.dump(tree)
 
 
@@ -131,11 +133,13 @@ def _run(env: environment.Environment, request: dict, say) -> dict:
     process = subprocess.Popen([str(env.python), str(HERE / "maxtext_compile.py")], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"})
+    stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
+    assert stdin and stdout and stderr  # PIPE opens each
     started = time.monotonic()
     errors: list[str] = []
 
     def relay() -> None:  # our own progress lines; libtpu's and absl's go to the tail kept for errors
-        for line in process.stderr:
+        for line in stderr:
             errors.append(line)
             del errors[:-40]
             if line.startswith(("compiling ", "imported ", "train_step:", "reference_logps:")):
@@ -143,8 +147,8 @@ def _run(env: environment.Environment, request: dict, say) -> dict:
 
     reader = threading.Thread(target=relay, daemon=True)
     reader.start()
-    process.stdin.write(json.dumps(request))
-    process.stdin.close()
+    stdin.write(json.dumps(request))
+    stdin.close()
     shown = started
     while process.poll() is None:
         now = time.monotonic()
@@ -156,7 +160,7 @@ def _run(env: environment.Environment, request: dict, say) -> dict:
             say(f"waiting for {what}: {(now - started) / 60:.1f} min (at most {COMPILE_SECONDS // 60})")
         time.sleep(0.5)
     reader.join(timeout=5)
-    lines = [line for line in process.stdout.read().splitlines() if line.startswith("{")]
+    lines = [line for line in stdout.read().splitlines() if line.startswith("{")]
     result = json.loads(lines[-1]) if lines else {"error": "".join(errors[-5:]).strip() or "no result"}
     if "error" in result:
         raise UserError(f"{what} could not judge the plan, so nothing was submitted: {result['error']}")

@@ -108,6 +108,7 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
     sources = [_checked_source(source) for source in _unique(sources)]  # before anything is read
     settings = storage = None
     swept: list[str] = []  # the runs of --sweep not named by --run
+    loaded, without_curves = [], []
     if runs or sweep or not sources or any(source.startswith("gs://") for source in sources):
         from tpu_rl.scripts.cloud.clients import Clients
 
@@ -124,15 +125,14 @@ def collect(recipe: Recipe, runs: list[str], sources: list[str], cloud_settings:
         for source in sources:  # and each --from bucket, before anything is read
             if source.startswith("gs://"):
                 require_source_bucket(storage, settings, source)
-    loaded, without_curves = [], []
-    for run in runs:
-        found = read_run(run, run_directory(recipe, settings, run), storage)
-        if found is None and run in swept:
-            without_curves.append(run)
-            continue
-        if found is None:
-            raise missing_run(run, recipe, settings, storage)
-        loaded.append(with_record(found, recipe, settings, storage))
+        for run in runs:  # none unless the bucket is read
+            found = read_run(run, run_directory(recipe, settings, run), storage)
+            if found is None and run in swept:
+                without_curves.append(run)
+                continue
+            if found is None:
+                raise missing_run(run, recipe, settings, storage)
+            loaded.append(with_record(found, recipe, settings, storage))
     if without_curves:
         if not loaded and not sources:
             raise UserError(f"--sweep {sweep}: no curves yet in its {counted(len(without_curves), 'run')} (queued, "

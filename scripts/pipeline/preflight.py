@@ -137,7 +137,8 @@ def check_flex_start(clients: Clients, recipe: Recipe, settings: Settings) -> Ch
     if not uses_queued_provisioning(recipe.capacity):
         return None
     name, generation, cluster = CapacityMode.FLEX_START.value, recipe.shape.generation, settings.cluster_name
-    facts = recipe.tpu_facts.flex_start  # recipes refuse flex-start for a generation without it
+    facts = recipe.tpu_facts.flex_start
+    assert facts is not None  # recipes refuse flex-start for a generation without it (check_capacity)
     zones = settings.zones_for(recipe)  # a GKE stack has a flex-start pool in each zone of ZONE
     for zone in zones:
         if zone not in facts.zones:
@@ -155,6 +156,8 @@ def check_flex_start(clients: Clients, recipe: Recipe, settings: Settings) -> Ch
         return Check(name, True, f"{offered}; warning: could not read cluster '{cluster}''s GKE version "
                      f"({describe(error)}): {enforced}; `{get_credentials_command(settings)}` refreshes the context")
     found, needed = _gke_version(version), _gke_version(minimum)
+    if needed is None:  # the catalog's own fact, [tpu.<generation>.flex_start] of recipes.toml
+        raise ValueError(f"min_gke_version '{minimum}' of TPU {generation} is not a GKE version")
     if found is None:
         return Check(name, True, f"{offered}; warning: cluster '{cluster}' reports version '{version}', not a GKE "
                      f"version: {enforced}")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping
 
 from tpu_rl.recipes import Step, UserError, get_recipe
 from tpu_rl.recipes.outcome import ApiError, Interrupted, OutputMissing, StepFailed
@@ -84,7 +84,7 @@ def _time(moment: datetime) -> str:
 class RunRecord:
     session: Session
     data: dict = field(default_factory=dict)
-    current: str | None = None  # the step this invocation is running
+    current: Step | None = None  # the step this invocation is running
 
     @classmethod
     def open(cls, session: Session) -> RunRecord:
@@ -238,13 +238,13 @@ def _now(session: Session) -> str:
     return _time(session.now())
 
 
-def record_cancellation(session: Session, steps: Iterable[Step], again: bool = False, **how: object) -> None:
-    """Mark the run and `steps` cancelled in its record before anything is stopped, so that a `tpu-rl run`
-    attached to them reads why they went away; `how` goes into the entry under "cancellations" (the
-    deleted JobSets, or the VM's cancel marker). A run without a record gets none: a record without the
-    run's identity would refuse the name later. A failed write is a warning: cancel goes on. `again`
-    (after the driver is gone, whose last write may have undone the first): the entry of the same `how`
-    is not added twice."""
+def record_cancellation(session: Session, steps: Iterable[str], how: Mapping[str, object], again: bool = False) -> None:
+    """Mark the run and `steps` (by name, as the JobSets' step labels give them) cancelled in its record
+    before anything is stopped, so that a `tpu-rl run` attached to them reads why they went away; `how` goes
+    into the entry under "cancellations" (the deleted JobSets, or the VM's cancel marker). A run without a
+    record gets none: a record without the run's identity would refuse the name later. A failed write is a
+    warning: cancel goes on. `again` (after the driver is gone, whose last write may have undone the first):
+    the entry of the same `how` is not added twice."""
     storage, url = session.clients.storage(), session.paths.run_record
     try:
         data = gcs.read_json(storage, url)

@@ -246,14 +246,14 @@ def best_of_sweep(runs: list[RunSummary], sweep: str) -> str:
     from collections import Counter
 
     members = [run for run in runs if run.sweep == sweep]
-    scored = [run for run in members if run.accuracy_post is not None]
+    scored = [(run, run.accuracy_post) for run in members if run.accuracy_post is not None]
     if not scored:
         return (f"sweep {sweep}: {counted(len(members), 'run')}, none evaluated after training yet; `tpu-rl runs` "
                 "names the best once they are")
-    held_out = Counter(run.held_out for run in scored).most_common(1)[0][0]
-    ranked = [run for run in scored if run.held_out == held_out]
-    best = max(ranked, key=lambda run: run.accuracy_post)
-    others = [f"{run.run} ({run.held_out})" for run in scored if run.held_out != held_out]
+    held_out = Counter(run.held_out for run, _ in scored).most_common(1)[0][0]
+    ranked = [(run, accuracy) for run, accuracy in scored if run.held_out == held_out]
+    best, _ = max(ranked, key=lambda pair: pair[1])
+    others = [f"{run.run} ({run.held_out})" for run, _ in scored if run.held_out != held_out]
     apart = f"; not ranked, evaluated on another held-out set than {held_out}: {', '.join(others)}" if others else ""
     return (f"sweep {sweep}: best run {best.run}, held-out accuracy {best.accuracy_text} "
             f"({len(ranked)} of {counted(len(members), 'run')} evaluated){apart}")

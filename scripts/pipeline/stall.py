@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from tpu_rl.recipes import Step
 from tpu_rl.scripts.pipeline.session import Session, hms
 
 clock = time.monotonic  # the GKE wait reads it here, tests replace it (the VM's watch reads vm/watch.py clock)
@@ -62,7 +63,7 @@ class OutputWatch:
         return Stall(still, bound) if still >= bound else None
 
 
-def look_and_stop(session: Session, step: str) -> str:
+def look_and_stop(session: Session, step: Step) -> str:
     return f"look with {session.logs_hint(step)}, and stop it with {session.command('cancel')}"
 
 

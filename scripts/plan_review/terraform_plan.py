@@ -90,7 +90,7 @@ def gcs_state_exists(project: str | None = None) -> StateExists:
     """A check through google-cloud-storage with the job's credentials (storage.objects.get, a read;
     STORAGE_EMULATOR_HOST is honoured by the client itself)."""
     def exists(bucket: str, name: str) -> bool:
-        from google.cloud import storage
+        import google.cloud.storage as storage
 
         return storage.Client(project=project).bucket(bucket).blob(name).exists()
     return exists
@@ -136,7 +136,6 @@ def plan_stack(stack: str, stack_dir: Path, logs: Path, state_exists: StateExist
             return StackPlan(stack, f"- `{stack}`: plan failed: no synthesized configuration ({error})", log_path)
         backend = config.get("terraform", {}).get("backend", {})
         where = state_object(backend)
-        deployed = True
         if where is not None:
             try:
                 deployed = state_exists(*where)
@@ -145,11 +144,11 @@ def plan_stack(stack: str, stack_dir: Path, logs: Path, state_exists: StateExist
                 reason = " ".join(str(error).split())[:ERROR_CHARS]
                 return StackPlan(stack, f"- `{stack}`: plan failed: could not read gs://{where[0]}/{where[1]} "
                                         f"({reason})", log_path)
-        if not deployed:
-            log.write(f"gs://{where[0]}/{where[1]} does not exist: planning against an empty local state, "
-                      "without the backend (its init would create the state object)\n\n")
-            config["terraform"].pop("backend")
-            config_path.write_text(json.dumps(config, indent=2))
+            if not deployed:
+                log.write(f"gs://{where[0]}/{where[1]} does not exist: planning against an empty local state, "
+                          "without the backend (its init would create the state object)\n\n")
+                config["terraform"].pop("backend")
+                config_path.write_text(json.dumps(config, indent=2))
         steps = [
             [terraform, "init", "-input=false", "-no-color"],
             [terraform, "plan", "-lock=false", "-input=false", "-no-color", f"-out={PLAN_FILE}"],

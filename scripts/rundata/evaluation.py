@@ -188,15 +188,15 @@ def eval_set_name(overrides: Iterable[str]) -> str:
 def summary_line(entries: Iterable[dict], overrides: Iterable[str]) -> str | None:
     """"accuracy 41.2% → 58.7% (+17.5) on 256 gsm8k test questions"; None when nothing was evaluated."""
     change = accuracy_change(entries)
-    if change.before is None and change.after is None:
+    before, after = change.before, change.after
+    if before is not None and after is not None:
+        return (f"accuracy {before.accuracy:.1f}% → {after.accuracy:.1f}% ({change.delta:+.1f}) "
+                f"on {after.total} {eval_set_name(overrides)} questions")
+    only = before or after
+    if only is None:
         return None
-    questions = f"on {(change.after or change.before).total} {eval_set_name(overrides)} questions"
-    if change.before is None or change.after is None:
-        only = change.before or change.after
-        when = "before training" if only is change.before else "after training"
-        return f"accuracy {only.accuracy:.1f}% {when} {questions}"
-    return (f"accuracy {change.before.accuracy:.1f}% → {change.after.accuracy:.1f}% ({change.delta:+.1f}) "
-            f"{questions}")
+    when = "before training" if only is before else "after training"
+    return f"accuracy {only.accuracy:.1f}% {when} on {only.total} {eval_set_name(overrides)} questions"
 
 
 def describe(evaluation: Evaluation) -> str:

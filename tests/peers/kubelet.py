@@ -150,7 +150,7 @@ class InProcessKubelet:
             log = _PodLog(kube, name)
             try:
                 code = drive_to(log, Path(args[2]), in_cluster=False)
-            except BaseException:  # a bug: its traceback in the log, as a crashed container's
+            except BaseException:  # noqa: BLE001 - a bug: its traceback in the log, as a crashed container's
                 kube.pod_log(name, traceback.format_exc())
                 code = 1
             for directory in mounts.values():

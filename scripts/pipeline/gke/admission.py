@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from tpu_rl.jobs.k8s import pin_capacity
 from tpu_rl.recipes import conventions
@@ -180,7 +180,7 @@ class CapacityWatch:
     first_seen: dict[str, datetime] = field(default_factory=dict)  # pods without a creation time, by name
     head_since: datetime | None = None  # since when the head alone waits for a node (_head_waits)
 
-    def place(self, admission: Admission | None, tpu: list[dict] = ()) -> Place:
+    def place(self, admission: Admission | None, tpu: Sequence[dict] = ()) -> Place:
         """Where the step is: the flavor Kueue gave it, else its TPU pods' node selector, else where it was
         last seen (a deactivated workload has no flavors left), else where `run` pinned it, else the first
         place."""
@@ -197,7 +197,7 @@ class CapacityWatch:
         pinned = pinned_place(self.job.manifest)
         return (find_place(places, *pinned) if pinned else None) or places[0]
 
-    def mode(self, admission: Admission | None, tpu: list[dict] = ()) -> str:
+    def mode(self, admission: Admission | None, tpu: Sequence[dict] = ()) -> str:
         """The place's name in messages: the mode, and its zone when ZONE lists several."""
         return self.place(admission, tpu).label
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import NoReturn
 
 from tpu_rl.jobs.driver import RETRY_EXIT_CODE
 from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER
@@ -157,7 +158,7 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
                      f"see {session.command('status')}")
 
 
-def _gone(session: Session, name: str) -> None:
+def _gone(session: Session, name: str) -> NoReturn:
     """The driver's Job went away while followed: `tpu-rl cancel` (its record says so), or someone."""
     from tpu_rl.scripts.pipeline.record import RunCancelled, cancellation_of
 

@@ -81,18 +81,18 @@ def cancel_gke(session: Session, step: Step | None, yes: bool) -> None:
     if not session.cancel_confirmed(yes, f"delete {' and '.join(stopped)} of {what}", kept):
         return
     go_on = go_on_command(session)
-    record_cancellation(session, targets, jobsets=list(targets.values()),
-                        **({"driver": driver.name} if driving else {}))
+    record_cancellation(session, targets,
+                        {"jobsets": list(targets.values()), **({"driver": driver.name} if driving else {})})
     if driving:
         done = stop_driver(session)
         if done:
             console.print(done)
         # the driver's last write (its interrupted ending) may have come after the first mark
-        record_cancellation(session, targets, again=True, jobsets=list(targets.values()), driver=driver.name)
+        record_cancellation(session, targets, {"jobsets": list(targets.values()), "driver": driver.name}, again=True)
         more, _ = cancel_targets(session, step)  # what the driver submitted between the look and its end
         extra = {key: name for key, name in more.items() if name not in targets.values()}
         if extra:
-            record_cancellation(session, extra, jobsets=list(extra.values()))
+            record_cancellation(session, extra, {"jobsets": list(extra.values())})
         targets = {**targets, **extra}
     for name in targets.values():
         session.cluster.delete_jobset(name)

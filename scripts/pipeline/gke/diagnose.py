@@ -38,7 +38,8 @@ def memory_limit(recipe: Recipe, job: StepJob) -> str | None:
 def out_of_memory(recipe: Recipe, job: StepJob) -> str:
     """The headline for an OOM-killed main container: what ran out, its limit and the setting behind it, and
     what the CPU machine it runs on has (every GKE step's main container runs on the CPU pool)."""
-    machine = f"the CPU machine {recipe.cpu_machine_type} has {recipe.cpu_machine.memory_gib} GiB"
+    machine_type, size = recipe.cpu_pool_machine
+    machine = f"the CPU machine {machine_type} has {size.memory_gib} GiB"
     limit = memory_limit(recipe, job)
     if job.step == "train":
         setting = f"limit {limit}, rl.memory_max in recipes.toml" if limit else "no limit: rl.memory_max in recipes.toml"

@@ -14,6 +14,8 @@ that name would, and is refused). The token Secret is shared by every run and st
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
+from typing import Callable, TypeGuard
 
 from tpu_rl.jobs.evaluate import eval_sets, eval_spec
 from tpu_rl.recipes import UserError
@@ -76,12 +78,13 @@ def as_recorded(session: Session, record: dict, sets: tuple[str, ...] = ()) -> S
     return dataclasses.replace(session, spec=spec) if spec is not session.spec else session
 
 
-def _scratch_objects(scratch: Session, job) -> list[tuple[str, object]]:
+def _scratch_objects(scratch: Session, job) -> list[tuple[str, Callable[[], object]]]:
     """What of the scratch run exists, as (what, delete) pairs: only objects named after it that carry its
     tpu-rl/run label, and its run directory."""
-    cluster, run, found = scratch.cluster, scratch.paths.run_name, []
+    cluster, run = scratch.cluster, scratch.paths.run_name
+    found: list[tuple[str, Callable[[], object]]] = []
 
-    def labelled(obj: dict | None) -> bool:
+    def labelled(obj: dict | None) -> TypeGuard[dict]:
         return obj is not None and (obj.get("metadata", {}).get("labels") or {}).get("tpu-rl/run") == run
 
     jobset = cluster.get_jobset(job.name)
@@ -157,7 +160,7 @@ def _wait_for_evaluation(session: Session, job, step: int) -> Evaluation:
     JobSet ends without it or EVAL_WAIT_MINUTES pass after the attempt had all its pods ready (the queue
     and the slice's scale-up before that are bounded by CAPACITY_WAIT, as for the train step)."""
     watch = CapacityWatch(session, job)
-    started: dict[int, object] = {}  # by attempt (JobSet restarts): when it had all its pods ready
+    started: dict[int, datetime] = {}  # by attempt (JobSet restarts): when it had all its pods ready
 
     last_read = [session.now()]  # when head_log last read the log (none is older than the JobSet)
 

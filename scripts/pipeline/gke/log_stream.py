@@ -10,7 +10,6 @@ restart closed.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from datetime import datetime
@@ -19,6 +18,7 @@ from typing import Iterator
 from kubernetes.client.exceptions import ApiException
 
 from tpu_rl.recipes.outcome import ApiError
+from tpu_rl.scripts.cloud.cluster import raw_json
 from tpu_rl.scripts.cloud.jobsets import container_statuses
 from tpu_rl.scripts.cloud.retry import call, failed, is_transient
 from tpu_rl.scripts.pipeline.gke.steps import unstamped
@@ -70,7 +70,7 @@ def _ended(session: Session, pod: str, container: str) -> bool:
         if error.status == 404:
             return True
         raise failed(f"reading pod {pod}", error) from None
-    found = json.loads(response.data)
+    found = raw_json(response)
     if (found.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return True
     return any(c.get("name") == container and "terminated" in (c.get("state") or {})

@@ -47,7 +47,7 @@ def spec_change(job: StepJob, existing: dict | None) -> str | None:
     return differing_fields(_as_submitted({"spec": existing.get("spec") or {}}, ours), ours) or \
         "in fields the cluster fills in"
 
-def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...], replace: bool) -> list[Action]:
+def plan_gke(session: Session, jobs: dict[Step, StepJob], steps: tuple[Step, ...], replace: bool) -> list[Action]:
     """Decide, before anything is submitted, what happens to each step. Raises UserError on conflicts."""
     actions: list[Action] = []
     will_run: set[str] = set()
@@ -107,7 +107,7 @@ def plan_gke(session: Session, jobs: dict[str, StepJob], steps: tuple[Step, ...]
         will_run.add(step)
     return actions
 
-def show_dry_run(session: Session, jobs: dict[str, StepJob], actions: list[Action], replace: bool,
+def show_dry_run(session: Session, jobs: dict[Step, StepJob], actions: list[Action], replace: bool,
                  note: str = "", show_manifests: bool = False) -> None:
     """The plan, each step with its reason, expected time and cost, a note on it, and (with
     --show-manifests) the JobSets run would submit, as one YAML stream."""

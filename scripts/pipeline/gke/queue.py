@@ -111,6 +111,7 @@ def run_positions(session) -> dict[str, int]:
             for obj in cluster.list_jobsets(recipe_selector(session.recipe))}
     found: dict[str, int] = {}
     for jobset, place in positions(cluster.list_workloads()).items():
-        if runs.get(jobset):
-            found.setdefault(runs[jobset], place)
+        run = runs.get(jobset)
+        if run:
+            found.setdefault(run, place)
     return found

@@ -22,7 +22,7 @@ from tpu_rl.scripts.rundata.progress import TrainProgress, last_train_step
 QUEUED = "queued in Kueue"
 
 
-def unfollowed_end(session: Session, run: str) -> None:
+def unfollowed_end(session: Session, run: str) -> tuple[str, str | None] | None:
     """Nothing beyond the record: the run's driver writes run.json itself, followed or not."""
     return None
 

@@ -63,7 +63,7 @@ class StepJob:
     def kubectl_logs(self) -> str:
         return f"kubectl logs -l {self.selector} -c {MAIN_CONTAINER}"
 
-def step_jobs(spec: RunSpec, settings: Settings, export_step: int | None = None) -> dict[str, StepJob]:
+def step_jobs(spec: RunSpec, settings: Settings, export_step: int | None = None) -> dict[Step, StepJob]:
     """Each step's JobSet; export converts checkpoint `export_step` (None: the computed last step)."""
     manifests = render_manifests(spec, settings, export_step)
     jobs = {}

@@ -65,7 +65,10 @@ def prepare_run(session: Session, steps: tuple[Step, ...], replace: bool) -> boo
     answers: list[bool] = []
     ask = session.confirm
     if ask is not None:
-        session.confirm = lambda question: answers.append(ask(question)) or answers[-1]
+        def confirm(question: str) -> bool:
+            answers.append(ask(question))
+            return answers[-1]
+        session.confirm = confirm
     try:
         export_step, _ = export_checkpoint(session)
         RunRecord.open(session)
@@ -91,7 +94,7 @@ def fill_token_secret(session: Session) -> None:
                           f"'{session.settings.hf_token_secret}'")
 
 
-def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str, StepJob], actions: list[Action],
+def _run_actions(session: Session, jobs: dict[Step, StepJob], rendered: dict[Step, StepJob], actions: list[Action],
                  steps: tuple[Step, ...], record: RunRecord, follow_logs: bool, driven: bool = False) -> None:
     """`jobs` pinned as the JobSets on the cluster are (plan.py), which a reattaching `run` follows;
     `rendered` as this run submits them: from the first mode, Kueue's quota order (a reservation first)."""
@@ -104,7 +107,7 @@ def _run_actions(session: Session, jobs: dict[str, StepJob], rendered: dict[str,
                 mark_train_finished(session)  # the plan may have verified it by its succeeded JobSet
                 _fill_skipped_train(session, record)
             continue
-        fields = {}
+        fields: dict[str, object] = {}
         if action.step == "export":
             # Training has finished by now: export converts the step it reached, read from the bucket.
             step, why = export_checkpoint(session)
@@ -185,6 +188,8 @@ def mark_train_finished(session: Session) -> None:
 def put_user_files(session: Session) -> None:
     """The run's --rewards/--data-processor files as the ConfigMap its train head mounts (recipes/runs/user_files.py)."""
     configmap = user_files_configmap(session.paths)
+    if configmap is None:  # a run without files mounts none
+        return
     session.cluster.ensure_configmap(configmap)
     held = ", ".join(configmap["data"])
     session.console.print(f"train: ConfigMap {configmap['metadata']['name']} holds {held}")

@@ -11,7 +11,6 @@ trains the runs one after another, so while run j of n trains, n - j drivers are
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from kubernetes.utils import parse_quantity
 from tpu_rl.jobs.driver_runtime import DRIVER_RESOURCES, GCSFUSE_ANNOTATIONS
 from tpu_rl.recipes import conventions
 from tpu_rl.recipes.costs.prices import load_prices, usd
+from tpu_rl.scripts.cloud.cluster import raw_json
 from tpu_rl.scripts.cloud.retry import call, failed
 from tpu_rl.scripts.pipeline.session import Session
 from tpu_rl.scripts.words import counted
@@ -102,7 +102,7 @@ def _pods_on(session: Session, node: str) -> list[dict]:
     except ApiException as error:
         raise failed(f"listing the pods on node {node}", error, ": your account needs to list pods in every "
                      "namespace (roles/container.viewer)") from None
-    return json.loads(response.data).get("items", [])
+    return raw_json(response).get("items", [])
 
 
 def sweep_nodes(room: SystemRoom, minutes: list[int]) -> tuple[float, str]:

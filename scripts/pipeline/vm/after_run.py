@@ -10,13 +10,26 @@ from __future__ import annotations
 
 from tpu_rl.jobs.vm_outputs import (FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES, NOLOGIN_MINUTES, UNKNOWN_INSTANCE,
                                     after_run_setting)
-from tpu_rl.recipes import Step
+from typing import Protocol
+
+from tpu_rl.recipes import Recipe, Settings, Step
 from tpu_rl.recipes.costs.run import hourly_estimate
 from tpu_rl.recipes.costs.standing import account, idle_bill, reservation_line, stop_command, vm_standing_cost
 from tpu_rl.recipes.settings.specs import BY_FIELD, VM_STAYS, VM_STOPS
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.session import Session
 from tpu_rl.scripts.pipeline.vm.state import Attempt, Failure, parse_time
+
+
+class Planned(Protocol):
+    """What the lines of what the VM does after its run read of a session: a plan made without the cloud
+    (a dry run, `render`) has these alone."""
+
+    @property
+    def recipe(self) -> Recipe: ...
+
+    @property
+    def settings(self) -> Settings: ...
 
 
 def stop_record(session: Session, instance=None) -> Attempt | None:
@@ -54,14 +67,14 @@ def next_run_hint(session: Session) -> str:
             f"--zone={settings.zone} --project={settings.project}` and `npx cdktf deploy {name}`")
 
 
-def reservation_billing(session: Session) -> str:
+def reservation_billing(session: Planned) -> str:
     """What neither a reservation-bound VM's stop nor the stack's destroy ends, in the standing account's
     words (recipes/costs/standing.py reservation_line); "" without a reservation."""
     line = reservation_line(vm_standing_cost(session.recipe, vm_up=False))
     return f"; {line}" if line else ""
 
 
-def destroy(session: Session) -> str:
+def destroy(session: Planned) -> str:
     """The command that ends what the VM's stack bills, as every output names it (standing.py stop_command)."""
     return stop_command(session.recipe)
 
@@ -82,11 +95,11 @@ def stopped_line(session: Session, record: Attempt) -> str:
             f"{next_run_hint(session)}")
 
 
-def stays_up_cost(session: Session) -> str:
+def stays_up_cost(session: Planned) -> str:
     return hourly_estimate(session.recipe, zones=session.settings.zones_for(session.recipe)).summary()
 
 
-def after_run_line(session: Session) -> str:
+def after_run_line(session: Planned) -> str:
     """What the VM does once the run is verified, as `run` and its dry run say it before it happens."""
     vm, settings = session.settings.vm_name, session.settings
     if settings.vm_after_run == VM_STAYS:

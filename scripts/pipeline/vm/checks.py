@@ -170,8 +170,8 @@ class Maintenance:
     def check(self, pending: list[Step]) -> None:
         session, vm = self.session, self.session.settings.vm_name
         try:
-            self.instance = get_instance(session)
-            status = self.instance.status
+            instance = get_instance(session)
+            self.instance, status = instance, instance.status
         except UserError:
             raise StepFailed(f"TPU VM {vm} no longer exists before {pending[0]} finished (a spot or "
                              "reservation-bound TPU VM is deleted when Compute Engine reclaims it): "

@@ -73,7 +73,7 @@ class PhaseWatch:
     def overrun(self, state: VmState) -> str | None:
         attempt = state.attempt
         bound = phase_bound(attempt.phase) if attempt is not None and attempt.phase else None
-        if bound is None or attempt.ended or not state.running or state.failure:
+        if attempt is None or bound is None or attempt.ended or not state.running or state.failure:
             self.seen = (None, 0.0)
             return None
         key, now = (state.current, attempt.attempt, attempt.phase), vm_watch.clock()  # read only while in one

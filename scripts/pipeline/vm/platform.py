@@ -4,7 +4,7 @@ module is imported only when the command runs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, NoReturn, Optional
 
 from tpu_rl.recipes import UserError
 from tpu_rl.scripts.pipeline.answers import Idle, Rendered
@@ -87,7 +87,7 @@ class VmPlatform:
 
         return live_train_step(session, run)
 
-    def check_eval(self, recipe: Recipe) -> None:
+    def check_eval(self, recipe: Recipe) -> NoReturn:
         raise UserError(f"recipe '{recipe.name}' runs on a TPU VM, whose startup script runs the recipe's "
                         "steps only: tpu-rl eval submits a JobSet, on GKE recipes")
 

@@ -304,7 +304,8 @@ def _follow(session: Session, steps: tuple[Step, ...], pending: list[Step], reco
 def _attempts_of(session: Session, console_text: str) -> frozenset[str]:
     """Every attempt the bucket's records and the console name now: none of them is a new attempt."""
     storage, paths = session.clients.storage(), session.paths
-    records = [Attempt.parse(gcs.read_text(storage, url)) for url in (paths.vm_attempt, paths.vm_heartbeat)]
+    records: list[Attempt | Failure | None] = [Attempt.parse(gcs.read_text(storage, url))
+                                               for url in (paths.vm_attempt, paths.vm_heartbeat)]
     records.append(Failure.parse(gcs.read_text(storage, paths.vm_failure)))
     view = ConsoleView.read(console_text, paths.run_name)
     return frozenset([record.attempt for record in records if record] + ([view.attempt] if view.attempt else []))
@@ -362,7 +363,7 @@ def cancel_vm(session: Session, step: Step | None, yes: bool) -> None:
     if not session.cancel_confirmed(yes, f"stop the startup script of TPU VM {vm} at step {pending[0]} of {what}",
                                     kept):
         return
-    record_cancellation(session, pending, marker=paths.cancel_marker)
+    record_cancellation(session, pending, {"marker": paths.cancel_marker})
     gcs.write_text(session.clients.storage(), paths.cancel_marker, session.now().isoformat(timespec="seconds") + "\n")
     console.print(f"wrote {paths.cancel_marker}")
     console.print(f"cancelled {what}: the startup script of TPU VM {vm} stops step {pending[0]} within "

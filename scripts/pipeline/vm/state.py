@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from tpu_rl.jobs.vm import ATTEMPT_LINE, CANCELLED, PROGRESS_LINE, STARTING
-from tpu_rl.recipes import STEPS
+from tpu_rl.recipes import STEPS, Step
 
 METADATA_KEY = "startup-script"
 AGENT_FAILED = f'Script "{METADATA_KEY}" failed with error: '
@@ -199,7 +199,7 @@ class VmState:
         """The guest agent's verdict when the script ended in this attempt and left no failure record."""
         return None if self.failure else self.view.verdict
 
-    def states(self) -> dict[str, str]:
+    def states(self) -> dict[Step, str]:
         phase = self.attempt.phase if self.attempt else None
         states = {}
         for step in STEPS:

@@ -45,8 +45,8 @@ def status_vm(session: Session) -> StatusReport:
     try:
         instance = read_instance(session)
     except gexc.NotFound:
-        states = recorded_steps(session, session.paths.run_name)  # as `runs` reads them
-        rows = [StepStatus(step, states[step] if states[step] in ("done", CANCELLED, "failed") else "not done",
+        recorded = recorded_steps(session, session.paths.run_name)  # as `runs` reads them
+        rows = [StepStatus(step, recorded[step] if recorded[step] in ("done", CANCELLED, "failed") else "not done",
                            "", "", session.output_state(step)) for step in STEPS]
         return StatusReport(f"TPU VM {settings.vm_name} (not found)", rows,
                             f"TPU VM '{settings.vm_name}' does not exist in zone {settings.zone}: the table shows "
@@ -96,7 +96,8 @@ def recorded_steps(session: Session, run: str) -> dict[str, str]:
 
     from tpu_rl.recipes.runs.spec import RunSpec
 
-    return read_state(dataclasses.replace(session, spec=RunSpec.in_bucket(session.recipe, run)), "").states()
+    states = read_state(dataclasses.replace(session, spec=RunSpec.in_bucket(session.recipe, run)), "").states()
+    return {step: state for step, state in states.items()}  # keyed as Platform.recorded_steps keys them
 
 
 def vm_idle(session: Session) -> Idle:
@@ -141,6 +142,7 @@ def logs_vm(session: Session, step: Step, tail: int | None) -> list[str]:
     if text is not None and not running:
         lines = text.splitlines()
         return lines[-tail:] if tail else lines
+    assert state is not None  # with no log in the bucket the instance was read; a running step has a state
     attempt = state.view.attempt or (state.attempt.attempt if state.attempt else "?")
     earlier = (f"its log in the bucket ({paths.step_log(step)}) is an earlier attempt's; " if text is not None
                else "")

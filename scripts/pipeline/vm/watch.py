@@ -72,7 +72,8 @@ class Watch:
 
     def resuming(self, state: VmState, message: str, seen: frozenset[str]) -> None:
         """The attempt `run` found had already ended: wait for a new one, saying so and how to start it."""
-        self.replaced, self.ended_message, self.since = seen | {state.current}, message, clock()
+        ended = frozenset({state.current} if state.current is not None else ())
+        self.replaced, self.ended_message, self.since = seen | ended, message, clock()
         self.ended, self.waiting = state.current, True
         settings = self.session.settings
         self.session.console.print(
@@ -111,7 +112,7 @@ class Watch:
                 "google_metadata_script_runner -n 50` shows whether the script still runs (it was killed, out "
                 f"of memory?, or cannot reach the bucket); if not, `{ssh} -- sudo reboot` resumes it")
 
-    def stall(self, state: VmState, step: str, train_step: int | None) -> str | None:
+    def stall(self, state: VmState, step: Step, train_step: int | None) -> str | None:
         """A running step with no new output for its bound (scripts/pipeline/stall.py): neither the log's size
         in the heartbeat grew nor (train) a new training step showed on the console (it goes dark when the
         guest agent stops reading a line over 64 KiB, while the script and its log go on). Only a RUNNING
