@@ -128,6 +128,39 @@ def test_parallelism_the_trainer_chips_cannot_hold_is_refused_before_any_memory_
     nothing_submitted(cloud)
 
 
+def test_a_rollout_the_sampler_chips_cannot_hold_is_refused_before_any_compile(cloud):
+    """MaxText's own get_rollout_kwargs_for_parallelism (train_rl.py) answers before the train step is
+    compiled: 3 does not divide qwen3's 16 sampler chips."""
+    line = refused(["run", RECIPE, "--dry-run", "--set", "rollout_tensor_parallelism=3"])
+    assert line.startswith("error: qwen3-v6e32 cannot lay out its rollout on its 16 sampler chips of v6e-32: "
+                           "rollout_data, _tensor and _expert_parallelism (at most one -1, which takes what is "
+                           "left) must multiply to 16; change them (MaxText: num_sampler_devices(16) must be "
+                           "divisible by rollout_tensor_parallelism(3) * rollout_expert_parallelism(4)"), line
+    nothing_submitted(cloud)
+
+
+def test_a_compile_that_stops_says_where_and_keeps_its_traceback(tmp_path, monkeypatch):
+    """A failure that is no refusal of ours (a KeyError deep in tunix, say) names the innermost frame and
+    the file that keeps the whole traceback, instead of the bare exception."""
+    import traceback
+
+    monkeypatch.setattr(compiler, "cache_dir", lambda: tmp_path)
+
+    def deep():
+        return {}["local_layers"]
+
+    try:
+        deep()
+    except KeyError:
+        trace = traceback.format_exc()
+    request = compile_request(RunSpec.of_catalog(get_recipe(RECIPE)), example_settings())
+    said = compiler.failed_at({"error": "KeyError: 'local_layers'", "traceback": trace}, request)
+    kept = tmp_path / "errors" / f"{compiler.digest(request)}.txt"
+    assert said == f" (stopped in {__file__}:{deep.__code__.co_firstlineno + 1} deep; the traceback: {kept})"
+    assert kept.read_text() == trace
+    assert compiler.failed_at({"error": "no result"}, request) == ""
+
+
 def test_skipping_the_check_is_said_and_recorded(cloud):
     result = runner.invoke(app, ["run", RECIPE, "--dry-run", "--skip-fit-check", *TOO_BIG])
     assert result.exit_code == 0, result.output

@@ -30,7 +30,13 @@ PART_NAMES = {"train_step": "the train step", "reference_logps": "the reference 
 
 
 def laid_out(result: dict, recipe: str) -> None:
-    """UserError when the run's parallelism cannot be laid out on its trainer chips (before any memory)."""
+    """UserError when the run's parallelism cannot be laid out on its trainer or sampler chips (before any
+    memory is counted)."""
+    if "rollout_refused" in result:
+        raise UserError(f"{recipe} cannot lay out its rollout on its {result['sampler_chips']} sampler chips of "
+                        f"{result['accelerator']}: rollout_data, _tensor and _expert_parallelism (at most one -1, "
+                        f"which takes what is left) must multiply to {result['sampler_chips']}; change them "
+                        f"(MaxText: {result['rollout_refused']})")
     if "mesh_refused" not in result:
         return
     axes = " × ".join(f"{key.removeprefix('ici_').removesuffix('_parallelism')} {value}"

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -163,8 +164,30 @@ def _run(env: environment.Environment, request: dict, say) -> dict:
     lines = [line for line in stdout.read().splitlines() if line.startswith("{")]
     result = json.loads(lines[-1]) if lines else {"error": "".join(errors[-5:]).strip() or "no result"}
     if "error" in result:
-        raise UserError(f"{what} could not judge the plan, so nothing was submitted: {result['error']}")
+        raise UserError(f"{what} could not judge the plan, so nothing was submitted: {result['error']}"
+                        f"{failed_at(result, request)}")
     return result
+
+
+FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def failed_at(result: dict, request: dict) -> str:
+    """Where in MaxText's or tunix's code the compile stopped (its innermost frame), and the file its whole
+    traceback is kept in: a raw KeyError alone does not say what the plan asked that the code cannot do."""
+    trace = result.get("traceback")
+    if not trace:
+        return ""
+    path = cache_dir() / "errors" / f"{digest(request)}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(trace)
+    frames = FRAME.findall(trace)
+    where = ""
+    if frames:
+        file, line, function = frames[-1]
+        site = file.split("site-packages/")[-1]
+        where = f" in {site}:{line} {function}"
+    return f" (stopped{where}; the traceback: {path})"
 
 
 if __name__ == "__main__":  # the request on stdin, the result on stdout: for tools/ and by hand

@@ -29,15 +29,17 @@ import os
 import sys
 import time
 import traceback
+from typing import TYPE_CHECKING
 
-if __package__:  # imported as tpu_rl.scripts.fit.maxtext_compile (the import checks of the tests)
+# imported as tpu_rl.scripts.fit.maxtext_compile (the import checks of the tests, and a type checker)
+if TYPE_CHECKING or __package__:
     from .maxtext_pieces import (chip_limit, compile_program, configs_and_devices, image_tunix, laid_out,
-                                 patched_utils_rl, per_chip, say, shaped, topology, train_rl_function,
-                                 vllm_rules, vllm_weights_per_chip)
+                                 module_file, patched_utils_rl, per_chip, say, shaped, topology,
+                                 train_rl_function, vllm_rules, vllm_weights_per_chip)
 else:  # run as a script in MaxText's environment, beside maxtext_pieces.py
     from maxtext_pieces import (chip_limit, compile_program, configs_and_devices, image_tunix, laid_out,
-                                patched_utils_rl, per_chip, say, shaped, topology, train_rl_function,
-                                vllm_rules, vllm_weights_per_chip)
+                                module_file, patched_utils_rl, per_chip, say, shaped, topology,
+                                train_rl_function, vllm_rules, vllm_weights_per_chip)
 
 # Before JAX loads libtpu: no lock shared with another compile (the suite runs several), no metadata
 # server (no TPU VM here), no TPU backend, and the host names libtpu otherwise warns about.
@@ -51,7 +53,6 @@ def main() -> None:
     request = json.load(sys.stdin)
     started = time.monotonic()
     import importlib.metadata as metadata
-    import importlib.util
 
     import flax.linen as nn
     import jax
@@ -71,7 +72,7 @@ def main() -> None:
     utils_rl = patched_utils_rl(request["patches"], request["source_root"])
     devices = topology(request["accelerator"], request["slices"])
     limit = chip_limit(devices[0])
-    argv0 = importlib.util.find_spec("maxtext.trainers.post_train.rl.train_rl").origin
+    argv0 = module_file("maxtext.trainers.post_train.rl.train_rl")
     config, sampler_config, trainer_devices, sampler_devices = configs_and_devices([argv0, *request["argv"]], devices)
     try:
         mesh = maxtext_utils.get_mesh_from_config(config, trainer_devices)
@@ -81,6 +82,12 @@ def main() -> None:
                 if key.startswith("ici_") and key.endswith("_parallelism") and isinstance(value, int) and value != 1}
         print(json.dumps({"mesh_refused": " ".join(str(error).split()), "trainer_chips": len(trainer_devices),
                           "accelerator": request["accelerator"], "axes": axes}))
+        return
+    try:  # the sampler's split, before any compile: MaxText refuses axes its chips cannot hold
+        rollout = train_rl_function("get_rollout_kwargs_for_parallelism")(sampler_config, len(sampler_devices))
+    except ValueError as error:
+        print(json.dumps({"rollout_refused": " ".join(str(error).split()), "sampler_chips": len(sampler_devices),
+                          "accelerator": request["accelerator"]}))
         return
     shared = bool(set(trainer_devices) & set(sampler_devices))
 
@@ -172,7 +179,6 @@ def main() -> None:
                 (weights, batch((rows, prompt), jnp.int32), batch((rows, completion), jnp.int32)),
                 other_model + optimizer_bytes)
 
-    rollout = train_rl_function("get_rollout_kwargs_for_parallelism")(sampler_config, len(sampler_devices))
     kv_heads = -(-config.num_kv_heads // rollout["tensor_parallel_size"])  # at least one head's K and V a chip
     print(json.dumps({
         "versions": {name: metadata.version(name) for name in ("maxtext", "jax", "jaxlib", "libtpu", "google-tunix")},

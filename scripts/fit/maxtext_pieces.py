@@ -134,10 +134,22 @@ def patched_utils_rl(patches: list[dict], source_root: str):
             raise SystemExit(f"the recipe's patch of {patch['file']} failed: {done.stdout}{done.stderr}")
         if patch["file"].replace("/", ".").removesuffix(".py") == module_name:
             spec = importlib.util.spec_from_file_location(module_name, target)
+            if spec is None or spec.loader is None:
+                raise SystemExit(f"the recipe's patch of {patch['file']} left no module to load at {target}")
             module = importlib.util.module_from_spec(spec)
             sys.modules[module_name] = module
             spec.loader.exec_module(module)
     return importlib.import_module(module_name)
+
+
+def module_file(name: str) -> str:
+    """The source file of an importable module of MaxText's environment."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise SystemExit(f"{name} is not in MaxText's environment ({sys.executable})")
+    return spec.origin
 
 
 def configs_and_devices(argv: list[str], devices):
@@ -163,9 +175,8 @@ def train_rl_function(name: str):
     """A function of train_rl.py from its own source, without importing the module (which imports vLLM's
     TPU adapter); only for functions that use nothing but their arguments."""
     import ast
-    import importlib.util
 
-    path = importlib.util.find_spec("maxtext.trainers.post_train.rl.train_rl").origin
+    path = module_file("maxtext.trainers.post_train.rl.train_rl")
     node = next(n for n in ast.parse(open(path).read(), path).body if isinstance(n, ast.FunctionDef) and n.name == name)
     namespace: dict = {}
     exec(compile(ast.Module([node], []), path, "exec"), namespace)  # noqa: S102  MaxText's own code
@@ -268,13 +279,11 @@ def vllm_weights_per_chip(state, rollout: dict, rules) -> int:
 def vllm_rules(config):
     """configs/inference/vllm.yml's logical axis rules, read as train_rl reads them (create_rl_components);
     None where vLLM runs tpu-inference's own model (vllm_hf_overrides names no MaxText architecture)."""
-    import importlib.util
-
     from maxtext.configs import pyconfig, types
 
     if "MaxText" not in str((config.vllm_hf_overrides or {}).get("architectures", [])):
         return None
-    configs = os.path.dirname(importlib.util.find_spec("maxtext.configs").origin)
+    configs = os.path.dirname(module_file("maxtext.configs"))
     argv = ["", os.path.join(configs, "inference", "vllm.yml"), "log_config=False"]
     kwargs = {"config_class": types.RLConfig} if hasattr(types, "RLConfig") else {}
     return pyconfig.initialize(argv, **kwargs).logical_axis_rules
