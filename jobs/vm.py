@@ -178,7 +178,7 @@ def render_startup_script(spec: RunSpec, settings: Settings) -> str:
         "train": "\n\n".join(train_steps),
         "export": "find_export_step\n" + commands["export"].shell(expand={"load_parameters_path": params}),
     }
-    values = {**_values(recipe, paths, resolved.env), **install_values(recipe), **token_values(settings),
+    values = {**_values(recipe, paths, {**recipe.rl.env, **resolved.env}), **install_values(recipe), **token_values(settings),
               **after_run_values(recipe, settings, paths)}
     parts = [
         _head(recipe, paths) + preamble(values),

@@ -73,3 +73,25 @@ def test_the_recipe_table_refuses_a_setting_env_that_names_one_in_one_line(name)
     assert line.startswith(f"recipes.toml: patches.{PATCH}.setting_env: {name} is a readonly variable of the TPU "
                            "VM's startup script"), line
     assert f"'{name}: readonly variable'" in line and "use another name" in line, line
+
+
+def test_a_vm_recipes_rl_env_is_exported_with_the_run_and_its_readonly_names_refused():
+    """rl.env reaches the VM's steps as it reaches the GKE train container (jobs/train.py): the script's
+    TPU_ENV, exported by tpu_env.sh; it was left out of the VM's script. A readonly name is refused at load."""
+    import copy
+
+    from conftest import recipe_table
+    from tpu_rl.recipes import UserError, build_recipes
+
+    recipe = SCRIPT_RECIPE.model_copy(update={"rl": SCRIPT_RECIPE.rl.model_copy(update={"env": {"XLA_FLAGS": "--x"}})})
+    script = render_startup_script(spec_of(recipe), EXAMPLE_SETTINGS)
+    declarations = "\n".join(line for line in script.splitlines() if line.startswith(("readonly ", "declare -r")))
+    shown = subprocess.run(["bash", "-euo", "pipefail", "-c", f"{declarations}\n{part('tpu_env')}\nprintenv XLA_FLAGS"],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0 and shown.stdout == "--x\n", shown.stderr
+    table = copy.deepcopy(recipe_table())
+    table["recipes"][SCRIPT_RECIPE.name]["rl"]["env"] = {"RUN": "1"}
+    with pytest.raises(UserError) as caught:
+        build_recipes(table)
+    assert str(caught.value).startswith(f"recipes.toml: recipes.{SCRIPT_RECIPE.name}.rl.env: RUN is a readonly "
+                                        "variable of the TPU VM's startup script, which exports rl.env"), caught.value

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from tpu_rl.recipes.capacity.modes import CapacityMode, parse_capacity
+from tpu_rl.recipes.catalog.facts import exportable_on_vm
 from tpu_rl.recipes.catalog.strict import Strict
 from tpu_rl.recipes.errors import UserError
 from tpu_rl.recipes.platforms import PLATFORMS, platforms_where
@@ -89,6 +90,11 @@ class RlSpec(Strict):
     # key -> the seed's value, for each override changed so that the plan fits its chips with the margin
     # (docs/fit.md); the recipe's own value is in `overrides`, and `tpu-rl recipes` shows both.
     fitted_from: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("env")
+    @classmethod
+    def _exportable(cls, env: dict[str, str]) -> dict[str, str]:
+        return exportable_on_vm(env, "rl.env")
 
     @field_validator("overrides")
     @classmethod

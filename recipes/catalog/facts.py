@@ -130,6 +130,17 @@ class PathwaysImages(BaseModel):
         return f"{self.proxy_image}:{self.tag}"
 
 
+def exportable_on_vm(env: dict[str, str], field: str) -> dict[str, str]:
+    """A TPU VM's startup script exports a recipe's environment (rl.env, a patch's setting_env) into its own
+    shell, where one of its readonly names ends the boot."""
+    for name in env:
+        if name in SCRIPT_READONLY:
+            raise ValueError(f"{name} is a readonly variable of the TPU VM's startup script, which exports "
+                             f"{field} into its own shell: its boot would stop at '{name}: readonly variable'; "
+                             "use another name, or rename the script's (recipes/vm_script.py)")
+    return env
+
+
 class SourcePatch(Strict):
     """A named edit of installed source that a seed applies before training."""
 
@@ -146,13 +157,7 @@ class SourcePatch(Strict):
     @field_validator("setting_env")
     @classmethod
     def _exportable(cls, env: dict[str, str]) -> dict[str, str]:
-        """A TPU VM's startup script exports these into its own shell, where its readonly names end the boot."""
-        for name in env:
-            if name in SCRIPT_READONLY:
-                raise ValueError(f"{name} is a readonly variable of the TPU VM's startup script, which exports "
-                                 f"setting_env into its own shell: its boot would stop at '{name}: readonly variable'; "
-                                 "use another name, or rename the script's (recipes/vm_script.py)")
-        return env
+        return exportable_on_vm(env, "setting_env")
 
     @model_validator(mode="after")
     def _one_target(self) -> "SourcePatch":
