@@ -13,7 +13,6 @@ itself (start-up time, a terminal) keep `subprocess`.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import subprocess
 import sys
