@@ -4,7 +4,7 @@ The real judge of a train command is the release's pyconfig (RLConfig from 0.2.4
 setup_configs_and_devices calls it (tests/maxtext_cpu/run.py judge). Every recipe's rendered train
 arguments, and each recipe's arguments with one `--set` of the table below, go to the parser of the
 recipe's pinned release in one process per release (the releases side by side). The verdicts are kept by
-the digest of the cases, the runner and the venv's installed packages (tests/maxtext_cpu/kept.py): the
+the digest of the cases, the runner and the venv's installed packages (tests/kept.py): the
 parser answers the same inputs the same way, so a run whose inputs were judged before reads them. Then:
 
 - what the package accepts (tpu_rl.recipes.runs.identity.with_sets), MaxText accepts: what MaxText refuses, the package
@@ -27,8 +27,8 @@ import pytest
 
 from tpu_rl.jobs.maxtext import maxtext_commands
 from tpu_rl.jobs.paths import ArtifactPaths
+from kept import kept
 from maxtext_cpu.chain import HERE, need_venv
-from maxtext_cpu.kept import kept
 from peers.fixtures import peer_settings, spec_of
 from tpu_rl import recipes
 from tpu_rl.recipes import UserError, all_recipes, get_recipe
@@ -142,7 +142,7 @@ JUDGE_ENV = {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/b
 
 def _judge(version: str, cases: list[dict]) -> dict[str, dict]:
     """The release's parser's verdicts on `cases`: asked once per set of cases, runner and installed venv
-    (tests/maxtext_cpu/kept.py), since the same inputs always get the same verdicts."""
+    (tests/kept.py), since the same inputs always get the same verdicts."""
     python = need_venv(version)
 
     def ask() -> dict[str, dict]:
@@ -154,7 +154,7 @@ def _judge(version: str, cases: list[dict]) -> dict[str, dict]:
         return json.loads(line[-1])["verdicts"]
 
     inputs = [json.dumps(cases, sort_keys=True), (HERE / "run.py").read_bytes(), json.dumps([JUDGE_ARGS, JUDGE_ENV])]
-    return kept("judge", version, inputs, ask)
+    return kept(f"judge/{version}", python.parents[1], inputs, ask)
 
 
 @pytest.fixture(scope="module")
