@@ -32,12 +32,8 @@ def sandbox(tmp_path):
 
 def tpu_rl(warm_cli, sandbox, *args: str) -> subprocess.CompletedProcess:
     """One real `tpu-rl` command in the sandbox's environment, as a user's shell runs it (the console script on
-    its PATH, no terminal): in a process forked from the warm interpreter (tests/forked_cli.py), as the sweep's
-    wait alone runs `runs` a dozen times, each of which would pay the CLI's imports again; with no warm
-    interpreter, in a fresh one."""
-    if warm_cli is None:
-        return subprocess.run(["tpu-rl", *args], env=sandbox.env, cwd=sandbox.home, capture_output=True, text=True,
-                              timeout=COMMAND_SECONDS, stdin=subprocess.DEVNULL)
+    its PATH, no terminal), in a process forked from the warm interpreter (tests/forked_cli.py): the sweep's
+    wait alone runs `runs` a dozen times, each of which would pay the CLI's imports again."""
     return warm_cli.run([str(VENV_BIN / "tpu-rl"), *args], env=sandbox.env, cwd=sandbox.home, timeout=COMMAND_SECONDS)
 
 
@@ -45,17 +41,19 @@ def labelled(result: subprocess.CompletedProcess) -> bool:
     return result.stderr.splitlines()[:1] == [SIMULATION_LINE]
 
 
-def settled_runs(warm_cli, sandbox, count: int) -> list[dict]:
-    """`runs --json` once `count` runs have ended; fails after SETTLE_SECONDS, naming what it saw."""
+def settled_runs(warm_cli, sandbox, count: int, ended: bool = True) -> list[dict]:
+    """`runs --json` once `count` runs are listed and (with `ended`) have ended; fails after SETTLE_SECONDS,
+    naming what it saw."""
     deadline, runs = time.monotonic() + SETTLE_SECONDS, []
     while time.monotonic() < deadline:
         result = tpu_rl(warm_cli, sandbox, "runs", RECIPE, "--json")
         assert result.returncode == 0 and labelled(result), result.stderr
         runs = json.loads(result.stdout)["runs"]
-        if len(runs) >= count and all(run["status"] in ("succeeded", "failed", "cancelled") for run in runs):
+        if len(runs) >= count and (not ended or all(run["status"] in ("succeeded", "failed", "cancelled")
+                                                    for run in runs)):
             return runs
         time.sleep(0.5)
-    raise AssertionError(f"the runs did not end within {SETTLE_SECONDS} s: {runs}")
+    raise AssertionError(f"the runs did not {'end' if ended else 'show'} within {SETTLE_SECONDS} s: {runs}")
 
 
 def test_an_unscripted_run_and_sweep_succeed_in_the_sandbox_each_screen_labelled_a_simulation(sandbox, warm_cli):
@@ -94,19 +92,19 @@ def test_eval_and_down_work_in_the_sandbox_and_down_destroys_its_simulated_stack
     assert again.returncode == 0 and again.stdout.startswith("nothing to stop: no resource in the state"), again.stdout
 
 
-def test_cancel_stops_a_run_the_user_started_in_the_sandbox(tmp_path):
+def test_cancel_stops_a_run_the_user_started_in_the_sandbox(tmp_path, warm_cli):
     with start_sandbox(tmp_path / "sandbox", poll_seconds="1") as sandbox:  # a run slow enough to catch
-        # Fresh processes: the cancel comes after the CLI's start-up, by when the detached run's driver has
-        # written its run.json (a cancel forked at once can delete the driver before it does, and the run is
-        # then listed nowhere).
-        started = tpu_rl(None, sandbox, "run", RECIPE, "--set", "learning_rate=4e-6", "--detach")
+        started = tpu_rl(warm_cli, sandbox, "run", RECIPE, "--set", "learning_rate=4e-6", "--detach")
         assert started.returncode == 0 and labelled(started), started.stdout + started.stderr
-        cancelled = tpu_rl(None, sandbox, "cancel", RECIPE, "--set", "learning_rate=4e-6", "--yes")
+        # Once the driver has recorded the run: a cancel before that deletes the driver before it writes its
+        # run.json, and the run is then listed nowhere (the test failed so under load, fresh processes too).
+        settled_runs(warm_cli, sandbox, 1, ended=False)
+        cancelled = tpu_rl(warm_cli, sandbox, "cancel", RECIPE, "--set", "learning_rate=4e-6", "--yes")
         assert cancelled.returncode == 0 and labelled(cancelled), cancelled.stdout + cancelled.stderr
         # its driver, or the step it had submitted by then
         assert re.search(r"^cancelled run qwen3-v6e32-[0-9a-f]+: outputs in gs://rl-test-artifacts are kept",
                          cancelled.stdout, re.M), cancelled.stdout
-        [run] = settled_runs(None, sandbox, 1)
+        [run] = settled_runs(warm_cli, sandbox, 1)
         assert run["status"] == "cancelled", run
 
 
@@ -128,10 +126,16 @@ def test_an_unscripted_run_of_the_vm_recipe_succeeds_in_the_sandbox_each_screen_
         assert f"✓ {step}: output verified" in run.stdout.splitlines()
     assert re.search(r"^done: convert, train, export verified in gs://rl-test-artifacts \(run llama31-v6e8-[0-9a-f]+\)$",
                      run.stdout, re.M), run.stdout
-    # the startup script's own power-off once it verified every output
-    status = tpu_rl(warm_cli, paced_sandbox, "status", VM_RECIPE)
+    # the startup script's own power-off once it verified every output, which it does after `run` has: a
+    # `status` at once may still see it verifying (SETTLE_SECONDS at most)
+    powered_off, deadline = "llama31-v6e8: TPU VM rl-test-vm (TERMINATED; startup script: done)", time.monotonic()
+    while True:
+        status = tpu_rl(warm_cli, paced_sandbox, "status", VM_RECIPE)
+        if status.stdout.startswith(powered_off) or time.monotonic() > deadline + SETTLE_SECONDS:
+            break
+        time.sleep(0.5)
     assert status.returncode == 0 and labelled(status), status.stdout + status.stderr
-    assert status.stdout.startswith("llama31-v6e8: TPU VM rl-test-vm (TERMINATED; startup script: done)"), status.stdout
+    assert status.stdout.startswith(powered_off), status.stdout
     runs = tpu_rl(warm_cli, paced_sandbox, "runs", VM_RECIPE, "--json")
     assert runs.returncode == 0 and labelled(runs), runs.stderr
     assert [run["status"] for run in json.loads(runs.stdout)["runs"]] == ["succeeded"]
