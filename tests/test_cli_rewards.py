@@ -474,29 +474,57 @@ def test_check_rewards_takes_the_rows_of_a_data_processor(shapes_file, tmp_path,
             ) in " ".join(result.output.split())
 
 
-@pytest.mark.parametrize("recipe_name", ["qwen3-v6e32", "gemma4-v6e64"])
-def test_the_checks_rows_are_what_maxtexts_own_pipeline_makes(recipe_name, tmp_path, no_hub_cache):
-    """MaxText 0.2.4's utils_rl.process_data (and a --data-processor file through load_custom_callable),
-    with the tiny tokenizer loaded by AutoTokenizer and grain's batch (tests/maxtext_cpu/rows.py), in the
-    release's venv; the check builds the same rows from the same tokenizer directory."""
+ROWS_RECIPES = ("qwen3-v6e32", "gemma4-v6e64")
+
+
+@pytest.fixture(scope="module")
+def maxtext_rows(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
+    """(the --data-processor file, {recipe: tests/maxtext_cpu/rows.py's answer for its two cases: the built-in
+    process_data, then the file's}), with an empty Hugging Face cache. One process of a release's venv
+    answers for all its recipes: its imports (grain, transformers, MaxText's utils_rl) cost ~6 s of CPU."""
+    import os
     import subprocess
 
     from maxtext_cpu.chain import HERE, need_venv
+    from tpu_rl.scripts.rewards.prompts import SAMPLES
+
+    root = tmp_path_factory.mktemp("maxtext-rows")
+    processor, cache = root / "my_data.py", root / "hf-cache"
+    processor.write_text(PROCESSOR)
+    cache.mkdir()
+    by_version: dict[str, list[str]] = {}
+    for name in ROWS_RECIPES:
+        by_version.setdefault(get_recipe(name).maxtext_version, []).append(name)
+    answers = {}
+    for version, names in by_version.items():
+        cases = []
+        for name in names:
+            recipe = get_recipe(name)
+            template = (recipe.rl.override("data_template_path") or "gsm8k_rl.json").rpartition("/")[2]
+            cases += [{"model": recipe.model.maxtext_name, "data_template": template, "processor": processor_path}
+                      for processor_path in (None, str(processor))]
+        spec = {"rows": [row for row, _ in SAMPLES], "cases": cases}
+        done = subprocess.run([str(need_venv(version)), str(HERE / "rows.py"), str(root), json.dumps(spec)],
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "HF_HUB_CACHE": str(cache)})
+        assert done.returncode == 0, done.stderr[-3000:]
+        real = json.loads(done.stdout.strip().splitlines()[-1])
+        for index, name in enumerate(names):
+            answers[name] = {"dataset_name": real["dataset_name"], "cases": real["cases"][2 * index:2 * index + 2]}
+    return processor, answers
+
+
+@pytest.mark.parametrize("recipe_name", ROWS_RECIPES)
+def test_the_checks_rows_are_what_maxtexts_own_pipeline_makes(recipe_name, maxtext_rows, no_hub_cache):
+    """MaxText 0.2.4's utils_rl.process_data (and a --data-processor file through load_custom_callable),
+    with the tiny tokenizer loaded by AutoTokenizer and grain's batch (tests/maxtext_cpu/rows.py), in the
+    release's venv; the check builds the same rows from the same tokenizer directory."""
     from tpu_rl.scripts.rewards.check import check_inputs, check_processor, sample_rows
-    from tpu_rl.scripts.rewards.prompts import DATASET, SAMPLES
+    from tpu_rl.scripts.rewards.prompts import DATASET
 
     recipe = get_recipe(recipe_name)
-    python = need_venv(recipe.maxtext_version)
-    processor = tmp_path / "my_data.py"
-    processor.write_text(PROCESSOR)
-    template = (recipe.rl.override("data_template_path") or "gsm8k_rl.json").rpartition("/")[2]
-    cases = [{"model": recipe.model.maxtext_name, "data_template": template, "processor": processor_path}
-             for processor_path in (None, str(processor))]
-    spec = {"rows": [row for row, _ in SAMPLES], "cases": cases}
-    done = subprocess.run([str(python), str(HERE / "rows.py"), str(tmp_path), json.dumps(spec)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    real = json.loads(done.stdout.strip().splitlines()[-1])
+    processor, answers = maxtext_rows
+    real = answers[recipe_name]
     assert real["dataset_name"] == DATASET
     builtin, processed = real["cases"]
     inputs = check_inputs(recipe, Path(builtin["tokenizer"]))

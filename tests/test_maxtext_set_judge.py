@@ -3,7 +3,9 @@
 The real judge of a train command is the release's pyconfig (RLConfig from 0.2.4), called as train_rl's
 setup_configs_and_devices calls it (tests/maxtext_cpu/run.py judge). Every recipe's rendered train
 arguments, and each recipe's arguments with one `--set` of the table below, go to the parser of the
-recipe's pinned release in one process per release. Then:
+recipe's pinned release in one process per release (the releases side by side). The verdicts are kept by
+the digest of the cases, the runner and the venv's installed packages (tests/kept.py): the
+parser answers the same inputs the same way, so a run whose inputs were judged before reads them. Then:
 
 - what the package accepts (tpu_rl.recipes.runs.identity.with_sets), MaxText accepts: what MaxText refuses, the package
   refuses first;
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +27,8 @@ import pytest
 
 from tpu_rl.jobs.maxtext import maxtext_commands
 from tpu_rl.jobs.paths import ArtifactPaths
-from maxtext_cpu.chain import need_venv
+from kept import kept
+from maxtext_cpu.chain import HERE, need_venv
 from peers.fixtures import peer_settings, spec_of
 from tpu_rl import recipes
 from tpu_rl.recipes import UserError, all_recipes, get_recipe
@@ -132,9 +136,30 @@ def model_yml_items(name: str) -> list[str]:
     return items
 
 
+JUDGE_ARGS = ["judge", "-", "-", "maxtext.trainers.post_train.rl.train_rl"]
+JUDGE_ENV = {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+
+
+def _judge(version: str, cases: list[dict]) -> dict[str, dict]:
+    """The release's parser's verdicts on `cases`: asked once per set of cases, runner and installed venv
+    (tests/kept.py), since the same inputs always get the same verdicts."""
+    python = need_venv(version)
+
+    def ask() -> dict[str, dict]:
+        result = subprocess.run([str(python), str(HERE / "run.py"), *JUDGE_ARGS], input=json.dumps(cases),
+                                capture_output=True, text=True, timeout=600, env=JUDGE_ENV)
+        assert result.returncode == 0, result.stderr[-3000:]
+        line = [x for x in result.stdout.splitlines() if x.startswith('{"verdicts"')]
+        assert line, result.stdout[-2000:] + result.stderr[-2000:]
+        return json.loads(line[-1])["verdicts"]
+
+    inputs = [json.dumps(cases, sort_keys=True), (HERE / "run.py").read_bytes(), json.dumps([JUDGE_ARGS, JUDGE_ENV])]
+    return kept(f"judge/{version}", python.parents[1], inputs, ask)
+
+
 @pytest.fixture(scope="module")
 def verdicts() -> dict[str, dict]:
-    """{case id: {"accepted": bool, "error": str}} from each release's parser."""
+    """{case id: {"accepted": bool, "error": str}} from each release's parser (the releases side by side)."""
     by_version: dict[str, list[dict]] = {}
     for name in RECIPES:
         version = _recipe(name).maxtext_version
@@ -147,18 +172,9 @@ def verdicts() -> dict[str, dict]:
         by_version[_recipe(name).maxtext_version] += [{"id": f"{name}|yml|{item}", "argv": _raw_argv_with(name, item)}
                                                       for item in model_yml_items(name)]
     out: dict[str, dict] = {}
-    for version, cases in by_version.items():
-        python = need_venv(version)
-        from maxtext_cpu.chain import HERE
-
-        result = subprocess.run([str(python), str(HERE / "run.py"), "judge", "-", "-",
-                                 "maxtext.trainers.post_train.rl.train_rl"], input=json.dumps(cases),
-                                capture_output=True, text=True, timeout=600,
-                                env={"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
-        assert result.returncode == 0, result.stderr[-3000:]
-        line = [x for x in result.stdout.splitlines() if x.startswith('{"verdicts"')]
-        assert line, result.stdout[-2000:] + result.stderr[-2000:]
-        out.update(json.loads(line[-1])["verdicts"])
+    with ThreadPoolExecutor(max_workers=len(by_version)) as pool:
+        for found in pool.map(lambda item: _judge(*item), by_version.items()):
+            out.update(found)
     return out
 
 

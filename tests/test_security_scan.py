@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kept import files_of, kept
 from peers.settings import spec_of
 from tpu_rl.jobs import render_manifests
 from tpu_rl.recipes import all_recipes, example_settings
@@ -52,19 +53,27 @@ class Scan:
     parsing_errors: list[str]
 
 
+CHECKOV_FLAGS = ("--output", "json", "--skip-download", "--no-cert-verify")
+
+
 def run_checkov(directory: Path, framework: str) -> list[dict]:
-    """One checkov run over a directory; returns its JSON reports (one per check type)."""
+    """One checkov run over a directory; returns its JSON reports (one per check type). The reports are kept
+    by the digest of the directory's files, the framework, the flags and checkov's venv (tests/kept.py):
+    checkov reads nothing else, so the same files get the same reports (a scan costs ~7 s of CPU)."""
     assert CHECKOV.is_file(), f"checkov is missing at {CHECKOV}: run `make install`"
-    result = subprocess.run(
-        [str(CHECKOV), "--directory", str(directory), "--framework", framework, "--output", "json",
-         "--skip-download", "--no-cert-verify"],
-        capture_output=True, text=True, timeout=600, cwd=directory,
-    )
-    # checkov exits 1 when a check failed; anything else (or no JSON) means it did not run properly.
-    assert result.returncode in (0, 1), f"checkov failed ({result.returncode}): {result.stderr[-2000:]}"
-    report = json.loads(result.stdout)
-    reports = report if isinstance(report, list) else [report]
-    return [r for r in reports if r.get("check_type") == framework]
+
+    def ask() -> list[dict]:
+        result = subprocess.run(
+            [str(CHECKOV), "--directory", str(directory), "--framework", framework, *CHECKOV_FLAGS],
+            capture_output=True, text=True, timeout=600, cwd=directory,
+        )
+        # checkov exits 1 when a check failed; anything else (or no JSON) means it did not run properly.
+        assert result.returncode in (0, 1), f"checkov failed ({result.returncode}): {result.stderr[-2000:]}"
+        report = json.loads(result.stdout)
+        reports = report if isinstance(report, list) else [report]
+        return [r for r in reports if r.get("check_type") == framework]
+
+    return kept("checkov", CHECKOV.parents[1], [framework, *CHECKOV_FLAGS, *files_of(directory)], ask)
 
 
 # ---------------------------------------------------------------------------------------------------
