@@ -167,6 +167,8 @@ log "x=$(cat "$Y") z=1"; declare -rA O=([p]=1)'''
 
 
 def test_the_tables_list_is_every_name_the_script_assigns():
+    """The parts' assignments and the preamble's values: the steps' bodies between them assign nothing in bash
+    (MaxText's commands take key=value arguments, jobs/maxtext.py; a patch is a Python heredoc, jobs/patches.py)."""
     parts = sorted((Path(__file__).parents[1] / "jobs" / "vm_script").glob("*.sh"))
     assigned = {name for path in parts for name in _assigned(path.read_text())} | set(_ASSIGNED.findall(example_script()))
     assert assigned == SCRIPT_ASSIGNED, (f"list in recipes/vm_script.py SCRIPT_ASSIGNED: {sorted(assigned - SCRIPT_ASSIGNED)}; "
@@ -216,8 +218,8 @@ def test_bash_ends_the_boot_on_a_setting_env_name_that_is_no_shell_name():
 
 
 @pytest.mark.parametrize(("name", "rule"), [
-    ("POWER_OFF", "is a variable the TPU VM's startup script sets itself, and the TPU VM's startup script exports "
-                  "setting_env into its own shell: the export would replace the script's own value"),
+    ("POWER_OFF", "is a variable the TPU VM's startup script sets itself, and it exports setting_env into its own "
+                  "shell: the export would replace the script's own value"),
     ("step", "is a variable the TPU VM's startup script sets itself"),
     ("PATH", "is a variable bash itself reads or sets (bash manual, Shell Variables), and the TPU VM's startup "
              "script exports setting_env into its own shell: its boot would run with it changed"),

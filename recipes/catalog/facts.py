@@ -149,9 +149,9 @@ def exportable_on_vm(env: dict[str, str], field: str) -> dict[str, str]:
             raise ValueError(f"{name} is a variable bash itself reads or sets (bash manual, Shell Variables), and "
                              f"{exports}: its boot would run with it changed; use another name")
         if name in SCRIPT_ASSIGNED:
-            raise ValueError(f"{name} is a variable the TPU VM's startup script sets itself, and {exports}: the "
-                             "export would replace the script's own value; use another name, or rename the "
-                             "script's (recipes/vm_script.py)")
+            raise ValueError(f"{name} is a variable the TPU VM's startup script sets itself, and it exports {field} "
+                             "into its own shell: the export would replace the script's own value; use another "
+                             "name, or rename the script's (recipes/vm_script.py)")
     return env
 
 
