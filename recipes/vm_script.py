@@ -30,7 +30,8 @@ SCRIPT_READONLY = frozenset({
     "DONE_PHASE", "VERIFYING", "STOPPED", "ORBAX_COMMIT_MARKER", "CONVERT_OUTPUTS", "HF_EXPORT", "HF_NAMED_FILES",
     "HF_WEIGHTS_INDEX", "HF_SINGLE_WEIGHTS", "ACCELERATOR_TYPE", "DEPLOY_COMMAND", "DESTROY_COMMAND",
 }) | BASH_READONLY
-# Every other name the script's parts assign (jobs/vm_script/*.sh: NAME=, local, export, for, read), locals too.
+# Every name the script assigns: its readonly values, and what its parts assign (jobs/vm_script/*.sh: NAME=,
+# local, export, for, read), locals too.
 SCRIPT_ASSIGNED = frozenset({
     "COMMAND_FIELDS", "DEBIAN_FRONTEND", "ENDED", "EXPORT_STEP", "GCLOUD_READY", "HF_TOKEN", "HOME", "INSTANCE_ID",
     "LAST_LINE", "MISSING", "NAP", "PATH", "PHASE", "PHASE_START", "POWER_OFF", "POWER_OFF_LATER", "RAN",

@@ -227,6 +227,7 @@ def test_bash_ends_the_boot_on_a_setting_env_name_that_is_no_shell_name():
     ("1X", "is not a shell variable name (letters, digits and _, not first a digit), and the TPU VM's startup "
            "script exports setting_env into its own shell: its boot would stop at 'export: not a valid identifier'"),
     ("A-B", "is not a shell variable name"),
+    ("A\nB", "is not a shell variable name"),  # still one line
 ])
 def test_the_recipe_table_refuses_a_setting_env_name_the_export_would_break_in_one_line(name, rule):
     line = _refused_setting_env(name)

@@ -139,7 +139,7 @@ def exportable_on_vm(env: dict[str, str], field: str) -> dict[str, str]:
     exports = f"the TPU VM's startup script exports {field} into its own shell"
     for name in env:
         if not SHELL_NAME.fullmatch(name):
-            raise ValueError(f"'{name}' is not a shell variable name (letters, digits and _, not first a digit), and "
+            raise ValueError(f"{name!r} is not a shell variable name (letters, digits and _, not first a digit), and "
                              f"{exports}: its boot would stop at 'export: not a valid identifier'; rename it")
         if name in SCRIPT_READONLY:
             raise ValueError(f"{name} is a readonly variable of the TPU VM's startup script, which exports "
