@@ -14,8 +14,8 @@ from tpu_rl.scripts.cli import app
 from tpu_rl.scripts.cloud import gcs as bucket_reader
 from tpu_rl.scripts.cloud.clients import Clients
 from tpu_rl.scripts.cloud.jobsets import JobSetState, capacity_of, current_attempt
+from tpu_rl.scripts.pipeline.gke.observers import restart_of
 from tpu_rl.scripts.pipeline.gke.steps import StepJob
-from tpu_rl.scripts.pipeline.gke.wait import restart_of
 from tpu_rl.scripts.pipeline.session import Session
 
 RECIPE = "qwen3-v6e32"

@@ -66,15 +66,35 @@ def inline_scripts() -> dict[str, tuple[str, str]]:
     return found
 
 
+# Off by default (shellcheck wiki SC2154): an upper-case name read but set nowhere, as a mistyped one of the run's
+# values would be, found at boot only (set -u). Only the whole startup script sets every name it reads; the others
+# read their container's environment (jobs/k8s.py), the startup script's inner `bash -c` its exports.
+WHOLE_SCRIPT_CHECKS = "--enable=check-unassigned-uppercase"
+
+
+def _whole_startup_script(where: str) -> bool:
+    return where.endswith(("startup script", f"startup script ({VM_STAYS})"))
+
+
 def test_shellcheck_reads_every_generated_shell_script_clean(shellcheck):
     scripts = inline_scripts()
     findings = []
     for where, (shell, script) in scripts.items():
-        result = subprocess.run([shellcheck, f"--shell={shell}", "--severity=style", "-"], input=script,
+        checks = [WHOLE_SCRIPT_CHECKS] if _whole_startup_script(where) else []
+        result = subprocess.run([shellcheck, f"--shell={shell}", "--severity=style", *checks, "-"], input=script,
                                 capture_output=True, text=True)
         if result.returncode != 0:
             findings.append(f"{where}:\n{result.stdout}{result.stderr}")
     assert not findings, "\n".join(findings)
+
+
+def test_shellcheck_finds_a_mistyped_name_of_the_run_in_the_whole_startup_script(shellcheck):
+    where, (shell, script) = next(item for item in inline_scripts().items() if _whole_startup_script(item[0]))
+    mistyped = script + 'log "run $RUNN"\n'
+    result = subprocess.run([shellcheck, f"--shell={shell}", "--severity=style", WHOLE_SCRIPT_CHECKS, "-"],
+                            input=mistyped, capture_output=True, text=True)
+    assert result.returncode != 0 and "SC2154" in result.stdout and "RUNN is referenced but not assigned" in (
+        result.stdout), f"{where}: {result.stdout}"
 
 
 # What only the whole script can judge, left to the rendered one: a variable another part reads (SC2034) and
@@ -110,6 +130,8 @@ def test_the_collection_holds_each_kind_of_generated_script():
     assert any(text.startswith("lock_retry ") for text in texts)  # the startup script's inner bash -c
     assert any(text.startswith("set -o pipefail; curl ") and text.endswith("| sh") for text in texts)  # uv's installer
     assert "run driver container driver" in scripts  # jobs/driver_runtime.py's install, then `tpu-rl`
+    whole = [where for where in scripts if _whole_startup_script(where)]
+    assert len(whole) == 2 * sum(recipe.platform != "gke" for recipe in all_recipes().values()), whole
 
 
 def test_every_source_that_starts_a_shell_with_a_script_is_one_whose_output_is_collected():

@@ -8,7 +8,10 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tpu_rl.recipes.catalog.strict import Strict
-from tpu_rl.recipes.vm_script import SCRIPT_READONLY
+from tpu_rl.recipes.vm_script import BASH_VARIABLES, SCRIPT_ASSIGNED, SCRIPT_READONLY
+
+# A name bash can assign (bash manual, Definitions: `name`); `export` refuses any other.
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class FlexStartFacts(Strict):
@@ -132,12 +135,23 @@ class PathwaysImages(BaseModel):
 
 def exportable_on_vm(env: dict[str, str], field: str) -> dict[str, str]:
     """A TPU VM's startup script exports a recipe's environment (rl.env, a patch's setting_env) into its own
-    shell, where one of its readonly names ends the boot."""
+    shell (recipes/vm_script.py): a name that is none ends the boot, one of its own or of bash's changes it."""
+    exports = f"the TPU VM's startup script exports {field} into its own shell"
     for name in env:
+        if not SHELL_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a shell variable name (letters, digits and _, not first a digit), and "
+                             f"{exports}: its boot would stop at 'export: not a valid identifier'; rename it")
         if name in SCRIPT_READONLY:
             raise ValueError(f"{name} is a readonly variable of the TPU VM's startup script, which exports "
                              f"{field} into its own shell: its boot would stop at '{name}: readonly variable'; "
                              "use another name, or rename the script's (recipes/vm_script.py)")
+        if name in BASH_VARIABLES:
+            raise ValueError(f"{name} is a variable bash itself reads or sets (bash manual, Shell Variables), and "
+                             f"{exports}: its boot would run with it changed; use another name")
+        if name in SCRIPT_ASSIGNED:
+            raise ValueError(f"{name} is a variable the TPU VM's startup script sets itself, and it exports {field} "
+                             "into its own shell: the export would replace the script's own value; use another "
+                             "name, or rename the script's (recipes/vm_script.py)")
     return env
 
 

@@ -16,7 +16,6 @@ from tpu_rl.scripts.pipeline.gke.log_stream import SeenUpTo
 from tpu_rl.scripts.pipeline.gke.observation import Done, Fail, Observer, Say, Skip, poll
 from tpu_rl.scripts.pipeline.gke.observers import (Ended, Gone, HeadLogHook, PhaseChanges, Problems, Restarts,
                                                    Starting, Summary)
-from tpu_rl.scripts.pipeline.gke.observers import restart_of  # noqa: F401 -- its old home, which tests import
 from tpu_rl.scripts.pipeline.gke.output import JobSetStall, LogReads, Progress
 from tpu_rl.scripts.pipeline.gke.steps import LOG_TAIL_LINES, StepJob, main_pod
 from tpu_rl.scripts.pipeline.phases import Phases
