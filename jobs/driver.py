@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from tpu_rl.jobs.driver_runtime import (DRIVER_CONTAINER, DriverRuntime, driver_container, driver_node_selector,
                                         driver_pod_annotations, driver_volumes)
@@ -21,6 +21,13 @@ from tpu_rl.recipes.conventions import DRIVER_KSA, NAMESPACE, on_system_pool
 from tpu_rl.recipes.outcome import DRIVER_RETRY, RUN_DECIDED
 from tpu_rl.recipes.runs.spec import RunSpec, run_name
 from tpu_rl.recipes.settings.specs import BY_FIELD, MissingSettings
+
+
+def exit_code_values(codes: Iterable[int]) -> tuple[int, ...]:
+    """A podFailurePolicy's onExitCodes values: the API accepts them only sorted and unique (batch/v1
+    PodFailurePolicyOnExitCodesRequirement.values), whatever order the codes are declared in."""
+    return tuple(sorted({int(code) for code in codes}))
+
 
 DRIVER_PREFIX = "tpu-rl-driver-"
 COMPONENT_LABEL = "tpu-rl/component"  # "driver": what `status` and `cancel` select the run's driver by
@@ -36,7 +43,7 @@ DRIVER_BACKOFF_LIMIT = 8
 # The endings the run itself decided fail the Job at once, never run again; every other ending of `drive`
 # exits RETRY_EXIT_CODE, which counts toward backoffLimit, as do a SIGKILL (137) and an OOM kill. Both come
 # from recipes/outcome.py, the one home of the codes; the install script retries the same way.
-OUTCOME_EXIT_CODES = tuple(int(code) for code in RUN_DECIDED)
+OUTCOME_EXIT_CODES = exit_code_values(RUN_DECIDED)
 RETRY_EXIT_CODE = DRIVER_RETRY
 # The driver ends within seconds of SIGTERM (scripts/cli/drive.py); past this the kubelet kills it.
 DRIVER_GRACE_SECONDS = 15

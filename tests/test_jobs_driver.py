@@ -12,8 +12,8 @@ import pytest
 
 from contracts.k8s_schema import KUBERNETES_VERSION
 from peers.settings import spec_of
-from tpu_rl.jobs.driver import (REQUEST_DIR, REQUEST_FILE, RETRY_EXIT_CODE, driver_job, request_configmap, request_digest,
-                         run_request, settings_env)
+from tpu_rl.jobs.driver import (REQUEST_DIR, REQUEST_FILE, RETRY_EXIT_CODE, driver_job, exit_code_values,
+                                request_configmap, request_digest, run_request, settings_env)
 from tpu_rl.jobs.driver_runtime import DriverRuntime
 from tpu_rl.jobs.k8s import recipe_selector
 from tpu_rl.recipes import STEPS, all_recipes, example_settings
@@ -78,6 +78,19 @@ def test_one_driver_pod_at_a_time_on_the_system_pool_as_the_driver_with_no_deadl
     # no deadline: it would count a sweep's queue and end the driver with its JobSets running
     assert "activeDeadlineSeconds" not in spec
     assert pod["terminationGracePeriodSeconds"] <= 15  # the driver ends on SIGTERM
+
+
+def test_the_exit_codes_the_job_fails_on_go_sorted_and_once_whatever_order_they_are_declared_in():
+    """The API server refuses onExitCodes values out of order or repeated ("The list of values must be ordered
+    and must not contain duplicates", batch/v1 PodFailurePolicyOnExitCodesRequirement): a code declared after a
+    larger one, or twice, leaves the Job valid."""
+    from enum import IntEnum
+
+    class Later(IntEnum):  # as recipes/outcome.py's ExitCode would be with a code added after INTERRUPTED
+        INTERRUPTED = 130
+        STALLED = 6
+
+    assert exit_code_values([*Later, 1, 6]) == (1, 6, 130)
 
 
 def test_the_request_is_mounted_from_its_configmap_and_carries_the_run_and_its_files():
