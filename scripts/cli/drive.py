@@ -7,8 +7,11 @@ and its last line are the run's outcome; `run` shows both.
 Its exit code tells the driver's Job what to do (jobs/driver.py podFailurePolicy, from recipes/outcome.py):
 an ending the run decided (a step failed, bad input, an output missing, an API's answer that will not
 change, an interrupt that was no SIGTERM: `drive` run by hand) ends the Job; any other (a transient API
-error: unreachable, 5xx or 429 after its retries; the pod's credentials missing or refused, a crash, SIGTERM)
-exits DRIVER_RETRY, and the Job starts it again. Which is which is the table _RETRIED, by type.
+error: unreachable, 5xx or 429 after its retries; the pod's credentials missing or refused, a crash inside
+`drive`, SIGTERM) exits DRIVER_RETRY, which the Job counts toward its backoffLimit, a run's whole budget,
+and starts a new pod for until that is spent. Which is which is the table _RETRIED, by type. A crash before
+`drive` runs, the package failing to import, is the staged runtime's or the image's: the same files fail
+the same way, so the container's script ends it with bad input, never retried (jobs/driver_runtime.py).
 """
 
 from __future__ import annotations
