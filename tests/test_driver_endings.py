@@ -89,7 +89,7 @@ ENDINGS = [  # (the ending, its exit code, how its last line starts)
     (CredentialsMissing("no login: fix it", cause="no login"), 75, POD_LINE),
     (CredentialsRefused("no login: fix it", cause="no login"), 75, POD_LINE),
     (ClusterCredentialsRefused("no login: fix it", cause="no login"), 75, CLUSTER_POD_LINE),
-    (RuntimeError("a bug"), 75, "error: the driver crashed (RuntimeError: a bug); its Job starts it again"),
+    (RuntimeError("a bug"), 75, "error: the driver crashed (RuntimeError: a bug); its traceback is above"),
 ]
 
 
@@ -97,6 +97,15 @@ ENDINGS = [  # (the ending, its exit code, how its last line starts)
 def test_each_ending_leaves_the_drivers_job_its_code_and_line(monkeypatch, tmp_path, error, code, line):
     ended, last = _drive_ending(monkeypatch, tmp_path, error)
     assert ended == code and last.startswith(line), (ended, last)
+
+
+def test_no_retried_endings_line_promises_another_pod(monkeypatch, tmp_path):
+    """The Job's last try gets none (its backoffLimit is the run's whole budget, jobs/driver.py): the attached
+    `run` says whether another pod came or the driver gave up (scripts/pipeline/gke/attach.py)."""
+    for error, code, _ in ENDINGS:
+        if code == RETRY_EXIT_CODE:
+            _, last = _drive_ending(monkeypatch, tmp_path, error)
+            assert "starts it again" not in last and "Job starts" not in last, last
 
 
 def test_every_row_of_drives_tables_is_exercised():
