@@ -91,12 +91,29 @@ def requirements_text(wheels: tuple[LockedWheel, ...], package_wheel: str, packa
 # staged file changed in the bucket is bad input the user must clear (2), never retried.
 INSTALL_RETRY = DRIVER_RETRY
 STAGED_FILE_CHANGED = int(ExitCode.BAD_INPUT)
+# The installed package failing to import (a broken wheel, or an image whose Python it does not run on) is no
+# transient: the next pod installs the same files on the same image. Python would exit 1, "a step failed",
+# which the Job fails on too, but under another name; so it ends as what it is, bad input, never retried.
+RUNTIME_BROKEN = int(ExitCode.BAD_INPUT)
+# `tpu-rl`'s entry point, run as the container's process (exec: SIGTERM reaches Python), which says an import
+# that fails in one line after its traceback. No single quote: it goes inside the script's.
+BOOT = f"""import sys, traceback
+try:
+    from tpu_rl.scripts.cli import main
+except Exception as error:
+    traceback.print_exc()
+    print(f"error: tpu-rl does not import in the driver pod ({{type(error).__name__}}: {{error}}): the staged "
+          "runtime or the driver image is broken, the same in any new pod, so its Job ends", flush=True)
+    sys.exit({RUNTIME_BROKEN})
+sys.argv[0] = "tpu-rl"
+main()
+"""
 
 
 def install_script() -> str:
     """bash: install the runtime once per pod (into a directory named for its version, moved into place
-    when complete, so a restart after a failed install starts over), then exec `tpu-rl`'s arguments
-    ("$@") so SIGTERM reaches Python; -P keeps the working directory off its path. Paths, version and
+    when complete, so a restart after a failed install starts over), then exec `tpu-rl` (BOOT) with its
+    arguments ("$@") so SIGTERM reaches Python; -P keeps the working directory off its path. Paths, version and
     the requirements' sha256 come from the environment. pip --target builds the whole install in a
     temporary directory and then moves it (pypa/pip tag 23.2.1 src/pip/_internal/commands/install.py,
     `TempDirectory(kind="target")`, `_handle_target_dir`): TMPDIR in the site volume keeps that tree
@@ -126,7 +143,7 @@ tpu-rl run staged (another sha256): not installed; delete it and run again" >&2
 fi
 cd "$TPU_RL_DRIVER_TMP"
 export PYTHONPATH="$packages"
-exec python3 -P -m tpu_rl.scripts.cli "$@"
+exec python3 -P -c '{BOOT}' "$@"
 """
 
 

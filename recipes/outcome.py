@@ -44,9 +44,10 @@ EXIT_CODES_HELP = "Exit codes: " + ", ".join(f"{int(code)} {MEANINGS[code]}" for
 RUN_DECIDED: tuple[ExitCode, ...] = tuple(code for code in ExitCode
                                           if code not in (ExitCode.OK, ExitCode.PREFLIGHT_FAILED))
 # Every other ending of the run's driver (a transient API error, its pod's credentials missing or refused, a
-# crash, SIGTERM), and of its install, exits with this code (EX_TEMPFAIL of sysexits.h): it matches no FailJob rule
-# and so counts toward the Job's backoffLimit (kubernetes.io/docs/tasks/job/pod-failure-policy: rules in
-# order, an unmatched failure counts), and the Job starts the driver again.
+# crash inside `drive`, SIGTERM), and of its install, exits with this code (EX_TEMPFAIL of sysexits.h): it matches
+# no FailJob rule and so counts toward the Job's backoffLimit (kubernetes.io/docs/tasks/job/pod-failure-policy:
+# rules in order, an unmatched failure counts), and the Job starts the driver again while that budget, the run's
+# whole life's, lasts (jobs/driver.py DRIVER_BACKOFF_LIMIT).
 DRIVER_RETRY = 75
 
 
@@ -135,7 +136,7 @@ class ClusterCredentialsRefused(CredentialsFailure, UserError):
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 THROTTLED = 429  # the server certainly did nothing, so even a create may be repeated
 # 4xx that are no refusal of the request itself: 401 Unauthorized refuses the caller's credentials, which fresh
-# ones may pass (a person's new login; the driver's Job starts it again in a new pod, with a new token:
+# ones may pass (a person's new login; the driver's next pod, which its Job starts, has a new token:
 # ClusterCredentialsRefused), 408 Request Timeout, 409 Conflict, 429 Too Many Requests.
 NOT_REFUSALS = frozenset({401, 408, 409, THROTTLED})
 

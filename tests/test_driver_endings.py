@@ -13,9 +13,11 @@ from peers.cluster_access import KUBECONFIG_TOKEN, start_as_pod
 from peers.fixtures import peer_settings, spec_of
 from tpu_rl.jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE
 from tpu_rl.recipes import UserError
+from tpu_rl.recipes.conventions import DRIVER_KSA
 from tpu_rl.recipes.errors import NotDeployed
 from tpu_rl.recipes.outcome import (ApiError, ClusterCredentialsRefused, CredentialsMissing, CredentialsRefused,
                                     ExitCode, Interrupted, OutputMissing, PreflightFailed, Reported, StepFailed)
+from tpu_rl.scripts.cloud.reach import REACH_ENV
 
 
 def _drive_ending(monkeypatch, tmp_path, error: BaseException) -> tuple[int, str]:
@@ -89,7 +91,7 @@ ENDINGS = [  # (the ending, its exit code, how its last line starts)
     (CredentialsMissing("no login: fix it", cause="no login"), 75, POD_LINE),
     (CredentialsRefused("no login: fix it", cause="no login"), 75, POD_LINE),
     (ClusterCredentialsRefused("no login: fix it", cause="no login"), 75, CLUSTER_POD_LINE),
-    (RuntimeError("a bug"), 75, "error: the driver crashed (RuntimeError: a bug); its Job starts it again"),
+    (RuntimeError("a bug"), 75, "error: the driver crashed (RuntimeError: a bug); its traceback is above"),
 ]
 
 
@@ -97,6 +99,15 @@ ENDINGS = [  # (the ending, its exit code, how its last line starts)
 def test_each_ending_leaves_the_drivers_job_its_code_and_line(monkeypatch, tmp_path, error, code, line):
     ended, last = _drive_ending(monkeypatch, tmp_path, error)
     assert ended == code and last.startswith(line), (ended, last)
+
+
+def test_no_retried_endings_line_promises_another_pod(monkeypatch, tmp_path):
+    """The Job's last try gets none (its backoffLimit is the run's whole budget, jobs/driver.py): the attached
+    `run` says whether another pod came or the driver gave up (scripts/pipeline/gke/attach.py)."""
+    for error, code, _ in ENDINGS:
+        if code == RETRY_EXIT_CODE:
+            _, last = _drive_ending(monkeypatch, tmp_path, error)
+            assert "starts it again" not in last and "Job starts" not in last, last
 
 
 def test_every_row_of_drives_tables_is_exercised():
@@ -133,7 +144,6 @@ def test_a_driver_whose_pods_token_the_api_server_refuses_is_started_again_in_a_
     """In a pod a 401 refuses the pod's service-account token, bound to the pod and its ServiceAccount: no login
     of a person fixes it, the new pod the Job starts gets a new token. Through the driver's own in-cluster client
     (peers/cluster_access.py), with no kubeconfig at all."""
-    from tpu_rl.recipes.conventions import DRIVER_KSA
     from tpu_rl.scripts.cli import drive
     from tpu_rl.scripts.cloud.cluster import Cluster
     from tpu_rl.scripts.cloud.kubeconfig import in_cluster_api_client
@@ -167,3 +177,35 @@ def test_a_kubeconfig_the_api_server_refuses_is_bad_input_naming_the_fix(cloud):
     assert line.startswith("error: cluster 'rl-test' did not accept your credentials (HTTP 401): "), line
     assert "gcloud container clusters get-credentials" in line, line
     assert not kube.jobs and not kube.jobsets, "something was submitted"
+
+
+# Authorized networks never restrict the cluster's own nodes and pods (cloud.google.com/kubernetes-engine/docs/
+# how-to/authorized-networks), and the pod is given no tuning setting: a laptop's fix is no pod's.
+LAPTOP_FIXES = ("AUTHORIZED_CIDR", "your address", "your account", "roles/container.developer", REACH_ENV, "gcloud",
+                "kubeconfig")
+
+
+@pytest.mark.parametrize("status, code, line", [("drop", RETRY_EXIT_CODE, "error: cannot reach cluster 'rl-test' at "),
+                                                (403, ExitCode.BAD_INPUT, "error: cluster 'rl-test' refused access "
+                                                 f"(HTTP 403) to the driver's service account {DRIVER_KSA}: ")])
+def test_a_cluster_api_away_or_refusing_the_driver_says_the_pods_fix_not_a_laptops(
+        settings_env, gcs, google, tmp_path, monkeypatch, status, code, line):
+    """Through the driver's own in-cluster client (peers/cluster_access.py): an API server that does not answer
+    is retried by the Job (it may be an upgrade); one that refuses the pod's service account is the GKE stack's
+    Role, not retried."""
+    from peers.http import Fault
+    from tpu_rl.scripts.cli import drive
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.setenv(REACH_ENV, "1")
+    kube = start_as_pod(tmp_path / "pod", monkeypatch, token="the-pods-token")
+    kube.faults.append(Fault("GET", "/apis/jobset.x-k8s.io/v1alpha2", status, times=1000))
+    try:
+        out = io.StringIO()
+        ended = drive.drive_to(out, _request(tmp_path / "request"), in_cluster=True)
+    finally:
+        kube.stop()
+    last = out.getvalue().splitlines()[-1]
+    assert ended == code and last.startswith(line), (ended, out.getvalue())
+    assert not [fix for fix in LAPTOP_FIXES if fix in last], last
+    assert status != "drop" or "from the driver's pod, its control plane may be away" in last, last

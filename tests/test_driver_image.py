@@ -33,6 +33,7 @@ from peers.settings import SETTINGS, peer_settings, spec_of
 from tpu_rl.jobs.k8s import cpu_pool_placement
 from tpu_rl.recipes import UserError, get_recipe
 from tpu_rl.recipes.conventions import NAMESPACE
+from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.recipes.driver.runtime import (BASE_IMAGE, BUCKET_PREFIX, LEFT_OUT, PYTHON_PLATFORM, PYTHON_VERSION,
                                            SITE_SIZE_LIMIT_MIB, TMP_SIZE_LIMIT_MIB, LockedWheel, driver_lock)
 from tpu_rl.scripts.cloud.clients import Clients
@@ -338,6 +339,24 @@ def test_the_container_installs_the_staged_runtime_offline_and_runs_tpu_rl(gcs, 
     # what it installed is this copy, and it computes the same version from its own files as the CLI did
     assert where.stdout.split() == [str(installed / "tpu_rl" / "scripts" / "__init__.py"), runtime.version, runtime.version], \
         where.stderr
+
+
+def test_a_package_that_does_not_import_ends_the_drivers_job_in_one_line(gcs, package_copy, tmp_path):
+    """A crash before `drive` runs is the staged files' or the image's, which the next pod gets the same: it ends
+    as bad input, a code the Job fails on (Python's own exit 1 would say a step failed), after its traceback."""
+    from tpu_rl.jobs.driver import OUTCOME_EXIT_CODES
+
+    cli = package_copy / "scripts" / "cli" / "__init__.py"
+    cli.write_text(cli.read_text() + "import a_module_the_image_lacks\n")
+    runtime, _ = stage(gcs, BUCKET, (), root=package_copy, release="0.1.0")
+    _, _, _, argv, env = _pod_dirs(gcs, tmp_path, runtime)
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == ExitCode.BAD_INPUT and result.returncode in OUTCOME_EXIT_CODES
+    assert "Traceback" in result.stderr and "scripts/cli/__init__.py" in result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "error: tpu-rl does not import in the driver pod (ModuleNotFoundError: No module named "
+        "'a_module_the_image_lacks'): the staged runtime or the driver image is broken, the same in any new pod, "
+        "so its Job ends")
 
 
 def test_a_driver_of_another_version_is_said_in_one_line():

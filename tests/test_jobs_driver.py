@@ -12,8 +12,8 @@ import pytest
 
 from contracts.k8s_schema import KUBERNETES_VERSION
 from peers.settings import spec_of
-from tpu_rl.jobs.driver import (REQUEST_DIR, REQUEST_FILE, RETRY_EXIT_CODE, driver_job, request_configmap, request_digest,
-                         run_request, settings_env)
+from tpu_rl.jobs.driver import (DRIVER_BACKOFF_LIMIT, REQUEST_DIR, REQUEST_FILE, RETRY_EXIT_CODE, driver_job,
+                                exit_code_values, request_configmap, request_digest, run_request, settings_env)
 from tpu_rl.jobs.driver_runtime import DriverRuntime
 from tpu_rl.jobs.k8s import recipe_selector
 from tpu_rl.recipes import STEPS, all_recipes, example_settings
@@ -73,11 +73,40 @@ def test_one_driver_pod_at_a_time_on_the_system_pool_as_the_driver_with_no_deadl
     assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"] == {
         "containerName": "driver", "operator": "In", "values": [1, 2, 3, 4, 130]}
     assert RETRY_EXIT_CODE not in rules[1]["onExitCodes"]["values"]
-    # the pod backoff (10 s doubling to 6 min) of 8 retries spans about 20 min of an API away
-    assert spec["backoffLimit"] == 8
+    assert spec["backoffLimit"] == DRIVER_BACKOFF_LIMIT  # a run's whole budget: the test below
     # no deadline: it would count a sweep's queue and end the driver with its JobSets running
     assert "activeDeadlineSeconds" not in spec
     assert pod["terminationGracePeriodSeconds"] <= 15  # the driver ends on SIGTERM
+
+
+def _backoff_seconds(failures: int) -> int:
+    """The Job's wait before the pod after `failures` failed ones: 10 s doubling, capped at 6 min
+    (kubernetes.io/docs/concepts/workloads/controllers/job/#pod-backoff-failure-policy), never reset by time
+    (kubernetes/kubernetes@e0a566e7 pkg/controller/job/backoff_utils.go: only a pod that succeeds resets it)."""
+    return min(10 * 2 ** (failures - 1), 6 * 60)
+
+
+def test_the_drivers_retries_last_a_days_long_run_and_a_failure_for_good_still_ends_its_job():
+    """The Job counts every failed pod of its life (the docs: its retries are its pods with
+    .status.phase=Failed), so its backoffLimit is the whole run's budget, not one outage's."""
+    # an API away for 20 min (a control plane's repair) from a cold start, when the waits are shortest
+    per_outage = next(n for n in range(1, 100) if sum(map(_backoff_seconds, range(1, n + 1))) >= 20 * 60)
+    assert DRIVER_BACKOFF_LIMIT >= 8 * per_outage  # eight of them over the run's days
+    # a failure taken for transient that comes back at once: given up the same day, within 6 h of waits
+    assert sum(map(_backoff_seconds, range(1, DRIVER_BACKOFF_LIMIT + 1))) <= 6 * 3600
+
+
+def test_the_exit_codes_the_job_fails_on_go_sorted_and_once_whatever_order_they_are_declared_in():
+    """The API server refuses onExitCodes values out of order or repeated ("The list of values must be ordered
+    and must not contain duplicates", batch/v1 PodFailurePolicyOnExitCodesRequirement): a code declared after a
+    larger one, or twice, leaves the Job valid."""
+    from enum import IntEnum
+
+    class Later(IntEnum):  # as recipes/outcome.py's ExitCode would be with a code added after INTERRUPTED
+        INTERRUPTED = 130
+        STALLED = 6
+
+    assert exit_code_values([*Later, 1, 6]) == (1, 6, 130)
 
 
 def test_the_request_is_mounted_from_its_configmap_and_carries_the_run_and_its_files():

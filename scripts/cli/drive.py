@@ -7,8 +7,11 @@ and its last line are the run's outcome; `run` shows both.
 Its exit code tells the driver's Job what to do (jobs/driver.py podFailurePolicy, from recipes/outcome.py):
 an ending the run decided (a step failed, bad input, an output missing, an API's answer that will not
 change, an interrupt that was no SIGTERM: `drive` run by hand) ends the Job; any other (a transient API
-error: unreachable, 5xx or 429 after its retries; the pod's credentials missing or refused, a crash, SIGTERM)
-exits DRIVER_RETRY, and the Job starts it again. Which is which is the table _RETRIED, by type.
+error: unreachable, 5xx or 429 after its retries; the pod's credentials missing or refused, a crash inside
+`drive`, SIGTERM) exits DRIVER_RETRY, which the Job counts toward its backoffLimit, a run's whole budget,
+and starts a new pod for until that is spent. Which is which is the table _RETRIED, by type. A crash before
+`drive` runs, the package failing to import, is the staged runtime's or the image's: the same files fail
+the same way, so the container's script ends it with bad input, never retried (jobs/driver_runtime.py).
 """
 
 from __future__ import annotations
@@ -84,9 +87,10 @@ def drive_to(out: TextIO, request: Path, in_cluster: bool | None = None) -> int:
         out.flush()
 
 
-# The endings the driver's Job starts the driver again for (it exits DRIVER_RETRY): a row matches an exception,
-# or the ending it is (core.outcome_of), of its type when its rule holds. Every other ending exits with its
-# own code, which RUN_DECIDED makes one the Job fails on; after a SIGTERM every ending is the pod's, retried.
+# The endings the driver's Job starts a new pod for while its backoffLimit lasts (they exit DRIVER_RETRY): a row
+# matches an exception, or the ending it is (core.outcome_of), of its type when its rule holds. Every other
+# ending exits with its own code, which RUN_DECIDED makes one the Job fails on; after a SIGTERM every ending is
+# the pod's, retried.
 _RETRIED: tuple[tuple[type[BaseException], Callable[[Any], bool]], ...] = (
     (Terminated, lambda error: True),  # the pod is deleted (`cancel`) or evicted
     (NotDeployed, lambda error: True),  # not there yet: credentials on a new node, the bucket's mount
@@ -97,19 +101,20 @@ _RETRIED: tuple[tuple[type[BaseException], Callable[[Any], bool]], ...] = (
     (Outcome, lambda error: error.code not in RUN_DECIDED),  # no run's ending (preflight's)
 )
 # The last line of the endings that say something else in a pod than in a terminal: the first type that
-# matches; any other ending's line is its own.
+# matches; any other ending's line is its own. None promises a new pod: on the Job's last try there is none,
+# and the attached `run` says which (scripts/pipeline/gke/attach.py).
 _LINES: tuple[tuple[type[BaseException], Callable[[Any], str]], ...] = (
     (Terminated, lambda error: "the driver's pod was stopped (SIGTERM); what it submitted keeps running"),
     # the person's fix (`gcloud …`) is no pod's: the cluster knows it by its service account's token, Google
     # through Workload Identity
     (ClusterCredentialsRefused, lambda error: (
-        "the cluster's API server did not accept the driver pod's service-account token (HTTP 401): its Job "
-        "starts it again in a new pod, with a new token; if this repeats, check that the service account "
-        f"{DRIVER_KSA} exists in namespace {NAMESPACE} (deploy the GKE stack)")),
+        "the cluster's API server did not accept the driver pod's service-account token (HTTP 401), which a new "
+        f"pod gets anew; if this repeats, check that the service account {DRIVER_KSA} exists in namespace "
+        f"{NAMESPACE} (deploy the GKE stack)")),
     (CredentialsFailure, lambda error: (
         f"the driver's pod has no Google credentials yet ({error.cause}): GKE's metadata server may not be ready "
-        "on a new node, and its Job starts it again; if this repeats, check the Workload Identity binding of the "
-        f"service account {DRIVER_KSA} (deploy the GKE stack)")),
+        f"on a new node; if this repeats, check the Workload Identity binding of the service account {DRIVER_KSA} "
+        "(deploy the GKE stack)")),
 )
 
 
@@ -123,7 +128,7 @@ def _line(error: BaseException, outcome: BaseException) -> str:
 
 
 def _retried(error: BaseException, outcome: BaseException) -> bool:
-    """Whether the driver's Job starts the driver again after this ending (_RETRIED)."""
+    """Whether the driver's Job may start the driver again after this ending (_RETRIED)."""
     return _sigterm.is_set() or any(isinstance(candidate, kind) and when(candidate)
                                     for kind, when in _RETRIED for candidate in (error, outcome))
 
@@ -134,7 +139,7 @@ def _ending(console, error: BaseException) -> tuple[int, str]:
         outcome = outcome_of(error)
     except Exception:  # noqa: BLE001 -- a bug: its traceback in the log, and the Job tries again
         console.print(traceback.format_exc(), markup=False)
-        return DRIVER_RETRY, f"the driver crashed ({type(error).__name__}: {error}); its Job starts it again"
+        return DRIVER_RETRY, f"the driver crashed ({type(error).__name__}: {error}); its traceback is above"
     return (DRIVER_RETRY if _retried(error, outcome) else int(exit_code(outcome))), _line(error, outcome)
 
 

@@ -20,7 +20,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from tpu_rl.recipes import Settings, UserError
-from tpu_rl.recipes.conventions import JOBSET_VERSION, NAMESPACE
+from tpu_rl.recipes.conventions import DRIVER_KSA, JOBSET_VERSION, NAMESPACE
 from tpu_rl.recipes.outcome import ApiError, ClusterCredentialsRefused, RetryPolicy
 from tpu_rl.scripts.cloud import deletion
 from tpu_rl.scripts.cloud.foreign import describe
@@ -35,6 +35,11 @@ KUEUE_GROUP, KUEUE_API_VERSION = "kueue.x-k8s.io", "v1beta2"
 PROVREQ_GROUP, PROVREQ_VERSION = "autoscaling.x-k8s.io", "v1"
 SUBMISSION_ANNOTATION = "tpu-rl/submission"
 FOLLOW_IDLE_SECONDS = 3600.0  # a followed log with no line for this long is reopened by the caller
+# The run's driver cannot reach its own cluster's API server. Authorized networks do not restrict the cluster's
+# own nodes and pods (cloud.google.com/kubernetes-engine/docs/how-to/authorized-networks), and the pod is given
+# no tuning setting, so neither is the fix: the control plane itself is away, which its Job retries.
+IN_CLUSTER_UNREACHABLE = ("from the driver's pod, its control plane may be away (an upgrade or a repair); if this "
+                          "repeats, check the cluster's state and operations in the Google Cloud console")
 JOBSET_INSTALL = f"https://github.com/kubernetes-sigs/jobset/releases/download/{JOBSET_VERSION}/manifests.yaml"
 
 
@@ -68,6 +73,7 @@ class Cluster:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     namespace: str = NAMESPACE
     say: Callable[[str], None] | None = None  # what a long wait waits for, shown to the user
+    in_cluster: bool = False  # the run's driver in its pod, as its service account: its own fixes, not a person's
 
     def __post_init__(self) -> None:
         self.core = k8s.CoreV1Api(self.api)
@@ -103,10 +109,12 @@ class Cluster:
                     f"{cause}: check that gke-gcloud-auth-plugin is installed and `gcloud auth login` is current, "
                     f"then run `{get_credentials_command(self.settings)}`", cause=cause) from None
             if error.status == 403:
-                raise UserError(
-                    f"cluster '{self.settings.cluster_name}' refused access (HTTP 403): your account needs "
-                    "roles/container.developer (or RBAC to create JobSets and Secrets in the namespace)"
-                ) from None
+                refused = f"cluster '{self.settings.cluster_name}' refused access (HTTP 403)"
+                raise UserError(f"{refused} to the driver's service account {DRIVER_KSA}: the GKE stack's Role "
+                                f"in namespace {self.namespace} grants what the driver calls; deploy the GKE stack"
+                                if self.in_cluster else
+                                f"{refused}: your account needs roles/container.developer (or RBAC to create "
+                                "JobSets and Secrets in the namespace)") from None
             raise
         except k8s_config.ConfigException as error:  # e.g. the exec credential plugin is missing or fails
             raise UserError(
@@ -114,6 +122,8 @@ class Cluster:
                 f"gke-gcloud-auth-plugin and run `{get_credentials_command(self.settings)}`"
             ) from None
         except ApiError as error:
+            if self.in_cluster:  # authorized networks never restrict the cluster's own nodes and pods
+                raise Unreachable(what, host, reach, str(error), IN_CLUSTER_UNREACHABLE, wait_longer=False) from None
             raise Unreachable(what, host, reach, str(error), "check that AUTHORIZED_CIDR includes your address and "
                               "the cluster exists") from None
 

@@ -32,9 +32,10 @@ T = TypeVar("T")
 class Unreachable(ApiError):
     """An endpoint did not answer within the bound (exit 4, like any cloud API that kept failing)."""
 
-    def __init__(self, what: str, endpoint: str, seconds: float, cause: str, fix: str) -> None:
-        super().__init__(f"cannot reach {what} at {endpoint} within {seconds:g} s ({cause}): {fix}, or set "
-                         f"{REACH_ENV} to wait longer")
+    def __init__(self, what: str, endpoint: str, seconds: float, cause: str, fix: str, *,
+                 wait_longer: bool = True) -> None:  # False where the caller cannot set REACH_ENV (a pod)
+        tail = f", or set {REACH_ENV} to wait longer" if wait_longer else ""
+        super().__init__(f"cannot reach {what} at {endpoint} within {seconds:g} s ({cause}): {fix}{tail}")
 
 
 @contextmanager

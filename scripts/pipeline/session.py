@@ -70,7 +70,8 @@ class Session:
     def cluster(self) -> Cluster:
         if self._cluster is None:
             cluster = Cluster(self.clients.kube(), self.settings, self.policy,
-                              say=lambda line: self.console.print(line, markup=False, highlight=False))
+                              say=lambda line: self.console.print(line, markup=False, highlight=False),
+                              in_cluster=self.clients.in_cluster)
             cluster.check_ready()
             self._cluster = cluster
         return self._cluster
