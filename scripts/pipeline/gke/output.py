@@ -8,6 +8,7 @@ from rich.markup import escape
 from tpu_rl.scripts.cloud.jobsets import JobSetState
 from tpu_rl.recipes.outcome import ApiError, StepFailed
 from tpu_rl.scripts.pipeline import stall
+from tpu_rl.scripts.pipeline.gke.admission import jobset_uid
 from tpu_rl.scripts.pipeline.gke.observation import Fail, Observation, Say, Skip
 from tpu_rl.scripts.pipeline.gke.steps import StepJob
 from tpu_rl.scripts.pipeline.progress import AttemptProgress, StepPace, training_line
@@ -27,7 +28,13 @@ LOG_UNREAD_SECONDS = 600
 
 
 class LogUnread(ApiError):
-    """A step's log went unread past LOG_UNREAD_SECONDS: the run cannot see its progress or a stall."""
+    """A step's log went unread past LOG_UNREAD_SECONDS: the run cannot see its progress or a stall. `uid`:
+    of the JobSet waited for, so that the driver deletes that one only (submit.py), not one of its name that
+    another `run` submitted meanwhile."""
+
+    def __init__(self, message: str, uid: str) -> None:
+        super().__init__(message, transient=False)
+        self.uid = uid
 
 
 class LogReads:
@@ -61,7 +68,7 @@ class LogReads:
                          f"read works; run ends after {hms(LOG_UNREAD_SECONDS)} of them",))
         if self.since is not None and now - self.since >= LOG_UNREAD_SECONDS:
             return Fail(LogUnread(f"no read of the head's log worked for {hms(now - self.since)}, the limit; the "
-                                  f"last failure: {head.error}", transient=False))
+                                  f"last failure: {head.error}", jobset_uid(seen.jobset)))
         return Skip()
 
 
