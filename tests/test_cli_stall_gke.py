@@ -295,6 +295,22 @@ def test_a_train_whose_log_cannot_be_read_for_10_min_ends_run_with_exit_4_and_sa
     assert TRAIN not in kube.jobsets and TRAIN in kube.deleted
 
 
+def test_a_train_replaced_meanwhile_is_left_alone_when_its_log_cannot_be_read(cloud, monkeypatch):
+    """The driver deletes the JobSet it waited for by its UID: one of the name that another `run --replace`
+    submitted meanwhile is left alone, and the line says so (an older code deleted by name)."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", outcome="hang", logs=steps_log(1))
+    kube.replaced_before_delete = True
+    failing_reads(monkeypatch, lambda n: True)
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.API_ERROR, result.output
+    assert error_line(result).endswith(
+        f"); nothing was deleted; JobSet {TRAIN} was meanwhile replaced by another of the same name (another `run "
+        f"--replace`?), which is left alone; see `tpu-rl status {RECIPE}`"), result.output
+    assert TRAIN in kube.jobsets and kube.deleted == []
+
+
 @pytest.mark.parametrize("step, rerun", [("convert", "the conversion starts over: rerun `tpu-rl run {} --steps convert` "
                                                     "to convert again"),
                                          ("export", "the export starts over: rerun `tpu-rl run {} --steps export` to "

@@ -180,7 +180,7 @@ def _unwatched(session: Session, job: StepJob, uid: str, reattach: str) -> str:
         if shared:
             return f"{kept} ({shared}): rerun {reattach} to reattach"
         if not session.cluster.delete_jobset(job.name, uid or None):
-            return replaced_meanwhile(session, job, f"rerun {reattach} to reattach")
+            return replaced_meanwhile(session, job, "nothing was deleted")
     except ApiError as error:
         return f"{kept}: deleting it failed ({error}); stop it with {session.command('cancel')}, or rerun {reattach}"
     return (f"JobSet {job.name} was deleted so that it does not bill unwatched; "
