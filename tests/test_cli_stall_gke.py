@@ -7,6 +7,8 @@ Ctrl-C's exit instead of hanging the test."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from cli_helpers import (CONVERT, RECIPE, TRAIN, error_line, run_record, run_train, stall_clock, succeeds,
                          trained_run)
@@ -287,31 +289,80 @@ def test_a_train_whose_log_cannot_be_read_for_10_min_ends_run_with_exit_4_and_sa
     assert line.startswith("error: lost contact with the cluster while waiting for train (no read of the head's log "
                            "worked for 0:10:00, the limit; the last failure: lost contact with the cluster reading "
                            "logs of pod "), line
-    assert line.endswith(f"); JobSet {TRAIN} was deleted so that it does not bill unwatched (its checkpoints are "
-                         f"kept): rerun `tpu-rl run {RECIPE} --steps train` to resume"), line
+    assert line.endswith(f"); JobSet {TRAIN} was deleted so that it does not bill unwatched; its checkpoints are "
+                         f"kept: rerun `tpu-rl run {RECIPE} --steps train` to resume"), line
     assert len(warnings_of(result.output, "train")) == 1, result.output
     assert TRAIN not in kube.jobsets and TRAIN in kube.deleted
 
 
-@pytest.mark.parametrize("step", ["convert", "export"])
-def test_a_convert_or_export_whose_log_cannot_be_read_for_10_min_ends_run_with_exit_4(cloud, monkeypatch, step):
+def test_a_train_replaced_meanwhile_is_left_alone_when_its_log_cannot_be_read(cloud, monkeypatch):
+    """The driver deletes the JobSet it waited for by its UID: one of the name that another `run --replace`
+    submitted meanwhile is left alone, and the line says so (an older code deleted by name)."""
+    kube = cloud["kube"]
+    stall_clock(monkeypatch)
+    kube.plan(TRAIN, capacity="spot", outcome="hang", logs=steps_log(1))
+    kube.replaced_before_delete = True
+    failing_reads(monkeypatch, lambda n: True)
+    result = run_train(cloud, monkeypatch, "spot", "4h")
+    assert result.exit_code == ExitCode.API_ERROR, result.output
+    assert error_line(result).endswith(
+        f"); nothing was deleted; JobSet {TRAIN} was meanwhile replaced by another of the same name (another `run "
+        f"--replace`?), which is left alone; see `tpu-rl status {RECIPE}`"), result.output
+    assert TRAIN in kube.jobsets and kube.deleted == []
+
+
+@pytest.mark.parametrize("step, rerun", [("convert", "the conversion starts over: rerun `tpu-rl run {} --steps convert` "
+                                                    "to convert again"),
+                                         ("export", "the export starts over: rerun `tpu-rl run {} --steps export` to "
+                                                    "export again")])
+def test_a_convert_or_export_whose_log_cannot_be_read_for_10_min_ends_run_with_exit_4(cloud, monkeypatch, step,
+                                                                                       rerun):
     """Their log serves only the stall bound, which a failed read skips: with the pods Ready and every read
     failing, the wait ends at LOG_UNREAD_SECONDS as train's does (the old code waited until the test's poll
-    budget, Ctrl-C), and the driver deletes the JobSet so that it does not bill unwatched."""
+    budget, Ctrl-C), and the driver deletes that JobSet (by its UID) so that it does not bill unwatched,
+    saying what a rerun does: the step starts over (an older line said its checkpoints were kept)."""
     kube, recipe = cloud["kube"], get_recipe(RECIPE)
     name = jobset_name(spec_of(recipe), step)
     stall_clock(monkeypatch)
     for before in STEPS[:STEPS.index(step)]:
         put_step_output(cloud["gcs"], recipe, before)
     kube.plan(name, outcome="hang", logs=f"{CONVERT_LINES[0]}\n")
-    failing_reads(monkeypatch, lambda n: True)
+    uids = set()  # of the JobSet whose log fails, read from the fake API while it runs
+    failing_reads(monkeypatch, lambda n: uids.add(kube.jobsets[name]["metadata"]["uid"]) or True)
     result = runner.invoke(app, ["run", RECIPE, "--steps", step])
     assert result.exit_code == ExitCode.API_ERROR, result.output
     assert error_line(result).startswith(
         f"error: lost contact with the cluster while waiting for {step} (no read of the head's log worked for "
         f"0:10:00, the limit; the last failure: lost contact with the cluster reading logs of pod "), result.output
+    assert error_line(result).endswith(f"); JobSet {name} was deleted so that it does not bill unwatched; "
+                                       f"{rerun.format(RECIPE)}"), result.output
     assert len(warnings_of(result.output, step)) == 1, result.output
     assert name not in kube.jobsets and name in kube.deleted
+    sent = [json.loads(body) for body in kube.sent("DELETE", f"/jobsets/{name}")]
+    assert [body["preconditions"] for body in sent] == [{"uid": uid} for uid in uids] and len(uids) == 1, sent
+
+
+def test_a_conversion_another_run_waits_on_is_kept_when_its_log_cannot_be_read(cloud, monkeypatch):
+    """The convert JobSet is shared by the runs of one conversion identity (a sweep's): the driver that loses
+    sight of it leaves it to the run whose record shows it waiting too (cancel's rule), where an older code
+    deleted it under that run."""
+    from cli_helpers import run_of
+
+    from tpu_rl.scripts.cloud import gcs
+
+    kube = cloud["kube"]
+    _, other = run_of("learning_rate=1e-5")
+    gcs.write_json(cloud["gcs"], other.run_record, {"recipe": RECIPE, "status": "running", "steps": {
+        "convert": {"jobset": CONVERT, "status": "running"}}})
+    stall_clock(monkeypatch)
+    kube.plan(CONVERT, outcome="hang", logs=f"{CONVERT_LINES[0]}\n")
+    failing_reads(monkeypatch, lambda n: True)
+    result = runner.invoke(app, ["run", RECIPE, "--steps", "convert"])
+    assert result.exit_code == ExitCode.API_ERROR, result.output
+    assert error_line(result).endswith(
+        f"); JobSet {CONVERT} keeps running (the conversion is shared, and 1 run ({other.run_name}) waits on it "
+        f"too): rerun `tpu-rl run {RECIPE} --steps convert` to reattach"), result.output
+    assert CONVERT in kube.jobsets and kube.deleted == []
 
 
 def test_an_eval_whose_head_log_read_fails_once_goes_on_to_its_evaluation(cloud, monkeypatch):

@@ -212,6 +212,39 @@ def test_a_failed_log_read_skips_the_poll_says_so_once_and_ends_every_step_at_th
     assert str(ended.error) == (f"no read of the head's log worked for 0:10:00, the limit; the last failure: {lost}")
 
 
+@pytest.mark.parametrize("between", ["a poll that reads nothing", "pods not Ready", "a restart"])
+def test_the_log_read_limit_counts_only_an_unbroken_run_of_failed_reads_of_ready_pods(monkeypatch, between):
+    """A failed read, then a poll that reads nothing (a JobSet requeued after a preemption) or whose pods are
+    not Ready, or a new attempt, then 15 min later failed reads again: the limit starts again there (an
+    older code kept the first failure's time and ended run at the next failed read, "worked for 0:15:30"),
+    and the line names the failed reads' own span."""
+    job = jobs()["train"]
+    seconds = [1000.0]
+    monkeypatch.setattr(stall, "clock", lambda: seconds[0])
+    lost = ApiError("lost contact with the cluster reading logs of pod head")
+    observer = LogReads()
+    attempt = 1 if between == "a restart" else 0
+
+    def failed() -> Skip | Fail | None:
+        return observer.observe(Observation(job, jobset(job, restarts=attempt), pods(job, attempt), read(error=lost)))
+
+    assert isinstance(observer.observe(Observation(job, jobset(job), pods(job), read(error=lost))), Skip)
+    seconds[0] += 30
+    if between == "a poll that reads nothing":
+        assert observer.observe(Observation(job, jobset(job, suspend=True), [])) is None
+    if between == "pods not Ready":
+        assert isinstance(observer.observe(Observation(job, jobset(job), pods(job, ready=False), read(error=lost))),
+                          Skip)
+    seconds[0] += 900
+    assert isinstance(failed(), Skip)  # 15:30 after the first failure, the first of this run
+    seconds[0] += 599
+    assert failed() == Skip()
+    seconds[0] += 31
+    ended = failed()
+    assert isinstance(ended, Fail) and isinstance(ended.error, LogUnread)
+    assert str(ended.error) == f"no read of the head's log worked for 0:10:30, the limit; the last failure: {lost}"
+
+
 def test_progress_reads_the_attempt_s_furthest_step_and_a_save_from_the_head_s_log(gcs, settings_env):
     job, clock = jobs()["train"], [START]
     progress = Progress(session(clock))

@@ -21,6 +21,21 @@ def _convert_waits_for(record: dict | None, jobset: str) -> bool:
     entry = ((record or {}).get("steps") or {}).get("convert") or {}
     return entry.get("jobset") == jobset and entry.get("status") == "running"
 
+def convert_kept(session: Session, name: str) -> str | None:
+    """Why this run may not delete conversion JobSet `name` (None: it may). The conversion is shared by every
+    run of the same conversion identity: only a run whose record shows it waiting on it, when no other
+    run's record does, deletes it (cancel, and the driver that loses sight of it, submit.py)."""
+    run = session.paths.run_name
+    records = run_records(session)
+    others = sorted(other for other, record in records.items() if other != run and _convert_waits_for(record, name))
+    if not _convert_waits_for(records.get(run), name):
+        return (f"the conversion is running, but not for run {run} (its run.json does not show it waiting on "
+                "it); other runs may share it")
+    if others:
+        return (f"the conversion is shared, and {counted(len(others), 'run')} ({', '.join(others)}) "
+                f"{'waits' if len(others) == 1 else 'wait'} on it too")
+    return None
+
 def cancel_targets(session: Session, step: Step | None) -> tuple[dict[str, str], list[str]]:
     """The JobSets cancel deletes, `{step: name}`, and a note for each it leaves.
 
@@ -35,15 +50,9 @@ def cancel_targets(session: Session, step: Step | None) -> tuple[dict[str, str],
     if step in (None, "convert"):
         name = jobset_name(session.spec, "convert")
         if jobset_state(cluster.get_jobset(name)).phase in ACTIVE:
-            records = run_records(session)
-            others = sorted(other for other, record in records.items()
-                            if other != run and _convert_waits_for(record, name))
-            if not _convert_waits_for(records.get(run), name):
-                notes.append(f"kept JobSet {name}: the conversion is running, but not for run {run} (its run.json "
-                             "does not show it waiting on it); other runs may share it")
-            elif others:
-                notes.append(f"kept JobSet {name}: the conversion is shared, and {counted(len(others), 'run')} "
-                             f"({', '.join(others)}) {'waits' if len(others) == 1 else 'wait'} on it too")
+            kept = convert_kept(session, name)
+            if kept:
+                notes.append(f"kept JobSet {name}: {kept}")
             else:
                 targets["convert"] = name
     if step != "convert":

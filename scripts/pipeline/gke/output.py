@@ -8,6 +8,7 @@ from rich.markup import escape
 from tpu_rl.scripts.cloud.jobsets import JobSetState
 from tpu_rl.recipes.outcome import ApiError, StepFailed
 from tpu_rl.scripts.pipeline import stall
+from tpu_rl.scripts.pipeline.gke.admission import jobset_uid
 from tpu_rl.scripts.pipeline.gke.observation import Fail, Observation, Say, Skip
 from tpu_rl.scripts.pipeline.gke.steps import StepJob
 from tpu_rl.scripts.pipeline.progress import AttemptProgress, StepPace, training_line
@@ -27,33 +28,47 @@ LOG_UNREAD_SECONDS = 600
 
 
 class LogUnread(ApiError):
-    """A step's log went unread past LOG_UNREAD_SECONDS: the run cannot see its progress or a stall."""
+    """A step's log went unread past LOG_UNREAD_SECONDS: the run cannot see its progress or a stall. `uid`:
+    of the JobSet waited for, so that the driver deletes that one only (submit.py), not one of its name that
+    another `run` submitted meanwhile."""
+
+    def __init__(self, message: str, uid: str) -> None:
+        super().__init__(message, transient=False)
+        self.uid = uid
 
 
 class LogReads:
     """A failed read of the head's log skips the poll (its output unknown: no progress, no stall count, no
     pause: the output's key carries the kubelet's time, so the next good read compares right); one `!` line
     a run of failed reads says so and the wait goes on, at most LOG_UNREAD_SECONDS, then LogUnread (exit 4;
-    submit.py's wait names the step and the JobSet)."""
+    submit.py's wait names the step and the JobSet).
+
+    The limit measures one unbroken run of failed reads of one attempt whose every pod is Ready: a poll
+    that reads nothing or reads fine, a pod not Ready (train's head not up yet, a requeued JobSet) and a
+    restart each start it again, so failures minutes apart, or of pods not yet up, never add up."""
 
     def __init__(self) -> None:
-        self.since: float | None = None  # since when (stall.clock) the head's log reads fail
+        self.since: float | None = None  # since when (stall.clock) the reads counted fail (None: not counting)
+        self.attempt: int | None = None  # the attempt (JobSet restarts) whose failed reads `since` counts
+        self.failing = False  # this run of failed reads has had its `!` line
 
     def observe(self, seen: Observation) -> Skip | Fail | None:
         head = seen.head
-        if head is None:
+        if head is None or head.error is None:  # no read this poll, or one that worked: the run ends
+            self.since, self.failing = None, False
             return None
-        if head.error is None:
+        now, attempt = stall.clock(), seen.state.restarts
+        if not seen.ready:
             self.since = None
-            return None
-        now = stall.clock()
-        if self.since is None:
-            self.since = now
+        elif self.since is None or self.attempt != attempt:
+            self.since, self.attempt = now, attempt
+        if not self.failing:
+            self.failing = True
             return Skip((f"[yellow]![/] {seen.job.step}: {escape(str(head.error))}; the poll is skipped until a "
                          f"read works; run ends after {hms(LOG_UNREAD_SECONDS)} of them",))
-        if now - self.since >= LOG_UNREAD_SECONDS:
+        if self.since is not None and now - self.since >= LOG_UNREAD_SECONDS:
             return Fail(LogUnread(f"no read of the head's log worked for {hms(now - self.since)}, the limit; the "
-                                  f"last failure: {head.error}", transient=False))
+                                  f"last failure: {head.error}", jobset_uid(seen.jobset)))
         return Skip()
 
 

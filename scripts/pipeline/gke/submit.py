@@ -16,6 +16,7 @@ from tpu_rl.scripts.cloud.cluster import JobSetExists
 from tpu_rl.scripts.cloud.jobsets import capacity_of, zone_of
 from tpu_rl.scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging
 from tpu_rl.scripts.pipeline.gke.admission import sweep_train
+from tpu_rl.scripts.pipeline.gke.cancel import convert_kept
 from tpu_rl.scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
 from tpu_rl.scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run, spec_change
 from tpu_rl.scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
@@ -146,13 +147,10 @@ def _run_actions(session: Session, jobs: dict[Step, StepJob], rendered: dict[Ste
                 f"interrupted: JobSet {job.name} keeps running on the cluster. Reattach with {reattach}; logs: "
                 f"{session.logs_hint(job.step)}; stop it with {session.command('cancel')}") from None
         except LogUnread as error:
-            if session.driven:  # nobody watches a driver's JobSet once it ends: stop what it bills
-                session.cluster.delete_jobset(job.name)
-                raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
-                               f"{job.name} was deleted so that it does not bill unwatched (its checkpoints are "
-                               f"kept): rerun {reattach} to resume", transient=False) from None
-            raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
-                           f"{job.name} keeps running: rerun {reattach} to reattach", transient=False) from None
+            then = _unwatched(session, job, error.uid, reattach) if session.driven else \
+                f"JobSet {job.name} keeps running: rerun {reattach} to reattach"
+            raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); {then}",
+                           transient=False) from None
         except ApiError as error:
             raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
                            f"{job.name} keeps running: rerun {reattach} to reattach", transient=error.transient) from None
@@ -162,6 +160,31 @@ def _run_actions(session: Session, jobs: dict[Step, StepJob], rendered: dict[Ste
             fill_after_train(session, watch, _head_log(session, job))
         verify_output(session, action.step, steps)
         record.step(action.step, "succeeded", **_capacity(session, job))
+
+
+# What a rerun of a step whose JobSet the driver deleted does (_unwatched): train resumes from its last
+# checkpoint; convert and export keep nothing of the deleted attempt.
+RERUN_AFTER_DELETION = {"train": "its checkpoints are kept: rerun {} to resume",
+                        "convert": "the conversion starts over: rerun {} to convert again",
+                        "export": "the export starts over: rerun {} to export again"}
+
+
+def _unwatched(session: Session, job: StepJob, uid: str, reattach: str) -> str:
+    """The driver lost sight of the step, and nobody watches its JobSet once the driver ends: it deletes
+    that JobSet (by its UID: not one of its name another `run` submitted meanwhile) so that it does not bill
+    unwatched, except a conversion other runs may wait on (cancel's rule, convert_kept). What it did, and
+    what a rerun does."""
+    kept = f"JobSet {job.name} keeps running"
+    try:
+        shared = convert_kept(session, job.name) if job.step == "convert" else None
+        if shared:
+            return f"{kept} ({shared}): rerun {reattach} to reattach"
+        if not session.cluster.delete_jobset(job.name, uid or None):
+            return replaced_meanwhile(session, job, "nothing was deleted")
+    except ApiError as error:
+        return f"{kept}: deleting it failed ({error}); stop it with {session.command('cancel')}, or rerun {reattach}"
+    return (f"JobSet {job.name} was deleted so that it does not bill unwatched; "
+            f"{RERUN_AFTER_DELETION[job.step].format(reattach)}")
 
 
 def _submitted(session: Session, job: StepJob) -> bool:

@@ -86,8 +86,8 @@ def wait_for_jobset(session: Session, job: StepJob, follow_logs: bool,
     eval` has its own limit and no stall bound).
 
     A failed read of the head's log skips the poll (its output unknown: no progress, no stall count, no
-    pause), one `!` line a run of them says so and the wait goes on, at most LOG_UNREAD_SECONDS (every
-    step), then ApiError (exit 4).
+    pause), one `!` line a run of them says so and the wait goes on, at most LOG_UNREAD_SECONDS of failed
+    reads in a row of one attempt with every pod Ready (every step; LogReads), then ApiError (exit 4).
 
     Each poll, the observers are asked in turn: their lines are printed as they come, a skip ends the poll,
     and the first end (Done, Fail) ends the wait."""
