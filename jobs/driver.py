@@ -18,7 +18,7 @@ from tpu_rl.jobs.driver_runtime import (DRIVER_CONTAINER, DriverRuntime, driver_
 from tpu_rl.jobs.k8s import RUN_LABEL, TTL_SECONDS_AFTER_FINISHED, run_labels
 from tpu_rl.recipes import Settings, Step
 from tpu_rl.recipes.conventions import DRIVER_KSA, NAMESPACE, on_system_pool
-from tpu_rl.recipes.outcome import DRIVER_RETRY, RUN_DECIDED
+from tpu_rl.recipes.outcome import DRIVER_BACKOFF_LIMIT, DRIVER_RETRY, RUN_DECIDED
 from tpu_rl.recipes.runs.spec import RunSpec, run_name
 from tpu_rl.recipes.settings.specs import BY_FIELD, MissingSettings
 
@@ -35,18 +35,6 @@ REQUEST_ANNOTATION = "tpu-rl/request-sha256"  # what it was asked to do: a secon
 REQUEST_DIR = "/etc/tpu-rl/request"
 REQUEST_FILE = "request.json"
 REQUEST_VOLUME = "tpu-rl-request"
-# The driver's own failures that the Job retries (an eviction or a node upgrade is none: podFailurePolicy
-# below); each new pod resumes from run.json and the cluster's state. They count for the Job's whole life:
-# its retries are its pods with .status.phase=Failed, and it fails once they pass backoffLimit
-# (kubernetes.io/docs/concepts/workloads/controllers/job/#pod-backoff-failure-policy). Each new pod waits
-# a back-off that doubles from 10 s and is capped at 6 min (ibid.), reset only by a pod that succeeds
-# (kubernetes/kubernetes@e0a566e7 pkg/controller/job/backoff_utils.go), which the driver's does only at the
-# run's end. So this is a run's whole budget, over days: 8 failures ride out an API away for about 20 min,
-# 64 allow eight such outages, and a failure taken for transient that comes back at once is given up after
-# about 6 h of 6-min waits, on the system node that bills anyway. Spent, the Job fails and what the driver
-# submitted runs on unwatched: an attached `run` says so, `status` shows the driver failed, and `run` again
-# starts a new driver with a new budget (scripts/pipeline/gke/attach.py).
-DRIVER_BACKOFF_LIMIT = 64
 # The endings the run itself decided fail the Job at once, never run again; every other ending of `drive`
 # exits RETRY_EXIT_CODE, which counts toward backoffLimit, as do a SIGKILL (137) and an OOM kill. Both come
 # from recipes/outcome.py, the one home of the codes; the install script retries the same way.

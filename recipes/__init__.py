@@ -15,6 +15,7 @@ One home for each concept (docs/development.md, "Layout"):
 - user_text.py: reading a file the user names, refused in one line unless it is a small UTF-8 text file;
 - errors.py: UserError, the one error type that reaches a person;
 - outcome.py: how a command and a run end: exit codes, outcomes, transient or final, the retry policy.
+- vm_script.py: the names the TPU VM's startup script keeps for itself, which a recipe's environment may not take.
 """
 
 from __future__ import annotations

@@ -47,8 +47,13 @@ RUN_DECIDED: tuple[ExitCode, ...] = tuple(code for code in ExitCode
 # crash inside `drive`, SIGTERM), and of its install, exits with this code (EX_TEMPFAIL of sysexits.h): it matches
 # no FailJob rule and so counts toward the Job's backoffLimit (kubernetes.io/docs/tasks/job/pod-failure-policy:
 # rules in order, an unmatched failure counts), and the Job starts the driver again while that budget, the run's
-# whole life's, lasts (jobs/driver.py DRIVER_BACKOFF_LIMIT).
+# whole life's, lasts (DRIVER_BACKOFF_LIMIT).
 DRIVER_RETRY = 75
+# The driver Job's backoffLimit: its retried failures count for the Job's whole life, each after a back-off
+# doubling from 10 s to 6 min, so this is a run's whole budget (eight ~20-min API outages, or ~6 h of a
+# failure that always comes back); spent, the Job fails and `run` again starts a new driver. Sources and
+# what runs on unwatched: docs/pipeline.md, "The run's driver (GKE)".
+DRIVER_BACKOFF_LIMIT = 64
 
 
 class Outcome(Exception):

@@ -13,7 +13,7 @@ from cli_helpers import put_actor_checkpoint
 from peers import simulated_run
 from peers.fixtures import jobset_of, put_step_output, spec_of
 from peers.http import Fault
-from tpu_rl.jobs.driver import DRIVER_BACKOFF_LIMIT
+from tpu_rl.recipes.outcome import DRIVER_BACKOFF_LIMIT
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.outcome import ExitCode
 from tpu_rl.scripts.cli import app

@@ -12,12 +12,13 @@ import pytest
 
 from contracts.k8s_schema import KUBERNETES_VERSION
 from peers.settings import spec_of
-from tpu_rl.jobs.driver import (DRIVER_BACKOFF_LIMIT, REQUEST_DIR, REQUEST_FILE, RETRY_EXIT_CODE, driver_job,
+from tpu_rl.jobs.driver import (REQUEST_DIR, REQUEST_FILE, RETRY_EXIT_CODE, driver_job,
                                 exit_code_values, request_configmap, request_digest, run_request, settings_env)
 from tpu_rl.jobs.driver_runtime import DriverRuntime
 from tpu_rl.jobs.k8s import recipe_selector
 from tpu_rl.recipes import STEPS, all_recipes, example_settings
 from tpu_rl.recipes.conventions import DRIVER_KSA
+from tpu_rl.recipes.outcome import DRIVER_BACKOFF_LIMIT
 
 SETTINGS = example_settings()
 GKE = [name for name, recipe in all_recipes().items() if recipe.platform == "gke"]

@@ -17,13 +17,9 @@ from tpu_rl.scripts.pipeline.saving import SaveWatch
 from tpu_rl.scripts.pipeline.session import Session, hms
 from tpu_rl.scripts.rundata.progress import RewardReader, TrainProgress
 
-# How long a step's head log (train's progress, saves and evaluations, eval's JobSet too; every step's stall
-# bound) may go unread before `run` ends with exit 4. One read already retries for about half a minute
-# (scripts/cloud/retry.py: 6 tries, 1-16 s apart), so a poll whose read fails is an apiserver or kubelet
-# hiccup of a minute or more, and a JobSet of a multi-hour step keeps running through it; 10 min of failed
-# reads is an outage that `run` cannot see through, and it ends saying what it waited for. Every step: a
-# failed read skips the poll, stall bound included, so convert's or export's Ready pods would be waited for
-# without end.
+# How long a step's head log may go unread, in an unbroken run of failed reads of Ready pods, before `run`
+# ends with exit 4: one read already retries for about half a minute, so 10 min is an outage
+# (docs/pipeline.md, "Stalls").
 LOG_UNREAD_SECONDS = 600
 
 
