@@ -50,7 +50,7 @@ RUN_DECIDED: tuple[ExitCode, ...] = tuple(code for code in ExitCode
 # whole life's, lasts (DRIVER_BACKOFF_LIMIT).
 DRIVER_RETRY = 75
 # The driver Job's backoffLimit: its retried failures count for the Job's whole life, each after a back-off
-# doubling from 10 s to 6 min, so this is a run's whole budget (eight ~20-min API outages, or ~6 h of a
+# doubling from 10 s to 10 min, so this is a run's whole budget (eight ~20-min API outages, or ~10 h of a
 # failure that always comes back); spent, the Job fails and `run` again starts a new driver. Sources and
 # what runs on unwatched: docs/pipeline.md, "The run's driver (GKE)".
 DRIVER_BACKOFF_LIMIT = 64

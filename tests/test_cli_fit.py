@@ -141,7 +141,7 @@ def test_a_rollout_the_sampler_chips_cannot_hold_is_refused_before_any_compile(c
 
 def test_a_compile_that_stops_says_where_and_keeps_its_traceback(tmp_path, monkeypatch):
     """A failure that is no refusal of ours (a KeyError deep in tunix, say) names the innermost frame and
-    the file that keeps the whole traceback, instead of the bare exception."""
+    the file that keeps the traceback, instead of the bare exception."""
     import traceback
 
     monkeypatch.setattr(compiler, "cache_dir", lambda: tmp_path)

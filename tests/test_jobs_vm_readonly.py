@@ -102,8 +102,13 @@ def test_a_vm_recipes_rl_env_is_exported_with_the_run_and_its_readonly_names_ref
     table["recipes"][SCRIPT_RECIPE.name]["rl"]["env"] = {"RUN": "1"}
     with pytest.raises(UserError) as caught:
         build_recipes(table)
-    assert str(caught.value).startswith(f"recipes.toml: recipes.{SCRIPT_RECIPE.name}.rl.env: RUN is a readonly "
+    assert str(caught.value).startswith(f"recipes.toml: recipes.{SCRIPT_RECIPE.name}: rl.env: RUN is a readonly "
                                         "variable of the TPU VM's startup script, which exports rl.env"), caught.value
+    # a GKE recipe's rl.env goes into its container's spec, not into a shell of ours: the VM's names are its own
+    table = copy.deepcopy(recipe_table())
+    gke = next(name for name, entry in table["recipes"].items() if entry["platform"] == "gke")
+    table["recipes"][gke]["rl"]["env"] = {"RUN": "1", "HOME": "/root"}
+    assert build_recipes(table)[gke].rl.env == {"RUN": "1", "HOME": "/root"}
 
 
 # A name bash assigns: NAME=, NAME+=, NAME[i]= at a word's start; the names `local`, `readonly`, `export` and

@@ -13,6 +13,7 @@ from tpu_rl.recipes.catalog.facts import exportable_on_vm
 from tpu_rl.recipes.catalog.strict import Strict
 from tpu_rl.recipes.errors import UserError
 from tpu_rl.recipes.platforms import PLATFORMS, platforms_where
+from tpu_rl.recipes.platforms.facts import StepRunner
 from tpu_rl.recipes.runs.reward_names import check_reward_names
 
 Step = Literal["convert", "train", "export"]
@@ -90,11 +91,6 @@ class RlSpec(Strict):
     # key -> the seed's value, for each override changed so that the plan fits its chips with the margin
     # (docs/fit.md); the recipe's own value is in `overrides`, and `tpu-rl recipes` shows both.
     fitted_from: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("env")
-    @classmethod
-    def _exportable(cls, env: dict[str, str]) -> dict[str, str]:
-        return exportable_on_vm(env, "rl.env")
 
     @field_validator("overrides")
     @classmethod
@@ -209,4 +205,9 @@ class RecipeEntry(Strict):
             raise ValueError(f"pathways needs platform {_allowing('pathways')}; a single TPU VM runs JAX directly")
         if not rules.multislice and self.tpu.slices != 1:
             raise ValueError(f"tpu.slices must be 1 for platform '{self.platform}'")
+        if rules.steps_run_as is StepRunner.STARTUP_SCRIPT:  # which exports rl.env into its own shell
+            try:
+                exportable_on_vm(self.rl.env, "rl.env")
+            except ValueError as error:
+                raise ValueError(f"rl.env: {error}") from None
         return self

@@ -179,15 +179,19 @@ def failed_at(result: dict, request: dict) -> str:
     if not trace:
         return ""
     path = cache_dir() / "errors" / f"{digest(request)}.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(trace)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(trace)
+        kept = f"; the traceback: {path}"
+    except OSError:  # a cache that cannot be written still gets the one line
+        kept = ""
     frames = FRAME.findall(trace)
     where = ""
     if frames:
         file, line, function = frames[-1]
         site = file.split("site-packages/")[-1]
         where = f" in {site}:{line} {function}"
-    return f" (stopped{where}; the traceback: {path})"
+    return f" (stopped{where}{kept})"
 
 
 if __name__ == "__main__":  # the request on stdin, the result on stdout: for tools/ and by hand

@@ -147,10 +147,10 @@ def _run_actions(session: Session, jobs: dict[Step, StepJob], rendered: dict[Ste
                 f"interrupted: JobSet {job.name} keeps running on the cluster. Reattach with {reattach}; logs: "
                 f"{session.logs_hint(job.step)}; stop it with {session.command('cancel')}") from None
         except LogUnread as error:
-            then = _unwatched(session, job, error.uid, reattach) if session.driven else \
-                f"JobSet {job.name} keeps running: rerun {reattach} to reattach"
+            then, transient = _unwatched(session, job, error.uid, reattach) if session.driven else \
+                (f"JobSet {job.name} keeps running: rerun {reattach} to reattach", False)
             raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); {then}",
-                           transient=False) from None
+                           transient=transient) from None
         except ApiError as error:
             raise ApiError(f"lost contact with the cluster while waiting for {job.step} ({error}); JobSet "
                            f"{job.name} keeps running: rerun {reattach} to reattach", transient=error.transient) from None
@@ -169,22 +169,24 @@ RERUN_AFTER_DELETION = {"train": "its checkpoints are kept: rerun {} to resume",
                         "export": "the export starts over: rerun {} to export again"}
 
 
-def _unwatched(session: Session, job: StepJob, uid: str, reattach: str) -> str:
+def _unwatched(session: Session, job: StepJob, uid: str, reattach: str) -> tuple[str, bool]:
     """The driver lost sight of the step, and nobody watches its JobSet once the driver ends: it deletes
     that JobSet (by its UID: not one of its name another `run` submitted meanwhile) so that it does not bill
-    unwatched, except a conversion other runs may wait on (cancel's rule, convert_kept). What it did, and
-    what a rerun does."""
+    unwatched, except a conversion other runs may wait on (cancel's rule, convert_kept). What it did and what
+    a rerun does, and whether the driver's ending is transient: a delete that failed for a reason that may
+    pass leaves the JobSet billing, so the Job starts the driver again to reattach to it."""
     kept = f"JobSet {job.name} keeps running"
     try:
         shared = convert_kept(session, job.name) if job.step == "convert" else None
         if shared:
-            return f"{kept} ({shared}): rerun {reattach} to reattach"
+            return f"{kept} ({shared}): rerun {reattach} to reattach", False
         if not session.cluster.delete_jobset(job.name, uid or None):
-            return replaced_meanwhile(session, job, "nothing was deleted")
+            return replaced_meanwhile(session, job, "nothing was deleted"), False
     except ApiError as error:
-        return f"{kept}: deleting it failed ({error}); stop it with {session.command('cancel')}, or rerun {reattach}"
+        return (f"{kept}: deleting it failed ({error}); stop it with {session.command('cancel')}, or rerun "
+                f"{reattach}", error.transient)
     return (f"JobSet {job.name} was deleted so that it does not bill unwatched; "
-            f"{RERUN_AFTER_DELETION[job.step].format(reattach)}")
+            f"{RERUN_AFTER_DELETION[job.step].format(reattach)}", False)
 
 
 def _submitted(session: Session, job: StepJob) -> bool:
