@@ -18,7 +18,7 @@ followed, its output verified in GCS, and its failures explained in one line eac
 - driver_image.py, driver_wheel.py: the driver's runtime: this package's wheel and its locked
   dependencies staged in the bucket, and the version a driver reports.
 - diagnose.py: why a step failed, in one line.
-- cancel.py: `cancel`.
+- cancel.py: `cancel`; shared_convert.py: which run may delete a conversion JobSet runs share.
 - billing.py: what an idle cluster still bills, for `runs` when no run is active or queued.
 - down.py: `down`: the recipe's stack destroyed once no run is active, the bucket kept.
 - evaluate.py: `eval`: a saved checkpoint scored on the held-out set by a scratch run's JobSet.

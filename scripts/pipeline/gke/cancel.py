@@ -9,32 +9,11 @@ from tpu_rl.recipes import Step, UserError
 from tpu_rl.recipes.outcome import ApiError
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.cloud.jobsets import jobset_state
-from tpu_rl.scripts.pipeline.record import record_cancellation, run_records
+from tpu_rl.scripts.pipeline.gke.shared_convert import convert_kept
+from tpu_rl.scripts.pipeline.record import record_cancellation
 from tpu_rl.scripts.pipeline.session import Session
-from tpu_rl.scripts.words import counted
 
 ACTIVE = ("running", "suspended")  # what cancel stops: running, or waiting for Kueue
-
-def _convert_waits_for(record: dict | None, jobset: str) -> bool:
-    """Whether a run's record shows it waiting on this conversion JobSet (submitted or reattached by that
-    run, and not finished: an interrupted `run` leaves it "running" too)."""
-    entry = ((record or {}).get("steps") or {}).get("convert") or {}
-    return entry.get("jobset") == jobset and entry.get("status") == "running"
-
-def convert_kept(session: Session, name: str) -> str | None:
-    """Why this run may not delete conversion JobSet `name` (None: it may). The conversion is shared by every
-    run of the same conversion identity: only a run whose record shows it waiting on it, when no other
-    run's record does, deletes it (cancel, and the driver that loses sight of it, submit.py)."""
-    run = session.paths.run_name
-    records = run_records(session)
-    others = sorted(other for other, record in records.items() if other != run and _convert_waits_for(record, name))
-    if not _convert_waits_for(records.get(run), name):
-        return (f"the conversion is running, but not for run {run} (its run.json does not show it waiting on "
-                "it); other runs may share it")
-    if others:
-        return (f"the conversion is shared, and {counted(len(others), 'run')} ({', '.join(others)}) "
-                f"{'waits' if len(others) == 1 else 'wait'} on it too")
-    return None
 
 def cancel_targets(session: Session, step: Step | None) -> tuple[dict[str, str], list[str]]:
     """The JobSets cancel deletes, `{step: name}`, and a note for each it leaves.

@@ -16,11 +16,11 @@ from tpu_rl.scripts.cloud.cluster import JobSetExists
 from tpu_rl.scripts.cloud.jobsets import capacity_of, zone_of
 from tpu_rl.scripts.pipeline.accuracy import EvaluationWatch, fill_after_train, fill_from_cloud_logging
 from tpu_rl.scripts.pipeline.gke.admission import sweep_train
-from tpu_rl.scripts.pipeline.gke.cancel import convert_kept
 from tpu_rl.scripts.pipeline.gke.capacity import replaced_meanwhile, wait_with_capacity
 from tpu_rl.scripts.pipeline.gke.plan import Action, plan_gke, show_dry_run, spec_change
 from tpu_rl.scripts.pipeline.gke.steps import StepJob, main_pod, step_jobs
 from tpu_rl.scripts.pipeline.gke.output import LogUnread
+from tpu_rl.scripts.pipeline.gke.shared_convert import convert_kept
 from tpu_rl.scripts.pipeline.record import RunRecord, ending_run
 from tpu_rl.scripts.pipeline.session import Session, export_checkpoint, verify_output
 
