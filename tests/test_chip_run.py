@@ -167,11 +167,20 @@ def test_the_chip_models_have_the_expert_counts_the_smoke_gives_them():
              " config, _ = tiny_config(name, {'eos_token_id': 2}, CHIP_SIZES[name]);"
              " text = getattr(config, 'text_config', config).to_dict();"
              " print(json.dumps({k: v for k, v in text.items() if 'expert' in k}))")
-    done = subprocess.run([str(need_venv(RELEASE)), "-c", probe, str(HERE), str(HERE.parent / "bench" / "chip_smoke"),
-                           *names], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for name, line in zip(names, done.stdout.strip().splitlines()[-len(names):], strict=True):
-        experts = json.loads(line)
+    from kept import kept
+
+    python = need_venv(RELEASE)
+
+    def ask() -> list:
+        done = subprocess.run([str(python), "-c", probe, str(HERE), str(HERE.parent / "bench" / "chip_smoke"),
+                               *names], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return [json.loads(line) for line in done.stdout.strip().splitlines()[-len(names):]]
+
+    # the answer is a function of the probe, tiny.py, plan.py and the venv: kept by their digest (tests/kept.py)
+    sources = [HERE / "maxtext_cpu" / "tiny.py", HERE.parent / "bench" / "chip_smoke" / "plan.py"]
+    answers = kept("chip-models", python.parent.parent, [probe, *names, *(path.read_text() for path in sources)], ask)
+    for name, experts in zip(names, answers, strict=True):
         counts = {value for field, value in experts.items() if field in ("num_experts", "num_local_experts")}
         per_token = {value for field, value in experts.items() if field in ("num_experts_per_tok", "top_k_experts")}
         sizes = CHIP_SIZES[name]

@@ -10,6 +10,7 @@ only the recipes' own plans before the suite. 8 times the recipe's still fits.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,19 @@ RECIPE = "qwen3-v6e32"
 TOO_BIG = ["--set", "batch_size=256", "--set", "train_micro_batch_size=256"]
 runner = CliRunner()
 REFUSED = Path(__file__).parent / "fit_results" / "qwen3-v6e32-micro-256.json"
+
+
+# The cache the layout tests share with `make test`'s other compiles: a refusal is a function of the
+# request and the compile's code (the fit cache's digest), so a clean clone on a machine that compiled it
+# before reads it instead of importing MaxText again (16 s a test).
+SHARED_CACHE = os.environ.get("TPU_RL_CACHE")
+
+
+def shared_cache(monkeypatch) -> None:
+    if SHARED_CACHE is None:
+        monkeypatch.delenv("TPU_RL_CACHE")
+    else:
+        monkeypatch.setenv("TPU_RL_CACHE", SHARED_CACHE)
 
 
 @pytest.fixture(autouse=True)
@@ -119,7 +133,8 @@ def test_a_sweep_compiles_each_memory_shape_once(cloud, monkeypatch):
     assert "(the tightest of 2 memory shapes)" in result.output
 
 
-def test_parallelism_the_trainer_chips_cannot_hold_is_refused_before_any_memory_is_counted(cloud):
+def test_parallelism_the_trainer_chips_cannot_hold_is_refused_before_any_memory_is_counted(cloud, monkeypatch):
+    shared_cache(monkeypatch)
     line = refused(["run", RECIPE, "--dry-run", "--set", "ici_tensor_parallelism=3"])
     assert line == ("error: qwen3-v6e32 cannot be laid out on its 16 trainer chips of v6e-32: its "
                     "ici_*_parallelism (expert 4 × fsdp -1 × tensor 3; -1 takes what is left) must multiply to "
@@ -128,9 +143,10 @@ def test_parallelism_the_trainer_chips_cannot_hold_is_refused_before_any_memory_
     nothing_submitted(cloud)
 
 
-def test_a_rollout_the_sampler_chips_cannot_hold_is_refused_before_any_compile(cloud):
+def test_a_rollout_the_sampler_chips_cannot_hold_is_refused_before_any_compile(cloud, monkeypatch):
     """MaxText's own get_rollout_kwargs_for_parallelism (train_rl.py) answers before the train step is
     compiled: 3 does not divide qwen3's 16 sampler chips."""
+    shared_cache(monkeypatch)
     line = refused(["run", RECIPE, "--dry-run", "--set", "rollout_tensor_parallelism=3"])
     assert line.startswith("error: qwen3-v6e32 cannot lay out its rollout on its 16 sampler chips of v6e-32: "
                            "rollout_data, _tensor and _expert_parallelism (at most one -1, which takes what is "
