@@ -116,6 +116,20 @@ def tpu_env(recipe: Recipe) -> dict[str, str]:
     }
 
 
+def _tpu_environment(recipe: Recipe, patch_env: dict[str, str]) -> dict[str, str]:
+    """What the steps run with on the VM: the TPU runtime's variables, the recipe's rl.env, the patches'
+    settings; a name set twice is refused, as a GKE container refuses it (jobs/k8s.py env_list), not one
+    silently overriding the other (an rl.env TPU_TOPOLOGY would change the slice JAX sees)."""
+    merged = dict(tpu_env(recipe))
+    for group in (recipe.rl.env, patch_env):
+        for name, value in group.items():
+            if name in merged:
+                raise UserError(f"environment variable {name} is set twice on the TPU VM; tpu-rl sets it already, "
+                                "so remove it from rl.env in recipes.toml")
+            merged[name] = value
+    return merged
+
+
 def _values(recipe: Recipe, paths: ArtifactPaths, env: dict[str, str]) -> dict[str, Value]:
     """The run's values the records, the cancel, the boot and the steps read (records.sh, cancel.sh, boot.sh,
     steps.sh)."""
@@ -126,7 +140,7 @@ def _values(recipe: Recipe, paths: ArtifactPaths, env: dict[str, str]) -> dict[s
         "STEP_MARKERS": {step: paths.progress_marker(step) for step in STEPS},
         "STEP_LOGS": {step: paths.step_log(step) for step in STEPS},
         "ACTOR_CHECKPOINTS": paths.actor_checkpoints, "LAST_STEP": recipe.last_step,
-        "TPU_ENV": {**tpu_env(recipe), **env},
+        "TPU_ENV": _tpu_environment(recipe, env),
         "BOOT": BOOT, "CHECKING": CHECKING, "STARTING": STARTING, "DONE": DONE, "FAILED": FAILED,
         "CANCELLED": CANCELLED,
         "GCLOUD_WAIT_SECONDS": Knob(GCLOUD_WAIT_ENV, GCLOUD_WAIT_SECONDS),
@@ -178,7 +192,7 @@ def render_startup_script(spec: RunSpec, settings: Settings) -> str:
         "train": "\n\n".join(train_steps),
         "export": "find_export_step\n" + commands["export"].shell(expand={"load_parameters_path": params}),
     }
-    values = {**_values(recipe, paths, {**recipe.rl.env, **resolved.env}), **install_values(recipe), **token_values(settings),
+    values = {**_values(recipe, paths, resolved.env), **install_values(recipe), **token_values(settings),
               **after_run_values(recipe, settings, paths)}
     parts = [
         _head(recipe, paths) + preamble(values),

@@ -238,3 +238,16 @@ def test_the_recipe_table_refuses_a_setting_env_name_the_export_would_break_in_o
     line = _refused_setting_env(name)
     assert line.startswith(f"recipes.toml: patches.{PATCH}.setting_env: "), line
     assert rule in line, line
+
+
+def test_a_vm_recipes_rl_env_that_sets_a_name_tpu_rl_sets_is_refused_as_gke_refuses_it():
+    """On GKE a name set twice in one container is refused (jobs/k8s.py env_list); the VM's script had let
+    rl.env override the TPU runtime's own (TPU_TOPOLOGY: the slice JAX sees) without a word."""
+    from tpu_rl.recipes import UserError
+
+    recipe = SCRIPT_RECIPE.model_copy(update={"rl": SCRIPT_RECIPE.rl.model_copy(
+        update={"env": {"TPU_TOPOLOGY": "2x2"}})})
+    with pytest.raises(UserError) as caught:
+        render_startup_script(spec_of(recipe), EXAMPLE_SETTINGS)
+    assert str(caught.value) == ("environment variable TPU_TOPOLOGY is set twice on the TPU VM; tpu-rl sets it "
+                                 "already, so remove it from rl.env in recipes.toml")
