@@ -108,10 +108,14 @@ class Plan:
         sets += [f"hf_train_files={data / 'train.parquet'}", f"hf_eval_files={data / 'test.parquet'}"]
         return RunSpec.requested(recipe, [*sets, *self.extra], run=self.run)
 
+    @property
+    def given(self) -> dict[str, str]:
+        """smoke.py's --set items, by key."""
+        return dict(item.split("=", 1) for item in self.sets)
+
     def smoke_sets(self) -> dict[str, str]:
         """SETS' values with smoke.py's --set items in place of the same keys (new keys after them)."""
-        given = dict(item.split("=", 1) for item in self.sets)
-        return {**{key: value for key, (value, _) in SETS.items()}, **given}
+        return {**{key: value for key, (value, _) in SETS.items()}, **self.given}
 
     def chain(self) -> Chain:
         spec = self.spec()

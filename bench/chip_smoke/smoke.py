@@ -127,7 +127,7 @@ def train_run(plan: Plan, name: str, env: dict, logs: Path, steps: dict, timeout
 def changed_items(plan: Plan, versions: dict) -> list[str]:
     """What the smoke changed: its --set items, then each argument the chip's changes added or replaced."""
     rendered = plan.commands()
-    given = dict(item.split("=", 1) for item in plan.sets)
+    given = plan.given
     items = [f"--set {key}={given[key]}: smoke.py --set, in place of plan.py's {value} ({why})" if key in given
              else f"--set {key}={value}: {why}" for key, (value, why) in SETS.items()]
     items += [f"--set {key}={value}: smoke.py --set" for key, value in given.items() if key not in SETS]
