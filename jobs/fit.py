@@ -28,4 +28,5 @@ def compile_request(spec: RunSpec, settings: Settings) -> dict:
             "slices": recipe.shape.slices, "argv": list(memory_items(items)), "patches": patches,
             "source_root": IMAGE_SOURCE_ROOT, "pad_id": PAD_ID if recipe.model.pad_token else None,
             "eos_id": EOS_ID, "train_steps": SCHEDULE_STEPS,
-            "vllm_hbm_bytes": recipe.tpu_facts.vllm_hbm_gib * GIB if recipe.pathways else None}
+            "vllm_hbm_bytes": recipe.tpu_facts.vllm_hbm_gib * GIB if recipe.pathways else None,
+            **({"compiler_options": recipe.rl.compiler_options} if recipe.rl.xla_flags else {})}

@@ -112,7 +112,9 @@ def _sidecar(recipe: Recipe, name: str, image: str, args: list[str], env: list[d
 
 def pathways_proxy(paths: ArtifactPaths) -> dict[str, Any]:
     recipe = paths.recipe
-    args = [f"--server_port={PROXY_PORT}", _resource_manager_address(), _scratch(paths)]
+    # Under Pathways the proxy compiles, so the run's XLA flags are its arguments (AI-Hypercomputer/maxtext
+    # benchmarks/maxtext_xpk_runner.py _get_pathways_proxy_flags @43d7bcca).
+    args = [f"--server_port={PROXY_PORT}", _resource_manager_address(), _scratch(paths), *recipe.rl.xla_flags]
     return _sidecar(recipe, "pathways-proxy", recipe.pathways_images.proxy, args,
                     env_list([pathways_head_env()], recipe.rl.pathways_env))
 

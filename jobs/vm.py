@@ -121,7 +121,9 @@ def _tpu_environment(recipe: Recipe, patch_env: dict[str, str]) -> dict[str, str
     settings; a name set twice is refused, as a GKE container refuses it (jobs/k8s.py env_list), not one
     silently overriding the other (an rl.env TPU_TOPOLOGY would change the slice JAX sees)."""
     merged = dict(tpu_env(recipe))
-    for group in (recipe.rl.env, patch_env):
+    # The steps' own process compiles, and libtpu reads its flags from LIBTPU_INIT_ARGS.
+    compiler = {"LIBTPU_INIT_ARGS": " ".join(recipe.rl.xla_flags)} if recipe.rl.xla_flags else {}
+    for group in (compiler, recipe.rl.env, patch_env):
         for name, value in group.items():
             if name in merged:
                 raise UserError(f"environment variable {name} is set twice on the TPU VM; tpu-rl sets it already, "

@@ -335,6 +335,13 @@ XPK_DIFFERENCES: tuple[ShapeDifference, ...] = (
         "OOM-kill it under a large model's host arrays.",
     ),
     ShapeDifference(
+        ("pathways-proxy",), "args", "a recipe's xla_flags after xpk's (gemma4-v6e64: "
+        "--xla_tpu_max_hbm_size_mib=26624)", "--custom-pathways-proxy-server-args, none in seed 001",
+        "Under Pathways the proxy compiles, so the run's XLA flags are its arguments, where MaxText's own "
+        "runner puts a model's (benchmarks/maxtext_xpk_runner.py _get_pathways_proxy_flags); gemma4's cap "
+        "makes the compiler leave the margin beside its train step (docs/fit.md, \"The compiler's own limit\").",
+    ),
+    ShapeDifference(
         PATHWAYS_CONTAINERS, "imagePullPolicy", "default (IfNotPresent for a pinned tag)", "Always",
         "Our images are pinned tags, so a cached image is the same image; Always only adds registry "
         "round trips to every restart.",

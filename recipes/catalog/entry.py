@@ -27,6 +27,7 @@ _FACTOR_ALIASES = {"rl.num_iterations": ("rl.num_iterations", "num_iterations")}
 _BINARY_QUANTITY = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|Ti)$")
 _BINARY_FACTORS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=.*$", re.DOTALL)
+XLA_FLAG = re.compile(r"^--(xla_[a-z0-9_]+)=([A-Za-z0-9_.,:-]+)$")
 
 
 def _allowing(fact: str) -> str:
@@ -91,6 +92,20 @@ class RlSpec(Strict):
     # key -> the seed's value, for each override changed so that the plan fits its chips with the margin
     # (docs/fit.md); the recipe's own value is in `overrides`, and `tpu-rl recipes` shows both.
     fitted_from: dict[str, str] = Field(default_factory=dict)
+    # libtpu's compiler flags for the run's programs, each --xla_...=value: the fit check compiles with them,
+    # and the run gives them to the compiler it runs (docs/fit.md, "The compiler's own limit").
+    xla_flags: tuple[str, ...] = ()
+
+    def changed_to_fit(self) -> dict[str, tuple[str, str]]:
+        """key -> (the recipe's value, the seed's) of each setting changed so that the plan fits."""
+        values = {item.partition("=")[0]: item.partition("=")[2] for item in self.overrides}
+        values["xla_flags"] = " ".join(self.xla_flags)
+        return {key: (values[key], seed) for key, seed in self.fitted_from.items()}
+
+    @property
+    def compiler_options(self) -> dict[str, str]:
+        """xla_flags as the compile options JAX hands libtpu, name -> value."""
+        return dict(flag.removeprefix("--").split("=", 1) for flag in self.xla_flags)
 
     @field_validator("overrides")
     @classmethod
@@ -112,12 +127,21 @@ class RlSpec(Strict):
                     raise ValueError(str(error)) from None
         return overrides
 
+    @field_validator("xla_flags")
+    @classmethod
+    def _xla_flags(cls, flags: tuple[str, ...]) -> tuple[str, ...]:
+        for flag in flags:
+            if not XLA_FLAG.match(flag):
+                raise ValueError(f"'{flag[:60]}' is not an XLA flag like --xla_tpu_max_hbm_size_mib=26624 "
+                                 "(--xla_..., '=', a value without spaces or quotes)")
+        return flags
+
     @model_validator(mode="after")
     def _fitted_keys_are_overridden(self) -> "RlSpec":
-        keys = {item.partition("=")[0] for item in self.overrides}
+        keys = {item.partition("=")[0] for item in self.overrides} | ({"xla_flags"} if self.xla_flags else set())
         for key in self.fitted_from:
             if key not in keys:
-                raise ValueError(f"fitted_from names {key}, which rl.overrides does not set: set the value "
+                raise ValueError(f"fitted_from names {key}, which rl.overrides (or rl.xla_flags) does not set: set the value "
                                  "that fits there, or drop it from fitted_from")
         return self
 
@@ -171,7 +195,7 @@ class RecipeEntry(Strict):
     tpu: TpuSpec
     rl: RlSpec
     # The share of a chip's HBM its plan must leave free, when not recipes/fit MARGIN; only with the why,
-    # in fit_margin_why, and docs/fit.md's "Short of the margin".
+    # in fit_margin_why (docs/fit.md, "The margin"). No recipe keeps less today.
     fit_margin: float | None = Field(default=None, ge=0, lt=0.5)
     fit_margin_why: str | None = None
 

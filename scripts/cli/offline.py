@@ -66,9 +66,7 @@ def _fit_facts(recipe: Recipe) -> dict:
 
     fit = shipped_fit(RunSpec.of_catalog(recipe), example_settings())
     chip = "-" if fit is None or fit.peak is None else f"{gib(fit.peak).removesuffix(' GiB')}/{gib(fit.limit)}"
-    changed = {key: {"recipe": next(item.partition("=")[2] for item in recipe.rl.overrides
-                                    if item.partition("=")[0] == key), "seed": seed}
-               for key, seed in recipe.rl.fitted_from.items()}
+    changed = {key: {"recipe": value, "seed": seed} for key, (value, seed) in recipe.rl.changed_to_fit().items()}
     return {"hbm_per_chip": chip, "fits": None if fit is None else fit.fits, "changed_to_fit": changed}
 
 

@@ -72,6 +72,7 @@ class Fit:
     result: dict
     margin_share: float = MARGIN  # of the chip's limit kept free; 0 to compare with a chip's own verdict
     margin_why: str | None = None  # a recipe's reason for keeping less than MARGIN, said with its verdict
+    flags: tuple[str, ...] = ()  # the recipe's xla_flags, each program's compile options
 
     @property
     def limit(self) -> int:
@@ -223,11 +224,13 @@ class Fit:
         """What run.json keeps of it: the verdict, the peak, the chip's limit and who compiled it."""
         return {"fits": self.fits, "accelerator": self.result["accelerator"], "peak_bytes": self.peak,
                 "limit_bytes": self.limit, "margin_bytes": self.margin, "headroom_bytes": self.headroom,
-                "largest": self.largest.name, "compiler": self.result["versions"]}
+                "largest": self.largest.name, "compiler": self.result["versions"],
+                **({"compiler_flags": list(self.flags)} if self.flags else {})}
 
     def rows(self) -> list[tuple[str, str]]:
         """The account, a row a part: what a person reads in `tpu-rl fit` and docs/fit.md."""
         rows = [("compiled for", f"{self.result['accelerator']}, {self.mesh()}"),
+                *([("compiled with", " ".join(self.flags))] if self.flags else []),
                 ("resident", f"{gib(self.resident)} (actor {gib(self.held['actor'])}, reference "
                              f"{gib(self.held['reference'])}, optimizer {gib(self.held['optimizer'])})")]
         share = gib(self.result["vllm_share_bytes"])

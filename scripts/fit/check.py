@@ -12,7 +12,7 @@ from tpu_rl.scripts.fit.compiler import compiled, digest, known
 
 def recipe_fit(result: dict, recipe: Recipe) -> Fit:
     """The account of a compile result with the recipe's margin (and its reason, where it keeps less)."""
-    return Fit(result, recipe.fit_margin, recipe.fit_margin_why)
+    return Fit(result, recipe.fit_margin, recipe.fit_margin_why, recipe.rl.xla_flags)
 
 
 def fit_of(spec: RunSpec, settings: Settings, say=lambda line: None) -> Fit:

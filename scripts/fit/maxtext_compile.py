@@ -160,11 +160,12 @@ def main() -> None:
     with_vllm = request.get("sampler", "vllm") == "vllm"
     vllm_share = round(config.hbm_utilization_vllm * (request.get("vllm_hbm_bytes") or limit)) if with_vllm else 0
     other_model = vllm_share - params if shared and vllm_share else params  # beside one model: the other, or vLLM's share
+    options = request.get("compiler_options") or {}  # the run's flags, for its programs only: not chip_limit's
     programs = {}
     with mesh, rules():
         programs["train_step"] = compile_program(
             "train_step", nnx.jit(train_step, donate_argnames=("optimizer",)), (model, state, example),
-            other_model + accumulator)
+            other_model + accumulator, options)
         if algo.beta != 0.0 or rl.num_iterations > 1:
             model_graph, weights = nnx.split(model)
 
@@ -177,7 +178,7 @@ def main() -> None:
             programs["reference_logps"] = compile_program(
                 "reference_logps", jax.jit(logps),
                 (weights, batch((rows, prompt), jnp.int32), batch((rows, completion), jnp.int32)),
-                other_model + optimizer_bytes)
+                other_model + optimizer_bytes, options)
 
     kv_heads = -(-config.num_kv_heads // rollout["tensor_parallel_size"])  # at least one head's K and V a chip
     print(json.dumps({

@@ -183,13 +183,14 @@ def train_rl_function(name: str):
     return namespace[name]
 
 
-def compile_program(name: str, jitted, args, beside: int) -> dict:
+def compile_program(name: str, jitted, args, beside: int, options: dict[str, str]) -> dict:
     """One program compiled as the chip compiles it, with its own arguments only: its memory analysis, or
-    the compiler's refusal of the program alone. `beside`: what else the chip holds meanwhile, bytes."""
+    the compiler's refusal of the program alone. `beside`: what else the chip holds meanwhile, bytes;
+    `options`: the run's compiler flags (a lower HBM limit makes the compiler fit the program under it)."""
     start = time.monotonic()
     say(f"compiling {name} ...")
     try:
-        compiled = jitted.lower(*args).compile()
+        compiled = jitted.lower(*args).compile(compiler_options=options or None)
     except Exception as error:  # noqa: BLE001  the compiler's refusal is a verdict, anything else is not
         found = refusal(error)
         if found is None:
