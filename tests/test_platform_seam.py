@@ -89,7 +89,7 @@ def test_help_imports_no_platform_implementation(tmp_path):
 # would take the wrong side. Registered in every registry, it must be found wherever a platform is asked.
 THIRD = "third"
 REGISTRY_FILES = ("recipes/platforms/__init__.py", "scripts/pipeline/platforms.py", "stacks/compositions.py",
-                  "jobs/__init__.py")
+                  "jobs/__init__.py", "recipes/costs/run.py", "recipes/costs/standing.py")
 REGISTERED = re.compile(r"registered\([^\n]*?\"([A-Z_]+ of [\w/.]+)\"")
 
 
@@ -98,10 +98,12 @@ def _third_facts():
 
     from tpu_rl.recipes.capacity.modes import CAPACITY_MODES
     from tpu_rl.recipes.platforms import StepRunner
+    from tpu_rl.recipes.platforms.facts import TpuHosts
 
     vm = PLATFORMS["vm"]
-    return replace(vm, label="third", capacity=CAPACITY_MODES, tpu_node_pools=True,
-                   steps_run_as=StepRunner.STARTUP_SCRIPT, needs={**vm.needs, "runs": ("project",)}, refused=())
+    return replace(vm, label="third", capacity=CAPACITY_MODES, max_capacity_modes=2, tpu_zones=None,
+                   tpu_hosts=TpuHosts.WHILE_TRAINING, steps_run_as=StepRunner.STARTUP_SCRIPT,
+                   needs={**vm.needs, "runs": ("project",)}, refused=())
 
 
 class _ThirdPlatform:
@@ -148,10 +150,19 @@ def test_a_third_platform_is_found_in_every_registry(third):
     assert needs_table().splitlines()[0] == "| command | GKE recipe | TPU VM recipe | third recipe |"
     settings = example_settings()
     assert list(jobs.render_steps(RunSpec.of_catalog(recipe), settings)) == ["startup script"]
-    # Its facts, not its likeness to either platform, decide: node pools in every zone of ZONE, no cluster.
-    zoned = type(settings)(**{**vars(settings), "zones": ("us-east5-b", "us-east5-a")})
+    # Its facts, not its likeness to either platform, decide: node pools in every zone of ZONE, two modes of
+    # a capacity list, no cluster; its stack is priced and stopped as the TPU VM's it is.
+    zoned = type(settings)(**{**vars(settings), "zones": ("us-east5-b", "us-east5-a"),
+                              "capacity": ("spot", "on-demand", "reservation")})
     assert zoned.zones_for(recipe) == ("us-east5-b", "us-east5-a")
+    assert zoned.with_capacity(recipe).capacity == ("spot", "on-demand")
     assert zoned.for_recipe(recipe.with_capacity(("spot",), "test")) is zoned  # no AUTHORIZED_CIDR asked
+    from tpu_rl.recipes.costs.run import hourly_estimate
+    from tpu_rl.recipes.costs.standing import idle_bill, stop_command
+
+    assert hourly_estimate(recipe, zones=zoned.zones_for(recipe)).zones == ("us-east5-b", "us-east5-a")
+    assert idle_bill(recipe).items[-1].item == "Cloud NAT"
+    assert stop_command(recipe) == "`npx cdktf destroy third-recipe`"
 
 
 def test_every_registry_names_itself_when_a_platform_is_missing(third, monkeypatch):
@@ -175,6 +186,15 @@ def test_every_registry_names_itself_when_a_platform_is_missing(third, monkeypat
     monkeypatch.delitem(jobs.RENDERERS, runner)
     with pytest.raises(KeyError, match=f"steps '{runner}' is not registered in RENDERERS of jobs/"):
         jobs.render_steps(RunSpec.of_catalog(_third_recipe()), example_settings())
+    # recipes/costs keys what a stack bills by what the stack is: a new kind of stack names both tables.
+    from tpu_rl.recipes.costs import run, standing
+
+    stack = PLATFORMS[THIRD].stack
+    for table, bill in ((run.HOURLY_LINES, lambda: run.hourly_estimate(_third_recipe())),
+                        (standing.IDLE_BILLS, lambda: standing.idle_bill(_third_recipe()))):
+        monkeypatch.delitem(table, stack)
+        with pytest.raises(KeyError, match=f"stack '{stack}' is not registered in [A-Z_]+ of recipes/costs/"):
+            bill()
 
 
 def test_a_recipe_on_an_unregistered_platform_is_refused_naming_the_registered_ones():

@@ -118,8 +118,10 @@ def check_capacity(name: str, platform: PlatformFacts, capacity: tuple[CapacityM
     if refused:
         raise UserError(f"{where}: a {platform.label} takes one of {', '.join(allowed)}, not {', '.join(refused)} "
                         "(flex-start and fallback lists need a GKE recipe)")
-    if not platform.tpu_node_pools and len(capacity) > 1:  # no pool per mode to fall back through
-        raise UserError(f"{where}: a {platform.label} has one provisioning model, so name one mode")
+    most = platform.max_capacity_modes  # one provisioning model: no pool per mode to fall back through
+    if len(capacity) > most:
+        raise UserError(f"{where}: a {platform.label} " + ("has one provisioning model, so name one mode" if most == 1
+                                                             else f"falls back through {most} modes at most"))
     if facts.flex_start and max_run_hours and max_run_hours > facts.flex_start.max_run_hours:
         raise UserError(f"recipe '{name}': tpu.flex_start_max_run_hours is {max_run_hours}; flex-start nodes run "
                         f"at most {facts.flex_start.max_run_hours} hours")
