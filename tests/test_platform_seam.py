@@ -10,11 +10,12 @@ import inspect
 import re
 import subprocess
 import sys
+import typing
 
 import pytest
 from peers.fixtures import REPO, clean_environment
 
-from tpu_rl.recipes.platforms import PLATFORMS
+from tpu_rl.recipes.platforms import PLATFORMS, PlatformFacts
 from tpu_rl.scripts.pipeline.platforms import IMPLEMENTATIONS, Platform, platform_for
 
 PRODUCT_PACKAGES = ("scripts", "jobs", "recipes", "infra", "stacks")
@@ -56,6 +57,51 @@ def test_the_pattern_sees_each_kind_of_branch():
 
 def test_no_platform_branch_outside_the_implementations():
     assert _branches() == {}, "branch on the platform behind the seam (scripts/pipeline/platforms.py) instead"
+
+
+# The facts' own layer and the implementations may read a per-platform yes-or-no; elsewhere it would be
+# `is_gke` under another name (issue 38): a reader asks a fact with a value of its own, or a method.
+FACTS_PACKAGE = "recipes/platforms/"
+# An expression that is a platform's facts, and a name a module binds to one (`rules = PLATFORMS[...]`).
+FACTS = r"(?:platform_facts|facts_of\([^)]*\)|PLATFORMS\[[^\]]*\])"
+BOUND = re.compile(rf"\b(\w+)\s*(?::[^=]*)?=\s*[\w.]*{FACTS}\s*(?:#.*)?$")
+
+
+def _per_platform_booleans() -> set[str]:
+    return {name for name, kind in typing.get_type_hints(PlatformFacts).items() if kind is bool}
+
+
+def _boolean_reads(text: str, fields: set[str]) -> list[str]:
+    """The lines of `text` that read one of `fields` of a platform's facts, directly or through a name."""
+    names = {FACTS, *(re.escape(match.group(1)) for line in text.splitlines() if (match := BOUND.search(line)))}
+    read = re.compile(rf"(?:{'|'.join(sorted(names))})\.(?:{'|'.join(sorted(fields))})\b(?!\s*\()")
+    return [f"{number}: {line.strip()}" for number, line in enumerate(text.splitlines(), 1) if read.search(line)]
+
+
+def test_the_read_pattern_sees_a_boolean_fact_read():
+    fields = {"cpu_pool", "control_plane", "pathways"}
+    for text in ("lazy = recipe.platform_facts.cpu_pool", "any(r.platform_facts.control_plane for r in runs)",
+                 "rules = PLATFORMS[self.platform]\nif not rules.pathways and x:",
+                 "platform = recipe.platform_facts  # why\nx = platform.cpu_pool", "facts_of(name).pathways"):
+        assert _boolean_reads(text, fields), text
+    for text in ("from tpu_rl.infra.cpu_pool import CpuPool", "if recipe.pathways:", "props.cpu_pool",
+                 "recipe.platform_facts.cpu_pool_zones", "rules = PLATFORMS[p]\nrules.pathways_of(x)"):
+        assert not _boolean_reads(text, fields), text
+
+
+def test_no_per_platform_boolean_is_read_outside_the_platforms():
+    booleans = _per_platform_booleans()
+    found = {}
+    for package in PRODUCT_PACKAGES if booleans else ():
+        for path in sorted((REPO / package).rglob("*.py")):
+            relative = path.relative_to(REPO).as_posix()
+            if relative.startswith((FACTS_PACKAGE, *IMPLEMENTATION_PACKAGES)):
+                continue
+            if lines := _boolean_reads(path.read_text(), booleans):
+                found[relative] = lines
+    assert found == {}, f"reads of PlatformFacts' booleans {sorted(booleans)}: ask a fact or a method instead"
+    # None is left to read: a yes-or-no per platform stays inside its layer, as a method's answer.
+    assert not booleans, "a per-platform boolean is a platform's name in disguise: state a fact of its own"
 
 
 def test_every_platform_has_rules_and_an_implementation_of_the_whole_protocol():
