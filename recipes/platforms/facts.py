@@ -85,6 +85,18 @@ class PlatformFacts:
         through."""
         return tuple(mode for mode in listed if mode in self.capacity)[:self.max_capacity_modes]
 
+    def refuses_capacity(self, capacity: Sequence[str]) -> str | None:
+        """Why its TPUs cannot run an ordered capacity list, or None (recipes/capacity/modes.py adds where)."""
+        refused = [mode for mode in capacity if mode not in self.capacity]
+        if refused:
+            return (f"a {self.label} takes one of {', '.join(self.capacity)}, not {', '.join(refused)} "
+                    "(flex-start and fallback lists need a GKE recipe)")
+        most = self.max_capacity_modes  # one provisioning model: no pool per mode to fall back through
+        if len(capacity) > most:
+            return f"a {self.label} " + ("has one provisioning model, so name one mode" if most == 1
+                                         else f"falls back through {most} modes at most")
+        return None
+
     def tpu_only_in_train(self, mode: str) -> bool:
         """Whether its TPU hosts of capacity `mode` exist only while a train step runs (not a reservation's)."""
         return self.tpu_hosts is TpuHosts.WHILE_TRAINING and MODE_RULES[CapacityMode(mode)].scales_to_zero
