@@ -110,7 +110,7 @@ def convert_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         *_checkpoint_storage(recipe),
         "hardware=cpu",
     ]
-    lazy = recipe.platform_facts.cpu_pool  # bound the shared CPU pool's RAM; the TPU host loads eagerly
+    lazy = recipe.platform_facts.cpu_steps_on.lazy_load_tensors  # a shared CPU pool's RAM; a TPU host's is 1.4 TB
     flags = (f"--hf_model_path={recipe.model.hf_repo}", f"--lazy_load_tensors={_bool(lazy)}")
     return MaxTextCommand(TO_MAXTEXT, _unique(recipe, "convert", overrides), flags)
 
@@ -146,7 +146,7 @@ def export_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         "weight_dtype=bfloat16",
     ]
     flags: list[str] = []
-    if recipe.platform_facts.cpu_pool:  # on the CPU pool, without a JAX cluster: MaxText's architecture wins
+    if recipe.platform_facts.cpu_steps_on.export_on_cpu:  # without a JAX cluster: MaxText's architecture wins
         overrides += ["skip_jax_distributed_system=true", "hardware=cpu"]
         flags.append("--override_model_architecture")
     if recipe.maxtext.export_takes_hf_model_path:

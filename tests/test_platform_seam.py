@@ -10,11 +10,12 @@ import inspect
 import re
 import subprocess
 import sys
+import typing
 
 import pytest
 from peers.fixtures import REPO, clean_environment
 
-from tpu_rl.recipes.platforms import PLATFORMS
+from tpu_rl.recipes.platforms import PLATFORMS, PlatformFacts
 from tpu_rl.scripts.pipeline.platforms import IMPLEMENTATIONS, Platform, platform_for
 
 PRODUCT_PACKAGES = ("scripts", "jobs", "recipes", "infra", "stacks")
@@ -58,6 +59,51 @@ def test_no_platform_branch_outside_the_implementations():
     assert _branches() == {}, "branch on the platform behind the seam (scripts/pipeline/platforms.py) instead"
 
 
+# The facts' own layer and the implementations may read a per-platform yes-or-no; elsewhere it would be
+# `is_gke` under another name (issue 38): a reader asks a fact with a value of its own, or a method.
+FACTS_PACKAGE = "recipes/platforms/"
+# An expression that is a platform's facts, and a name a module binds to one (`rules = PLATFORMS[...]`).
+FACTS = r"(?:platform_facts|facts_of\([^)]*\)|PLATFORMS\[[^\]]*\])"
+BOUND = re.compile(rf"\b(\w+)\s*(?::[^=]*)?=\s*[\w.]*{FACTS}\s*(?:#.*)?$")
+
+
+def _per_platform_booleans() -> set[str]:
+    return {name for name, kind in typing.get_type_hints(PlatformFacts).items() if kind is bool}
+
+
+def _boolean_reads(text: str, fields: set[str]) -> list[str]:
+    """The lines of `text` that read one of `fields` of a platform's facts, directly or through a name."""
+    names = {FACTS, *(re.escape(match.group(1)) for line in text.splitlines() if (match := BOUND.search(line)))}
+    read = re.compile(rf"(?:{'|'.join(sorted(names))})\.(?:{'|'.join(sorted(fields))})\b(?!\s*\()")
+    return [f"{number}: {line.strip()}" for number, line in enumerate(text.splitlines(), 1) if read.search(line)]
+
+
+def test_the_read_pattern_sees_a_boolean_fact_read():
+    fields = {"cpu_pool", "control_plane", "pathways"}
+    for text in ("lazy = recipe.platform_facts.cpu_pool", "any(r.platform_facts.control_plane for r in runs)",
+                 "rules = PLATFORMS[self.platform]\nif not rules.pathways and x:",
+                 "platform = recipe.platform_facts  # why\nx = platform.cpu_pool", "facts_of(name).pathways"):
+        assert _boolean_reads(text, fields), text
+    for text in ("from tpu_rl.infra.cpu_pool import CpuPool", "if recipe.pathways:", "props.cpu_pool",
+                 "recipe.platform_facts.cpu_pool_zones", "rules = PLATFORMS[p]\nrules.pathways_of(x)"):
+        assert not _boolean_reads(text, fields), text
+
+
+def test_no_per_platform_boolean_is_read_outside_the_platforms():
+    booleans = _per_platform_booleans()
+    found = {}
+    for package in PRODUCT_PACKAGES if booleans else ():
+        for path in sorted((REPO / package).rglob("*.py")):
+            relative = path.relative_to(REPO).as_posix()
+            if relative.startswith((FACTS_PACKAGE, *IMPLEMENTATION_PACKAGES)):
+                continue
+            if lines := _boolean_reads(path.read_text(), booleans):
+                found[relative] = lines
+    assert found == {}, f"reads of PlatformFacts' booleans {sorted(booleans)}: ask a fact or a method instead"
+    # None is left to read: a yes-or-no per platform stays inside its layer, as a method's answer.
+    assert not booleans, "a per-platform boolean is a platform's name in disguise: state a fact of its own"
+
+
 def test_every_platform_has_rules_and_an_implementation_of_the_whole_protocol():
     names = set(PLATFORMS)
     assert set(IMPLEMENTATIONS) == names
@@ -89,7 +135,7 @@ def test_help_imports_no_platform_implementation(tmp_path):
 # would take the wrong side. Registered in every registry, it must be found wherever a platform is asked.
 THIRD = "third"
 REGISTRY_FILES = ("recipes/platforms/__init__.py", "scripts/pipeline/platforms.py", "stacks/compositions.py",
-                  "jobs/__init__.py")
+                  "jobs/__init__.py", "recipes/costs/run.py", "recipes/costs/standing.py")
 REGISTERED = re.compile(r"registered\([^\n]*?\"([A-Z_]+ of [\w/.]+)\"")
 
 
@@ -98,10 +144,12 @@ def _third_facts():
 
     from tpu_rl.recipes.capacity.modes import CAPACITY_MODES
     from tpu_rl.recipes.platforms import StepRunner
+    from tpu_rl.recipes.platforms.facts import TpuHosts
 
     vm = PLATFORMS["vm"]
-    return replace(vm, label="third", capacity=CAPACITY_MODES, tpu_node_pools=True,
-                   steps_run_as=StepRunner.STARTUP_SCRIPT, needs={**vm.needs, "runs": ("project",)}, refused=())
+    return replace(vm, label="third", capacity=CAPACITY_MODES, max_capacity_modes=2, tpu_zones=None,
+                   tpu_hosts=TpuHosts.WHILE_TRAINING, steps_run_as=StepRunner.STARTUP_SCRIPT,
+                   needs={**vm.needs, "runs": ("project",)}, refused=())
 
 
 class _ThirdPlatform:
@@ -148,10 +196,19 @@ def test_a_third_platform_is_found_in_every_registry(third):
     assert needs_table().splitlines()[0] == "| command | GKE recipe | TPU VM recipe | third recipe |"
     settings = example_settings()
     assert list(jobs.render_steps(RunSpec.of_catalog(recipe), settings)) == ["startup script"]
-    # Its facts, not its likeness to either platform, decide: node pools in every zone of ZONE, no cluster.
-    zoned = type(settings)(**{**vars(settings), "zones": ("us-east5-b", "us-east5-a")})
+    # Its facts, not its likeness to either platform, decide: node pools in every zone of ZONE, two modes of
+    # a capacity list, no cluster; its stack is priced and stopped as the TPU VM's it is.
+    zoned = type(settings)(**{**vars(settings), "zones": ("us-east5-b", "us-east5-a"),
+                              "capacity": ("spot", "on-demand", "reservation")})
     assert zoned.zones_for(recipe) == ("us-east5-b", "us-east5-a")
+    assert zoned.with_capacity(recipe).capacity == ("spot", "on-demand")
     assert zoned.for_recipe(recipe.with_capacity(("spot",), "test")) is zoned  # no AUTHORIZED_CIDR asked
+    from tpu_rl.recipes.costs.run import hourly_estimate
+    from tpu_rl.recipes.costs.standing import idle_bill, stop_command
+
+    assert hourly_estimate(recipe, zones=zoned.zones_for(recipe)).zones == ("us-east5-b", "us-east5-a")
+    assert idle_bill(recipe).items[-1].item == "Cloud NAT"
+    assert stop_command(recipe) == "`npx cdktf destroy third-recipe`"
 
 
 def test_every_registry_names_itself_when_a_platform_is_missing(third, monkeypatch):
@@ -175,6 +232,15 @@ def test_every_registry_names_itself_when_a_platform_is_missing(third, monkeypat
     monkeypatch.delitem(jobs.RENDERERS, runner)
     with pytest.raises(KeyError, match=f"steps '{runner}' is not registered in RENDERERS of jobs/"):
         jobs.render_steps(RunSpec.of_catalog(_third_recipe()), example_settings())
+    # recipes/costs keys what a stack bills by what the stack is: a new kind of stack names both tables.
+    from tpu_rl.recipes.costs import run, standing
+
+    stack = PLATFORMS[THIRD].stack
+    for table, bill in ((run.HOURLY_LINES, lambda: run.hourly_estimate(_third_recipe())),
+                        (standing.IDLE_BILLS, lambda: standing.idle_bill(_third_recipe()))):
+        monkeypatch.delitem(table, stack)
+        with pytest.raises(KeyError, match=f"stack '{stack}' is not registered in [A-Z_]+ of recipes/costs/"):
+            bill()
 
 
 def test_a_recipe_on_an_unregistered_platform_is_refused_naming_the_registered_ones():

@@ -15,13 +15,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence
 
 from tpu_rl.recipes.errors import UserError
 
 if TYPE_CHECKING:
     from tpu_rl.recipes.catalog.facts import TpuGeneration
-    from tpu_rl.recipes.platforms.facts import PlatformFacts
 
 
 class CapacityMode(StrEnum):
@@ -108,18 +107,20 @@ def parse_capacity(value: object) -> tuple[CapacityMode, ...]:
     return tuple(modes)  # type: ignore[arg-type]  # the members' plain strings, as recipes hold them (see above)
 
 
-def check_capacity(name: str, platform: PlatformFacts, capacity: tuple[CapacityMode, ...], facts: TpuGeneration,
+class TakesCapacity(Protocol):
+    """A platform, as the capacity rules ask it (recipes/platforms PlatformFacts)."""
+
+    def refuses_capacity(self, capacity: Sequence[str]) -> str | None: ...
+
+
+def check_capacity(name: str, platform: TakesCapacity, capacity: tuple[CapacityMode, ...], facts: TpuGeneration,
                    max_run_hours: int | None, source: str) -> None:
     """The rules a capacity list must meet for a recipe on `platform`; UserError naming `source` (the field
     or setting)."""
     where = f"{source} '{','.join(capacity)}' for recipe '{name}'"
-    allowed = platform.capacity
-    refused = [mode for mode in capacity if mode not in allowed]
-    if refused:
-        raise UserError(f"{where}: a {platform.label} takes one of {', '.join(allowed)}, not {', '.join(refused)} "
-                        "(flex-start and fallback lists need a GKE recipe)")
-    if not platform.tpu_node_pools and len(capacity) > 1:  # no pool per mode to fall back through
-        raise UserError(f"{where}: a {platform.label} has one provisioning model, so name one mode")
+    refusal = platform.refuses_capacity(capacity)
+    if refusal:
+        raise UserError(f"{where}: {refusal}")
     if facts.flex_start and max_run_hours and max_run_hours > facts.flex_start.max_run_hours:
         raise UserError(f"recipe '{name}': tpu.flex_start_max_run_hours is {max_run_hours}; flex-start nodes run "
                         f"at most {facts.flex_start.max_run_hours} hours")

@@ -12,7 +12,7 @@ from tpu_rl.recipes.capacity.modes import CapacityMode, parse_capacity
 from tpu_rl.recipes.catalog.facts import exportable_on_vm
 from tpu_rl.recipes.catalog.strict import Strict
 from tpu_rl.recipes.errors import UserError
-from tpu_rl.recipes.platforms import PLATFORMS, platforms_where
+from tpu_rl.recipes.platforms import PLATFORMS, TrainMode, platforms_where
 from tpu_rl.recipes.platforms.facts import StepRunner
 from tpu_rl.recipes.runs.reward_names import check_reward_names
 
@@ -30,9 +30,9 @@ OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=.*$", re.DOTALL)
 XLA_FLAG = re.compile(r"^--(xla_[a-z0-9_]+)=([A-Za-z0-9_.,:-]+)$")
 
 
-def _allowing(fact: str) -> str:
-    """The platforms whose fact `fact` holds, for a message: 'gke'."""
-    return " or ".join(f"'{name}'" for name in platforms_where(fact))
+def _offering(mode: TrainMode) -> str:
+    """The platforms that train in `mode`, for a message: 'gke'."""
+    return " or ".join(f"'{name}'" for name in platforms_where(lambda facts: mode in facts.train_modes))
 
 
 def same_setting(key: str) -> tuple[str, ...]:
@@ -222,13 +222,16 @@ class RecipeEntry(Strict):
     @model_validator(mode="after")
     def _platform_facts(self) -> "RecipeEntry":
         rules = PLATFORMS[self.platform]
-        if rules.cpu_pool and not self.cpu_machine_type:
+        if rules.cpu_steps_on.cpu_machine_pool and not self.cpu_machine_type:
             raise ValueError(f"cpu_machine_type is required for platform '{self.platform}' (conversion and the "
                              "Pathways head run there)")
-        if not rules.pathways and self.pathways:
-            raise ValueError(f"pathways needs platform {_allowing('pathways')}; a single TPU VM runs JAX directly")
-        if not rules.multislice and self.tpu.slices != 1:
-            raise ValueError(f"tpu.slices must be 1 for platform '{self.platform}'")
+        mode = TrainMode.PATHWAYS if self.pathways else TrainMode.JAX
+        if mode not in rules.train_modes:
+            raise ValueError(f"pathways needs platform {_offering(mode)}; a single TPU VM runs JAX directly"
+                             if self.pathways else f"pathways is required for platform '{self.platform}'")
+        if rules.max_slices is not None and self.tpu.slices > rules.max_slices:
+            at_most = "" if rules.max_slices == 1 else "at most "
+            raise ValueError(f"tpu.slices must be {at_most}{rules.max_slices} for platform '{self.platform}'")
         if rules.steps_run_as is StepRunner.STARTUP_SCRIPT:  # which exports rl.env into its own shell
             try:
                 exportable_on_vm(self.rl.env, "rl.env")

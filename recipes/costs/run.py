@@ -22,12 +22,13 @@ size: recipes/runs/evaluation.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tpu_rl.recipes import conventions
 from tpu_rl.recipes.capacity.modes import MODE_RULES
 from tpu_rl.recipes.catalog.entry import STEPS
 from tpu_rl.recipes.catalog.recipe import Recipe
+from tpu_rl.recipes.platforms import Stack, registered
 from tpu_rl.recipes.runs.evaluation import EvalPlan, eval_plan
 from tpu_rl.recipes.costs.consent import COSTLY_RATIO, Spend, times_own
 from tpu_rl.recipes.costs.prices import PriceTable, load_prices, usd
@@ -175,49 +176,56 @@ def _nat_line(prices: PriceTable, vms: int) -> CostLine:
     return CostLine(f"Cloud NAT ({vms} {'VM' if vms == 1 else 'nodes'})", 1, "gateway", prices.nat_hourly(vms))
 
 
-def tpu_only_in_train(recipe: Recipe) -> bool:
-    """Whether the recipe's TPU hosts exist only while its train step runs: on GKE, when the pools of its
-    first capacity mode scale to zero (not a reservation's). A TPU VM exists from deploy to destroy."""
-    return recipe.platform_facts.tpu_node_pools and MODE_RULES[recipe.capacity[0]].scales_to_zero
-
-
 def hourly_estimate(recipe: Recipe, prices: PriceTable | None = None, zones: tuple[str, ...] = ()) -> CostBreakdown:
     """What the recipe's stack costs per hour while its pipeline runs (lines marked train_only bill only
     during the train step). `zones`: where the slice may come from (Settings.zones_for), which the summary
     names when there are several; the figures do not change with them (CostBreakdown.zones)."""
     prices = prices or load_prices()
-    shape = recipe.shape
-    mode = recipe.capacity[0]  # the capacity expected to serve; the rest of the list is fallback
-    chip = prices.tpu_chip_hour(shape.generation, mode)
-    reserved = MODE_RULES[mode].reservation
-    tpu_label = f"TPU {shape.generation} chips ({mode})"
-    if not recipe.platform_facts.control_plane:  # no cluster: the TPU VM and its NAT
-        lines = [
-            CostLine(f"{tpu_label}, VM {shape.machine_type}", shape.total_chips, "chip", chip.usd_per_hour,
-                     reserved=reserved),
-            _nat_line(prices, shape.total_hosts),
-        ]
-        return CostBreakdown(recipe.name, mode, prices.region, tuple(lines), zones[:1])
+    facts = recipe.platform_facts
+    lines = registered(HOURLY_LINES, facts.stack, "HOURLY_LINES of recipes/costs/run.py", "stack")(recipe, prices)
+    return CostBreakdown(recipe.name, recipe.capacity[0], prices.region, tuple(lines), facts.zones_used(zones))
 
+
+def _tpu_line(recipe: Recipe, prices: PriceTable, where: str = "", train_only: bool = False) -> CostLine:
+    """The recipe's chips in the capacity expected to serve (the first; the rest of the list is fallback)."""
+    shape, mode = recipe.shape, recipe.capacity[0]
+    return CostLine(f"TPU {shape.generation} chips ({mode}){where}", shape.total_chips, "chip",
+                    prices.tpu_chip_hour(shape.generation, mode).usd_per_hour, reserved=MODE_RULES[mode].reservation,
+                    train_only=train_only)
+
+
+def _tpu_vm_lines(recipe: Recipe, prices: PriceTable) -> list[CostLine]:
+    """No cluster: the TPU VM and its NAT."""
+    return [_tpu_line(recipe, prices, f", VM {recipe.shape.machine_type}"), _nat_line(prices, recipe.shape.total_hosts)]
+
+
+def _cluster_lines(recipe: Recipe, prices: PriceTable) -> list[CostLine]:
+    """The TPU pools, the CPU and system pools, the cluster's fee and the NAT for every node behind it."""
+    shape = recipe.shape
     cpu = prices.machine(recipe.cpu_machine_type or "")
     system = prices.machine(conventions.SYSTEM_POOL_MACHINE_TYPE)
     other_nodes = CPU_NODES_DURING_RUN + conventions.SYSTEM_POOL_NODES
-    train_only = tpu_only_in_train(recipe)
+    # On GKE the pools of its first capacity mode scale to zero unless reserved; a TPU VM stays.
+    train_only = recipe.platform_facts.tpu_only_in_train(recipe.capacity[0])
     if train_only:  # the gateway's price for the TPU hosts, on top of the other nodes', only while they exist
         extra = prices.nat_hourly(other_nodes + shape.total_hosts) - prices.nat_hourly(other_nodes)
         nat = [_nat_line(prices, other_nodes),
                CostLine(f"Cloud NAT for {shape.total_hosts} TPU hosts", 1, "gateway", extra, train_only=True)]
     else:
         nat = [_nat_line(prices, shape.total_hosts + other_nodes)]
-    lines = [
-        CostLine(tpu_label, shape.total_chips, "chip", chip.usd_per_hour, reserved=reserved, train_only=train_only),
+    return [
+        _tpu_line(recipe, prices, train_only=train_only),
         CostLine(f"CPU pool {recipe.cpu_machine_type}", CPU_NODES_DURING_RUN, "node", cpu.usd_per_hour),
         CostLine(f"system pool {conventions.SYSTEM_POOL_MACHINE_TYPE}", conventions.SYSTEM_POOL_NODES, "node",
                  system.usd_per_hour),
         CostLine("GKE cluster management fee", 1, "cluster", prices.gke_cluster.usd_per_hour),
         *nat,
     ]
-    return CostBreakdown(recipe.name, mode, prices.region, tuple(lines), tuple(zones))
+
+
+# What each kind of stack (its platform's fact `stack`) bills per hour while a pipeline runs.
+HOURLY_LINES: dict[Stack, Callable[[Recipe, PriceTable], list[CostLine]]] = {
+    Stack.CLUSTER: _cluster_lines, Stack.TPU_VM: _tpu_vm_lines}
 
 
 def pipeline_run_estimate(spec: RunSpec, prices: PriceTable | None = None) -> RunEstimate:

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from tpu_rl.recipes import conventions
 from tpu_rl.recipes.capacity.modes import CAPACITY_MODES, MODE_RULES, CapacityMode
 from tpu_rl.recipes.catalog.recipe import Recipe
 from tpu_rl.recipes.costs.prices import PriceTable, load_prices, usd
+from tpu_rl.recipes.platforms import Stack, registered
 
 ESTIMATE_NOTE = "estimates from list prices"  # every figure of recipes/costs says so
 
@@ -167,25 +168,26 @@ def vm_standing_cost(recipe: Recipe, vm_up: bool, prices: PriceTable | None = No
     return StandingCost(tuple(items), ())
 
 
+def _cluster_idle_bill(recipe: Recipe, vm_up: bool, prices: PriceTable | None) -> StandingCost:
+    return standing_cost(recipe, idle_nodes(recipe), prices)  # no VM to keep up
+
+
+# What each kind of stack (its platform's fact `stack`) bills with no run, as deployed.
+IDLE_BILLS: dict[Stack, Callable[[Recipe, bool, PriceTable | None], StandingCost]] = {
+    Stack.CLUSTER: _cluster_idle_bill, Stack.TPU_VM: vm_standing_cost}
+
+
 def idle_bill(recipe: Recipe, vm_up: bool = False, prices: PriceTable | None = None) -> StandingCost:
     """A recipe's stack with no run, as deployed: a GKE stack with its system pool and a reservation's hosts
     (idle_nodes), a TPU VM stopped after its run, or up when `vm_up` (VM_AFTER_RUN=keep)."""
-    if recipe.platform_facts.control_plane:
-        return standing_cost(recipe, idle_nodes(recipe), prices)
-    return vm_standing_cost(recipe, vm_up, prices)
-
-
-def down_command(recipe: str) -> str:
-    """The one command every output names to stop what a GKE stack bills (scripts/pipeline/gke/down.py)."""
-    return f"`tpu-rl down {recipe}`"
+    stack = recipe.platform_facts.stack
+    return registered(IDLE_BILLS, stack, "IDLE_BILLS of recipes/costs/standing.py", "stack")(recipe, vm_up, prices)
 
 
 def stop_command(recipe: Recipe) -> str:
-    """The one command every output names to stop what the recipe's stack bills: `tpu-rl down` on GKE, and
-    `npx cdktf destroy` for a TPU VM's stack, which `down` does not take (it has no cluster to check first)."""
-    if recipe.platform_facts.control_plane:
-        return down_command(recipe.name)
-    return f"`npx cdktf destroy {recipe.name}`"
+    """The one command every output names to stop what the recipe's stack bills (its platform's fact): `tpu-rl
+    down` on GKE, and `npx cdktf destroy` for a TPU VM's stack, which `down` does not take."""
+    return f"`{recipe.platform_facts.stop_command.format(recipe=recipe.name)}`"
 
 
 def reservation_line(bill: StandingCost) -> str | None:

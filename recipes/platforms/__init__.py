@@ -6,15 +6,16 @@
 
 PLATFORMS below is this layer's registry: recipes.toml's `platform` -> its facts. The behaviour that
 differs lives in the layer that owns it, one registry each: the stack (stacks/compositions.py), what runs
-the steps (jobs/ RENDERERS, keyed by the fact `steps_run_as`) and the commands
+the steps (jobs/ RENDERERS, keyed by the fact `steps_run_as`), what the stack bills (recipes/costs
+HOURLY_LINES and IDLE_BILLS, keyed by the fact `stack`) and the commands
 (scripts/pipeline/platforms.py). docs/development.md lists every line a new platform adds.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
-from tpu_rl.recipes.platforms.facts import PlatformFacts, StepRunner, registered
+from tpu_rl.recipes.platforms.facts import PlatformFacts, Stack, StepRunner, TrainMode, registered
 from tpu_rl.recipes.platforms.gke import GKE
 from tpu_rl.recipes.platforms.vm import VM
 
@@ -26,9 +27,10 @@ def facts_of(platform: str) -> PlatformFacts:
     return registered(PLATFORMS, platform, "PLATFORMS of recipes/platforms/__init__.py")
 
 
-def platforms_where(holds: str) -> Mapping[str, PlatformFacts]:
-    """The platforms whose fact `holds` is true, for a message that names them ('gke')."""
-    return {name: facts for name, facts in PLATFORMS.items() if getattr(facts, holds)}
+def platforms_where(holds: Callable[[PlatformFacts], bool]) -> Mapping[str, PlatformFacts]:
+    """The platforms whose facts `holds`, for a message that names them ('gke')."""
+    return {name: facts for name, facts in PLATFORMS.items() if holds(facts)}
 
 
-__all__ = ["PLATFORMS", "PlatformFacts", "StepRunner", "facts_of", "platforms_where", "registered"]
+__all__ = ["PLATFORMS", "PlatformFacts", "Stack", "StepRunner", "TrainMode", "facts_of", "platforms_where",
+           "registered"]

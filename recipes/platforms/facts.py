@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Mapping, TypeVar
+from typing import Iterable, Mapping, Sequence, TypeVar
+
+from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode
+
+Mode = TypeVar("Mode", bound=str)  # a capacity mode, as a member or its plain string
 
 
 class StepRunner(StrEnum):
@@ -16,27 +20,90 @@ class StepRunner(StrEnum):
     STARTUP_SCRIPT = "startup script"  # one TPU VM's startup script runs every step (render_startup_script)
 
 
+class Stack(StrEnum):
+    """What a platform's stack is, and so how recipes/costs prices it, running or not (recipes/costs
+    HOURLY_LINES and IDLE_BILLS)."""
+    CLUSTER = "cluster"  # a control plane, a system pool, a CPU pool from 0 and TPU node pools, behind Cloud NAT
+    TPU_VM = "TPU VM"  # one TPU VM from deploy to destroy (stopped after its run), behind Cloud NAT
+
+
+class TpuHosts(StrEnum):
+    """When a platform's TPU hosts exist."""
+    WHILE_TRAINING = "while training"  # node pools the autoscaler fills for train, unless the mode keeps them
+    DEPLOY_TO_DESTROY = "deploy to destroy"  # made with the stack, whatever the step
+
+
+class TrainMode(StrEnum):
+    """How a train step drives its TPUs (recipes.toml `pathways`)."""
+    JAX = "jax"  # JAX on the TPU hosts themselves
+    PATHWAYS = "pathways"  # a Pathways head on a CPU node drives the slices
+
+
+@dataclass(frozen=True)
+class CpuStepsHost:
+    """Where convert and export run, with what the code that writes and checks them needs of it."""
+    # A node pool of the recipe's cpu_machine_type, which also runs a Pathways head: recipes.toml names the
+    # machine and preflight checks it is offered and has quota.
+    cpu_machine_pool: bool
+    lazy_load_tensors: bool  # convert loads tensors lazily, bounding a shared pool's RAM
+    export_on_cpu: bool  # export runs on CPU without a JAX cluster, where MaxText's architecture wins
+
+
+CPU_POOL = CpuStepsHost(cpu_machine_pool=True, lazy_load_tensors=True, export_on_cpu=True)
+# The TPU host's 1.4 TB loads eagerly (seed 002), and exports on its TPUs.
+TPU_HOST = CpuStepsHost(cpu_machine_pool=False, lazy_load_tensors=False, export_on_cpu=False)
+
+
 @dataclass(frozen=True)
 class PlatformFacts:
+    """One platform's facts. None is a yes-or-no that code above reads (tests/test_platform_seam.py): each is
+    a value of its own, and a question that takes more than one is a method here, in the caller's words."""
     label: str  # how messages and docs name it: "GKE", "TPU VM"
     capacity: tuple[str, ...]  # the capacity modes its TPUs take (CapacityMode values)
-    # Its TPUs are node pools, one per zone of ZONE and capacity mode, scaled by the autoscaler: a capacity
-    # list falls back through them and (unless reserved) TPU hosts exist only while train runs. Else one
-    # TPU VM in the first zone of ZONE with one provisioning model, from deploy to destroy.
-    tpu_node_pools: bool
-    # A CPU node pool runs convert, export and the Pathways head (cpu_machine_type): convert loads tensors
-    # lazily to bound the shared pool's RAM, export runs on CPU without a JAX cluster. Else both run on the
-    # TPU host, whose 1.4 TB loads eagerly (seed 002) and exports on its TPUs.
-    cpu_pool: bool
-    control_plane: bool  # a control plane, reached from AUTHORIZED_CIDR only, stands (and bills) between runs
-    pathways: bool  # may train with Pathways
-    multislice: bool  # may have tpu.slices > 1
+    # How many modes of a capacity list it falls back through, in order: a TPU node pool per mode, or one
+    # provisioning model (1).
+    max_capacity_modes: int
+    tpu_zones: int | None  # how many zones of ZONE, the first first, its TPUs may be in (None: a pool in each)
+    tpu_hosts: TpuHosts
+    cpu_steps_on: CpuStepsHost  # where convert and export run
+    stack: Stack
+    stop_command: str  # what stops its stack's bill, for a recipe: "tpu-rl down {recipe}"
+    train_modes: tuple[TrainMode, ...]
+    max_slices: int | None  # the most slices (tpu.slices) a recipe may have (None: no bound of its own)
     steps_run_as: StepRunner
-    user_files: bool  # --rewards and --data-processor files can be mounted into the train step
-    run_queue: bool  # runs queue for the slice (Kueue), so `tpu-rl sweep` may start several
+    user_file_kinds: tuple[str, ...]  # the files its train step can mount (recipes/runs/user_files.py Kind)
     # command -> the settings it reads for a recipe on this platform (recipes/settings/specs.py needs)
     needs: Mapping[str, tuple[str, ...]]
     refused: tuple[str, ...] = ()  # commands it refuses before any setting is read (docs/settings.md's table)
+
+    def zones_used(self, zones: Sequence[str]) -> tuple[str, ...]:
+        """The zones of ZONE its TPUs may be in."""
+        return tuple(zones[:self.tpu_zones])
+
+    def capacity_from(self, listed: Iterable[Mode]) -> tuple[Mode, ...]:
+        """What it runs of an ordered capacity list (CAPACITY): the modes it takes, as many as it falls back
+        through."""
+        return tuple(mode for mode in listed if mode in self.capacity)[:self.max_capacity_modes]
+
+    def refuses_capacity(self, capacity: Sequence[str]) -> str | None:
+        """Why its TPUs cannot run an ordered capacity list, or None (recipes/capacity/modes.py adds where)."""
+        refused = [mode for mode in capacity if mode not in self.capacity]
+        if refused:
+            return (f"a {self.label} takes one of {', '.join(self.capacity)}, not {', '.join(refused)} "
+                    "(flex-start and fallback lists need a GKE recipe)")
+        most = self.max_capacity_modes  # one provisioning model: no pool per mode to fall back through
+        if len(capacity) > most:
+            return f"a {self.label} " + ("has one provisioning model, so name one mode" if most == 1
+                                         else f"falls back through {most} modes at most")
+        return None
+
+    def tpu_only_in_train(self, mode: str) -> bool:
+        """Whether its TPU hosts of capacity `mode` exist only while a train step runs (not a reservation's)."""
+        return self.tpu_hosts is TpuHosts.WHILE_TRAINING and MODE_RULES[CapacityMode(mode)].scales_to_zero
+
+    def deploy_needs(self, setting: str) -> bool:
+        """Whether deploying its stack reads `setting` (a Settings field): what synth needs of it."""
+        return setting in self.needs["synth"]
 
 
 Entry = TypeVar("Entry")

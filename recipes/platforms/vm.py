@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode
-from tpu_rl.recipes.platforms.facts import PlatformFacts, StepRunner
+from tpu_rl.recipes.platforms.facts import TPU_HOST, PlatformFacts, Stack, StepRunner, TpuHosts, TrainMode
 from tpu_rl.recipes.settings.where import BUCKET, CLUSTER, DEPLOY, VM as WHERE_VM, fields
 
 VM = PlatformFacts(
     label="TPU VM",
     # One VM with one provisioning model: no flex-start node pool and no queue to fall back in.
     capacity=tuple(mode.value for mode in CapacityMode if MODE_RULES[mode].vm_provisioning_model),
-    tpu_node_pools=False, cpu_pool=False, control_plane=False, pathways=False, multislice=False,
-    steps_run_as=StepRunner.STARTUP_SCRIPT, user_files=False, run_queue=False,
+    max_capacity_modes=1, tpu_zones=1,  # one TPU VM, in the first zone of ZONE
+    tpu_hosts=TpuHosts.DEPLOY_TO_DESTROY, cpu_steps_on=TPU_HOST,
+    # `down` checks a cluster first, which its stack has not: destroy ends it.
+    stack=Stack.TPU_VM, stop_command="npx cdktf destroy {recipe}",
+    train_modes=(TrainMode.JAX,), max_slices=1, steps_run_as=StepRunner.STARTUP_SCRIPT,
+    user_file_kinds=(),  # its startup script trains the recipe as recipes.toml defines it
     needs={
         "synth": fields(DEPLOY, ("reservation",)),
         "recipes": (),

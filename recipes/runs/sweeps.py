@@ -184,9 +184,9 @@ def check_distinct(specs: list[RunSpec], source: str) -> None:
 
 
 def check_sweepable(recipe) -> None:
-    """A sweep queues its runs' train steps in Kueue; a platform without that (its fact run_queue)
-    refuses it before anything is read."""
-    if not recipe.platform_facts.run_queue:
+    """A sweep queues its runs' train steps in Kueue; a platform without a queue refuses it (its fact
+    `refused`) before anything is read."""
+    if "sweep" in recipe.platform_facts.refused:
         raise UserError(f"tpu-rl sweep is refused for {recipe.name}: its one TPU VM runs one startup script, so "
                         "runs cannot queue for it; run them one after another with `tpu-rl run --set ...`, or "
                         "sweep a GKE recipe (tpu-rl recipes lists them)")

@@ -89,7 +89,7 @@ def read_user_files(recipe: Recipe | None, data_processor: Path | None = None,
 
 def _check_recipe_takes(recipe: Recipe, kind: Kind) -> None:
     option = f"--{kind}"
-    if not recipe.platform_facts.user_files:
+    if kind not in recipe.platform_facts.user_file_kinds:
         raise UserError(f"{option} applies to GKE recipes: recipe '{recipe.name}' runs on a TPU VM whose startup "
                         "script trains the recipe as recipes.toml defines it (MaxText "
                         f"{FIRST_RELEASE[kind]} or later on GKE has {SETTING[kind]})")

@@ -162,10 +162,8 @@ class Settings:
         problem = self.capacity_problem(recipe)
         if problem:
             raise UserError(problem)
-        platform = recipe.platform_facts  # node pools fall back through the list; one provisioning model takes one
-        return recipe.with_capacity(self.capacity if platform.tpu_node_pools
-                                    else tuple(mode for mode in self.capacity if mode in platform.capacity)[:1],
-                                    source="CAPACITY")
+        # Node pools fall back through the list; one provisioning model takes the first it can use.
+        return recipe.with_capacity(recipe.platform_facts.capacity_from(self.capacity), source="CAPACITY")
 
     def capacity_problem(self, recipe: Recipe) -> str | None:
         """Why CAPACITY leaves `recipe` nothing to run on (a TPU VM has no flex-start), or None. One rule for
@@ -195,7 +193,7 @@ class Settings:
     def zones_for(self, recipe: Recipe) -> tuple[str, ...]:
         """The zones the recipe's TPUs may be in: every zone of ZONE for a GKE stack, which has TPU pools in
         each (recipes/capacity/placement.py); the first for a TPU VM, which lives in one zone."""
-        return self.zones if recipe.platform_facts.tpu_node_pools else self.zones[:1]
+        return recipe.platform_facts.zones_used(self.zones)
 
     def for_recipe(self, recipe: Recipe, needs: Collection[str] | None = None) -> "Settings":
         """Check the rules that depend on the recipe, those of the settings in `needs` (default: every
@@ -216,7 +214,8 @@ class Settings:
                 f"ZONE '{offerless[0]}' offers no flex-start {recipe.shape.generation} TPUs, which recipe "
                 f"'{recipe.name}' uses: pick one of {', '.join(flex_start.zones)} (and its REGION)"
             )
-        if needed("authorized_cidr") and recipe.platform_facts.control_plane and not self.authorized_cidr:
+        if needed("authorized_cidr") and recipe.platform_facts.deploy_needs("authorized_cidr") \
+                and not self.authorized_cidr:
             raise UserError(
                 f"AUTHORIZED_CIDR is not set, but recipe '{recipe.name}' creates a {recipe.platform_facts.label} "
                 "control plane: export AUTHORIZED_CIDR=<your address>/32 (there is no 0.0.0.0/0 default)"
@@ -233,7 +232,7 @@ def deploy_settings(recipes: Iterable[Recipe], env: Mapping[str, str] | None = N
     runs = [settings.with_capacity(recipe) for recipe in recipes if not settings.capacity_problem(recipe)]
     if not settings.reservation and any(uses_reservation(recipe.capacity) for recipe in runs):
         missing.append(BY_FIELD["reservation"])
-    if not settings.authorized_cidr and any(recipe.platform_facts.control_plane for recipe in runs):
+    if not settings.authorized_cidr and any(recipe.platform_facts.deploy_needs("authorized_cidr") for recipe in runs):
         missing.append(BY_FIELD["authorized_cidr"])
     if len(missing) > 1 or (missing and missing[0].required):
         raise missing_settings(missing)

@@ -217,7 +217,7 @@ def check_cpu_machine_type(clients: Clients, recipe: Recipe, settings: Settings)
     """The CPU pool's machine type in its zone: without it the pool never scales up, and a train step's
     TPU slice idles for CAPACITY_WAIT's `cpu` while its head waits for a node."""
     machine_type = recipe.cpu_machine_type
-    if not recipe.platform_facts.cpu_pool or not machine_type:
+    if not recipe.platform_facts.cpu_steps_on.cpu_machine_pool or not machine_type:
         return None
     zones = cpu_pool_zones(settings)
     for zone in zones:
@@ -241,7 +241,7 @@ GENERAL_CPU_QUOTA = "CPUS"
 def check_cpu_quota(clients: Clients, recipe: Recipe, settings: Settings) -> Check | None:
     """Room in REGION's CPU quota for one node of the CPU pool at least (it scales from zero to 2)."""
     machine = recipe.cpu_machine
-    if not recipe.platform_facts.cpu_pool or machine is None:
+    if not recipe.platform_facts.cpu_steps_on.cpu_machine_pool or machine is None:
         return None
     region, machine_type, need = settings.region, recipe.cpu_machine_type, machine.vcpus
     console = QUOTAS_CONSOLE.format(project=settings.project)
