@@ -29,8 +29,9 @@ from peers.fixtures import REPO, VENV_BIN, jobset_of, peer_settings, put_step_ou
 from peers.kubelet import ProcessKubelet
 from tpu_rl.recipes import get_recipe
 from tpu_rl.recipes.conventions import NAMESPACE
-from tpu_rl.recipes.outcome import ExitCode
+from tpu_rl.recipes.outcome import DRIVER_BACKOFF_LIMIT, ExitCode
 from tpu_rl.scripts.cli import app
+from tpu_rl.scripts.pipeline.gke.driver_wheel import runtime_version
 
 RECIPE = "qwen3-v6e32"
 DRIVER = driver_name(spec_of(get_recipe(RECIPE)))
@@ -366,6 +367,22 @@ def test_a_driver_of_another_version_is_said_in_one_line_by_run_and_status(cloud
     assert sum(line.startswith(drift) for line in again.output.splitlines()) == 1, again.output
     status = runner.invoke(app, ["status", RECIPE])
     assert drift in " ".join(status.output.split()), status.output
+
+
+def test_status_counts_the_failures_of_a_driver_the_job_keeps_starting_again(cloud):
+    """A driver that exits 75 (transient) is started again by its Job, up to its backoffLimit with a back-off
+    that doubles to 10 min: `status` had said `driver: running` all along, a failing driver unseen."""
+    kube = cloud["kube"]
+    kube.kubelet = None  # its pods stay Pending until the test ends them, as the Job controller sees them
+    assert runner.invoke(app, ["run", RECIPE, "--detach"]).exit_code == 0
+    for _ in range(2):
+        [pending] = [pod["metadata"]["name"] for pod in kube.pods_of_job(DRIVER)
+                     if pod["status"]["phase"] == "Pending"]
+        kube.pod_ended(pending, RETRY_EXIT_CODE)
+    status = runner.invoke(app, ["status", RECIPE])
+    line = " ".join(status.output.split())
+    assert (f"driver: running (Job {DRIVER}, tpu-rl {runtime_version()}, started again after 2 of at most "
+            f"{DRIVER_BACKOFF_LIMIT} failures, the last exit {RETRY_EXIT_CODE})") in line, status.output
 
 
 def test_drive_without_its_request_says_so_in_one_line(settings_env, tmp_path):

@@ -15,7 +15,7 @@ from tpu_rl.jobs.driver import (REQUEST_ANNOTATION, driver_job, driver_name, req
 from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION, driver_drift
 from tpu_rl.jobs.k8s import jobset_name
 from tpu_rl.recipes import STEPS, Step, UserError
-from tpu_rl.recipes.outcome import ExitCode
+from tpu_rl.recipes.outcome import DRIVER_BACKOFF_LIMIT, ExitCode
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.cloud.driver_job import JobExists, Jobs
 from tpu_rl.scripts.cloud.jobsets import jobset_state
@@ -31,13 +31,19 @@ class DriverState:
     digest: str = ""  # its request's (jobs/driver.py request_digest)
     exit_code: int | None = None  # its last pod's, once it ended
     reason: str = ""  # why its Job failed (BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy)
+    # A running driver's pods that failed (JobStatus.failed): the Job started it again each time, with a
+    # back-off up to 10 min, so a driver failing over and over still reads "running" without them.
+    failures: int = 0
 
     def line(self) -> str:
         """The one line `status` shows."""
         if self.phase == "none":
             return f"driver: none (no Job {self.name})"
-        how = f", exit {self.exit_code}" if self.phase == "failed" and self.exit_code is not None else ""
+        how = f", exit {self.exit_code}" if self.exit_code is not None and self.phase == "failed" else ""
         why = f", {self.reason}" if self.phase == "failed" and self.reason else ""
+        if self.phase == "running" and self.failures:
+            last = f", the last exit {self.exit_code}" if self.exit_code is not None else ""
+            how = f", started again after {self.failures} of at most {DRIVER_BACKOFF_LIMIT} failures{last}"
         return f"driver: {self.phase} (Job {self.name}, tpu-rl {self.version or '?'}{how}{why})"
 
     def drift(self) -> str:
@@ -65,6 +71,11 @@ def job_phase(job: dict | None) -> tuple[str, str]:
     return "running", ""
 
 
+def last_exit_code(pods: list[dict]) -> int | None:
+    """The exit code of the newest of `pods` (oldest first) whose driver container ended."""
+    return next((code for code in map(exit_code_of, reversed(pods)) if code is not None), None)
+
+
 def exit_code_of(pod: dict | None) -> int | None:
     """The driver container's exit code in a pod, once it terminated."""
     for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
@@ -84,8 +95,9 @@ def driver_state(session: Session, jobs: Jobs | None = None) -> DriverState:
         return DriverState(name, phase)
     version = ((job["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(DRIVER_VERSION_ANNOTATION)
     digest = (job["metadata"].get("annotations") or {}).get(REQUEST_ANNOTATION, "")
-    pods = jobs.pods(name) if phase != "running" else []
-    return DriverState(name, phase, version or "", digest, exit_code_of(pods[-1]) if pods else None, reason)
+    failures = int((job.get("status") or {}).get("failed") or 0) if phase == "running" else 0
+    pods = jobs.pods(name) if phase != "running" or failures else []
+    return DriverState(name, phase, version or "", digest, last_exit_code(pods), reason, failures)
 
 
 def steps_left_running(session: Session, run: str) -> list[str]:
