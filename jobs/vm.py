@@ -37,11 +37,11 @@ import re
 from tpu_rl.jobs.maxtext import maxtext_commands
 from tpu_rl.jobs.patches import render_patch, resolve_patches
 from tpu_rl.jobs.paths import ArtifactPaths
-from tpu_rl.jobs.vm_install import (GCLOUD_WAIT_ENV, GCLOUD_WAIT_SECONDS, RETRY_ENV, RETRY_SECONDS, install_values,
-                                    token_values)
+from tpu_rl.jobs.vm_install import install_values, token_values
 from tpu_rl.jobs.vm_outputs import CANCELLED, after_run_values
 from tpu_rl.jobs.vm_preamble import Knob, Value, part, preamble
 from tpu_rl.recipes import STEPS, Recipe, Settings, UserError
+from tpu_rl.recipes.outcome import VM_SCRIPT_RETRIES
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.recipes.platforms import StepRunner
 
@@ -70,12 +70,10 @@ CANCEL_POLL_ENV = "TPU_RL_CANCEL_POLL_SECONDS"
 HEARTBEAT_SECONDS = CANCEL_POLL_SECONDS
 HEARTBEAT_UPLOAD_SECONDS = 60
 HEARTBEAT_STALE_SECONDS = 600
-# A bucket check (`gcloud storage ls`) that fails for another reason than "no such object" is retried this
-# many times, RETRY_SECONDS * try apart, before the script stops: a transient error at boot must not rerun
-# a finished step. gcloud's own words for a missing object (googlecloudsdk/command_lib/storage/tasks/ls/
-# cloud_list_task.py, CloudListTask.execute: InvalidUrlError, printed as "ERROR: (gcloud.storage.ls) ...").
+# A bucket check (`gcloud storage ls`) that fails for another reason than "no such object" is retried
+# (VM_SCRIPT_RETRIES.bucket). gcloud's own words for a missing object (googlecloudsdk/command_lib/storage/tasks/
+# ls/cloud_list_task.py, CloudListTask.execute: InvalidUrlError, printed as "ERROR: (gcloud.storage.ls) ...").
 GCS_NO_MATCH = "One or more URLs matched no objects"
-GCS_TRIES = 5
 # How many lines of the failed phase's log go into the failure record (the whole step log goes beside it).
 FAILURE_TAIL_LINES = 40
 # The steps' processes, as maxtext_commands runs them (`python3 -m maxtext.<module>`, children of the
@@ -145,8 +143,9 @@ def _values(recipe: Recipe, paths: ArtifactPaths, env: dict[str, str]) -> dict[s
         "TPU_ENV": _tpu_environment(recipe, env),
         "BOOT": BOOT, "CHECKING": CHECKING, "STARTING": STARTING, "DONE": DONE, "FAILED": FAILED,
         "CANCELLED": CANCELLED,
-        "GCLOUD_WAIT_SECONDS": Knob(GCLOUD_WAIT_ENV, GCLOUD_WAIT_SECONDS),
-        "GCS_TRIES": GCS_TRIES, "GCS_RETRY_SECONDS": Knob(RETRY_ENV, RETRY_SECONDS), "GCS_NO_MATCH": GCS_NO_MATCH,
+        "GCLOUD_WAIT_SECONDS": Knob.of(VM_SCRIPT_RETRIES.gcloud_wait),
+        "GCS_TRIES": VM_SCRIPT_RETRIES.bucket.tries, "GCS_RETRY_SECONDS": Knob.of(VM_SCRIPT_RETRIES.bucket.pause),
+        "GCS_NO_MATCH": GCS_NO_MATCH,
         "FAILURE_TAIL_LINES": FAILURE_TAIL_LINES,
         "CANCEL_POLL_SECONDS": Knob(CANCEL_POLL_ENV, CANCEL_POLL_SECONDS),
         "HEARTBEAT_SECONDS": Knob(CANCEL_POLL_ENV, HEARTBEAT_SECONDS),

@@ -20,6 +20,7 @@ from datetime import timedelta
 
 from tpu_rl.jobs.vm_preamble import Knob, Value
 from tpu_rl.recipes import Recipe, Settings
+from tpu_rl.recipes.outcome import VM_SCRIPT_RETRIES
 
 INSTALL_DIR = "/opt/tpu-rl"
 # uv's installer is pinned; its version only matters for the install, not for what gets installed.
@@ -28,18 +29,13 @@ SYSTEM_PACKAGES = ("build-essential", "cmake", "ninja-build")  # as seed 002
 # The script's phases before the steps, in the attempt record and the failure record (paths.vm_attempt,
 # paths.vm_failure): a phase that fails there leaves the same record as a step that fails.
 INSTALL, TOKEN = "install", "token"
-RETRY_SECONDS = 10
-RETRY_ENV = "TPU_RL_GCS_RETRY_SECONDS"
 # apt-get install waits this long for the dpkg lock (Debian/apt 2.4.13 debSystem::Lock, DPkg::Lock::Timeout);
-# `apt-get update` and dpkg never wait, so they are retried every LOCK_RETRY_SECONDS for as long
-# (lock_retry; docs/provenance.md#apt-and-dpkg-locks).
-APT_LOCK_SECONDS = 600
-LOCK_RETRY_SECONDS = 10
-# Knobs for tests (the guest agent sets neither): the lock wait and the pause between its tries, in seconds.
-LOCK_WAIT_ENV, LOCK_RETRY_ENV = "TPU_RL_LOCK_WAIT_SECONDS", "TPU_RL_LOCK_RETRY_SECONDS"
+# `apt-get update` and dpkg never wait, so they are retried for as long (VM_SCRIPT_RETRIES.lock, lock_retry;
+# docs/provenance.md#apt-and-dpkg-locks).
+APT_LOCK_SECONDS = VM_SCRIPT_RETRIES.lock.within.seconds
 # What each prints when another process holds the lock (the sources above).
 APT_LOCKED, DPKG_LOCKED = "Could not get lock", "was locked by another process"
-APT_TRIES = 3
+APT_UPDATE = VM_SCRIPT_RETRIES.apt_update
 
 
 @dataclass(frozen=True)
@@ -85,22 +81,14 @@ INSTALL_TIMEOUT_ENV = "TPU_RL_INSTALL_TIMEOUT_SECONDS"
 # with its KILL grace. `run` shows each command's bound as it starts.
 INSTALL_TOTAL_SECONDS = (
     sum(bound.seconds + KILL_AFTER_SECONDS for bound in INSTALL_BOUNDS.values())
-    + (APT_TRIES - 1) * (INSTALL_BOUNDS["apt-get-update"].seconds + KILL_AFTER_SECONDS)
-    + RETRY_SECONDS * sum(range(1, APT_TRIES)))
+    + (APT_UPDATE.tries - 1) * (INSTALL_BOUNDS["apt-get-update"].seconds + KILL_AFTER_SECONDS)
+    + APT_UPDATE.pause.seconds * sum(range(1, APT_UPDATE.tries)))
 
-
-# gcloud is a snap on the TPU VM images, which snapd mounts in the background at first boot, and the startup
-# unit does not wait for it (GoogleCloudPlatform/guest-agent issue 84: the new agent's unit dropped
-# After=snapd.seeded.service; marin-community/marin PR 5885 waits with `snap wait system seed.loaded`). The
-# script waits this long for snapd's seeding and then for gcloud on PATH before its first record; less than
-# HEARTBEAT_STALE_SECONDS (jobs/vm.py), so `run` reads the script's own line before it calls the VM silent.
-GCLOUD_WAIT_SECONDS = 300
-GCLOUD_WAIT_ENV = "TPU_RL_GCLOUD_WAIT_SECONDS"  # a knob for tests (the guest agent does not set it)
 
 
 def bounds_table() -> str:
     """docs/pipeline.md's table of the bounds (tests/test_jobs_vm_script.py checks the page holds it)."""
-    rows = [f"| `{name}`{f' (each of {APT_TRIES} tries)' if name == 'apt-get-update' else ''} | "
+    rows = [f"| `{name}`{f' (each of {APT_UPDATE.tries} tries)' if name == 'apt-get-update' else ''} | "
             f"{timedelta(seconds=bound.seconds)} | {bound.why} |" for name, bound in INSTALL_BOUNDS.items()]
     return "\n".join(["| command | bound | what it waits for |", "| --- | --- | --- |", *rows])
 
@@ -114,9 +102,9 @@ def install_values(recipe: Recipe) -> dict[str, Value]:
         "INSTALL_MARKER": f"{INSTALL_DIR}/.installed-{recipe.maxtext_version}",
         "MAXTEXT_PIP": release.pip, "PYTHON_VERSION": release.python,
         "UV_INSTALLER_URL": f"https://astral.sh/uv/{UV_VERSION}/install.sh", "SYSTEM_PACKAGES": SYSTEM_PACKAGES,
-        "APT_TRIES": APT_TRIES, "APT_LOCK_SECONDS": APT_LOCK_SECONDS, "APT_LOCKED": APT_LOCKED,
-        "DPKG_LOCKED": DPKG_LOCKED, "LOCK_WAIT_SECONDS": Knob(LOCK_WAIT_ENV, APT_LOCK_SECONDS),
-        "LOCK_RETRY_SECONDS": Knob(LOCK_RETRY_ENV, LOCK_RETRY_SECONDS),
+        "APT_TRIES": APT_UPDATE.tries, "APT_LOCK_SECONDS": APT_LOCK_SECONDS, "APT_LOCKED": APT_LOCKED,
+        "DPKG_LOCKED": DPKG_LOCKED, "LOCK_WAIT_SECONDS": Knob.of(VM_SCRIPT_RETRIES.lock.within),
+        "LOCK_RETRY_SECONDS": Knob.of(VM_SCRIPT_RETRIES.lock.pause),
         "KILL_AFTER_SECONDS": Knob(KILL_AFTER_ENV, KILL_AFTER_SECONDS),
         "INSTALL_BOUNDS": {name: Knob(INSTALL_TIMEOUT_ENV, bound.seconds) for name, bound in INSTALL_BOUNDS.items()},
     }

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 
+from tpu_rl.recipes.outcome import ScriptSeconds
+
 SCRIPT_FOLDER = "vm_script"
 # A bash variable name, as the parts read it: upper case, so shellcheck takes it for one set elsewhere.
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -26,6 +28,11 @@ class Knob:
     """A value a test may replace through the environment (the guest agent sets none): `${ENV:-default}`."""
     env: str
     default: int
+
+    @classmethod
+    def of(cls, seconds: ScriptSeconds) -> Knob:
+        """A retry rule's seconds (recipes/outcome.py VM_SCRIPT_RETRIES)."""
+        return cls(seconds.env, seconds.seconds)
 
 
 Value = str | int | Knob | tuple[str, ...] | Mapping[str, str | Knob]

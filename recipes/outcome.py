@@ -1,9 +1,10 @@
 """How a `tpu-rl` command and a run end, and what is worth asking again: the one home of exit codes, outcomes,
-transient-or-final, the retry policy and the run's driver's contract with its Job.
+transient-or-final, the retry policy, the run's driver's contract with its Job, and the retry rules of the TPU
+VM's startup script.
 
 It sits in the bottom layer so that every layer reads it: the driver's Job (jobs/driver.py) derives its
-podFailurePolicy from RUN_DECIDED and DRIVER_RETRY, and the CLI (scripts/) raises these outcomes and ends
-with their codes. The codes are documented in docs/pipeline.md ("Exit codes") and printed by `tpu-rl --help`.
+podFailurePolicy from RUN_DECIDED and DRIVER_RETRY, the VM's script renderer (jobs/vm.py) its retries from
+VM_SCRIPT_RETRIES, and the CLI (scripts/) raises these outcomes and ends with their codes. The codes are documented in docs/pipeline.md ("Exit codes") and printed by `tpu-rl --help`.
 """
 
 from __future__ import annotations
@@ -172,3 +173,71 @@ class RetryPolicy:
         if retry_after and retry_after.isdigit():
             return min(float(retry_after), self.max_delay)
         return min(self.base_delay * 2**attempt, self.max_delay)
+
+
+# --- what the TPU VM's startup script tries again --------------------------------------------------------
+@dataclass(frozen=True)
+class ScriptSeconds:
+    """Seconds of the VM's startup script that a test replaces through `env` (the guest agent sets none): the
+    script reads `${env:-seconds}` (jobs/vm_preamble.py Knob)."""
+
+    seconds: int
+    env: str
+
+
+@dataclass(frozen=True)
+class CountedRetry:
+    """A command of the VM's startup script run again after it failed: `tries` times in all, `pause` times the
+    try apart (one pause, then two, ...)."""
+
+    tries: int
+    pause: ScriptSeconds
+
+
+@dataclass(frozen=True)
+class TimedRetry:
+    """A command of the VM's startup script run again while it fails, every `pause`, until `within` has passed
+    since its first try."""
+
+    within: ScriptSeconds
+    pause: ScriptSeconds
+
+
+@dataclass(frozen=True)
+class VmScriptRetries:
+    """Every retry rule of the VM's startup script (jobs/vm_script/*.sh), which its renderer writes into the
+    script's readonly values (jobs/vm.py, jobs/vm_install.py, named below) and `run`'s own bounds of the
+    script's phases derive from (scripts/pipeline/vm/phase_watch.py)."""
+
+    # A bucket upload or check (records.sh put, list_objects) that fails for another reason than "no such
+    # object": a transient error at boot must not rerun a finished step. GCS_TRIES, GCS_RETRY_SECONDS.
+    bucket: CountedRetry
+    # A failed `apt-get update` (its mirrors; install.sh apt_update), each try within its own bound. APT_TRIES;
+    # the part pauses by GCS_RETRY_SECONDS, the bucket's pause, so the two share it.
+    apt_update: CountedRetry
+    # `apt-get update` and dpkg, which do not wait for a lock another process holds (the image's apt-daily at
+    # first boot), run while they fail on it (bounded.sh lock_retry), for as long as apt-get install waits for
+    # the dpkg lock (APT_LOCK_SECONDS; docs/provenance.md#apt-and-dpkg-locks). LOCK_WAIT_SECONDS, LOCK_RETRY_SECONDS.
+    lock: TimedRetry
+    # How long the script waits for snapd's seeding and then for gcloud on PATH (each second, records.sh
+    # wait_for_gcloud) before its first record. gcloud is a snap on the TPU VM images, which snapd mounts in the
+    # background at first boot, and the startup unit does not wait for it (GoogleCloudPlatform/guest-agent issue
+    # 84: the new agent's unit dropped After=snapd.seeded.service; marin-community/marin PR 5885 waits with `snap
+    # wait system seed.loaded`). Less than HEARTBEAT_STALE_SECONDS (jobs/vm.py), so `run` reads the script's own
+    # line before it calls the VM silent. GCLOUD_WAIT_SECONDS.
+    gcloud_wait: ScriptSeconds
+
+    def __post_init__(self) -> None:
+        if self.apt_update.pause != self.bucket.pause:
+            raise ValueError("install.sh pauses apt-get update by GCS_RETRY_SECONDS: give apt_update the bucket's "
+                             "pause, or the part a variable of its own")
+
+
+_BUCKET_PAUSE = ScriptSeconds(10, "TPU_RL_GCS_RETRY_SECONDS")
+VM_SCRIPT_RETRIES = VmScriptRetries(
+    bucket=CountedRetry(tries=5, pause=_BUCKET_PAUSE),
+    apt_update=CountedRetry(tries=3, pause=_BUCKET_PAUSE),
+    lock=TimedRetry(within=ScriptSeconds(600, "TPU_RL_LOCK_WAIT_SECONDS"),
+                    pause=ScriptSeconds(10, "TPU_RL_LOCK_RETRY_SECONDS")),
+    gcloud_wait=ScriptSeconds(300, "TPU_RL_GCLOUD_WAIT_SECONDS"),
+)

@@ -100,7 +100,8 @@ def test_run_detach_returns_at_once_and_the_driver_with_no_terminal_takes_the_ru
 
 def test_run_follows_the_drivers_log_past_a_rotation_reading_only_what_is_new(cloud, kubelet):
     """The kubelet rotates a container's log at containerLogMaxSize, after which a read returns only the
-    newest file: `run` prints every line once, and each read after the first asks only for recent lines."""
+    newest file: `run` prints every line once, and each read once a line was printed asks only for the lines
+    from its time on (sinceTime)."""
     kube = cloud["kube"]
     whole_run(cloud, train_ticks=40)
 
@@ -130,7 +131,9 @@ def test_run_follows_the_drivers_log_past_a_rotation_reading_only_what_is_new(cl
                 == sum(written.startswith(line[:40]) for written in after)), (line, result.output)
     reads = [query for _, method, path, query in kube.calls if method == "GET" and path.endswith(f"/pods/{pod}/log")]
     assert len(reads) > 2 and all(query.get("timestamps") == "true" for query in reads)
-    assert all(query.get("sinceSeconds") for query in reads[1:])
+    since = [query.get("sinceTime") for query in reads]
+    printed = next(i for i, at in enumerate(since) if at)  # the reads before the driver's first line take all
+    assert printed > 0 and all(since[printed:]) and since[printed:] == sorted(since[printed:]), since
 
 
 def _attached_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
@@ -431,3 +434,35 @@ def test_a_log_cursor_prints_lines_of_one_timestamp_once_and_orders_trimmed_frac
     again = first + "2026-01-01T00:00:00.1Z c\n2026-01-01T00:00:00.10000001Z d\n2026-01-01T00:00:00.09Z old\n"
     assert cursor.new_lines(again) == ["c", "d"]
     assert cursor.new_lines(again) == []
+
+
+def test_a_log_cursor_loses_no_line_of_a_read_answered_long_after_it_was_written(kube):
+    """Each read starts at the kubelet's time of the last line printed (sinceTime), by the log's own clock: lines
+    written minutes before a read is answered (a slow answer, a retry, a laptop asleep) still come. The window of
+    the seconds since the previous read and a 10 s margin lost them: a train stall test lost the driver's `error:`
+    line so when a read of the attached `run` was answered 11 s late."""
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from tpu_rl.recipes.outcome import RetryPolicy
+    from tpu_rl.scripts.cloud.cluster import Cluster
+    from tpu_rl.scripts.cloud.kubeconfig import api_client_for
+    from tpu_rl.scripts.pipeline.gke.attach import LogCursor
+
+    settings = peer_settings()
+    session = SimpleNamespace(cluster=Cluster(api_client_for(settings, os.environ["KUBECONFIG"]), settings,
+                                              RetryPolicy(base_delay=0)))
+    pod = f"{driver_name(spec_of(get_recipe(RECIPE)))}-abcde"
+    written = datetime.now(timezone.utc) - timedelta(minutes=5)
+    kube.pods[pod] = {"metadata": {"name": pod, "labels": {}}}
+    kube.pod_logs[pod], kube.pod_log_stamps[pod] = "a\n", [written]
+    cursor = LogCursor()
+    assert cursor.read(session, pod) == ["a"]
+    # b and c came one and two minutes after a, and minutes before this read is answered
+    kube.pod_logs[pod] += "b\nc\n"
+    kube.pod_log_stamps[pod] += [written + timedelta(minutes=1), written + timedelta(minutes=2)]
+    assert cursor.read(session, pod) == ["b", "c"]
+    assert cursor.read(session, pod) == []
+    # the first read takes the whole log; each next one from the second of the last line printed
+    assert [query.get("sinceTime") for _, _, path, query in kube.calls if path.endswith(f"/pods/{pod}/log")] == [
+        None, *(f"{stamp:%Y-%m-%dT%H:%M:%S}Z" for stamp in (written, written + timedelta(minutes=2)))]

@@ -69,10 +69,15 @@ def test_a_pass_at_1_count_and_a_nan_reward_parse():
 
 
 def test_a_resumed_step_keeps_the_latest_evaluation_in_the_curve():
-    entries = [{"phase": "pre", "step": 0, "accuracy": 40.0}, {"phase": "intermediate", "step": 20, "accuracy": 45.0},
-               {"phase": "pre", "step": None, "accuracy": 44.0}, {"phase": "intermediate", "step": 20, "accuracy": 47.0},
-               {"phase": "post", "step": 50, "accuracy": 55.0}]
-    assert accuracy_points(entries) == ([0, 20, 50], [40.0, 47.0, 55.0])
+    # of 64 questions: 26 (40.625%), 29 at step 20, 28 after a resume (step unknown), 30 at step 20 again, 35 after
+    lines = [evaluation_line("pre", 26, 64, 30, 50, 0.8), train_step_line(20, 0.3),
+             evaluation_line("intermediate", 29, 64, 30, 50, 0.9, step=20), evaluation_line("pre", 28, 64, 30, 50, 0.9),
+             evaluation_line("intermediate", 30, 64, 30, 50, 1.0, step=20), train_step_line(50, 0.2),
+             evaluation_line("post", 35, 64, 30, 50, 1.1)]
+    entries = [e.as_record() for e in parse_evaluations("\n".join(lines))]
+    assert [(e["phase"], e["step"]) for e in entries] == [("pre", 0), ("intermediate", 20), ("pre", None),
+                                                          ("intermediate", 20), ("post", 50)]
+    assert accuracy_points(entries) == ([0, 20, 50], [40.625, 46.875, 54.6875])
 
 
 def test_the_summary_names_the_eval_set_the_overrides_choose():

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import tpu_rl.jobs.vm as jobs_vm
-import tpu_rl.jobs.vm_install as jobs_vm_install
 from tpu_rl.jobs.vm_outputs import FAILURE_STAY_MINUTES, KEEP_UP_WITHIN_MINUTES
 from peers.vm_guest import Guest, private_mounts
 from tpu_rl.scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
+from tpu_rl.recipes.outcome import VM_SCRIPT_RETRIES as RETRIES
 from vm_helpers import SCRIPT_PATHS as PATHS, SCRIPT_RECIPE as RECIPE, SCRIPT_TOKEN as TOKEN, example_script as script
 
 
@@ -33,17 +33,17 @@ def tagged(output: str) -> list[str]:
 
 def test_gcloud_wait_is_shorter_than_the_silence_run_allows():
     # The script's own line on a gcloud that never came must reach `run` before it calls the VM silent.
-    assert jobs_vm_install.GCLOUD_WAIT_SECONDS < jobs_vm.HEARTBEAT_STALE_SECONDS
+    assert RETRIES.gcloud_wait.seconds < jobs_vm.HEARTBEAT_STALE_SECONDS
 
 
 def test_a_first_boot_waits_for_snapd_to_mount_gcloud_before_its_first_record(snap_guest):
     # Before: the first upload ran before the trap and the watchers; gcloud was not there yet, so the script
     # ended after five tries with no attempt record, no failure record and no heartbeat.
-    code, calls, log = snap_guest.boot(FAKE_SEED_SECONDS="2", **{jobs_vm.RETRY_ENV: "0"})
+    code, calls, log = snap_guest.boot(FAKE_SEED_SECONDS="2", **{RETRIES.bucket.pause.env: "0"})
     assert code == 0, log
     assert calls[0] == "snap wait system seed.loaded"
     assert ("boot: gcloud is not on PATH yet: waiting for snapd's seeding (snap wait system seed.loaded) and gcloud, "
-            f"at most {jobs_vm_install.GCLOUD_WAIT_SECONDS} s") in log
+            f"at most {RETRIES.gcloud_wait.seconds} s") in log
     assert jobs_vm.ATTEMPT_LINE.match(tagged(snap_guest.output)[0])
     attempt = Attempt.parse(snap_guest.object(PATHS.vm_attempt).read_text())
     assert (attempt.phase, attempt.ended) == ("done", "stopped")  # every output verified: the VM stopped itself
@@ -56,8 +56,8 @@ def test_a_first_boot_waits_for_snapd_to_mount_gcloud_before_its_first_record(sn
 
 def test_a_gcloud_that_never_comes_ends_the_boot_at_its_bound_with_one_line_and_no_record(snap_guest):
     began = time.monotonic()
-    code, calls, log = snap_guest.boot(FAKE_SEED_SECONDS="never", **{jobs_vm_install.GCLOUD_WAIT_ENV: "2",
-                                                                     jobs_vm.RETRY_ENV: "0"})
+    code, calls, log = snap_guest.boot(FAKE_SEED_SECONDS="never", **{RETRIES.gcloud_wait.env: "2",
+                                                                     RETRIES.bucket.pause.env: "0"})
     assert time.monotonic() - began < 20  # snapd's stand-in would seed for 60 s
     assert code == 1
     lines = tagged(snap_guest.output)
@@ -103,7 +103,7 @@ def test_a_transient_listing_error_at_export_is_retried_not_taken_for_no_checkpo
     guest = Guest(tmp_path, script(), TOKEN, installed=RECIPE.maxtext_version)
     _trained(guest, RECIPE.last_step)
     code, calls, log = guest.boot(FAKE_LS_FAIL="commit_success.txt", FAKE_LS_FAIL_TIMES="2",
-                                  **{jobs_vm.RETRY_ENV: "0"})
+                                  **{RETRIES.bucket.pause.env: "0"})
     assert code == 0, log
     assert calls == ["maxtext.checkpoint_conversion.to_huggingface token=yes"]
     assert "/*/commit_success.txt failed (try 2 of 5): ERROR: (gcloud.storage.ls) HTTPError 503" in log
@@ -113,7 +113,7 @@ def test_a_transient_listing_error_at_export_is_retried_not_taken_for_no_checkpo
 def test_a_listing_that_keeps_failing_at_export_fails_it_saying_so(tmp_path):
     guest = Guest(tmp_path, script(), TOKEN, installed=RECIPE.maxtext_version)
     _trained(guest, RECIPE.last_step)
-    code, calls, log = guest.boot(FAKE_LS_FAIL="commit_success.txt", **{jobs_vm.RETRY_ENV: "0"})
+    code, calls, log = guest.boot(FAKE_LS_FAIL="commit_success.txt", **{RETRIES.bucket.pause.env: "0"})
     assert code == 1 and calls == []
     assert "no checkpoint with orbax's commit marker" not in log
     record = Failure.parse(guest.object(PATHS.vm_failure).read_text())
@@ -125,12 +125,12 @@ def test_a_listing_that_keeps_failing_at_export_fails_it_saying_so(tmp_path):
 
 def test_the_docs_state_the_gcloud_wait_the_script_does():
     docs = Path(__file__).parents[1] / "docs"
-    line = f"boot: gcloud is not on PATH after {jobs_vm_install.GCLOUD_WAIT_SECONDS} s: no record of this attempt"
+    line = f"boot: gcloud is not on PATH after {RETRIES.gcloud_wait.seconds} s: no record of this attempt"
     # the script's line, with the bound in the variable its preamble sets (the default, or what a test sets)
-    wait = jobs_vm_install.GCLOUD_WAIT_SECONDS
+    wait = RETRIES.gcloud_wait.seconds
     assert line.replace("boot:", "$BOOT:").replace(f" {wait} ", " $GCLOUD_WAIT_SECONDS ") in script()
-    assert f'readonly GCLOUD_WAIT_SECONDS="${{{jobs_vm_install.GCLOUD_WAIT_ENV}:-{wait}}}"\n' in script()
+    assert f'readonly GCLOUD_WAIT_SECONDS="${{{RETRIES.gcloud_wait.env}:-{wait}}}"\n' in script()
     for page in ("pipeline.md", "troubleshooting.md"):
         assert " ".join(line.split()[:9]) in " ".join((docs / page).read_text().split()), page
-    assert (f"at most {jobs_vm_install.GCLOUD_WAIT_SECONDS // 60} min (`GCLOUD_WAIT_SECONDS`"
+    assert (f"at most {RETRIES.gcloud_wait.seconds // 60} min (`GCLOUD_WAIT_SECONDS`"
             in " ".join((docs / "pipeline.md").read_text().split()))

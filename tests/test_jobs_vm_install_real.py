@@ -32,6 +32,7 @@ from peers.vm_guest import Guest, private_mounts
 from tpu_rl.recipes import example_settings, get_recipe
 from tpu_rl.recipes.runs.spec import RunSpec
 from tpu_rl.scripts.pipeline.vm.state import Failure
+from tpu_rl.recipes.outcome import VM_SCRIPT_RETRIES as RETRIES
 
 SETTINGS = example_settings()
 RECIPE = get_recipe("llama31-v6e8")
@@ -170,7 +171,7 @@ def test_locks_held_by_another_process_are_waited_for_on_the_real_apt_and_dpkgs_
             fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             timers.append(threading.Timer(seconds, fcntl.lockf, (handle, fcntl.LOCK_UN)))
             timers[-1].start()
-        code, _, log = guest.boot(**env, **{jobs_vm_install.LOCK_RETRY_ENV: "1"})
+        code, _, log = guest.boot(**env, **{RETRIES.lock.pause.env: "1"})
     finally:
         for timer in timers:
             timer.cancel()

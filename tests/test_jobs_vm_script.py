@@ -24,6 +24,7 @@ from tpu_rl.recipes.conventions import HF_TOKEN_ENV
 from peers.vm_guest import Guest
 from tpu_rl.scripts.pipeline.vm.run import step_section
 from tpu_rl.scripts.pipeline.vm.state import Attempt, ConsoleView, Failure, VmState
+from tpu_rl.recipes.outcome import VM_SCRIPT_RETRIES as RETRIES
 from vm_helpers import EXAMPLE_SETTINGS as SETTINGS, SCRIPT_PATHS as PATHS, SCRIPT_RECIPE as RECIPE
 from vm_helpers import AUDIT_UNPACKED, SCRIPT_TOKEN as TOKEN, example_script as script
 
@@ -249,7 +250,7 @@ def test_a_dpkg_configure_that_finds_the_lock_held_is_retried_and_the_install_go
     run, _ = run_script
     run.install_marker.unlink()
     code, calls, log = run(DPKG_AUDIT=AUDIT_UNPACKED, LOCKED_CALL=DPKG_CONFIGURE, LOCKED_TIMES="1",
-                           **{jobs_vm_install.LOCK_RETRY_ENV: "0"})
+                           **{RETRIES.lock.pause.env: "0"})
     assert code == 0, log
     assert calls.count(DPKG_CONFIGURE) == 2
     assert "dpkg: error: dpkg frontend lock was locked by another process with pid 4242" in run.output
@@ -263,7 +264,7 @@ def test_an_apt_get_update_that_finds_the_lists_lock_held_waits_for_it_within_on
     # apt-daily's update holds the lists lock: apt-get update fails at once; it is tried again, in the same try.
     run, _ = run_script
     run.install_marker.unlink()
-    code, calls, log = run(LOCKED_CALL="apt-get update", LOCKED_TIMES="2", **{jobs_vm_install.LOCK_RETRY_ENV: "0"})
+    code, calls, log = run(LOCKED_CALL="apt-get update", LOCKED_TIMES="2", **{RETRIES.lock.pause.env: "0"})
     assert code == 0, log
     assert calls.count("apt-get update -q") == 3
     assert run.output.count("apt-get: another process holds the lock (exit 100)") == 2
@@ -276,7 +277,7 @@ def test_a_lock_held_past_the_lock_wait_fails_the_phase_with_the_tools_own_line(
     guest.install_marker.unlink()
     began = time.monotonic()
     code, calls, _ = guest.boot(DPKG_AUDIT=AUDIT_UNPACKED, LOCKED_CALL=DPKG_CONFIGURE, LOCKED_TIMES="1000",
-                                **{jobs_vm_install.LOCK_RETRY_ENV: "1", jobs_vm_install.LOCK_WAIT_ENV: "2"})
+                                **{RETRIES.lock.pause.env: "1", RETRIES.lock.within.env: "2"})
     assert time.monotonic() - began < 15
     assert code == 2  # dpkg's own exit
     assert 2 <= calls.count(DPKG_CONFIGURE) <= 4  # about one try a second for 2 s
@@ -288,7 +289,7 @@ def test_a_lock_held_past_the_lock_wait_fails_the_phase_with_the_tools_own_line(
 
 def test_an_attempt_record_that_cannot_be_uploaded_does_not_fail_the_install(guest):
     guest.install_marker.unlink()
-    code, _, log = guest.boot(FAKE_CP_FAIL_BODY="command=uv-venv", **{jobs_vm.RETRY_ENV: "0"})
+    code, _, log = guest.boot(FAKE_CP_FAIL_BODY="command=uv-venv", **{RETRIES.bucket.pause.env: "0"})
     assert code == 0, log
     assert guest.install_marker.is_file()
     assert "failed (try 5 of 5)" in guest.output
@@ -341,7 +342,7 @@ def test_a_missing_secret_version_fails_the_token_phase_with_the_fix_and_a_recor
 
 def test_an_install_failure_leaves_a_record_before_any_step(guest):
     guest.install_marker.unlink()
-    code, calls, log = guest.boot(FAIL_TOOL="apt-get", **{jobs_vm.RETRY_ENV: "0"})
+    code, calls, log = guest.boot(FAIL_TOOL="apt-get", **{RETRIES.bucket.pause.env: "0"})
     assert code == 100
     assert calls == ["apt-get update -q"] * 3  # tried 3 times, then the failure
     assert "install: apt-get update failed (exit 100, try 2 of 3), retrying" in log
@@ -390,7 +391,8 @@ def test_timed_out_measures_the_bound_by_the_time_since_boot(tmp_path):
 
 def test_each_install_command_names_itself_and_its_bound_in_the_attempt_record(guest):
     guest.install_marker.unlink()
-    code, _, _ = guest.boot(HANG_TOOL="apt-get", **{jobs_vm_install.INSTALL_TIMEOUT_ENV: "1", jobs_vm.RETRY_ENV: "0"})
+    code, _, _ = guest.boot(HANG_TOOL="apt-get",
+                            **{jobs_vm_install.INSTALL_TIMEOUT_ENV: "1", RETRIES.bucket.pause.env: "0"})
     assert code == 124
     attempt = Attempt.parse(guest.object(PATHS.vm_attempt).read_text())
     assert (attempt.phase, attempt.command, attempt.bound, attempt.ended) == ("install", "apt-get-update", 1, "exit-124")
@@ -505,7 +507,7 @@ def test_another_runs_lines_are_not_this_runs_progress():
 def test_a_transient_bucket_error_at_boot_is_retried_and_reruns_no_finished_step(run_script, guest):
     run, marker = run_script
     guest.finished(PATHS, "convert", "train", checkpoint=50)
-    code, calls, log = run(FAKE_LS_FAILURES="2", **{jobs_vm.RETRY_ENV: "0"})
+    code, calls, log = run(FAKE_LS_FAILURES="2", **{RETRIES.bucket.pause.env: "0"})
     assert code == 0, log
     assert calls == ["maxtext.checkpoint_conversion.to_huggingface token=yes"]
     assert "failed (try 1 of 5): ERROR: (gcloud.storage.ls) HTTPError 503" in log
@@ -513,7 +515,7 @@ def test_a_transient_bucket_error_at_boot_is_retried_and_reruns_no_finished_step
 
 def test_a_step_whose_log_upload_fails_is_still_done_with_a_warning(run_script, guest):
     run, marker = run_script
-    code, _, log = run(FAKE_CP_FAIL=PATHS.step_log("train"), **{jobs_vm.RETRY_ENV: "0"})
+    code, _, log = run(FAKE_CP_FAIL=PATHS.step_log("train"), **{RETRIES.bucket.pause.env: "0"})
     assert code == 0, log
     assert marker("train").exists() and marker("export").exists()
     assert f"train: warning: its log did not reach {PATHS.step_log('train')} (the step is done)" in log
@@ -523,7 +525,7 @@ def test_a_step_whose_log_upload_fails_is_still_done_with_a_warning(run_script, 
 
 def test_a_failed_check_before_a_step_is_blamed_on_that_check_not_the_step_before(run_script, guest):
     run, marker = run_script
-    code, _, log = run(FAKE_LS_FAIL=PATHS.progress_marker("train"), **{jobs_vm.RETRY_ENV: "0"})
+    code, _, log = run(FAKE_LS_FAIL=PATHS.progress_marker("train"), **{RETRIES.bucket.pause.env: "0"})
     assert code == 1 and marker("convert").exists() and not marker("train").exists()
     record = failure(guest)
     assert (record.phase, record.code) == ("checking-train", "1")
@@ -537,7 +539,7 @@ def test_a_failed_check_before_a_step_is_blamed_on_that_check_not_the_step_befor
 
 def test_a_transient_upload_error_is_retried(run_script):
     run, marker = run_script
-    code, _, log = run(FAKE_CP_FAILURES="2", **{jobs_vm.RETRY_ENV: "0"})
+    code, _, log = run(FAKE_CP_FAILURES="2", **{RETRIES.bucket.pause.env: "0"})
     assert code == 0, log
     assert "failed (try 2 of 5): ERROR: (gcloud.storage.cp) HTTPError 503" in log
     assert all(marker(step).exists() for step in ("convert", "train", "export"))
@@ -547,7 +549,7 @@ def test_a_bucket_that_keeps_failing_stops_the_script_instead_of_rerunning(run_s
     run, marker = run_script
     marker("convert").parent.mkdir(parents=True, exist_ok=True)
     marker("convert").write_text("done")
-    code, calls, log = run(FAKE_LS_FAILURES="99", **{jobs_vm.RETRY_ENV: "0"})
+    code, calls, log = run(FAKE_LS_FAILURES="99", **{RETRIES.bucket.pause.env: "0"})
     assert code == 1 and calls == []
     assert "stopping rather than rerun a finished step" in log
 

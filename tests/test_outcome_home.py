@@ -1,6 +1,7 @@
 """Exit codes, outcomes, transient-or-final and the retry policy have one home, recipes/outcome.py (issue 38,
-item 2): the driver's Job contract is derived from it, never restated; failures are classified by their type,
-never by their text (tests/test_driver_endings.py: `drive`'s table of endings)."""
+item 2): the driver's Job contract is derived from it, never restated, and so are the VM startup script's retry
+rules; failures are classified by their type, never by their text (tests/test_driver_endings.py: `drive`'s table
+of endings)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import ast
 import pytest
 
 from import_graph import ROOT
-from tpu_rl.recipes.outcome import DRIVER_RETRY, ExitCode
+from tpu_rl.recipes.outcome import DRIVER_RETRY, VM_SCRIPT_RETRIES as RETRIES, ExitCode
 
 # Where the driver's side of the contract lives: its Job, its container's install, and `drive` itself.
 DRIVER_MODULES = ("jobs/driver.py", "jobs/driver_runtime.py", "scripts/cli/drive.py")
@@ -110,3 +111,46 @@ def test_a_refused_login_is_a_transient_credentials_failure_whose_cause_has_no_f
     assert isinstance(outcome, CredentialsFailure) and outcome.code == ExitCode.API_ERROR and outcome.transient
     assert str(outcome).endswith("run `gcloud auth application-default login`")
     assert outcome.cause == "Google did not accept your credentials (RefreshError)"
+
+
+# --- the VM startup script's retries ----------------------------------------------------------------------
+def test_the_vm_script_takes_its_retries_from_the_table():
+    from vm_helpers import example_script
+
+    lines = example_script().splitlines()
+    knobs = {"GCS_RETRY_SECONDS": RETRIES.bucket.pause, "LOCK_RETRY_SECONDS": RETRIES.lock.pause,
+             "LOCK_WAIT_SECONDS": RETRIES.lock.within, "GCLOUD_WAIT_SECONDS": RETRIES.gcloud_wait}
+    for name, seconds in knobs.items():
+        assert f'readonly {name}="${{{seconds.env}:-{seconds.seconds}}}"' in lines
+    counts = {"GCS_TRIES": RETRIES.bucket.tries, "APT_TRIES": RETRIES.apt_update.tries,
+              "APT_LOCK_SECONDS": RETRIES.lock.within.seconds}
+    for name, count in counts.items():
+        assert f"readonly {name}={count}" in lines
+    # the defaults docs/settings.md and docs/pipeline.md state
+    assert (RETRIES.bucket.tries, RETRIES.bucket.pause.seconds, RETRIES.apt_update.tries) == (5, 10, 3)
+    assert (RETRIES.lock.pause.seconds, RETRIES.lock.within.seconds, RETRIES.gcloud_wait.seconds) == (10, 600, 300)
+
+
+def test_no_vm_module_restates_a_retry_rule():
+    """The renderer and `run`'s phase bounds read the table: none of them assigns a retry's env name or count."""
+    envs = {RETRIES.bucket.pause.env, RETRIES.lock.pause.env, RETRIES.lock.within.env, RETRIES.gcloud_wait.env}
+    found = []
+    for path in [*sorted((ROOT / "jobs").glob("vm*.py")), ROOT / "scripts" / "pipeline" / "vm" / "phase_watch.py"]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and node.value in envs:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}")
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and any(
+                    isinstance(target, ast.Name) and ("TRIES" in target.id or "RETRY" in target.id)
+                    for target in node.targets):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "take the VM script's retry rules from tpu_rl.recipes.outcome.VM_SCRIPT_RETRIES"
+
+
+def test_apt_get_update_pauses_as_the_bucket_retries_do():
+    """install.sh's apt_update sleeps GCS_RETRY_SECONDS times the try: a pause of its own would render nowhere."""
+    from dataclasses import replace
+
+    from tpu_rl.recipes.outcome import ScriptSeconds
+
+    with pytest.raises(ValueError, match="GCS_RETRY_SECONDS"):
+        replace(RETRIES, apt_update=replace(RETRIES.apt_update, pause=ScriptSeconds(5, "TPU_RL_APT_RETRY_SECONDS")))

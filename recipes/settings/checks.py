@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Collection, Mapping, Sequence
+from typing import Collection, Mapping, NamedTuple, Sequence, TypedDict
 
-from tpu_rl.recipes.capacity.modes import parse_capacity, parse_capacity_wait
+from tpu_rl.recipes.capacity.modes import CapacityMode, WaitKey, parse_capacity, parse_capacity_wait
 from tpu_rl.recipes.errors import UserError
 from tpu_rl.recipes.settings.specs import (BY_FIELD, REQUIRED, SPECS, UNSET, VM_STAYS, VM_STOPS, SettingSpec,
                                            missing_settings)
@@ -109,13 +109,31 @@ def _missing(values: Mapping[str, str], needs: Collection[str]) -> list[SettingS
     return [spec for spec in SPECS if spec.field in wanted and not values.get(spec.field)]
 
 
-def check_values(values: Mapping[str, str], needs: Collection[str] = REQUIRED) -> dict[str, object]:
+class Parsed(TypedDict, total=False):
+    """The settings a check turns into more than their text, each only when set (Settings' fields of these names)."""
+
+    zones: tuple[str, ...]
+    authorized_cidr: tuple[str, ...]
+    capacity: tuple[CapacityMode, ...]
+    capacity_wait: tuple[tuple[WaitKey, float], ...]
+
+
+class Checked(NamedTuple):
+    """The checked values, typed as Settings takes them (`Settings(**text, **parsed)`): `text` the settings a
+    string holds, UNSET where a required one is left out, and `parsed` the others."""
+
+    text: dict[str, str]
+    parsed: Parsed
+
+
+def check_values(values: Mapping[str, str], needs: Collection[str] = REQUIRED) -> Checked:
     """Validate raw strings and convert them to typed values: refuse what `needs` lacks, check every value
     that is set (needed or not), and leave the other required fields UNSET."""
     missing = _missing(values, needs)
     if missing:
         raise missing_settings(missing)
-    # The values as strings (stripped, or a default); `checked` what they become, UNSET where left out.
+    # The values as strings (stripped, or a default); `text` the strings they stay, UNSET where left out, and
+    # `parsed` what the others become.
     given: dict[str, str] = {}
     for spec in SPECS:
         raw = values.get(spec.field)
@@ -123,8 +141,9 @@ def check_values(values: Mapping[str, str], needs: Collection[str] = REQUIRED) -
             given[spec.field] = raw.strip()
         elif not spec.required and spec.default is not None:
             given[spec.field] = spec.default
-    checked: dict[str, object] = {spec.field: UNSET for spec in SPECS if spec.required and spec.field not in given}
-    checked.update(given)
+    text: dict[str, str] = {spec.field: UNSET for spec in SPECS if spec.required and spec.field not in given}
+    text.update(given)
+    parsed: Parsed = {}
 
     project = given.get("project")
     if project is not None and not _PROJECT.match(project):
@@ -135,7 +154,7 @@ def check_values(values: Mapping[str, str], needs: Collection[str] = REQUIRED) -
         raise _fail(BY_FIELD["region"], f"'{region}' is not a region name like us-east5")
     if "zone" in given:
         zones = _check_zones(given["zone"], region)
-        checked["zones"], checked["zone"] = zones, zones[0]
+        parsed["zones"], text["zone"] = zones, zones[0]
     cluster = given.get("cluster_name")
     if cluster is None:
         pass
@@ -160,19 +179,19 @@ def check_values(values: Mapping[str, str], needs: Collection[str] = REQUIRED) -
         raise _fail(BY_FIELD["reservation"], f"'{reservation}' is not a reservation name: lowercase letters, "
                     "digits and '-', 1-63 characters, starting with a letter")
     if "authorized_cidr" in given:
-        checked["authorized_cidr"] = _check_cidrs(given["authorized_cidr"])
+        parsed["authorized_cidr"] = _check_cidrs(given["authorized_cidr"])
     secret = given["hf_token_secret"]
     if not _SECRET_NAME.match(secret):
         raise _fail(BY_FIELD["hf_token_secret"], f"'{secret}' is not a Secret Manager secret id: 1-255 letters, "
                     "digits, '-' or '_'")
     if "capacity" in given:
         try:
-            checked["capacity"] = parse_capacity(given["capacity"])
+            parsed["capacity"] = parse_capacity(given["capacity"])
         except ValueError as error:
             raise _fail(BY_FIELD["capacity"], str(error)) from None
     if "capacity_wait" in given:
         try:
-            checked["capacity_wait"] = parse_capacity_wait(given["capacity_wait"])
+            parsed["capacity_wait"] = parse_capacity_wait(given["capacity_wait"])
         except ValueError as error:
             raise _fail(BY_FIELD["capacity_wait"], str(error)) from None
     tpu_name = given.get("tpu_name")
@@ -183,7 +202,7 @@ def check_values(values: Mapping[str, str], needs: Collection[str] = REQUIRED) -
     if after not in (VM_STOPS, VM_STAYS):
         raise _fail(BY_FIELD["vm_after_run"], f"'{after}' is neither {VM_STOPS} (the TPU VM stops itself once every "
                     f"output of its run is verified; the default) nor {VM_STAYS} (it stays up until you destroy it)")
-    return checked
+    return Checked({field: value for field, value in text.items() if field not in parsed}, parsed)
 
 
 def _check_zones(raw: str, region: str | None) -> tuple[str, ...]:

@@ -263,10 +263,11 @@ def load_settings(env: Mapping[str, str] | None = None, *, allow_example: bool =
     if allow_example and set(values) <= EXAMPLE_OVERLAYS:
         values = {**EXAMPLE, **values}
         source = "example"
-    checked = check_values(values, needs)
-    return Settings(**checked, source=source)
+    text, parsed = check_values(values, needs)
+    return Settings(**text, **parsed, source=source)
 
 
 def example_settings() -> Settings:
     """The embedded example, whatever the environment says (for tests and docs)."""
-    return Settings(**check_values(dict(EXAMPLE)), source="example")
+    text, parsed = check_values(dict(EXAMPLE))
+    return Settings(**text, **parsed, source="example")

@@ -79,14 +79,15 @@ BY_FIELD = {spec.field: spec for spec in SPECS}
 REQUIRED = tuple(spec.field for spec in SPECS if spec.required)
 
 
-class _Unset:
-    """A required field a command does not need, and nobody set (`needs`)."""
+class _Unset(str):
+    """A required field a command does not need, and nobody set (`needs`). A str, as the fields it stands in
+    for are (recipes/settings/checks.py Checked), though no one reads it: Settings refuses to hand it out."""
 
     def __repr__(self) -> str:
         return "<unset>"
 
 
-UNSET = _Unset()
+UNSET = _Unset("<unset>")  # no valid value of any setting, should it ever leak
 
 EXAMPLE: Mapping[str, str] = {
     "project": EXAMPLE_PROJECT,

@@ -305,18 +305,35 @@ class Cluster:
         return raw_json(response).get("items", [])
 
     def read_log(self, pod: str, container: str, tail_lines: int | None = None,
-                 since_seconds: int | None = None, timestamps: bool = False) -> str:
+                 since_seconds: int | None = None, timestamps: bool = False, since_time: str | None = None) -> str:
         """A container's log (its last `tail_lines`); `timestamps`: each line starts with the kubelet's RFC
-        3339 time of it and a space, as in stream_log."""
+        3339 time of it and a space, as in stream_log. `since_time` (RFC 3339): the lines the kubelet stamped
+        at or after it, by the log's own clock (PodLogOptions.sinceTime)."""
         try:
             response = self._read(f"reading logs of {pod}", lambda: self.core.read_namespaced_pod_log(
                 pod, self.namespace, container=container, tail_lines=tail_lines, since_seconds=since_seconds,
-                timestamps=timestamps or None, _request_timeout=self._timeout, _preload_content=False))
+                timestamps=timestamps or None, _request_timeout=self._timeout, _preload_content=False)
+                if since_time is None else self._log_since(pod, container, since_time, timestamps))
         except ApiException as error:
             if error.status in (400, 404):  # container not started yet, or pod gone
                 return ""
             raise
         return response.data.decode(errors="replace")
+
+    def _log_since(self, pod: str, container: str, since_time: str, timestamps: bool) -> urllib3.BaseHTTPResponse:
+        """The log read with sinceTime, a query parameter of the API (kubectl logs --since-time) that the generated
+        client's read_namespaced_pod_log does not take: the same request, built by its ApiClient."""
+        api = self.core.api_client
+        query: list[tuple[str, Any]] = [("container", container), ("sinceTime", since_time)]
+        request = api.param_serialize("GET", "/api/v1/namespaces/{namespace}/pods/{name}/log",
+                                      path_params={"namespace": self.namespace, "name": pod},
+                                      query_params=query + ([("timestamps", True)] if timestamps else []),
+                                      header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"])
+        response = api.call_api(*request, _request_timeout=self._timeout)
+        if not 200 <= response.status <= 299:  # as the generated client raises (ApiClient._call_with_legacy_options)
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
 
     def stream_log(self, pod: str, container: str, since_seconds: int | None = None,
                    timestamps: bool = False, tail_lines: int | None = None) -> Iterator[str]:

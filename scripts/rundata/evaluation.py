@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, replace
-from typing import Iterable, Literal
+from typing import Any, Iterable, Literal, Mapping
 
 Phase = Literal["pre", "intermediate", "post", "checkpoint"]  # checkpoint: `tpu-rl eval` of a saved step
 
@@ -86,8 +86,10 @@ class Evaluation:
         return {**asdict(self), "when": self.when}
 
     @classmethod
-    def from_record(cls, data: dict) -> Evaluation:
-        return cls(**{key: data.get(key) for key in cls.__dataclass_fields__})
+    def from_record(cls, data: Mapping[str, Any]) -> Evaluation:
+        """An entry of run.json's "evaluations" (JSON), as as_record wrote it: every field, each since the first
+        record; a missing one fails here rather than stand in as None for a number."""
+        return cls(**{key: data[key] for key in cls.__dataclass_fields__})
 
 
 def _number(text: str) -> float | None:

@@ -331,8 +331,11 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
                      for i, line in enumerate(self.pod_logs[name].splitlines(keepends=True))]
         else:
             lines = self._jobset_pod_log(pod, query)
-        if query.get("sinceSeconds"):
-            cutoff = now - timedelta(seconds=int(query["sinceSeconds"]))
+        # the kubelet's since: sinceSeconds before its now, or sinceTime; it skips the lines stamped before (kubernetes/
+        # kubernetes 81b7503c pkg/kubelet/kuberuntime/logs/logs.go NewLogOptions, logWriter.write)
+        cutoff = datetime.fromisoformat(query["sinceTime"]) if query.get("sinceTime") else \
+            now - timedelta(seconds=int(query["sinceSeconds"])) if query.get("sinceSeconds") else None
+        if cutoff is not None:
             lines = [(stamp, line) for stamp, line in lines if stamp >= cutoff]
         if query.get("tailLines"):
             lines = lines[-int(query["tailLines"]):]

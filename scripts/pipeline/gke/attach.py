@@ -4,9 +4,11 @@ only watches: Ctrl-C, a closed laptop or a lost network detach it, and the run g
 Following is reading the driver pod's log again every FOLLOW_SECONDS and printing the lines not yet
 printed, pod after pod (a pod the Job replaced after an eviction goes on in the next), until its Job
 ends; `run` then exits with the driver's exit code, whose line the driver printed. Each read asks for
-the lines since the previous read (with a margin) with the kubelet's timestamps and prints those after
-the last one printed: a poll moves only the new lines, and a log the kubelet rotated (containerLogMaxSize)
-loses none of them.
+the lines with the kubelet's timestamps from the second of the last one printed on (sinceTime) and prints
+those after it: a poll moves only the new lines, and a log the kubelet rotated (containerLogMaxSize)
+loses none of them. The window is the log's own clock, never this machine's: a window of the seconds since
+the previous read (and a margin) lost the lines written just after it when the read was answered later than
+that margin (a slow answer, a retry after a failed one, a laptop asleep, whose monotonic clock stops).
 """
 
 from __future__ import annotations
@@ -26,9 +28,6 @@ from tpu_rl.scripts.pipeline.session import Session
 
 FOLLOW_SECONDS = 2.0  # between two reads of the driver's log (at most; TPU_RL_POLL_SECONDS if shorter)
 MIN_FOLLOW_SECONDS = 0.05
-# How far before the previous read each read starts (sinceSeconds is relative to the API server's clock,
-# so a read that took long, or a pause longer than planned, still overlaps the last one).
-SINCE_MARGIN_SECONDS = 10
 
 
 def _instant(stamp: str) -> str:
@@ -39,13 +38,12 @@ def _instant(stamp: str) -> str:
 
 
 class LogCursor:
-    """Where `run` is in one pod's log: the timestamp of the last line printed, how many lines of that
-    timestamp were printed (equal timestamps happen), and when it last read."""
+    """Where `run` is in one pod's log: the timestamp of the last line printed, and how many lines of that
+    timestamp were printed (equal timestamps happen)."""
 
     def __init__(self) -> None:
         self.last: str | None = None
         self.same = 0
-        self.read_at: float | None = None
 
     def new_lines(self, text: str) -> list[str]:
         """The lines of a timestamped read that were not printed yet, and move past them."""
@@ -70,10 +68,9 @@ class LogCursor:
         return lines
 
     def read(self, session: Session, pod: str) -> list[str]:
-        since = None if self.read_at is None else int(time.monotonic() - self.read_at) + SINCE_MARGIN_SECONDS
-        self.read_at = time.monotonic()  # before the read: what is written during it is in the next
-        return self.new_lines(session.cluster.read_log(pod, DRIVER_CONTAINER, since_seconds=since,
-                                                        timestamps=True))
+        # from the whole second of the last line printed: its own lines come again and are skipped (new_lines)
+        since = None if self.last is None else f"{self.last[:19]}Z"
+        return self.new_lines(session.cluster.read_log(pod, DRIVER_CONTAINER, since_time=since, timestamps=True))
 
 
 def run_attached(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,

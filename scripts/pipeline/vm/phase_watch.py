@@ -3,8 +3,8 @@ checking-<step>, done), by this machine's clock: a backstop behind the script's 
 
 The script bounds each install command that can wait (jobs/vm_install.py INSTALL_BOUNDS, each try of the apt
 update loop too) and the token read, so a hung command ends the phase with its failure record. Around them,
-though, it uploads records and checks the bucket (jobs/vm.py put and object_exists: GCS_TRIES tries,
-RETRY_SECONDS * try apart, each a `gcloud storage` call that retries on its own, up to 32 times with truncated
+though, it uploads records and checks the bucket (records.sh put and object_exists, tried as recipes/outcome.py
+VM_SCRIPT_RETRIES.bucket says, each a `gcloud storage` call that retries on its own, up to 32 times with truncated
 exponential backoff, Cloud Storage docs storage/docs/retry-strategy), and no `timeout` covers those. The
 heartbeat beats on meanwhile, and the stall rule looks at steps only; so `run` bounds each such phase as a
 whole: its bounded commands plus a grace for those calls. (A step is bounded by the stall rule instead.)
@@ -14,15 +14,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpu_rl.jobs.vm import BOOT, CHECKING, GCS_TRIES, LOG_FILE, ssh_command
-from tpu_rl.jobs.vm_install import INSTALL, INSTALL_TOTAL_SECONDS, KILL_AFTER_SECONDS, RETRY_SECONDS, TOKEN, TOKEN_BOUND
+from tpu_rl.jobs.vm import BOOT, CHECKING, LOG_FILE, ssh_command
+from tpu_rl.jobs.vm_install import INSTALL, INSTALL_TOTAL_SECONDS, KILL_AFTER_SECONDS, TOKEN, TOKEN_BOUND
 from tpu_rl.recipes import STEPS
+from tpu_rl.recipes.outcome import VM_SCRIPT_RETRIES
 from tpu_rl.scripts.pipeline.vm import watch as vm_watch
 from tpu_rl.scripts.pipeline.session import Session, hms
 from tpu_rl.scripts.pipeline.vm.state import VmState
 
-# One upload or bucket check that fails every try: the waits between its GCS_TRIES tries (150 s).
-GCS_RETRY_WAIT_SECONDS = RETRY_SECONDS * sum(range(1, GCS_TRIES + 1))
+# One upload or bucket check that fails every try: the pause after each try, the last too (put and list_objects
+# sleep before they give up), 150 s.
+GCS_RETRY_WAIT_SECONDS = VM_SCRIPT_RETRIES.bucket.pause.seconds * sum(range(1, VM_SCRIPT_RETRIES.bucket.tries + 1))
 # The record uploads of a phase (its own, the next phase's first one that ends it, the failure record's),
 # with room for gcloud's own retries of each call.
 UPLOAD_GRACE_SECONDS = 600
