@@ -115,3 +115,33 @@ def test_on_the_chip_the_cap_let_a_step_run_beside_a_buffer_the_uncapped_step_co
 
 def test_every_recipe_has_its_figure_and_none_keeps_less_than_the_margin():
     assert {name for name, recipe in all_recipes().items() if recipe.fit_margin < MARGIN} == set()
+
+
+def _refused_train_step(need_gib: float, named_gib: float) -> dict:
+    """gemma4's shipped result with its train step refused as the compiler refuses one (its own words: the
+    temporaries it needs, the HBM it names), as scripts/fit/maxtext_pieces.py refusal records it."""
+    [result] = [copy.deepcopy(r) for r in figures().values() if r["recipe"] == "gemma4-v6e64"]
+    beside = result["programs"]["train_step"]["beside_bytes"]
+    text = (f"RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries "
+            f"({need_gib:.2f}G) exceeds available HBM ({named_gib:.2f}G)")
+    result["programs"]["train_step"] = {"refused": text, "need_bytes": round(need_gib * 2**30),
+                                        "limit_bytes": round(named_gib * 2**30), "whole_bytes": None,
+                                        "beside_bytes": beside, "seconds": 1.0}
+    return result
+
+
+def test_a_step_refused_under_the_cap_never_fits_though_the_chip_could_hold_it():
+    """A need of 26.3 GiB and the reference model beside it would pass the chip with the margin, but the
+    compiler told 26 GiB refused the step: on the slice it would not compile at all."""
+    fit = recipe_fit(_refused_train_step(26.3, 26.0), get_recipe("gemma4-v6e64"))
+    assert not fit.fits
+    line = fit.refusal("gemma4-v6e64")
+    assert "the train step needs 27.8 GiB, more than the 26.0 GiB its compiler is told a v6e chip has (rl.xla_flags " \
+           f"{CAP})" in line, line
+    assert line.endswith("or raise the cap in rl.xla_flags (the margin must stay free)"), line
+
+
+def test_a_step_refused_at_the_chips_own_limit_says_the_chip_and_no_cap():
+    fit = recipe_fit(_refused_train_step(40.0, 31.24), get_recipe("gemma4-v6e64"))
+    line = fit.refusal("gemma4-v6e64")
+    assert not fit.fits and "more than a v6e chip's 31.2 GiB" in line and "xla_flags" not in line, line

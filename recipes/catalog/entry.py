@@ -195,7 +195,7 @@ class RecipeEntry(Strict):
     tpu: TpuSpec
     rl: RlSpec
     # The share of a chip's HBM its plan must leave free, when not recipes/fit MARGIN; only with the why,
-    # in fit_margin_why (docs/fit.md, "The margin"). No recipe keeps less today.
+    # in fit_margin_why (docs/fit.md, "How the figure is made"). No recipe keeps less today.
     fit_margin: float | None = Field(default=None, ge=0, lt=0.5)
     fit_margin_why: str | None = None
 

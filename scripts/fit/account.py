@@ -57,10 +57,13 @@ class Part:
     name: str
     total: int | None  # bytes at the peak; None: more than the chip, by the compiler's refusal
     allowed: int  # the most it may hold
+    # The HBM the compiler said it had when it refused the program: the chip's, or less under a recipe's
+    # cap (xla_flags), where a need the chip could hold still cannot run. None: compiled.
+    refused_under: int | None = None
 
     @property
     def fits(self) -> bool:
-        return self.total is not None and self.total <= self.allowed
+        return self.refused_under is None and self.total is not None and self.total <= self.allowed
 
     @property
     def shown(self) -> str:
@@ -106,7 +109,8 @@ class Fit:
         compiled = self.result["programs"][name]
         if "refused" in compiled:  # the program alone; the compiler's need, when it names one
             need = compiled.get("need_bytes")
-            return Part(name, None if need is None else need + compiled["beside_bytes"], self.limit - self.margin)
+            return Part(name, None if need is None else need + compiled["beside_bytes"], self.limit - self.margin,
+                        refused_under=compiled.get("limit_bytes") or self.limit)
         own = (compiled["argument_bytes"] + compiled["output_bytes"] - compiled["alias_bytes"]
                + compiled["temp_bytes"])
         return Part(name, own + compiled["beside_bytes"], self.limit - self.margin)
@@ -172,6 +176,12 @@ class Fit:
         chips = self.result["trainer_chips"]
         return f"{chips} trainer chip{'s' if chips != 1 else ''} ({axes})"
 
+    def cap(self, part: Part) -> int | None:
+        """The HBM a recipe's cap (xla_flags) left the compiler that refused `part`, less than the chip's; None
+        otherwise. It names the HBM it had to 0.01G, so the chip's own may come back a few MB short."""
+        under = part.refused_under
+        return under if under is not None and under < self.limit - GIB // 100 else None
+
     def fixes(self, part: Part) -> str:
         """What to change for `part`."""
         if part.name == "vllm":
@@ -183,7 +193,8 @@ class Fit:
         first = ("hbm_utilization_vllm, " if self.vllm_beside else "")
         if part.name == "placement":
             return f"lower {first}the optimizer's state (a smaller optimizer, or more trainer chips)"
-        return f"lower {first}{', '.join(BATCH[:-1])} or {BATCH[-1]}"
+        raise_cap = ", or raise the cap in rl.xla_flags (the margin must stay free)" if self.cap(part) else ""
+        return f"lower {first}{', '.join(BATCH[:-1])} or {BATCH[-1]}{raise_cap}"
 
     def verdict(self, part: Part) -> str:
         """What a part holds, said against what it may hold."""
@@ -191,6 +202,8 @@ class Fit:
             return f"needs {part.shown} of its {gib(part.allowed)} share" + ("" if part.fits else ", too much")
         if part.fits:
             return f"{part.shown} at its peak"
+        if (cap := self.cap(part)) is not None:
+            return f"{part.shown} at its peak, more than its compiler is told a chip has ({gib(cap)})"
         if part.total is not None and part.total <= self.limit:
             return f"{part.shown} at its peak: {gib(self.limit - part.total)} free, under the {gib(self.margin)} margin"
         return f"{part.shown} at its peak, over the chip"
@@ -203,7 +216,10 @@ class Fit:
             over = (f"needs {part.shown} of its {self.result['hbm_utilization_vllm']:g} share of a {chip} chip "
                     f"({gib(self.result['vllm_share_bytes'])})")
         else:  # the trainer's moments
-            if part.total is None:  # refused with no figure: only that it passes the chip
+            if (cap := self.cap(part)) is not None:
+                need = (f"needs {part.shown}, more than the {gib(cap)} its compiler is told a "
+                        f"{chip} chip has (rl.xla_flags {' '.join(self.flags)})")
+            elif part.total is None:  # refused with no figure: only that it passes the chip
                 need = f"needs more than a {chip} chip's {gib(self.limit)}"
             elif part.total > self.limit:
                 need = f"needs {part.shown}, more than a {chip} chip's {gib(self.limit)}"
