@@ -16,11 +16,36 @@ from dataclasses import dataclass
 
 from tpu_rl.jobs.paths import ArtifactPaths
 from tpu_rl.recipes import Recipe, Step, UserError
+from tpu_rl.recipes.platforms.facts import CpuStepsHost, registered
 from tpu_rl.recipes.runs.schedule import SCHEDULE_KEY, derived_schedule, explicit_schedule
 
 TO_MAXTEXT = "maxtext.checkpoint_conversion.to_maxtext"
 TRAIN_RL = "maxtext.trainers.post_train.rl.train_rl"
 TO_HUGGINGFACE = "maxtext.checkpoint_conversion.to_huggingface"
+
+
+@dataclass(frozen=True)
+class CpuStepArgs:
+    """What convert's and export's commands add where they run (PlatformFacts.cpu_steps_on)."""
+    convert_flags: tuple[str, ...]
+    export_overrides: tuple[str, ...]
+    export_flags: tuple[str, ...]
+
+
+CPU_STEP_ARGS: dict[CpuStepsHost, CpuStepArgs] = {
+    # A shared CPU pool's RAM: tensors load lazily. Export without a JAX cluster, where MaxText's
+    # architecture wins over the checkpoint's.
+    CpuStepsHost.CPU_POOL: CpuStepArgs(("--lazy_load_tensors=True",),
+                                       ("skip_jax_distributed_system=true", "hardware=cpu"),
+                                       ("--override_model_architecture",)),
+    # A TPU host's 1.4 TB loads eagerly (seed 002), and exports on its TPUs.
+    CpuStepsHost.TPU_HOST: CpuStepArgs(("--lazy_load_tensors=False",), (), ()),
+}
+
+
+def _cpu_step_args(recipe: Recipe) -> CpuStepArgs:
+    return registered(CPU_STEP_ARGS, recipe.platform_facts.cpu_steps_on, "CPU_STEP_ARGS of jobs/maxtext.py",
+                      "CPU steps host")
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -110,8 +135,7 @@ def convert_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         *_checkpoint_storage(recipe),
         "hardware=cpu",
     ]
-    lazy = recipe.platform_facts.cpu_steps_on.lazy_load_tensors  # a shared CPU pool's RAM; a TPU host's is 1.4 TB
-    flags = (f"--hf_model_path={recipe.model.hf_repo}", f"--lazy_load_tensors={_bool(lazy)}")
+    flags = (f"--hf_model_path={recipe.model.hf_repo}", *_cpu_step_args(recipe).convert_flags)
     return MaxTextCommand(TO_MAXTEXT, _unique(recipe, "convert", overrides), flags)
 
 
@@ -145,10 +169,9 @@ def export_command(recipe: Recipe, paths: ArtifactPaths) -> MaxTextCommand:
         f"use_multimodal={_bool(recipe.model.use_multimodal)}",
         "weight_dtype=bfloat16",
     ]
-    flags: list[str] = []
-    if recipe.platform_facts.cpu_steps_on.export_on_cpu:  # without a JAX cluster: MaxText's architecture wins
-        overrides += ["skip_jax_distributed_system=true", "hardware=cpu"]
-        flags.append("--override_model_architecture")
+    host = _cpu_step_args(recipe)
+    overrides += host.export_overrides
+    flags = list(host.export_flags)
     if recipe.maxtext.export_takes_hf_model_path:
         flags.append(f"--hf_model_path={recipe.model.hf_repo}")
     return MaxTextCommand(TO_HUGGINGFACE, _unique(recipe, "export", overrides), tuple(flags))

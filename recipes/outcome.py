@@ -219,12 +219,8 @@ class VmScriptRetries:
     # first boot), run while they fail on it (bounded.sh lock_retry), for as long as apt-get install waits for
     # the dpkg lock (APT_LOCK_SECONDS; docs/provenance.md#apt-and-dpkg-locks). LOCK_WAIT_SECONDS, LOCK_RETRY_SECONDS.
     lock: TimedRetry
-    # How long the script waits for snapd's seeding and then for gcloud on PATH (each second, records.sh
-    # wait_for_gcloud) before its first record. gcloud is a snap on the TPU VM images, which snapd mounts in the
-    # background at first boot, and the startup unit does not wait for it (GoogleCloudPlatform/guest-agent issue
-    # 84: the new agent's unit dropped After=snapd.seeded.service; marin-community/marin PR 5885 waits with `snap
-    # wait system seed.loaded`). Less than HEARTBEAT_STALE_SECONDS (jobs/vm.py), so `run` reads the script's own
-    # line before it calls the VM silent. GCLOUD_WAIT_SECONDS.
+    # How long the script waits for snapd's seeding, then gcloud on PATH (records.sh wait_for_gcloud), before its
+    # first record: docs/provenance.md#gcloud-at-first-boot. GCLOUD_WAIT_SECONDS.
     gcloud_wait: ScriptSeconds
 
     def __post_init__(self) -> None:

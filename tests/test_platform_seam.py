@@ -6,6 +6,7 @@ made only for these tests is found in every one of them."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import subprocess
@@ -67,8 +68,24 @@ FACTS = r"(?:platform_facts|facts_of\([^)]*\)|PLATFORMS\[[^\]]*\])"
 BOUND = re.compile(rf"\b(\w+)\s*(?::[^=]*)?=\s*[\w.]*{FACTS}\s*(?:#.*)?$")
 
 
-def _per_platform_booleans() -> set[str]:
-    return {name for name, kind in typing.get_type_hints(PlatformFacts).items() if kind is bool}
+def _per_platform_booleans(facts: type = PlatformFacts, seen: frozenset = frozenset()) -> set[str]:
+    """The bool fields of the facts, and of every dataclass a fact is (a yes-or-no one level down is one)."""
+    found = set()
+    for name, kind in typing.get_type_hints(facts).items():
+        if kind is bool:
+            found.add(name)
+        elif dataclasses.is_dataclass(kind) and kind not in seen:
+            found |= _per_platform_booleans(kind, seen | {facts})
+    return found
+
+
+class _Nested:
+    flag: bool
+
+
+def test_the_boolean_search_looks_inside_a_fact_that_is_a_dataclass():
+    holder = dataclasses.make_dataclass("Holder", [("inner", dataclasses.dataclass(_Nested)), ("name", str)])
+    assert _per_platform_booleans(holder) == {"flag"}
 
 
 def _boolean_reads(text: str, fields: set[str]) -> list[str]:
@@ -135,7 +152,7 @@ def test_help_imports_no_platform_implementation(tmp_path):
 # would take the wrong side. Registered in every registry, it must be found wherever a platform is asked.
 THIRD = "third"
 REGISTRY_FILES = ("recipes/platforms/__init__.py", "scripts/pipeline/platforms.py", "stacks/compositions.py",
-                  "jobs/__init__.py", "recipes/costs/run.py", "recipes/costs/standing.py")
+                  "jobs/__init__.py", "jobs/maxtext.py", "recipes/costs/run.py", "recipes/costs/standing.py")
 REGISTERED = re.compile(r"registered\([^\n]*?\"([A-Z_]+ of [\w/.]+)\"")
 
 
@@ -144,11 +161,13 @@ def _third_facts():
 
     from tpu_rl.recipes.capacity.modes import CAPACITY_MODES
     from tpu_rl.recipes.platforms import StepRunner
-    from tpu_rl.recipes.platforms.facts import TpuHosts
+    from tpu_rl.recipes.platforms.facts import CpuStepsHost, TpuHosts
 
     vm = PLATFORMS["vm"]
+    # a TPU VM's stack and startup script, whose convert and export run on a CPU pool
     return replace(vm, label="third", capacity=CAPACITY_MODES, max_capacity_modes=2, tpu_zones=None,
                    tpu_hosts=TpuHosts.WHILE_TRAINING, steps_run_as=StepRunner.STARTUP_SCRIPT,
+                   cpu_steps_on=CpuStepsHost.CPU_POOL,
                    needs={**vm.needs, "runs": ("project",)}, refused=())
 
 
@@ -196,6 +215,12 @@ def test_a_third_platform_is_found_in_every_registry(third):
     assert needs_table().splitlines()[0] == "| command | GKE recipe | TPU VM recipe | third recipe |"
     settings = example_settings()
     assert list(jobs.render_steps(RunSpec.of_catalog(recipe), settings)) == ["startup script"]
+    # its convert and export are written for a CPU pool, though its steps run as the TPU VM's do
+    from tpu_rl.jobs.paths import ArtifactPaths
+
+    commands = jobs.maxtext_commands(recipe, ArtifactPaths(RunSpec.of_catalog(recipe), settings))
+    assert "--lazy_load_tensors=True" in commands["convert"].argv
+    assert "--override_model_architecture" in commands["export"].argv
     # Its facts, not its likeness to either platform, decide: node pools in every zone of ZONE, two modes of
     # a capacity list, no cluster; its stack is priced and stopped as the TPU VM's it is.
     zoned = type(settings)(**{**vars(settings), "zones": ("us-east5-b", "us-east5-a"),
@@ -235,6 +260,14 @@ def test_every_registry_names_itself_when_a_platform_is_missing(third, monkeypat
     # recipes/costs keys what a stack bills by what the stack is: a new kind of stack names both tables.
     from tpu_rl.recipes.costs import run, standing
 
+    # jobs/ keys convert's and export's arguments by where they run: a new host names CPU_STEP_ARGS.
+    from tpu_rl.jobs import maxtext
+    from tpu_rl.jobs.paths import ArtifactPaths
+
+    host = PLATFORMS[THIRD].cpu_steps_on
+    monkeypatch.delitem(maxtext.CPU_STEP_ARGS, host)
+    with pytest.raises(KeyError, match=f"CPU steps host '{host}' is not registered in CPU_STEP_ARGS of jobs/"):
+        jobs.maxtext_commands(_third_recipe(), ArtifactPaths(RunSpec.of_catalog(_third_recipe()), example_settings()))
     stack = PLATFORMS[THIRD].stack
     for table, bill in ((run.HOURLY_LINES, lambda: run.hourly_estimate(_third_recipe())),
                         (standing.IDLE_BILLS, lambda: standing.idle_bill(_third_recipe()))):

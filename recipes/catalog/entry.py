@@ -222,9 +222,9 @@ class RecipeEntry(Strict):
     @model_validator(mode="after")
     def _platform_facts(self) -> "RecipeEntry":
         rules = PLATFORMS[self.platform]
-        if rules.cpu_steps_on.cpu_machine_pool and not self.cpu_machine_type:
-            raise ValueError(f"cpu_machine_type is required for platform '{self.platform}' (conversion and the "
-                             "Pathways head run there)")
+        if rules.cpu_machine_runs and not self.cpu_machine_type:
+            raise ValueError(f"cpu_machine_type is required for platform '{self.platform}' "
+                             f"({', '.join(rules.cpu_machine_runs)} run there)")
         mode = TrainMode.PATHWAYS if self.pathways else TrainMode.JAX
         if mode not in rules.train_modes:
             raise ValueError(f"pathways needs platform {_offering(mode)}; a single TPU VM runs JAX directly"

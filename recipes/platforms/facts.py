@@ -39,19 +39,10 @@ class TrainMode(StrEnum):
     PATHWAYS = "pathways"  # a Pathways head on a CPU node drives the slices
 
 
-@dataclass(frozen=True)
-class CpuStepsHost:
-    """Where convert and export run, with what the code that writes and checks them needs of it."""
-    # A node pool of the recipe's cpu_machine_type, which also runs a Pathways head: recipes.toml names the
-    # machine and preflight checks it is offered and has quota.
-    cpu_machine_pool: bool
-    lazy_load_tensors: bool  # convert loads tensors lazily, bounding a shared pool's RAM
-    export_on_cpu: bool  # export runs on CPU without a JAX cluster, where MaxText's architecture wins
-
-
-CPU_POOL = CpuStepsHost(cpu_machine_pool=True, lazy_load_tensors=True, export_on_cpu=True)
-# The TPU host's 1.4 TB loads eagerly (seed 002), and exports on its TPUs.
-TPU_HOST = CpuStepsHost(cpu_machine_pool=False, lazy_load_tensors=False, export_on_cpu=False)
+class CpuStepsHost(StrEnum):
+    """Where convert and export run, and so how jobs/maxtext.py writes their commands (CPU_STEP_ARGS)."""
+    CPU_POOL = "cpu pool"  # a node pool of CPU machines, which loads tensors lazily and exports without TPUs
+    TPU_HOST = "tpu host"  # the TPU host itself, whose 1.4 TB loads eagerly (seed 002) and exports on its TPUs
 
 
 @dataclass(frozen=True)
@@ -66,6 +57,9 @@ class PlatformFacts:
     tpu_zones: int | None  # how many zones of ZONE, the first first, its TPUs may be in (None: a pool in each)
     tpu_hosts: TpuHosts
     cpu_steps_on: CpuStepsHost  # where convert and export run
+    # What runs on a recipe's cpu_machine_type, which recipes.toml must then name and preflight checks is
+    # offered and has quota; () where the platform has no CPU machine of its own.
+    cpu_machine_runs: tuple[str, ...]
     stack: Stack
     stop_command: str  # what stops its stack's bill, for a recipe: "tpu-rl down {recipe}"
     train_modes: tuple[TrainMode, ...]

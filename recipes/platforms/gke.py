@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpu_rl.recipes.capacity.modes import CAPACITY_MODES
-from tpu_rl.recipes.platforms.facts import CPU_POOL, PlatformFacts, Stack, StepRunner, TpuHosts, TrainMode
+from tpu_rl.recipes.platforms.facts import CpuStepsHost, PlatformFacts, Stack, StepRunner, TpuHosts, TrainMode
 from tpu_rl.recipes.settings.where import BUCKET, CLUSTER, DEPLOY, fields
 
 _RUN = fields(CLUSTER, ("zone",), BUCKET)  # ZONE: where a step waiting for Kueue may get its slice (gke/admission.py)
@@ -12,7 +12,8 @@ GKE = PlatformFacts(
     label="GKE", capacity=CAPACITY_MODES,
     max_capacity_modes=len(CAPACITY_MODES),  # a TPU node pool per mode: a capacity list falls back through them
     tpu_zones=None,  # TPU node pools in every zone of ZONE (recipes/capacity/placement.py)
-    tpu_hosts=TpuHosts.WHILE_TRAINING, cpu_steps_on=CPU_POOL,
+    tpu_hosts=TpuHosts.WHILE_TRAINING, cpu_steps_on=CpuStepsHost.CPU_POOL,
+    cpu_machine_runs=("the Pathways head", "convert", "export"),  # the CPU pool of recipes.toml's cpu_machine_type
     stack=Stack.CLUSTER, stop_command="tpu-rl down {recipe}",  # down checks the cluster first (gke/down.py)
     train_modes=(TrainMode.JAX, TrainMode.PATHWAYS), max_slices=None, steps_run_as=StepRunner.JOBSETS,
     user_file_kinds=("rewards", "data-processor"),  # a ConfigMap mounted into the train step

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpu_rl.recipes.capacity.modes import MODE_RULES, CapacityMode
-from tpu_rl.recipes.platforms.facts import TPU_HOST, PlatformFacts, Stack, StepRunner, TpuHosts, TrainMode
+from tpu_rl.recipes.platforms.facts import CpuStepsHost, PlatformFacts, Stack, StepRunner, TpuHosts, TrainMode
 from tpu_rl.recipes.settings.where import BUCKET, CLUSTER, DEPLOY, VM as WHERE_VM, fields
 
 VM = PlatformFacts(
@@ -11,7 +11,7 @@ VM = PlatformFacts(
     # One VM with one provisioning model: no flex-start node pool and no queue to fall back in.
     capacity=tuple(mode.value for mode in CapacityMode if MODE_RULES[mode].vm_provisioning_model),
     max_capacity_modes=1, tpu_zones=1,  # one TPU VM, in the first zone of ZONE
-    tpu_hosts=TpuHosts.DEPLOY_TO_DESTROY, cpu_steps_on=TPU_HOST,
+    tpu_hosts=TpuHosts.DEPLOY_TO_DESTROY, cpu_steps_on=CpuStepsHost.TPU_HOST, cpu_machine_runs=(),
     # `down` checks a cluster first, which its stack has not: destroy ends it.
     stack=Stack.TPU_VM, stop_command="npx cdktf destroy {recipe}",
     train_modes=(TrainMode.JAX,), max_slices=1, steps_run_as=StepRunner.STARTUP_SCRIPT,

@@ -217,15 +217,16 @@ def check_cpu_machine_type(clients: Clients, recipe: Recipe, settings: Settings)
     """The CPU pool's machine type in its zone: without it the pool never scales up, and a train step's
     TPU slice idles for CAPACITY_WAIT's `cpu` while its head waits for a node."""
     machine_type = recipe.cpu_machine_type
-    if not recipe.platform_facts.cpu_steps_on.cpu_machine_pool or not machine_type:
+    runs = ", ".join(recipe.platform_facts.cpu_machine_runs)
+    if not runs or not machine_type:
         return None
     zones = cpu_pool_zones(settings)
     for zone in zones:
         try:
             offered(clients, settings, zone, machine_type)
         except gexc.NotFound:
-            return Check("cpu machine type", False, f"{machine_type}, the CPU pool's machine (the Pathways head, "
-                         f"convert, export), is not offered in zone {zone}: pick a first ZONE that lists it "
+            return Check("cpu machine type", False, f"{machine_type}, the CPU pool's machine ({runs}), is not "
+                         f"offered in zone {zone}: pick a first ZONE that lists it "
                          f"(`gcloud compute machine-types list --zones {zone} --filter=name={machine_type}`) "
                          f"{_cpu_machine_fix(recipe)}")
     return Check("cpu machine type", True, f"{machine_type} offered in {', '.join(zones)}")
@@ -241,7 +242,8 @@ GENERAL_CPU_QUOTA = "CPUS"
 def check_cpu_quota(clients: Clients, recipe: Recipe, settings: Settings) -> Check | None:
     """Room in REGION's CPU quota for one node of the CPU pool at least (it scales from zero to 2)."""
     machine = recipe.cpu_machine
-    if not recipe.platform_facts.cpu_steps_on.cpu_machine_pool or machine is None:
+    runs = ", ".join(recipe.platform_facts.cpu_machine_runs)
+    if not runs or machine is None:
         return None
     region, machine_type, need = settings.region, recipe.cpu_machine_type, machine.vcpus
     console = QUOTAS_CONSOLE.format(project=settings.project)
@@ -257,7 +259,7 @@ def check_cpu_quota(clients: Clients, recipe: Recipe, settings: Settings) -> Che
     if free < need:
         in_use = f", {usage} in use" if usage else ""
         return Check("cpu quota", False, f"{metric} quota in {region} is {limit} vCPUs{in_use}, {free} free; one "
-                     f"{machine_type} node of the CPU pool (the Pathways head, convert, export) needs {need}: "
+                     f"{machine_type} node of the CPU pool ({runs}) needs {need}: "
                      f"request more at {console}, {_cpu_machine_fix(recipe)}")
     return Check("cpu quota", True, f"{metric} in {region}: {free} of {limit} vCPUs free, {need} per {machine_type} "
                  f"node ({free // need} fit)")
