@@ -88,6 +88,12 @@ class ApiError(Outcome):
             self.transient = transient
 
 
+class PermissionRefused(ApiError):
+    """An API refused the caller (HTTP 403): a role it lacks, which asking again does not grant."""
+
+    transient = False
+
+
 class PreflightFailed(Outcome):
     code = ExitCode.PREFLIGHT_FAILED
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Iterator
 
-from tpu_rl.recipes.outcome import ApiError
+from tpu_rl.recipes.outcome import ApiError, PermissionRefused
 
 if TYPE_CHECKING:
     import requests
@@ -76,8 +76,8 @@ class LoggingReader:
             except Exception as error:  # noqa: BLE001 -- connection errors of either session type
                 raise ApiError(f"reading Cloud Logging failed: {type(error).__name__}") from None
             if response.status_code != 200:
-                raise ApiError(f"reading Cloud Logging failed: HTTP {response.status_code} "
-                               f"{_message(response)}")
+                refused = PermissionRefused if response.status_code == 403 else ApiError
+                raise refused(f"reading Cloud Logging failed: HTTP {response.status_code} {_message(response)}")
             page = response.json()
             yield from page.get("entries") or []
             token = page.get("nextPageToken")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tpu_rl.jobs.k8s import MAIN_CONTAINER, jobset_name, main_replicated_job
 from tpu_rl.recipes.conventions import NAMESPACE
+from tpu_rl.recipes.outcome import PermissionRefused
 from tpu_rl.recipes.runs.datasets import trained_steps
 from tpu_rl.recipes.runs.evaluation import evaluates
 from tpu_rl.scripts.cloud import gcs
@@ -122,7 +123,7 @@ def fill_from_cloud_logging(session: Session, watch: EvaluationWatch) -> int:
         return watch.see(cloud_logging_text(session, watch.record.data.get("created")), source="cloud logging")
     except Exception as error:  # noqa: BLE001 -- no credentials, no permission, no API: warn
         reason = " ".join(str(error).split())[:200]
-        if session.driven and "HTTP 403" in reason:  # its Google account has no logging role (docs/security.md)
+        if session.driven and isinstance(error, PermissionRefused):  # no logging role (docs/security.md)
             reason = (f"the run's driver may not read Cloud Logging ({reason}); `tpu-rl eval "
                       f"{session.recipe.name} --run {session.paths.run_name}` measures the trained checkpoint")
             watch.record.data["evaluations_unread"] = reason
