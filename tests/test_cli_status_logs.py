@@ -142,6 +142,9 @@ def test_logs_follow_answered_minutes_after_a_drop_shows_every_line_once(cloud, 
     after_c = f"{datetime.fromisoformat(created) + timedelta(seconds=30):%Y-%m-%dT%H:%M:%S}Z"
     assert [query.get("sinceTime", [None])[0] for query in reads] == [None, created, *[after_c] * (len(reads) - 2)]
     assert not any("sinceSeconds" in query for query in reads)
+    # running: each a stream (follow=true, sinceTime with it); ended: the stream, then one read of what it left
+    follows = [query.get("follow", [None])[0] for query in reads]
+    assert follows == (["true"] * len(reads) if phase == "running" else ["true", None]), follows
 
 
 def test_run_with_follow_logs_streams_the_step_logs(cloud):
