@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from cli_helpers import record
 from tpu_rl.jobs.driver import OUTCOME_EXIT_CODES, RETRY_EXIT_CODE, driver_name
-from tpu_rl.jobs.driver_runtime import DRIVER_VERSION_ANNOTATION
+from tpu_rl.jobs.driver_runtime import DRIVER_CONTAINER, DRIVER_VERSION_ANNOTATION
 from tpu_rl.jobs.paths import ArtifactPaths
 from peers import simulated_run
 from peers.fixtures import REPO, VENV_BIN, jobset_of, peer_settings, put_step_output, spec_of
@@ -425,14 +425,15 @@ def test_a_driver_refused_cloud_logging_says_so_in_one_line_and_its_run_succeeds
 
 def test_a_log_cursor_prints_lines_of_one_timestamp_once_and_orders_trimmed_fractions():
     """The kubelet's RFC3339Nano drops a fraction's trailing zeros; lines may share a timestamp."""
-    from tpu_rl.scripts.pipeline.gke.attach import LogCursor
+    from tpu_rl.scripts.pipeline.gke.log_stream import LogCursor
 
     cursor = LogCursor()
     first = "2026-01-01T00:00:00.1Z a\n2026-01-01T00:00:00.1Z b\n"
-    assert cursor.new_lines(first) == ["a", "b"]
+    assert cursor.start() is None and cursor.new_lines(first) == ["a", "b"]
     # the next read overlaps: a and b again, a third line of the same instant, then .10000001 (later than .1)
     again = first + "2026-01-01T00:00:00.1Z c\n2026-01-01T00:00:00.10000001Z d\n2026-01-01T00:00:00.09Z old\n"
-    assert cursor.new_lines(again) == ["c", "d"]
+    assert cursor.start() == "2026-01-01T00:00:00Z" and cursor.new_lines(again) == ["c", "d"]
+    cursor.start()
     assert cursor.new_lines(again) == []
 
 
@@ -442,27 +443,25 @@ def test_a_log_cursor_loses_no_line_of_a_read_answered_long_after_it_was_written
     the seconds since the previous read and a 10 s margin lost them: a train stall test lost the driver's `error:`
     line so when a read of the attached `run` was answered 11 s late."""
     from datetime import datetime, timedelta, timezone
-    from types import SimpleNamespace
 
     from tpu_rl.recipes.outcome import RetryPolicy
     from tpu_rl.scripts.cloud.cluster import Cluster
     from tpu_rl.scripts.cloud.kubeconfig import api_client_for
-    from tpu_rl.scripts.pipeline.gke.attach import LogCursor
+    from tpu_rl.scripts.pipeline.gke.log_stream import LogCursor
 
     settings = peer_settings()
-    session = SimpleNamespace(cluster=Cluster(api_client_for(settings, os.environ["KUBECONFIG"]), settings,
-                                              RetryPolicy(base_delay=0)))
+    cluster = Cluster(api_client_for(settings, os.environ["KUBECONFIG"]), settings, RetryPolicy(base_delay=0))
     pod = f"{driver_name(spec_of(get_recipe(RECIPE)))}-abcde"
     written = datetime.now(timezone.utc) - timedelta(minutes=5)
     kube.pods[pod] = {"metadata": {"name": pod, "labels": {}}}
     kube.pod_logs[pod], kube.pod_log_stamps[pod] = "a\n", [written]
     cursor = LogCursor()
-    assert cursor.read(session, pod) == ["a"]
+    assert cursor.read(cluster, pod, DRIVER_CONTAINER) == ["a"]
     # b and c came one and two minutes after a, and minutes before this read is answered
     kube.pod_logs[pod] += "b\nc\n"
     kube.pod_log_stamps[pod] += [written + timedelta(minutes=1), written + timedelta(minutes=2)]
-    assert cursor.read(session, pod) == ["b", "c"]
-    assert cursor.read(session, pod) == []
+    assert cursor.read(cluster, pod, DRIVER_CONTAINER) == ["b", "c"]
+    assert cursor.read(cluster, pod, DRIVER_CONTAINER) == []
     # the first read takes the whole log; each next one from the second of the last line printed
     assert [query.get("sinceTime") for _, _, path, query in kube.calls if path.endswith(f"/pods/{pod}/log")] == [
         None, *(f"{stamp:%Y-%m-%dT%H:%M:%S}Z" for stamp in (written, written + timedelta(minutes=2)))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 from typer.testing import CliRunner
 
 from cli_helpers import fits_80_columns_with_whole_paths, status_blocks
@@ -117,21 +118,33 @@ def test_logs_follow_reopens_a_dropped_stream_and_ends_in_one_line_when_it_keeps
     assert len(follows) == 3 + DROPS_WITHOUT_A_LINE  # three with a new line, then the drops
 
 
-def test_logs_follow_reopens_from_the_time_elapsed_here_whatever_the_nodes_clock_says(cloud):
-    """sinceSeconds counts back from the kubelet's clock; here the node's runs 30 s ahead of this machine's.
-    This machine's clock less the last line's time would ask for -28 s, which the API server refuses
-    (ValidatePodLogOptions: sinceSeconds must be greater than 0): each reopening still shows the new lines."""
+@pytest.mark.parametrize("phase", ["running", "succeeded"])
+def test_logs_follow_answered_minutes_after_a_drop_shows_every_line_once(cloud, phase):
+    """The stream drops after a; the reopened stream (the container runs) or the read after it ended is answered
+    minutes later by the node's clock, while this machine's monotonic one hardly moved (a laptop asleep stops it;
+    a slow answer, retries): b and c, written in between, still come, once. Each asks for the lines from the
+    node's second of the last line shown (sinceTime), whatever this machine's clock says. The window of the seconds
+    elapsed here and a 10 s margin (sinceSeconds=11 here) lost them."""
     from peers import kueue
 
-    kueue.use_clock(lambda: datetime.now(timezone.utc) + timedelta(seconds=30))
+    kube, opened = cloud["kube"], datetime.now(timezone.utc)
+    # the node's clock: a minute on at each read of the log
+    kueue.use_clock(lambda: opened + timedelta(minutes=sum("/log" in path for _, path, _ in kube.requests)))
     try:
-        _convert(cloud, "running", log_reads=[[(0, "a")], [(0, "a"), (1, "b")], [(0, "a"), (1, "b"), (2, "c")]])
+        _convert(cloud, phase, log_reads=[[(0, "a")], [(0, "a"), (5, "b"), (30, "c")]])
         result = runner.invoke(app, ["logs", RECIPE, "convert", "-f"])
     finally:
         kueue.use_clock(None)
-    assert result.output.splitlines()[:3] == ["a", "b", "c"], result.output
-    reopened = [parse_qs(urlsplit(path).query) for _, path, _ in cloud["kube"].requests if "follow=true" in path][1:]
-    assert reopened and all(int(query["sinceSeconds"][0]) >= 1 for query in reopened)
+    assert result.exit_code == (4 if phase == "running" else 0), result.output  # running: it keeps dropping
+    assert [line for line in result.output.splitlines() if not line.startswith("error: ")] == ["a", "b", "c"]
+    reads = [parse_qs(urlsplit(path).query) for _, path, _ in kube.requests if "/log" in path]
+    created = next(pod for name, pod in kube.pods.items() if "convert" in name)["metadata"]["creationTimestamp"]
+    after_c = f"{datetime.fromisoformat(created) + timedelta(seconds=30):%Y-%m-%dT%H:%M:%S}Z"
+    assert [query.get("sinceTime", [None])[0] for query in reads] == [None, created, *[after_c] * (len(reads) - 2)]
+    assert not any("sinceSeconds" in query for query in reads)
+    # running: each a stream (follow=true, sinceTime with it); ended: the stream, then one read of what it left
+    follows = [query.get("follow", [None])[0] for query in reads]
+    assert follows == (["true"] * len(reads) if phase == "running" else ["true", None]), follows
 
 
 def test_run_with_follow_logs_streams_the_step_logs(cloud):

@@ -83,6 +83,10 @@ class Cluster:
     def _timeout(self) -> tuple[float, float]:
         return (self.policy.request_timeout, self.policy.request_timeout)
 
+    @property
+    def _follow_timeout(self) -> tuple[float, float]:  # connect, then the longest wait for a followed log's next line
+        return (self.policy.request_timeout, FOLLOW_IDLE_SECONDS)
+
     def _read(self, what: str, fn):
         return call(self.policy, what, fn)
 
@@ -313,37 +317,42 @@ class Cluster:
             response = self._read(f"reading logs of {pod}", lambda: self.core.read_namespaced_pod_log(
                 pod, self.namespace, container=container, tail_lines=tail_lines, since_seconds=since_seconds,
                 timestamps=timestamps or None, _request_timeout=self._timeout, _preload_content=False)
-                if since_time is None else self._log_since(pod, container, since_time, timestamps))
+                if since_time is None else self._log_since(pod, container, since_time, timestamps=timestamps))
         except ApiException as error:
             if error.status in (400, 404):  # container not started yet, or pod gone
                 return ""
             raise
         return response.data.decode(errors="replace")
 
-    def _log_since(self, pod: str, container: str, since_time: str, timestamps: bool) -> urllib3.BaseHTTPResponse:
-        """The log read with sinceTime, a query parameter of the API (kubectl logs --since-time) that the generated
-        client's read_namespaced_pod_log does not take: the same request, built by its ApiClient."""
+    def _log_since(self, pod: str, container: str, since_time: str, *, timestamps: bool,
+                   follow: bool = False) -> urllib3.BaseHTTPResponse:
+        """The log read, or `follow`ed, with sinceTime, a query parameter of the API (kubectl logs --since-time)
+        that the generated client's read_namespaced_pod_log does not take: the same request, built by its
+        ApiClient."""
         api = self.core.api_client
-        query: list[tuple[str, Any]] = [("container", container), ("sinceTime", since_time)]
+        flags = [(name, True) for name, wanted in (("follow", follow), ("timestamps", timestamps)) if wanted]
         request = api.param_serialize("GET", "/api/v1/namespaces/{namespace}/pods/{name}/log",
                                       path_params={"namespace": self.namespace, "name": pod},
-                                      query_params=query + ([("timestamps", True)] if timestamps else []),
+                                      query_params=[("container", container), ("sinceTime", since_time), *flags],
                                       header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"])
-        response = api.call_api(*request, _request_timeout=self._timeout)
+        response = api.call_api(*request, _request_timeout=self._follow_timeout if follow else self._timeout)
         if not 200 <= response.status <= 299:  # as the generated client raises (ApiClient._call_with_legacy_options)
             response.read()
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         return response.response
 
-    def stream_log(self, pod: str, container: str, since_seconds: int | None = None,
+    def stream_log(self, pod: str, container: str, since_time: str | None = None,
                    timestamps: bool = False, tail_lines: int | None = None) -> Iterator[str]:
         """Follow a container's log; ends when the container ends or the connection drops. With
         `timestamps` each line starts with its RFC 3339 time and a space (for resuming without repeats);
-        `tail_lines` starts from that many last lines (the API's tailLines applies with follow too)."""
+        `tail_lines` starts from that many last lines (the API's tailLines applies with follow too), or
+        `since_time` (RFC 3339) from the lines the kubelet stamped at or after it, as read_log: the kubelet
+        applies it to a followed log as to a read (kubernetes/kubernetes 159d4b83 staging/src/k8s.io/cri-client/
+        pkg/logs/logs.go NewLogOptions, ReadLogs through logWriter.write)."""
         response = self._read(f"following logs of {pod}", lambda: self.core.read_namespaced_pod_log(
-            pod, self.namespace, container=container, follow=True, since_seconds=since_seconds,
-            timestamps=timestamps or None, tail_lines=tail_lines,
-            _request_timeout=(self.policy.request_timeout, FOLLOW_IDLE_SECONDS), _preload_content=False))
+            pod, self.namespace, container=container, follow=True, timestamps=timestamps or None,
+            tail_lines=tail_lines, _request_timeout=self._follow_timeout, _preload_content=False)
+            if since_time is None else self._log_since(pod, container, since_time, timestamps=timestamps, follow=True))
         pending = b""
         try:
             for chunk in response.stream(4096):

@@ -331,8 +331,10 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
                      for i, line in enumerate(self.pod_logs[name].splitlines(keepends=True))]
         else:
             lines = self._jobset_pod_log(pod, query)
-        # the kubelet's since: sinceSeconds before its now, or sinceTime; it skips the lines stamped before (kubernetes/
-        # kubernetes 81b7503c pkg/kubelet/kuberuntime/logs/logs.go NewLogOptions, logWriter.write)
+        # the kubelet's since: sinceSeconds before its now, or sinceTime; it skips the lines stamped before, a followed
+        # log's as a read's (kubernetes/kubernetes 81b7503c pkg/kubelet/kuberuntime/logs/logs.go NewLogOptions,
+        # logWriter.write; 159d4b83 staging/src/k8s.io/cri-client/pkg/logs/logs.go ReadLogs). A follow here is a read
+        # whose stream then ends, as a dropped one does.
         cutoff = datetime.fromisoformat(query["sinceTime"]) if query.get("sinceTime") else \
             now - timedelta(seconds=int(query["sinceSeconds"])) if query.get("sinceSeconds") else None
         if cutoff is not None:
@@ -345,7 +347,7 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
 
     def _jobset_pod_log(self, pod: dict, query: dict) -> list:
         # Every line was written when the pod started, a microsecond apart; the stream then ends, as a
-        # dropped follow would. sinceSeconds and timestamps behave as the kubelet's.
+        # dropped follow would. sinceSeconds, sinceTime and timestamps behave as the kubelet's.
         jobset = pod["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"]
         started = datetime.strptime(pod["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
         plan = self.plans.get(jobset, Plan())

@@ -23,7 +23,8 @@ followed, its output verified in GCS, and its failures explained in one line eac
 - down.py: `down`: the recipe's stack destroyed once no run is active, the bucket kept.
 - evaluate.py: `eval`: a saved checkpoint scored on the held-out set by a scratch run's JobSet.
 - eval_cost.py: the most an evaluation can bill, weighed before any cloud library loads.
-- status.py: `status` and `logs`; log_stream.py: a followed log reopened after a drop, bounded.
+- status.py: `status` and `logs`; log_stream.py: a log read again or followed from the last line shown,
+  a dropped stream reopened, bounded.
 - driver.py, attach.py, detach.py: the run's driver in the cluster (jobs/driver.py): `run` starts or
   finds it and follows it (attach.py), or returns at once (detach.py: `run --detach`, a sweep's runs);
   drive (Platform.drive) is what it runs, submit.py's pipeline.

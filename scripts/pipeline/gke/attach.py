@@ -5,10 +5,8 @@ Following is reading the driver pod's log again every FOLLOW_SECONDS and printin
 printed, pod after pod (a pod the Job replaced after an eviction goes on in the next), until its Job
 ends; `run` then exits with the driver's exit code, whose line the driver printed. Each read asks for
 the lines with the kubelet's timestamps from the second of the last one printed on (sinceTime) and prints
-those after it: a poll moves only the new lines, and a log the kubelet rotated (containerLogMaxSize)
-loses none of them. The window is the log's own clock, never this machine's: a window of the seconds since
-the previous read (and a margin) lost the lines written just after it when the read was answered later than
-that margin (a slow answer, a retry after a failed one, a laptop asleep, whose monotonic clock stops).
+those after it (log_stream.LogCursor): a poll moves only the new lines, and a log the kubelet rotated
+(containerLogMaxSize) loses none of them.
 """
 
 from __future__ import annotations
@@ -24,53 +22,11 @@ from tpu_rl.recipes.outcome import ApiError, ExitCode, Reported, StepFailed
 from tpu_rl.scripts.cloud.driver_job import Jobs
 from tpu_rl.scripts.pipeline.gke.driver import EXIT_CODES, exit_code_of, follow_commands, job_phase, start_driver
 from tpu_rl.scripts.pipeline.gke.driver_start import StartBound
+from tpu_rl.scripts.pipeline.gke.log_stream import LogCursor
 from tpu_rl.scripts.pipeline.session import Session
 
 FOLLOW_SECONDS = 2.0  # between two reads of the driver's log (at most; TPU_RL_POLL_SECONDS if shorter)
 MIN_FOLLOW_SECONDS = 0.05
-
-
-def _instant(stamp: str) -> str:
-    """An RFC 3339 timestamp of the kubelet's (RFC3339Nano, UTC, its fraction's trailing zeros dropped)
-    as a string that sorts as the instants do."""
-    head, _, fraction = stamp.rstrip("Z").partition(".")
-    return f"{head}.{fraction.ljust(9, '0')}"
-
-
-class LogCursor:
-    """Where `run` is in one pod's log: the timestamp of the last line printed, and how many lines of that
-    timestamp were printed (equal timestamps happen)."""
-
-    def __init__(self) -> None:
-        self.last: str | None = None
-        self.same = 0
-
-    def new_lines(self, text: str) -> list[str]:
-        """The lines of a timestamped read that were not printed yet, and move past them."""
-        old, printed_at_old, seen = self.last, self.same, 0
-        lines = []
-        for raw in text.splitlines():
-            stamp, _, line = raw.partition(" ")
-            if not stamp:
-                continue
-            key = _instant(stamp)
-            if old is not None and key < old:
-                continue
-            if old is not None and key == old:
-                seen += 1
-                if seen <= printed_at_old:
-                    continue
-            if key == self.last:
-                self.same += 1
-            else:
-                self.last, self.same = key, 1
-            lines.append(line)
-        return lines
-
-    def read(self, session: Session, pod: str) -> list[str]:
-        # from the whole second of the last line printed: its own lines come again and are skipped (new_lines)
-        since = None if self.last is None else f"{self.last[:19]}Z"
-        return self.new_lines(session.cluster.read_log(pod, DRIVER_CONTAINER, since_time=since, timestamps=True))
 
 
 def run_attached(session: Session, steps: tuple[Step, ...], *, replace: bool, follow_logs: bool,
@@ -117,7 +73,8 @@ def follow_driver(session: Session, name: str, steps: tuple[Step, ...]) -> None:
                     console.print(f"driver: pod {following} ended{why}; following its replacement {pod_name}",
                                   markup=False, highlight=False)
                 following = pod_name
-                for line in cursors.setdefault(pod_name, LogCursor()).read(session, pod_name):
+                cursor = cursors.setdefault(pod_name, LogCursor())
+                for line in cursor.read(session.cluster, pod_name, DRIVER_CONTAINER):
                     if line.startswith("error: "):  # the run's ending only if the Job does not start another
                         held[pod_name] = line
                     else:

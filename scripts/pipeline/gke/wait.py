@@ -12,7 +12,7 @@ from rich.markup import escape
 from tpu_rl.jobs.k8s import MAIN_CONTAINER
 from tpu_rl.scripts.cloud.jobsets import JobSetState
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch
-from tpu_rl.scripts.pipeline.gke.log_stream import SeenUpTo
+from tpu_rl.scripts.pipeline.gke.log_stream import LogCursor
 from tpu_rl.scripts.pipeline.gke.observation import Done, Fail, Observer, Say, Skip, poll
 from tpu_rl.scripts.pipeline.gke.observers import (Ended, Gone, HeadLogHook, PhaseChanges, Problems, Restarts,
                                                    Starting, Summary)
@@ -36,16 +36,16 @@ class LogFollower(threading.Thread):
         self.session.console.print(f"[dim]{self.job.step}|[/] {escape(line)}", highlight=False, soft_wrap=True)
 
     def run(self) -> None:
-        # Lines carry the kubelet's timestamps; after a drop the stream is reopened a little before the
-        # last line seen and everything up to that line is skipped, so nothing repeats or goes missing.
-        seen = SeenUpTo()
+        # Lines carry the kubelet's timestamps; after a drop the stream is reopened from the second of the
+        # last line seen and the lines shown are skipped, so nothing repeats or goes missing.
+        cursor = LogCursor()
         while not self.stop.is_set():
             try:
                 pod = main_pod(self.session.cluster.list_pods(self.job.selector), running_only=True)
                 if pod is not None:
                     for raw in self.session.cluster.stream_log(pod["metadata"]["name"], MAIN_CONTAINER,
-                                                               seen.since(), timestamps=True):
-                        line = seen.fresh(raw)
+                                                               cursor.start(), timestamps=True):
+                        line = cursor.fresh(raw)
                         if line is not None:
                             self._print(line)
             except Exception:  # noqa: BLE001 -- a dropped stream is not fatal; the main loop reports cluster trouble
