@@ -331,10 +331,8 @@ class KubeApi(Deletion, JobLife, JobSetLife, Admission, PeerServer):
                      for i, line in enumerate(self.pod_logs[name].splitlines(keepends=True))]
         else:
             lines = self._jobset_pod_log(pod, query)
-        # the kubelet's since: sinceSeconds before its now, or sinceTime; it skips the lines stamped before, a followed
-        # log's as a read's (kubernetes/kubernetes 81b7503c pkg/kubelet/kuberuntime/logs/logs.go NewLogOptions,
-        # logWriter.write; 159d4b83 staging/src/k8s.io/cri-client/pkg/logs/logs.go ReadLogs). A follow here is a read
-        # whose stream then ends, as a dropped one does.
+        # the kubelet's since (sinceSeconds before its now, or sinceTime) skips earlier lines, a follow's as a read's
+        # (kubernetes 159d4b83 cri-client/pkg/logs/logs.go ReadLogs); a follow here is a read that then drops.
         cutoff = datetime.fromisoformat(query["sinceTime"]) if query.get("sinceTime") else \
             now - timedelta(seconds=int(query["sinceSeconds"])) if query.get("sinceSeconds") else None
         if cutoff is not None:
