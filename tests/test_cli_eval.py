@@ -217,8 +217,9 @@ def test_eval_limit_counts_from_the_slice_not_from_the_queue(cloud, monkeypatch)
 
 
 def test_eval_reads_only_new_lines_of_a_long_log_and_survives_a_failed_read(cloud, monkeypatch):
-    """While the tail holds no Pre line, each read of the head's log asks for the lines since the read
-    before (sinceSeconds), not the whole log; a read that fails is retried at the next poll."""
+    """While the tail holds no Pre line, each read of the head's log after the first asks for the lines from
+    the kubelet's time of the last one read (sinceTime), not the whole log; a read that fails is retried at
+    the next poll, from the same line."""
     from tpu_rl.jobs.evaluate import eval_run_name
     from tpu_rl.recipes.outcome import ApiError
     from tpu_rl.scripts.cloud.cluster import Cluster
@@ -233,11 +234,11 @@ def test_eval_reads_only_new_lines_of_a_long_log_and_survives_a_failed_read(clou
                        log_reads=[debug] * 5 + [f"{debug}{pre}\n{debug}"])
     read, failed = Cluster.read_log, []
 
-    def read_log(self, pod, container, tail_lines=None, since_seconds=None, timestamps=False):
-        if since_seconds is not None and not failed:  # the first read of the new lines times out
-            failed.append(since_seconds)
+    def read_log(self, pod, container, tail_lines=None, since_seconds=None, timestamps=False, since_time=None):
+        if since_time is not None and not failed:  # the first read of the new lines times out
+            failed.append(since_time)
             raise ApiError("reading logs of the head: timed out")
-        return read(self, pod, container, tail_lines, since_seconds, timestamps)
+        return read(self, pod, container, tail_lines, since_seconds, timestamps, since_time)
 
     monkeypatch.setattr(Cluster, "read_log", read_log)
     result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])
@@ -246,7 +247,9 @@ def test_eval_reads_only_new_lines_of_a_long_log_and_survives_a_failed_read(clou
     assert f"run {paths.run_name}: accuracy 46.9% (30/64) at checkpoint 20" in " ".join(result.output.split())
     reads = [path for method, path, _ in cloud["kube"].requests if method == "GET" and "/log" in path
              and f"/pods/{scratch}-" in path]
-    assert reads and all("tailLines" in path or "sinceSeconds" in path for path in reads), reads
+    new_lines = [path for path in reads if "tailLines" not in path]  # head_log's reads (the waits' are tails)
+    assert failed and len(new_lines) >= 2 and "sinceTime" not in new_lines[0], reads  # the first: all of it
+    assert all("sinceTime" in path and "timestamps=true" in path for path in new_lines[1:]), reads
 
 
 def test_eval_of_a_run_with_train_fraction_below_one_trains_at_most_one_step(cloud):

@@ -25,6 +25,7 @@ from tpu_rl.recipes.runs.user_files import UserFile, configmap_name
 from tpu_rl.scripts.cloud import gcs
 from tpu_rl.scripts.pipeline.gke.admission import CapacityWatch
 from tpu_rl.scripts.pipeline.gke.eval_cost import EVAL_WAIT_MINUTES
+from tpu_rl.scripts.pipeline.gke.log_stream import LogCursor
 from tpu_rl.scripts.pipeline.gke.steps import MAIN_CONTAINER, PROGRESS_LOG_LINES, main_pod, step_jobs
 from tpu_rl.scripts.pipeline.gke.submit import fill_token_secret, put_user_files
 from tpu_rl.scripts.pipeline.gke.wait import wait_for_jobset
@@ -162,24 +163,25 @@ def _wait_for_evaluation(session: Session, job, step: int) -> Evaluation:
     watch = CapacityWatch(session, job)
     started: dict[int, datetime] = {}  # by attempt (JobSet restarts): when it had all its pods ready
 
-    last_read = [session.now()]  # when head_log last read the log (none is older than the JobSet)
+    cursors: dict[str, LogCursor] = {}  # by head pod (a restarted attempt's head is a new pod)
 
     def head_log(whole: bool = False) -> str:
-        """The head's log since the previous read (a poll apart, with a minute to spare), or `whole`: the
-        Pre line can scroll out of the PROGRESS_LOG_LINES tail between polls (qwen3 runs with
-        debug=True), and reading the whole log at each poll grows with it. A failed read is empty: the
-        next poll reads again (the lines since the read before it)."""
-        now = session.now()
-        since = None if whole else int((now - last_read[0]).total_seconds() + 60)
+        """The head's lines not read yet (from the kubelet's time of the last one read: log_stream.LogCursor),
+        or `whole`: the Pre line can scroll out of the PROGRESS_LOG_LINES tail between polls (qwen3 runs with
+        debug=True), and reading the whole log at each poll grows with it. A failed read is empty: the next
+        poll reads again from the same line."""
         try:
             head = main_pod(session.cluster.list_pods(job.selector))
-            text = session.cluster.read_log(head["metadata"]["name"], MAIN_CONTAINER,
-                                            since_seconds=since) if head else ""
+            if head is None:
+                return ""
+            name = head["metadata"]["name"]
+            if whole:
+                return session.cluster.read_log(name, MAIN_CONTAINER)
+            return "".join(f"{line}\n" for line in cursors.setdefault(name, LogCursor()).read(
+                session.cluster, name, MAIN_CONTAINER))
         except ApiError as error:
             session.console.print(f"[yellow]![/] eval: could not read the head's log ({error}); trying again")
             return ""
-        last_read[:] = [now]
-        return text
 
     def pre_of(text: str) -> Evaluation | None:
         pre = [found for found in parse_evaluations(text) if found.phase == "pre"]
