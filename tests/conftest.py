@@ -181,8 +181,8 @@ def data_only_variants(tmp_path_factory) -> dict[str, StackJson]:
 # CPU fills; in file order test_sandbox.py was the 122nd of 133 units, so it could start as the other
 # workers ended); then the other modules with a shared fixture of their own, the heavier ones; then the
 # rest, whose small modules even out the workers' ends.
-LONGEST_FIRST = ("test_maxtext_real.py", "test_maxtext_set_judge.py", "test_export_vision_shards.py",
-                 "test_plan_review_cases.py", "test_sandbox.py", "test_demo.py")
+LONGEST_FIRST = ("test_maxtext_real.py", "test_maxtext_set_judge.py", "test_plan_review_cases.py",
+                 "test_sandbox.py", "test_demo.py")
 
 
 def _uses_own_module_fixture(item: pytest.Item) -> bool:
