@@ -175,14 +175,14 @@ def data_only_variants(tmp_path_factory) -> dict[str, StackJson]:
 # groups on Item._nodeid, which pytest 9 no longer reads, so its groups are ignored.)
 # The MaxText modules run MaxText's real code in subprocesses for minutes (the chains of
 # tests/test_maxtext_real.py are the longest path of the suite), so they start first, on different
-# workers; then the plan review's cases (five trees synthesized twice each: the heaviest module with a
-# fixture of its own, ~37 s of CPU against the next one's ~30 s); then the sandbox's runs and the demo,
+# workers; then the plan review's cases (four trees synthesized twice each, a tree in one process: ~28 s
+# of CPU, a module with a fixture of its own among the heaviest); then the sandbox's runs and the demo,
 # the longest modules without one (45 and 50 s, mostly waiting on their runs' polls, which the others'
 # CPU fills; in file order test_sandbox.py was the 122nd of 133 units, so it could start as the other
 # workers ended); then the other modules with a shared fixture of their own, the heavier ones; then the
 # rest, whose small modules even out the workers' ends.
-LONGEST_FIRST = ("test_maxtext_real.py", "test_maxtext_set_judge.py", "test_export_vision_shards.py",
-                 "test_plan_review_cases.py", "test_sandbox.py", "test_demo.py")
+LONGEST_FIRST = ("test_maxtext_real.py", "test_maxtext_set_judge.py", "test_plan_review_cases.py",
+                 "test_sandbox.py", "test_demo.py")
 
 
 def _uses_own_module_fixture(item: pytest.Item) -> bool:

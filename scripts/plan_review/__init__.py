@@ -2,12 +2,12 @@
 
 Two sides are built from the same example settings: REF (default: the merge base with main) and the
 working tree. Each side lives in a temporary `git worktree` (always removed; the checkout is never
-touched) and is built by its own code: `python -m tpu_rl.stacks.app` synthesizes its stacks and a small
-collector renders every recipe's manifests with that side's `jobs`; the stacks are synthesized again
-with CAPACITY set to every capacity mode, so that the pools of modes a recipe does not use by default
-(but a deployment's CAPACITY may) are compared too. The differences are printed as Markdown: resources
-per stack (and, apart, what only the other capacity modes' build shows), manifest fields per recipe and
-step, and the cost estimate per stack.
+touched) and is built by its own code, in one process: its app, run as `python -m tpu_rl.stacks.app`
+runs it, synthesizes its stacks, a small collector renders every recipe's manifests with that side's
+`jobs`, and the app runs again with CAPACITY set to every capacity mode, so that the pools of modes a
+recipe does not use by default (but a deployment's CAPACITY may) are compared too. The differences are
+printed as Markdown: resources per stack (and, apart, what only the other capacity modes' build shows),
+manifest fields per recipe and step, and the cost estimate per stack.
 
 - diff.py: what differs, field by field (pure).
 - report.py: the Markdown, and the cost estimates it shows.

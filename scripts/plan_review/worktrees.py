@@ -19,15 +19,45 @@ from tpu_rl.scripts.plan_review.report import StackCost, costs_for
 DEFAULT_BASE_BRANCHES = ("main", "origin/main")
 CAPACITY_ENV = next(spec.env for spec in SPECS if spec.field == "capacity")
 
-# Renders every recipe's manifests with the side's own code (run with cwd = that side's tree; argv[1] is
-# the prefix of its module names, see _namespace).
-_COLLECT_MANIFESTS = r"""
-import importlib, importlib.util, json, sys
-ns = sys.argv[1]
+# Builds a side with its own code, in one process (run with cwd = that side's tree; argv: the prefix of its
+# module names, see _namespace, the file for the manifests, and the settings variable of capacity). It runs
+# the side's app as `python -m` does, renders every recipe's manifests, then runs the app again with that
+# variable set to every capacity mode the side knows: one process, not three, since each start pays the
+# imports of cdktf and the provider bindings and starts node (~2 s). The node process cdktf starts keeps
+# the output directory it started with (CDKTF_OUTDIR), so the first build is moved aside before the second.
+# Each phase is announced on stderr (PHASE), so that a failure names its phase.
+_BUILD_SIDE = r"""
+import importlib, importlib.util, json, os, runpy, sys
+ns, manifests_file, capacity_env = sys.argv[1:4]
+app = ns + "stacks.app"
+
+
+def phase(name):
+    print(PHASE + name, file=sys.stderr, flush=True)
+
+
+def synth():
+    sys.argv = [app]
+    try:
+        runpy.run_module(app, run_name="__main__", alter_sys=True)
+    except SystemExit as done:
+        if done.code not in (0, None):
+            raise
+
+
+def moved_aside():
+    for outdir in (os.environ["CDKTF_OUTDIR"], "cdktf.out"):
+        if os.path.isdir(outdir):
+            os.rename(outdir, outdir + DEFAULT_SUFFIX)
+
+
+phase("synth")
+synth()
+moved_aside()
+phase("manifests")
 recipes = importlib.import_module(f"{ns}recipes")
 jobs = importlib.import_module(f"{ns}jobs")
 settings = recipes.example_settings()
-import os
 # Whether the side itself has the module: an editable install of the checkout answers for names the side
 # lacks (setuptools' editable finder maps tpu_rl.<package> to the checkout), so it must lie in the side.
 def found(name):
@@ -54,8 +84,15 @@ rendered = {name: render(recipe) for name, recipe in recipes.all_recipes().items
 # recipes.capacity_modes, before its split recipes.model; a side from before capacity modes has none
 home = first_found("recipes.capacity.modes", "recipes.capacity_modes", "recipes.model")
 modes = getattr(importlib.import_module(ns + home), "CAPACITY_MODES", None) if home else None
-print(json.dumps({"manifests": rendered, "capacity_modes": list(modes or [])}, default=str))
+with open(manifests_file, "w") as out:
+    json.dump({"manifests": rendered, "capacity_modes": list(modes or [])}, out, default=str)
+if modes:
+    os.environ[capacity_env] = ",".join(modes)
+    phase("synth all capacity")
+    synth()
 """
+PHASE = "tpu-rl plan-review phase: "
+DEFAULT_SUFFIX = "-default"  # where the first build's output directory is moved
 
 
 def _namespace(tree: Path) -> str:
@@ -107,30 +144,32 @@ def _read_synth(outdir: Path) -> dict[str, dict]:
     return stacks
 
 
-def _synth(tree: Path, outdir: Path, label: str, capacity: str | None = None) -> dict[str, dict]:
-    env = _side_env(tree, outdir)
-    if capacity:
-        env[CAPACITY_ENV] = capacity
-    app = f"{_namespace(tree)}stacks.app"
-    synth = subprocess.run([sys.executable, "-m", app], cwd=tree, env=env, capture_output=True, text=True)
-    stacks = _read_synth(outdir) or _read_synth(tree / "cdktf.out")
-    if synth.returncode or not stacks:
-        reason = _last_line(synth.stderr or synth.stdout) if synth.returncode else "it wrote no cdk.tf.json"
-        how = f"{CAPACITY_ENV}={capacity} python -m {app}" if capacity else f"python -m {app}"
-        raise UserError(f"synth failed at {label}: {reason} (run `{how}` there to see why)")
-    return stacks
+def _built(tree: Path, outdir: Path, suffix: str = "") -> dict[str, dict]:
+    """A build's stacks: in the output directory given, or in the tree's cdktf.out for a side that ignores it."""
+    return _read_synth(outdir.with_name(outdir.name + suffix)) or _read_synth(tree / f"cdktf.out{suffix}")
 
 
 def build_side(tree: Path, label: str, workdir: Path) -> Side:
-    """Synthesize the stacks and render the manifests of one tree, with that tree's own code."""
-    stacks = _synth(tree, workdir / "cdktf.out", label)
-    collect = subprocess.run([sys.executable, "-c", _COLLECT_MANIFESTS, _namespace(tree)], cwd=tree,
-                             env=_side_env(tree, workdir / "cdktf.out"), capture_output=True, text=True)
-    if collect.returncode:
-        raise UserError(f"rendering the manifests failed at {label}: {_last_line(collect.stderr)}")
-    collected = json.loads(collect.stdout)
-    every_mode = ",".join(collected["capacity_modes"])
-    all_capacity = _synth(tree, workdir / "cdktf.out-all-capacity", label, every_mode) if every_mode else {}
+    """Synthesize the stacks and render the manifests of one tree, with that tree's own code (_BUILD_SIDE)."""
+    outdir, manifests_file = workdir / "cdktf.out", workdir / "manifests.json"
+    script = f"PHASE, DEFAULT_SUFFIX = {PHASE!r}, {DEFAULT_SUFFIX!r}\n{_BUILD_SIDE}"
+    build = subprocess.run([sys.executable, "-c", script, _namespace(tree), str(manifests_file), CAPACITY_ENV],
+                           cwd=tree, env=_side_env(tree, outdir), capture_output=True, text=True)
+    _, announced, last = build.stderr.rpartition(PHASE)  # the phase it was in, then that phase's output
+    phase, _, output = last.partition("\n") if announced else ("synth", "", last)
+    collected = json.loads(manifests_file.read_text()) if manifests_file.is_file() else {}
+    every_mode = ",".join(collected.get("capacity_modes", []))
+    app = f"{_namespace(tree)}stacks.app"
+    how = {"synth": f"python -m {app}", "synth all capacity": f"{CAPACITY_ENV}={every_mode} python -m {app}"}
+    if build.returncode:
+        reason = _last_line(output or build.stdout)
+        if phase == "manifests":
+            raise UserError(f"rendering the manifests failed at {label}: {reason}")
+        raise UserError(f"synth failed at {label}: {reason} (run `{how.get(phase, how['synth'])}` there to see why)")
+    stacks, all_capacity = _built(tree, outdir, DEFAULT_SUFFIX), _built(tree, outdir) if every_mode else {}
+    if not stacks or (every_mode and not all_capacity):
+        empty = "synth" if not stacks else "synth all capacity"
+        raise UserError(f"synth failed at {label}: it wrote no cdk.tf.json (run `{how[empty]}` there to see why)")
     return Side(stacks, collected["manifests"], costs_for(tree / "recipes" / "recipes.toml"), all_capacity, every_mode)
 
 
