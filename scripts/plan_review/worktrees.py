@@ -19,13 +19,8 @@ from tpu_rl.scripts.plan_review.report import StackCost, costs_for
 DEFAULT_BASE_BRANCHES = ("main", "origin/main")
 CAPACITY_ENV = next(spec.env for spec in SPECS if spec.field == "capacity")
 
-# Builds a side with its own code, in one process (run with cwd = that side's tree; argv: the prefix of its
-# module names, see _namespace, the file for the manifests, and the settings variable of capacity). It runs
-# the side's app as `python -m` does, renders every recipe's manifests, then runs the app again with that
-# variable set to every capacity mode the side knows: one process, not three, since each start pays the
-# imports of cdktf and the provider bindings and starts node (~2 s). The node process cdktf starts keeps
-# the output directory it started with (CDKTF_OUTDIR), so the first build is moved aside before the second.
-# Each phase is announced on stderr (PHASE), so that a failure names its phase.
+# Builds a side with its own code in one process, not three (each start pays cdktf's imports and node, ~2 s):
+# the app, every recipe's manifests, the app with every capacity mode (docs/plan-review.md, "One process").
 _BUILD_SIDE = r"""
 import importlib, importlib.util, json, os, runpy, sys
 ns, manifests_file, capacity_env = sys.argv[1:4]
