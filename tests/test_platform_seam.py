@@ -167,7 +167,7 @@ def _third_facts():
     # a TPU VM's stack and startup script, whose convert and export run on a CPU pool
     return replace(vm, label="third", capacity=CAPACITY_MODES, max_capacity_modes=2, tpu_zones=None,
                    tpu_hosts=TpuHosts.WHILE_TRAINING, steps_run_as=StepRunner.STARTUP_SCRIPT,
-                   cpu_steps_on=CpuStepsHost.CPU_POOL,
+                   cpu_steps_on=CpuStepsHost.CPU_POOL, cpu_machine_runs=("convert", "export"),
                    needs={**vm.needs, "runs": ("project",)}, refused=())
 
 
@@ -182,7 +182,8 @@ def _third_recipe():
 
     parsed = tomllib.loads((REPO / "recipes" / "recipes.toml").read_text())
     vm_recipe = next(name for name, entry in parsed["recipes"].items() if entry["platform"] == "vm")
-    parsed["recipes"] = {"third-recipe": {**parsed["recipes"][vm_recipe], "platform": THIRD, "capacity": "spot"}}
+    parsed["recipes"] = {"third-recipe": {**parsed["recipes"][vm_recipe], "platform": THIRD, "capacity": "spot",
+                                          "cpu_machine_type": "n4-standard-64"}}  # its convert's CPU pool
     return build_recipes(parsed)["third-recipe"]
 
 
@@ -274,6 +275,17 @@ def test_every_registry_names_itself_when_a_platform_is_missing(third, monkeypat
         monkeypatch.delitem(table, stack)
         with pytest.raises(KeyError, match=f"stack '{stack}' is not registered in [A-Z_]+ of recipes/costs/"):
             bill()
+
+
+def test_where_convert_runs_and_what_the_cpu_machine_runs_must_agree():
+    from dataclasses import replace
+
+    from tpu_rl.recipes.platforms.facts import CpuStepsHost
+
+    with pytest.raises(ValueError, match="convert and export run on the cpu pool, so cpu_machine_runs must name"):
+        replace(PLATFORMS["vm"], cpu_steps_on=CpuStepsHost.CPU_POOL)
+    with pytest.raises(ValueError, match="run on the tpu host, so cpu_machine_runs must not name them"):
+        replace(PLATFORMS["gke"], cpu_steps_on=CpuStepsHost.TPU_HOST)
 
 
 def test_a_recipe_on_an_unregistered_platform_is_refused_naming_the_registered_ones():

@@ -70,6 +70,13 @@ class PlatformFacts:
     needs: Mapping[str, tuple[str, ...]]
     refused: tuple[str, ...] = ()  # commands it refuses before any setting is read (docs/settings.md's table)
 
+    def __post_init__(self) -> None:
+        # Two facts say where convert and export run: a CPU pool is a recipe's cpu_machine_type, the TPU host not.
+        on_pool = self.cpu_steps_on is CpuStepsHost.CPU_POOL
+        if on_pool != ({"convert", "export"} <= set(self.cpu_machine_runs)):
+            raise ValueError(f"{self.label}: convert and export run on the {self.cpu_steps_on}, so cpu_machine_runs "
+                             f"must {'' if on_pool else 'not '}name them")
+
     def zones_used(self, zones: Sequence[str]) -> tuple[str, ...]:
         """The zones of ZONE its TPUs may be in."""
         return tuple(zones[:self.tpu_zones])
