@@ -50,8 +50,9 @@ WARM_MODULES = ("tpu_rl.scripts.cli", "tpu_rl.scripts.cli.cloud", "tpu_rl.script
 # The project's namespace (all its packages), imported afresh in a child whose PYTHONPATH puts a patched copy ahead of them.
 OWN_PACKAGES = ("tpu_rl",)
 
-_SERVER = r'''
-import importlib, importlib.util, json, os, sys, tempfile
+# What every warm interpreter runs first: the imports, and `before`, which a child runs before its entry point.
+_PRELUDE = r'''
+import importlib, importlib.util, json, os, sys
 
 spec = importlib.util.spec_from_file_location("forked_step", sys.argv[3])
 forked = importlib.util.module_from_spec(spec)
@@ -63,7 +64,6 @@ for name in json.loads(sys.argv[1]):
         pass
 OWN = tuple(json.loads(sys.argv[2]))
 assert "jsii" not in sys.modules, "a warm module imported jsii, whose node process a fork would share"
-scratch = tempfile.mkdtemp(prefix="forked-cli-")
 
 
 def paths(env):
@@ -89,8 +89,12 @@ def before(request):
     if (extra and extra != WARM_PATHS) or read_at_import(request["env"]) != WARM_READ:
         for name in [n for n in sys.modules if n.split(".")[0] in OWN]:
             del sys.modules[name]
+'''
+# One command line at a time, from stdin; each reply, its exit code and output, a line on stdout.
+_SERVER = _PRELUDE + r'''
+import tempfile
 
-
+scratch = tempfile.mkdtemp(prefix="forked-cli-")
 requests = sys.stdin.buffer
 replies = sys.stdout
 for line in requests:
@@ -114,16 +118,21 @@ for line in requests:
 '''
 
 
+def warm_argv(server: str, *args: str, modules: tuple[str, ...] = WARM_MODULES) -> list[str]:
+    """The command line of a warm interpreter that imports `modules` and runs `server` (_PRELUDE and its loop),
+    `args` after the prelude's."""
+    return [sys.executable, "-P", "-c", server, json.dumps(modules), json.dumps(OWN_PACKAGES),
+            str(Path(__file__).with_name("forked_step.py")), *args]
+
+
 class WarmInterpreter:
     """One warm interpreter: runs one command line at a time."""
 
     def __init__(self, home: Path):
         env = {**clean_environment(home), "PYTHONPATH": str(REPO)}
         self.errors = tempfile.TemporaryFile(mode="w+")  # its own stderr: why it died, if it does
-        self.process = subprocess.Popen(
-            [sys.executable, "-P", "-c", _SERVER, json.dumps(WARM_MODULES), json.dumps(OWN_PACKAGES),
-             str(Path(__file__).with_name("forked_step.py"))],
-            cwd=home, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True)
+        self.process = subprocess.Popen(warm_argv(_SERVER), cwd=home, env=env, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.errors, text=True)
 
     def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], input: str | None,
             timeout: float) -> subprocess.CompletedProcess:

@@ -16,24 +16,26 @@ import traceback
 
 
 def run_forked(request: dict, env_extra: dict[str, str] | None = None, before=None) -> None:
-    """In the forked child: the request's {"argv", "cwd", "env", "input", "stdout", "stderr"}, then its
-    entry point (argv ["-m", module, ...] or [script, ...]) as `python` runs it, and the end a fresh
-    interpreter has (threads joined, atexit handlers run, streams flushed); exits with its code, never
-    returns. `env_extra` is added to the environment, `before()` runs just before the entry point."""
+    """In the forked child: the request's {"argv", "cwd", "env", "input", "stdout", "stderr"} (no "input": the
+    caller has set the child's stdio itself), then its entry point (argv ["-m", module, ...] or [script, ...]) as
+    `python` runs it, and the end a fresh interpreter has (threads joined, atexit handlers run, streams
+    flushed); exits with its code, never returns. `env_extra` is added to the environment, `before()` runs just
+    before the entry point."""
     code = 70
     try:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
         os.environ.update(env_extra or {})
-        stdin = tempfile.TemporaryFile()
-        stdin.write((request.get("input") or "").encode())
-        stdin.seek(0)
-        os.dup2(stdin.fileno(), 0)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        os.dup2(os.open(request["stdout"], flags), 1)
-        os.dup2(os.open(request["stderr"], flags), 2)
-        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+        if "input" in request:  # absent: the caller has set the child's stdio itself
+            stdin = tempfile.TemporaryFile()
+            stdin.write((request["input"] or "").encode())
+            stdin.seek(0)
+            os.dup2(stdin.fileno(), 0)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            os.dup2(os.open(request["stdout"], flags), 1)
+            os.dup2(os.open(request["stderr"], flags), 2)
+            sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
         if before is not None:
             before()
         code = _run_entry(list(request["argv"]))
@@ -59,7 +61,7 @@ def _run_entry(argv: list[str]) -> int:
     try:
         if argv[0] == "-m":
             sys.path.insert(0, os.getcwd())
-            sys.argv = list(argv)
+            sys.argv = ["-m", *argv[2:]]  # as `python -m`: its first item becomes the module's path
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         else:
             sys.path.insert(0, os.path.dirname(argv[0]))

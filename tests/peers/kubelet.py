@@ -1,8 +1,9 @@
 """The kubelet of the fake Kubernetes API's Job pods (peers/job_life.py): it mounts the pod's ConfigMap
 volumes as files and runs its container's command, `tpu-rl drive ...`, as the run's driver.
 
-- ProcessKubelet: as a real local process, `python -m tpu_rl.scripts.cli drive ...`, with the container's env on
-  top of the test's endpoints, no terminal (stdin /dev/null, output a pipe), its output the pod's log, its
+- ProcessKubelet: as a real local process, `python -m tpu_rl.scripts.cli drive ...` forked from a warm
+  interpreter (tests/forked_driver.py), with the container's env on top of the test's endpoints, in a
+  session of its own, no terminal (stdin /dev/null, output a pipe), its output the pod's log, its
   exit status the container's (a signal: 128 + its number, as the kubelet reports SIGKILL as 137). It
   starts with SIGTERM ignored, as PID 1 of a container without a handler: the kernel sends PID 1 of a
   PID namespace only the signals it handles (pid_namespaces(7)).
@@ -15,12 +16,12 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import traceback
 from pathlib import Path
 
+from forked_driver import ForkedDriver, warm_drivers
 from peers.fixtures import REPO
 
 
@@ -52,14 +53,10 @@ def local_args(pod: dict, mounts: dict[str, Path]) -> list[str]:
     return args
 
 
-def _as_pid_one() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
 class ProcessKubelet:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env  # the test's endpoints, KUBECONFIG, PATH...: what the cluster would provide
-        self.processes: dict[str, subprocess.Popen] = {}
+        self.processes: dict[str, ForkedDriver] = {}
         self.started: list[str] = []  # pod names, in order
         self.evicted: set[str] = set()
         self.closed = False
@@ -70,15 +67,13 @@ class ProcessKubelet:
         name = pod["metadata"]["name"]
         mounts = mount(kube, pod)
         container_env = {item["name"]: item["value"] for item in pod["spec"]["containers"][0].get("env") or []}
-        process = subprocess.Popen([sys.executable, "-m", "tpu_rl.scripts.cli", *local_args(pod, mounts)],
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   cwd=REPO, env={**self.env, **container_env}, start_new_session=True,
-                                   preexec_fn=_as_pid_one)
+        process = warm_drivers().start(["-m", "tpu_rl.scripts.cli", *local_args(pod, mounts)], cwd=REPO,
+                                       env={**self.env, **container_env})
         self.processes[name] = process
         self.started.append(name)
         threading.Thread(target=self._watch, args=(kube, name, process, mounts), daemon=True).start()
 
-    def _watch(self, kube, name: str, process: subprocess.Popen, mounts: dict[str, Path]) -> None:
+    def _watch(self, kube, name: str, process: ForkedDriver, mounts: dict[str, Path]) -> None:
         kube.pod_running(name)
         for line in iter(process.stdout.readline, b""):
             kube.pod_log(name, line.decode(errors="replace"))
