@@ -57,13 +57,22 @@ import importlib, importlib.util, json, os, sys
 spec = importlib.util.spec_from_file_location("forked_step", sys.argv[3])
 forked = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(forked)
+# numpy (tensorboard's reader loads it) starts OpenBLAS's thread pool at import unless told one thread, and a
+# fork of a process with a thread is unsafe; the children get their own environment back (forked_step).
+blas = os.environ.get("OPENBLAS_NUM_THREADS")
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
 for name in json.loads(sys.argv[1]):
     try:
         importlib.import_module(name)
     except ImportError:
         pass
+if blas is None:
+    del os.environ["OPENBLAS_NUM_THREADS"]
+else:
+    os.environ["OPENBLAS_NUM_THREADS"] = blas
 OWN = tuple(json.loads(sys.argv[2]))
 assert "jsii" not in sys.modules, "a warm module imported jsii, whose node process a fork would share"
+assert len(os.listdir("/proc/self/task")) == 1, "a warm module started a thread: a fork would not be safe"
 
 
 def paths(env):

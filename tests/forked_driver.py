@@ -23,11 +23,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-from forked_cli import _PRELUDE, WARM_MODULES, warm_argv
+from forked_cli import _PRELUDE, warm_argv
 from peers.fixtures import REPO, clean_environment
 
-# The CLI's warm modules but tensorboard's event reader, which loads numpy, whose OpenBLAS starts a thread pool.
-DRIVER_MODULES = tuple(name for name in WARM_MODULES if not name.startswith("tensorboard."))
 START_SECONDS = 120  # the warm interpreter's imports (~2 s of CPU) on two busy cores, then a fork
 
 _DRIVERS = _PRELUDE + r'''
@@ -145,7 +143,7 @@ class WarmDrivers:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.errors = tempfile.TemporaryFile(mode="w+")  # its own output: why it died, if it does
         self.process = subprocess.Popen(
-            warm_argv(_DRIVERS, str(theirs.fileno()), modules=DRIVER_MODULES), cwd=home, pass_fds=[theirs.fileno()],
+            warm_argv(_DRIVERS, str(theirs.fileno())), cwd=home, pass_fds=[theirs.fileno()],
             env={**clean_environment(home), "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL, stdout=self.errors,
             stderr=self.errors)
         theirs.close()
