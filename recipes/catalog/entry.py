@@ -96,10 +96,14 @@ class RlSpec(Strict):
     # and the run gives them to the compiler it runs (docs/fit.md, "The compiler's own limit").
     xla_flags: tuple[str, ...] = ()
 
+    def _set_here(self) -> dict[str, str]:
+        """key -> value of what the recipe sets that fitted_from may name: its overrides, and its xla_flags."""
+        values = {item.partition("=")[0]: item.partition("=")[2] for item in self.overrides}
+        return {**values, "xla_flags": " ".join(self.xla_flags)} if self.xla_flags else values
+
     def changed_to_fit(self) -> dict[str, tuple[str, str]]:
         """key -> (the recipe's value, the seed's) of each setting changed so that the plan fits."""
-        values = {item.partition("=")[0]: item.partition("=")[2] for item in self.overrides}
-        values["xla_flags"] = " ".join(self.xla_flags)
+        values = self._set_here()
         return {key: (values[key], seed) for key, seed in self.fitted_from.items()}
 
     @property
@@ -138,7 +142,7 @@ class RlSpec(Strict):
 
     @model_validator(mode="after")
     def _fitted_keys_are_overridden(self) -> "RlSpec":
-        keys = {item.partition("=")[0] for item in self.overrides} | ({"xla_flags"} if self.xla_flags else set())
+        keys = self._set_here()
         for key in self.fitted_from:
             if key not in keys:
                 raise ValueError(f"fitted_from names {key}, which rl.overrides (or rl.xla_flags) does not set: set the value "
