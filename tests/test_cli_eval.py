@@ -234,11 +234,11 @@ def test_eval_reads_only_new_lines_of_a_long_log_and_survives_a_failed_read(clou
                        log_reads=[debug] * 5 + [f"{debug}{pre}\n{debug}"])
     read, failed = Cluster.read_log, []
 
-    def read_log(self, pod, container, tail_lines=None, since_seconds=None, timestamps=False, since_time=None):
+    def read_log(self, pod, container, tail_lines=None, timestamps=False, since_time=None):
         if since_time is not None and not failed:  # the first read of the new lines times out
             failed.append(since_time)
             raise ApiError("reading logs of the head: timed out")
-        return read(self, pod, container, tail_lines, since_seconds, timestamps, since_time)
+        return read(self, pod, container, tail_lines, timestamps, since_time)
 
     monkeypatch.setattr(Cluster, "read_log", read_log)
     result = runner.invoke(app, ["eval", RECIPE, "--run", paths.run_name, "--step", "20"])

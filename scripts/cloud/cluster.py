@@ -308,15 +308,15 @@ class Cluster:
             self.namespace, label_selector=selector, _request_timeout=self._timeout, _preload_content=False))
         return raw_json(response).get("items", [])
 
-    def read_log(self, pod: str, container: str, tail_lines: int | None = None,
-                 since_seconds: int | None = None, timestamps: bool = False, since_time: str | None = None) -> str:
+    def read_log(self, pod: str, container: str, tail_lines: int | None = None, timestamps: bool = False,
+                 since_time: str | None = None) -> str:
         """A container's log (its last `tail_lines`); `timestamps`: each line starts with the kubelet's RFC
         3339 time of it and a space, as in stream_log. `since_time` (RFC 3339): the lines the kubelet stamped
         at or after it, by the log's own clock (PodLogOptions.sinceTime)."""
         try:
             response = self._read(f"reading logs of {pod}", lambda: self.core.read_namespaced_pod_log(
-                pod, self.namespace, container=container, tail_lines=tail_lines, since_seconds=since_seconds,
-                timestamps=timestamps or None, _request_timeout=self._timeout, _preload_content=False)
+                pod, self.namespace, container=container, tail_lines=tail_lines, timestamps=timestamps or None,
+                _request_timeout=self._timeout, _preload_content=False)
                 if since_time is None else self._log_since(pod, container, since_time, timestamps=timestamps))
         except ApiException as error:
             if error.status in (400, 404):  # container not started yet, or pod gone
